@@ -1,0 +1,3 @@
+from ckptdrain.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,217 @@
+"""The sizing model: how big a checkpoint is, how fast it must drain, and
+how that bandwidth is shared among the nodes that drain it.
+
+    checkpoint_bytes   = parameters × bytes_per_parameter
+    required_bandwidth = checkpoint_bytes / (global_interval × overlap)
+
+where global_interval = local interval × global_every. Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ckptdrain.errors import InvalidInput
+
+#: Mixed precision with Adam: fp32 master weights (4) + two moments (8) + bf16 weights (2).
+DEFAULT_BYTES_PER_PARAMETER = 14.0
+#: A sensible checkpoint interval is about a tenth of the mean time to interruption.
+DEFAULT_INTERVAL_FRACTION_OF_MTTI = 0.1
+#: Keep the global drain busy for at most a tenth of the interval.
+DEFAULT_OVERLAP = 0.1
+#: Share of interruptions that lose the whole node (and so its local copy).
+DEFAULT_NODE_LOSS_FRACTION = 0.05
+
+
+@dataclass(frozen=True)
+class SizingInput:
+    """What a policy says about the workload. Give parameters or checkpoint_bytes,
+    and interval or mtti (interval wins when both are given)."""
+
+    parameters: float | None = None
+    bytes_per_parameter: float = DEFAULT_BYTES_PER_PARAMETER
+    checkpoint_bytes: float | None = None
+    interval_s: float | None = None
+    mtti_s: float | None = None
+    overlap: float = DEFAULT_OVERLAP
+    global_every: int = 1
+    #: C: seconds one checkpoint stalls training (the local write). Enables Young–Daly.
+    local_write_s: float | None = None
+    #: Seconds from interruption to training again (reschedule + restore).
+    restart_s: float | None = None
+    #: Bandwidth caps in bytes/s (policy and cluster); None means no cap.
+    policy_cap: float | None = None
+    cluster_cap: float | None = None
+    drainers: int = 1
+    node_loss_fraction: float = DEFAULT_NODE_LOSS_FRACTION
+
+
+@dataclass(frozen=True)
+class Sizing:
+    checkpoint_bytes: float
+    local_interval_s: float
+    global_interval_s: float
+    overlap: float
+    required_bandwidth: float
+    allowed_bandwidth: float
+    bandwidth_constrained: bool
+    #: Which cap bound, "policy" or "cluster", or None.
+    binding_cap: str | None
+    #: Drain time ÷ global interval at the allowed bandwidth.
+    effective_overlap: float
+    drain_seconds: float
+    drainers: int
+    per_drainer_bandwidth: float
+    recommended_interval_s: float | None
+    young_daly_interval_s: float | None
+    #: Expected fraction of wall time doing useful work; None without MTTI.
+    goodput: float | None
+    lost_work_per_interruption_s: float | None
+
+
+def _positive(field: str, value: float | None, expected: str) -> float:
+    if value is None or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise InvalidInput(field, expected, value)
+    return float(value)
+
+
+def checkpoint_size(inp: SizingInput) -> float:
+    """Bytes in one checkpoint: given directly, or parameters × bytes per parameter."""
+    if inp.checkpoint_bytes is not None:
+        return _positive("checkpointBytes", inp.checkpoint_bytes, "a positive size in bytes")
+    if inp.parameters is None:
+        raise InvalidInput("model", "parameters or checkpointBytes", None)
+    params = _positive("parameters", inp.parameters, "a positive parameter count")
+    per = _positive("bytesPerParameter", inp.bytes_per_parameter, "a positive number such as 14")
+    return params * per
+
+
+def young_daly_interval(local_write_s: float, mtti_s: float) -> float:
+    """The Young–Daly optimum sqrt(2 × C × MTTI)."""
+    return math.sqrt(2.0 * local_write_s * mtti_s)
+
+
+def compute(inp: SizingInput) -> Sizing:
+    """Apply the sizing model, caps included. Raises InvalidInput naming the field."""
+    size = checkpoint_size(inp)
+    overlap = inp.overlap
+    if not (isinstance(overlap, int | float) and 0 < overlap <= 1):
+        raise InvalidInput("overlap", "a fraction in (0, 1] such as 10%", overlap)
+    if isinstance(inp.global_every, bool) or not isinstance(inp.global_every, int) \
+            or inp.global_every < 1:
+        raise InvalidInput("globalEvery", "a whole number >= 1", inp.global_every)
+    if isinstance(inp.drainers, bool) or not isinstance(inp.drainers, int) or inp.drainers < 1:
+        raise InvalidInput("drainers", "a whole number >= 1", inp.drainers)
+
+    mtti = None if inp.mtti_s is None else _positive("mtti", inp.mtti_s, "a positive duration")
+    recommended = None if mtti is None else mtti * DEFAULT_INTERVAL_FRACTION_OF_MTTI
+    if inp.interval_s is not None:
+        interval = _positive("interval", inp.interval_s, "a positive duration such as 15m")
+    elif recommended is not None:
+        interval = recommended
+    else:
+        raise InvalidInput("interval", "interval or mtti", None)
+
+    write_s = None if inp.local_write_s is None else _positive(
+        "localWriteSeconds", inp.local_write_s, "a positive duration")
+    young_daly = None if (write_s is None or mtti is None) else young_daly_interval(write_s, mtti)
+
+    global_interval = interval * inp.global_every
+    required = size / (global_interval * overlap)
+
+    caps = {
+        name: _positive(f"caps.{name}", value, "a positive rate such as 10GB/s")
+        for name, value in (("policy", inp.policy_cap), ("cluster", inp.cluster_cap))
+        if value is not None
+    }
+    allowed, binding = required, None
+    for name, cap in caps.items():
+        if cap < allowed:
+            allowed, binding = cap, name
+    drain_seconds = size / allowed
+
+    goodput = lost = None
+    if mtti is not None:
+        loss = inp.node_loss_fraction
+        if not 0 <= loss <= 1:
+            raise InvalidInput("nodeLossFraction", "a fraction in [0, 1]", loss)
+        # On average half an interval of work is lost; when the node itself is
+        # gone, the last global copy is also older by the drain time.
+        lost = (1 - loss) * interval / 2 + loss * (global_interval / 2 + drain_seconds)
+        restart = inp.restart_s or 0.0
+        stall = (write_s or 0.0) / interval
+        goodput = max(0.0, 1.0 - stall - (lost + restart) / mtti)
+
+    return Sizing(
+        checkpoint_bytes=size,
+        local_interval_s=interval,
+        global_interval_s=global_interval,
+        overlap=overlap,
+        required_bandwidth=required,
+        allowed_bandwidth=allowed,
+        bandwidth_constrained=binding is not None,
+        binding_cap=binding,
+        effective_overlap=drain_seconds / global_interval,
+        drain_seconds=drain_seconds,
+        drainers=inp.drainers,
+        per_drainer_bandwidth=allowed / inp.drainers,
+        recommended_interval_s=recommended,
+        young_daly_interval_s=young_daly,
+        goodput=goodput,
+        lost_work_per_interruption_s=lost,
+    )
+
+
+def split_shares(
+    total: float,
+    pending: Mapping[str, float | None],
+    per_drainer_cap: float | None = None,
+) -> dict[str, float]:
+    """Split `total` bytes/s among drainers in proportion to the bytes each has
+    pending, so that all finish together; evenly where nothing is known.
+
+    A drainer that reports 0 pending bytes keeps an even share's floor of
+    nothing extra but is not starved: it receives the share of an unknown one,
+    so a new checkpoint starts moving at once. With `per_drainer_cap`, no share
+    exceeds it (what is cut is not redistributed above the cap).
+    """
+    if not pending:
+        return {}
+    if total <= 0 or not math.isfinite(total):
+        raise InvalidInput("bandwidth", "a positive rate", total)
+    known = {k: v for k, v in pending.items() if v is not None and v > 0}
+    if len(known) != len(pending) or not known:
+        # Unknown or idle drainers get an even share; the rest split the
+        # remainder by their pending bytes.
+        even = total / len(pending)
+        idle = [k for k in pending if k not in known]
+        shares = {k: even for k in idle}
+        rest = total - even * len(idle)
+        weight = sum(known.values())
+        for k, v in known.items():
+            shares[k] = rest * v / weight
+    else:
+        weight = sum(known.values())
+        shares = {k: total * v / weight for k, v in known.items()}
+    if per_drainer_cap is not None:
+        shares = _cap_shares(shares, per_drainer_cap)
+    return shares
+
+
+def _cap_shares(shares: dict[str, float], cap: float) -> dict[str, float]:
+    """Water-fill: clip shares at `cap` and hand the excess to those below it."""
+    result = dict(shares)
+    for _ in range(len(result)):
+        excess = sum(v - cap for v in result.values() if v > cap)
+        if excess <= 1e-9:
+            break
+        under = {k: v for k, v in result.items() if v < cap}
+        result = {k: min(v, cap) for k, v in result.items()}
+        if not under:
+            break
+        weight = sum(under.values()) or len(under)
+        for k, v in under.items():
+            result[k] += excess * ((v / weight) if sum(under.values()) else 1 / len(under))
+    return {k: min(v, cap) for k, v in result.items()}

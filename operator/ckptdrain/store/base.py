@@ -1,0 +1,73 @@
+"""The store protocol: the few operations checkpoints need from object storage.
+
+Both the local-filesystem and the S3 adapters implement it; fault-injecting
+wrappers in the tests wrap a real one. Keys are '/'-separated strings relative
+to the store's root (the URI's prefix); adapters never interpret them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+
+
+@dataclass(frozen=True)
+class UploadedPart:
+    number: int  # 1-based, as S3 numbers them
+    etag: str
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every store offers. All methods are thread-safe."""
+
+    uri: str
+
+    # Whole objects -----------------------------------------------------
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Write a small object atomically (readers see all of it or nothing)."""
+
+    def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
+        """Write an object of known size from a stream, atomically."""
+
+    def get_bytes(self, key: str) -> bytes:
+        """Read a whole (small) object. Raises ObjectMissing."""
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Read `length` bytes from `start`. Raises ObjectMissing."""
+
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size of an object, or None when it does not exist."""
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Objects whose key starts with `prefix`, in key order."""
+
+    def delete(self, key: str) -> None:
+        """Remove an object; removing a missing one is not an error."""
+
+    # Multipart uploads (resumable: ids and parts survive the process) ----
+    def create_multipart(self, key: str) -> str:
+        """Start a multipart upload, returning its upload id."""
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> UploadedPart:
+        """Upload one part (all but the last at least `min_part_size`)."""
+
+    def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
+        """Parts the store holds for an upload, or None if the upload is gone."""
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
+        """Make the object visible, assembled from `parts` in order."""
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Drop an unfinished upload and its parts; a missing one is fine."""
+
+    @property
+    def min_part_size(self) -> int:
+        """Smallest size of a non-final part (5 MiB on S3)."""
