@@ -31,7 +31,9 @@ class FileEntry:
     def __post_init__(self) -> None:
         paths.check_relative_path(self.path)
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
-            raise IntegrityError(f"{self.path}: size must be a whole number >= 0, got {self.size!r}")
+            raise IntegrityError(
+                f"{self.path}: size must be a whole number >= 0, got {self.size!r}"
+            )
         try:
             checksum.from_hex(self.crc32c)
         except ValueError as err:
@@ -58,17 +60,22 @@ class WriterManifest:
                 raise IntegrityError(f"manifest {name} must be a whole number, got {value!r}")
         if not 0 <= self.writer < self.writers:
             raise IntegrityError(
-                f"manifest writer {self.writer} outside 0..{self.writers - 1} (writers={self.writers})"
+                f"manifest writer {self.writer} outside 0..{self.writers - 1}"
+                f" (writers={self.writers})"
             )
         if not isinstance(self.created, int | float) or not math.isfinite(self.created):
             raise IntegrityError(f"manifest created must be a finite number, got {self.created!r}")
         if self.format != FORMAT_VERSION:
-            raise IntegrityError(f"manifest format {self.format!r} not supported (want {FORMAT_VERSION})")
+            raise IntegrityError(
+                f"manifest format {self.format!r} not supported (want {FORMAT_VERSION})"
+            )
         if self.part_size is not None and (
             isinstance(self.part_size, bool) or not isinstance(self.part_size, int)
             or self.part_size <= 0
         ):
-            raise IntegrityError(f"manifest part_size must be a positive whole number, got {self.part_size!r}")
+            raise IntegrityError(
+                f"manifest part_size must be a positive whole number, got {self.part_size!r}"
+            )
         paths.check_path_set(f.path for f in self.files)
 
     @property

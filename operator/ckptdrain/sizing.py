@@ -170,12 +170,12 @@ def split_shares(
     per_drainer_cap: float | None = None,
 ) -> dict[str, float]:
     """Split `total` bytes/s among drainers in proportion to the bytes each has
-    pending, so that all finish together; evenly where nothing is known.
+    pending, so that all of them finish together.
 
-    A drainer that reports 0 pending bytes keeps an even share's floor of
-    nothing extra but is not starved: it receives the share of an unknown one,
-    so a new checkpoint starts moving at once. With `per_drainer_cap`, no share
-    exceeds it (what is cut is not redistributed above the cap).
+    A drainer whose pending bytes are unknown (None) or zero gets an even share,
+    so a checkpoint that has just appeared starts moving at once; the others
+    split the rest by their pending bytes. With `per_drainer_cap`, no share
+    exceeds it and what is cut goes to those still below the cap.
     """
     if not pending:
         return {}
@@ -201,17 +201,16 @@ def split_shares(
 
 
 def _cap_shares(shares: dict[str, float], cap: float) -> dict[str, float]:
-    """Water-fill: clip shares at `cap` and hand the excess to those below it."""
+    """Water-fill: clip shares at `cap` and hand the excess to those below it,
+    in proportion to what they already have."""
     result = dict(shares)
     for _ in range(len(result)):
         excess = sum(v - cap for v in result.values() if v > cap)
-        if excess <= 1e-9:
-            break
         under = {k: v for k, v in result.items() if v < cap}
         result = {k: min(v, cap) for k, v in result.items()}
-        if not under:
+        if excess <= 1e-9 or not under:
             break
-        weight = sum(under.values()) or len(under)
+        weight = sum(under.values())
         for k, v in under.items():
-            result[k] += excess * ((v / weight) if sum(under.values()) else 1 / len(under))
+            result[k] += excess * v / weight if weight > 0 else excess / len(under)
     return {k: min(v, cap) for k, v in result.items()}

@@ -79,7 +79,7 @@ def _size(field: str, value: object, expected: str) -> float:
 
 def parse_bytes(field: str, value: object) -> int:
     """A size in bytes: 5.67TB, 500MiB, 1048576. Zero is allowed."""
-    return int(round(_size(field, value, "a size such as 5.67TB, 500MiB or 1048576")))
+    return round(_size(field, value, "a size such as 5.67TB, 500MiB or 1048576"))
 
 
 def parse_rate(field: str, value: object) -> float:
@@ -179,7 +179,7 @@ def format_duration(seconds: float) -> str:
     """Compact duration: 1h30m, 15m, 90s, 1.5s."""
     if seconds < 60:
         return f"{seconds:.3g}s"
-    whole = int(round(seconds))
+    whole = round(seconds)
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
     text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
