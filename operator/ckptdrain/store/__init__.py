@@ -1,0 +1,163 @@
+"""Object stores: parse a storage URI and open the matching adapter.
+
+    file:///abs/path          a directory on a local or mounted filesystem
+    s3://bucket[/prefix]      S3 or any S3-compatible endpoint
+
+`parse_store_uri` is pure (no I/O) so the webhook and the CLI can validate a
+policy's URI before anything touches the network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from ckptdrain.errors import InvalidInput
+from ckptdrain.store.base import ObjectInfo, Store, UploadedPart
+
+__all__ = [
+    "ObjectInfo",
+    "Store",
+    "StoreURI",
+    "UploadedPart",
+    "endpoint_from_env",
+    "open_store",
+    "parse_store_uri",
+]
+
+_FIELD = "uri"
+_EXPECTED = "file:///absolute/path or s3://bucket[/prefix]"
+# S3's bucket naming rules (the subset every S3-compatible server accepts).
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_IPV4_RE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+# Environment variables that name a custom S3 endpoint, in precedence order.
+ENDPOINT_ENV_VARS = ("CKPTDRAIN_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+@dataclass(frozen=True)
+class StoreURI:
+    """A parsed storage URI. For file: `path` is set; for s3: `bucket` and `prefix`."""
+
+    scheme: Literal["file", "s3"]
+    path: str = ""
+    bucket: str = ""
+    prefix: str = ""  # no leading or trailing '/'; "" means the bucket's root
+
+
+def _redacted(uri: str) -> str:
+    """The URI with any user:password@ part hidden, safe to put in a message."""
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1***@", uri)
+
+
+def parse_store_uri(uri: str) -> StoreURI:
+    """Parse and validate a storage URI, or raise InvalidInput naming the field `uri`.
+
+    Pure: no filesystem or network access. Never echoes credentials embedded
+    in the URI.
+    """
+    if not isinstance(uri, str) or not uri.strip():
+        raise InvalidInput(_FIELD, _EXPECTED, uri)
+    shown = _redacted(uri)
+    if uri != uri.strip() or any(c in uri for c in "\x00\r\n\t"):
+        raise InvalidInput(_FIELD, f"{_EXPECTED} without whitespace or control characters", shown)
+    if "://" not in uri:
+        raise InvalidInput(_FIELD, _EXPECTED, shown)
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if parts.query or parts.fragment or uri.endswith(("?", "#")):
+        raise InvalidInput(_FIELD, f"{_EXPECTED} without '?query' or '#fragment'", shown)
+    if "@" in parts.netloc:
+        raise InvalidInput(
+            _FIELD, f"{_EXPECTED} without credentials (use a secret reference)", shown
+        )
+    if scheme == "file":
+        return _parse_file(parts.netloc, parts.path, shown)
+    if scheme in ("s3", "s3a"):
+        if scheme == "s3a":
+            raise InvalidInput(_FIELD, "scheme s3:// (not s3a://)", shown)
+        return _parse_s3(parts.netloc, parts.path, shown)
+    hint = ""
+    if scheme in ("gs", "gcs"):
+        hint = " (for GCS use s3:// with the endpoint https://storage.googleapis.com)"
+    raise InvalidInput(_FIELD, f"{_EXPECTED}{hint}", shown)
+
+
+def _parse_file(netloc: str, path: str, shown: str) -> StoreURI:
+    # file://data/x puts "data" in the host slot: almost always a typo for an
+    # absolute path, so refuse it instead of silently dropping "data".
+    if netloc not in ("", "localhost"):
+        raise InvalidInput(_FIELD, "file:///absolute/path (three slashes)", shown)
+    if not path.startswith("/"):
+        raise InvalidInput(_FIELD, "file:///absolute/path", shown)
+    components = path.split("/")
+    if any(c in (".", "..") for c in components):
+        raise InvalidInput(_FIELD, "file:///absolute/path without '.' or '..'", shown)
+    normalized = "/" + "/".join(c for c in components if c)
+    return StoreURI(scheme="file", path=normalized)
+
+
+def _parse_s3(netloc: str, path: str, shown: str) -> StoreURI:
+    bucket = netloc
+    if not bucket:
+        raise InvalidInput(_FIELD, "s3://bucket[/prefix] with a bucket name", shown)
+    if ":" in bucket:
+        raise InvalidInput(
+            _FIELD, "s3://bucket[/prefix] (put the endpoint in endpoint_url, not the URI)", shown
+        )
+    if not _BUCKET_RE.match(bucket) or ".." in bucket or _IPV4_RE.match(bucket):
+        raise InvalidInput(
+            _FIELD,
+            "a bucket name of 3-63 lowercase letters, digits, '.' or '-', "
+            "starting and ending with a letter or digit",
+            shown,
+        )
+    components = [c for c in path.split("/") if c]
+    if any(c in (".", "..") for c in components):
+        raise InvalidInput(_FIELD, "s3://bucket/prefix without '.' or '..' components", shown)
+    if "//" in path.strip("/"):
+        raise InvalidInput(_FIELD, "s3://bucket/prefix without empty components ('//')", shown)
+    return StoreURI(scheme="s3", bucket=bucket, prefix="/".join(components))
+
+
+def endpoint_from_env(environ: dict[str, str] | None = None) -> str | None:
+    """The custom S3 endpoint named by the environment, or None for AWS itself."""
+    env = os.environ if environ is None else environ
+    for name in ENDPOINT_ENV_VARS:
+        value = env.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+def open_store(
+    uri: str,
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    max_pool_connections: int = 32,
+) -> Store:
+    """Open the store a URI names. Raises InvalidInput for a bad URI.
+
+    For s3:// the endpoint is `endpoint_url`, else the first of
+    CKPTDRAIN_S3_ENDPOINT, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS.
+    Credentials come from the standard AWS chain (env, profile, IRSA, IMDS).
+    Opening does no I/O for s3:// (errors show on first use); file:// creates
+    the directory if needed.
+    """
+    parsed = parse_store_uri(uri)
+    if parsed.scheme == "file":
+        from ckptdrain.store.local import LocalStore
+
+        return LocalStore(parsed.path)
+    from ckptdrain.store.s3 import S3Store
+
+    return S3Store(
+        parsed.bucket,
+        parsed.prefix,
+        endpoint_url=endpoint_url or endpoint_from_env(),
+        region=region,
+        max_pool_connections=max_pool_connections,
+    )

@@ -1,0 +1,345 @@
+"""The file:// store: objects are files under a root directory.
+
+Layout under the root:
+    <key>                              one file per object, '/' -> subdirectory
+    <dir>/.ckptdrain-tmp-<random>      a put in progress (renamed into place)
+    .ckptdrain-multipart/<id>/         an unfinished multipart upload:
+        key                            the object key it is for
+        00001.part, 00001.etag         part data, then its etag and size
+
+Every name starting with `.ckptdrain-` is reserved: keys may not use it and
+`list()` never shows it. Multipart state lives on disk, so an upload survives
+the death of the process that started it.
+
+Unlike S3, a key cannot be both an object and a "directory" of other keys
+('a' and 'a/b'); such a put raises StoreError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from ckptdrain.errors import IntegrityError, InvalidInput, ObjectMissing, StoreError, UnsafePath
+from ckptdrain.store.base import ObjectInfo, UploadedPart
+
+RESERVED_PREFIX = ".ckptdrain-"
+_TMP_PREFIX = RESERVED_PREFIX + "tmp-"
+_MULTIPART_DIR = RESERVED_PREFIX + "multipart"
+_UPLOAD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+MAX_PART_NUMBER = 10_000  # as on S3
+_COPY_CHUNK = 1 << 20
+
+
+def check_key(key: str) -> str:
+    """Return `key` if it is a safe relative object key, else raise UnsafePath.
+
+    Keys come from manifests and the network. A safe key is non-empty,
+    relative, '/'-separated, with no empty, '.', '..' or reserved components,
+    no NUL or backslash, and at most 1024 UTF-8 bytes (S3's limit).
+    """
+    if not isinstance(key, str) or not key:
+        raise UnsafePath(f"unsafe object key {key!r}: it is empty")
+    if "\x00" in key or "\\" in key:
+        raise UnsafePath(f"unsafe object key {key!r}: NUL or backslash")
+    try:
+        encoded = key.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise UnsafePath(f"unsafe object key {key!r}: not valid UTF-8") from err
+    if len(encoded) > 1024:
+        raise UnsafePath(f"unsafe object key {key[:40]!r}...: longer than 1024 bytes")
+    if key.startswith("/"):
+        raise UnsafePath(f"unsafe object key {key!r}: absolute")
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            raise UnsafePath(f"unsafe object key {key!r}: empty, '.' or '..' component")
+        if part.startswith(RESERVED_PREFIX):
+            raise UnsafePath(f"unsafe object key {key!r}: {RESERVED_PREFIX}* is reserved")
+    return key
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStore:
+    """A Store over a directory. Thread-safe: every change is a rename.
+
+    `min_part_size` defaults to 1 byte: the filesystem needs no minimum. Pass
+    5 MiB to make complete_multipart refuse small parts the way S3 does.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, min_part_size: int = 1) -> None:
+        root_path = Path(root)
+        if not root_path.is_absolute():
+            raise InvalidInput("uri", "an absolute directory path", str(root))
+        if min_part_size < 1:
+            raise InvalidInput("min_part_size", "at least 1 byte", min_part_size)
+        try:
+            root_path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StoreError(f"cannot create store directory {root_path}: {err.strerror}") from err
+        self.root = root_path.resolve()
+        self.uri = "file://" + str(self.root)
+        self._min_part_size = min_part_size
+
+    def __repr__(self) -> str:
+        return f"LocalStore({str(self.root)!r})"
+
+    @property
+    def min_part_size(self) -> int:
+        return self._min_part_size
+
+    # Paths -----------------------------------------------------------------
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*check_key(key).split("/"))
+
+    def _upload_dir(self, key: str, upload_id: str) -> Path | None:
+        """The directory of a live upload for `key`, or None if there is none."""
+        check_key(key)
+        # The id comes back from callers (journals, the network): only ids we
+        # could have made may become a path.
+        if not isinstance(upload_id, str) or not _UPLOAD_ID_RE.match(upload_id):
+            return None
+        path = self.root / _MULTIPART_DIR / upload_id
+        try:
+            recorded = (path / "key").read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return path if recorded == key else None
+
+    # Writing ---------------------------------------------------------------
+    def _write_atomic(
+        self, target: Path, chunks: Iterator[bytes], *, make_parents: bool = True
+    ) -> None:
+        """Write chunks to a temp file beside `target`, fsync, rename, fsync dir.
+
+        Without `make_parents`, a missing parent raises FileNotFoundError
+        (an upload directory that was aborted must not come back).
+        """
+        # A concurrent delete may prune the parent directory between mkdir and
+        # open; retrying the mkdir is enough.
+        for attempt in range(5):
+            try:
+                if make_parents:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.parent / f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileNotFoundError:
+                if attempt == 4 or not make_parents:
+                    raise
+            except (FileExistsError, NotADirectoryError) as err:
+                raise StoreError(
+                    f"cannot write {target}: a parent of the key is itself an object"
+                ) from err
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for chunk in chunks:
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.rename(tmp, target)
+        except IsADirectoryError as err:
+            raise StoreError(f"cannot write {target}: other keys live under it") from err
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        _fsync_dir(target.parent)
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._write_atomic(self._path(key), iter((bytes(data),)))
+
+    def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
+        """Copy exactly `size` bytes; a stream that ends early raises IntegrityError."""
+        if size < 0:
+            raise InvalidInput("size", "a size >= 0", size)
+
+        def chunks() -> Iterator[bytes]:
+            left = size
+            while left:
+                chunk = stream.read(min(left, _COPY_CHUNK))
+                if not chunk:
+                    raise IntegrityError(
+                        f"stream for {key} ended after {size - left} of {size} bytes"
+                    )
+                left -= len(chunk)
+                yield chunk
+
+        self._write_atomic(self._path(key), chunks())
+
+    # Reading ---------------------------------------------------------------
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
+            raise ObjectMissing(key) from err
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Up to `length` bytes from `start`; fewer only where the object ends."""
+        if start < 0 or length < 0:
+            raise InvalidInput("range", "start >= 0 and length >= 0", (start, length))
+        try:
+            with self._path(key).open("rb") as f:
+                f.seek(start)
+                return f.read(length)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
+            raise ObjectMissing(key) from err
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            st = self._path(key).stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None  # 'a' when only 'a/b' exists
+        return ObjectInfo(key=key, size=st.st_size)
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Objects under `prefix`, sorted by UTF-8 bytes as S3 sorts them."""
+        # Walk only the deepest directory the prefix names; filter the rest.
+        base_dir = prefix.rpartition("/")[0]
+        start = self.root.joinpath(*base_dir.split("/")) if base_dir else self.root
+        if base_dir and any(p in ("", ".", "..") for p in base_dir.split("/")):
+            return iter(())  # no safe key can start with such a prefix
+        found: list[ObjectInfo] = []
+        for dirpath, dirnames, filenames in os.walk(start):
+            dirnames[:] = [d for d in dirnames if not d.startswith(RESERVED_PREFIX)]
+            rel = os.path.relpath(dirpath, self.root)
+            for name in filenames:
+                if name.startswith(RESERVED_PREFIX):
+                    continue
+                key = name if rel == "." else f"{rel}/{name}".replace(os.sep, "/")
+                if not key.startswith(prefix):
+                    continue
+                with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
+                    found.append(ObjectInfo(key, os.stat(os.path.join(dirpath, name)).st_size))
+        found.sort(key=lambda info: info.key.encode("utf-8"))
+        return iter(found)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink()
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except IsADirectoryError:
+            return  # 'a' when only 'a/b' exists: there is no object 'a'
+        _fsync_dir(path.parent)
+        # Prune now-empty parents so 'a' can later be an object again.
+        parent = path.parent
+        while parent != self.root:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            parent = parent.parent
+
+    # Multipart -------------------------------------------------------------
+    def create_multipart(self, key: str) -> str:
+        check_key(key)
+        upload_id = uuid.uuid4().hex
+        path = self.root / _MULTIPART_DIR / upload_id
+        path.mkdir(parents=True)
+        self._write_atomic(path / "key", iter((key.encode("utf-8"),)))
+        return upload_id
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> UploadedPart:
+        """Store one part durably. Raises ObjectMissing if the upload is gone."""
+        if not 1 <= number <= MAX_PART_NUMBER:
+            raise InvalidInput("part number", f"1..{MAX_PART_NUMBER}", number)
+        path = self._upload_dir(key, upload_id)
+        if path is None:
+            raise ObjectMissing(key)
+        etag = f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+        etag_file = path / f"{number:05d}.etag"
+        # Drop the old etag first: a crash between the two writes leaves a
+        # part without an etag, which list_parts does not report (re-sent).
+        with contextlib.suppress(FileNotFoundError):
+            etag_file.unlink()
+        try:
+            self._write_atomic(
+                path / f"{number:05d}.part", iter((bytes(data),)), make_parents=False
+            )
+            self._write_atomic(
+                etag_file, iter((f"{etag} {len(data)}".encode(),)), make_parents=False
+            )
+        except FileNotFoundError as err:  # aborted meanwhile
+            raise ObjectMissing(key) from err
+        return UploadedPart(number=number, etag=etag)
+
+    def _parts(self, path: Path) -> dict[int, tuple[str, int]]:
+        """number -> (etag, size) of the parts complete on disk."""
+        parts: dict[int, tuple[str, int]] = {}
+        for entry in os.scandir(path):
+            name = entry.name
+            if not name.endswith(".etag") or not name[:5].isdigit():
+                continue
+            etag, _, size_text = Path(entry.path).read_text().partition(" ")
+            part_file = path / f"{name[:5]}.part"
+            with contextlib.suppress(FileNotFoundError):
+                if part_file.stat().st_size == int(size_text):
+                    parts[int(name[:5])] = (etag, int(size_text))
+        return parts
+
+    def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
+        path = self._upload_dir(key, upload_id)
+        if path is None:
+            return None
+        try:
+            parts = self._parts(path)
+        except FileNotFoundError:
+            return None  # aborted while we looked
+        return [UploadedPart(n, etag) for n, (etag, _) in sorted(parts.items())]
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
+        """Assemble `parts` in order into the object, atomically.
+
+        Raises ObjectMissing if the upload is gone, IntegrityError if a part
+        is missing, its etag differs, or the list is empty or out of order.
+        """
+        path = self._upload_dir(key, upload_id)
+        if path is None:
+            raise ObjectMissing(key)
+        if not parts:
+            raise IntegrityError(f"multipart upload for {key}: no parts to complete")
+        held = self._parts(path)
+        numbers = [p.number for p in parts]
+        if numbers != sorted(set(numbers)):
+            raise IntegrityError(f"multipart upload for {key}: parts not in ascending order")
+        for i, part in enumerate(parts):
+            if part.number not in held or held[part.number][0] != part.etag:
+                raise IntegrityError(
+                    f"multipart upload for {key}: part {part.number} missing or its etag differs"
+                )
+            if i < len(parts) - 1 and held[part.number][1] < self._min_part_size:
+                raise IntegrityError(
+                    f"multipart upload for {key}: part {part.number} is smaller than "
+                    f"min_part_size {self._min_part_size}"
+                )
+
+        def chunks() -> Iterator[bytes]:
+            for part in parts:
+                with (path / f"{part.number:05d}.part").open("rb") as f:
+                    while chunk := f.read(_COPY_CHUNK):
+                        yield chunk
+
+        self._write_atomic(self._path(key), chunks())
+        shutil.rmtree(path, ignore_errors=True)
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        path = self._upload_dir(key, upload_id)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
