@@ -1,0 +1,124 @@
+"""The operator's configuration: one object, from environment variables,
+validated at start so that a bad deployment fails with one clear line.
+
+Every field is documented once, here; the Helm chart's values map onto these
+variables.
+
+Variables (field in parentheses):
+
+- CKPTDRAIN_ALLOWED_ROOT (allowed_root): local tier paths must lie under it;
+  default /mnt/ckptdrain.
+- CKPTDRAIN_CLUSTER_BANDWIDTH (cluster_bandwidth): cap on the sum of all
+  drains, e.g. 100GB/s; none by default.
+- CKPTDRAIN_IMAGE, CKPTDRAIN_IMAGE_PULL_POLICY: the agent/restore image (the
+  operator's own) and its pull policy (IfNotPresent).
+- CKPTDRAIN_AGENT_SERVICE_ACCOUNT: the agent's service account (informational).
+- CKPTDRAIN_NAMESPACE (namespace): watch only this namespace; empty = all.
+- CKPTDRAIN_WEBHOOK_HOST / _ADDR / _PORT: the hostname the apiserver uses to
+  reach the webhook, the listen address (0.0.0.0) and port (9443; 0 = off).
+- CKPTDRAIN_WEBHOOK_CERT / _KEY / _CA: PEM files (the chart mounts them from a
+  Secret); without cert and key, Kopf makes a self-signed pair (development).
+- CKPTDRAIN_WEBHOOK_MANAGED (webhook_managed): name of the webhook
+  configurations the operator keeps up to date itself (development, tests);
+  empty = the chart owns them.
+- CKPTDRAIN_METRICS_PORT (9090) and CKPTDRAIN_HEALTH_PORT (8080, /healthz);
+  0 disables either.
+- CKPTDRAIN_PEERING (peering): Kopf peering name, so one replica is active.
+- CKPTDRAIN_EXPIRED_TTL (expired_ttl_s): how long an Expired checkpoint record
+  waits for its agent to delete the objects before the operator deletes the
+  record; default 10m.
+- CKPTDRAIN_GRACE_MARGIN (grace_margin): share of the grace period a SIGTERM
+  flush may use; default 80%.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ckptdrain import units
+from ckptdrain.errors import InvalidInput
+
+DEFAULT_IMAGE = "ckptdrain:dev"
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    allowed_root: str = "/mnt/ckptdrain"
+    cluster_bandwidth: float | None = None
+    image: str = DEFAULT_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    agent_service_account: str = "ckptdrain-agent"
+    namespace: str = ""
+    webhook_host: str = "127.0.0.1"
+    webhook_addr: str = "0.0.0.0"
+    webhook_port: int = 9443
+    webhook_cert: str | None = None
+    webhook_key: str | None = None
+    webhook_ca: str | None = None
+    webhook_managed: str = ""
+    metrics_port: int = 9090
+    health_port: int = 8080
+    peering: str = "ckptdrain"
+    expired_ttl_s: float = 600.0
+    grace_margin: float = 0.8
+
+
+def _port(name: str, text: str) -> int:
+    if not text.strip().isdigit() or int(text) > 65535:
+        raise InvalidInput(name, "a port number 0-65535", text)
+    return int(text)
+
+
+def _root(name: str, text: str) -> str:
+    if not text.startswith("/") or posixpath.normpath(text) in ("/", "//"):
+        raise InvalidInput(name, "an absolute directory other than /", text)
+    return posixpath.normpath(text)
+
+
+def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
+    """Load and validate; raises InvalidInput naming the variable."""
+    env = os.environ if env is None else env
+    d = OperatorConfig()
+
+    def get(name: str, default: str) -> str:
+        return env.get(name, "") or default
+
+    cap_text = get("CKPTDRAIN_CLUSTER_BANDWIDTH", "")
+    cert, key = env.get("CKPTDRAIN_WEBHOOK_CERT") or None, env.get("CKPTDRAIN_WEBHOOK_KEY") or None
+    if (cert is None) != (key is None):
+        raise InvalidInput("CKPTDRAIN_WEBHOOK_CERT/CKPTDRAIN_WEBHOOK_KEY",
+                           "both files or neither", "only one")
+    for name, path in (("CKPTDRAIN_WEBHOOK_CERT", cert), ("CKPTDRAIN_WEBHOOK_KEY", key),
+                       ("CKPTDRAIN_WEBHOOK_CA", env.get("CKPTDRAIN_WEBHOOK_CA") or None)):
+        if path is not None and not os.path.isfile(path):
+            raise InvalidInput(name, "a readable PEM file", path)
+    pull = get("CKPTDRAIN_IMAGE_PULL_POLICY", d.image_pull_policy)
+    if pull not in ("Always", "IfNotPresent", "Never"):
+        raise InvalidInput("CKPTDRAIN_IMAGE_PULL_POLICY", "Always, IfNotPresent or Never", pull)
+    return OperatorConfig(
+        allowed_root=_root("CKPTDRAIN_ALLOWED_ROOT", get("CKPTDRAIN_ALLOWED_ROOT",
+                                                         d.allowed_root)),
+        cluster_bandwidth=units.parse_rate("CKPTDRAIN_CLUSTER_BANDWIDTH", cap_text)
+        if cap_text else None,
+        image=get("CKPTDRAIN_IMAGE", d.image),
+        image_pull_policy=pull,
+        agent_service_account=get("CKPTDRAIN_AGENT_SERVICE_ACCOUNT", d.agent_service_account),
+        namespace=get("CKPTDRAIN_NAMESPACE", ""),
+        webhook_host=get("CKPTDRAIN_WEBHOOK_HOST", d.webhook_host),
+        webhook_addr=get("CKPTDRAIN_WEBHOOK_ADDR", d.webhook_addr),
+        webhook_port=_port("CKPTDRAIN_WEBHOOK_PORT", get("CKPTDRAIN_WEBHOOK_PORT", "9443")),
+        webhook_cert=cert, webhook_key=key,
+        webhook_ca=env.get("CKPTDRAIN_WEBHOOK_CA") or None,
+        webhook_managed=get("CKPTDRAIN_WEBHOOK_MANAGED", ""),
+        metrics_port=_port("CKPTDRAIN_METRICS_PORT", get("CKPTDRAIN_METRICS_PORT", "9090")),
+        health_port=_port("CKPTDRAIN_HEALTH_PORT", get("CKPTDRAIN_HEALTH_PORT", "8080")),
+        peering=get("CKPTDRAIN_PEERING", d.peering),
+        expired_ttl_s=units.parse_duration("CKPTDRAIN_EXPIRED_TTL",
+                                           get("CKPTDRAIN_EXPIRED_TTL", "600"))
+        if get("CKPTDRAIN_EXPIRED_TTL", "600") not in ("0", "0s") else 0.0,
+        grace_margin=units.parse_fraction("CKPTDRAIN_GRACE_MARGIN",
+                                          get("CKPTDRAIN_GRACE_MARGIN", "80%")),
+    )

@@ -1,0 +1,220 @@
+"""What the mutating webhook adds to a selected pod, as JSONPatch ops.
+
+Pure: `build_pod_patch(pod, policy, config)` follows docs/pod-contract.md
+exactly (restore init container first, the agent as a native sidecar, the
+volumes, env, annotations). An already-injected pod yields []. `grace_problem`
+says when terminationGracePeriodSeconds is too short to flush one shard.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from ckptdrain import units
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import Policy
+
+ANNOTATION_POLICY = "ckptdrain.io/policy"
+ANNOTATION_INJECTED = "ckptdrain.io/injected"
+ANNOTATION_BANDWIDTH = "ckptdrain.io/bandwidth"
+ANNOTATION_PENDING = "ckptdrain.io/pending-bytes"
+ANNOTATION_RESTORED = "ckptdrain.io/restored-from"
+#: Pods opt in with this label; the webhook's objectSelector matches only them.
+LABEL_INJECT = "ckptdrain.io/inject"
+JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+RESTORE = "ckptdrain-restore"
+AGENT = "ckptdrain-agent"
+LOCAL_DIR, WORK_DIR, SHARE_DIR = "/ckptdrain/local", "/ckptdrain/work", "/ckptdrain/share"
+AGENT_METRICS_PORT = 9108
+DEFAULT_GRACE_SECONDS = 30
+RUN_AS = 65532
+
+JSONPatch = list[dict[str, Any]]
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def store_uri(policy: Policy) -> str:
+    """The policy's global tier, one prefix per namespace/policy."""
+    return policy.store_uri.rstrip("/") + f"/{policy.namespace}/{policy.name}"
+
+
+def _field(path: str) -> dict[str, Any]:
+    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _writer_id(pod: Mapping[str, Any]) -> dict[str, Any]:
+    index = (pod.get("metadata", {}).get("annotations") or {}).get(JOB_INDEX_ANNOTATION)
+    return {"value": str(index)} if index is not None else _field("metadata.name")
+
+
+def grace_seconds(pod: Mapping[str, Any]) -> int:
+    value = pod.get("spec", {}).get("terminationGracePeriodSeconds")
+    return DEFAULT_GRACE_SECONDS if value is None else int(value)
+
+
+def _env(name: str, source: dict[str, Any] | str) -> dict[str, Any]:
+    return {"name": name, "value": source} if isinstance(source, str) else {"name": name, **source}
+
+
+def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float) -> list[dict[str, Any]]:
+    """Environment shared by the agent and restore, per the pod contract."""
+    env = [
+        _env("CKPTDRAIN_POLICY", policy.key),
+        _env("CKPTDRAIN_POD_NAME", _field("metadata.name")),
+        _env("CKPTDRAIN_NAMESPACE", _field("metadata.namespace")),
+        _env("CKPTDRAIN_NODE_NAME", _field("spec.nodeName")),
+        _env("CKPTDRAIN_WRITER_ID", _writer_id(pod)),
+        _env("CKPTDRAIN_WRITERS", str(policy.writers)),
+        _env("CKPTDRAIN_STORE_URI", store_uri(policy)),
+    ]
+    if policy.endpoint:
+        env.append(_env("CKPTDRAIN_S3_ENDPOINT", policy.endpoint))
+    if policy.region:
+        env.append(_env("AWS_REGION", policy.region))
+    if policy.credentials is not None:
+        ref = policy.credentials
+        for var, key in (("AWS_ACCESS_KEY_ID", ref.access_key_id_key),
+                         ("AWS_SECRET_ACCESS_KEY", ref.secret_access_key_key)):
+            env.append(_env(var, {"valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}))
+    env += [
+        _env("CKPTDRAIN_WORK_DIR", WORK_DIR),
+        _env("CKPTDRAIN_LOCAL_DIR", LOCAL_DIR),
+        _env("CKPTDRAIN_LOCAL_KEEP", str(policy.local_keep)),
+        _env("CKPTDRAIN_INTERVAL", units.format_duration(policy.interval_s)),
+        _env("CKPTDRAIN_GLOBAL_EVERY", str(policy.sizing_input.global_every)),
+        _env("CKPTDRAIN_OVERLAP", units.format_percent(policy.sizing_input.overlap)),
+        _env("CKPTDRAIN_SHARE_FILE", posixpath.join(SHARE_DIR, "bandwidth")),
+        _env("CKPTDRAIN_DEFAULT_RATE", str(int(default_rate))),
+        _env("CKPTDRAIN_GRACE_SECONDS", str(grace_seconds(pod))),
+        _env("CKPTDRAIN_METRICS_PORT", str(AGENT_METRICS_PORT)),
+        _env("CKPTDRAIN_RESTORE", "true" if policy.restore_enabled else "false"),
+        _env("CKPTDRAIN_RESTORE_PREFER", policy.restore_prefer),
+    ]
+    return env
+
+
+def trainer_env(pod: Mapping[str, Any], policy: Policy) -> list[dict[str, Any]]:
+    return [
+        _env("CKPTDRAIN_WORK_DIR", WORK_DIR),
+        _env("CKPTDRAIN_RESTORE_RESULT", posixpath.join(WORK_DIR, "restore.json")),
+        _env("CKPTDRAIN_WRITER_ID", _writer_id(pod)),
+        _env("CKPTDRAIN_WRITERS", str(policy.writers)),
+    ]
+
+
+SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+    "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def _container(name: str, command: str, env: list[dict[str, Any]], config: OperatorConfig,
+               mounts: list[tuple[str, str]], sidecar: bool) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": name, "image": config.image, "imagePullPolicy": config.image_pull_policy,
+        "command": ["ckptdrain", command], "env": env,
+        "volumeMounts": [{"name": v, "mountPath": p} for v, p in mounts],
+        "securityContext": dict(SECURITY_CONTEXT),
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                      "limits": {"memory": "1Gi"}},
+    }
+    if sidecar:
+        # Native sidecar: starts before the trainer, stops after it, and never
+        # blocks the pod from completing.
+        container["restartPolicy"] = "Always"
+        container["ports"] = [{"name": "agent-metrics", "containerPort": AGENT_METRICS_PORT}]
+    return container
+
+
+def volumes(policy: Policy) -> list[dict[str, Any]]:
+    work: dict[str, Any] = {}
+    if policy.memory_limit:
+        work = {"medium": "Memory", "sizeLimit": policy.memory_limit}
+    return [
+        {"name": "ckptdrain-local",
+         "hostPath": {"path": policy.node_path(), "type": "DirectoryOrCreate"}},
+        {"name": "ckptdrain-work", "emptyDir": work},
+        {"name": "ckptdrain-share", "downwardAPI": {"items": [{
+            "path": "bandwidth",
+            "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_BANDWIDTH}']"}}]}},
+        {"name": "ckptdrain-tmp", "emptyDir": {}},
+    ]
+
+
+def is_injected(pod: Mapping[str, Any]) -> bool:
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    names = {c.get("name") for c in pod.get("spec", {}).get("initContainers") or []}
+    return ANNOTATION_INJECTED in annotations or AGENT in names
+
+
+def _append(ops: JSONPatch, path: str, existing: list[Any] | None, items: list[Any]) -> None:
+    if not items:
+        return
+    if existing is None:
+        ops.append({"op": "add", "path": path, "value": items})
+    else:
+        ops.extend({"op": "add", "path": f"{path}/-", "value": item} for item in items)
+
+
+def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConfig,
+                    default_rate: float) -> JSONPatch:
+    """JSONPatch ops that inject ckptdrain into `pod`; [] if already injected."""
+    if is_injected(pod):
+        return []
+    spec = pod.get("spec", {})
+    ops: JSONPatch = []
+    shared = agent_env(pod, policy, default_rate)
+    restore = _container(RESTORE, "restore", shared, config, [
+        ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR), ("ckptdrain-tmp", "/tmp")],
+        sidecar=False)
+    agent = _container(AGENT, "agent", shared, config, [
+        ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR),
+        ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+    if spec.get("initContainers") is None:
+        ops.append({"op": "add", "path": "/spec/initContainers", "value": [restore, agent]})
+    else:
+        ops.append({"op": "add", "path": "/spec/initContainers/0", "value": restore})
+        ops.append({"op": "add", "path": "/spec/initContainers/1", "value": agent})
+    taken = {v.get("name") for v in spec.get("volumes") or []}
+    _append(ops, "/spec/volumes", spec.get("volumes"),
+            [v for v in volumes(policy) if v["name"] not in taken])
+    for i, container in enumerate(spec.get("containers") or []):
+        have = {e.get("name") for e in container.get("env") or []}
+        _append(ops, f"/spec/containers/{i}/env", container.get("env"),
+                [e for e in trainer_env(pod, policy) if e["name"] not in have])
+        mounted = {m.get("mountPath") for m in container.get("volumeMounts") or []}
+        if WORK_DIR not in mounted:
+            _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
+                    [{"name": "ckptdrain-work", "mountPath": WORK_DIR}])
+    annotations = {ANNOTATION_POLICY: policy.name, ANNOTATION_INJECTED: "true",
+                   ANNOTATION_BANDWIDTH: str(int(default_rate))}
+    existing = pod.get("metadata", {}).get("annotations")
+    if existing is None:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
+    else:
+        ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+                   for k, v in annotations.items() if k not in existing)
+    return ops
+
+
+def grace_problem(pod: Mapping[str, Any], policy: Policy, share: float,
+                  config: OperatorConfig) -> str | None:
+    """Why the pod's grace period cannot flush one shard at `share` bytes/s, or None."""
+    if not policy.sigterm:
+        return None
+    shard = policy.checkpoint_bytes / policy.writers
+    needed = shard / share / config.grace_margin
+    have = grace_seconds(pod)
+    if have >= needed:
+        return None
+    return (f"spec.terminationGracePeriodSeconds: {have}s is too short to flush one checkpoint "
+            f"shard ({units.format_bytes(shard)}) at this pod's share "
+            f"({units.format_rate(share)}); expected at least {int(needed) + 1}s "
+            f"(with a {units.format_percent(config.grace_margin)} margin)")

@@ -1,0 +1,273 @@
+"""A CheckpointPolicy spec, read and checked: pure, no Kubernetes.
+
+`parse` turns the spec (a plain dict, as the apiserver stores it) into a
+typed `Policy` with the `SizingInput` the sizing model needs. `validate`
+collects every semantic problem the schema cannot express, each an
+`InvalidInput` naming the field (`spec.overlap`, `spec.localTier.path`, …),
+what was expected and what was seen.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ckptdrain import sizing, units
+from ckptdrain.errors import InvalidInput
+from ckptdrain.operator.config import OperatorConfig
+
+KNOWN_SCHEMES = ("s3", "file")
+GRACE_POLICIES = ("Warn", "Refuse")
+RESTORE_PREFER = ("local", "global")
+DEFAULT_LOCAL_KEEP = 2
+DEFAULT_GLOBAL_KEEP = 3
+
+T = TypeVar("T")
+
+
+class PolicyInvalid(InvalidInput):
+    """One or more fields are wrong; `errors` holds each, the message all."""
+
+    def __init__(self, errors: list[InvalidInput]) -> None:
+        self.errors = errors
+        first = errors[0]
+        super().__init__(first.field, first.expected, first.seen)
+        self.args = ("; ".join(str(e) for e in errors),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    name: str
+    access_key_id_key: str = "AWS_ACCESS_KEY_ID"
+    secret_access_key_key: str = "AWS_SECRET_ACCESS_KEY"
+
+
+@dataclass(frozen=True)
+class Policy:
+    namespace: str
+    name: str
+    selector: Mapping[str, Any]
+    sizing_input: sizing.SizingInput
+    writers: int
+    interval_s: float
+    local_path: str
+    local_keep: int
+    local_capacity: int | None
+    memory_limit: str | None
+    store_uri: str
+    endpoint: str | None
+    region: str | None
+    credentials: SecretRef | None
+    global_keep: int
+    schedule: bool
+    sigterm: bool
+    restore_enabled: bool
+    restore_prefer: str
+    grace_policy: str
+    per_drainer_cap: float | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def checkpoint_bytes(self) -> float:
+        return sizing.checkpoint_size(self.sizing_input)
+
+    def node_path(self) -> str:
+        """hostPath of this policy's local tier on every node (per the pod contract)."""
+        return posixpath.join(self.local_path, self.namespace, self.name)
+
+
+class _Reader:
+    """Reads fields, collecting errors instead of stopping at the first."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.spec = spec
+        self.errors: list[InvalidInput] = []
+
+    def raw(self, path: str) -> Any:
+        node: Any = self.spec
+        for part in path.split("."):
+            if not isinstance(node, Mapping):
+                return None
+            node = node.get(part)
+        return node
+
+    def get(self, path: str, parse: Callable[[str, object], T], default: T) -> T:
+        value = self.raw(path)
+        if value is None:
+            return default
+        try:
+            return parse(f"spec.{path}", value)
+        except InvalidInput as error:
+            self.errors.append(error)
+            return default
+
+    def fail(self, path: str, expected: str, seen: object) -> None:
+        self.errors.append(InvalidInput(f"spec.{path}", expected, seen))
+
+
+def _number(field: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InvalidInput(field, "a positive number such as 14", value)
+    try:
+        number = float(value)
+    except ValueError:
+        raise InvalidInput(field, "a positive number such as 14", value) from None
+    if not 0 < number < float("inf"):
+        raise InvalidInput(field, "a positive number such as 14", value)
+    return number
+
+
+def _text(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(field, "a non-empty string", value)
+    return value
+
+
+def _flag(field: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(field, "true or false", value)
+    return value
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, object], str]:
+    def parse(field: str, value: object) -> str:
+        if value not in options:
+            raise InvalidInput(field, "one of " + ", ".join(options), value)
+        return str(value)
+    return parse
+
+
+def _read_storage(r: _Reader) -> tuple[str, SecretRef | None]:
+    uri = r.get("storage.uri", _text, "")
+    if not uri:
+        r.fail("storage.uri", "a URI such as s3://bucket/prefix or file:///path",
+               r.raw("storage.uri"))
+    else:
+        match = re.fullmatch(r"([a-z0-9+.-]+)://(.+)", uri)
+        if not match or match[1] not in KNOWN_SCHEMES:
+            r.fail("storage.uri", "a URI with scheme " + " or ".join(
+                f"{s}://" for s in KNOWN_SCHEMES), uri)
+        elif match[1] == "s3" and not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?",
+                                                   match[2]):
+            r.fail("storage.uri", "s3://<bucket>[/prefix] with a valid bucket name", uri)
+    ref = r.raw("storage.credentialsSecretRef")
+    if ref is None:
+        return uri, None
+    name = r.get("storage.credentialsSecretRef.name", _text, "")
+    if not name:
+        r.fail("storage.credentialsSecretRef.name", "the name of a Secret", ref.get("name"))
+    return uri, SecretRef(
+        name=name,
+        access_key_id_key=r.get("storage.credentialsSecretRef.accessKeyIdKey", _text,
+                                "AWS_ACCESS_KEY_ID"),
+        secret_access_key_key=r.get("storage.credentialsSecretRef.secretAccessKeyKey", _text,
+                                    "AWS_SECRET_ACCESS_KEY"),
+    )
+
+
+def _check_local_path(r: _Reader, path: str, config: OperatorConfig) -> None:
+    norm = posixpath.normpath(path) if path.startswith("/") else ""
+    root = config.allowed_root.rstrip("/")
+    if not norm or ".." in path.split("/") or not (norm == root or norm.startswith(root + "/")):
+        r.fail("localTier.path", f"an absolute path under {config.allowed_root}", path)
+
+
+def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorConfig,
+          drainers: int) -> tuple[Policy | None, list[InvalidInput]]:
+    r = _Reader(spec)
+    if not isinstance(spec.get("selector"), Mapping):
+        r.fail("selector", "a label selector (matchLabels / matchExpressions)",
+               spec.get("selector"))
+    params = r.get("model.parameters", units.parse_count, None)
+    per_param = r.get("model.bytesPerParameter", _number, sizing.DEFAULT_BYTES_PER_PARAMETER)
+    ckpt_bytes = r.get("model.checkpointBytes", units.parse_bytes, None)
+    if r.raw("model.parameters") is None and r.raw("model.checkpointBytes") is None:
+        r.fail("model", "model.parameters (e.g. 405B) or model.checkpointBytes (e.g. 5.67TB)",
+               spec.get("model"))
+    if ckpt_bytes == 0:
+        r.fail("model.checkpointBytes", "a positive size such as 5.67TB", 0)
+    interval = r.get("interval", units.parse_duration, None)
+    mtti = r.get("mtti", units.parse_duration, None)
+    if interval is None and mtti is None and r.raw("interval") is None \
+            and r.raw("mtti") is None:
+        r.fail("interval", "interval (e.g. 15m) or mtti (e.g. 150m)", None)
+    overlap = r.get("overlap", units.parse_fraction, sizing.DEFAULT_OVERLAP)
+    global_every = r.get("globalEvery", units.parse_positive_int, 1)
+    writers = r.get("writers", units.parse_positive_int, 1)
+    write_s = r.get("localWriteTime", units.parse_duration, None)
+    cap = r.get("caps.bandwidth", units.parse_rate, None)
+    per_drainer = r.get("caps.perDrainer", units.parse_rate, None)
+    if cap is not None and per_drainer is not None and per_drainer > cap:
+        r.fail("caps.perDrainer", f"at most caps.bandwidth ({units.format_rate(cap)})",
+               r.raw("caps.perDrainer"))
+    path = r.get("localTier.path", _text, "")
+    if not path:
+        r.fail("localTier.path", f"an absolute path under {config.allowed_root}",
+               r.raw("localTier.path"))
+    else:
+        _check_local_path(r, path, config)
+    keep = r.get("localTier.keep", units.parse_positive_int, DEFAULT_LOCAL_KEEP)
+    capacity = r.get("localTier.capacity", units.parse_bytes, None)
+    memory = r.raw("localTier.memory.sizeLimit")
+    memory_bytes = r.get("localTier.memory.sizeLimit", units.parse_bytes, None)
+    uri, secret = _read_storage(r)
+    inp = sizing.SizingInput(
+        parameters=params, bytes_per_parameter=per_param, checkpoint_bytes=ckpt_bytes,
+        interval_s=interval, mtti_s=mtti, overlap=overlap, global_every=global_every,
+        local_write_s=write_s, policy_cap=cap, cluster_cap=config.cluster_bandwidth,
+        drainers=max(1, drainers))
+    if not r.errors:
+        shard = sizing.checkpoint_size(inp) / writers
+        if capacity is not None and capacity < (keep + 1) * shard:
+            r.fail("localTier.capacity", f"at least {units.format_bytes((keep + 1) * shard)} "
+                   f"(keep={keep} checkpoints plus the one being captured, "
+                   f"{units.format_bytes(shard)} per writer)", r.raw("localTier.capacity"))
+        if memory_bytes is not None and memory_bytes < shard:
+            r.fail("localTier.memory.sizeLimit",
+                   f"at least one checkpoint shard, {units.format_bytes(shard)} per writer",
+                   memory)
+    if r.errors:
+        return None, r.errors
+    return Policy(
+        namespace=namespace, name=name, selector=spec["selector"], sizing_input=inp,
+        writers=writers, interval_s=interval if interval is not None
+        else (mtti or 0) * sizing.DEFAULT_INTERVAL_FRACTION_OF_MTTI,
+        local_path=posixpath.normpath(path), local_keep=keep, local_capacity=capacity,
+        memory_limit=str(memory) if memory is not None else None,
+        store_uri=uri, endpoint=r.get("storage.endpoint", _text, None),
+        region=r.get("storage.region", _text, None), credentials=secret,
+        global_keep=r.get("storage.keep", units.parse_positive_int, DEFAULT_GLOBAL_KEEP),
+        schedule=r.get("triggers.schedule", _flag, True),
+        sigterm=r.get("triggers.sigterm", _flag, True),
+        restore_enabled=r.get("restore.enabled", _flag, True),
+        restore_prefer=r.get("restore.prefer", _choice(RESTORE_PREFER), "local"),
+        grace_policy=r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn"),
+        per_drainer_cap=per_drainer,
+    ), []
+
+
+def validate(spec: Mapping[str, Any], config: OperatorConfig) -> list[InvalidInput]:
+    """Every semantic problem in `spec`, each naming its field; [] when valid."""
+    return _read("", "", spec, config, 1)[1]
+
+
+def parse(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorConfig,
+          drainers: int = 1) -> Policy:
+    """The typed policy; raises PolicyInvalid listing every problem."""
+    policy, errors = _read(namespace, name, spec, config, drainers)
+    if policy is None:
+        raise PolicyInvalid(errors)
+    return policy
+
+
+def compute_sizing(policy: Policy) -> sizing.Sizing:
+    return sizing.compute(policy.sizing_input)

@@ -1,0 +1,95 @@
+"""A policy's status as API: sizing fields, a short phase, and conditions
+(Ready, Degraded, BandwidthConstrained) with reason, message and
+observedGeneration. Pure: the clock is passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ckptdrain import units
+from ckptdrain.sizing import Sizing
+
+READY, DEGRADED, CONSTRAINED = "Ready", "Degraded", "BandwidthConstrained"
+
+
+def timestamp(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(kind: str, ok: bool, reason: str, message: str, generation: int | None,
+              now: datetime, previous: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """One condition; lastTransitionTime moves only when the status flips."""
+    status = "True" if ok else "False"
+    before = next((c for c in previous if c.get("type") == kind), None)
+    since = before.get("lastTransitionTime") if before and before.get("status") == status \
+        else None
+    return {"type": kind, "status": status, "reason": reason, "message": message,
+            "observedGeneration": generation, "lastTransitionTime": since or timestamp(now)}
+
+
+def sizing_fields(s: Sizing) -> dict[str, Any]:
+    """The sizing model, in human units and in exact numbers."""
+    fields: dict[str, Any] = {
+        "checkpointSize": units.format_bytes(s.checkpoint_bytes),
+        "checkpointBytes": int(s.checkpoint_bytes),
+        "requiredBandwidth": units.format_rate(s.required_bandwidth),
+        "requiredBandwidthBytes": int(s.required_bandwidth),
+        "allowedBandwidth": units.format_rate(s.allowed_bandwidth),
+        "allowedBandwidthBytes": int(s.allowed_bandwidth),
+        "effectiveOverlap": units.format_percent(s.effective_overlap),
+        "globalInterval": units.format_duration(s.global_interval_s),
+        "drainTime": units.format_duration(s.drain_seconds),
+        "drainers": s.drainers,
+        "perDrainerBandwidth": units.format_rate(s.per_drainer_bandwidth),
+        "recommendedInterval": None if s.recommended_interval_s is None
+        else units.format_duration(s.recommended_interval_s),
+        "youngDalyInterval": None if s.young_daly_interval_s is None
+        else units.format_duration(s.young_daly_interval_s),
+    }
+    return fields
+
+
+def for_sizing(s: Sizing, generation: int | None, now: datetime,
+               previous: Sequence[Mapping[str, Any]] = (), active_drainers: int = 0,
+               ) -> dict[str, Any]:
+    """Status of a valid policy."""
+    if s.bandwidth_constrained:
+        constrained = condition(
+            CONSTRAINED, True, "PolicyCap" if s.binding_cap == "policy" else "ClusterCap",
+            f"the {s.binding_cap} cap allows {units.format_rate(s.allowed_bandwidth)} of the "
+            f"{units.format_rate(s.required_bandwidth)} required: effective overlap "
+            f"{units.format_percent(s.effective_overlap)} instead of "
+            f"{units.format_percent(s.overlap)}", generation, now, previous)
+    else:
+        constrained = condition(CONSTRAINED, False, "WithinCaps",
+                                f"{units.format_rate(s.required_bandwidth)} fits every cap",
+                                generation, now, previous)
+    ready = condition(READY, True, "SizingComputed",
+                      f"{units.format_bytes(s.checkpoint_bytes)} every "
+                      f"{units.format_duration(s.global_interval_s)} needs "
+                      f"{units.format_rate(s.required_bandwidth)}; {active_drainers} drainer(s)",
+                      generation, now, previous)
+    degraded = condition(DEGRADED, False, "AsExpected", "", generation, now, previous)
+    return {**sizing_fields(s), "observedGeneration": generation,
+            "phase": "Constrained" if s.bandwidth_constrained else "Ready",
+            "conditions": [ready, degraded, constrained]}
+
+
+def for_invalid(message: str, generation: int | None, now: datetime,
+                previous: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """Status of a policy whose spec cannot be used."""
+    return {"observedGeneration": generation, "phase": "Invalid", "conditions": [
+        condition(READY, False, "InvalidSpec", message, generation, now, previous),
+        condition(DEGRADED, True, "InvalidSpec", message, generation, now, previous),
+        condition(CONSTRAINED, False, "InvalidSpec", "", generation, now, previous),
+    ]}
+
+
+def recovery_fields(last_local: int | None, last_global: int | None,
+                    global_time: str | None) -> dict[str, Any]:
+    """Recovery point: newest step per tier and when the newest global one completed."""
+    return {"lastLocalStep": last_local, "lastGlobalStep": last_global,
+            "recoveryPointTime": global_time}
