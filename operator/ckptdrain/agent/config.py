@@ -1,0 +1,248 @@
+"""One configuration object for the agent and the restore step.
+
+Every field is documented once, in `FIELDS`: its flag, its environment
+variable (docs/pod-contract.md), its parser from `units` and its default.
+Flags win over the environment, the environment over defaults. `load`
+validates everything at start, so a bad value stops the process with one line
+naming the field, instead of surfacing an hour later in a drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ckptdrain import units
+from ckptdrain.errors import InvalidInput
+
+#: Used when neither the share file nor CKPTDRAIN_DEFAULT_RATE gives a rate:
+#: the agent is never unlimited, because an unthrottled drain starves the
+#: training job's own network.
+FALLBACK_RATE = 100e6
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    work_dir: Path
+    local_dir: Path
+    local_keep: int
+    interval_s: float
+    global_every: int
+    overlap: float
+    store_uri: str | None
+    s3_endpoint: str | None
+    region: str | None
+    writer: int
+    writers: int
+    share_file: Path | None
+    default_rate: float
+    grace_s: float
+    safety_margin_s: float
+    metrics_port: int
+    restore: bool
+    restore_prefer: str
+    restore_result: Path
+    part_size: int
+    concurrency: int
+    policy: str
+    pod_name: str
+    node_name: str
+
+    @property
+    def flush_budget_s(self) -> float:
+        """Seconds from SIGTERM until the agent must have exited."""
+        return max(0.5, self.grace_s - self.safety_margin_s)
+
+
+def _path(field: str, value: object) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(field, "a path", value)
+    return Path(value)
+
+
+def _optional_text(field: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(field, "text", value)
+    return value.strip() or None
+
+
+def _text(field: str, value: object) -> str:
+    return _optional_text(field, value) or ""
+
+
+def _bool(field: str, value: object) -> bool:
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise InvalidInput(field, "true or false", value)
+
+
+def _choice(*options: str) -> Callable[[str, object], str]:
+    def parse(field: str, value: object) -> str:
+        text = str(value).strip().lower()
+        if text not in options:
+            raise InvalidInput(field, " or ".join(options), value)
+        return text
+
+    return parse
+
+
+def _port(field: str, value: object) -> int:
+    text = str(value).strip()
+    if not text.isdigit() or int(text) > 65535:
+        raise InvalidInput(field, "a TCP port 0..65535 (0 disables the endpoint)", value)
+    return int(text)
+
+
+def _seconds_or_zero(field: str, value: object) -> float:
+    if str(value).strip() in ("0", "0s"):
+        return 0.0
+    return units.parse_duration(field, value)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    env: str | None
+    parse: Callable[[str, object], Any]
+    default: object
+    help: str
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("work_dir", "CKPTDRAIN_WORK_DIR", _path, "/ckptdrain/work",
+          "where the trainer writes step-<N>/ (memory tier when memory-backed)"),
+    Field("local_dir", "CKPTDRAIN_LOCAL_DIR", _path, "/ckptdrain/local",
+          "the node-local (NVMe) tier"),
+    Field("local_keep", "CKPTDRAIN_LOCAL_KEEP", units.parse_positive_int, "2",
+          "local retention: keep the newest K checkpoints"),
+    Field("interval", "CKPTDRAIN_INTERVAL", units.parse_duration, "15m",
+          "local checkpoint interval (how often the trainer is asked)"),
+    Field("global_every", "CKPTDRAIN_GLOBAL_EVERY", units.parse_positive_int, "1",
+          "every N-th local checkpoint is drained to the global tier"),
+    Field("overlap", "CKPTDRAIN_OVERLAP", units.parse_fraction, "10%",
+          "target drain time / global interval (reported, not enforced)"),
+    Field("store_uri", "CKPTDRAIN_STORE_URI", _optional_text, None,
+          "global tier: s3://bucket/prefix or file:///path (none: local tier only)"),
+    Field("s3_endpoint", "CKPTDRAIN_S3_ENDPOINT", _optional_text, None,
+          "S3-compatible endpoint URL"),
+    Field("region", "AWS_REGION", _optional_text, None, "S3 region"),
+    Field("writer_id", "CKPTDRAIN_WRITER_ID", _text, "0",
+          "this pod's writer rank (a pod name is accepted when writers is 1)"),
+    Field("writers", "CKPTDRAIN_WRITERS", units.parse_positive_int, "1",
+          "how many writers make one checkpoint"),
+    Field("share_file", "CKPTDRAIN_SHARE_FILE", _optional_text, None,
+          "file holding this pod's bandwidth share in bytes/s, re-read every second"),
+    Field("default_rate", "CKPTDRAIN_DEFAULT_RATE", units.parse_rate, None,
+          "share used when the share file is missing or malformed (bytes/s)"),
+    Field("grace", "CKPTDRAIN_GRACE_SECONDS", units.parse_duration, "30",
+          "the pod's terminationGracePeriodSeconds"),
+    Field("safety_margin", "CKPTDRAIN_SAFETY_MARGIN", _seconds_or_zero, None,
+          "exit this long before the grace period ends (default: 10%% of grace, >= 2s)"),
+    Field("metrics_port", "CKPTDRAIN_METRICS_PORT", _port, "9108",
+          "Prometheus /metrics and /healthz port (0 disables)"),
+    Field("restore", "CKPTDRAIN_RESTORE", _bool, "true", "restore on start"),
+    Field("restore_prefer", "CKPTDRAIN_RESTORE_PREFER", _choice("local", "global"), "local",
+          "tier preferred when both hold the same newest step"),
+    Field("restore_result", "CKPTDRAIN_RESTORE_RESULT", _optional_text, None,
+          "restore result file (default <work>/restore.json)"),
+    Field("part_size", "CKPTDRAIN_PART_SIZE", units.parse_bytes, "64MiB",
+          "multipart part size for the drain"),
+    Field("concurrency", "CKPTDRAIN_CONCURRENCY", units.parse_positive_int, "8",
+          "parts in flight while draining"),
+    Field("policy", "CKPTDRAIN_POLICY", _text, "", "<namespace>/<name> of the policy"),
+    Field("pod_name", "CKPTDRAIN_POD_NAME", _text, "", "this pod (downward API)"),
+    Field("node_name", "CKPTDRAIN_NODE_NAME", _text, "", "this node (downward API)"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per field; each defaults to None so the environment can fill it."""
+    for f in FIELDS:
+        env = f" [env {f.env}]" if f.env else ""
+        default = f" (default {f.default})" if f.default is not None else ""
+        parser.add_argument(f.flag, dest=f.name, default=None, help=f"{f.help}{env}{default}")
+
+
+def _writer(writer_id: str, writers: int) -> int:
+    text = writer_id.strip()
+    if text.isdigit():
+        writer = int(text)
+        if writer >= writers:
+            raise InvalidInput("CKPTDRAIN_WRITER_ID", f"a rank in 0..{writers - 1}", writer_id)
+        return writer
+    if writers == 1:
+        return 0  # a pod name: the only writer
+    raise InvalidInput("CKPTDRAIN_WRITER_ID", "a whole-number rank when writers > 1", writer_id)
+
+
+def load(
+    args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None
+) -> AgentConfig:
+    """Read, parse and validate every field. Raises InvalidInput naming the field."""
+    env = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    for f in FIELDS:
+        value: object = getattr(args, f.name, None) if args is not None else None
+        label = f.flag
+        if value is None and f.env and env.get(f.env, "").strip():
+            value, label = env[f.env], f.env
+        if value is None:
+            value = f.default
+        raw[f.name] = None if value is None else f.parse(label, value)
+
+    grace = raw["grace"]
+    margin = raw["safety_margin"]
+    if margin is None:
+        margin = min(max(2.0, 0.1 * grace), grace / 2)
+    if margin >= grace:
+        raise InvalidInput(
+            "CKPTDRAIN_SAFETY_MARGIN", f"less than the grace period {grace}s", margin
+        )
+    part_size = raw["part_size"]
+    if part_size < 1 << 20:
+        raise InvalidInput("CKPTDRAIN_PART_SIZE", "at least 1MiB", part_size)
+    if raw["store_uri"] is not None:
+        from ckptdrain.store import parse_store_uri
+
+        parse_store_uri(raw["store_uri"])  # validates; opening waits for first use
+    work = raw["work_dir"]
+    result = raw["restore_result"]
+    return AgentConfig(
+        work_dir=work,
+        local_dir=raw["local_dir"],
+        local_keep=raw["local_keep"],
+        interval_s=raw["interval"],
+        global_every=raw["global_every"],
+        overlap=raw["overlap"],
+        store_uri=raw["store_uri"],
+        s3_endpoint=raw["s3_endpoint"],
+        region=raw["region"],
+        writer=_writer(raw["writer_id"], raw["writers"]),
+        writers=raw["writers"],
+        share_file=Path(raw["share_file"]) if raw["share_file"] else None,
+        default_rate=raw["default_rate"] or FALLBACK_RATE,
+        grace_s=grace,
+        safety_margin_s=margin,
+        metrics_port=raw["metrics_port"],
+        restore=raw["restore"],
+        restore_prefer=raw["restore_prefer"],
+        restore_result=Path(result) if result else work / "restore.json",
+        part_size=part_size,
+        concurrency=raw["concurrency"],
+        policy=raw["policy"],
+        pod_name=raw["pod_name"],
+        node_name=raw["node_name"],
+    )

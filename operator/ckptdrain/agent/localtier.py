@@ -1,0 +1,224 @@
+"""The local (NVMe) tier: layout, capture, verification and retention.
+
+    <local>/step-<N>/data/<path>          the captured files
+    <local>/step-<N>/manifest.json        the writer manifest (manifest.WriterManifest),
+                                          written after every data file is durable
+    <local>/step-<N>/drain-journal.json   the drain's journal while it is unfinished
+    <local>/step-<N>/GLOBAL               written once the step is complete globally
+    <local>/.capture-step-<N>-<pid>/      a capture in progress (never read; removed
+                                          at start-up)
+
+A `step-<N>` directory exists only once it is complete and durable: capture
+builds it under a hidden temporary name and renames it last, so a crash, a
+second SIGTERM or a deadline leaves either the whole copy or none.
+
+`plan_retention` is pure; everything else does I/O on the tier's root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ckptdrain.agent import durable
+from ckptdrain.errors import IntegrityError
+from ckptdrain.manifest import WriterManifest
+
+STEP_DIR = re.compile(r"step-(?P<step>[0-9]{1,18})")
+_TEMP_PREFIX = ".capture-"
+MANIFEST = "manifest.json"
+DATA = "data"
+JOURNAL = "drain-journal.json"
+GLOBAL_MARKER = "GLOBAL"
+
+
+def step_name(step: int) -> str:
+    return f"step-{step}"
+
+
+def parse_step_name(name: str) -> int | None:
+    match = STEP_DIR.fullmatch(name)
+    return int(match["step"]) if match else None
+
+
+def completed_steps(directory: Path) -> list[int]:
+    """Steps with a `step-<N>` directory under `directory`, newest first.
+
+    This is the trainer completion protocol (docs/trainer-protocol.md): the
+    trainer writes `step-<N>.tmp/` and renames it to `step-<N>/` when done, so
+    a name that matches exactly is a finished checkpoint.
+    """
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    steps = []
+    for name in names:
+        step = parse_step_name(name)
+        if step is not None and (directory / name).is_dir():
+            steps.append(step)
+    return sorted(steps, reverse=True)
+
+
+def plan_retention(
+    steps: Iterable[int], keep: int, global_steps: Iterable[int], protected: Iterable[int]
+) -> list[int]:
+    """Which local steps to delete, oldest first.
+
+    Keeps the newest `keep`, every `protected` step (being drained or queued
+    for it), and the newest step not yet global when it is newer than every
+    global one: until it lands, it is the only copy of the recovery point.
+    """
+    ordered = sorted(set(steps), reverse=True)
+    keep_set = set(ordered[:keep]) | set(protected)
+    global_set = set(global_steps)
+    newest_global = max((s for s in ordered if s in global_set), default=-1)
+    pending = [s for s in ordered if s not in global_set and s > newest_global]
+    if pending:
+        keep_set.add(pending[0])
+    return sorted(s for s in ordered if s not in keep_set)
+
+
+@dataclass(frozen=True)
+class Captured:
+    manifest: WriterManifest
+    seconds: float
+    path: Path
+
+
+class LocalTier:
+    """The local tier under `root`. Not thread-safe for the same step: the agent
+    captures from one thread and the drain only reads published steps."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # -- layout -------------------------------------------------------------
+    def step_dir(self, step: int) -> Path:
+        return self.root / step_name(step)
+
+    def data_dir(self, step: int) -> Path:
+        return self.step_dir(step) / DATA
+
+    def journal_path(self, step: int) -> Path:
+        return self.step_dir(step) / JOURNAL
+
+    def steps(self) -> list[int]:
+        """Published steps, newest first."""
+        return [s for s in completed_steps(self.root) if (self.step_dir(s) / MANIFEST).is_file()]
+
+    def has(self, step: int) -> bool:
+        return (self.step_dir(step) / MANIFEST).is_file()
+
+    # -- state --------------------------------------------------------------
+    def manifest(self, step: int) -> WriterManifest:
+        """The step's manifest; IntegrityError if missing or malformed."""
+        try:
+            data = (self.step_dir(step) / MANIFEST).read_bytes()
+        except FileNotFoundError:
+            raise IntegrityError(f"{self.step_dir(step)}: no {MANIFEST}") from None
+        found = WriterManifest.from_json(data)
+        if found.step != step:
+            raise IntegrityError(f"{self.step_dir(step)}: manifest says step {found.step}")
+        return found
+
+    def is_global(self, step: int) -> bool:
+        return (self.step_dir(step) / GLOBAL_MARKER).exists()
+
+    def mark_global(self, step: int, uri: str) -> None:
+        marker = self.step_dir(step) / GLOBAL_MARKER
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"uri": uri, "at": time.time()}))
+        os.replace(tmp, marker)
+        durable.fsync_dir(marker.parent)
+
+    def unfinished_drains(self) -> list[int]:
+        """Published, not-yet-global steps that have a drain journal, newest first."""
+        return [s for s in self.steps() if not self.is_global(s) and self.journal_path(s).exists()]
+
+    # -- capture --------------------------------------------------------------
+    def capture(
+        self,
+        source: Path,
+        step: int,
+        *,
+        writer: int,
+        writers: int,
+        should_stop: durable.StopCheck | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> Captured:
+        """Durably copy the finished checkpoint at `source` in as `step`.
+
+        Idempotent: an already published step is returned as is. Raises
+        durable.CopyAborted when `should_stop` turns true (nothing published).
+        """
+        if self.has(step):
+            return Captured(self.manifest(step), 0.0, self.step_dir(step))
+        started = time.monotonic()
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f"{_TEMP_PREFIX}{step_name(step)}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            entries = durable.copy_tree(source, tmp / DATA, should_stop=should_stop)
+            manifest = WriterManifest(
+                step=step, writer=writer, writers=writers, files=tuple(entries),
+                created=time.time(), extra=dict(extra or {}),
+            )
+            _write_durably(tmp / MANIFEST, manifest.to_json())
+            durable.fsync_dir(tmp)
+            durable.publish(tmp, self.step_dir(step))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return Captured(manifest, time.monotonic() - started, self.step_dir(step))
+
+    def verify(self, step: int) -> WriterManifest:
+        """Re-read every file of `step` against its manifest; IntegrityError if off."""
+        manifest = self.manifest(step)
+        durable.verify_tree(self.data_dir(step), manifest.files)
+        return manifest
+
+    # -- housekeeping -----------------------------------------------------------
+    def remove_temps(self) -> list[Path]:
+        """Remove captures a previous process left half-done."""
+        removed = []
+        if self.root.is_dir():
+            for entry in self.root.iterdir():
+                if entry.name.startswith(_TEMP_PREFIX):
+                    shutil.rmtree(entry, ignore_errors=True)
+                    removed.append(entry)
+        return removed
+
+    def apply_retention(self, keep: int, protected: Iterable[int]) -> list[int]:
+        steps = self.steps()
+        doomed = plan_retention(steps, keep, [s for s in steps if self.is_global(s)], protected)
+        for step in doomed:
+            # Rename first so a crash mid-delete never leaves a step-<N> without files.
+            tmp = self.root / f"{_TEMP_PREFIX}delete-{step_name(step)}-{os.getpid()}"
+            os.rename(self.step_dir(step), tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
+        return doomed
+
+    def bytes_of(self, step: int) -> int:
+        try:
+            return self.manifest(step).total_bytes
+        except IntegrityError:
+            return 0
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)

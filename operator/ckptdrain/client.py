@@ -1,0 +1,211 @@
+"""The trainer's side of ckptdrain: a small, dependency-free API.
+
+    from ckptdrain.client import Client
+    ckpt = Client()                         # reads CKPTDRAIN_* from the environment
+    restored = ckpt.restored()              # None on a fresh start
+    start = restored.step + 1 if restored else 0
+    ckpt.on_preemption(lambda: save(ckpt, step))   # emergency checkpoint on SIGTERM
+    for step in range(start, steps):
+        train_one_step()
+        if ckpt.checkpoint_requested():
+            save(ckpt, step)
+
+    def save(ckpt, step):
+        d = ckpt.begin(step)                # an empty directory to write into
+        ...write files under d...
+        ckpt.complete(step)                 # atomically publishes step-<N>/
+
+The protocol (docs/trainer-protocol.md): the trainer writes `<work>/step-<N>.tmp/`
+and renames it to `<work>/step-<N>/` when every file is written; the agent
+never reads a `.tmp` directory. The agent asks for checkpoints by rewriting
+`<work>/.ckptdrain/request`; `complete` records the answer in
+`<work>/.ckptdrain/ack`. Standard library only: this module is imported into
+training processes that must not pull in boto3 or Kubernetes clients.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+CONTROL_DIR = ".ckptdrain"
+REQUEST_FILE = "request"
+ACK_FILE = "ack"
+DEFAULT_WORK_DIR = "/ckptdrain/work"
+
+
+@dataclass(frozen=True)
+class Request:
+    seq: int
+    reason: str  # "schedule" or "sigterm"
+    at: float
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What `ckptdrain restore` placed before the trainer started."""
+
+    step: int
+    path: Path
+    tier: str  # "local" or "global"
+    bytes: int
+    seconds: float
+
+
+def _read_json(path: Path) -> dict[str, object] | None:
+    try:
+        doc = json.loads(path.read_bytes())
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def write_json_atomic(path: Path, doc: Mapping[str, object]) -> None:
+    """Replace `path` so readers see the old or the new content, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(doc, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_request(work_dir: Path) -> Request | None:
+    doc = _read_json(work_dir / CONTROL_DIR / REQUEST_FILE)
+    if not doc or not isinstance(doc.get("seq"), int):
+        return None
+    return Request(int(doc["seq"]), str(doc.get("reason", "schedule")), float(doc.get("at", 0)))  # type: ignore[arg-type]
+
+
+def read_ack(work_dir: Path) -> int:
+    """The last request sequence number the trainer answered (-1 if none)."""
+    doc = _read_json(work_dir / CONTROL_DIR / ACK_FILE)
+    seq = doc.get("seq") if doc else None
+    return seq if isinstance(seq, int) else -1
+
+
+class Client:
+    """Where to write, how to publish, whether a checkpoint is wanted, what was restored."""
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        *,
+        restore_result: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self.work_dir = Path(work_dir or env.get("CKPTDRAIN_WORK_DIR") or DEFAULT_WORK_DIR)
+        self.restore_result = Path(
+            restore_result or env.get("CKPTDRAIN_RESTORE_RESULT")
+            or self.work_dir / "restore.json"
+        )
+        self.writer = env.get("CKPTDRAIN_WRITER_ID", "0")
+        self.writers = int(env.get("CKPTDRAIN_WRITERS", "1") or 1)
+        self._preempting = threading.Event()
+
+    # -- writing checkpoints ---------------------------------------------------
+    def temp_dir(self, step: int) -> Path:
+        return self.work_dir / f"step-{_check_step(step)}.tmp"
+
+    def step_dir(self, step: int) -> Path:
+        return self.work_dir / f"step-{_check_step(step)}"
+
+    def begin(self, step: int) -> Path:
+        """An empty directory to write step `step` into (left over content is removed)."""
+        tmp = self.temp_dir(step)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        return tmp
+
+    def complete(self, step: int) -> Path:
+        """Publish step `step`: after this the agent may capture it. Returns its directory.
+
+        A published step is immutable (the agent may be copying it): completing
+        it again discards the new copy and keeps the published one.
+        """
+        tmp, final = self.temp_dir(step), self.step_dir(step)
+        if not tmp.is_dir():
+            raise FileNotFoundError(f"{tmp}: call begin({step}) and write the files first")
+        if final.exists():
+            shutil.rmtree(tmp)
+        else:
+            os.rename(tmp, final)
+        request = read_request(self.work_dir)
+        if request is not None:
+            write_json_atomic(
+                self.work_dir / CONTROL_DIR / ACK_FILE,
+                {"seq": request.seq, "step": step, "at": time.time()},
+            )
+        return final
+
+    # -- control channel -------------------------------------------------------
+    def checkpoint_requested(self) -> Request | None:
+        """The agent's pending request, or None. Cheap: one small file read."""
+        request = read_request(self.work_dir)
+        if request is None or request.seq <= read_ack(self.work_dir):
+            return None
+        return request
+
+    # -- preemption ---------------------------------------------------------------
+    @property
+    def preempting(self) -> bool:
+        """True once SIGTERM arrived (for trainers that poll instead of a callback)."""
+        return self._preempting.is_set()
+
+    def on_preemption(
+        self, callback: Callable[[], object] | None = None, *, exit_code: int | None = 0
+    ) -> None:
+        """On SIGTERM, run `callback` (which should write an emergency checkpoint
+        through begin/complete), then exit with `exit_code` (None: keep running
+        and let the trainer poll `preempting`).
+
+        The callback runs in the main thread, between bytecodes, as Python
+        signal handlers do; a second SIGTERM while it runs is ignored so a
+        half-written emergency checkpoint is never abandoned by us (and is
+        never captured either: it is still `.tmp`).
+        """
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self._preempting.is_set():
+                return
+            self._preempting.set()
+            if callback is not None:
+                try:
+                    callback()
+                except Exception as err:  # the trainer is exiting; say why, do not mask it
+                    print(f"ckptdrain: emergency checkpoint failed: {err!r}", file=sys.stderr)
+            if exit_code is not None:
+                sys.exit(exit_code)
+
+        signal.signal(signal.SIGTERM, handler)
+
+    # -- restore -------------------------------------------------------------------
+    def restored(self) -> Restored | None:
+        """What restore placed for this run, or None on a fresh start."""
+        doc = _read_json(self.restore_result)
+        if not doc or doc.get("fresh_start") or not isinstance(doc.get("step"), int):
+            return None
+        path = Path(str(doc.get("path") or self.step_dir(int(doc["step"]))))  # type: ignore[arg-type]
+        if not path.is_dir():
+            return None
+        return Restored(
+            step=int(doc["step"]),  # type: ignore[arg-type]
+            path=path,
+            tier=str(doc.get("tier", "")),
+            bytes=int(doc.get("bytes", 0)),  # type: ignore[arg-type]
+            seconds=float(doc.get("seconds", 0.0)),  # type: ignore[arg-type]
+        )
+
+
+def _check_step(step: int) -> int:
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 10**18:
+        raise ValueError(f"step must be a whole number in [0, 1e18), got {step!r}")
+    return step
