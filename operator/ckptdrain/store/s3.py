@@ -1,0 +1,397 @@
+"""The s3:// store: AWS S3 or any S3-compatible server, through boto3.
+
+Deliberately the *classic* client (plain put_object/upload_part calls): the
+CRT transfer client ignores custom endpoints and bandwidth limits. One client
+is shared by all threads (botocore clients are thread-safe; sessions are not,
+so the session is used only here, in the constructor).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import re
+from collections.abc import Iterator
+from typing import Any, BinaryIO, NoReturn
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+
+from ckptdrain.errors import (
+    BucketMissing,
+    IntegrityError,
+    InvalidInput,
+    ObjectMissing,
+    StoreAccessDenied,
+    StoreError,
+    StoreUnreachable,
+)
+from ckptdrain.store.base import ObjectInfo, UploadedPart
+from ckptdrain.store.local import check_key
+
+S3_MIN_PART_SIZE = 5 * 1024 * 1024
+_ACCESS_CODES = {
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "TokenRefreshRequired",
+    "AllAccessDisabled",
+}
+_DIGEST_CODES = {"BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch", "InvalidChecksum"}
+_MISSING_KEY_CODES = {"NoSuchKey", "NotFound", "404"}
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode("ascii")
+
+
+def _redact_endpoint(url: str) -> str:
+    return re.sub(r"://[^/@]*@", "://***@", url)
+
+
+class _Window(io.RawIOBase):
+    """Exactly `size` bytes of a stream, from where it stands now.
+
+    botocore rewinds a body with seek(0) before a retry; this makes 0 mean
+    "where the caller's stream was", and stops reads at `size`.
+    """
+
+    def __init__(self, stream: BinaryIO, size: int) -> None:
+        self._stream = stream
+        self._size = size
+        self._pos = 0
+        self._origin = stream.tell() if stream.seekable() else None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return self._origin is not None
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if self._origin is None:
+            raise io.UnsupportedOperation("stream is not seekable")
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, min(self._size, base + offset))
+        self._stream.seek(self._origin + self._pos)
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        left = self._size - self._pos
+        n = left if n is None or n < 0 else min(n, left)
+        data = self._stream.read(n) if n else b""
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class S3Store:
+    """A Store over one bucket and key prefix of an S3-compatible endpoint.
+
+    Credentials: `access_key`/`secret_key` if given (tests), else the standard
+    AWS chain (env vars, shared profile, web identity / IRSA, instance
+    metadata). Neither is ever put in a message, a log or repr().
+
+    Integrity: every body we hold in memory (put_bytes, upload_part) goes
+    with a Content-MD5 header, which the server verifies before storing
+    (BadDigest -> IntegrityError). Why MD5 and not x-amz-checksum-crc32c,
+    although CRC32C costs far less CPU: a CRC32C part checksum binds the
+    whole upload (the algorithm must be named at CreateMultipartUpload and
+    every part's checksum repeated at CompleteMultipartUpload, on AWS and on
+    SeaweedFS 4.x alike), yet UploadedPart carries only an etag and SeaweedFS's
+    ListParts does not return part checksums, so a drain resumed by a new
+    process could not complete its upload. Content-MD5 is per request and
+    stateless; SeaweedFS and MinIO both verify it
+    (tests/integration/test_store_contract.py sends a wrong one). It costs
+    about one core-second per ~600 MB sent; end-to-end integrity is still our
+    CRC32C in the manifests.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        session_token: str | None = None,
+        max_pool_connections: int = 32,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 60.0,
+        max_attempts: int = 5,
+        list_page_size: int = 1000,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.endpoint = _redact_endpoint(endpoint_url) if endpoint_url else "AWS S3"
+        self._page_size = list_page_size
+        config = Config(
+            region_name=region,
+            signature_version="s3v4",
+            # Custom endpoints (MinIO, SeaweedFS, Ceph) rarely have wildcard
+            # DNS for virtual-hosted buckets; AWS itself picks what it needs.
+            s3={"addressing_style": "path" if endpoint_url else "auto"},
+            # "standard" retries throttling and 5xx with backoff; short
+            # attempt counts keep a dead endpoint from stalling a drain.
+            retries={"mode": "standard", "max_attempts": max_attempts},
+            # One connection per concurrent request, or urllib3 discards
+            # (and re-opens) connections under load.
+            max_pool_connections=max_pool_connections,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            tcp_keepalive=True,
+            # botocore >= 1.36 would CRC32 every request and response body:
+            # CPU we do not need, since our manifests carry CRC32C.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        session = boto3.session.Session(
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            aws_session_token=session_token,
+            region_name=region,
+        )
+        self._client = session.client("s3", endpoint_url=endpoint_url, config=config)
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.uri!r}, endpoint={self.endpoint!r})"
+
+    @property
+    def min_part_size(self) -> int:
+        return S3_MIN_PART_SIZE
+
+    # Helpers -----------------------------------------------------------------
+    def _key(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _fail(self, err: Exception, op: str, key: str | None = None) -> NoReturn:
+        """Raise the errors.py exception for a botocore error. Never echoes secrets."""
+        where = f"s3://{self.bucket}/{self._key(key) if key else self.prefix}".rstrip("/")
+        if isinstance(err, (NoCredentialsError, PartialCredentialsError)):
+            raise StoreAccessDenied(
+                f"{op} {where}: no usable S3 credentials found; check the credentials "
+                "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, profile, or workload identity)"
+            ) from None
+        if isinstance(err, (ConnectionError, HTTPClientError)):
+            raise StoreUnreachable(
+                f"{op} {where}: endpoint {self.endpoint} did not answer "
+                f"({type(err).__name__}); is it up and reachable?"
+            ) from err
+        if isinstance(err, ClientError):
+            error = err.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if code == "NoSuchBucket":
+                raise BucketMissing(
+                    f"{op} {where}: bucket {self.bucket!r} does not exist at {self.endpoint}"
+                ) from err
+            if code in _ACCESS_CODES or status == 403:
+                # Server messages for auth failures can quote the access key
+                # id; say only the code.
+                raise StoreAccessDenied(
+                    f"{op} {where}: access denied by {self.endpoint} ({code or status}); "
+                    "check the credentials and that they may use this bucket"
+                ) from None
+            if code in _MISSING_KEY_CODES or status == 404:
+                raise ObjectMissing(key or where) from err
+            if code in _DIGEST_CODES:
+                raise IntegrityError(
+                    f"{op} {where}: the store refused the bytes: checksum mismatch ({code})"
+                ) from err
+            if code in ("InvalidPart", "InvalidPartOrder", "EntityTooSmall"):
+                raise IntegrityError(f"{op} {where}: {code}: {error.get('Message', '')}") from err
+            if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "RequestTimeout"):
+                raise StoreUnreachable(
+                    f"{op} {where}: endpoint {self.endpoint} is unavailable "
+                    f"(HTTP {status} {code}) after retries"
+                ) from err
+            raise StoreError(f"{op} {where}: {code or status}: {error.get('Message', '')}") from err
+        raise StoreError(f"{op} {where}: {type(err).__name__}") from err
+
+    def _call(self, op: str, key: str | None, **kwargs: Any) -> Any:
+        try:
+            return getattr(self._client, op)(Bucket=self.bucket, **kwargs)
+        except (ClientError, BotoCoreError) as err:
+            self._fail(err, op, key)
+
+    @staticmethod
+    def _integrity_args(data: bytes) -> dict[str, str]:
+        """Content-MD5 for a body (see the class docstring for why not CRC32C)."""
+        return {"ContentMD5": _b64(hashlib.md5(data, usedforsecurity=False).digest())}
+
+    # Whole objects -----------------------------------------------------------
+    def put_bytes(self, key: str, data: bytes) -> None:
+        data = bytes(data)
+        self._call("put_object", key, Key=self._key(key), Body=data, **self._integrity_args(data))
+
+    def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
+        """Send exactly `size` bytes of `stream` (retries need it seekable)."""
+        if size < 0:
+            raise InvalidInput("size", "a size >= 0", size)
+        body = _Window(stream, size)
+        self._call("put_object", key, Key=self._key(key), Body=body, ContentLength=size)
+
+    def get_bytes(self, key: str) -> bytes:
+        response = self._call("get_object", key, Key=self._key(key))
+        return self._read_body(response, "get_object", key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Up to `length` bytes from `start`; fewer only where the object ends."""
+        if start < 0 or length < 0:
+            raise InvalidInput("range", "start >= 0 and length >= 0", (start, length))
+        if length == 0:
+            if self.head(key) is None:
+                raise ObjectMissing(key)
+            return b""
+        try:
+            response = self._client.get_object(
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}"
+            )
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "InvalidRange":
+                return b""  # start at or past the end (416); the key exists
+            self._fail(err, "get_object", key)
+        except BotoCoreError as err:
+            self._fail(err, "get_object", key)
+        return self._read_body(response, "get_object", key)
+
+    def _read_body(self, response: dict[str, Any], op: str, key: str) -> bytes:
+        try:
+            with response["Body"] as body:
+                return body.read()
+        except BotoCoreError as err:  # connection dropped mid-body
+            self._fail(err, op, key)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            response = self._client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except ClientError as err:
+            code = err.response.get("Error", {}).get("Code")
+            if code in _MISSING_KEY_CODES:
+                # HEAD has no body, so a missing bucket also reads as 404.
+                return None
+            self._fail(err, "head_object", key)
+        except BotoCoreError as err:
+            self._fail(err, "head_object", key)
+        return ObjectInfo(key=key, size=int(response["ContentLength"]))
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Objects under `prefix` in key order, one page at a time."""
+        root = f"{self.prefix}/" if self.prefix else ""
+        kwargs: dict[str, Any] = {"Prefix": root + prefix, "MaxKeys": self._page_size}
+        while True:
+            page = self._call("list_objects_v2", None, **kwargs)
+            for item in page.get("Contents", []):
+                yield ObjectInfo(key=item["Key"][len(root) :], size=int(item["Size"]))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                return
+            kwargs["ContinuationToken"] = token
+
+    def delete(self, key: str) -> None:
+        self._call("delete_object", key, Key=self._key(key))
+
+    # Multipart ---------------------------------------------------------------
+    def create_multipart(self, key: str) -> str:
+        response = self._call("create_multipart_upload", key, Key=self._key(key))
+        return str(response["UploadId"])
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> UploadedPart:
+        """Upload one part with its checksum. ObjectMissing if the upload is gone."""
+        data = bytes(data)
+        try:
+            response = self._client.upload_part(
+                Bucket=self.bucket,
+                Key=self._key(key),
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=data,
+                **self._integrity_args(data),
+            )
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "NoSuchUpload":
+                raise ObjectMissing(key) from err
+            self._fail(err, "upload_part", key)
+        except BotoCoreError as err:
+            self._fail(err, "upload_part", key)
+        return UploadedPart(number=number, etag=str(response["ETag"]))
+
+    def _server_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]] | None:
+        """Part number -> the server's record of it, or None if the upload is gone."""
+        parts: dict[int, dict[str, Any]] = {}
+        kwargs: dict[str, Any] = {"Key": self._key(key), "UploadId": upload_id}
+        while True:
+            try:
+                page = self._client.list_parts(Bucket=self.bucket, **kwargs)
+            except ClientError as err:
+                if err.response.get("Error", {}).get("Code") in ("NoSuchUpload", "NoSuchKey"):
+                    return None
+                self._fail(err, "list_parts", key)
+            except BotoCoreError as err:
+                self._fail(err, "list_parts", key)
+            # Keyed by number: some servers (SeaweedFS 4.x) list a part that
+            # was uploaded twice twice; the later entry is the live one.
+            for item in page.get("Parts", []):
+                parts[int(item["PartNumber"])] = item
+            marker = page.get("NextPartNumberMarker")
+            if not page.get("IsTruncated") or not marker:
+                return parts
+            kwargs["PartNumberMarker"] = marker
+
+    def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
+        parts = self._server_parts(key, upload_id)
+        if parts is None:
+            return None
+        return [UploadedPart(n, str(item["ETag"])) for n, item in sorted(parts.items())]
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
+        """Assemble `parts` in order. ObjectMissing if the upload is gone;
+        IntegrityError if a part is missing, differs, or is too small."""
+        entries: list[dict[str, Any]] = [{"PartNumber": p.number, "ETag": p.etag} for p in parts]
+        try:
+            self._client.complete_multipart_upload(
+                Bucket=self.bucket,
+                Key=self._key(key),
+                UploadId=upload_id,
+                MultipartUpload={"Parts": entries},
+            )
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "NoSuchUpload":
+                raise ObjectMissing(key) from err
+            self._fail(err, "complete_multipart_upload", key)
+        except BotoCoreError as err:
+            self._fail(err, "complete_multipart_upload", key)
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        try:
+            self._client.abort_multipart_upload(
+                Bucket=self.bucket, Key=self._key(key), UploadId=upload_id
+            )
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") in ("NoSuchUpload", "NoSuchKey"):
+                return
+            self._fail(err, "abort_multipart_upload", key)
+        except BotoCoreError as err:
+            self._fail(err, "abort_multipart_upload", key)

