@@ -1,0 +1,116 @@
+{{/* Names: release-scoped so that two releases in one cluster never clash. */}}
+{{- define "ckptdrain.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ckptdrain.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of every object; component is added per object. */}}
+{{- define "ckptdrain.commonLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "ckptdrain.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "ckptdrain.labels" -}}
+{{ include "ckptdrain.commonLabels" . }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "ckptdrain.agentLabels" -}}
+{{ include "ckptdrain.commonLabels" . }}
+app.kubernetes.io/component: agent
+{{- end -}}
+
+{{- define "ckptdrain.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ckptdrain.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "ckptdrain.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "ckptdrain.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The image the operator runs and injects: digest wins over tag. */}}
+{{- define "ckptdrain.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ckptdrain.webhookServiceName" -}}
+{{- printf "%s-webhook" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ckptdrain.tlsSecretName" -}}
+{{- printf "%s-webhook-tls" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ckptdrain.agentClusterRoleName" -}}
+{{- printf "%s-agent" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The webhook's TLS material when the chart makes it itself (no cert-manager):
+reuse what an earlier install stored, so that upgrades neither break the
+caBundle nor restart the operator for nothing; otherwise a new CA (10 years)
+and a serving certificate for the Service's DNS names. Computed once per
+render and cached in .Values so that the Secret and both webhook
+configurations see the same CA.
+*/}}
+{{- define "ckptdrain.selfSignedTLS" -}}
+{{- if not (hasKey .Values "__tls") -}}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace (include "ckptdrain.tlsSecretName" .) -}}
+{{- if and $secret (index $secret "data") (index $secret.data "ca.crt") -}}
+{{- $_ := set .Values "__tls" (dict "ca" (index $secret.data "ca.crt") "crt" (index $secret.data "tls.crt") "key" (index $secret.data "tls.key")) -}}
+{{- else -}}
+{{- $svc := include "ckptdrain.webhookServiceName" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- $ca := genCA (printf "%s-ca" (include "ckptdrain.fullname" .)) 3650 -}}
+{{- $cert := genSignedCert (printf "%s.%s.svc" $svc $ns) nil $dns 3650 $ca -}}
+{{- $_ := set .Values "__tls" (dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where both webhook configurations send their requests. */}}
+{{- define "ckptdrain.webhookClientConfig" -}}
+service:
+  name: {{ include "ckptdrain.webhookServiceName" .root }}
+  namespace: {{ .root.Release.Namespace }}
+  path: {{ .path }}
+  port: 443
+{{- if not .root.Values.certManager.enabled }}
+{{- include "ckptdrain.selfSignedTLS" .root }}
+caBundle: {{ .root.Values.__tls.ca }}
+{{- end }}
+{{- end -}}
+
+{{- define "ckptdrain.certManagerAnnotations" -}}
+{{- if .Values.certManager.enabled }}
+annotations:
+  # cainjector copies the Certificate's CA into every webhook's caBundle.
+  cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "ckptdrain.fullname" .) }}
+{{- end }}
+{{- end -}}
