@@ -54,13 +54,13 @@ def resolve_share(path: Path | None, default_rate: float) -> Share:
 
 
 class ShareWatcher:
-    """Polls the share file and applies changes through `apply(rate)`."""
+    """Polls the share file and hands each change to `apply(share)`."""
 
     def __init__(
         self,
         path: Path | None,
         default_rate: float,
-        apply: Callable[[float], None],
+        apply: Callable[[Share], None],
         *,
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
@@ -82,7 +82,7 @@ class ShareWatcher:
                             units.format_rate(share.rate), share.problem)
             else:
                 log.info("bandwidth share: %s from %s", units.format_rate(share.rate), self.path)
-            self._apply(share.rate)
+            self._apply(share)
         self.current = share
         return share
 

@@ -1,0 +1,123 @@
+"""`ckptdrain agent`: the sidecar. Wires config, tiers, drain, share, metrics, signals.
+
+Exit codes: 0 after a SIGTERM flush (whatever it achieved: unfinished work is
+journaled), 2 for invalid configuration (one line naming the field).
+Also runnable as `python -m ckptdrain.agent.command`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from ckptdrain.agent import config as agent_config
+from ckptdrain.agent.drain import DrainWorker
+from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.agent.loop import Agent
+from ckptdrain.agent.metrics import AgentMetrics, MetricsServer
+from ckptdrain.agent.report import FanOut, JsonLinesReporter, LoggingReporter, Reporter
+from ckptdrain.agent.share import Share, ShareWatcher
+from ckptdrain.errors import CkptdrainError
+
+log = logging.getLogger("ckptdrain.agent")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    agent_config.add_arguments(parser)
+    parser.add_argument("--events", type=Path, default=None,
+                        help="also append per-checkpoint events as JSON lines to this file")
+
+
+def setup_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, stream=sys.stderr,
+            format='{"t":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
+                   '"msg":"%(message)s"}',
+        )
+
+
+def build_drain(cfg: agent_config.AgentConfig, tier: LocalTier, reporter: Reporter,
+                metrics: AgentMetrics) -> tuple[DrainWorker | None, ShareWatcher | None]:
+    if cfg.store_uri is None:
+        log.warning("no CKPTDRAIN_STORE_URI: local tier only, nothing goes global")
+        return None, None
+    from ckptdrain.ratelimit import TokenBucket
+    from ckptdrain.store import open_store
+    from ckptdrain.transfer.drain import Drainer
+
+    store = open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint, region=cfg.region)
+    limiter = TokenBucket(cfg.default_rate)
+
+    def apply(share: Share) -> None:
+        limiter.set_rate(share.rate)
+        metrics.set_share(share.rate, share.source)
+
+    watcher = ShareWatcher(cfg.share_file, cfg.default_rate, apply)
+    drainer = Drainer(store, limiter=limiter, part_size=cfg.part_size,
+                      concurrency=cfg.concurrency)
+    worker = DrainWorker(tier, store, drainer, reporter, metrics, part_size=cfg.part_size)
+    return worker, watcher
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging()
+    try:
+        cfg = agent_config.load(args)
+    except CkptdrainError as err:
+        print(f"ckptdrain agent: {err}", file=sys.stderr)
+        return err.exit_code
+    metrics = AgentMetrics()
+    reporters: list[Reporter] = [LoggingReporter()]
+    if getattr(args, "events", None):
+        reporters.append(JsonLinesReporter(args.events))
+    reporter = FanOut(reporters)
+    tier = LocalTier(cfg.local_dir)
+    try:
+        cfg.local_dir.mkdir(parents=True, exist_ok=True)
+        cfg.work_dir.mkdir(parents=True, exist_ok=True)
+        drain, watcher = build_drain(cfg, tier, reporter, metrics)
+    except CkptdrainError as err:
+        print(f"ckptdrain agent: {err}", file=sys.stderr)
+        return err.exit_code
+    agent = Agent(cfg, tier, reporter, metrics, drain)
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        agent.on_sigterm()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+
+    server = None
+    if cfg.metrics_port:
+        server = MetricsServer(metrics, cfg.metrics_port,
+                               max_silence=max(30.0, cfg.flush_budget_s + 5))
+        server.start()
+        log.info("metrics on :%d/metrics, health on /healthz", server.port)
+    if watcher is not None:
+        watcher.start()
+    if drain is not None:
+        drain.start()
+    log.info("agent started: work %s, local %s, store %s, interval %ss, global every %d",
+             cfg.work_dir, cfg.local_dir, cfg.store_uri, cfg.interval_s, cfg.global_every)
+    code = agent.run()
+    if watcher is not None:
+        watcher.stop()
+    if server is not None:
+        server.stop()
+    log.info("agent exiting with %d", code)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ckptdrain agent", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

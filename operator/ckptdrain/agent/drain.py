@@ -1,0 +1,217 @@
+"""The agent's drain worker: local steps to the global tier, newest first.
+
+One thread, one checkpoint in flight (more would only split the share). The
+engine (`transfer.drain.Drainer`) streams, rate-limits, journals and
+verifies; this worker decides *which* step to send and what to do when
+things go wrong:
+
+- newest first: a newer step arriving while an older one drains supersedes
+  it unless the older one is nearly done (`supersede`); a superseded step's
+  journal stays, so nothing already sent is wasted if it is resumed;
+- failures (store down, credentials, a corrupt local copy) are reported and
+  retried with capped exponential backoff; the trainer never waits on this;
+- a step already complete in the store (a previous agent finished it, or
+  restore fetched it from there) is marked global without re-sending.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from ckptdrain import keys
+from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.agent.metrics import AgentMetrics
+from ckptdrain.agent.report import CheckpointEvent, Reporter, State
+from ckptdrain.store.base import Store
+
+log = logging.getLogger(__name__)
+
+BACKOFF_START = 1.0
+BACKOFF_MAX = 60.0
+#: Finish an in-flight drain rather than supersede it once this much is sent.
+NEAR_DONE = 0.5
+
+
+def supersede(sent: int, total: int, near_done: float = NEAR_DONE) -> bool:
+    """Should a newer step replace the one in flight? Not when it is nearly done:
+    abandoning it would waste more than the newer one gains."""
+    return total <= 0 or sent / total < near_done
+
+
+def next_backoff(previous: float | None) -> float:
+    return BACKOFF_START if previous is None else min(BACKOFF_MAX, previous * 2)
+
+
+class DrainWorker:
+    def __init__(
+        self,
+        tier: LocalTier,
+        store: Store,
+        drainer: object,
+        reporter: Reporter,
+        metrics: AgentMetrics,
+        *,
+        part_size: int,
+        on_global: Callable[[int], None] | None = None,
+    ) -> None:
+        self.tier = tier
+        self.store = store
+        self.drainer = drainer
+        self.reporter = reporter
+        self.metrics = metrics
+        self.part_size = part_size
+        self.on_global = on_global
+        self._cond = threading.Condition()
+        self._pending: dict[int, str] = {}  # step -> trigger
+        self._current: int | None = None
+        self._cancel: threading.Event | None = None
+        self._sent = 0
+        self._total = 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="drain", daemon=True)
+        self.last_result: object = None
+
+    # -- control (any thread) ------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, step: int, trigger: str = "schedule") -> None:
+        with self._cond:
+            self._pending[step] = trigger
+            current = self._current
+            if (current is not None and step > current and self._cancel is not None
+                    and supersede(self._sent, self._total)):
+                log.info("step %d supersedes step %d (%d of %d bytes sent)",
+                         step, current, self._sent, self._total)
+                self._cancel.set()
+            self._cond.notify_all()
+
+    def cancel_current(self) -> None:
+        """Stop the in-flight drain at its next part boundary (it stays pending)."""
+        with self._cond:
+            if self._cancel is not None:
+                self._cancel.set()
+
+    def stop(self, timeout: float) -> bool:
+        """Cancel, journal and stop; True if the worker thread ended within `timeout`."""
+        self._stopping.set()
+        self.cancel_current()
+        with self._cond:
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def busy_steps(self) -> set[int]:
+        """Steps queued or in flight: retention must not delete these."""
+        with self._cond:
+            busy = set(self._pending)
+            if self._current is not None:
+                busy.add(self._current)
+            return busy
+
+    def lag_bytes(self) -> int:
+        with self._cond:
+            steps = set(self._pending) | ({self._current} if self._current is not None else set())
+            sent = self._sent if self._current is not None else 0
+        return max(0, sum(self.tier.bytes_of(s) for s in steps) - sent)
+
+    def is_done(self, step: int) -> bool:
+        return self.tier.has(step) and self.tier.is_global(step)
+
+    # -- the worker thread -------------------------------------------------------------
+    def _take(self) -> tuple[int, str] | None:
+        with self._cond:
+            while not self._pending and not self._stopping.is_set():
+                self._cond.wait()
+            if self._stopping.is_set():
+                return None
+            step = max(self._pending)
+            trigger = self._pending.pop(step)
+            self._current, self._cancel = step, threading.Event()
+            self._sent, self._total = 0, self.tier.bytes_of(step)
+            return step, trigger
+
+    def _run(self) -> None:
+        backoff: float | None = None
+        while True:
+            taken = self._take()
+            if taken is None:
+                return
+            step, trigger = taken
+            ok = False
+            try:
+                ok = self._drain_one(step, trigger)
+                backoff = None
+            except Exception as err:
+                self.metrics.errors.labels("drain").inc()
+                backoff = next_backoff(backoff)
+                log.warning("drain of step %d failed (retry in %.0fs): %s", step, backoff, err)
+                self.reporter.report(CheckpointEvent(
+                    step, State.FAILED, message=f"drain: {err}; retrying in {backoff:.0f}s",
+                    trigger=trigger))
+            finally:
+                with self._cond:
+                    self._current, self._cancel = None, None
+                    if ok:
+                        # A newer global step makes older queued ones pointless.
+                        for older in [s for s in self._pending if s < step]:
+                            del self._pending[older]
+                    elif self.tier.has(step) and not any(s > step for s in self._pending):
+                        self._pending.setdefault(step, trigger)
+            if backoff is not None:
+                self._stopping.wait(backoff)
+
+    def _drain_one(self, step: int, trigger: str) -> bool:
+        """Drain `step`; True when it is global, False when cancelled or superseded."""
+        from ckptdrain.transfer.drain import DrainCancelled
+
+        if not self.tier.has(step):
+            return False  # retention or an operator removed it; nothing to send
+        if self.tier.is_global(step):
+            return True
+        manifest = self.tier.manifest(step)
+        if self.store.head(keys.manifest_key(step, manifest.writer)) is not None:
+            self._mark_global(step, manifest.total_bytes, 0.0, trigger, "already in the store")
+            return True
+        self.reporter.report(CheckpointEvent(step, State.DRAINING, manifest.total_bytes,
+                                             trigger=trigger))
+        started = time.monotonic()
+        assert self._cancel is not None
+        try:
+            result = self.drainer.drain(  # type: ignore[attr-defined]
+                self.tier.data_dir(step),
+                replace(manifest, part_size=self.part_size),
+                journal_path=self.tier.journal_path(step),
+                cancel=self._cancel,
+                progress=self._progress,
+            )
+        except DrainCancelled:
+            log.info("drain of step %d paused after %d of %d bytes; its journal keeps the rest",
+                     step, self._sent, self._total)
+            return False
+        self.last_result = result
+        seconds = time.monotonic() - started
+        self.metrics.drain_seconds.observe(seconds)
+        self._mark_global(step, manifest.total_bytes, seconds, trigger, "")
+        return True
+
+    def _progress(self, sent: int, *_: object) -> None:
+        """Bytes of this checkpoint sent so far (the engine's progress callback)."""
+        with self._cond:
+            delta = max(0, sent - self._sent)
+            self._sent = sent
+        self.metrics.drained_bytes.inc(delta)
+
+    def _mark_global(self, step: int, size: int, seconds: float, trigger: str, note: str) -> None:
+        self.tier.mark_global(step, self.store.uri)
+        self.tier.journal_path(step).unlink(missing_ok=True)
+        manifest = self.tier.manifest(step)
+        self.metrics.recovery_point("global", step, manifest.created)
+        self.reporter.report(CheckpointEvent(step, State.GLOBAL, size, seconds, note,
+                                             trigger=trigger))
+        if self.on_global is not None:
+            self.on_global(step)

@@ -1,0 +1,267 @@
+"""The agent's schedule loop and its SIGTERM flush.
+
+Steady state, every `POLL` seconds:
+- every `interval`, ask the trainer for a checkpoint (rewrite the request file);
+- capture the newest step the trainer has published, if it is new;
+- hand every `global_every`-th capture (and the first) to the drain worker;
+- apply local retention and prune superseded steps from the work dir.
+
+On SIGTERM (`flush`), within grace − safety margin:
+1. stop the drain of anything older than what is about to be captured;
+2. give the trainer's emergency checkpoint a moment to appear, capture the
+   newest published step durably (temp + fsync + rename);
+3. drain it with top priority until the deadline, then cancel: the engine's
+   journal keeps finished parts for whoever runs next on this node;
+4. return, so the process exits 0 before the deadline.
+A second SIGTERM aborts whatever is in progress at once; because captures are
+published by rename, that never leaves a corrupt local copy.
+
+Nothing here ever blocks or signals the trainer: it only reads the work dir.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ckptdrain.agent.config import AgentConfig
+from ckptdrain.agent.drain import DrainWorker
+from ckptdrain.agent.durable import CopyAborted
+from ckptdrain.agent.localtier import LocalTier, completed_steps
+from ckptdrain.agent.metrics import AgentMetrics
+from ckptdrain.agent.report import CheckpointEvent, Reporter, State
+from ckptdrain.client import CONTROL_DIR, REQUEST_FILE, read_request, write_json_atomic
+from ckptdrain.errors import CkptdrainError
+
+log = logging.getLogger(__name__)
+
+POLL = 0.2
+#: After SIGTERM, how long to wait for the trainer to *start* an emergency checkpoint.
+EMERGENCY_SETTLE = 1.0
+#: Share of the flush budget we are willing to wait for it to *finish*.
+EMERGENCY_SHARE = 0.5
+
+
+def goes_global(capture_number: int, every: int) -> bool:
+    """The 1st, (1+every)-th, (1+2·every)-th … capture goes global: the first
+    because after a (re)start the global recovery point is unknown."""
+    return (capture_number - 1) % every == 0
+
+
+class Agent:
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        tier: LocalTier,
+        reporter: Reporter,
+        metrics: AgentMetrics,
+        drain: DrainWorker | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cfg = cfg
+        self.tier = tier
+        self.reporter = reporter
+        self.metrics = metrics
+        self.drain = drain
+        self.clock = clock
+        self.terminating = threading.Event()
+        self.aborting = threading.Event()  # a second SIGTERM
+        self.sigterm_at: float | None = None
+        self.captures = 0
+        self._seq = (read_request(cfg.work_dir).seq if read_request(cfg.work_dir) else 0)
+
+    # -- signals -----------------------------------------------------------------
+    def on_sigterm(self) -> None:
+        """Called from the signal handler: the first asks for a flush, the second aborts."""
+        if self.terminating.is_set():
+            self.aborting.set()
+            if self.drain is not None:
+                self.drain.cancel_current()
+            return
+        self.sigterm_at = self.clock()
+        self.terminating.set()
+
+    # -- start-up ------------------------------------------------------------------
+    def recover(self) -> None:
+        """Tidy what a previous process left and resume its unfinished drains."""
+        for temp in self.tier.remove_temps():
+            log.info("removed an unfinished capture: %s", temp)
+        steps = self.tier.steps()
+        for step in steps:
+            manifest = self.tier.manifest(step)
+            self.metrics.recovery_point("local", step, manifest.created)
+            if self.tier.is_global(step):
+                self.metrics.recovery_point("global", step, manifest.created)
+        if self.drain is None:
+            return
+        newest_global = max((s for s in steps if self.tier.is_global(s)), default=-1)
+        resume = [s for s in self.tier.unfinished_drains() if s > newest_global]
+        if steps and steps[0] > newest_global:
+            resume.append(steps[0])  # the newest local step is the recovery point: protect it
+        for step in sorted(set(resume)):
+            log.info("resuming the drain of step %d", step)
+            self.drain.submit(step, "resume")
+
+    # -- steady state ---------------------------------------------------------------
+    def run(self) -> int:
+        """Run until SIGTERM, then flush. Returns the exit code (0)."""
+        self.recover()
+        next_request = self.clock() + self.cfg.interval_s
+        while not self.terminating.is_set():
+            self.metrics.beat()
+            now = self.clock()
+            if now >= next_request:
+                self.request("schedule")
+                next_request = max(next_request + self.cfg.interval_s, now + POLL)
+            try:
+                self.capture_newest("schedule")
+                self.housekeeping()
+            except CkptdrainError as err:
+                # A bad checkpoint or a full disk must not stop the schedule.
+                self.metrics.errors.labels("capture").inc()
+                log.warning("capture failed, will retry: %s", err)
+            except OSError as err:
+                self.metrics.errors.labels("capture").inc()
+                log.warning("capture failed, will retry: %s", err)
+            self.terminating.wait(POLL)
+        return self.flush()
+
+    def request(self, reason: str) -> None:
+        """Ask the trainer for a checkpoint. It answers by publishing a step."""
+        self._seq += 1
+        try:
+            write_json_atomic(self.cfg.work_dir / CONTROL_DIR / REQUEST_FILE,
+                              {"seq": self._seq, "reason": reason, "at": time.time()})
+        except OSError as err:
+            self.metrics.errors.labels("request").inc()
+            log.warning("could not write the checkpoint request: %s", err)
+
+    def capture_newest(self, trigger: str, should_stop: Callable[[], bool] | None = None
+                       ) -> int | None:
+        """Capture the newest published step unless the tier already has it
+        (or something newer). Returns the captured step or None."""
+        published = completed_steps(self.cfg.work_dir)
+        local = self.tier.steps()
+        if not published or (local and published[0] <= local[0]):
+            return None
+        step = published[0]
+        source = self.cfg.work_dir / f"step-{step}"
+        self.reporter.report(CheckpointEvent(step, State.CAPTURING, trigger=trigger))
+        try:
+            captured = self.tier.capture(source, step, writer=self.cfg.writer,
+                                         writers=self.cfg.writers, should_stop=should_stop,
+                                         extra={"trigger": trigger})
+        except FileNotFoundError as err:
+            # The trainer (or restore) replaced the step while we copied it.
+            log.warning("step %d vanished while capturing (%s); will retry", step, err)
+            return None
+        except Exception as err:
+            self.reporter.report(CheckpointEvent(step, State.FAILED, message=f"capture: {err}",
+                                                 trigger=trigger))
+            raise
+        size = captured.manifest.total_bytes
+        self.metrics.captured_bytes.inc(size)
+        self.metrics.capture_seconds.observe(captured.seconds)
+        self.metrics.recovery_point("local", step, captured.manifest.created)
+        self.reporter.report(CheckpointEvent(step, State.LOCAL, size, captured.seconds,
+                                             trigger=trigger))
+        self.captures += 1
+        if self.drain is not None and (trigger != "schedule"
+                                       or goes_global(self.captures, self.cfg.global_every)):
+            self.drain.submit(step, trigger)
+        return step
+
+    def housekeeping(self) -> None:
+        busy = self.drain.busy_steps() if self.drain is not None else set()
+        try:
+            removed = self.tier.apply_retention(self.cfg.local_keep, busy)
+        except OSError as err:
+            self.metrics.errors.labels("retention").inc()
+            log.warning("retention failed: %s", err)
+            removed = []
+        if removed:
+            log.info("retention removed local steps %s", removed)
+        self.prune_work_dir()
+        if self.drain is not None:
+            self.metrics.lag_bytes.set(self.drain.lag_bytes())
+
+    def prune_work_dir(self) -> None:
+        """Remove published work-dir steps older than the newest captured one:
+        the memory tier is small, and the local tier now holds something newer."""
+        local = self.tier.steps()
+        if not local:
+            return
+        for step in completed_steps(self.cfg.work_dir):
+            if step < local[0]:
+                victim = self.cfg.work_dir / f"step-{step}"
+                doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
+                try:
+                    os.rename(victim, doomed)
+                except OSError:
+                    continue
+                shutil.rmtree(doomed, ignore_errors=True)
+
+    # -- SIGTERM ------------------------------------------------------------------------
+    def flush(self) -> int:
+        start = self.sigterm_at if self.sigterm_at is not None else self.clock()
+        deadline = start + self.cfg.flush_budget_s
+        log.info("SIGTERM: flushing for up to %.1fs", deadline - self.clock())
+
+        def stop_now() -> bool:
+            return self.aborting.is_set() or self.clock() >= deadline
+
+        self.request("sigterm")  # for trainers that poll instead of handling SIGTERM
+        self._await_emergency(start, deadline, stop_now)
+        newest: int | None = None
+        try:
+            newest = self.capture_newest("sigterm", should_stop=stop_now)
+        except CopyAborted:
+            log.warning("SIGTERM capture stopped at the deadline; the previous local copy stands")
+        except (CkptdrainError, OSError) as err:
+            log.warning("SIGTERM capture failed: %s", err)
+        local = self.tier.steps()
+        target = newest if newest is not None else (local[0] if local else None)
+        if self.drain is not None and target is not None and not self.tier.is_global(target):
+            self.drain.submit(target, "sigterm")  # newest: supersedes anything older
+            while not stop_now() and not self.drain.is_done(target):
+                self.metrics.beat()
+                time.sleep(POLL / 2)
+        if self.drain is not None:
+            # Leave a moment for the cancelled part to finish and the journal to land.
+            remaining = max(0.1, deadline - self.clock())
+            if not self.drain.stop(timeout=remaining):
+                log.warning("drain did not stop before the deadline; its journal resumes it")
+        if target is not None:
+            state = "global" if self.tier.is_global(target) else "local only (journaled)"
+            log.info("SIGTERM flush done: step %d is %s", target, state)
+        return 0
+
+    def _await_emergency(self, start: float, deadline: float, stop_now: Callable[[], bool]
+                         ) -> None:
+        """Wait briefly for the trainer's emergency checkpoint: long enough for it to
+        start (EMERGENCY_SETTLE), and while a `.tmp` is being written, up to half
+        the flush budget."""
+        budget_end = start + EMERGENCY_SHARE * (deadline - start)
+        settle_end = min(start + EMERGENCY_SETTLE, budget_end)
+        while not stop_now():
+            now = self.clock()
+            writing = _writing(self.cfg.work_dir)
+            if now >= budget_end or (now >= settle_end and not writing):
+                return
+            self.metrics.beat()
+            time.sleep(POLL / 4)
+
+
+def _writing(work_dir: Path) -> bool:
+    """Is the trainer in the middle of writing a step (a `step-<N>.tmp` exists)?"""
+    try:
+        return any(name.startswith("step-") and name.endswith(".tmp")
+                   for name in os.listdir(work_dir))
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,195 @@
+"""`ckptdrain restore`: the init step that puts the newest checkpoint where the trainer looks.
+
+Candidates come from `restore.plan`: the local tier's steps (verified while
+they are copied: every byte's CRC32C against the manifest) and the global
+tier's complete steps (fetched with parallel ranged reads at full speed, no
+rate limit: the whole job waits for this). A candidate that fails is recorded
+in the result's `skipped` with the reason, and the next one is tried. The
+chosen step lands in `<work>/step-<N>/` (temp name, then rename), and the
+result file says what came from where.
+
+Exit codes: 0 restored or fresh start (the store answered and nothing exists
+anywhere); 2 invalid configuration; 3 the global tier could not be asked and
+the local tier had nothing usable (restarting from scratch then could throw
+away days of training, so we fail and let the kubelet retry); 4 candidates
+existed but none verified.
+
+Unfinished drain journals on the local tier are left to the agent: restore
+runs before the trainer and every second it spends delays the whole job,
+while the agent resumes the journal in the background moments later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ckptdrain import units
+from ckptdrain.agent import config as agent_config
+from ckptdrain.agent import durable
+from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.errors import CkptdrainError, IntegrityError, StoreError
+from ckptdrain.restore.plan import Candidate, candidates
+from ckptdrain.restore.result import RestoreResult, Skipped
+
+log = logging.getLogger("ckptdrain.restore")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    agent_config.add_arguments(parser)
+
+
+def _global_steps(store: Any) -> list[int]:
+    from ckptdrain.transfer.catalog import complete_steps
+
+    found = complete_steps(store)
+    return sorted((getattr(s, "step", s) for s in found), reverse=True)
+
+
+def _place(tmp: Path, final: Path) -> None:
+    """Replace `final` with `tmp` (a stale copy of the same step may be there)."""
+    if final.exists():
+        aside = final.with_name(f".restore-old-{final.name}-{os.getpid()}")
+        os.rename(final, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+    durable.publish(tmp, final)
+
+
+def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int) -> int:
+    manifest = tier.manifest(step)
+    if (manifest.writer, manifest.writers) != (writer, writers):
+        raise IntegrityError(f"local copy is writer {manifest.writer} of {manifest.writers},"
+                             f" this pod is writer {writer} of {writers}")
+    durable.copy_tree(tier.data_dir(step), tmp, files=[f.path for f in manifest.files],
+                      expected={f.path: f for f in manifest.files})
+    return manifest.total_bytes
+
+
+def _from_global(store: Any, step: int, writer: int, tmp: Path) -> int:
+    from ckptdrain.transfer.fetch import fetch
+
+    result = fetch(store, tmp, step=step, writer=writer)
+    if result.step != step:
+        raise IntegrityError(f"fetched step {result.step}, asked for {step}")
+    return int(result.bytes)
+
+
+def restore(cfg: agent_config.AgentConfig, store: Any | None,
+            store_problem: str | None = None) -> tuple[RestoreResult, int]:
+    """Restore the best candidate. Returns the result and the exit code."""
+    started = time.monotonic()
+    result = RestoreResult(fresh_start=True, writer=cfg.writer, writers=cfg.writers, at=time.time())
+    if store_problem:
+        result.skipped.append(Skipped(None, "global", store_problem))
+    tier = LocalTier(cfg.local_dir)
+    local_steps = tier.steps() if cfg.local_dir.is_dir() else []
+    global_steps: list[int] = []
+    global_ok = store is not None and store_problem is None
+    if global_ok:
+        try:
+            global_steps = _global_steps(store)
+        except (StoreError, OSError) as err:
+            global_ok = False
+            result.skipped.append(Skipped(None, "global", f"listing failed: {err}"))
+    plan = candidates(local_steps, global_steps, writers=cfg.writers,
+                      prefer=cfg.restore_prefer)  # type: ignore[arg-type]
+    if cfg.writers > 1:
+        for step in sorted(set(local_steps) - set(global_steps), reverse=True):
+            result.skipped.append(Skipped(
+                step, "local",
+                "not complete globally; with several writers every rank must restore one step"))
+    cfg.work_dir.mkdir(parents=True, exist_ok=True)
+    for cand in plan:
+        if result.step is not None and cand.step < result.step:
+            break
+        outcome = _try(cfg, tier, store, cand, result)
+        if outcome:
+            break
+    result.seconds = time.monotonic() - started
+    if result.step is not None:
+        return result, 0
+    if store is not None and not global_ok:
+        return result, StoreError.exit_code
+    if plan:
+        return result, IntegrityError.exit_code
+    return result, 0
+
+
+def _try(cfg: agent_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
+         result: RestoreResult) -> bool:
+    tmp = cfg.work_dir / f".restore-step-{cand.step}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    final = cfg.work_dir / f"step-{cand.step}"
+    try:
+        if cand.tier == "local":
+            size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers)
+            source = str(tier.step_dir(cand.step))
+        else:
+            size = _from_global(store, cand.step, cfg.writer, tmp)
+            source = f"{store.uri} step {cand.step} writer {cfg.writer}"
+        _place(tmp, final)
+    except (CkptdrainError, OSError) as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = str(err) or type(err).__name__
+        log.warning("restore: step %d from the %s tier failed, trying the next candidate: %s",
+                    cand.step, cand.tier, reason)
+        result.skipped.append(Skipped(cand.step, cand.tier, reason))
+        return False
+    result.fresh_start = False
+    result.step, result.tier, result.bytes = cand.step, cand.tier, size
+    result.path, result.source = str(final), source
+    return True
+
+
+def run(args: argparse.Namespace) -> int:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = agent_config.load(args)
+    except CkptdrainError as err:
+        print(f"ckptdrain restore: {err}", file=sys.stderr)
+        return err.exit_code
+    if not cfg.restore:
+        print("ckptdrain restore: disabled (CKPTDRAIN_RESTORE=false); fresh start")
+        RestoreResult(True, cfg.writer, cfg.writers, time.time()).write(cfg.restore_result)
+        return 0
+    store, problem = None, None
+    if cfg.store_uri:
+        try:
+            from ckptdrain.store import open_store
+
+            store = open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint, region=cfg.region)
+        except (CkptdrainError, OSError) as err:
+            problem = f"cannot open {cfg.store_uri}: {err}"
+            store = object()  # a store was configured but is unusable
+    result, code = restore(cfg, store, problem)
+    result.write(cfg.restore_result)
+    for skip in result.skipped:
+        print(f"ckptdrain restore: skipped {skip.tier} step {skip.step}: {skip.reason}")
+    if result.step is not None:
+        print(f"ckptdrain restore: step {result.step} from the {result.tier} tier, "
+              f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)}"
+              f" ({units.format_rate(result.bytes / max(result.seconds, 1e-6))}) -> {result.path}")
+    elif code == 0:
+        print("ckptdrain restore: no checkpoint anywhere: fresh start")
+    else:
+        print(f"ckptdrain restore: nothing usable (exit {code}); see skipped above",
+              file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ckptdrain restore", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
