@@ -162,6 +162,9 @@ def _read_storage(r: _Reader) -> tuple[str, SecretRef | None]:
     ref = r.raw("storage.credentialsSecretRef")
     if ref is None:
         return uri, None
+    if not isinstance(ref, Mapping):
+        r.fail("storage.credentialsSecretRef", "{name, accessKeyIdKey, secretAccessKeyKey}", ref)
+        return uri, None
     name = r.get("storage.credentialsSecretRef.name", _text, "")
     if not name:
         r.fail("storage.credentialsSecretRef.name", "the name of a Secret", ref.get("name"))
@@ -235,6 +238,14 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
             r.fail("localTier.memory.sizeLimit",
                    f"at least one checkpoint shard, {units.format_bytes(shard)} per writer",
                    memory)
+    endpoint = r.get("storage.endpoint", _text, None)
+    region = r.get("storage.region", _text, None)
+    global_keep = r.get("storage.keep", units.parse_positive_int, DEFAULT_GLOBAL_KEEP)
+    schedule = r.get("triggers.schedule", _flag, True)
+    sigterm = r.get("triggers.sigterm", _flag, True)
+    restore_enabled = r.get("restore.enabled", _flag, True)
+    prefer = r.get("restore.prefer", _choice(RESTORE_PREFER), "local")
+    grace = r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn")
     if r.errors:
         return None, r.errors
     return Policy(
@@ -243,14 +254,9 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         else (mtti or 0) * sizing.DEFAULT_INTERVAL_FRACTION_OF_MTTI,
         local_path=posixpath.normpath(path), local_keep=keep, local_capacity=capacity,
         memory_limit=str(memory) if memory is not None else None,
-        store_uri=uri, endpoint=r.get("storage.endpoint", _text, None),
-        region=r.get("storage.region", _text, None), credentials=secret,
-        global_keep=r.get("storage.keep", units.parse_positive_int, DEFAULT_GLOBAL_KEEP),
-        schedule=r.get("triggers.schedule", _flag, True),
-        sigterm=r.get("triggers.sigterm", _flag, True),
-        restore_enabled=r.get("restore.enabled", _flag, True),
-        restore_prefer=r.get("restore.prefer", _choice(RESTORE_PREFER), "local"),
-        grace_policy=r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn"),
+        store_uri=uri, endpoint=endpoint, region=region, credentials=secret,
+        global_keep=global_keep, schedule=schedule, sigterm=sigterm,
+        restore_enabled=restore_enabled, restore_prefer=prefer, grace_policy=grace,
         per_drainer_cap=per_drainer,
     ), []
 
@@ -271,3 +277,22 @@ def parse(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
 
 def compute_sizing(policy: Policy) -> sizing.Sizing:
     return sizing.compute(policy.sizing_input)
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Kubernetes label-selector semantics; an empty selector matches everything."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True

@@ -170,4 +170,5 @@ class RecordWriter:
         name = self.ensure(step)
         patch = writer_patch(self.writer_id, state, size_bytes, tiers, now, node, message)
         self.api.patch_namespaced_custom_object_status(
-            GROUP, VERSION, self.namespace, PLURAL, name, patch)
+            GROUP, VERSION, self.namespace, PLURAL, name, patch,
+            _content_type="application/merge-patch+json")

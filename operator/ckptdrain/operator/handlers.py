@@ -1,0 +1,269 @@
+"""Kopf wiring: thin handlers named `<kind>_<event>`. They read, call the
+pure core (policy, status, allocation, records) and write.
+
+State lives in the cluster: in-memory indexes are rebuilt from the watches on
+every start, shares and record names are deterministic, so a restarted
+operator converges to the same result without duplicates.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kopf
+
+from ckptdrain import sizing
+from ckptdrain.errors import InvalidInput
+from ckptdrain.operator import allocation, injection, kube, metrics, records, webhook
+from ckptdrain.operator import policy as pol
+from ckptdrain.operator import status as st
+from ckptdrain.operator.config import OperatorConfig
+
+PREFIX = "ckptdrain.io"
+POLICIES = ("ckptdrain.io", "v1alpha1", "checkpointpolicies")
+CHECKPOINTS = ("ckptdrain.io", "v1alpha1", "checkpoints")
+INJECTED = {injection.ANNOTATION_INJECTED: kopf.PRESENT}
+MAX_RESTORES = 10
+Key = tuple[str, str]
+
+_locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
+    return [v for v in index.get(key, []) if v is not None]
+
+
+@kopf.on.startup()
+def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
+                     **_: Any) -> None:
+    """Our own prefixes, Kopf's bookkeeping in annotations, webhooks, peering."""
+    cfg: OperatorConfig = memo.config
+    settings.persistence.finalizer = f"{PREFIX}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key="last-handled-configuration")
+    settings.peering.name = cfg.peering
+    settings.peering.mandatory = False  # without Kopf's peering CRDs: run, and warn
+    settings.peering.clusterwide = not cfg.namespace
+    settings.posting.level = logging.INFO
+    # Re-establish watches every few minutes, so a silently stalled one heals.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 30
+    settings.execution.max_workers = 8
+    if cfg.webhook_port:
+        settings.admission.server = webhook.build_server(cfg)
+        settings.admission.managed = cfg.webhook_managed or None
+
+
+# -- indexes: what the handlers and the webhook look up without API calls ----
+
+
+@kopf.index(*POLICIES)
+def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
+                           **_: Any) -> dict[Key, dict[str, Any]]:
+    return {(namespace, name): copy.deepcopy(dict(body))}
+
+
+@kopf.index("v1", "pods", annotations=INJECTED)
+def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
+              **_: Any) -> dict[Key, allocation.Drainer] | None:
+    if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+        return None  # a finished or leaving pod drains nothing more
+    ann = meta.get("annotations", {})
+    share = allocation.parse_annotation_number(ann.get(injection.ANNOTATION_BANDWIDTH))
+    return {(namespace, ann.get(injection.ANNOTATION_POLICY, "")): allocation.Drainer(
+        pod=name, pending_bytes=allocation.parse_annotation_number(
+            ann.get(injection.ANNOTATION_PENDING)),
+        current_share=None if share is None else int(share))}
+
+
+@kopf.index(*CHECKPOINTS)
+def checkpoint_index(namespace: str, spec: kopf.Spec, body: kopf.Body,
+                     **_: Any) -> dict[Key, dict[str, Any]]:
+    return {(namespace, spec.get("policy", "")): copy.deepcopy(dict(body))}
+
+
+# -- policies -----------------------------------------------------------------
+
+
+def _parse(cfg: OperatorConfig, body: dict[str, Any], drainers: int) -> pol.Policy:
+    meta = body.get("metadata", {})
+    return pol.parse(meta.get("namespace", ""), meta.get("name", ""), body.get("spec", {}),
+                     cfg, drainers=max(1, drainers))
+
+
+def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
+                      logger: logging.Logger, pod_index: kopf.Index[Key, Any],
+                      checkpointpolicy_index: kopf.Index[Key, Any], announce: bool) -> None:
+    cfg: OperatorConfig = memo.config
+    key = (body.metadata.namespace or "", body.metadata.name or "")
+    drainers = len(_values(pod_index, key))
+    generation = body.metadata.get("generation")
+    previous = body.status.get("conditions", [])
+    with metrics.reconciling("checkpointpolicy"):
+        try:
+            sized = pol.compute_sizing(_parse(cfg, dict(body), drainers))
+        except InvalidInput as error:
+            patch.status.update(st.for_invalid(str(error), generation, _now(), previous))
+            kopf.warn(body, reason="InvalidSpec", message=str(error))
+            return
+        new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers)
+        new["drainers"] = drainers
+        patch.status.update(new)
+    if announce:
+        kopf.info(body, reason="Sized", message=new["conditions"][0]["message"])
+        if sized.bandwidth_constrained:
+            kopf.warn(body, reason="BandwidthConstrained", message=new["conditions"][2]["message"])
+    logger.info("sized: %s", new["conditions"][0]["message"])
+    _rebalance(key, cfg, checkpointpolicy_index, pod_index, logger)
+
+
+@kopf.on.create(*POLICIES, timeout=300, backoff=10)
+def checkpointpolicy_create(**kwargs: Any) -> None:
+    _reconcile_policy(announce=True, **_pick(kwargs))
+
+
+@kopf.on.update(*POLICIES, field="spec", timeout=300, backoff=10)
+def checkpointpolicy_update(**kwargs: Any) -> None:
+    _reconcile_policy(announce=True, **_pick(kwargs))
+
+
+@kopf.on.resume(*POLICIES, timeout=300, backoff=10)
+def checkpointpolicy_resume(**kwargs: Any) -> None:
+    _reconcile_policy(announce=False, **_pick(kwargs))
+
+
+def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
+    names = ("body", "patch", "memo", "logger", "pod_index", "checkpointpolicy_index")
+    return {k: kwargs[k] for k in names}
+
+
+# -- pods: bandwidth shares and restores ----------------------------------------
+
+
+def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+             pods: kopf.Index[Key, Any]) -> dict[Key, tuple[float, pol.Policy]]:
+    """Each valid policy's budget (its own cap applied, then the cluster cap jointly)."""
+    parsed: dict[Key, pol.Policy] = {}
+    wanted: dict[Key, float] = {}
+    for key in policies:
+        for body in _values(policies, key):
+            try:
+                p = _parse(cfg, body, len(_values(pods, key)))
+                s = sizing.compute(dataclasses.replace(p.sizing_input, cluster_cap=None))
+            except InvalidInput:
+                continue
+            parsed[key], wanted[key] = p, s.allowed_bandwidth
+    budgets = allocation.policy_budgets(wanted, cfg.cluster_bandwidth)
+    return {key: (budgets[key], parsed[key]) for key in budgets}
+
+
+def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+               pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+    with _locks[key], metrics.reconciling("allocation"):
+        budget = _budgets(cfg, policies, pods).get(key)
+        if budget is None:
+            return
+        drainers = _values(pods, key)
+        wanted = allocation.shares(budget[0], drainers, budget[1].per_drainer_cap)
+        for pod, share in allocation.changes(drainers, wanted).items():
+            if kube.annotate_pod(key[0], pod, {injection.ANNOTATION_BANDWIDTH: str(share)}):
+                metrics.ALLOCATION_CHANGES.labels(*key).inc()
+                logger.info("share of %s/%s: %d B/s", key[0], pod, share)
+        status = next(iter(_values(policies, key)), {}).get("status") or {}
+        if status.get("phase") in ("Ready", "Constrained") \
+                and status.get("drainers") != len(drainers):
+            kube.patch_status("checkpointpolicies", key[0], key[1], {"drainers": len(drainers)})
+
+
+@kopf.on.event("v1", "pods", annotations=INJECTED)
+def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace: str,
+              memo: kopf.Memo, logger: logging.Logger, pod_index: kopf.Index[Key, Any],
+              checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
+    annotations = meta.get("annotations", {})
+    key = (namespace, annotations.get(injection.ANNOTATION_POLICY, ""))
+    _rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)
+    source = annotations.get(injection.ANNOTATION_RESTORED)
+    if source and event.get("type") != "DELETED":
+        _record_restore(key, meta.get("name", ""), source, body, checkpointpolicy_index)
+
+
+def _record_restore(key: Key, pod: str, source: str, body: kopf.Body,
+                    policies: kopf.Index[Key, Any]) -> None:
+    """Which checkpoint a restored pod started from, in the policy's status (once)."""
+    status = next(iter(_values(policies, key)), {}).get("status") or {}
+    restores = list(status.get("restores") or [])
+    if any(r.get("pod") == pod and r.get("source") == source for r in restores):
+        return
+    entry = {"pod": pod, "source": source, "time": st.timestamp(_now())}
+    kube.patch_status("checkpointpolicies", key[0], key[1],
+                      {"restores": [entry, *restores][:MAX_RESTORES]})
+    kopf.info(body, reason="Restored", message=f"started from {source} ({key[1]})")
+
+
+# -- checkpoint records: completion, retention, recovery point ------------------
+
+
+@kopf.on.event(*CHECKPOINTS)
+def checkpoint_event(event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str,
+                     spec: kopf.Spec, memo: kopf.Memo, logger: logging.Logger,
+                     checkpoint_index: kopf.Index[Key, Any],
+                     checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
+    key = (namespace, spec.get("policy", ""))
+    with metrics.reconciling("checkpoint"):
+        if event.get("type") != "DELETED":
+            change = records.aggregate_patch(dict(body), _now())
+            if change:
+                kube.patch_status("checkpoints", namespace, name, change)
+        _sweep(key, memo.config, checkpoint_index, checkpointpolicy_index, logger)
+
+
+def _sweep(key: Key, cfg: OperatorConfig, checkpoints: kopf.Index[Key, Any],
+           policies: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+    """Retention and the policy's recovery point, from the records of one policy."""
+    recs = _values(checkpoints, key)
+    policy_body = next(iter(_values(policies, key)), None)
+    keep = pol.DEFAULT_GLOBAL_KEEP
+    if policy_body is not None:
+        keep = (policy_body.get("spec", {}).get("storage") or {}).get("keep", keep)
+    now = _now()
+    with _locks[key]:
+        for rec_name in records.to_expire(recs, keep):
+            kube.patch_status("checkpoints", key[0], rec_name,
+                              {"state": "Expired", "expiredTime": st.timestamp(now)})
+            metrics.RETENTION_EXPIRED.labels(*key).inc()
+            logger.info("expired checkpoint %s/%s (keep=%s)", key[0], rec_name, keep)
+        for rec in _expired_past_ttl(recs, cfg.expired_ttl_s, now):
+            kube.delete("checkpoints", key[0], rec)
+        if policy_body is None:
+            return
+        local, glob, when = records.latest_steps(recs)
+        wanted = st.recovery_fields(local, glob, when)
+        current = policy_body.get("status") or {}
+        if any(current.get(k) != v for k, v in wanted.items()):
+            kube.patch_status("checkpointpolicies", key[0], key[1], wanted)
+
+
+def _expired_past_ttl(recs: Iterable[dict[str, Any]], ttl_s: float,
+                      now: datetime) -> list[str]:
+    out = []
+    for rec in recs:
+        status = rec.get("status") or {}
+        if status.get("state") != "Expired" or not status.get("expiredTime"):
+            continue
+        since = datetime.strptime(status["expiredTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        if now - since >= timedelta(seconds=ttl_s):
+            out.append(rec["metadata"]["name"])
+    return out

@@ -1,0 +1,53 @@
+"""The few writes the operator makes outside Kopf's own patching, through the
+official client. Thin: every function is one API call; 404 on something that
+is already gone is not an error.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+GROUP, VERSION = "ckptdrain.io", "v1alpha1"
+#: Say it: the generated client would otherwise pick JSON Patch for a dict body.
+MERGE = "application/merge-patch+json"
+
+
+@functools.cache
+def _clients() -> tuple[client.CoreV1Api, client.CustomObjectsApi]:
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.CoreV1Api(), client.CustomObjectsApi()
+
+
+def _gone_ok(call: Any, *args: Any, **kwargs: Any) -> bool:
+    try:
+        call(*args, **kwargs)
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
+def annotate_pod(namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+    core, _ = _clients()
+    return _gone_ok(core.patch_namespaced_pod, name, namespace,
+                    {"metadata": {"annotations": annotations}}, _content_type=MERGE)
+
+
+def patch_status(plural: str, namespace: str, name: str, status: dict[str, Any]) -> bool:
+    _, custom = _clients()
+    return _gone_ok(custom.patch_namespaced_custom_object_status, GROUP, VERSION, namespace,
+                    plural, name, {"status": status}, _content_type=MERGE)
+
+
+def delete(plural: str, namespace: str, name: str) -> bool:
+    _, custom = _clients()
+    return _gone_ok(custom.delete_namespaced_custom_object, GROUP, VERSION, namespace,
+                    plural, name)

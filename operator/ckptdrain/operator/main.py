@@ -1,0 +1,65 @@
+"""`ckptdrain operator`: load the config, start metrics, run Kopf.
+
+`run(argv) -> int` is what the CLI calls; `python -m ckptdrain.operator.main`
+works too (the tests start it that way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ckptdrain.errors import InvalidInput
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ckptdrain operator",
+                                     description="Run the ckptdrain operator (Kopf).")
+    parser.add_argument("--namespace", help="watch one namespace (default: all, or "
+                        "CKPTDRAIN_NAMESPACE)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, "
+                        "then KUBECONFIG)")
+    parser.add_argument("--standalone", action="store_true",
+                        help="no peering: run even if another replica is active")
+    parser.add_argument("--verbose", action="store_true")
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run until stopped; 0 on a clean stop, 2 on a bad configuration."""
+    args = _parser().parse_args(argv)
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    if args.namespace:
+        os.environ["CKPTDRAIN_NAMESPACE"] = args.namespace
+    from ckptdrain.operator import config
+    try:
+        cfg = config.from_env()
+    except InvalidInput as error:
+        print(f"ckptdrain operator: {error}", file=sys.stderr)
+        return error.exit_code
+
+    import kopf
+    from prometheus_client import start_http_server
+
+    from ckptdrain.operator import handlers, webhook  # noqa: F401 -- registers the handlers
+
+    if cfg.metrics_port:
+        start_http_server(cfg.metrics_port)
+    kopf.configure(verbose=args.verbose)
+    scope: dict[str, object] = (
+        {"namespaces": [cfg.namespace]} if cfg.namespace else {"clusterwide": True})
+    kopf.run(
+        standalone=args.standalone or None,
+        peering_name=cfg.peering,
+        liveness_endpoint=f"http://0.0.0.0:{cfg.health_port}/healthz"
+        if cfg.health_port else None,
+        memo=kopf.Memo(config=cfg),
+        **scope,  # type: ignore[arg-type]
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))

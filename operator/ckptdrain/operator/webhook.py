@@ -1,0 +1,121 @@
+"""Admission: a mutating webhook that injects ckptdrain into the pods a policy
+selects, and a validating webhook for policies. Thin: the patch and the
+checks are pure (`injection`, `policy`).
+
+Scope: the pod webhook's objectSelector matches only pods labelled
+`ckptdrain.io/inject=true`, and its failurePolicy is Ignore, so it can never
+block an unrelated pod (nor a labelled one when the operator is down). The
+policy webhook fails closed: a policy the operator cannot check is refused.
+Neither has side effects, so dry-run requests are answered the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kopf
+
+from ckptdrain import sizing
+from ckptdrain.errors import InvalidInput
+from ckptdrain.operator import injection, metrics
+from ckptdrain.operator import policy as pol
+from ckptdrain.operator.config import OperatorConfig
+
+POLICIES = ("ckptdrain.io", "v1alpha1", "checkpointpolicies")
+
+
+def _self_signed(host: str) -> tuple[str, str]:
+    """A development certificate for `host` (kopf's own generator needs extras)."""
+    directory = Path(tempfile.mkdtemp(prefix="ckptdrain-webhook-"))
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    san = f"IP:{host}" if host.replace(".", "").isdigit() else f"DNS:{host}"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365",
+         "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={host}",
+         "-addext", f"subjectAltName={san},DNS:localhost"],
+        check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def build_server(cfg: OperatorConfig) -> kopf.WebhookServer:
+    """Kopf's webhook server with the chart's certificate, or a self-signed one."""
+    cert, key, ca = cfg.webhook_cert, cfg.webhook_key, cfg.webhook_ca
+    if cert is None or key is None:
+        cert, key = _self_signed(cfg.webhook_host)
+        ca = cert
+    return kopf.WebhookServer(addr=cfg.webhook_addr, port=cfg.webhook_port,
+                              host=cfg.webhook_host, certfile=cert, pkeyfile=key, cafile=ca)
+
+
+def _selecting(namespace: str, labels: dict[str, str],
+               policies: kopf.Index[tuple[str, str], Any]) -> list[dict[str, Any]]:
+    found = []
+    for key in policies:
+        if key[0] != namespace:
+            continue
+        for body in policies.get(key, []):
+            if body and pol.selector_matches(body.get("spec", {}).get("selector") or {}, labels):
+                found.append(body)
+    return sorted(found, key=lambda b: b["metadata"]["name"])
+
+
+def default_share(p: pol.Policy) -> float:
+    """A pod's share before the operator rebalances: the budget split among writers."""
+    s = sizing.compute(p.sizing_input)
+    share = s.allowed_bandwidth / p.writers
+    return min(share, p.per_drainer_cap) if p.per_drainer_cap else share
+
+
+@kopf.on.mutate("v1", "pods", id="ckptdrain-inject", operations=["CREATE"],
+                labels={injection.LABEL_INJECT: "true"}, ignore_failures=True,
+                side_effects=False)
+def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
+               logger: logging.Logger, checkpointpolicy_index: kopf.Index[Any, Any],
+               **_: Any) -> None:
+    """Inject the agent, restore and volumes into a pod one policy selects."""
+    cfg: OperatorConfig = memo.config
+    pod = dict(body)
+    namespace = body.metadata.namespace or ""
+    with metrics.admitting("pod"):
+        if injection.is_injected(pod):
+            return
+        matches = _selecting(namespace, dict(body.metadata.labels), checkpointpolicy_index)
+        if not matches:
+            warnings.append(f"ckptdrain: no CheckpointPolicy in {namespace} selects this pod; "
+                            "not injected")
+            return
+        if len(matches) > 1:
+            names = ", ".join(m["metadata"]["name"] for m in matches)
+            raise kopf.AdmissionError(
+                f"metadata.labels: expected exactly one CheckpointPolicy to select the pod, "
+                f"got {len(matches)} ({names})", code=422)
+        chosen = matches[0]
+        try:
+            p = pol.parse(namespace, chosen["metadata"]["name"], chosen.get("spec", {}), cfg)
+        except InvalidInput as error:
+            warnings.append(f"ckptdrain: policy {chosen['metadata']['name']} is invalid "
+                            f"({error}); not injected")
+            return
+        share = default_share(p)
+        problem = injection.grace_problem(pod, p, share, cfg)
+        if problem and p.grace_policy == "Refuse":
+            raise kopf.AdmissionError(problem, code=422)
+        if problem:
+            warnings.append(problem)
+        ops = injection.build_pod_patch(pod, p, cfg, default_rate=share)
+        patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
+        logger.info("injecting policy %s into a pod (%d ops)", p.key, len(ops))
+
+
+@kopf.on.validate(*POLICIES, id="ckptdrain-policy", operations=["CREATE", "UPDATE"])
+def checkpointpolicy_validate(spec: kopf.Spec, memo: kopf.Memo, **_: Any) -> None:
+    """Refuse a policy the schema admits but the operator cannot honour."""
+    with metrics.admitting("policy"):
+        errors = pol.validate(dict(spec), memo.config)
+        if errors:
+            raise kopf.AdmissionError("; ".join(str(e) for e in errors), code=422)

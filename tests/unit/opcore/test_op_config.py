@@ -1,0 +1,35 @@
+"""operator/config.py: one config object, validated at start."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptdrain.errors import InvalidInput
+from ckptdrain.operator import config
+
+
+def test_defaults() -> None:
+    cfg = config.from_env({})
+    assert cfg.allowed_root == "/mnt/ckptdrain" and cfg.cluster_bandwidth is None
+    assert cfg.webhook_port == 9443 and cfg.namespace == ""
+
+
+def test_values_in_human_units() -> None:
+    cfg = config.from_env({"CKPTDRAIN_CLUSTER_BANDWIDTH": "100GB/s",
+                           "CKPTDRAIN_ALLOWED_ROOT": "/mnt/nvme/", "CKPTDRAIN_EXPIRED_TTL": "0"})
+    assert cfg.cluster_bandwidth == 100e9 and cfg.allowed_root == "/mnt/nvme"
+    assert cfg.expired_ttl_s == 0
+
+
+@pytest.mark.parametrize(("env", "name"), [
+    ({"CKPTDRAIN_CLUSTER_BANDWIDTH": "fast"}, "CKPTDRAIN_CLUSTER_BANDWIDTH"),
+    ({"CKPTDRAIN_ALLOWED_ROOT": "/"}, "CKPTDRAIN_ALLOWED_ROOT"),
+    ({"CKPTDRAIN_ALLOWED_ROOT": "relative"}, "CKPTDRAIN_ALLOWED_ROOT"),
+    ({"CKPTDRAIN_WEBHOOK_PORT": "99999"}, "CKPTDRAIN_WEBHOOK_PORT"),
+    ({"CKPTDRAIN_WEBHOOK_CERT": "/nonexistent"}, "CKPTDRAIN_WEBHOOK_CERT/CKPTDRAIN_WEBHOOK_KEY"),
+    ({"CKPTDRAIN_IMAGE_PULL_POLICY": "Sometimes"}, "CKPTDRAIN_IMAGE_PULL_POLICY"),
+])
+def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        config.from_env(env)
+    assert caught.value.field == name

@@ -1,0 +1,166 @@
+"""operator/injection.py: the pod patch follows docs/pod-contract.md."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ckptdrain.operator import config, injection, policy
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
+SPEC = {
+    "selector": {"matchLabels": {"app": "t"}}, "model": {"parameters": "405B"},
+    "interval": "15m", "overlap": "10%", "writers": 8,
+    "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2,
+                  "memory": {"sizeLimit": "800Gi"}},
+    "storage": {"uri": "s3://bucket/runs", "endpoint": "http://minio:9000",
+                "region": "eu-1", "credentialsSecretRef": {"name": "creds"}},
+}
+POLICY = policy.parse("ml", "llama", SPEC, CFG)
+RATE = 63e9 / 8
+
+
+def pod(**spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"containers": [{"name": "trainer", "image": "t:1"}]}
+    body.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "w-0", "namespace": "ml", "labels": {"app": "t"}},
+            "spec": body}
+
+
+def injected(p: dict[str, Any]) -> dict[str, Any]:
+    ops = injection.build_pod_patch(p, POLICY, CFG, default_rate=RATE)
+    return jsonpatch.apply_patch(copy.deepcopy(p), ops)
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_restore_first_then_native_sidecar() -> None:
+    out = injected(pod(initContainers=[{"name": "user-init", "image": "x"}]))
+    names = [c["name"] for c in out["spec"]["initContainers"]]
+    assert names == ["ckptdrain-restore", "ckptdrain-agent", "user-init"]
+    restore, agent = out["spec"]["initContainers"][:2]
+    assert agent["restartPolicy"] == "Always" and "restartPolicy" not in restore
+    assert agent["command"] == ["ckptdrain", "agent"]
+    assert restore["command"] == ["ckptdrain", "restore"]
+    assert agent["image"] == restore["image"] == "ckptdrain:1.0"
+
+
+def test_containers_are_locked_down() -> None:
+    for c in injected(pod())["spec"]["initContainers"]:
+        sc = c["securityContext"]
+        assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert sc["allowPrivilegeEscalation"] is False
+
+
+def test_volumes_and_mounts_per_contract() -> None:
+    out = injected(pod(volumes=[{"name": "data", "emptyDir": {}}]))
+    vols = {v["name"]: v for v in out["spec"]["volumes"]}
+    assert set(vols) == {"data", "ckptdrain-local", "ckptdrain-work", "ckptdrain-share",
+                         "ckptdrain-tmp"}
+    assert vols["ckptdrain-local"]["hostPath"] == {
+        "path": "/mnt/ckptdrain/nvme/ml/llama", "type": "DirectoryOrCreate"}
+    assert vols["ckptdrain-work"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "800Gi"}
+    item = vols["ckptdrain-share"]["downwardAPI"]["items"][0]
+    assert item == {"path": "bandwidth", "fieldRef": {
+        "fieldPath": "metadata.annotations['ckptdrain.io/bandwidth']"}}
+    agent = out["spec"]["initContainers"][1]
+    mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}
+    assert mounts == {"/ckptdrain/local": "ckptdrain-local", "/ckptdrain/work": "ckptdrain-work",
+                      "/ckptdrain/share": "ckptdrain-share", "/tmp": "ckptdrain-tmp"}
+    trainer = out["spec"]["containers"][0]
+    assert {"name": "ckptdrain-work", "mountPath": "/ckptdrain/work"} in trainer["volumeMounts"]
+
+
+def test_env_per_contract_and_secrets_only_by_reference() -> None:
+    out = injected(pod())
+    env = env_of(out["spec"]["initContainers"][1])
+    assert env["CKPTDRAIN_POLICY"] == "ml/llama"
+    assert env["CKPTDRAIN_STORE_URI"] == "s3://bucket/runs/ml/llama"
+    assert env["CKPTDRAIN_S3_ENDPOINT"] == "http://minio:9000" and env["AWS_REGION"] == "eu-1"
+    assert env["AWS_ACCESS_KEY_ID"] == {"secretKeyRef": {"name": "creds",
+                                                         "key": "AWS_ACCESS_KEY_ID"}}
+    assert env["AWS_SECRET_ACCESS_KEY"] == {"secretKeyRef": {
+        "name": "creds", "key": "AWS_SECRET_ACCESS_KEY"}}
+    assert env["CKPTDRAIN_WRITER_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["CKPTDRAIN_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["CKPTDRAIN_WRITERS"] == "8" and env["CKPTDRAIN_LOCAL_KEEP"] == "2"
+    assert env["CKPTDRAIN_INTERVAL"] == "15m" and env["CKPTDRAIN_OVERLAP"] == "10%"
+    assert env["CKPTDRAIN_GLOBAL_EVERY"] == "1"
+    assert env["CKPTDRAIN_SHARE_FILE"] == "/ckptdrain/share/bandwidth"
+    assert env["CKPTDRAIN_DEFAULT_RATE"] == str(int(RATE))
+    assert env["CKPTDRAIN_GRACE_SECONDS"] == "30"
+    assert env["CKPTDRAIN_RESTORE"] == "true" and env["CKPTDRAIN_RESTORE_PREFER"] == "local"
+    trainer = env_of(out["spec"]["containers"][0])
+    assert trainer["CKPTDRAIN_RESTORE_RESULT"] == "/ckptdrain/work/restore.json"
+    assert trainer["CKPTDRAIN_WORK_DIR"] == "/ckptdrain/work"
+    every_value = str(out)
+    assert "secretAccessKey" not in every_value.replace("secretAccessKeyKey", "")
+
+
+def test_job_completion_index_is_the_writer_id() -> None:
+    p = pod()
+    p["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": "3"}
+    env = env_of(injected(p)["spec"]["initContainers"][0])
+    assert env["CKPTDRAIN_WRITER_ID"] == "3"
+
+
+def test_workload_identity_has_no_keys() -> None:
+    spec = {**SPEC, "storage": {"uri": "s3://bucket/runs"}}
+    p = policy.parse("ml", "llama", spec, CFG)
+    ops = injection.build_pod_patch(pod(), p, CFG, default_rate=RATE)
+    assert "AWS_ACCESS_KEY_ID" not in str(ops)
+
+
+def test_annotations_mark_injection_and_seed_the_share() -> None:
+    ann = injected(pod())["metadata"]["annotations"]
+    assert ann == {"ckptdrain.io/policy": "llama", "ckptdrain.io/injected": "true",
+                   "ckptdrain.io/bandwidth": str(int(RATE))}
+
+
+def test_user_env_wins_and_is_not_duplicated() -> None:
+    p = pod(containers=[{"name": "t", "image": "t", "env": [
+        {"name": "CKPTDRAIN_WORK_DIR", "value": "/mine"}]}])
+    env = injected(p)["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "CKPTDRAIN_WORK_DIR"] == ["/mine"]
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None, max_examples=50)
+@given(st.lists(st.sampled_from(["initContainers", "volumes", "env", "annotations",
+                                 "mounts"]), unique=True))
+def test_second_admission_is_a_no_op(present: list[str]) -> None:
+    p = pod()
+    if "initContainers" in present:
+        p["spec"]["initContainers"] = [{"name": "i", "image": "i"}]
+    if "volumes" in present:
+        p["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+    if "env" in present:
+        p["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    if "mounts" in present:
+        p["spec"]["containers"][0]["volumeMounts"] = [{"name": "v", "mountPath": "/v"}]
+    if "annotations" in present:
+        p["metadata"]["annotations"] = {"x": "y"}
+    once = injected(p)
+    assert injection.build_pod_patch(once, POLICY, CFG, default_rate=RATE) == []
+    # The user's own things survive.
+    assert len(once["spec"]["initContainers"]) == 2 + ("initContainers" in present)
+
+
+@pytest.mark.parametrize(("grace", "policy_sigterm", "problem"), [
+    (30, True, True), (400, True, False), (30, False, False)])
+def test_grace_period_check(grace: int, policy_sigterm: bool, problem: bool) -> None:
+    # One shard: 5.67 TB / 8 = 708.75 GB at 7.875 GB/s = 90 s, /0.8 margin = 112.5 s.
+    p = policy.parse("ml", "llama", {**SPEC, "triggers": {"sigterm": policy_sigterm}}, CFG)
+    text = injection.grace_problem(pod(terminationGracePeriodSeconds=grace), p, RATE, CFG)
+    assert (text is not None) is problem
+    if text:
+        assert "spec.terminationGracePeriodSeconds" in text and "113s" in text

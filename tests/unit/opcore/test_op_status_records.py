@@ -1,0 +1,107 @@
+"""operator/status.py and operator/records.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ckptdrain import sizing
+from ckptdrain.operator import records, status
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def sized(**kw: Any) -> sizing.Sizing:
+    return sizing.compute(sizing.SizingInput(parameters=405e9, interval_s=900, **kw))
+
+
+def cond(st: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in st["conditions"] if c["type"] == kind)
+
+
+def test_ready_policy_status() -> None:
+    st = status.for_sizing(sized(), 3, NOW)
+    assert st["phase"] == "Ready" and st["requiredBandwidth"] == "63.0 GB/s"
+    assert st["requiredBandwidthBytes"] == 63_000_000_000
+    assert cond(st, "Ready")["status"] == "True"
+    assert cond(st, "BandwidthConstrained")["status"] == "False"
+    assert all(c["observedGeneration"] == 3 for c in st["conditions"])
+
+
+def test_constrained_policy_reports_effective_overlap() -> None:
+    st = status.for_sizing(sized(policy_cap=21e9), 1, NOW)
+    c = cond(st, "BandwidthConstrained")
+    assert st["phase"] == "Constrained" and c["status"] == "True" and c["reason"] == "PolicyCap"
+    assert st["effectiveOverlap"] == "30%" and "effective overlap 30%" in c["message"]
+
+
+def test_invalid_policy_status_names_the_field() -> None:
+    st = status.for_invalid("spec.overlap: expected …", 2, NOW)
+    assert st["phase"] == "Invalid"
+    assert cond(st, "Ready")["reason"] == "InvalidSpec"
+    assert cond(st, "Degraded")["status"] == "True"
+
+
+def test_transition_time_moves_only_on_flip() -> None:
+    first = status.for_sizing(sized(), 1, NOW)
+    later = status.for_sizing(sized(), 2, NOW + timedelta(hours=1), first["conditions"])
+    assert cond(later, "Ready")["lastTransitionTime"] == cond(first, "Ready")["lastTransitionTime"]
+    flipped = status.for_invalid("x", 3, NOW + timedelta(hours=2), later["conditions"])
+    assert cond(flipped, "Ready")["lastTransitionTime"] == "2026-01-02T05:04:05Z"
+
+
+def record(step: int, claims: dict[str, str], writers: int = 2,
+           state: str | None = None) -> dict[str, Any]:
+    r = records.build_record("ns", "pol", step, writers)
+    r["status"] = {"writers": {w: records.writer_patch(w, s, 100, ["local", "global"]
+                                                       if s == "Global" else ["local"], NOW)
+                               ["status"]["writers"][w] for w, s in claims.items()}}
+    if state:
+        r["status"]["state"] = state
+    return r
+
+
+@pytest.mark.parametrize(("claims", "state"), [
+    ({}, "Capturing"),
+    ({"a": "Local"}, "Capturing"),
+    ({"a": "Local", "b": "Local"}, "Local"),
+    ({"a": "Global", "b": "Local"}, "Draining"),
+    ({"a": "Global", "b": "Global"}, "Global"),
+    ({"a": "Global", "b": "Failed"}, "Failed"),
+])
+def test_aggregate_state(claims: dict[str, str], state: str) -> None:
+    assert records.summarize(record(1, claims)).state == state
+
+
+def test_global_is_complete_only_with_every_writer() -> None:
+    half = records.summarize(record(1, {"a": "Global"}))
+    assert not half.complete and half.tiers == "local" and half.writers == "1/2"
+    full = records.aggregate_patch(record(1, {"a": "Global", "b": "Global"}), NOW)
+    assert full["state"] == "Global" and full["tiers"] == "global,local"
+    assert full["completionTime"] == "2026-01-02T03:04:05Z" and full["sizeBytes"] == 200
+
+
+def test_retention_keeps_newest_complete() -> None:
+    recs = [record(s, {"a": "Global", "b": "Global"}) for s in (10, 20, 30, 40)]
+    recs.append(record(50, {"a": "Local"}))
+    assert records.to_expire(recs, keep=2) == ["pol-s20", "pol-s10"]
+    assert records.to_expire(recs[:1], keep=0) == []  # never the newest complete
+
+
+def test_latest_steps_ignore_expired() -> None:
+    recs = [record(10, {"a": "Global", "b": "Global"}, state="Expired"),
+            record(20, {"a": "Global", "b": "Global"}),
+            record(30, {"a": "Local", "b": "Local"})]
+    recs[1]["status"]["completionTime"] = "2026-01-02T03:04:05Z"
+    assert records.latest_steps(recs) == (30, 20, "2026-01-02T03:04:05Z")
+
+
+def test_record_names_are_deterministic_dns_names() -> None:
+    assert records.record_name("Llama_405B", 1200) == "llama-405b-s1200"
+
+
+def test_writer_patch_refuses_unknown_states() -> None:
+    with pytest.raises(ValueError, match="state"):
+        records.writer_patch("a", "Done", 1, [], NOW)
