@@ -1,0 +1,158 @@
+"""A small trainer that speaks the ckptdrain protocol, for the demo and the tests.
+
+    python -m ckptdrain.demo.trainer [--mode auto|torch|sim] [--size 256MiB] ...
+
+`torch` trains a stack of linear layers with Adam on the CPU and saves model +
+optimizer through `ckptdrain.torch_helper`; `sim` writes `--shards` files of
+`--size` bytes in all per checkpoint (the same bytes every step, except a
+header naming the step, so writing costs what a real save costs without
+spending CPU on random data). Both resume from what restore placed, checkpoint
+when the agent asks, and write an emergency checkpoint on SIGTERM.
+
+Prints one JSON object per line on stdout: start, saved, progress, exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ckptdrain.client import Client
+
+HEADER = 64
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
+
+
+class SimModel:
+    """Shards of fixed bytes with a per-step header: cheap to produce, checkable on load."""
+
+    def __init__(self, total: int, shards: int) -> None:
+        self.shard_size = max(HEADER, total // shards)
+        self.shards = shards
+        block = os.urandom(1 << 20)
+        self.body = bytearray((block * (self.shard_size // len(block) + 1))[: self.shard_size])
+
+    def save(self, client: Client, step: int) -> Path:
+        directory = client.begin(step)
+        view = memoryview(self.body)
+        for i in range(self.shards):
+            self.body[:HEADER] = f"step={step} shard={i}".encode().ljust(HEADER)
+            fd = os.open(directory / f"shard-{i:03d}.bin", os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                done = 0
+                while done < len(view):
+                    done += os.write(fd, view[done: done + (8 << 20)])
+            finally:
+                os.close(fd)
+        (directory / "state.json").write_text(json.dumps({"step": step, "shards": self.shards}))
+        return client.complete(step)
+
+    def load(self, client: Client) -> int | None:
+        restored = client.restored()
+        if restored is None:
+            return None
+        state = json.loads((restored.path / "state.json").read_text())
+        for i in range(state["shards"]):
+            with open(restored.path / f"shard-{i:03d}.bin", "rb") as f:
+                head = f.read(HEADER).decode().strip()
+            if head != f"step={state['step']} shard={i}":
+                raise SystemExit(f"restored shard {i} says {head!r}, expected step {state['step']}")
+        return int(state["step"])
+
+    def train_step(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class TorchModel:
+    def __init__(self, total: int, width: int = 1024) -> None:
+        import torch
+
+        from ckptdrain import torch_helper
+
+        self.torch, self.helper = torch, torch_helper
+        torch.manual_seed(0)
+        # fp32 weights + Adam's two moments: 12 bytes per parameter.
+        layers = max(1, round(total / 12 / (width * width)))
+        self.model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        self.batch = torch.randn(16, width)
+
+    def save(self, client: Client, step: int) -> Path:
+        return self.helper.save(client, step, self.model, self.optimizer)
+
+    def load(self, client: Client) -> int | None:
+        return self.helper.load(client, self.model, self.optimizer)
+
+    def train_step(self, seconds: float) -> None:
+        started = time.monotonic()
+        loss = self.model(self.batch).pow(2).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+
+
+def pick_model(mode: str, total: int, shards: int) -> SimModel | TorchModel:
+    if mode in ("auto", "torch"):
+        try:
+            return TorchModel(total)
+        except ImportError:
+            if mode == "torch":
+                raise
+    return SimModel(total, shards)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ckptdrain import units
+
+    parser = argparse.ArgumentParser(prog="ckptdrain-demo-trainer", description=__doc__)
+    parser.add_argument("--mode", choices=("auto", "torch", "sim"), default="auto")
+    parser.add_argument("--size", default="256MiB", help="bytes per checkpoint")
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--step-time", type=float, default=0.2, help="seconds per training step")
+    parser.add_argument("--max-steps", type=int, default=10**9)
+    parser.add_argument("--no-emergency", action="store_true",
+                        help="do not write an emergency checkpoint on SIGTERM")
+    args = parser.parse_args(argv)
+    client = Client()
+    model = pick_model(args.mode, units.parse_bytes("--size", args.size), args.shards)
+    restored = model.load(client)
+    step = 0 if restored is None else restored + 1
+    emit("start", from_step=step, restored=restored, mode=type(model).__name__)
+    state = {"step": step}
+
+    def emergency() -> None:
+        last = state["step"] - 1  # the newest finished step
+        if last >= 0 and not client.step_dir(last).exists():
+            started = time.monotonic()
+            model.save(client, last)
+            emit("saved", step=last, seconds=time.monotonic() - started, emergency=True)
+        emit("exit", step=last, reason="sigterm")
+
+    client.on_preemption(None if args.no_emergency else emergency, exit_code=0)
+    while state["step"] < args.max_steps:
+        model.train_step(args.step_time)
+        state["step"] += 1
+        finished = state["step"] - 1
+        if finished % 10 == 0:
+            emit("progress", step=finished)
+        request = client.checkpoint_requested()
+        if request is not None:
+            started = time.monotonic()
+            model.save(client, finished)
+            emit("saved", step=finished, seconds=time.monotonic() - started,
+                 reason=request.reason)
+    emit("exit", step=state["step"] - 1, reason="max-steps")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The agent's config: flags over env over defaults, errors that name the field."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from ckptdrain.agent import config
+from ckptdrain.errors import InvalidInput
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_env_per_pod_contract_is_read() -> None:
+    env = {
+        "CKPTDRAIN_WORK_DIR": "/w", "CKPTDRAIN_LOCAL_DIR": "/l", "CKPTDRAIN_LOCAL_KEEP": "3",
+        "CKPTDRAIN_INTERVAL": "1h30m", "CKPTDRAIN_GLOBAL_EVERY": "4", "CKPTDRAIN_OVERLAP": "5%",
+        "CKPTDRAIN_STORE_URI": "s3://bucket/p", "CKPTDRAIN_SHARE_FILE": "/s/bandwidth",
+        "CKPTDRAIN_DEFAULT_RATE": "50MB/s", "CKPTDRAIN_GRACE_SECONDS": "60",
+        "CKPTDRAIN_WRITER_ID": "3", "CKPTDRAIN_WRITERS": "8", "CKPTDRAIN_METRICS_PORT": "9200",
+        "CKPTDRAIN_RESTORE_PREFER": "global",
+    }
+    cfg = config.load(_args(), env)
+    assert cfg.work_dir == Path("/w") and cfg.local_dir == Path("/l")
+    assert (cfg.local_keep, cfg.global_every, cfg.writer, cfg.writers) == (3, 4, 3, 8)
+    assert cfg.interval_s == 5400 and cfg.overlap == pytest.approx(0.05)
+    assert cfg.default_rate == 50e6 and cfg.grace_s == 60
+    assert cfg.safety_margin_s == 6.0 and cfg.flush_budget_s == 54.0
+    assert cfg.share_file == Path("/s/bandwidth") and cfg.metrics_port == 9200
+    assert cfg.restore_prefer == "global" and cfg.restore_result == Path("/w/restore.json")
+
+
+def test_flags_win_over_env() -> None:
+    cfg = config.load(_args("--interval", "30s"), {"CKPTDRAIN_INTERVAL": "15m"})
+    assert cfg.interval_s == 30
+
+
+def test_rate_is_never_unlimited_by_default() -> None:
+    assert config.load(_args(), {}).default_rate == config.FALLBACK_RATE
+
+
+@pytest.mark.parametrize(("env", "field"), [
+    ({"CKPTDRAIN_INTERVAL": "soon"}, "CKPTDRAIN_INTERVAL"),
+    ({"CKPTDRAIN_OVERLAP": "150%"}, "CKPTDRAIN_OVERLAP"),
+    ({"CKPTDRAIN_LOCAL_KEEP": "0"}, "CKPTDRAIN_LOCAL_KEEP"),
+    ({"CKPTDRAIN_DEFAULT_RATE": "0"}, "CKPTDRAIN_DEFAULT_RATE"),
+    ({"CKPTDRAIN_WRITERS": "4", "CKPTDRAIN_WRITER_ID": "pod-a"}, "CKPTDRAIN_WRITER_ID"),
+    ({"CKPTDRAIN_WRITERS": "4", "CKPTDRAIN_WRITER_ID": "4"}, "CKPTDRAIN_WRITER_ID"),
+    ({"CKPTDRAIN_GRACE_SECONDS": "10", "CKPTDRAIN_SAFETY_MARGIN": "10s"},
+     "CKPTDRAIN_SAFETY_MARGIN"),
+    ({"CKPTDRAIN_STORE_URI": "gs://b"}, "uri"),
+    ({"CKPTDRAIN_METRICS_PORT": "99999"}, "CKPTDRAIN_METRICS_PORT"),
+    ({"CKPTDRAIN_RESTORE": "maybe"}, "CKPTDRAIN_RESTORE"),
+])
+def test_bad_values_name_the_field(env: dict[str, str], field: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        config.load(_args(), env)
+    assert err.value.field == field
+
+
+def test_pod_name_is_writer_zero_when_alone() -> None:
+    assert config.load(_args(), {"CKPTDRAIN_WRITER_ID": "trainer-0-abc"}).writer == 0

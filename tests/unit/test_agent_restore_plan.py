@@ -1,0 +1,74 @@
+"""Restore's candidate order, and restore from the local tier with fallback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ckptdrain.agent import config
+from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.restore.command import restore
+from ckptdrain.restore.plan import Candidate, candidates
+
+
+def test_newest_first_local_preferred_on_ties() -> None:
+    assert candidates([5, 3], [4, 3], writers=1) == [
+        Candidate(5, "local"), Candidate(4, "global"), Candidate(3, "local"),
+        Candidate(3, "global")]
+
+
+def test_prefer_global() -> None:
+    assert candidates([3], [3], writers=1, prefer="global")[0] == Candidate(3, "global")
+
+
+def test_several_writers_restore_only_globally_complete_steps() -> None:
+    # Step 5 exists only on this node: other ranks may not have it.
+    assert candidates([5, 3], [4, 3], writers=2) == [
+        Candidate(4, "global"), Candidate(3, "local"), Candidate(3, "global")]
+
+
+def _cfg(tmp_path: Path) -> config.AgentConfig:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    return config.load(parser.parse_args([]), {
+        "CKPTDRAIN_WORK_DIR": str(tmp_path / "work"),
+        "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local")})
+
+
+def _capture(tmp_path: Path, step: int) -> LocalTier:
+    src = tmp_path / "src" / f"step-{step}"
+    src.mkdir(parents=True)
+    (src / "w.bin").write_bytes(bytes([step]) * 100_000)
+    tier = LocalTier(tmp_path / "local")
+    tier.capture(src, step, writer=0, writers=1)
+    return tier
+
+
+def test_corrupt_local_copy_falls_back_to_older_and_says_why(tmp_path: Path) -> None:
+    _capture(tmp_path, 1)
+    tier = _capture(tmp_path, 2)
+    with open(tier.data_dir(2) / "w.bin", "r+b") as f:
+        f.seek(500)
+        f.write(b"\xff")
+    result, code = restore(_cfg(tmp_path), None)
+    assert code == 0 and result.step == 1 and result.tier == "local"
+    assert [(s.step, s.tier) for s in result.skipped] == [(2, "local")]
+    assert "crc32c" in result.skipped[0].reason
+    assert (tmp_path / "work" / "step-1" / "w.bin").read_bytes() == b"\x01" * 100_000
+    assert not (tmp_path / "work" / "step-2").exists()
+    result.write(tmp_path / "work" / "restore.json")
+    doc = json.loads((tmp_path / "work" / "restore.json").read_text())
+    assert doc["step"] == 1 and doc["skipped"][0]["step"] == 2
+
+
+def test_nothing_anywhere_is_a_fresh_start(tmp_path: Path) -> None:
+    result, code = restore(_cfg(tmp_path), None)
+    assert code == 0 and result.fresh_start and result.step is None
+
+
+def test_every_candidate_corrupt_is_an_error_not_a_fresh_start(tmp_path: Path) -> None:
+    tier = _capture(tmp_path, 1)
+    (tier.data_dir(1) / "w.bin").write_bytes(b"junk")
+    result, code = restore(_cfg(tmp_path), None)
+    assert code == 4 and result.step is None and len(result.skipped) == 1
