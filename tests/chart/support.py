@@ -1,0 +1,32 @@
+"""Paths and the tool runner shared by the chart tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "ckptdrain"
+CRDS = REPO / "crds"
+CACHE = Path(os.environ.get("CKPTDRAIN_CACHE", Path.home() / ".cache" / "ckptdrain"))
+TOOLS = CACHE / "tools" / "bin"
+
+
+@dataclass(frozen=True)
+class Tools:
+    helm: Path
+    kubeconform: Path
+
+    def run(self, tool: str, *args: str, env: dict[str, str] | None = None,
+            input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run helm or kubeconform; on an unexpected failure, show its output."""
+        result = subprocess.run([str(getattr(self, tool)), *args], text=True, input=input,
+                                capture_output=True, env=env, timeout=300)
+        if check and result.returncode != 0:
+            pytest.fail(f"{tool} {' '.join(args)} failed ({result.returncode}):\n"
+                        f"{result.stdout}\n{result.stderr}")
+        return result

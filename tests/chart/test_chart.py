@@ -1,0 +1,256 @@
+"""The Helm chart: lint, strict schema conformance of what it renders, its
+values schema, the single source of its CRDs, and a real install into a real
+kube-apiserver. Needs helm, kubeconform and the API server built by
+`make servers`; missing tools fail with that hint, never skip."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from tests.chart.openapi_schemas import SCHEMA_LOCATION
+from tests.chart.support import CHART, CRDS, REPO, Tools
+from tests.support.apiserver import Cluster
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = REPO / "docs" / "examples"
+CLOUD_VALUES = sorted(EXAMPLES.glob("values-*.yaml"))
+POLICIES = sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.startswith("values-"))
+
+# Value sets that switch templates on and off; each must lint and conform.
+VARIANTS: dict[str, list[str]] = {
+    "defaults": [],
+    "agent-namespaces": ["--set", "agent.namespaces={ml-a,ml-b}",
+                         "--set", "bandwidth.clusterCap=40GB/s"],
+    "no-rbac-no-sa": ["--set", "rbac.create=false", "--set", "serviceAccount.create=false",
+                      "--set", "serviceAccount.name=existing", "--set",
+                      "agent.serviceAccount.create=false"],
+    "cert-manager+servicemonitor": ["--set", "certManager.enabled=true",
+                                    "--set", "metrics.serviceMonitor.enabled=true"],
+    **{p.stem: ["-f", str(p)] for p in CLOUD_VALUES},
+}
+# Kinds of other projects' CRDs, which the test API server does not serve.
+# Skipped by name, never with -ignore-missing-schemas, so that a kind of ours
+# or a core kind without a schema still fails.
+FOREIGN_KINDS = "Issuer,Certificate,ServiceMonitor"
+
+
+def render(tools: Tools, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace", "ckptdrain",
+                     *args, check=check)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_lint(tools: Tools, variant: str) -> None:
+    result = tools.run("helm", "lint", "--strict", str(CHART), *VARIANTS[variant])
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rendered_manifests_conform_strictly(tools: Tools, schema_dir: Path,
+                                             variant: str) -> None:
+    manifests = render(tools, "--include-crds", *VARIANTS[variant]).stdout
+    result = tools.run("kubeconform", "-strict", "-summary", "-output", "json",
+                       "-schema-location", str(schema_dir / SCHEMA_LOCATION),
+                       "-skip", FOREIGN_KINDS, "-", input=manifests, check=False)
+    report = json.loads(result.stdout)
+    problems = [r for r in report["resources"] if r["status"] != "statusValid"
+                and r["status"] != "statusSkipped"]
+    assert result.returncode == 0 and not problems, json.dumps(report, indent=2)
+    # Every object was checked against a schema, none passed unseen.
+    foreign = sum(1 for d in _docs(manifests) if d["kind"] in FOREIGN_KINDS.split(","))
+    assert report["summary"]["valid"] == len(_docs(manifests)) - foreign, report["summary"]
+
+
+def test_conformance_check_catches_a_misplaced_field(tools: Tools, schema_dir: Path) -> None:
+    """The strict schemas refuse what a real API server would drop: a field
+    at the wrong indentation (here `imagePullPolicy` one level too high)."""
+    manifests = _docs(render(tools).stdout)
+    deployment = next(d for d in manifests if d["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["imagePullPolicy"] = "Always"
+    result = tools.run("kubeconform", "-strict", "-schema-location",
+                       str(schema_dir / SCHEMA_LOCATION), "-", input=yaml.safe_dump(deployment),
+                       check=False)
+    assert result.returncode != 0 and "imagePullPolicy" in result.stdout, result.stdout
+
+
+def test_examples_conform_and_are_accepted(tools: Tools, cluster: Cluster,
+                                           schema_dir: Path) -> None:
+    """Example policies validate against the CRD and a real API server
+    accepts them (CEL rules included), in a namespace of their own."""
+    assert POLICIES, f"no example policies in {EXAMPLES}"
+    for policy in POLICIES:
+        result = tools.run("kubeconform", "-strict", "-summary",
+                           "-schema-location", str(schema_dir / SCHEMA_LOCATION),
+                           str(policy), check=False)
+        assert result.returncode == 0, f"{policy.name}: {result.stdout}{result.stderr}"
+    cluster.kubectl("create", "namespace", "examples")
+    try:
+        for policy in POLICIES:
+            applied = cluster.kubectl("apply", "-n", "examples", "--dry-run=server",
+                                      "-f", str(policy), check=False)
+            assert applied.returncode == 0, f"{policy.name}: {applied.stderr}"
+    finally:
+        cluster.kubectl("delete", "namespace", "examples", "--wait=false", check=False)
+
+
+# (--set arguments, text the refusal must contain). Each is a mistake a user
+# makes: a wrong type, a misspelt key, a value outside its enum.
+BAD_VALUES = {
+    "wrong-type": (["--set", "webhook.port=https"],
+                   "at '/webhook/port': got string, want integer"),
+    "unknown-top-level-key": (["--set", "imagePullSecret=regcred"],
+                              "additional properties 'imagePullSecret' not allowed"),
+    "unknown-nested-key": (["--set", "certManager.enable=true"],
+                           "at '/certManager': additional properties 'enable' not allowed"),
+    "bad-enum": (["--set", "image.pullPolicy=Sometimes"],
+                 "at '/image/pullPolicy': value must be one of"),
+    "bad-cap-unit": (["--set", "bandwidth.clusterCap=100Gbit/s"],
+                     "at '/bandwidth/clusterCap': '100Gbit/s' does not match pattern"),
+    "root-as-allowed-root": (["--set", "localTier.allowedRoot=/"],
+                             "at '/localTier/allowedRoot': '/' does not match pattern"),
+    "two-replicas": (["--set", "operator.replicas=2"],
+                     "at '/operator/replicas': maximum: got 2, want 1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_values_schema_refuses(tools: Tools, case: str) -> None:
+    args, needle = BAD_VALUES[case]
+    result = render(tools, *args, check=False)
+    assert result.returncode != 0, f"{case} was accepted"
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert needle in result.stderr, result.stderr
+
+
+def test_values_schema_accepts_every_documented_key(tools: Tools) -> None:
+    """values.yaml itself and the cloud examples pass; a schema that refused
+    the defaults would make every install fail."""
+    render(tools)
+    for values in CLOUD_VALUES:
+        render(tools, "-f", str(values))
+
+
+def test_crds_have_one_source(tools: Tools, tmp_path: Path) -> None:
+    """The chart ships crds/ from the repository top, byte for byte, also in
+    a packaged chart (where the link is resolved)."""
+    link = CHART / "crds"
+    assert link.is_symlink() and link.resolve() == CRDS.resolve(), (
+        "charts/ckptdrain/crds must be a symlink to ../../crds (one source)")
+    sources = {p.name: p.read_bytes() for p in sorted(CRDS.glob("*.yaml"))}
+    assert sources, "no CRDs in crds/"
+
+    # `helm show crds` prints the files one after the other, unseparated.
+    shown = tools.run("helm", "show", "crds", str(CHART)).stdout
+    for name, content in sources.items():
+        assert content.decode() in shown, f"{name} is not what the chart ships"
+
+    tools.run("helm", "package", str(CHART), "--destination", str(tmp_path))
+    (package,) = tmp_path.glob("ckptdrain-*.tgz")
+    with tarfile.open(package) as tar:
+        packaged = {Path(m.name).name: tar.extractfile(m).read()  # type: ignore[union-attr]
+                    for m in tar.getmembers() if m.name.startswith("ckptdrain/crds/")}
+    assert packaged == sources
+
+
+def _docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
+
+
+def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
+    """Every rendered object is accepted by a real API server, both webhook
+    configurations point at the operator's webhook Service with the CA that
+    signed its certificate, and an upgrade keeps that CA."""
+    env = cluster.env()
+    version = json.loads(cluster.kubectl("get", "--raw", "/version").stdout)["gitVersion"]
+    assert not version.startswith("v0.0.0"), (
+        f"the test kube-apiserver reports version {version}: Helm then refuses the chart's "
+        "kubeVersion constraint. e2e/cluster/build-k8s.sh must stamp the version with "
+        "-ldflags '-X k8s.io/component-base/version.gitVersion=<v1.X.Y> "
+        "-X k8s.io/component-base/version.gitMajor=1 "
+        "-X k8s.io/component-base/version.gitMinor=<X>'")
+    chart, namespace = CHART, "ckptdrain-system"
+    for ns in ("ml-a", "ml-b"):
+        cluster.kubectl("create", "namespace", ns)
+    helm_args = ["--namespace", namespace, "--set", "agent.namespaces={ml-a,ml-b}",
+                 "--set", "bandwidth.clusterCap=40GB/s"]
+    tools.run("helm", "install", "ckptdrain", str(chart), "--create-namespace",
+              *helm_args, env=env)
+    try:
+        manifest = tools.run("helm", "get", "manifest", "ckptdrain", "-n", namespace,
+                             env=env).stdout
+        objects = _docs(manifest)
+        kinds = {o["kind"] for o in objects}
+        assert {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                "Role", "RoleBinding", "Secret", "MutatingWebhookConfiguration",
+                "ValidatingWebhookConfiguration"} <= kinds
+        for o in objects:  # each one is really there, as sent
+            ns = o["metadata"].get("namespace")
+            where = ["-n", ns] if ns else []
+            cluster.kubectl("get", o["kind"], o["metadata"]["name"], *where)
+
+        service = next(o for o in objects if o["kind"] == "Service"
+                       and o["spec"]["ports"][0]["name"] == "https-webhook")
+        secret = json.loads(cluster.kubectl("get", "secret", "-n", namespace, "-o", "json",
+                                            "ckptdrain-webhook-tls").stdout)
+        ca = secret["data"]["ca.crt"]
+
+        def webhooks() -> list[dict]:
+            found = []
+            for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+                config = json.loads(cluster.kubectl("get", kind, "ckptdrain", "-o",
+                                                    "json").stdout)
+                found.extend(config["webhooks"])
+            return found
+
+        for hook in webhooks():
+            ref = hook["clientConfig"]["service"]
+            assert (ref["name"], ref["namespace"], ref.get("port")) == (
+                service["metadata"]["name"], namespace, 443), hook["name"]
+            assert hook["clientConfig"]["caBundle"] == ca, hook["name"]
+        pods_hook = next(h for h in webhooks() if h["name"] == "pods.mutate.ckptdrain.io")
+        assert pods_hook["failurePolicy"] == "Ignore"
+        assert pods_hook["objectSelector"] == {"matchLabels": {"ckptdrain.io/inject": "true"}}
+        excluded = pods_hook["namespaceSelector"]["matchExpressions"][0]["values"]
+        assert namespace in excluded and "kube-system" in excluded
+
+        # The serving certificate is for the Service's DNS name and chains to
+        # the CA in the caBundle: what the API server will check.
+        _verify_certificate(secret, f"{service['metadata']['name']}.{namespace}.svc")
+
+        # The agent's identity exists where training pods run.
+        for ns in ("ml-a", "ml-b"):
+            cluster.kubectl("get", "serviceaccount", "ckptdrain-agent", "-n", ns)
+            cluster.kubectl("get", "rolebinding", "ckptdrain-agent", "-n", ns)
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        env_vars = {e["name"]: e.get("value") for e in
+                    deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env_vars["CKPTDRAIN_CLUSTER_BANDWIDTH"] == "40GB/s"
+        assert env_vars["CKPTDRAIN_ALLOWED_ROOT"] == "/mnt/ckptdrain"
+
+        tools.run("helm", "upgrade", "ckptdrain", str(chart), *helm_args, env=env)
+        assert all(h["clientConfig"]["caBundle"] == ca for h in webhooks()), (
+            "an upgrade must keep the webhook CA (no caBundle churn)")
+    finally:
+        tools.run("helm", "uninstall", "ckptdrain", "-n", namespace, env=env, check=False)
+    # CRDs stay: deleting them would delete every policy and checkpoint record.
+    cluster.kubectl("get", "crd", "checkpointpolicies.ckptdrain.io")
+
+
+def _verify_certificate(secret: dict, dns_name: str) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        d = Path(directory)
+        for key in ("ca.crt", "tls.crt"):
+            (d / key).write_bytes(base64.b64decode(secret["data"][key]))
+        verified = subprocess.run(["openssl", "verify", "-CAfile", str(d / "ca.crt"),
+                                   "-verify_hostname", dns_name, str(d / "tls.crt")],
+                                  capture_output=True, text=True)
+        assert verified.returncode == 0, verified.stdout + verified.stderr
