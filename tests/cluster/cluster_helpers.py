@@ -1,0 +1,57 @@
+"""Small helpers for the cluster tests: read objects, wait, build manifests."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from support.apiserver import Cluster
+
+
+def get(cluster: Cluster, namespace: str, *what: str) -> dict[str, Any]:
+    out = cluster.kubectl("get", "-n", namespace, *what, "-o", "json")
+    return dict(json.loads(out.stdout))
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float = 30, what: str = "condition") -> Any:
+    """Poll until `check()` is truthy; returns its value."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (KeyError, IndexError, TypeError):
+            last = None
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last={last!r}")
+
+
+def policy(name: str, **spec: Any) -> dict[str, Any]:
+    """A valid CheckpointPolicy (405B, 15m, 10%) with `spec` overrides."""
+    body: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": name}},
+        "model": {"parameters": "405B"},
+        "interval": "15m",
+        "overlap": "10%",
+        "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2},
+        "storage": {"uri": "s3://ckpt-bucket/runs",
+                    "endpoint": "http://minio.storage:9000",
+                    "credentialsSecretRef": {"name": "s3-creds"}},
+    }
+    body.update(spec)
+    return {"apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy",
+            "metadata": {"name": name}, "spec": body}
+
+
+def pod(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"containers": [{"name": "trainer", "image": "trainer:1"}]}
+    body.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": labels}, "spec": body}
+
+
+INJECT = {"ckptdrain.io/inject": "true"}

@@ -1,0 +1,78 @@
+"""Fixtures for tests against a real etcd + kube-apiserver (see
+tests/support/apiserver.py): one cluster and one operator per session, one
+namespace per test."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from operator_process import OperatorProcess, repo_root
+
+from support import apiserver
+
+pytestmark = pytest.mark.cluster
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/cluster" in str(item.fspath):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[apiserver.Cluster]:
+    """A real apiserver for the session. Missing binaries fail, naming `make servers`."""
+    try:
+        apiserver.find_binaries()
+    except apiserver.MissingBinaries as error:
+        pytest.fail(str(error), pytrace=False)
+    with apiserver.running(tmp_path_factory.mktemp("apiserver")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: apiserver.Cluster) -> None:
+    root = repo_root() / "crds"
+    cluster.kubectl("apply", "-f", str(root / "checkpointpolicies.yaml"),
+                    "-f", str(root / "checkpoints.yaml"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    "crd/checkpointpolicies.ckptdrain.io", "crd/checkpoints.ckptdrain.io")
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: apiserver.Cluster, crds: None,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    proc = OperatorProcess(cluster, tmp_path_factory.mktemp("operator"))
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def namespace(cluster: apiserver.Cluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    # No namespace controller runs here, so deleting the namespace would not
+    # delete its objects; delete them first.
+    cluster.kubectl("delete", "-n", name, "pods,checkpoints,checkpointpolicies", "--all",
+                    "--wait=false", check=False)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def apply(cluster: apiserver.Cluster, namespace: str) -> Callable[..., Any]:
+    def _apply(obj: dict[str, Any], check: bool = True) -> Any:
+        return cluster.kubectl("apply", "-n", namespace, "-f", "-",
+                               input=json.dumps(obj), check=check)
+    return _apply

@@ -1,0 +1,104 @@
+"""The operator as a subprocess (`python -m ckptdrain.operator.main`), pointed
+at the test cluster, serving its webhooks on 127.0.0.1 with a self-signed
+certificate registered in webhook configurations it manages itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from support.apiserver import Cluster, free_port
+
+WEBHOOK_NAME = "ckptdrain-test.ckptdrain.io"
+ALLOWED_ROOT = "/mnt/ckptdrain"
+
+
+class OperatorProcess:
+    def __init__(self, cluster: Cluster, workdir: Path, **env: str) -> None:
+        self.cluster, self.workdir = cluster, workdir
+        self.health_port, self.metrics_port = free_port(), free_port()
+        self.env = {
+            **cluster.env(),
+            "CKPTDRAIN_ALLOWED_ROOT": ALLOWED_ROOT,
+            "CKPTDRAIN_WEBHOOK_HOST": "127.0.0.1", "CKPTDRAIN_WEBHOOK_ADDR": "127.0.0.1",
+            "CKPTDRAIN_WEBHOOK_PORT": str(free_port()),
+            "CKPTDRAIN_WEBHOOK_MANAGED": WEBHOOK_NAME,
+            "CKPTDRAIN_METRICS_PORT": str(self.metrics_port),
+            "CKPTDRAIN_HEALTH_PORT": str(self.health_port),
+            "CKPTDRAIN_EXPIRED_TTL": "0",
+            "CKPTDRAIN_IMAGE": "ckptdrain:test",
+            **env,
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / f"operator-{self.starts}.log"
+
+    def start(self, timeout_s: float = 60) -> None:
+        self.starts += 1
+        out = open(self.log, "wb")  # noqa: SIM115 -- closed by the child's exit
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ckptdrain.operator.main", "--standalone", "--verbose"],
+            env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_ready(timeout_s)
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited {self.proc.returncode}:\n{self.tail()}")
+            if self._healthy() and self._webhooks_registered():
+                return
+            time.sleep(0.3)
+        raise TimeoutError(f"operator not ready in {timeout_s}s:\n{self.tail()}")
+
+    def _healthy(self) -> bool:
+        try:
+            url = f"http://127.0.0.1:{self.health_port}/healthz"
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def _webhooks_registered(self) -> bool:
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            got = self.cluster.kubectl("get", kind, WEBHOOK_NAME, "-o", "json", check=False)
+            if got.returncode != 0:
+                return False
+            hooks = json.loads(got.stdout).get("webhooks") or []
+            if not hooks or not all(h["clientConfig"].get("caBundle") for h in hooks):
+                return False
+        return True
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -1,0 +1,147 @@
+"""Pods against a real apiserver: injection by the mutating webhook, and
+bandwidth shares rebalanced as pods come and go. (No kubelet: pods are
+stored, never run; the operator reacts to them all the same.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from cluster_helpers import INJECT, get, pod, policy, wait_for
+from operator_process import OperatorProcess
+
+from support.apiserver import Cluster
+
+
+def _create(cluster: Cluster, namespace: str, body: dict[str, Any],
+            *extra: str) -> Any:
+    return cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json", *extra,
+                           input=json.dumps(body), check=False)
+
+
+def _ready(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict(wait_for(lambda: (get(cluster, namespace, "ckpol", name).get("status") or {})
+                         .get("phase") and get(cluster, namespace, "ckpol", name),
+                         what=f"policy {name} sized"))
+
+
+def _share(cluster: Cluster, namespace: str, name: str) -> int:
+    ann = get(cluster, namespace, "pod", name)["metadata"].get("annotations", {})
+    return int(ann["ckptdrain.io/bandwidth"])
+
+
+def test_labelled_pod_gets_sidecar_restore_volumes_env(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("llama", writers=2))
+    _ready(cluster, namespace, "llama")
+    made = _create(cluster, namespace, pod("w-0", {"app": "llama", **INJECT},
+                                           terminationGracePeriodSeconds=600))
+    assert made.returncode == 0, made.stderr
+    stored = get(cluster, namespace, "pod", "w-0")
+    init = stored["spec"]["initContainers"]
+    assert [c["name"] for c in init] == ["ckptdrain-restore", "ckptdrain-agent"]
+    assert init[1]["restartPolicy"] == "Always"
+    assert init[1]["securityContext"]["readOnlyRootFilesystem"] is True
+    volumes = {v["name"] for v in stored["spec"]["volumes"]}
+    assert {"ckptdrain-local", "ckptdrain-work", "ckptdrain-share", "ckptdrain-tmp"} <= volumes
+    env = {e["name"]: e for e in init[1]["env"]}
+    assert env["CKPTDRAIN_POLICY"]["value"] == f"{namespace}/llama"
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "s3-creds"
+    trainer_env = {e["name"] for e in stored["spec"]["containers"][0]["env"]}
+    assert {"CKPTDRAIN_WORK_DIR", "CKPTDRAIN_RESTORE_RESULT"} <= trainer_env
+    assert stored["metadata"]["annotations"]["ckptdrain.io/policy"] == "llama"
+
+    # A second admission of the injected pod changes nothing.
+    again = json.loads(json.dumps(stored))
+    again["metadata"] = {"name": "w-copy", "labels": stored["metadata"]["labels"],
+                         "annotations": stored["metadata"]["annotations"]}
+    copy = json.loads(_create(cluster, namespace, again).stdout)
+    assert copy["spec"]["initContainers"] == stored["spec"]["initContainers"]
+    assert copy["spec"]["volumes"] == stored["spec"]["volumes"]
+    assert copy["spec"]["containers"][0]["env"] == stored["spec"]["containers"][0]["env"]
+
+
+def test_server_side_dry_run_is_mutated_and_not_stored(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("llama"))
+    _ready(cluster, namespace, "llama")
+    dry = _create(cluster, namespace, pod("dry", {"app": "llama", **INJECT},
+                                          terminationGracePeriodSeconds=3600),
+                  "--dry-run=server")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["spec"]["initContainers"][1]["name"] == "ckptdrain-agent"
+    assert cluster.kubectl("get", "-n", namespace, "pod", "dry", check=False).returncode != 0
+
+
+def test_unlabelled_and_unselected_pods_are_untouched(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("llama"))
+    _ready(cluster, namespace, "llama")
+    plain = json.loads(_create(cluster, namespace, pod("plain", {"app": "llama"})).stdout)
+    assert "initContainers" not in plain["spec"]
+    assert "ckptdrain.io/injected" not in (plain["metadata"].get("annotations") or {})
+    other = _create(cluster, namespace, pod("other", {"app": "other", **INJECT}))
+    assert other.returncode == 0 and "initContainers" not in json.loads(other.stdout)["spec"]
+    assert "no CheckpointPolicy" in other.stderr  # surfaced as an admission warning
+
+
+def test_short_grace_period_warns_or_refuses(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("warn"))
+    apply(policy("refuse", gracePolicy="Refuse"))
+    _ready(cluster, namespace, "warn")
+    _ready(cluster, namespace, "refuse")
+    warned = _create(cluster, namespace, pod("w", {"app": "warn", **INJECT}))
+    assert warned.returncode == 0
+    assert "spec.terminationGracePeriodSeconds" in warned.stderr
+    refused = _create(cluster, namespace, pod("r", {"app": "refuse", **INJECT}))
+    assert refused.returncode != 0
+    assert "spec.terminationGracePeriodSeconds" in refused.stderr
+
+
+def test_shares_rebalance_as_pods_come_and_go(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("llama", writers=3))
+    _ready(cluster, namespace, "llama")
+    grace = {"terminationGracePeriodSeconds": 3600}
+    for i in range(2):
+        _create(cluster, namespace, pod(f"w-{i}", {"app": "llama", **INJECT}, **grace))
+    wait_for(lambda: {_share(cluster, namespace, f"w-{i}") for i in range(2)}
+             == {31_500_000_000}, what="two even shares")
+    _create(cluster, namespace, pod("w-2", {"app": "llama", **INJECT}, **grace))
+    wait_for(lambda: {_share(cluster, namespace, f"w-{i}") for i in range(3)}
+             == {21_000_000_000}, what="three even shares")
+    assert wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]
+                    .get("drainers") == 3, what="drainers=3")
+
+    # Shares follow the bytes each agent reports pending.
+    cluster.kubectl("annotate", "-n", namespace, "pod", "w-0", "ckptdrain.io/pending-bytes=2000")
+    cluster.kubectl("annotate", "-n", namespace, "pod", "w-1", "ckptdrain.io/pending-bytes=1000")
+    cluster.kubectl("annotate", "-n", namespace, "pod", "w-2", "ckptdrain.io/pending-bytes=1000")
+    wait_for(lambda: _share(cluster, namespace, "w-0") == 31_500_000_000
+             and _share(cluster, namespace, "w-1") == 15_750_000_000, what="weighted shares")
+
+    cluster.kubectl("delete", "-n", namespace, "pod", "w-0", "--wait=true")
+    wait_for(lambda: {_share(cluster, namespace, f"w-{i}") for i in (1, 2)}
+             == {31_500_000_000}, what="rebalanced after a pod left")
+    assert wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]
+                    .get("drainers") == 2, what="drainers=2")
+    assert "ckptdrain_allocation_changes_total" in operator.metrics()
+
+
+def test_capped_policy_splits_only_what_the_cap_allows(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("capped", caps={"bandwidth": "10GB/s"}))
+    _ready(cluster, namespace, "capped")
+    for i in range(2):
+        _create(cluster, namespace, pod(f"c-{i}", {"app": "capped", **INJECT},
+                                        terminationGracePeriodSeconds=3600))
+    wait_for(lambda: {_share(cluster, namespace, f"c-{i}") for i in range(2)}
+             == {5_000_000_000}, what="capped shares")

@@ -1,0 +1,104 @@
+"""CheckpointPolicy against a real apiserver: CRDs, sizing status, refusals."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from cluster_helpers import get, policy, wait_for
+from operator_process import OperatorProcess
+
+from support.apiserver import Cluster
+
+
+def _status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict(get(cluster, namespace, "checkpointpolicy", name).get("status") or {})
+
+
+def test_crds_are_served_with_short_names_and_columns(cluster: Cluster, crds: None) -> None:
+    names = cluster.kubectl("api-resources", "--api-group=ckptdrain.io", "-o", "wide").stdout
+    assert "ckpol" in names and "ckpt" in names
+    crd = json.loads(cluster.kubectl("get", "crd", "checkpointpolicies.ckptdrain.io",
+                                     "-o", "json").stdout)
+    columns = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert columns[:6] == ["Required", "Drainers", "Local Step", "Global Step",
+                           "Recovery Point", "Phase"]
+
+
+def test_valid_policy_gets_63_GBps(cluster: Cluster, operator: OperatorProcess,
+                                   namespace: str, apply: Callable[..., Any]) -> None:
+    apply(policy("llama405"))
+    status = wait_for(lambda: _status(cluster, namespace, "llama405").get("phase") and
+                      _status(cluster, namespace, "llama405"), what="policy status")
+    assert status["requiredBandwidthBytes"] == 63_000_000_000
+    assert status["requiredBandwidth"] == "63.0 GB/s"
+    assert status["checkpointSize"] == "5.67 TB"
+    assert status["phase"] == "Ready"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["observedGeneration"] == 1
+    # Defaults from the schema, and Kopf's bookkeeping kept out of status.
+    spec = get(cluster, namespace, "checkpointpolicy", "llama405")["spec"]
+    assert spec["model"]["bytesPerParameter"] == 14 and spec["globalEvery"] == 1
+    assert set(status) <= {"observedGeneration", "phase", "conditions", "drainers",
+                           "checkpointSize", "checkpointBytes", "requiredBandwidth",
+                           "requiredBandwidthBytes", "allowedBandwidth",
+                           "allowedBandwidthBytes", "effectiveOverlap", "globalInterval",
+                           "drainTime", "perDrainerBandwidth", "recommendedInterval",
+                           "youngDalyInterval", "lastLocalStep", "lastGlobalStep",
+                           "recoveryPointTime", "restores"}
+    table = cluster.kubectl("get", "ckpol", "-n", namespace, "llama405").stdout
+    assert "63.0 GB/s" in table and "Ready" in table
+
+
+def test_update_recomputes_and_bumps_observed_generation(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("p"))
+    wait_for(lambda: _status(cluster, namespace, "p").get("observedGeneration") == 1)
+    apply(policy("p", interval="30m"))
+    status = wait_for(lambda: _status(cluster, namespace, "p").get("observedGeneration") == 2
+                      and _status(cluster, namespace, "p"), what="generation 2")
+    assert status["requiredBandwidthBytes"] == 31_500_000_000
+
+
+def test_capped_policy_reports_constraint_and_effective_overlap(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("capped", caps={"bandwidth": "21GB/s"}))
+    status = wait_for(lambda: _status(cluster, namespace, "capped").get("phase"))
+    status = _status(cluster, namespace, "capped")
+    assert status["phase"] == "Constrained"
+    cond = next(c for c in status["conditions"] if c["type"] == "BandwidthConstrained")
+    assert cond["status"] == "True" and cond["reason"] == "PolicyCap"
+    assert status["effectiveOverlap"] == "30%"  # 5.67 TB / 21 GB/s = 270 s of 900 s
+    assert "30%" in cond["message"]
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert "BandwidthConstrained" in events
+
+
+def _refused(apply: Callable[..., Any], body: dict[str, Any]) -> str:
+    result = apply(body, check=False)
+    assert result.returncode != 0, f"accepted: {body}"
+    return str(result.stderr)
+
+
+def test_invalid_policies_are_refused_naming_the_field(
+        operator: OperatorProcess, namespace: str, apply: Callable[..., Any]) -> None:
+    assert "spec.overlap" in _refused(apply, policy("a", overlap="150%"))
+    assert "spec.overlap" in _refused(apply, policy("a", overlap="0%"))
+    assert "spec.localTier.path" in _refused(
+        apply, policy("b", localTier={"path": "/etc/ckpt"}))
+    assert "spec.localTier.path" in _refused(
+        apply, policy("b", localTier={"path": "/mnt/ckptdrain/../../etc"}))
+    assert "spec.storage.uri" in _refused(apply, policy("c", storage={"uri": "ftp://x/y"}))
+    assert "spec.interval" in _refused(apply, policy("d", interval="0s"))
+    assert "spec.caps.perDrainer" in _refused(
+        apply, policy("e", caps={"bandwidth": "1GB/s", "perDrainer": "2GB/s"}))
+    assert "spec.localTier.capacity" in _refused(
+        apply, policy("f", localTier={"path": "/mnt/ckptdrain/x", "keep": 3,
+                                      "capacity": "10TB"}))
+    no_interval = policy("g")
+    del no_interval["spec"]["interval"]
+    assert "spec.interval" in _refused(apply, no_interval)
+    assert "spec.gracePolicy" in _refused(apply, policy("h", gracePolicy="Sometimes"))
