@@ -23,7 +23,7 @@ pytestmark = pytest.mark.cluster
 
 EXAMPLES = REPO / "docs" / "examples"
 CLOUD_VALUES = sorted(EXAMPLES.glob("values-*.yaml"))
-POLICIES = sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.startswith("values-"))
+MANIFESTS = sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.startswith("values-"))
 
 # Value sets that switch templates on and off; each must lint and conform.
 VARIANTS: dict[str, list[str]] = {
@@ -84,22 +84,52 @@ def test_conformance_check_catches_a_misplaced_field(tools: Tools, schema_dir: P
 
 def test_examples_conform_and_are_accepted(tools: Tools, cluster: Cluster,
                                            schema_dir: Path) -> None:
-    """Example policies validate against the CRD and a real API server
-    accepts them (CEL rules included), in a namespace of their own."""
-    assert POLICIES, f"no example policies in {EXAMPLES}"
-    for policy in POLICIES:
+    """The example policies and workloads validate strictly against the CRD
+    and core schemas, and a real API server accepts them (CEL rules
+    included) in a server-side dry run."""
+    assert any("policy" in p.name for p in MANIFESTS), f"no example policies in {EXAMPLES}"
+    for manifest in MANIFESTS:
         result = tools.run("kubeconform", "-strict", "-summary",
                            "-schema-location", str(schema_dir / SCHEMA_LOCATION),
-                           str(policy), check=False)
-        assert result.returncode == 0, f"{policy.name}: {result.stdout}{result.stderr}"
-    cluster.kubectl("create", "namespace", "examples")
+                           str(manifest), check=False)
+        assert result.returncode == 0, f"{manifest.name}: {result.stdout}{result.stderr}"
+    namespaces = {d["metadata"]["namespace"] for m in MANIFESTS for d in _docs(m.read_text())}
+    for ns in sorted(namespaces):
+        cluster.kubectl("create", "namespace", ns)
     try:
-        for policy in POLICIES:
-            applied = cluster.kubectl("apply", "-n", "examples", "--dry-run=server",
-                                      "-f", str(policy), check=False)
-            assert applied.returncode == 0, f"{policy.name}: {applied.stderr}"
+        for manifest in MANIFESTS:
+            applied = cluster.kubectl("apply", "--dry-run=server", "-f", str(manifest),
+                                      check=False)
+            assert applied.returncode == 0, f"{manifest.name}: {applied.stderr}"
     finally:
-        cluster.kubectl("delete", "namespace", "examples", "--wait=false", check=False)
+        for ns in sorted(namespaces):
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+# Each example policy goes with the values of the cluster it is written for.
+POLICY_VALUES = {"policy-eks-s3.yaml": "values-eks.yaml",
+                 "policy-gke-gcs.yaml": "values-gke.yaml",
+                 "policy-onprem-minio.yaml": "values-onprem.yaml"}
+
+
+@pytest.mark.parametrize("policy_file", sorted(POLICY_VALUES))
+def test_example_policy_passes_the_operators_checks(tools: Tools, policy_file: str) -> None:
+    """The operator configured by the chart (its env on the Deployment, read
+    by ckptdrain.operator.config) accepts the example policy: the env names
+    match and the allowed root in the values covers the policy's path."""
+    from ckptdrain.operator import config, policy
+
+    values = EXAMPLES / POLICY_VALUES[policy_file]
+    deployment = next(d for d in _docs(render(tools, "-f", str(values)).stdout)
+                      if d["kind"] == "Deployment")
+    env = {e["name"]: e["value"] for e in
+           deployment["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
+    # The certificate files exist only inside the pod.
+    env = {k: v for k, v in env.items() if not k.startswith("CKPTDRAIN_WEBHOOK_")}
+    cfg = config.from_env(env)
+    assert cfg.allowed_root == yaml.safe_load(values.read_text())["localTier"]["allowedRoot"]
+    spec = yaml.safe_load((EXAMPLES / policy_file).read_text())["spec"]
+    assert policy.validate(spec, cfg) == []
 
 
 # (--set arguments, text the refusal must contain). Each is a mistake a user
