@@ -1,0 +1,157 @@
+"""Checkpoint records, restores and operator restarts against a real apiserver.
+
+The agents are played by `records.RecordWriter` (what the real agent calls)
+with the test's kubeconfig."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from cluster_helpers import INJECT, get, pod, policy, wait_for
+from kubernetes import client, config
+from operator_process import OperatorProcess
+
+from ckptdrain.operator.records import RecordWriter
+from support.apiserver import Cluster
+
+
+@pytest.fixture
+def custom_api(cluster: Cluster) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(config.new_client_from_config(str(cluster.kubeconfig)))
+
+
+def _records(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
+    items = get(cluster, namespace, "checkpoints")["items"]
+    return {i["metadata"]["name"]: i for i in items}
+
+
+def _state(cluster: Cluster, namespace: str, name: str) -> str | None:
+    return (_records(cluster, namespace).get(name, {}).get("status") or {}).get("state")
+
+
+def _policy_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict(get(cluster, namespace, "ckpol", name).get("status") or {})
+
+
+def _checkpoint(writers: list[RecordWriter], step: int, state: str) -> None:
+    now = datetime.now(UTC)
+    tiers = ["local", "global"] if state == "Global" else ["local"]
+    for w in writers:
+        w.report(step, state, 1_000_000, tiers, now, node=f"node-{w.writer_id}")
+
+
+def test_records_complete_and_retention_removes_old_ones(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], custom_api: client.CustomObjectsApi) -> None:
+    apply(policy("llama", writers=2, storage={"uri": "s3://bucket/runs", "keep": 2}))
+    wait_for(lambda: _policy_status(cluster, namespace, "llama").get("phase"))
+    writers = [RecordWriter(namespace, "llama", 2, w, api=custom_api) for w in ("0", "1")]
+
+    _checkpoint(writers[:1], 100, "Local")
+    assert wait_for(lambda: _state(cluster, namespace, "llama-s100") == "Capturing")
+    _checkpoint(writers[1:], 100, "Local")
+    assert wait_for(lambda: _state(cluster, namespace, "llama-s100") == "Local")
+    assert wait_for(lambda: _policy_status(cluster, namespace, "llama")
+                    .get("lastLocalStep") == 100)
+
+    _checkpoint(writers[:1], 100, "Global")
+    assert wait_for(lambda: _state(cluster, namespace, "llama-s100") == "Draining")
+    _checkpoint(writers[1:], 100, "Global")
+    assert wait_for(lambda: _state(cluster, namespace, "llama-s100") == "Global")
+    record = _records(cluster, namespace)["llama-s100"]
+    assert record["status"]["writersReady"] == "2/2" and record["status"]["completionTime"]
+    status = wait_for(lambda: _policy_status(cluster, namespace, "llama")
+                      .get("lastGlobalStep") == 100
+                      and _policy_status(cluster, namespace, "llama"))
+    assert status["recoveryPointTime"] == record["status"]["completionTime"]
+    table = cluster.kubectl("get", "ckpt", "-n", namespace).stdout
+    assert "llama-s100" in table and "Global" in table and "2/2" in table
+
+    for step in (200, 300, 400):
+        _checkpoint(writers, step, "Global")
+    wait_for(lambda: set(_records(cluster, namespace)) == {"llama-s300", "llama-s400"},
+             what="retention to keep the newest two")
+    assert wait_for(lambda: _policy_status(cluster, namespace, "llama")
+                    .get("lastGlobalStep") == 400)
+
+
+def test_failed_writer_fails_the_checkpoint(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], custom_api: client.CustomObjectsApi) -> None:
+    apply(policy("p", writers=2))
+    writer = RecordWriter(namespace, "p", 2, "0", api=custom_api)
+    writer.report(7, "Failed", 0, [], datetime.now(UTC), message="disk full")
+    assert wait_for(lambda: _state(cluster, namespace, "p-s7") == "Failed")
+
+
+def test_restore_is_recorded_once_in_policy_status(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("llama"))
+    wait_for(lambda: _policy_status(cluster, namespace, "llama").get("phase"))
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
+        pod("w-0", {"app": "llama", **INJECT}, terminationGracePeriodSeconds=3600)))
+    cluster.kubectl("annotate", "-n", namespace, "pod", "w-0",
+                    "ckptdrain.io/restored-from=step=400 tier=local")
+    restores = wait_for(lambda: _policy_status(cluster, namespace, "llama").get("restores"))
+    assert restores[0]["pod"] == "w-0" and restores[0]["source"] == "step=400 tier=local"
+    cluster.kubectl("annotate", "-n", namespace, "pod", "w-0", "unrelated=1")
+    events = wait_for(lambda: "Restored" in cluster.kubectl(
+        "get", "events", "-n", namespace, "-o", "json").stdout)
+    assert events
+    assert len(_policy_status(cluster, namespace, "llama")["restores"]) == 1
+
+
+def test_operator_restarted_midway_converges_without_duplicates(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], custom_api: client.CustomObjectsApi) -> None:
+    apply(policy("llama", writers=2, storage={"uri": "s3://bucket/runs", "keep": 1}))
+    wait_for(lambda: _policy_status(cluster, namespace, "llama").get("phase"))
+    grace = {"terminationGracePeriodSeconds": 3600}
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
+        pod("w-0", {"app": "llama", **INJECT}, **grace)))
+    writers = [RecordWriter(namespace, "llama", 2, w, api=custom_api) for w in ("0", "1")]
+    _checkpoint(writers, 10, "Global")
+    wait_for(lambda: _state(cluster, namespace, "llama-s10") == "Global")
+
+    operator.stop()
+    try:
+        # While it is down: a labelled pod is still admitted (the pod webhook
+        # fails open, uninjected); the policy changes; agents keep reporting.
+        down = cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json", input=json.dumps(
+            pod("w-down", {"app": "llama", **INJECT}, **grace)))
+        assert "initContainers" not in json.loads(down.stdout)["spec"]
+        apply(policy("llama", writers=2, interval="30m",
+                      storage={"uri": "s3://bucket/runs", "keep": 1}))
+        _checkpoint(writers, 20, "Global")
+        _checkpoint(writers, 30, "Local")
+    finally:
+        operator.start()
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
+        pod("w-1", {"app": "llama", **INJECT}, **grace)))
+
+    status = wait_for(lambda: _policy_status(cluster, namespace, "llama")
+                      .get("observedGeneration") == 2
+                      and _policy_status(cluster, namespace, "llama"), what="resync")
+    assert status["requiredBandwidthBytes"] == 31_500_000_000
+    wait_for(lambda: set(_records(cluster, namespace)) == {"llama-s20", "llama-s30"},
+             what="retention after restart")
+    assert wait_for(lambda: _policy_status(cluster, namespace, "llama")
+                    .get("lastGlobalStep") == 20)
+    assert _state(cluster, namespace, "llama-s30") == "Local"
+    pods = {p["metadata"]["name"]: p for p in get(cluster, namespace, "pods")["items"]
+            if p["metadata"]["name"] != "w-down"}
+    assert set(pods) == {"w-0", "w-1"}
+    wait_for(lambda: {int(get(cluster, namespace, "pod", n)["metadata"]["annotations"]
+                          ["ckptdrain.io/bandwidth"]) for n in pods} == {15_750_000_000},
+             what="shares after restart")
+    for p in pods.values():
+        names = [c["name"] for c in p["spec"]["initContainers"]]
+        assert names == ["ckptdrain-restore", "ckptdrain-agent"]
+    events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)
+    sized = [e for e in events["items"] if e.get("reason") == "Sized"]
+    assert sum(e.get("count", 1) for e in sized) <= 2  # create + the one update, not resumes
