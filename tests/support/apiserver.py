@@ -46,13 +46,18 @@ def find_binaries() -> Binaries:
     etcd_cached = CACHE / "etcd" / "bin" / "etcd"
     etcd = etcd_cached if etcd_cached.exists() else Path(shutil.which("etcd") or etcd_cached)
     found = Binaries(etcd=etcd, kube_apiserver=k8s / "kube-apiserver", kubectl=k8s / "kubectl")
-    missing = [str(p) for p in (found.etcd, found.kube_apiserver, found.kubectl)
-               if not os.access(p, os.X_OK)]
+    missing = [
+        str(p)
+        for p in (found.etcd, found.kube_apiserver, found.kubectl)
+        if not os.access(p, os.X_OK)
+    ]
     if missing:
         raise MissingBinaries(
-            "real Kubernetes test servers are missing: " + ", ".join(missing)
+            "real Kubernetes test servers are missing: "
+            + ", ".join(missing)
             + ". Build them once with `make servers` (e2e/cluster/build-k8s.sh and "
-            "e2e/deps/etcd.sh).")
+            "e2e/deps/etcd.sh)."
+        )
     return found
 
 
@@ -69,24 +74,70 @@ def _openssl(*args: str, cwd: Path) -> None:
 def make_ca(directory: Path, name: str = "ca") -> tuple[Path, Path]:
     """A throwaway CA: (cert, key)."""
     key, crt = directory / f"{name}.key", directory / f"{name}.crt"
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-             "-keyout", str(key), "-out", str(crt), "-subj", f"/CN={name}", cwd=directory)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-keyout",
+        str(key),
+        "-out",
+        str(crt),
+        "-subj",
+        f"/CN={name}",
+        cwd=directory,
+    )
     return crt, key
 
 
-def make_cert(directory: Path, name: str, ca: tuple[Path, Path], *,
-              sans: Sequence[str] = ("IP:127.0.0.1", "DNS:localhost"),
-              subject: str | None = None) -> tuple[Path, Path]:
+def make_cert(
+    directory: Path,
+    name: str,
+    ca: tuple[Path, Path],
+    *,
+    sans: Sequence[str] = ("IP:127.0.0.1", "DNS:localhost"),
+    subject: str | None = None,
+) -> tuple[Path, Path]:
     """A certificate for `name` signed by `ca`, with the given SANs: (cert, key)."""
     key, csr, crt = (directory / f"{name}.{ext}" for ext in ("key", "csr", "crt"))
     ext = directory / f"{name}.ext"
-    ext.write_text("subjectAltName=" + ",".join(sans) + "\n"
-                   "extendedKeyUsage=serverAuth,clientAuth\n")
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
-             "-subj", subject or f"/CN={name}", cwd=directory)
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
-             "-CAcreateserial", "-days", "2", "-out", str(crt), "-extfile", str(ext),
-             cwd=directory)
+    ext.write_text(
+        "subjectAltName=" + ",".join(sans) + "\nextendedKeyUsage=serverAuth,clientAuth\n"
+    )
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        subject or f"/CN={name}",
+        cwd=directory,
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca[0]),
+        "-CAkey",
+        str(ca[1]),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        str(crt),
+        "-extfile",
+        str(ext),
+        cwd=directory,
+    )
     return crt, key
 
 
@@ -103,12 +154,18 @@ class Cluster:
     binaries: Binaries
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         """Run the built kubectl against this cluster."""
         return subprocess.run(
             [str(self.binaries.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
-            input=input, text=True, capture_output=True, check=check, timeout=timeout)
+            input=input,
+            text=True,
+            capture_output=True,
+            check=check,
+            timeout=timeout,
+        )
 
     def env(self) -> dict[str, str]:
         """Environment for a subprocess that should talk to this cluster."""
@@ -117,9 +174,12 @@ class Cluster:
 
 def _write_kubeconfig(path: Path, server: str, ca_file: Path, token: str) -> None:
     config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {
-            "server": server, "certificate-authority": str(ca_file)}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "test",
+        "clusters": [
+            {"name": "test", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+        ],
         "users": [{"name": "admin", "user": {"token": token}}],
         "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
     }
@@ -130,14 +190,17 @@ def _write_kubeconfig(path: Path, server: str, ca_file: Path, token: str) -> Non
 def _wait_ready(cluster: Cluster, deadline_s: float, log: Path) -> None:
     context = ssl.create_default_context(cafile=str(cluster.ca_file))
     request = urllib.request.Request(
-        cluster.server + "/readyz", headers={"Authorization": f"Bearer {cluster.token}"})
+        cluster.server + "/readyz", headers={"Authorization": f"Bearer {cluster.token}"}
+    )
     deadline = time.monotonic() + deadline_s
     last = ""
     while time.monotonic() < deadline:
         for proc in cluster.processes:
             if proc.poll() is not None:
-                raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}; "
-                                   f"log tail:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"{proc.args[0]} exited with {proc.returncode}; "
+                    f"log tail:\n{log.read_text()[-3000:]}"
+                )
         try:
             with urllib.request.urlopen(request, context=context, timeout=5) as response:
                 if response.status == 200:
@@ -145,8 +208,10 @@ def _wait_ready(cluster: Cluster, deadline_s: float, log: Path) -> None:
         except (urllib.error.URLError, OSError) as error:
             last = str(error)
         time.sleep(0.3)
-    raise TimeoutError(f"kube-apiserver not ready after {deadline_s}s ({last}); "
-                       f"log tail:\n{log.read_text()[-3000:]}")
+    raise TimeoutError(
+        f"kube-apiserver not ready after {deadline_s}s ({last}); "
+        f"log tail:\n{log.read_text()[-3000:]}"
+    )
 
 
 def _start_etcd(binaries: Binaries, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -154,13 +219,29 @@ def _start_etcd(binaries: Binaries, workdir: Path) -> tuple[subprocess.Popen[byt
     url = f"http://127.0.0.1:{client}"
     log = open(workdir / "etcd.log", "wb")  # noqa: SIM115 -- closed with the process
     proc = subprocess.Popen(
-        [str(binaries.etcd), "--name", "test", "--data-dir", str(workdir / "etcd"),
-         "--listen-client-urls", url, "--advertise-client-urls", url,
-         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"test=http://127.0.0.1:{peer}",
-         "--listen-metrics-urls", f"http://127.0.0.1:{free_port()}"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            str(binaries.etcd),
+            "--name",
+            "test",
+            "--data-dir",
+            str(workdir / "etcd"),
+            "--listen-client-urls",
+            url,
+            "--advertise-client-urls",
+            url,
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer}",
+            "--initial-cluster",
+            f"test=http://127.0.0.1:{peer}",
+            "--listen-metrics-urls",
+            f"http://127.0.0.1:{free_port()}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return proc, url
 
 
@@ -168,8 +249,9 @@ def start(workdir: Path, *, ready_timeout_s: float = 120) -> Cluster:
     """Start etcd and kube-apiserver under `workdir`; returns once /readyz is ok."""
     binaries = find_binaries()
     ca = make_ca(workdir)
-    serving = make_cert(workdir, "apiserver", ca,
-                        sans=("IP:127.0.0.1", "DNS:localhost", "IP:10.96.0.1"))
+    serving = make_cert(
+        workdir, "apiserver", ca, sans=("IP:127.0.0.1", "DNS:localhost", "IP:10.96.0.1")
+    )
     sa_key = workdir / "sa.key"
     _openssl("genrsa", "-out", str(sa_key), "2048", cwd=workdir)
     _openssl("rsa", "-in", str(sa_key), "-pubout", "-out", str(workdir / "sa.pub"), cwd=workdir)
@@ -181,29 +263,45 @@ def start(workdir: Path, *, ready_timeout_s: float = 120) -> Cluster:
     log_path = workdir / "apiserver.log"
     log = open(log_path, "wb")  # noqa: SIM115 -- closed with the process
     apiserver = subprocess.Popen(
-        [str(binaries.kube_apiserver),
-         f"--etcd-servers={etcd_url}",
-         "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-         f"--secure-port={port}", f"--cert-dir={workdir / 'certs'}",
-         f"--tls-cert-file={serving[0]}", f"--tls-private-key-file={serving[1]}",
-         f"--client-ca-file={ca[0]}",
-         f"--token-auth-file={workdir / 'tokens.csv'}",
-         "--service-account-issuer=https://kubernetes.default.svc",
-         f"--service-account-key-file={workdir / 'sa.pub'}",
-         f"--service-account-signing-key-file={sa_key}",
-         "--service-cluster-ip-range=10.96.0.0/16",
-         "--authorization-mode=RBAC",
-         # No controller-manager creates the `default` service account, so the
-         # ServiceAccount admission plugin would refuse every pod.
-         "--disable-admission-plugins=ServiceAccount",
-         "--profiling=false", "--v=1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            str(binaries.kube_apiserver),
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={workdir / 'certs'}",
+            f"--tls-cert-file={serving[0]}",
+            f"--tls-private-key-file={serving[1]}",
+            f"--client-ca-file={ca[0]}",
+            f"--token-auth-file={workdir / 'tokens.csv'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={workdir / 'sa.pub'}",
+            f"--service-account-signing-key-file={sa_key}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--authorization-mode=RBAC",
+            # No controller-manager creates the `default` service account, so the
+            # ServiceAccount admission plugin would refuse every pod.
+            "--disable-admission-plugins=ServiceAccount",
+            "--profiling=false",
+            "--v=1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     kubeconfig = workdir / "kubeconfig"
     server = f"https://127.0.0.1:{port}"
     _write_kubeconfig(kubeconfig, server, ca[0], token)
-    cluster = Cluster(server=server, ca_file=ca[0], ca_key=ca[1], token=token,
-                      kubeconfig=kubeconfig, workdir=workdir, binaries=binaries,
-                      processes=[etcd, apiserver])
+    cluster = Cluster(
+        server=server,
+        ca_file=ca[0],
+        ca_key=ca[1],
+        token=token,
+        kubeconfig=kubeconfig,
+        workdir=workdir,
+        binaries=binaries,
+        processes=[etcd, apiserver],
+    )
     try:
         _wait_ready(cluster, ready_timeout_s, log_path)
     except BaseException:
