@@ -171,6 +171,15 @@ class Cluster:
         """Environment for a subprocess that should talk to this cluster."""
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
 
+    def kubeconfig_for(self, namespace: str, service_account: str) -> Path:
+        """A kubeconfig acting as a service account (a TokenRequest token), for RBAC tests."""
+        token = self.kubectl(
+            "create", "token", service_account, "-n", namespace, "--duration=2h"
+        ).stdout.strip()
+        path = self.workdir / f"kubeconfig-{namespace}-{service_account}"
+        _write_kubeconfig(path, self.server, self.ca_file, token)
+        return path
+
 
 def _write_kubeconfig(path: Path, server: str, ca_file: Path, token: str) -> None:
     config = {
