@@ -1,1 +1,1 @@
-"""Test support: real S3 servers (s3servers) and a fault-injecting store (faults)."""
+"""Test support: real servers the tests start (s3servers, apiserver); fault injection (faults)."""

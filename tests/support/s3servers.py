@@ -117,17 +117,22 @@ class S3Server:
 
     def delete_bucket(self, name: str) -> None:
         """Abort its uploads, delete every object, then the bucket."""
+        self.delete_prefix(name, "")
+        self.client().delete_bucket(Bucket=name)
+
+    def delete_prefix(self, bucket: str, prefix: str) -> None:
+        """Abort uploads and delete objects under `prefix` in `bucket`."""
         client = self.client()
-        for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=name):
+        paginate = client.get_paginator
+        for page in paginate("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix):
             for upload in page.get("Uploads", []):
                 client.abort_multipart_upload(
-                    Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"]
+                    Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"]
                 )
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
+        for page in paginate("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
             if keys:
-                client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
-        client.delete_bucket(Bucket=name)
+                client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
 
     def open_store(self, bucket: str, prefix: str = "", **options: Any) -> S3Store:
         """An S3Store on this server with its credentials."""
@@ -262,6 +267,8 @@ def start_seaweedfs(tmp_dir: Path) -> Iterator[S3Server]:
         "-webdav=false",
         "-admin.ui=false",
         "-master.telemetry=false",
+        # A put to a missing bucket must fail (as on AWS), not create it.
+        "-s3.autoCreateBucket=false",
         f"-s3.config={config}",
         f"-filer.localSocket={workdir / 'filer.sock'}",
         f"-s3.localSocket={workdir / 's3.sock'}",

@@ -60,6 +60,13 @@ def _redact_endpoint(url: str) -> str:
     return re.sub(r"://[^/@]*@", "://***@", url)
 
 
+def _newer_or_same(item: dict[str, Any], other: dict[str, Any] | None) -> bool:
+    """Whether a listed part supersedes `other` (a later entry wins ties)."""
+    if other is None or not other.get("LastModified") or not item.get("LastModified"):
+        return True
+    return bool(item["LastModified"] >= other["LastModified"])
+
+
 class _Window(io.RawIOBase):
     """Exactly `size` bytes of a stream, from where it stands now.
 
@@ -351,10 +358,12 @@ class S3Store:
                 self._fail(err, "list_parts", key)
             except BotoCoreError as err:
                 self._fail(err, "list_parts", key)
-            # Keyed by number: some servers (SeaweedFS 4.x) list a part that
-            # was uploaded twice twice; the later entry is the live one.
+            # SeaweedFS 4.x lists a part sent twice twice (and completes with
+            # whichever etag it is given): report one, the newest.
             for item in page.get("Parts", []):
-                parts[int(item["PartNumber"])] = item
+                number = int(item["PartNumber"])
+                if _newer_or_same(item, parts.get(number)):
+                    parts[number] = item
             marker = page.get("NextPartNumberMarker")
             if not page.get("IsTruncated") or not marker:
                 return parts
