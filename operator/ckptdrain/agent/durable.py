@@ -25,7 +25,9 @@ from ckptdrain.manifest import FileEntry
 #: 8 MiB buffers: large enough that syscalls and the CRC call overhead vanish,
 #: small enough that a few copy threads stay far below the RSS budget.
 BUFFER_SIZE = 8 << 20
-DEFAULT_WORKERS = 4
+#: One copy thread per core (at most 4): copying is memory-bound, and more
+#: threads than cores only add contention on a node that is also training.
+DEFAULT_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 StopCheck = Callable[[], bool]
 
@@ -88,6 +90,9 @@ def copy_file(
                 while written < n:
                     written += os.write(fout, chunk[written:])
                 size += n
+            # Start writeback now (async) so the fsync below finds little left to
+            # do; it also keeps the copy from evicting the trainer's page cache.
+            os.posix_fadvise(fout, 0, 0, os.POSIX_FADV_DONTNEED)
             os.fsync(fout)
         finally:
             os.close(fout)
