@@ -200,11 +200,14 @@ class LocalTier:
         steps = self.steps()
         doomed = plan_retention(steps, keep, [s for s in steps if self.is_global(s)], protected)
         for step in doomed:
-            # Rename first so a crash mid-delete never leaves a step-<N> without files.
-            tmp = self.root / f"{_TEMP_PREFIX}delete-{step_name(step)}-{os.getpid()}"
-            os.rename(self.step_dir(step), tmp)
-            shutil.rmtree(tmp, ignore_errors=True)
+            self.remove(step)
         return doomed
+
+    def remove(self, step: int) -> None:
+        # Rename first so a crash mid-delete never leaves a step-<N> without files.
+        tmp = self.root / f"{_TEMP_PREFIX}delete-{step_name(step)}-{os.getpid()}"
+        os.rename(self.step_dir(step), tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
 
     def bytes_of(self, step: int) -> int:
         try:

@@ -21,6 +21,7 @@ Nothing here ever blocks or signals the trainer: it only reads the work dir.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -74,6 +75,7 @@ class Agent:
         self.aborting = threading.Event()  # a second SIGTERM
         self.sigterm_at: float | None = None
         self.captures = 0
+        self.keep_in_work: set[int] = set()
         self._seq = (read_request(cfg.work_dir).seq if read_request(cfg.work_dir) else 0)
 
     # -- signals -----------------------------------------------------------------
@@ -92,6 +94,7 @@ class Agent:
         """Tidy what a previous process left and resume its unfinished drains."""
         for temp in self.tier.remove_temps():
             log.info("removed an unfinished capture: %s", temp)
+        self._follow_restore()
         steps = self.tier.steps()
         for step in steps:
             manifest = self.tier.manifest(step)
@@ -107,6 +110,30 @@ class Agent:
         for step in sorted(set(resume)):
             log.info("resuming the drain of step %d", step)
             self.drain.submit(step, "resume")
+
+    def _follow_restore(self) -> None:
+        """If restore ran for this pod, the trainer resumes from the restored step
+        (or from scratch): local steps newer than that belong to an abandoned
+        timeline (with several writers, restore may pick an older globally
+        complete step). They would shadow the new steps, so drop them; and the
+        restored step itself stays in the work dir while the trainer loads it."""
+        doc = _read_result(self.cfg.restore_result)
+        if doc is None:
+            return
+        restored = doc.get("step")
+        restored = restored if isinstance(restored, int) else -1
+        restored_at = doc.get("at")
+        if not isinstance(restored_at, int | float):
+            return
+        if restored >= 0:
+            self.keep_in_work.add(restored)
+        for step in self.tier.steps():
+            # Steps captured after the restore are this run's (a restarted agent
+            # must keep them); only older ones belong to the abandoned timeline.
+            if step > restored and self.tier.manifest(step).created < restored_at:
+                log.warning("dropping local step %d: the trainer resumed from %s", step,
+                            restored if restored >= 0 else "scratch")
+                self.tier.remove(step)
 
     # -- steady state ---------------------------------------------------------------
     def run(self) -> int:
@@ -198,7 +225,7 @@ class Agent:
         if not local:
             return
         for step in completed_steps(self.cfg.work_dir):
-            if step < local[0]:
+            if step < local[0] and step not in self.keep_in_work:
                 victim = self.cfg.work_dir / f"step-{step}"
                 doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
                 try:
@@ -256,6 +283,14 @@ class Agent:
                 return
             self.metrics.beat()
             time.sleep(POLL / 4)
+
+
+def _read_result(path: Path) -> dict[str, object] | None:
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _writing(work_dir: Path) -> bool:

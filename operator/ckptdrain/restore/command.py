@@ -33,7 +33,7 @@ from typing import Any
 from ckptdrain import units
 from ckptdrain.agent import config as agent_config
 from ckptdrain.agent import durable
-from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.agent.localtier import LocalTier, completed_steps
 from ckptdrain.errors import CkptdrainError, IntegrityError, StoreError
 from ckptdrain.restore.plan import Candidate, candidates
 from ckptdrain.restore.result import RestoreResult, Skipped
@@ -114,6 +114,8 @@ def restore(cfg: agent_config.AgentConfig, store: Any | None,
     result.seconds = time.monotonic() - started
     if result.step is not None:
         return result, 0
+    if not plan:
+        _clear_stale_steps(cfg.work_dir, keep=None)
     if store is not None and not global_ok:
         return result, StoreError.exit_code
     if plan:
@@ -141,10 +143,22 @@ def _try(cfg: agent_config.AgentConfig, tier: LocalTier, store: Any, cand: Candi
                     cand.step, cand.tier, reason)
         result.skipped.append(Skipped(cand.step, cand.tier, reason))
         return False
+    _clear_stale_steps(cfg.work_dir, keep=cand.step)
     result.fresh_start = False
     result.step, result.tier, result.bytes = cand.step, cand.tier, size
     result.path, result.source = str(final), source
     return True
+
+
+def _clear_stale_steps(work_dir: Path, keep: int | None) -> None:
+    """Remove steps a previous incarnation of this pod left in the work dir (an
+    emptyDir survives container restarts): the trainer resumes from `keep`, and
+    a stale newer step would look like the newest checkpoint to the agent."""
+    for step in completed_steps(work_dir):
+        if step != keep:
+            shutil.rmtree(work_dir / f"step-{step}", ignore_errors=True)
+    for entry in work_dir.glob("step-*.tmp"):
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> int:
