@@ -3,8 +3,11 @@
 # the repository and prints the binary's path. Usage: minio.sh
 # The integration tests (tests/support/s3servers.py) start it on 127.0.0.1.
 #
-# MINIO_VERSION overrides the module version (default: latest). A cold build
-# takes several minutes on 2 cores; later runs return at once.
+# MINIO_VERSION overrides the module version (default: latest). MinIO tags
+# releases as RELEASE.<date>, not semver, so the proxy resolves @latest to a
+# pseudo-version of the default branch; on 2026-11-21 that was
+# v0.0.0-20260212201848-7aac2a2c5b7c, which builds with Go 1.26 (no pin
+# needed). A cold build takes ~10 minutes on 2 cores; later runs return at once.
 set -euo pipefail
 
 MINIO_VERSION="${MINIO_VERSION:-latest}"

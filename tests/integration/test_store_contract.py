@@ -23,6 +23,7 @@ from tests.support.s3servers import S3Server, free_port
 from ckptdrain.errors import (
     BucketMissing,
     IntegrityError,
+    InvalidInput,
     ObjectMissing,
     StoreAccessDenied,
     StoreUnreachable,
@@ -305,6 +306,21 @@ def test_parts_carry_a_content_md5_the_server_checks(
         )
     assert excinfo.value.response["Error"]["Code"] == "BadDigest"
     store.abort_multipart("ck/obj", upload)
+
+
+def test_put_stream_to_s3_refuses_a_stream_it_cannot_rewind(
+    s3server: S3Server, s3area: tuple[str, str]
+) -> None:
+    class Pipe(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def seekable(self) -> bool:
+            return False
+
+    store = s3server.open_store(*s3area)
+    with pytest.raises(InvalidInput, match="seekable"):
+        store.put_stream("pipe", Pipe(), 10)
 
 
 def test_missing_bucket_is_named(s3server: S3Server) -> None:

@@ -91,6 +91,8 @@ def test_open_store_picks_the_adapter(tmp_path: Path, monkeypatch: pytest.Monkey
     local = open_store(f"file://{tmp_path}/store")
     assert isinstance(local, LocalStore) and (tmp_path / "store").is_dir()
     assert local.uri == f"file://{tmp_path}/store"
+    for name in ("CKPTDRAIN_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://from-env:9000")
     remote = open_store("s3://bucket/pre/fix", region="eu-west-1")
     assert isinstance(remote, S3Store)

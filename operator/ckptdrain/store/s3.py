@@ -254,9 +254,15 @@ class S3Store:
         self._call("put_object", key, Key=self._key(key), Body=data, **self._integrity_args(data))
 
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
-        """Send exactly `size` bytes of `stream` (retries need it seekable)."""
+        """Send exactly `size` bytes of `stream`, from where it stands.
+
+        The stream must be seekable: botocore rewinds it to sign the payload
+        (plain HTTP) and to retry. Pipes go through multipart instead.
+        """
         if size < 0:
             raise InvalidInput("size", "a size >= 0", size)
+        if not stream.seekable():
+            raise InvalidInput("stream", "a seekable stream (use multipart for pipes)", stream)
         body = _Window(stream, size)
         self._call("put_object", key, Key=self._key(key), Body=body, ContentLength=size)
 
