@@ -255,6 +255,7 @@ def test_concurrent_use_from_threads(store: Store) -> None:
 
 def test_fault_wrapper_counts_and_fails_on_a_real_store(store: Store) -> None:
     faulty = FaultyStore(store)
+    assert isinstance(store, Store) and isinstance(faulty, Store)
     faulty.fail("upload_part", on_call=2)
     upload = faulty.create_multipart("f/obj")
     faulty.upload_part("f/obj", upload, 1, b"a")

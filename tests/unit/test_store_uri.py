@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ckptdrain.errors import IntegrityError, InvalidInput, StoreError, UnsafePath
 from ckptdrain.store import StoreURI, endpoint_from_env, open_store, parse_store_uri
+from ckptdrain.store.base import Store
 from ckptdrain.store.local import LocalStore, check_key
 from ckptdrain.store.s3 import S3Store
 
@@ -210,3 +211,15 @@ def test_min_part_size_is_enforced_when_asked(tmp_path: Path) -> None:
     with pytest.raises(IntegrityError, match="min_part_size"):
         store.complete_multipart("k", upload, parts)
     assert LocalStore(tmp_path / "other").min_part_size == 1
+
+
+def test_leftovers_of_a_crash_never_list(tmp_path: Path) -> None:
+    """A temp file or upload directory left by a killed process stays hidden."""
+    store = LocalStore(tmp_path / "root")
+    store.put_bytes("ckpt/a", b"a")
+    (tmp_path / "root" / "ckpt" / ".ckptdrain-tmp-deadbeef").write_bytes(b"half")
+    upload = store.create_multipart("ckpt/b")
+    store.upload_part("ckpt/b", upload, 1, b"part")
+    assert [o.key for o in store.list("")] == ["ckpt/a"]
+    assert [o.key for o in store.list("ckpt/.ckptdrain")] == []
+    assert isinstance(store, Store)
