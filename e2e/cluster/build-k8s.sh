@@ -18,8 +18,25 @@ binaries=("$@")
 [ ${#binaries[@]} -gt 0 ] || binaries=(kube-apiserver kubectl)
 
 mkdir -p "$OUT" "$SRC"
+
+# A binary counts as built only if it reports the pinned version: without the
+# -X flags below, a module build says v0.0.0-master, which breaks helm's
+# kubeVersion checks and version-skew logic (older caches hold such builds).
+reports_version() {
+  case "$1" in
+    kubectl) "$OUT/$1" version --client 2>/dev/null ;;
+    *) "$OUT/$1" --version 2>/dev/null ;;
+  esac | grep -qF "$K8S_VERSION"
+}
 missing=()
-for b in "${binaries[@]}"; do [ -x "$OUT/$b" ] || missing+=("$b"); done
+for b in "${binaries[@]}"; do { [ -x "$OUT/$b" ] && reports_version "$b"; } || missing+=("$b"); done
+[ ${#missing[@]} -gt 0 ] || { echo "$OUT"; exit 0; }
+
+# One build at a time per version (tests and scripts may call this at once).
+exec 9>"$CACHE/k8s/$K8S_VERSION/.build.lock"
+flock 9
+missing=()
+for b in "${binaries[@]}"; do { [ -x "$OUT/$b" ] && reports_version "$b"; } || missing+=("$b"); done
 [ ${#missing[@]} -gt 0 ] || { echo "$OUT"; exit 0; }
 
 # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them
@@ -58,9 +75,17 @@ GO
   GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || GOFLAGS=-mod=mod go mod tidy
 fi
 
+# What hack/lib/version.sh stamps into a release build (no git commit: the
+# module zip has no history).
+minor="${K8S_VERSION#v*.}"
+version_ldflags=""
+for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+  version_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor%%.*} -X $pkg.gitTreeState=clean"
+done
+
 for b in "${missing[@]}"; do
   echo "building $b $K8S_VERSION (cached in $OUT)" >&2
-  CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$OUT/$b.tmp" "k8s.io/kubernetes/cmd/$b"
+  CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w$version_ldflags" -o "$OUT/$b.tmp" "k8s.io/kubernetes/cmd/$b"
   mv "$OUT/$b.tmp" "$OUT/$b"
 done
 echo "$OUT"
