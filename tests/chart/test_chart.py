@@ -33,6 +33,7 @@ VARIANTS: dict[str, list[str]] = {
     "no-rbac-no-sa": ["--set", "rbac.create=false", "--set", "serviceAccount.create=false",
                       "--set", "serviceAccount.name=existing", "--set",
                       "agent.serviceAccount.create=false"],
+    "watch-one-namespace": ["--set", "operator.watchNamespace=ml-a"],
     "cert-manager+servicemonitor": ["--set", "certManager.enabled=true",
                                     "--set", "metrics.serviceMonitor.enabled=true"],
     **{p.stem: ["-f", str(p)] for p in CLOUD_VALUES},
