@@ -8,6 +8,7 @@ Also runnable as `python -m ckptdrain.agent.command`.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -32,13 +33,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also append per-checkpoint events as JSON lines to this file")
 
 
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: what log collectors on a cluster parse without rules."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {"t": round(record.created, 3), "level": record.levelname,
+               "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
 def setup_logging() -> None:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, stream=sys.stderr,
-            format='{"t":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s",'
-                   '"msg":"%(message)s"}',
-        )
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        # botocore logs every retry at INFO; the agent reports failures itself.
+        logging.getLogger("botocore").setLevel(logging.WARNING)
 
 
 def build_drain(cfg: agent_config.AgentConfig, tier: LocalTier, reporter: Reporter,
