@@ -221,7 +221,7 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
         objects = _docs(manifest)
         kinds = {o["kind"] for o in objects}
         assert {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                "Role", "RoleBinding", "Secret", "MutatingWebhookConfiguration",
+                "RoleBinding", "Secret", "MutatingWebhookConfiguration",
                 "ValidatingWebhookConfiguration"} <= kinds
         for o in objects:  # each one is really there, as sent
             ns = o["metadata"].get("namespace")
@@ -266,6 +266,29 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
                     deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env_vars["CKPTDRAIN_CLUSTER_BANDWIDTH"] == "40GB/s"
         assert env_vars["CKPTDRAIN_ALLOWED_ROOT"] == "/mnt/ckptdrain"
+
+        # Least privilege, as the API server's authorizer sees it.
+        operator = f"system:serviceaccount:{namespace}:ckptdrain"
+        agent = "system:serviceaccount:ml-a:ckptdrain-agent"
+        for who, verb, what, ns, allowed in [
+            (operator, "patch", "checkpointpolicies.ckptdrain.io/status", "ml-a", True),
+            (operator, "update", "checkpointpolicies.ckptdrain.io", "ml-a", False),
+            (operator, "delete", "checkpoints.ckptdrain.io", "ml-a", True),
+            (operator, "patch", "pods", "ml-a", True),
+            (operator, "create", "pods", "ml-a", False),
+            (operator, "get", "secrets", namespace, False),
+            (operator, "create", "checkpoints.ckptdrain.io", "ml-a", False),
+            (agent, "create", "checkpoints.ckptdrain.io", "ml-a", True),
+            (agent, "patch", "checkpoints.ckptdrain.io/status", "ml-a", True),
+            (agent, "patch", "checkpoints.ckptdrain.io", "ml-a", False),
+            (agent, "create", "checkpoints.ckptdrain.io", "ml-b", False),
+            (agent, "get", "secrets", "ml-a", False),
+            (agent, "delete", "pods", "ml-a", False),
+        ]:
+            resource, _, sub = what.partition("/")
+            answer = cluster.kubectl("auth", "can-i", verb, resource, f"--subresource={sub}",
+                                     "-n", ns, "--as", who, check=False).stdout.strip()
+            assert answer == ("yes" if allowed else "no"), (who, verb, what, ns, answer)
 
         tools.run("helm", "upgrade", "ckptdrain", str(chart), *helm_args, env=env)
         assert all(h["clientConfig"]["caBundle"] == ca for h in webhooks()), (
