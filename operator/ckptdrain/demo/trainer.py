@@ -78,6 +78,8 @@ class TorchModel:
         from ckptdrain import torch_helper
 
         self.torch, self.helper = torch, torch_helper
+        # Leave the other core(s) to the agent: on a real node it has its own CPUs.
+        torch.set_num_threads(1)
         torch.manual_seed(0)
         # fp32 weights + Adam's two moments: 12 bytes per parameter.
         layers = max(1, round(total / 12 / (width * width)))
