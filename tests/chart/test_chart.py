@@ -192,6 +192,21 @@ def test_crds_have_one_source(tools: Tools, tmp_path: Path) -> None:
     assert packaged == sources
 
 
+def test_cert_manager_replaces_the_generated_certificate(tools: Tools) -> None:
+    """With cert-manager, no private key is rendered into the release; the
+    Certificate covers the webhook Service and cainjector fills both
+    caBundles."""
+    objects = _docs(render(tools, "--set", "certManager.enabled=true").stdout)
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    certificate = next(o for o in objects if o["kind"] == "Certificate")
+    assert "ckptdrain-webhook.ckptdrain.svc" in certificate["spec"]["dnsNames"]
+    for o in objects:
+        if o["kind"].endswith("WebhookConfiguration"):
+            assert o["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+                f"ckptdrain/{certificate['metadata']['name']}")
+            assert all("caBundle" not in w["clientConfig"] for w in o["webhooks"])
+
+
 def _docs(text: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
 
@@ -209,12 +224,16 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
         "-X k8s.io/component-base/version.gitMajor=1 "
         "-X k8s.io/component-base/version.gitMinor=<X>'")
     chart, namespace = CHART, "ckptdrain-system"
-    for ns in ("ml-a", "ml-b"):
+    for ns in ("ml-a", "ml-b", namespace):
         cluster.kubectl("create", "namespace", ns)
+    # The operator must run where Pod Security is at its strictest level.
+    cluster.kubectl("label", "namespace", namespace,
+                    "pod-security.kubernetes.io/enforce=restricted",
+                    "pod-security.kubernetes.io/warn=restricted")
     helm_args = ["--namespace", namespace, "--set", "agent.namespaces={ml-a,ml-b}",
                  "--set", "bandwidth.clusterCap=40GB/s"]
-    tools.run("helm", "install", "ckptdrain", str(chart), "--create-namespace",
-              *helm_args, env=env)
+    installed = tools.run("helm", "install", "ckptdrain", str(chart), *helm_args, env=env)
+    assert "PodSecurity" not in installed.stderr, installed.stderr
     try:
         manifest = tools.run("helm", "get", "manifest", "ckptdrain", "-n", namespace,
                              env=env).stdout
