@@ -58,6 +58,9 @@ ENV PATH=/opt/ckptdrain/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
     PIP_NO_CACHE_DIR=1 \
     HOME=/tmp \
     TMPDIR=/tmp
+LABEL org.opencontainers.image.title="ckptdrain" \
+      org.opencontainers.image.description="ckptdrain operator, agent and restore (one image, sub-commands)" \
+      org.opencontainers.image.licenses="Apache-2.0"
 USER 65532:65532
 WORKDIR /tmp
 ENTRYPOINT ["ckptdrain"]
