@@ -61,3 +61,30 @@ def test_trainer_is_not_blocked_when_the_agent_is_gone(pod: Pod) -> None:
     trainer = pod.start_trainer("--max-steps", "20")
     assert trainer.wait(60) == 0
     assert next(d for d in pod.trainer_lines(trainer) if d["event"] == "exit")["step"] == 19
+
+
+def test_a_second_sigterm_never_leaves_a_corrupt_local_copy(pod: Pod) -> None:
+    import os
+    import signal
+    import time
+
+    from ckptdrain.client import Client
+
+    pod.env["CKPTDRAIN_INTERVAL"] = "1h"
+    agent = pod.start_agent()
+    pod.wait_for(lambda: (pod.root / "agent-0.log").read_text().count("agent started"),
+                 "the agent to start")
+    client = Client(pod.work)
+    directory = client.begin(3)
+    for i in range(8):
+        (directory / f"shard-{i}.bin").write_bytes(os.urandom(1 << 20) * 48)
+    client.complete(3)
+    agent.send_signal(signal.SIGTERM)
+    time.sleep(1.1)  # the agent waits ~1 s for an emergency checkpoint, then copies
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(60) == 0, pod.logs()
+    # Whatever the second signal interrupted: a whole, verified copy or none at all.
+    for step in pod.tier.steps():
+        pod.tier.verify(step)
+    assert all(p.name.startswith("step-") for p in pod.local.iterdir()), \
+        list(pod.local.iterdir())

@@ -89,6 +89,12 @@ class Agent:
         self.sigterm_at = self.clock()
         self.terminating.set()
 
+    def _past_deadline(self) -> bool:
+        if self.aborting.is_set():
+            return True
+        return self.sigterm_at is not None and \
+            self.clock() >= self.sigterm_at + self.cfg.flush_budget_s
+
     # -- start-up ------------------------------------------------------------------
     def recover(self) -> None:
         """Tidy what a previous process left and resume its unfinished drains."""
@@ -147,8 +153,12 @@ class Agent:
                 self.request("schedule")
                 next_request = max(next_request + self.cfg.interval_s, now + POLL)
             try:
-                self.capture_newest("schedule")
+                # A SIGTERM during this capture lets it finish (it is likely the newest
+                # state) unless the flush deadline passes or a second SIGTERM comes.
+                self.capture_newest("schedule", should_stop=self._past_deadline)
                 self.housekeeping()
+            except CopyAborted:
+                log.warning("capture stopped by the SIGTERM deadline")
             except CkptdrainError as err:
                 # A bad checkpoint or a full disk must not stop the schedule.
                 self.metrics.errors.labels("capture").inc()
@@ -184,6 +194,8 @@ class Agent:
             captured = self.tier.capture(source, step, writer=self.cfg.writer,
                                          writers=self.cfg.writers, should_stop=should_stop,
                                          extra={"trigger": trigger})
+        except CopyAborted:
+            raise  # a deadline, not a failure: nothing was published
         except FileNotFoundError as err:
             # The trainer (or restore) replaced the step while we copied it.
             log.warning("step %d vanished while capturing (%s); will retry", step, err)
@@ -249,7 +261,8 @@ class Agent:
         try:
             newest = self.capture_newest("sigterm", should_stop=stop_now)
         except CopyAborted:
-            log.warning("SIGTERM capture stopped at the deadline; the previous local copy stands")
+            log.warning("SIGTERM capture stopped (deadline or a second SIGTERM); "
+                        "nothing half-copied was published")
         except (CkptdrainError, OSError) as err:
             log.warning("SIGTERM capture failed: %s", err)
         local = self.tier.steps()
@@ -261,7 +274,7 @@ class Agent:
                 time.sleep(POLL / 2)
         if self.drain is not None:
             # Leave a moment for the cancelled part to finish and the journal to land.
-            remaining = max(0.1, deadline - self.clock())
+            remaining = 0.5 if self.aborting.is_set() else max(0.1, deadline - self.clock())
             if not self.drain.stop(timeout=remaining):
                 log.warning("drain did not stop before the deadline; its journal resumes it")
         if target is not None:
