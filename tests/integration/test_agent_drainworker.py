@@ -1,0 +1,108 @@
+"""The drain worker in-process over a real file:// store (and a fault wrapper around it):
+newest first, retries after store errors, no re-send of what the store already has."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tests.support.faults import FaultyStore
+
+from ckptdrain.agent.drain import DrainWorker
+from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.agent.metrics import AgentMetrics
+from ckptdrain.agent.report import CheckpointEvent
+from ckptdrain.store.local import LocalStore
+
+PART = 1 << 20
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[CheckpointEvent] = []
+
+    def report(self, event: CheckpointEvent) -> None:
+        self.events.append(event)
+
+    def states(self, step: int) -> list[str]:
+        return [e.state.value for e in self.events if e.step == step]
+
+
+def _tier(tmp_path: Path, steps: list[int], size: int = 3 * PART) -> LocalTier:
+    tier = LocalTier(tmp_path / "local")
+    for step in steps:
+        src = tmp_path / "src" / f"step-{step}"
+        src.mkdir(parents=True)
+        (src / "w.bin").write_bytes(bytes([step % 256]) * size)
+        tier.capture(src, step, writer=0, writers=1)
+    return tier
+
+
+def _worker(tier: LocalTier, store: object, recorder: Recorder) -> DrainWorker:
+    from ckptdrain.transfer.drain import Drainer
+
+    return DrainWorker(tier, store, Drainer(store, part_size=PART, concurrency=2),  # type: ignore[arg-type]
+                       recorder, AgentMetrics(), part_size=PART)
+
+
+def _wait(condition: Callable[[], bool], what: str, cap: float = 60.0) -> None:
+    deadline = time.monotonic() + cap
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FaultyStore:
+    return FaultyStore(LocalStore(str(tmp_path / "store")))
+
+
+def test_store_errors_are_retried_and_reported(tmp_path: Path, store: FaultyStore) -> None:
+    tier = _tier(tmp_path, [1])
+    store.fail("upload_part", times=3)
+    recorder = Recorder()
+    worker = _worker(tier, store, recorder)
+    worker.start()
+    worker.submit(1)
+    _wait(lambda: tier.is_global(1), "the retried drain")
+    worker.stop(10)
+    states = recorder.states(1)
+    assert "Failed" in states and states[-1] == "Global"
+    failed = next(e for e in recorder.events if e.state.value == "Failed")
+    assert "retrying" in failed.message
+
+
+def test_a_step_already_in_the_store_is_not_sent_again(tmp_path: Path, store: FaultyStore
+                                                       ) -> None:
+    tier = _tier(tmp_path, [4])
+    first = _worker(tier, store, Recorder())
+    first.start()
+    first.submit(4)
+    _wait(lambda: tier.is_global(4), "the first drain")
+    first.stop(10)
+    (tier.step_dir(4) / "GLOBAL").unlink()  # as if the agent died before writing the marker
+    sent = store.calls["upload_part"]
+    recorder = Recorder()
+    again = _worker(tier, store, recorder)
+    again.start()
+    again.submit(4)
+    _wait(lambda: tier.is_global(4), "the second pass")
+    again.stop(10)
+    assert store.calls["upload_part"] == sent
+    assert recorder.events[-1].message == "already in the store"
+
+
+def test_newest_first_when_behind(tmp_path: Path, store: FaultyStore) -> None:
+    tier = _tier(tmp_path, [1, 2, 3])
+    recorder = Recorder()
+    worker = _worker(tier, store, recorder)
+    for step in (1, 2, 3):
+        worker.submit(step)
+    worker.start()
+    _wait(lambda: tier.is_global(3), "the newest drain")
+    worker.stop(10)
+    # 3 went first; once it is global the older ones are pointless and dropped.
+    assert recorder.events[0].step == 3
+    assert not tier.is_global(1) and not tier.is_global(2)
