@@ -257,6 +257,7 @@ def _start_etcd(binaries: Binaries, workdir: Path) -> tuple[subprocess.Popen[byt
 def start(workdir: Path, *, ready_timeout_s: float = 120) -> Cluster:
     """Start etcd and kube-apiserver under `workdir`; returns once /readyz is ok."""
     binaries = find_binaries()
+    workdir.mkdir(parents=True, exist_ok=True)
     ca = make_ca(workdir)
     serving = make_cert(
         workdir, "apiserver", ca, sans=("IP:127.0.0.1", "DNS:localhost", "IP:10.96.0.1")

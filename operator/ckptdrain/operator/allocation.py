@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from ckptdrain import sizing
 
-#: Shares within this relative difference of the current annotation are left
-#: alone, so tiny changes in pending bytes do not rewrite every pod.
+#: A share may grow by up to this fraction before the pod is rewritten, so tiny
+#: changes in pending bytes do not rewrite every pod. Decreases are always
+#: written: the sum of the shares must never exceed the budget (a cap).
 DEFAULT_TOLERANCE = 0.02
 
 
@@ -59,13 +60,14 @@ def shares(budget: float, drainers: list[Drainer],
 
 def changes(drainers: list[Drainer], wanted: Mapping[str, int],
             tolerance: float = DEFAULT_TOLERANCE) -> dict[str, int]:
-    """The pods whose annotation must be rewritten, and to what."""
+    """The pods whose annotation must be rewritten, and to what: every decrease
+    (so the budget is never exceeded), and increases beyond `tolerance`."""
     out: dict[str, int] = {}
     for d in drainers:
         target = wanted.get(d.pod)
         if target is None:
             continue
         current = d.current_share
-        if current is None or abs(current - target) > tolerance * max(target, 1):
+        if current is None or target < current or target > current * (1 + tolerance):
             out[d.pod] = target
     return out

@@ -31,9 +31,15 @@ POLICIES = ("ckptdrain.io", "v1alpha1", "checkpointpolicies")
 CHECKPOINTS = ("ckptdrain.io", "v1alpha1", "checkpoints")
 INJECTED = {injection.ANNOTATION_INJECTED: kopf.PRESENT}
 MAX_RESTORES = 10
+#: Pod events within this window are coalesced into one rebalance per policy,
+#: so a burst of N pods costs a few passes over N pods, not N passes.
+REBALANCE_DELAY_S = 0.5
+RETRY_DELAY_S = 5.0
 Key = tuple[str, str]
 
 _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
+_scheduled: set[Key] = set()
+_scheduled_lock = threading.Lock()
 
 
 def _now() -> datetime:
@@ -127,7 +133,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         if sized.bandwidth_constrained:
             kopf.warn(body, reason="BandwidthConstrained", message=new["conditions"][2]["message"])
     logger.info("sized: %s", new["conditions"][0]["message"])
-    _rebalance(key, cfg, checkpointpolicy_index, pod_index, logger)
+    _schedule_rebalance(key, cfg, checkpointpolicy_index, pod_index, logger)
 
 
 @kopf.on.create(*POLICIES, timeout=300, backoff=10)
@@ -188,13 +194,38 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             kube.patch_status("checkpointpolicies", key[0], key[1], {"drainers": len(drainers)})
 
 
+def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+                        pods: kopf.Index[Key, Any], logger: logging.Logger,
+                        delay: float = REBALANCE_DELAY_S) -> None:
+    """Rebalance `key` soon, once, however many events ask (indexes are live views)."""
+    with _scheduled_lock:
+        if key in _scheduled:
+            return
+        _scheduled.add(key)
+
+    def run() -> None:
+        with _scheduled_lock:
+            _scheduled.discard(key)
+        try:
+            _rebalance(key, cfg, policies, pods, logger)
+        except (kube.ApiException, RuntimeError) as error:
+            # RuntimeError: an index changed while we read it. Either way, retry.
+            logger.warning("rebalancing %s/%s failed (%s); retrying in %ss",
+                           *key, error, RETRY_DELAY_S)
+            _schedule_rebalance(key, cfg, policies, pods, logger, RETRY_DELAY_S)
+
+    timer = threading.Timer(delay, run)
+    timer.daemon = True
+    timer.start()
+
+
 @kopf.on.event("v1", "pods", annotations=INJECTED)
 def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace: str,
               memo: kopf.Memo, logger: logging.Logger, pod_index: kopf.Index[Key, Any],
               checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
     annotations = meta.get("annotations", {})
     key = (namespace, annotations.get(injection.ANNOTATION_POLICY, ""))
-    _rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)
+    _schedule_rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)
     source = annotations.get(injection.ANNOTATION_RESTORED)
     if source and event.get("type") != "DELETED":
         _record_restore(key, meta.get("name", ""), source, body, checkpointpolicy_index)

@@ -11,6 +11,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+__all__ = ["ApiException", "annotate_pod", "delete", "patch_status"]
+
 GROUP, VERSION = "ckptdrain.io", "v1alpha1"
 #: Say it: the generated client would otherwise pick JSON Patch for a dict body.
 MERGE = "application/merge-patch+json"

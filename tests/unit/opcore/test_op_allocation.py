@@ -53,8 +53,22 @@ def test_cluster_cap_scales_every_policy_alike() -> None:
 
 
 def test_only_pods_whose_share_moved_are_rewritten() -> None:
-    current = [Drainer("a", None, 100), Drainer("b", None, 100), Drainer("c", None, None)]
-    assert changes(current, {"a": 101, "b": 150, "c": 100}) == {"b": 150, "c": 100}
+    current = [Drainer("a", None, 100), Drainer("b", None, 100), Drainer("c", None, None),
+               Drainer("d", None, 100)]
+    got = changes(current, {"a": 101, "b": 150, "c": 100, "d": 99})
+    assert got == {"b": 150, "c": 100, "d": 99}  # small rises wait; every cut is written
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.integers(1, 10**12), min_size=1, max_size=30),
+       st.lists(st.integers(1, 10**12), min_size=1, max_size=30))
+def test_after_changes_the_sum_never_exceeds_the_new_budget(
+        before: list[int], after: list[int]) -> None:
+    n = min(len(before), len(after))
+    current = [Drainer(f"p{i}", None, before[i]) for i in range(n)]
+    wanted = {f"p{i}": after[i] for i in range(n)}
+    applied = {d.pod: d.current_share for d in current} | changes(current, wanted)
+    assert sum(v or 0 for v in applied.values()) <= sum(wanted.values())
 
 
 @pytest.mark.parametrize(("text", "value"), [
