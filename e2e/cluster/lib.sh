@@ -1,0 +1,116 @@
+# Shared settings and helpers for up.sh, down.sh, smoke.sh and load-images.sh.
+# Sourced, not run. Every path lives under one state directory in the cache,
+# every listener is on loopback or on the cluster bridge, so two runs never
+# collide with anything else on the machine.
+
+CACHE="${CKPTDRAIN_CACHE:-$HOME/.cache/ckptdrain}"
+# Pinned: see e2e/cluster/build-k8s.sh and e2e/README.md for why 1.33
+# (cgroup v1 hosts and Debian bookworm's containerd 1.6).
+K8S_VERSION="${K8S_VERSION:-v1.33.13}"
+K8S_BIN="$CACHE/k8s/$K8S_VERSION/bin"
+STATE="${CKPTDRAIN_CLUSTER_STATE:-$CACHE/cluster}"
+
+NODE_NAME="ckptdrain-e2e"
+# The node's address is the gateway of a bridge we create; the apiserver,
+# the kubelet and the pods' default route all live on it, never on eth0.
+BRIDGE="ckpt0"
+NODE_IP="10.244.0.1"
+POD_CIDR="10.244.0.0/24"
+SERVICE_CIDR="10.96.0.0/24"
+API_SERVICE_IP="10.96.0.1"
+CLUSTER_DOMAIN="cluster.local"
+
+ETCD_PORT=23790
+ETCD_PEER_PORT=23800
+APISERVER_PORT=6443
+KUBELET_PORT=10250
+KUBELET_HEALTHZ_PORT=10248
+KUBE_PROXY_HEALTHZ_PORT=10256
+KUBE_PROXY_METRICS_PORT=10249
+CONTROLLER_MANAGER_PORT=10257
+SCHEDULER_PORT=10259
+
+PAUSE_IMAGE="${PAUSE_IMAGE:-localhost/ckptdrain/pause:1.0}"
+CONTAINERD_SOCK="$STATE/containerd/containerd.sock"
+RUNC_ROOT="$STATE/containerd/runc"
+CNI_BIN_DIR="/usr/lib/cni"
+CNI_NETWORK="ckptdrain-e2e"
+IPTABLES_CHAIN="CKPTDRAIN-E2E"
+KUBECONFIG_ADMIN="$STATE/kubeconfig"
+
+# Daemons in start order; down.sh stops them in reverse.
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+
+E2E_CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+E2E_REPO_ROOT="$(cd "$E2E_CLUSTER_DIR/../.." && pwd)"
+
+log() { printf '%s [cluster] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# render TEMPLATE: prints the template with @NAME@ replaced by $NAME.
+render() {
+  local text name
+  text="$(cat "$1")"
+  for name in STATE NODE_NAME BRIDGE NODE_IP POD_CIDR SERVICE_CIDR CLUSTER_DOMAIN \
+      KUBELET_PORT KUBELET_HEALTHZ_PORT KUBE_PROXY_HEALTHZ_PORT KUBE_PROXY_METRICS_PORT \
+      PAUSE_IMAGE CONTAINERD_SOCK RUNC_ROOT CNI_BIN_DIR CNI_NETWORK; do
+    text="${text//@$name@/${!name}}"
+  done
+  printf '%s\n' "$text"
+}
+
+pidfile() { echo "$STATE/run/$1.pid"; }
+
+# running NAME: true when the daemon we started under NAME is still alive.
+running() {
+  local pid
+  pid="$(cat "$(pidfile "$1")" 2>/dev/null)" || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
+
+# start_daemon NAME CMD...: runs CMD in its own session (so it outlives the
+# shell that started it), logs to $STATE/logs/NAME.log, records its pid.
+start_daemon() {
+  local name="$1"; shift
+  if running "$name"; then log "$name already running (pid $(cat "$(pidfile "$name")"))"; return 0; fi
+  mkdir -p "$STATE/run" "$STATE/logs"
+  log "starting $name"
+  setsid "$@" >>"$STATE/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$(pidfile "$name")"
+}
+
+# stop_daemon NAME [GRACE_SECONDS]: SIGTERM, then SIGKILL after the grace.
+stop_daemon() {
+  local name="$1" grace="${2:-15}" pid i
+  pid="$(cat "$(pidfile "$name")" 2>/dev/null)" || return 0
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < grace * 10; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "$name did not stop in ${grace}s; killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+      sleep 0.2
+    fi
+  fi
+  rm -f "$(pidfile "$name")"
+}
+
+# wait_for SECONDS WHAT CMD...: polls CMD until it succeeds; on timeout
+# prints the tail of the daemon log named WHAT (if any) and fails.
+wait_for() {
+  local timeout="$1" what="$2" deadline
+  shift 2
+  deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      log "timed out after ${timeout}s waiting for $what"
+      [ -f "$STATE/logs/$what.log" ] && tail -n 30 "$STATE/logs/$what.log" >&2
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+kctl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+actl() { ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }

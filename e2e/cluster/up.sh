@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Starts the single-node e2e cluster: etcd, kube-apiserver, controller-manager,
+# scheduler, containerd (own config and state), kubelet and kube-proxy, with
+# the CNI bridge network. One command; idempotent (a running piece is kept).
+# Ends by printing `export KUBECONFIG=...`. Stop with down.sh.
+#
+# Needs root, the binaries from build-k8s.sh (kube-proxy is optional: without
+# it Services have no routing), and Debian's containerd, runc,
+# containernetworking-plugins, iptables, conntrack (installed if missing).
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+started=$SECONDS
+
+[ "$(id -u)" = 0 ] || die "run as root (it creates a bridge, iptables rules and cgroups)"
+
+for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+  [ -x "$K8S_BIN/$b" ] || die "$K8S_BIN/$b missing: run e2e/cluster/build-k8s.sh kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy"
+done
+have_proxy=true
+[ -x "$K8S_BIN/kube-proxy" ] || { have_proxy=false; log "WARNING: no kube-proxy in $K8S_BIN: ClusterIP Services will not route (build-k8s.sh kube-proxy)"; }
+
+need_pkgs=()
+command -v containerd >/dev/null || need_pkgs+=(containerd)
+[ -x /usr/sbin/runc ] || need_pkgs+=(runc)
+[ -x "$CNI_BIN_DIR/bridge" ] || need_pkgs+=(containernetworking-plugins)
+command -v iptables >/dev/null || need_pkgs+=(iptables)
+command -v conntrack >/dev/null || need_pkgs+=(conntrack)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  log "installing ${need_pkgs[*]} from Debian"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends "${need_pkgs[@]}" >&2 \
+    || { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need_pkgs[@]}" >&2; }
+fi
+
+ETCD_BIN="$("$E2E_REPO_ROOT/e2e/deps/etcd.sh")"
+PAUSE_ARCHIVE="$("$E2E_REPO_ROOT/e2e/images/pause/build.sh")"
+
+mkdir -p "$STATE"/{run,logs,etcd,kubelet,cni/net.d,cni/ipam,containerd}
+"$E2E_CLUSTER_DIR/pki.sh"
+PKI="$STATE/pki"
+
+# --- network: our bridge, our sysctls, our iptables chain -------------------
+if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+  log "creating bridge $BRIDGE $NODE_IP/${POD_CIDR#*/}"
+  ip link add "$BRIDGE" type bridge
+fi
+ip addr replace "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
+ip link set "$BRIDGE" up
+
+# Remember what the host had, so down.sh can put it back.
+sysctl_file="$STATE/run/sysctl.saved"
+[ -f "$sysctl_file" ] || {
+  modprobe br_netfilter 2>/dev/null || true
+  for key in net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables; do
+    echo "$key=$(sysctl -n "$key")"
+  done >"$sysctl_file"
+}
+# Forwarding between pods and Service DNAT; bridged replies must see
+# iptables so that DNAT'd connections are un-NAT'd.
+sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+
+# Pods may talk to each other and to the node's own addresses (INPUT), and
+# nothing else: traffic from the bridge to any other interface is dropped.
+iptables -N "$IPTABLES_CHAIN" 2>/dev/null || iptables -F "$IPTABLES_CHAIN"
+iptables -A "$IPTABLES_CHAIN" -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
+iptables -A "$IPTABLES_CHAIN" -i "$BRIDGE" -j DROP
+iptables -C FORWARD -j "$IPTABLES_CHAIN" 2>/dev/null || iptables -I FORWARD 1 -j "$IPTABLES_CHAIN"
+
+printf 'nameserver 127.0.0.1\n' >"$STATE/resolv.conf"
+
+# --- etcd -------------------------------------------------------------------
+start_daemon etcd nice -n 5 "$ETCD_BIN" \
+  --name ckptdrain-e2e --data-dir "$STATE/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "ckptdrain-e2e=http://127.0.0.1:$ETCD_PEER_PORT" --initial-cluster-state new
+wait_for 60 etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+
+# --- control plane ----------------------------------------------------------
+start_daemon kube-apiserver "$K8S_BIN/kube-apiserver" \
+  --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+  --bind-address="$NODE_IP" --advertise-address="$NODE_IP" --secure-port="$APISERVER_PORT" \
+  --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+  --client-ca-file="$PKI/ca.crt" \
+  --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+  --kubelet-certificate-authority="$PKI/ca.crt" --kubelet-preferred-address-types=InternalIP \
+  --service-account-issuer="https://kubernetes.default.svc.$CLUSTER_DOMAIN" \
+  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+  --service-cluster-ip-range="$SERVICE_CIDR" \
+  --authorization-mode=Node,RBAC \
+  --enable-admission-plugins=NodeRestriction \
+  --enable-aggregator-routing=true \
+  --allow-privileged=true \
+  --profiling=false
+apiserver_ready() { curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://$NODE_IP:$APISERVER_PORT/readyz"; }
+wait_for 120 kube-apiserver apiserver_ready
+
+start_daemon kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+  --kubeconfig="$STATE/controller-manager.kubeconfig" \
+  --authentication-kubeconfig="$STATE/controller-manager.kubeconfig" \
+  --authorization-kubeconfig="$STATE/controller-manager.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port="$CONTROLLER_MANAGER_PORT" \
+  --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+  --use-service-account-credentials=true \
+  --service-cluster-ip-range="$SERVICE_CIDR" \
+  --leader-elect=false --profiling=false
+start_daemon kube-scheduler "$K8S_BIN/kube-scheduler" \
+  --kubeconfig="$STATE/scheduler.kubeconfig" \
+  --authentication-kubeconfig="$STATE/scheduler.kubeconfig" \
+  --authorization-kubeconfig="$STATE/scheduler.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" \
+  --leader-elect=false --profiling=false
+
+# --- node: containerd, CNI, kubelet -------------------------------------------
+render "$E2E_CLUSTER_DIR/containerd.toml" >"$STATE/containerd/config.toml"
+render "$E2E_CLUSTER_DIR/10-ckptdrain.conflist" >"$STATE/cni/net.d/10-ckptdrain.conflist"
+start_daemon containerd containerd --config "$STATE/containerd/config.toml"
+wait_for 60 containerd actl version
+
+if ! actl images ls -q | grep -qxF "$PAUSE_IMAGE"; then
+  log "importing $PAUSE_IMAGE"
+  actl images import "$PAUSE_ARCHIVE" >/dev/null
+fi
+
+render "$E2E_CLUSTER_DIR/kubelet.yaml" >"$STATE/kubelet/config.yaml"
+start_daemon kubelet "$K8S_BIN/kubelet" \
+  --config="$STATE/kubelet/config.yaml" \
+  --kubeconfig="$STATE/kubelet.kubeconfig" \
+  --root-dir="$STATE/kubelet" \
+  --hostname-override="$NODE_NAME" --node-ip="$NODE_IP"
+wait_for 120 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz"
+
+if $have_proxy; then
+  render "$E2E_CLUSTER_DIR/kube-proxy.yaml" >"$STATE/kube-proxy.yaml"
+  start_daemon kube-proxy "$K8S_BIN/kube-proxy" --config="$STATE/kube-proxy.yaml"
+  wait_for 60 kube-proxy curl -sf "http://127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT/livez"
+fi
+
+wait_for 120 kubelet kctl get node "$NODE_NAME"
+kctl wait --for=condition=Ready "node/$NODE_NAME" --timeout=120s >/dev/null \
+  || { tail -n 30 "$STATE/logs/kubelet.log" >&2; die "node $NODE_NAME not Ready"; }
+# The default ServiceAccount must exist before pods can be created.
+wait_for 60 kube-controller-manager kctl -n default get serviceaccount default
+
+log "cluster up in $((SECONDS - started))s (node $NODE_NAME Ready; state in $STATE)"
+echo "export KUBECONFIG=$KUBECONFIG_ADMIN"
