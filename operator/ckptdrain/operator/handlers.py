@@ -184,10 +184,13 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             return
         drainers = _values(pods, key)
         wanted = allocation.shares(budget[0], drainers, budget[1].per_drainer_cap)
-        for pod, share in allocation.changes(drainers, wanted).items():
-            if kube.annotate_pod(key[0], pod, {injection.ANNOTATION_BANDWIDTH: str(share)}):
-                metrics.ALLOCATION_CHANGES.labels(*key).inc()
-                logger.info("share of %s/%s: %d B/s", key[0], pod, share)
+        moved = allocation.changes(drainers, wanted)
+        written = kube.annotate_pods(key[0], {
+            pod: {injection.ANNOTATION_BANDWIDTH: str(share)} for pod, share in moved.items()})
+        if written:
+            metrics.ALLOCATION_CHANGES.labels(*key).inc(len(written))
+            logger.info("rebalanced %s/%s: %d of %d shares rewritten (budget %d B/s)",
+                        *key, len(written), len(drainers), int(budget[0]))
         status = next(iter(_values(policies, key)), {}).get("status") or {}
         if status.get("phase") in ("Ready", "Constrained") \
                 and status.get("drainers") != len(drainers):

@@ -6,12 +6,17 @@ is already gone is not an error.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-__all__ = ["ApiException", "annotate_pod", "delete", "patch_status"]
+__all__ = ["ApiException", "annotate_pod", "annotate_pods", "delete", "patch_status"]
+
+#: Concurrent writes when many pods change at once (a rebalance of hundreds).
+PARALLEL_WRITES = 4
 
 GROUP, VERSION = "ckptdrain.io", "v1alpha1"
 #: Say it: the generated client would otherwise pick JSON Patch for a dict body.
@@ -20,11 +25,19 @@ MERGE = "application/merge-patch+json"
 
 @functools.cache
 def _clients() -> tuple[client.CoreV1Api, client.CustomObjectsApi]:
+    configuration = client.Configuration()
     try:
-        config.load_incluster_config()
+        config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
-        config.load_kube_config()
-    return client.CoreV1Api(), client.CustomObjectsApi()
+        config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = PARALLEL_WRITES * 2
+    api = client.ApiClient(configuration)
+    return client.CoreV1Api(api), client.CustomObjectsApi(api)
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(PARALLEL_WRITES, thread_name_prefix="ckptdrain-write")
 
 
 def _gone_ok(call: Any, *args: Any, **kwargs: Any) -> bool:
@@ -41,6 +54,14 @@ def annotate_pod(namespace: str, name: str, annotations: dict[str, str | None]) 
     core, _ = _clients()
     return _gone_ok(core.patch_namespaced_pod, name, namespace,
                     {"metadata": {"annotations": annotations}}, _content_type=MERGE)
+
+
+def annotate_pods(namespace: str, annotations: Mapping[str, dict[str, str | None]]
+                  ) -> list[str]:
+    """Annotate many pods concurrently; returns the pods that still existed."""
+    names = list(annotations)
+    done = _pool().map(lambda n: annotate_pod(namespace, n, annotations[n]), names)
+    return [name for name, ok in zip(names, done, strict=True) if ok]
 
 
 def patch_status(plural: str, namespace: str, name: str, status: dict[str, Any]) -> bool:

@@ -74,10 +74,13 @@ def default_share(p: pol.Policy) -> float:
 @kopf.on.mutate("v1", "pods", id="ckptdrain-inject", operations=["CREATE"],
                 labels={injection.LABEL_INJECT: "true"}, ignore_failures=True,
                 side_effects=False)
-def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
+async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
                logger: logging.Logger, checkpointpolicy_index: kopf.Index[Any, Any],
                **_: Any) -> None:
-    """Inject the agent, restore and volumes into a pod one policy selects."""
+    """Inject the agent, restore and volumes into a pod one policy selects.
+
+    Async on purpose: pure and quick, so it runs on the event loop and never
+    queues behind sync handlers in Kopf's thread pool."""
     cfg: OperatorConfig = memo.config
     pod = dict(body)
     namespace = body.metadata.namespace or ""
@@ -113,7 +116,7 @@ def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: ko
 
 
 @kopf.on.validate(*POLICIES, id="ckptdrain-policy", operations=["CREATE", "UPDATE"])
-def checkpointpolicy_validate(spec: kopf.Spec, memo: kopf.Memo, **_: Any) -> None:
+async def checkpointpolicy_validate(spec: kopf.Spec, memo: kopf.Memo, **_: Any) -> None:
     """Refuse a policy the schema admits but the operator cannot honour."""
     with metrics.admitting("policy"):
         errors = pol.validate(dict(spec), memo.config)
