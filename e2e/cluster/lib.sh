@@ -61,11 +61,15 @@ render() {
 
 pidfile() { echo "$STATE/run/$1.pid"; }
 
+# alive PID: the process exists and is not a zombie. Our daemons outlive the
+# shell that started them, and PID 1 here may be slow to reap them.
+alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+
 # running NAME: true when the daemon we started under NAME is still alive.
 running() {
   local pid
   pid="$(cat "$(pidfile "$1")" 2>/dev/null)" || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+  alive "$pid"
 }
 
 # start_daemon NAME CMD...: runs CMD in its own session (so it outlives the
@@ -83,11 +87,11 @@ start_daemon() {
 stop_daemon() {
   local name="$1" grace="${2:-15}" pid i
   pid="$(cat "$(pidfile "$name")" 2>/dev/null)" || return 0
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+  if alive "$pid"; then
     log "stopping $name (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < grace * 10; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
+    for ((i = 0; i < grace * 10; i++)); do alive "$pid" || break; sleep 0.1; done
+    if alive "$pid"; then
       log "$name did not stop in ${grace}s; killing it"
       kill -KILL "$pid" 2>/dev/null || true
       sleep 0.2

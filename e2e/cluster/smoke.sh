@@ -118,6 +118,9 @@ if $have_ckptdrain; then
 else
   log "smoke: no ckptdrain:dev in Docker yet: skipped the ckptdrain --version pod"
 fi
+# cgroup v1: the kubelet runs, and says so only through a Warning event.
+cgv1="$(kctl get events -A --field-selector reason=CgroupV1 -o jsonpath='{.items[0].message}' 2>/dev/null)"
+log "smoke: kubelet on cgroup v1 runs; its warning: '${cgv1:-none}'"
 log "smoke: checks passed in $((SECONDS - t0))s"
 
 if $keep; then
