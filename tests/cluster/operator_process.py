@@ -19,8 +19,9 @@ ALLOWED_ROOT = "/mnt/ckptdrain"
 
 
 class OperatorProcess:
-    def __init__(self, cluster: Cluster, workdir: Path, **env: str) -> None:
-        self.cluster, self.workdir = cluster, workdir
+    def __init__(self, cluster: Cluster, workdir: Path, standalone: bool = True,
+                 **env: str) -> None:
+        self.cluster, self.workdir, self.standalone = cluster, workdir, standalone
         self.health_port, self.metrics_port = free_port(), free_port()
         self.env = {
             **cluster.env(),
@@ -45,7 +46,8 @@ class OperatorProcess:
         self.starts += 1
         out = open(self.log, "wb")  # noqa: SIM115 -- closed by the child's exit
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ckptdrain.operator.main", "--standalone", "--verbose"],
+            [sys.executable, "-m", "ckptdrain.operator.main", "--verbose",
+             *(["--standalone"] if self.standalone else [])],
             env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready(timeout_s)
 

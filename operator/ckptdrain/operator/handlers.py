@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import random
 import threading
 from collections import defaultdict
 from collections.abc import Iterable
@@ -62,6 +63,8 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     settings.peering.name = cfg.peering
     settings.peering.mandatory = False  # without Kopf's peering CRDs: run, and warn
     settings.peering.clusterwide = not cfg.namespace
+    # Equal priorities pause every replica; a random one lets exactly one work.
+    settings.peering.priority = random.randint(1, 2**31 - 1)
     settings.posting.level = logging.INFO
     # Re-establish watches every few minutes, so a silently stalled one heals.
     settings.watching.server_timeout = 300
