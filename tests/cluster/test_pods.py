@@ -132,7 +132,10 @@ def test_shares_rebalance_as_pods_come_and_go(
              == {31_500_000_000}, what="rebalanced after a pod left")
     assert wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]
                     .get("drainers") == 2, what="drainers=2")
-    assert "ckptdrain_allocation_changes_total" in operator.metrics()
+    metrics = operator.metrics()
+    assert "ckptdrain_allocation_changes_total{" in metrics
+    assert 'ckptdrain_webhook_seconds_count{outcome="ok",webhook="pod"}' in metrics
+    assert 'ckptdrain_reconciles_total{kind="allocation",outcome="ok"}' in metrics
 
 
 def test_capped_policy_splits_only_what_the_cap_allows(

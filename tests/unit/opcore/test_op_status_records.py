@@ -105,3 +105,10 @@ def test_record_names_are_deterministic_dns_names() -> None:
 def test_writer_patch_refuses_unknown_states() -> None:
     with pytest.raises(ValueError, match="state"):
         records.writer_patch("a", "Done", 1, [], NOW)
+
+
+def test_young_daly_and_recommended_interval_when_known() -> None:
+    s = sizing.compute(sizing.SizingInput(parameters=405e9, mtti_s=9000, local_write_s=30))
+    fields = status.sizing_fields(s)
+    assert fields["recommendedInterval"] == "15m"  # a tenth of 150 m
+    assert fields["youngDalyInterval"] == "12m15s"  # sqrt(2 × 30 s × 9000 s) = 734.8 s
