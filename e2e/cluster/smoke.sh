@@ -28,9 +28,14 @@ netcheck_archive="$("$E2E_REPO_ROOT/e2e/images/pause/build.sh" netcheck)"
 "$E2E_CLUSTER_DIR/load-images.sh" --oci "$netcheck_archive"
 images=(localhost/ckptdrain/netcheck:1.0)
 have_ckptdrain=false
-if command -v docker >/dev/null && docker image inspect ckptdrain:dev >/dev/null 2>&1; then
-  "$E2E_CLUSTER_DIR/load-images.sh" ckptdrain:dev
-  have_ckptdrain=true
+python_image=""
+if command -v docker >/dev/null; then
+  for image in ckptdrain:dev ckptdrain-base:bookworm; do
+    docker image inspect "$image" >/dev/null 2>&1 || continue
+    "$E2E_CLUSTER_DIR/load-images.sh" "$image"
+    [ "$image" = ckptdrain:dev ] && have_ckptdrain=true
+    [ -n "$python_image" ] || python_image="$image"
+  done
 fi
 
 kctl create namespace "$ns" --dry-run=client -o yaml | kctl apply -f - >/dev/null
@@ -118,6 +123,91 @@ if $have_ckptdrain; then
 else
   log "smoke: no ckptdrain:dev in Docker yet: skipped the ckptdrain --version pod"
 fi
+# An admission webhook behind a Service, over TLS, called by the apiserver:
+# what the operator's webhooks need. Any image with python3 will do.
+if [ -n "$python_image" ]; then
+  tls="$STATE/smoke-webhook"
+  mkdir -p "$tls"
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$tls/tls.key" 2>/dev/null
+  openssl req -new -key "$tls/tls.key" -subj "/CN=webhook.$ns.svc" -out "$tls/tls.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:webhook.%s.svc\nextendedKeyUsage=serverAuth\n' "$ns" >"$tls/ext"
+  openssl x509 -req -in "$tls/tls.csr" -CA "$STATE/pki/ca.crt" -CAkey "$STATE/pki/ca.key" -CAcreateserial \
+    -days 1 -extfile "$tls/ext" -out "$tls/tls.crt" 2>/dev/null
+  kctl -n "$ns" create secret tls webhook-tls --cert="$tls/tls.crt" --key="$tls/tls.key" >/dev/null
+  rm -rf "$tls"
+  kctl -n "$ns" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: webhook, labels: {app: webhook}}
+spec:
+  containers:
+  - name: webhook
+    image: $python_image
+    imagePullPolicy: Never
+    command: [python3, -c]
+    args:
+    - |
+      import http.server, json, ssl
+      class Handler(http.server.BaseHTTPRequestHandler):
+          def do_POST(self):
+              review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+              body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "response": {"uid": review["request"]["uid"], "allowed": True,
+                               "warnings": ["smoke webhook called"]}}).encode()
+              self.send_response(200)
+              self.send_header("Content-Type", "application/json")
+              self.send_header("Content-Length", str(len(body)))
+              self.end_headers()
+              self.wfile.write(body)
+      server = http.server.HTTPServer(("", 8443), Handler)
+      context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+      context.load_cert_chain("/tls/tls.crt", "/tls/tls.key")
+      server.socket = context.wrap_socket(server.socket, server_side=True)
+      server.serve_forever()
+    ports: [{containerPort: 8443}]
+    readinessProbe:
+      tcpSocket: {port: 8443}
+      periodSeconds: 1
+    volumeMounts: [{name: tls, mountPath: /tls, readOnly: true}]
+  volumes:
+  - name: tls
+    secret: {secretName: webhook-tls}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: webhook}
+spec:
+  selector: {app: webhook}
+  ports: [{port: 443, targetPort: 8443}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: ckptdrain-e2e-smoke}
+webhooks:
+- name: smoke.ckptdrain.e2e
+  clientConfig:
+    service: {namespace: $ns, name: webhook, path: /validate, port: 443}
+    caBundle: $(base64 -w0 <"$STATE/pki/ca.crt")
+  rules:
+  - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}
+  objectSelector:
+    matchLabels: {smoke-webhook: "on"}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  failurePolicy: Fail
+  timeoutSeconds: 10
+EOF
+  kctl -n "$ns" wait --for=condition=Ready pod/webhook --timeout=120s >/dev/null || fail "webhook pod not Ready"
+  warning="$(kctl -n "$ns" create configmap probe --from-literal=a=b --dry-run=client -o yaml \
+    | kctl label --local -f - smoke-webhook=on -o yaml | kctl -n "$ns" create -f - 2>&1 >/dev/null)" \
+    || fail "create through the webhook failed: $warning"
+  echo "$warning" | grep -q "smoke webhook called" || fail "the webhook was not called: '$warning'"
+  kctl delete validatingwebhookconfiguration ckptdrain-e2e-smoke >/dev/null
+  log "smoke: apiserver -> webhook Service over TLS: '$warning'"
+else
+  log "smoke: no image with python3 in Docker (ckptdrain:dev or ckptdrain-base:bookworm): skipped the webhook check"
+fi
+
 # cgroup v1: the kubelet runs, and says so only through a Warning event.
 cgv1="$(kctl get events -A --field-selector reason=CgroupV1 -o jsonpath='{.items[0].message}' 2>/dev/null)"
 log "smoke: kubelet on cgroup v1 runs; its warning: '${cgv1:-none}'"
