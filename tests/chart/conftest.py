@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 # tests/ is not a package; the shared server support lives in tests/support.
@@ -44,8 +45,7 @@ def cluster() -> Iterator[apiserver.Cluster]:
         pytest.fail(str(error), pytrace=False)
     with apiserver.running() as running:
         running.kubectl("apply", "--server-side", "-f", str(CRDS))
-        running.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        "crd/checkpointpolicies.ckptdrain.io", "crd/checkpoints.ckptdrain.io")
+        running.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         yield running
 
 
@@ -54,11 +54,16 @@ def schema_dir(cluster: apiserver.Cluster, tmp_path_factory: pytest.TempPathFact
     """kubeconform schemas for every kind the API server serves, ours included
     (written from its /openapi/v2 after the CRDs are applied)."""
     directory = tmp_path_factory.mktemp("schemas")
-    # The OpenAPI document lags CRD creation by a moment: wait for our kinds.
+    # The OpenAPI document lags CRD creation by a moment: wait for every
+    # group in crds/.
+    groups = {d["spec"]["group"] for p in CRDS.glob("*.yaml")
+              for d in yaml.safe_load_all(p.read_text()) if d}
     spec: dict = {}
     for _ in range(60):
         spec = json.loads(cluster.kubectl("get", "--raw", "/openapi/v2", timeout=120).stdout)
-        if any("ckptdrain" in name for name in spec["definitions"]):
+        gvks = {gvk["group"] for d in spec["definitions"].values()
+                for gvk in d.get("x-kubernetes-group-version-kind", [])}
+        if groups <= gvks:
             break
         time.sleep(1)
     written = openapi_schemas.write(spec, directory)

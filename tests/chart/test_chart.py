@@ -241,7 +241,7 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
         kinds = {o["kind"] for o in objects}
         assert {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                 "RoleBinding", "Secret", "MutatingWebhookConfiguration",
-                "ValidatingWebhookConfiguration"} <= kinds
+                "ValidatingWebhookConfiguration", "ClusterKopfPeering"} <= kinds
         for o in objects:  # each one is really there, as sent
             ns = o["metadata"].get("namespace")
             where = ["-n", ns] if ns else []
