@@ -13,7 +13,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-__all__ = ["ApiException", "annotate_pod", "annotate_pods", "delete", "patch_status"]
+__all__ = ["ApiException", "annotate_pod", "annotate_pods", "delete", "list_policies",
+           "patch_status"]
 
 #: Concurrent writes when many pods change at once (a rebalance of hundreds).
 PARALLEL_WRITES = 4
@@ -74,3 +75,10 @@ def delete(plural: str, namespace: str, name: str) -> bool:
     _, custom = _clients()
     return _gone_ok(custom.delete_namespaced_custom_object, GROUP, VERSION, namespace,
                     plural, name)
+
+
+def list_policies(namespace: str) -> list[dict[str, Any]]:
+    """The CheckpointPolicies of a namespace, read from the apiserver."""
+    _, custom = _clients()
+    found = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "checkpointpolicies")
+    return list(found.get("items", []))

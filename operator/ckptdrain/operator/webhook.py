@@ -11,6 +11,7 @@ Neither has side effects, so dry-run requests are answered the same way.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import tempfile
@@ -22,7 +23,7 @@ import kopf
 
 from ckptdrain import sizing
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import injection, metrics
+from ckptdrain.operator import injection, kube, metrics
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator.config import OperatorConfig
 
@@ -52,16 +53,14 @@ def build_server(cfg: OperatorConfig) -> kopf.WebhookServer:
                               host=cfg.webhook_host, certfile=cert, pkeyfile=key, cafile=ca)
 
 
-def _selecting(namespace: str, labels: dict[str, str],
-               policies: kopf.Index[tuple[str, str], Any]) -> list[dict[str, Any]]:
-    found = []
-    for key in policies:
-        if key[0] != namespace:
-            continue
-        for body in policies.get(key, []):
-            if body and pol.selector_matches(body.get("spec", {}).get("selector") or {}, labels):
-                found.append(body)
+def _selecting(labels: dict[str, str], bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found = [b for b in bodies
+             if b and pol.selector_matches(b.get("spec", {}).get("selector") or {}, labels)]
     return sorted(found, key=lambda b: b["metadata"]["name"])
+
+
+def _indexed(namespace: str, policies: kopf.Index[tuple[str, str], Any]) -> list[dict[str, Any]]:
+    return [b for key in list(policies) if key[0] == namespace for b in policies.get(key, [])]
 
 
 def default_share(p: pol.Policy) -> float:
@@ -87,7 +86,13 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
     with metrics.admitting("pod"):
         if injection.is_injected(pod):
             return
-        matches = _selecting(namespace, dict(body.metadata.labels), checkpointpolicy_index)
+        labels = dict(body.metadata.labels)
+        matches = _selecting(labels, _indexed(namespace, checkpointpolicy_index))
+        if not matches:
+            # The index may lag (a policy created a moment ago, or this replica
+            # paused by peering): ask the apiserver before leaving a pod bare.
+            listed = await asyncio.to_thread(kube.list_policies, namespace)
+            matches = _selecting(labels, listed)
         if not matches:
             warnings.append(f"ckptdrain: no CheckpointPolicy in {namespace} selects this pod; "
                             "not injected")
