@@ -38,7 +38,13 @@ def test_valid_policy_gets_63_GBps(cluster: Cluster, operator: OperatorProcess,
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True" and ready["observedGeneration"] == 1
     # Defaults from the schema, and Kopf's bookkeeping kept out of status.
-    spec = get(cluster, namespace, "checkpointpolicy", "llama405")["spec"]
+    stored = get(cluster, namespace, "checkpointpolicy", "llama405")
+    annotations = stored["metadata"].get("annotations", {})
+    assert "ckptdrain.io/last-handled-configuration" in annotations
+    assert all(k.startswith("ckptdrain.io/") or k.startswith("kubectl.kubernetes.io/")
+               for k in annotations), annotations
+    assert not stored["metadata"].get("finalizers")  # deletion never waits on us
+    spec = stored["spec"]
     assert spec["model"]["bytesPerParameter"] == 14 and spec["globalEvery"] == 1
     assert set(status) <= {"observedGeneration", "phase", "conditions", "drainers",
                            "checkpointSize", "checkpointBytes", "requiredBandwidth",
