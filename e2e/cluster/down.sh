@@ -60,6 +60,7 @@ for veth in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print 
 done
 
 # --- control plane (before the bridge: the apiserver listens on it) ----------
+stop_daemon coredns 10
 stop_daemon kube-scheduler 10
 stop_daemon kube-controller-manager 10
 stop_daemon kube-apiserver 20

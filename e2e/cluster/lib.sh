@@ -29,6 +29,9 @@ KUBE_PROXY_HEALTHZ_PORT=10256
 KUBE_PROXY_METRICS_PORT=10249
 CONTROLLER_MANAGER_PORT=10257
 SCHEDULER_PORT=10259
+# CoreDNS serves on $NODE_IP:53 (the pods' nameserver); health/ready here.
+COREDNS_HEALTH_PORT=10053
+COREDNS_READY_PORT=10054
 
 PAUSE_IMAGE="${PAUSE_IMAGE:-localhost/ckptdrain/pause:1.0}"
 CONTAINERD_SOCK="$STATE/containerd/containerd.sock"
@@ -39,7 +42,7 @@ IPTABLES_CHAIN="CKPTDRAIN-E2E"
 KUBECONFIG_ADMIN="$STATE/kubeconfig"
 
 # Daemons in start order; down.sh stops them in reverse.
-DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler coredns containerd kubelet kube-proxy)
 
 E2E_CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 E2E_REPO_ROOT="$(cd "$E2E_CLUSTER_DIR/../.." && pwd)"
@@ -53,7 +56,8 @@ render() {
   text="$(cat "$1")"
   for name in STATE NODE_NAME BRIDGE NODE_IP POD_CIDR SERVICE_CIDR CLUSTER_DOMAIN \
       KUBELET_PORT KUBELET_HEALTHZ_PORT KUBE_PROXY_HEALTHZ_PORT KUBE_PROXY_METRICS_PORT \
-      PAUSE_IMAGE CONTAINERD_SOCK RUNC_ROOT CNI_BIN_DIR CNI_NETWORK; do
+      PAUSE_IMAGE CONTAINERD_SOCK RUNC_ROOT CNI_BIN_DIR CNI_NETWORK \
+      COREDNS_HEALTH_PORT COREDNS_READY_PORT; do
     text="${text//@$name@/${!name}}"
   done
   printf '%s\n' "$text"

@@ -43,6 +43,7 @@ cert controller-manager "/CN=system:kube-controller-manager" clientAuth
 cert scheduler "/CN=system:kube-scheduler" clientAuth
 cert kube-proxy "/CN=system:kube-proxy" clientAuth
 cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
+cert coredns "/CN=ckptdrain-e2e:coredns" clientAuth
 cert kubelet-server "/CN=$NODE_NAME" serverAuth "DNS:$NODE_NAME,IP:$NODE_IP"
 
 if [ ! -s sa.key ]; then
@@ -80,3 +81,4 @@ kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
 kubeconfig "$STATE/scheduler.kubeconfig" scheduler
 kubeconfig "$STATE/kube-proxy.kubeconfig" kube-proxy
 kubeconfig "$STATE/kubelet.kubeconfig" kubelet
+kubeconfig "$STATE/coredns.kubeconfig" coredns

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Smoke check of the e2e cluster, start to finish:
 #   up.sh; a pod on the locally built pause image goes Running; a ClusterIP
-#   Service reaches a server pod from another pod and from the host; a pod
+#   Service reaches a server pod from another pod (by IP and by DNS name) and
+#   from the host; the apiserver calls a TLS webhook behind a Service; a pod
 #   reaches the apiserver through the `kubernetes` Service; `kubectl logs`
 #   works (apiserver -> kubelet); if Docker has ckptdrain:dev, a pod runs
 #   `ckptdrain --version`; then down.sh, and nothing of ours is left running.
@@ -73,8 +74,8 @@ kctl -n "$ns" wait --for=condition=Ready pod/pause pod/server --timeout=120s >/d
 log "smoke: pause and server pods Running ($((SECONDS - t0))s)"
 
 svc_ip="$(kctl -n "$ns" get service netcheck -o jsonpath='{.spec.clusterIP}')"
-# No cluster DNS: pods find Services through the environment the kubelet
-# injects, $(NAME_SERVICE_HOST) expanded in args.
+# By name through the cluster DNS (short name: the search path), and by the
+# environment the kubelet injects ($(NAME_SERVICE_HOST) expanded in args).
 kctl -n "$ns" apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
@@ -82,6 +83,9 @@ metadata: {name: client}
 spec:
   restartPolicy: Never
   containers:
+  - name: dns
+    image: ${images[0]}
+    args: [get, "netcheck:80", 60s]
   - name: service
     image: ${images[0]}
     args: [get, "\$(NETCHECK_SERVICE_HOST):\$(NETCHECK_SERVICE_PORT)", 60s]
@@ -109,6 +113,9 @@ wait_for 120 kubelet succeeded client || fail "client pod did not succeed"
 answer="$(kctl -n "$ns" logs client -c service)"
 echo "$answer" | grep -q "hello from server" || fail "pod -> Service $svc_ip: unexpected answer '$answer'"
 log "smoke: pod -> Service $svc_ip:80 -> server pod: '$answer'"
+answer="$(kctl -n "$ns" logs client -c dns)"
+echo "$answer" | grep -q "hello from server" || fail "pod -> netcheck:80 by DNS name: unexpected answer '$answer'"
+log "smoke: pod -> netcheck:80 (cluster DNS) -> server pod: '$answer'"
 log "smoke: pod -> kubernetes Service: $(kctl -n "$ns" logs client -c apiserver)"
 
 # From the host, as the apiserver would reach a webhook's Service.
