@@ -1,0 +1,379 @@
+"""The drain (upload) engine: a writer's checkpoint files to the store, then its manifest.
+
+Memory is bounded whatever the checkpoint size: `concurrency` workers each own
+one part buffer, read into it with `preadv` (no whole-file reads, no copies),
+checksum it, draw its bytes from the one shared rate limiter and upload it.
+Parts of all files share the workers, so small and large files alike keep
+`concurrency` requests in flight. Every finished part is journaled before it
+counts, so a killed drain resumes without re-sending it. The manifest (the
+commit record) is written only after every data object is complete and
+verified: its size by `head`, its bytes by the CRC32C of its parts, combined,
+against the manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from ckptdrain import checksum, keys
+from ckptdrain.errors import (
+    BucketMissing,
+    CkptdrainError,
+    IntegrityError,
+    ObjectMissing,
+    StoreAccessDenied,
+    StoreError,
+)
+from ckptdrain.manifest import FileEntry, WriterManifest
+from ckptdrain.ratelimit import TokenBucket
+from ckptdrain.store.base import Store, UploadedPart
+from ckptdrain.transfer import journal as jr
+
+#: S3 refuses uploads of more than 10,000 parts: larger files get larger parts.
+MAX_PARTS = 10_000
+_MiB = 1 << 20
+T = TypeVar("T")
+
+
+class DrainCancelled(CkptdrainError):
+    """The drain was asked to stop; the journal holds what is already durable."""
+
+    exit_code = 130
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    step: int
+    writer: int
+    files: int
+    bytes: int  # every byte of the writer's checkpoint
+    sent_bytes: int  # sent by this call
+    resumed_bytes: int  # already durable from an earlier run, not re-sent
+    parts_sent: int
+    seconds: float
+    manifest_key: str
+
+
+def supersede_decision(
+    in_flight_done_bytes: int, in_flight_total: int, newer_ready: bool, threshold: float = 0.8
+) -> Literal["finish", "supersede"]:
+    """Newest first: finish the drain in flight only if it is near done
+    (at least `threshold` of its bytes durable) or nothing newer is waiting."""
+    if not newer_ready or in_flight_total <= 0:
+        return "finish"
+    return "finish" if in_flight_done_bytes / in_flight_total >= threshold else "supersede"
+
+
+def abort_superseded(store: Store, journal: jr.UploadJournal) -> int:
+    """Abort the open multipart uploads of a superseded drain; return how many.
+
+    Completed objects are left alone: cleaning them up is retention's job,
+    never the drain's (they may belong to a step still being restored)."""
+    aborted = 0
+    for key, upload_id in journal.open_uploads():
+        store.abort_multipart(key, upload_id)
+        aborted += 1
+    for state in journal.files.values():
+        if state.upload_id is not None and not state.complete:
+            state.upload_id, state.parts = None, {}
+    return aborted
+
+
+def _transient(err: BaseException) -> bool:
+    if isinstance(err, StoreAccessDenied | BucketMissing | ObjectMissing):
+        return False
+    return isinstance(err, StoreError | ConnectionError | TimeoutError)
+
+
+@dataclass(frozen=True)
+class _Task:
+    entry: FileEntry
+    number: int  # 0: a single put of the whole file; else the 1-based part number
+    offset: int
+    length: int
+
+
+class _Stop(Exception):
+    pass
+
+
+class Drainer:
+    """Uploads checkpoints to one store through one shared rate limiter."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        limiter: TokenBucket | None = None,
+        part_size: int = 64 << 20,
+        concurrency: int = 8,
+        attempts: int = 6,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+    ) -> None:
+        if concurrency < 1 or part_size < 1 or attempts < 1:
+            raise ValueError("concurrency, part_size and attempts must be >= 1")
+        self.store = store
+        self.limiter = limiter if limiter is not None else TokenBucket(None)
+        self.part_size = max(part_size, store.min_part_size)
+        self.concurrency = concurrency
+        self.attempts = attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+
+    def part_size_for(self, size: int) -> int:
+        """Part size for a file of `size` bytes: ours, grown to stay within MAX_PARTS."""
+        need = -(-size // MAX_PARTS)
+        if need <= self.part_size:
+            return self.part_size
+        return -(-need // _MiB) * _MiB
+
+    def drain(
+        self,
+        source_dir: Path,
+        manifest: WriterManifest,
+        *,
+        journal_path: Path,
+        cancel: threading.Event | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> DrainResult:
+        """Upload every file of `manifest` from `source_dir`, verify, then commit
+        the manifest. Resumes from `journal_path`. Raises DrainCancelled on
+        `cancel`, IntegrityError if a file changed since it was scanned.
+        `progress` is called with the bytes of this checkpoint durable so far
+        (cumulative, resumed ones included), from worker threads."""
+        started = time.monotonic()
+        cancel = cancel or threading.Event()
+        manifest = dataclasses.replace(manifest, part_size=self.part_size)
+        mkey = keys.manifest_key(manifest.step, manifest.writer)
+        run = _Run(self, Path(source_dir), manifest, Path(journal_path), cancel, progress)
+        run.prepare()
+        if not run.journal.manifest_written or self.store.head(mkey) is None:
+            run.upload_all()
+            run.commit(mkey)
+        return DrainResult(
+            step=manifest.step, writer=manifest.writer, files=len(manifest.files),
+            bytes=manifest.total_bytes, sent_bytes=run.sent_bytes,
+            resumed_bytes=run.resumed_bytes, parts_sent=run.parts_sent,
+            seconds=time.monotonic() - started, manifest_key=mkey,
+        )
+
+
+class _Run:
+    """One call of Drainer.drain: its journal, its tasks, its workers."""
+
+    def __init__(self, d: Drainer, src: Path, manifest: WriterManifest, journal_path: Path,
+                 cancel: threading.Event, progress: Callable[[int], None] | None) -> None:
+        self.d, self.store, self.src, self.manifest = d, d.store, src, manifest
+        self.journal_path, self.cancel, self.progress = journal_path, cancel, progress
+        self.lock = threading.Lock()  # journal, counters, progress
+        self.file_locks = {f.path: threading.Lock() for f in manifest.files}
+        self.pending: dict[str, int] = {}
+        self.error: BaseException | None = None
+        self.sent_bytes = self.resumed_bytes = self.parts_sent = 0
+        self.tasks: list[_Task] = []
+        manifest_id = checksum.to_hex(checksum.crc32c(manifest.to_json()))
+        old = jr.load(journal_path)
+        args = (self.store.uri, manifest.step, manifest.writer, manifest_id)
+        if old is not None and not old.matches(*args):
+            # A different checkpoint was draining from here: it is superseded.
+            if old.store_uri == self.store.uri:
+                abort_superseded(self.store, old)
+            old = None
+        self.journal = old or jr.UploadJournal(*args)
+
+    def _key(self, entry: FileEntry) -> str:
+        return keys.data_key(self.manifest.step, self.manifest.writer, entry.path)
+
+    def prepare(self) -> None:
+        """Reconcile the journal with the store, and list what is left to send."""
+        for entry in self.manifest.files:
+            psize = self.d.part_size_for(entry.size)
+            state = self.journal.file(entry.path, self._key(entry), entry.size, psize)
+            if state.complete:
+                info = self.store.head(state.key)
+                if info is not None and info.size == entry.size:
+                    self.resumed_bytes += entry.size
+                    continue
+                self.journal.file_incomplete(entry.path)
+            if entry.size <= psize:
+                self.tasks.append(_Task(entry, 0, 0, entry.size))
+                self.pending[entry.path] = 1
+                continue
+            if state.upload_id is not None:
+                held = self.store.list_parts(state.key, state.upload_id)
+                if held is None:
+                    self.journal.upload_lost(entry.path)  # expired or aborted: start over
+                else:
+                    self.journal.keep_parts(entry.path, {p.number: p.etag for p in held})
+            todo = 0
+            for number, offset in enumerate(range(0, entry.size, psize), start=1):
+                if number in state.parts:
+                    self.resumed_bytes += state.parts[number].size
+                else:
+                    length = min(psize, entry.size - offset)
+                    self.tasks.append(_Task(entry, number, offset, length))
+                    todo += 1
+            self.pending[entry.path] = todo
+            if todo == 0:  # every part durable, only the completion was lost
+                self.tasks.append(_Task(entry, -1, 0, 0))
+                self.pending[entry.path] = 1
+        jr.save(self.journal_path, self.journal)
+        if self.progress and self.resumed_bytes:
+            self.progress(self.resumed_bytes)  # cumulative: resumed bytes count as done
+
+    def upload_all(self) -> None:
+        work: queue.SimpleQueue[_Task] = queue.SimpleQueue()
+        for task in self.tasks:
+            work.put(task)
+        biggest = max((t.length for t in self.tasks), default=0)
+        workers = [
+            threading.Thread(target=self._worker, args=(work, biggest), daemon=True,
+                             name=f"ckptdrain-drain-{i}")
+            for i in range(min(self.d.concurrency, len(self.tasks)))
+        ]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if self.error is not None:
+            raise self.error
+        if self.cancel.is_set():
+            raise DrainCancelled("drain cancelled; the journal keeps what is already durable")
+
+    def _stopping(self) -> bool:
+        return self.cancel.is_set() or self.error is not None
+
+    def _worker(self, work: queue.SimpleQueue[_Task], buffer_size: int) -> None:
+        buf = bytearray(buffer_size)  # this worker's one buffer, reused for every part
+        view = memoryview(buf)
+        while not self._stopping():
+            try:
+                task = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self._do(task, view)
+            except _Stop:
+                return
+            except BaseException as err:  # handed to the caller of drain()
+                with self.lock:
+                    self.error = self.error or err
+                return
+
+    def _read(self, task: _Task, view: memoryview) -> tuple[memoryview, int]:
+        data = view[: task.length]
+        fd = os.open(self.src / task.entry.path, os.O_RDONLY)
+        try:
+            got = 0
+            while got < task.length:
+                n = os.preadv(fd, [data[got:]], task.offset + got)
+                if n == 0:
+                    raise IntegrityError(f"{task.entry.path}: file shrank since it was scanned")
+                got += n
+        finally:
+            os.close(fd)
+        return data, checksum.crc32c(data)
+
+    def _send(self, n: int) -> None:
+        if not self.d.limiter.acquire(n, should_stop=self._stopping):
+            raise _Stop
+
+    def _do(self, task: _Task, view: memoryview) -> None:
+        entry, path = task.entry, task.entry.path
+        state = self.journal.files[path]
+        if task.number == -1:
+            self._finish(entry)
+            return
+        data, crc = self._read(task, view)
+        if task.number == 0:
+            if checksum.to_hex(crc) != entry.crc32c:
+                raise IntegrityError(f"{path}: changed since it was scanned (CRC32C differs)")
+            self._send(task.length)
+            self._retry(lambda: self.store.put_bytes(state.key, data))
+            self._verify_size(entry, state.key)
+            with self.lock:
+                self.journal.file_complete(path)
+                self._durable(task.length)
+            return
+        with self.file_locks[path]:
+            if state.upload_id is None:
+                upload_id = self._retry(lambda: self.store.create_multipart(state.key))
+                with self.lock:
+                    self.journal.upload_started(path, upload_id)
+                    jr.save(self.journal_path, self.journal)
+            upload_id = state.upload_id
+        assert upload_id is not None
+        self._send(task.length)
+        part = self._retry(lambda: self.store.upload_part(state.key, upload_id, task.number, data))
+        with self.lock:
+            self.journal.part_done(path, jr.PartRecord(task.number, part.etag, crc, task.length))
+            self._durable(task.length)
+            self.pending[path] -= 1
+            last = self.pending[path] == 0
+        if last:
+            self._finish(entry)
+
+    def _durable(self, n: int) -> None:
+        """Journal a durable piece (caller holds the lock), then report it."""
+        jr.save(self.journal_path, self.journal)
+        self.sent_bytes += n
+        self.parts_sent += 1
+        if self.progress:
+            self.progress(self.resumed_bytes + self.sent_bytes)
+
+    def _finish(self, entry: FileEntry) -> None:
+        """Check the parts against the manifest, assemble the object, check its size."""
+        state = self.journal.files[entry.path]
+        parts = [state.parts[n] for n in sorted(state.parts)]
+        crc = 0
+        for p in parts:
+            crc = checksum.combine(crc, p.crc32c, p.size)
+        if checksum.to_hex(crc) != entry.crc32c or sum(p.size for p in parts) != entry.size:
+            raise IntegrityError(f"{entry.path}: changed since it was scanned (CRC32C differs)")
+        upload_id = state.upload_id
+        assert upload_id is not None
+        self._retry(lambda: self.store.complete_multipart(
+            state.key, upload_id, [UploadedPart(p.number, p.etag) for p in parts]))
+        self._verify_size(entry, state.key)
+        with self.lock:
+            self.journal.file_complete(entry.path)
+            jr.save(self.journal_path, self.journal)
+
+    def _verify_size(self, entry: FileEntry, key: str) -> None:
+        info = self._retry(lambda: self.store.head(key))
+        if info is None or info.size != entry.size:
+            seen = "missing" if info is None else f"{info.size} bytes"
+            raise IntegrityError(f"{key}: store holds {seen}, manifest says {entry.size} bytes")
+
+    def commit(self, mkey: str) -> None:
+        """Write the manifest: the data objects are all complete and verified."""
+        if self.cancel.is_set():
+            raise DrainCancelled("drain cancelled before its manifest was written")
+        body = self.manifest.to_json()
+        self._retry(lambda: self.store.put_bytes(mkey, body))
+        with self.lock:
+            self.journal.manifest_done()
+            jr.save(self.journal_path, self.journal)
+
+    def _retry(self, call: Callable[[], T]) -> T:
+        """Run `call`, retrying transient store errors with bounded exponential backoff."""
+        for attempt in range(self.d.attempts):
+            try:
+                return call()
+            except Exception as err:
+                if not _transient(err) or attempt == self.d.attempts - 1:
+                    raise
+                delay = min(self.d.max_backoff, self.d.backoff * 2**attempt)
+                if self.cancel.wait(delay * random.uniform(0.5, 1.0)):
+                    raise _Stop from None
+        raise AssertionError("unreachable")

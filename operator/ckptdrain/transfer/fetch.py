@@ -1,0 +1,293 @@
+"""The restore engine: newest complete checkpoint → verified files at `dest`, atomically.
+
+Layout: with `writer` given, that writer's files land directly under `dest`
+(what a restore init container wants). With `writer=None` (what `ckptdrain
+pull` does) a single-writer checkpoint also lands directly under `dest`, so
+push then pull mirrors the source; a checkpoint of N > 1 writers lands under
+`dest/<writer>/` (decimal, no padding), one directory per writer.
+
+Every path is checked (paths.resolve_under) before anything is written. Files
+are fetched with parallel ranged GETs aligned to the manifest's part size into
+a temporary directory beside `dest`; each range's CRC32C is taken as it
+arrives and combined per file, so verification needs no second read. Only a
+fully verified checkpoint is renamed into place: `dest` shows either nothing
+or all of it. A corrupt or incomplete candidate is skipped, with its reason
+recorded, and the next newest tried (unless a step was asked for).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ckptdrain import checksum, keys, paths
+from ckptdrain.errors import (
+    CkptdrainError,
+    IntegrityError,
+    InvalidInput,
+    NoCheckpoint,
+    ObjectMissing,
+)
+from ckptdrain.manifest import FileEntry, WriterManifest
+from ckptdrain.store.base import Store
+from ckptdrain.transfer.catalog import Checkpoint, candidate_steps, load_checkpoint
+
+DEFAULT_RANGE = 64 << 20
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    step: int
+    writers: list[int]
+    bytes: int
+    seconds: float
+    source_uri: str
+    dest: Path
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _File:
+    entry: FileEntry
+    key: str
+    target: Path
+    ranges: int
+    crcs: dict[int, tuple[int, int]] = field(default_factory=dict)  # index -> (crc, length)
+
+
+def _plan(ckpt: Checkpoint, root: Path, writer: int | None) -> list[_File]:
+    """Every file to fetch and where it goes; refuses unsafe paths before any write."""
+    if writer is not None and not 0 <= writer < ckpt.writers:
+        raise NoCheckpoint(f"step {ckpt.step} has writers 0..{ckpt.writers - 1}, not {writer}")
+    chosen = ckpt.manifests if writer is None else (ckpt.manifests[writer],)
+    plan = []
+    for m in chosen:
+        flat = writer is not None or ckpt.writers == 1
+        base = root if flat else root / str(m.writer)
+        for entry in m.files:
+            target = paths.resolve_under(base, entry.path)
+            plan.append(_File(entry, keys.data_key(m.step, m.writer, entry.path), target, 0))
+    return plan
+
+
+def _range_size(manifests: tuple[WriterManifest, ...], part_size: int | None) -> int:
+    if part_size:
+        return part_size
+    # Align to the upload's parts: each GET then maps onto whole parts on the server.
+    return next((m.part_size for m in manifests if m.part_size), DEFAULT_RANGE)
+
+
+def _download(store: Store, files: list[_File], range_size: int, concurrency: int,
+              progress: Callable[[int], None] | None) -> None:
+    work: queue.SimpleQueue[tuple[_File, int]] = queue.SimpleQueue()
+    for f in files:
+        f.target.parent.mkdir(parents=True, exist_ok=True)
+        with open(f.target, "wb") as out:
+            out.truncate(f.entry.size)  # preallocated; ranges land with pwrite
+        f.ranges = max(1, -(-f.entry.size // range_size))
+        for i in range(f.ranges):
+            work.put((f, i))
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    done = [0]
+
+    def worker() -> None:
+        while not errors:
+            try:
+                f, i = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                _fetch_range(store, f, i, range_size)
+                if progress:
+                    with lock:
+                        done[0] += f.crcs[i][1]
+                        progress(done[0])
+            except BaseException as err:
+                errors.append(err)
+                return
+
+    threads = [threading.Thread(target=worker, daemon=True, name=f"ckptdrain-fetch-{n}")
+               for n in range(max(1, concurrency))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _fetch_range(store: Store, f: _File, index: int, range_size: int) -> None:
+    size = f.entry.size
+    offset = index * range_size
+    length = min(range_size, size - offset)
+    if size == 0:
+        info = store.head(f.key)
+        if info is None or info.size != 0:
+            raise IntegrityError(f"{f.key}: expected an empty object, store has "
+                                 f"{'nothing' if info is None else f'{info.size} bytes'}")
+        f.crcs[index] = (0, 0)
+        return
+    last = offset + length == size
+    # One byte more on the last range reveals an object longer than the manifest says.
+    data = store.get_range(f.key, offset, length + 1 if last else length)
+    if len(data) != length:
+        raise IntegrityError(f"{f.key}: {'longer' if len(data) > length else 'shorter'} than "
+                             f"the manifest's {size} bytes")
+    crc = checksum.crc32c(data)
+    fd = os.open(f.target, os.O_WRONLY)
+    try:
+        view, done = memoryview(data), 0
+        while done < length:
+            done += os.pwrite(fd, view[done:], offset + done)
+    finally:
+        os.close(fd)
+    f.crcs[index] = (crc, length)
+
+
+def _verify(files: list[_File]) -> None:
+    for f in files:
+        crc, total = 0, 0
+        for i in range(f.ranges):
+            part_crc, length = f.crcs[i]
+            crc = checksum.combine(crc, part_crc, length)
+            total += length
+        if total != f.entry.size or checksum.to_hex(crc) != f.entry.crc32c:
+            raise IntegrityError(
+                f"{f.key}: CRC32C {checksum.to_hex(crc)} does not match the manifest's "
+                f"{f.entry.crc32c}")
+
+
+def _place(tmp: Path, dest: Path) -> None:
+    """Rename the verified tree into place; dest must be missing or empty."""
+    if dest.exists():
+        if not dest.is_dir() or any(dest.iterdir()):
+            raise InvalidInput("dest", "a missing or empty directory", str(dest))
+        dest.rmdir()
+    os.replace(tmp, dest)
+    dir_fd = os.open(dest.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _fsync_tree(files: list[_File]) -> None:
+    for f in files:
+        fd = os.open(f.target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def fetch(
+    store: Store,
+    dest: Path,
+    *,
+    step: int | None = None,
+    writer: int | None = None,
+    concurrency: int = 16,
+    part_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> FetchResult:
+    """Restore the newest complete checkpoint (or `step`) into `dest`, verified.
+
+    `progress` gets the bytes fetched so far for the current candidate.
+
+    Raises NoCheckpoint when no candidate is complete and intact (the reasons
+    are in the message), InvalidInput when `dest` is not empty."""
+    started = time.monotonic()
+    dest = Path(dest).absolute()
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise InvalidInput("dest", "a missing or empty directory", str(dest))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    steps = [step] if step is not None else candidate_steps(store)
+    skipped: list[str] = []
+    for candidate in steps:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.ckptdrain-", dir=dest.parent))
+        try:
+            ckpt = load_checkpoint(store, candidate)
+            files = _plan(ckpt, tmp, writer)
+            _download(store, files, _range_size(ckpt.manifests, part_size), concurrency,
+                      progress)
+            _verify(files)
+            _fsync_tree(files)
+            _place(tmp, dest)
+        except (IntegrityError, ObjectMissing) as err:
+            # Corrupt or incomplete: try the next newest (unless a step was asked for).
+            shutil.rmtree(tmp, ignore_errors=True)
+            if step is not None:
+                raise
+            skipped.append(f"step {candidate}: {err}")
+            continue
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        writers = list(range(ckpt.writers)) if writer is None else [writer]
+        return FetchResult(
+            step=candidate, writers=writers, bytes=sum(f.entry.size for f in files),
+            seconds=time.monotonic() - started, source_uri=store.uri, dest=dest,
+            skipped=skipped,
+        )
+    detail = "; ".join(skipped) if skipped else "the store holds no manifests"
+    raise NoCheckpoint(f"no complete, intact checkpoint in {store.uri}: {detail}")
+
+
+def verify_dir(directory: Path, manifest: WriterManifest) -> list[str]:
+    """Problems with `directory` against `manifest` (empty list: all files match)."""
+    problems = []
+    for entry in manifest.files:
+        try:
+            path = paths.resolve_under(directory, entry.path)
+        except IntegrityError as err:
+            problems.append(str(err))
+            continue
+        if not path.is_file():
+            problems.append(f"{entry.path}: missing")
+            continue
+        size, crc = checksum.crc32c_file(path)
+        if size != entry.size or checksum.to_hex(crc) != entry.crc32c:
+            problems.append(f"{entry.path}: {size} bytes CRC32C {checksum.to_hex(crc)}, manifest "
+                            f"says {entry.size} bytes CRC32C {entry.crc32c}")
+    return problems
+
+
+def verify_store(store: Store, step: int, range_size: int = DEFAULT_RANGE) -> list[str]:
+    """Problems with `step` in the store: manifests, then every object's size and CRC32C."""
+    try:
+        ckpt = load_checkpoint(store, step)
+    except IntegrityError as err:
+        return [str(err)]
+    problems = []
+    for m in ckpt.manifests:
+        for entry in m.files:
+            key = keys.data_key(m.step, m.writer, entry.path)
+            crc, offset = 0, 0
+            try:
+                if entry.size == 0:
+                    info = store.head(key)
+                    offset = -1 if info is None else info.size
+                while 0 <= offset < entry.size:
+                    want = min(range_size, entry.size - offset)
+                    last = offset + want == entry.size
+                    # One byte more on the last range reveals an object that is too long.
+                    data = store.get_range(key, offset, want + 1 if last else want)
+                    crc = checksum.crc32c(data, crc)
+                    offset += len(data)
+                    if len(data) != want:
+                        break
+            except CkptdrainError as err:
+                problems.append(f"{key}: {err}")
+                continue
+            if offset != entry.size or checksum.to_hex(crc) != entry.crc32c:
+                problems.append(f"{key}: {offset} bytes CRC32C {checksum.to_hex(crc)}, manifest "
+                                f"says {entry.size} bytes CRC32C {entry.crc32c}")
+    return problems

@@ -1,0 +1,188 @@
+"""The resumable upload journal: what a drain has already made durable.
+
+It lives on local disk beside the checkpoint and records, per file, the
+multipart upload id, the part size, every finished part (number, ETag,
+CRC32C, size) and whether the file's object is complete, plus whether the
+writer's manifest (the commit record) is written. A drain killed at any point
+resumes from it without re-sending a finished part.
+
+`UploadJournal` holds the pure state transitions; `load` and `save` are the
+thin I/O (save is atomic: temp file, fsync, rename, fsync of the directory,
+so a crash leaves the old journal or the new one, never half of either).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ckptdrain.errors import IntegrityError
+
+JOURNAL_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class PartRecord:
+    number: int
+    etag: str
+    crc32c: int
+    size: int
+
+
+@dataclass
+class FileState:
+    """Upload state of one file (one data object)."""
+
+    key: str
+    size: int
+    part_size: int
+    upload_id: str | None = None
+    parts: dict[int, PartRecord] = field(default_factory=dict)
+    complete: bool = False
+
+    @property
+    def done_bytes(self) -> int:
+        return self.size if self.complete else sum(p.size for p in self.parts.values())
+
+
+@dataclass
+class UploadJournal:
+    """Drain progress of one writer's part of one step, to one store."""
+
+    store_uri: str
+    step: int
+    writer: int
+    #: CRC32C of the manifest's JSON: a journal is only reused for the same files.
+    manifest_id: str
+    files: dict[str, FileState] = field(default_factory=dict)
+    manifest_written: bool = False
+
+    def matches(self, store_uri: str, step: int, writer: int, manifest_id: str) -> bool:
+        return (self.store_uri, self.step, self.writer, self.manifest_id) == (
+            store_uri, step, writer, manifest_id)
+
+    # -- state transitions -------------------------------------------------
+    def file(self, path: str, key: str, size: int, part_size: int) -> FileState:
+        """The state of `path`, restarted if its key, size or part size changed."""
+        state = self.files.get(path)
+        if state is None or (state.key, state.size, state.part_size) != (key, size, part_size):
+            state = FileState(key=key, size=size, part_size=part_size)
+            self.files[path] = state
+        return state
+
+    def upload_started(self, path: str, upload_id: str) -> None:
+        state = self.files[path]
+        state.upload_id, state.parts, state.complete = upload_id, {}, False
+
+    def part_done(self, path: str, part: PartRecord) -> None:
+        self.files[path].parts[part.number] = part
+
+    def keep_parts(self, path: str, numbers_with_etags: dict[int, str]) -> None:
+        """Forget journaled parts the store no longer holds (or holds differently)."""
+        state = self.files[path]
+        state.parts = {
+            n: p for n, p in state.parts.items()
+            if _etag(numbers_with_etags.get(n, "")) == _etag(p.etag)
+        }
+
+    def upload_lost(self, path: str) -> None:
+        """The store forgot the upload: the file starts over."""
+        state = self.files[path]
+        state.upload_id, state.parts, state.complete = None, {}, False
+
+    def file_complete(self, path: str) -> None:
+        state = self.files[path]
+        state.complete, state.upload_id, state.parts = True, None, {}
+
+    def file_incomplete(self, path: str) -> None:
+        self.files[path].complete = False
+
+    def manifest_done(self) -> None:
+        self.manifest_written = True
+
+    def open_uploads(self) -> list[tuple[str, str]]:
+        """(key, upload id) of every multipart upload still open."""
+        return [(s.key, s.upload_id) for s in self.files.values()
+                if s.upload_id is not None and not s.complete]
+
+    @property
+    def done_bytes(self) -> int:
+        return sum(s.done_bytes for s in self.files.values())
+
+    # -- (de)serialisation -------------------------------------------------
+    def to_json(self) -> bytes:
+        doc = {
+            "format": JOURNAL_FORMAT,
+            "store_uri": self.store_uri,
+            "step": self.step,
+            "writer": self.writer,
+            "manifest_id": self.manifest_id,
+            "manifest_written": self.manifest_written,
+            "files": {
+                path: {
+                    "key": s.key, "size": s.size, "part_size": s.part_size,
+                    "upload_id": s.upload_id, "complete": s.complete,
+                    "parts": [[p.number, p.etag, p.crc32c, p.size]
+                              for p in sorted(s.parts.values(), key=lambda p: p.number)],
+                }
+                for path, s in sorted(self.files.items())
+            },
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> UploadJournal:
+        try:
+            doc = json.loads(data)
+            if doc["format"] != JOURNAL_FORMAT:
+                raise ValueError(f"format {doc['format']!r}")
+            journal = cls(doc["store_uri"], int(doc["step"]), int(doc["writer"]),
+                          doc["manifest_id"], manifest_written=bool(doc["manifest_written"]))
+            for path, raw in doc["files"].items():
+                journal.files[path] = FileState(
+                    key=raw["key"], size=int(raw["size"]), part_size=int(raw["part_size"]),
+                    upload_id=raw["upload_id"], complete=bool(raw["complete"]),
+                    parts={int(n): PartRecord(int(n), str(e), int(c), int(s))
+                           for n, e, c, s in raw["parts"]},
+                )
+        except (ValueError, KeyError, TypeError) as err:
+            raise IntegrityError(f"upload journal unreadable: {err}") from None
+        return journal
+
+
+def _etag(etag: str) -> str:
+    return etag.strip('"')
+
+
+def load(path: Path) -> UploadJournal | None:
+    """The journal at `path`, or None if there is none (or it is unreadable,
+    in which case the drain simply starts over)."""
+    try:
+        return UploadJournal.from_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except IntegrityError:
+        return None
+
+
+def save(path: Path, journal: UploadJournal) -> None:
+    """Replace the journal atomically and durably."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(journal.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,203 @@
+"""Drain, catalog and fetch against the file:// store (real, serverless)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptdrain import keys
+from ckptdrain.errors import IntegrityError, InvalidInput, NoCheckpoint, UnsafePath
+from ckptdrain.store.local import LocalStore
+from ckptdrain.transfer import journal as jr
+from ckptdrain.transfer.catalog import complete_steps, scan
+from ckptdrain.transfer.drain import DrainCancelled, Drainer, abort_superseded, supersede_decision
+from ckptdrain.transfer.fetch import fetch, verify_dir, verify_store
+from ckptdrain.transfer.scan import build_manifest
+
+PART = 64 << 10
+
+
+class Counting:
+    """Counts calls and part numbers sent; can stop the drain after N parts."""
+
+    def __init__(self, inner: LocalStore, stop_after_parts: int | None = None,
+                 cancel: threading.Event | None = None) -> None:
+        self.inner, self.uri = inner, inner.uri
+        self.calls: Counter[str] = Counter()
+        self.parts_sent: list[tuple[str, int]] = []
+        self.stop_after, self.cancel = stop_after_parts, cancel
+        self.lock = threading.Lock()
+
+    @property
+    def min_part_size(self) -> int:
+        return self.inner.min_part_size
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: Any) -> Any:
+        result = self.inner.upload_part(key, upload_id, number, data)
+        with self.lock:
+            self.parts_sent.append((key, number))
+            if self.stop_after is not None and len(self.parts_sent) >= self.stop_after:
+                assert self.cancel is not None
+                self.cancel.set()
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return getattr(self.inner, name)(*args, **kwargs)
+        return call
+
+
+def make_checkpoint(root: Path, seed: int = 1) -> Path:
+    rng = __import__("random").Random(seed)
+    root.mkdir(parents=True)
+    (root / "big.bin").write_bytes(rng.randbytes(PART * 7 + 123))
+    (root / "shards").mkdir()
+    for i in range(5):
+        (root / "shards" / f"{i}.pt").write_bytes(rng.randbytes(rng.randrange(0, PART)))
+    (root / "empty").write_bytes(b"")
+    return root
+
+
+def push(store: Any, src: Path, step: int, tmp: Path, **kw: Any) -> Any:
+    manifest = build_manifest(src, step, 0, 1, created=1.0)
+    drainer = Drainer(store, part_size=PART, concurrency=3)
+    return drainer.drain(src, manifest, journal_path=tmp / f"journal-{step}.json", **kw)
+
+
+def same_tree(a: Path, b: Path) -> bool:
+    files = lambda p: {str(f.relative_to(p)): f.read_bytes() for f in p.rglob("*") if f.is_file()}  # noqa: E731
+    return files(a) == files(b)
+
+
+def test_round_trip_is_byte_exact(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    src = make_checkpoint(tmp_path / "src")
+    result = push(store, src, 7, tmp_path)
+    assert result.bytes == sum(f.stat().st_size for f in src.rglob("*") if f.is_file())
+    assert [c.step for c in complete_steps(store)] == [7]
+    got = fetch(store, tmp_path / "dest")
+    assert got.step == 7 and got.skipped == []
+    assert same_tree(src, tmp_path / "dest")
+    assert verify_store(store, 7) == []
+    manifest = complete_steps(store)[0].manifests[0]
+    assert manifest.part_size == PART
+    assert verify_dir(tmp_path / "dest", manifest) == []
+
+
+def test_resume_sends_no_finished_part_twice(tmp_path: Path) -> None:
+    src = make_checkpoint(tmp_path / "src")
+    cancel = threading.Event()
+    first = Counting(LocalStore(tmp_path / "store"), stop_after_parts=3, cancel=cancel)
+    with pytest.raises(DrainCancelled):
+        push(first, src, 3, tmp_path, cancel=cancel)
+    assert complete_steps(first.inner) == []  # nothing visible yet
+    journal = jr.load(tmp_path / "journal-3.json")
+    assert journal is not None and not journal.manifest_written
+    durable = {(s.key, n) for s in journal.files.values() for n in s.parts}
+    assert durable  # some parts were journaled before the stop
+    second = Counting(LocalStore(tmp_path / "store"))
+    result = push(second, src, 3, tmp_path)
+    assert not durable & set(second.parts_sent)
+    assert result.resumed_bytes > 0
+    assert [c.step for c in complete_steps(second.inner)] == [3]
+    fetch(second.inner, tmp_path / "dest")
+    assert same_tree(src, tmp_path / "dest")
+
+
+def test_vanished_upload_starts_that_file_over(tmp_path: Path) -> None:
+    src = make_checkpoint(tmp_path / "src")
+    store = LocalStore(tmp_path / "store")
+    cancel = threading.Event()
+    with pytest.raises(DrainCancelled):
+        push(Counting(store, stop_after_parts=2, cancel=cancel), src, 4, tmp_path, cancel=cancel)
+    journal = jr.load(tmp_path / "journal-4.json")
+    assert journal is not None
+    assert abort_superseded(store, journal) >= 1  # the store forgets the upload
+    push(store, src, 4, tmp_path)
+    fetch(store, tmp_path / "dest")
+    assert same_tree(src, tmp_path / "dest")
+
+
+def test_file_changed_after_scan_is_never_committed(tmp_path: Path) -> None:
+    src = make_checkpoint(tmp_path / "src")
+    store = LocalStore(tmp_path / "store")
+    manifest = build_manifest(src, 5, 0, 1, created=1.0)
+    data = bytearray((src / "big.bin").read_bytes())
+    data[PART * 3] ^= 1
+    (src / "big.bin").write_bytes(bytes(data))
+    with pytest.raises(IntegrityError):
+        Drainer(store, part_size=PART).drain(src, manifest, journal_path=tmp_path / "j.json")
+    assert store.head(keys.manifest_key(5, 0)) is None
+
+
+def test_corrupt_newest_falls_back_to_previous(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    old = make_checkpoint(tmp_path / "old", seed=1)
+    new = make_checkpoint(tmp_path / "new", seed=2)
+    push(store, old, 1, tmp_path)
+    push(store, new, 2, tmp_path)
+    obj = store.root / keys.data_key(2, 0, "big.bin")
+    raw = bytearray(obj.read_bytes())
+    raw[100] ^= 0xFF
+    obj.write_bytes(bytes(raw))
+    got = fetch(store, tmp_path / "dest")
+    assert got.step == 1 and "step 2" in got.skipped[0] and "CRC32C" in got.skipped[0]
+    assert same_tree(old, tmp_path / "dest")
+    assert verify_store(store, 2) and verify_store(store, 1) == []
+    with pytest.raises(IntegrityError):
+        fetch(store, tmp_path / "dest2", step=2)
+    assert not (tmp_path / "dest2").exists()
+
+
+def test_incomplete_step_is_rejected_with_a_reason(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    src = make_checkpoint(tmp_path / "src")
+    manifest = build_manifest(src, 9, 1, 2, created=1.0)  # writer 1 of 2, writer 0 missing
+    Drainer(store, part_size=PART).drain(src, manifest, journal_path=tmp_path / "j.json")
+    cat = scan(store)
+    assert cat.complete == [] and "writer 0" in cat.rejected[0].reason
+    with pytest.raises(NoCheckpoint):
+        fetch(store, tmp_path / "dest")
+
+
+@pytest.mark.parametrize("bad", ["../escape", "/abs", "a/../../b", "a//b"])
+def test_traversal_manifest_refused_before_any_write(tmp_path: Path, bad: str) -> None:
+    store = LocalStore(tmp_path / "store")
+    doc = {"format": 1, "step": 1, "writer": 0, "writers": 1, "created": 1.0,
+           "files": [{"path": bad, "size": 1, "crc32c": "00000000"}]}
+    store.put_bytes(keys.manifest_key(1, 0), json.dumps(doc).encode())
+    with pytest.raises((NoCheckpoint, UnsafePath)):
+        fetch(store, tmp_path / "dest", step=1)
+    assert not (tmp_path / "dest").exists() and not (tmp_path / "escape").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["store"]
+
+
+def test_scan_refuses_symlinks(tmp_path: Path) -> None:
+    src = make_checkpoint(tmp_path / "src")
+    os.symlink("/etc/passwd", src / "link")
+    with pytest.raises(InvalidInput, match="symlink"):
+        build_manifest(src, 1, 0, 1, created=0.0)
+
+
+def test_nonempty_dest_refused(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    push(store, make_checkpoint(tmp_path / "src"), 1, tmp_path)
+    (tmp_path / "dest").mkdir()
+    (tmp_path / "dest" / "keep").write_text("mine")
+    with pytest.raises(InvalidInput, match="dest"):
+        fetch(store, tmp_path / "dest")
+    assert (tmp_path / "dest" / "keep").read_text() == "mine"
+
+
+def test_supersede_only_when_far_from_done() -> None:
+    assert supersede_decision(10, 100, newer_ready=True) == "supersede"
+    assert supersede_decision(80, 100, newer_ready=True) == "finish"
+    assert supersede_decision(0, 100, newer_ready=False) == "finish"
+    assert supersede_decision(0, 0, newer_ready=True) == "finish"
