@@ -153,17 +153,21 @@ class RecordWriter:
             api = client.CustomObjectsApi()
         self.api, self.namespace, self.policy = api, namespace, policy
         self.writers, self.writer_id = writers, writer_id
+        self._ensured: set[int] = set()
 
     def ensure(self, step: int) -> str:
         """Create the step's record unless another writer already did; returns its name."""
         from kubernetes.client.exceptions import ApiException
         body = build_record(self.namespace, self.policy, step, self.writers)
+        if step in self._ensured:
+            return str(body["metadata"]["name"])
         try:
             self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
         except ApiException as error:
             if error.status != 409:
                 raise
-        return body["metadata"]["name"]
+        self._ensured.add(step)
+        return str(body["metadata"]["name"])
 
     def report(self, step: int, state: str, size_bytes: int, tiers: Iterable[str],
                now: datetime, node: str | None = None, message: str | None = None) -> None:

@@ -112,3 +112,33 @@ def test_young_daly_and_recommended_interval_when_known() -> None:
     fields = status.sizing_fields(s)
     assert fields["recommendedInterval"] == "15m"  # a tenth of 150 m
     assert fields["youngDalyInterval"] == "12m15s"  # sqrt(2 × 30 s × 9000 s) = 734.8 s
+
+
+class _FakeApi:
+    """Records calls; answers create with 409 the second time, like the apiserver."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self.patched: list[dict[str, Any]] = []
+
+    def create_namespaced_custom_object(self, group: str, version: str, namespace: str,
+                                        plural: str, body: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+        name = body["metadata"]["name"]
+        if name in self.created:
+            raise ApiException(status=409)
+        self.created.append(name)
+
+    def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> None:
+        self.patched.append(args[5])
+
+
+def test_writer_creates_once_and_patches_only_its_claim() -> None:
+    api = _FakeApi()
+    a = records.RecordWriter("ns", "pol", 2, "0", api=api)
+    b = records.RecordWriter("ns", "pol", 2, "1", api=api)
+    a.report(5, "Local", 10, ["local"], NOW)
+    b.report(5, "Local", 10, ["local"], NOW)  # racing writer: 409 is fine
+    a.report(5, "Global", 10, ["local", "global"], NOW)
+    assert api.created == ["pol-s5"]
+    assert [list(p["status"]["writers"]) for p in api.patched] == [["0"], ["1"], ["0"]]
