@@ -14,6 +14,7 @@ from ckptdrain.agent.drain import DrainWorker
 from ckptdrain.agent.localtier import LocalTier
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent
+from ckptdrain.errors import StoreAccessDenied
 from ckptdrain.store.local import LocalStore
 
 PART = 1 << 20
@@ -61,7 +62,8 @@ def store(tmp_path: Path) -> FaultyStore:
 
 def test_store_errors_are_retried_and_reported(tmp_path: Path, store: FaultyStore) -> None:
     tier = _tier(tmp_path, [1])
-    store.fail("upload_part", times=3)
+    # Not transient, so the engine gives up at once and the worker's own retry acts.
+    store.fail("upload_part", times=1, error=lambda: StoreAccessDenied("injected: denied"))
     recorder = Recorder()
     worker = _worker(tier, store, recorder)
     worker.start()
@@ -71,7 +73,7 @@ def test_store_errors_are_retried_and_reported(tmp_path: Path, store: FaultyStor
     states = recorder.states(1)
     assert "Failed" in states and states[-1] == "Global"
     failed = next(e for e in recorder.events if e.state.value == "Failed")
-    assert "retrying" in failed.message
+    assert "denied" in failed.message and "retrying" in failed.message
 
 
 def test_a_step_already_in_the_store_is_not_sent_again(tmp_path: Path, store: FaultyStore

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ckptdrain.agent import config
-from ckptdrain.agent.drain import next_backoff, supersede
+from ckptdrain.agent.drain import next_backoff
 from ckptdrain.agent.localtier import LocalTier
 from ckptdrain.agent.loop import Agent, goes_global
 from ckptdrain.agent.metrics import AgentMetrics
@@ -47,8 +47,7 @@ def test_every_nth_capture_goes_global_starting_with_the_first() -> None:
     assert all(goes_global(n, 1) for n in range(1, 5))
 
 
-def test_supersede_unless_nearly_done_and_backoff_is_capped() -> None:
-    assert supersede(10, 100) and not supersede(60, 100)
+def test_backoff_doubles_and_is_capped() -> None:
     delays = [None]
     for _ in range(10):
         delays.append(next_backoff(delays[-1]))

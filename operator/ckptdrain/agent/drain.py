@@ -6,7 +6,7 @@ verifies; this worker decides *which* step to send and what to do when
 things go wrong:
 
 - newest first: a newer step arriving while an older one drains supersedes
-  it unless the older one is nearly done (`supersede`); a superseded step's
+  it unless the older one is nearly done (`supersede_decision`); a superseded step's
   journal stays, so nothing already sent is wasted if it is resumed;
 - failures (store down, credentials, a corrupt local copy) are reported and
   retried with capped exponential backoff; the trainer never waits on this;
@@ -20,26 +20,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 
 from ckptdrain import keys
 from ckptdrain.agent.localtier import LocalTier
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.store.base import Store
+from ckptdrain.transfer import journal as jr
+from ckptdrain.transfer.drain import DrainCancelled, Drainer, supersede_decision
 
 log = logging.getLogger(__name__)
 
 BACKOFF_START = 1.0
 BACKOFF_MAX = 60.0
-#: Finish an in-flight drain rather than supersede it once this much is sent.
-NEAR_DONE = 0.5
-
-
-def supersede(sent: int, total: int, near_done: float = NEAR_DONE) -> bool:
-    """Should a newer step replace the one in flight? Not when it is nearly done:
-    abandoning it would waste more than the newer one gains."""
-    return total <= 0 or sent / total < near_done
 
 
 def next_backoff(previous: float | None) -> float:
@@ -51,7 +44,7 @@ class DrainWorker:
         self,
         tier: LocalTier,
         store: Store,
-        drainer: object,
+        drainer: Drainer,
         reporter: Reporter,
         metrics: AgentMetrics,
         *,
@@ -84,7 +77,7 @@ class DrainWorker:
             self._pending[step] = trigger
             current = self._current
             if (current is not None and step > current and self._cancel is not None
-                    and supersede(self._sent, self._total)):
+                    and supersede_decision(self._sent, self._total, True) == "supersede"):
                 log.info("step %d supersedes step %d (%d of %d bytes sent)",
                          step, current, self._sent, self._total)
                 self._cancel.set()
@@ -167,8 +160,6 @@ class DrainWorker:
 
     def _drain_one(self, step: int, trigger: str) -> bool:
         """Drain `step`; True when it is global, False when cancelled or superseded."""
-        from ckptdrain.transfer.drain import DrainCancelled
-
         if not self.tier.has(step):
             return False  # retention or an operator removed it; nothing to send
         if self.tier.is_global(step):
@@ -181,10 +172,15 @@ class DrainWorker:
                                              trigger=trigger))
         started = time.monotonic()
         assert self._cancel is not None
+        journal = jr.load(self.tier.journal_path(step))
+        with self._cond:
+            # Progress reports durable bytes, resumed ones included: start from those
+            # so the drained-bytes counter only counts what this process sends.
+            self._sent = journal.done_bytes if journal is not None else 0
         try:
-            result = self.drainer.drain(  # type: ignore[attr-defined]
+            result = self.drainer.drain(
                 self.tier.data_dir(step),
-                replace(manifest, part_size=self.part_size),
+                manifest,
                 journal_path=self.tier.journal_path(step),
                 cancel=self._cancel,
                 progress=self._progress,
