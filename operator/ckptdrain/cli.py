@@ -1,0 +1,387 @@
+"""The one `ckptdrain` command.
+
+Built-in sub-commands (size, push, pull, ls, verify) import their heavy parts
+(boto3, the engines) only when run, so `ckptdrain size` stays instant. Other
+rooms plug in sub-commands through PLUGINS: a module with
+`add_arguments(parser)` and `run(args) -> int`, imported only when its
+sub-command is the one being run (a missing module just hides it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.util
+import json
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ckptdrain import __version__, sizing, units
+from ckptdrain.errors import CkptdrainError, IntegrityError, InvalidInput
+
+PLUGINS: dict[str, tuple[str, str]] = {
+    "agent": ("ckptdrain.agent.command", "run the node agent (sidecar): capture and drain"),
+    "restore": ("ckptdrain.restore.command", "restore the newest good checkpoint (init container)"),
+    "demo": ("ckptdrain.demo.command", "the whole life of a checkpoint on this machine"),
+    "operator": ("ckptdrain.operator.command", "run the Kubernetes operator"),
+}
+
+EXIT_CODES = """\
+exit codes:
+  0    success
+  1    other error
+  2    invalid input or usage (the message names the field)
+  3    the store failed: unreachable, access denied, missing bucket or object
+  4    integrity: bytes do not match their manifest (verify found problems)
+  5    no complete checkpoint matches what was asked
+  130  interrupted (push resumes from its journal when run again)
+"""
+
+
+def _available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+# -- size ---------------------------------------------------------------------
+
+_SIZE_FLAGS: list[tuple[str, Callable[[str, object], Any], str]] = [
+    ("--parameters", units.parse_count, "model parameters: 405B, 70M, 4.05e11"),
+    ("--bytes-per-parameter", lambda f, v: units.parse_count(f, v), "default 14 (bf16 + Adam)"),
+    ("--checkpoint-bytes", units.parse_bytes, "checkpoint size instead of parameters: 5.67TB"),
+    ("--interval", units.parse_duration, "time between local checkpoints: 15m, 900s"),
+    ("--mtti", units.parse_duration, "mean time to interruption: 150m (interval = MTTI/10)"),
+    ("--overlap", units.parse_fraction, "drain time / global interval: 10%% (default)"),
+    ("--global-every", units.parse_positive_int, "every N-th local checkpoint goes global"),
+    ("--local-write-time", units.parse_duration, "seconds a checkpoint stalls training (C)"),
+    ("--restart-time", units.parse_duration, "interruption to training again: 10m"),
+    ("--cap", units.parse_rate, "policy bandwidth cap: 10GB/s"),
+    ("--cluster-cap", units.parse_rate, "cluster bandwidth cap: 40GB/s"),
+    ("--drainers", units.parse_positive_int, "nodes that drain (the bandwidth is split)"),
+]
+
+
+def _sizing_input(args: argparse.Namespace) -> sizing.SizingInput:
+    v = {flag: getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _SIZE_FLAGS}
+    parsed = {flag: (None if v[flag] is None else parse(flag, v[flag]))
+              for flag, parse, _ in _SIZE_FLAGS}
+    kw: dict[str, Any] = {
+        "parameters": parsed["--parameters"], "checkpoint_bytes": parsed["--checkpoint-bytes"],
+        "interval_s": parsed["--interval"], "mtti_s": parsed["--mtti"],
+        "local_write_s": parsed["--local-write-time"], "restart_s": parsed["--restart-time"],
+        "policy_cap": parsed["--cap"], "cluster_cap": parsed["--cluster-cap"],
+    }
+    for flag, field in (("--bytes-per-parameter", "bytes_per_parameter"),
+                        ("--overlap", "overlap"), ("--global-every", "global_every"),
+                        ("--drainers", "drainers")):
+        if parsed[flag] is not None:
+            kw[field] = parsed[flag]
+    if kw["parameters"] is None and kw["checkpoint_bytes"] is None:
+        raise InvalidInput("--parameters", "a parameter count (or --checkpoint-bytes)", None)
+    if kw["interval_s"] is None and kw["mtti_s"] is None:
+        raise InvalidInput("--interval", "a duration such as 15m (or --mtti)", None)
+    return sizing.SizingInput(**kw)
+
+
+def _size_json(s: sizing.Sizing) -> dict[str, Any]:
+    rename = {"required_bandwidth": "required_bandwidth_bytes_per_second",
+              "allowed_bandwidth": "allowed_bandwidth_bytes_per_second",
+              "per_drainer_bandwidth": "per_drainer_bandwidth_bytes_per_second"}
+    out = {}
+    for key, value in dataclasses.asdict(s).items():
+        key = rename.get(key, key)
+        out[key[:-2] + "_seconds" if key.endswith("_s") else key] = value
+    return out
+
+
+def _size_rows(s: sizing.Sizing) -> list[tuple[str, str]]:
+    opt = lambda v, f: "-" if v is None else f(v)  # noqa: E731
+    rows = [
+        ("checkpoint size", units.format_bytes(s.checkpoint_bytes)),
+        ("local interval", units.format_duration(s.local_interval_s)),
+        ("global interval", units.format_duration(s.global_interval_s)),
+        ("overlap target", units.format_percent(s.overlap)),
+        ("required bandwidth", units.format_rate(s.required_bandwidth)),
+        ("allowed bandwidth", units.format_rate(s.allowed_bandwidth)
+         + (f"  (capped by the {s.binding_cap} cap)" if s.binding_cap else "")),
+        ("effective overlap", units.format_percent(s.effective_overlap)),
+        ("drain time", units.format_duration(s.drain_seconds)),
+        ("per drainer", f"{units.format_rate(s.per_drainer_bandwidth)} × {s.drainers}"),
+        ("recommended interval", opt(s.recommended_interval_s, units.format_duration)),
+        ("Young–Daly interval", opt(s.young_daly_interval_s, units.format_duration)),
+        ("expected goodput", opt(s.goodput, units.format_percent)),
+    ]
+    return rows
+
+
+def cmd_size(args: argparse.Namespace) -> int:
+    result = sizing.compute(_sizing_input(args))
+    if args.json:
+        print(json.dumps(_size_json(result), indent=2))
+    else:
+        rows = _size_rows(result)
+        width = max(len(k) for k, _ in rows)
+        print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
+    return 0
+
+
+# -- transfers ------------------------------------------------------------------
+
+
+def _open(uri: str, endpoint_url: str | None) -> Any:
+    from ckptdrain.store import open_store
+
+    return open_store(uri, endpoint_url=endpoint_url)
+
+
+class _Bar:
+    """A tqdm bar on a terminal, nothing otherwise; fed cumulative byte counts."""
+
+    def __init__(self, args: argparse.Namespace, total: int, what: str) -> None:
+        self.bar = None
+        self.last = 0
+        if not (args.quiet or args.json) and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="B", unit_scale=True, desc=what, file=sys.stderr)
+
+    def __call__(self, done: int) -> None:
+        if self.bar is not None and done > self.last:
+            self.bar.update(done - self.last)
+            self.last = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _step_from_dir(src: Path) -> int:
+    match = re.search(r"([0-9]+)$", src.name)
+    if not match:
+        raise InvalidInput("--step", "a step number (SRC_DIR's name does not end in one)",
+                           src.name)
+    return int(match[1])
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from ckptdrain.ratelimit import TokenBucket
+    from ckptdrain.transfer.drain import Drainer
+    from ckptdrain.transfer.scan import build_manifest
+
+    src = Path(args.src).absolute()
+    step = _step_from_dir(src) if args.step is None else args.step
+    writers = units.parse_positive_int("--writers", args.writers)
+    if not 0 <= args.writer < writers:
+        raise InvalidInput("--writer", f"a writer id in 0..{writers - 1}", args.writer)
+    rate = None if args.rate is None else units.parse_rate("--rate", args.rate)
+    part = units.parse_bytes("--part-size", args.part_size)
+    concurrency = units.parse_positive_int("--concurrency", args.concurrency)
+    journal = Path(args.journal) if args.journal else src.parent / f".{src.name}.ckptdrain-journal"
+    store = _open(args.uri, args.endpoint_url)
+    manifest = build_manifest(src, step, args.writer, writers, created=time.time())
+    drainer = Drainer(store, limiter=TokenBucket(rate), part_size=part, concurrency=concurrency)
+    cancel = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: cancel.set())
+    bar = _Bar(args, manifest.total_bytes, f"push step {step}")
+    try:
+        result = drainer.drain(src, manifest, journal_path=journal, cancel=cancel, progress=bar)
+    finally:
+        bar.close()
+    journal.unlink(missing_ok=True)
+    speed = result.sent_bytes / result.seconds if result.seconds > 0 else 0.0
+    doc = {**dataclasses.asdict(result), "uri": store.uri, "bytes_per_second": speed}
+    _report(args, doc, f"pushed step {step} writer {args.writer}/{writers} to {store.uri}: "
+            f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)} "
+            f"({units.format_rate(speed)}), {units.format_bytes(result.resumed_bytes)} resumed")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from ckptdrain.transfer.fetch import fetch
+
+    step = None if args.step in (None, "latest") else _int("--step", args.step)
+    store = _open(args.uri, args.endpoint_url)
+    bar = _Bar(args, 0, "pull")
+    try:
+        result = fetch(store, Path(args.dest), step=step, writer=args.writer,
+                       concurrency=units.parse_positive_int("--concurrency", args.concurrency),
+                       part_size=units.parse_bytes("--part-size", args.part_size)
+                       if args.part_size else None, progress=bar)
+    finally:
+        bar.close()
+    speed = result.bytes / result.seconds if result.seconds > 0 else 0.0
+    doc = {**dataclasses.asdict(result), "dest": str(result.dest), "bytes_per_second": speed}
+    for reason in result.skipped:
+        print(f"ckptdrain: skipped {reason}", file=sys.stderr)
+    _report(args, doc, f"pulled step {result.step} ({len(result.writers)} writer(s)) from "
+            f"{result.source_uri} to {result.dest}: {units.format_bytes(result.bytes)} in "
+            f"{units.format_duration(result.seconds)} ({units.format_rate(speed)})")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from ckptdrain.transfer.catalog import scan
+
+    cat = scan(_open(args.uri, args.endpoint_url))
+    rows = [{"step": c.step, "writers": c.writers, "bytes": c.total_bytes, "created": c.created,
+             "complete": True, "reason": ""} for c in cat.complete]
+    rows += [{"step": r.step, "writers": None, "bytes": None, "created": None,
+              "complete": False, "reason": r.reason} for r in cat.rejected]
+    rows.sort(key=lambda r: r["step"], reverse=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'STEP':>12}  {'WRITERS':>7}  {'SIZE':>10}  STATE")
+    for r in rows:
+        size = units.format_bytes(r["bytes"]) if r["bytes"] is not None else "-"
+        state = "complete" if r["complete"] else f"incomplete: {r['reason']}"
+        print(f"{r['step']:>12}  {r['writers'] or '-':>7}  {size:>10}  {state}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from ckptdrain.manifest import WriterManifest
+    from ckptdrain.transfer.catalog import complete_steps, load_checkpoint
+    from ckptdrain.transfer.fetch import verify_dir, verify_store
+
+    step = None if args.step in (None, "latest") else _int("--step", args.step)
+    if "://" in args.target:
+        store = _open(args.target, args.endpoint_url)
+        if step is None:
+            found = complete_steps(store)
+            if not found:
+                raise IntegrityError(f"no complete checkpoint in {store.uri}")
+            step = found[0].step
+        problems, what = verify_store(store, step), f"step {step} in {store.uri}"
+    else:
+        if args.manifest:
+            manifest = WriterManifest.from_json(Path(args.manifest).read_bytes())
+        elif args.against:
+            store = _open(args.against, args.endpoint_url)
+            step = step if step is not None else complete_steps(store)[0].step
+            manifest = load_checkpoint(store, step).manifests[args.writer or 0]
+        else:
+            raise InvalidInput("--manifest", "a manifest file (or --against URI) to verify a DIR",
+                               None)
+        problems, what = verify_dir(Path(args.target), manifest), args.target
+    _report(args, {"target": what, "ok": not problems, "problems": problems},
+            "\n".join([f"{what}: {len(problems)} problem(s)", *problems]) if problems
+            else f"{what}: every file matches its manifest")
+    return IntegrityError.exit_code if problems else 0
+
+
+def _int(field: str, value: str) -> int:
+    if not re.fullmatch(r"[0-9]+", value):
+        raise InvalidInput(field, "a step number or 'latest'", value)
+    return int(value)
+
+
+def _report(args: argparse.Namespace, doc: dict[str, Any], line: str) -> None:
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+    elif not args.quiet:
+        print(line)
+
+
+# -- the parser -----------------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser, *, store: bool = True) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress, no summary")
+    if store:
+        p.add_argument("--endpoint-url", help="S3-compatible endpoint (default: "
+                       "$CKPTDRAIN_S3_ENDPOINT, $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, AWS)")
+
+
+def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only `plugin`'s module (if any) is imported to add its flags."""
+    parser = argparse.ArgumentParser(
+        prog="ckptdrain", description="Cheap, fast, survivable checkpoints for large training.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"ckptdrain {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("size", help="bandwidth a checkpoint policy needs (sizing model)",
+                       epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flag, _, text in _SIZE_FLAGS:
+        p.add_argument(flag, help=text)
+    _common(p, store=False)
+    p.set_defaults(func=cmd_size)
+
+    p = sub.add_parser("push", help="upload a checkpoint directory (resumable, rate-limited)")
+    p.add_argument("src", metavar="SRC_DIR")
+    p.add_argument("uri", metavar="URI", help="file:///path or s3://bucket/prefix")
+    p.add_argument("--step", type=int, help="step (default: the number ending SRC_DIR's name)")
+    p.add_argument("--writer", type=int, default=0, help="this writer's id (default 0)")
+    p.add_argument("--writers", default="1", help="writers in the checkpoint (default 1)")
+    p.add_argument("--rate", help="bandwidth limit for everything sent: 50MB/s (default none)")
+    p.add_argument("--part-size", default="64MiB", help="multipart part size (default 64MiB)")
+    p.add_argument("--concurrency", default="8", help="parts in flight (default 8)")
+    p.add_argument("--journal", help="resume journal (default: beside SRC_DIR)")
+    _common(p)
+    p.set_defaults(func=cmd_push)
+
+    p = sub.add_parser("pull", help="restore a checkpoint, verified, atomically")
+    p.add_argument("uri", metavar="URI")
+    p.add_argument("dest", metavar="DEST", help="missing or empty directory")
+    p.add_argument("--step", help="a step number or 'latest' (default)")
+    p.add_argument("--writer", type=int, help="only this writer's files, directly under DEST")
+    p.add_argument("--concurrency", default="16", help="ranged GETs in flight (default 16)")
+    p.add_argument("--part-size", help="range size (default: the upload's part size)")
+    _common(p)
+    p.set_defaults(func=cmd_pull)
+
+    p = sub.add_parser("ls", help="checkpoints in a store, complete or why not")
+    p.add_argument("uri", metavar="URI")
+    _common(p)
+    p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("verify", help="check a stored step or a directory against its manifest")
+    p.add_argument("target", metavar="URI|DIR")
+    p.add_argument("--step", help="step to verify (default: the newest complete)")
+    p.add_argument("--manifest", help="for a DIR: the manifest JSON to check it against")
+    p.add_argument("--against", metavar="URI", help="for a DIR: take the manifest from a store")
+    p.add_argument("--writer", type=int, help="for --against: which writer's manifest")
+    _common(p)
+    p.set_defaults(func=cmd_verify)
+
+    for name, (module, text) in PLUGINS.items():
+        if not _available(module):
+            continue
+        p = sub.add_parser(name, help=text)
+        if name == plugin:
+            mod = importlib.import_module(module)
+            mod.add_arguments(p)
+            p.set_defaults(func=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one sub-command; user errors become one line on stderr and an exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    try:
+        args = build_parser(chosen if chosen in PLUGINS else None).parse_args(argv)
+        return int(args.func(args) or 0)
+    except CkptdrainError as err:
+        print(f"ckptdrain: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("ckptdrain: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except OSError as err:  # a file we were pointed at: say which, no traceback
+        print(f"ckptdrain: error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
+        return 1
