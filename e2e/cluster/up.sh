@@ -64,7 +64,13 @@ sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
 iptables -N "$IPTABLES_CHAIN" 2>/dev/null || iptables -F "$IPTABLES_CHAIN"
 iptables -A "$IPTABLES_CHAIN" -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
 iptables -A "$IPTABLES_CHAIN" -i "$BRIDGE" -j DROP
-iptables -C FORWARD -j "$IPTABLES_CHAIN" 2>/dev/null || iptables -I FORWARD 1 -j "$IPTABLES_CHAIN"
+# Our jump goes first in FORWARD, above the ACCEPTs kube-proxy (and Docker)
+# insert, and is put back on top once kube-proxy has added its own.
+pin_forward_chain() {
+  while iptables -D FORWARD -j "$IPTABLES_CHAIN" 2>/dev/null; do :; done
+  iptables -I FORWARD 1 -j "$IPTABLES_CHAIN"
+}
+pin_forward_chain
 
 printf 'nameserver 127.0.0.1\n' >"$STATE/resolv.conf"
 
@@ -139,6 +145,8 @@ wait_for 120 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz"
 render "$E2E_CLUSTER_DIR/kube-proxy.yaml" >"$STATE/kube-proxy.yaml"
 start_daemon kube-proxy "$K8S_BIN/kube-proxy" --config="$STATE/kube-proxy.yaml"
 wait_for 60 kube-proxy curl -sf "http://127.0.0.1:$KUBE_PROXY_HEALTHZ_PORT/livez"
+wait_for 30 kube-proxy iptables -C FORWARD -j KUBE-FORWARD -m comment --comment "kubernetes forwarding rules"
+pin_forward_chain
 wait_for 60 coredns curl -sf "http://127.0.0.1:$COREDNS_READY_PORT/ready"
 
 wait_for 120 kubelet kctl get node "$NODE_NAME"
