@@ -28,9 +28,17 @@ WAIT_CAP = 120.0
 
 
 class Pod:
-    def __init__(self, root: Path, *, store_env: dict[str, str] | None = None,
-                 interval: str = "0.5s", grace: str = "20", size: str = "8MiB",
-                 rate: str = "1GB/s", extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        store_env: dict[str, str] | None = None,
+        interval: str = "0.5s",
+        grace: str = "20",
+        size: str = "8MiB",
+        rate: str = "1GB/s",
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.root = root
         self.work, self.local = root / "work", root / "local"
         self.events = root / "events.jsonl"
@@ -40,14 +48,21 @@ class Pod:
         self.procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         self.env = dict(os.environ)
         self.env.update(store_env or {})
-        self.env.update({
-            "CKPTDRAIN_WORK_DIR": str(self.work), "CKPTDRAIN_LOCAL_DIR": str(self.local),
-            "CKPTDRAIN_INTERVAL": interval, "CKPTDRAIN_GRACE_SECONDS": grace,
-            "CKPTDRAIN_SHARE_FILE": str(self.share), "CKPTDRAIN_DEFAULT_RATE": rate,
-            "CKPTDRAIN_METRICS_PORT": "0", "CKPTDRAIN_PART_SIZE": "1MiB",
-            "CKPTDRAIN_CONCURRENCY": "4", "CKPTDRAIN_LOCAL_KEEP": "2",
-            "PYTHONUNBUFFERED": "1",
-        })
+        self.env.update(
+            {
+                "CKPTDRAIN_WORK_DIR": str(self.work),
+                "CKPTDRAIN_LOCAL_DIR": str(self.local),
+                "CKPTDRAIN_INTERVAL": interval,
+                "CKPTDRAIN_GRACE_SECONDS": grace,
+                "CKPTDRAIN_SHARE_FILE": str(self.share),
+                "CKPTDRAIN_DEFAULT_RATE": rate,
+                "CKPTDRAIN_METRICS_PORT": "0",
+                "CKPTDRAIN_PART_SIZE": "1MiB",
+                "CKPTDRAIN_CONCURRENCY": "4",
+                "CKPTDRAIN_LOCAL_KEEP": "2",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         self.env.update(extra_env or {})
 
     @property
@@ -57,23 +72,50 @@ class Pod:
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         log = self.root / f"{name}-{len(self.procs)}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", *argv], env=self.env,
-                                    stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", *argv], env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
         self.procs.append((name, proc, log))
         return proc
 
-    def start_agent(self, *args: str) -> subprocess.Popen[bytes]:
-        return self._spawn("agent", ["ckptdrain.agent.command", "--events", str(self.events),
-                                     *args])
+    def start_agent(self, *args: str, wait: bool = True) -> subprocess.Popen[bytes]:
+        """Start the agent; with `wait`, return once it runs its loop (so a test's
+        SIGTERM exercises the flush, not start-up)."""
+        proc = self._spawn(
+            "agent", ["ckptdrain.agent.command", "--events", str(self.events), *args]
+        )
+        log = self.procs[-1][2]
+        if wait:
+            self.wait_for(
+                lambda: "agent started" in log.read_text(errors="replace"), "the agent to start"
+            )
+        return proc
 
     def start_trainer(self, *args: str) -> subprocess.Popen[bytes]:
-        return self._spawn("trainer", ["ckptdrain.demo.trainer", "--mode", "sim",
-                                       "--size", self.size, "--shards", "2",
-                                       "--step-time", "0.05", *args])
+        return self._spawn(
+            "trainer",
+            [
+                "ckptdrain.demo.trainer",
+                "--mode",
+                "sim",
+                "--size",
+                self.size,
+                "--shards",
+                "2",
+                "--step-time",
+                "0.05",
+                *args,
+            ],
+        )
 
     def restore(self) -> tuple[int, dict[str, Any]]:
-        proc = subprocess.run([sys.executable, "-m", "ckptdrain.restore.command"],
-                              env=self.env, capture_output=True, text=True, timeout=WAIT_CAP)
+        proc = subprocess.run(
+            [sys.executable, "-m", "ckptdrain.restore.command"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=WAIT_CAP,
+        )
         result_file = self.work / "restore.json"
         doc = json.loads(result_file.read_text()) if result_file.exists() else {}
         doc["_stdout"], doc["_stderr"] = proc.stdout, proc.stderr
@@ -110,13 +152,13 @@ class Pod:
                 return value
             for name, proc, _ in self.procs:
                 if proc.poll() is not None and proc.returncode != 0:
-                    raise AssertionError(f"{name} died ({proc.returncode}) waiting for {what}\n"
-                                         + self.logs())
+                    raise AssertionError(
+                        f"{name} died ({proc.returncode}) waiting for {what}\n" + self.logs()
+                    )
             time.sleep(0.1)
         raise AssertionError(f"timed out waiting for {what}\n" + self.logs())
 
-    def sigterm(self, *procs: subprocess.Popen[bytes], timeout: float = WAIT_CAP
-                ) -> list[int]:
+    def sigterm(self, *procs: subprocess.Popen[bytes], timeout: float = WAIT_CAP) -> list[int]:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         return [proc.wait(timeout) for proc in procs]

@@ -12,6 +12,7 @@ import json
 import logging
 import signal
 import sys
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -79,6 +80,10 @@ def build_drain(cfg: agent_config.AgentConfig, tier: LocalTier, reporter: Report
 
 
 def run(args: argparse.Namespace) -> int:
+    # Catch SIGTERMs from the first moment: opening the store imports boto3 (~1 s),
+    # and an eviction then must still flush, not kill us mid-start.
+    early: list[float] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: early.append(time.monotonic()))
     setup_logging()
     try:
         cfg = agent_config.load(args)
@@ -105,6 +110,10 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    for _ in early:
+        agent.on_sigterm()
+    if early:
+        agent.sigterm_at = early[0]  # the flush budget counts from the first signal
 
     server = None
     if cfg.metrics_port:
