@@ -234,6 +234,7 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
                  "--set", "bandwidth.clusterCap=40GB/s"]
     installed = tools.run("helm", "install", "ckptdrain", str(chart), *helm_args, env=env)
     assert "PodSecurity" not in installed.stderr, installed.stderr
+    assert 'ckptdrain.io/inject: "true"' in installed.stdout  # NOTES tell what to do next
     try:
         manifest = tools.run("helm", "get", "manifest", "ckptdrain", "-n", namespace,
                              env=env).stdout
