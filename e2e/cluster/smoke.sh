@@ -31,11 +31,13 @@ images=(localhost/ckptdrain/netcheck:1.0)
 have_ckptdrain=false
 python_image=""
 if command -v docker >/dev/null; then
+  # The project image if it is built, else its base: both have python3.
   for image in ckptdrain:dev ckptdrain-base:bookworm; do
     docker image inspect "$image" >/dev/null 2>&1 || continue
     "$E2E_CLUSTER_DIR/load-images.sh" "$image"
     [ "$image" = ckptdrain:dev ] && have_ckptdrain=true
-    [ -n "$python_image" ] || python_image="$image"
+    python_image="$image"
+    break
   done
 fi
 
