@@ -32,6 +32,7 @@ class OperatorProcess:
             "CKPTDRAIN_METRICS_PORT": str(self.metrics_port),
             "CKPTDRAIN_HEALTH_PORT": str(self.health_port),
             "CKPTDRAIN_EXPIRED_TTL": "0",
+            "CKPTDRAIN_WATCHDOG_PERIOD": "1s",
             "CKPTDRAIN_IMAGE": "ckptdrain:test",
             **env,
         }

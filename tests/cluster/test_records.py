@@ -155,3 +155,28 @@ def test_operator_restarted_midway_converges_without_duplicates(
     events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)
     sized = [e for e in events["items"] if e.get("reason") == "Sized"]
     assert sum(e.get("count", 1) for e in sized) <= 2  # create + the one update, not resumes
+
+
+def test_a_stalled_drain_is_impossible_to_miss(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], custom_api: client.CustomObjectsApi) -> None:
+    # Global every 4 s, so stalled after 2 × 4 s + the drain time (0.4 s).
+    apply(policy("fast", interval="4s"))
+    wait_for(lambda: _policy_status(cluster, namespace, "fast").get("phase") == "Ready")
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
+        pod("w-0", {"app": "fast", **INJECT}, terminationGracePeriodSeconds=3600)))
+
+    def degraded() -> dict[str, Any]:
+        conditions = _policy_status(cluster, namespace, "fast").get("conditions", [])
+        return next(c for c in conditions if c["type"] == "Degraded")
+
+    wait_for(lambda: degraded()["reason"] == "DrainStalled", timeout_s=40, what="stall")
+    assert _policy_status(cluster, namespace, "fast")["phase"] == "Stalled"
+    assert "no checkpoint has completed globally" in degraded()["message"]
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert "DrainStalled" in events
+
+    writer = RecordWriter(namespace, "fast", 1, "0", api=custom_api)
+    writer.report(1, "Global", 10, ["local", "global"], datetime.now(UTC))
+    wait_for(lambda: degraded()["status"] == "False", timeout_s=8, what="recovery")
+    assert _policy_status(cluster, namespace, "fast")["phase"] == "Ready"

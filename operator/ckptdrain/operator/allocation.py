@@ -26,6 +26,8 @@ class Drainer:
     pod: str
     pending_bytes: float | None
     current_share: int | None
+    #: The pod's creationTimestamp (for the stall watchdog; not used to split).
+    created: str | None = None
 
 
 def parse_annotation_number(text: object) -> float | None:

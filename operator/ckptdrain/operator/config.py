@@ -27,6 +27,8 @@ Variables (field in parentheses):
 - CKPTDRAIN_EXPIRED_TTL (expired_ttl_s): how long an Expired checkpoint record
   waits for its agent to delete the objects before the operator deletes the
   record; default 10m.
+- CKPTDRAIN_WATCHDOG_PERIOD (watchdog_s): how often every policy's recovery
+  point is checked for a stalled drain; default 30s.
 - CKPTDRAIN_GRACE_MARGIN (grace_margin): share of the grace period a SIGTERM
   flush may use; default 80%.
 """
@@ -64,6 +66,7 @@ class OperatorConfig:
     peering: str = "ckptdrain"
     expired_ttl_s: float = 600.0
     grace_margin: float = 0.8
+    watchdog_s: float = 30.0
 
 
 def _port(name: str, text: str) -> int:
@@ -119,6 +122,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         expired_ttl_s=units.parse_duration("CKPTDRAIN_EXPIRED_TTL",
                                            get("CKPTDRAIN_EXPIRED_TTL", "600"))
         if get("CKPTDRAIN_EXPIRED_TTL", "600") not in ("0", "0s") else 0.0,
+        watchdog_s=units.parse_duration("CKPTDRAIN_WATCHDOG_PERIOD",
+                                        get("CKPTDRAIN_WATCHDOG_PERIOD", "30s")),
         grace_margin=units.parse_fraction("CKPTDRAIN_GRACE_MARGIN",
                                           get("CKPTDRAIN_GRACE_MARGIN", "80%")),
     )

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import random
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -95,7 +96,8 @@ def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
     return {(namespace, ann.get(injection.ANNOTATION_POLICY, "")): allocation.Drainer(
         pod=name, pending_bytes=allocation.parse_annotation_number(
             ann.get(injection.ANNOTATION_PENDING)),
-        current_share=None if share is None else int(share))}
+        current_share=None if share is None else int(share),
+        created=meta.get("creationTimestamp"))}
 
 
 @kopf.index(*CHECKPOINTS)
@@ -115,8 +117,10 @@ def _parse(cfg: OperatorConfig, body: dict[str, Any], drainers: int) -> pol.Poli
 
 def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
                       logger: logging.Logger, pod_index: kopf.Index[Key, Any],
-                      checkpointpolicy_index: kopf.Index[Key, Any], announce: bool) -> None:
+                      checkpointpolicy_index: kopf.Index[Key, Any],
+                      checkpoint_index: kopf.Index[Key, Any], announce: bool) -> None:
     cfg: OperatorConfig = memo.config
+    _start_watchdog(cfg, checkpointpolicy_index, pod_index, checkpoint_index, logger)
     key = (body.metadata.namespace or "", body.metadata.name or "")
     drainers = len(_values(pod_index, key))
     generation = body.metadata.get("generation")
@@ -155,7 +159,8 @@ def checkpointpolicy_resume(**kwargs: Any) -> None:
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
-    names = ("body", "patch", "memo", "logger", "pod_index", "checkpointpolicy_index")
+    names = ("body", "patch", "memo", "logger", "pod_index", "checkpointpolicy_index",
+             "checkpoint_index")
     return {k: kwargs[k] for k in names}
 
 
@@ -291,6 +296,64 @@ def _sweep(key: Key, cfg: OperatorConfig, checkpoints: kopf.Index[Key, Any],
         current = policy_body.get("status") or {}
         if any(current.get(k) != v for k, v in wanted.items()):
             kube.patch_status("checkpointpolicies", key[0], key[1], wanted)
+
+
+# -- watchdog: a drain that silently stops must be impossible to miss -----------
+
+_watchdog_started = threading.Event()
+
+
+def _start_watchdog(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+                    pods: kopf.Index[Key, Any], checkpoints: kopf.Index[Key, Any],
+                    logger: logging.Logger) -> None:
+    """Once per process, from the first policy handler (the indexes are live views).
+    A thread, not a Kopf timer: timers would put a finalizer on every policy."""
+    if _watchdog_started.is_set():
+        return
+    _watchdog_started.set()
+
+    def loop() -> None:
+        while True:
+            time.sleep(cfg.watchdog_s)
+            try:
+                _check_stalls(cfg, policies, pods, checkpoints)
+            except (kube.ApiException, RuntimeError) as error:
+                logger.warning("stall check failed (%s); next in %ss", error, cfg.watchdog_s)
+
+    threading.Thread(target=loop, name="ckptdrain-watchdog", daemon=True).start()
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    return None if not text else \
+        datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def _check_stalls(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+                  pods: kopf.Index[Key, Any], checkpoints: kopf.Index[Key, Any]) -> None:
+    now = _now()
+    for key in list(policies):
+        body = next(iter(_values(policies, key)), None)
+        drainers = _values(pods, key)
+        if body is None:
+            continue
+        try:
+            sized = sizing.compute(_parse(cfg, body, len(drainers)).sizing_input)
+        except InvalidInput:
+            continue
+        started = [t for t in (_parse_time(d.created) for d in drainers) if t is not None]
+        since = max([_parse_time(body["metadata"].get("creationTimestamp")) or now,
+                     min(started, default=now)])
+        _, _, when = records.latest_steps(_values(checkpoints, key))
+        stall = st.drain_stall(_parse_time(when), since, sized.global_interval_s,
+                               sized.drain_seconds, len(drainers), now)
+        change = st.with_stall(body.get("status") or {}, stall,
+                               body["metadata"].get("generation"), now)
+        if change is None:
+            continue
+        kube.patch_status("checkpointpolicies", key[0], key[1], change)
+        kube.post_event(body, "CheckpointPolicy", "DrainStalled" if stall else "DrainResumed",
+                        stall or "a checkpoint completed globally again",
+                        "Warning" if stall else "Normal")
 
 
 def _expired_past_ttl(recs: Iterable[dict[str, Any]], ttl_s: float,

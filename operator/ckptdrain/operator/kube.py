@@ -8,13 +8,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 __all__ = ["ApiException", "annotate_pod", "annotate_pods", "delete", "list_policies",
-           "patch_status"]
+           "patch_status", "post_event"]
 
 #: Concurrent writes when many pods change at once (a rebalance of hundreds).
 PARALLEL_WRITES = 4
@@ -82,3 +83,19 @@ def list_policies(namespace: str) -> list[dict[str, Any]]:
     _, custom = _clients()
     found = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "checkpointpolicies")
     return list(found.get("items", []))
+
+
+def post_event(body: Mapping[str, Any], kind: str, reason: str, message: str,
+               type_: str = "Warning") -> None:
+    """An Event about a policy, from outside a Kopf handler (the watchdog)."""
+    core, _ = _clients()
+    meta = body["metadata"]
+    now = datetime.now(UTC)
+    core.create_namespaced_event(meta["namespace"], client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}."),
+        involved_object=client.V1ObjectReference(
+            api_version=f"{GROUP}/{VERSION}", kind=kind, name=meta["name"],
+            namespace=meta["namespace"], uid=meta.get("uid")),
+        reason=reason, message=message[:1024], type=type_, count=1,
+        first_timestamp=now, last_timestamp=now,
+        source=client.V1EventSource(component="ckptdrain-operator")))

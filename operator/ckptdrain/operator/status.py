@@ -93,3 +93,48 @@ def recovery_fields(last_local: int | None, last_global: int | None,
     """Recovery point: newest step per tier and when the newest global one completed."""
     return {"lastLocalStep": last_local, "lastGlobalStep": last_global,
             "recoveryPointTime": global_time}
+
+
+#: A drain is stalled when no checkpoint completed globally for this many
+#: global intervals (plus one drain time): a missed one can happen, two cannot.
+STALL_INTERVALS = 2
+
+
+def drain_stall(last_global: datetime | None, since: datetime, global_interval_s: float,
+                drain_s: float, drainers: int, now: datetime) -> str | None:
+    """Why the recovery point is too old, or None when it is fresh enough (or
+    nothing runs that could drain)."""
+    if drainers == 0:
+        return None
+    reference = last_global if last_global is not None and last_global > since else since
+    allowed = STALL_INTERVALS * global_interval_s + drain_s
+    age = (now - reference).total_seconds()
+    if age <= allowed:
+        return None
+    what = "no checkpoint has completed globally" if last_global is None \
+        else "the newest global checkpoint completed"
+    return (f"{what} for {units.format_duration(age)} with {drainers} drainer(s); "
+            f"expected one every {units.format_duration(global_interval_s)} "
+            f"(stalled after {units.format_duration(allowed)})")
+
+
+def with_stall(current: Mapping[str, Any], stall: str | None, generation: int | None,
+               now: datetime) -> dict[str, Any] | None:
+    """Status patch (phase and conditions) for a stall that began or ended; None if unchanged."""
+    conditions = list(current.get("conditions") or [])
+    before = next((c for c in conditions if c.get("type") == DEGRADED), None)
+    if before is None or current.get("phase") == "Invalid":
+        return None
+    stalled_before = before.get("reason") == "DrainStalled" and before.get("status") == "True"
+    if stall is None and not stalled_before:
+        return None
+    if stall is not None and stalled_before and before.get("message") == stall:
+        return None
+    degraded = condition(DEGRADED, stall is not None,
+                         "DrainStalled" if stall else "AsExpected", stall or "", generation,
+                         now, conditions)
+    constrained = next((c for c in conditions if c.get("type") == CONSTRAINED), {})
+    phase = "Stalled" if stall else (
+        "Constrained" if constrained.get("status") == "True" else "Ready")
+    return {"phase": phase, "conditions": [
+        degraded if c.get("type") == DEGRADED else c for c in conditions]}

@@ -142,3 +142,26 @@ def test_writer_creates_once_and_patches_only_its_claim() -> None:
     a.report(5, "Global", 10, ["local", "global"], NOW)
     assert api.created == ["pol-s5"]
     assert [list(p["status"]["writers"]) for p in api.patched] == [["0"], ["1"], ["0"]]
+
+
+def test_a_drain_stalls_after_two_missed_intervals() -> None:
+    since = NOW - timedelta(hours=5)
+    last = NOW - timedelta(minutes=31)
+    assert status.drain_stall(last, since, 900, 90, 4, NOW) is None  # 31 m < 2×15 m + 90 s
+    stall = status.drain_stall(NOW - timedelta(minutes=40), since, 900, 90, 4, NOW)
+    assert stall is not None and "40m" in stall and "15m" in stall
+    assert status.drain_stall(None, NOW - timedelta(minutes=10), 900, 90, 4, NOW) is None
+    assert "no checkpoint" in (status.drain_stall(None, since, 900, 90, 4, NOW) or "")
+    assert status.drain_stall(None, since, 900, 90, 0, NOW) is None  # nothing runs
+
+
+def test_stall_flips_degraded_and_phase_and_back() -> None:
+    ready = status.for_sizing(sized(), 1, NOW)
+    stalled = status.with_stall(ready, "no checkpoint …", 1, NOW)
+    assert stalled is not None and stalled["phase"] == "Stalled"
+    assert cond(stalled, "Degraded")["reason"] == "DrainStalled"
+    assert status.with_stall({**ready, **stalled}, "no checkpoint …", 1, NOW) is None
+    healed = status.with_stall({**ready, **stalled}, None, 1, NOW)
+    assert healed is not None and healed["phase"] == "Ready"
+    assert cond(healed, "Degraded")["status"] == "False"
+    assert status.with_stall(ready, None, 1, NOW) is None
