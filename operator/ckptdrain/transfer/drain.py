@@ -181,7 +181,10 @@ class _Run:
         self.error: BaseException | None = None
         self.sent_bytes = self.resumed_bytes = self.parts_sent = 0
         self.tasks: list[_Task] = []
-        manifest_id = checksum.to_hex(checksum.crc32c(manifest.to_json()))
+        # Identity of what is being sent: the files (and part size), not the
+        # creation time, so a re-run of the same checkpoint resumes.
+        same_files = dataclasses.replace(manifest, created=0.0, extra={})
+        manifest_id = checksum.to_hex(checksum.crc32c(same_files.to_json()))
         old = jr.load(journal_path)
         args = (self.store.uri, manifest.step, manifest.writer, manifest_id)
         if old is not None and not old.matches(*args):

@@ -55,7 +55,7 @@ class UploadJournal:
     store_uri: str
     step: int
     writer: int
-    #: CRC32C of the manifest's JSON: a journal is only reused for the same files.
+    #: CRC32C of the manifest without its creation time: reused only for the same files.
     manifest_id: str
     files: dict[str, FileState] = field(default_factory=dict)
     manifest_written: bool = False
