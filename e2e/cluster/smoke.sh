@@ -3,7 +3,8 @@
 #   up.sh; a pod on the locally built pause image goes Running; a ClusterIP
 #   Service reaches a server pod from another pod (by IP and by DNS name) and
 #   from the host; the apiserver calls a TLS webhook behind a Service; a pod
-#   reaches the apiserver through the `kubernetes` Service; `kubectl logs`
+#   reaches the apiserver through the `kubernetes` Service, and a server on
+#   the node through a host-service.sh Service; `kubectl logs`
 #   works (apiserver -> kubelet); if Docker has ckptdrain:dev, a pod runs
 #   `ckptdrain --version`; then down.sh, and nothing of ours is left running.
 # Usage: smoke.sh [--keep]   (--keep: leave the cluster up afterwards)
@@ -76,6 +77,13 @@ kctl -n "$ns" wait --for=condition=Ready pod/pause pod/server --timeout=120s >/d
 log "smoke: pause and server pods Running ($((SECONDS - t0))s)"
 
 svc_ip="$(kctl -n "$ns" get service netcheck -o jsonpath='{.spec.clusterIP}')"
+
+# A server on the node (where the tests run S3), named inside the cluster.
+host_port=$((20000 + RANDOM % 10000))
+setsid python3 -m http.server "$host_port" --bind "$NODE_IP" >/dev/null 2>&1 </dev/null &
+host_server=$!
+trap 'kill "$host_server" 2>/dev/null || true' EXIT
+"$E2E_CLUSTER_DIR/host-service.sh" "$ns" on-node "$host_port"
 # By name through the cluster DNS (short name: the search path), and by the
 # environment the kubelet injects ($(NAME_SERVICE_HOST) expanded in args).
 kctl -n "$ns" apply -f - >/dev/null <<EOF
@@ -94,6 +102,9 @@ spec:
   - name: apiserver
     image: ${images[0]}
     args: [dial, "\$(KUBERNETES_SERVICE_HOST):\$(KUBERNETES_SERVICE_PORT)", 60s]
+  - name: node
+    image: ${images[0]}
+    args: [dial, "on-node:$host_port", 60s]
 EOF
 if $have_ckptdrain; then
   kctl -n "$ns" apply -f - >/dev/null <<EOF
@@ -119,6 +130,8 @@ answer="$(kctl -n "$ns" logs client -c dns)"
 echo "$answer" | grep -q "hello from server" || fail "pod -> netcheck:80 by DNS name: unexpected answer '$answer'"
 log "smoke: pod -> netcheck:80 (cluster DNS) -> server pod: '$answer'"
 log "smoke: pod -> kubernetes Service: $(kctl -n "$ns" logs client -c apiserver)"
+log "smoke: pod -> on-node Service -> server on the node: $(kctl -n "$ns" logs client -c node)"
+kill "$host_server" 2>/dev/null || true
 
 # From the host, as the apiserver would reach a webhook's Service.
 host_answer="$(timeout 10 bash -c "exec 3<>/dev/tcp/$svc_ip/80 && cat <&3" 2>/dev/null)" \
