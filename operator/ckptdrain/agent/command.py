@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -133,6 +134,12 @@ def run(args: argparse.Namespace) -> int:
     if server is not None:
         server.stop()
     log.info("agent exiting with %d", code)
+    if drain is not None and drain.running:
+        # A part upload is still blocked on the network. Python would wait for it at
+        # exit (executor threads are joined); the deadline does not. The journal is
+        # consistent, and an unjournaled part is simply sent again next time.
+        logging.shutdown()
+        os._exit(code)
     return code
 
 

@@ -98,6 +98,10 @@ class DrainWorker:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def busy_steps(self) -> set[int]:
         """Steps queued or in flight: retention must not delete these."""
         with self._cond:

@@ -83,6 +83,7 @@ class Demo:
         self.events: list[Event] = []
         self._events_offset = 0
         self.trainer_step = -1
+        self.trainer_exit_step: int | None = None
 
     def say(self, text: str) -> None:
         print(f"[{time.monotonic() - self.t0:6.1f}s] {text}", flush=True)
@@ -132,6 +133,8 @@ class Demo:
                 kind = "emergency checkpoint" if doc.get("emergency") else "checkpoint"
                 self.say(f"trainer: wrote {kind} step {step} in "
                          f"{units.format_duration(float(doc['seconds']))}")  # type: ignore[arg-type]
+            elif doc.get("event") == "exit" and isinstance(step, int):
+                self.trainer_exit_step = step
             elif doc.get("event") == "start":
                 self.say(f"trainer ({doc.get('mode')}): starting at step {doc.get('from_step')}")
 
@@ -178,12 +181,16 @@ def run(args: argparse.Namespace) -> int:
     resolve_mode(args)
     root = args.dir or Path(tempfile.mkdtemp(prefix="ckptdrain-demo-"))
     root.mkdir(parents=True, exist_ok=True)
+    code = 1
     try:
         with global_tier(args.store, root) as store_env:
-            return _run(args, root, store_env)
+            code = _run(args, root, store_env)
+            return code
     finally:
-        if args.dir is None:
+        if args.dir is None and code == 0:
             shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"  kept {root} (logs in {root / 'logs'})", flush=True)
 
 
 def _run(args: argparse.Namespace, root: Path, store_env: dict[str, str]) -> int:
@@ -219,9 +226,7 @@ def _run(args: argparse.Namespace, root: Path, store_env: dict[str, str]) -> int
     sigterm_wall = time.time()
     at_sigterm = {tier: newest(demo.events, state, sigterm_wall)
                   for tier, state in (("local", "Local"), ("global", "Global"))}
-    step_at_sigterm = demo.trainer_step
-    demo.say(f"SIGTERM to trainer and agent (trainer at step {step_at_sigterm};"
-             f" grace {args.grace})")
+    demo.say(f"SIGTERM to trainer and agent (grace {args.grace})")
     for proc in (trainer, agent):
         proc.popen.send_signal(signal.SIGTERM)
     grace = units.parse_duration("--grace", args.grace)
@@ -238,6 +243,8 @@ def _run(args: argparse.Namespace, root: Path, store_env: dict[str, str]) -> int
     demo.say(f"exit codes {codes}; agent flushed in "
              f"{units.format_duration(flushed - started - run_for)}")
 
+    last_before = demo.trainer_exit_step if demo.trainer_exit_step is not None \
+        else demo.trainer_step
     demo.say("pod rescheduled on the same node: new (empty) work dir, the local tier survives")
     shutil.rmtree(demo.work)
     restored = demo.restore(env)
@@ -248,7 +255,8 @@ def _run(args: argparse.Namespace, root: Path, store_env: dict[str, str]) -> int
     demo.poll_trainer(resumed)
 
     stats = DrainStats.of(demo.events, flushed - started)
-    lost = step_at_sigterm - int(restored["step"]) if restored.get("step") is not None else None
+    # Work lost = the trainer's last finished step before it exited, minus where it resumed.
+    lost = last_before - int(restored["step"]) if restored.get("step") is not None else None
     print_summary(demo, model, stats, at_sigterm, sigterm_wall, restored, lost)
     return 0 if all(c == 0 for c in codes.values()) and restored.get("step") is not None else 1
 
@@ -258,27 +266,31 @@ def print_summary(demo: Demo, model: sizing.Sizing, stats: DrainStats,
                   restored: dict[str, object], lost: int | None) -> None:
     def point(tier: str) -> str:
         e = at_sigterm[tier]
-        return "none" if e is None else f"step {e.step}, {sigterm_wall - e.at:.1f}s old"
+        return "none" if e is None else f"step {e.step} (there {sigterm_wall - e.at:.1f}s)"
 
     final_global = newest(demo.events, "Global")
     rows = [
         ("sizing-model bandwidth", units.format_rate(model.required_bandwidth)),
-        ("achieved drain rate", f"{units.format_rate(stats.rate)} over {stats.drains} drains"),
+        ("achieved drain rate", f"{units.format_rate(stats.rate)} over {stats.drains} drains,"
+                                " end to end (incl. verification and commit)"),
         ("observed overlap", f"{units.format_percent(stats.overlap)} of wall time draining"
                              f" (target {units.format_percent(model.overlap)})"),
         ("recovery point at SIGTERM", f"local {point('local')}; global {point('global')}"),
         ("after the SIGTERM flush", "global step "
          + (str(final_global.step) if final_global else "none")),
-        ("restore", f"step {restored.get('step')} from the {restored.get('tier')} tier in "
-                    f"{units.format_duration(float(restored['wall_seconds']))}"  # type: ignore[arg-type]
-                    f" ({units.format_bytes(int(restored.get('bytes') or 0))})"),  # type: ignore[call-overload]
-        ("steps lost", "unknown" if lost is None else str(lost)),
+        ("restore", f"step {restored.get('step')} from the {restored.get('tier')} tier,"
+                    f" {units.format_bytes(int(restored.get('bytes') or 0))} in"  # type: ignore[call-overload]
+                    f" {units.format_duration(float(restored.get('seconds') or 0))}"  # type: ignore[arg-type]
+                    f" ({units.format_duration(float(restored['wall_seconds']))}"  # type: ignore[arg-type]
+                    " with process start)"),
+        ("steps lost", "unknown" if lost is None else
+         f"{lost} (trainer's last step {lost + int(restored.get('step') or 0)},"  # type: ignore[call-overload]
+         f" restored step {restored.get('step')})"),
     ]
     print("\nsummary")
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
-    print(f"  logs: {demo.logs}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
