@@ -40,7 +40,8 @@ fi
 
 if need kubeconform "$KUBECONFORM_VERSION"; then
   echo "building kubeconform $KUBECONFORM_VERSION" >&2
-  go install -ldflags "-w -s" "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+  go install -ldflags "-w -s -X main.version=$KUBECONFORM_VERSION" \
+    "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
   rm -f "$BIN"/.kubeconform-*
   touch "$BIN/.kubeconform-$KUBECONFORM_VERSION"
 fi
