@@ -64,6 +64,9 @@ def test_records_complete_and_retention_removes_old_ones(
     assert wait_for(lambda: _state(cluster, namespace, "llama-s100") == "Global")
     record = _records(cluster, namespace)["llama-s100"]
     assert record["status"]["writersReady"] == "2/2" and record["status"]["completionTime"]
+    uid = get(cluster, namespace, "ckpol", "llama")["metadata"]["uid"]
+    assert wait_for(lambda: [o["uid"] for o in _records(cluster, namespace)["llama-s100"]
+                             ["metadata"].get("ownerReferences", [])] == [uid])
     status = wait_for(lambda: _policy_status(cluster, namespace, "llama")
                       .get("lastGlobalStep") == 100
                       and _policy_status(cluster, namespace, "llama"))

@@ -269,6 +269,10 @@ def checkpoint_event(event: kopf.RawEvent, body: kopf.Body, namespace: str, name
             change = records.aggregate_patch(dict(body), _now())
             if change:
                 kube.patch_status("checkpoints", namespace, name, change)
+            policy_body = next(iter(_values(checkpointpolicy_index, key)), {})
+            owner = records.owner_patch(dict(body), policy_body.get("metadata", {}).get("uid"))
+            if owner:
+                kube.patch_object("checkpoints", namespace, name, owner)
         _sweep(key, memo.config, checkpoint_index, checkpointpolicy_index, logger)
 
 

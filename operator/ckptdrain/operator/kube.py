@@ -15,7 +15,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 __all__ = ["ApiException", "annotate_pod", "annotate_pods", "delete", "list_policies",
-           "patch_status", "post_event"]
+           "patch_object", "patch_status", "post_event"]
 
 #: Concurrent writes when many pods change at once (a rebalance of hundreds).
 PARALLEL_WRITES = 4
@@ -64,6 +64,12 @@ def annotate_pods(namespace: str, annotations: Mapping[str, dict[str, str | None
     names = list(annotations)
     done = _pool().map(lambda n: annotate_pod(namespace, n, annotations[n]), names)
     return [name for name, ok in zip(names, done, strict=True) if ok]
+
+
+def patch_object(plural: str, namespace: str, name: str, patch: dict[str, Any]) -> bool:
+    _, custom = _clients()
+    return _gone_ok(custom.patch_namespaced_custom_object, GROUP, VERSION, namespace, plural,
+                    name, patch, _content_type=MERGE)
 
 
 def patch_status(plural: str, namespace: str, name: str, status: dict[str, Any]) -> bool:

@@ -38,15 +38,29 @@ def record_name(policy: str, step: int) -> str:
     return f"{base}-s{step}"
 
 
+def owner_reference(policy: str, policy_uid: str) -> dict[str, Any]:
+    """The record belongs to its policy: deleting the policy deletes its records."""
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "CheckpointPolicy", "name": policy,
+            "uid": policy_uid}
+
+
+def owner_patch(record: Mapping[str, Any], policy_uid: str | None) -> dict[str, Any] | None:
+    """Metadata patch adding the policy as owner (agents don't know its uid); None if set."""
+    meta = record.get("metadata", {})
+    if not policy_uid or any(r.get("uid") == policy_uid for r in meta.get("ownerReferences")
+                             or []):
+        return None
+    ref = owner_reference(record.get("spec", {}).get("policy", ""), policy_uid)
+    return {"metadata": {"ownerReferences": [*(meta.get("ownerReferences") or []), ref]}}
+
+
 def build_record(namespace: str, policy: str, step: int, writers: int,
                  policy_uid: str | None = None) -> dict[str, Any]:
     """A new Checkpoint object (owned by its policy when the uid is known)."""
     meta: dict[str, Any] = {"name": record_name(policy, step), "namespace": namespace,
                             "labels": {LABEL_POLICY: policy}}
     if policy_uid:
-        meta["ownerReferences"] = [{"apiVersion": f"{GROUP}/{VERSION}",
-                                    "kind": "CheckpointPolicy", "name": policy,
-                                    "uid": policy_uid}]
+        meta["ownerReferences"] = [owner_reference(policy, policy_uid)]
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Checkpoint", "metadata": meta,
             "spec": {"policy": policy, "step": step, "writers": writers}}
 

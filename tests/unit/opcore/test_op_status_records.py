@@ -165,3 +165,13 @@ def test_stall_flips_degraded_and_phase_and_back() -> None:
     assert healed is not None and healed["phase"] == "Ready"
     assert cond(healed, "Degraded")["status"] == "False"
     assert status.with_stall(ready, None, 1, NOW) is None
+
+
+def test_owner_patch_adds_the_policy_once() -> None:
+    rec = records.build_record("ns", "pol", 1, 1)
+    patch = records.owner_patch(rec, "uid-1")
+    assert patch == {"metadata": {"ownerReferences": [{
+        "apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy", "name": "pol",
+        "uid": "uid-1"}]}}
+    assert records.owner_patch(records.build_record("ns", "pol", 1, 1, "uid-1"), "uid-1") is None
+    assert records.owner_patch(rec, None) is None
