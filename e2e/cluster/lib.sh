@@ -65,15 +65,21 @@ render() {
 
 pidfile() { echo "$STATE/run/$1.pid"; }
 
-# alive PID: the process exists and is not a zombie. Our daemons outlive the
-# shell that started them, and PID 1 here may be slow to reap them.
-alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null; }
+# alive PID [NAME]: the process exists, is not a zombie (our daemons outlive
+# the shell that started them, and PID 1 here may be slow to reap them) and,
+# given NAME, its command line mentions NAME (a pid file that outlived a
+# reboot must not make us skip a start, or kill a stranger).
+alive() {
+  [ -n "$1" ] && kill -0 "$1" 2>/dev/null || return 1
+  ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status" 2>/dev/null || return 1
+  [ -z "${2:-}" ] || tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF -- "$2"
+}
 
 # running NAME: true when the daemon we started under NAME is still alive.
 running() {
   local pid
   pid="$(cat "$(pidfile "$1")" 2>/dev/null)" || return 1
-  alive "$pid"
+  alive "$pid" "$1"
 }
 
 # start_daemon NAME CMD...: runs CMD in its own session (so it outlives the
@@ -91,7 +97,7 @@ start_daemon() {
 stop_daemon() {
   local name="$1" grace="${2:-15}" pid i
   pid="$(cat "$(pidfile "$name")" 2>/dev/null)" || return 0
-  if alive "$pid"; then
+  if alive "$pid" "$name"; then
     log "stopping $name (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < grace * 10; i++)); do alive "$pid" || break; sleep 0.1; done

@@ -10,6 +10,7 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 started=$SECONDS
+trap 'log "up.sh failed; logs in $STATE/logs; e2e/cluster/down.sh cleans up"' ERR
 
 [ "$(id -u)" = 0 ] || die "run as root (it creates a bridge, iptables rules and cgroups)"
 
