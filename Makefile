@@ -9,7 +9,7 @@ export CKPTDRAIN_CACHE := $(CACHE)
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: help venv deps servers cluster-bins lint unit integration test demo bench e2e clean
+.PHONY: help venv servers lint unit integration chart test demo bench image image-base e2e clean
 
 help:
 	@echo "make demo   run the local demo (trainer + agent + SIGTERM + restore)"
@@ -31,6 +31,7 @@ servers: $(STAMP)
 	e2e/deps/minio.sh >/dev/null
 	e2e/cluster/build-k8s.sh kube-apiserver kubectl >/dev/null
 	e2e/deps/etcd.sh >/dev/null
+	e2e/deps/helm-tools.sh >/dev/null
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -39,7 +40,10 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 integration: servers
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q tests/integration tests/cluster
+
+chart: servers
+	$(BIN)/pytest -q tests/chart
 
 test: lint servers
 	$(BIN)/pytest -q tests
@@ -49,6 +53,13 @@ demo: $(STAMP)
 
 bench: servers
 	$(BIN)/python -m benchmarks
+
+# The one image (operator, agent, restore), built offline on a local base.
+image-base:
+	e2e/image/base.sh
+
+image: $(STAMP)
+	e2e/image/build.sh
 
 e2e: $(STAMP)
 	e2e/run.sh
