@@ -66,3 +66,10 @@ def test_bad_values_name_the_field(env: dict[str, str], field: str) -> None:
 
 def test_pod_name_is_writer_zero_when_alone() -> None:
     assert config.load(_args(), {"CKPTDRAIN_WRITER_ID": "trainer-0-abc"}).writer == 0
+
+
+def test_help_renders() -> None:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    text = parser.format_help()
+    assert "CKPTDRAIN_OVERLAP" in text and "10%" in text

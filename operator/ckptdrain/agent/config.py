@@ -150,7 +150,7 @@ FIELDS: tuple[Field, ...] = (
     Field("grace", "CKPTDRAIN_GRACE_SECONDS", units.parse_duration, "30",
           "the pod's terminationGracePeriodSeconds"),
     Field("safety_margin", "CKPTDRAIN_SAFETY_MARGIN", _seconds_or_zero, None,
-          "exit this long before the grace period ends (default: 10%% of grace, >= 2s)"),
+          "exit this long before the grace period ends (default: 10% of grace, >= 2s)"),
     Field("metrics_port", "CKPTDRAIN_METRICS_PORT", _port, "9108",
           "Prometheus /metrics and /healthz port (0 disables)"),
     Field("restore", "CKPTDRAIN_RESTORE", _bool, "true", "restore on start"),
@@ -173,7 +173,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in FIELDS:
         env = f" [env {f.env}]" if f.env else ""
         default = f" (default {f.default})" if f.default is not None else ""
-        parser.add_argument(f.flag, dest=f.name, default=None, help=f"{f.help}{env}{default}")
+        text = f"{f.help}{env}{default}".replace("%", "%%")  # argparse formats help with %
+        parser.add_argument(f.flag, dest=f.name, default=None, help=text)
 
 
 def _writer(writer_id: str, writers: int) -> int:
