@@ -172,7 +172,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per field; each defaults to None so the environment can fill it."""
     for f in FIELDS:
         env = f" [env {f.env}]" if f.env else ""
-        default = f" (default {f.default})" if f.default is not None else ""
+        default = f" (default {f.default})" if f.default else ""
         text = f"{f.help}{env}{default}".replace("%", "%%")  # argparse formats help with %
         parser.add_argument(f.flag, dest=f.name, default=None, help=text)
 
