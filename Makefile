@@ -9,7 +9,8 @@ export CKPTDRAIN_CACHE := $(CACHE)
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: help venv servers lint unit integration chart test demo bench image image-base e2e clean
+.PHONY: help venv servers lint unit integration chart test demo bench image image-base \
+        cluster-up cluster-down cluster-smoke e2e clean
 
 help:
 	@echo "make demo   run the local demo (trainer + agent + SIGTERM + restore)"
@@ -60,6 +61,17 @@ image-base:
 
 image: $(STAMP)
 	e2e/image/build.sh
+
+# A real single-node cluster (etcd, apiserver, controller-manager, scheduler,
+# kubelet, containerd, CNI, kube-proxy). Needs root.
+cluster-up:
+	e2e/cluster/up.sh
+
+cluster-down:
+	e2e/cluster/down.sh
+
+cluster-smoke:
+	e2e/cluster/smoke.sh
 
 e2e: $(STAMP)
 	e2e/run.sh
