@@ -13,9 +13,7 @@ import sys
 from ckptdrain.errors import InvalidInput
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ckptdrain operator",
-                                     description="Run the ckptdrain operator (Kopf).")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", help="watch one namespace (default: all, or "
                         "CKPTDRAIN_NAMESPACE)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, "
@@ -23,12 +21,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--standalone", action="store_true",
                         help="no peering: run even if another replica is active")
     parser.add_argument("--verbose", action="store_true")
-    return parser
 
 
 def run(argv: list[str] | None = None) -> int:
+    """Parse `argv` and run until stopped (see run_parsed)."""
+    parser = argparse.ArgumentParser(prog="ckptdrain operator",
+                                     description="Run the ckptdrain operator (Kopf).")
+    add_arguments(parser)
+    return run_parsed(parser.parse_args(argv))
+
+
+def run_parsed(args: argparse.Namespace) -> int:
     """Run until stopped; 0 on a clean stop, 2 on a bad configuration."""
-    args = _parser().parse_args(argv)
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig
     if args.namespace:
