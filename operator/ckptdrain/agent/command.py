@@ -80,6 +80,15 @@ def build_drain(cfg: agent_config.AgentConfig, tier: LocalTier, reporter: Report
     return worker, watcher
 
 
+def build_reporters(cfg: agent_config.AgentConfig, args: argparse.Namespace) -> list[Reporter]:
+    """Where per-checkpoint states go: the log, the --events file, and (the place to
+    plug it in) the operator's Checkpoint records."""
+    reporters: list[Reporter] = [LoggingReporter()]
+    if getattr(args, "events", None):
+        reporters.append(JsonLinesReporter(args.events))
+    return reporters
+
+
 def run(args: argparse.Namespace) -> int:
     # Catch SIGTERMs from the first moment: opening the store imports boto3 (~1 s),
     # and an eviction then must still flush, not kill us mid-start.
@@ -92,10 +101,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"ckptdrain agent: {err}", file=sys.stderr)
         return err.exit_code
     metrics = AgentMetrics()
-    reporters: list[Reporter] = [LoggingReporter()]
-    if getattr(args, "events", None):
-        reporters.append(JsonLinesReporter(args.events))
-    reporter = FanOut(reporters)
+    reporter = FanOut(build_reporters(cfg, args))
     tier = LocalTier(cfg.local_dir)
     try:
         cfg.local_dir.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import IO
 
 from ckptdrain import sizing, units
+from ckptdrain.agent.localtier import LocalTier
 from ckptdrain.demo.summary import DrainStats, Event, describe, newest
+from ckptdrain.transfer import journal as jr
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +84,7 @@ class Demo:
         self.t0 = time.monotonic()
         self.events: list[Event] = []
         self._events_offset = 0
+        self._progress_at = 0.0
         self.trainer_step = -1
         self.trainer_exit_step: int | None = None
 
@@ -104,6 +107,23 @@ class Demo:
             "CKPTDRAIN_CONCURRENCY": "4", "PYTHONUNBUFFERED": "1",
         })
         return env
+
+    def poll_drain_progress(self) -> None:
+        """Once a second, how far the drain in flight is (read from its journal)."""
+        now = time.monotonic()
+        if now - self._progress_at < 1.0:
+            return
+        self._progress_at = now
+        done = {e.step for e in self.events if e.state == "Global"}
+        draining = [e for e in self.events if e.state == "Draining" and e.step not in done]
+        if not draining:
+            return
+        event = max(draining, key=lambda e: e.step)
+        journal = jr.load(LocalTier(self.local).journal_path(event.step))
+        if journal is not None and event.bytes:
+            sent = journal.done_bytes
+            self.say(f"step {event.step}: draining, {units.format_bytes(sent)} of "
+                     f"{units.format_bytes(event.bytes)} ({sent / event.bytes:.0%})")
 
     def poll_events(self) -> None:
         try:
@@ -217,6 +237,7 @@ def _run(args: argparse.Namespace, root: Path, store_env: dict[str, str]) -> int
     while time.monotonic() - started < run_for:
         demo.poll_trainer(trainer)
         demo.poll_events()
+        demo.poll_drain_progress()
         for proc in (agent, trainer):
             if proc.popen.poll() is not None:
                 raise SystemExit(f"{proc.name} exited early ({proc.popen.returncode});"
@@ -234,6 +255,7 @@ def _run(args: argparse.Namespace, root: Path, store_env: dict[str, str]) -> int
     while time.monotonic() < deadline and agent.popen.poll() is None:
         demo.poll_trainer(trainer)
         demo.poll_events()
+        demo.poll_drain_progress()
         time.sleep(0.1)
     codes = {p.name: p.wait(timeout=max(1.0, deadline - time.monotonic()))
              for p in (trainer, agent)}
