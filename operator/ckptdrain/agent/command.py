@@ -86,7 +86,39 @@ def build_reporters(cfg: agent_config.AgentConfig, args: argparse.Namespace) -> 
     reporters: list[Reporter] = [LoggingReporter()]
     if getattr(args, "events", None):
         reporters.append(JsonLinesReporter(args.events))
+    if in_cluster(cfg):
+        from ckptdrain.agent.kube import RecordReporter
+        from ckptdrain.operator.records import RecordWriter
+
+        try:
+            writer = RecordWriter(cfg.namespace, cfg.policy.split("/")[-1], cfg.writers,
+                                  str(cfg.writer))
+        except Exception as err:  # no API access: records are optional, training is not
+            log.warning("Checkpoint records disabled: %s", err)
+        else:
+            tier = LocalTier(cfg.local_dir)
+            reporters.append(RecordReporter(writer, cfg.node_name,
+                                            is_global=lambda s: tier.has(s) and tier.is_global(s)))
     return reporters
+
+
+def in_cluster(cfg: agent_config.AgentConfig) -> bool:
+    """Running in a pod the operator injected (so there are records to write)?"""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST") and cfg.policy and cfg.namespace
+                and cfg.pod_name)
+
+
+def start_pending_bytes(cfg: agent_config.AgentConfig, drain: DrainWorker | None) -> None:
+    if drain is None or not in_cluster(cfg):
+        return
+    from ckptdrain.agent.kube import PendingBytesPublisher
+
+    try:
+        publisher = PendingBytesPublisher(cfg.namespace, cfg.pod_name)
+    except Exception as err:
+        log.warning("pending-bytes annotation disabled: %s", err)
+        return
+    publisher.start(drain.lag_bytes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         watcher.start()
     if drain is not None:
         drain.start()
+    start_pending_bytes(cfg, drain)
     log.info("agent started: work %s, local %s, store %s, interval %ss, global every %d",
              cfg.work_dir, cfg.local_dir, cfg.store_uri, cfg.interval_s, cfg.global_every)
     code = agent.run()

@@ -50,6 +50,7 @@ class AgentConfig:
     concurrency: int
     policy: str
     pod_name: str
+    namespace: str
     node_name: str
 
     @property
@@ -164,6 +165,7 @@ FIELDS: tuple[Field, ...] = (
           "parts in flight while draining"),
     Field("policy", "CKPTDRAIN_POLICY", _text, "", "<namespace>/<name> of the policy"),
     Field("pod_name", "CKPTDRAIN_POD_NAME", _text, "", "this pod (downward API)"),
+    Field("namespace", "CKPTDRAIN_NAMESPACE", _text, "", "this pod's namespace (downward API)"),
     Field("node_name", "CKPTDRAIN_NODE_NAME", _text, "", "this node (downward API)"),
 )
 
@@ -245,5 +247,6 @@ def load(
         concurrency=raw["concurrency"],
         policy=raw["policy"],
         pod_name=raw["pod_name"],
+        namespace=raw["namespace"],
         node_name=raw["node_name"],
     )

@@ -1,0 +1,140 @@
+"""The agent's Kubernetes edge: Checkpoint records and its pod's pending-bytes annotation.
+
+Both are best effort and asynchronous: the API server being slow or down
+must never slow a capture or a drain. Events go through a bounded queue to
+one thread; when it is full, the oldest report is dropped (a newer state for
+the same step supersedes it anyway) and the drop is logged.
+
+- `RecordReporter` is a `report.Reporter`: each state change becomes this
+  writer's claim on the step's `Checkpoint` record (operator/records.py owns
+  the record format and the client, `RecordWriter`).
+- `PendingBytesPublisher` patches `ckptdrain.io/pending-bytes` on the agent's
+  own pod when the drain lag changes, so the operator can split bandwidth in
+  proportion to what each node still has to send (docs/pod-contract.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from ckptdrain.agent.report import CheckpointEvent, State
+
+log = logging.getLogger(__name__)
+
+ANNOTATION_PENDING = "ckptdrain.io/pending-bytes"
+QUEUE_SIZE = 256
+#: Re-publish pending bytes only when they moved by this fraction (or to/from 0).
+PENDING_CHANGE = 0.1
+PUBLISH_PERIOD = 5.0
+
+
+def tiers_for(event: CheckpointEvent, is_global: bool) -> list[str]:
+    """Which tiers hold this writer's shard once `event` happened."""
+    if event.state is State.CAPTURING:
+        return []
+    if event.state is State.GLOBAL or is_global:
+        return ["global", "local"]
+    return ["local"]
+
+
+class RecordReporter:
+    """Sends each event to `writer.report(...)` (a records.RecordWriter) from a thread."""
+
+    def __init__(self, writer: Any, node: str | None, *,
+                 is_global: Callable[[int], bool] = lambda step: False) -> None:
+        self.writer = writer
+        self.node = node or None
+        self.is_global = is_global
+        self._queue: queue.Queue[CheckpointEvent | None] = queue.Queue(QUEUE_SIZE)
+        self._thread = threading.Thread(target=self._run, name="records", daemon=True)
+        self._thread.start()
+
+    def report(self, event: CheckpointEvent) -> None:
+        while True:
+            try:
+                self._queue.put_nowait(event)
+                return
+            except queue.Full:
+                try:
+                    dropped = self._queue.get_nowait()
+                    log.warning("record queue full: dropped %s", dropped)
+                except queue.Empty:
+                    pass
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Flush what is queued (within `timeout`) and stop."""
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            event = self._queue.get()
+            if event is None:
+                return
+            try:
+                self.writer.report(
+                    event.step, event.state.value, event.bytes,
+                    tiers_for(event, self.is_global(event.step)),
+                    datetime.fromtimestamp(event.at, UTC), self.node, event.message or None)
+            except Exception as err:  # the API server's trouble is never the agent's
+                log.warning("could not record step %d %s: %s", event.step, event.state.value,
+                            err)
+
+
+def pending_changed(old: int | None, new: int, fraction: float = PENDING_CHANGE) -> bool:
+    """Worth a patch? Any change to or from zero, else a move of `fraction` or more."""
+    if old is None or (old == 0) != (new == 0):
+        return True
+    return abs(new - old) >= fraction * max(old, 1)
+
+
+class PendingBytesPublisher:
+    """Patches the pod's pending-bytes annotation when the lag moves."""
+
+    def __init__(self, namespace: str, pod: str, api: Any = None) -> None:
+        if api is None:
+            from kubernetes import client, config  # the agent's edge only
+
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            api = client.CoreV1Api()
+        self.api, self.namespace, self.pod = api, namespace, pod
+        self.published: int | None = None
+        self._stop = threading.Event()
+
+    def start(self, pending: Callable[[], int], period: float = PUBLISH_PERIOD) -> None:
+        """Publish `pending()` every `period` seconds from a thread (an API call that
+        hangs must not hold up the agent's loop)."""
+
+        def loop() -> None:
+            while not self._stop.wait(period):
+                self.publish(pending())
+
+        threading.Thread(target=loop, name="pending-bytes", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def publish(self, pending: int) -> bool:
+        """Patch if it changed enough; True when a patch was sent. Errors are logged."""
+        if not pending_changed(self.published, pending):
+            return False
+        body = {"metadata": {"annotations": {ANNOTATION_PENDING: str(int(pending))}}}
+        try:
+            self.api.patch_namespaced_pod(self.pod, self.namespace, body)
+        except Exception as err:
+            log.warning("could not annotate pod %s/%s with pending bytes: %s",
+                        self.namespace, self.pod, err)
+            return False
+        self.published = pending
+        return True

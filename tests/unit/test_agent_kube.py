@@ -1,0 +1,88 @@
+"""The agent's Kubernetes edge with recording fake APIs: records and pending bytes,
+never blocking and never raising into the agent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ckptdrain.agent.kube import PendingBytesPublisher, RecordReporter, pending_changed
+from ckptdrain.agent.report import CheckpointEvent, State
+from ckptdrain.operator.records import RecordWriter
+
+
+class FakeCustomObjects:
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    def create_namespaced_custom_object(self, group: str, version: str, ns: str, plural: str,
+                                        body: dict[str, Any]) -> None:
+        self.created.append(body)
+
+    def patch_namespaced_custom_object_status(self, group: str, version: str, ns: str,
+                                              plural: str, name: str, patch: dict[str, Any],
+                                              **_: Any) -> None:
+        self.patches.append((name, patch))
+
+
+class FakeCore:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.patches: list[dict[str, Any]] = []
+
+    def patch_namespaced_pod(self, name: str, ns: str, body: dict[str, Any]) -> None:
+        if self.fail:
+            raise ConnectionError("apiserver down")
+        self.patches.append(body)
+
+
+def _drain(reporter: RecordReporter) -> None:
+    reporter.close(timeout=5)
+
+
+def test_each_state_becomes_this_writers_claim_on_the_steps_record() -> None:
+    api = FakeCustomObjects()
+    reporter = RecordReporter(RecordWriter("ns", "train", 2, "1", api=api), "node-a",
+                              is_global=lambda step: step == 7)
+    reporter.report(CheckpointEvent(7, State.LOCAL, 100, 0.5))
+    reporter.report(CheckpointEvent(7, State.GLOBAL, 100, 2.0))
+    reporter.report(CheckpointEvent(8, State.FAILED, message="drain: denied"))
+    _drain(reporter)
+    assert [b["spec"]["step"] for b in api.created] == [7, 8]
+    claims = [(name, patch["status"]["writers"]["1"]) for name, patch in api.patches]
+    assert [c["state"] for _, c in claims] == ["Local", "Global", "Failed"]
+    assert claims[0][1]["tiers"] == ["global", "local"]  # is_global(7) per the tier
+    assert claims[2][1]["tiers"] == ["local"] and claims[2][1]["message"] == "drain: denied"
+    assert claims[0][1]["node"] == "node-a" and claims[0][1]["bytes"] == 100
+
+
+def test_a_failing_api_server_never_raises_into_the_agent() -> None:
+    class Broken(FakeCustomObjects):
+        def create_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> None:
+            raise ConnectionError("apiserver down")
+
+    reporter = RecordReporter(RecordWriter("ns", "train", 1, "0", api=Broken()), None)
+    # More than the queue holds: the oldest are dropped; report() returns every time.
+    for step in range(1000):
+        reporter.report(CheckpointEvent(step, State.LOCAL))
+    _drain(reporter)
+
+
+def test_pending_bytes_are_published_when_they_move() -> None:
+    core = FakeCore()
+    publisher = PendingBytesPublisher("ns", "pod-0", api=core)
+    assert publisher.publish(1000)
+    assert not publisher.publish(1050)  # within 10%
+    assert publisher.publish(500)
+    assert publisher.publish(0)
+    values = [p["metadata"]["annotations"]["ckptdrain.io/pending-bytes"] for p in core.patches]
+    assert values == ["1000", "500", "0"]
+    assert pending_changed(None, 0) and pending_changed(0, 1) and not pending_changed(0, 0)
+
+
+def test_pending_bytes_failure_is_logged_and_retried_next_time() -> None:
+    core = FakeCore(fail=True)
+    publisher = PendingBytesPublisher("ns", "pod-0", api=core)
+    assert not publisher.publish(10)
+    core.fail = False
+    assert publisher.publish(10)
