@@ -41,7 +41,9 @@ def test_labelled_pod_gets_sidecar_restore_volumes_env(
     assert made.returncode == 0, made.stderr
     stored = get(cluster, namespace, "pod", "w-0")
     init = stored["spec"]["initContainers"]
-    assert [c["name"] for c in init] == ["ckptdrain-restore", "ckptdrain-agent"]
+    assert [c["name"] for c in init] == ["ckptdrain-prepare", "ckptdrain-restore",
+                                         "ckptdrain-agent"]
+    init = init[1:]
     assert init[1]["restartPolicy"] == "Always"
     assert init[1]["securityContext"]["readOnlyRootFilesystem"] is True
     volumes = {v["name"] for v in stored["spec"]["volumes"]}
@@ -72,7 +74,7 @@ def test_server_side_dry_run_is_mutated_and_not_stored(
                                           terminationGracePeriodSeconds=3600),
                   "--dry-run=server")
     assert dry.returncode == 0, dry.stderr
-    assert json.loads(dry.stdout)["spec"]["initContainers"][1]["name"] == "ckptdrain-agent"
+    assert json.loads(dry.stdout)["spec"]["initContainers"][2]["name"] == "ckptdrain-agent"
     assert cluster.kubectl("get", "-n", namespace, "pod", "dry", check=False).returncode != 0
 
 

@@ -25,6 +25,7 @@ ANNOTATION_RESTORED = "ckptdrain.io/restored-from"
 LABEL_INJECT = "ckptdrain.io/inject"
 JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
+PREPARE = "ckptdrain-prepare"
 RESTORE = "ckptdrain-restore"
 AGENT = "ckptdrain-agent"
 LOCAL_DIR, WORK_DIR, SHARE_DIR = "/ckptdrain/local", "/ckptdrain/work", "/ckptdrain/share"
@@ -84,7 +85,7 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float) -> li
             env.append(_env(var, {"valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}))
     env += [
         _env("CKPTDRAIN_WORK_DIR", WORK_DIR),
-        _env("CKPTDRAIN_LOCAL_DIR", LOCAL_DIR),
+        _env("CKPTDRAIN_LOCAL_DIR", local_dir(policy)),
         _env("CKPTDRAIN_LOCAL_KEEP", str(policy.local_keep)),
         _env("CKPTDRAIN_INTERVAL", units.format_duration(policy.interval_s)),
         _env("CKPTDRAIN_GLOBAL_EVERY", str(policy.sizing_input.global_every)),
@@ -97,6 +98,19 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float) -> li
         _env("CKPTDRAIN_RESTORE_PREFER", policy.restore_prefer),
     ]
     return env
+
+
+def local_dir(policy: Policy) -> str:
+    """Where agent and restore keep this pod's local tier.
+
+    The hostPath is per policy and node, and an indexed Job puts several
+    writers on one node: each gets its own subdirectory (the writer id is a
+    Job index by then; the agent refuses anything else when writers > 1), or
+    they would capture over each other's steps.
+    """
+    if policy.writers > 1:
+        return f"{LOCAL_DIR}/writer-$(CKPTDRAIN_WRITER_ID)"
+    return LOCAL_DIR
 
 
 def trainer_env(pod: Mapping[str, Any], policy: Policy) -> list[dict[str, Any]]:
@@ -131,6 +145,34 @@ def _container(name: str, command: str, env: list[dict[str, Any]], config: Opera
         container["restartPolicy"] = "Always"
         container["ports"] = [{"name": "agent-metrics", "containerPort": AGENT_METRICS_PORT}]
     return container
+
+
+# kubelet creates a missing hostPath (DirectoryOrCreate) as root, mode 0755, so
+# the agent (uid 65532) could not write the local tier. This first init
+# container hands the policy's directory to 65532 (0700: other node users,
+# and other policies' pods, cannot read checkpoints). It is the only part of
+# ckptdrain that runs as root, with CHOWN and FOWNER only, no other mount and
+# a fixed command; chown before chmod keeps concurrent pods from racing.
+PREPARE_SCRIPT = (
+    f"import os; p = {LOCAL_DIR!r}; "
+    f"os.chown(p, {RUN_AS}, {RUN_AS}, follow_symlinks=False); os.chmod(p, 0o700)"
+)
+
+
+def _prepare(config: OperatorConfig) -> dict[str, Any]:
+    return {
+        "name": PREPARE, "image": config.image, "imagePullPolicy": config.image_pull_policy,
+        "command": ["python3", "-c", PREPARE_SCRIPT],
+        "volumeMounts": [{"name": "ckptdrain-local", "mountPath": LOCAL_DIR}],
+        "securityContext": {
+            "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
+            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                      "limits": {"memory": "64Mi"}},
+    }
 
 
 def volumes(policy: Policy) -> list[dict[str, Any]]:
@@ -177,11 +219,12 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     agent = _container(AGENT, "agent", shared, config, [
         ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR),
         ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+    ours = [_prepare(config), restore, agent]
     if spec.get("initContainers") is None:
-        ops.append({"op": "add", "path": "/spec/initContainers", "value": [restore, agent]})
+        ops.append({"op": "add", "path": "/spec/initContainers", "value": ours})
     else:
-        ops.append({"op": "add", "path": "/spec/initContainers/0", "value": restore})
-        ops.append({"op": "add", "path": "/spec/initContainers/1", "value": agent})
+        ops.extend({"op": "add", "path": f"/spec/initContainers/{i}", "value": c}
+                   for i, c in enumerate(ours))
     taken = {v.get("name") for v in spec.get("volumes") or []}
     _append(ops, "/spec/volumes", spec.get("volumes"),
             [v for v in volumes(policy) if v["name"] not in taken])

@@ -45,8 +45,8 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 def test_restore_first_then_native_sidecar() -> None:
     out = injected(pod(initContainers=[{"name": "user-init", "image": "x"}]))
     names = [c["name"] for c in out["spec"]["initContainers"]]
-    assert names == ["ckptdrain-restore", "ckptdrain-agent", "user-init"]
-    restore, agent = out["spec"]["initContainers"][:2]
+    assert names == ["ckptdrain-prepare", "ckptdrain-restore", "ckptdrain-agent", "user-init"]
+    restore, agent = out["spec"]["initContainers"][1:3]
     assert agent["restartPolicy"] == "Always" and "restartPolicy" not in restore
     assert agent["command"] == ["ckptdrain", "agent"]
     assert restore["command"] == ["ckptdrain", "restore"]
@@ -54,12 +54,32 @@ def test_restore_first_then_native_sidecar() -> None:
 
 
 def test_containers_are_locked_down() -> None:
-    for c in injected(pod())["spec"]["initContainers"]:
+    for c in injected(pod())["spec"]["initContainers"][1:]:
         sc = c["securityContext"]
         assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True
         assert sc["capabilities"] == {"drop": ["ALL"]}
         assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
         assert sc["allowPrivilegeEscalation"] is False
+
+
+def test_prepare_only_hands_the_local_tier_to_the_agent_uid() -> None:
+    prepare = injected(pod())["spec"]["initContainers"][0]
+    sc = prepare["securityContext"]
+    assert sc["runAsUser"] == 0 and sc["runAsNonRoot"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert prepare["volumeMounts"] == [{"name": "ckptdrain-local",
+                                        "mountPath": "/ckptdrain/local"}]
+    assert "env" not in prepare and "65532" in prepare["command"][-1]
+
+
+def test_each_writer_has_its_own_local_directory() -> None:
+    env = env_of(injected(pod())["spec"]["initContainers"][2])
+    assert env["CKPTDRAIN_LOCAL_DIR"] == "/ckptdrain/local/writer-$(CKPTDRAIN_WRITER_ID)"
+    one = policy.parse("ml", "llama", {**SPEC, "writers": 1, "model": {"parameters": "1B"}}, CFG)
+    ops = injection.build_pod_patch(pod(), one, CFG, default_rate=RATE)
+    out = jsonpatch.apply_patch(copy.deepcopy(pod()), ops)
+    assert env_of(out["spec"]["initContainers"][2])["CKPTDRAIN_LOCAL_DIR"] == "/ckptdrain/local"
 
 
 def test_volumes_and_mounts_per_contract() -> None:
@@ -73,7 +93,7 @@ def test_volumes_and_mounts_per_contract() -> None:
     item = vols["ckptdrain-share"]["downwardAPI"]["items"][0]
     assert item == {"path": "bandwidth", "fieldRef": {
         "fieldPath": "metadata.annotations['ckptdrain.io/bandwidth']"}}
-    agent = out["spec"]["initContainers"][1]
+    agent = out["spec"]["initContainers"][2]
     mounts = {m["mountPath"]: m["name"] for m in agent["volumeMounts"]}
     assert mounts == {"/ckptdrain/local": "ckptdrain-local", "/ckptdrain/work": "ckptdrain-work",
                       "/ckptdrain/share": "ckptdrain-share", "/tmp": "ckptdrain-tmp"}
@@ -83,7 +103,7 @@ def test_volumes_and_mounts_per_contract() -> None:
 
 def test_env_per_contract_and_secrets_only_by_reference() -> None:
     out = injected(pod())
-    env = env_of(out["spec"]["initContainers"][1])
+    env = env_of(out["spec"]["initContainers"][2])
     assert env["CKPTDRAIN_POLICY"] == "ml/llama"
     assert env["CKPTDRAIN_STORE_URI"] == "s3://bucket/runs/ml/llama"
     assert env["CKPTDRAIN_S3_ENDPOINT"] == "http://minio:9000" and env["AWS_REGION"] == "eu-1"
@@ -110,7 +130,7 @@ def test_env_per_contract_and_secrets_only_by_reference() -> None:
 def test_job_completion_index_is_the_writer_id() -> None:
     p = pod()
     p["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": "3"}
-    env = env_of(injected(p)["spec"]["initContainers"][0])
+    env = env_of(injected(p)["spec"]["initContainers"][1])
     assert env["CKPTDRAIN_WRITER_ID"] == "3"
 
 
@@ -152,7 +172,7 @@ def test_second_admission_is_a_no_op(present: list[str]) -> None:
     once = injected(p)
     assert injection.build_pod_patch(once, POLICY, CFG, default_rate=RATE) == []
     # The user's own things survive.
-    assert len(once["spec"]["initContainers"]) == 2 + ("initContainers" in present)
+    assert len(once["spec"]["initContainers"]) == 3 + ("initContainers" in present)
 
 
 @pytest.mark.parametrize(("grace", "policy_sigterm", "problem"), [
