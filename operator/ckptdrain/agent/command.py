@@ -86,7 +86,7 @@ def build_reporters(cfg: agent_config.AgentConfig, args: argparse.Namespace) -> 
     reporters: list[Reporter] = [LoggingReporter()]
     if getattr(args, "events", None):
         reporters.append(JsonLinesReporter(args.events))
-    if in_cluster(cfg):
+    if agent_config.in_cluster(cfg):
         from ckptdrain.agent.kube import RecordReporter
         from ckptdrain.operator.records import RecordWriter
 
@@ -102,14 +102,8 @@ def build_reporters(cfg: agent_config.AgentConfig, args: argparse.Namespace) -> 
     return reporters
 
 
-def in_cluster(cfg: agent_config.AgentConfig) -> bool:
-    """Running in a pod the operator injected (so there are records to write)?"""
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST") and cfg.policy and cfg.namespace
-                and cfg.pod_name)
-
-
 def start_pending_bytes(cfg: agent_config.AgentConfig, drain: DrainWorker | None) -> None:
-    if drain is None or not in_cluster(cfg):
+    if drain is None or not agent_config.in_cluster(cfg):
         return
     from ckptdrain.agent.kube import PendingBytesPublisher
 

@@ -250,3 +250,10 @@ def load(
         namespace=raw["namespace"],
         node_name=raw["node_name"],
     )
+
+
+def in_cluster(cfg: AgentConfig, environ: Mapping[str, str] | None = None) -> bool:
+    """Running in a pod the operator injected (so there is an API server to tell)?"""
+    env = os.environ if environ is None else environ
+    return bool(env.get("KUBERNETES_SERVICE_HOST") and cfg.policy and cfg.namespace
+                and cfg.pod_name)

@@ -138,3 +138,30 @@ class PendingBytesPublisher:
             return False
         self.published = pending
         return True
+
+
+ANNOTATION_RESTORED = "ckptdrain.io/restored-from"
+
+
+def restored_from(step: int | None, tier: str | None) -> str:
+    """The `ckptdrain.io/restored-from` value: `step=<N> tier=<local|global>`, or `fresh`."""
+    return "fresh" if step is None else f"step={step} tier={tier}"
+
+
+def annotate_own_pod(namespace: str, pod: str, key: str, value: str, api: Any = None) -> bool:
+    """One best-effort annotation on this pod (restore's record of what it placed)."""
+    try:
+        if api is None:
+            from kubernetes import client, config
+
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            api = client.CoreV1Api()
+        api.patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": {key: value}}},
+                                 _request_timeout=5)
+    except Exception as err:
+        log.warning("could not annotate pod %s/%s with %s: %s", namespace, pod, key, err)
+        return False
+    return True

@@ -185,6 +185,11 @@ def run(args: argparse.Namespace) -> int:
             store = object()  # a store was configured but is unusable
     result, code = restore(cfg, store, problem)
     result.write(cfg.restore_result)
+    if code == 0 and agent_config.in_cluster(cfg):
+        from ckptdrain.agent.kube import ANNOTATION_RESTORED, annotate_own_pod, restored_from
+
+        annotate_own_pod(cfg.namespace, cfg.pod_name, ANNOTATION_RESTORED,
+                         restored_from(result.step, result.tier))
     for skip in result.skipped:
         print(f"ckptdrain restore: skipped {skip.tier} step {skip.step}: {skip.reason}")
     if result.step is not None:
