@@ -48,9 +48,11 @@ class Counting:
         return result
 
     def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)  # AttributeError for what the store lacks
+
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] += 1
-            return getattr(self.inner, name)(*args, **kwargs)
+            return method(*args, **kwargs)
         return call
 
 

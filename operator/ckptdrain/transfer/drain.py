@@ -181,6 +181,7 @@ class _Run:
         self.error: BaseException | None = None
         self.sent_bytes = self.resumed_bytes = self.parts_sent = 0
         self.tasks: list[_Task] = []
+        self.store_paces = False
         # Identity of what is being sent: the files (and part size), not the
         # creation time, so a re-run of the same checkpoint resumes.
         same_files = dataclasses.replace(manifest, created=0.0, extra={})
@@ -235,6 +236,19 @@ class _Run:
             self.progress(self.resumed_bytes)  # cumulative: resumed bytes count as done
 
     def upload_all(self) -> None:
+        # A store that can pace its sends (S3) throttles bytes as they reach
+        # the socket; others get each piece's tokens before it is sent.
+        setter = getattr(self.store, "set_pacer", None)
+        self.store_paces = callable(setter)
+        if self.store_paces:
+            setter(self._send)  # type: ignore[misc]
+        try:
+            self._run_workers()
+        finally:
+            if self.store_paces:
+                setter(None)  # type: ignore[misc]
+
+    def _run_workers(self) -> None:
         work: queue.SimpleQueue[_Task] = queue.SimpleQueue()
         for task in self.tasks:
             work.put(task)
@@ -288,8 +302,13 @@ class _Run:
         return data, checksum.crc32c(data)
 
     def _send(self, n: int) -> None:
+        """Draw `n` bytes from the shared limiter; _Stop if the drain is stopping."""
         if not self.d.limiter.acquire(n, should_stop=self._stopping):
             raise _Stop
+
+    def _before_send(self, n: int) -> None:
+        if not self.store_paces:
+            self._send(n)
 
     def _do(self, task: _Task, view: memoryview) -> None:
         entry, path = task.entry, task.entry.path
@@ -301,7 +320,7 @@ class _Run:
         if task.number == 0:
             if checksum.to_hex(crc) != entry.crc32c:
                 raise IntegrityError(f"{path}: changed since it was scanned (CRC32C differs)")
-            self._send(task.length)
+            self._before_send(task.length)
             self._retry(lambda: self.store.put_bytes(state.key, data))
             self._verify_size(entry, state.key)
             with self.lock:
@@ -316,7 +335,7 @@ class _Run:
                     jr.save(self.journal_path, self.journal)
             upload_id = state.upload_id
         assert upload_id is not None
-        self._send(task.length)
+        self._before_send(task.length)
         part = self._retry(lambda: self.store.upload_part(state.key, upload_id, task.number, data))
         with self.lock:
             self.journal.part_done(path, jr.PartRecord(task.number, part.etag, crc, task.length))
