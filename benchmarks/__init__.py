@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m benchmarks` (see docs/benchmarks.md). Timings live here, not in tests."""

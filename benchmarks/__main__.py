@@ -1,0 +1,37 @@
+"""Run benchmarks by name: `python -m benchmarks [NAME ...] [-- ARGS]`.
+
+Without a name, runs the transfer benchmark (throughput and rate-limit
+accuracy of ckptdrain against s5cmd, boto3 and rclone on one loopback S3
+server), which writes the figures docs/benchmarks.md quotes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+#: name -> module with main(argv) -> int
+BENCHMARKS = {
+    "transfer": "benchmarks.transfer",
+    "agent_rss": "benchmarks.agent_rss",
+    "capture": "benchmarks.capture",
+    "operator_webhook": "benchmarks.operator_webhook",
+}
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        print("benchmarks:", ", ".join(BENCHMARKS))
+        return 0
+    names = [a for a in argv if a in BENCHMARKS] or ["transfer"]
+    rest = [a for a in argv if a not in BENCHMARKS and a != "--"]
+    code = 0
+    for name in names:
+        module = importlib.import_module(BENCHMARKS[name])
+        code = max(code, int(module.main(rest) or 0))
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
