@@ -13,6 +13,7 @@ Target: peak RSS <= concurrency x part size + 100 MiB.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -62,16 +63,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path("/var/tmp"))
     parser.add_argument("--part-size", default="64MiB")
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--store", choices=("file", "seaweedfs"), default="file",
+                        help="global tier: file:// on the same disk, or a local SeaweedFS")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     total = units.parse_bytes("--size", args.size)
     part = units.parse_bytes("--part-size", args.part_size)
-    with tempfile.TemporaryDirectory(prefix="ckptdrain-rss-", dir=args.dir) as tmp:
+    with tempfile.TemporaryDirectory(prefix="ckptdrain-rss-", dir=args.dir) as tmp, \
+            contextlib.ExitStack() as stack:
         root = Path(tmp)
         sparse_step(root / "local", 1, total, args.files)
-        env = dict(os.environ, CKPTDRAIN_WORK_DIR=str(root / "work"),
-                   CKPTDRAIN_LOCAL_DIR=str(root / "local"),
-                   CKPTDRAIN_STORE_URI=f"file://{root / 'store'}", CKPTDRAIN_INTERVAL="1h",
+        store_env = {"CKPTDRAIN_STORE_URI": f"file://{root / 'store'}"}
+        if args.store == "seaweedfs":
+            from ckptdrain.demo.seaweed import running_seaweedfs
+
+            store_env = stack.enter_context(running_seaweedfs(root / "seaweedfs"))
+        env = dict(os.environ, **store_env, CKPTDRAIN_WORK_DIR=str(root / "work"),
+                   CKPTDRAIN_LOCAL_DIR=str(root / "local"), CKPTDRAIN_INTERVAL="1h",
                    CKPTDRAIN_DEFAULT_RATE="100GB/s", CKPTDRAIN_METRICS_PORT="0",
                    CKPTDRAIN_PART_SIZE=args.part_size,
                    CKPTDRAIN_CONCURRENCY=str(args.concurrency))
@@ -94,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         agent.wait(60)
     peak = max(peak_rss, hwm) * 1024
     bound = args.concurrency * part + (100 << 20)
-    result = {"bytes": total, "part_size": part, "concurrency": args.concurrency,
+    result = {"store": args.store, "bytes": total, "part_size": part, "concurrency": args.concurrency,
               "peak_rss_bytes": peak, "bound_bytes": bound, "within_bound": peak <= bound,
               "drain_seconds_incl_start": seconds}
     if args.json:
