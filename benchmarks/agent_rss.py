@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         agent.wait(60)
     peak = max(peak_rss, hwm) * 1024
     bound = args.concurrency * part + (100 << 20)
-    result = {"store": args.store, "bytes": total, "part_size": part, "concurrency": args.concurrency,
+    result = {"store": args.store, "bytes": total, "part_size": part,
+              "concurrency": args.concurrency,
               "peak_rss_bytes": peak, "bound_bytes": bound, "within_bound": peak <= bound,
               "drain_seconds_incl_start": seconds}
     if args.json:
