@@ -132,7 +132,36 @@ def test_deadline_journals_the_drain_and_the_next_agent_resumes_it(file_pod: Pod
     assert pod.tier.journal_path(step).exists(), pod.logs()
     assert pod.tier.unfinished_drains() == [step]
 
-    # The next agent on this node resumes it; count the parts it sends.
+    # The next agent process on this node resumes it (from its start-up recovery)
+    # and sends only what the journal does not hold.
+    pod.share.write_text("1000000000")
+    second = pod.start_agent()
+    events = pod.wait_for(lambda: [e for e in pod.event_list()
+                                   if e["state"] == "Global" and e["step"] == step],
+                          "the second agent to finish the drain")
+    assert events[0]["trigger"] == "resume"
+    sent, resumed = map(int, re.findall(r"\d+", events[0]["message"]))
+    total = pod.tier.manifest(step).total_bytes
+    assert resumed > 0 and sent < total and sent + resumed >= total, events[0]
+    assert pod.sigterm(second) == [0]
+    assert _complete(_open(pod.env))[0] == step
+
+
+def test_resume_counts_parts_through_a_fault_wrapper(file_pod: Pod) -> None:
+    pod = file_pod
+    pod.size = "16MiB"
+    pod.share.write_text("2000000")
+    pod.env.update({"CKPTDRAIN_GRACE_SECONDS": "5", "CKPTDRAIN_SAFETY_MARGIN": "1s",
+                    "CKPTDRAIN_INTERVAL": "1h"})
+    agent = pod.start_agent()
+    trainer = pod.start_trainer()
+    pod.wait_for(lambda: [d for d in pod.trainer_lines(trainer) if d["event"] == "progress"],
+                 "the trainer to train")
+    assert pod.sigterm(trainer, agent) == [0, 0], pod.logs()
+    step = pod.tier.steps()[0]
+    assert pod.tier.journal_path(step).exists(), pod.logs()
+
+    # Resume in-process, through a wrapper that counts the parts sent.
     store = FaultyStore(_open(pod.env))
     from ckptdrain.transfer.drain import Drainer
 

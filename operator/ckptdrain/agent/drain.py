@@ -196,7 +196,9 @@ class DrainWorker:
         self.last_result = result
         seconds = time.monotonic() - started
         self.metrics.drain_seconds.observe(seconds)
-        self._mark_global(step, manifest.total_bytes, seconds, trigger, "")
+        # Say what was resumed: a journaled drain must not re-send finished parts.
+        note = f"sent {result.sent_bytes} bytes, resumed {result.resumed_bytes} bytes"
+        self._mark_global(step, manifest.total_bytes, seconds, trigger, note)
         return True
 
     def _progress(self, sent: int, *_: object) -> None:
