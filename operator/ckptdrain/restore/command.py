@@ -165,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("botocore").setLevel(logging.WARNING)
     try:
         cfg = agent_config.load(args)
     except CkptdrainError as err:
@@ -191,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
         annotate_own_pod(cfg.namespace, cfg.pod_name, ANNOTATION_RESTORED,
                          restored_from(result.step, result.tier))
     for skip in result.skipped:
-        print(f"ckptdrain restore: skipped {skip.tier} step {skip.step}: {skip.reason}")
+        what = f"the {skip.tier} tier" if skip.step is None else f"{skip.tier} step {skip.step}"
+        print(f"ckptdrain restore: skipped {what}: {skip.reason}")
     if result.step is not None:
         print(f"ckptdrain restore: step {result.step} from the {result.tier} tier, "
               f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)}"
