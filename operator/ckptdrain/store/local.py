@@ -122,7 +122,7 @@ class LocalStore:
 
     # Writing ---------------------------------------------------------------
     def _write_atomic(
-        self, target: Path, chunks: Iterator[bytes], *, make_parents: bool = True
+        self, target: Path, chunks: Iterator[bytes | memoryview], *, make_parents: bool = True
     ) -> None:
         """Write chunks to a temp file beside `target`, fsync, rename, fsync dir.
 
@@ -160,7 +160,7 @@ class LocalStore:
         _fsync_dir(target.parent)
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        self._write_atomic(self._path(key), iter((bytes(data),)))
+        self._write_atomic(self._path(key), iter((data,)))
 
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
         """Copy exactly `size` bytes; a stream that ends early raises IntegrityError."""
@@ -271,7 +271,7 @@ class LocalStore:
             etag_file.unlink()
         try:
             self._write_atomic(
-                path / f"{number:05d}.part", iter((bytes(data),)), make_parents=False
+                path / f"{number:05d}.part", iter((data,)), make_parents=False
             )
             self._write_atomic(
                 etag_file, iter((f"{etag} {len(data)}".encode(),)), make_parents=False
