@@ -3,6 +3,7 @@ by rusage, and a loopback TCP proxy that timestamps the bytes a client sends."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -110,14 +111,12 @@ class CountingProxy:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
 
 def rate_stats(events: list[tuple[float, int]], target: float, skip: float = 2.0,
-               span: float = 30.0, bin_s: float = 0.05) -> dict[str, float]:
+               span: float = 30.0, bin_s: float = 0.01) -> dict[str, float]:
     """Mean rate over [first byte + skip, + span] and the worst 1 s window in it."""
     if not events:
         return {"mean": 0.0, "mean_error": -1.0, "worst_1s": 0.0, "worst_1s_excess": -1.0}
@@ -130,7 +129,7 @@ def rate_stats(events: list[tuple[float, int]], target: float, skip: float = 2.0
             bins[i] += n
     covered = max(i for i, b in enumerate(bins) if b) + 1 if any(bins) else 1
     mean = sum(bins[:covered]) / (covered * bin_s)
-    per = int(round(1.0 / bin_s))
+    per = round(1.0 / bin_s)
     windows = [sum(bins[i:i + per]) for i in range(0, max(1, covered - per + 1))]
     worst = max(windows)
     return {"mean": mean, "mean_error": mean / target - 1, "worst_1s": worst,

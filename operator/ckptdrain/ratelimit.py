@@ -5,9 +5,9 @@ all threads) draws from the same bucket, so the process as a whole stays at
 the rate, unlike per-transfer limits that add up when transfers run in
 parallel.
 
-The bucket holds at most `burst_seconds` of tokens (40 ms by default), so in
-any window of T seconds at most rate × T + rate × 0.04 bytes are granted:
-a 1 s window can exceed the rate by at most 4%. It starts empty, so a fresh
+The bucket holds at most `burst_seconds` of tokens (30 ms by default), so in
+any window of T seconds at most rate × T + rate × 0.03 bytes are granted:
+a 1 s window can exceed the rate by at most 3%. It starts empty, so a fresh
 bucket does not open with a burst. Large requests are granted in small
 slices, and a waiter never sleeps longer than `max_sleep` before looking at
 the rate again, so `set_rate` takes effect within `max_sleep` (0.1 s) even for
@@ -32,7 +32,7 @@ class TokenBucket:
         self,
         rate: float | None = None,
         *,
-        burst_seconds: float = 0.04,
+        burst_seconds: float = 0.03,
         max_sleep: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
