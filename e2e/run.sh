@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `make e2e`: the whole scenario of issue 6 on a real single-node cluster,
+# offline. Cluster up, images built and loaded, then the scenario driver
+# (e2e/scenario/scenario.py: helm install, S3, policy, Job, SIGTERM, restore
+# from each tier, uninstall), then the cluster down — also on failure, unless
+# KEEP=1. The report lands in $CACHE/e2e/report.md (and is printed).
+#
+# Needs root (bridge, iptables, the node's local tier). Env: CKPTDRAIN_CACHE,
+# KEEP=1 (leave the cluster up), PYTHON (default .venv/bin/python).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+CACHE="${CKPTDRAIN_CACHE:-$HOME/.cache/ckptdrain}"
+export CKPTDRAIN_CACHE="$CACHE"
+PYTHON="${PYTHON:-$repo/.venv/bin/python}"
+WORK="$CACHE/e2e"
+started=$(date +%s)
+log() { echo "e2e: [$(( $(date +%s) - started ))s] $*" >&2; }
+
+[ "$(id -u)" = 0 ] || { echo "e2e: run as root (the cluster needs it)" >&2; exit 1; }
+
+# torch for the trainer, from this interpreter's installation (read-only hostPath;
+# see e2e/images/trainer/Dockerfile for why it is not in the image).
+TORCH_SITE=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null) \
+  || { echo "e2e: $PYTHON cannot import torch (pip install torch)" >&2; exit 1; }
+
+down() {
+  if [ "${KEEP:-0}" = 1 ]; then log "KEEP=1: cluster left up"; return; fi
+  log "cluster down"
+  "$here/cluster/down.sh" >&2 || log "down.sh reported leftovers"
+}
+
+log "cluster up"
+eval "$("$here/cluster/up.sh")"
+trap down EXIT
+# kubectl from the cluster's build, helm from e2e/deps (both cached).
+k8s_bin=$(. "$here/cluster/lib.sh" && echo "$K8S_BIN")
+export PATH="$k8s_bin:$("$repo/e2e/deps/helm-tools.sh"):$PATH"
+
+log "images"
+"$repo/e2e/image/build.sh" >/dev/null
+"$here/images/trainer/build.sh" >/dev/null 2>&1
+"$here/cluster/load-images.sh" ckptdrain:dev ckptdrain-trainer:dev >&2
+
+mkdir -p "$WORK"
+log "scenario"
+set +e
+"$PYTHON" "$here/scenario/scenario.py" --report "$WORK/report.md" --workdir "$WORK" \
+  --allowed-root "$WORK/local" --torch-site "$TORCH_SITE"
+rc=$?
+set -e
+log "scenario exited $rc; total $(( $(date +%s) - started ))s (report: $WORK/report.md)"
+exit $rc

@@ -1,0 +1,460 @@
+"""The end-to-end scenario of issue 6, as a user lives it, on a running cluster.
+
+    python e2e/scenario/scenario.py --report FILE     (e2e/run.sh sets everything up)
+
+Each step asserts what a user would check with kubectl, and the run ends with
+a short report of measured timings. Needs KUBECONFIG, kubectl and helm on
+PATH (or KUBECTL/HELM), root (the local tier is a directory on this node),
+and the images ckptdrain:dev and ckptdrain-trainer:dev in the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import string
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import contextlib
+
+from kube import Failed, apply, get, helm, kubectl, run, wait_for
+from s3server import seaweedfs
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+NS, S3_NS, RELEASE, OP_NS = "ckptdrain-e2e", "ckptdrain-e2e-s3", "ckptdrain", "ckptdrain"
+POLICY, JOB, BUCKET = "mlp", "mlp", "ckptdrain-e2e"
+STEP_S, EVERY, GRACE = 0.1, 100, 30
+AGENT_EVENT = re.compile(r"checkpoint (\{.*\})$")
+
+T0 = time.monotonic()
+REPORT: list[str] = []
+#: Writer 0's state hash of every step it saved, across its pods, oldest pod first
+#: (a later pod re-saving a step overwrites it everywhere, and here too).
+HISTORY: dict[int, str] = {}
+
+
+def say(text: str) -> None:
+    print(f"[{time.monotonic() - T0:7.1f}s] {text}", flush=True)
+
+
+def check(ok: object, what: str) -> None:
+    if not ok:
+        raise Failed(what)
+    say(f"  ok: {what}")
+
+
+def render(name: str, **values: object) -> str:
+    return string.Template((HERE / name).read_text()).substitute(
+        {k: str(v) for k, v in values.items()})
+
+
+# -- following logs, so that a deleted pod's last words are kept -----------------
+class Logs:
+    """`kubectl logs -f` of each trainer and agent container, into files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.following: set[tuple[str, str]] = set()
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def follow(self, pod: str) -> None:
+        for container in ("trainer", "ckptdrain-agent", "ckptdrain-restore"):
+            if (pod, container) in self.following:
+                continue
+            self.following.add((pod, container))
+            out = open(self.dir / f"{pod}.{container}.log", "wb")
+            cmd = [os.environ.get("KUBECTL", "kubectl"), "logs", "-f", "-n", NS, pod,
+                   "-c", container]
+            self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
+
+    def trainer(self, pod: str) -> list[dict[str, Any]]:
+        return _json_lines(self.dir / f"{pod}.trainer.log")
+
+    def agent(self, pod: str) -> list[dict[str, Any]]:
+        events = []
+        path = self.dir / f"{pod}.ckptdrain-agent.log"
+        for doc in _json_lines(path):  # the agent logs one JSON object a line
+            match = AGENT_EVENT.match(str(doc.get("msg", "")))
+            if match:
+                events.append(json.loads(match[1]))
+        return events
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    events = []
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+    return events
+
+
+# -- cluster views -----------------------------------------------------------------
+def pod_of(index: int, running: bool = True) -> dict[str, Any] | None:
+    pods = get("pods", "-n", NS, "-l", f"batch.kubernetes.io/job-completion-index={index}")
+    for pod in pods["items"]:
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        statuses = {c["name"]: c for c in pod["status"].get("containerStatuses") or []}
+        if not running or "running" in (statuses.get("trainer", {}).get("state") or {}):
+            return pod
+    return None
+
+
+def records() -> dict[int, dict[str, Any]]:
+    return {int(r["spec"]["step"]): r for r in get("checkpoints", "-n", NS)["items"]}
+
+
+def complete_steps() -> list[int]:
+    return sorted(s for s, r in records().items() if (r.get("status") or {}).get("state")
+                  == "Global")
+
+
+def policy_status() -> dict[str, Any]:
+    return get("checkpointpolicy", "-n", NS, POLICY).get("status") or {}
+
+
+def saves(logs: Logs, pod: str) -> dict[int, str]:
+    return {e["step"]: e["hash"] for e in logs.trainer(pod) if e["event"] == "save"}
+
+
+def wait_mid_interval(epoch: float) -> None:
+    """Wait until the shared step clock is between two scheduled checkpoints, so a
+    SIGTERM never lands on a step every writer also saves."""
+    while not 30 <= ((time.time() - epoch) / STEP_S) % EVERY <= 60:
+        time.sleep(0.2)
+
+
+# -- the steps ---------------------------------------------------------------------
+def step1_install(image_repo: str, allowed_root: str) -> None:
+    say("1. helm install the chart; operator ready; webhooks over TLS")
+    # The training namespace first: the chart puts the agent's ServiceAccount there.
+    apply(render("namespace.yaml", NAMESPACE=NS))
+    began = time.monotonic()
+    helm("install", RELEASE, str(REPO / "charts/ckptdrain"), "-n", OP_NS, "--create-namespace",
+         "--set", f"image.repository={image_repo}", "--set", "image.tag=dev",
+         "--set", "image.pullPolicy=Never", "--set", f"agent.namespaces={{{NS}}}",
+         "--set", f"localTier.allowedRoot={allowed_root}", "--wait", "--timeout", "180s",
+         timeout=200)
+    kubectl("-n", OP_NS, "rollout", "status", "deploy", "--timeout=120s", timeout=130)
+    ready = time.monotonic() - began
+    check(ready < 180, f"operator Ready {ready:.1f}s after helm install")
+    REPORT.append(f"| helm install → operator Ready | {ready:.1f} s |")
+    for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+        hooks = [h for item in get(kind, "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
+                 for h in item["webhooks"]]
+        check(hooks and all(h["clientConfig"].get("caBundle") and h["clientConfig"].get("service")
+                            for h in hooks), f"{kind}: served by a Service, with a caBundle")
+
+
+def step2_s3(s3: Any) -> None:
+    say("2. S3 server reachable from pods, bucket, credentials Secret")
+    run(str(REPO / "e2e/cluster/host-service.sh"), S3_NS, "s3", str(s3.port))
+    kubectl("-n", NS, "create", "secret", "generic", "s3-credentials",
+            f"--from-literal=AWS_ACCESS_KEY_ID={s3.access_key}",
+            f"--from-literal=AWS_SECRET_ACCESS_KEY={s3.secret_key}")
+    check(s3.client().head_bucket(Bucket=s3.bucket), f"bucket {s3.bucket} exists")
+    # From a pod, by Service name, as the agents will reach it.
+    probe = ("import urllib.request,urllib.error\ntry: urllib.request.urlopen("
+             f"'http://s3.{S3_NS}.svc.cluster.local:{s3.port}/', timeout=5)\n"
+             "except urllib.error.HTTPError as e: print('http', e.code)")
+    out = kubectl("-n", NS, "run", "s3-probe", "--rm", "-i", "--restart=Never", "--quiet",
+                  "--image=docker.io/library/ckptdrain:dev", "--image-pull-policy=Never",
+                  "--command", "--", "python3", "-c", probe, timeout=90).stdout
+    check("http" in out or out.strip() == "", f"a pod reaches the S3 Service ({out.strip()})")
+
+
+def step3_apply(s3: Any, allowed_root: str, torch_site: str) -> float:
+    say("3. apply the CheckpointPolicy and the training Job")
+    # The validating webhook refuses what the schema cannot catch (over TLS).
+    bad = render("policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES="50MB", ALLOWED_ROOT="/etc",
+                 BUCKET=BUCKET, S3_NAMESPACE=S3_NS, S3_PORT=s3.port)
+    refused = kubectl("apply", "--dry-run=server", "-f", "-", input=bad, check=False)
+    check(refused.returncode != 0 and "webhook" in refused.stderr,
+          f"validating webhook refuses a local tier outside the allowed root: "
+          f"{refused.stderr.strip()[-160:]}")
+    apply(render("policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES="50MB",
+                 ALLOWED_ROOT=allowed_root, BUCKET=BUCKET, S3_NAMESPACE=S3_NS, S3_PORT=s3.port))
+    wait_for("policy status", lambda: policy_status().get("requiredBandwidth"), 60)
+    epoch = time.time()
+    apply(render("job.yaml", NAMESPACE=NS, GRACE=GRACE, EPOCH=f"{epoch:.3f}",
+                 TORCH_SITE=torch_site))
+    return epoch
+
+
+def step4_drain(logs: Logs, local_root: Path) -> dict[int, str]:
+    say("4. checkpoints land on the local tier and drain to S3 at the allocated share")
+    began = time.monotonic()
+    pods = {}
+    for i in (0, 1):
+        pod = wait_for(f"trainer {i} running", lambda i=i: pod_of(i), 240)
+        pods[i] = pod["metadata"]["name"]
+        logs.follow(pods[i])
+        init = [c["name"] for c in pod["spec"]["initContainers"]]
+        check(init[:3] == ["ckptdrain-prepare", "ckptdrain-restore", "ckptdrain-agent"],
+              f"{pods[i]}: injected {init}")
+    say(f"  pods running {time.monotonic() - began:.1f}s after the Job")
+    first = wait_for("a checkpoint complete on S3 (both writers)",
+                     lambda: complete_steps(), 180, every=1)
+    say(f"  first global checkpoint: step {first[0]} "
+        f"({time.monotonic() - began:.1f}s after the Job)")
+    wait_for("three complete global checkpoints", lambda: len(complete_steps()) >= 3, 120, 1)
+    print(kubectl("get", "checkpoints", "-n", NS).stdout, flush=True)
+    step = complete_steps()[-1]
+    for i in (0, 1):
+        manifest = local_root / f"writer-{i}" / f"step-{step}" / "manifest.json"
+        check(manifest.is_file(), f"writer {i}: step {step} on the local tier ({manifest})")
+    status = wait_for("policy status with both drainers and a recovery point",
+                      lambda: (s := policy_status()).get("drainers") == 2
+                      and s.get("lastGlobalStep") is not None and s, 60, 1)
+    check(status.get("recoveryPointTime") and status.get("lastLocalStep") is not None,
+          f"policy status: required {status['requiredBandwidth']}, drainers "
+          f"{status['drainers']}, last local step {status['lastLocalStep']}, last global "
+          f"step {status['lastGlobalStep']}, recovery point {status['recoveryPointTime']}")
+    print(kubectl("get", "checkpointpolicy", "-n", NS).stdout, flush=True)
+    REPORT.append(f"| required bandwidth (policy status) | {status['requiredBandwidth']} "
+                  f"for {status.get('checkpointSize')} every 10 s at 50% overlap |")
+    for i in (0, 1):
+        pod = get("pod", "-n", NS, pods[i])
+        share = int(pod["metadata"]["annotations"]["ckptdrain.io/bandwidth"])
+        drained = [e for e in logs.agent(pods[i]) if e["state"] == "Global" and e.get("seconds")]
+        check(drained, f"writer {i}: agent reported drains to the global tier")
+        rates = [e["bytes"] / e["seconds"] for e in drained]
+        rate = sorted(rates)[len(rates) // 2]
+        check(rate <= share * 1.15, f"writer {i}: median drain {rate / 1e6:.2f} MB/s within "
+              f"its share {share / 1e6:.2f} MB/s (+15%)")
+        REPORT.append(f"| drain rate, writer {i} (median of {len(rates)}) | "
+                      f"{rate / 1e6:.2f} MB/s against an allocated share of "
+                      f"{share / 1e6:.2f} MB/s ({100 * rate / share:.0f}%) |")
+    return {i: pods[i] for i in pods}  # type: ignore[misc]
+
+
+def emergency(logs: Logs, old: str, deleted_at: float) -> int:
+    save = wait_for(f"{old}: emergency checkpoint", lambda: next(
+        (e for e in logs.trainer(old) if e["event"] == "save" and e["reason"] == "sigterm"),
+        None), GRACE)
+    events = [e for e in logs.agent(old) if e["step"] == save["step"]]
+    local = next((e for e in events if e["state"] == "Local"), None)
+    glob = next((e for e in events if e["state"] == "Global"), None)
+    check(local, f"{old}: emergency step {save['step']} captured durably on the local tier")
+    check(glob and glob["at"] - deleted_at < GRACE,
+          f"{old}: emergency step {save['step']} drained to S3 within the {GRACE}s grace period")
+    return int(save["step"])
+
+
+def step5_6(logs: Logs, pods: dict[int, str], epoch: float) -> dict[int, str]:
+    say("5. delete one trainer pod: emergency checkpoint durable and drained in the grace period")
+    old = pods[0]
+    before = saves(logs, old)
+    complete = complete_steps()
+    wait_mid_interval(epoch)
+    deleted = time.time()
+    kubectl("delete", "pod", "-n", NS, old, "--wait=false")
+    say(f"  deleted {old}")
+    step = emergency(logs, old, deleted)
+    events: dict[str, Any] = {e["state"]: e for e in logs.agent(old) if e["step"] == step}
+    REPORT.append(f"| SIGTERM → emergency checkpoint durable on the local tier | "
+                  f"{events['Local']['at'] - deleted:.2f} s (capture {events['Local'].get('seconds') or 0:.2f} s) |")
+    REPORT.append(f"| SIGTERM → emergency checkpoint on S3 | {events['Global']['at'] - deleted:.2f} s "
+                  f"(grace period {GRACE} s) |")
+    record = wait_for(f"record of step {step}", lambda: records().get(step), 30)
+    claim = (record.get("status") or {}).get("writers", {}).get("0", {})
+    check(claim.get("state") == "Global" and "global" in claim.get("tiers", []),
+          f"record {record['metadata']['name']}: writer 0 says {claim.get('state')} on "
+          f"{claim.get('tiers')} ({claim.get('message') or 'no message'})")
+    before.update(saves(logs, old))
+    HISTORY.update(before)
+
+    say("6. the Job recreates the pod: restore from the local tier, resume from that step")
+    new = wait_for("a new pod for index 0",
+                   lambda: (p := pod_of(0)) and p["metadata"]["name"] != old and p,
+                   180)["metadata"]["name"]
+    logs.follow(new)
+    load = wait_for(f"{new} restored", lambda: next(
+        (e for e in logs.trainer(new) if e["event"] in ("load", "fresh")), None), 120)
+    complete = [s for s in complete_steps() if s in before]
+    expected = max(complete) if complete else None
+    check(load["event"] == "load" and load["tier"] == "local",
+          f"{new}: restored from the {load.get('tier')} tier ({load.get('source')})")
+    check(load["step"] == expected, f"{new}: restored step {load['step']}, the newest step "
+          f"complete for both writers ({expected}; the emergency step {step} has one writer)")
+    check(load["hash"] == before[load["step"]], f"model+optimizer state hash at load equals "
+          f"the hash at save ({load['hash'][:16]}…)")
+    resume = wait_for("resume", lambda: next(
+        (e for e in logs.trainer(new) if e["event"] == "resume"), None), 30)
+    check(resume["step"] == load["step"] + 1, f"trainer resumes at step {resume['step']}")
+    annotation = wait_for("restored-from annotation", lambda: get("pod", "-n", NS, new)[
+        "metadata"].get("annotations", {}).get("ckptdrain.io/restored-from"), 30)
+    check(f"step={load['step']}" in annotation and "local" in annotation,
+          f"pod annotation ckptdrain.io/restored-from: {annotation}")
+    restores = wait_for("policy status.restores", lambda: [
+        r for r in policy_status().get("restores") or [] if r.get("pod") == new], 60, 1)
+    check(restores, f"policy status records the restore: {restores[0]}")
+    REPORT.append(f"| restore from the local tier ({load['bytes'] / 1e6:.1f} MB) | "
+                  f"{load['restore_seconds']:.2f} s in the init container; pod deleted → "
+                  f"trainer loaded {load['at'] - deleted:.1f} s |")
+    pods[0] = new
+    return pods
+
+
+def step7(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path) -> None:
+    say("7a. wipe the local tier and delete again: restore comes from S3")
+    old = pods[0]
+    mine = local_root / "writer-0"
+    wait_mid_interval(epoch)
+    before = dict(HISTORY)
+    for entry in mine.iterdir():
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    say(f"  wiped {mine}")
+    deleted = time.time()
+    kubectl("delete", "pod", "-n", NS, old, "--wait=false")
+    emergency(logs, old, deleted)
+    new, load = _reload(logs, 0, old)
+    before |= saves(logs, old)
+    HISTORY.update(saves(logs, old))
+    check(load["event"] == "load" and load["tier"] == "global",
+          f"{new}: restored from the {load.get('tier')} tier ({load.get('source')})")
+    check(load["hash"] == before[load["step"]] and load["step"] == max(
+        s for s in complete_steps() if s in before),
+        f"step {load['step']} (newest complete), state hash equal at save and load")
+    REPORT.append(f"| restore from S3 after a wiped local tier ({load['bytes'] / 1e6:.1f} MB) | "
+                  f"{load['restore_seconds']:.2f} s in the init container; pod deleted → "
+                  f"trainer loaded {load['at'] - deleted:.1f} s |")
+    pods[0] = new
+
+    say("7b. corrupt the local copy and delete again: restore detects it and falls back")
+    old = new
+    target = wait_for("a new complete step on writer 0's local tier", lambda: [
+        s for s in complete_steps() if (mine / f"step-{s}" / "manifest.json").is_file()
+        and s > load["step"]], 120, 1)[-1]
+    wait_mid_interval(epoch)
+    corrupted = []
+    for data in mine.glob("step-*/data/**/*"):
+        if data.is_file() and data.stat().st_size > 0:
+            with open(data, "r+b") as f:
+                f.seek(data.stat().st_size // 2)
+                byte = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([byte[0] ^ 0xFF]))
+            corrupted.append(str(data.relative_to(mine)))
+    say(f"  flipped one byte in {corrupted}")
+    before = dict(HISTORY) | saves(logs, old)
+    deleted = time.time()
+    kubectl("delete", "pod", "-n", NS, old, "--wait=false")
+    emergency(logs, old, deleted)
+    new, load = _reload(logs, 0, old)
+    before |= saves(logs, old)
+    HISTORY.update(saves(logs, old))
+    expected = max(s for s in complete_steps() if s in before)
+    skipped = [s for s in load.get("skipped") or [] if s.get("tier") == "local"
+               and s.get("step") == expected]
+    check(skipped, f"restore skipped the corrupt local copy: {skipped}")
+    check(load["tier"] == "global" and load["step"] == expected >= target,
+          f"{new}: fell back to step {load['step']} on the {load['tier']} tier")
+    check(load["hash"] == before[load["step"]], "state hash equal at save and load")
+    REPORT.append(f"| restore falling back to S3 from a corrupt local copy | "
+                  f"{load['restore_seconds']:.2f} s in the init container (verification "
+                  f"included); pod deleted → trainer loaded {load['at'] - deleted:.1f} s |")
+    pods[0] = new
+
+
+def _reload(logs: Logs, index: int, old: str) -> tuple[str, dict[str, Any]]:
+    new = wait_for(f"a new pod for index {index}",
+                   lambda: (p := pod_of(index)) and p["metadata"]["name"] != old and p,
+                   180)["metadata"]["name"]
+    logs.follow(new)
+    load = wait_for(f"{new} restored", lambda: next(
+        (e for e in logs.trainer(new) if e["event"] in ("load", "fresh")), None), 120)
+    return new, load
+
+
+def step8_uninstall() -> None:
+    say("8. uninstall cleanly")
+    began = time.monotonic()
+    kubectl("delete", "job", "-n", NS, JOB, "--wait=true", "--timeout=90s", timeout=100)
+    wait_for("trainer pods gone", lambda: not get("pods", "-n", NS, "-l", "app=mlp")["items"],
+             90)
+    kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--wait=true", timeout=60)
+    wait_for("records garbage-collected with their policy",
+             lambda: not get("checkpoints", "-n", NS)["items"], 60)
+    helm("uninstall", RELEASE, "-n", OP_NS, "--wait", "--timeout", "90s", timeout=100)
+    left = [kind for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations",
+                              "clusterroles")
+            if get(kind, "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]]
+    check(not left, "helm uninstall left no webhook configurations or cluster roles")
+    wait_for("operator pod gone", lambda: not get("pods", "-n", OP_NS)["items"], 60)
+    for ns in (NS, S3_NS, OP_NS):
+        kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", timeout=100)
+    REPORT.append(f"| cleanup (Job, policy, helm uninstall, namespaces) | "
+                  f"{time.monotonic() - began:.1f} s |")
+
+
+def leftovers() -> None:
+    """What an interrupted earlier run (KEEP=1) left in a cluster that stayed up."""
+    if helm("status", RELEASE, "-n", OP_NS, check=False).returncode == 0:
+        say("removing a previous run's release and namespaces")
+        helm("uninstall", RELEASE, "-n", OP_NS, "--wait", check=False, timeout=120)
+    for ns in (NS, S3_NS, OP_NS):
+        kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=true",
+                "--timeout=120s", timeout=130)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--report", type=Path, required=True)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--node-ip", default="10.244.0.1")
+    parser.add_argument("--allowed-root", required=True)
+    parser.add_argument("--torch-site", required=True)
+    parser.add_argument("--image-repo", default="docker.io/library/ckptdrain")
+    args = parser.parse_args()
+    logs = Logs(args.workdir / "logs")
+    local_root = Path(args.allowed_root) / NS / POLICY
+    shutil.rmtree(local_root, ignore_errors=True)
+    ok = False
+    try:
+        leftovers()
+        step1_install(args.image_repo, args.allowed_root)
+        with seaweedfs(args.node_ip, args.workdir / "s3", BUCKET) as s3:
+            step2_s3(s3)
+            epoch = step3_apply(s3, args.allowed_root, args.torch_site)
+            pods = step4_drain(logs, local_root)
+            pods = step5_6(logs, pods, epoch)
+            step7(logs, pods, epoch, local_root)
+            step8_uninstall()
+        ok = True
+    except Failed as err:
+        say(f"FAILED: {err}")
+        for line in kubectl("get", "events", "-n", NS, "--sort-by=.lastTimestamp",
+                            check=False).stdout.splitlines()[-25:]:
+            print("  event:", line)
+    finally:
+        logs.stop()
+        total = time.monotonic() - T0
+        REPORT.append(f"| scenario steps 1–8 | {total:.0f} s |")
+        table = "| what | measured |\n| --- | --- |\n" + "\n".join(REPORT) + "\n"
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(table)
+        print("\n" + table, flush=True)
+        say(f"logs of every pod in {logs.dir}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
