@@ -249,12 +249,19 @@ def emergency(logs: Logs, old: str, deleted_at: float) -> int:
     save = wait_for(f"{old}: emergency checkpoint", lambda: next(
         (e for e in logs.trainer(old) if e["event"] == "save" and e["reason"] == "sigterm"),
         None), GRACE)
-    events = [e for e in logs.agent(old) if e["step"] == save["step"]]
-    local = next((e for e in events if e["state"] == "Local"), None)
-    glob = next((e for e in events if e["state"] == "Global"), None)
-    check(local, f"{old}: emergency step {save['step']} captured durably on the local tier")
-    check(glob and glob["at"] - deleted_at < GRACE,
-          f"{old}: emergency step {save['step']} drained to S3 within the {GRACE}s grace period")
+    def state(name: str) -> dict[str, Any] | None:
+        return next((e for e in logs.agent(old) if e["step"] == save["step"]
+                     and e["state"] == name), None)
+
+    # The agent is a native sidecar: it is stopped after the trainer, so it usually
+    # captures the emergency checkpoint in its normal loop, then flushes on its SIGTERM.
+    local = wait_for(f"{old}: emergency step captured", lambda: state("Local"), GRACE)
+    check(local, f"{old}: emergency step {save['step']} captured durably on the local tier "
+          f"{local['at'] - deleted_at:.2f}s after the delete")
+    glob = wait_for(f"{old}: emergency step drained", lambda: state("Global"),
+                    max(1.0, deleted_at + GRACE + 5 - time.time()))
+    check(glob["at"] - deleted_at < GRACE, f"{old}: emergency step {save['step']} on S3 "
+          f"{glob['at'] - deleted_at:.2f}s after the delete (grace period {GRACE}s)")
     return int(save["step"])
 
 
