@@ -11,10 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -25,6 +26,8 @@ class S3:
     access_key: str
     secret_key: str
     bucket: str
+    #: When the server had to be restarted (it should never be).
+    restarts: list[float] = field(default_factory=list)
 
     def client(self):
         import boto3
@@ -66,10 +69,26 @@ def seaweedfs(ip: str, workdir: Path, bucket: str) -> Iterator[S3]:
             f"-s3.port={port}", *(f"-{f}={_free_port(ip)}" for f in flags),
             "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
             "-master.telemetry=false", f"-s3.config={config}"]
-    with open(workdir / "seaweedfs.log", "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    def start() -> subprocess.Popen[bytes]:
+        with open(workdir / "seaweedfs.log", "ab") as log:
+            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+
+    proc = start()
     s3 = S3(f"http://{ip}:{port}", port, access, secret, bucket)
+    stopping = threading.Event()
+
+    def supervise() -> None:
+        # This machine is shared: a stray cleanup elsewhere once stopped our server in
+        # mid-scenario. Restart it on the same ports and data, and say so loudly.
+        nonlocal proc
+        while not stopping.wait(0.5):
+            if proc.poll() is not None and not stopping.is_set():
+                print(f"e2e: SeaweedFS exited {proc.returncode} under us; restarting it",
+                      file=sys.stderr, flush=True)
+                s3.restarts.append(time.time())
+                proc = start()
+
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -82,8 +101,11 @@ def seaweedfs(ip: str, workdir: Path, bucket: str) -> Iterator[S3]:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"e2e: SeaweedFS S3 not ready in 90 s: {err}") from err
                 time.sleep(1)
+        watcher = threading.Thread(target=supervise, daemon=True)
+        watcher.start()
         yield s3
     finally:
+        stopping.set()
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(15)
