@@ -182,6 +182,7 @@ class _Run:
         self.sent_bytes = self.resumed_bytes = self.parts_sent = 0
         self.tasks: list[_Task] = []
         self.store_paces = False
+        self.turn = threading.Lock()  # whose part draws tokens next
         # Identity of what is being sent: the files (and part size), not the
         # creation time, so a re-run of the same checkpoint resumes.
         same_files = dataclasses.replace(manifest, created=0.0, extra={})
@@ -308,7 +309,10 @@ class _Run:
 
     def _before_send(self, n: int) -> None:
         if not self.store_paces:
-            self._send(n)
+            # One part's tokens at a time: interleaved waits would let every
+            # worker finish waiting together, burst, and leave the bucket idle.
+            with self.turn:
+                self._send(n)
 
     def _do(self, task: _Task, view: memoryview) -> None:
         entry, path = task.entry, task.entry.path
