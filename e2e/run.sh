@@ -22,8 +22,14 @@ log() { echo "e2e: [$(( $(date +%s) - started ))s] $*" >&2; }
 
 # torch for the trainer, from this interpreter's installation (read-only hostPath;
 # see e2e/images/trainer/Dockerfile for why it is not in the image).
-TORCH_SITE=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null) \
-  || { echo "e2e: $PYTHON cannot import torch (pip install torch)" >&2; exit 1; }
+torch_site() {
+  "$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null
+}
+if ! TORCH_SITE=$(torch_site); then
+  log "installing the project's torch extra into $PYTHON's environment (a large download, once)"
+  "$PYTHON" -m pip install -q 'torch>=2.2' >&2   # pyproject's torch extra
+  TORCH_SITE=$(torch_site) || { echo "e2e: $PYTHON still cannot import torch" >&2; exit 1; }
+fi
 
 down() {
   if [ "${KEEP:-0}" = 1 ]; then log "KEEP=1: cluster left up"; return; fi
@@ -50,5 +56,11 @@ set +e
   --allowed-root "$WORK/local" --torch-site "$TORCH_SITE"
 rc=$?
 set -e
-log "scenario exited $rc; total $(( $(date +%s) - started ))s (report: $WORK/report.md)"
+log "scenario exited $rc after $(( $(date +%s) - started ))s (report: $WORK/report.md)"
+trap - EXIT
+if [ "${KEEP:-0}" != 1 ]; then
+  log "cluster down"
+  "$here/cluster/down.sh" >&2 || { log "down.sh found leftovers"; rc=1; }
+fi
+log "total $(( $(date +%s) - started ))s"
 exit $rc
