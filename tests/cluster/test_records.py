@@ -154,7 +154,7 @@ def test_operator_restarted_midway_converges_without_duplicates(
              what="shares after restart")
     for p in pods.values():
         names = [c["name"] for c in p["spec"]["initContainers"]]
-        assert names == ["ckptdrain-restore", "ckptdrain-agent"]
+        assert names == ["ckptdrain-prepare", "ckptdrain-restore", "ckptdrain-agent"]
     events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)
     sized = [e for e in events["items"] if e.get("reason") == "Sized"]
     assert sum(e.get("count", 1) for e in sized) <= 2  # create + the one update, not resumes
