@@ -43,10 +43,11 @@ class PartLog:
     def min_part_size(self) -> int:
         return self.inner.min_part_size
 
-    def upload_part(self, key: str, upload_id: str, number: int, data: Any) -> Any:
+    def upload_part(self, key: str, upload_id: str, number: int, data: Any,
+                    crc32c: int | None = None) -> Any:
         with self._lock:
             self.sent.append((key, number))
-        return self.inner.upload_part(key, upload_id, number, data)
+        return self.inner.upload_part(key, upload_id, number, data, crc32c)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)

@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from tests.support.faults import FaultyStore
 from tests.support.s3servers import S3Server, free_port
 
+from ckptdrain import checksum
 from ckptdrain.errors import (
     BucketMissing,
     IntegrityError,
@@ -192,9 +193,15 @@ def test_multipart_assembles_parts_in_order(store: Store, tmp_path: Path) -> Non
     uploaded = {n: store.upload_part("mp/obj", upload, n, chunks[n - 1]) for n in (3, 1, 2)}
     listed = store.list_parts("mp/obj", upload)
     assert listed == [uploaded[1], uploaded[2], uploaded[3]]
+    assert all(p.crc32c == checksum.crc32c(chunks[p.number - 1]) for p in uploaded.values())
     assert store.head("mp/obj") is None  # nothing visible before completion
-    # Completed from a fresh store object, as a resumed drain would.
-    reopen(store, tmp_path).complete_multipart("mp/obj", upload, listed)
+    # Completed from a fresh store object, as a resumed drain would: the
+    # etags the store lists, the CRC32Cs from the journal (SeaweedFS does not
+    # list them).
+    journal = {n: checksum.crc32c(chunks[n - 1]) for n in (1, 2, 3)}
+    assert listed is not None
+    parts = [UploadedPart(p.number, p.etag, journal[p.number]) for p in listed]
+    reopen(store, tmp_path).complete_multipart("mp/obj", upload, parts)
     assert store.get_bytes("mp/obj") == b"".join(chunks)
     assert store.list_parts("mp/obj", upload) is None
 
@@ -230,9 +237,14 @@ def test_complete_refuses_a_part_it_does_not_hold(store: Store) -> None:
     upload = store.create_multipart("mp/bad")
     good = store.upload_part("mp/bad", upload, 1, payload(size))
     store.upload_part("mp/bad", upload, 2, b"tail")
-    forged = UploadedPart(2, '"' + "0" * 32 + '"')
+    forged = UploadedPart(2, '"' + "0" * 32 + '"', checksum.crc32c(b"tail"))
     with pytest.raises(IntegrityError):
         store.complete_multipart("mp/bad", upload, [good, forged])
+    # A part without its CRC32C cannot complete an S3 upload; refused alike.
+    tail = UploadedPart(2, store.list_parts("mp/bad", upload)[1].etag)  # type: ignore[index]
+    if isinstance(store, S3Store):
+        with pytest.raises(IntegrityError, match="CRC32C"):
+            store.complete_multipart("mp/bad", upload, [good, tail])
     store.abort_multipart("mp/bad", upload)
 
 
@@ -281,32 +293,69 @@ def _capture_headers(store: S3Store, operation: str) -> list[dict[str, str]]:
     return seen
 
 
-def test_parts_carry_a_content_md5_the_server_checks(
+def test_parts_carry_a_crc32c_the_server_checks(
     s3server: S3Server, s3area: tuple[str, str]
 ) -> None:
     bucket, prefix = s3area
     store = s3server.open_store(bucket, prefix)
-    data = payload(MiB, 5)
+    data = payload(store.min_part_size, 5)
+    crc = checksum.crc32c(data)
     sent = _capture_headers(store, "UploadPart")
     upload = store.create_multipart("ck/obj")
-    store.upload_part("ck/obj", upload, 1, data)
-    expected = base64.b64encode(hashlib.md5(data).digest()).decode()
-    assert sent and sent[-1]["Content-MD5"] == expected.encode()
-    # The server verifies it: a wrong digest is refused, through our mapping...
-    wrong = {"ContentMD5": base64.b64encode(hashlib.md5(b"other").digest()).decode()}
-    store._integrity_args = lambda _data: wrong  # type: ignore[method-assign]
+    part = store.upload_part("ck/obj", upload, 1, data, crc32c=crc)
+    expected = base64.b64encode(crc.to_bytes(4, "big")).decode()
+    assert sent and sent[-1]["x-amz-checksum-crc32c"] == expected.encode()
+    assert "Content-MD5" not in sent[-1]  # the CPU that CRC32C saves
+    assert part.crc32c == crc
+    # The server verifies it: a wrong CRC32C is refused, through our mapping...
     with pytest.raises(IntegrityError, match="checksum mismatch"):
-        store.upload_part("ck/obj", upload, 2, data)
-    with pytest.raises(IntegrityError):
-        store.put_bytes("ck/small", b"abc")
-    assert store.head("ck/small") is None
+        store.upload_part("ck/obj", upload, 2, data, crc32c=crc ^ 1)
     # ...and directly, so the refusal is the server's and not ours.
     with pytest.raises(ClientError) as excinfo:
         s3server.client().upload_part(
-            Bucket=bucket, Key=f"{prefix}/ck/obj", UploadId=upload, PartNumber=3, Body=data, **wrong
+            Bucket=bucket, Key=f"{prefix}/ck/obj", UploadId=upload, PartNumber=3, Body=data,
+            ChecksumCRC32C=base64.b64encode((crc ^ 1).to_bytes(4, "big")).decode(),
         )
+    assert excinfo.value.response["Error"]["Code"] in (
+        "BadDigest", "XAmzContentChecksumMismatch", "InvalidChecksum")
+    # Without a CRC32C from the caller, the store computes it (never MD5).
+    tail = store.upload_part("ck/obj", upload, 2, b"tail")
+    assert tail.crc32c == checksum.crc32c(b"tail")
+    # Completed with the parts' CRC32Cs.
+    store.complete_multipart("ck/obj", upload, [part, tail])
+    assert store.get_bytes("ck/obj") == data + b"tail"
+
+
+def test_whole_objects_carry_a_content_md5_the_server_checks(
+    s3server: S3Server, s3area: tuple[str, str]
+) -> None:
+    bucket, prefix = s3area
+    store = s3server.open_store(bucket, prefix)
+    sent = _capture_headers(store, "PutObject")
+    store.put_bytes("ck/small", b"abc")
+    expected = base64.b64encode(hashlib.md5(b"abc").digest()).decode()
+    assert sent and sent[-1]["Content-MD5"] == expected.encode()
+    wrong = {"ContentMD5": base64.b64encode(hashlib.md5(b"other").digest()).decode()}
+    store._integrity_args = lambda _data: wrong  # type: ignore[method-assign]
+    with pytest.raises(IntegrityError, match="checksum mismatch"):
+        store.put_bytes("ck/other", b"abc")
+    assert store.head("ck/other") is None
+    with pytest.raises(ClientError) as excinfo:
+        s3server.client().put_object(Bucket=bucket, Key=f"{prefix}/ck/other", Body=b"abc", **wrong)
     assert excinfo.value.response["Error"]["Code"] == "BadDigest"
-    store.abort_multipart("ck/obj", upload)
+
+
+def test_file_store_refuses_a_wrong_crc32c(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store")
+    data = payload(64 * 1024, 6)
+    upload = store.create_multipart("ck/obj")
+    with pytest.raises(IntegrityError, match="checksum mismatch"):
+        store.upload_part("ck/obj", upload, 1, data, crc32c=checksum.crc32c(data) ^ 1)
+    assert store.list_parts("ck/obj", upload) == []
+    part = store.upload_part("ck/obj", upload, 1, data, crc32c=checksum.crc32c(data))
+    assert part.crc32c == checksum.crc32c(data)
+    store.complete_multipart("ck/obj", upload, [part])
+    assert store.get_bytes("ck/obj") == data
 
 
 def test_put_stream_to_s3_refuses_a_stream_it_cannot_rewind(

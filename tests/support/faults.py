@@ -151,9 +151,11 @@ class FaultyStore:
         self._enter("create_multipart")
         return self.inner.create_multipart(key)
 
-    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> UploadedPart:
+    def upload_part(
+        self, key: str, upload_id: str, number: int, data: bytes, crc32c: int | None = None
+    ) -> UploadedPart:
         self._enter("upload_part")
-        return self.inner.upload_part(key, upload_id, number, data)
+        return self.inner.upload_part(key, upload_id, number, data, crc32c)
 
     def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
         self._enter("list_parts")

@@ -38,8 +38,9 @@ class Counting:
     def min_part_size(self) -> int:
         return self.inner.min_part_size
 
-    def upload_part(self, key: str, upload_id: str, number: int, data: Any) -> Any:
-        result = self.inner.upload_part(key, upload_id, number, data)
+    def upload_part(self, key: str, upload_id: str, number: int, data: Any,
+                    crc32c: int | None = None) -> Any:
+        result = self.inner.upload_part(key, upload_id, number, data, crc32c)
         with self.lock:
             self.parts_sent.append((key, number))
             if self.stop_after is not None and len(self.parts_sent) >= self.stop_after:

@@ -8,7 +8,7 @@ to the store's root (the URI's prefix); adapters never interpret them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol, runtime_checkable
 
 
@@ -22,6 +22,10 @@ class ObjectInfo:
 class UploadedPart:
     number: int  # 1-based, as S3 numbers them
     etag: str
+    # The part's CRC32C, when known. S3 needs it again to complete an upload
+    # whose parts were sent with one; not part of a part's identity (SeaweedFS
+    # lists parts without it), so it does not take part in ==.
+    crc32c: int | None = field(default=None, compare=False)
 
 
 @runtime_checkable
@@ -56,14 +60,22 @@ class Store(Protocol):
     def create_multipart(self, key: str) -> str:
         """Start a multipart upload, returning its upload id."""
 
-    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> UploadedPart:
-        """Upload one part (all but the last at least `min_part_size`)."""
+    def upload_part(
+        self, key: str, upload_id: str, number: int, data: bytes, crc32c: int | None = None
+    ) -> UploadedPart:
+        """Upload one part (all but the last at least `min_part_size`).
+
+        `crc32c`, the caller's CRC32C of `data`, is verified by the store
+        (IntegrityError on a mismatch); the store computes it when not given.
+        The returned part carries it: complete_multipart needs it back."""
 
     def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
-        """Parts the store holds for an upload, or None if the upload is gone."""
+        """Parts the store holds for an upload, or None if the upload is gone.
+        Their crc32c may be None (not every server lists it)."""
 
     def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
-        """Make the object visible, assembled from `parts` in order."""
+        """Make the object visible, assembled from `parts` in order (each with
+        the crc32c it was uploaded with: S3 stores need it)."""
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         """Drop an unfinished upload and its parts; a missing one is fine."""

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from ckptdrain import checksum
 from ckptdrain.errors import IntegrityError, InvalidInput, ObjectMissing, StoreError, UnsafePath
 from ckptdrain.store.base import ObjectInfo, UploadedPart
 
@@ -256,10 +257,20 @@ class LocalStore:
         self._write_atomic(path / "key", iter((key.encode("utf-8"),)))
         return upload_id
 
-    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> UploadedPart:
-        """Store one part durably. Raises ObjectMissing if the upload is gone."""
+    def upload_part(
+        self, key: str, upload_id: str, number: int, data: bytes, crc32c: int | None = None
+    ) -> UploadedPart:
+        """Store one part durably. Raises ObjectMissing if the upload is gone,
+        IntegrityError if `crc32c` is given and is not the CRC32C of `data`
+        (checked as S3 servers do; awscrt makes it cheap)."""
         if not 1 <= number <= MAX_PART_NUMBER:
             raise InvalidInput("part number", f"1..{MAX_PART_NUMBER}", number)
+        actual = checksum.crc32c(memoryview(data).cast("B"))
+        if crc32c is not None and crc32c != actual:
+            raise IntegrityError(
+                f"upload_part {key} part {number}: the store refused the bytes: checksum "
+                f"mismatch (CRC32C {checksum.to_hex(actual)}, expected {checksum.to_hex(crc32c)})"
+            )
         path = self._upload_dir(key, upload_id)
         if path is None:
             raise ObjectMissing(key)
@@ -278,7 +289,7 @@ class LocalStore:
             )
         except FileNotFoundError as err:  # aborted meanwhile
             raise ObjectMissing(key) from err
-        return UploadedPart(number=number, etag=etag)
+        return UploadedPart(number=number, etag=etag, crc32c=actual)
 
     def _parts(self, path: Path) -> dict[int, tuple[str, int]]:
         """number -> (etag, size) of the parts complete on disk."""

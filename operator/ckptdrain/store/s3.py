@@ -26,6 +26,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
+from ckptdrain import checksum
 from ckptdrain.errors import (
     BucketMissing,
     IntegrityError,
@@ -54,6 +55,21 @@ _MISSING_KEY_CODES = {"NoSuchKey", "NotFound", "404"}
 
 def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode("ascii")
+
+
+def _b64_crc32c(crc: int) -> str:
+    """S3's form of a CRC32C: base64 of its 4 big-endian bytes."""
+    return _b64(crc.to_bytes(4, "big"))
+
+
+def _crc32c_from_b64(text: str | None) -> int | None:
+    if not text:
+        return None
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        return None
+    return int.from_bytes(raw, "big") if len(raw) == 4 else None
 
 
 def _redact_endpoint(url: str) -> str:
@@ -163,19 +179,19 @@ class S3Store:
     AWS chain (env vars, shared profile, web identity / IRSA, instance
     metadata). Neither is ever put in a message, a log or repr().
 
-    Integrity: every body we hold in memory (put_bytes, upload_part) goes
-    with a Content-MD5 header, which the server verifies before storing
-    (BadDigest -> IntegrityError). Why MD5 and not x-amz-checksum-crc32c,
-    although CRC32C costs far less CPU: a CRC32C part checksum binds the
-    whole upload (the algorithm must be named at CreateMultipartUpload and
-    every part's checksum repeated at CompleteMultipartUpload, on AWS and on
-    SeaweedFS 4.x alike), yet UploadedPart carries only an etag and SeaweedFS's
-    ListParts does not return part checksums, so a drain resumed by a new
-    process could not complete its upload. Content-MD5 is per request and
-    stateless; SeaweedFS and MinIO both verify it
-    (tests/integration/test_store_contract.py sends a wrong one). It costs
-    about one core-second per ~600 MB sent; end-to-end integrity is still our
-    CRC32C in the manifests.
+    Integrity: every body we hold in memory goes with a checksum the server
+    verifies before storing (BadDigest / XAmzContentChecksumMismatch ->
+    IntegrityError). Multipart parts carry x-amz-checksum-crc32c, the CRC32C
+    the drain computes anyway (awscrt, ~0.13 core-s/GB; Content-MD5 cost
+    ~1.7). Such a checksum binds the whole upload: the algorithm is named at
+    CreateMultipartUpload and every part's CRC32C repeated at
+    CompleteMultipartUpload (SeaweedFS answers InvalidRequest, MinIO
+    InvalidPart, without them), so UploadedPart carries it and the drain
+    journals it: SeaweedFS's ListParts does not return part checksums, and
+    a resumed drain completes from its journal's CRCs. put_bytes (small
+    objects: manifests, single-part files) still sends Content-MD5, which is
+    per request and stateless. tests/integration/test_store_contract.py
+    sends wrong checksums of both kinds to SeaweedFS and MinIO.
     """
 
     def __init__(
@@ -301,7 +317,7 @@ class S3Store:
 
     @staticmethod
     def _integrity_args(data: bytes | bytearray | memoryview) -> dict[str, str]:
-        """Content-MD5 for a body (see the class docstring for why not CRC32C)."""
+        """Content-MD5 for a whole-object body (parts carry CRC32C instead)."""
         return {"ContentMD5": _b64(hashlib.md5(data, usedforsecurity=False).digest())}
 
     # Whole objects -----------------------------------------------------------
@@ -384,11 +400,22 @@ class S3Store:
 
     # Multipart ---------------------------------------------------------------
     def create_multipart(self, key: str) -> str:
-        response = self._call("create_multipart_upload", key, Key=self._key(key))
+        # Every part then carries its CRC32C, verified by the server.
+        response = self._call("create_multipart_upload", key, Key=self._key(key),
+                              ChecksumAlgorithm="CRC32C")
         return str(response["UploadId"])
 
-    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> UploadedPart:
-        """Upload one part with its checksum. ObjectMissing if the upload is gone."""
+    def upload_part(
+        self, key: str, upload_id: str, number: int, data: bytes, crc32c: int | None = None
+    ) -> UploadedPart:
+        """Upload one part with its CRC32C, which the server verifies.
+        ObjectMissing if the upload is gone; IntegrityError on a mismatch.
+
+        The upload was created for CRC32C, so a part without one would be
+        refused (MinIO) or could not be completed (SeaweedFS): when the caller
+        has no CRC32C it is computed here, not replaced by Content-MD5."""
+        if crc32c is None:
+            crc32c = checksum.crc32c(memoryview(data).cast("B"))
         body = _Body(data, self._pace)  # no copy of the part; paced as it is sent
         try:
             response = self._client.upload_part(
@@ -398,7 +425,7 @@ class S3Store:
                 PartNumber=number,
                 Body=body,
                 ContentLength=len(body),
-                **self._integrity_args(data),
+                ChecksumCRC32C=_b64_crc32c(crc32c),
             )
         except ClientError as err:
             if err.response.get("Error", {}).get("Code") == "NoSuchUpload":
@@ -406,7 +433,7 @@ class S3Store:
             self._fail(err, "upload_part", key)
         except BotoCoreError as err:
             self._fail(err, "upload_part", key)
-        return UploadedPart(number=number, etag=str(response["ETag"]))
+        return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
 
     def _server_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]] | None:
         """Part number -> the server's record of it, or None if the upload is gone."""
@@ -436,12 +463,21 @@ class S3Store:
         parts = self._server_parts(key, upload_id)
         if parts is None:
             return None
-        return [UploadedPart(n, str(item["ETag"])) for n, item in sorted(parts.items())]
+        return [UploadedPart(n, str(item["ETag"]), _crc32c_from_b64(item.get("ChecksumCRC32C")))
+                for n, item in sorted(parts.items())]
 
     def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
         """Assemble `parts` in order. ObjectMissing if the upload is gone;
-        IntegrityError if a part is missing, differs, or is too small."""
-        entries: list[dict[str, Any]] = [{"PartNumber": p.number, "ETag": p.etag} for p in parts]
+        IntegrityError if a part is missing, differs, is too small, or comes
+        without the CRC32C it was uploaded with."""
+        entries: list[dict[str, Any]] = []
+        for p in parts:
+            if p.crc32c is None:
+                raise IntegrityError(
+                    f"complete_multipart_upload {key}: part {p.number} has no CRC32C "
+                    "(the store needs each part's checksum to complete the upload)")
+            entries.append({"PartNumber": p.number, "ETag": p.etag,
+                            "ChecksumCRC32C": _b64_crc32c(p.crc32c)})
         try:
             self._client.complete_multipart_upload(
                 Bucket=self.bucket,

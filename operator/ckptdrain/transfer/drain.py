@@ -340,7 +340,10 @@ class _Run:
             upload_id = state.upload_id
         assert upload_id is not None
         self._before_send(task.length)
-        part = self._retry(lambda: self.store.upload_part(state.key, upload_id, task.number, data))
+        # The part's CRC32C goes with it: the store verifies it (no MD5 to
+        # compute), and completion needs it back from the journal.
+        part = self._retry(lambda: self.store.upload_part(
+            state.key, upload_id, task.number, data, crc32c=crc))
         with self.lock:
             self.journal.part_done(path, jr.PartRecord(task.number, part.etag, crc, task.length))
             self._durable(task.length)
@@ -369,7 +372,7 @@ class _Run:
         upload_id = state.upload_id
         assert upload_id is not None
         self._retry(lambda: self.store.complete_multipart(
-            state.key, upload_id, [UploadedPart(p.number, p.etag) for p in parts]))
+            state.key, upload_id, [UploadedPart(p.number, p.etag, p.crc32c) for p in parts]))
         self._verify_size(entry, state.key)
         with self.lock:
             self.journal.file_complete(entry.path)
