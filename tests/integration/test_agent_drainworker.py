@@ -108,3 +108,20 @@ def test_newest_first_when_behind(tmp_path: Path, store: FaultyStore) -> None:
     # 3 went first; once it is global the older ones are pointless and dropped.
     assert recorder.events[0].step == 3
     assert not tier.is_global(1) and not tier.is_global(2)
+
+
+def test_a_superseded_drain_goes_back_to_local(tmp_path: Path, store: FaultyStore) -> None:
+    tier = _tier(tmp_path, [1, 2], size=8 * PART)
+    store.delay("upload_part", seconds=0.2)  # slow enough for step 2 to arrive mid-drain
+    recorder = Recorder()
+    worker = _worker(tier, store, recorder)
+    worker.submit(1)
+    worker.start()
+    _wait(lambda: store.calls["upload_part"] >= 1, "step 1 to start draining")
+    worker.submit(2)
+    _wait(lambda: tier.is_global(2), "the newer step")
+    worker.stop(10)
+    # Step 1 was cut short: its last word must not be "Draining" (a stall in disguise).
+    assert recorder.states(1)[:1] == ["Draining"]
+    assert recorder.states(1)[-1] == "Local"
+    assert not tier.is_global(1)

@@ -192,6 +192,13 @@ class DrainWorker:
         except DrainCancelled:
             log.info("drain of step %d paused after %d of %d bytes; its journal keeps the rest",
                      step, self._sent, self._total)
+            # Back to Local: left at Draining, a superseded or paused step would
+            # look like a drain still moving, which hides a stall.
+            self.reporter.report(CheckpointEvent(
+                step, State.LOCAL, manifest.total_bytes,
+                message=f"drain paused after {self._sent} of {self._total} bytes"
+                " (superseded by a newer step, or stopping); its journal keeps what was sent",
+                trigger=trigger))
             return False
         self.last_result = result
         seconds = time.monotonic() - started
