@@ -146,6 +146,8 @@ BAD_VALUES = {
                  "at '/image/pullPolicy': value must be one of"),
     "bad-cap-unit": (["--set", "bandwidth.clusterCap=100Gbit/s"],
                      "at '/bandwidth/clusterCap': '100Gbit/s' does not match pattern"),
+    "prepare-not-a-boolean": (["--set-string", "localTier.prepare=no"],
+                              "at '/localTier/prepare': got string, want boolean"),
     "root-as-allowed-root": (["--set", "localTier.allowedRoot=/"],
                              "at '/localTier/allowedRoot': '/' does not match pattern"),
     "two-replicas": (["--set", "operator.replicas=2"],
@@ -205,6 +207,17 @@ def test_cert_manager_replaces_the_generated_certificate(tools: Tools) -> None:
             assert o["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
                 f"ckptdrain/{certificate['metadata']['name']}")
             assert all("caBundle" not in w["clientConfig"] for w in o["webhooks"])
+
+
+@pytest.mark.parametrize("prepare", ["true", "false"])
+def test_local_tier_prepare_reaches_the_operator(tools: Tools, prepare: str) -> None:
+    """The opt-out for Pod Security "restricted" namespaces is passed to the
+    operator as the exact string its config accepts."""
+    objects = _docs(render(tools, "--set", f"localTier.prepare={prepare}").stdout)
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    env = {e["name"]: e.get("value")
+           for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["CKPTDRAIN_PREPARE_LOCAL_TIER"] == prepare
 
 
 def _docs(text: str) -> list[dict]:

@@ -31,6 +31,11 @@ Variables (field in parentheses):
   point is checked for a stalled drain; default 30s.
 - CKPTDRAIN_GRACE_MARGIN (grace_margin): share of the grace period a SIGTERM
   flush may use; default 80%.
+- CKPTDRAIN_PREPARE_LOCAL_TIER (prepare_local_tier): "true" (default) injects
+  the ckptdrain-prepare init container, which hands each policy's hostPath
+  directory to the agent's uid; "false" injects nothing that runs as root (for
+  Pod Security "restricted" namespaces) and requires the node to provide
+  <allowedRoot>/<namespace>/<policy> owned by uid 65532 beforehand.
 """
 
 from __future__ import annotations
@@ -67,6 +72,14 @@ class OperatorConfig:
     expired_ttl_s: float = 600.0
     grace_margin: float = 0.8
     watchdog_s: float = 30.0
+    prepare_local_tier: bool = True
+
+
+def _flag(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidInput(name, "true or false", text)
+    return value == "true"
 
 
 def _port(name: str, text: str) -> int:
@@ -119,6 +132,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         metrics_port=_port("CKPTDRAIN_METRICS_PORT", get("CKPTDRAIN_METRICS_PORT", "9090")),
         health_port=_port("CKPTDRAIN_HEALTH_PORT", get("CKPTDRAIN_HEALTH_PORT", "8080")),
         peering=get("CKPTDRAIN_PEERING", d.peering),
+        prepare_local_tier=_flag("CKPTDRAIN_PREPARE_LOCAL_TIER",
+                                 get("CKPTDRAIN_PREPARE_LOCAL_TIER", "true")),
         expired_ttl_s=units.parse_duration("CKPTDRAIN_EXPIRED_TTL",
                                            get("CKPTDRAIN_EXPIRED_TTL", "600"))
         if get("CKPTDRAIN_EXPIRED_TTL", "600") not in ("0", "0s") else 0.0,

@@ -175,13 +175,18 @@ def _prepare(config: OperatorConfig) -> dict[str, Any]:
     }
 
 
-def volumes(policy: Policy) -> list[dict[str, Any]]:
+def volumes(policy: Policy, *, prepare: bool = True) -> list[dict[str, Any]]:
+    """The volumes ckptdrain adds. Without `prepare` (no root init container),
+    the node must already hold the local tier's directory: "Directory" makes a
+    missing one a clear mount error instead of a root-owned directory the
+    agent cannot write."""
     work: dict[str, Any] = {}
     if policy.memory_limit:
         work = {"medium": "Memory", "sizeLimit": policy.memory_limit}
     return [
         {"name": "ckptdrain-local",
-         "hostPath": {"path": policy.node_path(), "type": "DirectoryOrCreate"}},
+         "hostPath": {"path": policy.node_path(),
+                      "type": "DirectoryOrCreate" if prepare else "Directory"}},
         {"name": "ckptdrain-work", "emptyDir": work},
         {"name": "ckptdrain-share", "downwardAPI": {"items": [{
             "path": "bandwidth",
@@ -219,7 +224,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     agent = _container(AGENT, "agent", shared, config, [
         ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR),
         ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
-    ours = [_prepare(config), restore, agent]
+    ours = [_prepare(config), restore, agent] if config.prepare_local_tier else [restore, agent]
     if spec.get("initContainers") is None:
         ops.append({"op": "add", "path": "/spec/initContainers", "value": ours})
     else:
@@ -227,7 +232,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
                    for i, c in enumerate(ours))
     taken = {v.get("name") for v in spec.get("volumes") or []}
     _append(ops, "/spec/volumes", spec.get("volumes"),
-            [v for v in volumes(policy) if v["name"] not in taken])
+            [v for v in volumes(policy, prepare=config.prepare_local_tier)
+             if v["name"] not in taken])
     for i, container in enumerate(spec.get("containers") or []):
         have = {e.get("name") for e in container.get("env") or []}
         _append(ops, f"/spec/containers/{i}/env", container.get("env"),

@@ -73,6 +73,26 @@ def test_prepare_only_hands_the_local_tier_to_the_agent_uid() -> None:
     assert "env" not in prepare and "65532" in prepare["command"][-1]
 
 
+def test_without_prepare_nothing_runs_as_root_and_the_node_must_provide_the_directory(
+) -> None:
+    cfg = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0",
+                                prepare_local_tier=False)
+    p = pod()
+    out = jsonpatch.apply_patch(
+        copy.deepcopy(p), injection.build_pod_patch(p, POLICY, cfg, default_rate=RATE))
+    init = out["spec"]["initContainers"]
+    assert [c["name"] for c in init] == ["ckptdrain-restore", "ckptdrain-agent"]
+    assert all(c["securityContext"]["runAsNonRoot"] is True for c in init)
+    local = next(v for v in out["spec"]["volumes"] if v["name"] == "ckptdrain-local")
+    assert local["hostPath"]["type"] == "Directory"
+
+
+@pytest.mark.parametrize("text", ["yes", "1", "off"])
+def test_prepare_flag_must_be_true_or_false(text: str) -> None:
+    with pytest.raises(Exception, match="CKPTDRAIN_PREPARE_LOCAL_TIER: expected true or false"):
+        config.from_env({"CKPTDRAIN_PREPARE_LOCAL_TIER": text})
+
+
 def test_each_writer_has_its_own_local_directory() -> None:
     env = env_of(injected(pod())["spec"]["initContainers"][2])
     assert env["CKPTDRAIN_LOCAL_DIR"] == "/ckptdrain/local/writer-$(CKPTDRAIN_WRITER_ID)"
