@@ -23,6 +23,7 @@ DATA = "data/"
 COMMITS = "commits/"
 
 _MANIFEST_KEY = re.compile(r"manifests/(?P<step>[0-9]{20})/(?P<writer>[0-9]{5})\.json")
+_DATA_KEY = re.compile(r"data/(?P<step>[0-9]{20})/(?P<writer>[0-9]{5})/.+")
 
 
 def _step(step: int) -> str:
@@ -62,4 +63,10 @@ def commit_key(step: int) -> str:
 def parse_manifest_key(key: str) -> tuple[int, int] | None:
     """(step, writer) for a manifest key; None for anything else."""
     match = _MANIFEST_KEY.fullmatch(key)
+    return (int(match["step"]), int(match["writer"])) if match else None
+
+
+def parse_data_key(key: str) -> tuple[int, int] | None:
+    """(step, writer) for a data key; None for anything else."""
+    match = _DATA_KEY.fullmatch(key)
     return (int(match["step"]), int(match["writer"])) if match else None

@@ -227,3 +227,33 @@ def test_trainer_is_never_blocked_by_a_dead_store(tmp_path: Path) -> None:
         assert not pod.tier.is_global(newest)
     finally:
         pod.stop_all()
+
+
+def test_the_agent_applies_global_retention(tmp_path: Path, request: pytest.FixtureRequest
+                                            ) -> None:
+    """With CKPTDRAIN_GLOBAL_KEEP=2, a running agent leaves only the newest two
+    complete steps (and none of the older objects) in the store."""
+    p = Pod(tmp_path, store_env=_store_env("file", request, tmp_path),
+            extra_env={"CKPTDRAIN_GLOBAL_KEEP": "2"})
+    try:
+        agent = p.start_agent()
+        trainer = p.start_trainer()
+        store = _open(p.env)
+        from ckptdrain.transfer.catalog import candidate_steps
+
+        def pruned() -> list[int] | None:
+            # Between a new global step and its pruning the store briefly holds 3.
+            if len(p.states("Global")) < 4:
+                return None
+            complete = _complete(store)
+            return complete if len(complete) == 2 else None
+
+        complete = p.wait_for(pruned, "retention down to the newest two complete steps")
+        assert p.sigterm(trainer, agent) == [0, 0], p.logs()
+        # The SIGTERM flush adds at most its own step and skips cleanup.
+        after = _complete(store)
+        assert len(after) <= 3 and set(complete) - set(after) <= {min(complete)}, (complete, after)
+        assert set(candidate_steps(store)) <= set(after)
+        assert {int(info.key.split("/")[1]) for info in store.list("data/")} <= set(after)
+    finally:
+        p.stop_all()

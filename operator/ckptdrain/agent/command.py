@@ -76,7 +76,19 @@ def build_drain(cfg: agent_config.AgentConfig, tier: LocalTier, reporter: Report
     watcher = ShareWatcher(cfg.share_file, cfg.default_rate, apply)
     drainer = Drainer(store, limiter=limiter, part_size=cfg.part_size,
                       concurrency=cfg.concurrency)
-    worker = DrainWorker(tier, store, drainer, reporter, metrics, part_size=cfg.part_size)
+
+    def prune(step: int) -> None:
+        # Best effort: retention trouble must never stop a drain; it is
+        # retried after the next global step.
+        from ckptdrain.transfer.prune import prune_writer
+        try:
+            prune_writer(store, cfg.writer, cfg.global_keep)
+        except CkptdrainError as err:
+            metrics.errors.labels("retention").inc()
+            log.warning("global retention after step %d failed: %s", step, err)
+
+    worker = DrainWorker(tier, store, drainer, reporter, metrics, part_size=cfg.part_size,
+                         on_global=prune)
     return worker, watcher
 
 

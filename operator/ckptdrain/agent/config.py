@@ -30,6 +30,7 @@ class AgentConfig:
     work_dir: Path
     local_dir: Path
     local_keep: int
+    global_keep: int
     interval_s: float
     global_every: int
     overlap: float
@@ -129,6 +130,8 @@ FIELDS: tuple[Field, ...] = (
           "the node-local (NVMe) tier"),
     Field("local_keep", "CKPTDRAIN_LOCAL_KEEP", units.parse_positive_int, "2",
           "local retention: keep the newest K checkpoints"),
+    Field("global_keep", "CKPTDRAIN_GLOBAL_KEEP", units.parse_positive_int, "3",
+          "global retention: keep the newest K complete checkpoints in the store"),
     Field("interval", "CKPTDRAIN_INTERVAL", units.parse_duration, "15m",
           "local checkpoint interval (how often the trainer is asked)"),
     Field("global_every", "CKPTDRAIN_GLOBAL_EVERY", units.parse_positive_int, "1",
@@ -227,6 +230,7 @@ def load(
         work_dir=work,
         local_dir=raw["local_dir"],
         local_keep=raw["local_keep"],
+        global_keep=raw["global_keep"],
         interval_s=raw["interval"],
         global_every=raw["global_every"],
         overlap=raw["overlap"],

@@ -87,6 +87,7 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float) -> li
         _env("CKPTDRAIN_WORK_DIR", WORK_DIR),
         _env("CKPTDRAIN_LOCAL_DIR", local_dir(policy)),
         _env("CKPTDRAIN_LOCAL_KEEP", str(policy.local_keep)),
+        _env("CKPTDRAIN_GLOBAL_KEEP", str(policy.global_keep)),
         _env("CKPTDRAIN_INTERVAL", units.format_duration(policy.interval_s)),
         _env("CKPTDRAIN_GLOBAL_EVERY", str(policy.sizing_input.global_every)),
         _env("CKPTDRAIN_OVERLAP", units.format_percent(policy.sizing_input.overlap)),

@@ -134,6 +134,7 @@ def test_env_per_contract_and_secrets_only_by_reference() -> None:
     assert env["CKPTDRAIN_WRITER_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["CKPTDRAIN_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["CKPTDRAIN_WRITERS"] == "8" and env["CKPTDRAIN_LOCAL_KEEP"] == "2"
+    assert env["CKPTDRAIN_GLOBAL_KEEP"] == "3"
     assert env["CKPTDRAIN_INTERVAL"] == "15m" and env["CKPTDRAIN_OVERLAP"] == "10%"
     assert env["CKPTDRAIN_GLOBAL_EVERY"] == "1"
     assert env["CKPTDRAIN_SHARE_FILE"] == "/ckptdrain/share/bandwidth"
