@@ -104,6 +104,26 @@ def test_get_range_reads_the_asked_bytes(store: Store) -> None:
     assert store.get_range("r", 7, 0) == b""
 
 
+def test_get_range_into_reads_into_the_callers_buffer(store: Store) -> None:
+    data = payload(3 * MiB + 11, seed=3)
+    store.put_bytes("ri", data)
+    into = store.get_range_into  # type: ignore[attr-defined]
+    buffer = memoryview(bytearray(2 * MiB))
+    # Many reads in a row: each leaves its connection reusable.
+    for start in range(0, 20 * 4096, 4096):
+        assert into("ri", start, buffer[:MiB]) == MiB
+        assert buffer[:MiB] == data[start : start + MiB]
+    assert into("ri", len(data) - 5, buffer[:100]) == 5  # clipped at the end
+    assert buffer[:5] == data[-5:]
+    assert into("ri", len(data), buffer[:10]) == 0  # at the end: nothing left
+    assert into("ri", 7, buffer[:0]) == 0
+    assert into("ri", 1, buffer) == 2 * MiB and buffer == data[1 : 1 + 2 * MiB]
+    with pytest.raises(ObjectMissing):
+        into("no/such/key", 0, buffer[:10])
+    with pytest.raises(ObjectMissing):
+        into("no/such/key", 0, buffer[:0])
+
+
 def test_missing_objects(store: Store) -> None:
     assert store.head("no/such/key") is None
     with pytest.raises(ObjectMissing) as excinfo:

@@ -47,6 +47,11 @@ class Store(Protocol):
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """Read `length` bytes from `start`. Raises ObjectMissing."""
 
+    # Optional: get_range_into(key, start, buffer: memoryview) -> int reads up
+    # to len(buffer) bytes into the caller's buffer and returns how many (as
+    # get_range, without making a bytes). The restore engine uses it when a
+    # store has it (not part of the protocol: wrappers need not offer it).
+
     def head(self, key: str) -> ObjectInfo | None:
         """Size of an object, or None when it does not exist."""
 

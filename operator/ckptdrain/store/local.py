@@ -199,6 +199,29 @@ class LocalStore:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
             raise ObjectMissing(key) from err
 
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
+        """Read up to len(buffer) bytes from `start` into `buffer` (preadv, no
+        copy); return how many, fewer only where the object ends."""
+        if start < 0:
+            raise InvalidInput("range", "start >= 0", start)
+        view = memoryview(buffer).cast("B")
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
+            raise ObjectMissing(key) from err
+        try:
+            got = 0
+            while got < len(view):
+                n = os.preadv(fd, [view[got:]], start + got)
+                if n == 0:
+                    break
+                got += n
+            return got
+        except IsADirectoryError as err:
+            raise ObjectMissing(key) from err
+        finally:
+            os.close(fd)
+
     def head(self, key: str) -> ObjectInfo | None:
         try:
             st = self._path(key).stat()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import io
 import re
 from collections.abc import Callable, Iterator
@@ -361,6 +362,65 @@ class S3Store:
         except BotoCoreError as err:
             self._fail(err, "get_object", key)
         return self._read_body(response, "get_object", key)
+
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
+        """Read up to len(buffer) bytes from `start` into `buffer`; return how
+        many (fewer only where the object ends). ObjectMissing as get_range.
+
+        The body goes from the socket straight into the caller's buffer
+        (http.client's readinto under urllib3): get_range's body.read() makes
+        the bytes twice more (http.client's read(amt) copies its bytearray,
+        urllib3 joins its chunks) before the caller writes them out."""
+        view = memoryview(buffer).cast("B")
+        length = len(view)
+        if start < 0:
+            raise InvalidInput("range", "start >= 0", start)
+        if length == 0:
+            if self.head(key) is None:
+                raise ObjectMissing(key)
+            return 0
+        try:
+            response = self._client.get_object(
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}"
+            )
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") == "InvalidRange":
+                return 0  # start at or past the end (416); the key exists
+            self._fail(err, "get_object", key)
+        except BotoCoreError as err:
+            self._fail(err, "get_object", key)
+        body = response["Body"]
+        expected = int(response.get("ContentLength", -1))
+        raw = getattr(body, "_raw_stream", None)
+        fp = getattr(raw, "_fp", None)
+        if (not isinstance(fp, http.client.HTTPResponse) or not 0 <= expected <= length
+                or getattr(raw, "chunked", False)):
+            data = self._read_body(response, "get_object", key)  # any other transport
+            if len(data) > length:
+                raise StoreError(f"get_object {key}: {len(data)} bytes for a {length}-byte range")
+            view[: len(data)] = data
+            return len(data)
+        got = 0
+        try:
+            while got < expected:
+                n = fp.readinto(view[got:expected])
+                if not n:
+                    break
+                got += n
+        except (OSError, http.client.HTTPException) as err:
+            body.close()
+            raise StoreUnreachable(
+                f"get_object {key}: the connection to {self.endpoint} broke mid-body "
+                f"({type(err).__name__})") from err
+        if got != expected:
+            body.close()
+            raise StoreUnreachable(
+                f"get_object {key}: the connection to {self.endpoint} closed after {got} "
+                f"of {expected} bytes")
+        if fp.isclosed():
+            raw.release_conn()  # read to its end: the connection is reusable
+        body.close()
+        return got
 
     def _read_body(self, response: dict[str, Any], op: str, key: str) -> bytes:
         try:
