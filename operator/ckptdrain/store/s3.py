@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.client
-import io
 import re
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, NoReturn
@@ -39,6 +38,7 @@ from ckptdrain.errors import (
 )
 from ckptdrain.store.base import ObjectInfo, UploadedPart
 from ckptdrain.store.local import check_key
+from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
 _ACCESS_CODES = {
@@ -82,95 +82,6 @@ def _newer_or_same(item: dict[str, Any], other: dict[str, Any] | None) -> bool:
     if other is None or not other.get("LastModified") or not item.get("LastModified"):
         return True
     return bool(item["LastModified"] >= other["LastModified"])
-
-
-class _Window(io.RawIOBase):
-    """Exactly `size` bytes of a stream, from where it stands now.
-
-    botocore rewinds a body with seek(0) before a retry; this makes 0 mean
-    "where the caller's stream was", and stops reads at `size`.
-    """
-
-    def __init__(self, stream: BinaryIO, size: int) -> None:
-        self._stream = stream
-        self._size = size
-        self._pos = 0
-        self._origin = stream.tell() if stream.seekable() else None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return self._origin is not None
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if self._origin is None:
-            raise io.UnsupportedOperation("stream is not seekable")
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, min(self._size, base + offset))
-        self._stream.seek(self._origin + self._pos)
-        return self._pos
-
-    def read(self, n: int = -1) -> bytes:
-        left = self._size - self._pos
-        n = left if n is None or n < 0 else min(n, left)
-        data = self._stream.read(n) if n else b""
-        self._pos += len(data)
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-
-class _Body(io.RawIOBase):
-    """A bytes-like body sent without a whole copy, through an optional pacer.
-
-    http.client reads it in small blocks; each block is handed to `pace`
-    first, so a rate limiter throttles the bytes as they go to the socket
-    (not a whole part at once). A retry rewinds and re-reads, and is paced
-    again: those bytes really are sent twice.
-    """
-
-    def __init__(self, data: bytes | bytearray | memoryview,
-                 pace: Callable[[int], object] | None) -> None:
-        self._view = memoryview(data).cast("B")
-        self._pace = pace
-        self._pos = 0
-
-    def __len__(self) -> int:
-        return len(self._view) - self._pos
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
-        self._pos = max(0, min(len(self._view), base + offset))
-        return self._pos
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._view) if n is None or n < 0 else min(len(self._view), self._pos + n)
-        if self._pace is not None and end > self._pos:
-            self._pace(end - self._pos)
-        data = bytes(self._view[self._pos:end])
-        self._pos = end
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
 
 class S3Store:
@@ -323,7 +234,7 @@ class S3Store:
 
     # Whole objects -----------------------------------------------------------
     def put_bytes(self, key: str, data: bytes) -> None:
-        self._call("put_object", key, Key=self._key(key), Body=_Body(data, self._pace),
+        self._call("put_object", key, Key=self._key(key), Body=PacedBody(data, self._pace),
                    ContentLength=len(data), **self._integrity_args(data))
 
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
@@ -336,7 +247,7 @@ class S3Store:
             raise InvalidInput("size", "a size >= 0", size)
         if not stream.seekable():
             raise InvalidInput("stream", "a seekable stream (use multipart for pipes)", stream)
-        body = _Window(stream, size)
+        body = WindowBody(stream, size)
         self._call("put_object", key, Key=self._key(key), Body=body, ContentLength=size)
 
     def get_bytes(self, key: str) -> bytes:
@@ -476,7 +387,7 @@ class S3Store:
         has no CRC32C it is computed here, not replaced by Content-MD5."""
         if crc32c is None:
             crc32c = checksum.crc32c(memoryview(data).cast("B"))
-        body = _Body(data, self._pace)  # no copy of the part; paced as it is sent
+        body = PacedBody(data, self._pace)  # no copy of the part; paced as it is sent
         try:
             response = self._client.upload_part(
                 Bucket=self.bucket,
