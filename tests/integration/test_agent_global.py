@@ -115,8 +115,9 @@ def test_corrupt_local_copy_falls_back_to_the_global_tier(pod: Pod) -> None:
     assert resumed.wait(60) == 0, pod.logs()
 
 
-def test_deadline_journals_the_drain_and_the_next_agent_resumes_it(file_pod: Pod) -> None:
-    pod = file_pod
+def _drain_cut_by_the_deadline(pod: Pod) -> int:
+    """SIGTERM an agent whose share (2 MB/s) cannot drain 16 MiB within the
+    flush budget; return the step it left journaled."""
     pod.size = "16MiB"
     pod.share.write_text("2000000")  # 2 MB/s: 16 MiB cannot finish in the budget
     pod.env.update({"CKPTDRAIN_GRACE_SECONDS": "5", "CKPTDRAIN_SAFETY_MARGIN": "1s",
@@ -126,7 +127,12 @@ def test_deadline_journals_the_drain_and_the_next_agent_resumes_it(file_pod: Pod
     pod.wait_for(lambda: [d for d in pod.trainer_lines(trainer) if d["event"] == "progress"],
                  "the trainer to train")
     assert pod.sigterm(trainer, agent) == [0, 0], pod.logs()
-    step = pod.tier.steps()[0]
+    return pod.tier.steps()[0]
+
+
+def test_deadline_journals_the_drain_and_the_next_agent_resumes_it(file_pod: Pod) -> None:
+    pod = file_pod
+    step = _drain_cut_by_the_deadline(pod)
     pod.tier.verify(step)  # durable locally even though the drain could not finish
     assert not pod.tier.is_global(step)
     assert pod.tier.journal_path(step).exists(), pod.logs()
@@ -149,16 +155,7 @@ def test_deadline_journals_the_drain_and_the_next_agent_resumes_it(file_pod: Pod
 
 def test_resume_counts_parts_through_a_fault_wrapper(file_pod: Pod) -> None:
     pod = file_pod
-    pod.size = "16MiB"
-    pod.share.write_text("2000000")
-    pod.env.update({"CKPTDRAIN_GRACE_SECONDS": "5", "CKPTDRAIN_SAFETY_MARGIN": "1s",
-                    "CKPTDRAIN_INTERVAL": "1h"})
-    agent = pod.start_agent()
-    trainer = pod.start_trainer()
-    pod.wait_for(lambda: [d for d in pod.trainer_lines(trainer) if d["event"] == "progress"],
-                 "the trainer to train")
-    assert pod.sigterm(trainer, agent) == [0, 0], pod.logs()
-    step = pod.tier.steps()[0]
+    step = _drain_cut_by_the_deadline(pod)
     assert pod.tier.journal_path(step).exists(), pod.logs()
 
     # Resume in-process, through a wrapper that counts the parts sent.
