@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from ckptdrain import __version__, sizing, units
-from ckptdrain.errors import CkptdrainError, IntegrityError, InvalidInput
+from ckptdrain.errors import (
+    CkptdrainError,
+    IntegrityError,
+    InvalidInput,
+    NoCheckpoint,
+    ObjectMissing,
+)
 
 PLUGINS: dict[str, tuple[str, str]] = {
     "agent": ("ckptdrain.agent.command", "run the node agent (sidecar): capture and drain"),
@@ -123,8 +129,23 @@ def _size_rows(s: sizing.Sizing) -> list[tuple[str, str]]:
     return rows
 
 
+#: The sizing model names its fields as a policy spec does; here they are flags.
+_SIZE_FIELD_FLAGS = {
+    "parameters": "--parameters", "bytesPerParameter": "--bytes-per-parameter",
+    "checkpointBytes": "--checkpoint-bytes", "interval": "--interval", "mtti": "--mtti",
+    "overlap": "--overlap", "globalEvery": "--global-every", "drainers": "--drainers",
+    "localWriteSeconds": "--local-write-time", "caps.policy": "--cap",
+    "caps.cluster": "--cluster-cap",
+}
+
+
 def cmd_size(args: argparse.Namespace) -> int:
-    result = sizing.compute(_sizing_input(args))
+    try:
+        result = sizing.compute(_sizing_input(args))
+    except InvalidInput as err:
+        if err.field not in _SIZE_FIELD_FLAGS:
+            raise
+        raise InvalidInput(_SIZE_FIELD_FLAGS[err.field], err.expected, err.seen) from None
     if args.json:
         print(json.dumps(_size_json(result), indent=2))
     else:
@@ -140,7 +161,7 @@ def cmd_size(args: argparse.Namespace) -> int:
 def _open(uri: str, endpoint_url: str | None) -> Any:
     from ckptdrain.store import open_store
 
-    return open_store(uri, endpoint_url=endpoint_url)
+    return open_store(uri, endpoint_url=endpoint_url, endpoint_field="--endpoint-url")
 
 
 class _Bar:
@@ -178,16 +199,17 @@ def cmd_push(args: argparse.Namespace) -> int:
     from ckptdrain.transfer.scan import build_manifest
 
     src = Path(args.src).absolute()
-    step = _step_from_dir(src) if args.step is None else args.step
+    step = _step_from_dir(src) if args.step is None else _step_number("--step", args.step)
     writers = units.parse_positive_int("--writers", args.writers)
-    if not 0 <= args.writer < writers:
+    writer = _writer_id(args.writer)
+    if writer >= writers:
         raise InvalidInput("--writer", f"a writer id in 0..{writers - 1}", args.writer)
     rate = None if args.rate is None else units.parse_rate("--rate", args.rate)
-    part = units.parse_bytes("--part-size", args.part_size)
+    part = _positive_bytes("--part-size", args.part_size)
     concurrency = units.parse_positive_int("--concurrency", args.concurrency)
     journal = Path(args.journal) if args.journal else src.parent / f".{src.name}.ckptdrain-journal"
     store = _open(args.uri, args.endpoint_url)
-    manifest = build_manifest(src, step, args.writer, writers, created=time.time())
+    manifest = build_manifest(src, step, writer, writers, created=time.time())
     drainer = Drainer(store, limiter=TokenBucket(rate), part_size=part, concurrency=concurrency)
     cancel = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -200,7 +222,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     journal.unlink(missing_ok=True)
     speed = result.sent_bytes / result.seconds if result.seconds > 0 else 0.0
     doc = {**dataclasses.asdict(result), "uri": store.uri, "bytes_per_second": speed}
-    _report(args, doc, f"pushed step {step} writer {args.writer}/{writers} to {store.uri}: "
+    _report(args, doc, f"pushed step {step} writer {writer}/{writers} to {store.uri}: "
             f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)} "
             f"({units.format_rate(speed)}), {units.format_bytes(result.resumed_bytes)} resumed")
     return 0
@@ -210,13 +232,20 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from ckptdrain.transfer.fetch import fetch
 
     step = None if args.step in (None, "latest") else _int("--step", args.step)
+    writer = None if args.writer is None else _writer_id(args.writer)
+    concurrency = units.parse_positive_int("--concurrency", args.concurrency)
+    part = None if args.part_size is None else _positive_bytes("--part-size", args.part_size)
     store = _open(args.uri, args.endpoint_url)
     bar = _Bar(args, 0, "pull")
     try:
-        result = fetch(store, Path(args.dest), step=step, writer=args.writer,
-                       concurrency=units.parse_positive_int("--concurrency", args.concurrency),
-                       part_size=units.parse_bytes("--part-size", args.part_size)
-                       if args.part_size else None, progress=bar)
+        result = fetch(store, Path(args.dest), step=step, writer=writer,
+                       concurrency=concurrency, part_size=part, progress=bar)
+    except ObjectMissing as err:
+        if step is None:
+            raise
+        # A committed manifest names an object the store no longer has: the
+        # step is damaged (exit 4), not the store unreachable (exit 3).
+        raise IntegrityError(f"step {step}: data missing from the store: {err}") from None
     finally:
         bar.close()
     speed = result.bytes / result.seconds if result.seconds > 0 else 0.0
@@ -255,21 +284,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ckptdrain.transfer.fetch import verify_dir, verify_store
 
     step = None if args.step in (None, "latest") else _int("--step", args.step)
+    writer = 0 if args.writer is None else _writer_id(args.writer)
+
+    def newest(store: Any) -> int:
+        found = complete_steps(store)
+        if not found:
+            raise NoCheckpoint(f"no complete checkpoint in {store.uri}")
+        return found[0].step
+
     if "://" in args.target:
         store = _open(args.target, args.endpoint_url)
-        if step is None:
-            found = complete_steps(store)
-            if not found:
-                raise IntegrityError(f"no complete checkpoint in {store.uri}")
-            step = found[0].step
+        step = newest(store) if step is None else step
         problems, what = verify_store(store, step), f"step {step} in {store.uri}"
     else:
         if args.manifest:
             manifest = WriterManifest.from_json(Path(args.manifest).read_bytes())
         elif args.against:
             store = _open(args.against, args.endpoint_url)
-            step = step if step is not None else complete_steps(store)[0].step
-            manifest = load_checkpoint(store, step).manifests[args.writer or 0]
+            ckpt = load_checkpoint(store, newest(store) if step is None else step)
+            if writer >= len(ckpt.manifests):
+                raise InvalidInput("--writer", f"a writer id in 0..{len(ckpt.manifests) - 1} "
+                                   f"(step {ckpt.step} has {len(ckpt.manifests)})", writer)
+            manifest = ckpt.manifests[writer]
         else:
             raise InvalidInput("--manifest", "a manifest file (or --against URI) to verify a DIR",
                                None)
@@ -284,6 +320,39 @@ def _int(field: str, value: str) -> int:
     if not re.fullmatch(r"[0-9]+", value):
         raise InvalidInput(field, "a step number or 'latest'", value)
     return int(value)
+
+
+def _step_number(field: str, value: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,18}", value.strip()):
+        raise InvalidInput(field, "a step number: a whole number >= 0", value)
+    return int(value)
+
+
+def _writer_id(value: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,9}", value.strip()):
+        raise InvalidInput("--writer", "a writer id: a whole number >= 0", value)
+    return int(value)
+
+
+def _positive_bytes(field: str, value: str) -> int:
+    size = units.parse_bytes(field, value)
+    if size < 1:
+        raise InvalidInput(field, "a size of at least 1 byte such as 64MiB", value)
+    return size
+
+
+def _attach_negative_values(argv: list[str]) -> list[str]:
+    """`--rate -5MB/s` as `--rate=-5MB/s`: argparse reads a value that starts
+    with '-' as a flag and says only "expected one argument"; attached, the
+    value reaches its parser, which refuses it naming the flag."""
+    out: list[str] = []
+    for arg in argv:
+        if (out and re.fullmatch(r"-[0-9.]\S*", arg) and out[-1].startswith("--")
+                and "=" not in out[-1]):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def _report(args: argparse.Namespace, doc: dict[str, Any], line: str) -> None:
@@ -322,8 +391,8 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("push", help="upload a checkpoint directory (resumable, rate-limited)")
     p.add_argument("src", metavar="SRC_DIR")
     p.add_argument("uri", metavar="URI", help="file:///path or s3://bucket/prefix")
-    p.add_argument("--step", type=int, help="step (default: the number ending SRC_DIR's name)")
-    p.add_argument("--writer", type=int, default=0, help="this writer's id (default 0)")
+    p.add_argument("--step", help="step (default: the number ending SRC_DIR's name)")
+    p.add_argument("--writer", default="0", help="this writer's id (default 0)")
     p.add_argument("--writers", default="1", help="writers in the checkpoint (default 1)")
     p.add_argument("--rate", help="bandwidth limit for everything sent: 50MB/s (default none)")
     p.add_argument("--part-size", default="64MiB", help="multipart part size (default 64MiB)")
@@ -336,7 +405,7 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("uri", metavar="URI")
     p.add_argument("dest", metavar="DEST", help="missing or empty directory")
     p.add_argument("--step", help="a step number or 'latest' (default)")
-    p.add_argument("--writer", type=int, help="only this writer's files, directly under DEST")
+    p.add_argument("--writer", help="only this writer's files, directly under DEST")
     p.add_argument("--concurrency", default="16", help="ranged GETs in flight (default 16)")
     p.add_argument("--part-size", help="range size (default: the upload's part size)")
     _common(p)
@@ -352,7 +421,7 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--step", help="step to verify (default: the newest complete)")
     p.add_argument("--manifest", help="for a DIR: the manifest JSON to check it against")
     p.add_argument("--against", metavar="URI", help="for a DIR: take the manifest from a store")
-    p.add_argument("--writer", type=int, help="for --against: which writer's manifest")
+    p.add_argument("--writer", help="for --against: which writer's manifest")
     _common(p)
     p.set_defaults(func=cmd_verify)
 
@@ -369,7 +438,7 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one sub-command; user errors become one line on stderr and an exit code."""
-    argv = sys.argv[1:] if argv is None else argv
+    argv = _attach_negative_values(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     try:
         args = build_parser(chosen if chosen in PLUGINS else None).parse_args(argv)

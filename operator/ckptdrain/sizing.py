@@ -85,6 +85,9 @@ def checkpoint_size(inp: SizingInput) -> float:
         raise InvalidInput("model", "parameters or checkpointBytes", None)
     params = _positive("parameters", inp.parameters, "a positive parameter count")
     per = _positive("bytesPerParameter", inp.bytes_per_parameter, "a positive number such as 14")
+    if not math.isfinite(params * per):  # 1e308 parameters: each factor finite, not the product
+        raise InvalidInput("parameters", "a parameter count whose checkpoint size "
+                           "(parameters × bytes per parameter) is a finite number", params)
     return params * per
 
 
@@ -119,6 +122,9 @@ def compute(inp: SizingInput) -> Sizing:
     young_daly = None if (write_s is None or mtti is None) else young_daly_interval(write_s, mtti)
 
     global_interval = interval * inp.global_every
+    if not math.isfinite(global_interval):
+        raise InvalidInput("interval", "a duration whose product with globalEvery is finite",
+                           interval)
     required = size / (global_interval * overlap)
 
     caps = {
@@ -130,6 +136,9 @@ def compute(inp: SizingInput) -> Sizing:
     for name, cap in caps.items():
         if cap < allowed:
             allowed, binding = cap, name
+    if allowed <= 0 or not math.isfinite(size / allowed):  # extreme inputs under/overflow
+        raise InvalidInput(f"caps.{binding}" if binding else "interval",
+                           "values at which the checkpoint drains in a finite time", allowed)
     drain_seconds = size / allowed
 
     goodput = lost = None

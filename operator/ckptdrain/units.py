@@ -65,14 +65,14 @@ def parse_count(field: str, value: object) -> float:
     """A positive count such as parameters: 405B, 4.05e11, 70M, 1.5T."""
     expected = "a positive count such as 405B, 70M or 4.05e11"
     number, unit = _split_number(field, value, expected)
-    if unit not in _COUNT_SUFFIX or number <= 0:
+    if unit not in _COUNT_SUFFIX or number <= 0 or not math.isfinite(number * _COUNT_SUFFIX[unit]):
         raise InvalidInput(field, expected, value)
     return number * _COUNT_SUFFIX[unit]
 
 
 def _size(field: str, value: object, expected: str) -> float:
     number, unit = _split_number(field, value, expected)
-    if unit not in _BYTE_SUFFIX or number < 0:
+    if unit not in _BYTE_SUFFIX or number < 0 or not math.isfinite(number * _BYTE_SUFFIX[unit]):
         raise InvalidInput(field, expected, value)
     return number * _BYTE_SUFFIX[unit]
 
@@ -84,11 +84,14 @@ def parse_bytes(field: str, value: object) -> int:
 
 def parse_rate(field: str, value: object) -> float:
     """A positive rate in bytes per second: 63GB/s, 500MiB/s, 1e9."""
-    expected = "a rate such as 63GB/s, 500MiB/s or 1e9 (bytes per second)"
+    expected = "a positive rate such as 63GB/s, 500MiB/s or 1e9 (bytes per second)"
     text = value.strip() if isinstance(value, str) else value
     if isinstance(text, str) and text.endswith("/s"):
         text = text[:-2]
-    rate = _size(field, text, expected) if text != "" else 0.0
+    try:
+        rate = _size(field, text, expected) if text != "" else 0.0
+    except InvalidInput:
+        raise InvalidInput(field, expected, value) from None  # show what was typed, "/s" too
     if rate <= 0:
         raise InvalidInput(field, expected, value)
     return rate

@@ -66,7 +66,8 @@ def build_drain(cfg: agent_config.AgentConfig, tier: LocalTier, reporter: Report
     from ckptdrain.store import open_store
     from ckptdrain.transfer.drain import Drainer
 
-    store = open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint, region=cfg.region)
+    store = open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint,
+                       endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region)
     limiter = TokenBucket(cfg.default_rate)
 
     def apply(share: Share) -> None:

@@ -74,6 +74,12 @@ def _optional_text(field: str, value: object) -> str | None:
     return value.strip() or None
 
 
+def _optional_endpoint(field: str, value: object) -> str | None:
+    from ckptdrain.store.endpoint import parse_endpoint
+
+    return None if _optional_text(field, value) is None else parse_endpoint(field, value)
+
+
 def _text(field: str, value: object) -> str:
     return _optional_text(field, value) or ""
 
@@ -140,7 +146,7 @@ FIELDS: tuple[Field, ...] = (
           "target drain time / global interval (reported, not enforced)"),
     Field("store_uri", "CKPTDRAIN_STORE_URI", _optional_text, None,
           "global tier: s3://bucket/prefix or file:///path (none: local tier only)"),
-    Field("s3_endpoint", "CKPTDRAIN_S3_ENDPOINT", _optional_text, None,
+    Field("s3_endpoint", "CKPTDRAIN_S3_ENDPOINT", _optional_endpoint, None,
           "S3-compatible endpoint URL"),
     Field("region", "AWS_REGION", _optional_text, None, "S3 region"),
     Field("writer_id", "CKPTDRAIN_WRITER_ID", _text, "0",

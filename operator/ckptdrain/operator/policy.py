@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from ckptdrain import sizing, units
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.store.endpoint import parse_endpoint
 
 KNOWN_SCHEMES = ("s3", "file")
 GRACE_POLICIES = ("Warn", "Refuse")
@@ -238,7 +239,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
             r.fail("localTier.memory.sizeLimit",
                    f"at least one checkpoint shard, {units.format_bytes(shard)} per writer",
                    memory)
-    endpoint = r.get("storage.endpoint", _text, None)
+    endpoint = r.get("storage.endpoint", parse_endpoint, None)
     region = r.get("storage.region", _text, None)
     global_keep = r.get("storage.keep", units.parse_positive_int, DEFAULT_GLOBAL_KEEP)
     schedule = r.get("triggers.schedule", _flag, True)

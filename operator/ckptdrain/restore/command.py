@@ -180,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             from ckptdrain.store import open_store
 
-            store = open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint, region=cfg.region)
+            store = open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint,
+                               endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region)
         except (CkptdrainError, OSError) as err:
             problem = f"cannot open {cfg.store_uri}: {err}"
             store = object()  # a store was configured but is unusable

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from ckptdrain.errors import InvalidInput
 from ckptdrain.store.base import ObjectInfo, Store, UploadedPart
+from ckptdrain.store.endpoint import parse_endpoint
 
 __all__ = [
     "ObjectInfo",
@@ -123,12 +124,13 @@ def _parse_s3(netloc: str, path: str, shown: str) -> StoreURI:
 
 
 def endpoint_from_env(environ: dict[str, str] | None = None) -> str | None:
-    """The custom S3 endpoint named by the environment, or None for AWS itself."""
+    """The custom S3 endpoint named by the environment, or None for AWS itself.
+    InvalidInput naming the variable when its value is not a usable URL."""
     env = os.environ if environ is None else environ
     for name in ENDPOINT_ENV_VARS:
         value = env.get(name, "").strip()
         if value:
-            return value
+            return parse_endpoint(name, value)
     return None
 
 
@@ -136,6 +138,7 @@ def open_store(
     uri: str,
     *,
     endpoint_url: str | None = None,
+    endpoint_field: str = "endpoint_url",
     region: str | None = None,
     max_pool_connections: int = 32,
 ) -> Store:
@@ -144,10 +147,13 @@ def open_store(
     For s3:// the endpoint is `endpoint_url`, else the first of
     CKPTDRAIN_S3_ENDPOINT, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS.
     Credentials come from the standard AWS chain (env, profile, IRSA, IMDS).
+    The endpoint goes through `parse_endpoint` (InvalidInput naming
+    `endpoint_field`, credentials redacted) before boto3 sees it.
     Opening does no I/O for s3:// (errors show on first use); file:// creates
     the directory if needed.
     """
     parsed = parse_store_uri(uri)
+    endpoint = None if endpoint_url is None else parse_endpoint(endpoint_field, endpoint_url)
     if parsed.scheme == "file":
         from ckptdrain.store.local import LocalStore
 
@@ -157,7 +163,7 @@ def open_store(
     return S3Store(
         parsed.bucket,
         parsed.prefix,
-        endpoint_url=endpoint_url or endpoint_from_env(),
+        endpoint_url=endpoint or endpoint_from_env(),
         region=region,
         max_pool_connections=max_pool_connections,
     )

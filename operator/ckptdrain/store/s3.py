@@ -157,7 +157,13 @@ class S3Store:
             aws_session_token=session_token,
             region_name=region,
         )
-        self._client = session.client("s3", endpoint_url=endpoint_url, config=config)
+        try:
+            self._client = session.client("s3", endpoint_url=endpoint_url, config=config)
+        except (ValueError, BotoCoreError) as err:
+            # botocore quotes the whole endpoint (credentials included) in its
+            # message: say which setting is wrong, never what it holds.
+            raise InvalidInput("endpoint_url", "an S3 endpoint botocore accepts "
+                               f"({type(err).__name__})", self.endpoint) from None
         self._pace: Callable[[int], object] | None = None
 
     def set_pacer(self, pace: Callable[[int], object] | None) -> None:
