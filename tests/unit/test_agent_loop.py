@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
+
+from tests.support.smallfs import small_filesystem, used_bytes
 
 from ckptdrain.agent import config
 from ckptdrain.agent.drain import next_backoff
 from ckptdrain.agent.localtier import LocalTier
 from ckptdrain.agent.loop import Agent, goes_global
 from ckptdrain.agent.metrics import AgentMetrics
-from ckptdrain.agent.report import CheckpointEvent
+from ckptdrain.agent.report import CheckpointEvent, State
 from ckptdrain.client import Client
 
 
@@ -119,3 +124,90 @@ def test_sigterm_flush_without_a_store_captures_and_returns_zero(tmp_path: Path)
     assert agent.tier.steps() == [7]
     assert recorder.events[-1].trigger == "sigterm"
     agent.tier.verify(7)
+
+
+# -- a local tier that is full ---------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _ticking(agent: Agent, clock: FakeClock, seconds: float) -> list[float]:
+    """Tick the loop every POLL of fake time; return when captures were attempted."""
+    attempts: list[float] = []
+    real = agent.capture_newest
+
+    def counted(*args: Any, **kwargs: Any) -> int | None:
+        attempts.append(clock.now)
+        return real(*args, **kwargs)
+
+    agent.capture_newest = counted  # type: ignore[method-assign]
+    end = clock.now + seconds
+    while clock.now < end:
+        agent.tick()
+        clock.now += 0.2
+    return attempts
+
+
+def _states(recorder: Recorder) -> list[str]:
+    return [e.state.value for e in recorder.events]
+
+
+def test_a_capture_that_cannot_fit_is_refused_before_writing(tmp_path: Path) -> None:
+    with small_filesystem(tmp_path / "local", "8m") as local:
+        agent, recorder = _agent(tmp_path, CKPTDRAIN_LOCAL_DIR=str(local))
+        clock = FakeClock()
+        agent.clock = clock
+        step = Client(tmp_path / "work").begin(3)
+        with open(step / "big", "wb") as f:
+            f.truncate(32 << 20)  # 32 MiB (sparse here; the copy would write every byte)
+        Client(tmp_path / "work").complete(3)
+        before = used_bytes(local)
+        attempts = _ticking(agent, clock, 10.0)
+        assert used_bytes(local) == before  # not one block written
+        assert os.listdir(local) == []
+        # Back-off 1, 2, 4 s: attempts at 0, 1, 3, 7 s, not every 0.2 s.
+        assert [round(t - attempts[0], 1) for t in attempts] == [0.0, 1.0, 3.0, 7.0]
+        assert _states(recorder) == ["Capturing", "Failed"]
+        assert "free" in recorder.events[-1].message
+
+
+class FullDiskTier(LocalTier):
+    """The real tier, but every capture fails as a full disk does, until `full` is cleared."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.full = True
+        self.calls = 0
+
+    def capture(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.root))
+        return super().capture(*args, **kwargs)
+
+
+def test_a_failing_capture_backs_off_reports_once_and_recovers(tmp_path: Path) -> None:
+    agent, recorder = _agent(tmp_path, CKPTDRAIN_INTERVAL="1h")
+    agent.tier = tier = FullDiskTier(agent.tier.root)
+    clock = FakeClock()
+    agent.clock = clock
+    _publish(tmp_path, 1)
+    _ticking(agent, clock, 300.0)
+    # Tries at 0, 1, 3, 7, 15, 31, 63 s, then every 60 s (the cap): 10 in 5 minutes,
+    # where a retry every 0.2 s made 1500.
+    assert tier.calls == 10
+    assert _states(recorder) == ["Capturing", "Failed"]
+    _publish(tmp_path, 2)  # a newer step is tried at once, and reported once
+    _ticking(agent, clock, 0.2)
+    assert tier.calls == 11
+    assert _states(recorder) == ["Capturing", "Failed", "Capturing", "Failed"]
+    tier.full = False  # space freed: the next retry succeeds and the back-off resets
+    _ticking(agent, clock, 2.0)
+    assert tier.steps() == [2]
+    assert _states(recorder)[-1] == State.LOCAL.value

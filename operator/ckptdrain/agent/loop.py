@@ -2,7 +2,10 @@
 
 Steady state, every `POLL` seconds:
 - every `interval`, ask the trainer for a checkpoint (rewrite the request file);
-- capture the newest step the trainer has published, if it is new;
+- capture the newest step the trainer has published, if it is new. A capture
+  that cannot fit the local tier is refused before anything is written; a
+  failed capture is retried with exponential back-off (1 s doubling to 60 s)
+  and reported once per distinct failure, not once per retry;
 - hand every `global_every`-th capture (and the first) to the drain worker;
 - apply local retention and prune superseded steps from the work dir.
 
@@ -30,8 +33,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ckptdrain.agent import space
 from ckptdrain.agent.config import AgentConfig
-from ckptdrain.agent.drain import DrainWorker
+from ckptdrain.agent.drain import DrainWorker, next_backoff
 from ckptdrain.agent.durable import CopyAborted
 from ckptdrain.agent.localtier import LocalTier, completed_steps
 from ckptdrain.agent.metrics import AgentMetrics
@@ -77,6 +81,13 @@ class Agent:
         self.captures = 0
         self.keep_in_work: set[int] = set()
         self._seq = (read_request(cfg.work_dir).seq if read_request(cfg.work_dir) else 0)
+        self._next_request: float | None = None
+        # Capture back-off: the step that failed, when to try it again, the
+        # current delay, and the failure last reported (step, kind).
+        self._failed_step: int | None = None
+        self._retry_at = 0.0
+        self._backoff: float | None = None
+        self._reported: tuple[int, str] | None = None
 
     # -- signals -----------------------------------------------------------------
     def on_sigterm(self) -> None:
@@ -145,29 +156,43 @@ class Agent:
     def run(self) -> int:
         """Run until SIGTERM, then flush. Returns the exit code (0)."""
         self.recover()
-        next_request = self.clock() + self.cfg.interval_s
         while not self.terminating.is_set():
-            self.metrics.beat()
-            now = self.clock()
-            if now >= next_request:
-                self.request("schedule")
-                next_request = max(next_request + self.cfg.interval_s, now + POLL)
-            try:
-                # A SIGTERM during this capture lets it finish (it is likely the newest
-                # state) unless the flush deadline passes or a second SIGTERM comes.
-                self.capture_newest("schedule", should_stop=self._past_deadline)
-                self.housekeeping()
-            except CopyAborted:
-                log.warning("capture stopped by the SIGTERM deadline")
-            except CkptdrainError as err:
-                # A bad checkpoint or a full disk must not stop the schedule.
-                self.metrics.errors.labels("capture").inc()
-                log.warning("capture failed, will retry: %s", err)
-            except OSError as err:
-                self.metrics.errors.labels("capture").inc()
-                log.warning("capture failed, will retry: %s", err)
+            self.tick()
             self.terminating.wait(POLL)
         return self.flush()
+
+    def tick(self) -> None:
+        """One pass of the steady state: request, capture (unless backing off), tidy."""
+        self.metrics.beat()
+        now = self.clock()
+        if self._next_request is None:
+            self._next_request = now + self.cfg.interval_s
+        if now >= self._next_request:
+            self.request("schedule")
+            self._next_request = max(self._next_request + self.cfg.interval_s, now + POLL)
+        published = completed_steps(self.cfg.work_dir)
+        if published and published[0] == self._failed_step and now < self._retry_at:
+            return  # backing off; a newer published step is tried at once
+        try:
+            # A SIGTERM during this capture lets it finish (it is likely the newest
+            # state) unless the flush deadline passes or a second SIGTERM comes.
+            captured = self.capture_newest("schedule", should_stop=self._past_deadline)
+        except CopyAborted:
+            log.warning("capture stopped by the SIGTERM deadline")
+            return
+        except (CkptdrainError, OSError) as err:
+            # A bad checkpoint or a full disk must not stop the schedule, nor
+            # turn into a storm of copies and events.
+            self.metrics.errors.labels("capture").inc()
+            step = published[0] if published else None
+            self._backoff = next_backoff(self._backoff if step == self._failed_step else None)
+            self._failed_step, self._retry_at = step, now + self._backoff
+            log.warning("capture of step %s failed, retrying in %.0fs: %s", step,
+                        self._backoff, err)
+            return
+        if captured is not None:
+            self._failed_step, self._backoff, self._reported = None, None, None
+        self.housekeeping()
 
     def request(self, reason: str) -> None:
         """Ask the trainer for a checkpoint. It answers by publishing a step."""
@@ -189,8 +214,11 @@ class Agent:
             return None
         step = published[0]
         source = self.cfg.work_dir / f"step-{step}"
-        self.reporter.report(CheckpointEvent(step, State.CAPTURING, trigger=trigger))
+        if self._reported is None or self._reported[0] != step:  # not a retry
+            self.reporter.report(CheckpointEvent(step, State.CAPTURING, trigger=trigger))
         try:
+            if not self.tier.has(step):
+                space.check_room(self.tier.root, space.tree_bytes(source))
             captured = self.tier.capture(source, step, writer=self.cfg.writer,
                                          writers=self.cfg.writers, should_stop=should_stop,
                                          extra={"trigger": trigger})
@@ -201,8 +229,11 @@ class Agent:
             log.warning("step %d vanished while capturing (%s); will retry", step, err)
             return None
         except Exception as err:
-            self.reporter.report(CheckpointEvent(step, State.FAILED, message=f"capture: {err}",
-                                                 trigger=trigger))
+            kind = f"{type(err).__name__}:{getattr(err, 'errno', '')}"
+            if self._reported != (step, kind):  # one event per distinct failure
+                self._reported = (step, kind)
+                self.reporter.report(CheckpointEvent(step, State.FAILED,
+                                                     message=f"capture: {err}", trigger=trigger))
             raise
         size = captured.manifest.total_bytes
         self.metrics.captured_bytes.inc(size)
