@@ -72,3 +72,4 @@ def test_every_candidate_corrupt_is_an_error_not_a_fresh_start(tmp_path: Path) -
     (tier.data_dir(1) / "w.bin").write_bytes(b"junk")
     result, code = restore(_cfg(tmp_path), None)
     assert code == 4 and result.step is None and len(result.skipped) == 1
+    assert not result.fresh_start and result.outcome == "none_verified"

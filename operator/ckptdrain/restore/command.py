@@ -8,11 +8,14 @@ in the result's `skipped` with the reason, and the next one is tried. The
 chosen step lands in `<work>/step-<N>/` (temp name, then rename), and the
 result file says what came from where.
 
-Exit codes: 0 restored or fresh start (the store answered and nothing exists
-anywhere); 2 invalid configuration; 3 the global tier could not be asked and
-the local tier had nothing usable (restarting from scratch then could throw
-away days of training, so we fail and let the kubelet retry); 4 candidates
-existed but none verified.
+Exit codes (and the result's `outcome`, restore/result.py): 0 restored or
+fresh start (the store answered and nothing exists anywhere); 1 a checkpoint
+exists but could not be written here (work volume full, over quota or
+read-only; a local copy that cannot fit is refused before copying); 2 invalid
+configuration; 3 the global tier could not be asked and the local tier had
+nothing usable (restarting from scratch then could throw away days of
+training, so we fail and let the kubelet retry); 4 candidates existed but
+none verified. Only exit 0 without a step is a fresh start.
 
 Unfinished drain journals on the local tier are left to the agent: restore
 runs before the trainer and every second it spends delays the whole job,
@@ -32,11 +35,11 @@ from typing import Any
 
 from ckptdrain import units
 from ckptdrain.agent import config as agent_config
-from ckptdrain.agent import durable
+from ckptdrain.agent import durable, space
 from ckptdrain.agent.localtier import LocalTier, completed_steps
 from ckptdrain.errors import CkptdrainError, IntegrityError, StoreError
 from ckptdrain.restore.plan import Candidate, candidates
-from ckptdrain.restore.result import RestoreResult, Skipped
+from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 
 log = logging.getLogger("ckptdrain.restore")
 
@@ -66,6 +69,7 @@ def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int
     if (manifest.writer, manifest.writers) != (writer, writers):
         raise IntegrityError(f"local copy is writer {manifest.writer} of {manifest.writers},"
                              f" this pod is writer {writer} of {writers}")
+    space.check_room(tmp.parent, manifest.total_bytes)
     durable.copy_tree(tier.data_dir(step), tmp, files=[f.path for f in manifest.files],
                       expected={f.path: f for f in manifest.files})
     return manifest.total_bytes
@@ -84,7 +88,8 @@ def restore(cfg: agent_config.AgentConfig, store: Any | None,
             store_problem: str | None = None) -> tuple[RestoreResult, int]:
     """Restore the best candidate. Returns the result and the exit code."""
     started = time.monotonic()
-    result = RestoreResult(fresh_start=True, writer=cfg.writer, writers=cfg.writers, at=time.time())
+    result = RestoreResult(fresh_start=False, writer=cfg.writer, writers=cfg.writers,
+                           at=time.time())
     if store_problem:
         result.skipped.append(Skipped(None, "global", store_problem))
     tier = LocalTier(cfg.local_dir)
@@ -105,26 +110,39 @@ def restore(cfg: agent_config.AgentConfig, store: Any | None,
                 step, "local",
                 "not complete globally; with several writers every rank must restore one step"))
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
+    no_room: list[str] = []
     for cand in plan:
         if result.step is not None and cand.step < result.step:
             break
         outcome = _try(cfg, tier, store, cand, result)
-        if outcome:
+        if outcome == "no_room":
+            no_room.append(f"step {cand.step} ({cand.tier}): {result.skipped[-1].reason}")
+        if outcome == "ok":
             break
     result.seconds = time.monotonic() - started
     if result.step is not None:
-        return result, 0
-    if not plan:
+        result.outcome = "restored"
+    elif no_room:
+        result.outcome = "cannot_place"
+        result.reason = f"a checkpoint exists but could not be written to {cfg.work_dir}: " \
+            f"{no_room[0]}"
+    elif store is not None and not global_ok:
+        result.outcome = "store_unavailable"
+        why = next((s.reason for s in result.skipped if s.step is None), "")
+        result.reason = f"the global tier could not be asked ({why}) and nothing local was usable"
+    elif plan:
+        result.outcome = "none_verified"
+        result.reason = f"{len(plan)} candidate(s) found, none verified"
+    else:
         _clear_stale_steps(cfg.work_dir, keep=None)
-    if store is not None and not global_ok:
-        return result, StoreError.exit_code
-    if plan:
-        return result, IntegrityError.exit_code
-    return result, 0
+        result.outcome, result.fresh_start = "fresh_start", True
+    return result, OUTCOMES[result.outcome]
 
 
 def _try(cfg: agent_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
-         result: RestoreResult) -> bool:
+         result: RestoreResult) -> str:
+    """Restore one candidate: "ok", "failed" (try the next), or "no_room" (the
+    work volume could not take it: full, over quota or read-only)."""
     tmp = cfg.work_dir / f".restore-step-{cand.step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     final = cfg.work_dir / f"step-{cand.step}"
@@ -142,12 +160,11 @@ def _try(cfg: agent_config.AgentConfig, tier: LocalTier, store: Any, cand: Candi
         log.warning("restore: step %d from the %s tier failed, trying the next candidate: %s",
                     cand.step, cand.tier, reason)
         result.skipped.append(Skipped(cand.step, cand.tier, reason))
-        return False
+        return "no_room" if space.is_no_room(err) else "failed"
     _clear_stale_steps(cfg.work_dir, keep=cand.step)
-    result.fresh_start = False
     result.step, result.tier, result.bytes = cand.step, cand.tier, size
     result.path, result.source = str(final), source
-    return True
+    return "ok"
 
 
 def _clear_stale_steps(work_dir: Path, keep: int | None) -> None:
@@ -173,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
         return err.exit_code
     if not cfg.restore:
         print("ckptdrain restore: disabled (CKPTDRAIN_RESTORE=false); fresh start")
-        RestoreResult(True, cfg.writer, cfg.writers, time.time()).write(cfg.restore_result)
+        RestoreResult(True, cfg.writer, cfg.writers, time.time(),
+                      outcome="disabled").write(cfg.restore_result)
         return 0
     store, problem = None, None
     if cfg.store_uri:
@@ -202,8 +220,8 @@ def run(args: argparse.Namespace) -> int:
     elif code == 0:
         print("ckptdrain restore: no checkpoint anywhere: fresh start")
     else:
-        print(f"ckptdrain restore: nothing usable (exit {code}); see skipped above",
-              file=sys.stderr)
+        print(f"ckptdrain restore: {result.outcome}: {result.reason} (exit {code}); see "
+              "skipped above", file=sys.stderr)
     return code
 
 

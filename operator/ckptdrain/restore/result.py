@@ -1,11 +1,25 @@
 """The restore result file the trainer reads (`ckptdrain.client.Client.restored`).
 
-    {"fresh_start": false, "step": 42, "tier": "local", "path": "/ckptdrain/work/step-42",
-     "bytes": 268435456, "seconds": 0.41, "writer": 0, "writers": 1,
+    {"outcome": "restored", "fresh_start": false, "step": 42, "tier": "local",
+     "path": "/ckptdrain/work/step-42", "bytes": 268435456, "seconds": 0.41,
+     "writer": 0, "writers": 1, "reason": "",
      "skipped": [{"step": 43, "tier": "local", "reason": "a.bin: crc32c ..."}],
      "source": "/ckptdrain/local/step-42", "at": 1700000000.0}
 
-`fresh_start` true (and no step) means nothing was found anywhere.
+`outcome` is one of OUTCOMES, with the exit code of `ckptdrain restore`:
+
+    restored          0  a checkpoint is in place (step, tier, path)
+    fresh_start       0  the store answered and nothing exists anywhere
+    disabled          0  restore is switched off for this policy
+    cannot_place      1  a checkpoint exists but could not be written here
+                         (work volume full, over quota or read-only)
+    store_unavailable 3  the global tier could not be asked, nothing local was usable
+    none_verified     4  checkpoints exist but none verified
+
+`fresh_start` is true only for `fresh_start` and `disabled`: a trainer told
+"fresh start" throws away every step it had, so a checkpoint that exists but
+could not be restored must never read as one. `reason` says why in one line
+when nothing was restored.
 """
 
 from __future__ import annotations
@@ -23,12 +37,18 @@ class Skipped:
     reason: str
 
 
+OUTCOMES = {"restored": 0, "fresh_start": 0, "disabled": 0, "cannot_place": 1,
+            "store_unavailable": 3, "none_verified": 4}
+
+
 @dataclass
 class RestoreResult:
     fresh_start: bool
     writer: int
     writers: int
     at: float
+    outcome: str = "fresh_start"
+    reason: str = ""
     step: int | None = None
     tier: str | None = None
     path: str | None = None
