@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,104 @@ def test_help_documents_exit_codes_and_version() -> None:
     version = subprocess.run([sys.executable, "-m", "ckptdrain", "--version"],
                              capture_output=True, text=True, check=True).stdout
     assert version.startswith("ckptdrain ")
+
+
+# -- exit codes, as docs/cli.md states them ---------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+def _documented_codes() -> dict[int, str]:
+    """The "Exit codes" table of docs/cli.md: code -> meaning."""
+    section = DOCS.read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| (.+) \|$", section, re.MULTILINE)
+    return {int(code): meaning for code, meaning in rows}
+
+
+def _store_with_step(tmp_path: Path) -> str:
+    src = tmp_path / "step-3"
+    src.mkdir(exist_ok=True)
+    (src / "a.bin").write_bytes(os.urandom(1000))
+    uri = f"file://{tmp_path}/store"
+    assert cli.main(["push", str(src), uri, "-q"]) == 0
+    return uri
+
+
+def _data_gone(tmp_path: Path) -> str:
+    uri = _store_with_step(tmp_path)
+    for path in (tmp_path / "store" / "data").rglob("a.bin"):
+        path.unlink()
+    return uri
+
+
+# (name, argv from (tmp_path, uri of a store holding step 3), exit code, a word from the
+# docs' meaning of that code, what stderr must name)
+CASES: list[tuple[str, Callable[[Path, str], list[str]], int, str, str]] = [
+    ("size", lambda t, u: EXAMPLE, 0, "success", ""),
+    ("manifest file missing", lambda t, u: ["verify", str(t), "--manifest", str(t / "no.json")],
+     1, "other", "no.json"),
+    ("push --part-size 0", lambda t, u: ["push", str(t / "step-3"), u, "--part-size", "0"],
+     2, "invalid", "--part-size"),
+    ("push --part-size -5", lambda t, u: ["push", str(t / "step-3"), u, "--part-size", "-5"],
+     2, "invalid", "--part-size"),
+    ("push --writer 100000", lambda t, u: ["push", str(t / "step-3"), u, "--writer", "100000"],
+     2, "invalid", "--writer"),
+    ("push --writer -1", lambda t, u: ["push", str(t / "step-3"), u, "--writer", "-1"],
+     2, "invalid", "--writer"),
+    ("push --step -1", lambda t, u: ["push", str(t / "step-3"), u, "--step", "-1"],
+     2, "invalid", "--step"),
+    ("push --rate -5MB/s", lambda t, u: ["push", str(t / "step-3"), u, "--rate", "-5MB/s"],
+     2, "invalid", "--rate"),
+    ("pull --writer -1", lambda t, u: ["pull", u, str(t / "d"), "--writer", "-1"],
+     2, "invalid", "--writer"),
+    ("pull --part-size 0", lambda t, u: ["pull", u, str(t / "d"), "--part-size", "0"],
+     2, "invalid", "--part-size"),
+    ("verify --writer -1", lambda t, u: ["verify", str(t / "step-3"), "--against", u,
+                                         "--writer", "-1"], 2, "invalid", "--writer"),
+    ("verify a writer that does not exist",
+     lambda t, u: ["verify", str(t / "step-3"), "--against", u, "--writer", "5"],
+     2, "invalid", "--writer"),
+    ("--endpoint-url notaurl", lambda t, u: ["ls", "s3://bucket", "--endpoint-url", "notaurl"],
+     2, "invalid", "--endpoint-url"),
+    ("size --parameters 1e308", lambda t, u: ["size", "--parameters", "1e308", "--interval",
+                                              "15m"], 2, "invalid", "--parameters"),
+    ("store path is a file", lambda t, u: ["ls", f"file://{t}/step-3/a.bin"], 3, "store", ""),
+    ("pull --step whose data is gone", lambda t, u: ["pull", _data_gone(t), str(t / "d"),
+                                                     "--step", "3"], 4, "integrity", "step 3"),
+    ("verify a changed file", lambda t, u: ["verify", str(_changed(t)), "--against", u],
+     4, "integrity", ""),
+    ("verify an empty store", lambda t, u: ["verify", f"file://{t}/empty"], 5, "no complete", ""),
+    ("verify DIR against an empty store",
+     lambda t, u: ["verify", str(t / "step-3"), "--against", f"file://{t}/empty"],
+     5, "no complete", ""),
+    ("pull from an empty store", lambda t, u: ["pull", f"file://{t}/empty", str(t / "d")],
+     5, "no complete", ""),
+]
+
+
+def _changed(tmp_path: Path) -> Path:
+    (tmp_path / "step-3" / "a.bin").write_bytes(b"changed")
+    return tmp_path / "step-3"
+
+
+@pytest.mark.parametrize(("name", "argv", "code", "word", "names"), CASES,
+                         ids=[c[0] for c in CASES])
+def test_exit_codes_match_the_docs(name: str, argv: Callable[[Path, str], list[str]],
+                                   code: int, word: str, names: str, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    documented = _documented_codes()
+    assert word in documented[code].lower(), (code, documented[code])
+    uri = _store_with_step(tmp_path)
+    args = argv(tmp_path, uri)
+    capsys.readouterr()
+    assert cli.main(args) == code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if code not in (0, 4) or err:  # verify's problems go to stdout; errors are one line
+        assert err.count("\n") == 1 and err.startswith("ckptdrain: error: "), err
+    assert names in err
+
+
+def test_every_documented_failure_code_has_a_case() -> None:
+    covered = {c[2] for c in CASES}
+    assert {0, 1, 2, 3, 4, 5} <= set(_documented_codes()) and {0, 1, 2, 3, 4, 5} <= covered
