@@ -211,8 +211,8 @@ def test_cert_manager_replaces_the_generated_certificate(tools: Tools) -> None:
 
 @pytest.mark.parametrize("prepare", ["true", "false"])
 def test_local_tier_prepare_reaches_the_operator(tools: Tools, prepare: str) -> None:
-    """The opt-out for Pod Security "restricted" namespaces is passed to the
-    operator as the exact string its config accepts."""
+    """The opt-out of the root prepare container is passed to the operator as
+    the exact string its config accepts."""
     objects = _docs(render(tools, "--set", f"localTier.prepare={prepare}").stdout)
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     env = {e["name"]: e.get("value")

@@ -34,8 +34,9 @@ Variables (field in parentheses):
 - CKPTDRAIN_PREPARE_LOCAL_TIER (prepare_local_tier): "true" (default) injects
   the ckptdrain-prepare init container, which hands each policy's hostPath
   directory to the agent's uid; "false" injects nothing that runs as root (for
-  Pod Security "restricted" namespaces) and requires the node to provide
-  <allowedRoot>/<namespace>/<policy> owned by uid 65532 beforehand.
+  policy engines that refuse root containers) and requires the node to provide
+  <allowedRoot>/<namespace>/<policy> owned by uid 65532 beforehand. Either way
+  the pod mounts a hostPath: its namespace must allow Pod Security "privileged".
 """
 
 from __future__ import annotations
