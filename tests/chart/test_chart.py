@@ -220,6 +220,26 @@ def test_local_tier_prepare_reaches_the_operator(tools: Tools, prepare: str) -> 
     assert env["CKPTDRAIN_PREPARE_LOCAL_TIER"] == prepare
 
 
+VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+
+
+@pytest.mark.parametrize(("args", "present"), [
+    (["--api-versions", VAP], True),                                       # auto, served
+    (["--api-versions", VAP, "--set", "agent.restrictPodPatches=false"], False),
+    (["--set", "agent.restrictPodPatches=true"], True),                    # even if not served
+])
+def test_the_agent_pod_patch_policy_follows_its_value(tools: Tools, args: list[str],
+                                                      present: bool) -> None:
+    kinds = [o["kind"] for o in _docs(render(tools, *args).stdout)]
+    assert ("ValidatingAdmissionPolicy" in kinds) is present
+    assert ("ValidatingAdmissionPolicyBinding" in kinds) is present
+
+
+def test_a_wrong_restrict_pod_patches_value_is_refused(tools: Tools) -> None:
+    result = render(tools, "--set", "agent.restrictPodPatches=maybe", check=False)
+    assert result.returncode != 0 and "restrictPodPatches" in result.stderr
+
+
 def _docs(text: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
 
@@ -255,7 +275,9 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
         kinds = {o["kind"] for o in objects}
         assert {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                 "RoleBinding", "Secret", "MutatingWebhookConfiguration",
-                "ValidatingWebhookConfiguration", "ClusterKopfPeering"} <= kinds
+                "ValidatingWebhookConfiguration", "ClusterKopfPeering",
+                # restrictPodPatches: auto, and this API server serves VAP
+                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
         for o in objects:  # each one is really there, as sent
             ns = o["metadata"].get("namespace")
             where = ["-n", ns] if ns else []

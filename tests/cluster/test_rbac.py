@@ -4,7 +4,9 @@ run here with exactly those rules (read from the doc) and still work."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +18,7 @@ from cluster_helpers import INJECT, get, pod, policy, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess, repo_root
 
+from ckptdrain.agent.kube import ANNOTATION_RESTORED, PendingBytesPublisher, annotate_own_pod
 from ckptdrain.operator.records import RecordWriter
 from support.apiserver import Cluster
 
@@ -102,3 +105,88 @@ def test_documented_rules_are_enough(cluster: Cluster, namespace: str,
 
     log = least_privileged_operator.tail(200_000)
     assert "Forbidden" not in log and "403" not in log, log[-3000:]
+
+
+# -- the agent's pod patches, narrowed by the chart's ValidatingAdmissionPolicy ---------
+
+AGENT_SA = "ckptdrain-agent"
+VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+
+
+def _pod_patch_policy() -> str:
+    """The chart's policy, rendered as `helm install` renders it on a cluster serving VAP."""
+    cache = Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")
+    helm = cache / "tools" / "bin" / "helm"
+    if not os.access(helm, os.X_OK):
+        pytest.fail(f"helm is missing ({helm}): build it once with `make servers`",
+                    pytrace=False)
+    out = subprocess.run([str(helm), "template", "ckptdrain", str(repo_root() / "charts" /
+                          "ckptdrain"), "--namespace", SYSTEM_NS, "--api-versions", VAP,
+                          "--show-only", "templates/agent-pod-policy.yaml"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout
+
+
+@pytest.fixture
+def pod_patch_policy(cluster: Cluster) -> Iterator[None]:
+    text = _pod_patch_policy()
+    cluster.kubectl("apply", "-f", "-", input=text)
+    try:
+        yield
+    finally:
+        cluster.kubectl("delete", "-f", "-", input=text, check=False)
+
+
+def _refused(core: client.CoreV1Api, name: str, namespace: str, body: dict[str, Any]) -> str:
+    """The API server's refusal of this patch ('' if it was accepted)."""
+    try:
+        core.patch_namespaced_pod(name, namespace, body)
+    except client.exceptions.ApiException as err:
+        assert err.status in (403, 422), err
+        return str(err.body)
+    return ""
+
+
+def test_the_agent_may_patch_only_its_own_pods_ckptdrain_annotations(
+        cluster: Cluster, namespace: str, pod_patch_policy: None) -> None:
+    _bind(cluster, "Role", AGENT_SA, namespace, _rules(1, dev_mode=False))
+    for name in ("w-0", "other"):
+        body = pod(name, {"app": "llama"}, serviceAccountName=AGENT_SA)
+        body["metadata"]["annotations"] = {"team": "a"}
+        cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(body))
+    uid = get(cluster, namespace, "pod", "w-0")["metadata"]["uid"]
+    own = client.CoreV1Api(config.new_client_from_config(str(
+        cluster.kubeconfig_for(namespace, AGENT_SA, bound_pod=("w-0", uid)))))
+    pending = {"metadata": {"annotations": {"ckptdrain.io/pending-bytes": "7"}}}
+    # A new policy takes effect within moments: wait until it refuses.
+    wait_for(lambda: _refused(own, "other", namespace, pending), what="the policy in force")
+
+    # What the agent does, through its own code, is allowed.
+    assert PendingBytesPublisher(namespace, "w-0", api=own).publish(5)
+    assert annotate_own_pod(namespace, "w-0", ANNOTATION_RESTORED, "step=2 tier=local",
+                            api=own)
+    api = client.CustomObjectsApi(own.api_client)
+    RecordWriter(namespace, "llama", 1, "0", api=api).report(
+        1, "Local", 10, ["local"], datetime.now(UTC))
+
+    # Anything else with the same token (the trainer shares it) is refused.
+    for target, body in [
+        ("other", pending),                                                  # another pod
+        ("w-0", {"metadata": {"labels": {"app": "evil"}}}),                  # labels
+        ("w-0", {"metadata": {"annotations": {"team": "b"}}}),               # other annotations
+        ("w-0", {"metadata": {"annotations": {"team": None}}}),              # removing one
+        ("w-0", {"metadata": {"annotations": {"ckptdrain.io/bandwidth": "1"}}}),  # the share
+        ("w-0", {"spec": {"activeDeadlineSeconds": 5}}),                     # the spec
+    ]:
+        assert "ckptdrain agent" in _refused(own, target, namespace, body), (target, body)
+    unbound = client.CoreV1Api(config.new_client_from_config(str(
+        cluster.kubeconfig_for(namespace, AGENT_SA))))
+    assert "bound to" in _refused(unbound, "w-0", namespace, pending)
+
+    w0, other = (get(cluster, namespace, "pod", n)["metadata"] for n in ("w-0", "other"))
+    assert w0["labels"] == {"app": "llama"} and w0["annotations"] == {
+        "team": "a", "ckptdrain.io/pending-bytes": "5",
+        "ckptdrain.io/restored-from": "step=2 tier=local"}
+    assert other["annotations"] == {"team": "a"}
+    # Nobody else is narrowed: the operator (here the admin) still sets shares.
+    cluster.kubectl("annotate", "-n", namespace, "pod", "other", "ckptdrain.io/bandwidth=1")

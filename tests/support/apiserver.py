@@ -171,12 +171,18 @@ class Cluster:
         """Environment for a subprocess that should talk to this cluster."""
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
 
-    def kubeconfig_for(self, namespace: str, service_account: str) -> Path:
-        """A kubeconfig acting as a service account (a TokenRequest token), for RBAC tests."""
+    def kubeconfig_for(self, namespace: str, service_account: str,
+                       bound_pod: tuple[str, str] | None = None) -> Path:
+        """A kubeconfig acting as a service account (a TokenRequest token), for RBAC tests.
+        With `bound_pod` (name, uid) the token is bound to that pod, as the one the
+        kubelet mounts into it: requests then carry the pod's name in the user's extra."""
+        bound = ["--bound-object-kind=Pod", f"--bound-object-name={bound_pod[0]}",
+                 f"--bound-object-uid={bound_pod[1]}"] if bound_pod else []
         token = self.kubectl(
-            "create", "token", service_account, "-n", namespace, "--duration=2h"
+            "create", "token", service_account, "-n", namespace, "--duration=2h", *bound
         ).stdout.strip()
-        path = self.workdir / f"kubeconfig-{namespace}-{service_account}"
+        suffix = f"-{bound_pod[0]}" if bound_pod else ""
+        path = self.workdir / f"kubeconfig-{namespace}-{service_account}{suffix}"
         _write_kubeconfig(path, self.server, self.ca_file, token)
         return path
 
