@@ -37,6 +37,7 @@ from ckptdrain.errors import (
     StoreUnreachable,
 )
 from ckptdrain.store.base import ObjectInfo, UploadedPart
+from ckptdrain.store.endpoint import parse_endpoint
 from ckptdrain.store.local import check_key
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 
@@ -122,6 +123,8 @@ class S3Store:
         max_attempts: int = 5,
         list_page_size: int = 1000,
     ) -> None:
+        if endpoint_url is not None:  # before botocore, which would quote it whole
+            endpoint_url = parse_endpoint("endpoint_url", endpoint_url)
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"

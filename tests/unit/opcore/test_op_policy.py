@@ -77,6 +77,9 @@ def test_a_valid_spec_has_no_errors() -> None:
     ({"gracePolicy": "Sometimes"}, "spec.gracePolicy"),
     ({"restore": {"prefer": "tape"}}, "spec.restore.prefer"),
     ({"selector": None}, "spec.selector"),
+    ({"storage": {"uri": "s3://bucket/x", "endpoint": "minio:9000"}}, "spec.storage.endpoint"),
+    ({"storage": {"uri": "s3://bucket/x", "endpoint": "http://bad_host:9000"}},
+     "spec.storage.endpoint"),
 ])
 def test_each_refusal_names_its_field(override: dict[str, Any], field: str) -> None:
     assert field in fields(spec(**override))
@@ -131,3 +134,10 @@ def test_match_expressions() -> None:
     assert policy.selector_matches(sel, {"app": "a"})
     assert not policy.selector_matches(sel, {"app": "c"})
     assert not policy.selector_matches(sel, {"app": "a", "skip": "1"})
+
+
+def test_an_endpoint_with_a_password_is_refused_without_showing_it() -> None:
+    body = spec(storage={"uri": "s3://bucket/x", "endpoint": "http://u:Canary-9f@minio:9000"})
+    errors = [str(e) for e in policy.validate(body, CFG)]
+    assert any("spec.storage.endpoint" in e for e in errors)
+    assert not any("Canary-9f" in e for e in errors)
