@@ -148,7 +148,7 @@ def _refused(core: client.CoreV1Api, name: str, namespace: str, body: dict[str, 
 
 
 def test_the_agent_may_patch_only_its_own_pods_ckptdrain_annotations(
-        cluster: Cluster, namespace: str, pod_patch_policy: None) -> None:
+        cluster: Cluster, crds: None, namespace: str, pod_patch_policy: None) -> None:
     _bind(cluster, "Role", AGENT_SA, namespace, _rules(1, dev_mode=False))
     for name in ("w-0", "other"):
         body = pod(name, {"app": "llama"}, serviceAccountName=AGENT_SA)
