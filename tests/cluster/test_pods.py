@@ -5,9 +5,12 @@ stored, never run; the operator reacts to them all the same.)"""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from cluster_helpers import INJECT, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 
@@ -150,3 +153,71 @@ def test_capped_policy_splits_only_what_the_cap_allows(
                                         terminationGracePeriodSeconds=3600))
     wait_for(lambda: {_share(cluster, namespace, f"c-{i}") for i in range(2)}
              == {5_000_000_000}, what="capped shares")
+
+
+RESTRICTED_TRAINER = {
+    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"}},
+    "containers": [{"name": "trainer", "image": "trainer:1", "securityContext": {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
+}
+
+
+@pytest.fixture
+def operator_without_prepare(cluster: Cluster, operator: OperatorProcess,
+                             tmp_path: Path) -> Iterator[OperatorProcess]:
+    """The session operator swapped for one with localTier.prepare: false."""
+    operator.stop()
+    plain = OperatorProcess(cluster, tmp_path, CKPTDRAIN_PREPARE_LOCAL_TIER="false")
+    try:
+        plain.start()
+        yield plain
+    finally:
+        plain.stop()
+        operator.start()
+
+
+def test_without_the_prepare_container_restricted_still_refuses_the_hostpath(
+        cluster: Cluster, operator_without_prepare: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """What docs/pod-contract.md once claimed: prepare: false makes injected pods
+    pass "restricted". Nothing injected runs as root then, and the hostPath
+    volume is the one violation left."""
+    apply(policy("llama"))
+    _ready(cluster, namespace, "llama")
+    cluster.kubectl("label", "namespace", namespace,
+                    "pod-security.kubernetes.io/enforce=restricted")
+    refused = _create(cluster, namespace, pod("w-0", {"app": "llama", **INJECT},
+                                              **RESTRICTED_TRAINER))
+    assert refused.returncode != 0
+    violations = refused.stderr.split('violates PodSecurity "restricted:latest": ', 1)[1]
+    assert violations.strip() == ('restricted volume types (volume "ckptdrain-local" uses '
+                                  'restricted volume type "hostPath")'), refused.stderr
+
+
+@pytest.mark.parametrize("level", ["baseline", "restricted"])
+def test_injected_pods_need_pod_security_privileged(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], level: str) -> None:
+    """docs/pod-contract.md: the injected hostPath is refused from "baseline" up,
+    whatever the trainer does; "privileged" admits the same pod."""
+    apply(policy("llama"))
+    _ready(cluster, namespace, "llama")
+    cluster.kubectl("label", "namespace", namespace,
+                    f"pod-security.kubernetes.io/enforce={level}")
+    refused = _create(cluster, namespace, pod("w-0", {"app": "llama", **INJECT},
+                                              **RESTRICTED_TRAINER))
+    assert refused.returncode != 0
+    assert f'PodSecurity "{level}' in refused.stderr
+    # baseline: 'hostPath volumes (volume "ckptdrain-local")'; restricted: 'volume
+    # "ckptdrain-local" uses restricted volume type "hostPath"' (besides the root
+    # prepare container, which localTier.prepare: false would remove).
+    assert re.search(r'hostPath volumes \(volume "ckptdrain-local"\)|volume "ckptdrain-local" '
+                     r'uses restricted volume type "hostPath"', refused.stderr), refused.stderr
+    plain = _create(cluster, namespace, pod("plain", {"app": "other"}, **RESTRICTED_TRAINER))
+    assert plain.returncode == 0, plain.stderr  # the trainer alone passes
+    cluster.kubectl("label", "namespace", namespace, "--overwrite",
+                    "pod-security.kubernetes.io/enforce=privileged")
+    admitted = _create(cluster, namespace, pod("w-0", {"app": "llama", **INJECT},
+                                               **RESTRICTED_TRAINER))
+    assert admitted.returncode == 0, admitted.stderr
