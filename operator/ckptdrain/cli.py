@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ckptdrain import __version__, sizing, units
+from ckptdrain import __version__, flags, sizing, units
 from ckptdrain.errors import (
     CkptdrainError,
     IntegrityError,
@@ -129,23 +129,13 @@ def _size_rows(s: sizing.Sizing) -> list[tuple[str, str]]:
     return rows
 
 
-#: The sizing model names its fields as a policy spec does; here they are flags.
-_SIZE_FIELD_FLAGS = {
-    "parameters": "--parameters", "bytesPerParameter": "--bytes-per-parameter",
-    "checkpointBytes": "--checkpoint-bytes", "interval": "--interval", "mtti": "--mtti",
-    "overlap": "--overlap", "globalEvery": "--global-every", "drainers": "--drainers",
-    "localWriteSeconds": "--local-write-time", "caps.policy": "--cap",
-    "caps.cluster": "--cluster-cap",
-}
-
-
 def cmd_size(args: argparse.Namespace) -> int:
     try:
         result = sizing.compute(_sizing_input(args))
     except InvalidInput as err:
-        if err.field not in _SIZE_FIELD_FLAGS:
+        if err.field not in flags.SIZE_FIELD_FLAGS:
             raise
-        raise InvalidInput(_SIZE_FIELD_FLAGS[err.field], err.expected, err.seen) from None
+        raise InvalidInput(flags.SIZE_FIELD_FLAGS[err.field], err.expected, err.seen) from None
     if args.json:
         print(json.dumps(_size_json(result), indent=2))
     else:
@@ -199,13 +189,13 @@ def cmd_push(args: argparse.Namespace) -> int:
     from ckptdrain.transfer.scan import build_manifest
 
     src = Path(args.src).absolute()
-    step = _step_from_dir(src) if args.step is None else _step_number("--step", args.step)
+    step = _step_from_dir(src) if args.step is None else flags.step_number("--step", args.step)
     writers = units.parse_positive_int("--writers", args.writers)
-    writer = _writer_id(args.writer)
+    writer = flags.writer_id(args.writer)
     if writer >= writers:
         raise InvalidInput("--writer", f"a writer id in 0..{writers - 1}", args.writer)
     rate = None if args.rate is None else units.parse_rate("--rate", args.rate)
-    part = _positive_bytes("--part-size", args.part_size)
+    part = flags.positive_bytes("--part-size", args.part_size)
     concurrency = units.parse_positive_int("--concurrency", args.concurrency)
     journal = Path(args.journal) if args.journal else src.parent / f".{src.name}.ckptdrain-journal"
     store = _open(args.uri, args.endpoint_url)
@@ -232,9 +222,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from ckptdrain.transfer.fetch import fetch
 
     step = None if args.step in (None, "latest") else _int("--step", args.step)
-    writer = None if args.writer is None else _writer_id(args.writer)
+    writer = None if args.writer is None else flags.writer_id(args.writer)
     concurrency = units.parse_positive_int("--concurrency", args.concurrency)
-    part = None if args.part_size is None else _positive_bytes("--part-size", args.part_size)
+    part = None if args.part_size is None else flags.positive_bytes("--part-size", args.part_size)
     store = _open(args.uri, args.endpoint_url)
     bar = _Bar(args, 0, "pull")
     try:
@@ -284,7 +274,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ckptdrain.transfer.fetch import verify_dir, verify_store
 
     step = None if args.step in (None, "latest") else _int("--step", args.step)
-    writer = 0 if args.writer is None else _writer_id(args.writer)
+    writer = 0 if args.writer is None else flags.writer_id(args.writer)
 
     def newest(store: Any) -> int:
         found = complete_steps(store)
@@ -320,39 +310,6 @@ def _int(field: str, value: str) -> int:
     if not re.fullmatch(r"[0-9]+", value):
         raise InvalidInput(field, "a step number or 'latest'", value)
     return int(value)
-
-
-def _step_number(field: str, value: str) -> int:
-    if not re.fullmatch(r"[0-9]{1,18}", value.strip()):
-        raise InvalidInput(field, "a step number: a whole number >= 0", value)
-    return int(value)
-
-
-def _writer_id(value: str) -> int:
-    if not re.fullmatch(r"[0-9]{1,9}", value.strip()):
-        raise InvalidInput("--writer", "a writer id: a whole number >= 0", value)
-    return int(value)
-
-
-def _positive_bytes(field: str, value: str) -> int:
-    size = units.parse_bytes(field, value)
-    if size < 1:
-        raise InvalidInput(field, "a size of at least 1 byte such as 64MiB", value)
-    return size
-
-
-def _attach_negative_values(argv: list[str]) -> list[str]:
-    """`--rate -5MB/s` as `--rate=-5MB/s`: argparse reads a value that starts
-    with '-' as a flag and says only "expected one argument"; attached, the
-    value reaches its parser, which refuses it naming the flag."""
-    out: list[str] = []
-    for arg in argv:
-        if (out and re.fullmatch(r"-[0-9.]\S*", arg) and out[-1].startswith("--")
-                and "=" not in out[-1]):
-            out[-1] = f"{out[-1]}={arg}"
-        else:
-            out.append(arg)
-    return out
 
 
 def _report(args: argparse.Namespace, doc: dict[str, Any], line: str) -> None:
@@ -438,7 +395,7 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one sub-command; user errors become one line on stderr and an exit code."""
-    argv = _attach_negative_values(sys.argv[1:] if argv is None else argv)
+    argv = flags.attach_negative_values(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     try:
         args = build_parser(chosen if chosen in PLUGINS else None).parse_args(argv)

@@ -10,7 +10,7 @@ import pytest
 
 PURE = ["ckptdrain.units", "ckptdrain.sizing", "ckptdrain.manifest", "ckptdrain.keys",
         "ckptdrain.paths", "ckptdrain.checksum", "ckptdrain.ratelimit",
-        "ckptdrain.transfer.journal"]
+        "ckptdrain.transfer.journal", "ckptdrain.flags", "ckptdrain.store.endpoint"]
 FORBIDDEN = ("kopf", "kubernetes", "boto3", "botocore", "s3transfer", "aiohttp")
 
 
