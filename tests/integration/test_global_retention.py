@@ -39,8 +39,8 @@ def test_each_writer_prunes_its_own_and_the_newest_stay_complete(
     # although writer 1's objects are still there.
     assert [c.step for c in complete_steps(store)] == [40, 30]
     assert store.head(keys.manifest_key(10, 1)) is not None
-    assert not list(store.list(keys.data_prefix(10, 0)))
-    assert list(store.list(keys.data_prefix(10, 1)))
+    assert not list(store.list(keys.writer_data_prefix(10, 0)))
+    assert list(store.list(keys.writer_data_prefix(10, 1)))
 
     assert prune_writer(store, writer=1, keep=2) == [10, 20]
     assert not list(store.list(keys.step_data_prefix(20)))
@@ -59,10 +59,12 @@ def test_nothing_is_pruned_before_keep_steps_are_complete(store: Store, tmp_path
 
 def test_data_that_no_manifest_names_is_pruned_too(store: Store, tmp_path: Path) -> None:
     """A drain superseded before its manifest was written leaves orphan data."""
-    store.put_bytes(keys.data_key(5, 0, "model.bin"), b"orphan of a superseded drain")
-    store.put_bytes(keys.data_key(5, 1, "model.bin"), b"another writer's: not ours to delete")
+    orphan = keys.data_key(5, 0, "model.bin", keys.new_attempt())
+    store.put_bytes(orphan, b"orphan of a superseded drain")
+    theirs = keys.data_key(5, 1, "model.bin", keys.new_attempt())
+    store.put_bytes(theirs, b"another writer's: not ours to delete")
     for step in (10, 20):
         _push(store, tmp_path, step, 0, writers=1)
     assert prune_writer(store, writer=0, keep=2) == [5]
-    assert store.head(keys.data_key(5, 0, "model.bin")) is None
-    assert store.head(keys.data_key(5, 1, "model.bin")) is not None
+    assert store.head(orphan) is None
+    assert store.head(theirs) is not None

@@ -145,8 +145,8 @@ def test_corrupt_newest_falls_back_to_previous(tmp_path: Path) -> None:
     old = make_checkpoint(tmp_path / "old", seed=1)
     new = make_checkpoint(tmp_path / "new", seed=2)
     push(store, old, 1, tmp_path)
-    push(store, new, 2, tmp_path)
-    obj = store.root / keys.data_key(2, 0, "big.bin")
+    pushed = push(store, new, 2, tmp_path)
+    obj = store.root / keys.data_key(2, 0, "big.bin", pushed.attempt)
     raw = bytearray(obj.read_bytes())
     raw[100] ^= 0xFF
     obj.write_bytes(bytes(raw))
