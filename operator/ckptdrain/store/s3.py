@@ -478,15 +478,32 @@ class S3Store:
             self._fail(err, "abort_multipart_upload", key)
 
     def list_multipart_uploads(self, prefix: str) -> list[MultipartUpload]:
-        """Unfinished uploads for keys under `prefix`, every page."""
+        """Unfinished uploads for keys under `prefix`, every page, in key order.
+
+        MinIO lists by a prefix only the uploads of the exact key it names, but
+        lists them all without one: when the prefixed listing is empty, the
+        bucket's uploads are listed and filtered here (skipped where a policy
+        allows listing uploads only under a prefix)."""
         root = f"{self.prefix}/" if self.prefix else ""
-        kwargs: dict[str, Any] = {"Prefix": root + prefix}
+        found = self._uploads(root + prefix)
+        if not found:
+            try:
+                found = self._uploads(None)
+            except StoreAccessDenied:
+                return []
+        chosen = [MultipartUpload(u.key[len(root):], u.upload_id, u.initiated)
+                  for u in found if u.key.startswith(root + prefix)]
+        return sorted(chosen, key=lambda u: (u.key.encode("utf-8"), u.upload_id))
+
+    def _uploads(self, prefix: str | None) -> list[MultipartUpload]:
+        """Every page of ListMultipartUploads (full keys); None: no Prefix at all."""
+        kwargs: dict[str, Any] = {} if prefix is None else {"Prefix": prefix}
         found = []
         while True:
             page = self._call("list_multipart_uploads", None, **kwargs)
             for item in page.get("Uploads", []):
                 started = item.get("Initiated")
-                found.append(MultipartUpload(str(item["Key"])[len(root):], str(item["UploadId"]),
+                found.append(MultipartUpload(str(item["Key"]), str(item["UploadId"]),
                                              started.timestamp() if started else None))
             key_marker, id_marker = page.get("NextKeyMarker"), page.get("NextUploadIdMarker")
             if not page.get("IsTruncated") or not (key_marker or id_marker):
