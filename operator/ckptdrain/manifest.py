@@ -62,6 +62,9 @@ def _check_store_path(path: str) -> None:
         encoded = path.encode("utf-8")
     except UnicodeEncodeError:
         raise UnsafePath(f"manifest path is not valid unicode: {path[:64]!r}") from None
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        # XML 1.0 (S3 listings) cannot carry most of them; no trainer needs them.
+        raise UnsafePath(f"manifest path contains a control character: {path[:64]!r}")
     if len(encoded) > MAX_STORE_PATH_BYTES:
         raise UnsafePath(f"manifest path longer than {MAX_STORE_PATH_BYTES} bytes: "
                          f"{path[:64]!r}…")
@@ -230,7 +233,8 @@ class WriterManifest:
             if fmt == 1 and part is not None:
                 raise IntegrityError("a format-1 manifest records no per-file part size")
             files.append(FileEntry(raw["path"], raw["size"], raw["crc32c"], part))
-        extra = doc.get("extra") or {}
+        extra = doc.get("extra")
+        extra = {} if extra is None else extra
         if not isinstance(extra, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in extra.items()
         ):

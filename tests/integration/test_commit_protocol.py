@@ -251,3 +251,64 @@ def test_conflict_is_an_error_of_its_own(store: Store, tmp_path: Path) -> None:
     with pytest.raises(CommitConflict) as caught:
         drain(store, checkpoint(tmp_path / "b", seed=9, big=1000), 2, tmp_path / "j2")
     assert caught.value.exit_code == 6
+
+
+def test_push_refuses_a_part_size_below_the_floor(
+        store: Store, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    src = checkpoint(tmp_path / "step-4", seed=11, big=3 * MiB)
+    floor = "5MiB" if isinstance(store, S3Store) else "1MiB"
+    code, _, err = run(store, request, "push", str(src), store.uri, "--part-size", "1")
+    assert code == 2 and "--part-size" in err and floor in err and "Traceback" not in err
+    assert len(err.splitlines()) == 1
+    code, _, err = run(store, request, "push", str(src), store.uri, "--part-size", "2MiB", "-q")
+    if isinstance(store, S3Store):  # the store's own floor: S3 takes no part under 5 MiB
+        assert code == 2 and "--part-size" in err and "5MiB" in err
+    else:
+        assert code == 0, err
+        assert {f.part_size for f in load_checkpoint(store, 4).manifests[0].files} == {2 * MiB}
+    assert scan(store).rejected == []
+
+
+@pytest.mark.parametrize("journal_survives", [True, False])
+def test_killed_pushes_to_a_file_store_leave_nothing_once_swept(
+        tmp_path: Path, journal_survives: bool) -> None:
+    from ckptdrain.store.local import LocalStore
+    from ckptdrain.transfer.prune import prune_writer
+
+    root = tmp_path / "store"
+    store = LocalStore(root)
+    src = checkpoint(tmp_path / "step-2", seed=12, big=20 * MiB, shards=6)
+    journal = tmp_path / "journal"
+    for _ in range(3):  # killed mid-upload, three times over
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ckptdrain", "push", str(src), store.uri, "--rate", "40MB/s",
+             "--part-size", "1MiB", "--concurrency", "4", "--journal", str(journal), "-q"],
+            stderr=subprocess.PIPE)
+        while True:
+            state = jr.load(journal)
+            if state is not None and sum(len(f.parts) for f in state.files.values()) >= 3:
+                break
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        if not journal_survives:
+            journal.unlink()
+    # What killed writers leave in flight looks like this, too: a put cut
+    # before its rename, an upload cut before its key was written.
+    (root / "manifests" / "x").mkdir(parents=True, exist_ok=True)
+    (root / "manifests" / "x" / ".ckptdrain-tmp-cut").write_bytes(b"x" * 4096)
+    (root / ".ckptdrain-multipart" / ("a" * 32)).mkdir(parents=True, exist_ok=True)
+    an_hour_ago = time.time() - 2 * 3600
+    for path in root.rglob("*"):
+        os.utime(path, (an_hour_ago, an_hour_ago), follow_symlinks=False)
+
+    drain(store, src, 2, journal)
+    prune_writer(store, writer=0, keep=1, now=time.time() + 7 * 3600)
+    reserved = [p for p in root.rglob("*") if p.name.startswith((".ckptdrain-tmp-", "trash-"))
+                or (p.parent.name == ".ckptdrain-multipart")]
+    assert reserved == []
+    current = load_checkpoint(store, 2).manifests[0]
+    expected = {keys.data_key(2, 0, f.path, current.attempt) for f in current.files}
+    assert {i.key for i in store.list(keys.DATA)} == expected
+    assert verify_store(store, 2) == [] and restored(store, tmp_path / "dest", 2) == tree(src)
