@@ -20,9 +20,9 @@ import logging
 import time
 
 from ckptdrain import checksum, keys
-from ckptdrain.errors import CommitConflict, IntegrityError, ObjectMissing
+from ckptdrain.errors import CommitConflict, IntegrityError, ObjectMissing, StoreAccessDenied
 from ckptdrain.manifest import FileEntry, WriterManifest
-from ckptdrain.store.base import Store
+from ckptdrain.store.base import MultipartUpload, Store
 from ckptdrain.transfer.journal import PartRecord, UploadJournal
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def housekeeping(store: Store, step: int, writer: int, owned: set[tuple[str, str
     sweep = getattr(store, "sweep", None)
     if callable(sweep):
         removed += int(sweep(older_than, now))
-    for upload in store.list_multipart_uploads(keys.writer_data_prefix(step, writer)):
+    for upload in list_uploads(store, keys.writer_data_prefix(step, writer)):
         if (upload.key, upload.upload_id) in owned:
             continue
         if upload.initiated is not None and now - upload.initiated <= older_than:
@@ -78,6 +78,18 @@ def housekeeping(store: Store, step: int, writer: int, owned: set[tuple[str, str
         log.info("step %d writer %d: removed %d leftover upload(s)/temp file(s)",
                  step, writer, removed)
     return removed
+
+
+def list_uploads(store: Store, prefix: str) -> list[MultipartUpload]:
+    """Unfinished uploads under `prefix`; none when the credentials may not
+    list them (s3:ListBucketMultipartUploads): housekeeping is then skipped,
+    never the drain."""
+    try:
+        return store.list_multipart_uploads(prefix)
+    except StoreAccessDenied as err:
+        log.warning("cannot list unfinished uploads under %s (%s): not cleaning them up",
+                    prefix, err)
+        return []
 
 
 def composite_crc32c(parts: list[PartRecord]) -> str:

@@ -22,7 +22,7 @@ from ckptdrain import keys, retention
 from ckptdrain.errors import IntegrityError, ObjectMissing
 from ckptdrain.manifest import WriterManifest
 from ckptdrain.store.base import ObjectInfo, Store
-from ckptdrain.transfer import catalog
+from ckptdrain.transfer import catalog, commit
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_
             if info.key not in current and _old(info.modified, now, grace):
                 store.delete(info.key)
                 orphans += 1
-    for upload in store.list_multipart_uploads(keys.DATA):
+    for upload in commit.list_uploads(store, keys.DATA):
         parsed = keys.parse_data_key(upload.key)
         if parsed is not None and parsed[1] == writer and _old(upload.initiated, now, grace):
             store.abort_multipart(upload.key, upload.upload_id)
