@@ -400,11 +400,17 @@ class LocalStore:
         found.sort(key=lambda u: (u.key.encode("utf-8"), u.upload_id))
         return found
 
-    def sweep(self, older_than: float, now: float | None = None) -> int:
+    def sweep(self, older_than: float, now: float | None = None,
+              prefixes: tuple[str, ...] = ("",)) -> int:
         """Remove what killed writers left behind, older than `older_than`
-        seconds: temp files, half-removed and half-made uploads. Returns how
-        many were removed. Uploads with a key stay: whoever owns them aborts them."""
-        return local_sweep.sweep(self.root, self.root / _MULTIPART_DIR, older_than, now)
+        seconds: temp files (beside keys under `prefixes`), half-removed and
+        half-made uploads. Returns how many were removed. Uploads with a key
+        stay: whoever owns them aborts them."""
+        dirs = tuple(self.root.joinpath(*p.rpartition("/")[0].split("/"))
+                     if "/" in p else self.root for p in prefixes)
+        for prefix in prefixes:
+            check_key(prefix + "x")  # a prefix no key could start with walks nothing
+        return local_sweep.sweep(self.root, self.root / _MULTIPART_DIR, older_than, now, dirs)
 
     def object_crc32c(self, key: str) -> str | None:
         """The object's CRC32C, computed from the file (None if it is missing)."""

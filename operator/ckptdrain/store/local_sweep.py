@@ -63,8 +63,10 @@ def _prune_empty_parents(path: Path, root: Path) -> None:
         parent = parent.parent
 
 
-def sweep(root: Path, multipart_dir: Path, older_than: float, now: float | None = None) -> int:
-    """Remove temp files, trash and key-less uploads older than `older_than` seconds."""
+def sweep(root: Path, multipart_dir: Path, older_than: float, now: float | None = None,
+          under: tuple[Path, ...] | None = None) -> int:
+    """Remove temp files (under the directories `under`, default: all of
+    `root`), trash and key-less uploads older than `older_than` seconds."""
     now = time.time() if now is None else now
     removed = 0
     for trash in multipart_dir.glob(f"{TRASH_PREFIX}*") if multipart_dir.is_dir() else ():
@@ -74,7 +76,9 @@ def sweep(root: Path, multipart_dir: Path, older_than: float, now: float | None 
         if not (path / "key").exists() and _age(path, now) > older_than:
             discard_upload(path)
             removed += 1
-    for dirpath, _dirnames, filenames in os.walk(root):
+    walked = [(dirpath, filenames) for top in (under or (root,))
+              for dirpath, _, filenames in os.walk(top)]
+    for dirpath, filenames in walked:
         for name in filenames:
             if not name.startswith(TMP_PREFIX):
                 continue

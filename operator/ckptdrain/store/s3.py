@@ -481,22 +481,19 @@ class S3Store:
         """Unfinished uploads for keys under `prefix`, every page, in key order.
 
         MinIO lists by a prefix only the uploads of the exact key it names, but
-        lists them all without one: when the prefixed listing is empty, the
-        bucket's uploads are listed and filtered here (skipped where a policy
-        allows listing uploads only under a prefix)."""
+        lists them all without one: from a server that says it is MinIO, the
+        bucket's uploads are listed and filtered here."""
         root = f"{self.prefix}/" if self.prefix else ""
-        found = self._uploads(root + prefix)
-        if not found:
-            try:
-                found = self._uploads(None)
-            except StoreAccessDenied:
-                return []
+        found, server = self._uploads(root + prefix)
+        if not found and server.lower() == "minio":
+            found, _ = self._uploads(None)
         chosen = [MultipartUpload(u.key[len(root):], u.upload_id, u.initiated)
                   for u in found if u.key.startswith(root + prefix)]
         return sorted(chosen, key=lambda u: (u.key.encode("utf-8"), u.upload_id))
 
-    def _uploads(self, prefix: str | None) -> list[MultipartUpload]:
-        """Every page of ListMultipartUploads (full keys); None: no Prefix at all."""
+    def _uploads(self, prefix: str | None) -> tuple[list[MultipartUpload], str]:
+        """Every page of ListMultipartUploads (full keys; None: no Prefix at
+        all), and the server's name from its Server header."""
         kwargs: dict[str, Any] = {} if prefix is None else {"Prefix": prefix}
         found = []
         while True:
@@ -507,7 +504,8 @@ class S3Store:
                                              started.timestamp() if started else None))
             key_marker, id_marker = page.get("NextKeyMarker"), page.get("NextUploadIdMarker")
             if not page.get("IsTruncated") or not (key_marker or id_marker):
-                return found
+                headers = page.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+                return found, str(headers.get("server", ""))
             kwargs.update(KeyMarker=key_marker or "", UploadIdMarker=id_marker or "")
 
     def object_crc32c(self, key: str) -> str | None:

@@ -65,8 +65,9 @@ def housekeeping(store: Store, step: int, writer: int, owned: set[tuple[str, str
     now = time.time() if now is None else now
     removed = 0
     sweep = getattr(store, "sweep", None)
-    if callable(sweep):
-        removed += int(sweep(older_than, now))
+    if callable(sweep):  # this step's temp files, not the whole store's
+        mine = (keys.writer_data_prefix(step, writer), keys.step_manifests_prefix(step))
+        removed += int(sweep(older_than, now, mine))
     for upload in list_uploads(store, keys.writer_data_prefix(step, writer)):
         if (upload.key, upload.upload_id) in owned:
             continue
@@ -78,6 +79,21 @@ def housekeeping(store: Store, step: int, writer: int, owned: set[tuple[str, str
         log.info("step %d writer %d: removed %d leftover upload(s)/temp file(s)",
                  step, writer, removed)
     return removed
+
+
+def abort_superseded(store: Store, journal: UploadJournal) -> int:
+    """Abort the open multipart uploads of a superseded drain; return how many.
+
+    Completed objects are left alone: cleaning them up is retention's job,
+    never the drain's (they may belong to a step still being restored)."""
+    aborted = 0
+    for key, upload_id in journal.open_uploads():
+        store.abort_multipart(key, upload_id)
+        aborted += 1
+    for state in journal.files.values():
+        if state.upload_id is not None and not state.complete:
+            state.upload_id, state.parts = None, {}
+    return aborted
 
 
 def list_uploads(store: Store, prefix: str) -> list[MultipartUpload]:

@@ -45,6 +45,7 @@ from ckptdrain.ratelimit import TokenBucket
 from ckptdrain.store.base import Store, UploadedPart
 from ckptdrain.transfer import commit as cm
 from ckptdrain.transfer import journal as jr
+from ckptdrain.transfer.commit import abort_superseded
 
 #: Leftovers of killed drains (unowned uploads, temp files) older than this are
 #: removed when a drain starts; younger ones may be a live concurrent writer's.
@@ -84,21 +85,6 @@ def supersede_decision(
     if not newer_ready or in_flight_total <= 0:
         return "finish"
     return "finish" if in_flight_done_bytes / in_flight_total >= threshold else "supersede"
-
-
-def abort_superseded(store: Store, journal: jr.UploadJournal) -> int:
-    """Abort the open multipart uploads of a superseded drain; return how many.
-
-    Completed objects are left alone: cleaning them up is retention's job,
-    never the drain's (they may belong to a step still being restored)."""
-    aborted = 0
-    for key, upload_id in journal.open_uploads():
-        store.abort_multipart(key, upload_id)
-        aborted += 1
-    for state in journal.files.values():
-        if state.upload_id is not None and not state.complete:
-            state.upload_id, state.parts = None, {}
-    return aborted
 
 
 def _transient(err: BaseException) -> bool:
@@ -175,8 +161,6 @@ class Drainer:
         mkey = keys.manifest_key(manifest.step, manifest.writer)
         existing = cm.committed(self.store, manifest, replace)
         if existing is not None:
-            if progress:
-                progress(manifest.total_bytes)
             return DrainResult(
                 step=manifest.step, writer=manifest.writer, files=len(manifest.files),
                 bytes=manifest.total_bytes, sent_bytes=0, resumed_bytes=manifest.total_bytes,

@@ -89,6 +89,9 @@ def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_
             if info.key not in current and _old(info.modified, now, grace):
                 store.delete(info.key)
                 orphans += 1
+    sweep = getattr(store, "sweep", None)
+    if callable(sweep):  # the file store's temp files of every step
+        orphans += int(sweep(grace, now))
     for upload in commit.list_uploads(store, keys.DATA):
         parsed = keys.parse_data_key(upload.key)
         if parsed is not None and parsed[1] == writer and _old(upload.initiated, now, grace):
