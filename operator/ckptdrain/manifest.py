@@ -229,10 +229,7 @@ class WriterManifest:
             if not isinstance(raw, dict) or {"path", "size", "crc32c"} - raw.keys():
                 raise IntegrityError(f"manifest file entry needs path, size, crc32c: "
                                      f"{_show(raw)}")
-            part = raw.get("part_size")
-            if fmt == 1 and part is not None:
-                raise IntegrityError("a format-1 manifest records no per-file part size")
-            files.append(FileEntry(raw["path"], raw["size"], raw["crc32c"], part))
+            files.append(FileEntry(raw["path"], raw["size"], raw["crc32c"], raw.get("part_size")))
         extra = doc.get("extra")
         extra = {} if extra is None else extra
         if not isinstance(extra, dict) or not all(
