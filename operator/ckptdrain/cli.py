@@ -47,6 +47,7 @@ exit codes:
   3    the store failed: unreachable, access denied, missing bucket or object
   4    integrity: bytes do not match their manifest (verify found problems)
   5    no complete checkpoint matches what was asked
+  6    conflict: push found the step already committed with other content
   130  interrupted (push resumes from its journal when run again)
 """
 
@@ -199,6 +200,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     concurrency = units.parse_positive_int("--concurrency", args.concurrency)
     journal = Path(args.journal) if args.journal else src.parent / f".{src.name}.ckptdrain-journal"
     store = _open(args.uri, args.endpoint_url)
+    _check_part_floor(part, args.part_size, store.min_part_size)
     manifest = build_manifest(src, step, writer, writers, created=time.time())
     drainer = Drainer(store, limiter=TokenBucket(rate), part_size=part, concurrency=concurrency)
     cancel = threading.Event()
@@ -206,16 +208,36 @@ def cmd_push(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: cancel.set())
     bar = _Bar(args, manifest.total_bytes, f"push step {step}")
     try:
-        result = drainer.drain(src, manifest, journal_path=journal, cancel=cancel, progress=bar)
+        result = drainer.drain(src, manifest, journal_path=journal, cancel=cancel, progress=bar,
+                               replace=args.replace)
     finally:
         bar.close()
     journal.unlink(missing_ok=True)
+    if result.already_committed:
+        _report(args, {**dataclasses.asdict(result), "uri": store.uri},
+                f"step {step} writer {writer}/{writers} is already committed in "
+                f"{store.uri} with the same content: nothing sent")
+        return 0
     speed = result.sent_bytes / result.seconds if result.seconds > 0 else 0.0
     doc = {**dataclasses.asdict(result), "uri": store.uri, "bytes_per_second": speed}
     _report(args, doc, f"pushed step {step} writer {writer}/{writers} to {store.uri}: "
             f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)} "
             f"({units.format_rate(speed)}), {units.format_bytes(result.resumed_bytes)} resumed")
     return 0
+
+
+#: Smallest --part-size push takes: below 1 MiB per-request overhead dominates
+#: every upload and every later ranged read; a store may ask more (S3: 5 MiB).
+MIN_PUSH_PART = 1 << 20
+
+
+def _check_part_floor(part: int, seen: str, store_min: int) -> None:
+    floor = max(MIN_PUSH_PART, store_min)
+    if part < floor:
+        why = ("the store's smallest part" if store_min > MIN_PUSH_PART
+               else "smaller parts cost more in requests than they save")
+        raise InvalidInput("--part-size", f"at least {-(-floor // MIN_PUSH_PART)}MiB ({why})",
+                           seen)
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
@@ -352,9 +374,12 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--writer", default="0", help="this writer's id (default 0)")
     p.add_argument("--writers", default="1", help="writers in the checkpoint (default 1)")
     p.add_argument("--rate", help="bandwidth limit for everything sent: 50MB/s (default none)")
-    p.add_argument("--part-size", default="64MiB", help="multipart part size (default 64MiB)")
+    p.add_argument("--part-size", default="64MiB",
+                   help="multipart part size (default 64MiB; at least 1MiB, 5MiB on S3)")
     p.add_argument("--concurrency", default="8", help="parts in flight (default 8)")
     p.add_argument("--journal", help="resume journal (default: beside SRC_DIR)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace the step's committed checkpoint if its content differs")
     _common(p)
     p.set_defaults(func=cmd_push)
 

@@ -64,6 +64,15 @@ class UnsafePath(IntegrityError):
     """A path from a manifest would escape its destination or is malformed."""
 
 
+class CommitConflict(CkptdrainError):
+    """The step already holds a different committed checkpoint for this writer.
+
+    Committed checkpoints are never changed behind a user's back: replacing
+    one is asked for explicitly (`push --replace`)."""
+
+    exit_code = 6
+
+
 class NoCheckpoint(CkptdrainError):
     """No complete checkpoint matches what was asked for."""
 

@@ -1,21 +1,38 @@
 """Where things live in the global store: the key layout, as pure functions.
 
-    manifests/<step:020d>/<writer:05d>.json     one per writer, written last
-    data/<step:020d>/<writer:05d>/<path>        the writer's files
-    commits/<step:020d>.json                    optional record that a step was
-                                                seen complete (by the operator)
+    manifests/<step:020d>/<writer:05d>.json           one per writer, written last:
+                                                      the commit (format 2 names
+                                                      the attempt whose data it is)
+    data/<step:020d>/<writer:05d>/<attempt>/<path>    the writer's files, one
+                                                      prefix per upload attempt
+                                                      (16 lowercase hex)
+    data/<step:020d>/<writer:05d>/<path>              the same, as format-1
+                                                      manifests (no attempt) left them
+    commits/<step:020d>.json                          optional record that a step was
+                                                      seen complete (by the operator)
 
 Manifests live apart from data so discovery lists only small objects.
 Listings are used only to *discover* candidate steps; completeness is
 decided by reading each writer's manifest by its exact key, never by
 trusting a listing (S3-style listings may lag writes).
+
+Every push or drain writes its data under a fresh attempt prefix, so the
+data a committed manifest names is never overwritten: a re-push or a
+concurrent writer uploads beside it, and whichever manifest lands last is
+the checkpoint, whole. Data no current manifest names is orphaned, and
+global retention removes it after a grace period (transfer/prune.py). The
+trainer's files keep their own names below the prefix, so any S3 tool can
+copy a checkpoint out. Data keys are always derived here from a validated
+step, writer, attempt and path, never taken from a manifest as a string.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 
-from ckptdrain.manifest import check_step
+from ckptdrain.errors import IntegrityError
+from ckptdrain.manifest import check_attempt, check_step
 from ckptdrain.paths import check_relative_path
 
 MANIFESTS = "manifests/"
@@ -36,6 +53,11 @@ def _writer(writer: int) -> str:
     return f"{writer:05d}"
 
 
+def new_attempt() -> str:
+    """A fresh attempt id: 16 lowercase hex digits, random."""
+    return secrets.token_hex(8)
+
+
 def manifest_key(step: int, writer: int) -> str:
     return f"{MANIFESTS}{_step(step)}/{_writer(writer)}.json"
 
@@ -44,12 +66,24 @@ def step_manifests_prefix(step: int) -> str:
     return f"{MANIFESTS}{_step(step)}/"
 
 
-def data_prefix(step: int, writer: int) -> str:
+def writer_data_prefix(step: int, writer: int) -> str:
+    """Everything `writer` ever uploaded for `step`, of every attempt."""
     return f"{DATA}{_step(step)}/{_writer(writer)}/"
 
 
-def data_key(step: int, writer: int, path: str) -> str:
-    return data_prefix(step, writer) + check_relative_path(path)
+def data_prefix(step: int, writer: int, attempt: str | None) -> str:
+    """The data of one attempt (None: the format-1 layout, no attempt level)."""
+    base = writer_data_prefix(step, writer)
+    if attempt is None:
+        return base
+    try:
+        return f"{base}{check_attempt(attempt)}/"
+    except IntegrityError as err:
+        raise ValueError(str(err)) from None
+
+
+def data_key(step: int, writer: int, path: str, attempt: str | None) -> str:
+    return data_prefix(step, writer, attempt) + check_relative_path(path)
 
 
 def step_data_prefix(step: int) -> str:

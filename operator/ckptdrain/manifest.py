@@ -4,22 +4,74 @@ A checkpoint is a step plus `writers` writers (ranks 0..writers-1). Each
 writer's manifest lists every file's relative path, size and CRC32C. A
 manifest is the commit record: it is written only after every object it
 lists is durable, and a checkpoint is complete only when all its writers'
-manifests exist and agree. Parsing validates everything, since manifests
-come back from the network.
+manifests exist and agree.
+
+Format 2 names the upload attempt whose data it commits (keys.py derives the
+data keys from it) and, per file, the part size the file was uploaded with.
+Format 1 (no attempt, no per-file part size) is still read: its data lives
+under the writer's prefix directly.
+
+A manifest comes back from the network: parsing validates everything and
+bounds every number, and any problem with it (bad JSON, nesting, unicode,
+types, absurd sizes, names no filesystem takes) is an IntegrityError (or
+UnsafePath), never another exception.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ckptdrain import checksum, paths
 from ckptdrain.errors import IntegrityError, UnsafePath
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+SUPPORTED_FORMATS = (1, 2)
 #: Upper bound on a manifest we are willing to parse (a million files fits).
 MAX_MANIFEST_BYTES = 256 << 20
+MAX_WRITERS = 100_000
+#: S3's limits on a multipart upload: no real object is larger than this.
+MAX_PARTS = 10_000
+MAX_PART_BYTES = 5 << 30
+MAX_FILE_BYTES = MAX_PARTS * MAX_PART_BYTES
+#: A name component longer than this fits no common filesystem (NAME_MAX).
+MAX_NAME_BYTES = 255
+#: The store's 1024-byte key limit, less the data prefix keys.py puts before a path.
+MAX_STORE_PATH_BYTES = 1024 - len("data/00000000000000000000/00000/0123456789abcdef/")
+_ATTEMPT = re.compile(r"[0-9a-f]{16}")
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_attempt(attempt: object) -> str:
+    """`attempt` if it is an attempt id (16 lowercase hex digits), else IntegrityError."""
+    if not isinstance(attempt, str) or not _ATTEMPT.fullmatch(attempt):
+        raise IntegrityError(f"manifest attempt must be 16 lowercase hex digits, got "
+                             f"{attempt!r:.60}")
+    return attempt
+
+
+def _check_store_path(path: str) -> None:
+    """A path a store key and a filesystem can both hold (after paths' own checks)."""
+    try:
+        encoded = path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnsafePath(f"manifest path is not valid unicode: {path[:64]!r}") from None
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        # XML 1.0 (S3 listings) cannot carry most of them; no trainer needs them.
+        raise UnsafePath(f"manifest path contains a control character: {path[:64]!r}")
+    if len(encoded) > MAX_STORE_PATH_BYTES:
+        raise UnsafePath(f"manifest path longer than {MAX_STORE_PATH_BYTES} bytes: "
+                         f"{path[:64]!r}…")
+    for part in path.split("/"):
+        if len(part.encode("utf-8")) > MAX_NAME_BYTES:
+            raise UnsafePath(f"manifest path has a name longer than {MAX_NAME_BYTES} bytes: "
+                             f"{part[:64]!r}…")
 
 
 @dataclass(frozen=True)
@@ -27,17 +79,34 @@ class FileEntry:
     path: str
     size: int
     crc32c: str  # 8 lowercase hex digits
+    #: Part size the file was uploaded with (format 2); its object has
+    #: ceil(size / part_size) parts (one, sent whole, when size <= part_size).
+    part_size: int | None = None
 
     def __post_init__(self) -> None:
         paths.check_relative_path(self.path)
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
-            raise IntegrityError(
-                f"{self.path}: size must be a whole number >= 0, got {self.size!r}"
-            )
+        _check_store_path(self.path)
+        if not _whole(self.size) or not 0 <= self.size <= MAX_FILE_BYTES:
+            raise IntegrityError(f"{self.path!r}: size must be a whole number in "
+                                 f"0..{MAX_FILE_BYTES}, got {self.size!r:.40}")
+        if not isinstance(self.crc32c, str):
+            raise IntegrityError(f"{self.path!r}: crc32c must be a string, got {self.crc32c!r:.40}")
         try:
             checksum.from_hex(self.crc32c)
         except ValueError as err:
-            raise IntegrityError(f"{self.path}: {err}") from None
+            raise IntegrityError(f"{self.path!r}: {err}") from None
+        if self.part_size is not None:
+            check_part_size(self.part_size, f"{self.path!r}: part_size")
+            if -(-self.size // self.part_size) > MAX_PARTS:
+                raise IntegrityError(f"{self.path!r}: {self.size} bytes in parts of "
+                                     f"{self.part_size} is more than {MAX_PARTS} parts")
+
+
+def check_part_size(value: object, what: str = "manifest part_size") -> int:
+    if not _whole(value) or not 1 <= value <= MAX_PART_BYTES:  # type: ignore[operator]
+        raise IntegrityError(f"{what} must be a whole number in 1..{MAX_PART_BYTES}, "
+                             f"got {value!r:.40}")
+    return value  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -47,85 +116,128 @@ class WriterManifest:
     writers: int
     files: tuple[FileEntry, ...]
     created: float  # Unix seconds, from the writer's clock
-    #: Part size the data objects were uploaded with; restore aligns ranged reads to it.
+    #: The drain's nominal part size (each file records the one it used).
     part_size: int | None = None
-    format: int = FORMAT_VERSION
+    #: The upload attempt whose data this manifest commits (format 2); None: format 1.
+    attempt: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_step(self.step)
         for name in ("writer", "writers"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise IntegrityError(f"manifest {name} must be a whole number, got {value!r}")
+            if not _whole(value):
+                raise IntegrityError(f"manifest {name} must be a whole number, got {value!r:.40}")
+        if not 1 <= self.writers <= MAX_WRITERS:
+            raise IntegrityError(f"manifest writers must be in 1..{MAX_WRITERS}, "
+                                 f"got {self.writers}")
         if not 0 <= self.writer < self.writers:
             raise IntegrityError(
                 f"manifest writer {self.writer} outside 0..{self.writers - 1}"
                 f" (writers={self.writers})"
             )
-        if not isinstance(self.created, int | float) or not math.isfinite(self.created):
-            raise IntegrityError(f"manifest created must be a finite number, got {self.created!r}")
-        if self.format != FORMAT_VERSION:
-            raise IntegrityError(
-                f"manifest format {self.format!r} not supported (want {FORMAT_VERSION})"
-            )
-        if self.part_size is not None and (
-            isinstance(self.part_size, bool) or not isinstance(self.part_size, int)
-            or self.part_size <= 0
-        ):
-            raise IntegrityError(
-                f"manifest part_size must be a positive whole number, got {self.part_size!r}"
-            )
+        if (not isinstance(self.created, int | float) or isinstance(self.created, bool)
+                or not math.isfinite(self.created)):
+            raise IntegrityError(f"manifest created must be a finite number, "
+                                 f"got {self.created!r:.40}")
+        if self.part_size is not None:
+            check_part_size(self.part_size)
+        if self.attempt is not None:
+            check_attempt(self.attempt)
+            if any(f.part_size is None for f in self.files):
+                raise IntegrityError("manifest format 2 needs every file's part_size")
         paths.check_path_set(f.path for f in self.files)
+
+    @property
+    def format(self) -> int:
+        """2 when the manifest names its attempt, else 1 (the layout without one)."""
+        return 2 if self.attempt is not None else 1
 
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
+    def same_content(self, other: WriterManifest) -> bool:
+        """The same checkpoint: step, writer, writers and files (path, size, CRC32C).
+        Attempt, part sizes, creation time and extras do not count."""
+        def files(m: WriterManifest) -> set[tuple[str, int, str]]:
+            return {(f.path, f.size, f.crc32c) for f in m.files}
+        return ((self.step, self.writer, self.writers) == (other.step, other.writer, other.writers)
+                and files(self) == files(other))
+
     def to_json(self) -> bytes:
         """Deterministic JSON (sorted keys, files sorted by path)."""
-        doc = {
+        def entry(f: FileEntry) -> dict[str, Any]:
+            out: dict[str, Any] = {"path": f.path, "size": f.size, "crc32c": f.crc32c}
+            if f.part_size is not None:
+                out["part_size"] = f.part_size
+            return out
+
+        doc: dict[str, Any] = {
             "format": self.format,
             "step": self.step,
             "writer": self.writer,
             "writers": self.writers,
             "created": self.created,
             "part_size": self.part_size,
-            "files": [
-                {"path": f.path, "size": f.size, "crc32c": f.crc32c}
-                for f in sorted(self.files, key=lambda e: e.path)
-            ],
+            "files": [entry(f) for f in sorted(self.files, key=lambda e: e.path)],
             "extra": dict(self.extra),
         }
+        if self.attempt is not None:
+            doc["attempt"] = self.attempt
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> WriterManifest:
         """Parse and validate; raise IntegrityError (or UnsafePath) on anything off."""
+        if not isinstance(data, bytes | bytearray):
+            raise IntegrityError("manifest must be bytes")
         if len(data) > MAX_MANIFEST_BYTES:
             raise IntegrityError(f"manifest larger than {MAX_MANIFEST_BYTES} bytes")
         try:
-            doc = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise IntegrityError(f"manifest is not valid JSON: {err}") from None
+            return cls._parse(json.loads(data))
+        except IntegrityError:
+            raise
+        except RecursionError:
+            raise IntegrityError("manifest is nested too deeply") from None
+        except (ValueError, TypeError, OverflowError, UnicodeError, AttributeError) as err:
+            # JSONDecodeError and UnicodeDecodeError are ValueErrors; huge
+            # integers and wrong types end here too, whatever their depth.
+            raise IntegrityError(f"manifest is not valid: {str(err)[:200]}") from None
+
+    @classmethod
+    def _parse(cls, doc: object) -> WriterManifest:
         if not isinstance(doc, dict):
             raise IntegrityError("manifest must be a JSON object")
         missing = {"format", "step", "writer", "writers", "created", "files"} - doc.keys()
         if missing:
             raise IntegrityError(f"manifest lacks {', '.join(sorted(missing))}")
+        fmt = doc["format"]
+        if not _whole(fmt) or fmt not in SUPPORTED_FORMATS:
+            raise IntegrityError(f"manifest format {fmt!r:.40} not supported "
+                                 f"(want one of {SUPPORTED_FORMATS})")
+        attempt = doc.get("attempt")
+        if fmt == 2:
+            check_attempt(attempt)
+        elif attempt is not None:
+            raise IntegrityError("a format-1 manifest names no attempt")
         raw_files = doc["files"]
         if not isinstance(raw_files, list):
             raise IntegrityError("manifest files must be a list")
         files = []
         for raw in raw_files:
             if not isinstance(raw, dict) or {"path", "size", "crc32c"} - raw.keys():
-                raise IntegrityError(f"manifest file entry needs path, size, crc32c: {raw!r:.200}")
-            files.append(FileEntry(raw["path"], raw["size"], raw["crc32c"]))
-        extra = doc.get("extra") or {}
+                raise IntegrityError(f"manifest file entry needs path, size, crc32c: "
+                                     f"{_show(raw)}")
+            files.append(FileEntry(raw["path"], raw["size"], raw["crc32c"], raw.get("part_size")))
+        extra = doc.get("extra")
+        extra = {} if extra is None else extra
         if not isinstance(extra, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in extra.items()
         ):
             raise IntegrityError("manifest extra must map strings to strings")
+        for k, v in extra.items():
+            (k + v).encode("utf-8")  # a lone surrogate: UnicodeError, made an IntegrityError
         return cls(
             step=doc["step"],
             writer=doc["writer"],
@@ -133,14 +245,23 @@ class WriterManifest:
             files=tuple(files),
             created=doc["created"],
             part_size=doc.get("part_size"),
-            format=doc["format"],
+            attempt=attempt,
             extra=extra,
         )
 
 
+def _show(raw: object) -> str:
+    """A short, printable picture of a bad value (never a huge or nested repr)."""
+    try:
+        text = repr(raw)
+    except (RecursionError, ValueError):
+        return f"a {type(raw).__name__}"
+    return text[:200].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def check_step(step: object) -> int:
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 10**18:
-        raise IntegrityError(f"step must be a whole number in [0, 1e18), got {step!r}")
+        raise IntegrityError(f"step must be a whole number in [0, 1e18), got {step!r:.40}")
     return step
 
 
@@ -167,6 +288,7 @@ __all__ = [
     "IntegrityError",
     "UnsafePath",
     "WriterManifest",
+    "check_attempt",
     "check_consistent",
     "check_step",
 ]

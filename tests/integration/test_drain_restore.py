@@ -95,8 +95,8 @@ def test_corrupt_object_detected_and_previous_step_restored(store: Store, tmp_pa
     old = checkpoint(tmp_path / "old", seed=4, big=11 * MiB)
     new = checkpoint(tmp_path / "new", seed=5, big=11 * MiB)
     push(store, old, 10, tmp_path / "j1")
-    push(store, new, 20, tmp_path / "j2")
-    key = keys.data_key(20, 0, "model.bin")
+    pushed = push(store, new, 20, tmp_path / "j2")
+    key = keys.data_key(20, 0, "model.bin", pushed.attempt)
     data = bytearray(new.joinpath("model.bin").read_bytes())
     data[7 * MiB] ^= 0x01  # same size, one bit off, in the second part
     store.put_bytes(key, bytes(data))
@@ -115,7 +115,7 @@ def test_traversal_manifest_refused_before_anything_is_written(
     doc = {"format": 1, "step": 5, "writer": 0, "writers": 1, "created": 1.0,
            "files": [{"path": "fine.bin", "size": 1, "crc32c": "00000000"},
                      {"path": bad, "size": 1, "crc32c": "00000000"}]}
-    store.put_bytes(keys.data_key(5, 0, "fine.bin"), b"x")
+    store.put_bytes(keys.data_key(5, 0, "fine.bin", None), b"x")
     store.put_bytes(keys.manifest_key(5, 0), json.dumps(doc).encode())
     assert complete_steps(store) == []
     (tmp_path / "restore").mkdir()

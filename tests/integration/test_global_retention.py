@@ -3,6 +3,7 @@ objects, and a half-pruned step is never seen as complete."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,8 @@ def test_each_writer_prunes_its_own_and_the_newest_stay_complete(
     # although writer 1's objects are still there.
     assert [c.step for c in complete_steps(store)] == [40, 30]
     assert store.head(keys.manifest_key(10, 1)) is not None
-    assert not list(store.list(keys.data_prefix(10, 0)))
-    assert list(store.list(keys.data_prefix(10, 1)))
+    assert not list(store.list(keys.writer_data_prefix(10, 0)))
+    assert list(store.list(keys.writer_data_prefix(10, 1)))
 
     assert prune_writer(store, writer=1, keep=2) == [10, 20]
     assert not list(store.list(keys.step_data_prefix(20)))
@@ -59,10 +60,57 @@ def test_nothing_is_pruned_before_keep_steps_are_complete(store: Store, tmp_path
 
 def test_data_that_no_manifest_names_is_pruned_too(store: Store, tmp_path: Path) -> None:
     """A drain superseded before its manifest was written leaves orphan data."""
-    store.put_bytes(keys.data_key(5, 0, "model.bin"), b"orphan of a superseded drain")
-    store.put_bytes(keys.data_key(5, 1, "model.bin"), b"another writer's: not ours to delete")
+    orphan = keys.data_key(5, 0, "model.bin", keys.new_attempt())
+    store.put_bytes(orphan, b"orphan of a superseded drain")
+    theirs = keys.data_key(5, 1, "model.bin", keys.new_attempt())
+    store.put_bytes(theirs, b"another writer's: not ours to delete")
     for step in (10, 20):
         _push(store, tmp_path, step, 0, writers=1)
     assert prune_writer(store, writer=0, keep=2) == [5]
-    assert store.head(keys.data_key(5, 0, "model.bin")) is None
-    assert store.head(keys.data_key(5, 1, "model.bin")) is not None
+    assert store.head(orphan) is None
+    assert store.head(theirs) is not None
+
+
+def test_orphaned_attempts_go_after_the_grace_period_and_the_current_one_stays(
+        store: Store, tmp_path: Path) -> None:
+    """A replaced attempt and a killed one are orphans: kept while young (a
+    restore may be reading the replaced one), removed once old; the attempt
+    the manifest names is never touched."""
+    from ckptdrain.transfer.catalog import load_checkpoint
+    from ckptdrain.transfer.fetch import verify_store
+
+    src = tmp_path / "a"
+    src.mkdir()
+    (src / "model.bin").write_bytes(b"first" * 1000)
+    first = build_manifest(src, 7, 0, 1, created=1.0)
+    Drainer(store).drain(src, first, journal_path=tmp_path / "j1")
+    replaced = load_checkpoint(store, 7).manifests[0].attempt
+    (src / "model.bin").write_bytes(b"second" * 1000)
+    second = build_manifest(src, 7, 0, 1, created=2.0)
+    Drainer(store).drain(src, second, journal_path=tmp_path / "j2", replace=True)
+    current = load_checkpoint(store, 7).manifests[0].attempt
+    killed = keys.data_key(7, 0, "model.bin", keys.new_attempt())
+    store.put_bytes(killed, b"a killed attempt's")
+    theirs = keys.data_key(7, 1, "model.bin", keys.new_attempt())
+    store.put_bytes(theirs, b"writer 1's")
+
+    def attempts() -> set[str]:
+        return {i.key.split("/")[3] for i in store.list(keys.writer_data_prefix(7, 0))}
+
+    assert prune_writer(store, writer=0, keep=1) == []
+    assert attempts() == {replaced, current, killed.split("/")[3]}
+    later = time.time() + 7 * 3600  # past the grace period
+    assert prune_writer(store, writer=0, keep=1, now=later) == []
+    assert attempts() == {current}
+    assert verify_store(store, 7) == [] and store.head(theirs) is not None
+
+
+def test_stale_unfinished_uploads_of_the_writer_are_aborted(store: Store) -> None:
+    mine = keys.data_key(3, 0, "model.bin", keys.new_attempt())
+    theirs = keys.data_key(3, 1, "model.bin", keys.new_attempt())
+    ids = {key: store.create_multipart(key) for key in (mine, theirs)}
+    prune_writer(store, writer=0, keep=1)
+    assert len(store.list_multipart_uploads(keys.DATA)) == 2  # young: maybe live
+    prune_writer(store, writer=0, keep=1, now=time.time() + 7 * 3600)
+    assert [u.key for u in store.list_multipart_uploads(keys.DATA)] == [theirs]
+    store.abort_multipart(theirs, ids[theirs])

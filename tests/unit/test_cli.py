@@ -62,7 +62,7 @@ def test_push_ls_pull_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFi
     src.mkdir()
     (src / "w.bin").write_bytes(os.urandom(300_000))
     uri = f"file://{tmp_path}/store"
-    assert cli.main(["push", str(src), uri, "--part-size", "100000", "--json"]) == 0
+    assert cli.main(["push", str(src), uri, "--part-size", "1MiB", "--json"]) == 0
     pushed = json.loads(capsys.readouterr().out)
     assert pushed["step"] == 12 and pushed["bytes"] == 300_000
     assert not (tmp_path / ".step-12.ckptdrain-journal").exists()

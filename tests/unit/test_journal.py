@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hypothesis import given
@@ -68,3 +69,19 @@ def test_part_size_keeps_every_file_within_s3s_part_limit(size: int) -> None:
     part = drainer.part_size_for(size)
     assert part >= 8 << 20
     assert -(-size // part) <= MAX_PARTS
+
+
+def test_the_attempt_survives_a_save_and_old_journals_start_over(tmp_path: Path) -> None:
+    j = jr.UploadJournal("file:///s", 7, 0, "deadbeef")
+    assert len(j.attempt) == 16 and j.attempt != jr.UploadJournal("file:///s", 7, 0, "x").attempt
+    jr.save(tmp_path / "j", j)
+    loaded = jr.load(tmp_path / "j")
+    assert loaded is not None and loaded.attempt == j.attempt
+    doc = json.loads(j.to_json())
+    doc["attempt"] = "../escape"
+    (tmp_path / "bad").write_text(json.dumps(doc))
+    assert jr.load(tmp_path / "bad") is None  # never a key from a journal's free string
+    doc.update(format=1)
+    del doc["attempt"]
+    (tmp_path / "old").write_text(json.dumps(doc))
+    assert jr.load(tmp_path / "old") is None  # keys of the layout without attempts

@@ -145,8 +145,8 @@ def test_corrupt_newest_falls_back_to_previous(tmp_path: Path) -> None:
     old = make_checkpoint(tmp_path / "old", seed=1)
     new = make_checkpoint(tmp_path / "new", seed=2)
     push(store, old, 1, tmp_path)
-    push(store, new, 2, tmp_path)
-    obj = store.root / keys.data_key(2, 0, "big.bin")
+    pushed = push(store, new, 2, tmp_path)
+    obj = store.root / keys.data_key(2, 0, "big.bin", pushed.attempt)
     raw = bytearray(obj.read_bytes())
     raw[100] ^= 0xFF
     obj.write_bytes(bytes(raw))
@@ -204,3 +204,34 @@ def test_supersede_only_when_far_from_done() -> None:
     assert supersede_decision(80, 100, newer_ready=True) == "finish"
     assert supersede_decision(0, 100, newer_ready=False) == "finish"
     assert supersede_decision(0, 0, newer_ready=True) == "finish"
+
+
+def test_a_store_that_may_not_list_uploads_still_drains(tmp_path: Path) -> None:
+    """Least-privilege credentials without s3:ListBucketMultipartUploads:
+    clean-up is skipped (and said so in the log), never the drain."""
+    from ckptdrain.errors import StoreAccessDenied
+
+    class NoListing(LocalStore):
+        def list_multipart_uploads(self, prefix: str) -> list[Any]:
+            raise StoreAccessDenied("list_multipart_uploads: AccessDenied")
+
+    store = NoListing(tmp_path / "store")
+    src = make_checkpoint(tmp_path / "src")
+    push(store, src, 1, tmp_path)
+    fetch(store, tmp_path / "dest")
+    assert same_tree(src, tmp_path / "dest")
+
+
+def test_data_of_a_committed_manifest_is_never_written_again(tmp_path: Path) -> None:
+    """A replacement writes a new attempt beside the committed one."""
+    store = LocalStore(tmp_path / "store")
+    src = make_checkpoint(tmp_path / "src", seed=1)
+    first = push(store, src, 4, tmp_path)
+    before = {i.key: store.get_bytes(i.key) for i in store.list(keys.DATA)}
+    (src / "big.bin").write_bytes(b"new content")
+    manifest = build_manifest(src, 4, 0, 1, created=2.0)
+    second = Drainer(store, part_size=PART).drain(
+        src, manifest, journal_path=tmp_path / "j-new.json", replace=True)
+    assert second.attempt != first.attempt
+    assert all(store.get_bytes(k) == v for k, v in before.items())
+    assert verify_store(store, 4) == []

@@ -16,6 +16,18 @@ from typing import BinaryIO, Protocol, runtime_checkable
 class ObjectInfo:
     key: str
     size: int
+    #: Last change, Unix seconds, where the store says (listings do; head may
+    #: not). Retention's grace period reads it; not part of identity.
+    modified: float | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class MultipartUpload:
+    """An unfinished multipart upload, as the store lists it."""
+
+    key: str
+    upload_id: str
+    initiated: float | None = None  # Unix seconds, when the store says
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,18 @@ class Store(Protocol):
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         """Drop an unfinished upload and its parts; a missing one is fine."""
+
+    def list_multipart_uploads(self, prefix: str) -> list[MultipartUpload]:
+        """Unfinished multipart uploads whose key starts with `prefix`, by key.
+        Uploads nobody completes or aborts hold storage for ever: drains abort
+        the ones under their own prefix that their journal does not own."""
+
+    # Optional: object_crc32c(key) -> str | None gives the CRC32C the store
+    # holds for an object without reading it: 8 hex digits for the whole
+    # object, or "<8 hex>-<parts>" (S3's composite checksum of a multipart
+    # upload: the CRC32C of the parts' CRC32Cs, big-endian, concatenated);
+    # None when the store keeps none. A resumed drain uses it to recognise an
+    # object completed before the kill (not part of the protocol).
 
     @property
     def min_part_size(self) -> int:

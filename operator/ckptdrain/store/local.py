@@ -6,10 +6,17 @@ Layout under the root:
     .ckptdrain-multipart/<id>/         an unfinished multipart upload:
         key                            the object key it is for
         00001.part, 00001.etag         part data, then its etag and size
+    .ckptdrain-multipart/trash-<id>-*  an upload being removed (completed or
+                                       aborted): renamed first, so a kill
+                                       mid-removal leaves nothing half alive
 
 Every name starting with `.ckptdrain-` is reserved: keys may not use it and
 `list()` never shows it. Multipart state lives on disk, so an upload survives
 the death of the process that started it.
+
+A killed process can leave temp files, trash and uploads whose `key` was
+never written; `sweep` (store/local_sweep.py) removes them once older than a
+grace period, and drains call it when they start.
 
 Unlike S3, a key cannot be both an object and a "directory" of other keys
 ('a' and 'a/b'); such a put raises StoreError.
@@ -21,7 +28,6 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import stat
 import uuid
 from collections.abc import Iterator
@@ -30,12 +36,13 @@ from typing import BinaryIO
 
 from ckptdrain import checksum
 from ckptdrain.errors import IntegrityError, InvalidInput, ObjectMissing, StoreError, UnsafePath
-from ckptdrain.store.base import ObjectInfo, UploadedPart
+from ckptdrain.store import local_sweep
+from ckptdrain.store.base import MultipartUpload, ObjectInfo, UploadedPart
 
 RESERVED_PREFIX = ".ckptdrain-"
 _TMP_PREFIX = RESERVED_PREFIX + "tmp-"
 _MULTIPART_DIR = RESERVED_PREFIX + "multipart"
-_UPLOAD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+_UPLOAD_ID_RE = re.compile(r"[0-9a-f]{32}")
 MAX_PART_NUMBER = 10_000  # as on S3
 _COPY_CHUNK = 1 << 20
 
@@ -112,7 +119,7 @@ class LocalStore:
         check_key(key)
         # The id comes back from callers (journals, the network): only ids we
         # could have made may become a path.
-        if not isinstance(upload_id, str) or not _UPLOAD_ID_RE.match(upload_id):
+        if not isinstance(upload_id, str) or not _UPLOAD_ID_RE.fullmatch(upload_id):
             return None
         path = self.root / _MULTIPART_DIR / upload_id
         try:
@@ -249,7 +256,8 @@ class LocalStore:
                 if not key.startswith(prefix):
                     continue
                 with contextlib.suppress(FileNotFoundError):  # deleted meanwhile
-                    found.append(ObjectInfo(key, os.stat(os.path.join(dirpath, name)).st_size))
+                    st = os.stat(os.path.join(dirpath, name))
+                    found.append(ObjectInfo(key, st.st_size, st.st_mtime))
         found.sort(key=lambda info: info.key.encode("utf-8"))
         return iter(found)
 
@@ -371,9 +379,43 @@ class LocalStore:
                         yield chunk
 
         self._write_atomic(self._path(key), chunks())
-        shutil.rmtree(path, ignore_errors=True)
+        local_sweep.discard_upload(path)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         path = self._upload_dir(key, upload_id)
         if path is not None:
-            shutil.rmtree(path, ignore_errors=True)
+            local_sweep.discard_upload(path)
+
+    def list_multipart_uploads(self, prefix: str) -> list[MultipartUpload]:
+        """Unfinished uploads for keys under `prefix`; initiated = when `key` was written."""
+        found = []
+        for upload_id, path in local_sweep.upload_dirs(self.root / _MULTIPART_DIR):
+            try:
+                key = (path / "key").read_text(encoding="utf-8")
+                initiated = (path / "key").stat().st_mtime
+            except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+                continue  # half made or half removed: sweep's business
+            if key.startswith(prefix):
+                found.append(MultipartUpload(key, upload_id, initiated))
+        found.sort(key=lambda u: (u.key.encode("utf-8"), u.upload_id))
+        return found
+
+    def sweep(self, older_than: float, now: float | None = None,
+              prefixes: tuple[str, ...] = ("",)) -> int:
+        """Remove what killed writers left behind, older than `older_than`
+        seconds: temp files (beside keys under `prefixes`), half-removed and
+        half-made uploads. Returns how many were removed. Uploads with a key
+        stay: whoever owns them aborts them."""
+        dirs = tuple(self.root.joinpath(*p.rpartition("/")[0].split("/"))
+                     if "/" in p else self.root for p in prefixes)
+        for prefix in prefixes:
+            check_key(prefix + "x")  # a prefix no key could start with walks nothing
+        return local_sweep.sweep(self.root, self.root / _MULTIPART_DIR, older_than, now, dirs)
+
+    def object_crc32c(self, key: str) -> str | None:
+        """The object's CRC32C, computed from the file (None if it is missing)."""
+        try:
+            _, crc = checksum.crc32c_file(self._path(key))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        return checksum.to_hex(crc)

@@ -36,7 +36,7 @@ from ckptdrain.errors import (
     StoreError,
     StoreUnreachable,
 )
-from ckptdrain.store.base import ObjectInfo, UploadedPart
+from ckptdrain.store.base import MultipartUpload, ObjectInfo, UploadedPart
 from ckptdrain.store.endpoint import parse_endpoint
 from ckptdrain.store.local import check_key
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
@@ -369,7 +369,9 @@ class S3Store:
         while True:
             page = self._call("list_objects_v2", None, **kwargs)
             for item in page.get("Contents", []):
-                yield ObjectInfo(key=item["Key"][len(root) :], size=int(item["Size"]))
+                modified = item.get("LastModified")
+                yield ObjectInfo(key=item["Key"][len(root) :], size=int(item["Size"]),
+                                 modified=modified.timestamp() if modified else None)
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return
@@ -483,3 +485,53 @@ class S3Store:
             self._fail(err, "abort_multipart_upload", key)
         except BotoCoreError as err:
             self._fail(err, "abort_multipart_upload", key)
+
+    def list_multipart_uploads(self, prefix: str) -> list[MultipartUpload]:
+        """Unfinished uploads for keys under `prefix`, every page, in key order.
+
+        MinIO lists by a prefix only the uploads of the exact key it names, but
+        lists them all without one: from a server that says it is MinIO, the
+        bucket's uploads are listed and filtered here."""
+        root = f"{self.prefix}/" if self.prefix else ""
+        found, server = self._uploads(root + prefix)
+        if not found and server.lower() == "minio":
+            found, _ = self._uploads(None)
+        chosen = [MultipartUpload(u.key[len(root):], u.upload_id, u.initiated)
+                  for u in found if u.key.startswith(root + prefix)]
+        return sorted(chosen, key=lambda u: (u.key.encode("utf-8"), u.upload_id))
+
+    def _uploads(self, prefix: str | None) -> tuple[list[MultipartUpload], str]:
+        """Every page of ListMultipartUploads (full keys; None: no Prefix at
+        all), and the server's name from its Server header."""
+        kwargs: dict[str, Any] = {} if prefix is None else {"Prefix": prefix}
+        found = []
+        while True:
+            page = self._call("list_multipart_uploads", None, **kwargs)
+            for item in page.get("Uploads", []):
+                started = item.get("Initiated")
+                found.append(MultipartUpload(str(item["Key"]), str(item["UploadId"]),
+                                             started.timestamp() if started else None))
+            key_marker, id_marker = page.get("NextKeyMarker"), page.get("NextUploadIdMarker")
+            if not page.get("IsTruncated") or not (key_marker or id_marker):
+                headers = page.get("ResponseMetadata", {}).get("HTTPHeaders", {})
+                return found, str(headers.get("server", ""))
+            kwargs.update(KeyMarker=key_marker or "", UploadIdMarker=id_marker or "")
+
+    def object_crc32c(self, key: str) -> str | None:
+        """The CRC32C the server keeps for the object (HeadObject, ChecksumMode
+        ENABLED): 8 hex digits, or "<8 hex>-<parts>" for a multipart upload's
+        composite checksum; None when it keeps none or the object is missing."""
+        try:
+            response = self._client.head_object(Bucket=self.bucket, Key=self._key(key),
+                                                ChecksumMode="ENABLED")
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") in _MISSING_KEY_CODES:
+                return None
+            self._fail(err, "head_object", key)
+        except BotoCoreError as err:
+            self._fail(err, "head_object", key)
+        text, _, parts = str(response.get("ChecksumCRC32C") or "").partition("-")
+        crc = _crc32c_from_b64(text)
+        if crc is None:
+            return None
+        return checksum.to_hex(crc) + (f"-{parts}" if parts.isdigit() else "")

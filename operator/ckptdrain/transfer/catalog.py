@@ -3,7 +3,8 @@
 A listing of `manifests/` only *suggests* candidate steps (listings may lag
 writes). Completeness is decided by reading every writer's manifest by its
 exact key: a step is complete only when writers 0..N-1 all have a manifest
-that parses, names that step and writer, and agrees on N.
+that parses, names that step and writer, and agrees on N. Anything wrong with
+a manifest makes its step rejected, with a reason of one printable line.
 """
 
 from __future__ import annotations
@@ -95,8 +96,14 @@ def scan(store: Store) -> Catalog:
         try:
             complete.append(load_checkpoint(store, step))
         except IntegrityError as err:
-            rejected.append(Rejected(step, str(err)))
+            rejected.append(Rejected(step, one_line(str(err))))
     return Catalog(complete, rejected)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """`text` as one printable line of at most `limit` characters."""
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def complete_steps(store: Store) -> list[Checkpoint]:

@@ -5,10 +5,17 @@ one part buffer, read into it with `preadv` (no whole-file reads, no copies),
 checksum it, draw its bytes from the one shared rate limiter and upload it.
 Parts of all files share the workers, so small and large files alike keep
 `concurrency` requests in flight. Every finished part is journaled before it
-counts, so a killed drain resumes without re-sending it. The manifest (the
-commit record) is written only after every data object is complete and
-verified: its size by `head`, its bytes by the CRC32C of its parts, combined,
-against the manifest.
+counts, so a killed drain resumes without re-sending it; an object finished
+but not yet journaled when the drain was killed is recognised by its size and
+CRC32C (transfer/commit.py) and not sent again.
+
+Commit order: a step/writer already committed with the same content is left
+alone (nothing sent); with different content the drain refuses
+(CommitConflict) unless asked to replace it. Data goes under a fresh attempt
+prefix (keys.py), never over a committed attempt's. The manifest (the commit
+record, naming the attempt) is written only after every data object is
+complete and verified: its size by `head`, its bytes by the CRC32C of its
+parts, combined, against the manifest. The last manifest written wins whole.
 """
 
 from __future__ import annotations
@@ -33,13 +40,16 @@ from ckptdrain.errors import (
     StoreAccessDenied,
     StoreError,
 )
-from ckptdrain.manifest import FileEntry, WriterManifest
+from ckptdrain.manifest import MAX_PART_BYTES, MAX_PARTS, FileEntry, WriterManifest
 from ckptdrain.ratelimit import TokenBucket
 from ckptdrain.store.base import Store, UploadedPart
+from ckptdrain.transfer import commit as cm
 from ckptdrain.transfer import journal as jr
+from ckptdrain.transfer.commit import abort_superseded
 
-#: S3 refuses uploads of more than 10,000 parts: larger files get larger parts.
-MAX_PARTS = 10_000
+#: Leftovers of killed drains (unowned uploads, temp files) older than this are
+#: removed when a drain starts; younger ones may be a live concurrent writer's.
+STALE_AFTER = 3600.0
 _MiB = 1 << 20
 T = TypeVar("T")
 
@@ -61,6 +71,10 @@ class DrainResult:
     parts_sent: int
     seconds: float
     manifest_key: str
+    #: The attempt the committed manifest names (the existing one if already committed).
+    attempt: str | None = None
+    #: The store already held this content, committed: nothing was sent.
+    already_committed: bool = False
 
 
 def supersede_decision(
@@ -71,21 +85,6 @@ def supersede_decision(
     if not newer_ready or in_flight_total <= 0:
         return "finish"
     return "finish" if in_flight_done_bytes / in_flight_total >= threshold else "supersede"
-
-
-def abort_superseded(store: Store, journal: jr.UploadJournal) -> int:
-    """Abort the open multipart uploads of a superseded drain; return how many.
-
-    Completed objects are left alone: cleaning them up is retention's job,
-    never the drain's (they may belong to a step still being restored)."""
-    aborted = 0
-    for key, upload_id in journal.open_uploads():
-        store.abort_multipart(key, upload_id)
-        aborted += 1
-    for state in journal.files.values():
-        if state.upload_id is not None and not state.complete:
-            state.upload_id, state.parts = None, {}
-    return aborted
 
 
 def _transient(err: BaseException) -> bool:
@@ -119,12 +118,15 @@ class Drainer:
         attempts: int = 6,
         backoff: float = 0.2,
         max_backoff: float = 5.0,
+        stale_after: float = STALE_AFTER,
     ) -> None:
         if concurrency < 1 or part_size < 1 or attempts < 1:
             raise ValueError("concurrency, part_size and attempts must be >= 1")
         self.store = store
         self.limiter = limiter if limiter is not None else TokenBucket(None)
-        self.part_size = max(part_size, store.min_part_size)
+        # Within what every store takes: its smallest part, S3's largest.
+        self.part_size = min(max(part_size, store.min_part_size), MAX_PART_BYTES)
+        self.stale_after = stale_after
         self.concurrency = concurrency
         self.attempts = attempts
         self.backoff = backoff
@@ -135,7 +137,7 @@ class Drainer:
         need = -(-size // MAX_PARTS)
         if need <= self.part_size:
             return self.part_size
-        return -(-need // _MiB) * _MiB
+        return min(-(-need // _MiB) * _MiB, MAX_PART_BYTES)
 
     def drain(
         self,
@@ -145,26 +147,35 @@ class Drainer:
         journal_path: Path,
         cancel: threading.Event | None = None,
         progress: Callable[[int], None] | None = None,
+        replace: bool = False,
     ) -> DrainResult:
         """Upload every file of `manifest` from `source_dir`, verify, then commit
         the manifest. Resumes from `journal_path`. Raises DrainCancelled on
-        `cancel`, IntegrityError if a file changed since it was scanned.
-        `progress` is called with the bytes of this checkpoint durable so far
-        (cumulative, resumed ones included), from worker threads."""
+        `cancel`, IntegrityError if a file changed since it was scanned,
+        CommitConflict if the step/writer is committed with other content
+        (unless `replace`). `progress` is called with the bytes of this
+        checkpoint durable so far (cumulative, resumed ones included), from
+        worker threads."""
         started = time.monotonic()
         cancel = cancel or threading.Event()
-        manifest = dataclasses.replace(manifest, part_size=self.part_size)
         mkey = keys.manifest_key(manifest.step, manifest.writer)
+        existing = cm.committed(self.store, manifest, replace)
+        if existing is not None:
+            return DrainResult(
+                step=manifest.step, writer=manifest.writer, files=len(manifest.files),
+                bytes=manifest.total_bytes, sent_bytes=0, resumed_bytes=manifest.total_bytes,
+                parts_sent=0, seconds=time.monotonic() - started, manifest_key=mkey,
+                attempt=existing.attempt, already_committed=True)
         run = _Run(self, Path(source_dir), manifest, Path(journal_path), cancel, progress)
         run.prepare()
-        if not run.journal.manifest_written or self.store.head(mkey) is None:
-            run.upload_all()
-            run.commit(mkey)
+        run.upload_all()
+        run.commit(mkey)
         return DrainResult(
             step=manifest.step, writer=manifest.writer, files=len(manifest.files),
             bytes=manifest.total_bytes, sent_bytes=run.sent_bytes,
             resumed_bytes=run.resumed_bytes, parts_sent=run.parts_sent,
             seconds=time.monotonic() - started, manifest_key=mkey,
+            attempt=run.manifest.attempt,
         )
 
 
@@ -173,7 +184,7 @@ class _Run:
 
     def __init__(self, d: Drainer, src: Path, manifest: WriterManifest, journal_path: Path,
                  cancel: threading.Event, progress: Callable[[int], None] | None) -> None:
-        self.d, self.store, self.src, self.manifest = d, d.store, src, manifest
+        self.d, self.store, self.src = d, d.store, src
         self.journal_path, self.cancel, self.progress = journal_path, cancel, progress
         self.lock = threading.Lock()  # journal, counters, progress
         self.file_locks = {f.path: threading.Lock() for f in manifest.files}
@@ -183,7 +194,12 @@ class _Run:
         self.tasks: list[_Task] = []
         self.store_paces = False
         self.turn = threading.Lock()  # whose part draws tokens next
-        # Identity of what is being sent: the files (and part size), not the
+        # Every file records the part size it is sent with (the manifest's
+        # readers need no rule to reproduce it).
+        files = tuple(dataclasses.replace(f, part_size=d.part_size_for(f.size))
+                      for f in manifest.files)
+        manifest = dataclasses.replace(manifest, files=files, part_size=d.part_size, attempt=None)
+        # Identity of what is being sent: the files (and part sizes), not the
         # creation time, so a re-run of the same checkpoint resumes.
         same_files = dataclasses.replace(manifest, created=0.0, extra={})
         manifest_id = checksum.to_hex(checksum.crc32c(same_files.to_json()))
@@ -194,13 +210,24 @@ class _Run:
             if old.store_uri == self.store.uri:
                 abort_superseded(self.store, old)
             old = None
+        self.resuming = old is not None
         self.journal = old or jr.UploadJournal(*args)
+        self.manifest = dataclasses.replace(manifest, attempt=self.journal.attempt)
 
     def _key(self, entry: FileEntry) -> str:
-        return keys.data_key(self.manifest.step, self.manifest.writer, entry.path)
+        m = self.manifest
+        return keys.data_key(m.step, m.writer, entry.path, m.attempt)
 
     def prepare(self) -> None:
-        """Reconcile the journal with the store, and list what is left to send."""
+        """Clear stale leftovers, reconcile the journal with the store, and
+        list what is left to send."""
+        m = self.manifest
+        cm.housekeeping(self.store, m.step, m.writer, set(self.journal.open_uploads()),
+                        self.d.stale_after)
+        # On resume, objects of this attempt already in the store (one listing):
+        # any of them the journal did not see finish is checked, not re-sent.
+        listed = ({i.key: i.size for i in self.store.list(keys.data_prefix(
+            m.step, m.writer, m.attempt))} if self.resuming else {})
         for entry in self.manifest.files:
             psize = self.d.part_size_for(entry.size)
             state = self.journal.file(entry.path, self._key(entry), entry.size, psize)
@@ -210,6 +237,10 @@ class _Run:
                     self.resumed_bytes += entry.size
                     continue
                 self.journal.file_incomplete(entry.path)
+            elif listed.get(state.key) == entry.size and cm.finished_unjournaled(
+                    self.store, self.journal, entry):
+                self.resumed_bytes += entry.size
+                continue
             if entry.size <= psize:
                 self.tasks.append(_Task(entry, 0, 0, entry.size))
                 self.pending[entry.path] = 1

@@ -7,7 +7,9 @@ push then pull mirrors the source; a checkpoint of N > 1 writers lands under
 `dest/<writer>/` (decimal, no padding), one directory per writer.
 
 Every path is checked (paths.resolve_under) before anything is written. Files
-are fetched with parallel ranged GETs aligned to the manifest's part size into
+are fetched with parallel ranged GETs aligned to each file's part size (never
+below MIN_RANGE nor above MAX_RANGE, whatever the manifest says; ranges are
+handed out one at a time, so a hostile size allocates nothing up front) into
 a temporary directory beside `dest`; each range's CRC32C is taken as it
 arrives and combined per file, so verification needs no second read. Only a
 fully verified checkpoint is renamed into place: `dest` shows either nothing
@@ -17,8 +19,9 @@ recorded, and the next newest tried (unless a step was asked for).
 
 from __future__ import annotations
 
+import errno
+import itertools
 import os
-import queue
 import shutil
 import tempfile
 import threading
@@ -39,9 +42,13 @@ from ckptdrain.manifest import FileEntry, WriterManifest
 from ckptdrain.store.base import Store
 from ckptdrain.transfer.catalog import Checkpoint, candidate_steps, load_checkpoint
 
-DEFAULT_RANGE = 64 << 20
 #: Largest ranged GET: bigger ones cost CPU in buffering for no gain.
 MAX_RANGE = 16 << 20
+#: Smallest ranged GET: below it, per-request overhead dominates (a manifest's
+#: or a user's tiny part size must not turn a pull into a million requests).
+MIN_RANGE = 1 << 20
+#: What a manifest's size may do to this filesystem: say so as the step's problem.
+_FS_REFUSALS = {errno.EFBIG, errno.ENAMETOOLONG, errno.EOVERFLOW, errno.EINVAL}
 
 
 @dataclass(frozen=True)
@@ -61,10 +68,12 @@ class _File:
     key: str
     target: Path
     ranges: int
+    range_size: int = MAX_RANGE
     crcs: dict[int, tuple[int, int]] = field(default_factory=dict)  # index -> (crc, length)
 
 
-def _plan(ckpt: Checkpoint, root: Path, writer: int | None) -> list[_File]:
+def _plan(ckpt: Checkpoint, root: Path, writer: int | None,
+          part_size: int | None = None) -> list[_File]:
     """Every file to fetch and where it goes; refuses unsafe paths before any write."""
     if writer is not None and not 0 <= writer < ckpt.writers:
         raise NoCheckpoint(f"step {ckpt.step} has writers 0..{ckpt.writers - 1}, not {writer}")
@@ -75,32 +84,46 @@ def _plan(ckpt: Checkpoint, root: Path, writer: int | None) -> list[_File]:
         base = root if flat else root / str(m.writer)
         for entry in m.files:
             target = paths.resolve_under(base, entry.path)
-            plan.append(_File(entry, keys.data_key(m.step, m.writer, entry.path), target, 0))
+            key = keys.data_key(m.step, m.writer, entry.path, m.attempt)
+            size = range_size(part_size or entry.part_size or m.part_size)
+            plan.append(_File(entry, key, target, 0, size))
     return plan
 
 
-def _range_size(manifests: tuple[WriterManifest, ...], part_size: int | None) -> int:
-    if part_size:
-        return part_size
-    part = next((m.part_size for m in manifests if m.part_size), None)
-    if part is None or part <= MAX_RANGE:
-        return part or MAX_RANGE
+def range_size(part: int | None) -> int:
+    """The ranged-GET size for an object uploaded in parts of `part` bytes:
+    the part itself or equal slices of it, always in MIN_RANGE..MAX_RANGE."""
+    if part is None or part <= 0:
+        return MAX_RANGE
+    if part <= MAX_RANGE:
+        return max(part, MIN_RANGE)
     # Equal slices of a part, so no GET straddles two parts on the server;
     # 16 MiB GETs measured ~3x faster than 64 MiB ones (less buffering in urllib3).
     n = -(-part // MAX_RANGE)
-    return part // n if part % n == 0 else MAX_RANGE
+    return max(part // n, MIN_RANGE) if part % n == 0 else MAX_RANGE
 
 
-def _download(store: Store, files: list[_File], range_size: int, concurrency: int,
-              progress: Callable[[int], None] | None) -> None:
-    work: queue.SimpleQueue[tuple[_File, int]] = queue.SimpleQueue()
-    for f in files:
+def _prepare_target(f: _File) -> None:
+    """Create the file, preallocated (sparse); a size or name this filesystem
+    refuses is an integrity problem of the step, not a crash."""
+    try:
         f.target.parent.mkdir(parents=True, exist_ok=True)
         with open(f.target, "wb") as out:
             out.truncate(f.entry.size)  # preallocated; ranges land with pwrite
-        f.ranges = max(1, -(-f.entry.size // range_size))
-        for i in range(f.ranges):
-            work.put((f, i))
+    except OSError as err:
+        if err.errno not in _FS_REFUSALS:
+            raise
+        raise IntegrityError(f"{f.key}: cannot be a file of {f.entry.size} bytes here: "
+                             f"{err.strerror}") from None
+
+
+def _download(store: Store, files: list[_File], concurrency: int,
+              progress: Callable[[int], None] | None) -> None:
+    for f in files:
+        _prepare_target(f)
+        f.ranges = max(1, -(-f.entry.size // f.range_size))
+    # Handed out one at a time: nothing is allocated per range before it is fetched.
+    work = itertools.chain.from_iterable(((f, i) for i in range(f.ranges)) for f in files)
     errors: list[BaseException] = []
     lock = threading.Lock()
     done = [0]
@@ -108,19 +131,20 @@ def _download(store: Store, files: list[_File], range_size: int, concurrency: in
     # Looked up on the class: a wrapper that forwards unknown attributes
     # (fault injection in the tests) keeps its own get_range.
     into = callable(getattr(type(store), "get_range_into", None))
-    biggest = max((f.entry.size for f in files), default=0)
+    biggest = max((min(f.range_size, f.entry.size) for f in files), default=0)
 
     def worker() -> None:
         # One buffer per worker, reused for every range, when the store can
         # read into it (one byte more: the last range asks for it).
-        buffer = memoryview(bytearray(min(range_size, biggest) + 1)) if into else None
+        buffer = memoryview(bytearray(biggest + 1)) if into else None
         while not errors:
-            try:
-                f, i = work.get_nowait()
-            except queue.Empty:
+            with lock:
+                item = next(work, None)
+            if item is None:
                 return
+            f, i = item
             try:
-                _fetch_range(store, f, i, range_size, buffer)
+                _fetch_range(store, f, i, f.range_size, buffer)
                 if progress:
                     with lock:
                         done[0] += f.crcs[i][1]
@@ -237,9 +261,8 @@ def fetch(
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.ckptdrain-", dir=dest.parent))
         try:
             ckpt = load_checkpoint(store, candidate)
-            files = _plan(ckpt, tmp, writer)
-            _download(store, files, _range_size(ckpt.manifests, part_size), concurrency,
-                      progress)
+            files = _plan(ckpt, tmp, writer, part_size)
+            _download(store, files, concurrency, progress)
             _verify(files)
             _fsync_tree(files)
             _place(tmp, dest)
@@ -282,7 +305,7 @@ def verify_dir(directory: Path, manifest: WriterManifest) -> list[str]:
     return problems
 
 
-def verify_store(store: Store, step: int, range_size: int = DEFAULT_RANGE) -> list[str]:
+def verify_store(store: Store, step: int, read_size: int = MAX_RANGE) -> list[str]:
     """Problems with `step` in the store: manifests, then every object's size and CRC32C."""
     try:
         ckpt = load_checkpoint(store, step)
@@ -291,14 +314,15 @@ def verify_store(store: Store, step: int, range_size: int = DEFAULT_RANGE) -> li
     problems = []
     for m in ckpt.manifests:
         for entry in m.files:
-            key = keys.data_key(m.step, m.writer, entry.path)
+            key = keys.data_key(m.step, m.writer, entry.path, m.attempt)
+            read = min(max(read_size, MIN_RANGE), MAX_RANGE)
             crc, offset = 0, 0
             try:
                 if entry.size == 0:
                     info = store.head(key)
                     offset = -1 if info is None else info.size
                 while 0 <= offset < entry.size:
-                    want = min(range_size, entry.size - offset)
+                    want = min(read, entry.size - offset)
                     last = offset + want == entry.size
                     # One byte more on the last range reveals an object that is too long.
                     data = store.get_range(key, offset, want + 1 if last else want)

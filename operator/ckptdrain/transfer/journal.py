@@ -1,6 +1,8 @@
 """The resumable upload journal: what a drain has already made durable.
 
-It lives on local disk beside the checkpoint and records, per file, the
+It lives on local disk beside the checkpoint and records the attempt id (the
+data prefix this drain writes under, kept so a resume continues the same
+attempt) and, per file, the
 multipart upload id, the part size, every finished part (number, ETag,
 CRC32C, size) and whether the file's object is complete, plus whether the
 writer's manifest (the commit record) is written. A drain killed at any point
@@ -19,9 +21,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ckptdrain import keys
 from ckptdrain.errors import IntegrityError
+from ckptdrain.manifest import check_attempt
 
-JOURNAL_FORMAT = 1
+#: 2: with the attempt id. A format-1 journal is not resumed (its keys are of
+#: the layout without attempts); the drain starts a fresh attempt.
+JOURNAL_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ class UploadJournal:
     writer: int
     #: CRC32C of the manifest without its creation time: reused only for the same files.
     manifest_id: str
+    #: Where this drain's data goes (keys.data_prefix): one attempt per journal.
+    attempt: str = field(default_factory=keys.new_attempt)
     files: dict[str, FileState] = field(default_factory=dict)
     manifest_written: bool = False
 
@@ -120,6 +128,7 @@ class UploadJournal:
             "step": self.step,
             "writer": self.writer,
             "manifest_id": self.manifest_id,
+            "attempt": self.attempt,
             "manifest_written": self.manifest_written,
             "files": {
                 path: {
@@ -140,7 +149,8 @@ class UploadJournal:
             if doc["format"] != JOURNAL_FORMAT:
                 raise ValueError(f"format {doc['format']!r}")
             journal = cls(doc["store_uri"], int(doc["step"]), int(doc["writer"]),
-                          doc["manifest_id"], manifest_written=bool(doc["manifest_written"]))
+                          doc["manifest_id"], attempt=check_attempt(doc["attempt"]),
+                          manifest_written=bool(doc["manifest_written"]))
             for path, raw in doc["files"].items():
                 journal.files[path] = FileState(
                     key=raw["key"], size=int(raw["size"]), part_size=int(raw["part_size"]),

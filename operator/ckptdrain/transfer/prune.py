@@ -1,40 +1,103 @@
-"""Global retention for one writer: delete its own objects of expired steps.
+"""Global retention for one writer: delete its own objects of expired steps,
+and the data of its attempts that no current manifest names.
 
 Each writer deletes only what it wrote, so no process needs rights over
 another's keys. The manifest goes first: once it is gone the step is no
 longer complete (catalog.load_checkpoint needs every writer's manifest), so
 a restore can never pick a step whose data is half deleted.
+
+Orphaned data (attempts superseded by a later manifest, killed before their
+manifest, or that lost a race) is removed only when it is older than a grace
+period and, if a manifest replaced it, only when that manifest is too: a
+restore that began reading an attempt just before it was replaced is not cut
+off, and a drain still uploading is not robbed. A drain never deletes data.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from ckptdrain import keys, retention
-from ckptdrain.store.base import Store
-from ckptdrain.transfer import catalog
+from ckptdrain.errors import IntegrityError, ObjectMissing
+from ckptdrain.manifest import WriterManifest
+from ckptdrain.store.base import ObjectInfo, Store
+from ckptdrain.transfer import catalog, commit
 
 log = logging.getLogger(__name__)
 
+#: How long orphaned attempt data and unfinished uploads are left alone.
+ORPHAN_GRACE = 6 * 3600.0
 
-def prune_writer(store: Store, writer: int, keep: int) -> list[int]:
-    """Delete `writer`'s manifest and data of every expired step; the steps pruned.
+
+def _current_keys(store: Store, step: int, writer: int) -> set[str] | None:
+    """Data keys the current manifest of (step, writer) names; empty if there
+    is none; None if it is unreadable (then nothing of the step is touched)."""
+    try:
+        m = WriterManifest.from_json(store.get_bytes(keys.manifest_key(step, writer)))
+    except ObjectMissing:
+        return set()
+    except IntegrityError:
+        return None
+    return {keys.data_key(step, writer, f.path, m.attempt) for f in m.files}
+
+
+def _old(modified: float | None, now: float, grace: float) -> bool:
+    return modified is not None and now - modified > grace
+
+
+def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_GRACE,
+                 now: float | None = None) -> list[int]:
+    """Delete `writer`'s manifest and data of every expired step, its orphaned
+    attempt data and stale unfinished uploads; return the expired steps pruned.
 
     Steps are found from manifests and also from this writer's data keys: a
     drain superseded before its manifest was written leaves data that no
     manifest names, and it must not stay in the bucket forever."""
+    now = time.time() if now is None else now
     present = set(catalog.candidate_steps(store))
+    committed_at: dict[int, float | None] = {}
+    for info in store.list(keys.MANIFESTS):
+        parsed = keys.parse_manifest_key(info.key)
+        if parsed is not None and parsed[1] == writer:
+            committed_at[parsed[0]] = info.modified
+    mine: dict[int, list[ObjectInfo]] = {}
     for info in store.list(keys.DATA):
         parsed = keys.parse_data_key(info.key)
         if parsed is not None and parsed[1] == writer:
             present.add(parsed[0])
+            mine.setdefault(parsed[0], []).append(info)
     complete = [c.step for c in catalog.complete_steps(store)]
     pruned = []
     for step in retention.global_expired(complete, present, keep):
         store.delete(keys.manifest_key(step, writer))  # first: the step stops being complete
-        for info in list(store.list(keys.data_prefix(step, writer))):
+        for info in list(store.list(keys.writer_data_prefix(step, writer))):
             store.delete(info.key)
         pruned.append(step)
     if pruned:
         log.info("global retention (keep %d): deleted writer %d's steps %s", keep, writer, pruned)
+    orphans = 0
+    for step, infos in mine.items():
+        if step in pruned:
+            continue
+        if step in committed_at and not _old(committed_at[step], now, grace):
+            continue  # replaced only lately: a restore may still read the old attempt
+        current = _current_keys(store, step, writer)
+        if current is None:
+            continue
+        for info in infos:
+            if info.key not in current and _old(info.modified, now, grace):
+                store.delete(info.key)
+                orphans += 1
+    sweep = getattr(store, "sweep", None)
+    if callable(sweep):  # the file store's temp files of every step
+        orphans += int(sweep(grace, now))
+    for upload in commit.list_uploads(store, keys.DATA):
+        parsed = keys.parse_data_key(upload.key)
+        if parsed is not None and parsed[1] == writer and _old(upload.initiated, now, grace):
+            store.abort_multipart(upload.key, upload.upload_id)
+            orphans += 1
+    if orphans:
+        log.info("global retention: removed %d orphaned object(s)/upload(s) of writer %d",
+                 orphans, writer)
     return pruned
