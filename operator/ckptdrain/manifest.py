@@ -146,6 +146,10 @@ class WriterManifest:
             check_attempt(self.attempt)
             if any(f.part_size is None for f in self.files):
                 raise IntegrityError("manifest format 2 needs every file's part_size")
+        if not self.files:
+            # A trainer always writes something: an empty list is a walk that
+            # found nothing or a manifest someone emptied, never a checkpoint.
+            raise IntegrityError("manifest lists no files: a checkpoint is never empty")
         paths.check_path_set(f.path for f in self.files)
 
     @property

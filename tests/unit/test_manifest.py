@@ -17,7 +17,7 @@ name = st.text(st.sampled_from("abcxyz019_-."), min_size=1, max_size=8).filter(
 entries = st.lists(
     st.tuples(st.lists(name, min_size=1, max_size=3).map("/".join),
               st.integers(0, 2**40), st.integers(0, 2**32 - 1)),
-    max_size=20, unique_by=lambda t: t[0].split("/")[0])
+    min_size=1, max_size=20, unique_by=lambda t: t[0].split("/")[0])
 
 
 @given(step=st.integers(0, 10**18 - 1), writers=st.integers(1, 1000), files=entries,
@@ -42,7 +42,7 @@ def doc(**change: object) -> bytes:
 
 @pytest.mark.parametrize("data", [
     b"not json", b"[]", doc(step=-1), doc(step="3"), doc(writer=1), doc(writers=0),
-    doc(format=2), doc(created="x"),
+    doc(format=2), doc(created="x"), doc(files=[]),
     doc(files={}), doc(files=[{"path": "a", "size": -1, "crc32c": "00000000"}]),
     doc(files=[{"path": "a", "size": 1, "crc32c": "XYZ"}]),
     doc(files=[{"path": "a", "size": True, "crc32c": "00000000"}]),
@@ -65,14 +65,17 @@ def test_duplicate_paths_refused() -> None:
         WriterManifest.from_json(doc(files=twice))
 
 
+ONE = (FileEntry("a", 1, "0000abcd"),)
+
+
 def test_consistency_needs_every_writer_once() -> None:
-    ms = [WriterManifest(step=5, writer=w, writers=3, created=0.0, files=()) for w in range(3)]
+    ms = [WriterManifest(step=5, writer=w, writers=3, created=0.0, files=ONE) for w in range(3)]
     check_consistent(ms)
     with pytest.raises(IntegrityError):
         check_consistent(ms[:2])
     with pytest.raises(IntegrityError):
         check_consistent([*ms, ms[0]])
-    other = WriterManifest(step=6, writer=2, writers=3, created=0.0, files=())
+    other = WriterManifest(step=6, writer=2, writers=3, created=0.0, files=ONE)
     with pytest.raises(IntegrityError):
         check_consistent([ms[0], ms[1], other])
 
@@ -104,7 +107,7 @@ def test_format_2_round_trips_and_names_its_attempt() -> None:
     assert WriterManifest.from_json(m.to_json()) == m
     assert keys.data_key(1200, 3, "model.bin", m.attempt) == \
         f"data/{1200:020d}/00003/{ATTEMPT}/model.bin"
-    legacy = WriterManifest(step=1, writer=0, writers=1, files=(), created=0.0)
+    legacy = WriterManifest(step=1, writer=0, writers=1, files=ONE, created=0.0)
     assert json.loads(legacy.to_json())["format"] == 1
     assert "attempt" not in json.loads(legacy.to_json())
     assert keys.data_key(1, 0, "a", None) == f"data/{1:020d}/00000/a"
