@@ -8,13 +8,13 @@ import shutil
 import time
 from pathlib import Path
 
-from ckptdrain.agent import config
-from ckptdrain.agent.drain import next_backoff
-from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.agent.drainworker import next_backoff
 from ckptdrain.agent.loop import Agent, goes_global
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent
 from ckptdrain.client import Client
+from ckptdrain.node import config
+from ckptdrain.node.localtier import LocalTier
 
 
 class Recorder:

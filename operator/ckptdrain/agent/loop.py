@@ -30,14 +30,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ckptdrain.agent.config import AgentConfig
-from ckptdrain.agent.drain import DrainWorker
-from ckptdrain.agent.durable import CopyAborted
-from ckptdrain.agent.localtier import LocalTier, completed_steps
+from ckptdrain.agent.drainworker import DrainWorker
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.client import CONTROL_DIR, REQUEST_FILE, read_request, write_json_atomic
 from ckptdrain.errors import CkptdrainError
+from ckptdrain.node.config import AgentConfig
+from ckptdrain.node.durable import CopyAborted
+from ckptdrain.node.localtier import LocalTier, completed_steps
 
 log = logging.getLogger(__name__)
 

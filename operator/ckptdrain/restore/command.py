@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from ckptdrain import units
-from ckptdrain.agent import config as agent_config
-from ckptdrain.agent import durable
-from ckptdrain.agent.localtier import LocalTier, completed_steps
 from ckptdrain.errors import CkptdrainError, IntegrityError, StoreError
+from ckptdrain.node import config as node_config
+from ckptdrain.node import durable
+from ckptdrain.node.localtier import LocalTier, completed_steps
 from ckptdrain.restore.plan import Candidate, candidates
 from ckptdrain.restore.result import RestoreResult, Skipped
 
@@ -42,7 +42,7 @@ log = logging.getLogger("ckptdrain.restore")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    agent_config.add_arguments(parser)
+    node_config.add_arguments(parser)
 
 
 def _global_steps(store: Any) -> list[int]:
@@ -80,7 +80,7 @@ def _from_global(store: Any, step: int, writer: int, tmp: Path) -> int:
     return int(result.bytes)
 
 
-def restore(cfg: agent_config.AgentConfig, store: Any | None,
+def restore(cfg: node_config.AgentConfig, store: Any | None,
             store_problem: str | None = None) -> tuple[RestoreResult, int]:
     """Restore the best candidate. Returns the result and the exit code."""
     started = time.monotonic()
@@ -123,7 +123,7 @@ def restore(cfg: agent_config.AgentConfig, store: Any | None,
     return result, 0
 
 
-def _try(cfg: agent_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
+def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
          result: RestoreResult) -> bool:
     tmp = cfg.work_dir / f".restore-step-{cand.step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         logging.getLogger("botocore").setLevel(logging.WARNING)
     try:
-        cfg = agent_config.load(args)
+        cfg = node_config.load(args)
     except CkptdrainError as err:
         print(f"ckptdrain restore: {err}", file=sys.stderr)
         return err.exit_code
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             store = object()  # a store was configured but is unusable
     result, code = restore(cfg, store, problem)
     result.write(cfg.restore_result)
-    if code == 0 and agent_config.in_cluster(cfg):
+    if code == 0 and node_config.in_cluster(cfg):
         from ckptdrain.agent.kube import ANNOTATION_RESTORED, annotate_own_pod, restored_from
 
         annotate_own_pod(cfg.namespace, cfg.pod_name, ANNOTATION_RESTORED,

@@ -26,9 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptdrain.agent import durable
 from ckptdrain.errors import IntegrityError
 from ckptdrain.manifest import WriterManifest
+from ckptdrain.node import durable
 
 STEP_DIR = re.compile(r"step-(?P<step>[0-9]{1,18})")
 _TEMP_PREFIX = ".capture-"

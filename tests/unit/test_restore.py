@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ckptdrain.agent import config
-from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.node import config
+from ckptdrain.node.localtier import LocalTier
 from ckptdrain.restore.command import restore
 from ckptdrain.restore.plan import Candidate, candidates
 

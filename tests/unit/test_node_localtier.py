@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptdrain.agent.durable import CopyAborted
-from ckptdrain.agent.localtier import LocalTier, plan_retention
 from ckptdrain.errors import IntegrityError
+from ckptdrain.node.durable import CopyAborted
+from ckptdrain.node.localtier import LocalTier, plan_retention
 
 
 def _checkpoint(root: Path, step: int, files: dict[str, bytes]) -> Path:
