@@ -16,7 +16,7 @@ from cluster_helpers import INJECT, get, pod, policy, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess, repo_root
 
-from ckptdrain.operator.records import RecordWriter
+from ckptdrain.node.kube import RecordWriter
 from support.apiserver import Cluster
 
 SYSTEM_NS = "ckptdrain-system"

@@ -100,7 +100,7 @@ def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace) -> l
         reporters.append(JsonLinesReporter(args.events))
     if node_config.in_cluster(cfg):
         from ckptdrain.agent.kube import RecordReporter
-        from ckptdrain.operator.records import RecordWriter
+        from ckptdrain.node.kube import RecordWriter
 
         try:
             writer = RecordWriter(cfg.namespace, cfg.policy.split("/")[-1], cfg.writers,

@@ -187,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
     result, code = restore(cfg, store, problem)
     result.write(cfg.restore_result)
     if code == 0 and node_config.in_cluster(cfg):
-        from ckptdrain.agent.kube import ANNOTATION_RESTORED, annotate_own_pod, restored_from
+        from ckptdrain.contract.api import ANNOTATION_RESTORED, restored_from
+        from ckptdrain.node.kube import annotate_own_pod
 
         annotate_own_pod(cfg.namespace, cfg.pod_name, ANNOTATION_RESTORED,
                          restored_from(result.step, result.tier))
