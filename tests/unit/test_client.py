@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ckptdrain.client import CONTROL_DIR, REQUEST_FILE, Client, write_json_atomic
-from ckptdrain.node.localtier import completed_steps
+from ckptdrain.node.steps import completed_steps
 
 
 def test_half_written_step_is_invisible_until_complete(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptdrain.errors import IntegrityError
+from ckptdrain.errors import IntegrityError, UnsafeSource
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier, plan_retention
 
@@ -68,7 +68,7 @@ def test_leftover_temp_from_a_killed_capture_is_removed(tmp_path: Path) -> None:
 def test_symlinks_are_refused(tmp_path: Path) -> None:
     src = _checkpoint(tmp_path / "work", 2, {"a": b"1"})
     (src / "link").symlink_to("/etc/passwd")
-    with pytest.raises(IntegrityError, match="regular files"):
+    with pytest.raises(UnsafeSource, match="symlink"):
         LocalTier(tmp_path / "local").capture(src, 2, writer=0, writers=1)
 
 

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from ckptdrain import torch_helper  # noqa: E402
 from ckptdrain.client import Client  # noqa: E402
-from ckptdrain.node.localtier import completed_steps  # noqa: E402
+from ckptdrain.node.steps import completed_steps  # noqa: E402
 
 
 def _model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:

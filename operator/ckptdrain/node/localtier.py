@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Iterable
@@ -27,43 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckptdrain.errors import IntegrityError
+from ckptdrain.localfs import fsync_dir
 from ckptdrain.manifest import WriterManifest
 from ckptdrain.node import durable
+from ckptdrain.node.steps import completed_steps, step_dir, step_name
 
-STEP_DIR = re.compile(r"step-(?P<step>[0-9]{1,18})")
 _TEMP_PREFIX = ".capture-"
 MANIFEST = "manifest.json"
 DATA = "data"
 JOURNAL = "drain-journal.json"
 GLOBAL_MARKER = "GLOBAL"
-
-
-def step_name(step: int) -> str:
-    return f"step-{step}"
-
-
-def parse_step_name(name: str) -> int | None:
-    match = STEP_DIR.fullmatch(name)
-    return int(match["step"]) if match else None
-
-
-def completed_steps(directory: Path) -> list[int]:
-    """Steps with a `step-<N>` directory under `directory`, newest first.
-
-    This is the trainer completion protocol (docs/trainer-protocol.md): the
-    trainer writes `step-<N>.tmp/` and renames it to `step-<N>/` when done, so
-    a name that matches exactly is a finished checkpoint.
-    """
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    steps = []
-    for name in names:
-        step = parse_step_name(name)
-        if step is not None and (directory / name).is_dir():
-            steps.append(step)
-    return sorted(steps, reverse=True)
 
 
 def plan_retention(
@@ -101,7 +73,7 @@ class LocalTier:
 
     # -- layout -------------------------------------------------------------
     def step_dir(self, step: int) -> Path:
-        return self.root / step_name(step)
+        return step_dir(self.root, step)
 
     def data_dir(self, step: int) -> Path:
         return self.step_dir(step) / DATA
@@ -136,7 +108,7 @@ class LocalTier:
         tmp = marker.with_suffix(".tmp")
         tmp.write_text(json.dumps({"uri": uri, "at": time.time()}))
         os.replace(tmp, marker)
-        durable.fsync_dir(marker.parent)
+        fsync_dir(marker.parent)
 
     def unfinished_drains(self) -> list[int]:
         """Published, not-yet-global steps that have a drain journal, newest first."""
@@ -172,7 +144,7 @@ class LocalTier:
                 created=time.time(), extra=dict(extra or {}),
             )
             _write_durably(tmp / MANIFEST, manifest.to_json())
-            durable.fsync_dir(tmp)
+            fsync_dir(tmp)
             durable.publish(tmp, self.step_dir(step))
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -34,7 +34,8 @@ from ckptdrain import units
 from ckptdrain.errors import CkptdrainError, IntegrityError, StoreError
 from ckptdrain.node import config as node_config
 from ckptdrain.node import durable
-from ckptdrain.node.localtier import LocalTier, completed_steps
+from ckptdrain.node.localtier import LocalTier
+from ckptdrain.node.steps import completed_steps, step_dir
 from ckptdrain.restore.plan import Candidate, candidates
 from ckptdrain.restore.result import RestoreResult, Skipped
 
@@ -127,7 +128,7 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
          result: RestoreResult) -> bool:
     tmp = cfg.work_dir / f".restore-step-{cand.step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    final = cfg.work_dir / f"step-{cand.step}"
+    final = step_dir(cfg.work_dir, cand.step)
     try:
         if cand.tier == "local":
             size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers)
@@ -156,7 +157,7 @@ def _clear_stale_steps(work_dir: Path, keep: int | None) -> None:
     a stale newer step would look like the newest checkpoint to the agent."""
     for step in completed_steps(work_dir):
         if step != keep:
-            shutil.rmtree(work_dir / f"step-{step}", ignore_errors=True)
+            shutil.rmtree(step_dir(work_dir, step), ignore_errors=True)
     for entry in work_dir.glob("step-*.tmp"):
         shutil.rmtree(entry, ignore_errors=True)
 
