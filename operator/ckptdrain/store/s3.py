@@ -36,8 +36,8 @@ from ckptdrain.errors import (
     StoreError,
     StoreUnreachable,
 )
+from ckptdrain.paths import check_key
 from ckptdrain.store.base import ObjectInfo, UploadedPart
-from ckptdrain.store.local import check_key
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
