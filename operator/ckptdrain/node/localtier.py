@@ -12,7 +12,8 @@ A `step-<N>` directory exists only once it is complete and durable: capture
 builds it under a hidden temporary name and renames it last, so a crash, a
 second SIGTERM or a deadline leaves either the whole copy or none.
 
-`plan_retention` is pure; everything else does I/O on the tier's root.
+Which steps retention removes is decided in retention.py (`local_expired`);
+everything here does I/O on the tier's root.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ckptdrain import retention
 from ckptdrain.errors import IntegrityError
 from ckptdrain.localfs import fsync_dir
 from ckptdrain.manifest import WriterManifest
@@ -36,25 +38,6 @@ MANIFEST = "manifest.json"
 DATA = "data"
 JOURNAL = "drain-journal.json"
 GLOBAL_MARKER = "GLOBAL"
-
-
-def plan_retention(
-    steps: Iterable[int], keep: int, global_steps: Iterable[int], protected: Iterable[int]
-) -> list[int]:
-    """Which local steps to delete, oldest first.
-
-    Keeps the newest `keep`, every `protected` step (being drained or queued
-    for it), and the newest step not yet global when it is newer than every
-    global one: until it lands, it is the only copy of the recovery point.
-    """
-    ordered = sorted(set(steps), reverse=True)
-    keep_set = set(ordered[:keep]) | set(protected)
-    global_set = set(global_steps)
-    newest_global = max((s for s in ordered if s in global_set), default=-1)
-    pending = [s for s in ordered if s not in global_set and s > newest_global]
-    if pending:
-        keep_set.add(pending[0])
-    return sorted(s for s in ordered if s not in keep_set)
 
 
 @dataclass(frozen=True)
@@ -170,7 +153,8 @@ class LocalTier:
 
     def apply_retention(self, keep: int, protected: Iterable[int]) -> list[int]:
         steps = self.steps()
-        doomed = plan_retention(steps, keep, [s for s in steps if self.is_global(s)], protected)
+        doomed = retention.local_expired(steps, keep, [s for s in steps if self.is_global(s)],
+                                         protected)
         for step in doomed:
             self.remove(step)
         return doomed

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ckptdrain import units
+from ckptdrain import retention, units
 from ckptdrain.contract.api import timestamp
 from ckptdrain.contract.record import owner_reference
 
@@ -85,10 +85,11 @@ def aggregate_patch(record: Mapping[str, Any], now: datetime) -> dict[str, Any]:
 
 
 def to_expire(records: Iterable[Mapping[str, Any]], keep: int) -> list[str]:
-    """Names of complete records beyond the newest `keep`; never the newest complete."""
-    complete = [r for r in records if summarize(r).state == "Global"]
-    complete.sort(key=lambda r: int(r["spec"]["step"]), reverse=True)
-    return [r["metadata"]["name"] for r in complete[max(1, keep):]]
+    """Names of complete records beyond the newest `keep`; never the newest complete
+    (retention.complete_expired), newest first."""
+    complete = {int(r["spec"]["step"]): r["metadata"]["name"] for r in records
+                if summarize(r).state == "Global"}
+    return [complete[step] for step in retention.complete_expired(complete, keep)]
 
 
 def latest_steps(records: Iterable[Mapping[str, Any]]
