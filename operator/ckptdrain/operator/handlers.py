@@ -89,12 +89,12 @@ def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
 
 @kopf.index("v1", "pods", annotations=INJECTED)
 def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
-              **_: Any) -> dict[Key, allocation.Drainer] | None:
+              **_: Any) -> dict[Key, allocation.DrainingPod] | None:
     if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
         return None  # a finished or leaving pod drains nothing more
     ann = meta.get("annotations", {})
     share = allocation.parse_annotation_number(ann.get(api.ANNOTATION_BANDWIDTH))
-    return {(namespace, ann.get(api.ANNOTATION_POLICY, "")): allocation.Drainer(
+    return {(namespace, ann.get(api.ANNOTATION_POLICY, "")): allocation.DrainingPod(
         pod=name, pending_bytes=allocation.parse_annotation_number(
             ann.get(api.ANNOTATION_PENDING)),
         current_share=None if share is None else int(share),
