@@ -38,6 +38,7 @@ from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import completed_steps, step_dir
 from ckptdrain.restore.plan import Candidate, candidates
 from ckptdrain.restore.result import RestoreResult, Skipped
+from ckptdrain.store.base import Store
 
 log = logging.getLogger("ckptdrain.restore")
 
@@ -81,9 +82,13 @@ def _from_global(store: Any, step: int, writer: int, tmp: Path) -> int:
     return int(result.bytes)
 
 
-def restore(cfg: node_config.AgentConfig, store: Any | None,
+def restore(cfg: node_config.AgentConfig, store: Store | None,
             store_problem: str | None = None) -> tuple[RestoreResult, int]:
-    """Restore the best candidate. Returns the result and the exit code."""
+    """Restore the best candidate. Returns the result and the exit code.
+
+    `store` is None when no global tier is configured, or when one is but
+    could not be opened: then `store_problem` says why.
+    """
     started = time.monotonic()
     result = RestoreResult(fresh_start=True, writer=cfg.writer, writers=cfg.writers, at=time.time())
     if store_problem:
@@ -117,7 +122,8 @@ def restore(cfg: node_config.AgentConfig, store: Any | None,
         return result, 0
     if not plan:
         _clear_stale_steps(cfg.work_dir, keep=None)
-    if store is not None and not global_ok:
+    configured = store is not None or store_problem is not None
+    if configured and not global_ok:
         return result, StoreError.exit_code
     if plan:
         return result, IntegrityError.exit_code
@@ -184,7 +190,6 @@ def run(args: argparse.Namespace) -> int:
             store = open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint, region=cfg.region)
         except (CkptdrainError, OSError) as err:
             problem = f"cannot open {cfg.store_uri}: {err}"
-            store = object()  # a store was configured but is unusable
     result, code = restore(cfg, store, problem)
     result.write(cfg.restore_result)
     if code == 0 and node_config.in_cluster(cfg):
