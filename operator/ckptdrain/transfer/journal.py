@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptdrain.errors import IntegrityError
+from ckptdrain.localfs import fsync_dir
 
 JOURNAL_FORMAT = 1
 
@@ -181,8 +182,4 @@ def save(path: Path, journal: UploadJournal) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)
