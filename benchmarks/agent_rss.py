@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from ckptdrain import checksum, units
-from ckptdrain.agent.localtier import LocalTier
 from ckptdrain.manifest import FileEntry, WriterManifest
+from ckptdrain.node.localtier import LocalTier
 
 
 def rss_kib(pid: int) -> tuple[int, int]:

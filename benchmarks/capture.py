@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from ckptdrain import units
-from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.node.localtier import LocalTier
 
 
 def make_source(root: Path, total: int, files: int) -> Path:

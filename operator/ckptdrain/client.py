@@ -20,7 +20,8 @@ and renames it to `<work>/step-<N>/` when every file is written; the agent
 never reads a `.tmp` directory. The agent asks for checkpoints by rewriting
 `<work>/.ckptdrain/request`; `complete` records the answer in
 `<work>/.ckptdrain/ack`. Standard library only: this module is imported into
-training processes that must not pull in boto3 or Kubernetes clients.
+training processes that must not pull in boto3 or Kubernetes clients (the env
+names come from contract/env.py, itself standard library only).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+
+from ckptdrain.contract.env import Env
 
 CONTROL_DIR = ".ckptdrain"
 REQUEST_FILE = "request"
@@ -102,13 +105,13 @@ class Client:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         env = os.environ if environ is None else environ
-        self.work_dir = Path(work_dir or env.get("CKPTDRAIN_WORK_DIR") or DEFAULT_WORK_DIR)
+        self.work_dir = Path(work_dir or env.get(Env.WORK_DIR.value) or DEFAULT_WORK_DIR)
         self.restore_result = Path(
-            restore_result or env.get("CKPTDRAIN_RESTORE_RESULT")
+            restore_result or env.get(Env.RESTORE_RESULT.value)
             or self.work_dir / "restore.json"
         )
-        self.writer = env.get("CKPTDRAIN_WRITER_ID", "0")
-        self.writers = int(env.get("CKPTDRAIN_WRITERS", "1") or 1)
+        self.writer = env.get(Env.WRITER_ID.value, "0")
+        self.writers = int(env.get(Env.WRITERS.value, "1") or 1)
         self._preempting = threading.Event()
 
     # -- writing checkpoints ---------------------------------------------------

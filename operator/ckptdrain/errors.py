@@ -77,3 +77,12 @@ class NoCheckpoint(CkptdrainError):
     """No complete checkpoint matches what was asked for."""
 
     exit_code = 5
+
+
+class UnsafeSource(InvalidInput):
+    """A directory to checkpoint is missing, vanished, is a symlink, or holds
+    something other than directories and regular files (localfs.regular_files).
+
+    Raised the same way for `push` and for the agent's capture: a checkpoint is
+    plain files, and following a link could publish something outside it.
+    """

@@ -18,8 +18,9 @@ from cluster_helpers import INJECT, get, pod, policy, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess, repo_root
 
-from ckptdrain.agent.kube import ANNOTATION_RESTORED, PendingBytesPublisher, annotate_own_pod
-from ckptdrain.operator.records import RecordWriter
+from ckptdrain.agent.kube import PendingBytesPublisher
+from ckptdrain.contract.api import ANNOTATION_RESTORED
+from ckptdrain.node.kube import RecordWriter, annotate_own_pod
 from support.apiserver import Cluster
 
 SYSTEM_NS = "ckptdrain-system"

@@ -1,6 +1,6 @@
 """Checkpoint records, restores and operator restarts against a real apiserver.
 
-The agents are played by `records.RecordWriter` (what the real agent calls)
+The agents are played by `node.kube.RecordWriter` (what the real agent calls)
 with the test's kubeconfig."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from cluster_helpers import INJECT, get, pod, policy, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess
 
-from ckptdrain.operator.records import RecordWriter
+from ckptdrain.node.kube import RecordWriter
 from support.apiserver import Cluster
 
 

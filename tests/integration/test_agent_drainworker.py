@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from tests.support.faults import FaultyStore
 
-from ckptdrain.agent.drain import DrainWorker
-from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.agent.drainworker import DrainWorker
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent
 from ckptdrain.errors import StoreAccessDenied
+from ckptdrain.node.localtier import LocalTier
 from ckptdrain.store.local import LocalStore
 
 PART = 1 << 20

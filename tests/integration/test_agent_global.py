@@ -19,7 +19,7 @@ from tests.support.agentprocs import Pod
 from tests.support.faults import FaultyStore
 from tests.support.s3servers import S3Server, free_port
 
-from ckptdrain.agent.drain import DrainWorker
+from ckptdrain.agent.drainworker import DrainWorker
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import LoggingReporter
 from ckptdrain.store import open_store

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.node.localtier import LocalTier
 
 T = TypeVar("T")
 WAIT_CAP = 120.0

@@ -5,15 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckptdrain.agent.kube import (
-    PendingBytesPublisher,
-    RecordReporter,
-    annotate_own_pod,
-    pending_changed,
-    restored_from,
-)
+from ckptdrain.agent.kube import PendingBytesPublisher, RecordReporter, pending_changed
 from ckptdrain.agent.report import CheckpointEvent, State
-from ckptdrain.operator.records import RecordWriter
+from ckptdrain.node.kube import RecordWriter
 
 
 class FakeCustomObjects:
@@ -92,13 +86,3 @@ def test_pending_bytes_failure_is_logged_and_retried_next_time() -> None:
     assert not publisher.publish(10)
     core.fail = False
     assert publisher.publish(10)
-
-
-def test_restore_annotates_where_it_restored_from() -> None:
-    core = FakeCore()
-    assert annotate_own_pod("ns", "pod-0", "ckptdrain.io/restored-from",
-                            restored_from(42, "local"), api=core)
-    assert core.patches[0]["metadata"]["annotations"] == {
-        "ckptdrain.io/restored-from": "step=42 tier=local"}
-    assert restored_from(None, None) == "fresh"
-    assert not annotate_own_pod("ns", "pod-0", "k", "v", api=FakeCore(fail=True))

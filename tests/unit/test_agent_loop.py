@@ -13,13 +13,13 @@ from typing import Any
 
 from tests.support.smallfs import small_filesystem, used_bytes
 
-from ckptdrain.agent import config
-from ckptdrain.agent.drain import next_backoff
-from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.agent.drainworker import next_backoff
 from ckptdrain.agent.loop import Agent, goes_global
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, State
 from ckptdrain.client import Client
+from ckptdrain.node import config
+from ckptdrain.node.localtier import LocalTier
 
 
 class Recorder:

@@ -1,16 +1,194 @@
-"""The pure core imports nothing from Kubernetes, Kopf or boto: checked in a fresh interpreter."""
+"""The package's layers, as tests: who may import whom.
+
+Inside the package (read from the source, every import statement, lazy ones
+inside functions included):
+- the core (top-level modules and contract/) imports nothing from store/,
+  transfer/, agent/, node/, restore/, operator/ or demo/;
+- store/ imports only the core;
+- the node side (node/, agent/, restore/) never imports operator/, and
+  operator/ never imports the node side: they meet in contract/;
+- the cloud and cluster SDKs appear only at their edges.
+The entry points (cli.py, __main__.py) may import anything.
+
+And at run time, in a fresh interpreter: importing the pure core loads
+nothing from Kubernetes, Kopf or boto.
+"""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
+PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "ckptdrain"
+ENTRY_POINTS = {"cli", "__main__"}
+SUBPACKAGES = {"contract", "store", "transfer", "node", "agent", "restore", "operator", "demo"}
+NODE_SIDE = {"node", "agent", "restore"}
+OUTER = {"store", "transfer", "agent", "node", "restore", "operator", "demo"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    who: str
+    forbidden: frozenset[str]
+    why: str
+
+
+RULES = {
+    "core": Rule("the core (top-level modules and contract/)", frozenset(OUTER),
+                 "the core is pure and sits below every other layer"),
+    "contract": Rule("the core (top-level modules and contract/)", frozenset(OUTER),
+                     "the contract belongs to neither side"),
+    "store": Rule("store/", frozenset(OUTER - {"store"}),
+                  "the stores sit below the transfer engine and both sides"),
+    **{side: Rule(f"the node side ({side}/)", frozenset({"operator"}),
+                  "the node side never imports the cluster side; they meet in contract/")
+       for side in NODE_SIDE},
+    "operator": Rule("the cluster side (operator/)", frozenset(NODE_SIDE),
+                     "the cluster side never imports the node side; they meet in contract/"),
+}
+#: Third-party SDKs and the only places that may import them.
+SDK_EDGES = {
+    "kubernetes": ({"operator"}, {"kubeclient", "node/kube"}),
+    "kopf": ({"operator"}, set()),
+    "boto3": ({"store", "demo"}, set()),
+    "botocore": ({"store", "demo"}, set()),
+}
+
+
+def _name(path: str) -> str:
+    """'store/s3.py' -> 'store/s3'; 'node/__init__.py' -> 'node'."""
+    return path.removesuffix(".py").removesuffix("/__init__")
+
+
+def _layer(name: str) -> str:
+    first = name.split("/")[0]
+    if first in SUBPACKAGES:
+        return first
+    return "entry" if first in ENTRY_POINTS else "core"
+
+
+def _targets(node: ast.AST, package: str, known: set[str]) -> list[str]:
+    """The ckptdrain modules (as 'a/b') an import statement reaches, or third-party roots
+    prefixed with '!'."""
+    if isinstance(node, ast.Import):
+        dotted = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            parts = package.split("/")[: len(package.split("/")) - node.level + 1]
+            base = ".".join(["ckptdrain", *[p for p in parts if p], *([base] if base else [])])
+        dotted = []
+        for alias in node.names:
+            candidate = f"{base}.{alias.name}"
+            inside = candidate.removeprefix("ckptdrain.").replace(".", "/")
+            dotted.append(candidate if inside in known else base)
+    else:
+        return []
+    out = []
+    for name in dotted:
+        if name == "ckptdrain" or name.startswith("ckptdrain."):
+            out.append(name.removeprefix("ckptdrain").lstrip(".").replace(".", "/"))
+        else:
+            out.append("!" + name.split(".")[0])
+    return out
+
+
+def violations(sources: dict[str, str]) -> list[str]:
+    """Every import in `sources` ({path under ckptdrain/: text}) that breaks a rule,
+    as one line naming the file, the line, the import and the rule."""
+    known = {_name(path) for path in sources}
+    found = []
+    for path, text in sorted(sources.items()):
+        name = _name(path)
+        layer = _layer(name)
+        package = name if path.endswith("__init__.py") else name.rpartition("/")[0]
+        for node in ast.walk(ast.parse(text, path)):
+            for target in sorted(set(_targets(node, package, known))):
+                where = f"ckptdrain/{path}:{getattr(node, 'lineno', 0)}"
+                if target.startswith("!"):
+                    sdk = target[1:]
+                    if sdk not in SDK_EDGES:
+                        continue
+                    layers, modules = SDK_EDGES[sdk]
+                    if layer not in layers and name not in modules:
+                        allowed = sorted({f"{x}/" for x in layers} | {f"{m}.py" for m in modules})
+                        found.append(f"{where} imports {sdk}: only {', '.join(allowed)} may"
+                                     f" (the {sdk} SDK stays at its edge)")
+                    continue
+                rule = RULES.get(layer)
+                target_layer = _layer(target) if target else "core"
+                if rule is not None and target_layer in rule.forbidden:
+                    banned = ", ".join(f"{x}/" for x in sorted(rule.forbidden))
+                    found.append(f"{where} imports ckptdrain.{target.replace('/', '.')}: "
+                                 f"{rule.who} must import none of {banned} ({rule.why})")
+    return found
+
+
+def _package_sources() -> dict[str, str]:
+    return {p.relative_to(PACKAGE).as_posix(): p.read_text() for p in PACKAGE.rglob("*.py")}
+
+
+def test_the_package_keeps_its_layers() -> None:
+    problems = violations(_package_sources())
+    assert not problems, "layering broken:\n" + "\n".join(problems)
+
+
+def test_every_subpackage_has_a_layer() -> None:
+    dirs = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert dirs == SUBPACKAGES, f"new or removed subpackages: {sorted(dirs ^ SUBPACKAGES)}"
+
+
+@pytest.mark.parametrize(("path", "text", "expected"), [
+    ("store/s3.py", "from ckptdrain.transfer import drain\n",
+     "ckptdrain/store/s3.py:1 imports ckptdrain.transfer.drain: store/ must import none of"),
+    ("agent/loop.py", "def f():\n    from ckptdrain.operator.records import summarize\n",
+     "ckptdrain/agent/loop.py:2 imports ckptdrain.operator.records: the node side (agent/)"),
+    ("operator/handlers.py", "from ckptdrain.node import steps\n",
+     "imports ckptdrain.node.steps: the cluster side (operator/) must import none of agent/,"),
+    ("paths.py", "import ckptdrain.store\n",
+     "ckptdrain/paths.py:1 imports ckptdrain.store: the core (top-level modules and contract/)"),
+    ("contract/env.py", "from ckptdrain import node\n", "imports ckptdrain.node: the core"),
+    ("node/steps.py", "import kubernetes.client\n",
+     "ckptdrain/node/steps.py:1 imports kubernetes: only kubeclient.py, node/kube.py, operator/"),
+])
+def test_a_broken_rule_is_named(path: str, text: str, expected: str) -> None:
+    sources = {
+        "store/__init__.py": "", "store/s3.py": "", "transfer/__init__.py": "",
+        "transfer/drain.py": "", "operator/__init__.py": "", "operator/records.py": "",
+        "operator/handlers.py": "", "node/__init__.py": "", "node/steps.py": "",
+        "agent/__init__.py": "", "agent/loop.py": "", "contract/__init__.py": "",
+        "contract/env.py": "", "paths.py": "", path: text,
+    }
+    found = violations(sources)
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_allowed_imports_pass() -> None:
+    sources = {
+        "cli.py": "from ckptdrain.transfer import drain\nfrom ckptdrain.operator import x\n",
+        "agent/loop.py": "from ckptdrain.node import steps\nfrom ckptdrain.contract import api\n",
+        "operator/kube.py": "import kubernetes\nfrom ckptdrain import kubeclient, paths\n",
+        "node/steps.py": "", "contract/api.py": "", "kubeclient.py": "import kubernetes\n",
+        "paths.py": "", "transfer/drain.py": "from ckptdrain.store import base\n",
+        "store/base.py": "", "operator/x.py": "",
+    }
+    assert violations(sources) == []
+
+
+# -- at run time: the pure core loads no cluster or cloud SDK ------------------------
+
 PURE = ["ckptdrain.units", "ckptdrain.sizing", "ckptdrain.manifest", "ckptdrain.keys",
-        "ckptdrain.paths", "ckptdrain.checksum", "ckptdrain.ratelimit",
-        "ckptdrain.transfer.journal", "ckptdrain.flags", "ckptdrain.store.endpoint"]
+        "ckptdrain.paths", "ckptdrain.checksum", "ckptdrain.ratelimit", "ckptdrain.retention",
+        "ckptdrain.localfs", "ckptdrain.client", "ckptdrain.kubeclient",
+        "ckptdrain.contract.api", "ckptdrain.contract.env", "ckptdrain.contract.record",
+        "ckptdrain.transfer.journal", "ckptdrain.flags",
+        "ckptdrain.store.endpoint"]
 FORBIDDEN = ("kopf", "kubernetes", "boto3", "botocore", "s3transfer", "aiohttp")
 
 

@@ -70,3 +70,28 @@ def test_duplicates_and_file_dir_clashes_refused() -> None:
     with pytest.raises(UnsafePath):
         paths.check_path_set(["a", "a/b"])
     paths.check_path_set(["a/b", "a/c", "b"])
+
+
+# Object keys: the same rule, with S3's length limit and the reserved names ------------
+@pytest.mark.parametrize("bad", [*HOSTILE[:-1], "\ud800", "a/\udcff.bin"])
+def test_keys_and_paths_refuse_the_same_hostile_names(bad: str) -> None:
+    for check in (paths.check_relative_path, paths.check_key):
+        with pytest.raises(UnsafePath):
+            check(bad)
+
+
+def test_keys_add_the_length_limit_and_reserved_names() -> None:
+    for name in ("x" * 1025, ".ckptdrain-tmp-1", "a/.ckptdrain-multipart/b"):
+        assert paths.check_relative_path(name) == name
+        with pytest.raises(UnsafePath):
+            paths.check_key(name)
+    assert paths.check_key("x" * 1024) == "x" * 1024
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_every_safe_key_is_a_safe_path(text: str) -> None:
+    try:
+        paths.check_key(text)
+    except UnsafePath:
+        return
+    assert paths.check_relative_path(text) == text

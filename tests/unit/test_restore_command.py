@@ -18,8 +18,8 @@ import pytest
 from tests.support.smallfs import small_filesystem
 
 from ckptdrain import cli
-from ckptdrain.agent import config, space
-from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.node import config, space
+from ckptdrain.node.localtier import LocalTier
 from ckptdrain.restore.command import restore
 
 SIZE = 4 << 20  # the checkpoint; the work volume gets 1 MiB

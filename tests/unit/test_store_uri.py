@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptdrain.errors import IntegrityError, InvalidInput, StoreError, UnsafePath
+from ckptdrain.paths import check_key
 from ckptdrain.store import StoreURI, endpoint_from_env, open_store, parse_store_uri
 from ckptdrain.store.base import Store
-from ckptdrain.store.local import LocalStore, check_key
+from ckptdrain.store.local import LocalStore
 from ckptdrain.store.s3 import S3Store
 
 

@@ -17,20 +17,20 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from ckptdrain.agent import config as agent_config
-from ckptdrain.agent.drain import DrainWorker
-from ckptdrain.agent.localtier import LocalTier
+from ckptdrain.agent.drainworker import DrainWorker
 from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics, MetricsServer
 from ckptdrain.agent.report import FanOut, JsonLinesReporter, LoggingReporter, Reporter
 from ckptdrain.agent.share import Share, ShareWatcher
 from ckptdrain.errors import CkptdrainError
+from ckptdrain.node import config as node_config
+from ckptdrain.node.localtier import LocalTier
 
 log = logging.getLogger("ckptdrain.agent")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    agent_config.add_arguments(parser)
+    node_config.add_arguments(parser)
     parser.add_argument("--events", type=Path, default=None,
                         help="also append per-checkpoint events as JSON lines to this file")
 
@@ -57,7 +57,7 @@ def setup_logging() -> None:
         logging.getLogger("botocore").setLevel(logging.WARNING)
 
 
-def build_drain(cfg: agent_config.AgentConfig, tier: LocalTier, reporter: Reporter,
+def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporter,
                 metrics: AgentMetrics) -> tuple[DrainWorker | None, ShareWatcher | None]:
     if cfg.store_uri is None:
         log.warning("no CKPTDRAIN_STORE_URI: local tier only, nothing goes global")
@@ -93,15 +93,15 @@ def build_drain(cfg: agent_config.AgentConfig, tier: LocalTier, reporter: Report
     return worker, watcher
 
 
-def build_reporters(cfg: agent_config.AgentConfig, args: argparse.Namespace) -> list[Reporter]:
+def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace) -> list[Reporter]:
     """Where per-checkpoint states go: the log, the --events file, and (the place to
     plug it in) the operator's Checkpoint records."""
     reporters: list[Reporter] = [LoggingReporter()]
     if getattr(args, "events", None):
         reporters.append(JsonLinesReporter(args.events))
-    if agent_config.in_cluster(cfg):
+    if node_config.in_cluster(cfg):
         from ckptdrain.agent.kube import RecordReporter
-        from ckptdrain.operator.records import RecordWriter
+        from ckptdrain.node.kube import RecordWriter
 
         try:
             writer = RecordWriter(cfg.namespace, cfg.policy.split("/")[-1], cfg.writers,
@@ -115,8 +115,8 @@ def build_reporters(cfg: agent_config.AgentConfig, args: argparse.Namespace) -> 
     return reporters
 
 
-def start_pending_bytes(cfg: agent_config.AgentConfig, drain: DrainWorker | None) -> None:
-    if drain is None or not agent_config.in_cluster(cfg):
+def start_pending_bytes(cfg: node_config.AgentConfig, drain: DrainWorker | None) -> None:
+    if drain is None or not node_config.in_cluster(cfg):
         return
     from ckptdrain.agent.kube import PendingBytesPublisher
 
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: early.append(time.monotonic()))
     setup_logging()
     try:
-        cfg = agent_config.load(args)
+        cfg = node_config.load(args)
     except CkptdrainError as err:
         print(f"ckptdrain agent: {err}", file=sys.stderr)
         return err.exit_code

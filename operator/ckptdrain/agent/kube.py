@@ -6,8 +6,8 @@ one thread; when it is full, the oldest report is dropped (a newer state for
 the same step supersedes it anyway) and the drop is logged.
 
 - `RecordReporter` is a `report.Reporter`: each state change becomes this
-  writer's claim on the step's `Checkpoint` record (operator/records.py owns
-  the record format and the client, `RecordWriter`).
+  writer's claim on the step's `Checkpoint` record (the format is
+  contract/record.py; the client, `RecordWriter`, is node/kube.py).
 - `PendingBytesPublisher` patches `ckptdrain.io/pending-bytes` on the agent's
   own pod when the drain lag changes, so the operator can split bandwidth in
   proportion to what each node still has to send (docs/pod-contract.md).
@@ -22,11 +22,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from ckptdrain import kubeclient
 from ckptdrain.agent.report import CheckpointEvent, State
+from ckptdrain.contract.api import ANNOTATION_PENDING
 
 log = logging.getLogger(__name__)
 
-ANNOTATION_PENDING = "ckptdrain.io/pending-bytes"
 QUEUE_SIZE = 256
 #: Re-publish pending bytes only when they moved by this fraction (or to/from 0).
 PENDING_CHANGE = 0.1
@@ -43,7 +44,7 @@ def tiers_for(event: CheckpointEvent, is_global: bool) -> list[str]:
 
 
 class RecordReporter:
-    """Sends each event to `writer.report(...)` (a records.RecordWriter) from a thread."""
+    """Sends each event to `writer.report(...)` (a node.kube.RecordWriter) from a thread."""
 
     def __init__(self, writer: Any, node: str | None, *,
                  is_global: Callable[[int], bool] = lambda step: False) -> None:
@@ -101,13 +102,7 @@ class PendingBytesPublisher:
 
     def __init__(self, namespace: str, pod: str, api: Any = None) -> None:
         if api is None:
-            from kubernetes import client, config  # the agent's edge only
-
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-            api = client.CoreV1Api()
+            api = kubeclient.core_api()
         self.api, self.namespace, self.pod = api, namespace, pod
         self.published: int | None = None
         self._stop = threading.Event()
@@ -139,29 +134,3 @@ class PendingBytesPublisher:
         self.published = pending
         return True
 
-
-ANNOTATION_RESTORED = "ckptdrain.io/restored-from"
-
-
-def restored_from(step: int | None, tier: str | None) -> str:
-    """The `ckptdrain.io/restored-from` value: `step=<N> tier=<local|global>`, or `fresh`."""
-    return "fresh" if step is None else f"step={step} tier={tier}"
-
-
-def annotate_own_pod(namespace: str, pod: str, key: str, value: str, api: Any = None) -> bool:
-    """One best-effort annotation on this pod (restore's record of what it placed)."""
-    try:
-        if api is None:
-            from kubernetes import client, config
-
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-            api = client.CoreV1Api()
-        api.patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": {key: value}}},
-                                 _request_timeout=5)
-    except Exception as err:
-        log.warning("could not annotate pod %s/%s with %s: %s", namespace, pod, key, err)
-        return False
-    return True

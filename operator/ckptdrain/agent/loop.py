@@ -33,15 +33,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ckptdrain.agent import space
-from ckptdrain.agent.config import AgentConfig
-from ckptdrain.agent.drain import DrainWorker, next_backoff
-from ckptdrain.agent.durable import CopyAborted
-from ckptdrain.agent.localtier import LocalTier, completed_steps
+from ckptdrain.agent.drainworker import DrainWorker, next_backoff
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.client import CONTROL_DIR, REQUEST_FILE, read_request, write_json_atomic
 from ckptdrain.errors import CkptdrainError
+from ckptdrain.node import space
+from ckptdrain.node.config import AgentConfig
+from ckptdrain.node.durable import CopyAborted
+from ckptdrain.node.localtier import LocalTier
+from ckptdrain.node.steps import completed_steps, is_writing, step_dir
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,7 @@ class Agent:
         if not published or (local and published[0] <= local[0]):
             return None
         step = published[0]
-        source = self.cfg.work_dir / f"step-{step}"
+        source = step_dir(self.cfg.work_dir, step)
         if self._reported is None or self._reported[0] != step:  # not a retry
             self.reporter.report(CheckpointEvent(step, State.CAPTURING, trigger=trigger))
         try:
@@ -269,7 +270,7 @@ class Agent:
             return
         for step in completed_steps(self.cfg.work_dir):
             if step < local[0] and step not in self.keep_in_work:
-                victim = self.cfg.work_dir / f"step-{step}"
+                victim = step_dir(self.cfg.work_dir, step)
                 doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
                 try:
                     os.rename(victim, doomed)
@@ -322,7 +323,7 @@ class Agent:
         settle_end = min(start + EMERGENCY_SETTLE, budget_end)
         while not stop_now():
             now = self.clock()
-            writing = _writing(self.cfg.work_dir)
+            writing = is_writing(self.cfg.work_dir)
             if now >= budget_end or (now >= settle_end and not writing):
                 return
             self.metrics.beat()
@@ -336,11 +337,3 @@ def _read_result(path: Path) -> dict[str, object] | None:
         return None
     return doc if isinstance(doc, dict) else None
 
-
-def _writing(work_dir: Path) -> bool:
-    """Is the trainer in the middle of writing a step (a `step-<N>.tmp` exists)?"""
-    try:
-        return any(name.startswith("step-") and name.endswith(".tmp")
-                   for name in os.listdir(work_dir))
-    except FileNotFoundError:
-        return False

@@ -1,6 +1,7 @@
 """Per-checkpoint state reports: a hook the operator plugs Kubernetes records into.
 
-The agent calls `Reporter.report` at each transition of a checkpoint:
+The agent calls `Reporter.report` at each transition of a checkpoint (the
+states are the Checkpoint record's, contract/record.State):
 
     Capturing -> Local -> Draining -> Global
                      \\-> Failed (with the reason; the agent retries)
@@ -19,19 +20,12 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
+from ckptdrain.contract.record import State
+
 log = logging.getLogger("ckptdrain.agent.report")
-
-
-class State(StrEnum):
-    CAPTURING = "Capturing"
-    LOCAL = "Local"
-    DRAINING = "Draining"
-    GLOBAL = "Global"
-    FAILED = "Failed"
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import IO
 
 from ckptdrain import sizing, units
-from ckptdrain.agent.localtier import LocalTier
 from ckptdrain.demo.summary import DrainStats, Event, describe, newest
+from ckptdrain.node.localtier import LocalTier
 from ckptdrain.transfer import journal as jr
 
 

@@ -22,7 +22,10 @@ DEFAULT_TOLERANCE = 0.02
 
 
 @dataclass(frozen=True)
-class Drainer:
+class DrainingPod:
+    """An injected pod as allocation sees it: what it has pending and its share now.
+    (transfer.drain.Drainer is the upload engine; this is a pod's share record.)"""
+
     pod: str
     pending_bytes: float | None
     current_share: int | None
@@ -50,7 +53,7 @@ def policy_budgets(wanted: Mapping[str, float], cluster_cap: float | None) -> di
     return {key: value * factor for key, value in wanted.items()}
 
 
-def shares(budget: float, drainers: list[Drainer],
+def shares(budget: float, drainers: list[DrainingPod],
            per_drainer_cap: float | None = None) -> dict[str, int]:
     """Whole bytes/s per pod; every active pod gets at least 1."""
     if not drainers or budget <= 0:
@@ -60,7 +63,7 @@ def shares(budget: float, drainers: list[Drainer],
     return {pod: max(1, int(value)) for pod, value in raw.items()}
 
 
-def changes(drainers: list[Drainer], wanted: Mapping[str, int],
+def changes(drainers: list[DrainingPod], wanted: Mapping[str, int],
             tolerance: float = DEFAULT_TOLERANCE) -> dict[str, int]:
     """The pods whose annotation must be rewritten, and to what: every decrease
     (so the budget is never exceeded), and increases beyond `tolerance`."""

@@ -22,16 +22,17 @@ from typing import Any
 import kopf
 
 from ckptdrain import sizing
+from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import allocation, injection, kube, metrics, records, webhook
+from ckptdrain.operator import allocation, kube, metrics, records, webhook
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator import status as st
 from ckptdrain.operator.config import OperatorConfig
 
-PREFIX = "ckptdrain.io"
-POLICIES = ("ckptdrain.io", "v1alpha1", "checkpointpolicies")
-CHECKPOINTS = ("ckptdrain.io", "v1alpha1", "checkpoints")
-INJECTED = {injection.ANNOTATION_INJECTED: kopf.PRESENT}
+PREFIX = api.GROUP
+POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
+CHECKPOINTS = (api.GROUP, api.VERSION, api.CHECKPOINTS)
+INJECTED = {api.ANNOTATION_INJECTED: kopf.PRESENT}
 MAX_RESTORES = 10
 #: Pod events within this window are coalesced into one rebalance per policy,
 #: so a burst of N pods costs a few passes over N pods, not N passes.
@@ -88,14 +89,14 @@ def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
 
 @kopf.index("v1", "pods", annotations=INJECTED)
 def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
-              **_: Any) -> dict[Key, allocation.Drainer] | None:
+              **_: Any) -> dict[Key, allocation.DrainingPod] | None:
     if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
         return None  # a finished or leaving pod drains nothing more
     ann = meta.get("annotations", {})
-    share = allocation.parse_annotation_number(ann.get(injection.ANNOTATION_BANDWIDTH))
-    return {(namespace, ann.get(injection.ANNOTATION_POLICY, "")): allocation.Drainer(
+    share = allocation.parse_annotation_number(ann.get(api.ANNOTATION_BANDWIDTH))
+    return {(namespace, ann.get(api.ANNOTATION_POLICY, "")): allocation.DrainingPod(
         pod=name, pending_bytes=allocation.parse_annotation_number(
-            ann.get(injection.ANNOTATION_PENDING)),
+            ann.get(api.ANNOTATION_PENDING)),
         current_share=None if share is None else int(share),
         created=meta.get("creationTimestamp"))}
 
@@ -194,7 +195,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         wanted = allocation.shares(budget[0], drainers, budget[1].per_drainer_cap)
         moved = allocation.changes(drainers, wanted)
         written = kube.annotate_pods(key[0], {
-            pod: {injection.ANNOTATION_BANDWIDTH: str(share)} for pod, share in moved.items()})
+            pod: {api.ANNOTATION_BANDWIDTH: str(share)} for pod, share in moved.items()})
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc(len(written))
             logger.info("rebalanced %s/%s: %d of %d shares rewritten (budget %d B/s)",
@@ -202,7 +203,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         status = next(iter(_values(policies, key)), {}).get("status") or {}
         if status.get("phase") in ("Ready", "Constrained") \
                 and status.get("drainers") != len(drainers):
-            kube.patch_status("checkpointpolicies", key[0], key[1], {"drainers": len(drainers)})
+            kube.patch_status(api.POLICIES, key[0], key[1], {"drainers": len(drainers)})
 
 
 def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
@@ -235,9 +236,9 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
               memo: kopf.Memo, logger: logging.Logger, pod_index: kopf.Index[Key, Any],
               checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
     annotations = meta.get("annotations", {})
-    key = (namespace, annotations.get(injection.ANNOTATION_POLICY, ""))
+    key = (namespace, annotations.get(api.ANNOTATION_POLICY, ""))
     _schedule_rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)
-    source = annotations.get(injection.ANNOTATION_RESTORED)
+    source = annotations.get(api.ANNOTATION_RESTORED)
     if source and event.get("type") != "DELETED":
         _record_restore(key, meta.get("name", ""), source, body, checkpointpolicy_index)
 
@@ -249,8 +250,8 @@ def _record_restore(key: Key, pod: str, source: str, body: kopf.Body,
     restores = list(status.get("restores") or [])
     if any(r.get("pod") == pod and r.get("source") == source for r in restores):
         return
-    entry = {"pod": pod, "source": source, "time": st.timestamp(_now())}
-    kube.patch_status("checkpointpolicies", key[0], key[1],
+    entry = {"pod": pod, "source": source, "time": api.timestamp(_now())}
+    kube.patch_status(api.POLICIES, key[0], key[1],
                       {"restores": [entry, *restores][:MAX_RESTORES]})
     kopf.info(body, reason="Restored", message=f"started from {source} ({key[1]})")
 
@@ -268,11 +269,11 @@ def checkpoint_event(event: kopf.RawEvent, body: kopf.Body, namespace: str, name
         if event.get("type") != "DELETED":
             change = records.aggregate_patch(dict(body), _now())
             if change:
-                kube.patch_status("checkpoints", namespace, name, change)
+                kube.patch_status(api.CHECKPOINTS, namespace, name, change)
             policy_body = next(iter(_values(checkpointpolicy_index, key)), {})
             owner = records.owner_patch(dict(body), policy_body.get("metadata", {}).get("uid"))
             if owner:
-                kube.patch_object("checkpoints", namespace, name, owner)
+                kube.patch_object(api.CHECKPOINTS, namespace, name, owner)
         _sweep(key, memo.config, checkpoint_index, checkpointpolicy_index, logger)
 
 
@@ -287,19 +288,19 @@ def _sweep(key: Key, cfg: OperatorConfig, checkpoints: kopf.Index[Key, Any],
     now = _now()
     with _locks[key]:
         for rec_name in records.to_expire(recs, keep):
-            kube.patch_status("checkpoints", key[0], rec_name,
-                              {"state": "Expired", "expiredTime": st.timestamp(now)})
+            kube.patch_status(api.CHECKPOINTS, key[0], rec_name,
+                              {"state": "Expired", "expiredTime": api.timestamp(now)})
             metrics.RETENTION_EXPIRED.labels(*key).inc()
             logger.info("expired checkpoint %s/%s (keep=%s)", key[0], rec_name, keep)
         for rec in _expired_past_ttl(recs, cfg.expired_ttl_s, now):
-            kube.delete("checkpoints", key[0], rec)
+            kube.delete(api.CHECKPOINTS, key[0], rec)
         if policy_body is None:
             return
         local, glob, when = records.latest_steps(recs)
         wanted = st.recovery_fields(local, glob, when)
         current = policy_body.get("status") or {}
         if any(current.get(k) != v for k, v in wanted.items()):
-            kube.patch_status("checkpointpolicies", key[0], key[1], wanted)
+            kube.patch_status(api.POLICIES, key[0], key[1], wanted)
 
 
 # -- watchdog: a drain that silently stops must be impossible to miss -----------
@@ -329,7 +330,7 @@ def _start_watchdog(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
 
 def _parse_time(text: str | None) -> datetime | None:
     return None if not text else \
-        datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        api.parse_timestamp(text)
 
 
 def _check_stalls(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
@@ -354,8 +355,8 @@ def _check_stalls(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                                body["metadata"].get("generation"), now)
         if change is None:
             continue
-        kube.patch_status("checkpointpolicies", key[0], key[1], change)
-        kube.post_event(body, "CheckpointPolicy", "DrainStalled" if stall else "DrainResumed",
+        kube.patch_status(api.POLICIES, key[0], key[1], change)
+        kube.post_event(body, api.KIND_POLICY, "DrainStalled" if stall else "DrainResumed",
                         stall or "a checkpoint completed globally again",
                         "Warning" if stall else "Normal")
 
@@ -367,7 +368,7 @@ def _expired_past_ttl(recs: Iterable[dict[str, Any]], ttl_s: float,
         status = rec.get("status") or {}
         if status.get("state") != "Expired" or not status.get("expiredTime"):
             continue
-        since = datetime.strptime(status["expiredTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        since = api.parse_timestamp(status["expiredTime"])
         if now - since >= timedelta(seconds=ttl_s):
             out.append(rec["metadata"]["name"])
     return out

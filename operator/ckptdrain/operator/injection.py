@@ -13,16 +13,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptdrain import units
+from ckptdrain.contract.api import ANNOTATION_BANDWIDTH, ANNOTATION_INJECTED, ANNOTATION_POLICY
+from ckptdrain.contract.env import Env
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import Policy
 
-ANNOTATION_POLICY = "ckptdrain.io/policy"
-ANNOTATION_INJECTED = "ckptdrain.io/injected"
-ANNOTATION_BANDWIDTH = "ckptdrain.io/bandwidth"
-ANNOTATION_PENDING = "ckptdrain.io/pending-bytes"
-ANNOTATION_RESTORED = "ckptdrain.io/restored-from"
-#: Pods opt in with this label; the webhook's objectSelector matches only them.
-LABEL_INJECT = "ckptdrain.io/inject"
 JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 PREPARE = "ckptdrain-prepare"
@@ -59,44 +54,47 @@ def grace_seconds(pod: Mapping[str, Any]) -> int:
     return DEFAULT_GRACE_SECONDS if value is None else int(value)
 
 
-def _env(name: str, source: dict[str, Any] | str) -> dict[str, Any]:
-    return {"name": name, "value": source} if isinstance(source, str) else {"name": name, **source}
+def _env(name: Env, source: dict[str, Any] | str) -> dict[str, Any]:
+    # The plain string: a patch is JSON, and a reader compares names as text.
+    if isinstance(source, str):
+        return {"name": name.value, "value": source}
+    return {"name": name.value, **source}
 
 
 def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float) -> list[dict[str, Any]]:
     """Environment shared by the agent and restore, per the pod contract."""
     env = [
-        _env("CKPTDRAIN_POLICY", policy.key),
-        _env("CKPTDRAIN_POD_NAME", _field("metadata.name")),
-        _env("CKPTDRAIN_NAMESPACE", _field("metadata.namespace")),
-        _env("CKPTDRAIN_NODE_NAME", _field("spec.nodeName")),
-        _env("CKPTDRAIN_WRITER_ID", _writer_id(pod)),
-        _env("CKPTDRAIN_WRITERS", str(policy.writers)),
-        _env("CKPTDRAIN_STORE_URI", store_uri(policy)),
+        _env(Env.POLICY, policy.key),
+        _env(Env.POD_NAME, _field("metadata.name")),
+        _env(Env.NAMESPACE, _field("metadata.namespace")),
+        _env(Env.NODE_NAME, _field("spec.nodeName")),
+        _env(Env.WRITER_ID, _writer_id(pod)),
+        _env(Env.WRITERS, str(policy.writers)),
+        _env(Env.STORE_URI, store_uri(policy)),
     ]
     if policy.endpoint:
-        env.append(_env("CKPTDRAIN_S3_ENDPOINT", policy.endpoint))
+        env.append(_env(Env.S3_ENDPOINT, policy.endpoint))
     if policy.region:
-        env.append(_env("AWS_REGION", policy.region))
+        env.append(_env(Env.REGION, policy.region))
     if policy.credentials is not None:
         ref = policy.credentials
-        for var, key in (("AWS_ACCESS_KEY_ID", ref.access_key_id_key),
-                         ("AWS_SECRET_ACCESS_KEY", ref.secret_access_key_key)):
+        for var, key in ((Env.ACCESS_KEY_ID, ref.access_key_id_key),
+                         (Env.SECRET_ACCESS_KEY, ref.secret_access_key_key)):
             env.append(_env(var, {"valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}))
     env += [
-        _env("CKPTDRAIN_WORK_DIR", WORK_DIR),
-        _env("CKPTDRAIN_LOCAL_DIR", local_dir(policy)),
-        _env("CKPTDRAIN_LOCAL_KEEP", str(policy.local_keep)),
-        _env("CKPTDRAIN_GLOBAL_KEEP", str(policy.global_keep)),
-        _env("CKPTDRAIN_INTERVAL", units.format_duration(policy.interval_s)),
-        _env("CKPTDRAIN_GLOBAL_EVERY", str(policy.sizing_input.global_every)),
-        _env("CKPTDRAIN_OVERLAP", units.format_percent(policy.sizing_input.overlap)),
-        _env("CKPTDRAIN_SHARE_FILE", posixpath.join(SHARE_DIR, "bandwidth")),
-        _env("CKPTDRAIN_DEFAULT_RATE", str(int(default_rate))),
-        _env("CKPTDRAIN_GRACE_SECONDS", str(grace_seconds(pod))),
-        _env("CKPTDRAIN_METRICS_PORT", str(AGENT_METRICS_PORT)),
-        _env("CKPTDRAIN_RESTORE", "true" if policy.restore_enabled else "false"),
-        _env("CKPTDRAIN_RESTORE_PREFER", policy.restore_prefer),
+        _env(Env.WORK_DIR, WORK_DIR),
+        _env(Env.LOCAL_DIR, local_dir(policy)),
+        _env(Env.LOCAL_KEEP, str(policy.local_keep)),
+        _env(Env.GLOBAL_KEEP, str(policy.global_keep)),
+        _env(Env.INTERVAL, units.format_duration(policy.interval_s)),
+        _env(Env.GLOBAL_EVERY, str(policy.sizing_input.global_every)),
+        _env(Env.OVERLAP, units.format_percent(policy.sizing_input.overlap)),
+        _env(Env.SHARE_FILE, posixpath.join(SHARE_DIR, "bandwidth")),
+        _env(Env.DEFAULT_RATE, str(int(default_rate))),
+        _env(Env.GRACE_SECONDS, str(grace_seconds(pod))),
+        _env(Env.METRICS_PORT, str(AGENT_METRICS_PORT)),
+        _env(Env.RESTORE, "true" if policy.restore_enabled else "false"),
+        _env(Env.RESTORE_PREFER, policy.restore_prefer),
     ]
     return env
 
@@ -110,16 +108,16 @@ def local_dir(policy: Policy) -> str:
     they would capture over each other's steps.
     """
     if policy.writers > 1:
-        return f"{LOCAL_DIR}/writer-$(CKPTDRAIN_WRITER_ID)"
+        return f"{LOCAL_DIR}/writer-$({Env.WRITER_ID.value})"
     return LOCAL_DIR
 
 
 def trainer_env(pod: Mapping[str, Any], policy: Policy) -> list[dict[str, Any]]:
     return [
-        _env("CKPTDRAIN_WORK_DIR", WORK_DIR),
-        _env("CKPTDRAIN_RESTORE_RESULT", posixpath.join(WORK_DIR, "restore.json")),
-        _env("CKPTDRAIN_WRITER_ID", _writer_id(pod)),
-        _env("CKPTDRAIN_WRITERS", str(policy.writers)),
+        _env(Env.WORK_DIR, WORK_DIR),
+        _env(Env.RESTORE_RESULT, posixpath.join(WORK_DIR, "restore.json")),
+        _env(Env.WRITER_ID, _writer_id(pod)),
+        _env(Env.WRITERS, str(policy.writers)),
     ]
 
 

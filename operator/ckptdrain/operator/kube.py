@@ -11,8 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from ckptdrain import kubeclient
+from ckptdrain.contract.api import API_VERSION, GROUP, POLICIES, VERSION
 
 __all__ = ["ApiException", "annotate_pod", "annotate_pods", "delete", "list_policies",
            "patch_object", "patch_status", "post_event"]
@@ -20,20 +23,13 @@ __all__ = ["ApiException", "annotate_pod", "annotate_pods", "delete", "list_poli
 #: Concurrent writes when many pods change at once (a rebalance of hundreds).
 PARALLEL_WRITES = 4
 
-GROUP, VERSION = "ckptdrain.io", "v1alpha1"
 #: Say it: the generated client would otherwise pick JSON Patch for a dict body.
 MERGE = "application/merge-patch+json"
 
 
 @functools.cache
 def _clients() -> tuple[client.CoreV1Api, client.CustomObjectsApi]:
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        config.load_kube_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = PARALLEL_WRITES * 2
-    api = client.ApiClient(configuration)
+    api = kubeclient.api_client(pool_size=PARALLEL_WRITES * 2)
     return client.CoreV1Api(api), client.CustomObjectsApi(api)
 
 
@@ -87,7 +83,7 @@ def delete(plural: str, namespace: str, name: str) -> bool:
 def list_policies(namespace: str) -> list[dict[str, Any]]:
     """The CheckpointPolicies of a namespace, read from the apiserver."""
     _, custom = _clients()
-    found = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "checkpointpolicies")
+    found = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, POLICIES)
     return list(found.get("items", []))
 
 
@@ -100,7 +96,7 @@ def post_event(body: Mapping[str, Any], kind: str, reason: str, message: str,
     core.create_namespaced_event(meta["namespace"], client.CoreV1Event(
         metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}."),
         involved_object=client.V1ObjectReference(
-            api_version=f"{GROUP}/{VERSION}", kind=kind, name=meta["name"],
+            api_version=API_VERSION, kind=kind, name=meta["name"],
             namespace=meta["namespace"], uid=meta.get("uid")),
         reason=reason, message=message[:1024], type=type_, count=1,
         first_timestamp=now, last_timestamp=now,

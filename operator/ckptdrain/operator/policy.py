@@ -10,7 +10,6 @@ what was expected and what was seen.
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,9 +17,9 @@ from typing import Any, TypeVar
 from ckptdrain import sizing, units
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.store import parse_store_uri
 from ckptdrain.store.endpoint import parse_endpoint
 
-KNOWN_SCHEMES = ("s3", "file")
 GRACE_POLICIES = ("Warn", "Refuse")
 RESTORE_PREFER = ("local", "global")
 DEFAULT_LOCAL_KEEP = 2
@@ -153,13 +152,12 @@ def _read_storage(r: _Reader) -> tuple[str, SecretRef | None]:
         r.fail("storage.uri", "a URI such as s3://bucket/prefix or file:///path",
                r.raw("storage.uri"))
     else:
-        match = re.fullmatch(r"([a-z0-9+.-]+)://(.+)", uri)
-        if not match or match[1] not in KNOWN_SCHEMES:
-            r.fail("storage.uri", "a URI with scheme " + " or ".join(
-                f"{s}://" for s in KNOWN_SCHEMES), uri)
-        elif match[1] == "s3" and not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?",
-                                                   match[2]):
-            r.fail("storage.uri", "s3://<bucket>[/prefix] with a valid bucket name", uri)
+        # The parser `ckptdrain push` and the agent use: a URI the webhook
+        # admits is one the agent can open.
+        try:
+            parse_store_uri(uri)
+        except InvalidInput as error:
+            r.fail("storage.uri", error.expected, error.seen)
     ref = r.raw("storage.credentialsSecretRef")
     if ref is None:
         return uri, None

@@ -10,13 +10,10 @@ from datetime import datetime
 from typing import Any
 
 from ckptdrain import units
+from ckptdrain.contract.api import timestamp
 from ckptdrain.sizing import Sizing
 
 READY, DEGRADED, CONSTRAINED = "Ready", "Degraded", "BandwidthConstrained"
-
-
-def timestamp(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def condition(kind: str, ok: bool, reason: str, message: str, generation: int | None,

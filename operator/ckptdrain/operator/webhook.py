@@ -22,12 +22,13 @@ import jsonpatch
 import kopf
 
 from ckptdrain import sizing
+from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import injection, kube, metrics
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator.config import OperatorConfig
 
-POLICIES = ("ckptdrain.io", "v1alpha1", "checkpointpolicies")
+POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
 
 
 def _self_signed(host: str) -> tuple[str, str]:
@@ -71,7 +72,7 @@ def default_share(p: pol.Policy) -> float:
 
 
 @kopf.on.mutate("v1", "pods", id="ckptdrain-inject", operations=["CREATE"],
-                labels={injection.LABEL_INJECT: "true"}, ignore_failures=True,
+                labels={api.LABEL_INJECT: "true"}, ignore_failures=True,
                 side_effects=False)
 async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
                logger: logging.Logger, checkpointpolicy_index: kopf.Index[Any, Any],

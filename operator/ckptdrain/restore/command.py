@@ -34,18 +34,20 @@ from pathlib import Path
 from typing import Any
 
 from ckptdrain import units
-from ckptdrain.agent import config as agent_config
-from ckptdrain.agent import durable, space
-from ckptdrain.agent.localtier import LocalTier, completed_steps
 from ckptdrain.errors import CkptdrainError, IntegrityError, StoreError
+from ckptdrain.node import config as node_config
+from ckptdrain.node import durable, space
+from ckptdrain.node.localtier import LocalTier
+from ckptdrain.node.steps import completed_steps, step_dir
 from ckptdrain.restore.plan import Candidate, candidates
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
+from ckptdrain.store.base import Store
 
 log = logging.getLogger("ckptdrain.restore")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    agent_config.add_arguments(parser)
+    node_config.add_arguments(parser)
 
 
 def _global_steps(store: Any) -> list[int]:
@@ -84,9 +86,13 @@ def _from_global(store: Any, step: int, writer: int, tmp: Path) -> int:
     return int(result.bytes)
 
 
-def restore(cfg: agent_config.AgentConfig, store: Any | None,
+def restore(cfg: node_config.AgentConfig, store: Store | None,
             store_problem: str | None = None) -> tuple[RestoreResult, int]:
-    """Restore the best candidate. Returns the result and the exit code."""
+    """Restore the best candidate. Returns the result and the exit code.
+
+    `store` is None when no global tier is configured, or when one is but
+    could not be opened: then `store_problem` says why.
+    """
     started = time.monotonic()
     result = RestoreResult(fresh_start=False, writer=cfg.writer, writers=cfg.writers,
                            at=time.time())
@@ -126,7 +132,7 @@ def restore(cfg: agent_config.AgentConfig, store: Any | None,
         result.outcome = "cannot_place"
         result.reason = f"a checkpoint exists but could not be written to {cfg.work_dir}: " \
             f"{no_room[0]}"
-    elif store is not None and not global_ok:
+    elif (store is not None or store_problem is not None) and not global_ok:
         result.outcome = "store_unavailable"
         why = next((s.reason for s in result.skipped if s.step is None), "")
         result.reason = f"the global tier could not be asked ({why}) and nothing local was usable"
@@ -139,13 +145,13 @@ def restore(cfg: agent_config.AgentConfig, store: Any | None,
     return result, OUTCOMES[result.outcome]
 
 
-def _try(cfg: agent_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
+def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
          result: RestoreResult) -> str:
     """Restore one candidate: "ok", "failed" (try the next), or "no_room" (the
     work volume could not take it: full, over quota or read-only)."""
     tmp = cfg.work_dir / f".restore-step-{cand.step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    final = cfg.work_dir / f"step-{cand.step}"
+    final = step_dir(cfg.work_dir, cand.step)
     try:
         if cand.tier == "local":
             size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers)
@@ -173,7 +179,7 @@ def _clear_stale_steps(work_dir: Path, keep: int | None) -> None:
     a stale newer step would look like the newest checkpoint to the agent."""
     for step in completed_steps(work_dir):
         if step != keep:
-            shutil.rmtree(work_dir / f"step-{step}", ignore_errors=True)
+            shutil.rmtree(step_dir(work_dir, step), ignore_errors=True)
     for entry in work_dir.glob("step-*.tmp"):
         shutil.rmtree(entry, ignore_errors=True)
 
@@ -184,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         logging.getLogger("botocore").setLevel(logging.WARNING)
     try:
-        cfg = agent_config.load(args)
+        cfg = node_config.load(args)
     except CkptdrainError as err:
         print(f"ckptdrain restore: {err}", file=sys.stderr)
         return err.exit_code
@@ -202,11 +208,11 @@ def run(args: argparse.Namespace) -> int:
                                endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region)
         except (CkptdrainError, OSError) as err:
             problem = f"cannot open {cfg.store_uri}: {err}"
-            store = object()  # a store was configured but is unusable
     result, code = restore(cfg, store, problem)
     result.write(cfg.restore_result)
-    if code == 0 and agent_config.in_cluster(cfg):
-        from ckptdrain.agent.kube import ANNOTATION_RESTORED, annotate_own_pod, restored_from
+    if code == 0 and node_config.in_cluster(cfg):
+        from ckptdrain.contract.api import ANNOTATION_RESTORED, restored_from
+        from ckptdrain.node.kube import annotate_own_pod
 
         annotate_own_pod(cfg.namespace, cfg.pod_name, ANNOTATION_RESTORED,
                          restored_from(result.step, result.tier))

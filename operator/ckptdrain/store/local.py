@@ -35,51 +35,17 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ckptdrain import checksum
-from ckptdrain.errors import IntegrityError, InvalidInput, ObjectMissing, StoreError, UnsafePath
+from ckptdrain.errors import IntegrityError, InvalidInput, ObjectMissing, StoreError
+from ckptdrain.localfs import fsync_dir as _fsync_dir
+from ckptdrain.paths import RESERVED_PREFIX, check_key
 from ckptdrain.store import local_sweep
 from ckptdrain.store.base import MultipartUpload, ObjectInfo, UploadedPart
 
-RESERVED_PREFIX = ".ckptdrain-"
 _TMP_PREFIX = RESERVED_PREFIX + "tmp-"
 _MULTIPART_DIR = RESERVED_PREFIX + "multipart"
 _UPLOAD_ID_RE = re.compile(r"[0-9a-f]{32}")
 MAX_PART_NUMBER = 10_000  # as on S3
 _COPY_CHUNK = 1 << 20
-
-
-def check_key(key: str) -> str:
-    """Return `key` if it is a safe relative object key, else raise UnsafePath.
-
-    Keys come from manifests and the network. A safe key is non-empty,
-    relative, '/'-separated, with no empty, '.', '..' or reserved components,
-    no NUL or backslash, and at most 1024 UTF-8 bytes (S3's limit).
-    """
-    if not isinstance(key, str) or not key:
-        raise UnsafePath(f"unsafe object key {key!r}: it is empty")
-    if "\x00" in key or "\\" in key:
-        raise UnsafePath(f"unsafe object key {key!r}: NUL or backslash")
-    try:
-        encoded = key.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise UnsafePath(f"unsafe object key {key!r}: not valid UTF-8") from err
-    if len(encoded) > 1024:
-        raise UnsafePath(f"unsafe object key {key[:40]!r}...: longer than 1024 bytes")
-    if key.startswith("/"):
-        raise UnsafePath(f"unsafe object key {key!r}: absolute")
-    for part in key.split("/"):
-        if part in ("", ".", ".."):
-            raise UnsafePath(f"unsafe object key {key!r}: empty, '.' or '..' component")
-        if part.startswith(RESERVED_PREFIX):
-            raise UnsafePath(f"unsafe object key {key!r}: {RESERVED_PREFIX}* is reserved")
-    return key
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LocalStore:

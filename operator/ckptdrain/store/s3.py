@@ -36,9 +36,9 @@ from ckptdrain.errors import (
     StoreError,
     StoreUnreachable,
 )
+from ckptdrain.paths import check_key
 from ckptdrain.store.base import MultipartUpload, ObjectInfo, UploadedPart
 from ckptdrain.store.endpoint import parse_endpoint
-from ckptdrain.store.local import check_key
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024

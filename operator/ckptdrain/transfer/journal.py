@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ckptdrain import keys
 from ckptdrain.errors import IntegrityError
+from ckptdrain.localfs import fsync_dir
 from ckptdrain.manifest import check_attempt
 
 #: 2: with the attempt id. A format-1 journal is not resumed (its keys are of
@@ -191,8 +192,4 @@ def save(path: Path, journal: UploadJournal) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)

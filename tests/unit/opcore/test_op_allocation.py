@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptdrain.operator.allocation import (
-    Drainer,
+    DrainingPod,
     changes,
     parse_annotation_number,
     policy_budgets,
@@ -15,8 +15,8 @@ from ckptdrain.operator.allocation import (
 )
 
 
-def drainers(pending: list[float | None], current: int | None = None) -> list[Drainer]:
-    return [Drainer(f"p{i}", v, current) for i, v in enumerate(pending)]
+def drainers(pending: list[float | None], current: int | None = None) -> list[DrainingPod]:
+    return [DrainingPod(f"p{i}", v, current) for i, v in enumerate(pending)]
 
 
 def test_even_split_when_nothing_is_known() -> None:
@@ -53,8 +53,8 @@ def test_cluster_cap_scales_every_policy_alike() -> None:
 
 
 def test_only_pods_whose_share_moved_are_rewritten() -> None:
-    current = [Drainer("a", None, 100), Drainer("b", None, 100), Drainer("c", None, None),
-               Drainer("d", None, 100)]
+    current = [DrainingPod("a", None, 100), DrainingPod("b", None, 100),
+               DrainingPod("c", None, None), DrainingPod("d", None, 100)]
     got = changes(current, {"a": 101, "b": 150, "c": 100, "d": 99})
     assert got == {"b": 150, "c": 100, "d": 99}  # small rises wait; every cut is written
 
@@ -65,7 +65,7 @@ def test_only_pods_whose_share_moved_are_rewritten() -> None:
 def test_after_changes_the_sum_never_exceeds_the_new_budget(
         before: list[int], after: list[int]) -> None:
     n = min(len(before), len(after))
-    current = [Drainer(f"p{i}", None, before[i]) for i in range(n)]
+    current = [DrainingPod(f"p{i}", None, before[i]) for i in range(n)]
     wanted = {f"p{i}": after[i] for i in range(n)}
     applied = {d.pod: d.current_share for d in current} | changes(current, wanted)
     assert sum(v or 0 for v in applied.values()) <= sum(wanted.values())

@@ -141,3 +141,27 @@ def test_an_endpoint_with_a_password_is_refused_without_showing_it() -> None:
     errors = [str(e) for e in policy.validate(body, CFG)]
     assert any("spec.storage.endpoint" in e for e in errors)
     assert not any("Canary-9f" in e for e in errors)
+
+
+@pytest.mark.parametrize("uri", [
+    "s3://bucket/prefix", "s3://my.bucket-2", "file:///mnt/shared/ckpt",
+    "s3://Bad_Bucket/x", "s3://192.168.1.1/x", "s3://bucket:9000/x", "s3a://bucket/x",
+    "file://relative/x", "s3://bucket/a/../b", "s3://bucket/x?versionId=1", "gs://bucket",
+    "s3://user:secret-pw@bucket/x",
+])
+def test_the_webhook_and_the_cli_accept_the_same_store_uris(uri: str) -> None:
+    from ckptdrain.errors import InvalidInput
+    from ckptdrain.store import parse_store_uri
+
+    try:
+        parse_store_uri(uri)
+        cli_error = None
+    except InvalidInput as error:
+        cli_error = error
+    errors = [e for e in policy.validate(spec(storage={"uri": uri}), CFG)
+              if e.field == "spec.storage.uri"]
+    if cli_error is None:
+        assert errors == []
+    else:
+        assert len(errors) == 1 and errors[0].expected == cli_error.expected
+        assert "secret-pw" not in str(errors[0])

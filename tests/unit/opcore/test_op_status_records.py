@@ -1,4 +1,4 @@
-"""operator/status.py and operator/records.py."""
+"""operator/status.py and operator/records.py (the operator's side of the records)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ckptdrain import sizing
+from ckptdrain.contract import record as fmt
 from ckptdrain.operator import records, status
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -54,8 +55,8 @@ def test_transition_time_moves_only_on_flip() -> None:
 
 def record(step: int, claims: dict[str, str], writers: int = 2,
            state: str | None = None) -> dict[str, Any]:
-    r = records.build_record("ns", "pol", step, writers)
-    r["status"] = {"writers": {w: records.writer_patch(w, s, 100, ["local", "global"]
+    r = fmt.build_record("ns", "pol", step, writers)
+    r["status"] = {"writers": {w: fmt.writer_patch(w, s, 100, ["local", "global"]
                                                        if s == "Global" else ["local"], NOW)
                                ["status"]["writers"][w] for w, s in claims.items()}}
     if state:
@@ -98,50 +99,11 @@ def test_latest_steps_ignore_expired() -> None:
     assert records.latest_steps(recs) == (30, 20, "2026-01-02T03:04:05Z")
 
 
-def test_record_names_are_deterministic_dns_names() -> None:
-    assert records.record_name("Llama_405B", 1200) == "llama-405b-s1200"
-
-
-def test_writer_patch_refuses_unknown_states() -> None:
-    with pytest.raises(ValueError, match="state"):
-        records.writer_patch("a", "Done", 1, [], NOW)
-
-
 def test_young_daly_and_recommended_interval_when_known() -> None:
     s = sizing.compute(sizing.SizingInput(parameters=405e9, mtti_s=9000, local_write_s=30))
     fields = status.sizing_fields(s)
     assert fields["recommendedInterval"] == "15m"  # a tenth of 150 m
     assert fields["youngDalyInterval"] == "12m15s"  # sqrt(2 × 30 s × 9000 s) = 734.8 s
-
-
-class _FakeApi:
-    """Records calls; answers create with 409 the second time, like the apiserver."""
-
-    def __init__(self) -> None:
-        self.created: list[str] = []
-        self.patched: list[dict[str, Any]] = []
-
-    def create_namespaced_custom_object(self, group: str, version: str, namespace: str,
-                                        plural: str, body: dict[str, Any]) -> None:
-        from kubernetes.client.exceptions import ApiException
-        name = body["metadata"]["name"]
-        if name in self.created:
-            raise ApiException(status=409)
-        self.created.append(name)
-
-    def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> None:
-        self.patched.append(args[5])
-
-
-def test_writer_creates_once_and_patches_only_its_claim() -> None:
-    api = _FakeApi()
-    a = records.RecordWriter("ns", "pol", 2, "0", api=api)
-    b = records.RecordWriter("ns", "pol", 2, "1", api=api)
-    a.report(5, "Local", 10, ["local"], NOW)
-    b.report(5, "Local", 10, ["local"], NOW)  # racing writer: 409 is fine
-    a.report(5, "Global", 10, ["local", "global"], NOW)
-    assert api.created == ["pol-s5"]
-    assert [list(p["status"]["writers"]) for p in api.patched] == [["0"], ["1"], ["0"]]
 
 
 def test_a_drain_stalls_after_two_missed_intervals() -> None:
@@ -168,10 +130,10 @@ def test_stall_flips_degraded_and_phase_and_back() -> None:
 
 
 def test_owner_patch_adds_the_policy_once() -> None:
-    rec = records.build_record("ns", "pol", 1, 1)
+    rec = fmt.build_record("ns", "pol", 1, 1)
     patch = records.owner_patch(rec, "uid-1")
     assert patch == {"metadata": {"ownerReferences": [{
         "apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy", "name": "pol",
         "uid": "uid-1"}]}}
-    assert records.owner_patch(records.build_record("ns", "pol", 1, 1, "uid-1"), "uid-1") is None
+    assert records.owner_patch(fmt.build_record("ns", "pol", 1, 1, "uid-1"), "uid-1") is None
     assert records.owner_patch(rec, None) is None

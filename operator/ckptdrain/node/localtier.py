@@ -12,77 +12,32 @@ A `step-<N>` directory exists only once it is complete and durable: capture
 builds it under a hidden temporary name and renames it last, so a crash, a
 second SIGTERM or a deadline leaves either the whole copy or none.
 
-`plan_retention` is pure; everything else does I/O on the tier's root.
+Which steps retention removes is decided in retention.py (`local_expired`);
+everything here does I/O on the tier's root.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptdrain.agent import durable
+from ckptdrain import retention
 from ckptdrain.errors import IntegrityError
+from ckptdrain.localfs import fsync_dir
 from ckptdrain.manifest import WriterManifest
+from ckptdrain.node import durable
+from ckptdrain.node.steps import completed_steps, step_dir, step_name
 
-STEP_DIR = re.compile(r"step-(?P<step>[0-9]{1,18})")
 _TEMP_PREFIX = ".capture-"
 MANIFEST = "manifest.json"
 DATA = "data"
 JOURNAL = "drain-journal.json"
 GLOBAL_MARKER = "GLOBAL"
-
-
-def step_name(step: int) -> str:
-    return f"step-{step}"
-
-
-def parse_step_name(name: str) -> int | None:
-    match = STEP_DIR.fullmatch(name)
-    return int(match["step"]) if match else None
-
-
-def completed_steps(directory: Path) -> list[int]:
-    """Steps with a `step-<N>` directory under `directory`, newest first.
-
-    This is the trainer completion protocol (docs/trainer-protocol.md): the
-    trainer writes `step-<N>.tmp/` and renames it to `step-<N>/` when done, so
-    a name that matches exactly is a finished checkpoint.
-    """
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    steps = []
-    for name in names:
-        step = parse_step_name(name)
-        if step is not None and (directory / name).is_dir():
-            steps.append(step)
-    return sorted(steps, reverse=True)
-
-
-def plan_retention(
-    steps: Iterable[int], keep: int, global_steps: Iterable[int], protected: Iterable[int]
-) -> list[int]:
-    """Which local steps to delete, oldest first.
-
-    Keeps the newest `keep`, every `protected` step (being drained or queued
-    for it), and the newest step not yet global when it is newer than every
-    global one: until it lands, it is the only copy of the recovery point.
-    """
-    ordered = sorted(set(steps), reverse=True)
-    keep_set = set(ordered[:keep]) | set(protected)
-    global_set = set(global_steps)
-    newest_global = max((s for s in ordered if s in global_set), default=-1)
-    pending = [s for s in ordered if s not in global_set and s > newest_global]
-    if pending:
-        keep_set.add(pending[0])
-    return sorted(s for s in ordered if s not in keep_set)
 
 
 @dataclass(frozen=True)
@@ -101,7 +56,7 @@ class LocalTier:
 
     # -- layout -------------------------------------------------------------
     def step_dir(self, step: int) -> Path:
-        return self.root / step_name(step)
+        return step_dir(self.root, step)
 
     def data_dir(self, step: int) -> Path:
         return self.step_dir(step) / DATA
@@ -136,7 +91,7 @@ class LocalTier:
         tmp = marker.with_suffix(".tmp")
         tmp.write_text(json.dumps({"uri": uri, "at": time.time()}))
         os.replace(tmp, marker)
-        durable.fsync_dir(marker.parent)
+        fsync_dir(marker.parent)
 
     def unfinished_drains(self) -> list[int]:
         """Published, not-yet-global steps that have a drain journal, newest first."""
@@ -172,7 +127,7 @@ class LocalTier:
                 created=time.time(), extra=dict(extra or {}),
             )
             _write_durably(tmp / MANIFEST, manifest.to_json())
-            durable.fsync_dir(tmp)
+            fsync_dir(tmp)
             durable.publish(tmp, self.step_dir(step))
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -198,7 +153,8 @@ class LocalTier:
 
     def apply_retention(self, keep: int, protected: Iterable[int]) -> list[int]:
         steps = self.steps()
-        doomed = plan_retention(steps, keep, [s for s in steps if self.is_global(s)], protected)
+        doomed = retention.local_expired(steps, keep, [s for s in steps if self.is_global(s)],
+                                         protected)
         for step in doomed:
             self.remove(step)
         return doomed

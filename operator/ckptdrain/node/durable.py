@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ckptdrain import checksum, paths
 from ckptdrain.errors import CkptdrainError, IntegrityError
+from ckptdrain.localfs import fsync_dir, regular_files
 from ckptdrain.manifest import FileEntry
 
 #: Bytes per copy_file_range call and per stop check: the deadline is seen
@@ -42,33 +43,9 @@ class CopyAborted(CkptdrainError):
 
 
 def list_files(root: Path) -> list[str]:
-    """Relative '/'-paths of the regular files under `root`, sorted.
-
-    Symlinks and special files are refused: a checkpoint is plain files, and
-    following a link could capture something outside the checkpoint.
-    """
-    found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        base = Path(dirpath)
-        for name in dirnames:
-            if (base / name).is_symlink():
-                raise IntegrityError(f"{base / name}: symlinks are not allowed in a checkpoint")
-        for name in filenames:
-            full = base / name
-            if full.is_symlink() or not full.is_file():
-                raise IntegrityError(f"{full}: only regular files are allowed in a checkpoint")
-            rel = full.relative_to(root).as_posix()
-            found.append(paths.check_relative_path(rel))
-    found.sort()
-    return found
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Relative '/'-paths of the regular files under `root`, sorted (localfs.regular_files:
+    symlinks, special files and a missing or vanished `root` raise UnsafeSource)."""
+    return [rel for rel, _ in regular_files(root)]
 
 
 def _crc_and_write(fin: int, fout: int, size: int, should_stop: StopCheck | None,

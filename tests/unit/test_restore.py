@@ -6,8 +6,10 @@ import argparse
 import json
 from pathlib import Path
 
-from ckptdrain.agent import config
-from ckptdrain.agent.localtier import LocalTier
+import pytest
+
+from ckptdrain.node import config
+from ckptdrain.node.localtier import LocalTier
 from ckptdrain.restore.command import restore
 from ckptdrain.restore.plan import Candidate, candidates
 
@@ -73,3 +75,29 @@ def test_every_candidate_corrupt_is_an_error_not_a_fresh_start(tmp_path: Path) -
     result, code = restore(_cfg(tmp_path), None)
     assert code == 4 and result.step is None and len(result.skipped) == 1
     assert not result.fresh_start and result.outcome == "none_verified"
+
+
+def test_a_store_that_cannot_be_opened_fails_instead_of_starting_fresh(tmp_path: Path) -> None:
+    result, code = restore(_cfg(tmp_path), None, "cannot open s3://b/p: endpoint refused")
+    assert code == 3 and result.step is None
+    assert [(s.step, s.tier) for s in result.skipped] == [(None, "global")]
+
+
+def test_a_store_that_cannot_be_opened_still_lets_the_local_tier_restore(tmp_path: Path) -> None:
+    _capture(tmp_path, 4)
+    result, code = restore(_cfg(tmp_path), None, "cannot open s3://b/p: endpoint refused")
+    assert code == 0 and result.step == 4 and result.tier == "local"
+
+
+def test_run_with_an_unopenable_store_exits_3(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptdrain.restore import command
+
+    monkeypatch.setenv("CKPTDRAIN_WORK_DIR", str(tmp_path / "work"))
+    monkeypatch.setenv("CKPTDRAIN_LOCAL_DIR", str(tmp_path / "local"))
+    # A URI the parser accepts but whose directory cannot be created.
+    (tmp_path / "file").write_bytes(b"")
+    monkeypatch.setenv("CKPTDRAIN_STORE_URI", f"file://{tmp_path}/file/store")
+    assert command.main([]) == 3
+    doc = json.loads((tmp_path / "work" / "restore.json").read_text())
+    assert doc["step"] is None and doc["skipped"][0]["tier"] == "global"

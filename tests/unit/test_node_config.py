@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptdrain.agent import config
 from ckptdrain.errors import InvalidInput
+from ckptdrain.node import config
 
 
 def _args(*argv: str) -> argparse.Namespace:

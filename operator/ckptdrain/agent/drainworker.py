@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 
 from ckptdrain import keys
-from ckptdrain.agent.localtier import LocalTier
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
+from ckptdrain.node.localtier import LocalTier
 from ckptdrain.store.base import Store
 from ckptdrain.transfer import journal as jr
 from ckptdrain.transfer.drain import DrainCancelled, Drainer, supersede_decision

@@ -1,7 +1,8 @@
 """One configuration object for the agent and the restore step.
 
 Every field is documented once, in `FIELDS`: its flag, its environment
-variable (docs/pod-contract.md), its parser from `units` and its default.
+variable (named in contract/env.py, the list the webhook injects from; see
+docs/pod-contract.md), its parser from `units` and its default.
 Flags win over the environment, the environment over defaults. `load`
 validates everything at start, so a bad value stops the process with one line
 naming the field, instead of surfacing an hour later in a drain.
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptdrain import units
+from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
 
 #: Used when neither the share file nor CKPTDRAIN_DEFAULT_RATE gives a rate:
@@ -119,7 +121,7 @@ def _seconds_or_zero(field: str, value: object) -> float:
 @dataclass(frozen=True)
 class Field:
     name: str
-    env: str | None
+    env: Env | None
     parse: Callable[[str, object], Any]
     default: object
     help: str
@@ -130,59 +132,59 @@ class Field:
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("work_dir", "CKPTDRAIN_WORK_DIR", _path, "/ckptdrain/work",
+    Field("work_dir", Env.WORK_DIR, _path, "/ckptdrain/work",
           "where the trainer writes step-<N>/ (memory tier when memory-backed)"),
-    Field("local_dir", "CKPTDRAIN_LOCAL_DIR", _path, "/ckptdrain/local",
+    Field("local_dir", Env.LOCAL_DIR, _path, "/ckptdrain/local",
           "the node-local (NVMe) tier"),
-    Field("local_keep", "CKPTDRAIN_LOCAL_KEEP", units.parse_positive_int, "2",
+    Field("local_keep", Env.LOCAL_KEEP, units.parse_positive_int, "2",
           "local retention: keep the newest K checkpoints"),
-    Field("global_keep", "CKPTDRAIN_GLOBAL_KEEP", units.parse_positive_int, "3",
+    Field("global_keep", Env.GLOBAL_KEEP, units.parse_positive_int, "3",
           "global retention: keep the newest K complete checkpoints in the store"),
-    Field("interval", "CKPTDRAIN_INTERVAL", units.parse_duration, "15m",
+    Field("interval", Env.INTERVAL, units.parse_duration, "15m",
           "local checkpoint interval (how often the trainer is asked)"),
-    Field("global_every", "CKPTDRAIN_GLOBAL_EVERY", units.parse_positive_int, "1",
+    Field("global_every", Env.GLOBAL_EVERY, units.parse_positive_int, "1",
           "every N-th local checkpoint is drained to the global tier"),
-    Field("overlap", "CKPTDRAIN_OVERLAP", units.parse_fraction, "10%",
+    Field("overlap", Env.OVERLAP, units.parse_fraction, "10%",
           "target drain time / global interval (reported, not enforced)"),
-    Field("store_uri", "CKPTDRAIN_STORE_URI", _optional_text, None,
+    Field("store_uri", Env.STORE_URI, _optional_text, None,
           "global tier: s3://bucket/prefix or file:///path (none: local tier only)"),
-    Field("s3_endpoint", "CKPTDRAIN_S3_ENDPOINT", _optional_endpoint, None,
+    Field("s3_endpoint", Env.S3_ENDPOINT, _optional_endpoint, None,
           "S3-compatible endpoint URL"),
-    Field("region", "AWS_REGION", _optional_text, None, "S3 region"),
-    Field("writer_id", "CKPTDRAIN_WRITER_ID", _text, "0",
+    Field("region", Env.REGION, _optional_text, None, "S3 region"),
+    Field("writer_id", Env.WRITER_ID, _text, "0",
           "this pod's writer rank (a pod name is accepted when writers is 1)"),
-    Field("writers", "CKPTDRAIN_WRITERS", units.parse_positive_int, "1",
+    Field("writers", Env.WRITERS, units.parse_positive_int, "1",
           "how many writers make one checkpoint"),
-    Field("share_file", "CKPTDRAIN_SHARE_FILE", _optional_text, None,
+    Field("share_file", Env.SHARE_FILE, _optional_text, None,
           "file holding this pod's bandwidth share in bytes/s, re-read every second"),
-    Field("default_rate", "CKPTDRAIN_DEFAULT_RATE", units.parse_rate, None,
+    Field("default_rate", Env.DEFAULT_RATE, units.parse_rate, None,
           "share used when the share file is missing or malformed (bytes/s)"),
-    Field("grace", "CKPTDRAIN_GRACE_SECONDS", units.parse_duration, "30",
+    Field("grace", Env.GRACE_SECONDS, units.parse_duration, "30",
           "the pod's terminationGracePeriodSeconds"),
-    Field("safety_margin", "CKPTDRAIN_SAFETY_MARGIN", _seconds_or_zero, None,
+    Field("safety_margin", Env.SAFETY_MARGIN, _seconds_or_zero, None,
           "exit this long before the grace period ends (default: 10% of grace, >= 2s)"),
-    Field("metrics_port", "CKPTDRAIN_METRICS_PORT", _port, "9108",
+    Field("metrics_port", Env.METRICS_PORT, _port, "9108",
           "Prometheus /metrics and /healthz port (0 disables)"),
-    Field("restore", "CKPTDRAIN_RESTORE", _bool, "true", "restore on start"),
-    Field("restore_prefer", "CKPTDRAIN_RESTORE_PREFER", _choice("local", "global"), "local",
+    Field("restore", Env.RESTORE, _bool, "true", "restore on start"),
+    Field("restore_prefer", Env.RESTORE_PREFER, _choice("local", "global"), "local",
           "tier preferred when both hold the same newest step"),
-    Field("restore_result", "CKPTDRAIN_RESTORE_RESULT", _optional_text, None,
+    Field("restore_result", Env.RESTORE_RESULT, _optional_text, None,
           "restore result file (default <work>/restore.json)"),
-    Field("part_size", "CKPTDRAIN_PART_SIZE", units.parse_bytes, "64MiB",
+    Field("part_size", Env.PART_SIZE, units.parse_bytes, "64MiB",
           "multipart part size for the drain"),
-    Field("concurrency", "CKPTDRAIN_CONCURRENCY", units.parse_positive_int, "8",
+    Field("concurrency", Env.CONCURRENCY, units.parse_positive_int, "8",
           "parts in flight while draining"),
-    Field("policy", "CKPTDRAIN_POLICY", _text, "", "<namespace>/<name> of the policy"),
-    Field("pod_name", "CKPTDRAIN_POD_NAME", _text, "", "this pod (downward API)"),
-    Field("namespace", "CKPTDRAIN_NAMESPACE", _text, "", "this pod's namespace (downward API)"),
-    Field("node_name", "CKPTDRAIN_NODE_NAME", _text, "", "this node (downward API)"),
+    Field("policy", Env.POLICY, _text, "", "<namespace>/<name> of the policy"),
+    Field("pod_name", Env.POD_NAME, _text, "", "this pod (downward API)"),
+    Field("namespace", Env.NAMESPACE, _text, "", "this pod's namespace (downward API)"),
+    Field("node_name", Env.NODE_NAME, _text, "", "this node (downward API)"),
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per field; each defaults to None so the environment can fill it."""
     for f in FIELDS:
-        env = f" [env {f.env}]" if f.env else ""
+        env = f" [env {f.env.value}]" if f.env else ""
         default = f" (default {f.default})" if f.default else ""
         text = f"{f.help}{env}{default}".replace("%", "%%")  # argparse formats help with %
         parser.add_argument(f.flag, dest=f.name, default=None, help=text)
@@ -193,11 +195,11 @@ def _writer(writer_id: str, writers: int) -> int:
     if text.isdigit():
         writer = int(text)
         if writer >= writers:
-            raise InvalidInput("CKPTDRAIN_WRITER_ID", f"a rank in 0..{writers - 1}", writer_id)
+            raise InvalidInput(Env.WRITER_ID.value, f"a rank in 0..{writers - 1}", writer_id)
         return writer
     if writers == 1:
         return 0  # a pod name: the only writer
-    raise InvalidInput("CKPTDRAIN_WRITER_ID", "a whole-number rank when writers > 1", writer_id)
+    raise InvalidInput(Env.WRITER_ID.value, "a whole-number rank when writers > 1", writer_id)
 
 
 def load(
@@ -210,7 +212,7 @@ def load(
         value: object = getattr(args, f.name, None) if args is not None else None
         label = f.flag
         if value is None and f.env and env.get(f.env, "").strip():
-            value, label = env[f.env], f.env
+            value, label = env[f.env], f.env.value
         if value is None:
             value = f.default
         raw[f.name] = None if value is None else f.parse(label, value)
@@ -221,11 +223,11 @@ def load(
         margin = min(max(2.0, 0.1 * grace), grace / 2)
     if margin >= grace:
         raise InvalidInput(
-            "CKPTDRAIN_SAFETY_MARGIN", f"less than the grace period {grace}s", margin
+            Env.SAFETY_MARGIN.value, f"less than the grace period {grace}s", margin
         )
     part_size = raw["part_size"]
     if part_size < 1 << 20:
-        raise InvalidInput("CKPTDRAIN_PART_SIZE", "at least 1MiB", part_size)
+        raise InvalidInput(Env.PART_SIZE.value, "at least 1MiB", part_size)
     if raw["store_uri"] is not None:
         from ckptdrain.store import parse_store_uri
 

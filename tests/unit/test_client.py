@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ckptdrain.agent.localtier import completed_steps
 from ckptdrain.client import CONTROL_DIR, REQUEST_FILE, Client, write_json_atomic
+from ckptdrain.node.steps import completed_steps
 
 
 def test_half_written_step_is_invisible_until_complete(tmp_path: Path) -> None:

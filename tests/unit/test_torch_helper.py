@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ckptdrain import torch_helper  # noqa: E402
-from ckptdrain.agent.localtier import completed_steps  # noqa: E402
 from ckptdrain.client import Client  # noqa: E402
+from ckptdrain.node.steps import completed_steps  # noqa: E402
 
 
 def _model() -> tuple[torch.nn.Module, torch.optim.Optimizer]:

@@ -1,0 +1,12 @@
+"""The contract between the node side (agent, restore, trainer client) and the
+cluster side (operator, webhook). Both import it; neither owns it. Pure.
+
+- `api`: the API group and version, resource plurals and kinds, label and
+  annotation keys, the one timestamp format, the restored-from value;
+- `env`: the environment variables the webhook injects and the node side
+  reads (docs/pod-contract.md);
+- `record`: the `Checkpoint` record format, its states and each writer's claim.
+
+A change here changes both sides at once: docs/pod-contract.md says what a
+deployed pair of operator and agent images expects of each other.
+"""

@@ -1,0 +1,49 @@
+"""Names both sides of the API share: group, version, resources, labels,
+annotations, and the one timestamp format. Pure."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+GROUP = "ckptdrain.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+POLICIES = "checkpointpolicies"
+CHECKPOINTS = "checkpoints"
+KIND_POLICY = "CheckpointPolicy"
+KIND_CHECKPOINT = "Checkpoint"
+
+#: Pods opt in with this label; the webhook's objectSelector matches only them.
+LABEL_INJECT = "ckptdrain.io/inject"
+#: On a Checkpoint record: the policy it belongs to.
+LABEL_POLICY = "ckptdrain.io/policy"
+
+#: The policy that injected a pod (its name, in the pod's namespace).
+ANNOTATION_POLICY = "ckptdrain.io/policy"
+ANNOTATION_INJECTED = "ckptdrain.io/injected"
+#: The pod's bandwidth share in bytes/s: the operator writes it, the agent
+#: reads it through a downward-API file.
+ANNOTATION_BANDWIDTH = "ckptdrain.io/bandwidth"
+#: Bytes the agent still has to drain: the agent writes it, the operator
+#: splits bandwidth by it.
+ANNOTATION_PENDING = "ckptdrain.io/pending-bytes"
+#: What restore placed for the trainer: `restored_from(step, tier)`.
+ANNOTATION_RESTORED = "ckptdrain.io/restored-from"
+
+#: Every time the API carries (records, status, conditions): UTC, whole seconds.
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def timestamp(now: datetime) -> str:
+    return now.strftime(TIME_FORMAT)
+
+
+def parse_timestamp(text: str) -> datetime:
+    """The UTC datetime of a `timestamp`; ValueError for anything else."""
+    return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
+
+
+def restored_from(step: int | None, tier: str | None) -> str:
+    """The `ckptdrain.io/restored-from` value: `step=<N> tier=<local|global>`, or `fresh`."""
+    return "fresh" if step is None else f"step={step} tier={tier}"

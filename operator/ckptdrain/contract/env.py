@@ -1,0 +1,46 @@
+"""The environment of the injected containers: the webhook sets these, the
+node side reads them. One list (docs/pod-contract.md says what each means;
+`node/config.FIELDS` parses and documents each setting once). Pure."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Env(StrEnum):
+    # Who this pod is (downward API and the policy).
+    POLICY = "CKPTDRAIN_POLICY"
+    POD_NAME = "CKPTDRAIN_POD_NAME"
+    NAMESPACE = "CKPTDRAIN_NAMESPACE"
+    NODE_NAME = "CKPTDRAIN_NODE_NAME"
+    WRITER_ID = "CKPTDRAIN_WRITER_ID"
+    WRITERS = "CKPTDRAIN_WRITERS"
+    # The global tier. Credentials are read by the S3 client itself.
+    STORE_URI = "CKPTDRAIN_STORE_URI"
+    S3_ENDPOINT = "CKPTDRAIN_S3_ENDPOINT"
+    REGION = "AWS_REGION"
+    ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+    SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+    # The tiers and the policy's knobs.
+    WORK_DIR = "CKPTDRAIN_WORK_DIR"
+    LOCAL_DIR = "CKPTDRAIN_LOCAL_DIR"
+    LOCAL_KEEP = "CKPTDRAIN_LOCAL_KEEP"
+    GLOBAL_KEEP = "CKPTDRAIN_GLOBAL_KEEP"
+    INTERVAL = "CKPTDRAIN_INTERVAL"
+    GLOBAL_EVERY = "CKPTDRAIN_GLOBAL_EVERY"
+    OVERLAP = "CKPTDRAIN_OVERLAP"
+    SHARE_FILE = "CKPTDRAIN_SHARE_FILE"
+    DEFAULT_RATE = "CKPTDRAIN_DEFAULT_RATE"
+    GRACE_SECONDS = "CKPTDRAIN_GRACE_SECONDS"
+    SAFETY_MARGIN = "CKPTDRAIN_SAFETY_MARGIN"
+    METRICS_PORT = "CKPTDRAIN_METRICS_PORT"
+    PART_SIZE = "CKPTDRAIN_PART_SIZE"
+    CONCURRENCY = "CKPTDRAIN_CONCURRENCY"
+    # Restore, and what the trainer reads of it.
+    RESTORE = "CKPTDRAIN_RESTORE"
+    RESTORE_PREFER = "CKPTDRAIN_RESTORE_PREFER"
+    RESTORE_RESULT = "CKPTDRAIN_RESTORE_RESULT"
+
+
+#: Read by the S3 client's credential chain, never by ckptdrain's own config.
+CREDENTIALS = frozenset({Env.ACCESS_KEY_ID, Env.SECRET_ACCESS_KEY})

@@ -1,0 +1,83 @@
+"""The `Checkpoint` record: one object per policy and step, so that
+`kubectl get checkpoints` shows each checkpoint, its tiers, size and state.
+Pure: builders of the objects and patches both sides send.
+
+Who writes what (so that nobody overwrites anybody):
+- each agent creates the record if absent (deterministic name, so racing
+  agents make one record) and merge-patches only `status.writers.<its id>`
+  (`writer_patch`);
+- the operator derives the aggregate (`state`, `size`, `tiers`, `writers`
+  summary, `completionTime`) from the writers' claims and applies retention
+  (operator/records.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from ckptdrain.contract.api import (
+    API_VERSION,
+    KIND_CHECKPOINT,
+    KIND_POLICY,
+    LABEL_POLICY,
+    timestamp,
+)
+
+
+class State(StrEnum):
+    """A checkpoint's state, per writer and in aggregate:
+
+        Capturing -> Local -> Draining -> Global -> Expired (retention; operator only)
+                         \\-> Failed (with the reason; the agent retries)
+    """
+
+    CAPTURING = "Capturing"
+    LOCAL = "Local"
+    DRAINING = "Draining"
+    GLOBAL = "Global"
+    FAILED = "Failed"
+    EXPIRED = "Expired"
+
+
+STATES = tuple(s.value for s in State)
+
+
+def record_name(policy: str, step: int) -> str:
+    """Deterministic, so every writer of a step finds the same record."""
+    base = re.sub(r"[^a-z0-9-]", "-", policy.lower())[:230].strip("-")
+    return f"{base}-s{step}"
+
+
+def owner_reference(policy: str, policy_uid: str) -> dict[str, Any]:
+    """The record belongs to its policy: deleting the policy deletes its records."""
+    return {"apiVersion": API_VERSION, "kind": KIND_POLICY, "name": policy, "uid": policy_uid}
+
+
+def build_record(namespace: str, policy: str, step: int, writers: int,
+                 policy_uid: str | None = None) -> dict[str, Any]:
+    """A new Checkpoint object (owned by its policy when the uid is known)."""
+    meta: dict[str, Any] = {"name": record_name(policy, step), "namespace": namespace,
+                            "labels": {LABEL_POLICY: policy}}
+    if policy_uid:
+        meta["ownerReferences"] = [owner_reference(policy, policy_uid)]
+    return {"apiVersion": API_VERSION, "kind": KIND_CHECKPOINT, "metadata": meta,
+            "spec": {"policy": policy, "step": step, "writers": writers}}
+
+
+def writer_patch(writer_id: str, state: str, size_bytes: int, tiers: Iterable[str],
+                 now: datetime, node: str | None = None,
+                 message: str | None = None) -> dict[str, Any]:
+    """Merge patch for the status subresource: this writer's claim only."""
+    if state not in STATES:
+        raise ValueError(f"state: expected one of {', '.join(STATES)}, got {state!r}")
+    claim: dict[str, Any] = {"state": state, "bytes": int(size_bytes),
+                             "tiers": sorted(set(tiers)), "updateTime": timestamp(now)}
+    if node:
+        claim["node"] = node
+    if message:
+        claim["message"] = message
+    return {"status": {"writers": {writer_id: claim}}}

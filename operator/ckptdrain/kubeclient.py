@@ -1,0 +1,37 @@
+"""The one Kubernetes client set-up, shared by the operator and the node side.
+
+It stands beside the pure core rather than in it: it is the only top-level
+module that touches the `kubernetes` package, and it imports it only when
+called, so importing it (or anything in the core) never loads the SDK.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def api_client(pool_size: int | None = None) -> Any:
+    """A `kubernetes.client.ApiClient`: in-cluster credentials when running in a
+    pod, else the kubeconfig. `pool_size` bounds concurrent connections."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=configuration)
+    if pool_size is not None:
+        configuration.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration)
+
+
+def core_api() -> Any:
+    from kubernetes import client
+
+    return client.CoreV1Api(api_client())
+
+
+def custom_objects_api() -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api_client())

@@ -1,0 +1,102 @@
+"""The node↔cluster contract: one list of env names that the webhook injects
+and the node config reads back to the policy's values; the record format."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from ckptdrain import client, units
+from ckptdrain.agent.report import State as ReportedState
+from ckptdrain.contract import api
+from ckptdrain.contract import record as fmt
+from ckptdrain.contract.env import CREDENTIALS, Env
+from ckptdrain.node import config as node_config
+from ckptdrain.operator import config, injection, policy
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
+SPEC: dict[str, Any] = {
+    "selector": {"matchLabels": {"app": "t"}}, "model": {"parameters": "7B"},
+    "interval": "10m", "overlap": "5%", "globalEvery": 3,
+    "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 4},
+    "storage": {"uri": "s3://bucket/runs", "endpoint": "http://minio:9000",
+                "region": "eu-1", "keep": 5, "credentialsSecretRef": {"name": "creds"}},
+    "restore": {"prefer": "global"},
+}
+POD: dict[str, Any] = {
+    "metadata": {"name": "w-0", "namespace": "ml",
+                 "annotations": {injection.JOB_INDEX_ANNOTATION: "0"}},
+    "spec": {"terminationGracePeriodSeconds": 120, "containers": [{"name": "t"}]},
+}
+
+
+def _injected_env() -> list[dict[str, Any]]:
+    p = policy.parse("ml", "llama", SPEC, CFG)
+    return injection.agent_env(POD, p, default_rate=50e6)
+
+
+def test_every_injected_name_is_in_the_contract() -> None:
+    p = policy.parse("ml", "llama", SPEC, CFG)
+    names = [e["name"] for e in _injected_env() + injection.trainer_env(POD, p)]
+    assert names and all(isinstance(n, str) and n in set(Env) for n in names), names
+
+
+def test_every_contract_name_is_read_by_the_node_side() -> None:
+    read = {f.env for f in node_config.FIELDS if f.env is not None}
+    # The trainer's client reads the few it needs itself; credentials go to boto3.
+    unread = set(Env) - read - CREDENTIALS
+    assert unread == set(), f"in the contract but read by nobody: {sorted(unread)}"
+
+
+def test_what_the_webhook_injects_the_agent_reads_back_as_the_policy_says() -> None:
+    environ = {e["name"]: e["value"] for e in _injected_env() if "value" in e}
+    cfg = node_config.load(environ=environ)
+    assert (cfg.interval_s, cfg.overlap, cfg.global_every) == (600.0, 0.05, 3)
+    assert (cfg.local_keep, cfg.global_keep, cfg.restore_prefer) == (4, 5, "global")
+    assert (cfg.store_uri, cfg.s3_endpoint, cfg.region) == (
+        "s3://bucket/runs/ml/llama", "http://minio:9000", "eu-1")
+    assert (cfg.grace_s, cfg.default_rate, cfg.writer) == (120.0, 50e6, 0)
+    assert cfg.policy == "ml/llama" and units.format_duration(cfg.interval_s) == "10m"
+
+
+def test_the_trainer_client_reads_the_names_the_webhook_gives_the_trainer() -> None:
+    p = policy.parse("ml", "llama", SPEC, CFG)
+    environ = {e["name"]: e["value"] for e in injection.trainer_env(POD, p) if "value" in e}
+    c = client.Client(environ=environ)
+    assert str(c.work_dir) == environ[Env.WORK_DIR.value]
+    assert str(c.restore_result) == environ[Env.RESTORE_RESULT.value]
+    assert (c.writer, c.writers) == ("0", 1)
+
+
+def test_the_agent_reports_only_record_states() -> None:
+    assert set(ReportedState) <= set(fmt.State) and fmt.STATES[-1] == "Expired"
+
+
+def test_one_time_format_round_trips() -> None:
+    assert api.timestamp(NOW) == "2026-01-02T03:04:05Z"
+    assert api.parse_timestamp(api.timestamp(NOW)) == NOW
+    with pytest.raises(ValueError):
+        api.parse_timestamp("2026-01-02 03:04:05")
+
+
+def test_a_record_speaks_the_api_group_and_version() -> None:
+    rec = fmt.build_record("ns", "pol", 7, 2, policy_uid="u")
+    assert rec["apiVersion"] == f"{api.GROUP}/{api.VERSION}" == "ckptdrain.io/v1alpha1"
+    assert rec["metadata"]["labels"] == {api.LABEL_POLICY: "pol"}
+    assert rec["metadata"]["ownerReferences"][0]["kind"] == api.KIND_POLICY
+    claim = fmt.writer_patch("1", "Local", 10, ["local"], NOW)["status"]["writers"]["1"]
+    assert claim["updateTime"] == "2026-01-02T03:04:05Z"
+
+
+def test_record_names_are_deterministic_dns_names() -> None:
+    assert fmt.record_name("Llama_405B", 1200) == "llama-405b-s1200"
+
+
+def test_writer_patch_refuses_unknown_states() -> None:
+    with pytest.raises(ValueError, match="state"):
+        fmt.writer_patch("a", "Done", 1, [], NOW)
+
+
