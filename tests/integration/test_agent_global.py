@@ -247,9 +247,11 @@ def test_the_agent_applies_global_retention(tmp_path: Path, request: pytest.Fixt
 
         complete = p.wait_for(pruned, "retention down to the newest two complete steps")
         assert p.sigterm(trainer, agent) == [0, 0], p.logs()
-        # The SIGTERM flush adds at most its own step and skips cleanup.
+        # The SIGTERM flush adds at most its own step and skips cleanup. Steps
+        # may still turn global (and older ones expire) between the poll above
+        # and the signal, on a loaded machine: compare with what came before.
         after = _complete(store)
-        assert len(after) <= 3 and set(complete) - set(after) <= {min(complete)}, (complete, after)
+        assert len(after) <= 3 and min(after) >= min(complete), (complete, after)
         assert set(candidate_steps(store)) <= set(after)
         assert {int(info.key.split("/")[1]) for info in store.list("data/")} <= set(after)
     finally:
