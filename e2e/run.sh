@@ -58,19 +58,26 @@ down() {
   "$here/cluster/down.sh" >&2 || log "down.sh reported leftovers"
 }
 
-log "cluster up"
+mkdir -p "$WORK"
+# The images build while the cluster starts (Docker's side and the cluster's
+# containerd are separate; on a warm machine both take seconds to a minute).
+log "cluster up; images building meanwhile (log: $WORK/images.log)"
+{
+  "$repo/e2e/image/build.sh" >/dev/null
+  $short || "$here/images/trainer/build.sh" >/dev/null
+} >"$WORK/images.log" 2>&1 &
+images_pid=$!
+trap 'kill "$images_pid" 2>/dev/null || true' EXIT
 eval "$("$here/cluster/up.sh")"
 trap down EXIT
 # kubectl from the cluster's build, helm from e2e/deps (both cached).
 k8s_bin=$(. "$here/cluster/lib.sh" && echo "$K8S_BIN")
 export PATH="$k8s_bin:$("$repo/e2e/deps/helm-tools.sh"):$PATH"
 
-log "images"
-"$repo/e2e/image/build.sh" >/dev/null
-$short || "$here/images/trainer/build.sh" >/dev/null 2>&1
+wait "$images_pid" || { cat "$WORK/images.log" >&2; log "image build failed"; exit 1; }
+log "images built; loading them"
 "$here/cluster/load-images.sh" "${images[@]}" >&2
 
-mkdir -p "$WORK"
 log "scenario"
 set +e
 "$PYTHON" "$here/scenario/scenario.py" --report "$WORK/report.md" --workdir "$WORK" \
