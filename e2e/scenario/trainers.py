@@ -77,12 +77,14 @@ class SimTrainer(Trainer):
                 if e.get("restored") is None:
                     out.append({"event": "fresh", "at": e["t"]})
                 else:
-                    out.append({"event": "load", "step": e["restored"], "hash": e.get("digest"),
+                    # No digest (a trainer run without --digest) fails loudly here
+                    # rather than comparing None with None.
+                    out.append({"event": "load", "step": e["restored"], "hash": e["digest"],
                                 "at": e["t"], **{k: e.get(k) for k in (
                                     "tier", "bytes", "restore_seconds", "skipped", "source")}})
                 out.append({"event": "resume", "step": e["from_step"], "at": e["t"]})
             elif e.get("event") == "saved":
-                out.append({"event": "save", "step": e["step"], "hash": e.get("digest"),
+                out.append({"event": "save", "step": e["step"], "hash": e["digest"],
                             "reason": "sigterm" if e.get("emergency") else e.get("reason"),
                             "at": e["t"]})
         return out
