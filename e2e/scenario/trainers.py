@@ -29,6 +29,9 @@ from typing import Any
 import yaml
 
 AGENT_EVENT = re.compile(r"checkpoint (\{.*\})$")
+#: The agent's line when its share changes, e.g. "bandwidth share: 5.00 MB/s from …".
+SHARE = re.compile(r"bandwidth share: ([0-9.]+) ?([kMGTP]?B)/s\b")
+RATE_UNITS = {"B": 1.0, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15}
 
 
 class Trainer:
@@ -124,6 +127,18 @@ class Logs:
             if match:
                 events.append(json.loads(match[1]))
         return events
+
+    def share_during(self, pod: str, start: float, end: float) -> float | None:
+        """The largest bandwidth share (bytes/s) the pod's agent had in [start, end]:
+        the one in force at `start` and any it was given until `end`."""
+        changes = []
+        for doc in _json_lines(self.dir / f"{pod}.ckptdrain-agent.log"):
+            match = SHARE.match(str(doc.get("msg", "")))
+            if match and isinstance(doc.get("t"), (int, float)):
+                changes.append((float(doc["t"]), float(match[1]) * RATE_UNITS[match[2]]))
+        before = [rate for t, rate in sorted(changes) if t <= start][-1:]
+        during = [rate for t, rate in changes if start < t <= end]
+        return max(before + during, default=None)
 
     def stop(self) -> None:
         for proc in self.procs:
