@@ -10,13 +10,14 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 .PHONY: help venv servers lint unit integration chart test demo bench image image-base \
-        cluster-up cluster-down cluster-smoke e2e clean
+        cluster-up cluster-down cluster-smoke e2e e2e-short clean
 
 help:
 	@echo "make demo   run the local demo (trainer + agent + SIGTERM + restore)"
 	@echo "make test   lint, unit and integration tests against real servers"
 	@echo "make bench  benchmarks side by side with peers (writes docs/benchmarks.md figures)"
 	@echo "make e2e    end-to-end scenario on a real single-node cluster"
+	@echo "make e2e-short  the same, shorter, with a simulated trainer (what CI runs)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +76,10 @@ cluster-smoke:
 
 e2e: $(STAMP)
 	e2e/run.sh
+
+# CI's real-cluster check: no torch, about 4 minutes warm (docs/e2e.md).
+e2e-short: $(STAMP)
+	e2e/run.sh --short
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -5,8 +5,13 @@
 # from each tier, uninstall), then the cluster down — also on failure, unless
 # KEEP=1. The report lands in $CACHE/e2e/report.md (and is printed).
 #
-# Needs root (bridge, iptables, the node's local tier). Env: CKPTDRAIN_CACHE,
-# KEEP=1 (leave the cluster up), PYTHON (default .venv/bin/python).
+#   e2e/run.sh            the full scenario with a real PyTorch trainer
+#   e2e/run.sh --short    CI's scenario (`make e2e-short`): the simulated
+#                         trainer from the project image, no torch, fewer waits
+#
+# Needs root (bridge, iptables, the node's local tier). Installs what the host
+# lacks from Debian (e2e/deps/host.sh). Env: CKPTDRAIN_CACHE, KEEP=1 (leave
+# the cluster up), PYTHON (default .venv/bin/python).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,21 +19,37 @@ repo=$(cd "$here/.." && pwd)
 CACHE="${CKPTDRAIN_CACHE:-$HOME/.cache/ckptdrain}"
 export CKPTDRAIN_CACHE="$CACHE"
 PYTHON="${PYTHON:-$repo/.venv/bin/python}"
-WORK="$CACHE/e2e"
 started=$(date +%s)
 log() { echo "e2e: [$(( $(date +%s) - started ))s] $*" >&2; }
 
+short=false
+case "${1:-}" in
+  --short) short=true ;;
+  "") ;;
+  *) echo "usage: e2e/run.sh [--short]" >&2; exit 2 ;;
+esac
 [ "$(id -u)" = 0 ] || { echo "e2e: run as root (the cluster needs it)" >&2; exit 1; }
+[ -x "$PYTHON" ] || { echo "e2e: no $PYTHON (make venv)" >&2; exit 1; }
+"$repo/e2e/deps/host.sh"
 
 # torch for the trainer, from this interpreter's installation (read-only hostPath;
 # see e2e/images/trainer/Dockerfile for why it is not in the image).
 torch_site() {
   "$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null
 }
-if ! TORCH_SITE=$(torch_site); then
-  log "installing the project's torch extra into $PYTHON's environment (a large download, once)"
-  "$PYTHON" -m pip install -q 'torch>=2.2' >&2   # pyproject's torch extra
-  TORCH_SITE=$(torch_site) || { echo "e2e: $PYTHON still cannot import torch" >&2; exit 1; }
+WORK="$CACHE/e2e"
+if $short; then
+  WORK="$CACHE/e2e-short"
+  scenario_args=(--short)
+  images=(ckptdrain:dev)
+else
+  if ! TORCH_SITE=$(torch_site); then
+    log "installing the project's torch extra into $PYTHON's environment (a large download, once)"
+    "$PYTHON" -m pip install -q 'torch>=2.2' >&2   # pyproject's torch extra
+    TORCH_SITE=$(torch_site) || { echo "e2e: $PYTHON still cannot import torch" >&2; exit 1; }
+  fi
+  scenario_args=(--torch-site "$TORCH_SITE")
+  images=(ckptdrain:dev ckptdrain-trainer:dev)
 fi
 
 down() {
@@ -37,23 +58,30 @@ down() {
   "$here/cluster/down.sh" >&2 || log "down.sh reported leftovers"
 }
 
-log "cluster up"
+mkdir -p "$WORK"
+# The images build while the cluster starts (Docker's side and the cluster's
+# containerd are separate; on a warm machine both take seconds to a minute).
+log "cluster up; images building meanwhile (log: $WORK/images.log)"
+{
+  "$repo/e2e/image/build.sh" >/dev/null
+  $short || "$here/images/trainer/build.sh" >/dev/null
+} >"$WORK/images.log" 2>&1 &
+images_pid=$!
+trap 'kill "$images_pid" 2>/dev/null || true' EXIT
 eval "$("$here/cluster/up.sh")"
 trap down EXIT
 # kubectl from the cluster's build, helm from e2e/deps (both cached).
 k8s_bin=$(. "$here/cluster/lib.sh" && echo "$K8S_BIN")
 export PATH="$k8s_bin:$("$repo/e2e/deps/helm-tools.sh"):$PATH"
 
-log "images"
-"$repo/e2e/image/build.sh" >/dev/null
-"$here/images/trainer/build.sh" >/dev/null 2>&1
-"$here/cluster/load-images.sh" ckptdrain:dev ckptdrain-trainer:dev >&2
+wait "$images_pid" || { cat "$WORK/images.log" >&2; log "image build failed"; exit 1; }
+log "images built; loading them"
+"$here/cluster/load-images.sh" "${images[@]}" >&2
 
-mkdir -p "$WORK"
 log "scenario"
 set +e
 "$PYTHON" "$here/scenario/scenario.py" --report "$WORK/report.md" --workdir "$WORK" \
-  --allowed-root "$WORK/local" --torch-site "$TORCH_SITE"
+  --allowed-root "$WORK/local" "${scenario_args[@]}"
 rc=$?
 set -e
 log "scenario exited $rc after $(( $(date +%s) - started ))s (report: $WORK/report.md)"

@@ -6,7 +6,7 @@
 #
 # Needs root. Builds what it lacks into the cache (build-k8s.sh,
 # build-coredns.sh, the pause image) and installs Debian's containerd, runc,
-# containernetworking-plugins, iptables, conntrack if missing.
+# containernetworking-plugins, iptables, conntrack if missing (e2e/deps/host.sh).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 started=$SECONDS
@@ -20,18 +20,7 @@ K8S_BIN="$(nice -n 10 "$E2E_CLUSTER_DIR/build-k8s.sh" \
   kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)"
 COREDNS_BIN="$(nice -n 10 "$E2E_CLUSTER_DIR/build-coredns.sh")"
 
-need_pkgs=()
-command -v containerd >/dev/null || need_pkgs+=(containerd)
-[ -x /usr/sbin/runc ] || need_pkgs+=(runc)
-[ -x "$CNI_BIN_DIR/bridge" ] || need_pkgs+=(containernetworking-plugins)
-command -v iptables >/dev/null || need_pkgs+=(iptables)
-command -v conntrack >/dev/null || need_pkgs+=(conntrack)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  log "installing ${need_pkgs[*]} from Debian"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q --no-install-recommends "${need_pkgs[@]}" >&2 \
-    || { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need_pkgs[@]}" >&2; }
-fi
+"$E2E_REPO_ROOT/e2e/deps/host.sh" cluster
 
 ETCD_BIN="$("$E2E_REPO_ROOT/e2e/deps/etcd.sh")"
 PAUSE_ARCHIVE="$("$E2E_REPO_ROOT/e2e/images/pause/build.sh")"

@@ -19,15 +19,9 @@ log() { echo "base.sh: $*" >&2; }
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# debootstrap and Docker's engine from Debian when missing.
 ensure_packages() {
-  local missing=()
-  command -v debootstrap >/dev/null || missing+=(debootstrap)
-  command -v dockerd >/dev/null || missing+=(docker.io)
-  [ ${#missing[@]} -eq 0 ] && return
-  log "installing ${missing[*]} from apt"
-  sudo_ apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive sudo_ apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >"$LOGS/apt-image.log" 2>&1 \
+  "$(dirname "${BASH_SOURCE[0]}")/../deps/host.sh" image >"$LOGS/apt-image.log" 2>&1 \
     || { cat "$LOGS/apt-image.log" >&2; exit 1; }
 }
 

@@ -9,12 +9,23 @@ header naming the step, so writing costs what a real save costs without
 spending CPU on random data). Both resume from what restore placed, checkpoint
 when the agent asks, and write an emergency checkpoint on SIGTERM.
 
-Prints one JSON object per line on stdout: start, saved, progress, exit.
+Several pods can emulate the writers of one synchronous job (the end-to-end
+scenario runs two in an indexed Job): `--clock EPOCH` puts them on a shared
+step clock (step k is due at EPOCH + k × step-time; a restored trainer runs
+its missed steps without pausing) and `--every N` makes them checkpoint the
+same steps (multiples of N; a pending request is answered by the next one),
+so every writer publishes each step and it completes globally.
+
+Prints one JSON object per line on stdout: start, saved, progress, exit. With
+`--digest`, `saved` carries a SHA-256 over the published step's files and
+`start` one over the restored files, so equal digests prove a restore placed
+exactly what was saved.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -102,6 +113,34 @@ class TorchModel:
         time.sleep(max(0.0, seconds - (time.monotonic() - started)))
 
 
+def tree_digest(directory: Path) -> str:
+    """SHA-256 over every file below `directory`: relative names and bytes, in name order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(directory)}\0".encode())
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def restored_fields(client: Client, with_digest: bool) -> dict[str, Any]:
+    """What restore placed, as the start event reports it (empty on a fresh start)."""
+    restored = client.restored()
+    if restored is None:
+        return {}
+    try:
+        result = json.loads(client.restore_result.read_text())
+    except (OSError, ValueError):
+        result = {}
+    fields: dict[str, Any] = {
+        "tier": restored.tier, "bytes": restored.bytes, "restore_seconds": restored.seconds,
+        "source": result.get("source"), "skipped": result.get("skipped", [])}
+    if with_digest:
+        fields["digest"] = tree_digest(restored.path)
+    return fields
+
+
 def pick_model(mode: str, total: int, shards: int) -> SimModel | TorchModel:
     if mode in ("auto", "torch"):
         try:
@@ -123,35 +162,60 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=10**9)
     parser.add_argument("--no-emergency", action="store_true",
                         help="do not write an emergency checkpoint on SIGTERM")
+    parser.add_argument("--preempted-exit", type=int, default=0, metavar="CODE",
+                        help="exit code after SIGTERM (a Job reruns an index that exits "
+                        "non-zero, e.g. 143; 0 completes it)")
+    parser.add_argument("--clock", type=float, metavar="EPOCH",
+                        help="shared step clock: step k is due at EPOCH + k × step-time")
+    parser.add_argument("--every", type=int, default=0, metavar="N",
+                        help="checkpoint every step that is a multiple of N (and answer "
+                        "the agent's requests with the next one) instead of at once")
+    parser.add_argument("--digest", action="store_true",
+                        help="report a SHA-256 of the files of every saved and restored step")
     args = parser.parse_args(argv)
+    if args.every < 0:
+        parser.error(f"--every: expected a whole number of steps >= 0, got {args.every}")
     client = Client()
     model = pick_model(args.mode, units.parse_bytes("--size", args.size), args.shards)
     restored = model.load(client)
     step = 0 if restored is None else restored + 1
-    emit("start", from_step=step, restored=restored, mode=type(model).__name__)
+    emit("start", from_step=step, restored=restored, mode=type(model).__name__,
+         **restored_fields(client, args.digest))
     state = {"step": step}
+
+    def save(finished: int, **fields: Any) -> None:
+        started = time.monotonic()
+        path = model.save(client, finished)
+        seconds = time.monotonic() - started
+        if args.digest:
+            fields["digest"] = tree_digest(path)
+        emit("saved", step=finished, seconds=seconds, **fields)
 
     def emergency() -> None:
         last = state["step"] - 1  # the newest finished step
         if last >= 0 and not client.step_dir(last).exists():
-            started = time.monotonic()
-            model.save(client, last)
-            emit("saved", step=last, seconds=time.monotonic() - started, emergency=True)
+            save(last, emergency=True)
         emit("exit", step=last, reason="sigterm")
 
-    client.on_preemption(None if args.no_emergency else emergency, exit_code=0)
+    def pace() -> float:
+        """Seconds the next step takes: on the shared clock, until it is due."""
+        if args.clock is None:
+            return args.step_time
+        return max(0.0, args.clock + (state["step"] + 1) * args.step_time - time.time())
+
+    client.on_preemption(None if args.no_emergency else emergency,
+                         exit_code=args.preempted_exit)
     while state["step"] < args.max_steps:
-        model.train_step(args.step_time)
+        model.train_step(pace())
         state["step"] += 1
         finished = state["step"] - 1
         if finished % 10 == 0:
             emit("progress", step=finished)
         request = client.checkpoint_requested()
-        if request is not None:
-            started = time.monotonic()
-            model.save(client, finished)
-            emit("saved", step=finished, seconds=time.monotonic() - started,
-                 reason=request.reason)
+        if args.every and finished % args.every == 0:
+            save(finished, reason="schedule" if request is None else request.reason)
+        elif request is not None and not args.every:
+            save(finished, reason=request.reason)
     emit("exit", step=state["step"] - 1, reason="max-steps")
     return 0
 

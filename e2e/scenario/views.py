@@ -1,0 +1,46 @@
+"""The scenario's objects, and how a user sees them with kubectl."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kube import get
+
+NS, S3_NS, RELEASE, OP_NS = "ckptdrain-e2e", "ckptdrain-e2e-s3", "ckptdrain", "ckptdrain"
+POLICY, JOB, BUCKET = "mlp", "mlp", "ckptdrain-e2e"
+# The trainers' shared step clock: a step every STEP_S seconds, a checkpoint
+# on every EVERY-th step; GRACE is the pods' termination grace period.
+STEP_S, EVERY, GRACE = 0.1, 100, 30
+CHECKPOINT_BYTES, WRITERS = 50_000_000, 2  # policy.yaml's checkpointBytes, writers
+
+
+def pod_of(index: int, running: bool = True) -> dict[str, Any] | None:
+    pods = get("pods", "-n", NS, "-l", f"batch.kubernetes.io/job-completion-index={index}")
+    for pod in pods["items"]:
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        statuses = {c["name"]: c for c in pod["status"].get("containerStatuses") or []}
+        if not running or "running" in (statuses.get("trainer", {}).get("state") or {}):
+            return pod
+    return None
+
+
+def records() -> dict[int, dict[str, Any]]:
+    return {int(r["spec"]["step"]): r for r in get("checkpoints", "-n", NS)["items"]}
+
+
+def complete_steps() -> list[int]:
+    return sorted(s for s, r in records().items() if (r.get("status") or {}).get("state")
+                  == "Global")
+
+
+def policy_status() -> dict[str, Any]:
+    return get("checkpointpolicy", "-n", NS, POLICY).get("status") or {}
+
+
+def wait_mid_interval(epoch: float) -> None:
+    """Wait until the shared step clock is between two scheduled checkpoints, so a
+    SIGTERM never lands on a step every writer also saves."""
+    while not 30 <= ((time.time() - epoch) / STEP_S) % EVERY <= 60:
+        time.sleep(0.2)

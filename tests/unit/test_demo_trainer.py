@@ -1,0 +1,92 @@
+"""The demo trainer as the short e2e scenario runs it: lockstepped writers that
+checkpoint the same steps, exit 143 after an emergency checkpoint, and report
+digests that tie a restored step to the one saved."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ckptdrain.demo.trainer import tree_digest
+
+EVERY = 5
+
+
+def start(work: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "CKPTDRAIN_WORK_DIR": str(work)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ckptdrain.demo.trainer", "--mode", "sim", "--size", "64KiB",
+         "--shards", "2", "--step-time", "0.02", "--digest", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def events(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    out, err = proc.communicate(timeout=30)
+    assert not err.strip() or "Traceback" not in err, err
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def run_until(work: Path, step: int, *args: str) -> tuple[int, list[dict[str, Any]]]:
+    """Run until `step` is published, then SIGTERM; exit code and events."""
+    proc = start(work, *args)
+    deadline = time.monotonic() + 30
+    while not (work / f"step-{step}").is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, "trainer stopped early"
+        time.sleep(0.01)
+    time.sleep(0.05)  # a few steps past it, so the emergency step is a new one
+    proc.send_signal(signal.SIGTERM)
+    found = events(proc)
+    return proc.returncode, found
+
+
+def test_lockstepped_writers_save_the_same_steps_and_exit_143(tmp_path: Path) -> None:
+    clock = f"{time.time():.3f}"
+    saved = {}
+    for writer in ("a", "b"):
+        code, found = run_until(tmp_path / writer, 3 * EVERY, "--clock", clock,
+                                "--every", str(EVERY), "--preempted-exit", "143")
+        assert code == 143
+        scheduled = [e["step"] for e in found if e["event"] == "saved" and not e.get("emergency")]
+        assert scheduled and all(s % EVERY == 0 for s in scheduled)
+        emergency = [e for e in found if e.get("emergency")]
+        assert len(emergency) == 1 and emergency[0]["step"] % EVERY != 0
+        for e in found:
+            if e["event"] == "saved":
+                assert e["digest"] == tree_digest(tmp_path / writer / f"step-{e['step']}")
+        saved[writer] = set(scheduled)
+    assert {0, EVERY, 2 * EVERY, 3 * EVERY} <= saved["a"] & saved["b"]
+
+
+def test_a_restored_step_reports_the_digest_it_was_saved_with(tmp_path: Path) -> None:
+    code, found = run_until(tmp_path, 2 * EVERY, "--every", str(EVERY))
+    assert code == 0  # the demo's default: a preempted demo run ends cleanly
+    digest = next(e["digest"] for e in found if e["event"] == "saved" and e["step"] == EVERY)
+    (tmp_path / "restore.json").write_text(json.dumps({
+        "fresh_start": False, "step": EVERY, "tier": "global", "bytes": 65536,
+        "seconds": 0.5, "path": str(tmp_path / f"step-{EVERY}"), "skipped": [],
+        "source": "s3://bucket/run/5"}))
+    code, found = run_until(tmp_path, 3 * EVERY, "--every", str(EVERY))
+    first = found[0]
+    assert first["event"] == "start" and first["restored"] == EVERY
+    assert first["from_step"] == EVERY + 1 and first["tier"] == "global"
+    assert first["digest"] == digest
+
+    # A restored step whose bytes changed no longer matches its save.
+    shard = tmp_path / f"step-{EVERY}" / "shard-001.bin"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    assert tree_digest(tmp_path / f"step-{EVERY}") != digest
+
+
+def test_a_negative_interval_is_refused_in_one_line(tmp_path: Path) -> None:
+    proc = start(tmp_path, "--every", "-1")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "--every" in err and "Traceback" not in err
