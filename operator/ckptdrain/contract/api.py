@@ -16,6 +16,9 @@ KIND_CHECKPOINT = "Checkpoint"
 
 #: Pods opt in with this label; the webhook's objectSelector matches only them.
 LABEL_INJECT = "ckptdrain.io/inject"
+#: On an injected pod: its writer rank (the webhook sets it), so admission
+#: finds a live pod already holding a rank with one server-side selector.
+LABEL_WRITER = "ckptdrain.io/writer"
 #: On a Checkpoint record: the policy it belongs to.
 LABEL_POLICY = "ckptdrain.io/policy"
 

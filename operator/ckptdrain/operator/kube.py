@@ -15,13 +15,23 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ckptdrain import kubeclient
-from ckptdrain.contract.api import API_VERSION, GROUP, POLICIES, VERSION
+from ckptdrain.contract.api import (
+    ANNOTATION_POLICY,
+    API_VERSION,
+    GROUP,
+    LABEL_WRITER,
+    POLICIES,
+    VERSION,
+)
 
 __all__ = ["ApiException", "annotate_pod", "annotate_pods", "delete", "list_policies",
-           "patch_object", "patch_status", "post_event"]
+           "live_writers", "patch_object", "patch_status", "post_event", "read_object"]
 
 #: Concurrent writes when many pods change at once (a rebalance of hundreds).
 PARALLEL_WRITES = 4
+
+#: Reads made inside an admission request: well under the webhook's timeout.
+ADMISSION_READ_TIMEOUT_S = 5
 
 #: Say it: the generated client would otherwise pick JSON Patch for a dict body.
 MERGE = "application/merge-patch+json"
@@ -101,3 +111,33 @@ def post_event(body: Mapping[str, Any], kind: str, reason: str, message: str,
         reason=reason, message=message[:1024], type=type_, count=1,
         first_timestamp=now, last_timestamp=now,
         source=client.V1EventSource(component="ckptdrain-operator")))
+
+
+def read_object(api_version: str, plural: str, namespace: str, name: str
+                ) -> dict[str, Any] | None:
+    """One namespaced object as a dict; None when it is absent, its API is not
+    installed, or the operator may not read it (404/403)."""
+    _, custom = _clients()
+    group, _, version = api_version.rpartition("/")
+    try:
+        found = custom.get_namespaced_custom_object(
+            group, version, namespace, plural, name,
+            _request_timeout=ADMISSION_READ_TIMEOUT_S)
+    except ApiException as error:
+        if error.status in (403, 404):
+            return None
+        raise
+    return dict(found)
+
+
+def live_writers(namespace: str, policy: str, rank: int) -> list[str]:
+    """Live pods of `policy` labelled with writer `rank` (one server-side
+    selector): not Succeeded or Failed, not being deleted."""
+    core, _ = _clients()
+    found = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_WRITER}={rank}",
+                                     _request_timeout=ADMISSION_READ_TIMEOUT_S)
+    return sorted(
+        pod.metadata.name for pod in found.items
+        if (pod.metadata.annotations or {}).get(ANNOTATION_POLICY) == policy
+        and pod.metadata.deletion_timestamp is None
+        and (pod.status is None or pod.status.phase not in ("Succeeded", "Failed")))

@@ -155,6 +155,15 @@ def test_job_completion_index_is_the_writer_id() -> None:
     assert env["CKPTDRAIN_WRITER_ID"] == "3"
 
 
+def test_a_derived_rank_is_the_writer_id_and_the_writer_label() -> None:
+    ops = injection.build_pod_patch(pod(), POLICY, CFG, default_rate=RATE, rank=5)
+    out = jsonpatch.apply_patch(copy.deepcopy(pod()), ops)
+    assert env_of(out["spec"]["initContainers"][2])["CKPTDRAIN_WRITER_ID"] == "5"
+    assert env_of(out["spec"]["containers"][0])["CKPTDRAIN_WRITER_ID"] == "5"
+    assert out["metadata"]["labels"] == {"app": "t", "ckptdrain.io/writer": "5"}
+    assert "ckptdrain.io/writer" not in injected(pod())["metadata"]["labels"]
+
+
 def test_workload_identity_has_no_keys() -> None:
     spec = {**SPEC, "storage": {"uri": "s3://bucket/runs"}}
     p = policy.parse("ml", "llama", spec, CFG)
