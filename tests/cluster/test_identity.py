@@ -163,3 +163,42 @@ def test_policy_identity_label_and_a_workload_writer_count_mismatch(
         pod("small-0", {"app": "indexed", **INJECT, JOB_INDEX: "0"}, 0, **GRACE), job))
     assert made.returncode == 0, made.stderr
     assert "spec.writers is 4 but the Job has 2 pods that write" in made.stderr
+    mismatch = wait_for(lambda: _condition(cluster, namespace, "indexed").get("reason")
+                        == "WritersMismatch" and _condition(cluster, namespace, "indexed"),
+                        what="WritersMismatch on the policy")
+    assert "pod small-0's workload has 2 pods that write" in mismatch["message"]
+
+
+def _condition(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    conditions = (get(cluster, namespace, "ckpol", name).get("status") or {}).get(
+        "conditions") or []
+    return next((c for c in conditions if c["type"] == "WritersConsistent"), {})
+
+
+def test_a_duplicate_writer_that_bypassed_admission_shows_on_the_policy(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """Pods that look injected but never met the webhook (no opt-in label:
+    as when admission was off) and hold one rank: WritersConsistent turns
+    False naming both, with a Warning event; it clears when one goes."""
+    apply(policy("llama", writers=2))
+    _ready(cluster, namespace, "llama")
+    for name in ("left", "right"):
+        body = pod(name, {"app": "llama", "ckptdrain.io/writer": "1"}, **GRACE)
+        body["metadata"]["annotations"] = {"ckptdrain.io/injected": "true",
+                                           "ckptdrain.io/policy": "llama"}
+        assert _create(cluster, namespace, body).returncode == 0
+    bad = wait_for(lambda: _condition(cluster, namespace, "llama").get("status") == "False"
+                   and _condition(cluster, namespace, "llama"), what="WritersConsistent=False")
+    assert bad["reason"] == "DuplicateWriter"
+    assert "writer 1 is held by pods left, right" in bad["message"]
+    assert wait_for(lambda: "DuplicateWriter" in cluster.kubectl(
+        "get", "events", "-n", namespace, "-o", "json").stdout, what="the event")
+    # Sizing, rewriting its own conditions, keeps this one.
+    assert [c["type"] for c in get(cluster, namespace, "ckpol", "llama")["status"]
+            ["conditions"]][:3] == ["Ready", "Degraded", "BandwidthConstrained"]
+
+    cluster.kubectl("delete", "-n", namespace, "pod", "right")
+    good = wait_for(lambda: _condition(cluster, namespace, "llama").get("status") == "True"
+                    and _condition(cluster, namespace, "llama"), what="WritersConsistent=True")
+    assert good["reason"] == "Consistent"

@@ -31,6 +31,9 @@ ANNOTATION_BANDWIDTH = "ckptdrain.io/bandwidth"
 #: Bytes the agent still has to drain: the agent writes it, the operator
 #: splits bandwidth by it.
 ANNOTATION_PENDING = "ckptdrain.io/pending-bytes"
+#: How many pods write, as the pod's workload says (Job completions, …): the
+#: webhook sets it when known, the operator compares it with spec.writers.
+ANNOTATION_WORKLOAD_WRITERS = "ckptdrain.io/workload-writers"
 #: What restore placed for the trainer: `restored_from(step, tier)`.
 ANNOTATION_RESTORED = "ckptdrain.io/restored-from"
 

@@ -17,6 +17,7 @@ from ckptdrain.contract.api import (
     ANNOTATION_BANDWIDTH,
     ANNOTATION_INJECTED,
     ANNOTATION_POLICY,
+    ANNOTATION_WORKLOAD_WRITERS,
     LABEL_WRITER,
 )
 from ckptdrain.contract.env import Env
@@ -221,10 +222,13 @@ def _append(ops: JSONPatch, path: str, existing: list[Any] | None, items: list[A
 
 
 def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConfig,
-                    default_rate: float, rank: int | None = None) -> JSONPatch:
+                    default_rate: float, rank: int | None = None,
+                    workload_writers: int | None = None) -> JSONPatch:
     """JSONPatch ops that inject ckptdrain into `pod`; [] if already injected.
     With a `rank`, the pod also gets the `ckptdrain.io/writer` label, which
-    admission selects on to find a live pod already holding that rank."""
+    admission selects on to find a live pod already holding that rank;
+    `workload_writers` (what the workload says) is kept as an annotation for
+    the operator's WritersConsistent condition."""
     if is_injected(pod):
         return []
     spec = pod.get("spec", {})
@@ -263,6 +267,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
                         "value": str(rank)})
     annotations = {ANNOTATION_POLICY: policy.name, ANNOTATION_INJECTED: "true",
                    ANNOTATION_BANDWIDTH: str(int(default_rate))}
+    if workload_writers is not None:
+        annotations[ANNOTATION_WORKLOAD_WRITERS] = str(workload_writers)
     existing = pod.get("metadata", {}).get("annotations")
     if existing is None:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})

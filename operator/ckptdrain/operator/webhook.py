@@ -110,11 +110,11 @@ def pod_label(pod: dict[str, Any]) -> str:
     return meta.get("name") or f"{meta.get('generateName', '')}<generated>"
 
 
-async def writer_rank(pod: dict[str, Any], namespace: str, p: pol.Policy,
-                      warnings: list[str]) -> int | None:
-    """The pod's writer rank under policy `p`; refuses (AdmissionError) a pod
-    that has none when the policy has several writers, a rank out of range, and
-    a rank a live pod of the policy already holds."""
+async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
+                          warnings: list[str]) -> identity.Identity | None:
+    """The pod's writer identity under policy `p` (None: no rank, one writer).
+    Refuses (AdmissionError) a pod that has no rank when the policy has several
+    writers, a rank out of range, and a rank a live pod of the policy holds."""
     owners = await asyncio.to_thread(_owners, namespace, pod)
     try:
         found = identity.derive(pod, p.identity, owners)
@@ -138,7 +138,7 @@ async def writer_rank(pod: dict[str, Any], namespace: str, p: pol.Policy,
         warnings.append(f"ckptdrain: policy {p.name}: {mismatch}; the checkpoint is complete "
                         f"only when {p.writers} writers committed it")
     if found.rank is None:
-        return None
+        return found
     holders = [n for n in await asyncio.to_thread(kube.live_writers, namespace, p.name,
                                                   found.rank)
                if n != pod.get("metadata", {}).get("name")]
@@ -147,7 +147,7 @@ async def writer_rank(pod: dict[str, Any], namespace: str, p: pol.Policy,
             f"pod {pod_label(pod)} ({found.kind}, {found.source}) claims writer {found.rank} "
             f"of policy {p.name}, which live pod {holders[0]} already holds; two pods must "
             "never write one shard", code=409)
-    return found.rank
+    return found
 
 
 @kopf.on.mutate("v1", "pods", id="ckptdrain-inject", operations=["CREATE"],
@@ -195,8 +195,10 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
             raise kopf.AdmissionError(problem, code=422)
         if problem:
             warnings.append(problem)
-        rank = await writer_rank(pod, namespace, p, warnings)
-        ops = injection.build_pod_patch(pod, p, cfg, default_rate=share, rank=rank)
+        writer = await writer_identity(pod, namespace, p, warnings)
+        ops = injection.build_pod_patch(
+            pod, p, cfg, default_rate=share, rank=writer.rank if writer else None,
+            workload_writers=writer.writers if writer else None)
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
         logger.info("injecting policy %s into a pod (%d ops)", p.key, len(ops))
 
