@@ -31,8 +31,8 @@ carries the same value. Sources, checked against each project:
 - LeaderWorkerSet (kubernetes-sigs/lws, docs "Labels, Annotations and
   Environment Variables"): labels `leaderworkerset.sigs.k8s.io/group-index`,
   `.../worker-index` (the leader is worker 0), annotation `.../size` (pods
-  per group). rank = group × size + worker. Writers: size × the LWS's
-  `spec.replicas`.
+  per group); workers carry the `.../leader-name` annotation. rank = group ×
+  size + worker. Writers: size × the LWS's `spec.replicas`.
 - Anything else: the policy's `identity.rankLabel` or
   `identity.rankAnnotation` names where the rank is; `writers` says how
   many. An explicit rule wins over detection.
@@ -55,6 +55,7 @@ LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+LWS_LEADER_NAME = "leaderworkerset.sigs.k8s.io/leader-name"
 TRAINJOB_KIND = "TrainJob"
 TRAINJOB_TRAINER = "node"
 
@@ -200,10 +201,38 @@ def _pytorch(pod: Obj, owners: Owners) -> Identity:
     return Identity(kind, rank, writers, f"{PYTORCH_TYPE}={role} {PYTORCH_INDEX}={index}")
 
 
+def _ordinal(pod: Obj) -> int | None:
+    """A StatefulSet pod's ordinal, the number after its name's last dash."""
+    name = str((pod.get("metadata") or {}).get("name") or "")
+    return _index(name.rpartition("-")[2]) if "-" in name else None
+
+
+def _lws_indexes(pod: Obj, kind: str) -> tuple[int, int]:
+    """(group, worker). LWS's own pod webhook adds worker-index (and a
+    leader's group-index) from the pod's StatefulSet ordinal, and ours may run
+    before it (webhooks run in name order): where a label is still missing,
+    read the ordinal the same way. A worker has the leader-name annotation."""
+    labels = _meta(pod, "labels")
+    leader = LWS_LEADER_NAME not in _meta(pod, "annotations")
+    if LWS_GROUP not in labels and leader and _ordinal(pod) is not None:
+        group = _ordinal(pod) or 0
+    else:
+        group = _read(pod, LWS_GROUP, kind, annotation_too=False)
+    if LWS_WORKER in labels:
+        worker = _read(pod, LWS_WORKER, kind, annotation_too=False)
+    elif leader:
+        worker = 0
+    elif _ordinal(pod) is not None:
+        worker = _ordinal(pod) or 0
+    else:
+        raise RankMissing(kind, f"label {LWS_WORKER} is missing (and the pod name has no "
+                          "ordinal)")
+    return group, worker
+
+
 def _lws(pod: Obj, owners: Owners) -> Identity:
     kind = "LeaderWorkerSet"
-    group = _read(pod, LWS_GROUP, kind, annotation_too=False)
-    worker = _read(pod, LWS_WORKER, kind, annotation_too=False)
+    group, worker = _lws_indexes(pod, kind)
     size = _index(_meta(pod, "annotations").get(LWS_SIZE))
     if not size:
         raise RankMissing(kind, f"annotation {LWS_SIZE} is missing or not a positive number")

@@ -173,6 +173,25 @@ def test_leaderworkerset_rank_is_group_times_size_plus_worker() -> None:
         derive(no_size)
 
 
+def test_leaderworkerset_labels_lws_adds_later_come_from_the_statefulset_ordinal() -> None:
+    """Before LWS's own webhook: a leader `vllm-2` has no index labels yet; a
+    worker `vllm-2-3` has its group (from its StatefulSet template) but no
+    worker index."""
+    leader = pod({"leaderworkerset.sigs.k8s.io/name": "vllm"},
+                 {"leaderworkerset.sigs.k8s.io/size": "4"})
+    leader["metadata"]["name"] = "vllm-2"
+    assert derive(leader).rank == 8
+    worker = pod({"leaderworkerset.sigs.k8s.io/name": "vllm",
+                  "leaderworkerset.sigs.k8s.io/group-index": "2"},
+                 {"leaderworkerset.sigs.k8s.io/size": "4",
+                  "leaderworkerset.sigs.k8s.io/leader-name": "vllm-2"})
+    worker["metadata"]["name"] = "vllm-2-3"
+    assert derive(worker).rank == 11
+    worker["metadata"]["name"] = "odd"
+    with pytest.raises(RankMissing, match="worker-index is missing"):
+        derive(worker)
+
+
 def test_policy_rule_wins_and_names_its_key() -> None:
     p = pod({"example.com/rank": "5", "batch.kubernetes.io/job-completion-index": "1"},
             {"example.com/slot": "7"})
