@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -89,8 +90,23 @@ def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporte
             log.warning("global retention after step %d failed: %s", step, err)
 
     worker = DrainWorker(tier, store, drainer, reporter, metrics, part_size=cfg.part_size,
-                         on_global=prune)
+                         on_global=prune, fence=writer_fence(cfg))
     return worker, watcher
+
+
+def writer_fence(cfg: node_config.AgentConfig) -> Callable[[], None] | None:
+    """The writer's lease check before each commit (node/lease.py), in a pod only."""
+    if not node_config.in_cluster(cfg) or not cfg.pod_uid:
+        return None
+    from ckptdrain.node.kube import WriterLease
+
+    try:
+        lease = WriterLease(cfg.namespace, cfg.policy.split("/")[-1], cfg.writer, cfg.pod_uid)
+    except Exception as err:  # no API access: fencing is a guard, not a dependency
+        log.warning("writer fencing disabled: %s", err)
+        return None
+    lease.start()
+    return lease.check
 
 
 def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace) -> list[Reporter]:

@@ -50,6 +50,7 @@ class DrainWorker:
         *,
         part_size: int,
         on_global: Callable[[int], None] | None = None,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         self.tier = tier
         self.store = store
@@ -58,6 +59,8 @@ class DrainWorker:
         self.metrics = metrics
         self.part_size = part_size
         self.on_global = on_global
+        #: Raises (node.lease.WriterFenced) when another pod holds this writer.
+        self.fence = fence
         self._cond = threading.Condition()
         self._pending: dict[int, str] = {}  # step -> trigger
         self._current: int | None = None
@@ -188,6 +191,7 @@ class DrainWorker:
                 journal_path=self.tier.journal_path(step),
                 cancel=self._cancel,
                 progress=self._progress,
+                before_commit=self.fence,
             )
         except DrainCancelled:
             log.info("drain of step %d paused after %d of %d bytes; its journal keeps the rest",

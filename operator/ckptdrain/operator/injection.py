@@ -77,6 +77,7 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
     env = [
         _env(Env.POLICY, policy.key),
         _env(Env.POD_NAME, _field("metadata.name")),
+        _env(Env.POD_UID, _field("metadata.uid")),
         _env(Env.NAMESPACE, _field("metadata.namespace")),
         _env(Env.NODE_NAME, _field("spec.nodeName")),
         _env(Env.WRITER_ID, _writer_id(pod, rank)),
