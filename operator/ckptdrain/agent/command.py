@@ -14,11 +14,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from ckptdrain.agent.drainworker import DrainWorker
+from ckptdrain.agent.drainworker import DrainWorker, Fence
 from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics, MetricsServer
 from ckptdrain.agent.report import FanOut, JsonLinesReporter, LoggingReporter, Reporter
@@ -94,8 +93,8 @@ def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporte
     return worker, watcher
 
 
-def writer_fence(cfg: node_config.AgentConfig) -> Callable[[], None] | None:
-    """The writer's lease check before each commit (node/lease.py), in a pod only."""
+def writer_fence(cfg: node_config.AgentConfig) -> Fence | None:
+    """The writer's lease, checked before each commit (node/lease.py), in a pod only."""
     if not node_config.in_cluster(cfg) or not cfg.pod_uid:
         return None
     from ckptdrain.node.kube import WriterLease
@@ -106,7 +105,7 @@ def writer_fence(cfg: node_config.AgentConfig) -> Callable[[], None] | None:
         log.warning("writer fencing disabled: %s", err)
         return None
     lease.start()
-    return lease.check
+    return lease
 
 
 def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace) -> list[Reporter]:

@@ -162,3 +162,18 @@ class WriterLease:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def release(self) -> None:
+        """Stop renewing and free the lease if this pod still holds it, so a
+        replacement commits at once instead of a lease duration later."""
+        self.stop()
+        if not self.enabled or not self.held:
+            return
+        try:
+            lease = self._call("get", self.name)
+            if (lease.get("spec") or {}).get("holderIdentity") == self.holder:
+                lease["spec"] = {"leaseDurationSeconds": self.seconds}
+                self._call("replace", self.name, lease)
+            self.held = False
+        except Exception as error:  # it expires by itself
+            log.warning("could not release writer lease %s: %s", self.name, error)

@@ -7,11 +7,12 @@ that writer.
                                  LEASE_SECONDS / 3, checked before each commit
 
 A pod may take the lease when nobody holds it, it holds it already, or the
-holder stopped renewing for LEASE_SECONDS (it is gone, or cut off). So the
-replacement of a deleted pod waits at most that long before its first
-global commit, and a pod still flushing within its grace period keeps its
-lease until it stops. Writes carry the resourceVersion read, so two takers
-racing for an expired lease cannot both win.
+holder stopped renewing for LEASE_SECONDS (it died, or is cut off). An
+agent that stops cleanly frees it after its last commit (a pod still
+flushing within its grace period keeps it until then); after a crash, the
+replacement waits at most LEASE_SECONDS before its first global commit.
+Writes carry the resourceVersion read, so two takers racing for an expired
+lease cannot both win.
 
 What is not evidence of another holder does not stop a commit: without
 rights on leases (403) fencing is off, said once in the log; a failed renewal
