@@ -24,8 +24,6 @@ from ckptdrain.contract.env import Env
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import Policy
 
-JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-
 PREPARE = "ckptdrain-prepare"
 RESTORE = "ckptdrain-restore"
 AGENT = "ckptdrain-agent"
@@ -50,13 +48,10 @@ def _field(path: str) -> dict[str, Any]:
     return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def _writer_id(pod: Mapping[str, Any], rank: int | None) -> dict[str, Any]:
-    """The rank the webhook derived (operator/identity.py); without one, the
-    Job index annotation, else the pod name (accepted with one writer only)."""
-    if rank is not None:
-        return {"value": str(rank)}
-    index = (pod.get("metadata", {}).get("annotations") or {}).get(JOB_INDEX_ANNOTATION)
-    return {"value": str(index)} if index is not None else _field("metadata.name")
+def _writer_id(rank: int | None) -> dict[str, Any]:
+    """The rank the webhook derived (operator/identity.py); without one (the
+    policy has one writer), the pod name, which the agent takes as writer 0."""
+    return {"value": str(rank)} if rank is not None else _field("metadata.name")
 
 
 def grace_seconds(pod: Mapping[str, Any]) -> int:
@@ -80,7 +75,7 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         _env(Env.POD_UID, _field("metadata.uid")),
         _env(Env.NAMESPACE, _field("metadata.namespace")),
         _env(Env.NODE_NAME, _field("spec.nodeName")),
-        _env(Env.WRITER_ID, _writer_id(pod, rank)),
+        _env(Env.WRITER_ID, _writer_id(rank)),
         _env(Env.WRITERS, str(policy.writers)),
         _env(Env.STORE_URI, store_uri(policy)),
     ]
@@ -129,7 +124,7 @@ def trainer_env(pod: Mapping[str, Any], policy: Policy,
     return [
         _env(Env.WORK_DIR, WORK_DIR),
         _env(Env.RESTORE_RESULT, posixpath.join(WORK_DIR, "restore.json")),
-        _env(Env.WRITER_ID, _writer_id(pod, rank)),
+        _env(Env.WRITER_ID, _writer_id(rank)),
         _env(Env.WRITERS, str(policy.writers)),
     ]
 
