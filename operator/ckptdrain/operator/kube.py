@@ -6,6 +6,7 @@ is already gone is not an error.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from ckptdrain import kubeclient
 from ckptdrain.contract.api import (
@@ -24,8 +26,10 @@ from ckptdrain.contract.api import (
     VERSION,
 )
 
-__all__ = ["ApiException", "annotate_pod", "annotate_pods", "delete", "list_policies",
+__all__ = ["ApiException", "HTTPError", "annotate_pod", "annotate_pods", "delete", "list_policies",
            "live_writers", "patch_object", "patch_status", "post_event", "read_object"]
+
+log = logging.getLogger(__name__)
 
 #: Concurrent writes when many pods change at once (a rebalance of hundreds).
 PARALLEL_WRITES = 4
@@ -116,7 +120,8 @@ def post_event(body: Mapping[str, Any], kind: str, reason: str, message: str,
 def read_object(api_version: str, plural: str, namespace: str, name: str
                 ) -> dict[str, Any] | None:
     """One namespaced object as a dict; None when it is absent, its API is not
-    installed, or the operator may not read it (404/403)."""
+    installed, the operator may not read it, or the read failed: the caller
+    treats an owner as optional knowledge."""
     _, custom = _clients()
     group, _, version = api_version.rpartition("/")
     try:
@@ -124,9 +129,12 @@ def read_object(api_version: str, plural: str, namespace: str, name: str
             group, version, namespace, plural, name,
             _request_timeout=ADMISSION_READ_TIMEOUT_S)
     except ApiException as error:
-        if error.status in (403, 404):
-            return None
-        raise
+        if error.status not in (403, 404):
+            log.warning("could not read %s %s/%s: %s", plural, namespace, name, error.reason)
+        return None
+    except HTTPError as error:  # no connection, or a timeout
+        log.warning("could not read %s %s/%s: %s", plural, namespace, name, error)
+        return None
     return dict(found)
 
 

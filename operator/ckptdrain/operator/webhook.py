@@ -139,9 +139,14 @@ async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
                         f"only when {p.writers} writers committed it")
     if found.rank is None:
         return found
-    holders = [n for n in await asyncio.to_thread(kube.live_writers, namespace, p.name,
-                                                  found.rank)
-               if n != pod.get("metadata", {}).get("name")]
+    try:
+        live = await asyncio.to_thread(kube.live_writers, namespace, p.name, found.rank)
+    except (kube.ApiException, kube.HTTPError) as error:
+        # Unchecked is unsafe: refuse, and the pod's controller retries.
+        raise kopf.AdmissionError(
+            f"pod {pod_label(pod)}: could not check whether a live pod already holds writer "
+            f"{found.rank} of policy {p.name} ({error}); retry", code=503) from None
+    holders = [n for n in live if n != pod.get("metadata", {}).get("name")]
     if holders:
         raise kopf.AdmissionError(
             f"pod {pod_label(pod)} ({found.kind}, {found.source}) claims writer {found.rank} "
