@@ -161,7 +161,7 @@ def writers_check(pods: Sequence[tuple[str, str | None, int | None]],
                          for r, n in sorted(shared.items(), key=lambda x: int(x[0])
                                             if x[0].isdigit() else -1))
         return False, "DuplicateWriter", (
-            f"{text}: their agents would write one shard; delete all but one")
+            f"{text}: only the one holding the writer's lease commits; delete all but one")
     seen = sorted({(n, name) for name, _, n in pods if n is not None and n != writers})
     if seen:
         count, name = seen[0]
