@@ -92,6 +92,9 @@ class WriterLease:
         self.held = False
         self.other: str | None = None
         self._stop = threading.Event()
+        #: The lease as this pod last wrote it: renewing from it costs one write
+        #: (its resourceVersion makes a changed lease a 409, then it is read).
+        self._mine: dict[str, Any] | None = None
 
     def _call(self, verb: str, *args: Any) -> Any:
         method = getattr(self.api, f"{verb}_namespaced_custom_object")
@@ -100,14 +103,26 @@ class WriterLease:
     def _take_or_renew(self, now: datetime) -> bool:
         from kubernetes.client.exceptions import ApiException
 
+        if self._mine is not None and self.held:
+            spec = self._mine.get("spec") or {}
+            self._mine["spec"] = lease_spec(self.holder, self.seconds, now,
+                                            spec.get("acquireTime"))
+            try:
+                self._mine = dict(self._call("replace", self.name, self._mine))
+                return True
+            except ApiException as error:
+                self._mine = None
+                if error.status not in (404, 409):
+                    raise
         try:
             lease = self._call("get", self.name)
         except ApiException as error:
             if error.status != 404:
                 raise
-            self._call("create", {"apiVersion": "/".join(LEASE_API), "kind": "Lease",
-                                  "metadata": {"name": self.name},
-                                  "spec": lease_spec(self.holder, self.seconds, now)})
+            self._mine = dict(self._call(
+                "create", {"apiVersion": "/".join(LEASE_API), "kind": "Lease",
+                           "metadata": {"name": self.name},
+                           "spec": lease_spec(self.holder, self.seconds, now)}))
             return True
         spec = lease.get("spec") or {}
         if not may_take(spec, self.holder, now):
@@ -117,7 +132,7 @@ class WriterLease:
         # The read resourceVersion rides along: a racing taker gets a 409.
         lease["spec"] = lease_spec(self.holder, self.seconds, now,
                                    spec.get("acquireTime") if mine else None)
-        self._call("replace", self.name, lease)
+        self._mine = dict(self._call("replace", self.name, lease))
         return True
 
     def renew(self) -> bool:
@@ -137,7 +152,7 @@ class WriterLease:
                             self.namespace, error.reason)
                 return True
             if error.status == 409:  # another taker won the race for the lease
-                self.held = False
+                self.held, self._mine = False, None
                 return False
             log.warning("could not renew writer lease %s: %s", self.name, error.reason)
         except Exception as error:  # unreachable apiserver: keep the last answer
@@ -174,6 +189,6 @@ class WriterLease:
             if (lease.get("spec") or {}).get("holderIdentity") == self.holder:
                 lease["spec"] = {"leaseDurationSeconds": self.seconds}
                 self._call("replace", self.name, lease)
-            self.held = False
+            self.held, self._mine = False, None
         except Exception as error:  # it expires by itself
             log.warning("could not release writer lease %s: %s", self.name, error)
