@@ -91,18 +91,19 @@ def main() -> int:
             core = client.CoreV1Api(api)
             cluster.kubectl("create", "namespace", "bench")
             cluster.kubectl("apply", "-n", "bench", "-f", "-", input=json.dumps(
-                policy("bench", writers=args.pods, localTier={"path": "/mnt/ckptdrain/x"})))
+                policy("bench", writers=args.pods + 1, localTier={"path": "/mnt/ckptdrain/x"})))
             time.sleep(2)
             grace = {"terminationGracePeriodSeconds": 3600}
             plain = [pod(f"plain-{i}", {"app": "plain"}) for i in range(args.pods // 5)]
             baseline = _create_at_rate(core, "bench", plain, args.rate)
-            labelled = [pod(f"w-{i}", {"app": "bench", **INJECT}, **grace)
+            # Each pod its own writer rank (a Job index), as admission requires.
+            labelled = [pod(f"w-{i}", {"app": "bench", **INJECT}, i, **grace)
                         for i in range(args.pods)]
             injected = _create_at_rate(core, "bench", labelled, args.rate)
             settle_s = _wait_shares(core, str(int(63e9 / args.pods)), 300, 0.2)
             # One more pod: every share changes to 63 GB/s / (N+1).
             core.create_namespaced_pod("bench", pod("w-extra", {"app": "bench", **INJECT},
-                                                    **grace))
+                                                    args.pods, **grace))
             rebalance_s = _wait_shares(core, str(int(63e9 / (args.pods + 1))), 300, 0.05)
         finally:
             op.stop()

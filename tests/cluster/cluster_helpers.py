@@ -47,11 +47,17 @@ def policy(name: str, **spec: Any) -> dict[str, Any]:
             "metadata": {"name": name}, "spec": body}
 
 
-def pod(name: str, labels: dict[str, str], **spec: Any) -> dict[str, Any]:
+def pod(name: str, labels: dict[str, str], index: int | None = None,
+        **spec: Any) -> dict[str, Any]:
+    """A pod; with `index`, the completion index an Indexed Job gives it (its
+    writer rank under a policy with several writers)."""
     body: dict[str, Any] = {"containers": [{"name": "trainer", "image": "trainer:1"}]}
     body.update(spec)
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": labels}, "spec": body}
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if index is not None:
+        meta["annotations"] = {JOB_INDEX: str(index)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
 
 
 INJECT = {"ckptdrain.io/inject": "true"}
+JOB_INDEX = "batch.kubernetes.io/job-completion-index"

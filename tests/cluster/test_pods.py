@@ -39,7 +39,7 @@ def test_labelled_pod_gets_sidecar_restore_volumes_env(
         apply: Callable[..., Any]) -> None:
     apply(policy("llama", writers=2))
     _ready(cluster, namespace, "llama")
-    made = _create(cluster, namespace, pod("w-0", {"app": "llama", **INJECT},
+    made = _create(cluster, namespace, pod("w-0", {"app": "llama", **INJECT}, index=0,
                                            terminationGracePeriodSeconds=600))
     assert made.returncode == 0, made.stderr
     stored = get(cluster, namespace, "pod", "w-0")
@@ -116,10 +116,10 @@ def test_shares_rebalance_as_pods_come_and_go(
     _ready(cluster, namespace, "llama")
     grace = {"terminationGracePeriodSeconds": 3600}
     for i in range(2):
-        _create(cluster, namespace, pod(f"w-{i}", {"app": "llama", **INJECT}, **grace))
+        _create(cluster, namespace, pod(f"w-{i}", {"app": "llama", **INJECT}, i, **grace))
     wait_for(lambda: {_share(cluster, namespace, f"w-{i}") for i in range(2)}
              == {31_500_000_000}, what="two even shares")
-    _create(cluster, namespace, pod("w-2", {"app": "llama", **INJECT}, **grace))
+    _create(cluster, namespace, pod("w-2", {"app": "llama", **INJECT}, 2, **grace))
     wait_for(lambda: {_share(cluster, namespace, f"w-{i}") for i in range(3)}
              == {21_000_000_000}, what="three even shares")
     assert wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]

@@ -83,7 +83,7 @@ def test_documented_rules_are_enough(cluster: Cluster, namespace: str,
     assert status["requiredBandwidthBytes"] == 63_000_000_000
     for i in range(2):
         cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
-            pod(f"w-{i}", {"app": "llama", **INJECT}, terminationGracePeriodSeconds=3600)))
+            pod(f"w-{i}", {"app": "llama", **INJECT}, i, terminationGracePeriodSeconds=3600)))
     wait_for(lambda: {get(cluster, namespace, "pod", f"w-{i}")["metadata"]["annotations"]
                       ["ckptdrain.io/bandwidth"] for i in range(2)} == {"31500000000"})
 

@@ -116,7 +116,7 @@ def test_operator_restarted_midway_converges_without_duplicates(
     wait_for(lambda: _policy_status(cluster, namespace, "llama").get("phase"))
     grace = {"terminationGracePeriodSeconds": 3600}
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
-        pod("w-0", {"app": "llama", **INJECT}, **grace)))
+        pod("w-0", {"app": "llama", **INJECT}, 0, **grace)))
     writers = [RecordWriter(namespace, "llama", 2, w, api=custom_api) for w in ("0", "1")]
     _checkpoint(writers, 10, "Global")
     wait_for(lambda: _state(cluster, namespace, "llama-s10") == "Global")
@@ -135,7 +135,7 @@ def test_operator_restarted_midway_converges_without_duplicates(
     finally:
         operator.start()
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
-        pod("w-1", {"app": "llama", **INJECT}, **grace)))
+        pod("w-1", {"app": "llama", **INJECT}, 1, **grace)))
 
     status = wait_for(lambda: _policy_status(cluster, namespace, "llama")
                       .get("observedGeneration") == 2

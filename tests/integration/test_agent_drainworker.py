@@ -125,3 +125,37 @@ def test_a_superseded_drain_goes_back_to_local(tmp_path: Path, store: FaultyStor
     assert recorder.states(1)[:1] == ["Draining"]
     assert recorder.states(1)[-1] == "Local"
     assert not tier.is_global(1)
+
+
+class Fence:
+    """A writer lease stand-in: fenced for the first `held_by_other` checks."""
+
+    def __init__(self, held_by_other: int) -> None:
+        self.left, self.checks, self.released = held_by_other, 0, False
+
+    def check(self) -> None:
+        from ckptdrain.node.lease import WriterFenced
+
+        self.checks += 1
+        if self.left > 0:
+            self.left -= 1
+            raise WriterFenced("writer lease is held by pod uid other")
+
+    def release(self) -> None:
+        self.released = True
+
+
+def test_a_fenced_writer_commits_only_once_it_holds_the_lease(tmp_path: Path,
+                                                              store: FaultyStore) -> None:
+    tier = _tier(tmp_path, [1])
+    recorder = Recorder()
+    fence = Fence(held_by_other=1)
+    worker = DrainWorker(tier, store, _worker(tier, store, recorder).drainer, recorder,
+                         AgentMetrics(), part_size=PART, fence=fence)
+    worker.start()
+    worker.submit(1)
+    _wait(lambda: tier.is_global(1), "the drain after the lease came free")
+    assert worker.stop(10) and fence.released
+    failed = next(e for e in recorder.events if e.state.value == "Failed")
+    assert "held by pod uid other" in failed.message
+    assert fence.checks == 2 and recorder.states(1)[-1] == "Global"

@@ -14,7 +14,7 @@ from ckptdrain.contract import api
 from ckptdrain.contract import record as fmt
 from ckptdrain.contract.env import CREDENTIALS, Env
 from ckptdrain.node import config as node_config
-from ckptdrain.operator import config, injection, policy
+from ckptdrain.operator import config, identity, injection, policy
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
@@ -28,14 +28,14 @@ SPEC: dict[str, Any] = {
 }
 POD: dict[str, Any] = {
     "metadata": {"name": "w-0", "namespace": "ml",
-                 "annotations": {injection.JOB_INDEX_ANNOTATION: "0"}},
+                 "annotations": {identity.JOB_INDEX: "0"}},
     "spec": {"terminationGracePeriodSeconds": 120, "containers": [{"name": "t"}]},
 }
 
 
 def _injected_env() -> list[dict[str, Any]]:
     p = policy.parse("ml", "llama", SPEC, CFG)
-    return injection.agent_env(POD, p, default_rate=50e6)
+    return injection.agent_env(POD, p, default_rate=50e6, rank=0)
 
 
 def test_every_injected_name_is_in_the_contract() -> None:
@@ -64,7 +64,8 @@ def test_what_the_webhook_injects_the_agent_reads_back_as_the_policy_says() -> N
 
 def test_the_trainer_client_reads_the_names_the_webhook_gives_the_trainer() -> None:
     p = policy.parse("ml", "llama", SPEC, CFG)
-    environ = {e["name"]: e["value"] for e in injection.trainer_env(POD, p) if "value" in e}
+    environ = {e["name"]: e["value"] for e in injection.trainer_env(POD, p, rank=0)
+               if "value" in e}
     c = client.Client(environ=environ)
     assert str(c.work_dir) == environ[Env.WORK_DIR.value]
     assert str(c.restore_result) == environ[Env.RESTORE_RESULT.value]

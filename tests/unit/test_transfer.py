@@ -13,6 +13,7 @@ import pytest
 
 from ckptdrain import keys
 from ckptdrain.errors import IntegrityError, InvalidInput, NoCheckpoint, UnsafePath
+from ckptdrain.node.lease import WriterFenced
 from ckptdrain.store.local import LocalStore
 from ckptdrain.transfer import journal as jr
 from ckptdrain.transfer.catalog import complete_steps, scan
@@ -92,6 +93,24 @@ def test_round_trip_is_byte_exact(tmp_path: Path) -> None:
     manifest = complete_steps(store)[0].manifests[0]
     assert manifest.part_size == PART
     assert verify_dir(tmp_path / "dest", manifest) == []
+
+
+def test_a_fenced_writer_commits_nothing_and_commits_once_unfenced(tmp_path: Path) -> None:
+    """`before_commit` (the agent's writer lease) runs after the data, before
+    the manifest: raising there leaves the step incomplete, never half-committed."""
+    store = LocalStore(tmp_path / "store")
+    src = make_checkpoint(tmp_path / "src")
+
+    def fenced() -> None:
+        raise WriterFenced("held by pod uid other")
+
+    with pytest.raises(WriterFenced):
+        push(store, src, 7, tmp_path, before_commit=fenced)
+    assert complete_steps(store) == []
+    assert store.head(keys.manifest_key(7, 0)) is None
+    calls: list[str] = []
+    push(store, src, 7, tmp_path, before_commit=lambda: calls.append("checked"))
+    assert calls == ["checked"] and [c.step for c in complete_steps(store)] == [7]
 
 
 def test_resume_sends_no_finished_part_twice(tmp_path: Path) -> None:

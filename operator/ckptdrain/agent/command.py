@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from ckptdrain.agent.drainworker import DrainWorker
+from ckptdrain.agent.drainworker import DrainWorker, Fence
 from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics, MetricsServer
 from ckptdrain.agent.report import FanOut, JsonLinesReporter, LoggingReporter, Reporter
@@ -89,8 +89,23 @@ def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporte
             log.warning("global retention after step %d failed: %s", step, err)
 
     worker = DrainWorker(tier, store, drainer, reporter, metrics, part_size=cfg.part_size,
-                         on_global=prune)
+                         on_global=prune, fence=writer_fence(cfg))
     return worker, watcher
+
+
+def writer_fence(cfg: node_config.AgentConfig) -> Fence | None:
+    """The writer's lease, checked before each commit (node/lease.py), in a pod only."""
+    if not node_config.in_cluster(cfg) or not cfg.pod_uid:
+        return None
+    from ckptdrain.node.kube import WriterLease
+
+    try:
+        lease = WriterLease(cfg.namespace, cfg.policy.split("/")[-1], cfg.writer, cfg.pod_uid)
+    except Exception as err:  # no API access: fencing is a guard, not a dependency
+        log.warning("writer fencing disabled: %s", err)
+        return None
+    lease.start()
+    return lease
 
 
 def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace) -> list[Reporter]:

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from ckptdrain import keys
 from ckptdrain.agent.metrics import AgentMetrics
@@ -33,6 +34,15 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START = 1.0
 BACKOFF_MAX = 60.0
+
+
+class Fence(Protocol):
+    """The writer's fence (node.kube.WriterLease): `check` raises when another
+    pod holds this writer; `release` frees it once nothing more is committed."""
+
+    def check(self) -> None: ...
+
+    def release(self) -> None: ...
 
 
 def next_backoff(previous: float | None) -> float:
@@ -50,6 +60,7 @@ class DrainWorker:
         *,
         part_size: int,
         on_global: Callable[[int], None] | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self.tier = tier
         self.store = store
@@ -58,6 +69,7 @@ class DrainWorker:
         self.metrics = metrics
         self.part_size = part_size
         self.on_global = on_global
+        self.fence = fence
         self._cond = threading.Condition()
         self._pending: dict[int, str] = {}  # step -> trigger
         self._current: int | None = None
@@ -96,7 +108,10 @@ class DrainWorker:
         with self._cond:
             self._cond.notify_all()
         self._thread.join(timeout)
-        return not self._thread.is_alive()
+        ended = not self._thread.is_alive()
+        if ended and self.fence is not None:
+            self.fence.release()  # nothing more will be committed by this pod
+        return ended
 
     @property
     def running(self) -> bool:
@@ -188,6 +203,7 @@ class DrainWorker:
                 journal_path=self.tier.journal_path(step),
                 cancel=self._cancel,
                 progress=self._progress,
+                before_commit=self.fence.check if self.fence is not None else None,
             )
         except DrainCancelled:
             log.info("drain of step %d paused after %d of %d bytes; its journal keeps the rest",

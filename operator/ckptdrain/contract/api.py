@@ -16,6 +16,9 @@ KIND_CHECKPOINT = "Checkpoint"
 
 #: Pods opt in with this label; the webhook's objectSelector matches only them.
 LABEL_INJECT = "ckptdrain.io/inject"
+#: On an injected pod: its writer rank (the webhook sets it), so admission
+#: finds a live pod already holding a rank with one server-side selector.
+LABEL_WRITER = "ckptdrain.io/writer"
 #: On a Checkpoint record: the policy it belongs to.
 LABEL_POLICY = "ckptdrain.io/policy"
 
@@ -28,6 +31,9 @@ ANNOTATION_BANDWIDTH = "ckptdrain.io/bandwidth"
 #: Bytes the agent still has to drain: the agent writes it, the operator
 #: splits bandwidth by it.
 ANNOTATION_PENDING = "ckptdrain.io/pending-bytes"
+#: How many pods write, as the pod's workload says (Job completions, …): the
+#: webhook sets it when known, the operator compares it with spec.writers.
+ANNOTATION_WORKLOAD_WRITERS = "ckptdrain.io/workload-writers"
 #: What restore placed for the trainer: `restored_from(step, tier)`.
 ANNOTATION_RESTORED = "ckptdrain.io/restored-from"
 

@@ -11,6 +11,7 @@ class Env(StrEnum):
     # Who this pod is (downward API and the policy).
     POLICY = "CKPTDRAIN_POLICY"
     POD_NAME = "CKPTDRAIN_POD_NAME"
+    POD_UID = "CKPTDRAIN_POD_UID"
     NAMESPACE = "CKPTDRAIN_NAMESPACE"
     NODE_NAME = "CKPTDRAIN_NODE_NAME"
     WRITER_ID = "CKPTDRAIN_WRITER_ID"

@@ -55,6 +55,8 @@ class AgentConfig:
     pod_name: str
     namespace: str
     node_name: str
+    #: Holder of this writer's lease (node/lease.py); None outside a pod.
+    pod_uid: str | None = None
 
     @property
     def flush_budget_s(self) -> float:
@@ -176,6 +178,8 @@ FIELDS: tuple[Field, ...] = (
           "parts in flight while draining"),
     Field("policy", Env.POLICY, _text, "", "<namespace>/<name> of the policy"),
     Field("pod_name", Env.POD_NAME, _text, "", "this pod (downward API)"),
+    Field("pod_uid", Env.POD_UID, _optional_text, None,
+          "this pod's uid (downward API): holds the writer's lease"),
     Field("namespace", Env.NAMESPACE, _text, "", "this pod's namespace (downward API)"),
     Field("node_name", Env.NODE_NAME, _text, "", "this node (downward API)"),
 )
@@ -261,6 +265,7 @@ def load(
         pod_name=raw["pod_name"],
         namespace=raw["namespace"],
         node_name=raw["node_name"],
+        pod_uid=raw["pod_uid"],
     )
 
 

@@ -1,5 +1,5 @@
 """The node side's calls to the apiserver: the agent's Checkpoint record
-client and the annotation restore leaves on its own pod.
+client, the annotation restore leaves on its own pod, and the writer's lease.
 
 Both import `kubernetes` only when they build a client (kubeclient.py), so
 a node without API access pays nothing. Callers treat every failure here as
@@ -9,13 +9,23 @@ optional: records and annotations inform, training never waits on them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from datetime import datetime
+import threading
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from ckptdrain import kubeclient
 from ckptdrain.contract.api import CHECKPOINTS, GROUP, VERSION
 from ckptdrain.contract.record import build_record, writer_patch
+from ckptdrain.node.lease import (
+    LEASE_API,
+    LEASE_PLURAL,
+    LEASE_SECONDS,
+    WriterFenced,
+    lease_name,
+    lease_spec,
+    may_take,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +76,119 @@ def annotate_own_pod(namespace: str, pod: str, key: str, value: str, api: Any = 
         log.warning("could not annotate pod %s/%s with %s: %s", namespace, pod, key, err)
         return False
     return True
+
+
+class WriterLease:
+    """Take and keep this writer's lease (node/lease.py says the rules);
+    `check()` before a commit."""
+
+    def __init__(self, namespace: str, policy: str, writer: int, holder: str,
+                 api: Any = None, seconds: int = LEASE_SECONDS,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.api = api if api is not None else kubeclient.custom_objects_api()
+        self.namespace, self.name = namespace, lease_name(policy, writer)
+        self.holder, self.seconds, self.clock = holder, seconds, clock
+        self.enabled = True
+        self.held = False
+        self.other: str | None = None
+        self._stop = threading.Event()
+        #: The lease as this pod last wrote it: renewing from it costs one write
+        #: (its resourceVersion makes a changed lease a 409, then it is read).
+        self._mine: dict[str, Any] | None = None
+
+    def _call(self, verb: str, *args: Any) -> Any:
+        method = getattr(self.api, f"{verb}_namespaced_custom_object")
+        return method(*LEASE_API, self.namespace, LEASE_PLURAL, *args, _request_timeout=5)
+
+    def _take_or_renew(self, now: datetime) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        if self._mine is not None and self.held:
+            spec = self._mine.get("spec") or {}
+            self._mine["spec"] = lease_spec(self.holder, self.seconds, now,
+                                            spec.get("acquireTime"))
+            try:
+                self._mine = dict(self._call("replace", self.name, self._mine))
+                return True
+            except ApiException as error:
+                self._mine = None
+                if error.status not in (404, 409):
+                    raise
+        try:
+            lease = self._call("get", self.name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            self._mine = dict(self._call(
+                "create", {"apiVersion": "/".join(LEASE_API), "kind": "Lease",
+                           "metadata": {"name": self.name},
+                           "spec": lease_spec(self.holder, self.seconds, now)}))
+            return True
+        spec = lease.get("spec") or {}
+        if not may_take(spec, self.holder, now):
+            self.other = str(spec.get("holderIdentity"))
+            return False
+        mine = spec.get("holderIdentity") == self.holder
+        # The read resourceVersion rides along: a racing taker gets a 409.
+        lease["spec"] = lease_spec(self.holder, self.seconds, now,
+                                   spec.get("acquireTime") if mine else None)
+        self._mine = dict(self._call("replace", self.name, lease))
+        return True
+
+    def renew(self) -> bool:
+        """Take or renew the lease now; True when this pod holds it (or fencing is off)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if not self.enabled:
+            return True
+        try:
+            self.held = self._take_or_renew(self.clock())
+            if self.held:
+                self.other = None
+        except ApiException as error:
+            if error.status == 403:
+                self.enabled = False
+                log.warning("writer fencing off: no rights on leases in %s (%s)",
+                            self.namespace, error.reason)
+                return True
+            if error.status == 409:  # another taker won the race for the lease
+                self.held, self._mine = False, None
+                return False
+            log.warning("could not renew writer lease %s: %s", self.name, error.reason)
+        except Exception as error:  # unreachable apiserver: keep the last answer
+            log.warning("could not renew writer lease %s: %s", self.name, error)
+        return self.held
+
+    def check(self) -> None:
+        """Before a commit: renew, and raise WriterFenced if another pod holds it."""
+        if not self.renew():
+            raise WriterFenced(
+                f"writer lease {self.namespace}/{self.name} is held by pod uid {self.other}: "
+                "another live pod writes as this writer; not committing (the policy's "
+                "WritersConsistent condition names both pods)")
+
+    def start(self) -> None:
+        """Renew every third of the lease's duration until `stop()`."""
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.renew()
+                self._stop.wait(self.seconds / 3)
+        threading.Thread(target=loop, name="writer-lease", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def release(self) -> None:
+        """Stop renewing and free the lease if this pod still holds it, so a
+        replacement commits at once instead of a lease duration later."""
+        self.stop()
+        if not self.enabled or not self.held:
+            return
+        try:
+            lease = self._call("get", self.name)
+            if (lease.get("spec") or {}).get("holderIdentity") == self.holder:
+                lease["spec"] = {"leaseDurationSeconds": self.seconds}
+                self._call("replace", self.name, lease)
+            self.held, self._mine = False, None
+        except Exception as error:  # it expires by itself
+            log.warning("could not release writer lease %s: %s", self.name, error)

@@ -31,6 +31,10 @@ class DrainingPod:
     current_share: int | None
     #: The pod's creationTimestamp (for the stall watchdog; not used to split).
     created: str | None = None
+    #: Its writer rank (label ckptdrain.io/writer) and the writer count its
+    #: workload gave at admission (status.writers_check; not used to split).
+    writer: str | None = None
+    workload_writers: int | None = None
 
 
 def parse_annotation_number(text: object) -> float | None:

@@ -94,11 +94,14 @@ def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
         return None  # a finished or leaving pod drains nothing more
     ann = meta.get("annotations", {})
     share = allocation.parse_annotation_number(ann.get(api.ANNOTATION_BANDWIDTH))
+    counted = allocation.parse_annotation_number(ann.get(api.ANNOTATION_WORKLOAD_WRITERS))
     return {(namespace, ann.get(api.ANNOTATION_POLICY, "")): allocation.DrainingPod(
         pod=name, pending_bytes=allocation.parse_annotation_number(
             ann.get(api.ANNOTATION_PENDING)),
         current_share=None if share is None else int(share),
-        created=meta.get("creationTimestamp"))}
+        created=meta.get("creationTimestamp"),
+        writer=(meta.get("labels") or {}).get(api.LABEL_WRITER),
+        workload_writers=None if counted is None else int(counted))}
 
 
 @kopf.index(*CHECKPOINTS)
@@ -204,6 +207,22 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         if status.get("phase") in ("Ready", "Constrained") \
                 and status.get("drainers") != len(drainers):
             kube.patch_status(api.POLICIES, key[0], key[1], {"drainers": len(drainers)})
+        _check_writers(key, budget[1], drainers, policies)
+
+
+def _check_writers(key: Key, p: pol.Policy, drainers: list[allocation.DrainingPod],
+                   policies: kopf.Index[Key, Any]) -> None:
+    """WritersConsistent on the policy, and a Warning event when it turns False."""
+    body = next(iter(_values(policies, key)), {})
+    check = st.writers_check([(d.pod, d.writer, d.workload_writers) for d in drainers],
+                             p.writers)
+    change = st.with_writers(body.get("status") or {}, check,
+                             body.get("metadata", {}).get("generation"), _now())
+    if change is None:
+        return
+    kube.patch_status(api.POLICIES, key[0], key[1], change)
+    if not check[0]:
+        kube.post_event(body, api.KIND_POLICY, check[1], check[2])
 
 
 def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],

@@ -13,12 +13,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptdrain import units
-from ckptdrain.contract.api import ANNOTATION_BANDWIDTH, ANNOTATION_INJECTED, ANNOTATION_POLICY
+from ckptdrain.contract.api import (
+    ANNOTATION_BANDWIDTH,
+    ANNOTATION_INJECTED,
+    ANNOTATION_POLICY,
+    ANNOTATION_WORKLOAD_WRITERS,
+    LABEL_WRITER,
+)
 from ckptdrain.contract.env import Env
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import Policy
-
-JOB_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 PREPARE = "ckptdrain-prepare"
 RESTORE = "ckptdrain-restore"
@@ -44,9 +48,10 @@ def _field(path: str) -> dict[str, Any]:
     return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def _writer_id(pod: Mapping[str, Any]) -> dict[str, Any]:
-    index = (pod.get("metadata", {}).get("annotations") or {}).get(JOB_INDEX_ANNOTATION)
-    return {"value": str(index)} if index is not None else _field("metadata.name")
+def _writer_id(rank: int | None) -> dict[str, Any]:
+    """The rank the webhook derived (operator/identity.py); without one (the
+    policy has one writer), the pod name, which the agent takes as writer 0."""
+    return {"value": str(rank)} if rank is not None else _field("metadata.name")
 
 
 def grace_seconds(pod: Mapping[str, Any]) -> int:
@@ -61,14 +66,16 @@ def _env(name: Env, source: dict[str, Any] | str) -> dict[str, Any]:
     return {"name": name.value, **source}
 
 
-def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float) -> list[dict[str, Any]]:
+def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
+              rank: int | None = None) -> list[dict[str, Any]]:
     """Environment shared by the agent and restore, per the pod contract."""
     env = [
         _env(Env.POLICY, policy.key),
         _env(Env.POD_NAME, _field("metadata.name")),
+        _env(Env.POD_UID, _field("metadata.uid")),
         _env(Env.NAMESPACE, _field("metadata.namespace")),
         _env(Env.NODE_NAME, _field("spec.nodeName")),
-        _env(Env.WRITER_ID, _writer_id(pod)),
+        _env(Env.WRITER_ID, _writer_id(rank)),
         _env(Env.WRITERS, str(policy.writers)),
         _env(Env.STORE_URI, store_uri(policy)),
     ]
@@ -112,11 +119,12 @@ def local_dir(policy: Policy) -> str:
     return LOCAL_DIR
 
 
-def trainer_env(pod: Mapping[str, Any], policy: Policy) -> list[dict[str, Any]]:
+def trainer_env(pod: Mapping[str, Any], policy: Policy,
+                rank: int | None = None) -> list[dict[str, Any]]:
     return [
         _env(Env.WORK_DIR, WORK_DIR),
         _env(Env.RESTORE_RESULT, posixpath.join(WORK_DIR, "restore.json")),
-        _env(Env.WRITER_ID, _writer_id(pod)),
+        _env(Env.WRITER_ID, _writer_id(rank)),
         _env(Env.WRITERS, str(policy.writers)),
     ]
 
@@ -210,13 +218,18 @@ def _append(ops: JSONPatch, path: str, existing: list[Any] | None, items: list[A
 
 
 def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConfig,
-                    default_rate: float) -> JSONPatch:
-    """JSONPatch ops that inject ckptdrain into `pod`; [] if already injected."""
+                    default_rate: float, rank: int | None = None,
+                    workload_writers: int | None = None) -> JSONPatch:
+    """JSONPatch ops that inject ckptdrain into `pod`; [] if already injected.
+    With a `rank`, the pod also gets the `ckptdrain.io/writer` label, which
+    admission selects on to find a live pod already holding that rank;
+    `workload_writers` (what the workload says) is kept as an annotation for
+    the operator's WritersConsistent condition."""
     if is_injected(pod):
         return []
     spec = pod.get("spec", {})
     ops: JSONPatch = []
-    shared = agent_env(pod, policy, default_rate)
+    shared = agent_env(pod, policy, default_rate, rank)
     restore = _container(RESTORE, "restore", shared, config, [
         ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR), ("ckptdrain-tmp", "/tmp")],
         sidecar=False)
@@ -236,13 +249,22 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     for i, container in enumerate(spec.get("containers") or []):
         have = {e.get("name") for e in container.get("env") or []}
         _append(ops, f"/spec/containers/{i}/env", container.get("env"),
-                [e for e in trainer_env(pod, policy) if e["name"] not in have])
+                [e for e in trainer_env(pod, policy, rank) if e["name"] not in have])
         mounted = {m.get("mountPath") for m in container.get("volumeMounts") or []}
         if WORK_DIR not in mounted:
             _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
                     [{"name": "ckptdrain-work", "mountPath": WORK_DIR}])
+    if rank is not None:
+        if pod.get("metadata", {}).get("labels") is None:
+            ops.append({"op": "add", "path": "/metadata/labels",
+                        "value": {LABEL_WRITER: str(rank)}})
+        else:
+            ops.append({"op": "add", "path": f"/metadata/labels/{_pointer(LABEL_WRITER)}",
+                        "value": str(rank)})
     annotations = {ANNOTATION_POLICY: policy.name, ANNOTATION_INJECTED: "true",
                    ANNOTATION_BANDWIDTH: str(int(default_rate))}
+    if workload_writers is not None:
+        annotations[ANNOTATION_WORKLOAD_WRITERS] = str(workload_writers)
     existing = pod.get("metadata", {}).get("annotations")
     if existing is None:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})

@@ -6,6 +6,7 @@ is already gone is not an error.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -13,15 +14,28 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from ckptdrain import kubeclient
-from ckptdrain.contract.api import API_VERSION, GROUP, POLICIES, VERSION
+from ckptdrain.contract.api import (
+    ANNOTATION_POLICY,
+    API_VERSION,
+    GROUP,
+    LABEL_WRITER,
+    POLICIES,
+    VERSION,
+)
 
-__all__ = ["ApiException", "annotate_pod", "annotate_pods", "delete", "list_policies",
-           "patch_object", "patch_status", "post_event"]
+__all__ = ["ApiException", "HTTPError", "annotate_pod", "annotate_pods", "delete", "list_policies",
+           "live_writers", "patch_object", "patch_status", "post_event", "read_object"]
+
+log = logging.getLogger(__name__)
 
 #: Concurrent writes when many pods change at once (a rebalance of hundreds).
 PARALLEL_WRITES = 4
+
+#: Reads made inside an admission request: well under the webhook's timeout.
+ADMISSION_READ_TIMEOUT_S = 5
 
 #: Say it: the generated client would otherwise pick JSON Patch for a dict body.
 MERGE = "application/merge-patch+json"
@@ -101,3 +115,37 @@ def post_event(body: Mapping[str, Any], kind: str, reason: str, message: str,
         reason=reason, message=message[:1024], type=type_, count=1,
         first_timestamp=now, last_timestamp=now,
         source=client.V1EventSource(component="ckptdrain-operator")))
+
+
+def read_object(api_version: str, plural: str, namespace: str, name: str
+                ) -> dict[str, Any] | None:
+    """One namespaced object as a dict; None when it is absent, its API is not
+    installed, the operator may not read it, or the read failed: the caller
+    treats an owner as optional knowledge."""
+    _, custom = _clients()
+    group, _, version = api_version.rpartition("/")
+    try:
+        found = custom.get_namespaced_custom_object(
+            group, version, namespace, plural, name,
+            _request_timeout=ADMISSION_READ_TIMEOUT_S)
+    except ApiException as error:
+        if error.status not in (403, 404):
+            log.warning("could not read %s %s/%s: %s", plural, namespace, name, error.reason)
+        return None
+    except HTTPError as error:  # no connection, or a timeout
+        log.warning("could not read %s %s/%s: %s", plural, namespace, name, error)
+        return None
+    return dict(found)
+
+
+def live_writers(namespace: str, policy: str, rank: int) -> list[str]:
+    """Live pods of `policy` labelled with writer `rank` (one server-side
+    selector): not Succeeded or Failed, not being deleted."""
+    core, _ = _clients()
+    found = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_WRITER}={rank}",
+                                     _request_timeout=ADMISSION_READ_TIMEOUT_S)
+    return sorted(
+        pod.metadata.name for pod in found.items
+        if (pod.metadata.annotations or {}).get(ANNOTATION_POLICY) == policy
+        and pod.metadata.deletion_timestamp is None
+        and (pod.status is None or pod.status.phase not in ("Succeeded", "Failed")))

@@ -10,6 +10,7 @@ what was expected and what was seen.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 from ckptdrain import sizing, units
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.identity import Rule
 from ckptdrain.store import parse_store_uri
 from ckptdrain.store.endpoint import parse_endpoint
 
@@ -71,6 +73,7 @@ class Policy:
     restore_prefer: str
     grace_policy: str
     per_drainer_cap: float | None
+    identity: Rule | None = None
 
     @property
     def key(self) -> str:
@@ -176,6 +179,31 @@ def _read_storage(r: _Reader) -> tuple[str, SecretRef | None]:
     )
 
 
+#: A label or annotation key: an optional DNS-subdomain prefix and a name.
+_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}"
+                  r"[A-Za-z0-9])?$")
+
+
+def _read_identity(r: _Reader) -> Rule | None:
+    """spec.identity: exactly one of rankLabel / rankAnnotation, a valid key."""
+    raw = r.raw("identity")
+    if raw is None:
+        return None
+    expected = "one of rankLabel or rankAnnotation, e.g. {rankLabel: example.com/rank}"
+    if not isinstance(raw, Mapping):
+        r.fail("identity", expected, raw)
+        return None
+    given = {k: raw.get(k) for k in ("rankLabel", "rankAnnotation") if raw.get(k) is not None}
+    if len(given) != 1:
+        r.fail("identity", expected, dict(raw))
+        return None
+    (field, key), = given.items()
+    if not isinstance(key, str) or not _KEY.match(key):
+        r.fail(f"identity.{field}", "a label or annotation key such as example.com/rank", key)
+        return None
+    return Rule(label=key) if field == "rankLabel" else Rule(annotation=key)
+
+
 def _check_local_path(r: _Reader, path: str, config: OperatorConfig) -> None:
     norm = posixpath.normpath(path) if path.startswith("/") else ""
     root = config.allowed_root.rstrip("/")
@@ -245,6 +273,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     restore_enabled = r.get("restore.enabled", _flag, True)
     prefer = r.get("restore.prefer", _choice(RESTORE_PREFER), "local")
     grace = r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn")
+    rule = _read_identity(r)
     if r.errors:
         return None, r.errors
     return Policy(
@@ -256,7 +285,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         store_uri=uri, endpoint=endpoint, region=region, credentials=secret,
         global_keep=global_keep, schedule=schedule, sigterm=sigterm,
         restore_enabled=restore_enabled, restore_prefer=prefer, grace_policy=grace,
-        per_drainer_cap=per_drainer,
+        per_drainer_cap=per_drainer, identity=rule,
     ), []
 
 

@@ -14,6 +14,13 @@ from ckptdrain.contract.api import timestamp
 from ckptdrain.sizing import Sizing
 
 READY, DEGRADED, CONSTRAINED = "Ready", "Degraded", "BandwidthConstrained"
+WRITERS_CONSISTENT = "WritersConsistent"
+OWN = (READY, DEGRADED, CONSTRAINED)
+
+
+def _others(previous: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Conditions other handlers own: kept when sizing rewrites its three."""
+    return [dict(c) for c in previous if c.get("type") not in OWN]
 
 
 def condition(kind: str, ok: bool, reason: str, message: str, generation: int | None,
@@ -72,7 +79,7 @@ def for_sizing(s: Sizing, generation: int | None, now: datetime,
     degraded = condition(DEGRADED, False, "AsExpected", "", generation, now, previous)
     return {**sizing_fields(s), "observedGeneration": generation,
             "phase": "Constrained" if s.bandwidth_constrained else "Ready",
-            "conditions": [ready, degraded, constrained]}
+            "conditions": [ready, degraded, constrained, *_others(previous)]}
 
 
 def for_invalid(message: str, generation: int | None, now: datetime,
@@ -82,6 +89,7 @@ def for_invalid(message: str, generation: int | None, now: datetime,
         condition(READY, False, "InvalidSpec", message, generation, now, previous),
         condition(DEGRADED, True, "InvalidSpec", message, generation, now, previous),
         condition(CONSTRAINED, False, "InvalidSpec", "", generation, now, previous),
+        *_others(previous),
     ]}
 
 
@@ -135,3 +143,46 @@ def with_stall(current: Mapping[str, Any], stall: str | None, generation: int | 
         "Constrained" if constrained.get("status") == "True" else "Ready")
     return {"phase": phase, "conditions": [
         degraded if c.get("type") == DEGRADED else c for c in conditions]}
+
+
+def writers_check(pods: Sequence[tuple[str, str | None, int | None]],
+                  writers: int) -> tuple[bool, str, str]:
+    """(ok, reason, message) over a policy's live pods, each (name, writer
+    rank, workload writer count): two pods holding one rank (admission was
+    off, or both were admitted at once) or a workload that disagrees with
+    spec.writers."""
+    holders: dict[str, list[str]] = {}
+    for name, rank, _ in pods:
+        if rank is not None:
+            holders.setdefault(rank, []).append(name)
+    shared = {r: sorted(n) for r, n in holders.items() if len(n) > 1}
+    if shared:
+        text = "; ".join(f"writer {r} is held by pods {', '.join(n)}"
+                         for r, n in sorted(shared.items(), key=lambda x: int(x[0])
+                                            if x[0].isdigit() else -1))
+        return False, "DuplicateWriter", (
+            f"{text}: only the one holding the writer's lease commits; delete all but one")
+    seen = sorted({(n, name) for name, _, n in pods if n is not None and n != writers})
+    if seen:
+        count, name = seen[0]
+        return False, "WritersMismatch", (
+            f"spec.writers is {writers} but pod {name}'s workload has {count} pods that "
+            f"write; a checkpoint completes only when {writers} writers commit it")
+    return True, "Consistent", f"{len(pods)} live pod(s), each its own writer"
+
+
+def with_writers(current: Mapping[str, Any], check: tuple[bool, str, str],
+                 generation: int | None, now: datetime) -> dict[str, Any] | None:
+    """Status patch (conditions) setting WritersConsistent; None when unchanged
+    or the policy has no sized status yet."""
+    conditions = list(current.get("conditions") or [])
+    if not conditions or current.get("phase") == "Invalid":
+        return None
+    ok, reason, message = check
+    before = next((c for c in conditions if c.get("type") == WRITERS_CONSISTENT), None)
+    if before is not None and before.get("status") == ("True" if ok else "False") \
+            and before.get("reason") == reason and before.get("message") == message:
+        return None
+    new = condition(WRITERS_CONSISTENT, ok, reason, message, generation, now, conditions)
+    return {"conditions": [c for c in conditions if c.get("type") != WRITERS_CONSISTENT]
+            + [new]}

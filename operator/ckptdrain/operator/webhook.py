@@ -2,6 +2,13 @@
 selects, and a validating webhook for policies. Thin: the patch and the
 checks are pure (`injection`, `policy`).
 
+Writer identity: the pod's rank comes from its workload (`identity`), read
+with its owners (Job, JobSet, PyTorchJob, LeaderWorkerSet: one GET each, best
+effort); a pod without one under a multi-writer policy, or claiming a rank a
+live pod of the policy holds (found by the `ckptdrain.io/writer` label), is
+refused. Two pods admitted at the same instant can both pass; the policy's
+WritersConsistent condition shows that afterwards.
+
 Scope: the pod webhook's objectSelector matches only pods labelled
 `ckptdrain.io/inject=true`, and its failurePolicy is Ignore, so it can never
 block an unrelated pod (nor a labelled one when the operator is down). The
@@ -24,7 +31,7 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import injection, kube, metrics
+from ckptdrain.operator import identity, injection, kube, metrics
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator.config import OperatorConfig
 
@@ -69,6 +76,83 @@ def default_share(p: pol.Policy) -> float:
     s = sizing.compute(p.sizing_input)
     share = s.allowed_bandwidth / p.writers
     return min(share, p.per_drainer_cap) if p.per_drainer_cap else share
+
+
+#: Owner kinds whose fields give the writer count, by the apiVersion/plural to read.
+_PLURALS = {"Job": "jobs", "JobSet": "jobsets", "PyTorchJob": "pytorchjobs"}
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+
+
+def _owner(namespace: str, obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    ref = identity.controller_of(obj)
+    if ref is None or ref[1] != kind:
+        return None
+    return kube.read_object(ref[0], _PLURALS[kind], namespace, ref[2])
+
+
+def _owners(namespace: str, pod: dict[str, Any]) -> identity.Owners:
+    """The workload objects above a pod, as far as they can be read (best effort:
+    what is missing makes the identity less certain, and `identity` says so)."""
+    labels = pod.get("metadata", {}).get("labels") or {}
+    if identity.LWS_NAME in labels:
+        return identity.Owners(leaderworkerset=kube.read_object(
+            LWS_API, "leaderworkersets", namespace, labels[identity.LWS_NAME]))
+    if identity.PYTORCH_TYPE in labels:
+        return identity.Owners(pytorchjob=_owner(namespace, pod, "PyTorchJob"))
+    job = _owner(namespace, pod, "Job")
+    jobset = _owner(namespace, job, "JobSet") if job is not None else None
+    return identity.Owners(job=job, jobset=jobset)
+
+
+def pod_label(pod: dict[str, Any]) -> str:
+    """The pod's name; a controller's pod has only its generateName at admission."""
+    meta = pod.get("metadata", {})
+    return meta.get("name") or f"{meta.get('generateName', '')}<generated>"
+
+
+async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
+                          warnings: list[str]) -> identity.Identity | None:
+    """The pod's writer identity under policy `p` (None: no rank, one writer).
+    Refuses (AdmissionError) a pod that has no rank when the policy has several
+    writers, a rank out of range, and a rank a live pod of the policy holds."""
+    owners = await asyncio.to_thread(_owners, namespace, pod)
+    try:
+        found = identity.derive(pod, p.identity, owners)
+    except identity.RankMissing as error:
+        if p.writers == 1:
+            return None
+        raise kopf.AdmissionError(
+            f"pod {pod_label(pod)} ({error.kind}) has no writer rank: {error.missing}; "
+            f"policy {p.name} has {p.writers} writers", code=422) from None
+    if found.rank is None and p.writers > 1:
+        raise kopf.AdmissionError(
+            f"pod {pod_label(pod)} ({found.kind}) has no writer rank: none of the Job, JobSet, "
+            "TrainJob, PyTorchJob or LeaderWorkerSet labels is set; name the label or "
+            f"annotation that holds it in spec.identity of policy {p.name} "
+            f"({p.writers} writers)", code=422)
+    problem = identity.out_of_range(found, p.writers)
+    if problem:
+        raise kopf.AdmissionError(f"pod {pod_label(pod)} ({found.kind}): {problem}", code=422)
+    mismatch = identity.mismatch(found, p.writers)
+    if mismatch:
+        warnings.append(f"ckptdrain: policy {p.name}: {mismatch}; the checkpoint is complete "
+                        f"only when {p.writers} writers committed it")
+    if found.rank is None:
+        return found
+    try:
+        live = await asyncio.to_thread(kube.live_writers, namespace, p.name, found.rank)
+    except (kube.ApiException, kube.HTTPError) as error:
+        # Unchecked is unsafe: refuse, and the pod's controller retries.
+        raise kopf.AdmissionError(
+            f"pod {pod_label(pod)}: could not check whether a live pod already holds writer "
+            f"{found.rank} of policy {p.name} ({error}); retry", code=503) from None
+    holders = [n for n in live if n != pod.get("metadata", {}).get("name")]
+    if holders:
+        raise kopf.AdmissionError(
+            f"pod {pod_label(pod)} ({found.kind}, {found.source}) claims writer {found.rank} "
+            f"of policy {p.name}, which live pod {holders[0]} already holds; two pods must "
+            "never write one shard", code=409)
+    return found
 
 
 @kopf.on.mutate("v1", "pods", id="ckptdrain-inject", operations=["CREATE"],
@@ -116,7 +200,10 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
             raise kopf.AdmissionError(problem, code=422)
         if problem:
             warnings.append(problem)
-        ops = injection.build_pod_patch(pod, p, cfg, default_rate=share)
+        writer = await writer_identity(pod, namespace, p, warnings)
+        ops = injection.build_pod_patch(
+            pod, p, cfg, default_rate=share, rank=writer.rank if writer else None,
+            workload_writers=writer.writers if writer else None)
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
         logger.info("injecting policy %s into a pod (%d ops)", p.key, len(ops))
 

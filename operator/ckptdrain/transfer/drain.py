@@ -148,6 +148,7 @@ class Drainer:
         cancel: threading.Event | None = None,
         progress: Callable[[int], None] | None = None,
         replace: bool = False,
+        before_commit: Callable[[], None] | None = None,
     ) -> DrainResult:
         """Upload every file of `manifest` from `source_dir`, verify, then commit
         the manifest. Resumes from `journal_path`. Raises DrainCancelled on
@@ -155,7 +156,9 @@ class Drainer:
         CommitConflict if the step/writer is committed with other content
         (unless `replace`). `progress` is called with the bytes of this
         checkpoint durable so far (cumulative, resumed ones included), from
-        worker threads."""
+        worker threads. `before_commit` runs after the data is verified and
+        before the manifest is written; what it raises stops the commit (the
+        agent's writer fence)."""
         started = time.monotonic()
         cancel = cancel or threading.Event()
         mkey = keys.manifest_key(manifest.step, manifest.writer)
@@ -169,6 +172,8 @@ class Drainer:
         run = _Run(self, Path(source_dir), manifest, Path(journal_path), cancel, progress)
         run.prepare()
         run.upload_all()
+        if before_commit is not None:
+            before_commit()
         run.commit(mkey)
         return DrainResult(
             step=manifest.step, writer=manifest.writer, files=len(manifest.files),

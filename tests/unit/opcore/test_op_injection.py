@@ -148,11 +148,18 @@ def test_env_per_contract_and_secrets_only_by_reference() -> None:
     assert "secretAccessKey" not in every_value.replace("secretAccessKeyKey", "")
 
 
-def test_job_completion_index_is_the_writer_id() -> None:
-    p = pod()
-    p["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": "3"}
-    env = env_of(injected(p)["spec"]["initContainers"][1])
-    assert env["CKPTDRAIN_WRITER_ID"] == "3"
+def test_without_a_rank_the_writer_id_is_the_pod_name() -> None:
+    env = env_of(injected(pod())["spec"]["initContainers"][1])
+    assert env["CKPTDRAIN_WRITER_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_a_derived_rank_is_the_writer_id_and_the_writer_label() -> None:
+    ops = injection.build_pod_patch(pod(), POLICY, CFG, default_rate=RATE, rank=5)
+    out = jsonpatch.apply_patch(copy.deepcopy(pod()), ops)
+    assert env_of(out["spec"]["initContainers"][2])["CKPTDRAIN_WRITER_ID"] == "5"
+    assert env_of(out["spec"]["containers"][0])["CKPTDRAIN_WRITER_ID"] == "5"
+    assert out["metadata"]["labels"] == {"app": "t", "ckptdrain.io/writer": "5"}
+    assert "ckptdrain.io/writer" not in injected(pod())["metadata"]["labels"]
 
 
 def test_workload_identity_has_no_keys() -> None:

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptdrain.operator import config, policy
+from ckptdrain.operator.identity import Rule
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
 
@@ -165,3 +166,17 @@ def test_the_webhook_and_the_cli_accept_the_same_store_uris(uri: str) -> None:
     else:
         assert len(errors) == 1 and errors[0].expected == cli_error.expected
         assert "secret-pw" not in str(errors[0])
+
+
+def test_identity_names_exactly_one_valid_key() -> None:
+    assert policy.parse("ml", "x", spec(identity={"rankLabel": "example.com/rank"}),
+                        CFG).identity == Rule(label="example.com/rank")
+    assert policy.parse("ml", "x", spec(identity={"rankAnnotation": "rank"}),
+                        CFG).identity == Rule(annotation="rank")
+    assert policy.parse("ml", "x", spec(), CFG).identity is None
+    both = {"rankLabel": "a", "rankAnnotation": "b"}
+    errors = policy.validate(spec(identity=both), CFG)
+    assert [e.field for e in errors] == ["spec.identity"]
+    assert "one of rankLabel or rankAnnotation" in str(errors[0])
+    assert fields(spec(identity={})) == {"spec.identity"}
+    assert fields(spec(identity={"rankLabel": "bad key!"})) == {"spec.identity.rankLabel"}

@@ -137,3 +137,30 @@ def test_owner_patch_adds_the_policy_once() -> None:
         "uid": "uid-1"}]}}
     assert records.owner_patch(fmt.build_record("ns", "pol", 1, 1, "uid-1"), "uid-1") is None
     assert records.owner_patch(rec, None) is None
+
+
+def test_two_live_pods_on_one_writer_are_named_in_the_condition() -> None:
+    ok = status.writers_check([("a", "0", 2), ("b", "1", 2)], 2)
+    assert ok == (True, "Consistent", "2 live pod(s), each its own writer")
+    shared = status.writers_check([("a", "1", None), ("b", "0", None), ("c", "1", None)], 2)
+    assert shared[:2] == (False, "DuplicateWriter")
+    assert "writer 1 is held by pods a, c" in shared[2]
+    off = status.writers_check([("a", "0", 4), ("b", "1", 4)], 2)
+    assert off[:2] == (False, "WritersMismatch")
+    assert "spec.writers is 2 but pod a's workload has 4 pods that write" in off[2]
+
+
+def test_writers_condition_is_written_once_and_kept_by_sizing() -> None:
+    base = status.for_sizing(sized(), 1, NOW)
+    check = status.writers_check([("a", "0", None), ("b", "0", None)], 2)
+    change = status.with_writers(base, check, 1, NOW)
+    assert change is not None
+    after = {**base, **change}
+    assert cond(after, "WritersConsistent")["reason"] == "DuplicateWriter"
+    assert status.with_writers(after, check, 1, NOW) is None  # unchanged: no write
+    # Re-sizing rewrites its own three conditions and keeps this one.
+    resized = status.for_sizing(sized(), 2, NOW, after["conditions"])
+    assert cond(resized, "WritersConsistent")["status"] == "False"
+    assert len(resized["conditions"]) == 4
+    # Nothing sized yet: nothing to attach the condition to.
+    assert status.with_writers({}, check, 1, NOW) is None

@@ -1,0 +1,204 @@
+"""Writer identity at admission, against a real apiserver and the operator as
+a process: ranks from the workload's labels (a JobSet's global index across
+replicated Jobs), refusals that name the pods, and no two live pods of a
+policy holding one writer rank. (No JobSet controller runs here: the Jobs
+and pods are created with the labels and owners it would give them.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from cluster_helpers import INJECT, JOB_INDEX, get, pod, policy, wait_for
+from operator_process import OperatorProcess
+
+from support.apiserver import Cluster
+
+GRACE = {"terminationGracePeriodSeconds": 3600}
+
+
+def _create(cluster: Cluster, namespace: str, body: dict[str, Any]) -> Any:
+    return cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
+                           input=json.dumps(body), check=False)
+
+
+def _ready(cluster: Cluster, namespace: str, name: str) -> None:
+    wait_for(lambda: (get(cluster, namespace, "ckpol", name).get("status") or {}).get("phase"),
+             what=f"policy {name} sized")
+
+
+def _writer_env(stored: dict[str, Any]) -> str:
+    agent = next(c for c in stored["spec"]["initContainers"] if c["name"] == "ckptdrain-agent")
+    return str(next(e["value"] for e in agent["env"] if e["name"] == "CKPTDRAIN_WRITER_ID"))
+
+
+def _job(cluster: Cluster, namespace: str, name: str, completions: int,
+         labels: dict[str, str]) -> dict[str, Any]:
+    """A stored Indexed Job (suspended: nothing here would run it anyway)."""
+    body = {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"completionMode": "Indexed", "completions": completions,
+                     "parallelism": completions, "suspend": True,
+                     "template": {"spec": {"restartPolicy": "Never", "containers": [
+                         {"name": "trainer", "image": "trainer:1"}]}}}}
+    made = _create(cluster, namespace, body)
+    assert made.returncode == 0, made.stderr
+    return dict(json.loads(made.stdout))
+
+
+def _owned_by(body: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    body["metadata"]["ownerReferences"] = [{
+        "apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
+        "uid": job["metadata"]["uid"], "controller": True}]
+    return body
+
+
+def test_jobset_pods_get_distinct_global_ranks_across_replicated_jobs(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """Two replicated Jobs × 1 Job × 2 pods: `job-index` is 0 in both, the
+    global index is not, so the four pods are writers 0..3."""
+    apply(policy("js", writers=4))
+    _ready(cluster, namespace, "js")
+    ranks = {}
+    for global_index, rjob in enumerate(("trainer-a", "trainer-b")):
+        jobset = {"jobset.sigs.k8s.io/jobset-name": "js",
+                  "jobset.sigs.k8s.io/replicatedjob-name": rjob,
+                  "jobset.sigs.k8s.io/replicatedjob-replicas": "1",
+                  "jobset.sigs.k8s.io/global-replicas": "2",
+                  "jobset.sigs.k8s.io/job-index": "0",
+                  "jobset.sigs.k8s.io/job-global-index": str(global_index)}
+        job = _job(cluster, namespace, f"js-{rjob}-0", 2, jobset)
+        for completion in range(2):
+            name = f"js-{rjob}-0-{completion}"
+            body = pod(name, {"app": "js", **INJECT, **jobset, JOB_INDEX: str(completion)},
+                       completion, **GRACE)
+            made = _create(cluster, namespace, _owned_by(body, job))
+            assert made.returncode == 0, made.stderr
+            stored = json.loads(made.stdout)
+            ranks[name] = _writer_env(stored)
+            assert stored["metadata"]["labels"]["ckptdrain.io/writer"] == ranks[name]
+    assert ranks == {"js-trainer-a-0-0": "0", "js-trainer-a-0-1": "1",
+                     "js-trainer-b-0-0": "2", "js-trainer-b-0-1": "3"}
+
+
+def test_a_second_live_pod_claiming_a_writer_is_refused_naming_both(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("llama", writers=2))
+    _ready(cluster, namespace, "llama")
+    first = pod("first", {"app": "llama", **INJECT}, 1, **GRACE)
+    first["metadata"]["finalizers"] = ["example.com/hold"]  # stays while being deleted
+    assert _create(cluster, namespace, first).returncode == 0
+    twin = _create(cluster, namespace, pod("twin", {"app": "llama", **INJECT}, 1, **GRACE))
+    assert twin.returncode != 0
+    assert "pod twin" in twin.stderr and "live pod first already holds" in twin.stderr
+    assert "writer 1 of policy llama" in twin.stderr
+    # Another rank, and another policy's writer 1, are fine.
+    assert _create(cluster, namespace, pod("other", {"app": "llama", **INJECT}, 0,
+                                           **GRACE)).returncode == 0
+
+    # The replacement of a pod being deleted is admitted as the same writer.
+    cluster.kubectl("delete", "-n", namespace, "pod", "first", "--wait=false")
+    try:
+        replacement = _create(cluster, namespace, pod("replacement", {"app": "llama", **INJECT},
+                                                      1, **GRACE))
+        assert replacement.returncode == 0, replacement.stderr
+        assert _writer_env(json.loads(replacement.stdout)) == "1"
+    finally:
+        cluster.kubectl("patch", "-n", namespace, "pod", "first", "--type=merge",
+                        "-p", '{"metadata":{"finalizers":null}}', check=False)
+
+    # A finished pod holds nothing either.
+    cluster.kubectl("patch", "-n", namespace, "pod", "replacement", "--subresource=status",
+                    "--type=merge", "-p", '{"status":{"phase":"Succeeded"}}')
+    again = _create(cluster, namespace, pod("again", {"app": "llama", **INJECT}, 1, **GRACE))
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_pod_without_a_rank_is_refused_under_several_writers(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("many", writers=2))
+    apply(policy("one"))
+    _ready(cluster, namespace, "many")
+    _ready(cluster, namespace, "one")
+    bare = _create(cluster, namespace, pod("bare", {"app": "many", **INJECT}, **GRACE))
+    assert bare.returncode != 0
+    assert "pod bare (Pod) has no writer rank" in bare.stderr
+    assert "spec.identity of policy many" in bare.stderr
+    # A JobSet pod without its global index, whose Job cannot be found.
+    old = _create(cluster, namespace, pod("old", {
+        "app": "many", **INJECT, "jobset.sigs.k8s.io/jobset-name": "js",
+        "jobset.sigs.k8s.io/job-index": "0"}, 0, **GRACE))
+    assert old.returncode != 0
+    assert "pod old (JobSet) has no writer rank: label or annotation " \
+           "jobset.sigs.k8s.io/job-global-index is missing" in old.stderr
+    # A single writer needs no rank: the pod name is its id.
+    single = _create(cluster, namespace, pod("single", {"app": "one", **INJECT}, **GRACE))
+    assert single.returncode == 0, single.stderr
+    assert "ckptdrain.io/writer" not in json.loads(single.stdout)["metadata"]["labels"]
+
+
+def test_policy_identity_label_and_a_workload_writer_count_mismatch(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("custom", writers=4, identity={"rankLabel": "example.com/rank"}))
+    apply(policy("indexed", writers=4))
+    _ready(cluster, namespace, "custom")
+    _ready(cluster, namespace, "indexed")
+    ray = _create(cluster, namespace, pod("ray-3", {"app": "custom", **INJECT,
+                                                    "example.com/rank": "3"}, **GRACE))
+    assert ray.returncode == 0, ray.stderr
+    assert _writer_env(json.loads(ray.stdout)) == "3"
+    high = _create(cluster, namespace, pod("ray-9", {"app": "custom", **INJECT,
+                                                     "example.com/rank": "9"}, **GRACE))
+    assert high.returncode != 0 and "rank 9" in high.stderr
+    assert "not below spec.writers (4)" in high.stderr
+
+    # The Job says 2 pods write; the policy says 4: admitted, with a warning.
+    job = _job(cluster, namespace, "small", 2, {})
+    made = _create(cluster, namespace, _owned_by(
+        pod("small-0", {"app": "indexed", **INJECT, JOB_INDEX: "0"}, 0, **GRACE), job))
+    assert made.returncode == 0, made.stderr
+    assert "spec.writers is 4 but the Job has 2 pods that write" in made.stderr
+    mismatch = wait_for(lambda: _condition(cluster, namespace, "indexed").get("reason")
+                        == "WritersMismatch" and _condition(cluster, namespace, "indexed"),
+                        what="WritersMismatch on the policy")
+    assert "pod small-0's workload has 2 pods that write" in mismatch["message"]
+
+
+def _condition(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    conditions = (get(cluster, namespace, "ckpol", name).get("status") or {}).get(
+        "conditions") or []
+    return next((c for c in conditions if c["type"] == "WritersConsistent"), {})
+
+
+def test_a_duplicate_writer_that_bypassed_admission_shows_on_the_policy(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """Pods that look injected but never met the webhook (no opt-in label:
+    as when admission was off) and hold one rank: WritersConsistent turns
+    False naming both, with a Warning event; it clears when one goes."""
+    apply(policy("llama", writers=2))
+    _ready(cluster, namespace, "llama")
+    for name in ("left", "right"):
+        body = pod(name, {"app": "llama", "ckptdrain.io/writer": "1"}, **GRACE)
+        body["metadata"]["annotations"] = {"ckptdrain.io/injected": "true",
+                                           "ckptdrain.io/policy": "llama"}
+        assert _create(cluster, namespace, body).returncode == 0
+    bad = wait_for(lambda: _condition(cluster, namespace, "llama").get("status") == "False"
+                   and _condition(cluster, namespace, "llama"), what="WritersConsistent=False")
+    assert bad["reason"] == "DuplicateWriter"
+    assert "writer 1 is held by pods left, right" in bad["message"]
+    assert wait_for(lambda: "DuplicateWriter" in cluster.kubectl(
+        "get", "events", "-n", namespace, "-o", "json").stdout, what="the event")
+    # Sizing, rewriting its own conditions, keeps this one.
+    assert [c["type"] for c in get(cluster, namespace, "ckpol", "llama")["status"]
+            ["conditions"]][:3] == ["Ready", "Degraded", "BandwidthConstrained"]
+
+    cluster.kubectl("delete", "-n", namespace, "pod", "right")
+    good = wait_for(lambda: _condition(cluster, namespace, "llama").get("status") == "True"
+                    and _condition(cluster, namespace, "llama"), what="WritersConsistent=True")
+    assert good["reason"] == "Consistent"

@@ -1,0 +1,87 @@
+"""operator/webhook.py's writer identity step, with the two API reads it makes
+(owners, live holders of a rank) replaced by plain functions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+import pytest
+
+from ckptdrain.operator import config, kube, policy, webhook
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+
+
+def parsed(writers: int) -> policy.Policy:
+    return policy.parse("ml", "llama", {
+        "selector": {"matchLabels": {"app": "t"}}, "model": {"parameters": "7B"},
+        "interval": "10m", "writers": writers, "localTier": {"path": "/mnt/ckptdrain/n"},
+        "storage": {"uri": "s3://bucket/p"}}, CFG)
+
+
+def job_pod(index: int, name: str = "w") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ml",
+                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                              "name": "train", "controller": True}]}}
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    state: dict[str, Any] = {"holders": [], "reads": [], "fail": None}
+
+    def read_object(api_version: str, plural: str, namespace: str, name: str) -> Any:
+        state["reads"].append((api_version, plural, name))
+        return {"spec": {"completions": 3}} if plural == "jobs" else None
+
+    def live_writers(namespace: str, name: str, rank: int) -> list[str]:
+        if state["fail"] is not None:
+            raise state["fail"]
+        return list(state["holders"])
+
+    monkeypatch.setattr(kube, "read_object", read_object)
+    monkeypatch.setattr(kube, "live_writers", live_writers)
+    return state
+
+
+def identify(pod: dict[str, Any], writers: int) -> tuple[Any, list[str]]:
+    warnings: list[str] = []
+    found = asyncio.run(webhook.writer_identity(pod, "ml", parsed(writers), warnings))
+    return found, warnings
+
+
+def test_rank_and_count_come_from_the_pod_and_its_job(api: dict[str, Any]) -> None:
+    found, warnings = identify(job_pod(2), 4)
+    assert (found.rank, found.writers) == (2, 3)
+    assert api["reads"] == [("batch/v1", "jobs", "train")]
+    assert warnings == ["ckptdrain: policy llama: spec.writers is 4 but the Job has 3 pods "
+                        "that write; the checkpoint is complete only when 4 writers "
+                        "committed it"]
+
+
+def test_a_live_holder_refuses_the_pod_naming_both(api: dict[str, Any]) -> None:
+    api["holders"] = ["w-old"]
+    with pytest.raises(kopf.AdmissionError, match=r"pod w-new .* claims writer 1 of policy "
+                       r"llama, which live pod w-old already holds"):
+        identify(job_pod(1, "w-new"), 3)
+    api["holders"] = ["w-new"]  # itself (a retried admission) is no conflict
+    assert identify(job_pod(1, "w-new"), 3)[0].rank == 1
+
+
+def test_an_unchecked_rank_is_refused_not_trusted(api: dict[str, Any]) -> None:
+    api["fail"] = kube.ApiException(status=500, reason="etcd leader changed")
+    with pytest.raises(kopf.AdmissionError, match="could not check whether a live pod "
+                       "already holds writer 1"):
+        identify(job_pod(1), 3)
+
+
+def test_no_rank_is_fine_only_with_one_writer(api: dict[str, Any]) -> None:
+    plain = {"metadata": {"name": "solo", "namespace": "ml"}}
+    assert identify(plain, 1)[0].rank is None
+    with pytest.raises(kopf.AdmissionError, match=r"pod solo \(Pod\) has no writer rank"):
+        identify(plain, 2)
+    generated = {"metadata": {"generateName": "train-", "namespace": "ml"}}
+    with pytest.raises(kopf.AdmissionError, match=r"pod train-<generated> \(Pod\)"):
+        identify(generated, 2)
