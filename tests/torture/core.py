@@ -49,8 +49,10 @@ class Run:
     seconds: float = 0.0
 
     def brief(self) -> str:
-        tail = self.err.strip().splitlines()[-3:]
-        return f"`{' '.join(self.argv)}` -> {self.rc}: {' | '.join(tail)[:400]}"
+        tail = " | ".join(self.err.strip().splitlines()[-3:])[:400]
+        command = " ".join(self.argv)
+        command = command if len(command) < 160 else command[:157] + "..."
+        return f"exit {self.rc}: {tail or '(no stderr)'} [ckptdrain {command}]"
 
 
 @dataclass

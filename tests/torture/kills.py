@@ -33,8 +33,8 @@ DATA = "data/"
 
 def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
     n = ctx.opts.kills
-    agent_n = n // 5
-    read_n = n // 5
+    agent_n = n // 5 or (1 if n >= 3 else 0)
+    read_n = n // 5 or (1 if n >= 3 else 0)
     _push_kills(ctx, kind, cat, max(1, n - agent_n - read_n))
     if agent_n:
         _agent_kills(ctx, kind, cat, agent_n)

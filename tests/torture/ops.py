@@ -40,6 +40,14 @@ class Ctx:
             rows = {}
         return run, rows
 
+    def complete_uri(self, uri: str) -> list[int]:
+        """Complete steps of a file:// store that no Area describes."""
+        run = self.worker.call(["ls", uri, "--json"], clean_env())
+        try:
+            return [int(r["step"]) for r in json.loads(run.out) if r.get("complete")]
+        except (ValueError, KeyError, TypeError):
+            return []
+
     def complete(self, area: Area) -> list[int]:
         return sorted((s for s, r in self.ls(area)[1].items() if r.get("complete")), reverse=True)
 
