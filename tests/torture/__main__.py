@@ -44,8 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                    outages=args.outages, rounds=args.rounds,
                    size=int(units.parse_bytes("--size", args.size)), seed=args.seed,
                    only=only, scratch=Path(args.scratch))
-    results = sweep(opts, log=(lambda _: None) if args.json else
-                    (lambda text: print(text, file=sys.stderr, flush=True)))
+    results = sweep(opts, log=lambda text: print(text, file=sys.stderr, flush=True))
     print(report(results, args.json))
     return 1 if any(r.failed for r in results) else 0
 

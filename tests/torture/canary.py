@@ -93,7 +93,10 @@ def _agent(root: Path, uri: str, endpoint: str, secret_env: dict[str, str], labe
             except OSError:
                 pass
             time.sleep(0.5)
-        cat.check(bool(pages), f"agent ({label}): its metrics page never answered")
+        # Refusing the endpoint as invalid configuration (exit 2) is as good as running.
+        code = agent.poll()
+        cat.check(bool(pages) or code == 2, f"agent ({label}): exited {code} without ever "
+                  "serving its metrics page")
         pod.sigterm(trainer, agent, timeout=60)
     finally:
         pod.stop_all()

@@ -58,9 +58,10 @@ class Ctx:
 
     def restore(self, area: Area | None, work: Path, local: Path, *, writer: int = 0,
                 writers: int = 1, env: dict[str, str] | None = None,
-                timeout: float = 120.0) -> tuple[Run, dict[str, Any]]:
+                timeout: float = 120.0, result: Path | None = None
+                ) -> tuple[Run, dict[str, Any]]:
         """`ckptdrain restore` into `work`; the result file's JSON ({} when absent)."""
-        result = work.parent / f"{work.name}-restore.json"
+        result = result or work.parent / f"{work.name}-restore.json"
         result.unlink(missing_ok=True)
         args = ["restore", "--work-dir", str(work), "--local-dir", str(local),
                 "--writer-id", str(writer), "--writers", str(writers),
