@@ -107,8 +107,11 @@ MANIFEST_DAMAGE: list[Damage] = [delete_manifest, truncate_manifest, garble_mani
 
 
 def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
+    from tests.torture import agent_inputs
+
     _store(ctx, kind, cat)
     _local(ctx, kind, cat)
+    agent_inputs.run(ctx, kind, cat)
 
 
 def _store(ctx: Ctx, kind: StoreKind, cat: Category) -> None:

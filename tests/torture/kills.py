@@ -10,6 +10,7 @@ Invariants after every kill and rerun:
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -97,6 +98,9 @@ def _push_kills(ctx: Ctx, kind: StoreKind, cat: Category, count: int) -> None:
         cat.check(final.rc == 0 and not output_problems(final),
                   f"rerun of push step {step} did not finish: {final.brief()}")
         rewrites += _rewritten(area, before, step)
+        doc = _json(final.out)
+        cat.add("bytes sent by the final reruns", int(doc.get("sent_bytes", 0)))
+        cat.add("bytes resumed by the final reruns", int(doc.get("resumed_bytes", 0)))
         verify = ctx.cli(area, "verify", area.uri, "--step", str(step))
         cat.check(verify.rc == 0, f"verify of step {step} after its kills: {verify.brief()}")
         pulled, got = ctx.pull(area, ctx.scratch / "kills-pull", "--step", str(step))
@@ -108,6 +112,14 @@ def _push_kills(ctx: Ctx, kind: StoreKind, cat: Category, count: int) -> None:
               f"finished files were sent again after kills: {resent} bytes to S3 keys "
               f"{sorted(k for k in (proxy.resent if proxy else {}) if DATA in k)[:5]}, "
               f"{rewrites} file:// objects rewritten")
+
+
+def _json(text: str) -> dict[str, object]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _rewritten(area: Area, before: dict[str, tuple[int, int] | None], step: int) -> int:
