@@ -66,6 +66,3 @@ def _watch(pod: Pod, step: int) -> None:
         if states & {"Global", "Failed"}:
             return
         time.sleep(0.2)
-
-
-
