@@ -9,13 +9,14 @@ export CKPTDRAIN_CACHE := $(CACHE)
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: help venv servers lint unit integration chart test demo bench image image-base \
+.PHONY: help venv servers lint unit integration chart test torture demo bench image image-base \
         cluster-up cluster-down cluster-smoke e2e e2e-short clean
 
 help:
 	@echo "make demo   run the local demo (trainer + agent + SIGTERM + restore)"
 	@echo "make test   lint, unit and integration tests against real servers"
 	@echo "make bench  benchmarks side by side with peers (writes docs/benchmarks.md figures)"
+	@echo "make torture  kills, outages, corruption, hostile manifests... (docs/reliability.md)"
 	@echo "make e2e    end-to-end scenario on a real single-node cluster"
 	@echo "make e2e-short  the same, shorter, with a simulated trainer (what CI runs)"
 
@@ -49,6 +50,12 @@ chart: servers
 
 test: lint servers
 	$(BIN)/pytest -q tests
+
+# The full torture sweep (docs/reliability.md); e.g.
+#   make torture TORTURE_ARGS="--store seaweedfs --kills 20 --only kills,leaks"
+TORTURE_ARGS ?= --store all --kills 100 --manifests 500 --size 32MiB
+torture: servers
+	$(BIN)/python -m tests.torture $(TORTURE_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/ckptdrain demo
