@@ -170,7 +170,7 @@ LOCAL_DAMAGE = ("flip", "truncate", "delete-file", "delete-manifest", "garble-ma
 
 
 def _local(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
-    from ckptdrain.agent.localtier import LocalTier
+    from ckptdrain.node.localtier import LocalTier
 
     rng = ctx.opts.rng
     area = kind.area("local-corruption")

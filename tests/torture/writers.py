@@ -56,7 +56,9 @@ def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
         again = run_cli(args("A"), env)
         resent = (sum(proxy.sent.values()) - sent if proxy else 0) + sum(
             1 for k, v in data_identities(area, step).items() if before.get(k, v) != v)
-        cat.check(again.rc == 0 and "already committed" in (again.out + again.err).lower()
+        said = (again.out + again.err).lower()
+        cat.check(again.rc == 0 and ("already committed" in said
+                                     or '"already_committed": true' in said)
                   and resent == 0,
                   f"step {step}: identical re-push: {resent} bytes/files sent again, "
                   f"{again.brief()} {again.out[-200:]!r}")

@@ -203,11 +203,30 @@ def test_a_failing_capture_backs_off_reports_once_and_recovers(tmp_path: Path) -
     # where a retry every 0.2 s made 1500.
     assert tier.calls == 10
     assert _states(recorder) == ["Capturing", "Failed"]
-    _publish(tmp_path, 2)  # a newer step is tried at once, and reported once
+    # A newer step would not fit a full tier either: it waits for the back-off,
+    # and the same failure is not reported again (a trainer publishing every few
+    # seconds made a Failed event each time).
+    _publish(tmp_path, 2)
     _ticking(agent, clock, 0.2)
+    assert tier.calls == 10
+    _ticking(agent, clock, 60.0)
     assert tier.calls == 11
-    assert _states(recorder) == ["Capturing", "Failed", "Capturing", "Failed"]
+    assert _states(recorder) == ["Capturing", "Failed"]
     tier.full = False  # space freed: the next retry succeeds and the back-off resets
-    _ticking(agent, clock, 2.0)
+    _ticking(agent, clock, 60.0)
     assert tier.steps() == [2]
     assert _states(recorder)[-1] == State.LOCAL.value
+
+
+def test_after_a_bad_step_a_newer_one_is_tried_at_once(tmp_path: Path) -> None:
+    agent, recorder = _agent(tmp_path, CKPTDRAIN_INTERVAL="1h")
+    clock = FakeClock()
+    agent.clock = clock
+    _publish(tmp_path, 1)
+    (tmp_path / "work" / "step-1" / "link").symlink_to("/etc/hostname")
+    _ticking(agent, clock, 0.4)
+    assert agent.tier.steps() == [] and _states(recorder) == ["Capturing", "Failed"]
+    _publish(tmp_path, 2)
+    _ticking(agent, clock, 0.2)  # well inside step 1's back-off
+    assert agent.tier.steps() == [2]
+    assert _states(recorder)[-2:] == ["Capturing", "Local"]

@@ -254,3 +254,29 @@ def test_data_of_a_committed_manifest_is_never_written_again(tmp_path: Path) -> 
     assert second.attempt != first.attempt
     assert all(store.get_bytes(k) == v for k, v in before.items())
     assert verify_store(store, 4) == []
+
+
+def test_a_pull_removes_the_staging_a_killed_pull_left(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from ckptdrain.transfer.fetch import fetch, remove_stale_staging
+
+    store = LocalStore(tmp_path / "store")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"x" * 5000)
+    Drainer(store).drain(src, build_manifest(src, 1, 0, 1, created=1.0),
+                         journal_path=tmp_path / "j")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    killed = tmp_path / f".dest.ckptdrain-{dead}-abc"  # a pull SIGKILLed mid-way
+    (killed / "part").mkdir(parents=True)
+    running = tmp_path / f".dest.ckptdrain-{os.getppid()}-def"  # a pull still running
+    running.mkdir()
+    other = tmp_path / f".other.ckptdrain-{dead}-ghi"  # beside another DEST
+    other.mkdir()
+    fetch(store, tmp_path / "dest")
+    assert (tmp_path / "dest" / "a.bin").read_bytes() == b"x" * 5000
+    assert not killed.exists() and running.exists() and other.exists()
+    assert remove_stale_staging(tmp_path / "dest") == 0

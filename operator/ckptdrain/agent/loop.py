@@ -88,7 +88,9 @@ class Agent:
         self._failed_step: int | None = None
         self._retry_at = 0.0
         self._backoff: float | None = None
-        self._reported: tuple[int, str] | None = None
+        self._reported: tuple[int | None, str] | None = None
+        # A full local tier holds no newer step either: back off across steps.
+        self._no_room = False
 
     # -- signals -----------------------------------------------------------------
     def on_sigterm(self) -> None:
@@ -172,8 +174,11 @@ class Agent:
             self.request("schedule")
             self._next_request = max(self._next_request + self.cfg.interval_s, now + POLL)
         published = completed_steps(self.cfg.work_dir)
-        if published and published[0] == self._failed_step and now < self._retry_at:
-            return  # backing off; a newer published step is tried at once
+        if published and now < self._retry_at and (
+                self._no_room or published[0] == self._failed_step):
+            # Backing off. A newer step is tried at once after a bad step, but not
+            # after a full tier: it would not fit either, and each try is an event.
+            return
         try:
             # A SIGTERM during this capture lets it finish (it is likely the newest
             # state) unless the flush deadline passes or a second SIGTERM comes.
@@ -186,13 +191,16 @@ class Agent:
             # turn into a storm of copies and events.
             self.metrics.errors.labels("capture").inc()
             step = published[0] if published else None
-            self._backoff = next_backoff(self._backoff if step == self._failed_step else None)
-            self._failed_step, self._retry_at = step, now + self._backoff
+            no_room = space.is_no_room(err)
+            same = step == self._failed_step or (no_room and self._no_room)
+            self._backoff = next_backoff(self._backoff if same else None)
+            self._failed_step, self._retry_at, self._no_room = step, now + self._backoff, no_room
             log.warning("capture of step %s failed, retrying in %.0fs: %s", step,
                         self._backoff, err)
             return
         if captured is not None:
             self._failed_step, self._backoff, self._reported = None, None, None
+            self._no_room = False
         self.housekeeping()
 
     def request(self, reason: str) -> None:
@@ -215,7 +223,7 @@ class Agent:
             return None
         step = published[0]
         source = step_dir(self.cfg.work_dir, step)
-        if self._reported is None or self._reported[0] != step:  # not a retry
+        if self._reported is None or self._reported[0] not in (step, None):  # not a retry
             self.reporter.report(CheckpointEvent(step, State.CAPTURING, trigger=trigger))
         try:
             if not self.tier.has(step):
@@ -231,8 +239,10 @@ class Agent:
             return None
         except Exception as err:
             kind = f"{type(err).__name__}:{getattr(err, 'errno', '')}"
-            if self._reported != (step, kind):  # one event per distinct failure
-                self._reported = (step, kind)
+            # One event per distinct failure; a full tier is one failure whatever the step.
+            key = (None if space.is_no_room(err) else step, kind)
+            if self._reported != key:
+                self._reported = key
                 self.reporter.report(CheckpointEvent(step, State.FAILED,
                                                      message=f"capture: {err}", trigger=trigger))
             raise

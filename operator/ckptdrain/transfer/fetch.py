@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -255,10 +256,11 @@ def fetch(
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise InvalidInput("dest", "a missing or empty directory", str(dest))
     dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(dest)
     steps = [step] if step is not None else candidate_steps(store)
     skipped: list[str] = []
     for candidate in steps:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.ckptdrain-", dir=dest.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=_staging_prefix(dest, os.getpid()), dir=dest.parent))
         try:
             ckpt = load_checkpoint(store, candidate)
             files = _plan(ckpt, tmp, writer, part_size)
@@ -284,6 +286,35 @@ def fetch(
         )
     detail = "; ".join(skipped) if skipped else "the store holds no manifests"
     raise NoCheckpoint(f"no complete, intact checkpoint in {store.uri}: {detail}")
+
+
+def _staging_prefix(dest: Path, pid: int) -> str:
+    # The pid says whose it is: a pull killed mid-way leaves its staging
+    # directory, and the next pull beside DEST removes it once that pid is gone.
+    return f".{dest.name}.ckptdrain-{pid}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def remove_stale_staging(dest: Path) -> int:
+    """Remove staging directories that killed pulls into `dest` left beside it
+    (their process is gone); return how many went."""
+    pattern = re.compile(re.escape(f".{dest.name}.ckptdrain-") + r"([0-9]+)-")
+    removed = 0
+    for entry in os.scandir(dest.parent):
+        match = pattern.match(entry.name)
+        if match and entry.is_dir(follow_symlinks=False) and not _alive(int(match[1])):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed += 1
+    return removed
 
 
 def verify_dir(directory: Path, manifest: WriterManifest) -> list[str]:
