@@ -3,8 +3,10 @@ selects, and a validating webhook for policies. Thin: the patch and the
 checks are pure (`injection`, `policy`).
 
 Scope: the pod webhook's objectSelector matches only pods labelled
-`ckptdrain.io/inject=true`, and its failurePolicy is Ignore, so it can never
-block an unrelated pod (nor a labelled one when the operator is down). The
+`ckptdrain.io/inject=true`, so it never blocks an unrelated pod; its
+failurePolicy is Fail by default (an opted-in pod is not created
+unprotected while no replica answers; sweep.py flags any that slip through
+with Ignore). Every replica serves both webhooks (leadership.py). The
 policy webhook fails closed: a policy the operator cannot check is refused.
 Neither has side effects, so dry-run requests are answered the same way.
 """
@@ -24,7 +26,7 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import injection, kube, metrics
+from ckptdrain.operator import injection, kube, leadership, metrics
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator.config import OperatorConfig
 
@@ -88,10 +90,13 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
         if injection.is_injected(pod):
             return
         labels = dict(body.metadata.labels)
-        matches = _selecting(labels, _indexed(namespace, checkpointpolicy_index))
+        # A standby replica's index is empty or frozen (Kopf pauses its watches
+        # but not its webhook server): only the active replica's is trusted.
+        matches = _selecting(labels, _indexed(namespace, checkpointpolicy_index)) \
+            if leadership.active() else []
         if not matches:
-            # The index may lag (a policy created a moment ago, or this replica
-            # paused by peering): ask the apiserver before leaving a pod bare.
+            # The index may lag (a policy created a moment ago) or be a
+            # standby's: ask the apiserver before leaving a pod bare.
             listed = await asyncio.to_thread(kube.list_policies, namespace)
             matches = _selecting(labels, listed)
         if not matches:
