@@ -34,6 +34,9 @@ VARIANTS: dict[str, list[str]] = {
                       "--set", "serviceAccount.name=existing", "--set",
                       "agent.serviceAccount.create=false"],
     "watch-one-namespace": ["--set", "operator.watchNamespace=ml-a"],
+    "one-replica-ignore-system-priority": [
+        "--set", "operator.replicas=1", "--set", "webhook.podFailurePolicy=Ignore",
+        "--set", "operator.priorityClassName=system-cluster-critical"],
     "cert-manager+servicemonitor": ["--set", "certManager.enabled=true",
                                     "--set", "metrics.serviceMonitor.enabled=true"],
     **{p.stem: ["-f", str(p)] for p in CLOUD_VALUES},
@@ -150,8 +153,12 @@ BAD_VALUES = {
                               "at '/localTier/prepare': got string, want boolean"),
     "root-as-allowed-root": (["--set", "localTier.allowedRoot=/"],
                              "at '/localTier/allowedRoot': '/' does not match pattern"),
-    "two-replicas": (["--set", "operator.replicas=2"],
-                     "at '/operator/replicas': maximum: got 2, want 1"),
+    "negative-replicas": (["--set", "operator.replicas=-1"],
+                          "at '/operator/replicas': minimum: got -1, want 0"),
+    "bad-spread-policy": (["--set", "operator.topologySpread.whenUnsatisfiable=Sometimes"],
+                          "at '/operator/topologySpread/whenUnsatisfiable': value must be one"),
+    "bad-failure-policy": (["--set", "webhook.podFailurePolicy=Maybe"],
+                           "at '/webhook/podFailurePolicy': value must be one of"),
 }
 
 
@@ -276,6 +283,7 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
         assert {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                 "RoleBinding", "Secret", "MutatingWebhookConfiguration",
                 "ValidatingWebhookConfiguration", "ClusterKopfPeering",
+                "PodDisruptionBudget", "PriorityClass",
                 # restrictPodPatches: auto, and this API server serves VAP
                 "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
         for o in objects:  # each one is really there, as sent
@@ -303,7 +311,7 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
                 service["metadata"]["name"], namespace, 443), hook["name"]
             assert hook["clientConfig"]["caBundle"] == ca, hook["name"]
         pods_hook = next(h for h in webhooks() if h["name"] == "pods.mutate.ckptdrain.io")
-        assert pods_hook["failurePolicy"] == "Ignore"
+        assert pods_hook["failurePolicy"] == "Fail"
         assert pods_hook["objectSelector"] == {"matchLabels": {"ckptdrain.io/inject": "true"}}
         excluded = pods_hook["namespaceSelector"]["matchExpressions"][0]["values"]
         assert namespace in excluded and "kube-system" in excluded

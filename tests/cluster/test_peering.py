@@ -1,9 +1,15 @@
 """Two operator replicas with Kopf peering (crds/kopf-peering.yaml): exactly
-one handles the policies, the other pauses."""
+one handles the policies, the other pauses its watches, and both answer
+admission (Kopf does not pause its webhook server): the standby injects from
+policies it reads from the apiserver, not from its frozen index."""
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
+import urllib.request
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,7 +49,36 @@ def test_only_one_replica_is_active(cluster: Cluster, operator: OperatorProcess,
         handled = ["checkpointpolicy_create' succeeded" in r.tail(1_000_000)
                    for r in replicas]
         assert handled.count(True) == 1, handled
+        wait_for(lambda: any("now standby" in r.tail(1_000_000) for r in replicas),
+                 what="the paused replica to know it is standby")
+        for r in replicas:
+            response = _review(r, namespace)
+            assert response["allowed"] is True, response
+            patch = json.loads(base64.b64decode(response["patch"]))
+            added = [op["value"] for op in patch if op["path"] == "/spec/initContainers"]
+            names = [c["name"] for c in added[0]] if added else []
+            assert "ckptdrain-agent" in names, (r.workdir.name, patch)
     finally:
         for r in replicas:
             r.stop()
         operator.start()
+
+
+def _review(replica: OperatorProcess, namespace: str) -> dict[str, Any]:
+    """POST a pod CREATE review straight to one replica's webhook server."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "direct", "namespace": namespace,
+                        "labels": {"app": "peered", "ckptdrain.io/inject": "true"}},
+           "spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]}}
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "operation": "CREATE", "namespace": namespace,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "userInfo": {"username": "test"}, "object": pod, "dryRun": True}}
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # self-signed
+    url = f"https://127.0.0.1:{replica.env['CKPTDRAIN_WEBHOOK_PORT']}/ckptdrain-inject"
+    request = urllib.request.Request(url, json.dumps(review).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10, context=context) as answer:
+        return dict(json.loads(answer.read())["response"])

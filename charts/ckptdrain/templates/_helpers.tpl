@@ -114,3 +114,12 @@ annotations:
   cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "ckptdrain.fullname" .) }}
 {{- end }}
 {{- end -}}
+
+{{/* The operator's PriorityClass: the one named in values, else the chart's own. */}}
+{{- define "ckptdrain.priorityClassName" -}}
+{{- if .Values.operator.priorityClassName -}}
+{{- .Values.operator.priorityClassName -}}
+{{- else if .Values.priorityClass.create -}}
+{{- include "ckptdrain.fullname" . -}}
+{{- end -}}
+{{- end -}}
