@@ -77,7 +77,7 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
     if cfg.webhook_port:
-        settings.admission.server = webhook.build_server(cfg)
+        settings.admission.server = webhook.build_server(cfg, logger)
         settings.admission.managed = cfg.webhook_managed or None
 
 

@@ -26,7 +26,7 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import injection, kube, leadership, metrics
+from ckptdrain.operator import injection, kube, leadership, metrics, webhook_tls
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator.config import OperatorConfig
 
@@ -46,14 +46,22 @@ def _self_signed(host: str) -> tuple[str, str]:
     return str(cert), str(key)
 
 
-def build_server(cfg: OperatorConfig) -> kopf.WebhookServer:
-    """Kopf's webhook server with the chart's certificate, or a self-signed one."""
+def build_server(cfg: OperatorConfig, logger: logging.Logger) -> kopf.WebhookServer:
+    """Kopf's webhook server with the certificate the operator keeps in its
+    Secret (webhook_tls.py), cert-manager's mounted files, or a self-signed one.
+    Kopf re-reads the files when they change (renewals)."""
     cert, key, ca = cfg.webhook_cert, cfg.webhook_key, cfg.webhook_ca
-    if cert is None or key is None:
+    if cfg.webhook_secret:
+        directory = Path(tempfile.mkdtemp(prefix="ckptdrain-webhook-"))
+        webhook_tls.start(cfg.webhook_secret, cfg.webhook_configs, cfg.webhook_host,
+                          directory, logger)
+        cert, key, ca = (str(directory / n) for n in ("tls.crt", "tls.key", "ca.crt"))
+    elif cert is None or key is None:
         cert, key = _self_signed(cfg.webhook_host)
         ca = cert
     return kopf.WebhookServer(addr=cfg.webhook_addr, port=cfg.webhook_port,
-                              host=cfg.webhook_host, certfile=cert, pkeyfile=key, cafile=ca)
+                              host=cfg.webhook_host, certfile=cert, pkeyfile=key, cafile=ca,
+                              file_check_interval=webhook_tls.CHECK_S)
 
 
 def _selecting(labels: dict[str, str], bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
