@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cluster_helpers import get, policy, wait_for
 from operator_process import OperatorProcess, repo_root
 
@@ -25,11 +26,7 @@ PEERING = "ckptdrain-test-peering"
 def test_only_one_replica_is_active(cluster: Cluster, operator: OperatorProcess,
                                     namespace: str, apply: Callable[..., Any],
                                     tmp_path: Path) -> None:
-    cluster.kubectl("apply", "-f", str(repo_root() / "crds" / "kopf-peering.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev")
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
-        "metadata": {"name": PEERING}}))
+    _peering(cluster)
     operator.stop()
     replicas = [OperatorProcess(cluster, tmp_path / f"r{i}", standalone=False,
                                 CKPTDRAIN_PEERING=PEERING) for i in range(2)]
@@ -62,6 +59,62 @@ def test_only_one_replica_is_active(cluster: Cluster, operator: OperatorProcess,
         for r in replicas:
             r.stop()
         operator.start()
+
+
+def test_a_standby_never_injects_from_its_frozen_index(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], tmp_path: Path) -> None:
+    """A replica that was active holds the policy in its index when it pauses;
+    the policy is then deleted. Its index never hears of it (Kopf pauses its
+    watches), so it must answer from the apiserver: no policy, no injection."""
+    _peering(cluster)
+    operator.stop()
+    started: list[OperatorProcess] = []
+
+    def replica(name: str) -> OperatorProcess:
+        r = OperatorProcess(cluster, tmp_path / name, standalone=False,
+                            CKPTDRAIN_PEERING=PEERING)
+        r.workdir.mkdir()
+        started.append(r)
+        r.start()
+        return r
+
+    try:
+        first = replica("first")
+        apply(policy("peered"))
+        wait_for(lambda: "checkpointpolicy_create' succeeded" in first.tail(1_000_000),
+                 what="the first replica to handle the policy")
+        # Priorities are random per process: bring newcomers until one outranks it.
+        for attempt in range(10):
+            second = replica(f"second-{attempt}")
+            pair = (first, second)
+            wait_for(lambda pair=pair: any("Pausing operations" in r.tail(1_000_000)  # type: ignore[misc]
+                                           for r in pair), what="one replica to pause")
+            if "Pausing operations" in first.tail(1_000_000):
+                break
+            second.stop()
+        else:
+            pytest.fail("no newcomer outranked the first replica in 10 tries")
+        wait_for(lambda: "now standby" in first.tail(1_000_000),
+                 what="the first replica to know it is standby")
+        cluster.kubectl("delete", "-n", namespace, "ckpol", "peered")
+        wait_for(lambda: cluster.kubectl("get", "-n", namespace, "ckpol", "peered",
+                                         check=False).returncode != 0, what="policy gone")
+        response = _review(first, namespace)
+        assert response["allowed"] is True and "patch" not in response, response
+        assert any("no CheckpointPolicy" in w for w in response.get("warnings", [])), response
+    finally:
+        for r in started:
+            r.stop()
+        operator.start()
+
+
+def _peering(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "-f", str(repo_root() / "crds" / "kopf-peering.yaml"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev")
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
+        "metadata": {"name": PEERING}}))
 
 
 def _review(replica: OperatorProcess, namespace: str) -> dict[str, Any]:

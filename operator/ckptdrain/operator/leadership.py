@@ -110,12 +110,14 @@ def start(peering: str, namespace: str | None, standalone: bool,
     from ckptdrain.operator import kube
 
     def loop() -> None:
+        known: bool | None = None  # the role last logged
         while True:
             try:
                 found = kube.read_peering(peering, namespace)
                 now = datetime.now(UTC)
                 active = found is None or is_active(found.get("status"), IDENTITY, PRIORITY, now)
-                if active != STATE.active():
+                if active != known:
+                    known = active
                     logger.info("this replica is now %s", "active (reconciles)" if active
                                 else "standby (serves webhooks only)")
                 STATE.set(active)
