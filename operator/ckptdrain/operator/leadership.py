@@ -98,6 +98,7 @@ def active() -> bool:
 #: How often a replica re-reads the peering object. Kopf's own hand-over is
 #: immediate; our threads follow within this period.
 REFRESH_S = 5.0
+_started = threading.Event()
 
 
 def start(peering: str, namespace: str | None, standalone: bool,
@@ -106,6 +107,9 @@ def start(peering: str, namespace: str | None, standalone: bool,
     if standalone or not peering:
         STATE.set(True)
         return
+    if _started.is_set():
+        return  # a retried startup handler: one reader is enough
+    _started.set()
     STATE.set(False)  # until the first read: never act on a guess
     from ckptdrain.operator import kube
 

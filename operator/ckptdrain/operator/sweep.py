@@ -165,7 +165,12 @@ def _start_periodic(cfg: OperatorConfig, pods_index: kopf.Index[str, BarePod],
             time.sleep(cfg.watchdog_s)
             if not leadership.active():
                 continue
-            namespaces = {ns for ns in list(pods_index)} | {ns for ns, _ in list(_gauged)}
+            with _lock:
+                flagged = {ns for ns, _ in _gauged}
+            try:
+                namespaces = set(pods_index) | flagged
+            except RuntimeError:  # the index changed while we read it: next period
+                continue
             for namespace in sorted(namespaces):
                 _sweep_logged(namespace, pods_index, policies, logger)
 
