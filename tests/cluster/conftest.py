@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from operator_process import OperatorProcess, repo_root
+from operator_process import PEAK_RSS_KIB, OperatorProcess, repo_root
 
 from support import apiserver
 
@@ -27,6 +27,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/cluster" in str(item.fspath):
             item.add_marker(pytest.mark.cluster)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The operator's peak resident memory over the session (chart requests)."""
+    if PEAK_RSS_KIB:
+        terminalreporter.write_line(
+            f"operator peak RSS: {max(PEAK_RSS_KIB) / 1024:.0f} MiB "
+            f"(max of {len(PEAK_RSS_KIB)} process(es))")
 
 
 @pytest.fixture(scope="session")

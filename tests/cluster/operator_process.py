@@ -15,6 +15,9 @@ from pathlib import Path
 from support.apiserver import Cluster, free_port
 
 WEBHOOK_NAME = "ckptdrain-test.ckptdrain.io"
+#: Peak resident memory (KiB) of every operator process stopped, for the
+#: summary that sizes the chart's requests (conftest prints it).
+PEAK_RSS_KIB: list[int] = []
 ALLOWED_ROOT = "/mnt/ckptdrain"
 
 
@@ -81,7 +84,21 @@ class OperatorProcess:
                 return False
         return True
 
+    def peak_rss_kib(self) -> int | None:
+        """VmHWM of the running process (Linux), or None."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        except OSError:
+            return None
+        line = next((x for x in status.splitlines() if x.startswith("VmHWM:")), None)
+        return int(line.split()[1]) if line else None
+
     def stop(self) -> None:
+        peak = self.peak_rss_kib()
+        if peak is not None:
+            PEAK_RSS_KIB.append(peak)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -62,36 +62,18 @@ app.kubernetes.io/component: operator
 {{- printf "%s-webhook" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* cert-manager's Secret (kubernetes.io/tls), mounted by the operator. */}}
 {{- define "ckptdrain.tlsSecretName" -}}
 {{- printf "%s-webhook-tls" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{- define "ckptdrain.agentClusterRoleName" -}}
-{{- printf "%s-agent" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{/* The Secret in which the operator keeps its own webhook CA and certificate. */}}
+{{- define "ckptdrain.certSecretName" -}}
+{{- printf "%s-webhook-cert" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/*
-The webhook's TLS material when the chart makes it itself (no cert-manager):
-reuse what an earlier install stored, so that upgrades neither break the
-caBundle nor restart the operator for nothing; otherwise a new CA (10 years)
-and a serving certificate for the Service's DNS names. Computed once per
-render and cached in .Values so that the Secret and both webhook
-configurations see the same CA.
-*/}}
-{{- define "ckptdrain.selfSignedTLS" -}}
-{{- if not (hasKey .Values "__tls") -}}
-{{- $secret := lookup "v1" "Secret" .Release.Namespace (include "ckptdrain.tlsSecretName" .) -}}
-{{- if and $secret (index $secret "data") (index $secret.data "ca.crt") -}}
-{{- $_ := set .Values "__tls" (dict "ca" (index $secret.data "ca.crt") "crt" (index $secret.data "tls.crt") "key" (index $secret.data "tls.key")) -}}
-{{- else -}}
-{{- $svc := include "ckptdrain.webhookServiceName" . -}}
-{{- $ns := .Release.Namespace -}}
-{{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
-{{- $ca := genCA (printf "%s-ca" (include "ckptdrain.fullname" .)) 3650 -}}
-{{- $cert := genSignedCert (printf "%s.%s.svc" $svc $ns) nil $dns 3650 $ca -}}
-{{- $_ := set .Values "__tls" (dict "ca" ($ca.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc)) -}}
-{{- end -}}
-{{- end -}}
+{{- define "ckptdrain.agentClusterRoleName" -}}
+{{- printf "%s-agent" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* Where both webhook configurations send their requests. */}}
@@ -101,10 +83,6 @@ service:
   namespace: {{ .root.Release.Namespace }}
   path: {{ .path }}
   port: 443
-{{- if not .root.Values.certManager.enabled }}
-{{- include "ckptdrain.selfSignedTLS" .root }}
-caBundle: {{ .root.Values.__tls.ca }}
-{{- end }}
 {{- end -}}
 
 {{- define "ckptdrain.certManagerAnnotations" -}}
@@ -113,4 +91,13 @@ annotations:
   # cainjector copies the Certificate's CA into every webhook's caBundle.
   cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "ckptdrain.fullname" .) }}
 {{- end }}
+{{- end -}}
+
+{{/* The operator's PriorityClass: the one named in values, else the chart's own. */}}
+{{- define "ckptdrain.priorityClassName" -}}
+{{- if .Values.operator.priorityClassName -}}
+{{- .Values.operator.priorityClassName -}}
+{{- else if .Values.priorityClass.create -}}
+{{- include "ckptdrain.fullname" . -}}
+{{- end -}}
 {{- end -}}

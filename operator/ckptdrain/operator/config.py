@@ -16,8 +16,15 @@ Variables (field in parentheses):
 - CKPTDRAIN_NAMESPACE (namespace): watch only this namespace; empty = all.
 - CKPTDRAIN_WEBHOOK_HOST / _ADDR / _PORT: the hostname the apiserver uses to
   reach the webhook, the listen address (0.0.0.0) and port (9443; 0 = off).
-- CKPTDRAIN_WEBHOOK_CERT / _KEY / _CA: PEM files (the chart mounts them from a
-  Secret); without cert and key, Kopf makes a self-signed pair (development).
+- CKPTDRAIN_WEBHOOK_SECRET (webhook_secret): "namespace/name" of the Secret
+  in which the operator keeps its own webhook CA and certificate, made and
+  renewed in-process (the chart's default); empty = not managed.
+- CKPTDRAIN_WEBHOOK_CONFIGS (webhook_configs): name of the Mutating and
+  Validating webhook configurations whose caBundle the operator keeps equal
+  to that Secret's CA (with CKPTDRAIN_WEBHOOK_SECRET).
+- CKPTDRAIN_WEBHOOK_CERT / _KEY / _CA: PEM files (cert-manager's Secret,
+  mounted); without them and without CKPTDRAIN_WEBHOOK_SECRET, a self-signed
+  pair is made for development.
 - CKPTDRAIN_WEBHOOK_MANAGED (webhook_managed): name of the webhook
   configurations the operator keeps up to date itself (development, tests);
   empty = the chart owns them.
@@ -67,6 +74,8 @@ class OperatorConfig:
     webhook_key: str | None = None
     webhook_ca: str | None = None
     webhook_managed: str = ""
+    webhook_secret: str = ""
+    webhook_configs: str = ""
     metrics_port: int = 9090
     health_port: int = 8080
     peering: str = "ckptdrain"
@@ -112,6 +121,12 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
                        ("CKPTDRAIN_WEBHOOK_CA", env.get("CKPTDRAIN_WEBHOOK_CA") or None)):
         if path is not None and not os.path.isfile(path):
             raise InvalidInput(name, "a readable PEM file", path)
+    secret = get("CKPTDRAIN_WEBHOOK_SECRET", "")
+    if secret and (secret.count("/") != 1 or "" in secret.split("/")):
+        raise InvalidInput("CKPTDRAIN_WEBHOOK_SECRET", "namespace/name", secret)
+    if secret and cert is not None:
+        raise InvalidInput("CKPTDRAIN_WEBHOOK_SECRET/CKPTDRAIN_WEBHOOK_CERT",
+                           "one source of the webhook certificate", "both")
     pull = get("CKPTDRAIN_IMAGE_PULL_POLICY", d.image_pull_policy)
     if pull not in ("Always", "IfNotPresent", "Never"):
         raise InvalidInput("CKPTDRAIN_IMAGE_PULL_POLICY", "Always, IfNotPresent or Never", pull)
@@ -130,6 +145,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         webhook_cert=cert, webhook_key=key,
         webhook_ca=env.get("CKPTDRAIN_WEBHOOK_CA") or None,
         webhook_managed=get("CKPTDRAIN_WEBHOOK_MANAGED", ""),
+        webhook_secret=secret,
+        webhook_configs=get("CKPTDRAIN_WEBHOOK_CONFIGS", ""),
         metrics_port=_port("CKPTDRAIN_METRICS_PORT", get("CKPTDRAIN_METRICS_PORT", "9090")),
         health_port=_port("CKPTDRAIN_HEALTH_PORT", get("CKPTDRAIN_HEALTH_PORT", "8080")),
         peering=get("CKPTDRAIN_PEERING", d.peering),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import random
 import threading
 import time
 from collections import defaultdict
@@ -24,7 +23,7 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import allocation, kube, metrics, records, webhook
+from ckptdrain.operator import allocation, kube, leadership, metrics, records, webhook
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator import status as st
 from ckptdrain.operator.config import OperatorConfig
@@ -55,7 +54,7 @@ def _values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
 
 @kopf.on.startup()
 def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
-                     **_: Any) -> None:
+                     logger: logging.Logger, **_: Any) -> None:
     """Our own prefixes, Kopf's bookkeeping in annotations, webhooks, peering."""
     cfg: OperatorConfig = memo.config
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
@@ -66,7 +65,11 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     settings.peering.mandatory = False  # without Kopf's peering CRDs: run, and warn
     settings.peering.clusterwide = not cfg.namespace
     # Equal priorities pause every replica; a random one lets exactly one work.
-    settings.peering.priority = random.randint(1, 2**31 - 1)
+    settings.peering.priority = leadership.PRIORITY
+    # Pods reach us by a server-side label selector: only opted-in pods are
+    # listed and watched, never every pod of the cluster.
+    settings.watching.label_selectors["v1", "pods"] = f"{api.LABEL_INJECT}=true"
+    leadership.start(cfg.peering, cfg.namespace or None, settings.peering.standalone, logger)
     settings.posting.level = logging.INFO
     # Re-establish watches every few minutes, so a silently stalled one heals.
     settings.watching.server_timeout = 300
@@ -74,7 +77,7 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
     if cfg.webhook_port:
-        settings.admission.server = webhook.build_server(cfg)
+        settings.admission.server = webhook.build_server(cfg, logger)
         settings.admission.managed = cfg.webhook_managed or None
 
 
@@ -339,6 +342,8 @@ def _start_watchdog(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     def loop() -> None:
         while True:
             time.sleep(cfg.watchdog_s)
+            if not leadership.active():
+                continue  # a standby's indexes are not live: only the active one judges
             try:
                 _check_stalls(cfg, policies, pods, checkpoints)
             except (kube.ApiException, RuntimeError) as error:

@@ -27,7 +27,8 @@ from ckptdrain.contract.api import (
 )
 
 __all__ = ["ApiException", "HTTPError", "annotate_pod", "annotate_pods", "delete", "list_policies",
-           "live_writers", "patch_object", "patch_status", "post_event", "read_object"]
+           "live_writers", "patch_object", "patch_status", "post_event", "read_object",
+           "read_peering"]
 
 log = logging.getLogger(__name__)
 
@@ -101,16 +102,35 @@ def list_policies(namespace: str) -> list[dict[str, Any]]:
     return list(found.get("items", []))
 
 
+def read_peering(name: str, namespace: str | None) -> dict[str, Any] | None:
+    """Kopf's peering object (ClusterKopfPeering, or KopfPeering in `namespace`);
+    None when it (or its CRD) does not exist."""
+    _, custom = _clients()
+    try:
+        if namespace:
+            found = custom.get_namespaced_custom_object("kopf.dev", "v1", namespace,
+                                                        "kopfpeerings", name)
+        else:
+            found = custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings",
+                                                     name)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return dict(found)
+
+
 def post_event(body: Mapping[str, Any], kind: str, reason: str, message: str,
-               type_: str = "Warning") -> None:
-    """An Event about a policy, from outside a Kopf handler (the watchdog)."""
+               type_: str = "Warning", api_version: str = API_VERSION) -> None:
+    """An Event about an object (a policy, or a pod with api_version "v1"), from
+    outside a Kopf handler (the watchdog, the sweep)."""
     core, _ = _clients()
     meta = body["metadata"]
     now = datetime.now(UTC)
     core.create_namespaced_event(meta["namespace"], client.CoreV1Event(
         metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}."),
         involved_object=client.V1ObjectReference(
-            api_version=API_VERSION, kind=kind, name=meta["name"],
+            api_version=api_version, kind=kind, name=meta["name"],
             namespace=meta["namespace"], uid=meta.get("uid")),
         reason=reason, message=message[:1024], type=type_, count=1,
         first_timestamp=now, last_timestamp=now,

@@ -47,7 +47,8 @@ def run_parsed(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    from ckptdrain.operator import handlers, webhook  # noqa: F401 -- registers the handlers
+    # Importing handlers, sweep and webhook registers their Kopf handlers.
+    from ckptdrain.operator import handlers, leadership, sweep, webhook  # noqa: F401
 
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port)
@@ -57,6 +58,8 @@ def run_parsed(args: argparse.Namespace) -> int:
     kopf.run(
         standalone=args.standalone or None,
         peering_name=cfg.peering,
+        # Our id in the peering object, so that leadership.active() finds us.
+        identity=leadership.IDENTITY,  # type: ignore[arg-type]
         liveness_endpoint=f"http://0.0.0.0:{cfg.health_port}/healthz"
         if cfg.health_port else None,
         memo=kopf.Memo(config=cfg),

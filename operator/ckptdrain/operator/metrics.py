@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter("ckptdrain_reconciles_total", "Reconciles by kind and outcome",
                      ["kind", "outcome"])
@@ -18,6 +18,10 @@ ALLOCATION_CHANGES = Counter("ckptdrain_allocation_changes_total",
                              "Pod bandwidth shares rewritten", ["namespace", "policy"])
 RETENTION_EXPIRED = Counter("ckptdrain_checkpoints_expired_total",
                             "Checkpoint records expired by retention", ["namespace", "policy"])
+UNPROTECTED_PODS = Gauge("ckptdrain_unprotected_pods",
+                         "Selected pods running without injection (no restore, never "
+                         "drained); delete them to recreate them through admission",
+                         ["namespace", "policy"])
 
 
 @contextmanager

@@ -16,11 +16,18 @@ from ckptdrain.sizing import Sizing
 READY, DEGRADED, CONSTRAINED = "Ready", "Degraded", "BandwidthConstrained"
 WRITERS_CONSISTENT = "WritersConsistent"
 OWN = (READY, DEGRADED, CONSTRAINED)
+#: Selected pods that run without injection (the sweep owns this condition).
+UNPROTECTED = "PodsUnprotected"
+#: How many pod names the PodsUnprotected message lists (the count is exact).
+MAX_NAMES = 10
 
 
-def _others(previous: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Conditions other handlers own: kept when sizing rewrites its three."""
-    return [dict(c) for c in previous if c.get("type") not in OWN]
+def _others(previous: Sequence[Mapping[str, Any]], owned: set[str] | None = None
+            ) -> list[dict[str, Any]]:
+    """Conditions another writer owns (the sweep's, the writer check's), carried
+    over unchanged when sizing rewrites its three."""
+    owned = set(OWN) if owned is None else owned
+    return [dict(c) for c in previous if c.get("type") not in owned]
 
 
 def condition(kind: str, ok: bool, reason: str, message: str, generation: int | None,
@@ -79,7 +86,8 @@ def for_sizing(s: Sizing, generation: int | None, now: datetime,
     degraded = condition(DEGRADED, False, "AsExpected", "", generation, now, previous)
     return {**sizing_fields(s), "observedGeneration": generation,
             "phase": "Constrained" if s.bandwidth_constrained else "Ready",
-            "conditions": [ready, degraded, constrained, *_others(previous)]}
+            "conditions": [ready, degraded, constrained,
+                           *_others(previous, {READY, DEGRADED, CONSTRAINED})]}
 
 
 def for_invalid(message: str, generation: int | None, now: datetime,
@@ -89,7 +97,7 @@ def for_invalid(message: str, generation: int | None, now: datetime,
         condition(READY, False, "InvalidSpec", message, generation, now, previous),
         condition(DEGRADED, True, "InvalidSpec", message, generation, now, previous),
         condition(CONSTRAINED, False, "InvalidSpec", "", generation, now, previous),
-        *_others(previous),
+        *_others(previous, {READY, DEGRADED, CONSTRAINED}),
     ]}
 
 
@@ -186,3 +194,31 @@ def with_writers(current: Mapping[str, Any], check: tuple[bool, str, str],
     new = condition(WRITERS_CONSISTENT, ok, reason, message, generation, now, conditions)
     return {"conditions": [c for c in conditions if c.get("type") != WRITERS_CONSISTENT]
             + [new]}
+
+
+def unprotected_message(pods: Sequence[str]) -> str:
+    """The count, the first MAX_NAMES names, and the remedy."""
+    if not pods:
+        return "every selected pod carries the ckptdrain injection"
+    names = ", ".join(sorted(pods)[:MAX_NAMES])
+    more = f" and {len(pods) - MAX_NAMES} more" if len(pods) > MAX_NAMES else ""
+    return (f"{len(pods)} selected pod(s) run without injection (no restore, never "
+            f"drained): {names}{more}. Delete them; their controllers recreate them "
+            "through admission")
+
+
+def with_unprotected(current: Mapping[str, Any], pods: Sequence[str],
+                     generation: int | None, now: datetime) -> dict[str, Any] | None:
+    """Status patch setting the PodsUnprotected condition; None if unchanged
+    (no patch either when there is nothing to report and never was)."""
+    conditions = list(current.get("conditions") or [])
+    before = next((c for c in conditions if c.get("type") == UNPROTECTED), None)
+    message = unprotected_message(pods)
+    if before is None and not pods:
+        return None
+    if before is not None and before.get("message") == message:
+        return None
+    new = condition(UNPROTECTED, bool(pods), "AdmittedWithoutInjection" if pods
+                    else "AllInjected", message, generation, now, conditions)
+    kept = [c for c in conditions if c.get("type") != UNPROTECTED]
+    return {"conditions": [*kept, new]}

@@ -10,8 +10,10 @@ refused. Two pods admitted at the same instant can both pass; the policy's
 WritersConsistent condition shows that afterwards.
 
 Scope: the pod webhook's objectSelector matches only pods labelled
-`ckptdrain.io/inject=true`, and its failurePolicy is Ignore, so it can never
-block an unrelated pod (nor a labelled one when the operator is down). The
+`ckptdrain.io/inject=true`, so it never blocks an unrelated pod; its
+failurePolicy is Fail by default (an opted-in pod is not created
+unprotected while no replica answers; sweep.py flags any that slip through
+with Ignore). Every replica serves both webhooks (leadership.py). The
 policy webhook fails closed: a policy the operator cannot check is refused.
 Neither has side effects, so dry-run requests are answered the same way.
 """
@@ -31,7 +33,7 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import identity, injection, kube, metrics
+from ckptdrain.operator import identity, injection, kube, leadership, metrics, webhook_tls
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator.config import OperatorConfig
 
@@ -51,14 +53,22 @@ def _self_signed(host: str) -> tuple[str, str]:
     return str(cert), str(key)
 
 
-def build_server(cfg: OperatorConfig) -> kopf.WebhookServer:
-    """Kopf's webhook server with the chart's certificate, or a self-signed one."""
+def build_server(cfg: OperatorConfig, logger: logging.Logger) -> kopf.WebhookServer:
+    """Kopf's webhook server with the certificate the operator keeps in its
+    Secret (webhook_tls.py), cert-manager's mounted files, or a self-signed one.
+    Kopf re-reads the files when they change (renewals)."""
     cert, key, ca = cfg.webhook_cert, cfg.webhook_key, cfg.webhook_ca
-    if cert is None or key is None:
+    if cfg.webhook_secret:
+        directory = Path(tempfile.mkdtemp(prefix="ckptdrain-webhook-"))
+        webhook_tls.start(cfg.webhook_secret, cfg.webhook_configs, cfg.webhook_host,
+                          directory, logger)
+        cert, key, ca = (str(directory / n) for n in ("tls.crt", "tls.key", "ca.crt"))
+    elif cert is None or key is None:
         cert, key = _self_signed(cfg.webhook_host)
         ca = cert
     return kopf.WebhookServer(addr=cfg.webhook_addr, port=cfg.webhook_port,
-                              host=cfg.webhook_host, certfile=cert, pkeyfile=key, cafile=ca)
+                              host=cfg.webhook_host, certfile=cert, pkeyfile=key, cafile=ca,
+                              file_check_interval=webhook_tls.CHECK_S)
 
 
 def _selecting(labels: dict[str, str], bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -172,10 +182,13 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
         if injection.is_injected(pod):
             return
         labels = dict(body.metadata.labels)
-        matches = _selecting(labels, _indexed(namespace, checkpointpolicy_index))
+        # A standby replica's index is empty or frozen (Kopf pauses its watches
+        # but not its webhook server): only the active replica's is trusted.
+        matches = _selecting(labels, _indexed(namespace, checkpointpolicy_index)) \
+            if leadership.active() else []
         if not matches:
-            # The index may lag (a policy created a moment ago, or this replica
-            # paused by peering): ask the apiserver before leaving a pod bare.
+            # The index may lag (a policy created a moment ago) or be a
+            # standby's: ask the apiserver before leaving a pod bare.
             listed = await asyncio.to_thread(kube.list_policies, namespace)
             matches = _selecting(labels, listed)
         if not matches:

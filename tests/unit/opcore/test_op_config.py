@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ckptdrain.errors import InvalidInput
@@ -28,8 +30,23 @@ def test_values_in_human_units() -> None:
     ({"CKPTDRAIN_WEBHOOK_PORT": "99999"}, "CKPTDRAIN_WEBHOOK_PORT"),
     ({"CKPTDRAIN_WEBHOOK_CERT": "/nonexistent"}, "CKPTDRAIN_WEBHOOK_CERT/CKPTDRAIN_WEBHOOK_KEY"),
     ({"CKPTDRAIN_IMAGE_PULL_POLICY": "Sometimes"}, "CKPTDRAIN_IMAGE_PULL_POLICY"),
+    ({"CKPTDRAIN_WEBHOOK_SECRET": "no-namespace"}, "CKPTDRAIN_WEBHOOK_SECRET"),
+    ({"CKPTDRAIN_WEBHOOK_SECRET": "ns/"}, "CKPTDRAIN_WEBHOOK_SECRET"),
 ])
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         config.from_env(env)
     assert caught.value.field == name
+
+
+def test_the_operator_managed_certificate_is_one_source(tmp_path: Path) -> None:
+    cfg = config.from_env({"CKPTDRAIN_WEBHOOK_SECRET": "ckptdrain/ckptdrain-webhook-cert",
+                           "CKPTDRAIN_WEBHOOK_CONFIGS": "ckptdrain"})
+    assert (cfg.webhook_secret, cfg.webhook_configs) == ("ckptdrain/ckptdrain-webhook-cert",
+                                                          "ckptdrain")
+    pem = tmp_path / "tls.pem"
+    pem.write_text("x")
+    with pytest.raises(InvalidInput) as caught:
+        config.from_env({"CKPTDRAIN_WEBHOOK_SECRET": "a/b", "CKPTDRAIN_WEBHOOK_CERT": str(pem),
+                         "CKPTDRAIN_WEBHOOK_KEY": str(pem)})
+    assert caught.value.field == "CKPTDRAIN_WEBHOOK_SECRET/CKPTDRAIN_WEBHOOK_CERT"

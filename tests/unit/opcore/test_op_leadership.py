@@ -1,0 +1,43 @@
+"""leadership.is_active mirrors Kopf's peering rule: paused while another
+live peer has a higher or equal priority; dead peers and ourselves ignored."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from ckptdrain.operator.leadership import is_active
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def peer(priority: int, seen_ago_s: float = 1, lifetime: int = 60) -> dict:
+    return {"priority": priority, "lifetime": lifetime,
+            "lastseen": (NOW - timedelta(seconds=seen_ago_s)).isoformat()}
+
+
+def test_alone_or_without_peering_is_active() -> None:
+    assert is_active(None, "me", 5, NOW)
+    assert is_active({}, "me", 5, NOW)
+    assert is_active({"me": peer(5)}, "me", 5, NOW)
+
+
+def test_a_live_higher_peer_pauses_us_and_a_lower_one_does_not() -> None:
+    assert not is_active({"me": peer(5), "other": peer(9)}, "me", 5, NOW)
+    assert is_active({"me": peer(5), "other": peer(2)}, "me", 5, NOW)
+
+
+def test_a_tie_pauses_both_as_kopf_does() -> None:
+    assert not is_active({"me": peer(5), "other": peer(5)}, "me", 5, NOW)
+
+
+def test_a_dead_higher_peer_is_ignored() -> None:
+    assert is_active({"other": peer(9, seen_ago_s=61)}, "me", 5, NOW)
+    assert not is_active({"other": peer(9, seen_ago_s=59)}, "me", 5, NOW)
+
+
+def test_missing_fields_count_as_kopf_counts_them() -> None:
+    # No lastseen: seen now (alive); no lifetime: 60 s; Zulu time parses.
+    assert not is_active({"other": {"priority": 9}}, "me", 5, NOW)
+    zulu = (NOW - timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert not is_active({"other": {"priority": 9, "lastseen": zulu}}, "me", 5, NOW)
+    assert is_active({"other": "garbage"}, "me", 5, NOW)

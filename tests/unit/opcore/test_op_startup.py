@@ -1,0 +1,30 @@
+"""The startup handler's settings: pods are listed and watched by a
+server-side label selector (only opted-in pods reach the operator), and the
+peering priority is the one leadership.py compares."""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+from kopf._cogs.structs import references
+
+from ckptdrain.operator import handlers, leadership
+from ckptdrain.operator.config import OperatorConfig
+
+PODS = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+POLICIES = references.Resource(group="ckptdrain.io", version="v1alpha1",
+                               plural="checkpointpolicies", kind="CheckpointPolicy",
+                               namespaced=True)
+
+
+def test_pods_are_selected_server_side_and_priority_is_shared() -> None:
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = True  # no peering reads from a unit test
+    handlers.operator_startup(settings=settings,
+                              memo=kopf.Memo(config=OperatorConfig(webhook_port=0)),
+                              logger=logging.getLogger("test"))
+    assert list(settings.watching.label_selectors.collect(PODS)) == ["ckptdrain.io/inject=true"]
+    assert list(settings.watching.label_selectors.collect(POLICIES)) == []
+    assert settings.peering.priority == leadership.PRIORITY
+    assert leadership.active()  # standalone: always the one that reconciles
