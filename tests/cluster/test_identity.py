@@ -178,9 +178,10 @@ def _condition(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
 def test_a_duplicate_writer_that_bypassed_admission_shows_on_the_policy(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
-    """Pods that look injected but never met the webhook (no opt-in label:
-    as when admission was off) and hold one rank: WritersConsistent turns
-    False naming both, with a Warning event; it clears when one goes."""
+    """Pods that look injected but never met the webhook (opted in only after
+    creation: admission sees CREATE only, as when it was off) and hold one
+    rank: WritersConsistent turns False naming both, with a Warning event; it
+    clears when one goes."""
     apply(policy("llama", writers=2))
     _ready(cluster, namespace, "llama")
     for name in ("left", "right"):
@@ -188,6 +189,8 @@ def test_a_duplicate_writer_that_bypassed_admission_shows_on_the_policy(
         body["metadata"]["annotations"] = {"ckptdrain.io/injected": "true",
                                            "ckptdrain.io/policy": "llama"}
         assert _create(cluster, namespace, body).returncode == 0
+        # The operator watches opted-in pods only (a server-side label selector).
+        cluster.kubectl("label", "-n", namespace, "pod", name, "ckptdrain.io/inject=true")
     bad = wait_for(lambda: _condition(cluster, namespace, "llama").get("status") == "False"
                    and _condition(cluster, namespace, "llama"), what="WritersConsistent=False")
     assert bad["reason"] == "DuplicateWriter"
