@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.client
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, BinaryIO, NoReturn
 
 import boto3
@@ -144,10 +144,18 @@ class S3Store(S3Multipart):
         where = f"s3://{self.bucket}/{self._key(key) if key else self.prefix}".rstrip("/")
         raise_store_error(err, op, where, bucket=self.bucket, endpoint=self.endpoint, key=key)
 
-    def _call(self, op: str, key: str | None, **kwargs: Any) -> Any:
+    def _call(self, op: str, key: str | None, *, handled: Collection[str] = (),
+              **kwargs: Any) -> Any:
+        """The client's `op` on this bucket, its errors raised as _fail maps
+        them; one whose code is in `handled` is returned instead (a
+        ClientError), for the caller to say what it means."""
         try:
             return getattr(self._client, op)(Bucket=self.bucket, **kwargs)
-        except (ClientError, BotoCoreError) as err:
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") in handled:
+                return err
+            self._fail(err, op, key)
+        except BotoCoreError as err:
             self._fail(err, op, key)
 
     @staticmethod
@@ -185,16 +193,10 @@ class S3Store(S3Multipart):
             if self.head(key) is None:
                 raise ObjectMissing(key)
             return b""
-        try:
-            response = self._client.get_object(
-                Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}"
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") == "InvalidRange":
-                return b""  # start at or past the end (416); the key exists
-            self._fail(err, "get_object", key)
-        except BotoCoreError as err:
-            self._fail(err, "get_object", key)
+        response = self._call("get_object", key, handled={"InvalidRange"}, Key=self._key(key),
+                              Range=f"bytes={start}-{start + length - 1}")
+        if isinstance(response, ClientError):
+            return b""  # start at or past the end (416); the key exists
         return self._read_body(response, "get_object", key)
 
     def get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
@@ -213,16 +215,10 @@ class S3Store(S3Multipart):
             if self.head(key) is None:
                 raise ObjectMissing(key)
             return 0
-        try:
-            response = self._client.get_object(
-                Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}"
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") == "InvalidRange":
-                return 0  # start at or past the end (416); the key exists
-            self._fail(err, "get_object", key)
-        except BotoCoreError as err:
-            self._fail(err, "get_object", key)
+        response = self._call("get_object", key, handled={"InvalidRange"}, Key=self._key(key),
+                              Range=f"bytes={start}-{start + length - 1}")
+        if isinstance(response, ClientError):
+            return 0  # start at or past the end (416); the key exists
         body = response["Body"]
         expected = int(response.get("ContentLength", -1))
         raw = getattr(body, "_raw_stream", None)
@@ -264,16 +260,9 @@ class S3Store(S3Multipart):
             self._fail(err, op, key)
 
     def head(self, key: str) -> ObjectInfo | None:
-        try:
-            response = self._client.head_object(Bucket=self.bucket, Key=self._key(key))
-        except ClientError as err:
-            code = err.response.get("Error", {}).get("Code")
-            if code in MISSING_KEY_CODES:
-                # HEAD has no body, so a missing bucket also reads as 404.
-                return None
-            self._fail(err, "head_object", key)
-        except BotoCoreError as err:
-            self._fail(err, "head_object", key)
+        response = self._call("head_object", key, handled=MISSING_KEY_CODES, Key=self._key(key))
+        if isinstance(response, ClientError):
+            return None  # HEAD has no body, so a missing bucket also reads as 404
         return ObjectInfo(key=key, size=int(response["ContentLength"]))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:

@@ -11,16 +11,19 @@ recognises an upload it completed but never journaled.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from ckptdrain import checksum
 from ckptdrain.errors import IntegrityError, ObjectMissing
 from ckptdrain.store.base import MultipartUpload, UploadedPart
 from ckptdrain.store.s3_bodies import PacedBody
 from ckptdrain.store.s3_errors import MISSING_KEY_CODES
+
+#: The codes by which a server says an upload is no longer there.
+_GONE = ("NoSuchUpload", "NoSuchKey")
 
 
 def _b64_crc32c(crc: int) -> str:
@@ -56,7 +59,8 @@ class S3Multipart:
     if TYPE_CHECKING:  # S3Store's own helpers
         def _key(self, key: str) -> str: ...
         def _fail(self, err: Exception, op: str, key: str | None = None) -> NoReturn: ...
-        def _call(self, op: str, key: str | None, **kwargs: Any) -> Any: ...
+        def _call(self, op: str, key: str | None, *, handled: Collection[str] = (),
+                  **kwargs: Any) -> Any: ...
 
     def create_multipart(self, key: str) -> str:
         # Every part then carries its CRC32C, verified by the server.
@@ -76,22 +80,11 @@ class S3Multipart:
         if crc32c is None:
             crc32c = checksum.crc32c(memoryview(data).cast("B"))
         body = PacedBody(data, self._pace)  # no copy of the part; paced as it is sent
-        try:
-            response = self._client.upload_part(
-                Bucket=self.bucket,
-                Key=self._key(key),
-                UploadId=upload_id,
-                PartNumber=number,
-                Body=body,
-                ContentLength=len(body),
-                ChecksumCRC32C=_b64_crc32c(crc32c),
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") == "NoSuchUpload":
-                raise ObjectMissing(key) from err
-            self._fail(err, "upload_part", key)
-        except BotoCoreError as err:
-            self._fail(err, "upload_part", key)
+        response = self._call("upload_part", key, handled={"NoSuchUpload"}, Key=self._key(key),
+                              UploadId=upload_id, PartNumber=number, Body=body,
+                              ContentLength=len(body), ChecksumCRC32C=_b64_crc32c(crc32c))
+        if isinstance(response, ClientError):
+            raise ObjectMissing(key) from response
         return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
 
     def _server_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]] | None:
@@ -99,14 +92,9 @@ class S3Multipart:
         parts: dict[int, dict[str, Any]] = {}
         kwargs: dict[str, Any] = {"Key": self._key(key), "UploadId": upload_id}
         while True:
-            try:
-                page = self._client.list_parts(Bucket=self.bucket, **kwargs)
-            except ClientError as err:
-                if err.response.get("Error", {}).get("Code") in ("NoSuchUpload", "NoSuchKey"):
-                    return None
-                self._fail(err, "list_parts", key)
-            except BotoCoreError as err:
-                self._fail(err, "list_parts", key)
+            page = self._call("list_parts", key, handled=_GONE, **kwargs)
+            if isinstance(page, ClientError):
+                return None
             # SeaweedFS 4.x lists a part sent twice twice (and completes with
             # whichever etag it is given): report one, the newest.
             for item in page.get("Parts", []):
@@ -137,31 +125,16 @@ class S3Multipart:
                     "(the store needs each part's checksum to complete the upload)")
             entries.append({"PartNumber": p.number, "ETag": p.etag,
                             "ChecksumCRC32C": _b64_crc32c(p.crc32c)})
-        try:
-            self._client.complete_multipart_upload(
-                Bucket=self.bucket,
-                Key=self._key(key),
-                UploadId=upload_id,
-                MultipartUpload={"Parts": entries},
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") == "NoSuchUpload":
-                raise ObjectMissing(key) from err
-            self._fail(err, "complete_multipart_upload", key)
-        except BotoCoreError as err:
-            self._fail(err, "complete_multipart_upload", key)
+        response = self._call("complete_multipart_upload", key, handled={"NoSuchUpload"},
+                              Key=self._key(key), UploadId=upload_id,
+                              MultipartUpload={"Parts": entries})
+        if isinstance(response, ClientError):
+            raise ObjectMissing(key) from response
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
-        try:
-            self._client.abort_multipart_upload(
-                Bucket=self.bucket, Key=self._key(key), UploadId=upload_id
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in ("NoSuchUpload", "NoSuchKey"):
-                return
-            self._fail(err, "abort_multipart_upload", key)
-        except BotoCoreError as err:
-            self._fail(err, "abort_multipart_upload", key)
+        # An upload already gone is aborted: nothing to do.
+        self._call("abort_multipart_upload", key, handled=_GONE, Key=self._key(key),
+                   UploadId=upload_id)
 
     def list_multipart_uploads(self, prefix: str) -> list[MultipartUpload]:
         """Unfinished uploads for keys under `prefix`, every page, in key order.
@@ -198,15 +171,10 @@ class S3Multipart:
         """The CRC32C the server keeps for the object (HeadObject, ChecksumMode
         ENABLED): 8 hex digits, or "<8 hex>-<parts>" for a multipart upload's
         composite checksum; None when it keeps none or the object is missing."""
-        try:
-            response = self._client.head_object(Bucket=self.bucket, Key=self._key(key),
-                                                ChecksumMode="ENABLED")
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in MISSING_KEY_CODES:
-                return None
-            self._fail(err, "head_object", key)
-        except BotoCoreError as err:
-            self._fail(err, "head_object", key)
+        response = self._call("head_object", key, handled=MISSING_KEY_CODES, Key=self._key(key),
+                              ChecksumMode="ENABLED")
+        if isinstance(response, ClientError):
+            return None
         text, _, parts = str(response.get("ChecksumCRC32C") or "").partition("-")
         crc = _crc32c_from_b64(text)
         if crc is None:
