@@ -4,6 +4,11 @@ Deliberately the *classic* client (plain put_object/upload_part calls): the
 CRT transfer client ignores custom endpoints and bandwidth limits. One client
 is shared by all threads (botocore clients are thread-safe; sessions are not,
 so the session is used only here, in the constructor).
+
+The adapter keeps four rooms: this one (the client, whole objects, ranged
+reads, listing), `s3_multipart.py` (multipart uploads and their CRC32Cs),
+`s3_bodies.py` (paced, copy-free request bodies) and `s3_errors.py`
+(botocore's errors onto errors.py's, secrets left out).
 """
 
 from __future__ import annotations
@@ -11,81 +16,29 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.client
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, BinaryIO, NoReturn
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    ConnectionError,
-    HTTPClientError,
-    NoCredentialsError,
-    PartialCredentialsError,
-)
+from botocore.exceptions import BotoCoreError, ClientError
 
-from ckptdrain import checksum
-from ckptdrain.errors import (
-    BucketMissing,
-    IntegrityError,
-    InvalidInput,
-    ObjectMissing,
-    StoreAccessDenied,
-    StoreError,
-    StoreUnreachable,
-)
+from ckptdrain.errors import InvalidInput, ObjectMissing, StoreError, StoreUnreachable
 from ckptdrain.paths import check_key
-from ckptdrain.store.base import MultipartUpload, ObjectInfo, UploadedPart
+from ckptdrain.store.base import ObjectInfo
 from ckptdrain.store.endpoint import parse_endpoint
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
+from ckptdrain.store.s3_errors import MISSING_KEY_CODES, raise_store_error, redact_endpoint
+from ckptdrain.store.s3_multipart import S3Multipart
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
-_ACCESS_CODES = {
-    "AccessDenied",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-    "TokenRefreshRequired",
-    "AllAccessDisabled",
-}
-_DIGEST_CODES = {"BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch", "InvalidChecksum"}
-_MISSING_KEY_CODES = {"NoSuchKey", "NotFound", "404"}
 
 
 def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode("ascii")
 
 
-def _b64_crc32c(crc: int) -> str:
-    """S3's form of a CRC32C: base64 of its 4 big-endian bytes."""
-    return _b64(crc.to_bytes(4, "big"))
-
-
-def _crc32c_from_b64(text: str | None) -> int | None:
-    if not text:
-        return None
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except ValueError:
-        return None
-    return int.from_bytes(raw, "big") if len(raw) == 4 else None
-
-
-def _redact_endpoint(url: str) -> str:
-    return re.sub(r"://[^/@]*@", "://***@", url)
-
-
-def _newer_or_same(item: dict[str, Any], other: dict[str, Any] | None) -> bool:
-    """Whether a listed part supersedes `other` (a later entry wins ties)."""
-    if other is None or not other.get("LastModified") or not item.get("LastModified"):
-        return True
-    return bool(item["LastModified"] >= other["LastModified"])
-
-
-class S3Store:
+class S3Store(S3Multipart):
     """A Store over one bucket and key prefix of an S3-compatible endpoint.
 
     Credentials: `access_key`/`secret_key` if given (tests), else the standard
@@ -128,7 +81,7 @@ class S3Store:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
-        self.endpoint = _redact_endpoint(endpoint_url) if endpoint_url else "AWS S3"
+        self.endpoint = redact_endpoint(endpoint_url) if endpoint_url else "AWS S3"
         self._page_size = list_page_size
         config = Config(
             region_name=region,
@@ -189,51 +142,20 @@ class S3Store:
     def _fail(self, err: Exception, op: str, key: str | None = None) -> NoReturn:
         """Raise the errors.py exception for a botocore error. Never echoes secrets."""
         where = f"s3://{self.bucket}/{self._key(key) if key else self.prefix}".rstrip("/")
-        if isinstance(err, (NoCredentialsError, PartialCredentialsError)):
-            raise StoreAccessDenied(
-                f"{op} {where}: no usable S3 credentials found; check the credentials "
-                "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, profile, or workload identity)"
-            ) from None
-        if isinstance(err, (ConnectionError, HTTPClientError)):
-            raise StoreUnreachable(
-                f"{op} {where}: endpoint {self.endpoint} did not answer "
-                f"({type(err).__name__}); is it up and reachable?"
-            ) from err
-        if isinstance(err, ClientError):
-            error = err.response.get("Error", {})
-            code = str(error.get("Code", ""))
-            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            if code == "NoSuchBucket":
-                raise BucketMissing(
-                    f"{op} {where}: bucket {self.bucket!r} does not exist at {self.endpoint}"
-                ) from err
-            if code in _ACCESS_CODES or status == 403:
-                # Server messages for auth failures can quote the access key
-                # id; say only the code.
-                raise StoreAccessDenied(
-                    f"{op} {where}: access denied by {self.endpoint} ({code or status}); "
-                    "check the credentials and that they may use this bucket"
-                ) from None
-            if code in _MISSING_KEY_CODES or status == 404:
-                raise ObjectMissing(key or where) from err
-            if code in _DIGEST_CODES:
-                raise IntegrityError(
-                    f"{op} {where}: the store refused the bytes: checksum mismatch ({code})"
-                ) from err
-            if code in ("InvalidPart", "InvalidPartOrder", "EntityTooSmall"):
-                raise IntegrityError(f"{op} {where}: {code}: {error.get('Message', '')}") from err
-            if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "RequestTimeout"):
-                raise StoreUnreachable(
-                    f"{op} {where}: endpoint {self.endpoint} is unavailable "
-                    f"(HTTP {status} {code}) after retries"
-                ) from err
-            raise StoreError(f"{op} {where}: {code or status}: {error.get('Message', '')}") from err
-        raise StoreError(f"{op} {where}: {type(err).__name__}") from err
+        raise_store_error(err, op, where, bucket=self.bucket, endpoint=self.endpoint, key=key)
 
-    def _call(self, op: str, key: str | None, **kwargs: Any) -> Any:
+    def _call(self, op: str, key: str | None, *, handled: Collection[str] = (),
+              **kwargs: Any) -> Any:
+        """The client's `op` on this bucket, its errors raised as _fail maps
+        them; one whose code is in `handled` is returned instead (a
+        ClientError), for the caller to say what it means."""
         try:
             return getattr(self._client, op)(Bucket=self.bucket, **kwargs)
-        except (ClientError, BotoCoreError) as err:
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") in handled:
+                return err
+            self._fail(err, op, key)
+        except BotoCoreError as err:
             self._fail(err, op, key)
 
     @staticmethod
@@ -271,16 +193,10 @@ class S3Store:
             if self.head(key) is None:
                 raise ObjectMissing(key)
             return b""
-        try:
-            response = self._client.get_object(
-                Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}"
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") == "InvalidRange":
-                return b""  # start at or past the end (416); the key exists
-            self._fail(err, "get_object", key)
-        except BotoCoreError as err:
-            self._fail(err, "get_object", key)
+        response = self._call("get_object", key, handled={"InvalidRange"}, Key=self._key(key),
+                              Range=f"bytes={start}-{start + length - 1}")
+        if isinstance(response, ClientError):
+            return b""  # start at or past the end (416); the key exists
         return self._read_body(response, "get_object", key)
 
     def get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
@@ -299,16 +215,10 @@ class S3Store:
             if self.head(key) is None:
                 raise ObjectMissing(key)
             return 0
-        try:
-            response = self._client.get_object(
-                Bucket=self.bucket, Key=self._key(key), Range=f"bytes={start}-{start + length - 1}"
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") == "InvalidRange":
-                return 0  # start at or past the end (416); the key exists
-            self._fail(err, "get_object", key)
-        except BotoCoreError as err:
-            self._fail(err, "get_object", key)
+        response = self._call("get_object", key, handled={"InvalidRange"}, Key=self._key(key),
+                              Range=f"bytes={start}-{start + length - 1}")
+        if isinstance(response, ClientError):
+            return 0  # start at or past the end (416); the key exists
         body = response["Body"]
         expected = int(response.get("ContentLength", -1))
         raw = getattr(body, "_raw_stream", None)
@@ -350,16 +260,9 @@ class S3Store:
             self._fail(err, op, key)
 
     def head(self, key: str) -> ObjectInfo | None:
-        try:
-            response = self._client.head_object(Bucket=self.bucket, Key=self._key(key))
-        except ClientError as err:
-            code = err.response.get("Error", {}).get("Code")
-            if code in _MISSING_KEY_CODES:
-                # HEAD has no body, so a missing bucket also reads as 404.
-                return None
-            self._fail(err, "head_object", key)
-        except BotoCoreError as err:
-            self._fail(err, "head_object", key)
+        response = self._call("head_object", key, handled=MISSING_KEY_CODES, Key=self._key(key))
+        if isinstance(response, ClientError):
+            return None  # HEAD has no body, so a missing bucket also reads as 404
         return ObjectInfo(key=key, size=int(response["ContentLength"]))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
@@ -379,159 +282,3 @@ class S3Store:
 
     def delete(self, key: str) -> None:
         self._call("delete_object", key, Key=self._key(key))
-
-    # Multipart ---------------------------------------------------------------
-    def create_multipart(self, key: str) -> str:
-        # Every part then carries its CRC32C, verified by the server.
-        response = self._call("create_multipart_upload", key, Key=self._key(key),
-                              ChecksumAlgorithm="CRC32C")
-        return str(response["UploadId"])
-
-    def upload_part(
-        self, key: str, upload_id: str, number: int, data: bytes, crc32c: int | None = None
-    ) -> UploadedPart:
-        """Upload one part with its CRC32C, which the server verifies.
-        ObjectMissing if the upload is gone; IntegrityError on a mismatch.
-
-        The upload was created for CRC32C, so a part without one would be
-        refused (MinIO) or could not be completed (SeaweedFS): when the caller
-        has no CRC32C it is computed here, not replaced by Content-MD5."""
-        if crc32c is None:
-            crc32c = checksum.crc32c(memoryview(data).cast("B"))
-        body = PacedBody(data, self._pace)  # no copy of the part; paced as it is sent
-        try:
-            response = self._client.upload_part(
-                Bucket=self.bucket,
-                Key=self._key(key),
-                UploadId=upload_id,
-                PartNumber=number,
-                Body=body,
-                ContentLength=len(body),
-                ChecksumCRC32C=_b64_crc32c(crc32c),
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") == "NoSuchUpload":
-                raise ObjectMissing(key) from err
-            self._fail(err, "upload_part", key)
-        except BotoCoreError as err:
-            self._fail(err, "upload_part", key)
-        return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
-
-    def _server_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]] | None:
-        """Part number -> the server's record of it, or None if the upload is gone."""
-        parts: dict[int, dict[str, Any]] = {}
-        kwargs: dict[str, Any] = {"Key": self._key(key), "UploadId": upload_id}
-        while True:
-            try:
-                page = self._client.list_parts(Bucket=self.bucket, **kwargs)
-            except ClientError as err:
-                if err.response.get("Error", {}).get("Code") in ("NoSuchUpload", "NoSuchKey"):
-                    return None
-                self._fail(err, "list_parts", key)
-            except BotoCoreError as err:
-                self._fail(err, "list_parts", key)
-            # SeaweedFS 4.x lists a part sent twice twice (and completes with
-            # whichever etag it is given): report one, the newest.
-            for item in page.get("Parts", []):
-                number = int(item["PartNumber"])
-                if _newer_or_same(item, parts.get(number)):
-                    parts[number] = item
-            marker = page.get("NextPartNumberMarker")
-            if not page.get("IsTruncated") or not marker:
-                return parts
-            kwargs["PartNumberMarker"] = marker
-
-    def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
-        parts = self._server_parts(key, upload_id)
-        if parts is None:
-            return None
-        return [UploadedPart(n, str(item["ETag"]), _crc32c_from_b64(item.get("ChecksumCRC32C")))
-                for n, item in sorted(parts.items())]
-
-    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
-        """Assemble `parts` in order. ObjectMissing if the upload is gone;
-        IntegrityError if a part is missing, differs, is too small, or comes
-        without the CRC32C it was uploaded with."""
-        entries: list[dict[str, Any]] = []
-        for p in parts:
-            if p.crc32c is None:
-                raise IntegrityError(
-                    f"complete_multipart_upload {key}: part {p.number} has no CRC32C "
-                    "(the store needs each part's checksum to complete the upload)")
-            entries.append({"PartNumber": p.number, "ETag": p.etag,
-                            "ChecksumCRC32C": _b64_crc32c(p.crc32c)})
-        try:
-            self._client.complete_multipart_upload(
-                Bucket=self.bucket,
-                Key=self._key(key),
-                UploadId=upload_id,
-                MultipartUpload={"Parts": entries},
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") == "NoSuchUpload":
-                raise ObjectMissing(key) from err
-            self._fail(err, "complete_multipart_upload", key)
-        except BotoCoreError as err:
-            self._fail(err, "complete_multipart_upload", key)
-
-    def abort_multipart(self, key: str, upload_id: str) -> None:
-        try:
-            self._client.abort_multipart_upload(
-                Bucket=self.bucket, Key=self._key(key), UploadId=upload_id
-            )
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in ("NoSuchUpload", "NoSuchKey"):
-                return
-            self._fail(err, "abort_multipart_upload", key)
-        except BotoCoreError as err:
-            self._fail(err, "abort_multipart_upload", key)
-
-    def list_multipart_uploads(self, prefix: str) -> list[MultipartUpload]:
-        """Unfinished uploads for keys under `prefix`, every page, in key order.
-
-        MinIO lists by a prefix only the uploads of the exact key it names, but
-        lists them all without one: from a server that says it is MinIO, the
-        bucket's uploads are listed and filtered here."""
-        root = f"{self.prefix}/" if self.prefix else ""
-        found, server = self._uploads(root + prefix)
-        if not found and server.lower() == "minio":
-            found, _ = self._uploads(None)
-        chosen = [MultipartUpload(u.key[len(root):], u.upload_id, u.initiated)
-                  for u in found if u.key.startswith(root + prefix)]
-        return sorted(chosen, key=lambda u: (u.key.encode("utf-8"), u.upload_id))
-
-    def _uploads(self, prefix: str | None) -> tuple[list[MultipartUpload], str]:
-        """Every page of ListMultipartUploads (full keys; None: no Prefix at
-        all), and the server's name from its Server header."""
-        kwargs: dict[str, Any] = {} if prefix is None else {"Prefix": prefix}
-        found = []
-        while True:
-            page = self._call("list_multipart_uploads", None, **kwargs)
-            for item in page.get("Uploads", []):
-                started = item.get("Initiated")
-                found.append(MultipartUpload(str(item["Key"]), str(item["UploadId"]),
-                                             started.timestamp() if started else None))
-            key_marker, id_marker = page.get("NextKeyMarker"), page.get("NextUploadIdMarker")
-            if not page.get("IsTruncated") or not (key_marker or id_marker):
-                headers = page.get("ResponseMetadata", {}).get("HTTPHeaders", {})
-                return found, str(headers.get("server", ""))
-            kwargs.update(KeyMarker=key_marker or "", UploadIdMarker=id_marker or "")
-
-    def object_crc32c(self, key: str) -> str | None:
-        """The CRC32C the server keeps for the object (HeadObject, ChecksumMode
-        ENABLED): 8 hex digits, or "<8 hex>-<parts>" for a multipart upload's
-        composite checksum; None when it keeps none or the object is missing."""
-        try:
-            response = self._client.head_object(Bucket=self.bucket, Key=self._key(key),
-                                                ChecksumMode="ENABLED")
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in _MISSING_KEY_CODES:
-                return None
-            self._fail(err, "head_object", key)
-        except BotoCoreError as err:
-            self._fail(err, "head_object", key)
-        text, _, parts = str(response.get("ChecksumCRC32C") or "").partition("-")
-        crc = _crc32c_from_b64(text)
-        if crc is None:
-            return None
-        return checksum.to_hex(crc) + (f"-{parts}" if parts.isdigit() else "")

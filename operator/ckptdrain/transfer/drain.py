@@ -5,9 +5,10 @@ one part buffer, read into it with `preadv` (no whole-file reads, no copies),
 checksum it, draw its bytes from the one shared rate limiter and upload it.
 Parts of all files share the workers, so small and large files alike keep
 `concurrency` requests in flight. Every finished part is journaled before it
-counts, so a killed drain resumes without re-sending it; an object finished
-but not yet journaled when the drain was killed is recognised by its size and
-CRC32C (transfer/commit.py) and not sent again.
+counts, so a killed drain resumes without re-sending it (transfer/resume.py
+reconciles the journal with the store); an object finished but not yet
+journaled when the drain was killed is recognised by its size and CRC32C
+(transfer/commit.py) and not sent again.
 
 Commit order: a step/writer already committed with the same content is left
 alone (nothing sent); with different content the drain refuses
@@ -20,7 +21,6 @@ parts, combined, against the manifest. The last manifest written wins whole.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import queue
 import random
@@ -45,7 +45,9 @@ from ckptdrain.ratelimit import TokenBucket
 from ckptdrain.store.base import Store, UploadedPart
 from ckptdrain.transfer import commit as cm
 from ckptdrain.transfer import journal as jr
-from ckptdrain.transfer.commit import abort_superseded
+from ckptdrain.transfer import resume as rs
+from ckptdrain.transfer.commit import abort_superseded as abort_superseded  # re-exported
+from ckptdrain.transfer.resume import Task
 
 #: Leftovers of killed drains (unowned uploads, temp files) older than this are
 #: removed when a drain starts; younger ones may be a live concurrent writer's.
@@ -92,13 +94,6 @@ def _transient(err: BaseException) -> bool:
         return False
     return isinstance(err, StoreError | ConnectionError | TimeoutError)
 
-
-@dataclass(frozen=True)
-class _Task:
-    entry: FileEntry
-    number: int  # 0: a single put of the whole file; else the 1-based part number
-    offset: int
-    length: int
 
 
 class _Stop(Exception):
@@ -196,78 +191,18 @@ class _Run:
         self.pending: dict[str, int] = {}
         self.error: BaseException | None = None
         self.sent_bytes = self.resumed_bytes = self.parts_sent = 0
-        self.tasks: list[_Task] = []
+        self.tasks: list[Task] = []
         self.store_paces = False
         self.turn = threading.Lock()  # whose part draws tokens next
-        # Every file records the part size it is sent with (the manifest's
-        # readers need no rule to reproduce it).
-        files = tuple(dataclasses.replace(f, part_size=d.part_size_for(f.size))
-                      for f in manifest.files)
-        manifest = dataclasses.replace(manifest, files=files, part_size=d.part_size, attempt=None)
-        # Identity of what is being sent: the files (and part sizes), not the
-        # creation time, so a re-run of the same checkpoint resumes.
-        same_files = dataclasses.replace(manifest, created=0.0, extra={})
-        manifest_id = checksum.to_hex(checksum.crc32c(same_files.to_json()))
-        old = jr.load(journal_path)
-        args = (self.store.uri, manifest.step, manifest.writer, manifest_id)
-        if old is not None and not old.matches(*args):
-            # A different checkpoint was draining from here: it is superseded.
-            if old.store_uri == self.store.uri:
-                abort_superseded(self.store, old)
-            old = None
-        self.resuming = old is not None
-        self.journal = old or jr.UploadJournal(*args)
-        self.manifest = dataclasses.replace(manifest, attempt=self.journal.attempt)
-
-    def _key(self, entry: FileEntry) -> str:
-        m = self.manifest
-        return keys.data_key(m.step, m.writer, entry.path, m.attempt)
+        self.journal, self.manifest, self.resuming = rs.open_journal(
+            self.store, journal_path, manifest, d.part_size_for, d.part_size)
 
     def prepare(self) -> None:
         """Clear stale leftovers, reconcile the journal with the store, and
-        list what is left to send."""
-        m = self.manifest
-        cm.housekeeping(self.store, m.step, m.writer, set(self.journal.open_uploads()),
-                        self.d.stale_after)
-        # On resume, objects of this attempt already in the store (one listing):
-        # any of them the journal did not see finish is checked, not re-sent.
-        listed = ({i.key: i.size for i in self.store.list(keys.data_prefix(
-            m.step, m.writer, m.attempt))} if self.resuming else {})
-        for entry in self.manifest.files:
-            psize = self.d.part_size_for(entry.size)
-            state = self.journal.file(entry.path, self._key(entry), entry.size, psize)
-            if state.complete:
-                info = self.store.head(state.key)
-                if info is not None and info.size == entry.size:
-                    self.resumed_bytes += entry.size
-                    continue
-                self.journal.file_incomplete(entry.path)
-            elif listed.get(state.key) == entry.size and cm.finished_unjournaled(
-                    self.store, self.journal, entry):
-                self.resumed_bytes += entry.size
-                continue
-            if entry.size <= psize:
-                self.tasks.append(_Task(entry, 0, 0, entry.size))
-                self.pending[entry.path] = 1
-                continue
-            if state.upload_id is not None:
-                held = self.store.list_parts(state.key, state.upload_id)
-                if held is None:
-                    self.journal.upload_lost(entry.path)  # expired or aborted: start over
-                else:
-                    self.journal.keep_parts(entry.path, {p.number: p.etag for p in held})
-            todo = 0
-            for number, offset in enumerate(range(0, entry.size, psize), start=1):
-                if number in state.parts:
-                    self.resumed_bytes += state.parts[number].size
-                else:
-                    length = min(psize, entry.size - offset)
-                    self.tasks.append(_Task(entry, number, offset, length))
-                    todo += 1
-            self.pending[entry.path] = todo
-            if todo == 0:  # every part durable, only the completion was lost
-                self.tasks.append(_Task(entry, -1, 0, 0))
-                self.pending[entry.path] = 1
+        list what is left to send (transfer/resume.py)."""
+        plan = rs.reconcile(self.store, self.journal, self.manifest, self.d.part_size_for,
+                            self.d.stale_after, self.resuming)
+        self.tasks, self.pending, self.resumed_bytes = plan.tasks, plan.pending, plan.resumed_bytes
         jr.save(self.journal_path, self.journal)
         if self.progress and self.resumed_bytes:
             self.progress(self.resumed_bytes)  # cumulative: resumed bytes count as done
@@ -286,7 +221,7 @@ class _Run:
                 setter(None)  # type: ignore[misc]
 
     def _run_workers(self) -> None:
-        work: queue.SimpleQueue[_Task] = queue.SimpleQueue()
+        work: queue.SimpleQueue[Task] = queue.SimpleQueue()
         for task in self.tasks:
             work.put(task)
         biggest = max((t.length for t in self.tasks), default=0)
@@ -307,7 +242,7 @@ class _Run:
     def _stopping(self) -> bool:
         return self.cancel.is_set() or self.error is not None
 
-    def _worker(self, work: queue.SimpleQueue[_Task], buffer_size: int) -> None:
+    def _worker(self, work: queue.SimpleQueue[Task], buffer_size: int) -> None:
         buf = bytearray(buffer_size)  # this worker's one buffer, reused for every part
         view = memoryview(buf)
         while not self._stopping():
@@ -324,7 +259,7 @@ class _Run:
                     self.error = self.error or err
                 return
 
-    def _read(self, task: _Task, view: memoryview) -> tuple[memoryview, int]:
+    def _read(self, task: Task, view: memoryview) -> tuple[memoryview, int]:
         data = view[: task.length]
         fd = os.open(self.src / task.entry.path, os.O_RDONLY)
         try:
@@ -350,7 +285,7 @@ class _Run:
             with self.turn:
                 self._send(n)
 
-    def _do(self, task: _Task, view: memoryview) -> None:
+    def _do(self, task: Task, view: memoryview) -> None:
         entry, path = task.entry, task.entry.path
         state = self.journal.files[path]
         if task.number == -1:
