@@ -228,22 +228,73 @@ def test_resume_after_kill_between_completion_and_journal_sends_nothing_again(
         assert verify_store(store, step) == []
 
 
-def test_drain_aborts_stale_uploads_it_does_not_own_and_spares_live_ones(
+class _Stop(Exception):
+    pass
+
+
+def _stop() -> None:
+    raise _Stop
+
+
+def test_drain_aborts_only_its_own_attempts_stale_uploads(
         store: Store, tmp_path: Path) -> None:
+    """A drain's housekeeping aborts unowned uploads of its own attempt only:
+    another attempt's upload, however old, may be a concurrent push's live
+    upload of one big file; retention removes it once past its grace."""
+    from ckptdrain.transfer.prune import prune_writer
+
     src = checkpoint(tmp_path / "step-8", seed=6, big=1 * MiB)
     prefix = keys.writer_data_prefix(8, 0)
-    other_writer = keys.writer_data_prefix(8, 1)
-    leaked = store.create_multipart(keys.data_key(8, 0, "model.bin", keys.new_attempt()))
-    theirs = store.create_multipart(other_writer + "x/model.bin")
-    # Young: maybe a concurrent writer's live upload; left alone.
-    drain(store, src, 8, tmp_path / "j1")
-    assert [u.upload_id for u in store.list_multipart_uploads(prefix)] == [leaked]
-    # Older than the grace period: a killed push's, aborted at drain start.
-    src2 = checkpoint(tmp_path / "b" / "step-8", seed=7, big=1 * MiB)
-    drain(store, src2, 8, tmp_path / "j2", replace=True, stale_after=0.0)
+    other_key = keys.data_key(8, 0, "big.bin", keys.new_attempt())
+    other = store.create_multipart(other_key)
+    store.upload_part(other_key, other, 1, b"x" * 1000)
+    with pytest.raises(_Stop):  # killed before its commit; its journal names its attempt
+        Drainer(store, part_size=PART).drain(
+            src, build_manifest(src, 8, 0, 1, created=1.0), journal_path=tmp_path / "j1",
+            before_commit=_stop)
+    attempt = jr.load(tmp_path / "j1").attempt  # type: ignore[union-attr]
+    leaked_key = keys.data_key(8, 0, "leaked.bin", attempt)
+    leaked = store.create_multipart(leaked_key)  # its own, but the journal never saw it
+    Drainer(store, part_size=PART, stale_after=0.0).drain(
+        src, build_manifest(src, 8, 0, 1, created=1.0), journal_path=tmp_path / "j1")
+    assert [(u.key, u.upload_id) for u in store.list_multipart_uploads(prefix)] == [
+        (other_key, other)]
+    assert leaked not in {u.upload_id for u in store.list_multipart_uploads(leaked_key)}
+    store.upload_part(other_key, other, 2, b"y" * 1000)  # the other push goes on
+    assert verify_store(store, 8) == []
+    prune_writer(store, writer=0, keep=1, now=time.time() + 7 * 3600)
     assert store.list_multipart_uploads(prefix) == []
-    assert [u.upload_id for u in store.list_multipart_uploads(other_writer)] == [theirs]
-    store.abort_multipart(other_writer + "x/model.bin", theirs)
+    assert verify_store(store, 8) == []
+
+
+def test_prune_between_resume_and_commit_never_commits_missing_data(
+        store: Store, tmp_path: Path) -> None:
+    """A drain killed before its manifest and resumed after the orphan grace
+    has old objects; a prune between the resume's checks and the manifest PUT
+    removes them. The drain must see that and not commit; a retry re-sends."""
+    from ckptdrain.errors import StoreError
+    from ckptdrain.transfer.prune import prune_writer
+
+    src = checkpoint(tmp_path / "step-5", seed=21, big=6 * MiB)
+    manifest = build_manifest(src, 5, 0, 1, created=1.0)
+    journal = tmp_path / "j"
+    with pytest.raises(_Stop):
+        Drainer(store, part_size=PART).drain(src, manifest, journal_path=journal,
+                                             before_commit=_stop)
+    later = time.time() + 7 * 3600  # the resume comes past the grace period
+
+    def prune() -> None:
+        prune_writer(store, writer=0, keep=1, now=later)
+
+    with pytest.raises(StoreError, match="vanished before the commit"):
+        Drainer(store, part_size=PART).drain(src, manifest, journal_path=journal,
+                                             before_commit=prune)
+    assert store.head(keys.manifest_key(5, 0)) is None
+    assert [c.step for c in complete_steps(store)] == []
+    result = Drainer(store, part_size=PART).drain(src, manifest, journal_path=journal)
+    assert result.sent_bytes == manifest.total_bytes  # every file sent again
+    assert [c.step for c in complete_steps(store)] == [5]
+    assert verify_store(store, 5) == []
 
 
 def test_conflict_is_an_error_of_its_own(store: Store, tmp_path: Path) -> None:

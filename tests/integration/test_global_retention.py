@@ -114,3 +114,33 @@ def test_stale_unfinished_uploads_of_the_writer_are_aborted(store: Store) -> Non
     prune_writer(store, writer=0, keep=1, now=time.time() + 7 * 3600)
     assert [u.key for u in store.list_multipart_uploads(keys.DATA)] == [theirs]
     store.abort_multipart(theirs, ids[theirs])
+
+
+def test_orphans_are_judged_per_attempt_not_per_object(tmp_path: Path) -> None:
+    """An attempt killed before its manifest and resumed much later has old
+    objects beside new ones, or an upload still under way: none of it is an
+    orphan yet. An attempt wholly old and idle is."""
+    import os
+
+    from ckptdrain.store.local import LocalStore
+
+    store = LocalStore(tmp_path / "store")
+    long_ago = time.time() - 7 * 3600
+
+    def put(attempt: str, path: str, old: bool) -> str:
+        key = keys.data_key(4, 0, path, attempt)
+        store.put_bytes(key, path.encode())
+        if old:
+            os.utime(store.root.joinpath(*key.split("/")), (long_ago, long_ago))
+        return key
+
+    mixed, uploading, idle = keys.new_attempt(), keys.new_attempt(), keys.new_attempt()
+    kept = [put(mixed, "a.bin", old=True), put(mixed, "b.bin", old=False),
+            put(uploading, "a.bin", old=True)]
+    upload_key = keys.data_key(4, 0, "big.bin", uploading)
+    upload = store.create_multipart(upload_key)  # young: the attempt is still at work
+    gone = [put(idle, "a.bin", old=True), put(idle, "b.bin", old=True)]
+    assert prune_writer(store, writer=0, keep=1) == []
+    assert all(store.head(k) is not None for k in kept)
+    assert all(store.head(k) is None for k in gone)
+    assert [u.upload_id for u in store.list_multipart_uploads(upload_key)] == [upload]

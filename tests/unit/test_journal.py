@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,6 +37,25 @@ def test_unreadable_journal_means_start_over(tmp_path: Path) -> None:
     (tmp_path / "j.json").write_text("{half a journ")
     assert jr.load(tmp_path / "j.json") is None
     assert jr.load(tmp_path / "missing.json") is None
+
+
+@pytest.mark.parametrize("damage", ["files-list", "size-infinity", "deep-nesting"])
+def test_any_damage_to_a_journal_means_start_over(
+        tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture) -> None:
+    doc = json.loads(journal().to_json())
+    if damage == "files-list":
+        doc["files"] = []
+        body = json.dumps(doc)
+    elif damage == "size-infinity":
+        doc["files"]["a.bin"]["size"] = float("inf")
+        body = json.dumps(doc)  # writes the bare Infinity that json.loads reads back
+    else:
+        body = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "j.json").write_text(body)
+    with caplog.at_level(logging.WARNING, logger="ckptdrain.transfer.journal"):
+        assert jr.load(tmp_path / "j.json") is None
+    assert len(caplog.records) == 1 and "starting a fresh attempt" in caplog.text
+    assert "Traceback" not in caplog.text
 
 
 def test_parts_the_store_lost_are_forgotten() -> None:

@@ -5,10 +5,12 @@
   CommitConflict unless the caller asked to replace it. A new attempt never
   touches the data of the committed one (keys.py), so a replacement killed
   half-way leaves the committed checkpoint intact.
-- `housekeeping`: at drain start, remove what killed drains of this writer
-  and step left behind and nobody owns: multipart uploads the journal does
-  not know (older than a grace period, so a concurrent writer's live upload
-  is left alone) and, on stores that have it, stale temp state (`sweep`).
+- `housekeeping`: at drain start, remove what earlier runs of this drain's
+  own attempt left behind and its journal does not own: multipart uploads
+  (older than a grace period) and, on stores that have it, stale temp state
+  (`sweep`). Other attempts' leftovers are never touched here, however old:
+  one may be a concurrent push's live upload of a big file; retention
+  (transfer/prune.py) removes them after its own, longer grace period.
 - `object_intact`: on resume, whether an object the journal did not see
   finish (killed after CompleteMultipartUpload or a single PUT, before the
   journal was saved) is there, whole and right, so it is not sent again.
@@ -58,26 +60,27 @@ def committed(store: Store, manifest: WriterManifest, replace: bool) -> WriterMa
         "--replace replaces it")
 
 
-def housekeeping(store: Store, step: int, writer: int, owned: set[tuple[str, str]],
-                 older_than: float, now: float | None = None) -> int:
-    """Abort unowned uploads under the writer's prefix of `step` older than
-    `older_than` seconds, and sweep the store's temp state; how many went."""
+def housekeeping(store: Store, step: int, writer: int, attempt: str,
+                 owned: set[tuple[str, str]], older_than: float,
+                 now: float | None = None) -> int:
+    """Abort unowned uploads under `attempt`'s own data prefix older than
+    `older_than` seconds, and sweep its temp state; how many went."""
     now = time.time() if now is None else now
     removed = 0
+    prefix = keys.data_prefix(step, writer, attempt)
     sweep = getattr(store, "sweep", None)
-    if callable(sweep):  # this step's temp files, not the whole store's
-        mine = (keys.writer_data_prefix(step, writer), keys.step_manifests_prefix(step))
-        removed += int(sweep(older_than, now, mine))
-    for upload in list_uploads(store, keys.writer_data_prefix(step, writer)):
+    if callable(sweep):  # this attempt's temp files, not the whole store's
+        removed += int(sweep(older_than, now, (prefix,)))
+    for upload in list_uploads(store, prefix):
         if (upload.key, upload.upload_id) in owned:
             continue
         if upload.initiated is not None and now - upload.initiated <= older_than:
-            continue  # maybe a live writer's: leave it to a later drain or retention
+            continue  # maybe still being sent by a run of this drain
         store.abort_multipart(upload.key, upload.upload_id)
         removed += 1
     if removed:
-        log.info("step %d writer %d: removed %d leftover upload(s)/temp file(s)",
-                 step, writer, removed)
+        log.info("step %d writer %d attempt %s: removed %d leftover upload(s)/temp file(s)",
+                 step, writer, attempt, removed)
     return removed
 
 

@@ -359,11 +359,34 @@ class _Run:
         """Write the manifest: the data objects are all complete and verified."""
         if self.cancel.is_set():
             raise DrainCancelled("drain cancelled before its manifest was written")
+        self._check_still_there()
         body = self.manifest.to_json()
         self._retry(lambda: self.store.put_bytes(mkey, body))
         with self.lock:
             self.journal.manifest_done()
             jr.save(self.journal_path, self.journal)
+
+    def _check_still_there(self) -> None:
+        """Right before the commit, every data object of this attempt must
+        still be in the store at its size (one listing). Retention may have
+        removed a resumed attempt's old objects as orphans after the resume
+        checked them; a manifest written now would name missing data. The
+        missing files are journaled incomplete, so a retry re-sends them."""
+        m = self.manifest
+        listed = {i.key: i.size for i in self._retry(lambda: list(self.store.list(
+            keys.data_prefix(m.step, m.writer, m.attempt))))}
+        missing = [f.path for f in m.files
+                   if listed.get(keys.data_key(m.step, m.writer, f.path, m.attempt)) != f.size]
+        if not missing:
+            return
+        with self.lock:
+            for path in missing:
+                self.journal.file_incomplete(path)
+            jr.save(self.journal_path, self.journal)
+        raise StoreError(
+            f"step {m.step} writer {m.writer}: {len(missing)} data object(s) of attempt "
+            f"{m.attempt} vanished before the commit (first: {missing[0]!r}); "
+            "nothing committed, a retry re-sends them")
 
     def _retry(self, call: Callable[[], T]) -> T:
         """Run `call`, retrying transient store errors with bounded exponential backoff."""

@@ -16,6 +16,7 @@ so a crash leaves the old journal or the new one, never half of either).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from ckptdrain.manifest import check_attempt
 #: 2: with the attempt id. A format-1 journal is not resumed (its keys are of
 #: the layout without attempts); the drain starts a fresh attempt.
 JOURNAL_FORMAT = 2
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -159,8 +162,11 @@ class UploadJournal:
                     parts={int(n): PartRecord(int(n), str(e), int(c), int(s))
                            for n, e, c, s in raw["parts"]},
                 )
-        except (ValueError, KeyError, TypeError) as err:
-            raise IntegrityError(f"upload journal unreadable: {err}") from None
+        except Exception as err:
+            # Any shape of damage (AttributeError, OverflowError, RecursionError,
+            # ...) is the same unreadable journal: the drain starts afresh.
+            raise IntegrityError(
+                f"upload journal unreadable: {type(err).__name__}: {str(err)[:120]}") from None
         return journal
 
 
@@ -175,7 +181,8 @@ def load(path: Path) -> UploadJournal | None:
         return UploadJournal.from_json(path.read_bytes())
     except FileNotFoundError:
         return None
-    except IntegrityError:
+    except (IntegrityError, OSError) as err:
+        log.warning("%s: %s; starting a fresh attempt", path, str(err)[:200])
         return None
 
 

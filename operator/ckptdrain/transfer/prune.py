@@ -11,17 +11,26 @@ manifest, or that lost a race) is removed only when it is older than a grace
 period and, if a manifest replaced it, only when that manifest is too: a
 restore that began reading an attempt just before it was replaced is not cut
 off, and a drain still uploading is not robbed. A drain never deletes data.
+
+Orphans are judged per attempt, never per object: an attempt's data goes
+only when every one of its objects is older than the grace period and it has
+no unfinished upload active within it. A drain killed before its manifest and
+resumed much later has old objects beside new ones; deleting the old ones
+alone would leave it a manifest naming missing data. An unfinished upload is
+active as of its newest part where the store says when that was, else as of
+when it was initiated.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from ckptdrain import keys, retention
 from ckptdrain.errors import IntegrityError, ObjectMissing
 from ckptdrain.manifest import WriterManifest
-from ckptdrain.store.base import ObjectInfo, Store
+from ckptdrain.store.base import MultipartUpload, ObjectInfo, Store
 from ckptdrain.transfer import catalog, commit
 
 log = logging.getLogger(__name__)
@@ -42,8 +51,34 @@ def _current_keys(store: Store, step: int, writer: int) -> set[str] | None:
     return {keys.data_key(step, writer, f.path, m.attempt) for f in m.files}
 
 
+_ATTEMPT = re.compile(r"[0-9a-f]{16}")
+
+
 def _old(modified: float | None, now: float, grace: float) -> bool:
     return modified is not None and now - modified > grace
+
+
+def _attempt_of(key: str) -> str:
+    """The attempt prefix a data key belongs to; a format-1 key (no attempt
+    level) is its own group."""
+    parts = key.split("/")
+    if len(parts) >= 5 and _ATTEMPT.fullmatch(parts[3]):
+        return "/".join(parts[:4]) + "/"
+    return key
+
+
+def _last_active(store: Store, upload: MultipartUpload, now: float,
+                 grace: float) -> float | None:
+    """When `upload` was last seen active: its newest part's time where the
+    store reports one, else when it was initiated."""
+    if not _old(upload.initiated, now, grace):
+        return upload.initiated  # recent (or unknown) already: no need to ask
+    parts = store.list_parts(upload.key, upload.upload_id) or []
+    times = [t for t in (getattr(p, "modified", None) for p in parts) if t is not None]
+    newest = max(times, default=None)
+    if newest is not None and (upload.initiated is None or newest > upload.initiated):
+        return float(newest)
+    return upload.initiated
 
 
 def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_GRACE,
@@ -76,6 +111,12 @@ def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_
         pruned.append(step)
     if pruned:
         log.info("global retention (keep %d): deleted writer %d's steps %s", keep, writer, pruned)
+    uploads: list[tuple[MultipartUpload, float | None]] = []
+    for upload in commit.list_uploads(store, keys.DATA):
+        parsed = keys.parse_data_key(upload.key)
+        if parsed is not None and parsed[1] == writer and parsed[0] not in pruned:
+            uploads.append((upload, _last_active(store, upload, now, grace)))
+    busy = {_attempt_of(u.key) for u, active in uploads if not _old(active, now, grace)}
     orphans = 0
     for step, infos in mine.items():
         if step in pruned:
@@ -85,16 +126,21 @@ def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_
         current = _current_keys(store, step, writer)
         if current is None:
             continue
+        attempts: dict[str, list[ObjectInfo]] = {}
         for info in infos:
-            if info.key not in current and _old(info.modified, now, grace):
-                store.delete(info.key)
-                orphans += 1
+            attempts.setdefault(_attempt_of(info.key), []).append(info)
+        for attempt, objects in attempts.items():
+            if attempt in busy or any(i.key in current for i in objects):
+                continue
+            if all(_old(i.modified, now, grace) for i in objects):
+                for info in objects:
+                    store.delete(info.key)
+                    orphans += 1
     sweep = getattr(store, "sweep", None)
     if callable(sweep):  # the file store's temp files of every step
         orphans += int(sweep(grace, now))
-    for upload in commit.list_uploads(store, keys.DATA):
-        parsed = keys.parse_data_key(upload.key)
-        if parsed is not None and parsed[1] == writer and _old(upload.initiated, now, grace):
+    for upload, active in uploads:
+        if _old(active, now, grace):
             store.abort_multipart(upload.key, upload.upload_id)
             orphans += 1
     if orphans:

@@ -73,7 +73,8 @@ def reconcile(store: Store, journal: jr.UploadJournal, manifest: WriterManifest,
     """Clear stale leftovers, reconcile `journal` with the store (updating
     it; the caller saves it), and list what is left to send."""
     m, plan = manifest, Plan()
-    cm.housekeeping(store, m.step, m.writer, set(journal.open_uploads()), stale_after)
+    cm.housekeeping(store, m.step, m.writer, journal.attempt, set(journal.open_uploads()),
+                    stale_after)
     # On resume, objects of this attempt already in the store (one listing):
     # any of them the journal did not see finish is checked, not re-sent.
     listed = ({i.key: i.size for i in store.list(keys.data_prefix(
