@@ -280,3 +280,13 @@ def test_a_pull_removes_the_staging_a_killed_pull_left(tmp_path: Path) -> None:
     assert (tmp_path / "dest" / "a.bin").read_bytes() == b"x" * 5000
     assert not killed.exists() and running.exists() and other.exists()
     assert remove_stale_staging(tmp_path / "dest") == 0
+
+
+def test_staging_of_this_very_pid_is_stale(tmp_path: Path) -> None:
+    # In a container a restarted pull is PID 1 again: its predecessor's
+    # staging carries the same PID, and this process has no other pull there.
+    from ckptdrain.transfer.fetch import remove_stale_staging
+
+    left = tmp_path / f".dest.ckptdrain-{os.getpid()}-abcd"
+    (left / "half").mkdir(parents=True)
+    assert remove_stale_staging(tmp_path / "dest") == 1 and not left.exists()

@@ -15,7 +15,15 @@ read-only; a local copy that cannot fit is refused before copying); 2 invalid
 configuration; 3 the global tier could not be asked and the local tier had
 nothing usable (restarting from scratch then could throw away days of
 training, so we fail and let the kubelet retry); 4 candidates existed but
-none verified. Only exit 0 without a step is a fresh start.
+none verified, or the store holds a step that failed verification (a manifest
+that does not parse or disagrees, or a writer count other than this job's).
+Only exit 0 without a step is a fresh start: a step some of whose writers'
+manifests are merely missing (still being written, or abandoned) does not
+block one.
+
+With several writers a local copy is used only when its manifest has the same
+content as this writer's committed global manifest: another pod that had the
+same rank may have left other bytes under the same step number.
 
 Unfinished drain journals on the local tier are left to the agent: restore
 runs before the trainer and every second it spends delays the whole job,
@@ -25,8 +33,10 @@ while the agent resumes the journal in the background moments later.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -35,11 +45,12 @@ from typing import Any
 
 from ckptdrain import units
 from ckptdrain.errors import CkptdrainError, IntegrityError, StoreError
+from ckptdrain.manifest import WriterManifest
 from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import completed_steps, step_dir
-from ckptdrain.restore.plan import Candidate, candidates
+from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 from ckptdrain.store.base import Store
 
@@ -50,11 +61,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     node_config.add_arguments(parser)
 
 
-def _global_steps(store: Any) -> list[int]:
-    from ckptdrain.transfer.catalog import complete_steps
+#: How the catalog words a writer's manifest that is not there (yet): the one
+#: rejection that is normal (a step still being written, or abandoned).
+_MISSING = re.compile(r"writer [0-9]+'s manifest is missing$")
+#: What this command leaves in the work dir while it works (its temp step,
+#: a fetch's staging beside it, a replaced step on its way out).
+_OWN_STAGING = re.compile(r"^\.\.?restore-(step|old)-")
 
-    found = complete_steps(store)
-    return sorted((getattr(s, "step", s) for s in found), reverse=True)
+
+def _global_catalog(store: Any, result: RestoreResult) -> tuple[dict[int, Any], bool]:
+    """The store's complete checkpoints by step, and whether a step failed
+    verification for a reason other than a missing manifest. Every rejected
+    step goes into `result.skipped` with its reason."""
+    from ckptdrain.transfer.catalog import scan
+
+    catalog = scan(store)
+    blocking = False
+    for rejected in catalog.rejected:
+        result.skipped.append(Skipped(rejected.step, "global", rejected.reason))
+        blocking = blocking or not _MISSING.search(rejected.reason)
+    return {c.step: c for c in catalog.complete}, blocking
+
+
+def _counts(tier: LocalTier, local_steps: list[int], found: dict[int, Any]
+            ) -> dict[tuple[Tier, int], int]:
+    """Each candidate's writer count. A local manifest that cannot be read is
+    left out here: trying it fails with the reason."""
+    counts: dict[tuple[Tier, int], int] = {("global", s): c.writers for s, c in found.items()}
+    for step in local_steps:
+        with contextlib.suppress(CkptdrainError, OSError):
+            counts[("local", step)] = tier.manifest(step).writers
+    return counts
+
+
+def _clear_own_staging(work_dir: Path) -> None:
+    """Remove what an earlier restore killed mid-way left in the work dir. This
+    command is the only writer there, and in a container a restarted one may
+    have the same PID as its predecessor, so a PID cannot tell them apart."""
+    for entry in os.scandir(work_dir):
+        if _OWN_STAGING.match(entry.name):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                Path(entry.path).unlink(missing_ok=True)
 
 
 def _place(tmp: Path, final: Path) -> None:
@@ -66,20 +115,30 @@ def _place(tmp: Path, final: Path) -> None:
     durable.publish(tmp, final)
 
 
-def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int) -> int:
+def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int,
+                committed: WriterManifest | None) -> int:
     manifest = tier.manifest(step)
     if (manifest.writer, manifest.writers) != (writer, writers):
         raise IntegrityError(f"local copy is writer {manifest.writer} of {manifest.writers},"
                              f" this pod is writer {writer} of {writers}")
+    if writers > 1 and (committed is None or not manifest.same_content(committed)):
+        # Every rank must resume from the same timeline: only the bytes the
+        # global commit names will do.
+        raise IntegrityError("local copy differs from this writer's committed global manifest "
+                             "(other files under the same step); using the global copy")
     space.check_room(tmp.parent, manifest.total_bytes)
     durable.copy_tree(tier.data_dir(step), tmp, files=[f.path for f in manifest.files],
                       expected={f.path: f for f in manifest.files})
     return manifest.total_bytes
 
 
-def _from_global(store: Any, step: int, writer: int, tmp: Path) -> int:
+def _from_global(store: Any, step: int, writer: int, writers: int, tmp: Path) -> int:
+    from ckptdrain.transfer.catalog import load_checkpoint
     from ckptdrain.transfer.fetch import fetch
 
+    found = load_checkpoint(store, step).writers
+    if found != writers:
+        raise IntegrityError(f"checkpoint has {found} writer(s), this job has {writers}")
     result = fetch(store, tmp, step=step, writer=writer)
     if result.step != step:
         raise IntegrityError(f"fetched step {result.step}, asked for {step}")
@@ -100,27 +159,36 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
         result.skipped.append(Skipped(None, "global", store_problem))
     tier = LocalTier(cfg.local_dir)
     local_steps = tier.steps() if cfg.local_dir.is_dir() else []
-    global_steps: list[int] = []
+    found: dict[int, Any] = {}
+    blocking = False
     global_ok = store is not None and store_problem is None
     if global_ok:
         try:
-            global_steps = _global_steps(store)
+            found, blocking = _global_catalog(store, result)
         except (StoreError, OSError) as err:
             global_ok = False
             result.skipped.append(Skipped(None, "global", f"listing failed: {err}"))
+    global_steps = sorted(found, reverse=True)
+    counts = _counts(tier, local_steps, found)
     plan = candidates(local_steps, global_steps, writers=cfg.writers,
-                      prefer=cfg.restore_prefer)  # type: ignore[arg-type]
+                      prefer=cfg.restore_prefer, counts=counts)  # type: ignore[arg-type]
+    for cand in wrong_writers(counts, cfg.writers):
+        blocking = True
+        result.skipped.append(Skipped(
+            cand.step, cand.tier, f"checkpoint has {counts[(cand.tier, cand.step)]} writer(s),"
+            f" this job has {cfg.writers}"))
     if cfg.writers > 1:
         for step in sorted(set(local_steps) - set(global_steps), reverse=True):
             result.skipped.append(Skipped(
                 step, "local",
                 "not complete globally; with several writers every rank must restore one step"))
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
+    _clear_own_staging(cfg.work_dir)
     no_room: list[str] = []
     for cand in plan:
         if result.step is not None and cand.step < result.step:
             break
-        outcome = _try(cfg, tier, store, cand, result)
+        outcome = _try(cfg, tier, store, cand, result, found.get(cand.step))
         if outcome == "no_room":
             no_room.append(f"step {cand.step} ({cand.tier}): {result.skipped[-1].reason}")
         if outcome == "ok":
@@ -139,6 +207,13 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     elif plan:
         result.outcome = "none_verified"
         result.reason = f"{len(plan)} candidate(s) found, none verified"
+    elif blocking:
+        # Checkpoints exist but none can be trusted: starting fresh would
+        # silently throw them away.
+        result.outcome = "none_verified"
+        result.reason = "checkpoints exist but failed verification: " + next(
+            s.reason for s in result.skipped if s.step is not None
+            and not _MISSING.search(s.reason))
     else:
         _clear_stale_steps(cfg.work_dir, keep=None)
         result.outcome, result.fresh_start = "fresh_start", True
@@ -146,7 +221,7 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
 
 
 def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
-         result: RestoreResult) -> str:
+         result: RestoreResult, ckpt: Any = None) -> str:
     """Restore one candidate: "ok", "failed" (try the next), or "no_room" (the
     work volume could not take it: full, over quota or read-only)."""
     tmp = cfg.work_dir / f".restore-step-{cand.step}-{os.getpid()}"
@@ -154,10 +229,12 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
     final = step_dir(cfg.work_dir, cand.step)
     try:
         if cand.tier == "local":
-            size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers)
+            committed = ckpt.manifests[cfg.writer] if ckpt is not None \
+                and cfg.writer < ckpt.writers else None
+            size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers, committed)
             source = str(tier.step_dir(cand.step))
         else:
-            size = _from_global(store, cand.step, cfg.writer, tmp)
+            size = _from_global(store, cand.step, cfg.writer, cfg.writers, tmp)
             source = f"{store.uri} step {cand.step} writer {cfg.writer}"
         _place(tmp, final)
     except (CkptdrainError, OSError) as err:

@@ -9,11 +9,15 @@ Rules:
   them); the local copy of such a step is still used when present. A step
   that only ever reached the local tiers is lost in that case: the price of
   not coordinating ranks during restore. With one writer, any local step is
-  eligible.
+  eligible;
+- a step whose writer count differs from the configured one is never
+  eligible (restoring it would hand this rank a different share of the
+  state than the job expects): `counts` says each (tier, step)'s count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,11 +36,20 @@ def candidates(
     *,
     writers: int,
     prefer: Tier = "local",
+    counts: Mapping[tuple[Tier, int], int] | None = None,
 ) -> list[Candidate]:
     """Every (step, tier) worth trying, best first."""
+    counts = counts or {}
     global_set = set(global_steps)
     eligible_local = [s for s in local_steps if writers == 1 or s in global_set]
     found = [Candidate(s, "local") for s in set(eligible_local)]
     found += [Candidate(s, "global") for s in global_set]
+    found = [c for c in found if counts.get((c.tier, c.step), writers) == writers]
     rank = {"local": 0, "global": 1} if prefer == "local" else {"global": 0, "local": 1}
     return sorted(found, key=lambda c: (-c.step, rank[c.tier]))
+
+
+def wrong_writers(counts: Mapping[tuple[Tier, int], int], writers: int) -> list[Candidate]:
+    """The (step, tier)s `candidates` leaves out for their writer count, newest first."""
+    return sorted((Candidate(step, tier) for (tier, step), n in counts.items() if n != writers),
+                  key=lambda c: (-c.step, c.tier))

@@ -306,12 +306,16 @@ def _alive(pid: int) -> bool:
 
 def remove_stale_staging(dest: Path) -> int:
     """Remove staging directories that killed pulls into `dest` left beside it
-    (their process is gone); return how many went."""
+    (their process is gone, or is this one: in a container a restarted pull
+    may get its predecessor's PID, and this process has no other pull into
+    `dest` under way); return how many went."""
     pattern = re.compile(re.escape(f".{dest.name}.ckptdrain-") + r"([0-9]+)-")
     removed = 0
     for entry in os.scandir(dest.parent):
         match = pattern.match(entry.name)
-        if match and entry.is_dir(follow_symlinks=False) and not _alive(int(match[1])):
+        pid = int(match[1]) if match else 0
+        if match and entry.is_dir(follow_symlinks=False) and (
+                pid == os.getpid() or not _alive(pid)):
             shutil.rmtree(entry.path, ignore_errors=True)
             removed += 1
     return removed
