@@ -23,15 +23,21 @@ class Clock:
     def __call__(self) -> datetime:
         return self.now
 
+    def monotonic(self) -> float:
+        return self.now.timestamp()
+
 
 def test_one_holder_per_writer_and_a_stale_holder_is_replaced(
         cluster: Cluster, namespace: str) -> None:
     kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
     api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
     clock = Clock()
-    first = WriterLease(namespace, "llama", 1, "uid-first", api=api, clock=clock)
-    second = WriterLease(namespace, "llama", 1, "uid-second", api=api, clock=clock)
-    other_rank = WriterLease(namespace, "llama", 0, "uid-second", api=api, clock=clock)
+    first = WriterLease(namespace, "llama", 1, "uid-first", api=api, clock=clock,
+                        monotonic=clock.monotonic)
+    second = WriterLease(namespace, "llama", 1, "uid-second", api=api, clock=clock,
+                        monotonic=clock.monotonic)
+    other_rank = WriterLease(namespace, "llama", 0, "uid-second", api=api, clock=clock,
+                        monotonic=clock.monotonic)
 
     first.check()
     other_rank.check()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from tests.support.faults import FaultyStore
 
+from ckptdrain import keys
 from ckptdrain.agent.drainworker import DrainWorker
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent
@@ -94,6 +95,37 @@ def test_a_step_already_in_the_store_is_not_sent_again(tmp_path: Path, store: Fa
     again.stop(10)
     assert store.calls["upload_part"] == sent
     assert recorder.events[-1].message == "already in the store"
+
+
+@pytest.mark.parametrize("committed_first", ["other content", "corrupt"])
+def test_a_step_committed_otherwise_stays_local_and_is_reported(
+        tmp_path: Path, store: FaultyStore, committed_first: str) -> None:
+    """Another pod that held this rank committed step 5 with other content, or
+    the committed manifest is unreadable: not "already global" (local
+    retention could then delete the only good copy), and never overwritten."""
+    if committed_first == "other content":
+        other = _tier(tmp_path / "other-pod", [5], size=PART + 7)
+        first = _worker(other, store, Recorder())
+        first.start()
+        first.submit(5)
+        _wait(lambda: other.is_global(5), "the other pod's drain")
+        first.stop(10)
+    else:
+        store.put_bytes(keys.manifest_key(5, 0), b'{"format":2')
+    theirs = store.get_bytes(keys.manifest_key(5, 0))
+    tier = _tier(tmp_path, [5])
+    recorder = Recorder()
+    worker = _worker(tier, store, recorder)
+    worker.start()
+    worker.submit(5)
+    _wait(lambda: "Failed" in recorder.states(5), "the conflict's report")
+    worker.stop(10)
+    assert not tier.is_global(5) and tier.has(5)
+    assert "Global" not in recorder.states(5)
+    failed = next(e for e in recorder.events if e.state.value == "Failed")
+    expected = "different content" if committed_first == "other content" else "unreadable"
+    assert expected in failed.message
+    assert store.get_bytes(keys.manifest_key(5, 0)) == theirs
 
 
 def test_newest_first_when_behind(tmp_path: Path, store: FaultyStore) -> None:

@@ -230,3 +230,36 @@ def test_after_a_bad_step_a_newer_one_is_tried_at_once(tmp_path: Path) -> None:
     _ticking(agent, clock, 0.2)  # well inside step 1's back-off
     assert agent.tier.steps() == [2]
     assert _states(recorder)[-2:] == ["Capturing", "Local"]
+
+
+def test_a_corrupt_local_manifest_is_moved_aside_not_fatal(tmp_path: Path) -> None:
+    """One unreadable step-<N>/manifest.json must not stop every start of the
+    agent (the sidecar would crash-loop and capture nothing again)."""
+    agent, recorder = _agent(tmp_path)
+    for step in (5, 6):
+        _publish(tmp_path, step)
+        agent.capture_newest("schedule")
+    (agent.tier.step_dir(5) / "manifest.json").write_text('{"format":2')
+    agent.recover()
+    assert agent.tier.steps() == [6]
+    aside = tmp_path / "local" / ".corrupt-step-5"
+    assert (aside / "data" / "w").read_bytes() == bytes([5]) * 1000  # kept for inspection
+    failed = [e for e in recorder.events if e.state is State.FAILED]
+    assert [e.step for e in failed] == [5] and "unreadable" in failed[0].message
+    agent.recover()  # the next start is clean
+    assert agent.tier.steps() == [6]
+
+
+def test_a_corrupt_manifest_newer_than_the_restored_step_is_moved_aside(tmp_path: Path
+                                                                       ) -> None:
+    agent, recorder = _agent(tmp_path)
+    for step in (3, 9):
+        _publish(tmp_path, step)
+        agent.capture_newest("schedule")
+    (agent.tier.step_dir(9) / "manifest.json").write_text('{"format":2')
+    result = {"fresh_start": False, "step": 3, "at": time.time()}
+    (tmp_path / "work" / "restore.json").write_text(json.dumps(result))
+    agent.recover()
+    assert agent.tier.steps() == [3]
+    assert (tmp_path / "local" / ".corrupt-step-9").is_dir()
+    assert [e.step for e in recorder.events if e.state is State.FAILED] == [9]

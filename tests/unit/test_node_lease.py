@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from ckptdrain.node.lease import MICROTIME, lease_name, lease_spec, may_take
+import pytest
+
+from ckptdrain.node.kube import WriterLease
+from ckptdrain.node.lease import (
+    MICROTIME,
+    ExpiryWatch,
+    WriterFenced,
+    lease_name,
+    lease_spec,
+    may_take,
+    renewal_fresh,
+)
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
@@ -13,15 +25,120 @@ def held_by(holder: str, renewed: datetime, seconds: int = 60) -> dict[str, obje
     return lease_spec(holder, seconds, renewed)
 
 
-def test_free_own_or_stale_leases_may_be_taken() -> None:
-    assert may_take({}, "me", NOW)
-    assert may_take(held_by("me", NOW), "me", NOW)
-    assert not may_take(held_by("other", NOW - timedelta(seconds=59)), "me", NOW)
-    assert may_take(held_by("other", NOW - timedelta(seconds=61)), "me", NOW)
-    # Written by another client with whole seconds, or without a duration.
-    assert not may_take({"holderIdentity": "other", "renewTime": "2026-01-02T03:04:00Z",
-                         "leaseDurationSeconds": 60}, "me", NOW)
-    assert may_take({"holderIdentity": "other", "renewTime": "garbage"}, "me", NOW)
+def test_free_own_or_long_unchanged_leases_may_be_taken() -> None:
+    assert may_take({}, "me", 0.0)
+    assert may_take(held_by("me", NOW), "me", 0.0)
+    assert not may_take(held_by("other", NOW), "me", 59.0)
+    assert may_take(held_by("other", NOW), "me", 61.0)
+    # Written by another client without a duration: nothing to wait for.
+    assert may_take({"holderIdentity": "other", "renewTime": "garbage"}, "me", 0.0)
+
+
+def test_expiry_is_judged_by_this_process_not_by_the_holders_stamp() -> None:
+    """A renewTime far in the past (the holder's clock behind ours, or ours
+    ahead) is no evidence: only seeing the lease unchanged for its duration is."""
+    watch = ExpiryWatch()
+    stale_looking = {"metadata": {"resourceVersion": "7"},
+                     "spec": held_by("other", NOW - timedelta(hours=2))}
+    assert not may_take(stale_looking["spec"], "me", watch.unchanged_for(stale_looking, 1000.0))
+    assert not may_take(stale_looking["spec"], "me", watch.unchanged_for(stale_looking, 1059.0))
+    renewed = {"metadata": {"resourceVersion": "8"},
+               "spec": held_by("other", NOW - timedelta(hours=2) + timedelta(seconds=20))}
+    assert watch.unchanged_for(renewed, 1070.0) == 0.0  # a renewal restarts the count
+    assert not may_take(renewed["spec"], "me", watch.unchanged_for(renewed, 1129.0))
+    assert may_take(renewed["spec"], "me", watch.unchanged_for(renewed, 1131.0))
+
+
+def test_a_renewal_vouches_for_two_thirds_of_the_lease() -> None:
+    assert not renewal_fresh(None, 5.0, 60)
+    assert renewal_fresh(100.0, 139.0, 60)
+    assert not renewal_fresh(100.0, 140.0, 60)
+
+
+class FakeLeaseApi:
+    """The lease calls WriterLease makes; `down` makes them fail like an
+    unreachable apiserver."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+        self.down = False
+
+    def _stored(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        self.lease = {"metadata": {"name": body["metadata"]["name"],
+                                   "resourceVersion": str(self.version)},
+                      "spec": dict(body["spec"])}
+        return {"metadata": dict(self.lease["metadata"]), "spec": dict(self.lease["spec"])}
+
+    def create_namespaced_custom_object(self, *args: Any, **_: Any) -> dict[str, Any]:
+        if self.down:
+            raise ConnectionError("apiserver unreachable")
+        return self._stored(args[-1])
+
+    def get_namespaced_custom_object(self, *args: Any, **_: Any) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+        if self.down:
+            raise ConnectionError("apiserver unreachable")
+        if self.lease is None:
+            raise ApiException(status=404)
+        return {"metadata": dict(self.lease["metadata"]), "spec": dict(self.lease["spec"])}
+
+    def replace_namespaced_custom_object(self, *args: Any, **_: Any) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+        if self.down:
+            raise ConnectionError("apiserver unreachable")
+        body = args[-1]
+        assert self.lease is not None
+        if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
+            raise ApiException(status=409)
+        return self._stored(body)
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.mono = 500.0
+        self.wall = NOW
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += timedelta(seconds=seconds)
+
+
+def test_an_unrenewable_lease_stops_vouching_for_commits() -> None:
+    api, clocks = FakeLeaseApi(), Clocks()
+    lease = WriterLease("ns", "pol", 0, "pod-a", api=api, clock=lambda: clocks.wall,
+                        monotonic=lambda: clocks.mono)
+    lease.check()
+    api.down = True
+    clocks.advance(30)
+    lease.check()  # a blip: the renewal 30 s ago still vouches
+    clocks.advance(10)
+    with pytest.raises(WriterFenced, match="could not be renewed"):
+        lease.check()  # another pod may hold it by now
+    api.down = False
+    lease.check()  # renewed again: commits resume
+
+
+def test_a_skewed_clock_does_not_take_a_live_lease() -> None:
+    api, a_clocks, b_clocks = FakeLeaseApi(), Clocks(), Clocks()
+    b_clocks.wall += timedelta(hours=1)  # pod b's node runs an hour ahead
+    a = WriterLease("ns", "pol", 0, "pod-a", api=api, clock=lambda: a_clocks.wall,
+                    monotonic=lambda: a_clocks.mono)
+    b = WriterLease("ns", "pol", 0, "pod-b", api=api, clock=lambda: b_clocks.wall,
+                    monotonic=lambda: b_clocks.mono)
+    a.check()
+    with pytest.raises(WriterFenced, match="pod-a"):
+        b.check()
+    for _ in range(3):  # a keeps renewing: b never sees it unchanged for long
+        a_clocks.advance(20)
+        b_clocks.advance(20)
+        a.check()
+        with pytest.raises(WriterFenced, match="pod-a"):
+            b.check()
+    b_clocks.advance(61)  # a is gone: unchanged for the lease's duration
+    b.check()
+    assert api.lease is not None and api.lease["spec"]["holderIdentity"] == "pod-b"
 
 
 def test_spec_keeps_the_acquire_time_on_renewal() -> None:

@@ -10,8 +10,11 @@ things go wrong:
   journal stays, so nothing already sent is wasted if it is resumed;
 - failures (store down, credentials, a corrupt local copy) are reported and
   retried with capped exponential backoff; the trainer never waits on this;
-- a step already complete in the store (a previous agent finished it, or
-  restore fetched it from there) is marked global without re-sending.
+- a step already complete in the store with the same content (a previous
+  agent finished it, or restore fetched it from there) is marked global
+  without re-sending; one committed with other content, or unreadable, is a
+  CommitConflict: reported and retried, the step stays local (never marked
+  global, so retention keeps it; the drain never overwrites it).
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from ckptdrain import keys
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.store.base import Store
 from ckptdrain.transfer import journal as jr
+from ckptdrain.transfer.commit import committed
 from ckptdrain.transfer.drain import DrainCancelled, Drainer, supersede_decision
 
 log = logging.getLogger(__name__)
@@ -184,7 +187,9 @@ class DrainWorker:
         if self.tier.is_global(step):
             return True
         manifest = self.tier.manifest(step)
-        if self.store.head(keys.manifest_key(step, manifest.writer)) is not None:
+        # Parsed and compared, not merely present: a corrupt manifest or another
+        # pod's content under this step and writer raises CommitConflict here.
+        if committed(self.store, manifest, replace=False) is not None:
             self._mark_global(step, manifest.total_bytes, 0.0, trigger, "already in the store")
             return True
         self.reporter.report(CheckpointEvent(step, State.DRAINING, manifest.total_bytes,

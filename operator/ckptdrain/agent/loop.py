@@ -37,12 +37,13 @@ from ckptdrain.agent.drainworker import DrainWorker, next_backoff
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.client import CONTROL_DIR, REQUEST_FILE, read_request, write_json_atomic
-from ckptdrain.errors import CkptdrainError
+from ckptdrain.errors import CkptdrainError, IntegrityError
+from ckptdrain.manifest import WriterManifest
 from ckptdrain.node import space
 from ckptdrain.node.config import AgentConfig
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.node.steps import completed_steps, is_writing, step_dir
+from ckptdrain.node.steps import completed_steps, is_writing, step_dir, step_name
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,8 @@ class Agent:
         for temp in self.tier.remove_temps():
             log.info("removed an unfinished capture: %s", temp)
         self._follow_restore()
+        for step in self.tier.steps():
+            self._manifest_or_quarantine(step)
         steps = self.tier.steps()
         for step in steps:
             manifest = self.tier.manifest(step)
@@ -150,10 +153,32 @@ class Agent:
         for step in self.tier.steps():
             # Steps captured after the restore are this run's (a restarted agent
             # must keep them); only older ones belong to the abandoned timeline.
-            if step > restored and self.tier.manifest(step).created < restored_at:
+            if step <= restored:
+                continue
+            manifest = self._manifest_or_quarantine(step)
+            if manifest is not None and manifest.created < restored_at:
                 log.warning("dropping local step %d: the trainer resumed from %s", step,
                             restored if restored >= 0 else "scratch")
                 self.tier.remove(step)
+
+    def _manifest_or_quarantine(self, step: int) -> WriterManifest | None:
+        """The step's manifest; None when it is unreadable, and then the step
+        is moved aside as `.corrupt-step-<N>` (a name the tier never lists) and
+        reported. Moved, not deleted: its data may be the only copy and an
+        operator can still inspect or repair it; out of the tier's way it no
+        longer stops every start of the agent."""
+        try:
+            return self.tier.manifest(step)
+        except IntegrityError as err:
+            aside = self.tier.root / f".corrupt-{step_name(step)}"
+            shutil.rmtree(aside, ignore_errors=True)  # an earlier quarantine of this step
+            os.rename(self.tier.step_dir(step), aside)
+            log.error("local step %d is unreadable (%s): moved aside to %s; it is not "
+                      "drained or restored, delete it once inspected", step, err, aside)
+            self.reporter.report(CheckpointEvent(
+                step, State.FAILED, message=f"local copy unreadable ({err}); moved aside to "
+                f"{aside.name}, not drained"))
+            return None
 
     # -- steady state ---------------------------------------------------------------
     def run(self) -> int:

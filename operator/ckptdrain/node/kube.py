@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -21,10 +22,12 @@ from ckptdrain.node.lease import (
     LEASE_API,
     LEASE_PLURAL,
     LEASE_SECONDS,
+    ExpiryWatch,
     WriterFenced,
     lease_name,
     lease_spec,
     may_take,
+    renewal_fresh,
 )
 
 log = logging.getLogger(__name__)
@@ -84,10 +87,16 @@ class WriterLease:
 
     def __init__(self, namespace: str, policy: str, writer: int, holder: str,
                  api: Any = None, seconds: int = LEASE_SECONDS,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.api = api if api is not None else kubeclient.custom_objects_api()
         self.namespace, self.name = namespace, lease_name(policy, writer)
         self.holder, self.seconds, self.clock = holder, seconds, clock
+        self.monotonic = monotonic
+        #: Monotonic time of the last successful take or renewal: a held lease
+        #: is only trusted while that is fresh (lease.renewal_fresh).
+        self._renewed_at: float | None = None
+        self._watch = ExpiryWatch()
         self.enabled = True
         self.held = False
         self.other: str | None = None
@@ -125,7 +134,7 @@ class WriterLease:
                            "spec": lease_spec(self.holder, self.seconds, now)}))
             return True
         spec = lease.get("spec") or {}
-        if not may_take(spec, self.holder, now):
+        if not may_take(spec, self.holder, self._watch.unchanged_for(lease, self.monotonic())):
             self.other = str(spec.get("holderIdentity"))
             return False
         mine = spec.get("holderIdentity") == self.holder
@@ -145,6 +154,7 @@ class WriterLease:
             self.held = self._take_or_renew(self.clock())
             if self.held:
                 self.other = None
+                self._renewed_at = self.monotonic()
         except ApiException as error:
             if error.status == 403:
                 self.enabled = False
@@ -155,13 +165,19 @@ class WriterLease:
                 self.held, self._mine = False, None
                 return False
             log.warning("could not renew writer lease %s: %s", self.name, error.reason)
-        except Exception as error:  # unreachable apiserver: keep the last answer
+        except Exception as error:  # unreachable apiserver: keep the last answer a while
             log.warning("could not renew writer lease %s: %s", self.name, error)
-        return self.held
+        # Past the margin another pod may have taken it: not held any more.
+        return self.held and renewal_fresh(self._renewed_at, self.monotonic(), self.seconds)
 
     def check(self) -> None:
         """Before a commit: renew, and raise WriterFenced if another pod holds it."""
         if not self.renew():
+            if self.held:  # ours when last heard, but not renewed for too long
+                raise WriterFenced(
+                    f"writer lease {self.namespace}/{self.name} could not be renewed for "
+                    f"over {self.seconds * 2 // 3}s (apiserver unreachable?): another pod may "
+                    "hold it by now; not committing until a renewal succeeds")
             raise WriterFenced(
                 f"writer lease {self.namespace}/{self.name} is held by pod uid {self.other}: "
                 "another live pod writes as this writer; not committing (the policy's "
