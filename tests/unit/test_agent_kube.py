@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from test_node_kube import FakeCore  # the node side's pod-patch fake, shared
+
 from ckptdrain.agent.kube import PendingBytesPublisher, RecordReporter, pending_changed
 from ckptdrain.agent.report import CheckpointEvent, State
 from ckptdrain.node.kube import RecordWriter
@@ -23,17 +25,6 @@ class FakeCustomObjects:
                                               plural: str, name: str, patch: dict[str, Any],
                                               **_: Any) -> None:
         self.patches.append((name, patch))
-
-
-class FakeCore:
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
-        self.patches: list[dict[str, Any]] = []
-
-    def patch_namespaced_pod(self, name: str, ns: str, body: dict[str, Any], **_: Any) -> None:
-        if self.fail:
-            raise ConnectionError("apiserver down")
-        self.patches.append(body)
 
 
 def _drain(reporter: RecordReporter) -> None:
