@@ -1,27 +1,38 @@
 """Leaks, after the whole sweep: temp files and staging directories under every
 file:// root, unfinished multipart uploads on every S3 bucket, and the bytes of
-data objects no current manifest names (orphans: reported, since retention
-removes them only after its grace period).
+data objects no current manifest names (orphans).
 
-Invariant: after global retention's clean-up (run here as it runs once its
-grace period has passed), no temp file, no staging directory, no unfinished
-upload. What a kill leaves before then is counted ("before retention"): it
-cannot be told from a slow live writer's state until the grace has passed. An
-upload that a surviving journal names is work a rerun of the same command
-resumes (reported as "resumable uploads"), not a leak.
+Invariant: after global retention's clean-up (run here on every store area of
+the sweep, file:// and S3, as it runs once its grace period has passed), no
+temp file, no staging directory, no unfinished upload and no orphaned data.
+What a kill leaves before then is counted ("before retention"): it cannot be
+told from a slow live writer's state until the grace has passed. An upload
+that a surviving journal names is work a rerun of the same command resumes
+(reported as "resumable uploads"), not a leak. Data beside a manifest that
+does not verify is kept on purpose (retention never judges a step it cannot
+read) and reported apart, as "bytes beside a damaged manifest".
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.torture.core import Category
 from tests.torture.ops import Ctx
 from tests.torture.stores import StoreKind
+
+from ckptdrain import keys
+from ckptdrain.errors import ObjectMissing
+from ckptdrain.store import open_store
+from ckptdrain.store.base import Store
+from ckptdrain.store.local import LocalStore
+from ckptdrain.transfer.prune import prune_writer
 
 _UPLOAD_ID = re.compile(rb'"upload_id":\s*"([^"]+)"')
 
@@ -39,21 +50,26 @@ def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
     resumable = journaled_uploads(ctx.scratch)
     kept = 0
     if kind.server is None:
-        root = kind.scratch / "stores"
         cat.figures["file:// temp files and staging dirs before retention"] = len(
-            _temp_state(root, resumable)[0])
-        _retention_pass(root)
-        found = []
-        for dirpath, dirs, names in os.walk(root):
-            for name in [*dirs, *names]:
-                if Path(dirpath).name == ".ckptdrain-multipart" and name in resumable:
-                    kept += 1
-                elif name.startswith(".ckptdrain-tmp") or (
-                        Path(dirpath).name == ".ckptdrain-multipart"):
-                    found.append(str((Path(dirpath) / name).relative_to(root)))
+            _temp_state(kind.scratch / "stores", resumable)[0])
+    leaked, damaged, sample = 0, 0, []
+    with _credentials(kind):
+        areas = _areas(kind)
+        for label, store in areas:
+            try:
+                _retention_pass(store)
+            except Exception as err:
+                cat.fail(f"retention on area {label}: {type(err).__name__}: {err}"[:400])
+        for label, store in areas:
+            area_leaked, area_damaged, keys_ = _orphans(store)
+            leaked += area_leaked
+            damaged += area_damaged
+            sample += [f"{label}/{k}" for k in keys_[:4]]
+    cat.figures["store areas swept by retention"] = len(areas)
+    if kind.server is None:
+        found, kept = _temp_state(kind.scratch / "stores", resumable)
         cat.figures["file:// temp files and staging dirs"] = len(found)
         cat.check(not found, f"{len(found)} temp files / staging dirs left: {found[:8]}")
-        objects = _walk(root)
     else:
         client = kind.client()
         uploads = []
@@ -65,12 +81,47 @@ def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
                     uploads.append(upload["Key"])
         cat.figures["unfinished multipart uploads"] = len(uploads)
         cat.check(not uploads, f"{len(uploads)} unfinished multipart uploads: {uploads[:8]}")
-        objects = {}
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=kind.bucket):
-            for item in page.get("Contents", []):
-                objects[item["Key"]] = item["Size"]
     cat.figures["resumable uploads"] = kept
-    cat.figures["orphan bytes"] = _orphans(objects, kind)
+    cat.figures["orphan bytes"] = leaked
+    cat.figures["bytes beside a damaged manifest"] = damaged
+    cat.check(leaked == 0, f"{leaked} bytes of data no manifest names after retention: "
+                           f"{sample[:8]}")
+
+
+@contextlib.contextmanager
+def _credentials(kind: StoreKind) -> Iterator[None]:
+    """The S3 server's credentials in this process's environment, as the CLI
+    and the agent get them, for the retention pass's in-process stores."""
+    if kind.server is None:
+        yield
+        return
+    s = kind.server
+    env = {"AWS_ACCESS_KEY_ID": s.access_key, "AWS_SECRET_ACCESS_KEY": s.secret_key,
+           "AWS_REGION": s.region}
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _areas(kind: StoreKind) -> list[tuple[str, Store]]:
+    """Every store area the sweep made: a directory under the file:// root,
+    a top-level prefix (objects or unfinished uploads) in the S3 bucket."""
+    if kind.server is None:
+        root = kind.scratch / "stores"
+        return [(p.name, LocalStore(p)) for p in sorted(root.iterdir()) if p.is_dir()]
+    client, tags = kind.client(), set()
+    for op in ("list_objects_v2", "list_multipart_uploads"):
+        for page in client.get_paginator(op).paginate(Bucket=kind.bucket, Delimiter="/"):
+            tags |= {p["Prefix"].rstrip("/") for p in page.get("CommonPrefixes", [])}
+    return [(tag, open_store(f"s3://{kind.bucket}/{tag}", endpoint_url=kind.server.endpoint_url))
+            for tag in sorted(tags)]
 
 
 def _temp_state(root: Path, resumable: set[str]) -> tuple[list[str], int]:
@@ -85,59 +136,53 @@ def _temp_state(root: Path, resumable: set[str]) -> tuple[list[str], int]:
     return found, kept
 
 
-def _retention_pass(root: Path) -> None:
-    """What global retention does once its grace period has passed, on every
-    file:// store of the sweep: a killed writer's temp files and unfinished
-    uploads cannot be told from a slow live one's until then (docs/cli.md), so
-    the invariant is that retention leaves none, not that a kill leaves none."""
-    from ckptdrain import keys
-    from ckptdrain.store.local import LocalStore
-    from ckptdrain.transfer.prune import prune_writer
-
+def _retention_pass(store: Store) -> None:
+    """What global retention does once its grace period has passed: a killed
+    writer's temp files and unfinished uploads cannot be told from a slow live
+    one's until then (docs/cli.md), so the invariant is that retention leaves
+    none, not that a kill leaves none."""
     later = time.time() + 1
-    for area in sorted(p for p in root.iterdir() if p.is_dir()):
-        store = LocalStore(area)
-        writers = {parsed[1] for info in store.list(keys.DATA)
-                   if (parsed := keys.parse_data_key(info.key)) is not None}
-        for upload in store.list_multipart_uploads(keys.DATA):
-            parsed = keys.parse_data_key(upload.key)
-            if parsed is not None:
-                writers.add(parsed[1])
-        for writer in sorted(writers):
-            prune_writer(store, writer, keep=10**6, grace=0, now=later)
-        store.sweep(0, now=later)
+    writers = {parsed[1] for info in store.list(keys.DATA)
+               if (parsed := keys.parse_data_key(info.key)) is not None}
+    for upload in store.list_multipart_uploads(keys.DATA):
+        parsed = keys.parse_data_key(upload.key)
+        if parsed is not None:
+            writers.add(parsed[1])
+    for writer in sorted(writers):
+        prune_writer(store, writer, keep=10**6, grace=0, now=later)
+    sweep = getattr(store, "sweep", None)
+    if callable(sweep):
+        sweep(0, now=later)
 
 
-def _walk(root: Path) -> dict[str, int]:
-    found = {}
-    for dirpath, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in names:
-            path = Path(dirpath) / name
-            found[str(path.relative_to(root))] = path.stat().st_size
-    return found
+def _orphans(store: Store) -> tuple[int, int, list[str]]:
+    """(bytes of data no valid manifest names, bytes beside a manifest that
+    does not parse or names another step, keys of the first kind). Judged
+    here from the manifests themselves, not by retention's own code."""
+    named: dict[tuple[int, int], set[str] | None] = {}
+    leaked, damaged, found = 0, 0, []
+    for info in store.list(keys.DATA):
+        parsed = keys.parse_data_key(info.key)
+        if parsed is not None and parsed not in named:
+            named[parsed] = _named(store, *parsed)
+        current = named.get(parsed) if parsed is not None else set()
+        if current is None:
+            damaged += info.size
+        elif info.key not in current:
+            leaked += info.size
+            found.append(info.key)
+    return leaked, damaged, found
 
 
-def _orphans(objects: dict[str, int], kind: StoreKind) -> int:
-    """Bytes of data objects that no manifest next to them names."""
-    named: set[str] = set()
-    for key in objects:
-        head, sep, _ = key.partition("manifests/")
-        if not sep or not key.endswith(".json"):
-            continue
-        try:
-            doc = json.loads(_read(kind, key))
-            step, writer = int(doc["step"]), int(doc["writer"])
-            attempt = f"{doc['attempt']}/" if doc.get("attempt") else ""
-            for entry in doc["files"]:
-                named.add(f"{head}data/{step:020d}/{writer:05d}/{attempt}{entry['path']}")
-        except (ValueError, KeyError, TypeError, OSError):
-            continue
-    return sum(size for key, size in objects.items()
-               if "data/" in key and key not in named)
-
-
-def _read(kind: StoreKind, key: str) -> bytes:
-    if kind.server is None:
-        return (kind.scratch / "stores" / key).read_bytes()
-    return bytes(kind.client().get_object(Bucket=kind.bucket, Key=key)["Body"].read())
+def _named(store: Store, step: int, writer: int) -> set[str] | None:
+    try:
+        doc = json.loads(store.get_bytes(keys.manifest_key(step, writer)))
+        if (int(doc["step"]), int(doc["writer"])) != (step, writer):
+            return None
+        attempt = f"{doc['attempt']}/" if doc.get("attempt") else ""
+        return {f"{keys.DATA}{step:020d}/{writer:05d}/{attempt}{entry['path']}"
+                for entry in doc["files"]}
+    except ObjectMissing:
+        return set()
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return None
