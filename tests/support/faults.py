@@ -127,9 +127,9 @@ class FaultyStore:
         self._enter("put_stream")
         self.inner.put_stream(key, stream, size)
 
-    def get_bytes(self, key: str) -> bytes:
+    def get_bytes(self, key: str, *, limit: int | None = None) -> bytes:
         self._enter("get_bytes")
-        return self._maybe_corrupt(key, self.inner.get_bytes(key))
+        return self._maybe_corrupt(key, self.inner.get_bytes(key, limit=limit))
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         self._enter("get_range")

@@ -53,11 +53,19 @@ class Store(Protocol):
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
         """Write an object of known size from a stream, atomically."""
 
-    def get_bytes(self, key: str) -> bytes:
-        """Read a whole (small) object. Raises ObjectMissing."""
+    def get_bytes(self, key: str, *, limit: int | None = None) -> bytes:
+        """Read a whole (small) object. Raises ObjectMissing.
+
+        With `limit`, an object larger than `limit` bytes raises ObjectTooLarge
+        without being read: its size is checked first, and no more than
+        limit + 1 bytes are ever read, whatever size the store claimed."""
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        """Read `length` bytes from `start`. Raises ObjectMissing."""
+        """Read `length` bytes from `start`. Raises ObjectMissing.
+
+        Never more than `length` bytes: a server that ignores the range
+        (answers the whole object) or answers another one raises StoreError
+        before its body is read."""
 
     # Optional: get_range_into(key, start, buffer: memoryview) -> int reads up
     # to len(buffer) bytes into the caller's buffer and returns how many (as

@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ckptdrain import checksum
-from ckptdrain.errors import IntegrityError, InvalidInput, ObjectMissing, StoreError
+from ckptdrain.errors import (
+    IntegrityError,
+    InvalidInput,
+    ObjectMissing,
+    ObjectTooLarge,
+    StoreError,
+)
 from ckptdrain.localfs import fsync_dir as _fsync_dir
 from ckptdrain.paths import RESERVED_PREFIX, check_key
 from ckptdrain.store import local_sweep
@@ -155,11 +161,23 @@ class LocalStore:
         self._write_atomic(self._path(key), chunks())
 
     # Reading ---------------------------------------------------------------
-    def get_bytes(self, key: str) -> bytes:
+    def get_bytes(self, key: str, *, limit: int | None = None) -> bytes:
         try:
-            return self._path(key).read_bytes()
+            with self._path(key).open("rb") as f:
+                if limit is None:
+                    return f.read()
+                # The file's size first (a sparse multi-GB file costs no
+                # disk); then one byte more than it, should it have grown
+                # since: read(n) allocates n bytes whatever the file holds.
+                size = os.fstat(f.fileno()).st_size
+                if size > limit:
+                    raise ObjectTooLarge(f"{key}: {size} bytes, more than the {limit} allowed")
+                data = f.read(size + 1)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
             raise ObjectMissing(key) from err
+        if len(data) > size:  # written in place meanwhile: not one object's bytes
+            raise IntegrityError(f"{key}: grew while it was read")
+        return data
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """Up to `length` bytes from `start`; fewer only where the object ends."""

@@ -29,7 +29,6 @@ import time
 
 from ckptdrain import keys, retention
 from ckptdrain.errors import IntegrityError, ObjectMissing
-from ckptdrain.manifest import WriterManifest
 from ckptdrain.store.base import MultipartUpload, ObjectInfo, Store
 from ckptdrain.transfer import catalog, commit
 
@@ -43,7 +42,7 @@ def _current_keys(store: Store, step: int, writer: int) -> set[str] | None:
     """Data keys the current manifest of (step, writer) names; empty if there
     is none; None if it is unreadable (then nothing of the step is touched)."""
     try:
-        m = WriterManifest.from_json(store.get_bytes(keys.manifest_key(step, writer)))
+        m = catalog.read_manifest(store, keys.manifest_key(step, writer))
     except ObjectMissing:
         return set()
     except IntegrityError:
