@@ -38,6 +38,10 @@ class UploadedPart:
     # whose parts were sent with one; not part of a part's identity (SeaweedFS
     # lists parts without it), so it does not take part in ==.
     crc32c: int | None = field(default=None, compare=False)
+    #: When the store received it, Unix seconds, where list_parts says (S3's
+    #: LastModified, a part file's mtime). Retention judges an unfinished
+    #: upload by its newest part: one still being sent is not abandoned.
+    modified: float | None = field(default=None, compare=False)
 
 
 @runtime_checkable

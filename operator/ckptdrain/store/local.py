@@ -306,9 +306,9 @@ class LocalStore:
             raise ObjectMissing(key) from err
         return UploadedPart(number=number, etag=etag, crc32c=actual)
 
-    def _parts(self, path: Path) -> dict[int, tuple[str, int]]:
-        """number -> (etag, size) of the parts complete on disk."""
-        parts: dict[int, tuple[str, int]] = {}
+    def _parts(self, path: Path) -> dict[int, tuple[str, int, float]]:
+        """number -> (etag, size, mtime) of the parts complete on disk."""
+        parts: dict[int, tuple[str, int, float]] = {}
         for entry in os.scandir(path):
             name = entry.name
             if not name.endswith(".etag") or not name[:5].isdigit():
@@ -316,8 +316,9 @@ class LocalStore:
             etag, _, size_text = Path(entry.path).read_text().partition(" ")
             part_file = path / f"{name[:5]}.part"
             with contextlib.suppress(FileNotFoundError):
-                if part_file.stat().st_size == int(size_text):
-                    parts[int(name[:5])] = (etag, int(size_text))
+                st = part_file.stat()
+                if st.st_size == int(size_text):
+                    parts[int(name[:5])] = (etag, int(size_text), st.st_mtime)
         return parts
 
     def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
@@ -328,7 +329,8 @@ class LocalStore:
             parts = self._parts(path)
         except FileNotFoundError:
             return None  # aborted while we looked
-        return [UploadedPart(n, etag) for n, (etag, _) in sorted(parts.items())]
+        return [UploadedPart(n, etag, modified=mtime)
+                for n, (etag, _, mtime) in sorted(parts.items())]
 
     def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
         """Assemble `parts` in order into the object, atomically.

@@ -110,7 +110,8 @@ class S3Multipart:
         parts = self._server_parts(key, upload_id)
         if parts is None:
             return None
-        return [UploadedPart(n, str(item["ETag"]), _crc32c_from_b64(item.get("ChecksumCRC32C")))
+        return [UploadedPart(n, str(item["ETag"]), _crc32c_from_b64(item.get("ChecksumCRC32C")),
+                             item["LastModified"].timestamp() if item.get("LastModified") else None)
                 for n, item in sorted(parts.items())]
 
     def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:

@@ -72,9 +72,10 @@ def _last_active(store: Store, upload: MultipartUpload, now: float,
     store reports one, else when it was initiated."""
     if not _old(upload.initiated, now, grace):
         return upload.initiated  # recent (or unknown) already: no need to ask
+    # A huge file sent at a low rate can take longer than the grace period;
+    # its upload is alive as long as parts keep arriving.
     parts = store.list_parts(upload.key, upload.upload_id) or []
-    times = [t for t in (getattr(p, "modified", None) for p in parts) if t is not None]
-    newest = max(times, default=None)
+    newest = max((p.modified for p in parts if p.modified is not None), default=None)
     if newest is not None and (upload.initiated is None or newest > upload.initiated):
         return float(newest)
     return upload.initiated
