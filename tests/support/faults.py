@@ -157,6 +157,11 @@ class FaultyStore:
         self._enter("upload_part")
         return self.inner.upload_part(key, upload_id, number, data, crc32c)
 
+    def upload_part_from(self, key: str, upload_id: str, number: int, stream: BinaryIO,
+                         size: int, crc32c: int) -> UploadedPart:
+        self._enter("upload_part_from")
+        return self.inner.upload_part_from(key, upload_id, number, stream, size, crc32c)
+
     def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
         self._enter("list_parts")
         return self.inner.list_parts(key, upload_id)

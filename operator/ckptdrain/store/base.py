@@ -98,6 +98,14 @@ class Store(Protocol):
         (IntegrityError on a mismatch); the store computes it when not given.
         The returned part carries it: complete_multipart needs it back."""
 
+    def upload_part_from(self, key: str, upload_id: str, number: int, stream: BinaryIO,
+                         size: int, crc32c: int) -> UploadedPart:
+        """upload_part, the part's `size` bytes read from `stream` (seekable,
+        from where it stands) as they are sent, never held whole: a part
+        larger than the caller's buffer. `crc32c` is required (computed by
+        the caller in a pass of its own) and verified as upload_part's; a
+        stream that ends early raises IntegrityError."""
+
     def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
         """Parts the store holds for an upload, or None if the upload is gone.
         Their crc32c may be None (not every server lists it)."""

@@ -30,7 +30,7 @@ import os
 import re
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -52,6 +52,12 @@ _MULTIPART_DIR = RESERVED_PREFIX + "multipart"
 _UPLOAD_ID_RE = re.compile(r"[0-9a-f]{32}")
 MAX_PART_NUMBER = 10_000  # as on S3
 _COPY_CHUNK = 1 << 20
+
+
+def _refused(key: str, number: int, actual: int, expected: int) -> IntegrityError:
+    return IntegrityError(
+        f"upload_part {key} part {number}: the store refused the bytes: checksum "
+        f"mismatch (CRC32C {checksum.to_hex(actual)}, expected {checksum.to_hex(expected)})")
 
 
 class LocalStore:
@@ -278,33 +284,54 @@ class LocalStore:
         """Store one part durably. Raises ObjectMissing if the upload is gone,
         IntegrityError if `crc32c` is given and is not the CRC32C of `data`
         (checked as S3 servers do; awscrt makes it cheap)."""
-        if not 1 <= number <= MAX_PART_NUMBER:
-            raise InvalidInput("part number", f"1..{MAX_PART_NUMBER}", number)
         actual = checksum.crc32c(memoryview(data).cast("B"))
         if crc32c is not None and crc32c != actual:
-            raise IntegrityError(
-                f"upload_part {key} part {number}: the store refused the bytes: checksum "
-                f"mismatch (CRC32C {checksum.to_hex(actual)}, expected {checksum.to_hex(crc32c)})"
-            )
+            raise _refused(key, number, actual, crc32c)
+        etag = f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+        self._store_part(key, upload_id, number, iter((data,)), len(data), lambda: etag)
+        return UploadedPart(number=number, etag=etag, crc32c=actual)
+
+    def upload_part_from(self, key: str, upload_id: str, number: int, stream: BinaryIO,
+                         size: int, crc32c: int) -> UploadedPart:
+        """upload_part from a stream, in 1 MiB chunks; the CRC32C is checked
+        once the chunks are written, before the part file takes its name."""
+        md5 = hashlib.md5(usedforsecurity=False)
+
+        def chunks() -> Iterator[bytes]:
+            crc, left = 0, size
+            while left:
+                chunk = stream.read(min(left, _COPY_CHUNK))
+                if not chunk:
+                    raise IntegrityError(f"upload_part {key} part {number}: the stream ended "
+                                         f"{left} bytes early")
+                crc, left = checksum.crc32c(chunk, crc), left - len(chunk)
+                md5.update(chunk)
+                yield chunk
+            if crc != crc32c:  # raised inside the write: the temp file goes
+                raise _refused(key, number, crc, crc32c)
+
+        self._store_part(key, upload_id, number, chunks(), size, lambda: f'"{md5.hexdigest()}"')
+        return UploadedPart(number=number, etag=f'"{md5.hexdigest()}"', crc32c=crc32c)
+
+    def _store_part(self, key: str, upload_id: str, number: int, chunks: Iterator[bytes],
+                    size: int, etag: Callable[[], str]) -> None:
+        """Write a part's chunks, then its etag (known once they are written)."""
+        if not 1 <= number <= MAX_PART_NUMBER:
+            raise InvalidInput("part number", f"1..{MAX_PART_NUMBER}", number)
         path = self._upload_dir(key, upload_id)
         if path is None:
             raise ObjectMissing(key)
-        etag = f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
         etag_file = path / f"{number:05d}.etag"
         # Drop the old etag first: a crash between the two writes leaves a
         # part without an etag, which list_parts does not report (re-sent).
         with contextlib.suppress(FileNotFoundError):
             etag_file.unlink()
         try:
-            self._write_atomic(
-                path / f"{number:05d}.part", iter((data,)), make_parents=False
-            )
-            self._write_atomic(
-                etag_file, iter((f"{etag} {len(data)}".encode(),)), make_parents=False
-            )
+            self._write_atomic(path / f"{number:05d}.part", chunks, make_parents=False)
+            self._write_atomic(etag_file, iter((f"{etag()} {size}".encode(),)),
+                               make_parents=False)
         except FileNotFoundError as err:  # aborted meanwhile
             raise ObjectMissing(key) from err
-        return UploadedPart(number=number, etag=etag, crc32c=actual)
 
     def _parts(self, path: Path) -> dict[int, tuple[str, int, float]]:
         """number -> (etag, size, mtime) of the parts complete on disk."""

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from botocore.exceptions import ClientError
 
 from ckptdrain import checksum
 from ckptdrain.errors import IntegrityError, ObjectMissing
 from ckptdrain.store.base import MultipartUpload, UploadedPart
-from ckptdrain.store.s3_bodies import PacedBody
+from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 from ckptdrain.store.s3_errors import MISSING_KEY_CODES
 
 #: The codes by which a server says an upload is no longer there.
@@ -83,6 +83,19 @@ class S3Multipart:
         response = self._call("upload_part", key, handled={"NoSuchUpload"}, Key=self._key(key),
                               UploadId=upload_id, PartNumber=number, Body=body,
                               ContentLength=len(body), ChecksumCRC32C=_b64_crc32c(crc32c))
+        if isinstance(response, ClientError):
+            raise ObjectMissing(key) from response
+        return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
+
+    def upload_part_from(self, key: str, upload_id: str, number: int, stream: BinaryIO,
+                         size: int, crc32c: int) -> UploadedPart:
+        """upload_part, its body read from `stream` (seekable, from where it
+        stands) as it is sent: a part larger than any buffer we hold. The
+        server verifies `crc32c` (the caller's, computed beforehand)."""
+        body = WindowBody(stream, size, pace=self._pace, strict=True)
+        response = self._call("upload_part", key, handled={"NoSuchUpload"}, Key=self._key(key),
+                              UploadId=upload_id, PartNumber=number, Body=body,
+                              ContentLength=size, ChecksumCRC32C=_b64_crc32c(crc32c))
         if isinstance(response, ClientError):
             raise ObjectMissing(key) from response
         return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
