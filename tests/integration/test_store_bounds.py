@@ -119,7 +119,7 @@ def test_an_honest_front_serves_the_range(s3server: S3Server, s3area: tuple[str,
 
 
 @pytest.mark.parametrize("reader", list(READERS))
-@pytest.mark.parametrize("mode", ["ignore-range", "shift", "chunked"])
+@pytest.mark.parametrize("mode", ["ignore-range", "shift", "short", "chunked"])
 @pytest.mark.parametrize("start", [0, 4096])
 def test_a_wrong_answer_to_a_range_is_refused_unread(
         s3server: S3Server, s3area: tuple[str, str], s3object: bytes,

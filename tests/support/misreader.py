@@ -12,6 +12,8 @@ with the server's own client and credentials), in one of these ways:
   without range support).
 - "shift": 206 with the range one byte further on and a Content-Range that
   says so truthfully (an answer about other bytes).
+- "short": 206 with the first half of the range asked, its Content-Range
+  saying so (an answer that stops before the object's end).
 - "chunked": the honest status and Content-Range, but the whole object as a
   chunked body with no Content-Length (a body longer than announced).
 
@@ -32,7 +34,7 @@ from urllib.parse import unquote, urlsplit
 
 from tests.support.s3servers import S3Server
 
-MODES = ("honest", "ignore-range", "shift", "chunked")
+MODES = ("honest", "ignore-range", "shift", "short", "chunked")
 _RANGE = re.compile(r"bytes=(\d+)-(\d+)")
 _CHUNK = 1 << 16
 
@@ -88,6 +90,8 @@ class Misreader:
             first, last = int(asked[1]), int(asked[2])
             if self.mode == "shift":
                 first, last = first + 1, last + 1
+            if self.mode == "short":
+                last = first + (last - first) // 2
             last = min(last, len(whole) - 1)
             status, body = 206, whole[first:last + 1]
             headers["Content-Range"] = f"bytes {first}-{last}/{len(whole)}"
