@@ -60,6 +60,11 @@ class IntegrityError(CkptdrainError):
     exit_code = 4
 
 
+class ObjectTooLarge(IntegrityError):
+    """An object is larger than its reader allows (a manifest of many GB at a
+    manifest key): refused before its bytes are read, never after."""
+
+
 class UnsafePath(IntegrityError):
     """A path from a manifest would escape its destination or is malformed."""
 

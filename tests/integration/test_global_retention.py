@@ -144,3 +144,21 @@ def test_orphans_are_judged_per_attempt_not_per_object(tmp_path: Path) -> None:
     assert all(store.head(k) is not None for k in kept)
     assert all(store.head(k) is None for k in gone)
     assert [u.upload_id for u in store.list_multipart_uploads(upload_key)] == [upload]
+
+
+def test_an_unfinished_upload_is_judged_by_its_newest_part(store: Store) -> None:
+    """A huge file sent slowly: its upload began longer ago than the grace
+    period, but a part arrived lately, so it is alive and stays. One whose
+    only part is as old as it is goes. (A short grace period stands in for
+    hours; the times compared are the store's own.)"""
+    alive = keys.data_key(6, 0, "huge.bin", keys.new_attempt())
+    idle = keys.data_key(6, 0, "left.bin", keys.new_attempt())
+    ids = {key: store.create_multipart(key) for key in (alive, idle)}
+    store.upload_part(idle, ids[idle], 1, b"old part")
+    time.sleep(6.0)  # both initiations, and the idle part, now older than the grace
+    store.upload_part(alive, ids[alive], 1, b"recent part")
+    parts = store.list_parts(alive, ids[alive])
+    assert parts is not None and parts[0].modified is not None
+    assert prune_writer(store, writer=0, keep=1, grace=4.0, now=time.time()) == []
+    assert [u.key for u in store.list_multipart_uploads(keys.DATA)] == [alive]
+    store.abort_multipart(alive, ids[alive])

@@ -127,9 +127,9 @@ class FaultyStore:
         self._enter("put_stream")
         self.inner.put_stream(key, stream, size)
 
-    def get_bytes(self, key: str) -> bytes:
+    def get_bytes(self, key: str, *, limit: int | None = None) -> bytes:
         self._enter("get_bytes")
-        return self._maybe_corrupt(key, self.inner.get_bytes(key))
+        return self._maybe_corrupt(key, self.inner.get_bytes(key, limit=limit))
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         self._enter("get_range")
@@ -156,6 +156,11 @@ class FaultyStore:
     ) -> UploadedPart:
         self._enter("upload_part")
         return self.inner.upload_part(key, upload_id, number, data, crc32c)
+
+    def upload_part_from(self, key: str, upload_id: str, number: int, stream: BinaryIO,
+                         size: int, crc32c: int) -> UploadedPart:
+        self._enter("upload_part_from")
+        return self.inner.upload_part_from(key, upload_id, number, stream, size, crc32c)
 
     def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
         self._enter("list_parts")

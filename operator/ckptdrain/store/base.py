@@ -38,6 +38,10 @@ class UploadedPart:
     # whose parts were sent with one; not part of a part's identity (SeaweedFS
     # lists parts without it), so it does not take part in ==.
     crc32c: int | None = field(default=None, compare=False)
+    #: When the store received it, Unix seconds, where list_parts says (S3's
+    #: LastModified, a part file's mtime). Retention judges an unfinished
+    #: upload by its newest part: one still being sent is not abandoned.
+    modified: float | None = field(default=None, compare=False)
 
 
 @runtime_checkable
@@ -53,11 +57,19 @@ class Store(Protocol):
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
         """Write an object of known size from a stream, atomically."""
 
-    def get_bytes(self, key: str) -> bytes:
-        """Read a whole (small) object. Raises ObjectMissing."""
+    def get_bytes(self, key: str, *, limit: int | None = None) -> bytes:
+        """Read a whole (small) object. Raises ObjectMissing.
+
+        With `limit`, an object larger than `limit` bytes raises ObjectTooLarge
+        without being read: its size is checked first, and no more than
+        limit + 1 bytes are ever read, whatever size the store claimed."""
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        """Read `length` bytes from `start`. Raises ObjectMissing."""
+        """Read `length` bytes from `start`. Raises ObjectMissing.
+
+        Never more than `length` bytes: a server that ignores the range
+        (answers the whole object) or answers another one raises StoreError
+        before its body is read."""
 
     # Optional: get_range_into(key, start, buffer: memoryview) -> int reads up
     # to len(buffer) bytes into the caller's buffer and returns how many (as
@@ -85,6 +97,14 @@ class Store(Protocol):
         `crc32c`, the caller's CRC32C of `data`, is verified by the store
         (IntegrityError on a mismatch); the store computes it when not given.
         The returned part carries it: complete_multipart needs it back."""
+
+    def upload_part_from(self, key: str, upload_id: str, number: int, stream: BinaryIO,
+                         size: int, crc32c: int) -> UploadedPart:
+        """upload_part, the part's `size` bytes read from `stream` (seekable,
+        from where it stands) as they are sent, never held whole: a part
+        larger than the caller's buffer. `crc32c` is required (computed by
+        the caller in a pass of its own) and verified as upload_part's; a
+        stream that ends early raises IntegrityError."""
 
     def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
         """Parts the store holds for an upload, or None if the upload is gone.

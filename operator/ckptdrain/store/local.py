@@ -12,7 +12,7 @@ Layout under the root:
 
 Every name starting with `.ckptdrain-` is reserved: keys may not use it and
 `list()` never shows it. Multipart state lives on disk, so an upload survives
-the death of the process that started it.
+the death of the process that started it (store/local_multipart.py).
 
 A killed process can leave temp files, trash and uploads whose `key` was
 never written; `sweep` (store/local_sweep.py) removes them once older than a
@@ -25,9 +25,7 @@ Unlike S3, a key cannot be both an object and a "directory" of other keys
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import re
 import stat
 import uuid
 from collections.abc import Iterator
@@ -35,20 +33,25 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ckptdrain import checksum
-from ckptdrain.errors import IntegrityError, InvalidInput, ObjectMissing, StoreError
+from ckptdrain.errors import (
+    IntegrityError,
+    InvalidInput,
+    ObjectMissing,
+    ObjectTooLarge,
+    StoreError,
+)
 from ckptdrain.localfs import fsync_dir as _fsync_dir
 from ckptdrain.paths import RESERVED_PREFIX, check_key
 from ckptdrain.store import local_sweep
-from ckptdrain.store.base import MultipartUpload, ObjectInfo, UploadedPart
+from ckptdrain.store.base import ObjectInfo
+from ckptdrain.store.local_multipart import COPY_CHUNK as _COPY_CHUNK
+from ckptdrain.store.local_multipart import MULTIPART_DIR as _MULTIPART_DIR
+from ckptdrain.store.local_multipart import LocalMultipart
 
 _TMP_PREFIX = RESERVED_PREFIX + "tmp-"
-_MULTIPART_DIR = RESERVED_PREFIX + "multipart"
-_UPLOAD_ID_RE = re.compile(r"[0-9a-f]{32}")
-MAX_PART_NUMBER = 10_000  # as on S3
-_COPY_CHUNK = 1 << 20
 
 
-class LocalStore:
+class LocalStore(LocalMultipart):
     """A Store over a directory. Thread-safe: every change is a rename.
 
     `min_part_size` defaults to 1 byte: the filesystem needs no minimum. Pass
@@ -80,21 +83,6 @@ class LocalStore:
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*check_key(key).split("/"))
 
-    def _upload_dir(self, key: str, upload_id: str) -> Path | None:
-        """The directory of a live upload for `key`, or None if there is none."""
-        check_key(key)
-        # The id comes back from callers (journals, the network): only ids we
-        # could have made may become a path.
-        if not isinstance(upload_id, str) or not _UPLOAD_ID_RE.fullmatch(upload_id):
-            return None
-        path = self.root / _MULTIPART_DIR / upload_id
-        try:
-            recorded = (path / "key").read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return path if recorded == key else None
-
-    # Writing ---------------------------------------------------------------
     def _write_atomic(
         self, target: Path, chunks: Iterator[bytes | memoryview], *, make_parents: bool = True
     ) -> None:
@@ -155,11 +143,23 @@ class LocalStore:
         self._write_atomic(self._path(key), chunks())
 
     # Reading ---------------------------------------------------------------
-    def get_bytes(self, key: str) -> bytes:
+    def get_bytes(self, key: str, *, limit: int | None = None) -> bytes:
         try:
-            return self._path(key).read_bytes()
+            with self._path(key).open("rb") as f:
+                if limit is None:
+                    return f.read()
+                # The file's size first (a sparse multi-GB file costs no
+                # disk); then one byte more than it, should it have grown
+                # since: read(n) allocates n bytes whatever the file holds.
+                size = os.fstat(f.fileno()).st_size
+                if size > limit:
+                    raise ObjectTooLarge(f"{key}: {size} bytes, more than the {limit} allowed")
+                data = f.read(size + 1)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as err:
             raise ObjectMissing(key) from err
+        if len(data) > size:  # written in place meanwhile: not one object's bytes
+            raise IntegrityError(f"{key}: grew while it was read")
+        return data
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """Up to `length` bytes from `start`; fewer only where the object ends."""
@@ -244,127 +244,6 @@ class LocalStore:
             except OSError:
                 break
             parent = parent.parent
-
-    # Multipart -------------------------------------------------------------
-    def create_multipart(self, key: str) -> str:
-        check_key(key)
-        upload_id = uuid.uuid4().hex
-        path = self.root / _MULTIPART_DIR / upload_id
-        path.mkdir(parents=True)
-        self._write_atomic(path / "key", iter((key.encode("utf-8"),)))
-        return upload_id
-
-    def upload_part(
-        self, key: str, upload_id: str, number: int, data: bytes, crc32c: int | None = None
-    ) -> UploadedPart:
-        """Store one part durably. Raises ObjectMissing if the upload is gone,
-        IntegrityError if `crc32c` is given and is not the CRC32C of `data`
-        (checked as S3 servers do; awscrt makes it cheap)."""
-        if not 1 <= number <= MAX_PART_NUMBER:
-            raise InvalidInput("part number", f"1..{MAX_PART_NUMBER}", number)
-        actual = checksum.crc32c(memoryview(data).cast("B"))
-        if crc32c is not None and crc32c != actual:
-            raise IntegrityError(
-                f"upload_part {key} part {number}: the store refused the bytes: checksum "
-                f"mismatch (CRC32C {checksum.to_hex(actual)}, expected {checksum.to_hex(crc32c)})"
-            )
-        path = self._upload_dir(key, upload_id)
-        if path is None:
-            raise ObjectMissing(key)
-        etag = f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
-        etag_file = path / f"{number:05d}.etag"
-        # Drop the old etag first: a crash between the two writes leaves a
-        # part without an etag, which list_parts does not report (re-sent).
-        with contextlib.suppress(FileNotFoundError):
-            etag_file.unlink()
-        try:
-            self._write_atomic(
-                path / f"{number:05d}.part", iter((data,)), make_parents=False
-            )
-            self._write_atomic(
-                etag_file, iter((f"{etag} {len(data)}".encode(),)), make_parents=False
-            )
-        except FileNotFoundError as err:  # aborted meanwhile
-            raise ObjectMissing(key) from err
-        return UploadedPart(number=number, etag=etag, crc32c=actual)
-
-    def _parts(self, path: Path) -> dict[int, tuple[str, int]]:
-        """number -> (etag, size) of the parts complete on disk."""
-        parts: dict[int, tuple[str, int]] = {}
-        for entry in os.scandir(path):
-            name = entry.name
-            if not name.endswith(".etag") or not name[:5].isdigit():
-                continue
-            etag, _, size_text = Path(entry.path).read_text().partition(" ")
-            part_file = path / f"{name[:5]}.part"
-            with contextlib.suppress(FileNotFoundError):
-                if part_file.stat().st_size == int(size_text):
-                    parts[int(name[:5])] = (etag, int(size_text))
-        return parts
-
-    def list_parts(self, key: str, upload_id: str) -> list[UploadedPart] | None:
-        path = self._upload_dir(key, upload_id)
-        if path is None:
-            return None
-        try:
-            parts = self._parts(path)
-        except FileNotFoundError:
-            return None  # aborted while we looked
-        return [UploadedPart(n, etag) for n, (etag, _) in sorted(parts.items())]
-
-    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
-        """Assemble `parts` in order into the object, atomically.
-
-        Raises ObjectMissing if the upload is gone, IntegrityError if a part
-        is missing, its etag differs, or the list is empty or out of order.
-        """
-        path = self._upload_dir(key, upload_id)
-        if path is None:
-            raise ObjectMissing(key)
-        if not parts:
-            raise IntegrityError(f"multipart upload for {key}: no parts to complete")
-        held = self._parts(path)
-        numbers = [p.number for p in parts]
-        if numbers != sorted(set(numbers)):
-            raise IntegrityError(f"multipart upload for {key}: parts not in ascending order")
-        for i, part in enumerate(parts):
-            if part.number not in held or held[part.number][0] != part.etag:
-                raise IntegrityError(
-                    f"multipart upload for {key}: part {part.number} missing or its etag differs"
-                )
-            if i < len(parts) - 1 and held[part.number][1] < self._min_part_size:
-                raise IntegrityError(
-                    f"multipart upload for {key}: part {part.number} is smaller than "
-                    f"min_part_size {self._min_part_size}"
-                )
-
-        def chunks() -> Iterator[bytes]:
-            for part in parts:
-                with (path / f"{part.number:05d}.part").open("rb") as f:
-                    while chunk := f.read(_COPY_CHUNK):
-                        yield chunk
-
-        self._write_atomic(self._path(key), chunks())
-        local_sweep.discard_upload(path)
-
-    def abort_multipart(self, key: str, upload_id: str) -> None:
-        path = self._upload_dir(key, upload_id)
-        if path is not None:
-            local_sweep.discard_upload(path)
-
-    def list_multipart_uploads(self, prefix: str) -> list[MultipartUpload]:
-        """Unfinished uploads for keys under `prefix`; initiated = when `key` was written."""
-        found = []
-        for upload_id, path in local_sweep.upload_dirs(self.root / _MULTIPART_DIR):
-            try:
-                key = (path / "key").read_text(encoding="utf-8")
-                initiated = (path / "key").stat().st_mtime
-            except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
-                continue  # half made or half removed: sweep's business
-            if key.startswith(prefix):
-                found.append(MultipartUpload(key, upload_id, initiated))
-        found.sort(key=lambda u: (u.key.encode("utf-8"), u.upload_id))
-        return found
 
     def sweep(self, older_than: float, now: float | None = None,
               prefixes: tuple[str, ...] = ("",)) -> int:

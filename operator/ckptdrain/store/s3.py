@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.client
+import re
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, BinaryIO, NoReturn
 
@@ -23,7 +24,13 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ckptdrain.errors import InvalidInput, ObjectMissing, StoreError, StoreUnreachable
+from ckptdrain.errors import (
+    InvalidInput,
+    ObjectMissing,
+    ObjectTooLarge,
+    StoreError,
+    StoreUnreachable,
+)
 from ckptdrain.paths import check_key
 from ckptdrain.store.base import ObjectInfo
 from ckptdrain.store.endpoint import parse_endpoint
@@ -32,6 +39,14 @@ from ckptdrain.store.s3_errors import MISSING_KEY_CODES, raise_store_error, reda
 from ckptdrain.store.s3_multipart import S3Multipart
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
+_READ_CHUNK = 1 << 20
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+def _short(response: dict[str, Any]) -> str:
+    """The framing headers of an answer, for a message (no secrets in them)."""
+    return (f"Content-Range {str(response.get('ContentRange'))[:80]!r}, "
+            f"Content-Length {response.get('ContentLength')!r}")
 
 
 def _b64(digest: bytes) -> str:
@@ -181,9 +196,18 @@ class S3Store(S3Multipart):
         body = WindowBody(stream, size)
         self._call("put_object", key, Key=self._key(key), Body=body, ContentLength=size)
 
-    def get_bytes(self, key: str) -> bytes:
+    def get_bytes(self, key: str, *, limit: int | None = None) -> bytes:
         response = self._call("get_object", key, Key=self._key(key))
-        return self._read_body(response, "get_object", key)
+        if limit is None:
+            return self._read_body(response, "get_object", key)
+        size = response.get("ContentLength")
+        if size is not None and int(size) > limit:
+            response["Body"].close()  # refused unread: the connection is dropped
+            raise ObjectTooLarge(f"{key}: {int(size)} bytes, more than the {limit} allowed")
+        data = self._read_body(response, "get_object", key, limit)
+        if len(data) > limit:  # a body longer than announced (or none announced)
+            raise ObjectTooLarge(f"{key}: more than the {limit} bytes allowed")
+        return data
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         """Up to `length` bytes from `start`; fewer only where the object ends."""
@@ -197,7 +221,12 @@ class S3Store(S3Multipart):
                               Range=f"bytes={start}-{start + length - 1}")
         if isinstance(response, ClientError):
             return b""  # start at or past the end (416); the key exists
-        return self._read_body(response, "get_object", key)
+        expected = self._range_answer(response, key, start, length)
+        data = self._read_body(response, "get_object", key, length)
+        if len(data) != expected:
+            raise StoreError(f"get_object {key}: {len(data)} bytes where the answer to the "
+                             f"{length}-byte range from {start} announced {expected}")
+        return data
 
     def get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
         """Read up to len(buffer) bytes from `start` into `buffer`; return how
@@ -219,15 +248,15 @@ class S3Store(S3Multipart):
                               Range=f"bytes={start}-{start + length - 1}")
         if isinstance(response, ClientError):
             return 0  # start at or past the end (416); the key exists
+        expected = self._range_answer(response, key, start, length)
         body = response["Body"]
-        expected = int(response.get("ContentLength", -1))
         raw = getattr(body, "_raw_stream", None)
         fp = getattr(raw, "_fp", None)
-        if (not isinstance(fp, http.client.HTTPResponse) or not 0 <= expected <= length
-                or getattr(raw, "chunked", False)):
-            data = self._read_body(response, "get_object", key)  # any other transport
-            if len(data) > length:
-                raise StoreError(f"get_object {key}: {len(data)} bytes for a {length}-byte range")
+        if not isinstance(fp, http.client.HTTPResponse) or getattr(raw, "chunked", False):
+            data = self._read_body(response, "get_object", key, length)  # any other transport
+            if len(data) != expected:
+                raise StoreError(f"get_object {key}: {len(data)} bytes where the answer to "
+                                 f"the {length}-byte range from {start} announced {expected}")
             view[: len(data)] = data
             return len(data)
         got = 0
@@ -252,10 +281,58 @@ class S3Store(S3Multipart):
         body.close()
         return got
 
-    def _read_body(self, response: dict[str, Any], op: str, key: str) -> bytes:
+    def _range_answer(self, response: dict[str, Any], key: str, start: int, length: int) -> int:
+        """How many bytes the answer to a ranged GET holds, once it is known to
+        be the range asked for; else StoreError, the body left unread.
+
+        A 206 must name, in Content-Range, a range that starts at `start` and
+        is no longer than `length`. A 200 (a server or proxy that ignored the
+        Range header) is the whole object: right only from 0 and when it fits.
+        Anything else would be read whole into memory, or written as data at
+        the wrong offset."""
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        announced = response.get("ContentLength")
+        size = int(announced) if announced is not None else None
+        problem = None
+        if status == 206:
+            match = _CONTENT_RANGE.fullmatch(str(response.get("ContentRange") or "").strip())
+            if match is None:
+                problem = f"a 206 answer without a valid Content-Range ({_short(response)})"
+            else:
+                first, last = int(match[1]), int(match[2])
+                count = last - first + 1
+                # Short only where the object ends, when the answer says where.
+                short = match[3] != "*" and last != min(start + length, int(match[3])) - 1
+                if first != start or not 0 < count <= length or size not in (None, count) or short:
+                    problem = f"bytes {first}-{last} ({_short(response)})"
+                size = count
+        elif status == 200:
+            if start != 0 or size is None or size > length:
+                problem = f"status 200, the whole object ({size} bytes): the range was ignored"
+        else:
+            problem = f"status {status}"
+        if problem is not None or size is None:
+            response["Body"].close()  # unread: the connection is dropped
+            raise StoreError(f"get_object {key}: asked bytes {start}-{start + length - 1} "
+                             f"from {self.endpoint}, got {problem}")
+        return size
+
+    def _read_body(self, response: dict[str, Any], op: str, key: str,
+                   limit: int | None = None) -> bytes:
+        """The response's body; with `limit`, at most limit + 1 bytes of it
+        (the caller tells too many from enough), whatever was announced."""
         try:
             with response["Body"] as body:
-                return body.read()
+                if limit is None:
+                    return body.read()
+                chunks, got = [], 0
+                while got <= limit:
+                    chunk = body.read(min(limit + 1 - got, _READ_CHUNK))
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    got += len(chunk)
+                return b"".join(chunks)
         except BotoCoreError as err:  # connection dropped mid-body
             self._fail(err, op, key)
 

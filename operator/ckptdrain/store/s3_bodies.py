@@ -11,19 +11,27 @@ import io
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from ckptdrain.errors import IntegrityError
+
 
 class WindowBody(io.RawIOBase):
     """Exactly `size` bytes of a stream, from where it stands now.
 
     botocore rewinds a body with seek(0) before a retry; this makes 0 mean
-    "where the caller's stream was", and stops reads at `size`.
+    "where the caller's stream was", and stops reads at `size`. With `pace`,
+    each block is handed to it before it is read (as PacedBody does); with
+    `strict`, a stream that ends before `size` raises IntegrityError rather
+    than leaving the request short (a file that shrank while being sent).
     """
 
-    def __init__(self, stream: BinaryIO, size: int) -> None:
+    def __init__(self, stream: BinaryIO, size: int,
+                 pace: Callable[[int], object] | None = None, strict: bool = False) -> None:
         self._stream = stream
         self._size = size
         self._pos = 0
         self._origin = stream.tell() if stream.seekable() else None
+        self._pace = pace
+        self._strict = strict
 
     def readable(self) -> bool:
         return True
@@ -45,7 +53,12 @@ class WindowBody(io.RawIOBase):
     def read(self, n: int = -1) -> bytes:
         left = self._size - self._pos
         n = left if n is None or n < 0 else min(n, left)
+        if self._pace is not None and n:
+            self._pace(n)
         data = self._stream.read(n) if n else b""
+        if self._strict and len(data) < n:
+            raise IntegrityError(f"the stream ended {left - len(data)} bytes before its "
+                                 f"{self._size}-byte window")
         self._pos += len(data)
         return data
 

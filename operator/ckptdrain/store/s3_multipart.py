@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from botocore.exceptions import ClientError
 
 from ckptdrain import checksum
 from ckptdrain.errors import IntegrityError, ObjectMissing
 from ckptdrain.store.base import MultipartUpload, UploadedPart
-from ckptdrain.store.s3_bodies import PacedBody
+from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 from ckptdrain.store.s3_errors import MISSING_KEY_CODES
 
 #: The codes by which a server says an upload is no longer there.
@@ -87,6 +87,19 @@ class S3Multipart:
             raise ObjectMissing(key) from response
         return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
 
+    def upload_part_from(self, key: str, upload_id: str, number: int, stream: BinaryIO,
+                         size: int, crc32c: int) -> UploadedPart:
+        """upload_part, its body read from `stream` (seekable, from where it
+        stands) as it is sent: a part larger than any buffer we hold. The
+        server verifies `crc32c` (the caller's, computed beforehand)."""
+        body = WindowBody(stream, size, pace=self._pace, strict=True)
+        response = self._call("upload_part", key, handled={"NoSuchUpload"}, Key=self._key(key),
+                              UploadId=upload_id, PartNumber=number, Body=body,
+                              ContentLength=size, ChecksumCRC32C=_b64_crc32c(crc32c))
+        if isinstance(response, ClientError):
+            raise ObjectMissing(key) from response
+        return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
+
     def _server_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]] | None:
         """Part number -> the server's record of it, or None if the upload is gone."""
         parts: dict[int, dict[str, Any]] = {}
@@ -110,7 +123,8 @@ class S3Multipart:
         parts = self._server_parts(key, upload_id)
         if parts is None:
             return None
-        return [UploadedPart(n, str(item["ETag"]), _crc32c_from_b64(item.get("ChecksumCRC32C")))
+        return [UploadedPart(n, str(item["ETag"]), _crc32c_from_b64(item.get("ChecksumCRC32C")),
+                             item["LastModified"].timestamp() if item.get("LastModified") else None)
                 for n, item in sorted(parts.items())]
 
     def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckptdrain import keys
+from ckptdrain import manifest as manifest_mod
 from ckptdrain.errors import IntegrityError, ObjectMissing
 from ckptdrain.manifest import WriterManifest, check_consistent
 from ckptdrain.store.base import Store
@@ -61,14 +62,20 @@ def candidate_steps(store: Store) -> list[int]:
     return sorted(steps, reverse=True)
 
 
+def read_manifest(store: Store, key: str) -> WriterManifest:
+    """The manifest at `key`, parsed and validated. ObjectMissing if there is
+    none; IntegrityError if it is invalid, or larger than any manifest may be
+    (refused by its size, before its bytes are read: a multi-GB object at a
+    manifest key must not exhaust memory)."""
+    return WriterManifest.from_json(store.get_bytes(key, limit=manifest_mod.MAX_MANIFEST_BYTES))
+
+
 def _read_manifest(store: Store, step: int, writer: int) -> WriterManifest:
     key = keys.manifest_key(step, writer)
     try:
-        data = store.get_bytes(key)
+        manifest = read_manifest(store, key)
     except ObjectMissing:
         raise IntegrityError(f"step {step}: writer {writer}'s manifest is missing") from None
-    try:
-        manifest = WriterManifest.from_json(data)
     except IntegrityError as err:
         # Keep the class (UnsafePath stays UnsafePath) and say which manifest.
         raise type(err)(f"step {step}: writer {writer}'s manifest is invalid: {err}") from None

@@ -25,6 +25,7 @@ from ckptdrain import checksum, keys
 from ckptdrain.errors import CommitConflict, IntegrityError, ObjectMissing, StoreAccessDenied
 from ckptdrain.manifest import FileEntry, WriterManifest
 from ckptdrain.store.base import MultipartUpload, Store
+from ckptdrain.transfer import catalog
 from ckptdrain.transfer.journal import PartRecord, UploadJournal
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def committed(store: Store, manifest: WriterManifest, replace: bool) -> WriterMa
     committed and `replace` is false."""
     key = keys.manifest_key(manifest.step, manifest.writer)
     try:
-        existing = WriterManifest.from_json(store.get_bytes(key))
+        existing = catalog.read_manifest(store, key)
     except ObjectMissing:
         return None
     except IntegrityError as err:

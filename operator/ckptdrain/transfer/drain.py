@@ -3,6 +3,13 @@
 Memory is bounded whatever the checkpoint size: `concurrency` workers each own
 one part buffer, read into it with `preadv` (no whole-file reads, no copies),
 checksum it, draw its bytes from the one shared rate limiter and upload it.
+A buffer is at most the configured part size, whatever the files' sizes:
+drain memory is at most concurrency x part_size (plus the store client's
+small I/O blocks). A file so big that its parts must grow past the part
+size (S3 takes 10,000 parts at most) has each part checksummed through the
+buffer in a first pass, then sent streamed from the file
+(Store.upload_part_from); the store verifies that CRC32C, so a file that
+changed between the two passes is refused, never stored.
 Parts of all files share the workers, so small and large files alike keep
 `concurrency` requests in flight. Every finished part is journaled before it
 counts, so a killed drain resumes without re-sending it (transfer/resume.py
@@ -224,9 +231,11 @@ class _Run:
         work: queue.SimpleQueue[Task] = queue.SimpleQueue()
         for task in self.tasks:
             work.put(task)
-        biggest = max((t.length for t in self.tasks), default=0)
+        # Single puts are never larger than the part size; a grown part that is
+        # goes through the buffer in pieces (_do_streamed).
+        buffer_size = min(max((t.length for t in self.tasks), default=0), self.d.part_size)
         workers = [
-            threading.Thread(target=self._worker, args=(work, biggest), daemon=True,
+            threading.Thread(target=self._worker, args=(work, buffer_size), daemon=True,
                              name=f"ckptdrain-drain-{i}")
             for i in range(min(self.d.concurrency, len(self.tasks)))
         ]
@@ -260,18 +269,26 @@ class _Run:
                 return
 
     def _read(self, task: Task, view: memoryview) -> tuple[memoryview, int]:
-        data = view[: task.length]
+        """The task's bytes, read into the worker's buffer, and their CRC32C.
+        A task longer than the buffer is read through it a buffer at a time:
+        only the CRC32C is kept (the part is then sent streamed)."""
         fd = os.open(self.src / task.entry.path, os.O_RDONLY)
         try:
-            got = 0
-            while got < task.length:
-                n = os.preadv(fd, [data[got:]], task.offset + got)
-                if n == 0:
-                    raise IntegrityError(f"{task.entry.path}: file shrank since it was scanned")
-                got += n
+            crc, done = 0, 0
+            while done < task.length:
+                data = view[: min(len(view), task.length - done)]
+                got = 0
+                while got < len(data):
+                    n = os.preadv(fd, [data[got:]], task.offset + done + got)
+                    if n == 0:
+                        raise IntegrityError(
+                            f"{task.entry.path}: file shrank since it was scanned")
+                    got += n
+                crc = checksum.crc32c(data, crc)
+                done += len(data)
         finally:
             os.close(fd)
-        return data, checksum.crc32c(data)
+        return view[: task.length], crc
 
     def _send(self, n: int) -> None:
         """Draw `n` bytes from the shared limiter; _Stop if the drain is stopping."""
@@ -293,6 +310,8 @@ class _Run:
             return
         data, crc = self._read(task, view)
         if task.number == 0:
+            if len(data) != task.length:  # never: a single put is at most a part size
+                raise RuntimeError(f"{path}: a {task.length}-byte single put exceeds the buffer")
             if checksum.to_hex(crc) != entry.crc32c:
                 raise IntegrityError(f"{path}: changed since it was scanned (CRC32C differs)")
             self._before_send(task.length)
@@ -313,8 +332,11 @@ class _Run:
         self._before_send(task.length)
         # The part's CRC32C goes with it: the store verifies it (no MD5 to
         # compute), and completion needs it back from the journal.
-        part = self._retry(lambda: self.store.upload_part(
-            state.key, upload_id, task.number, data, crc32c=crc))
+        if task.length <= len(view):
+            part = self._retry(lambda: self.store.upload_part(
+                state.key, upload_id, task.number, data, crc32c=crc))
+        else:
+            part = self._retry(lambda: self._upload_streamed(task, state.key, upload_id, crc))
         with self.lock:
             self.journal.part_done(path, jr.PartRecord(task.number, part.etag, crc, task.length))
             self._durable(task.length)
@@ -322,6 +344,13 @@ class _Run:
             last = self.pending[path] == 0
         if last:
             self._finish(entry)
+
+    def _upload_streamed(self, task: Task, key: str, upload_id: str, crc: int) -> UploadedPart:
+        """Send a part larger than the buffer from the file itself (each try
+        from a fresh descriptor at the part's offset)."""
+        with open(self.src / task.entry.path, "rb") as f:
+            f.seek(task.offset)
+            return self.store.upload_part_from(key, upload_id, task.number, f, task.length, crc)
 
     def _durable(self, n: int) -> None:
         """Journal a durable piece (caller holds the lock), then report it."""

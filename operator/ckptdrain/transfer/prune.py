@@ -29,7 +29,6 @@ import time
 
 from ckptdrain import keys, retention
 from ckptdrain.errors import IntegrityError, ObjectMissing
-from ckptdrain.manifest import WriterManifest
 from ckptdrain.store.base import MultipartUpload, ObjectInfo, Store
 from ckptdrain.transfer import catalog, commit
 
@@ -43,7 +42,7 @@ def _current_keys(store: Store, step: int, writer: int) -> set[str] | None:
     """Data keys the current manifest of (step, writer) names; empty if there
     is none; None if it is unreadable (then nothing of the step is touched)."""
     try:
-        m = WriterManifest.from_json(store.get_bytes(keys.manifest_key(step, writer)))
+        m = catalog.read_manifest(store, keys.manifest_key(step, writer))
     except ObjectMissing:
         return set()
     except IntegrityError:
@@ -73,9 +72,10 @@ def _last_active(store: Store, upload: MultipartUpload, now: float,
     store reports one, else when it was initiated."""
     if not _old(upload.initiated, now, grace):
         return upload.initiated  # recent (or unknown) already: no need to ask
+    # A huge file sent at a low rate can take longer than the grace period;
+    # its upload is alive as long as parts keep arriving.
     parts = store.list_parts(upload.key, upload.upload_id) or []
-    times = [t for t in (getattr(p, "modified", None) for p in parts) if t is not None]
-    newest = max(times, default=None)
+    newest = max((p.modified for p in parts if p.modified is not None), default=None)
     if newest is not None and (upload.initiated is None or newest > upload.initiated):
         return float(newest)
     return upload.initiated
