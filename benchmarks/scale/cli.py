@@ -37,12 +37,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="pods of the job that arrives once every writer is present")
     p.add_argument("--tick", type=float, default=0.5,
                    help="seconds standing in for each 5 s pending-bytes period")
+    p.add_argument("--ticks", type=int, default=None,
+                   help="pending-bytes periods per drain (default: as many 5 s periods as "
+                   "one shard's drain lasts at its share, 22 for the 405B example)")
     p.add_argument("--threads", type=int, default=32, help="hollow agents' API calls in flight")
     p.add_argument("--out", type=Path, default=Path("scale-results"))
     args = p.parse_args(argv)
     for name in ("rounds", "probe_pods", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')}: expected a whole number >= 1")
+    if args.ticks is not None and args.ticks < 1:
+        p.error("--ticks: expected a whole number >= 1")
     if args.rate <= 0 or args.tick <= 0:
         p.error("--rate and --tick: expected positive numbers")
     return args
@@ -57,7 +62,8 @@ def main(argv: list[str]) -> int:
             if policies > writers:
                 continue
             size = Size(writers, policies, rounds=args.rounds, rate=args.rate,
-                        probe_pods=args.probe_pods, tick_s=args.tick, threads=args.threads)
+                        probe_pods=args.probe_pods, tick_s=args.tick, ticks=args.ticks,
+                        threads=args.threads)
             started = time.monotonic()
             with tempfile.TemporaryDirectory(prefix="ckptdrain-scale-") as work:
                 result = run(size, Path(work), log=lambda m: print(m, file=sys.stderr))

@@ -35,6 +35,9 @@ class Size:
     rate: float = 50.0
     probe_pods: int = 50
     tick_s: float = 0.5
+    #: Pending-bytes periods per drain; None: as many 5 s periods as a real
+    #: drain of one shard lasts at its share.
+    ticks: int | None = None
     interval_s: float = 900.0
     threads: int = 32
     #: The operator's cluster cap as a fraction of what all policies want.
@@ -128,8 +131,8 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
         out["job_start_writes_per_writer"] = round(start_writes.total() / size.writers, 2)
 
         shard = int(POLICY_BYTES / max(per_policy.values()))
-        ticks = hollow.realistic_ticks(shard, size.cap_fraction * POLICY_RATE
-                                       / max(per_policy.values()))
+        ticks = size.ticks or hollow.realistic_ticks(
+            shard, size.cap_fraction * POLICY_RATE / max(per_policy.values()))
         out["pending_ticks_per_drain"] = ticks
         rounds = []
         for step in range(1, size.rounds + 1):
@@ -150,7 +153,8 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
                 "agent_by_call": dict(sorted(agent_counts.items())),
                 "operator_cpu_s": round(proc_after.cpu_s - proc_before.cpu_s, 2),
                 "operator_rss_mib": round(proc_after.rss_bytes / 2**20, 1),
-                "wall_s": round(time.monotonic() - t0, 1), "settle_s": round(settle_s, 1)})
+                "wall_s": round(time.monotonic() - t0, 1), "settle_s": round(settle_s, 1),
+                "settled": settle_s < cluster.SETTLE_TIMEOUT_S})
         out["rounds_detail"] = rounds
         renewals = size.interval_s / (LEASE_SECONDS / 3)
         out["lease_renewals_per_checkpoint"] = round(renewals, 1)

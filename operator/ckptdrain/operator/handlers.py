@@ -44,6 +44,9 @@ MAX_RESTORES = 10
 REBALANCE_DELAY_S = 0.5
 RETRY_DELAY_S = 5.0
 Key = tuple[str, str]
+#: Not a policy (no policy is nameless): the one coalesced pass that
+#: re-statuses and rebalances every policy whose joint budget moved.
+JOINT: Key = ("", "")
 
 _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
 _scheduled: set[Key] = set()
@@ -161,7 +164,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
             kopf.warn(body, reason="BandwidthConstrained", message=new["conditions"][2]["message"])
     logger.info("sized: %s", new["conditions"][0]["message"])
     _schedule_rebalance(key, cfg, checkpointpolicy_index, pod_index, logger)
-    _refresh_joint(cfg, checkpointpolicy_index, pod_index, logger, joint, skip=key)
+    _schedule_rebalance(JOINT, cfg, checkpointpolicy_index, pod_index, logger)
 
 
 @kopf.on.create(*POLICIES, timeout=300, backoff=10)
@@ -185,9 +188,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, memo: kopf.Memo, logger: loggin
                            checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
     """A policy gone frees its part of the cluster cap for the others."""
     if event.get("type") == "DELETED":
-        cfg: OperatorConfig = memo.config
-        _refresh_joint(cfg, checkpointpolicy_index, pod_index, logger,
-                       _budgets(cfg, checkpointpolicy_index, pod_index))
+        _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -217,24 +218,26 @@ def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     return {key: (s, share, parsed[key]) for key, (s, share) in joint.items()}
 
 
-def _refresh_joint(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-                   pods: kopf.Index[Key, Any], logger: logging.Logger,
-                   joint: dict[Key, tuple[sizing.Sizing, allocation.ClusterShare, pol.Policy]],
-                   skip: Key | None = None) -> None:
-    """Rebalance (and so re-status) every other policy whose joint budget moved."""
+def _rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+                     pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+    """Rebalance (and so re-status) every policy whose joint budget moved, from
+    one joint allocation: a burst of policy changes costs one pass, not one per policy."""
+    joint = _budgets(cfg, policies, pods)
     for key, (sized, _, _) in joint.items():
         status = next(iter(_values(policies, key)), {}).get("status") or {}
-        if key != skip and status.get("allowedBandwidthBytes") != int(sized.allowed_bandwidth):
-            _schedule_rebalance(key, cfg, policies, pods, logger)
+        if status.get("allowedBandwidthBytes") != int(sized.allowed_bandwidth):
+            _rebalance(key, cfg, policies, pods, logger, joint)
 
 
 def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-               pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+               pods: kopf.Index[Key, Any], logger: logging.Logger,
+               joint: dict[Key, tuple[sizing.Sizing, allocation.ClusterShare, pol.Policy]]
+               | None = None) -> None:
     with _locks[key], metrics.reconciling("allocation"):
-        joint = _budgets(cfg, policies, pods).get(key)
-        if joint is None:
+        mine = (_budgets(cfg, policies, pods) if joint is None else joint).get(key)
+        if mine is None:
             return
-        sized, cluster, policy = joint
+        sized, cluster, policy = mine
         drainers = _values(pods, key)
         wanted = allocation.shares(sized.allowed_bandwidth, drainers, policy.per_drainer_cap)
         moved = allocation.changes(drainers, wanted)
@@ -274,7 +277,8 @@ def _check_writers(key: Key, p: pol.Policy, drainers: list[allocation.DrainingPo
 def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                         pods: kopf.Index[Key, Any], logger: logging.Logger,
                         delay: float = REBALANCE_DELAY_S) -> None:
-    """Rebalance `key` soon, once, however many events ask (indexes are live views)."""
+    """Rebalance `key` soon, once, however many events ask (indexes are live views);
+    JOINT: every policy whose joint budget moved."""
     with _scheduled_lock:
         if key in _scheduled:
             return
@@ -284,7 +288,10 @@ def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key,
         with _scheduled_lock:
             _scheduled.discard(key)
         try:
-            _rebalance(key, cfg, policies, pods, logger)
+            if key == JOINT:
+                _rebalance_moved(cfg, policies, pods, logger)
+            else:
+                _rebalance(key, cfg, policies, pods, logger)
         except (kube.ApiException, RuntimeError) as error:
             # RuntimeError: an index changed while we read it. Either way, retry.
             logger.warning("rebalancing %s/%s failed (%s); retrying in %ss",
