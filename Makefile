@@ -9,13 +9,14 @@ export CKPTDRAIN_CACHE := $(CACHE)
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: help venv servers lint unit integration chart test torture demo bench image image-base \
+.PHONY: help venv servers lint unit integration chart test torture demo bench scale image image-base \
         cluster-up cluster-down cluster-smoke e2e e2e-short clean
 
 help:
 	@echo "make demo   run the local demo (trainer + agent + SIGTERM + restore)"
 	@echo "make test   lint, unit and integration tests against real servers"
 	@echo "make bench  benchmarks side by side with peers (writes docs/benchmarks.md figures)"
+	@echo "make scale  the control plane with thousands of hollow agents (docs/scale.md)"
 	@echo "make torture  kills, outages, corruption, hostile manifests... (docs/reliability.md)"
 	@echo "make e2e    end-to-end scenario on a real single-node cluster"
 	@echo "make e2e-short  the same, shorter, with a simulated trainer (what CI runs)"
@@ -62,6 +63,12 @@ demo: $(STAMP)
 
 bench: servers
 	$(BIN)/python -m benchmarks
+
+# The control plane at scale (docs/scale.md): real apiserver and operator,
+# hollow agents; e.g. make scale SCALE_ARGS="--writers 500,5000 --policies 10,1000"
+SCALE_ARGS ?= --writers 500,1000,5000 --policies 10,100,1000 --rounds 3
+scale: servers
+	$(BIN)/python -m benchmarks scale $(SCALE_ARGS)
 
 # The one image (operator, agent, restore), built offline on a local base.
 image-base:

@@ -16,6 +16,7 @@ BENCHMARKS = {
     "agent_rss": "benchmarks.agent_rss",
     "capture": "benchmarks.capture",
     "operator_webhook": "benchmarks.operator_webhook",
+    "scale": "benchmarks.scale.cli",
 }
 
 

@@ -23,8 +23,11 @@ ALLOWED_ROOT = "/mnt/ckptdrain"
 
 class OperatorProcess:
     def __init__(self, cluster: Cluster, workdir: Path, standalone: bool = True,
-                 **env: str) -> None:
+                 verbose: bool = True, **env: str) -> None:
         self.cluster, self.workdir, self.standalone = cluster, workdir, standalone
+        #: Debug logging (every request) helps a failing test; a benchmark of
+        #: the operator's own cost runs it as deployed, without.
+        self.verbose = verbose
         self.health_port, self.metrics_port = free_port(), free_port()
         self.env = {
             **cluster.env(),
@@ -50,7 +53,8 @@ class OperatorProcess:
         self.starts += 1
         out = open(self.log, "wb")  # noqa: SIM115 -- closed by the child's exit
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ckptdrain.operator.main", "--verbose",
+            [sys.executable, "-m", "ckptdrain.operator.main",
+             *(["--verbose"] if self.verbose else []),
              *(["--standalone"] if self.standalone else [])],
             env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready(timeout_s)

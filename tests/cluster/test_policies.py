@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 from cluster_helpers import get, policy, wait_for
 from operator_process import OperatorProcess
 
@@ -108,3 +110,43 @@ def test_invalid_policies_are_refused_naming_the_field(
     del no_interval["spec"]["interval"]
     assert "spec.interval" in _refused(apply, no_interval)
     assert "spec.gracePolicy" in _refused(apply, policy("h", gracePolicy="Sometimes"))
+
+
+@pytest.fixture
+def capped_operator(cluster: Cluster, operator: OperatorProcess,
+                    tmp_path: Path) -> Iterator[OperatorProcess]:
+    """The session operator swapped for one under a 200 GB/s cluster cap."""
+    operator.stop()
+    capped = OperatorProcess(cluster, tmp_path, CKPTDRAIN_CLUSTER_BANDWIDTH="200GB/s")
+    try:
+        capped.start()
+        yield capped
+    finally:
+        capped.stop()
+        operator.start()
+
+
+def _constrained(cluster: Cluster, namespace: str, name: str) -> tuple[str, str, int]:
+    status = _status(cluster, namespace, name)
+    cond = next(c for c in status["conditions"] if c["type"] == "BandwidthConstrained")
+    return status["phase"], cond["reason"], status["allowedBandwidthBytes"]
+
+
+def test_status_reports_the_cluster_cap_as_applied_to_all_policies(
+        cluster: Cluster, capped_operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """Ten 63 GB/s policies under a 200 GB/s cap: each alone fits, together each
+    gets 20 GB/s, and each says so; when seven go, the three left fit again."""
+    names = [f"p{i}" for i in range(10)]
+    for name in names:
+        apply(policy(name))
+    for name in names:
+        wait_for(lambda n=name: _constrained(cluster, namespace, n)
+                 == ("Constrained", "ClusterCap", 20_000_000_000), timeout_s=60, what=name)
+    cond = next(c for c in _status(cluster, namespace, "p0")["conditions"]
+                if c["type"] == "BandwidthConstrained")
+    assert "10 policies" in cond["message"] and "630 GB/s" in cond["message"]
+    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", *names[3:])
+    for name in names[:3]:
+        wait_for(lambda n=name: _constrained(cluster, namespace, n)
+                 == ("Ready", "WithinCaps", 63_000_000_000), timeout_s=60, what=name)

@@ -5,15 +5,22 @@ is split among its active drainers in proportion to the bytes each reports
 pending, evenly where unknown (`sizing.split_shares`). When the policies of
 the whole cluster together want more than the cluster cap, every policy's
 budget is scaled down by the same factor, so no workload starves another.
+Each policy's sizing and status are then built from that joint budget
+(`joint_sizing`), never from the policy alone against the cluster cap.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ckptdrain import sizing
+from ckptdrain.errors import InvalidInput
+
+K = TypeVar("K", bound=Hashable)
 
 #: A share may grow by up to this fraction before the pod is rewritten, so tiny
 #: changes in pending bytes do not rewrite every pod. Decreases are always
@@ -48,13 +55,67 @@ def parse_annotation_number(text: object) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def policy_budgets(wanted: Mapping[str, float], cluster_cap: float | None) -> dict[str, float]:
+@dataclass(frozen=True)
+class ClusterShare:
+    """One policy's part of the cluster cap, as jointly applied to every policy."""
+
+    #: Bytes/s the policy may drain at: what it wanted, scaled with the others.
+    budget: float
+    #: What it wanted alone (its sizing, bounded by its own cap only).
+    wanted: float
+    #: What every valid policy wanted together, and how many there were.
+    total_wanted: float
+    policies: int
+    cluster_cap: float | None
+
+    @property
+    def scaled(self) -> bool:
+        """The cluster cap bound jointly: this policy gets less than it wanted."""
+        return self.budget < self.wanted
+
+
+def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None
+                   ) -> dict[K, ClusterShare]:
     """Each policy's budget: what it wants, scaled down together to fit the cluster cap."""
     total = sum(wanted.values())
-    if cluster_cap is None or total <= cluster_cap or total <= 0:
-        return dict(wanted)
-    factor = cluster_cap / total
-    return {key: value * factor for key, value in wanted.items()}
+    factor = 1.0
+    if cluster_cap is not None and total > cluster_cap and total > 0:
+        factor = cluster_cap / total
+    return {key: ClusterShare(budget=value * factor, wanted=value, total_wanted=total,
+                              policies=len(wanted), cluster_cap=cluster_cap)
+            for key, value in wanted.items()}
+
+
+def policy_budgets(wanted: Mapping[K, float], cluster_cap: float | None) -> dict[K, float]:
+    """Each policy's budget (`cluster_shares`), in bytes/s."""
+    return {key: share.budget for key, share in cluster_shares(wanted, cluster_cap).items()}
+
+
+def joint_sizing(inputs: Mapping[K, sizing.SizingInput], cluster_cap: float | None
+                 ) -> dict[K, tuple[sizing.Sizing, ClusterShare]]:
+    """Every valid policy's sizing under the cluster cap as applied to all of
+    them together: a policy's allowed bandwidth, drain time and effective
+    overlap are those of its joint budget, and the cluster cap is the binding
+    one whenever the joint scaling cut it. Invalid inputs are left out (their
+    status says why on its own)."""
+    alone: dict[K, sizing.Sizing] = {}
+    for key, inp in inputs.items():
+        try:
+            alone[key] = sizing.compute(dataclasses.replace(inp, cluster_cap=None))
+        except InvalidInput:
+            continue
+    split = cluster_shares({k: s.allowed_bandwidth for k, s in alone.items()}, cluster_cap)
+    out: dict[K, tuple[sizing.Sizing, ClusterShare]] = {}
+    for key, share in split.items():
+        # The policy's part of the cluster cap is its joint budget; where the
+        # cap does not bind jointly it binds for no one.
+        part = share.budget if share.scaled else None
+        try:
+            out[key] = (sizing.compute(dataclasses.replace(inputs[key], cluster_cap=part)),
+                        share)
+        except InvalidInput:  # a share so small the checkpoint would never drain
+            continue
+    return out
 
 
 def shares(budget: float, drainers: list[DrainingPod],

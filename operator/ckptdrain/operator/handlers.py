@@ -9,10 +9,8 @@ operator converges to the same result without duplicates.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -23,7 +21,15 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import allocation, kube, leadership, metrics, records, webhook
+from ckptdrain.operator import (
+    allocation,
+    kube,
+    leadership,
+    metrics,
+    records,
+    watchdog,
+    webhook,
+)
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator import status as st
 from ckptdrain.operator.config import OperatorConfig
@@ -38,6 +44,9 @@ MAX_RESTORES = 10
 REBALANCE_DELAY_S = 0.5
 RETRY_DELAY_S = 5.0
 Key = tuple[str, str]
+#: Not a policy (no policy is nameless): the one coalesced pass that
+#: re-statuses and rebalances every policy whose joint budget moved.
+JOINT: Key = ("", "")
 
 _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
 _scheduled: set[Key] = set()
@@ -127,19 +136,26 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
                       checkpointpolicy_index: kopf.Index[Key, Any],
                       checkpoint_index: kopf.Index[Key, Any], announce: bool) -> None:
     cfg: OperatorConfig = memo.config
-    _start_watchdog(cfg, checkpointpolicy_index, pod_index, checkpoint_index, logger)
+    watchdog.start(cfg, checkpointpolicy_index, pod_index, checkpoint_index,
+                   lambda: _budgets(cfg, checkpointpolicy_index, pod_index), logger)
     key = (body.metadata.namespace or "", body.metadata.name or "")
     drainers = len(_values(pod_index, key))
     generation = body.metadata.get("generation")
     previous = body.status.get("conditions", [])
     with metrics.reconciling("checkpointpolicy"):
         try:
-            sized = pol.compute_sizing(_parse(cfg, dict(body), drainers))
+            parsed = _parse(cfg, dict(body), drainers)
+            sized = pol.compute_sizing(parsed)
         except InvalidInput as error:
             patch.status.update(st.for_invalid(str(error), generation, _now(), previous))
             kopf.warn(body, reason="InvalidSpec", message=str(error))
             return
-        new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers)
+        joint = _budgets(cfg, checkpointpolicy_index, pod_index, {key: parsed})
+        cluster = None
+        if key in joint:
+            sized, cluster = joint[key][0], joint[key][1]
+        new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers,
+                            cluster=cluster)
         new["drainers"] = drainers
         patch.status.update(new)
     if announce:
@@ -148,6 +164,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
             kopf.warn(body, reason="BandwidthConstrained", message=new["conditions"][2]["message"])
     logger.info("sized: %s", new["conditions"][0]["message"])
     _schedule_rebalance(key, cfg, checkpointpolicy_index, pod_index, logger)
+    _schedule_rebalance(JOINT, cfg, checkpointpolicy_index, pod_index, logger)
 
 
 @kopf.on.create(*POLICIES, timeout=300, backoff=10)
@@ -165,6 +182,15 @@ def checkpointpolicy_resume(**kwargs: Any) -> None:
     _reconcile_policy(announce=False, **_pick(kwargs))
 
 
+@kopf.on.event(*POLICIES)
+def checkpointpolicy_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging.Logger,
+                           pod_index: kopf.Index[Key, Any],
+                           checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
+    """A policy gone frees its part of the cluster cap for the others."""
+    if event.get("type") == "DELETED":
+        _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
+
+
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
     names = ("body", "patch", "memo", "logger", "pod_index", "checkpointpolicy_index",
              "checkpoint_index")
@@ -175,42 +201,62 @@ def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-             pods: kopf.Index[Key, Any]) -> dict[Key, tuple[float, pol.Policy]]:
-    """Each valid policy's budget (its own cap applied, then the cluster cap jointly)."""
+             pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
+             ) -> dict[Key, tuple[sizing.Sizing, allocation.ClusterShare, pol.Policy]]:
+    """Each valid policy's sizing under the joint budget (its own cap applied,
+    then the cluster cap jointly); `fresh` overrides what the index holds."""
     parsed: dict[Key, pol.Policy] = {}
-    wanted: dict[Key, float] = {}
     for key in policies:
         for body in _values(policies, key):
             try:
-                p = _parse(cfg, body, len(_values(pods, key)))
-                s = sizing.compute(dataclasses.replace(p.sizing_input, cluster_cap=None))
+                parsed[key] = _parse(cfg, body, len(_values(pods, key)))
             except InvalidInput:
                 continue
-            parsed[key], wanted[key] = p, s.allowed_bandwidth
-    budgets = allocation.policy_budgets(wanted, cfg.cluster_bandwidth)
-    return {key: (budgets[key], parsed[key]) for key in budgets}
+    parsed.update(fresh or {})
+    joint = allocation.joint_sizing({k: p.sizing_input for k, p in parsed.items()},
+                                    cfg.cluster_bandwidth)
+    return {key: (s, share, parsed[key]) for key, (s, share) in joint.items()}
+
+
+def _rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+                     pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+    """Rebalance (and so re-status) every policy whose joint budget moved, from
+    one joint allocation: a burst of policy changes costs one pass, not one per policy."""
+    joint = _budgets(cfg, policies, pods)
+    for key, (sized, _, _) in joint.items():
+        status = next(iter(_values(policies, key)), {}).get("status") or {}
+        if status.get("allowedBandwidthBytes") != int(sized.allowed_bandwidth):
+            _rebalance(key, cfg, policies, pods, logger, joint)
 
 
 def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-               pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+               pods: kopf.Index[Key, Any], logger: logging.Logger,
+               joint: dict[Key, tuple[sizing.Sizing, allocation.ClusterShare, pol.Policy]]
+               | None = None) -> None:
     with _locks[key], metrics.reconciling("allocation"):
-        budget = _budgets(cfg, policies, pods).get(key)
-        if budget is None:
+        mine = (_budgets(cfg, policies, pods) if joint is None else joint).get(key)
+        if mine is None:
             return
+        sized, cluster, policy = mine
         drainers = _values(pods, key)
-        wanted = allocation.shares(budget[0], drainers, budget[1].per_drainer_cap)
+        wanted = allocation.shares(sized.allowed_bandwidth, drainers, policy.per_drainer_cap)
         moved = allocation.changes(drainers, wanted)
         written = kube.annotate_pods(key[0], {
             pod: {api.ANNOTATION_BANDWIDTH: str(share)} for pod, share in moved.items()})
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc(len(written))
             logger.info("rebalanced %s/%s: %d of %d shares rewritten (budget %d B/s)",
-                        *key, len(written), len(drainers), int(budget[0]))
-        status = next(iter(_values(policies, key)), {}).get("status") or {}
+                        *key, len(written), len(drainers), int(sized.allowed_bandwidth))
+        body = next(iter(_values(policies, key)), {})
+        status = body.get("status") or {}
+        change = st.with_cluster(status, sized, cluster,
+                                 body.get("metadata", {}).get("generation"), _now()) or {}
         if status.get("phase") in ("Ready", "Constrained") \
                 and status.get("drainers") != len(drainers):
-            kube.patch_status(api.POLICIES, key[0], key[1], {"drainers": len(drainers)})
-        _check_writers(key, budget[1], drainers, policies)
+            change["drainers"] = len(drainers)
+        if change:
+            kube.patch_status(api.POLICIES, key[0], key[1], change)
+        _check_writers(key, policy, drainers, policies)
 
 
 def _check_writers(key: Key, p: pol.Policy, drainers: list[allocation.DrainingPod],
@@ -231,7 +277,8 @@ def _check_writers(key: Key, p: pol.Policy, drainers: list[allocation.DrainingPo
 def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                         pods: kopf.Index[Key, Any], logger: logging.Logger,
                         delay: float = REBALANCE_DELAY_S) -> None:
-    """Rebalance `key` soon, once, however many events ask (indexes are live views)."""
+    """Rebalance `key` soon, once, however many events ask (indexes are live views);
+    JOINT: every policy whose joint budget moved."""
     with _scheduled_lock:
         if key in _scheduled:
             return
@@ -241,7 +288,10 @@ def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key,
         with _scheduled_lock:
             _scheduled.discard(key)
         try:
-            _rebalance(key, cfg, policies, pods, logger)
+            if key == JOINT:
+                _rebalance_moved(cfg, policies, pods, logger)
+            else:
+                _rebalance(key, cfg, policies, pods, logger)
         except (kube.ApiException, RuntimeError) as error:
             # RuntimeError: an index changed while we read it. Either way, retry.
             logger.warning("rebalancing %s/%s failed (%s); retrying in %ss",
@@ -323,66 +373,6 @@ def _sweep(key: Key, cfg: OperatorConfig, checkpoints: kopf.Index[Key, Any],
         current = policy_body.get("status") or {}
         if any(current.get(k) != v for k, v in wanted.items()):
             kube.patch_status(api.POLICIES, key[0], key[1], wanted)
-
-
-# -- watchdog: a drain that silently stops must be impossible to miss -----------
-
-_watchdog_started = threading.Event()
-
-
-def _start_watchdog(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-                    pods: kopf.Index[Key, Any], checkpoints: kopf.Index[Key, Any],
-                    logger: logging.Logger) -> None:
-    """Once per process, from the first policy handler (the indexes are live views).
-    A thread, not a Kopf timer: timers would put a finalizer on every policy."""
-    if _watchdog_started.is_set():
-        return
-    _watchdog_started.set()
-
-    def loop() -> None:
-        while True:
-            time.sleep(cfg.watchdog_s)
-            if not leadership.active():
-                continue  # a standby's indexes are not live: only the active one judges
-            try:
-                _check_stalls(cfg, policies, pods, checkpoints)
-            except (kube.ApiException, RuntimeError) as error:
-                logger.warning("stall check failed (%s); next in %ss", error, cfg.watchdog_s)
-
-    threading.Thread(target=loop, name="ckptdrain-watchdog", daemon=True).start()
-
-
-def _parse_time(text: str | None) -> datetime | None:
-    return None if not text else \
-        api.parse_timestamp(text)
-
-
-def _check_stalls(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-                  pods: kopf.Index[Key, Any], checkpoints: kopf.Index[Key, Any]) -> None:
-    now = _now()
-    for key in list(policies):
-        body = next(iter(_values(policies, key)), None)
-        drainers = _values(pods, key)
-        if body is None:
-            continue
-        try:
-            sized = sizing.compute(_parse(cfg, body, len(drainers)).sizing_input)
-        except InvalidInput:
-            continue
-        started = [t for t in (_parse_time(d.created) for d in drainers) if t is not None]
-        since = max([_parse_time(body["metadata"].get("creationTimestamp")) or now,
-                     min(started, default=now)])
-        _, _, when = records.latest_steps(_values(checkpoints, key))
-        stall = st.drain_stall(_parse_time(when), since, sized.global_interval_s,
-                               sized.drain_seconds, len(drainers), now)
-        change = st.with_stall(body.get("status") or {}, stall,
-                               body["metadata"].get("generation"), now)
-        if change is None:
-            continue
-        kube.patch_status(api.POLICIES, key[0], key[1], change)
-        kube.post_event(body, api.KIND_POLICY, "DrainStalled" if stall else "DrainResumed",
-                        stall or "a checkpoint completed globally again",
-                        "Warning" if stall else "Normal")
 
 
 def _expired_past_ttl(recs: Iterable[dict[str, Any]], ttl_s: float,

@@ -11,6 +11,7 @@ from typing import Any
 
 from ckptdrain import units
 from ckptdrain.contract.api import timestamp
+from ckptdrain.operator.allocation import ClusterShare
 from ckptdrain.sizing import Sizing
 
 READY, DEGRADED, CONSTRAINED = "Ready", "Degraded", "BandwidthConstrained"
@@ -63,21 +64,33 @@ def sizing_fields(s: Sizing) -> dict[str, Any]:
     return fields
 
 
+def _constrained(s: Sizing, cluster: ClusterShare | None, generation: int | None,
+                 now: datetime, previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """BandwidthConstrained from the sizing under the joint budget: a policy the
+    cluster cap cut together with the others says so, and by how much."""
+    if not s.bandwidth_constrained:
+        return condition(CONSTRAINED, False, "WithinCaps",
+                         f"{units.format_rate(s.required_bandwidth)} fits every cap",
+                         generation, now, previous)
+    cap = f"the {s.binding_cap} cap"
+    if s.binding_cap == "cluster" and cluster is not None and cluster.cluster_cap is not None:
+        cap = (f"the cluster cap of {units.format_rate(cluster.cluster_cap)}, shared by "
+               f"{cluster.policies} policies wanting "
+               f"{units.format_rate(cluster.total_wanted)} together,")
+    return condition(
+        CONSTRAINED, True, "PolicyCap" if s.binding_cap == "policy" else "ClusterCap",
+        f"{cap} allows {units.format_rate(s.allowed_bandwidth)} of the "
+        f"{units.format_rate(s.required_bandwidth)} required: effective overlap "
+        f"{units.format_percent(s.effective_overlap)} instead of "
+        f"{units.format_percent(s.overlap)}", generation, now, previous)
+
+
 def for_sizing(s: Sizing, generation: int | None, now: datetime,
                previous: Sequence[Mapping[str, Any]] = (), active_drainers: int = 0,
-               ) -> dict[str, Any]:
-    """Status of a valid policy."""
-    if s.bandwidth_constrained:
-        constrained = condition(
-            CONSTRAINED, True, "PolicyCap" if s.binding_cap == "policy" else "ClusterCap",
-            f"the {s.binding_cap} cap allows {units.format_rate(s.allowed_bandwidth)} of the "
-            f"{units.format_rate(s.required_bandwidth)} required: effective overlap "
-            f"{units.format_percent(s.effective_overlap)} instead of "
-            f"{units.format_percent(s.overlap)}", generation, now, previous)
-    else:
-        constrained = condition(CONSTRAINED, False, "WithinCaps",
-                                f"{units.format_rate(s.required_bandwidth)} fits every cap",
-                                generation, now, previous)
+               cluster: ClusterShare | None = None) -> dict[str, Any]:
+    """Status of a valid policy; `s` is its sizing under the joint budget
+    (allocation.joint_sizing) and `cluster` its part of the cluster cap."""
+    constrained = _constrained(s, cluster, generation, now, previous)
     ready = condition(READY, True, "SizingComputed",
                       f"{units.format_bytes(s.checkpoint_bytes)} every "
                       f"{units.format_duration(s.global_interval_s)} needs "
@@ -88,6 +101,30 @@ def for_sizing(s: Sizing, generation: int | None, now: datetime,
             "phase": "Constrained" if s.bandwidth_constrained else "Ready",
             "conditions": [ready, degraded, constrained,
                            *_others(previous, {READY, DEGRADED, CONSTRAINED})]}
+
+
+def with_cluster(current: Mapping[str, Any], s: Sizing, cluster: ClusterShare | None,
+                 generation: int | None, now: datetime) -> dict[str, Any] | None:
+    """Status patch when the joint allocation moved under a sized policy (another
+    policy came, went or changed): the sizing fields, BandwidthConstrained and
+    the phase; None when nothing a reader sees would change."""
+    conditions = list(current.get("conditions") or [])
+    if not conditions or current.get("phase") == "Invalid":
+        return None
+    fields = sizing_fields(s)
+    del fields["drainers"]  # the live pod count, which the rebalance keeps
+    new = _constrained(s, cluster, generation, now, conditions)
+    before = next((c for c in conditions if c.get("type") == CONSTRAINED), {})
+    same = all(current.get(k) == v for k, v in fields.items()) and all(
+        before.get(k) == new[k] for k in ("status", "reason", "message"))
+    if same:
+        return None
+    phase = current.get("phase")
+    if phase in ("Ready", "Constrained"):  # a stall keeps its phase until it ends
+        phase = "Constrained" if s.bandwidth_constrained else "Ready"
+    kept = [new if c.get("type") == CONSTRAINED else c for c in conditions]
+    return {**fields, "phase": phase,
+            "conditions": kept if before else [*kept, new]}
 
 
 def for_invalid(message: str, generation: int | None, now: datetime,

@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 from ckptdrain.operator.allocation import (
     DrainingPod,
     changes,
+    joint_sizing,
     parse_annotation_number,
     policy_budgets,
     shares,
 )
+from ckptdrain.sizing import SizingInput
 
 
 def drainers(pending: list[float | None], current: int | None = None) -> list[DrainingPod]:
@@ -75,3 +77,57 @@ def test_after_changes_the_sum_never_exceeds_the_new_budget(
     ("123", 123.0), (" 5e9 ", 5e9), ("-1", None), ("x", None), (None, None), ("nan", None)])
 def test_annotation_numbers(text: object, value: float | None) -> None:
     assert parse_annotation_number(text) == value
+
+
+def _ten_gbps(**kw: float) -> SizingInput:
+    # 900 GB every 15 min at 10% overlap: 10 GB/s
+    return SizingInput(checkpoint_bytes=900e9, interval_s=900, overlap=0.1, **kw)
+
+
+def test_ten_policies_under_a_cluster_cap_each_get_a_tenth_and_say_so() -> None:
+    joint = joint_sizing({f"p{i}": _ten_gbps(cluster_cap=40e9) for i in range(10)}, 40e9)
+    assert len(joint) == 10
+    for s, share in joint.values():
+        assert s.required_bandwidth == pytest.approx(10e9)
+        assert s.allowed_bandwidth == pytest.approx(4e9)
+        assert s.bandwidth_constrained and s.binding_cap == "cluster"
+        assert s.effective_overlap == pytest.approx(0.25)  # 900 GB at 4 GB/s: 225 s of 900
+        assert share.scaled and share.total_wanted == pytest.approx(100e9)
+    assert sum(s.allowed_bandwidth for s, _ in joint.values()) == pytest.approx(40e9)
+
+
+def test_joint_scaling_applies_after_each_policy_cap() -> None:
+    joint = joint_sizing({"capped": _ten_gbps(policy_cap=2e9), "free": _ten_gbps()}, 6e9)
+    # wanted 2 + 10 = 12 GB/s under 6: both halved; the cluster cap binds both
+    assert joint["capped"][0].allowed_bandwidth == pytest.approx(1e9)
+    assert joint["free"][0].allowed_bandwidth == pytest.approx(5e9)
+    assert {s.binding_cap for s, _ in joint.values()} == {"cluster"}
+
+
+def test_a_cap_the_policies_fit_together_binds_no_one() -> None:
+    joint = joint_sizing({"a": _ten_gbps(cluster_cap=40e9), "b": _ten_gbps(cluster_cap=40e9),
+                          "capped": _ten_gbps(policy_cap=3e9, cluster_cap=40e9)}, 40e9)
+    assert not joint["a"][0].bandwidth_constrained and not joint["a"][1].scaled
+    assert joint["a"][0].allowed_bandwidth == pytest.approx(10e9)
+    assert joint["capped"][0].binding_cap == "policy"
+
+
+def test_one_policy_alone_over_the_cap_is_cut_to_the_cap() -> None:
+    joint = joint_sizing({"big": _ten_gbps()}, 4e9)
+    assert joint["big"][0].allowed_bandwidth == pytest.approx(4e9)
+    assert joint["big"][0].binding_cap == "cluster"
+
+
+def test_invalid_policies_are_left_out_of_the_joint_budget() -> None:
+    joint = joint_sizing({"ok": _ten_gbps(), "bad": SizingInput(interval_s=900)}, 5e9)
+    assert set(joint) == {"ok"} and joint["ok"][0].allowed_bandwidth == pytest.approx(5e9)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.floats(1e9, 1e13), min_size=1, max_size=30), st.floats(1e8, 1e12))
+def test_joint_budgets_never_sum_over_the_cluster_cap(sizes: list[float], cap: float) -> None:
+    joint = joint_sizing({i: SizingInput(checkpoint_bytes=b, interval_s=900)
+                          for i, b in enumerate(sizes)}, cap)
+    total = sum(s.allowed_bandwidth for s, _ in joint.values())
+    assert total <= cap * (1 + 1e-9)
+    assert all(s.bandwidth_constrained == share.scaled for s, share in joint.values())

@@ -1,0 +1,44 @@
+"""The scale harness (benchmarks/scale) at a tiny size, on its own real etcd +
+kube-apiserver and the real operator: every figure docs/scale.md reports is
+measured and sane. Figures only, never timings: those belong to the harness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.scale import report
+from benchmarks.scale.run import Size, run
+
+
+def test_the_harness_measures_every_figure_at_20_writers(tmp_path: Path) -> None:
+    result = run(Size(writers=20, policies=2, rounds=1, probe_pods=5, tick_s=0.2),
+                 tmp_path, log=lambda _: None)
+
+    # Every pod went through the webhook, and each creation has its latency.
+    assert result["admission_errors"] == []
+    assert result["admission_during_creation"]["n"] == 20
+    assert result["admission_with_n_present"]["n"] == 5
+    assert 0 < result["admission_with_n_present"]["p50_ms"] \
+        <= result["admission_with_n_present"]["p99_ms"]
+
+    # The round's writes were counted at the apiserver, the agents' among them.
+    (checkpoint,) = result["rounds_detail"]
+    assert result["agent_errors"] == {}
+    assert checkpoint["agent_writes_per_writer"] >= 6  # 4 claims, a lease check, pending bytes
+    assert checkpoint["writes_per_writer"] > checkpoint["agent_writes_per_writer"]
+    assert checkpoint["by_resource"]["PATCH checkpoints/status"] >= 4 * 20
+    assert checkpoint["agent_by_call"]["replace_namespaced_custom_object:leases"] == 20
+    assert checkpoint["operator_cpu_s"] > 0
+    assert result["job_start_writes_per_writer"] >= 2  # a restore annotation and a lease
+
+    # One record per policy and step, and the largest objects were measured.
+    assert result["largest_bytes"]["checkpoints"] == 2
+    assert result["largest_bytes"]["checkpoint"] > 0 and result["largest_bytes"]["pod"] > 0
+
+    # The arriving job moved every writer's share, and each was seen.
+    assert result["share_visible"]["affected"] == 20
+    assert result["share_visible"]["max_s"] >= result["share_visible"]["p50_s"] > 0
+    assert result["overshoot_cluster"] >= 0 and result["operator_rss_mib"] > 0
+
+    table = report.markdown([result])
+    assert "| 20 | 2 |" in table and "–" not in table.split("| 20 | 2 |")[1]
