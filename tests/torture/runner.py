@@ -30,6 +30,7 @@ MODULES = {"badinput": "badinput", "canary": "canary", "corruption": "corruption
 def sweep(opts: Options, log: Any = print) -> list[Category]:
     """Every (category, store) pair of `opts`, in CATEGORIES order; leaks last."""
     results: list[Category] = []
+    Path(opts.scratch).mkdir(parents=True, exist_ok=True)  # --scratch may name a new dir
     scratch = Path(tempfile.mkdtemp(prefix="ckptdrain-torture-", dir=opts.scratch))
     worker = Worker()
     try:
