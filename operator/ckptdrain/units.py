@@ -193,19 +193,18 @@ def format_duration(seconds: float) -> str:
 
 def format_quantity(size: int) -> str:
     """A byte count as a Kubernetes resource quantity the apiserver accepts:
-    the largest binary suffix that divides it exactly (64Gi), else the largest
-    decimal one (64G), else plain bytes. Our own units (64GB, 5.67TB) are not
-    quantities: the apiserver refuses "GB"."""
+    the shortest exact form with a binary (64Gi) or decimal (64G) suffix, else
+    plain bytes. Our own units (64GB, 5.67TB) are not quantities: the
+    apiserver refuses "GB"."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ValueError(f"a quantity needs a whole number of bytes >= 0, got {size!r}")
-    for factors in ((("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30),
-                     ("Mi", 2**20), ("Ki", 2**10)),
-                    (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9),
-                     ("M", 10**6), ("k", 10**3))):
-        for suffix, factor in factors:
-            if size and size % factor == 0:
-                return f"{size // factor}{suffix}"
-    return str(size)
+    forms = [str(size)]
+    for suffix, factor in (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30),
+                           ("Mi", 2**20), ("Ki", 2**10), ("E", 10**18), ("P", 10**15),
+                           ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if size and size % factor == 0:
+            forms.append(f"{size // factor}{suffix}")
+    return min(forms, key=len)  # the first of the shortest: binary before decimal
 
 
 def format_percent(fraction: float) -> str:

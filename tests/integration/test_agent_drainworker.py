@@ -14,7 +14,7 @@ from ckptdrain import keys
 from ckptdrain.agent.drainworker import DrainWorker
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent
-from ckptdrain.errors import StoreAccessDenied
+from ckptdrain.errors import StoreAccessDenied, StoreUnreachable
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.store.local import LocalStore
 
@@ -75,6 +75,26 @@ def test_store_errors_are_retried_and_reported(tmp_path: Path, store: FaultyStor
     assert "Failed" in states and states[-1] == "Global"
     failed = next(e for e in recorder.events if e.state.value == "Failed")
     assert "denied" in failed.message and "retrying" in failed.message
+
+
+def test_a_store_that_does_not_answer_is_retrying_not_failed(tmp_path: Path,
+                                                             store: FaultyStore) -> None:
+    from ckptdrain.transfer.drain import Drainer
+
+    tier = _tier(tmp_path, [1])
+    # One try per drain in the engine, so the worker sees each outage itself.
+    store.fail("upload_part", times=2, error=lambda: StoreUnreachable("injected: no answer"))
+    recorder = Recorder()
+    worker = DrainWorker(tier, store, Drainer(store, part_size=PART, concurrency=1, attempts=1),  # type: ignore[arg-type]
+                         recorder, AgentMetrics(), part_size=PART)
+    worker.start()
+    worker.submit(1)
+    _wait(lambda: tier.is_global(1), "the retried drain")
+    worker.stop(10)
+    states = recorder.states(1)
+    assert "Retrying" in states and "Failed" not in states and states[-1] == "Global"
+    retrying = next(e for e in recorder.events if e.state.value == "Retrying")
+    assert "no answer" in retrying.message and "retrying in" in retrying.message
 
 
 def test_a_step_already_in_the_store_is_not_sent_again(tmp_path: Path, store: FaultyStore
