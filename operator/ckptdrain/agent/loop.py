@@ -2,8 +2,12 @@
 
 Steady state, every `POLL` seconds:
 - every `interval`, ask the trainer for a checkpoint (rewrite the request file);
-- capture the newest step the trainer has published, if it is new. A capture
-  that cannot fit the local tier is refused before anything is written; a
+- capture the newest step the trainer has published, if it is new. The local
+  tier stays within the policy's capacity and the disk's free space, and a
+  scheduled capture always leaves room for one more step of its size, so the
+  SIGTERM checkpoint finds it: older steps go first (global ones before local
+  ones; never one being drained or the only copy of the recovery point). A
+  capture that cannot fit even then is refused before anything is written; a
   failed capture is retried with exponential back-off (1 s doubling to 60 s)
   and reported once per distinct failure, not once per retry;
 - hand every `global_every`-th capture (and the first) to the drain worker;
@@ -24,6 +28,7 @@ Nothing here ever blocks or signals the trainer: it only reads the work dir.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -252,7 +257,9 @@ class Agent:
             self.reporter.report(CheckpointEvent(step, State.CAPTURING, trigger=trigger))
         try:
             if not self.tier.has(step):
-                space.check_room(self.tier.root, space.tree_bytes(source))
+                need = space.tree_bytes(source)
+                # The emergency capture spends the reserve the scheduled ones kept.
+                self.make_room(need, reserve=0 if trigger == "sigterm" else need, step=step)
             captured = self.tier.capture(source, step, writer=self.cfg.writer,
                                          writers=self.cfg.writers, should_stop=should_stop,
                                          extra={"trigger": trigger})
@@ -283,10 +290,40 @@ class Agent:
             self.drain.submit(step, trigger)
         return step
 
+    def make_room(self, need: int, reserve: int, step: int | None = None) -> list[int]:
+        """Remove what must go for `need` bytes plus `reserve` to fit the local
+        tier (space.plan_room); raises space.WontFit, removing nothing, when
+        they cannot. Returns the removed steps."""
+        steps = self.tier.steps()
+        sizes = {s: self.tier.bytes_of(s) for s in steps}
+        busy = self.drain.busy_steps() if self.drain is not None else set()
+        is_global = {s for s in steps if self.tier.is_global(s)}
+        newest_global = max(is_global, default=-1)
+        pending = [s for s in steps if s not in is_global and s > newest_global]
+        kept = busy | set(pending[:1])  # steps() is newest first: pending[0] is the newest
+        evictable = sorted((s for s in steps if s not in kept),
+                           key=lambda s: (s not in is_global, s))
+        room = space.plan_room(need, reserve, sizes, evictable, self.cfg.local_capacity,
+                               space.free_bytes(self.tier.root))
+        if room.refused is not None:
+            what = f"capture of step {step} refused" if step is not None else "local tier full"
+            raise space.WontFit(f"{what}: {room.refused}", self.tier.root)
+        for victim in room.evict:
+            log.info("removing local step %d to make room (%s)", victim,
+                     "global" if victim in is_global else "not global")
+            self.tier.remove(victim)
+        return list(room.evict)
+
     def housekeeping(self) -> None:
         busy = self.drain.busy_steps() if self.drain is not None else set()
         try:
             removed = self.tier.apply_retention(self.cfg.local_keep, busy)
+            # Retention by count alone can outgrow the capacity when steps
+            # grow: keep the SIGTERM checkpoint's room free between captures.
+            local = self.tier.steps()
+            if local:
+                with contextlib.suppress(space.WontFit):  # nothing more may go; capture says so
+                    removed += self.make_room(0, reserve=self.tier.bytes_of(local[0]))
         except OSError as err:
             self.metrics.errors.labels("retention").inc()
             log.warning("retention failed: %s", err)
