@@ -95,6 +95,8 @@ class DrainWorker:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="drain", daemon=True)
         self.last_result: object = None
+        #: The last failure while it is not yet cured, said as reported.
+        self.last_error: str | None = None
 
     # -- control (any thread) ------------------------------------------------------
     def start(self) -> None:
@@ -173,12 +175,13 @@ class DrainWorker:
             ok = False
             try:
                 ok = self._drain_one(step, trigger)
-                backoff = None
+                backoff, self.last_error = None, None
             except Exception as err:
                 self.metrics.errors.labels("drain").inc()
                 backoff = next_backoff(backoff)
                 log.warning("drain of step %d failed (retry in %.0fs): %s", step, backoff, err)
                 state = State.RETRYING if is_transient(err) else State.FAILED
+                self.last_error = f"{err}"
                 self.reporter.report(CheckpointEvent(
                     step, state, message=f"drain: {err}; retrying in {backoff:.0f}s",
                     trigger=trigger))

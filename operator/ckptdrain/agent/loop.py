@@ -384,6 +384,14 @@ class Agent:
         if target is not None:
             state = "global" if self.tier.is_global(target) else "local only (journaled)"
             log.info("SIGTERM flush done: step %d is %s", target, state)
+            if self.drain is not None and self.drain.last_error and state != "global":
+                # This pod's retries end here: Retrying would claim an attempt
+                # that nobody is making any more.
+                self.reporter.report(CheckpointEvent(
+                    target, State.FAILED, trigger="sigterm",
+                    message=f"drain given up when the pod stopped: {self.drain.last_error}; "
+                    f"the local copy and its journal stay on node {self.cfg.node_name or '?'}"
+                    " for the next agent there"))
         return 0
 
     def _await_emergency(self, start: float, deadline: float, stop_now: Callable[[], bool]

@@ -170,3 +170,20 @@ def test_no_placement_changes_no_affinity() -> None:
 def test_bad_placement_is_refused_naming_the_field(placement: dict[str, Any],
                                                   field: str) -> None:
     assert fields(spec(placement=placement)) == {field}
+
+
+def test_what_is_injected_the_node_side_reads_back() -> None:
+    from ckptdrain.node import config as node_config
+
+    s = spec(localTier={"path": "/mnt/ckptdrain/nvme", "capacity": "40Gi"},
+             restore={"retryDeadline": "90s"})
+    env = injection.agent_env(pod(), policy.parse("ml", "p", s, CFG), 1e9, rank=0)
+    environ = {e["name"]: e["value"] for e in env if "value" in e}
+    cfg = node_config.load(environ={**environ, Env.RESTORE_MODE.value: ""})
+    assert (cfg.local_capacity, cfg.restore_retry_deadline_s, cfg.restore_skip) == (
+        40 << 30, 90.0, False)
+    assert node_config.load(environ={**environ, Env.RESTORE_MODE.value: "skip"}).restore_skip
+    no_retry = spec(restore={"retryDeadline": "0"})
+    env = injection.agent_env(pod(), policy.parse("ml", "p", no_retry, CFG), 1e9, rank=0)
+    environ = {e["name"]: e["value"] for e in env if "value" in e}
+    assert node_config.load(environ=environ).restore_retry_deadline_s == 0
