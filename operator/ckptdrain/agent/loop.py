@@ -292,27 +292,10 @@ class Agent:
 
     def make_room(self, need: int, reserve: int, step: int | None = None) -> list[int]:
         """Remove what must go for `need` bytes plus `reserve` to fit the local
-        tier (space.plan_room); raises space.WontFit, removing nothing, when
-        they cannot. Returns the removed steps."""
-        steps = self.tier.steps()
-        sizes = {s: self.tier.bytes_of(s) for s in steps}
+        tier (LocalTier.make_room); raises space.WontFit, removing nothing."""
         busy = self.drain.busy_steps() if self.drain is not None else set()
-        is_global = {s for s in steps if self.tier.is_global(s)}
-        newest_global = max(is_global, default=-1)
-        pending = [s for s in steps if s not in is_global and s > newest_global]
-        kept = busy | set(pending[:1])  # steps() is newest first: pending[0] is the newest
-        evictable = sorted((s for s in steps if s not in kept),
-                           key=lambda s: (s not in is_global, s))
-        room = space.plan_room(need, reserve, sizes, evictable, self.cfg.local_capacity,
-                               space.free_bytes(self.tier.root))
-        if room.refused is not None:
-            what = f"capture of step {step} refused" if step is not None else "local tier full"
-            raise space.WontFit(f"{what}: {room.refused}", self.tier.root)
-        for victim in room.evict:
-            log.info("removing local step %d to make room (%s)", victim,
-                     "global" if victim in is_global else "not global")
-            self.tier.remove(victim)
-        return list(room.evict)
+        return self.tier.make_room(need, reserve, capacity=self.cfg.local_capacity,
+                                   protected=busy, step=step)
 
     def housekeeping(self) -> None:
         busy = self.drain.busy_steps() if self.drain is not None else set()
