@@ -110,13 +110,18 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         _env(Env.RESTORE_PREFER, policy.restore_prefer),
         _env(Env.RESTORE_RETRY_DEADLINE, units.format_duration(policy.restore_retry_deadline_s)
              if policy.restore_retry_deadline_s > 0 else "0"),
-        # Read when the container starts: an annotation added to a pod whose
-        # restore is being retried counts from its next start.
-        _env(Env.RESTORE_MODE, _field(f"metadata.annotations['{ANNOTATION_RESTORE}']")),
     ]
     if policy.local_capacity is not None:
         env.append(_env(Env.LOCAL_CAPACITY, str(policy.local_capacity)))
     return env
+
+
+def restore_mode_env() -> dict[str, Any]:
+    """Restore's own: the pod's `ckptdrain.io/restore` annotation, read when the
+    container starts (an annotation added while restore retries counts from
+    its next start). Not the agent's: a mistyped value stops restore with one
+    line, and must not also crash-loop the sidecar of a running pod."""
+    return _env(Env.RESTORE_MODE, _field(f"metadata.annotations['{ANNOTATION_RESTORE}']"))
 
 
 def local_dir(policy: Policy) -> str:
@@ -251,7 +256,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     spec = pod.get("spec", {})
     ops: JSONPatch = []
     shared = agent_env(pod, policy, default_rate, rank)
-    restore = _container(RESTORE, "restore", shared, config, [
+    restore = _container(RESTORE, "restore", [*shared, restore_mode_env()], config, [
         ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR), ("ckptdrain-tmp", "/tmp")],
         sidecar=False)
     agent = _container(AGENT, "agent", shared, config, [

@@ -98,6 +98,10 @@ def test_capacity_and_retry_deadline_reach_the_agent_and_restore() -> None:
     assert env[Env.RESTORE_MODE]["valueFrom"]["fieldRef"]["fieldPath"] == \
         "metadata.annotations['ckptdrain.io/restore']"
     assert restore["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # The agent of a running pod never reads the annotation: a typo there
+    # must not crash-loop the sidecar.
+    assert Env.RESTORE_MODE not in {e["name"] for e in _agent(p)["env"]}
+    assert Env.LOCAL_CAPACITY in {e["name"] for e in _agent(p)["env"]}
 
 
 def test_retry_deadline_defaults_to_10m_and_0_means_one_try() -> None:
