@@ -25,11 +25,13 @@ _BYTE_SUFFIX = {
     "G": 1e9, "GB": 1e9,
     "T": 1e12, "TB": 1e12,
     "P": 1e15, "PB": 1e15,
+    "E": 1e18, "EB": 1e18,
     "Ki": 2**10, "KiB": 2**10,
     "Mi": 2**20, "MiB": 2**20,
     "Gi": 2**30, "GiB": 2**30,
     "Ti": 2**40, "TiB": 2**40,
     "Pi": 2**50, "PiB": 2**50,
+    "Ei": 2**60, "EiB": 2**60,
 }
 
 _DURATION_UNIT = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -187,6 +189,22 @@ def format_duration(seconds: float) -> str:
     minutes, secs = divmod(rest, 60)
     text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
     return text + (f"{secs}s" if secs else "")
+
+
+def format_quantity(size: int) -> str:
+    """A byte count as a Kubernetes resource quantity the apiserver accepts:
+    the shortest exact form with a binary (64Gi) or decimal (64G) suffix, else
+    plain bytes. Our own units (64GB, 5.67TB) are not quantities: the
+    apiserver refuses "GB"."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"a quantity needs a whole number of bytes >= 0, got {size!r}")
+    forms = [str(size)]
+    for suffix, factor in (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30),
+                           ("Mi", 2**20), ("Ki", 2**10), ("E", 10**18), ("P", 10**15),
+                           ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if size and size % factor == 0:
+            forms.append(f"{size // factor}{suffix}")
+    return min(forms, key=len)  # the first of the shortest: binary before decimal
 
 
 def format_percent(fraction: float) -> str:

@@ -14,7 +14,7 @@ from ckptdrain import keys
 from ckptdrain.agent.drainworker import DrainWorker
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent
-from ckptdrain.errors import StoreAccessDenied
+from ckptdrain.errors import StoreAccessDenied, StoreUnreachable
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.store.local import LocalStore
 
@@ -75,6 +75,26 @@ def test_store_errors_are_retried_and_reported(tmp_path: Path, store: FaultyStor
     assert "Failed" in states and states[-1] == "Global"
     failed = next(e for e in recorder.events if e.state.value == "Failed")
     assert "denied" in failed.message and "retrying" in failed.message
+
+
+def test_a_store_that_does_not_answer_is_retrying_not_failed(tmp_path: Path,
+                                                             store: FaultyStore) -> None:
+    from ckptdrain.transfer.drain import Drainer
+
+    tier = _tier(tmp_path, [1])
+    # One try per drain in the engine, so the worker sees each outage itself.
+    store.fail("upload_part", times=2, error=lambda: StoreUnreachable("injected: no answer"))
+    recorder = Recorder()
+    worker = DrainWorker(tier, store, Drainer(store, part_size=PART, concurrency=1, attempts=1),  # type: ignore[arg-type]
+                         recorder, AgentMetrics(), part_size=PART)
+    worker.start()
+    worker.submit(1)
+    _wait(lambda: tier.is_global(1), "the retried drain")
+    worker.stop(10)
+    states = recorder.states(1)
+    assert "Retrying" in states and "Failed" not in states and states[-1] == "Global"
+    retrying = next(e for e in recorder.events if e.state.value == "Retrying")
+    assert "no answer" in retrying.message and "retrying in" in retrying.message
 
 
 def test_a_step_already_in_the_store_is_not_sent_again(tmp_path: Path, store: FaultyStore
@@ -191,3 +211,38 @@ def test_a_fenced_writer_commits_only_once_it_holds_the_lease(tmp_path: Path,
     failed = next(e for e in recorder.events if e.state.value == "Failed")
     assert "held by pod uid other" in failed.message
     assert fence.checks == 2 and recorder.states(1)[-1] == "Global"
+
+
+def test_a_drain_still_retrying_when_the_pod_stops_is_reported_given_up(
+        tmp_path: Path, store: FaultyStore) -> None:
+    import argparse
+
+    from ckptdrain.agent.loop import Agent
+    from ckptdrain.client import Client
+    from ckptdrain.node import config
+    from ckptdrain.transfer.drain import Drainer
+
+    store.fail("upload_part", times=10_000, error=lambda: StoreUnreachable("injected: down"))
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    cfg = config.load(parser.parse_args([]), {
+        "CKPTDRAIN_WORK_DIR": str(tmp_path / "work"), "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "l"),
+        "CKPTDRAIN_GRACE_SECONDS": "3", "CKPTDRAIN_NODE_NAME": "node-a"})
+    tier = LocalTier(cfg.local_dir)
+    recorder = Recorder()
+    worker = DrainWorker(tier, store, Drainer(store, part_size=PART, concurrency=1, attempts=1),  # type: ignore[arg-type]
+                         recorder, AgentMetrics(), part_size=PART)
+    worker.start()
+    agent = Agent(cfg, tier, recorder, AgentMetrics(), worker)
+    client = Client(tmp_path / "work")
+    (client.begin(4) / "w.bin").write_bytes(b"x" * (2 * PART))
+    client.complete(4)
+    assert agent.capture_newest("schedule") == 4
+    _wait(lambda: "Retrying" in recorder.states(4), "a failed try")
+    agent.on_sigterm()
+    assert agent.flush() == 0
+    states = recorder.states(4)
+    assert states[-1] == "Failed" and not tier.is_global(4)
+    last = [e for e in recorder.events if e.step == 4][-1]
+    assert "given up when the pod stopped" in last.message and "down" in last.message
+    assert "node-a" in last.message

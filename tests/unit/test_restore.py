@@ -98,6 +98,8 @@ def test_run_with_an_unopenable_store_exits_3(tmp_path: Path,
     # A URI the parser accepts but whose directory cannot be created.
     (tmp_path / "file").write_bytes(b"")
     monkeypatch.setenv("CKPTDRAIN_STORE_URI", f"file://{tmp_path}/file/store")
+    monkeypatch.setenv("CKPTDRAIN_RESTORE_RETRY_DEADLINE", "0")  # one try
     assert command.main([]) == 3
     doc = json.loads((tmp_path / "work" / "restore.json").read_text())
     assert doc["step"] is None and doc["skipped"][0]["tier"] == "global"
+    assert doc["attempts"] == 1

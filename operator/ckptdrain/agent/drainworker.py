@@ -8,8 +8,11 @@ things go wrong:
 - newest first: a newer step arriving while an older one drains supersedes
   it unless the older one is nearly done (`supersede_decision`); a superseded step's
   journal stays, so nothing already sent is wasted if it is resumed;
-- failures (store down, credentials, a corrupt local copy) are reported and
-  retried with capped exponential backoff; the trainer never waits on this;
+- failures are retried with capped exponential backoff (the trainer never
+  waits on this) and reported: a store that did not answer as Retrying (it
+  will likely heal by itself), anything a person must fix (denied
+  credentials, a missing bucket, a corrupt local copy, a conflicting commit)
+  as Failed;
 - a step already complete in the store with the same content (a previous
   agent finished it, or restore fetched it from there) is marked global
   without re-sending; one committed with other content, or unreadable, is a
@@ -27,6 +30,7 @@ from typing import Protocol
 
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
+from ckptdrain.errors import StoreAccessDenied, StoreError, StoreUnreachable
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.store.base import Store
 from ckptdrain.transfer import journal as jr
@@ -46,6 +50,15 @@ class Fence(Protocol):
     def check(self) -> None: ...
 
     def release(self) -> None: ...
+
+
+def is_transient(err: BaseException) -> bool:
+    """A drain failure that retrying is likely to cure by itself: the store did
+    not answer, or answered with an error that is not about credentials,
+    the bucket or the bytes."""
+    if isinstance(err, StoreUnreachable):
+        return True
+    return type(err) is StoreError and not isinstance(err, StoreAccessDenied)
 
 
 def next_backoff(previous: float | None) -> float:
@@ -82,6 +95,8 @@ class DrainWorker:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="drain", daemon=True)
         self.last_result: object = None
+        #: The last failure while it is not yet cured, said as reported.
+        self.last_error: str | None = None
 
     # -- control (any thread) ------------------------------------------------------
     def start(self) -> None:
@@ -160,13 +175,15 @@ class DrainWorker:
             ok = False
             try:
                 ok = self._drain_one(step, trigger)
-                backoff = None
+                backoff, self.last_error = None, None
             except Exception as err:
                 self.metrics.errors.labels("drain").inc()
                 backoff = next_backoff(backoff)
                 log.warning("drain of step %d failed (retry in %.0fs): %s", step, backoff, err)
+                state = State.RETRYING if is_transient(err) else State.FAILED
+                self.last_error = f"{err}"
                 self.reporter.report(CheckpointEvent(
-                    step, State.FAILED, message=f"drain: {err}; retrying in {backoff:.0f}s",
+                    step, state, message=f"drain: {err}; retrying in {backoff:.0f}s",
                     trigger=trigger))
             finally:
                 with self._cond:

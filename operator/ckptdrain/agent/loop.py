@@ -2,8 +2,12 @@
 
 Steady state, every `POLL` seconds:
 - every `interval`, ask the trainer for a checkpoint (rewrite the request file);
-- capture the newest step the trainer has published, if it is new. A capture
-  that cannot fit the local tier is refused before anything is written; a
+- capture the newest step the trainer has published, if it is new. The local
+  tier stays within the policy's capacity and the disk's free space, and a
+  scheduled capture always leaves room for one more step of its size, so the
+  SIGTERM checkpoint finds it: older steps go first (global ones before local
+  ones; never one being drained or the only copy of the recovery point). A
+  capture that cannot fit even then is refused before anything is written; a
   failed capture is retried with exponential back-off (1 s doubling to 60 s)
   and reported once per distinct failure, not once per retry;
 - hand every `global_every`-th capture (and the first) to the drain worker;
@@ -24,6 +28,7 @@ Nothing here ever blocks or signals the trainer: it only reads the work dir.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -252,7 +257,9 @@ class Agent:
             self.reporter.report(CheckpointEvent(step, State.CAPTURING, trigger=trigger))
         try:
             if not self.tier.has(step):
-                space.check_room(self.tier.root, space.tree_bytes(source))
+                need = space.tree_bytes(source)
+                # The emergency capture spends the reserve the scheduled ones kept.
+                self.make_room(need, reserve=0 if trigger == "sigterm" else need, step=step)
             captured = self.tier.capture(source, step, writer=self.cfg.writer,
                                          writers=self.cfg.writers, should_stop=should_stop,
                                          extra={"trigger": trigger})
@@ -283,10 +290,23 @@ class Agent:
             self.drain.submit(step, trigger)
         return step
 
+    def make_room(self, need: int, reserve: int, step: int | None = None) -> list[int]:
+        """Remove what must go for `need` bytes plus `reserve` to fit the local
+        tier (LocalTier.make_room); raises space.WontFit, removing nothing."""
+        busy = self.drain.busy_steps() if self.drain is not None else set()
+        return self.tier.make_room(need, reserve, capacity=self.cfg.local_capacity,
+                                   protected=busy, step=step)
+
     def housekeeping(self) -> None:
         busy = self.drain.busy_steps() if self.drain is not None else set()
         try:
             removed = self.tier.apply_retention(self.cfg.local_keep, busy)
+            # Retention by count alone can outgrow the capacity when steps
+            # grow: keep the SIGTERM checkpoint's room free between captures.
+            local = self.tier.steps()
+            if local:
+                with contextlib.suppress(space.WontFit):  # nothing more may go; capture says so
+                    removed += self.make_room(0, reserve=self.tier.bytes_of(local[0]))
         except OSError as err:
             self.metrics.errors.labels("retention").inc()
             log.warning("retention failed: %s", err)
@@ -347,6 +367,14 @@ class Agent:
         if target is not None:
             state = "global" if self.tier.is_global(target) else "local only (journaled)"
             log.info("SIGTERM flush done: step %d is %s", target, state)
+            if self.drain is not None and self.drain.last_error and state != "global":
+                # This pod's retries end here: Retrying would claim an attempt
+                # that nobody is making any more.
+                self.reporter.report(CheckpointEvent(
+                    target, State.FAILED, trigger="sigterm",
+                    message=f"drain given up when the pod stopped: {self.drain.last_error}; "
+                    f"the local copy and its journal stay on node {self.cfg.node_name or '?'}"
+                    " for the next agent there"))
         return 0
 
     def _await_emergency(self, start: float, deadline: float, stop_now: Callable[[], bool]

@@ -36,6 +36,12 @@ ANNOTATION_PENDING = "ckptdrain.io/pending-bytes"
 ANNOTATION_WORKLOAD_WRITERS = "ckptdrain.io/workload-writers"
 #: What restore placed for the trainer: `restored_from(step, tier)`.
 ANNOTATION_RESTORED = "ckptdrain.io/restored-from"
+#: Set by the user on a pod (or its template) to `RESTORE_SKIP` for a
+#: deliberate fresh start: restore then places nothing. It reaches restore
+#: through the downward API (Env.RESTORE_MODE), so it is read when the init
+#: container starts, not only at admission.
+ANNOTATION_RESTORE = "ckptdrain.io/restore"
+RESTORE_SKIP = "skip"
 
 #: Every time the API carries (records, status, conditions): UTC, whole seconds.
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

@@ -32,12 +32,19 @@ class State(StrEnum):
     """A checkpoint's state, per writer and in aggregate:
 
         Capturing -> Local -> Draining -> Global -> Expired (retention; operator only)
-                         \\-> Failed (with the reason; the agent retries)
+                                ^   |
+                                |   v
+                              Retrying (the store failed transiently; the agent retries)
+
+    and Failed from any of the first four (with the reason): given up, or
+    something only a person can fix (a corrupt copy, a conflicting commit,
+    denied credentials, a capture the local tier cannot hold).
     """
 
     CAPTURING = "Capturing"
     LOCAL = "Local"
     DRAINING = "Draining"
+    RETRYING = "Retrying"
     GLOBAL = "Global"
     FAILED = "Failed"
     EXPIRED = "Expired"

@@ -32,6 +32,8 @@ class AgentConfig:
     work_dir: Path
     local_dir: Path
     local_keep: int
+    #: Bytes this writer's local tier may hold (None: only the disk's free space).
+    local_capacity: int | None
     global_keep: int
     interval_s: float
     global_every: int
@@ -49,6 +51,10 @@ class AgentConfig:
     restore: bool
     restore_prefer: str
     restore_result: Path
+    #: Seconds restore keeps retrying a store that does not answer (0: one try).
+    restore_retry_deadline_s: float
+    #: A deliberate fresh start asked for by the pod's annotation.
+    restore_skip: bool
     part_size: int
     concurrency: int
     policy: str
@@ -114,6 +120,24 @@ def _port(field: str, value: object) -> int:
     return int(text)
 
 
+def _optional_bytes(field: str, value: object) -> int | None:
+    return None if value is None else units.parse_bytes(field, value)
+
+
+def _restore_mode(field: str, value: object) -> bool:
+    """The pod's `ckptdrain.io/restore` annotation: `skip` or nothing. A typo
+    stops restore with one line: guessing either way could lose training."""
+    from ckptdrain.contract.api import ANNOTATION_RESTORE, RESTORE_SKIP
+
+    text = str(value).strip()
+    if text == RESTORE_SKIP:
+        return True
+    if text == "":
+        return False
+    raise InvalidInput(f"pod annotation {ANNOTATION_RESTORE} ({field})",
+                       f"{RESTORE_SKIP!r}, or no annotation", value)
+
+
 def _seconds_or_zero(field: str, value: object) -> float:
     if str(value).strip() in ("0", "0s"):
         return 0.0
@@ -140,6 +164,8 @@ FIELDS: tuple[Field, ...] = (
           "the node-local (NVMe) tier"),
     Field("local_keep", Env.LOCAL_KEEP, units.parse_positive_int, "2",
           "local retention: keep the newest K checkpoints"),
+    Field("local_capacity", Env.LOCAL_CAPACITY, _optional_bytes, None,
+          "bytes the local tier may hold, e.g. 8TB (default: the disk's free space)"),
     Field("global_keep", Env.GLOBAL_KEEP, units.parse_positive_int, "3",
           "global retention: keep the newest K complete checkpoints in the store"),
     Field("interval", Env.INTERVAL, units.parse_duration, "15m",
@@ -172,6 +198,10 @@ FIELDS: tuple[Field, ...] = (
           "tier preferred when both hold the same newest step"),
     Field("restore_result", Env.RESTORE_RESULT, _optional_text, None,
           "restore result file (default <work>/restore.json)"),
+    Field("restore_retry_deadline", Env.RESTORE_RETRY_DEADLINE, _seconds_or_zero, "10m",
+          "how long restore retries a global tier that does not answer (0: no retry)"),
+    Field("restore_mode", Env.RESTORE_MODE, _restore_mode, "",
+          "the pod's ckptdrain.io/restore annotation: 'skip' for a deliberate fresh start"),
     Field("part_size", Env.PART_SIZE, units.parse_bytes, "64MiB",
           "multipart part size for the drain"),
     Field("concurrency", Env.CONCURRENCY, units.parse_positive_int, "8",
@@ -242,6 +272,7 @@ def load(
         work_dir=work,
         local_dir=raw["local_dir"],
         local_keep=raw["local_keep"],
+        local_capacity=raw["local_capacity"],
         global_keep=raw["global_keep"],
         interval_s=raw["interval"],
         global_every=raw["global_every"],
@@ -259,6 +290,8 @@ def load(
         restore=raw["restore"],
         restore_prefer=raw["restore_prefer"],
         restore_result=Path(result) if result else work / "restore.json",
+        restore_retry_deadline_s=raw["restore_retry_deadline"],
+        restore_skip=raw["restore_mode"],
         part_size=part_size,
         concurrency=raw["concurrency"],
         policy=raw["policy"],

@@ -12,13 +12,15 @@ A `step-<N>` directory exists only once it is complete and durable: capture
 builds it under a hidden temporary name and renames it last, so a crash, a
 second SIGTERM or a deadline leaves either the whole copy or none.
 
-Which steps retention removes is decided in retention.py (`local_expired`);
-everything here does I/O on the tier's root.
+Which steps retention removes is decided in retention.py (`local_expired`),
+and what must go for a capture to fit the capacity in node/space.py
+(`plan_room`); everything here does I/O on the tier's root.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -30,8 +32,10 @@ from ckptdrain import retention
 from ckptdrain.errors import IntegrityError
 from ckptdrain.localfs import fsync_dir
 from ckptdrain.manifest import WriterManifest
-from ckptdrain.node import durable
+from ckptdrain.node import durable, space
 from ckptdrain.node.steps import completed_steps, step_dir, step_name
+
+log = logging.getLogger(__name__)
 
 _TEMP_PREFIX = ".capture-"
 MANIFEST = "manifest.json"
@@ -158,6 +162,33 @@ class LocalTier:
         for step in doomed:
             self.remove(step)
         return doomed
+
+    def make_room(self, need: int, reserve: int, *, capacity: int | None,
+                  protected: Iterable[int] = (), step: int | None = None) -> list[int]:
+        """Remove older steps until `need` bytes plus `reserve` fit within
+        `capacity` and the disk (space.plan_room): global steps first, oldest
+        first; never a `protected` step (being drained) nor the newest step
+        not yet global (the only copy of the recovery point). Raises
+        space.WontFit, removing nothing, when even that is not enough.
+        Returns the removed steps."""
+        steps = self.steps()
+        sizes = {s: self.bytes_of(s) for s in steps}
+        is_global = {s for s in steps if self.is_global(s)}
+        newest_global = max(is_global, default=-1)
+        pending = [s for s in steps if s not in is_global and s > newest_global]
+        kept = set(protected) | set(pending[:1])  # steps() is newest first
+        evictable = sorted((s for s in steps if s not in kept),
+                           key=lambda s: (s not in is_global, s))
+        room = space.plan_room(need, reserve, sizes, evictable, capacity,
+                               space.free_bytes(self.root))
+        if room.refused is not None:
+            what = f"capture of step {step} refused" if step is not None else "local tier full"
+            raise space.WontFit(f"{what}: {room.refused}", self.root)
+        for victim in room.evict:
+            log.info("removing local step %d to make room (%s)", victim,
+                     "global" if victim in is_global else "not global")
+            self.remove(victim)
+        return list(room.evict)
 
     def remove(self, step: int) -> None:
         # Rename first so a crash mid-delete never leaves a step-<N> without files.

@@ -17,6 +17,7 @@ from ckptdrain.contract.api import (
     ANNOTATION_BANDWIDTH,
     ANNOTATION_INJECTED,
     ANNOTATION_POLICY,
+    ANNOTATION_RESTORE,
     ANNOTATION_WORKLOAD_WRITERS,
     LABEL_WRITER,
 )
@@ -31,6 +32,11 @@ LOCAL_DIR, WORK_DIR, SHARE_DIR = "/ckptdrain/local", "/ckptdrain/work", "/ckptdr
 AGENT_METRICS_PORT = 9108
 DEFAULT_GRACE_SECONDS = 30
 RUN_AS = 65532
+#: What the work dir (a disk emptyDir) may hold, in checkpoint shards: the
+#: step restore placed (kept while the trainer loads it), the newest published
+#: one and the one being written. Past its sizeLimit the kubelet evicts the
+#: pod, so the limit is generous rather than tight.
+WORK_SHARDS = 3
 
 JSONPatch = list[dict[str, Any]]
 
@@ -102,8 +108,20 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         _env(Env.METRICS_PORT, str(AGENT_METRICS_PORT)),
         _env(Env.RESTORE, "true" if policy.restore_enabled else "false"),
         _env(Env.RESTORE_PREFER, policy.restore_prefer),
+        _env(Env.RESTORE_RETRY_DEADLINE, units.format_duration(policy.restore_retry_deadline_s)
+             if policy.restore_retry_deadline_s > 0 else "0"),
     ]
+    if policy.local_capacity is not None:
+        env.append(_env(Env.LOCAL_CAPACITY, str(policy.local_capacity)))
     return env
+
+
+def restore_mode_env() -> dict[str, Any]:
+    """Restore's own: the pod's `ckptdrain.io/restore` annotation, read when the
+    container starts (an annotation added while restore retries counts from
+    its next start). Not the agent's: a mistyped value stops restore with one
+    line, and must not also crash-loop the sidecar of a running pod."""
+    return _env(Env.RESTORE_MODE, _field(f"metadata.annotations['{ANNOTATION_RESTORE}']"))
 
 
 def local_dir(policy: Policy) -> str:
@@ -134,6 +152,12 @@ SECURITY_CONTEXT: dict[str, Any] = {
     "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
 }
+
+
+def work_size(policy: Policy) -> int:
+    """Bytes the disk-backed work dir may hold (its emptyDir sizeLimit and the
+    agent's ephemeral-storage request)."""
+    return int(WORK_SHARDS * policy.checkpoint_bytes / policy.writers) + (64 << 20)
 
 
 def _container(name: str, command: str, env: list[dict[str, Any]], config: OperatorConfig,
@@ -187,7 +211,9 @@ def volumes(policy: Policy, *, prepare: bool = True) -> list[dict[str, Any]]:
     the node must already hold the local tier's directory: "Directory" makes a
     missing one a clear mount error instead of a root-owned directory the
     agent cannot write."""
-    work: dict[str, Any] = {}
+    # Always a size limit, always a Kubernetes quantity: a work dir that grows
+    # without bound fills the node's ephemeral storage and evicts its pods.
+    work: dict[str, Any] = {"sizeLimit": units.format_quantity(work_size(policy))}
     if policy.memory_limit:
         work = {"medium": "Memory", "sizeLimit": policy.memory_limit}
     return [
@@ -230,12 +256,19 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     spec = pod.get("spec", {})
     ops: JSONPatch = []
     shared = agent_env(pod, policy, default_rate, rank)
-    restore = _container(RESTORE, "restore", shared, config, [
+    restore = _container(RESTORE, "restore", [*shared, restore_mode_env()], config, [
         ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR), ("ckptdrain-tmp", "/tmp")],
         sidecar=False)
     agent = _container(AGENT, "agent", shared, config, [
         ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR),
         ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+    # The reason restore failed, as the container's last state on the pod.
+    restore["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    if not policy.memory_limit:
+        # The disk-backed work dir counts against the pod's ephemeral storage:
+        # the scheduler must find a node with room for it.
+        agent["resources"]["requests"]["ephemeral-storage"] = units.format_quantity(
+            work_size(policy))
     ours = [_prepare(config), restore, agent] if config.prepare_local_tier else [restore, agent]
     if spec.get("initContainers") is None:
         ops.append({"op": "add", "path": "/spec/initContainers", "value": ours})
@@ -254,6 +287,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         if WORK_DIR not in mounted:
             _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
                     [{"name": "ckptdrain-work", "mountPath": WORK_DIR}])
+    ops.extend(placement_ops(spec, policy))
     if rank is not None:
         if pod.get("metadata", {}).get("labels") is None:
             ops.append({"op": "add", "path": "/metadata/labels",
@@ -271,6 +305,29 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     else:
         ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
                    for k, v in annotations.items() if k not in existing)
+    return ops
+
+
+def placement_ops(spec: Mapping[str, Any], policy: Policy) -> JSONPatch:
+    """The policy's node requirements ANDed into every required node-selector
+    term the pod already has (or one new term), and its tolerations added."""
+    ops: JSONPatch = []
+    if policy.node_expressions:
+        affinity = dict(spec.get("affinity") or {})
+        node = dict(affinity.get("nodeAffinity") or {})
+        required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+        for term in terms:
+            term["matchExpressions"] = [*(term.get("matchExpressions") or []),
+                                        *policy.node_expressions]
+        required["nodeSelectorTerms"] = terms
+        node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+        affinity["nodeAffinity"] = node
+        # "add" on an existing member replaces it: the merged affinity is whole.
+        ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
+    have = spec.get("tolerations")
+    _append(ops, "/spec/tolerations", have,
+            [t for t in policy.tolerations if t not in (have or [])])
     return ops
 
 

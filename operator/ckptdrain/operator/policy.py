@@ -26,6 +26,10 @@ GRACE_POLICIES = ("Warn", "Refuse")
 RESTORE_PREFER = ("local", "global")
 DEFAULT_LOCAL_KEEP = 2
 DEFAULT_GLOBAL_KEEP = 3
+#: How long restore retries a store that does not answer (restore/retry.py).
+DEFAULT_RETRY_DEADLINE_S = 600.0
+NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 T = TypeVar("T")
 
@@ -74,6 +78,11 @@ class Policy:
     grace_policy: str
     per_drainer_cap: float | None
     identity: Rule | None = None
+    restore_retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S
+    #: spec.placement: node requirements ANDed into the pod's required node
+    #: affinity, and tolerations added to the pod's (Kubernetes' own shapes).
+    node_expressions: tuple[dict[str, Any], ...] = ()
+    tolerations: tuple[dict[str, Any], ...] = ()
 
     @property
     def key(self) -> str:
@@ -204,6 +213,52 @@ def _read_identity(r: _Reader) -> Rule | None:
     return Rule(label=key) if field == "rankLabel" else Rule(annotation=key)
 
 
+def _seconds_or_zero(field: str, value: object) -> float:
+    if value in (0, "0", "0s"):
+        return 0.0
+    return units.parse_duration(field, value)
+
+
+def _read_placement(r: _Reader) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+    """spec.placement: node requirements (as in a nodeSelectorTerm) and tolerations."""
+    exprs = r.raw("placement.nodeAffinity.matchExpressions") or []
+    tols = r.raw("placement.tolerations") or []
+    if not isinstance(exprs, list) or not isinstance(tols, list):
+        r.fail("placement", "{nodeAffinity: {matchExpressions: [...]}, tolerations: [...]}",
+               r.raw("placement"))
+        return (), ()
+    for i, e in enumerate(exprs):
+        where = f"placement.nodeAffinity.matchExpressions[{i}]"
+        if not isinstance(e, Mapping) or not isinstance(e.get("key"), str) \
+                or not _KEY.match(e["key"]):
+            r.fail(where, "{key: a node label key, operator, values}", e)
+            continue
+        op, values = e.get("operator"), e.get("values") or []
+        if op not in NODE_OPERATORS:
+            r.fail(f"{where}.operator", "one of " + ", ".join(NODE_OPERATORS), op)
+        elif op in ("In", "NotIn") and not values:
+            r.fail(f"{where}.values", f"at least one value with operator {op}", values)
+        elif op in ("Exists", "DoesNotExist") and values:
+            r.fail(f"{where}.values", f"no values with operator {op}", values)
+        elif op in ("Gt", "Lt") and (len(values) != 1 or not str(values[0]).lstrip("-")
+                                     .isdigit()):
+            r.fail(f"{where}.values", f"exactly one whole number with operator {op}", values)
+    for i, t in enumerate(tols):
+        where = f"placement.tolerations[{i}]"
+        if not isinstance(t, Mapping):
+            r.fail(where, "a toleration {key, operator, value, effect}", t)
+            continue
+        if t.get("operator", "Equal") == "Exists" and t.get("value"):
+            r.fail(f"{where}.value", "no value with operator Exists", t.get("value"))
+        if t.get("effect") not in (None, "", *TAINT_EFFECTS):
+            r.fail(f"{where}.effect", "one of " + ", ".join(TAINT_EFFECTS), t.get("effect"))
+        if t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute":
+            r.fail(f"{where}.tolerationSeconds", "only with effect NoExecute",
+                   t.get("tolerationSeconds"))
+    return (tuple(dict(e) for e in exprs if isinstance(e, Mapping)),
+            tuple(dict(t) for t in tols if isinstance(t, Mapping)))
+
+
 def _check_local_path(r: _Reader, path: str, config: OperatorConfig) -> None:
     norm = posixpath.normpath(path) if path.startswith("/") else ""
     root = config.allowed_root.rstrip("/")
@@ -272,6 +327,8 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     sigterm = r.get("triggers.sigterm", _flag, True)
     restore_enabled = r.get("restore.enabled", _flag, True)
     prefer = r.get("restore.prefer", _choice(RESTORE_PREFER), "local")
+    retry_deadline = r.get("restore.retryDeadline", _seconds_or_zero, DEFAULT_RETRY_DEADLINE_S)
+    node_expressions, tolerations = _read_placement(r)
     grace = r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn")
     rule = _read_identity(r)
     if r.errors:
@@ -281,11 +338,13 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         writers=writers, interval_s=interval if interval is not None
         else (mtti or 0) * sizing.DEFAULT_INTERVAL_FRACTION_OF_MTTI,
         local_path=posixpath.normpath(path), local_keep=keep, local_capacity=capacity,
-        memory_limit=str(memory) if memory is not None else None,
+        # Written into the pod as a Kubernetes quantity: "64GB" is ours, not the apiserver's.
+        memory_limit=units.format_quantity(memory_bytes) if memory_bytes is not None else None,
         store_uri=uri, endpoint=endpoint, region=region, credentials=secret,
         global_keep=global_keep, schedule=schedule, sigterm=sigterm,
         restore_enabled=restore_enabled, restore_prefer=prefer, grace_policy=grace,
-        per_drainer_cap=per_drainer, identity=rule,
+        per_drainer_cap=per_drainer, identity=rule, restore_retry_deadline_s=retry_deadline,
+        node_expressions=node_expressions, tolerations=tolerations,
     ), []
 
 

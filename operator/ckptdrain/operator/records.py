@@ -21,7 +21,7 @@ from ckptdrain import retention, units
 from ckptdrain.contract.api import timestamp
 from ckptdrain.contract.record import owner_reference
 
-_RANK = {"Capturing": 0, "Local": 1, "Draining": 2, "Global": 3}
+_RANK = {"Capturing": 0, "Local": 1, "Draining": 2, "Retrying": 2, "Global": 3}
 
 
 def owner_patch(record: Mapping[str, Any], policy_uid: str | None) -> dict[str, Any] | None:
@@ -57,6 +57,8 @@ def summarize(record: Mapping[str, Any]) -> Summary:
         state = "Failed"
     elif done >= expected:
         state = "Global"
+    elif any(c.get("state") == "Retrying" for c in claims):
+        state = "Retrying"
     elif not claims:
         state = "Capturing"
     elif len(claims) >= expected and all(_RANK.get(c.get("state", ""), 0) >= 1 for c in claims):

@@ -19,7 +19,17 @@ none verified, or the store holds a step that failed verification (a manifest
 that does not parse or disagrees, or a writer count other than this job's).
 Only exit 0 without a step is a fresh start: a step some of whose writers'
 manifests are merely missing (still being written, or abandoned) does not
-block one.
+block one. The pod annotation `ckptdrain.io/restore: skip` asks for one on
+purpose: nothing is placed, outcome `fresh_start`, reason "skipped by
+annotation".
+
+Exit 3 is never immediate: a store that does not answer (when listing, or
+mid-fetch) is asked again with jittered back-off until the policy's
+`restore.retryDeadline` (restore/retry.py). A transient failure while
+fetching the newest step ends that try; it never falls back to an older
+step, which would throw progress away (and with several writers could put
+ranks on different steps). The final line, with the reason, is also the init
+container's termination message, so `kubectl describe pod` shows it.
 
 With several writers a local copy is used only when its manifest has the same
 content as this writer's committed global manifest: another pod that had the
@@ -36,6 +46,7 @@ import argparse
 import contextlib
 import logging
 import os
+import random
 import re
 import shutil
 import sys
@@ -44,12 +55,13 @@ from pathlib import Path
 from typing import Any
 
 from ckptdrain import units
-from ckptdrain.errors import CkptdrainError, IntegrityError, StoreError
+from ckptdrain.errors import CkptdrainError, IntegrityError, ObjectMissing, StoreError
 from ckptdrain.manifest import WriterManifest
 from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import completed_steps, step_dir
+from ckptdrain.restore import retry
 from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 from ckptdrain.store.base import Store
@@ -67,6 +79,10 @@ _MISSING = re.compile(r"writer [0-9]+'s manifest is missing$")
 #: What this command leaves in the work dir while it works (its temp step,
 #: a fetch's staging beside it, a replaced step on its way out).
 _OWN_STAGING = re.compile(r"^\.\.?restore-(step|old)-")
+#: Where the kubelet reads a container's termination message (its default
+#: terminationMessagePath); written only when the kubelet made it.
+TERMINATION_LOG = Path("/dev/termination-log")
+SKIPPED_BY_ANNOTATION = "skipped by annotation"
 
 
 def _global_catalog(store: Any, result: RestoreResult) -> tuple[dict[int, Any], bool]:
@@ -185,17 +201,26 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
     _clear_own_staging(cfg.work_dir)
     no_room: list[str] = []
+    transient: str | None = None
     for cand in plan:
         if result.step is not None and cand.step < result.step:
             break
         outcome = _try(cfg, tier, store, cand, result, found.get(cand.step))
         if outcome == "no_room":
             no_room.append(f"step {cand.step} ({cand.tier}): {result.skipped[-1].reason}")
+        if outcome == "transient":
+            # Not the next candidate: it is older, so the store's answer later
+            # is worth more than anything this try could still place.
+            transient = f"step {cand.step}: {result.skipped[-1].reason}"
+            break
         if outcome == "ok":
             break
     result.seconds = time.monotonic() - started
     if result.step is not None:
         result.outcome = "restored"
+    elif transient is not None:
+        result.outcome = "store_unavailable"
+        result.reason = f"the global tier failed mid-restore ({transient})"
     elif no_room:
         result.outcome = "cannot_place"
         result.reason = f"a checkpoint exists but could not be written to {cfg.work_dir}: " \
@@ -222,8 +247,9 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
 
 def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
          result: RestoreResult, ckpt: Any = None) -> str:
-    """Restore one candidate: "ok", "failed" (try the next), or "no_room" (the
-    work volume could not take it: full, over quota or read-only)."""
+    """Restore one candidate: "ok", "failed" (try the next), "no_room" (the
+    work volume could not take it: full, over quota or read-only), or
+    "transient" (the store did not answer: try again later, not the next)."""
     tmp = cfg.work_dir / f".restore-step-{cand.step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     final = step_dir(cfg.work_dir, cand.step)
@@ -243,11 +269,19 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
         log.warning("restore: step %d from the %s tier failed, trying the next candidate: %s",
                     cand.step, cand.tier, reason)
         result.skipped.append(Skipped(cand.step, cand.tier, reason))
+        if cand.tier == "global" and is_transient(err):
+            return "transient"
         return "no_room" if space.is_no_room(err) else "failed"
     _clear_stale_steps(cfg.work_dir, keep=cand.step)
     result.step, result.tier, result.bytes = cand.step, cand.tier, size
     result.path, result.source = str(final), source
     return "ok"
+
+
+def is_transient(err: BaseException) -> bool:
+    """A store error that asking again later may cure. A missing object is
+    not (the step was deleted, or never complete): the next candidate is."""
+    return isinstance(err, StoreError) and not isinstance(err, ObjectMissing)
 
 
 def _clear_stale_steps(work_dir: Path, keep: int | None) -> None:
@@ -270,22 +304,17 @@ def run(args: argparse.Namespace) -> int:
         cfg = node_config.load(args)
     except CkptdrainError as err:
         print(f"ckptdrain restore: {err}", file=sys.stderr)
+        _termination_message(f"ckptdrain restore: {err}")
         return err.exit_code
     if not cfg.restore:
         print("ckptdrain restore: disabled (CKPTDRAIN_RESTORE=false); fresh start")
         RestoreResult(True, cfg.writer, cfg.writers, time.time(),
                       outcome="disabled").write(cfg.restore_result)
         return 0
-    store, problem = None, None
-    if cfg.store_uri:
-        try:
-            from ckptdrain.store import open_store
-
-            store = open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint,
-                               endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region)
-        except (CkptdrainError, OSError) as err:
-            problem = f"cannot open {cfg.store_uri}: {err}"
-    result, code = restore(cfg, store, problem)
+    if cfg.restore_skip:
+        result, code = skip(cfg), 0
+    else:
+        result, code = restore_with_retries(cfg)
     result.write(cfg.restore_result)
     if code == 0 and node_config.in_cluster(cfg):
         from ckptdrain.contract.api import ANNOTATION_RESTORED, restored_from
@@ -293,19 +322,104 @@ def run(args: argparse.Namespace) -> int:
 
         annotate_own_pod(cfg.namespace, cfg.pod_name, ANNOTATION_RESTORED,
                          restored_from(result.step, result.tier))
-    for skip in result.skipped:
-        what = f"the {skip.tier} tier" if skip.step is None else f"{skip.tier} step {skip.step}"
-        print(f"ckptdrain restore: skipped {what}: {skip.reason}")
+    for skipped in result.skipped:
+        what = (f"the {skipped.tier} tier" if skipped.step is None
+                else f"{skipped.tier} step {skipped.step}")
+        print(f"ckptdrain restore: skipped {what}: {skipped.reason}")
     if result.step is not None:
-        print(f"ckptdrain restore: step {result.step} from the {result.tier} tier, "
-              f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)}"
-              f" ({units.format_rate(result.bytes / max(result.seconds, 1e-6))}) -> {result.path}")
+        summary = (f"ckptdrain restore: step {result.step} from the {result.tier} tier, "
+                   f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)}"
+                   f" ({units.format_rate(result.bytes / max(result.seconds, 1e-6))})"
+                   f" -> {result.path}")
+        print(summary)
     elif code == 0:
-        print("ckptdrain restore: no checkpoint anywhere: fresh start")
+        summary = (f"ckptdrain restore: fresh start ({result.reason})" if result.reason
+                   else "ckptdrain restore: no checkpoint anywhere: fresh start")
+        print(summary)
     else:
-        print(f"ckptdrain restore: {result.outcome}: {result.reason} (exit {code}); see "
-              "skipped above", file=sys.stderr)
+        summary = (f"ckptdrain restore: {result.outcome}: {result.reason} (exit {code}); see "
+                   "skipped above")
+        print(summary, file=sys.stderr)
+    _termination_message(summary)
     return code
+
+
+def skip(cfg: node_config.AgentConfig) -> RestoreResult:
+    """A deliberate fresh start (the pod's `ckptdrain.io/restore: skip`): nothing
+    is placed, and what an earlier incarnation of the pod left in the work dir
+    goes, so the trainer and the agent see no step of the old timeline."""
+    cfg.work_dir.mkdir(parents=True, exist_ok=True)
+    _clear_own_staging(cfg.work_dir)
+    _clear_stale_steps(cfg.work_dir, keep=None)
+    return RestoreResult(True, cfg.writer, cfg.writers, time.time(), outcome="fresh_start",
+                         reason=SKIPPED_BY_ANNOTATION)
+
+
+def _open(cfg: node_config.AgentConfig) -> tuple[Store | None, str | None]:
+    if not cfg.store_uri:
+        return None, None
+    try:
+        from ckptdrain.store import open_store
+
+        return open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint,
+                          endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region), None
+    except (CkptdrainError, OSError) as err:
+        return None, f"cannot open {cfg.store_uri}: {err}"
+
+
+def restore_with_retries(
+    cfg: node_config.AgentConfig,
+    open_store: Any = None,
+    *,
+    clock: Any = time.monotonic,
+    sleep: Any = time.sleep,
+    rng: random.Random | None = None,
+) -> tuple[RestoreResult, int]:
+    """`restore`, tried again while the store does not answer (exit 3), until
+    `cfg.restore_retry_deadline_s`. The result counts the tries; when they
+    ran out, its reason says so."""
+    opener = open_store or _open
+    store: Store | None = None
+    started = clock()
+
+    def attempt(n: int) -> tuple[RestoreResult, int]:
+        nonlocal store
+        problem = None
+        if store is None:
+            store, problem = opener(cfg)
+        return restore(cfg, store, problem)
+
+    def tell(n: int, value: tuple[RestoreResult, int], wait: float) -> None:
+        log.warning("restore: try %d: %s; trying again in %.1fs (restore.retryDeadline %s)",
+                    n, value[0].reason, wait, units.format_duration(cfg.restore_retry_deadline_s))
+
+    done = retry.until_deadline(attempt, lambda value: value[1] == OUTCOMES["store_unavailable"],
+                                cfg.restore_retry_deadline_s, clock=clock, sleep=sleep,
+                                rng=rng or random.Random(), on_retry=tell)
+    result, code = done.value
+    result.attempts = done.attempts
+    result.seconds = clock() - started
+    if done.gave_up and cfg.restore_retry_deadline_s > 0:
+        result.reason += (f"; gave up after {done.attempts} tries in "
+                          f"{units.format_duration(result.seconds)} (restore.retryDeadline "
+                          f"{units.format_duration(cfg.restore_retry_deadline_s)})")
+    return result, code
+
+
+def _termination_message(text: str) -> None:
+    """The kubelet shows this file as the container's last state message. Never
+    created here: outside a pod (or with another terminationMessagePath) it is
+    simply not there."""
+    try:
+        fd = os.open(TERMINATION_LOG, os.O_WRONLY | os.O_TRUNC)
+    except OSError:
+        return
+    try:
+        os.write(fd, text.encode()[:4096])  # the kubelet keeps at most 4096 bytes
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,22 +4,26 @@
      "path": "/ckptdrain/work/step-42", "bytes": 268435456, "seconds": 0.41,
      "writer": 0, "writers": 1, "reason": "",
      "skipped": [{"step": 43, "tier": "local", "reason": "a.bin: crc32c ..."}],
-     "source": "/ckptdrain/local/step-42", "at": 1700000000.0}
+     "source": "/ckptdrain/local/step-42", "at": 1700000000.0, "attempts": 1}
 
 `outcome` is one of OUTCOMES, with the exit code of `ckptdrain restore`:
 
     restored          0  a checkpoint is in place (step, tier, path)
-    fresh_start       0  the store answered and nothing exists anywhere
+    fresh_start       0  the store answered and nothing exists anywhere, or the
+                         pod's ckptdrain.io/restore annotation says `skip`
+                         (reason "skipped by annotation")
     disabled          0  restore is switched off for this policy
     cannot_place      1  a checkpoint exists but could not be written here
                          (work volume full, over quota or read-only)
-    store_unavailable 3  the global tier could not be asked, nothing local was usable
+    store_unavailable 3  the global tier could not be asked (or failed mid-fetch)
+                         until restore.retryDeadline, nothing local was usable
     none_verified     4  checkpoints exist but none verified
 
 `fresh_start` is true only for `fresh_start` and `disabled`: a trainer told
 "fresh start" throws away every step it had, so a checkpoint that exists but
 could not be restored must never read as one. `reason` says why in one line
-when nothing was restored.
+when nothing was restored (or why nothing was on purpose). `attempts`
+counts the tries against a store that did not answer (restore/retry.py).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class RestoreResult:
     bytes: int = 0
     seconds: float = 0.0
     skipped: list[Skipped] = field(default_factory=list)
+    attempts: int = 1
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

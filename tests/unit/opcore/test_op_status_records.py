@@ -164,3 +164,16 @@ def test_writers_condition_is_written_once_and_kept_by_sizing() -> None:
     assert len(resized["conditions"]) == 4
     # Nothing sized yet: nothing to attach the condition to.
     assert status.with_writers({}, check, 1, NOW) is None
+
+
+def test_a_writer_retrying_a_store_that_does_not_answer_is_not_a_failed_checkpoint() -> None:
+    from ckptdrain.operator.records import summarize
+
+    record = {"spec": {"writers": 2}, "status": {"writers": {
+        "0": {"state": "Global", "bytes": 5, "tiers": ["global", "local"]},
+        "1": {"state": "Retrying", "bytes": 5, "tiers": ["local"],
+              "message": "drain: endpoint did not answer; retrying in 4s"}}}}
+    s = summarize(record)
+    assert (s.state, s.complete, s.tiers) == ("Retrying", False, "local")
+    record["status"]["writers"]["1"]["state"] = "Failed"
+    assert summarize(record).state == "Failed"
