@@ -311,8 +311,31 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
     key = (namespace, annotations.get(api.ANNOTATION_POLICY, ""))
     _schedule_rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)
     source = annotations.get(api.ANNOTATION_RESTORED)
-    if source and event.get("type") != "DELETED":
-        _record_restore(key, meta.get("name", ""), source, body, checkpointpolicy_index)
+    uid = meta.get("uid", "")
+    if event.get("type") == "DELETED":
+        with _restores_lock:
+            _restores_seen.pop(uid, None)
+    elif source:
+        with _restores_lock:
+            if _restores_seen.get(uid) == source:
+                return
+            _restores_seen[uid] = source
+        try:
+            _record_restore(key, meta.get("name", ""), source, body, checkpointpolicy_index)
+        except Exception:
+            with _restores_lock:  # not recorded: the pod's next event tries again
+                _restores_seen.pop(uid, None)
+            raise
+
+
+#: Pods (by uid) whose restore is already in their policy's status. The status
+#: keeps only the newest MAX_RESTORES entries, so it cannot answer "recorded
+#: already?" for a policy with more pods than that: every event of every older
+#: pod (pending-bytes reports, share changes) would record it again, with a
+#: status patch and an Event each. One entry per live pod; a restart forgets
+#: them, which costs at most one more record per pod.
+_restores_seen: dict[str, str] = {}
+_restores_lock = threading.Lock()
 
 
 def _record_restore(key: Key, pod: str, source: str, body: kopf.Body,
