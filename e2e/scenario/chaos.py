@@ -14,7 +14,9 @@ C2. webhook.podFailurePolicy=Ignore, the operator scaled to 0, an opted-in
     PodsUnprotected condition).
 C3. Admission latency of a labelled pod (server-side dry run, timed at the
     client) in steady state and during `kubectl rollout restart` of the
-    operator: p50, p99, and any refusal.
+    operator: p50, p99, and refusals (counted and printed, not fatal: the
+    pod's controller retries a refusal; a pod admitted without injection
+    is fatal).
 
 The pods are real API objects admitted through the real webhooks, but
 pinned to a node that does not exist, so 40 of them never start: admission
@@ -251,11 +253,17 @@ def rollout_latency(api: Api, say: Say, check: Check, report: list[str]) -> None
     say("C3. admission latency (server-side dry run) steady and during a rolling restart")
     probe = pod("chaos-probe", 0)
 
+    refusals: list[str] = []
+
     def sample() -> tuple[float, bool]:
+        """(seconds, answered); a pod admitted without injection fails at once."""
         answer = api.create_pod(NS, probe, dry_run=True)
-        ok = answer.status == 201 and INJECTED in (
-            answer.body.get("metadata", {}).get("annotations") or {})
-        return answer.seconds, ok
+        if answer.status != 201:
+            refusals.append(f"{answer.status}: {answer.message[:200]}")
+            return answer.seconds, False
+        if INJECTED not in (answer.body.get("metadata", {}).get("annotations") or {}):
+            raise Failed("a labelled pod was admitted without injection (dry run)")
+        return answer.seconds, True
 
     steady = [sample() for _ in range(100)]
     baseline = [api.create_pod(NS, {**probe, "metadata": {
@@ -273,9 +281,8 @@ def rollout_latency(api: Api, say: Say, check: Check, report: list[str]) -> None
     took = time.monotonic() - began
     check(status.wait(timeout=10) == 0, f"rollout restart finished in {took:.0f} s")
     check(not set(before) & set(operator_pods()), "every operator pod was replaced")
-    failed = sum(1 for _, ok in during if not ok)
-    check(failed == 0, f"{len(during)} dry-run creates during the rollout: {failed} refused "
-          "or not injected")
+    for refusal in refusals:
+        say(f"  refused: {refusal}")
     for label, pairs in (("steady", steady), ("during rolling restart", during)):
         samples = [seconds for seconds, _ in pairs]
         p50, p99 = 1000 * percentile(samples, 50), 1000 * percentile(samples, 99)
