@@ -5,9 +5,14 @@
 # from each tier, uninstall), then the cluster down — also on failure, unless
 # KEEP=1. The report lands in $CACHE/e2e/report.md (and is printed).
 #
-#   e2e/run.sh            the full scenario with a real PyTorch trainer
+#   e2e/run.sh            the full scenario with a real PyTorch trainer, the
+#                         JobSet step and the chaos step
 #   e2e/run.sh --short    CI's scenario (`make e2e-short`): the simulated
-#                         trainer from the project image, no torch, fewer waits
+#                         trainer from the project image, no torch, fewer
+#                         waits; the JobSet step, no chaos step
+#
+# The JobSet controller is built from the Go module proxy (e2e/deps/jobset.sh,
+# cached; several minutes the first time) while the cluster starts.
 #
 # Needs root (bridge, iptables, the node's local tier). Installs what the host
 # lacks from Debian (e2e/deps/host.sh). Env: CKPTDRAIN_CACHE, KEEP=1 (leave
@@ -48,7 +53,7 @@ else
     "$PYTHON" -m pip install -q 'torch>=2.2' >&2   # pyproject's torch extra
     TORCH_SITE=$(torch_site) || { echo "e2e: $PYTHON still cannot import torch" >&2; exit 1; }
   fi
-  scenario_args=(--torch-site "$TORCH_SITE")
+  scenario_args=(--torch-site "$TORCH_SITE" --chaos)
   images=(ckptdrain:dev ckptdrain-trainer:dev)
 fi
 
@@ -65,6 +70,7 @@ log "cluster up; images building meanwhile (log: $WORK/images.log)"
 {
   "$repo/e2e/image/build.sh" >/dev/null
   $short || "$here/images/trainer/build.sh" >/dev/null
+  "$here/deps/jobset.sh" >"$WORK/jobset.env"
 } >"$WORK/images.log" 2>&1 &
 images_pid=$!
 trap 'kill "$images_pid" 2>/dev/null || true' EXIT
@@ -77,6 +83,10 @@ export PATH="$k8s_bin:$("$repo/e2e/deps/helm-tools.sh"):$PATH"
 wait "$images_pid" || { cat "$WORK/images.log" >&2; log "image build failed"; exit 1; }
 log "images built; loading them"
 "$here/cluster/load-images.sh" "${images[@]}" >&2
+# IMAGE, ARCHIVE, CHART of the JobSet controller (e2e/deps/jobset.sh).
+eval "$(cat "$WORK/jobset.env")"
+"$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
+scenario_args+=(--jobset-chart "$CHART" --jobset-image "$IMAGE")
 
 log "scenario"
 set +e

@@ -13,6 +13,12 @@ image (no torch, no trainer image) and leaves out what the full run measures
 at length: it waits for one complete checkpoint instead of three, does not
 wait for training to go on after the first restore, and skips the corrupted
 local copy (7b). Everything else is the same step, asserted the same way.
+
+Two more steps run before the uninstall when asked: `--jobset-chart` the
+JobSet step (e2e/scenario/jobset.py: 4 writers of one JobSet on the real
+JobSet controller), `--chaos` the chaos step (e2e/scenario/chaos.py:
+operator pods killed under a burst of opted-in pods, the sweep, admission
+latency through a rolling restart).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import chaos
+import jobset
 from kube import Failed, apply, get, helm, kubectl, run, wait_for
 from s3server import seaweedfs
 from trainers import TRAINERS, Logs, Trainer
@@ -394,6 +402,11 @@ def main() -> int:
     parser.add_argument("--short", action="store_true",
                         help="CI's scenario: the simulated trainer, fewer waits, no 7b")
     parser.add_argument("--image-repo", default="docker.io/library/ckptdrain")
+    parser.add_argument("--jobset-chart", help="JobSet's Helm chart: run the JobSet step "
+                        "(e2e/scenario/jobset.py) on the real JobSet controller")
+    parser.add_argument("--jobset-image", default="localhost/ckptdrain/jobset:v0.9.1")
+    parser.add_argument("--chaos", action="store_true",
+                        help="run the chaos step (e2e/scenario/chaos.py) before uninstalling")
     args = parser.parse_args()
     if not args.short and not args.torch_site:
         parser.error("--torch-site: expected the directory holding torch (or --short)")
@@ -404,6 +417,9 @@ def main() -> int:
     ok = False
     try:
         leftovers()
+        if args.jobset_chart:
+            # Installed first, awaited later: its certificates settle meanwhile.
+            jobset.install_controller(args.jobset_chart, args.jobset_image)
         step1_install(args.image_repo, args.allowed_root)
         with seaweedfs(args.node_ip, args.workdir / "s3", BUCKET) as s3:
             step2_s3(s3)
@@ -413,6 +429,10 @@ def main() -> int:
             load = step7a(logs, pods, epoch, local_root)
             if not args.short:
                 step7b(logs, pods, epoch, local_root, load)
+            if args.jobset_chart:
+                jobset.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
+            if args.chaos:
+                chaos.run(s3, args.allowed_root, REPORT, say, check)
             step8_uninstall()
             if s3.restarts:
                 REPORT.append(f"| S3 server restarts (stopped from outside) | "
