@@ -202,6 +202,22 @@ def test_local_tier_prepare_reaches_the_operator(tools: Tools, prepare: str) -> 
     assert env["CKPTDRAIN_PREPARE_LOCAL_TIER"] == prepare
 
 
+@pytest.mark.parametrize(("delay", "grace"), [(None, 35), ("0", None), ("12", 42)])
+def test_a_stopping_replica_serves_admission_until_its_endpoint_is_gone(
+        tools: Tools, delay: str | None, grace: int | None) -> None:
+    """A preStop sleep of shutdownDelaySeconds (5 by default) before SIGTERM,
+    inside a grace period that still leaves Kopf its 30 s to stop."""
+    args = [] if delay is None else ["--set", f"operator.shutdownDelaySeconds={delay}"]
+    deployment = next(o for o in _docs(render(tools, *args).stdout) if o["kind"] == "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    lifecycle = spec["containers"][0].get("lifecycle")
+    assert spec.get("terminationGracePeriodSeconds") == grace
+    if grace is None:
+        assert lifecycle is None
+    else:
+        assert lifecycle == {"preStop": {"sleep": {"seconds": grace - 30}}}
+
+
 VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
 
 
