@@ -116,6 +116,20 @@ def test_a_store_down_past_the_deadline_fails_with_exit_3_saying_so(tmp_path: Pa
     assert "restore.retryDeadline 2m" in result.reason
 
 
+def test_a_store_that_cannot_be_configured_is_not_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A password in the endpoint (refused, redacted) is configuration: no
+    # later try can open the store, so restore fails at once with exit 3.
+    clock = FakeClock()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://user:hunter2@127.0.0.1:1")
+    cfg = _cfg(tmp_path, CKPTDRAIN_STORE_URI="s3://bucket/run")
+    result, code = command.restore_with_retries(cfg, clock=clock, sleep=clock.sleep,
+                                                rng=random.Random(3))
+    assert (code, result.outcome, result.attempts) == (3, "store_unavailable", 1)
+    assert clock.waits == [] and "hunter2" not in result.reason
+    assert "invalid configuration" in result.reason
+
+
 def test_a_store_failing_mid_fetch_never_falls_back_to_an_older_local_step(
         tmp_path: Path) -> None:
     inner = LocalStore(tmp_path / "store")

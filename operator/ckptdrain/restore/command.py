@@ -55,7 +55,13 @@ from pathlib import Path
 from typing import Any
 
 from ckptdrain import units
-from ckptdrain.errors import CkptdrainError, IntegrityError, ObjectMissing, StoreError
+from ckptdrain.errors import (
+    CkptdrainError,
+    IntegrityError,
+    InvalidInput,
+    ObjectMissing,
+    StoreError,
+)
 from ckptdrain.manifest import WriterManifest
 from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
@@ -363,8 +369,14 @@ def _open(cfg: node_config.AgentConfig) -> tuple[Store | None, str | None]:
 
         return open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint,
                           endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region), None
+    except InvalidInput as err:
+        return None, f"{_MISCONFIGURED}{cfg.store_uri}: {err}"
     except (CkptdrainError, OSError) as err:
         return None, f"cannot open {cfg.store_uri}: {err}"
+
+
+#: How _open's problem starts when the configuration itself is wrong.
+_MISCONFIGURED = "cannot open (invalid configuration) "
 
 
 def restore_with_retries(
@@ -380,20 +392,27 @@ def restore_with_retries(
     ran out, its reason says so."""
     opener = open_store or _open
     store: Store | None = None
+    misconfigured = False
     started = clock()
 
     def attempt(n: int) -> tuple[RestoreResult, int]:
-        nonlocal store
+        nonlocal store, misconfigured
         problem = None
         if store is None:
             store, problem = opener(cfg)
+            # A store that cannot even be opened (a bad URI or endpoint) is
+            # configuration: no later try can succeed, so waiting only holds
+            # the pod back.
+            misconfigured = problem is not None and problem.startswith(_MISCONFIGURED)
         return restore(cfg, store, problem)
 
     def tell(n: int, value: tuple[RestoreResult, int], wait: float) -> None:
         log.warning("restore: try %d: %s; trying again in %.1fs (restore.retryDeadline %s)",
                     n, value[0].reason, wait, units.format_duration(cfg.restore_retry_deadline_s))
 
-    done = retry.until_deadline(attempt, lambda value: value[1] == OUTCOMES["store_unavailable"],
+    done = retry.until_deadline(attempt, lambda value: (
+                                    value[1] == OUTCOMES["store_unavailable"]
+                                    and not misconfigured),
                                 cfg.restore_retry_deadline_s, clock=clock, sleep=sleep,
                                 rng=rng or random.Random(), on_retry=tell)
     result, code = done.value
