@@ -30,10 +30,13 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="ckptdrain.dcp needs PyTorch (the `torch` extra)")
 
+import torch.distributed.checkpoint as torch_dcp  # noqa: E402
 from tests.support.s3servers import S3Server  # noqa: E402
+from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 
 from ckptdrain import dcp as ckpt_dcp  # noqa: E402
 from ckptdrain import keys  # noqa: E402
+from ckptdrain.client import Client  # noqa: E402
 from ckptdrain.errors import IntegrityError  # noqa: E402
 from ckptdrain.node.localtier import LocalTier  # noqa: E402
 from ckptdrain.node.steps import completed_steps  # noqa: E402
@@ -120,7 +123,7 @@ def test_resharded_restore_equals_the_reference(
         assert result["keys"] > 6 and result["mismatched"] == [], result
 
 
-def _zeros() -> dict[str, Any]:
+def _zeros() -> tuple[dict[str, Any], dict[str, Any]]:
     sys.path.insert(0, str(WORKER.parent))
     try:
         from dcp_worker import reference
@@ -155,7 +158,7 @@ def test_the_local_tier_serves_what_verifies_and_the_store_the_rest(
     spoiled.write_bytes(bytes(data))
     target, reference = _zeros()
     with ckpt_dcp.StoreReader(store, local=tiers) as reader:
-        torch.distributed.checkpoint.load(target, storage_reader=reader)
+        torch_dcp.load(target, storage_reader=reader)
         files = reader.stats.files
     assert all(torch.equal(target[k], reference[k]) for k in reference)
     assert files[spoiled.name] == "global", files
@@ -186,3 +189,28 @@ def test_an_interrupted_async_save_leaves_the_previous_step_newest(tmp_path: Pat
     assert any(p.name.endswith(".distcp") for p in unfinished.iterdir())
     assert not (unfinished / ".metadata").exists()
     assert not (work / f"step-{STEP + 1}").exists()
+
+
+class _FailingWriter(torch_dcp.FileSystemWriter):  # type: ignore[misc]
+    def write_data(self, plan: Any, planner: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_failed_async_save_publishes_nothing(tmp_path: Path) -> None:
+    client = Client(tmp_path / "work", environ={"CKPTDRAIN_WRITERS": "1"})
+    _, reference = _zeros()
+    ckpt_dcp.save(reference, client, STEP)
+    future = ckpt_dcp.async_save(reference, client, STEP + 1, writer_class=_FailingWriter)
+    with pytest.raises(CheckpointException) as failed:
+        future.result(timeout=RANK_TIMEOUT)
+    causes = [f[0] if isinstance(f, tuple) else f for f in failed.value.failures.values()]
+    assert [type(c) for c in causes] == [OSError], causes
+    assert completed_steps(tmp_path / "work") == [STEP]
+
+
+def test_more_writers_than_ranks_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    client = Client(tmp_path / "work", environ={"CKPTDRAIN_WRITER_ID": "1",
+                                               "CKPTDRAIN_WRITERS": "2"})
+    with pytest.raises(ValueError, match="CKPTDRAIN_WRITERS is 2 but no process group"):
+        ckpt_dcp.save({"x": torch.zeros(2)}, client, STEP)
+    assert not (tmp_path / "work").exists()
