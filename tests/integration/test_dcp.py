@@ -132,11 +132,13 @@ def _zeros() -> tuple[dict[str, Any], dict[str, Any]]:
     return {k: torch.zeros_like(v) for k, v in reference().items()}, reference()
 
 
-def test_a_flipped_byte_is_refused_and_nothing_is_loaded(store: Store) -> None:
+@pytest.mark.parametrize(("writer_id", "suffix"), [(1, ".distcp"), (0, ".metadata")])
+def test_a_flipped_byte_is_refused_and_nothing_is_loaded(
+        store: Store, writer_id: int, suffix: str) -> None:
     ckpt = load_checkpoint(store, STEP)
-    writer = ckpt.manifests[1]
-    entry = next(f for f in writer.files if f.path.endswith(".distcp"))
-    key = keys.data_key(STEP, 1, entry.path, writer.attempt)
+    writer = ckpt.manifests[writer_id]
+    entry = next(f for f in writer.files if f.path.endswith(suffix))
+    key = keys.data_key(STEP, writer_id, entry.path, writer.attempt)
     data = bytearray(store.get_bytes(key))
     data[len(data) // 2] ^= 0x01
     store.put_bytes(key, bytes(data))
@@ -214,3 +216,17 @@ def test_more_writers_than_ranks_is_refused_before_anything_is_written(tmp_path:
     with pytest.raises(ValueError, match="CKPTDRAIN_WRITERS is 2 but no process group"):
         ckpt_dcp.save({"x": torch.zeros(2)}, client, STEP)
     assert not (tmp_path / "work").exists()
+
+
+def test_a_step_that_is_not_one_dcp_save_is_refused(tmp_path: Path) -> None:
+    from ckptdrain.store.local import LocalStore
+
+    store = LocalStore(tmp_path / "store")
+    for w in range(WRITERS):
+        source = tmp_path / f"w{w}" / f"step-{STEP}"
+        source.mkdir(parents=True)
+        (source / ".metadata").write_bytes(b"each rank saved alone")
+        _push(store, source, w)
+    with pytest.raises(IntegrityError, match=r"not a DCP checkpoint .* writers \[0, 1\]"):
+        ckpt_dcp.StoreReader(store, STEP, cache_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store", "w0", "w1"]

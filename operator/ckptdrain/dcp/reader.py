@@ -58,16 +58,27 @@ class StoreReader(FileSystemReader):  # type: ignore[misc]
                  local: Mapping[int, str | Path] | None = None,
                  cache_dir: str | Path | None = None, concurrency: int = 8) -> None:
         self.checkpoint = _checkpoint(store, step)
+        holders = [m.writer for m in self.checkpoint.manifests
+                   if any(f.path == METADATA for f in m.files)]
+        if holders != [0]:
+            raise IntegrityError(
+                f"step {self.checkpoint.step} is not a DCP checkpoint saved by all its writers "
+                f"together: {METADATA} should be writer 0's alone, writers {holders} hold it")
         self._root = Path(tempfile.mkdtemp(prefix=f"ckptdrain-dcp-{self.checkpoint.step}-",
                                            dir=cache_dir))
         super().__init__(self._root)
-        self.files = VerifiedFiles(
-            store, self.checkpoint, self._root,
-            local={int(w): Path(p) for w, p in (local or {}).items()},
-            concurrency=concurrency)
-        if self.files.owner(METADATA) != 0:
-            raise IntegrityError(f"step {self.checkpoint.step}: {METADATA} is writer "
-                                 f"{self.files.owner(METADATA)}'s, not the coordinator's (0)")
+        try:
+            self.files = VerifiedFiles(
+                store, self.checkpoint, self._root,
+                local={int(w): Path(p) for w, p in (local or {}).items()},
+                concurrency=concurrency)
+            # Now, not in read_metadata: DCP turns a failure there into an
+            # AssertionError carrying only its text, and IntegrityError must reach
+            # the caller as such.
+            self.files.ensure({METADATA})
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def step(self) -> int:
@@ -120,13 +131,20 @@ def _agreed_step(store: Store, step: int | None, process_group: Any) -> int | No
     return choice[0]
 
 
-def _integrity_failure(err: BaseException) -> BaseException | None:
-    """The IntegrityError inside DCP's CheckpointException, if a rank raised one."""
+def _integrity_failure(err: BaseException | None, depth: int = 0) -> BaseException | None:
+    """The IntegrityError DCP wrapped (in a CheckpointException's failures, or as
+    the cause of what it raised instead), if a rank raised one."""
+    if err is None or depth > 8:
+        return None
+    if isinstance(err, IntegrityError):
+        return err
     for failure in getattr(err, "failures", {}).values():
-        cause = failure[0] if isinstance(failure, tuple) else failure
-        if isinstance(cause, IntegrityError):
-            return cause
-    return None
+        found = _integrity_failure(failure[0] if isinstance(failure, tuple) else failure,
+                                   depth + 1)
+        if found is not None:
+            return found
+    return (_integrity_failure(err.__cause__, depth + 1)
+            or _integrity_failure(err.__context__, depth + 1))
 
 
 def load(state_dict: dict[str, Any], store: Store, step: int | None = None, *,
@@ -143,7 +161,7 @@ def load(state_dict: dict[str, Any], store: Store, step: int | None = None, *,
     try:
         dcp.load(state_dict, storage_reader=reader, planner=planner,
                  process_group=process_group)
-    except CheckpointException as err:
+    except (CheckpointException, RuntimeError, ValueError) as err:
         integrity = _integrity_failure(err)
         if integrity is not None:
             raise IntegrityError(f"step {reader.step}: {integrity}") from err
