@@ -5,7 +5,8 @@ inside functions included):
 - the core (top-level modules and contract/) imports nothing from store/,
   transfer/, agent/, node/, restore/, operator/ or demo/;
 - store/ imports only the core;
-- the node side (node/, agent/, restore/) never imports operator/, and
+- the node side (node/, agent/, restore/, and dcp/ in the trainer) never
+  imports operator/, and
   operator/ never imports the node side: they meet in contract/;
 - the cloud and cluster SDKs appear only at their edges.
 The entry points (cli.py, __main__.py) may import anything.
@@ -27,9 +28,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "ckptdrain"
 ENTRY_POINTS = {"cli", "__main__"}
-SUBPACKAGES = {"contract", "store", "transfer", "node", "agent", "restore", "operator", "demo"}
-NODE_SIDE = {"node", "agent", "restore"}
-OUTER = {"store", "transfer", "agent", "node", "restore", "operator", "demo"}
+SUBPACKAGES = {"contract", "store", "transfer", "node", "agent", "restore", "operator", "demo",
+               "dcp"}
+NODE_SIDE = {"node", "agent", "restore", "dcp"}
+OUTER = {"store", "transfer", "agent", "node", "restore", "operator", "demo", "dcp"}
 
 
 @dataclass(frozen=True)
