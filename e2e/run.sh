@@ -6,13 +6,14 @@
 # KEEP=1. The report lands in $CACHE/e2e/report.md (and is printed).
 #
 #   e2e/run.sh            the full scenario with a real PyTorch trainer, the
-#                         JobSet step and the chaos step
+#                         JobSet, LeaderWorkerSet and chaos steps
 #   e2e/run.sh --short    CI's scenario (`make e2e-short`): the simulated
 #                         trainer from the project image, no torch, fewer
-#                         waits; the JobSet step, no chaos step
+#                         waits; the JobSet step, no LWS or chaos step
 #
-# The JobSet controller is built from the Go module proxy (e2e/deps/jobset.sh,
-# cached; several minutes the first time) while the cluster starts.
+# The JobSet controller (and, full run only, LeaderWorkerSet) is built from
+# the Go module proxy (e2e/deps/jobset.sh, cached; several minutes each the
+# first time) while the cluster starts.
 #
 # Needs root (bridge, iptables, the node's local tier). Installs what the host
 # lacks from Debian (e2e/deps/host.sh). Env: CKPTDRAIN_CACHE, KEEP=1 (leave
@@ -71,6 +72,7 @@ log "cluster up; images building meanwhile (log: $WORK/images.log)"
   "$repo/e2e/image/build.sh" >/dev/null
   $short || "$here/images/trainer/build.sh" >/dev/null
   "$here/deps/jobset.sh" >"$WORK/jobset.env"
+  $short || "$here/deps/jobset.sh" lws >"$WORK/lws.env"
 } >"$WORK/images.log" 2>&1 &
 images_pid=$!
 trap 'kill "$images_pid" 2>/dev/null || true' EXIT
@@ -87,6 +89,12 @@ log "images built; loading them"
 eval "$(cat "$WORK/jobset.env")"
 "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
 scenario_args+=(--jobset-chart "$CHART" --jobset-image "$IMAGE")
+if ! $short; then
+  # The same three for LeaderWorkerSet.
+  eval "$(cat "$WORK/lws.env")"
+  "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
+  scenario_args+=(--lws-chart "$CHART" --lws-image "$IMAGE")
+fi
 
 log "scenario"
 set +e

@@ -75,28 +75,38 @@ def _render(name: str, **values: object) -> str:
         {k: str(v) for k, v in values.items()})
 
 
-def policy_manifest(allowed_root: str, s3_port: int) -> str:
+def policy_manifest(allowed_root: str, s3_port: int, policy: str = POLICY, app: str = NAME,
+                    prefix: str = PREFIX) -> str:
+    """A CheckpointPolicy of WRITERS writers selecting pods labelled app=<app>."""
     doc = yaml.safe_load(_render(
         "policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES=f"{CHECKPOINT_BYTES // 1_000_000}MB",
         ALLOWED_ROOT=allowed_root, BUCKET=BUCKET, S3_NAMESPACE=S3_NS, S3_PORT=s3_port))
-    doc["metadata"]["name"] = POLICY
-    doc["spec"]["selector"] = {"matchLabels": {"app": NAME}}
+    doc["metadata"]["name"] = policy
+    doc["spec"]["selector"] = {"matchLabels": {"app": app}}
     doc["spec"]["writers"] = WRITERS
-    doc["spec"]["storage"]["uri"] = f"s3://{BUCKET}/{PREFIX}"
+    doc["spec"]["storage"]["uri"] = f"s3://{BUCKET}/{prefix}"
     return json.dumps(doc)
 
 
-def jobset_manifest(epoch: float) -> str:
-    """job.yaml's pod, run by the simulated trainer, in every Job of the JobSet."""
+def sim_job(epoch: float, app: str = NAME) -> dict[str, Any]:
+    """job.yaml run by the simulated trainer, its pod labelled app=<app>; a
+    workload takes its pod template."""
     job_yaml = _render("job.yaml", NAMESPACE=NS, GRACE=GRACE, EPOCH=f"{epoch:.3f}",
                        TORCH_SITE="/nonexistent")
     job = json.loads(TRAINERS["sim"].job(job_yaml, EVERY, STEP_S, epoch,
                                          CHECKPOINT_BYTES // WRITERS))
     pod = job["spec"]["template"]
-    pod["metadata"]["labels"] = {"app": NAME, "ckptdrain.io/inject": "true"}
+    pod["metadata"]["labels"] = {"app": app, "ckptdrain.io/inject": "true"}
     # Six simulated trainers share two cores with everything else here.
     pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "50m", "memory": "128Mi"},
                                                  "limits": {"memory": "1Gi"}}
+    return job
+
+
+def jobset_manifest(epoch: float) -> str:
+    """job.yaml's pod, run by the simulated trainer, in every Job of the JobSet."""
+    job = sim_job(epoch)
+    pod = job["spec"]["template"]
     replicated = []
     for name, (replicas, pods) in SHAPE.items():
         spec = {k: v for k, v in job["spec"].items() if k != "template"}
@@ -121,10 +131,10 @@ def expected_rank(labels: dict[str, str]) -> int:
     raise Failed(f"pod labels name no replicated Job of {NAME}: {labels}")
 
 
-def running_pods() -> dict[int, dict[str, Any]]:
-    """Live pods of the JobSet whose trainer runs, by their writer label."""
+def running_pods(select: str = SELECT) -> dict[int, dict[str, Any]]:
+    """Live pods matching `select` whose trainer runs, by their writer label."""
     out = {}
-    for pod in get("pods", "-n", NS, "-l", SELECT)["items"]:
+    for pod in get("pods", "-n", NS, "-l", select)["items"]:
         statuses = {c["name"]: c for c in pod["status"].get("containerStatuses") or []}
         if pod["metadata"].get("deletionTimestamp") or "running" not in (
                 statuses.get("trainer", {}).get("state") or {}):
@@ -133,15 +143,16 @@ def running_pods() -> dict[int, dict[str, Any]]:
     return out
 
 
-def complete_steps() -> list[int]:
-    recs = get("checkpoints", "-n", NS, "-l", f"ckptdrain.io/policy={POLICY}")["items"]
+def complete_steps(policy: str = POLICY) -> list[int]:
+    recs = get("checkpoints", "-n", NS, "-l", f"ckptdrain.io/policy={policy}")["items"]
     return sorted(int(r["spec"]["step"]) for r in recs
                   if (r.get("status") or {}).get("state") == "Global")
 
 
-def committed_writers(s3: Any, step: int) -> list[str]:
-    listing = s3.client().list_objects_v2(Bucket=BUCKET,
-                                          Prefix=f"{PREFIX}/{NS}/{POLICY}/manifests/{step:020d}/")
+def committed_writers(s3: Any, step: int, policy: str = POLICY,
+                      prefix: str = PREFIX) -> list[str]:
+    listing = s3.client().list_objects_v2(
+        Bucket=BUCKET, Prefix=f"{prefix}/{NS}/{policy}/manifests/{step:020d}/")
     return sorted(o["Key"].rsplit("/", 1)[1] for o in listing.get("Contents") or [])
 
 

@@ -14,9 +14,11 @@ at length: it waits for one complete checkpoint instead of three, does not
 wait for training to go on after the first restore, and skips the corrupted
 local copy (7b). Everything else is the same step, asserted the same way.
 
-Two more steps run before the uninstall when asked: `--jobset-chart` the
+More steps run before the uninstall when asked: `--jobset-chart` the
 JobSet step (e2e/scenario/jobset.py: 4 writers of one JobSet on the real
-JobSet controller), `--chaos` the chaos step (e2e/scenario/chaos.py:
+JobSet controller), `--lws-chart` the LeaderWorkerSet step
+(e2e/scenario/lws.py: 4 writers of one LeaderWorkerSet on the real LWS
+controller), `--chaos` the chaos step (e2e/scenario/chaos.py:
 operator pods killed under a burst of opted-in pods, the sweep, admission
 latency through a rolling restart).
 """
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import chaos
 import jobset
+import lws
 from kube import Failed, apply, get, helm, kubectl, run, wait_for
 from s3server import seaweedfs
 from trainers import TRAINERS, Logs, Trainer
@@ -405,6 +408,9 @@ def main() -> int:
     parser.add_argument("--jobset-chart", help="JobSet's Helm chart: run the JobSet step "
                         "(e2e/scenario/jobset.py) on the real JobSet controller")
     parser.add_argument("--jobset-image", default="localhost/ckptdrain/jobset:v0.9.1")
+    parser.add_argument("--lws-chart", help="LeaderWorkerSet's Helm chart: run the LWS step "
+                        "(e2e/scenario/lws.py) on the real LWS controller")
+    parser.add_argument("--lws-image", default="localhost/ckptdrain/lws:v0.7.0")
     parser.add_argument("--chaos", action="store_true",
                         help="run the chaos step (e2e/scenario/chaos.py) before uninstalling")
     args = parser.parse_args()
@@ -420,6 +426,8 @@ def main() -> int:
         if args.jobset_chart:
             # Installed first, awaited later: its certificates settle meanwhile.
             jobset.install_controller(args.jobset_chart, args.jobset_image)
+        if args.lws_chart:
+            lws.install_controller(args.lws_chart, args.lws_image)
         step1_install(args.image_repo, args.allowed_root)
         with seaweedfs(args.node_ip, args.workdir / "s3", BUCKET) as s3:
             step2_s3(s3)
@@ -431,6 +439,8 @@ def main() -> int:
                 step7b(logs, pods, epoch, local_root, load)
             if args.jobset_chart:
                 jobset.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
+            if args.lws_chart:
+                lws.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.chaos:
                 chaos.run(s3, args.allowed_root, REPORT, say, check)
             step8_uninstall()
