@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch", reason="ckptdrain.dcp needs PyTorch (the `torch` extra)")
+pytest.importorskip("numpy", reason="DCP's object collectives need NumPy (the torch extra)")
 
 import torch.distributed.checkpoint as torch_dcp  # noqa: E402
 from tests.support.s3servers import S3Server  # noqa: E402
