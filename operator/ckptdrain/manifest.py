@@ -246,7 +246,7 @@ class WriterManifest:
             step=doc["step"],
             writer=doc["writer"],
             writers=doc["writers"],
-            files=tuple(files),
+            files=tuple(sorted(files, key=lambda e: e.path)),  # the order to_json writes
             created=doc["created"],
             part_size=doc.get("part_size"),
             attempt=attempt,
