@@ -1,17 +1,31 @@
 """Where things live in the global store: the key layout, as pure functions.
 
     manifests/<step:020d>/<writer:05d>.json           one per writer, written last:
-                                                      the commit (format 2 names
-                                                      the attempt whose data it is)
-    data/<step:020d>/<writer:05d>/<attempt>/<path>    the writer's files, one
+                                                      the commit (formats 2 and 3
+                                                      name the attempt whose data it is)
+    data/<spread>/<step:020d>/<writer:05d>/s<attempt>/<path>
+                                                      the writer's files, one
                                                       prefix per upload attempt
-                                                      (16 lowercase hex)
+                                                      ("s" + 16 lowercase hex), in
+                                                      the spread layout (format 3)
+    data/<step:020d>/<writer:05d>/<attempt>/<path>    the same, as format-2
+                                                      manifests (16 hex) left them
     data/<step:020d>/<writer:05d>/<path>              the same, as format-1
                                                       manifests (no attempt) left them
     commits/<step:020d>.json                          optional record that a step was
                                                       seen complete (by the operator)
 
 Manifests live apart from data so discovery lists only small objects.
+
+Prefix spreading: S3 serves about 3,500 writes and 5,500 reads a second per
+prefix, and splits a hot key range only after throttling it for a while.
+Every writer of a step used to write under data/<step>/: one hot range.
+`<spread>` is two hex digits of SHA-256 of the writer's id, so the writers
+of a step fall evenly into 256 ranges (1,000 writers: about 4 per range),
+and a reader still derives every key from the manifest, never by listing:
+the attempt says which layout its data is in ("s..." is spread), so old
+checkpoints keep restoring from where they are. docs/store-layout.md has
+the migration.
 Listings are used only to *discover* candidate steps; completeness is
 decided by reading each writer's manifest by its exact key, never by
 trusting a listing (S3-style listings may lag writes).
@@ -28,11 +42,12 @@ step, writer, attempt and path, never taken from a manifest as a string.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 
 from ckptdrain.errors import IntegrityError
-from ckptdrain.manifest import check_attempt, check_step
+from ckptdrain.manifest import check_attempt, check_step, is_spread
 from ckptdrain.paths import check_relative_path
 
 MANIFESTS = "manifests/"
@@ -40,7 +55,8 @@ DATA = "data/"
 COMMITS = "commits/"
 
 _MANIFEST_KEY = re.compile(r"manifests/(?P<step>[0-9]{20})/(?P<writer>[0-9]{5})\.json")
-_DATA_KEY = re.compile(r"data/(?P<step>[0-9]{20})/(?P<writer>[0-9]{5})/.+")
+_DATA_KEY = re.compile(
+    r"data/(?:(?P<spread>[0-9a-f]{2})/)?(?P<step>[0-9]{20})/(?P<writer>[0-9]{5})/.+")
 
 
 def _step(step: int) -> str:
@@ -54,8 +70,13 @@ def _writer(writer: int) -> str:
 
 
 def new_attempt() -> str:
-    """A fresh attempt id: 16 lowercase hex digits, random."""
-    return secrets.token_hex(8)
+    """A fresh attempt id in the spread layout: "s" and 16 lowercase hex digits, random."""
+    return "s" + secrets.token_hex(8)
+
+
+def spread(writer: int) -> str:
+    """The writer's spread prefix: two hex digits of SHA-256 of its 5-digit id."""
+    return hashlib.sha256(_writer(writer).encode("ascii")).hexdigest()[:2]
 
 
 def manifest_key(step: int, writer: int) -> str:
@@ -67,19 +88,27 @@ def step_manifests_prefix(step: int) -> str:
 
 
 def writer_data_prefix(step: int, writer: int) -> str:
-    """Everything `writer` ever uploaded for `step`, of every attempt."""
+    """Everything `writer` uploaded for `step` in the layouts before spreading."""
     return f"{DATA}{_step(step)}/{_writer(writer)}/"
 
 
+def writer_data_prefixes(step: int, writer: int) -> tuple[str, str]:
+    """Everything `writer` ever uploaded for `step`, of every attempt and layout."""
+    return (f"{DATA}{spread(writer)}/{_step(step)}/{_writer(writer)}/",
+            writer_data_prefix(step, writer))
+
+
 def data_prefix(step: int, writer: int, attempt: str | None) -> str:
-    """The data of one attempt (None: the format-1 layout, no attempt level)."""
-    base = writer_data_prefix(step, writer)
+    """The data of one attempt (None: the format-1 layout, no attempt level);
+    an "s" attempt's is in the spread layout."""
     if attempt is None:
-        return base
+        return writer_data_prefix(step, writer)
     try:
-        return f"{base}{check_attempt(attempt)}/"
+        check_attempt(attempt)
     except IntegrityError as err:
         raise ValueError(str(err)) from None
+    spread_base, old_base = writer_data_prefixes(step, writer)
+    return f"{spread_base if is_spread(attempt) else old_base}{attempt}/"
 
 
 def data_key(step: int, writer: int, path: str, attempt: str | None) -> str:
@@ -101,6 +130,12 @@ def parse_manifest_key(key: str) -> tuple[int, int] | None:
 
 
 def parse_data_key(key: str) -> tuple[int, int] | None:
-    """(step, writer) for a data key; None for anything else."""
+    """(step, writer) for a data key of either layout; None for anything else
+    (a spread key under another writer's spread prefix included)."""
     match = _DATA_KEY.fullmatch(key)
-    return (int(match["step"]), int(match["writer"])) if match else None
+    if match is None:
+        return None
+    step, writer = int(match["step"]), int(match["writer"])
+    if match["spread"] is not None and match["spread"] != spread(writer):
+        return None
+    return step, writer

@@ -96,6 +96,20 @@ def young_daly_interval(local_write_s: float, mtti_s: float) -> float:
     return math.sqrt(2.0 * local_write_s * mtti_s)
 
 
+def peer_bandwidth(checkpoint_bytes: float, local_interval_s: float, overlap: float,
+                   writers: int = 1) -> float:
+    """Bytes/s each writer replicates to its partner (docs/peer-tier.md): the
+    sizing model with the *local* interval, each writer sending its share of
+    the checkpoint within `overlap` of the local interval."""
+    size = _positive("checkpointBytes", checkpoint_bytes, "a positive size")
+    interval = _positive("interval", local_interval_s, "a positive duration such as 15m")
+    if not (isinstance(overlap, int | float) and 0 < overlap <= 1):
+        raise InvalidInput("overlap", "a fraction in (0, 1] such as 10%", overlap)
+    if isinstance(writers, bool) or not isinstance(writers, int) or writers < 1:
+        raise InvalidInput("writers", "a whole number >= 1", writers)
+    return size / writers / (interval * overlap)
+
+
 def compute(inp: SizingInput) -> Sizing:
     """Apply the sizing model, caps included. Raises InvalidInput naming the field."""
     size = checkpoint_size(inp)

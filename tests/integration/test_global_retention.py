@@ -40,8 +40,8 @@ def test_each_writer_prunes_its_own_and_the_newest_stay_complete(
     # although writer 1's objects are still there.
     assert [c.step for c in complete_steps(store)] == [40, 30]
     assert store.head(keys.manifest_key(10, 1)) is not None
-    assert not list(store.list(keys.writer_data_prefix(10, 0)))
-    assert list(store.list(keys.writer_data_prefix(10, 1)))
+    assert not any(list(store.list(p)) for p in keys.writer_data_prefixes(10, 0))
+    assert any(list(store.list(p)) for p in keys.writer_data_prefixes(10, 1))
 
     assert prune_writer(store, writer=1, keep=2) == [10, 20]
     assert not list(store.list(keys.step_data_prefix(20)))
@@ -94,11 +94,16 @@ def test_orphaned_attempts_go_after_the_grace_period_and_the_current_one_stays(
     theirs = keys.data_key(7, 1, "model.bin", keys.new_attempt())
     store.put_bytes(theirs, b"writer 1's")
 
+    spread_prefix = keys.writer_data_prefixes(7, 0)[0]  # where drains put data now
+
+    def attempt_of(key: str) -> str:
+        return key.removeprefix(spread_prefix).split("/")[0]
+
     def attempts() -> set[str]:
-        return {i.key.split("/")[3] for i in store.list(keys.writer_data_prefix(7, 0))}
+        return {attempt_of(i.key) for i in store.list(spread_prefix)}
 
     assert prune_writer(store, writer=0, keep=1) == []
-    assert attempts() == {replaced, current, killed.split("/")[3]}
+    assert attempts() == {replaced, current, attempt_of(killed)}
     later = time.time() + 7 * 3600  # past the grace period
     assert prune_writer(store, writer=0, keep=1, now=later) == []
     assert attempts() == {current}

@@ -32,6 +32,7 @@ import boto3
 from botocore.config import Config
 
 from ckptdrain.store.s3 import S3Store
+from ckptdrain.store.s3_options import S3Options
 
 REGION = "us-east-1"
 START_TIMEOUT = 90.0  # seconds; a cold start on a loaded 2-core machine
@@ -85,6 +86,8 @@ class S3Server:
     log_path: Path
     process: subprocess.Popen[bytes] = field(repr=False)
     startup_seconds: float = 0.0
+    #: PEM file of the CA that signed the server's certificate (https only).
+    ca_bundle: Path | None = None
     _buckets: int = 0
 
     def client(self, **config: Any) -> Any:
@@ -105,6 +108,7 @@ class S3Server:
             aws_secret_access_key=self.secret_key,
             region_name=self.region,
             config=Config(**options),
+            verify=str(self.ca_bundle) if self.ca_bundle else None,
         )
 
     def create_bucket(self, name: str | None = None) -> str:
@@ -136,6 +140,8 @@ class S3Server:
 
     def open_store(self, bucket: str, prefix: str = "", **options: Any) -> S3Store:
         """An S3Store on this server with its credentials."""
+        if self.ca_bundle is not None and "options" not in options:
+            options["options"] = S3Options(ca_bundle=str(self.ca_bundle))
         return S3Store(
             bucket,
             prefix,
@@ -290,8 +296,11 @@ def start_seaweedfs(tmp_dir: Path) -> Iterator[S3Server]:
 
 
 @contextmanager
-def start_minio(tmp_dir: Path) -> Iterator[S3Server]:
-    """Run a single-drive MinIO server until exit."""
+def start_minio(tmp_dir: Path, *, tls: tuple[Path, Path, Path] | None = None,
+                env_extra: dict[str, str] | None = None) -> Iterator[S3Server]:
+    """Run a single-drive MinIO server until exit. `tls`: (certificate, key,
+    CA bundle) PEM files; the server then speaks https on localhost.
+    `env_extra`: more MINIO_* settings (e.g. MINIO_KMS_SECRET_KEY)."""
     binary = minio_binary()
     workdir = Path(tmp_dir) / "minio"
     (workdir / "data").mkdir(parents=True, exist_ok=True)
@@ -304,6 +313,7 @@ def start_minio(tmp_dir: Path) -> Iterator[S3Server]:
         "MINIO_BROWSER": "off",
         "MINIO_UPDATE": "off",
         "MINIO_CI_CD": "1",  # allow the data dir on the root disk
+        **(env_extra or {}),
     }
     argv = [
         str(binary),
@@ -316,6 +326,13 @@ def start_minio(tmp_dir: Path) -> Iterator[S3Server]:
         "--quiet",
     ]
     endpoint = f"http://127.0.0.1:{port}"
+    if tls is not None:
+        certs = workdir / "certs"
+        certs.mkdir(exist_ok=True)
+        shutil.copy(tls[0], certs / "public.crt")
+        shutil.copy(tls[1], certs / "private.key")
+        argv += ["--certs-dir", str(certs)]
+        endpoint = f"https://localhost:{port}"
     with _running("minio", argv, env, workdir) as process:
         server = S3Server(
             name="minio",
@@ -326,6 +343,7 @@ def start_minio(tmp_dir: Path) -> Iterator[S3Server]:
             workdir=workdir,
             log_path=workdir / "minio.log",
             process=process,
+            ca_bundle=tls[2] if tls else None,
         )
-        _wait_ready(server, health_url=f"{endpoint}/minio/health/ready")
+        _wait_ready(server, health_url=None if tls else f"{endpoint}/minio/health/ready")
         yield server

@@ -89,3 +89,13 @@ def test_cap_is_never_exceeded(total: float, pending: dict[str, float | None],
     shares = sizing.split_shares(total, pending, per_drainer_cap=cap)
     assert all(v <= cap * (1 + 1e-9) for v in shares.values())
     assert sum(shares.values()) <= total * (1 + 1e-9)
+
+
+def test_peer_bandwidth_is_the_model_with_the_local_interval_per_writer() -> None:
+    from ckptdrain.sizing import peer_bandwidth
+
+    # 405B × 14 B = 5.67 TB over 1,000 writers, local interval 5 min, overlap 10%:
+    # each writer sends 5.67 GB within 30 s = 189 MB/s.
+    assert peer_bandwidth(5.67e12, 300, 0.1, writers=1000) == pytest.approx(189e6)
+    with pytest.raises(InvalidInput, match="writers"):
+        peer_bandwidth(1e9, 300, 0.1, writers=0)

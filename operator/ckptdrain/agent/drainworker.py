@@ -17,7 +17,13 @@ things go wrong:
   agent finished it, or restore fetched it from there) is marked global
   without re-sending; one committed with other content, or unreadable, is a
   CommitConflict: reported and retried, the step stays local (never marked
-  global, so retention keeps it; the drain never overwrites it).
+  global, so retention keeps it; the drain never overwrites it);
+- a drain that makes no progress for `stall_after` seconds is cancelled and
+  retried as a failure (transfer/stall.py), and said so at once;
+- `housekeeping` (the writer's orphaned uploads, transfer/orphans.py) runs
+  when the worker starts and after each failure;
+- the requests each checkpoint cost (all its attempts) go to the metrics and,
+  with Global, to the checkpoint's record.
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ from typing import Protocol
 
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
-from ckptdrain.errors import StoreAccessDenied, StoreError, StoreUnreachable
+from ckptdrain.errors import CkptdrainError, StoreAccessDenied, StoreError, StoreUnreachable
 from ckptdrain.node.localtier import LocalTier
+from ckptdrain.request_counts import RequestCounts
 from ckptdrain.store.base import Store
 from ckptdrain.transfer import journal as jr
 from ckptdrain.transfer.commit import committed
 from ckptdrain.transfer.drain import DrainCancelled, Drainer, supersede_decision
+from ckptdrain.transfer.stall import DEFAULT_STALL_AFTER, StallGuard
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +85,8 @@ class DrainWorker:
         part_size: int,
         on_global: Callable[[int], None] | None = None,
         fence: Fence | None = None,
+        stall_after: float = DEFAULT_STALL_AFTER,
+        housekeeping: Callable[[], object] | None = None,
     ) -> None:
         self.tier = tier
         self.store = store
@@ -86,6 +96,15 @@ class DrainWorker:
         self.part_size = part_size
         self.on_global = on_global
         self.fence = fence
+        self.stall_after = stall_after
+        self.housekeeping = housekeeping
+        #: Requests spent per step so far (every attempt), until it is global.
+        self._spent: dict[int, RequestCounts] = {}
+        self._attempt_start: RequestCounts | None = None
+        self._guard: StallGuard | None = None
+        #: A step made global by this attempt, whose retention (`on_global`)
+        #: runs once the stall guard is off: it sends no data.
+        self._retention_due: int | None = None
         self._cond = threading.Condition()
         self._pending: dict[int, str] = {}  # step -> trigger
         self._current: int | None = None
@@ -165,8 +184,18 @@ class DrainWorker:
             self._sent, self._total = 0, self.tier.bytes_of(step)
             return step, trigger
 
+    def _housekeep(self) -> None:
+        # Not while stopping: a SIGTERM flush spends its deadline on data.
+        if self.housekeeping is None or self._stopping.is_set():
+            return
+        try:
+            self.housekeeping()
+        except (CkptdrainError, OSError) as err:  # cleanup never stops a drain
+            log.warning("housekeeping of the store failed (tried again later): %s", err)
+
     def _run(self) -> None:
         backoff: float | None = None
+        self._housekeep()
         while True:
             taken = self._take()
             if taken is None:
@@ -177,7 +206,7 @@ class DrainWorker:
                 ok = self._drain_one(step, trigger)
                 backoff, self.last_error = None, None
             except Exception as err:
-                self.metrics.errors.labels("drain").inc()
+                self.metrics.drain_failed(err)
                 backoff = next_backoff(backoff)
                 log.warning("drain of step %d failed (retry in %.0fs): %s", step, backoff, err)
                 state = State.RETRYING if is_transient(err) else State.FAILED
@@ -185,6 +214,7 @@ class DrainWorker:
                 self.reporter.report(CheckpointEvent(
                     step, state, message=f"drain: {err}; retrying in {backoff:.0f}s",
                     trigger=trigger))
+                self._housekeep()
             finally:
                 with self._cond:
                     self._current, self._cancel = None, None
@@ -198,7 +228,49 @@ class DrainWorker:
                 self._stopping.wait(backoff)
 
     def _drain_one(self, step: int, trigger: str) -> bool:
-        """Drain `step`; True when it is global, False when cancelled or superseded."""
+        """Drain `step` under the stall guard, counting the requests it costs;
+        True when it is global, False when cancelled or superseded. A stalled
+        attempt raises DrainStalled, whatever it was doing when cancelled."""
+        assert self._cancel is not None
+        gate = getattr(self.store, "gate", None)
+        self._attempt_start = before = gate.counts if gate is not None else None
+        self._guard = guard = StallGuard(
+            self.stall_after, self._progress_mark, self._cancel,
+            lambda message: self._stalled(step, trigger, message), what=f"drain of step {step}")
+        ok = False
+        self._retention_due = None
+        try:
+            with guard:
+                ok = self._drain_watched(step, trigger)
+            # After the guard: retention lists and deletes, moving no byte, and
+            # taking longer than the stall bound is no stall of a step already global.
+            due, self._retention_due = self._retention_due, None
+            if due is not None and self.on_global is not None and not self._stopping.is_set():
+                self.on_global(due)
+            return ok
+        except Exception as err:
+            if guard.stalled:
+                raise guard.error() from err
+            raise
+        finally:
+            if gate is not None and before is not None:
+                spent = gate.counts.minus(before)
+                self.metrics.store.add_requests(spent)
+                if not ok and self.tier.has(step):  # the next attempt adds to it
+                    self._spent[step] = self._spent.get(step, RequestCounts()).added(spent)
+
+    def _stall_cancelled(self) -> bool:
+        return self._guard is not None and self._guard.stalled
+
+    def _requests_of(self, step: int) -> RequestCounts | None:
+        """What `step` cost the store: its earlier attempts and this one so far."""
+        gate = getattr(self.store, "gate", None)
+        if gate is None or self._attempt_start is None:
+            return None
+        return self._spent.pop(step, RequestCounts()).added(
+            gate.counts.minus(self._attempt_start))
+
+    def _drain_watched(self, step: int, trigger: str) -> bool:
         if not self.tier.has(step):
             return False  # retention or an operator removed it; nothing to send
         if self.tier.is_global(step):
@@ -228,6 +300,8 @@ class DrainWorker:
                 before_commit=self.fence.check if self.fence is not None else None,
             )
         except DrainCancelled:
+            if self._stall_cancelled():
+                raise  # _drain_one says it stalled
             log.info("drain of step %d paused after %d of %d bytes; its journal keeps the rest",
                      step, self._sent, self._total)
             # Back to Local: left at Draining, a superseded or paused step would
@@ -246,6 +320,18 @@ class DrainWorker:
         self._mark_global(step, manifest.total_bytes, seconds, trigger, note)
         return True
 
+    def _progress_mark(self) -> int:
+        """Grows while the drain moves: bytes handed to the socket, or made durable."""
+        with self._cond:
+            return self.drainer.limiter.granted + self._sent
+
+    def _stalled(self, step: int, trigger: str, message: str) -> None:
+        """Said the moment the stall bound passes, not when the attempt has unwound."""
+        log.warning("%s", message)
+        self.metrics.store.stalls.inc()
+        self.reporter.report(CheckpointEvent(step, State.RETRYING, message=message,
+                                             trigger=trigger))
+
     def _progress(self, sent: int, *_: object) -> None:
         """Bytes of this checkpoint sent so far (the engine's progress callback)."""
         with self._cond:
@@ -258,8 +344,10 @@ class DrainWorker:
         self.tier.journal_path(step).unlink(missing_ok=True)
         manifest = self.tier.manifest(step)
         self.metrics.recovery_point("global", step, manifest.created)
+        spent = self._requests_of(step)
         self.reporter.report(CheckpointEvent(step, State.GLOBAL, size, seconds, note,
-                                             trigger=trigger))
-        # Not while stopping: a SIGTERM flush spends its deadline on data, not cleanup.
-        if self.on_global is not None and not self._stopping.is_set():
-            self.on_global(step)
+                                             trigger=trigger,
+                                             requests=spent.as_record() if spent else None))
+        # Retention (`on_global`) follows in _drain_one, outside the stall guard;
+        # not while stopping: a SIGTERM flush spends its deadline on data, not cleanup.
+        self._retention_due = step

@@ -141,6 +141,8 @@ def open_store(
     endpoint_field: str = "endpoint_url",
     region: str | None = None,
     max_pool_connections: int = 32,
+    environ: dict[str, str] | None = None,
+    options: object = None,
 ) -> Store:
     """Open the store a URI names. Raises InvalidInput for a bad URI.
 
@@ -149,6 +151,9 @@ def open_store(
     Credentials come from the standard AWS chain (env, profile, IRSA, IMDS).
     The endpoint goes through `parse_endpoint` (InvalidInput naming
     `endpoint_field`, credentials redacted) before boto3 sees it.
+    Encryption, a private CA and the addressing style: `options` (an
+    S3Options) if given, else the environment (store/s3_options.py;
+    InvalidInput naming the variable).
     Opening does no I/O for s3:// (errors show on first use); file:// creates
     the directory if needed.
     """
@@ -159,11 +164,14 @@ def open_store(
 
         return LocalStore(parsed.path)
     from ckptdrain.store.s3 import S3Store
+    from ckptdrain.store.s3_options import S3Options
 
+    env = os.environ if environ is None else environ
     return S3Store(
         parsed.bucket,
         parsed.prefix,
-        endpoint_url=endpoint or endpoint_from_env(),
+        endpoint_url=endpoint or endpoint_from_env(dict(env)),
         region=region,
         max_pool_connections=max_pool_connections,
+        options=options if isinstance(options, S3Options) else S3Options.from_env(env),
     )

@@ -37,6 +37,8 @@ from ckptdrain.store.endpoint import parse_endpoint
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 from ckptdrain.store.s3_errors import MISSING_KEY_CODES, raise_store_error, redact_endpoint
 from ckptdrain.store.s3_multipart import S3Multipart
+from ckptdrain.store.s3_options import S3Options
+from ckptdrain.store.s3_throttle import ThrottleGate, gate_for
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
 _READ_CHUNK = 1 << 20
@@ -90,6 +92,8 @@ class S3Store(S3Multipart):
         read_timeout: float = 60.0,
         max_attempts: int = 5,
         list_page_size: int = 1000,
+        gate: ThrottleGate | None = None,
+        options: S3Options | None = None,
     ) -> None:
         if endpoint_url is not None:  # before botocore, which would quote it whole
             endpoint_url = parse_endpoint("endpoint_url", endpoint_url)
@@ -98,19 +102,21 @@ class S3Store(S3Multipart):
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.endpoint = redact_endpoint(endpoint_url) if endpoint_url else "AWS S3"
         self._page_size = list_page_size
+        self.options = options or S3Options()
+        self._create_args = self.options.create_args()
         config = Config(
             region_name=region,
             signature_version="s3v4",
-            # Custom endpoints (MinIO, SeaweedFS, Ceph) rarely have wildcard
-            # DNS for virtual-hosted buckets; AWS itself picks what it needs.
+            # Path-style for custom endpoints unless told (s3_options.py).
             # Bodies carry Content-MD5 (a signed header the server verifies),
             # so SHA-256 payload signing, which botocore otherwise does over
             # plain HTTP, adds ~1 core-s/GB and no integrity.
-            s3={"addressing_style": "path" if endpoint_url else "auto",
+            s3={"addressing_style": self.options.addressing_style(endpoint_url is not None),
                 "payload_signing_enabled": False},
-            # "standard" retries throttling and 5xx with backoff; short
-            # attempt counts keep a dead endpoint from stalling a drain.
-            retries={"mode": "standard", "max_attempts": max_attempts},
+            # No retries in botocore: each request would back off on its
+            # own. The gate (s3_throttle.py) retries throttling, 5xx and
+            # timeouts with one back-off shared by the whole process.
+            retries={"mode": "standard", "total_max_attempts": 1},
             # One connection per concurrent request, or urllib3 discards
             # (and re-opens) connections under load.
             max_pool_connections=max_pool_connections,
@@ -129,13 +135,16 @@ class S3Store(S3Multipart):
             region_name=region,
         )
         try:
-            self._client = session.client("s3", endpoint_url=endpoint_url, config=config)
+            self._client = session.client("s3", endpoint_url=endpoint_url, config=config,
+                                          verify=self.options.ca_bundle)
         except (ValueError, BotoCoreError) as err:
             # botocore quotes the whole endpoint (credentials included) in its
             # message: say which setting is wrong, never what it holds.
             raise InvalidInput("endpoint_url", "an S3 endpoint botocore accepts "
                                f"({type(err).__name__})", self.endpoint) from None
         self._pace: Callable[[int], object] | None = None
+        self.gate = gate if gate is not None else gate_for(self.endpoint)
+        self._attempts = max(1, max_attempts)
 
     def set_pacer(self, pace: Callable[[int], object] | None) -> None:
         """Call `pace(n)` before each block of n bytes of put_bytes/upload_part
@@ -165,7 +174,8 @@ class S3Store(S3Multipart):
         them; one whose code is in `handled` is returned instead (a
         ClientError), for the caller to say what it means."""
         try:
-            return getattr(self._client, op)(Bucket=self.bucket, **kwargs)
+            return self.gate.send(op, getattr(self._client, op), {"Bucket": self.bucket, **kwargs},
+                                  self._attempts)
         except ClientError as err:
             if err.response.get("Error", {}).get("Code") in handled:
                 return err
@@ -181,7 +191,7 @@ class S3Store(S3Multipart):
     # Whole objects -----------------------------------------------------------
     def put_bytes(self, key: str, data: bytes) -> None:
         self._call("put_object", key, Key=self._key(key), Body=PacedBody(data, self._pace),
-                   ContentLength=len(data), **self._integrity_args(data))
+                   ContentLength=len(data), **self._integrity_args(data), **self._create_args)
 
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
         """Send exactly `size` bytes of `stream`, from where it stands.
@@ -194,7 +204,8 @@ class S3Store(S3Multipart):
         if not stream.seekable():
             raise InvalidInput("stream", "a seekable stream (use multipart for pipes)", stream)
         body = WindowBody(stream, size)
-        self._call("put_object", key, Key=self._key(key), Body=body, ContentLength=size)
+        self._call("put_object", key, Key=self._key(key), Body=body, ContentLength=size,
+                   **self._create_args)
 
     def get_bytes(self, key: str, *, limit: int | None = None) -> bytes:
         response = self._call("get_object", key, Key=self._key(key))

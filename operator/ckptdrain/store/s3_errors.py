@@ -16,6 +16,7 @@ from botocore.exceptions import (
     HTTPClientError,
     NoCredentialsError,
     PartialCredentialsError,
+    SSLError,
 )
 
 from ckptdrain.errors import (
@@ -53,6 +54,12 @@ def raise_store_error(err: Exception, op: str, where: str, *, bucket: str, endpo
             f"{op} {where}: no usable S3 credentials found; check the credentials "
             "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, profile, or workload identity)"
         ) from None
+    if isinstance(err, SSLError):
+        # Not "did not answer": it answered with a certificate we do not trust.
+        raise StoreUnreachable(
+            f"{op} {where}: TLS with {endpoint} failed (certificate not trusted or "
+            "not for this host name); for a private CA set storage.caBundle "
+            "(CKPTDRAIN_S3_CA_BUNDLE)") from err
     if isinstance(err, (ConnectionError, HTTPClientError)):
         raise StoreUnreachable(
             f"{op} {where}: endpoint {endpoint} did not answer "
@@ -81,6 +88,11 @@ def raise_store_error(err: Exception, op: str, where: str, *, bucket: str, endpo
             ) from err
         if code in ("InvalidPart", "InvalidPartOrder", "EntityTooSmall"):
             raise IntegrityError(f"{op} {where}: {code}: {error.get('Message', '')}") from err
+        if code == "NotImplemented" or status == 501:
+            # Permanent: e.g. MinIO asked for SSE without a KMS configured.
+            raise StoreError(
+                f"{op} {where}: {endpoint} does not implement this request ({code or status}:"
+                f" {error.get('Message', '')}); check storage.encryption") from err
         if status >= 500 or code in ("SlowDown", "ServiceUnavailable", "RequestTimeout"):
             raise StoreUnreachable(
                 f"{op} {where}: endpoint {endpoint} is unavailable "

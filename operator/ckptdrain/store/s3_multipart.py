@@ -55,6 +55,7 @@ class S3Multipart:
     prefix: str
     _client: Any
     _pace: Callable[[int], object] | None
+    _create_args: dict[str, Any]
 
     if TYPE_CHECKING:  # S3Store's own helpers
         def _key(self, key: str) -> str: ...
@@ -65,7 +66,7 @@ class S3Multipart:
     def create_multipart(self, key: str) -> str:
         # Every part then carries its CRC32C, verified by the server.
         response = self._call("create_multipart_upload", key, Key=self._key(key),
-                              ChecksumAlgorithm="CRC32C")
+                              ChecksumAlgorithm="CRC32C", **self._create_args)
         return str(response["UploadId"])
 
     def upload_part(

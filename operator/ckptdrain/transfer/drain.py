@@ -54,6 +54,7 @@ from ckptdrain.transfer import commit as cm
 from ckptdrain.transfer import journal as jr
 from ckptdrain.transfer import resume as rs
 from ckptdrain.transfer.commit import abort_superseded as abort_superseded  # re-exported
+from ckptdrain.transfer.partcrcs import with_part_crcs
 from ckptdrain.transfer.resume import Task
 
 #: Leftovers of killed drains (unowned uploads, temp files) older than this are
@@ -318,7 +319,7 @@ class _Run:
             self._retry(lambda: self.store.put_bytes(state.key, data))
             self._verify_size(entry, state.key)
             with self.lock:
-                self.journal.file_complete(path)
+                self.journal.file_complete(path, [crc])
                 self._durable(task.length)
             return
         with self.file_locks[path]:
@@ -389,6 +390,7 @@ class _Run:
         if self.cancel.is_set():
             raise DrainCancelled("drain cancelled before its manifest was written")
         self._check_still_there()
+        self.manifest = with_part_crcs(self.manifest, self.journal)
         body = self.manifest.to_json()
         self._retry(lambda: self.store.put_bytes(mkey, body))
         with self.lock:

@@ -50,7 +50,8 @@ def _current_keys(store: Store, step: int, writer: int) -> set[str] | None:
     return {keys.data_key(step, writer, f.path, m.attempt) for f in m.files}
 
 
-_ATTEMPT = re.compile(r"[0-9a-f]{16}")
+_ATTEMPT_PREFIX = re.compile(
+    r"data/(?:[0-9a-f]{2}/)?[0-9]{20}/[0-9]{5}/s?[0-9a-f]{16}/")
 
 
 def _old(modified: float | None, now: float, grace: float) -> bool:
@@ -60,10 +61,8 @@ def _old(modified: float | None, now: float, grace: float) -> bool:
 def _attempt_of(key: str) -> str:
     """The attempt prefix a data key belongs to; a format-1 key (no attempt
     level) is its own group."""
-    parts = key.split("/")
-    if len(parts) >= 5 and _ATTEMPT.fullmatch(parts[3]):
-        return "/".join(parts[:4]) + "/"
-    return key
+    match = _ATTEMPT_PREFIX.match(key)
+    return match[0] if match else key
 
 
 def _last_active(store: Store, upload: MultipartUpload, now: float,
@@ -106,8 +105,9 @@ def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_
     pruned = []
     for step in retention.global_expired(complete, present, keep):
         store.delete(keys.manifest_key(step, writer))  # first: the step stops being complete
-        for info in list(store.list(keys.writer_data_prefix(step, writer))):
-            store.delete(info.key)
+        for prefix in keys.writer_data_prefixes(step, writer):
+            for info in list(store.list(prefix)):
+                store.delete(info.key)
         pruned.append(step)
     if pruned:
         log.info("global retention (keep %d): deleted writer %d's steps %s", keep, writer, pruned)

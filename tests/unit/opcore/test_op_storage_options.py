@@ -1,0 +1,81 @@
+"""spec.storage.encryption / caBundle / addressingStyle: validated, and what reaches the pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from ckptdrain.operator import config, injection, policy
+from ckptdrain.operator.storage_options import CA_BUNDLE_PATH, CA_VOLUME
+from ckptdrain.store.s3_options import S3Options
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
+POD = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "w-0", "namespace": "ml", "labels": {"app": "t"}},
+       "spec": {"containers": [{"name": "trainer", "image": "t:1"}]}}
+
+
+def spec(**storage: Any) -> dict[str, Any]:
+    return {"selector": {"matchLabels": {"app": "t"}}, "model": {"checkpointBytes": "80GB"},
+            "interval": "15m", "writers": 8,
+            "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2},
+            "storage": {"uri": "s3://bucket/runs", **storage}}
+
+
+def _injected(s: dict[str, Any]) -> dict[str, Any]:
+    ops = injection.build_pod_patch(POD, policy.parse("ml", "p", s, CFG), CFG, 1e9, rank=0)
+    return jsonpatch.apply_patch(POD, ops)
+
+
+def test_settings_reach_the_agent_and_restore_and_the_store_reads_them() -> None:
+    pod = _injected(spec(encryption={"type": "SSE-KMS", "kmsKeyId": "arn:aws:kms:k"},
+                         caBundle={"configMapKeyRef": {"name": "corp-ca", "key": "ca.crt"}},
+                         addressingStyle="virtual"))
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == CA_VOLUME)
+    assert volume["configMap"] == {"name": "corp-ca",
+                                   "items": [{"key": "ca.crt", "path": "ca.pem"}]}
+    ours = [c for c in pod["spec"]["initContainers"] if c["name"] in ("ckptdrain-agent",
+                                                                      "ckptdrain-restore")]
+    assert len(ours) == 2
+    for c in ours:
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert {m["name"]: m.get("readOnly") for m in c["volumeMounts"]}[CA_VOLUME] is True
+        assert env["CKPTDRAIN_S3_CA_BUNDLE"] == CA_BUNDLE_PATH
+        # What the store adapter makes of it (the CA file exists only in the pod).
+        opts = S3Options(sse=env["CKPTDRAIN_S3_SSE"],
+                         kms_key_id=env["CKPTDRAIN_S3_SSE_KMS_KEY_ID"],
+                         addressing=env["CKPTDRAIN_S3_ADDRESSING"])
+        assert opts.create_args() == {"ServerSideEncryption": "aws:kms",
+                                      "SSEKMSKeyId": "arn:aws:kms:k"}
+    trainer = pod["spec"]["containers"][0]
+    assert CA_VOLUME not in {m["name"] for m in trainer.get("volumeMounts", [])}
+
+
+def test_a_secret_reference_mounts_the_secret() -> None:
+    pod = _injected(spec(caBundle={"secretKeyRef": {"name": "corp-ca", "key": "bundle.pem"}}))
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == CA_VOLUME)
+    assert volume["secret"] == {"secretName": "corp-ca",
+                                "items": [{"key": "bundle.pem", "path": "ca.pem"}]}
+
+
+def test_no_settings_add_nothing() -> None:
+    pod = _injected(spec())
+    assert CA_VOLUME not in {v["name"] for v in pod["spec"]["volumes"]}
+    names = {e["name"] for c in pod["spec"]["initContainers"] for e in c.get("env", [])}
+    assert not {n for n in names if n.startswith("CKPTDRAIN_S3_")} - {"CKPTDRAIN_S3_ENDPOINT"}
+
+
+@pytest.mark.parametrize(("storage", "field"), [
+    ({"encryption": {"type": "AES"}}, "spec.storage.encryption.type"),
+    ({"encryption": {"type": "SSE-S3", "kmsKeyId": "k"}}, "spec.storage.encryption.kmsKeyId"),
+    ({"addressingStyle": "dns"}, "spec.storage.addressingStyle"),
+    ({"caBundle": {}}, "spec.storage.caBundle"),
+    ({"caBundle": {"secretKeyRef": {"name": "Bad_Name", "key": "ca.crt"}}},
+     "spec.storage.caBundle.secretKeyRef.name"),
+    ({"caBundle": {"secretKeyRef": {"name": "ca", "key": "a/b"}}},
+     "spec.storage.caBundle.secretKeyRef.key"),
+])
+def test_bad_settings_are_refused_naming_the_field(storage: dict[str, Any], field: str) -> None:
+    assert [e.field for e in policy.validate(spec(**storage), CFG)] == [field]
