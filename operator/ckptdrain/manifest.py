@@ -8,8 +8,18 @@ manifests exist and agree.
 
 Format 2 names the upload attempt whose data it commits (keys.py derives the
 data keys from it) and, per file, the part size the file was uploaded with.
-Format 1 (no attempt, no per-file part size) is still read: its data lives
-under the writer's prefix directly.
+Format 3 is format 2 in the spread layout: its attempt id starts with "s"
+and its data lives under a short hash of the writer (keys.py, prefix
+spreading); a reader of formats 1-2 refuses it by its number instead of
+looking for its data in the wrong place. Format 1 (no attempt, no per-file
+part size) is still read: its data lives under the writer's prefix directly.
+
+A format-2 file entry may also list the CRC32C of each part it was uploaded
+in (`part_crc32c`), so a reader can verify a range of a large file by the
+parts it covers instead of reading the whole file. It is optional: manifests
+written before it, and files whose parts a resumed drain no longer knew,
+lack it, and their readers verify whole files. Readers that predate it
+ignore it.
 
 A manifest comes back from the network: parsing validates everything and
 bounds every number, and any problem with it (bad JSON, nesting, unicode,
@@ -29,7 +39,7 @@ from ckptdrain import checksum, paths
 from ckptdrain.errors import IntegrityError, UnsafePath
 
 FORMAT_VERSION = 2
-SUPPORTED_FORMATS = (1, 2)
+SUPPORTED_FORMATS = (1, 2, 3)
 #: Upper bound on a manifest we are willing to parse (a million files fits).
 MAX_MANIFEST_BYTES = 256 << 20
 MAX_WRITERS = 100_000
@@ -39,9 +49,15 @@ MAX_PART_BYTES = 5 << 30
 MAX_FILE_BYTES = MAX_PARTS * MAX_PART_BYTES
 #: A name component longer than this fits no common filesystem (NAME_MAX).
 MAX_NAME_BYTES = 255
-#: The store's 1024-byte key limit, less the data prefix keys.py puts before a path.
-MAX_STORE_PATH_BYTES = 1024 - len("data/00000000000000000000/00000/0123456789abcdef/")
-_ATTEMPT = re.compile(r"[0-9a-f]{16}")
+#: The store's 1024-byte key limit, less the data prefix keys.py puts before a
+#: path in the spread layout (format 3), which every new drain writes ...
+MAX_STORE_PATH_BYTES = 1024 - len("data/00/00000000000000000000/00000/s0123456789abcdef/")
+#: ... and in the layouts before it (formats 1-2), whose prefix is 4 bytes
+#: shorter: manifests the releases before spreading wrote up to this must keep
+#: restoring, so a file entry is held to this, and a spread manifest to the above.
+MAX_OLD_LAYOUT_PATH_BYTES = 1024 - len("data/00000000000000000000/00000/0123456789abcdef/")
+#: 16 lowercase hex digits; after an "s" in the spread layout (format 3).
+_ATTEMPT = re.compile(r"s?[0-9a-f]{16}")
 
 
 def _whole(value: object) -> bool:
@@ -49,15 +65,22 @@ def _whole(value: object) -> bool:
 
 
 def check_attempt(attempt: object) -> str:
-    """`attempt` if it is an attempt id (16 lowercase hex digits), else IntegrityError."""
+    """`attempt` if it is an attempt id (16 lowercase hex digits, after an "s"
+    in the spread layout), else IntegrityError."""
     if not isinstance(attempt, str) or not _ATTEMPT.fullmatch(attempt):
-        raise IntegrityError(f"manifest attempt must be 16 lowercase hex digits, got "
-                             f"{attempt!r:.60}")
+        raise IntegrityError(f"manifest attempt must be 16 lowercase hex digits (after an "
+                             f"'s' in the spread layout), got {attempt!r:.60}")
     return attempt
 
 
-def _check_store_path(path: str) -> None:
-    """A path a store key and a filesystem can both hold (after paths' own checks)."""
+def is_spread(attempt: str | None) -> bool:
+    """Whether the attempt's data is in the spread layout (keys.py)."""
+    return attempt is not None and attempt.startswith("s")
+
+
+def _check_store_path(path: str, limit: int = MAX_OLD_LAYOUT_PATH_BYTES) -> None:
+    """A path a store key (of a layout allowing `limit` bytes for it) and a
+    filesystem can both hold (after paths' own checks)."""
     try:
         encoded = path.encode("utf-8")
     except UnicodeEncodeError:
@@ -65,9 +88,8 @@ def _check_store_path(path: str) -> None:
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
         # XML 1.0 (S3 listings) cannot carry most of them; no trainer needs them.
         raise UnsafePath(f"manifest path contains a control character: {path[:64]!r}")
-    if len(encoded) > MAX_STORE_PATH_BYTES:
-        raise UnsafePath(f"manifest path longer than {MAX_STORE_PATH_BYTES} bytes: "
-                         f"{path[:64]!r}…")
+    if len(encoded) > limit:
+        raise UnsafePath(f"manifest path longer than {limit} bytes: {path[:64]!r}…")
     for part in path.split("/"):
         if len(part.encode("utf-8")) > MAX_NAME_BYTES:
             raise UnsafePath(f"manifest path has a name longer than {MAX_NAME_BYTES} bytes: "
@@ -82,6 +104,8 @@ class FileEntry:
     #: Part size the file was uploaded with (format 2); its object has
     #: ceil(size / part_size) parts (one, sent whole, when size <= part_size).
     part_size: int | None = None
+    #: CRC32C of each part, in order (8 lowercase hex digits each), or None.
+    part_crc32c: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         paths.check_relative_path(self.path)
@@ -100,6 +124,36 @@ class FileEntry:
             if -(-self.size // self.part_size) > MAX_PARTS:
                 raise IntegrityError(f"{self.path!r}: {self.size} bytes in parts of "
                                      f"{self.part_size} is more than {MAX_PARTS} parts")
+        if self.part_crc32c is not None:
+            self._check_part_crcs()
+
+    def part_spans(self) -> list[tuple[int, int]]:
+        """(offset, length) of each part the file was uploaded in (one for an
+        empty file or one sent whole); needs part_size."""
+        if self.part_size is None:
+            raise IntegrityError(f"{self.path!r}: no part_size, so no parts")
+        if self.size <= self.part_size:
+            return [(0, self.size)]
+        return [(o, min(self.part_size, self.size - o))
+                for o in range(0, self.size, self.part_size)]
+
+    def _check_part_crcs(self) -> None:
+        crcs = self.part_crc32c
+        if not isinstance(crcs, tuple) or self.part_size is None:
+            raise IntegrityError(f"{self.path!r}: part_crc32c must be a list and needs "
+                                 f"part_size, got {crcs!r:.60}")
+        want = len(self.part_spans())
+        if len(crcs) != want:
+            raise IntegrityError(f"{self.path!r}: part_crc32c lists {len(crcs)} parts, "
+                                 f"{self.size} bytes in parts of {self.part_size} are {want}")
+        for crc in crcs:
+            if not isinstance(crc, str):
+                raise IntegrityError(f"{self.path!r}: part_crc32c entries must be strings, "
+                                     f"got {crc!r:.40}")
+            try:
+                checksum.from_hex(crc)
+            except ValueError as err:
+                raise IntegrityError(f"{self.path!r}: part_crc32c: {err}") from None
 
 
 def check_part_size(value: object, what: str = "manifest part_size") -> int:
@@ -146,6 +200,9 @@ class WriterManifest:
             check_attempt(self.attempt)
             if any(f.part_size is None for f in self.files):
                 raise IntegrityError("manifest format 2 needs every file's part_size")
+            if is_spread(self.attempt):
+                for f in self.files:  # its data keys are longer than the old layouts'
+                    _check_store_path(f.path, MAX_STORE_PATH_BYTES)
         if not self.files:
             # A trainer always writes something: an empty list is a walk that
             # found nothing or a manifest someone emptied, never a checkpoint.
@@ -154,8 +211,11 @@ class WriterManifest:
 
     @property
     def format(self) -> int:
-        """2 when the manifest names its attempt, else 1 (the layout without one)."""
-        return 2 if self.attempt is not None else 1
+        """3 in the spread layout, 2 when the manifest names its attempt, else 1
+        (the layout without one)."""
+        if self.attempt is None:
+            return 1
+        return 3 if is_spread(self.attempt) else 2
 
     @property
     def total_bytes(self) -> int:
@@ -175,6 +235,8 @@ class WriterManifest:
             out: dict[str, Any] = {"path": f.path, "size": f.size, "crc32c": f.crc32c}
             if f.part_size is not None:
                 out["part_size"] = f.part_size
+            if f.part_crc32c is not None:
+                out["part_crc32c"] = list(f.part_crc32c)
             return out
 
         doc: dict[str, Any] = {
@@ -221,8 +283,10 @@ class WriterManifest:
             raise IntegrityError(f"manifest format {fmt!r:.40} not supported "
                                  f"(want one of {SUPPORTED_FORMATS})")
         attempt = doc.get("attempt")
-        if fmt == 2:
-            check_attempt(attempt)
+        if fmt in (2, 3):
+            if is_spread(check_attempt(attempt)) != (fmt == 3):
+                raise IntegrityError(f"a format-{fmt} manifest names attempt {attempt!r:.40} "
+                                     "of the other layout")
         elif attempt is not None:
             raise IntegrityError("a format-1 manifest names no attempt")
         raw_files = doc["files"]
@@ -233,7 +297,9 @@ class WriterManifest:
             if not isinstance(raw, dict) or {"path", "size", "crc32c"} - raw.keys():
                 raise IntegrityError(f"manifest file entry needs path, size, crc32c: "
                                      f"{_show(raw)}")
-            files.append(FileEntry(raw["path"], raw["size"], raw["crc32c"], raw.get("part_size")))
+            parts = raw.get("part_crc32c")
+            files.append(FileEntry(raw["path"], raw["size"], raw["crc32c"], raw.get("part_size"),
+                                   tuple(parts) if isinstance(parts, list) else parts))
         extra = doc.get("extra")
         extra = {} if extra is None else extra
         if not isinstance(extra, dict) or not all(
@@ -295,4 +361,5 @@ __all__ = [
     "check_attempt",
     "check_consistent",
     "check_step",
+    "is_spread",
 ]

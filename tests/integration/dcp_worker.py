@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,23 @@ class StallingWriter(FileSystemWriter):  # type: ignore[misc]
         return future
 
 
+def _beside_an_agent(job: dict[str, Any], ref: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """A trainer in a pod with the agent: step `step` saved, then an async save of
+    the next one that stalls; on SIGTERM it waits a moment for that save, as a
+    trainer would before exiting, then exits without it."""
+    client = Client()  # the pod's environment: CKPTDRAIN_WORK_DIR
+    ckpt_dcp.save(ref, client, job["step"])
+    go = Path(job["go"])
+    while not go.exists():  # training on, until the test says the agent has the step
+        time.sleep(0.05)
+    StallingWriter.started = Path(job["started"])
+    future = ckpt_dcp.async_save(ref, client, job["step"] + 1, writer_class=StallingWriter)
+    client.on_preemption(lambda: future.result(timeout=1.0))
+    while not future.done():
+        time.sleep(0.05)
+    return {"finished": True}
+
+
 def run(job: dict[str, Any]) -> dict[str, Any]:
     rank, world = job["rank"], job["world"]
     if world > 1:
@@ -90,6 +108,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         future = ckpt_dcp.async_save(ref, client, job["step"] + 1, writer_class=StallingWriter)
         future.result()
         return {"finished": True}
+    if job["mode"] == "agent":
+        return _beside_an_agent(job, ref)
     cfg = job["store"]
     store = S3Store(cfg["bucket"], cfg["prefix"], endpoint_url=cfg["endpoint"],
                     region=cfg["region"], access_key=cfg["access"], secret_key=cfg["secret"])

@@ -9,7 +9,7 @@ IMAGE="${IMAGE:-ckptdrain-trainer:dev}"
 BASE_IMAGE="${BASE_IMAGE:-ckptdrain:dev}"
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-cp "$here/Dockerfile" "$here/train.py" "$ctx/"
+cp "$here/Dockerfile" "$here/train.py" "$here/train_dcp.py" "$ctx/"
 docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" \
   --build-arg TORCH_INDEX="${TORCH_INDEX:-}" -t "$IMAGE" "$ctx" >/dev/null
 echo "$IMAGE"

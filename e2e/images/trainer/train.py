@@ -117,6 +117,7 @@ def main() -> int:
 
     def emergency() -> None:
         done = current["step"]
+        emit("sigterm", step=done)
         if done >= 0:
             save(done, "sigterm")
 
@@ -133,6 +134,7 @@ def main() -> int:
         loss.backward()
         optimizer.step()
         current["step"] = step
+        ckpt.step_done(step)
         if step % 50 == 0:
             emit("step", step=step, loss=round(loss.item(), 6))
         if step % every == 0:

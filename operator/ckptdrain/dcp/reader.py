@@ -8,23 +8,25 @@ or, for DCP's own call:
 Every rank of the restoring job (any number of them: M readers from the N
 writers that saved) builds its own reader. DCP's metadata (`.metadata`,
 written by writer 0's rank) says which file and byte range holds each piece;
-`read_data` fetches just the files its rank's plan touches, from any writer,
-verified whole against the committed manifest (verified.py) before DCP reads
-a byte of them, then lets DCP's own FileSystemReader do the rest (slicing,
+`read_data` fetches just the byte ranges its rank's plan touches, from any
+writer, each part under them verified against the committed manifest's part
+CRC32Cs (whole files, for manifests without them; verified.py) before DCP
+reads a byte of them, then lets DCP's own FileSystemReader do the rest (slicing,
 tensor narrowing, the planner calls), so the on-disk format is DCP's, whatever
 torch version wrote it. A corrupt object raises IntegrityError: DCP's load
 fails with it and the state dict is never filled with wrong bytes.
 
 `local` maps writer ranks to local-tier roots (`CKPTDRAIN_LOCAL_DIR` of the
 pod that was that writer, when this node still has it): their files are
-verified in place and linked, not fetched.
+verified in place and linked, not fetched. `sources` replaces the tier order
+altogether (sources.py: local -> peer -> global, each a `Source`).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 
-from ckptdrain.dcp.verified import Stats, VerifiedFiles
+from ckptdrain.dcp.sources import Source
+from ckptdrain.dcp.verified import Ranges, Stats, VerifiedFiles
 from ckptdrain.errors import IntegrityError, NoCheckpoint
 from ckptdrain.store.base import Store
 from ckptdrain.transfer.catalog import Checkpoint, complete_steps, load_checkpoint
@@ -56,7 +59,8 @@ class StoreReader(FileSystemReader):  # type: ignore[misc]
 
     def __init__(self, store: Store, step: int | None = None, *,
                  local: Mapping[int, str | Path] | None = None,
-                 cache_dir: str | Path | None = None, concurrency: int = 8) -> None:
+                 cache_dir: str | Path | None = None, concurrency: int = 8,
+                 sources: Iterable[Source] | None = None) -> None:
         self.checkpoint = _checkpoint(store, step)
         holders = [m.writer for m in self.checkpoint.manifests
                    if any(f.path == METADATA for f in m.files)]
@@ -70,8 +74,7 @@ class StoreReader(FileSystemReader):  # type: ignore[misc]
         try:
             self.files = VerifiedFiles(
                 store, self.checkpoint, self._root,
-                local={int(w): Path(p) for w, p in (local or {}).items()},
-                concurrency=concurrency)
+                local=local, concurrency=concurrency, sources=sources)
             # Now, not in read_metadata: DCP turns a failure there into an
             # AssertionError carrying only its text, and IntegrityError must reach
             # the caller as such.
@@ -98,8 +101,12 @@ class StoreReader(FileSystemReader):  # type: ignore[misc]
         return super().read_metadata()
 
     def read_data(self, plan: Any, planner: Any) -> Any:
-        needed = {self.storage_data[item.storage_index].relative_path for item in plan.items}
-        self.files.ensure(needed)
+        needed: dict[str, list[tuple[int, int]]] = {}
+        for item in plan.items:
+            info = self.storage_data[item.storage_index]
+            needed.setdefault(info.relative_path, []).append((info.offset, info.length))
+        ranges: dict[str, Ranges] = dict(needed)
+        self.files.ensure_ranges(ranges)
         return super().read_data(plan, planner)
 
     def close(self) -> None:
@@ -150,14 +157,15 @@ def _integrity_failure(err: BaseException | None, depth: int = 0) -> BaseExcepti
 def load(state_dict: dict[str, Any], store: Store, step: int | None = None, *,
          process_group: Any = None, planner: Any = None,
          local: Mapping[int, str | Path] | None = None,
-         cache_dir: str | Path | None = None) -> int:
+         cache_dir: str | Path | None = None,
+         sources: Iterable[Source] | None = None) -> int:
     """Load `step` (None: the newest complete one) into `state_dict` in place,
     resharded to this job's layout; the step loaded.
 
     Collective, like `dcp.load`. A corrupt object raises IntegrityError (DCP
     wraps a rank's failure in CheckpointException; this unwraps it)."""
     chosen = _agreed_step(store, step, process_group)
-    reader = StoreReader(store, chosen, local=local, cache_dir=cache_dir)
+    reader = StoreReader(store, chosen, local=local, cache_dir=cache_dir, sources=sources)
     try:
         dcp.load(state_dict, storage_reader=reader, planner=planner,
                  process_group=process_group)

@@ -81,6 +81,7 @@ def async_save(state_dict: dict[str, Any], client: Client, step: int, *,
     started = dcp.async_save(state_dict, storage_writer=_writer(directory, writer_class,
                                                                 writer_options),
                              planner=planner, process_group=process_group)
+    client.progress.unblocked(step)  # the trainer goes on; the upload runs on
     # Newer torch may answer with a response holding staging and upload futures:
     # the step is durable only when the upload is.
     inner = getattr(started, "upload_completion", started)

@@ -4,7 +4,8 @@ It lives on local disk beside the checkpoint and records the attempt id (the
 data prefix this drain writes under, kept so a resume continues the same
 attempt) and, per file, the
 multipart upload id, the part size, every finished part (number, ETag,
-CRC32C, size) and whether the file's object is complete, plus whether the
+CRC32C, size) and whether the file's object is complete (with its parts'
+CRC32Cs, which the committed manifest lists), plus whether the
 writer's manifest (the commit record) is written. A drain killed at any point
 resumes from it without re-sending a finished part.
 
@@ -52,6 +53,9 @@ class FileState:
     upload_id: str | None = None
     parts: dict[int, PartRecord] = field(default_factory=dict)
     complete: bool = False
+    #: Once complete: the CRC32C of each part of its object, in order (None
+    #: when unknown, e.g. a journal written before they were kept).
+    part_crcs: list[int] | None = None
 
     @property
     def done_bytes(self) -> int:
@@ -105,12 +109,19 @@ class UploadJournal:
         state = self.files[path]
         state.upload_id, state.parts, state.complete = None, {}, False
 
-    def file_complete(self, path: str) -> None:
+    def file_complete(self, path: str, part_crcs: list[int] | None = None) -> None:
+        """`path`'s object is complete; its parts' CRC32Cs are `part_crcs`, or
+        those of the journaled parts when they are all there (numbered 1..n)."""
         state = self.files[path]
+        if part_crcs is None and state.parts and sorted(state.parts) == list(
+                range(1, len(state.parts) + 1)):
+            part_crcs = [state.parts[n].crc32c for n in sorted(state.parts)]
         state.complete, state.upload_id, state.parts = True, None, {}
+        state.part_crcs = part_crcs
 
     def file_incomplete(self, path: str) -> None:
         self.files[path].complete = False
+        self.files[path].part_crcs = None
 
     def manifest_done(self) -> None:
         self.manifest_written = True
@@ -140,6 +151,7 @@ class UploadJournal:
                     "upload_id": s.upload_id, "complete": s.complete,
                     "parts": [[p.number, p.etag, p.crc32c, p.size]
                               for p in sorted(s.parts.values(), key=lambda p: p.number)],
+                    "part_crcs": s.part_crcs,
                 }
                 for path, s in sorted(self.files.items())
             },
@@ -161,6 +173,7 @@ class UploadJournal:
                     upload_id=raw["upload_id"], complete=bool(raw["complete"]),
                     parts={int(n): PartRecord(int(n), str(e), int(c), int(s))
                            for n, e, c, s in raw["parts"]},
+                    part_crcs=_crcs(raw.get("part_crcs")),
                 )
         except Exception as err:
             # Any shape of damage (AttributeError, OverflowError, RecursionError,
@@ -168,6 +181,18 @@ class UploadJournal:
             raise IntegrityError(
                 f"upload journal unreadable: {type(err).__name__}: {str(err)[:120]}") from None
         return journal
+
+
+def _crcs(raw: object) -> list[int] | None:
+    if raw is None:  # a journal from before part CRC32Cs were kept
+        return None
+    if not isinstance(raw, list):
+        raise ValueError(f"part_crcs must be a list, got {type(raw).__name__}")
+    # Each becomes a manifest entry at the commit: one no CRC32C can be would
+    # fail every commit of the step instead of starting the drain afresh.
+    if not all(type(c) is int and 0 <= c <= 0xFFFFFFFF for c in raw):
+        raise ValueError("part_crcs must be CRC32Cs (whole numbers below 2**32)")
+    return list(raw)
 
 
 def _etag(etag: str) -> str:
