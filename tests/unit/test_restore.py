@@ -103,3 +103,26 @@ def test_run_with_an_unopenable_store_exits_3(tmp_path: Path,
     doc = json.loads((tmp_path / "work" / "restore.json").read_text())
     assert doc["step"] is None and doc["skipped"][0]["tier"] == "global"
     assert doc["attempts"] == 1
+
+
+class _OnePeer:
+    """A peer tier holding step 7 of this writer: writes one file, as restore_step does."""
+
+    def restore_step(self, step: int, tmp: Path, tier: LocalTier) -> tuple[int, str, str]:
+        tmp.mkdir(parents=True)
+        (tmp / "w.bin").write_bytes(b"peer")
+        return 4, f"peer 10.0.0.2 writer 0 step {step}", "peer"
+
+
+def test_a_step_restored_from_a_peer_is_reported_not_a_crash(tmp_path: Path) -> None:
+    from ckptdrain.restore.command import _try
+    from ckptdrain.restore.result import RestoreResult
+
+    cfg = _cfg(tmp_path)
+    cfg.work_dir.mkdir(parents=True)
+    result = RestoreResult(fresh_start=False, writer=0, writers=1, at=0.0)
+    outcome = _try(cfg, LocalTier(cfg.local_dir), None, Candidate(7, "peer"), result,
+                   None, _OnePeer())  # type: ignore[arg-type]
+    assert outcome == "ok" and (result.step, result.tier, result.bytes) == (7, "peer", 4)
+    assert result.step_created is None  # the peer's manifest time is not known here
+    assert (tmp_path / "work" / "step-7" / "w.bin").read_bytes() == b"peer"

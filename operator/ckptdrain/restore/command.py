@@ -67,7 +67,7 @@ from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import completed_steps, step_dir
-from ckptdrain.restore import retry
+from ckptdrain.restore import peer_source, retry
 from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 from ckptdrain.store.base import Store
@@ -204,6 +204,8 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
             result.skipped.append(Skipped(
                 step, "local",
                 "not complete globally; with several writers every rank must restore one step"))
+    peers, extra = peer_source.candidates(cfg, global_steps, result)
+    plan = sorted(plan + extra, key=lambda c: -c.step)  # stable: at one step, peer last but one
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
     _clear_own_staging(cfg.work_dir)
     no_room: list[str] = []
@@ -211,7 +213,7 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     for cand in plan:
         if result.step is not None and cand.step < result.step:
             break
-        outcome = _try(cfg, tier, store, cand, result, found.get(cand.step))
+        outcome = _try(cfg, tier, store, cand, result, found.get(cand.step), peers)
         if outcome == "no_room":
             no_room.append(f"step {cand.step} ({cand.tier}): {result.skipped[-1].reason}")
         if outcome == "transient":
@@ -252,22 +254,32 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
 
 
 def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
-         result: RestoreResult, ckpt: Any = None) -> str:
+         result: RestoreResult, ckpt: Any = None,
+         peers: peer_source.PeerSource | None = None) -> str:
     """Restore one candidate: "ok", "failed" (try the next), "no_room" (the
     work volume could not take it: full, over quota or read-only), or
     "transient" (the store did not answer: try again later, not the next)."""
     tmp = cfg.work_dir / f".restore-step-{cand.step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     final = step_dir(cfg.work_dir, cand.step)
+    used: str = cand.tier
+    # When the step was captured; unknown for a peer's copy (restore_step does
+    # not hand back the holder's manifest), and goodput reads None as unknown.
+    created: float | None = None
     try:
-        if cand.tier == "local":
+        if cand.tier == "peer" and peers is not None:
+            size, source, used = peers.restore_step(cand.step, tmp, tier)
+        elif cand.tier == "local":
             committed = ckpt.manifests[cfg.writer] if ckpt is not None \
                 and cfg.writer < ckpt.writers else None
             size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers, committed)
             source = str(tier.step_dir(cand.step))
+            created = tier.manifest(cand.step).created
         else:
             size = _from_global(store, cand.step, cfg.writer, cfg.writers, tmp)
             source = f"{store.uri} step {cand.step} writer {cfg.writer}"
+            created = ckpt.manifests[cfg.writer].created if ckpt is not None \
+                and cfg.writer < ckpt.writers else None
         _place(tmp, final)
     except (CkptdrainError, OSError) as err:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -279,8 +291,9 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
             return "transient"
         return "no_room" if space.is_no_room(err) else "failed"
     _clear_stale_steps(cfg.work_dir, keep=cand.step)
-    result.step, result.tier, result.bytes = cand.step, cand.tier, size
+    result.step, result.tier, result.bytes = cand.step, used, size
     result.path, result.source = str(final), source
+    result.step_created = created
     return "ok"
 
 
@@ -322,12 +335,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         result, code = restore_with_retries(cfg)
     result.write(cfg.restore_result)
-    if code == 0 and node_config.in_cluster(cfg):
-        from ckptdrain.contract.api import ANNOTATION_RESTORED, restored_from
-        from ckptdrain.node.kube import annotate_own_pod
+    if node_config.in_cluster(cfg):
+        from ckptdrain.node.kube import annotate_own_pod_with
+        from ckptdrain.restore.annotations import pod_annotations
 
-        annotate_own_pod(cfg.namespace, cfg.pod_name, ANNOTATION_RESTORED,
-                         restored_from(result.step, result.tier))
+        # One patch, failed or not: a failure's reason reaches the policy status.
+        annotate_own_pod_with(cfg.namespace, cfg.pod_name,
+                              pod_annotations(result, code, time.time()))
     for skipped in result.skipped:
         what = (f"the {skipped.tier} tier" if skipped.step is None
                 else f"{skipped.tier} step {skipped.step}")
@@ -368,7 +382,8 @@ def _open(cfg: node_config.AgentConfig) -> tuple[Store | None, str | None]:
         from ckptdrain.store import open_store
 
         return open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint,
-                          endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region), None
+                          endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region,
+                          options=cfg.s3_options), None
     except InvalidInput as err:
         return None, f"{_MISCONFIGURED}{cfg.store_uri}: {err}"
     except (CkptdrainError, OSError) as err:

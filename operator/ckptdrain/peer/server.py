@@ -1,0 +1,152 @@
+"""The agent's peer server: a thin HTTPS edge over the partner area.
+
+    PUT /v1/copies/<writer>/<step>   receive a copy stream (201 new, 200 already held)
+    GET /v1/copies/<writer>          {"steps": [...]} served for writer, newest first
+                                     (copies held for it; its own local steps when it
+                                     is this agent's writer)
+    GET /v1/copies/<writer>/<step>   the copy stream of a held step
+
+Every connection does the TLS handshake in its own thread (a slow or hostile
+client cannot stall the accept loop) and must present this policy's
+certificate (peer/tls.py). Refusals answer one line of text saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import ssl
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ckptdrain.errors import CkptdrainError, IntegrityError
+from ckptdrain.node.durable import CopyAborted
+from ckptdrain.peer import protocol, stream
+from ckptdrain.peer.area import PartnerArea
+from ckptdrain.peer.protocol import PeerRefused
+from ckptdrain.peer.tls import PeerAuthError, PeerCredentials
+
+log = logging.getLogger(__name__)
+
+#: Seconds a connection may sit idle (handshake included) before it is dropped.
+IDLE_TIMEOUT = 60.0
+
+
+class PeerServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], area: PartnerArea,
+                 credentials: PeerCredentials) -> None:
+        self.area = area
+        self.credentials = credentials
+        self.ssl_context = credentials.server_context()
+        self.received_bytes = 0
+        super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        sock, addr = self.socket.accept()
+        sock.settimeout(IDLE_TIMEOUT)
+        tls = self.ssl_context.wrap_socket(sock, server_side=True,
+                                           do_handshake_on_connect=False)
+        return tls, addr
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        err = sys.exc_info()[1]
+        if isinstance(err, OSError):  # a refused handshake or a peer that went away
+            log.info("peer connection from %s ended: %s", client_address, err)
+        else:
+            log.exception("peer request from %s failed", client_address)
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.serve_forever, name="peer-server", daemon=True)
+        thread.start()
+        return thread
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: PeerServer
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        try:
+            self.request.do_handshake()
+            self.server.credentials.check_peer(self.request)
+        except (ssl.SSLError, OSError, PeerAuthError) as err:
+            log.warning("peer connection from %s refused: %s", self.client_address[0], err)
+            self.request.close()
+            raise ConnectionAbortedError(str(err)) from None
+        super().setup()
+
+    def log_message(self, fmt: str, *args: object) -> None:
+        log.debug("peer %s: " + fmt, self.client_address[0], *args)
+
+    def _answer(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _refuse(self, err: CkptdrainError) -> None:
+        status = err.status if isinstance(err, PeerRefused) else 422
+        log.warning("peer request %s %s refused: %s", self.command, self.path[:80], err)
+        self.close_connection = True  # the rest of a refused body is not read
+        self._answer(status, (str(err)[:400] + "\n").encode())
+
+    def do_PUT(self) -> None:
+        try:
+            target = protocol.parse_target(self.path, self.server.area.writers)
+            if target.step is None:
+                raise PeerRefused(405, "PUT needs /v1/copies/<writer>/<step>")
+            length = _content_length(self.headers.get("Content-Length"))
+            new = self.server.area.receive(target, self.rfile, length)
+        except (CkptdrainError, CopyAborted) as err:
+            self._refuse(err if isinstance(err, CkptdrainError) else PeerRefused(503, str(err)))
+            return
+        if new:
+            self.server.received_bytes += length
+        self._answer(201 if new else 200, b"published\n" if new else b"already held\n")
+
+    def do_GET(self) -> None:
+        try:
+            target = protocol.parse_target(self.path, self.server.area.writers)
+            area = self.server.area
+            if target.step is None:
+                body = json.dumps({"steps": area.served_steps(target.writer)}).encode()
+                self._answer(200, body, "application/json")
+                return
+            tier = area.source(target.writer, target.step)
+            if tier is None:
+                raise PeerRefused(404, f"no copy of writer {target.writer} "
+                                       f"step {target.step}")
+            data, manifest = stream.read_copy(tier.step_dir(target.step))
+        except (CkptdrainError, OSError) as err:
+            self._refuse(err if isinstance(err, CkptdrainError) else IntegrityError(str(err)))
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length",
+                         str(protocol.stream_length(manifest, len(data))))
+        self.end_headers()
+        try:
+            for chunk in stream.copy_chunks(tier.step_dir(target.step), manifest, data):
+                self.wfile.write(chunk)
+        except (OSError, IntegrityError) as err:
+            # Headers are gone: cutting the connection is the only honest answer,
+            # and the client's length and CRC32C checks catch it.
+            log.warning("sending writer %d step %d failed: %s", target.writer, target.step, err)
+            self.close_connection = True
+
+
+def _content_length(value: str | None) -> int:
+    # isascii: str.isdigit() also takes '²' and other digits int() refuses.
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 19:
+        raise PeerRefused(411, f"Content-Length must be a whole number, got {value!r:.40}")
+    return int(value)

@@ -1,0 +1,65 @@
+"""Mutual TLS between the agents of one policy.
+
+Each policy has a CA of its own and one certificate it signed, usable as
+client and server, whose common name is the policy (`<namespace>/<name>`).
+The operator makes them (operator/peer_certs.py) and keeps them in a
+per-policy Secret mounted into that policy's pods only (`ca.crt`, `tls.crt`,
+`tls.key`); the CA key stays in the operator's own Secret. Both sides
+require the other's certificate to chain to that CA *and* to name the same
+policy, so neither another policy's pods nor anything else on the network
+can read or write a writer's copies.
+
+Peers are dialled by pod IP, so host names are not checked: the per-policy
+CA and the common name are the identity.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from ckptdrain.errors import CkptdrainError, InvalidInput
+
+FILES = ("ca.crt", "tls.crt", "tls.key")
+
+
+class PeerAuthError(CkptdrainError):
+    """The other side is not an agent of this policy."""
+
+
+@dataclass(frozen=True)
+class PeerCredentials:
+    """The mounted per-policy Secret and the policy it speaks for."""
+
+    directory: Path
+    policy_id: str
+
+    def _context(self, purpose: ssl.Purpose) -> ssl.SSLContext:
+        missing = [n for n in FILES if not (self.directory / n).is_file()]
+        if missing:
+            raise InvalidInput("peer credentials", f"{', '.join(FILES)} in {self.directory}",
+                               f"missing {', '.join(missing)}")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if purpose == ssl.Purpose.CLIENT_AUTH
+                             else ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        ctx.check_hostname = False  # dialled by pod IP; the CA and CN are the identity
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(cafile=str(self.directory / "ca.crt"))
+        ctx.load_cert_chain(str(self.directory / "tls.crt"), str(self.directory / "tls.key"))
+        return ctx
+
+    def server_context(self) -> ssl.SSLContext:
+        return self._context(ssl.Purpose.CLIENT_AUTH)
+
+    def client_context(self) -> ssl.SSLContext:
+        return self._context(ssl.Purpose.SERVER_AUTH)
+
+    def check_peer(self, sock: ssl.SSLSocket) -> None:
+        """Raise PeerAuthError unless the verified peer certificate names this policy."""
+        cert = sock.getpeercert()
+        names = [value for rdn in (cert or {}).get("subject", ()) for key, value in rdn
+                 if key == "commonName"]
+        if names != [self.policy_id]:
+            raise PeerAuthError(f"peer certificate is for {names or 'no policy'}, "
+                                f"not {self.policy_id}")

@@ -1,0 +1,226 @@
+"""The peer server and client over real TLS on loopback: push a step, list and
+fetch it back verified; refuse strangers; never publish a bad copy."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ckptdrain.errors import IntegrityError
+from ckptdrain.node.durable import CopyAborted
+from ckptdrain.node.localtier import LocalTier
+from ckptdrain.operator import peer_certs
+from ckptdrain.peer.area import PartnerArea
+from ckptdrain.peer.client import PeerClient, PeerUnavailable
+from ckptdrain.peer.server import PeerServer
+from ckptdrain.peer.tls import PeerAuthError, PeerCredentials
+from ckptdrain.ratelimit import TokenBucket
+
+POLICY = "ns/train"
+
+
+def _credentials(directory: Path, policy: str = POLICY) -> PeerCredentials:
+    peer_certs.write_material(directory, peer_certs.new_material(policy, datetime.now(UTC)))
+    return PeerCredentials(directory, policy)
+
+
+@pytest.fixture
+def creds(tmp_path: Path) -> PeerCredentials:
+    return _credentials(tmp_path / "secret")
+
+
+@pytest.fixture
+def server(tmp_path: Path, creds: PeerCredentials) -> Iterator[PeerServer]:
+    area = PartnerArea(tmp_path / "node-b", writers=2, keep=2)
+    srv = PeerServer(("127.0.0.1", 0), area, creds)
+    srv.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def _tier(tmp_path: Path, step: int, size: int = 3 << 20) -> LocalTier:
+    src = tmp_path / f"src-{step}"
+    (src / "opt").mkdir(parents=True)
+    (src / "opt" / "state.bin").write_bytes(bytes(range(256)) * (size // 256))
+    (src / "model.bin").write_bytes(b"m" * 1234)
+    tier = LocalTier(tmp_path / "node-a")
+    tier.capture(src, step, writer=0, writers=2)
+    return tier
+
+
+def test_push_list_and_fetch_back_verified(tmp_path: Path, server: PeerServer,
+                                           creds: PeerCredentials) -> None:
+    tier = _tier(tmp_path, 40)
+    client = PeerClient(f"127.0.0.1:{server.port}", creds)
+    sent = client.send_step(tier, 40, 0, bucket=TokenBucket(50e6))
+    assert sent.new and sent.bytes > 3 << 20
+    assert client.send_step(tier, 40, 0).new is False  # already held
+    assert client.steps(0) == [40]
+    assert client.steps(1) == []
+    restored = tmp_path / "restored" / "step-40"
+    manifest = client.fetch_step(0, 40, tmp_path / "restored" / ".tmp", restored, writers=2,
+                                 expected=tier.manifest(40))
+    assert manifest.same_content(tier.manifest(40))
+    assert (restored / "data" / "opt" / "state.bin").read_bytes() == \
+        (tier.data_dir(40) / "opt" / "state.bin").read_bytes()
+
+
+def test_a_corrupt_held_copy_is_refused_on_fetch(tmp_path: Path, server: PeerServer,
+                                                 creds: PeerCredentials) -> None:
+    tier = _tier(tmp_path, 40)
+    client = PeerClient(f"127.0.0.1:{server.port}", creds)
+    client.send_step(tier, 40, 0)
+    held = server.area.tier(0).data_dir(40) / "opt" / "state.bin"
+    data = bytearray(held.read_bytes())
+    data[12345] ^= 1
+    held.write_bytes(bytes(data))
+    dest = tmp_path / "restored"
+    with pytest.raises(IntegrityError, match="crc32c"):
+        client.fetch_step(0, 40, dest / ".tmp", dest / "step-40", writers=2)
+    assert not (dest / "step-40").exists() and not (dest / ".tmp").exists()
+
+
+def test_another_policys_certificate_is_refused(tmp_path: Path, server: PeerServer) -> None:
+    stranger = _credentials(tmp_path / "other", "ns/other")
+    with pytest.raises((PeerUnavailable, ssl.SSLError, ConnectionError)):
+        PeerClient(f"127.0.0.1:{server.port}", stranger).steps(0)
+    assert server.area.steps(0) == []
+
+
+def test_a_certificate_of_the_right_ca_for_another_name_is_refused(
+        tmp_path: Path, server: PeerServer, creds: PeerCredentials) -> None:
+    # Same CA files, but the client expects another policy: it refuses the server.
+    confused = PeerCredentials(creds.directory, "ns/other")
+    with pytest.raises(PeerAuthError):
+        PeerClient(f"127.0.0.1:{server.port}", confused).steps(0)
+
+
+def test_a_client_without_a_certificate_is_refused(server: PeerServer,
+                                                   creds: PeerCredentials) -> None:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.load_verify_locations(cafile=str(creds.directory / "ca.crt"))
+    import http.client
+    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=ctx, timeout=10)
+    with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+        conn.request("GET", "/v1/copies/0")
+        conn.getresponse().read()
+    conn.close()
+
+
+def test_a_stopped_push_publishes_nothing(tmp_path: Path, server: PeerServer,
+                                          creds: PeerCredentials) -> None:
+    tier = _tier(tmp_path, 40)
+    client = PeerClient(f"127.0.0.1:{server.port}", creds)
+    sent_chunks = []
+
+    def stop() -> bool:
+        sent_chunks.append(1)
+        return len(sent_chunks) > 3
+
+    with pytest.raises(CopyAborted):
+        client.send_step(tier, 40, 0, should_stop=stop)
+    assert client.steps(0) == []
+
+
+def test_a_content_length_of_non_ascii_digits_is_refused_with_411(
+        server: PeerServer, creds: PeerCredentials) -> None:
+    # '²' is a latin-1 header byte that str.isdigit() accepts and int() refuses.
+    import http.client
+    client = PeerClient(f"127.0.0.1:{server.port}", creds)
+    conn = client._connect()
+    try:
+        conn.putrequest("PUT", "/v1/copies/0/1")
+        conn.putheader("Content-Length", "\xb2")
+        conn.endheaders()
+        response = conn.getresponse()
+        assert response.status == 411
+    except (ConnectionError, http.client.HTTPException) as err:
+        pytest.fail(f"the server dropped the connection instead of refusing: {err!r}")
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def hostile(creds: PeerCredentials) -> Iterator[list[bytes]]:
+    """A TLS server of this policy answering every request with the bytes the
+    test puts in the list (a peer gone wrong, or a compromised one)."""
+    import socket
+    import threading
+    answers: list[bytes] = []
+    ctx = creds.server_context()
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                raw, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                with ctx.wrap_socket(raw, server_side=True) as tls:
+                    tls.settimeout(5)
+                    head = b""
+                    while b"\r\n\r\n" not in head:
+                        chunk = tls.recv(4096)
+                        if not chunk:
+                            break
+                        head += chunk
+                    tls.sendall(answers[0])
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    answers.append(b"")
+    answers.append(str(listener.getsockname()[1]).encode())
+    yield answers
+    stop.set()
+    listener.close()
+    thread.join(5)
+
+
+def _answer(status: str, body: bytes, length: str | None = None) -> bytes:
+    return (f"HTTP/1.1 {status}\r\nContent-Length: "
+            f"{len(body) if length is None else length}\r\nConnection: close\r\n\r\n"
+            ).encode() + body
+
+
+@pytest.mark.parametrize("answer", [
+    _answer("200 OK", b'{"nope": 1}'),
+    _answer("200 OK", b'{"steps": [1, 2'),
+    _answer("200 OK", b"[" * 100_000),
+    b"GARBAGE\r\n\r\n",
+    _answer("200 OK", b'{"steps": ["1"]}'),
+])
+def test_a_hostile_step_list_is_a_peer_unavailable(hostile: list[bytes], creds: PeerCredentials,
+                                                   answer: bytes) -> None:
+    # Anything else escapes restore's fallbacks (and kills the replicator's thread).
+    hostile[0] = answer
+    with pytest.raises(PeerUnavailable):
+        PeerClient(f"127.0.0.1:{int(hostile[1])}", creds).steps(0)
+
+
+def test_a_hostile_copy_stream_is_refused_not_a_crash(
+        tmp_path: Path, hostile: list[bytes], creds: PeerCredentials) -> None:
+    tier = _tier(tmp_path, 40, size=4096)
+    from ckptdrain.peer import stream
+    data, manifest = stream.read_copy(tier.step_dir(40))
+    body = b"".join(stream.copy_chunks(tier.step_dir(40), manifest, data))
+    hostile[0] = _answer("200 OK", body, length="many")
+    client = PeerClient(f"127.0.0.1:{int(hostile[1])}", creds)
+    dest = tmp_path / "restored"
+    with pytest.raises((PeerUnavailable, IntegrityError)):
+        client.fetch_step(0, 40, dest / ".tmp", dest / "step-40", writers=2)
+    assert not (dest / "step-40").exists()
+    hostile[0] = b"GARBAGE\r\n\r\n"
+    with pytest.raises(PeerUnavailable):
+        client.manifest(0, 40, writers=2)
+    with pytest.raises(PeerUnavailable):
+        client.send_step(tier, 40, 0)
