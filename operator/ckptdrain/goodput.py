@@ -1,0 +1,395 @@
+"""Runtime goodput of one policy's job: what checkpointing moves of it. Pure.
+
+Three badputs belong to checkpointing (docs/goodput.md):
+
+- **lost**: training redone after an interruption, from the restored step's
+  save to the interruption (`lostSteps` steps, `lostSeconds` seconds);
+- **recovery**: from the interruption to training again (pod replacement,
+  restore, load);
+- **blocked**: time the trainer spent inside `begin()`..`complete()`.
+
+    runtime goodput = 1 - (lost ∪ recovery + blocked / writers) / wall time
+
+Lost and recovery are wall-clock intervals; they are joined as a union over
+every interruption (a lockstep job waits while any rank is down, and two
+ranks down at once cost the job that time once). Blocked time is the mean
+over writers (ranks checkpoint together).
+
+Where the data comes from (no per-checkpoint API write is added):
+
+- the trainer's client keeps `<work>/.ckptdrain/progress` (client.py);
+- the agent copies what matters of it into its pod's `ckptdrain.io/goodput`
+  annotation twice per pod life (training started; flushed after SIGTERM),
+  and the blocked seconds ride along the pending-bytes patch it already sends;
+- restore writes `ckptdrain.io/restore-result` on its pod, in the patch it
+  already sends;
+- the operator folds both into `status.goodput` (bounded: totals, plus the
+  newest MAX_RECENT interruptions; older ones fold into `earlier`).
+
+Every annotation is untrusted input: one that does not parse is ignored
+(`parse_*` return None), never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ckptdrain.contract.api import ANNOTATION_GOODPUT, ANNOTATION_RESTORE_RESULT, LABEL_WRITER
+
+#: Interruptions kept in the status, newest first; older ones fold into totals.
+MAX_RECENT = 10
+#: Completed steps (and when) the client remembers, for `lostSeconds`.
+MAX_COMPLETED = 16
+#: A restore may start a little before the interruption was recorded (the
+#: replacement pod can be created while the old one still flushes; clocks of
+#: two nodes differ): tolerate this much.
+CLOCK_SLACK_S = 5.0
+#: Longest reason kept from a restore (the status is API, not a log).
+MAX_REASON = 300
+RESTORED_OUTCOMES = ("restored", "fresh_start", "disabled")
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _step(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _load(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What the agent published about its trainer (`ckptdrain.io/goodput`)."""
+
+    training_at: float | None = None
+    first_step: int | None = None
+    blocked_s: float = 0.0
+    interrupted_at: float | None = None
+    step: int | None = None
+    step_s: float | None = None
+    completed: tuple[tuple[int, float], ...] = ()
+    newest_local: int | None = None
+    newest_global: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "trainingAt": self.training_at, "firstStep": self.first_step,
+            "blockedSeconds": round(self.blocked_s, 3), "interruptedAt": self.interrupted_at,
+            "step": self.step, "stepSeconds": self.step_s,
+            "completed": {str(s): t for s, t in self.completed},
+            "newestLocal": self.newest_local, "newestGlobal": self.newest_global,
+        }, sort_keys=True, separators=(",", ":"))
+
+    def completed_at(self, step: int | None) -> float | None:
+        return next((t for s, t in self.completed if s == step), None)
+
+
+def parse_agent(text: str | None) -> AgentView | None:
+    doc = _load(text)
+    if doc is None:
+        return None
+    done = doc.get("completed")
+    completed = tuple(sorted(
+        (int(k), float(v)) for k, v in (done.items() if isinstance(done, dict) else [])
+        if k.isdigit() and _num(v) is not None))[-MAX_COMPLETED:]
+    return AgentView(
+        training_at=_num(doc.get("trainingAt")), first_step=_step(doc.get("firstStep")),
+        blocked_s=max(0.0, _num(doc.get("blockedSeconds")) or 0.0),
+        interrupted_at=_num(doc.get("interruptedAt")), step=_step(doc.get("step")),
+        step_s=_num(doc.get("stepSeconds")), completed=completed,
+        newest_local=_step(doc.get("newestLocal")), newest_global=_step(doc.get("newestGlobal")))
+
+
+def from_progress(progress: Mapping[str, Any], newest_local: int | None = None,
+                  newest_global: int | None = None) -> AgentView:
+    """The agent's view from the client's progress file (client.Progress.to_dict)."""
+    view = parse_agent(json.dumps(dict(progress)))
+    assert view is not None
+    return AgentView(**{**view.__dict__, "newest_local": newest_local,
+                        "newest_global": newest_global})
+
+
+@dataclass(frozen=True)
+class RestoreView:
+    """What restore did for a pod (`ckptdrain.io/restore-result`)."""
+
+    outcome: str
+    started_at: float
+    seconds: float
+    step: int | None = None
+    tier: str | None = None
+    reason: str = ""
+    attempts: int = 1
+    #: When the restored step was captured (its manifest), for lost seconds.
+    step_created: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome not in RESTORED_OUTCOMES
+
+    def to_json(self) -> str:
+        return json.dumps({"outcome": self.outcome, "startedAt": self.started_at,
+                           "seconds": round(self.seconds, 3), "step": self.step,
+                           "tier": self.tier, "reason": self.reason[:MAX_REASON],
+                           "attempts": self.attempts, "stepCreated": self.step_created},
+                          sort_keys=True, separators=(",", ":"))
+
+
+def parse_restore(text: str | None) -> RestoreView | None:
+    doc = _load(text)
+    if doc is None:
+        return None
+    outcome, started = doc.get("outcome"), _num(doc.get("startedAt"))
+    if not isinstance(outcome, str) or started is None:
+        return None
+    tier = doc.get("tier")
+    return RestoreView(outcome=outcome[:40], started_at=started,
+                       seconds=max(0.0, _num(doc.get("seconds")) or 0.0),
+                       step=_step(doc.get("step")),
+                       tier=tier if tier in ("local", "global") else None,
+                       reason=str(doc.get("reason") or "")[:MAX_REASON],
+                       attempts=int(_num(doc.get("attempts")) or 1),
+                       step_created=_num(doc.get("stepCreated")))
+
+
+@dataclass(frozen=True)
+class PodView:
+    """One pod of a policy, as far as goodput is concerned."""
+
+    name: str
+    writer: str | None
+    agent: AgentView | None = None
+    restore: RestoreView | None = None
+
+
+def pod_view(name: str, meta: Mapping[str, Any]) -> PodView | None:
+    """A pod's goodput view from its metadata; None when it carries neither annotation."""
+    ann = meta.get("annotations") or {}
+    agent = parse_agent(ann.get(ANNOTATION_GOODPUT))
+    restore = parse_restore(ann.get(ANNOTATION_RESTORE_RESULT))
+    if agent is None and restore is None:
+        return None
+    return PodView(name=name, writer=(meta.get("labels") or {}).get(LABEL_WRITER),
+                   agent=agent, restore=restore)
+
+
+def interruption(pod: PodView, restorable_global: int | None) -> dict[str, Any] | None:
+    """A status entry for a pod whose agent recorded an interruption; None if it did not.
+    `restorable_global` is the policy's newest complete global step (every writer)."""
+    a = pod.agent
+    if a is None or a.interrupted_at is None:
+        return None
+    return {"pod": pod.name, "writer": pod.writer, "at": round(a.interrupted_at, 3),
+            "step": a.step, "restorableLocal": a.newest_local,
+            "restorableGlobal": restorable_global if restorable_global is not None
+            else a.newest_global,
+            "stepSeconds": a.step_s,
+            # Completion times of the steps a restore may pick, to turn the
+            # restored step into lost seconds later; dropped once it is known.
+            "completed": {str(s): t for s, t in a.completed},
+            "blockedSeconds": round(a.blocked_s, 3)}
+
+
+def attach(entry: dict[str, Any], pod: PodView) -> dict[str, Any]:
+    """The entry with `pod`'s restore (and its training start) filled in.
+    Idempotent: attaching the same pod again changes nothing."""
+    r = pod.restore
+    out = dict(entry)
+    if r is None:
+        return out
+    out.update({"restorePod": pod.name, "restoreOutcome": r.outcome,
+                "restoredStep": r.step, "restoredTier": r.tier,
+                "restoreStartedAt": round(r.started_at, 3),
+                "restoreSeconds": round(r.seconds, 3)})
+    if r.failed:
+        out["restoreReason"] = r.reason
+    at = float(entry["at"])
+    step = entry.get("step")
+    if r.outcome in RESTORED_OUTCOMES and step is not None:
+        restored = -1 if r.step is None else r.step
+        out["lostSteps"] = max(0, int(step) - restored)
+        # When the restored step was saved: the trainer's own record, else
+        # when it was captured (restore read it from the step's manifest).
+        done = (entry.get("completed") or {}).get(str(r.step)) if r.step is not None else None
+        if not isinstance(done, int | float):
+            done = r.step_created
+        if isinstance(done, int | float):
+            out["lostSeconds"] = round(max(0.0, at - float(done)), 3)
+        elif entry.get("lostSeconds") is not None and entry.get("restorePod") == pod.name:
+            pass  # computed when the completion times were still at hand
+        elif entry.get("stepSeconds") is not None:
+            out["lostSeconds"] = round(out["lostSteps"] * float(entry["stepSeconds"]), 3)
+        if out.get("lostSeconds") is not None:
+            out.pop("completed", None)
+    training = pod.agent.training_at if pod.agent is not None else None
+    if training is not None and training >= at - CLOCK_SLACK_S:
+        out["trainingAt"] = round(training, 3)
+        out["recoverySeconds"] = round(max(0.0, training - at), 3)
+    return out
+
+
+def _matches(entry: Mapping[str, Any], pod: PodView) -> bool:
+    return (pod.restore is not None and pod.name != entry.get("pod")
+            and pod.writer == entry.get("writer")
+            and pod.restore.started_at >= float(entry["at"]) - CLOCK_SLACK_S)
+
+
+def merge(goodput: Mapping[str, Any], pods: Iterable[PodView],
+          restorable_global: int | None) -> dict[str, Any]:
+    """`status.goodput` after seeing `pods` (live ones and the one an event was
+    about). New interruptions enter newest first; each open one takes the
+    earliest restore of another pod of the same writer that began after it;
+    the oldest beyond MAX_RECENT fold into `earlier`. Idempotent."""
+    pods = list(pods)
+    recent = [dict(e) for e in goodput.get("recent") or []]
+    known = {(e.get("pod"), e.get("at")) for e in recent}
+    folded = set(goodput.get("foldedPods") or [])
+    for pod in pods:
+        entry = interruption(pod, restorable_global)
+        if entry and (entry["pod"], entry["at"]) not in known and pod.name not in folded:
+            recent.append(entry)
+            known.add((entry["pod"], entry["at"]))
+    recent.sort(key=lambda e: float(e["at"]), reverse=True)
+    for i, entry in enumerate(recent):
+        # A restore belongs to the newest interruption of its writer before it.
+        newer = min((float(e["at"]) for e in recent[:i] if e.get("writer") == entry.get("writer")),
+                    default=math.inf)
+        candidates = sorted((p for p in pods if _matches(entry, p)
+                             and p.restore is not None and p.restore.started_at < newer),
+                            key=lambda p: p.restore.started_at)  # type: ignore[union-attr]
+        chosen = next((p for p in candidates if p.name == entry.get("restorePod")),
+                      candidates[0] if candidates else None)
+        if chosen is not None:
+            recent[i] = attach(entry, chosen)
+    earlier = dict(goodput.get("earlier") or {})
+    while len(recent) > MAX_RECENT:
+        old = recent.pop()
+        folded.add(str(old.get("pod")))
+        _fold(earlier, old, recent)
+    out = {k: v for k, v in goodput.items() if k not in ("recent", "earlier", "foldedPods")}
+    out["recent"] = recent
+    if earlier:
+        out["earlier"] = earlier
+    if folded:
+        out["foldedPods"] = sorted(folded)[-MAX_RECENT:]
+    return out
+
+
+def badput_interval(entry: Mapping[str, Any]) -> tuple[float, float] | None:
+    """[interruption - lost seconds, training again] of one interruption; None while open."""
+    if entry.get("recoverySeconds") is None:
+        return None
+    at = float(entry["at"])
+    return at - float(entry.get("lostSeconds") or 0.0), at + float(entry["recoverySeconds"])
+
+
+def union_seconds(intervals: Iterable[tuple[float, float]]) -> float:
+    total, end = 0.0, -math.inf
+    for lo, hi in sorted(intervals):
+        if hi <= end:
+            continue
+        total += hi - max(lo, end)
+        end = hi
+    return total
+
+
+def _fold(earlier: dict[str, Any], old: Mapping[str, Any], rest: list[dict[str, Any]]) -> None:
+    """Add an entry leaving the list to the running totals; its badput counts
+    only where no entry still listed covers it."""
+    earlier["interruptions"] = int(earlier.get("interruptions", 0)) + 1
+    for key in ("lostSteps", "lostSeconds", "recoverySeconds", "blockedSeconds"):
+        earlier[key] = round(float(earlier.get(key, 0)) + float(old.get(key) or 0), 3)
+    mine = badput_interval(old)
+    if mine is not None:
+        kept = [iv for e in rest if (iv := badput_interval(e)) is not None]
+        alone = union_seconds([mine, *kept]) - union_seconds(kept)
+        earlier["badputSeconds"] = round(float(earlier.get("badputSeconds", 0)) + alone, 3)
+    if old.get("restoreOutcome") not in (None, *RESTORED_OUTCOMES):
+        earlier["failedRestores"] = int(earlier.get("failedRestores", 0)) + 1
+
+
+def totals(goodput: Mapping[str, Any], since: float, now: float, writers: int,
+           live_blocked_s: float) -> dict[str, Any]:
+    """The rolled-up numbers: sums over `recent` and `earlier`, and the runtime
+    goodput since `since` (the policy's creation). `live_blocked_s` is the sum
+    of the blocked seconds of the pods alive now (ended pods' are in the entries)."""
+    recent = list(goodput.get("recent") or [])
+    earlier = goodput.get("earlier") or {}
+
+    def total(key: str) -> float:
+        return float(earlier.get(key, 0)) + sum(float(e.get(key) or 0) for e in recent)
+
+    blocked = total("blockedSeconds") + live_blocked_s
+    # Only what happened since the policy exists counts against its wall time.
+    interruption_badput = float(earlier.get("badputSeconds", 0)) + union_seconds(
+        (max(lo, since), hi) for e in recent if (iv := badput_interval(e)) is not None
+        for lo, hi in [iv] if hi > since)
+    wall = max(0.0, now - since)
+    badput = interruption_badput + blocked / max(1, writers)
+    ratio = None if wall <= 0 else max(0.0, min(1.0, 1.0 - badput / wall))
+    return {
+        "interruptions": int(earlier.get("interruptions", 0)) + len(recent),
+        "open": sum(1 for e in recent if e.get("recoverySeconds") is None),
+        "lostSteps": int(total("lostSteps")),
+        "lostSeconds": round(total("lostSeconds"), 3),
+        "recoverySeconds": round(total("recoverySeconds"), 3),
+        "blockedSeconds": round(blocked, 3),
+        "badputSeconds": round(badput, 3),
+        "wallSeconds": round(wall, 3),
+        "runtimeGoodput": None if ratio is None else round(ratio, 6),
+        "failedRestores": int(earlier.get("failedRestores", 0)) + sum(
+            1 for e in recent if e.get("restoreOutcome") not in (None, *RESTORED_OUTCOMES)),
+    }
+
+
+def status_patch(current: Mapping[str, Any], pods: Iterable[PodView],
+                 restorable_global: int | None, since: float, now: float, writers: int,
+                 live_blocked_s: float) -> dict[str, Any] | None:
+    """The new `status.goodput`, or None when only the clock or the blocked
+    seconds moved: the status is rewritten at interruptions and restores, not
+    at every checkpoint of every writer (`ckptdrain goodput` computes the live
+    figures from the pods)."""
+    merged = merge(current, pods, restorable_global)
+    new = {**merged, **totals(merged, since, now, writers, live_blocked_s)}
+    if new.get("recent"):
+        new["lastInterruption"] = summary(new["recent"][0])
+    drifting = ("wallSeconds", "runtimeGoodput", "badputSeconds", "blockedSeconds")
+    same = all(current.get(k) == v for k, v in new.items() if k not in drifting)
+    return None if same and current else new
+
+
+def summary(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The short form of one interruption, for `lastInterruption`."""
+    keys = ("pod", "writer", "at", "step", "restoredStep", "restoredTier", "lostSteps",
+            "lostSeconds", "recoverySeconds", "restoreOutcome", "restoreReason")
+    return {k: entry[k] for k in keys if entry.get(k) is not None}
+
+
+def restore_failure(pods: Iterable[PodView]) -> dict[str, Any] | None:
+    """The newest failed restore among `pods`, for the policy status."""
+    failed = [p for p in pods if p.restore is not None and p.restore.failed]
+    if not failed:
+        return None
+    p = max(failed, key=lambda p: p.restore.started_at)  # type: ignore[union-attr]
+    r = p.restore
+    assert r is not None
+    return {"pod": p.name, "writer": p.writer, "outcome": r.outcome, "reason": r.reason,
+            "startedAt": round(r.started_at, 3), "attempts": r.attempts}

@@ -1,0 +1,97 @@
+"""Goodput against a real apiserver and the real operator: pods annotated as
+their agent and restore annotate them become `status.goodput` and
+`status.lastRestoreFailure`, and `ckptdrain goodput` reports them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cluster_helpers import INJECT, get, pod, policy, wait_for
+from operator_process import OperatorProcess
+
+from ckptdrain.goodput import AgentView, RestoreView
+from support.apiserver import Cluster
+
+
+def _create(cluster: Cluster, namespace: str, name: str, annotations: dict[str, str]) -> None:
+    body = pod(name, {"app": "llama", **INJECT}, 0, terminationGracePeriodSeconds=3600)
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(body))
+    # As the agent and restore do, on the pod once it exists.
+    cluster.kubectl("annotate", "-n", namespace, "pod", name, "--overwrite",
+                    *(f"{k}={v}" for k, v in annotations.items()))
+
+
+def _goodput(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    return dict((get(cluster, namespace, "ckpol", "llama").get("status") or {})
+                .get("goodput") or {})
+
+
+def _cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ckptdrain", "goodput", *args],
+                          capture_output=True, text=True, env=cluster.env(), timeout=60)
+
+
+def test_interruption_restore_and_report(cluster: Cluster, operator: OperatorProcess,
+                                         namespace: str, apply: Callable[..., Any]) -> None:
+    apply(policy("llama", writers=1))
+    wait_for(lambda: (get(cluster, namespace, "ckpol", "llama").get("status") or {})
+             .get("phase"), what="policy sized")
+    now = time.time()
+    old = AgentView(training_at=now - 100, first_step=0, blocked_s=2.0,
+                    interrupted_at=now - 20, step=57, step_s=0.5,
+                    completed=((50, now - 30),), newest_local=57, newest_global=50)
+    _create(cluster, namespace, "w-a", {"ckptdrain.io/goodput": old.to_json()})
+    cluster.kubectl("delete", "-n", namespace, "pod", "w-a", "--wait=true")
+    restore = RestoreView("restored", now - 15, 1.5, step=50, tier="local")
+    new = AgentView(training_at=now - 12, first_step=51, blocked_s=1.0)
+    _create(cluster, namespace, "w-b", {"ckptdrain.io/restore-result": restore.to_json(),
+                                        "ckptdrain.io/goodput": new.to_json()})
+
+    status = wait_for(lambda: (g := _goodput(cluster, namespace)).get("recent")
+                      and g["recent"][0].get("recoverySeconds") is not None and g,
+                      what="the interruption closed in status.goodput")
+    entry = status["lastInterruption"]
+    assert (entry["pod"], entry["writer"], entry["restoredStep"], entry["restoredTier"]) == \
+        ("w-a", "0", 50, "local")
+    assert entry["lostSteps"] == 7 and abs(entry["lostSeconds"] - 10) < 0.01
+    assert abs(entry["recoverySeconds"] - 8) < 0.01
+    # (the test's times precede the policy, so the ratio itself is not pinned here:
+    # tests/unit/test_goodput.py does that)
+    assert status["interruptions"] == 1 and 0 <= status["runtimeGoodput"] <= 1
+    assert "ckptdrain_lost_steps{" in operator.metrics()
+
+    done = _cli(cluster, "-n", namespace, "--policy", "llama", "--output", "json")
+    assert done.returncode == 0, done.stderr
+    (report,) = json.loads(done.stdout)["policies"]
+    assert report["lostSteps"] == 7 and report["interruptions"] == 1
+    assert report["blockedSeconds"] == 3.0  # the ended pod's 2 s, the live pod's 1 s
+    text = _cli(cluster, "-n", namespace)
+    assert text.returncode == 0 and f"CheckpointPolicy {namespace}/llama" in text.stdout
+    assert "w-a / 0" in text.stdout and "50 (local)" in text.stdout
+
+    # A restore that fails reaches the policy status, with its reason (w-c
+    # replaces w-b: admission gives a writer rank to one live pod at a time).
+    cluster.kubectl("delete", "-n", namespace, "pod", "w-b", "--wait=true")
+    failed = RestoreView("store_unavailable", now, 600.0, reason="the global tier could "
+                         "not be asked (connection refused); gave up after 31 tries")
+    _create(cluster, namespace, "w-c", {"ckptdrain.io/restore-result": failed.to_json()})
+    failure = wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]
+                       .get("lastRestoreFailure"), what="lastRestoreFailure")
+    assert failure["pod"] == "w-c" and failure["outcome"] == "store_unavailable"
+    assert "gave up after 31 tries" in failure["reason"]
+    events = get(cluster, namespace, "events")["items"]
+    assert any(e["reason"] == "RestoreFailed" and "w-c" in e["message"] for e in events)
+
+
+def test_cli_errors_name_the_field(cluster: Cluster, crds: None, namespace: str) -> None:
+    missing = _cli(cluster, "-n", namespace, "--policy", "nosuch")
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("ckptdrain: error: --policy: ") and "nosuch" in \
+        missing.stderr and "Traceback" not in missing.stderr
+    none = _cli(cluster, "-n", namespace)
+    assert none.returncode == 0 and "no CheckpointPolicy" in none.stdout

@@ -1,0 +1,47 @@
+"""The agent's goodput watcher (agent/goodput.py) on a real local tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from ckptdrain import goodput
+from ckptdrain.agent.goodput import GoodputMetrics, GoodputWatcher, OverlapReporter
+from ckptdrain.agent.report import CheckpointEvent, State
+from ckptdrain.client import Client
+from ckptdrain.node.localtier import LocalTier
+
+
+def test_training_start_and_interruption_reach_the_pod(tmp_path: Path) -> None:
+    work, local = tmp_path / "work", tmp_path / "local"
+    tier = LocalTier(local)
+    registry = CollectorRegistry()
+    sent: list[tuple[str, str]] = []
+    watcher = GoodputWatcher(work, tier, GoodputMetrics(registry),
+                             lambda k, v: sent.append((k, v)) or True, clock=lambda: 0.0)
+    client = Client(work, environ={})
+    client.step_done(0)
+    watcher.tick()
+    watcher.close(5)
+    assert [k for k, _ in sent] == ["ckptdrain.io/goodput"]
+    first = goodput.parse_agent(sent[0][1])
+    assert first is not None and first.training_at is not None and first.interrupted_at is None
+    d = client.begin(3)
+    (d / "a.bin").write_bytes(b"x" * 100)
+    client.complete(3)
+    tier.capture(work / "step-3", 3, writer=0, writers=1)
+    watcher.interrupted(at=12345.0)
+    watcher.close(5)
+    last = goodput.parse_agent(sent[-1][1])
+    assert last is not None and last.interrupted_at == 12345.0
+    assert last.step == 3 and last.newest_local == 3 and last.newest_global is None
+    assert registry.get_sample_value("ckptdrain_trainer_step") == 3
+    assert registry.get_sample_value("ckptdrain_trainer_blocked_seconds") >= 0
+
+
+def test_overlap_is_drain_time_over_the_global_interval() -> None:
+    registry = CollectorRegistry()
+    metrics = GoodputMetrics(registry)
+    OverlapReporter(metrics, 100.0).report(CheckpointEvent(7, State.GLOBAL, 10, seconds=8.0))
+    assert registry.get_sample_value("ckptdrain_drain_overlap_ratio") == 0.08

@@ -1,0 +1,168 @@
+"""Goodput accounting (goodput.py): interruptions, restores, totals, bounds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ckptdrain import goodput
+from ckptdrain.goodput import AgentView, PodView, RestoreView
+
+T0 = 1_700_000_000.0
+
+
+def interrupted(pod: str, writer: str, at: float, step: int, completed: dict[int, float],
+                blocked: float = 0.0, step_s: float | None = 0.5) -> PodView:
+    return PodView(pod, writer, agent=AgentView(
+        training_at=T0, first_step=0, blocked_s=blocked, interrupted_at=at, step=step,
+        step_s=step_s, completed=tuple(sorted(completed.items())), newest_local=step,
+        newest_global=None))
+
+
+def restarted(pod: str, writer: str, started: float, seconds: float, step: int | None,
+              tier: str | None, training: float | None, outcome: str = "restored",
+              reason: str = "") -> PodView:
+    agent = None if training is None else AgentView(training_at=training, first_step=0)
+    return PodView(pod, writer, agent=agent, restore=RestoreView(
+        outcome=outcome, started_at=started, seconds=seconds, step=step, tier=tier,
+        reason=reason))
+
+
+def test_one_interruption_from_sigterm_to_training_again() -> None:
+    old = interrupted("job-0-a", "0", at=T0 + 100, step=57, completed={50: T0 + 90.0,
+                                                                        55: T0 + 97.5})
+    new = restarted("job-0-b", "0", started=T0 + 104, seconds=1.5, step=50, tier="global",
+                    training=T0 + 108)
+    status = goodput.merge({}, [old, new], restorable_global=50)
+    (entry,) = status["recent"]
+    assert entry["restoredStep"] == 50 and entry["restoredTier"] == "global"
+    assert entry["lostSteps"] == 7
+    # From the restored step's save to the interruption: 10 s of training redone.
+    assert entry["lostSeconds"] == pytest.approx(10.0)
+    assert entry["recoverySeconds"] == pytest.approx(8.0)
+    assert entry["restorableGlobal"] == 50 and entry["restorableLocal"] == 57
+    assert "completed" not in entry  # only kept until the lost time is known
+
+
+def test_merge_is_idempotent_and_order_free() -> None:
+    old = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    new = restarted("b", "0", T0 + 104, 1.5, 50, "local", T0 + 108)
+    first = goodput.merge({}, [new], None)  # the restore seen before the interruption
+    assert first["recent"] == []
+    both = goodput.merge(first, [old], None)
+    assert both["recent"][0].get("restorePod") is None  # the new pod is not in this event
+    joined = goodput.merge(both, [old, new], None)
+    assert joined["recent"][0]["restorePod"] == "b"
+    assert goodput.merge(joined, [old, new], None) == joined
+    assert goodput.merge(joined, [new], None) == joined
+
+
+def test_restore_of_another_writer_or_before_the_interruption_is_not_joined() -> None:
+    old = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    other = restarted("c", "1", T0 + 104, 1.0, 50, "local", T0 + 106)
+    earlier = restarted("d", "0", T0 + 10, 1.0, None, None, T0 + 12, outcome="fresh_start")
+    (entry,) = goodput.merge({}, [old, other, earlier], None)["recent"]
+    assert "restorePod" not in entry and "recoverySeconds" not in entry
+    assert goodput.totals({"recent": [entry]}, T0, T0 + 200, 1, 0)["open"] == 1
+
+
+def test_each_interruption_takes_the_restore_that_followed_it() -> None:
+    first = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    second_pod = restarted("b", "0", T0 + 104, 1.0, 50, "local", T0 + 106)
+    second = interrupted("b", "0", T0 + 200, 120, {110: T0 + 190})
+    third_pod = restarted("c", "0", T0 + 203, 1.0, 110, "global", T0 + 209)
+    status = goodput.merge({}, [first, second_pod, second, third_pod], None)
+    newest, oldest = status["recent"]
+    assert (newest["pod"], newest["restorePod"], newest["lostSteps"]) == ("b", "c", 10)
+    assert (oldest["pod"], oldest["restorePod"], oldest["lostSteps"]) == ("a", "b", 7)
+
+
+def test_fresh_start_loses_every_step() -> None:
+    old = interrupted("a", "0", T0 + 100, 57, {}, step_s=0.5)
+    new = restarted("b", "0", T0 + 101, 0.2, None, None, T0 + 102, outcome="fresh_start")
+    (entry,) = goodput.merge({}, [old, new], None)["recent"]
+    assert entry["lostSteps"] == 58 and entry["lostSeconds"] == pytest.approx(29.0)
+
+
+def test_failed_restore_keeps_the_interruption_open_with_its_reason() -> None:
+    old = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    new = restarted("b", "0", T0 + 104, 30.0, None, None, None, outcome="store_unavailable",
+                    reason="the global tier could not be asked")
+    (entry,) = goodput.merge({}, [old, new], None)["recent"]
+    assert entry["restoreOutcome"] == "store_unavailable"
+    assert "could not be asked" in entry["restoreReason"]
+    assert "lostSteps" not in entry and "recoverySeconds" not in entry
+    sums = goodput.totals({"recent": [entry]}, T0, T0 + 200, 1, 0)
+    assert sums["failedRestores"] == 1 and sums["open"] == 1
+    failure = goodput.restore_failure([new])
+    assert failure is not None and failure["outcome"] == "store_unavailable"
+
+
+def test_runtime_goodput_is_wall_minus_the_union_of_badputs() -> None:
+    # Two writers down at overlapping times: the job loses that time once.
+    a = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    b = interrupted("b", "1", T0 + 101, 57, {50: T0 + 90})
+    a2 = restarted("a2", "0", T0 + 104, 1.0, 50, "local", T0 + 110)
+    b2 = restarted("b2", "1", T0 + 104, 1.0, 50, "local", T0 + 112)
+    status = goodput.merge({}, [a, b, a2, b2], None)
+    sums = goodput.totals(status, since=T0, now=T0 + 1000, writers=2, live_blocked_s=20.0)
+    # [90, 110] ∪ [90, 112] = 22 s; blocked 20 s over 2 writers = 10 s.
+    assert sums["badputSeconds"] == pytest.approx(32.0)
+    assert sums["runtimeGoodput"] == pytest.approx(1 - 32 / 1000)
+    assert sums["lostSteps"] == 14 and sums["interruptions"] == 2
+
+
+def test_the_status_stays_bounded_and_totals_survive_folding() -> None:
+    status: dict = {}
+    pods = []
+    for i in range(goodput.MAX_RECENT + 5):
+        at = T0 + 100 * (i + 1)
+        pods = [interrupted(f"p{i}", "0", at, 10 * i + 7, {10 * i: at - 5}),
+                restarted(f"p{i + 1}", "0", at + 2, 1.0, 10 * i, "local", at + 4)]
+        status = goodput.merge(status, pods, None)
+    assert len(status["recent"]) == goodput.MAX_RECENT
+    assert len(status["foldedPods"]) <= goodput.MAX_RECENT
+    sums = goodput.totals(status, T0, T0 + 10_000, 1, 0)
+    assert sums["interruptions"] == goodput.MAX_RECENT + 5
+    assert sums["lostSteps"] == 7 * (goodput.MAX_RECENT + 5)
+    assert sums["badputSeconds"] == pytest.approx(9.0 * (goodput.MAX_RECENT + 5))
+    assert len(json.dumps(status)) < 10_000
+
+
+def test_status_patch_ignores_drift_of_the_clock_and_blocked_time() -> None:
+    old = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    first = goodput.status_patch({}, [old], None, T0, T0 + 200, 1, 3.0)
+    assert first is not None and first["lastInterruption"]["pod"] == "a"
+    assert goodput.status_patch(first, [old], None, T0, T0 + 900, 1, 9.0) is None
+    new = restarted("b", "0", T0 + 104, 1.0, 50, "local", T0 + 108)
+    assert goodput.status_patch(first, [old, new], None, T0, T0 + 900, 1, 9.0) is not None
+
+
+@pytest.mark.parametrize("text", [None, "", "not json", "[]", '{"trainingAt": "soon"}',
+                                  '{"completed": {"x": 1, "5": "y"}, "step": -3}',
+                                  '{"blockedSeconds": NaN}'])
+def test_annotations_that_do_not_parse_are_ignored_not_fatal(text: str | None) -> None:
+    view = goodput.parse_agent(text)
+    assert view is None or (view.training_at is None and view.step is None
+                            and view.completed == () and view.blocked_s == 0.0)
+    assert goodput.parse_restore(text) is None
+
+
+def test_annotations_round_trip() -> None:
+    agent = AgentView(training_at=T0, first_step=3, blocked_s=1.25, interrupted_at=T0 + 9,
+                      step=9, step_s=0.5, completed=((5, T0 + 4),), newest_local=9,
+                      newest_global=5)
+    assert goodput.parse_agent(agent.to_json()) == agent
+    restore = RestoreView("restored", T0, 1.5, step=5, tier="local", attempts=2)
+    assert goodput.parse_restore(restore.to_json()) == restore
+    meta = {"labels": {"ckptdrain.io/writer": "3"},
+            "annotations": {"ckptdrain.io/goodput": agent.to_json(),
+                            "ckptdrain.io/restore-result": restore.to_json()}}
+    assert goodput.pod_view("p", meta) == PodView("p", "3", agent, restore)
+    assert goodput.pod_view("p", {"annotations": {}}) is None
+
+
+def test_union_seconds() -> None:
+    assert goodput.union_seconds([]) == 0
+    assert goodput.union_seconds([(0, 10), (5, 12), (20, 21), (20.5, 20.7)]) == 13

@@ -1,0 +1,96 @@
+"""The trainer's progress file (progress.py) as the client keeps it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from ckptdrain.client import Client
+from ckptdrain.goodput import from_progress
+from ckptdrain.progress import MAX_COMPLETED, Progress
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_blocked_time_steps_and_saves(tmp_path: Path) -> None:
+    clock = Clock()
+    written: list[dict] = []
+    progress = Progress(tmp_path / "p", clock=clock, monotonic=clock,
+                        write=lambda path, doc: written.append(doc))
+    progress.step_done(40)
+    assert len(written) == 1 and written[0]["trainingAt"] == 1000.0
+    for step in range(41, 51):
+        clock.now += 0.5
+        progress.step_done(step)
+    assert len(written) == 1  # no write per step
+    progress.began(50)
+    clock.now += 2.0
+    progress.completed_step(50)
+    doc = written[-1]
+    assert doc["blockedSeconds"] == pytest.approx(2.0) and doc["saves"] == 1
+    assert doc["completed"] == {"50": 1007.0} and doc["step"] == 50
+    assert doc["stepSeconds"] == pytest.approx(0.5)
+    assert doc["firstStep"] == 40 and doc["interruptedAt"] is None
+
+
+def test_only_the_newest_completions_are_kept(tmp_path: Path) -> None:
+    progress = Progress(tmp_path / "p")
+    for step in range(MAX_COMPLETED + 10):
+        progress.completed_step(step)
+    assert sorted(progress.completed) == list(range(10, MAX_COMPLETED + 10))
+
+
+def test_client_writes_progress_and_the_sigterm(tmp_path: Path) -> None:
+    client = Client(tmp_path, environ={})
+    client.step_done(0)
+    client.begin(1)
+    client.step_done(1)
+
+    def emergency() -> None:
+        client.begin(2)
+        client.complete(2)
+
+    client.on_preemption(emergency, exit_code=None)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    doc = json.loads((tmp_path / ".ckptdrain" / "progress").read_text())
+    assert doc["interruptedAt"] is not None and doc["step"] == 2
+    assert "2" in doc["completed"] and doc["saves"] == 1
+    view = from_progress(doc, newest_local=2, newest_global=None)
+    assert view.interrupted_at == doc["interruptedAt"] and view.step == 2
+
+
+def test_client_without_step_done_marks_training_at_its_first_poll(tmp_path: Path) -> None:
+    client = Client(tmp_path, environ={})
+    assert not (tmp_path / ".ckptdrain" / "progress").exists()
+    client.checkpoint_requested()
+    doc = json.loads((tmp_path / ".ckptdrain" / "progress").read_text())
+    assert doc["trainingAt"] is not None and doc["firstStep"] is None
+
+
+def test_step_done_refuses_a_bad_step(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="step must be"):
+        Client(tmp_path, environ={}).step_done(-1)
+
+
+def test_an_asynchronous_save_is_blocked_only_until_it_is_handed_off(tmp_path: Path) -> None:
+    clock = Clock()
+    progress = Progress(tmp_path / "p", clock=clock, monotonic=clock)
+    progress.began(7)
+    clock.now += 0.25
+    progress.unblocked(7)
+    clock.now += 30.0  # the background upload
+    progress.completed_step(7)
+    assert progress.blocked_s == pytest.approx(0.25) and progress.saves == 1
