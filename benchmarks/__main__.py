@@ -17,6 +17,9 @@ BENCHMARKS = {
     "capture": "benchmarks.capture",
     "operator_webhook": "benchmarks.operator_webhook",
     "scale": "benchmarks.scale.cli",
+    "dcp": "benchmarks.dcp",
+    "peer": "benchmarks.peer",
+    "throttle": "benchmarks.throttle",
 }
 
 

@@ -72,11 +72,11 @@ def _wait_shares(core: client.CoreV1Api, value: str, timeout_s: float, poll_s: f
     return -1.0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks operator_webhook")
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--pods", type=int, default=500)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="ckptdrain-bench-"))
     with apiserver.running(work / "cluster") as cluster:
         for crd in ("checkpointpolicies", "checkpoints"):
@@ -118,4 +118,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -17,7 +17,8 @@
 #
 # Needs root (bridge, iptables, the node's local tier). Installs what the host
 # lacks from Debian (e2e/deps/host.sh). Env: CKPTDRAIN_CACHE, KEEP=1 (leave
-# the cluster up), PYTHON (default .venv/bin/python).
+# the cluster up), PYTHON (default .venv/bin/python), E2E_ONLY=dcp (full run
+# only: install, S3 and the DCP step alone, then uninstall).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,7 +55,8 @@ else
     "$PYTHON" -m pip install -q 'torch>=2.2' >&2   # pyproject's torch extra
     TORCH_SITE=$(torch_site) || { echo "e2e: $PYTHON still cannot import torch" >&2; exit 1; }
   fi
-  scenario_args=(--torch-site "$TORCH_SITE" --chaos)
+  scenario_args=(--torch-site "$TORCH_SITE" --chaos --dcp)
+  [ -n "${E2E_ONLY:-}" ] && scenario_args+=(--only "$E2E_ONLY")
   images=(ckptdrain:dev ckptdrain-trainer:dev)
 fi
 

@@ -33,10 +33,19 @@ start_dockerd() {
     log "dockerd is running but not answering yet; waiting"
   else
     log "starting dockerd (log: $LOGS/dockerd.log)"
-    sudo_ nohup dockerd \
-      --exec-opt native.cgroupdriver=cgroupfs \
-      --storage-driver overlay2 \
-      >"$LOGS/dockerd.log" 2>&1 &
+    # dockerd outlives this run: it must not inherit our descriptors beyond
+    # stdio. Under `flock LOCK make e2e` one of them holds the e2e lock, and
+    # a dockerd keeping it would hold the lock for every later run.
+    (
+      for fd in /proc/$BASHPID/fd/*; do
+        fd=${fd##*/}
+        if [ "$fd" -gt 2 ]; then eval "exec $fd>&-"; fi
+      done
+      run=(setsid nohup dockerd --exec-opt native.cgroupdriver=cgroupfs
+           --storage-driver overlay2)
+      [ "$(id -u)" = 0 ] || run=(sudo "${run[@]}")
+      exec "${run[@]}" >"$LOGS/dockerd.log" 2>&1 </dev/null
+    ) &
   fi
   for _ in $(seq 60); do
     docker info >/dev/null 2>&1 && return

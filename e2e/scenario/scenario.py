@@ -36,6 +36,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import chaos
+import dcp
+import goodput_check
 import jobset
 import lws
 from kube import Failed, apply, get, helm, kubectl, run, wait_for
@@ -275,6 +277,7 @@ def step5_6(logs: Logs, pods: dict[int, str], epoch: float, goes_on: bool) -> di
     restores = wait_for("policy status.restores", lambda: [
         r for r in policy_status().get("restores") or [] if r.get("pod") == new], 60, 1)
     check(restores, f"policy status records the restore: {restores[0]}")
+    goodput_check.interruption(logs, old, new, writer_pods(logs, 0), load, REPORT, check)
     REPORT.append(f"| restore from the local tier ({load['bytes'] / 1e6:.1f} MB) | "
                   f"{load['restore_seconds']:.2f} s in the init container; pod deleted → "
                   f"trainer loaded {load['at'] - deleted:.1f} s |")
@@ -308,6 +311,7 @@ def step7a(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path) -> 
     check(load["hash"] == before[load["step"]] and load["step"] == max(
         s for s in complete_steps() if s in before),
         f"step {load['step']} (newest complete), state hash equal at save and load")
+    goodput_check.interruption(logs, old, new, writer_pods(logs, 0), load, REPORT, check)
     REPORT.append(f"| restore from S3 after a wiped local tier ({load['bytes'] / 1e6:.1f} MB) | "
                   f"{load['restore_seconds']:.2f} s in the init container; pod deleted → "
                   f"trainer loaded {load['at'] - deleted:.1f} s |")
@@ -354,6 +358,12 @@ def step7b(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path,
     pods[0] = new
 
 
+def writer_pods(logs: Logs, index: int) -> list[str]:
+    """Every trainer pod the Job ran for `index`, as followed so far."""
+    return sorted({pod for pod, container in logs.following
+                   if container == "trainer" and pod.startswith(f"{JOB}-{index}-")})
+
+
 def _reload(logs: Logs, index: int, old: str) -> tuple[str, dict[str, Any]]:
     new = wait_for(f"a new pod for index {index}",
                    lambda: (p := pod_of(index)) and p["metadata"]["name"] != old and p,
@@ -367,10 +377,12 @@ def _reload(logs: Logs, index: int, old: str) -> tuple[str, dict[str, Any]]:
 def step8_uninstall() -> None:
     say("8. uninstall cleanly")
     began = time.monotonic()
-    kubectl("delete", "job", "-n", NS, JOB, "--wait=true", "--timeout=90s", timeout=100)
+    kubectl("delete", "job", "-n", NS, JOB, "--ignore-not-found", "--wait=true", "--timeout=90s",
+            timeout=100)  # absent when --only ran other steps
     wait_for("trainer pods gone", lambda: not get("pods", "-n", NS, "-l", "app=mlp")["items"],
              90)
-    kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--wait=true", timeout=60)
+    kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--ignore-not-found", "--wait=true",
+            timeout=60)
     wait_for("records garbage-collected with their policy",
              lambda: not get("checkpoints", "-n", NS)["items"], 60)
     helm("uninstall", RELEASE, "-n", OP_NS, "--wait", "--timeout", "90s", timeout=100)
@@ -395,6 +407,18 @@ def leftovers() -> None:
             "--timeout=120s", timeout=130)
 
 
+def main_steps(s3: Any, args: argparse.Namespace, trainer: Trainer, logs: Logs,
+               local_root: Path) -> None:
+    """Steps 3-7: the training Job, its drains, SIGTERM, restores."""
+    epoch = step3_apply(s3, args.allowed_root, trainer, args.torch_site or "/nonexistent")
+    pods = step4_drain(logs, local_root, complete=1 if args.short else 3)
+    pods = step5_6(logs, pods, epoch, goes_on=not args.short)
+    load = step7a(logs, pods, epoch, local_root)
+    if not args.short:
+        step7b(logs, pods, epoch, local_root, load)
+    goodput_check.cli(REPORT, check, say, interruptions=2)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--report", type=Path, required=True)
@@ -413,9 +437,19 @@ def main() -> int:
     parser.add_argument("--lws-image", default="localhost/ckptdrain/lws:v0.7.0")
     parser.add_argument("--chaos", action="store_true",
                         help="run the chaos step (e2e/scenario/chaos.py) before uninstalling")
+    parser.add_argument("--dcp", action="store_true",
+                        help="run the DCP resharding step (e2e/scenario/dcp.py; not --short)")
+    parser.add_argument("--only", choices=("dcp",),
+                        help="install, S3, that step alone, uninstall (skips steps 3-7 and "
+                        "the other optional steps)")
     args = parser.parse_args()
     if not args.short and not args.torch_site:
         parser.error("--torch-site: expected the directory holding torch (or --short)")
+    if (args.dcp or args.only == "dcp") and args.short:
+        parser.error("--dcp/--only dcp: expected the full run (the torch trainer image)")
+    if args.only:
+        args.jobset_chart = args.lws_chart = None
+        args.chaos, args.dcp = False, args.only == "dcp"
     trainer = TRAINERS["sim" if args.short else "torch"]
     logs = Logs(args.workdir / "logs", NS, trainer)
     local_root = Path(args.allowed_root) / NS / POLICY
@@ -431,16 +465,14 @@ def main() -> int:
         step1_install(args.image_repo, args.allowed_root)
         with seaweedfs(args.node_ip, args.workdir / "s3", BUCKET) as s3:
             step2_s3(s3)
-            epoch = step3_apply(s3, args.allowed_root, trainer, args.torch_site or "/nonexistent")
-            pods = step4_drain(logs, local_root, complete=1 if args.short else 3)
-            pods = step5_6(logs, pods, epoch, goes_on=not args.short)
-            load = step7a(logs, pods, epoch, local_root)
-            if not args.short:
-                step7b(logs, pods, epoch, local_root, load)
+            if not args.only:
+                main_steps(s3, args, trainer, logs, local_root)
             if args.jobset_chart:
                 jobset.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.lws_chart:
                 lws.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
+            if args.dcp:
+                dcp.run(s3, args.allowed_root, args.torch_site, args.workdir, REPORT, say, check)
             if args.chaos:
                 chaos.run(s3, args.allowed_root, REPORT, say, check)
             step8_uninstall()

@@ -14,6 +14,7 @@ Both keep the shared step clock and checkpoint the same steps on every writer
                       "skipped", "source", "at"}
     {"event": "resume", "step"}         the first step it trains
     {"event": "save", "step", "hash", "reason"}   reason "sigterm": emergency
+    {"event": "sigterm", "step"}        SIGTERM arrived; `step` is the newest done
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ class SimTrainer(Trainer):
                                 "at": e["t"], **{k: e.get(k) for k in (
                                     "tier", "bytes", "restore_seconds", "skipped", "source")}})
                 out.append({"event": "resume", "step": e["from_step"], "at": e["t"]})
+            elif e.get("event") == "sigterm":
+                out.append({"event": "sigterm", "step": e["step"], "at": e["t"]})
             elif e.get("event") == "saved":
                 out.append({"event": "save", "step": e["step"], "hash": e["digest"],
                             "reason": "sigterm" if e.get("emergency") else e.get("reason"),

@@ -19,15 +19,18 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ckptdrain import __version__, flags, sizing, units
+from ckptdrain import __version__, flags, size_costs, sizing, units
 from ckptdrain.errors import CkptdrainError, InvalidInput
 from ckptdrain.transfer.command import cmd_ls, cmd_pull, cmd_push, cmd_verify
 
 PLUGINS: dict[str, tuple[str, str]] = {
     "agent": ("ckptdrain.agent.command", "run the node agent (sidecar): capture and drain"),
     "restore": ("ckptdrain.restore.command", "restore the newest good checkpoint (init container)"),
+    "peer": ("ckptdrain.peer.command", "serve and accept partner copies (peer tier sidecar)"),
     "demo": ("ckptdrain.demo.command", "the whole life of a checkpoint on this machine"),
     "operator": ("ckptdrain.operator.command", "run the Kubernetes operator"),
+    "goodput": ("ckptdrain.operator.goodput_command",
+                "each policy's runtime goodput and interruptions, read from the cluster"),
 }
 
 EXIT_CODES = """\
@@ -128,10 +131,11 @@ def cmd_size(args: argparse.Namespace) -> int:
         if err.field not in flags.SIZE_FIELD_FLAGS:
             raise
         raise InvalidInput(flags.SIZE_FIELD_FLAGS[err.field], err.expected, err.seen) from None
+    costs = size_costs.compute(args, result, _sizing_input(args).mtti_s)
     if args.json:
-        print(json.dumps(_size_json(result), indent=2))
+        print(json.dumps({**_size_json(result), **size_costs.to_json(costs)}, indent=2))
     else:
-        rows = _size_rows(result)
+        rows = _size_rows(result) + size_costs.rows(costs)
         width = max(len(k) for k, _ in rows)
         print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
     return 0
@@ -160,6 +164,7 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
                        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     for flag, _, text in _SIZE_FLAGS:
         p.add_argument(flag, help=text)
+    size_costs.add_flags(p)
     _common(p, store=False)
     p.set_defaults(func=cmd_size)
 

@@ -7,6 +7,7 @@
     ckpt.on_preemption(lambda: save(ckpt, step))   # emergency checkpoint on SIGTERM
     for step in range(start, steps):
         train_one_step()
+        ckpt.step_done(step)                # optional: goodput (docs/goodput.md)
         if ckpt.checkpoint_requested():
             save(ckpt, step)
 
@@ -39,6 +40,7 @@ from pathlib import Path
 from types import FrameType
 
 from ckptdrain.contract.env import Env
+from ckptdrain.progress import PROGRESS_FILE, Progress
 
 CONTROL_DIR = ".ckptdrain"
 REQUEST_FILE = "request"
@@ -113,6 +115,9 @@ class Client:
         self.writer = env.get(Env.WRITER_ID.value, "0")
         self.writers = int(env.get(Env.WRITERS.value, "1") or 1)
         self._preempting = threading.Event()
+        # What only this process knows of goodput; the agent reads the file.
+        self.progress = Progress(self.work_dir / CONTROL_DIR / PROGRESS_FILE,
+                                 write=write_json_atomic)
 
     # -- writing checkpoints ---------------------------------------------------
     def temp_dir(self, step: int) -> Path:
@@ -126,6 +131,8 @@ class Client:
         tmp = self.temp_dir(step)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+        self.progress.training()
+        self.progress.began(step)
         return tmp
 
     def complete(self, step: int) -> Path:
@@ -147,11 +154,20 @@ class Client:
                 self.work_dir / CONTROL_DIR / ACK_FILE,
                 {"seq": request.seq, "step": step, "at": time.time()},
             )
+        self.progress.completed_step(step)
         return final
+
+    def step_done(self, step: int) -> None:
+        """Tell ckptdrain a training step finished (optional, no I/O but the
+        first time). The first call marks training again after a restart, the
+        newest step is what an interruption loses: both go into the policy's
+        goodput (docs/goodput.md). Without it, saves stand in for steps."""
+        self.progress.step_done(_check_step(step))
 
     # -- control channel -------------------------------------------------------
     def checkpoint_requested(self) -> Request | None:
         """The agent's pending request, or None. Cheap: one small file read."""
+        self.progress.training()
         request = read_request(self.work_dir)
         if request is None or request.seq <= read_ack(self.work_dir):
             return None
@@ -180,6 +196,7 @@ class Client:
             if self._preempting.is_set():
                 return
             self._preempting.set()
+            self.progress.interrupted()
             if callback is not None:
                 try:
                     callback()

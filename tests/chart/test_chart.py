@@ -36,12 +36,15 @@ VARIANTS: dict[str, list[str]] = {
         "--set", "operator.priorityClassName=system-cluster-critical"],
     "cert-manager+servicemonitor": ["--set", "certManager.enabled=true",
                                     "--set", "metrics.serviceMonitor.enabled=true"],
+    "monitoring": ["--set", "metrics.podMonitor.enabled=true",
+                   "--set", "metrics.prometheusRule.enabled=true",
+                   "--set", "metrics.dashboard.annotations.grafana_folder=ML"],
     **{p.stem: ["-f", str(p)] for p in CLOUD_VALUES},
 }
 # Kinds of other projects' CRDs, which the test API server does not serve.
 # Skipped by name, never with -ignore-missing-schemas, so that a kind of ours
 # or a core kind without a schema still fails.
-FOREIGN_KINDS = "Issuer,Certificate,ServiceMonitor"
+FOREIGN_KINDS = "Issuer,Certificate,ServiceMonitor,PodMonitor,PrometheusRule"
 
 
 def render(tools: Tools, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

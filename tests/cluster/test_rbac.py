@@ -19,8 +19,12 @@ from kubernetes import client, config
 from operator_process import OperatorProcess, repo_root
 
 from ckptdrain.agent.kube import PendingBytesPublisher
-from ckptdrain.contract.api import ANNOTATION_RESTORED
-from ckptdrain.node.kube import RecordWriter, annotate_own_pod
+from ckptdrain.agent.refusals import event_body
+from ckptdrain.contract.api import ANNOTATION_GOODPUT, ANNOTATION_RESTORED
+from ckptdrain.goodput import AgentView
+from ckptdrain.node.kube import RecordWriter, annotate_own_pod, annotate_own_pod_with
+from ckptdrain.restore.annotations import pod_annotations
+from ckptdrain.restore.result import RestoreResult
 from support.apiserver import Cluster
 
 SYSTEM_NS = "ckptdrain-system"
@@ -140,10 +144,14 @@ def pod_patch_policy(cluster: Cluster) -> Iterator[None]:
         cluster.kubectl("delete", "-f", "-", input=text, check=False)
 
 
-def _refused(core: client.CoreV1Api, name: str, namespace: str, body: dict[str, Any]) -> str:
+def _refused(core: client.CoreV1Api, name: str, namespace: str, body: dict[str, Any],
+             *, dry_run: bool = False) -> str:
     """The API server's refusal of this patch ('' if it was accepted)."""
     try:
-        core.patch_namespaced_pod(name, namespace, body)
+        if dry_run:  # admission runs in full, nothing is stored
+            core.patch_namespaced_pod(name, namespace, body, dry_run="All")
+        else:
+            core.patch_namespaced_pod(name, namespace, body)
     except client.exceptions.ApiException as err:
         assert err.status in (403, 422), err
         return str(err.body)
@@ -161,13 +169,24 @@ def test_the_agent_may_patch_only_its_own_pods_ckptdrain_annotations(
     own = client.CoreV1Api(config.new_client_from_config(str(
         cluster.kubeconfig_for(namespace, AGENT_SA, bound_pod=("w-0", uid)))))
     pending = {"metadata": {"annotations": {"ckptdrain.io/pending-bytes": "7"}}}
-    # A new policy takes effect within moments: wait until it refuses.
-    wait_for(lambda: _refused(own, "other", namespace, pending), what="the policy in force")
+    # A new policy takes effect within moments: wait until it refuses. The probe is a
+    # dry run, so a patch accepted before the policy is in force changes nothing.
+    wait_for(lambda: _refused(own, "other", namespace, pending, dry_run=True),
+             what="the policy in force")
 
     # What the agent does, through its own code, is allowed.
     assert PendingBytesPublisher(namespace, "w-0", api=own).publish(5)
     assert annotate_own_pod(namespace, "w-0", ANNOTATION_RESTORED, "step=2 tier=local",
                             api=own)
+    restored = RestoreResult(False, 0, 1, 1.0, outcome="restored", step=2, tier="local")
+    assert annotate_own_pod_with(namespace, "w-0", pod_annotations(restored, 0, 2.0), api=own)
+    assert annotate_own_pod(namespace, "w-0", ANNOTATION_GOODPUT,
+                            AgentView(training_at=3.0).to_json(), api=own)
+    own.create_namespaced_event(namespace, event_body(
+        namespace, "w-0", uid, 3, "step 3 refused: the local tier cannot hold it",
+        datetime.now(UTC)))
+    assert any(e["reason"] == "CaptureRefused" and e["involvedObject"]["name"] == "w-0"
+               for e in get(cluster, namespace, "events")["items"])
     api = client.CustomObjectsApi(own.api_client)
     RecordWriter(namespace, "llama", 1, "0", api=api).report(
         1, "Local", 10, ["local"], datetime.now(UTC))
@@ -187,9 +206,13 @@ def test_the_agent_may_patch_only_its_own_pods_ckptdrain_annotations(
     assert "bound to" in _refused(unbound, "w-0", namespace, pending)
 
     w0, other = (get(cluster, namespace, "pod", n)["metadata"] for n in ("w-0", "other"))
-    assert w0["labels"] == {"app": "llama"} and w0["annotations"] == {
+    assert w0["labels"] == {"app": "llama"} and {
+        k: v for k, v in w0["annotations"].items()
+        if k not in ("ckptdrain.io/restore-result", "ckptdrain.io/goodput")} == {
         "team": "a", "ckptdrain.io/pending-bytes": "5",
         "ckptdrain.io/restored-from": "step=2 tier=local"}
+    assert json.loads(w0["annotations"]["ckptdrain.io/restore-result"])["step"] == 2
+    assert json.loads(w0["annotations"]["ckptdrain.io/goodput"])["trainingAt"] == 3.0
     assert other["annotations"] == {"team": "a"}
     # Nobody else is narrowed: the operator (here the admin) still sets shares.
     cluster.kubectl("annotate", "-n", namespace, "pod", "other", "ckptdrain.io/bandwidth=1")

@@ -19,6 +19,7 @@ from tests.support.agentprocs import Pod
 from tests.support.faults import FaultyStore
 from tests.support.s3servers import S3Server, free_port
 
+from ckptdrain import keys
 from ckptdrain.agent.drainworker import DrainWorker
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import LoggingReporter
@@ -258,6 +259,7 @@ def test_the_agent_applies_global_retention(tmp_path: Path, request: pytest.Fixt
         after = _complete(store)
         assert len(after) <= 3 and min(after) >= min(complete), (complete, after)
         assert set(candidate_steps(store)) <= set(after)
-        assert {int(info.key.split("/")[1]) for info in store.list("data/")} <= set(after)
+        assert {keys.parse_data_key(info.key)[0]  # type: ignore[index]
+                for info in store.list("data/")} <= set(after)
     finally:
         p.stop_all()

@@ -244,7 +244,7 @@ def test_drain_aborts_only_its_own_attempts_stale_uploads(
     from ckptdrain.transfer.prune import prune_writer
 
     src = checkpoint(tmp_path / "step-8", seed=6, big=1 * MiB)
-    prefix = keys.writer_data_prefix(8, 0)
+    prefix = keys.writer_data_prefixes(8, 0)[0]  # the spread layout drains write
     other_key = keys.data_key(8, 0, "big.bin", keys.new_attempt())
     other = store.create_multipart(other_key)
     store.upload_part(other_key, other, 1, b"x" * 1000)

@@ -77,3 +77,15 @@ def test_pending_bytes_failure_is_logged_and_retried_next_time() -> None:
     assert not publisher.publish(10)
     core.fail = False
     assert publisher.publish(10)
+
+
+def test_a_step_its_partner_holds_is_claimed_in_the_peer_tier() -> None:
+    api = FakeCustomObjects()
+    reporter = RecordReporter(RecordWriter("ns", "train", 2, "1", api=api), "node-a",
+                              is_global=lambda step: step == 7, is_peer=lambda step: step >= 7)
+    reporter.report(CheckpointEvent(7, State.GLOBAL, 100, 2.0))
+    reporter.report(CheckpointEvent(9, State.LOCAL, 100, message="copy held by the partner"))
+    reporter.report(CheckpointEvent(6, State.LOCAL, 100))
+    _drain(reporter)
+    tiers = [patch["status"]["writers"]["1"]["tiers"] for _, patch in api.patches]
+    assert tiers == [["global", "local", "peer"], ["local", "peer"], ["local"]]

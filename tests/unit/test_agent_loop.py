@@ -70,7 +70,9 @@ def test_captures_only_the_newest_published_step_and_prunes_the_work_dir(tmp_pat
     assert [e.state.value for e in recorder.events] == ["Capturing", "Local"]
     assert agent.capture_newest("schedule") is None  # nothing new
     agent.housekeeping()
-    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["step-2", "step-3.tmp"]
+    # (.ckptdrain is the control channel: the client's progress file lives there)
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == [
+        ".ckptdrain", "step-2", "step-3.tmp"]
 
 
 def test_schedule_request_is_seen_by_the_client(tmp_path: Path) -> None:

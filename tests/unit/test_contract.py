@@ -4,6 +4,7 @@ and the node config reads back to the policy's values; the record format."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from ckptdrain.contract import record as fmt
 from ckptdrain.contract.env import CREDENTIALS, Env
 from ckptdrain.node import config as node_config
 from ckptdrain.operator import config, identity, injection, policy
+from ckptdrain.peer import config as peer_config
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
@@ -45,7 +47,7 @@ def test_every_injected_name_is_in_the_contract() -> None:
 
 
 def test_every_contract_name_is_read_by_the_node_side() -> None:
-    read = {f.env for f in node_config.FIELDS if f.env is not None}
+    read = {f.env for f in node_config.FIELDS if f.env is not None} | peer_config.READS
     # The trainer's client reads the few it needs itself; credentials go to boto3.
     unread = set(Env) - read - CREDENTIALS
     assert unread == set(), f"in the contract but read by nobody: {sorted(unread)}"
@@ -101,3 +103,22 @@ def test_writer_patch_refuses_unknown_states() -> None:
         fmt.writer_patch("a", "Done", 1, [], NOW)
 
 
+
+
+def test_a_claim_carries_what_the_drain_cost_and_the_crd_admits_it() -> None:
+    import yaml
+
+    from ckptdrain.request_counts import RequestCounts
+
+    cost = RequestCounts(put=7, get=3, list=2, bytes_up=100).as_record()
+    claim = fmt.writer_patch("0", "Global", 100, ["global"], NOW,
+                             requests=cost)["status"]["writers"]["0"]
+    assert claim["requests"] == cost
+    crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "checkpoints.yaml")
+                         .read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    writer = schema["properties"]["status"]["properties"]["writers"]["additionalProperties"]
+    assert set(writer["properties"]["requests"]["properties"]) == set(cost) == \
+        fmt.REQUEST_FIELDS
+    with pytest.raises(ValueError, match="requests"):
+        fmt.writer_patch("0", "Global", 1, [], NOW, requests={"posts": 1})

@@ -29,9 +29,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "ckptdrain"
 ENTRY_POINTS = {"cli", "__main__"}
 SUBPACKAGES = {"contract", "store", "transfer", "node", "agent", "restore", "operator", "demo",
-               "dcp"}
-NODE_SIDE = {"node", "agent", "restore", "dcp"}
-OUTER = {"store", "transfer", "agent", "node", "restore", "operator", "demo", "dcp"}
+               "dcp", "peer"}
+NODE_SIDE = {"node", "agent", "restore", "dcp", "peer"}
+OUTER = {"store", "transfer", "agent", "node", "restore", "operator", "demo", "dcp", "peer"}
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,8 @@ PURE = ["ckptdrain.units", "ckptdrain.sizing", "ckptdrain.manifest", "ckptdrain.
         "ckptdrain.localfs", "ckptdrain.client", "ckptdrain.kubeclient",
         "ckptdrain.contract.api", "ckptdrain.contract.env", "ckptdrain.contract.record",
         "ckptdrain.transfer.journal", "ckptdrain.flags",
-        "ckptdrain.store.endpoint"]
+        "ckptdrain.store.endpoint", "ckptdrain.goodput", "ckptdrain.progress",
+        "ckptdrain.goodput_report"]
 FORBIDDEN = ("kopf", "kubernetes", "boto3", "botocore", "s3transfer", "aiohttp")
 
 

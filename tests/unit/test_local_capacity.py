@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics
+from ckptdrain.agent.refusals import event_body
 from ckptdrain.agent.report import CheckpointEvent, State
 from ckptdrain.client import Client
 from ckptdrain.node import config, space
@@ -128,3 +130,27 @@ def test_the_only_copy_of_the_recovery_point_is_never_removed_for_room(tmp_path:
     agent.tier.mark_global(1, "file:///store")
     assert agent.capture_newest("schedule") == 2  # now step 1 may make room
     assert agent.tier.steps() == [2]
+
+
+class Refusals:
+    def __init__(self) -> None:
+        self.seen: list[tuple[int | None, str]] = []
+
+    def refused(self, step: int | None, message: str) -> None:
+        self.seen.append((step, message))
+
+
+def test_a_refused_capture_posts_one_warning_event_on_the_pod(tmp_path: Path) -> None:
+    agent, _ = _agent(tmp_path, capacity="1500")
+    agent.refusals = refusals = Refusals()
+    _publish(tmp_path, 1, size=1000)
+    for _ in range(3):  # the loop's retries of one refusal: one Event
+        with pytest.raises(space.WontFit):
+            agent.capture_newest("schedule")
+    ((step, message),) = refusals.seen
+    assert step == 1 and "SIGTERM checkpoint" in message
+    body = event_body("ml", "llm-0", "uid-1", step, message, datetime.now(UTC))
+    assert body["reason"] == "CaptureRefused" and body["type"] == "Warning"
+    assert body["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "llm-0",
+                                      "namespace": "ml", "uid": "uid-1"}
+    assert body["message"].startswith("step 1: ") and "kept free" in body["message"]

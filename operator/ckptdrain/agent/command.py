@@ -14,17 +14,22 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from ckptdrain.agent.drainworker import DrainWorker, Fence
+from ckptdrain.agent.goodput import GoodputMetrics, GoodputWatcher, OverlapReporter
 from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics, MetricsServer
+from ckptdrain.agent.refusals import RefusalEvents
 from ckptdrain.agent.report import FanOut, JsonLinesReporter, LoggingReporter, Reporter
 from ckptdrain.agent.share import Share, ShareWatcher
 from ckptdrain.errors import CkptdrainError
 from ckptdrain.node import config as node_config
 from ckptdrain.node.localtier import LocalTier
+from ckptdrain.peer import runtime as peer_runtime
 
 log = logging.getLogger("ckptdrain.agent")
 
@@ -67,7 +72,8 @@ def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporte
     from ckptdrain.transfer.drain import Drainer
 
     store = open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint,
-                       endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region)
+                       endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region,
+                       options=cfg.s3_options)
     limiter = TokenBucket(cfg.default_rate)
 
     def apply(share: Share) -> None:
@@ -88,9 +94,35 @@ def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporte
             metrics.errors.labels("retention").inc()
             log.warning("global retention after step %d failed: %s", step, err)
 
+    gate = getattr(store, "gate", None)
+    if gate is not None:
+        metrics.store.watch_gate(gate)
     worker = DrainWorker(tier, store, drainer, reporter, metrics, part_size=cfg.part_size,
-                         on_global=prune, fence=writer_fence(cfg))
+                         on_global=prune, fence=writer_fence(cfg),
+                         stall_after=cfg.stall_timeout_s,
+                         housekeeping=orphan_sweep(cfg, tier, store))
     return worker, watcher
+
+
+def orphan_sweep(cfg: node_config.AgentConfig, tier: LocalTier,
+                 store: Any) -> Callable[[], int]:
+    """Abort this writer's orphaned uploads (transfer/orphans.py), sparing
+    every upload a journal on this node will resume."""
+    from ckptdrain.transfer import journal as jr
+    from ckptdrain.transfer.orphans import abort_orphans, sweep_grace
+
+    started = time.monotonic()
+
+    def sweep() -> int:
+        owned: set[tuple[str, str]] = set()
+        for step in tier.steps():
+            journal = jr.load(tier.journal_path(step))
+            if journal is not None:
+                owned.update(journal.open_uploads())
+        grace = sweep_grace(time.monotonic() - started, cfg.grace_s)
+        return abort_orphans(store, cfg.writer, owned, grace=grace)
+
+    return sweep
 
 
 def writer_fence(cfg: node_config.AgentConfig) -> Fence | None:
@@ -108,7 +140,8 @@ def writer_fence(cfg: node_config.AgentConfig) -> Fence | None:
     return lease
 
 
-def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace) -> list[Reporter]:
+def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace,
+                    is_peer: Callable[[int], bool] = lambda step: False) -> list[Reporter]:
     """Where per-checkpoint states go: the log, the --events file, and (the place to
     plug it in) the operator's Checkpoint records."""
     reporters: list[Reporter] = [LoggingReporter()]
@@ -126,11 +159,13 @@ def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace) -> l
         else:
             tier = LocalTier(cfg.local_dir)
             reporters.append(RecordReporter(writer, cfg.node_name,
-                                            is_global=lambda s: tier.has(s) and tier.is_global(s)))
+                                            is_global=lambda s: tier.has(s) and tier.is_global(s),
+                                            is_peer=is_peer))
     return reporters
 
 
-def start_pending_bytes(cfg: node_config.AgentConfig, drain: DrainWorker | None) -> None:
+def start_pending_bytes(cfg: node_config.AgentConfig, drain: DrainWorker | None,
+                        along: Any = None) -> None:
     if drain is None or not node_config.in_cluster(cfg):
         return
     from ckptdrain.agent.kube import PendingBytesPublisher
@@ -140,7 +175,38 @@ def start_pending_bytes(cfg: node_config.AgentConfig, drain: DrainWorker | None)
     except Exception as err:
         log.warning("pending-bytes annotation disabled: %s", err)
         return
+    if along is not None:
+        publisher.along = along
     publisher.start(drain.lag_bytes)
+
+
+def refusal_events(cfg: node_config.AgentConfig) -> RefusalEvents | None:
+    if not node_config.in_cluster(cfg):
+        return None
+    from ckptdrain import kubeclient
+
+    try:
+        core = kubeclient.core_api()
+    except Exception as err:  # no API access: the record's claim still says it
+        log.warning("capture-refused events disabled: %s", err)
+        return None
+    return RefusalEvents(cfg.namespace, cfg.pod_name, cfg.pod_uid or None,
+                         lambda ns, body: core.create_namespaced_event(ns, body,
+                                                                       _request_timeout=5))
+
+
+def goodput_watcher(cfg: node_config.AgentConfig, tier: LocalTier, metrics: AgentMetrics,
+                    reporter: FanOut) -> GoodputWatcher:
+    """The trainer's progress into metrics and the pod's goodput annotation."""
+    numbers = GoodputMetrics(metrics.registry)
+    reporter.reporters.append(OverlapReporter(numbers, cfg.interval_s * cfg.global_every))
+    annotate = None
+    if node_config.in_cluster(cfg):
+        from ckptdrain.node.kube import annotate_own_pod
+
+        def annotate(key: str, value: str) -> bool:
+            return annotate_own_pod(cfg.namespace, cfg.pod_name, key, value)
+    return GoodputWatcher(cfg.work_dir, tier, numbers, annotate)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -155,7 +221,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"ckptdrain agent: {err}", file=sys.stderr)
         return err.exit_code
     metrics = AgentMetrics()
-    reporter = FanOut(build_reporters(cfg, args))
+    metrics.set_intervals(cfg.interval_s, cfg.global_every, drains=cfg.store_uri is not None)
+    peer_held = peer_runtime.HeldSteps()
+    reporter = FanOut(build_reporters(cfg, args, is_peer=peer_held.__contains__))
     tier = LocalTier(cfg.local_dir)
     try:
         cfg.local_dir.mkdir(parents=True, exist_ok=True)
@@ -165,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"ckptdrain agent: {err}", file=sys.stderr)
         return err.exit_code
     agent = Agent(cfg, tier, reporter, metrics, drain)
+    agent.goodput = goodput_watcher(cfg, tier, metrics, reporter)
+    agent.refusals = refusal_events(cfg)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         agent.on_sigterm()
@@ -186,10 +256,19 @@ def run(args: argparse.Namespace) -> int:
         watcher.start()
     if drain is not None:
         drain.start()
-    start_pending_bytes(cfg, drain)
+    start_pending_bytes(cfg, drain, along=agent.goodput.annotation)
+    try:
+        peer = peer_runtime.start(cfg, tier, metrics, agent.terminating,
+                                  on_held=peer_held.recorder(tier, reporter, drain))
+    except (CkptdrainError, OSError) as err:
+        # The peer tier is an extra copy: without it, local and global still work.
+        log.error("peer tier disabled: %s", err)
+        peer = None
     log.info("agent started: work %s, local %s, store %s, interval %ss, global every %d",
              cfg.work_dir, cfg.local_dir, cfg.store_uri, cfg.interval_s, cfg.global_every)
     code = agent.run()
+    if peer is not None:
+        peer.join(timeout=1.0)  # stopped by the flush's start; a send ends within a chunk
     if watcher is not None:
         watcher.stop()
     if server is not None:

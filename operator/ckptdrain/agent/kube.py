@@ -34,23 +34,26 @@ PENDING_CHANGE = 0.1
 PUBLISH_PERIOD = 5.0
 
 
-def tiers_for(event: CheckpointEvent, is_global: bool) -> list[str]:
+def tiers_for(event: CheckpointEvent, is_global: bool, is_peer: bool = False) -> list[str]:
     """Which tiers hold this writer's shard once `event` happened."""
     if event.state is State.CAPTURING:
         return []
+    held = ["peer"] if is_peer else []
     if event.state is State.GLOBAL or is_global:
-        return ["global", "local"]
-    return ["local"]
+        return ["global", "local", *held]
+    return ["local", *held]
 
 
 class RecordReporter:
     """Sends each event to `writer.report(...)` (a node.kube.RecordWriter) from a thread."""
 
     def __init__(self, writer: Any, node: str | None, *,
-                 is_global: Callable[[int], bool] = lambda step: False) -> None:
+                 is_global: Callable[[int], bool] = lambda step: False,
+                 is_peer: Callable[[int], bool] = lambda step: False) -> None:
         self.writer = writer
         self.node = node or None
         self.is_global = is_global
+        self.is_peer = is_peer
         self._queue: queue.Queue[CheckpointEvent | None] = queue.Queue(QUEUE_SIZE)
         self._thread = threading.Thread(target=self._run, name="records", daemon=True)
         self._thread.start()
@@ -83,8 +86,9 @@ class RecordReporter:
             try:
                 self.writer.report(
                     event.step, event.state.value, event.bytes,
-                    tiers_for(event, self.is_global(event.step)),
-                    datetime.fromtimestamp(event.at, UTC), self.node, event.message or None)
+                    tiers_for(event, self.is_global(event.step), self.is_peer(event.step)),
+                    datetime.fromtimestamp(event.at, UTC), self.node, event.message or None,
+                    requests=event.requests)
             except Exception as err:  # the API server's trouble is never the agent's
                 log.warning("could not record step %d %s: %s", event.step, event.state.value,
                             err)
@@ -105,6 +109,8 @@ class PendingBytesPublisher:
             api = kubeclient.core_api()
         self.api, self.namespace, self.pod = api, namespace, pod
         self.published: int | None = None
+        #: More annotations to send along (the goodput view): no write of their own.
+        self.along: Callable[[], dict[str, str]] = dict
         self._stop = threading.Event()
 
     def start(self, pending: Callable[[], int], period: float = PUBLISH_PERIOD) -> None:
@@ -124,7 +130,8 @@ class PendingBytesPublisher:
         """Patch if it changed enough; True when a patch was sent. Errors are logged."""
         if not pending_changed(self.published, pending):
             return False
-        body = {"metadata": {"annotations": {ANNOTATION_PENDING: str(int(pending))}}}
+        body = {"metadata": {"annotations": {**self.along(),
+                                             ANNOTATION_PENDING: str(int(pending))}}}
         try:
             self.api.patch_namespaced_pod(self.pod, self.namespace, body)
         except Exception as err:

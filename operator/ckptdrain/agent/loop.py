@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ckptdrain.agent.drainworker import DrainWorker, next_backoff
 from ckptdrain.agent.metrics import AgentMetrics
@@ -97,6 +98,10 @@ class Agent:
         self._reported: tuple[int | None, str] | None = None
         # A full local tier holds no newer step either: back off across steps.
         self._no_room = False
+        #: agent/goodput.GoodputWatcher, when the agent accounts for goodput.
+        self.goodput: Any = None
+        #: agent/refusals.RefusalEvents: an Event when the local tier refuses a capture.
+        self.refusals: Any = None
 
     # -- signals -----------------------------------------------------------------
     def on_sigterm(self) -> None:
@@ -148,6 +153,7 @@ class Agent:
         doc = _read_result(self.cfg.restore_result)
         if doc is None:
             return
+        self.metrics.restored(doc)
         restored = doc.get("step")
         restored = restored if isinstance(restored, int) else -1
         restored_at = doc.get("at")
@@ -198,6 +204,8 @@ class Agent:
         """One pass of the steady state: request, capture (unless backing off), tidy."""
         self.metrics.beat()
         now = self.clock()
+        if self.goodput is not None:
+            self.goodput.tick()
         if self._next_request is None:
             self._next_request = now + self.cfg.interval_s
         if now >= self._next_request:
@@ -277,6 +285,8 @@ class Agent:
                 self._reported = key
                 self.reporter.report(CheckpointEvent(step, State.FAILED,
                                                      message=f"capture: {err}", trigger=trigger))
+                if self.refusals is not None and isinstance(err, space.WontFit):
+                    self.refusals.refused(step, str(err))
             raise
         size = captured.manifest.total_bytes
         self.metrics.captured_bytes.inc(size)
@@ -352,6 +362,8 @@ class Agent:
                         "nothing half-copied was published")
         except (CkptdrainError, OSError) as err:
             log.warning("SIGTERM capture failed: %s", err)
+        if self.goodput is not None:
+            self.goodput.interrupted(time.time() - (self.clock() - start))
         local = self.tier.steps()
         target = newest if newest is not None else (local[0] if local else None)
         if self.drain is not None and target is not None and not self.tier.is_global(target):
@@ -364,6 +376,8 @@ class Agent:
             remaining = 0.5 if self.aborting.is_set() else max(0.1, deadline - self.clock())
             if not self.drain.stop(timeout=remaining):
                 log.warning("drain did not stop before the deadline; its journal resumes it")
+        if self.goodput is not None:
+            self.goodput.close(timeout=max(0.1, deadline - self.clock()))
         if target is not None:
             state = "global" if self.tier.is_global(target) else "local only (journaled)"
             log.info("SIGTERM flush done: step %d is %s", target, state)

@@ -38,6 +38,8 @@ class CheckpointEvent:
     message: str = ""
     #: "schedule" or "sigterm": what triggered the checkpoint.
     trigger: str = "schedule"
+    #: With Global: the requests the checkpoint cost (request_counts.as_record()).
+    requests: dict[str, int] | None = None
     at: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict[str, object]:

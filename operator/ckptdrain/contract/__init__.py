@@ -5,7 +5,8 @@ cluster side (operator, webhook). Both import it; neither owns it. Pure.
   annotation keys, the one timestamp format, the restored-from value;
 - `env`: the environment variables the webhook injects and the node side
   reads (docs/pod-contract.md);
-- `record`: the `Checkpoint` record format, its states and each writer's claim.
+- `record`: the `Checkpoint` record format, its states and each writer's claim;
+- `drain`: the policy's drain settings both sides read (drain.stallTimeout).
 
 A change here changes both sides at once: docs/pod-contract.md says what a
 deployed pair of operator and agent images expects of each other.

@@ -14,7 +14,7 @@ Who writes what (so that nobody overwrites anybody):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -51,6 +51,11 @@ class State(StrEnum):
 
 
 STATES = tuple(s.value for s in State)
+#: Tier names a writer's claim lists in `tiers`: the node-local tier, a partner
+#: agent's copy on another node (docs/peer-tier.md), the store.
+TIERS = ("local", "peer", "global")
+#: A writer claim's `requests`: what its drain cost the store.
+REQUEST_FIELDS = frozenset({"put", "get", "list", "delete", "bytesUp", "bytesDown"})
 
 
 def record_name(policy: str, step: int) -> str:
@@ -77,14 +82,29 @@ def build_record(namespace: str, policy: str, step: int, writers: int,
 
 def writer_patch(writer_id: str, state: str, size_bytes: int, tiers: Iterable[str],
                  now: datetime, node: str | None = None,
-                 message: str | None = None) -> dict[str, Any]:
-    """Merge patch for the status subresource: this writer's claim only."""
+                 message: str | None = None, peer_holder: int | None = None,
+                 requests: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """Merge patch for the status subresource: this writer's claim only.
+    `requests`: what draining the checkpoint cost in store requests and bytes
+    (put, get, list, delete, bytesUp, bytesDown; request_counts.py)."""
     if state not in STATES:
         raise ValueError(f"state: expected one of {', '.join(STATES)}, got {state!r}")
+    tiers = set(tiers)
+    unknown = tiers - set(TIERS)
+    if unknown:
+        raise ValueError(f"tiers: expected names from {', '.join(TIERS)}, got {sorted(unknown)}")
     claim: dict[str, Any] = {"state": state, "bytes": int(size_bytes),
-                             "tiers": sorted(set(tiers)), "updateTime": timestamp(now)}
+                             "tiers": sorted(tiers), "updateTime": timestamp(now)}
     if node:
         claim["node"] = node
     if message:
         claim["message"] = message
+    if peer_holder is not None:
+        claim["peerHolder"] = int(peer_holder)  # the rank whose node holds the peer copy
+    if requests:
+        unknown = set(requests) - REQUEST_FIELDS
+        if unknown:
+            raise ValueError(f"requests: expected keys among {sorted(REQUEST_FIELDS)}, "
+                             f"got {sorted(unknown)}")
+        claim["requests"] = {k: int(v) for k, v in requests.items()}
     return {"status": {"writers": {writer_id: claim}}}

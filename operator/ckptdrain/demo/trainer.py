@@ -193,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def emergency() -> None:
         last = state["step"] - 1  # the newest finished step
+        emit("sigterm", step=last)
         if last >= 0 and not client.step_dir(last).exists():
             save(last, emergency=True)
         emit("exit", step=last, reason="sigterm")
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         model.train_step(pace())
         state["step"] += 1
         finished = state["step"] - 1
+        client.step_done(finished)
         if finished % 10 == 0:
             emit("progress", step=finished)
         request = client.checkpoint_requested()

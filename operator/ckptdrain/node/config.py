@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptdrain import units
+from ckptdrain.contract.drain import parse_stall_timeout
 from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
 
@@ -57,12 +58,16 @@ class AgentConfig:
     restore_skip: bool
     part_size: int
     concurrency: int
+    #: drain.stallTimeout: seconds without progress before a drain attempt fails.
+    stall_timeout_s: float
     policy: str
     pod_name: str
     namespace: str
     node_name: str
     #: Holder of this writer's lease (node/lease.py); None outside a pod.
     pod_uid: str | None = None
+    #: Encryption, private CA, addressing (a store.s3_options.S3Options; None: none).
+    s3_options: Any = None
 
     @property
     def flush_budget_s(self) -> float:
@@ -179,6 +184,14 @@ FIELDS: tuple[Field, ...] = (
     Field("s3_endpoint", Env.S3_ENDPOINT, _optional_endpoint, None,
           "S3-compatible endpoint URL"),
     Field("region", Env.REGION, _optional_text, None, "S3 region"),
+    Field("s3_sse", Env.S3_SSE, _optional_text, None,
+          "server-side encryption of every object written: SSE-S3 or SSE-KMS"),
+    Field("s3_sse_kms_key_id", Env.S3_SSE_KMS_KEY_ID, _optional_text, None,
+          "with SSE-KMS: the KMS key id or ARN"),
+    Field("s3_ca_bundle", Env.S3_CA_BUNDLE, _optional_text, None,
+          "PEM file of CAs trusted for the S3 endpoint (a private CA)"),
+    Field("s3_addressing", Env.S3_ADDRESSING, _optional_text, None,
+          "S3 addressing style: auto, path or virtual"),
     Field("writer_id", Env.WRITER_ID, _text, "0",
           "this pod's writer rank (a pod name is accepted when writers is 1)"),
     Field("writers", Env.WRITERS, units.parse_positive_int, "1",
@@ -206,6 +219,8 @@ FIELDS: tuple[Field, ...] = (
           "multipart part size for the drain"),
     Field("concurrency", Env.CONCURRENCY, units.parse_positive_int, "8",
           "parts in flight while draining"),
+    Field("stall_timeout", Env.STALL_TIMEOUT, parse_stall_timeout, "5m",
+          "a drain attempt that makes no progress this long fails and is retried"),
     Field("policy", Env.POLICY, _text, "", "<namespace>/<name> of the policy"),
     Field("pod_name", Env.POD_NAME, _text, "", "this pod (downward API)"),
     Field("pod_uid", Env.POD_UID, _optional_text, None,
@@ -266,6 +281,14 @@ def load(
         from ckptdrain.store import parse_store_uri
 
         parse_store_uri(raw["store_uri"])  # validates; opening waits for first use
+    s3_options = None
+    if raw["store_uri"] is not None and raw["store_uri"].startswith("s3://"):
+        from ckptdrain.store.s3_options import S3Options
+
+        s3_options = S3Options.from_env({  # validated here, at start, naming the variable
+            name.value: raw[key] or "" for name, key in (
+                (Env.S3_SSE, "s3_sse"), (Env.S3_SSE_KMS_KEY_ID, "s3_sse_kms_key_id"),
+                (Env.S3_CA_BUNDLE, "s3_ca_bundle"), (Env.S3_ADDRESSING, "s3_addressing"))})
     work = raw["work_dir"]
     result = raw["restore_result"]
     return AgentConfig(
@@ -294,6 +317,8 @@ def load(
         restore_skip=raw["restore_mode"],
         part_size=part_size,
         concurrency=raw["concurrency"],
+        stall_timeout_s=raw["stall_timeout"],
+        s3_options=s3_options,
         policy=raw["policy"],
         pod_name=raw["pod_name"],
         namespace=raw["namespace"],

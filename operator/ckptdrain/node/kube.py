@@ -60,9 +60,11 @@ class RecordWriter:
         return str(body["metadata"]["name"])
 
     def report(self, step: int, state: str, size_bytes: int, tiers: Iterable[str],
-               now: datetime, node: str | None = None, message: str | None = None) -> None:
+               now: datetime, node: str | None = None, message: str | None = None,
+               requests: dict[str, int] | None = None) -> None:
         name = self.ensure(step)
-        patch = writer_patch(self.writer_id, state, size_bytes, tiers, now, node, message)
+        patch = writer_patch(self.writer_id, state, size_bytes, tiers, now, node, message,
+                             requests=requests)
         self.api.patch_namespaced_custom_object_status(
             GROUP, VERSION, self.namespace, CHECKPOINTS, name, patch,
             _content_type="application/merge-patch+json")
@@ -70,13 +72,20 @@ class RecordWriter:
 
 def annotate_own_pod(namespace: str, pod: str, key: str, value: str, api: Any = None) -> bool:
     """One best-effort annotation on this pod (restore's record of what it placed)."""
+    return annotate_own_pod_with(namespace, pod, {key: value}, api)
+
+
+def annotate_own_pod_with(namespace: str, pod: str, annotations: dict[str, str],
+                          api: Any = None) -> bool:
+    """Best-effort annotations on this pod, in one patch."""
     try:
         if api is None:
             api = kubeclient.core_api()
-        api.patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": {key: value}}},
+        api.patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": annotations}},
                                  _request_timeout=5)
     except Exception as err:
-        log.warning("could not annotate pod %s/%s with %s: %s", namespace, pod, key, err)
+        log.warning("could not annotate pod %s/%s with %s: %s", namespace, pod,
+                    ", ".join(sorted(annotations)), err)
         return False
     return True
 

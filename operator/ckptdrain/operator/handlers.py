@@ -23,6 +23,7 @@ from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import (
     allocation,
+    goodput_sync,
     kube,
     leadership,
     metrics,
@@ -183,12 +184,17 @@ def checkpointpolicy_resume(**kwargs: Any) -> None:
 
 
 @kopf.on.event(*POLICIES)
-def checkpointpolicy_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging.Logger,
+def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo,
+                           logger: logging.Logger,
                            pod_index: kopf.Index[Key, Any],
                            checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
-    """A policy gone frees its part of the cluster cap for the others."""
+    """Conditions to the metrics; a policy gone frees its part of the cluster cap."""
+    metrics.observe_policy(body.metadata.namespace or "", body.metadata.name or "", body,
+                           deleted=event.get("type") == "DELETED")
     if event.get("type") == "DELETED":
         _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
+        meta = (event.get("object") or {}).get("metadata") or {}
+        goodput_sync.forget((meta.get("namespace", ""), meta.get("name", "")))
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -306,12 +312,18 @@ def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key,
 @kopf.on.event("v1", "pods", annotations=INJECTED)
 def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace: str,
               memo: kopf.Memo, logger: logging.Logger, pod_index: kopf.Index[Key, Any],
-              checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
+              checkpointpolicy_index: kopf.Index[Key, Any],
+              goodput_index: kopf.Index[Key, Any], **_: Any) -> None:
     annotations = meta.get("annotations", {})
     key = (namespace, annotations.get(api.ANNOTATION_POLICY, ""))
     _schedule_rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)
+    goodput_sync.observe(key, meta.get("name", ""), meta,
+                         next(iter(_values(checkpointpolicy_index, key)), None),
+                         _values(goodput_index, key), deleted=event.get("type") == "DELETED")
     source = annotations.get(api.ANNOTATION_RESTORED)
     uid = meta.get("uid", "")
+    metrics.observe_pod_restore(namespace, key[1], uid, body.get("status") or {},
+                                deleted=event.get("type") == "DELETED")
     if event.get("type") == "DELETED":
         with _restores_lock:
             _restores_seen.pop(uid, None)
@@ -348,6 +360,7 @@ def _record_restore(key: Key, pod: str, source: str, body: kopf.Body,
     entry = {"pod": pod, "source": source, "time": api.timestamp(_now())}
     kube.patch_status(api.POLICIES, key[0], key[1],
                       {"restores": [entry, *restores][:MAX_RESTORES]})
+    metrics.observe_restored(key[0], key[1], source)
     kopf.info(body, reason="Restored", message=f"started from {source} ({key[1]})")
 
 

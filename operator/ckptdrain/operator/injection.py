@@ -22,6 +22,7 @@ from ckptdrain.contract.api import (
     LABEL_WRITER,
 )
 from ckptdrain.contract.env import Env
+from ckptdrain.operator import storage_options
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import Policy
 
@@ -110,6 +111,8 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         _env(Env.RESTORE_PREFER, policy.restore_prefer),
         _env(Env.RESTORE_RETRY_DEADLINE, units.format_duration(policy.restore_retry_deadline_s)
              if policy.restore_retry_deadline_s > 0 else "0"),
+        _env(Env.STALL_TIMEOUT, units.format_duration(policy.stall_timeout_s)),
+        *storage_options.env(policy.storage_options),
     ]
     if policy.local_capacity is not None:
         env.append(_env(Env.LOCAL_CAPACITY, str(policy.local_capacity)))
@@ -225,6 +228,7 @@ def volumes(policy: Policy, *, prepare: bool = True) -> list[dict[str, Any]]:
             "path": "bandwidth",
             "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_BANDWIDTH}']"}}]}},
         {"name": "ckptdrain-tmp", "emptyDir": {}},
+        *storage_options.volumes(policy.storage_options),
     ]
 
 
@@ -262,6 +266,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     agent = _container(AGENT, "agent", shared, config, [
         ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR),
         ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+    for container in (restore, agent):  # a private CA, by reference
+        container["volumeMounts"] += storage_options.mounts(policy.storage_options)
     # The reason restore failed, as the container's last state on the pod.
     restore["terminationMessagePolicy"] = "FallbackToLogsOnError"
     if not policy.memory_limit:

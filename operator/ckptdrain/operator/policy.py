@@ -12,13 +12,16 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ckptdrain import sizing, units
+from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.identity import Rule
+from ckptdrain.operator.storage_options import StorageOptions
+from ckptdrain.operator.storage_options import read as read_storage_options
 from ckptdrain.store import parse_store_uri
 from ckptdrain.store.endpoint import parse_endpoint
 
@@ -79,6 +82,10 @@ class Policy:
     per_drainer_cap: float | None
     identity: Rule | None = None
     restore_retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S
+    #: spec.drain.stallTimeout: seconds without progress before a drain attempt fails.
+    stall_timeout_s: float = DEFAULT_STALL_AFTER
+    #: spec.storage.encryption / caBundle / addressingStyle (storage_options.py).
+    storage_options: StorageOptions = field(default_factory=StorageOptions)
     #: spec.placement: node requirements ANDed into the pod's required node
     #: affinity, and tolerations added to the pod's (Kubernetes' own shapes).
     node_expressions: tuple[dict[str, Any], ...] = ()
@@ -328,6 +335,8 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     restore_enabled = r.get("restore.enabled", _flag, True)
     prefer = r.get("restore.prefer", _choice(RESTORE_PREFER), "local")
     retry_deadline = r.get("restore.retryDeadline", _seconds_or_zero, DEFAULT_RETRY_DEADLINE_S)
+    stall_timeout = r.get("drain.stallTimeout", parse_stall_timeout, DEFAULT_STALL_AFTER)
+    storage_opts = read_storage_options(r.raw("storage"), r.fail)
     node_expressions, tolerations = _read_placement(r)
     grace = r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn")
     rule = _read_identity(r)
@@ -344,6 +353,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         global_keep=global_keep, schedule=schedule, sigterm=sigterm,
         restore_enabled=restore_enabled, restore_prefer=prefer, grace_policy=grace,
         per_drainer_cap=per_drainer, identity=rule, restore_retry_deadline_s=retry_deadline,
+        stall_timeout_s=stall_timeout, storage_options=storage_opts,
         node_expressions=node_expressions, tolerations=tolerations,
     ), []
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-Tier = Literal["local", "global"]
+Tier = Literal["local", "peer", "global"]
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ class RestoreResult:
     seconds: float = 0.0
     skipped: list[Skipped] = field(default_factory=list)
     attempts: int = 1
+    #: When the restored step was captured (its manifest's `created`): the
+    #: interruption lost the training since then (docs/goodput.md).
+    step_created: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
