@@ -115,10 +115,6 @@ def data_key(step: int, writer: int, path: str, attempt: str | None) -> str:
     return data_prefix(step, writer, attempt) + check_relative_path(path)
 
 
-def step_data_prefix(step: int) -> str:
-    return f"{DATA}{_step(step)}/"
-
-
 def commit_key(step: int) -> str:
     return f"{COMMITS}{_step(step)}.json"
 

@@ -38,7 +38,8 @@ from typing import Any
 from ckptdrain import checksum, paths
 from ckptdrain.errors import IntegrityError, UnsafePath
 
-FORMAT_VERSION = 2
+#: The format every new manifest is written in (the spread layout); 1-2 still read.
+FORMAT_VERSION = 3
 SUPPORTED_FORMATS = (1, 2, 3)
 #: Upper bound on a manifest we are willing to parse (a million files fits).
 MAX_MANIFEST_BYTES = 256 << 20

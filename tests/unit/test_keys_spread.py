@@ -9,7 +9,7 @@ import pytest
 
 from ckptdrain import keys
 from ckptdrain.errors import IntegrityError
-from ckptdrain.manifest import FileEntry, WriterManifest
+from ckptdrain.manifest import FORMAT_VERSION, FileEntry, WriterManifest
 
 OLD = "0123456789abcdef"
 
@@ -58,6 +58,10 @@ def test_the_manifest_format_says_the_layout_and_round_trips(attempt: str | None
     m = _manifest(attempt)
     assert m.format == fmt
     assert WriterManifest.from_json(m.to_json()) == m
+
+
+def test_a_new_attempt_writes_the_current_format() -> None:
+    assert _manifest(keys.new_attempt()).format == FORMAT_VERSION
 
 
 def test_a_format_that_disagrees_with_its_attempt_is_refused() -> None:

@@ -132,6 +132,11 @@ class ThrottleGate:
                 if not congested or attempt == attempts - 1:
                     raise
                 continue
+            except BaseException:
+                # An interrupt or a cancelled drain: the slot must come back,
+                # or the window shrinks for good; it says nothing of the store.
+                self._release(op, False, 0, 0)
+                raise
             down = int(response.get("ContentLength") or 0) if op == "get_object" else 0
             self._release(op, False, up, down)
             return response
