@@ -21,8 +21,8 @@ from ckptdrain.contract.api import (
     ANNOTATION_WORKLOAD_WRITERS,
     LABEL_WRITER,
 )
-from ckptdrain.contract.env import Env
-from ckptdrain.operator import storage_options
+from ckptdrain.contract.env import CREDENTIALS, Env
+from ckptdrain.operator import peer_tier, storage_options
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import Policy
 
@@ -113,6 +113,7 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
              if policy.restore_retry_deadline_s > 0 else "0"),
         _env(Env.STALL_TIMEOUT, units.format_duration(policy.stall_timeout_s)),
         *storage_options.env(policy.storage_options),
+        *peer_tier.env(policy.peer),
     ]
     if policy.local_capacity is not None:
         env.append(_env(Env.LOCAL_CAPACITY, str(policy.local_capacity)))
@@ -229,7 +230,23 @@ def volumes(policy: Policy, *, prepare: bool = True) -> list[dict[str, Any]]:
             "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_BANDWIDTH}']"}}]}},
         {"name": "ckptdrain-tmp", "emptyDir": {}},
         *storage_options.volumes(policy.storage_options),
+        *peer_tier.volumes(policy.peer, policy.name),
     ]
+
+
+def peer_sidecar(shared: list[dict[str, Any]], policy: Policy,
+                 config: OperatorConfig) -> dict[str, Any]:
+    """`ckptdrain peer`: serves the partner area and, read-only, this writer's
+    local tier. It mounts the local tier (the partner area lives in it), the
+    peer credentials and the peers document; no work dir, no share, and it
+    gets no store credentials: it never talks to the store."""
+    store_keys = {c.value for c in CREDENTIALS}
+    env = [e for e in shared if e["name"] not in store_keys]
+    sidecar = _container(peer_tier.PEER, "peer", env, config, [
+        ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+    sidecar["volumeMounts"] += peer_tier.mounts(policy.peer)
+    sidecar["ports"] = peer_tier.sidecar_ports()
+    return sidecar
 
 
 def is_injected(pod: Mapping[str, Any]) -> bool:
@@ -268,6 +285,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
     for container in (restore, agent):  # a private CA, by reference
         container["volumeMounts"] += storage_options.mounts(policy.storage_options)
+        container["volumeMounts"] += peer_tier.mounts(policy.peer)
     # The reason restore failed, as the container's last state on the pod.
     restore["terminationMessagePolicy"] = "FallbackToLogsOnError"
     if not policy.memory_limit:
@@ -275,7 +293,13 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         # the scheduler must find a node with room for it.
         agent["resources"]["requests"]["ephemeral-storage"] = units.format_quantity(
             work_size(policy))
-    ours = [_prepare(config), restore, agent] if config.prepare_local_tier else [restore, agent]
+    ours = [restore, agent]
+    if policy.peer.enabled:
+        # Before restore: after a node loss the whole job restarts, and every
+        # pod's restore asks the other nodes' peer servers (docs/peer-tier.md).
+        ours.insert(0, peer_sidecar(shared, policy, config))
+    if config.prepare_local_tier:
+        ours.insert(0, _prepare(config))
     if spec.get("initContainers") is None:
         ops.append({"op": "add", "path": "/spec/initContainers", "value": ours})
     else:

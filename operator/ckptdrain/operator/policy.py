@@ -20,6 +20,8 @@ from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.identity import Rule
+from ckptdrain.operator.peer_tier import PeerTier
+from ckptdrain.operator.peer_tier import read as read_peer_tier
 from ckptdrain.operator.storage_options import StorageOptions
 from ckptdrain.operator.storage_options import read as read_storage_options
 from ckptdrain.store import parse_store_uri
@@ -90,6 +92,9 @@ class Policy:
     #: affinity, and tolerations added to the pod's (Kubernetes' own shapes).
     node_expressions: tuple[dict[str, Any], ...] = ()
     tolerations: tuple[dict[str, Any], ...] = ()
+    #: spec.peerTier (peer_tier.py): a copy of each writer's newest local steps
+    #: on a partner node.
+    peer: PeerTier = field(default_factory=PeerTier)
 
     @property
     def key(self) -> str:
@@ -340,6 +345,8 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     node_expressions, tolerations = _read_placement(r)
     grace = r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn")
     rule = _read_identity(r)
+    shard = sizing.checkpoint_size(inp) / writers if not r.errors else None
+    peer = read_peer_tier(r.raw("peerTier"), shard, r.fail)
     if r.errors:
         return None, r.errors
     return Policy(
@@ -354,7 +361,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         restore_enabled=restore_enabled, restore_prefer=prefer, grace_policy=grace,
         per_drainer_cap=per_drainer, identity=rule, restore_retry_deadline_s=retry_deadline,
         stall_timeout_s=stall_timeout, storage_options=storage_opts,
-        node_expressions=node_expressions, tolerations=tolerations,
+        node_expressions=node_expressions, tolerations=tolerations, peer=peer,
     ), []
 
 
