@@ -12,14 +12,22 @@ recovery point on node loss.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ckptdrain.contract.api import LABEL_POLICY
+from ckptdrain.contract.api import LABEL_POLICY, LABEL_WRITER
 from ckptdrain.contract.peers import ZONE_LABEL, Member, document
+from ckptdrain.contract.record import TIERS
+from ckptdrain.operator.records import summarize
 
 PEERS_KEY = "peers.json"
+#: The pods' Secret: what peer/tls.py reads. The CA's: its key and certificate.
+POD_SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")
+CA_SECRET_KEYS = ("ca.crt", "ca.key")
+#: Record claim states whose `tiers` still describe copies that exist.
+_HELD = frozenset({"Local", "Draining", "Retrying", "Global"})
 
 
 def peers_configmap_name(policy: str) -> str:
@@ -28,6 +36,57 @@ def peers_configmap_name(policy: str) -> str:
 
 def peer_secret_name(policy: str) -> str:
     return f"{policy}-ckptdrain-peer"
+
+
+def peer_ca_secret_name(policy: str) -> str:
+    return f"{policy}-ckptdrain-peer-ca"
+
+
+def rank_of(pods: Iterable[Mapping[str, Any]], writers: int) -> dict[str, int]:
+    """pod name -> writer rank, from the `ckptdrain.io/writer` label the webhook
+    set; a policy of one writer has rank 0 without a label. A label that is not
+    a rank in 0..writers-1 counts as none (the pod cannot be paired)."""
+    out: dict[str, int] = {}
+    for pod in pods:
+        meta = pod.get("metadata", {})
+        name = meta.get("name")
+        label = (meta.get("labels") or {}).get(LABEL_WRITER)
+        if not isinstance(name, str):
+            continue
+        if label is None:
+            if writers == 1:
+                out[name] = 0
+            continue
+        if isinstance(label, str) and label.isascii() and label.isdigit() \
+                and int(label) < writers:
+            out[name] = int(label)
+    return out
+
+
+def _secret(namespace: str, name: str, policy: str, data: Mapping[str, bytes],
+            type_: str, owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace,
+                            "labels": {LABEL_POLICY: policy}}
+    if owner:
+        meta["ownerReferences"] = [dict(owner)]
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": type_,
+            "data": {k: base64.b64encode(v).decode("ascii") for k, v in sorted(data.items())}}
+
+
+def peer_secrets(namespace: str, policy: str, material: Mapping[str, bytes],
+                 owner: Mapping[str, Any] | None = None
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the pods' Secret, the operator's CA Secret) for `material`
+    (peer_certs.new_material). The pods' never holds `ca.key`; both belong to
+    the policy, so deleting it deletes them."""
+    missing = [k for k in (*POD_SECRET_KEYS, "ca.key") if k not in material]
+    if missing:
+        raise ValueError(f"peer material: missing {', '.join(missing)}")
+    pods = _secret(namespace, peer_secret_name(policy), policy,
+                   {k: material[k] for k in POD_SECRET_KEYS}, "kubernetes.io/tls", owner)
+    ca = _secret(namespace, peer_ca_secret_name(policy), policy,
+                 {k: material[k] for k in CA_SECRET_KEYS}, "Opaque", owner)
+    return pods, ca
 
 
 def members(pods: Iterable[Mapping[str, Any]], node_labels: Mapping[str, Mapping[str, str]],
@@ -68,6 +127,93 @@ def pairs_status(doc: Mapping[str, Any]) -> dict[str, Any]:
     writers = doc.get("writers", {})
     return {rank: entry.get("holder") for rank, entry in sorted(
         writers.items(), key=lambda kv: int(kv[0]))}
+
+
+def peer_status(policy: str, doc: Mapping[str, Any], expected: int,
+                credentials_error: str | None = None) -> dict[str, Any]:
+    """The policy's `status.peer` block: the pairing, how many of the
+    `expected` writers run and have a holder, and why when not all do."""
+    pairs = pairs_status(doc)
+    running, paired = len(pairs), sum(1 for h in pairs.values() if h is not None)
+    if credentials_error:
+        reason, message = "CredentialsFailed", credentials_error
+    elif running == 0:
+        reason, message = "NoWriters", "no writer of this policy is running yet"
+    elif paired == 0:
+        reason = "NoPartner"
+        message = (f"all {running} running writers share one node: no copy can be kept "
+                   "on another node" if running > 1 else
+                   "one writer: there is no other node to keep its copy")
+    elif paired < running or running < expected:
+        reason = "Partial"
+        message = (f"{paired} of {expected} writers have a holder on another node "
+                   f"({running} running)")
+    else:
+        reason, message = "Paired", f"every writer ({running}) has a holder on another node"
+    return {"enabled": True, "writers": running, "paired": paired, "reason": reason,
+            "message": message, "pairs": pairs, "configMap": peers_configmap_name(policy),
+            "secret": peer_secret_name(policy)}
+
+
+def _int(value: object) -> int | None:
+    if type(value) is int and value >= 0:
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
+        return int(value)
+    return None
+
+
+def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
+                          expected: int, local_keep: int, peer_keep: int) -> int | None:
+    """`recovery_point_on_node_loss` from what the operator sees: the pairing
+    (the peers document) and the writers' claims in the Checkpoint records.
+
+    Conservative where the records cannot say: a writer with no running pod
+    counts only the global tier (its node is unknown); a writer's local and
+    peer copies are only its newest `local_keep` / `peer_keep` claimed steps
+    (retention removes older ones without a claim saying so); a peer claim
+    naming another holder (`peerHolder`) than the current one does not count;
+    an Expired record counts nowhere."""
+    writers = doc.get("writers") if isinstance(doc.get("writers"), Mapping) else {}
+    node_of: dict[int, str] = {}
+    holder_of: dict[int, int | None] = {}
+    for key, entry in writers.items():
+        rank = _int(key)
+        if rank is None or not isinstance(entry, Mapping) or not entry.get("node"):
+            continue
+        node_of[rank] = str(entry["node"])
+        holder_of[rank] = _int(entry.get("holder"))
+    running = set(node_of)
+    for rank in range(expected):
+        # Not running: a node of its own that holds nothing but its loss.
+        node_of.setdefault(rank, f"unknown node of writer {rank}")
+    local: dict[int, set[int]] = {w: set() for w in node_of}
+    peer: dict[int, set[int]] = {w: set() for w in node_of}
+    complete: set[int] = set()
+    for rec in records:
+        status = rec.get("status") or {}
+        step = _int((rec.get("spec") or {}).get("step"))
+        if step is None:
+            continue
+        state = summarize(rec).state
+        if state == "Expired":
+            continue
+        if state == "Global":
+            complete.add(step)
+        for writer, claim in (status.get("writers") or {}).items():
+            rank = _int(writer)
+            if rank not in running or not isinstance(claim, Mapping) \
+                    or claim.get("state") not in _HELD:
+                continue
+            tiers = set(claim.get("tiers") or ()) & set(TIERS)
+            if "local" in tiers:
+                local[rank].add(step)
+            named = claim.get("peerHolder")
+            if "peer" in tiers and (named is None or _int(named) == holder_of.get(rank)):
+                peer[rank].add(step)
+    newest_local = {w: sorted(s, reverse=True)[:local_keep] for w, s in local.items()}
+    newest_peer = {w: sorted(s, reverse=True)[:peer_keep] for w, s in peer.items()}
+    return recovery_point_on_node_loss(node_of, holder_of, newest_local, newest_peer, complete)
 
 
 def recovery_point_on_node_loss(

@@ -3,14 +3,23 @@ policy, and the recovery point on the loss of any one node."""
 
 from __future__ import annotations
 
+import base64
 import json
+from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from ckptdrain.contract.peers import ZONE_LABEL, parse
+from ckptdrain.operator import peer_certs
 from ckptdrain.operator.peer_placement import (
     members,
     pairs_status,
+    peer_secrets,
+    peer_status,
     peers_configmap,
+    rank_of,
+    recovery_on_node_loss,
     recovery_point_on_node_loss,
 )
 
@@ -60,3 +69,143 @@ def test_a_copy_on_a_holder_that_is_not_running_does_not_count() -> None:
     local = {0: [20], 1: [20]}
     peer = {0: [20], 1: [20]}
     assert recovery_point_on_node_loss(node_of, holder_of, local, peer, [10]) == 10
+
+
+# -- what the operator's handlers call ---------------------------------------------
+
+NOW = datetime(2026, 11, 26, tzinfo=UTC)
+OWNER = {"apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy",
+         "name": "llama", "uid": "u-1"}
+
+
+def _labelled(name: str, writer: str | None) -> dict[str, Any]:
+    labels = {} if writer is None else {"ckptdrain.io/writer": writer}
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def test_ranks_come_from_the_writer_label_and_only_valid_ones_count() -> None:
+    pods = [_labelled("a", "0"), _labelled("b", "3"), _labelled("c", "4"),
+            _labelled("d", "x"), _labelled("e", "²"), _labelled("f", None)]
+    assert rank_of(pods, 4) == {"a": 0, "b": 3}
+    # One writer: rank 0 without a label (the webhook sets none then).
+    assert rank_of([_labelled("solo", None)], 1) == {"solo": 0}
+
+
+def test_the_pods_secret_never_holds_the_ca_key() -> None:
+    material = peer_certs.new_material("ml/llama", NOW)
+    pods, ca = peer_secrets("ml", "llama", material, OWNER)
+    assert pods["metadata"]["name"] == "llama-ckptdrain-peer"
+    assert ca["metadata"]["name"] == "llama-ckptdrain-peer-ca"
+    assert sorted(pods["data"]) == ["ca.crt", "tls.crt", "tls.key"]
+    assert sorted(ca["data"]) == ["ca.crt", "ca.key"]
+    assert pods["type"] == "kubernetes.io/tls" and ca["type"] == "Opaque"
+    for secret in (pods, ca):
+        assert secret["metadata"]["ownerReferences"] == [OWNER]
+        assert secret["metadata"]["labels"] == {"ckptdrain.io/policy": "llama"}
+        for key, value in secret["data"].items():
+            assert base64.b64decode(value) == material[key]
+
+
+def test_incomplete_material_is_refused() -> None:
+    material = peer_certs.new_material("ml/llama", NOW)
+    del material["ca.key"]
+    with pytest.raises(ValueError, match=r"ca\.key"):
+        peer_secrets("ml", "llama", material)
+
+
+def _doc(*entries: tuple[int, str, int | None]) -> dict[str, Any]:
+    return {"policy": "ml/llama", "writers": {
+        str(r): {"node": n, "zone": None, "address": f"10.0.0.{r}:9109", "holder": h,
+                 "previousHolder": None} for r, n, h in entries}}
+
+
+@pytest.mark.parametrize(("doc", "expected", "error", "reason", "paired"), [
+    (_doc((0, "n0", 1), (1, "n1", 0)), 2, None, "Paired", 2),
+    (_doc((0, "n0", 1), (1, "n1", 0)), 4, None, "Partial", 2),
+    (_doc((0, "n0", None), (1, "n0", None)), 2, None, "NoPartner", 0),
+    (_doc((0, "n0", None)), 1, None, "NoPartner", 0),
+    (_doc(), 2, None, "NoWriters", 0),
+    (_doc((0, "n0", 1), (1, "n1", 0)), 2, "forbidden: secrets", "CredentialsFailed", 2),
+])
+def test_the_status_says_whether_every_writer_is_paired(
+        doc: dict[str, Any], expected: int, error: str | None, reason: str,
+        paired: int) -> None:
+    status = peer_status("llama", doc, expected, error)
+    assert (status["reason"], status["paired"], status["enabled"]) == (reason, paired, True)
+    assert status["configMap"] == "llama-ckptdrain-peers"
+    assert status["secret"] == "llama-ckptdrain-peer"
+    if error:
+        assert status["message"] == error
+
+
+def _record(step: int, claims: dict[str, tuple[str, list[str]]], writers: int = 2,
+            expired: bool = False, **extra: Any) -> dict[str, Any]:
+    status: dict[str, Any] = {"writers": {
+        w: {"state": state, "tiers": tiers, **extra} for w, (state, tiers) in claims.items()}}
+    if expired:
+        status["state"] = "Expired"
+    return {"metadata": {"name": f"llama-s{step}"},
+            "spec": {"policy": "llama", "step": step, "writers": writers}, "status": status}
+
+
+PAIRED = _doc((0, "n0", 1), (1, "n1", 0))
+
+
+def test_from_records_a_step_both_partners_hold_survives_any_node() -> None:
+    recs = [_record(10, {"0": ("Global", ["global", "local"]),
+                         "1": ("Global", ["global", "local"])}),
+            _record(20, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])}),
+            _record(30, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local"])})]
+    assert recovery_on_node_loss(PAIRED, recs, 2, local_keep=3, peer_keep=2) == 20
+    # Without the peer tier's copies only the complete global step survives.
+    no_peer = [_record(r["spec"]["step"], {w: (c["state"], [t for t in c["tiers"]
+                                                         if t != "peer"])
+                                          for w, c in r["status"]["writers"].items()})
+               for r in recs]
+    assert recovery_on_node_loss(PAIRED, no_peer, 2, 3, 2) == 10
+
+
+def test_from_records_retention_and_expiry_are_respected() -> None:
+    recs = [_record(s, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])})
+            for s in (20, 30, 40)]
+    assert recovery_on_node_loss(PAIRED, recs, 2, local_keep=2, peer_keep=2) == 40
+    # Expired records count nowhere, even if a claim still says local.
+    expired = [_record(40, {"0": ("Global", ["global", "local", "peer"]),
+                            "1": ("Global", ["global", "local", "peer"])}, expired=True)]
+    assert recovery_on_node_loss(PAIRED, expired, 2, 2, 2) is None
+
+
+def test_from_records_only_the_newest_peer_copies_are_held() -> None:
+    # Writer 1's holder keeps only the newest copy (30); step 20 is held nowhere
+    # but writer 1's own node for writer 1, so it does not survive losing n1.
+    recs = [_record(20, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])}),
+            _record(30, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local"])})]
+    assert recovery_on_node_loss(PAIRED, recs, 2, local_keep=2, peer_keep=2) == 20
+    newer = [*recs, _record(40, {"1": ("Local", ["local", "peer"])})]
+    assert recovery_on_node_loss(PAIRED, newer, 2, 2, peer_keep=1) is None
+
+
+def test_from_records_a_writer_not_running_counts_only_global() -> None:
+    recs = [_record(10, {"0": ("Global", ["global"]), "1": ("Global", ["global"])}),
+            _record(20, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])})]
+    only_zero = _doc((0, "n0", None))
+    assert recovery_on_node_loss(only_zero, recs, 2, 2, 2) == 10
+    assert recovery_on_node_loss(PAIRED, recs, 2, 2, 2) == 20
+
+
+def test_from_records_a_copy_confirmed_by_another_holder_does_not_count() -> None:
+    recs = [_record(20, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])},
+                    peerHolder=7)]
+    assert recovery_on_node_loss(PAIRED, recs, 2, 2, 2) is None
+    recs = [_record(20, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])},
+                    peerHolder=None)]
+    assert recovery_on_node_loss(PAIRED, recs, 2, 2, 2) == 20
+
+
+def test_from_records_only_the_newest_local_steps_are_held() -> None:
+    # Step 20 survives losing n0 only through writer 1's own local copy; with
+    # local keep 1 the agent has removed it for step 30, which no partner holds.
+    recs = [_record(20, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])}),
+            _record(30, {"0": ("Local", ["local"]), "1": ("Local", ["local"])})]
+    assert recovery_on_node_loss(PAIRED, recs, 2, local_keep=2, peer_keep=2) == 20
+    assert recovery_on_node_loss(PAIRED, recs, 2, local_keep=1, peer_keep=2) is None
