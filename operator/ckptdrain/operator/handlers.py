@@ -27,6 +27,7 @@ from ckptdrain.operator import (
     kube,
     leadership,
     metrics,
+    peer_sync,
     records,
     watchdog,
     webhook,
@@ -135,7 +136,8 @@ def _parse(cfg: OperatorConfig, body: dict[str, Any], drainers: int) -> pol.Poli
 def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
                       logger: logging.Logger, pod_index: kopf.Index[Key, Any],
                       checkpointpolicy_index: kopf.Index[Key, Any],
-                      checkpoint_index: kopf.Index[Key, Any], announce: bool) -> None:
+                      checkpoint_index: kopf.Index[Key, Any],
+                      peer_pod_index: kopf.Index[Key, Any], announce: bool) -> None:
     cfg: OperatorConfig = memo.config
     watchdog.start(cfg, checkpointpolicy_index, pod_index, checkpoint_index,
                    lambda: _budgets(cfg, checkpointpolicy_index, pod_index), logger)
@@ -150,6 +152,8 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         except InvalidInput as error:
             patch.status.update(st.for_invalid(str(error), generation, _now(), previous))
             kopf.warn(body, reason="InvalidSpec", message=str(error))
+            _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index,
+                            checkpoint_index, logger)
             return
         joint = _budgets(cfg, checkpointpolicy_index, pod_index, {key: parsed})
         cluster = None
@@ -166,6 +170,8 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
     logger.info("sized: %s", new["conditions"][0]["message"])
     _schedule_rebalance(key, cfg, checkpointpolicy_index, pod_index, logger)
     _schedule_rebalance(JOINT, cfg, checkpointpolicy_index, pod_index, logger)
+    _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index, checkpoint_index,
+                    logger)
 
 
 @kopf.on.create(*POLICIES, timeout=300, backoff=10)
@@ -195,11 +201,12 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
         _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
         meta = (event.get("object") or {}).get("metadata") or {}
         goodput_sync.forget((meta.get("namespace", ""), meta.get("name", "")))
+        peer_sync.forget((meta.get("namespace", ""), meta.get("name", "")), meta.get("uid"))
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
     names = ("body", "patch", "memo", "logger", "pod_index", "checkpointpolicy_index",
-             "checkpoint_index")
+             "checkpoint_index", "peer_pod_index")
     return {k: kwargs[k] for k in names}
 
 
@@ -313,10 +320,13 @@ def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key,
 def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace: str,
               memo: kopf.Memo, logger: logging.Logger, pod_index: kopf.Index[Key, Any],
               checkpointpolicy_index: kopf.Index[Key, Any],
-              goodput_index: kopf.Index[Key, Any], **_: Any) -> None:
+              goodput_index: kopf.Index[Key, Any], peer_pod_index: kopf.Index[Key, Any],
+              checkpoint_index: kopf.Index[Key, Any], **_: Any) -> None:
     annotations = meta.get("annotations", {})
     key = (namespace, annotations.get(api.ANNOTATION_POLICY, ""))
     _schedule_rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)
+    _schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
+                    checkpoint_index, logger)
     goodput_sync.observe(key, meta.get("name", ""), meta,
                          next(iter(_values(checkpointpolicy_index, key)), None),
                          _values(goodput_index, key), deleted=event.get("type") == "DELETED")
@@ -371,7 +381,8 @@ def _record_restore(key: Key, pod: str, source: str, body: kopf.Body,
 def checkpoint_event(event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str,
                      spec: kopf.Spec, memo: kopf.Memo, logger: logging.Logger,
                      checkpoint_index: kopf.Index[Key, Any],
-                     checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
+                     checkpointpolicy_index: kopf.Index[Key, Any],
+                     peer_pod_index: kopf.Index[Key, Any], **_: Any) -> None:
     key = (namespace, spec.get("policy", ""))
     with metrics.reconciling("checkpoint"):
         if event.get("type") != "DELETED":
@@ -383,6 +394,9 @@ def checkpoint_event(event: kopf.RawEvent, body: kopf.Body, namespace: str, name
             if owner:
                 kube.patch_object(api.CHECKPOINTS, namespace, name, owner)
         _sweep(key, memo.config, checkpoint_index, checkpointpolicy_index, logger)
+    # The recovery point on node loss moves with the writers' claims.
+    _schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
+                    checkpoint_index, logger)
 
 
 def _sweep(key: Key, cfg: OperatorConfig, checkpoints: kopf.Index[Key, Any],
@@ -409,6 +423,36 @@ def _sweep(key: Key, cfg: OperatorConfig, checkpoints: kopf.Index[Key, Any],
         current = policy_body.get("status") or {}
         if any(current.get(k) != v for k, v in wanted.items()):
             kube.patch_status(api.POLICIES, key[0], key[1], wanted)
+
+
+# -- the peer tier: Secrets, the peers ConfigMap, status (peer_sync.py) ---------
+
+
+def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+                    pods: kopf.Index[Key, Any], checkpoints: kopf.Index[Key, Any],
+                    logger: logging.Logger) -> None:
+    """One coalesced peer-tier pass for `key`, if its policy has or had the tier."""
+    body = next(iter(_values(policies, key)), None)
+    if body is None:
+        return
+    wanted = ((body.get("spec") or {}).get("peerTier") or {}).get("enabled")
+    had = ((body.get("status") or {}).get("peer") or {}).get("enabled")
+    if not wanted and not had:
+        return  # never on: nothing to publish, nothing to clear
+
+    def run() -> None:
+        current = next(iter(_values(policies, key)), None)
+        if current is None:
+            return
+        try:
+            parsed: pol.Policy | None = _parse(cfg, current, 1)
+        except InvalidInput:
+            parsed = None
+        with metrics.reconciling("peers"):
+            peer_sync.sync(key, parsed, current, _values(pods, key), _values(checkpoints, key),
+                           logger)
+
+    peer_sync.schedule(key, run, logger)
 
 
 def _expired_past_ttl(recs: Iterable[dict[str, Any]], ttl_s: float,

@@ -26,9 +26,10 @@ from ckptdrain.contract.api import (
     VERSION,
 )
 
-__all__ = ["ApiException", "HTTPError", "annotate_pod", "annotate_pods", "delete", "list_policies",
-           "live_writers", "patch_object", "patch_status", "post_event", "read_object",
-           "read_peering"]
+__all__ = ["ApiException", "HTTPError", "annotate_pod", "annotate_pods", "create_secret",
+           "delete", "list_policies", "live_writers", "node_labels", "patch_object",
+           "patch_status", "post_event", "read_configmap_data", "read_object", "read_peering",
+           "write_configmap"]
 
 log = logging.getLogger(__name__)
 
@@ -169,3 +170,62 @@ def live_writers(namespace: str, policy: str, rank: int) -> list[str]:
         if (pod.metadata.annotations or {}).get(ANNOTATION_POLICY) == policy
         and pod.metadata.deletion_timestamp is None
         and (pod.status is None or pod.status.phase not in ("Succeeded", "Failed")))
+
+
+# -- the peer tier's objects (peer_sync.py) ------------------------------------
+
+
+def create_secret(namespace: str, body: dict[str, Any]) -> bool:
+    """Create a Secret; False when one of that name exists already. The
+    operator never reads a Secret back (no get on secrets), so an error names
+    the Secret only, never its data."""
+    core, _ = _clients()
+    try:
+        core.create_namespaced_secret(namespace, body)
+    except ApiException as error:
+        if error.status == 409:
+            return False
+        raise ApiException(status=error.status, reason=(
+            f"creating Secret {namespace}/{body['metadata']['name']}: {error.reason}")) from None
+    return True
+
+
+def read_configmap_data(namespace: str, name: str) -> dict[str, str] | None:
+    """A ConfigMap's data; None when it does not exist."""
+    core, _ = _clients()
+    try:
+        found = core.read_namespaced_config_map(name, namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return dict(found.data or {})
+
+
+def write_configmap(namespace: str, body: dict[str, Any]) -> None:
+    """Create the ConfigMap, or merge-patch its data, labels and owners in place."""
+    core, _ = _clients()
+    try:
+        core.create_namespaced_config_map(namespace, body)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        patch = {"metadata": {k: v for k, v in body["metadata"].items()
+                              if k in ("labels", "ownerReferences")}, "data": body["data"]}
+        core.patch_namespaced_config_map(body["metadata"]["name"], namespace, patch,
+                                         _content_type=MERGE)
+
+
+def node_labels(name: str) -> dict[str, str] | None:
+    """A node's labels; None when it is gone or the operator may not read
+    nodes (placement then pairs by node only, not by zone)."""
+    core, _ = _clients()
+    try:
+        found = core.read_node(name)
+    except ApiException as error:
+        if error.status not in (403, 404):
+            raise
+        log.warning("could not read node %s (%s): pairing ignores its zone", name,
+                    error.reason)
+        return None
+    return dict(found.metadata.labels or {})

@@ -46,6 +46,10 @@ RESTORES = Counter("ckptdrain_restores_total",
 RESTORE_FAILING = Gauge("ckptdrain_restore_failing_pods",
                         "Pods whose restore init container last exited with an error",
                         ["namespace", "policy"])
+NODE_LOSS_STEP = Gauge("ckptdrain_recovery_point_on_node_loss_step",
+                       "With the peer tier on: the newest step the job can restore whichever "
+                       "single node is lost (absent when no step survives every node loss)",
+                       ["namespace", "policy"])
 CONDITION_STATUSES = ("True", "False", "Unknown")
 RESTORE_TIERS = ("local", "global", "fresh")
 #: The restore init container's name (operator/injection.py RESTORE).
@@ -83,6 +87,7 @@ def observe_policy(namespace: str, name: str, body: Mapping[str, Any], deleted: 
         if deleted:
             _remove(POLICY_CREATED, namespace, name)
             _remove(RESTORE_FAILING, namespace, name)
+            _remove(NODE_LOSS_STEP, namespace, name)
             for tier in RESTORE_TIERS:
                 _remove(RESTORES, namespace, name, tier)
 
@@ -90,6 +95,15 @@ def observe_policy(namespace: str, name: str, body: Mapping[str, Any], deleted: 
 def _remove(metric: Gauge | Counter, *labels: str) -> None:
     with contextlib.suppress(KeyError):  # never set
         metric.remove(*labels)
+
+
+def observe_node_loss(namespace: str, policy: str, step: int | None) -> None:
+    """The recovery point on node loss; no series while there is none (a step
+    number of 0 would read as a real, very old checkpoint)."""
+    if step is None:
+        _remove(NODE_LOSS_STEP, namespace, policy)
+    else:
+        NODE_LOSS_STEP.labels(namespace, policy).set(step)
 
 
 def restore_tier(source: str) -> str:

@@ -150,8 +150,12 @@ def peer_status(policy: str, doc: Mapping[str, Any], expected: int,
                    f"({running} running)")
     else:
         reason, message = "Paired", f"every writer ({running}) has a holder on another node"
+    # A list, not a map: the status is merge-patched, and a map would keep the
+    # ranks that went away (and drop a rank whose holder is null).
+    listed = [{"writer": int(rank)} | ({} if holder is None else {"holder": holder})
+              for rank, holder in pairs.items()]
     return {"enabled": True, "writers": running, "paired": paired, "reason": reason,
-            "message": message, "pairs": pairs, "configMap": peers_configmap_name(policy),
+            "message": message, "pairs": listed, "configMap": peers_configmap_name(policy),
             "secret": peer_secret_name(policy)}
 
 
@@ -252,3 +256,34 @@ def recovery_point_on_node_loss(
         if all(survives(step, lost) for lost in nodes):
             return step
     return None
+
+
+def publish(namespace: str, policy: str, pods: Iterable[Mapping[str, Any]],
+            node_labels: Mapping[str, Mapping[str, str]], port: int, writers: int,
+            local_keep: int, peer_keep: int, records: Iterable[Mapping[str, Any]],
+            previous: Mapping[str, Any] | None, owner: Mapping[str, Any] | None = None,
+            credentials_error: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One pass of the peer tier for a policy: (the peers ConfigMap, the status
+    fields `peer` and `recoveryPointOnNodeLoss`). `previous`: the document the
+    ConfigMap holds now (its previous holders are kept)."""
+    pods = list(pods)
+    found = members(pods, node_labels, rank_of(pods, writers), port)
+    configmap = peers_configmap(namespace, policy, found, previous, owner)
+    doc = json.loads(configmap["data"][PEERS_KEY])
+    return configmap, {
+        "peer": peer_status(policy, doc, writers, credentials_error),
+        "recoveryPointOnNodeLoss": recovery_on_node_loss(doc, records, writers, local_keep,
+                                                         peer_keep)}
+
+
+def status_when_off(current: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The status change for a policy whose peer tier is off (or invalid): None
+    when the status says so already."""
+    peer = current.get("peer")
+    if (peer is None or peer == {"enabled": False}) \
+            and current.get("recoveryPointOnNodeLoss") is None:
+        return None
+    # Merge patch: null removes what the tier had written.
+    return {"peer": {"enabled": False, "writers": None, "paired": None, "reason": None,
+                     "message": None, "pairs": None, "configMap": None, "secret": None},
+            "recoveryPointOnNodeLoss": None}

@@ -91,3 +91,14 @@ def test_failing_pods_are_counted_per_policy_and_cleared() -> None:
     assert value("ckptdrain_restore_failing_pods", namespace="ml", policy="fail") == 1
     m.observe_pod_restore("ml", "fail", "uid-2", failed, deleted=True)
     assert value("ckptdrain_restore_failing_pods", namespace="ml", policy="fail") == 0
+
+
+def test_recovery_point_on_node_loss_has_a_series_only_while_there_is_one() -> None:
+    labels = {"namespace": "ml", "policy": "nodeloss"}
+    m.observe_node_loss("ml", "nodeloss", 40)
+    assert value("ckptdrain_recovery_point_on_node_loss_step", **labels) == 40
+    m.observe_node_loss("ml", "nodeloss", None)
+    assert value("ckptdrain_recovery_point_on_node_loss_step", **labels) is None
+    m.observe_node_loss("ml", "nodeloss", 50)
+    m.observe_policy("ml", "nodeloss", _policy("ml", "nodeloss"), deleted=True)
+    assert value("ckptdrain_recovery_point_on_node_loss_step", **labels) is None

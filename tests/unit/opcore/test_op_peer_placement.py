@@ -18,9 +18,11 @@ from ckptdrain.operator.peer_placement import (
     peer_secrets,
     peer_status,
     peers_configmap,
+    publish,
     rank_of,
     recovery_on_node_loss,
     recovery_point_on_node_loss,
+    status_when_off,
 )
 
 
@@ -138,6 +140,13 @@ def test_the_status_says_whether_every_writer_is_paired(
         assert status["message"] == error
 
 
+def test_the_status_lists_each_writer_and_its_holder() -> None:
+    status = peer_status("llama", _doc((0, "n0", 1), (1, "n1", 0), (2, "n1", None)), 3)
+    assert status["pairs"] == [{"writer": 0, "holder": 1}, {"writer": 1, "holder": 0},
+                               {"writer": 2}]
+    assert (status["reason"], status["writers"], status["paired"]) == ("Partial", 3, 2)
+
+
 def _record(step: int, claims: dict[str, tuple[str, list[str]]], writers: int = 2,
             expired: bool = False, **extra: Any) -> dict[str, Any]:
     status: dict[str, Any] = {"writers": {
@@ -209,3 +218,41 @@ def test_from_records_only_the_newest_local_steps_are_held() -> None:
             _record(30, {"0": ("Local", ["local"]), "1": ("Local", ["local"])})]
     assert recovery_on_node_loss(PAIRED, recs, 2, local_keep=2, peer_keep=2) == 20
     assert recovery_on_node_loss(PAIRED, recs, 2, local_keep=1, peer_keep=2) is None
+
+
+def _running(name: str, rank: int, node: str, ip: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"ckptdrain.io/writer": str(rank)}},
+            "spec": {"nodeName": node}, "status": {"podIP": ip}}
+
+
+def test_one_pass_pairs_across_zones_and_keeps_the_previous_holder() -> None:
+    pods = [_running("w-0", 0, "n0", "10.0.0.1"), _running("w-1", 1, "n1", "10.0.0.2"),
+            _running("w-2", 2, "n2", "10.0.0.3")]
+    zones = {"n0": {ZONE_LABEL: "a"}, "n1": {ZONE_LABEL: "a"}, "n2": {ZONE_LABEL: "b"}}
+    recs = [_record(20, {w: ("Local", ["local", "peer"]) for w in "012"}, writers=3)]
+    cm, status = publish("ml", "llama", pods, zones, 9109, 3, 2, 2, recs, None, OWNER)
+    doc = json.loads(cm["data"]["peers.json"])
+    # Writer 0 (zone a) skips writer 1 (zone a too) for writer 2 (zone b).
+    assert {r: e["holder"] for r, e in doc["writers"].items()} == {"0": 2, "1": 2, "2": 0}
+    assert cm["metadata"]["ownerReferences"] == [OWNER]
+    assert status["peer"]["reason"] == "Paired"
+    assert status["recoveryPointOnNodeLoss"] == 20
+    # Stable: the same pods give the same object (no write).
+    assert publish("ml", "llama", pods, zones, 9109, 3, 2, 2, recs, doc, OWNER)[0] == cm
+    # Writer 2's pod goes away: 0 and 1 are re-paired, the old holder remembered.
+    cm2, status2 = publish("ml", "llama", pods[:2], zones, 9109, 3, 2, 2, recs, doc, OWNER)
+    doc2 = json.loads(cm2["data"]["peers.json"])
+    assert doc2["writers"]["0"]["holder"] == 1 and doc2["writers"]["0"]["previousHolder"] == 2
+    assert status2["peer"]["reason"] == "Partial"
+    # Writer 2 has no pod: only the global tier counts for it.
+    assert status2["recoveryPointOnNodeLoss"] is None
+
+
+def test_turning_the_tier_off_clears_its_status_once() -> None:
+    assert status_when_off({}) is None
+    assert status_when_off({"peer": {"enabled": False}}) is None
+    change = status_when_off({"peer": {"enabled": True, "reason": "Paired"},
+                              "recoveryPointOnNodeLoss": 20})
+    assert change is not None and change["peer"]["enabled"] is False
+    assert change["recoveryPointOnNodeLoss"] is None and change["peer"]["pairs"] is None

@@ -1,0 +1,190 @@
+"""The peer tier's objects and status: the operator's thin edge of
+peer_placement.py and peer_certs.py (docs/peer-tier.md).
+
+For each policy with `spec.peerTier.enabled`, one coalesced pass (after pod
+events, policy changes and checkpoint records) does:
+
+1. the Secrets, once per policy: `<policy>-ckptdrain-peer` (ca.crt, tls.crt,
+   tls.key; mounted by the pods) and `<policy>-ckptdrain-peer-ca` (the CA key,
+   mounted by nothing), both owned by the policy. Create only: the operator
+   never reads a Secret, and an existing one is kept;
+2. the peers ConfigMap `<policy>-ckptdrain-peers` from the running writers
+   (the pod index) and their nodes' zone labels, written only when its
+   document changes; the pairing depends only on ranks and placement, so
+   unrelated events and restarts leave it alone, and a writer whose holder
+   went away is re-paired in the same pass;
+3. `status.peer`, `status.recoveryPointOnNodeLoss` and its metric, patched
+   only when they change.
+
+A restarted operator reads the ConfigMap back once (previous holders survive
+restarts) and otherwise converges to the same objects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from ckptdrain.contract import api
+from ckptdrain.contract.peers import ZONE_LABEL
+from ckptdrain.contract.record import owner_reference
+from ckptdrain.operator import kube, metrics, peer_certs, peer_placement, peer_tier
+from ckptdrain.operator.policy import Policy
+
+Key = tuple[str, str]
+#: Pod events within this window cost one pass per policy.
+DELAY_S = 0.5
+RETRY_DELAY_S = 5.0
+
+_locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
+_scheduled: set[Key] = set()
+_scheduled_lock = threading.Lock()
+#: Policy uids whose Secrets exist (created by us, or found existing).
+_secrets: set[str] = set()
+#: peers.json as last written (or read back) per policy.
+_documents: dict[Key, str] = {}
+#: status fields as last written per policy (the index may lag our own patch).
+_written: dict[Key, dict[str, Any]] = {}
+#: Zone label per node (None: unknown). Zones do not change under a node.
+_zones: dict[str, str | None] = {}
+
+
+@kopf.index("v1", "pods", annotations={api.ANNOTATION_INJECTED: kopf.PRESENT})
+def peer_pod_index(namespace: str, name: str, meta: kopf.Meta, spec: kopf.Spec,
+                   status: kopf.Status, **_: Any) -> dict[Key, dict[str, Any]] | None:
+    """What placement needs of a running injected pod: rank label, node, IP."""
+    if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+        return None
+    policy = (meta.get("annotations") or {}).get(api.ANNOTATION_POLICY, "")
+    labels = meta.get("labels") or {}
+    writer = {api.LABEL_WRITER: labels[api.LABEL_WRITER]} if api.LABEL_WRITER in labels \
+        else {}
+    return {(namespace, policy): {
+        "metadata": {"name": name, "creationTimestamp": meta.get("creationTimestamp"),
+                     "labels": writer},
+        "spec": {"nodeName": spec.get("nodeName")}, "status": {"podIP": status.get("podIP")}}}
+
+
+def _zone_labels(nodes: Iterable[str]) -> dict[str, dict[str, str]]:
+    """The zone label of each node, read once per node (a node that cannot be
+    read, being gone or forbidden, pairs by node only)."""
+    out: dict[str, dict[str, str]] = {}
+    for node in nodes:
+        if node not in _zones:
+            labels = kube.node_labels(node)
+            _zones[node] = None if labels is None else labels.get(ZONE_LABEL)
+        zone = _zones[node]
+        if zone:
+            out[node] = {ZONE_LABEL: zone}
+    return out
+
+
+def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any],
+                    logger: logging.Logger) -> str | None:
+    """Create the policy's two Secrets unless they exist; the error a user
+    must see (RBAC, quota), or None."""
+    if uid in _secrets:
+        return None
+    namespace, name = key
+    material = peer_certs.new_material(f"{namespace}/{name}", datetime.now(UTC))
+    pods, ca = peer_placement.peer_secrets(namespace, name, material, owner)
+    try:
+        # The pods' Secret first: if it exists, the CA that signed it is
+        # already kept (or lost with a crash in between), never replaced by
+        # one that did not sign it.
+        if kube.create_secret(namespace, pods):
+            kube.create_secret(namespace, ca)
+            logger.info("created the peer tier's Secrets for %s/%s", namespace, name)
+    except kube.ApiException as error:
+        if error.status in (403, 422):  # RBAC, or a name too long: a person must act
+            return f"the operator could not create its Secrets: {error.reason}"
+        raise
+    _secrets.add(uid)
+    return None
+
+
+def _previous(key: Key) -> Mapping[str, Any] | None:
+    text = _documents.get(key)
+    if text is None:
+        data = kube.read_configmap_data(key[0], peer_placement.peers_configmap_name(key[1]))
+        text = (data or {}).get(peer_placement.PEERS_KEY)
+        if text is None:
+            return None
+        _documents[key] = text
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None  # rewritten from scratch: only previous holders are lost
+    return found if isinstance(found, dict) else None
+
+
+def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
+         pods: list[Mapping[str, Any]], records: list[Mapping[str, Any]],
+         logger: logging.Logger) -> None:
+    """One pass for one policy (`policy` None: invalid, the tier counts as off)."""
+    with _locks[key]:
+        current = _written.get(key) or (body.get("status") or {})
+        if policy is None or not policy.peer.enabled:
+            change = peer_placement.status_when_off(current)
+            if change is not None:
+                kube.patch_status(api.POLICIES, key[0], key[1], change)
+                _written[key] = {"peer": {"enabled": False}}
+            metrics.observe_node_loss(*key, None)
+            return
+        meta = body.get("metadata") or {}
+        uid = meta.get("uid")
+        owner = owner_reference(key[1], uid) if uid else None
+        error = _ensure_secrets(key, uid, owner, logger) if uid and owner else None
+        nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None, ""}
+        configmap, wanted = peer_placement.publish(
+            key[0], key[1], pods, _zone_labels(sorted(nodes)), peer_tier.PEER_PORT,
+            policy.writers, policy.local_keep, policy.peer.keep, records, _previous(key),
+            owner, error)
+        text = configmap["data"][peer_placement.PEERS_KEY]
+        if text != _documents.get(key):
+            kube.write_configmap(key[0], configmap)
+            _documents[key] = text
+            logger.info("published the peers of %s/%s: %s", *key, wanted["peer"]["message"])
+        if any(current.get(k) != v for k, v in wanted.items()):
+            kube.patch_status(api.POLICIES, key[0], key[1], wanted)
+            _written[key] = wanted
+        metrics.observe_node_loss(*key, wanted["recoveryPointOnNodeLoss"])
+
+
+def schedule(key: Key, run: Callable[[], None], logger: logging.Logger,
+             delay: float = DELAY_S) -> None:
+    """`run` soon, once, however many events ask; retried after a failure."""
+    with _scheduled_lock:
+        if key in _scheduled:
+            return
+        _scheduled.add(key)
+
+    def go() -> None:
+        with _scheduled_lock:
+            _scheduled.discard(key)
+        try:
+            run()
+        except (kube.ApiException, kube.HTTPError, RuntimeError) as error:
+            # RuntimeError: an index changed while we read it. Either way, retry.
+            logger.warning("peer tier of %s/%s: %s; retrying in %ss", *key, error,
+                           RETRY_DELAY_S)
+            schedule(key, run, logger, RETRY_DELAY_S)
+
+    timer = threading.Timer(delay, go)
+    timer.daemon = True
+    timer.start()
+
+
+def forget(key: Key, uid: str | None) -> None:
+    """A deleted policy: its objects go with it (owner references)."""
+    _documents.pop(key, None)
+    _written.pop(key, None)
+    if uid:
+        _secrets.discard(uid)

@@ -1,0 +1,163 @@
+"""operator/peer_sync.py, its writes counted against a fake API: Secrets once
+(the pods' first, never the CA key in it), the ConfigMap and the status only
+when they change, previous holders read back after a restart."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from ckptdrain.operator import config, kube, peer_sync, policy
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
+SPEC = {
+    "selector": {"matchLabels": {"app": "t"}}, "model": {"checkpointBytes": "80GB"},
+    "interval": "15m", "writers": 2, "localTier": {"path": "/mnt/ckptdrain/nvme"},
+    "storage": {"uri": "s3://bucket/runs"}, "peerTier": {"enabled": True},
+}
+KEY = ("ml", "llama")
+LOG = logging.getLogger("test")
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.secrets: dict[str, dict[str, Any]] = {}
+        self.configmaps: dict[str, dict[str, Any]] = {}
+        self.status: list[dict[str, Any]] = []
+        self.node_reads: list[str] = []
+        self.calls: list[str] = []
+        self.secret_error: int | None = None
+
+    def create_secret(self, namespace: str, body: dict[str, Any]) -> bool:
+        name = body["metadata"]["name"]
+        self.calls.append(f"secret {name}")
+        if self.secret_error:
+            raise kube.ApiException(status=self.secret_error, reason="Forbidden")
+        if name in self.secrets:
+            return False
+        self.secrets[name] = body
+        return True
+
+    def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        self.calls.append(f"read {name}")
+        found = self.configmaps.get(name)
+        return None if found is None else dict(found["data"])
+
+    def write_configmap(self, namespace: str, body: dict[str, Any]) -> None:
+        self.calls.append(f"write {body['metadata']['name']}")
+        self.configmaps[body["metadata"]["name"]] = body
+
+    def node_labels(self, name: str) -> dict[str, str] | None:
+        self.node_reads.append(name)
+        return {"topology.kubernetes.io/zone": "z" + name[-1]}
+
+    def patch_status(self, plural: str, namespace: str, name: str,
+                     status: dict[str, Any]) -> bool:
+        self.status.append(status)
+        return True
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    fake = FakeApi()
+    for name in ("create_secret", "read_configmap_data", "write_configmap", "node_labels",
+                 "patch_status"):
+        monkeypatch.setattr(kube, name, getattr(fake, name))
+    for state in (peer_sync._secrets, peer_sync._documents, peer_sync._written,
+                  peer_sync._zones):
+        state.clear()
+    return fake
+
+
+def body(spec: dict[str, Any] = SPEC, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ml", "name": "llama", "uid": "u-1"},
+            "spec": spec, "status": status or {}}
+
+
+def pod(name: str, rank: int, node: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"ckptdrain.io/writer": str(rank)}},
+            "spec": {"nodeName": node}, "status": {"podIP": f"10.0.0.{rank + 1}"}}
+
+
+PODS = [pod("w-0", 0, "n0"), pod("w-1", 1, "n1")]
+
+
+def run(b: dict[str, Any], pods: list[dict[str, Any]] = PODS) -> None:
+    parsed = policy.parse("ml", "llama", b["spec"], CFG)
+    peer_sync.sync(KEY, parsed, b, pods, [], LOG)
+
+
+def test_first_pass_creates_secrets_configmap_and_status(api: FakeApi) -> None:
+    run(body())
+    assert api.calls[:2] == ["secret llama-ckptdrain-peer", "secret llama-ckptdrain-peer-ca"]
+    pods_secret = api.secrets["llama-ckptdrain-peer"]
+    assert sorted(pods_secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
+    assert b"PRIVATE KEY" in base64.b64decode(api.secrets["llama-ckptdrain-peer-ca"]
+                                              ["data"]["ca.key"])
+    owner = pods_secret["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("CheckpointPolicy", "llama", "u-1")
+    doc = json.loads(api.configmaps["llama-ckptdrain-peers"]["data"]["peers.json"])
+    assert doc["policy"] == "ml/llama"
+    assert {r: e["holder"] for r, e in doc["writers"].items()} == {"0": 1, "1": 0}
+    assert doc["writers"]["0"]["zone"] == "z0" and doc["writers"]["0"]["address"] == \
+        "10.0.0.1:9109"
+    assert api.status[-1]["peer"]["reason"] == "Paired"
+
+
+def test_an_unchanged_pairing_writes_nothing(api: FakeApi) -> None:
+    run(body())
+    calls, patches = len(api.calls), len(api.status)
+    run(body())
+    assert len(api.calls) == calls and len(api.status) == patches
+    assert sorted(api.node_reads) == ["n0", "n1"]  # zones read once per node
+
+
+def test_existing_secrets_are_kept_and_the_ca_not_replaced(api: FakeApi) -> None:
+    api.secrets["llama-ckptdrain-peer"] = {"data": "theirs"}
+    run(body())
+    assert api.secrets["llama-ckptdrain-peer"] == {"data": "theirs"}
+    assert "llama-ckptdrain-peer-ca" not in api.secrets
+
+
+def test_forbidden_secrets_show_in_the_status_and_are_tried_again(api: FakeApi) -> None:
+    api.secret_error = 403
+    run(body())
+    assert api.status[-1]["peer"]["reason"] == "CredentialsFailed"
+    assert "Forbidden" in api.status[-1]["peer"]["message"]
+    assert "llama-ckptdrain-peers" in api.configmaps  # the pairing is still published
+    api.secret_error = None
+    run(body())
+    assert "llama-ckptdrain-peer" in api.secrets
+    assert api.status[-1]["peer"]["reason"] == "Paired"
+
+
+def test_a_restarted_operator_keeps_the_previous_holder(api: FakeApi) -> None:
+    three = [*PODS, pod("w-2", 2, "n2")]
+    spec = {**SPEC, "writers": 3}
+    run(body(spec), three)
+    peer_sync._documents.clear()  # a restart: only the ConfigMap remembers
+    peer_sync._written.clear()
+    run(body(spec), [three[0], three[2]])  # writer 1 (writer 0's holder) is gone
+    assert "read llama-ckptdrain-peers" in api.calls
+    doc = json.loads(api.configmaps["llama-ckptdrain-peers"]["data"]["peers.json"])
+    assert doc["writers"]["0"]["holder"] == 2 and doc["writers"]["0"]["previousHolder"] == 1
+    assert api.status[-1]["peer"]["reason"] == "Partial"
+
+
+def test_turned_off_clears_the_status_once(api: FakeApi) -> None:
+    run(body())
+    off = {k: v for k, v in SPEC.items() if k != "peerTier"}
+    status = {"peer": {"enabled": True}, "recoveryPointOnNodeLoss": 5}
+    peer_sync.sync(KEY, policy.parse("ml", "llama", off, CFG), body(off, status), PODS, [],
+                   LOG)
+    assert api.status[-1]["peer"]["enabled"] is False
+    assert api.status[-1]["recoveryPointOnNodeLoss"] is None
+    patches = len(api.status)
+    peer_sync.sync(KEY, policy.parse("ml", "llama", off, CFG), body(off, status), PODS, [],
+                   LOG)
+    assert len(api.status) == patches
