@@ -359,3 +359,26 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
         tools.run("helm", "uninstall", "ckptdrain", "-n", namespace, env=env, check=False)
     # CRDs stay: deleting them would delete every policy and checkpoint record.
     cluster.kubectl("get", "crd", "checkpointpolicies.ckptdrain.io")
+
+
+def _operator_rules(text: str) -> list[dict]:
+    """Every rule granted to the operator's roles (not the agent's)."""
+    return [rule for o in _docs(text) if o["kind"] in ("Role", "ClusterRole")
+            and "agent" not in o["metadata"]["name"] for rule in o.get("rules") or []]
+
+
+def _grants(rules: list[dict], resource: str) -> set[str]:
+    return {verb for r in rules if "" in r.get("apiGroups", []) and resource in r["resources"]
+            and not r.get("resourceNames") for verb in r["verbs"]}
+
+
+@pytest.mark.parametrize("watch", [[], ["--set", "operator.watchNamespace=ml-a"]])
+def test_the_peer_tier_rules_are_exactly_what_it_needs(tools: Tools, watch: list[str]) -> None:
+    rules = _operator_rules(render(tools, *watch).stdout)
+    # Create, never read: the operator can read no workload's Secret.
+    assert _grants(rules, "secrets") == {"create"}
+    assert _grants(rules, "configmaps") == {"get", "create", "patch"}
+    assert _grants(rules, "nodes") == {"get"}
+    off = _operator_rules(render(tools, *watch, "--set", "operator.peerTier=false").stdout)
+    assert _grants(off, "secrets") == _grants(off, "configmaps") == _grants(off, "nodes") \
+        == set()
