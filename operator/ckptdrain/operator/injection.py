@@ -19,6 +19,7 @@ from ckptdrain.contract.api import (
     ANNOTATION_POLICY,
     ANNOTATION_RESTORE,
     ANNOTATION_WORKLOAD_WRITERS,
+    LABEL_POLICY,
     LABEL_WRITER,
 )
 from ckptdrain.contract.env import CREDENTIALS, Env
@@ -318,13 +319,18 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
             _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
                     [{"name": "ckptdrain-work", "mountPath": WORK_DIR}])
     ops.extend(placement_ops(spec, policy))
+    labels: dict[str, str] = {}
     if rank is not None:
-        if pod.get("metadata", {}).get("labels") is None:
-            ops.append({"op": "add", "path": "/metadata/labels",
-                        "value": {LABEL_WRITER: str(rank)}})
-        else:
-            ops.append({"op": "add", "path": f"/metadata/labels/{_pointer(LABEL_WRITER)}",
-                        "value": str(rank)})
+        labels[LABEL_WRITER] = str(rank)
+    if policy.peer.enabled:
+        # What a NetworkPolicy selects to let only this policy's pods reach
+        # each other's peer port (docs/peer-tier.md).
+        labels[LABEL_POLICY] = policy.name
+    if labels and pod.get("metadata", {}).get("labels") is None:
+        ops.append({"op": "add", "path": "/metadata/labels", "value": labels})
+    elif labels:
+        ops.extend({"op": "add", "path": f"/metadata/labels/{_pointer(k)}", "value": v}
+                   for k, v in labels.items())
     annotations = {ANNOTATION_POLICY: policy.name, ANNOTATION_INJECTED: "true",
                    ANNOTATION_BANDWIDTH: str(int(default_rate))}
     if workload_writers is not None:

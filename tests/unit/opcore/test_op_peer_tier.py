@@ -162,3 +162,13 @@ def test_off_adds_nothing_of_the_peer_tier() -> None:
 def test_constants_match_the_node_side() -> None:
     assert peer_tier.PEER_PORT == protocol.DEFAULT_PORT
     assert peer_tier.POD_KEYS == peer_certs.POD_KEYS == tls.FILES
+
+
+def test_pods_carry_the_policy_label_a_network_policy_selects() -> None:
+    assert injected(ON)["metadata"]["labels"] == {
+        "app": "t", "ckptdrain.io/writer": "3", "ckptdrain.io/policy": "llama"}
+    assert "ckptdrain.io/policy" not in injected(OFF)["metadata"]["labels"]
+    bare = pod()
+    del bare["metadata"]["labels"]
+    out = jsonpatch.apply_patch(bare, injection.build_pod_patch(bare, ON, CFG, 1e9))
+    assert out["metadata"]["labels"] == {"ckptdrain.io/policy": "llama"}
