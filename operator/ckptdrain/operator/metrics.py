@@ -51,7 +51,7 @@ NODE_LOSS_STEP = Gauge("ckptdrain_recovery_point_on_node_loss_step",
                        "single node is lost (absent when no step survives every node loss)",
                        ["namespace", "policy"])
 CONDITION_STATUSES = ("True", "False", "Unknown")
-RESTORE_TIERS = ("local", "global", "fresh")
+RESTORE_TIERS = ("local", "peer", "global", "fresh")
 #: The restore init container's name (operator/injection.py RESTORE).
 RESTORE_CONTAINER = "ckptdrain-restore"
 

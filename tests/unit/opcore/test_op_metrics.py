@@ -54,6 +54,8 @@ def test_a_status_without_conditions_or_a_bad_timestamp_is_not_fatal() -> None:
 def test_restores_are_counted_by_tier() -> None:
     assert m.restore_tier("step=42 tier=local") == "local"
     assert m.restore_tier("step=42 tier=global") == "global"
+    # Restore from a partner's copy (docs/peer-tier.md) is not a fresh start.
+    assert m.restore_tier("step=42 tier=peer") == "peer"
     assert m.restore_tier("fresh") == "fresh"
     assert m.restore_tier("step=1 tier=../../x") == "fresh"  # never an unbounded label
     m.observe_restored("ml", "rst", "step=42 tier=local")
