@@ -143,7 +143,7 @@ def peer_status(policy: str, doc: Mapping[str, Any], expected: int,
         reason = "NoPartner"
         message = (f"all {running} running writers share one node: no copy can be kept "
                    "on another node" if running > 1 else
-                   "one writer: there is no other node to keep its copy")
+                   f"one writer runs (of {expected}): there is no other node to keep its copy")
     elif paired < running or running < expected:
         reason = "Partial"
         message = (f"{paired} of {expected} writers have a holder on another node "

@@ -1,0 +1,123 @@
+"""The peer tier's operator side against a real apiserver: a policy with
+`peerTier.enabled` gets its two Secrets (the pods' without the CA key), its
+pods the peer sidecar before restore, and the operator publishes the peers
+ConfigMap, `status.peer` and `recoveryPointOnNodeLoss`; a writer whose
+partner goes away is re-paired. No kubelet runs here: nodes are bare Node
+objects with a zone label, and pod IPs are written as the kubelet would."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from cluster_helpers import INJECT, get, pod, policy, wait_for
+from kubernetes import client, config
+from operator_process import OperatorProcess
+
+from ckptdrain.node.kube import RecordWriter
+from support.apiserver import Cluster
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+@pytest.fixture
+def nodes(cluster: Cluster, namespace: str) -> Iterator[list[str]]:
+    """Two nodes in two zones, named after the test's namespace."""
+    names = [f"{namespace}-a", f"{namespace}-b"]
+    for name, zone in zip(names, ("a", "b"), strict=True):
+        cluster.kubectl("create", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {ZONE: zone}}}))
+    yield names
+    # No kubelet confirms a deletion here: pods on these nodes go by force.
+    cluster.kubectl("delete", "-n", namespace, "pods", "--all", "--force", "--grace-period=0",
+                    "--wait=false", check=False)
+    cluster.kubectl("delete", "node", *names, "--wait=false", check=False)
+
+
+def _maybe(cluster: Cluster, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+    """The object, or None while it does not exist."""
+    out = cluster.kubectl("get", "-n", namespace, kind, name, "-o", "json", check=False)
+    return dict(json.loads(out.stdout)) if out.returncode == 0 else None
+
+
+def _peers(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    found = _maybe(cluster, namespace, "configmap", "llama-ckptdrain-peers") or {}
+    return dict(json.loads(found["data"]["peers.json"])) if found else {"writers": {}}
+
+
+def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    return dict(get(cluster, namespace, "ckpol", "llama").get("status") or {})
+
+
+def test_a_peer_policy_gets_secrets_sidecar_peers_and_status(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], nodes: list[str]) -> None:
+    apply(policy("llama", writers=2, peerTier={"enabled": True, "keep": 2}))
+
+    # The Secrets: the pods' holds no CA key; both belong to the policy.
+    secret = wait_for(lambda: _maybe(cluster, namespace, "secret", "llama-ckptdrain-peer"),
+                      what="the pods' peer Secret")
+    assert sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
+    ca = wait_for(lambda: _maybe(cluster, namespace, "secret", "llama-ckptdrain-peer-ca"),
+                  what="the CA's Secret")
+    assert b"PRIVATE KEY" in base64.b64decode(ca["data"]["ca.key"])
+    for s in (secret, ca):
+        (owner,) = s["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("CheckpointPolicy", "llama")
+
+    # The pods: the peer sidecar runs before restore, with the Secret by reference.
+    for rank, node in enumerate(nodes):
+        created = cluster.kubectl("create", "-n", namespace, "-o", "json", "-f", "-",
+                                  input=json.dumps(pod(
+                                      f"w-{rank}", {"app": "llama", **INJECT}, rank,
+                                      nodeName=node, terminationGracePeriodSeconds=3600)))
+        body = json.loads(created.stdout)
+        names = [c["name"] for c in body["spec"]["initContainers"]]
+        assert names.index("ckptdrain-peer") < names.index("ckptdrain-restore"), names
+        peer = next(c for c in body["spec"]["initContainers"] if c["name"] == "ckptdrain-peer")
+        assert peer["restartPolicy"] == "Always"
+        assert peer["command"] == ["ckptdrain", "peer"]
+        volumes = {v["name"]: v for v in body["spec"]["volumes"]}
+        assert volumes["ckptdrain-peer-tls"]["secret"]["secretName"] == "llama-ckptdrain-peer"
+        assert body["metadata"]["labels"]["ckptdrain.io/policy"] == "llama"
+        ip = f"10.9.0.{rank + 1}"
+        cluster.kubectl("patch", "-n", namespace, "pod", f"w-{rank}", "--subresource=status",
+                        "--type=merge", "-p", json.dumps(
+                            {"status": {"podIP": ip, "podIPs": [{"ip": ip}]}}))
+
+    # The pairing: across the two zones, in the ConfigMap and the status.
+    doc = wait_for(lambda: len(_peers(cluster, namespace)["writers"]) == 2
+                   and _peers(cluster, namespace), what="both writers in the peers document")
+    assert doc["policy"] == f"{namespace}/llama"
+    assert {r: (e["holder"], e["zone"], e["address"]) for r, e in doc["writers"].items()} == {
+        "0": (1, "a", "10.9.0.1:9109"), "1": (0, "b", "10.9.0.2:9109")}
+    status = wait_for(lambda: _status(cluster, namespace).get("peer", {}).get("reason")
+                      == "Paired" and _status(cluster, namespace), what="status.peer Paired")
+    assert status["peer"]["pairs"] == [{"writer": 0, "holder": 1}, {"writer": 1, "holder": 0}]
+
+    # Claims: step 20 held locally and by each partner survives the loss of
+    # either node; step 30, whose copies no partner holds yet, does not.
+    api = client.CustomObjectsApi(config.new_client_from_config(str(cluster.kubeconfig)))
+    writers = [RecordWriter(namespace, "llama", 2, w, api=api) for w in ("0", "1")]
+    now = datetime.now(UTC)
+    for w in writers:
+        w.report(20, "Local", 10, ["local", "peer"], now)
+        w.report(30, "Local", 10, ["local"], now)
+    wait_for(lambda: _status(cluster, namespace).get("recoveryPointOnNodeLoss") == 20,
+             what="the recovery point on node loss")
+
+    # Writer 1's pod goes: writer 0 has no partner left, and remembers the old one.
+    cluster.kubectl("delete", "-n", namespace, "pod", "w-1", "--wait=false")
+    doc = wait_for(lambda: list(_peers(cluster, namespace)["writers"]) == ["0"]
+                   and _peers(cluster, namespace), what="writer 1 gone from the peers")
+    assert doc["writers"]["0"]["holder"] is None
+    assert doc["writers"]["0"]["previousHolder"] == 1
+    status = wait_for(lambda: _status(cluster, namespace).get("peer", {}).get("reason")
+                      == "NoPartner" and _status(cluster, namespace), what="NoPartner")
+    # Writer 1 runs nowhere: only a complete global step would survive now.
+    assert status.get("recoveryPointOnNodeLoss") is None
