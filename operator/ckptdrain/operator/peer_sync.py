@@ -14,7 +14,8 @@ events, policy changes and checkpoint records) does:
    unrelated events and restarts leave it alone, and a writer whose holder
    went away is re-paired in the same pass;
 3. `status.peer`, `status.recoveryPointOnNodeLoss` and its metric, patched
-   only when they change.
+   only when they change; a Warning `PeerCredentialsFailed` on the policy
+   when the Secrets cannot be created.
 
 A restarted operator reads the ConfigMap back once (previous holders survive
 restarts) and otherwise converges to the same objects.
@@ -155,6 +156,8 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
         if any(current.get(k) != v for k, v in wanted.items()):
             kube.patch_status(api.POLICIES, key[0], key[1], wanted)
             _written[key] = wanted
+            if error and (current.get("peer") or {}).get("reason") != "CredentialsFailed":
+                kube.post_event(body, api.KIND_POLICY, "PeerCredentialsFailed", error)
         metrics.observe_node_loss(*key, wanted["recoveryPointOnNodeLoss"])
 
 

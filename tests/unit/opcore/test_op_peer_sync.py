@@ -31,6 +31,7 @@ class FakeApi:
         self.node_reads: list[str] = []
         self.calls: list[str] = []
         self.secret_error: int | None = None
+        self.events: list[tuple[str, str]] = []
 
     def create_secret(self, namespace: str, body: dict[str, Any]) -> bool:
         name = body["metadata"]["name"]
@@ -55,6 +56,9 @@ class FakeApi:
         self.node_reads.append(name)
         return {"topology.kubernetes.io/zone": "z" + name[-1]}
 
+    def post_event(self, body: Any, kind: str, reason: str, message: str) -> None:
+        self.events.append((reason, message))
+
     def patch_status(self, plural: str, namespace: str, name: str,
                      status: dict[str, Any]) -> bool:
         self.status.append(status)
@@ -65,7 +69,7 @@ class FakeApi:
 def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
     fake = FakeApi()
     for name in ("create_secret", "read_configmap_data", "write_configmap", "node_labels",
-                 "patch_status"):
+                 "patch_status", "post_event"):
         monkeypatch.setattr(kube, name, getattr(fake, name))
     for state in (peer_sync._secrets, peer_sync._documents, peer_sync._written,
                   peer_sync._zones):
@@ -130,6 +134,9 @@ def test_forbidden_secrets_show_in_the_status_and_are_tried_again(api: FakeApi) 
     assert api.status[-1]["peer"]["reason"] == "CredentialsFailed"
     assert "Forbidden" in api.status[-1]["peer"]["message"]
     assert "llama-ckptdrain-peers" in api.configmaps  # the pairing is still published
+    assert [reason for reason, _ in api.events] == ["PeerCredentialsFailed"]
+    run(body())
+    assert len(api.events) == 1  # once, not at every pass
     api.secret_error = None
     run(body())
     assert "llama-ckptdrain-peer" in api.secrets
