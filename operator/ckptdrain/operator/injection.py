@@ -2,7 +2,8 @@
 
 Pure: `build_pod_patch(pod, policy, config)` follows docs/pod-contract.md
 exactly (restore init container first, the agent as a native sidecar, the
-volumes, env, annotations). An already-injected pod yields []. `grace_problem`
+volumes, env, annotations; with the peer tier on, the peer sidecar before
+restore, peer_tier.py). An already-injected pod yields []. `grace_problem`
 says when terminationGracePeriodSeconds is too short to flush one shard.
 """
 

@@ -31,6 +31,8 @@ GRACE_POLICIES = ("Warn", "Refuse")
 RESTORE_PREFER = ("local", "global")
 DEFAULT_LOCAL_KEEP = 2
 DEFAULT_GLOBAL_KEEP = 3
+#: Longest label value Kubernetes takes.
+MAX_LABEL_VALUE = 63
 #: How long restore retries a store that does not answer (restore/retry.py).
 DEFAULT_RETRY_DEADLINE_S = 600.0
 NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -347,6 +349,12 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     rule = _read_identity(r)
     shard = sizing.checkpoint_size(inp) / writers if not r.errors else None
     peer = read_peer_tier(r.raw("peerTier"), shard, r.fail)
+    if peer.enabled and len(name) > MAX_LABEL_VALUE:
+        # Its pods carry the name as the ckptdrain.io/policy label (a
+        # NetworkPolicy selects on it); a longer value would fail every pod.
+        r.errors.append(InvalidInput(
+            "metadata.name", f"at most {MAX_LABEL_VALUE} characters with spec.peerTier.enabled "
+            "(its pods carry the name as a label)", name))
     if r.errors:
         return None, r.errors
     return Policy(
@@ -365,9 +373,11 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     ), []
 
 
-def validate(spec: Mapping[str, Any], config: OperatorConfig) -> list[InvalidInput]:
-    """Every semantic problem in `spec`, each naming its field; [] when valid."""
-    return _read("", "", spec, config, 1)[1]
+def validate(spec: Mapping[str, Any], config: OperatorConfig,
+             name: str = "") -> list[InvalidInput]:
+    """Every semantic problem in `spec` (and the policy's `name`, where a
+    field depends on it), each naming its field; [] when valid."""
+    return _read("", name, spec, config, 1)[1]
 
 
 def parse(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorConfig,

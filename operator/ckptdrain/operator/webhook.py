@@ -222,9 +222,10 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
 
 
 @kopf.on.validate(*POLICIES, id="ckptdrain-policy", operations=["CREATE", "UPDATE"])
-async def checkpointpolicy_validate(spec: kopf.Spec, memo: kopf.Memo, **_: Any) -> None:
+async def checkpointpolicy_validate(spec: kopf.Spec, meta: kopf.Meta, memo: kopf.Memo,
+                                    **_: Any) -> None:
     """Refuse a policy the schema admits but the operator cannot honour."""
     with metrics.admitting("policy"):
-        errors = pol.validate(dict(spec), memo.config)
+        errors = pol.validate(dict(spec), memo.config, name=meta.get("name") or "")
         if errors:
             raise kopf.AdmissionError("; ".join(str(e) for e in errors), code=422)

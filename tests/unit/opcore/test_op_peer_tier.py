@@ -76,6 +76,15 @@ def test_not_an_object_is_refused() -> None:
     assert [e.field for e in errors] == ["spec.peerTier"]
 
 
+def test_a_name_too_long_for_the_pods_label_is_refused_with_the_tier_on() -> None:
+    long = "p" * 64
+    errors = policy.validate(spec(enabled=True), CFG, name=long)
+    assert [e.field for e in errors] == ["metadata.name"]
+    assert "63" in str(errors[0])
+    assert policy.validate(spec(enabled=True), CFG, name="p" * 63) == []
+    assert policy.validate(spec(), CFG, name=long) == []
+
+
 def test_capacity_of_exactly_one_copy_is_enough() -> None:
     assert policy.validate(spec(enabled=True, capacity="100GB"), CFG) == []
 
