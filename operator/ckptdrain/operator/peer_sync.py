@@ -49,6 +49,9 @@ _scheduled: set[Key] = set()
 _scheduled_lock = threading.Lock()
 #: Policy uids whose Secrets exist (created by us, or found existing).
 _secrets: set[str] = set()
+#: The CA Secret of a policy whose pods' Secret was created but whose CA
+#: Secret was not yet (kept in memory only until it is stored).
+_pending_ca: dict[str, dict[str, Any]] = {}
 #: peers.json as last written (or read back) per policy.
 _documents: dict[Key, str] = {}
 #: status fields as last written per policy (the index may lag our own patch).
@@ -94,15 +97,21 @@ def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any],
     if uid in _secrets:
         return None
     namespace, name = key
-    material = peer_certs.new_material(f"{namespace}/{name}", datetime.now(UTC))
-    pods, ca = peer_placement.peer_secrets(namespace, name, material, owner)
     try:
-        # The pods' Secret first: if it exists, the CA that signed it is
-        # already kept (or lost with a crash in between), never replaced by
-        # one that did not sign it.
-        if kube.create_secret(namespace, pods):
-            kube.create_secret(namespace, ca)
-            logger.info("created the peer tier's Secrets for %s/%s", namespace, name)
+        ca = _pending_ca.get(uid)
+        if ca is None:
+            material = peer_certs.new_material(f"{namespace}/{name}", datetime.now(UTC))
+            pods, ca = peer_placement.peer_secrets(namespace, name, material, owner)
+            # The pods' Secret first: if it exists, the CA that signed it is
+            # already kept (or lost with a crash in between), never replaced
+            # by one that did not sign it.
+            if not kube.create_secret(namespace, pods):
+                _secrets.add(uid)
+                return None
+            _pending_ca[uid] = ca  # until it is stored: a failure here retries it
+        kube.create_secret(namespace, ca)
+        _pending_ca.pop(uid, None)
+        logger.info("created the peer tier's Secrets for %s/%s", namespace, name)
     except kube.ApiException as error:
         if error.status in (403, 422):  # RBAC, or a name too long: a person must act
             return f"the operator could not create its Secrets: {error.reason}"
@@ -191,3 +200,4 @@ def forget(key: Key, uid: str | None) -> None:
     _written.pop(key, None)
     if uid:
         _secrets.discard(uid)
+        _pending_ca.pop(uid, None)

@@ -31,6 +31,7 @@ class FakeApi:
         self.node_reads: list[str] = []
         self.calls: list[str] = []
         self.secret_error: int | None = None
+        self.ca_error: int | None = None
         self.events: list[tuple[str, str]] = []
 
     def create_secret(self, namespace: str, body: dict[str, Any]) -> bool:
@@ -38,6 +39,8 @@ class FakeApi:
         self.calls.append(f"secret {name}")
         if self.secret_error:
             raise kube.ApiException(status=self.secret_error, reason="Forbidden")
+        if self.ca_error and name.endswith("-ca"):
+            raise kube.ApiException(status=self.ca_error, reason="Internal error")
         if name in self.secrets:
             return False
         self.secrets[name] = body
@@ -72,7 +75,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
                  "patch_status", "post_event"):
         monkeypatch.setattr(kube, name, getattr(fake, name))
     for state in (peer_sync._secrets, peer_sync._documents, peer_sync._written,
-                  peer_sync._zones):
+                  peer_sync._zones, peer_sync._pending_ca):
         state.clear()
     return fake
 
@@ -168,3 +171,15 @@ def test_turned_off_clears_the_status_once(api: FakeApi) -> None:
     peer_sync.sync(KEY, policy.parse("ml", "llama", off, CFG), body(off, status), PODS, [],
                    LOG)
     assert len(api.status) == patches
+
+
+def test_a_ca_secret_that_failed_is_stored_later_with_the_ca_that_signed(
+        api: FakeApi) -> None:
+    api.ca_error = 500
+    with pytest.raises(kube.ApiException):
+        run(body())
+    assert "llama-ckptdrain-peer" in api.secrets and "llama-ckptdrain-peer-ca" not in api.secrets
+    api.ca_error = None
+    run(body())
+    ca = base64.b64decode(api.secrets["llama-ckptdrain-peer-ca"]["data"]["ca.crt"])
+    assert ca == base64.b64decode(api.secrets["llama-ckptdrain-peer"]["data"]["ca.crt"])
