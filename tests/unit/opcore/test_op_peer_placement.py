@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from ckptdrain.contract.peers import ZONE_LABEL, parse
 from ckptdrain.operator import peer_certs
@@ -256,3 +258,27 @@ def test_turning_the_tier_off_clears_its_status_once() -> None:
                               "recoveryPointOnNodeLoss": 20})
     assert change is not None and change["peer"]["enabled"] is False
     assert change["recoveryPointOnNodeLoss"] is None and change["peer"]["pairs"] is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(placement=hst.lists(hst.tuples(hst.integers(0, 7), hst.integers(0, 3),
+                                      hst.sampled_from(["a", "b", None])),
+                           max_size=10))
+def test_a_pass_is_stable_and_never_pairs_a_writer_with_its_own_node(
+        placement: list[tuple[int, int, str | None]]) -> None:
+    pods = [_running(f"w-{i}", rank, f"n{node}", f"10.0.{i}.1")
+            for i, (rank, node, _) in enumerate(placement)]
+    zones = {f"n{node}": {ZONE_LABEL: zone} for _, node, zone in placement if zone}
+    cm, status = publish("ml", "llama", pods, zones, 9109, 8, 2, 2, [], None)
+    doc = json.loads(cm["data"]["peers.json"])
+    # Fed its own document back (the next event, a restarted operator): no change.
+    again, _ = publish("ml", "llama", pods, zones, 9109, 8, 2, 2, [], doc)
+    assert again == cm
+    writers = doc["writers"]
+    for entry in writers.values():
+        if entry["holder"] is not None:
+            assert writers[str(entry["holder"])]["node"] != entry["node"]
+    # Every running writer has a holder exactly when more than one node runs writers.
+    nodes = {e["node"] for e in writers.values()}
+    if writers:
+        assert (status["peer"]["paired"] == len(writers)) == (len(nodes) > 1)
