@@ -130,13 +130,17 @@ def pairs_status(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def peer_status(policy: str, doc: Mapping[str, Any], expected: int,
-                credentials_error: str | None = None) -> dict[str, Any]:
+                credentials_error: str | None = None,
+                publish_error: str | None = None) -> dict[str, Any]:
     """The policy's `status.peer` block: the pairing, how many of the
-    `expected` writers run and have a holder, and why when not all do."""
+    `expected` writers run and have a holder, and why when not all do (or
+    why the Secrets or the ConfigMap could not be written)."""
     pairs = pairs_status(doc)
     running, paired = len(pairs), sum(1 for h in pairs.values() if h is not None)
     if credentials_error:
         reason, message = "CredentialsFailed", credentials_error
+    elif publish_error:
+        reason, message = "PublishFailed", publish_error
     elif running == 0:
         reason, message = "NoWriters", "no writer of this policy is running yet"
     elif paired == 0:

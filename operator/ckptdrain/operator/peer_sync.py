@@ -14,8 +14,8 @@ events, policy changes and checkpoint records) does:
    unrelated events and restarts leave it alone, and a writer whose holder
    went away is re-paired in the same pass;
 3. `status.peer`, `status.recoveryPointOnNodeLoss` and its metric, patched
-   only when they change; a Warning `PeerCredentialsFailed` on the policy
-   when the Secrets cannot be created.
+   only when they change; a Warning `PeerTierFailed` on the policy when the
+   Secrets or the ConfigMap cannot be written.
 
 A restarted operator reads the ConfigMap back once (previous holders survive
 restarts) and otherwise converges to the same objects.
@@ -153,21 +153,46 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
         owner = owner_reference(key[1], uid) if uid else None
         error = _ensure_secrets(key, uid, owner, logger) if uid and owner else None
         nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None, ""}
+        try:
+            previous, unpublished = _previous(key), None
+        except kube.ApiException as denied:
+            if denied.status != 403:
+                raise
+            previous, unpublished = None, _forbidden(denied)
         configmap, wanted = peer_placement.publish(
             key[0], key[1], pods, _zone_labels(sorted(nodes)), peer_tier.PEER_PORT,
-            policy.writers, policy.local_keep, policy.peer.keep, records, _previous(key),
+            policy.writers, policy.local_keep, policy.peer.keep, records, previous,
             owner, error)
         text = configmap["data"][peer_placement.PEERS_KEY]
-        if text != _documents.get(key):
-            kube.write_configmap(key[0], configmap)
-            _documents[key] = text
-            logger.info("published the peers of %s/%s: %s", *key, wanted["peer"]["message"])
+        if unpublished is None and text != _documents.get(key):
+            try:
+                kube.write_configmap(key[0], configmap)
+                _documents[key] = text
+                logger.info("published the peers of %s/%s: %s", *key,
+                            wanted["peer"]["message"])
+            except kube.ApiException as denied:
+                if denied.status != 403:
+                    raise
+                unpublished = _forbidden(denied)
+        if unpublished:
+            # Not retried on a timer: RBAC changes come with a person, and the
+            # next pod or record event tries again.
+            doc = json.loads(text)
+            wanted["peer"] = peer_placement.peer_status(key[1], doc, policy.writers, error,
+                                                        unpublished)
         if any(current.get(k) != v for k, v in wanted.items()):
             kube.patch_status(api.POLICIES, key[0], key[1], wanted)
             _written[key] = wanted
-            if error and (current.get("peer") or {}).get("reason") != "CredentialsFailed":
-                kube.post_event(body, api.KIND_POLICY, "PeerCredentialsFailed", error)
+            problem = error or unpublished
+            if problem and (current.get("peer") or {}).get("reason") \
+                    != wanted["peer"]["reason"]:
+                kube.post_event(body, api.KIND_POLICY, "PeerTierFailed", problem)
         metrics.observe_node_loss(*key, wanted["recoveryPointOnNodeLoss"])
+
+
+def _forbidden(error: kube.ApiException) -> str:
+    return ("the operator may not read or write the peers ConfigMap "
+            f"({error.reason}): grant get, create and patch on configmaps")
 
 
 def schedule(key: Key, run: Callable[[], None], logger: logging.Logger,

@@ -32,6 +32,8 @@ class FakeApi:
         self.calls: list[str] = []
         self.secret_error: int | None = None
         self.ca_error: int | None = None
+        self.configmap_error: int | None = None
+        self.write_error: int | None = None
         self.events: list[tuple[str, str]] = []
 
     def create_secret(self, namespace: str, body: dict[str, Any]) -> bool:
@@ -48,11 +50,15 @@ class FakeApi:
 
     def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
         self.calls.append(f"read {name}")
+        if self.configmap_error:
+            raise kube.ApiException(status=self.configmap_error, reason="Forbidden")
         found = self.configmaps.get(name)
         return None if found is None else dict(found["data"])
 
     def write_configmap(self, namespace: str, body: dict[str, Any]) -> None:
         self.calls.append(f"write {body['metadata']['name']}")
+        if self.write_error:
+            raise kube.ApiException(status=self.write_error, reason="Forbidden")
         self.configmaps[body["metadata"]["name"]] = body
 
     def node_labels(self, name: str) -> dict[str, str] | None:
@@ -137,7 +143,7 @@ def test_forbidden_secrets_show_in_the_status_and_are_tried_again(api: FakeApi) 
     assert api.status[-1]["peer"]["reason"] == "CredentialsFailed"
     assert "Forbidden" in api.status[-1]["peer"]["message"]
     assert "llama-ckptdrain-peers" in api.configmaps  # the pairing is still published
-    assert [reason for reason, _ in api.events] == ["PeerCredentialsFailed"]
+    assert [reason for reason, _ in api.events] == ["PeerTierFailed"]
     run(body())
     assert len(api.events) == 1  # once, not at every pass
     api.secret_error = None
@@ -183,3 +189,30 @@ def test_a_ca_secret_that_failed_is_stored_later_with_the_ca_that_signed(
     run(body())
     ca = base64.b64decode(api.secrets["llama-ckptdrain-peer-ca"]["data"]["ca.crt"])
     assert ca == base64.b64decode(api.secrets["llama-ckptdrain-peer"]["data"]["ca.crt"])
+
+
+def test_forbidden_configmaps_show_in_the_status_without_a_retry_loop(api: FakeApi) -> None:
+    api.configmap_error = 403
+    run(body())  # no exception: nothing for the timer to retry
+    assert api.status[-1]["peer"]["reason"] == "PublishFailed"
+    assert "configmaps" in api.status[-1]["peer"]["message"]
+    assert [reason for reason, _ in api.events] == ["PeerTierFailed"]
+    assert "llama-ckptdrain-peers" not in api.configmaps
+    api.configmap_error = None
+    run(body())
+    assert "llama-ckptdrain-peers" in api.configmaps
+    assert api.status[-1]["peer"]["reason"] == "Paired"
+    with pytest.raises(kube.ApiException):  # anything else is retried
+        api.configmap_error = 500
+        peer_sync._documents.clear()
+        run(body())
+
+
+def test_a_forbidden_write_is_reported_like_a_forbidden_read(api: FakeApi) -> None:
+    api.write_error = 403
+    run(body())
+    assert api.status[-1]["peer"]["reason"] == "PublishFailed"
+    api.write_error = None
+    run(body())
+    assert api.status[-1]["peer"]["reason"] == "Paired"
+    assert "llama-ckptdrain-peers" in api.configmaps
