@@ -1,10 +1,11 @@
 """What the chart ships for monitoring, as rendered: the agents' PodMonitor,
 the PrometheusRule (checked with `promtool check rules`, every alert
 unit-tested with `promtool test rules` from alerts/cases.yaml), the runbook
-section each alert links to, and the Grafana dashboard (its JSON's shape and
-that every metric it or a rule names is one the agent or operator exports,
-and that its queries parse).
-A real Grafana is not built here (docs/alerts.md, "The dashboard")."""
+section each alert links to, and the Grafana dashboard (checked against
+Grafana's published schema types, tests/chart/grafana_schema.py; every
+metric it or a rule names is one the agent or operator exports; its queries
+parse). Grafana's server is not used here (docs/alerts.md, "How these are
+checked")."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import REGISTRY
+from tests.chart import grafana_schema
 from tests.chart.support import CHART, REPO, Tools
 from tests.support import prometheus
 
@@ -234,6 +236,62 @@ def test_the_metric_check_catches_a_misspelt_name() -> None:
     known = exported_metrics()
     assert "ckptdrain_drain_lag_bytes" in known
     assert not _named("ckptdrain_drain_lag_byte > 0") <= known
+
+
+def test_the_dashboard_fits_grafanas_schema() -> None:
+    """Decoded with Grafana's schema models (each panel's options and
+    fieldConfig with its plugin's, each query with Prometheus'), nothing we
+    wrote is dropped or changed, every value has the schema's type, and the
+    panel types, data source references and grid positions hold."""
+    assert grafana_schema.problems(json.loads(DASHBOARD.read_text())) == []
+
+
+def _set(path: str, value: Any) -> Any:
+    def change(dashboard: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = dashboard
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[last] = value
+    return change
+
+
+def _respell(path: str, old: str, new: str) -> Any:
+    def change(dashboard: dict[str, Any]) -> None:
+        node: Any = dashboard
+        for key in path.split("."):
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[new] = node.pop(old)
+    return change
+
+
+@pytest.mark.parametrize(("change", "caught"), [
+    (_respell("panels.2.targets.0", "legendFormat", "legendformat"),
+     "$.panels[2].targets[0].legendformat: not in the schema"),
+    (_respell("panels.1", "gridPos", "gridpos"), "$.panels[1].gridpos: not in the schema"),
+    (_set("panels.1.options.colourMode", "background"),
+     "$.panels[1].options.colourMode: not in the schema"),
+    (_set("panels.3.fieldConfig.defaults.custom", {"lineWidht": 2}),
+     "$.panels[3].fieldConfig.defaults.custom.lineWidht: not in the schema"),
+    (_set("graphTooltip", 3), "$.graph_tooltip: 3 is not one of [0, 1, 2]"),
+    (_set("templating.list.1.refresh", "2"), "$.templating.list_val[1].refresh: '2' is not"),
+    (_set("panels.1.options.colorMode", "rainbow"),
+     "$.panels[1].options.color_mode: 'rainbow' is not one of"),
+    (_set("panels.1.gridPos.w", "8"), "$.panels[1].grid_pos.w: '8' is not of type int"),
+    (_set("panels.1.type", "timeseries2"), "no schema for panel type 'timeseries2'"),
+    (_set("panels.1.datasource.uid", "prometheus"),
+     "$.panels[1].datasource: uid 'prometheus' is not a data source variable"),
+    (_set("panels.2.gridPos.x", 4), "overlaps $.panels[1]"),
+], ids=["misspelt query key", "misspelt panel key", "misspelt stat option",
+        "misspelt timeseries field option", "cursor sync out of range",
+        "variable refresh as a string", "unknown stat colour mode", "width as a string",
+        "unknown panel type", "fixed data source uid", "overlapping panels"])
+def test_the_schema_check_catches_a_misspelt_key_or_an_invalid_value(
+        change: Any, caught: str) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    change(dashboard)
+    found = grafana_schema.problems(dashboard)
+    assert any(caught in p for p in found), found
 
 
 def test_every_dashboard_query_parses(promtool_ready: None, tmp_path: Path) -> None:

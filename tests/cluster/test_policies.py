@@ -24,8 +24,9 @@ def test_crds_are_served_with_short_names_and_columns(cluster: Cluster, crds: No
     crd = json.loads(cluster.kubectl("get", "crd", "checkpointpolicies.ckptdrain.io",
                                      "-o", "json").stdout)
     columns = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert columns[:6] == ["Required", "Drainers", "Local Step", "Global Step",
-                           "Recovery Point", "Phase"]
+    # Existing columns keep their places (scripts read them); new ones go after.
+    assert columns[:7] == ["Required", "Drainers", "Local Step", "Global Step",
+                           "Recovery Point", "Phase", "Goodput"]
 
 
 def test_valid_policy_gets_63_GBps(cluster: Cluster, operator: OperatorProcess,

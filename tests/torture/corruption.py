@@ -23,11 +23,17 @@ from tests.torture.kills import push_args
 from tests.torture.ops import Ctx, same
 from tests.torture.stores import Area, StoreKind
 
+from ckptdrain import keys
+
 Damage = Callable[[Area, random.Random, int], str]
 
 
 def _data_keys(area: Area, step: int, writer: int) -> list[str]:
-    return sorted(k for k, size in area.keys(f"data/{step:020d}/{writer:05d}/").items() if size)
+    """The writer's data objects of `step`, in either layout (docs/store-layout.md)."""
+    found = [k for prefix in keys.writer_data_prefixes(step, writer)
+             for k, size in area.keys(prefix).items() if size]
+    assert found, f"no data of step {step} writer {writer} to damage"
+    return sorted(found)
 
 
 def _mkey(step: int, writer: int) -> str:
@@ -131,7 +137,7 @@ def _store(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
                 return
     step1 = ctx.pull(area, base / "ref", "--step", "1")[1]
     pristine = {k: area.get(k) for k in [*area.keys(f"manifests/{2:020d}/"),
-                                         *area.keys(f"data/{2:020d}/")]}
+                                         *area.step_data_keys(2)]}
     for _ in range(ctx.opts.rounds):
         for damage in DATA_DAMAGE + MANIFEST_DAMAGE:
             w = rng.randrange(2)
@@ -152,7 +158,7 @@ def _store(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
                     _tree(doc), sources[1, w]):
                 problems.append(f"restore gave step {doc.get('step')} ({rest.brief()})")
             cat.check(not problems, f"{what}: " + "; ".join(problems))
-            for key in set(area.keys(f"manifests/{2:020d}/")) | set(area.keys(f"data/{2:020d}/")):
+            for key in set(area.keys(f"manifests/{2:020d}/")) | set(area.step_data_keys(2)):
                 if key not in pristine:
                     area.delete(key)
             for key, data in pristine.items():

@@ -47,7 +47,9 @@ class Bench:
             if not cat.check(pushed.rc == 0, f"setup push failed: {pushed.brief()}"):
                 return
         self.original = self.area.get(MKEY)
-        self.data = set(self.area.keys(f"data/{2:020d}/"))
+        self.data = set(self.area.step_data_keys(2))
+        if not cat.check(bool(self.data), "setup: step 2 has no data objects to compare against"):
+            return
         self.doc: dict[str, Any] = json.loads(self.original)
         self.escape.mkdir(parents=True, exist_ok=True)
         self.ready = True
@@ -104,7 +106,7 @@ class Bench:
                 problems.append(f"wrote outside the destination: {sorted(outside)[:5]}")
         finally:
             area.put(MKEY, self.original)
-            for key in set(area.keys(f"data/{2:020d}/")) - self.data:
+            for key in set(area.step_data_keys(2)) - self.data:
                 area.delete(key)
                 problems.append(f"wrote into the store: {key}")
         self.cat.check(not problems, f"{what}: " + "; ".join(problems))

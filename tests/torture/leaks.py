@@ -16,6 +16,7 @@ read) and reported apart, as "bytes beside a damaged manifest".
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -174,14 +175,22 @@ def _orphans(store: Store) -> tuple[int, int, list[str]]:
     return leaked, damaged, found
 
 
+def _spread(writer: int) -> str:
+    """docs/store-layout.md's spread prefix, computed here rather than by keys.py."""
+    return hashlib.sha256(f"{writer:05d}".encode()).hexdigest()[:2]
+
+
 def _named(store: Store, step: int, writer: int) -> set[str] | None:
     try:
         doc = json.loads(store.get_bytes(keys.manifest_key(step, writer)))
         if (int(doc["step"]), int(doc["writer"])) != (step, writer):
             return None
-        attempt = f"{doc['attempt']}/" if doc.get("attempt") else ""
-        return {f"{keys.DATA}{step:020d}/{writer:05d}/{attempt}{entry['path']}"
-                for entry in doc["files"]}
+        attempt = doc.get("attempt") or ""
+        base = f"{keys.DATA}{step:020d}/{writer:05d}/"
+        if attempt.startswith("s"):  # the spread layout: two hex digits of the writer's hash
+            base = f"{keys.DATA}{_spread(writer)}/{step:020d}/{writer:05d}/"
+        attempt_dir = f"{attempt}/" if attempt else ""
+        return {f"{base}{attempt_dir}{entry['path']}" for entry in doc["files"]}
     except ObjectMissing:
         return set()
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -27,6 +28,9 @@ from tests.support.s3servers import S3Server, start_minio, start_seaweedfs
 from tests.torture.proxy import CountingProxy
 
 RESTART_CAP = 90.0
+
+
+_STEP_DATA = re.compile(r"data/(?:[0-9a-f]{2}/)?(?P<step>[0-9]{20})/")
 
 
 @dataclass
@@ -63,6 +67,12 @@ class Area:
             for item in page.get("Contents", []):
                 found[item["Key"][len(self._full("")):]] = item["Size"]
         return found
+
+    def step_data_keys(self, step: int) -> dict[str, int]:
+        """{key: size} of every writer's data of `step`, in both layouts
+        (data/<step>/... and the spread data/<xx>/<step>/..., docs/store-layout.md)."""
+        return {k: size for k, size in self.keys("data/").items()
+                if _STEP_DATA.match(k) and int(_STEP_DATA.match(k)["step"]) == step}
 
     def get(self, key: str) -> bytes:
         if self.root is not None:

@@ -12,7 +12,7 @@ import copy
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,6 +53,13 @@ JOINT: Key = ("", "")
 _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
 _scheduled: set[Key] = set()
 _scheduled_lock = threading.Lock()
+#: Each policy's sizing and cluster share as the last joint pass computed
+#: them. A policy's own reconcile may patch a budget computed before every
+#: policy was indexed, and another writer of the conditions may patch from an
+#: index that had not yet seen the joint pass's patch; either can land after
+#: the pass that corrected it. Its event then disagrees with this, and another
+#: joint pass follows.
+_joint_last: dict[Key, tuple[sizing.Sizing, allocation.ClusterShare]] = {}
 
 
 def _now() -> datetime:
@@ -197,7 +204,14 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
     """Conditions to the metrics; a policy gone frees its part of the cluster cap."""
     metrics.observe_policy(body.metadata.namespace or "", body.metadata.name or "", body,
                            deleted=event.get("type") == "DELETED")
+    key = (body.metadata.namespace or "", body.metadata.name or "")
+    last = _joint_last.get(key)
+    if event.get("type") != "DELETED" and (body.get("status") or {}).get("conditions") \
+            and last is not None and _disagrees(body, *last):
+        # A budget or constraint the joint allocation no longer holds (a late, stale patch).
+        _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
     if event.get("type") == "DELETED":
+        _joint_last.pop(key, None)
         _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
         meta = (event.get("object") or {}).get("metadata") or {}
         goodput_sync.forget((meta.get("namespace", ""), meta.get("name", "")))
@@ -236,10 +250,20 @@ def _rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     """Rebalance (and so re-status) every policy whose joint budget moved, from
     one joint allocation: a burst of policy changes costs one pass, not one per policy."""
     joint = _budgets(cfg, policies, pods)
-    for key, (sized, _, _) in joint.items():
-        status = next(iter(_values(policies, key)), {}).get("status") or {}
-        if status.get("allowedBandwidthBytes") != int(sized.allowed_bandwidth):
+    for key, (sized, cluster, _) in joint.items():
+        _joint_last[key] = (sized, cluster)
+        body = next(iter(_values(policies, key)), {})
+        if _disagrees(body, sized, cluster):
             _rebalance(key, cfg, policies, pods, logger, joint)
+
+
+def _disagrees(body: Mapping[str, Any], sized: sizing.Sizing,
+               cluster: allocation.ClusterShare) -> bool:
+    """The policy's status says another budget or constraint than the joint one."""
+    status = body.get("status") or {}
+    return status.get("allowedBandwidthBytes") != int(sized.allowed_bandwidth) or \
+        st.with_cluster(status, sized, cluster, body.get("metadata", {}).get("generation"),
+                        _now()) is not None
 
 
 def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
@@ -269,16 +293,17 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             change["drainers"] = len(drainers)
         if change:
             kube.patch_status(api.POLICIES, key[0], key[1], change)
-        _check_writers(key, policy, drainers, policies)
+        # The index has not seen that patch yet: the conditions the writers'
+        # check rewrites must be the ones just written, not the stale ones.
+        _check_writers(key, policy, drainers, body, {**status, **change})
 
 
 def _check_writers(key: Key, p: pol.Policy, drainers: list[allocation.DrainingPod],
-                   policies: kopf.Index[Key, Any]) -> None:
+                   body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
     """WritersConsistent on the policy, and a Warning event when it turns False."""
-    body = next(iter(_values(policies, key)), {})
     check = st.writers_check([(d.pod, d.writer, d.workload_writers) for d in drainers],
                              p.writers)
-    change = st.with_writers(body.get("status") or {}, check,
+    change = st.with_writers(status, check,
                              body.get("metadata", {}).get("generation"), _now())
     if change is None:
         return
