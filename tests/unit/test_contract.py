@@ -122,3 +122,16 @@ def test_a_claim_carries_what_the_drain_cost_and_the_crd_admits_it() -> None:
         fmt.REQUEST_FIELDS
     with pytest.raises(ValueError, match="requests"):
         fmt.writer_patch("0", "Global", 1, [], NOW, requests={"posts": 1})
+
+
+def test_the_crd_admits_every_tier_a_claim_may_name() -> None:
+    """The apiserver refuses a whole record patch over one unknown enum value."""
+    import yaml
+
+    crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds" / "checkpoints.yaml")
+                         .read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    writer = schema["properties"]["status"]["properties"]["writers"]["additionalProperties"]
+    assert set(fmt.TIERS) <= set(writer["properties"]["tiers"]["items"]["enum"])
+    claim = fmt.writer_patch("0", "Local", 1, list(fmt.TIERS), NOW)["status"]["writers"]["0"]
+    assert set(claim["tiers"]) == set(fmt.TIERS)
