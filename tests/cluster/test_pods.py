@@ -142,6 +142,15 @@ def test_shares_rebalance_as_pods_come_and_go(
     assert 'ckptdrain_webhook_seconds_count{outcome="ok",webhook="pod"}' in metrics
     assert 'ckptdrain_reconciles_total{kind="allocation",outcome="ok"}' in metrics
 
+    # A pod that finished (a Job keeps it) drains nothing more: its share goes
+    # to the one still running although the pod object stays.
+    cluster.kubectl("patch", "-n", namespace, "pod", "w-1", "--subresource=status",
+                    "--type=merge", "-p", json.dumps({"status": {"phase": "Succeeded"}}))
+    wait_for(lambda: _share(cluster, namespace, "w-2") == 63_000_000_000,
+             what="the whole budget to the pod still running")
+    assert wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]
+                    .get("drainers") == 1, what="drainers=1")
+
 
 def test_capped_policy_splits_only_what_the_cap_allows(
         cluster: Cluster, operator: OperatorProcess, namespace: str,

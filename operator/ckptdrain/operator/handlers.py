@@ -110,9 +110,12 @@ def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
 
 @kopf.index("v1", "pods", annotations=INJECTED)
 def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
-              **_: Any) -> dict[Key, allocation.DrainingPod] | None:
+              **_: Any) -> dict[Key, allocation.DrainingPod]:
     if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
-        return None  # a finished or leaving pod drains nothing more
+        # A finished or leaving pod drains nothing more. Empty, not None: Kopf
+        # keeps an object's previous entry when its indexer returns None, so a
+        # Job's completed pods would count as drainers until deleted.
+        return {}
     ann = meta.get("annotations", {})
     share = allocation.parse_annotation_number(ann.get(api.ANNOTATION_BANDWIDTH))
     counted = allocation.parse_annotation_number(ann.get(api.ANNOTATION_WORKLOAD_WRITERS))

@@ -62,10 +62,10 @@ _zones: dict[str, str | None] = {}
 
 @kopf.index("v1", "pods", annotations={api.ANNOTATION_INJECTED: kopf.PRESENT})
 def peer_pod_index(namespace: str, name: str, meta: kopf.Meta, spec: kopf.Spec,
-                   status: kopf.Status, **_: Any) -> dict[Key, dict[str, Any]] | None:
+                   status: kopf.Status, **_: Any) -> dict[Key, dict[str, Any]]:
     """What placement needs of a running injected pod: rank label, node, IP."""
     if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
-        return None
+        return {}  # not None: Kopf would keep the pod's previous entry
     policy = (meta.get("annotations") or {}).get(api.ANNOTATION_POLICY, "")
     labels = meta.get("labels") or {}
     writer = {api.LABEL_WRITER: labels[api.LABEL_WRITER]} if api.LABEL_WRITER in labels \
