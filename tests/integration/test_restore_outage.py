@@ -36,7 +36,17 @@ WAIT_S = 240
 def server(tmp_path: Path) -> Iterator[S3Server]:
     """A SeaweedFS of this test's own: the tests stop and restart it."""
     with start_seaweedfs(tmp_path / "s3") as running:
-        yield running
+        try:
+            yield running
+        finally:
+            # restart() replaced the process start_seaweedfs stops on exit.
+            if running.process.poll() is None:
+                running.process.terminate()
+                try:
+                    running.process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    running.process.kill()
+                    running.process.wait(timeout=10)
 
 
 def restart(server: S3Server, bucket: str) -> None:
