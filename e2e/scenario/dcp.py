@@ -68,7 +68,8 @@ def job_manifest(name: str, writers: int, s3_port: int, torch_site: str, rdv: Pa
         {"name": "TRAIN_SAVE_AT", "value": str(SAVE_AT)},
         {"name": "TRAIN_STEP_SECONDS", "value": "0.1"},
         {"name": "TRAIN_RDV", "value": f"/rdv/{name}"},
-        {"name": "CKPTDRAIN_STORE_URI", "value": f"s3://{BUCKET}/{PREFIX}"},
+        # Where the agent drains: the policy's URI, then <namespace>/<policy>.
+        {"name": "CKPTDRAIN_STORE_URI", "value": f"s3://{BUCKET}/{PREFIX}/{NS}/{NAME}"},
         {"name": "CKPTDRAIN_S3_ENDPOINT",
          "value": f"http://s3.{S3_NS}.svc.cluster.local:{s3_port}"},
         {"name": "AWS_REGION", "value": "us-east-1"},
@@ -121,7 +122,7 @@ def _injects_one_writer() -> bool:
 
 def _committed_writers(s3: Any, step: int) -> int:
     listed = s3.client().list_objects_v2(Bucket=BUCKET,
-                                         Prefix=f"{PREFIX}/manifests/{step:020d}/")
+                                         Prefix=f"{PREFIX}/{NS}/{NAME}/manifests/{step:020d}/")
     return len(listed.get("Contents", []))
 
 
