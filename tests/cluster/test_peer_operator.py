@@ -105,9 +105,11 @@ def test_a_peer_policy_gets_secrets_sidecar_peers_and_status(
     api = client.CustomObjectsApi(config.new_client_from_config(str(cluster.kubeconfig)))
     writers = [RecordWriter(namespace, "llama", 2, w, api=api) for w in ("0", "1")]
     now = datetime.now(UTC)
-    for w in writers:
-        w.report(20, "Local", 10, ["local", "peer"], now)
-        w.report(30, "Local", 10, ["local"], now)
+    for rank, w in enumerate(writers):
+        # As an agent claims: from its node, naming the holder and its node.
+        w.report(20, "Local", 10, ["local", "peer"], now, node=nodes[rank],
+                 peer_holder=1 - rank, peer_node=nodes[1 - rank])
+        w.report(30, "Local", 10, ["local"], now, node=nodes[rank])
     wait_for(lambda: _status(cluster, namespace).get("recoveryPointOnNodeLoss") == 20,
              what="the recovery point on node loss")
 

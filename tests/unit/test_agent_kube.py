@@ -82,10 +82,17 @@ def test_pending_bytes_failure_is_logged_and_retried_next_time() -> None:
 def test_a_step_its_partner_holds_is_claimed_in_the_peer_tier() -> None:
     api = FakeCustomObjects()
     reporter = RecordReporter(RecordWriter("ns", "train", 2, "1", api=api), "node-a",
-                              is_global=lambda step: step == 7, is_peer=lambda step: step >= 7)
+                              is_global=lambda step: step == 7,
+                              peer_holder=lambda step: (0, "node-b") if step >= 7 else None)
     reporter.report(CheckpointEvent(7, State.GLOBAL, 100, 2.0))
     reporter.report(CheckpointEvent(9, State.LOCAL, 100, message="copy held by the partner"))
     reporter.report(CheckpointEvent(6, State.LOCAL, 100))
     _drain(reporter)
     tiers = [patch["status"]["writers"]["1"]["tiers"] for _, patch in api.patches]
     assert tiers == [["global", "local", "peer"], ["local", "peer"], ["local"]]
+    # The claim names the holder, so a copy the previous holder confirmed does
+    # not count for the new one (operator/peer_placement.py).
+    holders = [patch["status"]["writers"]["1"].get("peerHolder") for _, patch in api.patches]
+    assert holders == [0, 0, None]
+    assert [patch["status"]["writers"]["1"].get("peerNode") for _, patch in api.patches] == [
+        "node-b", "node-b", None]

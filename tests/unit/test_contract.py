@@ -133,5 +133,8 @@ def test_the_crd_admits_every_tier_a_claim_may_name() -> None:
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     writer = schema["properties"]["status"]["properties"]["writers"]["additionalProperties"]
     assert set(fmt.TIERS) <= set(writer["properties"]["tiers"]["items"]["enum"])
-    claim = fmt.writer_patch("0", "Local", 1, list(fmt.TIERS), NOW)["status"]["writers"]["0"]
+    claim = fmt.writer_patch("0", "Local", 1, list(fmt.TIERS), NOW, node="n0", peer_holder=1,
+                             peer_node="n1")["status"]["writers"]["0"]
     assert set(claim["tiers"]) == set(fmt.TIERS)
+    # Every field a claim may carry is in the schema: the apiserver would drop the rest.
+    assert set(claim) <= set(writer["properties"])

@@ -141,7 +141,9 @@ def writer_fence(cfg: node_config.AgentConfig) -> Fence | None:
 
 
 def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace,
-                    is_peer: Callable[[int], bool] = lambda step: False) -> list[Reporter]:
+                    peer_holder: Callable[[int], tuple[int, str | None] | None]
+                    = lambda step: None
+                    ) -> list[Reporter]:
     """Where per-checkpoint states go: the log, the --events file, and (the place to
     plug it in) the operator's Checkpoint records."""
     reporters: list[Reporter] = [LoggingReporter()]
@@ -160,7 +162,7 @@ def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace,
             tier = LocalTier(cfg.local_dir)
             reporters.append(RecordReporter(writer, cfg.node_name,
                                             is_global=lambda s: tier.has(s) and tier.is_global(s),
-                                            is_peer=is_peer))
+                                            peer_holder=peer_holder))
     return reporters
 
 
@@ -223,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = AgentMetrics()
     metrics.set_intervals(cfg.interval_s, cfg.global_every, drains=cfg.store_uri is not None)
     peer_held = peer_runtime.HeldSteps()
-    reporter = FanOut(build_reporters(cfg, args, is_peer=peer_held.__contains__))
+    reporter = FanOut(build_reporters(cfg, args, peer_holder=peer_held.holder_of))
     tier = LocalTier(cfg.local_dir)
     try:
         cfg.local_dir.mkdir(parents=True, exist_ok=True)

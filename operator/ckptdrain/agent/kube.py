@@ -49,11 +49,13 @@ class RecordReporter:
 
     def __init__(self, writer: Any, node: str | None, *,
                  is_global: Callable[[int], bool] = lambda step: False,
-                 is_peer: Callable[[int], bool] = lambda step: False) -> None:
+                 peer_holder: Callable[[int], tuple[int, str | None] | None]
+                 = lambda step: None) -> None:
         self.writer = writer
         self.node = node or None
         self.is_global = is_global
-        self.is_peer = is_peer
+        #: (rank, node) of the holder of the step's peer copy (None: no peer copy).
+        self.peer_holder = peer_holder
         self._queue: queue.Queue[CheckpointEvent | None] = queue.Queue(QUEUE_SIZE)
         self._thread = threading.Thread(target=self._run, name="records", daemon=True)
         self._thread.start()
@@ -84,11 +86,14 @@ class RecordReporter:
             if event is None:
                 return
             try:
+                holder = self.peer_holder(event.step)
                 self.writer.report(
                     event.step, event.state.value, event.bytes,
-                    tiers_for(event, self.is_global(event.step), self.is_peer(event.step)),
+                    tiers_for(event, self.is_global(event.step), holder is not None),
                     datetime.fromtimestamp(event.at, UTC), self.node, event.message or None,
-                    requests=event.requests)
+                    requests=event.requests,
+                    peer_holder=None if holder is None else holder[0],
+                    peer_node=None if holder is None else holder[1])
             except Exception as err:  # the API server's trouble is never the agent's
                 log.warning("could not record step %d %s: %s", event.step, event.state.value,
                             err)

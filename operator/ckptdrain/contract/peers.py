@@ -104,6 +104,12 @@ class PeerView:
         entry = self.writers.get(rank) or {}
         return _rank(entry.get("holder"))
 
+    def node(self, rank: int | None) -> str | None:
+        """The node `rank`'s pod runs on, as the document says."""
+        entry = self.writers.get(rank) if rank is not None else None
+        node = entry.get("node") if entry else None
+        return node if isinstance(node, str) and node else None
+
     def holder_addresses(self, rank: int) -> list[str]:
         """Where `rank`'s copies may be: its holder, then its previous holder."""
         entry = self.writers.get(rank) or {}

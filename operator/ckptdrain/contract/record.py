@@ -83,7 +83,8 @@ def build_record(namespace: str, policy: str, step: int, writers: int,
 def writer_patch(writer_id: str, state: str, size_bytes: int, tiers: Iterable[str],
                  now: datetime, node: str | None = None,
                  message: str | None = None, peer_holder: int | None = None,
-                 requests: Mapping[str, int] | None = None) -> dict[str, Any]:
+                 requests: Mapping[str, int] | None = None,
+                 peer_node: str | None = None) -> dict[str, Any]:
     """Merge patch for the status subresource: this writer's claim only.
     `requests`: what draining the checkpoint cost in store requests and bytes
     (put, get, list, delete, bytesUp, bytesDown; request_counts.py)."""
@@ -101,6 +102,8 @@ def writer_patch(writer_id: str, state: str, size_bytes: int, tiers: Iterable[st
         claim["message"] = message
     if peer_holder is not None:
         claim["peerHolder"] = int(peer_holder)  # the rank whose node holds the peer copy
+    if peer_node:
+        claim["peerNode"] = peer_node  # that node: a holder rescheduled elsewhere lost it
     if requests:
         unknown = set(requests) - REQUEST_FIELDS
         if unknown:

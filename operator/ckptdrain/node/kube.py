@@ -61,10 +61,11 @@ class RecordWriter:
 
     def report(self, step: int, state: str, size_bytes: int, tiers: Iterable[str],
                now: datetime, node: str | None = None, message: str | None = None,
-               requests: dict[str, int] | None = None) -> None:
+               requests: dict[str, int] | None = None,
+               peer_holder: int | None = None, peer_node: str | None = None) -> None:
         name = self.ensure(step)
         patch = writer_patch(self.writer_id, state, size_bytes, tiers, now, node, message,
-                             requests=requests)
+                             peer_holder=peer_holder, peer_node=peer_node, requests=requests)
         self.api.patch_namespaced_custom_object_status(
             GROUP, VERSION, self.namespace, CHECKPOINTS, name, patch,
             _content_type="application/merge-patch+json")

@@ -177,11 +177,12 @@ def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str,
     (the peers document) and the writers' claims in the Checkpoint records.
 
     Conservative where the records cannot say: a writer with no running pod
-    counts only the global tier (its node is unknown); a writer's local and
+    counts only the global tier (its node is unknown); a local claim counts
+    only when made on the node the writer runs on now; a writer's local and
     peer copies are only its newest `local_keep` / `peer_keep` claimed steps
     (retention removes older ones without a claim saying so); a peer claim
-    naming another holder (`peerHolder`) than the current one does not count;
-    an Expired record counts nowhere."""
+    counts only when it names the current holder (`peerHolder`); an Expired
+    record counts nowhere."""
     writers = doc.get("writers") if isinstance(doc.get("writers"), Mapping) else {}
     node_of: dict[int, str] = {}
     holder_of: dict[int, int | None] = {}
@@ -214,10 +215,15 @@ def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str,
                     or claim.get("state") not in _HELD:
                 continue
             tiers = set(claim.get("tiers") or ()) & set(TIERS)
-            if "local" in tiers:
+            # A local copy is on the node that claimed it: it counts only if
+            # the writer still runs there (after a node loss it does not).
+            if "local" in tiers and claim.get("node") == node_of[rank]:
                 local[rank].add(step)
-            named = claim.get("peerHolder")
-            if "peer" in tiers and (named is None or _int(named) == holder_of.get(rank)):
+            # A peer copy counts only where the claim says its current holder
+            # has it, on the node that holder runs on now.
+            named = _int(claim.get("peerHolder"))
+            if "peer" in tiers and named is not None and named == holder_of.get(rank) \
+                    and claim.get("peerNode") == node_of.get(named):
                 peer[rank].add(step)
     newest_local = {w: sorted(s, reverse=True)[:local_keep] for w, s in local.items()}
     newest_peer = {w: sorted(s, reverse=True)[:peer_keep] for w, s in peer.items()}

@@ -41,7 +41,8 @@ def replication_rate(step_bytes: int, local_interval_s: float, overlap: float) -
 class Replicator:
     def __init__(self, tier: LocalTier, writer: int, view: Callable[[], PeerView | None],
                  client_for: Callable[[str], PeerClient], *, interval_s: float, overlap: float,
-                 stop: threading.Event, on_sent: Callable[[Sent, float], None] | None = None,
+                 stop: threading.Event,
+                 on_sent: Callable[[Sent, float, tuple[int, str | None]], None] | None = None,
                  poll: float = 1.0) -> None:
         self.tier = tier
         self.writer = writer
@@ -60,21 +61,29 @@ class Replicator:
 
     def pending(self) -> tuple[str, int] | None:
         """(holder address, step) that should be sent now, or None."""
+        found = self._pending()
+        return None if found is None else found[:2]
+
+    def _pending(self) -> tuple[str, int, tuple[int, str | None]] | None:
+        """(holder address, step, (holder rank, its node)) that should be sent now, or None."""
         steps = self.tier.steps()
         view = self.view()
         if not steps or view is None:
             return None
-        address = view.address(view.holder(self.writer))
-        if address is None:
+        holder = view.holder(self.writer)
+        address = view.address(holder)
+        if address is None or holder is None:
             return None
-        want = (address, steps[0])
-        return None if want == self.sent else want
+        if (address, steps[0]) == self.sent:
+            return None
+        return address, steps[0], (holder, view.node(holder))
 
     def run_once(self) -> Sent | None:
-        want = self.pending()
-        if want is None:
+        found = self._pending()
+        if found is None:
             return None
-        address, step = want
+        address, step, holder = found
+        want = (address, step)
         manifest = self.tier.manifest(step)
         self.bucket.set_rate(replication_rate(manifest.total_bytes, self.interval_s,
                                               self.overlap))
@@ -86,7 +95,7 @@ class Replicator:
         log.info("step %d %s %s (%d bytes)", step,
                  "replicated to" if sent.new else "already held by", address, sent.bytes)
         if self.on_sent is not None:
-            self.on_sent(sent, manifest.created)
+            self.on_sent(sent, manifest.created, holder)
         return sent
 
     def run(self) -> None:

@@ -26,28 +26,34 @@ log = logging.getLogger(__name__)
 
 
 class HeldSteps:
-    """This writer's steps its holder has confirmed (for the records' `peer` tier)."""
+    """This writer's steps its holder has confirmed, and which rank holds each
+    (for the records' `peer` tier and `peerHolder`)."""
 
     def __init__(self) -> None:
-        self._steps: set[int] = set()
+        self._steps: dict[int, tuple[int, str | None]] = {}
         self._lock = threading.Lock()
 
     def __contains__(self, step: object) -> bool:
         with self._lock:
             return step in self._steps
 
+    def holder_of(self, step: int) -> tuple[int, str | None] | None:
+        """(rank, node) of the holder that confirmed `step` (None: none did)."""
+        with self._lock:
+            return self._steps.get(step)
+
     def recorder(self, tier: LocalTier, reporter: Reporter, drain: DrainWorker | None
-                 ) -> Callable[[int], None]:
+                 ) -> Callable[[int, tuple[int, str | None]], None]:
         """What to call when the holder confirms `step`: remember it, and re-claim
         the step with the `peer` tier when no drain event will (a step that is
         not global and not being drained stays Local; a draining one gets
         `peer` with its next event)."""
-        def held(step: int) -> None:
+        def held(step: int, holder: tuple[int, str | None]) -> None:
             with self._lock:
-                self._steps.add(step)
+                self._steps[step] = holder
                 local = tier.steps()
                 if local:  # forget what retention removed
-                    self._steps = {s for s in self._steps if s >= local[-1]}
+                    self._steps = {s: h for s, h in self._steps.items() if s >= local[-1]}
             busy = drain.busy_steps() if drain is not None else set()
             if tier.has(step) and not tier.is_global(step) and step not in busy:
                 reporter.report(CheckpointEvent(step, State.LOCAL, tier.bytes_of(step),
@@ -57,7 +63,8 @@ class HeldSteps:
 
 def start(cfg: AgentConfig, tier: LocalTier, metrics: AgentMetrics,
           terminating: threading.Event,
-          on_held: Callable[[int], None] | None = None) -> Replicator | None:
+          on_held: Callable[[int, tuple[int, str | None]], None] | None = None,
+          ) -> Replicator | None:
     """Start the replicator (None when the peer tier is off). It stops when
     `terminating` is set: the SIGTERM flush has the disk and network to itself."""
     pcfg = peer_config.load(cfg.policy)
@@ -69,12 +76,12 @@ def start(cfg: AgentConfig, tier: LocalTier, metrics: AgentMetrics,
                 "Age of the newest local step the partner does not hold yet (0: it does)",
                 registry=metrics.registry)
 
-    def on_sent(sent: Sent, created: float) -> None:
+    def on_sent(sent: Sent, created: float, holder: tuple[int, str | None]) -> None:
         if sent.new:
             sent_bytes.inc(sent.bytes)
         metrics.recovery_point("peer", sent.step, created)
         if on_held is not None:
-            on_held(sent.step)
+            on_held(sent.step, holder)
 
     replicator = Replicator(tier, cfg.writer, pcfg.view,
                             lambda address: PeerClient(address, pcfg.credentials),

@@ -150,9 +150,16 @@ def test_the_status_lists_each_writer_and_its_holder() -> None:
 
 
 def _record(step: int, claims: dict[str, tuple[str, list[str]]], writers: int = 2,
-            expired: bool = False, **extra: Any) -> dict[str, Any]:
+            expired: bool = False, holders: dict[str, int] | None = None,
+            **extra: Any) -> dict[str, Any]:
+    """Claims as agents make them: from node n<writer>, naming the holder of
+    a peer copy (by default PAIRED's: 0 and 1 hold each other's)."""
+    holders = {"0": 1, "1": 0} if holders is None else holders
     status: dict[str, Any] = {"writers": {
-        w: {"state": state, "tiers": tiers, **extra} for w, (state, tiers) in claims.items()}}
+        w: {"state": state, "tiers": tiers, "node": f"n{w}",
+            **({"peerHolder": holders[w], "peerNode": f"n{holders[w]}"}
+               if "peer" in tiers and w in holders else {}),
+            **extra} for w, (state, tiers) in claims.items()}}
     if expired:
         status["state"] = "Expired"
     return {"metadata": {"name": f"llama-s{step}"},
@@ -210,7 +217,29 @@ def test_from_records_a_copy_confirmed_by_another_holder_does_not_count() -> Non
     assert recovery_on_node_loss(PAIRED, recs, 2, 2, 2) is None
     recs = [_record(20, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])},
                     peerHolder=None)]
+    assert recovery_on_node_loss(PAIRED, recs, 2, 2, 2) is None  # naming no holder: unknown
+    recs = [_record(20, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])})]
     assert recovery_on_node_loss(PAIRED, recs, 2, 2, 2) == 20
+
+
+def test_from_records_a_local_copy_on_a_node_the_writer_left_does_not_count() -> None:
+    """Node n1 was lost and writer 1 came back on n2: writer 0's only copy of
+    step 20 is now on n0 (its partner's copy died with n1), so losing n0
+    would lose step 20; only the global step 10 survives any one node."""
+    recs = [_record(10, {"0": ("Global", ["global", "local"]),
+                         "1": ("Global", ["global", "local"])}),
+            _record(20, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])})]
+    moved = _doc((0, "n0", 1), (1, "n2", 0))
+    assert recovery_on_node_loss(PAIRED, recs, 2, 2, 2) == 20
+    assert recovery_on_node_loss(moved, recs, 2, 2, 2) == 10
+    # Even when writer 1 has saved step 20 again on n2, the copy of writer
+    # 0's step 20 that it held was on n1: writer 1 is still writer 0's holder,
+    # but the copy counts nowhere.
+    again = _record(20, {"0": ("Local", ["local", "peer"]), "1": ("Local", ["local", "peer"])})
+    again["status"]["writers"]["1"]["node"] = "n2"
+    assert recovery_on_node_loss(moved, [recs[0], again], 2, 2, 2) == 10
+    again["status"]["writers"]["0"]["peerNode"] = "n2"  # writer 0 re-sent it to n2
+    assert recovery_on_node_loss(moved, [recs[0], again], 2, 2, 2) == 20
 
 
 def test_from_records_only_the_newest_local_steps_are_held() -> None:
@@ -232,7 +261,8 @@ def test_one_pass_pairs_across_zones_and_keeps_the_previous_holder() -> None:
     pods = [_running("w-0", 0, "n0", "10.0.0.1"), _running("w-1", 1, "n1", "10.0.0.2"),
             _running("w-2", 2, "n2", "10.0.0.3")]
     zones = {"n0": {ZONE_LABEL: "a"}, "n1": {ZONE_LABEL: "a"}, "n2": {ZONE_LABEL: "b"}}
-    recs = [_record(20, {w: ("Local", ["local", "peer"]) for w in "012"}, writers=3)]
+    recs = [_record(20, {w: ("Local", ["local", "peer"]) for w in "012"}, writers=3,
+                    holders={"0": 2, "1": 2, "2": 0})]
     cm, status = publish("ml", "llama", pods, zones, 9109, 3, 2, 2, recs, None, OWNER)
     doc = json.loads(cm["data"]["peers.json"])
     # Writer 0 (zone a) skips writer 1 (zone a too) for writer 2 (zone b).
