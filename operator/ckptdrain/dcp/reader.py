@@ -19,7 +19,8 @@ fails with it and the state dict is never filled with wrong bytes.
 `local` maps writer ranks to local-tier roots (`CKPTDRAIN_LOCAL_DIR` of the
 pod that was that writer, when this node still has it): their files are
 verified in place and linked, not fetched. `sources` replaces the tier order
-altogether (sources.py: local -> peer -> global, each a `Source`).
+altogether (sources.py: local -> peer -> global, each a `Source`;
+peer_source.tier_sources builds that order from the container's environment).
 """
 
 from __future__ import annotations
@@ -110,8 +111,12 @@ class StoreReader(FileSystemReader):  # type: ignore[misc]
         return super().read_data(plan, planner)
 
     def close(self) -> None:
-        """Remove the verified copies (links into the local tier only)."""
+        """Remove the verified copies (links into the local tier only), and the
+        copies its sources fetched (a peer tier's)."""
         shutil.rmtree(self._root, ignore_errors=True)
+        files = getattr(self, "files", None)  # None: the constructor failed before
+        if files is not None:
+            files.close()
 
     def __enter__(self) -> StoreReader:
         return self

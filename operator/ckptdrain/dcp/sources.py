@@ -1,7 +1,9 @@
 """Where a DCP reader gets a step's bytes: one source per tier, tried in order.
 
     sources = [LocalSource({0: "/local"}), GlobalSource(store)]   # local -> global
-    # a peer tier slots in between: [LocalSource(...), PeerSource(...), GlobalSource(store)]
+    # with the peer tier (peer_source.py): local -> peer -> global
+    sources = [LocalSource({0: "/local"}), PeerSource(credentials, view), GlobalSource(store)]
+    sources = tier_sources(store, {0: "/local"})   # the same, from the container's environment
 
 A source is asked for some parts of one file of the committed step (`Want`)
 and either provides them, verified, at `want.target`, or declines (None) so
@@ -11,6 +13,12 @@ committed manifest: a source never hands over a byte it did not verify.
 - LocalSource: the local tier of the writer that wrote the file, when this
   node still holds that step with the committed content and the file there
   still has the manifest's size and CRC32C; the whole file, as a symlink.
+- PeerSource (peer_source.py): a partner agent's copy of the file's writer's
+  step, fetched once per writer over mutual TLS (the whole copy: the peer
+  protocol serves whole copies), refused unless its manifest has the
+  committed content and every file its CRC32C; then each file as the local
+  tier's, checked again and linked. It declines anything unavailable or not
+  matching (no server, unreachable, not held, a bad copy), once per writer.
 - GlobalSource: ranged GETs from the store. With the manifest's part CRC32Cs,
   only the parts asked for, each checked against its part's CRC32C; without
   them (manifests written before they were kept), the whole file, checked

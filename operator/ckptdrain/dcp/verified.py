@@ -96,6 +96,14 @@ class VerifiedFiles:
         self._agreed: set[str] = set()
         self._guard = threading.Lock()
 
+    def close(self) -> None:
+        """Close the sources that keep copies of their own (a peer tier's fetched
+        copies, which the files served under `root` link to)."""
+        for source in self.sources:
+            close = getattr(source, "close", None)
+            if callable(close):
+                close()
+
     def owner(self, relative_path: str) -> int:
         """The writer that holds `relative_path`; IntegrityError if none does."""
         return self._lookup(relative_path)[0].writer

@@ -41,6 +41,16 @@ ASK_WORKERS = 16
 FETCH_TIMEOUT = 30.0
 
 
+def servers_for(view: PeerView, writer: int) -> list[str]:
+    """The peer servers that may serve `writer`'s copies: its holder, its previous
+    holder, then its own node's (which serves that writer's local tier read-only)."""
+    addresses = view.holder_addresses(writer)
+    own = view.address(writer)
+    if own is not None and own not in addresses:
+        addresses.append(own)
+    return addresses
+
+
 @dataclass
 class PeerSource:
     cfg: AgentConfig
@@ -74,11 +84,7 @@ class PeerSource:
         timeout: a lost node's address does not answer at all."""
         asks = []
         for writer in range(self.cfg.writers):
-            addresses = self.view.holder_addresses(writer)
-            own = self.view.address(writer)
-            if own is not None and own not in addresses:
-                addresses.append(own)
-            asks += [(writer, address) for address in addresses]
+            asks += [(writer, address) for address in servers_for(self.view, writer)]
             self.held[writer] = {}
 
         def one(ask: tuple[int, str]) -> tuple[int, str, list[int] | str]:
