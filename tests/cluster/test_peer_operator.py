@@ -69,6 +69,9 @@ def test_a_peer_policy_gets_secrets_sidecar_peers_and_status(
     for s in (secret, ca):
         (owner,) = s["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["name"]) == ("CheckpointPolicy", "llama")
+    # The webhook gives pods the tier once the status names the Secret.
+    wait_for(lambda: _status(cluster, namespace).get("peer", {}).get("secret")
+             == "llama-ckptdrain-peer", what="status.peer.secret")
 
     # The pods: the peer sidecar runs before restore, with the Secret by reference.
     for rank, node in enumerate(nodes):

@@ -60,6 +60,9 @@ _scheduled_lock = threading.Lock()
 #: the pass that corrected it. Its event then disagrees with this, and another
 #: joint pass follows.
 _joint_last: dict[Key, tuple[sizing.Sizing, allocation.ClusterShare]] = {}
+#: One joint pass at a time: an older pass finishing after a newer one would
+#: write its older budgets and leave `_joint_last` agreeing with them.
+_joint_lock = threading.Lock()
 
 
 def _now() -> datetime:
@@ -111,10 +114,11 @@ def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
 @kopf.index("v1", "pods", annotations=INJECTED)
 def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
               **_: Any) -> dict[Key, allocation.DrainingPod]:
-    if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
-        # A finished or leaving pod drains nothing more. Empty, not None: Kopf
-        # keeps an object's previous entry when its indexer returns None, so a
-        # Job's completed pods would count as drainers until deleted.
+    if status.get("phase") in ("Succeeded", "Failed"):
+        # A finished pod drains nothing more. Empty, not None: Kopf keeps an
+        # object's previous entry when its indexer returns None, so a Job's
+        # completed pods would count as drainers until deleted. A pod in its
+        # grace period still counts: it is flushing its emergency checkpoint.
         return {}
     ann = meta.get("annotations", {})
     share = allocation.parse_annotation_number(ann.get(api.ANNOTATION_BANDWIDTH))
@@ -252,6 +256,12 @@ def _rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                      pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
     """Rebalance (and so re-status) every policy whose joint budget moved, from
     one joint allocation: a burst of policy changes costs one pass, not one per policy."""
+    with _joint_lock:
+        _rebalance_moved_locked(cfg, policies, pods, logger)
+
+
+def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+                            pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
     joint = _budgets(cfg, policies, pods)
     for key, (sized, cluster, _) in joint.items():
         _joint_last[key] = (sized, cluster)

@@ -47,7 +47,7 @@ RETRY_DELAY_S = 5.0
 _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
 _scheduled: set[Key] = set()
 _scheduled_lock = threading.Lock()
-#: Policy uids whose Secrets exist (created by us, or found existing).
+#: Policy uids whose Secrets this operator created.
 _secrets: set[str] = set()
 #: The CA Secret of a policy whose pods' Secret was created but whose CA
 #: Secret was not yet (kept in memory only until it is stored).
@@ -106,7 +106,9 @@ def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any],
             # already kept (or lost with a crash in between), never replaced
             # by one that did not sign it.
             if not kube.create_secret(namespace, pods):
-                _secrets.add(uid)
+                # Exists. Not remembered: it may be a deleted policy's Secret
+                # waiting for garbage collection, and once that is gone the
+                # next pass must create this policy's own. A 409 is cheap.
                 return None
             _pending_ca[uid] = ca  # until it is stored: a failure here retries it
         kube.create_secret(namespace, ca)

@@ -55,6 +55,21 @@ class PeerTier:
     capacity: int | None = None
 
 
+def not_ready(tier: PeerTier, status: Mapping[str, Any]) -> str | None:
+    """Why a pod admitted now must not get the peer tier (None: it may): its
+    Secret volume is required, so until the operator has reported the
+    policy's Secrets (status.peer.secret, not CredentialsFailed) the pod would
+    never start."""
+    if not tier.enabled:
+        return None
+    peer = status.get("peer") if isinstance(status.get("peer"), Mapping) else {}
+    if peer.get("reason") == "CredentialsFailed":
+        return f"its peer Secrets could not be created ({peer.get('message') or 'no reason'})"
+    if not peer.get("secret"):
+        return "the operator has not reported its peer Secrets yet"
+    return None
+
+
 def read(raw: object, shard_bytes: float | None, fail: Fail) -> PeerTier:
     """spec.peerTier; each problem through `fail(field, expected, seen)` (fields
     relative to spec). `shard_bytes`: one writer's checkpoint, when known, so

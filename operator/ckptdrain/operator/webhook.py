@@ -21,6 +21,7 @@ Neither has side effects, so dry-run requests are answered the same way.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import subprocess
 import tempfile
@@ -33,7 +34,15 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import identity, injection, kube, leadership, metrics, webhook_tls
+from ckptdrain.operator import (
+    identity,
+    injection,
+    kube,
+    leadership,
+    metrics,
+    peer_tier,
+    webhook_tls,
+)
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator.config import OperatorConfig
 
@@ -207,6 +216,12 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
             warnings.append(f"ckptdrain: policy {chosen['metadata']['name']} is invalid "
                             f"({error}); not injected")
             return
+        peer_problem = peer_tier.not_ready(p.peer, chosen.get("status") or {})
+        if peer_problem:
+            # The pod would wait forever for a Secret volume that is not there.
+            warnings.append(f"ckptdrain: policy {p.name}: {peer_problem}; "
+                            "the pod runs without the peer tier")
+            p = dataclasses.replace(p, peer=dataclasses.replace(p.peer, enabled=False))
         share = default_share(p)
         problem = injection.grace_problem(pod, p, share, cfg)
         if problem and p.grace_policy == "Refuse":

@@ -137,6 +137,16 @@ def test_existing_secrets_are_kept_and_the_ca_not_replaced(api: FakeApi) -> None
     assert "llama-ckptdrain-peer-ca" not in api.secrets
 
 
+def test_a_secret_left_by_a_deleted_policy_is_replaced_once_it_is_collected(
+        api: FakeApi) -> None:
+    api.secrets["llama-ckptdrain-peer"] = {"data": "the old policy's, being collected"}
+    run(body())
+    del api.secrets["llama-ckptdrain-peer"]  # garbage collection caught up
+    run(body())
+    assert api.secrets["llama-ckptdrain-peer"] != {"data": "the old policy's, being collected"}
+    assert "llama-ckptdrain-peer-ca" in api.secrets
+
+
 def test_forbidden_secrets_show_in_the_status_and_are_tried_again(api: FakeApi) -> None:
     api.secret_error = 403
     run(body())

@@ -11,6 +11,7 @@ import pytest
 
 from ckptdrain.contract.env import Env
 from ckptdrain.operator import config, injection, peer_certs, peer_tier, policy
+from ckptdrain.operator.peer_tier import PeerTier, not_ready
 from ckptdrain.peer import config as peer_config
 from ckptdrain.peer import protocol, tls
 
@@ -181,3 +182,16 @@ def test_pods_carry_the_policy_label_a_network_policy_selects() -> None:
     del bare["metadata"]["labels"]
     out = jsonpatch.apply_patch(bare, injection.build_pod_patch(bare, ON, CFG, 1e9))
     assert out["metadata"]["labels"] == {"ckptdrain.io/policy": "llama"}
+
+
+def test_a_pod_gets_the_peer_tier_only_once_its_secrets_are_reported() -> None:
+    on = PeerTier(enabled=True)
+    assert not_ready(PeerTier(), {}) is None  # off: nothing to wait for
+    assert "not reported" in (not_ready(on, {}) or "")
+    assert "not reported" in (not_ready(on, {"peer": {"enabled": True}}) or "")
+    failed = {"peer": {"reason": "CredentialsFailed", "message": "Forbidden",
+                       "secret": "llama-ckptdrain-peer"}}
+    assert "Forbidden" in (not_ready(on, failed) or "")
+    ready = {"peer": {"reason": "Paired", "secret": "llama-ckptdrain-peer"}}
+    assert not_ready(on, ready) is None
+    assert "not reported" in (not_ready(on, {"peer": "garbage"}) or "")
