@@ -108,10 +108,19 @@ def step1_install(image_repo: str, allowed_root: str) -> None:
     check(ready < 180, f"operator Ready {ready:.1f}s after helm install")
     REPORT.append(f"| helm install → operator Ready | {ready:.1f} s |")
     for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-        hooks = [h for item in get(kind, "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
-                 for h in item["webhooks"]]
-        check(hooks and all(h["clientConfig"].get("caBundle") and h["clientConfig"].get("service")
-                            for h in hooks), f"{kind}: served by a Service, with a caBundle")
+        def served(kind: str = kind) -> bool:
+            hooks = [h for item in get(kind, "-l", f"app.kubernetes.io/instance={RELEASE}")
+                     ["items"] for h in item["webhooks"]]
+            return bool(hooks) and all(h["clientConfig"].get("caBundle")
+                                       and h["clientConfig"].get("service") for h in hooks)
+        # Helm may create the configurations after the operator started: it
+        # sets their caBundle within about a second (webhook_tls.py).
+        try:
+            wait_for(f"{kind} caBundle", served, 10)
+            ok = True
+        except Failed:
+            ok = False
+        check(ok, f"{kind}: served by a Service, with a caBundle")
 
 
 def step2_s3(s3: Any) -> None:

@@ -191,3 +191,55 @@ def _verify(data: dict[str, str], dns_name: str) -> None:
                                    "-verify_hostname", dns_name, str(d / "tls.crt")],
                                   capture_output=True, text=True)
         assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def _webhook_configuration(kind: str, name: str) -> dict:
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": {"name": name},
+            "webhooks": [{"name": f"probe.{name}.ckptdrain.io", "sideEffects": "None",
+                          "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore",
+                          "clientConfig": {"service": {"namespace": "default", "name": name,
+                                                       "path": "/probe"}},
+                          "rules": [{"apiGroups": ["ckptdrain.io"], "apiVersions": ["*"],
+                                     "resources": ["nothing"], "operations": ["CREATE"]}]}]}
+
+
+def test_configurations_created_after_the_operator_get_their_ca_bundle_at_once(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """Helm creates the webhook configurations after the Deployment, so the
+    operator may start first; it must not leave them without a caBundle (no
+    admission at all) until its next periodic check, 30 s later."""
+    name, namespace = "late-ckptdrain", "ckptdrain-late"
+    cluster.kubectl("create", "namespace", namespace)
+    log = open(tmp_path / "operator.log", "wb")  # noqa: SIM115 -- closed below
+    operator = subprocess.Popen(
+        [sys.executable, "-m", "ckptdrain.operator.main", "--standalone"],
+        env={**os.environ, **cluster.env(),
+             "CKPTDRAIN_WEBHOOK_SECRET": f"{namespace}/{name}-webhook-cert",
+             "CKPTDRAIN_WEBHOOK_CONFIGS": name,
+             "CKPTDRAIN_WEBHOOK_HOST": f"{name}-webhook.{namespace}.svc",
+             "CKPTDRAIN_WEBHOOK_ADDR": "127.0.0.1", "CKPTDRAIN_WEBHOOK_PORT": str(free_port()),
+             "CKPTDRAIN_METRICS_PORT": "0", "CKPTDRAIN_HEALTH_PORT": "0"},
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def certificate() -> bool:
+            found = cluster.kubectl("get", "secret", "-n", namespace, f"{name}-webhook-cert",
+                                    "-o", "json", check=False)
+            return found.returncode == 0 and bool(json.loads(found.stdout).get("data"))
+        _wait(certificate, "the operator's certificate Secret", timeout_s=60)
+        for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            cluster.kubectl("create", "-f", "-",
+                            input=json.dumps(_webhook_configuration(kind, name)))
+        # Well within the 30 s periodic check.
+        _wait(lambda: all(_ca_bundles(cluster, name)), "both caBundles", timeout_s=10)
+    finally:
+        if operator.poll() is None:
+            operator.terminate()
+            try:
+                operator.wait(30)
+            except subprocess.TimeoutExpired:
+                operator.kill()
+                operator.wait()
+        log.close()
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)

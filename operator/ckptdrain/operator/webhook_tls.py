@@ -33,6 +33,10 @@ from ckptdrain.operator import certs
 #: How often each replica checks the Secret (renewals by a peer) and the
 #: caBundles (resets by a deployment tool).
 CHECK_S = 30.0
+#: How soon to look again for a webhook configuration that is not there yet:
+#: Helm creates them after the Deployment, and until caBundle is set the API
+#: server cannot call the webhooks (pods go uninjected, policies unchecked).
+MISSING_RETRY_S = 1.0
 STRATEGIC = "application/strategic-merge-patch+json"
 
 
@@ -86,12 +90,14 @@ def ensure_secret(namespace: str, name: str, names: list[str],
     raise RuntimeError(f"the webhook Secret {namespace}/{name} kept changing under us")
 
 
-def ensure_ca_bundle(config: str, ca_pem: bytes, logger: logging.Logger) -> int:
+def ensure_ca_bundle(config: str, ca_pem: bytes, logger: logging.Logger,
+                     quiet: bool = False) -> tuple[int, int]:
     """Set caBundle on every webhook of both configurations named `config`;
-    returns how many webhooks were changed (0 when all were right)."""
+    returns (webhooks changed, configurations not found). `quiet`: a missing
+    configuration is logged at debug level (it was reported already)."""
     _, admission = _apis()
     wanted = base64.b64encode(ca_pem).decode()
-    changed = 0
+    changed = missing = 0
     for read, patch in (
             (admission.read_mutating_webhook_configuration,
              admission.patch_mutating_webhook_configuration),
@@ -102,7 +108,9 @@ def ensure_ca_bundle(config: str, ca_pem: bytes, logger: logging.Logger) -> int:
         except ApiException as error:
             if error.status != 404:
                 raise
-            logger.warning("webhook configuration %s not found; caBundle not set", config)
+            missing += 1
+            (logger.debug if quiet else logger.warning)(
+                "webhook configuration %s not found; caBundle not set yet", config)
             continue
         stale = [w.name for w in found.webhooks or [] if w.client_config.ca_bundle != wanted]
         if stale:
@@ -112,7 +120,7 @@ def ensure_ca_bundle(config: str, ca_pem: bytes, logger: logging.Logger) -> int:
             changed += len(stale)
     if changed:
         logger.info("caBundle set on %d webhook(s) of %s", changed, config)
-    return changed
+    return changed, missing
 
 
 def write_files(directory: Path, data: dict[str, bytes]) -> None:
@@ -137,17 +145,18 @@ def start(secret: str, config: str, host: str, directory: Path,
     directory.mkdir(parents=True, exist_ok=True)
     data = ensure_secret(namespace, name, names, logger)
     write_files(directory, data)
-    if config:
-        ensure_ca_bundle(config, data["ca.crt"], logger)
+    missing = ensure_ca_bundle(config, data["ca.crt"], logger)[1] if config else 0
 
     def loop() -> None:
+        nonlocal missing
         while True:
-            time.sleep(CHECK_S)
+            time.sleep(MISSING_RETRY_S if missing else CHECK_S)
             try:
                 fresh = ensure_secret(namespace, name, names, logger)
                 write_files(directory, fresh)
                 if config:
-                    ensure_ca_bundle(config, fresh["ca.crt"], logger)
+                    missing = ensure_ca_bundle(config, fresh["ca.crt"], logger,
+                                               quiet=bool(missing))[1]
             except (ApiException, OSError, RuntimeError, urllib3.exceptions.HTTPError) as error:
                 logger.warning("keeping the webhook certificate failed (%s); retrying in %ss",
                                error, CHECK_S)
