@@ -31,6 +31,8 @@ Variables (field in parentheses):
 - CKPTDRAIN_METRICS_PORT (9090) and CKPTDRAIN_HEALTH_PORT (8080, /healthz);
   0 disables either.
 - CKPTDRAIN_PEERING (peering): Kopf peering name, so one replica is active.
+- CKPTDRAIN_PEERING_PRIORITY: this replica's peering priority (the highest
+  live one works); default random (leadership.py).
 - CKPTDRAIN_EXPIRED_TTL (expired_ttl_s): how long an Expired checkpoint record
   waits for its agent to delete the objects before the operator deletes the
   record; default 10m.

@@ -29,9 +29,21 @@ from typing import Any
 
 import urllib3
 
-#: This process's peering priority: random, so that two replicas never tie
-#: (a tie pauses both). Chosen once per process.
-PRIORITY = random.randint(1, 2**31 - 1)
+
+def _priority(raw: str | None) -> int:
+    """CKPTDRAIN_PEERING_PRIORITY (a whole number in [1, 2**31 - 1]: to prefer
+    one replica, or to order them in a test), else random, so that two
+    replicas never tie (a tie pauses both)."""
+    if not raw:
+        return random.randint(1, 2**31 - 1)
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) < 2**31:
+        raise ValueError(f"CKPTDRAIN_PEERING_PRIORITY: expected a whole number in "
+                         f"[1, 2147483647], got {raw!r:.40}")
+    return int(raw)
+
+
+#: This process's peering priority, chosen once per process.
+PRIORITY = _priority(os.environ.get("CKPTDRAIN_PEERING_PRIORITY"))
 
 
 def own_identity() -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from ckptdrain.operator.leadership import is_active
+import pytest
+
+from ckptdrain.operator.leadership import _priority, is_active
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -41,3 +43,11 @@ def test_missing_fields_count_as_kopf_counts_them() -> None:
     zulu = (NOW - timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert not is_active({"other": {"priority": 9, "lastseen": zulu}}, "me", 5, NOW)
     assert is_active({"other": "garbage"}, "me", 5, NOW)
+
+
+def test_a_set_priority_is_used_and_a_bad_one_named() -> None:
+    assert _priority("7") == 7
+    assert 1 <= _priority(None) < 2**31 and 1 <= _priority("") < 2**31
+    for bad in ("0", "-1", "x", "2147483648", "٣"):
+        with pytest.raises(ValueError, match="CKPTDRAIN_PEERING_PRIORITY"):
+            _priority(bad)
