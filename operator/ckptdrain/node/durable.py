@@ -118,6 +118,19 @@ def copy_file(
     return size, crc
 
 
+def write_bytes(path: Path, data: bytes, *, exclusive: bool = False) -> None:
+    """Write `data` to `path` and fsync it; `exclusive`: refuse an existing file."""
+    mode = os.O_EXCL if exclusive else os.O_TRUNC
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -130,7 +130,7 @@ class LocalTier:
                 step=step, writer=writer, writers=writers, files=tuple(entries),
                 created=time.time(), extra=dict(extra or {}),
             )
-            _write_durably(tmp / MANIFEST, manifest.to_json())
+            durable.write_bytes(tmp / MANIFEST, manifest.to_json())
             fsync_dir(tmp)
             durable.publish(tmp, self.step_dir(step))
         except BaseException:
@@ -201,14 +201,3 @@ class LocalTier:
             return self.manifest(step).total_bytes
         except IntegrityError:
             return 0
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -98,7 +98,7 @@ def write_copy(stream: BinaryIO, manifest: WriterManifest, manifest_json: bytes,
                                        f"manifest says {entry.crc32c}")
         for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
             fsync_dir(d)
-        _write_durably(tmp / MANIFEST, manifest_json)
+        durable.write_bytes(tmp / MANIFEST, manifest_json, exclusive=True)
         fsync_dir(tmp)
         final.parent.mkdir(parents=True, exist_ok=True)
         if before_publish is not None:
@@ -107,17 +107,6 @@ def write_copy(stream: BinaryIO, manifest: WriterManifest, manifest_json: bytes,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_copy(step_dir: Path) -> tuple[bytes, WriterManifest]:
