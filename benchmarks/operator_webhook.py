@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="ckptdrain-bench-"))
     with apiserver.running(work / "cluster") as cluster:
-        for crd in ("checkpointpolicies", "checkpoints"):
+        for crd in ("checkpointpolicies", "checkpoints", "checkpointshares"):
             cluster.kubectl("apply", "-f", str(ROOT / "crds" / f"{crd}.yaml"))
         cluster.kubectl("wait", "--for=condition=Established", "crd", "--all")
         (work / "op").mkdir()

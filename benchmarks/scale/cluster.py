@@ -42,7 +42,7 @@ class Parts:
 def running(workdir: Path, cluster_cap: str | None) -> Iterator[Parts]:
     """apiserver + CRDs + operator for one size; everything stopped after."""
     with apiserver.running(workdir / "cluster") as cluster:
-        for crd in ("checkpointpolicies", "checkpoints"):
+        for crd in ("checkpointpolicies", "checkpoints", "checkpointshares"):
             cluster.kubectl("apply", "-f", str(ROOT / "crds" / f"{crd}.yaml"))
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         (workdir / "operator").mkdir(exist_ok=True)

@@ -89,7 +89,10 @@ def _largest(core: Any, custom: Any) -> dict[str, int]:
     def biggest(objs: list[dict[str, Any]]) -> int:
         return max((len(json.dumps(o, separators=(",", ":"))) for o in objs), default=0)
 
+    shares = custom.list_namespaced_custom_object(GROUP, VERSION, NAMESPACE,
+                                                  "checkpointshares")["items"]
     return {"checkpoint": biggest(checkpoints), "pod": biggest(pods),
+            "checkpointshare": biggest(shares),
             "pod_annotations": biggest([p["metadata"].get("annotations") or {} for p in pods]),
             "policy": biggest(policies), "checkpoints": len(checkpoints)}
 
@@ -169,7 +172,8 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
         cluster.settle(pid)
         out["admission_with_n_present"] = admission.quantiles(probe)
         out["admission_errors"] += probe_errors[:10]
-        out["share_visible"] = watch.visible(t0, {w.pod for w in writers})
+        out["share_visible"] = watch.visible(t0, {w.pod: w.policy for w in writers})
+        out["channel_events"], out["channel_malformed"] = watch.events, watch.malformed
         out["agent_errors"] = dict(fleet.errors)
         watch.stop()
         fleet.close()

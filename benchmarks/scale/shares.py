@@ -1,12 +1,12 @@
-"""What the agents see of their shares: one watch on the injected pods (the
-annotation `ckptdrain.io/bandwidth`, the value the kubelet copies into each
-agent's share file) and one on the policies (their budget in status). From
-them: when each pod's share changed, and the sum of applied shares against
-each policy's budget and against the cluster cap at every change.
+"""What the agents see of their shares: one watch on the policies' share
+channels (CheckpointShare, contract/share.py: what every agent of a policy
+watches and derives its share from) and one on the policies (their budget
+in status). From them: when each policy's per-agent share changed, and the
+sum of applied shares (the share times the agents admitted) against each
+policy's budget and against the cluster cap at every change.
 
 Times are when this process saw the change at the apiserver; a real agent
-reads the file the kubelet refreshes from it, which adds the kubelet's
-sync period (docs/scale.md).
+watches the same object, so it sees it one watch delivery later.
 """
 
 from __future__ import annotations
@@ -17,14 +17,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptdrain.contract.api import (
-    ANNOTATION_BANDWIDTH,
-    ANNOTATION_POLICY,
-    GROUP,
-    LABEL_INJECT,
-    POLICIES,
-    VERSION,
-)
+from ckptdrain.contract import share as sh
+from ckptdrain.contract.api import GROUP, POLICIES, VERSION
+from ckptdrain.errors import InvalidInput
 
 #: The promise: the applied shares never sum to more than 5% over the budget.
 LIMIT = 0.05
@@ -59,23 +54,24 @@ class ShareWatch:
     namespace: str
     api_client: Any
     cluster_cap: float | None
-    share: dict[str, float] = field(default_factory=dict)
-    policy_of: dict[str, str] = field(default_factory=dict)
+    #: policy -> (per-agent share, agents admitted), as its channel says now
+    applied: dict[str, tuple[float, int]] = field(default_factory=dict)
     budget: dict[str, float] = field(default_factory=dict)
-    #: pod -> times (monotonic) its share changed
+    #: policy -> times (monotonic) its agents' share or admitted set changed
     changes: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    #: running sums of the applied shares, per policy and over the cluster
-    policy_sum: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     total: float = 0.0
     per_policy: Overshoot = field(default_factory=Overshoot)
     cluster: Overshoot = field(default_factory=Overshoot)
     events: int = 0
+    malformed: int = 0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._seen: dict[str, sh.Allocation] = {}
         self._threads = [threading.Thread(target=self._loop, args=(kind,), daemon=True,
-                                          name=f"watch-{kind}") for kind in ("pods", "policies")]
+                                          name=f"watch-{kind}")
+                         for kind in (sh.SHARES, POLICIES)]
 
     def start(self) -> None:
         for thread in self._threads:
@@ -86,48 +82,48 @@ class ShareWatch:
         for thread in self._threads:
             thread.join(timeout=15)
 
-    def _loop(self, kind: str) -> None:
+    def _loop(self, plural: str) -> None:
         from kubernetes import client, watch
 
-        core = client.CoreV1Api(self.api_client)
         custom = client.CustomObjectsApi(self.api_client)
         while not self._stop.is_set():
             w = watch.Watch()
             try:
-                if kind == "pods":
-                    stream = w.stream(core.list_namespaced_pod, self.namespace,
-                                      label_selector=f"{LABEL_INJECT}=true", timeout_seconds=5)
-                else:
-                    stream = w.stream(custom.list_namespaced_custom_object, GROUP, VERSION,
-                                      self.namespace, POLICIES, timeout_seconds=5)
-                for event in stream:
+                for event in w.stream(custom.list_namespaced_custom_object, GROUP, VERSION,
+                                      self.namespace, plural, timeout_seconds=5):
                     obj = event["object"]
-                    if kind == "pods":
-                        self._pod(obj.metadata.name, obj.metadata.annotations or {})
-                    else:
+                    if plural == POLICIES:
                         self._policy(obj)
+                    elif event["type"] != "DELETED":
+                        self._channel(obj)
                     if self._stop.is_set():
                         break
-            except Exception:  # a dropped watch is restarted, as the kubelet's would be
+            except Exception:  # a dropped watch is restarted, as an agent's would be
                 time.sleep(0.2)
             finally:
                 w.stop()
 
-    def _pod(self, name: str, annotations: dict[str, str]) -> None:
-        text = annotations.get(ANNOTATION_BANDWIDTH)
-        if text is None:
+    def _channel(self, obj: dict[str, Any]) -> None:
+        try:
+            a = sh.from_object(obj)
+        except InvalidInput:
+            with self._lock:
+                self.malformed += 1
             return
-        value, policy = float(text), annotations.get(ANNOTATION_POLICY, "")
+        admitted = sum(high - low + 1 for low, high in sh.decode_ranks(a.active_ranks)) \
+            + len(a.active_pods)
         with self._lock:
             self.events += 1
-            old = self.share.get(name)
-            if old == value:
-                return
-            self.share[name], self.policy_of[name] = value, policy
-            self.policy_sum[policy] += value - (old or 0.0)
-            self.total += value - (old or 0.0)
-            self.changes[name].append(time.monotonic())
-            self._check(policy)
+            previous = self._seen.get(a.policy)
+            self._seen[a.policy] = a
+            old_share, old_n = self.applied.get(a.policy, (0.0, 0))
+            new_share = a.share() if admitted else 0.0
+            self.applied[a.policy] = (new_share, admitted)
+            self.total += new_share * admitted - old_share * old_n
+            if previous is None or previous.share() != a.share() \
+                    or previous.active_ranks != a.active_ranks:
+                self.changes[a.policy].append(time.monotonic())
+            self._check(a.policy)
 
     def _policy(self, obj: dict[str, Any]) -> None:
         allowed = (obj.get("status") or {}).get("allowedBandwidthBytes")
@@ -137,15 +133,17 @@ class ShareWatch:
                 self._check(obj["metadata"]["name"])
 
     def _check(self, policy: str) -> None:
-        self.per_policy.see(self.policy_sum[policy], self.budget.get(policy), policy)
+        share, admitted = self.applied.get(policy, (0.0, 0))
+        self.per_policy.see(share * admitted, self.budget.get(policy), policy)
         self.cluster.see(self.total, self.cluster_cap, "cluster")
 
-    def visible(self, since: float, pods: set[str]) -> dict[str, float | int]:
-        """For the pods whose share changed after `since`: how long until the
-        last of them saw its final value (max) and the median pod did (p50)."""
+    def visible(self, since: float, pods: dict[str, str]) -> dict[str, float | int]:
+        """For the pods (name -> policy) whose policy's share changed after
+        `since`: how long until the last of them could see its final value
+        (max) and the median pod could (p50)."""
         with self._lock:
-            lasts = sorted(t[-1] - since for p, t in self.changes.items()
-                           if p in pods and t and t[-1] > since)
+            last = {p: t[-1] - since for p, t in self.changes.items() if t and t[-1] > since}
+        lasts = sorted(last[policy] for policy in pods.values() if policy in last)
         if not lasts:
             return {"affected": 0}
         return {"affected": len(lasts), "p50_s": round(lasts[len(lasts) // 2], 3),

@@ -203,8 +203,9 @@ def step4_drain(logs: Logs, local_root: Path, complete: int) -> dict[int, str]:
         now = int(pod["metadata"]["annotations"]["ckptdrain.io/bandwidth"])
         drained = [e for e in logs.agent(pods[i]) if e["state"] == "Global" and e.get("seconds")]
         check(drained, f"writer {i}: agent reported drains to the global tier")
-        # Shares follow each writer's pending bytes, so a drain is held to the
-        # largest share its agent had while it ran, not to the one of this moment.
+        # Shares follow the policy's drainers (its share channel), so a drain is
+        # held to the largest share its agent had while it ran, not to the one
+        # of this moment.
         runs = [(e["bytes"] / e["seconds"],
                  logs.share_during(pods[i], e["at"] - e["seconds"], e["at"]) or now)
                 for e in drained]

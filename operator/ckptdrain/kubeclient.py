@@ -35,3 +35,12 @@ def custom_objects_api() -> Any:
     from kubernetes import client
 
     return client.CustomObjectsApi(api_client())
+
+
+def watch_stream(list_call: Any, *args: Any, **kwargs: Any) -> Any:
+    """(events, stop): a watch on what `list_call(*args)` lists, each event a
+    dict with `type` and the raw `object`; `stop()` ends it."""
+    from kubernetes import watch
+
+    stream = watch.Watch()
+    return stream.stream(list_call, *args, **kwargs), stream.stop

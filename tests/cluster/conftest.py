@@ -52,9 +52,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[apiserver.Clus
 def crds(cluster: apiserver.Cluster) -> None:
     root = repo_root() / "crds"
     cluster.kubectl("apply", "-f", str(root / "checkpointpolicies.yaml"),
-                    "-f", str(root / "checkpoints.yaml"))
+                    "-f", str(root / "checkpoints.yaml"),
+                    "-f", str(root / "checkpointshares.yaml"))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/checkpointpolicies.ckptdrain.io", "crd/checkpoints.ckptdrain.io")
+                    "crd/checkpointpolicies.ckptdrain.io", "crd/checkpoints.ckptdrain.io",
+                    "crd/checkpointshares.ckptdrain.io")
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +75,8 @@ def namespace(cluster: apiserver.Cluster) -> Iterator[str]:
     yield name
     # No namespace controller runs here, so deleting the namespace would not
     # delete its objects; delete them first.
-    cluster.kubectl("delete", "-n", name, "pods,checkpoints,checkpointpolicies", "--all",
+    cluster.kubectl("delete", "-n", name,
+                    "pods,checkpoints,checkpointshares,checkpointpolicies", "--all",
                     "--wait=false", check=False)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

@@ -1,6 +1,7 @@
 """Pods against a real apiserver: injection by the mutating webhook, and
-bandwidth shares rebalanced as pods come and go. (No kubelet: pods are
-stored, never run; the operator reacts to them all the same.)"""
+bandwidth shares published in each policy's share channel as drainers come
+and go. (No kubelet: pods are stored, never run; the operator reacts to them
+all the same.)"""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from cluster_helpers import INJECT, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 
+from ckptdrain.contract import share as sh
 from support.apiserver import Cluster
 
 
@@ -109,7 +111,28 @@ def test_short_grace_period_warns_or_refuses(
     assert "spec.terminationGracePeriodSeconds" in refused.stderr
 
 
-def test_shares_rebalance_as_pods_come_and_go(
+def _channel(cluster: Cluster, namespace: str, name: str) -> sh.Allocation | None:
+    """The policy's share channel as an agent reads it; None until it exists."""
+    out = cluster.kubectl("get", "-n", namespace, "checkpointshares", name, "-o", "json",
+                          check=False)
+    return sh.from_object(json.loads(out.stdout)) if out.returncode == 0 else None
+
+
+def _pending(cluster: Cluster, namespace: str, name: str, value: int) -> None:
+    cluster.kubectl("annotate", "--overwrite", "-n", namespace, "pod", name,
+                    f"ckptdrain.io/pending-bytes={value}")
+
+
+def _shows(cluster: Cluster, namespace: str, name: str, drainers: int, ranks: str,
+           share: float) -> Callable[[], bool]:
+    def check() -> bool:
+        a = _channel(cluster, namespace, name)
+        return a is not None and (a.drainers, a.active_ranks, a.share()) == \
+            (drainers, ranks, share)
+    return check
+
+
+def test_shares_follow_the_drainers_through_the_channel_not_the_pods(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
     apply(policy("llama", writers=3))
@@ -117,39 +140,44 @@ def test_shares_rebalance_as_pods_come_and_go(
     grace = {"terminationGracePeriodSeconds": 3600}
     for i in range(2):
         _create(cluster, namespace, pod(f"w-{i}", {"app": "llama", **INJECT}, i, **grace))
-    wait_for(lambda: {_share(cluster, namespace, f"w-{i}") for i in range(2)}
-             == {31_500_000_000}, what="two even shares")
-    _create(cluster, namespace, pod("w-2", {"app": "llama", **INJECT}, 2, **grace))
-    wait_for(lambda: {_share(cluster, namespace, f"w-{i}") for i in range(3)}
-             == {21_000_000_000}, what="three even shares")
-    assert wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]
-                    .get("drainers") == 3, what="drainers=3")
-
-    # Shares follow the bytes each agent reports pending.
-    cluster.kubectl("annotate", "-n", namespace, "pod", "w-0", "ckptdrain.io/pending-bytes=2000")
-    cluster.kubectl("annotate", "-n", namespace, "pod", "w-1", "ckptdrain.io/pending-bytes=1000")
-    cluster.kubectl("annotate", "-n", namespace, "pod", "w-2", "ckptdrain.io/pending-bytes=1000")
-    wait_for(lambda: _share(cluster, namespace, "w-0") == 31_500_000_000
-             and _share(cluster, namespace, "w-1") == 15_750_000_000, what="weighted shares")
-
-    cluster.kubectl("delete", "-n", namespace, "pod", "w-0", "--wait=true")
-    wait_for(lambda: {_share(cluster, namespace, f"w-{i}") for i in (1, 2)}
-             == {31_500_000_000}, what="rebalanced after a pod left")
+    # Admission writes each pod's fallback share: the budget over the writers.
+    assert {_share(cluster, namespace, f"w-{i}") for i in range(2)} == {21_000_000_000}
     assert wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]
                     .get("drainers") == 2, what="drainers=2")
+
+    # Two agents start draining: both counted, then admitted, at half the budget each.
+    _pending(cluster, namespace, "w-0", 2000)
+    _pending(cluster, namespace, "w-1", 1000)
+    wait_for(_shows(cluster, namespace, "llama", 2, "0-1", 31_500_000_000),
+             what="two admitted drainers")
+    channel = get(cluster, namespace, "checkpointshares", "llama")
+    owner = channel["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("CheckpointPolicy", "llama")
+
+    _create(cluster, namespace, pod("w-2", {"app": "llama", **INJECT}, 2, **grace))
+    _pending(cluster, namespace, "w-2", 1000)
+    wait_for(_shows(cluster, namespace, "llama", 3, "0-2", 21_000_000_000),
+             what="a third drainer admitted, everyone at a third")
+
+    # Done draining: out of the split; the others speed up.
+    _pending(cluster, namespace, "w-0", 0)
+    wait_for(_shows(cluster, namespace, "llama", 2, "1-2", 31_500_000_000),
+             what="w-0 done")
+    cluster.kubectl("delete", "-n", namespace, "pod", "w-1", "--wait=true")
+    wait_for(_shows(cluster, namespace, "llama", 1, "2", 63_000_000_000),
+             what="the whole budget to the last drainer")
     metrics = operator.metrics()
     assert "ckptdrain_allocation_changes_total{" in metrics
     assert 'ckptdrain_webhook_seconds_count{outcome="ok",webhook="pod"}' in metrics
     assert 'ckptdrain_reconciles_total{kind="allocation",outcome="ok"}' in metrics
 
-    # A pod that finished (a Job keeps it) drains nothing more: its share goes
-    # to the one still running although the pod object stays.
-    cluster.kubectl("patch", "-n", namespace, "pod", "w-1", "--subresource=status",
+    # A pod that finished (a Job keeps it) drains nothing more, whatever it
+    # last reported.
+    cluster.kubectl("patch", "-n", namespace, "pod", "w-2", "--subresource=status",
                     "--type=merge", "-p", json.dumps({"status": {"phase": "Succeeded"}}))
-    wait_for(lambda: _share(cluster, namespace, "w-2") == 63_000_000_000,
-             what="the whole budget to the pod still running")
-    assert wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]
-                    .get("drainers") == 1, what="drainers=1")
+    wait_for(_shows(cluster, namespace, "llama", 0, "", 63_000_000_000), what="no drainer")
+    # Not one share was written into a pod: they keep their admission value.
+    assert {_share(cluster, namespace, f"w-{i}") for i in (0, 2)} == {21_000_000_000}
 
 
 def test_capped_policy_splits_only_what_the_cap_allows(
@@ -160,8 +188,11 @@ def test_capped_policy_splits_only_what_the_cap_allows(
     for i in range(2):
         _create(cluster, namespace, pod(f"c-{i}", {"app": "capped", **INJECT},
                                         terminationGracePeriodSeconds=3600))
-    wait_for(lambda: {_share(cluster, namespace, f"c-{i}") for i in range(2)}
-             == {5_000_000_000}, what="capped shares")
+        _pending(cluster, namespace, f"c-{i}", 100)
+    # Pods without a writer rank are admitted by name.
+    wait_for(lambda: (a := _channel(cluster, namespace, "capped")) is not None
+             and a.active_pods == ("c-0", "c-1") and a.share() == 5_000_000_000,
+             what="capped shares")
 
 
 RESTRICTED_TRAINER = {

@@ -20,6 +20,7 @@ from operator_process import OperatorProcess, repo_root
 
 from ckptdrain.agent.kube import PendingBytesPublisher
 from ckptdrain.agent.refusals import event_body
+from ckptdrain.agent.share_channel import ShareChannel
 from ckptdrain.contract.api import ANNOTATION_GOODPUT, ANNOTATION_RESTORED
 from ckptdrain.goodput import AgentView
 from ckptdrain.node.kube import RecordWriter, annotate_own_pod, annotate_own_pod_with
@@ -101,6 +102,15 @@ def test_documented_rules_are_enough(cluster: Cluster, namespace: str,
     core.patch_namespaced_pod("w-0", namespace, {"metadata": {"annotations": {
         "ckptdrain.io/pending-bytes": "5", "ckptdrain.io/restored-from": "step=2 tier=local"}}},
         _content_type="application/merge-patch+json")
+    # The share channel: the operator publishes it, the agent watches it.
+    channel = ShareChannel(namespace, "llama", pending=lambda: 5, api=api)
+    channel.start()
+    try:
+        wait_for(lambda: (view := channel.view()).live and view.allocation is not None
+                 and view.allocation.admits(0, "w-0"),
+                 what="the agent admitted through its share channel")
+    finally:
+        channel.stop()
     wait_for(lambda: [r["metadata"]["name"] for r in get(cluster, namespace, "ckpt")["items"]]
              == ["llama-s2"], what="retention with the documented rules")
     wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"].get("restores"))

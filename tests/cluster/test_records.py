@@ -185,9 +185,14 @@ def test_operator_restarted_midway_converges_without_duplicates(
     pods = {p["metadata"]["name"]: p for p in get(cluster, namespace, "pods")["items"]
             if p["metadata"]["name"] != "w-down"}
     assert set(pods) == {"w-0", "w-1"}
-    wait_for(lambda: {int(get(cluster, namespace, "pod", n)["metadata"]["annotations"]
-                          ["ckptdrain.io/bandwidth"]) for n in pods} == {15_750_000_000},
-             what="shares after restart")
+    for name in pods:
+        cluster.kubectl("annotate", "--overwrite", "-n", namespace, "pod", name,
+                        "ckptdrain.io/pending-bytes=100")
+
+    def channel() -> tuple[int, int, str]:
+        spec = get(cluster, namespace, "checkpointshares", "llama")["spec"]
+        return spec["budgetBytes"], spec["drainers"], spec["activeRanks"]
+    wait_for(lambda: channel() == (31_500_000_000, 2, "0-1"), what="shares after restart")
     for p in pods.values():
         names = [c["name"] for c in p["spec"]["initContainers"]]
         assert names == ["ckptdrain-prepare", "ckptdrain-restore", "ckptdrain-agent"]

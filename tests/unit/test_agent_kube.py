@@ -59,15 +59,17 @@ def test_a_failing_api_server_never_raises_into_the_agent() -> None:
     _drain(reporter)
 
 
-def test_pending_bytes_are_published_when_they_move() -> None:
+def test_pending_bytes_are_published_only_when_a_drain_starts_or_ends() -> None:
     core = FakeCore()
     publisher = PendingBytesPublisher("ns", "pod-0", api=core)
     assert publisher.publish(1000)
-    assert not publisher.publish(1050)  # within 10%
-    assert publisher.publish(500)
+    assert not publisher.publish(1050)
+    assert not publisher.publish(500)  # draining on: no write, however far it moved
     assert publisher.publish(0)
+    assert not publisher.publish(0)
+    assert publisher.publish(7)
     values = [p["metadata"]["annotations"]["ckptdrain.io/pending-bytes"] for p in core.patches]
-    assert values == ["1000", "500", "0"]
+    assert values == ["1000", "0", "7"]
     assert pending_changed(None, 0) and pending_changed(0, 1) and not pending_changed(0, 0)
 
 

@@ -166,6 +166,24 @@ def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace,
     return reporters
 
 
+def attach_share_channel(cfg: node_config.AgentConfig, watcher: ShareWatcher,
+                         drain: DrainWorker | None) -> None:
+    """Take the share from the policy's channel (contract/share.py), in a pod only;
+    the file share stays the fallback."""
+    if drain is None or not node_config.in_cluster(cfg):
+        return
+    from ckptdrain.agent.share_channel import ShareChannel
+
+    try:
+        channel = ShareChannel(cfg.namespace, cfg.policy.split("/")[-1], drain.lag_bytes,
+                               on_change=watcher.refresh)
+    except Exception as err:  # no API access: the admission-time share applies
+        log.warning("share channel disabled: %s", err)
+        return
+    watcher.attach(channel.view, cfg.writer, cfg.pod_name)
+    channel.start()
+
+
 def start_pending_bytes(cfg: node_config.AgentConfig, drain: DrainWorker | None,
                         along: Any = None) -> None:
     if drain is None or not node_config.in_cluster(cfg):
@@ -255,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
         server.start()
         log.info("metrics on :%d/metrics, health on /healthz", server.port)
     if watcher is not None:
+        attach_share_channel(cfg, watcher, drain)
         watcher.start()
     if drain is not None:
         drain.start()

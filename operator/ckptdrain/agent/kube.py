@@ -29,9 +29,9 @@ from ckptdrain.contract.api import ANNOTATION_PENDING
 log = logging.getLogger(__name__)
 
 QUEUE_SIZE = 256
-#: Re-publish pending bytes only when they moved by this fraction (or to/from 0).
-PENDING_CHANGE = 0.1
-PUBLISH_PERIOD = 5.0
+#: How often the drain's pending bytes are looked at; a write follows only
+#: when a drain starts or ends (see pending_changed).
+PUBLISH_PERIOD = 1.0
 
 
 def tiers_for(event: CheckpointEvent, is_global: bool, is_peer: bool = False) -> list[str]:
@@ -99,11 +99,12 @@ class RecordReporter:
                             err)
 
 
-def pending_changed(old: int | None, new: int, fraction: float = PENDING_CHANGE) -> bool:
-    """Worth a patch? Any change to or from zero, else a move of `fraction` or more."""
-    if old is None or (old == 0) != (new == 0):
-        return True
-    return abs(new - old) >= fraction * max(old, 1)
+def pending_changed(old: int | None, new: int) -> bool:
+    """Worth a patch? Only a drain starting or ending (to or from zero): the
+    split is equal among drainers (contract/share.py), so how much is pending
+    does not move anyone's share, and two writes per drain keep the cost per
+    checkpoint independent of how long it drains."""
+    return old is None or (old == 0) != (new == 0)
 
 
 class PendingBytesPublisher:

@@ -200,7 +200,7 @@ class AgentMetrics:
         self.restore_fallbacks.set(restore_fallbacks(doc))
 
     def set_share(self, rate: float, source: str) -> None:
-        for other in ("file", "default"):
+        for other in ("channel", "waiting", "file", "default"):
             self.share.labels(other).set(rate if other == source else 0)
         self.rate.set(rate)
 

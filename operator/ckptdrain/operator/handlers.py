@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -29,6 +30,7 @@ from ckptdrain.operator import (
     metrics,
     peer_sync,
     records,
+    share_channel,
     watchdog,
     webhook,
 )
@@ -219,6 +221,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
         _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
     if event.get("type") == "DELETED":
         _joint_last.pop(key, None)
+        share_channel.forget(key)
         _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
         meta = (event.get("object") or {}).get("metadata") or {}
         goodput_sync.forget((meta.get("namespace", ""), meta.get("name", "")))
@@ -263,7 +266,12 @@ def _rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
 def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
     joint = _budgets(cfg, policies, pods)
-    for key, (sized, cluster, _) in joint.items():
+    before = {k: v[0].allowed_bandwidth for k, v in _joint_last.items()}
+    # Budgets that shrink are published before those that grow, so the
+    # cluster's sum never passes the cap on the way.
+    ordered = sorted(joint.items(), key=lambda kv: kv[1][0].allowed_bandwidth
+                     - before.get(kv[0], float("inf")))
+    for key, (sized, cluster, _) in ordered:
         _joint_last[key] = (sized, cluster)
         body = next(iter(_values(policies, key)), {})
         if _disagrees(body, sized, cluster):
@@ -289,15 +297,19 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             return
         sized, cluster, policy = mine
         drainers = _values(pods, key)
-        wanted = allocation.shares(sized.allowed_bandwidth, drainers, policy.per_drainer_cap)
-        moved = allocation.changes(drainers, wanted)
-        written = kube.annotate_pods(key[0], {
-            pod: {api.ANNOTATION_BANDWIDTH: str(share)} for pod, share in moved.items()})
-        if written:
-            metrics.ALLOCATION_CHANGES.labels(*key).inc(len(written))
-            logger.info("rebalanced %s/%s: %d of %d shares rewritten (budget %d B/s)",
-                        *key, len(written), len(drainers), int(sized.allowed_bandwidth))
         body = next(iter(_values(policies, key)), {})
+        draining = [share_channel.Drainer(d.pod, share_channel.rank_of(d.writer))
+                    for d in drainers if (d.pending_bytes or 0) > 0]
+        written, recheck = share_channel.publish(
+            key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
+            share_channel.owner_of(body), time.monotonic())
+        if written:
+            metrics.ALLOCATION_CHANGES.labels(*key).inc()
+            logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",
+                        *key, len(draining), len(drainers), int(sized.allowed_bandwidth))
+        if recheck is not None:
+            # A drainer was counted and waits to be admitted: come back for it.
+            _schedule_rebalance(key, cfg, policies, pods, logger, max(recheck, 0.05))
         status = body.get("status") or {}
         change = st.with_cluster(status, sized, cluster,
                                  body.get("metadata", {}).get("generation"), _now()) or {}

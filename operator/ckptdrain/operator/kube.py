@@ -26,7 +26,7 @@ from ckptdrain.contract.api import (
     VERSION,
 )
 
-__all__ = ["ApiException", "HTTPError", "annotate_pod", "annotate_pods", "create_secret",
+__all__ = ["ApiException", "HTTPError", "create_secret",
            "delete", "list_policies", "live_writers", "node_labels", "patch_object",
            "patch_status", "post_event", "read_configmap_data", "read_object", "read_peering",
            "write_configmap"]
@@ -64,20 +64,6 @@ def _gone_ok(call: Any, *args: Any, **kwargs: Any) -> bool:
     return True
 
 
-def annotate_pod(namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
-    core, _ = _clients()
-    return _gone_ok(core.patch_namespaced_pod, name, namespace,
-                    {"metadata": {"annotations": annotations}}, _content_type=MERGE)
-
-
-def annotate_pods(namespace: str, annotations: Mapping[str, dict[str, str | None]]
-                  ) -> list[str]:
-    """Annotate many pods concurrently; returns the pods that still existed."""
-    names = list(annotations)
-    done = _pool().map(lambda n: annotate_pod(namespace, n, annotations[n]), names)
-    return [name for name, ok in zip(names, done, strict=True) if ok]
-
-
 def patch_object(plural: str, namespace: str, name: str, patch: dict[str, Any]) -> bool:
     _, custom = _clients()
     return _gone_ok(custom.patch_namespaced_custom_object, GROUP, VERSION, namespace, plural,
@@ -88,6 +74,27 @@ def patch_status(plural: str, namespace: str, name: str, status: dict[str, Any])
     _, custom = _clients()
     return _gone_ok(custom.patch_namespaced_custom_object_status, GROUP, VERSION, namespace,
                     plural, name, {"status": status}, _content_type=MERGE)
+
+
+def write_object(plural: str, namespace: str, body: dict[str, Any],
+                 spec_patch: dict[str, Any] | None = None) -> None:
+    """Merge-patch a custom object's spec in place (`spec_patch`, where None
+    removes a field; default the body's spec), or create it when absent (the
+    steady state is a patch: one write, no conflict to handle)."""
+    _, custom = _clients()
+    name = body["metadata"]["name"]
+    spec = body["spec"] if spec_patch is None else spec_patch
+    if _gone_ok(custom.patch_namespaced_custom_object, GROUP, VERSION, namespace, plural,
+                name, {"spec": spec}, _content_type=MERGE):
+        return
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        # Created by someone in between (another replica): ours is the newer spec.
+        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, plural, name,
+                                              {"spec": spec}, _content_type=MERGE)
 
 
 def delete(plural: str, namespace: str, name: str) -> bool:

@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,10 +91,17 @@ def _indexed(namespace: str, policies: kopf.Index[tuple[str, str], Any]) -> list
     return [b for key in list(policies) if key[0] == namespace for b in policies.get(key, [])]
 
 
-def default_share(p: pol.Policy) -> float:
-    """A pod's share before the operator rebalances: the budget split among writers."""
-    s = sizing.compute(p.sizing_input)
-    share = s.allowed_bandwidth / p.writers
+def default_share(p: pol.Policy, status: Mapping[str, Any] | None = None) -> float:
+    """The share written into the pod at admission: the policy's budget split
+    among its writers. It is what the agent uses when it cannot see its share
+    channel, so it must fit the budget on its own: the joint budget the status
+    reports when it is smaller than the policy's sizing alone (the cluster cap
+    scaled every policy down)."""
+    budget = sizing.compute(p.sizing_input).allowed_bandwidth
+    joint = (status or {}).get("allowedBandwidthBytes")
+    if isinstance(joint, int) and not isinstance(joint, bool) and 0 < joint < budget:
+        budget = float(joint)
+    share = budget / p.writers
     return min(share, p.per_drainer_cap) if p.per_drainer_cap else share
 
 
@@ -222,7 +230,7 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
             warnings.append(f"ckptdrain: policy {p.name}: {peer_problem}; "
                             "the pod runs without the peer tier")
             p = dataclasses.replace(p, peer=dataclasses.replace(p.peer, enabled=False))
-        share = default_share(p)
+        share = default_share(p, chosen.get("status"))
         problem = injection.grace_problem(pod, p, share, cfg)
         if problem and p.grace_policy == "Refuse":
             raise kopf.AdmissionError(problem, code=422)

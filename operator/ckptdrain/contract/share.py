@@ -1,0 +1,170 @@
+"""The share channel: one small object per policy from which every agent
+derives its own bandwidth share. Pure.
+
+The operator publishes a CheckpointShare named after the policy:
+
+    spec.budgetBytes          the policy's joint budget (bytes/s)
+    spec.perDrainerCapBytes   no drainer above this (absent: no cap)
+    spec.drainers             pods counted in the split: admitted + joining
+    spec.activeRanks          admitted writer ranks, as ranges ("0-9,12")
+    spec.activePods           admitted pods without a rank, by name
+
+An admitted agent drains at `min(cap, budget / drainers)`; a draining agent
+not (yet) admitted waits. The split is equal among the pods that report
+bytes pending: with every drainer busy until it is done, equal shares finish
+the policy's bytes in the same time as shares in proportion to them, and
+they need no per-writer numbers in the channel.
+
+Why the sum of applied shares never exceeds the budget: a new drainer is
+first counted in `drainers` (everyone's share shrinks) and admitted only in a
+later publication, at least `JOIN_DELAY_S` after, by which time every agent
+watching has seen the smaller share. A drainer leaves the count only after it
+reported nothing pending, i.e. after it stopped. Its size does not grow with
+writers beyond the rank ranges (a few bytes while ranks are contiguous; at
+most ~6 bytes a writer when every other rank drains).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptdrain.contract.api import GROUP, VERSION
+from ckptdrain.errors import InvalidInput
+
+SHARES = "checkpointshares"
+KIND_SHARE = "CheckpointShare"
+#: A joining drainer is admitted no sooner than this after it was counted:
+#: the time every watcher has to see the smaller share first.
+JOIN_DELAY_S = 1.0
+#: The rate a waiting agent's limiter is set to (a rate must be positive);
+#: as good as paused, and left within the limiter's 0.1 s when admitted.
+PAUSED_RATE = 1.0
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def share_name(policy: str) -> str:
+    """The CheckpointShare of a policy: the policy's own name (one per policy
+    and namespace, like the policy)."""
+    return policy
+
+
+def encode_ranks(ranks: Iterable[int]) -> str:
+    """Sorted ranks as ranges: {0,1,2,5,7,8} → "0-2,5,7-8"."""
+    out: list[str] = []
+    ordered = sorted(set(ranks))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def decode_ranks(text: str, field_name: str = "spec.activeRanks") -> list[tuple[int, int]]:
+    """"0-2,5" → [(0, 2), (5, 5)]; InvalidInput naming the field otherwise."""
+    spans: list[tuple[int, int]] = []
+    if not text.strip():
+        return spans
+    for part in text.split(","):
+        m = _RANGE.match(part.strip())
+        if m is None:
+            raise InvalidInput(field_name, "ranges of ranks like 0-9,12", text[:80])
+        low = int(m.group(1))
+        high = int(m.group(2)) if m.group(2) is not None else low
+        if high < low:
+            raise InvalidInput(field_name, "ranges whose end is not below their start",
+                               part)
+        spans.append((low, high))
+    return spans
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One publication of a policy's share channel."""
+
+    policy: str
+    budget: int
+    drainers: int
+    active_ranks: str = ""
+    active_pods: tuple[str, ...] = ()
+    per_drainer_cap: int | None = None
+    _spans: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
+
+    def admits(self, rank: int | None, pod: str) -> bool:
+        """Whether this agent (its writer rank, if it has one, and pod name) may drain."""
+        if pod in self.active_pods:
+            return True
+        if rank is None:
+            return False
+        spans = self._spans or tuple(decode_ranks(self.active_ranks))
+        return any(low <= rank <= high for low, high in spans)
+
+    def share(self) -> float:
+        """What each admitted drainer may use, bytes/s (> 0)."""
+        each = self.budget / max(self.drainers, 1)
+        if self.per_drainer_cap is not None:
+            each = min(each, self.per_drainer_cap)
+        return max(each, PAUSED_RATE)
+
+
+def to_spec(a: Allocation) -> dict[str, Any]:
+    spec: dict[str, Any] = {"policy": a.policy, "budgetBytes": int(a.budget),
+                            "drainers": int(a.drainers), "activeRanks": a.active_ranks,
+                            "activePods": list(a.active_pods)}
+    # Explicitly null when absent, so a merge patch removes a cap that was dropped.
+    spec["perDrainerCapBytes"] = None if a.per_drainer_cap is None else int(a.per_drainer_cap)
+    return spec
+
+
+def body(namespace: str, a: Allocation, owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The whole object, owned by its policy so it goes when the policy does."""
+    meta: dict[str, Any] = {"name": share_name(a.policy), "namespace": namespace,
+                            "labels": {"ckptdrain.io/policy": a.policy}}
+    if owner:
+        meta["ownerReferences"] = [dict(owner)]
+    spec = {k: v for k, v in to_spec(a).items() if v is not None}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND_SHARE, "metadata": meta,
+            "spec": spec}
+
+
+def _int(spec: Mapping[str, Any], key: str, minimum: int) -> int:
+    value = spec.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInput(f"spec.{key}", f"a whole number ≥ {minimum}", value)
+    return value
+
+
+def from_object(obj: Mapping[str, Any]) -> Allocation:
+    """An allocation as read from the API; InvalidInput naming the field if malformed
+    (the agent then keeps its fallback share: never unlimited)."""
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        raise InvalidInput("spec", "an object", type(spec).__name__)
+    policy = spec.get("policy")
+    if not isinstance(policy, str) or not policy:
+        raise InvalidInput("spec.policy", "the policy's name", policy)
+    budget = _int(spec, "budgetBytes", 1)
+    drainers = _int(spec, "drainers", 0)
+    cap = spec.get("perDrainerCapBytes")
+    if cap is not None:
+        cap = _int(spec, "perDrainerCapBytes", 1)
+    ranks = spec.get("activeRanks") or ""
+    if not isinstance(ranks, str):
+        raise InvalidInput("spec.activeRanks", "a string of rank ranges", ranks)
+    spans = tuple(decode_ranks(ranks))
+    pods = spec.get("activePods") or []
+    if not isinstance(pods, list) or not all(isinstance(p, str) for p in pods):
+        raise InvalidInput("spec.activePods", "a list of pod names", pods)
+    admitted = sum(high - low + 1 for low, high in spans) + len(pods)
+    if admitted > drainers:
+        # Could only come from a bug or a hand edit; trusting it would let the
+        # admitted sum exceed the budget.
+        raise InvalidInput("spec.drainers", f"at least the {admitted} admitted", drainers)
+    return Allocation(policy=policy, budget=budget, drainers=drainers, active_ranks=ranks,
+                      active_pods=tuple(pods), per_drainer_cap=cap, _spans=spans)
