@@ -12,11 +12,13 @@ drive it:
                              (a write only as the drain starts: PendingBytesPublisher
                              is offered the falling count every DRAIN_PERIOD_S of
                              the drain, compressed to `tick_s`, as a real one is)
-    commit                   the writer's lease checked (one renewal), the claim
-                             Global, pending bytes back to 0
+    commit                   the writer's lease checked (a read: renewed within a
+                             third of its duration), the claim Global, pending
+                             bytes back to 0
 
-Lease renewals between checkpoints (one write every LEASE_SECONDS / 3) are
-not replayed in real time; run.py adds them per checkpoint interval.
+Lease renewals between checkpoints (one write every third of the lease's
+duration, node/lease.lease_seconds) are not replayed in real time; run.py
+adds them per checkpoint interval.
 """
 
 from __future__ import annotations
@@ -68,12 +70,12 @@ class HollowAgent:
     """One writer: the real record client, lease and pending-bytes publisher."""
 
     def __init__(self, w: Writer, writers: int, namespace: str, custom: Any,
-                 core: Any) -> None:
+                 core: Any, lease_s: int) -> None:
         self.w, self.namespace, self.core = w, namespace, core
         self.node = f"node-{w.policy}-{w.rank}"
         self.records = RecordWriter(namespace, w.policy, writers, str(w.rank), api=custom)
         self.lease = WriterLease(namespace, w.policy, w.rank, holder=f"uid-{w.pod}",
-                                 api=custom)
+                                 api=custom, seconds=lease_s, node=self.node)
         self.pending = PendingBytesPublisher(namespace, w.pod, api=core)
 
     def claim(self, step: int, state: State, size: int, is_global: bool = False) -> None:
@@ -92,7 +94,8 @@ class Fleet:
     """Every hollow agent, driven phase by phase on a bounded thread pool."""
 
     def __init__(self, writers: Sequence[Writer], writers_per_policy: dict[str, int],
-                 namespace: str, api_client: Any, threads: int = 32) -> None:
+                 namespace: str, api_client: Any, threads: int = 32,
+                 lease_s: int = 60) -> None:
         from kubernetes import client
 
         self.counts: Counter[str] = Counter()
@@ -101,8 +104,8 @@ class Fleet:
         self._lock = lock
         custom = Counting(client.CustomObjectsApi(api_client), self.counts, lock)
         core = Counting(client.CoreV1Api(api_client), self.counts, lock)
-        self.agents = [HollowAgent(w, writers_per_policy[w.policy], namespace, custom, core)
-                       for w in writers]
+        self.agents = [HollowAgent(w, writers_per_policy[w.policy], namespace, custom, core,
+                                   lease_s) for w in writers]
         self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="hollow")
 
     def close(self) -> None:

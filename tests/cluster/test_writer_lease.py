@@ -5,6 +5,7 @@ rights on leases the fence steps aside instead of blocking commits."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -77,3 +78,44 @@ def test_without_rights_on_leases_fencing_steps_aside(
     lease = WriterLease(namespace, "llama", 1, "uid-first", api=api)
     lease.check()
     assert lease.enabled is False
+
+
+def test_a_long_lease_fails_over_when_the_holders_node_is_gone(
+        cluster: Cluster, namespace: str) -> None:
+    """With the documented rules (the agent's Role and the node-lease Role in
+    kube-node-lease): a writer lease that lasts 45 minutes is taken over at
+    once when its holder's node lease is deleted, and the old holder, still
+    running with a fresh renewal, is fenced by the read before its commit."""
+    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
+    cluster.kubectl("create", "namespace", "kube-node-lease", check=False)
+    node_lease_role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": f"agent-{namespace}", "namespace": "kube-node-lease"},
+         "rules": _rules(2, dev_mode=False)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": f"agent-{namespace}", "namespace": "kube-node-lease"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": f"agent-{namespace}"},
+         "subjects": [{"kind": "ServiceAccount", "name": "ckptdrain-agent",
+                       "namespace": namespace}]}]}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(node_lease_role))
+    node, elsewhere = f"node-{namespace}", f"other-{namespace}"
+    for name in (node, elsewhere):
+        cluster.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40}}))
+    api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
+    first = WriterLease(namespace, "llama", 3, "uid-first", api=api, seconds=2700, node=node)
+    second = WriterLease(namespace, "llama", 3, "uid-second", api=api, seconds=2700,
+                         node=elsewhere)
+    first.check()
+    with pytest.raises(WriterFenced, match="uid-first"):
+        second.check()  # the holder's node heartbeats (its lease is there)
+    cluster.kubectl("delete", "lease", "-n", "kube-node-lease", node)
+    second.check()
+    with pytest.raises(WriterFenced, match="uid-second"):
+        first.check()
+    lease = api.get_namespaced_custom_object("coordination.k8s.io", "v1", namespace,
+                                             "leases", "ckptdrain-llama-w3")
+    assert lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] == elsewhere

@@ -9,10 +9,13 @@ import pytest
 
 from ckptdrain.node.kube import WriterLease
 from ckptdrain.node.lease import (
+    LEASE_SECONDS,
+    MAX_LEASE_SECONDS,
     MICROTIME,
     ExpiryWatch,
     WriterFenced,
     lease_name,
+    lease_seconds,
     lease_spec,
     may_take,
     renewal_fresh,
@@ -62,11 +65,17 @@ class FakeLeaseApi:
     def __init__(self) -> None:
         self.lease: dict[str, Any] | None = None
         self.version = 0
+        self.writes = 0
         self.down = False
+        #: kube-node-lease/<node> -> its lease (the kubelets' heartbeats).
+        self.nodes: dict[str, dict[str, Any]] = {}
 
     def _stored(self, body: dict[str, Any]) -> dict[str, Any]:
         self.version += 1
+        self.writes += 1
         self.lease = {"metadata": {"name": body["metadata"]["name"],
+                                   "annotations": dict(body["metadata"].get("annotations")
+                                                       or {}),
                                    "resourceVersion": str(self.version)},
                       "spec": dict(body["spec"])}
         return {"metadata": dict(self.lease["metadata"]), "spec": dict(self.lease["spec"])}
@@ -80,6 +89,10 @@ class FakeLeaseApi:
         from kubernetes.client.exceptions import ApiException
         if self.down:
             raise ConnectionError("apiserver unreachable")
+        if args[2] == "kube-node-lease":
+            if args[4] not in self.nodes:
+                raise ApiException(status=404)
+            return dict(self.nodes[args[4]])
         if self.lease is None:
             raise ApiException(status=404)
         return {"metadata": dict(self.lease["metadata"]), "spec": dict(self.lease["spec"])}
@@ -152,3 +165,82 @@ def test_names_are_per_policy_and_writer_and_valid() -> None:
     assert lease_name("llama", 3) == "ckptdrain-llama-w3"
     assert lease_name("Odd_Name.x", 0) == "ckptdrain-odd-name-x-w0"
     assert len(lease_name("p" * 300, 12345)) <= 253
+
+
+def test_the_lease_lasts_three_commit_periods_within_bounds() -> None:
+    assert lease_seconds(900) == 2700  # 15-minute global checkpoints
+    assert lease_seconds(5) == LEASE_SECONDS
+    assert lease_seconds(0) == LEASE_SECONDS
+    assert lease_seconds(86400) == MAX_LEASE_SECONDS
+    assert may_take(held_by("other", NOW, 2700), "me", 10.0, holder_node_gone=True)
+
+
+def test_a_commit_soon_after_a_renewal_reads_the_lease_and_writes_nothing() -> None:
+    api, clocks = FakeLeaseApi(), Clocks()
+    lease = WriterLease("ns", "pol", 0, "pod-a", api=api, clock=lambda: clocks.wall,
+                        monotonic=lambda: clocks.mono, seconds=300)
+    lease.check()
+    assert api.writes == 1
+    for _ in range(9):  # commits every 10 s for 90 s: under a third of 300 s
+        clocks.advance(10)
+        lease.check()
+    assert api.writes == 1
+    clocks.advance(15)  # 105 s after the renewal: renew
+    lease.check()
+    assert api.writes == 2
+
+
+def _two_nodes(seconds: int = 2700) -> tuple[FakeLeaseApi, Clocks, WriterLease, WriterLease]:
+    api, clocks = FakeLeaseApi(), Clocks()
+    for node in ("node-a", "node-b"):
+        api.nodes[node] = {"metadata": {"resourceVersion": "1"},
+                           "spec": {"holderIdentity": node, "renewTime": "t1"}}
+    a = WriterLease("ns", "pol", 0, "pod-a", api=api, clock=lambda: clocks.wall,
+                    monotonic=lambda: clocks.mono, seconds=seconds, node="node-a")
+    b = WriterLease("ns", "pol", 0, "pod-b", api=api, clock=lambda: clocks.wall,
+                    monotonic=lambda: clocks.mono, seconds=seconds, node="node-b")
+    return api, clocks, a, b
+
+
+def test_a_long_lease_fails_over_once_the_holders_node_is_gone() -> None:
+    api, clocks, a, b = _two_nodes()
+    a.check()
+    assert api.lease is not None
+    assert api.lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] == "node-a"
+    with pytest.raises(WriterFenced, match="pod-a"):
+        b.check()
+    for beat in range(2, 6):  # node-a's kubelet heartbeats: b keeps out
+        clocks.advance(20)
+        for node in ("node-a", "node-b"):
+            api.nodes[node] = {"metadata": {"resourceVersion": str(beat)}, "spec": {}}
+        with pytest.raises(WriterFenced, match="pod-a"):
+            b.check()
+    clocks.advance(61)  # node-a's heartbeats stopped a minute ago (b's own clock)
+    api.nodes["node-b"] = {"metadata": {"resourceVersion": "9"}, "spec": {}}
+    b.check()
+    assert api.lease["spec"]["holderIdentity"] == "pod-b"
+    assert api.lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] == "node-b"
+    # pod-a still runs (its kubelet died, not it) and renewed a moment ago:
+    # its next commit reads the lease and is fenced instead of writing beside b.
+    with pytest.raises(WriterFenced, match="pod-b"):
+        a.check()
+
+
+def test_a_deleted_node_frees_its_writers_at_once() -> None:
+    api, _, a, b = _two_nodes()
+    a.check()
+    del api.nodes["node-a"]
+    b.check()
+    assert api.lease is not None and api.lease["spec"]["holderIdentity"] == "pod-b"
+
+
+def test_a_holder_on_this_node_or_unknown_node_waits_for_the_duration() -> None:
+    api, clocks, a, _ = _two_nodes(seconds=120)
+    a.check()
+    same = WriterLease("ns", "pol", 0, "pod-c", api=api, clock=lambda: clocks.wall,
+                       monotonic=lambda: clocks.mono, seconds=120, node="node-a")
+    del api.nodes["node-a"]  # even so: this process runs on node-a, it is not gone
+    with pytest.raises(WriterFenced):
+        same.check()
+    clocks.advance(121)
+    same.check()

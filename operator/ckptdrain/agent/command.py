@@ -130,9 +130,12 @@ def writer_fence(cfg: node_config.AgentConfig) -> Fence | None:
     if not node_config.in_cluster(cfg) or not cfg.pod_uid:
         return None
     from ckptdrain.node.kube import WriterLease
+    from ckptdrain.node.lease import lease_seconds
 
     try:
-        lease = WriterLease(cfg.namespace, cfg.policy.split("/")[-1], cfg.writer, cfg.pod_uid)
+        lease = WriterLease(cfg.namespace, cfg.policy.split("/")[-1], cfg.writer, cfg.pod_uid,
+                            seconds=lease_seconds(cfg.interval_s * cfg.global_every),
+                            node=cfg.node_name or None)
     except Exception as err:  # no API access: fencing is a guard, not a dependency
         log.warning("writer fencing disabled: %s", err)
         return None

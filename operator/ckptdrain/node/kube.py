@@ -19,14 +19,18 @@ from ckptdrain import kubeclient
 from ckptdrain.contract.api import CHECKPOINTS, GROUP, VERSION
 from ckptdrain.contract.record import build_record, writer_patch
 from ckptdrain.node.lease import (
+    ANNOTATION_HOLDER_NODE,
     LEASE_API,
     LEASE_PLURAL,
     LEASE_SECONDS,
+    NODE_DEAD_S,
+    NODE_LEASE_NAMESPACE,
     ExpiryWatch,
     WriterFenced,
     lease_name,
     lease_spec,
     may_take,
+    recently_renewed,
     renewal_fresh,
 )
 
@@ -98,7 +102,8 @@ class WriterLease:
     def __init__(self, namespace: str, policy: str, writer: int, holder: str,
                  api: Any = None, seconds: int = LEASE_SECONDS,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 node: str | None = None) -> None:
         self.api = api if api is not None else kubeclient.custom_objects_api()
         self.namespace, self.name = namespace, lease_name(policy, writer)
         self.holder, self.seconds, self.clock = holder, seconds, clock
@@ -107,6 +112,10 @@ class WriterLease:
         #: is only trusted while that is fresh (lease.renewal_fresh).
         self._renewed_at: float | None = None
         self._watch = ExpiryWatch()
+        #: This pod's node (written on the lease, so a taker can tell when it is gone).
+        self.node = node or None
+        self._node_watches: dict[str, ExpiryWatch] = {}
+        self._node_checks = True
         self.enabled = True
         self.held = False
         self.other: str | None = None
@@ -140,19 +149,57 @@ class WriterLease:
                 raise
             self._mine = dict(self._call(
                 "create", {"apiVersion": "/".join(LEASE_API), "kind": "Lease",
-                           "metadata": {"name": self.name},
+                           "metadata": self._stamp({"name": self.name}),
                            "spec": lease_spec(self.holder, self.seconds, now)}))
             return True
         spec = lease.get("spec") or {}
         if not may_take(spec, self.holder, self._watch.unchanged_for(lease, self.monotonic())):
-            self.other = str(spec.get("holderIdentity"))
-            return False
+            if not self._holder_node_gone(lease):
+                self.other = str(spec.get("holderIdentity"))
+                return False
+            log.warning("writer lease %s: the node of its holder (pod uid %s) is gone; "
+                        "taking it over", self.name, spec.get("holderIdentity"))
         mine = spec.get("holderIdentity") == self.holder
+        lease["metadata"] = self._stamp(dict(lease.get("metadata") or {}))
         # The read resourceVersion rides along: a racing taker gets a 409.
         lease["spec"] = lease_spec(self.holder, self.seconds, now,
                                    spec.get("acquireTime") if mine else None)
         self._mine = dict(self._call("replace", self.name, lease))
         return True
+
+    def _stamp(self, metadata: dict[str, Any]) -> dict[str, Any]:
+        """The lease's metadata with this pod's node as the holder's."""
+        annotations = dict(metadata.get("annotations") or {})
+        annotations.pop(ANNOTATION_HOLDER_NODE, None)
+        if self.node:
+            annotations[ANNOTATION_HOLDER_NODE] = self.node
+        metadata["annotations"] = annotations
+        return metadata
+
+    def _holder_node_gone(self, lease: dict[str, Any]) -> bool:
+        """The holder's node lease deleted, or seen unchanged by this process
+        for NODE_DEAD_S: its kubelet, and so the holder, are gone. Anything
+        uncertain (no node on the lease, this very node, no rights) is no."""
+        from kubernetes.client.exceptions import ApiException
+
+        node = ((lease.get("metadata") or {}).get("annotations") or {}).get(
+            ANNOTATION_HOLDER_NODE)
+        if not node or node == self.node or not self._node_checks:
+            return False
+        try:
+            found = self.api.get_namespaced_custom_object(
+                *LEASE_API, NODE_LEASE_NAMESPACE, LEASE_PLURAL, node, _request_timeout=5)
+        except ApiException as error:
+            if error.status == 404:
+                return True
+            if error.status == 403:
+                self._node_checks = False
+                log.warning("writer lease: no right to read node leases (%s); a lost "
+                            "holder frees its writer only after %ss", error.reason,
+                            self.seconds)
+            return False
+        watch = self._node_watches.setdefault(node, ExpiryWatch())
+        return watch.unchanged_for(found, self.monotonic()) > NODE_DEAD_S
 
     def renew(self) -> bool:
         """Take or renew the lease now; True when this pod holds it (or fencing is off)."""
@@ -181,7 +228,12 @@ class WriterLease:
         return self.held and renewal_fresh(self._renewed_at, self.monotonic(), self.seconds)
 
     def check(self) -> None:
-        """Before a commit: renew, and raise WriterFenced if another pod holds it."""
+        """Before a commit: renew (unless the last renewal is recent enough to
+        vouch for the lease on its own), and raise WriterFenced if another pod
+        holds it."""
+        if self.enabled and self.held and recently_renewed(
+                self._renewed_at, self.monotonic(), self.seconds) and self._still_mine():
+            return
         if not self.renew():
             if self.held:  # ours when last heard, but not renewed for too long
                 raise WriterFenced(
@@ -193,12 +245,35 @@ class WriterLease:
                 "another live pod writes as this writer; not committing (the policy's "
                 "WritersConsistent condition names both pods)")
 
+    def _still_mine(self) -> bool:
+        """A read, not a write: the lease still names this pod. (A taker may
+        act before the duration ends when it judges this pod's node gone, e.g.
+        its kubelet dead while this agent still runs: the read catches it.)
+        An unreachable apiserver is no evidence of another holder."""
+        try:
+            found = self._call("get", self.name)
+        except Exception as error:
+            if getattr(error, "status", None) == 404:  # deleted: take it again
+                self.held, self._mine = False, None
+                return False
+            log.warning("could not read writer lease %s: %s", self.name,
+                        getattr(error, "reason", error))
+            return True
+        holder = (found.get("spec") or {}).get("holderIdentity")
+        if holder == self.holder:
+            self._mine = dict(found)
+            return True
+        self.held, self._mine, self.other = False, None, str(holder)
+        return False
+
     def start(self) -> None:
-        """Renew every third of the lease's duration until `stop()`."""
+        """Renew every third of the lease's duration until `stop()`; while
+        another pod holds it, look every 10 s (so a lost holder's node is
+        noticed within about NODE_DEAD_S)."""
         def loop() -> None:
             while not self._stop.is_set():
-                self.renew()
-                self._stop.wait(self.seconds / 3)
+                held = self.renew()
+                self._stop.wait(self.seconds / 3 if held else min(self.seconds / 3, 10.0))
         threading.Thread(target=loop, name="writer-lease", daemon=True).start()
 
     def stop(self) -> None:
