@@ -2,7 +2,8 @@
 
 1. admission latency of labelled pods created at a steady rate (default
    50/s), client-side, with unlabelled pods (no webhook call) as baseline;
-2. time to rebalance the bandwidth shares of N pods after one more arrives.
+2. time until the share channel counts one more drainer among N (every
+   agent's share shrinks with that one write).
 
 Run: .venv/bin/python -m benchmarks.operator_webhook [--rate 50] [--pods 500]
 Prints one JSON object. Figures go into docs/benchmarks.md.
@@ -56,20 +57,35 @@ def _create_at_rate(core: client.CoreV1Api, namespace: str, bodies: list[dict[st
         return [f.result() for f in futures]
 
 
-def _shares(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
-    pods = core.list_namespaced_pod(namespace, label_selector="app=bench").items
-    return {p.metadata.name: (p.metadata.annotations or {}).get("ckptdrain.io/bandwidth", "")
-            for p in pods}
+def _channel(custom: client.CustomObjectsApi) -> dict[str, Any]:
+    """The bench policy's share channel (spec), {} until it exists."""
+    try:
+        return dict(custom.get_namespaced_custom_object(
+            "ckptdrain.io", "v1alpha1", "bench", "checkpointshares", "bench")["spec"])
+    except client.exceptions.ApiException:
+        return {}
 
 
-def _wait_shares(core: client.CoreV1Api, value: str, timeout_s: float, poll_s: float) -> float:
-    """Seconds until every bench pod carries `value`; -1 on timeout."""
+def _wait_channel(custom: client.CustomObjectsApi, drainers: int, admitted: str,
+                  timeout_s: float, poll_s: float) -> float:
+    """Seconds until the channel counts `drainers` and admits ranks `admitted`; -1 on
+    timeout."""
     start = time.perf_counter()
     while time.perf_counter() - start < timeout_s:
-        if set(_shares(core, "bench").values()) == {value}:
+        spec = _channel(custom)
+        if spec.get("drainers") == drainers and spec.get("activeRanks") == admitted:
             return time.perf_counter() - start
         time.sleep(poll_s)
     return -1.0
+
+
+def _drain(core: client.CoreV1Api, names: list[str]) -> None:
+    """What each agent writes when its drain starts."""
+    def one(name: str) -> None:
+        core.patch_namespaced_pod(name, "bench", {"metadata": {"annotations": {
+            "ckptdrain.io/pending-bytes": "1000000"}}})
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(one, names))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,11 +116,17 @@ def main(argv: list[str] | None = None) -> int:
             labelled = [pod(f"w-{i}", {"app": "bench", **INJECT}, i, **grace)
                         for i in range(args.pods)]
             injected = _create_at_rate(core, "bench", labelled, args.rate)
-            settle_s = _wait_shares(core, str(int(63e9 / args.pods)), 300, 0.2)
-            # One more pod: every share changes to 63 GB/s / (N+1).
+            custom = client.CustomObjectsApi(api)
+            # Every agent starts a drain at once: all counted, then admitted.
+            _drain(core, [f"w-{i}" for i in range(args.pods)])
+            settle_s = _wait_channel(custom, args.pods, f"0-{args.pods - 1}", 300, 0.2)
+            # One more drainer: every share changes to 63 GB/s / (N+1) the moment
+            # the channel counts it (one write, seen by every agent's watch).
             core.create_namespaced_pod("bench", pod("w-extra", {"app": "bench", **INJECT},
                                                     args.pods, **grace))
-            rebalance_s = _wait_shares(core, str(int(63e9 / (args.pods + 1))), 300, 0.05)
+            _drain(core, ["w-extra"])
+            rebalance_s = _wait_channel(custom, args.pods + 1, f"0-{args.pods - 1}", 300,
+                                        0.02)
         finally:
             op.stop()
     print(json.dumps({

@@ -103,10 +103,11 @@ def test_documented_rules_are_enough(cluster: Cluster, namespace: str,
         "ckptdrain.io/pending-bytes": "5", "ckptdrain.io/restored-from": "step=2 tier=local"}}},
         _content_type="application/merge-patch+json")
     # The share channel: the operator publishes it, the agent watches it.
-    channel = ShareChannel(namespace, "llama", pending=lambda: 5, api=api)
+    channel = ShareChannel(namespace, "llama", rank=0, pod="w-0", pending=lambda: 5,
+                           reported=lambda: 0.0, api=api)
     channel.start()
     try:
-        wait_for(lambda: (view := channel.view()).live and view.allocation is not None
+        wait_for(lambda: (view := channel.view()).established and view.allocation is not None
                  and view.allocation.admits(0, "w-0"),
                  what="the agent admitted through its share channel")
     finally:

@@ -33,7 +33,7 @@ def _write(api: client.CustomObjectsApi, namespace: str, **spec: Any) -> None:
                                            {"spec": body["spec"]})
 
 
-Watched = tuple[ShareChannel, ShareWatcher, list[Share], dict[str, int]]
+Watched = tuple[ShareChannel, ShareWatcher, list[Share], dict[str, float]]
 
 
 @pytest.fixture
@@ -44,14 +44,16 @@ def custom_api(cluster: Cluster) -> client.CustomObjectsApi:
 @pytest.fixture
 def watched(cluster: Cluster, crds: None, namespace: str, custom_api: client.CustomObjectsApi,
             tmp_path: Path) -> Iterator[Watched]:
-    pending = {"bytes": 0}
+    pending: dict[str, float] = {"bytes": 0, "reported": 0.0}
     applied: list[Share] = []
     fallback = tmp_path / "share"
     fallback.write_text("50")
     watcher = ShareWatcher(fallback, 10.0, applied.append, poll_seconds=0.1)
-    channel = ShareChannel(namespace, "llama", lambda: pending["bytes"],
+    channel = ShareChannel(namespace, "llama", rank=1, pod="w-1",
+                           pending=lambda: int(pending["bytes"]),
+                           reported=lambda: pending["reported"] or None,
                            on_change=watcher.refresh, api=custom_api)
-    watcher.attach(channel.view, 1, "w-1")
+    watcher.attach(channel.view)
     channel.start()
     watcher.start()
     yield channel, watcher, applied, pending
@@ -63,19 +65,17 @@ def test_an_agent_waits_until_admitted_then_follows_every_change(
         namespace: str, custom_api: client.CustomObjectsApi,
         watched: Watched) -> None:
     channel, watcher, applied, pending = watched
-    wait_for(lambda: channel.view().live, what="the watch established")
+    wait_for(lambda: channel.view().established, what="the watch established")
     assert watcher.current == Share(50.0, "file")  # nothing to drain: the file's
-    pending["bytes"] = 10_000
+    pending["bytes"], pending["reported"] = 10_000, time.monotonic()
     wait_for(lambda: watcher.current.source == "waiting", what="counted, waiting")
     assert watcher.current.rate == sh.PAUSED_RATE
 
     _write(custom_api, namespace, drainers=3, active_ranks="0")
     time.sleep(0.5)
     assert watcher.current.source == "waiting"  # rank 0 is admitted, not this one
-    started = time.monotonic()
-    _write(custom_api, namespace, drainers=3, active_ranks="0-2")
+    _write(custom_api, namespace, drainers=3, active_ranks="0-2", writers=3)
     wait_for(lambda: watcher.current == Share(300.0, "channel"), what="admitted at 900/3")
-    assert time.monotonic() - started < 2.0, "a published change must reach the agent at once"
 
     _write(custom_api, namespace, drainers=2, active_ranks="1-2")
     wait_for(lambda: watcher.current == Share(450.0, "channel"), what="a drainer left")
@@ -100,8 +100,9 @@ def test_without_rights_the_agent_keeps_its_file_share(
     fallback = tmp_path / "share"
     fallback.write_text("50")
     watcher = ShareWatcher(fallback, 10.0, lambda s: None, poll_seconds=0.1)
-    channel = ShareChannel(namespace, "llama", lambda: 1, on_change=watcher.refresh, api=api)
-    watcher.attach(channel.view, 0, "w-0")
+    channel = ShareChannel(namespace, "llama", rank=0, pod="w-0", pending=lambda: 1,
+                           reported=lambda: 0.0, on_change=watcher.refresh, api=api)
+    watcher.attach(channel.view)
     channel.start()
     try:
         wait_for(lambda: channel.forbidden, what="the 403 seen")

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from ckptdrain.agent.share import ADMIT_TIMEOUT_S, ChannelView, Share, resolve_channel
+from ckptdrain.agent.share import ChannelView, Share, resolve_channel
+from ckptdrain.agent.share_channel import ShareChannel
 from ckptdrain.contract import share as sh
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.share_channel import ChannelState, Drainer, admit, allocation, rank_of
@@ -134,20 +135,94 @@ def test_pods_without_a_rank_are_admitted_by_name() -> None:
 FILE = Share(50.0, "file")
 
 
+def _view(**kw: object) -> ChannelView:
+    base: dict[str, object] = {"established": True, "broken": False, "forbidden": False,
+                               "allocation": sh.from_object(_obj(writers=4)),
+                               "received_at": 10.0, "admitted": False, "draining": True,
+                               "waiting_since": 10.0, "flushing": False}
+    base.update(kw)
+    return ChannelView(**base)  # type: ignore[arg-type]
+
+
 def test_agent_uses_the_channel_when_admitted_and_waits_when_counted() -> None:
-    a = sh.from_object(_obj())
-    live = ChannelView(live=True, allocation=a, draining=True, draining_since=10.0)
-    assert resolve_channel(live, 1, "pod", 11.0, FILE) == Share(250.0, "channel")
-    waiting = resolve_channel(live, 3, "pod", 11.0, FILE)
+    assert resolve_channel(_view(admitted=True), 11.0, FILE) == Share(250.0, "channel")
+    waiting = resolve_channel(_view(), 11.0, FILE)
     assert waiting.source == "waiting" and waiting.rate == sh.PAUSED_RATE
 
 
-def test_agent_falls_back_to_its_file_share_when_the_channel_fails_it() -> None:
-    a = sh.from_object(_obj())
-    late = ChannelView(live=True, allocation=a, draining=True, draining_since=0.0)
-    fell = resolve_channel(late, 3, "pod", ADMIT_TIMEOUT_S + 1, FILE)
-    assert fell.rate == 50.0 and "not admitted" in (fell.problem or "")
-    dead = ChannelView(live=False, allocation=a, draining=True, draining_since=0.0)
-    assert resolve_channel(dead, 1, "pod", 1.0, FILE) == FILE
-    idle = ChannelView(live=True, allocation=None, draining=False, draining_since=None)
-    assert resolve_channel(idle, 3, "pod", 1.0, FILE) == FILE
+def test_the_fallback_never_exceeds_the_budget_over_the_writers() -> None:
+    rich = Share(10_000.0, "file")  # an annotation from before the budget shrank
+    assert resolve_channel(_view(draining=False), 11.0, rich).rate == 250.0
+    assert resolve_channel(_view(established=False, allocation=None), 11.0,
+                           rich).rate == 10_000.0  # no channel ever seen: nothing to cap by
+
+
+def test_a_channel_gone_quiet_or_broken_drops_the_admitted_to_the_smaller_share() -> None:
+    quiet = resolve_channel(_view(admitted=True), 10.0 + sh.DEAD_AFTER_S + 1,
+                            Share(100.0, "file"))
+    assert quiet.rate == 100.0 and "not current" in (quiet.problem or "")
+    broken = resolve_channel(_view(admitted=True, broken=True), 11.0, Share(400.0, "file"))
+    assert broken.rate == 250.0 and broken.problem
+    # Nobody drains: no heartbeat is due, an old event is no sign of trouble.
+    idle = sh.from_object(_obj(drainers=0, activeRanks=""))
+    assert resolve_channel(_view(admitted=False, allocation=idle, draining=False),
+                           10.0 + 3600, FILE) == FILE
+
+
+def test_a_never_counted_drainer_outwaits_the_admitted_before_it_falls_back() -> None:
+    assert sh.ADMIT_TIMEOUT_S > sh.DEAD_AFTER_S + sh.JOIN_DELAY_S
+    late = resolve_channel(_view(waiting_since=0.0), sh.ADMIT_TIMEOUT_S + 0.1, FILE)
+    assert late.rate == 50.0 and "not admitted" in (late.problem or "")
+    still = resolve_channel(_view(waiting_since=0.0), sh.ADMIT_TIMEOUT_S - 0.1, FILE)
+    assert still.source == "waiting"
+
+
+def test_a_sigterm_flush_does_not_wait_to_be_admitted() -> None:
+    flush = resolve_channel(_view(flushing=True), 11.0, FILE)
+    assert flush.rate == 50.0 and "SIGTERM" in (flush.problem or "")
+
+
+def test_without_a_channel_the_file_share_applies() -> None:
+    assert resolve_channel(_view(forbidden=True, admitted=True), 1.0, FILE).source == "file"
+    assert resolve_channel(_view(established=False), 1.0, FILE) == FILE
+
+
+def test_pods_sharing_a_rank_are_admitted_by_name_only() -> None:
+    ds = [Drainer("old", 3), Drainer("new", 3), Drainer("w4", 4)]
+    a = allocation("p", 900, None, ds, frozenset({"old", "w4"}), writers=5)
+    assert a.active_ranks == "4" and a.active_pods == ("old",)
+    assert a.admits(None, "old") and not a.admits(3, "new") and a.admits(4, "w4")
+    assert a.fallback_cap() == 180
+
+
+class _Api:
+    """A CheckpointShare list the channel reads once; the watch never delivers."""
+
+    def __init__(self, obj: dict[str, object] | None) -> None:
+        self.obj = obj
+
+    def list_namespaced_custom_object(self, *args: object, **kw: object) -> dict[str, object]:
+        if kw.get("watch"):
+            raise ConnectionError("no watch here")
+        return {"metadata": {"resourceVersion": "5"},
+                "items": [self.obj] if self.obj else []}
+
+
+def test_an_admission_older_than_the_drains_report_is_not_believed() -> None:
+    clock = {"now": 100.0}
+    reported: dict[str, float | None] = {"at": None}
+    pending = {"bytes": 10}
+    channel = ShareChannel("ns", "p", rank=0, pod="w0", pending=lambda: pending["bytes"],
+                           reported=lambda: reported["at"], api=_Api(None),
+                           clock=lambda: clock["now"])
+    channel._accept(_obj(activeRanks="0-1", drainers=2))
+    clock["now"] = 101.0
+    reported["at"] = 100.5  # this drain was reported after that allocation arrived
+    view = channel.view()
+    assert not view.admitted and view.waiting_since == 101.0
+    clock["now"] = 102.0
+    channel._accept(_obj(activeRanks="0-1", drainers=2))
+    view = channel.view()
+    assert view.admitted and view.waiting_since is None
+    pending["bytes"] = 0
+    assert channel.view().waiting_since is None

@@ -170,37 +170,44 @@ def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace,
 
 
 def attach_share_channel(cfg: node_config.AgentConfig, watcher: ShareWatcher,
-                         drain: DrainWorker | None) -> None:
-    """Take the share from the policy's channel (contract/share.py), in a pod only;
-    the file share stays the fallback."""
-    if drain is None or not node_config.in_cluster(cfg):
+                         drain: DrainWorker | None, publisher: Any,
+                         flushing: Callable[[], bool]) -> None:
+    """Take the share from the policy's channel (contract/share.py), in a pod
+    whose pending bytes are reported (admission follows the report); the
+    file share stays the fallback."""
+    if drain is None or publisher is None or not node_config.in_cluster(cfg):
         return
     from ckptdrain.agent.share_channel import ShareChannel
 
     try:
-        channel = ShareChannel(cfg.namespace, cfg.policy.split("/")[-1], drain.lag_bytes,
-                               on_change=watcher.refresh)
+        channel = ShareChannel(
+            cfg.namespace, cfg.policy.split("/")[-1],
+            rank=cfg.writer if cfg.writer_ranked else None, pod=cfg.pod_name,
+            pending=drain.lag_bytes, reported=lambda: publisher.reported_at,
+            flushing=flushing, on_change=watcher.refresh)
     except Exception as err:  # no API access: the admission-time share applies
         log.warning("share channel disabled: %s", err)
         return
-    watcher.attach(channel.view, cfg.writer, cfg.pod_name)
+    watcher.attach(channel.view)
     channel.start()
 
 
 def start_pending_bytes(cfg: node_config.AgentConfig, drain: DrainWorker | None,
-                        along: Any = None) -> None:
+                        along: Any = None) -> Any:
+    """The pending-bytes publisher, started (None outside a pod or without API)."""
     if drain is None or not node_config.in_cluster(cfg):
-        return
+        return None
     from ckptdrain.agent.kube import PendingBytesPublisher
 
     try:
         publisher = PendingBytesPublisher(cfg.namespace, cfg.pod_name)
     except Exception as err:
         log.warning("pending-bytes annotation disabled: %s", err)
-        return
+        return None
     if along is not None:
         publisher.along = along
     publisher.start(drain.lag_bytes)
+    return publisher
 
 
 def refusal_events(cfg: node_config.AgentConfig) -> RefusalEvents | None:
@@ -275,12 +282,12 @@ def run(args: argparse.Namespace) -> int:
                                max_silence=max(30.0, cfg.flush_budget_s + 5))
         server.start()
         log.info("metrics on :%d/metrics, health on /healthz", server.port)
+    publisher = start_pending_bytes(cfg, drain, along=agent.goodput.annotation)
     if watcher is not None:
-        attach_share_channel(cfg, watcher, drain)
+        attach_share_channel(cfg, watcher, drain, publisher, agent.terminating.is_set)
         watcher.start()
     if drain is not None:
         drain.start()
-    start_pending_bytes(cfg, drain, along=agent.goodput.annotation)
     try:
         peer = peer_runtime.start(cfg, tier, metrics, agent.terminating,
                                   on_held=peer_held.recorder(tier, reporter, drain))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -115,6 +116,10 @@ class PendingBytesPublisher:
             api = kubeclient.core_api()
         self.api, self.namespace, self.pod = api, namespace, pod
         self.published: int | None = None
+        #: When the report that started the current drain was sent (monotonic,
+        #: taken before the call): the share channel believes only admissions
+        #: that arrive after it. None while nothing is reported as pending.
+        self.reported_at: float | None = None
         #: More annotations to send along (the goodput view): no write of their own.
         self.along: Callable[[], dict[str, str]] = dict
         self._stop = threading.Event()
@@ -125,7 +130,10 @@ class PendingBytesPublisher:
 
         def loop() -> None:
             while not self._stop.wait(period):
-                self.publish(pending())
+                try:
+                    self.publish(pending())
+                except Exception:  # one bad read must not end the reports for good
+                    log.exception("pending bytes: could not read or report them")
 
         threading.Thread(target=loop, name="pending-bytes", daemon=True).start()
 
@@ -138,6 +146,7 @@ class PendingBytesPublisher:
             return False
         body = {"metadata": {"annotations": {**self.along(),
                                              ANNOTATION_PENDING: str(int(pending))}}}
+        sent_at = time.monotonic()
         try:
             self.api.patch_namespaced_pod(self.pod, self.namespace, body)
         except Exception as err:
@@ -145,5 +154,6 @@ class PendingBytesPublisher:
                         self.namespace, self.pod, err)
             return False
         self.published = pending
+        self.reported_at = sent_at if pending > 0 else None
         return True
 

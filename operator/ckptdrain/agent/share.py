@@ -8,10 +8,12 @@ admitted, so the shares of a policy never add up to more than its budget.
 The file (the pod annotation `ckptdrain.io/bandwidth`, which the webhook
 sets to the pod's part of the joint budget, through a downward-API volume)
 is the fallback: when the agent cannot watch the channel (no rights, the
-apiserver away) or is not admitted within `ADMIT_TIMEOUT_S` (the operator
-down). A missing or malformed file falls back to the policy's default rate
-with a warning, and never to unlimited: an unthrottled drain would starve
-the training job. The agent re-evaluates every second and on every channel
+apiserver away), when the channel goes quiet while drains run (the operator
+down), or when it is not admitted within `ADMIT_TIMEOUT_S`; with a channel
+seen, the fallback is at most the channel's budget over its writers. A
+missing or malformed file falls back to the policy's default rate with a
+warning, and never to unlimited: an unthrottled drain would starve the
+training job. The agent re-evaluates every second and on every channel
 event.
 """
 
@@ -31,9 +33,6 @@ from ckptdrain.errors import InvalidInput
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
-#: A drainer the channel has not admitted by then falls back to its file
-#: share (the operator may be down); said in the log and the metric.
-ADMIT_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -69,30 +68,52 @@ def resolve_share(path: Path | None, default_rate: float) -> Share:
 class ChannelView:
     """What the agent knows of its share channel at one moment."""
 
-    #: The watch is established and current (False: no rights, no apiserver).
-    live: bool
+    #: A list of the channel succeeded once (False: never, or no rights).
+    established: bool
+    #: The watch is down now (the last allocation may be out of date).
+    broken: bool
+    forbidden: bool
     allocation: sh.Allocation | None
-    #: Whether this agent has bytes to drain, and since when (monotonic).
+    #: When the last event of the channel arrived (monotonic), heartbeats included.
+    received_at: float | None
+    #: The allocation admits this pod, and arrived after its drain was reported.
+    admitted: bool
+    #: Whether this agent has bytes to drain, and since when it waits for admission.
     draining: bool
-    draining_since: float | None
+    waiting_since: float | None
+    #: The pod got SIGTERM: its flush does not wait for admission.
+    flushing: bool = False
 
 
-def resolve_channel(view: ChannelView, me_rank: int | None, me_pod: str, now: float,
-                    fallback: Share) -> Share:
-    """The share in force given the channel, else `fallback` (the file's)."""
-    if not view.live:
+def resolve_channel(view: ChannelView, now: float, file_share: Share) -> Share:
+    """The share in force given the channel (contract/share.py says why each
+    rule keeps the sum within the budget), else the file's."""
+    a = view.allocation
+    fallback = file_share
+    cap = a.fallback_cap() if a is not None else None
+    if cap is not None and fallback.rate > cap:
+        fallback = Share(cap, fallback.source, fallback.problem)
+    if view.forbidden or not view.established:
         return fallback
-    if view.allocation is not None and view.allocation.admits(me_rank, me_pod):
-        return Share(view.allocation.share(), "channel")
+    stale = view.broken or (a is not None and a.drainers > 0 and view.received_at is not None
+                            and now - view.received_at > sh.DEAD_AFTER_S)
+    if view.admitted and a is not None:
+        if stale:
+            return Share(min(a.share(), fallback.rate), fallback.source,
+                         "share channel not current (watch down, or no word from the "
+                         "operator): the smaller of its share and the fallback")
+        return Share(a.share(), "channel")
     if not view.draining:
-        # Nothing to send: the rate does not matter until a drain starts.
-        return fallback
-    waited = 0.0 if view.draining_since is None else now - view.draining_since
-    if waited < ADMIT_TIMEOUT_S:
+        return fallback  # nothing to send: the rate does not matter until a drain starts
+    if view.flushing:
+        return Share(fallback.rate, fallback.source,
+                     "SIGTERM flush: not waiting to be admitted by the share channel")
+    waited = 0.0 if view.waiting_since is None else now - view.waiting_since
+    if waited < sh.ADMIT_TIMEOUT_S:
         return Share(sh.PAUSED_RATE, "waiting", "counted, not yet admitted by the channel")
     return Share(fallback.rate, fallback.source,
-                 f"not admitted by the share channel within {ADMIT_TIMEOUT_S:.0f} s"
-                 f" (is the operator running?); {fallback.problem or 'the file share'}")
+                 f"not admitted by the share channel within {sh.ADMIT_TIMEOUT_S:.0f} s "
+                 "(is the operator running?)")
 
 
 class ShareWatcher:
@@ -108,8 +129,6 @@ class ShareWatcher:
         *,
         poll_seconds: float = POLL_SECONDS,
         channel: Callable[[], ChannelView] | None = None,
-        rank: int | None = None,
-        pod: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
@@ -117,15 +136,15 @@ class ShareWatcher:
         self._apply = apply
         self._poll = poll_seconds
         self._channel = channel
-        self._rank, self._pod, self._clock = rank, pod, clock
+        self._clock = clock
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.current = self.refresh()
 
-    def attach(self, channel: Callable[[], ChannelView], rank: int | None, pod: str) -> None:
+    def attach(self, channel: Callable[[], ChannelView]) -> None:
         """Take shares from a channel from now on (the file stays the fallback)."""
-        self._channel, self._rank, self._pod = channel, rank, pod
+        self._channel = channel
         self.refresh()
 
     def refresh(self) -> Share:
@@ -133,8 +152,7 @@ class ShareWatcher:
         with self._lock:
             share = resolve_share(self.path, self.default_rate)
             if self._channel is not None:
-                share = resolve_channel(self._channel(), self._rank, self._pod,
-                                        self._clock(), share)
+                share = resolve_channel(self._channel(), self._clock(), share)
             previous = getattr(self, "current", None)
             if previous is None or share != previous:
                 self._log(share, previous)
@@ -166,5 +184,12 @@ class ShareWatcher:
             try:
                 self.refresh()
             except Exception:  # a bad read must never stop the watcher
-                log.exception("bandwidth share: refresh failed; keeping %s",
-                              units.format_rate(self.current.rate))
+                # Never stay at what may be the paused rate: the file share.
+                fallback = resolve_share(self.path, self.default_rate)
+                log.exception("bandwidth share: refresh failed; using %s",
+                              units.format_rate(fallback.rate))
+                try:
+                    self._apply(fallback)
+                    self.current = fallback
+                except Exception:
+                    log.exception("bandwidth share: could not apply the fallback")

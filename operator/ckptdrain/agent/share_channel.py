@@ -3,18 +3,21 @@
 One watch per agent on one object (by name), so a change the operator
 publishes reaches every agent in one round trip of the apiserver's watch
 cache, whatever the number of agents: no pod is written, no kubelet sync
-period is waited for. The view it keeps (`view()`) feeds `share.ShareWatcher`;
-each event also calls `on_change` so the new share applies at once.
+period is waited for. `view()` feeds `share.ShareWatcher`; each event also
+calls `on_change` so the new share applies at once.
 
-Staleness is judged on this process's monotonic clock: a watch that has been
-broken (and not re-established) for `STALE_AFTER_S` no longer vouches for the allocation (another
-drainer may have been counted meanwhile) and the agent falls back to its
-file share. Without rights to watch (403) the channel is off, said once.
+Admission is only believed from an allocation that arrived after this
+agent reported its drain (`reported()`: when the pending-bytes report that
+started it was sent): an older one cannot have counted it. A broken watch
+is re-established from a fresh list (jittered backoff), and marks the view
+`broken` until then; 410 Gone is a plain re-list. Without rights to watch
+(403) the channel is off, said once.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -28,47 +31,58 @@ from ckptdrain.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
-#: A broken watch keeps vouching for the last allocation this long.
-STALE_AFTER_S = 20.0
-#: Server-side watch timeout; the watch is re-established from the last
-#: resourceVersion after it.
+#: Server-side watch timeout; the watch resumes from the last resourceVersion.
 WATCH_TIMEOUT_S = 240
-RETRY_S = 2.0
+RETRY_S, RETRY_MAX_S = 1.0, 30.0
 FORBIDDEN_RETRY_S = 60.0
 
 
 class ShareChannel:
     """Watches `<namespace>/<policy>`'s CheckpointShare from a daemon thread."""
 
-    def __init__(self, namespace: str, policy: str, pending: Callable[[], int],
+    def __init__(self, namespace: str, policy: str, *, rank: int | None, pod: str,
+                 pending: Callable[[], int],
+                 reported: Callable[[], float | None] = lambda: None,
+                 flushing: Callable[[], bool] = lambda: False,
                  on_change: Callable[[], None] = lambda: None, api: Any = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.api = api if api is not None else kubeclient.custom_objects_api()
         self.namespace, self.name = namespace, sh.share_name(policy)
-        self._pending, self._on_change, self._clock = pending, on_change, clock
+        self.rank, self.pod = rank, pod
+        self._pending, self._reported, self._flushing = pending, reported, flushing
+        self._on_change, self._clock = on_change, clock
         self._lock = threading.Lock()
         self._allocation: sh.Allocation | None = None
-        self._established = False  # a list succeeded at least once
-        self._broken_since: float | None = None  # the watch is down since (monotonic)
-        self._draining_since: float | None = None
+        self._received_at: float | None = None
+        self._established = False
+        self._broken = False
         self._forbidden = False
+        self._waiting_since: float | None = None
+        self._version: str | None = None  # where the watch resumes; None: list first
         self._stop = threading.Event()
+        self._stop_stream: Callable[[], None] = lambda: None
 
     # -- what the share watcher reads ------------------------------------------
 
     def view(self) -> ChannelView:
         now = self._clock()
         draining = self._pending() > 0
+        reported = self._reported()
+        flushing = self._flushing()
         with self._lock:
-            if not draining:
-                self._draining_since = None
-            elif self._draining_since is None:
-                self._draining_since = now
-            live = (not self._forbidden and self._established
-                    and (self._broken_since is None
-                         or now - self._broken_since < STALE_AFTER_S))
-            return ChannelView(live=live, allocation=self._allocation, draining=draining,
-                               draining_since=self._draining_since)
+            a, received = self._allocation, self._received_at
+            admitted = (a is not None and draining and reported is not None
+                        and received is not None and received >= reported
+                        and a.admits(self.rank, self.pod))
+            if draining and not admitted:
+                if self._waiting_since is None:
+                    self._waiting_since = now
+            else:
+                self._waiting_since = None
+            return ChannelView(established=self._established, broken=self._broken,
+                               forbidden=self._forbidden, allocation=a, received_at=received,
+                               admitted=admitted, draining=draining,
+                               waiting_since=self._waiting_since, flushing=flushing)
 
     @property
     def forbidden(self) -> bool:
@@ -83,22 +97,30 @@ class ShareChannel:
 
     def stop(self) -> None:
         self._stop.set()
+        self._stop_stream()
 
     def _run(self) -> None:
+        delay = RETRY_S
         while not self._stop.is_set():
             try:
                 self._watch_once()
-                delay = 0.0
+                delay = RETRY_S
+                continue
             except Exception as err:  # the apiserver's trouble is never the agent's
-                with self._lock:
-                    if self._broken_since is None:
-                        self._broken_since = self._clock()
-                delay = self._failed(err)
-            if delay and self._stop.wait(delay):
+                wait = self._failed(err, delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+            if wait and self._stop.wait(wait):
                 return
 
-    def _failed(self, err: Exception) -> float:
+    def _failed(self, err: Exception, delay: float) -> float:
+        """How long to wait before the next try (0: at once)."""
         status = getattr(err, "status", None)
+        if status == 410:  # the resourceVersion is too old: list again, no harm done
+            self._version = None
+            return 0.0
+        self._version = None
+        with self._lock:
+            self._broken = True
         if status == 403:
             if not self._forbidden:
                 log.warning("share channel off: no right to watch %s (%s); using the "
@@ -108,32 +130,37 @@ class ShareChannel:
             self._on_change()
             return FORBIDDEN_RETRY_S
         log.info("share channel: watch interrupted (%s); re-establishing", err)
-        return RETRY_S
+        self._on_change()
+        # Jittered, so thousands of agents do not re-list in step after an outage.
+        return delay * random.uniform(0.5, 1.5)
 
     def _watch_once(self) -> None:
-        """List (for a consistent start), then watch from there until the
-        server ends the watch or it breaks."""
+        """List when there is nowhere to resume from, then watch until the
+        server ends the watch (resume) or it breaks (raise)."""
         selector = f"metadata.name={self.name}"
-        listed = self.api.list_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, sh.SHARES, field_selector=selector,
-            _request_timeout=30)
-        items = listed.get("items") or []
-        self._accept(items[0] if items else None)
-        version = (listed.get("metadata") or {}).get("resourceVersion")
-        events, stop = kubeclient.watch_stream(
+        if self._version is None:
+            listed = self.api.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, sh.SHARES, field_selector=selector,
+                _request_timeout=30)
+            items = listed.get("items") or []
+            self._version = (listed.get("metadata") or {}).get("resourceVersion")
+            self._accept(items[0] if items else None)
+        events, self._stop_stream = kubeclient.watch_stream(
             self.api.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
-            sh.SHARES, field_selector=selector, resource_version=version,
+            sh.SHARES, field_selector=selector, resource_version=self._version,
             timeout_seconds=WATCH_TIMEOUT_S, allow_watch_bookmarks=True,
             _request_timeout=WATCH_TIMEOUT_S + 30)
         for event in events:
             if self._stop.is_set():
-                stop()
                 return
-            kind = event.get("type")
-            obj = event.get("object")
+            kind, obj = event.get("type"), event.get("object")
             if kind == "ERROR":
-                # 410 Gone and the like: start over from a fresh list.
-                raise RuntimeError(f"watch error: {obj}")
+                status = (obj or {}).get("code") if isinstance(obj, dict) else None
+                raise _WatchError(status, str(obj))
+            version = ((obj or {}).get("metadata") or {}).get("resourceVersion") \
+                if isinstance(obj, dict) else None
+            if version:
+                self._version = version
             if kind == "BOOKMARK":
                 continue
             self._accept(None if kind == "DELETED" else obj)
@@ -149,5 +176,12 @@ class ShareChannel:
                 log.warning("share channel: ignoring %s/%s: %s", self.namespace, self.name, err)
         with self._lock:
             self._allocation = allocation
-            self._established, self._broken_since, self._forbidden = True, None, False
+            self._received_at = self._clock()
+            self._established, self._broken, self._forbidden = True, False, False
         self._on_change()
+
+
+class _WatchError(Exception):
+    def __init__(self, status: int | None, text: str) -> None:
+        super().__init__(text)
+        self.status = status

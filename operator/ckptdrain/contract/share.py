@@ -7,7 +7,12 @@ The operator publishes a CheckpointShare named after the policy:
     spec.perDrainerCapBytes   no drainer above this (absent: no cap)
     spec.drainers             pods counted in the split: admitted + joining
     spec.activeRanks          admitted writer ranks, as ranges ("0-9,12")
-    spec.activePods           admitted pods without a rank, by name
+    spec.activePods           admitted pods by name: those without a rank,
+                              and those sharing a rank with another pod
+    spec.writers              pods that may drain (the policy's writers, or
+                              more pods if there are): the fallback split
+    spec.heartbeat            when the operator last wrote it; rewritten at
+                              least every HEARTBEAT_S while anyone drains
 
 An admitted agent drains at `min(cap, budget / drainers)`; a draining agent
 not (yet) admitted waits. The split is equal among the pods that report
@@ -15,13 +20,20 @@ bytes pending: with every drainer busy until it is done, equal shares finish
 the policy's bytes in the same time as shares in proportion to them, and
 they need no per-writer numbers in the channel.
 
-Why the sum of applied shares never exceeds the budget: a new drainer is
+Why the sum of applied shares stays within the budget: a new drainer is
 first counted in `drainers` (everyone's share shrinks) and admitted only in a
 later publication, at least `JOIN_DELAY_S` after, by which time every agent
 watching has seen the smaller share. A drainer leaves the count only after it
-reported nothing pending, i.e. after it stopped. Its size does not grow with
-writers beyond the rank ranges (a few bytes while ranks are contiguous; at
-most ~6 bytes a writer when every other rank drains).
+reported nothing pending, i.e. after it stopped. When the channel cannot be
+trusted (the watch broken, or no heartbeat for DEAD_AFTER_S while some drain:
+the operator is gone) every agent drops to the fallback split, at most
+budget / writers each; a drainer never counted waits ADMIT_TIMEOUT_S, longer
+than that, before it takes its fallback share, so the admitted have dropped
+first. The one exception is a SIGTERM flush, which starts at once at its
+fallback share (a second or two over, until it is counted, rather than a
+lost emergency checkpoint). The object's size does not grow with writers
+beyond the rank ranges (a few bytes while ranks are contiguous; at most ~6
+bytes a writer when every other rank drains).
 """
 
 from __future__ import annotations
@@ -39,6 +51,13 @@ KIND_SHARE = "CheckpointShare"
 #: A joining drainer is admitted no sooner than this after it was counted:
 #: the time every watcher has to see the smaller share first.
 JOIN_DELAY_S = 1.0
+#: The operator rewrites a channel with drainers at least this often, and an
+#: agent that has seen nothing from it for DEAD_AFTER_S takes it for gone.
+HEARTBEAT_S = 10.0
+DEAD_AFTER_S = 30.0
+#: How long a counted-or-not drainer waits to be admitted before it takes its
+#: fallback share: past DEAD_AFTER_S, so those admitted have dropped first.
+ADMIT_TIMEOUT_S = DEAD_AFTER_S + 5.0
 #: The rate a waiting agent's limiter is set to (a rate must be positive);
 #: as good as paused, and left within the limiter's 0.1 s when admitted.
 PAUSED_RATE = 1.0
@@ -94,6 +113,9 @@ class Allocation:
     active_ranks: str = ""
     active_pods: tuple[str, ...] = ()
     per_drainer_cap: int | None = None
+    #: Pods that may drain (None: not said, an older operator's object).
+    writers: int | None = None
+    heartbeat: str | None = None
     _spans: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
 
     def admits(self, rank: int | None, pod: str) -> bool:
@@ -112,6 +134,13 @@ class Allocation:
             each = min(each, self.per_drainer_cap)
         return max(each, PAUSED_RATE)
 
+    def fallback_cap(self) -> float | None:
+        """The most a fallback share may be: the budget over every pod that may
+        drain (so fallback shares alone never sum above the budget)."""
+        if not self.writers:
+            return None
+        return max(self.budget / self.writers, PAUSED_RATE)
+
 
 def to_spec(a: Allocation) -> dict[str, Any]:
     spec: dict[str, Any] = {"policy": a.policy, "budgetBytes": int(a.budget),
@@ -119,6 +148,8 @@ def to_spec(a: Allocation) -> dict[str, Any]:
                             "activePods": list(a.active_pods)}
     # Explicitly null when absent, so a merge patch removes a cap that was dropped.
     spec["perDrainerCapBytes"] = None if a.per_drainer_cap is None else int(a.per_drainer_cap)
+    spec["writers"] = None if a.writers is None else int(a.writers)
+    spec["heartbeat"] = a.heartbeat
     return spec
 
 
@@ -161,10 +192,17 @@ def from_object(obj: Mapping[str, Any]) -> Allocation:
     pods = spec.get("activePods") or []
     if not isinstance(pods, list) or not all(isinstance(p, str) for p in pods):
         raise InvalidInput("spec.activePods", "a list of pod names", pods)
+    writers = spec.get("writers")
+    if writers is not None:
+        writers = _int(spec, "writers", 1)
+    heartbeat = spec.get("heartbeat")
+    if heartbeat is not None and not isinstance(heartbeat, str):
+        raise InvalidInput("spec.heartbeat", "a timestamp", heartbeat)
     admitted = sum(high - low + 1 for low, high in spans) + len(pods)
     if admitted > drainers:
         # Could only come from a bug or a hand edit; trusting it would let the
         # admitted sum exceed the budget.
         raise InvalidInput("spec.drainers", f"at least the {admitted} admitted", drainers)
     return Allocation(policy=policy, budget=budget, drainers=drainers, active_ranks=ranks,
-                      active_pods=tuple(pods), per_drainer_cap=cap, _spans=spans)
+                      active_pods=tuple(pods), per_drainer_cap=cap, writers=writers,
+                      heartbeat=heartbeat, _spans=spans)

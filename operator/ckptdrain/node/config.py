@@ -68,6 +68,8 @@ class AgentConfig:
     pod_uid: str | None = None
     #: Encryption, private CA, addressing (a store.s3_options.S3Options; None: none).
     s3_options: Any = None
+    #: The writer id is a rank (a number), not a pod name (a policy of one writer).
+    writer_ranked: bool = True
 
     @property
     def flush_budget_s(self) -> float:
@@ -304,6 +306,7 @@ def load(
         s3_endpoint=raw["s3_endpoint"],
         region=raw["region"],
         writer=_writer(raw["writer_id"], raw["writers"]),
+        writer_ranked=raw["writer_id"].strip().isdigit(),
         writers=raw["writers"],
         share_file=Path(raw["share_file"]) if raw["share_file"] else None,
         default_rate=raw["default_rate"] or FALLBACK_RATE,

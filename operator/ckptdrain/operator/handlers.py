@@ -270,7 +270,7 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     # Budgets that shrink are published before those that grow, so the
     # cluster's sum never passes the cap on the way.
     ordered = sorted(joint.items(), key=lambda kv: kv[1][0].allowed_bandwidth
-                     - before.get(kv[0], float("inf")))
+                     - before.get(kv[0], 0.0))
     for key, (sized, cluster, _) in ordered:
         _joint_last[key] = (sized, cluster)
         body = next(iter(_values(policies, key)), {})
@@ -298,17 +298,21 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         sized, cluster, policy = mine
         drainers = _values(pods, key)
         body = next(iter(_values(policies, key)), {})
+        if not leadership.active():
+            share_channel.forget()  # a standby's indexes are frozen: publish nothing
+            return
         draining = [share_channel.Drainer(d.pod, share_channel.rank_of(d.writer))
                     for d in drainers if (d.pending_bytes or 0) > 0]
         written, recheck = share_channel.publish(
             key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
-            share_channel.owner_of(body), time.monotonic())
+            max(policy.writers, len(drainers)), share_channel.owner_of(body),
+            time.monotonic(), lambda: api.timestamp(_now()))
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc()
             logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",
                         *key, len(draining), len(drainers), int(sized.allowed_bandwidth))
         if recheck is not None:
-            # A drainer was counted and waits to be admitted: come back for it.
+            # A drainer waits to be admitted, or a heartbeat is due: come back.
             _schedule_rebalance(key, cfg, policies, pods, logger, max(recheck, 0.05))
         status = body.get("status") or {}
         change = st.with_cluster(status, sized, cluster,
@@ -355,8 +359,9 @@ def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key,
                 _rebalance_moved(cfg, policies, pods, logger)
             else:
                 _rebalance(key, cfg, policies, pods, logger)
-        except (kube.ApiException, RuntimeError) as error:
-            # RuntimeError: an index changed while we read it. Either way, retry.
+        except Exception as error:
+            # An API error, a connection that broke, an index that changed while
+            # read (RuntimeError): a timer thread has no one to raise to. Retry.
             logger.warning("rebalancing %s/%s failed (%s); retrying in %ss",
                            *key, error, RETRY_DELAY_S)
             _schedule_rebalance(key, cfg, policies, pods, logger, RETRY_DELAY_S)

@@ -77,24 +77,24 @@ def patch_status(plural: str, namespace: str, name: str, status: dict[str, Any])
 
 
 def write_object(plural: str, namespace: str, body: dict[str, Any],
-                 spec_patch: dict[str, Any] | None = None) -> None:
-    """Merge-patch a custom object's spec in place (`spec_patch`, where None
-    removes a field; default the body's spec), or create it when absent (the
-    steady state is a patch: one write, no conflict to handle)."""
+                 patch: dict[str, Any] | None = None) -> None:
+    """Merge-patch a custom object in place (`patch`, where None removes a
+    field; default the body's spec), or create it when absent (the steady
+    state is a patch: one write, no conflict to handle)."""
     _, custom = _clients()
     name = body["metadata"]["name"]
-    spec = body["spec"] if spec_patch is None else spec_patch
+    change = {"spec": body["spec"]} if patch is None else patch
     if _gone_ok(custom.patch_namespaced_custom_object, GROUP, VERSION, namespace, plural,
-                name, {"spec": spec}, _content_type=MERGE):
+                name, change, _content_type=MERGE):
         return
     try:
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
     except ApiException as error:
         if error.status != 409:
             raise
-        # Created by someone in between (another replica): ours is the newer spec.
+        # Created by someone in between (another replica): ours is the newer one.
         custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, plural, name,
-                                              {"spec": spec}, _content_type=MERGE)
+                                              change, _content_type=MERGE)
 
 
 def delete(plural: str, namespace: str, name: str) -> bool:

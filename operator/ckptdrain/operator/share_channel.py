@@ -7,16 +7,21 @@ two-step so the shares never add up to more than the budget: a pod that
 starts draining is first counted (everyone's share shrinks), then admitted
 in a later pass, `JOIN_DELAY_S` after its count was published.
 
-`admit` is pure; `publish` keeps the last state per policy in memory. A
-restarted operator starts with nobody admitted: every drainer waits one
-`JOIN_DELAY_S` and goes on (never more than the budget, at the price of a
-second's pause).
+While anyone drains, the channel is rewritten at least every HEARTBEAT_S
+(spec.heartbeat), so agents can tell a quiet operator from a gone one.
+
+`admit` and `allocation` are pure; `publish` keeps the last state per policy
+in memory. A restarted operator (or a replica that just became the active
+one) starts with nobody admitted: every drainer waits one `JOIN_DELAY_S` and
+goes on (never more than the budget, at the price of a second's pause).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +45,8 @@ class ChannelState:
     #: Pod → when the publication that first counted it was written (monotonic).
     joining_since: dict[str, float] = field(default_factory=dict)
     published: dict[str, Any] | None = None
+    #: When this replica last wrote the channel (monotonic): heartbeats follow it.
+    written_at: float | None = None
 
 
 def rank_of(label: str | None) -> int | None:
@@ -67,12 +74,24 @@ def admit(state: ChannelState, draining: Sequence[Drainer], now: float,
 
 
 def allocation(policy: str, budget: float, cap: float | None, draining: Sequence[Drainer],
-               active: frozenset[str]) -> sh.Allocation:
-    ranked = [d.rank for d in draining if d.pod in active and d.rank is not None]
-    named = sorted(d.pod for d in draining if d.pod in active and d.rank is None)
+               active: frozenset[str], writers: int | None = None,
+               heartbeat: str | None = None) -> sh.Allocation:
+    """The publication. A rank two pods hold (a replacement beside the pod in
+    its grace period, a collision) is never published as a rank: each such pod
+    is admitted by its own name, so one's admission is not the other's."""
+    held: dict[int, int] = {}
+    for d in draining:
+        if d.rank is not None:
+            held[d.rank] = held.get(d.rank, 0) + 1
+    ranked = [d.rank for d in draining
+              if d.pod in active and d.rank is not None and held[d.rank] == 1]
+    named = sorted(d.pod for d in draining
+                   if d.pod in active and (d.rank is None or held[d.rank] > 1))
     return sh.Allocation(policy=policy, budget=max(1, int(budget)), drainers=len(draining),
                          active_ranks=sh.encode_ranks(ranked), active_pods=tuple(named),
-                         per_drainer_cap=None if cap is None else max(1, int(cap)))
+                         per_drainer_cap=None if cap is None else max(1, int(cap)),
+                         writers=None if writers is None else max(1, writers),
+                         heartbeat=heartbeat)
 
 
 _states: dict[Key, ChannelState] = {}
@@ -80,29 +99,51 @@ _lock = threading.Lock()
 
 
 def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drainer],
-            owner: Mapping[str, Any] | None, now: float) -> tuple[bool, float | None]:
-    """Write the policy's channel if it changed. Returns (written, seconds until
-    a joining drainer may be admitted). The caller serialises calls per policy."""
+            writers: int, owner: Mapping[str, Any] | None, now: float,
+            stamp: Callable[[], str]) -> tuple[bool, float | None]:
+    """Write the policy's channel if it changed, or if anyone drains and the
+    last write is HEARTBEAT_S old. Returns (written, seconds until it should be
+    looked at again: a joiner to admit or a heartbeat due). The caller
+    serialises calls per policy."""
     with _lock:
         state = _states.setdefault(key, ChannelState())
     active, joining, recheck = admit(state, draining, now)
-    alloc = allocation(key[1], budget, cap, draining, active)
+    alloc = allocation(key[1], budget, cap, draining, active, writers)
     spec = sh.to_spec(alloc)
+    beat_due = bool(draining) and (state.written_at is None
+                                   or now - state.written_at >= sh.HEARTBEAT_S)
     written = False
-    if spec != state.published:
-        body = sh.body(key[0], alloc, owner)
-        kube.write_object(sh.SHARES, key[0], body, spec)
+    if spec != state.published or beat_due:
+        stamped = dataclasses.replace(alloc, heartbeat=stamp())
+        body = sh.body(key[0], stamped, owner)
+        patch = {"metadata": {k: v for k, v in body["metadata"].items()
+                              if k in ("labels", "ownerReferences")},
+                 "spec": sh.to_spec(stamped)}
+        kube.write_object(sh.SHARES, key[0], body, patch)
         written = True
+        # The join delay counts from when the count was out, not from before
+        # the write: those counted now start their wait only here.
+        after = time.monotonic()
+        joining = {p: (after if p not in state.joining_since else since)
+                   for p, since in joining.items()}
+        state.written_at = after
     # Only what was written counts: a failed write (an exception above) leaves
     # the state as it was, and the next pass counts the joiners again.
     state.active, state.joining_since, state.published = active, joining, spec
+    if draining:
+        beat = sh.HEARTBEAT_S - (now - (state.written_at or now))
+        recheck = beat if recheck is None else min(recheck, beat)
     return written, recheck
 
 
-def forget(key: Key) -> None:
-    """The policy is gone (its object goes with it, by owner reference)."""
+def forget(key: Key | None = None) -> None:
+    """The policy is gone (its object goes with it, by owner reference), or
+    with no key, every policy (this replica stopped being the active one)."""
     with _lock:
-        _states.pop(key, None)
+        if key is None:
+            _states.clear()
+        else:
+            _states.pop(key, None)
 
 
 def owner_of(policy_body: Mapping[str, Any]) -> dict[str, Any] | None:
