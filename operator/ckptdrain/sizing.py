@@ -10,7 +10,6 @@ where global_interval = local interval × global_every. Pure: no I/O, no clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ckptdrain.errors import InvalidInput
@@ -187,53 +186,3 @@ def compute(inp: SizingInput) -> Sizing:
     )
 
 
-def split_shares(
-    total: float,
-    pending: Mapping[str, float | None],
-    per_drainer_cap: float | None = None,
-) -> dict[str, float]:
-    """Split `total` bytes/s among drainers in proportion to the bytes each has
-    pending, so that all of them finish together.
-
-    A drainer whose pending bytes are unknown (None) or zero gets an even share,
-    so a checkpoint that has just appeared starts moving at once; the others
-    split the rest by their pending bytes. With `per_drainer_cap`, no share
-    exceeds it and what is cut goes to those still below the cap.
-    """
-    if not pending:
-        return {}
-    if total <= 0 or not math.isfinite(total):
-        raise InvalidInput("bandwidth", "a positive rate", total)
-    known = {k: v for k, v in pending.items() if v is not None and v > 0}
-    if len(known) != len(pending) or not known:
-        # Unknown or idle drainers get an even share; the rest split the
-        # remainder by their pending bytes.
-        even = total / len(pending)
-        idle = [k for k in pending if k not in known]
-        shares = {k: even for k in idle}
-        rest = total - even * len(idle)
-        weight = sum(known.values())
-        for k, v in known.items():
-            shares[k] = rest * v / weight
-    else:
-        weight = sum(known.values())
-        shares = {k: total * v / weight for k, v in known.items()}
-    if per_drainer_cap is not None:
-        shares = _cap_shares(shares, per_drainer_cap)
-    return shares
-
-
-def _cap_shares(shares: dict[str, float], cap: float) -> dict[str, float]:
-    """Water-fill: clip shares at `cap` and hand the excess to those below it,
-    in proportion to what they already have."""
-    result = dict(shares)
-    for _ in range(len(result)):
-        excess = sum(v - cap for v in result.values() if v > cap)
-        under = {k: v for k, v in result.items() if v < cap}
-        result = {k: min(v, cap) for k, v in result.items()}
-        if excess <= 1e-9 or not under:
-            break
-        weight = sum(under.values())
-        for k, v in under.items():
-            result[k] += excess * v / weight if weight > 0 else excess / len(under)
-    return {k: min(v, cap) for k, v in result.items()}

@@ -83,9 +83,9 @@ def test_without_rights_on_leases_fencing_steps_aside(
 def test_a_long_lease_fails_over_when_the_holders_node_is_gone(
         cluster: Cluster, namespace: str) -> None:
     """With the documented rules (the agent's Role and the node-lease Role in
-    kube-node-lease): a writer lease that lasts 45 minutes is taken over at
-    once when its holder's node lease is deleted, and the old holder, still
-    running with a fresh renewal, is fenced by the read before its commit."""
+    kube-node-lease): a writer lease that lasts 45 minutes is taken over a
+    minute after its holder's node lease went, and the old holder, should it
+    still run, is refused at its next commit."""
     kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
     cluster.kubectl("create", "namespace", "kube-node-lease", check=False)
     node_lease_role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "List", "items": [
@@ -106,16 +106,22 @@ def test_a_long_lease_fails_over_when_the_holders_node_is_gone(
             "metadata": {"name": name, "namespace": "kube-node-lease"},
             "spec": {"holderIdentity": name, "leaseDurationSeconds": 40}}))
     api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
-    first = WriterLease(namespace, "llama", 3, "uid-first", api=api, seconds=2700, node=node)
+    clock = Clock()
+    first = WriterLease(namespace, "llama", 3, "uid-first", api=api, seconds=2700, node=node,
+                        clock=clock, monotonic=clock.monotonic)
     second = WriterLease(namespace, "llama", 3, "uid-second", api=api, seconds=2700,
-                         node=elsewhere)
+                         node=elsewhere, clock=clock, monotonic=clock.monotonic)
     first.check()
     with pytest.raises(WriterFenced, match="uid-first"):
         second.check()  # the holder's node heartbeats (its lease is there)
     cluster.kubectl("delete", "lease", "-n", "kube-node-lease", node)
-    second.check()
+    with pytest.raises(WriterFenced, match="uid-first"):
+        second.check()  # gone a moment ago: a node re-registering looks the same
+    clock.now += timedelta(seconds=61)
+    second.check()  # a minute on, with the first silent all along: taken over
     with pytest.raises(WriterFenced, match="uid-second"):
-        first.check()
+        first.check()  # its renewal is old: it renews first, and is refused
     lease = api.get_namespaced_custom_object("coordination.k8s.io", "v1", namespace,
                                              "leases", "ckptdrain-llama-w3")
-    assert lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] == elsewhere
+    assert lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] \
+        == f"{elsewhere} uid-second"

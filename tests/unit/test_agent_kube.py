@@ -3,6 +3,7 @@ never blocking and never raising into the agent."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from test_node_kube import FakeCore  # the node side's pod-patch fake, shared
@@ -13,17 +14,29 @@ from ckptdrain.node.kube import RecordWriter
 
 
 class FakeCustomObjects:
+    """Records as the apiserver keeps them: a claim on a record that does not
+    exist is a 404, a second create a 409."""
+
     def __init__(self) -> None:
         self.created: list[dict[str, Any]] = []
         self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.calls = 0
 
     def create_namespaced_custom_object(self, group: str, version: str, ns: str, plural: str,
                                         body: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+        self.calls += 1
+        if any(b["metadata"]["name"] == body["metadata"]["name"] for b in self.created):
+            raise ApiException(status=409)
         self.created.append(body)
 
     def patch_namespaced_custom_object_status(self, group: str, version: str, ns: str,
                                               plural: str, name: str, patch: dict[str, Any],
                                               **_: Any) -> None:
+        from kubernetes.client.exceptions import ApiException
+        self.calls += 1
+        if not any(b["metadata"]["name"] == name for b in self.created):
+            raise ApiException(status=404)
         self.patches.append((name, patch))
 
 
@@ -98,3 +111,14 @@ def test_a_step_its_partner_holds_is_claimed_in_the_peer_tier() -> None:
     assert holders == [0, 0, None]
     assert [patch["status"]["writers"]["1"].get("peerNode") for _, patch in api.patches] == [
         "node-b", "node-b", None]
+
+
+def test_a_claim_on_an_existing_record_is_one_write() -> None:
+    api = FakeCustomObjects()
+    first, second = (RecordWriter("ns", "train", 2, w, api=api) for w in ("0", "1"))
+    now = datetime.now(UTC)
+    first.report(5, "Local", 10, ["local"], now)  # the claim (404), the create, the claim
+    assert api.calls == 3
+    second.report(5, "Local", 10, ["local"], now)  # the record is there: one patch
+    second.report(5, "Global", 10, ["global", "local"], now)
+    assert api.calls == 5 and len(api.created) == 1

@@ -24,7 +24,8 @@ class FakeCore:
 
 
 class _FakeApi:
-    """Records calls; answers create with 409 the second time, like the apiserver."""
+    """Records calls; answers create with 409 the second time and a claim on a
+    missing record with 404, like the apiserver."""
 
     def __init__(self) -> None:
         self.created: list[str] = []
@@ -39,6 +40,9 @@ class _FakeApi:
         self.created.append(name)
 
     def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> None:
+        from kubernetes.client.exceptions import ApiException
+        if args[4] not in self.created:
+            raise ApiException(status=404)
         self.patched.append(args[5])
 
 
@@ -47,7 +51,7 @@ def test_writer_creates_once_and_patches_only_its_claim() -> None:
     a = RecordWriter("ns", "pol", 2, "0", api=api)
     b = RecordWriter("ns", "pol", 2, "1", api=api)
     a.report(5, "Local", 10, ["local"], NOW)
-    b.report(5, "Local", 10, ["local"], NOW)  # racing writer: 409 is fine
+    b.report(5, "Local", 10, ["local"], NOW)  # the record is there: the claim alone
     a.report(5, "Global", 10, ["local", "global"], NOW)
     assert api.created == ["pol-s5"]
     assert [list(p["status"]["writers"]) for p in api.patched] == [["0"], ["1"], ["0"]]

@@ -18,7 +18,7 @@ from ckptdrain.node.lease import (
     lease_seconds,
     lease_spec,
     may_take,
-    renewal_fresh,
+    recently_renewed,
 )
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
@@ -52,10 +52,10 @@ def test_expiry_is_judged_by_this_process_not_by_the_holders_stamp() -> None:
     assert may_take(renewed["spec"], "me", watch.unchanged_for(renewed, 1131.0))
 
 
-def test_a_renewal_vouches_for_two_thirds_of_the_lease() -> None:
-    assert not renewal_fresh(None, 5.0, 60)
-    assert renewal_fresh(100.0, 139.0, 60)
-    assert not renewal_fresh(100.0, 140.0, 60)
+def test_a_renewal_vouches_for_half_the_time_a_taker_must_wait() -> None:
+    assert not recently_renewed(None, 5.0)
+    assert recently_renewed(100.0, 129.0)
+    assert not recently_renewed(100.0, 130.0)
 
 
 class FakeLeaseApi:
@@ -76,6 +76,8 @@ class FakeLeaseApi:
         self.lease = {"metadata": {"name": body["metadata"]["name"],
                                    "annotations": dict(body["metadata"].get("annotations")
                                                        or {}),
+                                   **({"ownerReferences": body["metadata"]["ownerReferences"]}
+                                      if body["metadata"].get("ownerReferences") else {}),
                                    "resourceVersion": str(self.version)},
                       "spec": dict(body["spec"])}
         return {"metadata": dict(self.lease["metadata"]), "spec": dict(self.lease["spec"])}
@@ -124,11 +126,11 @@ def test_an_unrenewable_lease_stops_vouching_for_commits() -> None:
                         monotonic=lambda: clocks.mono)
     lease.check()
     api.down = True
-    clocks.advance(30)
-    lease.check()  # a blip: the renewal 30 s ago still vouches
-    clocks.advance(10)
+    clocks.advance(20)
+    lease.check()  # a blip: the renewal 20 s ago still vouches
+    clocks.advance(15)
     with pytest.raises(WriterFenced, match="could not be renewed"):
-        lease.check()  # another pod may hold it by now
+        lease.check()  # 35 s: no commit on an old renewal
     api.down = False
     lease.check()  # renewed again: commits resume
 
@@ -175,17 +177,17 @@ def test_the_lease_lasts_three_commit_periods_within_bounds() -> None:
     assert may_take(held_by("other", NOW, 2700), "me", 10.0, holder_node_gone=True)
 
 
-def test_a_commit_soon_after_a_renewal_reads_the_lease_and_writes_nothing() -> None:
+def test_a_commit_soon_after_a_renewal_writes_nothing() -> None:
     api, clocks = FakeLeaseApi(), Clocks()
     lease = WriterLease("ns", "pol", 0, "pod-a", api=api, clock=lambda: clocks.wall,
-                        monotonic=lambda: clocks.mono, seconds=300)
+                        monotonic=lambda: clocks.mono, seconds=2700)
     lease.check()
     assert api.writes == 1
-    for _ in range(9):  # commits every 10 s for 90 s: under a third of 300 s
+    for _ in range(2):  # commits 10 s apart, within the 30 s a renewal vouches for
         clocks.advance(10)
         lease.check()
     assert api.writes == 1
-    clocks.advance(15)  # 105 s after the renewal: renew
+    clocks.advance(900)  # the next global checkpoint: one renewal
     lease.check()
     assert api.writes == 2
 
@@ -202,14 +204,14 @@ def _two_nodes(seconds: int = 2700) -> tuple[FakeLeaseApi, Clocks, WriterLease, 
     return api, clocks, a, b
 
 
-def test_a_long_lease_fails_over_once_the_holders_node_is_gone() -> None:
+def test_a_long_lease_fails_over_once_the_holder_is_gone_with_its_node() -> None:
     api, clocks, a, b = _two_nodes()
     a.check()
     assert api.lease is not None
-    assert api.lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] == "node-a"
+    assert api.lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] == "node-a pod-a"
     with pytest.raises(WriterFenced, match="pod-a"):
         b.check()
-    for beat in range(2, 6):  # node-a's kubelet heartbeats: b keeps out
+    for beat in range(2, 6):  # node-a's kubelet heartbeats: b keeps out, 80 s on
         clocks.advance(20)
         for node in ("node-a", "node-b"):
             api.nodes[node] = {"metadata": {"resourceVersion": str(beat)}, "spec": {}}
@@ -219,19 +221,39 @@ def test_a_long_lease_fails_over_once_the_holders_node_is_gone() -> None:
     api.nodes["node-b"] = {"metadata": {"resourceVersion": "9"}, "spec": {}}
     b.check()
     assert api.lease["spec"]["holderIdentity"] == "pod-b"
-    assert api.lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] == "node-b"
-    # pod-a still runs (its kubelet died, not it) and renewed a moment ago:
-    # its next commit reads the lease and is fenced instead of writing beside b.
+    assert api.lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] == "node-b pod-b"
+    # pod-a still runs (its kubelet died, not it): its renewal is old, so its
+    # next commit renews first, and is fenced instead of writing beside b.
     with pytest.raises(WriterFenced, match="pod-b"):
         a.check()
 
 
-def test_a_deleted_node_frees_its_writers_at_once() -> None:
-    api, _, a, b = _two_nodes()
+def test_a_holder_that_renewed_lately_keeps_its_lease_even_if_its_node_looks_dead() -> None:
+    api, clocks, a, b = _two_nodes()
     a.check()
-    del api.nodes["node-a"]
+    del api.nodes["node-a"]  # its node lease is gone (or its kubelet is cut off)
+    with pytest.raises(WriterFenced):
+        b.check()
+    clocks.advance(50)
+    a.check()  # 50 s on: a renews (a write), and may commit
+    clocks.advance(20)  # node-a's lease missing for 70 s, but a renewed 20 s ago
+    with pytest.raises(WriterFenced, match="pod-a"):
+        b.check()
+    clocks.advance(65)  # a fell silent: unchanged for 65 s since b saw it, node gone
     b.check()
     assert api.lease is not None and api.lease["spec"]["holderIdentity"] == "pod-b"
+
+
+def test_a_node_written_for_an_earlier_holder_is_no_evidence() -> None:
+    api, clocks, a, b = _two_nodes()
+    a.check()
+    assert api.lease is not None
+    api.lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] = "node-x pod-old"
+    with pytest.raises(WriterFenced):
+        b.check()
+    clocks.advance(120)
+    with pytest.raises(WriterFenced):
+        b.check()  # node-x does not exist, but the annotation is not pod-a's
 
 
 def test_a_holder_on_this_node_or_unknown_node_waits_for_the_duration() -> None:
@@ -244,3 +266,19 @@ def test_a_holder_on_this_node_or_unknown_node_waits_for_the_duration() -> None:
         same.check()
     clocks.advance(121)
     same.check()
+
+
+def test_the_lease_is_owned_by_its_pod_and_released_for_good() -> None:
+    api, clocks = FakeLeaseApi(), Clocks()
+    lease = WriterLease("ns", "pol", 0, "uid-a", api=api, clock=lambda: clocks.wall,
+                        monotonic=lambda: clocks.mono, node="node-a", pod="pod-a")
+    lease.check()
+    assert api.lease is not None
+    assert api.lease["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": "pod-a", "uid": "uid-a"}]
+    lease.release()
+    assert api.lease["spec"].get("holderIdentity") is None
+    assert "ckptdrain.io/holder-node" not in api.lease["metadata"]["annotations"]
+    with pytest.raises(WriterFenced, match="released"):
+        lease.check()  # a commit racing the release on another thread
+    assert not lease.renew()

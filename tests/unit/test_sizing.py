@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from ckptdrain import sizing
 from ckptdrain.errors import InvalidInput
@@ -58,37 +56,6 @@ def test_bad_input_names_the_field(inp: sizing.SizingInput, field: str) -> None:
     with pytest.raises(InvalidInput) as err:
         sizing.compute(inp)
     assert err.value.field == field
-
-
-pending = st.dictionaries(st.text(min_size=1, max_size=5),
-                          st.one_of(st.none(), st.floats(0, 1e13)), min_size=1, max_size=12)
-
-
-@given(total=st.floats(1, 1e12), pending=pending)
-def test_split_shares_hands_out_the_total(total: float, pending: dict[str, float | None]) -> None:
-    shares = sizing.split_shares(total, pending)
-    assert shares.keys() == pending.keys()
-    assert all(v >= 0 for v in shares.values())
-    assert sum(shares.values()) == pytest.approx(total, rel=1e-9)
-
-
-@given(total=st.floats(1, 1e12),
-       pending=st.dictionaries(st.text(min_size=1, max_size=5), st.floats(1, 1e13),
-                               min_size=2, max_size=12))
-def test_known_shares_are_proportional_so_all_finish_together(
-        total: float, pending: dict[str, float]) -> None:
-    shares = sizing.split_shares(total, pending)
-    finish = [pending[k] / shares[k] for k in pending]
-    assert max(finish) == pytest.approx(min(finish), rel=1e-6)
-
-
-@given(total=st.floats(1, 1e12), pending=pending, cap_fraction=st.floats(0.01, 1))
-def test_cap_is_never_exceeded(total: float, pending: dict[str, float | None],
-                               cap_fraction: float) -> None:
-    cap = total * cap_fraction
-    shares = sizing.split_shares(total, pending, per_drainer_cap=cap)
-    assert all(v <= cap * (1 + 1e-9) for v in shares.values())
-    assert sum(shares.values()) <= total * (1 + 1e-9)
 
 
 def test_peer_bandwidth_is_the_model_with_the_local_interval_per_writer() -> None:

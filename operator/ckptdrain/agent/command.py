@@ -135,7 +135,7 @@ def writer_fence(cfg: node_config.AgentConfig) -> Fence | None:
     try:
         lease = WriterLease(cfg.namespace, cfg.policy.split("/")[-1], cfg.writer, cfg.pod_uid,
                             seconds=lease_seconds(cfg.interval_s * cfg.global_every),
-                            node=cfg.node_name or None)
+                            node=cfg.node_name or None, pod=cfg.pod_name or None)
     except Exception as err:  # no API access: fencing is a guard, not a dependency
         log.warning("writer fencing disabled: %s", err)
         return None

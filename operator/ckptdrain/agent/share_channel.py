@@ -59,6 +59,7 @@ class ShareChannel:
         self._forbidden = False
         self._waiting_since: float | None = None
         self._version: str | None = None  # where the watch resumes; None: list first
+        self._accepted: str | None = None  # resourceVersion of the object last taken in
         self._stop = threading.Event()
         self._stop_stream: Callable[[], None] = lambda: None
 
@@ -127,10 +128,10 @@ class ShareChannel:
                             "admission-time share", sh.SHARES, getattr(err, "reason", err))
             with self._lock:
                 self._forbidden = True
-            self._on_change()
+            self._notify()
             return FORBIDDEN_RETRY_S
         log.info("share channel: watch interrupted (%s); re-establishing", err)
-        self._on_change()
+        self._notify()
         # Jittered, so thousands of agents do not re-list in step after an outage.
         return delay * random.uniform(0.5, 1.5)
 
@@ -166,6 +167,17 @@ class ShareChannel:
             self._accept(None if kind == "DELETED" else obj)
 
     def _accept(self, obj: Any) -> None:
+        version = ((obj.get("metadata") or {}).get("resourceVersion")
+                   if isinstance(obj, dict) else None)
+        if version is not None and version == self._accepted:
+            # The same object again (a re-list after the watch broke): the
+            # channel is back, but this is no news from the operator, so it
+            # neither vouches for a quiet operator nor admits a later report.
+            with self._lock:
+                self._established, self._broken, self._forbidden = True, False, False
+            self._notify()
+            return
+        self._accepted = version
         allocation = None
         if isinstance(obj, dict):
             try:
@@ -178,7 +190,13 @@ class ShareChannel:
             self._allocation = allocation
             self._received_at = self._clock()
             self._established, self._broken, self._forbidden = True, False, False
-        self._on_change()
+        self._notify()
+
+    def _notify(self) -> None:
+        try:
+            self._on_change()
+        except Exception:  # the share watcher's trouble must not end the watch
+            log.exception("share channel: applying a change failed")
 
 
 class _WatchError(Exception):

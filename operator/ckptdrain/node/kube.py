@@ -27,11 +27,12 @@ from ckptdrain.node.lease import (
     NODE_LEASE_NAMESPACE,
     ExpiryWatch,
     WriterFenced,
+    holder_node,
+    holder_node_value,
     lease_name,
     lease_spec,
     may_take,
     recently_renewed,
-    renewal_fresh,
 )
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,26 @@ class RecordWriter:
                now: datetime, node: str | None = None, message: str | None = None,
                requests: dict[str, int] | None = None,
                peer_holder: int | None = None, peer_node: str | None = None) -> None:
-        name = self.ensure(step)
+        from kubernetes.client.exceptions import ApiException
+
+        name = str(build_record(self.namespace, self.policy, step, self.writers)
+                   ["metadata"]["name"])
         patch = writer_patch(self.writer_id, state, size_bytes, tiers, now, node, message,
                              peer_holder=peer_holder, peer_node=peer_node, requests=requests)
+        # The claim first: the record usually exists already (another writer
+        # made it), so one write, not a create that fails with 409 and then
+        # the claim: at thousands of writers that is thousands of requests.
+        try:
+            self._claim(name, patch)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            self._ensured.discard(step)
+            self.ensure(step)
+            self._claim(name, patch)
+        self._ensured.add(step)
+
+    def _claim(self, name: str, patch: dict[str, Any]) -> None:
         self.api.patch_namespaced_custom_object_status(
             GROUP, VERSION, self.namespace, CHECKPOINTS, name, patch,
             _content_type="application/merge-patch+json")
@@ -103,22 +121,28 @@ class WriterLease:
                  api: Any = None, seconds: int = LEASE_SECONDS,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC),
                  monotonic: Callable[[], float] = time.monotonic,
-                 node: str | None = None) -> None:
+                 node: str | None = None, pod: str | None = None) -> None:
         self.api = api if api is not None else kubeclient.custom_objects_api()
         self.namespace, self.name = namespace, lease_name(policy, writer)
         self.holder, self.seconds, self.clock = holder, seconds, clock
         self.monotonic = monotonic
-        #: Monotonic time of the last successful take or renewal: a held lease
-        #: is only trusted while that is fresh (lease.renewal_fresh).
+        #: This pod's node and name: written on the lease, so a taker can tell
+        #: when the node is gone, and so the lease goes with the pod (owner).
+        self.node, self.pod = node or None, pod or None
+        #: Monotonic time of the last successful take or renewal.
         self._renewed_at: float | None = None
+        self._failed = False
         self._watch = ExpiryWatch()
-        #: This pod's node (written on the lease, so a taker can tell when it is gone).
-        self.node = node or None
         self._node_watches: dict[str, ExpiryWatch] = {}
+        self._node_missing: dict[str, float] = {}
         self._node_checks = True
         self.enabled = True
         self.held = False
         self.other: str | None = None
+        self._released = False
+        #: check(), renew() and release() one at a time: a release never
+        #: races a renewal that would take the lease back.
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         #: The lease as this pod last wrote it: renewing from it costs one write
         #: (its resourceVersion makes a changed lease a 409, then it is read).
@@ -153,8 +177,9 @@ class WriterLease:
                            "spec": lease_spec(self.holder, self.seconds, now)}))
             return True
         spec = lease.get("spec") or {}
-        if not may_take(spec, self.holder, self._watch.unchanged_for(lease, self.monotonic())):
-            if not self._holder_node_gone(lease):
+        unchanged = self._watch.unchanged_for(lease, self.monotonic())
+        if not may_take(spec, self.holder, unchanged):
+            if not self._holder_node_gone(lease, unchanged):
                 self.other = str(spec.get("holderIdentity"))
                 return False
             log.warning("writer lease %s: the node of its holder (pod uid %s) is gone; "
@@ -168,112 +193,143 @@ class WriterLease:
         return True
 
     def _stamp(self, metadata: dict[str, Any]) -> dict[str, Any]:
-        """The lease's metadata with this pod's node as the holder's."""
+        """The lease's metadata as this pod holds it: its node (with its uid, so
+        a node written by an earlier holder is never taken for this one's) and
+        this pod as the owner (the lease is deleted with the pod)."""
         annotations = dict(metadata.get("annotations") or {})
         annotations.pop(ANNOTATION_HOLDER_NODE, None)
         if self.node:
-            annotations[ANNOTATION_HOLDER_NODE] = self.node
+            annotations[ANNOTATION_HOLDER_NODE] = holder_node_value(self.node, self.holder)
         metadata["annotations"] = annotations
+        if self.pod:
+            metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod",
+                                            "name": self.pod, "uid": self.holder}]
+        else:
+            metadata.pop("ownerReferences", None)
         return metadata
 
-    def _holder_node_gone(self, lease: dict[str, Any]) -> bool:
-        """The holder's node lease deleted, or seen unchanged by this process
-        for NODE_DEAD_S: its kubelet, and so the holder, are gone. Anything
-        uncertain (no node on the lease, this very node, no rights) is no."""
+    def _holder_node_gone(self, lease: dict[str, Any], unchanged_for: float) -> bool:
+        """Whether the holder is gone with its node: the lease itself seen
+        unchanged for NODE_DEAD_S (so a holder that renewed recently always
+        wins), and the holder's node lease deleted or unchanged for as long
+        (or three of its own durations, if longer). Anything uncertain (no
+        node on the lease, one written for another holder, this very node, no
+        rights) is no."""
         from kubernetes.client.exceptions import ApiException
 
-        node = ((lease.get("metadata") or {}).get("annotations") or {}).get(
-            ANNOTATION_HOLDER_NODE)
-        if not node or node == self.node or not self._node_checks:
+        if not self._node_checks:
             return False
+        holder = (lease.get("spec") or {}).get("holderIdentity")
+        node = holder_node(((lease.get("metadata") or {}).get("annotations") or {}).get(
+            ANNOTATION_HOLDER_NODE), holder)
+        if not node or node == self.node:
+            return False
+        mono = self.monotonic()
         try:
             found = self.api.get_namespaced_custom_object(
                 *LEASE_API, NODE_LEASE_NAMESPACE, LEASE_PLURAL, node, _request_timeout=5)
         except ApiException as error:
-            if error.status == 404:
-                return True
+            if error.status == 404:  # gone, if it stays gone (a node re-registering)
+                missing = mono - self._node_missing.setdefault(node, mono)
+                return missing > NODE_DEAD_S and unchanged_for > NODE_DEAD_S
             if error.status == 403:
                 self._node_checks = False
                 log.warning("writer lease: no right to read node leases (%s); a lost "
                             "holder frees its writer only after %ss", error.reason,
                             self.seconds)
             return False
+        self._node_missing.pop(node, None)
+        duration = (found.get("spec") or {}).get("leaseDurationSeconds")
+        dead_after = max(NODE_DEAD_S, 3 * duration if isinstance(duration, int) else 0)
         watch = self._node_watches.setdefault(node, ExpiryWatch())
-        return watch.unchanged_for(found, self.monotonic()) > NODE_DEAD_S
+        # Both clocks run from the first look, so a lost node frees its writers
+        # about NODE_DEAD_S after it went, not twice that.
+        return watch.unchanged_for(found, mono) > dead_after and unchanged_for > NODE_DEAD_S
+
+    def _forget_observations(self) -> None:
+        """After this process could not reach the apiserver, what it saw
+        "unchanged" meanwhile proves nothing: nobody could renew."""
+        self._watch = ExpiryWatch()
+        self._node_watches.clear()
+        self._node_missing.clear()
 
     def renew(self) -> bool:
-        """Take or renew the lease now; True when this pod holds it (or fencing is off)."""
+        """Take or renew the lease now (a write); True when this pod holds it
+        (or fencing is off)."""
         from kubernetes.client.exceptions import ApiException
 
-        if not self.enabled:
-            return True
-        try:
-            self.held = self._take_or_renew(self.clock())
-            if self.held:
-                self.other = None
-                self._renewed_at = self.monotonic()
-        except ApiException as error:
-            if error.status == 403:
-                self.enabled = False
-                log.warning("writer fencing off: no rights on leases in %s (%s)",
-                            self.namespace, error.reason)
-                return True
-            if error.status == 409:  # another taker won the race for the lease
-                self.held, self._mine = False, None
+        with self._lock:
+            if self._released:
                 return False
-            log.warning("could not renew writer lease %s: %s", self.name, error.reason)
-        except Exception as error:  # unreachable apiserver: keep the last answer a while
-            log.warning("could not renew writer lease %s: %s", self.name, error)
-        # Past the margin another pod may have taken it: not held any more.
-        return self.held and renewal_fresh(self._renewed_at, self.monotonic(), self.seconds)
+            if not self.enabled:
+                return True
+            try:
+                self.held = self._take_or_renew(self.clock())
+                self._failed = False
+                if self.held:
+                    self.other = None
+                    self._renewed_at = self.monotonic()
+            except ApiException as error:
+                if error.status == 403:
+                    self.enabled = False
+                    log.warning("writer fencing off: no rights on leases in %s (%s)",
+                                self.namespace, error.reason)
+                    return True
+                self._failed = True
+                if error.status == 409:  # another taker won the race for the lease
+                    self.held, self._mine = False, None
+                    return False
+                self._forget_observations()
+                log.warning("could not renew writer lease %s: %s", self.name, error.reason)
+            except Exception as error:  # unreachable apiserver
+                self._failed = True
+                self._forget_observations()
+                log.warning("could not renew writer lease %s: %s", self.name, error)
+            return self.held and self._trusted()
+
+    def _trusted(self) -> bool:
+        """The last successful renewal still vouches for the lease."""
+        return recently_renewed(self._renewed_at, self.monotonic())
 
     def check(self) -> None:
-        """Before a commit: renew (unless the last renewal is recent enough to
-        vouch for the lease on its own), and raise WriterFenced if another pod
-        holds it."""
-        if self.enabled and self.held and recently_renewed(
-                self._renewed_at, self.monotonic(), self.seconds) and self._still_mine():
-            return
-        if not self.renew():
-            if self.held:  # ours when last heard, but not renewed for too long
+        """Before a commit: renew (a write) unless the last renewal is recent
+        enough to vouch on its own, and raise WriterFenced unless this pod
+        holds the lease now. A renewal that fails is no vouching: no commit
+        until one succeeds (the drain retries; checkpoints stay local)."""
+        with self._lock:
+            if self._released:
+                raise WriterFenced(f"writer lease {self.namespace}/{self.name} was released: "
+                                   "this pod is stopping; not committing")
+            if not self.enabled:
+                return
+            if self.held and self._trusted():
+                return
+            if self.renew():
+                return
+            if self.held:  # ours when last heard, but not renewed just now
                 raise WriterFenced(
-                    f"writer lease {self.namespace}/{self.name} could not be renewed for "
-                    f"over {self.seconds * 2 // 3}s (apiserver unreachable?): another pod may "
-                    "hold it by now; not committing until a renewal succeeds")
+                    f"writer lease {self.namespace}/{self.name} could not be renewed "
+                    "(apiserver unreachable?): another pod may take it over; not "
+                    "committing until a renewal succeeds")
             raise WriterFenced(
                 f"writer lease {self.namespace}/{self.name} is held by pod uid {self.other}: "
                 "another live pod writes as this writer; not committing (the policy's "
                 "WritersConsistent condition names both pods)")
 
-    def _still_mine(self) -> bool:
-        """A read, not a write: the lease still names this pod. (A taker may
-        act before the duration ends when it judges this pod's node gone, e.g.
-        its kubelet dead while this agent still runs: the read catches it.)
-        An unreachable apiserver is no evidence of another holder."""
-        try:
-            found = self._call("get", self.name)
-        except Exception as error:
-            if getattr(error, "status", None) == 404:  # deleted: take it again
-                self.held, self._mine = False, None
-                return False
-            log.warning("could not read writer lease %s: %s", self.name,
-                        getattr(error, "reason", error))
-            return True
-        holder = (found.get("spec") or {}).get("holderIdentity")
-        if holder == self.holder:
-            self._mine = dict(found)
-            return True
-        self.held, self._mine, self.other = False, None, str(holder)
-        return False
-
     def start(self) -> None:
-        """Renew every third of the lease's duration until `stop()`; while
-        another pod holds it, look every 10 s (so a lost holder's node is
-        noticed within about NODE_DEAD_S)."""
+        """Keep the lease: renew once its last renewal is a third of the
+        duration old (a commit's check usually renewed it sooner); after a
+        failure, or while another pod holds it, look again every 10 s."""
         def loop() -> None:
             while not self._stop.is_set():
-                held = self.renew()
-                self._stop.wait(self.seconds / 3 if held else min(self.seconds / 3, 10.0))
+                age = None if self._renewed_at is None else self.monotonic() - self._renewed_at
+                if not self.held or age is None or age >= self.seconds / 3:
+                    self.renew()
+                if self.held and not self._failed and self._renewed_at is not None:
+                    wait = max(1.0, self._renewed_at + self.seconds / 3 - self.monotonic())
+                else:
+                    wait = min(self.seconds / 3, 10.0)
+                self._stop.wait(wait)
         threading.Thread(target=loop, name="writer-lease", daemon=True).start()
 
     def stop(self) -> None:
@@ -281,15 +337,23 @@ class WriterLease:
 
     def release(self) -> None:
         """Stop renewing and free the lease if this pod still holds it, so a
-        replacement commits at once instead of a lease duration later."""
-        self.stop()
-        if not self.enabled or not self.held:
-            return
-        try:
-            lease = self._call("get", self.name)
-            if (lease.get("spec") or {}).get("holderIdentity") == self.holder:
-                lease["spec"] = {"leaseDurationSeconds": self.seconds}
-                self._call("replace", self.name, lease)
-            self.held, self._mine = False, None
-        except Exception as error:  # it expires by itself
-            log.warning("could not release writer lease %s: %s", self.name, error)
+        replacement commits at once instead of a lease duration later. No
+        check passes after this (even one racing it on the drain's thread)."""
+        with self._lock:
+            self._released = True
+            self.stop()
+            if not self.enabled:
+                return
+            try:
+                lease = self._call("get", self.name)
+                if (lease.get("spec") or {}).get("holderIdentity") == self.holder:
+                    metadata = dict(lease.get("metadata") or {})
+                    annotations = dict(metadata.get("annotations") or {})
+                    annotations.pop(ANNOTATION_HOLDER_NODE, None)
+                    metadata["annotations"] = annotations
+                    lease["metadata"] = metadata
+                    lease["spec"] = {"leaseDurationSeconds": self.seconds}
+                    self._call("replace", self.name, lease)
+                self.held, self._mine = False, None
+            except Exception as error:  # it expires by itself
+                log.warning("could not release writer lease %s: %s", self.name, error)

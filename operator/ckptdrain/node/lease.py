@@ -3,43 +3,44 @@ held by the agent's pod (its uid), so two live pods that were both given one
 rank (admission off, or admitted at the same instant) never both commit as
 that writer.
 
-    ckptdrain-<policy>-w<rank>   holderIdentity = pod uid, annotation
-                                 ckptdrain.io/holder-node = its node; renewed
-                                 every third of its duration, checked before
-                                 each commit
+    ckptdrain-<policy>-w<rank>   holderIdentity = pod uid; owned by that pod
+                                 (deleted with it); annotation
+                                 ckptdrain.io/holder-node = "<node> <uid>"
 
-The duration follows the checkpoint cadence (`lease_seconds`: three global
-commit periods, at least LEASE_SECONDS, at most MAX_LEASE_SECONDS), so a
-writer renews about once per global checkpoint, and the check before a commit
-costs no write while the last renewal is younger than a third of the
-duration: nobody may take a lease before it has gone unchanged for its whole
-duration, so a renewal that recent still vouches for it.
+Writes: a commit renews the lease (one write) unless a renewal succeeded in
+the last TRUST_S (30 s); between commits the agent renews only once the last
+renewal is a third of the duration old. The duration follows the checkpoint
+cadence (`lease_seconds`: three global commit periods, within [LEASE_SECONDS,
+MAX_LEASE_SECONDS]), so a writer makes about one lease write per global
+checkpoint.
 
 A pod may take the lease when nobody holds it, it holds it already, the
-holder stopped renewing for the lease's duration (it died, or is cut off), or
-the holder's node is gone: its kubelet's node lease (kube-node-lease/<node>)
-deleted or seen unchanged for NODE_DEAD_S. That is what makes a long lease
-safe to fail over: a node lost with its pod frees the writer within about a
-minute, not a duration later. "Stopped renewing" and "unchanged" are judged
-as client-go's leader election does: by how long THIS process has seen the
-lease unchanged (resourceVersion, holder, renewTime) on its own monotonic
-clock, never by comparing the holder's renewTime with the local wall clock (a
-node whose clock runs ahead would take a live lease). An agent that stops
-cleanly frees it after its last commit (a pod still flushing within its grace
-period keeps it until then); a pod whose agent restarts in place is the same
-holder (the pod's uid) and keeps it.
+holder stopped renewing for the whole duration, or the holder is gone with
+its node: the lease unchanged for NODE_DEAD_S and the node's kubelet
+heartbeat (kube-node-lease/<node>) deleted or unchanged for as long. Both
+takeovers need the lease unchanged for at least NODE_DEAD_S on the taker's
+clock, and a holder commits only on a renewal younger than TRUST_S (half of
+that): a holder cut off from the apiserver stops committing before anyone
+may take its place, and a commit never rides on an old renewal. A pod
+deleted with its lease frees it at once (the garbage collector deletes the
+lease with its owner), and an agent that stops cleanly frees it after its
+last commit (a pod still flushing within its grace period keeps it until
+then); a pod whose agent restarts in place is the same holder (its uid).
 
-Writes carry the resourceVersion read, so two takers racing for an expired
-lease cannot both win.
+"Unchanged" is judged as client-go's leader election does: by how long THIS
+process has seen the object unchanged (resourceVersion, holder, renewTime)
+on its own monotonic clock, never by comparing the holder's renewTime with
+the local wall clock (a node whose clock runs ahead would take a live
+lease); after this process could not reach the apiserver it starts counting
+again. Writes carry the resourceVersion read, so two takers racing for an
+expired lease cannot both win.
 
 What is not evidence of another holder does not stop a commit: without
 rights on leases (403) fencing is off, said once in the log; without rights
-on node leases the node test is off and only the duration frees a lease; a
-failed renewal (the apiserver unreachable) keeps the last known answer, but
-only while the last successful renewal is younger than the duration minus a
-third of it: past that another pod may have taken the lease, so commits stop
-(the drain retries; checkpoints stay local) until a renewal succeeds again.
-Training and its checkpoints never wait on the apiserver.
+on node leases the node test is off and only the duration (or the pod's
+deletion) frees a lease. A renewal that fails at a commit stops the commit
+(the drain retries; checkpoints stay local) until one succeeds. Training and
+its checkpoints never wait on the apiserver.
 
 Pure: names, the decision and the spec; `node/kube.WriterLease` makes the calls.
 """
@@ -117,18 +118,32 @@ class ExpiryWatch:
         return mono_now - self._since
 
 
-def renewal_fresh(renewed_at: float | None, mono_now: float, seconds: int) -> bool:
-    """Whether the last successful renewal (monotonic) still vouches for the
-    lease: younger than its duration minus a third, the margin for clock rate
-    and the taker's own lag."""
-    return renewed_at is not None and mono_now - renewed_at < seconds - seconds / 3
+#: A successful renewal vouches for the lease this long: half of NODE_DEAD_S,
+#: the least time a taker must see the lease unchanged before it may act.
+TRUST_S = NODE_DEAD_S / 2
 
 
-def recently_renewed(renewed_at: float | None, mono_now: float, seconds: int) -> bool:
-    """Whether a check before a commit may skip its renewal: the last one is
-    younger than a third of the duration (no one may take the lease sooner
-    than a whole duration after it)."""
-    return renewed_at is not None and mono_now - renewed_at < seconds / 3
+def recently_renewed(renewed_at: float | None, mono_now: float) -> bool:
+    """Whether a commit may go on the last renewal alone (no write): it is
+    younger than TRUST_S. Nobody may take a lease they have not seen
+    unchanged for NODE_DEAD_S (or its whole duration), so a renewal that
+    recent still vouches, with half of that as the margin for clock rates and
+    the taker's own lag."""
+    return renewed_at is not None and mono_now - renewed_at < TRUST_S
+
+
+def holder_node_value(node: str, holder: str) -> str:
+    """The holder-node annotation: the node, and the holder it is written for."""
+    return f"{node} {holder}"
+
+
+def holder_node(value: object, holder: object) -> str | None:
+    """The holder's node from the annotation, only if it was written for this
+    holder (an earlier holder's node, carried over, is no evidence)."""
+    if not isinstance(value, str):
+        return None
+    node, _, written_for = value.partition(" ")
+    return node if node and written_for == holder else None
 
 
 def lease_spec(holder: str, seconds: int, now: datetime,

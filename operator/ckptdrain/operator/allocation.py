@@ -1,10 +1,10 @@
-"""Who drains how fast: per-pod bandwidth shares. Pure.
+"""How much each policy may drain at. Pure.
 
-Each policy's allowed bandwidth (its sizing, already bounded by its own cap)
-is split among its active drainers in proportion to the bytes each reports
-pending, evenly where unknown (`sizing.split_shares`). When the policies of
-the whole cluster together want more than the cluster cap, every policy's
-budget is scaled down by the same factor, so no workload starves another.
+Each policy's allowed bandwidth is its sizing, already bounded by its own
+cap. When the policies of the whole cluster together want more than the
+cluster cap, every policy's budget is scaled down by the same factor, so no
+workload starves another. (How a policy's budget is split among its drainers
+is the share channel's: contract/share.py, operator/share_channel.py.)
 Each policy's sizing and status are then built from that joint budget
 (`joint_sizing`), never from the policy alone against the cluster cap.
 """
@@ -22,20 +22,13 @@ from ckptdrain.errors import InvalidInput
 
 K = TypeVar("K", bound=Hashable)
 
-#: A share may grow by up to this fraction before the pod is rewritten, so tiny
-#: changes in pending bytes do not rewrite every pod. Decreases are always
-#: written: the sum of the shares must never exceed the budget (a cap).
-DEFAULT_TOLERANCE = 0.02
-
-
 @dataclass(frozen=True)
 class DrainingPod:
-    """An injected pod as allocation sees it: what it has pending and its share now.
-    (transfer.drain.Drainer is the upload engine; this is a pod's share record.)"""
+    """An injected pod as the operator indexes it: what it reported pending.
+    (transfer.drain.Drainer is the upload engine; this is a pod's record.)"""
 
     pod: str
     pending_bytes: float | None
-    current_share: int | None
     #: The pod's creationTimestamp (for the stall watchdog; not used to split).
     created: str | None = None
     #: Its writer rank (label ckptdrain.io/writer) and the writer count its
@@ -115,29 +108,4 @@ def joint_sizing(inputs: Mapping[K, sizing.SizingInput], cluster_cap: float | No
                         share)
         except InvalidInput:  # a share so small the checkpoint would never drain
             continue
-    return out
-
-
-def shares(budget: float, drainers: list[DrainingPod],
-           per_drainer_cap: float | None = None) -> dict[str, int]:
-    """Whole bytes/s per pod; every active pod gets at least 1."""
-    if not drainers or budget <= 0:
-        return {}
-    raw = sizing.split_shares(budget, {d.pod: d.pending_bytes for d in drainers},
-                              per_drainer_cap)
-    return {pod: max(1, int(value)) for pod, value in raw.items()}
-
-
-def changes(drainers: list[DrainingPod], wanted: Mapping[str, int],
-            tolerance: float = DEFAULT_TOLERANCE) -> dict[str, int]:
-    """The pods whose annotation must be rewritten, and to what: every decrease
-    (so the budget is never exceeded), and increases beyond `tolerance`."""
-    out: dict[str, int] = {}
-    for d in drainers:
-        target = wanted.get(d.pod)
-        if target is None:
-            continue
-        current = d.current_share
-        if current is None or target < current or target > current * (1 + tolerance):
-            out[d.pod] = target
     return out

@@ -36,6 +36,7 @@ from ckptdrain.operator import (
 )
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator import status as st
+from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 
 PREFIX = api.GROUP
@@ -53,8 +54,11 @@ Key = tuple[str, str]
 JOINT: Key = ("", "")
 
 _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
-_scheduled: set[Key] = set()
-_scheduled_lock = threading.Lock()
+_rebalances = Coalescer("rebalancing", RETRY_DELAY_S)
+#: A record's aggregate and its policy's retention and recovery point: one
+#: pass per burst of claims, not one per claim (thousands per checkpoint).
+_record_passes = Coalescer("summarising checkpoint records", RETRY_DELAY_S)
+RECORD_DELAY_S = 0.5
 #: Each policy's sizing and cluster share as the last joint pass computed
 #: them. A policy's own reconcile may patch a budget computed before every
 #: policy was indexed, and another writer of the conditions may patch from an
@@ -123,12 +127,10 @@ def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
         # grace period still counts: it is flushing its emergency checkpoint.
         return {}
     ann = meta.get("annotations", {})
-    share = allocation.parse_annotation_number(ann.get(api.ANNOTATION_BANDWIDTH))
     counted = allocation.parse_annotation_number(ann.get(api.ANNOTATION_WORKLOAD_WRITERS))
     return {(namespace, ann.get(api.ANNOTATION_POLICY, "")): allocation.DrainingPod(
         pod=name, pending_bytes=allocation.parse_annotation_number(
             ann.get(api.ANNOTATION_PENDING)),
-        current_share=None if share is None else int(share),
         created=meta.get("creationTimestamp"),
         writer=(meta.get("labels") or {}).get(api.LABEL_WRITER),
         workload_writers=None if counted is None else int(counted))}
@@ -346,29 +348,13 @@ def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key,
                         delay: float = REBALANCE_DELAY_S) -> None:
     """Rebalance `key` soon, once, however many events ask (indexes are live views);
     JOINT: every policy whose joint budget moved."""
-    with _scheduled_lock:
-        if key in _scheduled:
-            return
-        _scheduled.add(key)
-
     def run() -> None:
-        with _scheduled_lock:
-            _scheduled.discard(key)
-        try:
-            if key == JOINT:
-                _rebalance_moved(cfg, policies, pods, logger)
-            else:
-                _rebalance(key, cfg, policies, pods, logger)
-        except Exception as error:
-            # An API error, a connection that broke, an index that changed while
-            # read (RuntimeError): a timer thread has no one to raise to. Retry.
-            logger.warning("rebalancing %s/%s failed (%s); retrying in %ss",
-                           *key, error, RETRY_DELAY_S)
-            _schedule_rebalance(key, cfg, policies, pods, logger, RETRY_DELAY_S)
+        if key == JOINT:
+            _rebalance_moved(cfg, policies, pods, logger)
+        else:
+            _rebalance(key, cfg, policies, pods, logger)
 
-    timer = threading.Timer(delay, run)
-    timer.daemon = True
-    timer.start()
+    _rebalances.schedule(key, run, logger, delay)
 
 
 @kopf.on.event("v1", "pods", annotations=INJECTED)
@@ -433,25 +419,41 @@ def _record_restore(key: Key, pod: str, source: str, body: kopf.Body,
 
 
 @kopf.on.event(*CHECKPOINTS)
-def checkpoint_event(event: kopf.RawEvent, body: kopf.Body, namespace: str, name: str,
-                     spec: kopf.Spec, memo: kopf.Memo, logger: logging.Logger,
+def checkpoint_event(event: kopf.RawEvent, namespace: str, name: str, spec: kopf.Spec,
+                     memo: kopf.Memo, logger: logging.Logger,
                      checkpoint_index: kopf.Index[Key, Any],
                      checkpointpolicy_index: kopf.Index[Key, Any],
                      peer_pod_index: kopf.Index[Key, Any], **_: Any) -> None:
+    """Every writer's claim is an event: schedule one pass over the record and
+    its policy for the burst (the index holds the latest of each record)."""
     key = (namespace, spec.get("policy", ""))
+    record = None if event.get("type") == "DELETED" else name
+
+    def run() -> None:
+        _summarise(key, record, memo.config, checkpoint_index, checkpointpolicy_index,
+                   peer_pod_index, logger)
+
+    # One pass per record and one per policy: a record's own pass also sweeps.
+    _record_passes.schedule((key, record), run, logger, RECORD_DELAY_S)
+
+
+def _summarise(key: Key, record: str | None, cfg: OperatorConfig,
+               checkpoints: kopf.Index[Key, Any], policies: kopf.Index[Key, Any],
+               peer_pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
     with metrics.reconciling("checkpoint"):
-        if event.get("type") != "DELETED":
-            change = records.aggregate_patch(dict(body), _now())
+        body = next((r for r in _values(checkpoints, key)
+                     if r.get("metadata", {}).get("name") == record), None) if record else None
+        if body is not None:
+            change = records.aggregate_patch(body, _now())
             if change:
-                kube.patch_status(api.CHECKPOINTS, namespace, name, change)
-            policy_body = next(iter(_values(checkpointpolicy_index, key)), {})
-            owner = records.owner_patch(dict(body), policy_body.get("metadata", {}).get("uid"))
+                kube.patch_status(api.CHECKPOINTS, key[0], record or "", change)
+            policy_body = next(iter(_values(policies, key)), {})
+            owner = records.owner_patch(body, policy_body.get("metadata", {}).get("uid"))
             if owner:
-                kube.patch_object(api.CHECKPOINTS, namespace, name, owner)
-        _sweep(key, memo.config, checkpoint_index, checkpointpolicy_index, logger)
+                kube.patch_object(api.CHECKPOINTS, key[0], record or "", owner)
+        _sweep(key, cfg, checkpoints, policies, logger)
     # The recovery point on node loss moves with the writers' claims.
-    _schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
-                    checkpoint_index, logger)
+    _schedule_peers(key, cfg, policies, peer_pods, checkpoints, logger)
 
 
 def _sweep(key: Key, cfg: OperatorConfig, checkpoints: kopf.Index[Key, Any],

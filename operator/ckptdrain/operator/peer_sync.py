@@ -37,6 +37,7 @@ from ckptdrain.contract import api
 from ckptdrain.contract.peers import ZONE_LABEL
 from ckptdrain.contract.record import owner_reference
 from ckptdrain.operator import kube, metrics, peer_certs, peer_placement, peer_tier
+from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.policy import Policy
 
 Key = tuple[str, str]
@@ -45,8 +46,7 @@ DELAY_S = 0.5
 RETRY_DELAY_S = 5.0
 
 _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
-_scheduled: set[Key] = set()
-_scheduled_lock = threading.Lock()
+_passes = Coalescer("the peer tier", RETRY_DELAY_S)
 #: Policy uids whose Secrets this operator created.
 _secrets: set[str] = set()
 #: The CA Secret of a policy whose pods' Secret was created but whose CA
@@ -200,25 +200,7 @@ def _forbidden(error: kube.ApiException) -> str:
 def schedule(key: Key, run: Callable[[], None], logger: logging.Logger,
              delay: float = DELAY_S) -> None:
     """`run` soon, once, however many events ask; retried after a failure."""
-    with _scheduled_lock:
-        if key in _scheduled:
-            return
-        _scheduled.add(key)
-
-    def go() -> None:
-        with _scheduled_lock:
-            _scheduled.discard(key)
-        try:
-            run()
-        except (kube.ApiException, kube.HTTPError, RuntimeError) as error:
-            # RuntimeError: an index changed while we read it. Either way, retry.
-            logger.warning("peer tier of %s/%s: %s; retrying in %ss", *key, error,
-                           RETRY_DELAY_S)
-            schedule(key, run, logger, RETRY_DELAY_S)
-
-    timer = threading.Timer(delay, go)
-    timer.daemon = True
-    timer.start()
+    _passes.schedule(key, run, logger, delay)
 
 
 def forget(key: Key, uid: str | None) -> None:

@@ -30,6 +30,7 @@ from ckptdrain.contract import api
 from ckptdrain.operator import injection, kube, leadership, metrics
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator import status as st
+from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 
 POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
@@ -120,26 +121,14 @@ def _warn(namespace: str, pod: BarePod, policy: str) -> None:
 
 # -- when it runs ----------------------------------------------------------------
 
-_scheduled: set[str] = set()
-_scheduled_lock = threading.Lock()
+_passes = Coalescer("sweeping for unprotected pods")
 _periodic_started = threading.Event()
 
 
 def _schedule(namespace: str, pods_index: kopf.Index[str, BarePod],
               policies: kopf.Index[Any, Any], logger: logging.Logger) -> None:
-    with _scheduled_lock:
-        if namespace in _scheduled:
-            return
-        _scheduled.add(namespace)
-
-    def run() -> None:
-        with _scheduled_lock:
-            _scheduled.discard(namespace)
-        _sweep_logged(namespace, pods_index, policies, logger)
-
-    timer = threading.Timer(SWEEP_DELAY_S, run)
-    timer.daemon = True
-    timer.start()
+    _passes.schedule(namespace, lambda: _sweep_logged(namespace, pods_index, policies, logger),
+                     logger, SWEEP_DELAY_S)
 
 
 def _sweep_logged(namespace: str, pods_index: kopf.Index[str, BarePod],
