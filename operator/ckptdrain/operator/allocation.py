@@ -35,6 +35,8 @@ class DrainingPod:
     #: workload gave at admission (status.writers_check; not used to split).
     writer: str | None = None
     workload_writers: int | None = None
+    #: Being deleted (it may still flush; admission does not count it as live).
+    deleting: bool = False
 
 
 def parse_annotation_number(text: object) -> float | None:

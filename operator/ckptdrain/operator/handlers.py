@@ -133,7 +133,8 @@ def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
             ann.get(api.ANNOTATION_PENDING)),
         created=meta.get("creationTimestamp"),
         writer=(meta.get("labels") or {}).get(api.LABEL_WRITER),
-        workload_writers=None if counted is None else int(counted))}
+        workload_writers=None if counted is None else int(counted),
+        deleting=meta.get("deletionTimestamp") is not None)}
 
 
 @kopf.index(*CHECKPOINTS)

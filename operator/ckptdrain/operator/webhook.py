@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,18 @@ def _indexed(namespace: str, policies: kopf.Index[tuple[str, str], Any]) -> list
     return [b for key in list(policies) if key[0] == namespace for b in policies.get(key, [])]
 
 
+def _indexed_holders(pods: kopf.Index[Any, Any], namespace: str, policy: str
+                     ) -> Callable[[int], list[str]]:
+    """Live holders of a rank from the operator's pod index (finished pods
+    are not in it; pods being deleted do not count). A pod admitted a moment
+    before may not be indexed yet: the writer lease fences that race, as it
+    fences pods admitted at the same instant."""
+    def holders(rank: int) -> list[str]:
+        return sorted(d.pod for d in pods.get((namespace, policy), [])
+                      if d is not None and d.writer == str(rank) and not d.deleting)
+    return holders
+
+
 def default_share(p: pol.Policy, status: Mapping[str, Any] | None = None) -> float:
     """The share written into the pod at admission: the policy's budget split
     among its writers. It is what the agent uses when it cannot see its share
@@ -138,10 +150,15 @@ def pod_label(pod: dict[str, Any]) -> str:
 
 
 async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
-                          warnings: list[str]) -> identity.Identity | None:
+                          warnings: list[str],
+                          holders_of: Callable[[int], list[str]] | None = None,
+                          ) -> identity.Identity | None:
     """The pod's writer identity under policy `p` (None: no rank, one writer).
     Refuses (AdmissionError) a pod that has no rank when the policy has several
-    writers, a rank out of range, and a rank a live pod of the policy holds."""
+    writers, a rank out of range, and a rank a live pod of the policy holds.
+    `holders_of(rank)`: the live pods holding a rank, from the operator's own
+    pod index (no API call: a list of every pod of the namespace at each
+    admission grows with the job); without it, the apiserver is asked."""
     owners = await asyncio.to_thread(_owners, namespace, pod)
     try:
         found = identity.derive(pod, p.identity, owners)
@@ -167,7 +184,8 @@ async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
     if found.rank is None:
         return found
     try:
-        live = await asyncio.to_thread(kube.live_writers, namespace, p.name, found.rank)
+        live = holders_of(found.rank) if holders_of is not None else \
+            await asyncio.to_thread(kube.live_writers, namespace, p.name, found.rank)
     except (kube.ApiException, kube.HTTPError) as error:
         # Unchecked is unsafe: refuse, and the pod's controller retries.
         raise kopf.AdmissionError(
@@ -187,7 +205,7 @@ async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
                 side_effects=False)
 async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
                logger: logging.Logger, checkpointpolicy_index: kopf.Index[Any, Any],
-               **_: Any) -> None:
+               pod_index: kopf.Index[Any, Any], **_: Any) -> None:
     """Inject the agent, restore and volumes into a pod one policy selects.
 
     Async on purpose: pure and quick, so it runs on the event loop and never
@@ -236,7 +254,9 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
             raise kopf.AdmissionError(problem, code=422)
         if problem:
             warnings.append(problem)
-        writer = await writer_identity(pod, namespace, p, warnings)
+        writer = await writer_identity(pod, namespace, p, warnings,
+                                       _indexed_holders(pod_index, namespace, p.name)
+                                       if leadership.active() else None)
         ops = injection.build_pod_patch(
             pod, p, cfg, default_rate=share, rank=writer.rank if writer else None,
             workload_writers=writer.writers if writer else None)

@@ -85,3 +85,22 @@ def test_no_rank_is_fine_only_with_one_writer(api: dict[str, Any]) -> None:
     generated = {"metadata": {"generateName": "train-", "namespace": "ml"}}
     with pytest.raises(kopf.AdmissionError, match=r"pod train-<generated> \(Pod\)"):
         identify(generated, 2)
+
+
+def test_the_operators_pod_index_answers_without_an_api_call(api: dict[str, Any]) -> None:
+    """With the active replica's pod index, a rank's holders cost no list of
+    every pod in the namespace (which grows with the job at each admission)."""
+    from ckptdrain.operator.allocation import DrainingPod
+
+    api["fail"] = AssertionError("the apiserver was asked")
+    index = {("ml", "llama"): [
+        DrainingPod("w-old", None, writer="1"),
+        DrainingPod("w-going", None, writer="2", deleting=True),
+        DrainingPod("w-other", None, writer="0")]}
+    holders = webhook._indexed_holders(index, "ml", "llama")  # type: ignore[arg-type]
+    with pytest.raises(kopf.AdmissionError, match="which live pod w-old already holds"):
+        asyncio.run(webhook.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), [],
+                                            holders))
+    found = asyncio.run(webhook.writer_identity(job_pod(2, "w-new"), "ml", parsed(3), [],
+                                                holders))
+    assert found is not None and found.rank == 2  # a pod being deleted holds nothing
