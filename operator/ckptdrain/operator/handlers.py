@@ -444,23 +444,32 @@ def _summarise(key: Key, record: str | None, cfg: OperatorConfig,
     with metrics.reconciling("checkpoint"):
         body = next((r for r in _values(checkpoints, key)
                      if r.get("metadata", {}).get("name") == record), None) if record else None
+        fresh: dict[str, Any] | None = None
         if body is not None:
             change = records.aggregate_patch(body, _now())
             if change:
                 kube.patch_status(api.CHECKPOINTS, key[0], record or "", change)
+                # The index has not seen that patch yet: the sweep below must
+                # (a recovery point without its completion time otherwise).
+                fresh = {**body, "status": {**(body.get("status") or {}), **change}}
             policy_body = next(iter(_values(policies, key)), {})
             owner = records.owner_patch(body, policy_body.get("metadata", {}).get("uid"))
             if owner:
                 kube.patch_object(api.CHECKPOINTS, key[0], record or "", owner)
-        _sweep(key, cfg, checkpoints, policies, logger)
+        _sweep(key, cfg, checkpoints, policies, logger, fresh)
     # The recovery point on node loss moves with the writers' claims.
     _schedule_peers(key, cfg, policies, peer_pods, checkpoints, logger)
 
 
 def _sweep(key: Key, cfg: OperatorConfig, checkpoints: kopf.Index[Key, Any],
-           policies: kopf.Index[Key, Any], logger: logging.Logger) -> None:
-    """Retention and the policy's recovery point, from the records of one policy."""
+           policies: kopf.Index[Key, Any], logger: logging.Logger,
+           fresh: dict[str, Any] | None = None) -> None:
+    """Retention and the policy's recovery point, from the records of one
+    policy (`fresh`: a record as just written, in place of its indexed copy)."""
     recs = _values(checkpoints, key)
+    if fresh is not None:
+        name = fresh.get("metadata", {}).get("name")
+        recs = [fresh if r.get("metadata", {}).get("name") == name else r for r in recs]
     policy_body = next(iter(_values(policies, key)), None)
     keep = pol.DEFAULT_GLOBAL_KEEP
     if policy_body is not None:

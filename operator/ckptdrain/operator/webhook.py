@@ -157,8 +157,9 @@ async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
     Refuses (AdmissionError) a pod that has no rank when the policy has several
     writers, a rank out of range, and a rank a live pod of the policy holds.
     `holders_of(rank)`: the live pods holding a rank, from the operator's own
-    pod index (no API call: a list of every pod of the namespace at each
-    admission grows with the job); without it, the apiserver is asked."""
+    pod index (no API call when it names none: a list of every pod of the
+    namespace at each admission grows with the job); without it, or when it
+    names a holder, the apiserver is asked."""
     owners = await asyncio.to_thread(_owners, namespace, pod)
     try:
         found = identity.derive(pod, p.identity, owners)
@@ -183,15 +184,20 @@ async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
                         f"only when {p.writers} writers committed it")
     if found.rank is None:
         return found
+    me = pod.get("metadata", {}).get("name")
     try:
-        live = holders_of(found.rank) if holders_of is not None else \
-            await asyncio.to_thread(kube.live_writers, namespace, p.name, found.rank)
+        live = holders_of(found.rank) if holders_of is not None else None
+        if live is None or [n for n in live if n != me]:
+            # No index, or the index names a holder: ask the apiserver. The
+            # index may still hold a pod deleted a moment ago (a Job replacing
+            # it), and a refusal must rest on what is there now.
+            live = await asyncio.to_thread(kube.live_writers, namespace, p.name, found.rank)
     except (kube.ApiException, kube.HTTPError) as error:
         # Unchecked is unsafe: refuse, and the pod's controller retries.
         raise kopf.AdmissionError(
             f"pod {pod_label(pod)}: could not check whether a live pod already holds writer "
             f"{found.rank} of policy {p.name} ({error}); retry", code=503) from None
-    holders = [n for n in live if n != pod.get("metadata", {}).get("name")]
+    holders = [n for n in live if n != me]
     if holders:
         raise kopf.AdmissionError(
             f"pod {pod_label(pod)} ({found.kind}, {found.source}) claims writer {found.rank} "
