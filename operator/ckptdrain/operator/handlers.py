@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -29,7 +29,7 @@ from ckptdrain.operator import (
     leadership,
     metrics,
     peer_sync,
-    records,
+    record_sync,
     share_channel,
     watchdog,
     webhook,
@@ -431,65 +431,15 @@ def checkpoint_event(event: kopf.RawEvent, namespace: str, name: str, spec: kopf
     record = None if event.get("type") == "DELETED" else name
 
     def run() -> None:
-        _summarise(key, record, memo.config, checkpoint_index, checkpointpolicy_index,
-                   peer_pod_index, logger)
+        record_sync.summarise(key, record, memo.config, _values(checkpoint_index, key),
+                              next(iter(_values(checkpointpolicy_index, key)), None),
+                              _locks[key], logger)
+        # The recovery point on node loss moves with the writers' claims.
+        _schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
+                        checkpoint_index, logger)
 
     # One pass per record and one per policy: a record's own pass also sweeps.
     _record_passes.schedule((key, record), run, logger, RECORD_DELAY_S)
-
-
-def _summarise(key: Key, record: str | None, cfg: OperatorConfig,
-               checkpoints: kopf.Index[Key, Any], policies: kopf.Index[Key, Any],
-               peer_pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
-    with metrics.reconciling("checkpoint"):
-        body = next((r for r in _values(checkpoints, key)
-                     if r.get("metadata", {}).get("name") == record), None) if record else None
-        fresh: dict[str, Any] | None = None
-        if body is not None:
-            change = records.aggregate_patch(body, _now())
-            if change:
-                kube.patch_status(api.CHECKPOINTS, key[0], record or "", change)
-                # The index has not seen that patch yet: the sweep below must
-                # (a recovery point without its completion time otherwise).
-                fresh = {**body, "status": {**(body.get("status") or {}), **change}}
-            policy_body = next(iter(_values(policies, key)), {})
-            owner = records.owner_patch(body, policy_body.get("metadata", {}).get("uid"))
-            if owner:
-                kube.patch_object(api.CHECKPOINTS, key[0], record or "", owner)
-        _sweep(key, cfg, checkpoints, policies, logger, fresh)
-    # The recovery point on node loss moves with the writers' claims.
-    _schedule_peers(key, cfg, policies, peer_pods, checkpoints, logger)
-
-
-def _sweep(key: Key, cfg: OperatorConfig, checkpoints: kopf.Index[Key, Any],
-           policies: kopf.Index[Key, Any], logger: logging.Logger,
-           fresh: dict[str, Any] | None = None) -> None:
-    """Retention and the policy's recovery point, from the records of one
-    policy (`fresh`: a record as just written, in place of its indexed copy)."""
-    recs = _values(checkpoints, key)
-    if fresh is not None:
-        name = fresh.get("metadata", {}).get("name")
-        recs = [fresh if r.get("metadata", {}).get("name") == name else r for r in recs]
-    policy_body = next(iter(_values(policies, key)), None)
-    keep = pol.DEFAULT_GLOBAL_KEEP
-    if policy_body is not None:
-        keep = (policy_body.get("spec", {}).get("storage") or {}).get("keep", keep)
-    now = _now()
-    with _locks[key]:
-        for rec_name in records.to_expire(recs, keep):
-            kube.patch_status(api.CHECKPOINTS, key[0], rec_name,
-                              {"state": "Expired", "expiredTime": api.timestamp(now)})
-            metrics.RETENTION_EXPIRED.labels(*key).inc()
-            logger.info("expired checkpoint %s/%s (keep=%s)", key[0], rec_name, keep)
-        for rec in _expired_past_ttl(recs, cfg.expired_ttl_s, now):
-            kube.delete(api.CHECKPOINTS, key[0], rec)
-        if policy_body is None:
-            return
-        local, glob, when = records.latest_steps(recs)
-        wanted = st.recovery_fields(local, glob, when)
-        current = policy_body.get("status") or {}
-        if any(current.get(k) != v for k, v in wanted.items()):
-            kube.patch_status(api.POLICIES, key[0], key[1], wanted)
 
 
 # -- the peer tier: Secrets, the peers ConfigMap, status (peer_sync.py) ---------
@@ -520,16 +470,3 @@ def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any
                            logger)
 
     peer_sync.schedule(key, run, logger)
-
-
-def _expired_past_ttl(recs: Iterable[dict[str, Any]], ttl_s: float,
-                      now: datetime) -> list[str]:
-    out = []
-    for rec in recs:
-        status = rec.get("status") or {}
-        if status.get("state") != "Expired" or not status.get("expiredTime"):
-            continue
-        since = api.parse_timestamp(status["expiredTime"])
-        if now - since >= timedelta(seconds=ttl_s):
-            out.append(rec["metadata"]["name"])
-    return out
