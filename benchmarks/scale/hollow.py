@@ -1,20 +1,25 @@
 """Hollow agents: one process playing every writer of the job through the
 node side's own Kubernetes code, so each API call is the one a real agent
-makes (node/kube.py RecordWriter, WriterLease and annotate_own_pod;
-agent/kube.py PendingBytesPublisher and tiers_for). Only the data path is
-hollow: nothing is captured or uploaded, and time is compressed.
+makes (node/kube.py WriterLease and annotate_own_pod; agent/kube.py
+PodReport). Only the data path is hollow: nothing is captured or uploaded,
+and time is compressed (each agent's PodReport runs on a clock the harness
+moves).
 
 One checkpoint of one writer, as agent/loop.py and agent/drainworker.py
-drive it:
+drive it, each state reported to the agent's PodReport, which decides what
+is written to the pod (progress and pending bytes in one patch):
 
-    Capturing, Local         two record claims (the first also creates the record)
-    Draining + pending bytes the claim, then the pod's pending-bytes annotation
-                             (a write only as the drain starts: PendingBytesPublisher
-                             is offered the falling count every DRAIN_PERIOD_S of
-                             the drain, compressed to `tick_s`, as a real one is)
-    commit                   the writer's lease checked (a read: renewed within a
-                             third of its duration), the claim Global, pending
-                             bytes back to 0
+    Capturing, Local         reported (Local is due a write SETTLE_S later)
+    Draining + pending bytes reported; the drain's start is written at once,
+                             with the progress so far (PodReport is offered
+                             the falling count every DRAIN_PERIOD_S of the
+                             drain, compressed to `tick_s`, as a real one is)
+    commit                   the writer's lease checked (reads: renewed within
+                             30 s, or confirmed by reading it and the node's
+                             heartbeat, which the harness renews before each
+                             commit as the kubelet would, uncounted), Global
+                             reported, pending bytes back to 0; the clock
+                             moves SETTLE_S and the one patch goes
 
 Lease renewals between checkpoints (one write every third of the lease's
 duration, node/lease.lease_seconds) are not replayed in real time; run.py
@@ -32,11 +37,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from benchmarks.scale.admission import Writer
-from ckptdrain.agent.kube import PendingBytesPublisher, tiers_for
+from ckptdrain.agent.kube import SETTLE_S, PodReport
 from ckptdrain.agent.report import CheckpointEvent
 from ckptdrain.contract.api import ANNOTATION_RESTORED
 from ckptdrain.contract.record import State
-from ckptdrain.node.kube import RecordWriter, WriterLease, annotate_own_pod
+from ckptdrain.node.kube import WriterLease, annotate_own_pod
+from ckptdrain.node.lease import LEASE_API, LEASE_PLURAL, MICROTIME, NODE_LEASE_NAMESPACE
 
 WRITE_PREFIXES = ("create_", "patch_", "replace_", "delete_")
 #: One drain tick of the harness: the real agent looks at its pending bytes
@@ -67,22 +73,49 @@ class Counting:
 
 
 class HollowAgent:
-    """One writer: the real record client, lease and pending-bytes publisher."""
+    """One writer: the real pod report and lease, on a clock the harness moves."""
 
     def __init__(self, w: Writer, writers: int, namespace: str, custom: Any,
                  core: Any, lease_s: int) -> None:
         self.w, self.namespace, self.core = w, namespace, core
         self.node = f"node-{w.policy}-{w.rank}"
-        self.records = RecordWriter(namespace, w.policy, writers, str(w.rank), api=custom)
+        self.now = 0.0
+        self.globals: set[int] = set()
+        self.pending = PodReport(namespace, w.pod, w.rank, writers, api=core,
+                                 is_global=self.globals.__contains__,
+                                 clock=lambda: self.now)
         self.lease = WriterLease(namespace, w.policy, w.rank, holder=f"uid-{w.pod}",
                                  api=custom, seconds=lease_s, node=self.node)
-        self.pending = PendingBytesPublisher(namespace, w.pod, api=core)
 
-    def claim(self, step: int, state: State, size: int, is_global: bool = False) -> None:
-        """What RecordReporter sends for one event (agent/kube.py)."""
-        event = CheckpointEvent(step, state, size)
-        self.records.report(step, state.value, size, tiers_for(event, is_global),
-                            datetime.fromtimestamp(event.at, UTC), self.node)
+    def claim(self, step: int, state: State, size: int) -> None:
+        """One state of one step, as the agent's loop and drain report it."""
+        if state is State.GLOBAL:
+            self.globals.add(step)
+        self.pending.report(CheckpointEvent(step, state, size))
+
+    def tick(self, pending: int, advance: float = 1.0) -> None:
+        """One look of the PodReport's thread, `advance` seconds after the last."""
+        self.now += advance
+        self.pending.tick(pending)
+
+    def heartbeat(self, api: Any) -> None:
+        """What this writer's kubelet does every 10 s: renew its node's lease
+        (kube-node-lease/<node>), which the writer lease's check reads. Not
+        an agent's write: the harness makes it uncounted, once per phase."""
+        from kubernetes.client.exceptions import ApiException
+
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.node},
+                "spec": {"holderIdentity": self.node, "leaseDurationSeconds": 40,
+                         "renewTime": datetime.now(UTC).strftime(MICROTIME)}}
+        try:
+            api.patch_namespaced_custom_object(*LEASE_API, NODE_LEASE_NAMESPACE, LEASE_PLURAL,
+                                               self.node, {"spec": body["spec"]})
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            api.create_namespaced_custom_object(*LEASE_API, NODE_LEASE_NAMESPACE,
+                                                LEASE_PLURAL, body)
 
     def restored(self, step: int) -> bool:
         """What restore leaves on its pod once it placed a checkpoint."""
@@ -102,7 +135,8 @@ class Fleet:
         self.errors: Counter[str] = Counter()
         lock = threading.Lock()
         self._lock = lock
-        custom = Counting(client.CustomObjectsApi(api_client), self.counts, lock)
+        self.kubelets = client.CustomObjectsApi(api_client)  # uncounted: not ours
+        custom = Counting(self.kubelets, self.counts, lock)
         core = Counting(client.CoreV1Api(api_client), self.counts, lock)
         self.agents = [HollowAgent(w, writers_per_policy[w.policy], namespace, custom, core,
                                    lease_s) for w in writers]
@@ -124,6 +158,7 @@ class Fleet:
 
     def start(self) -> None:
         """A job starting: every restore annotates its pod, every agent takes its lease."""
+        self.each(lambda a: a.heartbeat(self.kubelets))
         self.each(lambda a: a.restored(0))
         self.each(lambda a: a.lease.renew())
 
@@ -138,18 +173,20 @@ class Fleet:
 
         def drain(a: HollowAgent) -> None:
             a.claim(step, State.DRAINING, shard_bytes)
-            a.pending.publish(shard_bytes)
+            a.tick(shard_bytes)
 
         def commit(a: HollowAgent) -> None:
             a.lease.check()
-            a.claim(step, State.GLOBAL, shard_bytes, is_global=True)
-            a.pending.publish(0)
+            a.claim(step, State.GLOBAL, shard_bytes)
+            a.tick(0)
+            a.tick(0, SETTLE_S)  # Global and the drain's end, together
 
         self.each(capture)
         self.each(drain)
         for left in drain_ticks(shard_bytes, ticks):
             time.sleep(tick_s)
-            self.each(lambda a, left=left: a.pending.publish(left))
+            self.each(lambda a, left=left: a.tick(left, DRAIN_PERIOD_S))
+        self.each(lambda a: a.heartbeat(self.kubelets))  # the kubelets are alive
         self.each(commit)
 
 

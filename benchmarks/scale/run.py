@@ -163,7 +163,7 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
         # Renewed about once a checkpoint: by the check before the commit (when
         # the last renewal is over 30 s old), or by the loop a third of the
         # duration (three commit periods) after the last renewal.
-        renewals = size.interval_s / (lease_seconds(size.interval_s) / 3)
+        renewals = size.interval_s / (lease_seconds(size.interval_s) * 2 / 3)
         out["lease_renewals_per_checkpoint"] = round(renewals, 1)
 
         log(f"[{size.writers}w/{size.policies}p] a new job arrives under the cluster cap")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,7 +17,9 @@ from cluster_helpers import INJECT, get, pod, policy, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess
 
-from ckptdrain.node.kube import RecordWriter
+from ckptdrain.agent.kube import PodReport
+from ckptdrain.agent.report import CheckpointEvent
+from ckptdrain.contract.record import State
 from support.apiserver import Cluster
 
 ZONE = "topology.kubernetes.io/zone"
@@ -105,14 +106,15 @@ def test_a_peer_policy_gets_secrets_sidecar_peers_and_status(
 
     # Claims: step 20 held locally and by each partner survives the loss of
     # either node; step 30, whose copies no partner holds yet, does not.
-    api = client.CustomObjectsApi(config.new_client_from_config(str(cluster.kubeconfig)))
-    writers = [RecordWriter(namespace, "llama", 2, w, api=api) for w in ("0", "1")]
-    now = datetime.now(UTC)
-    for rank, w in enumerate(writers):
-        # As an agent claims: from its node, naming the holder and its node.
-        w.report(20, "Local", 10, ["local", "peer"], now, node=nodes[rank],
-                 peer_holder=1 - rank, peer_node=nodes[1 - rank])
-        w.report(30, "Local", 10, ["local"], now, node=nodes[rank])
+    core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
+    for rank in range(2):
+        # As an agent claims, on its pod (on its node), naming the holder and its node.
+        w = PodReport(namespace, f"w-{rank}", rank, 2, api=core,
+                      peer_holder=lambda step, r=rank: (1 - r, nodes[1 - r]) if step == 20
+                      else None)
+        w.report(CheckpointEvent(20, State.LOCAL, 10))
+        w.report(CheckpointEvent(30, State.LOCAL, 10))
+        assert w.publish(0)
     wait_for(lambda: _status(cluster, namespace).get("recoveryPointOnNodeLoss") == 20,
              what="the recovery point on node loss")
 

@@ -18,12 +18,14 @@ from cluster_helpers import INJECT, get, pod, policy, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess, repo_root
 
-from ckptdrain.agent.kube import PendingBytesPublisher
+from ckptdrain.agent.kube import PodReport
 from ckptdrain.agent.refusals import event_body
+from ckptdrain.agent.report import CheckpointEvent
 from ckptdrain.agent.share_channel import ShareChannel
 from ckptdrain.contract.api import ANNOTATION_GOODPUT, ANNOTATION_RESTORED
+from ckptdrain.contract.record import State
 from ckptdrain.goodput import AgentView
-from ckptdrain.node.kube import RecordWriter, annotate_own_pod, annotate_own_pod_with
+from ckptdrain.node.kube import annotate_own_pod, annotate_own_pod_with
 from ckptdrain.restore.annotations import pod_annotations
 from ckptdrain.restore.result import RestoreResult
 from support.apiserver import Cluster
@@ -95,10 +97,11 @@ def test_documented_rules_are_enough(cluster: Cluster, namespace: str,
     # The agent's own identity: records, its claims, its pod's annotations.
     api = client.CustomObjectsApi(config.new_client_from_config(str(agent_kubeconfig)))
     core = client.CoreV1Api(config.new_client_from_config(str(agent_kubeconfig)))
-    writers = [RecordWriter(namespace, "llama", 2, w, api=api) for w in ("0", "1")]
+    writers = [PodReport(namespace, f"w-{rank}", rank, 2, api=core) for rank in range(2)]
     for step in (1, 2):
         for w in writers:
-            w.report(step, "Global", 10, ["local", "global"], datetime.now(UTC))
+            w.report(CheckpointEvent(step, State.GLOBAL, 10))
+            assert w.publish(0)
     core.patch_namespaced_pod("w-0", namespace, {"metadata": {"annotations": {
         "ckptdrain.io/pending-bytes": "5", "ckptdrain.io/restored-from": "step=2 tier=local"}}},
         _content_type="application/merge-patch+json")
@@ -186,7 +189,9 @@ def test_the_agent_may_patch_only_its_own_pods_ckptdrain_annotations(
              what="the policy in force")
 
     # What the agent does, through its own code, is allowed.
-    assert PendingBytesPublisher(namespace, "w-0", api=own).publish(5)
+    report = PodReport(namespace, "w-0", 0, 1, api=own)
+    report.report(CheckpointEvent(1, State.LOCAL, 10))
+    assert report.publish(5)
     assert annotate_own_pod(namespace, "w-0", ANNOTATION_RESTORED, "step=2 tier=local",
                             api=own)
     restored = RestoreResult(False, 0, 1, 1.0, outcome="restored", step=2, tier="local")
@@ -198,9 +203,8 @@ def test_the_agent_may_patch_only_its_own_pods_ckptdrain_annotations(
         datetime.now(UTC)))
     assert any(e["reason"] == "CaptureRefused" and e["involvedObject"]["name"] == "w-0"
                for e in get(cluster, namespace, "events")["items"])
-    api = client.CustomObjectsApi(own.api_client)
-    RecordWriter(namespace, "llama", 1, "0", api=api).report(
-        1, "Local", 10, ["local"], datetime.now(UTC))
+    assert "ckptdrain.io/progress" in get(cluster, namespace, "pod", "w-0")["metadata"][
+        "annotations"]
 
     # Anything else with the same token (the trainer shares it) is refused.
     for target, body in [
@@ -219,11 +223,14 @@ def test_the_agent_may_patch_only_its_own_pods_ckptdrain_annotations(
     w0, other = (get(cluster, namespace, "pod", n)["metadata"] for n in ("w-0", "other"))
     assert w0["labels"] == {"app": "llama"} and {
         k: v for k, v in w0["annotations"].items()
-        if k not in ("ckptdrain.io/restore-result", "ckptdrain.io/goodput")} == {
+        if k not in ("ckptdrain.io/restore-result", "ckptdrain.io/goodput",
+                     "ckptdrain.io/progress")} == {
         "team": "a", "ckptdrain.io/pending-bytes": "5",
         "ckptdrain.io/restored-from": "step=2 tier=local"}
     assert json.loads(w0["annotations"]["ckptdrain.io/restore-result"])["step"] == 2
     assert json.loads(w0["annotations"]["ckptdrain.io/goodput"])["trainingAt"] == 3.0
+    assert json.loads(w0["annotations"]["ckptdrain.io/progress"])["steps"]["1"]["state"] \
+        == "Local"
     assert other["annotations"] == {"team": "a"}
     # Nobody else is narrowed: the operator (here the admin) still sets shares.
     cluster.kubectl("annotate", "-n", namespace, "pod", "other", "ckptdrain.io/bandwidth=1")

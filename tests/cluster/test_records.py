@@ -1,14 +1,15 @@
 """Checkpoint records, restores and operator restarts against a real apiserver.
 
-The agents are played by `node.kube.RecordWriter` (what the real agent calls)
-with the test's kubeconfig."""
+The agents are played by `agent.kube.PodReport` (what the real agent calls)
+on real pods admitted through the operator's webhook, with the test's
+kubeconfig: each writer's progress goes on its own pod, and the operator
+alone makes and writes the records."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,8 +17,12 @@ from cluster_helpers import INJECT, get, pod, policy, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess
 
-from ckptdrain.node.kube import RecordWriter
+from ckptdrain.agent.kube import PodReport
+from ckptdrain.agent.report import CheckpointEvent
+from ckptdrain.contract.record import State
 from support.apiserver import Cluster
+
+GRACE = {"terminationGracePeriodSeconds": 3600}
 
 
 @pytest.fixture
@@ -38,19 +43,37 @@ def _policy_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any
     return dict(get(cluster, namespace, "ckpol", name).get("status") or {})
 
 
-def _checkpoint(writers: list[RecordWriter], step: int, state: str) -> None:
-    now = datetime.now(UTC)
-    tiers = ["local", "global"] if state == "Global" else ["local"]
+@pytest.fixture
+def core_api(cluster: Cluster) -> client.CoreV1Api:
+    return client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
+
+
+def _writers(cluster: Cluster, core_api: client.CoreV1Api, namespace: str, policy_name: str,
+             count: int, first: int = 0) -> list[PodReport]:
+    """`count` pods of the policy (ranks from `first`), each with its agent's PodReport."""
+    out = []
+    for rank in range(first, first + count):
+        name = f"{policy_name}-w{rank}"
+        cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
+            pod(name, {"app": policy_name, **INJECT}, rank, **GRACE)))
+        out.append(PodReport(namespace, name, rank, first + count, api=core_api))
+    return out
+
+
+def _checkpoint(writers: list[PodReport], step: int, state: str, size: int = 1_000_000,
+                message: str = "") -> None:
+    """Each writer reaches `state` on `step` and says so on its pod (one patch)."""
     for w in writers:
-        w.report(step, state, 1_000_000, tiers, now, node=f"node-{w.writer_id}")
+        w.report(CheckpointEvent(step, State(state), size, message=message))
+        assert w.publish(0)
 
 
 def test_records_complete_and_retention_removes_old_ones(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
-        apply: Callable[..., Any], custom_api: client.CustomObjectsApi) -> None:
+        apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
     apply(policy("llama", writers=2, storage={"uri": "s3://bucket/runs", "keep": 2}))
     wait_for(lambda: _policy_status(cluster, namespace, "llama").get("phase"))
-    writers = [RecordWriter(namespace, "llama", 2, w, api=custom_api) for w in ("0", "1")]
+    writers = _writers(cluster, core_api, namespace, "llama", 2)
 
     _checkpoint(writers[:1], 100, "Local")
     assert wait_for(lambda: _state(cluster, namespace, "llama-s100") == "Capturing")
@@ -65,6 +88,9 @@ def test_records_complete_and_retention_removes_old_ones(
     assert wait_for(lambda: _state(cluster, namespace, "llama-s100") == "Global")
     record = _records(cluster, namespace)["llama-s100"]
     assert record["status"]["writersReady"] == "2/2" and record["status"]["completionTime"]
+    # Counts and ranges, each writer's bytes once (it said Local, then Global).
+    assert record["status"]["ranks"] == {"Global": "0-1"}
+    assert record["status"]["sizeBytes"] == 2_000_000 and "writers" not in record["status"]
     uid = get(cluster, namespace, "ckpol", "llama")["metadata"]["uid"]
     assert wait_for(lambda: [o["uid"] for o in _records(cluster, namespace)["llama-s100"]
                              ["metadata"].get("ownerReferences", [])] == [uid])
@@ -78,18 +104,63 @@ def test_records_complete_and_retention_removes_old_ones(
     for step in (200, 300, 400):
         _checkpoint(writers, step, "Global")
     wait_for(lambda: set(_records(cluster, namespace)) == {"llama-s300", "llama-s400"},
-             what="retention to keep the newest two")
+             what=f"retention to keep the newest two {_records(cluster, namespace)}")
     assert wait_for(lambda: _policy_status(cluster, namespace, "llama")
                     .get("lastGlobalStep") == 400)
 
 
 def test_failed_writer_fails_the_checkpoint(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
-        apply: Callable[..., Any], custom_api: client.CustomObjectsApi) -> None:
+        apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
     apply(policy("p", writers=2))
-    writer = RecordWriter(namespace, "p", 2, "0", api=custom_api)
-    writer.report(7, "Failed", 0, [], datetime.now(UTC), message="disk full")
+    wait_for(lambda: _policy_status(cluster, namespace, "p").get("phase"))
+    writers = _writers(cluster, core_api, namespace, "p", 2)
+    _checkpoint(writers[:1], 7, "Failed", 0, message="disk full")
     assert wait_for(lambda: _state(cluster, namespace, "p-s7") == "Failed")
+    status = _records(cluster, namespace)["p-s7"]["status"]
+    assert status["failures"] == [{"writer": 0, "message": "disk full"}]
+    assert status["ranks"] == {"Failed": "0"}
+
+
+def test_a_writer_gone_still_counts_and_a_hostile_progress_is_ignored(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
+    apply(policy("j", writers=3, storage={"uri": "s3://bucket/runs", "keep": 1}))
+    wait_for(lambda: _policy_status(cluster, namespace, "j").get("phase"))
+    writers = _writers(cluster, core_api, namespace, "j", 3)
+    _checkpoint(writers[:1], 5, "Global")
+    assert wait_for(lambda: (_records(cluster, namespace).get("j-s5", {}).get("status") or {})
+                    .get("ranks") == {"Global": "0"})
+    # Writer 0's pod goes (preempted after its commit): the record keeps it.
+    cluster.kubectl("delete", "pod", "-n", namespace, "j-w0", "--grace-period=0", "--force")
+    # Writer 2's pod says it speaks for writer 1, and writer 1's pod carries
+    # garbage: neither counts, and neither stops the others.
+    cluster.kubectl("annotate", "--overwrite", "-n", namespace, "pod", "j-w2",
+                    'ckptdrain.io/progress={"writer":1,"steps":{"5":{"state":"Global",'
+                    '"bytes":1,"tiers":["global"]}}}')
+    cluster.kubectl("annotate", "--overwrite", "-n", namespace, "pod", "j-w1",
+                    'ckptdrain.io/progress={"writer":1,"steps":{"5":{"state":"Done"}}}')
+    time.sleep(2)
+    assert _records(cluster, namespace)["j-s5"]["status"]["ranks"] == {"Global": "0"}
+    _checkpoint(writers[1:], 5, "Global")
+    assert wait_for(lambda: _state(cluster, namespace, "j-s5") == "Global")
+    status = _records(cluster, namespace)["j-s5"]["status"]
+    assert status["ranks"] == {"Global": "0-2"} and status["sizeBytes"] == 3_000_000
+    assert status["writersReady"] == "3/3"
+    # Writer 0 comes back; step 6 completes and retention (keep 1) expires
+    # and deletes step 5. Writers still name step 5 in their progress: a
+    # restarted operator, which reads every step of every pod afresh, does
+    # not make its record again (what they said of it predates step 6).
+    writers[0] = PodReport(namespace, "j-w0b", 0, 3, api=core_api)
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
+        pod("j-w0b", {"app": "j", **INJECT}, 0, **GRACE)))
+    _checkpoint(writers, 6, "Global")
+    wait_for(lambda: set(_records(cluster, namespace)) == {"j-s6"}, what="retention")
+    operator.stop()
+    operator.start()
+    wait_for(lambda: _policy_status(cluster, namespace, "j").get("lastGlobalStep") == 6)
+    time.sleep(3)
+    assert set(_records(cluster, namespace)) == {"j-s6"}
 
 
 def test_restore_is_recorded_once_in_policy_status(
@@ -147,13 +218,11 @@ def test_restores_of_more_pods_than_the_status_keeps_are_recorded_once_each(
 
 def test_operator_restarted_midway_converges_without_duplicates(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
-        apply: Callable[..., Any], custom_api: client.CustomObjectsApi) -> None:
+        apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
     apply(policy("llama", writers=2, storage={"uri": "s3://bucket/runs", "keep": 1}))
     wait_for(lambda: _policy_status(cluster, namespace, "llama").get("phase"))
-    grace = {"terminationGracePeriodSeconds": 3600}
-    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
-        pod("w-0", {"app": "llama", **INJECT}, 0, **grace)))
-    writers = [RecordWriter(namespace, "llama", 2, w, api=custom_api) for w in ("0", "1")]
+    grace = GRACE
+    writers = _writers(cluster, core_api, namespace, "llama", 2)
     _checkpoint(writers, 10, "Global")
     wait_for(lambda: _state(cluster, namespace, "llama-s10") == "Global")
 
@@ -170,9 +239,6 @@ def test_operator_restarted_midway_converges_without_duplicates(
         _checkpoint(writers, 30, "Local")
     finally:
         operator.start()
-    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
-        pod("w-1", {"app": "llama", **INJECT}, 1, **grace)))
-
     status = wait_for(lambda: _policy_status(cluster, namespace, "llama")
                       .get("observedGeneration") == 2
                       and _policy_status(cluster, namespace, "llama"), what="resync")
@@ -182,9 +248,19 @@ def test_operator_restarted_midway_converges_without_duplicates(
     assert wait_for(lambda: _policy_status(cluster, namespace, "llama")
                     .get("lastGlobalStep") == 20)
     assert _state(cluster, namespace, "llama-s30") == "Local"
+    assert _records(cluster, namespace)["llama-s20"]["status"]["sizeBytes"] == 2_000_000
+    # Writer 1 is rescheduled: its pod goes (with its progress), a new one
+    # comes, injected by the restarted operator; the records keep what the
+    # old pod said.
+    cluster.kubectl("delete", "pod", "-n", namespace, "llama-w1", "--grace-period=0",
+                    "--force")
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
+        pod("llama-w1", {"app": "llama", **INJECT}, 1, **grace)))
+    time.sleep(2)
+    assert _state(cluster, namespace, "llama-s30") == "Local"
     pods = {p["metadata"]["name"]: p for p in get(cluster, namespace, "pods")["items"]
             if p["metadata"]["name"] != "w-down"}
-    assert set(pods) == {"w-0", "w-1"}
+    assert set(pods) == {"llama-w0", "llama-w1"}
     for name in pods:
         cluster.kubectl("annotate", "--overwrite", "-n", namespace, "pod", name,
                         "ckptdrain.io/pending-bytes=100")
@@ -203,7 +279,7 @@ def test_operator_restarted_midway_converges_without_duplicates(
 
 def test_a_stalled_drain_is_impossible_to_miss(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
-        apply: Callable[..., Any], custom_api: client.CustomObjectsApi) -> None:
+        apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
     # Global every 4 s, so stalled after 2 × 4 s + the drain time (0.4 s).
     apply(policy("fast", interval="4s"))
     wait_for(lambda: _policy_status(cluster, namespace, "fast").get("phase") == "Ready")
@@ -220,7 +296,7 @@ def test_a_stalled_drain_is_impossible_to_miss(
     events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
     assert "DrainStalled" in events
 
-    writer = RecordWriter(namespace, "fast", 1, "0", api=custom_api)
-    writer.report(1, "Global", 10, ["local", "global"], datetime.now(UTC))
+    writer = PodReport(namespace, "w-0", 0, 1, api=core_api)
+    _checkpoint([writer], 1, "Global", 10)
     wait_for(lambda: degraded()["status"] == "False", timeout_s=8, what="recovery")
     assert _policy_status(cluster, namespace, "fast")["phase"] == "Ready"

@@ -24,14 +24,16 @@ def test_the_harness_measures_every_figure_at_20_writers(tmp_path: Path) -> None
     # The round's writes were counted at the apiserver, the agents' among them.
     (checkpoint,) = result["rounds_detail"]
     assert result["agent_errors"] == {}
-    # 4 claims and the drain's start and end; the lease was renewed at the
-    # job's start, so the check before the commit is a read, not a write.
-    assert checkpoint["agent_writes_per_writer"] >= 6
+    # Two pod patches each, progress riding with the drain's start and end;
+    # the lease was renewed at the job's start, so the check before the
+    # commit is a read, not a write. No agent writes a record.
+    assert checkpoint["agent_by_call"] == {"patch_namespaced_pod": 2 * 20}
+    assert checkpoint["agent_writes_per_writer"] == 2
     assert checkpoint["writes_per_writer"] > checkpoint["agent_writes_per_writer"]
-    assert checkpoint["by_resource"]["PATCH checkpoints/status"] >= 4 * 20
-    assert "replace_namespaced_custom_object:leases" not in checkpoint["agent_by_call"]
-    assert checkpoint["agent_by_call"]["patch_namespaced_pod"] == 2 * 20
-    assert result["lease_renewals_per_checkpoint"] == 1.0
+    # The operator made each policy's record once and folded the progress in.
+    assert checkpoint["by_resource"]["POST checkpoints"] == 2
+    assert 2 <= checkpoint["by_resource"]["PATCH checkpoints/status"] < 20
+    assert result["lease_renewals_per_checkpoint"] == 0.5  # the loop, every other interval
     # The operator wrote the two policies' share channels, never a pod.
     assert checkpoint["by_resource"].get("PATCH checkpointshares", 0) \
         + checkpoint["by_resource"].get("POST checkpointshares", 0) >= 2

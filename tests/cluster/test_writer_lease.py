@@ -125,3 +125,83 @@ def test_a_long_lease_fails_over_when_the_holders_node_is_gone(
                                              "leases", "ckptdrain-llama-w3")
     assert lease["metadata"]["annotations"]["ckptdrain.io/holder-node"] \
         == f"{elsewhere} uid-second"
+
+
+class CountingApi:
+    """The agent's API client, with its lease writes counted."""
+
+    def __init__(self, api: client.CustomObjectsApi) -> None:
+        self.api, self.writes = api, 0
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith(("create_", "replace_", "patch_")):
+            self.writes += 1
+        return getattr(self.api, name)
+
+
+def test_a_commit_goes_on_two_reads_while_the_lease_and_the_node_are_as_left(
+        cluster: Cluster, namespace: str) -> None:
+    """A commit more than 30 s after the last renewal needs no write when the
+    lease is exactly as this pod wrote it and its node's kubelet heartbeat is
+    fresh; a stale heartbeat, a lease changed by anyone, or a renewal too old
+    for the lease's duration each make it renew, and a lease taken by another
+    pod fences it."""
+    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
+    node = f"node-{namespace}"
+    cluster.kubectl("create", "namespace", "kube-node-lease", check=False)
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": f"confirm-{namespace}", "namespace": "kube-node-lease"},
+             "rules": _rules(2, dev_mode=False)},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": f"confirm-{namespace}", "namespace": "kube-node-lease"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                         "name": f"confirm-{namespace}"},
+             "subjects": [{"kind": "ServiceAccount", "name": "ckptdrain-agent",
+                           "namespace": namespace}]}]}))
+    clock = Clock()
+
+    def heartbeat(age_s: float) -> None:
+        at = (clock.now - timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        cluster.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": node, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": at}}))
+
+    api = CountingApi(client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig))))
+    lease = WriterLease(namespace, "llama", 4, "uid-a", api=api, seconds=300, node=node,
+                        clock=clock, monotonic=clock.monotonic)
+    heartbeat(0)
+    lease.check()
+    assert api.writes == 1  # taken
+
+    clock.now += timedelta(seconds=100)
+    heartbeat(5)
+    lease.check()
+    assert api.writes == 1  # confirmed by reading: no write
+
+    clock.now += timedelta(seconds=31)
+    heartbeat(25)  # the kubelet is late: a taker's node test may be near
+    lease.check()
+    assert api.writes == 2  # renewed
+
+    clock.now += timedelta(seconds=31)
+    heartbeat(0)
+    cluster.kubectl("annotate", "lease", "-n", namespace, "ckptdrain-llama-w4", "touched=1")
+    lease.check()  # not as this pod left it: renewed (it is still the holder)
+    assert api.writes == 4 and lease.held  # a replace refused (409), read, replaced
+
+    clock.now += timedelta(seconds=280)  # renewal 280 s old of 300: too old to vouch
+    heartbeat(0)
+    lease.check()
+    assert api.writes == 5
+
+    clock.now += timedelta(seconds=31)
+    heartbeat(0)
+    taken = json.loads(cluster.kubectl("get", "lease", "-n", namespace, "ckptdrain-llama-w4",
+                                       "-o", "json").stdout)
+    taken["spec"]["holderIdentity"] = "uid-b"
+    cluster.kubectl("replace", "-f", "-", input=json.dumps(taken))
+    with pytest.raises(WriterFenced, match="uid-b"):
+        lease.check()

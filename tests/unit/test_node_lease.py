@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ckptdrain.node import lease as lease_mod
 from ckptdrain.node.kube import WriterLease
 from ckptdrain.node.lease import (
     LEASE_SECONDS,
@@ -282,3 +283,28 @@ def test_the_lease_is_owned_by_its_pod_and_released_for_good() -> None:
     with pytest.raises(WriterFenced, match="released"):
         lease.check()  # a commit racing the release on another thread
     assert not lease.renew()
+
+
+def _confirm(lease_rv: str = "7", holder: str = "uid-a", age_s: float = 100.0,
+             heartbeat_age_s: float | None = 5.0, now: datetime | None = None) -> bool:
+    now = now or datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    lease = {"metadata": {"resourceVersion": lease_rv}, "spec": {"holderIdentity": holder}}
+    mine = {"metadata": {"resourceVersion": "7"}, "spec": {"holderIdentity": "uid-a"}}
+    node = None if heartbeat_age_s is None else {"spec": {"renewTime": (
+        now - timedelta(seconds=heartbeat_age_s)).strftime(lease_mod.MICROTIME)}}
+    return lease_mod.confirmed(lease, mine, "uid-a", age_s, 300.0, node, now)
+
+
+def test_reads_confirm_a_lease_only_as_left_with_a_live_node_and_time_to_spare() -> None:
+    assert _confirm()
+    assert not _confirm(lease_rv="8")                 # written by someone since
+    assert not _confirm(holder="uid-b")               # another holder
+    assert not _confirm(age_s=300.0 - lease_mod.TRUST_S + 0.1)  # too little duration left
+    assert _confirm(age_s=300.0 - lease_mod.TRUST_S)
+    assert not _confirm(heartbeat_age_s=None)         # no node lease read
+    assert not _confirm(heartbeat_age_s=lease_mod.NODE_FRESH_S + 0.5)  # kubelet late
+    assert _confirm(heartbeat_age_s=lease_mod.NODE_FRESH_S)
+    assert not _confirm(heartbeat_age_s=-30.0)        # a heartbeat from the future
+    # The margin: a fresh heartbeat keeps a taker's node test false longer
+    # than a commit may take after its check.
+    assert lease_mod.NODE_DEAD_S - lease_mod.NODE_FRESH_S > lease_mod.TRUST_S

@@ -143,29 +143,12 @@ def writer_fence(cfg: node_config.AgentConfig) -> Fence | None:
     return lease
 
 
-def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace,
-                    peer_holder: Callable[[int], tuple[int, str | None] | None]
-                    = lambda step: None
-                    ) -> list[Reporter]:
-    """Where per-checkpoint states go: the log, the --events file, and (the place to
-    plug it in) the operator's Checkpoint records."""
+def build_reporters(cfg: node_config.AgentConfig, args: argparse.Namespace) -> list[Reporter]:
+    """Where per-checkpoint states go: the log and the --events file (and, in a
+    pod, its progress annotation: `start_pod_report`)."""
     reporters: list[Reporter] = [LoggingReporter()]
     if getattr(args, "events", None):
         reporters.append(JsonLinesReporter(args.events))
-    if node_config.in_cluster(cfg):
-        from ckptdrain.agent.kube import RecordReporter
-        from ckptdrain.node.kube import RecordWriter
-
-        try:
-            writer = RecordWriter(cfg.namespace, cfg.policy.split("/")[-1], cfg.writers,
-                                  str(cfg.writer))
-        except Exception as err:  # no API access: records are optional, training is not
-            log.warning("Checkpoint records disabled: %s", err)
-        else:
-            tier = LocalTier(cfg.local_dir)
-            reporters.append(RecordReporter(writer, cfg.node_name,
-                                            is_global=lambda s: tier.has(s) and tier.is_global(s),
-                                            peer_holder=peer_holder))
     return reporters
 
 
@@ -192,22 +175,29 @@ def attach_share_channel(cfg: node_config.AgentConfig, watcher: ShareWatcher,
     channel.start()
 
 
-def start_pending_bytes(cfg: node_config.AgentConfig, drain: DrainWorker | None,
-                        along: Any = None) -> Any:
-    """The pending-bytes publisher, started (None outside a pod or without API)."""
-    if drain is None or not node_config.in_cluster(cfg):
+def start_pod_report(cfg: node_config.AgentConfig, drain: DrainWorker | None,
+                     reporter: FanOut, tier: LocalTier,
+                     peer_holder: Callable[[int], tuple[int, str | None] | None],
+                     along: Any = None) -> Any:
+    """The writer's progress and pending bytes on its pod, started and
+    subscribed to the checkpoint states (None outside a pod or without API:
+    records are optional, training is not)."""
+    if not node_config.in_cluster(cfg):
         return None
-    from ckptdrain.agent.kube import PendingBytesPublisher
+    from ckptdrain.agent.kube import PodReport
 
     try:
-        publisher = PendingBytesPublisher(cfg.namespace, cfg.pod_name)
+        report = PodReport(cfg.namespace, cfg.pod_name, cfg.writer, cfg.writers,
+                           is_global=lambda s: tier.has(s) and tier.is_global(s),
+                           peer_holder=peer_holder)
     except Exception as err:
-        log.warning("pending-bytes annotation disabled: %s", err)
+        log.warning("progress and pending-bytes reports disabled: %s", err)
         return None
     if along is not None:
-        publisher.along = along
-    publisher.start(drain.lag_bytes)
-    return publisher
+        report.along = along
+    reporter.reporters.append(report)
+    report.start(drain.lag_bytes if drain is not None else None)
+    return report
 
 
 def refusal_events(cfg: node_config.AgentConfig) -> RefusalEvents | None:
@@ -253,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = AgentMetrics()
     metrics.set_intervals(cfg.interval_s, cfg.global_every, drains=cfg.store_uri is not None)
     peer_held = peer_runtime.HeldSteps()
-    reporter = FanOut(build_reporters(cfg, args, peer_holder=peer_held.holder_of))
+    reporter = FanOut(build_reporters(cfg, args))
     tier = LocalTier(cfg.local_dir)
     try:
         cfg.local_dir.mkdir(parents=True, exist_ok=True)
@@ -282,7 +272,8 @@ def run(args: argparse.Namespace) -> int:
                                max_silence=max(30.0, cfg.flush_budget_s + 5))
         server.start()
         log.info("metrics on :%d/metrics, health on /healthz", server.port)
-    publisher = start_pending_bytes(cfg, drain, along=agent.goodput.annotation)
+    publisher = start_pod_report(cfg, drain, reporter, tier, peer_held.holder_of,
+                                 along=agent.goodput.annotation)
     if watcher is not None:
         attach_share_channel(cfg, watcher, drain, publisher, agent.terminating.is_set)
         watcher.start()
@@ -304,6 +295,8 @@ def run(args: argparse.Namespace) -> int:
         watcher.stop()
     if server is not None:
         server.stop()
+    if publisher is not None:
+        publisher.close()  # the emergency checkpoint's states, if the API answers
     log.info("agent exiting with %d", code)
     if drain is not None and drain.running:
         # A part upload is still blocked on the network. Python would wait for it at

@@ -1,5 +1,5 @@
-"""The node side's calls to the apiserver: the agent's Checkpoint record
-client, the annotation restore leaves on its own pod, and the writer's lease.
+"""The node side's calls to the apiserver: the annotations restore leaves on
+its own pod, and the writer's lease.
 
 Both import `kubernetes` only when they build a client (kubeclient.py), so
 a node without API access pays nothing. Callers treat every failure here as
@@ -11,13 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from ckptdrain import kubeclient
-from ckptdrain.contract.api import CHECKPOINTS, GROUP, VERSION
-from ckptdrain.contract.record import build_record, writer_patch
 from ckptdrain.node.lease import (
     ANNOTATION_HOLDER_NODE,
     LEASE_API,
@@ -27,6 +25,7 @@ from ckptdrain.node.lease import (
     NODE_LEASE_NAMESPACE,
     ExpiryWatch,
     WriterFenced,
+    confirmed,
     holder_node,
     holder_node_value,
     lease_name,
@@ -36,61 +35,6 @@ from ckptdrain.node.lease import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class RecordWriter:
-    """What an agent calls: make sure the step's record exists, then report its shard."""
-
-    def __init__(self, namespace: str, policy: str, writers: int, writer_id: str,
-                 api: Any = None) -> None:
-        self.api = api if api is not None else kubeclient.custom_objects_api()
-        self.namespace, self.policy = namespace, policy
-        self.writers, self.writer_id = writers, writer_id
-        self._ensured: set[int] = set()
-
-    def ensure(self, step: int) -> str:
-        """Create the step's record unless another writer already did; returns its name."""
-        from kubernetes.client.exceptions import ApiException
-
-        body = build_record(self.namespace, self.policy, step, self.writers)
-        if step in self._ensured:
-            return str(body["metadata"]["name"])
-        try:
-            self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace,
-                                                     CHECKPOINTS, body)
-        except ApiException as error:
-            if error.status != 409:
-                raise
-        self._ensured.add(step)
-        return str(body["metadata"]["name"])
-
-    def report(self, step: int, state: str, size_bytes: int, tiers: Iterable[str],
-               now: datetime, node: str | None = None, message: str | None = None,
-               requests: dict[str, int] | None = None,
-               peer_holder: int | None = None, peer_node: str | None = None) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        name = str(build_record(self.namespace, self.policy, step, self.writers)
-                   ["metadata"]["name"])
-        patch = writer_patch(self.writer_id, state, size_bytes, tiers, now, node, message,
-                             peer_holder=peer_holder, peer_node=peer_node, requests=requests)
-        # The claim first: the record usually exists already (another writer
-        # made it), so one write, not a create that fails with 409 and then
-        # the claim: at thousands of writers that is thousands of requests.
-        try:
-            self._claim(name, patch)
-        except ApiException as error:
-            if error.status != 404:
-                raise
-            self._ensured.discard(step)
-            self.ensure(step)
-            self._claim(name, patch)
-        self._ensured.add(step)
-
-    def _claim(self, name: str, patch: dict[str, Any]) -> None:
-        self.api.patch_namespaced_custom_object_status(
-            GROUP, VERSION, self.namespace, CHECKPOINTS, name, patch,
-            _content_type="application/merge-patch+json")
 
 
 def annotate_own_pod(namespace: str, pod: str, key: str, value: str, api: Any = None) -> bool:
@@ -263,12 +207,15 @@ class WriterLease:
                 return False
             if not self.enabled:
                 return True
+            # Taken before the write: a taker may see it from the moment the
+            # apiserver stores it, which is before our call returns.
+            started = self.monotonic()
             try:
                 self.held = self._take_or_renew(self.clock())
                 self._failed = False
                 if self.held:
                     self.other = None
-                    self._renewed_at = self.monotonic()
+                    self._renewed_at = started
             except ApiException as error:
                 if error.status == 403:
                     self.enabled = False
@@ -291,11 +238,30 @@ class WriterLease:
         """The last successful renewal still vouches for the lease."""
         return recently_renewed(self._renewed_at, self.monotonic())
 
+    def _confirmed(self) -> bool:
+        """Two reads vouch for the lease instead of a write (lease.confirmed):
+        it is as this pod last wrote it, and this node's kubelet is alive."""
+        if self._mine is None or self._renewed_at is None or not self.node:
+            return False
+        try:
+            lease = self._call("get", self.name)
+            node = self.api.get_namespaced_custom_object(
+                *LEASE_API, NODE_LEASE_NAMESPACE, LEASE_PLURAL, self.node, _request_timeout=5)
+        except Exception as error:  # no rights, no node lease, no apiserver: renew instead
+            log.debug("writer lease %s: not confirmed by reading: %s", self.name, error)
+            return False
+        # Measured after the reads, so the time they took is not margin: the
+        # commit that follows has TRUST_S of the duration left.
+        age = self.monotonic() - self._renewed_at
+        return confirmed(lease, self._mine, self.holder, age, self.seconds, node,
+                         self.clock())
+
     def check(self) -> None:
-        """Before a commit: renew (a write) unless the last renewal is recent
-        enough to vouch on its own, and raise WriterFenced unless this pod
-        holds the lease now. A renewal that fails is no vouching: no commit
-        until one succeeds (the drain retries; checkpoints stay local)."""
+        """Before a commit: go on a recent renewal, or on two reads that
+        confirm the lease (lease.confirmed), else renew (a write); raise
+        WriterFenced unless this pod holds the lease now. A renewal that fails
+        is no vouching: no commit until one succeeds (the drain retries;
+        checkpoints stay local)."""
         with self._lock:
             if self._released:
                 raise WriterFenced(f"writer lease {self.namespace}/{self.name} was released: "
@@ -303,6 +269,8 @@ class WriterLease:
             if not self.enabled:
                 return
             if self.held and self._trusted():
+                return
+            if self.held and self._confirmed():
                 return
             if self.renew():
                 return
@@ -317,16 +285,16 @@ class WriterLease:
                 "WritersConsistent condition names both pods)")
 
     def start(self) -> None:
-        """Keep the lease: renew once its last renewal is a third of the
-        duration old (a commit's check usually renewed it sooner); after a
-        failure, or while another pod holds it, look again every 10 s."""
+        """Keep the lease: renew once its last renewal is two thirds of the
+        duration old (a third of it, at least a commit period, still left);
+        after a failure, or while another pod holds it, look again every 10 s."""
         def loop() -> None:
             while not self._stop.is_set():
                 age = None if self._renewed_at is None else self.monotonic() - self._renewed_at
-                if not self.held or age is None or age >= self.seconds / 3:
+                if not self.held or age is None or age >= self.seconds * 2 / 3:
                     self.renew()
                 if self.held and not self._failed and self._renewed_at is not None:
-                    wait = max(1.0, self._renewed_at + self.seconds / 3 - self.monotonic())
+                    wait = max(1.0, self._renewed_at + self.seconds * 2 / 3 - self.monotonic())
                 else:
                     wait = min(self.seconds / 3, 10.0)
                 self._stop.wait(wait)

@@ -7,12 +7,17 @@ that writer.
                                  (deleted with it); annotation
                                  ckptdrain.io/holder-node = "<node> <uid>"
 
-Writes: a commit renews the lease (one write) unless a renewal succeeded in
-the last TRUST_S (30 s); between commits the agent renews only once the last
-renewal is a third of the duration old. The duration follows the checkpoint
-cadence (`lease_seconds`: three global commit periods, within [LEASE_SECONDS,
-MAX_LEASE_SECONDS]), so a writer makes about one lease write per global
-checkpoint.
+Writes: a commit needs no write when a renewal succeeded in the last
+TRUST_S (30 s), or when two reads confirm the lease (`confirmed`): it is
+exactly as this pod last wrote it (same resourceVersion and holder), its
+last renewal leaves at least TRUST_S of its duration, and this node's
+kubelet heartbeat was renewed in the last NODE_FRESH_S (20 s), so no taker
+can satisfy either takeover rule for at least TRUST_S more. Otherwise the
+commit renews (one write). Between commits the agent renews once the last
+renewal is two thirds of the duration old. The duration follows the
+checkpoint cadence (`lease_seconds`: three global commit periods, within
+[LEASE_SECONDS, MAX_LEASE_SECONDS]), so a writer makes about one lease
+write per two global checkpoints.
 
 A pod may take the lease when nobody holds it, it holds it already, the
 holder stopped renewing for the whole duration, or the holder is gone with
@@ -20,12 +25,17 @@ its node: the lease unchanged for NODE_DEAD_S and the node's kubelet
 heartbeat (kube-node-lease/<node>) deleted or unchanged for as long. Both
 takeovers need the lease unchanged for at least NODE_DEAD_S on the taker's
 clock, and a holder commits only on a renewal younger than TRUST_S (half of
-that): a holder cut off from the apiserver stops committing before anyone
-may take its place, and a commit never rides on an old renewal. A pod
+that) or on reads that show nobody can take it for TRUST_S more: a holder
+cut off from the apiserver stops committing before anyone may take its
+place, and a commit never rides on an old renewal. A pod
 deleted with its lease frees it at once (the garbage collector deletes the
 lease with its owner), and an agent that stops cleanly frees it after its
 last commit (a pod still flushing within its grace period keeps it until
 then); a pod whose agent restarts in place is the same holder (its uid).
+
+The one comparison of a timestamp with the local wall clock is of this
+pod's own node heartbeat (`confirmed`): the kubelet that wrote it runs on
+this node, on this node's clock.
 
 "Unchanged" is judged as client-go's leader election does: by how long THIS
 process has seen the object unchanged (resourceVersion, holder, renewTime)
@@ -79,7 +89,8 @@ def lease_name(policy: str, writer: int) -> str:
 
 def lease_seconds(commit_period_s: float) -> int:
     """A writer lease's duration: three global commit periods, so it is
-    renewed about once a commit, within [LEASE_SECONDS, MAX_LEASE_SECONDS]."""
+    renewed about once per two commits, within [LEASE_SECONDS,
+    MAX_LEASE_SECONDS]."""
     if not commit_period_s > 0:
         return LEASE_SECONDS
     return int(min(MAX_LEASE_SECONDS, max(LEASE_SECONDS, 3 * commit_period_s)))
@@ -130,6 +141,42 @@ def recently_renewed(renewed_at: float | None, mono_now: float) -> bool:
     recent still vouches, with half of that as the margin for clock rates and
     the taker's own lag."""
     return renewed_at is not None and mono_now - renewed_at < TRUST_S
+
+
+#: A node lease renewed this recently (by the node's own clock, which is the
+#: kubelet's and this agent's) keeps every taker's node test false for at
+#: least NODE_DEAD_S - NODE_FRESH_S = 40 s: more than TRUST_S.
+NODE_FRESH_S = NODE_DEAD_S - TRUST_S - 10.0
+
+
+def confirmed(lease: Mapping[str, Any], mine: Mapping[str, Any], me: str,
+              renewed_age_s: float, duration_s: float,
+              node_lease: Mapping[str, Any] | None, now: datetime) -> bool:
+    """Whether a commit may go on reads alone: `lease` (read now) is `mine`
+    (as this pod last wrote it), that write (`renewed_age_s` ago, on this
+    process's clock) leaves at least TRUST_S of `duration_s`, and this node's
+    heartbeat (`node_lease`, read now) was renewed in the last NODE_FRESH_S.
+    Anything missing or unreadable is no."""
+    version = (lease.get("metadata") or {}).get("resourceVersion")
+    if not version or version != (mine.get("metadata") or {}).get("resourceVersion"):
+        return False
+    if (lease.get("spec") or {}).get("holderIdentity") != me:
+        return False
+    if renewed_age_s > duration_s - TRUST_S:
+        return False
+    renew = ((node_lease or {}).get("spec") or {}).get("renewTime")
+    if not isinstance(renew, str):
+        return False
+    try:
+        at = datetime.strptime(renew, MICROTIME).replace(tzinfo=now.tzinfo)
+    except ValueError:
+        try:
+            at = datetime.strptime(renew, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=now.tzinfo)
+        except ValueError:
+            return False
+    age = (now - at).total_seconds()
+    # A heartbeat from the future (a clock stepped back) proves nothing.
+    return -1.0 <= age <= NODE_FRESH_S
 
 
 def holder_node_value(node: str, holder: str) -> str:

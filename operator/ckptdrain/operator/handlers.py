@@ -21,6 +21,8 @@ import kopf
 
 from ckptdrain import sizing
 from ckptdrain.contract import api
+from ckptdrain.contract.progress import ANNOTATION_PROGRESS
+from ckptdrain.contract.record import record_name
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import (
     allocation,
@@ -143,6 +145,20 @@ def checkpoint_index(namespace: str, spec: kopf.Spec, body: kopf.Body,
     return {(namespace, spec.get("policy", "")): copy.deepcopy(dict(body))}
 
 
+@kopf.index("v1", "pods", annotations=INJECTED)
+def progress_index(namespace: str, name: str, meta: kopf.Meta, spec: kopf.Spec,
+                   **_: Any) -> dict[Key, record_sync.WriterProgress]:
+    """Each writer's progress as its pod last said it (finished pods too: a
+    pod that completed after its last drain still vouches for it)."""
+    ann = meta.get("annotations", {})
+    key = (namespace, ann.get(api.ANNOTATION_POLICY, ""))
+    found = record_sync.progress_of(name, spec.get("nodeName"),
+                                    ann.get(ANNOTATION_PROGRESS), meta.get("uid", ""),
+                                    (meta.get("labels") or {}).get(api.LABEL_WRITER),
+                                    meta.get("creationTimestamp"))
+    return {} if found is None else {key: found}
+
+
 # -- policies -----------------------------------------------------------------
 
 
@@ -156,7 +172,8 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
                       logger: logging.Logger, pod_index: kopf.Index[Key, Any],
                       checkpointpolicy_index: kopf.Index[Key, Any],
                       checkpoint_index: kopf.Index[Key, Any],
-                      peer_pod_index: kopf.Index[Key, Any], announce: bool) -> None:
+                      peer_pod_index: kopf.Index[Key, Any],
+                      progress_index: kopf.Index[Key, Any], announce: bool) -> None:
     cfg: OperatorConfig = memo.config
     watchdog.start(cfg, checkpointpolicy_index, pod_index, checkpoint_index,
                    lambda: _budgets(cfg, checkpointpolicy_index, pod_index), logger)
@@ -172,7 +189,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
             patch.status.update(st.for_invalid(str(error), generation, _now(), previous))
             kopf.warn(body, reason="InvalidSpec", message=str(error))
             _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index,
-                            checkpoint_index, logger)
+                            checkpoint_index, logger, progress_index)
             return
         joint = _budgets(cfg, checkpointpolicy_index, pod_index, {key: parsed})
         cluster = None
@@ -190,7 +207,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
     _schedule_rebalance(key, cfg, checkpointpolicy_index, pod_index, logger)
     _schedule_rebalance(JOINT, cfg, checkpointpolicy_index, pod_index, logger)
     _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index, checkpoint_index,
-                    logger)
+                    logger, progress_index)
 
 
 @kopf.on.create(*POLICIES, timeout=300, backoff=10)
@@ -233,7 +250,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
     names = ("body", "patch", "memo", "logger", "pod_index", "checkpointpolicy_index",
-             "checkpoint_index", "peer_pod_index")
+             "checkpoint_index", "peer_pod_index", "progress_index")
     return {k: kwargs[k] for k in names}
 
 
@@ -363,12 +380,20 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
               memo: kopf.Memo, logger: logging.Logger, pod_index: kopf.Index[Key, Any],
               checkpointpolicy_index: kopf.Index[Key, Any],
               goodput_index: kopf.Index[Key, Any], peer_pod_index: kopf.Index[Key, Any],
-              checkpoint_index: kopf.Index[Key, Any], **_: Any) -> None:
+              checkpoint_index: kopf.Index[Key, Any], progress_index: kopf.Index[Key, Any],
+              **_: Any) -> None:
     annotations = meta.get("annotations", {})
     key = (namespace, annotations.get(api.ANNOTATION_POLICY, ""))
     _schedule_rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)
-    _schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
-                    checkpoint_index, logger)
+    deleted = event.get("type") == "DELETED"
+    steps = record_sync.changed_steps(meta.get("uid", ""), annotations.get(ANNOTATION_PROGRESS),
+                                      deleted)
+    for step in steps:
+        _schedule_record_pass(key, step, memo, logger, checkpoint_index,
+                              checkpointpolicy_index, peer_pod_index, progress_index)
+    if not steps:  # a record pass schedules the peer tier's after it
+        _schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
+                        checkpoint_index, logger, progress_index)
     goodput_sync.observe(key, meta.get("name", ""), meta,
                          next(iter(_values(checkpointpolicy_index, key)), None),
                          _values(goodput_index, key), deleted=event.get("type") == "DELETED")
@@ -420,25 +445,37 @@ def _record_restore(key: Key, pod: str, source: str, body: kopf.Body,
 
 
 @kopf.on.event(*CHECKPOINTS)
-def checkpoint_event(event: kopf.RawEvent, namespace: str, name: str, spec: kopf.Spec,
+def checkpoint_event(event: kopf.RawEvent, namespace: str, spec: kopf.Spec,
                      memo: kopf.Memo, logger: logging.Logger,
                      checkpoint_index: kopf.Index[Key, Any],
                      checkpointpolicy_index: kopf.Index[Key, Any],
-                     peer_pod_index: kopf.Index[Key, Any], **_: Any) -> None:
-    """Every writer's claim is an event: schedule one pass over the record and
-    its policy for the burst (the index holds the latest of each record)."""
+                     peer_pod_index: kopf.Index[Key, Any],
+                     progress_index: kopf.Index[Key, Any], **_: Any) -> None:
+    """A record changed (our fold, a sweep, an older agent's claim) or went:
+    one pass over it and its policy for the burst."""
     key = (namespace, spec.get("policy", ""))
-    record = None if event.get("type") == "DELETED" else name
+    step = spec.get("step")
+    if event.get("type") == "DELETED" or type(step) is not int:
+        step = None
+    _schedule_record_pass(key, step, memo, logger, checkpoint_index, checkpointpolicy_index,
+                          peer_pod_index, progress_index)
+
+
+def _schedule_record_pass(key: Key, step: int | None, memo: kopf.Memo,
+                          logger: logging.Logger, checkpoints: kopf.Index[Key, Any],
+                          policies: kopf.Index[Key, Any], peer_pods: kopf.Index[Key, Any],
+                          progress: kopf.Index[Key, Any]) -> None:
+    """One pass per record (the step's) and one per policy (None: a sweep):
+    the writers' progress folded in, then retention and the recovery point."""
+    record = None if step is None else record_name(key[1], step)
 
     def run() -> None:
-        record_sync.summarise(key, record, memo.config, _values(checkpoint_index, key),
-                              next(iter(_values(checkpointpolicy_index, key)), None),
-                              _locks[key], logger)
+        record_sync.summarise(key, record, step, _values(progress, key), memo.config,
+                              _values(checkpoints, key),
+                              next(iter(_values(policies, key)), None), _locks[key], logger)
         # The recovery point on node loss moves with the writers' claims.
-        _schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
-                        checkpoint_index, logger)
+        _schedule_peers(key, memo.config, policies, peer_pods, checkpoints, logger, progress)
 
-    # One pass per record and one per policy: a record's own pass also sweeps.
     _record_passes.schedule((key, record), run, logger, RECORD_DELAY_S)
 
 
@@ -447,7 +484,7 @@ def checkpoint_event(event: kopf.RawEvent, namespace: str, name: str, spec: kopf
 
 def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                     pods: kopf.Index[Key, Any], checkpoints: kopf.Index[Key, Any],
-                    logger: logging.Logger) -> None:
+                    logger: logging.Logger, progress: kopf.Index[Key, Any]) -> None:
     """One coalesced peer-tier pass for `key`, if its policy has or had the tier."""
     body = next(iter(_values(policies, key)), None)
     if body is None:
@@ -467,6 +504,6 @@ def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any
             parsed = None
         with metrics.reconciling("peers"):
             peer_sync.sync(key, parsed, current, _values(pods, key), _values(checkpoints, key),
-                           logger)
+                           logger, _values(progress, key))
 
     peer_sync.schedule(key, run, logger)

@@ -76,6 +76,47 @@ def patch_status(plural: str, namespace: str, name: str, status: dict[str, Any])
                     plural, name, {"status": status}, _content_type=MERGE)
 
 
+def read_own(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """One of our custom objects, fresh from the apiserver; None when absent."""
+    _, custom = _clients()
+    try:
+        return dict(custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name))
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def create_own(plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """Create one of our custom objects; None when it exists already."""
+    _, custom = _clients()
+    try:
+        return dict(custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural,
+                                                           body))
+    except ApiException as error:
+        if error.status == 409:
+            return None
+        raise
+
+
+def patch_status_at(plural: str, namespace: str, name: str, status: dict[str, Any],
+                    resource_version: str) -> str:
+    """Merge-patch the status of the object as read at `resource_version`:
+    "ok", "conflict" (it changed since: read it again) or "gone"."""
+    _, custom = _clients()
+    body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+    try:
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name,
+                                                     body, _content_type=MERGE)
+    except ApiException as error:
+        if error.status == 404:
+            return "gone"
+        if error.status == 409:
+            return "conflict"
+        raise
+    return "ok"
+
+
 def write_object(plural: str, namespace: str, body: dict[str, Any],
                  patch: dict[str, Any] | None = None) -> None:
     """Merge-patch a custom object in place (`patch`, where None removes a

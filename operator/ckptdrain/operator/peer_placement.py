@@ -172,9 +172,12 @@ def _int(value: object) -> int | None:
 
 
 def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
-                          expected: int, local_keep: int, peer_keep: int) -> int | None:
+                          expected: int, local_keep: int, peer_keep: int,
+                          progress: Iterable[Any] = ()) -> int | None:
     """`recovery_point_on_node_loss` from what the operator sees: the pairing
-    (the peers document) and the writers' claims in the Checkpoint records.
+    (the peers document), the writers' claims in their pods' progress
+    (record_sync.WriterProgress: pod, node, writer, steps) and, from older
+    agents, in the Checkpoint records.
 
     Conservative where the records cannot say: a writer with no running pod
     counts only the global tier (its node is unknown); a local claim counts
@@ -199,6 +202,24 @@ def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str,
     local: dict[int, set[int]] = {w: set() for w in node_of}
     peer: dict[int, set[int]] = {w: set() for w in node_of}
     complete: set[int] = set()
+    expired: set[int] = set()
+
+    def held(rank: int | None, step: int, state: object, tiers_: Iterable[str],
+             node: object, peer_holder: object, peer_node: object) -> None:
+        if rank not in running or state not in _HELD:
+            return
+        tiers = set(tiers_ or ()) & set(TIERS)
+        # A local copy is on the node that claimed it: it counts only if
+        # the writer still runs there (after a node loss it does not).
+        if "local" in tiers and node == node_of[rank]:
+            local[rank].add(step)
+        # A peer copy counts only where the claim says its current holder
+        # has it, on the node that holder runs on now.
+        named = _int(peer_holder)
+        if "peer" in tiers and named is not None and named == holder_of.get(rank) \
+                and peer_node == node_of.get(named):
+            peer[rank].add(step)
+
     for rec in records:
         status = rec.get("status") or {}
         step = _int((rec.get("spec") or {}).get("step"))
@@ -206,25 +227,18 @@ def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str,
             continue
         state = summarize(rec).state
         if state == "Expired":
+            expired.add(step)
             continue
         if state == "Global":
             complete.add(step)
         for writer, claim in (status.get("writers") or {}).items():
-            rank = _int(writer)
-            if rank not in running or not isinstance(claim, Mapping) \
-                    or claim.get("state") not in _HELD:
-                continue
-            tiers = set(claim.get("tiers") or ()) & set(TIERS)
-            # A local copy is on the node that claimed it: it counts only if
-            # the writer still runs there (after a node loss it does not).
-            if "local" in tiers and claim.get("node") == node_of[rank]:
-                local[rank].add(step)
-            # A peer copy counts only where the claim says its current holder
-            # has it, on the node that holder runs on now.
-            named = _int(claim.get("peerHolder"))
-            if "peer" in tiers and named is not None and named == holder_of.get(rank) \
-                    and claim.get("peerNode") == node_of.get(named):
-                peer[rank].add(step)
+            if isinstance(claim, Mapping):
+                held(_int(writer), step, claim.get("state"), claim.get("tiers") or (),
+                     claim.get("node"), claim.get("peerHolder"), claim.get("peerNode"))
+    for w in progress:
+        for step, c in w.steps.items():
+            if step not in expired:
+                held(w.writer, step, c.state, c.tiers, w.node, c.peer_holder, c.peer_node)
     newest_local = {w: sorted(s, reverse=True)[:local_keep] for w, s in local.items()}
     newest_peer = {w: sorted(s, reverse=True)[:peer_keep] for w, s in peer.items()}
     return recovery_point_on_node_loss(node_of, holder_of, newest_local, newest_peer, complete)
@@ -272,7 +286,8 @@ def publish(namespace: str, policy: str, pods: Iterable[Mapping[str, Any]],
             node_labels: Mapping[str, Mapping[str, str]], port: int, writers: int,
             local_keep: int, peer_keep: int, records: Iterable[Mapping[str, Any]],
             previous: Mapping[str, Any] | None, owner: Mapping[str, Any] | None = None,
-            credentials_error: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+            credentials_error: str | None = None, progress: Iterable[Any] = ()
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One pass of the peer tier for a policy: (the peers ConfigMap, the status
     fields `peer` and `recoveryPointOnNodeLoss`). `previous`: the document the
     ConfigMap holds now (its previous holders are kept)."""
@@ -283,7 +298,7 @@ def publish(namespace: str, policy: str, pods: Iterable[Mapping[str, Any]],
     return configmap, {
         "peer": peer_status(policy, doc, writers, credentials_error),
         "recoveryPointOnNodeLoss": recovery_on_node_loss(doc, records, writers, local_keep,
-                                                         peer_keep)}
+                                                         peer_keep, progress)}
 
 
 def status_when_off(current: Mapping[str, Any]) -> dict[str, Any] | None:

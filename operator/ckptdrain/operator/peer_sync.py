@@ -139,7 +139,7 @@ def _previous(key: Key) -> Mapping[str, Any] | None:
 
 def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
          pods: list[Mapping[str, Any]], records: list[Mapping[str, Any]],
-         logger: logging.Logger) -> None:
+         logger: logging.Logger, progress: list[Any] | None = None) -> None:
     """One pass for one policy (`policy` None: invalid, the tier counts as off)."""
     with _locks[key]:
         current = _written.get(key) or (body.get("status") or {})
@@ -164,7 +164,7 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
         configmap, wanted = peer_placement.publish(
             key[0], key[1], pods, _zone_labels(sorted(nodes)), peer_tier.PEER_PORT,
             policy.writers, policy.local_keep, policy.peer.keep, records, previous,
-            owner, error)
+            owner, error, progress or ())
         text = configmap["data"][peer_placement.PEERS_KEY]
         if unpublished is None and text != _documents.get(key):
             try:
