@@ -30,6 +30,16 @@ def records() -> dict[int, dict[str, Any]]:
     return {int(r["spec"]["step"]): r for r in get("checkpoints", "-n", NS)["items"]}
 
 
+def ranks_in(text: object) -> set[int]:
+    """The ranks of a record's range text ("0-2,5" → {0, 1, 2, 5})."""
+    out: set[int] = set()
+    for part in str(text or "").split(","):
+        low, _, high = part.strip().partition("-")
+        if low.isdigit():
+            out.update(range(int(low), int(high or low) + 1))
+    return out
+
+
 def complete_steps() -> list[int]:
     return sorted(s for s, r in records().items() if (r.get("status") or {}).get("state")
                   == "Global")

@@ -386,8 +386,14 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
     key = (namespace, annotations.get(api.ANNOTATION_POLICY, ""))
     _schedule_rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)
     deleted = event.get("type") == "DELETED"
-    steps = record_sync.changed_steps(meta.get("uid", ""), annotations.get(ANNOTATION_PROGRESS),
-                                      deleted)
+    text = annotations.get(ANNOTATION_PROGRESS)
+    if deleted:  # its last word may not be folded yet: kept a while
+        steps = record_sync.depart(key, meta.get("uid", ""), record_sync.progress_of(
+            meta.get("name", ""), (body.get("spec") or {}).get("nodeName"), text,
+            meta.get("uid", ""), (meta.get("labels") or {}).get(api.LABEL_WRITER),
+            meta.get("creationTimestamp")), time.monotonic())
+    else:
+        steps = record_sync.changed_steps(meta.get("uid", ""), text, False)
     for step in steps:
         _schedule_record_pass(key, step, memo, logger, checkpoint_index,
                               checkpointpolicy_index, peer_pod_index, progress_index)
@@ -470,7 +476,8 @@ def _schedule_record_pass(key: Key, step: int | None, memo: kopf.Memo,
     record = None if step is None else record_name(key[1], step)
 
     def run() -> None:
-        record_sync.summarise(key, record, step, _values(progress, key), memo.config,
+        writers = record_sync.with_departed(key, _values(progress, key), time.monotonic())
+        record_sync.summarise(key, record, step, writers, memo.config,
                               _values(checkpoints, key),
                               next(iter(_values(policies, key)), None), _locks[key], logger)
         # The recovery point on node loss moves with the writers' claims.

@@ -103,6 +103,38 @@ def changed_steps(uid: str, text: str | None, deleted: bool) -> list[int]:
     return sorted(s for s, c in steps.items() if before.get(s) != c)
 
 
+#: Pods deleted lately, with the progress their last event carried: a pod's
+#: final word (an emergency checkpoint's Global, written as it stops) often
+#: lands just before its deletion, after the index already dropped it, so
+#: it is kept until the passes it scheduled have folded it in.
+DEPARTED_KEEP_S = 600.0
+_departed: dict[Key, dict[str, tuple[float, WriterProgress]]] = {}
+
+
+def depart(key: Key, uid: str, gone: WriterProgress | None, now: float) -> list[int]:
+    """Keep a deleted pod's last progress for DEPARTED_KEEP_S; its steps."""
+    with _seen_lock:
+        _seen.pop(uid, None)
+        _refused.pop(uid, None)
+        if gone is None:
+            return []
+        _departed.setdefault(key, {})[uid] = (now, gone)
+    return sorted(gone.steps)
+
+
+def with_departed(key: Key, writers: Iterable[WriterProgress], now: float
+                  ) -> list[WriterProgress]:
+    """The live pods' progress and that of the pods deleted lately."""
+    with _seen_lock:
+        kept = _departed.get(key, {})
+        for uid in [u for u, (at, _) in kept.items() if now - at > DEPARTED_KEEP_S]:
+            del kept[uid]
+        if not kept:
+            _departed.pop(key, None)
+        gone = [w for _, w in kept.values()]
+    return [*writers, *gone]
+
+
 def claims_for(writers: Iterable[WriterProgress], step: int,
                expected: int | None = None) -> dict[int, Claim]:
     """Rank → claim for one step, from every pod that has one and waits for

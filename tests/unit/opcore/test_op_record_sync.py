@@ -182,3 +182,16 @@ def test_only_pods_told_the_records_writer_count_count() -> None:
     assert record_sync.writers_for(four + eight, 7) == 8
     assert record_sync.writers_for(four + eight[:2], 7) == 8
     assert record_sync.writers_for(four, 8) is None
+
+
+def test_a_deleted_pods_last_word_is_kept_until_folded_then_forgotten() -> None:
+    key = ("ns", "departing")
+    gone = record_sync.progress_of("w-1", "n", doc(1, {7: claim("Global")}, writers=2),
+                                   uid(), "1")
+    assert record_sync.depart(key, "uid-gone", gone, now=100.0) == [7]
+    live = [WriterProgress(pod="w-0", node="n", writer=0, writers=2, steps={7: claim("Local")})]
+    writers = record_sync.with_departed(key, live, now=200.0)
+    assert sorted(record_sync.claims_for(writers, 7, 2)) == [0, 1]
+    later = 100.0 + record_sync.DEPARTED_KEEP_S + 1
+    assert record_sync.with_departed(key, live, now=later) == live
+    assert record_sync.depart(key, "uid-none", None, now=100.0) == []
