@@ -28,6 +28,23 @@ class Clock:
         return self.now.timestamp()
 
 
+def _grant_node_leases(cluster: Cluster, namespace: str) -> None:
+    """The documented agent rule in kube-node-lease (docs/rbac.md's third
+    block), bound to the namespace's agent service account."""
+    cluster.kubectl("create", "namespace", "kube-node-lease", check=False)
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "List", "items": [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+             "metadata": {"name": f"agent-{namespace}", "namespace": "kube-node-lease"},
+             "rules": _rules(2, dev_mode=False)},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": f"agent-{namespace}", "namespace": "kube-node-lease"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                         "name": f"agent-{namespace}"},
+             "subjects": [{"kind": "ServiceAccount", "name": "ckptdrain-agent",
+                           "namespace": namespace}]}]}))
+
+
 def test_one_holder_per_writer_and_a_stale_holder_is_replaced(
         cluster: Cluster, namespace: str) -> None:
     kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
@@ -87,18 +104,7 @@ def test_a_long_lease_fails_over_when_the_holders_node_is_gone(
     minute after its holder's node lease went, and the old holder, should it
     still run, is refused at its next commit."""
     kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
-    cluster.kubectl("create", "namespace", "kube-node-lease", check=False)
-    node_lease_role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "List", "items": [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": f"agent-{namespace}", "namespace": "kube-node-lease"},
-         "rules": _rules(2, dev_mode=False)},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": f"agent-{namespace}", "namespace": "kube-node-lease"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                     "name": f"agent-{namespace}"},
-         "subjects": [{"kind": "ServiceAccount", "name": "ckptdrain-agent",
-                       "namespace": namespace}]}]}
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(node_lease_role))
+    _grant_node_leases(cluster, namespace)
     node, elsewhere = f"node-{namespace}", f"other-{namespace}"
     for name in (node, elsewhere):
         cluster.kubectl("apply", "-f", "-", input=json.dumps({
@@ -148,18 +154,7 @@ def test_a_commit_goes_on_two_reads_while_the_lease_and_the_node_are_as_left(
     pod fences it."""
     kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
     node = f"node-{namespace}"
-    cluster.kubectl("create", "namespace", "kube-node-lease", check=False)
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "List", "items": [
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-             "metadata": {"name": f"confirm-{namespace}", "namespace": "kube-node-lease"},
-             "rules": _rules(2, dev_mode=False)},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-             "metadata": {"name": f"confirm-{namespace}", "namespace": "kube-node-lease"},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                         "name": f"confirm-{namespace}"},
-             "subjects": [{"kind": "ServiceAccount", "name": "ckptdrain-agent",
-                           "namespace": namespace}]}]}))
+    _grant_node_leases(cluster, namespace)
     clock = Clock()
 
     def heartbeat(age_s: float) -> None:

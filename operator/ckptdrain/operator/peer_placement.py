@@ -20,7 +20,7 @@ from typing import Any
 from ckptdrain.contract.api import LABEL_POLICY, LABEL_WRITER
 from ckptdrain.contract.peers import ZONE_LABEL, Member, document
 from ckptdrain.contract.record import TIERS
-from ckptdrain.operator.records import summarize
+from ckptdrain.operator.records import parse_rank, summarize
 
 PEERS_KEY = "peers.json"
 #: The pods' Secret: what peer/tls.py reads. The CA's: its key and certificate.
@@ -163,14 +163,6 @@ def peer_status(policy: str, doc: Mapping[str, Any], expected: int,
             "secret": peer_secret_name(policy)}
 
 
-def _int(value: object) -> int | None:
-    if type(value) is int and value >= 0:
-        return value
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
-        return int(value)
-    return None
-
-
 def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
                           expected: int, local_keep: int, peer_keep: int,
                           progress: Iterable[Any] = ()) -> int | None:
@@ -190,11 +182,11 @@ def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str,
     node_of: dict[int, str] = {}
     holder_of: dict[int, int | None] = {}
     for key, entry in writers.items():
-        rank = _int(key)
+        rank = parse_rank(key)
         if rank is None or not isinstance(entry, Mapping) or not entry.get("node"):
             continue
         node_of[rank] = str(entry["node"])
-        holder_of[rank] = _int(entry.get("holder"))
+        holder_of[rank] = parse_rank(entry.get("holder"))
     running = set(node_of)
     for rank in range(expected):
         # Not running: a node of its own that holds nothing but its loss.
@@ -215,14 +207,14 @@ def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str,
             local[rank].add(step)
         # A peer copy counts only where the claim says its current holder
         # has it, on the node that holder runs on now.
-        named = _int(peer_holder)
+        named = parse_rank(peer_holder)
         if "peer" in tiers and named is not None and named == holder_of.get(rank) \
                 and peer_node == node_of.get(named):
             peer[rank].add(step)
 
     for rec in records:
         status = rec.get("status") or {}
-        step = _int((rec.get("spec") or {}).get("step"))
+        step = parse_rank((rec.get("spec") or {}).get("step"))
         if step is None:
             continue
         state = summarize(rec).state
@@ -233,7 +225,7 @@ def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str,
             complete.add(step)
         for writer, claim in (status.get("writers") or {}).items():
             if isinstance(claim, Mapping):
-                held(_int(writer), step, claim.get("state"), claim.get("tiers") or (),
+                held(parse_rank(writer), step, claim.get("state"), claim.get("tiers") or (),
                      claim.get("node"), claim.get("peerHolder"), claim.get("peerNode"))
     for w in progress:
         for step, c in w.steps.items():

@@ -51,11 +51,13 @@ class Summary:
 MAX_FAILURES = 5
 
 
-def _rank(writer: object) -> int | None:
-    if type(writer) is int and writer >= 0:
-        return writer
-    if isinstance(writer, str) and writer.isascii() and writer.isdigit() and len(writer) < 10:
-        return int(writer)
+def parse_rank(value: object) -> int | None:
+    """A rank (or step) as records and documents spell it: an int ≥ 0 or its
+    digits (at most nine); None for anything else."""
+    if type(value) is int and value >= 0:
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10:
+        return int(value)
     return None
 
 
@@ -65,26 +67,20 @@ def rank_states(status: Mapping[str, Any]) -> dict[int, str]:
     the operator folds in, so they migrate as they are touched)."""
     states = _ranged(status)
     for writer, claim in (status.get("writers") or {}).items():
-        rank = _rank(writer)
+        rank = parse_rank(writer)
         if rank is not None and isinstance(claim, Mapping) and claim.get("state") in STATES:
             states[rank] = str(claim["state"])
     return states
 
 
 def _ranged(status: Mapping[str, Any]) -> dict[int, str]:
-    """The writers' states as the operator last folded them (status.ranks)."""
-    states: dict[int, str] = {}
+    """The writers' states as the operator last folded them (status.ranks);
+    a hand-edited range that does not parse says nothing of its ranks."""
     ranks = status.get("ranks")
-    if isinstance(ranks, Mapping):
-        for state in (s for s in STATES if s in ranks):
-            try:
-                spans = decode_ranks(str(ranks.get(state) or ""), f"status.ranks.{state}")
-            except InvalidInput:
-                continue  # a hand-edited record: what it says of these ranks is lost
-            for low, high in spans[:_MAX_SPANS]:
-                for rank in range(low, min(high, low + _MAX_RANKS) + 1):
-                    states[rank] = state
-    return states
+    if not isinstance(ranks, Mapping):
+        return {}
+    return {rank: state for state in STATES if state in ranks
+            for rank in _spans(ranks.get(state), f"status.ranks.{state}")}
 
 
 _MAX_SPANS = 100_000
@@ -149,7 +145,8 @@ def fold(record: Mapping[str, Any], claims: Mapping[int, Claim], now: datetime
     status = record.get("status") or {}
     expected = int(spec.get("writers", 1))
     migrated = "ranks" not in status
-    legacy = {r: c for r, c in ((_rank(w), c) for w, c in (status.get("writers") or {}).items())
+    claimed = (status.get("writers") or {}).items()
+    legacy = {r: c for r, c in ((parse_rank(w), c) for w, c in claimed)
               if r is not None and r < expected and isinstance(c, Mapping)}
     sources: dict[int, Claim] = {r: _legacy_claim(c) for r, c in legacy.items()}
     if migrated:
