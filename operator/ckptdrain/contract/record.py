@@ -2,13 +2,15 @@
 `kubectl get checkpoints` shows each checkpoint, its tiers, size and state.
 Pure: builders of the objects and patches both sides send.
 
-Who writes what (so that nobody overwrites anybody):
-- each agent creates the record if absent (deterministic name, so racing
-  agents make one record) and merge-patches only `status.writers.<its id>`
-  (`writer_patch`);
-- the operator derives the aggregate (`state`, `size`, `tiers`, `writers`
-  summary, `completionTime`) from the writers' claims and applies retention
-  (operator/records.py).
+Who writes what: the operator alone. Each writer reports its progress on
+its own pod (contract/progress.py); the operator makes the record when a
+writer first names the step and folds the reports into rank ranges and the
+aggregate (`state`, `size`, `tiers`, `writersReady`, `completionTime`),
+then applies retention (operator/records.py).
+
+`writer_patch` is the per-writer claim older agents patched into
+`status.writers.<id>`; the operator still folds such claims in, and the
+tests build legacy records with it.
 """
 
 from __future__ import annotations
