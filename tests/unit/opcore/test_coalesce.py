@@ -70,3 +70,76 @@ def test_an_ask_due_sooner_brings_the_pending_pass_forward() -> None:
     _wait(done)
     time.sleep(0.2)
     assert len(runs) == 1 and runs[0] < 5
+
+
+def test_one_keys_passes_never_overlap_and_an_ask_during_a_pass_runs_after_it() -> None:
+    c = Coalescer("test")
+    inside, release, second = threading.Event(), threading.Event(), threading.Event()
+    active, most = [0], [0]
+    lock = threading.Lock()
+
+    def run() -> None:
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            if not inside.is_set():
+                inside.set()
+                assert release.wait(5)
+            else:
+                second.set()
+        finally:
+            with lock:
+                active[0] -= 1
+
+    c.schedule("k", run, LOG, 0.0)
+    assert inside.wait(5)
+    assert c.schedule("k", run, LOG, 0.0)  # asked while the first pass runs
+    time.sleep(0.2)
+    assert not second.is_set(), "the second pass started beside the first"
+    release.set()
+    _wait(second)
+    assert most[0] == 1
+
+
+def test_a_thousand_keys_due_at_once_run_on_a_few_threads() -> None:
+    c = Coalescer("test", workers=3)
+    release = threading.Event()
+    active, most, done = [0], [0], []
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    def run(n: int) -> None:
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        release.wait(5)
+        with lock:
+            active[0] -= 1
+            done.append(n)
+            if len(done) == 1000:
+                finished.set()
+
+    threads_before = threading.active_count()
+    for n in range(1000):
+        c.schedule(("policy", n), lambda n=n: run(n), LOG, 0.0)
+    time.sleep(0.2)
+    assert threading.active_count() - threads_before <= 3
+    assert c.pending() == 1000 - 3
+    release.set()
+    _wait(finished)
+    assert most[0] == 3 and sorted(done) == list(range(1000))
+
+
+def test_keys_run_earliest_due_first() -> None:
+    c = Coalescer("test", workers=1)
+    order: list[str] = []
+    done = threading.Event()
+    gate = threading.Event()
+    c.schedule("block", lambda: gate.wait(5), LOG, 0.0)
+    time.sleep(0.05)
+    c.schedule("late", lambda: (order.append("late"), done.set()), LOG, 0.3)
+    c.schedule("early", lambda: order.append("early"), LOG, 0.1)
+    gate.set()
+    _wait(done)
+    assert order == ["early", "late"]
