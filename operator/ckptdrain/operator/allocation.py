@@ -72,7 +72,8 @@ class ClusterShare:
 def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None
                    ) -> dict[K, ClusterShare]:
     """Each policy's budget: what it wants, scaled down together to fit the cluster cap."""
-    total = sum(wanted.values())
+    # Exactly rounded, so the budgets do not depend on the order policies are listed in.
+    total = math.fsum(wanted.values())
     factor = 1.0
     if cluster_cap is not None and total > cluster_cap and total > 0:
         factor = cluster_cap / total

@@ -26,6 +26,7 @@ from ckptdrain.contract.record import record_name
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import (
     allocation,
+    budgets,
     goodput_sync,
     kube,
     leadership,
@@ -71,6 +72,9 @@ _joint_last: dict[Key, tuple[sizing.Sizing, allocation.ClusterShare]] = {}
 #: One joint pass at a time: an older pass finishing after a newer one would
 #: write its older budgets and leave `_joint_last` agreeing with them.
 _joint_lock = threading.Lock()
+#: Parsed policies and the last joint split, so a pass re-parses and re-sizes
+#: only what changed (budgets.py).
+_joint = budgets.JointBudgets()
 
 
 def _now() -> datetime:
@@ -241,6 +245,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
         _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
     if event.get("type") == "DELETED":
         _joint_last.pop(key, None)
+        _joint.forget(key)
         share_channel.forget(key)
         _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
         meta = (event.get("object") or {}).get("metadata") or {}
@@ -259,20 +264,14 @@ def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
              pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
-             ) -> dict[Key, tuple[sizing.Sizing, allocation.ClusterShare, pol.Policy]]:
+             ) -> dict[Key, budgets.Budget]:
     """Each valid policy's sizing under the joint budget (its own cap applied,
     then the cluster cap jointly); `fresh` overrides what the index holds."""
-    parsed: dict[Key, pol.Policy] = {}
-    for key in policies:
-        for body in _values(policies, key):
-            try:
-                parsed[key] = _parse(cfg, body, len(_values(pods, key)))
-            except InvalidInput:
-                continue
-    parsed.update(fresh or {})
-    joint = allocation.joint_sizing({k: p.sizing_input for k, p in parsed.items()},
-                                    cfg.cluster_bandwidth)
-    return {key: (s, share, parsed[key]) for key, (s, share) in joint.items()}
+    bodies = {key: body for key in list(policies)
+              for body in _values(policies, key)[:1]}
+    return _joint.compute(bodies, {key: len(_values(pods, key)) for key in bodies},
+                          cfg.cluster_bandwidth, lambda body, n: _parse(cfg, dict(body), n),
+                          cfg, fresh)
 
 
 def _rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
@@ -309,8 +308,7 @@ def _disagrees(body: Mapping[str, Any], sized: sizing.Sizing,
 
 def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                pods: kopf.Index[Key, Any], logger: logging.Logger,
-               joint: dict[Key, tuple[sizing.Sizing, allocation.ClusterShare, pol.Policy]]
-               | None = None) -> None:
+               joint: dict[Key, budgets.Budget] | None = None) -> None:
     with _locks[key], metrics.reconciling("allocation"):
         mine = (_budgets(cfg, policies, pods) if joint is None else joint).get(key)
         if mine is None:

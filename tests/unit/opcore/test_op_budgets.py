@@ -1,0 +1,142 @@
+"""operator/budgets.py: the remembered joint budgets equal a fresh parse and
+joint sizing of every policy, whatever changed between asks, and only what
+changed is parsed again."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from ckptdrain.operator import allocation, config, policy
+from ckptdrain.operator.budgets import JointBudgets
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", cluster_bandwidth=200e9)
+Key = tuple[str, str]
+
+
+def body(name: str, generation: int, uid: str = "", **over: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": name}},
+        "model": {"checkpointBytes": f"{100 + 10 * generation}GB"}, "interval": "15m",
+        "localTier": {"path": "/mnt/ckptdrain/nvme"},
+        "storage": {"uri": "s3://bucket/prefix"},
+    }
+    spec.update(over)
+    return {"metadata": {"namespace": "ns", "name": name, "uid": uid or f"uid-{name}",
+                         "generation": generation}, "spec": spec}
+
+
+class Parser:
+    def __init__(self, cfg: config.OperatorConfig = CFG) -> None:
+        self.cfg, self.calls = cfg, 0
+
+    def __call__(self, b: Mapping[str, Any], drainers: int) -> policy.Policy:
+        self.calls += 1
+        return policy.parse(b["metadata"]["namespace"], b["metadata"]["name"], b["spec"],
+                            self.cfg, drainers=drainers)
+
+
+def fresh_answer(bodies: Mapping[Key, Mapping[str, Any]], drainers: Mapping[Key, int],
+                 cfg: config.OperatorConfig = CFG) -> dict[Key, Any]:
+    """What the operator computed before the memo: everything parsed again."""
+    parsed = {}
+    for key, b in bodies.items():
+        try:
+            parsed[key] = policy.parse(key[0], key[1], b["spec"], cfg,
+                                       drainers=max(1, drainers.get(key, 0)))
+        except policy.InvalidInput:
+            continue
+    joint = allocation.joint_sizing({k: p.sizing_input for k, p in parsed.items()},
+                                    cfg.cluster_bandwidth)
+    return {k: (s, share, parsed[k]) for k, (s, share) in joint.items()}
+
+
+def test_equal_to_a_fresh_joint_sizing_through_random_changes() -> None:
+    rng = random.Random(7)
+    memo, parse = JointBudgets(), Parser()
+    bodies: dict[Key, dict[str, Any]] = {}
+    drainers: dict[Key, int] = {}
+    generation = 0
+    for _ in range(300):
+        what = rng.random()
+        name = f"p{rng.randrange(12)}"
+        key = ("ns", name)
+        if what < 0.35:  # a spec change (or a new policy)
+            generation += 1
+            bodies[key] = body(name, generation)
+        elif what < 0.45:  # an invalid spec
+            generation += 1
+            bodies[key] = body(name, generation, interval="never")
+        elif what < 0.55 and key in bodies:  # deleted, maybe back as another policy
+            del bodies[key]
+            memo.forget(key)
+        else:  # pods come and go
+            drainers[key] = rng.randrange(0, 50)
+        got = memo.compute(bodies, drainers, CFG.cluster_bandwidth, parse, CFG)
+        assert got == fresh_answer(bodies, drainers)
+    assert parse.calls < 150  # re-parsed on spec changes only, not on every ask
+
+
+def test_asks_without_a_change_parse_nothing_and_pods_move_only_the_per_drainer_figure(
+) -> None:
+    memo, parse = JointBudgets(), Parser()
+    bodies = {("ns", f"p{i}"): body(f"p{i}", 1) for i in range(100)}
+    first = memo.compute(bodies, {}, CFG.cluster_bandwidth, parse, CFG)
+    assert parse.calls == 100
+    again = memo.compute(bodies, {("ns", "p3"): 8}, CFG.cluster_bandwidth, parse, CFG)
+    assert parse.calls == 100
+    assert again[("ns", "p3")][0].per_drainer_bandwidth == pytest.approx(
+        first[("ns", "p3")][0].allowed_bandwidth / 8)
+    assert again[("ns", "p3")][2].sizing_input.drainers == 8
+    assert {k: v[1] for k, v in again.items()} == {k: v[1] for k, v in first.items()}
+
+
+def test_a_body_without_uid_or_generation_is_always_parsed_again() -> None:
+    memo, parse = JointBudgets(), Parser()
+    b = body("p", 1)
+    del b["metadata"]["generation"]
+    memo.compute({("ns", "p"): b}, {}, None, parse, CFG)
+    b["spec"]["interval"] = "30m"  # the same object, changed: nothing to tell by
+    got = memo.compute({("ns", "p"): b}, {}, CFG.cluster_bandwidth, parse, CFG)
+    assert parse.calls == 2
+    assert got == fresh_answer({("ns", "p"): b}, {})
+
+
+def test_a_recreated_policy_with_the_same_generation_is_parsed_again() -> None:
+    memo, parse = JointBudgets(), Parser()
+    memo.compute({("ns", "p"): body("p", 1, uid="a")}, {}, None, parse, CFG)
+    got = memo.compute({("ns", "p"): body("p", 1, uid="b", interval="30m")}, {}, None,
+                       parse, CFG)
+    assert got[("ns", "p")][0].local_interval_s == 1800
+
+
+def test_a_fresh_policy_overrides_the_index() -> None:
+    memo, parse = JointBudgets(), Parser()
+    bodies = {("ns", "a"): body("a", 1), ("ns", "b"): body("b", 1)}
+    newer = policy.parse("ns", "a", body("a", 9)["spec"], CFG, drainers=3)
+    got = memo.compute(bodies, {}, CFG.cluster_bandwidth, parse, CFG, {("ns", "a"): newer})
+    assert got[("ns", "a")][2] is newer
+    assert got[("ns", "a")][1].wanted == pytest.approx(190e9 / 90)
+    # The fresh one is not remembered as the index's.
+    plain = memo.compute(bodies, {}, CFG.cluster_bandwidth, parse, CFG)
+    assert plain == fresh_answer(bodies, {})
+
+
+def test_another_configuration_starts_a_new_memo() -> None:
+    memo = JointBudgets()
+    bodies = {("ns", "p"): body("p", 1)}
+    memo.compute(bodies, {}, None, Parser(), CFG)
+    narrow = config.OperatorConfig(allowed_root="/elsewhere", cluster_bandwidth=1e9)
+    got = memo.compute(bodies, {}, narrow.cluster_bandwidth, Parser(narrow), narrow)
+    assert got == {}  # its local path is outside the new allowed root: invalid now
+
+
+def test_policies_gone_without_a_word_are_not_remembered_for_ever() -> None:
+    memo, parse = JointBudgets(), Parser()
+    for round_ in range(20):  # 20 generations of 50 policies, never forgotten
+        bodies = {("ns", f"r{round_}-{i}"): body(f"r{round_}-{i}", 1) for i in range(50)}
+        memo.compute(bodies, {}, None, parse, CFG)
+    assert len(memo._parsed) <= 2 * 50 + 64
