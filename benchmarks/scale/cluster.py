@@ -32,6 +32,10 @@ _SAMPLE = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
+#: The allocator the chart's Deployment sets (charts/ckptdrain/templates/deployment.yaml).
+DEPLOYED_MALLOC = "malloc"
+
+
 @dataclass(frozen=True)
 class Parts:
     cluster: apiserver.Cluster
@@ -50,7 +54,8 @@ def running(workdir: Path, cluster_cap: str | None) -> Iterator[Parts]:
         # As deployed: the watchdog's default period (not the tests' 1 s) and
         # no debug logging, whose cost is not the operator's.
         op = OperatorProcess(cluster, workdir / "operator", verbose=False,
-                             CKPTDRAIN_WATCHDOG_PERIOD="30s", **env)
+                             CKPTDRAIN_WATCHDOG_PERIOD="30s", PYTHONMALLOC=DEPLOYED_MALLOC,
+                             **env)
         op.start(timeout_s=120)
         try:
             yield Parts(cluster, op)

@@ -84,3 +84,14 @@ def test_several_replicas_without_peering_are_refused(tools: Tools) -> None:
     assert result.returncode != 0
     assert "operator.peering must be true with more than one replica" in result.stderr
     _objects(tools, "--set", "operator.peering=false", "--set", "operator.replicas=1")
+
+
+def test_the_scale_harness_runs_the_operator_with_the_deployed_allocator(tools: Tools) -> None:
+    """docs/scale.md's memory figures are the deployed operator's only if the
+    harness sets the allocator the Deployment sets."""
+    from benchmarks.scale.cluster import DEPLOYED_MALLOC
+
+    deployment = _one(_objects(tools), "Deployment")
+    env = {e["name"]: e.get("value")
+           for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["PYTHONMALLOC"] == DEPLOYED_MALLOC == "malloc"

@@ -44,6 +44,9 @@ def run_parsed(args: argparse.Namespace) -> int:
         print(f"ckptdrain operator: {error}", file=sys.stderr)
         return error.exit_code
 
+    from ckptdrain.operator import heap
+    heap.start()  # before the threads that allocate: see heap.py
+
     import kopf
     from prometheus_client import start_http_server
 
