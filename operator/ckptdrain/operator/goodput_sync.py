@@ -1,9 +1,10 @@
 """Goodput into the policy status: the operator's thin edge of goodput.py.
 
 Pods carry what their agent and restore saw (`ckptdrain.io/goodput`,
-`ckptdrain.io/restore-result`); an index keeps the live pods' views, and
-each pod event folds them (plus the event's own pod, which may be leaving)
-into `status.goodput` with one status patch, only when something changed.
+`ckptdrain.io/restore-result`); an index keeps the live pods' views. A pod
+event that changes what the status depends on asks for a fold (`observe`),
+and one coalesced fold per policy takes in every view (plus those of pods
+that left since) with one status patch, only when something changed.
 A failed restore also sets `status.lastRestoreFailure` and posts a Warning.
 
 State lives in the status: a restarted operator re-reads it and merges the
@@ -35,6 +36,8 @@ _failures: dict[Key, dict[str, Any]] = {}
 #: and then cost no pass over the policy's pods. One entry per pod.
 _seen: dict[tuple[str, str], tuple[Any, ...]] = {}
 _seen_lock = threading.Lock()
+#: Per policy: views of pods deleted before a fold took in their last word.
+_departed: dict[Key, dict[str, goodput.PodView]] = {}
 
 
 def _signature(view: goodput.PodView) -> tuple[Any, ...]:
@@ -62,32 +65,37 @@ def _since(policy: Mapping[str, Any]) -> float:
         return datetime.now(UTC).timestamp()
 
 
-def observe(key: Key, name: str, meta: Mapping[str, Any], policy: Mapping[str, Any] | None,
-            live: list[goodput.PodView], deleted: bool = False) -> None:
-    """Fold one pod event into the policy's goodput status (and its failure, if any)."""
+def observe(key: Key, name: str, meta: Mapping[str, Any], deleted: bool = False) -> bool:
+    """Whether this pod event changed what the policy's goodput status depends
+    on: then a `fold` is due. A leaving pod's last view is kept for that fold
+    (the index no longer has it)."""
     mine = goodput.pod_view(name, meta)
+    if mine is None:
+        return False
     pod_key = (key[0], name)
-    if mine is None or policy is None:
-        return
     signature = _signature(mine)
     with _seen_lock:
         if deleted:
-            seen = _seen.pop(pod_key, None)
-        else:
-            seen, _seen[pod_key] = _seen.get(pod_key), signature
-    if seen == signature:
-        return
-    try:
-        _fold(key, name, mine, policy, live)
-    except Exception:
-        with _seen_lock:  # not folded: the pod's next event tries again
+            # Its view leaves the index with it, maybe before a fold asked for
+            # earlier ran: kept for the next fold (folding it twice is harmless).
             _seen.pop(pod_key, None)
-        raise
+            _departed.setdefault(key, {})[name] = mine
+            return True
+        seen, _seen[pod_key] = _seen.get(pod_key), signature
+    return seen != signature
 
 
-def _fold(key: Key, name: str, mine: goodput.PodView, policy: Mapping[str, Any],
-          live: list[goodput.PodView]) -> None:
-    pods = [p for p in live if p.name != name] + [mine]
+def fold(key: Key, policy: Mapping[str, Any] | None, live: list[goodput.PodView]) -> None:
+    """Every pod's view (the live ones, and those that left since the last
+    fold) into the policy's `status.goodput`, with one status patch, only
+    when something changed; and the newest failed restore, if newer than the
+    one reported. One pass per policy for a burst of events: a job's restart
+    is thousands of them."""
+    if policy is None:
+        return
+    with _seen_lock:
+        departed = dict(_departed.get(key) or {})
+    pods = [p for p in live if p.name not in departed] + list(departed.values())
     status = policy.get("status") or {}
     spec = policy.get("spec") or {}
     now = datetime.now(UTC).timestamp()
@@ -100,26 +108,35 @@ def _fold(key: Key, name: str, mine: goodput.PodView, policy: Mapping[str, Any],
         change: dict[str, Any] = {}
         if new is not None:
             change["goodput"] = new
-        failure = goodput.restore_failure([mine])
+        failure = goodput.restore_failure(pods)
         before = _failures.get(key) or status.get("lastRestoreFailure")
         if failure is not None and (before is None or failure["startedAt"] > float(
                 before.get("startedAt") or 0)):
             change["lastRestoreFailure"] = failure
-        if not change:
-            return
-        kube.patch_status(api.POLICIES, key[0], key[1], change)
-        if new is not None:
-            _written[key] = new
-            goodput_metrics.publish(key, new)
-        if "lastRestoreFailure" in change:
-            _failures[key] = failure  # type: ignore[assignment]
-            kube.post_event(policy, api.KIND_POLICY, "RestoreFailed",
-                            f"pod {name} (writer {mine.writer}): restore "
-                            f"{failure['outcome']}: {failure['reason']}")  # type: ignore[index]
+        if change:
+            kube.patch_status(api.POLICIES, key[0], key[1], change)
+            if new is not None:
+                _written[key] = new
+                goodput_metrics.publish(key, new)
+            if "lastRestoreFailure" in change:
+                _failures[key] = failure  # type: ignore[assignment]
+                kube.post_event(policy, api.KIND_POLICY, "RestoreFailed",
+                                f"pod {failure['pod']} (writer {failure['writer']}): "  # type: ignore[index]
+                                f"restore {failure['outcome']}: "  # type: ignore[index]
+                                f"{failure['reason']}")  # type: ignore[index]
+    with _seen_lock:  # folded: no longer needed (a view that came since stays)
+        left = _departed.get(key) or {}
+        for name, view in departed.items():
+            if left.get(name) is view:
+                del left[name]
+        if not left:
+            _departed.pop(key, None)
 
 
 def forget(key: Key) -> None:
     """A deleted policy: drop what is kept for it."""
+    with _seen_lock:
+        _departed.pop(key, None)
     _written.pop(key, None)
     _failures.pop(key, None)
     goodput_metrics.forget(key)
