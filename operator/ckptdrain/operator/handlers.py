@@ -51,6 +51,10 @@ MAX_RESTORES = 10
 #: so a burst of N pods costs a few passes over N pods, not N passes.
 REBALANCE_DELAY_S = 0.5
 RETRY_DELAY_S = 5.0
+#: Objects whose events are handled at once, per watched kind, and how long
+#: an object's worker waits for its next event before giving up its slot.
+EVENT_WORKERS = 64
+IDLE_WORKER_S = 0.2
 Key = tuple[str, str]
 #: Not a policy (no policy is nameless): the one coalesced pass that
 #: re-statuses and rebalances every policy whose joint budget moved.
@@ -77,6 +81,21 @@ _joint_lock = threading.Lock()
 _joint = budgets.JointBudgets()
 
 
+class PodlessDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """Kopf's diff base, but none for pods. Kopf builds an object's essence
+    (two deep copies of the whole object) on every event of every watched
+    kind, to detect changes for create/update/resume handlers; pods have no
+    such handlers here, only indexes and event handlers, and at a
+    checkpoint's burst those copies were the largest part of the operator's
+    work and of its memory peak (docs/scale.md, "Operator memory")."""
+
+    def build(self, *, body: kopf.Body,
+              extra_fields: Any = None) -> kopf.BodyEssence:
+        if body.get("kind") == "Pod" and body.get("apiVersion") == "v1":
+            return kopf.BodyEssence()
+        return super().build(body=body, extra_fields=extra_fields)
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -92,7 +111,7 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     cfg: OperatorConfig = memo.config
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = PodlessDiffBase(
         prefix=PREFIX, key="last-handled-configuration")
     settings.peering.name = cfg.peering
     settings.peering.mandatory = False  # without Kopf's peering CRDs: run, and warn
@@ -109,6 +128,13 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
+    # At most this many objects' events in hand at once. A checkpoint brings
+    # every writer's pod event within a second; handled all at once, each
+    # whole pod object stays alive until its turn, and the memory peak grows
+    # with the job. Past the limit the watch stream is simply read later.
+    # An idle object's worker leaves its slot soon (Kopf's default is 5 s).
+    settings.queueing.worker_limit = EVENT_WORKERS
+    settings.queueing.idle_timeout = IDLE_WORKER_S
     if cfg.webhook_port:
         settings.admission.server = webhook.build_server(cfg, logger)
         settings.admission.managed = cfg.webhook_managed or None
@@ -246,6 +272,8 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
     if event.get("type") == "DELETED":
         _joint_last.pop(key, None)
         _joint.forget(key)
+        with _restores_lock:
+            _restores_new.pop(key, None)
         share_channel.forget(key)
         _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
         meta = (event.get("object") or {}).get("metadata") or {}
@@ -398,14 +426,13 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
     if not steps:  # a record pass schedules the peer tier's after it
         _schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
                         checkpoint_index, logger, progress_index)
-    goodput_sync.observe(key, meta.get("name", ""), meta,
-                         next(iter(_values(checkpointpolicy_index, key)), None),
-                         _values(goodput_index, key), deleted=event.get("type") == "DELETED")
+    if goodput_sync.observe(key, meta.get("name", ""), meta, deleted=deleted):
+        _schedule_goodput(key, logger, checkpointpolicy_index, goodput_index)
     source = annotations.get(api.ANNOTATION_RESTORED)
     uid = meta.get("uid", "")
     metrics.observe_pod_restore(namespace, key[1], uid, body.get("status") or {},
-                                deleted=event.get("type") == "DELETED")
-    if event.get("type") == "DELETED":
+                                deleted=deleted)
+    if deleted:
         with _restores_lock:
             _restores_seen.pop(uid, None)
     elif source:
@@ -413,12 +440,19 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
             if _restores_seen.get(uid) == source:
                 return
             _restores_seen[uid] = source
-        try:
-            _record_restore(key, meta.get("name", ""), source, body, checkpointpolicy_index)
-        except Exception:
-            with _restores_lock:  # not recorded: the pod's next event tries again
-                _restores_seen.pop(uid, None)
-            raise
+            _restores_new.setdefault(key, {})[meta.get("name", "")] = (
+                source, api.timestamp(_now()))
+        kopf.info(body, reason="Restored", message=f"started from {source} ({key[1]})")
+        _restores.schedule(key, lambda: _record_restores(key, checkpointpolicy_index),
+                           logger, RECORD_DELAY_S)
+
+
+def _schedule_goodput(key: Key, logger: logging.Logger, policies: kopf.Index[Key, Any],
+                      views: kopf.Index[Key, Any]) -> None:
+    """One goodput fold per policy for a burst of pod events (goodput_sync.py)."""
+    _goodput_passes.schedule(key, lambda: goodput_sync.fold(
+        key, next(iter(_values(policies, key)), None), _values(views, key)),
+        logger, RECORD_DELAY_S)
 
 
 #: Pods (by uid) whose restore is already in their policy's status. The status
@@ -428,21 +462,40 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
 #: status patch and an Event each. One entry per live pod; a restart forgets
 #: them, which costs at most one more record per pod.
 _restores_seen: dict[str, str] = {}
+#: Per policy: restores seen but not yet in the status (pod -> (source, time)).
+_restores_new: dict[Key, dict[str, tuple[str, str]]] = {}
 _restores_lock = threading.Lock()
+#: A job's restart is a restore per writer at once: one status patch per
+#: policy for the burst, not one per pod.
+_restores = Coalescer("recording restores", RETRY_DELAY_S)
+_goodput_passes = Coalescer("folding goodput", RETRY_DELAY_S)
 
 
-def _record_restore(key: Key, pod: str, source: str, body: kopf.Body,
-                    policies: kopf.Index[Key, Any]) -> None:
-    """Which checkpoint a restored pod started from, in the policy's status (once)."""
+def _record_restores(key: Key, policies: kopf.Index[Key, Any]) -> None:
+    """Which checkpoints the policy's newly restored pods started from, in its
+    status (the newest MAX_RESTORES); a failed patch keeps them for the retry."""
+    with _restores_lock:
+        fresh = dict(_restores_new.get(key) or {})
+    if not fresh:
+        return
     status = next(iter(_values(policies, key)), {}).get("status") or {}
     restores = list(status.get("restores") or [])
-    if any(r.get("pod") == pod and r.get("source") == source for r in restores):
-        return
-    entry = {"pod": pod, "source": source, "time": api.timestamp(_now())}
-    kube.patch_status(api.POLICIES, key[0], key[1],
-                      {"restores": [entry, *restores][:MAX_RESTORES]})
-    metrics.observe_restored(key[0], key[1], source)
-    kopf.info(body, reason="Restored", message=f"started from {source} ({key[1]})")
+    added = [{"pod": pod, "source": source, "time": at}
+             for pod, (source, at) in sorted(fresh.items(), key=lambda kv: kv[1][1],
+                                             reverse=True)
+             if not any(r.get("pod") == pod and r.get("source") == source for r in restores)]
+    if added:
+        kube.patch_status(api.POLICIES, key[0], key[1],
+                          {"restores": [*added, *restores][:MAX_RESTORES]})
+        for entry in added:
+            metrics.observe_restored(key[0], key[1], entry["source"])
+    with _restores_lock:
+        left = _restores_new.get(key) or {}
+        for pod, entry in fresh.items():
+            if left.get(pod) == entry:
+                del left[pod]
+        if not left:
+            _restores_new.pop(key, None)
 
 
 # -- checkpoint records: completion, retention, recovery point ------------------

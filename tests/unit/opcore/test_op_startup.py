@@ -28,3 +28,24 @@ def test_pods_are_selected_server_side_and_priority_is_shared() -> None:
     assert list(settings.watching.label_selectors.collect(POLICIES)) == []
     assert settings.peering.priority == leadership.PRIORITY
     assert leadership.active()  # standalone: always the one that reconciles
+
+
+def test_pods_get_no_diff_base_and_need_none() -> None:
+    """Kopf copies each object twice per event to build its diff base; pods
+    skip it, which is right only while no create/update/resume handler
+    watches pods."""
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = True
+    handlers.operator_startup(settings=settings,
+                              memo=kopf.Memo(config=OperatorConfig(webhook_port=0)),
+                              logger=logging.getLogger("test"))
+    storage = settings.persistence.diffbase_storage
+    registry = kopf.get_default_registry()
+    assert not registry._changing.has_handlers(resource=PODS)
+    assert registry._changing.has_handlers(resource=POLICIES)  # the check can see some
+    pod = kopf.Body({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                     "spec": {"containers": [{"name": "trainer"}]}})
+    assert storage.build(body=pod) == {}
+    policy = kopf.Body({"apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy",
+                        "metadata": {"name": "p"}, "spec": {"interval": "15m"}})
+    assert storage.build(body=policy) == {"spec": {"interval": "15m"}}
