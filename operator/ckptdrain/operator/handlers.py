@@ -33,6 +33,7 @@ from ckptdrain.operator import (
     metrics,
     peer_sync,
     record_sync,
+    restores,
     share_channel,
     watchdog,
     webhook,
@@ -46,7 +47,6 @@ PREFIX = api.GROUP
 POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
 CHECKPOINTS = (api.GROUP, api.VERSION, api.CHECKPOINTS)
 INJECTED = {api.ANNOTATION_INJECTED: kopf.PRESENT}
-MAX_RESTORES = 10
 #: Pod events within this window are coalesced into one rebalance per policy,
 #: so a burst of N pods costs a few passes over N pods, not N passes.
 REBALANCE_DELAY_S = 0.5
@@ -66,6 +66,8 @@ _rebalances = Coalescer("rebalancing", RETRY_DELAY_S)
 #: pass per burst of claims, not one per claim (thousands per checkpoint).
 _record_passes = Coalescer("summarising checkpoint records", RETRY_DELAY_S)
 RECORD_DELAY_S = 0.5
+#: Goodput into the policy status: one fold per policy per burst (goodput_sync.py).
+_goodput_passes = Coalescer("folding goodput", RETRY_DELAY_S)
 #: Each policy's sizing and cluster share as the last joint pass computed
 #: them. A policy's own reconcile may patch a budget computed before every
 #: policy was indexed, and another writer of the conditions may patch from an
@@ -272,8 +274,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
     if event.get("type") == "DELETED":
         _joint_last.pop(key, None)
         _joint.forget(key)
-        with _restores_lock:
-            _restores_new.pop(key, None)
+        restores.forget(key)
         share_channel.forget(key)
         _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
         meta = (event.get("object") or {}).get("metadata") or {}
@@ -287,7 +288,7 @@ def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: kwargs[k] for k in names}
 
 
-# -- pods: bandwidth shares and restores ----------------------------------------
+# -- pods: bandwidth shares, goodput, restores (restores.py) -------------------
 
 
 def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
@@ -428,23 +429,15 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
                         checkpoint_index, logger, progress_index)
     if goodput_sync.observe(key, meta.get("name", ""), meta, deleted=deleted):
         _schedule_goodput(key, logger, checkpointpolicy_index, goodput_index)
-    source = annotations.get(api.ANNOTATION_RESTORED)
     uid = meta.get("uid", "")
     metrics.observe_pod_restore(namespace, key[1], uid, body.get("status") or {},
                                 deleted=deleted)
-    if deleted:
-        with _restores_lock:
-            _restores_seen.pop(uid, None)
-    elif source:
-        with _restores_lock:
-            if _restores_seen.get(uid) == source:
-                return
-            _restores_seen[uid] = source
-            _restores_new.setdefault(key, {})[meta.get("name", "")] = (
-                source, api.timestamp(_now()))
+    source = annotations.get(api.ANNOTATION_RESTORED)
+    if restores.observe(key, uid, meta.get("name", ""), source, deleted,
+                        api.timestamp(_now())):
         kopf.info(body, reason="Restored", message=f"started from {source} ({key[1]})")
-        _restores.schedule(key, lambda: _record_restores(key, checkpointpolicy_index),
-                           logger, RECORD_DELAY_S)
+        restores.schedule(key, lambda: next(iter(_values(checkpointpolicy_index, key)), None),
+                          logger)
 
 
 def _schedule_goodput(key: Key, logger: logging.Logger, policies: kopf.Index[Key, Any],
@@ -454,48 +447,6 @@ def _schedule_goodput(key: Key, logger: logging.Logger, policies: kopf.Index[Key
         key, next(iter(_values(policies, key)), None), _values(views, key)),
         logger, RECORD_DELAY_S)
 
-
-#: Pods (by uid) whose restore is already in their policy's status. The status
-#: keeps only the newest MAX_RESTORES entries, so it cannot answer "recorded
-#: already?" for a policy with more pods than that: every event of every older
-#: pod (pending-bytes reports, share changes) would record it again, with a
-#: status patch and an Event each. One entry per live pod; a restart forgets
-#: them, which costs at most one more record per pod.
-_restores_seen: dict[str, str] = {}
-#: Per policy: restores seen but not yet in the status (pod -> (source, time)).
-_restores_new: dict[Key, dict[str, tuple[str, str]]] = {}
-_restores_lock = threading.Lock()
-#: A job's restart is a restore per writer at once: one status patch per
-#: policy for the burst, not one per pod.
-_restores = Coalescer("recording restores", RETRY_DELAY_S)
-_goodput_passes = Coalescer("folding goodput", RETRY_DELAY_S)
-
-
-def _record_restores(key: Key, policies: kopf.Index[Key, Any]) -> None:
-    """Which checkpoints the policy's newly restored pods started from, in its
-    status (the newest MAX_RESTORES); a failed patch keeps them for the retry."""
-    with _restores_lock:
-        fresh = dict(_restores_new.get(key) or {})
-    if not fresh:
-        return
-    status = next(iter(_values(policies, key)), {}).get("status") or {}
-    restores = list(status.get("restores") or [])
-    added = [{"pod": pod, "source": source, "time": at}
-             for pod, (source, at) in sorted(fresh.items(), key=lambda kv: kv[1][1],
-                                             reverse=True)
-             if not any(r.get("pod") == pod and r.get("source") == source for r in restores)]
-    if added:
-        kube.patch_status(api.POLICIES, key[0], key[1],
-                          {"restores": [*added, *restores][:MAX_RESTORES]})
-        for entry in added:
-            metrics.observe_restored(key[0], key[1], entry["source"])
-    with _restores_lock:
-        left = _restores_new.get(key) or {}
-        for pod, entry in fresh.items():
-            if left.get(pod) == entry:
-                del left[pod]
-        if not left:
-            _restores_new.pop(key, None)
 
 
 # -- checkpoint records: completion, retention, recovery point ------------------
