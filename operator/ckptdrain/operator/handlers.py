@@ -28,6 +28,7 @@ from ckptdrain.operator import (
     allocation,
     budgets,
     goodput_sync,
+    heap,
     kube,
     leadership,
     metrics,
@@ -409,6 +410,7 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
               goodput_index: kopf.Index[Key, Any], peer_pod_index: kopf.Index[Key, Any],
               checkpoint_index: kopf.Index[Key, Any], progress_index: kopf.Index[Key, Any],
               **_: Any) -> None:
+    heap.busy()  # no heap trim in the middle of a burst
     annotations = meta.get("annotations", {})
     key = (namespace, annotations.get(api.ANNOTATION_POLICY, ""))
     _schedule_rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)

@@ -1,16 +1,20 @@
-"""Give the operator's freed heap back to the system.
+"""Give the operator's freed heap back to the system, when nothing waits.
 
 What the operator keeps is small (its indexes hold a few hundred bytes per
 pod), but what it handles in bursts is not: every pod event is a whole pod
 object, parsed, and a checkpoint is thousands of events at once. Once a
 burst is handled, that memory is free to the interpreter yet still counted
-in the process's resident size, because the C allocator keeps freed pages
-for reuse: measured at 5,000 writers, four fifths of the operator's RSS was
-such pages (docs/scale.md). Two allocator settings make the resident size
-follow what is live: few malloc arenas (by default glibc makes up to eight
-per core, one for each thread that allocates at the same time, and each
-keeps its own free pages), and `malloc_trim` now and then, which returns
-free pages in the middle of the heap as well as at its end.
+in the process's resident size, because the allocator keeps freed pages for
+reuse: at 1,000 writers, a quarter of the operator's RSS after a round
+was such pages (docs/scale.md, "Operator memory"). With the C allocator for every
+object (the Deployment sets PYTHONMALLOC=malloc), few malloc arenas, and
+`malloc_trim`, the resident size follows what is live.
+
+A trim after a large burst takes its arenas' locks for up to a second
+(every free page is handed back one by one), and every allocation of every
+thread waits meanwhile, the admission webhook's included. So it runs only
+once the operator has been quiet (no pod event, no admission) for a moment,
+once per burst, and at least every few minutes under constant load.
 
 On a C library other than glibc this does nothing.
 """
@@ -21,17 +25,37 @@ import ctypes
 import ctypes.util
 import logging
 import threading
+import time
 
 #: mallopt's M_ARENA_MAX (malloc.h).
 M_ARENA_MAX = -8
 #: Arenas for the whole process: the handlers' threads mostly wait on the
-#: network, so a few arenas cost no measurable contention.
+#: network, so a few arenas cost no measurable contention, and each arena
+#: keeps free pages of its own.
 ARENAS = 2
-#: Seconds between trims. One trim of a few hundred MiB takes milliseconds.
-TRIM_PERIOD_S = 10.0
+#: Seconds without a pod event or an admission before a trim.
+QUIET_S = 1.0
+#: A trim at least this often, quiet or not (seconds).
+MAX_WAIT_S = 300.0
+CHECK_S = 0.25
 
 _log = logging.getLogger(__name__)
 _started = threading.Event()
+_last_busy = 0.0
+
+
+def busy() -> None:
+    """Something that must not wait just happened (a pod event, an admission)."""
+    global _last_busy
+    _last_busy = time.monotonic()
+
+
+def due(now: float, last_busy: float, last_trim: float, busy_at_trim: float) -> bool:
+    """Whether to trim now: quiet since the last busy moment, and busy again
+    since the last trim; or the last trim too long ago."""
+    if now - last_trim >= MAX_WAIT_S:
+        return True
+    return now - last_busy >= QUIET_S and last_busy > busy_at_trim
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -57,8 +81,8 @@ def trim() -> bool:
 
 
 def start() -> bool:
-    """Limit the arenas and trim periodically (once per process); False
-    when the C library has no such controls."""
+    """Limit the arenas and trim when quiet (once per process); False when
+    the C library has no such controls."""
     if _started.is_set():
         return True
     libc = _libc()
@@ -69,12 +93,17 @@ def start() -> bool:
 
     def loop() -> None:
         pause = threading.Event()
-        while not pause.wait(TRIM_PERIOD_S):
+        last_trim = busy_at_trim = time.monotonic()
+        while not pause.wait(CHECK_S):
+            now, last_busy = time.monotonic(), _last_busy
+            if not due(now, last_busy, last_trim, busy_at_trim):
+                continue
             try:
                 libc.malloc_trim(0)
             except Exception as error:  # never worth stopping the operator for
                 _log.debug("malloc_trim failed: %s", error)
                 return
+            last_trim, busy_at_trim = time.monotonic(), last_busy
 
     threading.Thread(target=loop, name="ckptdrain-heap-trim", daemon=True).start()
     return True

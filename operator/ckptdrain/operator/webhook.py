@@ -36,6 +36,7 @@ from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import (
+    heap,
     identity,
     injection,
     kube,
@@ -216,6 +217,7 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
 
     Async on purpose: pure and quick, so it runs on the event loop and never
     queues behind sync handlers in Kopf's thread pool."""
+    heap.busy()  # no heap trim while admissions come in
     cfg: OperatorConfig = memo.config
     pod = dict(body)
     namespace = body.metadata.namespace or ""

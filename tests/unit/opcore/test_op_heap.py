@@ -52,3 +52,15 @@ def test_start_is_once_per_process() -> None:
     assert heap.start() == first
     names = [t.name for t in __import__("threading").enumerate()]
     assert names.count("ckptdrain-heap-trim") == (1 if first else 0)
+
+
+def test_a_trim_waits_for_a_quiet_moment_once_per_burst() -> None:
+    q, cap = heap.QUIET_S, heap.MAX_WAIT_S
+    # busy a moment ago: wait
+    assert not heap.due(now=100.0, last_busy=100.0 - q / 2, last_trim=50.0, busy_at_trim=40.0)
+    # quiet since, and busy since the last trim: trim
+    assert heap.due(now=100.0, last_busy=100.0 - q, last_trim=50.0, busy_at_trim=40.0)
+    # quiet, but nothing happened since the last trim: nothing to give back
+    assert not heap.due(now=100.0, last_busy=90.0, last_trim=95.0, busy_at_trim=90.0)
+    # never quiet: still trimmed now and then
+    assert heap.due(now=100.0 + cap, last_busy=100.0 + cap, last_trim=100.0, busy_at_trim=99.0)
