@@ -305,3 +305,27 @@ def test_a_stalled_drain_is_impossible_to_miss(
     _checkpoint([writer], 1, "Global", 10)
     wait_for(lambda: degraded()["status"] == "False", timeout_s=8, what="recovery")
     assert _policy_status(cluster, namespace, "fast")["phase"] == "Ready"
+
+
+def test_an_operator_restarted_with_hundreds_of_pods_present_comes_up_and_acts(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
+    """Until Kopf has indexed every object present, each object's worker waits
+    for all the others; a cap on workers below the objects present would hang
+    the restarted operator for good (it did, with a cap of 64)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    count = 150
+    apply(policy("many", writers=count))
+    wait_for(lambda: _policy_status(cluster, namespace, "many").get("phase"))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda rank: core_api.create_namespaced_pod(namespace, pod(
+            f"many-w{rank}", {"app": "many", **INJECT}, rank, **GRACE)), range(count)))
+    operator.stop()
+    operator.start()
+    for rank in (0, count - 1):
+        cluster.kubectl("annotate", "--overwrite", "-n", namespace, "pod", f"many-w{rank}",
+                        "ckptdrain.io/pending-bytes=100")
+    wait_for(lambda: get(cluster, namespace, "checkpointshares", "many")["spec"]["drainers"]
+             == 2, what="the restarted operator acting on its pods' reports", timeout_s=60)
+    assert _policy_status(cluster, namespace, "many")["drainers"] == count

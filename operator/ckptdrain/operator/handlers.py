@@ -52,9 +52,7 @@ INJECTED = {api.ANNOTATION_INJECTED: kopf.PRESENT}
 #: so a burst of N pods costs a few passes over N pods, not N passes.
 REBALANCE_DELAY_S = 0.5
 RETRY_DELAY_S = 5.0
-#: Objects whose events are handled at once, per watched kind, and how long
-#: an object's worker waits for its next event before giving up its slot.
-EVENT_WORKERS = 64
+#: Seconds an object's idle Kopf worker waits for its next event.
 IDLE_WORKER_S = 0.2
 Key = tuple[str, str]
 #: Not a policy (no policy is nameless): the one coalesced pass that
@@ -131,12 +129,12 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 30
     settings.execution.max_workers = 8
-    # At most this many objects' events in hand at once. A checkpoint brings
-    # every writer's pod event within a second; handled all at once, each
-    # whole pod object stays alive until its turn, and the memory peak grows
-    # with the job. Past the limit the watch stream is simply read later.
-    # An idle object's worker leaves its slot soon (Kopf's default is 5 s).
-    settings.queueing.worker_limit = EVENT_WORKERS
+    # An object's worker holds its last event while it idles for the next
+    # one: not 5 s (Kopf's default) but a moment, so a checkpoint's burst
+    # does not keep every writer's pod object alive for that long. No limit
+    # on the workers (settings.queueing.worker_limit): until the operator has
+    # indexed every object, each worker waits for all the others, so a limit
+    # below the number of objects present at a restart would never start.
     settings.queueing.idle_timeout = IDLE_WORKER_S
     if cfg.webhook_port:
         settings.admission.server = webhook.build_server(cfg, logger)

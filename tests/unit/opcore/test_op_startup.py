@@ -49,3 +49,16 @@ def test_pods_get_no_diff_base_and_need_none() -> None:
     policy = kopf.Body({"apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy",
                         "metadata": {"name": "p"}, "spec": {"interval": "15m"}})
     assert storage.build(body=policy) == {"spec": {"interval": "15m"}}
+
+
+def test_no_cap_on_kopf_object_workers() -> None:
+    """Workers wait for one another until everything present is indexed: a
+    cap below the objects present hangs a restarted operator
+    (tests/cluster/test_records.py shows it with 150 pods)."""
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = True
+    handlers.operator_startup(settings=settings,
+                              memo=kopf.Memo(config=OperatorConfig(webhook_port=0)),
+                              logger=logging.getLogger("test"))
+    assert settings.queueing.worker_limit is None
+    assert settings.queueing.idle_timeout == handlers.IDLE_WORKER_S < 1
