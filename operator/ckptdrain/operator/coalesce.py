@@ -123,7 +123,7 @@ class Coalescer:
             try:
                 ask.run()
                 failed = None
-            except Exception as error:
+            except BaseException as error:  # a worker that died would wedge its key
                 failed = error
             with self._cond:
                 self._running.discard(key)

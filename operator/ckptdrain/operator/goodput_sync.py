@@ -65,20 +65,26 @@ def _since(policy: Mapping[str, Any]) -> float:
         return datetime.now(UTC).timestamp()
 
 
-def observe(key: Key, name: str, meta: Mapping[str, Any], deleted: bool = False) -> bool:
+def observe(key: Key, name: str, meta: Mapping[str, Any], deleted: bool = False,
+            has_policy: bool = True) -> bool:
     """Whether this pod event changed what the policy's goodput status depends
-    on: then a `fold` is due. A leaving pod's last view is kept for that fold
-    (the index no longer has it)."""
+    on: then a `fold` is due. A leaving pod's view is kept for that fold: the
+    index keeps a terminating pod's previous view (its emergency checkpoint's
+    interruption comes after) and drops a deleted pod's. Nothing is noted
+    for a pod whose policy is not there (its views wait for it)."""
     mine = goodput.pod_view(name, meta)
-    if mine is None:
+    if mine is None or not has_policy:
         return False
     pod_key = (key[0], name)
     signature = _signature(mine)
     with _seen_lock:
-        if deleted:
-            # Its view leaves the index with it, maybe before a fold asked for
-            # earlier ran: kept for the next fold (folding it twice is harmless).
-            _seen.pop(pod_key, None)
+        if deleted or meta.get("deletionTimestamp"):
+            # Kept for the next fold, maybe one asked for earlier that has
+            # not run yet (folding a view twice is harmless).
+            if deleted:
+                _seen.pop(pod_key, None)
+            else:
+                _seen[pod_key] = signature
             _departed.setdefault(key, {})[name] = mine
             return True
         seen, _seen[pod_key] = _seen.get(pod_key), signature
@@ -86,12 +92,14 @@ def observe(key: Key, name: str, meta: Mapping[str, Any], deleted: bool = False)
 
 
 def fold(key: Key, policy: Mapping[str, Any] | None, live: list[goodput.PodView]) -> None:
-    """Every pod's view (the live ones, and those that left since the last
-    fold) into the policy's `status.goodput`, with one status patch, only
-    when something changed; and the newest failed restore, if newer than the
-    one reported. One pass per policy for a burst of events: a job's restart
-    is thousands of them."""
-    if policy is None:
+    """Every pod's view (the live ones, and those leaving or gone since the
+    last fold) into the policy's `status.goodput`, with one status patch,
+    only when something changed; and the newest failed restore, if newer
+    than the one reported. One pass per policy for a burst of events: a
+    job's restart is thousands of them."""
+    if policy is None:  # gone: what its pods left goes with it
+        with _seen_lock:
+            _departed.pop(key, None)
         return
     with _seen_lock:
         departed = dict(_departed.get(key) or {})
@@ -114,7 +122,8 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[goodput.PodView]
                 before.get("startedAt") or 0)):
             change["lastRestoreFailure"] = failure
         if change:
-            kube.patch_status(api.POLICIES, key[0], key[1], change)
+            if not kube.patch_status(api.POLICIES, key[0], key[1], change):
+                return  # the policy is gone: nothing to remember for it
             if new is not None:
                 _written[key] = new
                 goodput_metrics.publish(key, new)

@@ -427,7 +427,9 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
     if not steps:  # a record pass schedules the peer tier's after it
         _schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
                         checkpoint_index, logger, progress_index)
-    if goodput_sync.observe(key, meta.get("name", ""), meta, deleted=deleted):
+    policy_there = bool(_values(checkpointpolicy_index, key))
+    if goodput_sync.observe(key, meta.get("name", ""), meta, deleted=deleted,
+                            has_policy=policy_there):
         _schedule_goodput(key, logger, checkpointpolicy_index, goodput_index)
     uid = meta.get("uid", "")
     metrics.observe_pod_restore(namespace, key[1], uid, body.get("status") or {},

@@ -9,6 +9,7 @@ coalesced pass per policy writes the burst with one status patch (`record`).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -29,8 +30,13 @@ DELAY_S = 0.5
 #: record it again. One entry per live pod; a restart forgets them, which
 #: costs at most one more entry and Event per pod.
 _seen: dict[str, str] = {}
-#: Per policy: restores noted but not yet in the status (pod -> (source, time)).
-_new: dict[Key, dict[str, tuple[str, str]]] = {}
+#: Per policy: restores noted but not yet in the status
+#: (pod -> (source, time, the order noted in: newest last)).
+_new: dict[Key, dict[str, tuple[str, str, int]]] = {}
+#: Per policy: the list last written. The index may not have seen that
+#: patch yet when the next pass reads it, and would lose its entries.
+_written: dict[Key, list[dict[str, Any]]] = {}
+_order = itertools.count()
 _lock = threading.Lock()
 _passes = Coalescer("recording restores", RETRY_DELAY_S)
 
@@ -46,7 +52,7 @@ def observe(key: Key, uid: str, pod: str, source: str | None, deleted: bool,
         if not source or _seen.get(uid) == source:
             return False
         _seen[uid] = source
-        _new.setdefault(key, {})[pod] = (source, now)
+        _new.setdefault(key, {})[pod] = (source, now, next(_order))
     return True
 
 
@@ -62,16 +68,23 @@ def record(key: Key, policy: Mapping[str, Any] | None) -> None:
     MAX_RESTORES); a failed patch keeps them for the retry."""
     with _lock:
         fresh = dict(_new.get(key) or {})
-    if not fresh or policy is None:
+        if policy is None:  # gone: its pods' restores go with it
+            _new.pop(key, None)
+            _written.pop(key, None)
+            return
+    if not fresh:
         return
-    restores = list((policy.get("status") or {}).get("restores") or [])
+    restores = list(_written.get(key) or (policy.get("status") or {}).get("restores") or [])
     added = [{"pod": pod, "source": source, "time": at}
-             for pod, (source, at) in sorted(fresh.items(), key=lambda kv: kv[1][1],
-                                             reverse=True)
+             for pod, (source, at, _) in sorted(fresh.items(), key=lambda kv: kv[1][2],
+                                                reverse=True)
              if not any(r.get("pod") == pod and r.get("source") == source for r in restores)]
     if added:
-        kube.patch_status(api.POLICIES, key[0], key[1],
-                          {"restores": [*added, *restores][:MAX_RESTORES]})
+        listed = [*added, *restores][:MAX_RESTORES]
+        if not kube.patch_status(api.POLICIES, key[0], key[1], {"restores": listed}):
+            return  # the policy is gone
+        with _lock:
+            _written[key] = listed
         for entry in added:
             metrics.observe_restored(key[0], key[1], entry["source"])
     with _lock:
@@ -87,3 +100,4 @@ def forget(key: Key) -> None:
     """A deleted policy: its unrecorded restores go with it."""
     with _lock:
         _new.pop(key, None)
+        _written.pop(key, None)

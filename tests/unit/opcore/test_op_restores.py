@@ -16,9 +16,10 @@ KEY = ("ns", "llama")
 def patches(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(restores.kube, "patch_status",
-                        lambda plural, ns, name, change: sent.append(change))
+                        lambda plural, ns, name, change: sent.append(change) or True)
     restores._seen.clear()
     restores._new.clear()
+    restores._written.clear()
     return sent
 
 
@@ -55,7 +56,7 @@ def test_a_failed_patch_keeps_the_restores_for_the_retry(
     with pytest.raises(ConnectionError):
         restores.record(KEY, {"status": {}})
     monkeypatch.setattr(restores.kube, "patch_status",
-                        lambda plural, ns, name, change: patches.append(change))
+                        lambda plural, ns, name, change: patches.append(change) or True)
     restores.record(KEY, {"status": {}})
     assert [r["pod"] for r in patches[0]["restores"]] == ["w-0"]
 
@@ -64,5 +65,29 @@ def test_a_deleted_policy_forgets_its_unrecorded_restores(
         patches: list[dict[str, Any]]) -> None:
     restores.observe(KEY, "u", "w-0", "s3://b/p/step-9", False, "t1")
     restores.forget(KEY)
+    restores.record(KEY, {"status": {}})
+    assert patches == []
+
+
+def test_a_pass_reading_a_stale_index_keeps_what_the_last_pass_wrote(
+        patches: list[dict[str, Any]]) -> None:
+    restores.observe(KEY, "a", "w-a", "s3://b/p/step-9", False, "t1")
+    restores.record(KEY, {"status": {}})
+    restores.observe(KEY, "c", "w-c", "s3://b/p/step-9", False, "t2")
+    restores.record(KEY, {"status": {}})  # the index has not seen the first patch
+    assert [r["pod"] for r in patches[-1]["restores"]] == ["w-c", "w-a"]
+
+
+def test_restores_in_one_second_keep_the_newest_noted(patches: list[dict[str, Any]]) -> None:
+    for i in range(30):
+        restores.observe(KEY, f"u{i}", f"w-{i}", "local", False, "2026-11-26T10:00:00Z")
+    restores.record(KEY, {"status": {}})
+    assert [r["pod"] for r in patches[0]["restores"]][:2] == ["w-29", "w-28"]
+
+
+def test_restores_of_a_policy_not_there_are_dropped(patches: list[dict[str, Any]]) -> None:
+    restores.observe(KEY, "u", "w-0", "local", False, "t1")
+    restores.record(KEY, None)
+    assert KEY not in restores._new
     restores.record(KEY, {"status": {}})
     assert patches == []

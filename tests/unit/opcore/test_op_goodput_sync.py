@@ -1,0 +1,64 @@
+"""operator/goodput_sync.py: a leaving pod's own view is folded, not the
+index's older one; a policy that is not there keeps nothing."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from ckptdrain import goodput
+from ckptdrain.goodput import AgentView
+from ckptdrain.operator import goodput_sync
+
+KEY = ("ns", "llama")
+
+
+@pytest.fixture()
+def patches(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(goodput_sync.kube, "patch_status",
+                        lambda plural, ns, name, change: sent.append(change) or True)
+    monkeypatch.setattr(goodput_sync.goodput_metrics, "publish", lambda *_: None)
+    for state in (goodput_sync._seen, goodput_sync._departed, goodput_sync._written,
+                  goodput_sync._failures):
+        state.clear()
+    return sent
+
+
+def _meta(view: AgentView, terminating: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"annotations": {goodput.ANNOTATION_GOODPUT: view.to_json()},
+                            "labels": {"ckptdrain.io/writer": "0"}}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-11-26T10:00:00Z"
+    return meta
+
+
+POLICY = {"metadata": {"creationTimestamp": "2026-11-26T09:00:00Z"},
+          "spec": {"writers": 1}, "status": {}}
+
+
+def test_a_terminating_pods_interruption_is_folded_from_its_own_event(
+        patches: list[dict[str, Any]]) -> None:
+    now = time.time()
+    running = AgentView(training_at=now - 100, first_step=0, step=50, step_s=0.5)
+    assert goodput_sync.observe(KEY, "w-a", _meta(running))
+    stale = goodput.pod_view("w-a", _meta(running))
+    assert stale is not None
+    # SIGTERM: the pod is terminating, its agent writes the interruption; the
+    # index keeps the previous view for a terminating pod.
+    stopped = AgentView(training_at=now - 100, first_step=0, step=57, step_s=0.5,
+                        interrupted_at=now - 1, newest_local=57)
+    assert goodput_sync.observe(KEY, "w-a", _meta(stopped, terminating=True))
+    goodput_sync.fold(KEY, POLICY, [stale])
+    (change,) = patches
+    assert change["goodput"]["recent"][0]["pod"] == "w-a"
+
+
+def test_nothing_is_kept_for_a_policy_that_is_not_there(patches: list[dict[str, Any]]) -> None:
+    view = AgentView(training_at=time.time() - 10, first_step=0)
+    assert not goodput_sync.observe(KEY, "w-a", _meta(view), has_policy=False)
+    assert goodput_sync.observe(KEY, "w-a", _meta(view), deleted=True)
+    goodput_sync.fold(KEY, None, [])
+    assert KEY not in goodput_sync._departed and patches == []
