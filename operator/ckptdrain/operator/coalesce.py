@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 #: Worker threads per coalescer: passes mostly wait on the apiserver, so a
 #: few overlap their waits; more would only contend for the interpreter.
@@ -137,3 +138,16 @@ class Coalescer:
                 ask.logger.warning("%s of %s failed (%s); retrying in %ss", self.name, key,
                                    failed, self.retry_delay)
                 self.schedule(key, ask.run, ask.logger, self.retry_delay)
+
+
+def drop_handled(pending: dict[Hashable, dict[Any, Any]], key: Hashable,
+                 handled: dict[Any, Any]) -> None:
+    """After a pass: remove from `pending[key]` what it handled, unless an
+    event replaced an entry meanwhile (compared by identity: that one waits
+    for the next pass). The caller holds the lock that guards `pending`."""
+    left = pending.get(key) or {}
+    for name, entry in handled.items():
+        if left.get(name) is entry:
+            del left[name]
+    if not left:
+        pending.pop(key, None)

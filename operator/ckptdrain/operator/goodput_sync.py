@@ -26,6 +26,7 @@ import kopf
 from ckptdrain import goodput
 from ckptdrain.contract import api
 from ckptdrain.operator import goodput_metrics, kube
+from ckptdrain.operator.coalesce import drop_handled
 
 Key = tuple[str, str]
 _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
@@ -134,12 +135,7 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[goodput.PodView]
                                 f"restore {failure['outcome']}: "  # type: ignore[index]
                                 f"{failure['reason']}")  # type: ignore[index]
     with _seen_lock:  # folded: no longer needed (a view that came since stays)
-        left = _departed.get(key) or {}
-        for name, view in departed.items():
-            if left.get(name) is view:
-                del left[name]
-        if not left:
-            _departed.pop(key, None)
+        drop_handled(_departed, key, departed)
 
 
 def forget(key: Key) -> None:

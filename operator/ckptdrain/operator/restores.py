@@ -17,7 +17,7 @@ from typing import Any
 
 from ckptdrain.contract import api
 from ckptdrain.operator import kube, metrics
-from ckptdrain.operator.coalesce import Coalescer
+from ckptdrain.operator.coalesce import Coalescer, drop_handled
 
 Key = tuple[str, str]
 MAX_RESTORES = 10
@@ -88,12 +88,7 @@ def record(key: Key, policy: Mapping[str, Any] | None) -> None:
         for entry in added:
             metrics.observe_restored(key[0], key[1], entry["source"])
     with _lock:
-        left = _new.get(key) or {}
-        for pod, entry in fresh.items():
-            if left.get(pod) == entry:
-                del left[pod]
-        if not left:
-            _new.pop(key, None)
+        drop_handled(_new, key, fresh)
 
 
 def forget(key: Key) -> None:
