@@ -11,6 +11,11 @@ another writer count). That pod loads the step with `ckptdrain.dcp.load`,
 resharded from 2 writers to 1: it must resume from SAVE_AT with the state
 hash the 2 ranks saved.
 
+No retries (backoffLimit 0): a replacement pod would meet its peer through
+the first attempt's rendezvous file, at an address that is gone ("No route to
+host"), hiding why the first attempt failed. A failed trainer fails the step
+at once with every DCP pod's state and log tail in the message.
+
     run(s3, allowed_root, torch_site, workdir, report, say, check)
 """
 
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kube import apply, get, kubectl, logs, wait_for
+from kube import Fatal, apply, get, kubectl, logs, wait_for
 from views import BUCKET, GRACE, NS, S3_NS
 
 NAME, PREFIX, SAVE_AT, SAVED_WRITERS = "dcp", "dcp", 40, 2
@@ -55,7 +60,8 @@ def job_manifest(name: str, writers: int, s3_port: int, torch_site: str, rdv: Pa
     job = yaml.safe_load(_render("job.yaml", NAMESPACE=NS, GRACE=GRACE, EPOCH="0",
                                  TORCH_SITE=torch_site))
     job["metadata"]["name"] = name
-    job["spec"] |= {"completions": writers, "parallelism": writers}
+    job["spec"] |= {"completions": writers, "parallelism": writers, "backoffLimit": 0}
+    job["spec"].pop("podFailurePolicy", None)
     pod = job["spec"]["template"]
     pod["metadata"]["labels"] = {"app": NAME, "ckptdrain.io/inject": "true"}
     if writers != SAVED_WRITERS:
@@ -95,8 +101,32 @@ def _event(pod: str, kind: str) -> dict[str, Any] | None:
     return next((e for e in _events(pod) if e["event"] == kind), None)
 
 
+def _diagnosis(job: str) -> str:
+    """Each of the Job's pods: phase, how its containers ended, its trainer log tail."""
+    lines = []
+    for pod in get("pods", "-n", NS, "-l", f"batch.kubernetes.io/job-name={job}")["items"]:
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        containers = ((status.get("initContainerStatuses") or [])
+                      + (status.get("containerStatuses") or []))
+        ended = [f"{c['name']}: {json.dumps(c.get('state'))}" for c in containers]
+        tail = kubectl("logs", "-n", NS, name, "-c", "trainer", "--tail=15", check=False)
+        lines += [f"--- {name} ({status.get('phase')}, {status.get('podIP')})", *ended,
+                  (tail.stdout or tail.stderr).rstrip()]
+    return "\n".join(lines)
+
+
+def _failed(job: str) -> bool:
+    found = get("jobs", "-n", NS, "--field-selector", f"metadata.name={job}")["items"]
+    return bool(found and (found[0].get("status") or {}).get("failed"))
+
+
 def _all_have(job: str, count: int, kind: str) -> list[str] | None:
-    """The Job's `count` pods once each printed a `kind` event, else None."""
+    """The Job's `count` pods once each printed a `kind` event, else None.
+    Fails at once, with the pods' story, when one of them failed."""
+    if _failed(job):
+        raise Fatal(f"job {job} failed before every trainer printed {kind!r}:\n"
+                     + _diagnosis(job))
     names = _pods(job)
     if len(names) == count and all(_event(n, kind) for n in names):
         return names

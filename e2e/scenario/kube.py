@@ -19,6 +19,10 @@ class Failed(AssertionError):
     pass
 
 
+class Fatal(Failed):
+    """A failure no more waiting can mend: `wait_for` lets it through at once."""
+
+
 def run(*argv: str, check: bool = True, input: str | None = None,
         timeout: float = 120) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=timeout)
@@ -53,6 +57,8 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float,
             value = probe()
             if value:
                 return value
+        except Fatal:
+            raise
         except (Failed, subprocess.TimeoutExpired, KeyError, ValueError) as err:
             last = err
         time.sleep(every)
