@@ -1,9 +1,10 @@
 """What the agents see of their shares: one watch on the policies' share
-channels (CheckpointShare, contract/share.py: what every agent of a policy
-watches and derives its share from) and one on the policies (their budget
-in status). From them: when each policy's per-agent share changed, and the
-sum of applied shares (the share times the agents admitted) against each
-policy's budget and against the cluster cap at every change.
+channels and the namespace's cluster scale (CheckpointShare,
+contract/share.py: what every agent of a policy watches and derives its
+share from) and one on the policies (their budget in status). From them:
+when each policy's per-agent share changed, and the sum of applied shares
+(the share times the agents admitted) against each policy's budget and
+against the cluster cap at every change.
 
 Times are when this process saw the change at the apiserver; a real agent
 watches the same object, so it sees it one watch delivery later.
@@ -69,6 +70,7 @@ class ShareWatch:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._seen: dict[str, sh.Allocation] = {}
+        self._scale: sh.Scale | None = None
         self._threads = [threading.Thread(target=self._loop, args=(kind,), daemon=True,
                                           name=f"watch-{kind}")
                          for kind in (sh.SHARES, POLICIES)]
@@ -104,26 +106,49 @@ class ShareWatch:
                 w.stop()
 
     def _channel(self, obj: dict[str, Any]) -> None:
+        if (obj.get("metadata") or {}).get("name") == sh.SCALE_NAME:
+            self._scaled(obj)
+            return
         try:
             a = sh.from_object(obj)
         except InvalidInput:
             with self._lock:
                 self.malformed += 1
             return
-        admitted = sum(high - low + 1 for low, high in sh.decode_ranks(a.active_ranks)) \
-            + len(a.active_pods)
         with self._lock:
             self.events += 1
-            previous = self._seen.get(a.policy)
-            self._seen[a.policy] = a
-            old_share, old_n = self.applied.get(a.policy, (0.0, 0))
-            new_share = a.share() if admitted else 0.0
-            self.applied[a.policy] = (new_share, admitted)
-            self.total += new_share * admitted - old_share * old_n
-            if previous is None or previous.share() != a.share() \
-                    or previous.active_ranks != a.active_ranks:
-                self.changes[a.policy].append(time.monotonic())
-            self._check(a.policy)
+            self._apply(a.policy, a, time.monotonic())
+
+    def _scaled(self, obj: dict[str, Any]) -> None:
+        """A new factor: every policy's agents take it at once, their channels unwritten."""
+        try:
+            scale = sh.scale_from_object(obj)
+        except InvalidInput:
+            with self._lock:
+                self.malformed += 1
+            return
+        with self._lock:
+            self.events += 1
+            old, self._scale = self._scale, scale
+            now = time.monotonic()
+            for policy, a in list(self._seen.items()):
+                if a.share(old) != a.share(scale):
+                    self._apply(policy, a, now, moved=True)
+
+    def _apply(self, policy: str, a: sh.Allocation, now: float, moved: bool = False) -> None:
+        """The policy's agents apply `a` under the scale seen; called with the lock held."""
+        admitted = sum(high - low + 1 for low, high in sh.decode_ranks(a.active_ranks)) \
+            + len(a.active_pods)
+        previous = self._seen.get(policy)
+        self._seen[policy] = a
+        old_share, old_n = self.applied.get(policy, (0.0, 0))
+        new_share = a.share(self._scale) if admitted else 0.0
+        self.applied[policy] = (new_share, admitted)
+        self.total += new_share * admitted - old_share * old_n
+        if moved or previous is None or previous.share(self._scale) != a.share(self._scale) \
+                or previous.active_ranks != a.active_ranks:
+            self.changes[policy].append(now)
+        self._check(policy)
 
     def _policy(self, obj: dict[str, Any]) -> None:
         allowed = (obj.get("status") or {}).get("allowedBandwidthBytes")

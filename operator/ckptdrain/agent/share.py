@@ -83,6 +83,8 @@ class ChannelView:
     waiting_since: float | None
     #: The pod got SIGTERM: its flush does not wait for admission.
     flushing: bool = False
+    #: The namespace's cluster scale (None: none published, an older operator).
+    scale: sh.Scale | None = None
 
 
 def resolve_channel(view: ChannelView, now: float, file_share: Share) -> Share:
@@ -90,7 +92,7 @@ def resolve_channel(view: ChannelView, now: float, file_share: Share) -> Share:
     rule keeps the sum within the budget), else the file's."""
     a = view.allocation
     fallback = file_share
-    cap = a.fallback_cap() if a is not None else None
+    cap = a.fallback_cap(view.scale) if a is not None else None
     if cap is not None and fallback.rate > cap:
         fallback = Share(cap, fallback.source, fallback.problem)
     if view.forbidden or not view.established:
@@ -99,10 +101,10 @@ def resolve_channel(view: ChannelView, now: float, file_share: Share) -> Share:
                             and now - view.received_at > sh.DEAD_AFTER_S)
     if view.admitted and a is not None:
         if stale:
-            return Share(min(a.share(), fallback.rate), fallback.source,
+            return Share(min(a.share(view.scale), fallback.rate), fallback.source,
                          "share channel not current (watch down, or no word from the "
                          "operator): the smaller of its share and the fallback")
-        return Share(a.share(), "channel")
+        return Share(a.share(view.scale), "channel")
     if not view.draining:
         return fallback  # nothing to send: the rate does not matter until a drain starts
     if view.flushing:

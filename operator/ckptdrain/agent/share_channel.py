@@ -1,10 +1,12 @@
-"""The agent's watch on its policy's share channel (contract/share.py).
+"""The agent's watch on its policy's share channel and on its namespace's
+cluster scale (contract/share.py).
 
-One watch per agent on one object (by name), so a change the operator
+Two watches per agent, each on one object by name, so a change the operator
 publishes reaches every agent in one round trip of the apiserver's watch
 cache, whatever the number of agents: no pod is written, no kubelet sync
 period is waited for. `view()` feeds `share.ShareWatcher`; each event also
-calls `on_change` so the new share applies at once.
+calls `on_change` so the new share applies at once. The scale watch down
+makes the channel not current (the factor may have dropped unseen).
 
 Admission is only believed from an allocation that arrived after this
 agent reported its drain (`reported()`: when the pending-bytes report that
@@ -37,53 +39,24 @@ RETRY_S, RETRY_MAX_S = 1.0, 30.0
 FORBIDDEN_RETRY_S = 60.0
 
 
-class ShareChannel:
-    """Watches `<namespace>/<policy>`'s CheckpointShare from a daemon thread."""
+class ObjectWatch:
+    """One CheckpointShare `<namespace>/<name>`, watched from a daemon thread:
+    list when there is nowhere to resume from, watch, re-establish with
+    jittered backoff. Subclasses take each state of the object in `_take`."""
 
-    def __init__(self, namespace: str, policy: str, *, rank: int | None, pod: str,
-                 pending: Callable[[], int],
-                 reported: Callable[[], float | None] = lambda: None,
-                 flushing: Callable[[], bool] = lambda: False,
-                 on_change: Callable[[], None] = lambda: None, api: Any = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, namespace: str, name: str, *, api: Any = None,
+                 on_change: Callable[[], None] = lambda: None) -> None:
         self.api = api if api is not None else kubeclient.custom_objects_api()
-        self.namespace, self.name = namespace, sh.share_name(policy)
-        self.rank, self.pod = rank, pod
-        self._pending, self._reported, self._flushing = pending, reported, flushing
-        self._on_change, self._clock = on_change, clock
+        self.namespace, self.name = namespace, name
+        self._on_change = on_change
         self._lock = threading.Lock()
-        self._allocation: sh.Allocation | None = None
-        self._received_at: float | None = None
         self._established = False
         self._broken = False
         self._forbidden = False
-        self._waiting_since: float | None = None
         self._version: str | None = None  # where the watch resumes; None: list first
         self._accepted: str | None = None  # resourceVersion of the object last taken in
         self._stop = threading.Event()
         self._stop_stream: Callable[[], None] = lambda: None
-
-    # -- what the share watcher reads ------------------------------------------
-
-    def view(self) -> ChannelView:
-        now = self._clock()
-        draining = self._pending() > 0
-        reported = self._reported()
-        flushing = self._flushing()
-        with self._lock:
-            a, received = self._allocation, self._received_at
-            admitted = (a is not None and draining and reported is not None
-                        and received is not None and received >= reported
-                        and a.admits(self.rank, self.pod))
-            if draining and not admitted:
-                if self._waiting_since is None:
-                    self._waiting_since = now
-            else:
-                self._waiting_since = None
-            return ChannelView(established=self._established, broken=self._broken,
-                               forbidden=self._forbidden, allocation=a, received_at=received,
-                               admitted=admitted, draining=draining,
-                               waiting_since=self._waiting_since, flushing=flushing)
 
     @property
     def forbidden(self) -> bool:
@@ -91,10 +64,9 @@ class ShareChannel:
         with self._lock:
             return self._forbidden
 
-    # -- the watch -------------------------------------------------------------
-
     def start(self) -> None:
-        threading.Thread(target=self._run, name="share-channel", daemon=True).start()
+        threading.Thread(target=self._run, name=f"watch-{self.name}"[:15],
+                         daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -130,7 +102,8 @@ class ShareChannel:
                 self._forbidden = True
             self._notify()
             return FORBIDDEN_RETRY_S
-        log.info("share channel: watch interrupted (%s); re-establishing", err)
+        log.info("share channel: watch of %s interrupted (%s); re-establishing",
+                 self.name, err)
         self._notify()
         # Jittered, so thousands of agents do not re-list in step after an outage.
         return delay * random.uniform(0.5, 1.5)
@@ -178,25 +151,125 @@ class ShareChannel:
             self._notify()
             return
         self._accepted = version
-        allocation = None
-        if isinstance(obj, dict):
-            try:
-                allocation = sh.from_object(obj)
-            except InvalidInput as err:
-                # Never trust a malformed allocation: no admission, so a
-                # drainer waits, then falls back to its file share.
-                log.warning("share channel: ignoring %s/%s: %s", self.namespace, self.name, err)
+        taken = self._parse(obj) if isinstance(obj, dict) else None
         with self._lock:
-            self._allocation = allocation
-            self._received_at = self._clock()
+            self._take(taken)
             self._established, self._broken, self._forbidden = True, False, False
         self._notify()
+
+    def _parse(self, obj: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _take(self, parsed: Any) -> None:
+        """Keep what `_parse` made of the object (None: absent or malformed);
+        called with the lock held."""
+        raise NotImplementedError
 
     def _notify(self) -> None:
         try:
             self._on_change()
         except Exception:  # the share watcher's trouble must not end the watch
             log.exception("share channel: applying a change failed")
+
+
+class ScaleWatch(ObjectWatch):
+    """The namespace's cluster scale (sh.SCALE_NAME)."""
+
+    def __init__(self, namespace: str, **kw: Any) -> None:
+        super().__init__(namespace, sh.SCALE_NAME, **kw)
+        self._scale: sh.Scale | None = None
+        self._malformed = False
+
+    def current(self) -> sh.Scale | None:
+        """The scale; None when there is none (an older operator) or it is malformed."""
+        with self._lock:
+            return self._scale
+
+    def trusted(self) -> bool:
+        """Listed, its watch up, and not malformed: a smaller factor cannot be missed."""
+        with self._lock:
+            return self._established and not self._broken and not self._malformed
+
+    def _parse(self, obj: dict[str, Any]) -> Any:
+        try:
+            return sh.scale_from_object(obj)
+        except InvalidInput as err:
+            # A scale that cannot be read could hide a smaller factor: no trust
+            # until a good one comes (the channel is then not current).
+            log.warning("share channel: ignoring %s/%s: %s", self.namespace, self.name, err)
+            return _MALFORMED
+
+    def _take(self, parsed: Any) -> None:
+        self._malformed = parsed is _MALFORMED
+        self._scale = None if self._malformed else parsed
+
+
+_MALFORMED = object()
+
+
+class ShareChannel(ObjectWatch):
+    """Watches `<namespace>/<policy>`'s CheckpointShare, and the namespace's scale."""
+
+    def __init__(self, namespace: str, policy: str, *, rank: int | None, pod: str,
+                 pending: Callable[[], int],
+                 reported: Callable[[], float | None] = lambda: None,
+                 flushing: Callable[[], bool] = lambda: False,
+                 on_change: Callable[[], None] = lambda: None, api: Any = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(namespace, sh.share_name(policy), api=api, on_change=on_change)
+        self.scale = ScaleWatch(namespace, api=self.api, on_change=on_change)
+        self.rank, self.pod = rank, pod
+        self._pending, self._reported, self._flushing = pending, reported, flushing
+        self._clock = clock
+        self._allocation: sh.Allocation | None = None
+        self._received_at: float | None = None
+        self._waiting_since: float | None = None
+
+    def start(self) -> None:
+        super().start()
+        self.scale.start()
+
+    def stop(self) -> None:
+        super().stop()
+        self.scale.stop()
+
+    # -- what the share watcher reads ------------------------------------------
+
+    def view(self) -> ChannelView:
+        now = self._clock()
+        draining = self._pending() > 0
+        reported = self._reported()
+        flushing = self._flushing()
+        scale, scale_ok = self.scale.current(), self.scale.trusted()
+        with self._lock:
+            a, received = self._allocation, self._received_at
+            admitted = (a is not None and draining and reported is not None
+                        and received is not None and received >= reported
+                        and a.admits(self.rank, self.pod))
+            if draining and not admitted:
+                if self._waiting_since is None:
+                    self._waiting_since = now
+            else:
+                self._waiting_since = None
+            return ChannelView(established=self._established,
+                               broken=self._broken or not scale_ok,
+                               forbidden=self._forbidden, allocation=a, received_at=received,
+                               admitted=admitted, draining=draining,
+                               waiting_since=self._waiting_since, flushing=flushing,
+                               scale=scale)
+
+    def _parse(self, obj: dict[str, Any]) -> sh.Allocation | None:
+        try:
+            return sh.from_object(obj)
+        except InvalidInput as err:
+            # Never trust a malformed allocation: no admission, so a
+            # drainer waits, then falls back to its file share.
+            log.warning("share channel: ignoring %s/%s: %s", self.namespace, self.name, err)
+            return None
+
+    def _take(self, parsed: Any) -> None:
+        self._allocation = parsed
+        self._received_at = self._clock()
 
 
 class _WatchError(Exception):

@@ -13,6 +13,25 @@ The operator publishes a CheckpointShare named after the policy:
                               more pods if there are): the fallback split
     spec.heartbeat            when the operator last wrote it; rewritten at
                               least every HEARTBEAT_S while anyone drains
+    spec.wantedBytes          the policy's budget before the cluster scale
+    spec.scaleGeneration      the generation of the namespace's cluster scale
+                              that budgetBytes was computed with
+
+The cluster cap is split by one factor for every policy (operator/
+allocation.py). The operator publishes it once per namespace, in the
+CheckpointShare named SCALE_NAME (a name no policy may take):
+
+    spec.clusterScale.factor          every policy's budget = wanted × factor
+    spec.clusterScale.clusterCapBytes the cap it keeps (absent: no cap)
+
+so a new job under the cap is one write seen by every agent, not a rewrite
+of every policy's channel. An agent watches both objects and takes
+`wantedBytes × factor` when the scale is newer than its channel (its
+generation above the channel's scaleGeneration), else budgetBytes, which the
+operator computed with that scale or a newer one (`Allocation.budget_under`).
+The operator writes a smaller factor before any channel that depends on it,
+and a new policy's drainers are admitted JOIN_DELAY_S after they were
+counted, so every agent has seen the smaller factor before they start.
 
 An admitted agent drains at `min(cap, budget / drainers)`; a draining agent
 not (yet) admitted waits. The split is equal among the pods that report
@@ -38,6 +57,7 @@ bytes a writer when every other rank drains).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -65,10 +85,23 @@ PAUSED_RATE = 1.0
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
+#: The namespace's cluster scale: a CheckpointShare no policy may be named as.
+SCALE_NAME = "cluster-scale.ckptdrain.io"
+
+
 def share_name(policy: str) -> str:
     """The CheckpointShare of a policy: the policy's own name (one per policy
-    and namespace, like the policy)."""
+    and namespace, like the policy; never SCALE_NAME, which policy validation
+    refuses)."""
     return policy
+
+
+def reserved_name_problem(policy: str) -> InvalidInput | None:
+    """Why a policy cannot be named so (its channel would be the scale), or None."""
+    if policy == SCALE_NAME:
+        return InvalidInput("metadata.name", "any name but the namespace's cluster scale "
+                            "channel's", policy)
+    return None
 
 
 def encode_ranks(ranks: Iterable[int]) -> str:
@@ -116,6 +149,10 @@ class Allocation:
     #: Pods that may drain (None: not said, an older operator's object).
     writers: int | None = None
     heartbeat: str | None = None
+    #: The budget before the cluster scale, and the scale's generation `budget`
+    #: was computed with (None: an older operator's object, no scale applies).
+    wanted: int | None = None
+    scale_generation: int | None = None
     _spans: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
 
     def admits(self, rank: int | None, pod: str) -> bool:
@@ -127,19 +164,38 @@ class Allocation:
         spans = self._spans or tuple(decode_ranks(self.active_ranks))
         return any(low <= rank <= high for low, high in spans)
 
-    def share(self) -> float:
+    def budget_under(self, scale: Scale | None) -> float:
+        """The policy's budget now: its wanted budget times the namespace's
+        scale when that scale is newer than this publication, else the budget
+        published (computed with that scale or a newer one)."""
+        if scale is None or self.wanted is None or self.scale_generation is None \
+                or scale.generation <= self.scale_generation:
+            return float(self.budget)
+        return max(self.wanted * scale.factor, PAUSED_RATE)
+
+    def share(self, scale: Scale | None = None) -> float:
         """What each admitted drainer may use, bytes/s (> 0)."""
-        each = self.budget / max(self.drainers, 1)
+        each = self.budget_under(scale) / max(self.drainers, 1)
         if self.per_drainer_cap is not None:
             each = min(each, self.per_drainer_cap)
         return max(each, PAUSED_RATE)
 
-    def fallback_cap(self) -> float | None:
+    def fallback_cap(self, scale: Scale | None = None) -> float | None:
         """The most a fallback share may be: the budget over every pod that may
         drain (so fallback shares alone never sum above the budget)."""
         if not self.writers:
             return None
-        return max(self.budget / self.writers, PAUSED_RATE)
+        return max(self.budget_under(scale) / self.writers, PAUSED_RATE)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The namespace's cluster scale, as published."""
+
+    factor: float
+    #: The object's metadata.generation: which channels it is newer than.
+    generation: int
+    cluster_cap: int | None = None
 
 
 def to_spec(a: Allocation) -> dict[str, Any]:
@@ -150,7 +206,47 @@ def to_spec(a: Allocation) -> dict[str, Any]:
     spec["perDrainerCapBytes"] = None if a.per_drainer_cap is None else int(a.per_drainer_cap)
     spec["writers"] = None if a.writers is None else int(a.writers)
     spec["heartbeat"] = a.heartbeat
+    spec["wantedBytes"] = None if a.wanted is None else max(1, int(a.wanted))
+    spec["scaleGeneration"] = a.scale_generation
     return spec
+
+
+def scale_spec(factor: float, cluster_cap: float | None) -> dict[str, Any]:
+    """The scale object's spec (factor in (0, 1]). Nothing that moves without
+    the factor moving: every write is one every agent must see."""
+    if not (math.isfinite(factor) and 0 < factor <= 1):
+        raise InvalidInput("spec.clusterScale.factor", "a number in (0, 1]", factor)
+    return {"clusterScale": {"factor": factor,
+                             "clusterCapBytes": None if cluster_cap is None
+                             else max(1, int(cluster_cap))}}
+
+
+def scale_body(namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    scale = {k: v for k, v in spec["clusterScale"].items() if v is not None}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND_SHARE,
+            "metadata": {"name": SCALE_NAME, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "ckptdrain"}},
+            "spec": {"clusterScale": scale}}
+
+
+def scale_from_object(obj: Mapping[str, Any]) -> Scale:
+    """The scale as read from the API; InvalidInput naming the field if malformed
+    (the agent then treats its channel as not current)."""
+    spec = obj.get("spec")
+    scale = spec.get("clusterScale") if isinstance(spec, Mapping) else None
+    if not isinstance(scale, Mapping):
+        raise InvalidInput("spec.clusterScale", "an object", type(scale).__name__)
+    factor = scale.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+            or not math.isfinite(factor) or not 0 < factor <= 1:
+        raise InvalidInput("spec.clusterScale.factor", "a number in (0, 1]", factor)
+    generation = (obj.get("metadata") or {}).get("generation")
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+        raise InvalidInput("metadata.generation", "a whole number ≥ 1", generation)
+    cap = scale.get("clusterCapBytes")
+    if cap is not None:
+        cap = _int(scale, "clusterCapBytes", 1, "spec.clusterScale")
+    return Scale(factor=float(factor), generation=generation, cluster_cap=cap)
 
 
 def body(namespace: str, a: Allocation, owner: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -164,10 +260,10 @@ def body(namespace: str, a: Allocation, owner: Mapping[str, Any] | None) -> dict
             "spec": spec}
 
 
-def _int(spec: Mapping[str, Any], key: str, minimum: int) -> int:
+def _int(spec: Mapping[str, Any], key: str, minimum: int, where: str = "spec") -> int:
     value = spec.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInput(f"spec.{key}", f"a whole number ≥ {minimum}", value)
+        raise InvalidInput(f"{where}.{key}", f"a whole number ≥ {minimum}", value)
     return value
 
 
@@ -198,6 +294,12 @@ def from_object(obj: Mapping[str, Any]) -> Allocation:
     heartbeat = spec.get("heartbeat")
     if heartbeat is not None and not isinstance(heartbeat, str):
         raise InvalidInput("spec.heartbeat", "a timestamp", heartbeat)
+    wanted = spec.get("wantedBytes")
+    if wanted is not None:
+        wanted = _int(spec, "wantedBytes", 1)
+    scale_generation = spec.get("scaleGeneration")
+    if scale_generation is not None:
+        scale_generation = _int(spec, "scaleGeneration", 1)
     admitted = sum(high - low + 1 for low, high in spans) + len(pods)
     if admitted > drainers:
         # Could only come from a bug or a hand edit; trusting it would let the
@@ -205,4 +307,5 @@ def from_object(obj: Mapping[str, Any]) -> Allocation:
         raise InvalidInput("spec.drainers", f"at least the {admitted} admitted", drainers)
     return Allocation(policy=policy, budget=budget, drainers=drainers, active_ranks=ranks,
                       active_pods=tuple(pods), per_drainer_cap=cap, writers=writers,
-                      heartbeat=heartbeat, _spans=spans)
+                      heartbeat=heartbeat, wanted=wanted, scale_generation=scale_generation,
+                      _spans=spans)

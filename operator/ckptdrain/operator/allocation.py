@@ -64,9 +64,21 @@ class ClusterShare:
     cluster_cap: float | None
 
     @property
+    def factor(self) -> float:
+        """By how much every policy's budget is scaled down together (1: not at all)."""
+        return scale_factor(self.total_wanted, self.cluster_cap)
+
+    @property
     def scaled(self) -> bool:
         """The cluster cap bound jointly: this policy gets less than it wanted."""
         return self.budget < self.wanted
+
+
+def scale_factor(total_wanted: float, cluster_cap: float | None) -> float:
+    """The one factor every policy's budget is scaled by so the sum fits the cap."""
+    if cluster_cap is not None and total_wanted > cluster_cap and total_wanted > 0:
+        return cluster_cap / total_wanted
+    return 1.0
 
 
 def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None
@@ -74,9 +86,7 @@ def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None
     """Each policy's budget: what it wants, scaled down together to fit the cluster cap."""
     # Exactly rounded, so the budgets do not depend on the order policies are listed in.
     total = math.fsum(wanted.values())
-    factor = 1.0
-    if cluster_cap is not None and total > cluster_cap and total > 0:
-        factor = cluster_cap / total
+    factor = scale_factor(total, cluster_cap)
     return {key: ClusterShare(budget=value * factor, wanted=value, total_wanted=total,
                               policies=len(wanted), cluster_cap=cluster_cap)
             for key, value in wanted.items()}

@@ -313,6 +313,10 @@ def _rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
 def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
     joint = _budgets(cfg, policies, pods)
+    if joint and leadership.active():
+        # One write per namespace tells every agent the new factor; the
+        # channels are rewritten below only where more than the factor moved.
+        _publish_scale(joint)
     before = {k: v[0].allowed_bandwidth for k, v in _joint_last.items()}
     # Budgets that shrink are published before those that grow, so the
     # cluster's sum never passes the cap on the way.
@@ -323,6 +327,13 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         body = next(iter(_values(policies, key)), {})
         if _disagrees(body, sized, cluster):
             _rebalance(key, cfg, policies, pods, logger, joint)
+
+
+def _publish_scale(joint: Mapping[Key, budgets.Budget]) -> dict[str, int]:
+    """The cluster scale, to every namespace with a policy (unchanged: no write)."""
+    cluster = next(iter(joint.values()))[1]
+    return share_channel.publish_scale({key[0] for key in joint}, cluster.factor,
+                                       cluster.cluster_cap)
 
 
 def _disagrees(body: Mapping[str, Any], sized: sizing.Sizing,
@@ -338,7 +349,8 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                pods: kopf.Index[Key, Any], logger: logging.Logger,
                joint: dict[Key, budgets.Budget] | None = None) -> None:
     with _locks[key], metrics.reconciling("allocation"):
-        mine = (_budgets(cfg, policies, pods) if joint is None else joint).get(key)
+        joint = _budgets(cfg, policies, pods) if joint is None else joint
+        mine = joint.get(key)
         if mine is None:
             return
         sized, cluster, policy = mine
@@ -349,10 +361,13 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             return
         draining = [share_channel.Drainer(d.pod, share_channel.rank_of(d.writer))
                     for d in drainers if (d.pending_bytes or 0) > 0]
+        # The factor this budget was computed with goes out first, everywhere.
+        generation = _publish_scale(joint)[key[0]]
         written, recheck = share_channel.publish(
             key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
             max(policy.writers, len(drainers)), share_channel.owner_of(body),
-            time.monotonic(), lambda: api.timestamp(_now()))
+            time.monotonic(), lambda: api.timestamp(_now()), wanted=cluster.wanted,
+            scale_generation=generation)
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc()
             logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",

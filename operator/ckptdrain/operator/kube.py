@@ -118,24 +118,29 @@ def patch_status_at(plural: str, namespace: str, name: str, status: dict[str, An
 
 
 def write_object(plural: str, namespace: str, body: dict[str, Any],
-                 patch: dict[str, Any] | None = None) -> None:
+                 patch: dict[str, Any] | None = None) -> dict[str, Any]:
     """Merge-patch a custom object in place (`patch`, where None removes a
     field; default the body's spec), or create it when absent (the steady
-    state is a patch: one write, no conflict to handle)."""
+    state is a patch: one write, no conflict to handle). Returns the object
+    as the apiserver stored it."""
     _, custom = _clients()
     name = body["metadata"]["name"]
     change = {"spec": body["spec"]} if patch is None else patch
-    if _gone_ok(custom.patch_namespaced_custom_object, GROUP, VERSION, namespace, plural,
-                name, change, _content_type=MERGE):
-        return
     try:
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+        return dict(custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, name, change, _content_type=MERGE))
+    except ApiException as error:
+        if error.status != 404:
+            raise
+    try:
+        return dict(custom.create_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                           plural, body))
     except ApiException as error:
         if error.status != 409:
             raise
-        # Created by someone in between (another replica): ours is the newer one.
-        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, plural, name,
-                                              change, _content_type=MERGE)
+    # Created by someone in between (another replica): ours is the newer one.
+    return dict(custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, plural,
+                                                      name, change, _content_type=MERGE))
 
 
 def delete(plural: str, namespace: str, name: str) -> bool:

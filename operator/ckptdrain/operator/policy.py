@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ckptdrain import sizing, units
+from ckptdrain.contract import share
 from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
@@ -355,6 +356,9 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         r.errors.append(InvalidInput(
             "metadata.name", f"at most {MAX_LABEL_VALUE} characters with spec.peerTier.enabled "
             "(its pods carry the name as a label)", name))
+    reserved = share.reserved_name_problem(name)
+    if reserved is not None:
+        r.errors.append(reserved)
     if r.errors:
         return None, r.errors
     return Policy(

@@ -10,6 +10,11 @@ in a later pass, `JOIN_DELAY_S` after its count was published.
 While anyone drains, the channel is rewritten at least every HEARTBEAT_S
 (spec.heartbeat), so agents can tell a quiet operator from a gone one.
 
+The cluster cap's factor is published once per namespace (`publish_scale`),
+before any channel computed with it: a channel is not rewritten when only
+the factor moved (its agents take wanted × the newer factor), so a new job
+under the cap costs one write per namespace, not one per policy.
+
 `admit` and `allocation` are pure; `publish` keeps the last state per policy
 in memory. A restarted operator (or a replica that just became the active
 one) starts with nobody admitted: every drainer waits one `JOIN_DELAY_S` and
@@ -21,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +80,8 @@ def admit(state: ChannelState, draining: Sequence[Drainer], now: float,
 
 def allocation(policy: str, budget: float, cap: float | None, draining: Sequence[Drainer],
                active: frozenset[str], writers: int | None = None,
-               heartbeat: str | None = None) -> sh.Allocation:
+               heartbeat: str | None = None, wanted: float | None = None,
+               scale_generation: int | None = None) -> sh.Allocation:
     """The publication. A rank two pods hold (a replacement beside the pod in
     its grace period, a collision) is never published as a rank: each such pod
     is admitted by its own name, so one's admission is not the other's."""
@@ -91,7 +97,53 @@ def allocation(policy: str, budget: float, cap: float | None, draining: Sequence
                          active_ranks=sh.encode_ranks(ranked), active_pods=tuple(named),
                          per_drainer_cap=None if cap is None else max(1, int(cap)),
                          writers=None if writers is None else max(1, writers),
-                         heartbeat=heartbeat)
+                         heartbeat=heartbeat,
+                         wanted=None if wanted is None else max(1, int(wanted)),
+                         scale_generation=scale_generation)
+
+
+#: What follows the factor alone: a change in these is the scale object's to
+#: publish, not a reason to rewrite the channel.
+_SCALED = ("budgetBytes", "scaleGeneration", "heartbeat")
+
+
+def _own(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if spec is None else {k: v for k, v in spec.items() if k not in _SCALED}
+
+
+@dataclass
+class ScaleState:
+    spec: dict[str, Any] | None = None
+    generation: int | None = None
+
+
+_scales: dict[str, ScaleState] = {}
+_scale_lock = threading.Lock()
+
+
+def publish_scale(namespaces: Iterable[str], factor: float,
+                  cluster_cap: float | None) -> dict[str, int]:
+    """Write each namespace's scale object that says another factor than this
+    one (or that this replica has not written yet); namespace → the object's
+    generation, for the channels computed with it. Holds every channel
+    publication back while it writes (they call it first), so none goes out
+    before the factor it was computed with."""
+    spec = sh.scale_spec(factor, cluster_cap)
+    out: dict[str, int] = {}
+    with _scale_lock:
+        for namespace in sorted(set(namespaces)):
+            state = _scales.setdefault(namespace, ScaleState())
+            if state.spec != spec or state.generation is None:
+                stored = kube.write_object(sh.SHARES, namespace,
+                                           sh.scale_body(namespace, spec), {"spec": spec})
+                generation = (stored.get("metadata") or {}).get("generation")
+                if not isinstance(generation, int):
+                    raise RuntimeError(f"{namespace}/{sh.SCALE_NAME}: the apiserver "
+                                       f"returned no generation ({generation!r})")
+                state.spec, state.generation = spec, generation
+            assert state.generation is not None
+            out[namespace] = state.generation
+    return out
 
 
 _states: dict[Key, ChannelState] = {}
@@ -100,20 +152,26 @@ _lock = threading.Lock()
 
 def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drainer],
             writers: int, owner: Mapping[str, Any] | None, now: float,
-            stamp: Callable[[], str]) -> tuple[bool, float | None]:
-    """Write the policy's channel if it changed, or if anyone drains and the
-    last write is HEARTBEAT_S old. Returns (written, seconds until it should be
-    looked at again: a joiner to admit or a heartbeat due). The caller
-    serialises calls per policy."""
+            stamp: Callable[[], str], wanted: float | None = None,
+            scale_generation: int | None = None) -> tuple[bool, float | None]:
+    """Write the policy's channel if it changed (other than by the cluster
+    scale: `publish_scale` first), or if anyone drains and the last write is
+    HEARTBEAT_S old. Returns (written, seconds until it should be looked at
+    again: a joiner to admit or a heartbeat due). The caller serialises calls
+    per policy."""
     with _lock:
         state = _states.setdefault(key, ChannelState())
     active, joining, recheck = admit(state, draining, now)
-    alloc = allocation(key[1], budget, cap, draining, active, writers)
+    alloc = allocation(key[1], budget, cap, draining, active, writers, wanted=wanted,
+                       scale_generation=scale_generation)
     spec = sh.to_spec(alloc)
     beat_due = bool(draining) and (state.written_at is None
                                    or now - state.written_at >= sh.HEARTBEAT_S)
+    # Without a scale (an older caller) the budget is the channel's own news.
+    moved = _own(spec) != _own(state.published) if scale_generation is not None \
+        else spec != state.published
     written = False
-    if spec != state.published or beat_due:
+    if moved or beat_due:
         stamped = dataclasses.replace(alloc, heartbeat=stamp())
         body = sh.body(key[0], stamped, owner)
         patch = {"metadata": {k: v for k, v in body["metadata"].items()
@@ -144,6 +202,9 @@ def forget(key: Key | None = None) -> None:
             _states.clear()
         else:
             _states.pop(key, None)
+    if key is None:
+        with _scale_lock:
+            _scales.clear()
 
 
 def owner_of(policy_body: Mapping[str, Any]) -> dict[str, Any] | None:
