@@ -106,34 +106,28 @@ class ShareWatch:
                 w.stop()
 
     def _channel(self, obj: dict[str, Any]) -> None:
-        if (obj.get("metadata") or {}).get("name") == sh.SCALE_NAME:
-            self._scaled(obj)
-            return
+        scale = (obj.get("metadata") or {}).get("name") == sh.SCALE_NAME
         try:
-            a = sh.from_object(obj)
+            parsed = sh.scale_from_object(obj) if scale else sh.from_object(obj)
         except InvalidInput:
             with self._lock:
                 self.malformed += 1
             return
         with self._lock:
             self.events += 1
-            self._apply(a.policy, a, time.monotonic())
+            if isinstance(parsed, sh.Scale):
+                self._scaled(parsed)
+            else:
+                self._apply(parsed.policy, parsed, time.monotonic())
 
-    def _scaled(self, obj: dict[str, Any]) -> None:
-        """A new factor: every policy's agents take it at once, their channels unwritten."""
-        try:
-            scale = sh.scale_from_object(obj)
-        except InvalidInput:
-            with self._lock:
-                self.malformed += 1
-            return
-        with self._lock:
-            self.events += 1
-            old, self._scale = self._scale, scale
-            now = time.monotonic()
-            for policy, a in list(self._seen.items()):
-                if a.share(old) != a.share(scale):
-                    self._apply(policy, a, now, moved=True)
+    def _scaled(self, scale: sh.Scale) -> None:
+        """A new factor: every policy's agents take it at once, their channels
+        unwritten; called with the lock held."""
+        old, self._scale = self._scale, scale
+        now = time.monotonic()
+        for policy, a in list(self._seen.items()):
+            if a.share(old) != a.share(scale):
+                self._apply(policy, a, now, moved=True)
 
     def _apply(self, policy: str, a: sh.Allocation, now: float, moved: bool = False) -> None:
         """The policy's agents apply `a` under the scale seen; called with the lock held."""

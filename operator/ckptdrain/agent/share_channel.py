@@ -39,6 +39,10 @@ RETRY_S, RETRY_MAX_S = 1.0, 30.0
 FORBIDDEN_RETRY_S = 60.0
 
 
+#: What a watch makes of an object that does not parse.
+MALFORMED: Any = object()
+
+
 class ObjectWatch:
     """One CheckpointShare `<namespace>/<name>`, watched from a daemon thread:
     list when there is nowhere to resume from, watch, re-establish with
@@ -158,10 +162,20 @@ class ObjectWatch:
         self._notify()
 
     def _parse(self, obj: dict[str, Any]) -> Any:
+        """What `_read` makes of the object, or MALFORMED (said once per version)."""
+        try:
+            return self._read(obj)
+        except InvalidInput as err:
+            # Never trusted: a malformed channel admits no one, a malformed
+            # scale could hide a smaller factor.
+            log.warning("share channel: ignoring %s/%s: %s", self.namespace, self.name, err)
+            return MALFORMED
+
+    def _read(self, obj: dict[str, Any]) -> Any:
         raise NotImplementedError
 
     def _take(self, parsed: Any) -> None:
-        """Keep what `_parse` made of the object (None: absent or malformed);
+        """Keep what `_parse` made of the object (None: absent; MALFORMED);
         called with the lock held."""
         raise NotImplementedError
 
@@ -190,21 +204,13 @@ class ScaleWatch(ObjectWatch):
         with self._lock:
             return self._established and not self._broken and not self._malformed
 
-    def _parse(self, obj: dict[str, Any]) -> Any:
-        try:
-            return sh.scale_from_object(obj)
-        except InvalidInput as err:
-            # A scale that cannot be read could hide a smaller factor: no trust
-            # until a good one comes (the channel is then not current).
-            log.warning("share channel: ignoring %s/%s: %s", self.namespace, self.name, err)
-            return _MALFORMED
+    def _read(self, obj: dict[str, Any]) -> sh.Scale:
+        return sh.scale_from_object(obj)
 
     def _take(self, parsed: Any) -> None:
-        self._malformed = parsed is _MALFORMED
+        # No trust in any factor until a good one comes (the channel is then not current).
+        self._malformed = parsed is MALFORMED
         self._scale = None if self._malformed else parsed
-
-
-_MALFORMED = object()
 
 
 class ShareChannel(ObjectWatch):
@@ -258,17 +264,12 @@ class ShareChannel(ObjectWatch):
                                waiting_since=self._waiting_since, flushing=flushing,
                                scale=scale)
 
-    def _parse(self, obj: dict[str, Any]) -> sh.Allocation | None:
-        try:
-            return sh.from_object(obj)
-        except InvalidInput as err:
-            # Never trust a malformed allocation: no admission, so a
-            # drainer waits, then falls back to its file share.
-            log.warning("share channel: ignoring %s/%s: %s", self.namespace, self.name, err)
-            return None
+    def _read(self, obj: dict[str, Any]) -> sh.Allocation:
+        return sh.from_object(obj)
 
     def _take(self, parsed: Any) -> None:
-        self._allocation = parsed
+        # Malformed: no admission, so a drainer waits, then falls back to its file share.
+        self._allocation = None if parsed is MALFORMED else parsed
         self._received_at = self._clock()
 
 
