@@ -98,6 +98,9 @@ class ShareWatch:
                         self._policy(obj)
                     elif event["type"] != "DELETED":
                         self._channel(obj)
+                    elif (obj.get("metadata") or {}).get("name") == sh.SCALE_NAME:
+                        with self._lock:
+                            self._scaled(None)
                     if self._stop.is_set():
                         break
             except Exception:  # a dropped watch is restarted, as an agent's would be
@@ -120,7 +123,7 @@ class ShareWatch:
             else:
                 self._apply(parsed.policy, parsed, time.monotonic())
 
-    def _scaled(self, scale: sh.Scale) -> None:
+    def _scaled(self, scale: sh.Scale | None) -> None:
         """A new factor: every policy's agents take it at once, their channels
         unwritten; called with the lock held."""
         old, self._scale = self._scale, scale

@@ -110,3 +110,51 @@ def test_without_rights_the_agent_keeps_its_file_share(
         assert watcher.current == Share(50.0, "file")
     finally:
         channel.stop()
+
+
+def _write_scale(api: client.CustomObjectsApi, namespace: str, factor: float) -> None:
+    body = sh.scale_body(namespace, sh.scale_spec(factor, None))
+    try:
+        api.create_namespaced_custom_object(GROUP, VERSION, namespace, sh.SHARES, body)
+    except client.exceptions.ApiException as err:
+        if err.status != 409:
+            raise
+        api.patch_namespaced_custom_object(GROUP, VERSION, namespace, sh.SHARES,
+                                           sh.SCALE_NAME, {"spec": body["spec"]})
+
+
+def test_an_agent_takes_a_smaller_cluster_scale_from_one_write_and_never_a_larger_one(
+        namespace: str, custom_api: client.CustomObjectsApi,
+        watched: Watched) -> None:
+    channel, watcher, _, pending = watched
+    pending["bytes"], pending["reported"] = 10_000, time.monotonic()
+    _write_scale(custom_api, namespace, 1.0)
+    _write(custom_api, namespace, budget=900, wanted=900, drainers=3, active_ranks="0-2",
+           writers=3)
+    wait_for(lambda: watcher.current == Share(300.0, "channel"), what="admitted at 900/3")
+    version = custom_api.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, sh.SHARES, "llama")["metadata"]["resourceVersion"]
+
+    _write_scale(custom_api, namespace, 0.5)  # a new job under the cap: one write
+    wait_for(lambda: watcher.current == Share(150.0, "channel"), what="half, from the scale")
+    assert custom_api.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, sh.SHARES, "llama")["metadata"]["resourceVersion"] == version
+    _write_scale(custom_api, namespace, 1.0)  # back up to what the channel says, no further
+    wait_for(lambda: watcher.current == Share(300.0, "channel"), what="the channel's budget")
+    # A channel published under a factor of 0.5: a larger scale (stale, edited by
+    # hand) never raises it; growth is the channel's to say.
+    _write(custom_api, namespace, budget=450, wanted=900, drainers=3, active_ranks="0-2",
+           writers=3)
+    wait_for(lambda: watcher.current == Share(150.0, "channel"), what="the channel's 450")
+    time.sleep(0.5)
+    assert watcher.current == Share(150.0, "channel")
+
+    # The scale deleted under a channel that leaves shrinks to it: not current,
+    # so the smaller of its share and the fallback file's (50).
+    custom_api.delete_namespaced_custom_object(GROUP, VERSION, namespace, sh.SHARES,
+                                               sh.SCALE_NAME)
+    wait_for(lambda: watcher.current.rate == 50.0 and watcher.current.problem is not None,
+             what="not current without its scale")
+    _write_scale(custom_api, namespace, 0.5)
+    wait_for(lambda: watcher.current == Share(150.0, "channel"), what="current again")
+    channel.stop()

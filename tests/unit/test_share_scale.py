@@ -22,45 +22,43 @@ WANTED, BUDGET = 1000, 500  # published with a factor of 0.5, scale generation 3
 
 def _channel(**over: Any) -> sh.Allocation:
     base: dict[str, Any] = {"policy": "p", "budget": BUDGET, "drainers": 2,
-                            "active_ranks": "0-1", "writers": 4, "wanted": WANTED,
-                            "scale_generation": 3}
+                            "active_ranks": "0-1", "writers": 4, "wanted": WANTED}
     base.update(over)
     return sh.Allocation(**base)
 
 
-def _scale(factor: float, generation: int) -> sh.Scale:
-    return sh.scale_from_object({"metadata": {"generation": generation},
-                                 "spec": sh.scale_spec(factor, 10_000)})
+def _scale(factor: float) -> sh.Scale:
+    return sh.scale_from_object({"spec": sh.scale_spec(factor, 10_000)})
 
 
-def test_a_newer_scale_moves_the_budget_an_older_or_equal_one_does_not() -> None:
+def test_the_scale_only_ever_lowers_the_budget_the_channel_published() -> None:
     a = _channel()
     assert a.budget_under(None) == BUDGET  # no scale published (an older operator)
-    assert a.budget_under(_scale(0.5, 3)) == BUDGET  # the one it was computed with
-    assert a.budget_under(_scale(0.9, 2)) == BUDGET  # an older one: the channel knows better
-    assert a.budget_under(_scale(0.25, 4)) == 250  # a smaller factor since
-    assert a.budget_under(_scale(1.0, 5)) == WANTED  # the cap no longer binds
-    assert a.share(_scale(0.25, 4)) == 125 and a.fallback_cap(_scale(0.25, 4)) == 62.5
-    # An older operator's channel (no wanted budget, no generation): the scale never applies.
-    assert _channel(wanted=None, scale_generation=None).budget_under(_scale(0.1, 9)) == BUDGET
+    assert a.budget_under(_scale(0.5)) == BUDGET  # the one it was computed with
+    assert a.budget_under(_scale(0.25)) == 250  # a smaller factor since: one write did it
+    # A larger factor (stale, hand-edited, or the cap freed before the channel
+    # grew) never raises it: growth waits for the channel's own rewrite.
+    assert a.budget_under(_scale(1.0)) == BUDGET
+    assert a.share(_scale(0.25)) == 125 and a.fallback_cap(_scale(0.25)) == 62.5
+    # A channel without a wanted budget (the operator keeps it whole): the scale never applies.
+    assert _channel(wanted=None).budget_under(_scale(0.1)) == BUDGET
 
 
-def test_the_channel_round_trips_its_wanted_budget_and_scale_generation() -> None:
+def test_the_channel_round_trips_its_wanted_budget() -> None:
     a = _channel()
     assert sh.from_object(sh.body("ns", a, None)) == a
-    for field, value in (("wantedBytes", 0), ("scaleGeneration", "3"), ("scaleGeneration", True)):
+    for value in (0, "3", True):
         obj = sh.body("ns", a, None)
-        obj["spec"][field] = value
+        obj["spec"]["wantedBytes"] = value
         with pytest.raises(InvalidInput) as err:
             sh.from_object(obj)
-        assert err.value.field == f"spec.{field}"
+        assert err.value.field == "spec.wantedBytes"
 
 
 def test_the_scale_object_round_trips_and_a_malformed_one_names_its_field() -> None:
     body = sh.scale_body("ns", sh.scale_spec(0.25, 4e9))
     assert body["metadata"]["name"] == sh.SCALE_NAME
-    assert sh.scale_from_object({**body, "metadata": {"generation": 7}}) == \
-        sh.Scale(factor=0.25, generation=7, cluster_cap=4_000_000_000)
+    assert sh.scale_from_object(body) == sh.Scale(factor=0.25, cluster_cap=4_000_000_000)
     uncapped = sh.scale_body("ns", sh.scale_spec(1.0, None))
     assert "clusterCapBytes" not in uncapped["spec"]["clusterScale"]
     cases = [({"factor": 0}, "spec.clusterScale.factor"),
@@ -70,11 +68,11 @@ def test_the_scale_object_round_trips_and_a_malformed_one_names_its_field() -> N
              ({"factor": 0.5, "clusterCapBytes": 0}, "spec.clusterScale.clusterCapBytes")]
     for scale, field in cases:
         with pytest.raises(InvalidInput) as err:
-            sh.scale_from_object({"metadata": {"generation": 1}, "spec": {"clusterScale": scale}})
+            sh.scale_from_object({"spec": {"clusterScale": scale}})
         assert err.value.field == field
     with pytest.raises(InvalidInput) as err:
-        sh.scale_from_object({"metadata": {}, "spec": {"clusterScale": {"factor": 0.5}}})
-    assert err.value.field == "metadata.generation"
+        sh.scale_from_object({"spec": {"policy": "p"}})
+    assert err.value.field == "spec.clusterScale"
     with pytest.raises(InvalidInput):
         sh.scale_spec(0.0, None)
 
@@ -97,12 +95,12 @@ def _view(scale: sh.Scale | None, **over: Any) -> ChannelView:
     return ChannelView(**base)
 
 
-def test_an_admitted_agent_follows_the_scale_without_its_channel_rewritten() -> None:
+def test_an_admitted_agent_follows_a_smaller_scale_without_its_channel_rewritten() -> None:
     file = Share(10_000.0, "file")
     assert resolve_channel(_view(None), 11.0, file) == Share(250.0, "channel")
-    assert resolve_channel(_view(_scale(0.2, 4)), 11.0, file) == Share(100.0, "channel")
+    assert resolve_channel(_view(_scale(0.2)), 11.0, file) == Share(100.0, "channel")
     # The fallback is capped by the scaled budget too: never over it while the cap binds.
-    idle = resolve_channel(_view(_scale(0.2, 4), admitted=False, draining=False), 11.0, file)
+    idle = resolve_channel(_view(_scale(0.2), admitted=False, draining=False), 11.0, file)
     assert idle.rate == 50.0
 
 
@@ -120,43 +118,51 @@ class _Api:
         return {"metadata": {"resourceVersion": "5"}, "items": [obj] if obj else []}
 
 
-def test_a_scale_not_seen_or_unreadable_makes_the_channel_not_current() -> None:
+def test_a_scale_not_seen_missing_or_unreadable_makes_the_channel_not_current() -> None:
     channel = ShareChannel("ns", "p", rank=0, pod="w0", pending=lambda: 1,
                            reported=lambda: 0.0, api=_Api({}), clock=lambda: 5.0)
     channel._accept(sh.body("ns", _channel(), None) | {"metadata": {"resourceVersion": "1"}})
     assert channel.view().broken  # the scale watch has not listed yet
-    channel.scale._accept({"metadata": {"resourceVersion": "2", "generation": 4},
+    channel.scale._accept({"metadata": {"resourceVersion": "2"},
                            "spec": sh.scale_spec(0.2, 1e9)})
     view = channel.view()
-    assert not view.broken and view.scale == sh.Scale(0.2, 4, 1_000_000_000)
+    assert not view.broken and view.scale == sh.Scale(0.2, 1_000_000_000)
     assert view.admitted and resolve_channel(view, 5.0, Share(1e9, "file")).rate == 100.0
-    channel.scale._accept({"metadata": {"resourceVersion": "3", "generation": 5},
+    channel.scale._accept({"metadata": {"resourceVersion": "3"},
                            "spec": {"clusterScale": {"factor": 2}}})
     view = channel.view()
     assert view.broken and view.scale is None  # a smaller factor could hide behind it
     # Not current: the smaller of the channel's share and the fallback.
     assert resolve_channel(view, 5.0, Share(100.0, "file")).rate == 100.0
-    channel.scale._accept(None)  # deleted (or never published by an older operator)
-    assert not channel.view().broken and channel.view().scale is None
+    # Deleted: this channel leaves shrinks to a scale that is not there.
+    channel.scale._accept(None)
+    assert channel.view().broken and channel.view().scale is None
+    # A channel that keeps its whole budget needs no scale.
+    channel._accept(sh.body("ns", _channel(wanted=None), None)
+                    | {"metadata": {"resourceVersion": "4"}})
+    assert not channel.view().broken
 
 
 class _Store:
-    """kube.write_object as the apiserver answers it: generation moves with the spec."""
+    """kube.write_object as the apiserver answers it; `refuse` fails a namespace."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.writes: list[tuple[str, str]] = []
+        self.refuse: set[str] = set()
 
     def write_object(self, plural: str, namespace: str, body: dict[str, Any],
                      patch: dict[str, Any] | None = None) -> dict[str, Any]:
+        if namespace in self.refuse:
+            raise RuntimeError("exceeded quota")
         key = (namespace, body["metadata"]["name"])
         self.writes.append(key)
         old = self.objects.get(key)
-        spec = {**(old or {}).get("spec", {}), **(patch or body)["spec"]}
-        generation = 1 if old is None else old["metadata"]["generation"] \
-            + (spec != old["spec"])
-        self.objects[key] = {"metadata": {"generation": generation}, "spec": spec}
+        self.objects[key] = {"spec": {**(old or {}).get("spec", {}), **(patch or body)["spec"]}}
         return self.objects[key]
+
+    def factor(self, namespace: str) -> float:
+        return float(self.objects[(namespace, sh.SCALE_NAME)]["spec"]["clusterScale"]["factor"])
 
 
 @pytest.fixture
@@ -168,32 +174,67 @@ def store(monkeypatch: pytest.MonkeyPatch) -> Any:
     op.forget()
 
 
-def test_the_operator_writes_the_scale_once_per_namespace_and_only_when_it_moves(
+def _view_of(namespaces: set[str], factor: float) -> op.ScaleView:
+    return lambda: (set(namespaces), factor, 4e9)
+
+
+def test_the_scale_is_written_to_every_namespace_when_it_moves_and_not_otherwise(
         store: _Store) -> None:
-    assert op.publish_scale(["a", "b", "a"], 1.0, 4e9) == {"a": 1, "b": 1}
-    assert op.publish_scale(["a", "b"], 1.0, 4e9) == {"a": 1, "b": 1}
-    assert len(store.writes) == 2  # unchanged: no write
-    assert op.publish_scale(["a", "b"], 0.5, 4e9) == {"a": 2, "b": 2}
-    assert len(store.writes) == 4
-    op.forget()  # a new active replica writes once more, whatever it finds
-    assert op.publish_scale(["a"], 0.5, 4e9) == {"a": 2}
-    assert len(store.writes) == 5
+    cluster = _view_of({"a", "b"}, 1.0)
+    assert op.publish_scale("a", 1.0, 4e9, cluster)
+    assert op.publish_scale("b", 1.0, 4e9, cluster)
+    assert sorted(store.writes) == [("a", sh.SCALE_NAME), ("b", sh.SCALE_NAME)]
+    assert op.publish_scale("a", 0.5, 4e9, _view_of({"a", "b"}, 0.5))
+    assert (store.factor("a"), store.factor("b"), len(store.writes)) == (0.5, 0.5, 4)
+    # Due again after a heartbeat: rewritten (mends a hand edit or a deposed replica's write).
+    op._scale.written_at = (op._scale.written_at or 0.0) - sh.HEARTBEAT_S
+    store.objects[("b", sh.SCALE_NAME)]["spec"]["clusterScale"]["factor"] = 0.9
+    assert op.publish_scale("a", 0.5, 4e9, _view_of({"a", "b"}, 0.5))
+    assert store.factor("b") == 0.5
 
 
-def test_a_channel_is_not_rewritten_when_only_the_factor_moved(store: _Store) -> None:
+def test_a_pass_that_read_the_cluster_too_early_never_writes_its_older_factor(
+        store: _Store) -> None:
+    now = _view_of({"a"}, 0.5)  # a new policy arrived: the factor fell to 0.5
+    assert op.publish_scale("a", 0.5, 4e9, now)
+    # A pass whose view predates it asks for 1.0: the view taken under the lock wins.
+    assert op.publish_scale("a", 1.0, 4e9, now)
+    assert store.factor("a") == 0.5 and len(store.writes) == 1
+
+
+def test_a_namespace_whose_scale_cannot_be_written_keeps_whole_budgets_alone(
+        store: _Store) -> None:
+    store.refuse = {"b"}
+    logged: list[str] = []
+    cluster = _view_of({"a", "b"}, 0.5)
+    assert op.publish_scale("a", 0.5, 4e9, cluster, logged.append)
+    assert not op.publish_scale("b", 0.5, 4e9, cluster, logged.append)
+    assert store.factor("a") == 0.5 and any("in b not written" in m for m in logged)
+    store.refuse = set()
+    assert op.publish_scale("b", 0.5, 4e9, cluster)  # written on the next ask
+    assert store.factor("b") == 0.5
+
+
+def test_a_channel_leaves_shrinks_to_the_scale_and_is_rewritten_when_it_grows(
+        store: _Store) -> None:
     key, drainers = ("ns", "p"), [op.Drainer("w0", 0)]
     start = time.monotonic()  # what the channel stamps its writes with
 
-    def publish(budget: float, wanted: float, generation: int, at: float) -> bool:
+    def publish(budget: float, wanted: float | None, at: float) -> bool:
         return op.publish(key, budget, None, drainers, 4, None, start + at, lambda: "t",
-                          wanted=wanted, scale_generation=generation)[0]
+                          wanted=wanted)[0]
 
-    assert publish(500, 1000, 3, 0.0)
-    assert not publish(250, 1000, 4, 1.0)  # the scale says it: no write
-    assert publish(300, 1200, 4, 2.0)  # the policy wants more: its own news
-    written = store.objects[("ns", "p")]["spec"]
-    assert (written["budgetBytes"], written["wantedBytes"], written["scaleGeneration"]) == \
-        (300, 1200, 4)
-    # The heartbeat still comes, with the budget and generation of the day.
-    assert publish(150, 1200, 5, 2.0 + sh.HEARTBEAT_S)
-    assert store.objects[("ns", "p")]["spec"]["scaleGeneration"] == 5
+    def written() -> tuple[int, int | None]:
+        spec = store.objects[("ns", "p")]["spec"]
+        return spec["budgetBytes"], spec.get("wantedBytes")
+
+    assert publish(500, 1000, 0.0) and written() == (500, 1000)
+    assert not publish(250, 1000, 1.0)  # a shrink: the scale says it, no write
+    assert publish(400, 1000, 1.5)  # grown past what is written: rewritten
+    assert publish(450, 1200, 2.0) and written() == (450, 1200)  # the policy wants more
+    # Without a wanted budget (no scale in place, or an agent that cannot read one)
+    # every change of budget is the channel's to say, shrinks too.
+    assert publish(300, None, 2.5) and written() == (300, None)
+    assert publish(200, None, 3.0) and written() == (200, None)
+    # The heartbeat still comes, with the budget of the day.
+    assert publish(100, 1200, 3.0 + sh.HEARTBEAT_S) and written() == (100, 1200)

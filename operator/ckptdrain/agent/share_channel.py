@@ -5,8 +5,9 @@ Two watches per agent, each on one object by name, so a change the operator
 publishes reaches every agent in one round trip of the apiserver's watch
 cache, whatever the number of agents: no pod is written, no kubelet sync
 period is waited for. `view()` feeds `share.ShareWatcher`; each event also
-calls `on_change` so the new share applies at once. The scale watch down
-makes the channel not current (the factor may have dropped unseen).
+calls `on_change` so the new share applies at once. The scale watch down,
+or no scale for a channel that leaves shrinks to it, makes the channel not
+current (the factor may have dropped unseen).
 
 Admission is only believed from an allocation that arrived after this
 agent reported its drain (`reported()`: when the pending-bytes report that
@@ -257,8 +258,10 @@ class ShareChannel(ObjectWatch):
                     self._waiting_since = now
             else:
                 self._waiting_since = None
+            # A channel that leaves shrinks to a scale it has not got is not current.
+            unscaled = a is not None and a.wanted is not None and scale is None
             return ChannelView(established=self._established,
-                               broken=self._broken or not scale_ok,
+                               broken=self._broken or not scale_ok or unscaled,
                                forbidden=self._forbidden, allocation=a, received_at=received,
                                admitted=admitted, draining=draining,
                                waiting_since=self._waiting_since, flushing=flushing,

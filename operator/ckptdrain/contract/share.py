@@ -14,8 +14,7 @@ The operator publishes a CheckpointShare named after the policy:
     spec.heartbeat            when the operator last wrote it; rewritten at
                               least every HEARTBEAT_S while anyone drains
     spec.wantedBytes          the policy's budget before the cluster scale
-    spec.scaleGeneration      the generation of the namespace's cluster scale
-                              that budgetBytes was computed with
+                              (absent: the channel's budget is all there is)
 
 The cluster cap is split by one factor for every policy (operator/
 allocation.py). The operator publishes it once per namespace, in the
@@ -24,20 +23,20 @@ CheckpointShare named SCALE_NAME (a name no policy may take):
     spec.clusterScale.factor          every policy's budget = wanted × factor
     spec.clusterScale.clusterCapBytes the cap it keeps (absent: no cap)
 
-so a new job under the cap is one write seen by every agent, not a rewrite
-of every policy's channel. An agent watches both objects and takes
-`wantedBytes × factor` when the scale is newer than its channel (its
-generation above the channel's scaleGeneration), else budgetBytes, which the
-operator computed with that scale or a newer one (`Allocation.budget_under`).
-The operator writes a smaller factor before any channel that depends on it,
-and a new policy's drainers are admitted JOIN_DELAY_S after they were
-counted, so every agent has seen the smaller factor before they start.
-
-An admitted agent drains at `min(cap, budget / drainers)`; a draining agent
-not (yet) admitted waits. The split is equal among the pods that report
-bytes pending: with every drainer busy until it is done, equal shares finish
-the policy's bytes in the same time as shares in proportion to them, and
-they need no per-writer numbers in the channel.
+An agent watches both objects and takes the smaller of its channel's budget
+and `wantedBytes × factor` (`Allocation.budget_under`): a smaller factor
+(a new job under the cap) reaches every agent of the namespace in that one
+write, while no scale, however stale or hand-edited, can raise a budget
+above what the channel says. So the operator rewrites a channel when its
+budget grows and when more than the factor moved, never for a shrink the
+scale carries (`operator/share_channel.py`). It writes the smaller factor
+before any channel computed with it, and a new policy's drainers are
+admitted JOIN_DELAY_S after they were counted, so every agent has seen the
+smaller factor first. A channel with `wantedBytes` and no scale to go with
+it is not current (the scale deleted, or its watch down). Where the scale
+cannot be written, or a pod's agent predates it (no
+`ckptdrain.io/share-scale` annotation), the operator leaves `wantedBytes`
+out and rewrites the channel for every change of budget.
 
 Why the sum of applied shares stays within the budget: a new drainer is
 first counted in `drainers` (everyone's share shrinks) and admitted only in a
@@ -149,10 +148,8 @@ class Allocation:
     #: Pods that may drain (None: not said, an older operator's object).
     writers: int | None = None
     heartbeat: str | None = None
-    #: The budget before the cluster scale, and the scale's generation `budget`
-    #: was computed with (None: an older operator's object, no scale applies).
+    #: The budget before the cluster scale (None: no scale applies).
     wanted: int | None = None
-    scale_generation: int | None = None
     _spans: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
 
     def admits(self, rank: int | None, pod: str) -> bool:
@@ -165,13 +162,11 @@ class Allocation:
         return any(low <= rank <= high for low, high in spans)
 
     def budget_under(self, scale: Scale | None) -> float:
-        """The policy's budget now: its wanted budget times the namespace's
-        scale when that scale is newer than this publication, else the budget
-        published (computed with that scale or a newer one)."""
-        if scale is None or self.wanted is None or self.scale_generation is None \
-                or scale.generation <= self.scale_generation:
+        """The policy's budget now: the smaller of the one published and its
+        wanted budget times the namespace's scale. The scale only ever lowers it."""
+        if scale is None or self.wanted is None:
             return float(self.budget)
-        return max(self.wanted * scale.factor, PAUSED_RATE)
+        return max(min(float(self.budget), self.wanted * scale.factor), PAUSED_RATE)
 
     def share(self, scale: Scale | None = None) -> float:
         """What each admitted drainer may use, bytes/s (> 0)."""
@@ -193,8 +188,6 @@ class Scale:
     """The namespace's cluster scale, as published."""
 
     factor: float
-    #: The object's metadata.generation: which channels it is newer than.
-    generation: int
     cluster_cap: int | None = None
 
 
@@ -207,7 +200,6 @@ def to_spec(a: Allocation) -> dict[str, Any]:
     spec["writers"] = None if a.writers is None else int(a.writers)
     spec["heartbeat"] = a.heartbeat
     spec["wantedBytes"] = None if a.wanted is None else max(1, int(a.wanted))
-    spec["scaleGeneration"] = a.scale_generation
     return spec
 
 
@@ -240,13 +232,10 @@ def scale_from_object(obj: Mapping[str, Any]) -> Scale:
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
             or not math.isfinite(factor) or not 0 < factor <= 1:
         raise InvalidInput("spec.clusterScale.factor", "a number in (0, 1]", factor)
-    generation = (obj.get("metadata") or {}).get("generation")
-    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
-        raise InvalidInput("metadata.generation", "a whole number ≥ 1", generation)
     cap = scale.get("clusterCapBytes")
     if cap is not None:
         cap = _int(scale, "clusterCapBytes", 1, "spec.clusterScale")
-    return Scale(factor=float(factor), generation=generation, cluster_cap=cap)
+    return Scale(factor=float(factor), cluster_cap=cap)
 
 
 def body(namespace: str, a: Allocation, owner: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -297,9 +286,6 @@ def from_object(obj: Mapping[str, Any]) -> Allocation:
     wanted = spec.get("wantedBytes")
     if wanted is not None:
         wanted = _int(spec, "wantedBytes", 1)
-    scale_generation = spec.get("scaleGeneration")
-    if scale_generation is not None:
-        scale_generation = _int(spec, "scaleGeneration", 1)
     admitted = sum(high - low + 1 for low, high in spans) + len(pods)
     if admitted > drainers:
         # Could only come from a bug or a hand edit; trusting it would let the
@@ -307,5 +293,4 @@ def from_object(obj: Mapping[str, Any]) -> Allocation:
         raise InvalidInput("spec.drainers", f"at least the {admitted} admitted", drainers)
     return Allocation(policy=policy, budget=budget, drainers=drainers, active_ranks=ranks,
                       active_pods=tuple(pods), per_drainer_cap=cap, writers=writers,
-                      heartbeat=heartbeat, wanted=wanted, scale_generation=scale_generation,
-                      _spans=spans)
+                      heartbeat=heartbeat, wanted=wanted, _spans=spans)

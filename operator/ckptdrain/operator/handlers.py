@@ -167,7 +167,8 @@ def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
         created=meta.get("creationTimestamp"),
         writer=(meta.get("labels") or {}).get(api.LABEL_WRITER),
         workload_writers=None if counted is None else int(counted),
-        deleting=meta.get("deletionTimestamp") is not None)}
+        deleting=meta.get("deletionTimestamp") is not None,
+        follows_scale=ann.get(api.ANNOTATION_SHARE_SCALE) == "true")}
 
 
 @kopf.index(*CHECKPOINTS)
@@ -314,9 +315,10 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
     joint = _budgets(cfg, policies, pods)
     if joint and leadership.active():
-        # One write per namespace tells every agent the new factor; the
-        # channels are rewritten below only where more than the factor moved.
-        _publish_scale(joint)
+        # One write per namespace tells every agent a smaller factor; the
+        # channels are rewritten below where budgets grew or more than the
+        # factor moved, shrinking ones first.
+        _publish_scale("", joint, cfg, policies, pods, logger)
     before = {k: v[0].allowed_bandwidth for k, v in _joint_last.items()}
     # Budgets that shrink are published before those that grow, so the
     # cluster's sum never passes the cap on the way.
@@ -329,11 +331,22 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             _rebalance(key, cfg, policies, pods, logger, joint)
 
 
-def _publish_scale(joint: Mapping[Key, budgets.Budget]) -> dict[str, int]:
-    """The cluster scale, to every namespace with a policy (unchanged: no write)."""
+def _publish_scale(namespace: str, joint: Mapping[Key, budgets.Budget], cfg: OperatorConfig,
+                   policies: kopf.Index[Key, Any], pods: kopf.Index[Key, Any],
+                   logger: logging.Logger) -> bool:
+    """The cluster scale to every namespace with a policy, where it moved;
+    whether `namespace`'s holds it (share_channel.publish_scale)."""
     cluster = next(iter(joint.values()))[1]
-    return share_channel.publish_scale({key[0] for key in joint}, cluster.factor,
-                                       cluster.cluster_cap)
+
+    def fresh() -> tuple[set[str], float, float | None]:
+        now = _budgets(cfg, policies, pods)
+        if not now:
+            return set(), 1.0, cfg.cluster_bandwidth
+        share = next(iter(now.values()))[1]
+        return {key[0] for key in now}, share.factor, share.cluster_cap
+
+    return share_channel.publish_scale(namespace, cluster.factor, cluster.cluster_cap, fresh,
+                                       logger.warning)
 
 
 def _disagrees(body: Mapping[str, Any], sized: sizing.Sizing,
@@ -361,13 +374,15 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             return
         draining = [share_channel.Drainer(d.pod, share_channel.rank_of(d.writer))
                     for d in drainers if (d.pending_bytes or 0) > 0]
-        # The factor this budget was computed with goes out first, everywhere.
-        generation = _publish_scale(joint)[key[0]]
+        # A smaller factor goes out first, everywhere; the channel then leaves
+        # shrinks to it, unless the scale is not in place or an agent cannot read it.
+        scaled = _publish_scale(key[0], joint, cfg, policies, pods, logger) \
+            and all(d.follows_scale for d in drainers)
         written, recheck = share_channel.publish(
             key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
             max(policy.writers, len(drainers)), share_channel.owner_of(body),
-            time.monotonic(), lambda: api.timestamp(_now()), wanted=cluster.wanted,
-            scale_generation=generation)
+            time.monotonic(), lambda: api.timestamp(_now()),
+            wanted=cluster.wanted if scaled else None)
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc()
             logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",

@@ -11,9 +11,13 @@ While anyone drains, the channel is rewritten at least every HEARTBEAT_S
 (spec.heartbeat), so agents can tell a quiet operator from a gone one.
 
 The cluster cap's factor is published once per namespace (`publish_scale`),
-before any channel computed with it: a channel is not rewritten when only
-the factor moved (its agents take wanted × the newer factor), so a new job
-under the cap costs one write per namespace, not one per policy.
+before any channel computed with it. A scale can only lower a budget (the
+agent takes the smaller of the channel's and wanted × factor), so a channel
+is rewritten when its budget grows or more than the factor moved, never for
+a shrink the scale carries: a new job under the cap costs one write per
+namespace, not one per policy. Where the scale is not in place, or a pod's
+agent predates it, the channel carries no wanted budget and is rewritten for
+every change of budget.
 
 `admit` and `allocation` are pure; `publish` keeps the last state per policy
 in memory. A restarted operator (or a replica that just became the active
@@ -26,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,8 +54,10 @@ class ChannelState:
     #: Pod → when the publication that first counted it was written (monotonic).
     joining_since: dict[str, float] = field(default_factory=dict)
     published: dict[str, Any] | None = None
-    #: When this replica last wrote the channel (monotonic): heartbeats follow it.
+    #: When this replica last wrote the channel (monotonic): heartbeats follow
+    #: it; and the budget it wrote (a scale may lower it, never raise it).
     written_at: float | None = None
+    written_budget: int | None = None
 
 
 def rank_of(label: str | None) -> int | None:
@@ -80,8 +86,7 @@ def admit(state: ChannelState, draining: Sequence[Drainer], now: float,
 
 def allocation(policy: str, budget: float, cap: float | None, draining: Sequence[Drainer],
                active: frozenset[str], writers: int | None = None,
-               heartbeat: str | None = None, wanted: float | None = None,
-               scale_generation: int | None = None) -> sh.Allocation:
+               heartbeat: str | None = None, wanted: float | None = None) -> sh.Allocation:
     """The publication. A rank two pods hold (a replacement beside the pod in
     its grace period, a collision) is never published as a rank: each such pod
     is admitted by its own name, so one's admission is not the other's."""
@@ -98,13 +103,11 @@ def allocation(policy: str, budget: float, cap: float | None, draining: Sequence
                          per_drainer_cap=None if cap is None else max(1, int(cap)),
                          writers=None if writers is None else max(1, writers),
                          heartbeat=heartbeat,
-                         wanted=None if wanted is None else max(1, int(wanted)),
-                         scale_generation=scale_generation)
+                         wanted=None if wanted is None else max(1, int(wanted)))
 
 
-#: What follows the factor alone: a change in these is the scale object's to
-#: publish, not a reason to rewrite the channel.
-_SCALED = ("budgetBytes", "scaleGeneration", "heartbeat")
+#: What a shrink of the factor moves: the scale carries it, not the channel.
+_SCALED = ("budgetBytes", "heartbeat")
 
 
 def _own(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -113,37 +116,55 @@ def _own(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 @dataclass
 class ScaleState:
-    spec: dict[str, Any] | None = None
-    generation: int | None = None
+    #: (factor, cluster cap) last written to every namespace, and when.
+    last: tuple[float, float | None] | None = None
+    written_at: float | None = None
+    #: Namespace → the spec its scale object holds, as this replica wrote it.
+    placed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-_scales: dict[str, ScaleState] = {}
+_scale = ScaleState()
 _scale_lock = threading.Lock()
 
+#: A view of the whole cluster, taken when asked: (namespaces with a valid
+#: policy, the factor, the cluster cap).
+ScaleView = Callable[[], tuple[set[str], float, float | None]]
 
-def publish_scale(namespaces: Iterable[str], factor: float,
-                  cluster_cap: float | None) -> dict[str, int]:
-    """Write each namespace's scale object that says another factor than this
-    one (or that this replica has not written yet); namespace → the object's
-    generation, for the channels computed with it. Holds every channel
-    publication back while it writes (they call it first), so none goes out
-    before the factor it was computed with."""
-    spec = sh.scale_spec(factor, cluster_cap)
-    out: dict[str, int] = {}
+
+def publish_scale(namespace: str, factor: float, cluster_cap: float | None,
+                  fresh: ScaleView, log: Callable[[str], None] = lambda _: None) -> bool:
+    """Whether `namespace`'s scale object holds the cluster's factor now, after
+    writing what moved. A factor unlike the last written (or the last writing
+    HEARTBEAT_S old, which also mends a scale edited by hand or written by a
+    replica that lost its lease) is taken from `fresh()` under the lock and
+    written to every namespace, so a pass that read the cluster before a new
+    policy never writes an older, larger factor over a newer one. Channel
+    publications wait behind it (they call this first). A namespace whose write
+    fails is left out (logged): its channels carry no wanted budget."""
     with _scale_lock:
-        for namespace in sorted(set(namespaces)):
-            state = _scales.setdefault(namespace, ScaleState())
-            if state.spec != spec or state.generation is None:
-                stored = kube.write_object(sh.SHARES, namespace,
-                                           sh.scale_body(namespace, spec), {"spec": spec})
-                generation = (stored.get("metadata") or {}).get("generation")
-                if not isinstance(generation, int):
-                    raise RuntimeError(f"{namespace}/{sh.SCALE_NAME}: the apiserver "
-                                       f"returned no generation ({generation!r})")
-                state.spec, state.generation = spec, generation
-            assert state.generation is not None
-            out[namespace] = state.generation
-    return out
+        now = time.monotonic()
+        due = _scale.written_at is None or now - _scale.written_at >= sh.HEARTBEAT_S
+        if not due and _scale.last == (factor, cluster_cap) and namespace in _scale.placed:
+            return True
+        namespaces, factor, cluster_cap = fresh()
+        spec = sh.scale_spec(factor, cluster_cap)
+        everywhere = due or _scale.last != (factor, cluster_cap)
+        for gone in set(_scale.placed) - namespaces:
+            del _scale.placed[gone]
+        targets = namespaces if everywhere else \
+            {n for n in {namespace} & namespaces if _scale.placed.get(n) != spec}
+        for target in sorted(targets):
+            try:
+                kube.write_object(sh.SHARES, target, sh.scale_body(target, spec),
+                                  {"spec": spec})
+                _scale.placed[target] = spec
+            except Exception as err:  # one namespace's trouble is not every other's
+                _scale.placed.pop(target, None)
+                log(f"cluster scale in {target} not written ({err}); its channels carry "
+                    "their whole budget")
+        if everywhere:
+            _scale.last, _scale.written_at = (factor, cluster_cap), now
+        return _scale.placed.get(namespace) == spec
 
 
 _states: dict[Key, ChannelState] = {}
@@ -152,24 +173,22 @@ _lock = threading.Lock()
 
 def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drainer],
             writers: int, owner: Mapping[str, Any] | None, now: float,
-            stamp: Callable[[], str], wanted: float | None = None,
-            scale_generation: int | None = None) -> tuple[bool, float | None]:
-    """Write the policy's channel if it changed (other than by the cluster
-    scale: `publish_scale` first), or if anyone drains and the last write is
-    HEARTBEAT_S old. Returns (written, seconds until it should be looked at
-    again: a joiner to admit or a heartbeat due). The caller serialises calls
-    per policy."""
+            stamp: Callable[[], str], wanted: float | None = None) -> tuple[bool, float | None]:
+    """Write the policy's channel if it changed (a smaller budget, when it has a
+    `wanted` budget, is the scale's to carry: `publish_scale` first), or if
+    anyone drains and the last write is HEARTBEAT_S old. Returns (written,
+    seconds until it should be looked at again: a joiner to admit or a
+    heartbeat due). The caller serialises calls per policy."""
     with _lock:
         state = _states.setdefault(key, ChannelState())
     active, joining, recheck = admit(state, draining, now)
-    alloc = allocation(key[1], budget, cap, draining, active, writers, wanted=wanted,
-                       scale_generation=scale_generation)
+    alloc = allocation(key[1], budget, cap, draining, active, writers, wanted=wanted)
     spec = sh.to_spec(alloc)
     beat_due = bool(draining) and (state.written_at is None
                                    or now - state.written_at >= sh.HEARTBEAT_S)
-    # Without a scale (an older caller) the budget is the channel's own news.
-    moved = _own(spec) != _own(state.published) if scale_generation is not None \
-        else spec != state.published
+    moved = _own(spec) != _own(state.published) or state.written_budget is None \
+        or (spec["budgetBytes"] > state.written_budget if wanted is not None
+            else spec["budgetBytes"] != state.written_budget)
     written = False
     if moved or beat_due:
         stamped = dataclasses.replace(alloc, heartbeat=stamp())
@@ -184,7 +203,7 @@ def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drain
         after = time.monotonic()
         joining = {p: (after if p not in state.joining_since else since)
                    for p, since in joining.items()}
-        state.written_at = after
+        state.written_at, state.written_budget = after, int(stamped.budget)
     # Only what was written counts: a failed write (an exception above) leaves
     # the state as it was, and the next pass counts the joiners again.
     state.active, state.joining_since, state.published = active, joining, spec
@@ -204,7 +223,8 @@ def forget(key: Key | None = None) -> None:
             _states.pop(key, None)
     if key is None:
         with _scale_lock:
-            _scales.clear()
+            global _scale
+            _scale = ScaleState()
 
 
 def owner_of(policy_body: Mapping[str, Any]) -> dict[str, Any] | None:

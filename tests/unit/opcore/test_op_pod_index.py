@@ -26,3 +26,10 @@ def test_a_pod_in_its_grace_period_still_drains() -> None:
     leaving = _entry({"deletionTimestamp": "2026-01-01T00:00:00Z"}, "Running")
     assert list(leaving) == [("ml", "llama")]
     assert list(_entry({}, "Running")) == [("ml", "llama")]
+
+
+def test_only_pods_injected_with_a_scale_reading_agent_follow_the_scale() -> None:
+    older = _entry({}, "Running")[("ml", "llama")]
+    newer = _entry({"annotations": {**ANN, "ckptdrain.io/share-scale": "true"}},
+                   "Running")[("ml", "llama")]
+    assert not older.follows_scale and newer.follows_scale
