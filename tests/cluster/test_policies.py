@@ -176,7 +176,7 @@ def test_a_new_job_under_the_cap_is_one_scale_write_not_a_rewrite_of_every_chann
     """Two 63 GB/s policies fit a 200 GB/s cap; two more do not: the namespace's
     scale goes to 200/252 and the first two policies' agents take it from
     there, their channels unwritten; when the two go, the factor goes back to
-    1 and the channels grow again."""
+    1 and a channel written under the smaller one grows again."""
     for name in ("p0", "p1"):
         apply(policy(name))
     wait_for(lambda: _factor(cluster, namespace) == 1.0
@@ -201,9 +201,16 @@ def test_a_new_job_under_the_cap_is_one_scale_write_not_a_rewrite_of_every_chann
         channel = sh.from_object(_share_object(cluster, namespace, name) or {})
         assert channel.share(scale) == pytest.approx(63e9 * factor, rel=1e-6), name
 
+    # A change of p1's own (a per-drainer cap) rewrites its channel under the
+    # smaller factor; when the two go, that channel must grow again.
+    apply(policy("p1", caps={"perDrainer": "60GB/s"}))
+    shrunk = int(63e9 * factor)
+    wait_for(lambda: sh.from_object(_share_object(cluster, namespace, "p1") or {}).budget
+             == pytest.approx(shrunk, abs=2), timeout_s=60, what="p1 rewritten under 200/252")
     cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "p2", "p3")
     wait_for(lambda: _factor(cluster, namespace) == 1.0, timeout_s=60,
              what="the factor back to 1")
-    # Growth is the channel's to say: p0's is rewritten with its whole budget.
-    wait_for(lambda: sh.from_object(_share_object(cluster, namespace, "p0") or {})
-             .share(_scale(cluster, namespace)) == 63e9, timeout_s=60, what="p0 grown back")
+    wait_for(lambda: sh.from_object(_share_object(cluster, namespace, "p1") or {}).budget
+             == 63_000_000_000, timeout_s=60, what="p1's channel grown back")
+    assert sh.from_object(_share_object(cluster, namespace, "p0") or {}).share(
+        _scale(cluster, namespace)) == 63e9

@@ -126,7 +126,9 @@ def _write_scale(api: client.CustomObjectsApi, namespace: str, factor: float) ->
 def test_an_agent_takes_a_smaller_cluster_scale_from_one_write_and_never_a_larger_one(
         namespace: str, custom_api: client.CustomObjectsApi,
         watched: Watched) -> None:
-    channel, watcher, _, pending = watched
+    _, watcher, _, pending = watched
+    assert watcher.path is not None
+    watcher.path.write_text("1000000")  # a fallback far above: only the channel limits
     pending["bytes"], pending["reported"] = 10_000, time.monotonic()
     _write_scale(custom_api, namespace, 1.0)
     _write(custom_api, namespace, budget=900, wanted=900, drainers=3, active_ranks="0-2",
@@ -149,12 +151,14 @@ def test_an_agent_takes_a_smaller_cluster_scale_from_one_write_and_never_a_large
     time.sleep(0.5)
     assert watcher.current == Share(150.0, "channel")
 
-    # The scale deleted under a channel that leaves shrinks to it: not current,
-    # so the smaller of its share and the fallback file's (50).
+    # The scale goes down to 0.2, then is deleted under a channel that leaves
+    # shrinks to it: not current, and its last factor still holds the share
+    # (900 x 0.2 / 3), never the channel's 450 / 3.
+    _write_scale(custom_api, namespace, 0.2)
+    wait_for(lambda: watcher.current == Share(60.0, "channel"), what="a fifth, from the scale")
     custom_api.delete_namespaced_custom_object(GROUP, VERSION, namespace, sh.SHARES,
                                                sh.SCALE_NAME)
-    wait_for(lambda: watcher.current.rate == 50.0 and watcher.current.problem is not None,
-             what="not current without its scale")
+    wait_for(lambda: watcher.current.problem is not None, what="not current without its scale")
+    assert watcher.current.rate == 60.0
     _write_scale(custom_api, namespace, 0.5)
     wait_for(lambda: watcher.current == Share(150.0, "channel"), what="current again")
-    channel.stop()

@@ -136,6 +136,8 @@ def test_the_drain_start_is_written_at_once_even_with_nothing_new_to_say() -> No
     assert core.attempts == [before] and core.targets == [("ns", "pod-3")]
     assert annotations(core.patches[0])[PENDING] == "4096"
     assert PROGRESS not in annotations(core.patches[0])  # nothing reported yet
+    # The agent says itself that it applies the cluster scale (contract/share.py).
+    assert annotations(core.patches[0])["ckptdrain.io/share-scale"] == "true"
     assert report.published == 4096
 
 

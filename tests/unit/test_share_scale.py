@@ -17,7 +17,7 @@ from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config, kube, policy
 from ckptdrain.operator import share_channel as op
 
-WANTED, BUDGET = 1000, 500  # published with a factor of 0.5, scale generation 3
+WANTED, BUDGET = 1000, 500  # published with a factor of 0.5
 
 
 def _channel(**over: Any) -> sh.Allocation:
@@ -118,7 +118,8 @@ class _Api:
         return {"metadata": {"resourceVersion": "5"}, "items": [obj] if obj else []}
 
 
-def test_a_scale_not_seen_missing_or_unreadable_makes_the_channel_not_current() -> None:
+def test_a_scale_not_seen_gone_or_unreadable_makes_the_channel_not_current() -> None:
+    rich = Share(1e9, "file")  # a fallback far above the budget: only the channel limits
     channel = ShareChannel("ns", "p", rank=0, pod="w0", pending=lambda: 1,
                            reported=lambda: 0.0, api=_Api({}), clock=lambda: 5.0)
     channel._accept(sh.body("ns", _channel(), None) | {"metadata": {"resourceVersion": "1"}})
@@ -127,19 +128,20 @@ def test_a_scale_not_seen_missing_or_unreadable_makes_the_channel_not_current() 
                            "spec": sh.scale_spec(0.2, 1e9)})
     view = channel.view()
     assert not view.broken and view.scale == sh.Scale(0.2, 1_000_000_000)
-    assert view.admitted and resolve_channel(view, 5.0, Share(1e9, "file")).rate == 100.0
-    channel.scale._accept({"metadata": {"resourceVersion": "3"},
-                           "spec": {"clusterScale": {"factor": 2}}})
-    view = channel.view()
-    assert view.broken and view.scale is None  # a smaller factor could hide behind it
-    # Not current: the smaller of the channel's share and the fallback.
-    assert resolve_channel(view, 5.0, Share(100.0, "file")).rate == 100.0
-    # Deleted: this channel leaves shrinks to a scale that is not there.
-    channel.scale._accept(None)
-    assert channel.view().broken and channel.view().scale is None
+    assert view.admitted and resolve_channel(view, 5.0, rich) == Share(100.0, "channel")
+    for version, obj in (("3", {"spec": {"clusterScale": {"factor": 2}}}), ("4", None)):
+        # Malformed, then deleted: not current, and the last good factor still
+        # applies (the channel's budget left the shrink to it): the smaller of
+        # its share (100) and the fallback, capped at the scaled budget over
+        # the writers (1000 x 0.2 / 4).
+        channel.scale._accept(None if obj is None else {"metadata": {"resourceVersion": version},
+                                                        **obj})
+        view = channel.view()
+        assert view.broken and view.scale == sh.Scale(0.2, 1_000_000_000)
+        assert resolve_channel(view, 5.0, rich).rate == 50.0
     # A channel that keeps its whole budget needs no scale.
     channel._accept(sh.body("ns", _channel(wanted=None), None)
-                    | {"metadata": {"resourceVersion": "4"}})
+                    | {"metadata": {"resourceVersion": "5"}})
     assert not channel.view().broken
 
 
@@ -198,8 +200,27 @@ def test_a_pass_that_read_the_cluster_too_early_never_writes_its_older_factor(
     now = _view_of({"a"}, 0.5)  # a new policy arrived: the factor fell to 0.5
     assert op.publish_scale("a", 0.5, 4e9, now)
     # A pass whose view predates it asks for 1.0: the view taken under the lock wins.
-    assert op.publish_scale("a", 1.0, 4e9, now)
+    assert op.publish_scale("a", 1.0, 4e9, now, may_raise=True)
     assert store.factor("a") == 0.5 and len(store.writes) == 1
+
+
+def test_a_larger_factor_waits_for_the_joint_pass_a_smaller_one_does_not(
+        store: _Store) -> None:
+    assert op.publish_scale("a", 0.5, 4e9, _view_of({"a"}, 0.5))
+    # A policy wants less: the factor may rise, but only once the channels that
+    # shrink are out, which the joint pass says with may_raise.
+    assert op.publish_scale("a", 0.8, 4e9, _view_of({"a"}, 0.8))
+    assert store.factor("a") == 0.5
+    assert op.publish_scale("a", 0.8, 4e9, _view_of({"a"}, 0.8), may_raise=True)
+    assert store.factor("a") == 0.8
+    assert op.publish_scale("a", 0.3, 4e9, _view_of({"a"}, 0.3))  # lower: at once
+    assert store.factor("a") == 0.3
+
+
+def test_no_cluster_cap_no_scale_and_a_deposed_replica_writes_nothing(store: _Store) -> None:
+    assert not op.publish_scale("a", 1.0, None, _view_of({"a"}, 1.0))
+    assert not op.publish_scale("a", 0.5, 4e9, _view_of({"a"}, 0.5), active=lambda: False)
+    assert store.writes == []
 
 
 def test_a_namespace_whose_scale_cannot_be_written_keeps_whole_budgets_alone(
@@ -207,22 +228,25 @@ def test_a_namespace_whose_scale_cannot_be_written_keeps_whole_budgets_alone(
     store.refuse = {"b"}
     logged: list[str] = []
     cluster = _view_of({"a", "b"}, 0.5)
-    assert op.publish_scale("a", 0.5, 4e9, cluster, logged.append)
-    assert not op.publish_scale("b", 0.5, 4e9, cluster, logged.append)
+    assert op.publish_scale("a", 0.5, 4e9, cluster, log=logged.append)
+    assert not op.publish_scale("b", 0.5, 4e9, cluster, log=logged.append)
     assert store.factor("a") == 0.5 and any("in b not written" in m for m in logged)
     store.refuse = set()
-    assert op.publish_scale("b", 0.5, 4e9, cluster)  # written on the next ask
+    assert not op.publish_scale("b", 0.5, 4e9, cluster)  # not retried at every pass
+    op._scale.failed_at["b"] -= sh.HEARTBEAT_S
+    assert op.publish_scale("b", 0.5, 4e9, cluster)  # a heartbeat later
     assert store.factor("b") == 0.5
 
 
 def test_a_channel_leaves_shrinks_to_the_scale_and_is_rewritten_when_it_grows(
         store: _Store) -> None:
-    key, drainers = ("ns", "p"), [op.Drainer("w0", 0)]
+    key = ("ns", "p")
     start = time.monotonic()  # what the channel stamps its writes with
 
-    def publish(budget: float, wanted: float | None, at: float) -> bool:
-        return op.publish(key, budget, None, drainers, 4, None, start + at, lambda: "t",
-                          wanted=wanted)[0]
+    def publish(budget: float, wanted: float | None, at: float,
+                drainers: list[op.Drainer] | None = None) -> bool:
+        return op.publish(key, budget, None, drainers or [], 4, None, start + at,
+                          lambda: "t", wanted=wanted)[0]
 
     def written() -> tuple[int, int | None]:
         spec = store.objects[("ns", "p")]["spec"]
@@ -230,11 +254,15 @@ def test_a_channel_leaves_shrinks_to_the_scale_and_is_rewritten_when_it_grows(
 
     assert publish(500, 1000, 0.0) and written() == (500, 1000)
     assert not publish(250, 1000, 1.0)  # a shrink: the scale says it, no write
-    assert publish(400, 1000, 1.5)  # grown past what is written: rewritten
-    assert publish(450, 1200, 2.0) and written() == (450, 1200)  # the policy wants more
+    assert not publish(400, 1000, 1.5)  # up again, still under what is written
+    assert publish(600, 1000, 2.0) and written() == (600, 1000)  # grown past it
+    assert publish(650, 1200, 2.5) and written() == (650, 1200)  # the policy wants more
     # Without a wanted budget (no scale in place, or an agent that cannot read one)
     # every change of budget is the channel's to say, shrinks too.
-    assert publish(300, None, 2.5) and written() == (300, None)
-    assert publish(200, None, 3.0) and written() == (200, None)
-    # The heartbeat still comes, with the budget of the day.
-    assert publish(100, 1200, 3.0 + sh.HEARTBEAT_S) and written() == (100, 1200)
+    assert publish(300, None, 3.0) and written() == (300, None)
+    assert publish(200, None, 3.5) and written() == (200, None)
+    # While anyone drains the heartbeat still comes, with the budget of the day.
+    drainer = [op.Drainer("w0", 0)]
+    assert publish(200, None, 4.0, drainer)  # counted: the channel's news
+    assert publish(100, 1200, 4.0 + sh.HEARTBEAT_S + 1, drainer)
+    assert written() == (100, 1200)

@@ -21,7 +21,7 @@ from typing import Any
 from ckptdrain import kubeclient
 from ckptdrain.agent.report import CheckpointEvent, State
 from ckptdrain.contract import progress
-from ckptdrain.contract.api import ANNOTATION_PENDING
+from ckptdrain.contract.api import ANNOTATION_PENDING, ANNOTATION_SHARE_SCALE
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,10 @@ class PodReport:
         with self._lock:
             version = self._version
             text = progress.encode(self.writer, self.writers, self._steps) if self._steps else None
-        annotations = {**self.along(), ANNOTATION_PENDING: str(pending)}
+        # This agent applies its namespace's cluster scale: said by the agent
+        # itself, so an older agent image never passes for one that does.
+        annotations = {**self.along(), ANNOTATION_PENDING: str(pending),
+                       ANNOTATION_SHARE_SCALE: "true"}
         if text is not None:
             annotations[progress.ANNOTATION_PROGRESS] = text
         sent_at = self.clock()

@@ -5,9 +5,10 @@ Two watches per agent, each on one object by name, so a change the operator
 publishes reaches every agent in one round trip of the apiserver's watch
 cache, whatever the number of agents: no pod is written, no kubelet sync
 period is waited for. `view()` feeds `share.ShareWatcher`; each event also
-calls `on_change` so the new share applies at once. The scale watch down,
-or no scale for a channel that leaves shrinks to it, makes the channel not
-current (the factor may have dropped unseen).
+calls `on_change` so the new share applies at once. For a channel that
+leaves shrinks to the scale, the scale's watch down, or the object gone or
+malformed, makes the channel not current (the factor may have dropped
+unseen); the last good factor still applies.
 
 Admission is only believed from an allocation that arrived after this
 agent reported its drain (`reported()`: when the pending-bytes report that
@@ -193,25 +194,31 @@ class ScaleWatch(ObjectWatch):
     def __init__(self, namespace: str, **kw: Any) -> None:
         super().__init__(namespace, sh.SCALE_NAME, **kw)
         self._scale: sh.Scale | None = None
+        self._present = False
         self._malformed = False
 
     def current(self) -> sh.Scale | None:
-        """The scale; None when there is none (an older operator) or it is malformed."""
+        """The last good scale seen (kept when the object goes or turns
+        malformed: a channel's budget may have left a shrink to it); None
+        when none was ever seen."""
         with self._lock:
             return self._scale
 
     def trusted(self) -> bool:
-        """Listed, its watch up, and not malformed: a smaller factor cannot be missed."""
+        """Listed, its watch up, the object there and readable: a smaller
+        factor cannot be missed."""
         with self._lock:
-            return self._established and not self._broken and not self._malformed
+            return self._established and not self._broken and self._present \
+                and not self._malformed
 
     def _read(self, obj: dict[str, Any]) -> sh.Scale:
         return sh.scale_from_object(obj)
 
     def _take(self, parsed: Any) -> None:
-        # No trust in any factor until a good one comes (the channel is then not current).
+        self._present = parsed is not None
         self._malformed = parsed is MALFORMED
-        self._scale = None if self._malformed else parsed
+        if isinstance(parsed, sh.Scale):
+            self._scale = parsed
 
 
 class ShareChannel(ObjectWatch):
@@ -258,10 +265,10 @@ class ShareChannel(ObjectWatch):
                     self._waiting_since = now
             else:
                 self._waiting_since = None
-            # A channel that leaves shrinks to a scale it has not got is not current.
-            unscaled = a is not None and a.wanted is not None and scale is None
+            # A channel that leaves shrinks to a scale it cannot trust is not current.
+            unscaled = a is not None and a.wanted is not None and not scale_ok
             return ChannelView(established=self._established,
-                               broken=self._broken or not scale_ok or unscaled,
+                               broken=self._broken or unscaled,
                                forbidden=self._forbidden, allocation=a, received_at=received,
                                admitted=admitted, draining=draining,
                                waiting_since=self._waiting_since, flushing=flushing,

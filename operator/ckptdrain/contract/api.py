@@ -34,9 +34,10 @@ ANNOTATION_PENDING = "ckptdrain.io/pending-bytes"
 #: How many pods write, as the pod's workload says (Job completions, …): the
 #: webhook sets it when known, the operator compares it with spec.writers.
 ANNOTATION_WORKLOAD_WRITERS = "ckptdrain.io/workload-writers"
-#: Set by the webhook on the pods it injects: their agent applies the
-#: namespace's cluster scale (contract/share.py). Without it the operator
-#: rewrites the pod's policy's channel for every change of budget.
+#: Set by an agent that applies its namespace's cluster scale
+#: (contract/share.py), in its own report patch. While a pod of a policy has
+#: not said so, the operator rewrites the policy's channel for every change
+#: of budget.
 ANNOTATION_SHARE_SCALE = "ckptdrain.io/share-scale"
 #: What restore placed for the trainer: `restored_from(step, tier)`.
 ANNOTATION_RESTORED = "ckptdrain.io/restored-from"

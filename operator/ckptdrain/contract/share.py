@@ -34,9 +34,10 @@ before any channel computed with it, and a new policy's drainers are
 admitted JOIN_DELAY_S after they were counted, so every agent has seen the
 smaller factor first. A channel with `wantedBytes` and no scale to go with
 it is not current (the scale deleted, or its watch down). Where the scale
-cannot be written, or a pod's agent predates it (no
-`ckptdrain.io/share-scale` annotation), the operator leaves `wantedBytes`
-out and rewrites the channel for every change of budget.
+cannot be written, where there is no cluster cap, or while a pod's agent
+has not said it reads it (annotation `ckptdrain.io/share-scale`, in its own
+report), the operator leaves `wantedBytes` out and rewrites the channel for
+every change of budget.
 
 Why the sum of applied shares stays within the budget: a new drainer is
 first counted in `drainers` (everyone's share shrinks) and admitted only in a

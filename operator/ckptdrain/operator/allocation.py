@@ -37,7 +37,7 @@ class DrainingPod:
     workload_writers: int | None = None
     #: Being deleted (it may still flush; admission does not count it as live).
     deleting: bool = False
-    #: Its agent applies the namespace's cluster scale (annotation
+    #: Its agent said it applies the namespace's cluster scale (annotation
     #: ckptdrain.io/share-scale); an older agent reads only its channel's budget.
     follows_scale: bool = False
 

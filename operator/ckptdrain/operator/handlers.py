@@ -317,23 +317,33 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     if joint and leadership.active():
         # One write per namespace tells every agent a smaller factor; the
         # channels are rewritten below where budgets grew or more than the
-        # factor moved, shrinking ones first.
+        # factor moved.
         _publish_scale("", joint, cfg, policies, pods, logger)
     before = {k: v[0].allowed_bandwidth for k, v in _joint_last.items()}
-    # Budgets that shrink are published before those that grow, so the
-    # cluster's sum never passes the cap on the way.
+    # Budgets that shrink are published before those that grow, and a larger
+    # factor between them, so the cluster's sum never passes the cap on the way.
     ordered = sorted(joint.items(), key=lambda kv: kv[1][0].allowed_bandwidth
                      - before.get(kv[0], 0.0))
+    raised = False
     for key, (sized, cluster, _) in ordered:
+        if not raised and sized.allowed_bandwidth > before.get(key, 0.0):
+            raised = True
+            if leadership.active():
+                _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
         _joint_last[key] = (sized, cluster)
         body = next(iter(_values(policies, key)), {})
         if _disagrees(body, sized, cluster):
             _rebalance(key, cfg, policies, pods, logger, joint)
+    if not raised and joint and leadership.active():
+        _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
+
+
+_scale_log = logging.getLogger("ckptdrain.operator.scale")
 
 
 def _publish_scale(namespace: str, joint: Mapping[Key, budgets.Budget], cfg: OperatorConfig,
                    policies: kopf.Index[Key, Any], pods: kopf.Index[Key, Any],
-                   logger: logging.Logger) -> bool:
+                   logger: logging.Logger, may_raise: bool = False) -> bool:
     """The cluster scale to every namespace with a policy, where it moved;
     whether `namespace`'s holds it (share_channel.publish_scale)."""
     cluster = next(iter(joint.values()))[1]
@@ -346,7 +356,8 @@ def _publish_scale(namespace: str, joint: Mapping[Key, budgets.Budget], cfg: Ope
         return {key[0] for key in now}, share.factor, share.cluster_cap
 
     return share_channel.publish_scale(namespace, cluster.factor, cluster.cluster_cap, fresh,
-                                       logger.warning)
+                                       may_raise=may_raise, active=leadership.active,
+                                       log=_scale_log.warning)
 
 
 def _disagrees(body: Mapping[str, Any], sized: sizing.Sizing,

@@ -19,7 +19,6 @@ from ckptdrain.contract.api import (
     ANNOTATION_INJECTED,
     ANNOTATION_POLICY,
     ANNOTATION_RESTORE,
-    ANNOTATION_SHARE_SCALE,
     ANNOTATION_WORKLOAD_WRITERS,
     LABEL_POLICY,
     LABEL_WRITER,
@@ -334,9 +333,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         ops.extend({"op": "add", "path": f"/metadata/labels/{_pointer(k)}", "value": v}
                    for k, v in labels.items())
     annotations = {ANNOTATION_POLICY: policy.name, ANNOTATION_INJECTED: "true",
-                   ANNOTATION_BANDWIDTH: str(int(default_rate)),
-                   # The agent injected here applies the namespace's cluster scale.
-                   ANNOTATION_SHARE_SCALE: "true"}
+                   ANNOTATION_BANDWIDTH: str(int(default_rate))}
     if workload_writers is not None:
         annotations[ANNOTATION_WORKLOAD_WRITERS] = str(workload_writers)
     existing = pod.get("metadata", {}).get("annotations")

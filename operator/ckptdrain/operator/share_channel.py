@@ -121,6 +121,8 @@ class ScaleState:
     written_at: float | None = None
     #: Namespace → the spec its scale object holds, as this replica wrote it.
     placed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Namespace → when its scale last failed to be written (retried a heartbeat later).
+    failed_at: dict[str, float] = field(default_factory=dict)
 
 
 _scale = ScaleState()
@@ -132,21 +134,33 @@ ScaleView = Callable[[], tuple[set[str], float, float | None]]
 
 
 def publish_scale(namespace: str, factor: float, cluster_cap: float | None,
-                  fresh: ScaleView, log: Callable[[str], None] = lambda _: None) -> bool:
-    """Whether `namespace`'s scale object holds the cluster's factor now, after
-    writing what moved. A factor unlike the last written (or the last writing
+                  fresh: ScaleView, *, may_raise: bool = False,
+                  active: Callable[[], bool] = lambda: True,
+                  log: Callable[[str], None] = lambda _: None) -> bool:
+    """Whether `namespace`'s scale object holds a factor no larger than the
+    cluster's now (its channels may then leave shrinks to it), after writing
+    what moved. A factor unlike the last written (or the last writing
     HEARTBEAT_S old, which also mends a scale edited by hand or written by a
     replica that lost its lease) is taken from `fresh()` under the lock and
     written to every namespace, so a pass that read the cluster before a new
     policy never writes an older, larger factor over a newer one. Channel
-    publications wait behind it (they call this first). A namespace whose write
-    fails is left out (logged): its channels carry no wanted budget."""
+    publications wait behind it (they call this first). A smaller factor goes
+    out at once; a larger one only with `may_raise`, which the joint pass
+    gives once the channels that shrink are out. No cluster cap: no scale.
+    A namespace whose write fails is retried a heartbeat later (logged): its
+    channels carry their whole budget meanwhile."""
+    if cluster_cap is None:
+        return False
     with _scale_lock:
         now = time.monotonic()
         due = _scale.written_at is None or now - _scale.written_at >= sh.HEARTBEAT_S
         if not due and _scale.last == (factor, cluster_cap) and namespace in _scale.placed:
             return True
         namespaces, factor, cluster_cap = fresh()
+        if cluster_cap is None:
+            return False
+        if _scale.last is not None and factor > _scale.last[0] and not may_raise:
+            factor = _scale.last[0]  # held back until the shrinking channels are out
         spec = sh.scale_spec(factor, cluster_cap)
         everywhere = due or _scale.last != (factor, cluster_cap)
         for gone in set(_scale.placed) - namespaces:
@@ -154,12 +168,19 @@ def publish_scale(namespace: str, factor: float, cluster_cap: float | None,
         targets = namespaces if everywhere else \
             {n for n in {namespace} & namespaces if _scale.placed.get(n) != spec}
         for target in sorted(targets):
+            failed = _scale.failed_at.get(target)
+            if failed is not None and now - failed < sh.HEARTBEAT_S and not everywhere:
+                continue
+            if not active():  # a replica that lost its lease writes nothing more
+                return False
             try:
                 kube.write_object(sh.SHARES, target, sh.scale_body(target, spec),
                                   {"spec": spec})
                 _scale.placed[target] = spec
+                _scale.failed_at.pop(target, None)
             except Exception as err:  # one namespace's trouble is not every other's
                 _scale.placed.pop(target, None)
+                _scale.failed_at[target] = now
                 log(f"cluster scale in {target} not written ({err}); its channels carry "
                     "their whole budget")
         if everywhere:

@@ -172,9 +172,7 @@ def test_workload_identity_has_no_keys() -> None:
 def test_annotations_mark_injection_and_seed_the_share() -> None:
     ann = injected(pod())["metadata"]["annotations"]
     assert ann == {"ckptdrain.io/policy": "llama", "ckptdrain.io/injected": "true",
-                   "ckptdrain.io/bandwidth": str(int(RATE)),
-                   # Its agent applies the cluster scale: its channel may leave shrinks to it.
-                   "ckptdrain.io/share-scale": "true"}
+                   "ckptdrain.io/bandwidth": str(int(RATE))}
 
 
 def test_user_env_wins_and_is_not_duplicated() -> None:
