@@ -214,3 +214,26 @@ def test_a_new_job_under_the_cap_is_one_scale_write_not_a_rewrite_of_every_chann
              == 63_000_000_000, timeout_s=60, what="p1's channel grown back")
     assert sh.from_object(_share_object(cluster, namespace, "p0") or {}).share(
         _scale(cluster, namespace)) == 63e9
+
+
+def test_a_policy_with_an_agent_that_has_not_said_it_reads_the_scale_keeps_whole_budgets(
+        cluster: Cluster, capped_operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """Until every pod of a policy said its agent reads the scale, the channel
+    carries its whole budget (an older agent reads nothing else)."""
+    apply(policy("solo"))
+    wait_for(lambda: _share_object(cluster, namespace, "solo"), timeout_s=60,
+             what="the channel")
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "w-0", "labels": {"app": "solo", "ckptdrain.io/inject": "true"}},
+           "spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]}}
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
+    cluster.kubectl("annotate", "-n", namespace, "pod", "w-0", "ckptdrain.io/pending-bytes=10")
+    wait_for(lambda: (_share_object(cluster, namespace, "solo") or {})["spec"]
+             .get("drainers") == 1 and "wantedBytes" not in
+             (_share_object(cluster, namespace, "solo") or {})["spec"],
+             timeout_s=60, what="counted, its budget whole")
+    cluster.kubectl("annotate", "-n", namespace, "pod", "w-0", "ckptdrain.io/share-scale=true")
+    wait_for(lambda: (_share_object(cluster, namespace, "solo") or {})["spec"]
+             .get("wantedBytes") == 63_000_000_000, timeout_s=60,
+             what="the agent reads the scale: the wanted budget published")
