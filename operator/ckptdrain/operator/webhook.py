@@ -21,6 +21,7 @@ Neither has side effects, so dry-run requests are answered the same way.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import logging
 import subprocess
@@ -88,8 +89,36 @@ def _selecting(labels: dict[str, str], bodies: list[dict[str, Any]]) -> list[dic
     return sorted(found, key=lambda b: b["metadata"]["name"])
 
 
-def _indexed(namespace: str, policies: kopf.Index[tuple[str, str], Any]) -> list[dict[str, Any]]:
-    return [b for key in list(policies) if key[0] == namespace for b in policies.get(key, [])]
+#: A policy as `policy_by_label` files it: its namespace and one label pair
+#: its selector requires (None, None: its selector requires no label value).
+LabelKey = tuple[str, str | None, str | None]
+
+
+def label_key(namespace: str, selector: Mapping[str, Any] | None) -> LabelKey:
+    """The first matchLabels pair (sorted) a policy's selector requires: a pod
+    without that label cannot be selected, so admission need not look."""
+    pairs = sorted(((selector or {}).get("matchLabels") or {}).items())
+    if not pairs or not all(isinstance(v, str) for _, v in pairs):
+        return (namespace, None, None)
+    return (namespace, str(pairs[0][0]), pairs[0][1])
+
+
+@kopf.index(*POLICIES)
+def policy_by_label(namespace: str, body: kopf.Body, spec: kopf.Spec,
+                    **_: Any) -> dict[LabelKey, dict[str, Any]]:
+    """Policies filed by a label pair they require, so an admission reads the
+    few that could select the pod, not every policy of the namespace (at a
+    thousand policies that scan was a fifth of the event loop's time)."""
+    selector = spec.get("selector")
+    return {label_key(namespace, selector if isinstance(selector, Mapping) else None):
+            copy.deepcopy(dict(body))}
+
+
+def _candidates(namespace: str, labels: Mapping[str, str],
+                policies: kopf.Index[LabelKey, Any]) -> list[dict[str, Any]]:
+    """Every indexed policy of the namespace that could select a pod with `labels`."""
+    keys = [(namespace, k, v) for k, v in labels.items()] + [(namespace, None, None)]
+    return [b for key in keys if key in policies for b in policies.get(key, [])]
 
 
 def _indexed_holders(pods: kopf.Index[Any, Any], namespace: str, policy: str
@@ -211,7 +240,7 @@ async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
                 labels={api.LABEL_INJECT: "true"}, ignore_failures=True,
                 side_effects=False)
 async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
-               logger: logging.Logger, checkpointpolicy_index: kopf.Index[Any, Any],
+               logger: logging.Logger, policy_by_label: kopf.Index[LabelKey, Any],
                pod_index: kopf.Index[Any, Any], **_: Any) -> None:
     """Inject the agent, restore and volumes into a pod one policy selects.
 
@@ -227,7 +256,7 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
         labels = dict(body.metadata.labels)
         # A standby replica's index is empty or frozen (Kopf pauses its watches
         # but not its webhook server): only the active replica's is trusted.
-        matches = _selecting(labels, _indexed(namespace, checkpointpolicy_index)) \
+        matches = _selecting(labels, _candidates(namespace, labels, policy_by_label)) \
             if leadership.active() else []
         if not matches:
             # The index may lag (a policy created a moment ago) or be a

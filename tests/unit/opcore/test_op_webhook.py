@@ -8,6 +8,8 @@ from typing import Any
 
 import kopf
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ckptdrain.operator import config, kube, policy, webhook
 
@@ -111,3 +113,39 @@ def test_the_operators_pod_index_answers_without_an_api_call(api: dict[str, Any]
     found = asyncio.run(webhook.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), [],
                                                 holders))
     assert found is not None and found.rank == 1
+
+
+def _filed(bodies: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
+    """What Kopf's policy_by_label index holds for these policies."""
+    index: dict[Any, list[dict[str, Any]]] = {}
+    for body in bodies:
+        key = webhook.label_key(body["metadata"]["namespace"], body["spec"].get("selector"))
+        index.setdefault(key, []).append(body)
+    return index
+
+
+def _policy(name: str, selector: dict[str, Any], namespace: str = "ml") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"selector": selector}}
+
+
+def test_admission_reads_only_the_policies_that_could_select_the_pod() -> None:
+    many = [_policy(f"p{i}", {"matchLabels": {"app": f"p{i}"}}) for i in range(1000)]
+    wide = _policy("any-gpu", {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]})
+    other = _policy("p7", {"matchLabels": {"app": "p7"}}, namespace="elsewhere")
+    index = _filed([*many, wide, other])
+    found = webhook._candidates("ml", {"app": "p7", "team": "x"}, index)  # type: ignore[arg-type]
+    assert sorted(b["metadata"]["name"] for b in found) == ["any-gpu", "p7"]
+    assert webhook._selecting({"app": "p7"}, found) == [many[7]]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.dictionaries(st.sampled_from("abc"), st.sampled_from("xy"), max_size=3),
+                max_size=8),
+       st.dictionaries(st.sampled_from("abcd"), st.sampled_from("xyz"), max_size=4))
+def test_the_label_index_finds_exactly_what_a_scan_of_every_policy_finds(
+        selectors: list[dict[str, str]], labels: dict[str, str]) -> None:
+    bodies = [_policy(f"p{i}", {"matchLabels": s} if s else {}) for i, s in enumerate(selectors)]
+    scanned = webhook._selecting(labels, bodies)
+    indexed = webhook._selecting(labels, webhook._candidates(
+        "ml", labels, _filed(bodies)))  # type: ignore[arg-type]
+    assert indexed == scanned
