@@ -102,7 +102,11 @@ def step1_install(image_repo: str, allowed_root: str) -> None:
     helm("install", RELEASE, str(REPO / "charts/ckptdrain"), "-n", OP_NS, "--create-namespace",
          "--set", f"image.repository={image_repo}", "--set", "image.tag=dev",
          "--set", "image.pullPolicy=Never", "--set", f"agent.namespaces={{{NS}}}",
-         "--set", f"localTier.allowedRoot={allowed_root}", "--wait", "--timeout", "180s",
+         "--set", f"localTier.allowedRoot={allowed_root}",
+         # A cluster cap that never binds: the namespace's cluster scale is
+         # published (factor 1) and the agents run the scale's whole protocol
+         # (step 4 checks it) without their drain rates moving.
+         "--set", "bandwidth.clusterCap=1PB/s", "--wait", "--timeout", "180s",
          timeout=200)
     kubectl("-n", OP_NS, "rollout", "status", "deploy", "--timeout=120s", timeout=130)
     ready = time.monotonic() - began
@@ -197,6 +201,21 @@ def step4_drain(logs: Logs, local_root: Path, complete: int) -> dict[int, str]:
           f"{status['drainers']}, last local step {status['lastLocalStep']}, last global "
           f"step {status['lastGlobalStep']}, recovery point {status['recoveryPointTime']}")
     print(kubectl("get", "checkpointpolicy", "-n", NS).stdout, flush=True)
+    # The cluster scale: published in the namespace, and the policy's channel
+    # leaves shrinks to it once both agents said (in their own reports, under
+    # their RBAC) that they read it.
+    scale = wait_for("the namespace's cluster scale", lambda: get(
+        "checkpointshares", "-n", NS, "--field-selector",
+        "metadata.name=cluster-scale.ckptdrain.io")["items"], 60, 1)
+    check(scale[0]["spec"]["clusterScale"]["factor"] == 1,
+          f"cluster scale published: {scale[0]['spec']['clusterScale']}")
+    channel = wait_for("the channel with the policy's wanted budget", lambda: next(
+        (c for c in get("checkpointshares", "-n", NS, "--field-selector",
+                        f"metadata.name={POLICY}")["items"]
+         if c["spec"].get("wantedBytes")), None), 60, 1)
+    check(channel["spec"]["wantedBytes"] >= channel["spec"]["budgetBytes"],
+          f"share channel: budget {channel['spec']['budgetBytes']} B/s of wanted "
+          f"{channel['spec']['wantedBytes']} B/s, shrinks left to the scale")
     REPORT.append(f"| required bandwidth (policy status) | {status['requiredBandwidth']} "
                   f"for {status.get('checkpointSize')} every 10 s at 50% overlap |")
     for i in (0, 1):
