@@ -226,6 +226,7 @@ def test_the_agent_may_patch_only_its_own_pods_ckptdrain_annotations(
         if k not in ("ckptdrain.io/restore-result", "ckptdrain.io/goodput",
                      "ckptdrain.io/progress")} == {
         "team": "a", "ckptdrain.io/pending-bytes": "5",
+        "ckptdrain.io/share-scale": "true",
         "ckptdrain.io/restored-from": "step=2 tier=local"}
     assert json.loads(w0["annotations"]["ckptdrain.io/restore-result"])["step"] == 2
     assert json.loads(w0["annotations"]["ckptdrain.io/goodput"])["trainingAt"] == 3.0
