@@ -337,7 +337,17 @@ def step7a(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path) -> 
     say(f"  wiped {mine}")
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, old, "--wait=false")
-    emergency(logs, old, deleted)
+    flushed = emergency(logs, old, deleted)
+    # Between the wipe and the SIGTERM the agent may capture the trainer's
+    # newest save again (its schedule finds it missing from the local tier).
+    # Its flush is done now, so nothing more comes: leave only the emergency
+    # step, which no other writer has, before the replacement restores.
+    again = [e for e in mine.iterdir() if e.name.startswith("step-")
+             and e.name != f"step-{flushed}"]
+    for entry in again:
+        shutil.rmtree(entry, ignore_errors=True)
+    if again:
+        say(f"  wiped again what was captured after the wipe: {sorted(e.name for e in again)}")
     new, load = _reload(logs, 0, old)
     before |= saves(logs, old)
     HISTORY.update(saves(logs, old))
@@ -376,7 +386,17 @@ def step7b(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path,
     before = dict(HISTORY) | saves(logs, old)
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, old, "--wait=false")
-    emergency(logs, old, deleted)
+    flushed = emergency(logs, old, deleted)
+    # Between the wipe and the SIGTERM the agent may capture the trainer's
+    # newest save again (its schedule finds it missing from the local tier).
+    # Its flush is done now, so nothing more comes: leave only the emergency
+    # step, which no other writer has, before the replacement restores.
+    again = [e for e in mine.iterdir() if e.name.startswith("step-")
+             and e.name != f"step-{flushed}"]
+    for entry in again:
+        shutil.rmtree(entry, ignore_errors=True)
+    if again:
+        say(f"  wiped again what was captured after the wipe: {sorted(e.name for e in again)}")
     new, load = _reload(logs, 0, old)
     before |= saves(logs, old)
     HISTORY.update(saves(logs, old))
