@@ -326,6 +326,20 @@ def step5_6(logs: Logs, pods: dict[int, str], epoch: float, goes_on: bool) -> di
     return pods
 
 
+def _wipe_after_flush(mine: Path, flushed: int) -> None:
+    """Between a wipe and the SIGTERM the agent may capture the trainer's
+    newest save again (its schedule finds it missing from the local tier).
+    Its flush is done once `emergency` returns, so nothing more comes: leave
+    only the emergency step, which no other writer has, before the
+    replacement restores."""
+    again = [e for e in mine.iterdir() if e.name.startswith("step-")
+             and e.name != f"step-{flushed}"]
+    for entry in again:
+        shutil.rmtree(entry, ignore_errors=True)
+    if again:
+        say(f"  wiped again what was captured after the wipe: {sorted(e.name for e in again)}")
+
+
 def step7a(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path) -> dict[str, Any]:
     say("7a. wipe the local tier and delete again: restore comes from S3")
     old = pods[0]
@@ -337,17 +351,7 @@ def step7a(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path) -> 
     say(f"  wiped {mine}")
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, old, "--wait=false")
-    flushed = emergency(logs, old, deleted)
-    # Between the wipe and the SIGTERM the agent may capture the trainer's
-    # newest save again (its schedule finds it missing from the local tier).
-    # Its flush is done now, so nothing more comes: leave only the emergency
-    # step, which no other writer has, before the replacement restores.
-    again = [e for e in mine.iterdir() if e.name.startswith("step-")
-             and e.name != f"step-{flushed}"]
-    for entry in again:
-        shutil.rmtree(entry, ignore_errors=True)
-    if again:
-        say(f"  wiped again what was captured after the wipe: {sorted(e.name for e in again)}")
+    _wipe_after_flush(mine, emergency(logs, old, deleted))
     new, load = _reload(logs, 0, old)
     before |= saves(logs, old)
     HISTORY.update(saves(logs, old))
@@ -386,17 +390,7 @@ def step7b(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path,
     before = dict(HISTORY) | saves(logs, old)
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, old, "--wait=false")
-    flushed = emergency(logs, old, deleted)
-    # Between the wipe and the SIGTERM the agent may capture the trainer's
-    # newest save again (its schedule finds it missing from the local tier).
-    # Its flush is done now, so nothing more comes: leave only the emergency
-    # step, which no other writer has, before the replacement restores.
-    again = [e for e in mine.iterdir() if e.name.startswith("step-")
-             and e.name != f"step-{flushed}"]
-    for entry in again:
-        shutil.rmtree(entry, ignore_errors=True)
-    if again:
-        say(f"  wiped again what was captured after the wipe: {sorted(e.name for e in again)}")
+    emergency(logs, old, deleted)
     new, load = _reload(logs, 0, old)
     before |= saves(logs, old)
     HISTORY.update(saves(logs, old))
