@@ -83,7 +83,7 @@ def cli(report: list[str], check: Callable[[object, str], None], say: Callable[[
 
     (doc,) = json.loads(run("--output", "json"))["policies"]
     status = policy_status().get("goodput") or {}
-    check(doc["interruptions"] >= interruptions and doc["lostSteps"] >= status["lostSteps"]
+    check(doc["interruptions"] == interruptions and doc["lostSteps"] >= status["lostSteps"]
           and doc["runtimeGoodput"] is not None and 0 < doc["runtimeGoodput"] < 1,
           f"ckptdrain goodput: {doc['interruptions']} interruptions, {doc['lostSteps']} steps "
           f"lost, runtime goodput {100 * doc['runtimeGoodput']:.1f}% (status: "

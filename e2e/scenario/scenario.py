@@ -401,6 +401,7 @@ def step7b(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path,
     check(load["tier"] == "global" and load["step"] == expected >= target,
           f"{new}: fell back to step {load['step']} on the {load['tier']} tier")
     check(load["hash"] == before[load["step"]], "state hash equal at save and load")
+    goodput_check.interruption(logs, old, new, writer_pods(logs, 0), load, REPORT, check)
     REPORT.append(f"| restore falling back to S3 from a corrupt local copy | "
                   f"{load['restore_seconds']:.2f} s in the init container (verification "
                   f"included); pod deleted → trainer loaded {load['at'] - deleted:.1f} s |")
@@ -465,7 +466,8 @@ def main_steps(s3: Any, args: argparse.Namespace, trainer: Trainer, logs: Logs,
     load = step7a(logs, pods, epoch, local_root)
     if not args.short:
         step7b(logs, pods, epoch, local_root, load)
-    goodput_check.cli(REPORT, check, say, interruptions=2)
+    # Each step that deleted a pod is one interruption: 5/6 and 7a, and 7b.
+    goodput_check.cli(REPORT, check, say, interruptions=2 if args.short else 3)
 
 
 def main() -> int:

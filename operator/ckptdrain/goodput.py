@@ -221,6 +221,8 @@ def attach(entry: dict[str, Any], pod: PodView) -> dict[str, Any]:
                 "restoreSeconds": round(r.seconds, 3)})
     if r.failed:
         out["restoreReason"] = r.reason
+    else:  # a failed restore's reason does not outlive the retry that succeeded
+        out.pop("restoreReason", None)
     at = float(entry["at"])
     step = entry.get("step")
     if r.outcome in RESTORED_OUTCOMES and step is not None:
@@ -244,6 +246,17 @@ def attach(entry: dict[str, Any], pod: PodView) -> dict[str, Any]:
         out["trainingAt"] = round(training, 3)
         out["recoverySeconds"] = round(max(0.0, training - at), 3)
     return out
+
+
+def keep_interruption(earlier: PodView | None, later: PodView) -> PodView:
+    """`later`, a newer view of the same pod, with the interruption `earlier`
+    carried if `later` lost it: a pod is never un-interrupted, but an agent
+    before this release sent `interruptedAt: null` in its last patch."""
+    if (earlier is None or earlier.agent is None or earlier.agent.interrupted_at is None
+            or (later.agent is not None and later.agent.interrupted_at is not None)):
+        return later
+    return PodView(name=later.name, writer=later.writer, agent=earlier.agent,
+                   restore=later.restore)
 
 
 def _matches(entry: Mapping[str, Any], pod: PodView) -> bool:
@@ -275,8 +288,16 @@ def merge(goodput: Mapping[str, Any], pods: Iterable[PodView],
         candidates = sorted((p for p in pods if _matches(entry, p)
                              and p.restore is not None and p.restore.started_at < newer),
                             key=lambda p: p.restore.started_at)  # type: ignore[union-attr]
-        chosen = next((p for p in candidates if p.name == entry.get("restorePod")),
-                      candidates[0] if candidates else None)
+        attached = entry.get("restorePod")
+        chosen = next((p for p in candidates if p.name == attached), None)
+        # A successful restore, once attached, is the answer for good: when
+        # its pod is gone it is no longer among `pods`, and the next pod of
+        # the writer restores after an interruption of its own (were that one
+        # ever missed, it must not move this entry to a later restore). A
+        # failed or missing one gives way to the earliest that followed.
+        if chosen is None and not (attached and entry.get("restoreOutcome")
+                                   in RESTORED_OUTCOMES):
+            chosen = candidates[0] if candidates else None
         if chosen is not None:
             recent[i] = attach(entry, chosen)
     earlier = dict(goodput.get("earlier") or {})

@@ -40,6 +40,24 @@ def test_training_start_and_interruption_reach_the_pod(tmp_path: Path) -> None:
     assert registry.get_sample_value("ckptdrain_trainer_blocked_seconds") >= 0
 
 
+def test_the_pending_bytes_patch_after_the_flush_keeps_the_interruption(tmp_path: Path) -> None:
+    """The drain's last pending-bytes patch (after the SIGTERM flush) carries
+    the goodput view too; it once sent `interruptedAt: null` and erased the
+    interruption the operator had not folded yet."""
+    work, tier = tmp_path / "work", LocalTier(tmp_path / "local")
+    watcher = GoodputWatcher(work, tier, GoodputMetrics(CollectorRegistry()),
+                             lambda k, v: True, clock=lambda: 0.0)
+    client = Client(work, environ={})
+    client.step_done(0)
+    watcher.tick()
+    before = goodput.parse_agent(watcher.annotation()["ckptdrain.io/goodput"])
+    assert before is not None and before.interrupted_at is None
+    watcher.interrupted(at=12345.0)
+    watcher.close(5)
+    after = goodput.parse_agent(watcher.annotation()["ckptdrain.io/goodput"])
+    assert after is not None and after.interrupted_at == 12345.0
+
+
 def test_overlap_is_drain_time_over_the_global_interval() -> None:
     registry = CollectorRegistry()
     metrics = GoodputMetrics(registry)

@@ -78,6 +78,41 @@ def test_each_interruption_takes_the_restore_that_followed_it() -> None:
     assert (oldest["pod"], oldest["restorePod"], oldest["lostSteps"]) == ("a", "b", 7)
 
 
+def test_a_successful_restore_stays_attached_after_its_pod_is_gone() -> None:
+    """Once `b` restored for `a`'s interruption, `b` leaving (and with it its
+    view) must not move the entry to a later pod's restore, even when `b`'s own
+    interruption was never seen."""
+    first = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    second_pod = restarted("b", "0", T0 + 104, 1.0, 50, "local", T0 + 106)
+    status = goodput.merge({}, [first, second_pod], None)
+    later_pod = restarted("c", "0", T0 + 203, 1.0, 110, "global", T0 + 209)
+    (entry,) = goodput.merge(status, [later_pod], None)["recent"]
+    assert (entry["restorePod"], entry["restoredStep"], entry["lostSteps"]) == ("b", 50, 7)
+    assert entry["recoverySeconds"] == pytest.approx(6.0)
+
+
+def test_a_failed_restore_gives_way_to_the_restore_that_followed() -> None:
+    old = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    failed = restarted("b", "0", T0 + 104, 30.0, None, None, None, outcome="store_unavailable",
+                       reason="the global tier could not be asked")
+    status = goodput.merge({}, [old, failed], None)
+    assert status["recent"][0]["restorePod"] == "b"
+    retried = restarted("c", "0", T0 + 150, 1.0, 50, "global", T0 + 152)
+    (entry,) = goodput.merge(status, [retried], None)["recent"]
+    assert (entry["restorePod"], entry["restoreOutcome"], entry["lostSteps"]) == (
+        "c", "restored", 7)
+    assert "restoreReason" not in entry
+
+
+def test_keep_interruption_carries_it_to_a_later_view_that_lost_it() -> None:
+    stopped = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    lost = PodView("a", "0", agent=AgentView(training_at=T0, first_step=0, step=57))
+    kept = goodput.keep_interruption(stopped, lost)
+    assert kept.agent is not None and kept.agent.interrupted_at == T0 + 100
+    assert goodput.keep_interruption(None, lost) is lost
+    assert goodput.keep_interruption(lost, stopped) is stopped
+
+
 def test_fresh_start_loses_every_step() -> None:
     old = interrupted("a", "0", T0 + 100, 57, {}, step_s=0.5)
     new = restarted("b", "0", T0 + 101, 0.2, None, None, T0 + 102, outcome="fresh_start")

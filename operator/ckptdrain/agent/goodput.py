@@ -84,10 +84,14 @@ class GoodputWatcher:
         self.progress: dict[str, Any] | None = None
         self._next_read = 0.0
         self._published_training: float | None = None
+        #: Once set, in every view this agent sends: the pending-bytes patch
+        #: after the SIGTERM flush must not erase the interruption it follows.
+        self.interrupted_at: float | None = None
         self._threads: list[threading.Thread] = []
 
     def view(self, interrupted_at: float | None = None) -> AgentView:
         """The annotation's content now (with the interruption, once there is one)."""
+        interrupted_at = interrupted_at if interrupted_at is not None else self.interrupted_at
         progress = dict(self.progress or {})
         steps = self.tier.steps()
         local = steps[0] if steps else None
@@ -130,7 +134,8 @@ class GoodputWatcher:
         """After the SIGTERM capture: the interruption, with the trainer's newest
         step (its emergency save included) and what each tier holds."""
         self.refresh()
-        view = self.view(interrupted_at=at)
+        self.interrupted_at = at
+        view = self.view()
         log.info("interrupted at step %s (local tier up to %s, global up to %s)",
                  view.step, view.newest_local, view.newest_global)
         self._publish(view)

@@ -86,7 +86,8 @@ def observe(key: Key, name: str, meta: Mapping[str, Any], deleted: bool = False,
                 _seen.pop(pod_key, None)
             else:
                 _seen[pod_key] = signature
-            _departed.setdefault(key, {})[name] = mine
+            leaving = _departed.setdefault(key, {})
+            leaving[name] = goodput.keep_interruption(leaving.get(name), mine)
             return True
         seen, _seen[pod_key] = _seen.get(pod_key), signature
     return seen != signature

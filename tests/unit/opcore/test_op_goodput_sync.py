@@ -56,6 +56,25 @@ def test_a_terminating_pods_interruption_is_folded_from_its_own_event(
     assert change["goodput"]["recent"][0]["pod"] == "w-a"
 
 
+def test_a_later_view_without_the_interruption_does_not_erase_it(
+        patches: list[dict[str, Any]]) -> None:
+    """The interruption, then (before any fold) the drain's last patch from an
+    agent that sent `interruptedAt: null`, then the pod's deletion: the
+    interruption is still folded."""
+    now = time.time()
+    stopped = AgentView(training_at=now - 100, first_step=0, step=57, step_s=0.5,
+                        interrupted_at=now - 5, newest_local=57)
+    flushed = AgentView(training_at=now - 100, first_step=0, step=57, step_s=0.5,
+                        newest_local=57, newest_global=57)
+    assert goodput_sync.observe(KEY, "w-a", _meta(stopped, terminating=True))
+    assert goodput_sync.observe(KEY, "w-a", _meta(flushed, terminating=True))
+    assert goodput_sync.observe(KEY, "w-a", _meta(flushed), deleted=True)
+    goodput_sync.fold(KEY, POLICY, [])
+    (change,) = patches
+    (entry,) = change["goodput"]["recent"]
+    assert (entry["pod"], entry["step"]) == ("w-a", 57)
+
+
 def test_nothing_is_kept_for_a_policy_that_is_not_there(patches: list[dict[str, Any]]) -> None:
     view = AgentView(training_at=time.time() - 10, first_step=0)
     assert not goodput_sync.observe(KEY, "w-a", _meta(view), has_policy=False)
