@@ -165,7 +165,7 @@ def test_a_held_copy_with_a_flipped_byte_is_declined_and_the_store_serves(
     assert "peer" not in files.stats.bytes
     assert (tmp_path / "r" / "big.bin").read_bytes() == setup.file(0, "big.bin")
     assert peer.copies[(0, STEP)] is None
-    assert any("crc32c" in p for p in peer.problems[(0, STEP)]), peer.problems
+    assert any("crc32c" in p.lower() for p in peer.problems[(0, STEP)]), peer.problems
     assert not any((tmp_path / "cache").rglob("*.bin"))  # nothing of the bad copy is kept
     files.close()
 

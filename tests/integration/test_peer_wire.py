@@ -3,10 +3,12 @@ fetch it back verified; refuse strangers; never publish a bad copy."""
 
 from __future__ import annotations
 
+import http.client
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,13 +16,18 @@ from ckptdrain.errors import IntegrityError
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.operator import peer_certs
+from ckptdrain.peer import client as peer_client
+from ckptdrain.peer import server as peer_server
 from ckptdrain.peer.area import PartnerArea
 from ckptdrain.peer.client import PeerClient, PeerUnavailable
+from ckptdrain.peer.protocol import PeerRefused
 from ckptdrain.peer.server import PeerServer
 from ckptdrain.peer.tls import PeerAuthError, PeerCredentials
 from ckptdrain.ratelimit import TokenBucket
 
 POLICY = "ns/train"
+#: For the hostile server: when set, called for each answer (a sequence of them).
+hostile_next: list[Callable[[], bytes] | None] = [None]
 
 
 def _credentials(directory: Path, policy: str = POLICY) -> PeerCredentials:
@@ -70,6 +77,95 @@ def test_push_list_and_fetch_back_verified(tmp_path: Path, server: PeerServer,
         (tier.data_dir(40) / "opt" / "state.bin").read_bytes()
 
 
+def test_a_fetch_reads_parts_over_several_connections(
+        tmp_path: Path, server: PeerServer, creds: PeerCredentials,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With 1 MiB parts, the 3 MiB file is three ranged GETs on up to four
+    connections, combined and verified before the copy is published."""
+    monkeypatch.setattr(peer_client, "PART_BYTES", 1 << 20)
+    tier = _tier(tmp_path, 40)
+    client = PeerClient(f"127.0.0.1:{server.port}", creds)
+    client.send_step(tier, 40, 0)
+    asked: list[str] = []
+    real = peer_client._Parts.get_range_into
+
+    def counted(self: Any, key: str, start: int, buffer: memoryview) -> int:
+        asked.append(f"{key}@{start}")
+        return real(self, key, start, buffer)
+
+    monkeypatch.setattr(peer_client._Parts, "get_range_into", counted)
+    restored = tmp_path / "restored" / "step-40"
+    client.fetch_step(0, 40, tmp_path / "restored" / ".tmp", restored, writers=2,
+                      expected=tier.manifest(40))
+    assert sorted(asked) == ["model.bin@0", "opt/state.bin@0", "opt/state.bin@1048576",
+                             "opt/state.bin@2097152"]
+    assert (restored / "data" / "opt" / "state.bin").read_bytes() == \
+        (tier.data_dir(40) / "opt" / "state.bin").read_bytes()
+    assert tier.manifest(40).same_content(LocalTier(restored.parent).manifest(40))
+
+
+def test_the_part_resources_answer_as_documented(tmp_path: Path, server: PeerServer,
+                                                 creds: PeerCredentials) -> None:
+    tier = _tier(tmp_path, 40)
+    PeerClient(f"127.0.0.1:{server.port}", creds).send_step(tier, 40, 0)
+    data = tier.data_dir(40)
+
+    def get(path: str, headers: dict[str, str] | None = None,
+            method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=10,
+                                           context=creds.client_context())
+        try:
+            conn.request(method, path, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            conn.close()
+
+    status, _, body = get("/v1/copies/0/40/manifest")
+    assert status == 200 and body == (tier.step_dir(40) / "manifest.json").read_bytes()
+    index = [f.path for f in tier.manifest(40).files].index("opt/state.bin")
+    status, headers, body = get(f"/v1/copies/0/40/files/{index}",
+                                {"Range": "bytes=1000-1999"})
+    assert status == 206 and headers["Content-Range"] == f"bytes 1000-1999/{3 << 20}"
+    assert body == (data / "opt" / "state.bin").read_bytes()[1000:2000]
+    status, _, body = get(f"/v1/copies/0/40/files/{index}")
+    assert status == 200 and body == (data / "opt" / "state.bin").read_bytes()
+    assert get(f"/v1/copies/0/40/files/{index}", {"Range": f"bytes={3 << 20}-{4 << 20}"}
+               )[0] == 416
+    assert get("/v1/copies/0/40/files/2")[0] == 404  # two files
+    assert get("/v1/copies/0/41/manifest")[0] == 404
+    assert get("/v1/copies/0/40/files/0", method="PUT")[0] == 405
+
+
+def test_a_partner_without_parts_is_read_as_one_stream(tmp_path: Path,
+                                                       creds: PeerCredentials) -> None:
+    """A partner of a release before `/manifest` and `/files` (a rolling upgrade)."""
+    class Older(peer_server._Handler):
+        def do_GET(self) -> None:
+            if self.path.endswith("/manifest") or "/files/" in self.path:
+                self._refuse(PeerRefused(404, f"no such resource: {self.path!r}"))
+                return
+            super().do_GET()
+
+    area = PartnerArea(tmp_path / "node-b", writers=2, keep=2)
+    older = PeerServer(("127.0.0.1", 0), area, creds)
+    older.RequestHandlerClass = Older
+    older.start()
+    try:
+        tier = _tier(tmp_path, 40)
+        client = PeerClient(f"127.0.0.1:{older.port}", creds)
+        client.send_step(tier, 40, 0)
+        assert client.manifest(0, 40, writers=2).same_content(tier.manifest(40))
+        restored = tmp_path / "restored" / "step-40"
+        client.fetch_step(0, 40, tmp_path / "restored" / ".tmp", restored, writers=2,
+                          expected=tier.manifest(40))
+        assert (restored / "data" / "opt" / "state.bin").read_bytes() == \
+            (tier.data_dir(40) / "opt" / "state.bin").read_bytes()
+    finally:
+        older.shutdown()
+        older.server_close()
+
+
 def test_a_corrupt_held_copy_is_refused_on_fetch(tmp_path: Path, server: PeerServer,
                                                  creds: PeerCredentials) -> None:
     tier = _tier(tmp_path, 40)
@@ -80,7 +176,7 @@ def test_a_corrupt_held_copy_is_refused_on_fetch(tmp_path: Path, server: PeerSer
     data[12345] ^= 1
     held.write_bytes(bytes(data))
     dest = tmp_path / "restored"
-    with pytest.raises(IntegrityError, match="crc32c"):
+    with pytest.raises(IntegrityError, match=r"(?i)crc32c"):
         client.fetch_step(0, 40, dest / ".tmp", dest / "step-40", writers=2)
     assert not (dest / "step-40").exists() and not (dest / ".tmp").exists()
 
@@ -105,7 +201,6 @@ def test_a_client_without_a_certificate_is_refused(server: PeerServer,
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.load_verify_locations(cafile=str(creds.directory / "ca.crt"))
-    import http.client
     conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=ctx, timeout=10)
     with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
         conn.request("GET", "/v1/copies/0")
@@ -131,7 +226,6 @@ def test_a_stopped_push_publishes_nothing(tmp_path: Path, server: PeerServer,
 def test_a_content_length_of_non_ascii_digits_is_refused_with_411(
         server: PeerServer, creds: PeerCredentials) -> None:
     # '²' is a latin-1 header byte that str.isdigit() accepts and int() refuses.
-    import http.client
     client = PeerClient(f"127.0.0.1:{server.port}", creds)
     conn = client._connect()
     try:
@@ -153,6 +247,7 @@ def hostile(creds: PeerCredentials) -> Iterator[list[bytes]]:
     import socket
     import threading
     answers: list[bytes] = []
+    hostile_next[0] = None
     ctx = creds.server_context()
     listener = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
@@ -172,7 +267,7 @@ def hostile(creds: PeerCredentials) -> Iterator[list[bytes]]:
                         if not chunk:
                             break
                         head += chunk
-                    tls.sendall(answers[0])
+                    tls.sendall(hostile_next[0]() if hostile_next[0] else answers[0])
             except OSError:
                 pass
 
@@ -207,12 +302,30 @@ def test_a_hostile_step_list_is_a_peer_unavailable(hostile: list[bytes], creds: 
         PeerClient(f"127.0.0.1:{int(hostile[1])}", creds).steps(0)
 
 
+def test_a_part_longer_than_asked_is_refused_and_nothing_published(
+        tmp_path: Path, hostile: list[bytes], creds: PeerCredentials) -> None:
+    """A partner that answers the manifest, then a part longer than the
+    range asked for (each answer closes its connection: the client dials
+    again, checking the certificate again)."""
+    tier = _tier(tmp_path, 40, size=4096)
+    manifest = (tier.step_dir(40) / "manifest.json").read_bytes()
+    answers = iter([_answer("200 OK", manifest)] + [
+        _answer("206 Partial Content", b"x" * 9000)] * 8)
+    hostile[0] = b""
+    hostile_next[0] = lambda: next(answers)
+    client = PeerClient(f"127.0.0.1:{int(hostile[1])}", creds)
+    dest = tmp_path / "restored"
+    with pytest.raises((PeerUnavailable, IntegrityError)):
+        client.fetch_step(0, 40, dest / ".tmp", dest / "step-40", writers=2)
+    assert not (dest / "step-40").exists() and not (dest / ".tmp").exists()
+
+
 def test_a_hostile_copy_stream_is_refused_not_a_crash(
         tmp_path: Path, hostile: list[bytes], creds: PeerCredentials) -> None:
     tier = _tier(tmp_path, 40, size=4096)
     from ckptdrain.peer import stream
     data, manifest = stream.read_copy(tier.step_dir(40))
-    body = b"".join(stream.copy_chunks(tier.step_dir(40), manifest, data))
+    body = stream.copy_bytes(tier.step_dir(40), manifest, data)
     hostile[0] = _answer("200 OK", body, length="many")
     client = PeerClient(f"127.0.0.1:{int(hostile[1])}", creds)
     dest = tmp_path / "restored"

@@ -28,7 +28,7 @@ def _captured(tmp_path: Path, step: int, writer: int = 0, writers: int = 2,
 
 def _stream_of(tier: LocalTier, step: int) -> bytes:
     data, manifest = stream.read_copy(tier.step_dir(step))
-    return b"".join(stream.copy_chunks(tier.step_dir(step), manifest, data))
+    return stream.copy_bytes(tier.step_dir(step), manifest, data)
 
 
 def _push(area: PartnerArea, body: bytes, writer: int, step: int,
@@ -51,6 +51,34 @@ def test_request_targets_other_than_two_numbers_are_refused(path: str) -> None:
 def test_request_target_names_writer_and_step() -> None:
     assert protocol.parse_target("/v1/copies/1/30", writers=2) == Target(1, 30)
     assert protocol.parse_target("/v1/copies/0", writers=2) == Target(0, None)
+    assert protocol.parse_target("/v1/copies/1/30/manifest", writers=2) == Target(
+        1, 30, manifest=True)
+    assert protocol.parse_target("/v1/copies/1/30/files/7", writers=2) == Target(1, 30, 7)
+    assert protocol.parse_target("/v1/copies/1/30", writers=2).whole
+    assert not protocol.parse_target("/v1/copies/1/30/files/0", writers=2).whole
+
+
+@pytest.mark.parametrize("path", [
+    "/v1/copies/0/manifest", "/v1/copies/0/1/files", "/v1/copies/0/1/files/",
+    "/v1/copies/0/1/files/01",
+    "/v1/copies/0/1/files/-1", "/v1/copies/0/1/files/../../x", "/v1/copies/0/1/manifest/",
+    "/v1/copies/0/1/files/a.bin", "/v1/copies/0/1/files/1/2", "/v1/copies/0/1/data",
+])
+def test_part_targets_other_than_an_index_are_refused(path: str) -> None:
+    with pytest.raises(PeerRefused) as err:
+        protocol.parse_target(path, writers=2)
+    assert err.value.status == 404
+
+
+def test_a_range_is_one_closed_range_clamped_to_the_file() -> None:
+    assert protocol.parse_range(None, 100) == (0, 100)
+    assert protocol.parse_range("bytes=0-9", 100) == (0, 10)
+    assert protocol.parse_range("bytes=90-1000", 100) == (90, 100)
+    for bad in ("bytes=100-200", "bytes=5-4", "bytes=0-", "bytes=-5", "bytes=0-1,5-6",
+                "items=0-1", "bytes=0 -1", "bytes=١-٢", "bytes=" + "9" * 20 + "-1"):
+        with pytest.raises(PeerRefused) as err:
+            protocol.parse_range(bad, 100)
+        assert err.value.status == 416, bad
 
 
 def test_a_copy_is_published_verified_and_laid_out_like_a_local_step(tmp_path: Path) -> None:

@@ -6,8 +6,16 @@ A copy stream is one writer's step (docs/peer-tier.md):
     M bytes   the writer manifest (manifest.WriterManifest JSON)
     ...       each file's bytes, in the manifest's path order, `size` bytes each
 
-Nothing from the request line but two decimal numbers ever reaches the
-filesystem: `parse_target` returns (writer, step) or refuses.
+Two more resources serve a restore that reads a copy over several
+connections at once (one TLS stream is bound by one core):
+
+    GET /v1/copies/<writer>/<step>/manifest   the writer manifest (JSON)
+    GET /v1/copies/<writer>/<step>/files/<i>  file i of the manifest's list;
+                                              `Range: bytes=a-b` for a part
+
+Nothing from the request line but decimal numbers ever reaches the
+filesystem: `parse_target` returns (writer, step, file) or refuses; a file
+is named by its index in the manifest the server holds, never by a path.
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ DEFAULT_PORT = 9109
 MAX_MANIFEST_BYTES = 64 << 20
 HEADER = struct.Struct(">Q")
 _NUMBER = r"(0|[1-9][0-9]{0,17})"
-_TARGET = re.compile(rf"{API_PREFIX}/{_NUMBER}(?:/{_NUMBER})?")
+_TARGET = re.compile(rf"{API_PREFIX}/{_NUMBER}(?:/{_NUMBER}(/manifest|/files/{_NUMBER})?)?")
+_RANGE = re.compile(r"bytes=([0-9]{1,19})-([0-9]{1,19})")
 
 
 class PeerRefused(IntegrityError):
@@ -43,26 +52,60 @@ class PeerRefused(IntegrityError):
 class Target:
     writer: int
     step: int | None
+    #: An index into the step's manifest files (`/files/<i>`).
+    file: int | None = None
+    #: `/manifest`: the manifest alone.
+    manifest: bool = False
+
+    @property
+    def whole(self) -> bool:
+        """The whole copy stream of a step (the only thing PUT takes)."""
+        return self.step is not None and self.file is None and not self.manifest
 
 
 def parse_target(path: str, writers: int) -> Target:
-    """(writer, step) from a request path `/v1/copies/<writer>[/<step>]`.
+    """The target of a request path `/v1/copies/<writer>[/<step>[/manifest |
+    /files/<i>]]`.
 
     Refuses (404) anything else, query strings included, and a writer
     outside 0..writers-1 (a policy has exactly `writers` ranks)."""
     match = _TARGET.fullmatch(path)
     if not match:
-        raise PeerRefused(404, f"no such resource: {path[:80]!r} "
-                               f"(expected {API_PREFIX}/<writer>[/<step>])")
+        raise PeerRefused(404, f"no such resource: {path[:80]!r} (expected {API_PREFIX}"
+                               "/<writer>[/<step>[/manifest|/files/<index>]])")
     writer = int(match[1])
     if not 0 <= writer < min(writers, MAX_WRITERS):
         raise PeerRefused(404, f"writer {writer} outside 0..{writers - 1}")
     step = None if match[2] is None else check_step(int(match[2]))
-    return Target(writer, step)
+    file = None if match[4] is None else int(match[4])
+    return Target(writer, step, file, match[3] == "/manifest")
 
 
 def target_path(writer: int, step: int | None = None) -> str:
     return f"{API_PREFIX}/{writer}" + ("" if step is None else f"/{step}")
+
+
+def manifest_path(writer: int, step: int) -> str:
+    return f"{target_path(writer, step)}/manifest"
+
+
+def file_path(writer: int, step: int, index: int) -> str:
+    return f"{target_path(writer, step)}/files/{index}"
+
+
+def parse_range(value: str | None, size: int) -> tuple[int, int]:
+    """[start, end) of a file of `size` bytes from a `Range` header: none is
+    the whole file; `bytes=a-b` (one range, both ends given) is clamped to the
+    file as HTTP does. Anything else, or a start past the end, is refused (416)."""
+    if value is None:
+        return 0, size
+    match = _RANGE.fullmatch(value.strip())
+    if not match or int(match[1]) > int(match[2]):
+        raise PeerRefused(416, f"Range must be bytes=<first>-<last>, got {value!r:.60}")
+    start, last = int(match[1]), int(match[2])
+    if start >= size:
+        raise PeerRefused(416, f"range starts at {start}, the file has {size} bytes")
+    return start, min(last + 1, size)
 
 
 def header(manifest_json: bytes) -> bytes:

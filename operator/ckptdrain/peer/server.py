@@ -5,6 +5,8 @@
                                      (copies held for it; its own local steps when it
                                      is this agent's writer)
     GET /v1/copies/<writer>/<step>   the copy stream of a held step
+    GET .../<step>/manifest          its manifest alone
+    GET .../<step>/files/<i>         file i of that manifest (a Range: bytes=a-b part)
 
 Every connection does the TLS handshake in its own thread (a slow or hostile
 client cannot stall the accept loop) and must present this policy's
@@ -19,9 +21,12 @@ import socket
 import ssl
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from ckptdrain.errors import CkptdrainError, IntegrityError
+from ckptdrain.manifest import WriterManifest
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.peer import protocol, stream
 from ckptdrain.peer.area import PartnerArea
@@ -103,7 +108,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:
         try:
             target = protocol.parse_target(self.path, self.server.area.writers)
-            if target.step is None:
+            if not target.whole:
                 raise PeerRefused(405, "PUT needs /v1/copies/<writer>/<step>")
             length = _content_length(self.headers.get("Content-Length"))
             new = self.server.area.receive(target, self.rfile, length)
@@ -127,6 +132,12 @@ class _Handler(BaseHTTPRequestHandler):
                 raise PeerRefused(404, f"no copy of writer {target.writer} "
                                        f"step {target.step}")
             data, manifest = stream.read_copy(tier.step_dir(target.step))
+            if target.manifest:
+                self._answer(200, data, "application/json")
+                return
+            if target.file is not None:
+                self._send_file(tier.step_dir(target.step), manifest, target.file)
+                return
         except (CkptdrainError, OSError) as err:
             self._refuse(err if isinstance(err, CkptdrainError) else IntegrityError(str(err)))
             return
@@ -135,13 +146,34 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length",
                          str(protocol.stream_length(manifest, len(data))))
         self.end_headers()
+        self._stream(target, lambda: stream.send_copy(tier.step_dir(target.step), manifest,
+                                                      data, self.wfile.write))
+
+    def _send_file(self, step_dir: Path, manifest: WriterManifest, index: int) -> None:
+        """File `index` of the manifest, or the part `Range` asks for (206)."""
+        if index >= len(manifest.files):
+            raise PeerRefused(404, f"file {index} of a step of {len(manifest.files)} files")
+        entry = manifest.files[index]
+        ranged = self.headers.get("Range")
+        start, end = protocol.parse_range(ranged, entry.size)
+        self.send_response(206 if ranged is not None else 200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(end - start))
+        if ranged is not None:
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{entry.size}")
+        self.end_headers()
+        target = protocol.Target(manifest.writer, manifest.step, index)
+        self._stream(target, lambda: stream.send_range(step_dir, entry, start, end,
+                                                       self.wfile.write))
+
+    def _stream(self, target: protocol.Target, send: Callable[[], None]) -> None:
         try:
-            for chunk in stream.copy_chunks(tier.step_dir(target.step), manifest, data):
-                self.wfile.write(chunk)
+            send()
         except (OSError, IntegrityError) as err:
             # Headers are gone: cutting the connection is the only honest answer,
             # and the client's length and CRC32C checks catch it.
-            log.warning("sending writer %d step %d failed: %s", target.writer, target.step, err)
+            log.warning("sending writer %d step %s%s failed: %s", target.writer, target.step,
+                        "" if target.file is None else f" file {target.file}", err)
             self.close_connection = True
 
 
