@@ -4,7 +4,9 @@ fetch it back verified; refuse strangers; never publish a bad copy."""
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +23,7 @@ from ckptdrain.peer import server as peer_server
 from ckptdrain.peer.area import PartnerArea
 from ckptdrain.peer.client import PeerClient, PeerUnavailable
 from ckptdrain.peer.protocol import PeerRefused
-from ckptdrain.peer.server import PeerServer
+from ckptdrain.peer.server import PeerServer, listen_address
 from ckptdrain.peer.tls import PeerAuthError, PeerCredentials
 from ckptdrain.ratelimit import TokenBucket
 
@@ -164,6 +166,69 @@ def test_a_partner_without_parts_is_read_as_one_stream(tmp_path: Path,
     finally:
         older.shutdown()
         older.server_close()
+
+
+def test_connections_over_the_cap_are_turned_away_before_their_handshake(
+        tmp_path: Path, creds: PeerCredentials) -> None:
+    """Two raw TCP connections that never handshake hold both slots; the
+    third client is closed at once, not queued behind them; a slot freed
+    serves again."""
+    area = PartnerArea(tmp_path / "node-b", writers=2, keep=2)
+    srv = PeerServer(("127.0.0.1", 0), area, creds, max_connections=2)
+    srv.start()
+    try:
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(2)]
+        deadline = time.monotonic() + 10
+        client = PeerClient(f"127.0.0.1:{srv.port}", creds, timeout=5)
+        with pytest.raises(PeerUnavailable):
+            client.steps(0)
+        assert time.monotonic() < deadline and srv.turned_away >= 1
+        for sock in idle:
+            sock.close()
+        for _ in range(50):  # the handler threads notice the closed sockets
+            try:
+                assert client.steps(0) == []
+                break
+            except PeerUnavailable:
+                time.sleep(0.1)
+        else:
+            pytest.fail("no slot was freed after the idle connections closed")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_connection_that_never_handshakes_is_dropped(tmp_path: Path,
+                                                      creds: PeerCredentials) -> None:
+    area = PartnerArea(tmp_path / "node-b", writers=2, keep=2)
+    srv = PeerServer(("127.0.0.1", 0), area, creds, handshake_timeout=0.5)
+    srv.start()
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port)) as silent:
+            silent.settimeout(10)
+            began = time.monotonic()
+            assert silent.recv(1) == b""  # closed by the server, not by our timeout
+            assert time.monotonic() - began < 5
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+@pytest.mark.skipif(not socket.has_ipv6, reason="no IPv6 in this kernel")
+def test_the_listen_address_serves_ipv6_and_ipv4(tmp_path: Path,
+                                                 creds: PeerCredentials) -> None:
+    host, _ = listen_address(0)
+    if host != "::":
+        pytest.skip("IPv6 sockets cannot be bound here")
+    area = PartnerArea(tmp_path / "node-b", writers=2, keep=2)
+    srv = PeerServer((host, 0), area, creds)
+    srv.start()
+    try:
+        assert PeerClient(f"127.0.0.1:{srv.port}", creds).steps(0) == []
+        assert PeerClient(f"[::1]:{srv.port}", creds).steps(0) == []
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def test_a_corrupt_held_copy_is_refused_on_fetch(tmp_path: Path, server: PeerServer,

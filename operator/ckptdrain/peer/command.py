@@ -20,7 +20,7 @@ from ckptdrain.errors import CkptdrainError
 from ckptdrain.node import config as node_config
 from ckptdrain.peer import config as peer_config
 from ckptdrain.peer.area import PartnerArea
-from ckptdrain.peer.server import PeerServer
+from ckptdrain.peer.server import PeerServer, listen_address
 
 log = logging.getLogger("ckptdrain.peer")
 
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         area = PartnerArea(cfg.local_dir, writers=cfg.writers, keep=pcfg.keep,
                            capacity=pcfg.capacity, own_writer=cfg.writer)
         area.remove_temps()
-        server = PeerServer(("0.0.0.0", pcfg.port), area, pcfg.credentials)
+        server = PeerServer(listen_address(pcfg.port), area, pcfg.credentials)
     except (CkptdrainError, OSError) as err:
         print(f"ckptdrain peer: {err}", file=sys.stderr)
         return getattr(err, "exit_code", 1)

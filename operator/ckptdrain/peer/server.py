@@ -9,8 +9,13 @@
     GET .../<step>/files/<i>         file i of that manifest (a Range: bytes=a-b part)
 
 Every connection does the TLS handshake in its own thread (a slow or hostile
-client cannot stall the accept loop) and must present this policy's
-certificate (peer/tls.py). Refusals answer one line of text saying why.
+client cannot stall the accept loop), within HANDSHAKE_TIMEOUT, and must
+present this policy's certificate (peer/tls.py). At most MAX_CONNECTIONS are
+served at once: a connection over that is closed before its handshake, so
+nothing that has not proved anything can hold more than that many threads
+(a client turned away falls back to the next tier). Refusals answer one line
+of text saying why. `listen_address` listens on IPv6 and IPv4 where the
+node has IPv6, so pods of either family reach it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from ckptdrain.errors import CkptdrainError, IntegrityError
 from ckptdrain.manifest import WriterManifest
@@ -35,8 +41,26 @@ from ckptdrain.peer.tls import PeerAuthError, PeerCredentials
 
 log = logging.getLogger(__name__)
 
-#: Seconds a connection may sit idle (handshake included) before it is dropped.
+#: Seconds a connection may sit idle between requests before it is dropped.
 IDLE_TIMEOUT = 60.0
+#: Seconds a new connection has to complete its TLS handshake.
+HANDSHAKE_TIMEOUT = 10.0
+#: Connections served at once: a partner's push, restores (four each) and
+#: DCP readers of its copies, with room to spare.
+MAX_CONNECTIONS = 128
+
+
+def listen_address(port: int) -> tuple[str, int]:
+    """Every address of the node: IPv6 and IPv4 (one dual-stack socket) where
+    the kernel has IPv6, IPv4 alone where it does not."""
+    if socket.has_ipv6:
+        try:
+            with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+                probe.bind(("::", 0))
+            return "::", port
+        except OSError:
+            pass
+    return "0.0.0.0", port
 
 
 class PeerServer(ThreadingHTTPServer):
@@ -44,19 +68,52 @@ class PeerServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], area: PartnerArea,
-                 credentials: PeerCredentials) -> None:
+                 credentials: PeerCredentials, *,
+                 max_connections: int = MAX_CONNECTIONS,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
         self.area = area
         self.credentials = credentials
         self.ssl_context = credentials.server_context()
         self.received_bytes = 0
+        self.handshake_timeout = handshake_timeout
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.turned_away = 0
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6:
+            # One socket for both families (Linux may default to v6 only).
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
     def get_request(self) -> tuple[socket.socket, object]:
         sock, addr = self.socket.accept()
-        sock.settimeout(IDLE_TIMEOUT)
+        sock.settimeout(self.handshake_timeout)
         tls = self.ssl_context.wrap_socket(sock, server_side=True,
                                            do_handshake_on_connect=False)
         return tls, addr
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.turned_away += 1
+            log.warning("peer connection from %s turned away: %d connections already "
+                        "served", client_address[0], self.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def handle_error(self, request: object, client_address: object) -> None:
         err = sys.exc_info()[1]
@@ -87,6 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
             log.warning("peer connection from %s refused: %s", self.client_address[0], err)
             self.request.close()
             raise ConnectionAbortedError(str(err)) from None
+        self.request.settimeout(IDLE_TIMEOUT)
         super().setup()
 
     def log_message(self, fmt: str, *args: object) -> None:
