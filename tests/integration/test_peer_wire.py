@@ -4,8 +4,10 @@ fetch it back verified; refuse strangers; never publish a bad copy."""
 from __future__ import annotations
 
 import http.client
+import itertools
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -19,6 +21,7 @@ from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.operator import peer_certs
 from ckptdrain.peer import client as peer_client
+from ckptdrain.peer import parts as peer_parts
 from ckptdrain.peer import server as peer_server
 from ckptdrain.peer.area import PartnerArea
 from ckptdrain.peer.client import PeerClient, PeerUnavailable
@@ -79,28 +82,31 @@ def test_push_list_and_fetch_back_verified(tmp_path: Path, server: PeerServer,
         (tier.data_dir(40) / "opt" / "state.bin").read_bytes()
 
 
-def test_a_fetch_reads_parts_over_several_connections(
+def test_a_fetch_reads_spans_over_several_connections(
         tmp_path: Path, server: PeerServer, creds: PeerCredentials,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """With 1 MiB parts, the 3 MiB file is three ranged GETs on up to four
-    connections, combined and verified before the copy is published."""
-    monkeypatch.setattr(peer_client, "PART_BYTES", 1 << 20)
+    """With 1 MiB spans, the 3 MiB step is read over three connections, a
+    ranged GET per piece, combined and verified before it is published."""
+    monkeypatch.setattr(peer_parts, "MIN_SPAN", 1 << 20)
+    monkeypatch.setattr(peer_client, "FETCH_STREAMS", 4)
     tier = _tier(tmp_path, 40)
     client = PeerClient(f"127.0.0.1:{server.port}", creds)
     client.send_step(tier, 40, 0)
-    asked: list[str] = []
-    real = peer_client._Parts.get_range_into
+    asked: list[tuple[str, int, int, int]] = []
+    real = peer_parts._Reader._piece
 
-    def counted(self: Any, key: str, start: int, buffer: memoryview) -> int:
-        asked.append(f"{key}@{start}")
-        return real(self, key, start, buffer)
+    def counted(self: Any, conn: Any, piece: peer_parts.Piece, buffer: memoryview) -> int:
+        asked.append((threading.current_thread().name, piece.index, piece.start, piece.end))
+        return real(self, conn, piece, buffer)
 
-    monkeypatch.setattr(peer_client._Parts, "get_range_into", counted)
+    monkeypatch.setattr(peer_parts._Reader, "_piece", counted)
     restored = tmp_path / "restored" / "step-40"
     client.fetch_step(0, 40, tmp_path / "restored" / ".tmp", restored, writers=2,
                       expected=tier.manifest(40))
-    assert sorted(asked) == ["model.bin@0", "opt/state.bin@0", "opt/state.bin@1048576",
-                             "opt/state.bin@2097152"]
+    assert len({name for name, *_ in asked}) == 3
+    covered = sorted((index, start, end) for _, index, start, end in asked)
+    assert covered[0] == (0, 0, 1234) and covered[-1][2] == 3 << 20
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(covered[1:]))
     assert (restored / "data" / "opt" / "state.bin").read_bytes() == \
         (tier.data_dir(40) / "opt" / "state.bin").read_bytes()
     assert tier.manifest(40).same_content(LocalTier(restored.parent).manifest(40))

@@ -4,6 +4,7 @@ publishes and keeps. Real files in a temporary local tier; no network."""
 from __future__ import annotations
 
 import io
+import itertools
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,27 @@ def test_a_copy_that_fits_only_after_retention_is_written_after_it(tmp_path: Pat
         assert _push(area, _stream_of(second, 20), 0, 20) is True
         assert area.steps(0) == [20]
         assert area.tier(0).verify(20).same_content(second.manifest(20))
+
+
+@pytest.mark.parametrize("sizes,streams,min_span", [
+    ([100], 4, 10), ([100], 1, 10), ([5], 4, 10), ([0, 7, 0, 93, 0], 4, 10),
+    ([40, 40, 40], 2, 10), ([1, 2, 3, 4, 5, 6, 7, 8, 9], 3, 1), ([0, 0], 4, 10), ([], 4, 10),
+    ([10 ** 12, 3], 4, 1 << 24),
+])
+def test_spans_cover_every_byte_once_in_order(sizes: list[int], streams: int,
+                                              min_span: int) -> None:
+    from ckptdrain.peer.parts import plan
+    spans = plan(sizes, streams, min_span)
+    total = sum(sizes)
+    assert len(spans) <= max(1, min(streams, total // min_span))
+    pieces = [p for span in spans for p in span]
+    assert all(p.start < p.end <= sizes[p.index] for p in pieces)
+    flat = [(p.index, p.start, p.end) for p in pieces]
+    assert flat == sorted(flat)  # spans are contiguous and in manifest order
+    for index, size in enumerate(sizes):
+        mine = [(s, e) for i, s, e in flat if i == index]
+        assert sum(e - s for s, e in mine) == size
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(mine))
+    if total >= streams * min_span:
+        lengths = [sum(p.end - p.start for p in span) for span in spans]
+        assert len(spans) == streams and max(lengths) - min(lengths) <= 1

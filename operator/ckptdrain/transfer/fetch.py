@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from ckptdrain import checksum, keys, paths
 from ckptdrain.errors import (
@@ -41,7 +40,7 @@ from ckptdrain.errors import (
     ObjectMissing,
 )
 from ckptdrain.manifest import FileEntry, WriterManifest
-from ckptdrain.store.base import ObjectInfo, Store
+from ckptdrain.store.base import Store
 from ckptdrain.transfer.catalog import Checkpoint, candidate_steps, load_checkpoint
 
 #: Largest ranged GET: bigger ones cost CPU in buffering for no gain.
@@ -64,20 +63,8 @@ class FetchResult:
     skipped: list[str] = field(default_factory=list)
 
 
-class RangeSource(Protocol):
-    """What `download` reads from: a Store, or a partner's ranged copy
-    (peer/client.py). `get_range_into` is used when the class has it."""
-
-    def get_range(self, key: str, start: int, length: int) -> bytes: ...
-
-    def head(self, key: str) -> ObjectInfo | None: ...
-
-
 @dataclass
-class RangedFile:
-    """One file to fetch by ranges: its manifest entry, its key in the source,
-    where it goes, and the CRC32C of each range as it arrived."""
-
+class _File:
     entry: FileEntry
     key: str
     target: Path
@@ -87,7 +74,7 @@ class RangedFile:
 
 
 def _plan(ckpt: Checkpoint, root: Path, writer: int | None,
-          part_size: int | None = None) -> list[RangedFile]:
+          part_size: int | None = None) -> list[_File]:
     """Every file to fetch and where it goes; refuses unsafe paths before any write."""
     if writer is not None and not 0 <= writer < ckpt.writers:
         raise NoCheckpoint(f"step {ckpt.step} has writers 0..{ckpt.writers - 1}, not {writer}")
@@ -100,7 +87,7 @@ def _plan(ckpt: Checkpoint, root: Path, writer: int | None,
             target = paths.resolve_under(base, entry.path)
             key = keys.data_key(m.step, m.writer, entry.path, m.attempt)
             size = range_size(part_size or entry.part_size or m.part_size)
-            plan.append(RangedFile(entry, key, target, 0, size))
+            plan.append(_File(entry, key, target, 0, size))
     return plan
 
 
@@ -117,7 +104,7 @@ def range_size(part: int | None) -> int:
     return max(part // n, MIN_RANGE) if part % n == 0 else MAX_RANGE
 
 
-def _prepare_target(f: RangedFile) -> None:
+def _prepare_target(f: _File) -> None:
     """Create the file, preallocated (sparse); a size or name this filesystem
     refuses is an integrity problem of the step, not a crash."""
     try:
@@ -131,10 +118,8 @@ def _prepare_target(f: RangedFile) -> None:
                              f"{err.strerror}") from None
 
 
-def download(source: RangeSource, files: list[RangedFile], concurrency: int,
-             progress: Callable[[int], None] | None = None) -> None:
-    """Every range of `files` from `source` into its preallocated target, on
-    `concurrency` threads; each range's CRC32C kept for `verify_ranges`."""
+def _download(store: Store, files: list[_File], concurrency: int,
+              progress: Callable[[int], None] | None) -> None:
     for f in files:
         _prepare_target(f)
         f.ranges = max(1, -(-f.entry.size // f.range_size))
@@ -146,7 +131,7 @@ def download(source: RangeSource, files: list[RangedFile], concurrency: int,
 
     # Looked up on the class: a wrapper that forwards unknown attributes
     # (fault injection in the tests) keeps its own get_range.
-    into = callable(getattr(type(source), "get_range_into", None))
+    into = callable(getattr(type(store), "get_range_into", None))
     biggest = max((min(f.range_size, f.entry.size) for f in files), default=0)
 
     def worker() -> None:
@@ -160,7 +145,7 @@ def download(source: RangeSource, files: list[RangedFile], concurrency: int,
                 return
             f, i = item
             try:
-                _fetch_range(source, f, i, f.range_size, buffer)
+                _fetch_range(store, f, i, f.range_size, buffer)
                 if progress:
                     with lock:
                         done[0] += f.crcs[i][1]
@@ -179,7 +164,7 @@ def download(source: RangeSource, files: list[RangedFile], concurrency: int,
         raise errors[0]
 
 
-def _fetch_range(store: RangeSource, f: RangedFile, index: int, range_size: int,
+def _fetch_range(store: Store, f: _File, index: int, range_size: int,
                  buffer: memoryview | None = None) -> None:
     size = f.entry.size
     offset = index * range_size
@@ -214,7 +199,7 @@ def _fetch_range(store: RangeSource, f: RangedFile, index: int, range_size: int,
     f.crcs[index] = (crc, length)
 
 
-def verify_ranges(files: list[RangedFile]) -> None:
+def _verify(files: list[_File]) -> None:
     for f in files:
         crc, total = 0, 0
         for i in range(f.ranges):
@@ -241,7 +226,7 @@ def _place(tmp: Path, dest: Path) -> None:
         os.close(dir_fd)
 
 
-def fsync_files(files: list[RangedFile]) -> None:
+def _fsync_tree(files: list[_File]) -> None:
     for f in files:
         fd = os.open(f.target, os.O_RDONLY)
         try:
@@ -279,9 +264,9 @@ def fetch(
         try:
             ckpt = load_checkpoint(store, candidate)
             files = _plan(ckpt, tmp, writer, part_size)
-            download(store, files, concurrency, progress)
-            verify_ranges(files)
-            fsync_files(files)
+            _download(store, files, concurrency, progress)
+            _verify(files)
+            _fsync_tree(files)
             _place(tmp, dest)
         except (IntegrityError, ObjectMissing) as err:
             # Corrupt or incomplete: try the next newest (unless a step was asked for).
