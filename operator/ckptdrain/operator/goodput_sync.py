@@ -25,7 +25,7 @@ import kopf
 
 from ckptdrain import goodput
 from ckptdrain.contract import api
-from ckptdrain.operator import goodput_metrics, kube
+from ckptdrain.operator import goodput_metrics, kube, leadership
 from ckptdrain.operator.coalesce import drop_handled
 
 Key = tuple[str, str]
@@ -137,6 +137,15 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[goodput.PodView]
                                 f"{failure['reason']}")  # type: ignore[index]
     with _seen_lock:  # folded: no longer needed (a view that came since stays)
         drop_handled(_departed, key, departed)
+
+
+def _new_term() -> None:
+    """Another replica wrote the statuses while this one stood by."""
+    _written.clear()
+    _failures.clear()
+
+
+leadership.on_new_term(_new_term)
 
 
 def forget(key: Key) -> None:

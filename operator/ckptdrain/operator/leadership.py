@@ -23,7 +23,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -85,11 +85,17 @@ def is_active(status: Mapping[str, Any] | None, identity: str, priority: int,
 
 class Leadership:
     """The cached answer of `is_active` for this process, refreshed by `refresh()`
-    (the periodic loop calls it); standalone processes are always active."""
+    (the periodic loop calls it); standalone processes are always active.
+
+    Becoming active again after a standby starts a new term: while this
+    replica was paused another one wrote statuses and objects, so whatever a
+    module remembers of its own last writes is stale. Such modules register
+    a reset with `on_new_term`; it runs before `active()` answers True again."""
 
     def __init__(self) -> None:
         self._active = True
         self._lock = threading.Lock()
+        self._resets: list[Callable[[], None]] = []
 
     def active(self) -> bool:
         with self._lock:
@@ -97,7 +103,19 @@ class Leadership:
 
     def set(self, value: bool) -> None:
         with self._lock:
-            self._active = value
+            returning = value and not self._active
+            resets = list(self._resets) if returning else []
+            if not returning:
+                self._active = value
+        for reset in resets:  # outside the lock: a reset may take its module's
+            reset()
+        if returning:
+            with self._lock:
+                self._active = True
+
+    def on_new_term(self, reset: Callable[[], None]) -> None:
+        with self._lock:
+            self._resets.append(reset)
 
 
 STATE = Leadership()
@@ -105,6 +123,11 @@ STATE = Leadership()
 
 def active() -> bool:
     return STATE.active()
+
+
+def on_new_term(reset: Callable[[], None]) -> None:
+    """Call `reset` whenever this replica becomes active after a standby."""
+    STATE.on_new_term(reset)
 
 
 #: How often a replica re-reads the peering object. Kopf's own hand-over is

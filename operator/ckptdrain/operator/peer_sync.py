@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -36,7 +38,7 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.contract.peers import ZONE_LABEL
 from ckptdrain.contract.record import owner_reference
-from ckptdrain.operator import kube, metrics, peer_certs, peer_placement, peer_tier
+from ckptdrain.operator import kube, leadership, metrics, peer_certs, peer_placement, peer_tier
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.policy import Policy
 
@@ -52,12 +54,27 @@ _secrets: set[str] = set()
 #: The CA Secret of a policy whose pods' Secret was created but whose CA
 #: Secret was not yet (kept in memory only until it is stored).
 _pending_ca: dict[str, dict[str, Any]] = {}
-#: peers.json as last written (or read back) per policy.
-_documents: dict[Key, str] = {}
-#: status fields as last written per policy (the index may lag our own patch).
-_written: dict[Key, dict[str, Any]] = {}
-#: Zone label per node (None: unknown). Zones do not change under a node.
-_zones: dict[str, str | None] = {}
+#: peers.json as last written (or read back) per policy, with the uid of the
+#: policy it was for: a pass of a deleted policy that ends after a new one of
+#: the same name appeared must not make the new one skip its own write.
+_documents: dict[Key, tuple[str, str]] = {}
+#: status fields as last written per policy (the index may lag our own
+#: patch), with the policy's uid as above.
+_written: dict[Key, tuple[str, dict[str, Any]]] = {}
+#: Zone label per node (None: none), and when it was read. Zones do not
+#: change under a node; a node that could not be read (forbidden, not there
+#: yet) is asked again after ZONE_RETRY_S.
+_zones: dict[str, tuple[str | None, bool, float]] = {}
+ZONE_RETRY_S = 300.0
+
+
+def _new_term() -> None:
+    """Another replica wrote the ConfigMaps and statuses while this one stood by."""
+    _documents.clear()
+    _written.clear()
+
+
+leadership.on_new_term(_new_term)
 
 
 @kopf.index("v1", "pods", annotations={api.ANNOTATION_INJECTED: kopf.PRESENT})
@@ -80,11 +97,13 @@ def _zone_labels(nodes: Iterable[str]) -> dict[str, dict[str, str]]:
     """The zone label of each node, read once per node (a node that cannot be
     read, being gone or forbidden, pairs by node only)."""
     out: dict[str, dict[str, str]] = {}
+    now = time.monotonic()
     for node in nodes:
-        if node not in _zones:
+        zone, read, at = _zones.get(node, (None, False, -math.inf))
+        if not read and now - at >= ZONE_RETRY_S:
             labels = kube.node_labels(node)
-            _zones[node] = None if labels is None else labels.get(ZONE_LABEL)
-        zone = _zones[node]
+            zone, read = (None, False) if labels is None else (labels.get(ZONE_LABEL), True)
+            _zones[node] = (zone, read, now)
         if zone:
             out[node] = {ZONE_LABEL: zone}
     return out
@@ -122,14 +141,20 @@ def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any],
     return None
 
 
-def _previous(key: Key) -> Mapping[str, Any] | None:
-    text = _documents.get(key)
+def _document(key: Key, uid: str) -> str | None:
+    """peers.json as last written for this policy (this uid), else None."""
+    kept = _documents.get(key)
+    return kept[1] if kept is not None and kept[0] == uid else None
+
+
+def _previous(key: Key, uid: str) -> Mapping[str, Any] | None:
+    text = _document(key, uid)
     if text is None:
         data = kube.read_configmap_data(key[0], peer_placement.peers_configmap_name(key[1]))
         text = (data or {}).get(peer_placement.PEERS_KEY)
         if text is None:
             return None
-        _documents[key] = text
+        _documents[key] = (uid, text)
     try:
         found = json.loads(text)
     except ValueError:
@@ -142,21 +167,23 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
          logger: logging.Logger, progress: list[Any] | None = None) -> None:
     """One pass for one policy (`policy` None: invalid, the tier counts as off)."""
     with _locks[key]:
-        current = _written.get(key) or (body.get("status") or {})
+        meta = body.get("metadata") or {}
+        uid = meta.get("uid") or ""
+        kept = _written.get(key)
+        current = kept[1] if kept is not None and kept[0] == uid else \
+            (body.get("status") or {})
         if policy is None or not policy.peer.enabled:
             change = peer_placement.status_when_off(current)
             if change is not None:
                 kube.patch_status(api.POLICIES, key[0], key[1], change)
-                _written[key] = {"peer": {"enabled": False}}
+                _written[key] = (uid, {"peer": {"enabled": False}})
             metrics.observe_node_loss(*key, None)
             return
-        meta = body.get("metadata") or {}
-        uid = meta.get("uid")
         owner = owner_reference(key[1], uid) if uid else None
         error = _ensure_secrets(key, uid, owner, logger) if uid and owner else None
         nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None, ""}
         try:
-            previous, unpublished = _previous(key), None
+            previous, unpublished = _previous(key, uid), None
         except kube.ApiException as denied:
             if denied.status != 403:
                 raise
@@ -166,10 +193,10 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
             policy.writers, policy.local_keep, policy.peer.keep, records, previous,
             owner, error, progress or ())
         text = configmap["data"][peer_placement.PEERS_KEY]
-        if unpublished is None and text != _documents.get(key):
+        if unpublished is None and text != _document(key, uid):
             try:
                 kube.write_configmap(key[0], configmap)
-                _documents[key] = text
+                _documents[key] = (uid, text)
                 logger.info("published the peers of %s/%s: %s", *key,
                             wanted["peer"]["message"])
             except kube.ApiException as denied:
@@ -184,7 +211,7 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
                                                         unpublished)
         if any(current.get(k) != v for k, v in wanted.items()):
             kube.patch_status(api.POLICIES, key[0], key[1], wanted)
-            _written[key] = wanted
+            _written[key] = (uid, wanted)
             problem = error or unpublished
             if problem and (current.get("peer") or {}).get("reason") \
                     != wanted["peer"]["reason"]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ckptdrain.contract import api
-from ckptdrain.operator import kube, metrics
+from ckptdrain.operator import kube, leadership, metrics
 from ckptdrain.operator.coalesce import Coalescer, drop_handled
 
 Key = tuple[str, str]
@@ -38,6 +38,14 @@ _new: dict[Key, dict[str, tuple[str, str, int]]] = {}
 _written: dict[Key, list[dict[str, Any]]] = {}
 _order = itertools.count()
 _lock = threading.Lock()
+
+
+def _new_term() -> None:
+    """Another replica wrote the statuses while this one stood by."""
+    _written.clear()
+
+
+leadership.on_new_term(_new_term)
 _passes = Coalescer("recording restores", RETRY_DELAY_S)
 
 

@@ -51,3 +51,19 @@ def test_a_set_priority_is_used_and_a_bad_one_named() -> None:
     for bad in ("0", "-1", "x", "2147483648", "٣"):
         with pytest.raises(ValueError, match="CKPTDRAIN_PEERING_PRIORITY"):
             _priority(bad)
+
+
+def test_a_new_term_resets_before_active_answers_true() -> None:
+    from ckptdrain.operator.leadership import Leadership
+    state = Leadership()
+    seen: list[bool] = []
+    state.on_new_term(lambda: seen.append(state.active()))
+    state.set(True)  # already active: no new term
+    assert seen == []
+    state.set(False)
+    state.set(False)
+    assert seen == []
+    state.set(True)
+    assert seen == [False] and state.active()  # the reset ran while still inactive
+    state.set(True)
+    assert seen == [False]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ckptdrain.operator import config, kube, peer_sync, policy
+from ckptdrain.operator import config, kube, leadership, peer_sync, policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
 SPEC = {
@@ -160,6 +160,48 @@ def test_forbidden_secrets_show_in_the_status_and_are_tried_again(api: FakeApi) 
     run(body())
     assert "llama-ckptdrain-peer" in api.secrets
     assert api.status[-1]["peer"]["reason"] == "Paired"
+
+
+def test_a_late_pass_of_a_deleted_policy_does_not_silence_its_successor(
+        api: FakeApi) -> None:
+    """The old policy's pass ends after the new one of the same name appeared
+    (and after `forget`): the new policy still writes its own ConfigMap and
+    status, though the document is the same text."""
+    run(body())
+    peer_sync.forget(KEY, "u-1")
+    run(body())  # the old policy's pass, still running when it was deleted
+    del api.configmaps["llama-ckptdrain-peers"]  # collected with its owner
+    writes, patches = len(api.configmaps), len(api.status)
+    renewed = body()
+    renewed["metadata"]["uid"] = "u-2"
+    run(renewed)
+    assert "llama-ckptdrain-peers" in api.configmaps and len(api.configmaps) == writes + 1
+    assert len(api.status) == patches + 1
+
+
+def test_a_node_that_could_not_be_read_is_asked_again_later(
+        api: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[dict[str, str] | None] = [None]  # forbidden, or not there yet
+    monkeypatch.setattr(kube, "node_labels", lambda name: answers[0])
+    run(body())
+    answers[0] = {"topology.kubernetes.io/zone": "z9"}
+    run(body())  # within ZONE_RETRY_S: not asked again
+    assert peer_sync._zones["n0"][0] is None
+    monkeypatch.setattr(peer_sync, "ZONE_RETRY_S", 0.0)
+    run(body())
+    assert peer_sync._zones["n0"][:2] == ("z9", True)
+
+
+def test_a_new_term_forgets_what_this_replica_wrote(api: FakeApi) -> None:
+    """Standby, then active again: another replica may have rewritten the
+    ConfigMap; what this one last wrote is no reason to skip a write."""
+    run(body())
+    api.configmaps["llama-ckptdrain-peers"]["data"]["peers.json"] = "{}"  # the other replica
+    leadership.STATE.set(False)
+    leadership.STATE.set(True)
+    run(body())
+    doc = json.loads(api.configmaps["llama-ckptdrain-peers"]["data"]["peers.json"])
+    assert doc["policy"] == "ml/llama"
 
 
 def test_a_restarted_operator_keeps_the_previous_holder(api: FakeApi) -> None:
