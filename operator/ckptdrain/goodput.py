@@ -32,6 +32,7 @@ Every annotation is untrusted input: one that does not parse is ignored
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -255,7 +256,10 @@ def keep_interruption(earlier: PodView | None, later: PodView) -> PodView:
     if (earlier is None or earlier.agent is None or earlier.agent.interrupted_at is None
             or (later.agent is not None and later.agent.interrupted_at is not None)):
         return later
-    return PodView(name=later.name, writer=later.writer, agent=earlier.agent,
+    blocked = max(earlier.agent.blocked_s,
+                  later.agent.blocked_s if later.agent is not None else 0.0)
+    return PodView(name=later.name, writer=later.writer,
+                   agent=dataclasses.replace(earlier.agent, blocked_s=blocked),
                    restore=later.restore)
 
 
@@ -295,8 +299,11 @@ def merge(goodput: Mapping[str, Any], pods: Iterable[PodView],
         # the writer restores after an interruption of its own (were that one
         # ever missed, it must not move this entry to a later restore). A
         # failed or missing one gives way to the earliest that followed.
-        if chosen is None and not (attached and entry.get("restoreOutcome")
-                                   in RESTORED_OUTCOMES):
+        # Kept only while no newer interruption of the writer, seen since,
+        # comes before it (then it was that one's restore).
+        kept = (attached and entry.get("restoreOutcome") in RESTORED_OUTCOMES
+                and float(entry.get("restoreStartedAt") or math.inf) < newer)
+        if chosen is None and not kept:
             chosen = candidates[0] if candidates else None
         if chosen is not None:
             recent[i] = attach(entry, chosen)

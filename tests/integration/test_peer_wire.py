@@ -89,15 +89,16 @@ def test_a_fetch_reads_spans_over_several_connections(
     ranged GET per piece, combined and verified before it is published."""
     monkeypatch.setattr(peer_parts, "MIN_SPAN", 1 << 20)
     monkeypatch.setattr(peer_client, "FETCH_STREAMS", 4)
+    monkeypatch.setattr(peer_parts, "usable_cpus", lambda: 4)
     tier = _tier(tmp_path, 40)
     client = PeerClient(f"127.0.0.1:{server.port}", creds)
     client.send_step(tier, 40, 0)
     asked: list[tuple[str, int, int, int]] = []
     real = peer_parts._Reader._piece
 
-    def counted(self: Any, conn: Any, piece: peer_parts.Piece, buffer: memoryview) -> int:
+    def counted(self: Any, conn: Any, piece: peer_parts.Piece, *rest: Any) -> int:
         asked.append((threading.current_thread().name, piece.index, piece.start, piece.end))
-        return real(self, conn, piece, buffer)
+        return real(self, conn, piece, *rest)
 
     monkeypatch.setattr(peer_parts._Reader, "_piece", counted)
     restored = tmp_path / "restored" / "step-40"

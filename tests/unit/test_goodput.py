@@ -91,6 +91,23 @@ def test_a_successful_restore_stays_attached_after_its_pod_is_gone() -> None:
     assert entry["recoverySeconds"] == pytest.approx(6.0)
 
 
+def test_a_kept_restore_gives_way_to_a_newer_interruption_seen_later() -> None:
+    """A's first restore failed (b), A then took c's; b's own interruption
+    (before c) arrives last: c was b's restore, and A goes back to b."""
+    first = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    failed = restarted("b", "0", T0 + 104, 30.0, None, None, None, outcome="store_unavailable",
+                       reason="the global tier could not be asked")
+    status = goodput.merge({}, [first, failed], None)
+    later = restarted("c", "0", T0 + 203, 1.0, 110, "global", T0 + 209)
+    status = goodput.merge(status, [later], None)
+    assert status["recent"][0]["restorePod"] == "c"
+    b_stopped = PodView("b", "0", agent=AgentView(interrupted_at=T0 + 200),
+                        restore=failed.restore)
+    newest, oldest = goodput.merge(status, [b_stopped, later], None)["recent"]
+    assert (newest["pod"], newest["restorePod"]) == ("b", "c")
+    assert (oldest["pod"], oldest["restorePod"]) == ("a", "b")
+
+
 def test_a_failed_restore_gives_way_to_the_restore_that_followed() -> None:
     old = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
     failed = restarted("b", "0", T0 + 104, 30.0, None, None, None, outcome="store_unavailable",

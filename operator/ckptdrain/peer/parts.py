@@ -16,8 +16,10 @@ between two GETs cannot pass.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +36,30 @@ BUFFER = 4 << 20
 MIN_SPAN = 16 << 20
 
 Connect = Callable[[], http.client.HTTPSConnection]
+
+
+def usable_cpus() -> int:
+    """CPUs this process may use: its affinity, lowered by a cgroup CPU quota
+    (a pod limited to one CPU on a large node gets one stream, not four)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    for path, parse in (("/sys/fs/cgroup/cpu.max", lambda t: t.split()),
+                        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", None)):
+        try:
+            text = Path(path).read_text().strip()
+            if parse is not None:
+                quota, period = parse(text)
+            else:
+                quota = text
+                period = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text().strip()
+            if quota not in ("max", "-1") and int(period) > 0:
+                cpus = min(cpus, max(1, -(-int(quota) // int(period))))
+            break
+        except (OSError, ValueError):
+            continue
+    return max(1, cpus)
 
 
 @dataclass(frozen=True)
@@ -78,15 +104,15 @@ class _Reader:
         buffer = memoryview(bytearray(BUFFER))
         try:
             for piece in span:
-                if failed.is_set():
-                    return
-                self.crcs[piece] = self._piece(conn, piece, buffer)
+                self.crcs[piece] = self._piece(conn, piece, buffer, failed)
         finally:
             conn.close()
 
-    def _piece(self, conn: http.client.HTTPSConnection, piece: Piece, buffer: memoryview) -> int:
+    def _piece(self, conn: http.client.HTTPSConnection, piece: Piece, buffer: memoryview,
+               failed: threading.Event) -> int:
         path = protocol.file_path(self.manifest.writer, self.manifest.step, piece.index)
-        # One byte past the piece where it ends the file: a longer file shows.
+        # One byte past the piece where it ends the file: a partner whose
+        # manifest says the file is longer answers more than asked.
         last = piece.end == self.manifest.files[piece.index].size
         conn.request("GET", path, headers={"Range": f"bytes={piece.start}-{piece.end - 1 + last}"})
         response = conn.getresponse()
@@ -95,13 +121,17 @@ class _Reader:
             raise PartUnavailable(f"GET {path} from {piece.start}: {response.status} {text:.200}")
         length = response.getheader("Content-Length", "")
         want = piece.end - piece.start
-        if not (length.isascii() and length.isdigit()) or int(length) != want:
+        # At most 19 digits before int(): Python refuses to parse thousands.
+        if not (length.isascii() and length.isdigit() and len(length) <= 19) \
+                or int(length) != want:
             raise IntegrityError(f"peer {self.address}: {path} from {piece.start}: "
                                  f"{length!r:.20} bytes, the manifest makes {want}")
         crc, done = 0, 0
         fd = os.open(self.targets[piece.index], os.O_WRONLY)
         try:
             while done < want:
+                if failed.is_set():  # another span failed: the copy is lost anyway
+                    raise PartUnavailable("stopped: another part of the copy failed")
                 n = response.readinto(buffer[:min(len(buffer), want - done)])
                 if not n:
                     raise PartUnavailable(f"{path} ended {want - done} bytes early")
@@ -132,26 +162,50 @@ def read_parts(connect: Connect, address: str, manifest: WriterManifest, data: P
         with open(target, "xb") as f:
             f.truncate(entry.size)
     spans = plan([entry.size for entry in manifest.files], streams, MIN_SPAN)
-    reader = _Reader(connect, address, manifest, targets)
     errors: list[BaseException] = []
     failed = threading.Event()
+    opened: list[http.client.HTTPSConnection] = []
+    lock = threading.Lock()
+
+    def tracked() -> http.client.HTTPSConnection:
+        conn = connect()
+        with lock:
+            opened.append(conn)
+        return conn
+
+    def stop_all() -> None:
+        """Unblock every span waiting on its partner: the copy is lost anyway."""
+        failed.set()
+        with lock:
+            for conn in opened:
+                with contextlib.suppress(OSError, AttributeError):
+                    conn.sock.shutdown(socket.SHUT_RDWR)  # type: ignore[union-attr]
+
+    reader = _Reader(tracked, address, manifest, targets)
 
     def run(span: list[Piece]) -> None:
         try:
             reader.read(span, failed)
         except BaseException as err:  # re-raised below, in the caller's thread
-            errors.append(err)
-            failed.set()
+            with lock:
+                first = not failed.is_set()  # not one of the stops it caused
+                if first:
+                    errors.append(err)
+                    failed.set()
+            if first:
+                stop_all()
 
     threads = [threading.Thread(target=run, args=(span,), daemon=True,
                                 name=f"ckptdrain-peer-fetch-{k}")
-               for k, span in enumerate(spans[1:], 1)]
-    for t in threads:
-        t.start()
-    if spans:
-        run(spans[0])
-    for t in threads:
-        t.join()
+               for k, span in enumerate(spans)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    except BaseException:  # interrupted here: stop the spans too
+        stop_all()
+        raise
     if errors:
         raise errors[0]
     _verify(manifest, reader.crcs)
