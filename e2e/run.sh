@@ -18,7 +18,7 @@
 # Needs root (bridge, iptables, the node's local tier). Installs what the host
 # lacks from Debian (e2e/deps/host.sh). Env: CKPTDRAIN_CACHE, KEEP=1 (leave
 # the cluster up), PYTHON (default .venv/bin/python), E2E_ONLY=dcp (full run
-# only: install, S3 and the DCP step alone, then uninstall).
+# only) or E2E_ONLY=peer: install, S3 and that step alone, then uninstall.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,6 +48,7 @@ WORK="$CACHE/e2e"
 if $short; then
   WORK="$CACHE/e2e-short"
   scenario_args=(--short)
+  [ -n "${E2E_ONLY:-}" ] && scenario_args+=(--only "$E2E_ONLY")
   images=(ckptdrain:dev)
 else
   if ! TORCH_SITE=$(torch_site); then
@@ -87,6 +88,8 @@ export PATH="$k8s_bin:$("$repo/e2e/deps/helm-tools.sh"):$PATH"
 wait "$images_pid" || { cat "$WORK/images.log" >&2; log "image build failed"; exit 1; }
 log "images built; loading them"
 "$here/cluster/load-images.sh" "${images[@]}" >&2
+# Node b runs the peer tier's second writer: our images only.
+E2E_NODE=b "$here/cluster/load-images.sh" "${images[@]}" >&2
 # IMAGE, ARCHIVE, CHART of the JobSet controller (e2e/deps/jobset.sh).
 eval "$(cat "$WORK/jobset.env")"
 "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2

@@ -11,6 +11,12 @@ set -uo pipefail
 started=$SECONDS
 [ "$(id -u)" = 0 ] || die "run as root"
 
+# --- node b first (the same steps, on its own state: E2E_NODE=b) -------------
+rc_b=0
+if [ "${E2E_NODE:-a}" != b ] && [ -d "$STATE/node-b" ]; then
+  E2E_NODE=b "$0" || rc_b=1
+fi
+
 # --- the node: no kubelet to recreate anything, then every container --------
 stop_daemon kube-proxy 10
 stop_daemon kubelet 20
@@ -95,11 +101,15 @@ conntrack -D -s "$POD_CIDR" >/dev/null 2>&1 || true
 conntrack -D -d "$POD_CIDR" >/dev/null 2>&1 || true
 
 # --- cgroups the kubelet created (cgroupfs driver, v1 and the v2 beside it) ---
-for top in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+root="${CGROUP_ROOT%/}"
+for top in /sys/fs/cgroup/*"$root"/kubepods /sys/fs/cgroup"$root"/kubepods; do
   [ -d "$top" ] || continue
   find "$top" -depth -type d -exec rmdir {} \; 2>/dev/null
   [ -d "$top" ] && log "WARNING: could not remove cgroup $top (processes left in it?)"
 done
+if [ -n "$root" ]; then  # node b's own cgroup root
+  for dir in /sys/fs/cgroup/*"$root"; do [ -d "$dir" ] && rmdir "$dir" 2>/dev/null; done
+fi
 
 # --- sysctls back to what the host had --------------------------------------
 if [ -f "$STATE/run/sysctl.saved" ]; then
@@ -119,4 +129,5 @@ if awk -v s="$STATE/" 'index($5, s) == 1 {print "mounted: " $5; found=1} END {ex
 if ip link show "$BRIDGE" >/dev/null 2>&1; then log "bridge $BRIDGE still there"; left=1; fi
 if iptables -S 2>/dev/null | grep -q -- "$IPTABLES_CHAIN"; then log "iptables chain $IPTABLES_CHAIN still there"; left=1; fi
 if ((left)); then die "down: something was left behind (see above)"; fi
-log "cluster down in $((SECONDS - started))s; nothing left running (logs in $STATE/logs.prev)"
+((rc_b == 0)) || die "down: node b left something behind (see above)"
+log "${NODE_NAME} down in $((SECONDS - started))s; nothing left running (logs in $STATE/logs.prev)"

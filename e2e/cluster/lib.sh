@@ -14,8 +14,13 @@ NODE_NAME="ckptdrain-e2e"
 # The node's address is the gateway of a bridge we create; the apiserver,
 # the kubelet and the pods' default route all live on it, never on eth0.
 BRIDGE="ckpt0"
+BRIDGES="ckpt+"  # every node's bridge, as iptables spells a prefix
 NODE_IP="10.244.0.1"
 POD_CIDR="10.244.0.0/24"
+# Every node's pods; kube-proxy treats traffic from outside it as external.
+CLUSTER_CIDR="10.244.0.0/16"
+# The control plane (apiserver, CoreDNS) lives on the first node's address.
+API_IP="10.244.0.1"
 SERVICE_CIDR="10.96.0.0/24"
 API_SERVICE_IP="10.96.0.1"
 CLUSTER_DOMAIN="cluster.local"
@@ -44,6 +49,32 @@ KUBECONFIG_ADMIN="$STATE/kubeconfig"
 # Daemons in start order; down.sh stops them in reverse.
 DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler coredns containerd kubelet kube-proxy)
 
+# The kubelet's cgroup root and pod log directory (node b's are its own).
+CGROUP_ROOT="/"
+POD_LOGS_DIR="/var/log/pods"
+
+# A second node on the same host, for what needs two (the peer tier): its
+# own bridge and pod range, containerd, kubelet, cgroup root, pod logs and
+# state under $STATE/node-b; the control plane, kube-proxy and CoreDNS stay
+# the first node's. Tainted, so only pods that tolerate it land there. Every
+# script acts on node b instead when E2E_NODE=b.
+NODE_B_NAME="ckptdrain-e2e-b"
+NODE_B_TAINT="ckptdrain.io/e2e-node-b"
+use_node_b() {
+  NODE_NAME="$NODE_B_NAME"
+  BRIDGE="ckpt1"
+  NODE_IP="10.244.1.1"
+  POD_CIDR="10.244.1.0/24"
+  KUBELET_HEALTHZ_PORT=10268
+  STATE="$STATE/node-b"
+  CONTAINERD_SOCK="$STATE/containerd/containerd.sock"
+  RUNC_ROOT="$STATE/containerd/runc"
+  CNI_NETWORK="ckptdrain-e2e-b"
+  CGROUP_ROOT="/ckptdrain-e2e-b"
+  POD_LOGS_DIR="$STATE/pod-logs"
+}
+[ "${E2E_NODE:-a}" != b ] || use_node_b
+
 E2E_CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 E2E_REPO_ROOT="$(cd "$E2E_CLUSTER_DIR/../.." && pwd)"
 
@@ -57,7 +88,7 @@ render() {
   for name in STATE NODE_NAME BRIDGE NODE_IP POD_CIDR SERVICE_CIDR CLUSTER_DOMAIN \
       KUBELET_PORT KUBELET_HEALTHZ_PORT KUBE_PROXY_HEALTHZ_PORT KUBE_PROXY_METRICS_PORT \
       PAUSE_IMAGE CONTAINERD_SOCK RUNC_ROOT CNI_BIN_DIR CNI_NETWORK \
-      COREDNS_HEALTH_PORT COREDNS_READY_PORT; do
+      COREDNS_HEALTH_PORT COREDNS_READY_PORT API_IP CLUSTER_CIDR CGROUP_ROOT POD_LOGS_DIR; do
     text="${text//@$name@/${!name}}"
   done
   printf '%s\n' "$text"

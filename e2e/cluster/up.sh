@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Starts the single-node e2e cluster: etcd, kube-apiserver, controller-manager,
-# scheduler, CoreDNS, containerd (own config and state), kubelet and
-# kube-proxy, with the CNI bridge network. One command; idempotent (a running
+# Starts the e2e cluster: etcd, kube-apiserver, controller-manager, scheduler,
+# CoreDNS and kube-proxy, and two nodes on this host (node.sh: containerd with
+# its own config and state, a CNI bridge network and a kubelet each; the
+# second one tainted, for what needs two nodes). One command; idempotent (a running
 # piece is kept). Ends by printing `export KUBECONFIG=...`. Stop with down.sh.
 #
 # Needs root. Builds what it lacks into the cache (build-k8s.sh,
@@ -23,19 +24,14 @@ COREDNS_BIN="$(nice -n 10 "$E2E_CLUSTER_DIR/build-coredns.sh")"
 "$E2E_REPO_ROOT/e2e/deps/host.sh" cluster
 
 ETCD_BIN="$("$E2E_REPO_ROOT/e2e/deps/etcd.sh")"
-PAUSE_ARCHIVE="$("$E2E_REPO_ROOT/e2e/images/pause/build.sh")"
 
 mkdir -p "$STATE"/{run,logs,etcd,kubelet,cni/net.d,cni/ipam,containerd,coredns}
 "$E2E_CLUSTER_DIR/pki.sh"
 PKI="$STATE/pki"
 
-# --- network: our bridge, our sysctls, our iptables chain -------------------
-if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
-  log "creating bridge $BRIDGE $NODE_IP/${POD_CIDR#*/}"
-  ip link add "$BRIDGE" type bridge
-fi
-ip addr replace "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
-ip link set "$BRIDGE" up
+# --- network: our bridges, our sysctls, our iptables chain ------------------
+"$E2E_CLUSTER_DIR/node.sh" bridge
+E2E_NODE=b "$E2E_CLUSTER_DIR/node.sh" bridge
 
 # Remember what the host had, so down.sh can put it back.
 sysctl_file="$STATE/run/sysctl.saved"
@@ -49,11 +45,12 @@ sysctl_file="$STATE/run/sysctl.saved"
 # iptables so that DNAT'd connections are un-NAT'd.
 sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
 
-# Pods may talk to each other and to the node's own addresses (INPUT), and
-# nothing else: traffic from the bridge to any other interface is dropped.
+# Pods may talk to each other (on either node's bridge) and to the nodes' own
+# addresses (INPUT), and nothing else: traffic from our bridges to any other
+# interface is dropped.
 iptables -N "$IPTABLES_CHAIN" 2>/dev/null || iptables -F "$IPTABLES_CHAIN"
-iptables -A "$IPTABLES_CHAIN" -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT
-iptables -A "$IPTABLES_CHAIN" -i "$BRIDGE" -j DROP
+iptables -A "$IPTABLES_CHAIN" -i "$BRIDGES" -o "$BRIDGES" -j ACCEPT
+iptables -A "$IPTABLES_CHAIN" -i "$BRIDGES" -j DROP
 # Our jump goes first in FORWARD, above the ACCEPTs kube-proxy (and Docker)
 # insert, and is put back on top once kube-proxy has added its own.
 pin_forward_chain() {
@@ -113,24 +110,9 @@ kctl apply -f "$E2E_CLUSTER_DIR/coredns-rbac.yaml" >/dev/null
 render "$E2E_CLUSTER_DIR/coredns.conf" >"$STATE/coredns/Corefile"
 start_daemon coredns "$COREDNS_BIN" -conf "$STATE/coredns/Corefile"
 
-# --- node: containerd, CNI, kubelet -------------------------------------------
-render "$E2E_CLUSTER_DIR/containerd.toml" >"$STATE/containerd/config.toml"
-render "$E2E_CLUSTER_DIR/10-ckptdrain.conflist" >"$STATE/cni/net.d/10-ckptdrain.conflist"
-start_daemon containerd containerd --config "$STATE/containerd/config.toml"
-wait_for 60 containerd actl version
-
-if ! actl images ls -q | grep -qxF "$PAUSE_IMAGE"; then
-  log "importing $PAUSE_IMAGE"
-  actl images import "$PAUSE_ARCHIVE" >/dev/null
-fi
-
-render "$E2E_CLUSTER_DIR/kubelet.yaml" >"$STATE/kubelet/config.yaml"
-start_daemon kubelet "$K8S_BIN/kubelet" \
-  --config="$STATE/kubelet/config.yaml" \
-  --kubeconfig="$STATE/kubelet.kubeconfig" \
-  --root-dir="$STATE/kubelet" \
-  --hostname-override="$NODE_NAME" --node-ip="$NODE_IP"
-wait_for 120 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz"
+# --- nodes: containerd, CNI and kubelet of each (node.sh) --------------------
+"$E2E_CLUSTER_DIR/node.sh" start
+E2E_NODE=b "$E2E_CLUSTER_DIR/node.sh" start
 
 render "$E2E_CLUSTER_DIR/kube-proxy.yaml" >"$STATE/kube-proxy.yaml"
 start_daemon kube-proxy "$K8S_BIN/kube-proxy" --config="$STATE/kube-proxy.yaml"
@@ -142,8 +124,14 @@ wait_for 60 coredns curl -sf "http://127.0.0.1:$COREDNS_READY_PORT/ready"
 wait_for 120 kubelet kctl get node "$NODE_NAME"
 kctl wait --for=condition=Ready "node/$NODE_NAME" --timeout=120s >/dev/null \
   || { tail -n 30 "$STATE/logs/kubelet.log" >&2; die "node $NODE_NAME not Ready"; }
+wait_for 120 kubelet kctl get node "$NODE_B_NAME"
+kctl wait --for=condition=Ready "node/$NODE_B_NAME" --timeout=120s >/dev/null \
+  || { tail -n 30 "$STATE/node-b/logs/kubelet.log" >&2; die "node $NODE_B_NAME not Ready"; }
+# One zone each, so the peer tier pairs across zones as it would in a cloud.
+kctl label --overwrite node "$NODE_NAME" topology.kubernetes.io/zone=e2e-a >/dev/null
+kctl label --overwrite node "$NODE_B_NAME" topology.kubernetes.io/zone=e2e-b >/dev/null
 # The default ServiceAccount must exist before pods can be created.
 wait_for 60 kube-controller-manager kctl -n default get serviceaccount default
 
-log "cluster up in $((SECONDS - started))s (node $NODE_NAME Ready; state in $STATE)"
+log "cluster up in $((SECONDS - started))s (nodes $NODE_NAME and $NODE_B_NAME Ready; state in $STATE)"
 echo "export KUBECONFIG=$KUBECONFIG_ADMIN"

@@ -14,6 +14,11 @@ at length: it waits for one complete checkpoint instead of three, does not
 wait for training to go on after the first restore, and skips the corrupted
 local copy (7b). Everything else is the same step, asserted the same way.
 
+After the main steps, the peer tier step (e2e/scenario/peer.py, in both
+runs): two writers on the cluster's two nodes, one node lost (its local tier
+wiped, its pod deleted), and the replacement restores the newest local step
+from its partner, not the older global one.
+
 More steps run before the uninstall when asked: `--jobset-chart` the
 JobSet step (e2e/scenario/jobset.py: 4 writers of one JobSet on the real
 JobSet controller), `--lws-chart` the LeaderWorkerSet step
@@ -40,6 +45,7 @@ import dcp
 import goodput_check
 import jobset
 import lws
+import peer
 from kube import Failed, apply, get, helm, kubectl, run, wait_for
 from s3server import seaweedfs
 from trainers import TRAINERS, Logs, Trainer
@@ -106,7 +112,9 @@ def step1_install(image_repo: str, allowed_root: str) -> None:
          # A cluster cap that never binds: the namespace's cluster scale is
          # published (factor 1) and the agents run the scale's whole protocol
          # (step 4 checks it) without their drain rates moving.
-         "--set", "bandwidth.clusterCap=1PB/s", "--wait", "--timeout", "180s",
+         "--set", "bandwidth.clusterCap=1PB/s",
+         # The peer step's policy: the operator makes its Secrets and ConfigMap.
+         "--set", "operator.peerTier=true", "--wait", "--timeout", "180s",
          timeout=200)
     kubectl("-n", OP_NS, "rollout", "status", "deploy", "--timeout=120s", timeout=130)
     ready = time.monotonic() - began
@@ -490,7 +498,7 @@ def main() -> int:
                         help="run the chaos step (e2e/scenario/chaos.py) before uninstalling")
     parser.add_argument("--dcp", action="store_true",
                         help="run the DCP resharding step (e2e/scenario/dcp.py; not --short)")
-    parser.add_argument("--only", choices=("dcp",),
+    parser.add_argument("--only", choices=("dcp", "peer"),
                         help="install, S3, that step alone, uninstall (skips steps 3-7 and "
                         "the other optional steps)")
     args = parser.parse_args()
@@ -518,6 +526,8 @@ def main() -> int:
             step2_s3(s3)
             if not args.only:
                 main_steps(s3, args, trainer, logs, local_root)
+            if args.only in (None, "peer"):
+                peer.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.jobset_chart:
                 jobset.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.lws_chart:

@@ -159,6 +159,20 @@ def test_a_corrupt_partner_copy_falls_back_to_the_global_tier(cluster: Cluster) 
     assert peer_skips and "crc32c" in peer_skips[0]["reason"].lower(), result["skipped"]
 
 
+def test_a_peer_tier_with_nothing_newer_says_what_it_held(cluster: Cluster) -> None:
+    """The partner lost writer 0's copies too: the global step is restored,
+    and the result says what each writer's servers had."""
+    pod0, _ = cluster.pods
+    _replicated(cluster)
+    shutil.rmtree(cluster.pods[1].local / "peer" / "w0")
+    code, result = pod0.restore()
+    assert code == 0, result
+    assert (result["step"], result["tier"]) == (10, "global"), result
+    said = [s["reason"] for s in result["skipped"] if s["tier"] == "peer"]
+    assert any("every writer can get" in r and "writer 0: none" in r
+               and "writer 1: 20" in r for r in said), result["skipped"]
+
+
 def test_sigterm_stops_replication_and_the_partner_publishes_no_half_copy(
         s3server: S3Server, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     # A 10-minute local interval makes the replication rate the 1 MB/s floor:

@@ -59,6 +59,35 @@ def test_a_writer_whose_holder_left_is_re_paired_and_remembers_the_old_one() -> 
     assert view.held_for(2) == [0, 1]
 
 
+def test_a_writer_whose_pod_is_gone_keeps_its_holders_for_its_restore() -> None:
+    """Writer 0's node is lost: its pod is not running, its copies are on
+    writer 1's node. The document keeps writer 0's holder (no address of its
+    own), so its replacement's restore asks writer 1's peer server."""
+    a, b = Member(0, "n0", "za", "10.0.0.1:9109"), Member(1, "n1", "zb", "10.0.1.1:9109")
+    before = document("ns/p", [a, b])
+    after = document("ns/p", [b], before, expected=2)
+    assert after["writers"]["0"] == {"node": None, "zone": None, "address": None,
+                                     "holder": 1, "previousHolder": None}
+    view = parse(json.dumps(after).encode(), "ns/p")
+    assert view.holder_addresses(0) == ["10.0.1.1:9109"] and view.address(0) is None
+    assert view.held_for(1) == [0]
+    # The replacement runs (on another node): a member again, same holder.
+    back = document("ns/p", [Member(0, "n2", "za", "10.0.2.1:9109"), b], after, expected=2)
+    assert back["writers"]["0"]["address"] == "10.0.2.1:9109"
+    assert back["writers"]["0"]["holder"] == 1
+    # A policy that shrank drops the ranks it no longer has.
+    assert "0" not in document("ns/p", [b], before, expected=0)["writers"]
+
+
+def test_the_status_counts_only_running_writers() -> None:
+    from ckptdrain.operator.peer_placement import pairs_status, peer_status
+    before = document("ns/p", [Member(0, "n0", None, "a:1"), Member(1, "n1", None, "b:1")])
+    after = document("ns/p", [Member(1, "n1", None, "b:1")], before, expected=2)
+    assert pairs_status(after) == {"1": None}
+    status = peer_status("p", after, 2)
+    assert (status["writers"], status["reason"]) == (1, "NoPartner")
+
+
 def test_a_document_of_another_policy_is_refused() -> None:
     data = json.dumps(document("ns/p", [Member(0, "n0")])).encode()
     with pytest.raises(IntegrityError, match="ns/p"):

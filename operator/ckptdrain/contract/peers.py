@@ -18,7 +18,9 @@ works while the operator is down):
                             "holder": <rank> | null, "previousHolder": <rank> | null}}}
 
 `previousHolder` keeps the last holder after a re-pairing: the copies there
-are still the newest a writer can get back until the new holder has one.
+are still the newest a writer can get back until the new holder has one. A
+writer that is not running keeps its entry with `node` and `address` null:
+its holders still hold its copies, and its replacement's restore asks them.
 """
 
 from __future__ import annotations
@@ -68,11 +70,18 @@ def holders(members: Iterable[Member]) -> dict[int, int | None]:
 
 
 def document(policy_id: str, members: Iterable[Member],
-             previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The peers document for `members`, remembering each writer's previous holder."""
+             previous: Mapping[str, Any] | None = None,
+             expected: int | None = None) -> dict[str, Any]:
+    """The peers document for `members`, remembering each writer's previous
+    holder. A writer of `previous` that is not running now (its node lost, its
+    pod being replaced) keeps its holders, without a node or an address: its
+    replacement's restore must still find where its copies are. Ranks of
+    `expected` writers or more (a policy that shrank) are dropped."""
     members = list(members)
     pairs = holders(members)
     before = (previous or {}).get("writers", {}) if isinstance(previous, Mapping) else {}
+    if not isinstance(before, Mapping):
+        before = {}
     writers: dict[str, Any] = {}
     for m in sorted(members, key=lambda m: m.rank):
         old = before.get(str(m.rank), {}) if isinstance(before, Mapping) else {}
@@ -83,6 +92,15 @@ def document(policy_id: str, members: Iterable[Member],
         writers[str(m.rank)] = {"node": m.node, "zone": m.zone, "address": m.address,
                                 "holder": pairs[m.rank],
                                 "previousHolder": prev if isinstance(prev, int) else None}
+    for key, old in before.items():
+        if key in writers or not (isinstance(key, str) and _RANK.fullmatch(key)) \
+                or not isinstance(old, Mapping) \
+                or (expected is not None and int(key) >= expected):
+            continue
+        holder, prev = _rank(old.get("holder")), _rank(old.get("previousHolder"))
+        if holder is not None or prev is not None:
+            writers[key] = {"node": None, "zone": None, "address": None, "holder": holder,
+                            "previousHolder": prev}
     return {"policy": policy_id, "writers": writers}
 
 

@@ -110,10 +110,11 @@ def members(pods: Iterable[Mapping[str, Any]], node_labels: Mapping[str, Mapping
 
 def peers_configmap(namespace: str, policy: str, found: list[Member],
                     previous: Mapping[str, Any] | None,
-                    owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    owner: Mapping[str, Any] | None = None,
+                    writers: int | None = None) -> dict[str, Any]:
     """The ConfigMap holding the peers document (deterministic JSON, so an
     unchanged pairing is an unchanged object and no write)."""
-    doc = document(f"{namespace}/{policy}", found, previous)
+    doc = document(f"{namespace}/{policy}", found, previous, writers)
     meta: dict[str, Any] = {"name": peers_configmap_name(policy), "namespace": namespace,
                             "labels": {LABEL_POLICY: policy}}
     if owner:
@@ -123,10 +124,12 @@ def peers_configmap(namespace: str, policy: str, found: list[Member],
 
 
 def pairs_status(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The pairing as the policy's status shows it: rank -> holder rank."""
+    """The pairing of the running writers as the policy's status shows it:
+    rank -> holder rank (a writer not running keeps its entry in the document,
+    not here)."""
     writers = doc.get("writers", {})
     return {rank: entry.get("holder") for rank, entry in sorted(
-        writers.items(), key=lambda kv: int(kv[0]))}
+        writers.items(), key=lambda kv: int(kv[0])) if entry.get("node")}
 
 
 def peer_status(policy: str, doc: Mapping[str, Any], expected: int,
@@ -285,7 +288,7 @@ def publish(namespace: str, policy: str, pods: Iterable[Mapping[str, Any]],
     ConfigMap holds now (its previous holders are kept)."""
     pods = list(pods)
     found = members(pods, node_labels, rank_of(pods, writers), port)
-    configmap = peers_configmap(namespace, policy, found, previous, owner)
+    configmap = peers_configmap(namespace, policy, found, previous, owner, writers)
     doc = json.loads(configmap["data"][PEERS_KEY])
     return configmap, {
         "peer": peer_status(policy, doc, writers, credentials_error),

@@ -102,6 +102,16 @@ class PeerSource:
                 for step in answer:
                     self.held[writer].setdefault(step, []).append(address)
 
+    def summary(self, writers: int = 8, steps: int = 4) -> str:
+        """What the holders answered, short: 'writer 0: 100, 0; writer 1: none'."""
+        parts = []
+        for writer in sorted(self.held)[:writers]:
+            held = sorted(self.held[writer], reverse=True)
+            shown = ", ".join(str(s) for s in held[:steps]) + (", …" if len(held) > steps else "")
+            parts.append(f"writer {writer}: {shown or 'none'}")
+        more = len(self.held) - writers
+        return "; ".join(parts) + (f"; {more} more writers" if more > 0 else "")
+
     def steps(self, global_steps: list[int]) -> list[int]:
         return peer_steps(self.cfg.writers, {w: list(h) for w, h in self.held.items()},
                           global_steps)
@@ -163,4 +173,10 @@ def candidates(cfg: AgentConfig, global_steps: list[int], result: RestoreResult
     source.ask()
     for problem in source.problems:
         result.skipped.append(Skipped(None, "peer", problem))
-    return source, [Candidate(step, "peer") for step in source.steps(global_steps)]
+    steps = source.steps(global_steps)
+    if not steps:
+        # Say what was there: a peer tier that restores nothing is otherwise
+        # silent, and "why not the partner?" is the first question after a loss.
+        result.skipped.append(Skipped(None, "peer", "no step newer than the global tier's "
+                                      "that every writer can get; held: " + source.summary()))
+    return source, [Candidate(step, "peer") for step in steps]

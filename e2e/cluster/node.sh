@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One node of the e2e cluster on this host (run by up.sh, for node a and,
+# with E2E_NODE=b, for node b; lib.sh holds each node's names, addresses and
+# state directory). Usage:
+#   node.sh bridge   the node's CNI bridge, with the node's address on it
+#   node.sh start    its containerd (own config, state, socket and runc
+#                    root), the pause image, its CNI config and its kubelet
+#                    (own root dir, cgroup root and pod log directory)
+# Idempotent: what runs is kept. down.sh stops both nodes.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+case "${1:-}" in
+  bridge)
+    if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+      log "creating bridge $BRIDGE $NODE_IP/${POD_CIDR#*/}"
+      ip link add "$BRIDGE" type bridge
+    fi
+    ip addr replace "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+    ;;
+  start)
+    mkdir -p "$STATE"/{run,logs,kubelet,cni/net.d,cni/ipam,containerd}
+    if [ "${E2E_NODE:-a}" = b ]; then
+      "$E2E_CLUSTER_DIR/pki.sh"
+      cp "$(dirname "$STATE")/resolv.conf" "$STATE/resolv.conf"
+      mkdir -p "$POD_LOGS_DIR"
+      # The kubelet refuses a cgroup root that does not exist. A new v1
+      # cpuset starts with no CPUs and no memory nodes: give it the host's.
+      for hierarchy in /sys/fs/cgroup/*/; do
+        dir="$hierarchy${CGROUP_ROOT#/}"
+        mkdir -p "$dir"
+        for f in cpuset.cpus cpuset.mems; do
+          if [ -f "$dir/$f" ] && [ -z "$(cat "$dir/$f")" ]; then
+            cat "$hierarchy$f" >"$dir/$f"
+          fi
+        done
+      done
+    fi
+    PAUSE_ARCHIVE="$("$E2E_REPO_ROOT/e2e/images/pause/build.sh")"
+    render "$E2E_CLUSTER_DIR/containerd.toml" >"$STATE/containerd/config.toml"
+    render "$E2E_CLUSTER_DIR/10-ckptdrain.conflist" >"$STATE/cni/net.d/10-ckptdrain.conflist"
+    start_daemon containerd containerd --config "$STATE/containerd/config.toml"
+    wait_for 60 containerd actl version
+    if ! actl images ls -q | grep -qxF "$PAUSE_IMAGE"; then
+      log "importing $PAUSE_IMAGE into $NODE_NAME"
+      actl images import "$PAUSE_ARCHIVE" >/dev/null
+    fi
+    render "$E2E_CLUSTER_DIR/kubelet.yaml" >"$STATE/kubelet/config.yaml"
+    if [ "${E2E_NODE:-a}" = b ]; then
+      # Only pods that tolerate it land on node b.
+      printf 'registerWithTaints:\n- {key: %s, value: "true", effect: NoSchedule}\n' \
+        "$NODE_B_TAINT" >>"$STATE/kubelet/config.yaml"
+    fi
+    start_daemon kubelet "$K8S_BIN/kubelet" \
+      --config="$STATE/kubelet/config.yaml" \
+      --kubeconfig="$STATE/kubelet.kubeconfig" \
+      --root-dir="$STATE/kubelet" \
+      --hostname-override="$NODE_NAME" --node-ip="$NODE_IP"
+    wait_for 120 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz"
+    ;;
+  *)
+    die "usage: node.sh bridge|start"
+    ;;
+esac
