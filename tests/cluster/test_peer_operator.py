@@ -118,12 +118,15 @@ def test_a_peer_policy_gets_secrets_sidecar_peers_and_status(
     wait_for(lambda: _status(cluster, namespace).get("recoveryPointOnNodeLoss") == 20,
              what="the recovery point on node loss")
 
-    # Writer 1's pod goes: writer 0 has no partner left, and remembers the old one.
+    # Writer 1's pod goes: writer 0 has no partner left, and remembers the old
+    # one; writer 1 keeps its holder (writer 0's node has its copies) for its
+    # replacement's restore, without a node or an address of its own.
     cluster.kubectl("delete", "-n", namespace, "pod", "w-1", "--wait=false")
-    doc = wait_for(lambda: list(_peers(cluster, namespace)["writers"]) == ["0"]
-                   and _peers(cluster, namespace), what="writer 1 gone from the peers")
+    doc = wait_for(lambda: (d := _peers(cluster, namespace))["writers"]["1"]["address"] is None
+                   and d, what="writer 1 gone from the peers")
     assert doc["writers"]["0"]["holder"] is None
     assert doc["writers"]["0"]["previousHolder"] == 1
+    assert (doc["writers"]["1"]["node"], doc["writers"]["1"]["holder"]) == (None, 0)
     status = wait_for(lambda: _status(cluster, namespace).get("peer", {}).get("reason")
                       == "NoPartner" and _status(cluster, namespace), what="NoPartner")
     # Writer 1 runs nowhere: only a complete global step would survive now.
