@@ -14,7 +14,7 @@ started=$SECONDS
 # --- node b first (the same steps, on its own state: E2E_NODE=b) -------------
 rc_b=0
 if [ "${E2E_NODE:-a}" != b ] && [ -d "$STATE/node-b" ]; then
-  E2E_NODE=b "$0" || rc_b=1
+  E2E_NODE=b "$E2E_CLUSTER_DIR/down.sh" || rc_b=1
 fi
 
 # --- the node: no kubelet to recreate anything, then every container --------
