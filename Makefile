@@ -18,7 +18,7 @@ help:
 	@echo "make bench  benchmarks side by side with peers (writes docs/benchmarks.md figures)"
 	@echo "make scale  the control plane with thousands of hollow agents (docs/scale.md)"
 	@echo "make torture  kills, outages, corruption, hostile manifests... (docs/reliability.md)"
-	@echo "make e2e    end-to-end scenario on a real single-node cluster"
+	@echo "make e2e    end-to-end scenario on a real two-node cluster"
 	@echo "make e2e-short  the same, shorter, with a simulated trainer (what CI runs)"
 
 $(STAMP): pyproject.toml
@@ -80,7 +80,7 @@ image-base:
 image: $(STAMP)
 	e2e/image/build.sh
 
-# A real single-node cluster (etcd, apiserver, controller-manager, scheduler,
+# A real two-node cluster (etcd, apiserver, controller-manager, scheduler,
 # kubelet, containerd, CNI, kube-proxy). Needs root.
 cluster-up:
 	e2e/cluster/up.sh

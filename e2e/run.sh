@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make e2e`: the whole scenario of issue 6 on a real single-node cluster,
+# `make e2e`: the whole scenario of issue 6 on a real two-node cluster,
 # offline. Cluster up, images built and loaded, then the scenario driver
 # (e2e/scenario/scenario.py: helm install, S3, policy, Job, SIGTERM, restore
 # from each tier, uninstall), then the cluster down — also on failure, unless
