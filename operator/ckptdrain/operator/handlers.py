@@ -10,29 +10,24 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
 import time
-from collections import defaultdict
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.contract.progress import ANNOTATION_PROGRESS
 from ckptdrain.contract.record import record_name
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import (
     allocation,
-    budgets,
     goodput_sync,
     heap,
-    kube,
     leadership,
     metrics,
     peer_sync,
+    rebalance,
     record_sync,
     restores,
     share_channel,
@@ -50,36 +45,17 @@ CHECKPOINTS = (api.GROUP, api.VERSION, api.CHECKPOINTS)
 INJECTED = {api.ANNOTATION_INJECTED: kopf.PRESENT}
 #: Pod events within this window are coalesced into one rebalance per policy,
 #: so a burst of N pods costs a few passes over N pods, not N passes.
-REBALANCE_DELAY_S = 0.5
 RETRY_DELAY_S = 5.0
 #: Seconds an object's idle Kopf worker waits for its next event.
 IDLE_WORKER_S = 0.2
 Key = tuple[str, str]
-#: Not a policy (no policy is nameless): the one coalesced pass that
-#: re-statuses and rebalances every policy whose joint budget moved.
-JOINT: Key = ("", "")
 
-_locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
-_rebalances = Coalescer("rebalancing", RETRY_DELAY_S)
 #: A record's aggregate and its policy's retention and recovery point: one
 #: pass per burst of claims, not one per claim (thousands per checkpoint).
 _record_passes = Coalescer("summarising checkpoint records", RETRY_DELAY_S)
 RECORD_DELAY_S = 0.5
 #: Goodput into the policy status: one fold per policy per burst (goodput_sync.py).
 _goodput_passes = Coalescer("folding goodput", RETRY_DELAY_S)
-#: Each policy's sizing and cluster share as the last joint pass computed
-#: them. A policy's own reconcile may patch a budget computed before every
-#: policy was indexed, and another writer of the conditions may patch from an
-#: index that had not yet seen the joint pass's patch; either can land after
-#: the pass that corrected it. Its event then disagrees with this, and another
-#: joint pass follows.
-_joint_last: dict[Key, tuple[sizing.Sizing, allocation.ClusterShare]] = {}
-#: One joint pass at a time: an older pass finishing after a newer one would
-#: write its older budgets and leave `_joint_last` agreeing with them.
-_joint_lock = threading.Lock()
-#: Parsed policies and the last joint split, so a pass re-parses and re-sizes
-#: only what changed (budgets.py).
-_joint = budgets.JointBudgets()
 
 
 class PodlessDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -101,8 +77,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
-    return [v for v in index.get(key, []) if v is not None]
+_values = rebalance.values
 
 
 @kopf.on.startup()
@@ -194,12 +169,6 @@ def progress_index(namespace: str, name: str, meta: kopf.Meta, spec: kopf.Spec,
 # -- policies -----------------------------------------------------------------
 
 
-def _parse(cfg: OperatorConfig, body: dict[str, Any], drainers: int) -> pol.Policy:
-    meta = body.get("metadata", {})
-    return pol.parse(meta.get("namespace", ""), meta.get("name", ""), body.get("spec", {}),
-                     cfg, drainers=max(1, drainers))
-
-
 def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
                       logger: logging.Logger, pod_index: kopf.Index[Key, Any],
                       checkpointpolicy_index: kopf.Index[Key, Any],
@@ -208,14 +177,14 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
                       progress_index: kopf.Index[Key, Any], announce: bool) -> None:
     cfg: OperatorConfig = memo.config
     watchdog.start(cfg, checkpointpolicy_index, pod_index, checkpoint_index,
-                   lambda: _budgets(cfg, checkpointpolicy_index, pod_index), logger)
+                   lambda: rebalance.budgets(cfg, checkpointpolicy_index, pod_index), logger)
     key = (body.metadata.namespace or "", body.metadata.name or "")
     drainers = len(_values(pod_index, key))
     generation = body.metadata.get("generation")
     previous = body.status.get("conditions", [])
     with metrics.reconciling("checkpointpolicy"):
         try:
-            parsed = _parse(cfg, dict(body), drainers)
+            parsed = rebalance.parse_policy(cfg, dict(body), drainers)
             sized = pol.compute_sizing(parsed)
         except InvalidInput as error:
             patch.status.update(st.for_invalid(str(error), generation, _now(), previous))
@@ -223,7 +192,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
             _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index,
                             checkpoint_index, logger, progress_index)
             return
-        joint = _budgets(cfg, checkpointpolicy_index, pod_index, {key: parsed})
+        joint = rebalance.budgets(cfg, checkpointpolicy_index, pod_index, {key: parsed})
         cluster = None
         if key in joint:
             sized, cluster = joint[key][0], joint[key][1]
@@ -236,8 +205,8 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         if sized.bandwidth_constrained:
             kopf.warn(body, reason="BandwidthConstrained", message=new["conditions"][2]["message"])
     logger.info("sized: %s", new["conditions"][0]["message"])
-    _schedule_rebalance(key, cfg, checkpointpolicy_index, pod_index, logger)
-    _schedule_rebalance(JOINT, cfg, checkpointpolicy_index, pod_index, logger)
+    rebalance.schedule(key, cfg, checkpointpolicy_index, pod_index, logger)
+    rebalance.schedule(rebalance.JOINT, cfg, checkpointpolicy_index, pod_index, logger)
     _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index, checkpoint_index,
                     logger, progress_index)
 
@@ -266,17 +235,15 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
     metrics.observe_policy(body.metadata.namespace or "", body.metadata.name or "", body,
                            deleted=event.get("type") == "DELETED")
     key = (body.metadata.namespace or "", body.metadata.name or "")
-    last = _joint_last.get(key)
-    if event.get("type") != "DELETED" and (body.get("status") or {}).get("conditions") \
-            and last is not None and _disagrees(body, *last):
+    if event.get("type") != "DELETED" and rebalance.stale(key, body):
         # A budget or constraint the joint allocation no longer holds (a late, stale patch).
-        _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
+        rebalance.schedule(rebalance.JOINT, memo.config, checkpointpolicy_index, pod_index,
+                           logger)
     if event.get("type") == "DELETED":
-        _joint_last.pop(key, None)
-        _joint.forget(key)
+        rebalance.forget(key)
         restores.forget(key)
         share_channel.forget(key)
-        _schedule_rebalance(JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
+        rebalance.schedule(rebalance.JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
         meta = (event.get("object") or {}).get("metadata") or {}
         goodput_sync.forget((meta.get("namespace", ""), meta.get("name", "")))
         peer_sync.forget((meta.get("namespace", ""), meta.get("name", "")), meta.get("uid"))
@@ -291,157 +258,6 @@ def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
 # -- pods: bandwidth shares, goodput, restores (restores.py) -------------------
 
 
-def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-             pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
-             ) -> dict[Key, budgets.Budget]:
-    """Each valid policy's sizing under the joint budget (its own cap applied,
-    then the cluster cap jointly); `fresh` overrides what the index holds."""
-    bodies = {key: body for key in list(policies)
-              for body in _values(policies, key)[:1]}
-    return _joint.compute(bodies, {key: len(_values(pods, key)) for key in bodies},
-                          cfg.cluster_bandwidth, lambda body, n: _parse(cfg, dict(body), n),
-                          cfg, fresh)
-
-
-def _rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-                     pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
-    """Rebalance (and so re-status) every policy whose joint budget moved, from
-    one joint allocation: a burst of policy changes costs one pass, not one per policy."""
-    with _joint_lock:
-        _rebalance_moved_locked(cfg, policies, pods, logger)
-
-
-def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-                            pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
-    joint = _budgets(cfg, policies, pods)
-    if joint and leadership.active():
-        # One write per namespace tells every agent a smaller factor; the
-        # channels are rewritten below where budgets grew or more than the
-        # factor moved.
-        _publish_scale("", joint, cfg, policies, pods, logger)
-    before = {k: v[0].allowed_bandwidth for k, v in _joint_last.items()}
-    # Budgets that shrink are published before those that grow, and a larger
-    # factor between them, so the cluster's sum never passes the cap on the way.
-    ordered = sorted(joint.items(), key=lambda kv: kv[1][0].allowed_bandwidth
-                     - before.get(kv[0], 0.0))
-    raised = False
-    for key, (sized, cluster, _) in ordered:
-        if not raised and sized.allowed_bandwidth > before.get(key, 0.0):
-            raised = True
-            if leadership.active():
-                _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
-        _joint_last[key] = (sized, cluster)
-        body = next(iter(_values(policies, key)), {})
-        if _disagrees(body, sized, cluster):
-            _rebalance(key, cfg, policies, pods, logger, joint)
-    if not raised and joint and leadership.active():
-        _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
-
-
-_scale_log = logging.getLogger("ckptdrain.operator.scale")
-
-
-def _publish_scale(namespace: str, joint: Mapping[Key, budgets.Budget], cfg: OperatorConfig,
-                   policies: kopf.Index[Key, Any], pods: kopf.Index[Key, Any],
-                   logger: logging.Logger, may_raise: bool = False) -> bool:
-    """The cluster scale to every namespace with a policy, where it moved;
-    whether `namespace`'s holds it (share_channel.publish_scale)."""
-    cluster = next(iter(joint.values()))[1]
-
-    def fresh() -> tuple[set[str], float, float | None]:
-        now = _budgets(cfg, policies, pods)
-        if not now:
-            return set(), 1.0, cfg.cluster_bandwidth
-        share = next(iter(now.values()))[1]
-        return {key[0] for key in now}, share.factor, share.cluster_cap
-
-    return share_channel.publish_scale(namespace, cluster.factor, cluster.cluster_cap, fresh,
-                                       may_raise=may_raise, active=leadership.active,
-                                       log=_scale_log.warning)
-
-
-def _disagrees(body: Mapping[str, Any], sized: sizing.Sizing,
-               cluster: allocation.ClusterShare) -> bool:
-    """The policy's status says another budget or constraint than the joint one."""
-    status = body.get("status") or {}
-    return status.get("allowedBandwidthBytes") != int(sized.allowed_bandwidth) or \
-        st.with_cluster(status, sized, cluster, body.get("metadata", {}).get("generation"),
-                        _now()) is not None
-
-
-def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-               pods: kopf.Index[Key, Any], logger: logging.Logger,
-               joint: dict[Key, budgets.Budget] | None = None) -> None:
-    with _locks[key], metrics.reconciling("allocation"):
-        joint = _budgets(cfg, policies, pods) if joint is None else joint
-        mine = joint.get(key)
-        if mine is None:
-            return
-        sized, cluster, policy = mine
-        drainers = _values(pods, key)
-        body = next(iter(_values(policies, key)), {})
-        if not leadership.active():
-            share_channel.forget()  # a standby's indexes are frozen: publish nothing
-            return
-        draining = [share_channel.Drainer(d.pod, share_channel.rank_of(d.writer))
-                    for d in drainers if (d.pending_bytes or 0) > 0]
-        # A smaller factor goes out first, everywhere; the channel then leaves
-        # shrinks to it, unless the scale is not in place or an agent cannot read it.
-        scaled = _publish_scale(key[0], joint, cfg, policies, pods, logger) \
-            and all(d.follows_scale for d in drainers)
-        written, recheck = share_channel.publish(
-            key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
-            max(policy.writers, len(drainers)), share_channel.owner_of(body),
-            time.monotonic(), lambda: api.timestamp(_now()),
-            wanted=cluster.wanted if scaled else None)
-        if written:
-            metrics.ALLOCATION_CHANGES.labels(*key).inc()
-            logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",
-                        *key, len(draining), len(drainers), int(sized.allowed_bandwidth))
-        if recheck is not None:
-            # A drainer waits to be admitted, or a heartbeat is due: come back.
-            _schedule_rebalance(key, cfg, policies, pods, logger, max(recheck, 0.05))
-        status = body.get("status") or {}
-        change = st.with_cluster(status, sized, cluster,
-                                 body.get("metadata", {}).get("generation"), _now()) or {}
-        if status.get("phase") in ("Ready", "Constrained") \
-                and status.get("drainers") != len(drainers):
-            change["drainers"] = len(drainers)
-        if change:
-            kube.patch_status(api.POLICIES, key[0], key[1], change)
-        # The index has not seen that patch yet: the conditions the writers'
-        # check rewrites must be the ones just written, not the stale ones.
-        _check_writers(key, policy, drainers, body, {**status, **change})
-
-
-def _check_writers(key: Key, p: pol.Policy, drainers: list[allocation.DrainingPod],
-                   body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
-    """WritersConsistent on the policy, and a Warning event when it turns False."""
-    check = st.writers_check([(d.pod, d.writer, d.workload_writers) for d in drainers],
-                             p.writers)
-    change = st.with_writers(status, check,
-                             body.get("metadata", {}).get("generation"), _now())
-    if change is None:
-        return
-    kube.patch_status(api.POLICIES, key[0], key[1], change)
-    if not check[0]:
-        kube.post_event(body, api.KIND_POLICY, check[1], check[2])
-
-
-def _schedule_rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-                        pods: kopf.Index[Key, Any], logger: logging.Logger,
-                        delay: float = REBALANCE_DELAY_S) -> None:
-    """Rebalance `key` soon, once, however many events ask (indexes are live views);
-    JOINT: every policy whose joint budget moved."""
-    def run() -> None:
-        if key == JOINT:
-            _rebalance_moved(cfg, policies, pods, logger)
-        else:
-            _rebalance(key, cfg, policies, pods, logger)
-
-    _rebalances.schedule(key, run, logger, delay)
-
-
 @kopf.on.event("v1", "pods", annotations=INJECTED)
 def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace: str,
               memo: kopf.Memo, logger: logging.Logger, pod_index: kopf.Index[Key, Any],
@@ -452,7 +268,7 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
     heap.busy()  # no heap trim in the middle of a burst
     annotations = meta.get("annotations", {})
     key = (namespace, annotations.get(api.ANNOTATION_POLICY, ""))
-    _schedule_rebalance(key, memo.config, checkpointpolicy_index, pod_index, logger)
+    rebalance.schedule(key, memo.config, checkpointpolicy_index, pod_index, logger)
     deleted = event.get("type") == "DELETED"
     text = annotations.get(ANNOTATION_PROGRESS)
     if deleted:  # its last word may not be folded yet: kept a while
@@ -524,7 +340,8 @@ def _schedule_record_pass(key: Key, step: int | None, memo: kopf.Memo,
         writers = record_sync.with_departed(key, _values(progress, key), time.monotonic())
         record_sync.summarise(key, record, step, writers, memo.config,
                               _values(checkpoints, key),
-                              next(iter(_values(policies, key)), None), _locks[key], logger)
+                              next(iter(_values(policies, key)), None), rebalance.locks[key],
+                              logger)
         # The recovery point on node loss moves with the writers' claims.
         _schedule_peers(key, memo.config, policies, peer_pods, checkpoints, logger, progress)
 
@@ -551,7 +368,7 @@ def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any
         if current is None:
             return
         try:
-            parsed: pol.Policy | None = _parse(cfg, current, 1)
+            parsed: pol.Policy | None = rebalance.parse_policy(cfg, current, 1)
         except InvalidInput:
             parsed = None
         with metrics.reconciling("peers"):
