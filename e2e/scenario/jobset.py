@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from kube import Failed, apply, get, helm, kubectl, wait_for
 from trainers import TRAINERS, Logs
-from views import BUCKET, EVERY, GRACE, NS, S3_NS, STEP_S
+from views import BUCKET, EVERY, GRACE, NS, S3_NS, STEP_S, wait_mid_interval
 
 JS_NS, JS_RELEASE = "jobset-system", "jobset"
 NAME, POLICY, PREFIX = "js", "js", "js"
@@ -191,8 +191,7 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
 
     # Writer 3: the second Job of `b`, the rank a per-Job index alone would get wrong.
     old = pods[3]["metadata"]["name"]
-    while not 30 <= ((time.time() - epoch) / STEP_S) % EVERY <= 60:
-        time.sleep(0.2)
+    wait_mid_interval(epoch)
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, old, "--wait=false")
     say(f"  deleted {old} (writer 3)")

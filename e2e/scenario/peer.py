@@ -30,7 +30,7 @@ import jobset
 import yaml
 from kube import apply, get, kubectl, wait_for
 from trainers import TRAINERS, Logs, _json_lines
-from views import EVERY, GRACE, NS, STEP_S
+from views import GRACE, NS, wait_mid_interval
 
 NAME = POLICY = PREFIX = "peer"
 WRITERS, CHECKPOINT_BYTES, GLOBAL_EVERY, LOCAL_KEEP = 2, 20_000_000, 3, 10
@@ -156,8 +156,7 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
 
     # Node loss: writer 0's local tier gone with its node, its pod with it.
     old = pods[0]["metadata"]["name"]
-    while not 30 <= ((time.time() - epoch) / STEP_S) % EVERY <= 60:
-        time.sleep(0.2)
+    wait_mid_interval(epoch)
     mine = local_root / "writer-0"
     _wipe(mine)
     deleted = time.time()

@@ -47,8 +47,8 @@ _BROKEN = (OSError, http.client.HTTPException)
 def _length(value: str | None) -> int:
     """Content-Length as a number (-1 when missing or not a plain number: it
     then matches no manifest, and the copy is refused)."""
-    text = (value or "").strip()
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 19 else -1
+    length = protocol.content_length((value or "").strip())
+    return -1 if length is None else length
 
 
 @dataclass(frozen=True)

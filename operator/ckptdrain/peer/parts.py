@@ -119,11 +119,9 @@ class _Reader:
         if response.status != 206:
             text = response.read(4096).decode("utf-8", "replace").strip()
             raise PartUnavailable(f"GET {path} from {piece.start}: {response.status} {text:.200}")
-        length = response.getheader("Content-Length", "")
+        length = response.getheader("Content-Length")
         want = piece.end - piece.start
-        # At most 19 digits before int(): Python refuses to parse thousands.
-        if not (length.isascii() and length.isdigit() and len(length) <= 19) \
-                or int(length) != want:
+        if protocol.content_length(length) != want:
             raise IntegrityError(f"peer {self.address}: {path} from {piece.start}: "
                                  f"{length!r:.20} bytes, the manifest makes {want}")
         crc, done = 0, 0

@@ -122,6 +122,15 @@ def manifest_length(head: bytes) -> int:
     return length
 
 
+def content_length(value: str | None) -> int | None:
+    """A Content-Length as a number, or None unless it is a plain ASCII decimal
+    of at most 19 digits (str.isdigit() also takes '²' and other digits int()
+    refuses, and int() refuses thousands of digits)."""
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 19:
+        return None
+    return int(value)
+
+
 def stream_length(manifest: WriterManifest, manifest_json_len: int) -> int:
     """The exact length of the copy stream of `manifest`."""
     return HEADER.size + manifest_json_len + manifest.total_bytes

@@ -239,7 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _content_length(value: str | None) -> int:
-    # isascii: str.isdigit() also takes '²' and other digits int() refuses.
-    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 19:
+    length = protocol.content_length(value)
+    if length is None:
         raise PeerRefused(411, f"Content-Length must be a whole number, got {value!r:.40}")
-    return int(value)
+    return length

@@ -89,16 +89,16 @@ def write_copy(stream: BinaryIO, manifest: WriterManifest, manifest_json: bytes,
     data.mkdir(parents=True)
     buffer = memoryview(bytearray(CHUNK))  # one per copy: no allocation per chunk
     try:
-        dirs = {tmp, data}
+        targets = []
         for entry in manifest.files:  # sorted by path: the sender's order
             target = paths.resolve_under(data, entry.path)
             target.parent.mkdir(parents=True, exist_ok=True)
-            dirs.update(p for p in target.parents if p.is_relative_to(data))
+            targets.append(target)
             crc = _write_file(stream, target, entry.size, buffer, should_stop)
             if checksum.to_hex(crc) != entry.crc32c:
                 raise PeerRefused(422, f"{entry.path}: received crc32c {checksum.to_hex(crc)}, "
                                        f"manifest says {entry.crc32c}")
-        publish_copy(tmp, dirs, manifest_json, final, before_publish)
+        publish_copy(tmp, data_dirs(data, targets), manifest_json, final, before_publish)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
