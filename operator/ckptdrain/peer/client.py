@@ -158,11 +158,7 @@ class PeerClient:
 
     def manifest(self, writer: int, step: int, *, writers: int) -> WriterManifest:
         """The manifest of the partner's copy of `writer`'s `step`."""
-        conn = self._connect()
-        try:
-            manifest = self._manifest_on(conn, writer, step, writers)
-        finally:
-            conn.close()
+        manifest = self._ask_manifest(writer, step, writers)
         if manifest is None:  # a partner before `/manifest`: the copy stream's head
             conn, response = self._get(protocol.target_path(writer, step))
             try:
@@ -174,11 +170,11 @@ class PeerClient:
             _check_names(self.address, manifest, writer, step, writers)
         return manifest
 
-    def _manifest_on(self, conn: http.client.HTTPSConnection, writer: int, step: int,
-                     writers: int) -> WriterManifest | None:
-        """The copy's manifest over `conn` (kept open), None when the partner
-        does not know the resource (a release before it); checked to be the
-        one asked for."""
+    def _ask_manifest(self, writer: int, step: int, writers: int) -> WriterManifest | None:
+        """The copy's manifest (`GET .../manifest`), None when the partner does
+        not know the resource (a release before it); checked to be the one
+        asked for."""
+        conn = self._connect()
         try:
             conn.request("GET", protocol.manifest_path(writer, step))
             response = conn.getresponse()
@@ -191,6 +187,8 @@ class PeerClient:
             data = response.read(length)
         except _BROKEN as err:
             raise PeerUnavailable(f"peer {self.address}: {err!r:.200}") from None
+        finally:
+            conn.close()
         if len(data) != length:
             raise PeerUnavailable(f"peer {self.address}: manifest ended early")
         manifest = WriterManifest.from_json(data)
@@ -205,11 +203,7 @@ class PeerClient:
         also have the same content (e.g. this writer's committed global
         manifest). Raises IntegrityError on a bad copy, PeerUnavailable when
         the partner cannot serve it."""
-        conn = self._connect()
-        try:
-            manifest = self._manifest_on(conn, writer, step, writers)
-        finally:
-            conn.close()
+        manifest = self._ask_manifest(writer, step, writers)
         if manifest is None:
             return self._fetch_stream(writer, step, tmp, final, writers=writers,
                                       expected=expected)
