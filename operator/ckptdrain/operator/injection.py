@@ -3,7 +3,8 @@
 Pure: `build_pod_patch(pod, policy, config)` follows docs/pod-contract.md
 exactly (restore init container first, the agent as a native sidecar, the
 volumes, env, annotations; with the peer tier on, the peer sidecar before
-restore, peer_tier.py). An already-injected pod yields []. `grace_problem`
+restore, peer_tier.py). An already-injected pod yields []; on reinvocation
+`reinvocation_patch` follows what later webhooks did. `grace_problem`
 says when terminationGracePeriodSeconds is too short to flush one shard.
 """
 
@@ -24,7 +25,7 @@ from ckptdrain.contract.api import (
     LABEL_WRITER,
 )
 from ckptdrain.contract.env import CREDENTIALS, Env
-from ckptdrain.operator import peer_tier, storage_options
+from ckptdrain.operator import cloud_identity, peer_tier, storage_options
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import Policy
 
@@ -285,9 +286,14 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     agent = _container(AGENT, "agent", shared, config, [
         ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR),
         ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+    identity = cloud_identity.ambient(pod)
     for container in (restore, agent):  # a private CA, by reference
         container["volumeMounts"] += storage_options.mounts(policy.storage_options)
         container["volumeMounts"] += peer_tier.mounts(policy.peer)
+        # A platform webhook that ran before ours gave the trainer its identity.
+        env, mounts = cloud_identity.additions(container, identity)
+        container["env"] = [*container["env"], *env]  # the agent's is `shared`
+        container["volumeMounts"] += mounts
     # The reason restore failed, as the container's last state on the pod.
     restore["terminationMessagePolicy"] = "FallbackToLogsOnError"
     if not policy.memory_limit:
@@ -342,6 +348,29 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     else:
         ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
                    for k, v in annotations.items() if k not in existing)
+    return ops
+
+
+def reinvocation_patch(pod: Mapping[str, Any]) -> JSONPatch:
+    """JSONPatch ops for an injected pod that webhooks after ours changed
+    (the apiserver calls ours again: reinvocationPolicy IfNeeded). The
+    identity a platform webhook gave the trainer reaches restore and the
+    agent (cloud_identity.py); a sidecar whose `restartPolicy: Always` a
+    webhook built on older Kubernetes types dropped gets it back, else it
+    would run as a plain init container that never exits and the pod would
+    never start. [] when nothing needs doing."""
+    ops: JSONPatch = []
+    identity = cloud_identity.ambient(pod)
+    for i, container in enumerate(pod.get("spec", {}).get("initContainers") or []):
+        name = container.get("name")
+        if name in (AGENT, peer_tier.PEER) and container.get("restartPolicy") != "Always":
+            ops.append({"op": "add", "path": f"/spec/initContainers/{i}/restartPolicy",
+                        "value": "Always"})
+        if name in (RESTORE, AGENT):
+            env, mounts = cloud_identity.additions(container, identity)
+            _append(ops, f"/spec/initContainers/{i}/env", container.get("env"), env)
+            _append(ops, f"/spec/initContainers/{i}/volumeMounts",
+                    container.get("volumeMounts"), mounts)
     return ops
 
 

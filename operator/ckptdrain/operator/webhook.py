@@ -37,6 +37,7 @@ from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import (
+    cloud_identity,
     heap,
     identity,
     injection,
@@ -236,6 +237,10 @@ async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
     return found
 
 
+def _identity_warnings(pod: dict[str, Any]) -> list[str]:
+    return [f"ckptdrain: {problem}" for problem in cloud_identity.ambient(pod).problems]
+
+
 @kopf.on.mutate("v1", "pods", id="ckptdrain-inject", operations=["CREATE"],
                 labels={api.LABEL_INJECT: "true"}, ignore_failures=True,
                 side_effects=False)
@@ -252,6 +257,12 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
     namespace = body.metadata.namespace or ""
     with metrics.admitting("pod"):
         if injection.is_injected(pod):
+            # Called again after later webhooks changed the pod: follow them.
+            ops = injection.reinvocation_patch(pod)
+            if ops:
+                patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
+                logger.info("pod injected earlier: %d ops after later webhooks", len(ops))
+            warnings.extend(_identity_warnings(pod))
             return
         labels = dict(body.metadata.labels)
         # A standby replica's index is empty or frozen (Kopf pauses its watches
@@ -297,6 +308,7 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
         ops = injection.build_pod_patch(
             pod, p, cfg, default_rate=share, rank=writer.rank if writer else None,
             workload_writers=writer.writers if writer else None)
+        warnings.extend(_identity_warnings(pod))
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
         logger.info("injecting policy %s into a pod (%d ops)", p.key, len(ops))
 
