@@ -19,6 +19,7 @@ REQUEST_CLASS: dict[str, str] = {
     "create_multipart_upload": "put",
     "complete_multipart_upload": "put",
     "copy_object": "put",
+    "upload_part_copy": "put",
     "list_objects_v2": "list",
     "list_parts": "list",
     "list_multipart_uploads": "list",

@@ -57,6 +57,10 @@ def test_rate_is_never_unlimited_by_default() -> None:
     ({"CKPTDRAIN_STORE_URI": "gs://b"}, "uri"),
     ({"CKPTDRAIN_METRICS_PORT": "99999"}, "CKPTDRAIN_METRICS_PORT"),
     ({"CKPTDRAIN_RESTORE": "maybe"}, "CKPTDRAIN_RESTORE"),
+    ({"CKPTDRAIN_STORE_URI": "file:///mnt/ckpt", "CKPTDRAIN_COLD_STORAGE_CLASS": "STANDARD_IA"},
+     "CKPTDRAIN_COLD_STORAGE_CLASS"),
+    ({"CKPTDRAIN_STORE_URI": "s3://b/p", "CKPTDRAIN_COLD_STORAGE_CLASS": "STANDARD_IA",
+      "CKPTDRAIN_COLD_AFTER": "0"}, "CKPTDRAIN_COLD_AFTER"),
 ])
 def test_bad_values_name_the_field(env: dict[str, str], field: str) -> None:
     with pytest.raises(InvalidInput) as err:

@@ -93,6 +93,17 @@ def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporte
         except CkptdrainError as err:
             metrics.errors.labels("retention").inc()
             log.warning("global retention after step %d failed: %s", step, err)
+        if cfg.cold_storage_class is None:
+            return
+        from ckptdrain.transfer.cooling import cool_writer
+        try:
+            cooled = cool_writer(store, cfg.writer, cfg.cold_after, cfg.cold_storage_class)
+            metrics.cold_objects.inc(cooled.objects)
+        except CkptdrainError as err:
+            metrics.errors.labels("cold_storage").inc()
+            log.warning("moving older checkpoints to %s after step %d failed (they stay "
+                        "where they are; retried after the next global step): %s",
+                        cfg.cold_storage_class, step, err)
 
     gate = getattr(store, "gate", None)
     if gate is not None:

@@ -43,7 +43,7 @@ from ckptdrain.agent.store_metrics import StoreMetrics
 
 _DURATION_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 TIERS = ("local", "peer", "global")
-PHASES = ("capture", "drain", "retention", "request")
+PHASES = ("capture", "drain", "retention", "cold_storage", "request")
 #: Drain failure kinds, most specific class first (errors.py); anything else is "other".
 DRAIN_ERROR_KINDS: tuple[tuple[str, type[BaseException] | None], ...] = (
     ("unreachable", errors.StoreUnreachable),
@@ -145,6 +145,9 @@ class AgentMetrics:
         self.drain_errors = Counter(
             "ckptdrain_drain_errors", "Failed drain attempts by kind (each is retried)",
             ["kind"], registry=r)
+        self.cold_objects = Counter(
+            "ckptdrain_cold_objects",
+            "Objects of older checkpoints moved to the policy's cold storage class", registry=r)
         self.started = Gauge(
             "ckptdrain_agent_start_timestamp_seconds",
             "When this agent started (Unix): with no global checkpoint N intervals"

@@ -70,6 +70,10 @@ class AgentConfig:
     s3_options: Any = None
     #: The writer id is a rank (a number), not a pod name (a policy of one writer).
     writer_ranked: bool = True
+    #: Cold storage (transfer/cooling.py): the class, None for none, and how
+    #: many newest complete checkpoints stay in the bucket's class.
+    cold_storage_class: str | None = None
+    cold_after: int = 1
 
     @property
     def flush_budget_s(self) -> float:
@@ -194,6 +198,10 @@ FIELDS: tuple[Field, ...] = (
           "PEM file of CAs trusted for the S3 endpoint (a private CA)"),
     Field("s3_addressing", Env.S3_ADDRESSING, _optional_text, None,
           "S3 addressing style: auto, path or virtual"),
+    Field("cold_storage_class", Env.COLD_STORAGE_CLASS, _optional_text, None,
+          "move the data of older complete checkpoints to this S3 storage class"),
+    Field("cold_after", Env.COLD_AFTER, units.parse_positive_int, "1",
+          "newest complete checkpoints kept in the bucket's class"),
     Field("writer_id", Env.WRITER_ID, _text, "0",
           "this pod's writer rank (a pod name is accepted when writers is 1)"),
     Field("writers", Env.WRITERS, units.parse_positive_int, "1",
@@ -283,6 +291,10 @@ def load(
         from ckptdrain.store import parse_store_uri
 
         parse_store_uri(raw["store_uri"])  # validates; opening waits for first use
+    if raw["cold_storage_class"] is not None and not (raw["store_uri"] or "").startswith("s3://"):
+        raise InvalidInput(Env.COLD_STORAGE_CLASS.value,
+                           "unset, or an s3:// store (storage classes are S3's)",
+                           raw["cold_storage_class"])
     s3_options = None
     if raw["store_uri"] is not None and raw["store_uri"].startswith("s3://"):
         from ckptdrain.store.s3_options import S3Options
@@ -327,6 +339,8 @@ def load(
         namespace=raw["namespace"],
         node_name=raw["node_name"],
         pod_uid=raw["pod_uid"],
+        cold_storage_class=raw["cold_storage_class"],
+        cold_after=raw["cold_after"],
     )
 
 

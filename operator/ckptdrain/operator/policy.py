@@ -345,6 +345,11 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     retry_deadline = r.get("restore.retryDeadline", _seconds_or_zero, DEFAULT_RETRY_DEADLINE_S)
     stall_timeout = r.get("drain.stallTimeout", parse_stall_timeout, DEFAULT_STALL_AFTER)
     storage_opts = read_storage_options(r.raw("storage"), r.fail)
+    if storage_opts.cold_class and storage_opts.cold_after >= global_keep:
+        r.fail("storage.coldStorage.after", f"fewer than storage.keep ({global_keep}), "
+               "or no checkpoint is ever kept long enough to move", storage_opts.cold_after)
+    if storage_opts.cold_class and uri and not uri.startswith("s3://"):
+        r.fail("storage.coldStorage", "an s3:// storage.uri (storage classes are S3's)", uri)
     node_expressions, tolerations = _read_placement(r)
     grace = r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn")
     rule = _read_identity(r)

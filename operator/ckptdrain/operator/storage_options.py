@@ -4,6 +4,7 @@
       encryption: {type: SSE-S3 | SSE-KMS, kmsKeyId: <id or ARN>}
       caBundle: {secretKeyRef: {name, key}} | {configMapKeyRef: {name, key}}
       addressingStyle: auto | path | virtual
+      coldStorage: {storageClass: STANDARD_IA | ..., after: <newest K stay>}
 
 The agent and restore containers get the environment store/s3_options.py
 reads; a CA bundle is referenced, never copied into the pod spec: the key
@@ -25,6 +26,10 @@ CA_FILE = "ca.pem"
 CA_BUNDLE_PATH = posixpath.join(CA_DIR, CA_FILE)
 CA_VOLUME = "ckptdrain-s3-ca"
 SSE_TYPES = ("SSE-S3", "SSE-KMS")
+#: Classes restore can read without a restore request first (S3's; MinIO's
+#: REDUCED_REDUNDANCY). GLACIER and DEEP_ARCHIVE cannot be read directly.
+COLD_CLASSES = ("STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR",
+                "REDUCED_REDUNDANCY")
 ADDRESSING = ("auto", "path", "virtual")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
@@ -43,6 +48,9 @@ class StorageOptions:
     kms_key_id: str | None = None
     ca_bundle: CaBundleRef | None = None
     addressing: str | None = None
+    #: Data of complete checkpoints older than the newest `cold_after` moves here.
+    cold_class: str | None = None
+    cold_after: int = 1
 
 
 Fail = Callable[[str, str, object], None]
@@ -69,7 +77,28 @@ def read(storage: Mapping[str, Any] | None, fail: Fail) -> StorageOptions:
     if addressing is not None and addressing not in ADDRESSING:
         fail("storage.addressingStyle", "auto, path or virtual", addressing)
         addressing = None
-    return StorageOptions(sse, kms, _ca_ref(storage.get("caBundle"), fail), addressing)
+    cold_class, cold_after = _cold(storage.get("coldStorage"), fail)
+    return StorageOptions(sse, kms, _ca_ref(storage.get("caBundle"), fail), addressing,
+                          cold_class, cold_after)
+
+
+def _cold(raw: object, fail: Fail) -> tuple[str | None, int]:
+    if raw is None:
+        return None, 1
+    if not isinstance(raw, Mapping):
+        fail("storage.coldStorage", "{storageClass, after}", raw)
+        return None, 1
+    cls, after = raw.get("storageClass"), raw.get("after", 1)
+    if cls not in COLD_CLASSES:
+        fail("storage.coldStorage.storageClass",
+             f"one of {', '.join(COLD_CLASSES)} (restore reads checkpoints directly; "
+             "GLACIER and DEEP_ARCHIVE need a restore request first)", cls)
+        return None, 1
+    if isinstance(after, bool) or not isinstance(after, int) or after < 1:
+        fail("storage.coldStorage.after",
+             "the number of newest complete checkpoints kept in the bucket's class, >= 1", after)
+        return None, 1
+    return str(cls), after
 
 
 def _ca_ref(raw: object, fail: Fail) -> CaBundleRef | None:
@@ -105,6 +134,9 @@ def env(opts: StorageOptions) -> list[dict[str, Any]]:
         out.append({"name": Env.S3_CA_BUNDLE.value, "value": CA_BUNDLE_PATH})
     if opts.addressing:
         out.append({"name": Env.S3_ADDRESSING.value, "value": opts.addressing})
+    if opts.cold_class:
+        out.append({"name": Env.COLD_STORAGE_CLASS.value, "value": opts.cold_class})
+        out.append({"name": Env.COLD_AFTER.value, "value": str(opts.cold_after)})
     return out
 
 

@@ -19,6 +19,9 @@ class ObjectInfo:
     #: Last change, Unix seconds, where the store says (listings do; head may
     #: not). Retention's grace period reads it; not part of identity.
     modified: float | None = field(default=None, compare=False)
+    #: The storage class a listing reports (S3: STANDARD, STANDARD_IA, ...;
+    #: None where the store has none). Cold storage reads it.
+    storage_class: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

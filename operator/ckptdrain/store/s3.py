@@ -38,6 +38,7 @@ from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 from ckptdrain.store.s3_errors import MISSING_KEY_CODES, raise_store_error, redact_endpoint
 from ckptdrain.store.s3_multipart import S3Multipart
 from ckptdrain.store.s3_options import S3Options
+from ckptdrain.store.s3_storage_class import S3StorageClass
 from ckptdrain.store.s3_throttle import ThrottleGate, gate_for
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
@@ -55,7 +56,7 @@ def _b64(digest: bytes) -> str:
     return base64.b64encode(digest).decode("ascii")
 
 
-class S3Store(S3Multipart):
+class S3Store(S3Multipart, S3StorageClass):
     """A Store over one bucket and key prefix of an S3-compatible endpoint.
 
     Credentials: `access_key`/`secret_key` if given (tests), else the standard
@@ -362,7 +363,8 @@ class S3Store(S3Multipart):
             for item in page.get("Contents", []):
                 modified = item.get("LastModified")
                 yield ObjectInfo(key=item["Key"][len(root) :], size=int(item["Size"]),
-                                 modified=modified.timestamp() if modified else None)
+                                 modified=modified.timestamp() if modified else None,
+                                 storage_class=item.get("StorageClass"))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 return

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 ORPHAN_GRACE = 6 * 3600.0
 
 
-def _current_keys(store: Store, step: int, writer: int) -> set[str] | None:
+def current_keys(store: Store, step: int, writer: int) -> set[str] | None:
     """Data keys the current manifest of (step, writer) names; empty if there
     is none; None if it is unreadable (then nothing of the step is touched)."""
     try:
@@ -123,7 +123,7 @@ def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_
             continue
         if step in committed_at and not _old(committed_at[step], now, grace):
             continue  # replaced only lately: a restore may still read the old attempt
-        current = _current_keys(store, step, writer)
+        current = current_keys(store, step, writer)
         if current is None:
             continue
         attempts: dict[str, list[ObjectInfo]] = {}

@@ -76,6 +76,33 @@ def test_no_settings_add_nothing() -> None:
      "spec.storage.caBundle.secretKeyRef.name"),
     ({"caBundle": {"secretKeyRef": {"name": "ca", "key": "a/b"}}},
      "spec.storage.caBundle.secretKeyRef.key"),
+    ({"coldStorage": {"storageClass": "GLACIER"}}, "spec.storage.coldStorage.storageClass"),
+    ({"coldStorage": {"storageClass": "DEEP_ARCHIVE"}},
+     "spec.storage.coldStorage.storageClass"),
+    ({"coldStorage": {"storageClass": "STANDARD_IA", "after": 0}},
+     "spec.storage.coldStorage.after"),
+    ({"coldStorage": {"storageClass": "STANDARD_IA", "after": True}},
+     "spec.storage.coldStorage.after"),
+    # Nothing would ever be kept long enough to move (storage.keep is 3).
+    ({"coldStorage": {"storageClass": "STANDARD_IA", "after": 3}},
+     "spec.storage.coldStorage.after"),
+    ({"coldStorage": "STANDARD_IA"}, "spec.storage.coldStorage"),
 ])
 def test_bad_settings_are_refused_naming_the_field(storage: dict[str, Any], field: str) -> None:
     assert [e.field for e in policy.validate(spec(**storage), CFG)] == [field]
+
+
+def test_cold_storage_reaches_the_agent() -> None:
+    pod = _injected(spec(keep=4, coldStorage={"storageClass": "GLACIER_IR", "after": 2}))
+    agent = next(c for c in pod["spec"]["initContainers"] if c["name"] == "ckptdrain-agent")
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["CKPTDRAIN_COLD_STORAGE_CLASS"] == "GLACIER_IR"
+    assert env["CKPTDRAIN_COLD_AFTER"] == "2"
+    assert "CKPTDRAIN_COLD_STORAGE_CLASS" not in {
+        e["name"] for c in _injected(spec())["spec"]["initContainers"] for e in c.get("env", [])}
+
+
+def test_cold_storage_needs_an_s3_store() -> None:
+    s = spec(coldStorage={"storageClass": "STANDARD_IA"})
+    s["storage"]["uri"] = "file:///mnt/shared/ckpt"
+    assert [e.field for e in policy.validate(s, CFG)] == ["spec.storage.coldStorage"]

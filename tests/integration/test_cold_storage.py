@@ -1,0 +1,132 @@
+"""Cold storage on real S3 servers: a writer's data of complete checkpoints
+older than the newest K moves to a colder class in place, restore reads it
+verified as before, and a store that cannot move an object leaves it whole.
+
+MinIO takes REDUCED_REDUNDANCY (the one class besides STANDARD it serves);
+SeaweedFS refuses any copy of an object onto itself, which is how S3 changes
+a class, so it is where the failure path is proven."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.s3servers import S3Server
+
+from ckptdrain import checksum, keys
+from ckptdrain.errors import StoreError
+from ckptdrain.store.s3 import S3Store
+from ckptdrain.transfer.catalog import complete_steps
+from ckptdrain.transfer.cooling import cool_writer
+from ckptdrain.transfer.drain import Drainer
+from ckptdrain.transfer.fetch import fetch
+from ckptdrain.transfer.prune import prune_writer
+from ckptdrain.transfer.scan import build_manifest
+
+pytestmark = pytest.mark.integration
+
+COLD = "REDUCED_REDUNDANCY"
+
+
+def _push(store: S3Store, tmp: Path, step: int, writer: int, writers: int) -> None:
+    src = tmp / f"src-{step}-{writer}"
+    (src / "opt").mkdir(parents=True)
+    (src / "model.bin").write_bytes(bytes([step % 251, writer]) * 300_000)
+    (src / "opt" / "state.bin").write_bytes(bytes([writer, step % 251]) * 1000)
+    manifest = build_manifest(src, step, writer, writers, created=float(step))
+    Drainer(store, part_size=5 << 20, concurrency=2).drain(
+        src, manifest, journal_path=tmp / f"journal-{step}-{writer}.json")
+
+
+def _store(server: S3Server, buckets: dict[str, str]) -> Iterator[S3Store]:
+    if server.name not in buckets:
+        buckets[server.name] = server.create_bucket()
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    try:
+        yield server.open_store(buckets[server.name], prefix)
+    finally:
+        server.delete_prefix(buckets[server.name], prefix + "/")
+
+
+@pytest.fixture
+def minio_store(minio: S3Server, _session_buckets: dict[str, str]) -> Iterator[S3Store]:
+    yield from _store(minio, _session_buckets)
+
+
+@pytest.fixture
+def seaweed_store(seaweedfs: S3Server, _session_buckets: dict[str, str]) -> Iterator[S3Store]:
+    yield from _store(seaweedfs, _session_buckets)
+
+
+def _classes(store: S3Store, step: int, writer: int) -> set[str | None]:
+    return {i.storage_class for p in keys.writer_data_prefixes(step, writer)
+            for i in store.list(p)}
+
+
+def test_older_steps_move_in_place_and_restore_reads_them(
+        minio_store: S3Store, tmp_path: Path) -> None:
+    store = minio_store
+    for step in (10, 20, 30):
+        for writer in (0, 1):
+            _push(store, tmp_path, step, writer, writers=2)
+    _push(store, tmp_path, 40, 0, writers=2)  # newest, writer 1 still draining
+
+    cooled = cool_writer(store, 0, hot=1, storage_class=COLD)
+    assert cooled.steps == (10, 20)
+    assert cooled.objects == 4 and cooled.bytes == 2 * (600_000 + 2000)
+    # Writer 0's older steps moved; its newest complete one, its incomplete
+    # one, the other writer's objects and every manifest did not.
+    assert _classes(store, 10, 0) == _classes(store, 20, 0) == {COLD}
+    assert _classes(store, 30, 0) == _classes(store, 40, 0) == {"STANDARD"}
+    assert _classes(store, 10, 1) == {"STANDARD"}
+    assert {i.storage_class for i in store.list(keys.MANIFESTS)} == {"STANDARD"}
+
+    # A second pass has nothing to do.
+    assert cool_writer(store, 0, hot=1, storage_class=COLD).objects == 0
+
+    # Restore reads a cold step as any other, every file's CRC32C verified.
+    got = fetch(store, tmp_path / "dest", step=10, writer=0)
+    assert got.step == 10
+    assert (tmp_path / "dest" / "model.bin").read_bytes() == bytes([10, 0]) * 300_000
+    # Retention is unchanged and never deletes the newest complete step.
+    cool_writer(store, 1, hot=1, storage_class=COLD)
+    assert prune_writer(store, writer=0, keep=2) == [10]
+    assert prune_writer(store, writer=1, keep=2) == [10]
+    assert [c.step for c in complete_steps(store)] == [30, 20]
+
+
+def test_an_object_past_the_single_copy_limit_moves_by_multipart_copy(
+        minio_store: S3Store) -> None:
+    data = bytes(range(256)) * (48 * 1024)  # 12 MiB: three 5 MiB ranges
+    store = minio_store
+    store.put_bytes("big.bin", data)
+    store.change_storage_class("big.bin", len(data), COLD,
+                               single_copy_limit=5 << 20, part_size=5 << 20)
+    [info] = list(store.list("big.bin"))
+    assert info.storage_class == COLD and info.size == len(data)
+    assert checksum.crc32c(store.get_bytes("big.bin")) == checksum.crc32c(data)
+    assert store.list_multipart_uploads("big.bin") == []
+
+
+def test_a_class_the_store_refuses_leaves_the_step_whole(
+        minio_store: S3Store, tmp_path: Path) -> None:
+    store = minio_store
+    for step in (1, 2):
+        _push(store, tmp_path, step, 0, writers=1)
+    with pytest.raises(StoreError):
+        cool_writer(store, 0, hot=1, storage_class="GLACIER_IR")  # not one MinIO serves
+    assert _classes(store, 1, 0) == {"STANDARD"}
+    assert fetch(store, tmp_path / "dest", step=1, writer=0).step == 1
+
+
+def test_a_store_that_cannot_copy_onto_itself_fails_loudly_and_keeps_the_data(
+        seaweed_store: S3Store, tmp_path: Path) -> None:
+    store = seaweed_store
+    for step in (1, 2):
+        _push(store, tmp_path, step, 0, writers=1)
+    with pytest.raises(StoreError, match="copy_object"):
+        cool_writer(store, 0, hot=1, storage_class=COLD)
+    assert [c.step for c in complete_steps(store)] == [2, 1]
+    assert fetch(store, tmp_path / "dest", step=1, writer=0).step == 1
