@@ -4,7 +4,9 @@ webhooks run in, through the real apiserver's admission chain.
 A platform identity webhook (what EKS runs for IRSA) is served here over TLS
 and registered beside ours under a name that sorts before or after ours. It
 applies the patch that webhook makes: the identity variables and the token
-mount in the containers present, the projected token volume. Its "old"
+mount in the containers present but those the pod's
+`eks.amazonaws.com/skip-containers` annotation names, the projected token
+volume. Its "old"
 flavour is what releases built on Kubernetes types older than native
 sidecars did: it touched only the application containers and re-encoded the
 init containers without `restartPolicy`. Our pod webhook carries
@@ -44,8 +46,12 @@ def _identity_patch(review_pod: dict[str, Any], flavour: str) -> list[dict[str, 
            {"name": "AWS_WEB_IDENTITY_TOKEN_FILE", "value": f"{TOKEN_DIR}/token"}]
     mount = {"name": "aws-iam-token", "mountPath": TOKEN_DIR, "readOnly": True}
     touched = ["containers"] if flavour == "old" else ["initContainers", "containers"]
+    skip = str(((review_pod.get("metadata") or {}).get("annotations") or {})
+               .get("eks.amazonaws.com/skip-containers", "")).split(",")
     for key in touched:
         for c in spec.get(key) or []:
+            if c["name"] in skip:
+                continue
             have = {e["name"] for e in c.get("env") or []}
             c["env"] = (c.get("env") or []) + [e for e in env if e["name"] not in have]
             if all(m["mountPath"] != TOKEN_DIR for m in c.get("volumeMounts") or []):
@@ -188,6 +194,8 @@ def test_identity_reaches_restore_and_agent_in_either_order(
             mounts = {m["mountPath"]: m["name"] for m in found[ours]["volumeMounts"]}
             assert mounts[TOKEN_DIR] == "aws-iam-token"
             assert [e["name"] for e in found[ours]["env"]].count("AWS_ROLE_ARN") == 1
+        # The root prepare step never gets it, whichever ran first.
+        assert "AWS_ROLE_ARN" not in {e["name"] for e in found[injection.PREPARE].get("env", [])}
         assert found[injection.AGENT]["restartPolicy"] == "Always"
         assert "restartPolicy" not in found[injection.RESTORE]
         assert [v["name"] for v in stored["spec"]["volumes"]].count("aws-iam-token") == 1

@@ -262,7 +262,7 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
             if ops:
                 patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
                 logger.info("pod injected earlier: %d ops after later webhooks", len(ops))
-            warnings.extend(_identity_warnings(pod))
+                warnings.extend(_identity_warnings(pod))
             return
         labels = dict(body.metadata.labels)
         # A standby replica's index is empty or frozen (Kopf pauses its watches
@@ -308,7 +308,8 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
         ops = injection.build_pod_patch(
             pod, p, cfg, default_rate=share, rank=writer.rank if writer else None,
             workload_writers=writer.writers if writer else None)
-        warnings.extend(_identity_warnings(pod))
+        if p.credentials is None:  # with a Secret nothing is carried: nothing to say
+            warnings.extend(_identity_warnings(pod))
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
         logger.info("injecting policy %s into a pod (%d ops)", p.key, len(ops))
 

@@ -9,6 +9,7 @@ import copy
 from typing import Any
 
 import jsonpatch
+import pytest
 
 from ckptdrain.operator import cloud_identity, config, injection, policy
 
@@ -187,9 +188,7 @@ def test_a_path_taken_in_our_container_blocks_the_mount_and_its_variable() -> No
     ours = {"name": "x", "env": [],
             "volumeMounts": [{"name": "other", "mountPath": IRSA_DIR}]}
     env, mounts = cloud_identity.additions(ours, found)
-    assert mounts == []
-    assert "AWS_WEB_IDENTITY_TOKEN_FILE" not in [e["name"] for e in env]
-    assert "AWS_ROLE_ARN" in [e["name"] for e in env]
+    assert mounts == [] and env == []  # a role without its token is no identity
 
 
 def test_a_dropped_sidecar_restart_policy_is_restored() -> None:
@@ -209,3 +208,78 @@ def test_a_pod_without_identity_is_left_alone() -> None:
     out = inject(pod())
     assert injection.reinvocation_patch(out) == []
     assert cloud_identity.ambient(out) == cloud_identity.Ambient()
+
+
+def test_a_region_alone_is_no_identity() -> None:
+    p = pod()
+    p["spec"]["containers"][0]["env"] = [{"name": "AWS_REGION", "value": "ap-south-1"}]
+    assert cloud_identity.ambient(p) == cloud_identity.Ambient()
+    assert "AWS_REGION" not in env_of(containers(inject(p))[injection.AGENT])
+
+
+def test_the_first_container_with_a_credential_is_the_source() -> None:
+    p = irsa(pod())
+    # A first container the platform skipped, with only a region.
+    p["spec"]["containers"].insert(0, {"name": "logger", "image": "l:1", "env": [
+        {"name": "AWS_REGION", "value": "ap-south-1"}]})
+    agent = containers(inject(p))[injection.AGENT]
+    assert_has_irsa(agent)
+    assert env_of(agent)["AWS_REGION"] == "us-east-1"
+
+
+def test_a_credential_without_its_token_file_is_not_carried() -> None:
+    p = pod_identity(pod())
+    env = p["spec"]["containers"][0]["env"]
+    env[:] = [e for e in env if e["name"] != "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE"]
+    found = cloud_identity.ambient(p)
+    assert found.env == [] and "without AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE" in found.problems[0]
+    agent = containers(inject(p))[injection.AGENT]
+    assert "AWS_CONTAINER_CREDENTIALS_FULL_URI" not in env_of(agent)
+
+
+@pytest.mark.parametrize("mount_path", ["/ckptdrain/work/", "/tmp", "/ckptdrain",
+                                        "/ckptdrain/local/aws", "/etc/aws"])
+def test_a_token_mount_outside_the_secrets_root_is_not_carried(mount_path: str) -> None:
+    p = irsa(pod())
+    trainer = p["spec"]["containers"][0]
+    trainer["volumeMounts"][0]["mountPath"] = mount_path
+    for e in trainer["env"]:
+        if e["name"] == "AWS_WEB_IDENTITY_TOKEN_FILE":
+            e["value"] = mount_path.rstrip("/") + "/token"
+    found = cloud_identity.ambient(p)
+    assert found.env == [] and found.mounts == [] and "outside" in found.problems[0]
+    out = containers(inject(p))
+    for name in (injection.RESTORE, injection.AGENT):
+        assert "AWS_ROLE_ARN" not in env_of(out[name])
+        assert len(out[name]["volumeMounts"]) == len({m["mountPath"] for m in
+                                                      out[name]["volumeMounts"]})
+
+
+def test_values_that_refer_to_other_variables_are_not_carried() -> None:
+    p = irsa(pod())
+    for e in p["spec"]["containers"][0]["env"]:
+        if e["name"] == "AWS_ROLE_ARN":
+            e["value"] = "arn:aws:iam::1:role/$(TEAM)"
+    found = cloud_identity.ambient(p)
+    assert found.env == [] and "refers to other variables" in found.problems[0]
+
+
+def test_a_policy_region_under_either_name_keeps_both_of_the_trainers_out() -> None:
+    agent = {"name": "a", "env": [{"name": "AWS_DEFAULT_REGION", "value": "eu-west-1"}]}
+    env, _ = cloud_identity.additions(agent, cloud_identity.ambient(irsa(pod())))
+    names = [e["name"] for e in env]
+    assert "AWS_ROLE_ARN" in names and "AWS_REGION" not in names
+    assert "AWS_DEFAULT_REGION" not in names
+
+
+def test_platform_webhooks_are_asked_to_skip_what_never_uses_ambient_identity() -> None:
+    key = cloud_identity.SKIP_ANNOTATION
+    assert inject(pod(), PEERED)["metadata"]["annotations"][key] == \
+        "ckptdrain-prepare,ckptdrain-peer"
+    assert inject(pod(), WITH_SECRET)["metadata"]["annotations"][key] == \
+        "ckptdrain-prepare,ckptdrain-restore,ckptdrain-agent"
+    own = pod()
+    own["metadata"]["annotations"] = {key: "sidecar-x"}
+    assert inject(own)["metadata"]["annotations"][key] == "sidecar-x,ckptdrain-prepare"
+    own["metadata"]["annotations"] = {key: "ckptdrain-prepare"}
+    assert inject(own)["metadata"]["annotations"][key] == "ckptdrain-prepare"

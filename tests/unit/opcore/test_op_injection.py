@@ -172,7 +172,10 @@ def test_workload_identity_has_no_keys() -> None:
 def test_annotations_mark_injection_and_seed_the_share() -> None:
     ann = injected(pod())["metadata"]["annotations"]
     assert ann == {"ckptdrain.io/policy": "llama", "ckptdrain.io/injected": "true",
-                   "ckptdrain.io/bandwidth": str(int(RATE))}
+                   "ckptdrain.io/bandwidth": str(int(RATE)),
+                   # The policy has a Secret: no platform identity for any of ours.
+                   "eks.amazonaws.com/skip-containers":
+                       "ckptdrain-prepare,ckptdrain-restore,ckptdrain-agent"}
 
 
 def test_user_env_wins_and_is_not_duplicated() -> None:
