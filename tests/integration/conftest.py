@@ -1,7 +1,8 @@
 """Fixtures for integration tests: real S3 servers and a store of each kind.
 
-`seaweedfs` and `minio` start once per session, and only if a test asks for
-them. `store` runs a test three times, against file://, SeaweedFS and MinIO;
+`seaweedfs`, `minio` and `gcs` (fake-gcs-server, the GCS JSON API) start
+once per session, and only if a test asks for them. `store` runs a test four
+times, against file://, SeaweedFS, MinIO and gs://;
 each run gets a key prefix of its own in a session bucket (or a fresh
 directory), emptied afterwards. `s3area` gives S3-only tests the same.
 """
@@ -21,6 +22,7 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+from tests.support.gcsserver import GcsServer, start_fake_gcs  # noqa: E402
 from tests.support.s3servers import S3Server, start_minio, start_seaweedfs  # noqa: E402
 
 from ckptdrain.store.base import Store  # noqa: E402
@@ -38,6 +40,12 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture(scope="session")
 def minio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     with start_minio(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsServer]:
+    with start_fake_gcs(tmp_path_factory.mktemp("gcs")) as server:
         yield server
 
 
@@ -64,7 +72,7 @@ def s3area(s3server: S3Server, _session_buckets: dict[str, str]) -> Iterator[tup
     s3server.delete_prefix(bucket, prefix + "/")
 
 
-@pytest.fixture(params=("file", *S3_SERVERS))
+@pytest.fixture(params=("file", *S3_SERVERS, "gcs"))
 def store(
     request: pytest.FixtureRequest, tmp_path: Path, _session_buckets: dict[str, str]
 ) -> Iterator[Store]:
@@ -72,7 +80,7 @@ def store(
     if request.param == "file":
         yield LocalStore(tmp_path / "store")
         return
-    server: S3Server = request.getfixturevalue(request.param)
+    server: S3Server | GcsServer = request.getfixturevalue(request.param)
     if server.name not in _session_buckets:
         _session_buckets[server.name] = server.create_bucket()
     bucket, prefix = _session_buckets[server.name], f"t-{uuid.uuid4().hex[:12]}"

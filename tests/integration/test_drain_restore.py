@@ -19,6 +19,7 @@ from ckptdrain import keys
 from ckptdrain.errors import IntegrityError, UnsafePath
 from ckptdrain.ratelimit import TokenBucket
 from ckptdrain.store.base import Store
+from ckptdrain.store.gcs import GcsStore
 from ckptdrain.store.s3 import S3Store
 from ckptdrain.transfer import journal as jr
 from ckptdrain.transfer.catalog import complete_steps
@@ -131,6 +132,8 @@ def cli_target(store: Store, request: pytest.FixtureRequest) -> tuple[str, dict[
         server = request.getfixturevalue(request.node.callspec.params["store"])
         env.update(CKPTDRAIN_S3_ENDPOINT=server.endpoint_url, AWS_ACCESS_KEY_ID=server.access_key,
                    AWS_SECRET_ACCESS_KEY=server.secret_key, AWS_DEFAULT_REGION=server.region)
+    if isinstance(store, GcsStore):  # an emulator: plain http, asked anonymously
+        env["STORAGE_EMULATOR_HOST"] = store.endpoint.split("://", 1)[1]
     return store.uri, env
 
 

@@ -21,6 +21,7 @@ from ckptdrain import checksum, keys
 from ckptdrain.errors import IntegrityError
 from ckptdrain.manifest import MAX_FILE_BYTES, MAX_PART_BYTES
 from ckptdrain.store.base import Store
+from ckptdrain.store.gcs import GcsStore
 from ckptdrain.store.local import LocalStore
 from ckptdrain.store.s3 import S3Store
 from ckptdrain.transfer.catalog import scan
@@ -96,6 +97,8 @@ def _cli(store: Store, request: pytest.FixtureRequest, *args: str) -> subprocess
         server = request.getfixturevalue(request.node.callspec.params["store"])
         env.update(CKPTDRAIN_S3_ENDPOINT=server.endpoint_url, AWS_ACCESS_KEY_ID=server.access_key,
                    AWS_SECRET_ACCESS_KEY=server.secret_key, AWS_DEFAULT_REGION=server.region)
+    if isinstance(store, GcsStore):  # an emulator: plain http, asked anonymously
+        env["STORAGE_EMULATOR_HOST"] = store.endpoint.split("://", 1)[1]
     return subprocess.run([sys.executable, "-m", "ckptdrain", *args], env=env,
                           capture_output=True, text=True, timeout=300)
 

@@ -171,7 +171,7 @@ def test_an_oversized_manifest_is_an_integrity_problem_of_its_step(
     src = tmp_path / "src-8"
     with pytest.raises(CommitConflict, match="unreadable"):
         commit.committed(store, build_manifest(src, 9, 0, 1, created=1.0), replace=False)
-    assert prune._current_keys(store, 9, 0) is None
+    assert prune.current_keys(store, 9, 0) is None
 
 
 def test_a_multi_gb_manifest_costs_no_memory(tmp_path: Path) -> None:

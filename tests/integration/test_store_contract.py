@@ -31,6 +31,7 @@ from ckptdrain.errors import (
 )
 from ckptdrain.store import open_store
 from ckptdrain.store.base import Store, UploadedPart
+from ckptdrain.store.gcs import GcsStore
 from ckptdrain.store.local import LocalStore
 from ckptdrain.store.s3 import S3Store
 
@@ -51,6 +52,8 @@ def reopen(store: Store, tmp_path: Path) -> Store:
     """A second, independent store object on the same data (a 'new process')."""
     if isinstance(store, LocalStore):
         return LocalStore(store.root)
+    if isinstance(store, GcsStore):
+        return GcsStore(store.bucket, store.prefix, endpoint_url=store._base, environ={})
     assert isinstance(store, S3Store)
     client = store._client
     creds = client._request_signer._credentials

@@ -58,7 +58,14 @@ def test_parse_valid(uri: str, expected: StoreURI) -> None:
         ("s3://bucket/x?versionId=1", "query"),
         ("s3://bucket/x#frag", "fragment"),
         ("s3a://bucket/x", "s3://"),
-        ("gs://bucket/x", "storage.googleapis.com"),
+        ("gs://", "bucket name"),
+        ("gs://ab", "GCS bucket name"),
+        ("gs://Upper", "GCS bucket name"),
+        ("gs://google-x", "GCS bucket name"),
+        ("gs://" + "a" * 64, "GCS bucket name"),
+        ("gs://host:4443/b", "storage.endpoint"),
+        ("gs://bucket/a/../b", "'..'"),
+        ("gcs://bucket/x", "gs://bucket"),
         ("http://example.com/x", "s3://bucket"),
         (" s3://bucket", "whitespace"),
         ("s3://bucket/a\nb", "control"),
@@ -224,3 +231,13 @@ def test_leftovers_of_a_crash_never_list(tmp_path: Path) -> None:
     assert [o.key for o in store.list("")] == ["ckpt/a"]
     assert [o.key for o in store.list("ckpt/.ckptdrain")] == []
     assert isinstance(store, Store)
+
+
+@pytest.mark.parametrize(("uri", "bucket", "prefix"), [
+    ("gs://ckpt_bucket/runs/a", "ckpt_bucket", "runs/a"),
+    ("gs://my.dotted.bucket", "my.dotted.bucket", ""),
+    ("gs://b-1/", "b-1", ""),
+])
+def test_gs_uris_name_a_bucket_and_prefix(uri: str, bucket: str, prefix: str) -> None:
+    parsed = parse_store_uri(uri)
+    assert (parsed.scheme, parsed.bucket, parsed.prefix) == ("gs", bucket, prefix)

@@ -186,7 +186,8 @@ FIELDS: tuple[Field, ...] = (
     Field("overlap", Env.OVERLAP, units.parse_fraction, "10%",
           "target drain time / global interval (reported, not enforced)"),
     Field("store_uri", Env.STORE_URI, _optional_text, None,
-          "global tier: s3://bucket/prefix or file:///path (none: local tier only)"),
+          "global tier: s3://bucket/prefix, gs://bucket/prefix or file:///path "
+          "(none: local tier only)"),
     Field("s3_endpoint", Env.S3_ENDPOINT, _optional_endpoint, None,
           "S3-compatible endpoint URL"),
     Field("region", Env.REGION, _optional_text, None, "S3 region"),
@@ -296,7 +297,7 @@ def load(
                            "unset, or an s3:// store (storage classes are S3's)",
                            raw["cold_storage_class"])
     s3_options = None
-    if raw["store_uri"] is not None and raw["store_uri"].startswith("s3://"):
+    if raw["store_uri"] is not None and raw["store_uri"].startswith(("s3://", "gs://")):
         from ckptdrain.store.s3_options import S3Options
 
         s3_options = S3Options.from_env({  # validated here, at start, naming the variable

@@ -176,7 +176,8 @@ def _choice(options: tuple[str, ...]) -> Callable[[str, object], str]:
 def _read_storage(r: _Reader) -> tuple[str, SecretRef | None]:
     uri = r.get("storage.uri", _text, "")
     if not uri:
-        r.fail("storage.uri", "a URI such as s3://bucket/prefix or file:///path",
+        r.fail("storage.uri", "a URI such as s3://bucket/prefix, gs://bucket/prefix or "
+               "file:///path",
                r.raw("storage.uri"))
     else:
         # The parser `ckptdrain push` and the agent use: a URI the webhook
@@ -350,6 +351,15 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
                "or no checkpoint is ever kept long enough to move", storage_opts.cold_after)
     if storage_opts.cold_class and uri and not uri.startswith("s3://"):
         r.fail("storage.coldStorage", "an s3:// storage.uri (storage classes are S3's)", uri)
+    if uri.startswith("gs://"):
+        # GCS is reached with Application Default Credentials, and encrypts
+        # every object at rest (a customer-managed key is the bucket's setting).
+        for field, setting in (("credentialsSecretRef", secret), ("encryption",
+                               storage_opts.sse), ("addressingStyle", storage_opts.addressing)):
+            if setting is not None:
+                r.fail(f"storage.{field}", "unset with a gs:// storage.uri (GCS uses the pod's "
+                       "Google identity, e.g. GKE Workload Identity, and the bucket's "
+                       "encryption)", r.raw(f"storage.{field}"))
     node_expressions, tolerations = _read_placement(r)
     grace = r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn")
     rule = _read_identity(r)

@@ -2,6 +2,8 @@
 
     file:///abs/path          a directory on a local or mounted filesystem
     s3://bucket[/prefix]      S3 or any S3-compatible endpoint
+    gs://bucket[/prefix]      Google Cloud Storage (its JSON API, Application
+                              Default Credentials)
 
 `parse_store_uri` is pure (no I/O) so the webhook and the CLI can validate a
 policy's URI before anything touches the network.
@@ -30,10 +32,12 @@ __all__ = [
 ]
 
 _FIELD = "uri"
-_EXPECTED = "file:///absolute/path or s3://bucket[/prefix]"
+_EXPECTED = "file:///absolute/path, s3://bucket[/prefix] or gs://bucket[/prefix]"
 # S3's bucket naming rules (the subset every S3-compatible server accepts).
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _IPV4_RE = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+# GCS's: also '_', and up to 222 characters when dotted (63 per component).
+_GCS_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 # Environment variables that name a custom S3 endpoint, in precedence order.
 ENDPOINT_ENV_VARS = ("CKPTDRAIN_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
@@ -42,7 +46,7 @@ ENDPOINT_ENV_VARS = ("CKPTDRAIN_S3_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOI
 class StoreURI:
     """A parsed storage URI. For file: `path` is set; for s3: `bucket` and `prefix`."""
 
-    scheme: Literal["file", "s3"]
+    scheme: Literal["file", "s3", "gs"]
     path: str = ""
     bucket: str = ""
     prefix: str = ""  # no leading or trailing '/'; "" means the bucket's root
@@ -80,10 +84,9 @@ def parse_store_uri(uri: str) -> StoreURI:
         if scheme == "s3a":
             raise InvalidInput(_FIELD, "scheme s3:// (not s3a://)", shown)
         return _parse_s3(parts.netloc, parts.path, shown)
-    hint = ""
-    if scheme in ("gs", "gcs"):
-        hint = " (for GCS use s3:// with the endpoint https://storage.googleapis.com)"
-    raise InvalidInput(_FIELD, f"{_EXPECTED}{hint}", shown)
+    if scheme == "gs":
+        return _parse_gs(parts.netloc, parts.path, shown)
+    raise InvalidInput(_FIELD, _EXPECTED, shown)
 
 
 def _parse_file(netloc: str, path: str, shown: str) -> StoreURI:
@@ -98,6 +101,31 @@ def _parse_file(netloc: str, path: str, shown: str) -> StoreURI:
         raise InvalidInput(_FIELD, "file:///absolute/path without '.' or '..'", shown)
     normalized = "/" + "/".join(c for c in components if c)
     return StoreURI(scheme="file", path=normalized)
+
+
+def _prefix(scheme: str, path: str, shown: str) -> str:
+    components = [c for c in path.split("/") if c]
+    if any(c in (".", "..") for c in components):
+        raise InvalidInput(_FIELD, f"{scheme}://bucket/prefix without '.' or '..' components",
+                           shown)
+    if "//" in path.strip("/"):
+        raise InvalidInput(_FIELD, f"{scheme}://bucket/prefix without empty components ('//')",
+                           shown)
+    return "/".join(components)
+
+
+def _parse_gs(netloc: str, path: str, shown: str) -> StoreURI:
+    bucket = netloc
+    if not bucket or ":" in bucket:
+        raise InvalidInput(_FIELD, "gs://bucket[/prefix] with a bucket name (an endpoint goes "
+                           "in storage.endpoint)", shown)
+    if not _GCS_BUCKET_RE.match(bucket) or ".." in bucket or _IPV4_RE.match(bucket) \
+            or any(len(c) > 63 for c in bucket.split(".")) \
+            or ("." not in bucket and len(bucket) > 63) or bucket.startswith("goog"):
+        raise InvalidInput(
+            _FIELD, "a GCS bucket name of 3-63 lowercase letters, digits, '-', '_' or '.' "
+            "(up to 222 with dots), starting and ending with a letter or digit", shown)
+    return StoreURI(scheme="gs", bucket=bucket, prefix=_prefix("gs", path, shown))
 
 
 def _parse_s3(netloc: str, path: str, shown: str) -> StoreURI:
@@ -115,12 +143,7 @@ def _parse_s3(netloc: str, path: str, shown: str) -> StoreURI:
             "starting and ending with a letter or digit",
             shown,
         )
-    components = [c for c in path.split("/") if c]
-    if any(c in (".", "..") for c in components):
-        raise InvalidInput(_FIELD, "s3://bucket/prefix without '.' or '..' components", shown)
-    if "//" in path.strip("/"):
-        raise InvalidInput(_FIELD, "s3://bucket/prefix without empty components ('//')", shown)
-    return StoreURI(scheme="s3", bucket=bucket, prefix="/".join(components))
+    return StoreURI(scheme="s3", bucket=bucket, prefix=_prefix("s3", path, shown))
 
 
 def endpoint_from_env(environ: dict[str, str] | None = None) -> str | None:
@@ -154,8 +177,12 @@ def open_store(
     Encryption, a private CA and the addressing style: `options` (an
     S3Options) if given, else the environment (store/s3_options.py;
     InvalidInput naming the variable).
-    Opening does no I/O for s3:// (errors show on first use); file:// creates
-    the directory if needed.
+    For gs:// the endpoint is `endpoint_url`, else STORAGE_EMULATOR_HOST
+    (an emulator, plain http), else Google; credentials are Application
+    Default Credentials (store/gcs_auth.py); a private CA as for s3://.
+    Opening does no I/O for s3:// and gs:// (errors show on first use, but a
+    GOOGLE_APPLICATION_CREDENTIALS file that cannot be used is refused now);
+    file:// creates the directory if needed.
     """
     parsed = parse_store_uri(uri)
     endpoint = None if endpoint_url is None else parse_endpoint(endpoint_field, endpoint_url)
@@ -163,10 +190,18 @@ def open_store(
         from ckptdrain.store.local import LocalStore
 
         return LocalStore(parsed.path)
+    env = os.environ if environ is None else environ
+    if parsed.scheme == "gs":
+        from ckptdrain.store.gcs import GcsStore
+        from ckptdrain.store.s3_options import S3Options
+
+        opts = options if isinstance(options, S3Options) else S3Options.from_env(env)
+        return GcsStore(parsed.bucket, parsed.prefix, endpoint_url=endpoint,
+                        max_pool_connections=max_pool_connections, environ=env,
+                        ca_bundle=opts.ca_bundle)
     from ckptdrain.store.s3 import S3Store
     from ckptdrain.store.s3_options import S3Options
 
-    env = os.environ if environ is None else environ
     return S3Store(
         parsed.bucket,
         parsed.prefix,

@@ -106,3 +106,25 @@ def test_cold_storage_needs_an_s3_store() -> None:
     s = spec(coldStorage={"storageClass": "STANDARD_IA"})
     s["storage"]["uri"] = "file:///mnt/shared/ckpt"
     assert [e.field for e in policy.validate(s, CFG)] == ["spec.storage.coldStorage"]
+
+
+def test_a_gs_policy_reaches_the_pod_without_credentials() -> None:
+    s = spec()
+    s["storage"] = {"uri": "gs://ckpt_bucket/runs"}
+    pod = _injected(s)
+    agent = next(c for c in pod["spec"]["initContainers"] if c["name"] == "ckptdrain-agent")
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["CKPTDRAIN_STORE_URI"] == "gs://ckpt_bucket/runs/ml/p"
+    assert "AWS_ACCESS_KEY_ID" not in env
+
+
+@pytest.mark.parametrize(("storage", "field"), [
+    ({"credentialsSecretRef": {"name": "hmac"}}, "spec.storage.credentialsSecretRef"),
+    ({"encryption": {"type": "SSE-S3"}}, "spec.storage.encryption"),
+    ({"addressingStyle": "path"}, "spec.storage.addressingStyle"),
+    ({"coldStorage": {"storageClass": "STANDARD_IA"}}, "spec.storage.coldStorage"),
+])
+def test_s3_only_settings_are_refused_with_gs(storage: dict[str, Any], field: str) -> None:
+    s = spec(**storage)
+    s["storage"]["uri"] = "gs://ckpt-bucket/runs"
+    assert [e.field for e in policy.validate(s, CFG)] == [field]

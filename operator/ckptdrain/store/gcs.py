@@ -1,0 +1,427 @@
+"""The gs:// store: Google Cloud Storage through its JSON API, natively.
+
+Credentials are Application Default Credentials (gcs_auth.py), so GKE
+Workload Identity works without HMAC keys; a bearer token is never sent
+over plain http (an http:// endpoint is an emulator, asked anonymously).
+
+Integrity: every upload says its CRC32C (`X-Goog-Hash`, which GCS checks
+before it stores the object) and the CRC32C GCS reports for what it stored
+is compared with ours; a mismatch deletes the object and raises
+IntegrityError. Reads are checked as the S3 store checks them: a ranged GET
+must answer the range asked for. Multipart uploads are parts stored as
+objects and composed on the server (gcs_multipart.py).
+
+Every request passes the endpoint's throttle gate (s3_throttle.py), shared
+with every store of the process: 429 and 5xx answers and dropped
+connections shrink the window for all, and are retried there. The gate
+speaks botocore's error types, so failures are handed to it as those.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, BinaryIO, NoReturn
+from urllib.parse import quote
+
+import urllib3
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError, SSLError
+
+from ckptdrain import checksum
+from ckptdrain.errors import (
+    BucketMissing,
+    IntegrityError,
+    InvalidInput,
+    ObjectMissing,
+    ObjectTooLarge,
+    StoreAccessDenied,
+    StoreError,
+    StoreUnreachable,
+)
+from ckptdrain.paths import RESERVED_PREFIX, check_key
+from ckptdrain.store.base import ObjectInfo
+from ckptdrain.store.gcs_auth import TokenSource, default_credentials
+from ckptdrain.store.gcs_formats import crc_b64, crc_from_b64, when
+from ckptdrain.store.gcs_multipart import GcsMultipart
+from ckptdrain.store.s3_bodies import PacedBody, WindowBody
+from ckptdrain.store.s3_errors import redact_endpoint
+from ckptdrain.store.s3_throttle import ATTEMPTS, ThrottleGate, gate_for
+
+GOOGLE = "https://storage.googleapis.com"
+#: The emulator convention of Google's own libraries: host[:port], plain http.
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+MIN_PART_SIZE = 5 << 20  # as the S3 store's, so a drain cuts files the same way
+_BLOCK = 1 << 20
+
+
+class _CrcBody(WindowBody):
+    """WindowBody that computes the CRC32C of what it hands out (reset on rewind)."""
+
+    def __init__(self, stream: BinaryIO, size: int,
+                 pace: Callable[[int], object] | None) -> None:
+        super().__init__(stream, size, pace, strict=True)
+        self.crc = 0
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        pos = super().seek(offset, whence)
+        if pos != 0:
+            raise io.UnsupportedOperation("only a rewind to the start")
+        self.crc = 0
+        return pos
+
+    def read(self, n: int = -1) -> bytes:
+        data = super().read(n)
+        self.crc = checksum.crc32c(data, self.crc)
+        return data
+
+
+class GcsStore(GcsMultipart):
+    """A Store over one bucket and key prefix of Google Cloud Storage."""
+
+    def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
+                 tokens: TokenSource | None = None, max_pool_connections: int = 32,
+                 ca_bundle: str | None = None, environ: Mapping[str, str] | None = None,
+                 gate: ThrottleGate | None = None, attempts: int = ATTEMPTS,
+                 connect_timeout: float = 10, read_timeout: float = 120) -> None:
+        env = os.environ if environ is None else environ
+        emulator = env.get(EMULATOR_ENV, "").strip()
+        endpoint = endpoint_url or (f"http://{emulator}" if emulator else GOOGLE)
+        self.bucket, self.prefix = bucket, prefix.strip("/")
+        self.endpoint = redact_endpoint(endpoint.rstrip("/"))
+        self._base = endpoint.rstrip("/")
+        self.uri = f"gs://{bucket}/{self.prefix}".rstrip("/")
+        # Never a bearer token over plain http: there, an emulator is asked anonymously.
+        self._tokens = None if self._base.startswith("http://") else (
+            tokens or default_credentials(env))
+        self._http = urllib3.PoolManager(
+            num_pools=4, maxsize=max_pool_connections, block=False, ca_certs=ca_bundle,
+            blocksize=_BLOCK,
+            timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout))
+        self._pace: Callable[[int], object] | None = None
+        self.gate = gate if gate is not None else gate_for(self.endpoint)
+        self._attempts = max(1, attempts)
+
+    def __repr__(self) -> str:
+        return f"GcsStore({self.uri!r}, endpoint={self.endpoint!r})"
+
+    def set_pacer(self, pace: Callable[[int], object] | None) -> None:
+        """Bytes sent are handed to `pace` as they go (the drain's rate limiter)."""
+        self._pace = pace
+
+    @property
+    def min_part_size(self) -> int:
+        return MIN_PART_SIZE
+
+    # Helpers -----------------------------------------------------------------
+    def _name(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _object_url(self, name: str, media: bool = False) -> str:
+        url = f"{self._base}/storage/v1/b/{quote(self.bucket, safe='')}/o/{quote(name, safe='')}"
+        return url + ("?alt=media" if media else "")
+
+    def _upload_url(self, name: str) -> str:
+        return (f"{self._base}/upload/storage/v1/b/{quote(self.bucket, safe='')}/o"
+                f"?uploadType=media&name={quote(name, safe='')}")
+
+    def _where(self, key: str | None) -> str:
+        return f"gs://{self.bucket}/{self._name(key) if key else self.prefix}".rstrip("/")
+
+    def _request(self, op: str, method: str, url: str, key: str | None, *,
+                 body: Any = None, size: int = 0, headers: Mapping[str, str] | None = None,
+                 stream: bool = False, missing: bool = False
+                 ) -> urllib3.BaseHTTPResponse | None:
+        """One request through the gate; None for a 404 when `missing` (the
+        caller says what that means). Errors are raised as errors.py's."""
+        def call(**kwargs: Any) -> dict[str, Any]:
+            all_headers = dict(headers or {})
+            if self._tokens is not None:
+                all_headers.update(self._tokens.header())
+            if size or body is not None:
+                all_headers["Content-Length"] = str(size)
+            try:
+                response = self._http.request(method, url, body=kwargs.get("Body"),
+                                              headers=all_headers, preload_content=not stream,
+                                              retries=False, redirect=False)
+            except urllib3.exceptions.SSLError as err:
+                raise SSLError(endpoint_url=self.endpoint, error=err) from None
+            except urllib3.exceptions.ReadTimeoutError as err:
+                raise ReadTimeoutError(endpoint_url=self.endpoint, error=err) from None
+            except urllib3.exceptions.HTTPError as err:
+                raise EndpointConnectionError(endpoint_url=self.endpoint, error=err) from None
+            if response.status < 300:
+                length = response.headers.get("Content-Length")
+                return {"Response": response, "ContentLength": int(length) if length else 0}
+            text = response.data[:2000] if not stream else response.read(2000)
+            response.release_conn()
+            message = _error_message(text)
+            if missing and response.status == 404 and "bucket" not in message.lower():
+                return {"Response": None, "ContentLength": 0}
+            if response.status == 401 and self._tokens is not None:
+                self._tokens.forget()
+            raise ClientError({"Error": {"Code": str(response.status), "Message": message},
+                               "ResponseMetadata": {"HTTPStatusCode": response.status}}, op)
+
+        gate_op = {"upload": "put_object", "compose": "complete_multipart_upload",
+                   "get": "get_object", "stat": "head_object", "list": "list_objects_v2",
+                   "delete": "delete_object"}.get(op.split(" ")[0], "get_object")
+        for retry in (False, True):
+            try:
+                answer = self.gate.send(gate_op, call, {"Body": body, "ContentLength": size},
+                                        self._attempts)
+            except ClientError as err:
+                status = err.response["ResponseMetadata"]["HTTPStatusCode"]
+                if status == 401 and self._tokens is not None and not retry:
+                    if hasattr(body, "seek"):
+                        body.seek(0)
+                    continue  # an expired token: once more with a new one
+                self._fail(op, key, status, err.response["Error"]["Message"])
+            except (SSLError, ReadTimeoutError, EndpointConnectionError) as err:
+                what = "TLS failed (certificate not trusted or not TLS)" \
+                    if isinstance(err, SSLError) else f"did not answer ({type(err).__name__})"
+                raise StoreUnreachable(f"{op} {self._where(key)}: {self.endpoint} {what}") \
+                    from None
+            response: urllib3.BaseHTTPResponse | None = answer["Response"]
+            return response  # None: a missing object, where the caller allowed it
+        raise AssertionError("unreachable")
+
+    def _fail(self, op: str, key: str | None, status: int, message: str) -> NoReturn:
+        where = self._where(key)
+        if status in (401, 403):
+            raise StoreAccessDenied(f"{op} {where}: access denied (HTTP {status}); check the "
+                                    "pod's Google service account and its bucket roles")
+        if status == 404 and (key is None or "bucket" in message.lower()):
+            raise BucketMissing(f"{op} {where}: bucket {self.bucket} does not exist "
+                                f"at {self.endpoint}")
+        if status == 404:
+            raise ObjectMissing(key or where)
+        raise StoreError(f"{op} {where}: HTTP {status} from {self.endpoint}: {message}")
+
+    def _json(self, response: urllib3.BaseHTTPResponse, op: str, key: str | None
+              ) -> dict[str, Any]:
+        try:
+            value = json.loads(response.data)
+        except ValueError:
+            raise StoreError(f"{op} {self._where(key)}: an answer that is not JSON") from None
+        if not isinstance(value, dict):
+            raise StoreError(f"{op} {self._where(key)}: an answer that is not an object")
+        return value
+
+    def _upload(self, op: str, name: str, key: str, body: Any, size: int,
+                crc: int | None) -> dict[str, Any]:
+        """Upload `size` bytes as object `name`; the stored object's metadata.
+        With `crc`, GCS checks it and so do we; a body that computes its own
+        (`body.crc`) is checked once sent."""
+        headers = {"Content-Type": "application/octet-stream"}
+        if crc is not None:
+            headers["X-Goog-Hash"] = f"crc32c={crc_b64(crc)}"
+        response = self._request(op, "POST", self._upload_url(name), key, body=body, size=size,
+                                 headers=headers)
+        assert response is not None
+        meta = self._json(response, op, key)
+        expected = crc if crc is not None else getattr(body, "crc", None)
+        stored = crc_from_b64(meta.get("crc32c"))
+        if int(meta.get("size", -1)) != size or (expected is not None and stored != expected):
+            self._delete_name(name, key)
+            raise IntegrityError(
+                f"{op} {self._where(key)}: the store refused the bytes: checksum mismatch "
+                f"(stored {size} bytes as {meta.get('size')}, CRC32C "
+                f"{checksum.to_hex(stored) if stored is not None else 'none'}, expected "
+                f"{checksum.to_hex(expected) if expected is not None else 'none'})")
+        return meta
+
+    def _delete_name(self, name: str, key: str | None) -> None:
+        response = self._request("delete", "DELETE", self._object_url(name), key, missing=True)
+        if response is not None:
+            response.release_conn()
+
+    def _stat(self, name: str, key: str | None) -> dict[str, Any] | None:
+        response = self._request("stat", "GET", self._object_url(name), key, missing=True)
+        return None if response is None else self._json(response, "stat", key)
+
+    def _list_names(self, full_prefix: str) -> Iterator[dict[str, Any]]:
+        """Every object whose name starts with `full_prefix`, by name, paged."""
+        url = f"{self._base}/storage/v1/b/{quote(self.bucket, safe='')}/o"
+        token = None
+        while True:
+            query = f"?prefix={quote(full_prefix, safe='')}"
+            if token:
+                query += f"&pageToken={quote(token, safe='')}"
+            response = self._request("list", "GET", url + query, None)
+            assert response is not None
+            page = self._json(response, "list", None)
+            items = page.get("items") or []
+            yield from sorted(items, key=lambda i: str(i.get("name", "")).encode())
+            token = page.get("nextPageToken")
+            if not token:
+                return
+
+    # Whole objects -----------------------------------------------------------
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._upload("upload", self._name(key), key, PacedBody(data, self._pace), len(data),
+                     checksum.crc32c(memoryview(data).cast("B")))
+
+    def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
+        if size < 0:
+            raise InvalidInput("size", "a size >= 0", size)
+        if not stream.seekable():
+            raise InvalidInput("stream", "a seekable stream (use multipart for pipes)", stream)
+        self._upload("upload", self._name(key), key, _CrcBody(stream, size, self._pace), size,
+                     None)
+
+    def get_bytes(self, key: str, *, limit: int | None = None) -> bytes:
+        response = self._request("get", "GET", self._object_url(self._name(key), media=True),
+                                 key, stream=True, missing=True)
+        if response is None:
+            raise ObjectMissing(key)
+        announced = response.headers.get("Content-Length")
+        if limit is not None and announced is not None and int(announced) > limit:
+            response.release_conn()
+            raise ObjectTooLarge(f"{self._where(key)}: {announced} bytes, more than {limit}")
+        data = self._read(response, key, None if limit is None else limit + 1)
+        if limit is not None and len(data) > limit:
+            raise ObjectTooLarge(f"{self._where(key)}: more than {limit} bytes")
+        return data
+
+    def _read(self, response: urllib3.BaseHTTPResponse, key: str, most: int | None) -> bytes:
+        try:
+            data = response.read(most) if most is not None else response.read()
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            response.release_conn()
+            raise StoreUnreachable(f"get {self._where(key)}: the connection to "
+                                   f"{self.endpoint} broke mid-body ({type(err).__name__})"
+                                   ) from None
+        response.release_conn()
+        return bytes(data)
+
+    def _ranged(self, key: str, start: int, length: int) -> tuple[
+            urllib3.BaseHTTPResponse, int] | None:
+        """The answer to a ranged GET and how many bytes it holds, once it is
+        the range asked for (as S3Store._range_answer); None past the end."""
+        response = self._request("get", "GET", self._object_url(self._name(key), media=True),
+                                 key, stream=True, missing=True,
+                                 headers={"Range": f"bytes={start}-{start + length - 1}"})
+        if response is None:
+            raise ObjectMissing(key)
+        announced = response.headers.get("Content-Length")
+        size = int(announced) if announced is not None else None
+        problem = None
+        if response.status == 206:
+            content_range = str(response.headers.get("Content-Range", ""))
+            try:
+                first_last, total = content_range.split(" ", 1)[1].split("/")
+                first, last = (int(x) for x in first_last.split("-"))
+            except (IndexError, ValueError):
+                problem = f"a 206 answer without a valid Content-Range ({content_range!r})"
+            else:
+                count = last - first + 1
+                short = total != "*" and last != min(start + length, int(total)) - 1
+                if first != start or not 0 < count <= length or size not in (None, count) \
+                        or short:
+                    problem = f"bytes {first}-{last}"
+                size = count
+        elif response.status == 200:
+            if start != 0 or size is None or size > length:
+                problem = f"status 200, the whole object ({size} bytes): the range was ignored"
+        else:
+            problem = f"status {response.status}"
+        if problem is not None or size is None:
+            response.drain_conn()
+            response.release_conn()
+            raise StoreError(f"get {self._where(key)}: asked bytes {start}-{start + length - 1} "
+                             f"from {self.endpoint}, got {problem}")
+        return response, size
+
+    def _range_or_end(self, key: str, start: int, length: int) -> tuple[
+            urllib3.BaseHTTPResponse, int] | None:
+        try:
+            return self._ranged(key, start, length)
+        except StoreError as err:
+            if "HTTP 416" in str(err):
+                return None  # start at or past the end; the key exists
+            raise
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise InvalidInput("range", "start >= 0 and length >= 0", (start, length))
+        if length == 0:
+            if self.head(key) is None:
+                raise ObjectMissing(key)
+            return b""
+        answer = self._range_or_end(key, start, length)
+        if answer is None:
+            return b""
+        response, expected = answer
+        data = self._read(response, key, expected)
+        if len(data) != expected:
+            raise StoreUnreachable(f"get {self._where(key)}: {len(data)} of {expected} bytes "
+                                   "before the connection closed")
+        return data
+
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
+        view = memoryview(buffer).cast("B")
+        if start < 0:
+            raise InvalidInput("range", "start >= 0", start)
+        if len(view) == 0:
+            if self.head(key) is None:
+                raise ObjectMissing(key)
+            return 0
+        answer = self._range_or_end(key, start, len(view))
+        if answer is None:
+            return 0
+        response, expected = answer
+        got = 0
+        try:
+            while got < expected:
+                n = response.readinto(view[got:expected])
+                if not n:
+                    break
+                got += n
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            response.release_conn()
+            raise StoreUnreachable(f"get {self._where(key)}: the connection to "
+                                   f"{self.endpoint} broke mid-body ({type(err).__name__})"
+                                   ) from None
+        response.release_conn()
+        if got != expected:
+            raise StoreUnreachable(f"get {self._where(key)}: the connection to {self.endpoint} "
+                                   f"closed after {got} of {expected} bytes")
+        return got
+
+    def head(self, key: str) -> ObjectInfo | None:
+        meta = self._stat(self._name(key), key)
+        if meta is None:
+            return None
+        return ObjectInfo(key=key, size=int(meta.get("size", 0)), modified=when(
+            meta.get("updated")), storage_class=meta.get("storageClass"))
+
+    def object_crc32c(self, key: str) -> str | None:
+        """The CRC32C GCS keeps for the whole object (composed ones included)."""
+        meta = self._stat(self._name(key), key)
+        crc = crc_from_b64(meta.get("crc32c")) if meta is not None else None
+        return None if crc is None else checksum.to_hex(crc)
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        root = f"{self.prefix}/" if self.prefix else ""
+        for item in self._list_names(root + prefix):
+            key = str(item["name"])[len(root):]
+            if key.split("/", 1)[0].startswith(RESERVED_PREFIX):
+                continue  # unfinished uploads' parts (gcs_multipart.py)
+            yield ObjectInfo(key=key, size=int(item.get("size", 0)),
+                             modified=when(item.get("updated")),
+                             storage_class=item.get("storageClass"))
+
+    def delete(self, key: str) -> None:
+        self._delete_name(self._name(key), key)
+
+
+def _error_message(text: bytes) -> str:
+    """What a GCS error answer says, in one short line (no request echo)."""
+    try:
+        error = json.loads(text).get("error", {})
+        return str(error.get("message", ""))[:300]
+    except (ValueError, AttributeError):
+        return text.decode("utf-8", "replace").strip().splitlines()[0][:300] if text else ""
