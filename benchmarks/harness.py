@@ -64,6 +64,55 @@ def run_child(argv: list[str], env: dict[str, str] | None = None, timeout: float
                proc.returncode, b"".join(err).decode(errors="replace")[-2000:])
 
 
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        values = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / tick, steal / tick
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process (/proc/<pid>/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Load:
+    """What else ran while a child was measured, in cores (CPU seconds per
+    second of wall time): a round where another process took CPU the tools
+    wanted is reported as starved, not compared."""
+    other_cores: float
+    steal_cores: float
+
+    STARVED_OTHER = 0.3
+    STARVED_STEAL = 0.1
+
+    @property
+    def starved(self) -> bool:
+        return self.other_cores > self.STARVED_OTHER or self.steal_cores > self.STARVED_STEAL
+
+
+def run_child_under_load_watch(argv: list[str], env: dict[str, str] | None,
+                               known_pids: list[int], timeout: float = 600) -> tuple[Run, Load]:
+    """run_child, and the CPU the rest of the machine used meanwhile: all of it
+    less the child's, the `known_pids`' (the server it talks to) and ours."""
+    busy0, steal0 = _machine_cpu()
+    known0 = sum(process_cpu(p) for p in [os.getpid(), *known_pids])
+    run = run_child(argv, env, timeout)
+    busy1, steal1 = _machine_cpu()
+    known1 = sum(process_cpu(p) for p in [os.getpid(), *known_pids])
+    other = (busy1 - busy0) - run.cpu_seconds - (known1 - known0)
+    wall = max(run.seconds, 1e-6)
+    return run, Load(max(0.0, other) / wall, (steal1 - steal0) / wall)
+
+
 class CountingProxy:
     """127.0.0.1:port -> target; records (time, bytes) the client sends upstream."""
 

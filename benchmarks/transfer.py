@@ -1,4 +1,6 @@
-"""ckptdrain push/pull against s5cmd, boto3 and rclone on one loopback S3 server.
+"""ckptdrain push/pull against s5cmd, boto3, awscrt's native S3 client (the
+engine of boto3's CRT mode and Mountpoint) and rclone on one loopback S3
+server.
 
     .venv/bin/python -m benchmarks transfer [--server minio|seaweedfs] [--quick]
 
@@ -8,8 +10,12 @@ random bytes), one run: upload and download throughput, the client's CPU
 rate-limit accuracy at three targets, measured on the wire by a counting
 TCP proxy in front of the server (mean over 30 s after a 2 s settle, worst
 1 s window), for `ckptdrain push --rate` and `rclone copy --bwlimit`.
-Throughput runs `--rounds` times per tool, interleaved; the fastest run of
-each is kept. Results are printed and written as JSON (--out).
+Throughput runs `--rounds` interleaved rounds of every tool; reported are
+each tool's median and range, and per round each tool's ratio to s5cmd
+(throughput and CPU per GB), median and range. A run during which other
+processes took more than 0.3 of a core (or the hypervisor stole 0.1) is
+marked starved: it is listed, and its round is left out of the ratios.
+Results are printed and written as JSON (--out).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,32 +33,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import CountingProxy, MiB, make_dataset, rate_stats, run_child
+from benchmarks.harness import (
+    CountingProxy,
+    MiB,
+    make_dataset,
+    rate_stats,
+    run_child_under_load_watch,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.support.s3servers import start_minio, start_seaweedfs  # noqa: E402
 
 BIN = Path(sys.executable).parent
-BOTO_UP = """
-import os, sys, boto3
-s3 = boto3.client("s3", endpoint_url=os.environ["EP"])
-src, bucket, prefix = sys.argv[1:4]
-for d, _, files in os.walk(src):
-    for f in files:
-        p = os.path.join(d, f)
-        s3.upload_file(p, bucket, prefix + os.path.relpath(p, src))
-"""
-BOTO_DOWN = """
-import os, sys, boto3
-s3 = boto3.client("s3", endpoint_url=os.environ["EP"])
-bucket, prefix, dest = sys.argv[1:4]
-for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-    for o in page.get("Contents", []):
-        p = os.path.join(dest, o["Key"][len(prefix):])
-        os.makedirs(os.path.dirname(p), exist_ok=True)
-        s3.download_file(bucket, o["Key"], p)
-"""
+PEERS = Path(__file__).resolve().parent / "transfer_peers"
+#: The tool every ratio is taken against, and the one measured.
+BASELINE, OURS = "s5cmd", "ckptdrain"
 
 
 def _env(server: Any, endpoint: str) -> dict[str, str]:
@@ -67,44 +64,103 @@ def _env(server: Any, endpoint: str) -> dict[str, str]:
     return env
 
 
-def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
-               rounds: int) -> dict[str, Any]:
-    env = _env(server, server.endpoint_url)
+def _tools(server: Any, bucket: str, data: Path, work: Path) -> dict[str, Any]:
+    """name -> (upload argv for a prefix, download argv for a prefix and a dir)."""
     ep = ["--endpoint-url", server.endpoint_url]
-    tools = {
-        "ckptdrain": (
+    boto, crt = str(PEERS / "boto3_copy.py"), str(PEERS / "awscrt_copy.py")
+    return {
+        OURS: (
             lambda p: [str(BIN / "ckptdrain"), "push", str(data), f"s3://{bucket}/{p}",
                        "--step", "1", "-q", "--journal", str(work / f"{p}.journal")],
             lambda p, d: [str(BIN / "ckptdrain"), "pull", f"s3://{bucket}/{p}", str(d), "-q"]),
-        "s5cmd": (
+        BASELINE: (
             lambda p: [str(BIN / "s5cmd"), *ep, "cp", f"{data}/", f"s3://{bucket}/{p}/"],
             lambda p, d: [str(BIN / "s5cmd"), *ep, "cp", f"s3://{bucket}/{p}/*", f"{d}/"]),
         "boto3": (
-            lambda p: [sys.executable, "-c", BOTO_UP, str(data), bucket, f"{p}/"],
-            lambda p, d: [sys.executable, "-c", BOTO_DOWN, bucket, f"{p}/", str(d)]),
+            lambda p: [sys.executable, boto, "up", str(data), bucket, f"{p}/"],
+            lambda p, d: [sys.executable, boto, "down", bucket, f"{p}/", str(d)]),
+        "awscrt": (
+            lambda p: [sys.executable, crt, "up", str(data), bucket, f"{p}/"],
+            lambda p, d: [sys.executable, crt, "down", bucket, f"{p}/", str(d)]),
     }
-    results: dict[str, Any] = {}
-    for round_ in range(rounds):  # tools interleaved, so drift hits all alike
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
+               rounds: int, only: list[str] | None = None) -> dict[str, Any]:
+    """Every tool up and down, `rounds` interleaved rounds (drift hits all
+    alike). Per run: MB/s, core-s/GB, peak RSS and what else ran meanwhile;
+    per tool: medians with their range over the runs no other process
+    starved; per round: each tool's ratio to s5cmd, where neither run of the
+    pair was starved."""
+    env = _env(server, server.endpoint_url)
+    tools = {k: v for k, v in _tools(server, bucket, data, work).items()
+             if only is None or k in only or k in (OURS, BASELINE)}
+    runs: list[dict[str, Any]] = []
+    for round_ in range(rounds):
         for name, (up, down) in tools.items():
             prefix = f"{name}-{round_}"
-            runs = (("upload", up(prefix)), ("download", down(prefix, work / name)))
-            for direction, argv in runs:
-                run = run_child(argv, env)
+            legs = (("upload", up(prefix)), ("download", down(prefix, work / name)))
+            for direction, argv in legs:
+                run, load = run_child_under_load_watch(argv, env, [server.process.pid])
                 if run.returncode != 0:
                     raise SystemExit(f"{name} {direction} failed ({run.returncode}): {run.stderr}")
-                print(f"  {name:9} {direction:8} {size / run.seconds / 1e6:8.0f} MB/s  "
-                      f"{run.cpu_seconds / (size / 1e9):5.2f} core-s/GB  "
-                      f"{run.peak_rss_bytes / MiB:6.0f} MiB RSS", flush=True)
-                best = results.get(f"{name}.{direction}")
-                if best is None or run.seconds < best["seconds"]:
-                    results[f"{name}.{direction}"] = {
-                        "seconds": run.seconds, "bytes_per_second": size / run.seconds,
-                        "cpu_core_seconds_per_gb": run.cpu_seconds / (size / 1e9),
-                        "peak_rss_bytes": run.peak_rss_bytes,
-                    }
+                record = {"tool": name, "direction": direction, "round": round_,
+                          "seconds": run.seconds, "bytes_per_second": size / run.seconds,
+                          "cpu_core_seconds_per_gb": run.cpu_seconds / (size / 1e9),
+                          "peak_rss_bytes": run.peak_rss_bytes,
+                          "other_cores": load.other_cores, "steal_cores": load.steal_cores,
+                          "starved": load.starved}
+                runs.append(record)
+                print(f"  r{round_} {name:9} {direction:8} {record['bytes_per_second'] / 1e6:6.0f} "
+                      f"MB/s {record['cpu_core_seconds_per_gb']:5.2f} core-s/GB "
+                      f"{run.peak_rss_bytes / MiB:5.0f} MiB RSS, others "
+                      f"{load.other_cores:.2f} cores{'  STARVED' if load.starved else ''}",
+                      flush=True)
             shutil.rmtree(work / name, ignore_errors=True)
             server.delete_prefix(bucket, prefix + "/")  # keeps a tmpfs workdir small
-    return results
+    return {"runs": runs, "tools": _per_tool(runs), "ratios": _ratios(runs, list(tools))}
+
+
+def _per_tool(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for run in runs:
+        out.setdefault(f"{run['tool']}.{run['direction']}", []).append(run)
+    summary = {}
+    for key, group in out.items():
+        fed = [r for r in group if not r["starved"]] or group
+        summary[key] = {
+            "bytes_per_second": _spread([r["bytes_per_second"] for r in fed]),
+            "cpu_core_seconds_per_gb": _spread([r["cpu_core_seconds_per_gb"] for r in fed]),
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in fed),
+            "runs": len(group), "starved_runs": sum(r["starved"] for r in group)}
+    return summary
+
+
+def _ratios(runs: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
+    """Per direction and tool: its throughput and CPU per GB over s5cmd's in
+    the same round, over the rounds where neither was starved."""
+    by = {(r["tool"], r["direction"], r["round"]): r for r in runs}
+    out: dict[str, Any] = {}
+    for direction in ("upload", "download"):
+        for tool in tools:
+            if tool == BASELINE:
+                continue
+            pairs = [(by[(tool, direction, n)], by[(BASELINE, direction, n)])
+                     for (t, d, n) in by if t == tool and d == direction
+                     and (BASELINE, direction, n) in by]
+            fair = [(a, b) for a, b in pairs if not a["starved"] and not b["starved"]]
+            entry: dict[str, Any] = {"rounds": len(fair), "starved_rounds": len(pairs) - len(fair)}
+            if fair:
+                entry["throughput"] = _spread([a["bytes_per_second"] / b["bytes_per_second"]
+                                               for a, b in fair])
+                entry["cpu_per_gb"] = _spread([a["cpu_core_seconds_per_gb"]
+                                               / b["cpu_core_seconds_per_gb"] for a, b in fair])
+            out[f"{tool}.{direction}"] = entry
+    return out
 
 
 def rate_accuracy(server: Any, bucket: str, data: Path, work: Path, targets: list[int],
@@ -155,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="256 MiB of data, 10 s rate runs")
     parser.add_argument("--rates", default="10,25,50", help="targets in MiB/s")
     parser.add_argument("--skip-rate", action="store_true")
-    parser.add_argument("--rounds", type=int, default=2, help="runs per tool (fastest kept)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--tools", default=None,
+                        help="peers besides ckptdrain and s5cmd (comma-separated; default all: "
+                             "boto3,awscrt)")
     # tmpfs: the VM disk's writeback made downloads vary 2x from run to run.
     shm = Path("/dev/shm")
     parser.add_argument("--workdir", default=str(shm) if shm.is_dir() else "/var/tmp")
@@ -174,18 +233,24 @@ def main(argv: list[str] | None = None) -> int:
             report: dict[str, Any] = {"server": server.name, "bytes": size,
                                       "cpus": os.cpu_count(), "command": " ".join(sys.argv)}
             print(f"throughput on {server.name} ({server.endpoint_url}):", flush=True)
-            report["throughput"] = throughput(server, bucket, data, size, work, args.rounds)
+            only = args.tools.split(",") if args.tools else None
+            report["throughput"] = throughput(server, bucket, data, size, work, args.rounds,
+                                              only)
             if not args.skip_rate:
                 print("rate-limit accuracy (on the wire, through a counting proxy):", flush=True)
                 targets = [int(x) for x in args.rates.split(",")]
                 report["rate"] = rate_accuracy(server, bucket, data, work, targets,
                                                10.0 if args.quick else 30.0)
-    t = report["throughput"]
-    for d in ("upload", "download"):
-        ours = t[f"ckptdrain.{d}"]["bytes_per_second"]
-        report[f"{d}_vs_s5cmd"] = ours / t[f"s5cmd.{d}"]["bytes_per_second"]
-        report[f"{d}_vs_boto3"] = ours / t[f"boto3.{d}"]["bytes_per_second"]
-        print(f"{d}: {report[f'{d}_vs_s5cmd']:.2f}× s5cmd, {report[f'{d}_vs_boto3']:.2f}× boto3")
+    print("each tool over s5cmd in the same round (median, range; rounds where either "
+          "was starved left out and counted):")
+    for key, entry in report["throughput"]["ratios"].items():
+        if "throughput" not in entry:
+            print(f"  {key:20} no fair round ({entry['starved_rounds']} starved)")
+            continue
+        t, c = entry["throughput"], entry["cpu_per_gb"]
+        print(f"  {key:20} {t['median']:.2f}× ({t['min']:.2f}–{t['max']:.2f}) the throughput, "
+              f"{c['median']:.2f}× ({c['min']:.2f}–{c['max']:.2f}) the CPU per GB, over "
+              f"{entry['rounds']} rounds ({entry['starved_rounds']} starved)")
     report["seconds"] = time.monotonic() - started
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out} ({report['seconds']:.0f} s in all)")

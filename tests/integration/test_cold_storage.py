@@ -130,3 +130,19 @@ def test_a_store_that_cannot_copy_onto_itself_fails_loudly_and_keeps_the_data(
         cool_writer(store, 0, hot=1, storage_class=COLD)
     assert [c.step for c in complete_steps(store)] == [2, 1]
     assert fetch(store, tmp_path / "dest", step=1, writer=0).step == 1
+
+
+def test_a_pass_keeps_to_its_budget_and_ends_when_the_agent_stops(
+        minio_store: S3Store, tmp_path: Path) -> None:
+    store = minio_store
+    for step in (1, 2, 3):
+        _push(store, tmp_path, step, 0, writers=1)
+    stopped = cool_writer(store, 0, hot=1, storage_class=COLD, stopping=lambda: True)
+    assert (stopped.objects, stopped.finished) == (0, False)
+    first = cool_writer(store, 0, hot=1, storage_class=COLD, budget=3)
+    assert (first.objects, first.finished) == (3, False)
+    # Oldest first: step 1 whole, one object of step 2.
+    assert _classes(store, 1, 0) == {COLD} and _classes(store, 2, 0) == {COLD, "STANDARD"}
+    rest = cool_writer(store, 0, hot=1, storage_class=COLD, budget=3)
+    assert (rest.objects, rest.finished) == (1, True)
+    assert _classes(store, 2, 0) == {COLD} and _classes(store, 3, 0) == {"STANDARD"}

@@ -19,7 +19,14 @@ from tests.support.apiserver import make_ca, make_cert
 from tests.support.gcsserver import GcsServer
 
 from ckptdrain import checksum, keys
-from ckptdrain.errors import BucketMissing, IntegrityError, StoreAccessDenied, StoreUnreachable
+from ckptdrain.errors import (
+    BucketMissing,
+    IntegrityError,
+    InvalidInput,
+    ObjectMissing,
+    StoreAccessDenied,
+    StoreUnreachable,
+)
 from ckptdrain.store import open_store
 from ckptdrain.store.gcs import GcsStore
 from ckptdrain.store.gcs_auth import Token, TokenSource
@@ -59,8 +66,8 @@ def test_more_parts_than_one_compose_takes_are_composed_in_rounds(gstore: GcsSto
     whole = b"".join(chunks)
     assert gstore.object_crc32c("data/many") == checksum.to_hex(checksum.crc32c(whole))
     assert gstore.get_range("data/many", 5 * (5 << 20) - 2, 4) == bytes([4, 4, 5, 5])
-    # Parts and intermediate objects went with the upload.
-    assert not [i for i in gstore._list_names(f"{gstore.prefix}/{UPLOADS}/")]
+    # Parts, intermediate objects and the marker went with the upload.
+    assert not list(gstore._list_names(f"{gstore.prefix}/{UPLOADS}/"))
 
 
 def test_a_part_sent_again_after_listing_is_not_composed_in_its_place(gstore: GcsStore) -> None:
@@ -156,3 +163,51 @@ def test_a_bearer_token_goes_over_tls_only_and_an_expired_one_is_renewed_once(
         assert plain._tokens is None
     finally:
         server.shutdown()
+
+
+class _RealNotFound(BaseHTTPRequestHandler):
+    """Answers as GCS does when an object or a bucket is missing: its 404
+    names the bucket either way (fake-gcs-server says only "Not Found")."""
+
+    def _not_found(self) -> None:
+        bucket = self.path.split("/b/", 1)[1].split("/", 1)[0]
+        message = (f"No such object: {bucket}/x" if "/o/" in self.path and "gone" not in bucket
+                   else "The specified bucket does not exist.")
+        data = json.dumps({"error": {"code": 404, "message": message}}).encode()
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_DELETE = _not_found
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def test_a_missing_object_in_a_bucket_named_bucket_is_a_missing_object() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RealNotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        store = GcsStore("my-gcs-bucket", "ckpt", endpoint_url=url, environ={})
+        assert store.head("manifests/x.json") is None
+        with pytest.raises(ObjectMissing):
+            store.get_bytes("manifests/x.json")
+        store.delete("manifests/x.json")  # a missing object: nothing to do
+        gone = GcsStore("gone-bucket", endpoint_url=url, environ={})
+        with pytest.raises(BucketMissing):
+            gone.get_bytes("k")
+        with pytest.raises(BucketMissing):
+            gone.head("k")
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("endpoint", ["https://storage.example.com", "https://127.0.0.1:1"])
+def test_googles_token_goes_to_googles_hosts_only(endpoint: str) -> None:
+    with pytest.raises(InvalidInput, match=r"googleapis\.com"):
+        GcsStore("b", endpoint_url=endpoint, environ={})
+    assert GcsStore("b", endpoint_url="https://storage-x.p.googleapis.com",
+                    environ={"GCE_METADATA_HOST": "127.0.0.1:9"})._tokens is not None

@@ -18,7 +18,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from ckptdrain.errors import InvalidInput, StoreAccessDenied
+from ckptdrain.errors import InvalidInput, StoreAccessDenied, StoreUnreachable
 from ckptdrain.store import gcs_auth
 
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -142,7 +142,7 @@ def test_without_a_key_the_metadata_server_is_asked_with_its_header(
 def test_no_metadata_server_says_what_to_set(tmp_path: Path) -> None:
     source = gcs_auth.default_credentials({"HOME": str(tmp_path),
                                            "GCE_METADATA_HOST": "127.0.0.1:9"})
-    with pytest.raises(StoreAccessDenied, match="Workload Identity"):
+    with pytest.raises(StoreUnreachable, match="Workload Identity"):  # retried, not fatal
         source.header()
 
 
@@ -175,3 +175,23 @@ def test_a_key_that_is_not_a_pem_rsa_key_is_refused_without_echoing_it(tmp_path:
     with pytest.raises(InvalidInput) as err:
         source.header()
     assert "c2VjcmV0" not in str(err.value)
+
+
+def test_a_token_of_short_life_is_not_fetched_on_every_request() -> None:
+    now = [0.0]
+    issued = []
+
+    def fetch() -> gcs_auth.Token:
+        issued.append(1)
+        return gcs_auth._token({"access_token": f"t{len(issued)}", "expires_in": 30},
+                               lambda: now[0])
+
+    source = gcs_auth.TokenSource(fetch, clock=lambda: now[0])
+    source.header()
+    now[0] = 10.0
+    source.header()
+    assert len(issued) == 1  # renewed at half its life, not a minute before it
+    now[0] = 16.0
+    source.header()
+    assert len(issued) == 2
+    assert "t2" not in repr(gcs_auth.Token("t2", 1.0))

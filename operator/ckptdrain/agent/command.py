@@ -84,6 +84,8 @@ def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporte
     drainer = Drainer(store, limiter=limiter, part_size=cfg.part_size,
                       concurrency=cfg.concurrency)
 
+    workers: list[DrainWorker] = []
+
     def prune(step: int) -> None:
         # Best effort: retention trouble must never stop a drain; it is
         # retried after the next global step.
@@ -97,7 +99,8 @@ def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporte
             return
         from ckptdrain.transfer.cooling import cool_writer
         try:
-            cooled = cool_writer(store, cfg.writer, cfg.cold_after, cfg.cold_storage_class)
+            cooled = cool_writer(store, cfg.writer, cfg.cold_after, cfg.cold_storage_class,
+                                 stopping=lambda: bool(workers) and workers[0].stopping)
             metrics.cold_objects.inc(cooled.objects)
         except CkptdrainError as err:
             metrics.errors.labels("cold_storage").inc()
@@ -112,6 +115,7 @@ def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporte
                          on_global=prune, fence=writer_fence(cfg),
                          stall_after=cfg.stall_timeout_s,
                          housekeeping=orphan_sweep(cfg, tier, store))
+    workers.append(worker)  # what prune's cold storage pass asks whether to stop
     return worker, watcher
 
 

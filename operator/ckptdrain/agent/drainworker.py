@@ -154,6 +154,11 @@ class DrainWorker:
     def running(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def stopping(self) -> bool:
+        """stop() was called: work that can wait (cold storage) ends now."""
+        return self._stopping.is_set()
+
     def busy_steps(self) -> set[int]:
         """Steps queued or in flight: retention must not delete these."""
         with self._cond:

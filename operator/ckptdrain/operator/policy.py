@@ -351,6 +351,11 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
                "or no checkpoint is ever kept long enough to move", storage_opts.cold_after)
     if storage_opts.cold_class and uri and not uri.startswith("s3://"):
         r.fail("storage.coldStorage", "an s3:// storage.uri (storage classes are S3's)", uri)
+    if uri.startswith("gs://") and endpoint is not None:
+        from ckptdrain.store.gcs import endpoint_problem
+        problem = endpoint_problem(endpoint)
+        if problem is not None:
+            r.fail("storage.endpoint", problem, endpoint)
     if uri.startswith("gs://"):
         # GCS is reached with Application Default Credentials, and encrypts
         # every object at rest (a customer-managed key is the bucket's setting).

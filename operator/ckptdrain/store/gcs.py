@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import secrets
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, BinaryIO, NoReturn
 from urllib.parse import quote
@@ -56,25 +57,55 @@ MIN_PART_SIZE = 5 << 20  # as the S3 store's, so a drain cuts files the same way
 _BLOCK = 1 << 20
 
 
-class _CrcBody(WindowBody):
-    """WindowBody that computes the CRC32C of what it hands out (reset on rewind)."""
+class _Related(io.RawIOBase):
+    """A multipart/related upload body: the object's JSON metadata, then its
+    bytes from `inner` (a seekable view), then the closing boundary. A retry
+    rewinds the whole of it."""
 
-    def __init__(self, stream: BinaryIO, size: int,
-                 pace: Callable[[int], object] | None) -> None:
-        super().__init__(stream, size, pace, strict=True)
-        self.crc = 0
+    def __init__(self, metadata: dict[str, Any], inner: Any) -> None:
+        boundary = f"ckptdrain-{secrets.token_hex(12)}"
+        self.content_type = f"multipart/related; boundary={boundary}"
+        self._head = (f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n"
+                      f"{json.dumps(metadata)}\r\n--{boundary}\r\n"
+                      "Content-Type: application/octet-stream\r\n\r\n").encode()
+        self._tail = f"\r\n--{boundary}--\r\n".encode()
+        self._inner = inner
+        self._pos = 0  # bytes of the head read
+        self._in_tail = 0  # bytes of the tail read
+
+    def extra(self) -> int:
+        return len(self._head) + len(self._tail)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        pos = super().seek(offset, whence)
-        if pos != 0:
+        if (offset, whence) != (0, io.SEEK_SET):
             raise io.UnsupportedOperation("only a rewind to the start")
-        self.crc = 0
-        return pos
+        self._inner.seek(0)
+        self._pos, self._in_tail = 0, 0
+        return 0
 
     def read(self, n: int = -1) -> bytes:
-        data = super().read(n)
-        self.crc = checksum.crc32c(data, self.crc)
+        n = 1 << 62 if n is None or n < 0 else n
+        if self._pos < len(self._head):
+            data = self._head[self._pos:self._pos + n]
+            self._pos += len(data)
+            return data
+        data = self._inner.read(n)
+        if data:
+            return bytes(data)
+        data = self._tail[self._in_tail:self._in_tail + n]
+        self._in_tail += len(data)
         return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 class GcsStore(GcsMultipart):
@@ -92,9 +123,19 @@ class GcsStore(GcsMultipart):
         self.endpoint = redact_endpoint(endpoint.rstrip("/"))
         self._base = endpoint.rstrip("/")
         self.uri = f"gs://{bucket}/{self.prefix}".rstrip("/")
-        # Never a bearer token over plain http: there, an emulator is asked anonymously.
-        self._tokens = None if self._base.startswith("http://") else (
-            tokens or default_credentials(env))
+        # Never a bearer token over plain http: there, an emulator is asked
+        # anonymously. Over https, Google's token only to Google's hosts
+        # (Private Service Connect endpoints included), unless the caller
+        # hands a token source of its own: a store's endpoint is a policy
+        # field, and a token is worth an hour of the agent's identity.
+        if self._base.startswith("http://"):
+            self._tokens = None
+        elif tokens is not None:
+            self._tokens = tokens
+        elif endpoint_problem(self._base) is None:
+            self._tokens = default_credentials(env)
+        else:
+            raise InvalidInput("endpoint", str(endpoint_problem(self._base)), self.endpoint)
         self._http = urllib3.PoolManager(
             num_pools=4, maxsize=max_pool_connections, block=False, ca_certs=ca_bundle,
             blocksize=_BLOCK,
@@ -158,7 +199,7 @@ class GcsStore(GcsMultipart):
             text = response.data[:2000] if not stream else response.read(2000)
             response.release_conn()
             message = _error_message(text)
-            if missing and response.status == 404 and "bucket" not in message.lower():
+            if missing and response.status == 404 and not bucket_missing(message):
                 return {"Response": None, "ContentLength": 0}
             if response.status == 401 and self._tokens is not None:
                 self._tokens.forget()
@@ -193,7 +234,7 @@ class GcsStore(GcsMultipart):
         if status in (401, 403):
             raise StoreAccessDenied(f"{op} {where}: access denied (HTTP {status}); check the "
                                     "pod's Google service account and its bucket roles")
-        if status == 404 and (key is None or "bucket" in message.lower()):
+        if status == 404 and (key is None or bucket_missing(message)):
             raise BucketMissing(f"{op} {where}: bucket {self.bucket} does not exist "
                                 f"at {self.endpoint}")
         if status == 404:
@@ -211,30 +252,34 @@ class GcsStore(GcsMultipart):
         return value
 
     def _upload(self, op: str, name: str, key: str, body: Any, size: int,
-                crc: int | None) -> dict[str, Any]:
-        """Upload `size` bytes as object `name`; the stored object's metadata.
-        With `crc`, GCS checks it and so do we; a body that computes its own
-        (`body.crc`) is checked once sent."""
-        headers = {"Content-Type": "application/octet-stream"}
-        if crc is not None:
-            headers["X-Goog-Hash"] = f"crc32c={crc_b64(crc)}"
-        response = self._request(op, "POST", self._upload_url(name), key, body=body, size=size,
-                                 headers=headers)
+                crc: int) -> dict[str, Any]:
+        """Upload `size` bytes from `body` as object `name`, its CRC32C in the
+        object's metadata (GCS refuses the upload when the bytes differ); the
+        stored object's metadata. What GCS says it stored is checked too: a
+        mismatch deletes that generation (never another) and raises."""
+        related = _Related({"name": name, "crc32c": crc_b64(crc)}, body)
+        url = (f"{self._base}/upload/storage/v1/b/{quote(self.bucket, safe='')}/o"
+               "?uploadType=multipart")
+        response = self._request(op, "POST", url, key, body=related,
+                                 size=size + related.extra(),
+                                 headers={"Content-Type": related.content_type})
         assert response is not None
         meta = self._json(response, op, key)
-        expected = crc if crc is not None else getattr(body, "crc", None)
         stored = crc_from_b64(meta.get("crc32c"))
-        if int(meta.get("size", -1)) != size or (expected is not None and stored != expected):
-            self._delete_name(name, key)
+        if int(meta.get("size", -1)) != size or stored != crc:
+            self._delete_name(name, key, generation=str(meta.get("generation", "")))
             raise IntegrityError(
                 f"{op} {self._where(key)}: the store refused the bytes: checksum mismatch "
-                f"(stored {size} bytes as {meta.get('size')}, CRC32C "
+                f"(stored {meta.get('size')} of {size} bytes, CRC32C "
                 f"{checksum.to_hex(stored) if stored is not None else 'none'}, expected "
-                f"{checksum.to_hex(expected) if expected is not None else 'none'})")
+                f"{checksum.to_hex(crc)})")
         return meta
 
-    def _delete_name(self, name: str, key: str | None) -> None:
-        response = self._request("delete", "DELETE", self._object_url(name), key, missing=True)
+    def _delete_name(self, name: str, key: str | None, generation: str | None = None) -> None:
+        url = self._object_url(name)
+        if generation:
+            url += f"?generation={quote(generation, safe='')}"
+        response = self._request("delete", "DELETE", url, key, missing=True)
         if response is not None:
             response.release_conn()
 
@@ -269,8 +314,12 @@ class GcsStore(GcsMultipart):
             raise InvalidInput("size", "a size >= 0", size)
         if not stream.seekable():
             raise InvalidInput("stream", "a seekable stream (use multipart for pipes)", stream)
-        self._upload("upload", self._name(key), key, _CrcBody(stream, size, self._pace), size,
-                     None)
+        body = WindowBody(stream, size, self._pace, strict=True)
+        crc, scan = 0, WindowBody(stream, size, strict=True)
+        while chunk := scan.read(_BLOCK):  # its CRC32C first: it goes before the bytes
+            crc = checksum.crc32c(chunk, crc)
+        body.seek(0)
+        self._upload("upload", self._name(key), key, body, size, crc)
 
     def get_bytes(self, key: str, *, limit: int | None = None) -> bytes:
         response = self._request("get", "GET", self._object_url(self._name(key), media=True),
@@ -279,7 +328,7 @@ class GcsStore(GcsMultipart):
             raise ObjectMissing(key)
         announced = response.headers.get("Content-Length")
         if limit is not None and announced is not None and int(announced) > limit:
-            response.release_conn()
+            response.close()  # unread: the connection is dropped, not pooled
             raise ObjectTooLarge(f"{self._where(key)}: {announced} bytes, more than {limit}")
         data = self._read(response, key, None if limit is None else limit + 1)
         if limit is not None and len(data) > limit:
@@ -329,8 +378,7 @@ class GcsStore(GcsMultipart):
         else:
             problem = f"status {response.status}"
         if problem is not None or size is None:
-            response.drain_conn()
-            response.release_conn()
+            response.close()  # the body unread: the connection is dropped
             raise StoreError(f"get {self._where(key)}: asked bytes {start}-{start + length - 1} "
                              f"from {self.endpoint}, got {problem}")
         return response, size
@@ -408,14 +456,33 @@ class GcsStore(GcsMultipart):
         root = f"{self.prefix}/" if self.prefix else ""
         for item in self._list_names(root + prefix):
             key = str(item["name"])[len(root):]
-            if key.split("/", 1)[0].startswith(RESERVED_PREFIX):
-                continue  # unfinished uploads' parts (gcs_multipart.py)
+            if any(c.startswith(RESERVED_PREFIX) for c in key.split("/")):
+                continue  # unfinished uploads' parts (gcs_multipart.py), ours or a nested store's
             yield ObjectInfo(key=key, size=int(item.get("size", 0)),
                              modified=when(item.get("updated")),
                              storage_class=item.get("storageClass"))
 
     def delete(self, key: str) -> None:
         self._delete_name(self._name(key), key)
+
+
+def endpoint_problem(endpoint: str) -> str | None:
+    """Why `endpoint` cannot be a gs:// store's, or None. Pure: the policy
+    webhook asks it too."""
+    url = urllib3.util.parse_url(endpoint)
+    host = (url.host or "").lower()
+    if url.scheme == "http" or (url.scheme == "https" and (
+            host == "googleapis.com" or host.endswith(".googleapis.com"))):
+        return None
+    return ("https://storage.googleapis.com, another *.googleapis.com host (Private Service "
+            "Connect), or an http:// emulator: the pod's Google token is sent to it")
+
+
+def bucket_missing(message: str) -> bool:
+    """Whether a 404's message says the bucket is missing. GCS names the
+    bucket in every 404 ("No such object: <bucket>/<name>"), so only its
+    bucket answer counts, not any message that mentions a bucket."""
+    return "bucket does not exist" in message.lower()
 
 
 def _error_message(text: bytes) -> str:

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -47,8 +47,10 @@ JWT_LIFETIME_S = 3600
 
 @dataclass(frozen=True)
 class Token:
-    value: str
-    expires_at: float  # monotonic seconds
+    value: str = field(repr=False)
+    expires_at: float = 0.0  # monotonic seconds
+    #: Renew this long before it expires (a minute, or half a shorter life).
+    early: float = EARLY_S
 
 
 Fetch = Callable[[], Token]
@@ -93,7 +95,7 @@ class TokenSource:
 
     def header(self) -> dict[str, str]:
         with self._lock:
-            if self._token is None or self._clock() >= self._token.expires_at - EARLY_S:
+            if self._token is None or self._clock() >= self._token.expires_at - self._token.early:
                 self._token = self._fetch()
             return {"Authorization": f"Bearer {self._token.value}"}
 
@@ -133,7 +135,7 @@ def _token(answer: Mapping[str, Any], clock: Callable[[], float]) -> Token:
         life = max(0.0, float(answer.get("expires_in", 3600)))
     except (TypeError, ValueError):
         life = 3600.0
-    return Token(str(answer["access_token"]), clock() + life)
+    return Token(str(answer["access_token"]), clock() + life, min(EARLY_S, life / 2))
 
 
 def _from_key_file(path: Path, http: urllib3.PoolManager, field: str,
@@ -180,11 +182,16 @@ def _from_metadata(host: str, http: urllib3.PoolManager,
             response = http.request("GET", url, headers={"Metadata-Flavor": "Google"},
                                     timeout=urllib3.Timeout(connect=3, read=10), retries=False)
         except urllib3.exceptions.HTTPError as err:
-            raise StoreAccessDenied(
-                f"no Google credentials: {CREDENTIALS_ENV} is not set, there is no gcloud "
+            # Transient as far as we know: GKE's metadata server may not
+            # answer for a moment as a pod starts. Retried like the store.
+            raise StoreUnreachable(
+                f"no Google credentials yet: {CREDENTIALS_ENV} is not set, there is no gcloud "
                 f"application default credentials file, and the metadata server {host} did "
                 f"not answer ({type(err).__name__}); on GKE enable Workload Identity for the "
                 "pod's service account") from None
+        if response.status >= 500:
+            raise StoreUnreachable(f"metadata server {host} answered HTTP {response.status}; "
+                                   "retried")
         return _token(_token_answer(response, "metadata server", url), clock)
     return metadata
 

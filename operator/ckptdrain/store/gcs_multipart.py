@@ -6,9 +6,13 @@ GCS has no S3-style multipart upload in its JSON API, but it composes up to
 upload is objects under the store's reserved area, which no key can name
 (paths.py refuses a `.ckptdrain-` component) and listings hide:
 
-    <prefix>/.ckptdrain-uploads/<id>/key/<key>      marks the upload (empty)
-    <prefix>/.ckptdrain-uploads/<id>/part/<00001>   each part, its etag the
+    <prefix>/.ckptdrain-uploads/key/<id>/<key>      marks the upload (empty)
+    <prefix>/.ckptdrain-uploads/part/<id>/<00001>   each part, its etag the
                                                     object's generation
+    <prefix>/.ckptdrain-uploads/part/<id>/c<..>     intermediate composes
+
+Markers have a prefix of their own, so listing the unfinished uploads (each
+orphan sweep does) reads one small object per upload, not every part.
 
 Like S3's, an upload survives the process that started it: a resumed drain
 lists its parts and completes it. Completion composes the parts named, each
@@ -75,10 +79,13 @@ class GcsMultipart:
         return f"{self.prefix}/{UPLOADS}/" if self.prefix else f"{UPLOADS}/"
 
     def _marker(self, key: str, upload_id: str) -> str:
-        return f"{self._area()}{upload_id}/key/{key}"
+        return f"{self._area()}key/{upload_id}/{key}"
+
+    def _parts_of(self, upload_id: str) -> str:
+        return f"{self._area()}part/{upload_id}/"
 
     def _part(self, upload_id: str, number: int) -> str:
-        return f"{self._area()}{upload_id}/part/{number:05d}"
+        return f"{self._parts_of(upload_id)}{number:05d}"
 
     def _live(self, key: str, upload_id: str) -> bool:
         """Whether `upload_id` (from a journal or a caller) is a live upload of `key`."""
@@ -122,7 +129,7 @@ class GcsMultipart:
 
     def _held(self, upload_id: str) -> dict[int, dict[str, Any]]:
         found: dict[int, dict[str, Any]] = {}
-        for item in self._list_names(f"{self._area()}{upload_id}/part/"):
+        for item in self._list_names(self._parts_of(upload_id)):
             tail = str(item["name"]).rsplit("/", 1)[-1]
             if tail.isdigit() and len(tail) == 5:
                 found[int(tail)] = item
@@ -182,7 +189,7 @@ class GcsMultipart:
             # Intermediate objects in the upload's area: aborted with it.
             merged = []
             for i in range(0, len(sources), COMPOSE_MAX):
-                name = f"{self._area()}{upload_id}/compose/{level:02d}-{i // COMPOSE_MAX:05d}"
+                name = f"{self._parts_of(upload_id)}c{level:02d}-{i // COMPOSE_MAX:05d}"
                 meta = self._compose(name, key, sources[i:i + COMPOSE_MAX])
                 merged.append((name, str(meta.get("generation", ""))))
             sources, level = merged, level + 1
@@ -191,23 +198,23 @@ class GcsMultipart:
             self._delete_name(self._name(key), key)
             raise IntegrityError(f"multipart upload for {key}: the composed object is not "
                                  "its parts (size or CRC32C differs); deleted")
-        self._discard(upload_id, key)
+        self._discard(key, upload_id)
 
-    def _discard(self, upload_id: str, key: str | None) -> None:
-        """Delete an upload's parts, intermediates and, last, its marker."""
-        names = [str(i["name"]) for i in self._list_names(f"{self._area()}{upload_id}/")]
-        for name in sorted(names, key=lambda n: "/key/" in n):
-            self._delete_name(name, key)
+    def _discard(self, key: str, upload_id: str) -> None:
+        """Delete an upload's parts and intermediates, then its marker."""
+        for item in list(self._list_names(self._parts_of(upload_id))):
+            self._delete_name(str(item["name"]), key)
+        self._delete_name(self._marker(key, upload_id), key)
 
     def abort_multipart(self, key: str, upload_id: str) -> None:
         if self._live(key, upload_id):
-            self._discard(upload_id, key)
+            self._discard(key, upload_id)
 
     def list_multipart_uploads(self, prefix: str) -> list[MultipartUpload]:
-        area = self._area()
+        markers = f"{self._area()}key/"
         found = []
-        for item in self._list_names(area):
-            upload_id, sep, key = str(item["name"])[len(area):].partition("/key/")
+        for item in self._list_names(markers):
+            upload_id, sep, key = str(item["name"])[len(markers):].partition("/")
             if sep and _ID.fullmatch(upload_id) and key.startswith(prefix):
                 found.append(MultipartUpload(key, upload_id, when(item.get("updated"))))
         found.sort(key=lambda u: (u.key.encode("utf-8"), u.upload_id))

@@ -14,11 +14,19 @@ decides what goes, and never the newest complete checkpoint.
 An object that cannot be moved (the store refuses the class, or refuses to
 copy an object onto itself) stops the pass with that error; the step is
 left as it was and the next global checkpoint tries again.
+
+A pass runs on the drain's thread after retention, so it is bounded: at
+most `budget` objects and `budget_bytes` bytes, and it ends as soon as
+`stopping()` says the agent is stopping (a SIGTERM flush needs the thread).
+What is left is moved by the passes after the next global checkpoints: a
+policy that turns cold storage on for a running job catches up over a few
+of them, never holding up the drain of a new step for long.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ckptdrain import keys, retention
@@ -30,17 +38,27 @@ from ckptdrain.transfer.prune import current_keys
 log = logging.getLogger(__name__)
 
 
+#: What one pass may move (server-side copies: no byte crosses the client).
+BUDGET_OBJECTS = 32
+BUDGET_BYTES = 64 << 30
+
+
 @dataclass(frozen=True)
 class Cooled:
-    """What one pass did: the steps it looked at and the objects it moved."""
+    """What one pass did: the steps it looked at and the objects it moved;
+    `finished` False when it stopped at its budget or for a stop."""
     steps: tuple[int, ...] = ()
     objects: int = 0
     bytes: int = 0
+    finished: bool = True
 
 
-def cool_writer(store: Store, writer: int, hot: int, storage_class: str) -> Cooled:
+def cool_writer(store: Store, writer: int, hot: int, storage_class: str, *,
+                budget: int = BUDGET_OBJECTS, budget_bytes: int = BUDGET_BYTES,
+                stopping: Callable[[], bool] = lambda: False) -> Cooled:
     """Move `writer`'s data of every complete step but the newest `hot` to
-    `storage_class`; objects already there are left alone."""
+    `storage_class`, oldest first, within the budget; objects already there
+    are left alone."""
     change = getattr(store, "change_storage_class", None)
     if change is None:
         raise InvalidInput("storage.coldStorage", "an s3:// store (storage classes are S3's)",
@@ -55,11 +73,20 @@ def cool_writer(store: Store, writer: int, hot: int, storage_class: str) -> Cool
             continue  # unreadable manifest: touch nothing of the step
         for prefix in keys.writer_data_prefixes(step, writer):
             for info in list(store.list(prefix)):
-                if info.key in current and info.storage_class != storage_class:
-                    change(info.key, info.size, storage_class)
-                    objects += 1
-                    moved += info.size
-    if objects:
-        log.info("cold storage: moved %d object(s), %d bytes, of writer %d's steps %s to %s",
-                 objects, moved, writer, steps, storage_class)
+                if info.key not in current or info.storage_class == storage_class:
+                    continue
+                if stopping() or objects >= budget or moved >= budget_bytes:
+                    _said(objects, moved, writer, storage_class, finished=False)
+                    return Cooled(tuple(steps), objects, moved, finished=False)
+                change(info.key, info.size, storage_class)
+                objects += 1
+                moved += info.size
+    _said(objects, moved, writer, storage_class, finished=True)
     return Cooled(tuple(steps), objects, moved)
+
+
+def _said(objects: int, moved: int, writer: int, storage_class: str, finished: bool) -> None:
+    if objects:
+        log.info("cold storage: moved %d object(s), %d bytes, of writer %d to %s%s",
+                 objects, moved, writer, storage_class,
+                 "" if finished else "; the rest after the next global checkpoint")

@@ -123,8 +123,18 @@ def test_a_gs_policy_reaches_the_pod_without_credentials() -> None:
     ({"encryption": {"type": "SSE-S3"}}, "spec.storage.encryption"),
     ({"addressingStyle": "path"}, "spec.storage.addressingStyle"),
     ({"coldStorage": {"storageClass": "STANDARD_IA"}}, "spec.storage.coldStorage"),
+    # The pod's Google token would be sent there.
+    ({"endpoint": "https://storage.example.com"}, "spec.storage.endpoint"),
 ])
 def test_s3_only_settings_are_refused_with_gs(storage: dict[str, Any], field: str) -> None:
     s = spec(**storage)
     s["storage"]["uri"] = "gs://ckpt-bucket/runs"
     assert [e.field for e in policy.validate(s, CFG)] == [field]
+
+
+@pytest.mark.parametrize("endpoint", ["https://storage-ckpt.p.googleapis.com",
+                                      "http://fake-gcs.storage:4443"])
+def test_gs_endpoints_that_may_be_used(endpoint: str) -> None:
+    s = spec(endpoint=endpoint)
+    s["storage"]["uri"] = "gs://ckpt-bucket/runs"
+    assert policy.validate(s, CFG) == []
