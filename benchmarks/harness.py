@@ -99,18 +99,43 @@ class Load:
         return self.other_cores > self.STARVED_OTHER or self.steal_cores > self.STARVED_STEAL
 
 
+_PF_KTHREAD = 0x00200000
+
+
+def _user_processes_cpu(skip: set[int]) -> dict[int, float]:
+    """CPU seconds of every user-space process but `skip`. Kernel threads are
+    left out: loopback networking's softirq work lands on ksoftirqd, and it
+    is the transfer's own cost, not another process taking the CPU."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[6]) & _PF_KTHREAD:
+            continue
+        out[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def run_child_under_load_watch(argv: list[str], env: dict[str, str] | None,
                                known_pids: list[int], timeout: float = 600) -> tuple[Run, Load]:
-    """run_child, and the CPU the rest of the machine used meanwhile: all of it
-    less the child's, the `known_pids`' (the server it talks to) and ours."""
-    busy0, steal0 = _machine_cpu()
-    known0 = sum(process_cpu(p) for p in [os.getpid(), *known_pids])
+    """run_child, and the CPU other user-space processes used meanwhile (all
+    but the child, the `known_pids` (the server it talks to) and ours), as
+    far as they ran before and after; and what the hypervisor stole."""
+    skip = {os.getpid(), *known_pids}
+    _, steal0 = _machine_cpu()
+    before = _user_processes_cpu(skip)
     run = run_child(argv, env, timeout)
-    busy1, steal1 = _machine_cpu()
-    known1 = sum(process_cpu(p) for p in [os.getpid(), *known_pids])
-    other = (busy1 - busy0) - run.cpu_seconds - (known1 - known0)
+    _, steal1 = _machine_cpu()
+    after = _user_processes_cpu(skip)
+    other = sum(max(0.0, cpu - before.get(pid, 0.0)) for pid, cpu in after.items())
     wall = max(run.seconds, 1e-6)
-    return run, Load(max(0.0, other) / wall, (steal1 - steal0) / wall)
+    return run, Load(other / wall, (steal1 - steal0) / wall)
 
 
 class CountingProxy:
