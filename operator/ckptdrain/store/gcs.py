@@ -164,10 +164,6 @@ class GcsStore(GcsMultipart):
         url = f"{self._base}/storage/v1/b/{quote(self.bucket, safe='')}/o/{quote(name, safe='')}"
         return url + ("?alt=media" if media else "")
 
-    def _upload_url(self, name: str) -> str:
-        return (f"{self._base}/upload/storage/v1/b/{quote(self.bucket, safe='')}/o"
-                f"?uploadType=media&name={quote(name, safe='')}")
-
     def _where(self, key: str | None) -> str:
         return f"gs://{self.bucket}/{self._name(key) if key else self.prefix}".rstrip("/")
 
@@ -196,8 +192,12 @@ class GcsStore(GcsMultipart):
             if response.status < 300:
                 length = response.headers.get("Content-Length")
                 return {"Response": response, "ContentLength": int(length) if length else 0}
-            text = response.data[:2000] if not stream else response.read(2000)
-            response.release_conn()
+            if stream:  # the start of an error body, then the connection is dropped
+                text = response.read(2000)
+                response.close()
+            else:
+                text = response.data[:2000]
+                response.release_conn()
             message = _error_message(text)
             if missing and response.status == 404 and not bucket_missing(message):
                 return {"Response": None, "ContentLength": 0}
