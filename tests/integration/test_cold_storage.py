@@ -139,8 +139,13 @@ def test_a_pass_keeps_to_its_budget_and_ends_when_the_agent_stops(
         _push(store, tmp_path, step, 0, writers=1)
     stopped = cool_writer(store, 0, hot=1, storage_class=COLD, stopping=lambda: True)
     assert (stopped.objects, stopped.finished) == (0, False)
-    first = cool_writer(store, 0, hot=1, storage_class=COLD, budget=3)
-    assert (first.objects, first.finished) == (3, False)
+    # Asked to yield after its first object: it ends there, that object moved.
+    asked = iter([False, False, True])
+    one = cool_writer(store, 0, hot=1, storage_class=COLD, stopping=lambda: next(asked, True))
+    assert (one.objects, one.finished) == (1, False)
+    assert _classes(store, 1, 0) == {COLD, "STANDARD"}
+    first = cool_writer(store, 0, hot=1, storage_class=COLD, budget=2)
+    assert (first.objects, first.finished) == (2, False)
     # Oldest first: step 1 whole, one object of step 2.
     assert _classes(store, 1, 0) == {COLD} and _classes(store, 2, 0) == {COLD, "STANDARD"}
     rest = cool_writer(store, 0, hot=1, storage_class=COLD, budget=3)

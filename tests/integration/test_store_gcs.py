@@ -158,9 +158,12 @@ def test_a_bearer_token_goes_over_tls_only_and_an_expired_one_is_renewed_once(
         with pytest.raises(StoreAccessDenied, match="HTTP 401"):
             store.head("k")
         assert _Recorder.seen == ["Bearer tok-3", "Bearer tok-4"]
-        # Over plain http no token is ever asked for or sent.
-        plain = GcsStore("b", endpoint_url="http://127.0.0.1:9", environ={}, attempts=1)
-        assert plain._tokens is None
+        # Over plain http no token is ever asked for or sent, however the
+        # scheme is written (parse_endpoint keeps its case).
+        for scheme in ("http", "HTTP", "Http"):
+            plain = GcsStore("b", endpoint_url=f"{scheme}://127.0.0.1:9", environ={},
+                             attempts=1)
+            assert plain._tokens is None, scheme
     finally:
         server.shutdown()
 

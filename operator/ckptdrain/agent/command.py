@@ -100,7 +100,7 @@ def build_drain(cfg: node_config.AgentConfig, tier: LocalTier, reporter: Reporte
         from ckptdrain.transfer.cooling import cool_writer
         try:
             cooled = cool_writer(store, cfg.writer, cfg.cold_after, cfg.cold_storage_class,
-                                 stopping=lambda: bool(workers) and workers[0].stopping)
+                                 stopping=lambda: bool(workers) and workers[0].should_yield)
             metrics.cold_objects.inc(cooled.objects)
         except CkptdrainError as err:
             metrics.errors.labels("cold_storage").inc()

@@ -155,9 +155,12 @@ class DrainWorker:
         return self._thread.is_alive()
 
     @property
-    def stopping(self) -> bool:
-        """stop() was called: work that can wait (cold storage) ends now."""
-        return self._stopping.is_set()
+    def should_yield(self) -> bool:
+        """Work that can wait (cold storage) ends now: the worker is stopping,
+        or a step waits to be drained (a SIGTERM flush submits its step
+        before it stops the worker)."""
+        with self._cond:
+            return self._stopping.is_set() or bool(self._pending)
 
     def busy_steps(self) -> set[int]:
         """Steps queued or in flight: retention must not delete these."""

@@ -4,10 +4,11 @@ Credentials are Application Default Credentials (gcs_auth.py), so GKE
 Workload Identity works without HMAC keys; a bearer token is never sent
 over plain http (an http:// endpoint is an emulator, asked anonymously).
 
-Integrity: every upload says its CRC32C (`X-Goog-Hash`, which GCS checks
-before it stores the object) and the CRC32C GCS reports for what it stored
-is compared with ours; a mismatch deletes the object and raises
-IntegrityError. Reads are checked as the S3 store checks them: a ranged GET
+Integrity: every upload carries its CRC32C in the object's metadata (a
+multipart upload of the JSON API; GCS checks it before it stores the
+object) and the CRC32C GCS reports for what it stored is compared with
+ours; a mismatch deletes that generation and raises IntegrityError.
+Reads are checked as the S3 store checks them: a ranged GET
 must answer the range asked for. Multipart uploads are parts stored as
 objects and composed on the server (gcs_multipart.py).
 
@@ -128,8 +129,8 @@ class GcsStore(GcsMultipart):
         # (Private Service Connect endpoints included), unless the caller
         # hands a token source of its own: a store's endpoint is a policy
         # field, and a token is worth an hour of the agent's identity.
-        if self._base.startswith("http://"):
-            self._tokens = None
+        if (urllib3.util.parse_url(self._base).scheme or "").lower() == "http":
+            self._tokens = None  # whatever case the scheme is written in
         elif tokens is not None:
             self._tokens = tokens
         elif endpoint_problem(self._base) is None:
@@ -470,8 +471,8 @@ def endpoint_problem(endpoint: str) -> str | None:
     """Why `endpoint` cannot be a gs:// store's, or None. Pure: the policy
     webhook asks it too."""
     url = urllib3.util.parse_url(endpoint)
-    host = (url.host or "").lower()
-    if url.scheme == "http" or (url.scheme == "https" and (
+    host, scheme = (url.host or "").lower(), (url.scheme or "").lower()
+    if scheme == "http" or (scheme == "https" and (
             host == "googleapis.com" or host.endswith(".googleapis.com"))):
         return None
     return ("https://storage.googleapis.com, another *.googleapis.com host (Private Service "

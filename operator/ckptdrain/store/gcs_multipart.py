@@ -196,7 +196,8 @@ class GcsMultipart:
             sources, level = merged, level + 1
         meta = self._compose(self._name(key), key, sources)
         if int(meta.get("size", -1)) != size or crc_from_b64(meta.get("crc32c")) != crc:
-            self._delete_name(self._name(key), key)
+            # That generation only: never a newer object another completion made.
+            self._delete_name(self._name(key), key, generation=str(meta.get("generation", "")))
             raise IntegrityError(f"multipart upload for {key}: the composed object is not "
                                  "its parts (size or CRC32C differs); deleted")
         self._discard(key, upload_id)

@@ -17,7 +17,8 @@ left as it was and the next global checkpoint tries again.
 
 A pass runs on the drain's thread after retention, so it is bounded: at
 most `budget` objects and `budget_bytes` bytes, and it ends as soon as
-`stopping()` says the agent is stopping (a SIGTERM flush needs the thread).
+`stopping()` says so: the agent stops, or a step waits to be drained (a
+SIGTERM flush submits its step first, then stops the worker).
 What is left is moved by the passes after the next global checkpoints: a
 policy that turns cold storage on for a running job catches up over a few
 of them, never holding up the drain of a new step for long.
@@ -68,6 +69,9 @@ def cool_writer(store: Store, writer: int, hot: int, storage_class: str, *,
     steps = sorted(s for s in set(complete) if s not in keep_hot)
     objects = moved = 0
     for step in steps:
+        if stopping():
+            _said(objects, moved, writer, storage_class, finished=False)
+            return Cooled(tuple(steps), objects, moved, finished=False)
         current = current_keys(store, step, writer)
         if not current:
             continue  # unreadable manifest: touch nothing of the step
