@@ -14,7 +14,7 @@ from ckptdrain.agent.share import ChannelView, Share, resolve_channel
 from ckptdrain.agent.share_channel import ShareChannel
 from ckptdrain.contract import share as sh
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import config, kube, policy
+from ckptdrain.operator import config, kube, leadership, policy
 from ckptdrain.operator import share_channel as op
 
 WANTED, BUDGET = 1000, 500  # published with a factor of 0.5
@@ -266,3 +266,17 @@ def test_a_channel_leaves_shrinks_to_the_scale_and_is_rewritten_when_it_grows(
     assert publish(200, None, 4.0, drainer)  # counted: the channel's news
     assert publish(100, 1200, 4.0 + sh.HEARTBEAT_S + 1, drainer)
     assert written() == (100, 1200)
+
+
+def test_a_new_term_writes_a_channel_the_other_replica_changed(store: _Store) -> None:
+    """Standby, then active again: the other replica rewrote the channel
+    meanwhile; what this one last wrote is no reason to skip the write."""
+    key = ("ns", "p")
+    now = time.monotonic()
+    assert op.publish(key, 500, None, [], 4, None, now, lambda: "t")[0]
+    store.objects[key]["spec"]["budgetBytes"] = 900  # the other replica's term
+    assert not op.publish(key, 500, None, [], 4, None, now + 1, lambda: "t")[0]
+    leadership.STATE.set(False)
+    leadership.STATE.set(True)
+    assert op.publish(key, 500, None, [], 4, None, now + 2, lambda: "t")[0]
+    assert store.objects[key]["spec"]["budgetBytes"] == 500

@@ -79,6 +79,18 @@ def forget(key: Key) -> None:
     _joint.forget(key)
 
 
+def _new_term() -> None:
+    """Another replica computed and wrote the budgets while this one stood
+    by: the last pass's figures are not what the statuses and channels now
+    say, and would order the next pass's shrinks and raises against stale
+    budgets."""
+    with _joint_lock:
+        _joint_last.clear()
+
+
+leadership.on_new_term(_new_term)
+
+
 def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
              pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
              ) -> dict[Key, jb.Budget]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptdrain.contract import share as sh
-from ckptdrain.operator import kube
+from ckptdrain.operator import kube, leadership
 
 Key = tuple[str, str]
 
@@ -246,6 +246,11 @@ def forget(key: Key | None = None) -> None:
         with _scale_lock:
             global _scale
             _scale = ScaleState()
+
+
+# Standby, then active again: the other replica wrote channels and scales
+# meanwhile, so what this one last wrote is no reason to skip a write.
+leadership.on_new_term(forget)
 
 
 def owner_of(policy_body: Mapping[str, Any]) -> dict[str, Any] | None:
