@@ -275,6 +275,12 @@ def start_seaweedfs(tmp_dir: Path) -> Iterator[S3Server]:
         "-master.telemetry=false",
         # A put to a missing bucket must fail (as on AWS), not create it.
         "-s3.autoCreateBucket=false",
+        # Left at 0, the volume count is the disk's free space over the
+        # volume size (128 MB) at start: on a disk with 13 GB free, the
+        # session's buckets (each grows several volumes) ran out and every
+        # write failed with "no free volumes left". Volumes are not
+        # preallocated, so a fixed count costs only what is written.
+        "-volume.max=1000",
         f"-s3.config={config}",
         f"-filer.localSocket={workdir / 'filer.sock'}",
         f"-s3.localSocket={workdir / 's3.sock'}",
