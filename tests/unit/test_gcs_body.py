@@ -1,4 +1,4 @@
-"""store/gcs.py's upload body: the object's metadata and bytes as one
+"""store/gcs_body.py: the gs:// upload body: the object's metadata and bytes as one
 multipart/related body, the same again after a rewind (a retry sends it
 whole), and the bytes of the stream's window only."""
 
@@ -8,7 +8,7 @@ import email.parser
 import io
 import json
 
-from ckptdrain.store.gcs import _Related
+from ckptdrain.store.gcs_body import RelatedBody
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 
 
@@ -20,7 +20,7 @@ def _parts(body: bytes, content_type: str) -> list[bytes]:
 
 def test_metadata_then_bytes_and_a_rewind_sends_the_same_again() -> None:
     paced: list[int] = []
-    body = _Related({"name": "p/k", "crc32c": "AAAAAA=="}, PacedBody(b"x" * 100_000,
+    body = RelatedBody({"name": "p/k", "crc32c": "AAAAAA=="}, PacedBody(b"x" * 100_000,
                                                                        paced.append))
     first = b"".join(iter(lambda: body.read(8192), b""))
     assert len(first) == 100_000 + body.extra()
@@ -35,6 +35,6 @@ def test_metadata_then_bytes_and_a_rewind_sends_the_same_again() -> None:
 def test_only_the_window_of_the_stream_is_sent() -> None:
     stream = io.BytesIO(b"head" + b"d" * 10 + b"tail")
     stream.seek(4)
-    body = _Related({"name": "k"}, WindowBody(stream, 10, strict=True))
+    body = RelatedBody({"name": "k"}, WindowBody(stream, 10, strict=True))
     _, data = _parts(b"".join(iter(lambda: body.read(3), b"")), body.content_type)
     assert data == b"d" * 10

@@ -178,3 +178,13 @@ def additions(container: Mapping[str, Any], found: Ambient
         if not have & set(REGION):
             env += [by_name[n] for n in REGION if n in by_name]
     return env, mounts
+
+
+def skip_annotation(existing: Mapping[str, str] | None, names: list[str]) -> dict[str, str]:
+    """The annotation that keeps a platform identity webhook run after ours
+    out of `names` (ours that never reach the store with ambient identity),
+    merged with the pod's own list; {} when it already names them all."""
+    key = SKIP_ANNOTATION
+    own = [n.strip() for n in str((existing or {}).get(key, "")).split(",") if n.strip()]
+    missing = [n for n in names if n not in own]
+    return {key: ",".join([*own, *missing])} if missing else {}

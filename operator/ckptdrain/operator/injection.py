@@ -345,7 +345,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     existing = pod.get("metadata", {}).get("annotations")
     # With a Secret, restore and the agent use its keys, not the pod's identity.
     reach_store = [] if policy.credentials is not None else [restore, agent]
-    skip = _identity_skip(existing, [c["name"] for c in ours if c not in reach_store])
+    skip = cloud_identity.skip_annotation(
+        existing, [c["name"] for c in ours if c not in reach_store])
     if existing is None:
         ops.append({"op": "add", "path": "/metadata/annotations",
                     "value": {**annotations, **skip}})
@@ -355,16 +356,6 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
                    for k, v in skip.items())  # added to, or merged with, the pod's own
     return ops
-
-
-def _identity_skip(existing: Mapping[str, str] | None, names: list[str]) -> dict[str, str]:
-    """The annotation that keeps a platform identity webhook run after ours
-    out of `names` (ours that never reach the store with ambient identity),
-    merged with the pod's own list; {} when it already names them all."""
-    key = cloud_identity.SKIP_ANNOTATION
-    own = [n.strip() for n in str((existing or {}).get(key, "")).split(",") if n.strip()]
-    missing = [n for n in names if n not in own]
-    return {key: ",".join([*own, *missing])} if missing else {}
 
 
 def reinvocation_patch(pod: Mapping[str, Any]) -> JSONPatch:

@@ -20,10 +20,8 @@ speaks botocore's error types, so failures are handed to it as those.
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import secrets
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, BinaryIO, NoReturn
 from urllib.parse import quote
@@ -45,6 +43,7 @@ from ckptdrain.errors import (
 from ckptdrain.paths import RESERVED_PREFIX, check_key
 from ckptdrain.store.base import ObjectInfo
 from ckptdrain.store.gcs_auth import TokenSource, default_credentials
+from ckptdrain.store.gcs_body import RelatedBody
 from ckptdrain.store.gcs_formats import crc_b64, crc_from_b64, when
 from ckptdrain.store.gcs_multipart import GcsMultipart
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
@@ -56,57 +55,6 @@ GOOGLE = "https://storage.googleapis.com"
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 MIN_PART_SIZE = 5 << 20  # as the S3 store's, so a drain cuts files the same way
 _BLOCK = 1 << 20
-
-
-class _Related(io.RawIOBase):
-    """A multipart/related upload body: the object's JSON metadata, then its
-    bytes from `inner` (a seekable view), then the closing boundary. A retry
-    rewinds the whole of it."""
-
-    def __init__(self, metadata: dict[str, Any], inner: Any) -> None:
-        boundary = f"ckptdrain-{secrets.token_hex(12)}"
-        self.content_type = f"multipart/related; boundary={boundary}"
-        self._head = (f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n"
-                      f"{json.dumps(metadata)}\r\n--{boundary}\r\n"
-                      "Content-Type: application/octet-stream\r\n\r\n").encode()
-        self._tail = f"\r\n--{boundary}--\r\n".encode()
-        self._inner = inner
-        self._pos = 0  # bytes of the head read
-        self._in_tail = 0  # bytes of the tail read
-
-    def extra(self) -> int:
-        return len(self._head) + len(self._tail)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if (offset, whence) != (0, io.SEEK_SET):
-            raise io.UnsupportedOperation("only a rewind to the start")
-        self._inner.seek(0)
-        self._pos, self._in_tail = 0, 0
-        return 0
-
-    def read(self, n: int = -1) -> bytes:
-        n = 1 << 62 if n is None or n < 0 else n
-        if self._pos < len(self._head):
-            data = self._head[self._pos:self._pos + n]
-            self._pos += len(data)
-            return data
-        data = self._inner.read(n)
-        if data:
-            return bytes(data)
-        data = self._tail[self._in_tail:self._in_tail + n]
-        self._in_tail += len(data)
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
 
 class GcsStore(GcsMultipart):
@@ -258,7 +206,7 @@ class GcsStore(GcsMultipart):
         object's metadata (GCS refuses the upload when the bytes differ); the
         stored object's metadata. What GCS says it stored is checked too: a
         mismatch deletes that generation (never another) and raises."""
-        related = _Related({"name": name, "crc32c": crc_b64(crc)}, body)
+        related = RelatedBody({"name": name, "crc32c": crc_b64(crc)}, body)
         url = (f"{self._base}/upload/storage/v1/b/{quote(self.bucket, safe='')}/o"
                "?uploadType=multipart")
         response = self._request(op, "POST", url, key, body=related,
@@ -341,11 +289,13 @@ class GcsStore(GcsMultipart):
             data = response.read(most) if most is not None else response.read()
         except (urllib3.exceptions.HTTPError, OSError) as err:
             response.release_conn()
-            raise StoreUnreachable(f"get {self._where(key)}: the connection to "
-                                   f"{self.endpoint} broke mid-body ({type(err).__name__})"
-                                   ) from None
+            raise self._broke(key, err) from None
         response.release_conn()
         return bytes(data)
+
+    def _broke(self, key: str, err: BaseException) -> StoreUnreachable:
+        return StoreUnreachable(f"get {self._where(key)}: the connection to {self.endpoint} "
+                                f"broke mid-body ({type(err).__name__})")
 
     def _ranged(self, key: str, start: int, length: int) -> tuple[
             urllib3.BaseHTTPResponse, int] | None:
@@ -431,9 +381,7 @@ class GcsStore(GcsMultipart):
                 got += n
         except (urllib3.exceptions.HTTPError, OSError) as err:
             response.release_conn()
-            raise StoreUnreachable(f"get {self._where(key)}: the connection to "
-                                   f"{self.endpoint} broke mid-body ({type(err).__name__})"
-                                   ) from None
+            raise self._broke(key, err) from None
         response.release_conn()
         if got != expected:
             raise StoreUnreachable(f"get {self._where(key)}: the connection to {self.endpoint} "
