@@ -9,6 +9,7 @@ so parts uploaded or downloaded in parallel still yield the whole file's CRC.
 
 from __future__ import annotations
 
+import base64
 import os
 from typing import BinaryIO
 
@@ -32,6 +33,23 @@ def from_hex(text: str) -> int:
     if len(text) != 8 or any(c not in "0123456789abcdef" for c in text):
         raise ValueError(f"not an 8-digit lowercase hex CRC32C: {text!r}")
     return int(text, 16)
+
+
+def to_b64(crc: int) -> str:
+    """The wire form S3 (x-amz-checksum-crc32c) and GCS both use: base64 of
+    the CRC's 4 big-endian bytes."""
+    return base64.b64encode(crc.to_bytes(4, "big")).decode("ascii")
+
+
+def from_b64(text: object) -> int | None:
+    """A CRC32C in its wire form, or None when there is none (or nonsense)."""
+    if not text:
+        return None
+    try:
+        raw = base64.b64decode(str(text), validate=True)
+    except (ValueError, TypeError):
+        return None
+    return int.from_bytes(raw, "big") if len(raw) == 4 else None
 
 
 def crc32c_stream(stream: BinaryIO, read_size: int = _READ_SIZE) -> tuple[int, int]:
@@ -67,24 +85,41 @@ def _gf2_square(matrix: list[int]) -> list[int]:
     return [_gf2_times(matrix, row) for row in matrix]
 
 
+def _zero_operators() -> list[list[int]]:
+    """Operator n appends 2**n zero bytes to a CRC; 64 of them cover any length."""
+    one_bit = [_POLY] + [1 << (n - 1) for n in range(1, 32)]
+    op = _gf2_square(_gf2_square(_gf2_square(one_bit)))  # eight zero bits: one byte
+    ops = []
+    for _ in range(64):
+        ops.append(op)
+        op = _gf2_square(op)
+    return ops
+
+
+_ZERO_OPERATORS: list[list[int]] = []
+
+
+def _combine_python(crc1: int, crc2: int, len2: int) -> int:
+    if not _ZERO_OPERATORS:
+        _ZERO_OPERATORS.extend(_zero_operators())
+    bit = 0
+    while len2:
+        if len2 & 1:
+            crc1 = _gf2_times(_ZERO_OPERATORS[bit], crc1)
+        len2 >>= 1
+        bit += 1
+    return crc1 ^ crc2
+
+
+# Recent awscrt releases have it natively; squaring GF(2) matrices in Python cost
+# ~1.6 ms a call, 0.1 core-s per GB restored in 16 MiB ranges.
+_combine_native = getattr(_crt, "combine_crc32c", None)
+
+
 def combine(crc1: int, crc2: int, len2: int) -> int:
     """CRC32C of A+B from crc(A), crc(B) and len(B) (zlib's crc32_combine)."""
     if len2 <= 0:
         return crc1
-    odd = [_POLY] + [1 << (n - 1) for n in range(1, 32)]  # operator for one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four zero bits
-    while True:
-        even = _gf2_square(odd)
-        if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
-        len2 >>= 1
-        if not len2:
-            break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
-    return crc1 ^ crc2
+    if _combine_native is not None:
+        return _combine_native(crc1, crc2, len2)
+    return _combine_python(crc1, crc2, len2)
