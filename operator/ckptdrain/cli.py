@@ -189,7 +189,8 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("dest", metavar="DEST", help="missing or empty directory")
     p.add_argument("--step", help="a step number or 'latest' (default)")
     p.add_argument("--writer", help="only this writer's files, directly under DEST")
-    p.add_argument("--concurrency", default="16", help="ranged GETs in flight (default 16)")
+    p.add_argument("--concurrency", default=None,
+                   help="ranged GETs in flight (default: 2 per usable CPU, 4 to 16)")
     p.add_argument("--part-size", help="range size (default: the upload's part size)")
     _common(p)
     p.set_defaults(func=cmd_pull)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ckptdrain import cpus
 from ckptdrain.errors import IntegrityError
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
@@ -89,7 +90,7 @@ def test_a_fetch_reads_spans_over_several_connections(
     ranged GET per piece, combined and verified before it is published."""
     monkeypatch.setattr(peer_parts, "MIN_SPAN", 1 << 20)
     monkeypatch.setattr(peer_client, "FETCH_STREAMS", 4)
-    monkeypatch.setattr(peer_parts, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(cpus, "usable_cpus", lambda: 4)
     tier = _tier(tmp_path, 40)
     client = PeerClient(f"127.0.0.1:{server.port}", creds)
     client.send_step(tier, 40, 0)

@@ -104,7 +104,3 @@ def test_one_span_failing_stops_the_others(partner: tuple[Partner, int],
     with pytest.raises(CkptdrainError):
         parts.read_parts(_connect(port), "p", _manifest(4), tmp_path / "data", 4)
     assert time.monotonic() - began < 2.5, "restore waited for spans of a copy already refused"
-
-
-def test_usable_cpus_is_at_least_one() -> None:
-    assert parts.usable_cpus() >= 1

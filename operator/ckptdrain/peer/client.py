@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckptdrain import cpus
 from ckptdrain.errors import CkptdrainError, IntegrityError
 from ckptdrain.manifest import WriterManifest
 from ckptdrain.node import durable
@@ -222,7 +223,7 @@ class PeerClient:
         try:
             try:
                 targets = parts.read_parts(self._connect, self.address, manifest, data,
-                                           min(FETCH_STREAMS, parts.usable_cpus()))
+                                           min(FETCH_STREAMS, cpus.usable_cpus()))
             except (parts.PartUnavailable, *_BROKEN) as err:
                 raise PeerUnavailable(f"peer {self.address}: {err!r:.200}") from None
             for target in targets:

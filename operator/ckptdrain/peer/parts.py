@@ -38,30 +38,6 @@ MIN_SPAN = 16 << 20
 Connect = Callable[[], http.client.HTTPSConnection]
 
 
-def usable_cpus() -> int:
-    """CPUs this process may use: its affinity, lowered by a cgroup CPU quota
-    (a pod limited to one CPU on a large node gets one stream, not four)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    for path, parse in (("/sys/fs/cgroup/cpu.max", lambda t: t.split()),
-                        ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", None)):
-        try:
-            text = Path(path).read_text().strip()
-            if parse is not None:
-                quota, period = parse(text)
-            else:
-                quota = text
-                period = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text().strip()
-            if quota not in ("max", "-1") and int(period) > 0:
-                cpus = min(cpus, max(1, -(-int(quota) // int(period))))
-            break
-        except (OSError, ValueError):
-            continue
-    return max(1, cpus)
-
-
 @dataclass(frozen=True)
 class Piece:
     """Bytes [start, end) of file `index` of the manifest."""

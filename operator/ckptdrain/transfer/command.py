@@ -120,7 +120,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
     step = None if args.step in (None, "latest") else _int("--step", args.step)
     writer = None if args.writer is None else flags.writer_id(args.writer)
-    concurrency = units.parse_positive_int("--concurrency", args.concurrency)
+    concurrency = (None if args.concurrency is None
+                   else units.parse_positive_int("--concurrency", args.concurrency))
     part = None if args.part_size is None else flags.positive_bytes("--part-size", args.part_size)
     store = _open(args.uri, args.endpoint_url)
     bar = _Bar(args, 0, "pull")

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ckptdrain import checksum, keys, paths
+from ckptdrain import checksum, cpus, keys, paths
 from ckptdrain.errors import (
     CkptdrainError,
     IntegrityError,
@@ -48,6 +48,11 @@ MAX_RANGE = 16 << 20
 #: Smallest ranged GET: below it, per-request overhead dominates (a manifest's
 #: or a user's tiny part size must not turn a pull into a million requests).
 MIN_RANGE = 1 << 20
+#: Ranged GETs in flight per CPU the restore may use, and the bounds. More
+#: threads than this only fight over the interpreter lock: on two cores, 16
+#: in flight measured 650 MB/s at 1.75 core-s/GB where 4 gave 840 MB/s at
+#: 1.2 core-s/GB (MinIO on loopback, 2 GiB).
+STREAMS_PER_CPU, MIN_STREAMS, MAX_STREAMS = 2, 4, 16
 #: What a manifest's size may do to this filesystem: say so as the step's problem.
 _FS_REFUSALS = {errno.EFBIG, errno.ENAMETOOLONG, errno.EOVERFLOW, errno.EINVAL}
 
@@ -102,6 +107,12 @@ def range_size(part: int | None) -> int:
     # 16 MiB GETs measured ~3x faster than 64 MiB ones (less buffering in urllib3).
     n = -(-part // MAX_RANGE)
     return max(part // n, MIN_RANGE) if part % n == 0 else MAX_RANGE
+
+
+def default_concurrency() -> int:
+    """Ranged GETs in flight when the caller does not say: two per usable CPU
+    (cgroup quota included), at least 4 (latency hides behind them), at most 16."""
+    return max(MIN_STREAMS, min(MAX_STREAMS, STREAMS_PER_CPU * cpus.usable_cpus()))
 
 
 def _prepare_target(f: _File) -> None:
@@ -241,13 +252,14 @@ def fetch(
     *,
     step: int | None = None,
     writer: int | None = None,
-    concurrency: int = 16,
+    concurrency: int | None = None,
     part_size: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> FetchResult:
     """Restore the newest complete checkpoint (or `step`) into `dest`, verified.
 
-    `progress` gets the bytes fetched so far for the current candidate.
+    `progress` gets the bytes fetched so far for the current candidate;
+    `concurrency` (ranged GETs in flight) defaults to default_concurrency().
 
     Raises NoCheckpoint when no candidate is complete and intact (the reasons
     are in the message), InvalidInput when `dest` is not empty."""
@@ -264,7 +276,7 @@ def fetch(
         try:
             ckpt = load_checkpoint(store, candidate)
             files = _plan(ckpt, tmp, writer, part_size)
-            _download(store, files, concurrency, progress)
+            _download(store, files, concurrency or default_concurrency(), progress)
             _verify(files)
             _fsync_tree(files)
             _place(tmp, dest)
