@@ -51,9 +51,9 @@ class Sent:
             self.keys.append(key)
             self.bytes += n
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, crc32c: int | None = None) -> None:
         self._log(key, len(data))
-        self.inner.put_bytes(key, data)
+        self.inner.put_bytes(key, data, crc32c)
 
     def upload_part(self, key: str, upload_id: str, number: int, data: Any,
                     crc32c: int | None = None) -> Any:
@@ -206,8 +206,8 @@ def test_resume_after_kill_between_completion_and_journal_sends_nothing_again(
                 self.victim = key
                 raise Killed
 
-        def put_bytes(self, key: str, data: bytes) -> None:
-            super().put_bytes(key, data)
+        def put_bytes(self, key: str, data: bytes, crc32c: int | None = None) -> None:
+            super().put_bytes(key, data, crc32c)
             if self.method == "put_bytes" and key.startswith(keys.DATA) and not self.victim:
                 self.victim = key
                 raise Killed

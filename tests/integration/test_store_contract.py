@@ -7,7 +7,6 @@ the server verifies, credentials, endpoints) takes `s3server` and `s3area` (buck
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 import random
 import time
@@ -349,23 +348,41 @@ def test_parts_carry_a_crc32c_the_server_checks(
     assert store.get_bytes("ck/obj") == data + b"tail"
 
 
-def test_whole_objects_carry_a_content_md5_the_server_checks(
+def test_whole_objects_carry_a_crc32c_the_server_checks(
     s3server: S3Server, s3area: tuple[str, str]
 ) -> None:
     bucket, prefix = s3area
     store = s3server.open_store(bucket, prefix)
     sent = _capture_headers(store, "PutObject")
+    # Computed by the store when the caller has none...
     store.put_bytes("ck/small", b"abc")
-    expected = base64.b64encode(hashlib.md5(b"abc").digest()).decode()
-    assert sent and sent[-1]["Content-MD5"] == expected.encode()
-    wrong = {"ContentMD5": base64.b64encode(hashlib.md5(b"other").digest()).decode()}
-    store._integrity_args = lambda _data: wrong  # type: ignore[method-assign]
+    expected = base64.b64encode(checksum.crc32c(b"abc").to_bytes(4, "big")).decode()
+    assert sent and sent[-1]["x-amz-checksum-crc32c"] == expected.encode()
+    assert "Content-MD5" not in sent[-1]  # MD5 cost 0.7 core-s/GB on single-part files
+    # ...the caller's when it has one (the drain's, taken as it read the file).
+    data = payload(256 * 1024, 7)
+    store.put_bytes("ck/data", data, checksum.crc32c(data))
+    assert store.get_bytes("ck/data") == data
+    # The server verifies it: a wrong CRC32C is refused and nothing is stored...
     with pytest.raises(IntegrityError, match="checksum mismatch"):
-        store.put_bytes("ck/other", b"abc")
+        store.put_bytes("ck/other", data, checksum.crc32c(data) ^ 1)
     assert store.head("ck/other") is None
+    # ...and the refusal is the server's, not ours.
+    wrong = base64.b64encode((checksum.crc32c(b"abc") ^ 1).to_bytes(4, "big")).decode()
     with pytest.raises(ClientError) as excinfo:
-        s3server.client().put_object(Bucket=bucket, Key=f"{prefix}/ck/other", Body=b"abc", **wrong)
-    assert excinfo.value.response["Error"]["Code"] == "BadDigest"
+        s3server.client().put_object(Bucket=bucket, Key=f"{prefix}/ck/other", Body=b"abc",
+                                     ChecksumCRC32C=wrong)
+    assert excinfo.value.response["Error"]["Code"] in (
+        "BadDigest", "XAmzContentChecksumMismatch", "InvalidChecksum")
+
+
+def test_every_store_refuses_a_whole_object_whose_crc32c_is_wrong(store: Store) -> None:
+    data = payload(64 * 1024, 8)
+    with pytest.raises(IntegrityError, match="checksum mismatch"):
+        store.put_bytes("ck/wrong", data, checksum.crc32c(data) ^ 1)
+    assert store.head("ck/wrong") is None
+    store.put_bytes("ck/right", data, checksum.crc32c(data))
+    assert store.get_bytes("ck/right") == data
 
 
 def test_file_store_refuses_a_wrong_crc32c(tmp_path: Path) -> None:

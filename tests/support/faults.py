@@ -119,9 +119,9 @@ class FaultyStore:
     def min_part_size(self) -> int:
         return self.inner.min_part_size
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, crc32c: int | None = None) -> None:
         self._enter("put_bytes")
-        self.inner.put_bytes(key, data)
+        self.inner.put_bytes(key, data, crc32c)
 
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
         self._enter("put_stream")

@@ -54,8 +54,11 @@ class Store(Protocol):
     uri: str
 
     # Whole objects -----------------------------------------------------
-    def put_bytes(self, key: str, data: bytes) -> None:
-        """Write a small object atomically (readers see all of it or nothing)."""
+    def put_bytes(self, key: str, data: bytes, crc32c: int | None = None) -> None:
+        """Write a small object atomically (readers see all of it or nothing).
+
+        `crc32c`, the caller's CRC32C of `data`, is verified by the store
+        (IntegrityError on a mismatch); the store computes it when not given."""
 
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
         """Write an object of known size from a stream, atomically."""

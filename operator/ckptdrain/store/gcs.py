@@ -44,7 +44,7 @@ from ckptdrain.paths import RESERVED_PREFIX, check_key
 from ckptdrain.store.base import ObjectInfo
 from ckptdrain.store.gcs_auth import TokenSource, default_credentials
 from ckptdrain.store.gcs_body import RelatedBody
-from ckptdrain.store.gcs_formats import crc_b64, crc_from_b64, when
+from ckptdrain.store.gcs_formats import when
 from ckptdrain.store.gcs_multipart import GcsMultipart
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 from ckptdrain.store.s3_errors import redact_endpoint
@@ -206,7 +206,7 @@ class GcsStore(GcsMultipart):
         object's metadata (GCS refuses the upload when the bytes differ); the
         stored object's metadata. What GCS says it stored is checked too: a
         mismatch deletes that generation (never another) and raises."""
-        related = RelatedBody({"name": name, "crc32c": crc_b64(crc)}, body)
+        related = RelatedBody({"name": name, "crc32c": checksum.to_b64(crc)}, body)
         url = (f"{self._base}/upload/storage/v1/b/{quote(self.bucket, safe='')}/o"
                "?uploadType=multipart")
         response = self._request(op, "POST", url, key, body=related,
@@ -214,7 +214,7 @@ class GcsStore(GcsMultipart):
                                  headers={"Content-Type": related.content_type})
         assert response is not None
         meta = self._json(response, op, key)
-        stored = crc_from_b64(meta.get("crc32c"))
+        stored = checksum.from_b64(meta.get("crc32c"))
         if int(meta.get("size", -1)) != size or stored != crc:
             self._delete_name(name, key, generation=str(meta.get("generation", "")))
             raise IntegrityError(
@@ -254,9 +254,11 @@ class GcsStore(GcsMultipart):
                 return
 
     # Whole objects -----------------------------------------------------------
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, crc32c: int | None = None) -> None:
+        if crc32c is None:
+            crc32c = checksum.crc32c(memoryview(data).cast("B"))
         self._upload("upload", self._name(key), key, PacedBody(data, self._pace), len(data),
-                     checksum.crc32c(memoryview(data).cast("B")))
+                     crc32c)
 
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
         if size < 0:
@@ -398,7 +400,7 @@ class GcsStore(GcsMultipart):
     def object_crc32c(self, key: str) -> str | None:
         """The CRC32C GCS keeps for the whole object (composed ones included)."""
         meta = self._stat(self._name(key), key)
-        crc = crc_from_b64(meta.get("crc32c")) if meta is not None else None
+        crc = checksum.from_b64(meta.get("crc32c")) if meta is not None else None
         return None if crc is None else checksum.to_hex(crc)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:

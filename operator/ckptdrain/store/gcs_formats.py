@@ -1,23 +1,9 @@
-"""How GCS's JSON API writes what the gs:// store reads: CRC32Cs as base64
-of their 4 big-endian bytes, times as RFC 3339. Pure."""
+"""How GCS's JSON API writes times (RFC 3339), read by the gs:// store. Pure.
+(Its CRC32Cs are S3's wire form: checksum.to_b64 / from_b64.)"""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-
-
-def crc_b64(crc: int) -> str:
-    return base64.b64encode(crc.to_bytes(4, "big")).decode()
-
-
-def crc_from_b64(text: object) -> int | None:
-    """The CRC32C GCS reports, or None when it reports none (or nonsense)."""
-    try:
-        raw = base64.b64decode(str(text), validate=True)
-    except (ValueError, TypeError):
-        return None
-    return int.from_bytes(raw, "big") if len(raw) == 4 else None
 
 
 def when(text: object) -> float | None:

@@ -35,7 +35,7 @@ from ckptdrain import checksum
 from ckptdrain.errors import IntegrityError, InvalidInput, ObjectMissing
 from ckptdrain.paths import RESERVED_PREFIX, check_key
 from ckptdrain.store.base import MultipartUpload, UploadedPart
-from ckptdrain.store.gcs_formats import crc_from_b64, when
+from ckptdrain.store.gcs_formats import when
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class GcsMultipart:
         if not self._live(key, upload_id):
             return None
         return [UploadedPart(n, str(item.get("generation", "")),
-                             crc32c=crc_from_b64(item.get("crc32c")),
+                             crc32c=checksum.from_b64(item.get("crc32c")),
                              modified=when(item.get("updated")))
                 for n, item in sorted(self._held(upload_id).items())]
 
@@ -179,7 +179,7 @@ class GcsMultipart:
             if i < len(parts) - 1 and length < self.min_part_size:
                 raise IntegrityError(f"multipart upload for {key}: part {part.number} is "
                                      f"smaller than min_part_size {self.min_part_size}")
-            part_crc = crc_from_b64(item.get("crc32c"))
+            part_crc = checksum.from_b64(item.get("crc32c"))
             if part_crc is None or (part.crc32c is not None and part.crc32c != part_crc):
                 raise IntegrityError(f"multipart upload for {key}: part {part.number}'s "
                                      "CRC32C is not the one it was sent with")
@@ -195,7 +195,7 @@ class GcsMultipart:
                 merged.append((name, str(meta.get("generation", ""))))
             sources, level = merged, level + 1
         meta = self._compose(self._name(key), key, sources)
-        if int(meta.get("size", -1)) != size or crc_from_b64(meta.get("crc32c")) != crc:
+        if int(meta.get("size", -1)) != size or checksum.from_b64(meta.get("crc32c")) != crc:
             # That generation only: never a newer object another completion made.
             self._delete_name(self._name(key), key, generation=str(meta.get("generation", "")))
             raise IntegrityError(f"multipart upload for {key}: the composed object is not "

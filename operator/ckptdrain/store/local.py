@@ -121,7 +121,13 @@ class LocalStore(LocalMultipart):
                 os.unlink(tmp)
         _fsync_dir(target.parent)
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, crc32c: int | None = None) -> None:
+        if crc32c is not None:
+            actual = checksum.crc32c(memoryview(data).cast("B"))
+            if actual != crc32c:
+                raise IntegrityError(
+                    f"put_bytes {key}: the store refused the bytes: checksum mismatch "
+                    f"(CRC32C {checksum.to_hex(actual)}, expected {checksum.to_hex(crc32c)})")
         self._write_atomic(self._path(key), iter((data,)))
 
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:

@@ -1,4 +1,4 @@
-"""The s3:// store: AWS S3 or any S3-compatible server, through boto3.
+"""The s3:// store: AWS S3 or any S3-compatible server, through botocore.
 
 Deliberately the *classic* client (plain put_object/upload_part calls): the
 CRT transfer client ignores custom endpoints and bandwidth limits. One client
@@ -13,17 +13,16 @@ reads, listing), `s3_multipart.py` (multipart uploads and their CRC32Cs),
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import http.client
 import re
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, BinaryIO, NoReturn
 
-import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ckptdrain import checksum
 from ckptdrain.errors import (
     InvalidInput,
     ObjectMissing,
@@ -52,10 +51,6 @@ def _short(response: dict[str, Any]) -> str:
             f"Content-Length {response.get('ContentLength')!r}")
 
 
-def _b64(digest: bytes) -> str:
-    return base64.b64encode(digest).decode("ascii")
-
-
 class S3Store(S3Multipart, S3StorageClass):
     """A Store over one bucket and key prefix of an S3-compatible endpoint.
 
@@ -72,10 +67,11 @@ class S3Store(S3Multipart, S3StorageClass):
     CompleteMultipartUpload (SeaweedFS answers InvalidRequest, MinIO
     InvalidPart, without them), so UploadedPart carries it and the drain
     journals it: SeaweedFS's ListParts does not return part checksums, and
-    a resumed drain completes from its journal's CRCs. put_bytes (small
-    objects: manifests, single-part files) still sends Content-MD5, which is
-    per request and stateless. tests/integration/test_store_contract.py
-    sends wrong checksums of both kinds to SeaweedFS and MinIO.
+    a resumed drain completes from its journal's CRCs. put_bytes (manifests,
+    single-part files) sends x-amz-checksum-crc32c as well: the caller's, or
+    one computed here (Content-MD5, which it sent before, cost a drain of
+    64 MiB files 0.7 core-s/GB). tests/integration/test_store_contract.py
+    sends wrong checksums to SeaweedFS and MinIO.
     """
 
     def __init__(
@@ -129,15 +125,16 @@ class S3Store(S3Multipart, S3StorageClass):
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        session = boto3.session.Session(
-            aws_access_key_id=access_key,
-            aws_secret_access_key=secret_key,
-            aws_session_token=session_token,
-            region_name=region,
-        )
+        # botocore's own session, not boto3's: boto3 adds only what this
+        # store does not use (resources, upload_file through s3transfer), and
+        # importing it cost a restore 0.1 core-s before its first byte.
+        session = botocore.session.get_session()
+        if access_key is not None or secret_key is not None or session_token is not None:
+            session.set_credentials(access_key, secret_key, session_token)
         try:
-            self._client = session.client("s3", endpoint_url=endpoint_url, config=config,
-                                          verify=self.options.ca_bundle)
+            self._client = session.create_client(
+                "s3", region_name=region, endpoint_url=endpoint_url, config=config,
+                verify=self.options.ca_bundle)
         except (ValueError, BotoCoreError) as err:
             # botocore quotes the whole endpoint (credentials included) in its
             # message: say which setting is wrong, never what it holds.
@@ -185,14 +182,18 @@ class S3Store(S3Multipart, S3StorageClass):
             self._fail(err, op, key)
 
     @staticmethod
-    def _integrity_args(data: bytes | bytearray | memoryview) -> dict[str, str]:
-        """Content-MD5 for a whole-object body (parts carry CRC32C instead)."""
-        return {"ContentMD5": _b64(hashlib.md5(data, usedforsecurity=False).digest())}
+    def _integrity_args(data: bytes | bytearray | memoryview,
+                        crc32c: int | None) -> dict[str, str]:
+        """The checksum the server verifies before it stores a whole object."""
+        if crc32c is None:
+            crc32c = checksum.crc32c(memoryview(data).cast("B"))
+        return {"ChecksumCRC32C": checksum.to_b64(crc32c)}
 
     # Whole objects -----------------------------------------------------------
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, crc32c: int | None = None) -> None:
         self._call("put_object", key, Key=self._key(key), Body=PacedBody(data, self._pace),
-                   ContentLength=len(data), **self._integrity_args(data), **self._create_args)
+                   ContentLength=len(data), **self._integrity_args(data, crc32c),
+                   **self._create_args)
 
     def put_stream(self, key: str, stream: BinaryIO, size: int) -> None:
         """Send exactly `size` bytes of `stream`, from where it stands.

@@ -10,7 +10,6 @@ recognises an upload it completed but never journaled.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
@@ -24,21 +23,6 @@ from ckptdrain.store.s3_errors import MISSING_KEY_CODES
 
 #: The codes by which a server says an upload is no longer there.
 _GONE = ("NoSuchUpload", "NoSuchKey")
-
-
-def _b64_crc32c(crc: int) -> str:
-    """S3's form of a CRC32C: base64 of its 4 big-endian bytes."""
-    return base64.b64encode(crc.to_bytes(4, "big")).decode("ascii")
-
-
-def _crc32c_from_b64(text: str | None) -> int | None:
-    if not text:
-        return None
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except ValueError:
-        return None
-    return int.from_bytes(raw, "big") if len(raw) == 4 else None
 
 
 def _newer_or_same(item: dict[str, Any], other: dict[str, Any] | None) -> bool:
@@ -83,7 +67,7 @@ class S3Multipart:
         body = PacedBody(data, self._pace)  # no copy of the part; paced as it is sent
         response = self._call("upload_part", key, handled={"NoSuchUpload"}, Key=self._key(key),
                               UploadId=upload_id, PartNumber=number, Body=body,
-                              ContentLength=len(body), ChecksumCRC32C=_b64_crc32c(crc32c))
+                              ContentLength=len(body), ChecksumCRC32C=checksum.to_b64(crc32c))
         if isinstance(response, ClientError):
             raise ObjectMissing(key) from response
         return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
@@ -96,7 +80,7 @@ class S3Multipart:
         body = WindowBody(stream, size, pace=self._pace, strict=True)
         response = self._call("upload_part", key, handled={"NoSuchUpload"}, Key=self._key(key),
                               UploadId=upload_id, PartNumber=number, Body=body,
-                              ContentLength=size, ChecksumCRC32C=_b64_crc32c(crc32c))
+                              ContentLength=size, ChecksumCRC32C=checksum.to_b64(crc32c))
         if isinstance(response, ClientError):
             raise ObjectMissing(key) from response
         return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
@@ -124,7 +108,7 @@ class S3Multipart:
         parts = self._server_parts(key, upload_id)
         if parts is None:
             return None
-        return [UploadedPart(n, str(item["ETag"]), _crc32c_from_b64(item.get("ChecksumCRC32C")),
+        return [UploadedPart(n, str(item["ETag"]), checksum.from_b64(item.get("ChecksumCRC32C")),
                              item["LastModified"].timestamp() if item.get("LastModified") else None)
                 for n, item in sorted(parts.items())]
 
@@ -139,7 +123,7 @@ class S3Multipart:
                     f"complete_multipart_upload {key}: part {p.number} has no CRC32C "
                     "(the store needs each part's checksum to complete the upload)")
             entries.append({"PartNumber": p.number, "ETag": p.etag,
-                            "ChecksumCRC32C": _b64_crc32c(p.crc32c)})
+                            "ChecksumCRC32C": checksum.to_b64(p.crc32c)})
         response = self._call("complete_multipart_upload", key, handled={"NoSuchUpload"},
                               Key=self._key(key), UploadId=upload_id,
                               MultipartUpload={"Parts": entries})
@@ -191,7 +175,7 @@ class S3Multipart:
         if isinstance(response, ClientError):
             return None
         text, _, parts = str(response.get("ChecksumCRC32C") or "").partition("-")
-        crc = _crc32c_from_b64(text)
+        crc = checksum.from_b64(text)
         if crc is None:
             return None
         return checksum.to_hex(crc) + (f"-{parts}" if parts.isdigit() else "")

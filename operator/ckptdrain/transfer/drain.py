@@ -316,7 +316,7 @@ class _Run:
             if checksum.to_hex(crc) != entry.crc32c:
                 raise IntegrityError(f"{path}: changed since it was scanned (CRC32C differs)")
             self._before_send(task.length)
-            self._retry(lambda: self.store.put_bytes(state.key, data))
+            self._retry(lambda: self.store.put_bytes(state.key, data, crc))
             self._verify_size(entry, state.key)
             with self.lock:
                 self.journal.file_complete(path, [crc])
