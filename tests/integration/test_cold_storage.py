@@ -4,19 +4,26 @@ verified as before, and a store that cannot move an object leaves it whole.
 
 MinIO takes REDUCED_REDUNDANCY (the one class besides STANDARD it serves);
 SeaweedFS refuses any copy of an object onto itself, which is how S3 changes
-a class, so it is where the failure path is proven."""
+a class, so it is where the failure path is proven. On the GCS API server
+(fake-gcs-server) a move is a rewrite onto the same name: it records no
+class, so what is proven there is the rewrite itself (a new generation of
+the same bytes, asked for in the class), restore after it, and the checks
+on what the rewrite reports."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.gcsserver import GcsServer
 from tests.support.s3servers import S3Server
 
 from ckptdrain import checksum, keys
-from ckptdrain.errors import StoreError
+from ckptdrain.errors import IntegrityError, StoreError
+from ckptdrain.store.gcs import GcsStore
 from ckptdrain.store.s3 import S3Store
 from ckptdrain.transfer.catalog import complete_steps
 from ckptdrain.transfer.cooling import cool_writer
@@ -30,7 +37,7 @@ pytestmark = pytest.mark.integration
 COLD = "REDUCED_REDUNDANCY"
 
 
-def _push(store: S3Store, tmp: Path, step: int, writer: int, writers: int) -> None:
+def _push(store: S3Store | GcsStore, tmp: Path, step: int, writer: int, writers: int) -> None:
     src = tmp / f"src-{step}-{writer}"
     (src / "opt").mkdir(parents=True)
     (src / "model.bin").write_bytes(bytes([step % 251, writer]) * 300_000)
@@ -40,7 +47,8 @@ def _push(store: S3Store, tmp: Path, step: int, writer: int, writers: int) -> No
         src, manifest, journal_path=tmp / f"journal-{step}-{writer}.json")
 
 
-def _store(server: S3Server, buckets: dict[str, str]) -> Iterator[S3Store]:
+def _store(server: S3Server | GcsServer, buckets: dict[str, str]
+           ) -> Iterator[S3Store | GcsStore]:
     if server.name not in buckets:
         buckets[server.name] = server.create_bucket()
     prefix = f"t-{uuid.uuid4().hex[:12]}"
@@ -52,12 +60,17 @@ def _store(server: S3Server, buckets: dict[str, str]) -> Iterator[S3Store]:
 
 @pytest.fixture
 def minio_store(minio: S3Server, _session_buckets: dict[str, str]) -> Iterator[S3Store]:
-    yield from _store(minio, _session_buckets)
+    yield from _store(minio, _session_buckets)  # type: ignore[misc]
+
+
+@pytest.fixture
+def gcs_store(gcs: GcsServer, _session_buckets: dict[str, str]) -> Iterator[GcsStore]:
+    yield from _store(gcs, _session_buckets)  # type: ignore[misc]
 
 
 @pytest.fixture
 def seaweed_store(seaweedfs: S3Server, _session_buckets: dict[str, str]) -> Iterator[S3Store]:
-    yield from _store(seaweedfs, _session_buckets)
+    yield from _store(seaweedfs, _session_buckets)  # type: ignore[misc]
 
 
 def _classes(store: S3Store, step: int, writer: int) -> set[str | None]:
@@ -151,3 +164,66 @@ def test_a_pass_keeps_to_its_budget_and_ends_when_the_agent_stops(
     rest = cool_writer(store, 0, hot=1, storage_class=COLD, budget=3)
     assert (rest.objects, rest.finished) == (1, True)
     assert _classes(store, 2, 0) == {COLD} and _classes(store, 3, 0) == {"STANDARD"}
+
+
+def _generations(store: GcsStore, step: int, writer: int) -> dict[str, str]:
+    out = {}
+    for prefix in keys.writer_data_prefixes(step, writer):
+        for info in store.list(prefix):
+            meta = store._stat(store._name(info.key), info.key)
+            assert meta is not None
+            out[info.key] = str(meta["generation"])
+    return out
+
+
+def test_gcs_older_steps_are_rewritten_in_the_class_and_restore_reads_them(
+        gcs_store: GcsStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = gcs_store
+    for step in (10, 20):
+        _push(store, tmp_path, step, 0, writers=1)
+    before = {step: _generations(store, step, 0) for step in (10, 20)}
+    asked: list[tuple[str, str, bytes]] = []
+    request = store._request
+
+    def recorded(op: str, method: str, url: str, key: str | None, **kw: object) -> object:
+        if op == "rewrite":
+            asked.append((url, str(key), bytes(kw["body"])))  # type: ignore[arg-type]
+        return request(op, method, url, key, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_request", recorded)
+    cooled = cool_writer(store, 0, hot=1, storage_class="COLDLINE")
+    assert cooled.steps == (10,) and cooled.objects == 2 and cooled.finished
+    # Each object of step 10 was rewritten onto itself, in the class, pinned
+    # to the generation read; step 20 (the newest) was not touched.
+    assert sorted(k for _, k, _ in asked) == sorted(before[10])
+    for url, key, body in asked:
+        assert json.loads(body) == {"storageClass": "COLDLINE"}
+        generation = before[10][key]
+        assert f"sourceGeneration={generation}" in url
+        assert f"ifGenerationMatch={generation}" in url
+    after = _generations(store, 10, 0)
+    assert after.keys() == before[10].keys()
+    assert all(after[k] != before[10][k] for k in after)  # new generations
+    assert _generations(store, 20, 0) == before[20]
+    # The same bytes: restore verifies every one against the manifest.
+    result = fetch(store, tmp_path / "restored", step=10, writer=0)
+    assert result.step == 10
+    assert (tmp_path / "restored" / "model.bin").read_bytes() == bytes([10, 0]) * 300_000
+
+
+def test_gcs_a_rewrite_that_reports_other_bytes_fails_loudly(
+        gcs_store: GcsStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = gcs_store
+    for step in (10, 20):
+        _push(store, tmp_path, step, 0, writers=1)
+    answer = store._json
+
+    def lying(response: object, op: str, key: str | None) -> dict[str, object]:
+        value = answer(response, op, key)  # type: ignore[arg-type]
+        if op == "rewrite" and isinstance(value.get("resource"), dict):
+            value["resource"]["crc32c"] = checksum.to_b64(0)
+        return value
+
+    monkeypatch.setattr(store, "_json", lying)
+    with pytest.raises(IntegrityError, match="crc32c"):
+        cool_writer(store, 0, hot=1, storage_class="NEARLINE")

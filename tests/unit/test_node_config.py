@@ -61,6 +61,10 @@ def test_rate_is_never_unlimited_by_default() -> None:
      "CKPTDRAIN_COLD_STORAGE_CLASS"),
     ({"CKPTDRAIN_STORE_URI": "s3://b/p", "CKPTDRAIN_COLD_STORAGE_CLASS": "STANDARD_IA",
       "CKPTDRAIN_COLD_AFTER": "0"}, "CKPTDRAIN_COLD_AFTER"),
+    ({"CKPTDRAIN_STORE_URI": "gs://ckpt-b/p", "CKPTDRAIN_COLD_STORAGE_CLASS": "STANDARD_IA"},
+     "CKPTDRAIN_COLD_STORAGE_CLASS"),
+    ({"CKPTDRAIN_STORE_URI": "s3://ckpt-b/p", "CKPTDRAIN_COLD_STORAGE_CLASS": "NEARLINE"},
+     "CKPTDRAIN_COLD_STORAGE_CLASS"),
 ])
 def test_bad_values_name_the_field(env: dict[str, str], field: str) -> None:
     with pytest.raises(InvalidInput) as err:
@@ -77,3 +81,10 @@ def test_help_renders() -> None:
     config.add_arguments(parser)
     text = parser.format_help()
     assert "CKPTDRAIN_OVERLAP" in text and "10%" in text
+
+
+def test_gcs_cold_classes_reach_a_gs_agent() -> None:
+    cfg = config.load(_args(), {"CKPTDRAIN_STORE_URI": "gs://ckpt-b/p",
+                                "CKPTDRAIN_COLD_STORAGE_CLASS": "COLDLINE",
+                                "CKPTDRAIN_COLD_AFTER": "2"})
+    assert (cfg.cold_storage_class, cfg.cold_after) == ("COLDLINE", 2)

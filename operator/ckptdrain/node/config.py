@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptdrain import units
+from ckptdrain.contract.cold import cold_class_problem
 from ckptdrain.contract.drain import parse_stall_timeout
 from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
@@ -292,10 +293,10 @@ def load(
         from ckptdrain.store import parse_store_uri
 
         parse_store_uri(raw["store_uri"])  # validates; opening waits for first use
-    if raw["cold_storage_class"] is not None and not (raw["store_uri"] or "").startswith("s3://"):
-        raise InvalidInput(Env.COLD_STORAGE_CLASS.value,
-                           "unset, or an s3:// store (storage classes are S3's)",
-                           raw["cold_storage_class"])
+    if raw["cold_storage_class"] is not None:
+        problem = cold_class_problem(raw["store_uri"] or "", raw["cold_storage_class"])
+        if problem is not None:
+            raise InvalidInput(Env.COLD_STORAGE_CLASS.value, problem, raw["cold_storage_class"])
     s3_options = None
     if raw["store_uri"] is not None and raw["store_uri"].startswith(("s3://", "gs://")):
         from ckptdrain.store.s3_options import S3Options

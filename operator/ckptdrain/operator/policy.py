@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ckptdrain import sizing, units
 from ckptdrain.contract import share
+from ckptdrain.contract.cold import cold_class_problem
 from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
@@ -349,8 +350,10 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     if storage_opts.cold_class and storage_opts.cold_after >= global_keep:
         r.fail("storage.coldStorage.after", f"fewer than storage.keep ({global_keep}), "
                "or no checkpoint is ever kept long enough to move", storage_opts.cold_after)
-    if storage_opts.cold_class and uri and not uri.startswith("s3://"):
-        r.fail("storage.coldStorage", "an s3:// storage.uri (storage classes are S3's)", uri)
+    cold_problem = storage_opts.cold_class and uri and cold_class_problem(
+        uri, storage_opts.cold_class)
+    if cold_problem:
+        r.fail("storage.coldStorage.storageClass", cold_problem, storage_opts.cold_class)
     if uri.startswith("gs://") and endpoint is not None:
         from ckptdrain.store.gcs import endpoint_problem
         problem = endpoint_problem(endpoint)

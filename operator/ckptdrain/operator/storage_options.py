@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckptdrain.contract.cold import COLD_CLASSES, cold_class_expected
 from ckptdrain.contract.env import Env
 
 CA_DIR = "/etc/ckptdrain/s3-ca"
@@ -28,8 +29,6 @@ CA_VOLUME = "ckptdrain-s3-ca"
 SSE_TYPES = ("SSE-S3", "SSE-KMS")
 #: Classes restore can read without a restore request first (S3's; MinIO's
 #: REDUCED_REDUNDANCY). GLACIER and DEEP_ARCHIVE cannot be read directly.
-COLD_CLASSES = ("STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR",
-                "REDUCED_REDUNDANCY")
 ADDRESSING = ("auto", "path", "virtual")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
@@ -89,10 +88,8 @@ def _cold(raw: object, fail: Fail) -> tuple[str | None, int]:
         fail("storage.coldStorage", "{storageClass, after}", raw)
         return None, 1
     cls, after = raw.get("storageClass"), raw.get("after", 1)
-    if cls not in COLD_CLASSES:
-        fail("storage.coldStorage.storageClass",
-             f"one of {', '.join(COLD_CLASSES)} (restore reads checkpoints directly; "
-             "GLACIER and DEEP_ARCHIVE need a restore request first)", cls)
+    if not any(cls in classes for classes in COLD_CLASSES.values()):
+        fail("storage.coldStorage.storageClass", cold_class_expected(), cls)
         return None, 1
     if isinstance(after, bool) or not isinstance(after, int) or after < 1:
         fail("storage.coldStorage.after",

@@ -46,6 +46,7 @@ from ckptdrain.store.gcs_auth import TokenSource, default_credentials
 from ckptdrain.store.gcs_body import RelatedBody
 from ckptdrain.store.gcs_formats import when
 from ckptdrain.store.gcs_multipart import GcsMultipart
+from ckptdrain.store.gcs_storage_class import GcsStorageClass
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 from ckptdrain.store.s3_errors import redact_endpoint
 from ckptdrain.store.s3_throttle import ATTEMPTS, ThrottleGate, gate_for
@@ -57,7 +58,7 @@ MIN_PART_SIZE = 5 << 20  # as the S3 store's, so a drain cuts files the same way
 _BLOCK = 1 << 20
 
 
-class GcsStore(GcsMultipart):
+class GcsStore(GcsMultipart, GcsStorageClass):
     """A Store over one bucket and key prefix of Google Cloud Storage."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
@@ -157,7 +158,8 @@ class GcsStore(GcsMultipart):
 
         gate_op = {"upload": "put_object", "compose": "complete_multipart_upload",
                    "get": "get_object", "stat": "head_object", "list": "list_objects_v2",
-                   "delete": "delete_object"}.get(op.split(" ")[0], "get_object")
+                   "delete": "delete_object", "rewrite": "copy_object",
+                   }.get(op.split(" ")[0], "get_object")
         for retry in (False, True):
             try:
                 answer = self.gate.send(gate_op, call, {"Body": body, "ContentLength": size},

@@ -1,12 +1,13 @@
 """Cold storage for one writer: the data of its complete global checkpoints
 older than the newest `hot` moves to a colder storage class (S3's
-STANDARD_IA or GLACIER_IR, ...), as SSD and HDD tiers are used for recent
-and old checkpoints.
+STANDARD_IA or GLACIER_IR, GCS's NEARLINE or COLDLINE, ...), as SSD and HDD
+tiers are used for recent and old checkpoints.
 
 Only what the current manifest of the writer's own step names is moved, in
-place (store/s3_storage_class.py), so keys, manifests and what a restore
-reads stay the same: restore reads a cold object like any other, which is
-why only classes that serve reads directly are allowed (policy validation).
+place (store/s3_storage_class.py, gcs_storage_class.py), so keys, manifests
+and what a restore reads stay the same: restore reads a cold object like
+any other, which is why only classes that serve reads directly are allowed
+(policy validation).
 Manifests stay in the bucket's class; they are small and read by every
 restore's catalog scan. Nothing is deleted here: retention (prune.py) still
 decides what goes, and never the newest complete checkpoint.
@@ -62,8 +63,8 @@ def cool_writer(store: Store, writer: int, hot: int, storage_class: str, *,
     are left alone."""
     change = getattr(store, "change_storage_class", None)
     if change is None:
-        raise InvalidInput("storage.coldStorage", "an s3:// store (storage classes are S3's)",
-                           store.uri)
+        raise InvalidInput("storage.coldStorage", "an s3:// or gs:// store (a file:// store "
+                           "has no storage classes)", store.uri)
     complete = [c.step for c in catalog.complete_steps(store)]
     keep_hot = set(retention.newest_complete(complete, hot))
     steps = sorted(s for s in set(complete) if s not in keep_hot)

@@ -102,10 +102,29 @@ def test_cold_storage_reaches_the_agent() -> None:
         e["name"] for c in _injected(spec())["spec"]["initContainers"] for e in c.get("env", [])}
 
 
-def test_cold_storage_needs_an_s3_store() -> None:
+def test_cold_storage_needs_a_store_with_classes() -> None:
     s = spec(coldStorage={"storageClass": "STANDARD_IA"})
     s["storage"]["uri"] = "file:///mnt/shared/ckpt"
-    assert [e.field for e in policy.validate(s, CFG)] == ["spec.storage.coldStorage"]
+    errors = policy.validate(s, CFG)
+    assert [e.field for e in errors] == ["spec.storage.coldStorage.storageClass"]
+    assert "s3:// or gs://" in errors[0].expected
+
+
+@pytest.mark.parametrize(("uri", "cls", "ok"), [
+    ("gs://ckpt-bucket/runs", "NEARLINE", True),
+    ("gs://ckpt-bucket/runs", "COLDLINE", True),
+    ("gs://ckpt-bucket/runs", "ARCHIVE", True),
+    ("gs://ckpt-bucket/runs", "STANDARD_IA", False),  # S3's name, on GCS
+    ("s3://ckpt-bucket/runs", "COLDLINE", False),  # GCS's name, on S3
+    ("s3://ckpt-bucket/runs", "GLACIER_IR", True),
+])
+def test_cold_classes_are_the_stores_own(uri: str, cls: str, ok: bool) -> None:
+    s = spec(keep=3, coldStorage={"storageClass": cls})
+    s["storage"]["uri"] = uri
+    errors = policy.validate(s, CFG)
+    assert [e.field for e in errors] == ([] if ok else ["spec.storage.coldStorage.storageClass"])
+    if not ok:
+        assert uri[:5] in errors[0].expected  # names the classes of this store
 
 
 def test_a_gs_policy_reaches_the_pod_without_credentials() -> None:
@@ -122,7 +141,7 @@ def test_a_gs_policy_reaches_the_pod_without_credentials() -> None:
     ({"credentialsSecretRef": {"name": "hmac"}}, "spec.storage.credentialsSecretRef"),
     ({"encryption": {"type": "SSE-S3"}}, "spec.storage.encryption"),
     ({"addressingStyle": "path"}, "spec.storage.addressingStyle"),
-    ({"coldStorage": {"storageClass": "STANDARD_IA"}}, "spec.storage.coldStorage"),
+    ({"coldStorage": {"storageClass": "STANDARD_IA"}}, "spec.storage.coldStorage.storageClass"),
     # The pod's Google token would be sent there.
     ({"endpoint": "https://storage.example.com"}, "spec.storage.endpoint"),
 ])
