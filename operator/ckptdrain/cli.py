@@ -1,7 +1,7 @@
 """The one `ckptdrain` command: its parser, `size`, and the one exit path.
 
 Built-in sub-commands (size here; push, pull, ls and verify in
-transfer/command.py) import their heavy parts (boto3, the engines) only when
+transfer/command.py) import their heavy parts (botocore, the engines) only when
 run, so `ckptdrain size` stays instant. Other rooms plug in sub-commands
 through PLUGINS: a module with `add_arguments(parser)` and `run(args) -> int`,
 imported only when its sub-command is the one being run (a missing module just

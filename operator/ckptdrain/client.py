@@ -21,7 +21,7 @@ and renames it to `<work>/step-<N>/` when every file is written; the agent
 never reads a `.tmp` directory. The agent asks for checkpoints by rewriting
 `<work>/.ckptdrain/request`; `complete` records the answer in
 `<work>/.ckptdrain/ack`. Standard library only: this module is imported into
-training processes that must not pull in boto3 or Kubernetes clients (the env
+training processes that must not pull in botocore or Kubernetes clients (the env
 names come from contract/env.py, itself standard library only).
 """
 

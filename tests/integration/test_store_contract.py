@@ -7,6 +7,7 @@ the server verifies, credentials, endpoints) takes `s3server` and `s3area` (buck
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import random
 import time
@@ -374,6 +375,50 @@ def test_whole_objects_carry_a_crc32c_the_server_checks(
                                      ChecksumCRC32C=wrong)
     assert excinfo.value.response["Error"]["Code"] in (
         "BadDigest", "XAmzContentChecksumMismatch", "InvalidChecksum")
+
+
+def test_a_server_that_ignores_the_crc32c_header_gets_content_md5(
+    s3server: S3Server, s3area: tuple[str, str]
+) -> None:
+    """A server that stores whatever x-amz-checksum-crc32c says is found out
+    by the probe, and whole objects go with Content-MD5, which it checks."""
+    bucket, prefix = s3area
+    store = s3server.open_store(bucket, prefix)
+
+    def drop_crc32c(request: Any, **_: Any) -> None:  # before signing: as if never sent
+        if "x-amz-checksum-crc32c" in request.headers:
+            del request.headers["x-amz-checksum-crc32c"]
+
+    store._client.meta.events.register("before-sign.s3.PutObject", drop_crc32c)
+    sent = _capture_headers(store, "PutObject")
+    store.put_bytes("ck/small", b"abc")
+    assert store._checks_crc32c is False
+    expected = base64.b64encode(hashlib.md5(b"abc").digest()).decode()
+    assert sent[-1]["Content-MD5"] == expected.encode()
+    # The probe's object, stored by such a server, is gone again.
+    listed = s3server.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/")
+    assert [o["Key"] for o in listed.get("Contents", [])] == [f"{prefix}/ck/small"]
+    # And Content-MD5 is checked: a wrong one is refused.
+    wrong = {"ContentMD5": base64.b64encode(hashlib.md5(b"other").digest()).decode()}
+    store._integrity_args = lambda _data, _crc: wrong  # type: ignore[method-assign]
+    with pytest.raises(IntegrityError, match="checksum mismatch"):
+        store.put_bytes("ck/other", b"abc")
+    assert store.head("ck/other") is None
+
+
+def test_the_probe_finds_that_real_servers_check_crc32c_and_leaves_nothing(
+    s3server: S3Server, s3area: tuple[str, str]
+) -> None:
+    bucket, prefix = s3area
+    store = s3server.open_store(bucket, prefix)
+    sent = _capture_headers(store, "PutObject")
+    store.put_bytes("ck/a", b"abc")
+    store.put_bytes("ck/b", b"abc")
+    assert store._checks_crc32c is True
+    assert len(sent) == 3  # one probe, then the two objects: asked once per store
+    listed = s3server.client().list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/")
+    assert sorted(o["Key"] for o in listed.get("Contents", [])) == [
+        f"{prefix}/ck/a", f"{prefix}/ck/b"]
 
 
 def test_every_store_refuses_a_whole_object_whose_crc32c_is_wrong(store: Store) -> None:

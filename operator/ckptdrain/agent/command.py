@@ -245,7 +245,7 @@ def goodput_watcher(cfg: node_config.AgentConfig, tier: LocalTier, metrics: Agen
 
 
 def run(args: argparse.Namespace) -> int:
-    # Catch SIGTERMs from the first moment: opening the store imports boto3 (~1 s),
+    # Catch SIGTERMs from the first moment: opening the store imports botocore (~1 s),
     # and an eviction then must still flush, not kill us mid-start.
     early: list[float] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: early.append(time.monotonic()))

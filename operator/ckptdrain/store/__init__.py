@@ -173,7 +173,7 @@ def open_store(
     CKPTDRAIN_S3_ENDPOINT, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS.
     Credentials come from the standard AWS chain (env, profile, IRSA, IMDS).
     The endpoint goes through `parse_endpoint` (InvalidInput naming
-    `endpoint_field`, credentials redacted) before boto3 sees it.
+    `endpoint_field`, credentials redacted) before botocore sees it.
     Encryption, a private CA and the addressing style: `options` (an
     S3Options) if given, else the environment (store/s3_options.py;
     InvalidInput naming the variable).

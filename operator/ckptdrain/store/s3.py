@@ -13,8 +13,11 @@ reads, listing), `s3_multipart.py` (multipart uploads and their CRC32Cs),
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import http.client
 import re
+import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, BinaryIO, NoReturn
 
@@ -22,7 +25,7 @@ import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ckptdrain import checksum
+from ckptdrain import __version__, checksum
 from ckptdrain.errors import (
     InvalidInput,
     ObjectMissing,
@@ -34,6 +37,7 @@ from ckptdrain.paths import check_key
 from ckptdrain.store.base import ObjectInfo
 from ckptdrain.store.endpoint import parse_endpoint
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
+from ckptdrain.store.s3_checksum_probe import probe_key, server_checks_crc32c
 from ckptdrain.store.s3_errors import MISSING_KEY_CODES, raise_store_error, redact_endpoint
 from ckptdrain.store.s3_multipart import S3Multipart
 from ckptdrain.store.s3_options import S3Options
@@ -69,9 +73,11 @@ class S3Store(S3Multipart, S3StorageClass):
     journals it: SeaweedFS's ListParts does not return part checksums, and
     a resumed drain completes from its journal's CRCs. put_bytes (manifests,
     single-part files) sends x-amz-checksum-crc32c as well: the caller's, or
-    one computed here (Content-MD5, which it sent before, cost a drain of
-    64 MiB files 0.7 core-s/GB). tests/integration/test_store_contract.py
-    sends wrong checksums to SeaweedFS and MinIO.
+    one computed here (Content-MD5 cost a drain of 64 MiB files 0.7
+    core-s/GB), once a probe has shown that the server checks it
+    (s3_checksum_probe.py); where it does not, Content-MD5 as before.
+    tests/integration/test_store_contract.py sends wrong checksums to
+    SeaweedFS and MinIO.
     """
 
     def __init__(
@@ -105,9 +111,10 @@ class S3Store(S3Multipart, S3StorageClass):
             region_name=region,
             signature_version="s3v4",
             # Path-style for custom endpoints unless told (s3_options.py).
-            # Bodies carry Content-MD5 (a signed header the server verifies),
-            # so SHA-256 payload signing, which botocore otherwise does over
-            # plain HTTP, adds ~1 core-s/GB and no integrity.
+            # Bodies carry a checksum the server verifies (CRC32C, or
+            # Content-MD5 where CRC32C is not checked: _whole_object_checksum),
+            # a signed header, so SHA-256 payload signing, which botocore
+            # otherwise does over plain HTTP, adds ~1 core-s/GB and no integrity.
             s3={"addressing_style": self.options.addressing_style(endpoint_url is not None),
                 "payload_signing_enabled": False},
             # No retries in botocore: each request would back off on its
@@ -124,6 +131,7 @@ class S3Store(S3Multipart, S3StorageClass):
             # CPU we do not need, since our manifests carry CRC32C.
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
+            user_agent_extra=f"ckptdrain/{__version__}",
         )
         # botocore's own session, not boto3's: boto3 adds only what this
         # store does not use (resources, upload_file through s3transfer), and
@@ -141,6 +149,8 @@ class S3Store(S3Multipart, S3StorageClass):
             raise InvalidInput("endpoint_url", "an S3 endpoint botocore accepts "
                                f"({type(err).__name__})", self.endpoint) from None
         self._pace: Callable[[int], object] | None = None
+        self._checks_crc32c: bool | None = None  # asked once (s3_checksum_probe.py)
+        self._probe_lock = threading.Lock()
         self.gate = gate if gate is not None else gate_for(self.endpoint)
         self._attempts = max(1, max_attempts)
 
@@ -181,10 +191,18 @@ class S3Store(S3Multipart, S3StorageClass):
         except BotoCoreError as err:
             self._fail(err, op, key)
 
-    @staticmethod
-    def _integrity_args(data: bytes | bytearray | memoryview,
+    def _integrity_args(self, data: bytes | bytearray | memoryview,
                         crc32c: int | None) -> dict[str, str]:
-        """The checksum the server verifies before it stores a whole object."""
+        """The checksum the server verifies before it stores a whole object:
+        its CRC32C, or Content-MD5 where the server does not check CRC32C."""
+        with self._probe_lock:
+            if self._checks_crc32c is None:
+                self._checks_crc32c = server_checks_crc32c(
+                    lambda op, **kw: self._call(op, None, **kw),
+                    probe_key(self.prefix), self.endpoint)
+        if not self._checks_crc32c:
+            return {"ContentMD5": base64.b64encode(
+                hashlib.md5(data, usedforsecurity=False).digest()).decode("ascii")}
         if crc32c is None:
             crc32c = checksum.crc32c(memoryview(data).cast("B"))
         return {"ChecksumCRC32C": checksum.to_b64(crc32c)}

@@ -2,7 +2,7 @@
 
 cli.py builds their parsers; here is what each does once its flags are
 parsed. The engines (transfer/drain.py, transfer/fetch.py, the catalog) and
-the store adapters (boto3) are imported only inside the command that runs, so
+the store adapters (botocore) are imported only inside the command that runs, so
 importing this module costs `ckptdrain size` nothing. Errors leave as
 errors.py exceptions; cli.main turns them into one line and an exit code.
 """

@@ -276,7 +276,8 @@ def fetch(
         try:
             ckpt = load_checkpoint(store, candidate)
             files = _plan(ckpt, tmp, writer, part_size)
-            _download(store, files, concurrency or default_concurrency(), progress)
+            _download(store, files, default_concurrency() if concurrency is None else concurrency,
+                      progress)
             _verify(files)
             _fsync_tree(files)
             _place(tmp, dest)

@@ -1,0 +1,55 @@
+"""Whether an S3-compatible server checks x-amz-checksum-crc32c on PutObject.
+
+Whole objects (manifests, files up to a part size) go with the CRC32C the
+drain took as it read them, in x-amz-checksum-crc32c: AWS S3, MinIO and
+SeaweedFS refuse a body that does not match it. A server that ignores the
+header would store any bytes, and report back our CRC as if it had checked
+it, so once per store a process asks: it puts a few bytes under a name no
+key can take, with a CRC32C that is deliberately wrong. Refused: the
+server checks it. Stored: it does not, the probe object is deleted, and
+whole objects go with Content-MD5 instead (checked by every S3 server we
+know of, at ~0.7 core-s/GB more).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ckptdrain import checksum
+from ckptdrain.paths import RESERVED_PREFIX
+from ckptdrain.store.s3_errors import DIGEST_CODES
+
+log = logging.getLogger(__name__)
+
+PROBE_DIR = RESERVED_PREFIX + "probe"
+_BODY = b"ckptdrain checksum probe"
+
+
+def probe_key(prefix: str) -> str:
+    """A fresh key under `prefix` that no checkpoint key can be (paths.check_key)."""
+    name = f"{PROBE_DIR}/{uuid.uuid4().hex}"
+    return f"{prefix}/{name}" if prefix else name
+
+
+def server_checks_crc32c(call: Callable[..., Any], full_key: str, endpoint: str) -> bool:
+    """Put `_BODY` at `full_key` with a wrong CRC32C; True if the server refused it.
+
+    `call(op, handled=codes, **kwargs)` is the store's request (a ClientError
+    whose code is in `handled` comes back instead of being raised); any other
+    failure (access denied, unreachable) is raised, as the real write would."""
+    wrong = checksum.to_b64(checksum.crc32c(_BODY) ^ 0xFFFFFFFF)
+    answer = call("put_object", handled=DIGEST_CODES, Key=full_key, Body=_BODY,
+                  ContentLength=len(_BODY), ChecksumCRC32C=wrong)
+    if isinstance(answer, ClientError):
+        return True
+    with contextlib.suppress(Exception):  # a leftover of 24 bytes; the warning says why
+        call("delete_object", Key=full_key)
+    log.warning("%s stored a body whose x-amz-checksum-crc32c was wrong: it does not check "
+                "that header, so whole objects go with Content-MD5 (it checks that)", endpoint)
+    return False
