@@ -1,10 +1,15 @@
 """Pods created through the real admission webhook at a steady rate, each
-with its client-side latency (the webhook's call is inside it)."""
+with its client-side latency (the webhook's call is inside it).
+
+Each policy's pods belong to an Indexed Job, as a real job's do: the Job
+object exists (suspended, so no controller would start pods of its own) and
+every pod names it as its controller, so admission reads the owner as it
+would in a real cluster."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -24,22 +29,40 @@ class Writer:
         return f"{self.policy}-w{self.rank}"
 
 
-def body(w: Writer) -> dict[str, Any]:
-    """An Indexed-Job-like pod the policy selects, its rank as the Job index."""
-    return pod(w.pod, {"app": w.policy, **INJECT}, w.rank,
-               terminationGracePeriodSeconds=3600)
+def body(w: Writer, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """An Indexed Job's pod the policy selects, its rank as the Job index;
+    with `owner` (owner_reference), the Job is its controller."""
+    made = pod(w.pod, {"app": w.policy, **INJECT}, w.rank, terminationGracePeriodSeconds=3600)
+    if owner is not None:
+        made["metadata"]["ownerReferences"] = [dict(owner)]
+    return made
+
+
+def create_job(batch: Any, namespace: str, name: str, writers: int) -> dict[str, Any]:
+    """A suspended Indexed Job of `writers` pods; its owner reference for them."""
+    job = batch.create_namespaced_job(namespace, {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "spec": {"suspend": True, "completionMode": "Indexed", "completions": writers,
+                 "parallelism": writers,
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                     "restartPolicy": "Never",
+                     "containers": [{"name": "trainer", "image": "trainer:1"}]}}}})
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": name,
+            "uid": job.metadata.uid, "controller": True}
 
 
 def create_at_rate(core: Any, namespace: str, writers: Sequence[Writer], rate: float,
-                   workers: int = 16) -> tuple[list[float], list[str]]:
-    """Create every writer's pod at `rate` per second. Returns each creation's
-    latency (seconds, in order) and the errors (one line each)."""
+                   workers: int = 16, owners: Mapping[str, Mapping[str, Any]] | None = None,
+                   ) -> tuple[list[float], list[str]]:
+    """Create every writer's pod at `rate` per second (owned by its policy's
+    Job in `owners`, if there). Returns each creation's latency (seconds, in
+    order) and the errors (one line each)."""
     errors: list[str] = []
 
     def create(w: Writer) -> float:
         start = time.perf_counter()
         try:
-            core.create_namespaced_pod(namespace, body(w))
+            core.create_namespaced_pod(namespace, body(w, (owners or {}).get(w.policy)))
         except Exception as error:  # recorded and reported, never hidden
             errors.append(f"{w.pod}: {getattr(error, 'reason', error)}")
             return -1.0

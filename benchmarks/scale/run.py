@@ -103,6 +103,7 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
     writers, per_policy = layout(size)
     cap = size.cap_fraction * POLICY_RATE * size.policies
     out: dict[str, Any] = {"writers": size.writers, "policies": size.policies,
+                           "pods_owned_by_jobs": True,
                            "rounds": size.rounds, "cluster_cap_bytes_s": cap}
     with cluster.running(workdir, str(int(cap))) as parts:
         pid = parts.operator.proc.pid  # type: ignore[union-attr]
@@ -116,12 +117,18 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
                 GROUP, VERSION, NAMESPACE, POLICIES, policy(item[0], writers=item[1])),
                 per_policy.items()))
         _wait_sized(custom, set(per_policy))
+        batch = client.BatchV1Api(api)
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            owners = dict(zip(per_policy, pool.map(
+                lambda item: admission.create_job(batch, NAMESPACE, item[0], item[1]),
+                per_policy.items()), strict=True))
         cluster.settle(pid)
         watch = ShareWatch(NAMESPACE, api, cap)
         watch.start()
 
         log(f"[{size.writers}w/{size.policies}p] {len(writers)} pods at {size.rate}/s")
-        latencies, errors = admission.create_at_rate(core, NAMESPACE, writers, size.rate)
+        latencies, errors = admission.create_at_rate(core, NAMESPACE, writers, size.rate,
+                                                     owners=owners)
         out["admission_errors"] = errors[:10]
         out["admission_during_creation"] = admission.quantiles(latencies)
         out["admission_settle_s"] = round(cluster.settle(pid), 1)
@@ -172,7 +179,9 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
         custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, POLICIES, policy(
             SQUEEZE, writers=size.probe_pods,
             model={"checkpointBytes": str(int(POLICY_BYTES * size.policies))}))
-        probe, probe_errors = admission.create_at_rate(core, NAMESPACE, squeeze, size.rate)
+        owners[SQUEEZE] = admission.create_job(batch, NAMESPACE, SQUEEZE, size.probe_pods)
+        probe, probe_errors = admission.create_at_rate(core, NAMESPACE, squeeze, size.rate,
+                                                       owners=owners)
         cluster.settle(pid)
         out["admission_with_n_present"] = admission.quantiles(probe)
         out["admission_errors"] += probe_errors[:10]

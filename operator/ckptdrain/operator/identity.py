@@ -275,11 +275,13 @@ def _owner_kind(pod: Obj) -> str:
     return str(controller.get("kind")) if controller else "Pod"
 
 
-def controller_of(obj: Obj) -> tuple[str, str, str] | None:
-    """(apiVersion, kind, name) of the object's controlling owner, if any."""
+def controller_of(obj: Obj) -> tuple[str, str, str, str | None] | None:
+    """(apiVersion, kind, name, uid) of the object's controlling owner, if any."""
     for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if owner.get("controller"):
-            return str(owner.get("apiVersion")), str(owner.get("kind")), str(owner.get("name"))
+            uid = owner.get("uid")
+            return (str(owner.get("apiVersion")), str(owner.get("kind")),
+                    str(owner.get("name")), str(uid) if uid else None)
     return None
 
 

@@ -49,6 +49,7 @@ from ckptdrain.operator import (
 )
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.owner_cache import OwnerCache
 
 POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
 
@@ -153,11 +154,16 @@ _PLURALS = {"Job": "jobs", "JobSet": "jobsets", "PyTorchJob": "pytorchjobs"}
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 
 
+#: Owners read at admission, kept a few seconds: a job of N pods costs one
+#: read of its Job and JobSet, not N (owner_cache.py).
+_owner_objects = OwnerCache(lambda *ref: kube.read_object(*ref))
+
+
 def _owner(namespace: str, obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     ref = identity.controller_of(obj)
     if ref is None or ref[1] != kind:
         return None
-    return kube.read_object(ref[0], _PLURALS[kind], namespace, ref[2])
+    return _owner_objects.get(ref[0], _PLURALS[kind], namespace, ref[2], ref[3])
 
 
 def _owners(namespace: str, pod: dict[str, Any]) -> identity.Owners:
@@ -165,7 +171,7 @@ def _owners(namespace: str, pod: dict[str, Any]) -> identity.Owners:
     what is missing makes the identity less certain, and `identity` says so)."""
     labels = pod.get("metadata", {}).get("labels") or {}
     if identity.LWS_NAME in labels:
-        return identity.Owners(leaderworkerset=kube.read_object(
+        return identity.Owners(leaderworkerset=_owner_objects.get(
             LWS_API, "leaderworkersets", namespace, labels[identity.LWS_NAME]))
     if identity.PYTORCH_TYPE in labels:
         return identity.Owners(pytorchjob=_owner(namespace, pod, "PyTorchJob"))

@@ -149,3 +149,24 @@ def test_the_label_index_finds_exactly_what_a_scan_of_every_policy_finds(
     indexed = webhook._selecting(labels, webhook._candidates(
         "ml", labels, _filed(bodies)))  # type: ignore[arg-type]
     assert indexed == scanned
+
+
+def test_a_job_of_many_pods_reads_its_job_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptdrain.operator.owner_cache import OwnerCache
+
+    reads: list[str] = []
+
+    def read_object(api_version: str, plural: str, namespace: str, name: str) -> Any:
+        reads.append(plural)
+        return {"metadata": {"name": name, "uid": "job-uid"}, "spec": {"completions": 8}}
+
+    monkeypatch.setattr(kube, "read_object", read_object)
+    monkeypatch.setattr(kube, "live_writers", lambda *_: [])
+    monkeypatch.setattr(webhook, "_owner_objects",
+                        OwnerCache(lambda *ref: kube.read_object(*ref)))
+    for rank in range(8):
+        pod = job_pod(rank, f"w-{rank}")
+        pod["metadata"]["ownerReferences"][0]["uid"] = "job-uid"
+        found, _ = identify(pod, 8)
+        assert (found.rank, found.writers) == (rank, 8)
+    assert reads == ["jobs"]
