@@ -14,7 +14,7 @@ from tests.torture.runner import options, report, sweep
 
 from ckptdrain import units
 
-STORES = ("file", "seaweedfs", "minio")
+STORES = ("file", "seaweedfs", "minio", "gcs")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -87,7 +87,7 @@ class Category:
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """This environment without any store settings, plus `extra`."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AWS_", "CKPTDRAIN_"))}
+           if not k.startswith(("AWS_", "CKPTDRAIN_", "GOOGLE_", "STORAGE_EMULATOR_"))}
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env

@@ -44,9 +44,9 @@ def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
 
 
 def push_args(src: Path, uri: str, *extra: str) -> list[str]:
-    # Small parts make many kill points; S3 refuses parts under 5 MiB (and push
-    # refuses a --part-size under the store's floor).
-    part = "5MiB" if uri.startswith("s3://") else "1MiB"
+    # Small parts make many kill points; S3 refuses parts under 5 MiB, the gs://
+    # store keeps the same floor (and push refuses a --part-size under it).
+    part = "5MiB" if uri.startswith(("s3://", "gs://")) else "1MiB"
     return ["push", str(src), uri, "--part-size", part, "--concurrency", "2",
             "--journal", str(src.parent / f".journal-{src.name}"), "--json", *extra]
 

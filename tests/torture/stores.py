@@ -1,33 +1,43 @@
 """The stores a sweep runs against, and raw access to their objects.
 
-    kind = StoreKind.start("seaweedfs", scratch, stack)   # or "file", "minio"
-    area = kind.area("kills")        # a fresh prefix (S3) or directory (file://)
+    kind = StoreKind.start("seaweedfs", scratch, stack)   # or "file", "minio", "gcs"
+    area = kind.area("kills")        # a fresh prefix (S3, GCS) or directory (file://)
     area.uri, area.env               # what the CLI and the agent are given
     area.get(key) / put / delete / keys(prefix)   # bypassing ckptdrain, to corrupt
 
 An S3 kind owns its server (tests/support/s3servers.py launchers) and can kill,
-restart, freeze and thaw it for the outage category. Everything listens on
-127.0.0.1 and stops when the sweep's ExitStack closes.
+restart, freeze and thaw it for the outage category. The gcs kind owns a GCS
+API server (tests/support/gcsserver.py), reached as the emulator it is
+(STORAGE_EMULATOR_HOST), its objects read and written through the JSON API.
+Everything listens on 127.0.0.1 and stops when the sweep's ExitStack closes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
+from tests.support.gcsserver import GcsServer, start_fake_gcs
 from tests.support.s3servers import S3Server, start_minio, start_seaweedfs
 from tests.torture.proxy import CountingProxy
 
 RESTART_CAP = 90.0
+
+
+def _reserved(key: str) -> bool:
+    return any(part.startswith(".ckptdrain-") for part in key.split("/"))
 
 
 _STEP_DATA = re.compile(r"data/(?:[0-9a-f]{2}/)?(?P<step>[0-9]{20})/")
@@ -60,6 +70,10 @@ class Area:
                     if key.startswith(prefix):
                         found[key] = (Path(dirpath) / name).stat().st_size
             return found
+        if self.kind.gcs is not None:
+            return {k[len(self._full("")):]: size
+                    for k, size in self.kind.gcs_list(self._full(prefix)).items()
+                    if not _reserved(k[len(self._full("")):])}
         client, found = self.kind.client(), {}
         pages = client.get_paginator("list_objects_v2").paginate(
             Bucket=self.kind.bucket, Prefix=self._full(prefix))
@@ -77,6 +91,9 @@ class Area:
     def get(self, key: str) -> bytes:
         if self.root is not None:
             return (self.root / key).read_bytes()
+        if self.kind.gcs is not None:
+            return self.kind.gcs_request("GET", f"/storage/v1/b/{self.kind.bucket}/o/"
+                                         f"{quote(self._full(key), safe='')}?alt=media")
         body = self.kind.client().get_object(Bucket=self.kind.bucket, Key=self._full(key))
         return bytes(body["Body"].read())
 
@@ -86,11 +103,21 @@ class Area:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
             return
+        if self.kind.gcs is not None:
+            self.kind.gcs_request("POST", f"/upload/storage/v1/b/{self.kind.bucket}/o?"
+                                  f"uploadType=media&name={quote(self._full(key), safe='')}",
+                                  data)
+            return
         self.kind.client().put_object(Bucket=self.kind.bucket, Key=self._full(key), Body=data)
 
     def delete(self, key: str) -> None:
         if self.root is not None:
             (self.root / key).unlink(missing_ok=True)
+            return
+        if self.kind.gcs is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.kind.gcs_request("DELETE", f"/storage/v1/b/{self.kind.bucket}/o/"
+                                      f"{quote(self._full(key), safe='')}")
             return
         self.kind.client().delete_object(Bucket=self.kind.bucket, Key=self._full(key))
 
@@ -102,7 +129,14 @@ class Area:
         return st.st_ino, st.st_mtime_ns
 
     def proxied(self) -> tuple[Area, CountingProxy | None]:
-        """The same area reached through a counting proxy (S3), or itself (file://)."""
+        """The same area reached through a counting proxy (S3, GCS), or itself (file://)."""
+        if self.kind.gcs is not None:
+            parts = urlsplit(self.kind.gcs.endpoint_url)
+            proxy = CountingProxy(parts.hostname or "127.0.0.1", parts.port or 80)
+            self.kind.proxies.append(proxy)
+            host = urlsplit(proxy.endpoint_url).netloc
+            return Area(self.kind, self.uri, {**self.env, "STORAGE_EMULATOR_HOST": host},
+                        None, self.prefix, proxy.endpoint_url), proxy
         if self.root is not None or self.kind.server is None:
             return self, None
         parts = urlsplit(self.kind.server.endpoint_url)
@@ -118,6 +152,7 @@ class StoreKind:
     name: str
     scratch: Path
     server: S3Server | None = None
+    gcs: GcsServer | None = None
     bucket: str = ""
     proxies: list[CountingProxy] = field(default_factory=list)
     restarted: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -129,6 +164,12 @@ class StoreKind:
         if name == "file":
             (scratch / "stores").mkdir(exist_ok=True)
             return cls(name, scratch)
+        if name == "gcs":
+            gcs = stack.enter_context(start_fake_gcs(scratch))
+            kind = cls(name, scratch, gcs=gcs)
+            stack.callback(kind.close)
+            kind.bucket = gcs.create_bucket()
+            return kind
         launcher = {"seaweedfs": start_seaweedfs, "minio": start_minio}[name]
         server = stack.enter_context(launcher(scratch))
         kind = cls(name, scratch, server)
@@ -146,8 +187,38 @@ class StoreKind:
             self._client = self.server.client(read_timeout=30, connect_timeout=3)
         return self._client
 
+    def gcs_request(self, method: str, path: str, data: bytes | None = None) -> bytes:
+        """One JSON API call to the GCS server, its body; FileNotFoundError on a 404."""
+        assert self.gcs is not None
+        request = urllib.request.Request(self.gcs.endpoint_url + path, data=data,
+                                         method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return bytes(response.read())
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                raise FileNotFoundError(path) from None
+            raise
+
+    def gcs_list(self, prefix: str) -> dict[str, int]:
+        """{name: size} of every object of the bucket under `prefix`, paged."""
+        found, token = {}, ""
+        while True:
+            query = f"?prefix={quote(prefix, safe='')}" + (
+                f"&pageToken={quote(token, safe='')}" if token else "")
+            page = json.loads(self.gcs_request("GET", f"/storage/v1/b/{self.bucket}/o{query}")
+                              or b"{}")
+            found.update({item["name"]: int(item["size"]) for item in page.get("items", [])})
+            token = page.get("nextPageToken") or ""
+            if not token:
+                return found
+
     def area(self, label: str) -> Area:
         tag = f"{label}-{uuid.uuid4().hex[:8]}"
+        if self.gcs is not None:
+            host = urlsplit(self.gcs.endpoint_url).netloc
+            return Area(self, f"gs://{self.bucket}/{tag}", {"STORAGE_EMULATOR_HOST": host},
+                        prefix=tag, endpoint=self.gcs.endpoint_url)
         if self.server is None:
             root = self.scratch / "stores" / tag
             return Area(self, f"file://{root}", {}, root=root)

@@ -1,7 +1,7 @@
 """A short, bounded run of every torture category (the full run: `make torture`).
 
-Small sizes and counts against file:// and SeaweedFS, so it fits in the normal
-test run; each category must report zero failures. The counts are printed
+Small sizes and counts against file://, SeaweedFS and the GCS API server, so
+it fits in the normal test run; each category must report zero failures. The counts are printed
 (`pytest -s` shows them) so a run that tried nothing is visible too.
 """
 
@@ -13,12 +13,15 @@ from tests.torture.runner import line, options, report, sweep
 
 pytestmark = pytest.mark.integration
 
-#: Two small sweeps: the categories that need no server on file://, and what an
-#: S3 server adds (the counting proxy, outages, the canary on a real endpoint).
+#: Three small sweeps: the categories that need no server on file://, what an
+#: S3 server adds (the counting proxy, outages, the canary on a real endpoint),
+#: and the gs:// store under kills, corruption, hostile manifests and races.
 SHORT = [
     {"stores": ["file"], "only": ("kills", "corruption", "hostile", "badinput", "diskfull",
                                   "writers", "leaks"), "kills": 3, "manifests": 8},
     {"stores": ["seaweedfs"], "only": ("kills", "outages", "canary", "leaks"), "kills": 1},
+    {"stores": ["gcs"], "only": ("kills", "corruption", "hostile", "writers"), "kills": 1,
+     "manifests": 8},
 ]
 COMMON = {"outages": 1, "rounds": 1, "size": 1 << 20, "seed": 7}
 
