@@ -1,6 +1,7 @@
 """Leaks, after the whole sweep: temp files and staging directories under every
-file:// root, unfinished multipart uploads on every S3 bucket, and the bytes of
-data objects no current manifest names (orphans).
+file:// root, unfinished multipart uploads on every S3 bucket and GCS area
+(there, also parts stored for an upload whose marker is gone), and the bytes
+of data objects no current manifest names (orphans).
 
 Invariant: after global retention's clean-up (run here on every store area of
 the sweep, file:// and S3, as it runs once its grace period has passed), no
@@ -32,6 +33,7 @@ from ckptdrain import keys
 from ckptdrain.errors import ObjectMissing
 from ckptdrain.store import open_store
 from ckptdrain.store.base import Store
+from ckptdrain.store.gcs_multipart import UPLOADS as GCS_UPLOADS
 from ckptdrain.store.local import LocalStore
 from ckptdrain.transfer.prune import prune_writer
 
@@ -50,7 +52,7 @@ def journaled_uploads(scratch: Path) -> set[str]:
 def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
     resumable = journaled_uploads(ctx.scratch)
     kept = 0
-    if kind.server is None:
+    if kind.is_file:
         cat.figures["file:// temp files and staging dirs before retention"] = len(
             _temp_state(kind.scratch / "stores", resumable)[0])
     leaked, damaged, sample = 0, 0, []
@@ -67,7 +69,26 @@ def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
             damaged += area_damaged
             sample += [f"{label}/{k}" for k in keys_[:4]]
     cat.figures["store areas swept by retention"] = len(areas)
-    if kind.server is None:
+    if kind.gcs is not None:
+        uploads, stray = [], 0
+        for label, store in areas:
+            live = set()
+            for upload in store.list_multipart_uploads(""):
+                live.add(upload.upload_id)
+                if upload.upload_id in resumable:
+                    kept += 1
+                else:
+                    uploads.append(f"{label}/{upload.key}")
+            parts = f"{label}/{GCS_UPLOADS}/part/"
+            for name, size in kind.gcs_list(parts).items():
+                upload_id = name[len(parts):].split("/", 1)[0]
+                if upload_id not in live and upload_id not in resumable:
+                    stray += size
+        cat.figures["unfinished multipart uploads"] = len(uploads)
+        cat.figures["bytes of parts no upload names"] = stray
+        cat.check(not uploads, f"{len(uploads)} unfinished multipart uploads: {uploads[:8]}")
+        cat.check(stray == 0, f"{stray} bytes of parts of uploads that are gone")
+    elif kind.is_file:
         found, kept = _temp_state(kind.scratch / "stores", resumable)
         cat.figures["file:// temp files and staging dirs"] = len(found)
         cat.check(not found, f"{len(found)} temp files / staging dirs left: {found[:8]}")
@@ -114,6 +135,10 @@ def _credentials(kind: StoreKind) -> Iterator[None]:
 def _areas(kind: StoreKind) -> list[tuple[str, Store]]:
     """Every store area the sweep made: a directory under the file:// root,
     a top-level prefix (objects or unfinished uploads) in the S3 bucket."""
+    if kind.gcs is not None:
+        tags = sorted({name.split("/", 1)[0] for name in kind.gcs_list("") if "/" in name})
+        return [(tag, open_store(f"gs://{kind.bucket}/{tag}", endpoint_url=kind.gcs.endpoint_url))
+                for tag in tags]
     if kind.server is None:
         root = kind.scratch / "stores"
         return [(p.name, LocalStore(p)) for p in sorted(root.iterdir()) if p.is_dir()]

@@ -22,9 +22,9 @@ from tests.torture.worker import Worker
 ONCE = {"badinput", "diskfull"}
 #: Categories that only make sense on an S3 server.
 S3_ONLY = {"outages"}
-#: Categories whose sweeps speak S3 or the file store only (multipart uploads,
-#: S3 credentials): not run on the GCS server.
-NOT_ON_GCS = {"outages", "leaks", "canary"}
+#: Categories that speak S3 (its server's process, its credentials): not run
+#: on the GCS server.
+NOT_ON_GCS = {"outages", "canary"}
 MODULES = {"badinput": "badinput", "canary": "canary", "corruption": "corruption",
            "diskfull": "diskfull", "hostile": "hostile", "kills": "kills", "leaks": "leaks",
            "outages": "outages", "writers": "writers"}
@@ -49,7 +49,7 @@ def sweep(opts: Options, log: Any = print) -> list[Category]:
                         continue
                     cat = Category(name, "-" if name in ONCE else kind.name)
                     if name in NOT_ON_GCS and kind.gcs is not None:
-                        cat.skipped = "speaks S3 or file:// only"
+                        cat.skipped = "speaks S3"
                     elif name in S3_ONLY and not kind.is_s3:
                         cat.skipped = "needs an S3 server"
                     else:

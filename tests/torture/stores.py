@@ -178,6 +178,10 @@ class StoreKind:
         return kind
 
     @property
+    def is_file(self) -> bool:
+        return self.server is None and self.gcs is None
+
+    @property
     def is_s3(self) -> bool:
         return self.server is not None
 

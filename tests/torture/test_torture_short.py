@@ -15,13 +15,13 @@ pytestmark = pytest.mark.integration
 
 #: Three small sweeps: the categories that need no server on file://, what an
 #: S3 server adds (the counting proxy, outages, the canary on a real endpoint),
-#: and the gs:// store under kills, corruption, hostile manifests and races.
+#: and the gs:// store under kills, corruption, hostile manifests, races and leaks.
 SHORT = [
     {"stores": ["file"], "only": ("kills", "corruption", "hostile", "badinput", "diskfull",
                                   "writers", "leaks"), "kills": 3, "manifests": 8},
     {"stores": ["seaweedfs"], "only": ("kills", "outages", "canary", "leaks"), "kills": 1},
-    {"stores": ["gcs"], "only": ("kills", "corruption", "hostile", "writers"), "kills": 1,
-     "manifests": 8},
+    {"stores": ["gcs"], "only": ("kills", "corruption", "hostile", "writers", "leaks"),
+     "kills": 1, "manifests": 8},
 ]
 COMMON = {"outages": 1, "rounds": 1, "size": 1 << 20, "seed": 7}
 
