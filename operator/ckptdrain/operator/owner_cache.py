@@ -63,6 +63,11 @@ class OwnerCache:
                         self._entries.popitem(last=False)
             return obj
 
+    def peek(self, api_version: str, plural: str, namespace: str, name: str,
+             uid: str | None = None) -> dict[str, Any] | None:
+        """The object if it is kept and fresh; never reads."""
+        return self._fresh((api_version, plural, namespace, name), uid)
+
     def _fresh(self, key: Key, uid: str | None) -> dict[str, Any] | None:
         with self._lock:
             entry = self._entries.get(key)

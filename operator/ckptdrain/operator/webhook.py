@@ -159,11 +159,38 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 _owner_objects = OwnerCache(lambda *ref: kube.read_object(*ref))
 
 
-def _owner(namespace: str, obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+def _owner(namespace: str, obj: dict[str, Any], kind: str,
+           fetch: bool = True) -> dict[str, Any] | None:
     ref = identity.controller_of(obj)
     if ref is None or ref[1] != kind:
         return None
+    if not fetch:
+        return _owner_objects.peek(ref[0], _PLURALS[kind], namespace, ref[2], ref[3])
     return _owner_objects.get(ref[0], _PLURALS[kind], namespace, ref[2], ref[3])
+
+
+def _owners_known(namespace: str, pod: dict[str, Any]) -> identity.Owners | None:
+    """The owners when no read is needed (none to read, or all kept): the
+    admission then stays on the event loop, with no hop to a thread and back
+    (which, on a busy loop, waits behind every event queued meanwhile).
+    None: something must be read."""
+    labels = pod.get("metadata", {}).get("labels") or {}
+    if identity.LWS_NAME in labels:
+        lws = _owner_objects.peek(LWS_API, "leaderworkersets", namespace,
+                                  labels[identity.LWS_NAME])
+        return None if lws is None else identity.Owners(leaderworkerset=lws)
+    kind = "PyTorchJob" if identity.PYTORCH_TYPE in labels else "Job"
+    if identity.controller_of(pod) is None or identity.controller_of(pod)[1] != kind:
+        return identity.Owners()
+    first = _owner(namespace, pod, kind, fetch=False)
+    if first is None:
+        return None
+    if kind == "PyTorchJob":
+        return identity.Owners(pytorchjob=first)
+    if identity.controller_of(first) is None or identity.controller_of(first)[1] != "JobSet":
+        return identity.Owners(job=first)
+    jobset = _owner(namespace, first, "JobSet", fetch=False)
+    return None if jobset is None else identity.Owners(job=first, jobset=jobset)
 
 
 def _owners(namespace: str, pod: dict[str, Any]) -> identity.Owners:
@@ -197,7 +224,9 @@ async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
     pod index (no API call when it names none: a list of every pod of the
     namespace at each admission grows with the job); without it, or when it
     names a holder, the apiserver is asked."""
-    owners = await asyncio.to_thread(_owners, namespace, pod)
+    owners = _owners_known(namespace, pod)
+    if owners is None:
+        owners = await asyncio.to_thread(_owners, namespace, pod)
     try:
         found = identity.derive(pod, p.identity, owners)
     except identity.RankMissing as error:

@@ -170,3 +170,53 @@ def test_a_job_of_many_pods_reads_its_job_once(monkeypatch: pytest.MonkeyPatch) 
         found, _ = identify(pod, 8)
         assert (found.rank, found.writers) == (rank, 8)
     assert reads == ["jobs"]
+
+
+def test_owners_kept_or_absent_need_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod with no controller, or whose Job (and JobSet) are kept, is
+    admitted without a hop to a thread for its owners."""
+    from ckptdrain.operator.owner_cache import OwnerCache
+
+    objects = {
+        "jobs": {"metadata": {"name": "train-0", "uid": "job-uid", "ownerReferences": [
+            {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "train",
+             "uid": "js-uid", "controller": True}]}, "spec": {"completions": 4}},
+        "jobsets": {"metadata": {"name": "train", "uid": "js-uid"}, "spec": {}},
+    }
+    reads: list[str] = []
+
+    def read_object(api_version: str, plural: str, namespace: str, name: str) -> Any:
+        reads.append(plural)
+        return objects[plural]
+
+    hops: list[str] = []
+    real_to_thread = asyncio.to_thread
+
+    async def to_thread(func: Any, *args: Any) -> Any:
+        hops.append(func.__name__)
+        return await real_to_thread(func, *args)
+
+    monkeypatch.setattr(kube, "read_object", read_object)
+    monkeypatch.setattr(kube, "live_writers", lambda *_: [])
+    monkeypatch.setattr(webhook.asyncio, "to_thread", to_thread)
+    monkeypatch.setattr(webhook, "_owner_objects",
+                        OwnerCache(lambda *ref: kube.read_object(*ref)))
+
+    def owned(rank: int) -> dict[str, Any]:
+        pod = job_pod(rank, f"w-{rank}")
+        pod["metadata"]["ownerReferences"][0]["uid"] = "job-uid"
+        return pod
+
+    first = webhook._owners_known("ml", owned(0))
+    assert first is None  # nothing kept yet: the owners must be read
+    assert webhook._owners("ml", owned(0)).jobset == objects["jobsets"]
+    assert reads == ["jobs", "jobsets"]
+    known = webhook._owners_known("ml", owned(1))
+    assert known is not None and known.job == objects["jobs"]
+    assert known.jobset == objects["jobsets"]
+    bare = job_pod(2, "w-2")
+    bare["metadata"].pop("ownerReferences")
+    assert webhook._owners_known("ml", bare) == webhook._owners("ml", bare)
+    for rank in range(1, 4):
+        identify(owned(rank), 4)
+    assert "_owners" not in hops and reads == ["jobs", "jobsets"]
