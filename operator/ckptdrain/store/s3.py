@@ -73,8 +73,8 @@ class S3Store(S3Multipart, S3StorageClass):
     journals it: SeaweedFS's ListParts does not return part checksums, and
     a resumed drain completes from its journal's CRCs. put_bytes (manifests,
     single-part files) sends x-amz-checksum-crc32c as well: the caller's, or
-    one computed here (Content-MD5 cost a drain of 64 MiB files 0.7
-    core-s/GB), once a probe has shown that the server checks it
+    one computed here (Content-MD5 costs ~1.7 core-s per GB it covers),
+    once a probe has shown that the server checks it
     (s3_checksum_probe.py); where it does not, Content-MD5 as before.
     tests/integration/test_store_contract.py sends wrong checksums to
     SeaweedFS and MinIO.
@@ -112,7 +112,7 @@ class S3Store(S3Multipart, S3StorageClass):
             signature_version="s3v4",
             # Path-style for custom endpoints unless told (s3_options.py).
             # Bodies carry a checksum the server verifies (CRC32C, or
-            # Content-MD5 where CRC32C is not checked: _whole_object_checksum),
+            # Content-MD5 where CRC32C is not checked: _integrity_args),
             # a signed header, so SHA-256 payload signing, which botocore
             # otherwise does over plain HTTP, adds ~1 core-s/GB and no integrity.
             s3={"addressing_style": self.options.addressing_style(endpoint_url is not None),
