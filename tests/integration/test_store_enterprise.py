@@ -89,6 +89,9 @@ def test_objects_and_multipart_uploads_are_encrypted_as_asked(
     bucket = tls_minio.create_bucket()
     options = S3Options(sse=sse, kms_key_id=key_id, ca_bundle=str(tls_minio.ca_bundle))
     store = tls_minio.open_store(bucket, "enc", options=options)
+    puts: list[dict[str, str]] = []
+    store._client.meta.events.register(
+        "before-send.s3.PutObject", lambda request, **_: puts.append(dict(request.headers)))
     src = _tree(tmp_path / "step-4")
     result = Drainer(store, part_size=PART).drain(
         src, build_manifest(src, 4, 0, 1, created=time.time()), journal_path=tmp_path / "j")
@@ -104,6 +107,10 @@ def test_objects_and_multipart_uploads_are_encrypted_as_asked(
     assert {mode for mode, _ in seen.values()} == {expected}
     if key_id:
         assert all(key_id in str(k) for _, k in seen.values())
+    # Every PUT asked for it, the checksum probe first among them: a bucket
+    # policy that requires encryption would refuse a PUT without it.
+    assert len(puts) >= 3 and all(
+        h.get("x-amz-server-side-encryption") == expected.encode() for h in puts)
     fetch(store, tmp_path / "out")  # reads back transparently
     assert (tmp_path / "out" / "small.bin").read_bytes() == b"small"
 

@@ -24,7 +24,18 @@ Read = Callable[[str, str, str, str], "dict[str, Any] | None"]
 Key = tuple[str, str, str, str]
 
 TTL_S = 5.0
-MAX_ENTRIES = 4096
+MAX_ENTRIES = 1024
+#: How long an admission waits for another's read of the same owner before
+#: reading itself (the read's own timeout is 5 s).
+WAIT_S = 10.0
+
+
+class _Flight:
+    """One read in progress; its answer (even None) is every waiter's."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: dict[str, Any] | None = None
 
 
 class OwnerCache:
@@ -32,11 +43,12 @@ class OwnerCache:
     `read` at most once per `ttl` while its uid stays the one asked for."""
 
     def __init__(self, read: Read, *, ttl: float = TTL_S, max_entries: int = MAX_ENTRIES,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, wait: float = WAIT_S) -> None:
         self._read, self._ttl, self._max, self._clock = read, ttl, max_entries, clock
+        self._wait = wait
         self._entries: OrderedDict[Key, tuple[dict[str, Any], float]] = OrderedDict()
         self._lock = threading.Lock()
-        self._reading: dict[Key, threading.Lock] = {}
+        self._flights: dict[Key, _Flight] = {}
         self.reads = 0  # how many times the apiserver was asked (for tests and metrics)
 
     def get(self, api_version: str, plural: str, namespace: str, name: str,
@@ -46,22 +58,34 @@ class OwnerCache:
         if found is not None:
             return found
         with self._lock:
-            single = self._reading.setdefault(key, threading.Lock())
-        with single:  # one read per owner at a time; the others take its answer
-            found = self._fresh(key, uid)
-            if found is not None:
-                return found
+            flight = self._flights.get(key)
+            leader = flight is None
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+        if not leader:
+            # Another admission is reading this owner: take its answer, a
+            # failed one included (reading again one after another would make
+            # the k-th pod of a job wait k timeouts when the apiserver is slow).
+            if flight.done.wait(self._wait):
+                obj = flight.result
+                if obj is None or uid is None or _uid(obj) == uid:
+                    return obj
+            return self._read(api_version, plural, namespace, name)
+        obj: dict[str, Any] | None = None
+        try:
             obj = self._read(api_version, plural, namespace, name)
+            return obj
+        finally:
             with self._lock:
                 self.reads += 1
-                self._reading.pop(key, None)
+                del self._flights[key]
                 if obj is not None and _uid(obj) is not None and (uid is None or
                                                                   _uid(obj) == uid):
-                    self._entries[key] = (obj, self._clock() + self._ttl)
+                    self._entries[key] = (_kept(obj), self._clock() + self._ttl)
                     self._entries.move_to_end(key)
-                    while len(self._entries) > self._max:
-                        self._entries.popitem(last=False)
-            return obj
+                    self._expire()
+            flight.result = obj
+            flight.done.set()
 
     def peek(self, api_version: str, plural: str, namespace: str, name: str,
              uid: str | None = None) -> dict[str, Any] | None:
@@ -78,6 +102,22 @@ class OwnerCache:
                 del self._entries[key]
                 return None
             return obj
+
+    def _expire(self) -> None:
+        """Drop what has expired, then the oldest beyond the bound (lock held)."""
+        now = self._clock()
+        for key in [k for k, (_, expires) in self._entries.items() if expires <= now]:
+            del self._entries[key]
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+
+def _kept(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without its managedFields (often most of it; nothing reads them)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
 def _uid(obj: dict[str, Any]) -> str | None:

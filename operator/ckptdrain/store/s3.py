@@ -150,6 +150,7 @@ class S3Store(S3Multipart, S3StorageClass):
                                f"({type(err).__name__})", self.endpoint) from None
         self._pace: Callable[[int], object] | None = None
         self._checks_crc32c: bool | None = None  # asked once (s3_checksum_probe.py)
+        self._probes_left = 3
         self._probe_lock = threading.Lock()
         self.gate = gate if gate is not None else gate_for(self.endpoint)
         self._attempts = max(1, max_attempts)
@@ -196,11 +197,12 @@ class S3Store(S3Multipart, S3StorageClass):
         """The checksum the server verifies before it stores a whole object:
         its CRC32C, or Content-MD5 where the server does not check CRC32C."""
         with self._probe_lock:
-            if self._checks_crc32c is None:
+            if self._checks_crc32c is None and self._probes_left > 0:
+                self._probes_left -= 1  # unknown answers stop asking after a few
                 self._checks_crc32c = server_checks_crc32c(
                     lambda op, **kw: self._call(op, None, **kw),
-                    probe_key(self.prefix), self.endpoint)
-        if not self._checks_crc32c:
+                    probe_key(self.prefix), self.endpoint, self._create_args)
+        if not self._checks_crc32c:  # False, or None: not known
             return {"ContentMD5": base64.b64encode(
                 hashlib.md5(data, usedforsecurity=False).digest()).decode("ascii")}
         if crc32c is None:

@@ -9,6 +9,12 @@ key can take, with a CRC32C that is deliberately wrong. Refused: the
 server checks it. Stored: it does not, the probe object is deleted, and
 whole objects go with Content-MD5 instead (checked by every S3 server we
 know of, at ~1.7 core-s per GB it covers).
+
+The probe is sent as the store's real writes are (the policy's encryption
+asked for: a bucket policy that requires it would refuse it otherwise), and
+it never fails a write: an answer that is neither a refusal for the checksum
+nor a success (access denied, another 4xx) says nothing about checksums, and
+the write goes with Content-MD5 while the next one asks again.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ckptdrain import checksum
+from ckptdrain.errors import CkptdrainError
 from ckptdrain.paths import RESERVED_PREFIX
 from ckptdrain.store.s3_errors import DIGEST_CODES
 
@@ -37,15 +44,22 @@ def probe_key(prefix: str) -> str:
     return f"{prefix}/{name}" if prefix else name
 
 
-def server_checks_crc32c(call: Callable[..., Any], full_key: str, endpoint: str) -> bool:
-    """Put `_BODY` at `full_key` with a wrong CRC32C; True if the server refused it.
+def server_checks_crc32c(call: Callable[..., Any], full_key: str, endpoint: str,
+                         create_args: dict[str, Any] | None = None) -> bool | None:
+    """Put `_BODY` at `full_key` with a wrong CRC32C: True if the server refused
+    it for the checksum, False if it stored it, None if it answered otherwise
+    (unknown: ask again later).
 
     `call(op, handled=codes, **kwargs)` is the store's request (a ClientError
-    whose code is in `handled` comes back instead of being raised); any other
-    failure (access denied, unreachable) is raised, as the real write would."""
+    whose code is in `handled` comes back instead of being raised)."""
     wrong = checksum.to_b64(checksum.crc32c(_BODY) ^ 0xFFFFFFFF)
-    answer = call("put_object", handled=DIGEST_CODES, Key=full_key, Body=_BODY,
-                  ContentLength=len(_BODY), ChecksumCRC32C=wrong)
+    try:
+        answer = call("put_object", handled=DIGEST_CODES, Key=full_key, Body=_BODY,
+                      ContentLength=len(_BODY), ChecksumCRC32C=wrong, **(create_args or {}))
+    except CkptdrainError as err:
+        log.info("%s: the checksum probe got no answer about checksums (%s); this write "
+                 "goes with Content-MD5", endpoint, type(err).__name__)
+        return None
     if isinstance(answer, ClientError):
         return True
     with contextlib.suppress(Exception):  # a leftover of 24 bytes; the warning says why

@@ -93,3 +93,42 @@ def test_the_cache_is_bounded() -> None:
     cache.get("batch/v1", "jobs", "ml", "j9", "u9")  # kept
     cache.get("batch/v1", "jobs", "ml", "j0", "u0")  # evicted: read again
     assert api.asked[10:] == ["j0"]
+
+
+def test_a_failed_read_is_shared_not_repeated_one_after_another() -> None:
+    """A slow apiserver that answers nothing: the admissions waiting for the
+    same owner take the one read's answer, rather than each reading in turn."""
+    api = Api(delay=0.3)  # no object: every read fails after 0.3 s
+    cache = OwnerCache(api.read)
+    got: list[Any] = []
+    started = time.monotonic()
+    threads = [threading.Thread(target=lambda: got.append(
+        cache.get("batch/v1", "jobs", "ml", "train", "u1"))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [None] * 6 and api.asked == ["train"]
+    assert time.monotonic() - started < 1.0  # one read's time, not six
+
+
+def test_kept_objects_leave_their_managed_fields_behind() -> None:
+    api = Api()
+    api.objects["train"] = {**job("train", "u1"), "metadata": {
+        "name": "train", "uid": "u1", "managedFields": [{"manager": "kubectl"}] * 100}}
+    cache = OwnerCache(api.read)
+    cache.get("batch/v1", "jobs", "ml", "train", "u1")
+    kept = cache.peek("batch/v1", "jobs", "ml", "train", "u1")
+    assert kept is not None and "managedFields" not in kept["metadata"]
+    assert kept["spec"] == {"completions": 3}
+
+
+def test_expired_entries_go_when_another_is_kept() -> None:
+    api, now = Api(), [0.0]
+    for name in ("a", "b"):
+        api.objects[name] = job(name, f"u-{name}")
+    cache = OwnerCache(api.read, ttl=5.0, clock=lambda: now[0])
+    cache.get("batch/v1", "jobs", "ml", "a", "u-a")
+    now[0] = 6.0
+    cache.get("batch/v1", "jobs", "ml", "b", "u-b")
+    assert len(cache._entries) == 1
