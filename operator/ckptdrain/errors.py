@@ -54,6 +54,11 @@ class ObjectMissing(StoreError):
         super().__init__(f"object not found: {key}")
 
 
+class GenerationChanged(StoreError):
+    """A request pinned to an object's generation found another one there
+    (HTTP 412 from GCS): someone else wrote the name meanwhile."""
+
+
 class IntegrityError(CkptdrainError):
     """Bytes do not match their manifest: size, checksum, or shape."""
 

@@ -22,7 +22,7 @@ from tests.support.gcsserver import GcsServer
 from tests.support.s3servers import S3Server
 
 from ckptdrain import checksum, keys
-from ckptdrain.errors import IntegrityError, StoreError
+from ckptdrain.errors import GenerationChanged, IntegrityError, StoreError
 from ckptdrain.store.gcs import GcsStore
 from ckptdrain.store.s3 import S3Store
 from ckptdrain.transfer.catalog import complete_steps
@@ -123,6 +123,21 @@ def test_an_object_past_the_single_copy_limit_moves_by_multipart_copy(
     assert store.list_multipart_uploads("big.bin") == []
 
 
+def test_a_stop_between_part_copies_leaves_the_object_as_it_was(
+        minio_store: S3Store) -> None:
+    data = bytes(range(256)) * (48 * 1024)  # 12 MiB: three 5 MiB ranges
+    store = minio_store
+    store.put_bytes("big.bin", data)
+    asked = iter([False, True])  # one part copied, then the agent stops
+    moved = store.change_storage_class("big.bin", len(data), COLD, stopping=lambda: next(asked),
+                                       single_copy_limit=5 << 20, part_size=5 << 20)
+    assert moved is False
+    [info] = list(store.list("big.bin"))
+    assert info.storage_class != COLD
+    assert store.get_bytes("big.bin") == data
+    assert store.list_multipart_uploads("") == []  # the copy was aborted
+
+
 def test_a_class_the_store_refuses_leaves_the_step_whole(
         minio_store: S3Store, tmp_path: Path) -> None:
     store = minio_store
@@ -197,7 +212,9 @@ def test_gcs_older_steps_are_rewritten_in_the_class_and_restore_reads_them(
     # to the generation read; step 20 (the newest) was not touched.
     assert sorted(k for _, k, _ in asked) == sorted(before[10])
     for url, key, body in asked:
-        assert json.loads(body) == {"storageClass": "COLDLINE"}
+        # The class, and the editable metadata a rewrite body would reset.
+        assert json.loads(body) == {"storageClass": "COLDLINE",
+                                    "contentType": "application/octet-stream"}
         generation = before[10][key]
         assert f"sourceGeneration={generation}" in url
         assert f"ifGenerationMatch={generation}" in url
@@ -227,3 +244,75 @@ def test_gcs_a_rewrite_that_reports_other_bytes_fails_loudly(
     monkeypatch.setattr(store, "_json", lying)
     with pytest.raises(IntegrityError, match="crc32c"):
         cool_writer(store, 0, hot=1, storage_class="NEARLINE")
+
+
+def test_gcs_a_stop_gives_the_object_up_unchanged(gcs_store: GcsStore, tmp_path: Path) -> None:
+    store = gcs_store
+    for step in (10, 20):
+        _push(store, tmp_path, step, 0, writers=1)
+    before = _generations(store, 10, 0)
+    key = sorted(before)[0]
+    info = store.head(key)
+    assert info is not None
+    assert store.change_storage_class(key, info.size, "NEARLINE", stopping=lambda: True) is False
+    assert _generations(store, 10, 0) == before
+    # Within a pass: the first object moves, then the agent stops.
+    calls = iter([False, False, False, True])
+    cooled = cool_writer(store, 0, hot=1, storage_class="NEARLINE",
+                         stopping=lambda: next(calls, True))
+    assert not cooled.finished and cooled.objects == 1
+    after = _generations(store, 10, 0)
+    assert sum(after[k] != before[k] for k in before) == 1
+
+
+def test_gcs_a_retried_rewrite_that_already_moved_the_object_is_done(
+        gcs_store: GcsStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first call moved it, its answer was lost, the retry finds the pinned
+    generation gone (404): the live object is the same bytes in the class."""
+    store = gcs_store
+    _push(store, tmp_path, 10, 0, writers=1)
+    key = sorted(_generations(store, 10, 0))[0]
+    info = store.head(key)
+    assert info is not None
+    request, stat = store._request, store._stat
+
+    def answer_lost(op: str, *args: object, **kw: object) -> object:
+        response = request(op, *args, **kw)  # type: ignore[arg-type]
+        return None if op == "rewrite" else response
+
+    looks: list[int] = []
+
+    def stat_in_class(name: str, k: str | None) -> object:
+        meta = stat(name, k)
+        looks.append(1)
+        # The GCS API server records no class; real GCS reports the new one.
+        return {**meta, "storageClass": "NEARLINE"} if meta and len(looks) > 1 else meta
+
+    monkeypatch.setattr(store, "_request", answer_lost)
+    monkeypatch.setattr(store, "_stat", stat_in_class)
+    assert store.change_storage_class(key, info.size, "NEARLINE") is True
+
+
+def test_gcs_a_name_written_again_meanwhile_is_left_as_it_is(
+        gcs_store: GcsStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Someone writes the name between the look and the rewrite: GCS refuses
+    the rewrite pinned to the old generation (412; the GCS API server does not
+    check ifGenerationMatch, so its answer is injected here) and the newer
+    bytes are left as they are."""
+    store = gcs_store
+    _push(store, tmp_path, 10, 0, writers=1)
+    key = sorted(_generations(store, 10, 0))[0]
+    info = store.head(key)
+    assert info is not None
+    request = store._request
+
+    def precondition_failed(op: str, *args: object, **kw: object) -> object:
+        if op == "rewrite":
+            store.put_bytes(key, b"other bytes")
+            raise GenerationChanged(f"rewrite {key}: HTTP 412")
+        return request(op, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_request", precondition_failed)
+    with pytest.raises(GenerationChanged, match="written again"):
+        store.change_storage_class(key, info.size, "NEARLINE")
+    assert store.get_bytes(key) == b"other bytes"

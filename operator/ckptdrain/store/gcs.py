@@ -32,6 +32,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 from ckptdrain import checksum
 from ckptdrain.errors import (
     BucketMissing,
+    GenerationChanged,
     IntegrityError,
     InvalidInput,
     ObjectMissing,
@@ -190,6 +191,9 @@ class GcsStore(GcsMultipart, GcsStorageClass):
                                 f"at {self.endpoint}")
         if status == 404:
             raise ObjectMissing(key or where)
+        if status == 412:
+            raise GenerationChanged(f"{op} {where}: another generation is there now "
+                                    f"(HTTP 412 from {self.endpoint})")
         raise StoreError(f"{op} {where}: HTTP {status} from {self.endpoint}: {message}")
 
     def _json(self, response: urllib3.BaseHTTPResponse, op: str, key: str | None

@@ -13,7 +13,7 @@ and the object stays as it was.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ckptdrain.errors import ObjectMissing
@@ -38,9 +38,12 @@ class S3StorageClass:
                   **kwargs: Any) -> Any: ...
 
     def change_storage_class(self, key: str, size: int, storage_class: str, *,
+                             stopping: Callable[[], bool] = lambda: False,
                              single_copy_limit: int = SINGLE_COPY_LIMIT,
-                             part_size: int = COPY_PART_SIZE) -> None:
-        """Copy `key` (`size` bytes, as listed) onto itself in `storage_class`."""
+                             part_size: int = COPY_PART_SIZE) -> bool:
+        """Copy `key` (`size` bytes, as listed) onto itself in `storage_class`;
+        False when `stopping()` ended a multipart copy first (it is aborted:
+        the object stays as it was)."""
         source = {"Bucket": self.bucket, "Key": self._key(key)}
         args = {"Key": self._key(key), "StorageClass": storage_class, **self._create_args}
         if size <= single_copy_limit:
@@ -48,11 +51,16 @@ class S3StorageClass:
                                   CopySource=source, MetadataDirective="COPY", **args)
             if not isinstance(response, dict):
                 raise ObjectMissing(f"{key}: gone before its storage class could change")
-            return
+            return True
         upload = self._call("create_multipart_upload", key, **args)["UploadId"]
         try:
             parts = []
             for number, start in enumerate(range(0, size, part_size), start=1):
+                if stopping():  # the object stays whole; an abort that fails is swept later
+                    with contextlib.suppress(Exception):
+                        self._call("abort_multipart_upload", key, Key=self._key(key),
+                                   UploadId=upload)
+                    return False
                 end = min(size, start + part_size) - 1
                 answer = self._call("upload_part_copy", key, CopySource=source,
                                     CopySourceRange=f"bytes={start}-{end}",
@@ -60,6 +68,7 @@ class S3StorageClass:
                 parts.append({"PartNumber": number, "ETag": answer["CopyPartResult"]["ETag"]})
             self._call("complete_multipart_upload", key, Key=self._key(key), UploadId=upload,
                        MultipartUpload={"Parts": parts})
+            return True
         except BaseException:
             with contextlib.suppress(Exception):  # the error that stopped it is what matters
                 self._call("abort_multipart_upload", key, Key=self._key(key), UploadId=upload)

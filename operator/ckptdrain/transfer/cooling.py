@@ -19,7 +19,10 @@ left as it was and the next global checkpoint tries again.
 A pass runs on the drain's thread after retention, so it is bounded: at
 most `budget` objects and `budget_bytes` bytes, and it ends as soon as
 `stopping()` says so: the agent stops, or a step waits to be drained (a
-SIGTERM flush submits its step first, then stops the worker).
+SIGTERM flush submits its step first, then stops the worker). The store
+asks `stopping()` within an object too, between the server-side calls of a
+large one (S3's part copies, GCS's rewrite calls), and gives the object up
+unchanged.
 What is left is moved by the passes after the next global checkpoints: a
 policy that turns cold storage on for a running job catches up over a few
 of them, never holding up the drain of a new step for long.
@@ -83,7 +86,9 @@ def cool_writer(store: Store, writer: int, hot: int, storage_class: str, *,
                 if stopping() or objects >= budget or moved >= budget_bytes:
                     _said(objects, moved, writer, storage_class, finished=False)
                     return Cooled(tuple(steps), objects, moved, finished=False)
-                change(info.key, info.size, storage_class)
+                if not change(info.key, info.size, storage_class, stopping=stopping):
+                    _said(objects, moved, writer, storage_class, finished=False)
+                    return Cooled(tuple(steps), objects, moved, finished=False)
                 objects += 1
                 moved += info.size
     _said(objects, moved, writer, storage_class, finished=True)
