@@ -406,6 +406,18 @@ def test_a_server_that_ignores_the_crc32c_header_gets_content_md5(
     assert store.head("ck/other") is None
 
 
+def test_s3_listings_leave_out_names_no_key_can_take(
+    s3server: S3Server, s3area: tuple[str, str]
+) -> None:
+    """A probe object a server kept (its delete failed) is never listed as data."""
+    bucket, prefix = s3area
+    store = s3server.open_store(bucket, prefix)
+    store.put_bytes("ck/a", b"abc")
+    s3server.client().put_object(Bucket=bucket, Key=f"{prefix}/.ckptdrain-probe/x", Body=b"p")
+    s3server.client().put_object(Bucket=bucket, Key=f"{prefix}/ck/.ckptdrain-tmp", Body=b"p")
+    assert [o.key for o in store.list("")] == ["ck/a"]
+
+
 def test_the_probe_finds_that_real_servers_check_crc32c_and_leaves_nothing(
     s3server: S3Server, s3area: tuple[str, str]
 ) -> None:

@@ -1,4 +1,4 @@
-"""`python -m tests.torture [--store file|seaweedfs|minio|all] [--kills N] ...`
+"""`python -m tests.torture [--store file|seaweedfs|minio|gcs|all] [--kills N] ...`
 
 Exit 0 when every category passed, 1 when any failed.
 """
@@ -20,7 +20,7 @@ STORES = ("file", "seaweedfs", "minio", "gcs")
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.torture", description=__doc__)
     p.add_argument("--store", default="all",
-                   help="file, seaweedfs, minio, a comma list, or all (default)")
+                   help="file, seaweedfs, minio, gcs, a comma list, or all (default)")
     p.add_argument("--kills", type=int, default=100, help="SIGKILLs per store (default 100)")
     p.add_argument("--manifests", type=int, default=500,
                    help="fuzzed manifests per store (default 500)")

@@ -82,7 +82,7 @@ def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
             parts = f"{label}/{GCS_UPLOADS}/part/"
             for name, size in kind.gcs_list(parts).items():
                 upload_id = name[len(parts):].split("/", 1)[0]
-                if upload_id not in live and upload_id not in resumable:
+                if upload_id not in live:  # no marker: nothing can resume or abort it
                     stray += size
         cat.figures["unfinished multipart uploads"] = len(uploads)
         cat.figures["bytes of parts no upload names"] = stray

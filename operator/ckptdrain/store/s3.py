@@ -33,7 +33,7 @@ from ckptdrain.errors import (
     StoreError,
     StoreUnreachable,
 )
-from ckptdrain.paths import check_key
+from ckptdrain.paths import RESERVED_PREFIX, check_key
 from ckptdrain.store.base import ObjectInfo
 from ckptdrain.store.endpoint import parse_endpoint
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
@@ -376,14 +376,18 @@ class S3Store(S3Multipart, S3StorageClass):
         return ObjectInfo(key=key, size=int(response["ContentLength"]))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Objects under `prefix` in key order, one page at a time."""
+        """Objects under `prefix` in key order, one page at a time. Names no
+        key can take (a checksum probe a server kept) are not listed."""
         root = f"{self.prefix}/" if self.prefix else ""
         kwargs: dict[str, Any] = {"Prefix": root + prefix, "MaxKeys": self._page_size}
         while True:
             page = self._call("list_objects_v2", None, **kwargs)
             for item in page.get("Contents", []):
+                key = item["Key"][len(root) :]
+                if any(c.startswith(RESERVED_PREFIX) for c in key.split("/")):
+                    continue
                 modified = item.get("LastModified")
-                yield ObjectInfo(key=item["Key"][len(root) :], size=int(item["Size"]),
+                yield ObjectInfo(key=key, size=int(item["Size"]),
                                  modified=modified.timestamp() if modified else None,
                                  storage_class=item.get("StorageClass"))
             token = page.get("NextContinuationToken")
