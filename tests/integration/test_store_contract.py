@@ -406,6 +406,52 @@ def test_a_server_that_ignores_the_crc32c_header_gets_content_md5(
     assert store.head("ck/other") is None
 
 
+def test_multipart_uploads_to_a_server_that_ignores_crc32c_carry_content_md5(
+    s3server: S3Server, s3area: tuple[str, str], tmp_path: Path
+) -> None:
+    """Parts are most of the bytes: on a server shown not to check CRC32C, an
+    upload is created without a checksum algorithm and each part carries a
+    Content-MD5 the server does check; completed, the object is whole."""
+    bucket, prefix = s3area
+    store = s3server.open_store(bucket, prefix)
+
+    def drop_crc32c(request: Any, **_: Any) -> None:  # before signing: as if never sent
+        for name in ("x-amz-checksum-crc32c", "x-amz-sdk-checksum-algorithm",
+                     "x-amz-checksum-algorithm"):
+            if name in request.headers:
+                del request.headers[name]
+
+    store._client.meta.events.register("before-sign.s3.PutObject", drop_crc32c)
+    created = _capture_headers(store, "CreateMultipartUpload")
+    parts = _capture_headers(store, "UploadPart")
+    data = payload(store.min_part_size + 1000, 9)
+    upload = store.create_multipart("ck/big")
+    assert store._checks_crc32c is False  # the probe ran first
+    assert "x-amz-checksum-algorithm" not in created[-1]
+    first = store.upload_part("ck/big", upload, 1, data[:store.min_part_size])
+    src = tmp_path / "tail"
+    src.write_bytes(data[store.min_part_size:])
+    with src.open("rb") as stream:
+        second = store.upload_part_from("ck/big", upload, 2, stream, 1000,
+                                        checksum.crc32c(data[store.min_part_size:]))
+    for sent, body in zip(parts, (data[:store.min_part_size], data[store.min_part_size:]),
+                          strict=True):
+        assert sent["Content-MD5"] == base64.b64encode(hashlib.md5(body).digest())
+        assert "x-amz-checksum-crc32c" not in sent
+    store.complete_multipart("ck/big", upload, [first, second])
+    assert store.get_bytes("ck/big") == data
+    # The server checks that Content-MD5: a part that does not match is refused.
+    other = store.create_multipart("ck/other")
+    def wrong_md5(request: Any, **_: Any) -> None:
+        del request.headers["Content-MD5"]
+        request.headers["Content-MD5"] = base64.b64encode(hashlib.md5(b"x").digest()).decode()
+
+    store._client.meta.events.register("before-sign.s3.UploadPart", wrong_md5)
+    with pytest.raises(IntegrityError, match="checksum mismatch"):
+        store.upload_part("ck/other", other, 1, data[:store.min_part_size])
+    store.abort_multipart("ck/other", other)
+
+
 def test_s3_listings_leave_out_names_no_key_can_take(
     s3server: S3Server, s3area: tuple[str, str]
 ) -> None:

@@ -13,8 +13,6 @@ reads, listing), `s3_multipart.py` (multipart uploads and their CRC32Cs),
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import http.client
 import re
 import threading
@@ -39,7 +37,7 @@ from ckptdrain.store.endpoint import parse_endpoint
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 from ckptdrain.store.s3_checksum_probe import probe_key, server_checks_crc32c
 from ckptdrain.store.s3_errors import MISSING_KEY_CODES, raise_store_error, redact_endpoint
-from ckptdrain.store.s3_multipart import S3Multipart
+from ckptdrain.store.s3_multipart import S3Multipart, content_md5
 from ckptdrain.store.s3_options import S3Options
 from ckptdrain.store.s3_storage_class import S3StorageClass
 from ckptdrain.store.s3_throttle import ThrottleGate, gate_for
@@ -151,6 +149,7 @@ class S3Store(S3Multipart, S3StorageClass):
         self._pace: Callable[[int], object] | None = None
         self._checks_crc32c: bool | None = None  # asked once (s3_checksum_probe.py)
         self._probes_left = 3
+        self._md5_uploads: set[str] = set()
         self._probe_lock = threading.Lock()
         self.gate = gate if gate is not None else gate_for(self.endpoint)
         self._attempts = max(1, max_attempts)
@@ -192,19 +191,23 @@ class S3Store(S3Multipart, S3StorageClass):
         except BotoCoreError as err:
             self._fail(err, op, key)
 
-    def _integrity_args(self, data: bytes | bytearray | memoryview,
-                        crc32c: int | None) -> dict[str, str]:
-        """The checksum the server verifies before it stores a whole object:
-        its CRC32C, or Content-MD5 where the server does not check CRC32C."""
+    def _crc32c_checked(self) -> bool | None:
+        """Whether the server checks x-amz-checksum-crc32c: asked once
+        (s3_checksum_probe.py); None while its answers say nothing."""
         with self._probe_lock:
             if self._checks_crc32c is None and self._probes_left > 0:
                 self._probes_left -= 1  # unknown answers stop asking after a few
                 self._checks_crc32c = server_checks_crc32c(
                     lambda op, **kw: self._call(op, None, **kw),
                     probe_key(self.prefix), self.endpoint, self._create_args)
-        if not self._checks_crc32c:  # False, or None: not known
-            return {"ContentMD5": base64.b64encode(
-                hashlib.md5(data, usedforsecurity=False).digest()).decode("ascii")}
+            return self._checks_crc32c
+
+    def _integrity_args(self, data: bytes | bytearray | memoryview,
+                        crc32c: int | None) -> dict[str, str]:
+        """The checksum the server verifies before it stores a whole object:
+        its CRC32C, or Content-MD5 where the server does not check CRC32C."""
+        if not self._crc32c_checked():  # False, or None: not known
+            return {"ContentMD5": content_md5(data)}
         if crc32c is None:
             crc32c = checksum.crc32c(memoryview(data).cast("B"))
         return {"ChecksumCRC32C": checksum.to_b64(crc32c)}

@@ -10,6 +10,8 @@ recognises an upload it completed but never journaled.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
@@ -23,6 +25,24 @@ from ckptdrain.store.s3_errors import MISSING_KEY_CODES
 
 #: The codes by which a server says an upload is no longer there.
 _GONE = ("NoSuchUpload", "NoSuchKey")
+
+
+def content_md5(data: bytes | bytearray | memoryview) -> str:
+    """Content-MD5 of a body: only for servers that do not check CRC32C."""
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode("ascii")
+
+
+def _stream_md5(stream: BinaryIO, size: int) -> str:
+    """Content-MD5 of the next `size` bytes of `stream`, which is left where it was."""
+    start, digest, left = stream.tell(), hashlib.md5(usedforsecurity=False), size
+    while left:
+        chunk = stream.read(min(left, 8 << 20))
+        if not chunk:
+            raise IntegrityError(f"the stream ended {left} bytes before its {size}-byte part")
+        digest.update(chunk)
+        left -= len(chunk)
+    stream.seek(start)
+    return base64.b64encode(digest.digest()).decode("ascii")
 
 
 def _newer_or_same(item: dict[str, Any], other: dict[str, Any] | None) -> bool:
@@ -46,12 +66,31 @@ class S3Multipart:
         def _fail(self, err: Exception, op: str, key: str | None = None) -> NoReturn: ...
         def _call(self, op: str, key: str | None, *, handled: Collection[str] = (),
                   **kwargs: Any) -> Any: ...
+        def _crc32c_checked(self) -> bool | None: ...
+
+    #: Uploads this process created for a server shown not to check CRC32C:
+    #: their parts carry Content-MD5 (an upload resumed from an earlier
+    #: process is completed as it was created there, with CRC32Cs).
+    _md5_uploads: set[str]
 
     def create_multipart(self, key: str) -> str:
-        # Every part then carries its CRC32C, verified by the server.
+        # Every part then carries its CRC32C, verified by the server; where a
+        # probe showed the server does not check it, Content-MD5 instead.
+        if self._crc32c_checked() is False:
+            response = self._call("create_multipart_upload", key, Key=self._key(key),
+                                  **self._create_args)
+            upload_id = str(response["UploadId"])
+            self._md5_uploads.add(upload_id)
+            return upload_id
         response = self._call("create_multipart_upload", key, Key=self._key(key),
                               ChecksumAlgorithm="CRC32C", **self._create_args)
         return str(response["UploadId"])
+
+    def _part_checksum(self, upload_id: str, crc32c: int,
+                       md5: Callable[[], str]) -> dict[str, str]:
+        if upload_id in self._md5_uploads:
+            return {"ContentMD5": md5()}
+        return {"ChecksumCRC32C": checksum.to_b64(crc32c)}
 
     def upload_part(
         self, key: str, upload_id: str, number: int, data: bytes, crc32c: int | None = None
@@ -67,7 +106,8 @@ class S3Multipart:
         body = PacedBody(data, self._pace)  # no copy of the part; paced as it is sent
         response = self._call("upload_part", key, handled={"NoSuchUpload"}, Key=self._key(key),
                               UploadId=upload_id, PartNumber=number, Body=body,
-                              ContentLength=len(body), ChecksumCRC32C=checksum.to_b64(crc32c))
+                              ContentLength=len(body),
+                              **self._part_checksum(upload_id, crc32c, lambda: content_md5(data)))
         if isinstance(response, ClientError):
             raise ObjectMissing(key) from response
         return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
@@ -77,10 +117,11 @@ class S3Multipart:
         """upload_part, its body read from `stream` (seekable, from where it
         stands) as it is sent: a part larger than any buffer we hold. The
         server verifies `crc32c` (the caller's, computed beforehand)."""
+        sums = self._part_checksum(upload_id, crc32c, lambda: _stream_md5(stream, size))
         body = WindowBody(stream, size, pace=self._pace, strict=True)
         response = self._call("upload_part", key, handled={"NoSuchUpload"}, Key=self._key(key),
                               UploadId=upload_id, PartNumber=number, Body=body,
-                              ContentLength=size, ChecksumCRC32C=checksum.to_b64(crc32c))
+                              ContentLength=size, **sums)
         if isinstance(response, ClientError):
             raise ObjectMissing(key) from response
         return UploadedPart(number=number, etag=str(response["ETag"]), crc32c=crc32c)
@@ -118,6 +159,9 @@ class S3Multipart:
         without the CRC32C it was uploaded with."""
         entries: list[dict[str, Any]] = []
         for p in parts:
+            if upload_id in self._md5_uploads:  # created without a checksum algorithm
+                entries.append({"PartNumber": p.number, "ETag": p.etag})
+                continue
             if p.crc32c is None:
                 raise IntegrityError(
                     f"complete_multipart_upload {key}: part {p.number} has no CRC32C "
