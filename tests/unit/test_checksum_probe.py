@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from botocore.exceptions import ClientError
 
 from ckptdrain import checksum
@@ -45,8 +46,12 @@ def test_a_stored_probe_means_it_is_not_checked_and_is_deleted() -> None:
 
 
 def test_any_other_answer_is_unknown_never_a_failure() -> None:
-    for error in (StoreAccessDenied("denied"), StoreUnreachable("down")):
-        assert server_checks_crc32c(Server(error), "p/k", "ep") is None
+    assert server_checks_crc32c(Server(StoreAccessDenied("denied")), "p/k", "ep") is None
+
+
+def test_no_answer_fails_the_write_as_it_would_anyway() -> None:
+    with pytest.raises(StoreUnreachable):
+        server_checks_crc32c(Server(StoreUnreachable("SlowDown")), "p/k", "ep")
 
 
 def test_the_probe_key_is_reserved() -> None:

@@ -196,10 +196,13 @@ class S3Store(S3Multipart, S3StorageClass):
         (s3_checksum_probe.py); None while its answers say nothing."""
         with self._probe_lock:
             if self._checks_crc32c is None and self._probes_left > 0:
-                self._probes_left -= 1  # unknown answers stop asking after a few
+                # StoreUnreachable propagates (the write fails as it would);
+                # answers that say nothing stop the asking after a few.
                 self._checks_crc32c = server_checks_crc32c(
                     lambda op, **kw: self._call(op, None, **kw),
                     probe_key(self.prefix), self.endpoint, self._create_args)
+                if self._checks_crc32c is None:
+                    self._probes_left -= 1
             return self._checks_crc32c
 
     def _integrity_args(self, data: bytes | bytearray | memoryview,

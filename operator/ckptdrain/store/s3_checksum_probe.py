@@ -12,9 +12,12 @@ know of, at ~1.7 core-s per GB it covers).
 
 The probe is sent as the store's real writes are (the policy's encryption
 asked for: a bucket policy that requires it would refuse it otherwise), and
-it never fails a write: an answer that is neither a refusal for the checksum
-nor a success (access denied, another 4xx) says nothing about checksums, and
-the write goes with Content-MD5 while the next one asks again.
+it never fails a write the store would take: an answer that is neither a
+refusal for the checksum nor a success (access denied, another 4xx) says
+nothing about checksums, and the write goes with Content-MD5 while the next
+one asks again. A store that does not answer (throttling past the retries,
+unreachable) fails the write as it is: the write would fail the same way,
+and asking it twice as often would not help it recover.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ckptdrain import checksum
-from ckptdrain.errors import CkptdrainError
+from ckptdrain.errors import CkptdrainError, StoreUnreachable
 from ckptdrain.paths import RESERVED_PREFIX
 from ckptdrain.store.s3_errors import DIGEST_CODES
 
@@ -48,7 +51,7 @@ def server_checks_crc32c(call: Callable[..., Any], full_key: str, endpoint: str,
                          create_args: dict[str, Any] | None = None) -> bool | None:
     """Put `_BODY` at `full_key` with a wrong CRC32C: True if the server refused
     it for the checksum, False if it stored it, None if it answered otherwise
-    (unknown: ask again later).
+    (unknown: ask again later); StoreUnreachable when it does not answer.
 
     `call(op, handled=codes, **kwargs)` is the store's request (a ClientError
     whose code is in `handled` comes back instead of being raised)."""
@@ -56,6 +59,8 @@ def server_checks_crc32c(call: Callable[..., Any], full_key: str, endpoint: str,
     try:
         answer = call("put_object", handled=DIGEST_CODES, Key=full_key, Body=_BODY,
                       ContentLength=len(_BODY), ChecksumCRC32C=wrong, **(create_args or {}))
+    except StoreUnreachable:
+        raise
     except CkptdrainError as err:
         log.info("%s: the checksum probe got no answer about checksums (%s); this write "
                  "goes with Content-MD5", endpoint, type(err).__name__)
