@@ -377,6 +377,18 @@ def test_whole_objects_carry_a_crc32c_the_server_checks(
         "BadDigest", "XAmzContentChecksumMismatch", "InvalidChecksum")
 
 
+def _server_ignores_crc32c_puts(store: S3Store) -> None:
+    """Make the server see PutObject without its checksum headers (removed
+    before signing: as if never sent), as a server that ignores them would."""
+    def drop(request: Any, **_: Any) -> None:
+        for name in ("x-amz-checksum-crc32c", "x-amz-sdk-checksum-algorithm",
+                     "x-amz-checksum-algorithm"):
+            if name in request.headers:
+                del request.headers[name]
+
+    store._client.meta.events.register("before-sign.s3.PutObject", drop)
+
+
 def test_a_server_that_ignores_the_crc32c_header_gets_content_md5(
     s3server: S3Server, s3area: tuple[str, str]
 ) -> None:
@@ -385,11 +397,7 @@ def test_a_server_that_ignores_the_crc32c_header_gets_content_md5(
     bucket, prefix = s3area
     store = s3server.open_store(bucket, prefix)
 
-    def drop_crc32c(request: Any, **_: Any) -> None:  # before signing: as if never sent
-        if "x-amz-checksum-crc32c" in request.headers:
-            del request.headers["x-amz-checksum-crc32c"]
-
-    store._client.meta.events.register("before-sign.s3.PutObject", drop_crc32c)
+    _server_ignores_crc32c_puts(store)
     sent = _capture_headers(store, "PutObject")
     store.put_bytes("ck/small", b"abc")
     assert store._checks_crc32c is False
@@ -415,13 +423,7 @@ def test_multipart_uploads_to_a_server_that_ignores_crc32c_carry_content_md5(
     bucket, prefix = s3area
     store = s3server.open_store(bucket, prefix)
 
-    def drop_crc32c(request: Any, **_: Any) -> None:  # before signing: as if never sent
-        for name in ("x-amz-checksum-crc32c", "x-amz-sdk-checksum-algorithm",
-                     "x-amz-checksum-algorithm"):
-            if name in request.headers:
-                del request.headers[name]
-
-    store._client.meta.events.register("before-sign.s3.PutObject", drop_crc32c)
+    _server_ignores_crc32c_puts(store)
     created = _capture_headers(store, "CreateMultipartUpload")
     parts = _capture_headers(store, "UploadPart")
     data = payload(store.min_part_size + 1000, 9)
