@@ -19,8 +19,17 @@ LABEL_INJECT = "ckptdrain.io/inject"
 #: On an injected pod: its writer rank (the webhook sets it), so admission
 #: finds a live pod already holding a rank with one server-side selector.
 LABEL_WRITER = "ckptdrain.io/writer"
-#: On a Checkpoint record: the policy it belongs to.
+#: On a Checkpoint record: the policy it belongs to. On an injected writer's
+#: pod too, when the name fits a label value: admission finds a rank's
+#: holders by writer and policy, and a NetworkPolicy selects the peer tier's.
 LABEL_POLICY = "ckptdrain.io/policy"
+#: Longest label value Kubernetes takes.
+MAX_LABEL_VALUE = 63
+
+
+def policy_labelled(policy: str) -> bool:
+    """Whether a policy's writers carry its name as the LABEL_POLICY label."""
+    return len(policy) <= MAX_LABEL_VALUE
 
 #: The policy that injected a pod (its name, in the pod's namespace).
 ANNOTATION_POLICY = "ckptdrain.io/policy"

@@ -28,6 +28,10 @@ Variables (field in parentheses):
 - CKPTDRAIN_WEBHOOK_MANAGED (webhook_managed): name of the webhook
   configurations the operator keeps up to date itself (development, tests);
   empty = the chart owns them.
+- CKPTDRAIN_WEBHOOK_PROCESS (webhook_process): "true" (default) serves the
+  webhooks from a process of their own (admission_process.py), so that an
+  admission never waits for the operator's event loop; "false" serves them
+  from the operator's process, as Kopf does.
 - CKPTDRAIN_METRICS_PORT (9090) and CKPTDRAIN_HEALTH_PORT (8080, /healthz);
   0 disables either.
 - CKPTDRAIN_PEERING (peering): Kopf peering name, so one replica is active.
@@ -78,6 +82,7 @@ class OperatorConfig:
     webhook_managed: str = ""
     webhook_secret: str = ""
     webhook_configs: str = ""
+    webhook_process: bool = True
     metrics_port: int = 9090
     health_port: int = 8080
     peering: str = "ckptdrain"
@@ -149,6 +154,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         webhook_managed=get("CKPTDRAIN_WEBHOOK_MANAGED", ""),
         webhook_secret=secret,
         webhook_configs=get("CKPTDRAIN_WEBHOOK_CONFIGS", ""),
+        webhook_process=_flag("CKPTDRAIN_WEBHOOK_PROCESS", get("CKPTDRAIN_WEBHOOK_PROCESS",
+                                                                "true")),
         metrics_port=_port("CKPTDRAIN_METRICS_PORT", get("CKPTDRAIN_METRICS_PORT", "9090")),
         health_port=_port("CKPTDRAIN_HEALTH_PORT", get("CKPTDRAIN_HEALTH_PORT", "8080")),
         peering=get("CKPTDRAIN_PEERING", d.peering),

@@ -21,6 +21,7 @@ from ckptdrain.contract.progress import ANNOTATION_PROGRESS
 from ckptdrain.contract.record import record_name
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import (
+    admission_supervisor,
     allocation,
     goodput_sync,
     heap,
@@ -112,7 +113,10 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     # below the number of objects present at a restart would never start.
     settings.queueing.idle_timeout = IDLE_WORKER_S
     if cfg.webhook_port:
-        settings.admission.server = webhook.build_server(cfg, logger)
+        files = webhook.certificate_files(cfg, logger)
+        settings.admission.server = (admission_supervisor.start(cfg, files, logger)
+                                     if cfg.webhook_process else
+                                     webhook.build_server(cfg, files))
         settings.admission.managed = cfg.webhook_managed or None
 
 

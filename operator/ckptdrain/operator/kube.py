@@ -6,6 +6,7 @@ is already gone is not an error.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +22,11 @@ from ckptdrain.contract.api import (
     ANNOTATION_POLICY,
     API_VERSION,
     GROUP,
+    LABEL_POLICY,
     LABEL_WRITER,
     POLICIES,
     VERSION,
+    policy_labelled,
 )
 
 __all__ = ["ApiException", "HTTPError", "create_secret",
@@ -212,17 +215,39 @@ def read_object(api_version: str, plural: str, namespace: str, name: str
     return dict(found)
 
 
-def live_writers(namespace: str, policy: str, rank: int) -> list[str]:
-    """Live pods of `policy` labelled with writer `rank` (one server-side
-    selector): not Succeeded or Failed, not being deleted."""
+def writer_selectors(policy: str, rank: int) -> list[str]:
+    """The label selectors that find every pod of `policy` holding writer
+    `rank`: by writer and policy label (pods admitted since every writer
+    carries its policy's name as a label), and by the writer label alone
+    among pods without a policy label (admitted before that, or of a policy
+    whose name is too long to be a label value). Each list returns the few
+    pods that match, not every pod holding that rank under any policy."""
+    unlabelled = f"{LABEL_WRITER}={rank},!{LABEL_POLICY}"
+    if not policy_labelled(policy):
+        return [unlabelled]
+    return [f"{LABEL_WRITER}={rank},{LABEL_POLICY}={policy}", unlabelled]
+
+
+def live_writers(namespace: str, policy: str, rank: int, cached: bool = False) -> list[str]:
+    """Live pods of `policy` labelled with writer `rank`: not Succeeded or
+    Failed, not being deleted. `cached`: as the apiserver's watch cache has
+    them (resourceVersion 0: no read of etcd, possibly a moment old), for a
+    first look; a refusal must rest on a read without it."""
     core, _ = _clients()
-    found = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_WRITER}={rank}",
-                                     _request_timeout=ADMISSION_READ_TIMEOUT_S)
-    return sorted(
-        pod.metadata.name for pod in found.items
-        if (pod.metadata.annotations or {}).get(ANNOTATION_POLICY) == policy
-        and pod.metadata.deletion_timestamp is None
-        and (pod.status is None or pod.status.phase not in ("Succeeded", "Failed")))
+    names: list[str] = []
+    for selector in writer_selectors(policy, rank):
+        response = core.list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False,
+            _request_timeout=ADMISSION_READ_TIMEOUT_S,
+            **({"resource_version": "0"} if cached else {}))
+        # Raw JSON: the client's model decoding costs more than the read.
+        for pod in json.loads(response.data).get("items") or []:
+            meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+            if ((meta.get("annotations") or {}).get(ANNOTATION_POLICY) == policy
+                    and not meta.get("deletionTimestamp")
+                    and status.get("phase") not in ("Succeeded", "Failed")):
+                names.append(meta.get("name", ""))
+    return sorted(names)
 
 
 # -- the peer tier's objects (peer_sync.py) ------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ckptdrain import sizing, units
-from ckptdrain.contract import share
+from ckptdrain.contract import api, share
 from ckptdrain.contract.cold import cold_class_problem
 from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
 from ckptdrain.errors import InvalidInput
@@ -33,8 +33,7 @@ GRACE_POLICIES = ("Warn", "Refuse")
 RESTORE_PREFER = ("local", "global")
 DEFAULT_LOCAL_KEEP = 2
 DEFAULT_GLOBAL_KEEP = 3
-#: Longest label value Kubernetes takes.
-MAX_LABEL_VALUE = 63
+MAX_LABEL_VALUE = api.MAX_LABEL_VALUE
 #: How long restore retries a store that does not answer (restore/retry.py).
 DEFAULT_RETRY_DEADLINE_S = 600.0
 NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")

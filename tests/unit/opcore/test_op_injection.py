@@ -153,13 +153,16 @@ def test_without_a_rank_the_writer_id_is_the_pod_name() -> None:
     assert env["CKPTDRAIN_WRITER_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
-def test_a_derived_rank_is_the_writer_id_and_the_writer_label() -> None:
+def test_a_derived_rank_is_the_writer_id_and_the_writer_and_policy_labels() -> None:
     ops = injection.build_pod_patch(pod(), POLICY, CFG, default_rate=RATE, rank=5)
     out = jsonpatch.apply_patch(copy.deepcopy(pod()), ops)
     assert env_of(out["spec"]["initContainers"][2])["CKPTDRAIN_WRITER_ID"] == "5"
     assert env_of(out["spec"]["containers"][0])["CKPTDRAIN_WRITER_ID"] == "5"
-    assert out["metadata"]["labels"] == {"app": "t", "ckptdrain.io/writer": "5"}
+    # Admission finds a rank's holders by both labels (kube.writer_selectors).
+    assert out["metadata"]["labels"] == {"app": "t", "ckptdrain.io/writer": "5",
+                                         "ckptdrain.io/policy": "llama"}
     assert "ckptdrain.io/writer" not in injected(pod())["metadata"]["labels"]
+    assert "ckptdrain.io/policy" not in injected(pod())["metadata"]["labels"]
 
 
 def test_workload_identity_has_no_keys() -> None:

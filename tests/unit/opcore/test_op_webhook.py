@@ -1,17 +1,16 @@
-"""operator/webhook.py's writer identity step, with the two API reads it makes
-(owners, live holders of a rank) replaced by plain functions."""
+"""operator/admission.py's writer identity step and policy look-up (and the Kopf
+side's indexes), with the two API reads (owners, live holders of a rank) replaced."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import kopf
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptdrain.operator import config, kube, policy, webhook
+from ckptdrain.operator import admission, config, kube, policy, webhook
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
 
@@ -32,15 +31,18 @@ def job_pod(index: int, name: str = "w") -> dict[str, Any]:
 
 @pytest.fixture
 def api(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    state: dict[str, Any] = {"holders": [], "reads": [], "fail": None}
+    state: dict[str, Any] = {"holders": [], "reads": [], "fail": None, "lists": []}
 
     def read_object(api_version: str, plural: str, namespace: str, name: str) -> Any:
         state["reads"].append((api_version, plural, name))
         return {"spec": {"completions": 3}} if plural == "jobs" else None
 
-    def live_writers(namespace: str, name: str, rank: int) -> list[str]:
+    def live_writers(namespace: str, name: str, rank: int, cached: bool = False) -> list[str]:
+        state["lists"].append("cache" if cached else "fresh")
         if state["fail"] is not None:
             raise state["fail"]
+        if cached and "cached_holders" in state:
+            return list(state["cached_holders"])
         return list(state["holders"])
 
     monkeypatch.setattr(kube, "read_object", read_object)
@@ -50,7 +52,7 @@ def api(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 def identify(pod: dict[str, Any], writers: int) -> tuple[Any, list[str]]:
     warnings: list[str] = []
-    found = asyncio.run(webhook.writer_identity(pod, "ml", parsed(writers), warnings))
+    found = asyncio.run(admission.writer_identity(pod, "ml", parsed(writers), warnings))
     return found, warnings
 
 
@@ -65,7 +67,7 @@ def test_rank_and_count_come_from_the_pod_and_its_job(api: dict[str, Any]) -> No
 
 def test_a_live_holder_refuses_the_pod_naming_both(api: dict[str, Any]) -> None:
     api["holders"] = ["w-old"]
-    with pytest.raises(kopf.AdmissionError, match=r"pod w-new .* claims writer 1 of policy "
+    with pytest.raises(admission.Refused, match=r"pod w-new .* claims writer 1 of policy "
                        r"llama, which live pod w-old already holds"):
         identify(job_pod(1, "w-new"), 3)
     api["holders"] = ["w-new"]  # itself (a retried admission) is no conflict
@@ -74,7 +76,7 @@ def test_a_live_holder_refuses_the_pod_naming_both(api: dict[str, Any]) -> None:
 
 def test_an_unchecked_rank_is_refused_not_trusted(api: dict[str, Any]) -> None:
     api["fail"] = kube.ApiException(status=500, reason="etcd leader changed")
-    with pytest.raises(kopf.AdmissionError, match="could not check whether a live pod "
+    with pytest.raises(admission.Refused, match="could not check whether a live pod "
                        "already holds writer 1"):
         identify(job_pod(1), 3)
 
@@ -82,10 +84,10 @@ def test_an_unchecked_rank_is_refused_not_trusted(api: dict[str, Any]) -> None:
 def test_no_rank_is_fine_only_with_one_writer(api: dict[str, Any]) -> None:
     plain = {"metadata": {"name": "solo", "namespace": "ml"}}
     assert identify(plain, 1)[0].rank is None
-    with pytest.raises(kopf.AdmissionError, match=r"pod solo \(Pod\) has no writer rank"):
+    with pytest.raises(admission.Refused, match=r"pod solo \(Pod\) has no writer rank"):
         identify(plain, 2)
     generated = {"metadata": {"generateName": "train-", "namespace": "ml"}}
-    with pytest.raises(kopf.AdmissionError, match=r"pod train-<generated> \(Pod\)"):
+    with pytest.raises(admission.Refused, match=r"pod train-<generated> \(Pod\)"):
         identify(generated, 2)
 
 
@@ -100,17 +102,17 @@ def test_the_operators_pod_index_answers_without_an_api_call(api: dict[str, Any]
         DrainingPod("w-going", None, writer="2", deleting=True),
         DrainingPod("w-other", None, writer="0")]}
     holders = webhook._indexed_holders(index, "ml", "llama")  # type: ignore[arg-type]
-    found = asyncio.run(webhook.writer_identity(job_pod(2, "w-new"), "ml", parsed(3), [],
+    found = asyncio.run(admission.writer_identity(job_pod(2, "w-new"), "ml", parsed(3), [],
                                                 holders))
     assert found is not None and found.rank == 2  # a pod being deleted holds nothing
     # The index names a holder: the apiserver has the last word.
     api["fail"] = None
     api["holders"] = ["w-old"]
-    with pytest.raises(kopf.AdmissionError, match="which live pod w-old already holds"):
-        asyncio.run(webhook.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), [],
+    with pytest.raises(admission.Refused, match="which live pod w-old already holds"):
+        asyncio.run(admission.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), [],
                                             holders))
     api["holders"] = []  # deleted a moment ago, still in the index: admitted
-    found = asyncio.run(webhook.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), [],
+    found = asyncio.run(admission.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), [],
                                                 holders))
     assert found is not None and found.rank == 1
 
@@ -119,7 +121,7 @@ def _filed(bodies: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
     """What Kopf's policy_by_label index holds for these policies."""
     index: dict[Any, list[dict[str, Any]]] = {}
     for body in bodies:
-        key = webhook.label_key(body["metadata"]["namespace"], body["spec"].get("selector"))
+        key = admission.label_key(body["metadata"]["namespace"], body["spec"].get("selector"))
         index.setdefault(key, []).append(body)
     return index
 
@@ -135,7 +137,7 @@ def test_admission_reads_only_the_policies_that_could_select_the_pod() -> None:
     index = _filed([*many, wide, other])
     found = webhook._candidates("ml", {"app": "p7", "team": "x"}, index)  # type: ignore[arg-type]
     assert sorted(b["metadata"]["name"] for b in found) == ["any-gpu", "p7"]
-    assert webhook._selecting({"app": "p7"}, found) == [many[7]]
+    assert admission._selecting({"app": "p7"}, found) == [many[7]]
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -145,8 +147,8 @@ def test_admission_reads_only_the_policies_that_could_select_the_pod() -> None:
 def test_the_label_index_finds_exactly_what_a_scan_of_every_policy_finds(
         selectors: list[dict[str, str]], labels: dict[str, str]) -> None:
     bodies = [_policy(f"p{i}", {"matchLabels": s} if s else {}) for i, s in enumerate(selectors)]
-    scanned = webhook._selecting(labels, bodies)
-    indexed = webhook._selecting(labels, webhook._candidates(
+    scanned = admission._selecting(labels, bodies)
+    indexed = admission._selecting(labels, webhook._candidates(
         "ml", labels, _filed(bodies)))  # type: ignore[arg-type]
     assert indexed == scanned
 
@@ -162,7 +164,7 @@ def test_a_job_of_many_pods_reads_its_job_once(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(kube, "read_object", read_object)
     monkeypatch.setattr(kube, "live_writers", lambda *_: [])
-    monkeypatch.setattr(webhook, "_owner_objects",
+    monkeypatch.setattr(admission, "_owner_objects",
                         OwnerCache(lambda *ref: kube.read_object(*ref)))
     for rank in range(8):
         pod = job_pod(rank, f"w-{rank}")
@@ -198,8 +200,8 @@ def test_owners_kept_or_absent_need_no_thread(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(kube, "read_object", read_object)
     monkeypatch.setattr(kube, "live_writers", lambda *_: [])
-    monkeypatch.setattr(webhook.asyncio, "to_thread", to_thread)
-    monkeypatch.setattr(webhook, "_owner_objects",
+    monkeypatch.setattr(admission.asyncio, "to_thread", to_thread)
+    monkeypatch.setattr(admission, "_owner_objects",
                         OwnerCache(lambda *ref: kube.read_object(*ref)))
 
     def owned(rank: int) -> dict[str, Any]:
@@ -207,16 +209,32 @@ def test_owners_kept_or_absent_need_no_thread(monkeypatch: pytest.MonkeyPatch) -
         pod["metadata"]["ownerReferences"][0]["uid"] = "job-uid"
         return pod
 
-    first = webhook._owners_known("ml", owned(0))
+    first = admission._owners_known("ml", owned(0))
     assert first is None  # nothing kept yet: the owners must be read
-    assert webhook._owners("ml", owned(0)).jobset == objects["jobsets"]
+    assert admission._owners("ml", owned(0)).jobset == objects["jobsets"]
     assert reads == ["jobs", "jobsets"]
-    known = webhook._owners_known("ml", owned(1))
+    known = admission._owners_known("ml", owned(1))
     assert known is not None and known.job == objects["jobs"]
     assert known.jobset == objects["jobsets"]
     bare = job_pod(2, "w-2")
     bare["metadata"].pop("ownerReferences")
-    assert webhook._owners_known("ml", bare) == webhook._owners("ml", bare)
+    assert admission._owners_known("ml", bare) == admission._owners("ml", bare)
     for rank in range(1, 4):
         identify(owned(rank), 4)
     assert "_owners" not in hops and reads == ["jobs", "jobsets"]
+
+
+def test_without_an_index_the_watch_cache_is_asked_first_and_a_refusal_rests_on_a_fresh_read(
+        api: dict[str, Any]) -> None:
+    found = asyncio.run(admission.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), []))
+    assert found is not None and found.rank == 1
+    assert api["lists"] == ["cache"]  # nobody holds it: one look, no read of etcd
+    api["lists"].clear()
+    api["cached_holders"] = ["w-old"]  # the cache still has a pod deleted a moment ago
+    found = asyncio.run(admission.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), []))
+    assert found is not None and api["lists"] == ["cache", "fresh"]
+    api["lists"].clear()
+    api["holders"] = ["w-old"]
+    with pytest.raises(admission.Refused, match="which live pod w-old already holds"):
+        asyncio.run(admission.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), []))
+    assert api["lists"] == ["cache", "fresh"]

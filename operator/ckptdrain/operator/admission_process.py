@@ -1,0 +1,305 @@
+"""Admission in a process of its own: the pod and policy webhooks, served
+beside the operator but never behind it.
+
+In the operator's process, an admission request waited for the event loop,
+which also decodes and dispatches every pod event of every job: at
+thousands of pods its p99 was 50-200 ms (docs/scale.md). Here it has an
+interpreter to itself, its own view of the policies (policy_mirror.py) and
+the apiserver's watch cache for the holders of a rank, so it waits for
+nothing the operator does. It loads neither Kopf nor an HTTP framework:
+the standard library's server, one thread per connection, and one event
+loop for the rules (admission.py), whose API reads run on its threads.
+
+The operator starts it (admission_supervisor.py) with the certificate
+files it keeps, and starts it again if it dies. It serves until its
+standard input closes (the operator is gone). On its standard output it
+says when it listens and, one line each, every admission's webhook,
+outcome and seconds, for the operator's metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+import os
+import socket
+import ssl
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from ckptdrain.errors import InvalidInput
+from ckptdrain.operator import admission, config, policy_mirror
+from ckptdrain.operator.config import OperatorConfig
+
+log = logging.getLogger("ckptdrain.admission")
+#: What the operator reads on our standard output.
+REPORT = "admitted"
+READY = "ready"
+#: How often the certificate files are read for a renewal (webhook_tls.py
+#: renews them in place; a mounted Secret changes under us).
+CERT_CHECK_S = 30.0
+#: The largest review we read: a pod near etcd's object size limit, encoded.
+MAX_REVIEW_BYTES = 8 << 20
+#: A connection idle this long is closed (the apiserver opens another).
+IDLE_S = 60.0
+#: An answer later than this is useless: the apiserver's timeout is at most 30 s.
+ANSWER_TIMEOUT_S = 30.0
+
+
+class UnknownWebhook(Exception):
+    """A path we do not serve."""
+
+
+class Reviewer:
+    """Answers AdmissionReview requests."""
+
+    def __init__(self, cfg: OperatorConfig, mirror: policy_mirror.PolicyMirror,
+                 report: Any = None) -> None:
+        self.cfg, self.mirror = cfg, mirror
+        self.report = report or (lambda webhook, outcome, seconds: None)
+
+    async def __call__(self, request: dict[str, Any], path: str) -> dict[str, Any]:
+        """The response to `request`, which came to /`path`."""
+        which = {admission.MUTATE_ID: "pod", admission.VALIDATE_ID: "policy"}.get(path)
+        if which is None:
+            raise UnknownWebhook(f"no webhook at /{path}")
+        payload = request.get("request") or {}
+        answer: dict[str, Any] = {"uid": payload.get("uid", ""), "allowed": True}
+        warnings: list[str] = []
+        started, outcome = time.perf_counter(), "error"
+        try:
+            if which == "pod":
+                ops = await self._pod(payload, warnings)
+                if ops:
+                    answer["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+                    answer["patchType"] = "JSONPatch"
+            else:
+                self._policy(payload)
+            outcome = "ok"
+        except admission.Refused as refused:
+            answer["allowed"] = False
+            answer["status"] = {"message": str(refused), "code": refused.code}
+        except Exception as error:  # answered, never a dropped connection
+            log.exception("admission of a %s failed", which)
+            answer["allowed"] = False
+            answer["status"] = {"message": f"ckptdrain admission failed: {error!r}",
+                                "code": 500}
+        finally:
+            self.report(which, outcome, time.perf_counter() - started)
+        if warnings:
+            answer["warnings"] = [str(w) for w in warnings]
+        return {"apiVersion": request.get("apiVersion", "admission.k8s.io/v1"),
+                "kind": request.get("kind", "AdmissionReview"), "response": answer}
+
+    async def _pod(self, payload: dict[str, Any], warnings: list[str]) -> list[dict[str, Any]]:
+        pod = payload.get("object")
+        if payload.get("operation") != "CREATE" or not isinstance(pod, dict):
+            return []
+        meta = pod.get("metadata") or {}
+        namespace = payload.get("namespace") or meta.get("namespace") or ""
+        labels = meta.get("labels")
+        return await admission.admit_pod(
+            pod, namespace, self.cfg, warnings, log,
+            self.mirror.candidates(namespace, labels if isinstance(labels, dict) else {}),
+            None)
+
+    def _policy(self, payload: dict[str, Any]) -> None:
+        body = payload.get("object")
+        if payload.get("operation") not in ("CREATE", "UPDATE") or not isinstance(body, dict):
+            return
+        spec = body.get("spec")
+        admission.validate_policy(spec if isinstance(spec, dict) else {},
+                                  (body.get("metadata") or {}).get("name") or "", self.cfg)
+
+
+class Reports:
+    """Lines for the operator on our standard output."""
+
+    def __init__(self, out: Any) -> None:
+        self.out, self.lock = out, threading.Lock()
+
+    def _say(self, line: str) -> None:
+        with self.lock:
+            self.out.write(line + "\n")
+            self.out.flush()
+
+    def admitted(self, which: str, outcome: str, seconds: float) -> None:
+        self._say(f"{REPORT} {which} {outcome} {seconds:.6f}")
+
+    def ready(self) -> None:
+        self._say(READY)
+
+
+class Certificates:
+    """The TLS context of new connections, made again when the files change."""
+
+    def __init__(self, cert: str, key: str) -> None:
+        self.cert, self.key = cert, key
+        self._digest = b""
+        self._context = self._load()
+
+    def _read_digest(self) -> bytes:
+        return hashlib.sha256(Path(self.cert).read_bytes() + Path(self.key).read_bytes()).digest()
+
+    def _load(self) -> ssl.SSLContext:
+        digest = self._read_digest()
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert, self.key)
+        self._digest = digest
+        return context
+
+    def context(self) -> ssl.SSLContext:
+        return self._context
+
+    def check(self) -> bool:
+        """Load the files again if they changed; True if they did."""
+        try:
+            if self._read_digest() == self._digest:
+                return False
+            self._context = self._load()
+        except (OSError, ssl.SSLError) as error:  # caught mid-write: the next check
+            log.warning("admission: reading the certificate files failed (%s)", error)
+            return False
+        log.info("admission: serving the renewed certificate")
+        return True
+
+    def follow(self) -> None:
+        """Check the files every CERT_CHECK_S in a daemon thread."""
+        def loop() -> None:
+            while True:
+                time.sleep(CERT_CHECK_S)
+                self.check()
+        threading.Thread(target=loop, name="ckptdrain-admission-tls", daemon=True).start()
+
+
+class Server(ThreadingHTTPServer):
+    """HTTPS, one thread per connection; each review is answered on one event
+    loop (`loop`), where the rules run and hand their API reads to threads."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], certificates: Certificates,
+                 reviewer: Reviewer, loop: asyncio.AbstractEventLoop) -> None:
+        self.certificates, self.reviewer, self.loop = certificates, reviewer, loop
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, Handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = self.socket.accept()
+        # The handshake happens in the connection's own thread (Handler.setup),
+        # so a slow or silent client never holds up the next accept.
+        return (self.certificates.context().wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False), address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Probes that connect and leave (a kubelet's tcpSocket readiness
+        # check), clients that give up: not worth a traceback.
+        log.debug("admission: connection from %s ended: %s", client_address, sys.exc_info()[1])
+
+    def answer(self, request: dict[str, Any], path: str) -> dict[str, Any]:
+        future = asyncio.run_coroutine_threadsafe(self.reviewer(request, path), self.loop)
+        return future.result(ANSWER_TIMEOUT_S)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: the apiserver reuses connections
+    server: Server
+
+    def setup(self) -> None:
+        self.request.settimeout(IDLE_S)
+        self.request.do_handshake()
+        super().setup()
+
+    def do_POST(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or "")
+        except ValueError:
+            self._send(411, {"error": "Content-Length: expected a number of bytes"})
+            return
+        if not 0 < length <= MAX_REVIEW_BYTES:
+            self._send(413, {"error": f"Content-Length: expected 1 to {MAX_REVIEW_BYTES} "
+                                      f"bytes, got {length}"})
+            return
+        try:
+            request = json.loads(self.rfile.read(length))
+            if not isinstance(request, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as error:
+            self._send(400, {"error": f"body: expected an AdmissionReview ({error})"})
+            return
+        path = self.path.split("?", 1)[0].strip("/")
+        try:
+            self._send(200, self.server.answer(request, path))
+        except UnknownWebhook as error:
+            self._send(404, {"error": str(error)})
+
+    def _send(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # every request is counted in the operator's metrics instead
+
+
+def _exit_with_parent() -> None:
+    """Leave when the operator is gone: its end of our standard input closes."""
+    def wait() -> None:
+        try:
+            while sys.stdin.buffer.read(4096):
+                pass
+        finally:
+            os._exit(0)
+    threading.Thread(target=wait, name="ckptdrain-admission-parent", daemon=True).start()
+
+
+def serve(cfg: OperatorConfig, cert: str, key: str, reviewer: Reviewer,
+          reports: Reports) -> None:
+    """Serve until the process ends."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="ckptdrain-admission-loop",
+                     daemon=True).start()
+    certificates = Certificates(cert, key)
+    certificates.follow()
+    server = Server((cfg.webhook_addr, cfg.webhook_port), certificates, reviewer, loop)
+    log.info("admission: serving on %s:%d", cfg.webhook_addr, cfg.webhook_port)
+    reports.ready()
+    server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ckptdrain.operator.admission_process")
+    parser.add_argument("--cert", required=True)
+    parser.add_argument("--key", required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="[%(asctime)s] %(name)-20.20s [%(levelname)-8.8s] %(message)s")
+    try:
+        cfg = config.from_env()
+    except InvalidInput as error:
+        print(f"ckptdrain admission: {error}", file=sys.stderr)
+        return error.exit_code
+    _exit_with_parent()
+    mirror = policy_mirror.PolicyMirror()
+    policy_mirror.start(mirror, cfg.namespace, log, threading.Event())
+    reports = Reports(sys.stdout)
+    serve(cfg, args.cert, args.key, Reviewer(cfg, mirror, reports.admitted), reports)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,100 @@
+"""Admission served by its own process (operator/admission_process.py),
+through a real apiserver: it answers while the operator's process is
+frozen, it sees a policy created since it started, and the operator
+starts it again when it dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cluster_helpers import INJECT, get, pod, policy, wait_for
+from operator_process import OperatorProcess
+
+from support.apiserver import Cluster
+
+
+def admission_pids(operator: OperatorProcess) -> list[int]:
+    """The operator's admission process (its child running admission_process)."""
+    assert operator.proc is not None
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if ppid == operator.proc.pid and b"admission_process" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def create(cluster: Cluster, namespace: str, body: dict[str, Any]) -> Any:
+    return cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
+                           input=json.dumps(body), check=False)
+
+
+def injected(cluster: Cluster, namespace: str, name: str) -> bool:
+    stored = get(cluster, namespace, "pod", name)
+    return "ckptdrain.io/injected" in (stored["metadata"].get("annotations") or {})
+
+
+def test_admission_answers_while_the_operator_is_frozen(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("frozen", writers=2))
+    # Its own watch has the policy (the operator's view is not asked).
+    wait_for(lambda: create(cluster, namespace, pod("w-warm", {"app": "frozen", **INJECT},
+                                                    index=0)).returncode == 0,
+             what="a first pod admitted")
+    assert injected(cluster, namespace, "w-warm")
+    assert operator.proc is not None
+    os.kill(operator.proc.pid, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        made = create(cluster, namespace, pod("w-1", {"app": "frozen", **INJECT}, index=1))
+        took = time.monotonic() - began
+        assert made.returncode == 0, made.stderr
+        assert injected(cluster, namespace, "w-1"), "admitted bare while the operator froze"
+        stored = get(cluster, namespace, "pod", "w-1")
+        assert stored["metadata"]["labels"]["ckptdrain.io/writer"] == "1"
+        assert stored["metadata"]["labels"]["ckptdrain.io/policy"] == "frozen"
+        # A second claim on writer 1 is refused by the apiserver's word, not a view.
+        again = create(cluster, namespace, pod("w-1b", {"app": "frozen", **INJECT}, index=1))
+        assert again.returncode != 0 and "already holds" in again.stderr
+        # A policy created now is found too (asked of the apiserver or watched).
+        apply(policy("later", writers=1))
+        made = create(cluster, namespace, pod("l-0", {"app": "later", **INJECT}))
+        assert made.returncode == 0, made.stderr
+        assert injected(cluster, namespace, "l-0")
+        assert took < 10, f"one admission took {took:.1f}s with the operator frozen"
+    finally:
+        os.kill(operator.proc.pid, signal.SIGCONT)
+
+
+def test_the_operator_starts_its_admission_process_again_when_it_dies(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("again", writers=1))
+    first = wait_for(lambda: admission_pids(operator), what="the admission process")
+    assert len(first) == 1
+    os.kill(first[0], signal.SIGKILL)
+    second = wait_for(lambda: [p for p in admission_pids(operator) if p not in first],
+                      what="a new admission process")
+    assert len(second) == 1
+
+    def admitted() -> bool:
+        name = f"a-{time.monotonic_ns()}"
+        made = create(cluster, namespace, pod(name, {"app": "again", **INJECT}))
+        return made.returncode == 0 and injected(cluster, namespace, name)
+
+    wait_for(admitted, what="a pod injected by the new admission process")
+    assert "the admission process exited" in operator.tail(200_000)
+    # Its admissions reach the operator's metrics.
+    wait_for(lambda: 'ckptdrain_webhook_seconds_count{outcome="ok",webhook="pod"}'
+             in operator.metrics(), what="admission metrics")
