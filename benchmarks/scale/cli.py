@@ -41,6 +41,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="pending-bytes periods per drain (default: as many 5 s periods as "
                    "one shard's drain lasts at its share, 22 for the 405B example)")
     p.add_argument("--threads", type=int, default=32, help="hollow agents' API calls in flight")
+    p.add_argument("--admission", default="process", choices=("process", "operator", "both"),
+                   help="where admission runs: its own process (as deployed), the "
+                   "operator's event loop (CKPTDRAIN_WEBHOOK_PROCESS=false), or each size "
+                   "once in each, one after the other")
     p.add_argument("--out", type=Path, default=Path("scale-results"))
     args = p.parse_args(argv)
     for name in ("rounds", "probe_pods", "threads"):
@@ -61,18 +65,21 @@ def main(argv: list[str]) -> int:
         for writers in args.writers:
             if policies > writers:
                 continue
-            size = Size(writers, policies, rounds=args.rounds, rate=args.rate,
-                        probe_pods=args.probe_pods, tick_s=args.tick, ticks=args.ticks,
-                        threads=args.threads)
-            started = time.monotonic()
-            with tempfile.TemporaryDirectory(prefix="ckptdrain-scale-") as work:
-                result = run(size, Path(work), log=lambda m: print(m, file=sys.stderr))
-            result["wall_s"] = round(time.monotonic() - started, 1)
-            results.append(result)
-            # Written after every size, so a long grid stopped midway keeps what it measured.
-            (args.out / "scale.json").write_text(json.dumps(
-                {"results": results, "growth": report.growth(results)}, indent=2))
-            (args.out / "scale.md").write_text(report.markdown(results))
+            for in_process in {"process": [True], "operator": [False],
+                               "both": [False, True]}[args.admission]:
+                size = Size(writers, policies, rounds=args.rounds, rate=args.rate,
+                            probe_pods=args.probe_pods, tick_s=args.tick, ticks=args.ticks,
+                            threads=args.threads, webhook_process=in_process)
+                started = time.monotonic()
+                with tempfile.TemporaryDirectory(prefix="ckptdrain-scale-") as work:
+                    result = run(size, Path(work), log=lambda m: print(m, file=sys.stderr))
+                result["wall_s"] = round(time.monotonic() - started, 1)
+                results.append(result)
+                # Written after every size, so a long grid stopped midway keeps what it
+                # measured.
+                (args.out / "scale.json").write_text(json.dumps(
+                    {"results": results, "growth": report.growth(results)}, indent=2))
+                (args.out / "scale.md").write_text(report.markdown(results))
     if not results:
         print("no size to run: every --policies value exceeds every --writers value",
               file=sys.stderr)

@@ -43,7 +43,8 @@ class Parts:
 
 
 @contextlib.contextmanager
-def running(workdir: Path, cluster_cap: str | None) -> Iterator[Parts]:
+def running(workdir: Path, cluster_cap: str | None,
+            webhook_process: bool = True) -> Iterator[Parts]:
     """apiserver + CRDs + operator for one size; everything stopped after."""
     with apiserver.running(workdir / "cluster") as cluster:
         for crd in ("checkpointpolicies", "checkpoints", "checkpointshares"):
@@ -51,6 +52,7 @@ def running(workdir: Path, cluster_cap: str | None) -> Iterator[Parts]:
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         (workdir / "operator").mkdir(exist_ok=True)
         env = {"CKPTDRAIN_CLUSTER_BANDWIDTH": cluster_cap} if cluster_cap else {}
+        env["CKPTDRAIN_WEBHOOK_PROCESS"] = "true" if webhook_process else "false"
         # As deployed: the watchdog's default period (not the tests' 1 s) and
         # no debug logging, whose cost is not the operator's.
         op = OperatorProcess(cluster, workdir / "operator", verbose=False,
@@ -90,8 +92,20 @@ class ProcSample:
     peak_rss_bytes: int
 
 
-def sample(pid: int) -> ProcSample:
-    """CPU seconds (user + system) and resident memory of one process."""
+def _family(pid: int) -> list[int]:
+    """`pid` and its children: the operator and its admission process."""
+    children: list[int] = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:  # ppid
+            children.append(int(stat.parent.name))
+    return [pid, *sorted(children)]
+
+
+def _one(pid: int) -> ProcSample:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
@@ -102,6 +116,21 @@ def sample(pid: int) -> ProcSample:
         return int(line.split()[1]) * 1024
 
     return ProcSample(cpu, kib("VmRSS:"), kib("VmHWM:"))
+
+
+def sample(pid: int) -> ProcSample:
+    """CPU seconds (user + system) and resident memory of the operator with
+    its children (the admission process): what its container uses. The peak
+    is the sum of each process's own peak, an upper bound of theirs together."""
+    parts = []
+    for member in _family(pid):
+        try:
+            parts.append(_one(member))
+        except (OSError, StopIteration):
+            if member == pid:
+                raise
+    return ProcSample(sum(p.cpu_s for p in parts), sum(p.rss_bytes for p in parts),
+                      sum(p.peak_rss_bytes for p in parts))
 
 
 #: How long a phase may take the operator to work off (its event backlog).

@@ -55,7 +55,11 @@ def exponent(x1: float, y1: float | None, x2: float, y2: float | None) -> float 
 
 
 def growth(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Exponents over writers (per policy count) and over policies (per writer count)."""
+    """Exponents over writers (per policy count) and over policies (per writer
+    count), among the sizes run with admission where it is deployed (its own
+    process) when there are any, else among all."""
+    deployed = [r for r in results if r.get("admission_in", "process") == "process"]
+    results = deployed or list(results)
     out = []
     for axis, fixed in (("writers", "policies"), ("policies", "writers")):
         for value in sorted({r[fixed] for r in results}):
@@ -75,11 +79,13 @@ def _cell(value: float | None) -> str:
 
 def markdown(results: Sequence[dict[str, Any]]) -> str:
     """One row per size, then one row per growth line."""
-    head = ["writers", "policies", *(f"{n} ({u})" if u else n for n, u, _, _ in FIGURES)]
+    head = ["writers", "policies", "admission in",
+            *(f"{n} ({u})" if u else n for n, u, _, _ in FIGURES)]
     rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head),
-            "| target | | " + " | ".join(t for *_, t in FIGURES) + " |"]
+            "| target | | | " + " | ".join(t for *_, t in FIGURES) + " |"]
     for r in results:
         rows.append(f"| {r['writers']} | {r['policies']} | "
+                    f"{r.get('admission_in', 'process')} | "
                     + " | ".join(_cell(read(r)) for _, _, read, _ in FIGURES) + " |")
     lines = growth(results)
     if lines:

@@ -42,6 +42,8 @@ class Size:
     threads: int = 32
     #: The operator's cluster cap as a fraction of what all policies want.
     cap_fraction: float = 0.8
+    #: Admission in its own process (the default), or on the operator's loop.
+    webhook_process: bool = True
 
 
 def layout(size: Size) -> tuple[list[Writer], dict[str, int]]:
@@ -103,9 +105,10 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
     writers, per_policy = layout(size)
     cap = size.cap_fraction * POLICY_RATE * size.policies
     out: dict[str, Any] = {"writers": size.writers, "policies": size.policies,
+                           "admission_in": "process" if size.webhook_process else "operator",
                            "pods_owned_by_jobs": True,
                            "rounds": size.rounds, "cluster_cap_bytes_s": cap}
-    with cluster.running(workdir, str(int(cap))) as parts:
+    with cluster.running(workdir, str(int(cap)), size.webhook_process) as parts:
         pid = parts.operator.proc.pid  # type: ignore[union-attr]
         api = config.new_client_from_config(str(parts.cluster.kubeconfig))
         api.configuration.connection_pool_maxsize = size.threads + 8
