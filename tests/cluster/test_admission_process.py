@@ -63,7 +63,7 @@ def test_admission_answers_while_the_operator_is_frozen(
         assert injected(cluster, namespace, "w-1"), "admitted bare while the operator froze"
         stored = get(cluster, namespace, "pod", "w-1")
         assert stored["metadata"]["labels"]["ckptdrain.io/writer"] == "1"
-        assert stored["metadata"]["labels"]["ckptdrain.io/policy"] == "frozen"
+        assert stored["metadata"]["labels"]["ckptdrain.io/writer-policy"] == "frozen"
         # A second claim on writer 1 is refused by the apiserver's word, not a view.
         again = create(cluster, namespace, pod("w-1b", {"app": "frozen", **INJECT}, index=1))
         assert again.returncode != 0 and "already holds" in again.stderr

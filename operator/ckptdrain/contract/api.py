@@ -19,16 +19,20 @@ LABEL_INJECT = "ckptdrain.io/inject"
 #: On an injected pod: its writer rank (the webhook sets it), so admission
 #: finds a live pod already holding a rank with one server-side selector.
 LABEL_WRITER = "ckptdrain.io/writer"
-#: On a Checkpoint record: the policy it belongs to. On an injected writer's
-#: pod too, when the name fits a label value: admission finds a rank's
-#: holders by writer and policy, and a NetworkPolicy selects the peer tier's.
+#: On a Checkpoint record: the policy it belongs to. On the pods of a policy
+#: with the peer tier: what a NetworkPolicy selects (docs/peer-tier.md).
 LABEL_POLICY = "ckptdrain.io/policy"
+#: On an injected writer's pod, beside its rank, when the name fits a label
+#: value: the policy it writes for. Admission finds a rank's holders by both
+#: (operator/kube.py writer_selectors): the few pods that match, not every
+#: pod holding that rank under any policy of the namespace.
+LABEL_WRITER_POLICY = "ckptdrain.io/writer-policy"
 #: Longest label value Kubernetes takes.
 MAX_LABEL_VALUE = 63
 
 
 def policy_labelled(policy: str) -> bool:
-    """Whether a policy's writers carry its name as the LABEL_POLICY label."""
+    """Whether a policy's writers carry its name as LABEL_WRITER_POLICY."""
     return len(policy) <= MAX_LABEL_VALUE
 
 #: The policy that injected a pod (its name, in the pod's namespace).

@@ -26,30 +26,46 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import socket
 import ssl
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from ckptdrain.contract.api import LABEL_INJECT
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import admission, config, policy_mirror
+from ckptdrain.operator import admission, config, heap, kube, policy_mirror
 from ckptdrain.operator.config import OperatorConfig
 
 log = logging.getLogger("ckptdrain.admission")
 #: What the operator reads on our standard output.
 REPORT = "admitted"
 READY = "ready"
+ALIVE = "alive"
 #: How often the certificate files are read for a renewal (webhook_tls.py
 #: renews them in place; a mounted Secret changes under us).
 CERT_CHECK_S = 30.0
 #: The largest review we read: a pod near etcd's object size limit, encoded.
-MAX_REVIEW_BYTES = 8 << 20
-#: A connection idle this long is closed (the apiserver opens another).
-IDLE_S = 60.0
+MAX_REVIEW_BYTES = 4 << 20
+#: Connections open at once, and reviews read and answered at once (so at
+#: most MAX_IN_FLIGHT × MAX_REVIEW_BYTES are held).
+MAX_CONNECTIONS = 128
+MAX_IN_FLIGHT = 8
+#: A TLS handshake must be done within this; a connection idle this long is
+#: closed (the apiserver opens another).
+HANDSHAKE_S = 10.0
+IDLE_S = 30.0
+#: How often the event loop says it is alive (and its threads answer); the
+#: operator starts the process again when it has been silent for long.
+HEARTBEAT_S = 5.0
+#: Report lines waiting for the operator to read them; more are dropped
+#: rather than ever making an admission wait for a pipe.
+REPORT_QUEUE = 10_000
 #: An answer later than this is useless: the apiserver's timeout is at most 30 s.
 ANSWER_TIMEOUT_S = 30.0
 
@@ -71,10 +87,13 @@ class Reviewer:
         which = {admission.MUTATE_ID: "pod", admission.VALIDATE_ID: "policy"}.get(path)
         if which is None:
             raise UnknownWebhook(f"no webhook at /{path}")
-        payload = request.get("request") or {}
-        answer: dict[str, Any] = {"uid": payload.get("uid", ""), "allowed": True}
+        payload = request.get("request")
+        if not isinstance(payload, dict):
+            payload = {}
+        answer: dict[str, Any] = {"uid": str(payload.get("uid") or ""), "allowed": True}
         warnings: list[str] = []
         started, outcome = time.perf_counter(), "error"
+        heap.busy()  # no heap trim while admissions come in
         try:
             if which == "pod":
                 ops = await self._pod(payload, warnings)
@@ -104,12 +123,14 @@ class Reviewer:
         if payload.get("operation") != "CREATE" or not isinstance(pod, dict):
             return []
         meta = pod.get("metadata") or {}
+        labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+        if labels.get(LABEL_INJECT) != "true":
+            # The webhook's objectSelector sends only opted-in pods; one widened
+            # by hand must still not inject pods the operator does not watch.
+            return []
         namespace = payload.get("namespace") or meta.get("namespace") or ""
-        labels = meta.get("labels")
-        return await admission.admit_pod(
-            pod, namespace, self.cfg, warnings, log,
-            self.mirror.candidates(namespace, labels if isinstance(labels, dict) else {}),
-            None)
+        return await admission.admit_pod(pod, namespace, self.cfg, warnings, log,
+                                         self.mirror.candidates(namespace, labels), None)
 
     def _policy(self, payload: dict[str, Any]) -> None:
         body = payload.get("object")
@@ -121,21 +142,50 @@ class Reviewer:
 
 
 class Reports:
-    """Lines for the operator on our standard output."""
+    """Lines for the operator on our standard output, written by a thread of
+    their own from a bounded queue: an operator that stops reading (frozen,
+    busy) never makes an admission wait; what does not fit is dropped."""
 
     def __init__(self, out: Any) -> None:
-        self.out, self.lock = out, threading.Lock()
+        self.out = out
+        self.queue: queue.Queue[str] = queue.Queue(REPORT_QUEUE)
+        self.dropped = 0
+        threading.Thread(target=self._write, name="ckptdrain-admission-reports",
+                         daemon=True).start()
+
+    def _write(self) -> None:
+        while True:
+            line = self.queue.get()
+            try:
+                self.out.write(line + "\n")
+                self.out.flush()
+            except (OSError, ValueError):  # the operator is gone: we leave with it
+                return
 
     def _say(self, line: str) -> None:
-        with self.lock:
-            self.out.write(line + "\n")
-            self.out.flush()
+        try:
+            self.queue.put_nowait(line)
+        except queue.Full:
+            self.dropped += 1
 
     def admitted(self, which: str, outcome: str, seconds: float) -> None:
         self._say(f"{REPORT} {which} {outcome} {seconds:.6f}")
 
     def ready(self) -> None:
         self._say(READY)
+
+    def alive(self) -> None:
+        self._say(ALIVE)
+
+
+async def heartbeat(reports: Reports) -> None:
+    """Say ALIVE every HEARTBEAT_S while the event loop and its threads
+    answer: a process stuck in either falls silent, and the operator
+    replaces it."""
+    while True:
+        await asyncio.to_thread(lambda: None)
+        reports.alive()
+        await asyncio.sleep(HEARTBEAT_S)
 
 
 class Certificates:
@@ -151,7 +201,7 @@ class Certificates:
 
     def _load(self) -> ssl.SSLContext:
         digest = self._read_digest()
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # no client certificates asked
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert, self.key)
         self._digest = digest
@@ -183,24 +233,50 @@ class Certificates:
 
 class Server(ThreadingHTTPServer):
     """HTTPS, one thread per connection; each review is answered on one event
-    loop (`loop`), where the rules run and hand their API reads to threads."""
+    loop (`loop`), where the rules run and hand their API reads to threads.
+
+    Bounded: at most MAX_CONNECTIONS at once (one more is closed at once),
+    at most MAX_IN_FLIGHT reviews read and answered at once (the others
+    wait), a TLS handshake within HANDSHAKE_S, a connection idle for IDLE_S
+    closed."""
 
     daemon_threads = True
     allow_reuse_address = True
+    #: Kopf's server (aiohttp) listened with a backlog of 128; a job's burst of
+    #: pod creations opens many connections at once.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], certificates: Certificates,
                  reviewer: Reviewer, loop: asyncio.AbstractEventLoop) -> None:
         self.certificates, self.reviewer, self.loop = certificates, reviewer, loop
+        self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
 
     def get_request(self) -> tuple[Any, Any]:
         sock, address = self.socket.accept()
+        # Answers are small and must not wait for the peer's delayed ACK.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # The handshake happens in the connection's own thread (Handler.setup),
         # so a slow or silent client never holds up the next accept.
         return (self.certificates.context().wrap_socket(
             sock, server_side=True, do_handshake_on_connect=False), address)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.connections.acquire(blocking=False):
+            log.warning("admission: %d connections open; closing one from %s",
+                        MAX_CONNECTIONS, client_address)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Probes that connect and leave (a kubelet's tcpSocket readiness
@@ -209,51 +285,68 @@ class Server(ThreadingHTTPServer):
 
     def answer(self, request: dict[str, Any], path: str) -> dict[str, Any]:
         future = asyncio.run_coroutine_threadsafe(self.reviewer(request, path), self.loop)
-        return future.result(ANSWER_TIMEOUT_S)
+        try:
+            return future.result(ANSWER_TIMEOUT_S)
+        finally:
+            future.cancel()  # no-op once done; a late one must not run on
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the apiserver reuses connections
+    #: Buffered: the status line, headers and body leave in one write.
+    wbufsize = 1 << 16
     server: Server
 
     def setup(self) -> None:
-        self.request.settimeout(IDLE_S)
+        self.request.settimeout(HANDSHAKE_S)
         self.request.do_handshake()
+        self.request.settimeout(IDLE_S)
         super().setup()
 
     def do_POST(self) -> None:
         try:
             length = int(self.headers.get("Content-Length") or "")
         except ValueError:
-            self._send(411, {"error": "Content-Length: expected a number of bytes"})
+            self._fail(411, "Content-Length: expected a number of bytes")
             return
         if not 0 < length <= MAX_REVIEW_BYTES:
-            self._send(413, {"error": f"Content-Length: expected 1 to {MAX_REVIEW_BYTES} "
-                                      f"bytes, got {length}"})
-            return
-        try:
-            request = json.loads(self.rfile.read(length))
-            if not isinstance(request, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as error:
-            self._send(400, {"error": f"body: expected an AdmissionReview ({error})"})
+            self._fail(413, f"Content-Length: expected 1 to {MAX_REVIEW_BYTES} bytes, "
+                            f"got {length}")
             return
         path = self.path.split("?", 1)[0].strip("/")
-        try:
-            self._send(200, self.server.answer(request, path))
-        except UnknownWebhook as error:
-            self._send(404, {"error": str(error)})
+        with self.server.in_flight:
+            try:
+                request = json.loads(self.rfile.read(length))
+                if not isinstance(request, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as error:
+                self._fail(400, f"body: expected an AdmissionReview ({error})")
+                return
+            try:
+                self._send(200, self.server.answer(request, path))
+            except UnknownWebhook as error:
+                self._fail(404, str(error))
+            except Exception as error:  # a timeout, a bug: answered, never dropped
+                log.warning("admission: no answer to a review at /%s: %r", path, error)
+                self._fail(500, f"no answer: {error!r}")
+
+    def _fail(self, code: int, message: str) -> None:
+        # What is left of the request is not read: this connection ends here.
+        self.close_connection = True
+        self._send(code, {"error": message})
 
     def _send(self, code: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:
-        return  # every request is counted in the operator's metrics instead
+        return  # every review is counted in the operator's metrics instead
 
 
 def _exit_with_parent() -> None:
@@ -273,12 +366,26 @@ def serve(cfg: OperatorConfig, cert: str, key: str, reviewer: Reviewer,
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="ckptdrain-admission-loop",
                      daemon=True).start()
+    asyncio.run_coroutine_threadsafe(heartbeat(reports), loop)
     certificates = Certificates(cert, key)
     certificates.follow()
     server = Server((cfg.webhook_addr, cfg.webhook_port), certificates, reviewer, loop)
     log.info("admission: serving on %s:%d", cfg.webhook_addr, cfg.webhook_port)
     reports.ready()
     server.serve_forever()
+
+
+def warm_up(namespace: str, connections: int = 4) -> None:
+    """Open connections to the apiserver before the first review: a job's
+    first pods arrive together, and each would otherwise wait for a TLS
+    handshake of its own and the client's first set-up."""
+    def look(_: int) -> None:
+        try:
+            kube.live_writers(namespace or "default", "ckptdrain-warm-up", 0, cached=True)
+        except Exception as error:  # only a head start: the reviews will say
+            log.debug("admission: warm-up read failed: %s", error)
+    with ThreadPoolExecutor(connections) as pool:
+        list(pool.map(look, range(connections)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,8 +401,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ckptdrain admission: {error}", file=sys.stderr)
         return error.exit_code
     _exit_with_parent()
+    heap.start()  # few malloc arenas for its many threads, trimmed when quiet
     mirror = policy_mirror.PolicyMirror()
     policy_mirror.start(mirror, cfg.namespace, log, threading.Event())
+    warm_up(cfg.namespace)
     reports = Reports(sys.stdout)
     serve(cfg, args.cert, args.key, Reviewer(cfg, mirror, reports.admitted), reports)
     return 0

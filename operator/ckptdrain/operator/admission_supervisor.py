@@ -23,13 +23,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from ckptdrain.operator import metrics, webhook_tls
-from ckptdrain.operator.admission_process import READY, REPORT
+from ckptdrain.operator.admission_process import ALIVE, HEARTBEAT_S, READY, REPORT
 from ckptdrain.operator.config import OperatorConfig
 
 #: Waits before starting it again after it died, growing with each quick death.
 RESTART_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 #: A process that lived this long was healthy: the next death starts the waits anew.
 HEALTHY_S = 60.0
+#: A process silent this long (no heartbeat, no report) is stuck: it is
+#: killed and started again.
+SILENT_S = 6 * HEARTBEAT_S
 
 
 def command(files: tuple[str, str, str | None]) -> list[str]:
@@ -60,9 +63,30 @@ class Supervisor:
         self._stopping = threading.Event()
         #: Set once a process listens (it says so on its standard output).
         self.ready = threading.Event()
+        self._heard = time.monotonic()
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="ckptdrain-admission", daemon=True).start()
+        threading.Thread(target=self._watch, name="ckptdrain-admission-watch",
+                         daemon=True).start()
+
+    def _watch(self) -> None:
+        """Kill a process that fell silent (its event loop or threads stuck);
+        _run starts another. A pause of our own (the operator's process
+        stopped, starved) is not held against it: the clock starts again."""
+        last_tick = time.monotonic()
+        while not self._stopping.wait(1.0):
+            now = time.monotonic()
+            if now - last_tick > 5.0:
+                self._heard = now
+            last_tick = now
+            process = self.process
+            if (process is not None and process.poll() is None
+                    and now - self._heard > SILENT_S):
+                self.logger.error("the admission process has been silent for %.0fs; "
+                                  "killing it", now - self._heard)
+                process.kill()
+                self._heard = now
 
     def stop(self) -> None:
         self._stopping.set()
@@ -72,13 +96,16 @@ class Supervisor:
     def _run(self) -> None:
         quick_deaths = 0
         while not self._stopping.is_set():
-            began = time.monotonic()
-            # Its standard input is ours to hold: it leaves when we are gone.
-            self.process = subprocess.Popen(command(self.files), stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE)
-            assert self.process.stdout is not None
-            self._read_reports(self.process.stdout)
-            code = self.process.wait()
+            began = self._heard = time.monotonic()
+            try:
+                # Its standard input is ours to hold: it leaves when we are gone.
+                self.process = subprocess.Popen(command(self.files), stdin=subprocess.PIPE,
+                                                stdout=subprocess.PIPE)
+                assert self.process.stdout is not None
+                self._read_reports(self.process.stdout)
+                code: int | str = self.process.wait()
+            except OSError as error:  # could not start it (no memory, no pids)
+                code = repr(error)
             if self._stopping.is_set():
                 return
             quick_deaths = 0 if time.monotonic() - began > HEALTHY_S else quick_deaths + 1
@@ -90,8 +117,11 @@ class Supervisor:
     def _read_reports(self, out: IO[bytes]) -> None:
         for raw in out:
             line = raw.decode(errors="replace").strip()
+            self._heard = time.monotonic()
             if line == READY:
                 self.ready.set()
+            elif line == ALIVE:
+                continue
             elif line and not observe(line):
                 self.logger.info("admission: %s", line)
 
@@ -104,6 +134,8 @@ class RemoteServer:
 
     def __init__(self, cfg: OperatorConfig, ca: str | None,
                  ready: threading.Event | None = None) -> None:
+        """`ca`: the file of the CA that signed the serving certificate (the
+        certificate itself when it is self-signed)."""
         self.cfg, self.ca = cfg, ca
         self.ready = ready
 
@@ -117,17 +149,29 @@ class RemoteServer:
         while self.ready is not None and not self.ready.is_set():
             await asyncio.sleep(0.1)
         while True:
-            cadata = Path(self.ca).read_bytes() if self.ca else None
+            cadata = self._read()
             config: dict[str, Any] = {"url": self.url()}
             if cadata is not None:
                 config["caBundle"] = base64.b64encode(cadata).decode("ascii")
             yield config
-            digest = hashlib.sha256(cadata or b"").digest()
-            while cadata is not None and hashlib.sha256(
-                    Path(self.ca or "").read_bytes()).digest() == digest:
-                await asyncio.sleep(webhook_tls.CHECK_S)
-            if cadata is None:
+            if self.ca is None:
                 await asyncio.Event().wait()  # nothing to follow
+            digest = hashlib.sha256(cadata or b"").digest()
+            while True:
+                await asyncio.sleep(webhook_tls.CHECK_S)
+                now = self._read()
+                if now is not None and hashlib.sha256(now).digest() != digest:
+                    break
+
+    def _read(self) -> bytes | None:
+        """The CA's bytes; None when there is no file or it cannot be read
+        now (a renewal mid-write: the next check reads it)."""
+        if self.ca is None:
+            return None
+        try:
+            return Path(self.ca).read_bytes()
+        except OSError:
+            return None
 
 
 def start(cfg: OperatorConfig, files: tuple[str, str, str | None],
@@ -135,4 +179,4 @@ def start(cfg: OperatorConfig, files: tuple[str, str, str | None],
     """Start the admission process and return the server Kopf is to be given."""
     supervisor = Supervisor(files, logger)
     supervisor.start()
-    return RemoteServer(cfg, files[2], supervisor.ready)
+    return RemoteServer(cfg, files[2] or files[0], supervisor.ready)

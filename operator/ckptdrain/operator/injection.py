@@ -23,6 +23,7 @@ from ckptdrain.contract.api import (
     ANNOTATION_WORKLOAD_WRITERS,
     LABEL_POLICY,
     LABEL_WRITER,
+    LABEL_WRITER_POLICY,
     policy_labelled,
 )
 from ckptdrain.contract.env import CREDENTIALS, Env
@@ -330,10 +331,12 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     labels: dict[str, str] = {}
     if rank is not None:
         labels[LABEL_WRITER] = str(rank)
-    if policy.peer.enabled or (rank is not None and policy_labelled(policy.name)):
-        # What admission finds a rank's holders by (kube.writer_selectors),
-        # and what a NetworkPolicy selects to let only this policy's pods
-        # reach each other's peer port (docs/peer-tier.md).
+    if rank is not None and policy_labelled(policy.name):
+        # What admission finds a rank's holders by (kube.writer_selectors).
+        labels[LABEL_WRITER_POLICY] = policy.name
+    if policy.peer.enabled:
+        # What a NetworkPolicy selects to let only this policy's pods reach
+        # each other's peer port (docs/peer-tier.md).
         labels[LABEL_POLICY] = policy.name
     if labels and pod.get("metadata", {}).get("labels") is None:
         ops.append({"op": "add", "path": "/metadata/labels", "value": labels})

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -22,8 +23,8 @@ from ckptdrain.contract.api import (
     ANNOTATION_POLICY,
     API_VERSION,
     GROUP,
-    LABEL_POLICY,
     LABEL_WRITER,
+    LABEL_WRITER_POLICY,
     POLICIES,
     VERSION,
     policy_labelled,
@@ -47,9 +48,34 @@ MERGE = "application/merge-patch+json"
 
 
 @functools.cache
+def _api() -> Any:
+    return kubeclient.api_client(pool_size=PARALLEL_WRITES * 2)
+
+
+@functools.cache
 def _clients() -> tuple[client.CoreV1Api, client.CustomObjectsApi]:
-    api = kubeclient.api_client(pool_size=PARALLEL_WRITES * 2)
-    return client.CoreV1Api(api), client.CustomObjectsApi(api)
+    return client.CoreV1Api(_api()), _custom()
+
+
+@functools.cache
+def _custom() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(_api())
+
+
+def _get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[str, Any]:
+    """GET `path` as JSON through the shared client, without the generated
+    API class (the core one costs 21 MiB to load: the admission process
+    reads pods with this alone)."""
+    api = _api()
+    method, url, headers, body, post = api.param_serialize(
+        "GET", path, query_params=query, header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"])
+    response = api.call_api(method, url, headers, body, post, _request_timeout=timeout)
+    response.read()
+    if not 200 <= response.status < 300:
+        raise ApiException(status=response.status, reason=response.reason)
+    found = json.loads(response.data)
+    return found if isinstance(found, dict) else {}
 
 
 @functools.cache
@@ -68,20 +94,20 @@ def _gone_ok(call: Any, *args: Any, **kwargs: Any) -> bool:
 
 
 def patch_object(plural: str, namespace: str, name: str, patch: dict[str, Any]) -> bool:
-    _, custom = _clients()
+    custom = _custom()
     return _gone_ok(custom.patch_namespaced_custom_object, GROUP, VERSION, namespace, plural,
                     name, patch, _content_type=MERGE)
 
 
 def patch_status(plural: str, namespace: str, name: str, status: dict[str, Any]) -> bool:
-    _, custom = _clients()
+    custom = _custom()
     return _gone_ok(custom.patch_namespaced_custom_object_status, GROUP, VERSION, namespace,
                     plural, name, {"status": status}, _content_type=MERGE)
 
 
 def read_own(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
     """One of our custom objects, fresh from the apiserver; None when absent."""
-    _, custom = _clients()
+    custom = _custom()
     try:
         return dict(custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name))
     except ApiException as error:
@@ -92,7 +118,7 @@ def read_own(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
 
 def create_own(plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
     """Create one of our custom objects; None when it exists already."""
-    _, custom = _clients()
+    custom = _custom()
     try:
         return dict(custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural,
                                                            body))
@@ -106,7 +132,7 @@ def patch_status_at(plural: str, namespace: str, name: str, status: dict[str, An
                     resource_version: str) -> str:
     """Merge-patch the status of the object as read at `resource_version`:
     "ok", "conflict" (it changed since: read it again) or "gone"."""
-    _, custom = _clients()
+    custom = _custom()
     body = {"metadata": {"resourceVersion": resource_version}, "status": status}
     try:
         custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name,
@@ -126,7 +152,7 @@ def write_object(plural: str, namespace: str, body: dict[str, Any],
     field; default the body's spec), or create it when absent (the steady
     state is a patch: one write, no conflict to handle). Returns the object
     as the apiserver stored it."""
-    _, custom = _clients()
+    custom = _custom()
     name = body["metadata"]["name"]
     change = {"spec": body["spec"]} if patch is None else patch
     try:
@@ -147,14 +173,14 @@ def write_object(plural: str, namespace: str, body: dict[str, Any],
 
 
 def delete(plural: str, namespace: str, name: str) -> bool:
-    _, custom = _clients()
+    custom = _custom()
     return _gone_ok(custom.delete_namespaced_custom_object, GROUP, VERSION, namespace,
                     plural, name)
 
 
 def list_policies(namespace: str) -> list[dict[str, Any]]:
     """The CheckpointPolicies of a namespace, read from the apiserver."""
-    _, custom = _clients()
+    custom = _custom()
     found = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, POLICIES)
     return list(found.get("items", []))
 
@@ -162,7 +188,7 @@ def list_policies(namespace: str) -> list[dict[str, Any]]:
 def read_peering(name: str, namespace: str | None) -> dict[str, Any] | None:
     """Kopf's peering object (ClusterKopfPeering, or KopfPeering in `namespace`);
     None when it (or its CRD) does not exist."""
-    _, custom = _clients()
+    custom = _custom()
     try:
         if namespace:
             found = custom.get_namespaced_custom_object("kopf.dev", "v1", namespace,
@@ -199,7 +225,7 @@ def read_object(api_version: str, plural: str, namespace: str, name: str
     """One namespaced object as a dict; None when it is absent, its API is not
     installed, the operator may not read it, or the read failed: the caller
     treats an owner as optional knowledge."""
-    _, custom = _clients()
+    custom = _custom()
     group, _, version = api_version.rpartition("/")
     try:
         found = custom.get_namespaced_custom_object(
@@ -217,15 +243,16 @@ def read_object(api_version: str, plural: str, namespace: str, name: str
 
 def writer_selectors(policy: str, rank: int) -> list[str]:
     """The label selectors that find every pod of `policy` holding writer
-    `rank`: by writer and policy label (pods admitted since every writer
-    carries its policy's name as a label), and by the writer label alone
-    among pods without a policy label (admitted before that, or of a policy
-    whose name is too long to be a label value). Each list returns the few
-    pods that match, not every pod holding that rank under any policy."""
-    unlabelled = f"{LABEL_WRITER}={rank},!{LABEL_POLICY}"
+    `rank` (the caller filters by the policy annotation): by writer and
+    writer-policy label (pods admitted since every writer carries both), and
+    by the writer label among pods without a writer-policy label (admitted
+    before that). Each returns the few pods that match, not every pod
+    holding that rank under any policy of the namespace. A policy whose name
+    is too long for a label value has its writers found by rank alone."""
     if not policy_labelled(policy):
-        return [unlabelled]
-    return [f"{LABEL_WRITER}={rank},{LABEL_POLICY}={policy}", unlabelled]
+        return [f"{LABEL_WRITER}={rank}"]
+    return [f"{LABEL_WRITER}={rank},{LABEL_WRITER_POLICY}={policy}",
+            f"{LABEL_WRITER}={rank},!{LABEL_WRITER_POLICY}"]
 
 
 def live_writers(namespace: str, policy: str, rank: int, cached: bool = False) -> list[str]:
@@ -233,15 +260,14 @@ def live_writers(namespace: str, policy: str, rank: int, cached: bool = False) -
     Failed, not being deleted. `cached`: as the apiserver's watch cache has
     them (resourceVersion 0: no read of etcd, possibly a moment old), for a
     first look; a refusal must rest on a read without it."""
-    core, _ = _clients()
     names: list[str] = []
     for selector in writer_selectors(policy, rank):
-        response = core.list_namespaced_pod(
-            namespace, label_selector=selector, _preload_content=False,
-            _request_timeout=ADMISSION_READ_TIMEOUT_S,
-            **({"resource_version": "0"} if cached else {}))
         # Raw JSON: the client's model decoding costs more than the read.
-        for pod in json.loads(response.data).get("items") or []:
+        found = _get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/pods",
+                          [("labelSelector", selector),
+                           *([("resourceVersion", "0")] if cached else [])],
+                          ADMISSION_READ_TIMEOUT_S)
+        for pod in found.get("items") or []:
             meta, status = pod.get("metadata") or {}, pod.get("status") or {}
             if ((meta.get("annotations") or {}).get(ANNOTATION_POLICY) == policy
                     and not meta.get("deletionTimestamp")

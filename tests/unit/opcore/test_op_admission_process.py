@@ -10,10 +10,14 @@ import asyncio
 import base64
 import http.client
 import json
+import logging
+import os
 import socket
 import ssl
 import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +128,7 @@ def test_a_selected_pod_is_injected_from_the_view_with_no_list(
     ops = json.loads(base64.b64decode(answer["patch"]))
     labels = {op["path"]: op["value"] for op in ops if op["path"].startswith("/metadata/labels/")}
     assert labels == {"/metadata/labels/ckptdrain.io~1writer": "1",
-                      "/metadata/labels/ckptdrain.io~1policy": "llama"}
+                      "/metadata/labels/ckptdrain.io~1writer-policy": "llama"}
     assert apiserver["listed"] == []  # the view answered
     assert reports == [("pod", "ok")]
 
@@ -180,15 +184,15 @@ def test_the_operator_reads_the_reports_into_its_metrics() -> None:
         assert not admission_supervisor.observe(line)
 
 
-def test_a_ranks_holders_are_found_by_writer_and_policy_and_unlabelled_pods_too() -> None:
+def test_a_ranks_holders_are_found_by_writer_and_policy_and_older_pods_too() -> None:
     assert kube.writer_selectors("llama", 3) == [
-        "ckptdrain.io/writer=3,ckptdrain.io/policy=llama",
-        "ckptdrain.io/writer=3,!ckptdrain.io/policy"]
-    long_name = "p" * 64  # too long for a label value: its pods carry none
-    assert kube.writer_selectors(long_name, 0) == ["ckptdrain.io/writer=0,!ckptdrain.io/policy"]
+        "ckptdrain.io/writer=3,ckptdrain.io/writer-policy=llama",
+        "ckptdrain.io/writer=3,!ckptdrain.io/writer-policy"]
+    long_name = "p" * 64  # too long for a label value: found by rank alone
+    assert kube.writer_selectors(long_name, 0) == ["ckptdrain.io/writer=0"]
     p = policy.parse("ml", long_name, body(long_name, "a")["spec"], CFG)
     ops = injection.build_pod_patch(job_pod(0), p, CFG, default_rate=1e9, rank=0)
-    assert not [op for op in ops if op["path"] == "/metadata/labels/ckptdrain.io~1policy"]
+    assert not [op for op in ops if "writer-policy" in op["path"]]
     assert [op for op in ops if op["path"] == "/metadata/labels/ckptdrain.io~1writer"]
 
 
@@ -250,6 +254,14 @@ def test_the_server_answers_reviews_over_tls_and_survives_what_is_not_one(
         assert status == 200 and answer["response"]["allowed"] is False
         assert answer["response"]["status"]["code"] == 422
         assert _post(conn, "/elsewhere", good)[0] == 404
+        # An error answer ends its connection (what is left of the request is
+        # not read); the next request opens another.
+        conn.request("POST", "/" + admission.VALIDATE_ID, body=b"x" * 10,
+                     headers={"Content-Length": str(admission_process.MAX_REVIEW_BYTES + 1)})
+        too_big = conn.getresponse()
+        assert too_big.status == 413 and too_big.getheader("Connection") == "close"
+        too_big.read()
+        conn.close()
         assert _post(conn, "/" + admission.VALIDATE_ID, b"[1, 2]")[0] == 400
         assert reports == [("policy", "ok"), ("policy", "error")]
         # A renewed certificate is served to new connections.
@@ -267,3 +279,53 @@ def test_the_server_answers_reviews_over_tls_and_survives_what_is_not_one(
         server.shutdown()
         server.server_close()
         loop.call_soon_threadsafe(loop.stop)
+
+
+def test_a_pod_that_did_not_opt_in_is_never_injected(apiserver: dict[str, Any]) -> None:
+    mirror = PolicyMirror()
+    mirror.replace([body("llama", "a")], "1")
+    reviewer = admission_process.Reviewer(CFG, mirror)
+    bare = job_pod(1)
+    del bare["metadata"]["labels"]["ckptdrain.io/inject"]  # a selector widened by hand
+    answer = run(reviewer, review(admission.MUTATE_ID, "CREATE", bare), admission.MUTATE_ID)
+    assert answer == {"uid": "u-1", "allowed": True}
+    # A review without its request part is answered, not dropped.
+    answer = asyncio.run(reviewer({"request": "junk"}, admission.MUTATE_ID))["response"]
+    assert answer == {"uid": "", "allowed": True}
+
+
+def test_reports_never_wait_for_an_operator_that_does_not_read() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        reports = admission_process.Reports(os.fdopen(write_end, "w"))
+        began = time.monotonic()
+        for _ in range(admission_process.REPORT_QUEUE + 50_000):
+            reports.admitted("pod", "ok", 0.01)
+        assert time.monotonic() - began < 10  # no call waited for the full pipe
+        assert reports.dropped > 0
+        first = os.read(read_end, 64).decode()
+        assert first.startswith("admitted pod ok 0.010000\n")
+    finally:
+        os.close(read_end)
+
+
+def test_a_silent_admission_process_is_killed_and_started_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[int] = []
+    script = ("import sys, time; print('ready', flush=True); time.sleep(120)")
+    monkeypatch.setattr(admission_supervisor, "command",
+                        lambda files: [sys.executable, "-c", script])
+    monkeypatch.setattr(admission_supervisor, "SILENT_S", 2.0)
+    supervisor = admission_supervisor.Supervisor(("c", "k", None), logging.getLogger("t"))
+    supervisor.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(started) < 2:
+            process = supervisor.process
+            if process is not None and process.pid not in started:
+                started.append(process.pid)
+            time.sleep(0.1)
+        assert len(started) >= 2, "a silent process was not replaced"
+        assert supervisor.ready.is_set()
+    finally:
+        supervisor.stop()

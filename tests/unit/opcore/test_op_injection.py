@@ -160,9 +160,9 @@ def test_a_derived_rank_is_the_writer_id_and_the_writer_and_policy_labels() -> N
     assert env_of(out["spec"]["containers"][0])["CKPTDRAIN_WRITER_ID"] == "5"
     # Admission finds a rank's holders by both labels (kube.writer_selectors).
     assert out["metadata"]["labels"] == {"app": "t", "ckptdrain.io/writer": "5",
-                                         "ckptdrain.io/policy": "llama"}
+                                         "ckptdrain.io/writer-policy": "llama"}
     assert "ckptdrain.io/writer" not in injected(pod())["metadata"]["labels"]
-    assert "ckptdrain.io/policy" not in injected(pod())["metadata"]["labels"]
+    assert "ckptdrain.io/writer-policy" not in injected(pod())["metadata"]["labels"]
 
 
 def test_workload_identity_has_no_keys() -> None:

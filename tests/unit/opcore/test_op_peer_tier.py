@@ -176,12 +176,9 @@ def test_constants_match_the_node_side() -> None:
 
 def test_pods_carry_the_policy_label_a_network_policy_selects() -> None:
     assert injected(ON)["metadata"]["labels"] == {
-        "app": "t", "ckptdrain.io/writer": "3", "ckptdrain.io/policy": "llama"}
-    # Without the peer tier only a writer with a rank carries it (admission's look-up).
-    off = pod()
-    off_out = jsonpatch.apply_patch(copy.deepcopy(off),
-                                    injection.build_pod_patch(off, OFF, CFG, 1e9))
-    assert "ckptdrain.io/policy" not in off_out["metadata"]["labels"]
+        "app": "t", "ckptdrain.io/writer": "3", "ckptdrain.io/writer-policy": "llama",
+        "ckptdrain.io/policy": "llama"}
+    assert "ckptdrain.io/policy" not in injected(OFF)["metadata"]["labels"]
     bare = pod()
     del bare["metadata"]["labels"]
     out = jsonpatch.apply_patch(bare, injection.build_pod_patch(bare, ON, CFG, 1e9))
