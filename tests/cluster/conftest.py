@@ -33,7 +33,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The operator's peak resident memory over the session (chart requests)."""
     if PEAK_RSS_KIB:
         terminalreporter.write_line(
-            f"operator peak RSS: {max(PEAK_RSS_KIB) / 1024:.0f} MiB "
+            f"operator peak RSS (with its admission process): "
+            f"{max(PEAK_RSS_KIB) / 1024:.0f} MiB "
             f"(max of {len(PEAK_RSS_KIB)} process(es))")
 
 

@@ -89,15 +89,32 @@ class OperatorProcess:
         return True
 
     def peak_rss_kib(self) -> int | None:
-        """VmHWM of the running process (Linux), or None."""
+        """VmHWM of the running operator plus its admission process (Linux;
+        the sum of each one's peak), or None."""
         if self.proc is None or self.proc.poll() is not None:
             return None
-        try:
-            status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        except OSError:
-            return None
-        line = next((x for x in status.splitlines() if x.startswith("VmHWM:")), None)
-        return int(line.split()[1]) if line else None
+        total = 0
+        for pid in [self.proc.pid, *self.children()]:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            line = next((x for x in status.splitlines() if x.startswith("VmHWM:")), None)
+            total += int(line.split()[1]) if line else 0
+        return total or None
+
+    def children(self) -> list[int]:
+        """The operator's child processes (its admission process)."""
+        if self.proc is None:
+            return []
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                    found.append(int(stat.parent.name))
+            except (OSError, IndexError, ValueError):
+                continue
+        return found
 
     def stop(self) -> None:
         peak = self.peak_rss_kib()

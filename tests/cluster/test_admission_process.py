@@ -21,16 +21,13 @@ from support.apiserver import Cluster
 
 def admission_pids(operator: OperatorProcess) -> list[int]:
     """The operator's admission process (its child running admission_process)."""
-    assert operator.proc is not None
     found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for pid in operator.children():
         try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (stat.parent / "cmdline").read_bytes()
-        except (OSError, IndexError):
+            if b"admission_process" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
             continue
-        if ppid == operator.proc.pid and b"admission_process" in cmdline:
-            found.append(int(stat.parent.name))
     return found
 
 
