@@ -19,6 +19,7 @@ from pathlib import Path
 
 from operator_process import OperatorProcess
 
+from benchmarks.scale import latency
 from support import apiserver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,14 +66,25 @@ def running(workdir: Path, cluster_cap: str | None,
             op.stop()
 
 
-def request_counts(cluster: apiserver.Cluster) -> Counter[tuple[str, str, str]]:
-    """apiserver_request_total of write verbs, by (verb, resource, subresource),
-    without the apiserver's own (APISERVER_OWN)."""
+def apiserver_metrics(cluster: apiserver.Cluster) -> str:
+    """The apiserver's /metrics, as text."""
     context = ssl.create_default_context(cafile=str(cluster.ca_file))
     request = urllib.request.Request(cluster.server + "/metrics",
                                      headers={"Authorization": f"Bearer {cluster.token}"})
     with urllib.request.urlopen(request, context=context, timeout=30) as response:
-        text = response.read().decode()
+        return str(response.read().decode())
+
+
+def latencies(parts: Parts) -> dict[str, dict[float, float]]:
+    """The admission latency histograms of the apiserver and the operator
+    (latency.py), as they stand."""
+    return latency.snapshot(apiserver_metrics(parts.cluster), parts.operator.metrics())
+
+
+def request_counts(cluster: apiserver.Cluster) -> Counter[tuple[str, str, str]]:
+    """apiserver_request_total of write verbs, by (verb, resource, subresource),
+    without the apiserver's own (APISERVER_OWN)."""
+    text = apiserver_metrics(cluster)
     counts: Counter[tuple[str, str, str]] = Counter()
     for line in text.splitlines():
         match = _SAMPLE.match(line)

@@ -15,7 +15,7 @@ from typing import Any
 
 from cluster_helpers import policy
 
-from benchmarks.scale import admission, cluster, hollow
+from benchmarks.scale import admission, cluster, hollow, latency
 from benchmarks.scale.admission import Writer
 from benchmarks.scale.shares import ShareWatch
 from ckptdrain.contract.api import CHECKPOINTS, GROUP, POLICIES, VERSION
@@ -130,10 +130,13 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
         watch.start()
 
         log(f"[{size.writers}w/{size.policies}p] {len(writers)} pods at {size.rate}/s")
+        histograms = cluster.latencies(parts)
         latencies, errors = admission.create_at_rate(core, NAMESPACE, writers, size.rate,
                                                      owners=owners)
         out["admission_errors"] = errors[:10]
         out["admission_during_creation"] = admission.quantiles(latencies)
+        out["admission_breakdown_during_creation"] = latency.breakdown(
+            histograms, cluster.latencies(parts))
         out["admission_settle_s"] = round(cluster.settle(pid), 1)
 
         fleet = hollow.Fleet(writers, per_policy, NAMESPACE, api, size.threads,
@@ -183,8 +186,11 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
             SQUEEZE, writers=size.probe_pods,
             model={"checkpointBytes": str(int(POLICY_BYTES * size.policies))}))
         owners[SQUEEZE] = admission.create_job(batch, NAMESPACE, SQUEEZE, size.probe_pods)
+        histograms = cluster.latencies(parts)
         probe, probe_errors = admission.create_at_rate(core, NAMESPACE, squeeze, size.rate,
                                                        owners=owners)
+        out["admission_breakdown_with_n_present"] = latency.breakdown(
+            histograms, cluster.latencies(parts))
         cluster.settle(pid)
         out["admission_with_n_present"] = admission.quantiles(probe)
         out["admission_errors"] += probe_errors[:10]

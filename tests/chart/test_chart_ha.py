@@ -57,7 +57,7 @@ def test_defaults_are_highly_available(tools: Tools) -> None:
         env["CKPTDRAIN_PEERING"]["value"]
     # Requests fit what the operator uses; a memory limit bounds a leak.
     resources = pod["containers"][0]["resources"]
-    assert resources["requests"]["memory"] == "128Mi" and resources["limits"]["memory"]
+    assert resources["requests"]["memory"] == "192Mi" and resources["limits"]["memory"]
 
 
 def test_one_replica_has_no_budget_and_ignore_is_a_choice(tools: Tools) -> None:

@@ -48,3 +48,24 @@ def test_bad_sizes_are_one_clear_line(argv: list[str], capsys: pytest.CaptureFix
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert argv[0] in err and "Traceback" not in err
+
+
+def test_a_quantile_from_histograms_is_the_upper_edge_of_its_bucket() -> None:
+    from benchmarks.scale import latency
+
+    def text(counts: tuple[int, int, int, int]) -> str:
+        edges = ("0.01", "0.05", "0.25", "+Inf")
+        lines = [f'ckptdrain_webhook_seconds_bucket{{outcome="ok",webhook="pod",le="{e}"}} {c}'
+                 for e, c in zip(edges, counts, strict=True)]
+        lines.append('ckptdrain_webhook_seconds_bucket{outcome="ok",webhook="policy",le="0.01"} 9')
+        return "\n".join(lines)
+
+    before = latency.buckets(text((10, 10, 10, 10)), "ckptdrain_webhook_seconds",
+                             {"webhook": "pod"})
+    # 100 more: 90 under 10 ms, 9 under 50 ms, 1 under 250 ms.
+    after = latency.buckets(text((100, 109, 110, 110)), "ckptdrain_webhook_seconds",
+                            {"webhook": "pod"})
+    assert latency.quantile_ms(before, after, 0.5) == 10.0
+    assert latency.quantile_ms(before, after, 0.99) == 50.0
+    assert latency.quantile_ms(before, after, 1.0) == 250.0
+    assert latency.quantile_ms(after, after, 0.5) is None  # nothing observed
