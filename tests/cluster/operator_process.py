@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -65,7 +66,7 @@ class OperatorProcess:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"operator exited {self.proc.returncode}:\n{self.tail()}")
-            if self._healthy() and self._webhooks_registered():
+            if self._healthy() and self._webhooks_registered() and self._listening():
                 return
             time.sleep(0.3)
         raise TimeoutError(f"operator not ready in {timeout_s}s:\n{self.tail()}")
@@ -77,6 +78,17 @@ class OperatorProcess:
                 return bool(response.status == 200)
         except OSError:
             return False
+
+    def _listening(self) -> bool:
+        """This replica's webhook port accepts connections (its admission
+        process may start after another replica registered the webhooks),
+        as the chart's readiness probe asks."""
+        try:
+            socket.create_connection(
+                ("127.0.0.1", int(self.env["CKPTDRAIN_WEBHOOK_PORT"])), timeout=2).close()
+        except OSError:
+            return False
+        return True
 
     def _webhooks_registered(self) -> bool:
         for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
