@@ -75,10 +75,20 @@ def apiserver_metrics(cluster: apiserver.Cluster) -> str:
         return str(response.read().decode())
 
 
-def latencies(parts: Parts) -> dict[str, dict[float, float]]:
+def latencies(parts: Parts, settle_s: float = 3.0) -> dict[str, dict[float, float]]:
     """The admission latency histograms of the apiserver and the operator
-    (latency.py), as they stand."""
-    return latency.snapshot(apiserver_metrics(parts.cluster), parts.operator.metrics())
+    (latency.py), once the operator's count of admissions has stopped
+    changing (the admission process reports each one a moment after
+    answering it), or after `settle_s`."""
+    deadline = time.monotonic() + settle_s
+    last = None
+    while True:
+        now = latency.snapshot(apiserver_metrics(parts.cluster), parts.operator.metrics())
+        total = max(now["ckptdrain_webhook"].values(), default=0.0)
+        if total == last or time.monotonic() > deadline:
+            return now
+        last = total
+        time.sleep(0.5)
 
 
 def request_counts(cluster: apiserver.Cluster) -> Counter[tuple[str, str, str]]:

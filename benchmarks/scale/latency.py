@@ -17,7 +17,7 @@ _LABEL = re.compile(r'(\w+)="([^"]*)"')
 #: (what, metric, labels a series must have)
 SERIES: tuple[tuple[str, str, Mapping[str, str]], ...] = (
     ("apiserver_pod_create", "apiserver_request_duration_seconds",
-     {"verb": "POST", "resource": "pods"}),
+     {"verb": "POST", "resource": "pods", "subresource": ""}),
     ("apiserver_webhook_call", "apiserver_admission_webhook_admission_duration_seconds",
      {"type": "admit", "operation": "CREATE"}),
     ("ckptdrain_webhook", "ckptdrain_webhook_seconds", {"webhook": "pod"}),
@@ -33,7 +33,7 @@ def buckets(text: str, metric: str, match: Mapping[str, str]) -> dict[float, flo
         if not sample or sample["name"] != metric:
             continue
         labels = dict(_LABEL.findall(sample["labels"]))
-        if any(labels.get(k) != v for k, v in match.items()) or "le" not in labels:
+        if any(labels.get(k, "") != v for k, v in match.items()) or "le" not in labels:
             continue
         edge = float("inf") if labels["le"] == "+Inf" else float(labels["le"])
         found[edge] = found.get(edge, 0.0) + float(sample["value"])
@@ -46,8 +46,8 @@ def quantile_ms(before: Mapping[float, float], after: Mapping[float, float],
     observed between `before` and `after`; None if nothing was."""
     edges = sorted(after)
     counts = [after[e] - before.get(e, 0.0) for e in edges]
-    if not counts or counts[-1] <= 0:
-        return None
+    if not counts or counts[-1] <= 0 or min(counts) < 0:
+        return None  # nothing observed, or a counter reset (a restart) between
     wanted = q * counts[-1]
     for edge, count in zip(edges, counts, strict=True):
         if count >= wanted:

@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 
-def api_client(pool_size: int | None = None) -> Any:
+def api_client(pool_size: int | None = None, retries: Any = None) -> Any:
     """A `kubernetes.client.ApiClient`: in-cluster credentials when running in a
-    pod, else the kubeconfig. `pool_size` bounds concurrent connections."""
+    pod, else the kubeconfig. `pool_size` bounds concurrent connections;
+    `retries` (a urllib3 Retry) replaces urllib3's default of three, each
+    with the whole timeout again."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
@@ -22,6 +24,8 @@ def api_client(pool_size: int | None = None) -> Any:
         config.load_kube_config(client_configuration=configuration)
     if pool_size is not None:
         configuration.connection_pool_maxsize = pool_size
+    if retries is not None:
+        configuration.retries = retries
     return client.ApiClient(configuration)
 
 

@@ -37,6 +37,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from urllib3.util.retry import Retry
+
 from ckptdrain.contract.api import LABEL_INJECT
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import admission, config, heap, kube, policy_mirror
@@ -59,15 +61,17 @@ MAX_IN_FLIGHT = 8
 #: A TLS handshake must be done within this; a connection idle this long is
 #: closed (the apiserver opens another).
 HANDSHAKE_S = 10.0
-IDLE_S = 30.0
+IDLE_S = 120.0  # longer than the apiserver's own idle timeout (90 s)
 #: How often the event loop says it is alive (and its threads answer); the
 #: operator starts the process again when it has been silent for long.
 HEARTBEAT_S = 5.0
 #: Report lines waiting for the operator to read them; more are dropped
 #: rather than ever making an admission wait for a pipe.
 REPORT_QUEUE = 10_000
-#: An answer later than this is useless: the apiserver's timeout is at most 30 s.
-ANSWER_TIMEOUT_S = 30.0
+#: How long a review may take when the apiserver does not say (its
+#: `?timeout=`, the webhook's timeoutSeconds: at most 30 s). Later than that
+#: the apiserver has given up, and nothing is gained by answering.
+ANSWER_TIMEOUT_S = 10.0
 
 
 class UnknownWebhook(Exception):
@@ -82,8 +86,11 @@ class Reviewer:
         self.cfg, self.mirror = cfg, mirror
         self.report = report or (lambda webhook, outcome, seconds: None)
 
-    async def __call__(self, request: dict[str, Any], path: str) -> dict[str, Any]:
-        """The response to `request`, which came to /`path`."""
+    async def __call__(self, request: dict[str, Any], path: str,
+                       received: float | None = None) -> dict[str, Any]:
+        """The response to `request`, which came to /`path`; `received`: when
+        its connection began reading it (perf_counter), so that its time
+        counts the wait for a slot and the read too."""
         which = {admission.MUTATE_ID: "pod", admission.VALIDATE_ID: "policy"}.get(path)
         if which is None:
             raise UnknownWebhook(f"no webhook at /{path}")
@@ -92,7 +99,7 @@ class Reviewer:
             payload = {}
         answer: dict[str, Any] = {"uid": str(payload.get("uid") or ""), "allowed": True}
         warnings: list[str] = []
-        started, outcome = time.perf_counter(), "error"
+        started, outcome = received or time.perf_counter(), "error"
         heap.busy()  # no heap trim while admissions come in
         try:
             if which == "pod":
@@ -179,11 +186,10 @@ class Reports:
 
 
 async def heartbeat(reports: Reports) -> None:
-    """Say ALIVE every HEARTBEAT_S while the event loop and its threads
-    answer: a process stuck in either falls silent, and the operator
-    replaces it."""
+    """Say ALIVE every HEARTBEAT_S while the event loop runs: a process whose
+    loop is stuck falls silent, and the operator replaces it. (Its threads'
+    reads are bounded by their timeouts, and a review by its deadline.)"""
     while True:
-        await asyncio.to_thread(lambda: None)
         reports.alive()
         await asyncio.sleep(HEARTBEAT_S)
 
@@ -265,12 +271,14 @@ class Server(ThreadingHTTPServer):
             sock, server_side=True, do_handshake_on_connect=False), address)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.connections.acquire(blocking=False):
-            log.warning("admission: %d connections open; closing one from %s",
-                        MAX_CONNECTIONS, client_address)
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
+        # At the cap, the next connection waits here (and those after it in
+        # the listen backlog) until one closes, rather than being refused.
+        self.connections.acquire()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: nobody else releases it
+            self.connections.release()
+            raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -283,12 +291,27 @@ class Server(ThreadingHTTPServer):
         # check), clients that give up: not worth a traceback.
         log.debug("admission: connection from %s ended: %s", client_address, sys.exc_info()[1])
 
-    def answer(self, request: dict[str, Any], path: str) -> dict[str, Any]:
-        future = asyncio.run_coroutine_threadsafe(self.reviewer(request, path), self.loop)
+    def answer(self, request: dict[str, Any], path: str, received: float,
+               deadline: float) -> dict[str, Any]:
+        future = asyncio.run_coroutine_threadsafe(
+            self.reviewer(request, path, received), self.loop)
         try:
-            return future.result(ANSWER_TIMEOUT_S)
+            return future.result(max(0.0, deadline - time.monotonic()))
         finally:
             future.cancel()  # no-op once done; a late one must not run on
+
+
+def request_timeout(query: str) -> float:
+    """The seconds the apiserver waits for this review (its `?timeout=5s`),
+    else ANSWER_TIMEOUT_S; at most 30 s."""
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if name == "timeout" and value.endswith("s"):
+            try:
+                return min(30.0, max(0.5, float(value[:-1])))
+            except ValueError:
+                break
+    return ANSWER_TIMEOUT_S
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -303,6 +326,11 @@ class Handler(BaseHTTPRequestHandler):
         self.request.settimeout(IDLE_S)
         super().setup()
 
+    def handle_expect_100(self) -> bool:
+        answered = super().handle_expect_100()
+        self.wfile.flush()  # buffered: the client waits for it before the body
+        return answered
+
     def do_POST(self) -> None:
         try:
             length = int(self.headers.get("Content-Length") or "")
@@ -313,22 +341,33 @@ class Handler(BaseHTTPRequestHandler):
             self._fail(413, f"Content-Length: expected 1 to {MAX_REVIEW_BYTES} bytes, "
                             f"got {length}")
             return
-        path = self.path.split("?", 1)[0].strip("/")
-        with self.server.in_flight:
+        received = time.perf_counter()
+        path, _, query = self.path.partition("?")
+        path = path.strip("/")
+        deadline = time.monotonic() + request_timeout(query)
+        if not self.server.in_flight.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._fail(503, "too many reviews at once; the apiserver's time is up")
+            return
+        try:
             try:
+                self.request.settimeout(max(0.1, deadline - time.monotonic()))
                 request = json.loads(self.rfile.read(length))
                 if not isinstance(request, dict):
                     raise ValueError("not a JSON object")
-            except ValueError as error:
+            except (ValueError, TimeoutError) as error:
                 self._fail(400, f"body: expected an AdmissionReview ({error})")
                 return
+            finally:
+                self.request.settimeout(IDLE_S)
             try:
-                self._send(200, self.server.answer(request, path))
+                self._send(200, self.server.answer(request, path, received, deadline))
             except UnknownWebhook as error:
                 self._fail(404, str(error))
             except Exception as error:  # a timeout, a bug: answered, never dropped
                 log.warning("admission: no answer to a review at /%s: %r", path, error)
                 self._fail(500, f"no answer: {error!r}")
+        finally:
+            self.server.in_flight.release()
 
     def _fail(self, code: int, message: str) -> None:
         # What is left of the request is not read: this connection ends here.
@@ -360,13 +399,18 @@ def _exit_with_parent() -> None:
     threading.Thread(target=wait, name="ckptdrain-admission-parent", daemon=True).start()
 
 
-def serve(cfg: OperatorConfig, cert: str, key: str, reviewer: Reviewer,
-          reports: Reports) -> None:
-    """Serve until the process ends."""
+def start_loop(reports: Reports) -> asyncio.AbstractEventLoop:
+    """The event loop the reviews run on, in a thread, with its heartbeat."""
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="ckptdrain-admission-loop",
                      daemon=True).start()
     asyncio.run_coroutine_threadsafe(heartbeat(reports), loop)
+    return loop
+
+
+def serve(cfg: OperatorConfig, cert: str, key: str, reviewer: Reviewer,
+          reports: Reports, loop: asyncio.AbstractEventLoop) -> None:
+    """Serve until the process ends."""
     certificates = Certificates(cert, key)
     certificates.follow()
     server = Server((cfg.webhook_addr, cfg.webhook_port), certificates, reviewer, loop)
@@ -384,6 +428,7 @@ def warm_up(namespace: str, connections: int = 4) -> None:
             kube.live_writers(namespace or "default", "ckptdrain-warm-up", 0, cached=True)
         except Exception as error:  # only a head start: the reviews will say
             log.debug("admission: warm-up read failed: %s", error)
+    kube._api()  # one client, made before the threads share it
     with ThreadPoolExecutor(connections) as pool:
         list(pool.map(look, range(connections)))
 
@@ -402,11 +447,17 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     _exit_with_parent()
     heap.start()  # few malloc arenas for its many threads, trimmed when quiet
+    # A read inside an admission is bounded by its timeout: one retry of a
+    # connection that failed (a pooled one the apiserver closed), none of a
+    # read that timed out (urllib3's default is three, each with the whole
+    # timeout again).
+    kube.configure_reads(Retry(total=1, connect=1, read=0, status=0, other=0))
+    reports = Reports(sys.stdout)
+    loop = start_loop(reports)  # its heartbeat runs from here on
     mirror = policy_mirror.PolicyMirror()
     policy_mirror.start(mirror, cfg.namespace, log, threading.Event())
     warm_up(cfg.namespace)
-    reports = Reports(sys.stdout)
-    serve(cfg, args.cert, args.key, Reviewer(cfg, mirror, reports.admitted), reports)
+    serve(cfg, args.cert, args.key, Reviewer(cfg, mirror, reports.admitted), reports, loop)
     return 0
 
 

@@ -47,9 +47,22 @@ ADMISSION_READ_TIMEOUT_S = 5
 MERGE = "application/merge-patch+json"
 
 
+#: urllib3 retries for this process's client; None: urllib3's default (three,
+#: each with the whole timeout again). The admission process sets one retry
+#: of a failed connection and none of a read, so that a read inside an
+#: admission is bounded by its timeout (configure_reads).
+_RETRIES: Any = None
+
+
+def configure_reads(retries: Any) -> None:
+    """Set the client's retries; before its first use."""
+    global _RETRIES
+    _RETRIES = retries
+
+
 @functools.cache
 def _api() -> Any:
-    return kubeclient.api_client(pool_size=PARALLEL_WRITES * 2)
+    return kubeclient.api_client(pool_size=PARALLEL_WRITES * 2, retries=_RETRIES)
 
 
 @functools.cache
@@ -73,7 +86,7 @@ def _get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[s
     response = api.call_api(method, url, headers, body, post, _request_timeout=timeout)
     response.read()
     if not 200 <= response.status < 300:
-        raise ApiException(status=response.status, reason=response.reason)
+        raise ApiException(http_resp=response)  # with the apiserver's message
     found = json.loads(response.data)
     return found if isinstance(found, dict) else {}
 
@@ -181,7 +194,8 @@ def delete(plural: str, namespace: str, name: str) -> bool:
 def list_policies(namespace: str) -> list[dict[str, Any]]:
     """The CheckpointPolicies of a namespace, read from the apiserver."""
     custom = _custom()
-    found = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, POLICIES)
+    found = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, POLICIES,
+                                                 _request_timeout=ADMISSION_READ_TIMEOUT_S)
     return list(found.get("items", []))
 
 

@@ -329,3 +329,11 @@ def test_a_silent_admission_process_is_killed_and_started_again(
         assert supervisor.ready.is_set()
     finally:
         supervisor.stop()
+
+
+def test_a_review_lasts_as_long_as_the_apiserver_waits_for_it() -> None:
+    assert admission_process.request_timeout("timeout=5s") == 5.0
+    assert admission_process.request_timeout("a=b&timeout=2.5s") == 2.5
+    assert admission_process.request_timeout("timeout=100s") == 30.0
+    assert admission_process.request_timeout("") == admission_process.ANSWER_TIMEOUT_S
+    assert admission_process.request_timeout("timeout=xs") == admission_process.ANSWER_TIMEOUT_S
