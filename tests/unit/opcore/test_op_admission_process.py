@@ -26,6 +26,7 @@ import pytest
 from ckptdrain.operator import (
     admission,
     admission_process,
+    admission_server,
     admission_supervisor,
     config,
     injection,
@@ -159,7 +160,7 @@ def test_a_refusal_and_a_bare_pod_are_answered_with_their_reasons(
                  admission.VALIDATE_ID)
     assert answer["allowed"] is True
     assert reports == [("pod", "ok"), ("pod", "error"), ("policy", "error"), ("policy", "ok")]
-    with pytest.raises(admission_process.UnknownWebhook):
+    with pytest.raises(admission_server.UnknownWebhook):
         run(reviewer, review("elsewhere", "CREATE", job_pod(1)), "elsewhere")
 
 
@@ -230,13 +231,13 @@ def _post(conn: http.client.HTTPSConnection, path: str, body: bytes) -> tuple[in
 def test_the_server_answers_reviews_over_tls_and_survives_what_is_not_one(
         tmp_path: Path) -> None:
     cert, key = _certificate(tmp_path)
-    certificates = admission_process.Certificates(cert, key)
+    certificates = admission_server.Certificates(cert, key)
     reports: list[tuple[str, str]] = []
     reviewer = admission_process.Reviewer(CFG, PolicyMirror(),
                                           lambda w, o, s: reports.append((w, o)))
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
-    server = admission_process.Server(("127.0.0.1", 0), certificates, reviewer, loop)
+    server = admission_server.Server(("127.0.0.1", 0), certificates, reviewer, loop)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     try:
@@ -257,7 +258,7 @@ def test_the_server_answers_reviews_over_tls_and_survives_what_is_not_one(
         # An error answer ends its connection (what is left of the request is
         # not read); the next request opens another.
         conn.request("POST", "/" + admission.VALIDATE_ID, body=b"x" * 10,
-                     headers={"Content-Length": str(admission_process.MAX_REVIEW_BYTES + 1)})
+                     headers={"Content-Length": str(admission_server.MAX_REVIEW_BYTES + 1)})
         too_big = conn.getresponse()
         assert too_big.status == 413 and too_big.getheader("Connection") == "close"
         too_big.read()
@@ -332,8 +333,8 @@ def test_a_silent_admission_process_is_killed_and_started_again(
 
 
 def test_a_review_lasts_as_long_as_the_apiserver_waits_for_it() -> None:
-    assert admission_process.request_timeout("timeout=5s") == 5.0
-    assert admission_process.request_timeout("a=b&timeout=2.5s") == 2.5
-    assert admission_process.request_timeout("timeout=100s") == 30.0
-    assert admission_process.request_timeout("") == admission_process.ANSWER_TIMEOUT_S
-    assert admission_process.request_timeout("timeout=xs") == admission_process.ANSWER_TIMEOUT_S
+    assert admission_server.request_timeout("timeout=5s") == 5.0
+    assert admission_server.request_timeout("a=b&timeout=2.5s") == 2.5
+    assert admission_server.request_timeout("timeout=100s") == 30.0
+    assert admission_server.request_timeout("") == admission_server.ANSWER_TIMEOUT_S
+    assert admission_server.request_timeout("timeout=xs") == admission_server.ANSWER_TIMEOUT_S
