@@ -42,7 +42,9 @@ esac
 # torch for the trainer, from this interpreter's installation (read-only hostPath;
 # see e2e/images/trainer/Dockerfile for why it is not in the image).
 torch_site() {
-  "$PYTHON" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null
+  # numpy too: torch.distributed's object collectives (DCP) need it, and torch
+  # installs without it.
+  "$PYTHON" -c 'import os, numpy, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null
 }
 WORK="$CACHE/e2e"
 if $short; then
@@ -53,8 +55,8 @@ if $short; then
 else
   if ! TORCH_SITE=$(torch_site); then
     log "installing the project's torch extra into $PYTHON's environment (a large download, once)"
-    "$PYTHON" -m pip install -q 'torch>=2.2' >&2   # pyproject's torch extra
-    TORCH_SITE=$(torch_site) || { echo "e2e: $PYTHON still cannot import torch" >&2; exit 1; }
+    "$PYTHON" -m pip install -q 'torch>=2.2' numpy >&2   # pyproject's torch extra
+    TORCH_SITE=$(torch_site) || { echo "e2e: $PYTHON still cannot import torch and numpy" >&2; exit 1; }
   fi
   scenario_args=(--torch-site "$TORCH_SITE" --chaos --dcp)
   [ -n "${E2E_ONLY:-}" ] && scenario_args+=(--only "$E2E_ONLY")

@@ -478,6 +478,16 @@ def main_steps(s3: Any, args: argparse.Namespace, trainer: Trainer, logs: Logs,
     goodput_check.cli(REPORT, check, say, interruptions=2 if args.short else 3)
 
 
+def keep_operator_logs(path: Path) -> None:
+    """The operator's own log beside the pods' (the agents' view alone often
+    cannot say why the operator did not act)."""
+    out = kubectl("logs", "-n", OP_NS, "-l", "app.kubernetes.io/component=operator",
+                  "--all-containers", "--prefix", "--tail=-1", "--max-log-requests=8",
+                  check=False, timeout=60)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(out.stdout + out.stderr)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--report", type=Path, required=True)
@@ -546,6 +556,7 @@ def main() -> int:
         for line in kubectl("get", "events", "-n", NS, "--sort-by=.lastTimestamp",
                             check=False).stdout.splitlines()[-25:]:
             print("  event:", line)
+        keep_operator_logs(logs.dir / "operator.log")
     finally:
         logs.stop()
         total = time.monotonic() - T0
