@@ -30,7 +30,7 @@ import jobset
 import yaml
 from kube import apply, get, kubectl, wait_for
 from trainers import TRAINERS, Logs, _json_lines
-from views import GRACE, NS, wait_mid_interval
+from views import GRACE, NS, OP_NS, wait_mid_interval
 
 NAME = POLICY = PREFIX = "peer"
 WRITERS, CHECKPOINT_BYTES, GLOBAL_EVERY, LOCAL_KEEP = 2, 20_000_000, 3, 10
@@ -118,8 +118,12 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
                     lambda: (p := status().get("peer") or {}).get("secret") and p, 60)
     secrets = [s["metadata"]["name"] for s in get("secrets", "-n", NS, "-l",
                                                    f"ckptdrain.io/policy={POLICY}")["items"]]
-    check(sorted(secrets) == sorted([peer["secret"], peer["secret"] + "-ca"]),
-          f"the operator made the policy's own certificate Secrets {sorted(secrets)}")
+    uid = get("checkpointpolicy", "-n", NS, POLICY)["metadata"]["uid"]
+    kept = [s["metadata"]["name"] for s in get("secrets", "-n", OP_NS, "-l",
+                                               f"ckptdrain.io/peer-ca-for={uid}")["items"]]
+    check(secrets == [peer["secret"]] and kept == [f"ckptdrain-peer-ca-{uid}"],
+          f"the operator made the policy's certificate Secret {secrets} and keeps its CA in "
+          f"its own namespace {kept}; renewed by {peer.get('certificateNotAfter')}")
     epoch = time.time()
     began = time.monotonic()
     apply(job_manifest(epoch))

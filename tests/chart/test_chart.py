@@ -383,9 +383,20 @@ def _grants(rules: list[dict], resource: str) -> set[str]:
 
 @pytest.mark.parametrize("watch", [[], ["--set", "operator.watchNamespace=ml-a"]])
 def test_the_peer_tier_rules_are_exactly_what_it_needs(tools: Tools, watch: list[str]) -> None:
-    rules = _operator_rules(render(tools, *watch, "--set", "operator.peerTier=true").stdout)
-    # Create, never read: the operator can read no workload's Secret.
-    assert _grants(rules, "secrets") == {"create"}
+    text = render(tools, *watch, "--set", "operator.peerTier=true").stdout
+    ca_roles = [o for o in _docs(text) if o["kind"] == "Role"
+                and o["metadata"]["name"].endswith("-peer-ca")]
+    rules = [r for r in _operator_rules(text)
+             if not any(r in o["rules"] for o in ca_roles)]
+    # Create and replace whole, never read: the operator can read no
+    # workload's Secret (a PUT answers with what it wrote).
+    assert _grants(rules, "secrets") == {"create", "update"}
+    # The policies' CAs, in the operator's own namespace only.
+    assert len(ca_roles) == 1 and ca_roles[0]["metadata"]["namespace"] == "ckptdrain"
+    assert _grants(ca_roles[0]["rules"], "secrets") == {"get", "list", "update", "delete"}
+    env = {e["name"]: e.get("value") for o in _docs(text) if o["kind"] == "Deployment"
+           for e in o["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["CKPTDRAIN_PEER_CA_NAMESPACE"] == "ckptdrain"
     assert _grants(rules, "configmaps") == {"get", "create", "patch"}
     assert _grants(rules, "nodes") == {"get"}
     off = _operator_rules(render(tools, *watch).stdout)  # off by default

@@ -41,6 +41,8 @@ class OperatorProcess:
             "CKPTDRAIN_EXPIRED_TTL": "0",
             "CKPTDRAIN_WATCHDOG_PERIOD": "1s",
             "CKPTDRAIN_IMAGE": "ckptdrain:test",
+            # The peer tier's CAs: the apiserver makes this namespace itself.
+            "CKPTDRAIN_PEER_CA_NAMESPACE": "default",
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None

@@ -1,5 +1,6 @@
 """The peer tier's operator side against a real apiserver: a policy with
-`peerTier.enabled` gets its two Secrets (the pods' without the CA key), its
+`peerTier.enabled` gets its CA kept in the operator's namespace and its pods'
+Secret (without the CA key), renewed with the same CA near its end, its
 pods the peer sidecar before restore, and the operator publishes the peers
 ConfigMap, `status.peer` and `recoveryPointOnNodeLoss`; a writer whose
 partner goes away is re-paired. No kubelet runs here: nodes are bare Node
@@ -10,19 +11,26 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from kubernetes import client, config
 from operator_process import OperatorProcess
 
 from ckptdrain.agent.kube import PodReport
 from ckptdrain.agent.report import CheckpointEvent
+from ckptdrain.contract import api
 from ckptdrain.contract.record import State
+from ckptdrain.operator import peer_certs
 from support.apiserver import Cluster
 
 ZONE = "topology.kubernetes.io/zone"
+#: Where the test operator keeps the policies' CAs (operator_process.py).
+CA_NAMESPACE = "default"
 
 
 @pytest.fixture
@@ -55,21 +63,75 @@ def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
     return dict(get(cluster, namespace, "ckpol", "llama").get("status") or {})
 
 
+def _signed_by(secret: dict[str, Any], ca: dict[str, Any]) -> bool:
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    issuer = x509.load_pem_x509_certificate(base64.b64decode(ca["data"]["ca.crt"]))
+    try:
+        cert.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def test_a_certificate_near_its_end_is_renewed_and_its_ca_goes_with_the_policy(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """An operator that was down for months comes back with a third of the
+    certificate's life left: it renews the pods' Secret with the same CA (the
+    pods still holding the old certificate keep trusting the new one)."""
+    apply(policy("llama", writers=2, peerTier={"enabled": True}))
+    first = wait_for(lambda: _maybe(cluster, namespace, "secret", "llama-ckptdrain-peer"),
+                     what="the pods' peer Secret")
+    uid = first["metadata"]["ownerReferences"][0]["uid"]
+    ca_name = f"ckptdrain-peer-ca-{uid}"
+    ends = wait_for(lambda: _status(cluster, namespace).get("peer", {}).get(
+        "certificateNotAfter"), what="status.peer.certificateNotAfter")
+    assert ends == api.timestamp(peer_certs.not_after(base64.b64decode(
+        first["data"]["tls.crt"])))
+
+    operator.stop()
+    try:
+        soon = datetime.now(UTC) + peer_certs.RENEW_BEFORE - timedelta(days=1)
+        cluster.kubectl("patch", "-n", namespace, "ckpol", "llama", "--subresource=status",
+                        "--type=merge", "-p", json.dumps(
+                            {"status": {"peer": {"certificateNotAfter": api.timestamp(soon)}}}))
+    finally:
+        operator.start()
+    renewed = wait_for(lambda: (s := _maybe(cluster, namespace, "secret",
+                                            "llama-ckptdrain-peer"))
+                       and s["data"]["tls.crt"] != first["data"]["tls.crt"] and s,
+                       what="the renewed certificate")
+    assert renewed["data"]["ca.crt"] == first["data"]["ca.crt"]
+    ca = _maybe(cluster, CA_NAMESPACE, "secret", ca_name)
+    assert ca is not None and _signed_by(renewed, ca) and _signed_by(first, ca)
+    assert renewed["metadata"]["ownerReferences"][0]["uid"] == uid
+    wait_for(lambda: _status(cluster, namespace).get("peer", {}).get("certificateNotAfter")
+             == api.timestamp(peer_certs.not_after(base64.b64decode(
+                 renewed["data"]["tls.crt"]))), what="the new end in the status")
+    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+    assert "PeerCredentialsRenewed" in events
+
+    cluster.kubectl("delete", "-n", namespace, "ckpol", "llama")
+    wait_for(lambda: _maybe(cluster, CA_NAMESPACE, "secret", ca_name) is None,
+             what="the policy's CA deleted with it")
+
+
 def test_a_peer_policy_gets_secrets_sidecar_peers_and_status(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any], nodes: list[str]) -> None:
     apply(policy("llama", writers=2, peerTier={"enabled": True, "keep": 2}))
 
-    # The Secrets: the pods' holds no CA key; both belong to the policy.
+    # The Secrets: the pods' holds no CA key and belongs to the policy; the
+    # CA is kept in the operator's namespace, by the policy's uid.
     secret = wait_for(lambda: _maybe(cluster, namespace, "secret", "llama-ckptdrain-peer"),
                       what="the pods' peer Secret")
     assert sorted(secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
-    ca = wait_for(lambda: _maybe(cluster, namespace, "secret", "llama-ckptdrain-peer-ca"),
-                  what="the CA's Secret")
-    assert b"PRIVATE KEY" in base64.b64decode(ca["data"]["ca.key"])
-    for s in (secret, ca):
-        (owner,) = s["metadata"]["ownerReferences"]
-        assert (owner["kind"], owner["name"]) == ("CheckpointPolicy", "llama")
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("CheckpointPolicy", "llama")
+    ca = _maybe(cluster, CA_NAMESPACE, "secret", f"ckptdrain-peer-ca-{owner['uid']}")
+    assert ca is not None and b"PRIVATE KEY" in base64.b64decode(ca["data"]["ca.key"])
+    assert _signed_by(secret, ca)
+    assert _maybe(cluster, namespace, "secret", "llama-ckptdrain-peer-ca") is None
     # The webhook gives pods the tier once the status names the Secret.
     wait_for(lambda: _status(cluster, namespace).get("peer", {}).get("secret")
              == "llama-ckptdrain-peer", what="status.peer.secret")

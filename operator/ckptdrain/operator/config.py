@@ -32,6 +32,10 @@ Variables (field in parentheses):
   webhooks from a process of their own (admission_process.py), so that an
   admission never waits for the operator's event loop; "false" serves them
   from the operator's process, as Kopf does.
+- CKPTDRAIN_PEER_CA_NAMESPACE (peer_ca_namespace): the operator's own
+  namespace, where it keeps each peer-tier policy's CA to renew its
+  certificate (the chart sets it); empty = the peer tier reports
+  CredentialsFailed.
 - CKPTDRAIN_METRICS_PORT (9090) and CKPTDRAIN_HEALTH_PORT (8080, /healthz);
   0 disables either.
 - CKPTDRAIN_PEERING (peering): Kopf peering name, so one replica is active.
@@ -83,6 +87,7 @@ class OperatorConfig:
     webhook_secret: str = ""
     webhook_configs: str = ""
     webhook_process: bool = True
+    peer_ca_namespace: str = ""
     metrics_port: int = 9090
     health_port: int = 8080
     peering: str = "ckptdrain"
@@ -156,6 +161,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         webhook_configs=get("CKPTDRAIN_WEBHOOK_CONFIGS", ""),
         webhook_process=_flag("CKPTDRAIN_WEBHOOK_PROCESS", get("CKPTDRAIN_WEBHOOK_PROCESS",
                                                                 "true")),
+        peer_ca_namespace=get("CKPTDRAIN_PEER_CA_NAMESPACE", ""),
         metrics_port=_port("CKPTDRAIN_METRICS_PORT", get("CKPTDRAIN_METRICS_PORT", "9090")),
         health_port=_port("CKPTDRAIN_HEALTH_PORT", get("CKPTDRAIN_HEALTH_PORT", "8080")),
         peering=get("CKPTDRAIN_PEERING", d.peering),

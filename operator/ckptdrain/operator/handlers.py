@@ -250,7 +250,8 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
         rebalance.schedule(rebalance.JOINT, memo.config, checkpointpolicy_index, pod_index, logger)
         meta = (event.get("object") or {}).get("metadata") or {}
         goodput_sync.forget((meta.get("namespace", ""), meta.get("name", "")))
-        peer_sync.forget((meta.get("namespace", ""), meta.get("name", "")), meta.get("uid"))
+        peer_sync.forget((meta.get("namespace", ""), meta.get("name", "")), meta.get("uid"),
+                         memo.config.peer_ca_namespace)
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -359,6 +360,15 @@ def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any
                     pods: kopf.Index[Key, Any], checkpoints: kopf.Index[Key, Any],
                     logger: logging.Logger, progress: kopf.Index[Key, Any]) -> None:
     """One coalesced peer-tier pass for `key`, if its policy has or had the tier."""
+
+    def uids() -> set[str]:
+        return {b["metadata"].get("uid") for k in list(policies) for b in _values(policies, k)}
+
+    def run_all() -> None:
+        for other in list(policies):
+            _schedule_peers(other, cfg, policies, pods, checkpoints, logger, progress)
+
+    peer_sync.start_upkeep(cfg.peer_ca_namespace, uids, run_all)
     body = next(iter(_values(policies, key)), None)
     if body is None:
         return
@@ -377,6 +387,6 @@ def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any
             parsed = None
         with metrics.reconciling("peers"):
             peer_sync.sync(key, parsed, current, _values(pods, key), _values(checkpoints, key),
-                           logger, _values(progress, key))
+                           logger, _values(progress, key), cfg.peer_ca_namespace)
 
     peer_sync.schedule(key, run, logger)

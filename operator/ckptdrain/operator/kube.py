@@ -308,6 +308,53 @@ def create_secret(namespace: str, body: dict[str, Any]) -> bool:
     return True
 
 
+def replace_secret(namespace: str, body: dict[str, Any]) -> None:
+    """Replace a Secret's content whole (PUT; created when it is gone). A PUT
+    answers with what was written, so it reads nothing the operator did not
+    already hold: renewing the pods' peer Secret needs no get on secrets."""
+    core, _ = _clients()
+    name = body["metadata"]["name"]
+    try:
+        core.replace_namespaced_secret(name, namespace, body)
+    except ApiException as error:
+        if error.status == 404 and create_secret(namespace, body):
+            return
+        raise ApiException(status=error.status, reason=(
+            f"replacing Secret {namespace}/{name}: {error.reason}")) from None
+
+
+def read_own_secret_data(namespace: str, name: str) -> dict[str, str] | None:
+    """A Secret's (base64) data from the operator's own namespace, where the
+    chart's Role allows it (the peer tier's CA keys); None when not there."""
+    core, _ = _clients()
+    try:
+        found = core.read_namespaced_secret(name, namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise ApiException(status=error.status, reason=(
+            f"reading Secret {namespace}/{name}: {error.reason}")) from None
+    return dict(found.data or {})
+
+
+def own_secret_labels(namespace: str, selector: str) -> dict[str, dict[str, str]]:
+    """name → labels of the Secrets in the operator's own namespace matching
+    `selector` (metadata only is used; nothing of their data is kept)."""
+    core, _ = _clients()
+    found = core.list_namespaced_secret(namespace, label_selector=selector)
+    return {item.metadata.name: dict(item.metadata.labels or {}) for item in found.items}
+
+
+def delete_own_secret(namespace: str, name: str) -> None:
+    """Delete a Secret of the operator's own namespace (gone already: fine)."""
+    core, _ = _clients()
+    try:
+        core.delete_namespaced_secret(name, namespace)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
 def read_configmap_data(namespace: str, name: str) -> dict[str, str] | None:
     """A ConfigMap's data; None when it does not exist."""
     core, _ = _clients()

@@ -7,7 +7,13 @@ recovery point on node loss.
                                  when the pairing or an address changes
     <policy>-ckptdrain-peer      Secret: ca.crt, tls.crt, tls.key (mounted by
                                  the policy's pods)
-    <policy>-ckptdrain-peer-ca   Secret: ca.key (the operator's only)
+    ckptdrain-peer-ca-<uid>      Secret in the operator's own namespace:
+                                 the policy's CA (ca.crt, ca.key), which
+                                 signs each renewed certificate
+
+(Versions before renewal kept the CA in `<policy>-ckptdrain-peer-ca`, in the
+policy's namespace, where the operator cannot read it; such a Secret is left
+to go with its policy.)
 """
 
 from __future__ import annotations
@@ -38,8 +44,16 @@ def peer_secret_name(policy: str) -> str:
     return f"{policy}-ckptdrain-peer"
 
 
-def peer_ca_secret_name(policy: str) -> str:
-    return f"{policy}-ckptdrain-peer-ca"
+def peer_ca_store_name(uid: str) -> str:
+    """The operator's own Secret keeping the CA of the policy with `uid`
+    (by uid: a policy deleted and made again under its name gets a new CA)."""
+    return f"ckptdrain-peer-ca-{uid}"
+
+
+#: On the CA Secrets in the operator's namespace: the policy uid (the sweep
+#: deletes those whose policy is gone) and, for people, the policy.
+LABEL_CA_FOR = "ckptdrain.io/peer-ca-for"
+ANNOTATION_CA_POLICY = "ckptdrain.io/peer-ca-policy"
 
 
 def rank_of(pods: Iterable[Mapping[str, Any]], writers: int) -> dict[str, int]:
@@ -73,20 +87,39 @@ def _secret(namespace: str, name: str, policy: str, data: Mapping[str, bytes],
             "data": {k: base64.b64encode(v).decode("ascii") for k, v in sorted(data.items())}}
 
 
-def peer_secrets(namespace: str, policy: str, material: Mapping[str, bytes],
-                 owner: Mapping[str, Any] | None = None
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the pods' Secret, the operator's CA Secret) for `material`
-    (peer_certs.new_material). The pods' never holds `ca.key`; both belong to
-    the policy, so deleting it deletes them."""
-    missing = [k for k in (*POD_SECRET_KEYS, "ca.key") if k not in material]
+def pods_secret(namespace: str, policy: str, material: Mapping[str, bytes],
+                owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The pods' Secret for `material` (peer_certs.issue): never `ca.key`.
+    It belongs to the policy, so deleting the policy deletes it."""
+    missing = [k for k in POD_SECRET_KEYS if k not in material]
     if missing:
         raise ValueError(f"peer material: missing {', '.join(missing)}")
-    pods = _secret(namespace, peer_secret_name(policy), policy,
+    return _secret(namespace, peer_secret_name(policy), policy,
                    {k: material[k] for k in POD_SECRET_KEYS}, "kubernetes.io/tls", owner)
-    ca = _secret(namespace, peer_ca_secret_name(policy), policy,
-                 {k: material[k] for k in CA_SECRET_KEYS}, "Opaque", owner)
-    return pods, ca
+
+
+def ca_store_secret(store_namespace: str, uid: str, policy_id: str,
+                    ca: Mapping[str, bytes]) -> dict[str, Any]:
+    """The operator's Secret keeping a policy's CA (peer_certs.new_ca). No
+    owner reference (owners cannot be in another namespace): the operator
+    deletes it when the policy goes (peer_sync.py)."""
+    missing = [k for k in CA_SECRET_KEYS if k not in ca]
+    if missing:
+        raise ValueError(f"peer CA: missing {', '.join(missing)}")
+    body = _secret(store_namespace, peer_ca_store_name(uid), "", ca, "Opaque", None)
+    body["metadata"]["labels"] = {LABEL_CA_FOR: uid}
+    body["metadata"]["annotations"] = {ANNOTATION_CA_POLICY: policy_id}
+    return body
+
+
+def ca_from_secret_data(data: Mapping[str, str] | None) -> dict[str, bytes] | None:
+    """The CA kept in a Secret's (base64) data; None when it holds none."""
+    if not data or any(k not in data for k in CA_SECRET_KEYS):
+        return None
+    try:
+        return {k: base64.b64decode(data[k], validate=True) for k in CA_SECRET_KEYS}
+    except ValueError:
+        return None
 
 
 def members(pods: Iterable[Mapping[str, Any]], node_labels: Mapping[str, Mapping[str, str]],

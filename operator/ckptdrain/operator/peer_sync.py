@@ -4,10 +4,16 @@ peer_placement.py and peer_certs.py (docs/peer-tier.md).
 For each policy with `spec.peerTier.enabled`, one coalesced pass (after pod
 events, policy changes and checkpoint records) does:
 
-1. the Secrets, once per policy: `<policy>-ckptdrain-peer` (ca.crt, tls.crt,
-   tls.key; mounted by the pods) and `<policy>-ckptdrain-peer-ca` (the CA key,
-   mounted by nothing), both owned by the policy. Create only: the operator
-   never reads a Secret, and an existing one is kept;
+1. the credentials: the policy's CA, kept in the Secret
+   `ckptdrain-peer-ca-<policy uid>` of the operator's own namespace (made
+   once; the only Secrets the operator reads), and the pods' Secret
+   `<policy>-ckptdrain-peer` (ca.crt, tls.crt, tls.key; owned by the
+   policy), created once and replaced whole (a PUT, which reads nothing)
+   when its certificate nears its end (peer_certs.RENEW_BEFORE) or its end
+   is not known (made by an older version, or left by a deleted policy of
+   the same name). When the certificate ends is kept in
+   `status.peer.certificateNotAfter`, so that a restarted operator knows
+   without reading the Secret;
 2. the peers ConfigMap `<policy>-ckptdrain-peers` from the running writers
    (the pod index) and their nodes' zone labels, written only when its
    document changes; the pairing depends only on ranks and placement, so
@@ -16,6 +22,11 @@ events, policy changes and checkpoint records) does:
 3. `status.peer`, `status.recoveryPointOnNodeLoss` and its metric, patched
    only when they change; a Warning `PeerTierFailed` on the policy when the
    Secrets or the ConfigMap cannot be written.
+
+The upkeep thread (start_upkeep) runs every pass again hourly, so that a
+certificate is renewed on a policy nothing happens to, checks once an hour
+that each pods' Secret still exists (a create answered 409), and deletes the
+CA Secrets of policies that are gone.
 
 A restarted operator reads the ConfigMap back once (previous holders survive
 restarts) and otherwise converges to the same objects.
@@ -47,13 +58,15 @@ Key = tuple[str, str]
 DELAY_S = 0.5
 RETRY_DELAY_S = 5.0
 
+log = logging.getLogger(__name__)
 _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
 _passes = Coalescer("the peer tier", RETRY_DELAY_S)
-#: Policy uids whose Secrets this operator created.
+#: Policy uids whose pods' Secret this operator created or found (since the
+#: last upkeep, which clears it so that each is checked again).
 _secrets: set[str] = set()
-#: The CA Secret of a policy whose pods' Secret was created but whose CA
-#: Secret was not yet (kept in memory only until it is stored).
-_pending_ca: dict[str, dict[str, Any]] = {}
+#: Policy uid → when the certificate in its pods' Secret ends, as this
+#: operator wrote it (the status keeps it across restarts).
+_certificates: dict[str, datetime] = {}
 #: peers.json as last written (or read back) per policy, with the uid of the
 #: policy it was for: a pass of a deleted policy that ends after a new one of
 #: the same name appeared must not make the new one skip its own write.
@@ -109,36 +122,78 @@ def _zone_labels(nodes: Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any],
-                    logger: logging.Logger) -> str | None:
-    """Create the policy's two Secrets unless they exist; the error a user
-    must see (RBAC, quota), or None."""
-    if uid in _secrets:
-        return None
-    namespace, name = key
+def _recorded_end(status: Mapping[str, Any]) -> datetime | None:
+    text = (status.get("peer") or {}).get("certificateNotAfter")
     try:
-        ca = _pending_ca.get(uid)
-        if ca is None:
-            material = peer_certs.new_material(f"{namespace}/{name}", datetime.now(UTC))
-            pods, ca = peer_placement.peer_secrets(namespace, name, material, owner)
-            # The pods' Secret first: if it exists, the CA that signed it is
-            # already kept (or lost with a crash in between), never replaced
-            # by one that did not sign it.
-            if not kube.create_secret(namespace, pods):
-                # Exists. Not remembered: it may be a deleted policy's Secret
-                # waiting for garbage collection, and once that is gone the
-                # next pass must create this policy's own. A 409 is cheap.
-                return None
-            _pending_ca[uid] = ca  # until it is stored: a failure here retries it
-        kube.create_secret(namespace, ca)
-        _pending_ca.pop(uid, None)
-        logger.info("created the peer tier's Secrets for %s/%s", namespace, name)
+        return api.parse_timestamp(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
+def _policy_ca(store: str, uid: str, policy_id: str, now: datetime,
+               logger: logging.Logger) -> dict[str, bytes]:
+    """The policy's CA from the operator's namespace, made (and stored before
+    anything it signs is handed out) when there is none or it would end
+    before a new certificate."""
+    name = peer_placement.peer_ca_store_name(uid)
+    for _ in range(2):
+        data = kube.read_own_secret_data(store, name)
+        ca = peer_placement.ca_from_secret_data(data)
+        if ca is not None and peer_certs.ca_usable(ca, now):
+            return ca
+        fresh = peer_certs.new_ca(policy_id, now)
+        body = peer_placement.ca_store_secret(store, uid, policy_id, fresh)
+        if data is None:
+            if not kube.create_secret(store, body):
+                continue  # another replica made it meanwhile: use theirs
+        else:
+            logger.warning("the peer CA of %s is unreadable or ends within a certificate's "
+                           "lifetime: replaced", policy_id)
+            kube.replace_secret(store, body)
+        return fresh
+    raise kube.ApiException(status=409, reason=f"Secret {store}/{name} keeps changing")
+
+
+def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any], store: str,
+                    recorded: datetime | None, now: datetime, body: Mapping[str, Any],
+                    logger: logging.Logger) -> tuple[str | None, datetime | None]:
+    """The pods' Secret, created or renewed as needed: (the error a user must
+    see (RBAC, quota) or None, when its certificate ends if known)."""
+    ends = _certificates.get(uid, recorded)
+    due = peer_certs.renewal_due(ends, now)
+    if uid in _secrets and not due:
+        return None, ends
+    if not store:
+        return ("the operator has nowhere to keep the policy's CA: "
+                "CKPTDRAIN_PEER_CA_NAMESPACE is not set"), ends
+    namespace, name = key
+    policy_id = f"{namespace}/{name}"
+    try:
+        material = peer_certs.issue(policy_id, _policy_ca(store, uid, policy_id, now, logger),
+                                    now)
+        secret = peer_placement.pods_secret(namespace, name, material, owner)
+        if kube.create_secret(namespace, secret):
+            logger.info("created the peer tier's Secret for %s", policy_id)
+            ends = peer_certs.not_after(material["tls.crt"])
+        elif due:
+            # Its certificate ends soon, or when is not known (an older
+            # version made it, or a deleted policy of this name left it for
+            # the garbage collector): replaced whole, owned by this policy.
+            kube.replace_secret(namespace, secret)
+            previous, ends = ends, peer_certs.not_after(material["tls.crt"])
+            logger.info("renewed the peer tier's certificate of %s (was ending %s)",
+                        policy_id, previous or "at an unknown time")
+            kube.post_event(body, api.KIND_POLICY, "PeerCredentialsRenewed",
+                            f"the peer tier's certificate was renewed; it ends "
+                            f"{api.timestamp(ends)}", "Normal")
     except kube.ApiException as error:
         if error.status in (403, 422):  # RBAC, or a name too long: a person must act
-            return f"the operator could not create its Secrets: {error.reason}"
+            return f"the operator could not create or renew its Secrets: {error.reason}", ends
         raise
     _secrets.add(uid)
-    return None
+    if ends is not None:
+        _certificates[uid] = ends
+    return None, ends
 
 
 def _document(key: Key, uid: str) -> str | None:
@@ -164,8 +219,10 @@ def _previous(key: Key, uid: str) -> Mapping[str, Any] | None:
 
 def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
          pods: list[Mapping[str, Any]], records: list[Mapping[str, Any]],
-         logger: logging.Logger, progress: list[Any] | None = None) -> None:
-    """One pass for one policy (`policy` None: invalid, the tier counts as off)."""
+         logger: logging.Logger, progress: list[Any] | None = None,
+         ca_namespace: str = "") -> None:
+    """One pass for one policy (`policy` None: invalid, the tier counts as off).
+    `ca_namespace`: the operator's own, where the policies' CAs are kept."""
     with _locks[key]:
         meta = body.get("metadata") or {}
         uid = meta.get("uid") or ""
@@ -180,7 +237,9 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
             metrics.observe_node_loss(*key, None)
             return
         owner = owner_reference(key[1], uid) if uid else None
-        error = _ensure_secrets(key, uid, owner, logger) if uid and owner else None
+        error, ends = _ensure_secrets(key, uid, owner, ca_namespace, _recorded_end(current),
+                                      datetime.now(UTC), body, logger) \
+            if uid and owner else (None, None)
         nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None, ""}
         try:
             previous, unpublished = _previous(key, uid), None
@@ -209,6 +268,8 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
             doc = json.loads(text)
             wanted["peer"] = peer_placement.peer_status(key[1], doc, policy.writers, error,
                                                         unpublished)
+        if ends is not None:
+            wanted["peer"]["certificateNotAfter"] = api.timestamp(ends)
         if any(current.get(k) != v for k, v in wanted.items()):
             kube.patch_status(api.POLICIES, key[0], key[1], wanted)
             _written[key] = (uid, wanted)
@@ -230,10 +291,68 @@ def schedule(key: Key, run: Callable[[], None], logger: logging.Logger,
     _passes.schedule(key, run, logger, delay)
 
 
-def forget(key: Key, uid: str | None) -> None:
-    """A deleted policy: its objects go with it (owner references)."""
+def forget(key: Key, uid: str | None, ca_namespace: str = "") -> None:
+    """A deleted policy: its objects in its namespace go with it (owner
+    references); its CA, in the operator's namespace, is deleted here (and
+    by the upkeep, if this is missed)."""
     _documents.pop(key, None)
     _written.pop(key, None)
     if uid:
         _secrets.discard(uid)
-        _pending_ca.pop(uid, None)
+        _certificates.pop(uid, None)
+        if ca_namespace and leadership.active():
+            _delete_ca(ca_namespace, peer_placement.peer_ca_store_name(uid))
+
+
+def _delete_ca(store: str, name: str) -> None:
+    try:
+        kube.delete_own_secret(store, name)
+    except kube.ApiException as error:
+        if error.status != 403:  # 403: no peer tier in this installation's RBAC
+            log.warning("could not delete the peer CA Secret %s/%s: %s", store, name,
+                        error.reason)
+
+
+def upkeep(store: str, policy_uids: Callable[[], set[str]]) -> int:
+    """Delete the CA Secrets of policies that are gone, and have every pods'
+    Secret checked again by its next pass; the number deleted. The Secrets
+    are listed before the policies are read: a CA is made only for a policy
+    that exists, so none made meanwhile can be taken for an orphan."""
+    _secrets.clear()
+    if not store:
+        return 0
+    kept = kube.own_secret_labels(store, peer_placement.LABEL_CA_FOR)
+    alive = policy_uids()
+    gone = [name for name, labels in kept.items()
+            if labels.get(peer_placement.LABEL_CA_FOR) not in alive]
+    for name in gone:
+        _delete_ca(store, name)
+    if gone:
+        log.info("deleted %d peer CA Secret(s) of deleted policies", len(gone))
+    return len(gone)
+
+
+UPKEEP_S = 3600.0
+_upkeep_started = threading.Event()
+
+
+def start_upkeep(store: str, policy_uids: Callable[[], set[str]],
+                 run_all: Callable[[], None], period_s: float = UPKEEP_S) -> None:
+    """The hourly upkeep, once per process (later calls do nothing): only the
+    active replica acts (a standby's indexes are not live)."""
+    if _upkeep_started.is_set():
+        return
+    _upkeep_started.set()
+
+    def loop() -> None:
+        while True:
+            time.sleep(period_s)
+            if not leadership.active():
+                continue
+            try:
+                upkeep(store, policy_uids)
+                run_all()
+            except (kube.ApiException, OSError, RuntimeError) as error:
+                log.warning("peer tier upkeep failed (%s); next in %.0fs", error, period_s)
+
+    threading.Thread(target=loop, name="ckptdrain-peer-upkeep", daemon=True).start()

@@ -73,12 +73,12 @@ class PeerClient:
         self.address = address
         self.host, self.port = parse_address(address)
         self.credentials = credentials
-        self.context = credentials.client_context()
+        credentials.client_context()  # fails now, not at the first connection
         self.timeout = timeout
 
     def _connect(self) -> http.client.HTTPSConnection:
         conn = _PeerConnection(self.host, self.port, self.credentials, timeout=self.timeout,
-                               context=self.context)
+                               context=self.credentials.client_context())
         try:
             conn.connect()
         except OSError as err:

@@ -73,7 +73,7 @@ class PeerServer(ThreadingHTTPServer):
                  handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
         self.area = area
         self.credentials = credentials
-        self.ssl_context = credentials.server_context()
+        credentials.server_context()  # fails now, not at the first connection
         self.received_bytes = 0
         self.handshake_timeout = handshake_timeout
         self.max_connections = max_connections
@@ -95,8 +95,9 @@ class PeerServer(ThreadingHTTPServer):
         # delayed ACK (Nagle): 40 ms per part of a restore read in parts.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.handshake_timeout)
-        tls = self.ssl_context.wrap_socket(sock, server_side=True,
-                                           do_handshake_on_connect=False)
+        # Per connection: a renewed certificate is served without a restart.
+        context = self.credentials.server_context()
+        tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         return tls, addr
 
     def process_request(self, request: Any, client_address: Any) -> None:

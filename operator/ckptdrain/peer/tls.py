@@ -11,17 +11,45 @@ can read or write a writer's copies.
 
 Peers are dialled by pod IP, so host names are not checked: the per-policy
 CA and the common name are the identity.
+
+The operator renews the certificate months before it ends, and the kubelet
+swaps the mounted files (one symlink, so all three at once). A context is
+therefore built again whenever the files differ from those it was built
+from: a server accepts, and a client dials, with the newest certificate,
+without a restart. A half-swapped set that does not load keeps the last good
+context until the next connection.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import ssl
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from ckptdrain.errors import CkptdrainError, InvalidInput
 
 FILES = ("ca.crt", "tls.crt", "tls.key")
+log = logging.getLogger(__name__)
+Stamp = tuple[tuple[int, int, int], ...]
+#: (directory, purpose) → (the files' stamp, the context built from them).
+_contexts: dict[tuple[Path, ssl.Purpose], tuple[Stamp, ssl.SSLContext]] = {}
+_contexts_lock = threading.Lock()
+
+
+def _stamp(directory: Path) -> Stamp | None:
+    """What identifies the files' current content (following the kubelet's
+    symlinks); None when one is missing."""
+    out = []
+    for name in FILES:
+        try:
+            st = os.stat(directory / name)
+        except OSError:
+            return None
+        out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
 
 
 class PeerAuthError(CkptdrainError):
@@ -36,6 +64,29 @@ class PeerCredentials:
     policy_id: str
 
     def _context(self, purpose: ssl.Purpose) -> ssl.SSLContext:
+        """The context for the files as they are now: built again when they
+        changed since the last one (a renewed certificate)."""
+        key = (self.directory, purpose)
+        stamp = _stamp(self.directory)
+        with _contexts_lock:
+            kept = _contexts.get(key)
+        if kept is not None and kept[0] == stamp:
+            return kept[1]
+        try:
+            ctx = self._build(purpose)
+        except (ssl.SSLError, OSError, InvalidInput):
+            if kept is None:
+                raise
+            # Mid-swap, or a broken update: the last good files keep serving.
+            log.warning("peer credentials in %s changed but do not load; keeping the "
+                        "previous ones", self.directory)
+            return kept[1]
+        if stamp is not None and stamp == _stamp(self.directory):
+            with _contexts_lock:
+                _contexts[key] = (stamp, ctx)
+        return ctx
+
+    def _build(self, purpose: ssl.Purpose) -> ssl.SSLContext:
         missing = [n for n in FILES if not (self.directory / n).is_file()]
         if missing:
             raise InvalidInput("peer credentials", f"{', '.join(FILES)} in {self.directory}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,11 +15,13 @@ from hypothesis import strategies as hst
 from ckptdrain.contract.peers import ZONE_LABEL, parse
 from ckptdrain.operator import peer_certs
 from ckptdrain.operator.peer_placement import (
+    ca_from_secret_data,
+    ca_store_secret,
     members,
     pairs_status,
-    peer_secrets,
     peer_status,
     peers_configmap,
+    pods_secret,
     publish,
     rank_of,
     recovery_on_node_loss,
@@ -97,24 +99,36 @@ def test_ranks_come_from_the_writer_label_and_only_valid_ones_count() -> None:
 
 def test_the_pods_secret_never_holds_the_ca_key() -> None:
     material = peer_certs.new_material("ml/llama", NOW)
-    pods, ca = peer_secrets("ml", "llama", material, OWNER)
+    pods = pods_secret("ml", "llama", material, OWNER)
     assert pods["metadata"]["name"] == "llama-ckptdrain-peer"
-    assert ca["metadata"]["name"] == "llama-ckptdrain-peer-ca"
     assert sorted(pods["data"]) == ["ca.crt", "tls.crt", "tls.key"]
-    assert sorted(ca["data"]) == ["ca.crt", "ca.key"]
-    assert pods["type"] == "kubernetes.io/tls" and ca["type"] == "Opaque"
-    for secret in (pods, ca):
-        assert secret["metadata"]["ownerReferences"] == [OWNER]
-        assert secret["metadata"]["labels"] == {"ckptdrain.io/policy": "llama"}
-        for key, value in secret["data"].items():
-            assert base64.b64decode(value) == material[key]
+    assert pods["type"] == "kubernetes.io/tls"
+    assert pods["metadata"]["ownerReferences"] == [OWNER]
+    assert pods["metadata"]["labels"] == {"ckptdrain.io/policy": "llama"}
+    for key, value in pods["data"].items():
+        assert base64.b64decode(value) == material[key]
+
+
+def test_the_ca_is_kept_by_policy_uid_and_read_back() -> None:
+    ca = peer_certs.new_ca("ml/llama", NOW)
+    kept = ca_store_secret("ckptdrain", "u-1", "ml/llama", ca)
+    assert kept["metadata"]["name"] == "ckptdrain-peer-ca-u-1"
+    assert kept["metadata"]["namespace"] == "ckptdrain"
+    assert kept["metadata"]["labels"] == {"ckptdrain.io/peer-ca-for": "u-1"}
+    assert "ownerReferences" not in kept["metadata"]  # not across namespaces
+    assert ca_from_secret_data(kept["data"]) == ca
+    assert ca_from_secret_data({"ca.crt": kept["data"]["ca.crt"]}) is None
+    assert ca_from_secret_data({"ca.crt": "!!", "ca.key": "!!"}) is None
+    assert ca_from_secret_data(None) is None
 
 
 def test_incomplete_material_is_refused() -> None:
     material = peer_certs.new_material("ml/llama", NOW)
-    del material["ca.key"]
+    del material["tls.key"]
+    with pytest.raises(ValueError, match=r"tls\.key"):
+        pods_secret("ml", "llama", material)
     with pytest.raises(ValueError, match=r"ca\.key"):
-        peer_secrets("ml", "llama", material)
+        ca_store_secret("ckptdrain", "u-1", "ml/llama", {"ca.crt": b"x"})
 
 
 def _doc(*entries: tuple[int, str, int | None]) -> dict[str, Any]:
@@ -312,3 +326,22 @@ def test_a_pass_is_stable_and_never_pairs_a_writer_with_its_own_node(
     nodes = {e["node"] for e in writers.values()}
     if writers:
         assert (status["peer"]["paired"] == len(writers)) == (len(nodes) > 1)
+
+
+def test_a_certificate_is_renewed_with_a_third_of_its_life_left() -> None:
+    material = peer_certs.new_material("ml/llama", NOW)
+    ends = peer_certs.not_after(material["tls.crt"])
+    assert ends == (NOW + peer_certs.CERT_LIFETIME).replace(microsecond=0)
+    assert not peer_certs.renewal_due(ends, NOW)
+    assert not peer_certs.renewal_due(ends, ends - peer_certs.RENEW_BEFORE - timedelta(seconds=1))
+    assert peer_certs.renewal_due(ends, ends - peer_certs.RENEW_BEFORE)
+    assert peer_certs.renewal_due(None, NOW)  # not known: renewed
+
+
+def test_a_ca_must_outlive_the_certificate_it_signs() -> None:
+    ca = peer_certs.new_ca("ml/llama", NOW)
+    assert peer_certs.ca_usable(ca, NOW)
+    ends = peer_certs.not_after(ca["ca.crt"])
+    assert not peer_certs.ca_usable(ca, ends - peer_certs.CERT_LIFETIME)
+    assert not peer_certs.ca_usable({"ca.crt": ca["ca.crt"], "ca.key": b"junk"}, NOW)
+    assert not peer_certs.ca_usable({"ca.key": ca["ca.key"]}, NOW)

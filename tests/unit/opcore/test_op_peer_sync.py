@@ -1,5 +1,7 @@
-"""operator/peer_sync.py, its writes counted against a fake API: Secrets once
-(the pods' first, never the CA key in it), the ConfigMap and the status only
+"""operator/peer_sync.py, its writes counted against a fake API: the policy's
+CA kept in the operator's namespace before anything it signs is handed out,
+the pods' Secret created once and renewed with the same CA before its
+certificate ends (never the CA key in it), the ConfigMap and the status only
 when they change, previous holders read back after a restart."""
 
 from __future__ import annotations
@@ -7,11 +9,15 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 
-from ckptdrain.operator import config, kube, leadership, peer_sync, policy
+from ckptdrain.contract import api as contract
+from ckptdrain.operator import config, kube, leadership, peer_certs, peer_sync, policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
 SPEC = {
@@ -21,11 +27,15 @@ SPEC = {
 }
 KEY = ("ml", "llama")
 LOG = logging.getLogger("test")
+STORE = "ckptdrain"
+CA_NAME = "ckptdrain-peer-ca-u-1"
+PODS_SECRET = "llama-ckptdrain-peer"
 
 
 class FakeApi:
     def __init__(self) -> None:
-        self.secrets: dict[str, dict[str, Any]] = {}
+        #: (namespace, name) → the Secret as last written.
+        self.secrets: dict[tuple[str, str], dict[str, Any]] = {}
         self.configmaps: dict[str, dict[str, Any]] = {}
         self.status: list[dict[str, Any]] = []
         self.node_reads: list[str] = []
@@ -36,17 +46,46 @@ class FakeApi:
         self.write_error: int | None = None
         self.events: list[tuple[str, str]] = []
 
-    def create_secret(self, namespace: str, body: dict[str, Any]) -> bool:
-        name = body["metadata"]["name"]
-        self.calls.append(f"secret {name}")
+    def _check(self, namespace: str, name: str) -> None:
         if self.secret_error:
             raise kube.ApiException(status=self.secret_error, reason="Forbidden")
-        if self.ca_error and name.endswith("-ca"):
+        if self.ca_error and namespace == STORE:
             raise kube.ApiException(status=self.ca_error, reason="Internal error")
-        if name in self.secrets:
+
+    def create_secret(self, namespace: str, body: dict[str, Any]) -> bool:
+        name = body["metadata"]["name"]
+        self.calls.append(f"create {namespace}/{name}")
+        self._check(namespace, name)
+        if (namespace, name) in self.secrets:
             return False
-        self.secrets[name] = body
+        self.secrets[namespace, name] = body
         return True
+
+    def replace_secret(self, namespace: str, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        self.calls.append(f"replace {namespace}/{name}")
+        self._check(namespace, name)
+        self.secrets[namespace, name] = body
+
+    def read_own_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        assert namespace == STORE, "the operator reads Secrets of its own namespace only"
+        self.calls.append(f"read {namespace}/{name}")
+        self._check(namespace, name)
+        found = self.secrets.get((namespace, name))
+        return None if found is None else dict(found["data"])
+
+    def own_secret_labels(self, namespace: str, selector: str) -> dict[str, dict[str, str]]:
+        assert namespace == STORE
+        return {n: s["metadata"]["labels"] for (ns, n), s in self.secrets.items()
+                if ns == namespace and selector in s["metadata"].get("labels", {})}
+
+    def delete_own_secret(self, namespace: str, name: str) -> None:
+        assert namespace == STORE
+        self.calls.append(f"delete {namespace}/{name}")
+        self.secrets.pop((namespace, name), None)
+
+    def data(self, namespace: str, name: str) -> dict[str, bytes]:
+        return {k: base64.b64decode(v) for k, v in self.secrets[namespace, name]["data"].items()}
 
     def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
         self.calls.append(f"read {name}")
@@ -65,7 +104,8 @@ class FakeApi:
         self.node_reads.append(name)
         return {"topology.kubernetes.io/zone": "z" + name[-1]}
 
-    def post_event(self, body: Any, kind: str, reason: str, message: str) -> None:
+    def post_event(self, body: Any, kind: str, reason: str, message: str,
+                   type_: str = "Warning") -> None:
         self.events.append((reason, message))
 
     def patch_status(self, plural: str, namespace: str, name: str,
@@ -77,11 +117,12 @@ class FakeApi:
 @pytest.fixture
 def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
     fake = FakeApi()
-    for name in ("create_secret", "read_configmap_data", "write_configmap", "node_labels",
-                 "patch_status", "post_event"):
+    for name in ("create_secret", "replace_secret", "read_own_secret_data",
+                 "own_secret_labels", "delete_own_secret", "read_configmap_data",
+                 "write_configmap", "node_labels", "patch_status", "post_event"):
         monkeypatch.setattr(kube, name, getattr(fake, name))
-    for state in (peer_sync._secrets, peer_sync._documents, peer_sync._written,
-                  peer_sync._zones, peer_sync._pending_ca):
+    for state in (peer_sync._secrets, peer_sync._certificates, peer_sync._documents,
+                  peer_sync._written, peer_sync._zones):
         state.clear()
     return fake
 
@@ -100,18 +141,40 @@ def pod(name: str, rank: int, node: str) -> dict[str, Any]:
 PODS = [pod("w-0", 0, "n0"), pod("w-1", 1, "n1")]
 
 
-def run(b: dict[str, Any], pods: list[dict[str, Any]] = PODS) -> None:
+def run(b: dict[str, Any], pods: list[dict[str, Any]] = PODS, store: str = STORE) -> None:
     parsed = policy.parse("ml", "llama", b["spec"], CFG)
-    peer_sync.sync(KEY, parsed, b, pods, [], LOG)
+    peer_sync.sync(KEY, parsed, b, pods, [], LOG, ca_namespace=store)
+
+
+def restart() -> None:
+    """What a restarted operator no longer knows (the status still does)."""
+    for state in (peer_sync._secrets, peer_sync._certificates, peer_sync._documents,
+                  peer_sync._written):
+        state.clear()
+
+
+def signed_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_pem))
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def test_first_pass_creates_secrets_configmap_and_status(api: FakeApi) -> None:
     run(body())
-    assert api.calls[:2] == ["secret llama-ckptdrain-peer", "secret llama-ckptdrain-peer-ca"]
-    pods_secret = api.secrets["llama-ckptdrain-peer"]
+    # The CA is kept before anything it signs is handed out.
+    assert api.calls[:3] == [f"read {STORE}/{CA_NAME}", f"create {STORE}/{CA_NAME}",
+                             f"create ml/{PODS_SECRET}"]
+    pods_secret = api.secrets["ml", PODS_SECRET]
     assert sorted(pods_secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
-    assert b"PRIVATE KEY" in base64.b64decode(api.secrets["llama-ckptdrain-peer-ca"]
-                                              ["data"]["ca.key"])
+    ca = api.data(STORE, CA_NAME)
+    assert b"PRIVATE KEY" in ca["ca.key"]
+    assert api.secrets[STORE, CA_NAME]["metadata"]["labels"] == {"ckptdrain.io/peer-ca-for":
+                                                                 "u-1"}
+    mounted = api.data("ml", PODS_SECRET)
+    assert mounted["ca.crt"] == ca["ca.crt"] and signed_by(mounted["tls.crt"], ca["ca.crt"])
     owner = pods_secret["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("CheckpointPolicy", "llama", "u-1")
     doc = json.loads(api.configmaps["llama-ckptdrain-peers"]["data"]["peers.json"])
@@ -120,6 +183,9 @@ def test_first_pass_creates_secrets_configmap_and_status(api: FakeApi) -> None:
     assert doc["writers"]["0"]["zone"] == "z0" and doc["writers"]["0"]["address"] == \
         "10.0.0.1:9109"
     assert api.status[-1]["peer"]["reason"] == "Paired"
+    ends = contract.parse_timestamp(api.status[-1]["peer"]["certificateNotAfter"])
+    assert ends == peer_certs.not_after(mounted["tls.crt"]).replace(microsecond=0)
+    assert abs(ends - datetime.now(UTC) - peer_certs.CERT_LIFETIME) < timedelta(minutes=1)
 
 
 def test_an_unchanged_pairing_writes_nothing(api: FakeApi) -> None:
@@ -130,21 +196,102 @@ def test_an_unchanged_pairing_writes_nothing(api: FakeApi) -> None:
     assert sorted(api.node_reads) == ["n0", "n1"]  # zones read once per node
 
 
-def test_existing_secrets_are_kept_and_the_ca_not_replaced(api: FakeApi) -> None:
-    api.secrets["llama-ckptdrain-peer"] = {"data": "theirs"}
+def test_a_restart_keeps_a_certificate_the_status_says_is_good(api: FakeApi) -> None:
     run(body())
-    assert api.secrets["llama-ckptdrain-peer"] == {"data": "theirs"}
-    assert "llama-ckptdrain-peer-ca" not in api.secrets
+    status = api.status[-1]
+    before = api.secrets["ml", PODS_SECRET]
+    restart()
+    calls = len(api.calls)
+    run(body(status=status))
+    assert api.secrets["ml", PODS_SECRET] is before
+    assert not [c for c in api.calls[calls:] if c.startswith("replace")]
+    assert not api.events
 
 
-def test_a_secret_left_by_a_deleted_policy_is_replaced_once_it_is_collected(
+def test_a_certificate_near_its_end_is_renewed_with_the_same_ca(api: FakeApi) -> None:
+    run(body())
+    first = api.data("ml", PODS_SECRET)
+    status = json.loads(json.dumps(api.status[-1]))
+    soon = datetime.now(UTC) + peer_certs.RENEW_BEFORE - timedelta(days=1)
+    status["peer"]["certificateNotAfter"] = contract.timestamp(soon)
+    restart()
+    run(body(status=status))
+    renewed = api.data("ml", PODS_SECRET)
+    assert f"replace ml/{PODS_SECRET}" in api.calls
+    assert renewed["tls.crt"] != first["tls.crt"] and renewed["tls.key"] != first["tls.key"]
+    # The same CA: pods still holding the first certificate trust the new one.
+    assert renewed["ca.crt"] == first["ca.crt"] and signed_by(renewed["tls.crt"],
+                                                              first["ca.crt"])
+    assert api.secrets["ml", PODS_SECRET]["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert [reason for reason, _ in api.events] == ["PeerCredentialsRenewed"]
+    ends = contract.parse_timestamp(api.status[-1]["peer"]["certificateNotAfter"])
+    assert ends - datetime.now(UTC) > peer_certs.CERT_LIFETIME - timedelta(days=1)
+    calls = len(api.calls)
+    run(body(status=api.status[-1]))
+    assert api.calls[calls:] == []  # renewed once, not at every pass
+
+
+def test_a_certificate_of_unknown_end_is_replaced_signed_by_the_kept_ca(
         api: FakeApi) -> None:
-    api.secrets["llama-ckptdrain-peer"] = {"data": "the old policy's, being collected"}
+    """An older version's Secret (its CA out of reach, in the policy's
+    namespace), or one a deleted policy of this name left behind."""
+    api.secrets["ml", PODS_SECRET] = {"metadata": {"name": PODS_SECRET},
+                                      "data": {"tls.crt": "theirs"}}
     run(body())
-    del api.secrets["llama-ckptdrain-peer"]  # garbage collection caught up
+    mounted = api.data("ml", PODS_SECRET)
+    assert signed_by(mounted["tls.crt"], api.data(STORE, CA_NAME)["ca.crt"])
+    owner = api.secrets["ml", PODS_SECRET]["metadata"]["ownerReferences"][0]
+    assert owner["uid"] == "u-1"  # this policy's now: the collector leaves it alone
+    assert [reason for reason, _ in api.events] == ["PeerCredentialsRenewed"]
+    assert api.status[-1]["peer"]["reason"] == "Paired"
+
+
+def test_a_ca_near_its_end_is_replaced(api: FakeApi) -> None:
+    old = peer_certs.new_ca("ml/llama", datetime.now(UTC) - timedelta(days=3650 - 300))
+    api.secrets[STORE, CA_NAME] = {"metadata": {"name": CA_NAME, "labels": {}}, "data": {
+        k: base64.b64encode(v).decode() for k, v in old.items()}}
     run(body())
-    assert api.secrets["llama-ckptdrain-peer"] != {"data": "the old policy's, being collected"}
-    assert "llama-ckptdrain-peer-ca" in api.secrets
+    kept = api.data(STORE, CA_NAME)
+    assert kept["ca.crt"] != old["ca.crt"] and peer_certs.ca_usable(kept, datetime.now(UTC))
+    assert signed_by(api.data("ml", PODS_SECRET)["tls.crt"], kept["ca.crt"])
+
+
+def test_without_a_ca_namespace_nothing_is_signed_and_the_status_says_why(
+        api: FakeApi) -> None:
+    run(body(), store="")
+    assert not api.secrets
+    assert api.status[-1]["peer"]["reason"] == "CredentialsFailed"
+    assert "CKPTDRAIN_PEER_CA_NAMESPACE" in api.status[-1]["peer"]["message"]
+
+
+def test_a_pods_secret_deleted_by_hand_is_made_again_after_the_upkeep(
+        api: FakeApi) -> None:
+    run(body())
+    del api.secrets["ml", PODS_SECRET]
+    run(body(status=api.status[-1]))
+    assert ("ml", PODS_SECRET) not in api.secrets  # checked hourly, not at every pass
+    assert peer_sync.upkeep(STORE, lambda: {"u-1"}) == 0
+    run(body(status=api.status[-1]))
+    assert signed_by(api.data("ml", PODS_SECRET)["tls.crt"], api.data(STORE, CA_NAME)["ca.crt"])
+
+
+def test_the_upkeep_deletes_the_cas_of_policies_that_are_gone(api: FakeApi) -> None:
+    run(body())
+    other = body()
+    other["metadata"]["uid"] = "u-2"
+    peer_sync.sync(("ml", "other"), policy.parse("ml", "other", SPEC, CFG), other, PODS, [],
+                   LOG, ca_namespace=STORE)
+    assert (STORE, "ckptdrain-peer-ca-u-2") in api.secrets
+    assert peer_sync.upkeep(STORE, lambda: {"u-2"}) == 1
+    assert (STORE, CA_NAME) not in api.secrets and (STORE, "ckptdrain-peer-ca-u-2") in \
+        api.secrets
+
+
+def test_a_deleted_policys_ca_goes_with_it(api: FakeApi) -> None:
+    run(body())
+    leadership.STATE.set(True)
+    peer_sync.forget(KEY, "u-1", STORE)
+    assert (STORE, CA_NAME) not in api.secrets
 
 
 def test_forbidden_secrets_show_in_the_status_and_are_tried_again(api: FakeApi) -> None:
@@ -158,7 +305,7 @@ def test_forbidden_secrets_show_in_the_status_and_are_tried_again(api: FakeApi) 
     assert len(api.events) == 1  # once, not at every pass
     api.secret_error = None
     run(body())
-    assert "llama-ckptdrain-peer" in api.secrets
+    assert ("ml", PODS_SECRET) in api.secrets
     assert api.status[-1]["peer"]["reason"] == "Paired"
 
 
@@ -231,16 +378,14 @@ def test_turned_off_clears_the_status_once(api: FakeApi) -> None:
     assert len(api.status) == patches
 
 
-def test_a_ca_secret_that_failed_is_stored_later_with_the_ca_that_signed(
-        api: FakeApi) -> None:
+def test_nothing_is_signed_until_its_ca_is_kept(api: FakeApi) -> None:
     api.ca_error = 500
     with pytest.raises(kube.ApiException):
         run(body())
-    assert "llama-ckptdrain-peer" in api.secrets and "llama-ckptdrain-peer-ca" not in api.secrets
+    assert not api.secrets  # no certificate out there whose CA could be lost
     api.ca_error = None
     run(body())
-    ca = base64.b64decode(api.secrets["llama-ckptdrain-peer-ca"]["data"]["ca.crt"])
-    assert ca == base64.b64decode(api.secrets["llama-ckptdrain-peer"]["data"]["ca.crt"])
+    assert signed_by(api.data("ml", PODS_SECRET)["tls.crt"], api.data(STORE, CA_NAME)["ca.crt"])
 
 
 def test_forbidden_configmaps_show_in_the_status_without_a_retry_loop(api: FakeApi) -> None:
