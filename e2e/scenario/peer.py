@@ -119,11 +119,12 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     secrets = [s["metadata"]["name"] for s in get("secrets", "-n", NS, "-l",
                                                    f"ckptdrain.io/policy={POLICY}")["items"]]
     uid = get("checkpointpolicy", "-n", NS, POLICY)["metadata"]["uid"]
-    kept = [s["metadata"]["name"] for s in get("secrets", "-n", OP_NS, "-l",
+    # The chart's CA namespace: <release namespace>-peer-ca.
+    kept = [s["metadata"]["name"] for s in get("secrets", "-n", f"{OP_NS}-peer-ca", "-l",
                                                f"ckptdrain.io/peer-ca-for={uid}")["items"]]
     check(secrets == [peer["secret"]] and kept == [f"ckptdrain-peer-ca-{uid}"],
           f"the operator made the policy's certificate Secret {secrets} and keeps its CA in "
-          f"its own namespace {kept}; renewed by {peer.get('certificateNotAfter')}")
+          f"its CA namespace {kept}; the certificate ends {peer.get('certificateNotAfter')}")
     epoch = time.time()
     began = time.monotonic()
     apply(job_manifest(epoch))

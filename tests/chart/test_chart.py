@@ -236,6 +236,21 @@ def test_the_agent_pod_patch_policy_follows_its_value(tools: Tools, args: list[s
     assert ("ValidatingAdmissionPolicyBinding" in kinds) is present
 
 
+@pytest.mark.parametrize(("args", "present"), [
+    (["--api-versions", VAP], False),                                      # no peer tier
+    (["--api-versions", VAP, "--set", "operator.peerTier=true"], True),    # auto, served
+    (["--set", "operator.peerTier=true"], False),                          # auto, not served
+    (["--set", "operator.peerTier=true", "--set", "operator.restrictSecretUpdates=true"], True),
+    (["--api-versions", VAP, "--set", "operator.peerTier=true",
+      "--set", "operator.restrictSecretUpdates=false"], False),
+])
+def test_the_operator_secret_update_policy_follows_its_values(tools: Tools, args: list[str],
+                                                              present: bool) -> None:
+    names = [o["metadata"]["name"] for o in _docs(render(tools, *args).stdout)
+             if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert ("ckptdrain-secret-update" in names) is present
+
+
 def test_a_wrong_restrict_pod_patches_value_is_refused(tools: Tools) -> None:
     result = render(tools, "--set", "agent.restrictPodPatches=maybe", check=False)
     assert result.returncode != 0 and "restrictPodPatches" in result.stderr
@@ -391,12 +406,22 @@ def test_the_peer_tier_rules_are_exactly_what_it_needs(tools: Tools, watch: list
     # Create and replace whole, never read: the operator can read no
     # workload's Secret (a PUT answers with what it wrote).
     assert _grants(rules, "secrets") == {"create", "update"}
-    # The policies' CAs, in the operator's own namespace only.
-    assert len(ca_roles) == 1 and ca_roles[0]["metadata"]["namespace"] == "ckptdrain"
-    assert _grants(ca_roles[0]["rules"], "secrets") == {"get", "list", "update", "delete"}
+    # The policies' CAs, in a namespace of their own (the chart makes it) only.
+    assert len(ca_roles) == 1 and ca_roles[0]["metadata"]["namespace"] == "ckptdrain-peer-ca"
+    assert _grants(ca_roles[0]["rules"], "secrets") == {"get", "list", "create", "update",
+                                                        "delete"}
     env = {e["name"]: e.get("value") for o in _docs(text) if o["kind"] == "Deployment"
            for e in o["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["CKPTDRAIN_PEER_CA_NAMESPACE"] == "ckptdrain"
+    assert env["CKPTDRAIN_PEER_CA_NAMESPACE"] == "ckptdrain-peer-ca"
+    namespaces = [o for o in _docs(text) if o["kind"] == "Namespace"]
+    assert [n["metadata"]["name"] for n in namespaces] == ["ckptdrain-peer-ca"]
+    assert namespaces[0]["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    # A namespace of the user's: used as it is, not made.
+    own = render(tools, *watch, "--set", "operator.peerTier=true",
+                 "--set", "operator.peerCANamespace=keys").stdout
+    assert not [o for o in _docs(own) if o["kind"] == "Namespace"]
+    assert [o["metadata"]["namespace"] for o in _docs(own) if o["kind"] == "Role"
+            and o["metadata"]["name"].endswith("-peer-ca")] == ["keys"]
     assert _grants(rules, "configmaps") == {"get", "create", "patch"}
     assert _grants(rules, "nodes") == {"get"}
     off = _operator_rules(render(tools, *watch).stdout)  # off by default

@@ -235,3 +235,152 @@ def test_the_agent_may_patch_only_its_own_pods_ckptdrain_annotations(
     assert other["annotations"] == {"team": "a"}
     # Nobody else is narrowed: the operator (here the admin) still sets shares.
     cluster.kubectl("annotate", "-n", namespace, "pod", "other", "ckptdrain.io/bandwidth=1")
+
+
+# -- the operator's Secret updates (peer tier), narrowed by the chart's policy ----------
+
+OPERATOR_SA = "ckptdrain"  # the chart's name for it, release "ckptdrain"
+CA_NS = "ckptdrain-system-peer-ca"  # the chart's default for that release namespace
+
+
+def _secret_update_policy() -> str:
+    cache = Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")
+    helm = cache / "tools" / "bin" / "helm"
+    if not os.access(helm, os.X_OK):
+        pytest.fail(f"helm is missing ({helm}): build it once with `make servers`",
+                    pytrace=False)
+    out = subprocess.run([str(helm), "template", "ckptdrain", str(repo_root() / "charts" /
+                          "ckptdrain"), "--namespace", SYSTEM_NS, "--api-versions", VAP,
+                          "--set", "operator.peerTier=true",
+                          "--show-only", "templates/operator-secret-policy.yaml"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout
+
+
+def _tls_secret(name: str, labels: dict[str, str], type_: str = "kubernetes.io/tls"
+                ) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "type": type_,
+            "metadata": {"name": name, "labels": labels},
+            "data": {"tls.crt": "YQ==", "tls.key": "Yg=="} if type_ == "kubernetes.io/tls"
+            else {"token": "c2VjcmV0"}}
+
+
+def _replace(core: client.CoreV1Api, namespace: str, body: dict[str, Any],
+             dry_run: bool = False) -> str:
+    """The API server's refusal of this PUT ('' if it was accepted)."""
+    try:
+        core.replace_namespaced_secret(body["metadata"]["name"], namespace, body,
+                                       **({"dry_run": "All"} if dry_run else {}))
+    except client.exceptions.ApiException as err:
+        assert err.status in (403, 422), err
+        return str(err.body)
+    return ""
+
+
+def test_the_operator_may_replace_only_the_peer_tiers_secrets(
+        cluster: Cluster, namespace: str) -> None:
+    text = _secret_update_policy()
+    for ns in (SYSTEM_NS, CA_NS):
+        cluster.kubectl("create", "namespace", ns, check=False)
+    # RBAC as wide as it gets for updates: the policy is what narrows it.
+    rules = [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["update"]}]
+    kubeconfig = _bind(cluster, "ClusterRole", OPERATOR_SA, SYSTEM_NS, rules)
+    core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    peer = _tls_secret("llama-ckptdrain-peer", {"ckptdrain.io/policy": "llama"})
+    theirs = _tls_secret("app-tls", {"team": "a"})
+    token = _tls_secret("llama-ckptdrain-peer-x", {}, type_="Opaque")
+    ca = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+          "metadata": {"name": "ckptdrain-peer-ca-u1",
+                       "labels": {"ckptdrain.io/peer-ca-for": "u1"}},
+          "data": {"ca.crt": "YQ==", "ca.key": "Yg=="}}
+    unlabelled_ca = {**ca, "metadata": {"name": "ckptdrain-peer-ca-u2"}}
+    for ns, body in [(namespace, peer), (namespace, theirs), (namespace, token),
+                     (CA_NS, ca), (CA_NS, unlabelled_ca), (namespace, ca)]:
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(body))
+    webhook = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+               "metadata": {"name": "ckptdrain-webhook-cert"}, "data": {"ca.crt": "YQ=="}}
+    cluster.kubectl("apply", "-n", SYSTEM_NS, "-f", "-", input=json.dumps(webhook))
+    cluster.kubectl("apply", "-f", "-", input=text)
+    try:
+        renewed = {**theirs, "data": {"tls.crt": "Yw==", "tls.key": "ZA=="}}
+        # A dry run (admission in full, nothing stored) until it refuses.
+        wait_for(lambda: _replace(core, namespace, renewed, dry_run=True),
+                 what="the policy in force")
+        # What the operator does: a renewal of the peer Secret, the CA, its webhook's.
+        assert _replace(core, namespace, {**peer, "data": {"tls.crt": "Yw==",
+                                                            "tls.key": "ZA=="}}) == ""
+        assert _replace(core, CA_NS, {**ca, "data": {"ca.crt": "Yw==", "ca.key": "ZA=="}}) \
+            == ""
+        assert _replace(core, SYSTEM_NS, {**webhook, "data": {"ca.crt": "Yw=="}}) == ""
+        # Anything else is refused, whatever RBAC says.
+        for ns, body in [
+            (namespace, renewed),                                          # a user's Secret
+            (namespace, {**token, "data": {"token": "eA=="}}),             # not a TLS Secret
+            (namespace, {**peer, "metadata": {"name": peer["metadata"]["name"]}}),  # label off
+            (CA_NS, {**unlabelled_ca, "data": {"ca.key": "eA=="}}),        # not one of ours
+            (namespace, {**ca, "data": {"ca.key": "eA=="}}),               # CA name elsewhere
+        ]:
+            refusal = _replace(core, ns, body)
+            assert "ckptdrain operator" in refusal, (ns, body["metadata"], refusal)
+        assert get(cluster, namespace, "secret", "app-tls")["data"]["tls.crt"] == "YQ=="
+    finally:
+        cluster.kubectl("delete", "-f", "-", input=text, check=False)
+        cluster.kubectl("delete", "-n", CA_NS, "secret", "ckptdrain-peer-ca-u1",
+                        "ckptdrain-peer-ca-u2", check=False)
+
+
+def test_documented_rules_run_the_peer_tier_and_renew_it(
+        cluster: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path,
+        apply: Callable[..., Any]) -> None:
+    """The operator with the documented cluster rules and the CA Role (the
+    doc's last block) in its CA namespace: it makes a policy's CA and Secret
+    and renews the certificate, and nothing it does is refused."""
+    cluster.kubectl("create", "namespace", SYSTEM_NS, check=False)
+    cluster.kubectl("create", "namespace", CA_NS, check=False)
+    kubeconfig = _bind(cluster, "ClusterRole", "ckptdrain-operator", SYSTEM_NS,
+                       _rules(0, dev_mode=True))
+    text = (repo_root() / "docs" / "rbac.md").read_text()
+    ca_rules = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[-1])["rules"]
+    meta = {"name": "ckptdrain-peer-ca", "namespace": CA_NS}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                          "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+         "rules": ca_rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "ckptdrain-peer-ca"},
+         "subjects": [{"kind": "ServiceAccount", "name": "ckptdrain-operator",
+                       "namespace": SYSTEM_NS}]}]}))
+    operator.stop()
+    limited = OperatorProcess(cluster, tmp_path, KUBECONFIG=str(kubeconfig),
+                              CKPTDRAIN_PEER_CA_NAMESPACE=CA_NS)
+    try:
+        limited.start()
+        apply(policy("llama", writers=2, peerTier={"enabled": True}))
+
+        def peer_status() -> dict[str, Any]:
+            return dict((get(cluster, namespace, "ckpol", "llama").get("status") or {})
+                        .get("peer") or {})
+        wait_for(lambda: peer_status().get("certificateNotAfter"),
+                 what="the Secret made and its end in the status")
+        first = get(cluster, namespace, "secret", "llama-ckptdrain-peer")["data"]["tls.crt"]
+        uid = get(cluster, namespace, "ckpol", "llama")["metadata"]["uid"]
+        get(cluster, CA_NS, "secret", f"ckptdrain-peer-ca-{uid}")
+        # Months later: a restart with a third of the certificate's life left.
+        limited.stop()
+        cluster.kubectl("patch", "-n", namespace, "ckpol", "llama", "--subresource=status",
+                        "--type=merge", "-p", json.dumps({"status": {"peer": {
+                            "certificateNotAfter": "2000-01-01T00:00:00Z"}}}))
+        limited.start()
+        wait_for(lambda: get(cluster, namespace, "secret", "llama-ckptdrain-peer")["data"][
+            "tls.crt"] != first, what="the certificate renewed with the documented rules")
+        assert peer_status().get("reason") != "CredentialsFailed", peer_status()
+        cluster.kubectl("delete", "-n", namespace, "ckpol", "llama")
+        wait_for(lambda: not json.loads(cluster.kubectl(
+            "get", "secrets", "-n", CA_NS, "-l", f"ckptdrain.io/peer-ca-for={uid}",
+            "-o", "json").stdout)["items"], what="the CA deleted with its policy")
+        log = limited.tail(200_000)
+        assert not re.search(r"(?i)forbidden|\(403\)|\b403\b\s*forbidden", log), log[-3000:]
+    finally:
+        limited.stop()
+        operator.start()

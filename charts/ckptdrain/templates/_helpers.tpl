@@ -68,6 +68,11 @@ app.kubernetes.io/component: operator
 {{- end -}}
 
 {{/* The Secret in which the operator keeps its own webhook CA and certificate. */}}
+{{- /* Where the peer tier's per-policy CAs are kept (values: operator.peerCANamespace). */ -}}
+{{- define "ckptdrain.peerCANamespace" -}}
+{{- default (printf "%s-peer-ca" .Release.Namespace | trunc 63 | trimSuffix "-") .Values.operator.peerCANamespace -}}
+{{- end -}}
+
 {{- define "ckptdrain.certSecretName" -}}
 {{- printf "%s-webhook-cert" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

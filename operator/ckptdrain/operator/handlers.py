@@ -356,6 +356,10 @@ def _schedule_record_pass(key: Key, step: int | None, memo: kopf.Memo,
 # -- the peer tier: Secrets, the peers ConfigMap, status (peer_sync.py) ---------
 
 
+#: The hourly pass of every policy is nobody's event: its own log.
+_peer_log = logging.getLogger("ckptdrain.peer_tier")
+
+
 def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                     pods: kopf.Index[Key, Any], checkpoints: kopf.Index[Key, Any],
                     logger: logging.Logger, progress: kopf.Index[Key, Any]) -> None:
@@ -366,9 +370,9 @@ def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any
 
     def run_all() -> None:
         for other in list(policies):
-            _schedule_peers(other, cfg, policies, pods, checkpoints, logger, progress)
+            _schedule_peers(other, cfg, policies, pods, checkpoints, _peer_log, progress)
 
-    peer_sync.start_upkeep(cfg.peer_ca_namespace, uids, run_all)
+    peer_sync.start_upkeep(cfg.peer_ca_namespace, cfg.peering, uids, run_all)
     body = next(iter(_values(policies, key)), None)
     if body is None:
         return
@@ -387,6 +391,7 @@ def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any
             parsed = None
         with metrics.reconciling("peers"):
             peer_sync.sync(key, parsed, current, _values(pods, key), _values(checkpoints, key),
-                           logger, _values(progress, key), cfg.peer_ca_namespace)
+                           logger, _values(progress, key), cfg.peer_ca_namespace,
+                           cfg.peering)
 
     peer_sync.schedule(key, run, logger)

@@ -311,21 +311,24 @@ def create_secret(namespace: str, body: dict[str, Any]) -> bool:
 def replace_secret(namespace: str, body: dict[str, Any]) -> None:
     """Replace a Secret's content whole (PUT; created when it is gone). A PUT
     answers with what was written, so it reads nothing the operator did not
-    already hold: renewing the pods' peer Secret needs no get on secrets."""
+    already hold: renewing the pods' peer Secret needs no get on secrets.
+    With `metadata.resourceVersion` in `body`, only that version is
+    replaced (409 otherwise, and no create)."""
     core, _ = _clients()
     name = body["metadata"]["name"]
     try:
         core.replace_namespaced_secret(name, namespace, body)
     except ApiException as error:
-        if error.status == 404 and create_secret(namespace, body):
+        if error.status == 404 and not body["metadata"].get("resourceVersion") \
+                and create_secret(namespace, body):
             return
         raise ApiException(status=error.status, reason=(
             f"replacing Secret {namespace}/{name}: {error.reason}")) from None
 
 
-def read_own_secret_data(namespace: str, name: str) -> dict[str, str] | None:
-    """A Secret's (base64) data from the operator's own namespace, where the
-    chart's Role allows it (the peer tier's CA keys); None when not there."""
+def read_own_secret_data(namespace: str, name: str) -> tuple[dict[str, str], str] | None:
+    """(a Secret's base64 data, its resourceVersion) from the namespace the
+    chart's Role allows (the peer tier's CAs); None when not there."""
     core, _ = _clients()
     try:
         found = core.read_namespaced_secret(name, namespace)
@@ -334,7 +337,7 @@ def read_own_secret_data(namespace: str, name: str) -> dict[str, str] | None:
             return None
         raise ApiException(status=error.status, reason=(
             f"reading Secret {namespace}/{name}: {error.reason}")) from None
-    return dict(found.data or {})
+    return dict(found.data or {}), found.metadata.resource_version or ""
 
 
 def own_secret_labels(namespace: str, selector: str) -> dict[str, dict[str, str]]:

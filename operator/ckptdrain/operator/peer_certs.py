@@ -58,10 +58,10 @@ def ca_usable(ca: dict[str, bytes], now: datetime) -> bool:
     """`ca` can sign a certificate of the full lifetime (and is readable)."""
     try:
         ends = not_after(ca["ca.crt"])
-        serialization.load_pem_private_key(ca["ca.key"], password=None)
+        key = serialization.load_pem_private_key(ca["ca.key"], password=None)
     except (KeyError, ValueError, TypeError):
         return False
-    return ends - now > CERT_LIFETIME
+    return isinstance(key, ec.EllipticCurvePrivateKey) and ends - now > CERT_LIFETIME
 
 
 def new_material(policy_id: str, now: datetime) -> dict[str, bytes]:

@@ -53,6 +53,9 @@ def peer_ca_store_name(uid: str) -> str:
 #: On the CA Secrets in the operator's namespace: the policy uid (the sweep
 #: deletes those whose policy is gone) and, for people, the policy.
 LABEL_CA_FOR = "ckptdrain.io/peer-ca-for"
+#: Which installation keeps it (its peering name): the sweep of one
+#: installation never deletes another's CAs.
+LABEL_CA_INSTALLATION = "ckptdrain.io/peer-ca-installation"
 ANNOTATION_CA_POLICY = "ckptdrain.io/peer-ca-policy"
 
 
@@ -99,7 +102,7 @@ def pods_secret(namespace: str, policy: str, material: Mapping[str, bytes],
 
 
 def ca_store_secret(store_namespace: str, uid: str, policy_id: str,
-                    ca: Mapping[str, bytes]) -> dict[str, Any]:
+                    ca: Mapping[str, bytes], installation: str = "") -> dict[str, Any]:
     """The operator's Secret keeping a policy's CA (peer_certs.new_ca). No
     owner reference (owners cannot be in another namespace): the operator
     deletes it when the policy goes (peer_sync.py)."""
@@ -107,7 +110,8 @@ def ca_store_secret(store_namespace: str, uid: str, policy_id: str,
     if missing:
         raise ValueError(f"peer CA: missing {', '.join(missing)}")
     body = _secret(store_namespace, peer_ca_store_name(uid), "", ca, "Opaque", None)
-    body["metadata"]["labels"] = {LABEL_CA_FOR: uid}
+    body["metadata"]["labels"] = {LABEL_CA_FOR: uid} | (
+        {LABEL_CA_INSTALLATION: installation} if installation else {})
     body["metadata"]["annotations"] = {ANNOTATION_CA_POLICY: policy_id}
     return body
 
@@ -338,5 +342,6 @@ def status_when_off(current: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     # Merge patch: null removes what the tier had written.
     return {"peer": {"enabled": False, "writers": None, "paired": None, "reason": None,
-                     "message": None, "pairs": None, "configMap": None, "secret": None},
+                     "message": None, "pairs": None, "configMap": None, "secret": None,
+                     "certificateNotAfter": None},
             "recoveryPointOnNodeLoss": None}

@@ -82,9 +82,12 @@ ZONE_RETRY_S = 300.0
 
 
 def _new_term() -> None:
-    """Another replica wrote the ConfigMaps and statuses while this one stood by."""
+    """Another replica wrote the ConfigMaps, Secrets and statuses while this one
+    stood by (and may have renewed a certificate: the status knows)."""
     _documents.clear()
     _written.clear()
+    _secrets.clear()
+    _certificates.clear()
 
 
 leadership.on_new_term(_new_term)
@@ -130,33 +133,41 @@ def _recorded_end(status: Mapping[str, Any]) -> datetime | None:
         return None
 
 
-def _policy_ca(store: str, uid: str, policy_id: str, now: datetime,
-               logger: logging.Logger) -> dict[str, bytes]:
-    """The policy's CA from the operator's namespace, made (and stored before
-    anything it signs is handed out) when there is none or it would end
-    before a new certificate."""
+def _policy_ca(store: str, installation: str, uid: str, policy_id: str, now: datetime,
+               logger: logging.Logger) -> tuple[dict[str, bytes], bool]:
+    """(the policy's CA, whether it was made just now) from the CA namespace:
+    made, and stored before anything it signs is handed out, when there is
+    none or it would end before a new certificate. Replaced only in the
+    version read (another replica's CA is never overwritten unseen)."""
     name = peer_placement.peer_ca_store_name(uid)
-    for _ in range(2):
-        data = kube.read_own_secret_data(store, name)
-        ca = peer_placement.ca_from_secret_data(data)
+    for _ in range(3):
+        found = kube.read_own_secret_data(store, name)
+        ca = peer_placement.ca_from_secret_data(found[0] if found else None)
         if ca is not None and peer_certs.ca_usable(ca, now):
-            return ca
+            return ca, False
         fresh = peer_certs.new_ca(policy_id, now)
-        body = peer_placement.ca_store_secret(store, uid, policy_id, fresh)
-        if data is None:
+        body = peer_placement.ca_store_secret(store, uid, policy_id, fresh, installation)
+        if found is None:
             if not kube.create_secret(store, body):
                 continue  # another replica made it meanwhile: use theirs
         else:
-            logger.warning("the peer CA of %s is unreadable or ends within a certificate's "
-                           "lifetime: replaced", policy_id)
-            kube.replace_secret(store, body)
-        return fresh
+            body["metadata"]["resourceVersion"] = found[1]
+            try:
+                kube.replace_secret(store, body)
+            except kube.ApiException as error:
+                if error.status == 409:
+                    continue  # changed since it was read: read again
+                raise
+            logger.warning("the peer CA of %s was unreadable or would end within a "
+                           "certificate's lifetime: replaced by a new one", policy_id)
+        return fresh, True
     raise kube.ApiException(status=409, reason=f"Secret {store}/{name} keeps changing")
 
 
 def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any], store: str,
-                    recorded: datetime | None, now: datetime, body: Mapping[str, Any],
-                    logger: logging.Logger) -> tuple[str | None, datetime | None]:
+                    installation: str, recorded: datetime | None, now: datetime,
+                    body: Mapping[str, Any], logger: logging.Logger
+                    ) -> tuple[str | None, datetime | None]:
     """The pods' Secret, created or renewed as needed: (the error a user must
     see (RBAC, quota) or None, when its certificate ends if known)."""
     ends = _certificates.get(uid, recorded)
@@ -169,22 +180,26 @@ def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any], store: str,
     namespace, name = key
     policy_id = f"{namespace}/{name}"
     try:
-        material = peer_certs.issue(policy_id, _policy_ca(store, uid, policy_id, now, logger),
-                                    now)
+        ca, new_ca = _policy_ca(store, installation, uid, policy_id, now, logger)
+        material = peer_certs.issue(policy_id, ca, now)
         secret = peer_placement.pods_secret(namespace, name, material, owner)
         if kube.create_secret(namespace, secret):
             logger.info("created the peer tier's Secret for %s", policy_id)
             ends = peer_certs.not_after(material["tls.crt"])
-        elif due:
+        elif due or new_ca:
             # Its certificate ends soon, or when is not known (an older
             # version made it, or a deleted policy of this name left it for
-            # the garbage collector): replaced whole, owned by this policy.
+            # the garbage collector), or its CA is gone: replaced whole, owned
+            # by this policy, so that the next renewal's CA is the one the
+            # pods trust.
             kube.replace_secret(namespace, secret)
             previous, ends = ends, peer_certs.not_after(material["tls.crt"])
-            logger.info("renewed the peer tier's certificate of %s (was ending %s)",
-                        policy_id, previous or "at an unknown time")
+            logger.info("renewed the peer tier's certificate of %s (was ending %s%s)",
+                        policy_id, previous or "at an unknown time",
+                        "; with a new CA" if new_ca else "")
             kube.post_event(body, api.KIND_POLICY, "PeerCredentialsRenewed",
-                            f"the peer tier's certificate was renewed; it ends "
+                            f"the peer tier's certificate was renewed"
+                            f"{' with a new CA' if new_ca else ''}; it ends "
                             f"{api.timestamp(ends)}", "Normal")
     except kube.ApiException as error:
         if error.status in (403, 422):  # RBAC, or a name too long: a person must act
@@ -220,9 +235,10 @@ def _previous(key: Key, uid: str) -> Mapping[str, Any] | None:
 def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
          pods: list[Mapping[str, Any]], records: list[Mapping[str, Any]],
          logger: logging.Logger, progress: list[Any] | None = None,
-         ca_namespace: str = "") -> None:
+         ca_namespace: str = "", installation: str = "") -> None:
     """One pass for one policy (`policy` None: invalid, the tier counts as off).
-    `ca_namespace`: the operator's own, where the policies' CAs are kept."""
+    `ca_namespace`: where the policies' CAs are kept; `installation`: this
+    operator's peering name, on the CAs it keeps."""
     with _locks[key]:
         meta = body.get("metadata") or {}
         uid = meta.get("uid") or ""
@@ -237,9 +253,9 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
             metrics.observe_node_loss(*key, None)
             return
         owner = owner_reference(key[1], uid) if uid else None
-        error, ends = _ensure_secrets(key, uid, owner, ca_namespace, _recorded_end(current),
-                                      datetime.now(UTC), body, logger) \
-            if uid and owner else (None, None)
+        error, ends = _ensure_secrets(key, uid, owner, ca_namespace, installation,
+                                      _recorded_end(current), datetime.now(UTC), body,
+                                      logger) if uid and owner else (None, None)
         nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None, ""}
         try:
             previous, unpublished = _previous(key, uid), None
@@ -313,7 +329,7 @@ def _delete_ca(store: str, name: str) -> None:
                         error.reason)
 
 
-def upkeep(store: str, policy_uids: Callable[[], set[str]]) -> int:
+def upkeep(store: str, policy_uids: Callable[[], set[str]], installation: str = "") -> int:
     """Delete the CA Secrets of policies that are gone, and have every pods'
     Secret checked again by its next pass; the number deleted. The Secrets
     are listed before the policies are read: a CA is made only for a policy
@@ -321,7 +337,9 @@ def upkeep(store: str, policy_uids: Callable[[], set[str]]) -> int:
     _secrets.clear()
     if not store:
         return 0
-    kept = kube.own_secret_labels(store, peer_placement.LABEL_CA_FOR)
+    selector = peer_placement.LABEL_CA_FOR + (
+        f",{peer_placement.LABEL_CA_INSTALLATION}={installation}" if installation else "")
+    kept = kube.own_secret_labels(store, selector)
     alive = policy_uids()
     gone = [name for name, labels in kept.items()
             if labels.get(peer_placement.LABEL_CA_FOR) not in alive]
@@ -336,23 +354,27 @@ UPKEEP_S = 3600.0
 _upkeep_started = threading.Event()
 
 
-def start_upkeep(store: str, policy_uids: Callable[[], set[str]],
-                 run_all: Callable[[], None], period_s: float = UPKEEP_S) -> None:
+def start_upkeep(store: str, installation: str, policy_uids: Callable[[], set[str]],
+                 run_all: Callable[[], None],
+                 period_s: float = UPKEEP_S) -> threading.Thread | None:
     """The hourly upkeep, once per process (later calls do nothing): only the
     active replica acts (a standby's indexes are not live)."""
     if _upkeep_started.is_set():
-        return
+        return None
     _upkeep_started.set()
 
     def loop() -> None:
-        while True:
+        while _upkeep_started.is_set():  # cleared: stop (tests)
             time.sleep(period_s)
             if not leadership.active():
                 continue
             try:
-                upkeep(store, policy_uids)
+                upkeep(store, policy_uids, installation)
                 run_all()
-            except (kube.ApiException, OSError, RuntimeError) as error:
-                log.warning("peer tier upkeep failed (%s); next in %.0fs", error, period_s)
+            except Exception as error:  # the thread must outlive any failure
+                log.warning("peer tier upkeep failed (%s: %s); next in %.0fs",
+                            type(error).__name__, error, period_s)
 
-    threading.Thread(target=loop, name="ckptdrain-peer-upkeep", daemon=True).start()
+    thread = threading.Thread(target=loop, name="ckptdrain-peer-upkeep", daemon=True)
+    thread.start()
+    return thread

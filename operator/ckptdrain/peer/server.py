@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ckptdrain.errors import CkptdrainError, IntegrityError
+from ckptdrain.errors import CkptdrainError, IntegrityError, InvalidInput
 from ckptdrain.manifest import WriterManifest
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.peer import protocol, stream
@@ -96,7 +96,13 @@ class PeerServer(ThreadingHTTPServer):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.handshake_timeout)
         # Per connection: a renewed certificate is served without a restart.
-        context = self.credentials.server_context()
+        try:
+            context = self.credentials.server_context()
+        except (ssl.SSLError, InvalidInput) as error:
+            # No certificate loads: turn this one away, keep serving (the
+            # server loop survives an OSError from here only).
+            sock.close()
+            raise OSError(f"peer credentials: {error}") from None
         tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         return tls, addr
 

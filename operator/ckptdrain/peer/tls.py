@@ -34,8 +34,10 @@ from ckptdrain.errors import CkptdrainError, InvalidInput
 FILES = ("ca.crt", "tls.crt", "tls.key")
 log = logging.getLogger(__name__)
 Stamp = tuple[tuple[int, int, int], ...]
-#: (directory, purpose) → (the files' stamp, the context built from them).
-_contexts: dict[tuple[Path, ssl.Purpose], tuple[Stamp, ssl.SSLContext]] = {}
+#: (directory, purpose) → the stamp of the files last tried, and the last
+#: context that loaded (None: none yet). A set of files that does not load is
+#: tried once, not at every connection.
+_contexts: dict[tuple[Path, ssl.Purpose], tuple[Stamp | None, ssl.SSLContext | None]] = {}
 _contexts_lock = threading.Lock()
 
 
@@ -65,25 +67,30 @@ class PeerCredentials:
 
     def _context(self, purpose: ssl.Purpose) -> ssl.SSLContext:
         """The context for the files as they are now: built again when they
-        changed since the last one (a renewed certificate)."""
+        changed since the last try (a renewed certificate). Files that do not
+        load (mid-swap, a broken update) keep the last good context; with
+        none, the error is raised."""
         key = (self.directory, purpose)
         stamp = _stamp(self.directory)
         with _contexts_lock:
-            kept = _contexts.get(key)
-        if kept is not None and kept[0] == stamp:
-            return kept[1]
+            tried, good = _contexts.get(key, (None, None))
+        if good is not None and tried == stamp:
+            return good
         try:
             ctx = self._build(purpose)
         except (ssl.SSLError, OSError, InvalidInput):
-            if kept is None:
+            if good is None:
                 raise
-            # Mid-swap, or a broken update: the last good files keep serving.
-            log.warning("peer credentials in %s changed but do not load; keeping the "
-                        "previous ones", self.directory)
-            return kept[1]
-        if stamp is not None and stamp == _stamp(self.directory):
-            with _contexts_lock:
-                _contexts[key] = (stamp, ctx)
+            if tried != stamp:
+                log.warning("peer credentials in %s changed but do not load; keeping the "
+                            "previous ones", self.directory)
+                with _contexts_lock:
+                    _contexts[key] = (stamp, good)
+            return good
+        # Files swapped while they were read: not remembered, tried again.
+        settled = stamp is not None and stamp == _stamp(self.directory)
+        with _contexts_lock:
+            _contexts[key] = (stamp if settled else None, ctx)
         return ctx
 
     def _build(self, purpose: ssl.Purpose) -> ssl.SSLContext:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,16 +42,21 @@ class FakeApi:
         self.node_reads: list[str] = []
         self.calls: list[str] = []
         self.secret_error: int | None = None
+        #: Failures of reading, and of writing, a CA Secret.
+        self.ca_read_error: int | None = None
         self.ca_error: int | None = None
+        #: What another replica writes between our read and our write.
+        self.meanwhile: dict[str, Any] | None = None
         self.configmap_error: int | None = None
         self.write_error: int | None = None
         self.events: list[tuple[str, str]] = []
 
-    def _check(self, namespace: str, name: str) -> None:
+    def _check(self, namespace: str, name: str, write: bool = True) -> None:
         if self.secret_error:
             raise kube.ApiException(status=self.secret_error, reason="Forbidden")
-        if self.ca_error and namespace == STORE:
-            raise kube.ApiException(status=self.ca_error, reason="Internal error")
+        error = self.ca_error if write else self.ca_read_error
+        if error and namespace == STORE:
+            raise kube.ApiException(status=error, reason="Internal error")
 
     def create_secret(self, namespace: str, body: dict[str, Any]) -> bool:
         name = body["metadata"]["name"]
@@ -65,19 +71,32 @@ class FakeApi:
         name = body["metadata"]["name"]
         self.calls.append(f"replace {namespace}/{name}")
         self._check(namespace, name)
+        if self.meanwhile is not None:
+            self.secrets[namespace, name], self.meanwhile = self.meanwhile, None
+        wanted = body["metadata"].get("resourceVersion")
+        if wanted and wanted != self._version(namespace, name):
+            raise kube.ApiException(status=409, reason="Conflict")
         self.secrets[namespace, name] = body
 
-    def read_own_secret_data(self, namespace: str, name: str) -> dict[str, str] | None:
-        assert namespace == STORE, "the operator reads Secrets of its own namespace only"
+    def _version(self, namespace: str, name: str) -> str:
+        return str(id(self.secrets[namespace, name]))
+
+    def read_own_secret_data(self, namespace: str,
+                             name: str) -> tuple[dict[str, str], str] | None:
+        assert namespace == STORE, "the operator reads Secrets of its CA namespace only"
         self.calls.append(f"read {namespace}/{name}")
-        self._check(namespace, name)
+        self._check(namespace, name, write=False)
         found = self.secrets.get((namespace, name))
-        return None if found is None else dict(found["data"])
+        return None if found is None else (dict(found["data"]), self._version(namespace, name))
 
     def own_secret_labels(self, namespace: str, selector: str) -> dict[str, dict[str, str]]:
         assert namespace == STORE
+        wanted = [term.partition("=") for term in selector.split(",")]
+
+        def matches(labels: dict[str, str]) -> bool:
+            return all(k in labels and (not eq or labels[k] == v) for k, eq, v in wanted)
         return {n: s["metadata"]["labels"] for (ns, n), s in self.secrets.items()
-                if ns == namespace and selector in s["metadata"].get("labels", {})}
+                if ns == namespace and matches(s["metadata"].get("labels", {}))}
 
     def delete_own_secret(self, namespace: str, name: str) -> None:
         assert namespace == STORE
@@ -141,9 +160,11 @@ def pod(name: str, rank: int, node: str) -> dict[str, Any]:
 PODS = [pod("w-0", 0, "n0"), pod("w-1", 1, "n1")]
 
 
-def run(b: dict[str, Any], pods: list[dict[str, Any]] = PODS, store: str = STORE) -> None:
+def run(b: dict[str, Any], pods: list[dict[str, Any]] = PODS, store: str = STORE,
+        installation: str = "ckptdrain") -> None:
     parsed = policy.parse("ml", "llama", b["spec"], CFG)
-    peer_sync.sync(KEY, parsed, b, pods, [], LOG, ca_namespace=store)
+    peer_sync.sync(KEY, parsed, b, pods, [], LOG, ca_namespace=store,
+                   installation=installation)
 
 
 def restart() -> None:
@@ -171,8 +192,8 @@ def test_first_pass_creates_secrets_configmap_and_status(api: FakeApi) -> None:
     assert sorted(pods_secret["data"]) == ["ca.crt", "tls.crt", "tls.key"]
     ca = api.data(STORE, CA_NAME)
     assert b"PRIVATE KEY" in ca["ca.key"]
-    assert api.secrets[STORE, CA_NAME]["metadata"]["labels"] == {"ckptdrain.io/peer-ca-for":
-                                                                 "u-1"}
+    assert api.secrets[STORE, CA_NAME]["metadata"]["labels"] == {
+        "ckptdrain.io/peer-ca-for": "u-1", "ckptdrain.io/peer-ca-installation": "ckptdrain"}
     mounted = api.data("ml", PODS_SECRET)
     assert mounted["ca.crt"] == ca["ca.crt"] and signed_by(mounted["tls.crt"], ca["ca.crt"])
     owner = pods_secret["metadata"]["ownerReferences"][0]
@@ -379,9 +400,10 @@ def test_turned_off_clears_the_status_once(api: FakeApi) -> None:
 
 
 def test_nothing_is_signed_until_its_ca_is_kept(api: FakeApi) -> None:
-    api.ca_error = 500
+    api.ca_error = 500  # the CA is read (none), but its create fails
     with pytest.raises(kube.ApiException):
         run(body())
+    assert f"read {STORE}/{CA_NAME}" in api.calls and f"create {STORE}/{CA_NAME}" in api.calls
     assert not api.secrets  # no certificate out there whose CA could be lost
     api.ca_error = None
     run(body())
@@ -413,3 +435,88 @@ def test_a_forbidden_write_is_reported_like_a_forbidden_read(api: FakeApi) -> No
     run(body())
     assert api.status[-1]["peer"]["reason"] == "Paired"
     assert "llama-ckptdrain-peers" in api.configmaps
+
+
+def test_a_ca_that_cannot_be_read_is_retried_not_replaced(api: FakeApi) -> None:
+    api.ca_read_error = 500
+    with pytest.raises(kube.ApiException):
+        run(body())
+    assert not api.secrets
+    api.ca_read_error = None
+    run(body())
+    assert ("ml", PODS_SECRET) in api.secrets
+
+
+def test_a_lost_ca_brings_the_pods_secret_onto_the_new_one_at_once(api: FakeApi) -> None:
+    """Not at the next renewal, months later, when pods holding a certificate
+    of the lost CA would stop trusting the renewed ones."""
+    run(body())
+    status = api.status[-1]
+    del api.secrets[STORE, CA_NAME]  # deleted by hand
+    restart()
+    run(body(status=status))
+    kept = api.data(STORE, CA_NAME)
+    assert signed_by(api.data("ml", PODS_SECRET)["tls.crt"], kept["ca.crt"])
+    assert api.data("ml", PODS_SECRET)["ca.crt"] == kept["ca.crt"]
+    assert "with a new CA" in api.events[-1][1]
+
+
+def test_a_ca_another_replica_replaced_meanwhile_is_not_overwritten(api: FakeApi) -> None:
+    old = peer_certs.new_ca("ml/llama", datetime.now(UTC) - timedelta(days=3650 - 300))
+    api.secrets[STORE, CA_NAME] = {"metadata": {"name": CA_NAME, "labels": {}}, "data": {
+        k: base64.b64encode(v).decode() for k, v in old.items()}}
+    theirs = peer_certs.new_ca("ml/llama", datetime.now(UTC))
+    api.meanwhile = {"metadata": {"name": CA_NAME, "labels": {}}, "data": {
+        k: base64.b64encode(v).decode() for k, v in theirs.items()}}
+    run(body())
+    assert api.data(STORE, CA_NAME) == theirs  # read again, and used
+    assert signed_by(api.data("ml", PODS_SECRET)["tls.crt"], theirs["ca.crt"])
+
+
+def test_the_upkeep_spares_another_installations_cas(api: FakeApi) -> None:
+    run(body(), installation="team-a")
+    assert peer_sync.upkeep(STORE, set, "team-b") == 0
+    assert (STORE, CA_NAME) in api.secrets
+    assert peer_sync.upkeep(STORE, set, "team-a") == 1
+
+
+def test_a_standby_leaves_a_deleted_policys_ca_to_the_active_one(api: FakeApi) -> None:
+    run(body())
+    leadership.STATE.set(False)
+    try:
+        peer_sync.forget(KEY, "u-1", STORE)
+    finally:
+        leadership.STATE.set(True)
+    assert (STORE, CA_NAME) in api.secrets
+
+
+def test_a_new_term_trusts_the_status_over_what_it_remembered(api: FakeApi) -> None:
+    """Another replica renewed while this one stood by: this one's memory of
+    the old end must not make it renew again, nor skip checking the Secret."""
+    run(body())
+    leadership.STATE.set(False)
+    leadership.STATE.set(True)
+    assert not peer_sync._certificates and not peer_sync._secrets
+
+
+def test_the_upkeep_thread_survives_any_failure(
+        api: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    passes: list[int] = []
+    done = threading.Event()
+
+    def run_all() -> None:
+        passes.append(1)
+        if len(passes) == 1:
+            raise ValueError("not an ApiException: a dropped connection, say")
+        done.set()
+
+    monkeypatch.setattr(peer_sync, "_upkeep_started", threading.Event())
+    leadership.STATE.set(True)
+    thread = peer_sync.start_upkeep(STORE, "ckptdrain", set, run_all, period_s=0.01)
+    assert thread is not None
+    assert peer_sync.start_upkeep(STORE, "ckptdrain", set, run_all) is None  # once
+    assert done.wait(10), "the upkeep stopped after a failure"
+    assert thread.is_alive()
+    peer_sync._upkeep_started.clear()
+    thread.join(10)
+    assert not thread.is_alive()
