@@ -95,3 +95,23 @@ def test_the_operator_starts_its_admission_process_again_when_it_dies(
     # Its admissions reach the operator's metrics.
     wait_for(lambda: 'ckptdrain_webhook_seconds_count{outcome="ok",webhook="pod"}'
              in operator.metrics(), what="admission metrics")
+
+
+def test_a_ranks_holder_is_known_from_the_process_own_watch_of_writer_pods(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """The admission process keeps a watch of the writer pods: a rank held is
+    refused (after a fresh read), a rank freed by a deletion is admitted
+    again, and it says when its view is current."""
+    apply(policy("held", writers=2))
+    wait_for(lambda: create(cluster, namespace, pod("h-0", {"app": "held", **INJECT},
+                                                    index=0)).returncode == 0,
+             what="a first pod admitted")
+    assert "writer pods in view" in operator.tail(2_000_000)
+    again = create(cluster, namespace, pod("h-0b", {"app": "held", **INJECT}, index=0))
+    assert again.returncode != 0 and "h-0 already holds" in again.stderr, again.stderr
+    cluster.kubectl("delete", "-n", namespace, "pod", "h-0", "--wait=true", "--timeout=30s")
+    made = create(cluster, namespace, pod("h-0c", {"app": "held", **INJECT}, index=0))
+    assert made.returncode == 0, made.stderr
+    assert get(cluster, namespace, "pod", "h-0c")["metadata"]["labels"][
+        "ckptdrain.io/writer"] == "0"

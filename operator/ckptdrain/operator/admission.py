@@ -211,7 +211,7 @@ def _identity_warnings(pod: dict[str, Any]) -> list[str]:
 async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
                     warnings: list[str], logger: logging.Logger,
                     candidates: list[dict[str, Any]] | None,
-                    holders: Callable[[str], Callable[[int], list[str]]] | None,
+                    holders: Callable[[str], Callable[[int], list[str]] | None] | None,
                     ) -> list[dict[str, Any]]:
     """The JSON patch that injects the policy selecting `pod` ([] to leave it
     as it is); raises Refused to refuse it. `candidates`: the

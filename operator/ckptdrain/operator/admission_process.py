@@ -5,10 +5,11 @@ In the operator's process, an admission request waited for the event loop,
 which also decodes and dispatches every pod event of every job: at
 thousands of pods its p99 was 50-200 ms (docs/scale.md). Here it has an
 interpreter to itself, its own view of the policies (policy_mirror.py) and
-the apiserver's watch cache for the holders of a rank, so it waits for
-nothing the operator does. It loads neither Kopf nor an HTTP framework:
-the standard library's server, one thread per connection, and one event
-loop for the rules (admission.py), whose API reads run on its threads.
+of which pods hold which writer rank (holder_mirror.py), so it waits for
+nothing the operator does, and most admissions make no API call at all. It
+loads neither Kopf nor an HTTP framework: the standard library's server, one
+thread per connection, and one event loop for the rules (admission.py),
+whose API reads run on its threads.
 
 The operator starts it (admission_supervisor.py) with the certificate
 files it keeps, and starts it again if it dies. It serves until its
@@ -36,7 +37,7 @@ from urllib3.util.retry import Retry
 
 from ckptdrain.contract.api import LABEL_INJECT
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import admission, config, heap, kube, policy_mirror
+from ckptdrain.operator import admission, config, heap, holder_mirror, kube, policy_mirror
 from ckptdrain.operator.admission_server import Certificates, Server, UnknownWebhook
 from ckptdrain.operator.config import OperatorConfig
 
@@ -57,8 +58,9 @@ class Reviewer:
     """Answers AdmissionReview requests."""
 
     def __init__(self, cfg: OperatorConfig, mirror: policy_mirror.PolicyMirror,
-                 report: Any = None) -> None:
-        self.cfg, self.mirror = cfg, mirror
+                 report: Any = None, writers: holder_mirror.HolderMirror | None = None
+                 ) -> None:
+        self.cfg, self.mirror, self.writers = cfg, mirror, writers
         self.report = report or (lambda webhook, outcome, seconds: None)
 
     async def __call__(self, request: dict[str, Any], path: str,
@@ -111,8 +113,11 @@ class Reviewer:
             # by hand must still not inject pods the operator does not watch.
             return []
         namespace = payload.get("namespace") or meta.get("namespace") or ""
+        writers = self.writers
+        holders = None if writers is None else (
+            lambda policy: writers.holders_of(namespace, policy))
         return await admission.admit_pod(pod, namespace, self.cfg, warnings, log,
-                                         self.mirror.candidates(namespace, labels), None)
+                                         self.mirror.candidates(namespace, labels), holders)
 
     def _policy(self, payload: dict[str, Any]) -> None:
         body = payload.get("object")
@@ -237,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     loop = start_loop(reports)  # its heartbeat runs from here on
     mirror = policy_mirror.PolicyMirror()
     policy_mirror.start(mirror, cfg.namespace, log, threading.Event())
+    writers = holder_mirror.HolderMirror()
+    holder_mirror.start(writers, cfg.namespace, log, threading.Event())
     warm_up(cfg.namespace)
-    serve(cfg, args.cert, args.key, Reviewer(cfg, mirror, reports.admitted), reports, loop)
+    serve(cfg, args.cert, args.key, Reviewer(cfg, mirror, reports.admitted, writers),
+          reports, loop)
     return 0
 
 

@@ -91,6 +91,20 @@ def _get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[s
     return found if isinstance(found, dict) else {}
 
 
+def _stream(path: str, query: list[tuple[str, str]], timeout: float) -> Any:
+    """GET `path` unread (a watch): the urllib3 response, to read in chunks
+    and release; raises ApiException on an error status."""
+    api = _api()
+    method, url, headers, body, post = api.param_serialize(
+        "GET", path, query_params=query, header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"])
+    response = api.call_api(method, url, headers, body, post, _request_timeout=timeout)
+    if not 200 <= response.status < 300:
+        response.read()
+        raise ApiException(http_resp=response)
+    return response.response
+
+
 @functools.cache
 def _pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(PARALLEL_WRITES, thread_name_prefix="ckptdrain-write")

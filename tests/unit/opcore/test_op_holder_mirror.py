@@ -1,0 +1,167 @@
+"""operator/holder_mirror.py: the admission process's view of which pods hold
+which writer rank, fed by list and watch events, and how admission uses it
+(no API read when it names no holder; a fresh read before any refusal;
+the apiserver asked whenever the view is not current)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from ckptdrain.operator import admission, admission_process, config, holder_mirror, kube
+from ckptdrain.operator.holder_mirror import HolderMirror
+from ckptdrain.operator.policy_mirror import PolicyMirror
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+
+
+def writer(name: str, rank: int | str, policy: str = "llama", namespace: str = "ml",
+           phase: str = "Running", deleting: bool = False, version: str = "1"
+           ) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "resourceVersion": version,
+                            "labels": {"ckptdrain.io/writer": str(rank), "app": "a"},
+                            "annotations": {"ckptdrain.io/policy": policy,
+                                            "ckptdrain.io/progress": "x" * 1000}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-27T00:00:00Z"
+    return {"metadata": meta, "spec": {"containers": []}, "status": {"phase": phase}}
+
+
+def test_nothing_is_offered_until_listed_or_after_a_lost_watch() -> None:
+    mirror = HolderMirror()
+    assert mirror.holders_of("ml", "llama") is None
+    mirror.replace([writer("w-0", 0)], "5")
+    holders = mirror.holders_of("ml", "llama")
+    assert holders is not None and holders(0) == ["w-0"] and holders(1) == []
+    assert mirror.version == "5"
+    mirror.lost()
+    assert mirror.holders_of("ml", "llama") is None
+    # A lookup begun before the loss names a holder, so that a fresh read decides.
+    assert holders(1) != []
+
+
+def test_events_file_and_unfile_pods_by_namespace_policy_and_rank() -> None:
+    mirror = HolderMirror()
+    mirror.replace([], "1")
+    mirror.apply("ADDED", writer("w-0", 0, version="2"))
+    mirror.apply("ADDED", writer("x-0", 0, policy="other"))
+    mirror.apply("ADDED", writer("w-0", 0, namespace="ml-b"))
+    look = mirror.holders_of("ml", "llama")
+    assert look is not None and look(0) == ["w-0"]
+    mirror.apply("MODIFIED", writer("w-0", 1))  # relabelled: moves
+    assert look(0) == [] and look(1) == ["w-0"]
+    mirror.apply("MODIFIED", writer("w-0", 1, phase="Succeeded"))
+    assert look(1) == []  # not live: not a holder
+    mirror.apply("MODIFIED", writer("w-1", 1, deleting=True))
+    assert look(1) == []
+    mirror.apply("ADDED", writer("w-2", 1))
+    mirror.apply("DELETED", writer("w-2", 1, version="9"))
+    assert look(1) == [] and mirror.version == "9"
+    mirror.apply("ADDED", writer("w-3", "not-a-rank"))
+    mirror.apply("BOOKMARK", {"metadata": {"resourceVersion": "10"}})
+    assert mirror.version == "10"
+    other = mirror.holders_of("ml-b", "llama")
+    assert other is not None and other(0) == ["w-0"]
+
+
+def test_the_first_list_keeps_only_what_it_needs() -> None:
+    slim = holder_mirror._slim(writer("w-0", 3))
+    assert slim["metadata"]["annotations"] == {"ckptdrain.io/policy": "llama"}
+    assert slim["metadata"]["labels"] == {"ckptdrain.io/writer": "3"}
+    assert "spec" not in slim and holder_mirror._filed(slim)[1:] == (("ml", "llama", 3), True)
+
+
+def test_watch_lines_are_split_across_chunks() -> None:
+    chunks = [b'{"a"', b': 1}\n{"b": 2}\n', b"\n", b'{"c": 3}']
+    assert [json.loads(x) for x in holder_mirror._lines(iter(chunks))] == [
+        {"a": 1}, {"b": 2}, {"c": 3}]
+
+
+def _policy() -> dict[str, Any]:
+    return {"metadata": {"name": "llama", "namespace": "ml", "resourceVersion": "1"},
+            "spec": {"selector": {"matchLabels": {"app": "a"}}, "model": {"parameters": "7B"},
+                     "interval": "10m", "writers": 2,
+                     "localTier": {"path": "/mnt/ckptdrain/n"},
+                     "storage": {"uri": "s3://bucket/p"}}}
+
+
+def _review(index: int) -> dict[str, Any]:
+    pod = {"metadata": {"generateName": "w-", "namespace": "ml",
+                        "labels": {"app": "a", "ckptdrain.io/inject": "true"},
+                        "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+                        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                             "name": "train", "controller": True,
+                                             "uid": "j-1"}]},
+           "spec": {"containers": [{"name": "trainer", "image": "t"}]}}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "operation": "CREATE", "namespace": "ml",
+                        "object": pod}}
+
+
+@dataclass
+class Reads:
+    """Every read of a rank's holders from the apiserver (rank, from the
+    watch cache), and the holders a read finds per rank."""
+
+    done: list[tuple[int, bool]] = field(default_factory=list)
+    there: dict[int, list[str]] = field(default_factory=dict)
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Reads:
+    state = Reads()
+
+    def live_writers(namespace: str, name: str, rank: int, cached: bool = False) -> list[str]:
+        state.done.append((rank, cached))
+        return list(state.there.get(rank, []))
+    monkeypatch.setattr(kube, "live_writers", live_writers)
+    monkeypatch.setattr(kube, "read_object", lambda *ref: {"spec": {"completions": 2}})
+    monkeypatch.setattr(kube, "list_policies", lambda namespace: [])
+    return state
+
+
+def _answer(reviewer: admission_process.Reviewer, index: int) -> dict[str, Any]:
+    return asyncio.run(reviewer(_review(index), admission.MUTATE_ID))["response"]
+
+
+def test_admission_reads_nothing_when_the_view_names_no_holder(
+        reads: Reads) -> None:
+    policies = PolicyMirror()
+    policies.replace([_policy()], "1")
+    writers = HolderMirror()
+    writers.replace([writer("w-a", 0)], "1")
+    reviewer = admission_process.Reviewer(CFG, policies, None, writers)
+    answer = _answer(reviewer, 1)
+    assert answer["allowed"] is True and reads.done == []
+    ops = json.loads(base64.b64decode(answer["patch"]))
+    assert {"op": "add", "path": "/metadata/labels/ckptdrain.io~1writer", "value": "1"} in ops
+
+
+def test_a_holder_in_the_view_is_confirmed_by_a_fresh_read_before_a_refusal(
+        reads: Reads) -> None:
+    policies = PolicyMirror()
+    policies.replace([_policy()], "1")
+    writers = HolderMirror()
+    writers.replace([writer("w-a", 0)], "1")
+    reviewer = admission_process.Reviewer(CFG, policies, None, writers)
+    # The holder left a moment ago: the fresh read finds none, the pod is admitted.
+    assert _answer(reviewer, 0)["allowed"] is True and reads.done == [(0, False)]
+    reads.there[0] = ["w-a"]
+    answer = _answer(reviewer, 0)
+    assert answer["allowed"] is False and answer["status"]["code"] == 409
+    assert "w-a" in answer["status"]["message"] and reads.done[-1] == (0, False)
+
+
+def test_without_a_current_view_the_apiserver_is_asked_as_before(
+        reads: Reads) -> None:
+    policies = PolicyMirror()
+    policies.replace([_policy()], "1")
+    writers = HolderMirror()  # never listed
+    reviewer = admission_process.Reviewer(CFG, policies, None, writers)
+    assert _answer(reviewer, 1)["allowed"] is True
+    assert reads.done == [(1, True)]  # the watch cache, as without a view
