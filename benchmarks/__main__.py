@@ -19,6 +19,7 @@ BENCHMARKS = {
     "scale": "benchmarks.scale.cli",
     "dcp": "benchmarks.dcp",
     "peer": "benchmarks.peer",
+    "peer-flush": "benchmarks.peer_flush",
     "throttle": "benchmarks.throttle",
 }
 
