@@ -97,19 +97,40 @@ def test_the_operator_starts_its_admission_process_again_when_it_dies(
              in operator.metrics(), what="admission metrics")
 
 
+def namespaced_pod_lists(cluster: Cluster) -> float:
+    """The apiserver's count of LIST requests on pods in one namespace: what
+    a rank's holder lookup costs it (Kopf's and the view's lists are
+    cluster-wide)."""
+    total = 0.0
+    for line in cluster.kubectl("get", "--raw", "/metrics").stdout.splitlines():
+        if line.startswith("apiserver_request_total{") and 'resource="pods"' in line \
+                and 'verb="LIST"' in line and 'scope="namespace"' in line \
+                and 'subresource=""' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def test_a_ranks_holder_is_known_from_the_process_own_watch_of_writer_pods(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
-    """The admission process keeps a watch of the writer pods: a rank held is
-    refused (after a fresh read), a rank freed by a deletion is admitted
-    again, and it says when its view is current."""
-    apply(policy("held", writers=2))
+    """The admission process keeps a watch of the writer pods: a rank nobody
+    holds is admitted without asking the apiserver, a rank held is refused
+    after a fresh read, a rank freed by a deletion is admitted again."""
+    apply(policy("held", writers=3))
     wait_for(lambda: create(cluster, namespace, pod("h-0", {"app": "held", **INJECT},
                                                     index=0)).returncode == 0,
              what="a first pod admitted")
     assert "writer pods in view" in operator.tail(2_000_000)
+    before = namespaced_pod_lists(cluster)
+    for index in (1, 2):
+        made = create(cluster, namespace, pod(f"h-{index}", {"app": "held", **INJECT},
+                                              index=index))
+        assert made.returncode == 0, made.stderr
+        assert injected(cluster, namespace, f"h-{index}")
+    assert namespaced_pod_lists(cluster) == before, "the holders were asked of the apiserver"
     again = create(cluster, namespace, pod("h-0b", {"app": "held", **INJECT}, index=0))
     assert again.returncode != 0 and "h-0 already holds" in again.stderr, again.stderr
+    assert namespaced_pod_lists(cluster) > before  # the refusal rests on a fresh read
     cluster.kubectl("delete", "-n", namespace, "pod", "h-0", "--wait=true", "--timeout=30s")
     made = create(cluster, namespace, pod("h-0c", {"app": "held", **INJECT}, index=0))
     assert made.returncode == 0, made.stderr

@@ -35,7 +35,7 @@ from typing import Any
 
 from urllib3.util.retry import Retry
 
-from ckptdrain.contract.api import LABEL_INJECT
+from ckptdrain.contract.api import ANNOTATION_POLICY, LABEL_INJECT, LABEL_WRITER
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import admission, config, heap, holder_mirror, kube, policy_mirror
 from ckptdrain.operator.admission_server import Certificates, Server, UnknownWebhook
@@ -116,8 +116,13 @@ class Reviewer:
         writers = self.writers
         holders = None if writers is None else (
             lambda policy: writers.holders_of(namespace, policy))
-        return await admission.admit_pod(pod, namespace, self.cfg, warnings, log,
-                                         self.mirror.candidates(namespace, labels), holders)
+        ops = await admission.admit_pod(pod, namespace, self.cfg, warnings, log,
+                                        self.mirror.candidates(namespace, labels), holders)
+        claim = claimed_rank(ops)
+        if writers is not None and claim is not None and not payload.get("dryRun"):
+            # Held from now on, for this process, until the pod's own event.
+            writers.claimed(namespace, *claim)
+        return ops
 
     def _policy(self, payload: dict[str, Any]) -> None:
         body = payload.get("object")
@@ -126,6 +131,30 @@ class Reviewer:
         spec = body.get("spec")
         admission.validate_policy(spec if isinstance(spec, dict) else {},
                                   (body.get("metadata") or {}).get("name") or "", self.cfg)
+
+
+def claimed_rank(ops: list[dict[str, Any]]) -> tuple[str, int] | None:
+    """(policy, rank) an injection patch gives a pod, or None (no rank)."""
+    labels: dict[str, Any] = {}
+    notes: dict[str, Any] = {}
+    for op in ops:
+        path, value = op.get("path", ""), op.get("value")
+        if path == "/metadata/labels" and isinstance(value, dict):
+            labels.update(value)
+        elif path == "/metadata/annotations" and isinstance(value, dict):
+            notes.update(value)
+        elif path.startswith("/metadata/labels/"):
+            labels[_unpointer(path.removeprefix("/metadata/labels/"))] = value
+        elif path.startswith("/metadata/annotations/"):
+            notes[_unpointer(path.removeprefix("/metadata/annotations/"))] = value
+    rank, policy = labels.get(LABEL_WRITER), notes.get(ANNOTATION_POLICY)
+    if isinstance(rank, str) and rank.isdigit() and isinstance(policy, str):
+        return policy, int(rank)
+    return None
+
+
+def _unpointer(part: str) -> str:
+    return part.replace("~1", "/").replace("~0", "~")
 
 
 class Reports:
@@ -240,9 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     kube.configure_reads(Retry(total=1, connect=1, read=0, status=0, other=0))
     reports = Reports(sys.stdout)
     loop = start_loop(reports)  # its heartbeat runs from here on
+    kube._api()  # one client, made before the threads below share it
     mirror = policy_mirror.PolicyMirror()
     policy_mirror.start(mirror, cfg.namespace, log, threading.Event())
-    writers = holder_mirror.HolderMirror()
+    writers = holder_mirror.HolderMirror(cfg.namespace)
     holder_mirror.start(writers, cfg.namespace, log, threading.Event())
     warm_up(cfg.namespace)
     serve(cfg, args.cert, args.key, Reviewer(cfg, mirror, reports.admitted, writers),

@@ -17,13 +17,23 @@ rank claimed twice at the same instant.
 
 Only a few fields of each pod are kept (name, rank, policy, live or not):
 the watch decodes each pod and keeps no more.
+
+Two more guards keep a lagging view from admitting a rank twice:
+- a view that has heard nothing from the apiserver (an event, a bookmark,
+  about one a minute, or a new connection) for FRESH_S is not offered: a
+  half-open watch connection does not answer "no holder" for minutes;
+- a rank this process admitted in the last CLAIM_S counts as held until the
+  pod's own event is seen (its name unknown yet with generateName), so a
+  second pod for it is checked by a fresh read.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -34,7 +44,15 @@ from ckptdrain.contract.api import ANNOTATION_POLICY, LABEL_WRITER
 Slot = tuple[str, str, int]
 PodKey = tuple[str, str]
 WATCH_S = 300
-RETRY_S = (0.5, 1.0, 2.0, 5.0)
+#: Connect, and per-read, timeouts of the watch: bookmarks come about once a minute.
+WATCH_TIMEOUT = (10.0, 90.0)
+#: A view that heard nothing for this long is not offered.
+FRESH_S = 90.0
+#: How long a rank admitted here counts as held without its pod's event.
+CLAIM_S = 30.0
+RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+#: A watch that ended sooner than this is followed by a pause (no tight loop).
+SHORTEST_WATCH_S = 1.0
 #: Pods per page of the first list.
 PAGE = 500
 
@@ -69,27 +87,55 @@ def _filed(pod: Mapping[str, Any]) -> tuple[PodKey, Slot | None, bool]:
 class HolderMirror:
     """Writer pods by slot; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespace: str = "", clock: Callable[[], float] = time.monotonic
+                 ) -> None:
         self._lock = threading.Lock()
         self._slots: dict[Slot, dict[str, bool]] = {}
         self._where: dict[PodKey, Slot] = {}
+        self._claims: dict[Slot, float] = {}
         self._current = False
         self._version = ""
+        self._heard = -float("inf")
+        #: The one namespace watched ("" for all): elsewhere the view knows nothing.
+        self.namespace = namespace
+        self._clock = clock
+
+    def _offered(self, namespace: str) -> bool:
+        return (self._current and self._clock() - self._heard < FRESH_S
+                and bool(namespace) and self.namespace in ("", namespace))
 
     def holders_of(self, namespace: str, policy: str) -> Callable[[int], list[str]] | None:
         """`rank` → the live pods holding it, for admission; None while the
-        view is not current (admission then asks the apiserver)."""
+        view is not current or not fresh, or does not cover `namespace`
+        (admission then asks the apiserver)."""
         with self._lock:
-            if not self._current:
+            if not self._offered(namespace):
                 return None
 
         def holders(rank: int) -> list[str]:
+            slot = (namespace, policy, rank)
             with self._lock:
-                if not self._current:  # lost since: the fresh read decides
+                if not self._offered(namespace):  # lost since: the fresh read decides
                     return ["(the view of writer pods is not current)"]
-                found = self._slots.get((namespace, policy, rank), {})
-                return sorted(name for name, live in found.items() if live)
+                found = sorted(name for name, live in self._slots.get(slot, {}).items()
+                               if live)
+                claimed = self._claims.get(slot)
+                if claimed is not None and self._clock() - claimed < CLAIM_S:
+                    found.append("(admitted here a moment ago)")
+                return found
         return holders
+
+    def claimed(self, namespace: str, policy: str, rank: int) -> None:
+        """This process admitted a pod for the rank: held until its event comes."""
+        with self._lock:
+            now = self._clock()
+            self._claims = {k: t for k, t in self._claims.items() if now - t < CLAIM_S}
+            self._claims[(namespace, policy, rank)] = now
+
+    def heard(self) -> None:
+        """The apiserver answered (a connection, an event, a bookmark)."""
+        with self._lock:
+            self._heard = self._clock()
 
     @property
     def current(self) -> bool:
@@ -109,10 +155,12 @@ class HolderMirror:
                 self._file(pod)
             self._version = version
             self._current = True
+            self._heard = self._clock()
 
     def apply(self, kind: str, pod: dict[str, Any]) -> None:
         version = (pod.get("metadata") or {}).get("resourceVersion") or ""
         with self._lock:
+            self._heard = self._clock()
             if kind in ("ADDED", "MODIFIED"):
                 self._file(pod)
             elif kind == "DELETED":
@@ -131,6 +179,7 @@ class HolderMirror:
             return
         self._slots.setdefault(slot, {})[key[1]] = live
         self._where[key] = slot
+        self._claims.pop(slot, None)  # its pod is seen: the view knows it now
 
     def _unfile(self, key: PodKey) -> None:
         slot = self._where.pop(key, None)
@@ -183,18 +232,21 @@ def start(mirror: HolderMirror, namespace: str, logger: logging.Logger,
     def watch_once() -> None:
         response = kube._stream(_path(namespace), [
             *selector, ("watch", "true"), ("resourceVersion", mirror.version),
-            ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(WATCH_S))], WATCH_S + 30)
+            ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(WATCH_S))], WATCH_TIMEOUT)
+        mirror.heard()
         try:
             for line in _lines(response.stream(1 << 16)):
                 if stopping.is_set():
-                    return
+                    break
                 event = json.loads(line)
                 kind, obj = event.get("type"), event.get("object")
                 if kind == "ERROR" or not isinstance(obj, dict):
                     raise RuntimeError(f"watch of writer pods ended: {obj}")
                 mirror.apply(kind, obj)
-        finally:
-            response.release_conn()
+        except BaseException:
+            response.close()  # mid-stream: the connection is not reusable
+            raise
+        response.release_conn()
 
     def run() -> None:
         failures = 0
@@ -204,11 +256,14 @@ def start(mirror: HolderMirror, namespace: str, logger: logging.Logger,
                     items, version = list_all()
                     mirror.replace(items, version)
                     logger.info("admission: %d writer pods in view", len(items))
+                began = time.monotonic()
                 watch_once()
                 failures = 0
+                if time.monotonic() - began < SHORTEST_WATCH_S:
+                    stopping.wait(SHORTEST_WATCH_S)
             except Exception as error:  # any failure: relist, never a stale view
                 mirror.lost()
-                delay = RETRY_S[min(failures, len(RETRY_S) - 1)]
+                delay = RETRY_S[min(failures, len(RETRY_S) - 1)] * random.uniform(0.8, 1.2)
                 failures += 1
                 logger.warning("admission: the view of writer pods is not current (%s); "
                                "the apiserver is asked meanwhile; retrying in %.1fs",

@@ -91,7 +91,8 @@ def _get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[s
     return found if isinstance(found, dict) else {}
 
 
-def _stream(path: str, query: list[tuple[str, str]], timeout: float) -> Any:
+def _stream(path: str, query: list[tuple[str, str]],
+            timeout: float | tuple[float, float]) -> Any:
     """GET `path` unread (a watch): the urllib3 response, to read in chunks
     and release; raises ApiException on an error status."""
     api = _api()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,3 +167,119 @@ def test_without_a_current_view_the_apiserver_is_asked_as_before(
     reviewer = admission_process.Reviewer(CFG, policies, None, writers)
     assert _answer(reviewer, 1)["allowed"] is True
     assert reads.done == [(1, True)]  # the watch cache, as without a view
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_view_that_heard_nothing_for_a_while_is_not_offered() -> None:
+    """A half-open watch must not answer "no holder" for minutes."""
+    clock = Clock()
+    mirror = HolderMirror(clock=clock)
+    mirror.replace([writer("w-0", 0)], "1")
+    assert mirror.holders_of("ml", "llama") is not None
+    clock.now += holder_mirror.FRESH_S
+    assert mirror.holders_of("ml", "llama") is None
+    mirror.apply("BOOKMARK", {"metadata": {"resourceVersion": "2"}})  # heard again
+    assert mirror.holders_of("ml", "llama") is not None
+
+
+def test_a_namespaced_view_knows_nothing_of_other_namespaces() -> None:
+    mirror = HolderMirror("ml")
+    mirror.replace([], "1")
+    assert mirror.holders_of("ml", "llama") is not None
+    assert mirror.holders_of("other", "llama") is None
+    assert mirror.holders_of("", "llama") is None
+
+
+def test_a_rank_admitted_here_counts_as_held_until_its_pod_is_seen() -> None:
+    clock = Clock()
+    mirror = HolderMirror(clock=clock)
+    mirror.replace([], "1")
+    mirror.claimed("ml", "llama", 1)
+    look = mirror.holders_of("ml", "llama")
+    assert look is not None and look(1) != [] and look(0) == []
+    mirror.apply("ADDED", writer("w-1", 1))  # its event: the view knows it by name
+    assert look(1) == ["w-1"]
+    mirror.claimed("ml", "llama", 0)
+    clock.now += holder_mirror.CLAIM_S - 1
+    mirror.heard()
+    assert look(0) != []
+    clock.now += 2  # never created (a later webhook refused it): forgotten
+    mirror.heard()
+    assert look(0) == []
+
+
+def test_the_reviewer_claims_the_rank_it_admitted(reads: Reads) -> None:
+    policies = PolicyMirror()
+    policies.replace([_policy()], "1")
+    writers = HolderMirror()
+    writers.replace([], "1")
+    reviewer = admission_process.Reviewer(CFG, policies, None, writers)
+    assert _answer(reviewer, 1)["allowed"] is True and reads.done == []
+    look = writers.holders_of("ml", "llama")
+    assert look is not None and look(1) != [] and look(0) == []
+    # A second pod for rank 1 a moment later: the fresh read decides.
+    reads.there[1] = ["w-1"]
+    answer = _answer(reviewer, 1)
+    assert answer["allowed"] is False and reads.done == [(1, False)]
+
+
+def test_the_watch_thread_pages_the_list_watches_from_its_version_and_relists_on_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    lists: list[list[tuple[str, str]]] = []
+    watches: list[str] = []
+    pages = [
+        {"items": [writer("w-0", 0)], "metadata": {"continue": "t1", "resourceVersion": "5"}},
+        {"items": [writer("w-1", 1)], "metadata": {"resourceVersion": "7"}},
+    ]
+
+    def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[str, Any]:
+        lists.append(query)
+        return pages[(len(lists) - 1) % 2]
+
+    class Stream:
+        def __init__(self, lines: list[bytes]) -> None:
+            self.lines = lines
+            self.closed = self.released = False
+
+        def stream(self, amt: int) -> Any:
+            return iter(self.lines)
+
+        def close(self) -> None:
+            self.closed = True
+
+        def release_conn(self) -> None:
+            self.released = True
+
+    streams = [Stream([json.dumps({"type": "DELETED", "object": writer("w-0", 0, version="8")})
+                       .encode() + b"\n",
+                       json.dumps({"type": "ERROR", "object": {"code": 410}}).encode()])]
+    first = streams[0]
+    done = threading.Event()
+
+    def stream(path: str, query: list[tuple[str, str]], timeout: Any) -> Stream:
+        watches.append(dict(query)["resourceVersion"])
+        if streams:
+            return streams.pop()
+        done.set()
+        raise kube.ApiException(status=500, reason="stop here")
+    monkeypatch.setattr(kube, "_get_json", get_json)
+    monkeypatch.setattr(kube, "_stream", stream)
+    monkeypatch.setattr(holder_mirror, "RETRY_S", (0.01,))
+    mirror = HolderMirror()
+    stopping = threading.Event()
+    holder_mirror.start(mirror, "", logging.getLogger("test"), stopping)
+    assert done.wait(10)
+    stopping.set()
+    # Two pages, the continue token on the second; the watch from the last page's version.
+    assert ("continue", "t1") in lists[1] and ("limit", "500") in lists[0]
+    assert watches[0] == "7"
+    # The ERROR ended the watch: listed again before the next watch.
+    assert len(lists) >= 4 and watches[1] == "7"
+    assert first.closed and not first.released  # ended mid-stream: not reused
