@@ -49,7 +49,15 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.contract.peers import ZONE_LABEL
 from ckptdrain.contract.record import owner_reference
-from ckptdrain.operator import kube, leadership, metrics, peer_certs, peer_placement, peer_tier
+from ckptdrain.operator import (
+    kube,
+    leadership,
+    metrics,
+    peer_certs,
+    peer_kube,
+    peer_placement,
+    peer_tier,
+)
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.policy import Policy
 
@@ -117,7 +125,7 @@ def _zone_labels(nodes: Iterable[str]) -> dict[str, dict[str, str]]:
     for node in nodes:
         zone, read, at = _zones.get(node, (None, False, -math.inf))
         if not read and now - at >= ZONE_RETRY_S:
-            labels = kube.node_labels(node)
+            labels = peer_kube.node_labels(node)
             zone, read = (None, False) if labels is None else (labels.get(ZONE_LABEL), True)
             _zones[node] = (zone, read, now)
         if zone:
@@ -141,19 +149,19 @@ def _policy_ca(store: str, installation: str, uid: str, policy_id: str, now: dat
     version read (another replica's CA is never overwritten unseen)."""
     name = peer_placement.peer_ca_store_name(uid)
     for _ in range(3):
-        found = kube.read_own_secret_data(store, name)
+        found = peer_kube.read_own_secret_data(store, name)
         ca = peer_placement.ca_from_secret_data(found[0] if found else None)
         if ca is not None and peer_certs.ca_usable(ca, now):
             return ca, False
         fresh = peer_certs.new_ca(policy_id, now)
         body = peer_placement.ca_store_secret(store, uid, policy_id, fresh, installation)
         if found is None:
-            if not kube.create_secret(store, body):
+            if not peer_kube.create_secret(store, body):
                 continue  # another replica made it meanwhile: use theirs
         else:
             body["metadata"]["resourceVersion"] = found[1]
             try:
-                kube.replace_secret(store, body)
+                peer_kube.replace_secret(store, body)
             except kube.ApiException as error:
                 if error.status == 409:
                     continue  # changed since it was read: read again
@@ -183,7 +191,7 @@ def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any], store: str,
         ca, new_ca = _policy_ca(store, installation, uid, policy_id, now, logger)
         material = peer_certs.issue(policy_id, ca, now)
         secret = peer_placement.pods_secret(namespace, name, material, owner)
-        if kube.create_secret(namespace, secret):
+        if peer_kube.create_secret(namespace, secret):
             logger.info("created the peer tier's Secret for %s", policy_id)
             ends = peer_certs.not_after(material["tls.crt"])
         elif due or new_ca:
@@ -192,7 +200,7 @@ def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any], store: str,
             # the garbage collector), or its CA is gone: replaced whole, owned
             # by this policy, so that the next renewal's CA is the one the
             # pods trust.
-            kube.replace_secret(namespace, secret)
+            peer_kube.replace_secret(namespace, secret)
             previous, ends = ends, peer_certs.not_after(material["tls.crt"])
             logger.info("renewed the peer tier's certificate of %s (was ending %s%s)",
                         policy_id, previous or "at an unknown time",
@@ -220,7 +228,7 @@ def _document(key: Key, uid: str) -> str | None:
 def _previous(key: Key, uid: str) -> Mapping[str, Any] | None:
     text = _document(key, uid)
     if text is None:
-        data = kube.read_configmap_data(key[0], peer_placement.peers_configmap_name(key[1]))
+        data = peer_kube.read_configmap_data(key[0], peer_placement.peers_configmap_name(key[1]))
         text = (data or {}).get(peer_placement.PEERS_KEY)
         if text is None:
             return None
@@ -270,7 +278,7 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
         text = configmap["data"][peer_placement.PEERS_KEY]
         if unpublished is None and text != _document(key, uid):
             try:
-                kube.write_configmap(key[0], configmap)
+                peer_kube.write_configmap(key[0], configmap)
                 _documents[key] = (uid, text)
                 logger.info("published the peers of %s/%s: %s", *key,
                             wanted["peer"]["message"])
@@ -322,7 +330,7 @@ def forget(key: Key, uid: str | None, ca_namespace: str = "") -> None:
 
 def _delete_ca(store: str, name: str) -> None:
     try:
-        kube.delete_own_secret(store, name)
+        peer_kube.delete_own_secret(store, name)
     except kube.ApiException as error:
         if error.status != 403:  # 403: no peer tier in this installation's RBAC
             log.warning("could not delete the peer CA Secret %s/%s: %s", store, name,
@@ -339,7 +347,7 @@ def upkeep(store: str, policy_uids: Callable[[], set[str]], installation: str = 
         return 0
     selector = peer_placement.LABEL_CA_FOR + (
         f",{peer_placement.LABEL_CA_INSTALLATION}={installation}" if installation else "")
-    kept = kube.own_secret_labels(store, selector)
+    kept = peer_kube.own_secret_labels(store, selector)
     alive = policy_uids()
     gone = [name for name, labels in kept.items()
             if labels.get(peer_placement.LABEL_CA_FOR) not in alive]

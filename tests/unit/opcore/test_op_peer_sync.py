@@ -18,7 +18,15 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from ckptdrain.contract import api as contract
-from ckptdrain.operator import config, kube, leadership, peer_certs, peer_sync, policy
+from ckptdrain.operator import (
+    config,
+    kube,
+    leadership,
+    peer_certs,
+    peer_kube,
+    peer_sync,
+    policy,
+)
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
 SPEC = {
@@ -138,7 +146,9 @@ def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
     fake = FakeApi()
     for name in ("create_secret", "replace_secret", "read_own_secret_data",
                  "own_secret_labels", "delete_own_secret", "read_configmap_data",
-                 "write_configmap", "node_labels", "patch_status", "post_event"):
+                 "write_configmap", "node_labels"):
+        monkeypatch.setattr(peer_kube, name, getattr(fake, name))
+    for name in ("patch_status", "post_event"):
         monkeypatch.setattr(kube, name, getattr(fake, name))
     for state in (peer_sync._secrets, peer_sync._certificates, peer_sync._documents,
                   peer_sync._written, peer_sync._zones):
@@ -350,7 +360,7 @@ def test_a_late_pass_of_a_deleted_policy_does_not_silence_its_successor(
 def test_a_node_that_could_not_be_read_is_asked_again_later(
         api: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
     answers: list[dict[str, str] | None] = [None]  # forbidden, or not there yet
-    monkeypatch.setattr(kube, "node_labels", lambda name: answers[0])
+    monkeypatch.setattr(peer_kube, "node_labels", lambda name: answers[0])
     run(body())
     answers[0] = {"topology.kubernetes.io/zone": "z9"}
     run(body())  # within ZONE_RETRY_S: not asked again
