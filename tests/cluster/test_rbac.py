@@ -134,8 +134,9 @@ AGENT_SA = "ckptdrain-agent"
 VAP = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
 
 
-def _pod_patch_policy() -> str:
-    """The chart's policy, rendered as `helm install` renders it on a cluster serving VAP."""
+def _render(template: str, *values: str) -> str:
+    """One chart template, rendered as `helm install` renders it on a cluster
+    serving VAP."""
     cache = Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")
     helm = cache / "tools" / "bin" / "helm"
     if not os.access(helm, os.X_OK):
@@ -143,9 +144,14 @@ def _pod_patch_policy() -> str:
                     pytrace=False)
     out = subprocess.run([str(helm), "template", "ckptdrain", str(repo_root() / "charts" /
                           "ckptdrain"), "--namespace", SYSTEM_NS, "--api-versions", VAP,
-                          "--show-only", "templates/agent-pod-policy.yaml"],
+                          *values, "--show-only", f"templates/{template}"],
                          capture_output=True, text=True, timeout=120, check=True)
     return out.stdout
+
+
+def _pod_patch_policy() -> str:
+    """The chart's policy on the agent's pod patches."""
+    return _render("agent-pod-policy.yaml")
 
 
 @pytest.fixture
@@ -244,17 +250,8 @@ CA_NS = "ckptdrain-system-peer-ca"  # the chart's default for that release names
 
 
 def _secret_update_policy() -> str:
-    cache = Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")
-    helm = cache / "tools" / "bin" / "helm"
-    if not os.access(helm, os.X_OK):
-        pytest.fail(f"helm is missing ({helm}): build it once with `make servers`",
-                    pytrace=False)
-    out = subprocess.run([str(helm), "template", "ckptdrain", str(repo_root() / "charts" /
-                          "ckptdrain"), "--namespace", SYSTEM_NS, "--api-versions", VAP,
-                          "--set", "operator.peerTier=true",
-                          "--show-only", "templates/operator-secret-policy.yaml"],
-                         capture_output=True, text=True, timeout=120, check=True)
-    return out.stdout
+    """The chart's policy on the operator's Secret updates (with the peer tier)."""
+    return _render("operator-secret-policy.yaml", "--set", "operator.peerTier=true")
 
 
 def _tls_secret(name: str, labels: dict[str, str], type_: str = "kubernetes.io/tls"

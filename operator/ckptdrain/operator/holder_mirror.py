@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +38,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ckptdrain.contract.api import ANNOTATION_POLICY, LABEL_WRITER
+from ckptdrain.operator.watched_view import WatchedView, follow, keep_in_step
 
 #: (namespace, policy, rank) → {pod name: live}
 Slot = tuple[str, str, int]
@@ -53,6 +53,7 @@ CLAIM_S = 30.0
 RETRY_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 #: A watch that ended sooner than this is followed by a pause (no tight loop).
 SHORTEST_WATCH_S = 1.0
+WHAT = "writer pods"
 #: Pods per page of the first list.
 PAGE = 500
 
@@ -84,17 +85,15 @@ def _filed(pod: Mapping[str, Any]) -> tuple[PodKey, Slot | None, bool]:
     return key, (key[0], policy, int(label)), live
 
 
-class HolderMirror:
+class HolderMirror(WatchedView):
     """Writer pods by slot; thread-safe."""
 
     def __init__(self, namespace: str = "", clock: Callable[[], float] = time.monotonic
                  ) -> None:
-        self._lock = threading.Lock()
+        super().__init__()
         self._slots: dict[Slot, dict[str, bool]] = {}
         self._where: dict[PodKey, Slot] = {}
         self._claims: dict[Slot, float] = {}
-        self._current = False
-        self._version = ""
         self._heard = -float("inf")
         #: The one namespace watched ("" for all): elsewhere the view knows nothing.
         self.namespace = namespace
@@ -133,46 +132,23 @@ class HolderMirror:
             self._claims[(namespace, policy, rank)] = now
 
     def heard(self) -> None:
-        """The apiserver answered (a connection, an event, a bookmark)."""
+        """The apiserver answered (a new watch connection)."""
         with self._lock:
-            self._heard = self._clock()
+            self._touched()
 
-    @property
-    def current(self) -> bool:
-        with self._lock:
-            return self._current
+    # -- what the watch feeds it (watched_view.py) ----------------------------
 
-    @property
-    def version(self) -> str:
-        with self._lock:
-            return self._version
+    def _touched(self) -> None:
+        self._heard = self._clock()
 
-    def replace(self, items: list[dict[str, Any]], version: str) -> None:
-        with self._lock:
-            self._slots.clear()
-            self._where.clear()
-            for pod in items:
-                self._file(pod)
-            self._version = version
-            self._current = True
-            self._heard = self._clock()
+    def _clear(self) -> None:
+        self._slots.clear()
+        self._where.clear()
 
-    def apply(self, kind: str, pod: dict[str, Any]) -> None:
-        version = (pod.get("metadata") or {}).get("resourceVersion") or ""
-        with self._lock:
-            self._heard = self._clock()
-            if kind in ("ADDED", "MODIFIED"):
-                self._file(pod)
-            elif kind == "DELETED":
-                self._unfile(_filed(pod)[0])
-            if version:
-                self._version = version
+    def _forget(self, obj: dict[str, Any]) -> None:
+        self._unfile(_filed(obj)[0])
 
-    def lost(self) -> None:
-        with self._lock:
-            self._current = False
-
-    def _file(self, pod: Mapping[str, Any]) -> None:
+    def _file(self, pod: dict[str, Any]) -> None:
         key, slot, live = _filed(pod)
         self._unfile(key)
         if slot is None:
@@ -235,41 +211,13 @@ def start(mirror: HolderMirror, namespace: str, logger: logging.Logger,
             ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(WATCH_S))], WATCH_TIMEOUT)
         mirror.heard()
         try:
-            for line in _lines(response.stream(1 << 16)):
-                if stopping.is_set():
-                    break
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object")
-                if kind == "ERROR" or not isinstance(obj, dict):
-                    raise RuntimeError(f"watch of writer pods ended: {obj}")
-                mirror.apply(kind, obj)
+            follow((json.loads(line) for line in _lines(response.stream(1 << 16))), mirror,
+                   WHAT, stopping)
         except BaseException:
             response.close()  # mid-stream: the connection is not reusable
             raise
         response.release_conn()
 
-    def run() -> None:
-        failures = 0
-        while not stopping.is_set():
-            try:
-                if not mirror.current:
-                    items, version = list_all()
-                    mirror.replace(items, version)
-                    logger.info("admission: %d writer pods in view", len(items))
-                began = time.monotonic()
-                watch_once()
-                failures = 0
-                if time.monotonic() - began < SHORTEST_WATCH_S:
-                    stopping.wait(SHORTEST_WATCH_S)
-            except Exception as error:  # any failure: relist, never a stale view
-                mirror.lost()
-                delay = RETRY_S[min(failures, len(RETRY_S) - 1)] * random.uniform(0.8, 1.2)
-                failures += 1
-                logger.warning("admission: the view of writer pods is not current (%s); "
-                               "the apiserver is asked meanwhile; retrying in %.1fs",
-                               error, delay)
-                stopping.wait(delay)
-
-    thread = threading.Thread(target=run, name="ckptdrain-holder-mirror", daemon=True)
-    thread.start()
-    return thread
+    return keep_in_step(mirror, WHAT, list_all, watch_once, logger, stopping, RETRY_S,
+                        "ckptdrain-holder-mirror", jitter=True,
+                        shortest_watch_s=SHORTEST_WATCH_S)

@@ -20,23 +20,23 @@ from typing import Any
 
 from ckptdrain.contract import api
 from ckptdrain.operator.admission import LabelKey, label_key
+from ckptdrain.operator.watched_view import WatchedView, follow, keep_in_step
 
 Key = tuple[str, str]
 #: How long one watch request lasts before it is renewed (the server ends it).
 WATCH_S = 300
 #: Waits between attempts after a failed list or watch.
 RETRY_S = (0.5, 1.0, 2.0, 5.0)
+WHAT = "CheckpointPolicies"
 
 
-class PolicyMirror:
+class PolicyMirror(WatchedView):
     """Policies by (namespace, name) and by label key; thread-safe."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        super().__init__()
         self._bodies: dict[Key, dict[str, Any]] = {}
         self._by_label: dict[LabelKey, dict[Key, dict[str, Any]]] = {}
-        self._current = False
-        self._version = ""
 
     # -- what admission reads ------------------------------------------------
 
@@ -50,43 +50,14 @@ class PolicyMirror:
                 return None
             return [body for key in keys for body in self._by_label.get(key, {}).values()]
 
-    @property
-    def current(self) -> bool:
-        with self._lock:
-            return self._current
+    # -- what the watch feeds it (watched_view.py; pure, tested without a server)
 
-    # -- what the watch feeds it (pure, tested without a server) -------------
+    def _clear(self) -> None:
+        self._bodies.clear()
+        self._by_label.clear()
 
-    def replace(self, items: list[dict[str, Any]], version: str) -> None:
-        """A fresh list: the view becomes exactly `items`, and current."""
-        with self._lock:
-            self._bodies.clear()
-            self._by_label.clear()
-            for body in items:
-                self._file(body)
-            self._version = version
-            self._current = True
-
-    def apply(self, kind: str, body: dict[str, Any]) -> None:
-        """One watch event (ADDED, MODIFIED, DELETED, BOOKMARK)."""
-        version = (body.get("metadata") or {}).get("resourceVersion") or ""
-        with self._lock:
-            if kind in ("ADDED", "MODIFIED"):
-                self._file(body)
-            elif kind == "DELETED":
-                self._unfile(_key(body))
-            if version:
-                self._version = version
-
-    def lost(self) -> None:
-        """The watch failed: offer nothing until the next list."""
-        with self._lock:
-            self._current = False
-
-    @property
-    def version(self) -> str:
-        with self._lock:
-            return self._version
+    def _forget(self, obj: dict[str, Any]) -> None:
+        self._unfile(_key(obj))
 
     def _file(self, body: dict[str, Any]) -> None:
         key = _key(body)
@@ -140,35 +111,9 @@ def start(mirror: PolicyMirror, namespace: str, logger: logging.Logger,
             call, *args, resource_version=mirror.version, allow_watch_bookmarks=True,
             timeout_seconds=WATCH_S, _request_timeout=WATCH_S + 30)
         try:
-            for event in events:
-                if stopping.is_set():
-                    return
-                kind, obj = event.get("type"), event.get("object")
-                if kind == "ERROR" or not isinstance(obj, dict):
-                    raise RuntimeError(f"watch of CheckpointPolicies ended: {obj}")
-                mirror.apply(kind, obj)
+            follow(events, mirror, WHAT, stopping)
         finally:
             stop()
 
-    def run() -> None:
-        failures = 0
-        while not stopping.is_set():
-            try:
-                if not mirror.current:
-                    items, version = list_all()
-                    mirror.replace(items, version)
-                    logger.info("admission: %d CheckpointPolicies in view", len(items))
-                watch_once()
-                failures = 0
-            except Exception as error:  # any failure: relist, never a stale view
-                mirror.lost()
-                delay = RETRY_S[min(failures, len(RETRY_S) - 1)]
-                failures += 1
-                logger.warning("admission: the view of CheckpointPolicies is not current "
-                               "(%s); the apiserver is asked meanwhile; retrying in %.1fs",
-                               error, delay)
-                stopping.wait(delay)
-
-    thread = threading.Thread(target=run, name="ckptdrain-policy-mirror", daemon=True)
-    thread.start()
-    return thread
+    return keep_in_step(mirror, WHAT, list_all, watch_once, logger, stopping, RETRY_S,
+                        "ckptdrain-policy-mirror")

@@ -127,17 +127,25 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Reads:
     return state
 
 
+def _reviewer(*writers: dict[str, Any], listed: bool = True
+              ) -> tuple[admission_process.Reviewer, HolderMirror]:
+    """A Reviewer whose view of the policies has `_policy()` and whose view of
+    the writer pods has `writers` (never listed: `listed` False)."""
+    policies = PolicyMirror()
+    policies.replace([_policy()], "1")
+    view = HolderMirror()
+    if listed:
+        view.replace(list(writers), "1")
+    return admission_process.Reviewer(CFG, policies, None, view), view
+
+
 def _answer(reviewer: admission_process.Reviewer, index: int) -> dict[str, Any]:
     return asyncio.run(reviewer(_review(index), admission.MUTATE_ID))["response"]
 
 
 def test_admission_reads_nothing_when_the_view_names_no_holder(
         reads: Reads) -> None:
-    policies = PolicyMirror()
-    policies.replace([_policy()], "1")
-    writers = HolderMirror()
-    writers.replace([writer("w-a", 0)], "1")
-    reviewer = admission_process.Reviewer(CFG, policies, None, writers)
+    reviewer, _ = _reviewer(writer("w-a", 0))
     answer = _answer(reviewer, 1)
     assert answer["allowed"] is True and reads.done == []
     ops = json.loads(base64.b64decode(answer["patch"]))
@@ -146,11 +154,7 @@ def test_admission_reads_nothing_when_the_view_names_no_holder(
 
 def test_a_holder_in_the_view_is_confirmed_by_a_fresh_read_before_a_refusal(
         reads: Reads) -> None:
-    policies = PolicyMirror()
-    policies.replace([_policy()], "1")
-    writers = HolderMirror()
-    writers.replace([writer("w-a", 0)], "1")
-    reviewer = admission_process.Reviewer(CFG, policies, None, writers)
+    reviewer, _ = _reviewer(writer("w-a", 0))
     # The holder left a moment ago: the fresh read finds none, the pod is admitted.
     assert _answer(reviewer, 0)["allowed"] is True and reads.done == [(0, False)]
     reads.there[0] = ["w-a"]
@@ -161,10 +165,7 @@ def test_a_holder_in_the_view_is_confirmed_by_a_fresh_read_before_a_refusal(
 
 def test_without_a_current_view_the_apiserver_is_asked_as_before(
         reads: Reads) -> None:
-    policies = PolicyMirror()
-    policies.replace([_policy()], "1")
-    writers = HolderMirror()  # never listed
-    reviewer = admission_process.Reviewer(CFG, policies, None, writers)
+    reviewer, _ = _reviewer(listed=False)
     assert _answer(reviewer, 1)["allowed"] is True
     assert reads.done == [(1, True)]  # the watch cache, as without a view
 
@@ -216,11 +217,7 @@ def test_a_rank_admitted_here_counts_as_held_until_its_pod_is_seen() -> None:
 
 
 def test_the_reviewer_claims_the_rank_it_admitted(reads: Reads) -> None:
-    policies = PolicyMirror()
-    policies.replace([_policy()], "1")
-    writers = HolderMirror()
-    writers.replace([], "1")
-    reviewer = admission_process.Reviewer(CFG, policies, None, writers)
+    reviewer, writers = _reviewer()
     assert _answer(reviewer, 1)["allowed"] is True and reads.done == []
     look = writers.holders_of("ml", "llama")
     assert look is not None and look(1) != [] and look(0) == []
