@@ -89,9 +89,22 @@ def replicated(logs: Logs, pod: str) -> list[int]:
     return out
 
 
-def _wipe(directory: Path) -> None:
-    for entry in directory.iterdir():
-        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+def _wipe(directory: Path, *, running: bool = False) -> None:
+    """Empty `directory`, as a lost node's disk. `running`: the pod's agent
+    and peer server still write into it (a capture, a partner's copy), so a
+    file may appear in a directory being removed; take what is there (the
+    wipe after they exit must leave nothing)."""
+    for _ in range(10):
+        for entry in directory.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        left = sorted(p.name for p in directory.iterdir())
+        if running or not left:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"could not empty {directory}: {left} keep coming back")
 
 
 def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
@@ -163,7 +176,7 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     old = pods[0]["metadata"]["name"]
     wait_mid_interval(epoch)
     mine = local_root / "writer-0"
-    _wipe(mine)
+    _wipe(mine, running=True)
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, old, "--wait=false")
     say(f"  wiped {mine} and deleted {old} (writer 0, node {nodes[0]})")
