@@ -25,7 +25,7 @@ from typing import Any
 
 from ckptdrain import sizing
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import cloud_identity, identity, injection, kube, peer_tier
+from ckptdrain.operator import apiserver_reads, cloud_identity, identity, injection, peer_tier
 from ckptdrain.operator import policy as pol
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.owner_cache import OwnerCache
@@ -84,7 +84,7 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 
 #: Owners read at admission, kept a few seconds: a job of N pods costs one
 #: read of its Job and JobSet, not N (owner_cache.py).
-_owner_objects = OwnerCache(lambda *ref: kube.read_object(*ref))
+_owner_objects = OwnerCache(lambda *ref: apiserver_reads.read_object(*ref))
 
 
 def _owner(namespace: str, obj: dict[str, Any], kind: str,
@@ -183,14 +183,15 @@ async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
         if holders_of is not None:
             live = holders_of(found.rank)
         else:  # a first look in the apiserver's watch cache: no read of etcd
-            live = await asyncio.to_thread(kube.live_writers, namespace, p.name, found.rank,
-                                           True)
+            live = await asyncio.to_thread(apiserver_reads.live_writers, namespace, p.name,
+                                           found.rank, True)
         if [n for n in live if n != me]:
             # No index, or the index names a holder: ask the apiserver. The
             # index may still hold a pod deleted a moment ago (a Job replacing
             # it), and a refusal must rest on what is there now.
-            live = await asyncio.to_thread(kube.live_writers, namespace, p.name, found.rank)
-    except (kube.ApiException, kube.HTTPError) as error:
+            live = await asyncio.to_thread(apiserver_reads.live_writers, namespace, p.name,
+                                           found.rank)
+    except (apiserver_reads.ApiError, apiserver_reads.HTTPError) as error:
         # Unchecked is unsafe: refuse, and the pod's controller retries.
         raise Refused(
             f"pod {pod_label(pod)}: could not check whether a live pod already holds writer "
@@ -230,7 +231,7 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     if not matches:
         # The view may lag (a policy created a moment ago) or be absent: ask
         # the apiserver before leaving a pod bare.
-        listed = await asyncio.to_thread(kube.list_policies, namespace)
+        listed = await asyncio.to_thread(apiserver_reads.list_policies, namespace)
         matches = _selecting(labels, listed)
     if not matches:
         warnings.append(f"ckptdrain: no CheckpointPolicy in {namespace} selects this pod; "

@@ -7,9 +7,10 @@ thousands of pods its p99 was 50-200 ms (docs/scale.md). Here it has an
 interpreter to itself, its own view of the policies (policy_mirror.py) and
 of which pods hold which writer rank (holder_mirror.py), so it waits for
 nothing the operator does, and most admissions make no API call at all. It
-loads neither Kopf nor an HTTP framework: the standard library's server, one
-thread per connection, and one event loop for the rules (admission.py),
-whose API reads run on its threads.
+loads neither Kopf nor an HTTP framework nor the `kubernetes` package: the
+standard library's server, one thread per connection, one event loop for
+the rules (admission.py), whose API reads (apiserver_reads.py) run on its
+threads.
 
 The operator starts it (admission_supervisor.py) with the certificate
 files it keeps, and starts it again if it dies. It serves until its
@@ -33,11 +34,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from urllib3.util.retry import Retry
-
 from ckptdrain.contract.api import ANNOTATION_POLICY, LABEL_INJECT, LABEL_WRITER
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import admission, config, heap, holder_mirror, kube, policy_mirror
+from ckptdrain.operator import (
+    admission,
+    apiserver_reads,
+    config,
+    heap,
+    holder_mirror,
+    policy_mirror,
+)
 from ckptdrain.operator.admission_server import Certificates, Server, UnknownWebhook
 from ckptdrain.operator.config import OperatorConfig
 
@@ -240,10 +246,10 @@ def warm_up(namespace: str, connections: int = 4) -> None:
     handshake of its own and the client's first set-up."""
     def look(_: int) -> None:
         try:
-            kube.live_writers(namespace or "default", "ckptdrain-warm-up", 0, cached=True)
+            apiserver_reads.live_writers(namespace or "default", "ckptdrain-warm-up", 0,
+                                         cached=True)
         except Exception as error:  # only a head start: the reviews will say
             log.debug("admission: warm-up read failed: %s", error)
-    kube._api()  # one client, made before the threads share it
     with ThreadPoolExecutor(connections) as pool:
         list(pool.map(look, range(connections)))
 
@@ -262,14 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     _exit_with_parent()
     heap.start()  # few malloc arenas for its many threads, trimmed when quiet
-    # A read inside an admission is bounded by its timeout: one retry of a
-    # connection that failed (a pooled one the apiserver closed), none of a
-    # read that timed out (urllib3's default is three, each with the whole
-    # timeout again).
-    kube.configure_reads(Retry(total=1, connect=1, read=0, status=0, other=0))
     reports = Reports(sys.stdout)
     loop = start_loop(reports)  # its heartbeat runs from here on
-    kube._api()  # one client, made before the threads below share it
+    apiserver_reads.connection()  # one, made before the threads below share it
     mirror = policy_mirror.PolicyMirror()
     policy_mirror.start(mirror, cfg.namespace, log, threading.Event())
     writers = holder_mirror.HolderMirror(cfg.namespace)

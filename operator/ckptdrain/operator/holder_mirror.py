@@ -29,11 +29,10 @@ Two more guards keep a lagging view from admitting a rank twice:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -172,22 +171,12 @@ def _path(namespace: str) -> str:
         else "/api/v1/pods"
 
 
-def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    pending = b""
-    for chunk in chunks:
-        pending += chunk
-        *whole, pending = pending.split(b"\n")
-        yield from (line for line in whole if line.strip())
-    if pending.strip():
-        yield pending
-
-
 def start(mirror: HolderMirror, namespace: str, logger: logging.Logger,
           stopping: threading.Event) -> threading.Thread:
     """Keep `mirror` in step with the apiserver in a daemon thread: list the
     writer pods, watch from the list's resourceVersion, list again after any
     failure (a 410 Gone included)."""
-    from ckptdrain.operator import kube
+    from ckptdrain.operator import apiserver_reads as reads
 
     selector = [("labelSelector", LABEL_WRITER)]
 
@@ -197,7 +186,7 @@ def start(mirror: HolderMirror, namespace: str, logger: logging.Logger,
         kept: list[dict[str, Any]] = []
         token = ""
         while True:
-            found = kube._get_json(_path(namespace), [
+            found = reads.get_json(_path(namespace), [
                 *selector, ("limit", str(PAGE)), *([("continue", token)] if token else [])],
                 60)
             kept.extend(_slim(pod) for pod in found.get("items") or [])
@@ -206,13 +195,12 @@ def start(mirror: HolderMirror, namespace: str, logger: logging.Logger,
                 return kept, found["metadata"]["resourceVersion"]
 
     def watch_once() -> None:
-        response = kube._stream(_path(namespace), [
+        response = reads.stream(_path(namespace), [
             *selector, ("watch", "true"), ("resourceVersion", mirror.version),
             ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(WATCH_S))], WATCH_TIMEOUT)
         mirror.heard()
         try:
-            follow((json.loads(line) for line in _lines(response.stream(1 << 16))), mirror,
-                   WHAT, stopping)
+            follow(reads.watch_events(response), mirror, WHAT, stopping)
         except BaseException:
             response.close()  # mid-stream: the connection is not reusable
             raise

@@ -18,7 +18,6 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ckptdrain.contract import api
 from ckptdrain.operator.admission import LabelKey, label_key
 from ckptdrain.operator.watched_view import WatchedView, follow, keep_in_step
 
@@ -91,29 +90,25 @@ def start(mirror: PolicyMirror, namespace: str, logger: logging.Logger,
     """Keep `mirror` in step with the apiserver in a daemon thread:
     list, watch from the list's resourceVersion, list again after any
     failure (a 410 Gone included)."""
-    from ckptdrain import kubeclient
+    from ckptdrain.operator import apiserver_reads as reads
 
-    custom = kubeclient.custom_objects_api()
+    path = reads.policies_path(namespace)
 
     def list_all() -> tuple[list[dict[str, Any]], str]:
-        if namespace:
-            found = custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace,
-                                                         api.POLICIES)
-        else:
-            found = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.POLICIES)
+        found = reads.get_json(path, [], 60)
         return list(found.get("items") or []), found["metadata"]["resourceVersion"]
 
     def watch_once() -> None:
-        call, args = ((custom.list_namespaced_custom_object,
-                       (api.GROUP, api.VERSION, namespace, api.POLICIES)) if namespace else
-                      (custom.list_cluster_custom_object, (api.GROUP, api.VERSION, api.POLICIES)))
-        events, stop = kubeclient.watch_stream(
-            call, *args, resource_version=mirror.version, allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_S, _request_timeout=WATCH_S + 30)
+        response = reads.stream(path, [
+            ("watch", "true"), ("resourceVersion", mirror.version),
+            ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(WATCH_S))],
+            (10, WATCH_S + 30))
         try:
-            follow(events, mirror, WHAT, stopping)
-        finally:
-            stop()
+            follow(reads.watch_events(response), mirror, WHAT, stopping)
+        except BaseException:
+            response.close()  # mid-stream: the connection is not reusable
+            raise
+        response.release_conn()
 
     return keep_in_step(mirror, WHAT, list_all, watch_once, logger, stopping, RETRY_S,
                         "ckptdrain-policy-mirror")

@@ -1,7 +1,7 @@
 """The admission process's parts without a server: its view of the policies
 (policy_mirror.py), the review it answers (admission_process.Reviewer), the
 reports the operator reads back (admission_supervisor.observe), and how it
-finds a rank's holders (kube.writer_selectors). The process itself, through
+finds a rank's holders (apiserver_reads.writer_selectors). The process itself, through
 a real apiserver, is in tests/cluster/test_admission_process.py."""
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from ckptdrain.operator import (
     admission_process,
     admission_server,
     admission_supervisor,
+    apiserver_reads,
     config,
     injection,
-    kube,
     metrics,
     policy,
 )
@@ -105,9 +105,9 @@ def apiserver(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         state["listed"].append(namespace)
         return state.get("policies", [])
 
-    monkeypatch.setattr(kube, "list_policies", list_policies)
-    monkeypatch.setattr(kube, "read_object", lambda *ref: {"spec": {"completions": 2}})
-    monkeypatch.setattr(kube, "live_writers",
+    monkeypatch.setattr(apiserver_reads, "list_policies", list_policies)
+    monkeypatch.setattr(apiserver_reads, "read_object", lambda *ref: {"spec": {"completions": 2}})
+    monkeypatch.setattr(apiserver_reads, "live_writers",
                         lambda namespace, name, rank, cached=False: list(state["holders"]))
     return state
 
@@ -169,7 +169,7 @@ def test_an_unexpected_failure_is_answered_not_dropped(
     def broken(namespace: str) -> list[dict[str, Any]]:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(kube, "list_policies", broken)
+    monkeypatch.setattr(apiserver_reads, "list_policies", broken)
     reviewer = admission_process.Reviewer(CFG, PolicyMirror())
     answer = run(reviewer, review(admission.MUTATE_ID, "CREATE", job_pod(0)), admission.MUTATE_ID)
     assert answer["allowed"] is False and answer["status"]["code"] == 500
@@ -186,11 +186,11 @@ def test_the_operator_reads_the_reports_into_its_metrics() -> None:
 
 
 def test_a_ranks_holders_are_found_by_writer_and_policy_and_older_pods_too() -> None:
-    assert kube.writer_selectors("llama", 3) == [
+    assert apiserver_reads.writer_selectors("llama", 3) == [
         "ckptdrain.io/writer=3,ckptdrain.io/writer-policy=llama",
         "ckptdrain.io/writer=3,!ckptdrain.io/writer-policy"]
     long_name = "p" * 64  # too long for a label value: found by rank alone
-    assert kube.writer_selectors(long_name, 0) == ["ckptdrain.io/writer=0"]
+    assert apiserver_reads.writer_selectors(long_name, 0) == ["ckptdrain.io/writer=0"]
     p = policy.parse("ml", long_name, body(long_name, "a")["spec"], CFG)
     ops = injection.build_pod_patch(job_pod(0), p, CFG, default_rate=1e9, rank=0)
     assert not [op for op in ops if "writer-policy" in op["path"]]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ckptdrain.operator import admission, admission_process, config, holder_mirror, kube
+from ckptdrain.operator import admission, admission_process, apiserver_reads, config, holder_mirror
 from ckptdrain.operator.holder_mirror import HolderMirror
 from ckptdrain.operator.policy_mirror import PolicyMirror
 
@@ -78,12 +78,6 @@ def test_the_first_list_keeps_only_what_it_needs() -> None:
     assert "spec" not in slim and holder_mirror._filed(slim)[1:] == (("ml", "llama", 3), True)
 
 
-def test_watch_lines_are_split_across_chunks() -> None:
-    chunks = [b'{"a"', b': 1}\n{"b": 2}\n', b"\n", b'{"c": 3}']
-    assert [json.loads(x) for x in holder_mirror._lines(iter(chunks))] == [
-        {"a": 1}, {"b": 2}, {"c": 3}]
-
-
 def _policy() -> dict[str, Any]:
     return {"metadata": {"name": "llama", "namespace": "ml", "resourceVersion": "1"},
             "spec": {"selector": {"matchLabels": {"app": "a"}}, "model": {"parameters": "7B"},
@@ -121,9 +115,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Reads:
     def live_writers(namespace: str, name: str, rank: int, cached: bool = False) -> list[str]:
         state.done.append((rank, cached))
         return list(state.there.get(rank, []))
-    monkeypatch.setattr(kube, "live_writers", live_writers)
-    monkeypatch.setattr(kube, "read_object", lambda *ref: {"spec": {"completions": 2}})
-    monkeypatch.setattr(kube, "list_policies", lambda namespace: [])
+    monkeypatch.setattr(apiserver_reads, "live_writers", live_writers)
+    monkeypatch.setattr(apiserver_reads, "read_object", lambda *ref: {"spec": {"completions": 2}})
+    monkeypatch.setattr(apiserver_reads, "list_policies", lambda namespace: [])
     return state
 
 
@@ -265,9 +259,9 @@ def test_the_watch_thread_pages_the_list_watches_from_its_version_and_relists_on
         if streams:
             return streams.pop()
         done.set()
-        raise kube.ApiException(status=500, reason="stop here")
-    monkeypatch.setattr(kube, "_get_json", get_json)
-    monkeypatch.setattr(kube, "_stream", stream)
+        raise apiserver_reads.ApiError(500, "stop here")
+    monkeypatch.setattr(apiserver_reads, "get_json", get_json)
+    monkeypatch.setattr(apiserver_reads, "stream", stream)
     monkeypatch.setattr(holder_mirror, "RETRY_S", (0.01,))
     mirror = HolderMirror()
     stopping = threading.Event()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptdrain.operator import admission, config, kube, policy, webhook
+from ckptdrain.operator import admission, apiserver_reads, config, policy, webhook
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
 
@@ -45,8 +45,8 @@ def api(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             return list(state["cached_holders"])
         return list(state["holders"])
 
-    monkeypatch.setattr(kube, "read_object", read_object)
-    monkeypatch.setattr(kube, "live_writers", live_writers)
+    monkeypatch.setattr(apiserver_reads, "read_object", read_object)
+    monkeypatch.setattr(apiserver_reads, "live_writers", live_writers)
     return state
 
 
@@ -75,7 +75,7 @@ def test_a_live_holder_refuses_the_pod_naming_both(api: dict[str, Any]) -> None:
 
 
 def test_an_unchecked_rank_is_refused_not_trusted(api: dict[str, Any]) -> None:
-    api["fail"] = kube.ApiException(status=500, reason="etcd leader changed")
+    api["fail"] = apiserver_reads.ApiError(500, "etcd leader changed")
     with pytest.raises(admission.Refused, match="could not check whether a live pod "
                        "already holds writer 1"):
         identify(job_pod(1), 3)
@@ -162,10 +162,10 @@ def test_a_job_of_many_pods_reads_its_job_once(monkeypatch: pytest.MonkeyPatch) 
         reads.append(plural)
         return {"metadata": {"name": name, "uid": "job-uid"}, "spec": {"completions": 8}}
 
-    monkeypatch.setattr(kube, "read_object", read_object)
-    monkeypatch.setattr(kube, "live_writers", lambda *_: [])
+    monkeypatch.setattr(apiserver_reads, "read_object", read_object)
+    monkeypatch.setattr(apiserver_reads, "live_writers", lambda *_: [])
     monkeypatch.setattr(admission, "_owner_objects",
-                        OwnerCache(lambda *ref: kube.read_object(*ref)))
+                        OwnerCache(lambda *ref: apiserver_reads.read_object(*ref)))
     for rank in range(8):
         pod = job_pod(rank, f"w-{rank}")
         pod["metadata"]["ownerReferences"][0]["uid"] = "job-uid"
@@ -198,11 +198,11 @@ def test_owners_kept_or_absent_need_no_thread(monkeypatch: pytest.MonkeyPatch) -
         hops.append(func.__name__)
         return await real_to_thread(func, *args)
 
-    monkeypatch.setattr(kube, "read_object", read_object)
-    monkeypatch.setattr(kube, "live_writers", lambda *_: [])
+    monkeypatch.setattr(apiserver_reads, "read_object", read_object)
+    monkeypatch.setattr(apiserver_reads, "live_writers", lambda *_: [])
     monkeypatch.setattr(admission.asyncio, "to_thread", to_thread)
     monkeypatch.setattr(admission, "_owner_objects",
-                        OwnerCache(lambda *ref: kube.read_object(*ref)))
+                        OwnerCache(lambda *ref: apiserver_reads.read_object(*ref)))
 
     def owned(rank: int) -> dict[str, Any]:
         pod = job_pod(rank, f"w-{rank}")
