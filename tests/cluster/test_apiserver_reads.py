@@ -114,3 +114,22 @@ def test_a_watch_brings_what_is_created_after_its_list(
         assert missing.value.status == 404
     finally:
         apiserver_reads.connection.cache_clear()
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_a_kubeconfig_that_skips_verification_still_reads(
+        cluster: apiserver.Cluster, namespace: str, tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.write_text(json.dumps({
+        "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        "clusters": [{"name": "k", "cluster": {"server": cluster.server,
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": cluster.token}}]}))
+    assert _pods(apiserver_reads.from_kubeconfig(config), namespace) == 0
+    # Without it, the apiserver's certificate (its own CA) is refused.
+    strict = json.loads(config.read_text())
+    strict["clusters"][0]["cluster"].pop("insecure-skip-tls-verify")
+    config.write_text(json.dumps(strict))
+    with pytest.raises(apiserver_reads.HTTPError, match="CERTIFICATE_VERIFY_FAILED"):
+        _pods(apiserver_reads.from_kubeconfig(config), namespace)

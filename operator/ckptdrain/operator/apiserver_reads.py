@@ -13,10 +13,13 @@ HTTP itself for the two ways a pod or a developer is given credentials:
 - a kubeconfig whose user has a client certificate, a token or a token file.
 
 A kubeconfig this cannot follow (an exec plugin, an auth provider, a user
-name and password) gets the `kubernetes` package's client, as before.
+name and password, a proxy, several files to merge) gets the `kubernetes`
+package's client, as before; so does any process with a proxy in its
+environment, whose apiserver calls the SDK would send through it.
 Every answer that is not 2xx raises ApiError with the apiserver's message;
-a failed connection or a timeout raises urllib3's HTTPError. Neither ever
-carries a credential.
+anything else that fails (no connection, a timeout, an unreadable token,
+an answer that is not JSON) raises urllib3's HTTPError (ReadFailed for
+ours). Neither ever carries a credential.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from ckptdrain.contract.api import (
     policy_labelled,
 )
 
-__all__ = ["ApiError", "HTTPError", "get_json", "list_policies", "live_writers",
+__all__ = ["ApiError", "HTTPError", "ReadFailed", "get_json", "list_policies", "live_writers",
            "read_object", "stream", "watch_events", "writer_selectors"]
 
 log = logging.getLogger(__name__)
@@ -57,14 +60,16 @@ log = logging.getLogger(__name__)
 ADMISSION_READ_TIMEOUT_S = 5
 #: Connections kept to the apiserver (admission's threads, two watches).
 POOL_SIZE = 8
-#: One retry of a connection that failed (a pooled one the apiserver
-#: closed), none of a read that timed out: a read inside an admission is
-#: bounded by its timeout (urllib3's default is three, each with the whole
-#: timeout again).
+#: One retry of a connection that could not be made, none of a read (a
+#: timeout, or a pooled connection the apiserver had closed): a read inside
+#: an admission is bounded by its timeout (urllib3's default is three, each
+#: with the whole timeout again).
 RETRIES = Retry(total=1, connect=1, read=0, status=0, other=0, redirect=0)
 #: Where the kubelet mounts a pod's service-account credentials.
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 USER_AGENT = "ckptdrain-admission"
+#: Environment that makes the SDK send its calls through a proxy.
+PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
 
 
 class ApiError(Exception):
@@ -75,8 +80,13 @@ class ApiError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
+class ReadFailed(HTTPError):
+    """A read that failed on our side: the token could not be read, or the
+    answer was not JSON."""
+
+
 class UnsupportedCredentials(Exception):
-    """A kubeconfig user this module cannot act as (the SDK's client can)."""
+    """A connection this module cannot make (the SDK's client can)."""
 
 
 class TokenFile:
@@ -91,12 +101,17 @@ class TokenFile:
         self._token = ""
 
     def __call__(self) -> str:
-        info = os.stat(self.path)  # follows the kubelet's symlinks
-        seen = (info.st_ino, info.st_mtime_ns, info.st_size)
         with self._lock:
-            if seen != self._seen:
-                self._token = self.path.read_text().strip()
-                self._seen = seen
+            try:
+                info = os.stat(self.path)  # follows the kubelet's symlinks
+                seen = (info.st_ino, info.st_mtime_ns, info.st_size)
+                if seen != self._seen:
+                    self._token = self.path.read_text().strip()
+                    self._seen = seen
+            except OSError as error:
+                if not self._token:  # mid-swap: the last good one meanwhile
+                    raise ReadFailed(f"cannot read the token file {self.path}: "
+                                     f"{error.strerror}") from None
             return self._token
 
 
@@ -108,9 +123,12 @@ class Connection:
                  ) -> None:
         self.server = server.rstrip("/")
         self.token = token  # a callable giving the token, or None
-        pool_args: dict[str, Any] = {"maxsize": POOL_SIZE, "retries": RETRIES,
-                                     "headers": {"User-Agent": USER_AGENT}}
+        pool_args: dict[str, Any] = {"maxsize": POOL_SIZE, "retries": RETRIES}
         if self.server.startswith("https://"):
+            if not verify and context is not None:
+                # In this order: ssl refuses CERT_NONE while names are checked.
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
             pool_args["ssl_context"] = context
             if not verify:
                 pool_args.update(cert_reqs="CERT_NONE", assert_hostname=False)
@@ -120,14 +138,16 @@ class Connection:
 
     def request(self, path: str, query: list[tuple[str, str]], timeout: Any,
                 preload: bool) -> Any:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if self.token is not None:
             headers["Authorization"] = f"Bearer {self.token()}"
         url = self.server + path + (f"?{urlencode(query)}" if query else "")
-        read, connect = (timeout[1], timeout[0]) if isinstance(timeout, tuple) else (
-            timeout, timeout)
+        # A number bounds the whole read, as the SDK's client did; a watch
+        # gives (connect, between reads).
+        limit = (urllib3.Timeout(connect=timeout[0], read=timeout[1])
+                 if isinstance(timeout, tuple) else urllib3.Timeout(total=timeout))
         return self.pool.request("GET", url, headers=headers, preload_content=preload,
-                                 timeout=urllib3.Timeout(connect=connect, read=read))
+                                 timeout=limit)
 
 
 def in_cluster(environ: Any = os.environ, directory: Path = SERVICE_ACCOUNT_DIR
@@ -158,6 +178,9 @@ def from_kubeconfig(path: str | Path) -> Connection:
         if user.get(field):
             raise UnsupportedCredentials(f"{where}: user {context.get('user')!r} has "
                                          f"{field!r}")
+    if cluster.get("proxy-url"):
+        raise UnsupportedCredentials(f"{where}: cluster {context.get('cluster')!r} has "
+                                     "'proxy-url'")
     server = cluster.get("server")
     if not isinstance(server, str) or not server:
         raise ValueError(f"{where}: cluster {context.get('cluster')!r} has no server")
@@ -167,6 +190,9 @@ def from_kubeconfig(path: str | Path) -> Connection:
         cadata=_data(cluster.get("certificate-authority-data")))
     certificate = _pem(user, "client-certificate", base)
     key = _pem(user, "client-key", base)
+    if bool(certificate) != bool(key):
+        raise ValueError(f"{where}: user {context.get('user')!r} has a client certificate "
+                         "or a client key, not both")
     if certificate and key:
         _load_chain(tls, certificate, key)
     token: Any = None
@@ -205,12 +231,22 @@ def _pem(user: dict[str, Any], field: str, base: Path) -> bytes | None:
 
 
 def _load_chain(context: ssl.SSLContext, certificate: bytes, key: bytes) -> None:
-    """Load a client certificate given as bytes: ssl reads only files, so
-    through a private temporary file that is gone before this returns."""
+    """Load a client certificate and key given as bytes. ssl reads only
+    files: through an anonymous file in memory where the kernel has them,
+    else a private temporary file that is gone before this returns."""
+    both = certificate.rstrip(b"\n") + b"\n" + key
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("ckptdrain-client")
+        try:
+            os.write(fd, both)
+            context.load_cert_chain(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
     fd, name = tempfile.mkstemp(prefix="ckptdrain-client-")
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(certificate.rstrip(b"\n") + b"\n" + key)
+            out.write(both)
         context.load_cert_chain(name)
     finally:
         os.unlink(name)
@@ -226,27 +262,44 @@ class _SdkConnection:
 
     def request(self, path: str, query: list[tuple[str, str]], timeout: Any,
                 preload: bool) -> Any:
-        method, url, headers, body, post = self.api.param_serialize(
-            "GET", path, query_params=query, header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"])
-        # Its response is always unread: `.data` reads it whole.
-        return self.api.call_api(method, url, headers, body, post,
-                                 _request_timeout=timeout).response
+        try:
+            method, url, headers, body, post = self.api.param_serialize(
+                "GET", path, query_params=query,
+                header_params={"Accept": "application/json", "User-Agent": USER_AGENT},
+                auth_settings=["BearerToken"])
+            # Its response is always unread: `.data` reads it whole.
+            return self.api.call_api(method, url, headers, body, post,
+                                     _request_timeout=timeout).response
+        except HTTPError:
+            raise
+        except Exception as error:  # its credentials' own failures (an exec plugin)
+            raise ReadFailed(f"GET {path}: {type(error).__name__}: {error}") from None
 
 
 @functools.cache
 def connection() -> Any:
     """The process's one connection: in a pod its service account, else the
-    kubeconfig ($KUBECONFIG's first file, or ~/.kube/config)."""
-    found = in_cluster()
-    if found is not None:
-        return found
-    path = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or "~/.kube/config"
+    kubeconfig ($KUBECONFIG, or ~/.kube/config)."""
     try:
-        return from_kubeconfig(Path(path).expanduser())
+        return own_connection(os.environ)
     except UnsupportedCredentials as why:
         log.info("apiserver reads through the kubernetes package: %s", why)
         return _SdkConnection()
+
+
+def own_connection(environ: Any) -> Connection:
+    """This module's connection for `environ`; UnsupportedCredentials where
+    the SDK's client must make it."""
+    proxies = [name for name in PROXY_ENV if environ.get(name)]
+    if proxies:
+        raise UnsupportedCredentials(f"{proxies[0]} is set")
+    found = in_cluster(environ)
+    if found is not None:
+        return found
+    files = [f for f in (environ.get("KUBECONFIG") or "").split(os.pathsep) if f]
+    if len(files) > 1:
+        raise UnsupportedCredentials("KUBECONFIG names several files to merge")
+    return from_kubeconfig(Path(files[0] if files else "~/.kube/config").expanduser())
 
 
 def _raise_for(response: Any) -> None:
@@ -266,7 +319,10 @@ def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[st
     """GET `path` as JSON."""
     response = connection().request(path, query, timeout, preload=True)
     _raise_for(response)
-    found = json.loads(response.data)
+    try:
+        found = json.loads(response.data)
+    except ValueError:
+        raise ReadFailed(f"GET {path}: the answer is not JSON") from None
     return found if isinstance(found, dict) else {}
 
 
@@ -319,7 +375,7 @@ def read_object(api_version: str, plural: str, namespace: str, name: str
     except ApiError as error:
         if error.status not in (403, 404):
             log.warning("could not read %s %s/%s: %s", plural, namespace, name, error)
-    except HTTPError as error:  # no connection, or a timeout
+    except Exception as error:  # no connection, a timeout, the SDK's own failures
         log.warning("could not read %s %s/%s: %s", plural, namespace, name, error)
     return None
 

@@ -5,17 +5,26 @@ package. Against a real apiserver: tests/cluster/test_apiserver_reads.py."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import logging
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-from ckptdrain.operator import apiserver_reads
-from ckptdrain.operator.apiserver_reads import ApiError, TokenFile, UnsupportedCredentials
+from ckptdrain.operator import apiserver_reads, policy_mirror
+from ckptdrain.operator.apiserver_reads import (
+    ApiError,
+    ReadFailed,
+    TokenFile,
+    UnsupportedCredentials,
+)
 
 
 def test_the_admission_process_never_loads_the_kubernetes_package() -> None:
@@ -93,7 +102,7 @@ def test_outside_a_pod_there_is_no_in_cluster_connection(tmp_path: Path) -> None
     assert apiserver_reads.in_cluster(env, tmp_path) is None  # no token mounted
 
 
-def test_an_error_keeps_the_apiserver_message_and_no_credential() -> None:
+def test_an_error_keeps_the_apiserver_message() -> None:
     class Response:
         status, reason = 403, "Forbidden"
         data = json.dumps({"kind": "Status", "message": 'pods is forbidden: User "x" '
@@ -104,3 +113,137 @@ def test_an_error_keeps_the_apiserver_message_and_no_credential() -> None:
     assert raised.value.status == 403
     assert str(raised.value) == ('(403) Forbidden: pods is forbidden: User "x" cannot list '
                                  'resource "pods"')
+
+
+def test_a_token_file_mid_swap_keeps_the_last_good_token(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    never = TokenFile(token)
+    with pytest.raises(ReadFailed, match="cannot read the token file"):
+        never()  # nothing good yet: a failed read, not a crash
+    token.write_text("good")
+    read = TokenFile(token)
+    assert read() == "good"
+    token.unlink()  # the kubelet between removing the old and linking the new
+    assert read() == "good"
+
+
+@pytest.mark.parametrize(("environ", "why"), [
+    ({"HTTPS_PROXY": "http://proxy:3128"}, "HTTPS_PROXY is set"),
+    ({"KUBECONFIG": f"/a{os.pathsep}/b"}, "KUBECONFIG names several files"),
+])
+def test_a_proxy_or_files_to_merge_are_left_to_the_sdk(environ: dict[str, str],
+                                                        why: str) -> None:
+    with pytest.raises(UnsupportedCredentials, match=why):
+        apiserver_reads.own_connection(environ)
+
+
+def test_a_cluster_behind_a_proxy_url_is_left_to_the_sdk(tmp_path: Path) -> None:
+    config = _kubeconfig(tmp_path / "config", {"token": "t"},
+                         {"server": "https://k:6443", "proxy-url": "http://proxy:3128"})
+    with pytest.raises(UnsupportedCredentials, match="'proxy-url'"):
+        apiserver_reads.own_connection({"KUBECONFIG": str(config)})
+
+
+def test_a_certificate_without_its_key_is_named(tmp_path: Path) -> None:
+    (tmp_path / "c.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    config = _kubeconfig(tmp_path / "config", {"client-certificate": "c.crt"})
+    with pytest.raises(ValueError, match="a client certificate or a client key, not both"):
+        apiserver_reads.from_kubeconfig(config)
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    seen: ClassVar[list[dict[str, str]]] = []
+    body = b"{}"
+    status = 200
+
+    def do_GET(self) -> None:
+        type(self).seen.append({"path": self.path, **dict(self.headers)})
+        self.send_response(self.status)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def plain_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_Recorder]]:
+    handler = type("Handler", (_Recorder,), {"seen": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    here = apiserver_reads.Connection(f"http://127.0.0.1:{server.server_address[1]}", None,
+                                      lambda: "s3cret")
+    monkeypatch.setattr(apiserver_reads, "connection", lambda: here)
+    yield handler
+    server.shutdown()
+
+
+def test_a_read_says_who_it_is_and_carries_the_token(plain_server: Any) -> None:
+    assert apiserver_reads.get_json("/api/v1/pods", [("labelSelector", "a=b")], 5) == {}
+    seen = plain_server.seen[0]
+    assert seen["path"] == "/api/v1/pods?labelSelector=a%3Db"
+    assert seen["User-Agent"] == "ckptdrain-admission"
+    assert seen["Authorization"] == "Bearer s3cret"
+
+
+def test_an_answer_that_is_not_json_is_a_failed_read(plain_server: Any) -> None:
+    plain_server.body = b"<html>a proxy's page</html>"
+    with pytest.raises(ReadFailed, match="the answer is not JSON"):
+        apiserver_reads.get_json("/api/v1/pods", [], 5)
+    # An owner is optional knowledge: any failure reads as absent.
+    assert apiserver_reads.read_object("batch/v1", "jobs", "ml", "train") is None
+
+
+def test_a_watch_refused_gives_its_connection_back(plain_server: Any) -> None:
+    plain_server.status, plain_server.body = 410, b'{"message": "too old"}'
+    here = apiserver_reads.connection()
+    with pytest.raises(ApiError, match="too old"):
+        apiserver_reads.stream("/api/v1/pods", [("watch", "true")], (5, 5))
+    to_server = here.pool.connection_from_url(here.server)
+    # Its one connection is back in the pool (a slot short if it were not).
+    assert to_server.num_connections == 1
+    assert to_server.pool.qsize() == apiserver_reads.POOL_SIZE
+
+
+def test_the_policy_view_lists_then_watches_from_the_list(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    watches: list[dict[str, str]] = []
+    done, again = threading.Event(), threading.Event()
+    offered: list[Any] = []
+    policy = {"metadata": {"name": "llama", "namespace": "ml", "resourceVersion": "4"},
+              "spec": {"selector": {"matchLabels": {"app": "a"}}}}
+
+    def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[str, Any]:
+        assert path == "/apis/ckptdrain.io/v1alpha1/namespaces/ml/checkpointpolicies"
+        return {"items": [policy], "metadata": {"resourceVersion": "4"}}
+
+    class Response:
+        def stream(self, amt: int) -> Any:
+            return iter([json.dumps({"type": "BOOKMARK", "object": {
+                "metadata": {"resourceVersion": "9"}}}).encode() + b"\n"])
+
+        def release_conn(self) -> None:
+            done.set()
+
+        def close(self) -> None:
+            pass
+
+    def stream(path: str, query: list[tuple[str, str]], timeout: Any) -> Response:
+        watches.append(dict(query))
+        if len(watches) > 1:
+            offered.append(mirror.candidates("ml", {"app": "a"}))
+            again.set()
+            raise ApiError(500, "stop here")
+        return Response()
+
+    monkeypatch.setattr(apiserver_reads, "get_json", get_json)
+    monkeypatch.setattr(apiserver_reads, "stream", stream)
+    mirror = policy_mirror.PolicyMirror()
+    stopping = threading.Event()
+    policy_mirror.start(mirror, "ml", logging.getLogger("test"), stopping)
+    assert done.wait(10) and again.wait(10)
+    stopping.set()
+    assert watches[0]["resourceVersion"] == "4" and watches[0]["allowWatchBookmarks"] == "true"
+    assert watches[1]["resourceVersion"] == "9"  # from the bookmark on
+    assert offered[0] == [policy]  # listed, and current through the first watch
