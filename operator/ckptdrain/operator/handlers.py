@@ -8,7 +8,6 @@ operator converges to the same result without duplicates.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from ckptdrain.operator import (
     record_sync,
     restores,
     share_channel,
+    slim,
     watchdog,
     webhook,
 )
@@ -126,7 +126,7 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
 @kopf.index(*POLICIES)
 def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
                            **_: Any) -> dict[Key, dict[str, Any]]:
-    return {(namespace, name): copy.deepcopy(dict(body))}
+    return {(namespace, name): slim.kept_copy(body)}
 
 
 @kopf.index("v1", "pods", annotations=INJECTED)
@@ -153,7 +153,7 @@ def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
 @kopf.index(*CHECKPOINTS)
 def checkpoint_index(namespace: str, spec: kopf.Spec, body: kopf.Body,
                      **_: Any) -> dict[Key, dict[str, Any]]:
-    return {(namespace, spec.get("policy", "")): copy.deepcopy(dict(body))}
+    return {(namespace, spec.get("policy", "")): slim.kept_copy(body)}
 
 
 @kopf.index("v1", "pods", annotations=INJECTED)

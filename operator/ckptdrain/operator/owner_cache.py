@@ -20,6 +20,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from ckptdrain.operator.slim import without_managed_fields
+
 Read = Callable[[str, str, str, str], "dict[str, Any] | None"]
 Key = tuple[str, str, str, str]
 
@@ -81,7 +83,7 @@ class OwnerCache:
                 del self._flights[key]
                 if obj is not None and _uid(obj) is not None and (uid is None or
                                                                   _uid(obj) == uid):
-                    self._entries[key] = (_kept(obj), self._clock() + self._ttl)
+                    self._entries[key] = (without_managed_fields(obj), self._clock() + self._ttl)
                     self._entries.move_to_end(key)
                     self._expire()
             flight.result = obj
@@ -110,14 +112,6 @@ class OwnerCache:
             del self._entries[key]
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
-
-
-def _kept(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without its managedFields (often most of it; nothing reads them)."""
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict) or "managedFields" not in meta:
-        return obj
-    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
 def _uid(obj: dict[str, Any]) -> str | None:

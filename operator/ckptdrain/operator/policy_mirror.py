@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptdrain.operator.admission import LabelKey, label_key
+from ckptdrain.operator.slim import without_managed_fields
 from ckptdrain.operator.watched_view import WatchedView, follow, keep_in_step
 
 Key = tuple[str, str]
@@ -63,6 +64,7 @@ class PolicyMirror(WatchedView):
         self._unfile(key)
         spec = body.get("spec") or {}
         selector = spec.get("selector") if isinstance(spec, Mapping) else None
+        body = without_managed_fields(body)
         self._bodies[key] = body
         label = label_key(key[0], selector if isinstance(selector, Mapping) else None)
         self._by_label.setdefault(label, {})[key] = body
