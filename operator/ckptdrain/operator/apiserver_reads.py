@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import ipaddress
 import json
 import logging
 import os
@@ -35,7 +36,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import urllib3
 from urllib3.exceptions import HTTPError
@@ -61,15 +62,19 @@ ADMISSION_READ_TIMEOUT_S = 5
 #: Connections kept to the apiserver (admission's threads, two watches).
 POOL_SIZE = 8
 #: One retry of a connection that could not be made, none of a read (a
-#: timeout, or a pooled connection the apiserver had closed): a read inside
-#: an admission is bounded by its timeout (urllib3's default is three, each
-#: with the whole timeout again).
+#: timeout, or a pooled connection the apiserver had closed, which refuses
+#: that admission with a 503 its controller retries): a read inside an
+#: admission takes at most two connection attempts and one read, each
+#: bounded by the timeout, as with the SDK's client (urllib3's default is
+#: three retries, each with the whole timeout again).
 RETRIES = Retry(total=1, connect=1, read=0, status=0, other=0, redirect=0)
 #: Where the kubelet mounts a pod's service-account credentials.
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 USER_AGENT = "ckptdrain-admission"
-#: Environment that makes the SDK send its calls through a proxy.
-PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")
+#: Environment that makes the SDK send its calls to an https apiserver
+#: through a proxy (its Configuration reads these), unless NO_PROXY covers it.
+PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+NO_PROXY_ENV = ("NO_PROXY", "no_proxy")
 
 
 class ApiError(Exception):
@@ -99,6 +104,7 @@ class TokenFile:
         self._lock = threading.Lock()
         self._seen: tuple[int, int, int] | None = None
         self._token = ""
+        self._stale = False
 
     def __call__(self) -> str:
         with self._lock:
@@ -108,10 +114,15 @@ class TokenFile:
                 if seen != self._seen:
                     self._token = self.path.read_text().strip()
                     self._seen = seen
-            except OSError as error:
-                if not self._token:  # mid-swap: the last good one meanwhile
-                    raise ReadFailed(f"cannot read the token file {self.path}: "
-                                     f"{error.strerror}") from None
+                    self._stale = False
+            except (OSError, ValueError) as error:
+                why = getattr(error, "strerror", None) or type(error).__name__
+                if not self._token:
+                    raise ReadFailed(f"cannot read the token file {self.path}: {why}") from None
+                if not self._stale:  # mid-swap, or gone: the last good one meanwhile
+                    log.warning("cannot read the token file %s (%s); using the last one read",
+                                self.path, why)
+                    self._stale = True
             return self._token
 
 
@@ -259,13 +270,13 @@ class _SdkConnection:
         from ckptdrain import kubeclient
 
         self.api = kubeclient.api_client(pool_size=POOL_SIZE, retries=RETRIES)
+        self.api.user_agent = USER_AGENT  # its default headers win over a request's
 
     def request(self, path: str, query: list[tuple[str, str]], timeout: Any,
                 preload: bool) -> Any:
         try:
             method, url, headers, body, post = self.api.param_serialize(
-                "GET", path, query_params=query,
-                header_params={"Accept": "application/json", "User-Agent": USER_AGENT},
+                "GET", path, query_params=query, header_params={"Accept": "application/json"},
                 auth_settings=["BearerToken"])
             # Its response is always unread: `.data` reads it whole.
             return self.api.call_api(method, url, headers, body, post,
@@ -290,16 +301,50 @@ def connection() -> Any:
 def own_connection(environ: Any) -> Connection:
     """This module's connection for `environ`; UnsupportedCredentials where
     the SDK's client must make it."""
-    proxies = [name for name in PROXY_ENV if environ.get(name)]
-    if proxies:
-        raise UnsupportedCredentials(f"{proxies[0]} is set")
     found = in_cluster(environ)
-    if found is not None:
-        return found
-    files = [f for f in (environ.get("KUBECONFIG") or "").split(os.pathsep) if f]
-    if len(files) > 1:
-        raise UnsupportedCredentials("KUBECONFIG names several files to merge")
-    return from_kubeconfig(Path(files[0] if files else "~/.kube/config").expanduser())
+    if found is None:
+        files = [f for f in (environ.get("KUBECONFIG") or "").split(os.pathsep) if f]
+        if len(files) > 1:
+            raise UnsupportedCredentials("KUBECONFIG names several files to merge")
+        found = from_kubeconfig(Path(files[0] if files else "~/.kube/config").expanduser())
+    proxy = proxied(found.server, environ)
+    if proxy:
+        raise UnsupportedCredentials(f"{proxy} sends {found.server} through a proxy")
+    return found
+
+
+def proxied(server: str, environ: Any) -> str | None:
+    """The variable that sends the SDK's calls to `server` through a proxy
+    (its rule: the https or all proxy, unless NO_PROXY names the host, a
+    domain above it, or *), or None."""
+    name = next((n for n in PROXY_ENV if environ.get(n)), None)
+    if name is None or not server.startswith("https://"):
+        return None
+    parts = urlsplit(server)
+    host, host_port = (parts.hostname or "").lower(), parts.netloc.lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    skip = next((environ[n] for n in NO_PROXY_ENV if environ.get(n)), "")
+    for entry in (e.strip().lower() for e in skip.split(",")):
+        if not entry:
+            continue
+        if entry == "*" or _in_network(address, entry):
+            return None
+        domain = entry.lstrip(".")
+        if host == domain or host.endswith("." + domain) or host_port == domain:
+            return None
+    return name
+
+
+def _in_network(address: Any, entry: str) -> bool:
+    if address is None:
+        return False
+    try:
+        return address in ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return False
 
 
 def _raise_for(response: Any) -> None:

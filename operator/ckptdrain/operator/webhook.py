@@ -20,7 +20,6 @@ Neither has side effects, so dry-run requests are answered the same way.
 
 from __future__ import annotations
 
-import copy
 import logging
 import subprocess
 import tempfile
@@ -33,7 +32,7 @@ import jsonpatch
 import kopf
 
 from ckptdrain.contract import api
-from ckptdrain.operator import heap, leadership, metrics, webhook_tls
+from ckptdrain.operator import heap, leadership, metrics, slim, webhook_tls
 from ckptdrain.operator.admission import (
     MUTATE_ID,
     VALIDATE_ID,
@@ -96,7 +95,7 @@ def policy_by_label(namespace: str, body: kopf.Body, spec: kopf.Spec,
     thousand policies that scan was a fifth of the event loop's time)."""
     selector = spec.get("selector")
     return {label_key(namespace, selector if isinstance(selector, Mapping) else None):
-            copy.deepcopy(dict(body))}
+            slim.kept_copy(body)}
 
 
 def _candidates(namespace: str, labels: Mapping[str, str],

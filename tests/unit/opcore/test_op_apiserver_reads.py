@@ -125,16 +125,59 @@ def test_a_token_file_mid_swap_keeps_the_last_good_token(tmp_path: Path) -> None
     assert read() == "good"
     token.unlink()  # the kubelet between removing the old and linking the new
     assert read() == "good"
+    token.write_bytes(b"\xff\xfe not text")
+    assert read() == "good"  # nor a half-written one
+    token.write_text("next")
+    assert read() == "next"
 
 
-@pytest.mark.parametrize(("environ", "why"), [
-    ({"HTTPS_PROXY": "http://proxy:3128"}, "HTTPS_PROXY is set"),
-    ({"KUBECONFIG": f"/a{os.pathsep}/b"}, "KUBECONFIG names several files"),
+def test_files_to_merge_are_left_to_the_sdk() -> None:
+    with pytest.raises(UnsupportedCredentials, match="KUBECONFIG names several files"):
+        apiserver_reads.own_connection({"KUBECONFIG": f"/a{os.pathsep}/b"})
+
+
+@pytest.mark.parametrize(("environ", "through"), [
+    ({}, None),
+    ({"HTTP_PROXY": "http://proxy:3128"}, None),  # not for an https apiserver
+    ({"HTTPS_PROXY": "http://proxy:3128"}, "HTTPS_PROXY"),
+    ({"all_proxy": "http://proxy:3128"}, "all_proxy"),
+    ({"HTTPS_PROXY": "http://p:1", "NO_PROXY": "localhost,.svc"}, None),
+    ({"HTTPS_PROXY": "http://p:1", "NO_PROXY": "default.svc"}, None),
+    ({"HTTPS_PROXY": "http://p:1", "no_proxy": "example.com"}, "HTTPS_PROXY"),
+    ({"HTTPS_PROXY": "http://p:1", "NO_PROXY": "*"}, None),
 ])
-def test_a_proxy_or_files_to_merge_are_left_to_the_sdk(environ: dict[str, str],
-                                                        why: str) -> None:
-    with pytest.raises(UnsupportedCredentials, match=why):
+def test_a_proxy_is_followed_by_the_sdks_rule(environ: dict[str, str],
+                                              through: str | None) -> None:
+    server = "https://kubernetes.default.svc:443"
+    assert apiserver_reads.proxied(server, environ) == through
+
+
+def test_no_proxy_names_the_service_network_by_address() -> None:
+    environ = {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "10.96.0.0/12"}
+    assert apiserver_reads.proxied("https://10.96.0.1:443", environ) is None
+    assert apiserver_reads.proxied("https://192.168.1.1:6443", environ) == "HTTPS_PROXY"
+    assert apiserver_reads.proxied("https://192.168.1.1:6443",
+                                   {**environ, "NO_PROXY": "192.168.1.1:6443"}) is None
+
+
+def test_a_proxied_apiserver_is_left_to_the_sdk(tmp_path: Path) -> None:
+    config = _kubeconfig(tmp_path / "config", {"token": "t"})
+    environ = {"KUBECONFIG": str(config), "HTTPS_PROXY": "http://proxy:3128"}
+    with pytest.raises(UnsupportedCredentials, match=r"HTTPS_PROXY sends https://127\.0\.0\.1:1"):
         apiserver_reads.own_connection(environ)
+    assert apiserver_reads.own_connection({**environ, "NO_PROXY": "127.0.0.1"}).server == (
+        "https://127.0.0.1:1")
+
+
+def test_the_sdks_own_failures_are_failed_reads() -> None:
+    class Broken:
+        def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("exec plugin 'aws' exited 1")
+
+    sdk = object.__new__(apiserver_reads._SdkConnection)
+    sdk.api = Broken()
+    with pytest.raises(ReadFailed, match="RuntimeError: exec plugin 'aws' exited 1"):
+        sdk.request("/api/v1/pods", [], 5, True)
 
 
 def test_a_cluster_behind_a_proxy_url_is_left_to_the_sdk(tmp_path: Path) -> None:
@@ -193,17 +236,6 @@ def test_an_answer_that_is_not_json_is_a_failed_read(plain_server: Any) -> None:
         apiserver_reads.get_json("/api/v1/pods", [], 5)
     # An owner is optional knowledge: any failure reads as absent.
     assert apiserver_reads.read_object("batch/v1", "jobs", "ml", "train") is None
-
-
-def test_a_watch_refused_gives_its_connection_back(plain_server: Any) -> None:
-    plain_server.status, plain_server.body = 410, b'{"message": "too old"}'
-    here = apiserver_reads.connection()
-    with pytest.raises(ApiError, match="too old"):
-        apiserver_reads.stream("/api/v1/pods", [("watch", "true")], (5, 5))
-    to_server = here.pool.connection_from_url(here.server)
-    # Its one connection is back in the pool (a slot short if it were not).
-    assert to_server.num_connections == 1
-    assert to_server.pool.qsize() == apiserver_reads.POOL_SIZE
 
 
 def test_the_policy_view_lists_then_watches_from_the_list(

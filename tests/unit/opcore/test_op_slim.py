@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ckptdrain.operator import handlers, policy_mirror
+from ckptdrain.operator import handlers, policy_mirror, webhook
 from ckptdrain.operator.slim import kept_copy, without_managed_fields
 
 
@@ -49,6 +49,8 @@ def test_the_operator_indexes_and_the_admission_view_keep_no_managed_fields() ->
     indexed = handlers.checkpoint_index(namespace="ml", spec=record["spec"], body=record)
     assert indexed[("ml", "llama")] == {"metadata": {"name": "llama-100"},
                                         "spec": {"policy": "llama", "step": 100}}
+    (filed,) = webhook.policy_by_label(namespace="ml", body=body, spec=body["spec"]).values()
+    assert "managedFields" not in filed["metadata"] and filed["spec"] == body["spec"]
     view = policy_mirror.PolicyMirror()
     view.replace([body], "3")
     (offered,) = view.candidates("ml", {"app": "a"}) or []
