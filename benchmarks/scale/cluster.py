@@ -112,6 +112,8 @@ class ProcSample:
     cpu_s: float
     rss_bytes: int
     peak_rss_bytes: int
+    #: Each process's own resident bytes: the operator first, then its children.
+    rss_by_process: tuple[int, ...] = ()
 
 
 def _family(pid: int) -> list[int]:
@@ -152,7 +154,8 @@ def sample(pid: int) -> ProcSample:
             if member == pid:
                 raise
     return ProcSample(sum(p.cpu_s for p in parts), sum(p.rss_bytes for p in parts),
-                      sum(p.peak_rss_bytes for p in parts))
+                      sum(p.peak_rss_bytes for p in parts),
+                      tuple(p.rss_bytes for p in parts))
 
 
 #: How long a phase may take the operator to work off (its event backlog).

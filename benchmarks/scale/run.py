@@ -207,6 +207,8 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
         final = cluster.sample(pid)
         out["operator_rss_mib"] = round(final.rss_bytes / 2**20, 1)
         out["operator_peak_rss_mib"] = round(final.peak_rss_bytes / 2**20, 1)
+        # The operator's own, then its admission process's.
+        out["rss_by_process_mib"] = [round(b / 2**20, 1) for b in final.rss_by_process]
     return summarize(out)
 
 
