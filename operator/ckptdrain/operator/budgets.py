@@ -9,7 +9,9 @@ policy is parsed again only when its spec changed (its uid or generation),
 and the joint split is redone only when some policy's sizing input changed.
 A pod arriving or leaving changes only its own policy's per-drainer figure,
 never the split: the model's budgets do not depend on the drainer count.
-What remains per ask is a pass over the index, a lookup per policy.
+What remains per ask is a pass over the index, a lookup per policy; and a
+rebalance of one policy while no policy changed (rebalance.py) skips even
+that: it takes the last answer and recounts its own drainers (`recounted`).
 """
 
 from __future__ import annotations
@@ -144,6 +146,15 @@ class JointBudgets:
                                      per_drainer_bandwidth=sized.allowed_bandwidth / drainers)
         self._spread[key] = (sized, drainers, spread)
         return spread
+
+    def recounted(self, key: Key, budget: Budget, drainers: int) -> Budget:
+        """`budget` (one of compute's answers) for `drainers` (at least
+        one): as compute would give it while no policy changed."""
+        sized, share, policy = budget
+        with self._lock:
+            counted = self._counted_policy(key, policy, max(1, drainers))
+            return (self._spread_over(key, sized, counted.sizing_input.drainers), share,
+                    counted)
 
     def forget(self, key: Key) -> None:
         """A deleted policy's memo (its name may come back as another policy)."""

@@ -236,9 +236,12 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
                            pod_index: kopf.Index[Key, Any],
                            checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
     """Conditions to the metrics; a policy gone frees its part of the cluster cap."""
+    key = (body.metadata.namespace or "", body.metadata.name or "")
+    if event.get("type") != "DELETED":
+        # First: Kopf runs this after its indexes hold the object (rebalance.py).
+        rebalance.changes.seen(key, body)
     metrics.observe_policy(body.metadata.namespace or "", body.metadata.name or "", body,
                            deleted=event.get("type") == "DELETED")
-    key = (body.metadata.namespace or "", body.metadata.name or "")
     if event.get("type") != "DELETED" and rebalance.stale(key, body):
         # A budget or constraint the joint allocation no longer holds (a late, stale patch).
         rebalance.schedule(rebalance.JOINT, memo.config, checkpointpolicy_index, pod_index,

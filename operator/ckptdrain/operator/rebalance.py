@@ -51,6 +51,44 @@ _joint_lock = threading.Lock()
 _joint = jb.JointBudgets()
 
 
+class _PolicyChanges:
+    """Whether any policy's sizing input may have changed since a moment:
+    a policy came or went, or its uid or generation moved (what JointBudgets
+    parses again on). Told from the policy event handler, which Kopf runs
+    after its indexes hold the event's object, so a version read before the
+    index is never newer than what the index holds."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._stamps: dict[Key, tuple[Any, Any]] = {}
+        self._lock = threading.Lock()
+
+    def seen(self, key: Key, body: Mapping[str, Any], deleted: bool = False) -> None:
+        meta = body.get("metadata") or {}
+        stamp = (meta.get("uid"), meta.get("generation"))
+        trusted = isinstance(stamp[0], str) and type(stamp[1]) is int
+        with self._lock:
+            if deleted:
+                self._stamps.pop(key, None)
+            elif trusted and self._stamps.get(key) == stamp:
+                return  # a status change, or the same spec again
+            else:
+                self._stamps[key] = stamp
+            self.version += 1
+
+    def moved(self) -> None:
+        """Something else than one policy's event may have changed them."""
+        with self._lock:
+            self.version += 1
+
+
+changes = _PolicyChanges()
+#: The last full answer of `budgets` and the policies' version it was asked
+#: at: a rebalance of one policy reuses it while no policy changed.
+_last_answer: tuple[int, OperatorConfig, dict[Key, jb.Budget]] | None = None
+_answer_lock = threading.Lock()
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -77,6 +115,7 @@ def forget(key: Key) -> None:
     """A deleted policy: drop what the joint pass kept for it."""
     _joint_last.pop(key, None)
     _joint.forget(key)
+    changes.seen(key, {}, deleted=True)
 
 
 def _new_term() -> None:
@@ -86,6 +125,7 @@ def _new_term() -> None:
     budgets."""
     with _joint_lock:
         _joint_last.clear()
+    changes.moved()
 
 
 leadership.on_new_term(_new_term)
@@ -98,9 +138,32 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     then the cluster cap jointly); `fresh` overrides what the index holds."""
     bodies = {key: body for key in list(policies)
               for body in values(policies, key)[:1]}
-    return _joint.compute(bodies, {key: len(values(pods, key)) for key in bodies},
-                          cfg.cluster_bandwidth, lambda body, n: parse_policy(cfg, dict(body), n),
-                          cfg, fresh)
+    global _last_answer
+    version = changes.version  # before the index is read: see _PolicyChanges
+    answer = _joint.compute(bodies, {key: len(values(pods, key)) for key in bodies},
+                            cfg.cluster_bandwidth,
+                            lambda body, n: parse_policy(cfg, dict(body), n), cfg, fresh)
+    if not fresh:
+        with _answer_lock:
+            if _last_answer is None or _last_answer[0] <= version:
+                _last_answer = (version, cfg, answer)
+    return answer
+
+
+def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+              pods: kopf.Index[Key, Any], key: Key) -> dict[Key, jb.Budget]:
+    """`budgets` for one policy ({} if it has none): while no policy changed
+    since the last full answer, that answer's entry recounted for the
+    policy's drainers now, with no pass over every policy and pod."""
+    with _answer_lock:
+        last = _last_answer
+    if last is None or last[0] != changes.version or last[1] is not cfg:
+        whole = budgets(cfg, policies, pods)
+        return {key: whole[key]} if key in whole else {}
+    mine = last[2].get(key)
+    if mine is None:
+        return {}
+    return {key: _joint.recounted(key, mine, len(values(pods, key)))}
 
 
 def rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
@@ -173,7 +236,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                pods: kopf.Index[Key, Any], logger: logging.Logger,
                joint: dict[Key, jb.Budget] | None = None) -> None:
     with locks[key], metrics.reconciling("allocation"):
-        joint = budgets(cfg, policies, pods) if joint is None else joint
+        joint = budget_of(cfg, policies, pods, key) if joint is None else joint
         mine = joint.get(key)
         if mine is None:
             return

@@ -1,6 +1,8 @@
 """operator/budgets.py: the remembered joint budgets equal a fresh parse and
 joint sizing of every policy, whatever changed between asks, and only what
-changed is parsed again."""
+changed is parsed again. rebalance.budget_of: a rebalance of one policy
+reuses the last joint answer while no policy changed, recounting only its
+own drainers, and asks again for everything as soon as one may have."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ckptdrain.operator import allocation, config, policy
+from ckptdrain.operator import allocation, config, policy, rebalance
 from ckptdrain.operator.budgets import JointBudgets
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", cluster_bandwidth=200e9)
@@ -140,3 +142,86 @@ def test_policies_gone_without_a_word_are_not_remembered_for_ever() -> None:
         bodies = {("ns", f"r{round_}-{i}"): body(f"r{round_}-{i}", 1) for i in range(50)}
         memo.compute(bodies, {}, None, parse, CFG)
     assert len(memo._parsed) <= 2 * 50 + 64
+
+
+def test_an_answer_recounted_for_other_drainers_equals_a_fresh_one() -> None:
+    rng = random.Random(11)
+    memo, parse = JointBudgets(), Parser()
+    bodies = {("ns", f"p{i}"): body(f"p{i}", 1) for i in range(20)}
+    drainers = {key: rng.randrange(0, 30) for key in bodies}
+    answer = memo.compute(bodies, drainers, CFG.cluster_bandwidth, parse, CFG)
+    for _ in range(200):
+        key = ("ns", f"p{rng.randrange(20)}")
+        drainers[key] = rng.randrange(0, 30)
+        got = memo.recounted(key, answer[key], drainers[key])
+        assert got == fresh_answer(bodies, drainers)[key]
+        answer[key] = got  # recounted again from a recounted answer
+
+
+class Drainer:
+    def __init__(self, pod: str) -> None:
+        self.pod = pod
+
+
+@pytest.fixture
+def fresh_state(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the full asks: each a pass over every policy and its pods."""
+    memo = JointBudgets()
+    monkeypatch.setattr(rebalance, "_joint", memo)
+    monkeypatch.setattr(rebalance, "changes", rebalance._PolicyChanges())
+    monkeypatch.setattr(rebalance, "_last_answer", None)
+    full: list[int] = []
+    real = memo.compute
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        full.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(memo, "compute", counted)
+    return full
+
+
+def test_one_policy_reuses_the_answer_until_a_policy_changes(fresh_state: list[int]) -> None:
+    policies = {("ns", f"p{i}"): [body(f"p{i}", 1)] for i in range(5)}
+    pods: dict[tuple[str, str], list[Drainer]] = {}
+    for key, (b,) in policies.items():
+        rebalance.changes.seen(key, b)
+    whole = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
+    pods[("ns", "p1")] = [Drainer("a"), Drainer("b"), Drainer("c")]
+    one = rebalance.budget_of(CFG, policies, pods, ("ns", "p1"))  # type: ignore[arg-type]
+    # No new joint split, and what a full ask gives now.
+    assert len(fresh_state) == 1
+    assert one == {("ns", "p1"): fresh_answer(
+        {k: v[0] for k, v in policies.items()}, {("ns", "p1"): 3})[("ns", "p1")]}
+    assert one[("ns", "p1")][0].drainers == 3
+    assert one[("ns", "p1")][1] == whole[("ns", "p1")][1]
+    # A status change is no change; a new generation is.
+    asked = len(fresh_state)
+    rebalance.changes.seen(("ns", "p1"), body("p1", 1))
+    rebalance.budget_of(CFG, policies, pods, ("ns", "p1"))  # type: ignore[arg-type]
+    assert len(fresh_state) == asked
+    policies[("ns", "p2")] = [body("p2", 2)]  # a bigger checkpoint: the split moves
+    rebalance.changes.seen(("ns", "p2"), policies[("ns", "p2")][0])
+    moved = rebalance.budget_of(CFG, policies, pods, ("ns", "p1"))  # type: ignore[arg-type]
+    assert len(fresh_state) == asked + 1
+    assert moved == {("ns", "p1"): fresh_answer(
+        {k: v[0] for k, v in policies.items()}, {("ns", "p1"): 3})[("ns", "p1")]}
+
+
+def test_a_policy_gone_or_invalid_has_no_budget(fresh_state: list[int]) -> None:
+    policies = {("ns", "p0"): [body("p0", 1)],
+                ("ns", "bad"): [body("bad", 1, interval="never")]}
+    for key, (b,) in policies.items():
+        rebalance.changes.seen(key, b)
+    rebalance.budgets(CFG, policies, {})  # type: ignore[arg-type]
+    assert rebalance.budget_of(CFG, policies, {}, ("ns", "bad")) == {}  # type: ignore[arg-type]
+    del policies[("ns", "p0")]
+    rebalance.forget(("ns", "p0"))
+    assert rebalance.budget_of(CFG, policies, {}, ("ns", "p0")) == {}  # type: ignore[arg-type]
+
+
+def test_an_answer_asked_with_a_fresh_policy_is_not_reused(fresh_state: list[int]) -> None:
+    policies = {("ns", "p0"): [body("p0", 1)]}
+    rebalance.changes.seen(("ns", "p0"), policies[("ns", "p0")][0])
+    parsed = rebalance.parse_policy(CFG, body("p0", 5), 1)
+    rebalance.budgets(CFG, policies, {}, {("ns", "p0"): parsed})  # type: ignore[arg-type]
+    assert rebalance._last_answer is None
