@@ -12,6 +12,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,6 +52,14 @@ _joint_lock = threading.Lock()
 _joint = jb.JointBudgets()
 
 
+def _stamp(body: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    """(uid, generation): what the policy's sizing input is known by; None
+    for a body without both, which is never taken for unchanged."""
+    meta = body.get("metadata") or {}
+    uid, generation = meta.get("uid"), meta.get("generation")
+    return (uid, generation) if isinstance(uid, str) and type(generation) is int else None
+
+
 class _PolicyChanges:
     """Whether any policy's sizing input may have changed since a moment:
     a policy came or went, or its uid or generation moved (what JointBudgets
@@ -60,19 +69,17 @@ class _PolicyChanges:
 
     def __init__(self) -> None:
         self.version = 0
-        self._stamps: dict[Key, tuple[Any, Any]] = {}
+        self._stamps: dict[Key, tuple[str, int]] = {}
         self._lock = threading.Lock()
 
     def seen(self, key: Key, body: Mapping[str, Any], deleted: bool = False) -> None:
-        meta = body.get("metadata") or {}
-        stamp = (meta.get("uid"), meta.get("generation"))
-        trusted = isinstance(stamp[0], str) and type(stamp[1]) is int
+        stamp = _stamp(body)
         with self._lock:
             if deleted:
                 self._stamps.pop(key, None)
-            elif trusted and self._stamps.get(key) == stamp:
+            elif stamp is not None and self._stamps.get(key) == stamp:
                 return  # a status change, or the same spec again
-            else:
+            elif stamp is not None:
                 self._stamps[key] = stamp
             self.version += 1
 
@@ -83,9 +90,25 @@ class _PolicyChanges:
 
 
 changes = _PolicyChanges()
-#: The last full answer of `budgets` and the policies' version it was asked
-#: at: a rebalance of one policy reuses it while no policy changed.
-_last_answer: tuple[int, OperatorConfig, dict[Key, jb.Budget]] | None = None
+#: How long a full answer may be reused at most, even with no change told:
+#: bounds any change the policy events did not report (an indexer that
+#: updated the index but whose object's handlers never ran).
+REUSE_S = 5.0
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A full answer of `budgets`, what it was asked with, and when."""
+
+    version: int
+    cfg: OperatorConfig
+    budgets: dict[Key, jb.Budget]
+    #: Each policy's (uid, generation) as the answer read it.
+    stamps: dict[Key, tuple[Any, Any]]
+    at: float
+
+
+_last_answer: _Answer | None = None
 _answer_lock = threading.Lock()
 
 
@@ -132,37 +155,47 @@ leadership.on_new_term(_new_term)
 
 
 def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-             pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
-             ) -> dict[Key, jb.Budget]:
+            pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
+            ) -> dict[Key, jb.Budget]:
     """Each valid policy's sizing under the joint budget (its own cap applied,
     then the cluster cap jointly); `fresh` overrides what the index holds."""
+    global _last_answer
+    # Before the index is read: an answer is never filed under a version
+    # newer than what it read (see _PolicyChanges).
+    version, at = changes.version, time.monotonic()
     bodies = {key: body for key in list(policies)
               for body in values(policies, key)[:1]}
-    global _last_answer
-    version = changes.version  # before the index is read: see _PolicyChanges
     answer = _joint.compute(bodies, {key: len(values(pods, key)) for key in bodies},
                             cfg.cluster_bandwidth,
                             lambda body, n: parse_policy(cfg, dict(body), n), cfg, fresh)
     if not fresh:
+        kept = _Answer(version, cfg, answer, {k: _stamp(b) for k, b in bodies.items()}, at)
         with _answer_lock:
-            if _last_answer is None or _last_answer[0] <= version:
-                _last_answer = (version, cfg, answer)
+            if _last_answer is None or (_last_answer.version, _last_answer.at) <= (version, at):
+                _last_answer = kept
     return answer
 
 
 def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
               pods: kopf.Index[Key, Any], key: Key) -> dict[Key, jb.Budget]:
     """`budgets` for one policy ({} if it has none): while no policy changed
-    since the last full answer, that answer's entry recounted for the
+    since the last full answer (REUSE_S at most), and the index still holds
+    this policy as that answer read it, the answer's entry recounted for the
     policy's drainers now, with no pass over every policy and pod."""
     with _answer_lock:
         last = _last_answer
-    if last is None or last[0] != changes.version or last[1] is not cfg:
+    body = next(iter(values(policies, key)), None)
+    if body is None:
+        return {}  # gone (deleted, or its indexer failed): nothing to publish
+    stamp = _stamp(body)
+    if last is None or last.version != changes.version or last.cfg is not cfg \
+            or time.monotonic() - last.at > REUSE_S \
+            or stamp is None or last.stamps.get(key) != stamp:
         whole = budgets(cfg, policies, pods)
         return {key: whole[key]} if key in whole else {}
-    mine = last[2].get(key)
+    mine = last.budgets.get(key)
     if mine is None:
-        return {}
+        return {}  # invalid as that answer read it, and unchanged since
     return {key: _joint.recounted(key, mine, len(values(pods, key)))}
 
 

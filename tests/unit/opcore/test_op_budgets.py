@@ -225,3 +225,63 @@ def test_an_answer_asked_with_a_fresh_policy_is_not_reused(fresh_state: list[int
     parsed = rebalance.parse_policy(CFG, body("p0", 5), 1)
     rebalance.budgets(CFG, policies, {}, {("ns", "p0"): parsed})  # type: ignore[arg-type]
     assert rebalance._last_answer is None
+
+
+class TellingIndex(dict):  # type: ignore[type-arg]
+    """A policy index that changes one policy in the middle of a full ask's
+    read, the way Kopf indexes an event (and its handler tells `changes`)
+    while another thread is reading."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.change: tuple[tuple[str, str], dict[str, Any]] | None = None
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if self.change is not None and key == self.change[0]:
+            changed, self.change = self.change, None
+            super().__setitem__(changed[0], [changed[1]])
+            rebalance.changes.seen(*changed)
+        return super().get(key, default)
+
+
+def test_an_answer_read_while_a_policy_changed_is_not_reused(fresh_state: list[int]) -> None:
+    policies = TellingIndex({("ns", f"p{i}"): [body(f"p{i}", 1)] for i in range(3)})
+    for key, (b,) in policies.items():
+        rebalance.changes.seen(key, b)
+    policies.change = (("ns", "p2"), body("p2", 7))  # lands while p0..p2 are read
+    rebalance.budgets(CFG, policies, {})  # type: ignore[arg-type]
+    asked = len(fresh_state)
+    got = rebalance.budget_of(CFG, policies, {}, ("ns", "p0"))  # type: ignore[arg-type]
+    assert len(fresh_state) == asked + 1  # asked again: the answer may predate p2's change
+    assert got == {("ns", "p0"): fresh_answer({k: v[0] for k, v in policies.items()},
+                                              {})[("ns", "p0")]}
+
+
+def test_a_policy_the_index_no_longer_holds_gets_nothing(fresh_state: list[int]) -> None:
+    policies = {("ns", "p0"): [body("p0", 1)], ("ns", "p1"): [body("p1", 1)]}
+    for key, (b,) in policies.items():
+        rebalance.changes.seen(key, b)
+    rebalance.budgets(CFG, policies, {})  # type: ignore[arg-type]
+    del policies[("ns", "p0")]  # Kopf drops it before the DELETED handler runs
+    assert rebalance.budget_of(CFG, policies, {}, ("ns", "p0")) == {}  # type: ignore[arg-type]
+    # A spec the index holds that the answer did not read: asked again.
+    asked = len(fresh_state)
+    policies[("ns", "p1")] = [body("p1", 2)]  # its event not told yet
+    rebalance.budget_of(CFG, policies, {}, ("ns", "p1"))  # type: ignore[arg-type]
+    assert len(fresh_state) == asked + 1
+
+
+def test_an_answer_is_reused_for_a_moment_at_most_and_not_across_terms(
+        fresh_state: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    policies = {("ns", "p0"): [body("p0", 1)]}
+    rebalance.changes.seen(("ns", "p0"), policies[("ns", "p0")][0])
+    rebalance.budgets(CFG, policies, {})  # type: ignore[arg-type]
+    rebalance.budget_of(CFG, policies, {}, ("ns", "p0"))  # type: ignore[arg-type]
+    assert len(fresh_state) == 1
+    rebalance._new_term()  # another replica wrote meanwhile
+    rebalance.budget_of(CFG, policies, {}, ("ns", "p0"))  # type: ignore[arg-type]
+    assert len(fresh_state) == 2
+    later = rebalance.time.monotonic() + rebalance.REUSE_S + 1
+    monkeypatch.setattr(rebalance.time, "monotonic", lambda: later)
+    rebalance.budget_of(CFG, policies, {}, ("ns", "p0"))  # type: ignore[arg-type]
+    assert len(fresh_state) == 3
