@@ -1,7 +1,8 @@
-"""The admission process's own apiserver client (apiserver_reads.py) against
-the real apiserver: as a pod's service account (its token file replaced
-while it runs, as the kubelet does), as a kubeconfig user with a client
-certificate, and through a watch."""
+"""The admission process's own apiserver client (apiserver_connection.py,
+apiserver_reads.py) against the real apiserver: as a pod's service account
+(its token file replaced while it runs, as the kubelet does), as a
+kubeconfig user with a client certificate or skipping verification, and
+through a watch."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ckptdrain.operator import apiserver_reads
+from ckptdrain.operator import apiserver_connection, apiserver_reads
 from ckptdrain.operator.apiserver_reads import ApiError
 from support import apiserver
 
@@ -45,7 +46,7 @@ def test_in_a_pod_the_token_is_read_again_when_the_kubelet_replaces_it(
     shutil.copy(cluster.ca_file, mounted / "ca.crt")
     (mounted / "token").write_text("expired-or-wrong")
     host, port = cluster.server.removeprefix("https://").rsplit(":", 1)
-    connection = apiserver_reads.in_cluster(
+    connection = apiserver_connection.in_cluster(
         {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}, mounted)
     assert connection is not None
     with pytest.raises(ApiError) as refused:
@@ -80,7 +81,7 @@ def test_a_kubeconfig_user_with_a_client_certificate_leaves_no_key_on_disk(
             "client-certificate-data": base64.b64encode(crt.read_bytes()).decode(),
             "client-key-data": base64.b64encode(key.read_bytes()).decode()}}]}))
     before = set(Path(tempfile.gettempdir()).glob("ckptdrain-client-*"))
-    connection = apiserver_reads.from_kubeconfig(config)
+    connection = apiserver_connection.from_kubeconfig(config)
     assert set(Path(tempfile.gettempdir()).glob("ckptdrain-client-*")) == before
     assert connection.token is None  # the certificate alone
     assert _pods(connection, namespace) == 0
@@ -126,10 +127,10 @@ def test_a_kubeconfig_that_skips_verification_still_reads(
         "clusters": [{"name": "k", "cluster": {"server": cluster.server,
                                                "insecure-skip-tls-verify": True}}],
         "users": [{"name": "u", "user": {"token": cluster.token}}]}))
-    assert _pods(apiserver_reads.from_kubeconfig(config), namespace) == 0
+    assert _pods(apiserver_connection.from_kubeconfig(config), namespace) == 0
     # Without it, the apiserver's certificate (its own CA) is refused.
     strict = json.loads(config.read_text())
     strict["clusters"][0]["cluster"].pop("insecure-skip-tls-verify")
     config.write_text(json.dumps(strict))
     with pytest.raises(apiserver_reads.HTTPError, match="CERTIFICATE_VERIFY_FAILED"):
-        _pods(apiserver_reads.from_kubeconfig(config), namespace)
+        _pods(apiserver_connection.from_kubeconfig(config), namespace)

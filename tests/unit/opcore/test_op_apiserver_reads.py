@@ -1,7 +1,8 @@
-"""The admission process's own apiserver client (apiserver_reads.py) without
-a server: its kubeconfig reading, its rotating token file, its watch lines
-and its errors; and that the admission process never loads the `kubernetes`
-package. Against a real apiserver: tests/cluster/test_apiserver_reads.py."""
+"""The admission process's own apiserver client (apiserver_connection.py,
+apiserver_reads.py) without a server: its kubeconfig reading, its rotating
+token file, its proxy rule, its watch lines and its errors; and that the
+admission process never loads the `kubernetes` package. Against a real
+apiserver: tests/cluster/test_apiserver_reads.py."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ckptdrain.operator import apiserver_reads, policy_mirror
-from ckptdrain.operator.apiserver_reads import (
+from ckptdrain.operator import apiserver_connection, apiserver_reads, policy_mirror
+from ckptdrain.operator.apiserver_connection import (
     ApiError,
     ReadFailed,
     TokenFile,
@@ -75,31 +76,31 @@ def _kubeconfig(path: Path, user: dict[str, Any], cluster: dict[str, Any] | None
 def test_a_user_only_the_sdk_can_act_as_is_named(tmp_path: Path, field: str) -> None:
     config = _kubeconfig(tmp_path / "config", {field: {"command": "aws"}})
     with pytest.raises(UnsupportedCredentials, match=f"user 'u' has '{field}'"):
-        apiserver_reads.from_kubeconfig(config)
+        apiserver_connection.from_kubeconfig(config)
 
 
 def test_a_missing_context_or_server_names_what_is_missing(tmp_path: Path) -> None:
     config = tmp_path / "config"
     config.write_text(json.dumps({"current-context": "gone", "contexts": []}))
     with pytest.raises(ValueError, match="no entry named 'gone' in contexts"):
-        apiserver_reads.from_kubeconfig(config)
+        apiserver_connection.from_kubeconfig(config)
     _kubeconfig(config, {"token": "t"}, {"insecure-skip-tls-verify": True})
     with pytest.raises(ValueError, match="cluster 'k' has no server"):
-        apiserver_reads.from_kubeconfig(config)
+        apiserver_connection.from_kubeconfig(config)
 
 
 def test_a_token_file_of_the_kubeconfig_is_relative_to_it(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("from-file")
-    found = apiserver_reads.from_kubeconfig(_kubeconfig(tmp_path / "config",
+    found = apiserver_connection.from_kubeconfig(_kubeconfig(tmp_path / "config",
                                                         {"tokenFile": "token"}))
     assert found.token() == "from-file"
     assert found.server == "https://127.0.0.1:1"
 
 
 def test_outside_a_pod_there_is_no_in_cluster_connection(tmp_path: Path) -> None:
-    assert apiserver_reads.in_cluster({}, tmp_path) is None
+    assert apiserver_connection.in_cluster({}, tmp_path) is None
     env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
-    assert apiserver_reads.in_cluster(env, tmp_path) is None  # no token mounted
+    assert apiserver_connection.in_cluster(env, tmp_path) is None  # no token mounted
 
 
 def test_an_error_keeps_the_apiserver_message() -> None:
@@ -133,7 +134,7 @@ def test_a_token_file_mid_swap_keeps_the_last_good_token(tmp_path: Path) -> None
 
 def test_files_to_merge_are_left_to_the_sdk() -> None:
     with pytest.raises(UnsupportedCredentials, match="KUBECONFIG names several files"):
-        apiserver_reads.own_connection({"KUBECONFIG": f"/a{os.pathsep}/b"})
+        apiserver_connection.own_connection({"KUBECONFIG": f"/a{os.pathsep}/b"})
 
 
 @pytest.mark.parametrize(("environ", "through"), [
@@ -149,14 +150,14 @@ def test_files_to_merge_are_left_to_the_sdk() -> None:
 def test_a_proxy_is_followed_by_the_sdks_rule(environ: dict[str, str],
                                               through: str | None) -> None:
     server = "https://kubernetes.default.svc:443"
-    assert apiserver_reads.proxied(server, environ) == through
+    assert apiserver_connection.proxied(server, environ) == through
 
 
 def test_no_proxy_names_the_service_network_by_address() -> None:
     environ = {"HTTPS_PROXY": "http://p:1", "NO_PROXY": "10.96.0.0/12"}
-    assert apiserver_reads.proxied("https://10.96.0.1:443", environ) is None
-    assert apiserver_reads.proxied("https://192.168.1.1:6443", environ) == "HTTPS_PROXY"
-    assert apiserver_reads.proxied("https://192.168.1.1:6443",
+    assert apiserver_connection.proxied("https://10.96.0.1:443", environ) is None
+    assert apiserver_connection.proxied("https://192.168.1.1:6443", environ) == "HTTPS_PROXY"
+    assert apiserver_connection.proxied("https://192.168.1.1:6443",
                                    {**environ, "NO_PROXY": "192.168.1.1:6443"}) is None
 
 
@@ -164,8 +165,8 @@ def test_a_proxied_apiserver_is_left_to_the_sdk(tmp_path: Path) -> None:
     config = _kubeconfig(tmp_path / "config", {"token": "t"})
     environ = {"KUBECONFIG": str(config), "HTTPS_PROXY": "http://proxy:3128"}
     with pytest.raises(UnsupportedCredentials, match=r"HTTPS_PROXY sends https://127\.0\.0\.1:1"):
-        apiserver_reads.own_connection(environ)
-    assert apiserver_reads.own_connection({**environ, "NO_PROXY": "127.0.0.1"}).server == (
+        apiserver_connection.own_connection(environ)
+    assert apiserver_connection.own_connection({**environ, "NO_PROXY": "127.0.0.1"}).server == (
         "https://127.0.0.1:1")
 
 
@@ -174,7 +175,7 @@ def test_the_sdks_own_failures_are_failed_reads() -> None:
         def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("exec plugin 'aws' exited 1")
 
-    sdk = object.__new__(apiserver_reads._SdkConnection)
+    sdk = object.__new__(apiserver_connection._SdkConnection)
     sdk.api = Broken()
     with pytest.raises(ReadFailed, match="RuntimeError: exec plugin 'aws' exited 1"):
         sdk.request("/api/v1/pods", [], 5, True)
@@ -184,14 +185,14 @@ def test_a_cluster_behind_a_proxy_url_is_left_to_the_sdk(tmp_path: Path) -> None
     config = _kubeconfig(tmp_path / "config", {"token": "t"},
                          {"server": "https://k:6443", "proxy-url": "http://proxy:3128"})
     with pytest.raises(UnsupportedCredentials, match="'proxy-url'"):
-        apiserver_reads.own_connection({"KUBECONFIG": str(config)})
+        apiserver_connection.own_connection({"KUBECONFIG": str(config)})
 
 
 def test_a_certificate_without_its_key_is_named(tmp_path: Path) -> None:
     (tmp_path / "c.crt").write_text("-----BEGIN CERTIFICATE-----\n")
     config = _kubeconfig(tmp_path / "config", {"client-certificate": "c.crt"})
     with pytest.raises(ValueError, match="a client certificate or a client key, not both"):
-        apiserver_reads.from_kubeconfig(config)
+        apiserver_connection.from_kubeconfig(config)
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
@@ -215,7 +216,7 @@ def plain_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_Recorder]]:
     handler = type("Handler", (_Recorder,), {"seen": []})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    here = apiserver_reads.Connection(f"http://127.0.0.1:{server.server_address[1]}", None,
+    here = apiserver_connection.Connection(f"http://127.0.0.1:{server.server_address[1]}", None,
                                       lambda: "s3cret")
     monkeypatch.setattr(apiserver_reads, "connection", lambda: here)
     yield handler
