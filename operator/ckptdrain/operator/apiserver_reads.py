@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -29,7 +30,8 @@ from ckptdrain.contract.api import (
 from ckptdrain.operator.apiserver_connection import ApiError, HTTPError, ReadFailed, connection
 
 __all__ = ["ApiError", "HTTPError", "ReadFailed", "connection", "get_json", "list_policies",
-           "live_writers", "read_object", "stream", "watch_events", "writer_selectors"]
+           "live_writers", "read_object", "stream", "watch_events", "watching",
+           "writer_selectors"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,23 @@ def watch_events(response: Any) -> Iterator[dict[str, Any]]:
         yield from (json.loads(line) for line in whole if line.strip())
     if pending.strip():
         yield json.loads(pending)
+
+
+@contextmanager
+def watching(path: str, query: list[tuple[str, str]], version: str, seconds: int,
+             timeout: tuple[float, float]) -> Iterator[Iterator[dict[str, Any]]]:
+    """The events of a watch of `path` from `version` (bookmarks asked for,
+    ended by the server after `seconds`); its connection is released after a
+    watch read to its end, closed after one left mid-stream (not reusable)."""
+    response = stream(path, [*query, ("watch", "true"), ("resourceVersion", version),
+                             ("allowWatchBookmarks", "true"),
+                             ("timeoutSeconds", str(seconds))], timeout)
+    try:
+        yield watch_events(response)
+    except BaseException:
+        response.close()
+        raise
+    response.release_conn()
 
 
 def policies_path(namespace: str) -> str:

@@ -195,16 +195,10 @@ def start(mirror: HolderMirror, namespace: str, logger: logging.Logger,
                 return kept, found["metadata"]["resourceVersion"]
 
     def watch_once() -> None:
-        response = reads.stream(_path(namespace), [
-            *selector, ("watch", "true"), ("resourceVersion", mirror.version),
-            ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(WATCH_S))], WATCH_TIMEOUT)
-        mirror.heard()
-        try:
-            follow(reads.watch_events(response), mirror, WHAT, stopping)
-        except BaseException:
-            response.close()  # mid-stream: the connection is not reusable
-            raise
-        response.release_conn()
+        with reads.watching(_path(namespace), selector, mirror.version, WATCH_S,
+                            WATCH_TIMEOUT) as events:
+            mirror.heard()
+            follow(events, mirror, WHAT, stopping)
 
     return keep_in_step(mirror, WHAT, list_all, watch_once, logger, stopping, RETRY_S,
                         "ckptdrain-holder-mirror", jitter=True,

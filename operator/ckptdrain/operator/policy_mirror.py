@@ -101,16 +101,8 @@ def start(mirror: PolicyMirror, namespace: str, logger: logging.Logger,
         return list(found.get("items") or []), found["metadata"]["resourceVersion"]
 
     def watch_once() -> None:
-        response = reads.stream(path, [
-            ("watch", "true"), ("resourceVersion", mirror.version),
-            ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(WATCH_S))],
-            (10, WATCH_S + 30))
-        try:
-            follow(reads.watch_events(response), mirror, WHAT, stopping)
-        except BaseException:
-            response.close()  # mid-stream: the connection is not reusable
-            raise
-        response.release_conn()
+        with reads.watching(path, [], mirror.version, WATCH_S, (10, WATCH_S + 30)) as events:
+            follow(events, mirror, WHAT, stopping)
 
     return keep_in_step(mirror, WHAT, list_all, watch_once, logger, stopping, RETRY_S,
                         "ckptdrain-policy-mirror")
