@@ -31,6 +31,14 @@ Budget = tuple[sizing.Sizing, allocation.ClusterShare, pol.Policy]
 Split = dict[Key, tuple[sizing.Sizing, allocation.ClusterShare]]
 
 
+def spec_stamp(body: Mapping[str, Any]) -> tuple[str, int] | None:
+    """(uid, generation): what a policy's spec, and so its sizing input, is
+    known by; None for a body without both, never taken for unchanged."""
+    meta = body.get("metadata") or {}
+    uid, generation = meta.get("uid"), meta.get("generation")
+    return (uid, generation) if isinstance(uid, str) and type(generation) is int else None
+
+
 class JointBudgets:
     """Parsed policies and the last joint split, remembered. Safe to share
     between threads (one lock; the private helpers run under it). Every
@@ -57,10 +65,8 @@ class JointBudgets:
         """`key`'s policy parsed for one drainer; None when invalid. Parsed
         again only when the spec may have changed (a new uid or generation;
         a body without both is never taken from the memo)."""
-        meta = body.get("metadata") or {}
-        uid, generation = meta.get("uid"), meta.get("generation")
-        stamp = (uid, generation)
-        trusted = isinstance(uid, str) and type(generation) is int
+        stamp = spec_stamp(body)
+        trusted = stamp is not None
         if trusted:
             cached = self._parsed.get(key)
             if cached is not None and cached[0] == stamp:

@@ -52,14 +52,6 @@ _joint_lock = threading.Lock()
 _joint = jb.JointBudgets()
 
 
-def _stamp(body: Mapping[str, Any]) -> tuple[Any, Any] | None:
-    """(uid, generation): what the policy's sizing input is known by; None
-    for a body without both, which is never taken for unchanged."""
-    meta = body.get("metadata") or {}
-    uid, generation = meta.get("uid"), meta.get("generation")
-    return (uid, generation) if isinstance(uid, str) and type(generation) is int else None
-
-
 class _PolicyChanges:
     """Whether any policy's sizing input may have changed since a moment:
     a policy came or went, or its uid or generation moved (what JointBudgets
@@ -73,7 +65,7 @@ class _PolicyChanges:
         self._lock = threading.Lock()
 
     def seen(self, key: Key, body: Mapping[str, Any], deleted: bool = False) -> None:
-        stamp = _stamp(body)
+        stamp = jb.spec_stamp(body)
         with self._lock:
             if deleted:
                 self._stamps.pop(key, None)
@@ -104,7 +96,7 @@ class _Answer:
     cfg: OperatorConfig
     budgets: dict[Key, jb.Budget]
     #: Each policy's (uid, generation) as the answer read it.
-    stamps: dict[Key, tuple[Any, Any]]
+    stamps: dict[Key, tuple[str, int] | None]
     at: float
 
 
@@ -169,7 +161,7 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             cfg.cluster_bandwidth,
                             lambda body, n: parse_policy(cfg, dict(body), n), cfg, fresh)
     if not fresh:
-        kept = _Answer(version, cfg, answer, {k: _stamp(b) for k, b in bodies.items()}, at)
+        kept = _Answer(version, cfg, answer, {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
         with _answer_lock:
             if _last_answer is None or (_last_answer.version, _last_answer.at) <= (version, at):
                 _last_answer = kept
@@ -187,7 +179,7 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     body = next(iter(values(policies, key)), None)
     if body is None:
         return {}  # gone (deleted, or its indexer failed): nothing to publish
-    stamp = _stamp(body)
+    stamp = jb.spec_stamp(body)
     if last is None or last.version != changes.version or last.cfg is not cfg \
             or time.monotonic() - last.at > REUSE_S \
             or stamp is None or last.stamps.get(key) != stamp:
