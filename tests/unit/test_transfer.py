@@ -260,7 +260,8 @@ def test_a_pull_removes_the_staging_a_killed_pull_left(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from ckptdrain.transfer.fetch import fetch, remove_stale_staging
+    from ckptdrain.transfer.fetch import fetch
+    from ckptdrain.transfer.staging import remove_stale_staging
 
     store = LocalStore(tmp_path / "store")
     src = tmp_path / "src"

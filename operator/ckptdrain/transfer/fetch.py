@@ -22,7 +22,6 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -42,6 +41,7 @@ from ckptdrain.errors import (
 from ckptdrain.manifest import FileEntry, WriterManifest
 from ckptdrain.store.base import Store
 from ckptdrain.transfer.catalog import Checkpoint, candidate_steps, load_checkpoint
+from ckptdrain.transfer.staging import remove_stale_staging, staging_prefix
 
 #: Largest ranged GET: bigger ones cost CPU in buffering for no gain.
 MAX_RANGE = 16 << 20
@@ -272,7 +272,7 @@ def fetch(
     steps = [step] if step is not None else candidate_steps(store)
     skipped: list[str] = []
     for candidate in steps:
-        tmp = Path(tempfile.mkdtemp(prefix=_staging_prefix(dest, os.getpid()), dir=dest.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=staging_prefix(dest, os.getpid()), dir=dest.parent))
         try:
             ckpt = load_checkpoint(store, candidate)
             files = _plan(ckpt, tmp, writer, part_size)
@@ -299,39 +299,6 @@ def fetch(
         )
     detail = "; ".join(skipped) if skipped else "the store holds no manifests"
     raise NoCheckpoint(f"no complete, intact checkpoint in {store.uri}: {detail}")
-
-
-def _staging_prefix(dest: Path, pid: int) -> str:
-    # The pid says whose it is: a pull killed mid-way leaves its staging
-    # directory, and the next pull beside DEST removes it once that pid is gone.
-    return f".{dest.name}.ckptdrain-{pid}-"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
-
-
-def remove_stale_staging(dest: Path) -> int:
-    """Remove staging directories that killed pulls into `dest` left beside it
-    (their process is gone, or is this one: in a container a restarted pull
-    may get its predecessor's PID, and this process has no other pull into
-    `dest` under way); return how many went."""
-    pattern = re.compile(re.escape(f".{dest.name}.ckptdrain-") + r"([0-9]+)-")
-    removed = 0
-    for entry in os.scandir(dest.parent):
-        match = pattern.match(entry.name)
-        pid = int(match[1]) if match else 0
-        if match and entry.is_dir(follow_symlinks=False) and (
-                pid == os.getpid() or not _alive(pid)):
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed += 1
-    return removed
 
 
 def verify_dir(directory: Path, manifest: WriterManifest) -> list[str]:
