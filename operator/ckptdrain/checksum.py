@@ -10,6 +10,7 @@ so parts uploaded or downloaded in parallel still yield the whole file's CRC.
 from __future__ import annotations
 
 import base64
+import errno
 import os
 from typing import BinaryIO
 
@@ -69,6 +70,23 @@ def crc32c_file(path: str | os.PathLike[str]) -> tuple[int, int]:
     """(size, CRC32C) of a file, in bounded memory."""
     with open(path, "rb", buffering=0) as f:
         return crc32c_stream(f)  # type: ignore[arg-type]
+
+
+def crc32c_range(fd: int, offset: int, length: int, buffer: memoryview) -> int:
+    """CRC32C of `length` bytes of open file `fd` from `offset`, read back
+    through `buffer` (reused: no allocation per call). Read, not mapped: an
+    I/O error of a mapped page would kill the process (SIGBUS) where a read
+    raises OSError. A file shorter than asked is an OSError (EIO) too: its
+    caller wrote those bytes itself."""
+    crc, done = 0, 0
+    while done < length:
+        n = os.preadv(fd, [buffer[: min(len(buffer), length - done)]], offset + done)
+        if n == 0:
+            raise OSError(errno.EIO, f"the file ends {length - done} bytes early at "
+                          f"{offset + done}")
+        crc = crc32c(buffer[:n], crc)
+        done += n
+    return crc
 
 
 def _gf2_times(matrix: list[int], vector: int) -> int:

@@ -24,6 +24,7 @@ from tests.support.s3servers import S3Server, start_seaweedfs
 from ckptdrain.node import config
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.restore import command
+from ckptdrain.transfer import fetch
 from ckptdrain.transfer.drain import Drainer
 from ckptdrain.transfer.scan import build_manifest
 
@@ -101,8 +102,20 @@ class StopsMidFetch:
         return getattr(self.inner, name)
 
 
+class StopsMidSplicedFetch(StopsMidFetch):
+    """The same, where the fetch has the store write ranges into the files
+    (a plain HTTP endpoint: spliced from the socket)."""
+
+    def get_range_to_file(self, key: str, start: int, length: int, fd: int, offset: int) -> int:
+        if not self.stopped:
+            self.stopped = True
+            self.server.stop()
+        return int(self.inner.get_range_to_file(key, start, length, fd, offset))
+
+
+@pytest.mark.parametrize("wrapper", [StopsMidFetch, StopsMidSplicedFetch])
 def test_a_store_stopped_mid_fetch_and_started_again_restores_the_newest_step(
-        server: S3Server, tmp_path: Path) -> None:
+        server: S3Server, tmp_path: Path, wrapper: type[StopsMidFetch]) -> None:
     bucket, prefix = server.create_bucket(), f"t-{uuid.uuid4().hex[:8]}"
     real = server.open_store(bucket, prefix, max_attempts=1)
     newest = os.urandom(SIZE)
@@ -112,7 +125,8 @@ def test_a_store_stopped_mid_fetch_and_started_again_restores_the_newest_step(
     old.mkdir()
     (old / "w.bin").write_bytes(b"older step" * 100)
     LocalTier(tmp_path / "local").capture(old, 6, writer=0, writers=1)
-    store = StopsMidFetch(real, server)
+    store = wrapper(real, server)
+    assert fetch.to_file(store) is (wrapper is StopsMidSplicedFetch)
     waits: list[float] = []
 
     def sleep(seconds: float) -> None:  # the back-off: the store comes back meanwhile

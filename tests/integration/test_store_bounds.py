@@ -9,8 +9,13 @@ shifted, or a body longer than announced).
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+import resource
+import signal
+import socket
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -22,11 +27,13 @@ from tests.support.s3servers import S3Server
 
 from ckptdrain import keys
 from ckptdrain import manifest as manifest_mod
-from ckptdrain.errors import CommitConflict, ObjectTooLarge, StoreError
+from ckptdrain.errors import CommitConflict, ObjectTooLarge, StoreError, StoreUnreachable
+from ckptdrain.store import splice
 from ckptdrain.store.base import Store
 from ckptdrain.store.local import LocalStore
 from ckptdrain.store.s3 import S3Store
 from ckptdrain.transfer import catalog, commit, prune
+from ckptdrain.transfer import fetch as fetch_mod
 from ckptdrain.transfer.drain import Drainer
 from ckptdrain.transfer.fetch import fetch
 from ckptdrain.transfer.scan import build_manifest
@@ -48,10 +55,12 @@ def _peak(call: Callable[[], object]) -> int:
     return peak
 
 
-def _front_store(server: S3Server, area: tuple[str, str], url: str) -> S3Store:
+def _front_store(server: S3Server, area: tuple[str, str], url: str,
+                 read_timeout: float = 60.0) -> S3Store:
     bucket, prefix = area
     return S3Store(bucket, prefix, endpoint_url=url, region=server.region,
-                   access_key=server.access_key, secret_key=server.secret_key, max_attempts=1)
+                   access_key=server.access_key, secret_key=server.secret_key, max_attempts=1,
+                   read_timeout=read_timeout)
 
 
 # Whole objects with a limit ---------------------------------------------------------
@@ -105,7 +114,17 @@ def _get_range_into(store: S3Store, start: int, length: int) -> bytes:
     return bytes(buffer[:got])
 
 
-READERS = {"get_range": _get_range, "get_range_into": _get_range_into}
+def _get_range_to_file(store: S3Store, start: int, length: int) -> bytes:
+    """Through a file, at an offset: what a restore from a plain HTTP
+    endpoint does (spliced from the socket)."""
+    with tempfile.TemporaryFile() as f:
+        got = store.get_range_to_file("r/obj", start, length, f.fileno(), 12345)
+        assert os.fstat(f.fileno()).st_size in (0, 12345 + got)
+        return os.pread(f.fileno(), got, 12345)
+
+
+READERS = {"get_range": _get_range, "get_range_into": _get_range_into,
+           "get_range_to_file": _get_range_to_file}
 
 
 @pytest.mark.parametrize("reader", list(READERS))
@@ -129,6 +148,141 @@ def test_a_wrong_answer_to_a_range_is_refused_unread(
         with pytest.raises(StoreError, match="r/obj"):
             READERS[reader](store, start, 1000)
         assert _peak(lambda: READERS[reader](store, start, 1000)) < 2 * MiB
+
+
+@pytest.mark.parametrize("reader", ["get_range_into", "get_range_to_file"])
+def test_a_body_cut_midway_is_the_stores_failure_not_short_data(
+        s3server: S3Server, s3area: tuple[str, str], s3object: bytes, reader: str) -> None:
+    with Misreader(s3server, "cut") as front:
+        store = _front_store(s3server, s3area, front.endpoint_url)
+        with pytest.raises(StoreUnreachable, match="r/obj"):
+            READERS[reader](store, 4096, 4 * MiB)
+        # The connection it broke is not handed to the next read of this store.
+        front.mode = "honest"
+        for _ in range(3):
+            assert READERS[reader](store, 0, 3 * MiB) == s3object[:3 * MiB]
+
+
+@pytest.mark.parametrize("reader", ["get_range_into", "get_range_to_file"])
+def test_a_body_that_stops_coming_fails_within_the_read_timeout(
+        s3server: S3Server, s3area: tuple[str, str], s3object: bytes, reader: str) -> None:
+    with Misreader(s3server, "stall") as front:
+        store = _front_store(s3server, s3area, front.endpoint_url, read_timeout=1.0)
+        started = time.monotonic()
+        with pytest.raises(StoreUnreachable, match="r/obj"):
+            READERS[reader](store, 0, 4 * MiB)
+        assert time.monotonic() - started < 15
+        assert 0 < front.sent < 4 * MiB
+        front.mode = "honest"
+        assert READERS[reader](store, 5, 2 * MiB) == s3object[5:5 + 2 * MiB]
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_plain_http_read_into_a_file_is_spliced_many_times_over_one_pool(
+        s3server: S3Server, s3area: tuple[str, str], s3object: bytes,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The body goes socket → pipe → file; every read leaves the pool fit for
+    the next (its connection closed, its slot returned), and the pipes it
+    used are reused, not leaked."""
+    store = s3server.open_store(*s3area)
+    assert store.splices is True
+    spliced: list[int] = []
+    real = splice.socket_to_file
+
+    def counting(sock: socket.socket, fd: int, offset: int, count: int) -> int:
+        spliced.append(count)
+        return real(sock, fd, offset, count)
+
+    monkeypatch.setattr(splice, "socket_to_file", counting)
+    open_fds = _open_fds()
+    with tempfile.TemporaryFile() as f:
+        for n in range(40):
+            start = n * 97 * 1024
+            assert store.get_range_to_file("r/obj", start, MiB, f.fileno(), 0) == MiB
+            assert os.pread(f.fileno(), MiB, 0) == s3object[start:start + MiB]
+    assert len(spliced) == 40
+    assert _open_fds() <= open_fds + 4  # one pipe, a connection
+
+
+@pytest.mark.parametrize("side", ["socket", "file"])
+def test_where_splicing_is_refused_the_rest_is_copied_in_order(
+        s3server: S3Server, s3area: tuple[str, str], s3object: bytes,
+        monkeypatch: pytest.MonkeyPatch, side: str) -> None:
+    """A kernel, sandbox or filesystem that refuses splice (EINVAL, ENOSYS,
+    EPERM): the range still lands whole and right, copied, and the process
+    stops trying to splice."""
+    real_splice = os.splice
+    refusals: list[str] = []
+
+    def refusing(src: int, dst: int, count: int, offset_src: int | None = None,
+                 offset_dst: int | None = None, flags: int = 0) -> int:
+        into_file = offset_dst is not None
+        if (side == "file") == into_file:
+            refusals.append(side)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_splice(src, dst, count, offset_src, offset_dst, flags)
+
+    monkeypatch.setattr(os, "splice", refusing)
+    monkeypatch.setattr(splice, "_refused", False)
+    store = s3server.open_store(*s3area)
+    with tempfile.TemporaryFile() as f:
+        assert store.get_range_to_file("r/obj", 4096, 6 * MiB, f.fileno(), 100) == 6 * MiB
+        assert os.pread(f.fileno(), 6 * MiB, 100) == s3object[4096:4096 + 6 * MiB]
+    assert refusals == [side] and not splice.available()
+    with tempfile.TemporaryFile() as f:  # from now on copied without trying
+        assert store.get_range_to_file("r/obj", 0, MiB, f.fileno(), 0) == MiB
+        assert os.pread(f.fileno(), MiB, 0) == s3object[:MiB]
+    assert refusals == [side]
+
+
+def test_a_file_that_refuses_the_bytes_mid_splice_is_the_callers_error(
+        s3server: S3Server, s3area: tuple[str, str], s3object: bytes) -> None:
+    """The file fails while the pipe holds bytes (here the file-size limit:
+    EFBIG; in life ENOSPC or EIO): an OSError of the restore's own disk, not
+    'store unreachable'; the pipe is closed, not reused; the store's next
+    read works."""
+    store = s3server.open_store(*s3area)
+    assert store.get_range("r/obj", 0, 10) == s3object[:10]  # the pool is warm
+    open_fds = _open_fds()
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    try:
+        with tempfile.TemporaryFile() as f:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (3 * MiB // 2, hard))
+            try:
+                with pytest.raises(OSError) as caught:
+                    store.get_range_to_file("r/obj", 0, 4 * MiB, f.fileno(), 0)
+            finally:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    finally:
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert caught.value.errno == errno.EFBIG and not isinstance(caught.value, StoreError)
+    assert _open_fds() <= open_fds + 1
+    with tempfile.TemporaryFile() as f:
+        assert store.get_range_to_file("r/obj", 1, 2 * MiB, f.fileno(), 0) == 2 * MiB
+        assert os.pread(f.fileno(), 2 * MiB, 0) == s3object[1:1 + 2 * MiB]
+
+
+def test_an_object_longer_than_its_manifest_is_refused_on_the_spliced_path(
+        s3server: S3Server, s3area: tuple[str, str], tmp_path: Path) -> None:
+    """The last range asks one byte more: a longer object is seen, its step
+    skipped and the one before restored; ranges are whole 64 MiB-capped parts."""
+    store = s3server.open_store(*s3area)
+    assert fetch_mod.to_file(store)
+    good = _good_step(store, tmp_path, 8)
+    _good_step(store, tmp_path, 9)
+    written = catalog.load_checkpoint(store, 9).manifests[0]
+    key = keys.data_key(9, 0, "a.bin", written.attempt)
+    store.put_bytes(key, store.get_bytes(key) + b"!")
+    got = fetch(store, tmp_path / "dest")
+    assert got.step == 8 and "longer" in got.skipped[0]
+    assert (tmp_path / "dest" / "a.bin").read_bytes() == good
+    assert fetch_mod.range_size(64 << 20, fetch_mod.MAX_FILE_RANGE) == 64 << 20
+    assert fetch_mod.range_size(128 << 20, fetch_mod.MAX_FILE_RANGE) == 64 << 20
+    assert fetch_mod.range_size(128 << 20) == 16 << 20
 
 
 def test_a_whole_object_that_fits_the_range_is_its_answer(

@@ -16,6 +16,10 @@ with the server's own client and credentials), in one of these ways:
   saying so (an answer that stops before the object's end).
 - "chunked": the honest status and Content-Range, but the whole object as a
   chunked body with no Content-Length (a body longer than announced).
+- "cut": the honest answer's status and headers, then half its body and
+  the connection closed (a server or proxy that dies mid-body).
+- "stall": the same half, then nothing, the connection held open until the
+  front stops (a body that stops coming without an error).
 
 Only GET is served; the tests write through the real server directly.
 Objects are read from the server once and kept (tests measure the memory
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,7 +39,7 @@ from urllib.parse import unquote, urlsplit
 
 from tests.support.s3servers import S3Server
 
-MODES = ("honest", "ignore-range", "shift", "short", "chunked")
+MODES = ("honest", "ignore-range", "shift", "short", "chunked", "cut", "stall")
 _RANGE = re.compile(r"bytes=(\d+)-(\d+)")
 _CHUNK = 1 << 16
 
@@ -47,6 +52,7 @@ class Misreader:
         self.sent = 0
         self._client = server.client()
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self._objects: dict[tuple[str, str], bytes] = {}
         front = self
 
@@ -62,6 +68,7 @@ class Misreader:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        self._httpd.handle_error = lambda *args: None  # type: ignore[method-assign]  # resets: the point
         self.endpoint_url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
@@ -73,6 +80,7 @@ class Misreader:
         self.stop()
 
     def stop(self) -> None:
+        self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -109,9 +117,16 @@ class Misreader:
             return
         h.send_header("Content-Length", str(len(body)))
         h.end_headers()
-        for at in range(0, len(body), _CHUNK):
-            h.wfile.write(body[at:at + _CHUNK])
-            self._count(len(body[at:at + _CHUNK]))
+        end = len(body) // 2 if self.mode in ("cut", "stall") else len(body)
+        for at in range(0, end, _CHUNK):
+            h.wfile.write(body[at:min(at + _CHUNK, end)])
+            self._count(len(body[at:min(at + _CHUNK, end)]))
+        h.wfile.flush()
+        if self.mode == "cut":
+            h.close_connection = True
+            h.connection.shutdown(socket.SHUT_RDWR)
+        elif self.mode == "stall":
+            self._stopping.wait(60)
 
     def _count(self, n: int) -> None:
         with self._lock:

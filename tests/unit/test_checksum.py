@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,24 @@ def test_hex_round_trip_and_refusal() -> None:
     for bad in ["E3069283", "123", "zzzzzzzz"]:
         with pytest.raises(ValueError):
             checksum.from_hex(bad)
+
+
+@pytest.mark.parametrize(("offset", "length"), [
+    (0, 0), (0, 1), (1, 4095), (4095, 2), (65536, 65536), (12345, 287_655), (299_999, 1)])
+def test_crc_of_a_file_range_is_the_crc_of_those_bytes(tmp_path: Path, offset: int,
+                                                       length: int) -> None:
+    """Read back from any offset through a buffer of any size: the same CRC
+    as of the bytes themselves; a file shorter than asked is an error."""
+    data = os.urandom(300_000)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for size in (1, 4096, 1 << 20):
+            buffer = memoryview(bytearray(size))
+            assert checksum.crc32c_range(fd, offset, length, buffer) == checksum.crc32c(
+                data[offset:offset + length])
+        with pytest.raises(OSError, match="early"):
+            checksum.crc32c_range(fd, offset, len(data) - offset + 1, buffer)
+    finally:
+        os.close(fd)

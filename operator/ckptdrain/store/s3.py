@@ -18,6 +18,7 @@ import re
 import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, BinaryIO, NoReturn
+from urllib.parse import urlsplit
 
 import botocore.session
 from botocore.config import Config
@@ -32,6 +33,7 @@ from ckptdrain.errors import (
     StoreUnreachable,
 )
 from ckptdrain.paths import RESERVED_PREFIX, check_key
+from ckptdrain.store import splice
 from ckptdrain.store.base import ObjectInfo
 from ckptdrain.store.endpoint import parse_endpoint
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
@@ -39,6 +41,7 @@ from ckptdrain.store.s3_checksum_probe import probe_key, server_checks_crc32c
 from ckptdrain.store.s3_errors import MISSING_KEY_CODES, raise_store_error, redact_endpoint
 from ckptdrain.store.s3_multipart import S3Multipart, content_md5
 from ckptdrain.store.s3_options import S3Options
+from ckptdrain.store.s3_range_to_file import S3RangeToFile
 from ckptdrain.store.s3_storage_class import S3StorageClass
 from ckptdrain.store.s3_throttle import ThrottleGate, gate_for
 
@@ -53,7 +56,7 @@ def _short(response: dict[str, Any]) -> str:
             f"Content-Length {response.get('ContentLength')!r}")
 
 
-class S3Store(S3Multipart, S3StorageClass):
+class S3Store(S3Multipart, S3StorageClass, S3RangeToFile):
     """A Store over one bucket and key prefix of an S3-compatible endpoint.
 
     Credentials: `access_key`/`secret_key` if given (tests), else the standard
@@ -102,6 +105,8 @@ class S3Store(S3Multipart, S3StorageClass):
         self.prefix = prefix.strip("/")
         self.uri = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self.endpoint = redact_endpoint(endpoint_url) if endpoint_url else "AWS S3"
+        self.splices = splice.available() and bool(endpoint_url) and \
+            urlsplit(str(endpoint_url)).scheme.lower() == "http"
         self._page_size = list_page_size
         self.options = options or S3Options()
         self._create_args = self.options.create_args()
