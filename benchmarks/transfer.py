@@ -38,6 +38,7 @@ from benchmarks.harness import (
     MiB,
     make_dataset,
     rate_stats,
+    run_child,
     run_child_under_load_watch,
 )
 
@@ -49,10 +50,17 @@ BIN = Path(sys.executable).parent
 PEERS = Path(__file__).resolve().parent / "transfer_peers"
 #: The tool every ratio is taken against, and the one measured.
 BASELINE, OURS = "s5cmd", "ckptdrain"
+#: Where the Python tools' bytecode goes (outside the source tree).
+_PYCACHE = Path(tempfile.gettempdir()) / "ckptdrain-bench-pycache"
 
 
 def _env(server: Any, endpoint: str) -> dict[str, str]:
     env = dict(os.environ)
+    # Bytecode as the image has it (compiled when it is built): a shell
+    # that sets PYTHONDONTWRITEBYTECODE would otherwise make every Python
+    # tool compile its sources again on each run (0.05 s of a 2 s restore).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
     env.update(AWS_ACCESS_KEY_ID=server.access_key, AWS_SECRET_ACCESS_KEY=server.secret_key,
                AWS_DEFAULT_REGION=server.region, AWS_REGION=server.region, EP=endpoint,
                CKPTDRAIN_S3_ENDPOINT=endpoint)
@@ -64,15 +72,31 @@ def _env(server: Any, endpoint: str) -> dict[str, str]:
     return env
 
 
-def _tools(server: Any, bucket: str, data: Path, work: Path) -> dict[str, Any]:
+#: The name of ckptdrain run from another source tree (--compare-tree).
+BEFORE = "ckptdrain-before"
+
+
+def _ours(bucket: str, data: Path, work: Path, tree: Path | None = None) -> tuple[Any, Any]:
+    """ckptdrain's push and pull; from `tree`'s sources (another version,
+    through PYTHONPATH) when given."""
+    run = [str(BIN / "ckptdrain")]
+    if tree is not None:
+        run = ["env", f"PYTHONPATH={tree / 'operator'}", *run]
+    return (
+        lambda p: [*run, "push", str(data), f"s3://{bucket}/{p}",
+                   "--step", "1", "-q", "--journal", str(work / f"{p}.journal")],
+        lambda p, d: [*run, "pull", f"s3://{bucket}/{p}", str(d), "-q"])
+
+
+def _tools(server: Any, bucket: str, data: Path, work: Path,
+           compare_tree: Path | None = None) -> dict[str, Any]:
     """name -> (upload argv for a prefix, download argv for a prefix and a dir)."""
     ep = ["--endpoint-url", server.endpoint_url]
     boto, crt = str(PEERS / "boto3_copy.py"), str(PEERS / "awscrt_copy.py")
+    before = {BEFORE: _ours(bucket, data, work, compare_tree)} if compare_tree else {}
     return {
-        OURS: (
-            lambda p: [str(BIN / "ckptdrain"), "push", str(data), f"s3://{bucket}/{p}",
-                       "--step", "1", "-q", "--journal", str(work / f"{p}.journal")],
-            lambda p, d: [str(BIN / "ckptdrain"), "pull", f"s3://{bucket}/{p}", str(d), "-q"]),
+        OURS: _ours(bucket, data, work),
+        **before,
         BASELINE: (
             lambda p: [str(BIN / "s5cmd"), *ep, "cp", f"{data}/", f"s3://{bucket}/{p}/"],
             lambda p, d: [str(BIN / "s5cmd"), *ep, "cp", f"s3://{bucket}/{p}/*", f"{d}/"]),
@@ -103,15 +127,18 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
-               rounds: int, only: list[str] | None = None) -> dict[str, Any]:
+               rounds: int, only: list[str] | None = None,
+               compare_tree: Path | None = None) -> dict[str, Any]:
     """Every tool up and down, `rounds` interleaved rounds (drift hits all
     alike). Per run: MB/s, core-s/GB, peak RSS and what else ran meanwhile;
     per tool: medians with their range over the runs no other process
     starved; per round: each tool's ratio to s5cmd, where neither run of the
     pair was starved."""
     env = _env(server, server.endpoint_url)
-    tools = {k: v for k, v in _tools(server, bucket, data, work).items()
-             if only is None or k in only or k in (OURS, BASELINE)}
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "operator"), str(PEERS)],
+                   env=env, check=True, stdout=subprocess.DEVNULL)
+    tools = {k: v for k, v in _tools(server, bucket, data, work, compare_tree).items()
+             if only is None or k in only or k in (OURS, BASELINE, BEFORE)}
     runs: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     for round_ in range(rounds):
@@ -120,7 +147,7 @@ def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
             legs = (("upload", up(prefix)), ("download", down(prefix, work / name)))
             for direction, argv in legs:
                 run, load = run_child_under_load_watch(argv, env, [server.process.pid])
-                if run.returncode != 0 and name == OURS:
+                if run.returncode != 0 and name in (OURS, BEFORE):
                     raise SystemExit(f"{name} {direction} failed ({run.returncode}): {run.stderr}")
                 if run.returncode != 0:  # a peer's failure is a result, reported
                     print(f"  r{round_} {name:9} {direction:8} FAILED: "
@@ -145,6 +172,39 @@ def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
             _empty_trash(server)
     return {"runs": runs, "failed": failed, "tools": _per_tool(runs),
             "ratios": _ratios(runs, list(tools))}
+
+
+def fixed_cost(server: Any, bucket: str, work: Path, rounds: int,
+               only: list[str] | None = None) -> dict[str, Any]:
+    """Each tool's cost before and after its bytes: the download of a
+    one-byte checkpoint (start-up, credentials, the listing, the end),
+    median wall and CPU seconds over `rounds` runs. A restore of N GB
+    takes about this plus N over the tool's throughput."""
+    env = _env(server, server.endpoint_url)
+    tiny = work / "tiny" / "step-1"
+    tiny.mkdir(parents=True, exist_ok=True)
+    (tiny / "one").write_bytes(b"x")
+    out: dict[str, Any] = {}
+    for name, (up, down) in _tools(server, bucket, tiny, work).items():
+        if only is not None and name not in only and name not in (OURS, BASELINE):
+            continue
+        prefix = f"tiny-{name}"
+        if run_child(up(prefix), env).returncode != 0:
+            continue
+        runs = []
+        for _ in range(rounds):
+            run = run_child(down(prefix, work / "tiny-down"), env)
+            shutil.rmtree(work / "tiny-down", ignore_errors=True)
+            if run.returncode == 0:
+                runs.append(run)
+        server.delete_prefix(bucket, prefix + "/")
+        if runs:
+            out[name] = {"wall_s": statistics.median(r.seconds for r in runs),
+                         "cpu_s": statistics.median(r.cpu_seconds for r in runs),
+                         "runs": len(runs)}
+            print(f"  {name:9} {out[name]['wall_s'] * 1000:5.0f} ms wall "
+                  f"{out[name]['cpu_s'] * 1000:5.0f} ms CPU", flush=True)
+    return out
 
 
 def _per_tool(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -234,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="10,25,50", help="targets in MiB/s")
     parser.add_argument("--skip-rate", action="store_true")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--compare-tree", type=Path, default=None,
+                        help="also run ckptdrain from this source tree (e.g. a git worktree "
+                             "of an earlier commit), interleaved, as ckptdrain-before")
     parser.add_argument("--tools", default=None,
                         help="peers besides ckptdrain and s5cmd (comma-separated; default all: "
                              "boto3,awscrt)")
@@ -257,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"throughput on {server.name} ({server.endpoint_url}):", flush=True)
             only = args.tools.split(",") if args.tools else None
             report["throughput"] = throughput(server, bucket, data, size, work, args.rounds,
-                                              only)
+                                              only, args.compare_tree)
+            print("fixed cost (a one-byte checkpoint down):", flush=True)
+            report["fixed_cost"] = fixed_cost(server, bucket, work, 5, only)
             if not args.skip_rate:
                 print("rate-limit accuracy (on the wire, through a counting proxy):", flush=True)
                 targets = [int(x) for x in args.rates.split(",")]
