@@ -4,9 +4,8 @@ through this process (Linux splice(2): socket → pipe → the file's pages).
 Read the usual way, every restored byte is copied twice by the CPU: from
 the socket into a buffer, then from the buffer into the page cache. Spliced,
 the socket's pages go into a pipe by reference and only the second copy is
-left: with 64 MiB ranges (no buffer to size, so the ranges can be as large
-as the parts) a restore from MinIO on loopback spent 0.97 core-s/GB instead
-of 1.10 and ran 10% faster (docs/benchmarks.md). A TLS socket cannot be
+left, and there is no buffer per range in flight to size, so ranges can be
+whole parts (docs/benchmarks.md has the figures). A TLS socket cannot be
 spliced (its bytes are decrypted in user space): callers read those.
 
 The pipes are kept for the next range (two descriptors each, one per range
