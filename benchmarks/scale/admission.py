@@ -51,33 +51,60 @@ def create_job(batch: Any, namespace: str, name: str, writers: int) -> dict[str,
             "uid": job.metadata.uid, "controller": True}
 
 
+def control(made: dict[str, Any]) -> dict[str, Any]:
+    """The same pod without the label that opts it in: the webhook never sees
+    it, so its creation is the apiserver's alone."""
+    labels = {k: v for k, v in made["metadata"]["labels"].items() if k not in INJECT}
+    return {**made, "metadata": {**made["metadata"], "name": made["metadata"]["name"] + "-c",
+                                 "labels": labels}}
+
+
 def create_at_rate(core: Any, namespace: str, writers: Sequence[Writer], rate: float,
                    workers: int = 16, owners: Mapping[str, Mapping[str, Any]] | None = None,
                    ) -> tuple[list[float], list[str]]:
     """Create every writer's pod at `rate` per second (owned by its policy's
     Job in `owners`, if there). Returns each creation's latency (seconds, in
     order) and the errors (one line each)."""
+    latencies, _, errors = _create(core, namespace, writers, rate, workers, owners, False)
+    return latencies, errors
+
+
+def create_with_controls(core: Any, namespace: str, writers: Sequence[Writer], rate: float,
+                         owners: Mapping[str, Mapping[str, Any]] | None = None,
+                         ) -> tuple[list[float], list[float], list[str]]:
+    """As create_at_rate, each writer's pod followed by its control (the
+    same pod, not opted in), `rate` creations per second in all: the
+    latencies of the pods, of the controls, and the errors. What admission
+    through the webhook adds is the difference, at the same moment."""
+    return _create(core, namespace, writers, rate, 16, owners, True)
+
+
+def _create(core: Any, namespace: str, writers: Sequence[Writer], rate: float, workers: int,
+            owners: Mapping[str, Mapping[str, Any]] | None, controls: bool,
+            ) -> tuple[list[float], list[float], list[str]]:
     errors: list[str] = []
 
-    def create(w: Writer) -> float:
+    def create(w: Writer, plain: bool) -> float:
+        made = body(w, (owners or {}).get(w.policy))
         start = time.perf_counter()
         try:
-            core.create_namespaced_pod(namespace, body(w, (owners or {}).get(w.policy)))
+            core.create_namespaced_pod(namespace, control(made) if plain else made)
         except Exception as error:  # recorded and reported, never hidden
-            errors.append(f"{w.pod}: {getattr(error, 'reason', error)}")
+            errors.append(f"{w.pod}{'-c' if plain else ''}: {getattr(error, 'reason', error)}")
             return -1.0
         return time.perf_counter() - start
 
+    order = [(w, plain) for w in writers for plain in ((False, True) if controls else (False,))]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = []
-        for i, w in enumerate(writers):
+        for i, (w, plain) in enumerate(order):
             delay = t0 + i / rate - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            futures.append(pool.submit(create, w))
-        latencies = [f.result() for f in futures]
-    return latencies, errors
+            futures.append((plain, pool.submit(create, w, plain)))
+        done = [(plain, f.result()) for plain, f in futures]
+    return ([t for plain, t in done if not plain], [t for plain, t in done if plain], errors)
 
 
 def quantiles(samples: Sequence[float]) -> dict[str, float | int]:

@@ -36,6 +36,8 @@ def _percent(*path: str) -> Callable[[dict[str, Any]], float | None]:
 FIGURES: Sequence[Figure] = (
     ("admission p50", "ms", _get("admission_with_n_present", "p50_ms"), ""),
     ("admission p99", "ms", _get("admission_with_n_present", "p99_ms"), "≤ 50"),
+    ("… same pods not opted in, p99", "ms",
+     _get("creation_without_webhook_with_n_present", "p99_ms"), ""),
     ("share visible (all)", "s", _get("share_visible", "max_s"), "≤ 2"),
     ("shares over policy budget", "%", _percent("overshoot_policy", "worst"), "≤ 5"),
     ("shares over cluster cap", "%", _percent("overshoot_cluster"), "≤ 5"),

@@ -187,12 +187,13 @@ def run(size: Size, workdir: Path, log: Any = print) -> dict[str, Any]:
             model={"checkpointBytes": str(int(POLICY_BYTES * size.policies))}))
         owners[SQUEEZE] = admission.create_job(batch, NAMESPACE, SQUEEZE, size.probe_pods)
         histograms = cluster.latencies(parts)
-        probe, probe_errors = admission.create_at_rate(core, NAMESPACE, squeeze, size.rate,
-                                                       owners=owners)
+        probe, controls, probe_errors = admission.create_with_controls(
+            core, NAMESPACE, squeeze, size.rate, owners=owners)
         out["admission_breakdown_with_n_present"] = latency.breakdown(
             histograms, cluster.latencies(parts))
         cluster.settle(pid)
         out["admission_with_n_present"] = admission.quantiles(probe)
+        out["creation_without_webhook_with_n_present"] = admission.quantiles(controls)
         out["admission_errors"] += probe_errors[:10]
         out["share_visible"] = watch.visible(t0, {w.pod: w.policy for w in writers})
         out["channel_events"], out["channel_malformed"] = watch.events, watch.malformed
