@@ -13,8 +13,6 @@ reads, listing), `s3_multipart.py` (multipart uploads and their CRC32Cs),
 
 from __future__ import annotations
 
-import http.client
-import re
 import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, BinaryIO, NoReturn
@@ -27,10 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ckptdrain import __version__, checksum
 from ckptdrain.errors import (
     InvalidInput,
-    ObjectMissing,
     ObjectTooLarge,
-    StoreError,
-    StoreUnreachable,
 )
 from ckptdrain.paths import RESERVED_PREFIX, check_key
 from ckptdrain.store import splice
@@ -41,22 +36,13 @@ from ckptdrain.store.s3_checksum_probe import probe_key, server_checks_crc32c
 from ckptdrain.store.s3_errors import MISSING_KEY_CODES, raise_store_error, redact_endpoint
 from ckptdrain.store.s3_multipart import S3Multipart, content_md5
 from ckptdrain.store.s3_options import S3Options
-from ckptdrain.store.s3_range_to_file import S3RangeToFile
+from ckptdrain.store.s3_ranged_reads import S3RangedReads
 from ckptdrain.store.s3_storage_class import S3StorageClass
 from ckptdrain.store.s3_throttle import ThrottleGate, gate_for
 
 S3_MIN_PART_SIZE = 5 * 1024 * 1024
 _READ_CHUNK = 1 << 20
-_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-
-
-def _short(response: dict[str, Any]) -> str:
-    """The framing headers of an answer, for a message (no secrets in them)."""
-    return (f"Content-Range {str(response.get('ContentRange'))[:80]!r}, "
-            f"Content-Length {response.get('ContentLength')!r}")
-
-
-class S3Store(S3Multipart, S3StorageClass, S3RangeToFile):
+class S3Store(S3Multipart, S3StorageClass, S3RangedReads):
     """A Store over one bucket and key prefix of an S3-compatible endpoint.
 
     Credentials: `access_key`/`secret_key` if given (tests), else the standard
@@ -252,114 +238,6 @@ class S3Store(S3Multipart, S3StorageClass, S3RangeToFile):
         if len(data) > limit:  # a body longer than announced (or none announced)
             raise ObjectTooLarge(f"{key}: more than the {limit} bytes allowed")
         return data
-
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        """Up to `length` bytes from `start`; fewer only where the object ends."""
-        if start < 0 or length < 0:
-            raise InvalidInput("range", "start >= 0 and length >= 0", (start, length))
-        if length == 0:
-            if self.head(key) is None:
-                raise ObjectMissing(key)
-            return b""
-        response = self._call("get_object", key, handled={"InvalidRange"}, Key=self._key(key),
-                              Range=f"bytes={start}-{start + length - 1}")
-        if isinstance(response, ClientError):
-            return b""  # start at or past the end (416); the key exists
-        expected = self._range_answer(response, key, start, length)
-        data = self._read_body(response, "get_object", key, length)
-        if len(data) != expected:
-            raise StoreError(f"get_object {key}: {len(data)} bytes where the answer to the "
-                             f"{length}-byte range from {start} announced {expected}")
-        return data
-
-    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
-        """Read up to len(buffer) bytes from `start` into `buffer`; return how
-        many (fewer only where the object ends). ObjectMissing as get_range.
-
-        The body goes from the socket straight into the caller's buffer
-        (http.client's readinto under urllib3): get_range's body.read() makes
-        the bytes twice more (http.client's read(amt) copies its bytearray,
-        urllib3 joins its chunks) before the caller writes them out."""
-        view = memoryview(buffer).cast("B")
-        length = len(view)
-        if start < 0:
-            raise InvalidInput("range", "start >= 0", start)
-        if length == 0:
-            if self.head(key) is None:
-                raise ObjectMissing(key)
-            return 0
-        response = self._call("get_object", key, handled={"InvalidRange"}, Key=self._key(key),
-                              Range=f"bytes={start}-{start + length - 1}")
-        if isinstance(response, ClientError):
-            return 0  # start at or past the end (416); the key exists
-        expected = self._range_answer(response, key, start, length)
-        body = response["Body"]
-        raw = getattr(body, "_raw_stream", None)
-        fp = getattr(raw, "_fp", None)
-        if not isinstance(fp, http.client.HTTPResponse) or getattr(raw, "chunked", False):
-            data = self._read_body(response, "get_object", key, length)  # any other transport
-            if len(data) != expected:
-                raise StoreError(f"get_object {key}: {len(data)} bytes where the answer to "
-                                 f"the {length}-byte range from {start} announced {expected}")
-            view[: len(data)] = data
-            return len(data)
-        got = 0
-        try:
-            while got < expected:
-                n = fp.readinto(view[got:expected])
-                if not n:
-                    break
-                got += n
-        except (OSError, http.client.HTTPException) as err:
-            body.close()
-            raise StoreUnreachable(
-                f"get_object {key}: the connection to {self.endpoint} broke mid-body "
-                f"({type(err).__name__})") from err
-        if got != expected:
-            body.close()
-            raise StoreUnreachable(
-                f"get_object {key}: the connection to {self.endpoint} closed after {got} "
-                f"of {expected} bytes")
-        if fp.isclosed():
-            raw.release_conn()  # read to its end: the connection is reusable
-        body.close()
-        return got
-
-    def _range_answer(self, response: dict[str, Any], key: str, start: int, length: int) -> int:
-        """How many bytes the answer to a ranged GET holds, once it is known to
-        be the range asked for; else StoreError, the body left unread.
-
-        A 206 must name, in Content-Range, a range that starts at `start` and
-        is no longer than `length`. A 200 (a server or proxy that ignored the
-        Range header) is the whole object: right only from 0 and when it fits.
-        Anything else would be read whole into memory, or written as data at
-        the wrong offset."""
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        announced = response.get("ContentLength")
-        size = int(announced) if announced is not None else None
-        problem = None
-        if status == 206:
-            match = _CONTENT_RANGE.fullmatch(str(response.get("ContentRange") or "").strip())
-            if match is None:
-                problem = f"a 206 answer without a valid Content-Range ({_short(response)})"
-            else:
-                first, last = int(match[1]), int(match[2])
-                count = last - first + 1
-                # Short only where the object ends, when the answer says where.
-                short = match[3] != "*" and last != min(start + length, int(match[3])) - 1
-                if first != start or not 0 < count <= length or size not in (None, count) or short:
-                    problem = f"bytes {first}-{last} ({_short(response)})"
-                size = count
-        elif status == 200:
-            if start != 0 or size is None or size > length:
-                problem = f"status 200, the whole object ({size} bytes): the range was ignored"
-        else:
-            problem = f"status {status}"
-        if problem is not None or size is None:
-            response["Body"].close()  # unread: the connection is dropped
-            raise StoreError(f"get_object {key}: asked bytes {start}-{start + length - 1} "
-                             f"from {self.endpoint}, got {problem}")
-        return size
 
     def _read_body(self, response: dict[str, Any], op: str, key: str,
                    limit: int | None = None) -> bytes:

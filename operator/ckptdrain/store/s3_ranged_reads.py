@@ -1,0 +1,247 @@
+"""S3Store's ranged reads: into new bytes, into the caller's buffer, or
+straight into a file (what a restore from a plain HTTP endpoint uses:
+store/splice.py says why), each answer checked against the range asked
+for, and a connection that breaks or stalls mid-body reported as such."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ckptdrain.errors import InvalidInput, ObjectMissing, StoreError, StoreUnreachable
+from ckptdrain.store import splice
+from ckptdrain.store.base import ObjectInfo
+
+#: Bytes the fallback reads at a time (a body that is not spliced).
+_CHUNK = 1 << 20
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+def _short(response: dict[str, Any]) -> str:
+    """The framing headers of an answer, for a message (no secrets in them)."""
+    return (f"Content-Range {str(response.get('ContentRange'))[:80]!r}, "
+            f"Content-Length {response.get('ContentLength')!r}")
+
+
+class S3RangedReads:
+    """S3Store.get_range, get_range_into and get_range_to_file."""
+
+    endpoint: str
+    #: Whether responses come over plain TCP (an http:// endpoint), so that
+    #: get_range_to_file can splice them: what a restore asks before sizing
+    #: its ranges.
+    splices: bool
+
+    if TYPE_CHECKING:  # S3Store's own helpers
+        def _key(self, key: str) -> str: ...
+        def _fail(self, err: Exception, op: str, key: str | None = None) -> NoReturn: ...
+        def _call(self, op: str, key: str | None, *, handled: Collection[str] = (),
+                  **kwargs: Any) -> Any: ...
+        def _read_body(self, response: dict[str, Any], op: str, key: str,
+                       limit: int | None = None) -> bytes: ...
+        def head(self, key: str) -> ObjectInfo | None: ...
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Up to `length` bytes from `start`; fewer only where the object ends."""
+        answer = self._ranged_get(key, start, length)
+        if answer is None:
+            return b""
+        response, expected = answer
+        data = self._read_body(response, "get_object", key, length)
+        if len(data) != expected:
+            raise StoreError(f"get_object {key}: {len(data)} bytes where the answer to the "
+                             f"{length}-byte range from {start} announced {expected}")
+        return data
+
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
+        """Read up to len(buffer) bytes from `start` into `buffer`; return how
+        many (fewer only where the object ends). ObjectMissing as get_range.
+
+        The body goes from the socket straight into the caller's buffer
+        (http.client's readinto under urllib3): get_range's body.read() makes
+        the bytes twice more (http.client's read(amt) copies its bytearray,
+        urllib3 joins its chunks) before the caller writes them out."""
+        view = memoryview(buffer).cast("B")
+        length = len(view)
+        answer = self._ranged_get(key, start, length)
+        if answer is None:
+            return 0
+        response, expected = answer
+        body, raw, fp = _transport(response)
+        if not isinstance(fp, http.client.HTTPResponse) or getattr(raw, "chunked", False):
+            data = self._read_body(response, "get_object", key, length)  # any other transport
+            if len(data) != expected:
+                raise StoreError(f"get_object {key}: {len(data)} bytes where the answer to "
+                                 f"the {length}-byte range from {start} announced {expected}")
+            view[: len(data)] = data
+            return len(data)
+        got = 0
+        try:
+            while got < expected:
+                n = fp.readinto(view[got:expected])
+                if not n:
+                    break
+                got += n
+        except (OSError, http.client.HTTPException) as err:
+            body.close()
+            raise StoreUnreachable(
+                f"get_object {key}: the connection to {self.endpoint} broke mid-body "
+                f"({type(err).__name__})") from err
+        if got != expected:
+            body.close()
+            raise StoreUnreachable(
+                f"get_object {key}: the connection to {self.endpoint} closed after {got} "
+                f"of {expected} bytes")
+        if fp.isclosed():
+            raw.release_conn()  # read to its end: the connection is reusable
+        body.close()
+        return got
+
+    def get_range_to_file(self, key: str, start: int, length: int, fd: int, offset: int) -> int:
+        """Write up to `length` bytes of `key` from `start` into file `fd` at
+        `offset`; return how many (fewer only where the object ends).
+        ObjectMissing, StoreError and StoreUnreachable as get_range_into; the
+        file's own failures (ENOSPC, EIO) as the OSError it gives."""
+        answer = self._ranged_get(key, start, length)
+        if answer is None:
+            return 0
+        body, raw, fp = _transport(answer[0])
+        expected = answer[1]
+        sock = getattr(getattr(raw, "connection", None), "sock", None)
+        try:
+            if (isinstance(fp, http.client.HTTPResponse) and not getattr(raw, "chunked", False)
+                    and splice.spliceable(sock)):
+                got = _splice_body(fp, sock, fd, offset, expected)
+            else:
+                got = _copy(body, fd, offset, expected, self._what(key))
+        except splice.SocketFailed as err:
+            raise StoreUnreachable(
+                f"get_object {key}: the connection to {self.endpoint} broke mid-body "
+                f"({err})") from err
+        finally:
+            # Read to its end or not, the connection is closed rather than
+            # reused (http.client never saw the spliced bytes), and its slot
+            # goes back to the pool.
+            body.close()
+            if hasattr(raw, "release_conn"):
+                raw.release_conn()
+        if got != expected:
+            raise StoreUnreachable(
+                f"get_object {key}: the connection to {self.endpoint} closed after {got} "
+                f"of {expected} bytes")
+        return got
+
+    def _what(self, key: str) -> str:
+        return f"get_object {key} from {self.endpoint}"
+
+    def _ranged_get(self, key: str, start: int, length: int) -> tuple[dict[str, Any], int] | None:
+        """The answer to a GET of `length` bytes from `start` and how many
+        bytes its body holds, checked (_range_answer); None when there is
+        nothing to read (no bytes asked, or `start` at or past the end).
+        ObjectMissing for a missing key."""
+        if start < 0 or length < 0:
+            raise InvalidInput("range", "start >= 0 and length >= 0", (start, length))
+        if length == 0:
+            if self.head(key) is None:
+                raise ObjectMissing(key)
+            return None
+        response = self._call("get_object", key, handled={"InvalidRange"}, Key=self._key(key),
+                              Range=f"bytes={start}-{start + length - 1}")
+        if isinstance(response, ClientError):
+            return None  # start at or past the end (416); the key exists
+        return response, self._range_answer(response, key, start, length)
+
+    def _range_answer(self, response: dict[str, Any], key: str, start: int, length: int) -> int:
+        """How many bytes the answer to a ranged GET holds, once it is known to
+        be the range asked for; else StoreError, the body left unread.
+
+        A 206 must name, in Content-Range, a range that starts at `start` and
+        is no longer than `length`. A 200 (a server or proxy that ignored the
+        Range header) is the whole object: right only from 0 and when it fits.
+        Anything else would be read whole into memory, or written as data at
+        the wrong offset."""
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        announced = response.get("ContentLength")
+        size = int(announced) if announced is not None else None
+        problem = None
+        if status == 206:
+            match = _CONTENT_RANGE.fullmatch(str(response.get("ContentRange") or "").strip())
+            if match is None:
+                problem = f"a 206 answer without a valid Content-Range ({_short(response)})"
+            else:
+                first, last = int(match[1]), int(match[2])
+                count = last - first + 1
+                # Short only where the object ends, when the answer says where.
+                short = match[3] != "*" and last != min(start + length, int(match[3])) - 1
+                if first != start or not 0 < count <= length or size not in (None, count) or short:
+                    problem = f"bytes {first}-{last} ({_short(response)})"
+                size = count
+        elif status == 200:
+            if start != 0 or size is None or size > length:
+                problem = f"status 200, the whole object ({size} bytes): the range was ignored"
+        else:
+            problem = f"status {status}"
+        if problem is not None or size is None:
+            response["Body"].close()  # unread: the connection is dropped
+            raise StoreError(f"get_object {key}: asked bytes {start}-{start + length - 1} "
+                             f"from {self.endpoint}, got {problem}")
+        return size
+
+
+def _transport(response: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The answer's body (botocore's), the urllib3 response under it, and
+    http.client's under that (None where the transport is another)."""
+    body = response["Body"]
+    raw = getattr(body, "_raw_stream", None)
+    return body, raw, getattr(raw, "_fp", None)
+
+
+def _splice_body(fp: http.client.HTTPResponse, sock: Any, fd: int, offset: int,
+                 expected: int) -> int:
+    # What http.client read past the headers is in its buffer (8 KiB;
+    # read1 of more returns all of it, or reads the socket once when it is
+    # empty): that part the usual way, then the socket.
+    head = _read(fp.read1, min(expected, _CHUNK))
+    _pwrite_all(fd, head, offset)
+    got = len(head)
+    try:
+        return got + splice.socket_to_file(sock, fd, offset + got, expected - got)
+    except splice.Refused as refused:
+        # The rest is copied from the socket too: http.client's count of
+        # what is left knows nothing of what was spliced.
+        got += refused.moved
+        return got + splice.socket_copy_to_file(sock, fd, offset + got, expected - got)
+
+
+def _read(read: Any, n: int) -> bytes:
+    """`read(n)` of a response body, its failures as the connection's."""
+    try:
+        return bytes(read(n))
+    except (OSError, http.client.HTTPException, BotoCoreError) as err:
+        raise splice.SocketFailed(type(err).__name__) from err
+
+
+def _copy(body: Any, fd: int, offset: int, expected: int, what: str) -> int:
+    """A body that cannot be spliced, in bounded chunks; one byte more than
+    expected is read if there is one, so a longer body is seen."""
+    got = 0
+    while got <= expected:
+        chunk = _read(body.read, min(expected + 1 - got, _CHUNK))
+        if not chunk:
+            break
+        if got + len(chunk) > expected:
+            raise StoreError(f"{what}: a body longer than the {expected} bytes announced")
+        _pwrite_all(fd, chunk, offset + got)
+        got += len(chunk)
+    return got
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view, done = memoryview(data), 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
