@@ -207,6 +207,20 @@ def test_a_plain_http_read_into_a_file_is_spliced_many_times_over_one_pool(
     assert _open_fds() <= open_fds + 4  # one pipe, a connection
 
 
+@pytest.mark.parametrize("reader", ["get_range_into", "get_range_to_file"])
+def test_ranges_read_to_their_end_reuse_one_connection(
+        s3server: S3Server, s3area: tuple[str, str], s3object: bytes, reader: str) -> None:
+    """A spliced body read to its end leaves its connection for the next GET,
+    as a buffered one does: not a new connection (and a port in TIME_WAIT)
+    per range."""
+    with Misreader(s3server, "honest") as front:
+        store = _front_store(s3server, s3area, front.endpoint_url)
+        for n in range(20):
+            start = n * 300 * 1024
+            assert READERS[reader](store, start, MiB) == s3object[start:start + MiB]
+        assert front.connections == 1
+
+
 @pytest.mark.parametrize("side", ["socket", "file"])
 def test_where_splicing_is_refused_the_rest_is_copied_in_order(
         s3server: S3Server, s3area: tuple[str, str], s3object: bytes,

@@ -24,7 +24,8 @@ with the server's own client and credentials), in one of these ways:
 Only GET is served; the tests write through the real server directly.
 Objects are read from the server once and kept (tests measure the memory
 the reader allocates, in this same process: the front's must not count).
-`sent` counts the body bytes the front managed to hand to the socket.
+`sent` counts the body bytes the front managed to hand to the socket,
+`connections` the connections it accepted.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Misreader:
             raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
         self.mode = mode
         self.sent = 0
+        self.connections = 0
         self._client = server.client()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -61,6 +63,11 @@ class Misreader:
 
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
+
+            def setup(self) -> None:  # one call per connection accepted
+                super().setup()
+                with front._lock:
+                    front.connections += 1
 
             def do_GET(self) -> None:  # http.server calls it by this name
                 with contextlib.suppress(OSError):

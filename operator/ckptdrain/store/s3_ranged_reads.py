@@ -107,16 +107,20 @@ class S3RangedReads:
         `offset`; return how many (fewer only where the object ends).
         ObjectMissing, StoreError and StoreUnreachable as get_range_into; the
         file's own failures (ENOSPC, EIO) as the OSError it gives."""
+        if offset < 0:
+            raise InvalidInput("offset", "a file offset >= 0", offset)
         answer = self._ranged_get(key, start, length)
         if answer is None:
             return 0
         body, raw, fp = _transport(answer[0])
         expected = answer[1]
         sock = getattr(getattr(raw, "connection", None), "sock", None)
+        reusable = False
         try:
             if (isinstance(fp, http.client.HTTPResponse) and not getattr(raw, "chunked", False)
                     and splice.spliceable(sock)):
-                got = _splice_body(fp, sock, fd, offset, expected)
+                got, spliced = _splice_body(fp, sock, fd, offset, expected)
+                reusable = got == expected and _consumed(fp, spliced)
             else:
                 got = _copy(body, fd, offset, expected, self._what(key))
         except splice.SocketFailed as err:
@@ -124,12 +128,13 @@ class S3RangedReads:
                 f"get_object {key}: the connection to {self.endpoint} broke mid-body "
                 f"({err})") from err
         finally:
-            # Read to its end or not, the connection is closed rather than
-            # reused (http.client never saw the spliced bytes), and its slot
-            # goes back to the pool.
-            body.close()
-            if hasattr(raw, "release_conn"):
+            if reusable:  # read to its end: the connection serves the next GET
                 raw.release_conn()
+                body.close()
+            else:  # closed, not reused, and its slot goes back to the pool
+                body.close()
+                if hasattr(raw, "release_conn"):
+                    raw.release_conn()
         if got != expected:
             raise StoreUnreachable(
                 f"get_object {key}: the connection to {self.endpoint} closed after {got} "
@@ -202,7 +207,8 @@ def _transport(response: dict[str, Any]) -> tuple[Any, Any, Any]:
 
 
 def _splice_body(fp: http.client.HTTPResponse, sock: Any, fd: int, offset: int,
-                 expected: int) -> int:
+                 expected: int) -> tuple[int, int]:
+    """(bytes written, of which spliced past http.client)."""
     # What http.client read past the headers is in its buffer (8 KiB;
     # read1 of more returns all of it, or reads the socket once when it is
     # empty): that part the usual way, then the socket.
@@ -210,12 +216,25 @@ def _splice_body(fp: http.client.HTTPResponse, sock: Any, fd: int, offset: int,
     _pwrite_all(fd, head, offset)
     got = len(head)
     try:
-        return got + splice.socket_to_file(sock, fd, offset + got, expected - got)
+        past = splice.socket_to_file(sock, fd, offset + got, expected - got)
     except splice.Refused as refused:
         # The rest is copied from the socket too: http.client's count of
         # what is left knows nothing of what was spliced.
-        got += refused.moved
-        return got + splice.socket_copy_to_file(sock, fd, offset + got, expected - got)
+        past = refused.moved + splice.socket_copy_to_file(
+            sock, fd, offset + got + refused.moved, expected - got - refused.moved)
+    return got + past, past
+
+
+def _consumed(fp: http.client.HTTPResponse, past: int) -> bool:
+    """Tell http.client that the `past` bytes it did not read went by, so it
+    closes the response and the connection can serve the next GET (a new
+    connection per range would leave a port in TIME_WAIT for each). False,
+    the connection then closed, where its count is not what that implies."""
+    if fp.length != past:
+        return False
+    fp.length = 0
+    fp.read()  # nothing left: closes the response, not the socket
+    return fp.isclosed()
 
 
 def _read(read: Any, n: int) -> bytes:

@@ -62,12 +62,13 @@ def spliceable(sock: object) -> bool:
 
 
 def _forget_idle_pipes() -> None:
-    # A forked child must not share a pipe with its parent.
-    global _idle
+    # A forked child must not share a pipe with its parent, nor wait on a
+    # lock that a thread of the parent held at the fork.
+    global _idle, _idle_lock
     for out, into in _idle:
         os.close(out)
         os.close(into)
-    _idle = []
+    _idle, _idle_lock = [], threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
