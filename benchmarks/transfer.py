@@ -50,17 +50,16 @@ BIN = Path(sys.executable).parent
 PEERS = Path(__file__).resolve().parent / "transfer_peers"
 #: The tool every ratio is taken against, and the one measured.
 BASELINE, OURS = "s5cmd", "ckptdrain"
-#: Where the Python tools' bytecode goes (outside the source tree).
-_PYCACHE = Path(tempfile.gettempdir()) / "ckptdrain-bench-pycache"
 
 
 def _env(server: Any, endpoint: str) -> dict[str, str]:
     env = dict(os.environ)
     # Bytecode as the image has it (compiled when it is built): a shell
     # that sets PYTHONDONTWRITEBYTECODE would otherwise make every Python
-    # tool compile its sources again on each run (0.05 s of a 2 s restore).
+    # tool compile our sources again on each run (0.05 s of a 2 s restore).
+    # Beside the sources (git ignores __pycache__), not under a prefix: a
+    # prefix would also hide site-packages' own bytecode.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
     env.update(AWS_ACCESS_KEY_ID=server.access_key, AWS_SECRET_ACCESS_KEY=server.secret_key,
                AWS_DEFAULT_REGION=server.region, AWS_REGION=server.region, EP=endpoint,
                CKPTDRAIN_S3_ENDPOINT=endpoint)
@@ -135,7 +134,8 @@ def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
     starved; per round: each tool's ratio to s5cmd, where neither run of the
     pair was starved."""
     env = _env(server, server.endpoint_url)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "operator"), str(PEERS)],
+    trees = [ROOT / "operator", PEERS] + ([compare_tree / "operator"] if compare_tree else [])
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *map(str, trees)],
                    env=env, check=True, stdout=subprocess.DEVNULL)
     tools = {k: v for k, v in _tools(server, bucket, data, work, compare_tree).items()
              if only is None or k in only or k in (OURS, BASELINE, BEFORE)}
@@ -305,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=str(shm) if shm.is_dir() else "/var/tmp")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-transfer.json"))
     args = parser.parse_args(argv)
+    if args.compare_tree is not None and not (
+            args.compare_tree / "operator" / "ckptdrain" / "__init__.py").is_file():
+        # PYTHONPATH skips a missing entry: the run would compare us with ourselves.
+        parser.error(f"--compare-tree: expected a source tree with operator/ckptdrain/, "
+                     f"got {args.compare_tree}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ckptdrain-bench-", dir=args.workdir) as tmp:
         work = Path(tmp)
