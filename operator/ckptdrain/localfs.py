@@ -1,5 +1,6 @@
 """The local filesystem rules every side shares: which files a checkpoint
-directory holds, and making a directory entry durable.
+directory holds, writing bytes at an offset whole, and making a directory
+entry durable.
 
 `regular_files` is the one walker behind `push` (transfer/scan.py), the
 agent's capture and the local tier's verification (node/durable.py). It
@@ -73,3 +74,10 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """Write all of `data` into file `fd` at `offset` (pwrite may write less)."""
+    view, done = memoryview(data), 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)

@@ -6,7 +6,6 @@ for, and a connection that breaks or stalls mid-body reported as such."""
 from __future__ import annotations
 
 import http.client
-import os
 import re
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ckptdrain.errors import InvalidInput, ObjectMissing, StoreError, StoreUnreachable
+from ckptdrain.localfs import pwrite_all
 from ckptdrain.store import splice
 from ckptdrain.store.base import ObjectInfo
 
@@ -213,7 +213,7 @@ def _splice_body(fp: http.client.HTTPResponse, sock: Any, fd: int, offset: int,
     # read1 of more returns all of it, or reads the socket once when it is
     # empty): that part the usual way, then the socket.
     head = _read(fp.read1, min(expected, _CHUNK))
-    _pwrite_all(fd, head, offset)
+    pwrite_all(fd, head, offset)
     got = len(head)
     try:
         past = splice.socket_to_file(sock, fd, offset + got, expected - got)
@@ -255,12 +255,6 @@ def _copy(body: Any, fd: int, offset: int, expected: int, what: str) -> int:
             break
         if got + len(chunk) > expected:
             raise StoreError(f"{what}: a body longer than the {expected} bytes announced")
-        _pwrite_all(fd, chunk, offset + got)
+        pwrite_all(fd, chunk, offset + got)
         got += len(chunk)
     return got
-
-
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
-    view, done = memoryview(data), 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)

@@ -24,6 +24,8 @@ import socket
 import threading
 from collections.abc import Iterator
 
+from ckptdrain.localfs import pwrite_all
+
 #: Bytes per splice: what the pipe is asked to hold (Linux lets a user grow
 #: a pipe to 1 MiB, /proc/sys/fs/pipe-max-size, unless it is over its pipe
 #: quota: then the pipe stays small, and splicing slower but right).
@@ -133,7 +135,7 @@ def socket_to_file(sock: socket.socket, fd: int, offset: int, count: int) -> int
                 except OSError as err:
                     if err.errno not in _REFUSALS:
                         raise  # the file's: not the store's
-                    _write_all(fd, _read_exactly(out, n - done), at)  # empties the pipe
+                    pwrite_all(fd, _read_exactly(out, n - done), at)  # empties the pipe
                     raise _refuse(moved + n, err) from err
                 if wrote == 0:
                     raise OSError(errno.EIO, f"splice into the file moved nothing at {at}")
@@ -155,7 +157,7 @@ def socket_copy_to_file(sock: socket.socket, fd: int, offset: int, count: int) -
             raise SocketFailed(f"receiving: {type(err).__name__}") from err
         if n == 0:
             break
-        _write_all(fd, buffer[:n], offset + moved)
+        pwrite_all(fd, buffer[:n], offset + moved)
         moved += n
     return moved
 
@@ -169,9 +171,3 @@ def _read_exactly(fd: int, count: int) -> bytes:
         chunks.append(chunk)
         count -= len(chunk)
     return b"".join(chunks)
-
-
-def _write_all(fd: int, data: bytes | memoryview, offset: int) -> None:
-    view, done = memoryview(data), 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)

@@ -40,6 +40,7 @@ from ckptdrain.errors import (
     NoCheckpoint,
     ObjectMissing,
 )
+from ckptdrain.localfs import pwrite_all
 from ckptdrain.manifest import FileEntry, WriterManifest
 from ckptdrain.store.base import Store
 from ckptdrain.transfer.catalog import Checkpoint, candidate_steps, load_checkpoint
@@ -215,9 +216,7 @@ def _fetch_range(store: Store, f: _File, index: int, range_size: int,
     crc = checksum.crc32c(data)
     fd = os.open(f.target, os.O_WRONLY)
     try:
-        view, done = memoryview(data), 0
-        while done < length:
-            done += os.pwrite(fd, view[done:], offset + done)
+        pwrite_all(fd, data, offset)
     finally:
         os.close(fd)
     f.crcs[index] = (crc, length)
