@@ -24,7 +24,7 @@ from tests.support.s3servers import S3Server, start_seaweedfs
 from ckptdrain.node import config
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.restore import command
-from ckptdrain.transfer import fetch
+from ckptdrain.transfer import range_fetch
 from ckptdrain.transfer.drain import Drainer
 from ckptdrain.transfer.scan import build_manifest
 
@@ -126,7 +126,7 @@ def test_a_store_stopped_mid_fetch_and_started_again_restores_the_newest_step(
     (old / "w.bin").write_bytes(b"older step" * 100)
     LocalTier(tmp_path / "local").capture(old, 6, writer=0, writers=1)
     store = wrapper(real, server)
-    assert fetch.to_file(store) is (wrapper is StopsMidSplicedFetch)
+    assert range_fetch.to_file(store) is (wrapper is StopsMidSplicedFetch)
     waits: list[float] = []
 
     def sleep(seconds: float) -> None:  # the back-off: the store comes back meanwhile

@@ -32,7 +32,7 @@ from ckptdrain.store import splice
 from ckptdrain.store.base import Store
 from ckptdrain.store.local import LocalStore
 from ckptdrain.store.s3 import S3Store
-from ckptdrain.transfer import catalog, commit, prune
+from ckptdrain.transfer import catalog, commit, prune, range_fetch
 from ckptdrain.transfer import fetch as fetch_mod
 from ckptdrain.transfer.drain import Drainer
 from ckptdrain.transfer.fetch import fetch
@@ -285,7 +285,7 @@ def test_an_object_longer_than_its_manifest_is_refused_on_the_spliced_path(
     """The last range asks one byte more: a longer object is seen, its step
     skipped and the one before restored; ranges are whole 64 MiB-capped parts."""
     store = s3server.open_store(*s3area)
-    assert fetch_mod.to_file(store)
+    assert range_fetch.to_file(store)
     good = _good_step(store, tmp_path, 8)
     _good_step(store, tmp_path, 9)
     written = catalog.load_checkpoint(store, 9).manifests[0]
@@ -294,8 +294,8 @@ def test_an_object_longer_than_its_manifest_is_refused_on_the_spliced_path(
     got = fetch(store, tmp_path / "dest")
     assert got.step == 8 and "longer" in got.skipped[0]
     assert (tmp_path / "dest" / "a.bin").read_bytes() == good
-    assert fetch_mod.range_size(64 << 20, fetch_mod.MAX_FILE_RANGE) == 64 << 20
-    assert fetch_mod.range_size(128 << 20, fetch_mod.MAX_FILE_RANGE) == 64 << 20
+    assert fetch_mod.range_size(64 << 20, range_fetch.MAX_FILE_RANGE) == 64 << 20
+    assert fetch_mod.range_size(128 << 20, range_fetch.MAX_FILE_RANGE) == 64 << 20
     assert fetch_mod.range_size(128 << 20) == 16 << 20
 
 

@@ -40,20 +40,14 @@ from ckptdrain.errors import (
     NoCheckpoint,
     ObjectMissing,
 )
-from ckptdrain.localfs import pwrite_all
 from ckptdrain.manifest import FileEntry, WriterManifest
 from ckptdrain.store.base import Store
+from ckptdrain.transfer import range_fetch
 from ckptdrain.transfer.catalog import Checkpoint, candidate_steps, load_checkpoint
 from ckptdrain.transfer.staging import remove_stale_staging, staging_prefix
 
 #: Largest ranged GET: bigger ones cost CPU in buffering for no gain.
 MAX_RANGE = 16 << 20
-#: Largest ranged GET into a file, for a store that splices its bodies into
-#: files (store/splice.py): no buffer to size, so a range may be a whole
-#: 64 MiB part; the store spends less CPU per GB on fewer, larger requests.
-MAX_FILE_RANGE = 64 << 20
-#: Read-back buffer for the CRC of a range written by the store.
-CRC_READ = 1 << 20
 #: Smallest ranged GET: below it, per-request overhead dominates (a manifest's
 #: or a user's tiny part size must not turn a pull into a million requests).
 MIN_RANGE = 1 << 20
@@ -150,15 +144,10 @@ def _download(store: Store, files: list[_File], concurrency: int,
     lock = threading.Lock()
     done = [0]
 
-    into = _offers(store, "get_range_into")
     biggest = max((min(f.range_size, f.entry.size) for f in files), default=0)
 
     def worker() -> None:
-        # One buffer per worker, reused for every range, when the store can
-        # read into it (one byte more: the last range asks for it).
-        # Into a file, only to read back the CRC: a small one.
-        size = CRC_READ if to_file(store) else biggest + 1
-        buffer = memoryview(bytearray(size)) if into or to_file(store) else None
+        buffer = range_fetch.worker_buffer(store, biggest)
         while not errors:
             with lock:
                 item = next(work, None)
@@ -189,7 +178,6 @@ def _fetch_range(store: Store, f: _File, index: int, range_size: int,
                  buffer: memoryview | None = None) -> None:
     size = f.entry.size
     offset = index * range_size
-    length = min(range_size, size - offset)
     if size == 0:
         info = store.head(f.key)
         if info is None or info.size != 0:
@@ -197,57 +185,9 @@ def _fetch_range(store: Store, f: _File, index: int, range_size: int,
                                  f"{'nothing' if info is None else f'{info.size} bytes'}")
         f.crcs[index] = (0, 0)
         return
-    last = offset + length == size
-    # One byte more on the last range reveals an object longer than the manifest says.
-    want = length + 1 if last else length
-    if to_file(store):
-        assert buffer is not None
-        f.crcs[index] = (_fetch_range_to_file(store, f, offset, length, want, buffer), length)
-        return
-    data: bytes | memoryview
-    if buffer is not None:
-        got = store.get_range_into(f.key, offset, buffer[:want])  # type: ignore[attr-defined]
-        data = buffer[:got]
-    else:
-        data = store.get_range(f.key, offset, want)
-    if len(data) != length:
-        raise IntegrityError(f"{f.key}: {'longer' if len(data) > length else 'shorter'} than "
-                             f"the manifest's {size} bytes")
-    crc = checksum.crc32c(data)
-    fd = os.open(f.target, os.O_WRONLY)
-    try:
-        pwrite_all(fd, data, offset)
-    finally:
-        os.close(fd)
-    f.crcs[index] = (crc, length)
-
-
-def _offers(store: Store, method: str) -> bool:
-    # Looked up on the class: a wrapper that forwards unknown attributes
-    # (fault injection in the tests) keeps its own reads.
-    return callable(getattr(type(store), method, None))
-
-
-def to_file(store: Store) -> bool:
-    """Whether ranges go from the store straight into the file (spliced)."""
-    return _offers(store, "get_range_to_file") and getattr(store, "splices", False) is True
-
-
-def _fetch_range_to_file(store: Store, f: _File, offset: int, length: int, want: int,
-                         buffer: memoryview) -> int:
-    """The range written into the file by the store; its CRC32C read back from
-    the page cache, so what is verified is what the file holds. (A longer
-    object's extra byte on the last range grows the staging file by one:
-    the IntegrityError that follows discards it with the candidate.)"""
-    fd = os.open(f.target, os.O_RDWR)
-    try:
-        got = store.get_range_to_file(f.key, offset, want, fd, offset)  # type: ignore[attr-defined]
-        if got != length:
-            raise IntegrityError(f"{f.key}: {'longer' if got > length else 'shorter'} than "
-                                 f"the manifest's {f.entry.size} bytes")
-        return checksum.crc32c_range(fd, offset, length, buffer)
-    finally:
-        os.close(fd)
+    length = min(range_size, size - offset)
+    f.crcs[index] = (range_fetch.fetch_range(store, f.key, f.target, size, offset, length,
+                                             buffer), length)
 
 
 def _verify(files: list[_File]) -> None:
@@ -316,7 +256,8 @@ def fetch(
         try:
             ckpt = load_checkpoint(store, candidate)
             files = _plan(ckpt, tmp, writer, part_size,
-                          MAX_FILE_RANGE if to_file(store) else MAX_RANGE)
+                          range_fetch.MAX_FILE_RANGE if range_fetch.to_file(store)
+                          else MAX_RANGE)
             _download(store, files, default_concurrency() if concurrency is None else concurrency,
                       progress)
             _verify(files)
