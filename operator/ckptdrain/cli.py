@@ -192,6 +192,8 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--concurrency", default=None,
                    help="ranged GETs in flight (default: 2 per usable CPU, 4 to 16)")
     p.add_argument("--part-size", help="range size (default: the upload's part size)")
+    p.add_argument("--no-direct-io", dest="direct_io", action="store_false",
+                   help="onto a disk, write through the page cache (default: direct I/O)")
     _common(p)
     p.set_defaults(func=cmd_pull)
 

@@ -32,7 +32,7 @@ from ckptdrain.store import splice
 from ckptdrain.store.base import Store
 from ckptdrain.store.local import LocalStore
 from ckptdrain.store.s3 import S3Store
-from ckptdrain.transfer import catalog, commit, prune, range_fetch
+from ckptdrain.transfer import catalog, commit, direct_io, prune, range_fetch
 from ckptdrain.transfer import fetch as fetch_mod
 from ckptdrain.transfer.drain import Drainer
 from ckptdrain.transfer.fetch import fetch
@@ -123,8 +123,20 @@ def _get_range_to_file(store: S3Store, start: int, length: int) -> bytes:
         return os.pread(f.fileno(), got, 12345)
 
 
+def _get_range_through(store: S3Store, start: int, length: int) -> bytes:
+    """Through a 64 KiB buffer, a piece at a time: what a restore that
+    writes by direct I/O does. Every piece but the last fills the buffer."""
+    pieces: list[bytes] = []
+    got = store.get_range_through("r/obj", start, length, memoryview(bytearray(64 << 10)),
+                                  lambda piece: pieces.append(bytes(piece)))
+    assert all(len(p) == 64 << 10 for p in pieces[:-1]) and all(pieces)
+    assert got == sum(map(len, pieces))
+    return b"".join(pieces)
+
+
 READERS = {"get_range": _get_range, "get_range_into": _get_range_into,
-           "get_range_to_file": _get_range_to_file}
+           "get_range_through": _get_range_through, "get_range_to_file": _get_range_to_file}
+STREAMING = ["get_range_into", "get_range_through", "get_range_to_file"]
 
 
 @pytest.mark.parametrize("reader", list(READERS))
@@ -150,7 +162,7 @@ def test_a_wrong_answer_to_a_range_is_refused_unread(
         assert _peak(lambda: READERS[reader](store, start, 1000)) < 2 * MiB
 
 
-@pytest.mark.parametrize("reader", ["get_range_into", "get_range_to_file"])
+@pytest.mark.parametrize("reader", STREAMING)
 def test_a_body_cut_midway_is_the_stores_failure_not_short_data(
         s3server: S3Server, s3area: tuple[str, str], s3object: bytes, reader: str) -> None:
     with Misreader(s3server, "cut") as front:
@@ -163,7 +175,7 @@ def test_a_body_cut_midway_is_the_stores_failure_not_short_data(
             assert READERS[reader](store, 0, 3 * MiB) == s3object[:3 * MiB]
 
 
-@pytest.mark.parametrize("reader", ["get_range_into", "get_range_to_file"])
+@pytest.mark.parametrize("reader", STREAMING)
 def test_a_body_that_stops_coming_fails_within_the_read_timeout(
         s3server: S3Server, s3area: tuple[str, str], s3object: bytes, reader: str) -> None:
     with Misreader(s3server, "stall") as front:
@@ -207,7 +219,7 @@ def test_a_plain_http_read_into_a_file_is_spliced_many_times_over_one_pool(
     assert _open_fds() <= open_fds + 4  # one pipe, a connection
 
 
-@pytest.mark.parametrize("reader", ["get_range_into", "get_range_to_file"])
+@pytest.mark.parametrize("reader", STREAMING)
 def test_ranges_read_to_their_end_reuse_one_connection(
         s3server: S3Server, s3area: tuple[str, str], s3object: bytes, reader: str) -> None:
     """A spliced body read to its end leaves its connection for the next GET,
@@ -280,10 +292,14 @@ def test_a_file_that_refuses_the_bytes_mid_splice_is_the_callers_error(
         assert os.pread(f.fileno(), 2 * MiB, 0) == s3object[1:1 + 2 * MiB]
 
 
-def test_an_object_longer_than_its_manifest_is_refused_on_the_spliced_path(
-        s3server: S3Server, s3area: tuple[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("io", ["spliced", "direct"])
+def test_an_object_longer_than_its_manifest_is_refused_on_the_file_paths(
+        s3server: S3Server, s3area: tuple[str, str], tmp_path: Path, io: str) -> None:
     """The last range asks one byte more: a longer object is seen, its step
-    skipped and the one before restored; ranges are whole 64 MiB-capped parts."""
+    skipped and the one before restored; ranges are whole 64 MiB-capped parts.
+    Spliced by the store, or read through a buffer and written by direct I/O."""
+    if io == "direct" and not direct_io.worthwhile(tmp_path):
+        pytest.skip(f"{tmp_path} is not on a local disk")
     store = s3server.open_store(*s3area)
     assert range_fetch.to_file(store)
     good = _good_step(store, tmp_path, 8)
@@ -291,7 +307,8 @@ def test_an_object_longer_than_its_manifest_is_refused_on_the_spliced_path(
     written = catalog.load_checkpoint(store, 9).manifests[0]
     key = keys.data_key(9, 0, "a.bin", written.attempt)
     store.put_bytes(key, store.get_bytes(key) + b"!")
-    got = fetch(store, tmp_path / "dest")
+    got = fetch(store, tmp_path / "dest", direct_io=io == "direct")
+    assert got.io == io
     assert got.step == 8 and "longer" in got.skipped[0]
     assert (tmp_path / "dest" / "a.bin").read_bytes() == good
     assert fetch_mod.range_size(64 << 20, range_fetch.MAX_FILE_RANGE) == 64 << 20

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ckptdrain import cli
+from ckptdrain.transfer import direct_io
 
 EXAMPLE = ["size", "--parameters", "405B", "--interval", "15m", "--overlap", "10%"]
 
@@ -71,6 +72,13 @@ def test_push_ls_pull_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFi
     assert cli.main(["pull", uri, str(tmp_path / "out"), "--step", "12", "-q"]) == 0
     assert (tmp_path / "out" / "w.bin").read_bytes() == (src / "w.bin").read_bytes()
     assert cli.main(["verify", uri]) == 0
+    on_disk = direct_io.worthwhile(tmp_path)
+    for flags, io in (([], "direct" if on_disk else "buffered"), (["--no-direct-io"], "buffered")):
+        dest = tmp_path / f"out{len(flags)}"
+        capsys.readouterr()
+        assert cli.main(["pull", uri, str(dest), "--json", *flags]) == 0
+        assert json.loads(capsys.readouterr().out)["io"] == io
+        assert (dest / "w.bin").read_bytes() == (src / "w.bin").read_bytes()
     (tmp_path / "out" / "w.bin").write_bytes(b"tampered")
     capsys.readouterr()
     assert cli.main(["verify", str(tmp_path / "out"), "--against", uri]) == 4

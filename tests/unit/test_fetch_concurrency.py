@@ -42,9 +42,9 @@ def test_pull_leaves_the_default_to_fetch_unless_told(
     seen: list[int] = []
     real = fetch_mod._download
 
-    def download(store: Any, files: Any, concurrency: int, progress: Any) -> None:
+    def download(store: Any, mode: str, files: Any, concurrency: int, progress: Any) -> int:
         seen.append(concurrency)
-        real(store, files, concurrency, progress)
+        return real(store, mode, files, concurrency, progress)
 
     monkeypatch.setattr(fetch_mod, "_download", download)
     code = cli.main(["pull", f"file://{tmp_path / 'store'}", str(tmp_path / "out"), "-q", *argv])

@@ -1,15 +1,18 @@
-"""S3Store's ranged reads: into new bytes, into the caller's buffer, or
-straight into a file (what a restore from a plain HTTP endpoint uses:
-store/splice.py says why), each answer checked against the range asked
-for, and a connection that breaks or stalls mid-body reported as such."""
+"""S3Store's ranged reads: into new bytes, into the caller's buffer, through
+the caller's buffer a piece at a time (what a restore that writes by direct
+I/O uses: transfer/direct_io.py), or straight into a file (what a restore
+from a plain HTTP endpoint into memory uses: store/splice.py says why),
+each answer checked against the range asked for, and a connection that
+breaks or stalls mid-body reported as such."""
 
 from __future__ import annotations
 
 import http.client
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import urllib3.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ckptdrain.errors import InvalidInput, ObjectMissing, StoreError, StoreUnreachable
@@ -29,7 +32,7 @@ def _short(response: dict[str, Any]) -> str:
 
 
 class S3RangedReads:
-    """S3Store.get_range, get_range_into and get_range_to_file."""
+    """S3Store.get_range, get_range_into, get_range_through and get_range_to_file."""
 
     endpoint: str
     #: Whether responses come over plain TCP (an http:// endpoint), so that
@@ -102,6 +105,53 @@ class S3RangedReads:
         body.close()
         return got
 
+    def get_range_through(self, key: str, start: int, length: int, buffer: memoryview,
+                          take: Callable[[memoryview], None]) -> int:
+        """Read up to `length` bytes of `key` from `start` with one GET,
+        through `buffer`: `take` is handed each filled part, the whole of
+        `buffer` but for the last; return how many bytes (fewer only where
+        the object ends). Failures as get_range_into; what `take` raises
+        (the file's own errors) passes through unchanged."""
+        view = memoryview(buffer).cast("B")
+        if len(view) == 0:
+            raise InvalidInput("buffer", "at least one byte", 0)
+        answer = self._ranged_get(key, start, length)
+        if answer is None:
+            return 0
+        body, raw, fp = _transport(answer[0])
+        expected = answer[1]
+        direct = isinstance(fp, http.client.HTTPResponse) and not getattr(raw, "chunked", False)
+        got = 0
+        try:
+            while got < expected:
+                room = min(len(view), expected - got)
+                filled = _fill(fp.readinto if direct else _reader(body), view[:room])
+                if filled:
+                    take(view[:filled])
+                got += filled
+                if filled < room:
+                    break
+            if not direct and got == expected and _read(body.read, 1):
+                raise StoreError(f"{self._what(key)}: a body longer than the {expected} "
+                                 f"bytes announced")
+        except splice.SocketFailed as err:
+            _drop(body, raw)
+            raise StoreUnreachable(
+                f"get_object {key}: the connection to {self.endpoint} broke mid-body "
+                f"({err})") from err
+        except BaseException:
+            _drop(body, raw)
+            raise
+        if got != expected:
+            _drop(body, raw)
+            raise StoreUnreachable(
+                f"get_object {key}: the connection to {self.endpoint} closed after {got} "
+                f"of {expected} bytes")
+        if direct and fp.isclosed():
+            raw.release_conn()  # read to its end: the connection is reusable
+        body.close()
+        return got
+
     def get_range_to_file(self, key: str, start: int, length: int, fd: int, offset: int) -> int:
         """Write up to `length` bytes of `key` from `start` into file `fd` at
         `offset`; return how many (fewer only where the object ends).
@@ -131,10 +181,8 @@ class S3RangedReads:
             if reusable:  # read to its end: the connection serves the next GET
                 raw.release_conn()
                 body.close()
-            else:  # closed, not reused, and its slot goes back to the pool
-                body.close()
-                if hasattr(raw, "release_conn"):
-                    raw.release_conn()
+            else:
+                _drop(body, raw)
         if got != expected:
             raise StoreUnreachable(
                 f"get_object {key}: the connection to {self.endpoint} closed after {got} "
@@ -241,8 +289,40 @@ def _read(read: Any, n: int) -> bytes:
     """`read(n)` of a response body, its failures as the connection's."""
     try:
         return bytes(read(n))
-    except (OSError, http.client.HTTPException, BotoCoreError) as err:
+    except (OSError, http.client.HTTPException, BotoCoreError, urllib3.exceptions.HTTPError) as err:
         raise splice.SocketFailed(type(err).__name__) from err
+
+
+def _drop(body: Any, raw: Any) -> None:
+    """A body not read to its end: its connection closed, not reused, and
+    its slot given back to the pool."""
+    body.close()
+    if hasattr(raw, "release_conn"):
+        raw.release_conn()
+
+
+def _fill(readinto: Callable[[memoryview], int | None], view: memoryview) -> int:
+    """Read into all of `view` unless the body ends first; how many bytes.
+    The body's failures as SocketFailed."""
+    filled = 0
+    try:
+        while filled < len(view):
+            n = readinto(view[filled:])
+            if not n:
+                break
+            filled += n
+    except (OSError, http.client.HTTPException, BotoCoreError, urllib3.exceptions.HTTPError) as err:
+        raise splice.SocketFailed(type(err).__name__) from err
+    return filled
+
+
+def _reader(body: Any) -> Callable[[memoryview], int]:
+    """readinto for a body that only reads (another transport)."""
+    def readinto(view: memoryview) -> int:
+        data = body.read(len(view))
+        view[:len(data)] = data
+        return len(data)
+    return readinto
 
 
 def _copy(body: Any, fd: int, offset: int, expected: int, what: str) -> int:

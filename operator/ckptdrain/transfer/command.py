@@ -127,7 +127,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
     bar = _Bar(args, 0, "pull")
     try:
         result = fetch(store, Path(args.dest), step=step, writer=writer,
-                       concurrency=concurrency, part_size=part, progress=bar)
+                       concurrency=concurrency, part_size=part, progress=bar,
+                       direct_io=args.direct_io)
     except ObjectMissing as err:
         if step is None:
             raise

@@ -8,8 +8,8 @@ push then pull mirrors the source; a checkpoint of N > 1 writers lands under
 
 Every path is checked (paths.resolve_under) before anything is written. Files
 are fetched with parallel ranged GETs aligned to each file's part size (never
-below MIN_RANGE nor above MAX_RANGE, or MAX_FILE_RANGE where the store
-writes ranges into the file itself, whatever the manifest says; ranges are
+below MIN_RANGE nor above MAX_RANGE, or MAX_FILE_RANGE where no buffer holds
+a whole range (transfer/range_fetch.py), whatever the manifest says; ranges are
 handed out one at a time, so a hostile size allocates nothing up front) into
 a temporary directory beside `dest`; each range's CRC32C is taken as it
 arrives (or read back from the file the store wrote it into) and combined
@@ -44,10 +44,9 @@ from ckptdrain.manifest import FileEntry, WriterManifest
 from ckptdrain.store.base import Store
 from ckptdrain.transfer import range_fetch
 from ckptdrain.transfer.catalog import Checkpoint, candidate_steps, load_checkpoint
+from ckptdrain.transfer.range_fetch import MAX_RANGE
 from ckptdrain.transfer.staging import remove_stale_staging, staging_prefix
 
-#: Largest ranged GET: bigger ones cost CPU in buffering for no gain.
-MAX_RANGE = 16 << 20
 #: Smallest ranged GET: below it, per-request overhead dominates (a manifest's
 #: or a user's tiny part size must not turn a pull into a million requests).
 MIN_RANGE = 1 << 20
@@ -69,6 +68,12 @@ class FetchResult:
     source_uri: str
     dest: Path
     skipped: list[str] = field(default_factory=list)
+    #: How the ranges were to be written: "direct" (by direct I/O onto a
+    #: local disk), "spliced" or "buffered" (range_fetch.py says when each
+    #: is used); and how many bytes went by direct I/O (a file's unaligned
+    #: tail does not, nor anything after its filesystem refused it).
+    io: str = range_fetch.BUFFERED
+    direct_bytes: int = 0
 
 
 @dataclass
@@ -81,8 +86,8 @@ class _File:
     crcs: dict[int, tuple[int, int]] = field(default_factory=dict)  # index -> (crc, length)
 
 
-def _plan(ckpt: Checkpoint, root: Path, writer: int | None,
-          part_size: int | None = None, largest: int = MAX_RANGE) -> list[_File]:
+def _plan(ckpt: Checkpoint, root: Path, writer: int | None, part_size: int | None = None,
+          largest: int = MAX_RANGE, mode: str = range_fetch.BUFFERED) -> list[_File]:
     """Every file to fetch and where it goes; refuses unsafe paths before any write."""
     if writer is not None and not 0 <= writer < ckpt.writers:
         raise NoCheckpoint(f"step {ckpt.step} has writers 0..{ckpt.writers - 1}, not {writer}")
@@ -94,7 +99,8 @@ def _plan(ckpt: Checkpoint, root: Path, writer: int | None,
         for entry in m.files:
             target = paths.resolve_under(base, entry.path)
             key = keys.data_key(m.step, m.writer, entry.path, m.attempt)
-            size = range_size(part_size or entry.part_size or m.part_size, largest)
+            size = range_fetch.aligned_range(
+                mode, range_size(part_size or entry.part_size or m.part_size, largest))
             plan.append(_File(entry, key, target, 0, size))
     return plan
 
@@ -133,8 +139,9 @@ def _prepare_target(f: _File) -> None:
                              f"{err.strerror}") from None
 
 
-def _download(store: Store, files: list[_File], concurrency: int,
-              progress: Callable[[int], None] | None) -> None:
+def _download(store: Store, mode: str, files: list[_File], concurrency: int,
+              progress: Callable[[int], None] | None) -> int:
+    """Every range of `files`; how many bytes went by direct I/O."""
     for f in files:
         _prepare_target(f)
         f.ranges = max(1, -(-f.entry.size // f.range_size))
@@ -142,12 +149,12 @@ def _download(store: Store, files: list[_File], concurrency: int,
     work = itertools.chain.from_iterable(((f, i) for i in range(f.ranges)) for f in files)
     errors: list[BaseException] = []
     lock = threading.Lock()
-    done = [0]
+    done = [0, 0]  # bytes fetched, of which written by direct I/O
 
     biggest = max((min(f.range_size, f.entry.size) for f in files), default=0)
 
     def worker() -> None:
-        buffer = range_fetch.worker_buffer(store, biggest)
+        buffer = range_fetch.worker_buffer(store, mode, biggest)
         while not errors:
             with lock:
                 item = next(work, None)
@@ -155,10 +162,11 @@ def _download(store: Store, files: list[_File], concurrency: int,
                 return
             f, i = item
             try:
-                _fetch_range(store, f, i, f.range_size, buffer)
-                if progress:
-                    with lock:
-                        done[0] += f.crcs[i][1]
+                direct = _fetch_range(store, mode, f, i, buffer)
+                with lock:
+                    done[0] += f.crcs[i][1]
+                    done[1] += direct
+                    if progress:
                         progress(done[0])
             except BaseException as err:
                 errors.append(err)
@@ -172,22 +180,25 @@ def _download(store: Store, files: list[_File], concurrency: int,
         t.join()
     if errors:
         raise errors[0]
+    return done[1]
 
 
-def _fetch_range(store: Store, f: _File, index: int, range_size: int,
-                 buffer: memoryview | None = None) -> None:
+def _fetch_range(store: Store, mode: str, f: _File, index: int,
+                 buffer: memoryview | None) -> int:
     size = f.entry.size
-    offset = index * range_size
+    offset = index * f.range_size
     if size == 0:
         info = store.head(f.key)
         if info is None or info.size != 0:
             raise IntegrityError(f"{f.key}: expected an empty object, store has "
                                  f"{'nothing' if info is None else f'{info.size} bytes'}")
         f.crcs[index] = (0, 0)
-        return
-    length = min(range_size, size - offset)
-    f.crcs[index] = (range_fetch.fetch_range(store, f.key, f.target, size, offset, length,
-                                             buffer), length)
+        return 0
+    length = min(f.range_size, size - offset)
+    crc, direct = range_fetch.fetch_range(store, mode, f.key, f.target, size, offset, length,
+                                          buffer)
+    f.crcs[index] = (crc, length)
+    return direct
 
 
 def _verify(files: list[_File]) -> None:
@@ -235,11 +246,14 @@ def fetch(
     concurrency: int | None = None,
     part_size: int | None = None,
     progress: Callable[[int], None] | None = None,
+    direct_io: bool = True,
 ) -> FetchResult:
     """Restore the newest complete checkpoint (or `step`) into `dest`, verified.
 
     `progress` gets the bytes fetched so far for the current candidate;
     `concurrency` (ranged GETs in flight) defaults to default_concurrency().
+    `direct_io` False keeps the files written through the page cache (and
+    left in it) even onto a disk.
 
     Raises NoCheckpoint when no candidate is complete and intact (the reasons
     are in the message), InvalidInput when `dest` is not empty."""
@@ -249,17 +263,17 @@ def fetch(
         raise InvalidInput("dest", "a missing or empty directory", str(dest))
     dest.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(dest)
+    mode = range_fetch.choose(store, dest.parent, direct_io)
     steps = [step] if step is not None else candidate_steps(store)
     skipped: list[str] = []
     for candidate in steps:
         tmp = Path(tempfile.mkdtemp(prefix=staging_prefix(dest, os.getpid()), dir=dest.parent))
         try:
             ckpt = load_checkpoint(store, candidate)
-            files = _plan(ckpt, tmp, writer, part_size,
-                          range_fetch.MAX_FILE_RANGE if range_fetch.to_file(store)
-                          else MAX_RANGE)
-            _download(store, files, default_concurrency() if concurrency is None else concurrency,
-                      progress)
+            files = _plan(ckpt, tmp, writer, part_size, range_fetch.largest_range(store, mode),
+                          mode)
+            streams = default_concurrency() if concurrency is None else concurrency
+            direct = _download(store, mode, files, streams, progress)
             _verify(files)
             _fsync_tree(files)
             _place(tmp, dest)
@@ -278,6 +292,7 @@ def fetch(
             step=candidate, writers=writers, bytes=sum(f.entry.size for f in files),
             seconds=time.monotonic() - started, source_uri=store.uri, dest=dest,
             skipped=skipped,
+            io=mode, direct_bytes=direct,
         )
     detail = "; ".join(skipped) if skipped else "the store holds no manifests"
     raise NoCheckpoint(f"no complete, intact checkpoint in {store.uri}: {detail}")
