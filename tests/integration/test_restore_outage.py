@@ -12,6 +12,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from tests.support.s3servers import S3Server, start_seaweedfs
 from ckptdrain.node import config
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.restore import command
-from ckptdrain.transfer import range_fetch
+from ckptdrain.transfer import direct_io
 from ckptdrain.transfer.drain import Drainer
 from ckptdrain.transfer.scan import build_manifest
 
@@ -87,15 +88,19 @@ def _cfg(tmp_path: Path, **env: str) -> config.AgentConfig:
 
 
 class StopsMidFetch:
-    """The real store; the first ranged read of the fetch stops the server first."""
+    """The real store; the first ranged read of the fetch stops the server
+    first, and says which read that was (`via`)."""
 
     def __init__(self, inner: Any, server: S3Server) -> None:
-        self.inner, self.server, self.stopped = inner, server, False
+        self.inner, self.server, self.via = inner, server, ""
+
+    def _stop_first(self, via: str) -> None:
+        if not self.via:
+            self.via = via
+            self.server.stop()
 
     def get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
-        if not self.stopped:
-            self.stopped = True
-            self.server.stop()
+        self._stop_first("get_range_into")
         return int(self.inner.get_range_into(key, start, buffer))
 
     def __getattr__(self, name: str) -> Any:
@@ -104,18 +109,45 @@ class StopsMidFetch:
 
 class StopsMidSplicedFetch(StopsMidFetch):
     """The same, where the fetch has the store write ranges into the files
-    (a plain HTTP endpoint: spliced from the socket)."""
+    (a plain HTTP endpoint into memory: spliced from the socket)."""
 
     def get_range_to_file(self, key: str, start: int, length: int, fd: int, offset: int) -> int:
-        if not self.stopped:
-            self.stopped = True
-            self.server.stop()
+        self._stop_first("get_range_to_file")
         return int(self.inner.get_range_to_file(key, start, length, fd, offset))
 
 
-@pytest.mark.parametrize("wrapper", [StopsMidFetch, StopsMidSplicedFetch])
+class StopsMidDirectFetch(StopsMidFetch):
+    """The same, where whole parts are read through a buffer and written by
+    direct I/O (onto a disk)."""
+
+    def get_range_through(self, *args: Any) -> int:
+        self._stop_first("get_range_through")
+        return int(self.inner.get_range_through(*args))
+
+
+#: Each wrapper, the read it stops at, and where the work directory is: on
+#: the disk (direct I/O), on the disk with restore.directIO false (the page
+#: cache), or in memory (tmpfs: spliced).
+WAYS = [(StopsMidFetch, "get_range_into", "disk"),
+        (StopsMidFetch, "get_range_into", "disk, page cache"),
+        (StopsMidSplicedFetch, "get_range_to_file", "memory"),
+        (StopsMidDirectFetch, "get_range_through", "disk")]
+
+
+@pytest.mark.parametrize(("wrapper", "via", "where"), WAYS)
 def test_a_store_stopped_mid_fetch_and_started_again_restores_the_newest_step(
-        server: S3Server, tmp_path: Path, wrapper: type[StopsMidFetch]) -> None:
+        server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        wrapper: type[StopsMidFetch], via: str, where: str) -> None:
+    if where == "disk" and not direct_io.worthwhile(tmp_path):
+        pytest.skip(f"{tmp_path} is not on a local disk")
+    opened: list[Path] = []  # files opened for direct I/O
+
+    class Counted(direct_io.DirectFile):
+        def __init__(self, path: Path) -> None:
+            opened.append(path)
+            super().__init__(path)
+
+    monkeypatch.setattr(direct_io, "DirectFile", Counted)
     bucket, prefix = server.create_bucket(), f"t-{uuid.uuid4().hex[:8]}"
     real = server.open_store(bucket, prefix, max_attempts=1)
     newest = os.urandom(SIZE)
@@ -126,7 +158,6 @@ def test_a_store_stopped_mid_fetch_and_started_again_restores_the_newest_step(
     (old / "w.bin").write_bytes(b"older step" * 100)
     LocalTier(tmp_path / "local").capture(old, 6, writer=0, writers=1)
     store = wrapper(real, server)
-    assert range_fetch.to_file(store) is (wrapper is StopsMidSplicedFetch)
     waits: list[float] = []
 
     def sleep(seconds: float) -> None:  # the back-off: the store comes back meanwhile
@@ -134,13 +165,26 @@ def test_a_store_stopped_mid_fetch_and_started_again_restores_the_newest_step(
         if len(waits) == 1:
             restart(server, bucket)
 
-    result, code = command.restore_with_retries(
-        _cfg(tmp_path), lambda cfg: (store, None), sleep=sleep, rng=random.Random(1))
-    assert store.stopped and len(waits) == 1
-    assert (code, result.outcome, result.step, result.tier) == (0, "restored", 7, "global")
-    assert result.attempts == 2
-    assert (tmp_path / "work" / "step-7" / "w.bin").read_bytes() == newest
-    assert not (tmp_path / "work" / "step-6").exists()
+    with contextlib.ExitStack() as stack:
+        work = tmp_path / "work"
+        if where == "memory":
+            shm = Path("/dev/shm")
+            if not shm.is_dir() or direct_io.filesystem_of(
+                    shm, direct_io.MOUNTINFO.read_text(), os.stat(shm).st_dev) != "tmpfs":
+                pytest.skip("no tmpfs at /dev/shm")
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=shm)))
+        env = {"CKPTDRAIN_WORK_DIR": str(work)}
+        if where == "disk, page cache":
+            env["CKPTDRAIN_RESTORE_DIRECT_IO"] = "false"
+        result, code = command.restore_with_retries(
+            _cfg(tmp_path, **env), lambda cfg: (store, None),
+            sleep=sleep, rng=random.Random(1))
+        assert store.via == via and len(waits) == 1
+        assert (code, result.outcome, result.step, result.tier) == (0, "restored", 7, "global")
+        assert result.attempts == 2
+        assert (work / "step-7" / "w.bin").read_bytes() == newest
+        assert not (work / "step-6").exists()
+        assert bool(opened) is (where == "disk")
 
 
 def _restore_process(tmp_path: Path, server: S3Server, bucket: str, prefix: str,

@@ -55,6 +55,8 @@ class AgentConfig:
     restore_result: Path
     #: Seconds restore keeps retrying a store that does not answer (0: one try).
     restore_retry_deadline_s: float
+    #: Restore onto a local disk by direct I/O (transfer/direct_io.py).
+    restore_direct_io: bool
     #: A deliberate fresh start asked for by the pod's annotation.
     restore_skip: bool
     part_size: int
@@ -225,6 +227,8 @@ FIELDS: tuple[Field, ...] = (
           "restore result file (default <work>/restore.json)"),
     Field("restore_retry_deadline", Env.RESTORE_RETRY_DEADLINE, _seconds_or_zero, "10m",
           "how long restore retries a global tier that does not answer (0: no retry)"),
+    Field("restore_direct_io", Env.RESTORE_DIRECT_IO, _bool, "true",
+          "restore onto a local disk by direct I/O (false: through the page cache)"),
     Field("restore_mode", Env.RESTORE_MODE, _restore_mode, "",
           "the pod's ckptdrain.io/restore annotation: 'skip' for a deliberate fresh start"),
     Field("part_size", Env.PART_SIZE, units.parse_bytes, "64MiB",
@@ -331,6 +335,7 @@ def load(
         restore_prefer=raw["restore_prefer"],
         restore_result=Path(result) if result else work / "restore.json",
         restore_retry_deadline_s=raw["restore_retry_deadline"],
+        restore_direct_io=raw["restore_direct_io"],
         restore_skip=raw["restore_mode"],
         part_size=part_size,
         concurrency=raw["concurrency"],

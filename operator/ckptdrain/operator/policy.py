@@ -87,6 +87,8 @@ class Policy:
     per_drainer_cap: float | None
     identity: Rule | None = None
     restore_retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S
+    #: Restore onto a local disk by direct I/O (transfer/direct_io.py).
+    restore_direct_io: bool = True
     #: spec.drain.stallTimeout: seconds without progress before a drain attempt fails.
     stall_timeout_s: float = DEFAULT_STALL_AFTER
     #: spec.storage.encryption / caBundle / addressingStyle (storage_options.py).
@@ -344,6 +346,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     restore_enabled = r.get("restore.enabled", _flag, True)
     prefer = r.get("restore.prefer", _choice(RESTORE_PREFER), "local")
     retry_deadline = r.get("restore.retryDeadline", _seconds_or_zero, DEFAULT_RETRY_DEADLINE_S)
+    direct_io = r.get("restore.directIO", _flag, True)
     stall_timeout = r.get("drain.stallTimeout", parse_stall_timeout, DEFAULT_STALL_AFTER)
     storage_opts = read_storage_options(r.raw("storage"), r.fail)
     if storage_opts.cold_class and storage_opts.cold_after >= global_keep:
@@ -394,6 +397,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         global_keep=global_keep, schedule=schedule, sigterm=sigterm,
         restore_enabled=restore_enabled, restore_prefer=prefer, grace_policy=grace,
         per_drainer_cap=per_drainer, identity=rule, restore_retry_deadline_s=retry_deadline,
+        restore_direct_io=direct_io,
         stall_timeout_s=stall_timeout, storage_options=storage_opts,
         node_expressions=node_expressions, tolerations=tolerations, peer=peer,
     ), []

@@ -154,14 +154,15 @@ def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int
     return manifest.total_bytes
 
 
-def _from_global(store: Any, step: int, writer: int, writers: int, tmp: Path) -> int:
+def _from_global(store: Any, step: int, writer: int, writers: int, tmp: Path,
+                 direct_io: bool = True) -> int:
     from ckptdrain.transfer.catalog import load_checkpoint
     from ckptdrain.transfer.fetch import fetch
 
     found = load_checkpoint(store, step).writers
     if found != writers:
         raise IntegrityError(f"checkpoint has {found} writer(s), this job has {writers}")
-    result = fetch(store, tmp, step=step, writer=writer)
+    result = fetch(store, tmp, step=step, writer=writer, direct_io=direct_io)
     if result.step != step:
         raise IntegrityError(f"fetched step {result.step}, asked for {step}")
     return int(result.bytes)
@@ -276,7 +277,8 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
             source = str(tier.step_dir(cand.step))
             created = tier.manifest(cand.step).created
         else:
-            size = _from_global(store, cand.step, cfg.writer, cfg.writers, tmp)
+            size = _from_global(store, cand.step, cfg.writer, cfg.writers, tmp,
+                                cfg.restore_direct_io)
             source = f"{store.uri} step {cand.step} writer {cfg.writer}"
             created = ckpt.manifests[cfg.writer].created if ckpt is not None \
                 and cfg.writer < ckpt.writers else None

@@ -110,6 +110,25 @@ def test_retry_deadline_defaults_to_10m_and_0_means_one_try() -> None:
         .restore_retry_deadline_s == 0
 
 
+@pytest.mark.parametrize(("given", "env"), [(None, "true"), (True, "true"), (False, "false")])
+def test_direct_io_reaches_the_restore_and_its_config(given: bool | None, env: str) -> None:
+    from ckptdrain.node import config as node_config
+
+    s = spec(restore={} if given is None else {"directIO": given})
+    p = inject(s)
+    restore = next(c for c in p["spec"]["initContainers"] if c["name"] == injection.RESTORE)
+    values = {e["name"]: e.get("value") for e in restore["env"]}
+    assert values[Env.RESTORE_DIRECT_IO] == env
+    environ = {k: v for k, v in values.items() if v is not None}
+    assert node_config.load(environ=environ).restore_direct_io is (env == "true")
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, "sometimes"])
+def test_a_bad_direct_io_is_refused_naming_the_field(bad: object) -> None:
+    errors = policy.validate(spec(restore={"directIO": bad}), CFG)
+    assert [e.field for e in errors] == ["spec.restore.directIO"]
+
+
 @pytest.mark.parametrize("bad", ["soon", "-5m", "10 minutes", True])
 def test_a_bad_retry_deadline_is_refused_naming_the_field(bad: object) -> None:
     errors = policy.validate(spec(restore={"retryDeadline": bad}), CFG)
