@@ -2,7 +2,8 @@
 engine of boto3's CRT mode and Mountpoint) and rclone on one loopback S3
 server.
 
-    .venv/bin/python -m benchmarks transfer [--server minio|seaweedfs] [--quick]
+    .venv/bin/python -m benchmarks transfer [--server minio|seaweedfs] [--quick] [--gib N]
+        [--dest DIR-ON-A-DISK] [--compare-tree OLD-CHECKOUT] [--tools boto3,awscrt]
 
 Same server, same files (one 1 GiB file + 16 × 64 MiB shards = 2 GiB of
 random bytes), one run: upload and download throughput, the client's CPU
@@ -108,6 +109,12 @@ def _tools(server: Any, bucket: str, data: Path, work: Path,
     }
 
 
+def filesystem_of(path: Path) -> str | None:
+    from ckptdrain.transfer import direct_io
+    return direct_io.filesystem_of(Path(os.path.realpath(path)),
+                                   direct_io.MOUNTINFO.read_text())
+
+
 def _empty_trash(server: Any) -> None:
     """MinIO moves deleted objects to .minio.sys/tmp/.trash and frees them
     later, in the background. On tmpfs that later came too late: 19 GiB of
@@ -127,12 +134,15 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
                rounds: int, only: list[str] | None = None,
-               compare_tree: Path | None = None) -> dict[str, Any]:
+               compare_tree: Path | None = None, dest: Path | None = None) -> dict[str, Any]:
     """Every tool up and down, `rounds` interleaved rounds (drift hits all
     alike). Per run: MB/s, core-s/GB, peak RSS and what else ran meanwhile;
     per tool: medians with their range over the runs no other process
     starved; per round: each tool's ratio to s5cmd, where neither run of the
-    pair was starved."""
+    pair was starved. Downloads land under `dest` (default `work`); the
+    writeback a tool leaves is finished (sync, untimed) before the next runs,
+    so no run pays for the one before."""
+    dest = work if dest is None else dest
     env = _env(server, server.endpoint_url)
     trees = [ROOT / "operator", PEERS] + ([compare_tree / "operator"] if compare_tree else [])
     subprocess.run([sys.executable, "-m", "compileall", "-q", *map(str, trees)],
@@ -144,7 +154,7 @@ def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
     for round_ in range(rounds):
         for name, (up, down) in tools.items():
             prefix = f"{name}-{round_}"
-            legs = (("upload", up(prefix)), ("download", down(prefix, work / name)))
+            legs = (("upload", up(prefix)), ("download", down(prefix, dest / name)))
             for direction, argv in legs:
                 run, load = run_child_under_load_watch(argv, env, [server.process.pid])
                 if run.returncode != 0 and name in (OURS, BEFORE):
@@ -162,12 +172,13 @@ def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
                           "other_cores": load.other_cores, "steal_cores": load.steal_cores,
                           "starved": load.starved}
                 runs.append(record)
+                os.sync()
                 print(f"  r{round_} {name:9} {direction:8} {record['bytes_per_second'] / 1e6:6.0f} "
                       f"MB/s {record['cpu_core_seconds_per_gb']:5.2f} core-s/GB "
                       f"{run.peak_rss_bytes / MiB:5.0f} MiB RSS, others "
                       f"{load.other_cores:.2f} cores{'  STARVED' if load.starved else ''}",
                       flush=True)
-            shutil.rmtree(work / name, ignore_errors=True)
+            shutil.rmtree(dest / name, ignore_errors=True)
             server.delete_prefix(bucket, prefix + "/")  # keeps a tmpfs workdir small
             _empty_trash(server)
     return {"runs": runs, "failed": failed, "tools": _per_tool(runs),
@@ -245,6 +256,30 @@ def _ratios(runs: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
     return out
 
 
+def beyond_startup(throughput: dict[str, Any], fixed: dict[str, Any], size: int) -> None:
+    """Add to each download ratio its CPU per GB once each tool's own fixed
+    cost (fixed_cost's CPU) is taken off both sides: what each further GB
+    costs, whatever the checkpoint's size."""
+    by = {(r["tool"], r["round"]): r for r in throughput["runs"]
+          if r["direction"] == "download" and not r["starved"]}
+    if BASELINE not in fixed:
+        return
+    for key, entry in throughput["ratios"].items():
+        tool, direction = key.rsplit(".", 1)
+        if direction != "download" or tool not in fixed:
+            continue
+        ratios = []
+        for (t, n), run in by.items():
+            base = by.get((BASELINE, n))
+            if t != tool or base is None:
+                continue
+            ours = run["cpu_core_seconds_per_gb"] * size / 1e9 - fixed[tool]["cpu_s"]
+            theirs = base["cpu_core_seconds_per_gb"] * size / 1e9 - fixed[BASELINE]["cpu_s"]
+            ratios.append(ours / theirs)
+        if ratios:
+            entry["cpu_per_gb_beyond_startup"] = _spread(ratios)
+
+
 def rate_accuracy(server: Any, bucket: str, data: Path, work: Path, targets: list[int],
                   span: float) -> dict[str, Any]:
     host, port = server.endpoint_url.split("//")[1].split(":")
@@ -291,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks transfer")
     parser.add_argument("--server", choices=("minio", "seaweedfs"), default="minio")
     parser.add_argument("--quick", action="store_true", help="256 MiB of data, 10 s rate runs")
+    parser.add_argument("--gib", type=int, default=2,
+                        help="GiB of data (half in one file, half in 16 shards; default 2): a "
+                             "larger checkpoint weighs each tool's start-up less")
     parser.add_argument("--rates", default="10,25,50", help="targets in MiB/s")
     parser.add_argument("--skip-rate", action="store_true")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
@@ -303,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     # tmpfs: the VM disk's writeback made downloads vary 2x from run to run.
     shm = Path("/dev/shm")
     parser.add_argument("--workdir", default=str(shm) if shm.is_dir() else "/var/tmp")
+    parser.add_argument("--dest", type=Path, default=None,
+                        help="where downloads land (default: the workdir); a directory on a "
+                             "disk measures restores onto a disk, where ckptdrain writes by "
+                             "direct I/O")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-transfer.json"))
     args = parser.parse_args(argv)
     if args.compare_tree is not None and not (
@@ -314,7 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ckptdrain-bench-", dir=args.workdir) as tmp:
         work = Path(tmp)
         data = work / "data" / "step-1"
-        big, shard = (128 * MiB, 8 * MiB) if args.quick else (1024 * MiB, 64 * MiB)
+        if args.gib < 1:
+            parser.error(f"--gib: expected a whole number of GiB >= 1, got {args.gib}")
+        big, shard = ((128 * MiB, 8 * MiB) if args.quick
+                      else (args.gib * 512 * MiB, args.gib * 32 * MiB))
         size = make_dataset(data, big=big, shard=shard)
         print(f"dataset: {size / MiB:.0f} MiB in {data}", flush=True)
         start = start_minio if args.server == "minio" else start_seaweedfs
@@ -324,10 +369,19 @@ def main(argv: list[str] | None = None) -> int:
                                       "cpus": os.cpu_count(), "command": " ".join(sys.argv)}
             print(f"throughput on {server.name} ({server.endpoint_url}):", flush=True)
             only = args.tools.split(",") if args.tools else None
-            report["throughput"] = throughput(server, bucket, data, size, work, args.rounds,
-                                              only, args.compare_tree)
+            dest = work if args.dest is None else Path(
+                tempfile.mkdtemp(prefix="ckptdrain-bench-dest-", dir=args.dest))
+            report["dest"] = {"path": str(args.dest or args.workdir),
+                              "filesystem": filesystem_of(dest)}
+            try:
+                report["throughput"] = throughput(server, bucket, data, size, work, args.rounds,
+                                                  only, args.compare_tree, dest)
+            finally:
+                if dest != work:
+                    shutil.rmtree(dest, ignore_errors=True)
             print("fixed cost (a one-byte checkpoint down):", flush=True)
             report["fixed_cost"] = fixed_cost(server, bucket, work, 5, only)
+            beyond_startup(report["throughput"], report["fixed_cost"], size)
             if not args.skip_rate:
                 print("rate-limit accuracy (on the wire, through a counting proxy):", flush=True)
                 targets = [int(x) for x in args.rates.split(",")]
@@ -343,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {key:20} {t['median']:.2f}× ({t['min']:.2f}–{t['max']:.2f}) the throughput, "
               f"{c['median']:.2f}× ({c['min']:.2f}–{c['max']:.2f}) the CPU per GB, over "
               f"{entry['rounds']} rounds ({entry['starved_rounds']} starved)")
+        if "cpu_per_gb_beyond_startup" in entry:
+            b = entry["cpu_per_gb_beyond_startup"]
+            print(f"  {'':20} {b['median']:.2f}× ({b['min']:.2f}–{b['max']:.2f}) the CPU per GB "
+                  f"beyond each tool's start-up")
     report["seconds"] = time.monotonic() - started
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out} ({report['seconds']:.0f} s in all)")
