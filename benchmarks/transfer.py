@@ -275,7 +275,8 @@ def beyond_startup(throughput: dict[str, Any], fixed: dict[str, Any], size: int)
                 continue
             ours = run["cpu_core_seconds_per_gb"] * size / 1e9 - fixed[tool]["cpu_s"]
             theirs = base["cpu_core_seconds_per_gb"] * size / 1e9 - fixed[BASELINE]["cpu_s"]
-            ratios.append(ours / theirs)
+            if theirs > 0:  # a start-up measured above a whole run would mean nothing
+                ratios.append(ours / theirs)
         if ratios:
             entry["cpu_per_gb_beyond_startup"] = _spread(ratios)
 

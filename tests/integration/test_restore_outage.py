@@ -25,7 +25,7 @@ from tests.support.s3servers import S3Server, start_seaweedfs
 from ckptdrain.node import config
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.restore import command
-from ckptdrain.transfer import direct_io
+from ckptdrain.transfer import direct_io, range_fetch
 from ckptdrain.transfer.drain import Drainer
 from ckptdrain.transfer.scan import build_manifest
 
@@ -148,6 +148,14 @@ def test_a_store_stopped_mid_fetch_and_started_again_restores_the_newest_step(
             super().__init__(path)
 
     monkeypatch.setattr(direct_io, "DirectFile", Counted)
+    asked: list[bool] = []  # what each fetch was told of direct I/O
+    real_choose = range_fetch.choose
+
+    def choose(store: Any, staging: Path, direct: bool = True) -> str:
+        asked.append(direct)
+        return real_choose(store, staging, direct)
+
+    monkeypatch.setattr(range_fetch, "choose", choose)
     bucket, prefix = server.create_bucket(), f"t-{uuid.uuid4().hex[:8]}"
     real = server.open_store(bucket, prefix, max_attempts=1)
     newest = os.urandom(SIZE)
@@ -185,6 +193,7 @@ def test_a_store_stopped_mid_fetch_and_started_again_restores_the_newest_step(
         assert (work / "step-7" / "w.bin").read_bytes() == newest
         assert not (work / "step-6").exists()
         assert bool(opened) is (where == "disk")
+        assert asked and all(a is (where != "disk, page cache") for a in asked)
 
 
 def _restore_process(tmp_path: Path, server: S3Server, bucket: str, prefix: str,

@@ -12,7 +12,8 @@ from the disk.
 
 Only local block filesystems (LOCAL_DISK) get it. In memory (tmpfs) O_DIRECT
 is the same copy under another name; over a network (NFS, CephFS, FUSE) it
-turns each write into a round trip with no write-back to batch it.
+turns each write into a round trip with no write-back to batch it; btrfs
+writes a checksummed file's direct writes through the page cache anyway.
 
 O_DIRECT wants the file offset, the length and the buffer's address aligned
 to the device's logical block size: ALIGN covers every common device (and
@@ -25,7 +26,9 @@ then on, in this process; every other error is the file's, and raised.
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import logging
 import mmap
 import os
 import re
@@ -35,11 +38,13 @@ from types import TracebackType
 
 from ckptdrain.localfs import pwrite_all
 
+log = logging.getLogger(__name__)
+
 #: Alignment of direct writes: the largest logical block size in common
 #: use, and never less than a page.
 ALIGN = max(4096, mmap.PAGESIZE)
 #: Local block filesystems, where direct I/O goes from the buffer to the device.
-LOCAL_DISK = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "bcachefs"})
+LOCAL_DISK = frozenset({"ext2", "ext3", "ext4", "xfs", "f2fs", "bcachefs"})
 MOUNTINFO = Path("/proc/self/mountinfo")
 #: What a filesystem answers when it does not do direct I/O.
 _REFUSALS = {errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP}
@@ -49,9 +54,15 @@ _refused: set[int] = set()
 _refused_lock = threading.Lock()
 
 
-def _refuse(device: int) -> None:
+def _refuse(device: int, err: OSError) -> None:
     with _refused_lock:
+        if device in _refused:
+            return
         _refused.add(device)
+    # Said once: from here on this filesystem's restores go through the page
+    # cache, slower and at more CPU, and nothing else would show why.
+    log.warning("direct I/O refused on device %d:%d (%s): writing through the page "
+                "cache from now on", os.major(device), os.minor(device), err.strerror)
 
 
 def refused(device: int) -> bool:
@@ -103,6 +114,17 @@ def worthwhile(directory: Path) -> bool:
     return not refused(device) and filesystem_of(Path(real), text, device) in LOCAL_DISK
 
 
+def _address_aligned(data: memoryview) -> bool:
+    """Whether `data` starts on an ALIGN boundary in memory. Memory that is
+    not (a caller's own buffer) goes through the page cache: not a refusal
+    of the filesystem, which would cost every later restore onto it."""
+    try:
+        address = ctypes.addressof(ctypes.c_char.from_buffer(data))
+    except (TypeError, ValueError):  # read-only or empty: not ours to write directly
+        return False
+    return address % ALIGN == 0
+
+
 def aligned_buffer(size: int) -> memoryview:
     """`size` bytes of page-aligned memory (an anonymous mapping), reused."""
     return memoryview(mmap.mmap(-1, max(size, 1)))[:size]
@@ -117,7 +139,11 @@ class DirectFile:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._buffered = os.open(path, os.O_WRONLY)
-        self._device = os.fstat(self._buffered).st_dev
+        try:
+            self._device = os.fstat(self._buffered).st_dev
+        except BaseException:
+            os.close(self._buffered)
+            raise
         self._direct: int | None = None
         self.direct = 0
 
@@ -128,13 +154,15 @@ class DirectFile:
             except OSError as err:
                 if err.errno not in _REFUSALS:
                     raise
-                _refuse(self._device)
+                _refuse(self._device, err)
         return self._direct
 
     def write(self, data: memoryview, offset: int) -> None:
         """All of `data` at `offset`; OSError as the file gives it."""
         done = 0
-        aligned = len(data) - len(data) % ALIGN if offset % ALIGN == 0 else 0
+        aligned = 0
+        if offset % ALIGN == 0 and _address_aligned(data):
+            aligned = len(data) - len(data) % ALIGN
         fd = self._direct_fd() if aligned else None
         while fd is not None and done < aligned and not refused(self._device):
             try:
@@ -142,7 +170,7 @@ class DirectFile:
             except OSError as err:
                 if err.errno not in _REFUSALS:
                     raise
-                _refuse(self._device)
+                _refuse(self._device, err)
                 break
             if n <= 0:
                 raise OSError(errno.EIO, f"a direct write at {offset + done} moved nothing")
