@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,13 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import (
-    CountingProxy,
     MiB,
     make_dataset,
-    rate_stats,
     run_child,
     run_child_under_load_watch,
 )
+from benchmarks.transfer_rate import rate_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -281,48 +279,6 @@ def beyond_startup(throughput: dict[str, Any], fixed: dict[str, Any], size: int)
             entry["cpu_per_gb_beyond_startup"] = _spread(ratios)
 
 
-def rate_accuracy(server: Any, bucket: str, data: Path, work: Path, targets: list[int],
-                  span: float) -> dict[str, Any]:
-    host, port = server.endpoint_url.split("//")[1].split(":")
-    proxy = CountingProxy(host, int(port))
-    env = _env(server, f"http://127.0.0.1:{proxy.port}")
-    results: dict[str, Any] = {}
-    try:
-        for mib in targets:
-            target = mib * MiB
-            tools = {
-                "ckptdrain": [str(BIN / "ckptdrain"), "push", str(data),
-                              f"s3://{bucket}/rate-ckptdrain-{mib}", "--step", "1", "--rate",
-                              f"{mib}MiB/s", "-q", "--journal", str(work / f"rate-{mib}.j")],
-                "rclone": [str(BIN / "rclone"), "copy", str(data),
-                           f"bench:{bucket}/rate-rclone-{mib}", "--bwlimit", f"{mib}M", "-q"],
-            }
-            for name, argv in tools.items():
-                proxy.reset()
-                proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
-                deadline = time.monotonic() + span + 15
-                while time.monotonic() < deadline and proc.poll() is None:
-                    if proxy.events and time.monotonic() > proxy.events[0][0] + 2 + span + 0.5:
-                        break
-                    time.sleep(0.2)
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                stats = rate_stats(proxy.reset(), target, span=span)
-                server.delete_prefix(bucket, f"rate-{name}-{mib}/")
-                results[f"{name}.{mib}MiB/s"] = {"target": target, **stats}
-                print(f"  {name:9} {mib:3d} MiB/s: mean {stats['mean_error']:+.2%}, "
-                      f"worst 1 s window {stats['worst_1s_excess']:+.2%} "
-                      f"over {stats.get('seconds', 0):.0f} s", flush=True)
-    finally:
-        proxy.close()
-    return results
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks transfer")
     parser.add_argument("--server", choices=("minio", "seaweedfs"), default="minio")
@@ -366,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         start = start_minio if args.server == "minio" else start_seaweedfs
         with start(work / "server") as server:
             bucket = server.create_bucket()
+            command = " ".join(["python -m benchmarks transfer", *sys.argv[1:]])
             report: dict[str, Any] = {"server": server.name, "bytes": size,
-                                      "cpus": os.cpu_count(), "command": " ".join(sys.argv)}
+                                      "cpus": os.cpu_count(), "command": command}
             print(f"throughput on {server.name} ({server.endpoint_url}):", flush=True)
             only = args.tools.split(",") if args.tools else None
             dest = work if args.dest is None else Path(
@@ -387,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("rate-limit accuracy (on the wire, through a counting proxy):", flush=True)
                 targets = [int(x) for x in args.rates.split(",")]
                 report["rate"] = rate_accuracy(server, bucket, data, work, targets,
-                                               10.0 if args.quick else 30.0)
+                                               10.0 if args.quick else 30.0,
+                                               lambda endpoint: _env(server, endpoint))
     print("each tool over s5cmd in the same round (median, range; rounds where either "
           "was starved left out and counted):")
     for key, entry in report["throughput"]["ratios"].items():
