@@ -194,6 +194,9 @@ def test_a_store_stopped_mid_fetch_and_started_again_restores_the_newest_step(
         assert not (work / "step-6").exists()
         assert bool(opened) is (where == "disk")
         assert asked and all(a is (where != "disk, page cache") for a in asked)
+        # The result says how the files were written.
+        io = {"disk": "direct", "disk, page cache": "buffered", "memory": "spliced"}[where]
+        assert (result.io, result.direct_bytes) == (io, SIZE if io == "direct" else 0)
 
 
 def _restore_process(tmp_path: Path, server: S3Server, bucket: str, prefix: str,

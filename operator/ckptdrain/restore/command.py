@@ -155,7 +155,8 @@ def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int
 
 
 def _from_global(store: Any, step: int, writer: int, writers: int, tmp: Path,
-                 direct_io: bool = True) -> int:
+                 direct_io: bool = True) -> tuple[int, str, int]:
+    """(bytes, how they were written, of which by direct I/O): FetchResult's."""
     from ckptdrain.transfer.catalog import load_checkpoint
     from ckptdrain.transfer.fetch import fetch
 
@@ -165,7 +166,7 @@ def _from_global(store: Any, step: int, writer: int, writers: int, tmp: Path,
     result = fetch(store, tmp, step=step, writer=writer, direct_io=direct_io)
     if result.step != step:
         raise IntegrityError(f"fetched step {result.step}, asked for {step}")
-    return int(result.bytes)
+    return int(result.bytes), result.io, result.direct_bytes
 
 
 def restore(cfg: node_config.AgentConfig, store: Store | None,
@@ -267,6 +268,8 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
     # When the step was captured; unknown for a peer's copy (restore_step does
     # not hand back the holder's manifest), and goodput reads None as unknown.
     created: float | None = None
+    io: str | None = None
+    direct = 0
     try:
         if cand.tier == "peer" and peers is not None:
             size, source, used = peers.restore_step(cand.step, tmp, tier)
@@ -277,8 +280,8 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
             source = str(tier.step_dir(cand.step))
             created = tier.manifest(cand.step).created
         else:
-            size = _from_global(store, cand.step, cfg.writer, cfg.writers, tmp,
-                                cfg.restore_direct_io)
+            size, io, direct = _from_global(store, cand.step, cfg.writer, cfg.writers, tmp,
+                                            cfg.restore_direct_io)
             source = f"{store.uri} step {cand.step} writer {cfg.writer}"
             created = ckpt.manifests[cfg.writer].created if ckpt is not None \
                 and cfg.writer < ckpt.writers else None
@@ -296,6 +299,7 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
     result.step, result.tier, result.bytes = cand.step, used, size
     result.path, result.source = str(final), source
     result.step_created = created
+    result.io, result.direct_bytes = io, direct
     return "ok"
 
 
@@ -352,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
         summary = (f"ckptdrain restore: step {result.step} from the {result.tier} tier, "
                    f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)}"
                    f" ({units.format_rate(result.bytes / max(result.seconds, 1e-6))})"
-                   f" -> {result.path}")
+                   f"{_written(result)} -> {result.path}")
         print(summary)
     elif code == 0:
         summary = (f"ckptdrain restore: fresh start ({result.reason})" if result.reason
@@ -440,6 +444,13 @@ def restore_with_retries(
                           f"{units.format_duration(result.seconds)} (restore.retryDeadline "
                           f"{units.format_duration(cfg.restore_retry_deadline_s)})")
     return result, code
+
+
+def _written(result: RestoreResult) -> str:
+    """How a global restore wrote its files, for the summary line."""
+    if result.io == "direct":
+        return f", {units.format_bytes(result.direct_bytes)} by direct I/O"
+    return f", {result.io}" if result.io else ""
 
 
 def _termination_message(text: str) -> None:

@@ -24,6 +24,8 @@
 could not be restored must never read as one. `reason` says why in one line
 when nothing was restored (or why nothing was on purpose). `attempts`
 counts the tries against a store that did not answer (restore/retry.py).
+From the global tier, `io` says how the files were written ("direct",
+"spliced" or "buffered") and `direct_bytes` how many went by direct I/O.
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ class RestoreResult:
     #: When the restored step was captured (its manifest's `created`): the
     #: interruption lost the training since then (docs/goodput.md).
     step_created: float | None = None
+    #: From the global tier: how the files were written ("direct",
+    #: "spliced" or "buffered": transfer/range_fetch.py) and how many bytes
+    #: went by direct I/O; None and 0 from the local or peer tier.
+    io: str | None = None
+    direct_bytes: int = 0
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
