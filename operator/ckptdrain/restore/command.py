@@ -69,7 +69,7 @@ from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import completed_steps, step_dir
 from ckptdrain.restore import peer_source, retry
 from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
-from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
+from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped, skipped_lines, summary_line
 from ckptdrain.store.base import Store
 
 log = logging.getLogger("ckptdrain.restore")
@@ -348,24 +348,10 @@ def run(args: argparse.Namespace) -> int:
         # One patch, failed or not: a failure's reason reaches the policy status.
         annotate_own_pod_with(cfg.namespace, cfg.pod_name,
                               pod_annotations(result, code, time.time()))
-    for skipped in result.skipped:
-        what = (f"the {skipped.tier} tier" if skipped.step is None
-                else f"{skipped.tier} step {skipped.step}")
-        print(f"ckptdrain restore: skipped {what}: {skipped.reason}")
-    if result.step is not None:
-        summary = (f"ckptdrain restore: step {result.step} from the {result.tier} tier, "
-                   f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)}"
-                   f" ({units.format_rate(result.bytes / max(result.seconds, 1e-6))})"
-                   f"{_written(result)} -> {result.path}")
-        print(summary)
-    elif code == 0:
-        summary = (f"ckptdrain restore: fresh start ({result.reason})" if result.reason
-                   else "ckptdrain restore: no checkpoint anywhere: fresh start")
-        print(summary)
-    else:
-        summary = (f"ckptdrain restore: {result.outcome}: {result.reason} (exit {code}); see "
-                   "skipped above")
-        print(summary, file=sys.stderr)
+    for line in skipped_lines(result):
+        print(line)
+    summary = summary_line(result, code)
+    print(summary, file=sys.stdout if code == 0 else sys.stderr)
     _termination_message(summary)
     return code
 
@@ -444,13 +430,6 @@ def restore_with_retries(
                           f"{units.format_duration(result.seconds)} (restore.retryDeadline "
                           f"{units.format_duration(cfg.restore_retry_deadline_s)})")
     return result, code
-
-
-def _written(result: RestoreResult) -> str:
-    """How a global restore wrote its files, for the summary line."""
-    if result.io == "direct":
-        return f", {units.format_bytes(result.direct_bytes)} by direct I/O"
-    return f", {result.io}" if result.io else ""
 
 
 def _termination_message(text: str) -> None:

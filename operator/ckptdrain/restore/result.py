@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ckptdrain import units
 from ckptdrain.client import write_json_atomic
 
 
@@ -77,3 +78,34 @@ class RestoreResult:
 
     def write(self, path: Path) -> None:
         write_json_atomic(path, self.to_dict())
+
+
+def skipped_lines(result: RestoreResult) -> list[str]:
+    """One line per candidate restore skipped, with why."""
+    lines = []
+    for skipped in result.skipped:
+        what = (f"the {skipped.tier} tier" if skipped.step is None
+                else f"{skipped.tier} step {skipped.step}")
+        lines.append(f"ckptdrain restore: skipped {what}: {skipped.reason}")
+    return lines
+
+
+def summary_line(result: RestoreResult, code: int) -> str:
+    """The line restore ends with (and its termination message): what was
+    placed, and how; or why nothing was."""
+    if result.step is not None:
+        return (f"ckptdrain restore: step {result.step} from the {result.tier} tier, "
+                f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)}"
+                f" ({units.format_rate(result.bytes / max(result.seconds, 1e-6))})"
+                f"{_written(result)} -> {result.path}")
+    if code == 0:
+        return (f"ckptdrain restore: fresh start ({result.reason})" if result.reason
+                else "ckptdrain restore: no checkpoint anywhere: fresh start")
+    return f"ckptdrain restore: {result.outcome}: {result.reason} (exit {code}); see skipped above"
+
+
+def _written(result: RestoreResult) -> str:
+    """How a global restore wrote its files."""
+    if result.io == "direct":
+        return f", {units.format_bytes(result.direct_bytes)} by direct I/O"
+    return f", {result.io}" if result.io else ""
