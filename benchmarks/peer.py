@@ -52,7 +52,8 @@ from tests.support.s3servers import free_port, start_minio  # noqa: E402
 
 from ckptdrain.contract.peers import Member, document  # noqa: E402
 from ckptdrain.node.localtier import LocalTier  # noqa: E402
-from ckptdrain.operator import certs, peer_certs  # noqa: E402
+from ckptdrain.operator.peers import certs as peer_certs  # noqa: E402
+from ckptdrain.operator.tls import certs  # noqa: E402
 from ckptdrain.peer.client import PeerClient  # noqa: E402
 from ckptdrain.peer.stream import CHUNK  # noqa: E402
 from ckptdrain.peer.tls import PeerCredentials  # noqa: E402

@@ -34,7 +34,7 @@ from tests.support.agentprocs import Pod  # noqa: E402
 from tests.support.s3servers import S3Server, free_port, start_minio  # noqa: E402
 
 from ckptdrain.contract.peers import Member, document  # noqa: E402
-from ckptdrain.operator import peer_certs  # noqa: E402
+from ckptdrain.operator.peers import certs as peer_certs  # noqa: E402
 
 MiB = 1 << 20
 POLICY = "bench/flush"

@@ -5,7 +5,7 @@ the real LeaderWorkerSet controller (built from sigs.k8s.io/lws by
 A LeaderWorkerSet of 2 groups × size 2 is 4 writers of one CheckpointPolicy.
 LWS runs each group as a leader pod plus a StatefulSet of workers, and its
 own pod webhook labels them with the group and worker index; the operator's
-rank is group × size + worker (operator/ckptdrain/operator/identity.py). The
+rank is group × size + worker (operator/ckptdrain/operator/policy/identity.py). The
 step asserts 4 distinct `ckptdrain.io/writer` labels, each equal to the rank
 read back from the pod's own LWS labels and size annotation, and a step
 committed on S3 by all 4 writers. The pods, policy, S3 helpers and simulated

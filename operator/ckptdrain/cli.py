@@ -29,7 +29,7 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "peer": ("ckptdrain.peer.command", "serve and accept partner copies (peer tier sidecar)"),
     "demo": ("ckptdrain.demo.command", "the whole life of a checkpoint on this machine"),
     "operator": ("ckptdrain.operator.command", "run the Kubernetes operator"),
-    "goodput": ("ckptdrain.operator.goodput_command",
+    "goodput": ("ckptdrain.operator.goodput.command",
                 "each policy's runtime goodput and interruptions, read from the cluster"),
 }
 

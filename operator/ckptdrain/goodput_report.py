@@ -1,6 +1,6 @@
 """`ckptdrain goodput`'s report: one policy's goodput, as text a person can
 paste into a postmortem, or as JSON. Pure: the cluster is read elsewhere
-(operator/goodput_command.py) and the clock is passed in.
+(operator/goodput/command.py) and the clock is passed in.
 """
 
 from __future__ import annotations

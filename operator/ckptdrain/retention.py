@@ -5,7 +5,7 @@
   kept (complete or not) may be deleted; a step newer than that is never
   touched, since an incomplete newer step may still be draining on another
   node. Nothing goes until `keep` steps are complete.
-- Records (the operator's Checkpoint records, operator/records.py): the same
+- Records (the operator's Checkpoint records, operator/records/aggregate.py): the same
   newest `keep` complete steps stay; older complete ones are marked Expired.
   The newest complete step is never expired, even with keep 0.
 - Local (the node's NVMe tier, node/localtier.py): keep the newest `keep`

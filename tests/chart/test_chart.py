@@ -121,7 +121,8 @@ def test_example_policy_passes_the_operators_checks(tools: Tools, policy_file: s
     """The operator configured by the chart (its env on the Deployment, read
     by ckptdrain.operator.config) accepts the example policy: the env names
     match and the allowed root in the values covers the policy's path."""
-    from ckptdrain.operator import config, policy
+    from ckptdrain.operator import config
+    from ckptdrain.operator.policy import spec as policy
 
     values = EXAMPLES / POLICY_VALUES[policy_file]
     deployment = next(d for d in _docs(render(tools, "-f", str(values)).stdout)

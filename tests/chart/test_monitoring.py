@@ -23,8 +23,8 @@ from tests.chart.support import CHART, REPO, Tools
 from tests.support import prometheus
 
 from ckptdrain.agent.metrics import AgentMetrics
-from ckptdrain.operator import injection
 from ckptdrain.operator import metrics as operator_metrics
+from ckptdrain.operator.admission import injection
 
 pytestmark = pytest.mark.cluster
 
@@ -107,7 +107,7 @@ def test_the_dashboard_label_and_namespace_follow_the_values(tools: Tools) -> No
 def test_the_pod_monitor_scrapes_the_port_the_agent_is_injected_with(tools: Tools) -> None:
     (monitor,) = _kind(_objects(tools, *MONITORING), "PodMonitor")
     spec = monitor["spec"]
-    # The injected sidecar's port, by name (operator/injection.py).
+    # The injected sidecar's port, by name (operator/admission/injection.py).
     agent = injection._container("a", "agent", [], _config(), [], sidecar=True)
     assert agent["ports"] == [{"name": spec["podMetricsEndpoints"][0]["port"],
                                "containerPort": injection.AGENT_METRICS_PORT}]

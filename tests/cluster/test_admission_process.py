@@ -1,4 +1,4 @@
-"""Admission served by its own process (operator/admission_process.py),
+"""Admission served by its own process (operator/admission/process.py),
 through a real apiserver: it answers while the operator's process is
 frozen, it sees a policy created since it started, and the operator
 starts it again when it dies."""

@@ -17,8 +17,13 @@ from typing import Any
 
 import pytest
 
-from ckptdrain.operator import apiserver_connection, apiserver_reads
-from ckptdrain.operator.apiserver_reads import ApiError
+from ckptdrain.operator.apiserver import (
+    connection as apiserver_connection,
+)
+from ckptdrain.operator.apiserver import (
+    reads as apiserver_reads,
+)
+from ckptdrain.operator.apiserver.reads import ApiError
 from support import apiserver
 
 

@@ -30,7 +30,7 @@ import yaml
 from cluster_helpers import INJECT, get, pod, policy, wait_for
 from operator_process import WEBHOOK_NAME, OperatorProcess, repo_root
 
-from ckptdrain.operator import injection
+from ckptdrain.operator.admission import injection
 from support import apiserver
 
 ROLE = "arn:aws:iam::111122223333:role/ckptdrain"

@@ -14,7 +14,9 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from ckptdrain.operator import config, injection, policy
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import injection
+from ckptdrain.operator.policy import spec as policy
 from support import apiserver
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")

@@ -25,7 +25,7 @@ from ckptdrain.agent.kube import PodReport
 from ckptdrain.agent.report import CheckpointEvent
 from ckptdrain.contract import api
 from ckptdrain.contract.record import State
-from ckptdrain.operator import peer_certs
+from ckptdrain.operator.peers import certs as peer_certs
 from support.apiserver import Cluster
 
 ZONE = "topology.kubernetes.io/zone"

@@ -31,7 +31,7 @@ from ckptdrain.dcp.peer_source import PeerSource, tier_sources
 from ckptdrain.dcp.sources import GlobalSource, LocalSource, Provided, Want
 from ckptdrain.dcp.verified import VerifiedFiles
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.operator import peer_certs
+from ckptdrain.operator.peers import certs as peer_certs
 from ckptdrain.peer.area import PartnerArea
 from ckptdrain.peer.client import PeerClient
 from ckptdrain.peer.server import PeerServer

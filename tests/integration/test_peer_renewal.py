@@ -17,7 +17,7 @@ import pytest
 from cryptography import x509
 
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.operator import peer_certs
+from ckptdrain.operator.peers import certs as peer_certs
 from ckptdrain.peer.area import PartnerArea
 from ckptdrain.peer.client import PeerClient, PeerUnavailable
 from ckptdrain.peer.server import PeerServer

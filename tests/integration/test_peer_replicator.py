@@ -16,7 +16,7 @@ from ckptdrain.contract.peers import Member, PeerView, document, parse
 from ckptdrain.errors import InvalidInput
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.operator import peer_certs
+from ckptdrain.operator.peers import certs as peer_certs
 from ckptdrain.peer.area import PartnerArea
 from ckptdrain.peer.client import PeerClient
 from ckptdrain.peer.replicator import Replicator, replication_rate

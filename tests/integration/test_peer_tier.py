@@ -26,7 +26,7 @@ from tests.support.s3servers import S3Server, free_port
 
 from ckptdrain.contract.peers import Member, document
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.operator import peer_certs
+from ckptdrain.operator.peers import certs as peer_certs
 
 POLICY = "ns/train"
 

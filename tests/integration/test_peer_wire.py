@@ -20,7 +20,7 @@ from ckptdrain import cpus
 from ckptdrain.errors import IntegrityError
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.operator import peer_certs
+from ckptdrain.operator.peers import certs as peer_certs
 from ckptdrain.peer import client as peer_client
 from ckptdrain.peer import parts as peer_parts
 from ckptdrain.peer import server as peer_server

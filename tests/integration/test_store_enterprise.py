@@ -15,7 +15,7 @@ import pytest
 from tests.support.s3servers import S3Server, start_minio
 
 from ckptdrain.errors import StoreError, StoreUnreachable
-from ckptdrain.operator.certs import _pem, new_ca, new_serving
+from ckptdrain.operator.tls.certs import _pem, new_ca, new_serving
 from ckptdrain.store import open_store
 from ckptdrain.store.s3 import S3Store
 from ckptdrain.store.s3_options import S3Options

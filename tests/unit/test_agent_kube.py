@@ -298,7 +298,7 @@ def test_peer_holder_tiers_and_requests_end_up_in_the_progress_document() -> Non
         7: ("global", "local", "peer"), 9: ("local", "peer"), 6: ("local",), 10: (),
         11: ("global", "local", "peer")}
     # The claim names the holder, so a copy the previous holder confirmed does
-    # not count for the new one (operator/peer_placement.py).
+    # not count for the new one (operator/peers/placement.py).
     assert {s: (steps[s].peer_holder, steps[s].peer_node) for s in (6, 7, 9, 11)} == {
         7: (0, "node-b"), 9: (0, "node-b"), 6: (None, None), 11: (0, "node-b")}
     assert steps[9].message == "copy held by the partner" and steps[6].message is None

@@ -15,7 +15,10 @@ from ckptdrain.contract import api
 from ckptdrain.contract import record as fmt
 from ckptdrain.contract.env import CREDENTIALS, Env
 from ckptdrain.node import config as node_config
-from ckptdrain.operator import config, identity, injection, policy
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import injection
+from ckptdrain.operator.policy import identity
+from ckptdrain.operator.policy import spec as policy
 from ckptdrain.peer import config as peer_config
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

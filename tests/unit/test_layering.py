@@ -149,8 +149,8 @@ def test_every_subpackage_has_a_layer() -> None:
 @pytest.mark.parametrize(("path", "text", "expected"), [
     ("store/s3.py", "from ckptdrain.transfer import drain\n",
      "ckptdrain/store/s3.py:1 imports ckptdrain.transfer.drain: store/ must import none of"),
-    ("agent/loop.py", "def f():\n    from ckptdrain.operator.records import summarize\n",
-     "ckptdrain/agent/loop.py:2 imports ckptdrain.operator.records: the node side (agent/)"),
+    ("agent/loop.py", "def f():\n    from ckptdrain.operator.records.aggregate import summarize\n",
+     "ckptdrain/agent/loop.py:2 imports ckptdrain.operator.records.aggregate: the node side (agent/)"),
     ("operator/handlers.py", "from ckptdrain.node import steps\n",
      "imports ckptdrain.node.steps: the cluster side (operator/) must import none of agent/,"),
     ("paths.py", "import ckptdrain.store\n",
@@ -162,7 +162,7 @@ def test_every_subpackage_has_a_layer() -> None:
 def test_a_broken_rule_is_named(path: str, text: str, expected: str) -> None:
     sources = {
         "store/__init__.py": "", "store/s3.py": "", "transfer/__init__.py": "",
-        "transfer/drain.py": "", "operator/__init__.py": "", "operator/records.py": "",
+        "transfer/drain.py": "", "operator/__init__.py": "", "operator/records/aggregate.py": "",
         "operator/handlers.py": "", "node/__init__.py": "", "node/steps.py": "",
         "agent/__init__.py": "", "agent/loop.py": "", "contract/__init__.py": "",
         "contract/env.py": "", "paths.py": "", path: text,
@@ -175,7 +175,7 @@ def test_allowed_imports_pass() -> None:
     sources = {
         "cli.py": "from ckptdrain.transfer import drain\nfrom ckptdrain.operator import x\n",
         "agent/loop.py": "from ckptdrain.node import steps\nfrom ckptdrain.contract import api\n",
-        "operator/kube.py": "import kubernetes\nfrom ckptdrain import kubeclient, paths\n",
+        "operator/apiserver/kube.py": "import kubernetes\nfrom ckptdrain import kubeclient, paths\n",
         "node/steps.py": "", "contract/api.py": "", "kubeclient.py": "import kubernetes\n",
         "paths.py": "", "transfer/drain.py": "from ckptdrain.store import base\n",
         "store/base.py": "", "operator/x.py": "",

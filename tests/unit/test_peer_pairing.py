@@ -80,7 +80,7 @@ def test_a_writer_whose_pod_is_gone_keeps_its_holders_for_its_restore() -> None:
 
 
 def test_the_status_counts_only_running_writers() -> None:
-    from ckptdrain.operator.peer_placement import pairs_status, peer_status
+    from ckptdrain.operator.peers.placement import pairs_status, peer_status
     before = document("ns/p", [Member(0, "n0", None, "a:1"), Member(1, "n1", None, "b:1")])
     after = document("ns/p", [Member(1, "n1", None, "b:1")], before, expected=2)
     assert pairs_status(after) == {"1": None}

@@ -11,7 +11,13 @@ from ckptdrain.agent.share import ChannelView, Share, resolve_channel
 from ckptdrain.agent.share_channel import ShareChannel
 from ckptdrain.contract import share as sh
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.share_channel import ChannelState, Drainer, admit, allocation, rank_of
+from ckptdrain.operator.bandwidth.share_channel import (
+    ChannelState,
+    Drainer,
+    admit,
+    allocation,
+    rank_of,
+)
 
 
 def test_ranks_round_trip_as_ranges() -> None:

@@ -14,8 +14,10 @@ from ckptdrain.agent.share import ChannelView, Share, resolve_channel
 from ckptdrain.agent.share_channel import ShareChannel
 from ckptdrain.contract import share as sh
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import config, kube, leadership, policy
-from ckptdrain.operator import share_channel as op
+from ckptdrain.operator import config
+from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.bandwidth import share_channel as op
+from ckptdrain.operator.policy import spec as policy
 
 WANTED, BUDGET = 1000, 500  # published with a factor of 0.5
 

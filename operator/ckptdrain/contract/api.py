@@ -24,7 +24,7 @@ LABEL_WRITER = "ckptdrain.io/writer"
 LABEL_POLICY = "ckptdrain.io/policy"
 #: On an injected writer's pod, beside its rank, when the name fits a label
 #: value: the policy it writes for. Admission finds a rank's holders by both
-#: (operator/apiserver_reads.py writer_selectors): the few pods that match, not every
+#: (operator/apiserver/reads.py writer_selectors): the few pods that match, not every
 #: pod holding that rank under any policy of the namespace.
 LABEL_WRITER_POLICY = "ckptdrain.io/writer-policy"
 #: Longest label value Kubernetes takes.

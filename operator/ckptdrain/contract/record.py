@@ -6,7 +6,7 @@ Who writes what: the operator alone. Each writer reports its progress on
 its own pod (contract/progress.py); the operator makes the record when a
 writer first names the step and folds the reports into rank ranges and the
 aggregate (`state`, `size`, `tiers`, `writersReady`, `completionTime`),
-then applies retention (operator/records.py).
+then applies retention (operator/records/aggregate.py).
 
 `writer_patch` is the per-writer claim older agents patched into
 `status.writers.<id>`; the operator still folds such claims in, and the

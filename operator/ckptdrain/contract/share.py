@@ -29,7 +29,7 @@ and `wantedBytes × factor` (`Allocation.budget_under`): a smaller factor
 write, while no scale, however stale or hand-edited, can raise a budget
 above what the channel says. So the operator rewrites a channel when its
 budget grows and when more than the factor moved, never for a shrink the
-scale carries (`operator/share_channel.py`). It writes the smaller factor
+scale carries (`operator/bandwidth/share_channel.py`). It writes the smaller factor
 before any channel computed with it, and a new policy's drainers are
 admitted JOIN_DELAY_S after they were counted, so every agent has seen the
 smaller factor first. A channel with `wantedBytes` and no scale to go with

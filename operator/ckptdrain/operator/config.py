@@ -29,7 +29,7 @@ Variables (field in parentheses):
   configurations the operator keeps up to date itself (development, tests);
   empty = the chart owns them.
 - CKPTDRAIN_WEBHOOK_PROCESS (webhook_process): "true" (default) serves the
-  webhooks from a process of their own (admission_process.py), so that an
+  webhooks from a process of their own (admission/process.py), so that an
   admission never waits for the operator's event loop; "false" serves them
   from the operator's process, as Kopf does.
 - CKPTDRAIN_PEER_CA_NAMESPACE (peer_ca_namespace): the operator's own
@@ -40,7 +40,7 @@ Variables (field in parentheses):
   0 disables either.
 - CKPTDRAIN_PEERING (peering): Kopf peering name, so one replica is active.
 - CKPTDRAIN_PEERING_PRIORITY: this replica's peering priority (the highest
-  live one works); default random (leadership.py).
+  live one works); default random (apiserver/leadership.py).
 - CKPTDRAIN_EXPIRED_TTL (expired_ttl_s): how long an Expired checkpoint record
   waits for its agent to delete the objects before the operator deletes the
   record; default 10m.

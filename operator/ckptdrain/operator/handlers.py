@@ -19,26 +19,20 @@ from ckptdrain.contract import api
 from ckptdrain.contract.progress import ANNOTATION_PROGRESS
 from ckptdrain.contract.record import record_name
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import (
-    admission_supervisor,
-    allocation,
-    goodput_sync,
-    heap,
-    leadership,
-    metrics,
-    peer_sync,
-    rebalance,
-    record_sync,
-    restores,
-    share_channel,
-    slim,
-    watchdog,
-    webhook,
-)
-from ckptdrain.operator import policy as pol
-from ckptdrain.operator import status as st
+from ckptdrain.operator import heap, metrics
+from ckptdrain.operator.admission import supervisor as admission_supervisor
+from ckptdrain.operator.admission import webhook
+from ckptdrain.operator.apiserver import leadership, slim
+from ckptdrain.operator.bandwidth import rebalance, share_channel
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.goodput import sync as goodput_sync
+from ckptdrain.operator.peers import sync as peer_sync
+from ckptdrain.operator.policy import allocation
+from ckptdrain.operator.policy import spec as pol
+from ckptdrain.operator.policy import status as st
+from ckptdrain.operator.records import restores, watchdog
+from ckptdrain.operator.records import sync as record_sync
 
 PREFIX = api.GROUP
 POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
@@ -55,7 +49,7 @@ Key = tuple[str, str]
 #: pass per burst of claims, not one per claim (thousands per checkpoint).
 _record_passes = Coalescer("summarising checkpoint records", RETRY_DELAY_S)
 RECORD_DELAY_S = 0.5
-#: Goodput into the policy status: one fold per policy per burst (goodput_sync.py).
+#: Goodput into the policy status: one fold per policy per burst (goodput/sync.py).
 _goodput_passes = Coalescer("folding goodput", RETRY_DELAY_S)
 
 
@@ -238,7 +232,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
     """Conditions to the metrics; a policy gone frees its part of the cluster cap."""
     key = (body.metadata.namespace or "", body.metadata.name or "")
     if event.get("type") != "DELETED":
-        # First: Kopf runs this after its indexes hold the object (rebalance.py).
+        # First: Kopf runs this after its indexes hold the object (bandwidth/rebalance.py).
         rebalance.changes.seen(key, body)
     metrics.observe_policy(body.metadata.namespace or "", body.metadata.name or "", body,
                            deleted=event.get("type") == "DELETED")
@@ -263,7 +257,7 @@ def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: kwargs[k] for k in names}
 
 
-# -- pods: bandwidth shares, goodput, restores (restores.py) -------------------
+# -- pods: bandwidth shares, goodput, restores (records/restores.py) -------------------
 
 
 @kopf.on.event("v1", "pods", annotations=INJECTED)
@@ -309,7 +303,7 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
 
 def _schedule_goodput(key: Key, logger: logging.Logger, policies: kopf.Index[Key, Any],
                       views: kopf.Index[Key, Any]) -> None:
-    """One goodput fold per policy for a burst of pod events (goodput_sync.py)."""
+    """One goodput fold per policy for a burst of pod events (goodput/sync.py)."""
     _goodput_passes.schedule(key, lambda: goodput_sync.fold(
         key, next(iter(_values(policies, key)), None), _values(views, key)),
         logger, RECORD_DELAY_S)
@@ -356,7 +350,7 @@ def _schedule_record_pass(key: Key, step: int | None, memo: kopf.Memo,
     _record_passes.schedule((key, record), run, logger, RECORD_DELAY_S)
 
 
-# -- the peer tier: Secrets, the peers ConfigMap, status (peer_sync.py) ---------
+# -- the peer tier: Secrets, the peers ConfigMap, status (peers/sync.py) ---------
 
 
 #: The hourly pass of every policy is nobody's event: its own log.

@@ -51,7 +51,9 @@ def run_parsed(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     # Importing handlers, sweep and webhook registers their Kopf handlers.
-    from ckptdrain.operator import handlers, leadership, sweep, webhook  # noqa: F401
+    from ckptdrain.operator import handlers  # noqa: F401
+    from ckptdrain.operator.admission import sweep, webhook  # noqa: F401
+    from ckptdrain.operator.apiserver import leadership
 
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port)

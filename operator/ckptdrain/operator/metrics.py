@@ -52,7 +52,7 @@ NODE_LOSS_STEP = Gauge("ckptdrain_recovery_point_on_node_loss_step",
                        ["namespace", "policy"])
 CONDITION_STATUSES = ("True", "False", "Unknown")
 RESTORE_TIERS = ("local", "peer", "global", "fresh")
-#: The restore init container's name (operator/injection.py RESTORE).
+#: The restore init container's name (operator/admission/injection.py RESTORE).
 RESTORE_CONTAINER = "ckptdrain-restore"
 
 _lock = threading.Lock()

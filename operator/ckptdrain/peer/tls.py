@@ -2,7 +2,7 @@
 
 Each policy has a CA of its own and one certificate it signed, usable as
 client and server, whose common name is the policy (`<namespace>/<name>`).
-The operator makes them (operator/peer_certs.py) and keeps them in a
+The operator makes them (operator/peers/certs.py) and keeps them in a
 per-policy Secret mounted into that policy's pods only (`ca.crt`, `tls.crt`,
 `tls.key`); the CA key stays in the operator's own Secret. Both sides
 require the other's certificate to chain to that CA *and* to name the same

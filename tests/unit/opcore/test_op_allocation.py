@@ -1,4 +1,4 @@
-"""operator/allocation.py: budgets under a cluster cap (the split among a
+"""operator/policy/allocation.py: budgets under a cluster cap (the split among a
 policy's drainers is the share channel's: test_share_channel.py)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptdrain.operator.allocation import (
+from ckptdrain.operator.policy.allocation import (
     joint_sizing,
     parse_annotation_number,
     policy_budgets,

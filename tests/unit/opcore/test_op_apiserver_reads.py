@@ -19,8 +19,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ckptdrain.operator import apiserver_connection, apiserver_reads, policy_mirror
-from ckptdrain.operator.apiserver_connection import (
+from ckptdrain.operator.admission import policy_mirror
+from ckptdrain.operator.apiserver import (
+    connection as apiserver_connection,
+)
+from ckptdrain.operator.apiserver import (
+    reads as apiserver_reads,
+)
+from ckptdrain.operator.apiserver.connection import (
     ApiError,
     ReadFailed,
     TokenFile,
@@ -32,8 +38,9 @@ def test_the_admission_process_never_loads_the_kubernetes_package() -> None:
     # What it imports to serve, with the reads and both views; importing the
     # SDK would cost about 20 MiB of its resident memory (docs/scale.md).
     code = ("import sys\n"
-            "import ckptdrain.operator.admission_process\n"
-            "from ckptdrain.operator import apiserver_reads, holder_mirror, policy_mirror\n"
+            "import ckptdrain.operator.admission.process\n"
+            "from ckptdrain.operator.admission import holder_mirror, policy_mirror\n"
+            "from ckptdrain.operator.apiserver import reads\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('kubernetes', 'kopf', 'pydantic', 'requests', 'yaml')))\n")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

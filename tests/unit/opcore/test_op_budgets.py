@@ -1,4 +1,4 @@
-"""operator/budgets.py: the remembered joint budgets equal a fresh parse and
+"""operator/bandwidth/budgets.py: the remembered joint budgets equal a fresh parse and
 joint sizing of every policy, whatever changed between asks, and only what
 changed is parsed again. rebalance.budget_of: a rebalance of one policy
 reuses the last joint answer while no policy changed, recounting only its
@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 
-from ckptdrain.operator import allocation, config, policy, rebalance
-from ckptdrain.operator.budgets import JointBudgets
+from ckptdrain.operator import config
+from ckptdrain.operator.bandwidth import rebalance
+from ckptdrain.operator.bandwidth.budgets import JointBudgets
+from ckptdrain.operator.policy import allocation
+from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", cluster_bandwidth=200e9)
 Key = tuple[str, str]

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from cryptography import x509
 
-from ckptdrain.operator import certs
+from ckptdrain.operator.tls import certs
 
 NAMES = ["ckptdrain-webhook.ckptdrain.svc", "ckptdrain-webhook.ckptdrain.svc.cluster.local"]
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""operator/cloud_identity.py and injection.reinvocation_patch: the identity
+"""operator/admission/cloud_identity.py and injection.reinvocation_patch: the identity
 a platform webhook (EKS IRSA, EKS Pod Identity) gives the trainer reaches
 restore and the agent whether that webhook runs before ours or after, and a
 sidecar whose restartPolicy a stale webhook dropped gets it back."""
@@ -11,7 +11,9 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from ckptdrain.operator import cloud_identity, config, injection, policy
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import cloud_identity, injection
+from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
 AMBIENT_SPEC = {

@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 from ckptdrain.contract.drain import DEFAULT_STALL_AFTER
-from ckptdrain.operator import config, injection, policy
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import injection
+from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
 CRD = Path(__file__).resolve().parents[3] / "crds" / "checkpointpolicies.yaml"

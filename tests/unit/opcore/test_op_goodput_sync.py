@@ -1,4 +1,4 @@
-"""operator/goodput_sync.py: a leaving pod's own view is folded, not the
+"""operator/goodput/sync.py: a leaving pod's own view is folded, not the
 index's older one; a policy that is not there keeps nothing."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from ckptdrain import goodput
 from ckptdrain.goodput import AgentView
-from ckptdrain.operator import goodput_sync
+from ckptdrain.operator.goodput import sync as goodput_sync
 
 KEY = ("ns", "llama")
 

@@ -1,4 +1,4 @@
-"""operator/holder_mirror.py: the admission process's view of which pods hold
+"""operator/admission/holder_mirror.py: the admission process's view of which pods hold
 which writer rank, fed by list and watch events, and how admission uses it
 (no API read when it names no holder; a fresh read before any refusal;
 the apiserver asked whenever the view is not current)."""
@@ -15,9 +15,19 @@ from typing import Any
 
 import pytest
 
-from ckptdrain.operator import admission, admission_process, apiserver_reads, config, holder_mirror
-from ckptdrain.operator.holder_mirror import HolderMirror
-from ckptdrain.operator.policy_mirror import PolicyMirror
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import (
+    holder_mirror,
+)
+from ckptdrain.operator.admission import (
+    process as admission_process,
+)
+from ckptdrain.operator.admission import (
+    rules as admission,
+)
+from ckptdrain.operator.admission.holder_mirror import HolderMirror
+from ckptdrain.operator.admission.policy_mirror import PolicyMirror
+from ckptdrain.operator.apiserver import reads as apiserver_reads
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
 

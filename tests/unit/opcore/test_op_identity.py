@@ -1,4 +1,4 @@
-"""operator/identity.py: a pod's writer rank and count from its workload's
+"""operator/policy/identity.py: a pod's writer rank and count from its workload's
 labels, with label sets as each project's controller writes them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptdrain.operator import identity
-from ckptdrain.operator.identity import Owners, RankMissing, Rule, derive
+from ckptdrain.operator.policy import identity
+from ckptdrain.operator.policy.identity import Owners, RankMissing, Rule, derive
 
 
 def pod(labels: dict[str, str], annotations: dict[str, str] | None = None,

@@ -1,4 +1,4 @@
-"""operator/injection.py: the pod patch follows docs/pod-contract.md."""
+"""operator/admission/injection.py: the pod patch follows docs/pod-contract.md."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptdrain.operator import config, injection, policy
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import injection
+from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
 SPEC = {

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ckptdrain.operator.leadership import _priority, is_active
+from ckptdrain.operator.apiserver.leadership import _priority, is_active
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -54,7 +54,7 @@ def test_a_set_priority_is_used_and_a_bad_one_named() -> None:
 
 
 def test_a_new_term_resets_before_active_answers_true() -> None:
-    from ckptdrain.operator.leadership import Leadership
+    from ckptdrain.operator.apiserver.leadership import Leadership
     state = Leadership()
     seen: list[bool] = []
     state.on_new_term(lambda: seen.append(state.active()))

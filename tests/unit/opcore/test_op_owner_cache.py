@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from ckptdrain.operator.owner_cache import OwnerCache
+from ckptdrain.operator.admission.owner_cache import OwnerCache
 
 
 class Api:

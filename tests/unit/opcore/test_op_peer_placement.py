@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from ckptdrain.contract.peers import ZONE_LABEL, parse
-from ckptdrain.operator import peer_certs
-from ckptdrain.operator.peer_placement import (
+from ckptdrain.operator.peers import certs as peer_certs
+from ckptdrain.operator.peers.placement import (
     ca_from_secret_data,
     ca_store_secret,
     members,

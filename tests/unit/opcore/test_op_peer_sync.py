@@ -1,4 +1,4 @@
-"""operator/peer_sync.py, its writes counted against a fake API: the policy's
+"""operator/peers/sync.py, its writes counted against a fake API: the policy's
 CA kept in the operator's namespace before anything it signs is handed out,
 the pods' Secret created once and renewed with the same CA before its
 certificate ends (never the CA key in it), the ConfigMap and the status only
@@ -18,15 +18,12 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from ckptdrain.contract import api as contract
-from ckptdrain.operator import (
-    config,
-    kube,
-    leadership,
-    peer_certs,
-    peer_kube,
-    peer_sync,
-    policy,
-)
+from ckptdrain.operator import config
+from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.peers import certs as peer_certs
+from ckptdrain.operator.peers import kube as peer_kube
+from ckptdrain.operator.peers import sync as peer_sync
+from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
 SPEC = {

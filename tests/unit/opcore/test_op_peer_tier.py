@@ -1,4 +1,4 @@
-"""operator/peer_tier.py: spec.peerTier, and what the webhook adds to a pod for it."""
+"""operator/policy/peer_tier.py: spec.peerTier, and what the webhook adds to a pod for it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ import jsonpatch
 import pytest
 
 from ckptdrain.contract.env import Env
-from ckptdrain.operator import config, injection, peer_certs, peer_tier, policy
-from ckptdrain.operator.peer_tier import PeerTier, not_ready
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import injection
+from ckptdrain.operator.peers import certs as peer_certs
+from ckptdrain.operator.policy import peer_tier
+from ckptdrain.operator.policy import spec as policy
+from ckptdrain.operator.policy.peer_tier import PeerTier, not_ready
 from ckptdrain.peer import config as peer_config
 from ckptdrain.peer import protocol, tls
 

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from ckptdrain import units
 from ckptdrain.contract.env import Env
-from ckptdrain.operator import config, injection, policy
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import injection
+from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
 #: A Kubernetes quantity, as resource.ParseQuantity reads one (no exponent here).

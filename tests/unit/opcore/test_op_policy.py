@@ -1,4 +1,4 @@
-"""operator/policy.py: spec → sizing input, and every refusal names its field."""
+"""operator/policy/spec.py: spec → sizing input, and every refusal names its field."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptdrain.operator import config, policy
-from ckptdrain.operator.identity import Rule
+from ckptdrain.operator import config
+from ckptdrain.operator.policy import spec as policy
+from ckptdrain.operator.policy.identity import Rule
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
 

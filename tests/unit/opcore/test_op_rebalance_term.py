@@ -1,4 +1,4 @@
-"""operator/rebalance.py across a leadership hand-over: the figures of the
+"""operator/bandwidth/rebalance.py across a leadership hand-over: the figures of the
 last joint pass are forgotten when this replica becomes active again, so a
 status the other replica wrote is not judged stale against them, and the
 next pass orders its shrinks and raises against budgets as they now are."""
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckptdrain.operator import leadership, rebalance
+from ckptdrain.operator.apiserver import leadership
+from ckptdrain.operator.bandwidth import rebalance
 
 
 def test_a_new_term_forgets_the_last_joint_pass() -> None:

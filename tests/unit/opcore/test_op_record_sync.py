@@ -1,4 +1,4 @@
-"""operator/record_sync.py, the reading side: a pod's progress annotation
+"""operator/records/sync.py, the reading side: a pod's progress annotation
 (untrusted: the pod's to write), which steps a pod event moved, and the
 claims of one step across the writers' pods."""
 
@@ -14,8 +14,9 @@ import pytest
 from ckptdrain.contract import progress
 from ckptdrain.contract import record as fmt
 from ckptdrain.contract.progress import Claim
-from ckptdrain.operator import record_sync, records
-from ckptdrain.operator.record_sync import WriterProgress
+from ckptdrain.operator.records import aggregate as records
+from ckptdrain.operator.records import sync as record_sync
+from ckptdrain.operator.records.sync import WriterProgress
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 _uids = itertools.count()

@@ -1,4 +1,4 @@
-"""operator/restores.py: a burst of restores is one status patch per policy;
+"""operator/records/restores.py: a burst of restores is one status patch per policy;
 a pod's restore is noted once; a failed patch loses nothing."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ckptdrain.operator import restores
+from ckptdrain.operator.records import restores
 
 KEY = ("ns", "llama")
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ckptdrain.operator import handlers, policy_mirror, webhook
-from ckptdrain.operator.slim import kept_copy, without_managed_fields
+from ckptdrain.operator import handlers
+from ckptdrain.operator.admission import policy_mirror, webhook
+from ckptdrain.operator.apiserver.slim import kept_copy, without_managed_fields
 
 
 def _policy() -> dict[str, Any]:

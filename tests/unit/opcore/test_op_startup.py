@@ -9,7 +9,8 @@ import logging
 import kopf
 from kopf._cogs.structs import references
 
-from ckptdrain.operator import handlers, leadership
+from ckptdrain.operator import handlers
+from ckptdrain.operator.apiserver import leadership
 from ckptdrain.operator.config import OperatorConfig
 
 PODS = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)

@@ -1,4 +1,4 @@
-"""operator/status.py built from the joint allocation (allocation.joint_sizing):
+"""operator/policy/status.py built from the joint allocation (allocation.joint_sizing):
 BandwidthConstrained tells what each policy gets under the cluster cap as it
 is applied to every policy together, not what it would get alone."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ckptdrain.operator import allocation, status
+from ckptdrain.operator.policy import allocation, status
 from ckptdrain.sizing import SizingInput
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

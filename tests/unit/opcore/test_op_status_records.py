@@ -1,4 +1,5 @@
-"""operator/status.py and operator/records.py (the operator's side of the records)."""
+"""operator/policy/status.py and operator/records/aggregate.py (the operator's side of the
+records)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from ckptdrain import sizing
 from ckptdrain.contract import record as fmt
 from ckptdrain.contract.api import timestamp
 from ckptdrain.contract.progress import Claim
-from ckptdrain.operator import records, status
+from ckptdrain.operator.policy import status
+from ckptdrain.operator.records import aggregate as records
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -171,7 +173,7 @@ def test_writers_condition_is_written_once_and_kept_by_sizing() -> None:
 
 
 def test_a_writer_retrying_a_store_that_does_not_answer_is_not_a_failed_checkpoint() -> None:
-    from ckptdrain.operator.records import summarize
+    from ckptdrain.operator.records.aggregate import summarize
 
     record = {"spec": {"writers": 2}, "status": {"writers": {
         "0": {"state": "Global", "bytes": 5, "tiers": ["global", "local"]},

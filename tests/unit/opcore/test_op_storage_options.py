@@ -7,8 +7,10 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from ckptdrain.operator import config, injection, policy
-from ckptdrain.operator.storage_options import CA_BUNDLE_PATH, CA_VOLUME
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import injection
+from ckptdrain.operator.policy import spec as policy
+from ckptdrain.operator.policy.storage_options import CA_BUNDLE_PATH, CA_VOLUME
 from ckptdrain.store.s3_options import S3Options
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")

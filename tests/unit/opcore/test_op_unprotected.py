@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from ckptdrain.operator import status as st
+from ckptdrain.operator.policy import status as st
 from ckptdrain.sizing import SizingInput, compute
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

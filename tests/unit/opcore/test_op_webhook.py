@@ -1,4 +1,4 @@
-"""operator/admission.py's writer identity step and policy look-up (and the Kopf
+"""operator/admission/rules.py's writer identity step and policy look-up (and the Kopf
 side's indexes), with the two API reads (owners, live holders of a rank) replaced."""
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptdrain.operator import admission, apiserver_reads, config, policy, webhook
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import rules as admission
+from ckptdrain.operator.admission import webhook
+from ckptdrain.operator.apiserver import reads as apiserver_reads
+from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
 
@@ -94,7 +98,7 @@ def test_no_rank_is_fine_only_with_one_writer(api: dict[str, Any]) -> None:
 def test_the_operators_pod_index_answers_without_an_api_call(api: dict[str, Any]) -> None:
     """With the active replica's pod index, a rank's holders cost no list of
     every pod in the namespace (which grows with the job at each admission)."""
-    from ckptdrain.operator.allocation import DrainingPod
+    from ckptdrain.operator.policy.allocation import DrainingPod
 
     api["fail"] = AssertionError("the apiserver was asked")
     index = {("ml", "llama"): [
@@ -154,7 +158,7 @@ def test_the_label_index_finds_exactly_what_a_scan_of_every_policy_finds(
 
 
 def test_a_job_of_many_pods_reads_its_job_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ckptdrain.operator.owner_cache import OwnerCache
+    from ckptdrain.operator.admission.owner_cache import OwnerCache
 
     reads: list[str] = []
 
@@ -177,7 +181,7 @@ def test_a_job_of_many_pods_reads_its_job_once(monkeypatch: pytest.MonkeyPatch) 
 def test_owners_kept_or_absent_need_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pod with no controller, or whose Job (and JobSet) are kept, is
     admitted without a hop to a thread for its owners."""
-    from ckptdrain.operator.owner_cache import OwnerCache
+    from ckptdrain.operator.admission.owner_cache import OwnerCache
 
     objects = {
         "jobs": {"metadata": {"name": "train-0", "uid": "job-uid", "ownerReferences": [

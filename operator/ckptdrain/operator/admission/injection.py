@@ -1,0 +1,427 @@
+"""What the mutating webhook adds to a selected pod, as JSONPatch ops.
+
+Pure: `build_pod_patch(pod, policy, config)` follows docs/pod-contract.md
+exactly (restore init container first, the agent as a native sidecar, the
+volumes, env, annotations; with the peer tier on, the peer sidecar before
+restore, policy/peer_tier.py). An already-injected pod yields []; on reinvocation
+`reinvocation_patch` follows what later webhooks did. `grace_problem`
+says when terminationGracePeriodSeconds is too short to flush one shard.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from ckptdrain import units
+from ckptdrain.contract.api import (
+    ANNOTATION_BANDWIDTH,
+    ANNOTATION_INJECTED,
+    ANNOTATION_POLICY,
+    ANNOTATION_RESTORE,
+    ANNOTATION_WORKLOAD_WRITERS,
+    LABEL_POLICY,
+    LABEL_WRITER,
+    LABEL_WRITER_POLICY,
+    policy_labelled,
+)
+from ckptdrain.contract.env import CREDENTIALS, Env
+from ckptdrain.operator.admission import cloud_identity
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import peer_tier, storage_options
+from ckptdrain.operator.policy.spec import Policy
+
+PREPARE = "ckptdrain-prepare"
+RESTORE = "ckptdrain-restore"
+AGENT = "ckptdrain-agent"
+LOCAL_DIR, WORK_DIR, SHARE_DIR = "/ckptdrain/local", "/ckptdrain/work", "/ckptdrain/share"
+AGENT_METRICS_PORT = 9108
+DEFAULT_GRACE_SECONDS = 30
+RUN_AS = 65532
+#: What the work dir (a disk emptyDir) may hold, in checkpoint shards: the
+#: step restore placed (kept while the trainer loads it), the newest published
+#: one and the one being written. Past its sizeLimit the kubelet evicts the
+#: pod, so the limit is generous rather than tight.
+WORK_SHARDS = 3
+
+JSONPatch = list[dict[str, Any]]
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def store_uri(policy: Policy) -> str:
+    """The policy's global tier, one prefix per namespace/policy."""
+    return policy.store_uri.rstrip("/") + f"/{policy.namespace}/{policy.name}"
+
+
+def _field(path: str) -> dict[str, Any]:
+    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _writer_id(rank: int | None) -> dict[str, Any]:
+    """The rank the webhook derived (operator/policy/identity.py); without one (the
+    policy has one writer), the pod name, which the agent takes as writer 0."""
+    return {"value": str(rank)} if rank is not None else _field("metadata.name")
+
+
+def grace_seconds(pod: Mapping[str, Any]) -> int:
+    value = pod.get("spec", {}).get("terminationGracePeriodSeconds")
+    return DEFAULT_GRACE_SECONDS if value is None else int(value)
+
+
+def _env(name: Env, source: dict[str, Any] | str) -> dict[str, Any]:
+    # The plain string: a patch is JSON, and a reader compares names as text.
+    if isinstance(source, str):
+        return {"name": name.value, "value": source}
+    return {"name": name.value, **source}
+
+
+def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
+              rank: int | None = None) -> list[dict[str, Any]]:
+    """Environment shared by the agent and restore, per the pod contract."""
+    env = [
+        _env(Env.POLICY, policy.key),
+        _env(Env.POD_NAME, _field("metadata.name")),
+        _env(Env.POD_UID, _field("metadata.uid")),
+        _env(Env.NAMESPACE, _field("metadata.namespace")),
+        _env(Env.NODE_NAME, _field("spec.nodeName")),
+        _env(Env.WRITER_ID, _writer_id(rank)),
+        _env(Env.WRITERS, str(policy.writers)),
+        _env(Env.STORE_URI, store_uri(policy)),
+    ]
+    if policy.endpoint:
+        env.append(_env(Env.S3_ENDPOINT, policy.endpoint))
+    if policy.region:
+        env.append(_env(Env.REGION, policy.region))
+    if policy.credentials is not None:
+        ref = policy.credentials
+        for var, key in ((Env.ACCESS_KEY_ID, ref.access_key_id_key),
+                         (Env.SECRET_ACCESS_KEY, ref.secret_access_key_key)):
+            env.append(_env(var, {"valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}))
+    env += [
+        _env(Env.WORK_DIR, WORK_DIR),
+        _env(Env.LOCAL_DIR, local_dir(policy)),
+        _env(Env.LOCAL_KEEP, str(policy.local_keep)),
+        _env(Env.GLOBAL_KEEP, str(policy.global_keep)),
+        _env(Env.INTERVAL, units.format_duration(policy.interval_s)),
+        _env(Env.GLOBAL_EVERY, str(policy.sizing_input.global_every)),
+        _env(Env.OVERLAP, units.format_percent(policy.sizing_input.overlap)),
+        _env(Env.SHARE_FILE, posixpath.join(SHARE_DIR, "bandwidth")),
+        _env(Env.DEFAULT_RATE, str(int(default_rate))),
+        _env(Env.GRACE_SECONDS, str(grace_seconds(pod))),
+        _env(Env.METRICS_PORT, str(AGENT_METRICS_PORT)),
+        _env(Env.RESTORE, "true" if policy.restore_enabled else "false"),
+        _env(Env.RESTORE_PREFER, policy.restore_prefer),
+        _env(Env.RESTORE_RETRY_DEADLINE, units.format_duration(policy.restore_retry_deadline_s)
+             if policy.restore_retry_deadline_s > 0 else "0"),
+        _env(Env.RESTORE_DIRECT_IO, "true" if policy.restore_direct_io else "false"),
+        _env(Env.STALL_TIMEOUT, units.format_duration(policy.stall_timeout_s)),
+        *storage_options.env(policy.storage_options),
+        *peer_tier.env(policy.peer),
+    ]
+    if policy.local_capacity is not None:
+        env.append(_env(Env.LOCAL_CAPACITY, str(policy.local_capacity)))
+    return env
+
+
+def restore_mode_env() -> dict[str, Any]:
+    """Restore's own: the pod's `ckptdrain.io/restore` annotation, read when the
+    container starts (an annotation added while restore retries counts from
+    its next start). Not the agent's: a mistyped value stops restore with one
+    line, and must not also crash-loop the sidecar of a running pod."""
+    return _env(Env.RESTORE_MODE, _field(f"metadata.annotations['{ANNOTATION_RESTORE}']"))
+
+
+def local_dir(policy: Policy) -> str:
+    """Where agent and restore keep this pod's local tier.
+
+    The hostPath is per policy and node, and an indexed Job puts several
+    writers on one node: each gets its own subdirectory (the writer id is a
+    Job index by then; the agent refuses anything else when writers > 1), or
+    they would capture over each other's steps.
+    """
+    if policy.writers > 1:
+        return f"{LOCAL_DIR}/writer-$({Env.WRITER_ID.value})"
+    return LOCAL_DIR
+
+
+def trainer_env(pod: Mapping[str, Any], policy: Policy,
+                rank: int | None = None) -> list[dict[str, Any]]:
+    return [
+        _env(Env.WORK_DIR, WORK_DIR),
+        _env(Env.RESTORE_RESULT, posixpath.join(WORK_DIR, "restore.json")),
+        _env(Env.WRITER_ID, _writer_id(rank)),
+        _env(Env.WRITERS, str(policy.writers)),
+    ]
+
+
+SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+    "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def work_size(policy: Policy) -> int:
+    """Bytes the disk-backed work dir may hold (its emptyDir sizeLimit and the
+    agent's ephemeral-storage request)."""
+    return int(WORK_SHARDS * policy.checkpoint_bytes / policy.writers) + (64 << 20)
+
+
+def _container(name: str, command: str, env: list[dict[str, Any]], config: OperatorConfig,
+               mounts: list[tuple[str, str]], sidecar: bool) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": name, "image": config.image, "imagePullPolicy": config.image_pull_policy,
+        "command": ["ckptdrain", command], "env": env,
+        "volumeMounts": [{"name": v, "mountPath": p} for v, p in mounts],
+        "securityContext": dict(SECURITY_CONTEXT),
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
+                      "limits": {"memory": "1Gi"}},
+    }
+    if sidecar:
+        # Native sidecar: starts before the trainer, stops after it, and never
+        # blocks the pod from completing.
+        container["restartPolicy"] = "Always"
+        container["ports"] = [{"name": "agent-metrics", "containerPort": AGENT_METRICS_PORT}]
+    return container
+
+
+# kubelet creates a missing hostPath (DirectoryOrCreate) as root, mode 0755, so
+# the agent (uid 65532) could not write the local tier. This first init
+# container hands the policy's directory to 65532 (0700: other node users,
+# and other policies' pods, cannot read checkpoints). It is the only part of
+# ckptdrain that runs as root, with CHOWN and FOWNER only, no other mount and
+# a fixed command; chown before chmod keeps concurrent pods from racing.
+PREPARE_SCRIPT = (
+    f"import os; p = {LOCAL_DIR!r}; "
+    f"os.chown(p, {RUN_AS}, {RUN_AS}, follow_symlinks=False); os.chmod(p, 0o700)"
+)
+
+
+def _prepare(config: OperatorConfig) -> dict[str, Any]:
+    return {
+        "name": PREPARE, "image": config.image, "imagePullPolicy": config.image_pull_policy,
+        "command": ["python3", "-c", PREPARE_SCRIPT],
+        "volumeMounts": [{"name": "ckptdrain-local", "mountPath": LOCAL_DIR}],
+        "securityContext": {
+            "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
+            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
+                      "limits": {"memory": "64Mi"}},
+    }
+
+
+def volumes(policy: Policy, *, prepare: bool = True) -> list[dict[str, Any]]:
+    """The volumes ckptdrain adds. Without `prepare` (no root init container),
+    the node must already hold the local tier's directory: "Directory" makes a
+    missing one a clear mount error instead of a root-owned directory the
+    agent cannot write."""
+    # Always a size limit, always a Kubernetes quantity: a work dir that grows
+    # without bound fills the node's ephemeral storage and evicts its pods.
+    work: dict[str, Any] = {"sizeLimit": units.format_quantity(work_size(policy))}
+    if policy.memory_limit:
+        work = {"medium": "Memory", "sizeLimit": policy.memory_limit}
+    return [
+        {"name": "ckptdrain-local",
+         "hostPath": {"path": policy.node_path(),
+                      "type": "DirectoryOrCreate" if prepare else "Directory"}},
+        {"name": "ckptdrain-work", "emptyDir": work},
+        {"name": "ckptdrain-share", "downwardAPI": {"items": [{
+            "path": "bandwidth",
+            "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_BANDWIDTH}']"}}]}},
+        {"name": "ckptdrain-tmp", "emptyDir": {}},
+        *storage_options.volumes(policy.storage_options),
+        *peer_tier.volumes(policy.peer, policy.name),
+    ]
+
+
+def peer_sidecar(shared: list[dict[str, Any]], policy: Policy,
+                 config: OperatorConfig) -> dict[str, Any]:
+    """`ckptdrain peer`: serves the partner area and, read-only, this writer's
+    local tier. It mounts the local tier (the partner area lives in it), the
+    peer credentials and the peers document; no work dir, no share, and it
+    gets no store credentials: it never talks to the store."""
+    store_keys = {c.value for c in CREDENTIALS}
+    env = [e for e in shared if e["name"] not in store_keys]
+    sidecar = _container(peer_tier.PEER, "peer", env, config, [
+        ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+    sidecar["volumeMounts"] += peer_tier.mounts(policy.peer)
+    sidecar["ports"] = peer_tier.sidecar_ports()
+    return sidecar
+
+
+def is_injected(pod: Mapping[str, Any]) -> bool:
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    names = {c.get("name") for c in pod.get("spec", {}).get("initContainers") or []}
+    return ANNOTATION_INJECTED in annotations or AGENT in names
+
+
+def _append(ops: JSONPatch, path: str, existing: list[Any] | None, items: list[Any]) -> None:
+    if not items:
+        return
+    if existing is None:
+        ops.append({"op": "add", "path": path, "value": items})
+    else:
+        ops.extend({"op": "add", "path": f"{path}/-", "value": item} for item in items)
+
+
+def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConfig,
+                    default_rate: float, rank: int | None = None,
+                    workload_writers: int | None = None) -> JSONPatch:
+    """JSONPatch ops that inject ckptdrain into `pod`; [] if already injected.
+    With a `rank`, the pod also gets the `ckptdrain.io/writer` label, which
+    admission selects on to find a live pod already holding that rank;
+    `workload_writers` (what the workload says) is kept as an annotation for
+    the operator's WritersConsistent condition."""
+    if is_injected(pod):
+        return []
+    spec = pod.get("spec", {})
+    ops: JSONPatch = []
+    shared = agent_env(pod, policy, default_rate, rank)
+    restore = _container(RESTORE, "restore", [*shared, restore_mode_env()], config, [
+        ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR), ("ckptdrain-tmp", "/tmp")],
+        sidecar=False)
+    agent = _container(AGENT, "agent", shared, config, [
+        ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR),
+        ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+    identity = cloud_identity.ambient(pod)
+    for container in (restore, agent):  # a private CA, by reference
+        container["volumeMounts"] += storage_options.mounts(policy.storage_options)
+        container["volumeMounts"] += peer_tier.mounts(policy.peer)
+        # A platform webhook that ran before ours gave the trainer its identity.
+        env, mounts = cloud_identity.additions(container, identity)
+        container["env"] = [*container["env"], *env]  # the agent's is `shared`
+        container["volumeMounts"] += mounts
+    # The reason restore failed, as the container's last state on the pod.
+    restore["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    if not policy.memory_limit:
+        # The disk-backed work dir counts against the pod's ephemeral storage:
+        # the scheduler must find a node with room for it.
+        agent["resources"]["requests"]["ephemeral-storage"] = units.format_quantity(
+            work_size(policy))
+    ours = [restore, agent]
+    if policy.peer.enabled:
+        # Before restore: after a node loss the whole job restarts, and every
+        # pod's restore asks the other nodes' peer servers (docs/peer-tier.md).
+        ours.insert(0, peer_sidecar(shared, policy, config))
+    if config.prepare_local_tier:
+        ours.insert(0, _prepare(config))
+    if spec.get("initContainers") is None:
+        ops.append({"op": "add", "path": "/spec/initContainers", "value": ours})
+    else:
+        ops.extend({"op": "add", "path": f"/spec/initContainers/{i}", "value": c}
+                   for i, c in enumerate(ours))
+    taken = {v.get("name") for v in spec.get("volumes") or []}
+    _append(ops, "/spec/volumes", spec.get("volumes"),
+            [v for v in volumes(policy, prepare=config.prepare_local_tier)
+             if v["name"] not in taken])
+    for i, container in enumerate(spec.get("containers") or []):
+        have = {e.get("name") for e in container.get("env") or []}
+        _append(ops, f"/spec/containers/{i}/env", container.get("env"),
+                [e for e in trainer_env(pod, policy, rank) if e["name"] not in have])
+        mounted = {m.get("mountPath") for m in container.get("volumeMounts") or []}
+        if WORK_DIR not in mounted:
+            _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
+                    [{"name": "ckptdrain-work", "mountPath": WORK_DIR}])
+    ops.extend(placement_ops(spec, policy))
+    labels: dict[str, str] = {}
+    if rank is not None:
+        labels[LABEL_WRITER] = str(rank)
+    if rank is not None and policy_labelled(policy.name):
+        # What admission finds a rank's holders by (apiserver_reads.writer_selectors).
+        labels[LABEL_WRITER_POLICY] = policy.name
+    if policy.peer.enabled:
+        # What a NetworkPolicy selects to let only this policy's pods reach
+        # each other's peer port (docs/peer-tier.md).
+        labels[LABEL_POLICY] = policy.name
+    if labels and pod.get("metadata", {}).get("labels") is None:
+        ops.append({"op": "add", "path": "/metadata/labels", "value": labels})
+    elif labels:
+        ops.extend({"op": "add", "path": f"/metadata/labels/{_pointer(k)}", "value": v}
+                   for k, v in labels.items())
+    annotations = {ANNOTATION_POLICY: policy.name, ANNOTATION_INJECTED: "true",
+                   ANNOTATION_BANDWIDTH: str(int(default_rate))}
+    if workload_writers is not None:
+        annotations[ANNOTATION_WORKLOAD_WRITERS] = str(workload_writers)
+    existing = pod.get("metadata", {}).get("annotations")
+    # With a Secret, restore and the agent use its keys, not the pod's identity.
+    reach_store = [] if policy.credentials is not None else [restore, agent]
+    skip = cloud_identity.skip_annotation(
+        existing, [c["name"] for c in ours if c not in reach_store])
+    if existing is None:
+        ops.append({"op": "add", "path": "/metadata/annotations",
+                    "value": {**annotations, **skip}})
+    else:
+        ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+                   for k, v in annotations.items() if k not in existing)
+        ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+                   for k, v in skip.items())  # added to, or merged with, the pod's own
+    return ops
+
+
+def reinvocation_patch(pod: Mapping[str, Any]) -> JSONPatch:
+    """JSONPatch ops for an injected pod that webhooks after ours changed
+    (the apiserver calls ours again: reinvocationPolicy IfNeeded). The
+    identity a platform webhook gave the trainer reaches restore and the
+    agent (admission/cloud_identity.py); a sidecar whose `restartPolicy: Always` a
+    webhook built on older Kubernetes types dropped gets it back, else it
+    would run as a plain init container that never exits and the pod would
+    never start. [] when nothing needs doing."""
+    ops: JSONPatch = []
+    identity = cloud_identity.ambient(pod)
+    for i, container in enumerate(pod.get("spec", {}).get("initContainers") or []):
+        name = container.get("name")
+        if name in (AGENT, peer_tier.PEER) and container.get("restartPolicy") != "Always":
+            ops.append({"op": "add", "path": f"/spec/initContainers/{i}/restartPolicy",
+                        "value": "Always"})
+        if name in (RESTORE, AGENT):
+            env, mounts = cloud_identity.additions(container, identity)
+            _append(ops, f"/spec/initContainers/{i}/env", container.get("env"), env)
+            _append(ops, f"/spec/initContainers/{i}/volumeMounts",
+                    container.get("volumeMounts"), mounts)
+    return ops
+
+
+def placement_ops(spec: Mapping[str, Any], policy: Policy) -> JSONPatch:
+    """The policy's node requirements ANDed into every required node-selector
+    term the pod already has (or one new term), and its tolerations added."""
+    ops: JSONPatch = []
+    if policy.node_expressions:
+        affinity = dict(spec.get("affinity") or {})
+        node = dict(affinity.get("nodeAffinity") or {})
+        required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+        for term in terms:
+            term["matchExpressions"] = [*(term.get("matchExpressions") or []),
+                                        *policy.node_expressions]
+        required["nodeSelectorTerms"] = terms
+        node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+        affinity["nodeAffinity"] = node
+        # "add" on an existing member replaces it: the merged affinity is whole.
+        ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
+    have = spec.get("tolerations")
+    _append(ops, "/spec/tolerations", have,
+            [t for t in policy.tolerations if t not in (have or [])])
+    return ops
+
+
+def grace_problem(pod: Mapping[str, Any], policy: Policy, share: float,
+                  config: OperatorConfig) -> str | None:
+    """Why the pod's grace period cannot flush one shard at `share` bytes/s, or None."""
+    if not policy.sigterm:
+        return None
+    shard = policy.checkpoint_bytes / policy.writers
+    needed = shard / share / config.grace_margin
+    have = grace_seconds(pod)
+    if have >= needed:
+        return None
+    return (f"spec.terminationGracePeriodSeconds: {have}s is too short to flush one checkpoint "
+            f"shard ({units.format_bytes(shard)}) at this pod's share "
+            f"({units.format_rate(share)}); expected at least {int(needed) + 1}s "
+            f"(with a {units.format_percent(config.grace_margin)} margin)")

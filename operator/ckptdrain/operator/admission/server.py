@@ -1,0 +1,247 @@
+"""The admission process's HTTPS server (admission/process.py): the
+standard library's, one thread per connection, bounded, with the TLS
+context made again when the certificate files change. Each review is
+answered by the reviewer on one event loop; this module knows only HTTP,
+TLS and the bounds.
+
+Bounded: at most MAX_CONNECTIONS at once (the next one waits in the listen
+backlog), at most MAX_IN_FLIGHT reviews read and answered at once, each
+given as long as the apiserver waits for it (its `?timeout=`), a TLS
+handshake within HANDSHAKE_S, a connection idle for IDLE_S closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import socket
+import ssl
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("ckptdrain.admission")
+
+#: How often the certificate files are read for a renewal (tls/webhook_certs.py
+#: renews them in place; a mounted Secret changes under us).
+CERT_CHECK_S = 30.0
+#: The largest review we read: a pod near etcd's object size limit, encoded.
+MAX_REVIEW_BYTES = 4 << 20
+#: Connections open at once, and reviews read and answered at once (so at
+#: most MAX_IN_FLIGHT × MAX_REVIEW_BYTES are held).
+MAX_CONNECTIONS = 128
+MAX_IN_FLIGHT = 8
+#: A TLS handshake must be done within this; a connection idle this long is
+#: closed (the apiserver opens another).
+HANDSHAKE_S = 10.0
+IDLE_S = 120.0  # longer than the apiserver's own idle timeout (90 s)
+#: How long a review may take when the apiserver does not say (its
+#: `?timeout=`, the webhook's timeoutSeconds: at most 30 s). Later than that
+#: the apiserver has given up, and nothing is gained by answering.
+ANSWER_TIMEOUT_S = 10.0
+
+
+
+class UnknownWebhook(Exception):
+    """A path we do not serve."""
+
+
+class Certificates:
+    """The TLS context of new connections, made again when the files change."""
+
+    def __init__(self, cert: str, key: str) -> None:
+        self.cert, self.key = cert, key
+        self._digest = b""
+        self._context = self._load()
+
+    def _read_digest(self) -> bytes:
+        return hashlib.sha256(Path(self.cert).read_bytes() + Path(self.key).read_bytes()).digest()
+
+    def _load(self) -> ssl.SSLContext:
+        digest = self._read_digest()
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # no client certificates asked
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert, self.key)
+        self._digest = digest
+        return context
+
+    def context(self) -> ssl.SSLContext:
+        return self._context
+
+    def check(self) -> bool:
+        """Load the files again if they changed; True if they did."""
+        try:
+            if self._read_digest() == self._digest:
+                return False
+            self._context = self._load()
+        except (OSError, ssl.SSLError) as error:  # caught mid-write: the next check
+            log.warning("admission: reading the certificate files failed (%s)", error)
+            return False
+        log.info("admission: serving the renewed certificate")
+        return True
+
+    def follow(self) -> None:
+        """Check the files every CERT_CHECK_S in a daemon thread."""
+        def loop() -> None:
+            while True:
+                time.sleep(CERT_CHECK_S)
+                self.check()
+        threading.Thread(target=loop, name="ckptdrain-admission-tls", daemon=True).start()
+
+
+class Server(ThreadingHTTPServer):
+    """HTTPS, one thread per connection; each review is answered by
+    `reviewer` (admission_process.Reviewer: `await reviewer(request, path,
+    received)`) on one event loop (`loop`), where the rules run and hand
+    their API reads to threads.
+
+    Bounded: at most MAX_CONNECTIONS at once (the next waits in the listen
+    backlog), at most MAX_IN_FLIGHT reviews read and answered at once (the
+    others wait, each until its deadline), a TLS handshake within
+    HANDSHAKE_S, a connection idle for IDLE_S closed."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    #: Kopf's server (aiohttp) listened with a backlog of 128; a job's burst of
+    #: pod creations opens many connections at once.
+    request_queue_size = 1024
+
+    def __init__(self, address: tuple[str, int], certificates: Certificates,
+                 reviewer: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.certificates, self.reviewer, self.loop = certificates, reviewer, loop
+        self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, Handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = self.socket.accept()
+        # Answers are small and must not wait for the peer's delayed ACK.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # The handshake happens in the connection's own thread (Handler.setup),
+        # so a slow or silent client never holds up the next accept.
+        return (self.certificates.context().wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False), address)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # At the cap, the next connection waits here (and those after it in
+        # the listen backlog) until one closes, rather than being refused.
+        self.connections.acquire()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: nobody else releases it
+            self.connections.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.connections.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Probes that connect and leave (a kubelet's tcpSocket readiness
+        # check), clients that give up: not worth a traceback.
+        log.debug("admission: connection from %s ended: %s", client_address, sys.exc_info()[1])
+
+    def answer(self, request: dict[str, Any], path: str, received: float,
+               deadline: float) -> dict[str, Any]:
+        future = asyncio.run_coroutine_threadsafe(
+            self.reviewer(request, path, received), self.loop)
+        try:
+            return future.result(max(0.0, deadline - time.monotonic()))
+        finally:
+            future.cancel()  # no-op once done; a late one must not run on
+
+
+def request_timeout(query: str) -> float:
+    """The seconds the apiserver waits for this review (its `?timeout=5s`),
+    else ANSWER_TIMEOUT_S; at most 30 s."""
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if name == "timeout" and value.endswith("s"):
+            try:
+                return min(30.0, max(0.5, float(value[:-1])))
+            except ValueError:
+                break
+    return ANSWER_TIMEOUT_S
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: the apiserver reuses connections
+    #: Buffered: the status line, headers and body leave in one write.
+    wbufsize = 1 << 16
+    server: Server
+
+    def setup(self) -> None:
+        self.request.settimeout(HANDSHAKE_S)
+        self.request.do_handshake()
+        self.request.settimeout(IDLE_S)
+        super().setup()
+
+    def handle_expect_100(self) -> bool:
+        answered = super().handle_expect_100()
+        self.wfile.flush()  # buffered: the client waits for it before the body
+        return answered
+
+    def do_POST(self) -> None:
+        try:
+            length = int(self.headers.get("Content-Length") or "")
+        except ValueError:
+            self._fail(411, "Content-Length: expected a number of bytes")
+            return
+        if not 0 < length <= MAX_REVIEW_BYTES:
+            self._fail(413, f"Content-Length: expected 1 to {MAX_REVIEW_BYTES} bytes, "
+                            f"got {length}")
+            return
+        received = time.perf_counter()
+        path, _, query = self.path.partition("?")
+        path = path.strip("/")
+        deadline = time.monotonic() + request_timeout(query)
+        if not self.server.in_flight.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._fail(503, "too many reviews at once; the apiserver's time is up")
+            return
+        try:
+            try:
+                self.request.settimeout(max(0.1, deadline - time.monotonic()))
+                request = json.loads(self.rfile.read(length))
+                if not isinstance(request, dict):
+                    raise ValueError("not a JSON object")
+            except (ValueError, TimeoutError) as error:
+                self._fail(400, f"body: expected an AdmissionReview ({error})")
+                return
+            finally:
+                self.request.settimeout(IDLE_S)
+            try:
+                self._send(200, self.server.answer(request, path, received, deadline))
+            except UnknownWebhook as error:
+                self._fail(404, str(error))
+            except Exception as error:  # a timeout, a bug: answered, never dropped
+                log.warning("admission: no answer to a review at /%s: %r", path, error)
+                self._fail(500, f"no answer: {error!r}")
+        finally:
+            self.server.in_flight.release()
+
+    def _fail(self, code: int, message: str) -> None:
+        # What is left of the request is not read: this connection ends here.
+        self.close_connection = True
+        self._send(code, {"error": message})
+
+    def _send(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # every review is counted in the operator's metrics instead

@@ -1,0 +1,168 @@
+"""Nothing unprotected goes unseen: opted-in pods that carry no injection.
+
+A pod labelled `ckptdrain.io/inject=true` that was created while admission
+was off (the operator down with failurePolicy Ignore, the webhook
+configuration deleted, the label added after creation) runs without restore
+and is never drained. The sweep finds every such pod that a policy selects
+and says so: a Warning Event on the pod (once per pod), the policy's
+PodsUnprotected condition (count and a bounded list of names) and the
+`ckptdrain_unprotected_pods` gauge. The remedy is to delete the pod: its
+controller recreates it through admission.
+
+Pods reach the operator by a server-side label selector (handlers.py sets
+it), so only opted-in pods are listed and watched. The sweep runs on pod
+events (coalesced per namespace) and periodically, on the active replica
+only (apiserver/leadership.py): a standby's indexes are not live.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from ckptdrain.contract import api
+from ckptdrain.operator import metrics
+from ckptdrain.operator.admission import injection
+from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.coalesce import Coalescer
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import spec as pol
+from ckptdrain.operator.policy import status as st
+
+POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
+OPTED_IN = {api.LABEL_INJECT: "true"}
+NOT_INJECTED = {api.ANNOTATION_INJECTED: kopf.ABSENT}
+#: Pod events within this window are coalesced into one sweep per namespace.
+SWEEP_DELAY_S = 0.5
+REASON = "Unprotected"
+
+
+@dataclass(frozen=True)
+class BarePod:
+    name: str
+    uid: str
+    labels: dict[str, str]
+
+
+@kopf.index("v1", "pods", labels=OPTED_IN, annotations=NOT_INJECTED)
+def unprotected_index(namespace: str, name: str, body: kopf.Body, meta: kopf.Meta,
+                      status: kopf.Status, **_: Any) -> dict[str, BarePod] | None:
+    """Opted-in, live pods without injection, by namespace."""
+    if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+        return None  # it no longer needs protecting
+    if injection.is_injected(dict(body)):
+        return None
+    return {namespace: BarePod(name=name, uid=meta.get("uid", ""),
+                               labels=dict(meta.get("labels") or {}))}
+
+
+@kopf.on.event("v1", "pods", labels=OPTED_IN, annotations=NOT_INJECTED)
+def pod_unprotected_event(namespace: str, memo: kopf.Memo, logger: logging.Logger,
+                          unprotected_index: kopf.Index[str, BarePod],
+                          checkpointpolicy_index: kopf.Index[Any, Any], **_: Any) -> None:
+    """A bare pod came, changed or went: sweep its namespace soon (also to clear)."""
+    _start_periodic(memo.config, unprotected_index, checkpointpolicy_index, logger)
+    _schedule(namespace, unprotected_index, checkpointpolicy_index, logger)
+
+
+# -- the sweep ----------------------------------------------------------------
+
+_warned: set[str] = set()  # pod uids with an Event posted; pruned to live ones
+_gauged: set[tuple[str, str]] = set()  # (namespace, policy) with a gauge value
+_lock = threading.Lock()
+
+
+def sweep_namespace(namespace: str, pods_index: kopf.Index[str, BarePod],
+                    policies: kopf.Index[Any, Any], logger: logging.Logger) -> dict[str, int]:
+    """Flag the bare pods of one namespace; returns {policy: count of its bare pods}."""
+    bare = [p for p in list(pods_index.get(namespace, [])) if p is not None]
+    bodies = [b for key in list(policies) if key[0] == namespace
+              for b in policies.get(key, []) if b]
+    now = datetime.now(UTC)
+    counts: dict[str, int] = {}
+    with _lock:
+        for body in bodies:
+            meta = body["metadata"]
+            selector = (body.get("spec") or {}).get("selector") or {}
+            chosen = [p for p in bare if pol.selector_matches(selector, p.labels)]
+            counts[meta["name"]] = len(chosen)
+            metrics.UNPROTECTED_PODS.labels(namespace, meta["name"]).set(len(chosen))
+            _gauged.add((namespace, meta["name"]))
+            change = st.with_unprotected(body.get("status") or {},
+                                         [p.name for p in chosen], meta.get("generation"), now)
+            if change is not None:
+                kube.patch_status(api.POLICIES, namespace, meta["name"], change)
+            for p in chosen:
+                if p.uid not in _warned:
+                    _warn(namespace, p, meta["name"])
+                    _warned.add(p.uid)
+                    logger.warning("pod %s/%s runs without injection (policy %s)",
+                                   namespace, p.name, meta["name"])
+        for ns, name in [k for k in _gauged if k[0] == namespace and k[1] not in counts]:
+            metrics.UNPROTECTED_PODS.remove(ns, name)  # the policy is gone
+            _gauged.discard((ns, name))
+        live = {p.uid for key in list(pods_index) for p in pods_index.get(key, []) if p}
+        _warned.intersection_update(live)
+    return counts
+
+
+def _warn(namespace: str, pod: BarePod, policy: str) -> None:
+    body = {"metadata": {"name": pod.name, "namespace": namespace, "uid": pod.uid}}
+    kube.post_event(body, "Pod", REASON,
+                    f"labelled {api.LABEL_INJECT}=true and selected by CheckpointPolicy "
+                    f"{policy}, but admitted without injection: it starts without restore "
+                    "and is never drained. Delete the pod; its controller recreates it "
+                    "through admission.", api_version="v1")
+
+
+# -- when it runs ----------------------------------------------------------------
+
+_passes = Coalescer("sweeping for unprotected pods")
+_periodic_started = threading.Event()
+
+
+def _schedule(namespace: str, pods_index: kopf.Index[str, BarePod],
+              policies: kopf.Index[Any, Any], logger: logging.Logger) -> None:
+    _passes.schedule(namespace, lambda: _sweep_logged(namespace, pods_index, policies, logger),
+                     logger, SWEEP_DELAY_S)
+
+
+def _sweep_logged(namespace: str, pods_index: kopf.Index[str, BarePod],
+                  policies: kopf.Index[Any, Any], logger: logging.Logger) -> None:
+    try:
+        sweep_namespace(namespace, pods_index, policies, logger)
+    except (kube.ApiException, RuntimeError) as error:
+        # RuntimeError: an index changed while we read it; the next pass retries.
+        logger.warning("sweeping %s for unprotected pods failed (%s)", namespace, error)
+
+
+def _start_periodic(cfg: OperatorConfig, pods_index: kopf.Index[str, BarePod],
+                    policies: kopf.Index[Any, Any], logger: logging.Logger) -> None:
+    """Once per process: every watchdog period, sweep every namespace that has
+    bare pods or flagged policies (so that a policy created later, or a pod
+    that left while we were standby, is seen too)."""
+    if _periodic_started.is_set():
+        return
+    _periodic_started.set()
+
+    def loop() -> None:
+        while True:
+            time.sleep(cfg.watchdog_s)
+            if not leadership.active():
+                continue
+            with _lock:
+                flagged = {ns for ns, _ in _gauged}
+            try:
+                namespaces = set(pods_index) | flagged
+            except RuntimeError:  # the index changed while we read it: next period
+                continue
+            for namespace in sorted(namespaces):
+                _sweep_logged(namespace, pods_index, policies, logger)
+
+    threading.Thread(target=loop, name="ckptdrain-sweep", daemon=True).start()

@@ -1,0 +1,169 @@
+"""Admission as Kopf serves it, and what the operator's process keeps for
+it: the webhook handlers (registered always, so that where Kopf manages the
+webhook configurations it describes them), the policies filed by label for
+them, the server's certificate files. The rules are in admission/rules.py.
+
+Where admission runs: by default in a process of its own
+(admission/process.py), with its own view of the policies and the
+apiserver's watch cache for rank holders, so that an admission never waits
+for the operator's event loop; with CKPTDRAIN_WEBHOOK_PROCESS=false, here,
+on Kopf's server, reading the operator's indexes.
+
+Scope: the pod webhook's objectSelector matches only pods labelled
+`ckptdrain.io/inject=true`, so it never blocks an unrelated pod; its
+failurePolicy is Fail by default (an opted-in pod is not created
+unprotected while no replica answers; admission/sweep.py flags any that slip through
+with Ignore). Every replica serves both webhooks (apiserver/leadership.py). The
+policy webhook fails closed: a policy the operator cannot check is refused.
+Neither has side effects, so dry-run requests are answered the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kopf
+
+from ckptdrain.contract import api
+from ckptdrain.operator import heap, metrics
+from ckptdrain.operator.admission.rules import (
+    MUTATE_ID,
+    VALIDATE_ID,
+    LabelKey,
+    Refused,
+    admit_pod,
+    label_key,
+    validate_policy,
+)
+from ckptdrain.operator.apiserver import leadership, slim
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.tls import webhook_certs as webhook_tls
+
+POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
+
+
+def _self_signed(host: str) -> tuple[str, str]:
+    """A development certificate for `host` (kopf's own generator needs extras)."""
+    directory = Path(tempfile.mkdtemp(prefix="ckptdrain-webhook-"))
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    san = f"IP:{host}" if host.replace(".", "").isdigit() else f"DNS:{host}"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365",
+         "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={host}",
+         "-addext", f"subjectAltName={san},DNS:localhost"],
+        check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def certificate_files(cfg: OperatorConfig, logger: logging.Logger
+                      ) -> tuple[str, str, str | None]:
+    """(certificate, key, CA) files for the webhook server: the ones the
+    operator keeps in its Secret (tls/webhook_certs.py, renewed in place),
+    cert-manager's mounted files, or a self-signed pair."""
+    cert, key, ca = cfg.webhook_cert, cfg.webhook_key, cfg.webhook_ca
+    if cfg.webhook_secret:
+        directory = Path(tempfile.mkdtemp(prefix="ckptdrain-webhook-"))
+        webhook_tls.start(cfg.webhook_secret, cfg.webhook_configs, cfg.webhook_host,
+                          directory, logger)
+        cert, key, ca = (str(directory / n) for n in ("tls.crt", "tls.key", "ca.crt"))
+    elif cert is None or key is None:
+        cert, key = _self_signed(cfg.webhook_host)
+        ca = cert
+    return cert, key, ca
+
+
+def build_server(cfg: OperatorConfig, files: tuple[str, str, str | None]
+                 ) -> kopf.WebhookServer:
+    """Kopf's webhook server on `files`; it re-reads them when they change
+    (renewals)."""
+    cert, key, ca = files
+    return kopf.WebhookServer(addr=cfg.webhook_addr, port=cfg.webhook_port,
+                              host=cfg.webhook_host, certfile=cert, pkeyfile=key, cafile=ca,
+                              file_check_interval=webhook_tls.CHECK_S)
+
+
+@kopf.index(*POLICIES)
+def policy_by_label(namespace: str, body: kopf.Body, spec: kopf.Spec,
+                    **_: Any) -> dict[LabelKey, dict[str, Any]]:
+    """Policies filed by a label pair they require, so an admission reads the
+    few that could select the pod, not every policy of the namespace (at a
+    thousand policies that scan was a fifth of the event loop's time)."""
+    selector = spec.get("selector")
+    return {label_key(namespace, selector if isinstance(selector, Mapping) else None):
+            slim.kept_copy(body)}
+
+
+def _candidates(namespace: str, labels: Mapping[str, str],
+                policies: kopf.Index[LabelKey, Any]) -> list[dict[str, Any]]:
+    """Every indexed policy of the namespace that could select a pod with `labels`."""
+    keys = [(namespace, k, v) for k, v in labels.items()] + [(namespace, None, None)]
+    return [b for key in keys if key in policies for b in policies.get(key, [])]
+
+
+def _indexed_holders(pods: kopf.Index[Any, Any], namespace: str, policy: str
+                     ) -> Callable[[int], list[str]]:
+    """Live holders of a rank from the operator's pod index (finished pods
+    are not in it; pods being deleted do not count). A pod admitted a moment
+    before may not be indexed yet: the writer lease fences that race, as it
+    fences pods admitted at the same instant."""
+    def holders(rank: int) -> list[str]:
+        return sorted(d.pod for d in pods.get((namespace, policy), [])
+                      if d is not None and d.writer == str(rank) and not d.deleting)
+    return holders
+
+
+@contextmanager
+def _as_kopf() -> Iterator[None]:
+    """A refusal as Kopf answers one."""
+    try:
+        yield
+    except Refused as refused:
+        raise kopf.AdmissionError(str(refused), code=refused.code) from None
+
+
+# -- Kopf's own webhook server: used only when admission runs in the
+# operator's process (CKPTDRAIN_WEBHOOK_PROCESS=false). By default a process
+# of its own serves these paths (admission/process.py); the handlers stay
+# registered either way, so that Kopf describes them when it manages the
+# webhook configurations itself.
+
+
+@kopf.on.mutate("v1", "pods", id=MUTATE_ID, operations=["CREATE"],
+                labels={api.LABEL_INJECT: "true"}, ignore_failures=True,
+                side_effects=False)
+async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
+                     logger: logging.Logger, policy_by_label: kopf.Index[LabelKey, Any],
+                     pod_index: kopf.Index[Any, Any], **_: Any) -> None:
+    """Inject the agent, restore and volumes into a pod one policy selects.
+
+    Async on purpose: pure and quick, so it runs on the event loop and never
+    queues behind sync handlers in Kopf's thread pool."""
+    heap.busy()  # no heap trim while admissions come in
+    namespace = body.metadata.namespace or ""
+    # A standby replica's indexes are empty or frozen (Kopf pauses its watches
+    # but not its webhook server): only the active replica's are trusted.
+    trusted = leadership.active()
+    labels = dict(body.metadata.labels)
+    with metrics.admitting("pod"), _as_kopf():
+        ops = await admit_pod(
+            dict(body), namespace, memo.config, warnings, logger,
+            _candidates(namespace, labels, policy_by_label) if trusted else None,
+            (lambda policy: _indexed_holders(pod_index, namespace, policy))
+            if trusted else None)
+    if ops:
+        patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
+
+
+@kopf.on.validate(*POLICIES, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
+async def checkpointpolicy_validate(spec: kopf.Spec, meta: kopf.Meta, memo: kopf.Memo,
+                                    **_: Any) -> None:
+    """Refuse a policy the schema admits but the operator cannot honour."""
+    with metrics.admitting("policy"), _as_kopf():
+        validate_policy(spec, meta.get("name") or "", memo.config)

@@ -1,0 +1,168 @@
+"""The apiserver reads admission makes, on urllib3 alone
+(apiserver/connection.py says how, and why not the `kubernetes` package).
+
+Admission reads a few things (the policies of a namespace, a pod's owners,
+the pods holding a writer rank) and watches two (policies, writer pods).
+Every answer that is not 2xx raises ApiError with the apiserver's message;
+anything else that fails (no connection, a timeout, an unreadable token,
+an answer that is not JSON) raises urllib3's HTTPError (ReadFailed for
+ours). Neither ever carries a credential.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote
+
+from ckptdrain.contract.api import (
+    ANNOTATION_POLICY,
+    GROUP,
+    LABEL_WRITER,
+    LABEL_WRITER_POLICY,
+    POLICIES,
+    VERSION,
+    policy_labelled,
+)
+from ckptdrain.operator.apiserver.connection import ApiError, HTTPError, ReadFailed, connection
+
+__all__ = ["ApiError", "HTTPError", "ReadFailed", "connection", "get_json", "list_policies",
+           "live_writers", "read_object", "stream", "watch_events", "watching",
+           "writer_selectors"]
+
+log = logging.getLogger(__name__)
+
+#: Reads made inside an admission request: well under the webhook's timeout.
+ADMISSION_READ_TIMEOUT_S = 5
+
+
+def _raise_for(response: Any) -> None:
+    if 200 <= response.status < 300:
+        return
+    body = response.data  # read whole: the connection goes back to the pool
+    message = ""
+    try:
+        found = json.loads(body)
+        message = str(found.get("message") or "") if isinstance(found, dict) else ""
+    except ValueError:
+        message = body[:200].decode(errors="replace")
+    raise ApiError(response.status, response.reason or "", message)
+
+
+def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[str, Any]:
+    """GET `path` as JSON."""
+    response = connection().request(path, query, timeout, preload=True)
+    _raise_for(response)
+    try:
+        found = json.loads(response.data)
+    except ValueError:
+        raise ReadFailed(f"GET {path}: the answer is not JSON") from None
+    return found if isinstance(found, dict) else {}
+
+
+def stream(path: str, query: list[tuple[str, str]],
+           timeout: float | tuple[float, float]) -> Any:
+    """GET `path` unread (a watch): the urllib3 response, to read with
+    watch_events and then release; raises ApiError on an error status."""
+    response = connection().request(path, query, timeout, preload=False)
+    if not 200 <= response.status < 300:
+        try:
+            _raise_for(response)
+        finally:
+            response.release_conn()
+    return response
+
+
+def watch_events(response: Any) -> Iterator[dict[str, Any]]:
+    """The events of a watch's response, one JSON object a line."""
+    pending = b""
+    for chunk in response.stream(1 << 16):
+        pending += chunk
+        *whole, pending = pending.split(b"\n")
+        yield from (json.loads(line) for line in whole if line.strip())
+    if pending.strip():
+        yield json.loads(pending)
+
+
+@contextmanager
+def watching(path: str, query: list[tuple[str, str]], version: str, seconds: int,
+             timeout: tuple[float, float]) -> Iterator[Iterator[dict[str, Any]]]:
+    """The events of a watch of `path` from `version` (bookmarks asked for,
+    ended by the server after `seconds`); its connection is released after a
+    watch read to its end, closed after one left mid-stream (not reusable)."""
+    response = stream(path, [*query, ("watch", "true"), ("resourceVersion", version),
+                             ("allowWatchBookmarks", "true"),
+                             ("timeoutSeconds", str(seconds))], timeout)
+    try:
+        yield watch_events(response)
+    except BaseException:
+        response.close()
+        raise
+    response.release_conn()
+
+
+def policies_path(namespace: str) -> str:
+    """Where the CheckpointPolicies of `namespace` (all: "") are listed."""
+    where = f"/namespaces/{quote(namespace, safe='')}" if namespace else ""
+    return f"/apis/{GROUP}/{VERSION}{where}/{POLICIES}"
+
+
+def list_policies(namespace: str) -> list[dict[str, Any]]:
+    """The CheckpointPolicies of a namespace, read from the apiserver."""
+    found = get_json(policies_path(namespace), [], ADMISSION_READ_TIMEOUT_S)
+    return list(found.get("items") or [])
+
+
+def read_object(api_version: str, plural: str, namespace: str, name: str
+                ) -> dict[str, Any] | None:
+    """One namespaced object of a group's API (a Job, a JobSet) as a dict;
+    None when it is absent, its API is not installed, we may not read it,
+    or the read failed: the caller treats an owner as optional knowledge."""
+    group, _, version = api_version.rpartition("/")
+    path = (f"/apis/{quote(group, safe='')}/{quote(version, safe='')}/namespaces/"
+            f"{quote(namespace, safe='')}/{quote(plural, safe='')}/{quote(name, safe='')}")
+    try:
+        return get_json(path, [], ADMISSION_READ_TIMEOUT_S)
+    except ApiError as error:
+        if error.status not in (403, 404):
+            log.warning("could not read %s %s/%s: %s", plural, namespace, name, error)
+    except Exception as error:  # no connection, a timeout, the SDK's own failures
+        log.warning("could not read %s %s/%s: %s", plural, namespace, name, error)
+    return None
+
+
+def writer_selectors(policy: str, rank: int) -> list[str]:
+    """The label selectors that find every pod of `policy` holding writer
+    `rank` (the caller filters by the policy annotation): by writer and
+    writer-policy label (pods admitted since every writer carries both), and
+    by the writer label among pods without a writer-policy label (admitted
+    before that). Each returns the few pods that match, not every pod
+    holding that rank under any policy of the namespace. A policy whose name
+    is too long for a label value has its writers found by rank alone."""
+    if not policy_labelled(policy):
+        return [f"{LABEL_WRITER}={rank}"]
+    return [f"{LABEL_WRITER}={rank},{LABEL_WRITER_POLICY}={policy}",
+            f"{LABEL_WRITER}={rank},!{LABEL_WRITER_POLICY}"]
+
+
+def live_writers(namespace: str, policy: str, rank: int, cached: bool = False) -> list[str]:
+    """Live pods of `policy` labelled with writer `rank`: not Succeeded or
+    Failed, not being deleted. `cached`: as the apiserver's watch cache has
+    them (resourceVersion 0: no read of etcd, possibly a moment old), for a
+    first look; a refusal must rest on a read without it."""
+    names: list[str] = []
+    for selector in writer_selectors(policy, rank):
+        found = get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/pods",
+                         [("labelSelector", selector),
+                          *([("resourceVersion", "0")] if cached else [])],
+                         ADMISSION_READ_TIMEOUT_S)
+        for pod in found.get("items") or []:
+            meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+            if ((meta.get("annotations") or {}).get(ANNOTATION_POLICY) == policy
+                    and not meta.get("deletionTimestamp")
+                    and status.get("phase") not in ("Succeeded", "Failed")):
+                names.append(meta.get("name", ""))
+    return sorted(names)

@@ -1,0 +1,333 @@
+"""The bandwidth budgets: each policy's share of the cluster cap, published
+to its agents (the share channel and the cluster scale, bandwidth/share_channel.py),
+and the status conditions that say so. Handlers only schedule these passes
+(`schedule`); one coalesced pass per policy, and one JOINT pass that
+re-statuses and rebalances every policy whose joint budget moved.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from ckptdrain import sizing
+from ckptdrain.contract import api
+from ckptdrain.operator import metrics
+from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.bandwidth import budgets as jb
+from ckptdrain.operator.bandwidth import share_channel
+from ckptdrain.operator.coalesce import Coalescer
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import allocation
+from ckptdrain.operator.policy import spec as pol
+from ckptdrain.operator.policy import status as st
+
+Key = tuple[str, str]
+REBALANCE_DELAY_S = 0.5
+RETRY_DELAY_S = 5.0
+#: Not a policy (no policy is nameless): the one coalesced pass that
+#: re-statuses and rebalances every policy whose joint budget moved.
+JOINT: Key = ("", "")
+
+#: One per policy, also held by its record pass (handlers.py).
+locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
+_rebalances = Coalescer("rebalancing", RETRY_DELAY_S)
+#: Each policy's sizing and cluster share as the last joint pass computed
+#: them. A policy's own reconcile may patch a budget computed before every
+#: policy was indexed, and another writer of the conditions may patch from an
+#: index that had not yet seen the joint pass's patch; either can land after
+#: the pass that corrected it. Its event then disagrees with this, and another
+#: joint pass follows.
+_joint_last: dict[Key, tuple[sizing.Sizing, allocation.ClusterShare]] = {}
+#: One joint pass at a time: an older pass finishing after a newer one would
+#: write its older budgets and leave `_joint_last` agreeing with them.
+_joint_lock = threading.Lock()
+#: Parsed policies and the last joint split, so a pass re-parses and re-sizes
+#: only what changed (bandwidth/budgets.py).
+_joint = jb.JointBudgets()
+
+
+class _PolicyChanges:
+    """Whether any policy's sizing input may have changed since a moment:
+    a policy came or went, or its uid or generation moved (what JointBudgets
+    parses again on). Told from the policy event handler, which Kopf runs
+    after its indexes hold the event's object, so a version read before the
+    index is never newer than what the index holds."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._stamps: dict[Key, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def seen(self, key: Key, body: Mapping[str, Any], deleted: bool = False) -> None:
+        stamp = jb.spec_stamp(body)
+        with self._lock:
+            if deleted:
+                self._stamps.pop(key, None)
+            elif stamp is not None and self._stamps.get(key) == stamp:
+                return  # a status change, or the same spec again
+            elif stamp is not None:
+                self._stamps[key] = stamp
+            self.version += 1
+
+    def moved(self) -> None:
+        """Something else than one policy's event may have changed them."""
+        with self._lock:
+            self.version += 1
+
+
+changes = _PolicyChanges()
+#: How long a full answer may be reused at most, even with no change told:
+#: bounds any change the policy events did not report (an indexer that
+#: updated the index but whose object's handlers never ran).
+REUSE_S = 5.0
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A full answer of `budgets`, what it was asked with, and when."""
+
+    version: int
+    cfg: OperatorConfig
+    budgets: dict[Key, jb.Budget]
+    #: Each policy's (uid, generation) as the answer read it.
+    stamps: dict[Key, tuple[str, int] | None]
+    at: float
+
+
+_last_answer: _Answer | None = None
+_answer_lock = threading.Lock()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
+    return [v for v in index.get(key, []) if v is not None]
+
+
+def parse_policy(cfg: OperatorConfig, body: dict[str, Any], drainers: int) -> pol.Policy:
+    meta = body.get("metadata", {})
+    return pol.parse(meta.get("namespace", ""), meta.get("name", ""), body.get("spec", {}),
+                     cfg, drainers=max(1, drainers))
+
+
+def stale(key: Key, body: Mapping[str, Any]) -> bool:
+    """The policy's status says another budget or constraint than the last
+    joint pass computed for it (a late, stale patch landed after it)."""
+    last = _joint_last.get(key)
+    return bool((body.get("status") or {}).get("conditions")) and last is not None \
+        and _disagrees(body, *last)
+
+
+def forget(key: Key) -> None:
+    """A deleted policy: drop what the joint pass kept for it."""
+    _joint_last.pop(key, None)
+    _joint.forget(key)
+    changes.seen(key, {}, deleted=True)
+
+
+def _new_term() -> None:
+    """Another replica computed and wrote the budgets while this one stood
+    by: the last pass's figures are not what the statuses and channels now
+    say, and would order the next pass's shrinks and raises against stale
+    budgets."""
+    with _joint_lock:
+        _joint_last.clear()
+    changes.moved()
+
+
+leadership.on_new_term(_new_term)
+
+
+def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+            pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
+            ) -> dict[Key, jb.Budget]:
+    """Each valid policy's sizing under the joint budget (its own cap applied,
+    then the cluster cap jointly); `fresh` overrides what the index holds."""
+    global _last_answer
+    # Before the index is read: an answer is never filed under a version
+    # newer than what it read (see _PolicyChanges).
+    version, at = changes.version, time.monotonic()
+    bodies = {key: body for key in list(policies)
+              for body in values(policies, key)[:1]}
+    answer = _joint.compute(bodies, {key: len(values(pods, key)) for key in bodies},
+                            cfg.cluster_bandwidth,
+                            lambda body, n: parse_policy(cfg, dict(body), n), cfg, fresh)
+    if not fresh:
+        kept = _Answer(version, cfg, answer, {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
+        with _answer_lock:
+            if _last_answer is None or (_last_answer.version, _last_answer.at) <= (version, at):
+                _last_answer = kept
+    return answer
+
+
+def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+              pods: kopf.Index[Key, Any], key: Key) -> dict[Key, jb.Budget]:
+    """`budgets` for one policy ({} if it has none): while no policy changed
+    since the last full answer (REUSE_S at most), and the index still holds
+    this policy as that answer read it, the answer's entry recounted for the
+    policy's drainers now, with no pass over every policy and pod."""
+    with _answer_lock:
+        last = _last_answer
+    body = next(iter(values(policies, key)), None)
+    if body is None:
+        return {}  # gone (deleted, or its indexer failed): nothing to publish
+    stamp = jb.spec_stamp(body)
+    if last is None or last.version != changes.version or last.cfg is not cfg \
+            or time.monotonic() - last.at > REUSE_S \
+            or stamp is None or last.stamps.get(key) != stamp:
+        whole = budgets(cfg, policies, pods)
+        return {key: whole[key]} if key in whole else {}
+    mine = last.budgets.get(key)
+    if mine is None:
+        return {}  # invalid as that answer read it, and unchanged since
+    return {key: _joint.recounted(key, mine, len(values(pods, key)))}
+
+
+def rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+                     pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+    """Rebalance (and so re-status) every policy whose joint budget moved, from
+    one joint allocation: a burst of policy changes costs one pass, not one per policy."""
+    with _joint_lock:
+        _rebalance_moved_locked(cfg, policies, pods, logger)
+
+
+def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+                            pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+    joint = budgets(cfg, policies, pods)
+    if joint and leadership.active():
+        # One write per namespace tells every agent a smaller factor; the
+        # channels are rewritten below where budgets grew or more than the
+        # factor moved.
+        _publish_scale("", joint, cfg, policies, pods, logger)
+    before = {k: v[0].allowed_bandwidth for k, v in _joint_last.items()}
+    # Budgets that shrink are published before those that grow, and a larger
+    # factor between them, so the cluster's sum never passes the cap on the way.
+    ordered = sorted(joint.items(), key=lambda kv: kv[1][0].allowed_bandwidth
+                     - before.get(kv[0], 0.0))
+    raised = False
+    for key, (sized, cluster, _) in ordered:
+        if not raised and sized.allowed_bandwidth > before.get(key, 0.0):
+            raised = True
+            if leadership.active():
+                _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
+        _joint_last[key] = (sized, cluster)
+        body = next(iter(values(policies, key)), {})
+        if _disagrees(body, sized, cluster):
+            _rebalance(key, cfg, policies, pods, logger, joint)
+    if not raised and joint and leadership.active():
+        _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
+
+
+_scale_log = logging.getLogger("ckptdrain.operator.scale")
+
+
+def _publish_scale(namespace: str, joint: Mapping[Key, jb.Budget], cfg: OperatorConfig,
+                   policies: kopf.Index[Key, Any], pods: kopf.Index[Key, Any],
+                   logger: logging.Logger, may_raise: bool = False) -> bool:
+    """The cluster scale to every namespace with a policy, where it moved;
+    whether `namespace`'s holds it (share_channel.publish_scale)."""
+    cluster = next(iter(joint.values()))[1]
+
+    def fresh() -> tuple[set[str], float, float | None]:
+        now = budgets(cfg, policies, pods)
+        if not now:
+            return set(), 1.0, cfg.cluster_bandwidth
+        share = next(iter(now.values()))[1]
+        return {key[0] for key in now}, share.factor, share.cluster_cap
+
+    return share_channel.publish_scale(namespace, cluster.factor, cluster.cluster_cap, fresh,
+                                       may_raise=may_raise, active=leadership.active,
+                                       log=_scale_log.warning)
+
+
+def _disagrees(body: Mapping[str, Any], sized: sizing.Sizing,
+               cluster: allocation.ClusterShare) -> bool:
+    """The policy's status says another budget or constraint than the joint one."""
+    status = body.get("status") or {}
+    return status.get("allowedBandwidthBytes") != int(sized.allowed_bandwidth) or \
+        st.with_cluster(status, sized, cluster, body.get("metadata", {}).get("generation"),
+                        _now()) is not None
+
+
+def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+               pods: kopf.Index[Key, Any], logger: logging.Logger,
+               joint: dict[Key, jb.Budget] | None = None) -> None:
+    with locks[key], metrics.reconciling("allocation"):
+        joint = budget_of(cfg, policies, pods, key) if joint is None else joint
+        mine = joint.get(key)
+        if mine is None:
+            return
+        sized, cluster, policy = mine
+        drainers = values(pods, key)
+        body = next(iter(values(policies, key)), {})
+        if not leadership.active():
+            share_channel.forget()  # a standby's indexes are frozen: publish nothing
+            return
+        draining = [share_channel.Drainer(d.pod, share_channel.rank_of(d.writer))
+                    for d in drainers if (d.pending_bytes or 0) > 0]
+        # A smaller factor goes out first, everywhere; the channel then leaves
+        # shrinks to it, unless the scale is not in place or an agent cannot read it.
+        scaled = _publish_scale(key[0], joint, cfg, policies, pods, logger) \
+            and all(d.follows_scale for d in drainers)
+        written, recheck = share_channel.publish(
+            key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
+            max(policy.writers, len(drainers)), share_channel.owner_of(body),
+            time.monotonic(), lambda: api.timestamp(_now()),
+            wanted=cluster.wanted if scaled else None)
+        if written:
+            metrics.ALLOCATION_CHANGES.labels(*key).inc()
+            logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",
+                        *key, len(draining), len(drainers), int(sized.allowed_bandwidth))
+        if recheck is not None:
+            # A drainer waits to be admitted, or a heartbeat is due: come back.
+            schedule(key, cfg, policies, pods, logger, max(recheck, 0.05))
+        status = body.get("status") or {}
+        change = st.with_cluster(status, sized, cluster,
+                                 body.get("metadata", {}).get("generation"), _now()) or {}
+        if status.get("phase") in ("Ready", "Constrained") \
+                and status.get("drainers") != len(drainers):
+            change["drainers"] = len(drainers)
+        if change:
+            kube.patch_status(api.POLICIES, key[0], key[1], change)
+        # The index has not seen that patch yet: the conditions the writers'
+        # check rewrites must be the ones just written, not the stale ones.
+        _check_writers(key, policy, drainers, body, {**status, **change})
+
+
+def _check_writers(key: Key, p: pol.Policy, drainers: list[allocation.DrainingPod],
+                   body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+    """WritersConsistent on the policy, and a Warning event when it turns False."""
+    check = st.writers_check([(d.pod, d.writer, d.workload_writers) for d in drainers],
+                             p.writers)
+    change = st.with_writers(status, check,
+                             body.get("metadata", {}).get("generation"), _now())
+    if change is None:
+        return
+    kube.patch_status(api.POLICIES, key[0], key[1], change)
+    if not check[0]:
+        kube.post_event(body, api.KIND_POLICY, check[1], check[2])
+
+
+def schedule(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+                        pods: kopf.Index[Key, Any], logger: logging.Logger,
+                        delay: float = REBALANCE_DELAY_S) -> None:
+    """Rebalance `key` soon, once, however many events ask (indexes are live views);
+    JOINT: every policy whose joint budget moved."""
+    def run() -> None:
+        if key == JOINT:
+            rebalance_moved(cfg, policies, pods, logger)
+        else:
+            _rebalance(key, cfg, policies, pods, logger)
+
+    _rebalances.schedule(key, run, logger, delay)

@@ -1,0 +1,262 @@
+"""Publishing each policy's share channel (contract/share.py): who is
+admitted to drain, and the budget they split.
+
+One write of one small object per change of a policy's budget or drainer
+set, whatever the number of writers; never a write to a pod. Admission is
+two-step so the shares never add up to more than the budget: a pod that
+starts draining is first counted (everyone's share shrinks), then admitted
+in a later pass, `JOIN_DELAY_S` after its count was published.
+
+While anyone drains, the channel is rewritten at least every HEARTBEAT_S
+(spec.heartbeat), so agents can tell a quiet operator from a gone one.
+
+The cluster cap's factor is published once per namespace (`publish_scale`),
+before any channel computed with it. A scale can only lower a budget (the
+agent takes the smaller of the channel's and wanted × factor), so a channel
+is rewritten when its budget grows or more than the factor moved, never for
+a shrink the scale carries: a new job under the cap costs one write per
+namespace, not one per policy. Where the scale is not in place, or a pod's
+agent predates it, the channel carries no wanted budget and is rewritten for
+every change of budget.
+
+`admit` and `allocation` are pure; `publish` keeps the last state per policy
+in memory. A restarted operator (or a replica that just became the active
+one) starts with nobody admitted: every drainer waits one `JOIN_DELAY_S` and
+goes on (never more than the budget, at the price of a second's pause).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptdrain.contract import share as sh
+from ckptdrain.operator.apiserver import kube, leadership
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Drainer:
+    """A pod with bytes pending, as the channel sees it."""
+
+    pod: str
+    rank: int | None
+
+
+@dataclass
+class ChannelState:
+    active: frozenset[str] = frozenset()
+    #: Pod → when the publication that first counted it was written (monotonic).
+    joining_since: dict[str, float] = field(default_factory=dict)
+    published: dict[str, Any] | None = None
+    #: When this replica last wrote the channel (monotonic): heartbeats follow
+    #: it; and the budget it wrote (a scale may lower it, never raise it).
+    written_at: float | None = None
+    written_budget: int | None = None
+
+
+def rank_of(label: str | None) -> int | None:
+    """A writer rank from the pod's `ckptdrain.io/writer` label; None if absent or odd."""
+    if label is None or not label.strip().isdigit():
+        return None
+    return int(label.strip())
+
+
+def admit(state: ChannelState, draining: Sequence[Drainer], now: float,
+          delay: float = sh.JOIN_DELAY_S) -> tuple[frozenset[str], dict[str, float],
+                                                   float | None]:
+    """(admitted pods, joining pods → counted since, seconds until the next
+    may be admitted or None). Admitted pods that stopped draining leave; a
+    joining pod is admitted once its count has been out for `delay`."""
+    present = {d.pod for d in draining}
+    active = set(state.active & present)
+    joining = {p: state.joining_since.get(p, now) for p in present - active}
+    for pod, since in list(joining.items()):
+        if now - since >= delay:
+            active.add(pod)
+            del joining[pod]
+    recheck = min((delay - (now - since) for since in joining.values()), default=None)
+    return frozenset(active), joining, recheck
+
+
+def allocation(policy: str, budget: float, cap: float | None, draining: Sequence[Drainer],
+               active: frozenset[str], writers: int | None = None,
+               heartbeat: str | None = None, wanted: float | None = None) -> sh.Allocation:
+    """The publication. A rank two pods hold (a replacement beside the pod in
+    its grace period, a collision) is never published as a rank: each such pod
+    is admitted by its own name, so one's admission is not the other's."""
+    held: dict[int, int] = {}
+    for d in draining:
+        if d.rank is not None:
+            held[d.rank] = held.get(d.rank, 0) + 1
+    ranked = [d.rank for d in draining
+              if d.pod in active and d.rank is not None and held[d.rank] == 1]
+    named = sorted(d.pod for d in draining
+                   if d.pod in active and (d.rank is None or held[d.rank] > 1))
+    return sh.Allocation(policy=policy, budget=max(1, int(budget)), drainers=len(draining),
+                         active_ranks=sh.encode_ranks(ranked), active_pods=tuple(named),
+                         per_drainer_cap=None if cap is None else max(1, int(cap)),
+                         writers=None if writers is None else max(1, writers),
+                         heartbeat=heartbeat,
+                         wanted=None if wanted is None else max(1, int(wanted)))
+
+
+#: What a shrink of the factor moves: the scale carries it, not the channel.
+_SCALED = ("budgetBytes", "heartbeat")
+
+
+def _own(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if spec is None else {k: v for k, v in spec.items() if k not in _SCALED}
+
+
+@dataclass
+class ScaleState:
+    #: (factor, cluster cap) last written to every namespace, and when.
+    last: tuple[float, float | None] | None = None
+    written_at: float | None = None
+    #: Namespace → the spec its scale object holds, as this replica wrote it.
+    placed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Namespace → when its scale last failed to be written (retried a heartbeat later).
+    failed_at: dict[str, float] = field(default_factory=dict)
+
+
+_scale = ScaleState()
+_scale_lock = threading.Lock()
+
+#: A view of the whole cluster, taken when asked: (namespaces with a valid
+#: policy, the factor, the cluster cap).
+ScaleView = Callable[[], tuple[set[str], float, float | None]]
+
+
+def publish_scale(namespace: str, factor: float, cluster_cap: float | None,
+                  fresh: ScaleView, *, may_raise: bool = False,
+                  active: Callable[[], bool] = lambda: True,
+                  log: Callable[[str], None] = lambda _: None) -> bool:
+    """Whether `namespace`'s scale object holds a factor no larger than the
+    cluster's now (its channels may then leave shrinks to it), after writing
+    what moved. A factor unlike the last written (or the last writing
+    HEARTBEAT_S old, which also mends a scale edited by hand or written by a
+    replica that lost its lease) is taken from `fresh()` under the lock and
+    written to every namespace, so a pass that read the cluster before a new
+    policy never writes an older, larger factor over a newer one. Channel
+    publications wait behind it (they call this first). A smaller factor goes
+    out at once; a larger one only with `may_raise`, which the joint pass
+    gives once the channels that shrink are out. No cluster cap: no scale.
+    A namespace whose write fails is retried a heartbeat later (logged): its
+    channels carry their whole budget meanwhile."""
+    if cluster_cap is None:
+        return False
+    with _scale_lock:
+        now = time.monotonic()
+        due = _scale.written_at is None or now - _scale.written_at >= sh.HEARTBEAT_S
+        if not due and _scale.last == (factor, cluster_cap) and namespace in _scale.placed:
+            return True
+        namespaces, factor, cluster_cap = fresh()
+        if cluster_cap is None:
+            return False
+        if _scale.last is not None and factor > _scale.last[0] and not may_raise:
+            factor = _scale.last[0]  # held back until the shrinking channels are out
+        spec = sh.scale_spec(factor, cluster_cap)
+        everywhere = due or _scale.last != (factor, cluster_cap)
+        for gone in set(_scale.placed) - namespaces:
+            del _scale.placed[gone]
+        targets = namespaces if everywhere else \
+            {n for n in {namespace} & namespaces if _scale.placed.get(n) != spec}
+        for target in sorted(targets):
+            failed = _scale.failed_at.get(target)
+            if failed is not None and now - failed < sh.HEARTBEAT_S and not everywhere:
+                continue
+            if not active():  # a replica that lost its lease writes nothing more
+                return False
+            try:
+                kube.write_object(sh.SHARES, target, sh.scale_body(target, spec),
+                                  {"spec": spec})
+                _scale.placed[target] = spec
+                _scale.failed_at.pop(target, None)
+            except Exception as err:  # one namespace's trouble is not every other's
+                _scale.placed.pop(target, None)
+                _scale.failed_at[target] = now
+                log(f"cluster scale in {target} not written ({err}); its channels carry "
+                    "their whole budget")
+        if everywhere:
+            _scale.last, _scale.written_at = (factor, cluster_cap), now
+        return _scale.placed.get(namespace) == spec
+
+
+_states: dict[Key, ChannelState] = {}
+_lock = threading.Lock()
+
+
+def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drainer],
+            writers: int, owner: Mapping[str, Any] | None, now: float,
+            stamp: Callable[[], str], wanted: float | None = None) -> tuple[bool, float | None]:
+    """Write the policy's channel if it changed (a smaller budget, when it has a
+    `wanted` budget, is the scale's to carry: `publish_scale` first), or if
+    anyone drains and the last write is HEARTBEAT_S old. Returns (written,
+    seconds until it should be looked at again: a joiner to admit or a
+    heartbeat due). The caller serialises calls per policy."""
+    with _lock:
+        state = _states.setdefault(key, ChannelState())
+    active, joining, recheck = admit(state, draining, now)
+    alloc = allocation(key[1], budget, cap, draining, active, writers, wanted=wanted)
+    spec = sh.to_spec(alloc)
+    beat_due = bool(draining) and (state.written_at is None
+                                   or now - state.written_at >= sh.HEARTBEAT_S)
+    moved = _own(spec) != _own(state.published) or state.written_budget is None \
+        or (spec["budgetBytes"] > state.written_budget if wanted is not None
+            else spec["budgetBytes"] != state.written_budget)
+    written = False
+    if moved or beat_due:
+        stamped = dataclasses.replace(alloc, heartbeat=stamp())
+        body = sh.body(key[0], stamped, owner)
+        patch = {"metadata": {k: v for k, v in body["metadata"].items()
+                              if k in ("labels", "ownerReferences")},
+                 "spec": sh.to_spec(stamped)}
+        kube.write_object(sh.SHARES, key[0], body, patch)
+        written = True
+        # The join delay counts from when the count was out, not from before
+        # the write: those counted now start their wait only here.
+        after = time.monotonic()
+        joining = {p: (after if p not in state.joining_since else since)
+                   for p, since in joining.items()}
+        state.written_at, state.written_budget = after, int(stamped.budget)
+    # Only what was written counts: a failed write (an exception above) leaves
+    # the state as it was, and the next pass counts the joiners again.
+    state.active, state.joining_since, state.published = active, joining, spec
+    if draining:
+        beat = sh.HEARTBEAT_S - (now - (state.written_at or now))
+        recheck = beat if recheck is None else min(recheck, beat)
+    return written, recheck
+
+
+def forget(key: Key | None = None) -> None:
+    """The policy is gone (its object goes with it, by owner reference), or
+    with no key, every policy (this replica stopped being the active one)."""
+    with _lock:
+        if key is None:
+            _states.clear()
+        else:
+            _states.pop(key, None)
+    if key is None:
+        with _scale_lock:
+            global _scale
+            _scale = ScaleState()
+
+
+# Standby, then active again: the other replica wrote channels and scales
+# meanwhile, so what this one last wrote is no reason to skip a write.
+leadership.on_new_term(forget)
+
+
+def owner_of(policy_body: Mapping[str, Any]) -> dict[str, Any] | None:
+    meta = policy_body.get("metadata") or {}
+    if not meta.get("uid"):
+        return None
+    return {"apiVersion": policy_body.get("apiVersion") or "ckptdrain.io/v1alpha1",
+            "kind": "CheckpointPolicy", "name": meta.get("name"), "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": False}

@@ -1,0 +1,442 @@
+"""A CheckpointPolicy spec, read and checked: pure, no Kubernetes.
+
+`parse` turns the spec (a plain dict, as the apiserver stores it) into a
+typed `Policy` with the `SizingInput` the sizing model needs. `validate`
+collects every semantic problem the schema cannot express, each an
+`InvalidInput` naming the field (`spec.overlap`, `spec.localTier.path`, …),
+what was expected and what was seen.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from ckptdrain import sizing, units
+from ckptdrain.contract import api, share
+from ckptdrain.contract.cold import cold_class_problem
+from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
+from ckptdrain.errors import InvalidInput
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy.identity import Rule
+from ckptdrain.operator.policy.peer_tier import PeerTier
+from ckptdrain.operator.policy.peer_tier import read as read_peer_tier
+from ckptdrain.operator.policy.storage_options import StorageOptions
+from ckptdrain.operator.policy.storage_options import read as read_storage_options
+from ckptdrain.store import parse_store_uri
+from ckptdrain.store.endpoint import parse_endpoint
+
+GRACE_POLICIES = ("Warn", "Refuse")
+RESTORE_PREFER = ("local", "global")
+DEFAULT_LOCAL_KEEP = 2
+DEFAULT_GLOBAL_KEEP = 3
+MAX_LABEL_VALUE = api.MAX_LABEL_VALUE
+#: How long restore retries a store that does not answer (restore/retry.py).
+DEFAULT_RETRY_DEADLINE_S = 600.0
+NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+T = TypeVar("T")
+
+
+class PolicyInvalid(InvalidInput):
+    """One or more fields are wrong; `errors` holds each, the message all."""
+
+    def __init__(self, errors: list[InvalidInput]) -> None:
+        self.errors = errors
+        first = errors[0]
+        super().__init__(first.field, first.expected, first.seen)
+        self.args = ("; ".join(str(e) for e in errors),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    name: str
+    access_key_id_key: str = "AWS_ACCESS_KEY_ID"
+    secret_access_key_key: str = "AWS_SECRET_ACCESS_KEY"
+
+
+@dataclass(frozen=True)
+class Policy:
+    namespace: str
+    name: str
+    selector: Mapping[str, Any]
+    sizing_input: sizing.SizingInput
+    writers: int
+    interval_s: float
+    local_path: str
+    local_keep: int
+    local_capacity: int | None
+    memory_limit: str | None
+    store_uri: str
+    endpoint: str | None
+    region: str | None
+    credentials: SecretRef | None
+    global_keep: int
+    schedule: bool
+    sigterm: bool
+    restore_enabled: bool
+    restore_prefer: str
+    grace_policy: str
+    per_drainer_cap: float | None
+    identity: Rule | None = None
+    restore_retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S
+    #: Restore onto a local disk by direct I/O (transfer/direct_io.py).
+    restore_direct_io: bool = True
+    #: spec.drain.stallTimeout: seconds without progress before a drain attempt fails.
+    stall_timeout_s: float = DEFAULT_STALL_AFTER
+    #: spec.storage.encryption / caBundle / addressingStyle (policy/storage_options.py).
+    storage_options: StorageOptions = field(default_factory=StorageOptions)
+    #: spec.placement: node requirements ANDed into the pod's required node
+    #: affinity, and tolerations added to the pod's (Kubernetes' own shapes).
+    node_expressions: tuple[dict[str, Any], ...] = ()
+    tolerations: tuple[dict[str, Any], ...] = ()
+    #: spec.peerTier (policy/peer_tier.py): a copy of each writer's newest local steps
+    #: on a partner node.
+    peer: PeerTier = field(default_factory=PeerTier)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def checkpoint_bytes(self) -> float:
+        return sizing.checkpoint_size(self.sizing_input)
+
+    def node_path(self) -> str:
+        """hostPath of this policy's local tier on every node (per the pod contract)."""
+        return posixpath.join(self.local_path, self.namespace, self.name)
+
+
+class _Reader:
+    """Reads fields, collecting errors instead of stopping at the first."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.spec = spec
+        self.errors: list[InvalidInput] = []
+
+    def raw(self, path: str) -> Any:
+        node: Any = self.spec
+        for part in path.split("."):
+            if not isinstance(node, Mapping):
+                return None
+            node = node.get(part)
+        return node
+
+    def get(self, path: str, parse: Callable[[str, object], T], default: T) -> T:
+        value = self.raw(path)
+        if value is None:
+            return default
+        try:
+            return parse(f"spec.{path}", value)
+        except InvalidInput as error:
+            self.errors.append(error)
+            return default
+
+    def fail(self, path: str, expected: str, seen: object) -> None:
+        self.errors.append(InvalidInput(f"spec.{path}", expected, seen))
+
+
+def _number(field: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InvalidInput(field, "a positive number such as 14", value)
+    try:
+        number = float(value)
+    except ValueError:
+        raise InvalidInput(field, "a positive number such as 14", value) from None
+    if not 0 < number < float("inf"):
+        raise InvalidInput(field, "a positive number such as 14", value)
+    return number
+
+
+def _text(field: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(field, "a non-empty string", value)
+    return value
+
+
+def _flag(field: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(field, "true or false", value)
+    return value
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, object], str]:
+    def parse(field: str, value: object) -> str:
+        if value not in options:
+            raise InvalidInput(field, "one of " + ", ".join(options), value)
+        return str(value)
+    return parse
+
+
+def _read_storage(r: _Reader) -> tuple[str, SecretRef | None]:
+    uri = r.get("storage.uri", _text, "")
+    if not uri:
+        r.fail("storage.uri", "a URI such as s3://bucket/prefix, gs://bucket/prefix or "
+               "file:///path",
+               r.raw("storage.uri"))
+    else:
+        # The parser `ckptdrain push` and the agent use: a URI the webhook
+        # admits is one the agent can open.
+        try:
+            parse_store_uri(uri)
+        except InvalidInput as error:
+            r.fail("storage.uri", error.expected, error.seen)
+    ref = r.raw("storage.credentialsSecretRef")
+    if ref is None:
+        return uri, None
+    if not isinstance(ref, Mapping):
+        r.fail("storage.credentialsSecretRef", "{name, accessKeyIdKey, secretAccessKeyKey}", ref)
+        return uri, None
+    name = r.get("storage.credentialsSecretRef.name", _text, "")
+    if not name:
+        r.fail("storage.credentialsSecretRef.name", "the name of a Secret", ref.get("name"))
+    return uri, SecretRef(
+        name=name,
+        access_key_id_key=r.get("storage.credentialsSecretRef.accessKeyIdKey", _text,
+                                "AWS_ACCESS_KEY_ID"),
+        secret_access_key_key=r.get("storage.credentialsSecretRef.secretAccessKeyKey", _text,
+                                    "AWS_SECRET_ACCESS_KEY"),
+    )
+
+
+#: A label or annotation key: an optional DNS-subdomain prefix and a name.
+_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}"
+                  r"[A-Za-z0-9])?$")
+
+
+def _read_identity(r: _Reader) -> Rule | None:
+    """spec.identity: exactly one of rankLabel / rankAnnotation, a valid key."""
+    raw = r.raw("identity")
+    if raw is None:
+        return None
+    expected = "one of rankLabel or rankAnnotation, e.g. {rankLabel: example.com/rank}"
+    if not isinstance(raw, Mapping):
+        r.fail("identity", expected, raw)
+        return None
+    given = {k: raw.get(k) for k in ("rankLabel", "rankAnnotation") if raw.get(k) is not None}
+    if len(given) != 1:
+        r.fail("identity", expected, dict(raw))
+        return None
+    (field, key), = given.items()
+    if not isinstance(key, str) or not _KEY.match(key):
+        r.fail(f"identity.{field}", "a label or annotation key such as example.com/rank", key)
+        return None
+    return Rule(label=key) if field == "rankLabel" else Rule(annotation=key)
+
+
+def _seconds_or_zero(field: str, value: object) -> float:
+    if value in (0, "0", "0s"):
+        return 0.0
+    return units.parse_duration(field, value)
+
+
+def _read_placement(r: _Reader) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+    """spec.placement: node requirements (as in a nodeSelectorTerm) and tolerations."""
+    exprs = r.raw("placement.nodeAffinity.matchExpressions") or []
+    tols = r.raw("placement.tolerations") or []
+    if not isinstance(exprs, list) or not isinstance(tols, list):
+        r.fail("placement", "{nodeAffinity: {matchExpressions: [...]}, tolerations: [...]}",
+               r.raw("placement"))
+        return (), ()
+    for i, e in enumerate(exprs):
+        where = f"placement.nodeAffinity.matchExpressions[{i}]"
+        if not isinstance(e, Mapping) or not isinstance(e.get("key"), str) \
+                or not _KEY.match(e["key"]):
+            r.fail(where, "{key: a node label key, operator, values}", e)
+            continue
+        op, values = e.get("operator"), e.get("values") or []
+        if op not in NODE_OPERATORS:
+            r.fail(f"{where}.operator", "one of " + ", ".join(NODE_OPERATORS), op)
+        elif op in ("In", "NotIn") and not values:
+            r.fail(f"{where}.values", f"at least one value with operator {op}", values)
+        elif op in ("Exists", "DoesNotExist") and values:
+            r.fail(f"{where}.values", f"no values with operator {op}", values)
+        elif op in ("Gt", "Lt") and (len(values) != 1 or not str(values[0]).lstrip("-")
+                                     .isdigit()):
+            r.fail(f"{where}.values", f"exactly one whole number with operator {op}", values)
+    for i, t in enumerate(tols):
+        where = f"placement.tolerations[{i}]"
+        if not isinstance(t, Mapping):
+            r.fail(where, "a toleration {key, operator, value, effect}", t)
+            continue
+        if t.get("operator", "Equal") == "Exists" and t.get("value"):
+            r.fail(f"{where}.value", "no value with operator Exists", t.get("value"))
+        if t.get("effect") not in (None, "", *TAINT_EFFECTS):
+            r.fail(f"{where}.effect", "one of " + ", ".join(TAINT_EFFECTS), t.get("effect"))
+        if t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute":
+            r.fail(f"{where}.tolerationSeconds", "only with effect NoExecute",
+                   t.get("tolerationSeconds"))
+    return (tuple(dict(e) for e in exprs if isinstance(e, Mapping)),
+            tuple(dict(t) for t in tols if isinstance(t, Mapping)))
+
+
+def _check_local_path(r: _Reader, path: str, config: OperatorConfig) -> None:
+    norm = posixpath.normpath(path) if path.startswith("/") else ""
+    root = config.allowed_root.rstrip("/")
+    if not norm or ".." in path.split("/") or not (norm == root or norm.startswith(root + "/")):
+        r.fail("localTier.path", f"an absolute path under {config.allowed_root}", path)
+
+
+def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorConfig,
+          drainers: int) -> tuple[Policy | None, list[InvalidInput]]:
+    r = _Reader(spec)
+    if not isinstance(spec.get("selector"), Mapping):
+        r.fail("selector", "a label selector (matchLabels / matchExpressions)",
+               spec.get("selector"))
+    params = r.get("model.parameters", units.parse_count, None)
+    per_param = r.get("model.bytesPerParameter", _number, sizing.DEFAULT_BYTES_PER_PARAMETER)
+    ckpt_bytes = r.get("model.checkpointBytes", units.parse_bytes, None)
+    if r.raw("model.parameters") is None and r.raw("model.checkpointBytes") is None:
+        r.fail("model", "model.parameters (e.g. 405B) or model.checkpointBytes (e.g. 5.67TB)",
+               spec.get("model"))
+    if ckpt_bytes == 0:
+        r.fail("model.checkpointBytes", "a positive size such as 5.67TB", 0)
+    interval = r.get("interval", units.parse_duration, None)
+    mtti = r.get("mtti", units.parse_duration, None)
+    if interval is None and mtti is None and r.raw("interval") is None \
+            and r.raw("mtti") is None:
+        r.fail("interval", "interval (e.g. 15m) or mtti (e.g. 150m)", None)
+    overlap = r.get("overlap", units.parse_fraction, sizing.DEFAULT_OVERLAP)
+    global_every = r.get("globalEvery", units.parse_positive_int, 1)
+    writers = r.get("writers", units.parse_positive_int, 1)
+    write_s = r.get("localWriteTime", units.parse_duration, None)
+    cap = r.get("caps.bandwidth", units.parse_rate, None)
+    per_drainer = r.get("caps.perDrainer", units.parse_rate, None)
+    if cap is not None and per_drainer is not None and per_drainer > cap:
+        r.fail("caps.perDrainer", f"at most caps.bandwidth ({units.format_rate(cap)})",
+               r.raw("caps.perDrainer"))
+    path = r.get("localTier.path", _text, "")
+    if not path:
+        r.fail("localTier.path", f"an absolute path under {config.allowed_root}",
+               r.raw("localTier.path"))
+    else:
+        _check_local_path(r, path, config)
+    keep = r.get("localTier.keep", units.parse_positive_int, DEFAULT_LOCAL_KEEP)
+    capacity = r.get("localTier.capacity", units.parse_bytes, None)
+    memory = r.raw("localTier.memory.sizeLimit")
+    memory_bytes = r.get("localTier.memory.sizeLimit", units.parse_bytes, None)
+    uri, secret = _read_storage(r)
+    inp = sizing.SizingInput(
+        parameters=params, bytes_per_parameter=per_param, checkpoint_bytes=ckpt_bytes,
+        interval_s=interval, mtti_s=mtti, overlap=overlap, global_every=global_every,
+        local_write_s=write_s, policy_cap=cap, cluster_cap=config.cluster_bandwidth,
+        drainers=max(1, drainers))
+    if not r.errors:
+        shard = sizing.checkpoint_size(inp) / writers
+        if capacity is not None and capacity < (keep + 1) * shard:
+            r.fail("localTier.capacity", f"at least {units.format_bytes((keep + 1) * shard)} "
+                   f"(keep={keep} checkpoints plus the one being captured, "
+                   f"{units.format_bytes(shard)} per writer)", r.raw("localTier.capacity"))
+        if memory_bytes is not None and memory_bytes < shard:
+            r.fail("localTier.memory.sizeLimit",
+                   f"at least one checkpoint shard, {units.format_bytes(shard)} per writer",
+                   memory)
+    endpoint = r.get("storage.endpoint", parse_endpoint, None)
+    region = r.get("storage.region", _text, None)
+    global_keep = r.get("storage.keep", units.parse_positive_int, DEFAULT_GLOBAL_KEEP)
+    schedule = r.get("triggers.schedule", _flag, True)
+    sigterm = r.get("triggers.sigterm", _flag, True)
+    restore_enabled = r.get("restore.enabled", _flag, True)
+    prefer = r.get("restore.prefer", _choice(RESTORE_PREFER), "local")
+    retry_deadline = r.get("restore.retryDeadline", _seconds_or_zero, DEFAULT_RETRY_DEADLINE_S)
+    direct_io = r.get("restore.directIO", _flag, True)
+    stall_timeout = r.get("drain.stallTimeout", parse_stall_timeout, DEFAULT_STALL_AFTER)
+    storage_opts = read_storage_options(r.raw("storage"), r.fail)
+    if storage_opts.cold_class and storage_opts.cold_after >= global_keep:
+        r.fail("storage.coldStorage.after", f"fewer than storage.keep ({global_keep}), "
+               "or no checkpoint is ever kept long enough to move", storage_opts.cold_after)
+    cold_problem = storage_opts.cold_class and uri and cold_class_problem(
+        uri, storage_opts.cold_class)
+    if cold_problem:
+        r.fail("storage.coldStorage.storageClass", cold_problem, storage_opts.cold_class)
+    if uri.startswith("gs://") and endpoint is not None:
+        from ckptdrain.store.gcs import endpoint_problem
+        problem = endpoint_problem(endpoint)
+        if problem is not None:
+            r.fail("storage.endpoint", problem, endpoint)
+    if uri.startswith("gs://"):
+        # GCS is reached with Application Default Credentials, and encrypts
+        # every object at rest (a customer-managed key is the bucket's setting).
+        for field, setting in (("credentialsSecretRef", secret), ("encryption",
+                               storage_opts.sse), ("addressingStyle", storage_opts.addressing)):
+            if setting is not None:
+                r.fail(f"storage.{field}", "unset with a gs:// storage.uri (GCS uses the pod's "
+                       "Google identity, e.g. GKE Workload Identity, and the bucket's "
+                       "encryption)", r.raw(f"storage.{field}"))
+    node_expressions, tolerations = _read_placement(r)
+    grace = r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn")
+    rule = _read_identity(r)
+    shard = sizing.checkpoint_size(inp) / writers if not r.errors else None
+    peer = read_peer_tier(r.raw("peerTier"), shard, r.fail)
+    if peer.enabled and len(name) > MAX_LABEL_VALUE:
+        # Its pods carry the name as the ckptdrain.io/policy label (a
+        # NetworkPolicy selects on it); a longer value would fail every pod.
+        r.errors.append(InvalidInput(
+            "metadata.name", f"at most {MAX_LABEL_VALUE} characters with spec.peerTier.enabled "
+            "(its pods carry the name as a label)", name))
+    reserved = share.reserved_name_problem(name)
+    if reserved is not None:
+        r.errors.append(reserved)
+    if r.errors:
+        return None, r.errors
+    return Policy(
+        namespace=namespace, name=name, selector=spec["selector"], sizing_input=inp,
+        writers=writers, interval_s=interval if interval is not None
+        else (mtti or 0) * sizing.DEFAULT_INTERVAL_FRACTION_OF_MTTI,
+        local_path=posixpath.normpath(path), local_keep=keep, local_capacity=capacity,
+        # Written into the pod as a Kubernetes quantity: "64GB" is ours, not the apiserver's.
+        memory_limit=units.format_quantity(memory_bytes) if memory_bytes is not None else None,
+        store_uri=uri, endpoint=endpoint, region=region, credentials=secret,
+        global_keep=global_keep, schedule=schedule, sigterm=sigterm,
+        restore_enabled=restore_enabled, restore_prefer=prefer, grace_policy=grace,
+        per_drainer_cap=per_drainer, identity=rule, restore_retry_deadline_s=retry_deadline,
+        restore_direct_io=direct_io,
+        stall_timeout_s=stall_timeout, storage_options=storage_opts,
+        node_expressions=node_expressions, tolerations=tolerations, peer=peer,
+    ), []
+
+
+def validate(spec: Mapping[str, Any], config: OperatorConfig,
+             name: str = "") -> list[InvalidInput]:
+    """Every semantic problem in `spec` (and the policy's `name`, where a
+    field depends on it), each naming its field; [] when valid."""
+    return _read("", name, spec, config, 1)[1]
+
+
+def parse(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorConfig,
+          drainers: int = 1) -> Policy:
+    """The typed policy; raises PolicyInvalid listing every problem."""
+    policy, errors = _read(namespace, name, spec, config, drainers)
+    if policy is None:
+        raise PolicyInvalid(errors)
+    return policy
+
+
+def compute_sizing(policy: Policy) -> sizing.Sizing:
+    return sizing.compute(policy.sizing_input)
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Kubernetes label-selector semantics; an empty selector matches everything."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True

@@ -1,0 +1,87 @@
+"""The drain watchdog: a drain that silently stops must be impossible to miss.
+
+One thread per operator process, started by the first policy handler (the
+Kopf indexes it reads are live views). A thread, not a Kopf timer: timers
+would put a finalizer on every policy. Stalls are judged against each
+policy's drain time under its joint budget (the cluster cap as applied to
+every policy together), not the time it would take alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from ckptdrain import sizing
+from ckptdrain.contract import api
+from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import status as st
+from ckptdrain.operator.records import aggregate as records
+
+Key = tuple[str, str]
+#: Each valid policy's key → (its sizing under the joint budget, ...).
+Joint = Callable[[], Mapping[Key, tuple[sizing.Sizing, Any, Any]]]
+
+_started = threading.Event()
+
+
+def start(cfg: OperatorConfig, policies: kopf.Index[Key, Any], pods: kopf.Index[Key, Any],
+          checkpoints: kopf.Index[Key, Any], joint: Joint, logger: logging.Logger) -> None:
+    """Start the watchdog once per process; later calls do nothing."""
+    if _started.is_set():
+        return
+    _started.set()
+
+    def loop() -> None:
+        while True:
+            time.sleep(cfg.watchdog_s)
+            if not leadership.active():
+                continue  # a standby's indexes are not live: only the active one judges
+            try:
+                check(policies, pods, checkpoints, joint())
+            except (kube.ApiException, RuntimeError) as error:
+                logger.warning("stall check failed (%s); next in %ss", error, cfg.watchdog_s)
+
+    threading.Thread(target=loop, name="ckptdrain-watchdog", daemon=True).start()
+
+
+def _values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
+    return [v for v in index.get(key, []) if v is not None]
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    return None if not text else api.parse_timestamp(text)
+
+
+def check(policies: kopf.Index[Key, Any], pods: kopf.Index[Key, Any],
+          checkpoints: kopf.Index[Key, Any],
+          joint: Mapping[Key, tuple[sizing.Sizing, Any, Any]]) -> None:
+    """One pass: set or clear DrainStalled on every valid policy."""
+    now = datetime.now(UTC)
+    for key in list(policies):
+        body = next(iter(_values(policies, key)), None)
+        if body is None or key not in joint:
+            continue
+        sized = joint[key][0]
+        drainers = _values(pods, key)
+        started = [t for t in (_parse_time(d.created) for d in drainers) if t is not None]
+        since = max([_parse_time(body["metadata"].get("creationTimestamp")) or now,
+                     min(started, default=now)])
+        _, _, when = records.latest_steps(_values(checkpoints, key))
+        stall = st.drain_stall(_parse_time(when), since, sized.global_interval_s,
+                               sized.drain_seconds, len(drainers), now)
+        change = st.with_stall(body.get("status") or {}, stall,
+                               body["metadata"].get("generation"), now)
+        if change is None:
+            continue
+        kube.patch_status(api.POLICIES, key[0], key[1], change)
+        kube.post_event(body, api.KIND_POLICY, "DrainStalled" if stall else "DrainResumed",
+                        stall or "a checkpoint completed globally again",
+                        "Warning" if stall else "Normal")
