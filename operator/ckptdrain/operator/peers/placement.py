@@ -26,22 +26,14 @@ from typing import Any
 from ckptdrain.contract.api import LABEL_POLICY, LABEL_WRITER
 from ckptdrain.contract.peers import ZONE_LABEL, Member, document
 from ckptdrain.contract.record import TIERS
+from ckptdrain.operator.policy.peer_tier import PEERS_KEY, peer_secret_name, peers_configmap_name
 from ckptdrain.operator.records.aggregate import parse_rank, summarize
 
-PEERS_KEY = "peers.json"
 #: The pods' Secret: what peer/tls.py reads. The CA's: its key and certificate.
 POD_SECRET_KEYS = ("ca.crt", "tls.crt", "tls.key")
 CA_SECRET_KEYS = ("ca.crt", "ca.key")
 #: Record claim states whose `tiers` still describe copies that exist.
 _HELD = frozenset({"Local", "Draining", "Retrying", "Global"})
-
-
-def peers_configmap_name(policy: str) -> str:
-    return f"{policy}-ckptdrain-peers"
-
-
-def peer_secret_name(policy: str) -> str:
-    return f"{policy}-ckptdrain-peer"
 
 
 def peer_ca_store_name(uid: str) -> str:

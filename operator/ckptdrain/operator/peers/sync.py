@@ -52,15 +52,9 @@ from ckptdrain.contract.record import owner_reference
 from ckptdrain.operator import metrics
 from ckptdrain.operator.apiserver import kube, leadership
 from ckptdrain.operator.coalesce import Coalescer
-from ckptdrain.operator.peers import (
-    certs as peer_certs,
-)
-from ckptdrain.operator.peers import (
-    kube as peer_kube,
-)
-from ckptdrain.operator.peers import (
-    placement as peer_placement,
-)
+from ckptdrain.operator.peers import certs as peer_certs
+from ckptdrain.operator.peers import kube as peer_kube
+from ckptdrain.operator.peers import placement as peer_placement
 from ckptdrain.operator.policy import peer_tier
 from ckptdrain.operator.policy.spec import Policy
 
@@ -231,8 +225,8 @@ def _document(key: Key, uid: str) -> str | None:
 def _previous(key: Key, uid: str) -> Mapping[str, Any] | None:
     text = _document(key, uid)
     if text is None:
-        data = peer_kube.read_configmap_data(key[0], peer_placement.peers_configmap_name(key[1]))
-        text = (data or {}).get(peer_placement.PEERS_KEY)
+        data = peer_kube.read_configmap_data(key[0], peer_tier.peers_configmap_name(key[1]))
+        text = (data or {}).get(peer_tier.PEERS_KEY)
         if text is None:
             return None
         _documents[key] = (uid, text)
@@ -278,7 +272,7 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
             key[0], key[1], pods, _zone_labels(sorted(nodes)), peer_tier.PEER_PORT,
             policy.writers, policy.local_keep, policy.peer.keep, records, previous,
             owner, error, progress or ())
-        text = configmap["data"][peer_placement.PEERS_KEY]
+        text = configmap["data"][peer_tier.PEERS_KEY]
         if unpublished is None and text != _document(key, uid):
             try:
                 peer_kube.write_configmap(key[0], configmap)

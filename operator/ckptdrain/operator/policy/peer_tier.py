@@ -30,9 +30,11 @@ from typing import Any
 from ckptdrain import units
 from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.peers.placement import PEERS_KEY, peer_secret_name, peers_configmap_name
 
 PEER = "ckptdrain-peer"
+#: The peers ConfigMap's one key, and the names of the objects that carry the peer
+#: tier to a policy's pods (made by peers/sync.py, mounted by the patch below).
+PEERS_KEY = "peers.json"
 #: The peer server's port (peer/protocol.DEFAULT_PORT; the operator may not
 #: import the node side, a unit test keeps the two equal).
 PEER_PORT = 9109
@@ -41,7 +43,16 @@ TLS_DIR = "/etc/ckptdrain/peer-tls"
 PEERS_DIR = "/etc/ckptdrain/peers"
 PEERS_FILE = posixpath.join(PEERS_DIR, PEERS_KEY)
 TLS_VOLUME, PEERS_VOLUME = "ckptdrain-peer-tls", "ckptdrain-peers"
-#: What the pods' Secret may hand to a pod (operator/peer_certs.POD_KEYS).
+
+
+def peers_configmap_name(policy: str) -> str:
+    return f"{policy}-ckptdrain-peers"
+
+
+def peer_secret_name(policy: str) -> str:
+    return f"{policy}-ckptdrain-peer"
+
+#: What the pods' Secret may hand to a pod (peers/certs.POD_KEYS).
 POD_KEYS = ("ca.crt", "tls.crt", "tls.key")
 
 Fail = Callable[[str, str, object], None]
