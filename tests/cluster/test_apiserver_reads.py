@@ -17,12 +17,8 @@ from typing import Any
 
 import pytest
 
-from ckptdrain.operator.apiserver import (
-    connection as apiserver_connection,
-)
-from ckptdrain.operator.apiserver import (
-    reads as apiserver_reads,
-)
+from ckptdrain.operator.apiserver import connection as apiserver_connection
+from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.apiserver.reads import ApiError
 from support import apiserver
 

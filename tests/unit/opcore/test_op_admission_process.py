@@ -24,21 +24,11 @@ from typing import Any
 import pytest
 
 from ckptdrain.operator import config, metrics
-from ckptdrain.operator.admission import (
-    injection,
-)
-from ckptdrain.operator.admission import (
-    process as admission_process,
-)
-from ckptdrain.operator.admission import (
-    rules as admission,
-)
-from ckptdrain.operator.admission import (
-    server as admission_server,
-)
-from ckptdrain.operator.admission import (
-    supervisor as admission_supervisor,
-)
+from ckptdrain.operator.admission import injection
+from ckptdrain.operator.admission import process as admission_process
+from ckptdrain.operator.admission import rules as admission
+from ckptdrain.operator.admission import server as admission_server
+from ckptdrain.operator.admission import supervisor as admission_supervisor
 from ckptdrain.operator.admission.policy_mirror import PolicyMirror
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.policy import spec as policy

@@ -20,12 +20,8 @@ from typing import Any, ClassVar
 import pytest
 
 from ckptdrain.operator.admission import policy_mirror
-from ckptdrain.operator.apiserver import (
-    connection as apiserver_connection,
-)
-from ckptdrain.operator.apiserver import (
-    reads as apiserver_reads,
-)
+from ckptdrain.operator.apiserver import connection as apiserver_connection
+from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.apiserver.connection import (
     ApiError,
     ReadFailed,

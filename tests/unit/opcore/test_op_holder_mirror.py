@@ -16,15 +16,9 @@ from typing import Any
 import pytest
 
 from ckptdrain.operator import config
-from ckptdrain.operator.admission import (
-    holder_mirror,
-)
-from ckptdrain.operator.admission import (
-    process as admission_process,
-)
-from ckptdrain.operator.admission import (
-    rules as admission,
-)
+from ckptdrain.operator.admission import holder_mirror
+from ckptdrain.operator.admission import process as admission_process
+from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission.holder_mirror import HolderMirror
 from ckptdrain.operator.admission.policy_mirror import PolicyMirror
 from ckptdrain.operator.apiserver import reads as apiserver_reads
