@@ -8,7 +8,11 @@ inside functions included):
 - the node side (node/, agent/, restore/, and dcp/ in the trainer) never
   imports operator/, and
   operator/ never imports the node side: they meet in contract/;
-- the cloud and cluster SDKs appear only at their edges.
+- the cloud and cluster SDKs appear only at their edges;
+- inside operator/, each room imports only the rooms below it (OPERATOR_ROOMS):
+  the base (config, metrics, coalesce, heap) nothing; apiserver/ the base;
+  policy/ the base; and so on up to the wiring (handlers, main, command), which no
+  room imports.
 The entry points (cli.py, __main__.py) may import anything.
 
 And at run time, in a fresh interpreter: importing the pure core loads
@@ -54,6 +58,24 @@ RULES = {
     "operator": Rule("the cluster side (operator/)", frozenset(NODE_SIDE),
                      "the cluster side never imports the node side; they meet in contract/"),
 }
+#: The cluster side's rooms (operator/ckptdrain/operator/__init__.py draws them) and the
+#: rooms each may import besides itself. A module at the top of operator/ is in the
+#: base or the wiring; a sub-package is a room of its own.
+OPERATOR_BASE = {"config", "metrics", "coalesce", "heap"}
+OPERATOR_WIRING = {"handlers", "main", "command"}
+OPERATOR_ROOMS: dict[str, frozenset[str]] = {
+    "base": frozenset(),
+    "apiserver": frozenset({"base"}),
+    "policy": frozenset({"base"}),
+    "tls": frozenset({"base", "apiserver"}),
+    "bandwidth": frozenset({"base", "apiserver", "policy"}),
+    "records": frozenset({"base", "apiserver", "policy"}),
+    "goodput": frozenset({"base", "apiserver"}),
+    "peers": frozenset({"base", "apiserver", "policy", "records", "tls"}),
+    "admission": frozenset({"base", "apiserver", "policy", "tls"}),
+    "wiring": frozenset({"base", "apiserver", "policy", "tls", "bandwidth", "records",
+                         "goodput", "peers", "admission"}),
+}
 #: Third-party SDKs and the only places that may import them.
 SDK_EDGES = {
     "kubernetes": ({"operator"}, {"kubeclient", "node/kube"}),
@@ -73,6 +95,16 @@ def _layer(name: str) -> str:
     if first in SUBPACKAGES:
         return first
     return "entry" if first in ENTRY_POINTS else "core"
+
+
+def _operator_room(name: str) -> str:
+    """'operator/admission/rules' -> 'admission'; 'operator/config' -> 'base'."""
+    parts = name.split("/")[1:]
+    if len(parts) > 1:
+        return parts[0]
+    if not parts or parts[0] in OPERATOR_BASE:
+        return "base"
+    return "wiring" if parts[0] in OPERATOR_WIRING else parts[0]
 
 
 def _targets(node: ast.AST, package: str, known: set[str]) -> list[str]:
@@ -129,6 +161,17 @@ def violations(sources: dict[str, str]) -> list[str]:
                     banned = ", ".join(f"{x}/" for x in sorted(rule.forbidden))
                     found.append(f"{where} imports ckptdrain.{target.replace('/', '.')}: "
                                  f"{rule.who} must import none of {banned} ({rule.why})")
+                if layer == target_layer == "operator" and target != "operator":
+                    room, theirs = _operator_room(name), _operator_room(target)
+                    allowed = OPERATOR_ROOMS.get(room)
+                    if allowed is None or theirs not in OPERATOR_ROOMS:
+                        found.append(f"{where}: operator room {room!r} or {theirs!r} has no"
+                                     " place in OPERATOR_ROOMS (a new room needs its rule)")
+                    elif theirs != room and theirs not in allowed:
+                        may = ", ".join(sorted(allowed)) or "nothing"
+                        found.append(f"{where} imports ckptdrain.{target.replace('/', '.')}:"
+                                     f" the operator's {room} room may import only {may}"
+                                     " (a room stands on the rooms below it)")
     return found
 
 
@@ -149,8 +192,8 @@ def test_every_subpackage_has_a_layer() -> None:
 @pytest.mark.parametrize(("path", "text", "expected"), [
     ("store/s3.py", "from ckptdrain.transfer import drain\n",
      "ckptdrain/store/s3.py:1 imports ckptdrain.transfer.drain: store/ must import none of"),
-    ("agent/loop.py", "def f():\n    from ckptdrain.operator.records.aggregate import summarize\n",
-     "ckptdrain/agent/loop.py:2 imports ckptdrain.operator.records.aggregate: the node side (agent/)"),
+    ("agent/loop.py", "def f():\n    from ckptdrain.operator.records.aggregate import fold\n",
+     "ckptdrain/agent/loop.py:2 imports ckptdrain.operator.records.aggregate: the node side"),
     ("operator/handlers.py", "from ckptdrain.node import steps\n",
      "imports ckptdrain.node.steps: the cluster side (operator/) must import none of agent/,"),
     ("paths.py", "import ckptdrain.store\n",
@@ -171,14 +214,54 @@ def test_a_broken_rule_is_named(path: str, text: str, expected: str) -> None:
     assert len(found) == 1 and expected in found[0], found
 
 
+@pytest.mark.parametrize(("path", "text", "expected"), [
+    ("operator/policy/spec.py", "from ckptdrain.operator.peers import placement\n",
+     "ckptdrain/operator/policy/spec.py:1 imports ckptdrain.operator.peers.placement: the"
+     " operator's policy room may import only base"),
+    ("operator/config.py", "from ckptdrain.operator.apiserver import kube\n",
+     "the operator's base room may import only nothing"),
+    ("operator/records/sync.py", "def f():\n    from ckptdrain.operator import handlers\n",
+     "ckptdrain/operator/records/sync.py:2 imports ckptdrain.operator.handlers: the operator's"
+     " records room may import only apiserver, base, policy"),
+    ("operator/apiserver/kube.py", "from ckptdrain.operator.admission import rules\n",
+     "the operator's apiserver room may import only base"),
+    ("operator/newroom/x.py", "from ckptdrain.operator import config\n",
+     "operator room 'newroom' or 'base' has no place in OPERATOR_ROOMS"),
+])
+def test_an_operator_room_reaching_up_is_named(path: str, text: str, expected: str) -> None:
+    sources = {
+        "operator/__init__.py": "", "operator/config.py": "", "operator/handlers.py": "",
+        "operator/apiserver/__init__.py": "", "operator/apiserver/kube.py": "",
+        "operator/admission/__init__.py": "", "operator/admission/rules.py": "",
+        "operator/peers/__init__.py": "", "operator/peers/placement.py": "",
+        "operator/records/__init__.py": "", "operator/records/sync.py": "",
+        "operator/policy/__init__.py": "", "operator/policy/spec.py": "", path: text,
+    }
+    found = violations(sources)
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_every_operator_room_has_its_rule() -> None:
+    """A new sub-package of operator/ must say where it stands before it can land."""
+    rooms = {p.name for p in (PACKAGE / "operator").iterdir() if (p / "__init__.py").is_file()}
+    assert rooms == set(OPERATOR_ROOMS) - {"base", "wiring"}
+    top = {p.stem for p in (PACKAGE / "operator").glob("*.py")} - {"__init__"}
+    assert top == OPERATOR_BASE | OPERATOR_WIRING
+
+
 def test_allowed_imports_pass() -> None:
     sources = {
         "cli.py": "from ckptdrain.transfer import drain\nfrom ckptdrain.operator import x\n",
         "agent/loop.py": "from ckptdrain.node import steps\nfrom ckptdrain.contract import api\n",
-        "operator/apiserver/kube.py": "import kubernetes\nfrom ckptdrain import kubeclient, paths\n",
+        "operator/apiserver/kube.py": "import kubernetes\nfrom ckptdrain import kubeclient\n",
         "node/steps.py": "", "contract/api.py": "", "kubeclient.py": "import kubernetes\n",
         "paths.py": "", "transfer/drain.py": "from ckptdrain.store import base\n",
         "store/base.py": "", "operator/x.py": "",
+        "operator/policy/spec.py": "from ckptdrain.operator import config\n",
+        "operator/admission/rules.py": ("from ckptdrain.operator.policy import spec\n"
+                                        "from ckptdrain.operator.admission import injection\n"),
+        "operator/admission/injection.py": "", "operator/config.py": "",
+        "operator/handlers.py": "from ckptdrain.operator.admission import rules\n",
     }
     assert violations(sources) == []
 
