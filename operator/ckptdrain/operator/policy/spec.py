@@ -10,10 +10,9 @@ what was expected and what was seen.
 from __future__ import annotations
 
 import posixpath
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from ckptdrain import sizing, units
 from ckptdrain.contract import api, share
@@ -21,6 +20,16 @@ from ckptdrain.contract.cold import cold_class_problem
 from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy.fields import (
+    Reader,
+    choice,
+    flag,
+    number,
+    read_identity,
+    read_placement,
+    seconds_or_zero,
+    text,
+)
 from ckptdrain.operator.policy.identity import Rule
 from ckptdrain.operator.policy.peer_tier import PeerTier
 from ckptdrain.operator.policy.peer_tier import read as read_peer_tier
@@ -36,10 +45,6 @@ DEFAULT_GLOBAL_KEEP = 3
 MAX_LABEL_VALUE = api.MAX_LABEL_VALUE
 #: How long restore retries a store that does not answer (restore/retry.py).
 DEFAULT_RETRY_DEADLINE_S = 600.0
-NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-
-T = TypeVar("T")
 
 
 class PolicyInvalid(InvalidInput):
@@ -114,69 +119,8 @@ class Policy:
         return posixpath.join(self.local_path, self.namespace, self.name)
 
 
-class _Reader:
-    """Reads fields, collecting errors instead of stopping at the first."""
-
-    def __init__(self, spec: Mapping[str, Any]) -> None:
-        self.spec = spec
-        self.errors: list[InvalidInput] = []
-
-    def raw(self, path: str) -> Any:
-        node: Any = self.spec
-        for part in path.split("."):
-            if not isinstance(node, Mapping):
-                return None
-            node = node.get(part)
-        return node
-
-    def get(self, path: str, parse: Callable[[str, object], T], default: T) -> T:
-        value = self.raw(path)
-        if value is None:
-            return default
-        try:
-            return parse(f"spec.{path}", value)
-        except InvalidInput as error:
-            self.errors.append(error)
-            return default
-
-    def fail(self, path: str, expected: str, seen: object) -> None:
-        self.errors.append(InvalidInput(f"spec.{path}", expected, seen))
-
-
-def _number(field: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise InvalidInput(field, "a positive number such as 14", value)
-    try:
-        number = float(value)
-    except ValueError:
-        raise InvalidInput(field, "a positive number such as 14", value) from None
-    if not 0 < number < float("inf"):
-        raise InvalidInput(field, "a positive number such as 14", value)
-    return number
-
-
-def _text(field: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(field, "a non-empty string", value)
-    return value
-
-
-def _flag(field: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidInput(field, "true or false", value)
-    return value
-
-
-def _choice(options: tuple[str, ...]) -> Callable[[str, object], str]:
-    def parse(field: str, value: object) -> str:
-        if value not in options:
-            raise InvalidInput(field, "one of " + ", ".join(options), value)
-        return str(value)
-    return parse
-
-
-def _read_storage(r: _Reader) -> tuple[str, SecretRef | None]:
-    uri = r.get("storage.uri", _text, "")
+def _read_storage(r: Reader) -> tuple[str, SecretRef | None]:
+    uri = r.get("storage.uri", text, "")
     if not uri:
         r.fail("storage.uri", "a URI such as s3://bucket/prefix, gs://bucket/prefix or "
                "file:///path",
@@ -194,90 +138,19 @@ def _read_storage(r: _Reader) -> tuple[str, SecretRef | None]:
     if not isinstance(ref, Mapping):
         r.fail("storage.credentialsSecretRef", "{name, accessKeyIdKey, secretAccessKeyKey}", ref)
         return uri, None
-    name = r.get("storage.credentialsSecretRef.name", _text, "")
+    name = r.get("storage.credentialsSecretRef.name", text, "")
     if not name:
         r.fail("storage.credentialsSecretRef.name", "the name of a Secret", ref.get("name"))
     return uri, SecretRef(
         name=name,
-        access_key_id_key=r.get("storage.credentialsSecretRef.accessKeyIdKey", _text,
+        access_key_id_key=r.get("storage.credentialsSecretRef.accessKeyIdKey", text,
                                 "AWS_ACCESS_KEY_ID"),
-        secret_access_key_key=r.get("storage.credentialsSecretRef.secretAccessKeyKey", _text,
+        secret_access_key_key=r.get("storage.credentialsSecretRef.secretAccessKeyKey", text,
                                     "AWS_SECRET_ACCESS_KEY"),
     )
 
 
-#: A label or annotation key: an optional DNS-subdomain prefix and a name.
-_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}"
-                  r"[A-Za-z0-9])?$")
-
-
-def _read_identity(r: _Reader) -> Rule | None:
-    """spec.identity: exactly one of rankLabel / rankAnnotation, a valid key."""
-    raw = r.raw("identity")
-    if raw is None:
-        return None
-    expected = "one of rankLabel or rankAnnotation, e.g. {rankLabel: example.com/rank}"
-    if not isinstance(raw, Mapping):
-        r.fail("identity", expected, raw)
-        return None
-    given = {k: raw.get(k) for k in ("rankLabel", "rankAnnotation") if raw.get(k) is not None}
-    if len(given) != 1:
-        r.fail("identity", expected, dict(raw))
-        return None
-    (field, key), = given.items()
-    if not isinstance(key, str) or not _KEY.match(key):
-        r.fail(f"identity.{field}", "a label or annotation key such as example.com/rank", key)
-        return None
-    return Rule(label=key) if field == "rankLabel" else Rule(annotation=key)
-
-
-def _seconds_or_zero(field: str, value: object) -> float:
-    if value in (0, "0", "0s"):
-        return 0.0
-    return units.parse_duration(field, value)
-
-
-def _read_placement(r: _Reader) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
-    """spec.placement: node requirements (as in a nodeSelectorTerm) and tolerations."""
-    exprs = r.raw("placement.nodeAffinity.matchExpressions") or []
-    tols = r.raw("placement.tolerations") or []
-    if not isinstance(exprs, list) or not isinstance(tols, list):
-        r.fail("placement", "{nodeAffinity: {matchExpressions: [...]}, tolerations: [...]}",
-               r.raw("placement"))
-        return (), ()
-    for i, e in enumerate(exprs):
-        where = f"placement.nodeAffinity.matchExpressions[{i}]"
-        if not isinstance(e, Mapping) or not isinstance(e.get("key"), str) \
-                or not _KEY.match(e["key"]):
-            r.fail(where, "{key: a node label key, operator, values}", e)
-            continue
-        op, values = e.get("operator"), e.get("values") or []
-        if op not in NODE_OPERATORS:
-            r.fail(f"{where}.operator", "one of " + ", ".join(NODE_OPERATORS), op)
-        elif op in ("In", "NotIn") and not values:
-            r.fail(f"{where}.values", f"at least one value with operator {op}", values)
-        elif op in ("Exists", "DoesNotExist") and values:
-            r.fail(f"{where}.values", f"no values with operator {op}", values)
-        elif op in ("Gt", "Lt") and (len(values) != 1 or not str(values[0]).lstrip("-")
-                                     .isdigit()):
-            r.fail(f"{where}.values", f"exactly one whole number with operator {op}", values)
-    for i, t in enumerate(tols):
-        where = f"placement.tolerations[{i}]"
-        if not isinstance(t, Mapping):
-            r.fail(where, "a toleration {key, operator, value, effect}", t)
-            continue
-        if t.get("operator", "Equal") == "Exists" and t.get("value"):
-            r.fail(f"{where}.value", "no value with operator Exists", t.get("value"))
-        if t.get("effect") not in (None, "", *TAINT_EFFECTS):
-            r.fail(f"{where}.effect", "one of " + ", ".join(TAINT_EFFECTS), t.get("effect"))
-        if t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute":
-            r.fail(f"{where}.tolerationSeconds", "only with effect NoExecute",
-                   t.get("tolerationSeconds"))
-    return (tuple(dict(e) for e in exprs if isinstance(e, Mapping)),
-            tuple(dict(t) for t in tols if isinstance(t, Mapping)))
-
-
-def _check_local_path(r: _Reader, path: str, config: OperatorConfig) -> None:
+def _check_local_path(r: Reader, path: str, config: OperatorConfig) -> None:
     norm = posixpath.normpath(path) if path.startswith("/") else ""
     root = config.allowed_root.rstrip("/")
     if not norm or ".." in path.split("/") or not (norm == root or norm.startswith(root + "/")):
@@ -286,12 +159,12 @@ def _check_local_path(r: _Reader, path: str, config: OperatorConfig) -> None:
 
 def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorConfig,
           drainers: int) -> tuple[Policy | None, list[InvalidInput]]:
-    r = _Reader(spec)
+    r = Reader(spec)
     if not isinstance(spec.get("selector"), Mapping):
         r.fail("selector", "a label selector (matchLabels / matchExpressions)",
                spec.get("selector"))
     params = r.get("model.parameters", units.parse_count, None)
-    per_param = r.get("model.bytesPerParameter", _number, sizing.DEFAULT_BYTES_PER_PARAMETER)
+    per_param = r.get("model.bytesPerParameter", number, sizing.DEFAULT_BYTES_PER_PARAMETER)
     ckpt_bytes = r.get("model.checkpointBytes", units.parse_bytes, None)
     if r.raw("model.parameters") is None and r.raw("model.checkpointBytes") is None:
         r.fail("model", "model.parameters (e.g. 405B) or model.checkpointBytes (e.g. 5.67TB)",
@@ -312,7 +185,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     if cap is not None and per_drainer is not None and per_drainer > cap:
         r.fail("caps.perDrainer", f"at most caps.bandwidth ({units.format_rate(cap)})",
                r.raw("caps.perDrainer"))
-    path = r.get("localTier.path", _text, "")
+    path = r.get("localTier.path", text, "")
     if not path:
         r.fail("localTier.path", f"an absolute path under {config.allowed_root}",
                r.raw("localTier.path"))
@@ -339,14 +212,14 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
                    f"at least one checkpoint shard, {units.format_bytes(shard)} per writer",
                    memory)
     endpoint = r.get("storage.endpoint", parse_endpoint, None)
-    region = r.get("storage.region", _text, None)
+    region = r.get("storage.region", text, None)
     global_keep = r.get("storage.keep", units.parse_positive_int, DEFAULT_GLOBAL_KEEP)
-    schedule = r.get("triggers.schedule", _flag, True)
-    sigterm = r.get("triggers.sigterm", _flag, True)
-    restore_enabled = r.get("restore.enabled", _flag, True)
-    prefer = r.get("restore.prefer", _choice(RESTORE_PREFER), "local")
-    retry_deadline = r.get("restore.retryDeadline", _seconds_or_zero, DEFAULT_RETRY_DEADLINE_S)
-    direct_io = r.get("restore.directIO", _flag, True)
+    schedule = r.get("triggers.schedule", flag, True)
+    sigterm = r.get("triggers.sigterm", flag, True)
+    restore_enabled = r.get("restore.enabled", flag, True)
+    prefer = r.get("restore.prefer", choice(RESTORE_PREFER), "local")
+    retry_deadline = r.get("restore.retryDeadline", seconds_or_zero, DEFAULT_RETRY_DEADLINE_S)
+    direct_io = r.get("restore.directIO", flag, True)
     stall_timeout = r.get("drain.stallTimeout", parse_stall_timeout, DEFAULT_STALL_AFTER)
     storage_opts = read_storage_options(r.raw("storage"), r.fail)
     if storage_opts.cold_class and storage_opts.cold_after >= global_keep:
@@ -370,9 +243,9 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
                 r.fail(f"storage.{field}", "unset with a gs:// storage.uri (GCS uses the pod's "
                        "Google identity, e.g. GKE Workload Identity, and the bucket's "
                        "encryption)", r.raw(f"storage.{field}"))
-    node_expressions, tolerations = _read_placement(r)
-    grace = r.get("gracePolicy", _choice(GRACE_POLICIES), "Warn")
-    rule = _read_identity(r)
+    node_expressions, tolerations = read_placement(r)
+    grace = r.get("gracePolicy", choice(GRACE_POLICIES), "Warn")
+    rule = read_identity(r)
     shard = sizing.checkpoint_size(inp) / writers if not r.errors else None
     peer = read_peer_tier(r.raw("peerTier"), shard, r.fail)
     if peer.enabled and len(name) > MAX_LABEL_VALUE:
