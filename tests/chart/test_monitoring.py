@@ -24,7 +24,7 @@ from tests.support import prometheus
 
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.operator import metrics as operator_metrics
-from ckptdrain.operator.admission import injection
+from ckptdrain.operator.admission import injection, pod_env
 
 pytestmark = pytest.mark.cluster
 
@@ -110,8 +110,8 @@ def test_the_pod_monitor_scrapes_the_port_the_agent_is_injected_with(tools: Tool
     # The injected sidecar's port, by name (operator/admission/injection.py).
     agent = injection._container("a", "agent", [], _config(), [], sidecar=True)
     assert agent["ports"] == [{"name": spec["podMetricsEndpoints"][0]["port"],
-                               "containerPort": injection.AGENT_METRICS_PORT}]
-    assert injection.AGENT_METRICS_PORT == 9108
+                               "containerPort": pod_env.AGENT_METRICS_PORT}]
+    assert pod_env.AGENT_METRICS_PORT == 9108
     assert spec["selector"] == {"matchLabels": {"ckptdrain.io/inject": "true"}}
     assert spec["namespaceSelector"] == {"any": True}
     relabel = spec["podMetricsEndpoints"][0]["relabelings"]

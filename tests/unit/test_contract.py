@@ -16,7 +16,7 @@ from ckptdrain.contract import record as fmt
 from ckptdrain.contract.env import CREDENTIALS, Env
 from ckptdrain.node import config as node_config
 from ckptdrain.operator import config
-from ckptdrain.operator.admission import injection
+from ckptdrain.operator.admission import pod_env
 from ckptdrain.operator.policy import identity
 from ckptdrain.operator.policy import spec as policy
 from ckptdrain.peer import config as peer_config
@@ -40,12 +40,12 @@ POD: dict[str, Any] = {
 
 def _injected_env() -> list[dict[str, Any]]:
     p = policy.parse("ml", "llama", SPEC, CFG)
-    return injection.agent_env(POD, p, default_rate=50e6, rank=0)
+    return pod_env.agent_env(POD, p, default_rate=50e6, rank=0)
 
 
 def test_every_injected_name_is_in_the_contract() -> None:
     p = policy.parse("ml", "llama", SPEC, CFG)
-    names = [e["name"] for e in _injected_env() + injection.trainer_env(POD, p)]
+    names = [e["name"] for e in _injected_env() + pod_env.trainer_env(POD, p)]
     assert names and all(isinstance(n, str) and n in set(Env) for n in names), names
 
 
@@ -69,7 +69,7 @@ def test_what_the_webhook_injects_the_agent_reads_back_as_the_policy_says() -> N
 
 def test_the_trainer_client_reads_the_names_the_webhook_gives_the_trainer() -> None:
     p = policy.parse("ml", "llama", SPEC, CFG)
-    environ = {e["name"]: e["value"] for e in injection.trainer_env(POD, p, rank=0)
+    environ = {e["name"]: e["value"] for e in pod_env.trainer_env(POD, p, rank=0)
                if "value" in e}
     c = client.Client(environ=environ)
     assert str(c.work_dir) == environ[Env.WORK_DIR.value]

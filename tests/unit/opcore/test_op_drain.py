@@ -10,7 +10,7 @@ import yaml
 
 from ckptdrain.contract.drain import DEFAULT_STALL_AFTER
 from ckptdrain.operator import config
-from ckptdrain.operator.admission import injection
+from ckptdrain.operator.admission import pod_env
 from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
@@ -33,7 +33,7 @@ def _agent_config(s: dict[str, Any]) -> Any:
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "w-0", "namespace": "ml", "labels": {"app": "t"}},
            "spec": {"containers": [{"name": "trainer", "image": "t:1"}]}}
-    env = injection.agent_env(pod, policy.parse("ml", "p", s, CFG), 1e9, rank=0)
+    env = pod_env.agent_env(pod, policy.parse("ml", "p", s, CFG), 1e9, rank=0)
     return node_config.load(environ={e["name"]: e["value"] for e in env if "value" in e})
 
 

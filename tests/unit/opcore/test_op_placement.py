@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ckptdrain import units
 from ckptdrain.contract.env import Env
 from ckptdrain.operator import config
-from ckptdrain.operator.admission import injection
+from ckptdrain.operator.admission import injection, pod_env
 from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
@@ -202,13 +202,13 @@ def test_what_is_injected_the_node_side_reads_back() -> None:
 
     s = spec(localTier={"path": "/mnt/ckptdrain/nvme", "capacity": "40Gi"},
              restore={"retryDeadline": "90s"})
-    env = injection.agent_env(pod(), policy.parse("ml", "p", s, CFG), 1e9, rank=0)
+    env = pod_env.agent_env(pod(), policy.parse("ml", "p", s, CFG), 1e9, rank=0)
     environ = {e["name"]: e["value"] for e in env if "value" in e}
     cfg = node_config.load(environ={**environ, Env.RESTORE_MODE.value: ""})
     assert (cfg.local_capacity, cfg.restore_retry_deadline_s, cfg.restore_skip) == (
         40 << 30, 90.0, False)
     assert node_config.load(environ={**environ, Env.RESTORE_MODE.value: "skip"}).restore_skip
     no_retry = spec(restore={"retryDeadline": "0"})
-    env = injection.agent_env(pod(), policy.parse("ml", "p", no_retry, CFG), 1e9, rank=0)
+    env = pod_env.agent_env(pod(), policy.parse("ml", "p", no_retry, CFG), 1e9, rank=0)
     environ = {e["name"]: e["value"] for e in env if "value" in e}
     assert node_config.load(environ=environ).restore_retry_deadline_s == 0

@@ -10,7 +10,6 @@ says when terminationGracePeriodSeconds is too short to flush one shard.
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,15 +18,24 @@ from ckptdrain.contract.api import (
     ANNOTATION_BANDWIDTH,
     ANNOTATION_INJECTED,
     ANNOTATION_POLICY,
-    ANNOTATION_RESTORE,
     ANNOTATION_WORKLOAD_WRITERS,
     LABEL_POLICY,
     LABEL_WRITER,
     LABEL_WRITER_POLICY,
     policy_labelled,
 )
-from ckptdrain.contract.env import CREDENTIALS, Env
+from ckptdrain.contract.env import CREDENTIALS
 from ckptdrain.operator.admission import cloud_identity
+from ckptdrain.operator.admission.pod_env import (
+    AGENT_METRICS_PORT,
+    LOCAL_DIR,
+    SHARE_DIR,
+    WORK_DIR,
+    agent_env,
+    grace_seconds,
+    restore_mode_env,
+    trainer_env,
+)
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import peer_tier, storage_options
 from ckptdrain.operator.policy.spec import Policy
@@ -35,9 +43,6 @@ from ckptdrain.operator.policy.spec import Policy
 PREPARE = "ckptdrain-prepare"
 RESTORE = "ckptdrain-restore"
 AGENT = "ckptdrain-agent"
-LOCAL_DIR, WORK_DIR, SHARE_DIR = "/ckptdrain/local", "/ckptdrain/work", "/ckptdrain/share"
-AGENT_METRICS_PORT = 9108
-DEFAULT_GRACE_SECONDS = 30
 RUN_AS = 65532
 #: What the work dir (a disk emptyDir) may hold, in checkpoint shards: the
 #: step restore placed (kept while the trainer loads it), the newest published
@@ -50,112 +55,6 @@ JSONPatch = list[dict[str, Any]]
 
 def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
-
-
-def store_uri(policy: Policy) -> str:
-    """The policy's global tier, one prefix per namespace/policy."""
-    return policy.store_uri.rstrip("/") + f"/{policy.namespace}/{policy.name}"
-
-
-def _field(path: str) -> dict[str, Any]:
-    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
-
-
-def _writer_id(rank: int | None) -> dict[str, Any]:
-    """The rank the webhook derived (operator/policy/identity.py); without one (the
-    policy has one writer), the pod name, which the agent takes as writer 0."""
-    return {"value": str(rank)} if rank is not None else _field("metadata.name")
-
-
-def grace_seconds(pod: Mapping[str, Any]) -> int:
-    value = pod.get("spec", {}).get("terminationGracePeriodSeconds")
-    return DEFAULT_GRACE_SECONDS if value is None else int(value)
-
-
-def _env(name: Env, source: dict[str, Any] | str) -> dict[str, Any]:
-    # The plain string: a patch is JSON, and a reader compares names as text.
-    if isinstance(source, str):
-        return {"name": name.value, "value": source}
-    return {"name": name.value, **source}
-
-
-def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
-              rank: int | None = None) -> list[dict[str, Any]]:
-    """Environment shared by the agent and restore, per the pod contract."""
-    env = [
-        _env(Env.POLICY, policy.key),
-        _env(Env.POD_NAME, _field("metadata.name")),
-        _env(Env.POD_UID, _field("metadata.uid")),
-        _env(Env.NAMESPACE, _field("metadata.namespace")),
-        _env(Env.NODE_NAME, _field("spec.nodeName")),
-        _env(Env.WRITER_ID, _writer_id(rank)),
-        _env(Env.WRITERS, str(policy.writers)),
-        _env(Env.STORE_URI, store_uri(policy)),
-    ]
-    if policy.endpoint:
-        env.append(_env(Env.S3_ENDPOINT, policy.endpoint))
-    if policy.region:
-        env.append(_env(Env.REGION, policy.region))
-    if policy.credentials is not None:
-        ref = policy.credentials
-        for var, key in ((Env.ACCESS_KEY_ID, ref.access_key_id_key),
-                         (Env.SECRET_ACCESS_KEY, ref.secret_access_key_key)):
-            env.append(_env(var, {"valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}))
-    env += [
-        _env(Env.WORK_DIR, WORK_DIR),
-        _env(Env.LOCAL_DIR, local_dir(policy)),
-        _env(Env.LOCAL_KEEP, str(policy.local_keep)),
-        _env(Env.GLOBAL_KEEP, str(policy.global_keep)),
-        _env(Env.INTERVAL, units.format_duration(policy.interval_s)),
-        _env(Env.GLOBAL_EVERY, str(policy.sizing_input.global_every)),
-        _env(Env.OVERLAP, units.format_percent(policy.sizing_input.overlap)),
-        _env(Env.SHARE_FILE, posixpath.join(SHARE_DIR, "bandwidth")),
-        _env(Env.DEFAULT_RATE, str(int(default_rate))),
-        _env(Env.GRACE_SECONDS, str(grace_seconds(pod))),
-        _env(Env.METRICS_PORT, str(AGENT_METRICS_PORT)),
-        _env(Env.RESTORE, "true" if policy.restore_enabled else "false"),
-        _env(Env.RESTORE_PREFER, policy.restore_prefer),
-        _env(Env.RESTORE_RETRY_DEADLINE, units.format_duration(policy.restore_retry_deadline_s)
-             if policy.restore_retry_deadline_s > 0 else "0"),
-        _env(Env.RESTORE_DIRECT_IO, "true" if policy.restore_direct_io else "false"),
-        _env(Env.STALL_TIMEOUT, units.format_duration(policy.stall_timeout_s)),
-        *storage_options.env(policy.storage_options),
-        *peer_tier.env(policy.peer),
-    ]
-    if policy.local_capacity is not None:
-        env.append(_env(Env.LOCAL_CAPACITY, str(policy.local_capacity)))
-    return env
-
-
-def restore_mode_env() -> dict[str, Any]:
-    """Restore's own: the pod's `ckptdrain.io/restore` annotation, read when the
-    container starts (an annotation added while restore retries counts from
-    its next start). Not the agent's: a mistyped value stops restore with one
-    line, and must not also crash-loop the sidecar of a running pod."""
-    return _env(Env.RESTORE_MODE, _field(f"metadata.annotations['{ANNOTATION_RESTORE}']"))
-
-
-def local_dir(policy: Policy) -> str:
-    """Where agent and restore keep this pod's local tier.
-
-    The hostPath is per policy and node, and an indexed Job puts several
-    writers on one node: each gets its own subdirectory (the writer id is a
-    Job index by then; the agent refuses anything else when writers > 1), or
-    they would capture over each other's steps.
-    """
-    if policy.writers > 1:
-        return f"{LOCAL_DIR}/writer-$({Env.WRITER_ID.value})"
-    return LOCAL_DIR
-
-
-def trainer_env(pod: Mapping[str, Any], policy: Policy,
-                rank: int | None = None) -> list[dict[str, Any]]:
-    return [
-        _env(Env.WORK_DIR, WORK_DIR),
-        _env(Env.RESTORE_RESULT, posixpath.join(WORK_DIR, "restore.json")),
-        _env(Env.WRITER_ID, _writer_id(rank)),
-        _env(Env.WRITERS, str(policy.writers)),
-    ]
 
 
 SECURITY_CONTEXT: dict[str, Any] = {
