@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckptdrain import goodput, units
+from ckptdrain.contract.goodput import RESTORED_OUTCOMES, PodView
 
 
-def build(policy: Mapping[str, Any], pods: Iterable[goodput.PodView], now: float
+def build(policy: Mapping[str, Any], pods: Iterable[PodView], now: float
           ) -> dict[str, Any]:
     """The report of one policy: its status merged with the pods alive now
     (their blocked seconds, restores the operator may not have folded yet)."""
@@ -90,7 +91,7 @@ def text(report: Mapping[str, Any]) -> str:
         restorable = f"{_or(e.get('restorableLocal'), '-')}/{_or(e.get('restorableGlobal'), '-')}"
         restored = "-" if e.get("restoreOutcome") is None else (
             f"{_or(e.get('restoredStep'), 'fresh')} ({e.get('restoredTier') or '-'})"
-            if e.get("restoreOutcome") in goodput.RESTORED_OUTCOMES
+            if e.get("restoreOutcome") in RESTORED_OUTCOMES
             else f"FAILED: {e.get('restoreOutcome')}")
         lost = f"{_or(e.get('lostSteps'))} / {_secs(e.get('lostSeconds'))}"
         back = _secs(e.get("recoverySeconds")) if e.get("recoverySeconds") is not None \

@@ -14,7 +14,7 @@ from typing import Any
 from cluster_helpers import INJECT, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 
-from ckptdrain.goodput import AgentView, RestoreView
+from ckptdrain.contract.goodput import AgentView, RestoreView
 from support.apiserver import Cluster
 
 

@@ -23,8 +23,8 @@ from ckptdrain.agent.refusals import event_body
 from ckptdrain.agent.report import CheckpointEvent
 from ckptdrain.agent.share_channel import ShareChannel
 from ckptdrain.contract.api import ANNOTATION_GOODPUT, ANNOTATION_RESTORED
+from ckptdrain.contract.goodput import AgentView
 from ckptdrain.contract.record import State
-from ckptdrain.goodput import AgentView
 from ckptdrain.node.kube import annotate_own_pod, annotate_own_pod_with
 from ckptdrain.restore.annotations import pod_annotations
 from ckptdrain.restore.result import RestoreResult

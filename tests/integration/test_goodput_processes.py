@@ -14,6 +14,7 @@ from tests.support.agentprocs import Pod
 
 from ckptdrain import goodput
 from ckptdrain.agent.goodput import read_progress
+from ckptdrain.contract.goodput import PodView, RestoreView, from_progress
 
 
 @pytest.fixture
@@ -45,8 +46,8 @@ def test_the_interruption_the_agent_records_is_the_one_the_trainer_logged(pod: P
     # record (what restore annotates its pod with) says where it came from.
     code, result = pod.restore()
     assert code == 0 and result["step"] == sigterm["step"], result
-    old = goodput.PodView("a", "0", agent=goodput.from_progress(progress, sigterm["step"]))
-    new = goodput.PodView("b", "0", restore=goodput.RestoreView(
+    old = PodView("a", "0", agent=from_progress(progress, sigterm["step"]))
+    new = PodView("b", "0", restore=RestoreView(
         "restored", started_at=result["at"], seconds=result["seconds"], step=result["step"],
         tier=result["tier"], step_created=result["step_created"]))
     (entry,) = goodput.merge({}, [old, new], None)["recent"]

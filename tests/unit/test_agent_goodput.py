@@ -6,10 +6,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from ckptdrain import goodput
 from ckptdrain.agent.goodput import GoodputMetrics, GoodputWatcher, OverlapReporter
 from ckptdrain.agent.report import CheckpointEvent, State
 from ckptdrain.client import Client
+from ckptdrain.contract.goodput import parse_agent
 from ckptdrain.node.localtier import LocalTier
 
 
@@ -25,7 +25,7 @@ def test_training_start_and_interruption_reach_the_pod(tmp_path: Path) -> None:
     watcher.tick()
     watcher.close(5)
     assert [k for k, _ in sent] == ["ckptdrain.io/goodput"]
-    first = goodput.parse_agent(sent[0][1])
+    first = parse_agent(sent[0][1])
     assert first is not None and first.training_at is not None and first.interrupted_at is None
     d = client.begin(3)
     (d / "a.bin").write_bytes(b"x" * 100)
@@ -33,7 +33,7 @@ def test_training_start_and_interruption_reach_the_pod(tmp_path: Path) -> None:
     tier.capture(work / "step-3", 3, writer=0, writers=1)
     watcher.interrupted(at=12345.0)
     watcher.close(5)
-    last = goodput.parse_agent(sent[-1][1])
+    last = parse_agent(sent[-1][1])
     assert last is not None and last.interrupted_at == 12345.0
     assert last.step == 3 and last.newest_local == 3 and last.newest_global is None
     assert registry.get_sample_value("ckptdrain_trainer_step") == 3
@@ -50,11 +50,11 @@ def test_the_pending_bytes_patch_after_the_flush_keeps_the_interruption(tmp_path
     client = Client(work, environ={})
     client.step_done(0)
     watcher.tick()
-    before = goodput.parse_agent(watcher.annotation()["ckptdrain.io/goodput"])
+    before = parse_agent(watcher.annotation()["ckptdrain.io/goodput"])
     assert before is not None and before.interrupted_at is None
     watcher.interrupted(at=12345.0)
     watcher.close(5)
-    after = goodput.parse_agent(watcher.annotation()["ckptdrain.io/goodput"])
+    after = parse_agent(watcher.annotation()["ckptdrain.io/goodput"])
     assert after is not None and after.interrupted_at == 12345.0
 
 

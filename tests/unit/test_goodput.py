@@ -1,4 +1,5 @@
-"""Goodput accounting (goodput.py): interruptions, restores, totals, bounds."""
+"""Goodput accounting (goodput.py) and the annotations it reads (contract/goodput.py):
+interruptions, restores, totals, bounds."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import json
 import pytest
 
 from ckptdrain import goodput
-from ckptdrain.goodput import AgentView, PodView, RestoreView
+from ckptdrain.contract.goodput import (
+    AgentView,
+    PodView,
+    RestoreView,
+    parse_agent,
+    parse_restore,
+    pod_view,
+)
 
 T0 = 1_700_000_000.0
 
@@ -195,24 +203,24 @@ def test_status_patch_ignores_drift_of_the_clock_and_blocked_time() -> None:
                                   '{"completed": {"x": 1, "5": "y"}, "step": -3}',
                                   '{"blockedSeconds": NaN}'])
 def test_annotations_that_do_not_parse_are_ignored_not_fatal(text: str | None) -> None:
-    view = goodput.parse_agent(text)
+    view = parse_agent(text)
     assert view is None or (view.training_at is None and view.step is None
                             and view.completed == () and view.blocked_s == 0.0)
-    assert goodput.parse_restore(text) is None
+    assert parse_restore(text) is None
 
 
 def test_annotations_round_trip() -> None:
     agent = AgentView(training_at=T0, first_step=3, blocked_s=1.25, interrupted_at=T0 + 9,
                       step=9, step_s=0.5, completed=((5, T0 + 4),), newest_local=9,
                       newest_global=5)
-    assert goodput.parse_agent(agent.to_json()) == agent
+    assert parse_agent(agent.to_json()) == agent
     restore = RestoreView("restored", T0, 1.5, step=5, tier="local", attempts=2)
-    assert goodput.parse_restore(restore.to_json()) == restore
+    assert parse_restore(restore.to_json()) == restore
     meta = {"labels": {"ckptdrain.io/writer": "3"},
             "annotations": {"ckptdrain.io/goodput": agent.to_json(),
                             "ckptdrain.io/restore-result": restore.to_json()}}
-    assert goodput.pod_view("p", meta) == PodView("p", "3", agent, restore)
-    assert goodput.pod_view("p", {"annotations": {}}) is None
+    assert pod_view("p", meta) == PodView("p", "3", agent, restore)
+    assert pod_view("p", {"annotations": {}}) is None
 
 
 def test_union_seconds() -> None:

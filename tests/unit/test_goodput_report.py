@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ckptdrain import cli, goodput, goodput_report
-from ckptdrain.goodput import AgentView, PodView, RestoreView
+from ckptdrain.contract.goodput import MAX_REASON, AgentView, PodView, RestoreView, parse_restore
 from ckptdrain.restore.annotations import pod_annotations
 from ckptdrain.restore.result import RestoreResult
 
@@ -47,15 +47,15 @@ def test_restore_annotates_failures_too() -> None:
     ok = RestoreResult(False, 0, 1, T0, outcome="restored", step=5, tier="global", seconds=2.0)
     out = pod_annotations(ok, 0, T0 + 2)
     assert out["ckptdrain.io/restored-from"] == "step=5 tier=global"
-    view = goodput.parse_restore(out["ckptdrain.io/restore-result"])
+    view = parse_restore(out["ckptdrain.io/restore-result"])
     assert view == RestoreView("restored", T0, 2.0, step=5, tier="global")
     bad = RestoreResult(False, 0, 1, T0, outcome="store_unavailable", reason="x" * 1000,
                         seconds=30.0, attempts=7)
     out = pod_annotations(bad, 3, T0 + 30)
     assert "ckptdrain.io/restored-from" not in out
-    view = goodput.parse_restore(out["ckptdrain.io/restore-result"])
+    view = parse_restore(out["ckptdrain.io/restore-result"])
     assert view is not None and view.failed and view.attempts == 7
-    assert len(view.reason) == goodput.MAX_REASON
+    assert len(view.reason) == MAX_REASON
 
 
 @pytest.mark.parametrize(("argv", "field"), [

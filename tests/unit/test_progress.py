@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ckptdrain.client import Client
-from ckptdrain.goodput import from_progress
+from ckptdrain.contract.goodput import from_progress
 from ckptdrain.progress import MAX_COMPLETED, Progress
 
 

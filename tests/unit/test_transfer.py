@@ -17,7 +17,8 @@ from ckptdrain.node.lease import WriterFenced
 from ckptdrain.store.local import LocalStore
 from ckptdrain.transfer import journal as jr
 from ckptdrain.transfer.catalog import complete_steps, scan
-from ckptdrain.transfer.drain import DrainCancelled, Drainer, abort_superseded, supersede_decision
+from ckptdrain.transfer.drain import Drainer, abort_superseded, supersede_decision
+from ckptdrain.transfer.drain_run import DrainCancelled
 from ckptdrain.transfer.fetch import fetch, verify_dir, verify_store
 from ckptdrain.transfer.scan import build_manifest
 

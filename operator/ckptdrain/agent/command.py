@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ckptdrain.agent import peer_runtime
 from ckptdrain.agent.drainworker import DrainWorker, Fence
 from ckptdrain.agent.goodput import GoodputMetrics, GoodputWatcher, OverlapReporter
 from ckptdrain.agent.loop import Agent
@@ -29,7 +30,6 @@ from ckptdrain.agent.share import Share, ShareWatcher
 from ckptdrain.errors import CkptdrainError
 from ckptdrain.node import config as node_config
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.peer import runtime as peer_runtime
 
 log = logging.getLogger("ckptdrain.agent")
 

@@ -42,7 +42,8 @@ from ckptdrain.request_counts import RequestCounts
 from ckptdrain.store.base import Store
 from ckptdrain.transfer import journal as jr
 from ckptdrain.transfer.commit import committed
-from ckptdrain.transfer.drain import DrainCancelled, Drainer, supersede_decision
+from ckptdrain.transfer.drain import Drainer, supersede_decision
+from ckptdrain.transfer.drain_run import DrainCancelled
 from ckptdrain.transfer.stall import DEFAULT_STALL_AFTER, StallGuard
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ agent turns it into:
 - metrics, continuously: seconds the trainer was blocked saving, its newest
   step, and the drain overlap (drain time ÷ global interval) of the newest
   drained checkpoint;
-- the pod annotation `ckptdrain.io/goodput` (goodput.AgentView), written when
+- the pod annotation `ckptdrain.io/goodput` (contract/goodput.py), written when
   training starts (once per pod) and after the SIGTERM capture (once per
   interruption), and refreshed for free on the pending-bytes patch the agent
   sends anyway. No write per checkpoint is added.
@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from ckptdrain.agent.report import CheckpointEvent, State
 from ckptdrain.client import CONTROL_DIR
 from ckptdrain.contract.api import ANNOTATION_GOODPUT
-from ckptdrain.goodput import AgentView, from_progress
+from ckptdrain.contract.goodput import AgentView, from_progress
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.progress import PROGRESS_FILE
 

@@ -1,4 +1,4 @@
-"""The agent's schedule loop and its SIGTERM flush.
+"""The agent's schedule loop and its SIGTERM flush (its start-up: agent/startup.py).
 
 Steady state, every `POLL` seconds:
 - every `interval`, ask the trainer for a checkpoint (rewrite the request file);
@@ -29,27 +29,25 @@ Nothing here ever blocks or signals the trainer: it only reads the work dir.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ckptdrain.agent.drainworker import DrainWorker, next_backoff
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
+from ckptdrain.agent.startup import AgentStartup
 from ckptdrain.client import CONTROL_DIR, REQUEST_FILE, read_request, write_json_atomic
-from ckptdrain.errors import CkptdrainError, IntegrityError
-from ckptdrain.manifest import WriterManifest
+from ckptdrain.errors import CkptdrainError
 from ckptdrain.node import space
 from ckptdrain.node.config import AgentConfig
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.node.steps import completed_steps, is_writing, step_dir, step_name
+from ckptdrain.node.steps import completed_steps, is_writing, step_dir
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +64,7 @@ def goes_global(capture_number: int, every: int) -> bool:
     return (capture_number - 1) % every == 0
 
 
-class Agent:
+class Agent(AgentStartup):
     def __init__(
         self,
         cfg: AgentConfig,
@@ -119,77 +117,6 @@ class Agent:
             return True
         return self.sigterm_at is not None and \
             self.clock() >= self.sigterm_at + self.cfg.flush_budget_s
-
-    # -- start-up ------------------------------------------------------------------
-    def recover(self) -> None:
-        """Tidy what a previous process left and resume its unfinished drains."""
-        for temp in self.tier.remove_temps():
-            log.info("removed an unfinished capture: %s", temp)
-        self._follow_restore()
-        for step in self.tier.steps():
-            self._manifest_or_quarantine(step)
-        steps = self.tier.steps()
-        for step in steps:
-            manifest = self.tier.manifest(step)
-            self.metrics.recovery_point("local", step, manifest.created)
-            if self.tier.is_global(step):
-                self.metrics.recovery_point("global", step, manifest.created)
-        if self.drain is None:
-            return
-        newest_global = max((s for s in steps if self.tier.is_global(s)), default=-1)
-        resume = [s for s in self.tier.unfinished_drains() if s > newest_global]
-        if steps and steps[0] > newest_global:
-            resume.append(steps[0])  # the newest local step is the recovery point: protect it
-        for step in sorted(set(resume)):
-            log.info("resuming the drain of step %d", step)
-            self.drain.submit(step, "resume")
-
-    def _follow_restore(self) -> None:
-        """If restore ran for this pod, the trainer resumes from the restored step
-        (or from scratch): local steps newer than that belong to an abandoned
-        timeline (with several writers, restore may pick an older globally
-        complete step). They would shadow the new steps, so drop them; and the
-        restored step itself stays in the work dir while the trainer loads it."""
-        doc = _read_result(self.cfg.restore_result)
-        if doc is None:
-            return
-        self.metrics.restored(doc)
-        restored = doc.get("step")
-        restored = restored if isinstance(restored, int) else -1
-        restored_at = doc.get("at")
-        if not isinstance(restored_at, int | float):
-            return
-        if restored >= 0:
-            self.keep_in_work.add(restored)
-        for step in self.tier.steps():
-            # Steps captured after the restore are this run's (a restarted agent
-            # must keep them); only older ones belong to the abandoned timeline.
-            if step <= restored:
-                continue
-            manifest = self._manifest_or_quarantine(step)
-            if manifest is not None and manifest.created < restored_at:
-                log.warning("dropping local step %d: the trainer resumed from %s", step,
-                            restored if restored >= 0 else "scratch")
-                self.tier.remove(step)
-
-    def _manifest_or_quarantine(self, step: int) -> WriterManifest | None:
-        """The step's manifest; None when it is unreadable, and then the step
-        is moved aside as `.corrupt-step-<N>` (a name the tier never lists) and
-        reported. Moved, not deleted: its data may be the only copy and an
-        operator can still inspect or repair it; out of the tier's way it no
-        longer stops every start of the agent."""
-        try:
-            return self.tier.manifest(step)
-        except IntegrityError as err:
-            aside = self.tier.root / f".corrupt-{step_name(step)}"
-            shutil.rmtree(aside, ignore_errors=True)  # an earlier quarantine of this step
-            os.rename(self.tier.step_dir(step), aside)
-            log.error("local step %d is unreadable (%s): moved aside to %s; it is not "
-                      "drained or restored, delete it once inspected", step, err, aside)
-            self.reporter.report(CheckpointEvent(
-                step, State.FAILED, message=f"local copy unreadable ({err}); moved aside to "
-                f"{aside.name}, not drained"))
-            return None
 
     # -- steady state ---------------------------------------------------------------
     def run(self) -> int:
@@ -405,12 +332,3 @@ class Agent:
                 return
             self.metrics.beat()
             time.sleep(POLL / 4)
-
-
-def _read_result(path: Path) -> dict[str, object] | None:
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-

@@ -6,7 +6,9 @@ cluster side (operator, webhook). Both import it; neither owns it. Pure.
 - `env`: the environment variables the webhook injects and the node side
   reads (docs/pod-contract.md);
 - `record`: the `Checkpoint` record format, its states and each writer's claim;
-- `drain`: the policy's drain settings both sides read (drain.stallTimeout).
+- `drain`: the policy's drain settings both sides read (drain.stallTimeout);
+- `goodput`: the goodput annotations each pod's agent and restore write and
+  the operator reads (`ckptdrain.io/goodput`, `ckptdrain.io/restore-result`).
 
 A change here changes both sides at once: docs/pod-contract.md says what a
 deployed pair of operator and agent images expects of each other.

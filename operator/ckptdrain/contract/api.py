@@ -54,11 +54,11 @@ ANNOTATION_WORKLOAD_WRITERS = "ckptdrain.io/workload-writers"
 ANNOTATION_SHARE_SCALE = "ckptdrain.io/share-scale"
 #: What restore placed for the trainer: `restored_from(step, tier)`.
 ANNOTATION_RESTORED = "ckptdrain.io/restored-from"
-#: What restore did, as JSON (goodput.RestoreView): outcome, step, tier,
+#: What restore did, as JSON (contract/goodput.RestoreView): outcome, step, tier,
 #: duration and, when it failed, the reason. Restore writes it with
 #: ANNOTATION_RESTORED; the operator copies failures into the policy status.
 ANNOTATION_RESTORE_RESULT = "ckptdrain.io/restore-result"
-#: The agent's goodput view of its trainer, as JSON (goodput.AgentView).
+#: The agent's goodput view of its trainer, as JSON (contract/goodput.AgentView).
 ANNOTATION_GOODPUT = "ckptdrain.io/goodput"
 #: Set by the user on a pod (or its template) to `RESTORE_SKIP` for a
 #: deliberate fresh start: restore then places nothing. It reaches restore

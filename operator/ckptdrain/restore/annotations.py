@@ -1,7 +1,7 @@
 """What restore tells the cluster about itself, on its own pod. Pure.
 
 - `ckptdrain.io/restored-from` (success only): `step=<N> tier=<tier>` or `fresh`;
-- `ckptdrain.io/restore-result` (always): goodput.RestoreView as JSON, so
+- `ckptdrain.io/restore-result` (always): contract/goodput.RestoreView as JSON, so
   the operator can time the recovery and put a failure's reason in the
   policy status.
 """
@@ -13,7 +13,7 @@ from ckptdrain.contract.api import (
     ANNOTATION_RESTORED,
     restored_from,
 )
-from ckptdrain.goodput import RestoreView
+from ckptdrain.contract.goodput import RestoreView
 from ckptdrain.restore.result import RestoreResult
 
 

@@ -9,8 +9,8 @@ multipart upload of the JSON API; GCS checks it before it stores the
 object) and the CRC32C GCS reports for what it stored is compared with
 ours; a mismatch deletes that generation and raises IntegrityError.
 Reads are checked as the S3 store checks them: a ranged GET
-must answer the range asked for. Multipart uploads are parts stored as
-objects and composed on the server (gcs_multipart.py).
+must answer the range asked for (gcs_ranged_reads.py). Multipart uploads
+are parts stored as objects and composed on the server (gcs_multipart.py).
 
 Every request passes the endpoint's throttle gate (s3_throttle.py), shared
 with every store of the process: 429 and 5xx answers and dropped
@@ -47,6 +47,7 @@ from ckptdrain.store.gcs_auth import TokenSource, default_credentials
 from ckptdrain.store.gcs_body import RelatedBody
 from ckptdrain.store.gcs_formats import when
 from ckptdrain.store.gcs_multipart import GcsMultipart
+from ckptdrain.store.gcs_ranged_reads import GcsRangedReads
 from ckptdrain.store.gcs_storage_class import GcsStorageClass
 from ckptdrain.store.s3_bodies import PacedBody, WindowBody
 from ckptdrain.store.s3_errors import redact_endpoint
@@ -59,7 +60,7 @@ MIN_PART_SIZE = 5 << 20  # as the S3 store's, so a drain cuts files the same way
 _BLOCK = 1 << 20
 
 
-class GcsStore(GcsMultipart, GcsStorageClass):
+class GcsStore(GcsMultipart, GcsStorageClass, GcsRangedReads):
     """A Store over one bucket and key prefix of Google Cloud Storage."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
@@ -304,97 +305,6 @@ class GcsStore(GcsMultipart, GcsStorageClass):
     def _broke(self, key: str, err: BaseException) -> StoreUnreachable:
         return StoreUnreachable(f"get {self._where(key)}: the connection to {self.endpoint} "
                                 f"broke mid-body ({type(err).__name__})")
-
-    def _ranged(self, key: str, start: int, length: int) -> tuple[
-            urllib3.BaseHTTPResponse, int] | None:
-        """The answer to a ranged GET and how many bytes it holds, once it is
-        the range asked for (as S3Store._range_answer); None past the end."""
-        response = self._request("get", "GET", self._object_url(self._name(key), media=True),
-                                 key, stream=True, missing=True,
-                                 headers={"Range": f"bytes={start}-{start + length - 1}"})
-        if response is None:
-            raise ObjectMissing(key)
-        announced = response.headers.get("Content-Length")
-        size = int(announced) if announced is not None else None
-        problem = None
-        if response.status == 206:
-            content_range = str(response.headers.get("Content-Range", ""))
-            try:
-                first_last, total = content_range.split(" ", 1)[1].split("/")
-                first, last = (int(x) for x in first_last.split("-"))
-            except (IndexError, ValueError):
-                problem = f"a 206 answer without a valid Content-Range ({content_range!r})"
-            else:
-                count = last - first + 1
-                short = total != "*" and last != min(start + length, int(total)) - 1
-                if first != start or not 0 < count <= length or size not in (None, count) \
-                        or short:
-                    problem = f"bytes {first}-{last}"
-                size = count
-        elif response.status == 200:
-            if start != 0 or size is None or size > length:
-                problem = f"status 200, the whole object ({size} bytes): the range was ignored"
-        else:
-            problem = f"status {response.status}"
-        if problem is not None or size is None:
-            response.close()  # the body unread: the connection is dropped
-            raise StoreError(f"get {self._where(key)}: asked bytes {start}-{start + length - 1} "
-                             f"from {self.endpoint}, got {problem}")
-        return response, size
-
-    def _range_or_end(self, key: str, start: int, length: int) -> tuple[
-            urllib3.BaseHTTPResponse, int] | None:
-        try:
-            return self._ranged(key, start, length)
-        except StoreError as err:
-            if "HTTP 416" in str(err):
-                return None  # start at or past the end; the key exists
-            raise
-
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        if start < 0 or length < 0:
-            raise InvalidInput("range", "start >= 0 and length >= 0", (start, length))
-        if length == 0:
-            if self.head(key) is None:
-                raise ObjectMissing(key)
-            return b""
-        answer = self._range_or_end(key, start, length)
-        if answer is None:
-            return b""
-        response, expected = answer
-        data = self._read(response, key, expected)
-        if len(data) != expected:
-            raise StoreUnreachable(f"get {self._where(key)}: {len(data)} of {expected} bytes "
-                                   "before the connection closed")
-        return data
-
-    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int:
-        view = memoryview(buffer).cast("B")
-        if start < 0:
-            raise InvalidInput("range", "start >= 0", start)
-        if len(view) == 0:
-            if self.head(key) is None:
-                raise ObjectMissing(key)
-            return 0
-        answer = self._range_or_end(key, start, len(view))
-        if answer is None:
-            return 0
-        response, expected = answer
-        got = 0
-        try:
-            while got < expected:
-                n = response.readinto(view[got:expected])
-                if not n:
-                    break
-                got += n
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            response.release_conn()
-            raise self._broke(key, err) from None
-        response.release_conn()
-        if got != expected:
-            raise StoreUnreachable(f"get {self._where(key)}: the connection to {self.endpoint} "
-                                   f"closed after {got} of {expected} bytes")
-        return got
 
     def head(self, key: str) -> ObjectInfo | None:
         meta = self._stat(self._name(key), key)

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ckptdrain import goodput
-from ckptdrain.goodput import AgentView
+from ckptdrain.contract.api import ANNOTATION_GOODPUT
+from ckptdrain.contract.goodput import AgentView, pod_view
 from ckptdrain.operator.goodput import sync as goodput_sync
 
 KEY = ("ns", "llama")
@@ -28,7 +28,7 @@ def patches(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 def _meta(view: AgentView, terminating: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {"annotations": {goodput.ANNOTATION_GOODPUT: view.to_json()},
+    meta: dict[str, Any] = {"annotations": {ANNOTATION_GOODPUT: view.to_json()},
                             "labels": {"ckptdrain.io/writer": "0"}}
     if terminating:
         meta["deletionTimestamp"] = "2026-11-26T10:00:00Z"
@@ -44,7 +44,7 @@ def test_a_terminating_pods_interruption_is_folded_from_its_own_event(
     now = time.time()
     running = AgentView(training_at=now - 100, first_step=0, step=50, step_s=0.5)
     assert goodput_sync.observe(KEY, "w-a", _meta(running))
-    stale = goodput.pod_view("w-a", _meta(running))
+    stale = pod_view("w-a", _meta(running))
     assert stale is not None
     # SIGTERM: the pod is terminating, its agent writes the interruption; the
     # index keeps the previous view for a terminating pod.

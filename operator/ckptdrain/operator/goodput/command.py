@@ -18,8 +18,8 @@ from typing import Any
 
 from ckptdrain import goodput_report
 from ckptdrain.contract import api
+from ckptdrain.contract.goodput import pod_view
 from ckptdrain.errors import CkptdrainError, InvalidInput
-from ckptdrain.goodput import pod_view
 
 OUTPUTS = ("text", "json")
 #: A Kubernetes object name (RFC 1123 subdomain).

@@ -25,6 +25,7 @@ import kopf
 
 from ckptdrain import goodput
 from ckptdrain.contract import api
+from ckptdrain.contract.goodput import PodView, pod_view
 from ckptdrain.operator.apiserver import kube, leadership
 from ckptdrain.operator.coalesce import drop_handled
 from ckptdrain.operator.goodput import metrics as goodput_metrics
@@ -39,10 +40,10 @@ _failures: dict[Key, dict[str, Any]] = {}
 _seen: dict[tuple[str, str], tuple[Any, ...]] = {}
 _seen_lock = threading.Lock()
 #: Per policy: views of pods deleted before a fold took in their last word.
-_departed: dict[Key, dict[str, goodput.PodView]] = {}
+_departed: dict[Key, dict[str, PodView]] = {}
 
 
-def _signature(view: goodput.PodView) -> tuple[Any, ...]:
+def _signature(view: PodView) -> tuple[Any, ...]:
     a = view.agent
     return (view.writer, None if a is None else (a.interrupted_at, a.training_at, a.step),
             view.restore)
@@ -50,10 +51,10 @@ def _signature(view: goodput.PodView) -> tuple[Any, ...]:
 
 @kopf.index("v1", "pods", annotations={api.ANNOTATION_INJECTED: kopf.PRESENT})
 def goodput_index(namespace: str, name: str, meta: kopf.Meta, **_: Any
-                  ) -> dict[Key, goodput.PodView] | None:
+                  ) -> dict[Key, PodView] | None:
     if meta.get("deletionTimestamp"):
         return None  # leaving: the event that removes it brings its last view
-    view = goodput.pod_view(name, meta)
+    view = pod_view(name, meta)
     if view is None:
         return None
     return {(namespace, (meta.get("annotations") or {}).get(api.ANNOTATION_POLICY, "")): view}
@@ -74,7 +75,7 @@ def observe(key: Key, name: str, meta: Mapping[str, Any], deleted: bool = False,
     index keeps a terminating pod's previous view (its emergency checkpoint's
     interruption comes after) and drops a deleted pod's. Nothing is noted
     for a pod whose policy is not there (its views wait for it)."""
-    mine = goodput.pod_view(name, meta)
+    mine = pod_view(name, meta)
     if mine is None or not has_policy:
         return False
     pod_key = (key[0], name)
@@ -94,7 +95,7 @@ def observe(key: Key, name: str, meta: Mapping[str, Any], deleted: bool = False,
     return seen != signature
 
 
-def fold(key: Key, policy: Mapping[str, Any] | None, live: list[goodput.PodView]) -> None:
+def fold(key: Key, policy: Mapping[str, Any] | None, live: list[PodView]) -> None:
     """Every pod's view (the live ones, and those leaving or gone since the
     last fold) into the policy's `status.goodput`, with one status patch,
     only when something changed; and the newest failed restore, if newer

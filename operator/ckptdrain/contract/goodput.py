@@ -1,0 +1,172 @@
+"""The goodput annotations: what each pod's agent and restore publish for the
+operator's goodput accounting (goodput.py), parsed and written. Pure.
+
+Where the data comes from (no per-checkpoint API write is added):
+
+- the trainer's client keeps `<work>/.ckptdrain/progress` (client.py);
+- the agent copies what matters of it into its pod's `ckptdrain.io/goodput`
+  annotation twice per pod life (training started; flushed after SIGTERM),
+  and the blocked seconds ride along the pending-bytes patch it already sends
+  (`AgentView`);
+- restore writes `ckptdrain.io/restore-result` on its pod, in the patch it
+  already sends (`RestoreView`);
+- the operator reads both from the pods (`pod_view`) and folds them into
+  `status.goodput` (goodput.py).
+
+Every annotation is untrusted input: one that does not parse is ignored
+(`parse_*` return None), never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ckptdrain.contract.api import ANNOTATION_GOODPUT, ANNOTATION_RESTORE_RESULT, LABEL_WRITER
+
+#: Completed steps (and when) the client remembers, for `lostSeconds`.
+MAX_COMPLETED = 16
+#: Longest reason kept from a restore (the status is API, not a log).
+MAX_REASON = 300
+RESTORED_OUTCOMES = ("restored", "fresh_start", "disabled")
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _step(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _load(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What the agent published about its trainer (`ckptdrain.io/goodput`)."""
+
+    training_at: float | None = None
+    first_step: int | None = None
+    blocked_s: float = 0.0
+    interrupted_at: float | None = None
+    step: int | None = None
+    step_s: float | None = None
+    completed: tuple[tuple[int, float], ...] = ()
+    newest_local: int | None = None
+    newest_global: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "trainingAt": self.training_at, "firstStep": self.first_step,
+            "blockedSeconds": round(self.blocked_s, 3), "interruptedAt": self.interrupted_at,
+            "step": self.step, "stepSeconds": self.step_s,
+            "completed": {str(s): t for s, t in self.completed},
+            "newestLocal": self.newest_local, "newestGlobal": self.newest_global,
+        }, sort_keys=True, separators=(",", ":"))
+
+    def completed_at(self, step: int | None) -> float | None:
+        return next((t for s, t in self.completed if s == step), None)
+
+
+def parse_agent(text: str | None) -> AgentView | None:
+    doc = _load(text)
+    if doc is None:
+        return None
+    done = doc.get("completed")
+    completed = tuple(sorted(
+        (int(k), float(v)) for k, v in (done.items() if isinstance(done, dict) else [])
+        if k.isdigit() and _num(v) is not None))[-MAX_COMPLETED:]
+    return AgentView(
+        training_at=_num(doc.get("trainingAt")), first_step=_step(doc.get("firstStep")),
+        blocked_s=max(0.0, _num(doc.get("blockedSeconds")) or 0.0),
+        interrupted_at=_num(doc.get("interruptedAt")), step=_step(doc.get("step")),
+        step_s=_num(doc.get("stepSeconds")), completed=completed,
+        newest_local=_step(doc.get("newestLocal")), newest_global=_step(doc.get("newestGlobal")))
+
+
+def from_progress(progress: Mapping[str, Any], newest_local: int | None = None,
+                  newest_global: int | None = None) -> AgentView:
+    """The agent's view from the client's progress file (client.Progress.to_dict)."""
+    view = parse_agent(json.dumps(dict(progress)))
+    assert view is not None
+    return AgentView(**{**view.__dict__, "newest_local": newest_local,
+                        "newest_global": newest_global})
+
+
+@dataclass(frozen=True)
+class RestoreView:
+    """What restore did for a pod (`ckptdrain.io/restore-result`)."""
+
+    outcome: str
+    started_at: float
+    seconds: float
+    step: int | None = None
+    tier: str | None = None
+    reason: str = ""
+    attempts: int = 1
+    #: When the restored step was captured (its manifest), for lost seconds.
+    step_created: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome not in RESTORED_OUTCOMES
+
+    def to_json(self) -> str:
+        return json.dumps({"outcome": self.outcome, "startedAt": self.started_at,
+                           "seconds": round(self.seconds, 3), "step": self.step,
+                           "tier": self.tier, "reason": self.reason[:MAX_REASON],
+                           "attempts": self.attempts, "stepCreated": self.step_created},
+                          sort_keys=True, separators=(",", ":"))
+
+
+def parse_restore(text: str | None) -> RestoreView | None:
+    doc = _load(text)
+    if doc is None:
+        return None
+    outcome, started = doc.get("outcome"), _num(doc.get("startedAt"))
+    if not isinstance(outcome, str) or started is None:
+        return None
+    tier = doc.get("tier")
+    return RestoreView(outcome=outcome[:40], started_at=started,
+                       seconds=max(0.0, _num(doc.get("seconds")) or 0.0),
+                       step=_step(doc.get("step")),
+                       tier=tier if tier in ("local", "global") else None,
+                       reason=str(doc.get("reason") or "")[:MAX_REASON],
+                       attempts=int(_num(doc.get("attempts")) or 1),
+                       step_created=_num(doc.get("stepCreated")))
+
+
+@dataclass(frozen=True)
+class PodView:
+    """One pod of a policy, as far as goodput is concerned."""
+
+    name: str
+    writer: str | None
+    agent: AgentView | None = None
+    restore: RestoreView | None = None
+
+
+def pod_view(name: str, meta: Mapping[str, Any]) -> PodView | None:
+    """A pod's goodput view from its metadata; None when it carries neither annotation."""
+    ann = meta.get("annotations") or {}
+    agent = parse_agent(ann.get(ANNOTATION_GOODPUT))
+    restore = parse_restore(ann.get(ANNOTATION_RESTORE_RESULT))
+    if agent is None and restore is None:
+        return None
+    return PodView(name=name, writer=(meta.get("labels") or {}).get(LABEL_WRITER),
+                   agent=agent, restore=restore)
