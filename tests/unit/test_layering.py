@@ -5,9 +5,11 @@ inside functions included):
 - the core (top-level modules and contract/) imports nothing from store/,
   transfer/, agent/, node/, restore/, operator/ or demo/;
 - store/ imports only the core;
-- the node side (node/, agent/, restore/, and dcp/ in the trainer) never
-  imports operator/, and
-  operator/ never imports the node side: they meet in contract/;
+- transfer/ imports only the stores and the core;
+- the node side (node/, peer/, restore/, dcp/ in the trainer, agent/) never
+  imports operator/, and operator/ never imports the node side: they meet in
+  contract/; inside it, node/ < peer/ < restore/ < dcp/ < agent/ (NODE_ABOVE):
+  no arrow runs back up, so the peer tier never reaches into the agent;
 - the cloud and cluster SDKs appear only at their edges;
 - inside operator/, each room imports only the rooms below it (OPERATOR_ROOMS):
   the base (config, metrics, coalesce, heap) nothing; apiserver/ the base;
@@ -35,6 +37,16 @@ ENTRY_POINTS = {"cli", "__main__"}
 SUBPACKAGES = {"contract", "store", "transfer", "node", "agent", "restore", "operator", "demo",
                "dcp", "peer"}
 NODE_SIDE = {"node", "agent", "restore", "dcp", "peer"}
+#: Inside the node side, the rooms each one stands below and must never import:
+#: node/ is what they all share; the peer tier serves agent and restore; dcp/ reads
+#: through restore's sources in the trainer; agent/ is the top, imported by none.
+NODE_ABOVE = {
+    "node": frozenset({"peer", "restore", "dcp", "agent"}),
+    "peer": frozenset({"restore", "dcp", "agent"}),
+    "restore": frozenset({"dcp", "agent"}),
+    "dcp": frozenset({"agent"}),
+    "agent": frozenset(),
+}
 OUTER = {"store", "transfer", "agent", "node", "restore", "operator", "demo", "dcp", "peer"}
 
 
@@ -52,8 +64,11 @@ RULES = {
                      "the contract belongs to neither side"),
     "store": Rule("store/", frozenset(OUTER - {"store"}),
                   "the stores sit below the transfer engine and both sides"),
-    **{side: Rule(f"the node side ({side}/)", frozenset({"operator"}),
-                  "the node side never imports the cluster side; they meet in contract/")
+    "transfer": Rule("transfer/", frozenset(OUTER - {"store", "transfer"}),
+                     "the transfer engine sits below both sides and knows only the stores"),
+    **{side: Rule(f"the node side ({side}/)", frozenset({"operator", "demo"} | NODE_ABOVE[side]),
+                  "the node side never imports the cluster side, and a node room never"
+                  " imports a room that stands on it")
        for side in NODE_SIDE},
     "operator": Rule("the cluster side (operator/)", frozenset(NODE_SIDE),
                      "the cluster side never imports the node side; they meet in contract/"),
@@ -199,6 +214,14 @@ def test_every_subpackage_has_a_layer() -> None:
     ("paths.py", "import ckptdrain.store\n",
      "ckptdrain/paths.py:1 imports ckptdrain.store: the core (top-level modules and contract/)"),
     ("contract/env.py", "from ckptdrain import node\n", "imports ckptdrain.node: the core"),
+    ("node/steps.py", "from ckptdrain.agent import loop\n",
+     "ckptdrain/node/steps.py:1 imports ckptdrain.agent.loop: the node side (node/) must"
+     " import none of agent/"),
+    ("peer/server.py", "def f():\n    from ckptdrain.agent.drainworker import DrainWorker\n",
+     "ckptdrain/peer/server.py:2 imports ckptdrain.agent.drainworker: the node side (peer/)"
+     " must import none of agent/"),
+    ("transfer/drain.py", "from ckptdrain.node import steps\n",
+     "ckptdrain/transfer/drain.py:1 imports ckptdrain.node.steps: transfer/ must import none"),
     ("node/steps.py", "import kubernetes.client\n",
      "ckptdrain/node/steps.py:1 imports kubernetes: only kubeclient.py, node/kube.py, operator/"),
 ])
@@ -272,6 +295,7 @@ PURE = ["ckptdrain.units", "ckptdrain.sizing", "ckptdrain.manifest", "ckptdrain.
         "ckptdrain.paths", "ckptdrain.checksum", "ckptdrain.ratelimit", "ckptdrain.retention",
         "ckptdrain.localfs", "ckptdrain.client", "ckptdrain.kubeclient",
         "ckptdrain.contract.api", "ckptdrain.contract.env", "ckptdrain.contract.record",
+        "ckptdrain.contract.goodput",
         "ckptdrain.transfer.journal", "ckptdrain.flags",
         "ckptdrain.store.endpoint", "ckptdrain.goodput", "ckptdrain.progress",
         "ckptdrain.goodput_report"]
