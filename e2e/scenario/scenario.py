@@ -127,7 +127,7 @@ def step1_install(image_repo: str, allowed_root: str) -> None:
             return bool(hooks) and all(h["clientConfig"].get("caBundle")
                                        and h["clientConfig"].get("service") for h in hooks)
         # Helm may create the configurations after the operator started: it
-        # sets their caBundle within about a second (webhook_tls.py).
+        # sets their caBundle within about a second (operator/tls/webhook_certs.py).
         try:
             wait_for(f"{kind} caBundle", served, 10)
             ok = True

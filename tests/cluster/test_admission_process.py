@@ -16,15 +16,19 @@ from typing import Any
 from cluster_helpers import INJECT, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 
+from ckptdrain.operator.admission import supervisor
 from support.apiserver import Cluster
+
+#: The module the supervisor runs as the admission process (`python -m ...`).
+PROCESS_MODULE = supervisor.command(("", "", None))[2].encode()
 
 
 def admission_pids(operator: OperatorProcess) -> list[int]:
-    """The operator's admission process (its child running admission_process)."""
+    """The operator's admission process (its child running admission/process.py)."""
     found = []
     for pid in operator.children():
         try:
-            if b"admission_process" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if PROCESS_MODULE in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(pid)
         except OSError:
             continue

@@ -1,5 +1,5 @@
-"""The admission process's own apiserver client (apiserver_connection.py,
-apiserver_reads.py) against the real apiserver: as a pod's service account
+"""The admission process's own apiserver client (apiserver/connection.py,
+apiserver/reads.py) against the real apiserver: as a pod's service account
 (its token file replaced while it runs, as the kubelet does), as a
 kubeconfig user with a client certificate or skipping verification, and
 through a watch."""

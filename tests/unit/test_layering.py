@@ -298,7 +298,12 @@ PURE = ["ckptdrain.units", "ckptdrain.sizing", "ckptdrain.manifest", "ckptdrain.
         "ckptdrain.contract.goodput",
         "ckptdrain.transfer.journal", "ckptdrain.flags",
         "ckptdrain.store.endpoint", "ckptdrain.goodput", "ckptdrain.progress",
-        "ckptdrain.goodput_report"]
+        "ckptdrain.goodput_report",
+        # The cluster side's pure room: a CheckpointPolicy read, sized and given a status.
+        "ckptdrain.operator.policy.spec", "ckptdrain.operator.policy.fields",
+        "ckptdrain.operator.policy.status", "ckptdrain.operator.policy.allocation",
+        "ckptdrain.operator.policy.identity", "ckptdrain.operator.policy.peer_tier",
+        "ckptdrain.operator.policy.storage_options"]
 FORBIDDEN = ("kopf", "kubernetes", "boto3", "botocore", "s3transfer", "aiohttp")
 
 

@@ -17,7 +17,7 @@ The operator publishes a CheckpointShare named after the policy:
                               (absent: the channel's budget is all there is)
 
 The cluster cap is split by one factor for every policy (operator/
-allocation.py). The operator publishes it once per namespace, in the
+policy/allocation.py). The operator publishes it once per namespace, in the
 CheckpointShare named SCALE_NAME (a name no policy may take):
 
     spec.clusterScale.factor          every policy's budget = wanted × factor

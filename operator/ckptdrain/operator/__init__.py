@@ -6,9 +6,9 @@ holds these rules as a test):
 
     config.py, metrics.py,     the base every room may import: one validated config,
     coalesce.py, heap.py       the Prometheus metrics, one pass per burst, heap trim
-    apiserver/                 reaching the apiserver: the connection and reads of the
-                               admission process, its watched views, the client's
-                               writes, and which replica may write (leadership)
+    apiserver/                 the admission process's connection, reads and watched
+                               views; the operator's writes outside Kopf; which
+                               replica may write (leadership)
     policy/                    a CheckpointPolicy as API, pure: the spec read and
                                checked, its sizing share of the cluster cap, its status
     tls/                       the webhook's own CA and serving certificate

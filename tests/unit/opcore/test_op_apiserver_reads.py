@@ -1,5 +1,5 @@
-"""The admission process's own apiserver client (apiserver_connection.py,
-apiserver_reads.py) without a server: its kubeconfig reading, its rotating
+"""The admission process's own apiserver client (apiserver/connection.py,
+apiserver/reads.py) without a server: its kubeconfig reading, its rotating
 token file, its proxy rule, its watch lines and its errors; and that the
 admission process never loads the `kubernetes` package. Against a real
 apiserver: tests/cluster/test_apiserver_reads.py."""

@@ -160,7 +160,7 @@ def test_a_derived_rank_is_the_writer_id_and_the_writer_and_policy_labels() -> N
     out = jsonpatch.apply_patch(copy.deepcopy(pod()), ops)
     assert env_of(out["spec"]["initContainers"][2])["CKPTDRAIN_WRITER_ID"] == "5"
     assert env_of(out["spec"]["containers"][0])["CKPTDRAIN_WRITER_ID"] == "5"
-    # Admission finds a rank's holders by both labels (apiserver_reads.writer_selectors).
+    # Admission finds a rank's holders by both labels (apiserver/reads.writer_selectors).
     assert out["metadata"]["labels"] == {"app": "t", "ckptdrain.io/writer": "5",
                                          "ckptdrain.io/writer-policy": "llama"}
     assert "ckptdrain.io/writer" not in injected(pod())["metadata"]["labels"]

@@ -71,7 +71,7 @@ def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 def _filed(pod: Mapping[str, Any]) -> tuple[PodKey, Slot | None, bool]:
     """(the pod's key, its slot or None, live): live is not being deleted and
-    not Succeeded or Failed, as apiserver_reads.live_writers counts it."""
+    not Succeeded or Failed, as reads.live_writers counts it."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     key = (meta.get("namespace") or "", meta.get("name") or "")
     label = (meta.get("labels") or {}).get(LABEL_WRITER)

@@ -233,7 +233,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     if rank is not None:
         labels[LABEL_WRITER] = str(rank)
     if rank is not None and policy_labelled(policy.name):
-        # What admission finds a rank's holders by (apiserver_reads.writer_selectors).
+        # What admission finds a rank's holders by (apiserver/reads.writer_selectors).
         labels[LABEL_WRITER_POLICY] = policy.name
     if policy.peer.enabled:
         # What a NetworkPolicy selects to let only this policy's pods reach

@@ -96,7 +96,7 @@ class Certificates:
 
 class Server(ThreadingHTTPServer):
     """HTTPS, one thread per connection; each review is answered by
-    `reviewer` (admission_process.Reviewer: `await reviewer(request, path,
+    `reviewer` (process.Reviewer: `await reviewer(request, path,
     received)`) on one event loop (`loop`), where the rules run and hand
     their API reads to threads.
 

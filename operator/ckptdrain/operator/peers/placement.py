@@ -84,7 +84,7 @@ def _secret(namespace: str, name: str, policy: str, data: Mapping[str, bytes],
 
 def pods_secret(namespace: str, policy: str, material: Mapping[str, bytes],
                 owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The pods' Secret for `material` (peer_certs.issue): never `ca.key`.
+    """The pods' Secret for `material` (peers/certs.issue): never `ca.key`.
     It belongs to the policy, so deleting the policy deletes it."""
     missing = [k for k in POD_SECRET_KEYS if k not in material]
     if missing:
@@ -95,7 +95,7 @@ def pods_secret(namespace: str, policy: str, material: Mapping[str, bytes],
 
 def ca_store_secret(store_namespace: str, uid: str, policy_id: str,
                     ca: Mapping[str, bytes], installation: str = "") -> dict[str, Any]:
-    """The operator's Secret keeping a policy's CA (peer_certs.new_ca). No
+    """The operator's Secret keeping a policy's CA (peers/certs.new_ca). No
     owner reference (owners cannot be in another namespace): the operator
     deletes it when the policy goes (peers/sync.py)."""
     missing = [k for k in CA_SECRET_KEYS if k not in ca]
@@ -200,7 +200,7 @@ def recovery_on_node_loss(doc: Mapping[str, Any], records: Iterable[Mapping[str,
                           progress: Iterable[Any] = ()) -> int | None:
     """`recovery_point_on_node_loss` from what the operator sees: the pairing
     (the peers document), the writers' claims in their pods' progress
-    (record_sync.WriterProgress: pod, node, writer, steps) and, from older
+    (records/sync.WriterProgress: pod, node, writer, steps) and, from older
     agents, in the Checkpoint records.
 
     Conservative where the records cannot say: a writer with no running pod

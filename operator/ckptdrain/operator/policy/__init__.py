@@ -1,8 +1,9 @@
 """A CheckpointPolicy as the API states it. Pure: no Kubernetes, no network, no clock
 it was not given.
 
-spec.py reads and checks the spec (with the parts it delegates: storage_options.py,
-peer_tier.py, identity.py for which writer a pod is); allocation.py sizes each
+spec.py reads and checks the spec, field by field through fields.py, with the parts it
+delegates: storage_options.py, peer_tier.py (which also names the peer tier's objects),
+identity.py for which writer a pod is; allocation.py sizes each
 policy's share of the cluster cap; status.py builds the status (phase, conditions)
 from them.
 

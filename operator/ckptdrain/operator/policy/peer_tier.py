@@ -32,8 +32,8 @@ from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
 
 PEER = "ckptdrain-peer"
-#: The peers ConfigMap's one key, and the names of the objects that carry the peer
-#: tier to a policy's pods (made by peers/sync.py, mounted by the patch below).
+#: The peers ConfigMap's one key (peers_configmap_name below; made by peers/sync.py,
+#: mounted by the patch below).
 PEERS_KEY = "peers.json"
 #: The peer server's port (peer/protocol.DEFAULT_PORT; the operator may not
 #: import the node side, a unit test keeps the two equal).
@@ -51,6 +51,7 @@ def peers_configmap_name(policy: str) -> str:
 
 def peer_secret_name(policy: str) -> str:
     return f"{policy}-ckptdrain-peer"
+
 
 #: What the pods' Secret may hand to a pod (peers/certs.POD_KEYS).
 POD_KEYS = ("ca.crt", "tls.crt", "tls.key")
