@@ -45,8 +45,12 @@ class Applied:
             text = text.replace(*self.replace)
         docs = [d for d in yaml.safe_load_all(text) if d]
         for d in docs:
-            if self.namespace:
-                d.setdefault("metadata", {})["namespace"] = self.namespace
+            meta = d.setdefault("metadata", {})
+            if self.namespace and meta.setdefault("namespace", self.namespace) != self.namespace:
+                # kubectl refuses it: "the namespace from the provided object
+                # does not match the namespace" given with -n.
+                raise ValueError(f"{self.file}: {meta['name']} is in {meta['namespace']!r}, "
+                                 f"applied with -n {self.namespace}")
         return docs
 
 
