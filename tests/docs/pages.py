@@ -81,7 +81,7 @@ class Page:
     def workloads(self) -> list[dict[str, Any]]:
         return [d for a in self.applied for d in a.objects()
                 if d.get("kind") == "Job" and "ckptdrain.io/inject" in
-                d["spec"]["template"]["metadata"].get("labels", {})]
+                d["spec"]["template"].get("metadata", {}).get("labels", {})]
 
 
 def _sed(expr: str) -> tuple[str, str]:
