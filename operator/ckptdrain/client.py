@@ -2,12 +2,15 @@
 
     from ckptdrain.client import Client
     ckpt = Client()                         # reads CKPTDRAIN_* from the environment
+    ckpt.on_preemption(exit_code=None)      # SIGTERM only sets ckpt.preempting
     restored = ckpt.restored()              # None on a fresh start
     start = restored.step + 1 if restored else 0
-    ckpt.on_preemption(lambda: save(ckpt, step))   # emergency checkpoint on SIGTERM
     for step in range(start, steps):
         train_one_step()
         ckpt.step_done(step)                # optional: goodput (docs/goodput.md)
+        if ckpt.preempting:                 # emergency checkpoint of the finished step
+            save(ckpt, step)
+            sys.exit(143)
         if ckpt.checkpoint_requested():
             save(ckpt, step)
 

@@ -1,0 +1,71 @@
+"""Fixtures for the documentation tests: the operator's own policy checks
+(imported here only, so that a move of the module is one line to fix), the
+chart rendered with a page's helm arguments, and one real kube-apiserver
+with our CRDs for server-side dry runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+import yaml
+from tests.chart.support import CHART, CRDS, TOOLS
+from tests.support import apiserver
+
+# The one import of the operator's policy module in this suite.
+from ckptdrain.operator import config as operator_config
+from ckptdrain.operator import policy as operator_policy
+
+
+def policy_problems(spec: Mapping[str, Any], cfg: operator_config.OperatorConfig,
+                    name: str = "") -> list[str]:
+    """What the operator's admission would say about `spec`: [] when valid."""
+    return [str(e) for e in operator_policy.validate(spec, cfg, name)]
+
+
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    return operator_policy.selector_matches(selector, labels)
+
+
+def default_config() -> operator_config.OperatorConfig:
+    """The operator's configuration under the chart's default values."""
+    return operator_config.OperatorConfig()
+
+
+def config_from_env(env: Mapping[str, str]) -> operator_config.OperatorConfig:
+    return operator_config.from_env(env)
+
+
+def helm() -> str:
+    path = TOOLS / "helm"
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"helm is missing ({path}). Build it once with `make servers` (it runs "
+                    "e2e/deps/helm-tools.sh).", pytrace=False)
+    return str(path)
+
+
+def render(args: list[str]) -> list[dict[str, Any]]:
+    """`helm template` of the chart with a page's arguments (values files and
+    --set), as `helm install` would render them; a refusal fails the test
+    with helm's own message."""
+    result = subprocess.run([helm(), "template", "ckptdrain", str(CHART), "--namespace",
+                             "ckptdrain", *args], capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        pytest.fail(f"helm template {' '.join(args)} failed:\n{result.stderr}", pytrace=False)
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[apiserver.Cluster]:
+    """A real etcd + kube-apiserver with our CRDs applied and established."""
+    try:
+        apiserver.find_binaries()
+    except apiserver.MissingBinaries as error:
+        pytest.fail(str(error), pytrace=False)
+    with apiserver.running() as running:
+        running.kubectl("apply", "--server-side", "-f", str(CRDS))
+        running.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        yield running
