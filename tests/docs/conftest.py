@@ -17,7 +17,7 @@ from tests.support import apiserver
 
 # The one import of the operator's policy module in this suite.
 from ckptdrain.operator import config as operator_config
-from ckptdrain.operator import policy as operator_policy
+from ckptdrain.operator.policy import spec as operator_policy
 
 
 def policy_problems(spec: Mapping[str, Any], cfg: operator_config.OperatorConfig,
