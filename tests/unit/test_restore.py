@@ -10,7 +10,7 @@ import pytest
 
 from ckptdrain.node import config
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.restore.command import restore
+from ckptdrain.restore.engine import restore
 from ckptdrain.restore.plan import Candidate, candidates
 
 
@@ -115,7 +115,7 @@ class _OnePeer:
 
 
 def test_a_step_restored_from_a_peer_is_reported_not_a_crash(tmp_path: Path) -> None:
-    from ckptdrain.restore.command import _try
+    from ckptdrain.restore.engine import _try
     from ckptdrain.restore.result import RestoreResult
 
     cfg = _cfg(tmp_path)

@@ -20,7 +20,7 @@ from tests.support.smallfs import small_filesystem
 from ckptdrain import cli
 from ckptdrain.node import config, space
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.restore.command import restore
+from ckptdrain.restore.engine import restore
 
 SIZE = 4 << 20  # the checkpoint; the work volume gets 1 MiB
 
