@@ -25,7 +25,8 @@ class InvalidInput(CkptdrainError):
         self.field = field
         self.expected = expected
         self.seen = seen
-        super().__init__(f"{field}: expected {expected}, got {seen!r}")
+        got = "nothing was given" if seen is None else f"got {seen!r}"
+        super().__init__(f"{field}: expected {expected}, {got}")
 
 
 class StoreError(CkptdrainError):

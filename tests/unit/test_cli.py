@@ -63,10 +63,10 @@ def test_push_ls_pull_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFi
     src.mkdir()
     (src / "w.bin").write_bytes(os.urandom(300_000))
     uri = f"file://{tmp_path}/store"
-    assert cli.main(["push", str(src), uri, "--part-size", "1MiB", "--json"]) == 0
+    assert cli.main(["push", str(src), uri, "--part-size", "1MiB", "--json", "--create"]) == 0
     pushed = json.loads(capsys.readouterr().out)
     assert pushed["step"] == 12 and pushed["bytes"] == 300_000
-    assert not (tmp_path / ".step-12.ckptdrain-journal").exists()
+    assert list(tmp_path.glob(".step-12*")) == []  # the journal goes on success
     assert cli.main(["ls", uri, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["complete"]
     assert cli.main(["pull", uri, str(tmp_path / "out"), "--step", "12", "-q"]) == 0
@@ -90,6 +90,7 @@ def test_push_ls_pull_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_pull_from_an_empty_store_exits_5(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
     assert cli.main(["pull", f"file://{tmp_path}/empty", str(tmp_path / "d")]) == 5
     assert "no complete" in capsys.readouterr().err
 
@@ -122,7 +123,8 @@ def _store_with_step(tmp_path: Path) -> str:
         src.mkdir()
         (src / "a.bin").write_bytes(os.urandom(1000))
     uri = f"file://{tmp_path}/store"
-    assert cli.main(["push", str(src), uri, "-q"]) == 0
+    assert cli.main(["push", str(src), uri, "-q", "--create"]) == 0
+    (tmp_path / "empty").mkdir(exist_ok=True)
     return uri
 
 
@@ -165,6 +167,39 @@ CASES: list[tuple[str, Callable[[Path, str], list[str]], int, str, str]] = [
     ("size --parameters 1e308", lambda t, u: ["size", "--parameters", "1e308", "--interval",
                                               "15m"], 2, "invalid", "--parameters"),
     ("store path is a file", lambda t, u: ["ls", f"file://{t}/step-3/a.bin"], 3, "store", ""),
+    ("ls a store directory that does not exist", lambda t, u: ["ls", f"file://{t}/typo"],
+     3, "store", "/typo does not exist"),
+    ("push to a store directory that does not exist",
+     lambda t, u: ["push", str(t / "step-3"), f"file://{t}/typo"], 3, "store", "--create"),
+    ("pull a step never pushed", lambda t, u: ["pull", u, str(t / "d"), "--step", "1300"],
+     5, "no complete", "step 1300 is not in"),
+    ("verify a step never pushed", lambda t, u: ["verify", u, "--step", "1300"],
+     5, "no complete", "step 1300 is not in"),
+    ("verify a DIR that does not exist",
+     lambda t, u: ["verify", str(t / "nonexistent"), "--against", u], 2, "invalid", "DIR"),
+    ("push an empty directory", lambda t, u: ["push", _mkdir(t / "step-5"), u],
+     2, "invalid", "at least one file"),
+    ("push a file name with a newline", lambda t, u: ["push", _named(t, "a\nb"), u],
+     2, "invalid", "step-6/a\\nb"),
+    ("push a file name that is not UTF-8",
+     lambda t, u: ["push", _named(t, os.fsdecode(b"a\xffb")), u], 2, "invalid", "step-6/a\\xffb"),
+    ("pull --step beyond any step",
+     lambda t, u: ["pull", u, str(t / "d"), "--step", "99999999999999999999999"],
+     2, "invalid", "--step"),
+    ("verify --step beyond any step",
+     lambda t, u: ["verify", u, "--step", "99999999999999999999999"], 2, "invalid", "--step"),
+    ("push --rate without a unit", lambda t, u: ["push", str(t / "step-3"), u, "--rate", "500"],
+     2, "invalid", "--rate: expected a rate with its unit such as 50MB/s"),
+    ("size --interval without a unit",
+     lambda t, u: ["size", "--parameters", "405B", "--interval", "15"],
+     2, "invalid", "--interval: expected a duration with its unit such as 15m"),
+    ("size --parameters 405", lambda t, u: ["size", "--parameters", "405", "--interval", "15m"],
+     2, "invalid", "--parameters: expected a model size of at least 1M"),
+    ("size --bytes-per-parameter 14B",
+     lambda t, u: ["size", "--parameters", "405B", "--interval", "15m",
+                   "--bytes-per-parameter", "14B"], 2, "invalid", "such as 14 (bf16 + Adam)"),
+    ("size without --parameters", lambda t, u: ["size", "--interval", "15m"],
+     2, "invalid", "--parameters: expected a parameter count (or --checkpoint-bytes), nothing"),
     ("pull --step whose data is gone", lambda t, u: ["pull", _data_gone(t), str(t / "d"),
                                                      "--step", "3"], 4, "integrity", "step 3"),
     ("verify a changed file", lambda t, u: ["verify", str(_changed(t)), "--against", u],
@@ -176,6 +211,19 @@ CASES: list[tuple[str, Callable[[Path, str], list[str]], int, str, str]] = [
     ("pull from an empty store", lambda t, u: ["pull", f"file://{t}/empty", str(t / "d")],
      5, "no complete", ""),
 ]
+
+
+def _mkdir(path: Path) -> str:
+    path.mkdir()
+    return str(path)
+
+
+def _named(tmp_path: Path, name: str) -> str:
+    src = tmp_path / "step-6"
+    src.mkdir()
+    (src / "fine.bin").write_bytes(b"x")
+    (src / name).write_bytes(b"x")
+    return str(src)
 
 
 def _changed(tmp_path: Path) -> Path:
@@ -204,3 +252,115 @@ def test_exit_codes_match_the_docs(name: str, argv: Callable[[Path, str], list[s
 def test_every_documented_failure_code_has_a_case() -> None:
     covered = {c[2] for c in CASES}
     assert {0, 1, 2, 3, 4, 5} <= set(_documented_codes()) and {0, 1, 2, 3, 4, 5} <= covered
+
+
+# -- what each command says ------------------------------------------------------------
+
+
+def _two_writers(tmp_path: Path) -> str:
+    uri = f"file://{tmp_path}/store"
+    for writer in (0, 1):
+        src = tmp_path / f"w{writer}" / "step-4"
+        src.mkdir(parents=True)
+        (src / f"shard{writer}.bin").write_bytes(os.urandom(2000))
+        assert cli.main(["push", str(src), uri, "--writer", str(writer), "--writers", "2",
+                         "-q", "--create"]) == 0
+    return uri
+
+
+def test_verify_a_whole_pull_of_several_writers(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    uri = _two_writers(tmp_path)
+    assert cli.main(["pull", uri, str(tmp_path / "d"), "-q"]) == 0
+    assert cli.main(["verify", str(tmp_path / "d"), "--against", uri]) == 0
+    assert cli.main(["verify", str(tmp_path / "d" / "1"), "--against", uri, "--writer", "1"]) == 0
+    (tmp_path / "d" / "1" / "shard1.bin").write_bytes(b"changed")
+    capsys.readouterr()
+    assert cli.main(["verify", str(tmp_path / "d"), "--against", uri]) == 4
+    assert "1/shard1.bin: 7 bytes" in capsys.readouterr().out
+
+
+def test_verify_names_files_and_checks_every_step_with_all(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = _store_with_step(tmp_path)
+    src = tmp_path / "step-9"
+    src.mkdir()
+    (src / "b.bin").write_bytes(b"nine")
+    assert cli.main(["push", str(src), uri, "-q"]) == 0
+    assert cli.main(["verify", uri, "--all"]) == 0
+    assert "2 of 2 complete step(s) verified" in capsys.readouterr().out
+    for path in (tmp_path / "store" / "data").rglob("a.bin"):
+        path.write_bytes(b"rotten")
+    assert cli.main(["verify", uri, "-q"]) == 0  # the newest step, 9, is intact
+    assert cli.main(["verify", uri, "--all", "--json"]) == 4
+    doc = json.loads(capsys.readouterr().out)
+    assert [s["step"] for s in doc["steps"] if s["problems"]] == [3]
+    assert doc["steps"][1]["problems"][0].startswith("writer 0: a.bin: 6 bytes")
+
+
+def test_size_quiet_prints_only_the_bandwidth(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([*EXAMPLE, "-q"]) == 0
+    assert capsys.readouterr().out == "63.0 GB/s\n"
+
+
+def test_a_push_elsewhere_keeps_the_first_ones_resume_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import signal
+
+    from ckptdrain.transfer import command
+
+    src = tmp_path / "step-2"
+    src.mkdir()
+    (src / "big.bin").write_bytes(os.urandom(6 << 20))
+    first, second = (f"file://{tmp_path}/{name}" for name in ("first", "second"))
+    interrupt = [True]
+
+    def progress(bar: object, done: int) -> None:
+        if done > 0 and interrupt[0]:  # Ctrl-C, as a user presses it, once a part is sent
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(command._Bar, "__call__", progress)
+    # push sets its own handlers; the test's are put back after
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert cli.main(["push", str(src), first, "--create", "--part-size", "1MiB",
+                         "--concurrency", "1", "-q"]) == 130
+        interrupt[0] = False
+        assert cli.main(["push", str(src), second, "--create", "-q"]) == 0
+        assert cli.main(["push", str(src), first, "--part-size", "1MiB", "--json"]) == 0
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert json.loads(capsys.readouterr().out)["resumed_bytes"] >= 1 << 20
+
+
+def test_a_read_only_source_directory_says_where_the_journal_can_go(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    uri = _store_with_step(tmp_path)
+    real = os.access
+    # What the kernel answers for a directory on a read-only mount (root included).
+    monkeypatch.setattr(os, "access", lambda path, mode: False if Path(path) == tmp_path
+                        and mode == os.W_OK else real(path, mode))
+    src = tmp_path / "step-8"
+    src.mkdir()
+    (src / "x.bin").write_bytes(b"x")
+    capsys.readouterr()
+    assert cli.main(["push", str(src), uri]) == 2
+    assert "pass --journal PATH" in capsys.readouterr().err
+    assert cli.main(["push", str(src), uri, "-q", "--journal", str(tmp_path / "store" / "j")]) == 0
+
+
+def test_ls_into_a_closed_pipe_is_quiet_and_succeeds(tmp_path: Path) -> None:
+    uri = _store_with_step(tmp_path)
+    for step in range(4, 40):
+        src = tmp_path / f"step-{step}"
+        src.mkdir()
+        (src / "f").write_bytes(b"x")
+        assert cli.main(["push", str(src), uri, "-q"]) == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(f"set -o pipefail; {sys.executable} -m ckptdrain ls {uri} | head -1",
+                          shell=True, executable="/bin/bash", capture_output=True, text=True,
+                          env=env)
+    assert (proc.returncode, proc.stderr, proc.stdout.split()[0]) == (0, "", "STEP")

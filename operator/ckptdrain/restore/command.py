@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptdrain import units
-from ckptdrain.errors import CkptdrainError, InvalidInput
+from ckptdrain.errors import BucketMissing, CkptdrainError, InvalidInput
 from ckptdrain.node import config as node_config
 from ckptdrain.restore import retry
 from ckptdrain.restore.engine import restore, skip
@@ -104,10 +104,12 @@ def _open(cfg: node_config.AgentConfig) -> tuple[Store | None, str | None]:
     try:
         from ckptdrain.store import open_store
 
+        # create=False: a file:// store that does not exist is a wrong path,
+        # not an empty store; a fresh start from it would hide the mistake.
         return open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint,
                           endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region,
-                          options=cfg.s3_options), None
-    except InvalidInput as err:
+                          options=cfg.s3_options, create=False), None
+    except (InvalidInput, BucketMissing) as err:
         return None, f"{_MISCONFIGURED}{cfg.store_uri}: {err}"
     except (CkptdrainError, OSError) as err:
         return None, f"cannot open {cfg.store_uri}: {err}"
