@@ -364,3 +364,23 @@ def test_ls_into_a_closed_pipe_is_quiet_and_succeeds(tmp_path: Path) -> None:
                           shell=True, executable="/bin/bash", capture_output=True, text=True,
                           env=env)
     assert (proc.returncode, proc.stderr, proc.stdout.split()[0]) == (0, "", "STEP")
+
+
+@pytest.mark.parametrize(("kubeconfig", "said"), [
+    ("missing", "kubeconfig {path} does not exist"),
+    ("unreachable", "cannot reach the API server at https://127.0.0.1:1: Connection refused"),
+])
+def test_the_operator_without_a_cluster_says_so_in_one_line(
+        kubeconfig: str, said: str, tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    if kubeconfig == "unreachable":
+        path.write_text("apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+                        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                        "users: [{name: u, user: {token: t}}]\n"
+                        "contexts: [{name: x, context: {cluster: c, user: u}}]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env.update(PYTHONPATH=os.pathsep.join(sys.path), HOME=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "ckptdrain", "operator", "--kubeconfig",
+                           str(path)], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr == f"ckptdrain operator: {said.format(path=path)}\n"
