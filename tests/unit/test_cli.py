@@ -384,3 +384,36 @@ def test_the_operator_without_a_cluster_says_so_in_one_line(
                            str(path)], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr == f"ckptdrain operator: {said.format(path=path)}\n"
+
+
+def _help(*argv: str) -> str:
+    return subprocess.run([sys.executable, "-m", "ckptdrain", *argv, "--help"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("command", ["push", "pull", "ls", "verify", "size"])
+def test_each_commands_help_has_the_exit_codes(command: str) -> None:
+    assert "exit codes:" in _help(command) and "130  interrupted" in _help(command)
+
+
+def test_restore_and_peer_help_list_only_their_own_flags() -> None:
+    restore, peer = _help("restore"), _help("peer")
+    assert "--store-uri" in restore and "--restore-retry-deadline" in restore
+    for agent_only in ("--interval", "--part-size", "--metrics-port", "--share-file"):
+        assert agent_only not in restore and agent_only not in peer
+    assert "--local-dir" in peer and "--store-uri" not in peer
+
+
+def test_a_full_disk_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support.smallfs import small_filesystem
+
+    src = tmp_path / "step-1"
+    src.mkdir()
+    (src / "big.bin").write_bytes(os.urandom(3 << 20))
+    uri = f"file://{tmp_path}/store"
+    assert cli.main(["push", str(src), uri, "-q", "--create"]) == 0
+    with small_filesystem(tmp_path / "small", "1m") as small:
+        capsys.readouterr()
+        assert cli.main(["pull", uri, str(small / "dest"), "--no-direct-io"]) == 1
+        err = capsys.readouterr().err
+    assert err.startswith("ckptdrain: error: No space left on device: ") and str(small) in err

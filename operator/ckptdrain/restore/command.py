@@ -54,7 +54,7 @@ log = logging.getLogger("ckptdrain.restore")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    node_config.add_arguments(parser)
+    node_config.add_arguments(parser, node_config.RESTORE_FIELDS)
 
 
 #: Where the kubelet reads a container's termination message (its default
