@@ -1,11 +1,11 @@
 """The one `ckptdrain` command: its parser, `size`, and the one exit path.
 
 Built-in sub-commands (size here; push, pull, ls and verify in
-transfer/command.py) import their heavy parts (botocore, the engines) only when
-run, so `ckptdrain size` stays instant. Other rooms plug in sub-commands
-through PLUGINS: a module with `add_arguments(parser)` and `run(args) -> int`,
-imported only when its sub-command is the one being run (a missing module just
-hides it).
+transfer/command.py, gc in transfer/gc.py) import their heavy parts
+(botocore, the engines) only when run, so `ckptdrain size` stays instant.
+Other rooms plug in sub-commands through PLUGINS: a module with
+`add_arguments(parser)` and `run(args) -> int`, imported only when its
+sub-command is the one being run (a missing module just hides it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ckptdrain import __version__, flags, size_costs, sizing, units
-from ckptdrain.errors import CkptdrainError, InvalidInput
+from ckptdrain.errors import CkptdrainError, Interrupted, InvalidInput
+from ckptdrain.transfer import gc
 from ckptdrain.transfer.command import cmd_ls, cmd_pull, cmd_push, cmd_verify
 
 PLUGINS: dict[str, tuple[str, str]] = {
@@ -223,6 +224,11 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_verify)
 
+    p = command("gc", "list (or --delete) what pushes and drains left behind in a store")
+    gc.add_arguments(p)
+    _common(p)
+    p.set_defaults(func=gc.cmd_gc)
+
     for name, (module, text) in PLUGINS.items():
         if not _available(module):
             continue
@@ -246,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         print("ckptdrain: interrupted", file=sys.stderr)
-        return 130
+        return Interrupted.exit_code
     except BrokenPipeError:
         # The reader stopped reading (`ckptdrain ls | head -1`): it has what
         # it wanted. Nothing more is written, not even at exit.

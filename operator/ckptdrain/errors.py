@@ -90,6 +90,13 @@ class NoCheckpoint(CkptdrainError):
     exit_code = 5
 
 
+class Interrupted(CkptdrainError):
+    """Stopped by Ctrl-C or SIGTERM before the work was done (a push resumes
+    from its journal when run again)."""
+
+    exit_code = 130
+
+
 class UnsafeSource(InvalidInput):
     """A directory to checkpoint is missing, vanished, is a symlink, or holds
     something other than directories and regular files (localfs.regular_files).

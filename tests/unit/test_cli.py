@@ -254,6 +254,24 @@ def test_every_documented_failure_code_has_a_case() -> None:
     assert {0, 1, 2, 3, 4, 5} <= set(_documented_codes()) and {0, 1, 2, 3, 4, 5} <= covered
 
 
+def _code_exit_codes() -> set[int]:
+    """Every exit code the error taxonomy (errors.py) carries, and success."""
+    from ckptdrain import errors
+
+    classes = [c for c in vars(errors).values()
+               if isinstance(c, type) and issubclass(c, errors.CkptdrainError)]
+    return {0} | {c.exit_code for c in classes}
+
+
+def test_the_exit_code_table_is_the_taxonomy_and_each_row_has_an_example() -> None:
+    section = DOCS.read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| (.+) \| (.+) \|$", section, re.MULTILINE)
+    assert {int(code) for code, _, _ in rows} == _code_exit_codes()
+    assert all(example.strip() for _, _, example in rows)
+    assert set(map(int, re.findall(r"^  (\d+) ", cli.EXIT_CODES, re.MULTILINE))) \
+        == _code_exit_codes()
+
+
 # -- what each command says ------------------------------------------------------------
 
 
@@ -417,3 +435,40 @@ def test_a_full_disk_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert cli.main(["pull", uri, str(small / "dest"), "--no-direct-io"]) == 1
         err = capsys.readouterr().err
     assert err.startswith("ckptdrain: error: No space left on device: ") and str(small) in err
+
+
+def _stored_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def test_gc_lists_then_removes_what_a_replace_left_and_never_a_complete_step(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "step-12"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(200_000))
+    uri = f"file://{tmp_path}/store"
+    assert cli.main(["push", str(src), uri, "-q", "--create"]) == 0
+    (src / "a.bin").write_bytes(os.urandom(300_000))
+    assert cli.main(["push", str(src), uri, "-q", "--replace"]) == 0
+    before = _stored_bytes(tmp_path / "store")
+    assert before >= 500_000  # both attempts, while ls shows one
+    capsys.readouterr()
+    assert cli.main(["gc", uri, "--json"]) == 0  # the default: a dry run, 6h of grace
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["removable_bytes"], doc["waiting_bytes"]) == (0, 200_000)
+    assert cli.main(["gc", uri, "--grace", "0s", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["removable_bytes"] == 200_000 and doc["removed"] == 0
+    assert _stored_bytes(tmp_path / "store") == before
+    assert cli.main(["gc", uri, "--grace", "0s", "--delete"]) == 0
+    assert "1 object(s) (200 kB) and 0 unfinished upload(s) removed" in capsys.readouterr().out
+    assert _stored_bytes(tmp_path / "store") < before - 190_000
+    assert cli.main(["verify", uri, "--all", "-q"]) == 0
+    assert cli.main(["pull", uri, str(tmp_path / "d"), "-q"]) == 0
+    assert (tmp_path / "d" / "a.bin").read_bytes() == (src / "a.bin").read_bytes()
+
+
+def test_gc_of_a_store_that_does_not_exist_is_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["gc", f"file://{tmp_path}/typo"]) == 3
+    assert "typo does not exist" in capsys.readouterr().err

@@ -41,8 +41,8 @@ from typing import Literal, TypeVar
 from ckptdrain import checksum, keys
 from ckptdrain.errors import (
     BucketMissing,
-    CkptdrainError,
     IntegrityError,
+    Interrupted,
     ObjectMissing,
     StoreAccessDenied,
     StoreError,
@@ -64,10 +64,8 @@ _MiB = 1 << 20
 T = TypeVar("T")
 
 
-class DrainCancelled(CkptdrainError):
+class DrainCancelled(Interrupted):
     """The drain was asked to stop; the journal holds what is already durable."""
-
-    exit_code = 130
 
 
 @dataclass(frozen=True)
