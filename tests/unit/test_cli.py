@@ -472,3 +472,30 @@ def test_gc_of_a_store_that_does_not_exist_is_an_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["gc", f"file://{tmp_path}/typo"]) == 3
     assert "typo does not exist" in capsys.readouterr().err
+
+
+def test_pull_learns_its_total_before_the_first_byte(tmp_path: Path) -> None:
+    """What the progress bar's size, rate and ETA come from."""
+    from ckptdrain.store import open_store
+    from ckptdrain.transfer.fetch import fetch
+
+    uri = _store_with_step(tmp_path)
+    events: list[tuple[str, int]] = []
+    fetch(open_store(uri), tmp_path / "d", on_total=lambda n: events.append(("total", n)),
+          progress=lambda n: events.append(("done", n)))
+    assert events[0] == ("total", 1000) and events[-1] == ("done", 1000)
+
+
+def test_pulls_bar_on_a_terminal_shows_the_size(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    uri = _store_with_step(tmp_path)
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.main(["pull", uri, str(tmp_path / "d")]) == 0
+    assert "1.00k/1.00k" in terminal.getvalue()  # done of total: what rate and ETA need
