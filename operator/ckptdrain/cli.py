@@ -40,9 +40,10 @@ exit codes:
   0    success
   1    other error
   2    invalid input or usage (the message names the field)
-  3    the store failed: unreachable, access denied, missing bucket or object
+  3    the store failed: unreachable, access denied, missing bucket, object
+       or file:// directory
   4    integrity: bytes do not match their manifest (verify found problems)
-  5    no complete checkpoint matches what was asked
+  5    no complete checkpoint matches what was asked (or the --step is not there)
   6    conflict: push found the step already committed with other content
   130  interrupted (push resumes from its journal when run again)
 """

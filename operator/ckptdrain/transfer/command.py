@@ -113,8 +113,8 @@ def cmd_push(args: argparse.Namespace) -> int:
     try:
         result = drainer.drain(src, manifest, journal_path=journal, cancel=cancel, progress=bar,
                                replace=args.replace)
-    except OSError as err:
-        raise _naming(err, journal) from None
+    except OSError as err:  # the journal's disk, or a file:// store's
+        raise _naming(err, f"{journal} or {store.uri}") from None
     finally:
         bar.close()
     journal.unlink(missing_ok=True)
@@ -138,7 +138,7 @@ def default_journal(src: Path, uri: str) -> Path:
     return src.parent / f".{src.name}.{dest}.ckptdrain-journal"
 
 
-def _naming(err: OSError, where: Path) -> OSError:
+def _naming(err: OSError, where: Path | str) -> OSError:
     """`err` naming a path: a write that fails for lack of space, quota or a
     read-only mount often has no file name of its own."""
     if err.filename is None:
