@@ -1,11 +1,11 @@
 """The one `ckptdrain` command: its parser, `size`, and the one exit path.
 
 Built-in sub-commands (size here; push, pull, ls and verify in
-transfer/command.py) import their heavy parts (botocore, the engines) only when
-run, so `ckptdrain size` stays instant. Other rooms plug in sub-commands
-through PLUGINS: a module with `add_arguments(parser)` and `run(args) -> int`,
-imported only when its sub-command is the one being run (a missing module just
-hides it).
+transfer/command.py, gc in transfer/gc.py) import their heavy parts
+(botocore, the engines) only when run, so `ckptdrain size` stays instant.
+Other rooms plug in sub-commands through PLUGINS: a module with
+`add_arguments(parser)` and `run(args) -> int`, imported only when its
+sub-command is the one being run (a missing module just hides it).
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ import dataclasses
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from ckptdrain import __version__, flags, size_costs, sizing, units
-from ckptdrain.errors import CkptdrainError, InvalidInput
+from ckptdrain.errors import CkptdrainError, Interrupted, InvalidInput
+from ckptdrain.transfer import gc
 from ckptdrain.transfer.command import cmd_ls, cmd_pull, cmd_push, cmd_verify
 
 PLUGINS: dict[str, tuple[str, str]] = {
@@ -38,9 +40,10 @@ exit codes:
   0    success
   1    other error
   2    invalid input or usage (the message names the field)
-  3    the store failed: unreachable, access denied, missing bucket or object
+  3    the store failed: unreachable, access denied, missing bucket, object
+       or file:// directory
   4    integrity: bytes do not match their manifest (verify found problems)
-  5    no complete checkpoint matches what was asked
+  5    no complete checkpoint matches what was asked (or the --step is not there)
   6    conflict: push found the step already committed with other content
   130  interrupted (push resumes from its journal when run again)
 """
@@ -56,17 +59,18 @@ def _available(module: str) -> bool:
 # -- size ---------------------------------------------------------------------
 
 _SIZE_FLAGS: list[tuple[str, Callable[[str, object], Any], str]] = [
-    ("--parameters", units.parse_count, "model parameters: 405B, 70M, 4.05e11"),
-    ("--bytes-per-parameter", lambda f, v: units.parse_count(f, v), "default 14 (bf16 + Adam)"),
+    ("--parameters", flags.parameters, "model parameters: 405B, 70M, 4.05e11"),
+    ("--bytes-per-parameter", flags.bytes_per_parameter,
+     "checkpoint bytes per parameter: 14 (default: bf16 + Adam), 2 (bf16 weights)"),
     ("--checkpoint-bytes", units.parse_bytes, "checkpoint size instead of parameters: 5.67TB"),
-    ("--interval", units.parse_duration, "time between local checkpoints: 15m, 900s"),
-    ("--mtti", units.parse_duration, "mean time to interruption: 150m (interval = MTTI/10)"),
+    ("--interval", flags.duration, "time between local checkpoints: 15m, 900s"),
+    ("--mtti", flags.duration, "mean time to interruption: 150m (interval = MTTI/10)"),
     ("--overlap", units.parse_fraction, "drain time / global interval: 10%% (default)"),
     ("--global-every", units.parse_positive_int, "every N-th local checkpoint goes global"),
-    ("--local-write-time", units.parse_duration, "seconds a checkpoint stalls training (C)"),
-    ("--restart-time", units.parse_duration, "interruption to training again: 10m"),
-    ("--cap", units.parse_rate, "policy bandwidth cap: 10GB/s"),
-    ("--cluster-cap", units.parse_rate, "cluster bandwidth cap: 40GB/s"),
+    ("--local-write-time", flags.duration, "time a checkpoint stalls training (C): 30s"),
+    ("--restart-time", flags.duration, "interruption to training again: 10m"),
+    ("--cap", flags.rate, "policy bandwidth cap: 10GB/s"),
+    ("--cluster-cap", flags.rate, "cluster bandwidth cap: 40GB/s"),
     ("--drainers", units.parse_positive_int, "nodes that drain (the bandwidth is split)"),
 ]
 
@@ -134,6 +138,8 @@ def cmd_size(args: argparse.Namespace) -> int:
     costs = size_costs.compute(args, result, _sizing_input(args).mtti_s)
     if args.json:
         print(json.dumps({**_size_json(result), **size_costs.to_json(costs)}, indent=2))
+    elif args.quiet:  # the one number a script wants
+        print(units.format_rate(result.required_bandwidth))
     else:
         rows = _size_rows(result) + size_costs.rows(costs)
         width = max(len(k) for k, _ in rows)
@@ -144,9 +150,10 @@ def cmd_size(args: argparse.Namespace) -> int:
 # -- the parser -----------------------------------------------------------------
 
 
-def _common(p: argparse.ArgumentParser, *, store: bool = True) -> None:
+def _common(p: argparse.ArgumentParser, *, store: bool = True,
+            quiet: str = "no progress, no summary") -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress, no summary")
+    p.add_argument("-q", "--quiet", action="store_true", help=quiet)
     if store:
         p.add_argument("--endpoint-url", help="S3-compatible endpoint (default: "
                        "$CKPTDRAIN_S3_ENDPOINT, $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, AWS)")
@@ -160,15 +167,18 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ckptdrain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("size", help="bandwidth a checkpoint policy needs (sizing model)",
-                       epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text, epilog=EXIT_CODES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    p = command("size", "bandwidth a checkpoint policy needs (sizing model)")
     for flag, _, text in _SIZE_FLAGS:
         p.add_argument(flag, help=text)
     size_costs.add_flags(p)
-    _common(p, store=False)
+    _common(p, store=False, quiet="print only the required bandwidth")
     p.set_defaults(func=cmd_size)
 
-    p = sub.add_parser("push", help="upload a checkpoint directory (resumable, rate-limited)")
+    p = command("push", "upload a checkpoint directory (resumable, rate-limited)")
     p.add_argument("src", metavar="SRC_DIR")
     p.add_argument("uri", metavar="URI", help="file:///path, s3://bucket/prefix or gs://bucket/prefix")
     p.add_argument("--step", help="step (default: the number ending SRC_DIR's name)")
@@ -178,13 +188,15 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--part-size", default="64MiB",
                    help="multipart part size (default 64MiB; at least 1MiB, 5MiB on S3)")
     p.add_argument("--concurrency", default="8", help="parts in flight (default 8)")
-    p.add_argument("--journal", help="resume journal (default: beside SRC_DIR)")
+    p.add_argument("--journal", help="resume journal (default: beside SRC_DIR, one per URI)")
+    p.add_argument("--create", action="store_true",
+                   help="create a file:// store directory that does not exist yet")
     p.add_argument("--replace", action="store_true",
                    help="replace the step's committed checkpoint if its content differs")
     _common(p)
     p.set_defaults(func=cmd_push)
 
-    p = sub.add_parser("pull", help="restore a checkpoint, verified, atomically")
+    p = command("pull", "restore a checkpoint, verified, atomically")
     p.add_argument("uri", metavar="URI")
     p.add_argument("dest", metavar="DEST", help="missing or empty directory")
     p.add_argument("--step", help="a step number or 'latest' (default)")
@@ -197,19 +209,26 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_pull)
 
-    p = sub.add_parser("ls", help="checkpoints in a store, complete or why not")
+    p = command("ls", "checkpoints in a store, complete or why not")
     p.add_argument("uri", metavar="URI")
     _common(p)
     p.set_defaults(func=cmd_ls)
 
-    p = sub.add_parser("verify", help="check a stored step or a directory against its manifest")
+    p = command("verify", "check a stored step or a directory against its manifest")
     p.add_argument("target", metavar="URI|DIR")
     p.add_argument("--step", help="step to verify (default: the newest complete)")
+    p.add_argument("--all", action="store_true", help="for a URI: every complete step")
     p.add_argument("--manifest", help="for a DIR: the manifest JSON to check it against")
     p.add_argument("--against", metavar="URI", help="for a DIR: take the manifest from a store")
-    p.add_argument("--writer", help="for --against: which writer's manifest")
+    p.add_argument("--writer", help="for --against: which writer's manifest (default: "
+                   "each writer's under DIR/<writer>/, as a whole pull lays them out)")
     _common(p)
     p.set_defaults(func=cmd_verify)
+
+    p = command("gc", "list (or --delete) what pushes and drains left behind in a store")
+    gc.add_arguments(p)
+    _common(p)
+    p.set_defaults(func=gc.cmd_gc)
 
     for name, (module, text) in PLUGINS.items():
         if not _available(module):
@@ -234,9 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         print("ckptdrain: interrupted", file=sys.stderr)
-        return 130
+        return Interrupted.exit_code
     except BrokenPipeError:
-        return 1
+        # The reader stopped reading (`ckptdrain ls | head -1`): it has what
+        # it wanted. Nothing more is written, not even at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as err:  # a file we were pointed at: say which, no traceback
-        print(f"ckptdrain: error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
+        where = f": {err.filename}" if err.filename else ""
+        print(f"ckptdrain: error: {err.strerror or err}{where}", file=sys.stderr)
         return 1

@@ -43,6 +43,7 @@ from pathlib import Path
 from types import FrameType
 
 from ckptdrain.contract.env import Env
+from ckptdrain.errors import InvalidInput
 from ckptdrain.progress import PROGRESS_FILE, Progress
 
 CONTROL_DIR = ".ckptdrain"
@@ -110,7 +111,14 @@ class Client:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         env = os.environ if environ is None else environ
-        self.work_dir = Path(work_dir or env.get(Env.WORK_DIR.value) or DEFAULT_WORK_DIR)
+        chosen = work_dir or env.get(Env.WORK_DIR.value)
+        if not chosen and not os.path.isdir(DEFAULT_WORK_DIR):
+            # Outside a pod the default is nowhere: creating it (as root,
+            # at the filesystem's top) would hide the missing configuration.
+            raise InvalidInput(Env.WORK_DIR.value, f"the work directory (set in pods by the "
+                               f"operator; elsewhere set it or pass Client(work_dir=...); "
+                               f"{DEFAULT_WORK_DIR} does not exist)", None)
+        self.work_dir = Path(chosen or DEFAULT_WORK_DIR)
         self.restore_result = Path(
             restore_result or env.get(Env.RESTORE_RESULT.value)
             or self.work_dir / "restore.json"

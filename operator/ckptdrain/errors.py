@@ -25,7 +25,8 @@ class InvalidInput(CkptdrainError):
         self.field = field
         self.expected = expected
         self.seen = seen
-        super().__init__(f"{field}: expected {expected}, got {seen!r}")
+        got = "nothing was given" if seen is None else f"got {seen!r}"
+        super().__init__(f"{field}: expected {expected}, {got}")
 
 
 class StoreError(CkptdrainError):
@@ -87,6 +88,13 @@ class NoCheckpoint(CkptdrainError):
     """No complete checkpoint matches what was asked for."""
 
     exit_code = 5
+
+
+class Interrupted(CkptdrainError):
+    """Stopped by Ctrl-C or SIGTERM before the work was done (a push resumes
+    from its journal when run again)."""
+
+    exit_code = 130
 
 
 class UnsafeSource(InvalidInput):

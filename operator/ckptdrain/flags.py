@@ -21,10 +21,55 @@ SIZE_FIELD_FLAGS = {
 }
 
 
-def step_number(field: str, value: str) -> int:
+def step_number(field: str, value: str, *, latest: bool = False) -> int:
+    """A step: a whole number from 0 to 10^18 - 1 (what a manifest can hold)."""
     if not re.fullmatch(r"[0-9]{1,18}", value.strip()):
-        raise InvalidInput(field, "a step number: a whole number >= 0", value)
+        raise InvalidInput(field, "a step number: a whole number from 0 to "
+                           "999999999999999999" + (", or 'latest'" if latest else ""), value)
     return int(value)
+
+
+def _bare(value: object) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"\s*[0-9.eE+-]+\s*", value) is not None
+
+
+def rate(field: str, value: str) -> float:
+    """A rate with its unit: `--rate 500` would be 500 bytes a second, which
+    nobody means, so the unit is required."""
+    if _bare(value):
+        raise InvalidInput(field, "a rate with its unit such as 50MB/s or 500MiB/s", value)
+    return units.parse_rate(field, value)
+
+
+def duration(field: str, value: str) -> float:
+    """A duration with its unit: is `15` seconds or minutes? Required."""
+    if _bare(value):
+        raise InvalidInput(field, "a duration with its unit such as 15m, 900s or 1h30m", value)
+    return units.parse_duration(field, value)
+
+
+#: Below this a model is a toy: `--parameters 405` means 405B far more often.
+MIN_PARAMETERS = 1e6
+
+
+def parameters(field: str, value: str) -> float:
+    count = units.parse_count(field, value)
+    if count < MIN_PARAMETERS:
+        raise InvalidInput(field, "a model size of at least 1M parameters such as 405B or 70M",
+                           value)
+    return count
+
+
+def bytes_per_parameter(field: str, value: str) -> float:
+    """Checkpoint bytes per parameter: 2 for bf16 weights, 14 or 16 with
+    Adam's state; a plain number (no B, M: `14B` is not 14e9 bytes)."""
+    expected = "a plain number from 0.5 to 64 such as 14 (bf16 + Adam) or 2 (bf16 weights)"
+    if not _bare(value):
+        raise InvalidInput(field, expected, value)
+    number = units.parse_count(field, value) if value.strip() not in ("0", "") else 0.0
+    if not 0.5 <= number <= 64:
+        raise InvalidInput(field, expected, value)
+    return number
 
 
 def writer_id(value: str) -> int:

@@ -7,6 +7,8 @@ called, so importing it (or anything in the core) never loads the SDK.
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 
@@ -48,3 +50,37 @@ def watch_stream(list_call: Any, *args: Any, **kwargs: Any) -> Any:
 
     stream = watch.Watch()
     return stream.stream(list_call, *args, **kwargs), stream.stop
+
+
+def check_reachable(timeout: float = 5.0) -> None:
+    """Raise CkptdrainError, one line, unless a cluster is configured (in a
+    pod, or a kubeconfig) and its API server answers `/version` within
+    `timeout` seconds: a long-running controller started without either would
+    otherwise fail later, in a loop of tracebacks."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+    from urllib3.exceptions import HTTPError
+
+    from ckptdrain.errors import CkptdrainError
+
+    named = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    missing = [p for p in named if not os.path.isfile(p)]
+    if missing and len(missing) == len(named) and "KUBERNETES_SERVICE_HOST" not in os.environ:
+        raise CkptdrainError(f"kubeconfig {', '.join(missing)} does not exist")
+    try:
+        base = api_client(retries=0)
+    except (ConfigException, OSError, TypeError) as err:
+        raise CkptdrainError(f"no Kubernetes cluster configured: not in a pod, and no usable "
+                             f"kubeconfig ({err}); pass --kubeconfig or set KUBECONFIG") from None
+    host = base.configuration.host
+    try:
+        client.VersionApi(base).get_code(_request_timeout=timeout)
+    except ApiException as err:
+        if err.status not in (401, 403):  # an answer: reachable, the credentials are Kopf's
+            raise CkptdrainError(f"the API server at {host} answered {err.status} "
+                                 f"{err.reason}") from None
+    except (HTTPError, OSError) as err:
+        said = re.search(r"\[Errno -?[0-9]+\] ([^'\")]+)", str(err))
+        why = said[1] if said else f"no answer within {timeout:g}s"
+        raise CkptdrainError(f"cannot reach the API server at {host}: {why}") from None

@@ -17,22 +17,57 @@ import stat
 from pathlib import Path
 
 from ckptdrain import paths
-from ckptdrain.errors import UnsafeSource
+from ckptdrain.errors import UnsafePath, UnsafeSource
 
 _EXPECTED_FILE = "a regular file or directory (symlinks, devices, sockets and FIFOs are refused)"
 _EXPECTED_ROOT = "an existing directory (not a symlink)"
 
 
+_EXPECTED_NAME = "a file name a checkpoint can carry (UTF-8, no control characters or backslash)"
+_SPECIAL = ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a special file (a FIFO)"),
+            (stat.S_ISSOCK, "a special file (a socket)"),
+            (stat.S_ISCHR, "a special file (a character device)"),
+            (stat.S_ISBLK, "a special file (a block device)"))
+
+
 def _kind(mode: int) -> str:
-    return "a symlink" if stat.S_ISLNK(mode) else f"a special file (mode {mode:o})"
+    return next((what for test, what in _SPECIAL if test(mode)), "a special file")
+
+
+def shown(path: str | os.PathLike[str]) -> str:
+    """A path as a person can read it in a message: bytes that are not UTF-8
+    as \\xNN, control characters escaped, never a lone surrogate."""
+    raw = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in raw)
+
+
+def _carried(rel: str, full: str) -> str:
+    """`rel` when a manifest can carry it as a path, else UnsafeSource naming
+    the file: a name the trainer chose is bad input, not a corrupt checkpoint."""
+    why = None
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        why = "a name that is not UTF-8"
+    else:
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in rel):
+            why = "a control character (newline, tab...)"  # S3 listings (XML 1.0) cannot carry
+        else:
+            try:
+                paths.check_relative_path(rel)
+            except UnsafePath as err:
+                why = "a name that " + str(err).split(": ", 1)[0].removeprefix("manifest path ")
+    if why is not None:
+        raise UnsafeSource(f"source file {shown(full)}", _EXPECTED_NAME, why)
+    return rel
 
 
 def regular_files(root: Path) -> list[tuple[str, Path]]:
     """(relative '/'-path, full path) of every regular file under `root`, sorted by path.
 
     Raises UnsafeSource for a missing, vanished or symlinked `root`, and for
-    any entry below it that is neither a directory nor a regular file; and
-    UnsafePath for a name a manifest cannot carry (e.g. a backslash).
+    any entry below it that is neither a directory nor a regular file, or
+    whose name a manifest cannot carry (not UTF-8, a newline, a backslash).
     """
     root = Path(root)
     try:
@@ -60,7 +95,7 @@ def regular_files(root: Path) -> list[tuple[str, Path]]:
             if stat.S_ISDIR(mode):
                 pending.append(rel)
             elif stat.S_ISREG(mode):
-                found.append((paths.check_relative_path(rel), Path(full)))
+                found.append((_carried(rel, full), Path(full)))
             else:
                 raise UnsafeSource(f"source file {full}", _EXPECTED_FILE, _kind(mode))
     found.sort()

@@ -48,6 +48,11 @@ class Pod:
         self.procs: list[tuple[str, subprocess.Popen[bytes], Path]] = []
         self.env = dict(os.environ)
         self.env.update(store_env or {})
+        uri = self.env.get("CKPTDRAIN_STORE_URI", "")
+        if uri.startswith("file://"):
+            # A pod's file:// store is a mounted volume: there before restore,
+            # which takes a missing directory for a wrong path.
+            Path(uri.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
         self.env.update(
             {
                 "CKPTDRAIN_WORK_DIR": str(self.work),

@@ -47,8 +47,9 @@ def push_args(src: Path, uri: str, *extra: str) -> list[str]:
     # Small parts make many kill points; S3 refuses parts under 5 MiB, the gs://
     # store keeps the same floor (and push refuses a --part-size under it).
     part = "5MiB" if uri.startswith(("s3://", "gs://")) else "1MiB"
+    create = ["--create"] if uri.startswith("file:") else []  # a fresh area's directory
     return ["push", str(src), uri, "--part-size", part, "--concurrency", "2",
-            "--journal", str(src.parent / f".journal-{src.name}"), "--json", *extra]
+            "--journal", str(src.parent / f".journal-{src.name}"), "--json", *create, *extra]
 
 
 def rate_for(size: int, seconds: float = 2.0) -> str:

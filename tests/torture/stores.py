@@ -225,6 +225,7 @@ class StoreKind:
                         prefix=tag, endpoint=self.gcs.endpoint_url)
         if self.server is None:
             root = self.scratch / "stores" / tag
+            root.mkdir(parents=True, exist_ok=True)  # a volume: ls and restore need it there
             return Area(self, f"file://{root}", {}, root=root)
         s = self.server
         env = {"CKPTDRAIN_S3_ENDPOINT": s.endpoint_url, "AWS_ENDPOINT_URL": s.endpoint_url,

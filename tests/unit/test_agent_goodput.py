@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from ckptdrain.agent.goodput import GoodputMetrics, GoodputWatcher, OverlapReporter
@@ -63,3 +65,14 @@ def test_overlap_is_drain_time_over_the_global_interval() -> None:
     metrics = GoodputMetrics(registry)
     OverlapReporter(metrics, 100.0).report(CheckpointEvent(7, State.GLOBAL, 10, seconds=8.0))
     assert registry.get_sample_value("ckptdrain_drain_overlap_ratio") == 0.08
+
+
+def test_an_interruption_before_any_step_is_said_in_words(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    watcher = GoodputWatcher(tmp_path / "work", LocalTier(tmp_path / "local"),
+                             GoodputMetrics(CollectorRegistry()), lambda k, v: True,
+                             clock=lambda: 0.0)
+    with caplog.at_level(logging.INFO, logger="ckptdrain.agent.goodput"):
+        watcher.interrupted(at=1.0)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "interrupted at an unknown step" in said and "None" not in said

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.support.clistore import store_with_step
 
 from ckptdrain import cli
 from ckptdrain.transfer import direct_io
@@ -63,10 +64,10 @@ def test_push_ls_pull_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFi
     src.mkdir()
     (src / "w.bin").write_bytes(os.urandom(300_000))
     uri = f"file://{tmp_path}/store"
-    assert cli.main(["push", str(src), uri, "--part-size", "1MiB", "--json"]) == 0
+    assert cli.main(["push", str(src), uri, "--part-size", "1MiB", "--json", "--create"]) == 0
     pushed = json.loads(capsys.readouterr().out)
     assert pushed["step"] == 12 and pushed["bytes"] == 300_000
-    assert not (tmp_path / ".step-12.ckptdrain-journal").exists()
+    assert list(tmp_path.glob(".step-12*")) == []  # the journal goes on success
     assert cli.main(["ls", uri, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["complete"]
     assert cli.main(["pull", uri, str(tmp_path / "out"), "--step", "12", "-q"]) == 0
@@ -90,6 +91,7 @@ def test_push_ls_pull_verify_round_trip(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_pull_from_an_empty_store_exits_5(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
     assert cli.main(["pull", f"file://{tmp_path}/empty", str(tmp_path / "d")]) == 5
     assert "no complete" in capsys.readouterr().err
 
@@ -116,18 +118,8 @@ def _documented_codes() -> dict[int, str]:
     return {int(code): meaning for code, meaning in rows}
 
 
-def _store_with_step(tmp_path: Path) -> str:
-    src = tmp_path / "step-3"
-    if not src.exists():  # pushed again by some cases: the same content, already committed
-        src.mkdir()
-        (src / "a.bin").write_bytes(os.urandom(1000))
-    uri = f"file://{tmp_path}/store"
-    assert cli.main(["push", str(src), uri, "-q"]) == 0
-    return uri
-
-
 def _data_gone(tmp_path: Path) -> str:
-    uri = _store_with_step(tmp_path)
+    uri = store_with_step(tmp_path)
     for path in (tmp_path / "store" / "data").rglob("a.bin"):
         path.unlink()
     return uri
@@ -165,6 +157,39 @@ CASES: list[tuple[str, Callable[[Path, str], list[str]], int, str, str]] = [
     ("size --parameters 1e308", lambda t, u: ["size", "--parameters", "1e308", "--interval",
                                               "15m"], 2, "invalid", "--parameters"),
     ("store path is a file", lambda t, u: ["ls", f"file://{t}/step-3/a.bin"], 3, "store", ""),
+    ("ls a store directory that does not exist", lambda t, u: ["ls", f"file://{t}/typo"],
+     3, "store", "/typo does not exist"),
+    ("push to a store directory that does not exist",
+     lambda t, u: ["push", str(t / "step-3"), f"file://{t}/typo"], 3, "store", "--create"),
+    ("pull a step never pushed", lambda t, u: ["pull", u, str(t / "d"), "--step", "1300"],
+     5, "no complete", "step 1300 is not in"),
+    ("verify a step never pushed", lambda t, u: ["verify", u, "--step", "1300"],
+     5, "no complete", "step 1300 is not in"),
+    ("verify a DIR that does not exist",
+     lambda t, u: ["verify", str(t / "nonexistent"), "--against", u], 2, "invalid", "DIR"),
+    ("push an empty directory", lambda t, u: ["push", _mkdir(t / "step-5"), u],
+     2, "invalid", "at least one file"),
+    ("push a file name with a newline", lambda t, u: ["push", _named(t, "a\nb"), u],
+     2, "invalid", "step-6/a\\nb"),
+    ("push a file name that is not UTF-8",
+     lambda t, u: ["push", _named(t, os.fsdecode(b"a\xffb")), u], 2, "invalid", "step-6/a\\xffb"),
+    ("pull --step beyond any step",
+     lambda t, u: ["pull", u, str(t / "d"), "--step", "99999999999999999999999"],
+     2, "invalid", "--step"),
+    ("verify --step beyond any step",
+     lambda t, u: ["verify", u, "--step", "99999999999999999999999"], 2, "invalid", "--step"),
+    ("push --rate without a unit", lambda t, u: ["push", str(t / "step-3"), u, "--rate", "500"],
+     2, "invalid", "--rate: expected a rate with its unit such as 50MB/s"),
+    ("size --interval without a unit",
+     lambda t, u: ["size", "--parameters", "405B", "--interval", "15"],
+     2, "invalid", "--interval: expected a duration with its unit such as 15m"),
+    ("size --parameters 405", lambda t, u: ["size", "--parameters", "405", "--interval", "15m"],
+     2, "invalid", "--parameters: expected a model size of at least 1M"),
+    ("size --bytes-per-parameter 14B",
+     lambda t, u: ["size", "--parameters", "405B", "--interval", "15m",
+                   "--bytes-per-parameter", "14B"], 2, "invalid", "such as 14 (bf16 + Adam)"),
+    ("size without --parameters", lambda t, u: ["size", "--interval", "15m"],
+     2, "invalid", "--parameters: expected a parameter count (or --checkpoint-bytes), nothing"),
     ("pull --step whose data is gone", lambda t, u: ["pull", _data_gone(t), str(t / "d"),
                                                      "--step", "3"], 4, "integrity", "step 3"),
     ("verify a changed file", lambda t, u: ["verify", str(_changed(t)), "--against", u],
@@ -176,6 +201,19 @@ CASES: list[tuple[str, Callable[[Path, str], list[str]], int, str, str]] = [
     ("pull from an empty store", lambda t, u: ["pull", f"file://{t}/empty", str(t / "d")],
      5, "no complete", ""),
 ]
+
+
+def _mkdir(path: Path) -> str:
+    path.mkdir()
+    return str(path)
+
+
+def _named(tmp_path: Path, name: str) -> str:
+    src = tmp_path / "step-6"
+    src.mkdir()
+    (src / "fine.bin").write_bytes(b"x")
+    (src / name).write_bytes(b"x")
+    return str(src)
 
 
 def _changed(tmp_path: Path) -> Path:
@@ -190,7 +228,7 @@ def test_exit_codes_match_the_docs(name: str, argv: Callable[[Path, str], list[s
                                    capsys: pytest.CaptureFixture[str]) -> None:
     documented = _documented_codes()
     assert word in documented[code].lower(), (code, documented[code])
-    uri = _store_with_step(tmp_path)
+    uri = store_with_step(tmp_path)
     args = argv(tmp_path, uri)
     capsys.readouterr()
     assert cli.main(args) == code
@@ -204,3 +242,21 @@ def test_exit_codes_match_the_docs(name: str, argv: Callable[[Path, str], list[s
 def test_every_documented_failure_code_has_a_case() -> None:
     covered = {c[2] for c in CASES}
     assert {0, 1, 2, 3, 4, 5} <= set(_documented_codes()) and {0, 1, 2, 3, 4, 5} <= covered
+
+
+def _code_exit_codes() -> set[int]:
+    """Every exit code the error taxonomy (errors.py) carries, and success."""
+    from ckptdrain import errors
+
+    classes = [c for c in vars(errors).values()
+               if isinstance(c, type) and issubclass(c, errors.CkptdrainError)]
+    return {0} | {c.exit_code for c in classes}
+
+
+def test_the_exit_code_table_is_the_taxonomy_and_each_row_has_an_example() -> None:
+    section = DOCS.read_text().split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\d+) \| (.+) \| (.+) \|$", section, re.MULTILINE)
+    assert {int(code) for code, _, _ in rows} == _code_exit_codes()
+    assert all(example.strip() for _, _, example in rows)
+    assert set(map(int, re.findall(r"^  (\d+) ", cli.EXIT_CODES, re.MULTILINE))) \
+        == _code_exit_codes()

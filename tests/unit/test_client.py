@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ckptdrain.client import CONTROL_DIR, REQUEST_FILE, Client, write_json_atomic
 from ckptdrain.node.steps import completed_steps
 
@@ -63,3 +65,18 @@ def test_env_names_the_work_dir(tmp_path: Path) -> None:
                              "CKPTDRAIN_RESTORE_RESULT": str(tmp_path / "r.json")})
     assert client.step_dir(2) == tmp_path / "step-2"
     assert client.restore_result == tmp_path / "r.json"
+
+
+def test_outside_a_pod_the_client_refuses_rather_than_create_a_work_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptdrain import client as client_module
+    from ckptdrain.errors import InvalidInput
+
+    default = tmp_path / "ckptdrain" / "work"
+    monkeypatch.setattr(client_module, "DEFAULT_WORK_DIR", str(default))
+    with pytest.raises(InvalidInput, match="CKPTDRAIN_WORK_DIR: expected the work directory"):
+        Client(environ={})
+    assert not default.exists()
+    default.mkdir(parents=True)  # in a pod: the volume is mounted there
+    assert Client(environ={}).work_dir == default
+    assert Client(environ={"CKPTDRAIN_WORK_DIR": str(tmp_path)}).work_dir == tmp_path

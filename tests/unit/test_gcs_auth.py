@@ -33,6 +33,7 @@ def _unb64(text: str) -> bytes:
 class _Google(BaseHTTPRequestHandler):
     seen: ClassVar[list[dict[str, Any]]] = []
     issued: ClassVar[int] = 0
+    refuse: ClassVar[bool] = False  # as a metadata address off Google Cloud may answer
 
     def _answer(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
@@ -49,7 +50,8 @@ class _Google(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         type(self).seen.append({"path": self.path, "flavor": self.headers.get("Metadata-Flavor")})
-        if self.path != gcs_auth.METADATA_PATH or self.headers.get("Metadata-Flavor") != "Google":
+        if self.path != gcs_auth.METADATA_PATH or self.headers.get("Metadata-Flavor") != "Google" \
+                or self.refuse:
             self._answer(403, {"error": "missing Metadata-Flavor"})
             return
         self._token()
@@ -83,6 +85,7 @@ class _Google(BaseHTTPRequestHandler):
 def google() -> Iterator[str]:
     _Google.seen.clear()
     _Google.issued = 0
+    _Google.refuse = False
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Google)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"127.0.0.1:{server.server_address[1]}"
@@ -143,6 +146,13 @@ def test_no_metadata_server_says_what_to_set(tmp_path: Path) -> None:
     source = gcs_auth.default_credentials({"HOME": str(tmp_path),
                                            "GCE_METADATA_HOST": "127.0.0.1:9"})
     with pytest.raises(StoreUnreachable, match="Workload Identity"):  # retried, not fatal
+        source.header()
+
+
+def test_a_metadata_address_that_refuses_says_what_to_set(google: str, tmp_path: Path) -> None:
+    _Google.refuse = True
+    source = gcs_auth.default_credentials({"HOME": str(tmp_path), "GCE_METADATA_HOST": google})
+    with pytest.raises(StoreAccessDenied, match=r"HTTP 403.*set GOOGLE_APPLICATION_CREDENTIALS"):
         source.header()
 
 

@@ -77,7 +77,7 @@ def test_a_missing_root_is_refused_never_empty(walk: Callable[[Path], object],
 def test_a_fifo_is_refused(walk: Callable[[Path], object], tmp_path: Path) -> None:
     root = _tree(tmp_path / "src")
     os.mkfifo(root / "sub" / "pipe")
-    with pytest.raises(UnsafeSource, match="special file"):
+    with pytest.raises(UnsafeSource, match=r"special file \(a FIFO\)"):
         walk(root)
 
 
@@ -91,12 +91,23 @@ def test_one_error_class_and_exit_code_for_every_walker() -> None:
     assert issubclass(UnsafeSource, InvalidInput) and UnsafeSource.exit_code == 2
 
 
-def test_a_name_a_manifest_cannot_carry_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "said"), [
+    ("back\\slash", "backslash"), ("new\nline", "control character"),
+    (os.fsdecode(b"latin\xe9"), "not UTF-8")])
+def test_a_name_a_manifest_cannot_carry_is_bad_input_naming_the_file(
+        name: str, said: str, tmp_path: Path) -> None:
     root = tmp_path / "src"
     root.mkdir()
-    (root / "back\\slash").write_bytes(b"x")
-    with pytest.raises(UnsafePath):
+    (root / name).write_bytes(b"x")
+    with pytest.raises(UnsafeSource, match=said) as caught:
         regular_files(root)
+    assert isinstance(caught.value, InvalidInput) and not isinstance(caught.value, UnsafePath)
+    assert "\\udc" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_an_empty_directory_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(UnsafeSource, match="at least one file"):
+        build_manifest(tmp_path, 1, 0, 1, created=0.0)
 
 
 def test_fsync_dir_accepts_a_directory_and_refuses_a_missing_one(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from ckptdrain.node import config
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.restore.command import restore
+from ckptdrain.restore.engine import restore
 from ckptdrain.restore.plan import Candidate, candidates
 
 
@@ -115,7 +115,7 @@ class _OnePeer:
 
 
 def test_a_step_restored_from_a_peer_is_reported_not_a_crash(tmp_path: Path) -> None:
-    from ckptdrain.restore.command import _try
+    from ckptdrain.restore.engine import _try
     from ckptdrain.restore.result import RestoreResult
 
     cfg = _cfg(tmp_path)
@@ -126,3 +126,21 @@ def test_a_step_restored_from_a_peer_is_reported_not_a_crash(tmp_path: Path) -> 
     assert outcome == "ok" and (result.step, result.tier, result.bytes) == (7, "peer", 4)
     assert result.step_created is None  # the peer's manifest time is not known here
     assert (tmp_path / "work" / "step-7" / "w.bin").read_bytes() == b"peer"
+
+
+def test_a_store_directory_that_does_not_exist_is_no_fresh_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mistyped file:// path is an error naming it; an empty store that
+    exists is a fresh start."""
+    from ckptdrain.restore import command
+
+    monkeypatch.setenv("CKPTDRAIN_WORK_DIR", str(tmp_path / "work"))
+    monkeypatch.setenv("CKPTDRAIN_LOCAL_DIR", str(tmp_path / "local"))
+    monkeypatch.setenv("CKPTDRAIN_STORE_URI", f"file://{tmp_path}/typo")
+    assert command.main([]) == 3  # configuration: no retries to wait through
+    doc = json.loads((tmp_path / "work" / "restore.json").read_text())
+    assert not doc["fresh_start"] and f"{tmp_path}/typo does not exist" in doc["reason"]
+    assert not (tmp_path / "typo").exists()
+    (tmp_path / "typo").mkdir()
+    assert command.main([]) == 0
+    assert json.loads((tmp_path / "work" / "restore.json").read_text())["fresh_start"]

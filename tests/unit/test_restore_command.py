@@ -20,7 +20,7 @@ from tests.support.smallfs import small_filesystem
 from ckptdrain import cli
 from ckptdrain.node import config, space
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.restore.command import restore
+from ckptdrain.restore.engine import restore
 
 SIZE = 4 << 20  # the checkpoint; the work volume gets 1 MiB
 
@@ -59,7 +59,7 @@ def test_a_local_copy_that_cannot_fit_is_not_a_fresh_start(tmp_path: Path) -> No
 
 def test_a_global_copy_that_fills_the_disk_is_not_a_fresh_start(tmp_path: Path) -> None:
     uri = f"file://{tmp_path}/store"
-    assert cli.main(["push", str(_source(tmp_path, 9)), uri, "-q"]) == 0
+    assert cli.main(["push", str(_source(tmp_path, 9)), uri, "-q", "--create"]) == 0
     with small_filesystem(tmp_path / "work", "1m") as work:
         code, doc = _run_restore(tmp_path, work, CKPTDRAIN_STORE_URI=uri)
         _assert_cannot_place(code, doc, work)  # a real ENOSPC mid-fetch

@@ -1,5 +1,5 @@
 """Restore against a real store: what the store holds decides between a
-restore, a fresh start and a refusal (restore/command.py)."""
+restore, a fresh start and a refusal (restore/engine.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from ckptdrain import keys
 from ckptdrain.node import config
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.restore.command import restore
+from ckptdrain.restore.engine import restore
 from ckptdrain.restore.plan import Candidate, candidates, wrong_writers
 from ckptdrain.store.local import LocalStore
 from ckptdrain.transfer.drain import Drainer
@@ -122,7 +122,7 @@ def test_the_global_fetch_checks_the_writer_count_itself(tmp_path: Path) -> None
     import pytest
 
     from ckptdrain.errors import IntegrityError
-    from ckptdrain.restore.command import _from_global
+    from ckptdrain.restore.engine import _from_global
 
     store = LocalStore(tmp_path / "store")
     for w in (0, 1):

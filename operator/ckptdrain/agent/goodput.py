@@ -136,8 +136,13 @@ class GoodputWatcher:
         self.refresh()
         self.interrupted_at = at
         view = self.view()
-        log.info("interrupted at step %s (local tier up to %s, global up to %s)",
-                 view.step, view.newest_local, view.newest_global)
+        def up_to(step: int | None) -> str:
+            return "nothing" if step is None else str(step)
+
+        at_step = ("an unknown step (the trainer reported none)" if view.step is None
+                   else f"step {view.step}")
+        log.info("interrupted at %s (local tier up to %s, global up to %s)",
+                 at_step, up_to(view.newest_local), up_to(view.newest_global))
         self._publish(view)
 
     def _publish(self, view: AgentView) -> None:

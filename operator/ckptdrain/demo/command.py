@@ -180,6 +180,8 @@ def trainer_argv(args: argparse.Namespace, *extra: str) -> list[str]:
 @contextlib.contextmanager
 def global_tier(kind: str, root: Path) -> Iterator[dict[str, str]]:
     if kind == "file":
+        # As a pod's volume would be: restore takes a missing one for a typo.
+        (root / "store").mkdir(parents=True, exist_ok=True)
         yield {"CKPTDRAIN_STORE_URI": f"file://{root / 'store'}"}
         return
     from ckptdrain.demo.seaweed import running_seaweedfs

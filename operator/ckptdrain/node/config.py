@@ -246,13 +246,26 @@ FIELDS: tuple[Field, ...] = (
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per field; each defaults to None so the environment can fill it."""
+#: The fields the restore step and the peer server read; `--help` of each
+#: lists only these (the others still parse: one configuration, one loader).
+RESTORE_FIELDS = frozenset({
+    "work_dir", "local_dir", "store_uri", "s3_endpoint", "region", "s3_sse",
+    "s3_sse_kms_key_id", "s3_ca_bundle", "s3_addressing", "writer_id", "writers", "restore",
+    "restore_prefer", "restore_result", "restore_retry_deadline", "restore_direct_io",
+    "restore_mode", "policy", "pod_name", "namespace"})
+PEER_FIELDS = frozenset({"local_dir", "writer_id", "writers", "policy"})
+
+
+def add_arguments(parser: argparse.ArgumentParser,
+                  shown: frozenset[str] | None = None) -> None:
+    """One flag per field; each defaults to None so the environment can fill it.
+    With `shown`, the help lists only those fields."""
     for f in FIELDS:
         env = f" [env {f.env.value}]" if f.env else ""
         default = f" (default {f.default})" if f.default else ""
         text = f"{f.help}{env}{default}".replace("%", "%%")  # argparse formats help with %
-        parser.add_argument(f.flag, dest=f.name, default=None, help=text)
+        parser.add_argument(f.flag, dest=f.name, default=None,
+                            help=text if shown is None or f.name in shown else argparse.SUPPRESS)
 
 
 def _writer(writer_id: str, writers: int) -> int:

@@ -43,6 +43,13 @@ def run_parsed(args: argparse.Namespace) -> int:
     except InvalidInput as error:
         print(f"ckptdrain operator: {error}", file=sys.stderr)
         return error.exit_code
+    from ckptdrain import kubeclient
+    from ckptdrain.errors import CkptdrainError
+    try:
+        kubeclient.check_reachable()  # before Kopf: it would retry in tracebacks
+    except CkptdrainError as error:
+        print(f"ckptdrain operator: {error}", file=sys.stderr)
+        return error.exit_code
 
     from ckptdrain.operator import heap
     heap.start()  # before the threads that allocate: see heap.py

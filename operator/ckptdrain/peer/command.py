@@ -26,7 +26,7 @@ log = logging.getLogger("ckptdrain.peer")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    node_config.add_arguments(parser)
+    node_config.add_arguments(parser, node_config.PEER_FIELDS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,12 +1,7 @@
 """`ckptdrain restore`: the init step that puts the newest checkpoint where the trainer looks.
 
-Candidates come from `restore.plan`: the local tier's steps (verified while
-they are copied: every byte's CRC32C against the manifest) and the global
-tier's complete steps (fetched with parallel ranged reads at full speed, no
-rate limit: the whole job waits for this). A candidate that fails is recorded
-in the result's `skipped` with the reason, and the next one is tried. The
-chosen step lands in `<work>/step-<N>/` (temp name, then rename), and the
-result file says what came from where.
+The engine that chooses and places the step is restore/engine.py; here is
+the process around it.
 
 Exit codes (and the result's `outcome`, restore/result.py): 0 restored or
 fresh start (the store answered and nothing exists anywhere); 1 a checkpoint
@@ -31,10 +26,6 @@ step, which would throw progress away (and with several writers could put
 ranks on different steps). The final line, with the reason, is also the init
 container's termination message, so `kubectl describe pod` shows it.
 
-With several writers a local copy is used only when its manifest has the same
-content as this writer's committed global manifest: another pod that had the
-same rank may have left other bytes under the same step number.
-
 Unfinished drain journals on the local tier are left to the agent: restore
 runs before the trainer and every second it spends delays the whole job,
 while the agent resumes the journal in the background moments later.
@@ -43,281 +34,32 @@ while the agent resumes the journal in the background moments later.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import random
-import re
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ckptdrain import units
-from ckptdrain.errors import (
-    CkptdrainError,
-    IntegrityError,
-    InvalidInput,
-    ObjectMissing,
-    StoreError,
-)
-from ckptdrain.manifest import WriterManifest
+from ckptdrain.errors import BucketMissing, CkptdrainError, InvalidInput
 from ckptdrain.node import config as node_config
-from ckptdrain.node import durable, space
-from ckptdrain.node.localtier import LocalTier
-from ckptdrain.node.steps import completed_steps, step_dir
-from ckptdrain.restore import peer_source, retry
-from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
-from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped, skipped_lines, summary_line
+from ckptdrain.restore import retry
+from ckptdrain.restore.engine import restore, skip
+from ckptdrain.restore.result import OUTCOMES, RestoreResult, skipped_lines, summary_line
 from ckptdrain.store.base import Store
 
 log = logging.getLogger("ckptdrain.restore")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    node_config.add_arguments(parser)
+    node_config.add_arguments(parser, node_config.RESTORE_FIELDS)
 
 
-#: How the catalog words a writer's manifest that is not there (yet): the one
-#: rejection that is normal (a step still being written, or abandoned).
-_MISSING = re.compile(r"writer [0-9]+'s manifest is missing$")
-#: What this command leaves in the work dir while it works (its temp step,
-#: a fetch's staging beside it, a replaced step on its way out).
-_OWN_STAGING = re.compile(r"^\.\.?restore-(step|old)-")
 #: Where the kubelet reads a container's termination message (its default
 #: terminationMessagePath); written only when the kubelet made it.
 TERMINATION_LOG = Path("/dev/termination-log")
-SKIPPED_BY_ANNOTATION = "skipped by annotation"
-
-
-def _global_catalog(store: Any, result: RestoreResult) -> tuple[dict[int, Any], bool]:
-    """The store's complete checkpoints by step, and whether a step failed
-    verification for a reason other than a missing manifest. Every rejected
-    step goes into `result.skipped` with its reason."""
-    from ckptdrain.transfer.catalog import scan
-
-    catalog = scan(store)
-    blocking = False
-    for rejected in catalog.rejected:
-        result.skipped.append(Skipped(rejected.step, "global", rejected.reason))
-        blocking = blocking or not _MISSING.search(rejected.reason)
-    return {c.step: c for c in catalog.complete}, blocking
-
-
-def _counts(tier: LocalTier, local_steps: list[int], found: dict[int, Any]
-            ) -> dict[tuple[Tier, int], int]:
-    """Each candidate's writer count. A local manifest that cannot be read is
-    left out here: trying it fails with the reason."""
-    counts: dict[tuple[Tier, int], int] = {("global", s): c.writers for s, c in found.items()}
-    for step in local_steps:
-        with contextlib.suppress(CkptdrainError, OSError):
-            counts[("local", step)] = tier.manifest(step).writers
-    return counts
-
-
-def _clear_own_staging(work_dir: Path) -> None:
-    """Remove what an earlier restore killed mid-way left in the work dir. This
-    command is the only writer there, and in a container a restarted one may
-    have the same PID as its predecessor, so a PID cannot tell them apart."""
-    for entry in os.scandir(work_dir):
-        if _OWN_STAGING.match(entry.name):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                Path(entry.path).unlink(missing_ok=True)
-
-
-def _place(tmp: Path, final: Path) -> None:
-    """Replace `final` with `tmp` (a stale copy of the same step may be there)."""
-    if final.exists():
-        aside = final.with_name(f".restore-old-{final.name}-{os.getpid()}")
-        os.rename(final, aside)
-        shutil.rmtree(aside, ignore_errors=True)
-    durable.publish(tmp, final)
-
-
-def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int,
-                committed: WriterManifest | None) -> int:
-    manifest = tier.manifest(step)
-    if (manifest.writer, manifest.writers) != (writer, writers):
-        raise IntegrityError(f"local copy is writer {manifest.writer} of {manifest.writers},"
-                             f" this pod is writer {writer} of {writers}")
-    if writers > 1 and (committed is None or not manifest.same_content(committed)):
-        # Every rank must resume from the same timeline: only the bytes the
-        # global commit names will do.
-        raise IntegrityError("local copy differs from this writer's committed global manifest "
-                             "(other files under the same step); using the global copy")
-    space.check_room(tmp.parent, manifest.total_bytes)
-    durable.copy_tree(tier.data_dir(step), tmp, files=[f.path for f in manifest.files],
-                      expected={f.path: f for f in manifest.files})
-    return manifest.total_bytes
-
-
-def _from_global(store: Any, step: int, writer: int, writers: int, tmp: Path,
-                 direct_io: bool = True) -> tuple[int, str, int]:
-    """(bytes, how they were written, of which by direct I/O): FetchResult's."""
-    from ckptdrain.transfer.catalog import load_checkpoint
-    from ckptdrain.transfer.fetch import fetch
-
-    found = load_checkpoint(store, step).writers
-    if found != writers:
-        raise IntegrityError(f"checkpoint has {found} writer(s), this job has {writers}")
-    result = fetch(store, tmp, step=step, writer=writer, direct_io=direct_io)
-    if result.step != step:
-        raise IntegrityError(f"fetched step {result.step}, asked for {step}")
-    return int(result.bytes), result.io, result.direct_bytes
-
-
-def restore(cfg: node_config.AgentConfig, store: Store | None,
-            store_problem: str | None = None) -> tuple[RestoreResult, int]:
-    """Restore the best candidate. Returns the result and the exit code.
-
-    `store` is None when no global tier is configured, or when one is but
-    could not be opened: then `store_problem` says why.
-    """
-    started = time.monotonic()
-    result = RestoreResult(fresh_start=False, writer=cfg.writer, writers=cfg.writers,
-                           at=time.time())
-    if store_problem:
-        result.skipped.append(Skipped(None, "global", store_problem))
-    tier = LocalTier(cfg.local_dir)
-    local_steps = tier.steps() if cfg.local_dir.is_dir() else []
-    found: dict[int, Any] = {}
-    blocking = False
-    global_ok = store is not None and store_problem is None
-    if global_ok:
-        try:
-            found, blocking = _global_catalog(store, result)
-        except (StoreError, OSError) as err:
-            global_ok = False
-            result.skipped.append(Skipped(None, "global", f"listing failed: {err}"))
-    global_steps = sorted(found, reverse=True)
-    counts = _counts(tier, local_steps, found)
-    plan = candidates(local_steps, global_steps, writers=cfg.writers,
-                      prefer=cfg.restore_prefer, counts=counts)  # type: ignore[arg-type]
-    for cand in wrong_writers(counts, cfg.writers):
-        blocking = True
-        result.skipped.append(Skipped(
-            cand.step, cand.tier, f"checkpoint has {counts[(cand.tier, cand.step)]} writer(s),"
-            f" this job has {cfg.writers}"))
-    if cfg.writers > 1:
-        for step in sorted(set(local_steps) - set(global_steps), reverse=True):
-            result.skipped.append(Skipped(
-                step, "local",
-                "not complete globally; with several writers every rank must restore one step"))
-    peers, extra = peer_source.candidates(cfg, global_steps, result)
-    plan = sorted(plan + extra, key=lambda c: -c.step)  # stable: at one step, peer last but one
-    cfg.work_dir.mkdir(parents=True, exist_ok=True)
-    _clear_own_staging(cfg.work_dir)
-    no_room: list[str] = []
-    transient: str | None = None
-    for cand in plan:
-        if result.step is not None and cand.step < result.step:
-            break
-        outcome = _try(cfg, tier, store, cand, result, found.get(cand.step), peers)
-        if outcome == "no_room":
-            no_room.append(f"step {cand.step} ({cand.tier}): {result.skipped[-1].reason}")
-        if outcome == "transient":
-            # Not the next candidate: it is older, so the store's answer later
-            # is worth more than anything this try could still place.
-            transient = f"step {cand.step}: {result.skipped[-1].reason}"
-            break
-        if outcome == "ok":
-            break
-    result.seconds = time.monotonic() - started
-    if result.step is not None:
-        result.outcome = "restored"
-    elif transient is not None:
-        result.outcome = "store_unavailable"
-        result.reason = f"the global tier failed mid-restore ({transient})"
-    elif no_room:
-        result.outcome = "cannot_place"
-        result.reason = f"a checkpoint exists but could not be written to {cfg.work_dir}: " \
-            f"{no_room[0]}"
-    elif (store is not None or store_problem is not None) and not global_ok:
-        result.outcome = "store_unavailable"
-        why = next((s.reason for s in result.skipped if s.step is None), "")
-        result.reason = f"the global tier could not be asked ({why}) and nothing local was usable"
-    elif plan:
-        result.outcome = "none_verified"
-        result.reason = f"{len(plan)} candidate(s) found, none verified"
-    elif blocking:
-        # Checkpoints exist but none can be trusted: starting fresh would
-        # silently throw them away.
-        result.outcome = "none_verified"
-        result.reason = "checkpoints exist but failed verification: " + next(
-            s.reason for s in result.skipped if s.step is not None
-            and not _MISSING.search(s.reason))
-    else:
-        _clear_stale_steps(cfg.work_dir, keep=None)
-        result.outcome, result.fresh_start = "fresh_start", True
-    return result, OUTCOMES[result.outcome]
-
-
-def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
-         result: RestoreResult, ckpt: Any = None,
-         peers: peer_source.PeerSource | None = None) -> str:
-    """Restore one candidate: "ok", "failed" (try the next), "no_room" (the
-    work volume could not take it: full, over quota or read-only), or
-    "transient" (the store did not answer: try again later, not the next)."""
-    tmp = cfg.work_dir / f".restore-step-{cand.step}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    final = step_dir(cfg.work_dir, cand.step)
-    used: str = cand.tier
-    # When the step was captured; unknown for a peer's copy (restore_step does
-    # not hand back the holder's manifest), and goodput reads None as unknown.
-    created: float | None = None
-    io: str | None = None
-    direct = 0
-    try:
-        if cand.tier == "peer" and peers is not None:
-            size, source, used = peers.restore_step(cand.step, tmp, tier)
-        elif cand.tier == "local":
-            committed = ckpt.manifests[cfg.writer] if ckpt is not None \
-                and cfg.writer < ckpt.writers else None
-            size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers, committed)
-            source = str(tier.step_dir(cand.step))
-            created = tier.manifest(cand.step).created
-        else:
-            size, io, direct = _from_global(store, cand.step, cfg.writer, cfg.writers, tmp,
-                                            cfg.restore_direct_io)
-            source = f"{store.uri} step {cand.step} writer {cfg.writer}"
-            created = ckpt.manifests[cfg.writer].created if ckpt is not None \
-                and cfg.writer < ckpt.writers else None
-        _place(tmp, final)
-    except (CkptdrainError, OSError) as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        reason = str(err) or type(err).__name__
-        log.warning("restore: step %d from the %s tier failed, trying the next candidate: %s",
-                    cand.step, cand.tier, reason)
-        result.skipped.append(Skipped(cand.step, cand.tier, reason))
-        if cand.tier == "global" and is_transient(err):
-            return "transient"
-        return "no_room" if space.is_no_room(err) else "failed"
-    _clear_stale_steps(cfg.work_dir, keep=cand.step)
-    result.step, result.tier, result.bytes = cand.step, used, size
-    result.path, result.source = str(final), source
-    result.step_created = created
-    result.io, result.direct_bytes = io, direct
-    return "ok"
-
-
-def is_transient(err: BaseException) -> bool:
-    """A store error that asking again later may cure. A missing object is
-    not (the step was deleted, or never complete): the next candidate is."""
-    return isinstance(err, StoreError) and not isinstance(err, ObjectMissing)
-
-
-def _clear_stale_steps(work_dir: Path, keep: int | None) -> None:
-    """Remove steps a previous incarnation of this pod left in the work dir (an
-    emptyDir survives container restarts): the trainer resumes from `keep`, and
-    a stale newer step would look like the newest checkpoint to the agent."""
-    for step in completed_steps(work_dir):
-        if step != keep:
-            shutil.rmtree(step_dir(work_dir, step), ignore_errors=True)
-    for entry in work_dir.glob("step-*.tmp"):
-        shutil.rmtree(entry, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -356,27 +98,18 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def skip(cfg: node_config.AgentConfig) -> RestoreResult:
-    """A deliberate fresh start (the pod's `ckptdrain.io/restore: skip`): nothing
-    is placed, and what an earlier incarnation of the pod left in the work dir
-    goes, so the trainer and the agent see no step of the old timeline."""
-    cfg.work_dir.mkdir(parents=True, exist_ok=True)
-    _clear_own_staging(cfg.work_dir)
-    _clear_stale_steps(cfg.work_dir, keep=None)
-    return RestoreResult(True, cfg.writer, cfg.writers, time.time(), outcome="fresh_start",
-                         reason=SKIPPED_BY_ANNOTATION)
-
-
 def _open(cfg: node_config.AgentConfig) -> tuple[Store | None, str | None]:
     if not cfg.store_uri:
         return None, None
     try:
         from ckptdrain.store import open_store
 
+        # create=False: a file:// store that does not exist is a wrong path,
+        # not an empty store; a fresh start from it would hide the mistake.
         return open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint,
                           endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region,
-                          options=cfg.s3_options), None
-    except InvalidInput as err:
+                          options=cfg.s3_options, create=False), None
+    except (InvalidInput, BucketMissing) as err:
         return None, f"{_MISCONFIGURED}{cfg.store_uri}: {err}"
     except (CkptdrainError, OSError) as err:
         return None, f"cannot open {cfg.store_uri}: {err}"

@@ -166,6 +166,7 @@ def open_store(
     max_pool_connections: int = 32,
     environ: dict[str, str] | None = None,
     options: object = None,
+    create: bool = True,
 ) -> Store:
     """Open the store a URI names. Raises InvalidInput for a bad URI.
 
@@ -182,14 +183,15 @@ def open_store(
     Default Credentials (store/gcs_auth.py); a private CA as for s3://.
     Opening does no I/O for s3:// and gs:// (errors show on first use, but a
     GOOGLE_APPLICATION_CREDENTIALS file that cannot be used is refused now);
-    file:// creates the directory if needed.
+    file:// creates the directory if needed, unless `create` is False: then
+    a missing directory is BucketMissing, as a missing bucket is on first use.
     """
     parsed = parse_store_uri(uri)
     endpoint = None if endpoint_url is None else parse_endpoint(endpoint_field, endpoint_url)
     if parsed.scheme == "file":
         from ckptdrain.store.local import LocalStore
 
-        return LocalStore(parsed.path)
+        return LocalStore(parsed.path, create=create)
     env = os.environ if environ is None else environ
     if parsed.scheme == "gs":
         from ckptdrain.store.gcs import GcsStore

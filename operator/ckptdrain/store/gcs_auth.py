@@ -192,7 +192,15 @@ def _from_metadata(host: str, http: urllib3.PoolManager,
         if response.status >= 500:
             raise StoreUnreachable(f"metadata server {host} answered HTTP {response.status}; "
                                    "retried")
-        return _token(_token_answer(response, "metadata server", url), clock)
+        try:
+            return _token(_token_answer(response, "metadata server", url), clock)
+        except StoreAccessDenied as err:
+            # Off Google Cloud, something else may answer at the metadata
+            # address: the fix is a key file, not the metadata server.
+            raise StoreAccessDenied(
+                f"no Google credentials: {CREDENTIALS_ENV} is not set, there is no gcloud "
+                f"application default credentials file, and {err}; set {CREDENTIALS_ENV} "
+                "to a key file or run `gcloud auth application-default login`") from None
     return metadata
 
 

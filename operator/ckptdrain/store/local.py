@@ -34,6 +34,7 @@ from typing import BinaryIO
 
 from ckptdrain import checksum
 from ckptdrain.errors import (
+    BucketMissing,
     IntegrityError,
     InvalidInput,
     ObjectMissing,
@@ -56,14 +57,21 @@ class LocalStore(LocalMultipart):
 
     `min_part_size` defaults to 1 byte: the filesystem needs no minimum. Pass
     5 MiB to make complete_multipart refuse small parts the way S3 does.
+    `create` False refuses a root that is not an existing directory
+    (BucketMissing) instead of creating it.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, min_part_size: int = 1) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, min_part_size: int = 1,
+                 create: bool = True) -> None:
         root_path = Path(root)
         if not root_path.is_absolute():
             raise InvalidInput("uri", "an absolute directory path", str(root))
         if min_part_size < 1:
             raise InvalidInput("min_part_size", "at least 1 byte", min_part_size)
+        if not create and not root_path.is_dir():
+            # A mistyped path must not read as an empty store (or become one).
+            what = "is not a directory" if root_path.exists() else "does not exist"
+            raise BucketMissing(f"store directory {root_path} {what}")
         try:
             root_path.mkdir(parents=True, exist_ok=True)
         except OSError as err:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
+import os
 import re
 import signal
 import sys
@@ -20,14 +22,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ckptdrain import flags, units
-from ckptdrain.errors import IntegrityError, InvalidInput, NoCheckpoint, ObjectMissing
+from ckptdrain import flags, keys, units
+from ckptdrain.errors import (
+    BucketMissing,
+    IntegrityError,
+    InvalidInput,
+    NoCheckpoint,
+    ObjectMissing,
+)
 
 
-def _open(uri: str, endpoint_url: str | None) -> Any:
+def _open(uri: str, endpoint_url: str | None, *, create: bool = False) -> Any:
+    """The store URI names. A file:// directory that does not exist is an
+    error (exit 3) unless `create`: a mistyped path must not read as an empty
+    store, nor quietly become one."""
     from ckptdrain.store import open_store
 
-    return open_store(uri, endpoint_url=endpoint_url, endpoint_field="--endpoint-url")
+    return open_store(uri, endpoint_url=endpoint_url, endpoint_field="--endpoint-url",
+                      create=create)
 
 
 class _Bar:
@@ -40,6 +52,13 @@ class _Bar:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, unit="B", unit_scale=True, desc=what, file=sys.stderr)
+
+    def total(self, size: int) -> None:
+        """A new total (pull learns it from the manifests): restarts the bar,
+        so its rate and ETA are of this checkpoint."""
+        if self.bar is not None:
+            self.bar.reset(total=size)
+            self.last = 0
 
     def __call__(self, done: int) -> None:
         if self.bar is not None and done > self.last:
@@ -70,11 +89,20 @@ def cmd_push(args: argparse.Namespace) -> int:
     writer = flags.writer_id(args.writer)
     if writer >= writers:
         raise InvalidInput("--writer", f"a writer id in 0..{writers - 1}", args.writer)
-    rate = None if args.rate is None else units.parse_rate("--rate", args.rate)
+    rate = None if args.rate is None else flags.rate("--rate", args.rate)
     part = flags.positive_bytes("--part-size", args.part_size)
     concurrency = units.parse_positive_int("--concurrency", args.concurrency)
-    journal = Path(args.journal) if args.journal else src.parent / f".{src.name}.ckptdrain-journal"
-    store = _open(args.uri, args.endpoint_url)
+    try:
+        store = _open(args.uri, args.endpoint_url, create=args.create)
+    except BucketMissing as err:
+        if not args.uri.startswith("file:"):
+            raise
+        raise BucketMissing(f"{err} (check the path; push --create creates it)") from None
+    journal = Path(args.journal) if args.journal else default_journal(src, store.uri)
+    if not os.access(journal.parent, os.W_OK):
+        raise InvalidInput("--journal", f"a writable place for the resume journal ("
+                           f"{journal.parent} is not writable: pass --journal PATH)",
+                           str(journal))
     _check_part_floor(part, args.part_size, store.min_part_size)
     manifest = build_manifest(src, step, writer, writers, created=time.time())
     drainer = Drainer(store, limiter=TokenBucket(rate), part_size=part, concurrency=concurrency)
@@ -85,6 +113,8 @@ def cmd_push(args: argparse.Namespace) -> int:
     try:
         result = drainer.drain(src, manifest, journal_path=journal, cancel=cancel, progress=bar,
                                replace=args.replace)
+    except OSError as err:  # the journal's disk, or a file:// store's
+        raise _naming(err, f"{journal} or {store.uri}") from None
     finally:
         bar.close()
     journal.unlink(missing_ok=True)
@@ -99,6 +129,21 @@ def cmd_push(args: argparse.Namespace) -> int:
             f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)} "
             f"({units.format_rate(speed)}), {units.format_bytes(result.resumed_bytes)} resumed")
     return 0
+
+
+def default_journal(src: Path, uri: str) -> Path:
+    """Beside SRC_DIR, one per destination: a push of the same directory to
+    another store keeps its own resume state instead of taking this one's."""
+    dest = hashlib.sha256(uri.encode()).hexdigest()[:12]
+    return src.parent / f".{src.name}.{dest}.ckptdrain-journal"
+
+
+def _naming(err: OSError, where: Path | str) -> OSError:
+    """`err` naming a path: a write that fails for lack of space, quota or a
+    read-only mount often has no file name of its own."""
+    if err.filename is None:
+        err.filename = str(where)
+    return err
 
 
 #: Smallest --part-size push takes: below 1 MiB per-request overhead dominates
@@ -118,17 +163,21 @@ def _check_part_floor(part: int, seen: str, store_min: int) -> None:
 def cmd_pull(args: argparse.Namespace) -> int:
     from ckptdrain.transfer.fetch import fetch
 
-    step = None if args.step in (None, "latest") else _int("--step", args.step)
+    step = _step_arg(args.step)
     writer = None if args.writer is None else flags.writer_id(args.writer)
     concurrency = (None if args.concurrency is None
                    else units.parse_positive_int("--concurrency", args.concurrency))
     part = None if args.part_size is None else flags.positive_bytes("--part-size", args.part_size)
     store = _open(args.uri, args.endpoint_url)
+    if step is not None:
+        _must_hold(store, step)
     bar = _Bar(args, 0, "pull")
     try:
         result = fetch(store, Path(args.dest), step=step, writer=writer,
                        concurrency=concurrency, part_size=part, progress=bar,
-                       direct_io=args.direct_io)
+                       direct_io=args.direct_io, on_total=bar.total)
+    except OSError as err:
+        raise _naming(err, Path(args.dest)) from None
     except ObjectMissing as err:
         if step is None:
             raise
@@ -168,47 +217,108 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ckptdrain.manifest import WriterManifest
-    from ckptdrain.transfer.catalog import complete_steps, load_checkpoint
-    from ckptdrain.transfer.fetch import verify_dir, verify_store
-
-    step = None if args.step in (None, "latest") else _int("--step", args.step)
-    writer = 0 if args.writer is None else flags.writer_id(args.writer)
-
-    def newest(store: Any) -> int:
-        found = complete_steps(store)
-        if not found:
-            raise NoCheckpoint(f"no complete checkpoint in {store.uri}")
-        return found[0].step
-
+    step = _step_arg(args.step)
+    writer = None if args.writer is None else flags.writer_id(args.writer)
+    if args.all and (step is not None or "://" not in args.target):
+        raise InvalidInput("--all", "a store URI and no --step (every complete step)",
+                           args.target if step is None else f"--step {args.step}")
     if "://" in args.target:
         store = _open(args.target, args.endpoint_url)
-        step = newest(store) if step is None else step
+        if args.all:
+            return _verify_all(args, store)
+        step = _newest(store) if step is None else _must_hold(store, step)
+        from ckptdrain.transfer.fetch import verify_store
+
         problems, what = verify_store(store, step), f"step {step} in {store.uri}"
     else:
-        if args.manifest:
-            manifest = WriterManifest.from_json(Path(args.manifest).read_bytes())
-        elif args.against:
-            store = _open(args.against, args.endpoint_url)
-            ckpt = load_checkpoint(store, newest(store) if step is None else step)
-            if writer >= len(ckpt.manifests):
-                raise InvalidInput("--writer", f"a writer id in 0..{len(ckpt.manifests) - 1} "
-                                   f"(step {ckpt.step} has {len(ckpt.manifests)})", writer)
-            manifest = ckpt.manifests[writer]
-        else:
-            raise InvalidInput("--manifest", "a manifest file (or --against URI) to verify a DIR",
-                               None)
-        problems, what = verify_dir(Path(args.target), manifest), args.target
+        problems, what = _verify_dir(args, step, writer), args.target
     _report(args, {"target": what, "ok": not problems, "problems": problems},
             "\n".join([f"{what}: {len(problems)} problem(s)", *problems]) if problems
             else f"{what}: every file matches its manifest")
     return IntegrityError.exit_code if problems else 0
 
 
-def _int(field: str, value: str) -> int:
-    if not re.fullmatch(r"[0-9]+", value):
-        raise InvalidInput(field, "a step number or 'latest'", value)
-    return int(value)
+def _verify_dir(args: argparse.Namespace, step: int | None, writer: int | None) -> list[str]:
+    """Problems of a directory on disk: against one manifest, or as `pull`
+    lays out a step of several writers (each under DIR/<writer>/)."""
+    from ckptdrain.manifest import WriterManifest
+    from ckptdrain.transfer.catalog import load_checkpoint
+    from ckptdrain.transfer.fetch import verify_dir
+
+    target = Path(args.target)
+    if not target.is_dir():
+        raise InvalidInput("DIR", "an existing directory to verify",
+                           f"{args.target} ({'not a directory' if target.exists() else 'missing'})")
+    if args.manifest:
+        return verify_dir(target, WriterManifest.from_json(Path(args.manifest).read_bytes()))
+    if not args.against:
+        raise InvalidInput("--manifest", "a manifest file (or --against URI) to verify a DIR",
+                           None)
+    store = _open(args.against, args.endpoint_url)
+    ckpt = load_checkpoint(store, _newest(store) if step is None else _must_hold(store, step))
+    if writer is not None:
+        if writer >= ckpt.writers:
+            raise InvalidInput("--writer", f"a writer id in 0..{ckpt.writers - 1} "
+                               f"(step {ckpt.step} has {ckpt.writers})", writer)
+        return verify_dir(target, ckpt.manifests[writer])
+    if ckpt.writers == 1:
+        return verify_dir(target, ckpt.manifests[0])
+    if not (target / "0").is_dir():
+        raise InvalidInput("--writer", f"which writer's files {args.target} holds (step "
+                           f"{ckpt.step} has {ckpt.writers} writers; a whole pull puts each "
+                           "under DIR/<writer>/)", None)
+    return [f"{m.writer}/{problem}" for m in ckpt.manifests
+            for problem in verify_dir(target / str(m.writer), m)]
+
+
+def _verify_all(args: argparse.Namespace, store: Any) -> int:
+    """Every complete step of the store; incomplete ones are listed, not failed:
+    a push may still be writing them (`ls` says why each is incomplete)."""
+    from ckptdrain.transfer.catalog import scan
+    from ckptdrain.transfer.fetch import verify_store
+
+    catalog = scan(store)
+    if not catalog.complete:
+        raise NoCheckpoint(f"no complete checkpoint in {store.uri}")
+    steps = [{"step": c.step, "problems": verify_store(store, c.step)} for c in catalog.complete]
+    bad = [s for s in steps if s["problems"]]
+    lines = [f"step {s['step']}: {p}" for s in bad for p in s["problems"]]
+    lines.append(f"{store.uri}: {len(steps) - len(bad)} of {len(steps)} complete step(s) "
+                 f"verified" + (f", {len(bad)} with problems" if bad else "")
+                 + (f"; {len(catalog.rejected)} incomplete step(s) not checked"
+                    if catalog.rejected else ""))
+    _report(args, {"target": store.uri, "ok": not bad, "steps": steps,
+                   "incomplete": [r.step for r in catalog.rejected]}, "\n".join(lines))
+    return IntegrityError.exit_code if bad else 0
+
+
+def _newest(store: Any) -> int:
+    from ckptdrain.transfer.catalog import complete_steps
+
+    found = complete_steps(store)
+    if not found:
+        raise NoCheckpoint(f"no complete checkpoint in {store.uri}")
+    return found[0].step
+
+
+def _must_hold(store: Any, step: int) -> int:
+    """`step` when the store has at least one manifest of it, else NoCheckpoint
+    (exit 5): a step never pushed is not found, not corrupt."""
+    if next(iter(store.list(keys.step_manifests_prefix(step))), None) is not None:
+        return step
+    from ckptdrain.transfer.catalog import candidate_steps
+
+    there = candidate_steps(store)
+    held = (f"its newest: {', '.join(str(s) for s in there[:5])}" if there
+            else "it holds no checkpoint")
+    raise NoCheckpoint(f"step {step} is not in {store.uri} ({held})")
+
+
+def _step_arg(value: str | None) -> int | None:
+    """--step: None for 'latest' (or not given), else a step number."""
+    if value is None or value.strip() == "latest":
+        return None
+    return flags.step_number("--step", value, latest=True)
 
 
 def _report(args: argparse.Namespace, doc: dict[str, Any], line: str) -> None:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, TypeVar
 from ckptdrain import checksum, keys
 from ckptdrain.errors import (
     BucketMissing,
-    CkptdrainError,
     IntegrityError,
+    Interrupted,
     ObjectMissing,
     StoreAccessDenied,
     StoreError,
@@ -39,10 +39,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class DrainCancelled(CkptdrainError):
+class DrainCancelled(Interrupted):
     """The drain was asked to stop; the journal holds what is already durable."""
-
-    exit_code = 130
 
 
 def _transient(err: BaseException) -> bool:

@@ -247,10 +247,12 @@ def fetch(
     part_size: int | None = None,
     progress: Callable[[int], None] | None = None,
     direct_io: bool = True,
+    on_total: Callable[[int], None] | None = None,
 ) -> FetchResult:
     """Restore the newest complete checkpoint (or `step`) into `dest`, verified.
 
-    `progress` gets the bytes fetched so far for the current candidate;
+    `progress` gets the bytes fetched so far for the current candidate, and
+    `on_total` each candidate's size before its first byte (a progress bar's total);
     `concurrency` (ranged GETs in flight) defaults to default_concurrency().
     `direct_io` False keeps the files written through the page cache (and
     left in it) even onto a disk.
@@ -272,6 +274,8 @@ def fetch(
             ckpt = load_checkpoint(store, candidate)
             files = _plan(ckpt, tmp, writer, part_size, range_fetch.largest_range(store, mode),
                           mode)
+            if on_total is not None:
+                on_total(sum(f.entry.size for f in files))
             streams = default_concurrency() if concurrency is None else concurrency
             direct = _download(store, mode, files, streams, progress)
             _verify(files)
@@ -329,6 +333,8 @@ def verify_store(store: Store, step: int, read_size: int = MAX_RANGE) -> list[st
             key = keys.data_key(m.step, m.writer, entry.path, m.attempt)
             read = min(max(read_size, MIN_RANGE), MAX_RANGE)
             crc, offset = 0, 0
+            # Named as the trainer named the file; the key is the store's business.
+            where = f"writer {m.writer}: {entry.path}"
             try:
                 if entry.size == 0:
                     info = store.head(key)
@@ -342,10 +348,13 @@ def verify_store(store: Store, step: int, read_size: int = MAX_RANGE) -> list[st
                     offset += len(data)
                     if len(data) != want:
                         break
+            except ObjectMissing:
+                problems.append(f"{where}: missing from the store")
+                continue
             except CkptdrainError as err:
-                problems.append(f"{key}: {err}")
+                problems.append(f"{where}: {err}")
                 continue
             if offset != entry.size or checksum.to_hex(crc) != entry.crc32c:
-                problems.append(f"{key}: {offset} bytes CRC32C {checksum.to_hex(crc)}, manifest "
+                problems.append(f"{where}: {offset} bytes CRC32C {checksum.to_hex(crc)}, manifest "
                                 f"says {entry.size} bytes CRC32C {entry.crc32c}")
     return problems

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from dataclasses import dataclass, field
 
 from ckptdrain import keys, retention
 from ckptdrain.errors import IntegrityError, ObjectMissing
@@ -80,6 +81,83 @@ def _last_active(store: Store, upload: MultipartUpload, now: float,
     return upload.initiated
 
 
+@dataclass(frozen=True)
+class Leftovers:
+    """What drains and pushes left that no current manifest names."""
+
+    #: Data of attempts no manifest names, every object older than the grace
+    #: period and no upload active within it: safe to delete.
+    objects: list[ObjectInfo] = field(default_factory=list)
+    #: Unfinished uploads inactive for longer than the grace period.
+    uploads: list[MultipartUpload] = field(default_factory=list)
+    #: Data no manifest names that is not yet old enough: a push may still be
+    #: writing it, or a restore reading an attempt that was lately replaced.
+    waiting: list[ObjectInfo] = field(default_factory=list)
+    #: Unfinished uploads active within the grace period.
+    waiting_uploads: list[MultipartUpload] = field(default_factory=list)
+
+
+def find_leftovers(store: Store, writer: int | None, *, grace: float = ORPHAN_GRACE,
+                   now: float | None = None, skip_steps: frozenset[int] = frozenset(),
+                   manifests: list[ObjectInfo] | None = None,
+                   data: list[ObjectInfo] | None = None) -> Leftovers:
+    """`writer`'s leftovers (None: every writer's), steps in `skip_steps` left
+    out. `manifests` and `data` are the listings of keys.MANIFESTS and
+    keys.DATA when the caller has them already (each listing costs requests).
+    Never a key a current manifest names: a complete step is never touched."""
+    now = time.time() if now is None else now
+
+    def ours(parsed: tuple[int, int] | None) -> bool:
+        return parsed is not None and (writer is None or parsed[1] == writer) \
+            and parsed[0] not in skip_steps
+
+    committed_at: dict[tuple[int, int], float | None] = {}
+    for info in store.list(keys.MANIFESTS) if manifests is None else manifests:
+        parsed = keys.parse_manifest_key(info.key)
+        if parsed is not None and ours(parsed):
+            committed_at[parsed] = info.modified
+    by_writer: dict[tuple[int, int], list[ObjectInfo]] = {}
+    for info in store.list(keys.DATA) if data is None else data:
+        parsed = keys.parse_data_key(info.key)
+        if parsed is not None and ours(parsed):
+            by_writer.setdefault(parsed, []).append(info)
+    uploads: list[tuple[MultipartUpload, float | None]] = []
+    for upload in commit.list_uploads(store, keys.DATA):
+        if ours(keys.parse_data_key(upload.key)):
+            uploads.append((upload, _last_active(store, upload, now, grace)))
+    busy = {_attempt_of(u.key) for u, active in uploads if not _old(active, now, grace)}
+    found = Leftovers(uploads=[u for u, active in uploads if _old(active, now, grace)],
+                      waiting_uploads=[u for u, active in uploads if not _old(active, now, grace)])
+    for (step, w), infos in by_writer.items():
+        current = current_keys(store, step, w)
+        if current is None:
+            continue  # an unreadable manifest: nothing of the step is touched
+        # Replaced only lately: a restore may still read the old attempt.
+        lately = (step, w) in committed_at and not _old(committed_at[(step, w)], now, grace)
+        attempts: dict[str, list[ObjectInfo]] = {}
+        for info in infos:
+            attempts.setdefault(_attempt_of(info.key), []).append(info)
+        for attempt, objects in attempts.items():
+            if any(i.key in current for i in objects):
+                continue
+            if lately or attempt in busy or not all(_old(i.modified, now, grace)
+                                                    for i in objects):
+                found.waiting.extend(objects)
+            else:
+                found.objects.extend(objects)
+    return found
+
+
+def remove(store: Store, found: Leftovers) -> int:
+    """Delete `found`'s objects and abort its stale uploads (never its
+    waiting ones); how many things went."""
+    for info in found.objects:
+        store.delete(info.key)
+    for upload in found.uploads:
+        store.abort_multipart(upload.key, upload.upload_id)
+    return len(found.objects) + len(found.uploads)
+
+
 def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_GRACE,
                  now: float | None = None) -> list[int]:
     """Delete `writer`'s manifest and data of every expired step, its orphaned
@@ -90,17 +168,12 @@ def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_
     manifest names, and it must not stay in the bucket forever."""
     now = time.time() if now is None else now
     present = set(catalog.candidate_steps(store))
-    committed_at: dict[int, float | None] = {}
-    for info in store.list(keys.MANIFESTS):
-        parsed = keys.parse_manifest_key(info.key)
-        if parsed is not None and parsed[1] == writer:
-            committed_at[parsed[0]] = info.modified
-    mine: dict[int, list[ObjectInfo]] = {}
-    for info in store.list(keys.DATA):
+    manifests = list(store.list(keys.MANIFESTS))
+    data = list(store.list(keys.DATA))
+    for info in data:
         parsed = keys.parse_data_key(info.key)
         if parsed is not None and parsed[1] == writer:
             present.add(parsed[0])
-            mine.setdefault(parsed[0], []).append(info)
     complete = [c.step for c in catalog.complete_steps(store)]
     pruned = []
     for step in retention.global_expired(complete, present, keep):
@@ -111,38 +184,12 @@ def prune_writer(store: Store, writer: int, keep: int, *, grace: float = ORPHAN_
         pruned.append(step)
     if pruned:
         log.info("global retention (keep %d): deleted writer %d's steps %s", keep, writer, pruned)
-    uploads: list[tuple[MultipartUpload, float | None]] = []
-    for upload in commit.list_uploads(store, keys.DATA):
-        parsed = keys.parse_data_key(upload.key)
-        if parsed is not None and parsed[1] == writer and parsed[0] not in pruned:
-            uploads.append((upload, _last_active(store, upload, now, grace)))
-    busy = {_attempt_of(u.key) for u, active in uploads if not _old(active, now, grace)}
-    orphans = 0
-    for step, infos in mine.items():
-        if step in pruned:
-            continue
-        if step in committed_at and not _old(committed_at[step], now, grace):
-            continue  # replaced only lately: a restore may still read the old attempt
-        current = current_keys(store, step, writer)
-        if current is None:
-            continue
-        attempts: dict[str, list[ObjectInfo]] = {}
-        for info in infos:
-            attempts.setdefault(_attempt_of(info.key), []).append(info)
-        for attempt, objects in attempts.items():
-            if attempt in busy or any(i.key in current for i in objects):
-                continue
-            if all(_old(i.modified, now, grace) for i in objects):
-                for info in objects:
-                    store.delete(info.key)
-                    orphans += 1
+    found = find_leftovers(store, writer, grace=grace, now=now, skip_steps=frozenset(pruned),
+                           manifests=manifests, data=data)
+    orphans = remove(store, found)
     sweep = getattr(store, "sweep", None)
     if callable(sweep):  # the file store's temp files of every step
         orphans += int(sweep(grace, now))
-    for upload, active in uploads:
-        if _old(active, now, grace):
-            store.abort_multipart(upload.key, upload.upload_id)
-            orphans += 1
     if orphans:
         log.info("global retention: removed %d orphaned object(s)/upload(s) of writer %d",
                  orphans, writer)

@@ -6,7 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ckptdrain import checksum
-from ckptdrain.localfs import regular_files
+from ckptdrain.errors import UnsafeSource
+from ckptdrain.localfs import regular_files, shown
 from ckptdrain.manifest import FileEntry, WriterManifest
 
 SCAN_THREADS = 4
@@ -22,11 +23,13 @@ def build_manifest(
 ) -> WriterManifest:
     """The manifest of every regular file under `source_dir` (sizes and CRC32C).
 
-    Raises UnsafeSource (an InvalidInput) for a missing directory, a symlink or
-    a special file, and UnsafePath for a name a manifest cannot carry (e.g. a
-    backslash).
+    Raises UnsafeSource (an InvalidInput) for a missing or empty directory, a
+    symlink, a special file or a name a manifest cannot carry (e.g. a newline).
     """
     found = regular_files(Path(source_dir))
+    if not found:
+        raise UnsafeSource("source", "a directory holding at least one file (a checkpoint "
+                           "is never empty)", f"{shown(source_dir)} (no files)")
     # Reads release the GIL: a few threads overlap I/O with the checksumming.
     with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
         sums = list(pool.map(checksum.crc32c_file, (path for _, path in found)))
