@@ -75,6 +75,8 @@ mkdir -p "$WORK"
 log "cluster up; images building meanwhile (log: $WORK/images.log)"
 {
   "$repo/e2e/image/build.sh" >/dev/null
+  # The quickstart's MinIO, under the name its manifest pulls (docs/quickstart.md).
+  "$here/images/minio/build.sh" >"$WORK/minio.image"
   $short || "$here/images/trainer/build.sh" >/dev/null
   "$here/deps/jobset.sh" >"$WORK/jobset.env"
   $short || "$here/deps/jobset.sh" lws >"$WORK/lws.env"
@@ -89,6 +91,7 @@ export PATH="$k8s_bin:$("$repo/e2e/deps/helm-tools.sh"):$PATH"
 
 wait "$images_pid" || { cat "$WORK/images.log" >&2; log "image build failed"; exit 1; }
 log "images built; loading them"
+images+=("$(cat "$WORK/minio.image")")
 "$here/cluster/load-images.sh" "${images[@]}" >&2
 # Node b runs the peer tier's second writer: our images only.
 E2E_NODE=b "$here/cluster/load-images.sh" "${images[@]}" >&2

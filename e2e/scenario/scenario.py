@@ -26,6 +26,10 @@ JobSet controller), `--lws-chart` the LeaderWorkerSet step
 controller), `--chaos` the chaos step (e2e/scenario/chaos.py:
 operator pods killed under a burst of opted-in pods, the sweep, admission
 latency through a rolling restart).
+
+Last, in both runs, the quickstart (e2e/scenario/quickstart.py): the blocks of
+docs/quickstart.md run as written on the same cluster, and what its "Check
+that it works" promises, checked.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import goodput_check
 import jobset
 import lws
 import peer
+import quickstart
 from kube import Failed, apply, get, helm, kubectl, run, wait_for
 from s3server import seaweedfs
 from trainers import TRAINERS, Logs, Trainer
@@ -547,6 +552,8 @@ def main() -> int:
             if args.chaos:
                 chaos.run(s3, args.allowed_root, REPORT, say, check)
             step8_uninstall()
+        if not args.only:
+            quickstart.run(REPORT, say, check)
             if s3.restarts:
                 REPORT.append(f"| S3 server restarts (stopped from outside) | "
                               f"{len(s3.restarts)} |")
