@@ -68,8 +68,13 @@ def prices(args: argparse.Namespace) -> economics.Prices:
                             one("--storage-price", args.storage_price))
 
 
+def _requests(value: float) -> str:
+    """A request count: "8" rather than "8.00" below a thousand, "84.5 k" above."""
+    return f"{value:.3g}" if value < 1000 else units.format_count(value)
+
+
 def rows(e: economics.Economics) -> list[tuple[str, str]]:
-    count = units.format_count
+    count = _requests
     out = [
         ("requests / checkpoint", f"{count(e.put_per_checkpoint)} PUT, "
          f"{count(e.list_per_checkpoint)} LIST, {count(e.get_per_checkpoint)} GET, "

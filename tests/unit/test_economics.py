@@ -57,6 +57,13 @@ def test_size_prints_requests_storage_and_cost(capsys: pytest.CaptureFixture[str
     assert doc["store"]["checkpoints_per_month"] == 720 and doc["store"]["total_cost"] is None
 
 
+def test_small_request_counts_print_as_whole_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    # A handful of LISTs per checkpoint is "8 LIST", not "8.00 LIST"; thousands keep k/M.
+    assert main(["size", "--parameters", "405B", "--interval", "15m"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "requests / checkpoint" in x)
+    assert " 8 LIST, 6 GET, 2 DELETE" in line and "84.5 k PUT" in line, line
+
+
 def test_a_bad_cost_flag_names_itself(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["size", "--checkpoint-bytes", "1TB", "--interval", "1h",
                  "--storage-price", "-3"]) == 2
