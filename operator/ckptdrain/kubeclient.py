@@ -57,6 +57,7 @@ def check_reachable(timeout: float = 5.0) -> None:
     pod, or a kubeconfig) and its API server answers `/version` within
     `timeout` seconds: a long-running controller started without either would
     otherwise fail later, in a loop of tracebacks."""
+    import yaml
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
@@ -70,9 +71,11 @@ def check_reachable(timeout: float = 5.0) -> None:
         raise CkptdrainError(f"kubeconfig {', '.join(missing)} does not exist")
     try:
         base = api_client(retries=0)
-    except (ConfigException, OSError, TypeError) as err:
+    except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as err:
+        # A kubeconfig that is not YAML, or YAML of the wrong shape, is no config.
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise CkptdrainError(f"no Kubernetes cluster configured: not in a pod, and no usable "
-                             f"kubeconfig ({err}); pass --kubeconfig or set KUBECONFIG") from None
+                             f"kubeconfig ({first}); pass --kubeconfig or set KUBECONFIG") from None
     host = base.configuration.host
     try:
         client.VersionApi(base).get_code(_request_timeout=timeout)

@@ -128,6 +128,8 @@ def test_ls_into_a_closed_pipe_is_quiet_and_succeeds(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("kubeconfig", "said"), [
     ("missing", "kubeconfig {path} does not exist"),
     ("unreachable", "cannot reach the API server at https://127.0.0.1:1: Connection refused"),
+    ("not yaml", "no Kubernetes cluster configured: not in a pod, and no usable kubeconfig "
+     "(while parsing a block mapping); pass --kubeconfig or set KUBECONFIG"),
 ])
 def test_the_operator_without_a_cluster_says_so_in_one_line(
         kubeconfig: str, said: str, tmp_path: Path) -> None:
@@ -137,12 +139,26 @@ def test_the_operator_without_a_cluster_says_so_in_one_line(
                         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
                         "users: [{name: u, user: {token: t}}]\n"
                         "contexts: [{name: x, context: {cluster: c, user: u}}]\n")
+    if kubeconfig == "not yaml":
+        path.write_text(": [\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env.update(PYTHONPATH=os.pathsep.join(sys.path), HOME=str(tmp_path))
     proc = subprocess.run([sys.executable, "-m", "ckptdrain", "operator", "--kubeconfig",
                            str(path)], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr == f"ckptdrain operator: {said.format(path=path)}\n"
+
+
+def test_goodput_with_a_kubeconfig_that_is_not_yaml_says_so_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_text(": [\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env.update(PYTHONPATH=os.pathsep.join(sys.path), HOME=str(tmp_path), KUBECONFIG=str(path))
+    proc = subprocess.run([sys.executable, "-m", "ckptdrain", "goodput"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr == ("ckptdrain: error: no usable kubeconfig: while parsing a block "
+                           "mapping (set KUBECONFIG to a valid one)\n")
 
 
 def _help(*argv: str) -> str:

@@ -144,3 +144,24 @@ def test_a_store_directory_that_does_not_exist_is_no_fresh_start(
     (tmp_path / "typo").mkdir()
     assert command.main([]) == 0
     assert json.loads((tmp_path / "work" / "restore.json").read_text())["fresh_start"]
+
+
+def test_a_new_policys_directory_under_an_existing_store_root_is_a_fresh_start(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The webhook gives a pod <spec.storage.uri>/<namespace>/<policy>, which the
+    agent makes on its first drain, after the first pod's restore: under a root
+    that exists that is a fresh start, while a missing root stays an error."""
+    from ckptdrain.restore import command
+
+    monkeypatch.setenv("CKPTDRAIN_WORK_DIR", str(tmp_path / "work"))
+    monkeypatch.setenv("CKPTDRAIN_LOCAL_DIR", str(tmp_path / "local"))
+    monkeypatch.setenv("CKPTDRAIN_POLICY", "research/llama")
+    monkeypatch.setenv("CKPTDRAIN_STORE_URI", f"file://{tmp_path}/shared/research/llama")
+    assert command.main([]) == 3  # the root itself is missing: a wrong path
+    assert not (tmp_path / "shared").exists()
+    (tmp_path / "shared").mkdir()
+    assert command.main([]) == 0
+    assert json.loads((tmp_path / "work" / "restore.json").read_text())["fresh_start"]
+    # Only this pod's own /<namespace>/<policy> is taken as the webhook's suffix.
+    monkeypatch.setenv("CKPTDRAIN_STORE_URI", f"file://{tmp_path}/shared/other/llama")
+    assert command.main([]) == 3

@@ -39,7 +39,7 @@ import os
 import random
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ckptdrain import units
@@ -104,15 +104,29 @@ def _open(cfg: node_config.AgentConfig) -> tuple[Store | None, str | None]:
     try:
         from ckptdrain.store import open_store
 
-        # create=False: a file:// store that does not exist is a wrong path,
-        # not an empty store; a fresh start from it would hide the mistake.
+        # A file:// store that does not exist is a wrong path, not an empty
+        # store; a fresh start from it would hide the mistake. But only its root
+        # is the user's: the webhook adds /<namespace>/<policy>, which the agent
+        # makes on its first drain, after the first pod's restore has run.
         return open_store(cfg.store_uri, endpoint_url=cfg.s3_endpoint,
                           endpoint_field="CKPTDRAIN_S3_ENDPOINT", region=cfg.region,
-                          options=cfg.s3_options, create=False), None
+                          options=cfg.s3_options, create=_policy_dir_of_a_root(cfg)), None
     except (InvalidInput, BucketMissing) as err:
         return None, f"{_MISCONFIGURED}{cfg.store_uri}: {err}"
     except (CkptdrainError, OSError) as err:
         return None, f"cannot open {cfg.store_uri}: {err}"
+
+
+def _policy_dir_of_a_root(cfg: node_config.AgentConfig) -> bool:
+    """True when the store is file:// and its path is an existing root plus this
+    pod's /<namespace>/<policy> (what the webhook appends): that directory may be
+    made; a missing root stays an error."""
+    if not cfg.store_uri.startswith("file://") or cfg.policy.count("/") != 1:
+        return False
+    path = PurePosixPath(cfg.store_uri.removeprefix("file://").rstrip("/"))
+    suffix = PurePosixPath(cfg.policy)
+    return (len(path.parts) > len(suffix.parts) + 1
+            and path.parts[-2:] == suffix.parts and Path(*path.parts[:-2]).is_dir())
 
 
 #: How _open's problem starts when the configuration itself is wrong.

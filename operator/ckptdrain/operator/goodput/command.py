@@ -47,17 +47,23 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _default_namespace() -> str:
+    import yaml
     from kubernetes import config
 
     try:
         _, context = config.list_kube_config_contexts()
-    except (config.ConfigException, OSError, TypeError):
+    except (config.ConfigException, OSError, TypeError, ValueError, yaml.YAMLError):
         return "default"
     return ((context or {}).get("context") or {}).get("namespace") or "default"
 
 
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
 def read(namespace: str | None, policy: str | None) -> list[dict[str, Any]]:
     """Each selected policy with its pods' goodput views (namespace None: all)."""
+    import yaml
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
@@ -75,8 +81,9 @@ def read(namespace: str | None, policy: str | None) -> list[dict[str, Any]]:
             policies = custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace,
                                                             api.POLICIES)
             pods = core.list_namespaced_pod(namespace, label_selector=f"{api.LABEL_INJECT}=true")
-    except ConfigException as err:
-        raise CkptdrainError(f"no cluster to read: {err} (set KUBECONFIG)") from err
+    except (ConfigException, ValueError, yaml.YAMLError) as err:
+        raise CkptdrainError(f"no usable kubeconfig: {_first_line(err)} (set KUBECONFIG to a "
+                             "valid one)") from None
     except ApiException as err:
         raise CkptdrainError(f"the API server refused: {err.status} {err.reason}") from err
     except (HTTPError, OSError) as err:
