@@ -98,3 +98,28 @@ def test_a_negative_interval_is_refused_in_one_line(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
     assert "--every" in err and "Traceback" not in err
+
+
+def test_a_sigterm_mid_step_is_saved_at_the_step_boundary(tmp_path: Path) -> None:
+    """The emergency checkpoint is written once the running step has finished,
+    under that step's number: never the weights of a half-done step saved
+    under the previous number, as a save inside the signal handler would."""
+    env = {**os.environ, "CKPTDRAIN_WORK_DIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckptdrain.demo.trainer", "--mode", "sim", "--size", "64KiB",
+         "--shards", "2", "--step-time", "1.0", "--every", "1000", "--preempted-exit", "143"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    first = json.loads(next(line for line in proc.stdout if '"progress"' in line))
+    assert first["step"] == 0  # step 0 done; step 1 runs for the next second
+    time.sleep(0.3)
+    signalled = time.time()
+    proc.send_signal(signal.SIGTERM)
+    found = events(proc)
+    assert proc.returncode == 143
+    sigterm = next(e for e in found if e["event"] == "sigterm")
+    saved = [e for e in found if e["event"] == "saved"]
+    assert sigterm["step"] == 1 and sigterm["t"] >= signalled + 0.5, sigterm
+    # Step 0 is a multiple of --every: scheduled. Step 1 is the emergency one.
+    assert [(e["step"], e.get("emergency")) for e in saved] == [(0, None), (1, True)]
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-0", "step-1"]

@@ -204,8 +204,11 @@ def main(argv: list[str] | None = None) -> int:
             return args.step_time
         return max(0.0, args.clock + (state["step"] + 1) * args.step_time - time.time())
 
-    client.on_preemption(None if args.no_emergency else emergency,
-                         exit_code=args.preempted_exit)
+    # SIGTERM only raises a flag; the emergency checkpoint is written at the
+    # next step boundary, so it never holds a step half applied (a handler
+    # saving mid-step would save step N's weights under N-1's number).
+    # Without one, the handler exits at once: nothing is saved, nothing torn.
+    client.on_preemption(None, exit_code=args.preempted_exit if args.no_emergency else None)
     while state["step"] < args.max_steps:
         model.train_step(pace())
         state["step"] += 1
@@ -218,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
             save(finished, reason="schedule" if request is None else request.reason)
         elif request is not None and not args.every:
             save(finished, reason=request.reason)
+        if client.preempting:
+            emergency()
+            return args.preempted_exit
     emit("exit", step=state["step"] - 1, reason="max-steps")
     return 0
 
