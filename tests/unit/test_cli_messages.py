@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,35 @@ def test_gc_lists_then_removes_what_a_replace_left_and_never_a_complete_step(
     assert cli.main(["verify", uri, "--all", "-q"]) == 0
     assert cli.main(["pull", uri, str(tmp_path / "d"), "-q"]) == 0
     assert (tmp_path / "d" / "a.bin").read_bytes() == (src / "a.bin").read_bytes()
+
+
+def test_gc_keeps_an_attempt_replaced_between_its_listing_and_its_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gc lists the manifests first and reads each step's manifest later: a push
+    --replace in between must leave the attempt it replaced alone for the
+    grace period (a restore may still read it), however old that attempt."""
+    from ckptdrain.store.local import LocalStore
+    from ckptdrain.transfer import prune
+
+    src = tmp_path / "step-10"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(100_000))
+    uri = f"file://{tmp_path}/store"
+    assert cli.main(["push", str(src), uri, "-q", "--create"]) == 0
+    two_days_ago = time.time() - 2 * 86400
+    for path in (tmp_path / "store").rglob("*"):
+        os.utime(path, (two_days_ago, two_days_ago))
+    original = prune.current_keys
+
+    def replaced_meanwhile(store: object, step: int, writer: int) -> object:
+        (src / "a.bin").write_bytes(os.urandom(120_000))
+        assert cli.main(["push", str(src), uri, "-q", "--replace"]) == 0
+        return original(store, step, writer)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(prune, "current_keys", replaced_meanwhile)
+    found = prune.find_leftovers(LocalStore(str(tmp_path / "store")), None)
+    assert not found.objects
+    assert [i.size for i in found.waiting] == [100_000]
 
 
 def test_gc_of_a_store_that_does_not_exist_is_an_error(

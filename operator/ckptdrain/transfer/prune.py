@@ -137,15 +137,38 @@ def find_leftovers(store: Store, writer: int | None, *, grace: float = ORPHAN_GR
         attempts: dict[str, list[ObjectInfo]] = {}
         for info in infos:
             attempts.setdefault(_attempt_of(info.key), []).append(info)
+        asked = False
         for attempt, objects in attempts.items():
             if any(i.key in current for i in objects):
                 continue
+            if not (lately or attempt in busy or not all(_old(i.modified, now, grace)
+                                                         for i in objects)) and not asked:
+                asked = True
+                lately = _replaced_since_listed(store, step, w, (step, w) in committed_at,
+                                                now, grace)
             if lately or attempt in busy or not all(_old(i.modified, now, grace)
                                                     for i in objects):
                 found.waiting.extend(objects)
             else:
                 found.objects.extend(objects)
     return found
+
+
+def _replaced_since_listed(store: Store, step: int, writer: int, listed: bool,
+                           now: float, grace: float) -> bool:
+    """Whether (step, writer)'s manifest is lately written as it stands now. The
+    listing came first and `current` was read after it: a push --replace in
+    between made `current` the new attempt's keys while the listing still
+    dated the old manifest, and the attempt replaced a moment ago would look
+    long abandoned. One listing of that one key (every store's listing dates
+    objects; not every HEAD does), asked only when something of the step is
+    about to go; a manifest gone or come since the listing counts as lately
+    changed."""
+    key = keys.manifest_key(step, writer)
+    info = next((i for i in store.list(key) if i.key == key), None)
+    if info is None:
+        return listed
+    return not listed or not _old(info.modified, now, grace)
 
 
 def remove(store: Store, found: Leftovers) -> int:
