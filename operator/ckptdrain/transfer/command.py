@@ -31,6 +31,16 @@ from ckptdrain.errors import (
     ObjectMissing,
 )
 
+#: More requests in flight than this only queue at the store and cost memory.
+MAX_CONCURRENCY = 256
+
+
+def _concurrency(value: object) -> int:
+    n = units.parse_positive_int("--concurrency", value)
+    if n > MAX_CONCURRENCY:
+        raise InvalidInput("--concurrency", f"a whole number from 1 to {MAX_CONCURRENCY}", value)
+    return n
+
 
 def _open(uri: str, endpoint_url: str | None, *, create: bool = False) -> Any:
     """The store URI names. A file:// directory that does not exist is an
@@ -91,7 +101,7 @@ def cmd_push(args: argparse.Namespace) -> int:
         raise InvalidInput("--writer", f"a writer id in 0..{writers - 1}", args.writer)
     rate = None if args.rate is None else flags.rate("--rate", args.rate)
     part = flags.positive_bytes("--part-size", args.part_size)
-    concurrency = units.parse_positive_int("--concurrency", args.concurrency)
+    concurrency = _concurrency(args.concurrency)
     try:
         store = _open(args.uri, args.endpoint_url, create=args.create)
     except BucketMissing as err:
@@ -165,8 +175,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
     step = _step_arg(args.step)
     writer = None if args.writer is None else flags.writer_id(args.writer)
-    concurrency = (None if args.concurrency is None
-                   else units.parse_positive_int("--concurrency", args.concurrency))
+    concurrency = None if args.concurrency is None else _concurrency(args.concurrency)
     part = None if args.part_size is None else flags.positive_bytes("--part-size", args.part_size)
     store = _open(args.uri, args.endpoint_url)
     if step is not None:

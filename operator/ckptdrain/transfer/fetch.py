@@ -172,8 +172,11 @@ def _download(store: Store, mode: str, files: list[_File], concurrency: int,
                 errors.append(err)
                 return
 
+    # No more threads than ranges: each holds a buffer, and a thread with no
+    # range to fetch would only cost memory.
+    ranges = sum(f.ranges for f in files)
     threads = [threading.Thread(target=worker, daemon=True, name=f"ckptdrain-fetch-{n}")
-               for n in range(max(1, concurrency))]
+               for n in range(max(1, min(concurrency, ranges)))]
     for t in threads:
         t.start()
     for t in threads:
