@@ -36,16 +36,24 @@ def _bare(value: object) -> bool:
 def rate(field: str, value: str) -> float:
     """A rate with its unit: `--rate 500` would be 500 bytes a second, which
     nobody means, so the unit is required."""
+    expected = "a positive rate with its unit such as 50MB/s or 500MiB/s"
     if _bare(value):
-        raise InvalidInput(field, "a rate with its unit such as 50MB/s or 500MiB/s", value)
-    return units.parse_rate(field, value)
+        raise InvalidInput(field, expected, value)
+    try:
+        return units.parse_rate(field, value)
+    except InvalidInput:  # its own words would suggest the bare number refused above
+        raise InvalidInput(field, expected, value) from None
 
 
 def duration(field: str, value: str) -> float:
     """A duration with its unit: is `15` seconds or minutes? Required."""
+    expected = "a positive duration with its unit such as 15m, 900s or 1h30m"
     if _bare(value):
-        raise InvalidInput(field, "a duration with its unit such as 15m, 900s or 1h30m", value)
-    return units.parse_duration(field, value)
+        raise InvalidInput(field, expected, value)
+    try:
+        return units.parse_duration(field, value)
+    except InvalidInput:
+        raise InvalidInput(field, expected, value) from None
 
 
 #: Below this a model is a toy: `--parameters 405` means 405B far more often.
