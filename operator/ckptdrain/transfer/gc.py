@@ -75,13 +75,13 @@ def cmd_gc(args: argparse.Namespace) -> int:
         size = "-" if r["bytes"] is None else units.format_bytes(r["bytes"])
         age = "-" if r["age_seconds"] is None else units.format_duration(r["age_seconds"])
         state = (("removed" if args.delete else "removable") if r["removable"]
-                 else "younger than --grace: left alone")
+                 else "in use or within --grace: left alone")
         print(f"{r['kind']:<6}  {r['step'] if r['step'] is not None else '-':>12}  "
               f"{r['writer'] if r['writer'] is not None else '-':>6}  {size:>10}  {age:>8}  "
               f"{state}")
     verb = "removed" if args.delete else "removable (run with --delete)"
     print(f"{store.uri}: {len(found.objects)} object(s) ({units.format_bytes(ready)}) and "
           f"{len(found.uploads)} unfinished upload(s) {verb}; {len(found.waiting)} object(s) "
-          f"({units.format_bytes(later)}) and {len(found.waiting_uploads)} upload(s) younger "
-          f"than --grace {units.format_duration(grace)} left alone")
+          f"({units.format_bytes(later)}) and {len(found.waiting_uploads)} upload(s) left "
+          f"alone: written, replaced or uploading within --grace {units.format_duration(grace)}")
     return 0
