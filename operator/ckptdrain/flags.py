@@ -51,19 +51,26 @@ def duration(field: str, value: str) -> float:
     if _bare(value):
         raise InvalidInput(field, expected, value)
     try:
-        return units.parse_duration(field, value)
+        seconds = units.parse_duration(field, value)
     except InvalidInput:
         raise InvalidInput(field, expected, value) from None
+    if seconds > MAX_DURATION_S:
+        raise InvalidInput(field, "a duration of at most a year (8760h)", value)
+    return seconds
 
 
 #: Below this a model is a toy: `--parameters 405` means 405B far more often.
 MIN_PARAMETERS = 1e6
+#: Above this, a typo: a thousand times today's largest models.
+MAX_PARAMETERS = 1e15
+#: No interval, grace or run time of a checkpointing job is longer than a year.
+MAX_DURATION_S = 365 * 86400.0
 
 
 def parameters(field: str, value: str) -> float:
     count = units.parse_count(field, value)
-    if count < MIN_PARAMETERS:
-        raise InvalidInput(field, "a model size of at least 1M parameters such as 405B or 70M",
+    if not MIN_PARAMETERS <= count <= MAX_PARAMETERS:
+        raise InvalidInput(field, "a model size from 1M to 1000T parameters such as 405B or 70M",
                            value)
     return count
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from ckptdrain import sizing, units
+from ckptdrain import flags, sizing, units
 from ckptdrain.demo.summary import DrainStats, Event, describe, newest
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.transfer import journal as jr
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, root: Path, store_env: dict[str, str]) -> int:
     demo = Demo(args, root)
     size = units.parse_bytes("--size", args.size)
-    interval = units.parse_duration("--interval", args.interval)
+    interval = flags.duration("--interval", args.interval)
     model = sizing.compute(sizing.SizingInput(
         checkpoint_bytes=size, interval_s=interval, global_every=args.global_every,
         overlap=units.parse_fraction("--overlap", args.overlap)))
@@ -234,7 +234,7 @@ def _run(args: argparse.Namespace, root: Path, store_env: dict[str, str]) -> int
     agent = Proc("agent", [sys.executable, "-m", "ckptdrain.agent.command",
                            "--events", str(demo.events_path)], env, demo.logs / "agent.log")
     trainer = Proc("trainer", trainer_argv(args), env, demo.logs / "trainer.log")
-    run_for = units.parse_duration("--run", args.run)
+    run_for = flags.duration("--run", args.run)
     started = time.monotonic()
     while time.monotonic() - started < run_for:
         demo.poll_trainer(trainer)
@@ -252,7 +252,7 @@ def _run(args: argparse.Namespace, root: Path, store_env: dict[str, str]) -> int
     demo.say(f"SIGTERM to trainer and agent (grace {args.grace})")
     for proc in (trainer, agent):
         proc.popen.send_signal(signal.SIGTERM)
-    grace = units.parse_duration("--grace", args.grace)
+    grace = flags.duration("--grace", args.grace)
     deadline = time.monotonic() + grace + 5
     while time.monotonic() < deadline and agent.popen.poll() is None:
         demo.poll_trainer(trainer)
