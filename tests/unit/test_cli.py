@@ -207,7 +207,7 @@ CASES: list[tuple[str, Callable[[Path, str], list[str]], int, str, str]] = [
      2, "invalid", "expected a positive duration with its unit such as 15m, 900s or 1h30m, "
      "got '-5m'"),
     ("size --parameters 405", lambda t, u: ["size", "--parameters", "405", "--interval", "15m"],
-     2, "invalid", "--parameters: expected a model size of at least 1M"),
+     2, "invalid", "--parameters: expected a model size from 1M to 1000T"),
     ("size --bytes-per-parameter 14B",
      lambda t, u: ["size", "--parameters", "405B", "--interval", "15m",
                    "--bytes-per-parameter", "14B"], 2, "invalid", "such as 14 (bf16 + Adam)"),
