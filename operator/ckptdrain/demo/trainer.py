@@ -216,14 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         client.step_done(finished)
         if finished % 10 == 0:
             emit("progress", step=finished)
+        if client.preempting:  # first: this boundary's save is the emergency one
+            emergency()
+            return args.preempted_exit
         request = client.checkpoint_requested()
         if args.every and finished % args.every == 0:
             save(finished, reason="schedule" if request is None else request.reason)
         elif request is not None and not args.every:
             save(finished, reason=request.reason)
-        if client.preempting:
-            emergency()
-            return args.preempted_exit
     emit("exit", step=state["step"] - 1, reason="max-steps")
     return 0
 
