@@ -32,6 +32,8 @@ from kube import apply, get, kubectl, wait_for
 from trainers import TRAINERS, Logs, _json_lines
 from views import GRACE, NS, OP_NS, wait_mid_interval
 
+#: Seconds between the peer Job's creation and its step clock's start.
+START_MARGIN_S = 20.0
 NAME = POLICY = PREFIX = "peer"
 WRITERS, CHECKPOINT_BYTES, GLOBAL_EVERY, LOCAL_KEEP = 2, 20_000_000, 3, 10
 NODE_B, NODE_B_TAINT = "ckptdrain-e2e-b", "ckptdrain.io/e2e-node-b"
@@ -138,7 +140,12 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     check(secrets == [peer["secret"]] and kept == [f"ckptdrain-peer-ca-{uid}"],
           f"the operator made the policy's certificate Secret {secrets} and keeps its CA in "
           f"its CA namespace {kept}; the certificate ends {peer.get('certificateNotAfter')}")
-    epoch = time.time()
+    # The step clock starts once both pods can have started (the one on node b
+    # waits for its partner's peer server): a trainer that starts late races
+    # through the steps it missed, and an agent whose first capture is then a
+    # later step picks its global steps (every 3rd capture, globalEvery) out of
+    # phase with the other writer's, so no step would complete globally.
+    epoch = time.time() + START_MARGIN_S
     began = time.monotonic()
     apply(job_manifest(epoch))
     pods = wait_for("2 writers running", lambda: (p := jobset.running_pods(SELECT))
