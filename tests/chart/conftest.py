@@ -39,14 +39,7 @@ def tools() -> Tools:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[apiserver.Cluster]:
     """A real etcd + kube-apiserver with our CRDs applied and established."""
-    try:
-        apiserver.find_binaries()
-    except apiserver.MissingBinaries as error:
-        pytest.fail(str(error), pytrace=False)
-    with apiserver.running() as running:
-        running.kubectl("apply", "--server-side", "-f", str(CRDS))
-        running.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-        yield running
+    yield from apiserver.crd_cluster(CRDS)
 
 
 @pytest.fixture(scope="module")

@@ -351,3 +351,19 @@ def running(workdir: Path | None = None) -> Iterator[Cluster]:
         stop(cluster)
         if owned:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def crd_cluster(crds: Path) -> Iterator[Cluster]:
+    """A fixture's body: a real etcd + kube-apiserver with the CRDs in `crds` (a file
+    or a directory) applied and established. Missing binaries fail the test, naming
+    what builds them."""
+    import pytest
+
+    try:
+        find_binaries()
+    except MissingBinaries as error:
+        pytest.fail(str(error), pytrace=False)
+    with running() as cluster:
+        cluster.kubectl("apply", "--server-side", "-f", str(crds))
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        yield cluster
