@@ -77,6 +77,9 @@ class AgentConfig:
     #: many newest complete checkpoints stay in the bucket's class.
     cold_storage_class: str | None = None
     cold_after: int = 1
+    #: Seconds restore waits for every rank's report before the fall-back
+    #: decision (restore/agreement.py); 0: ranks do not coordinate.
+    restore_agree_timeout_s: float = 120.0
 
     @property
     def flush_budget_s(self) -> float:
@@ -229,6 +232,9 @@ FIELDS: tuple[Field, ...] = (
           "how long restore retries a global tier that does not answer (0: no retry)"),
     Field("restore_direct_io", Env.RESTORE_DIRECT_IO, _bool, "true",
           "restore onto a local disk by direct I/O (false: through the page cache)"),
+    Field("restore_agree_timeout", Env.RESTORE_AGREE_TIMEOUT, _seconds_or_zero, "2m",
+          "with several writers, how long restore waits for every rank to report what it "
+          "holds before falling back to the newest global step (0: no coordination)"),
     Field("restore_mode", Env.RESTORE_MODE, _restore_mode, "",
           "the pod's ckptdrain.io/restore annotation: 'skip' for a deliberate fresh start"),
     Field("part_size", Env.PART_SIZE, units.parse_bytes, "64MiB",
@@ -252,7 +258,8 @@ RESTORE_FIELDS = frozenset({
     "work_dir", "local_dir", "store_uri", "s3_endpoint", "region", "s3_sse",
     "s3_sse_kms_key_id", "s3_ca_bundle", "s3_addressing", "writer_id", "writers", "restore",
     "restore_prefer", "restore_result", "restore_retry_deadline", "restore_direct_io",
-    "restore_mode", "policy", "pod_name", "namespace"})
+    "restore_mode", "restore_agree_timeout", "policy", "pod_name", "pod_uid", "namespace",
+    "node_name"})
 PEER_FIELDS = frozenset({"local_dir", "writer_id", "writers", "policy"})
 
 
@@ -348,6 +355,7 @@ def load(
         restore_prefer=raw["restore_prefer"],
         restore_result=Path(result) if result else work / "restore.json",
         restore_retry_deadline_s=raw["restore_retry_deadline"],
+        restore_agree_timeout_s=raw["restore_agree_timeout"],
         restore_direct_io=raw["restore_direct_io"],
         restore_skip=raw["restore_mode"],
         part_size=part_size,

@@ -44,7 +44,7 @@ from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import completed_steps, step_dir
-from ckptdrain.restore import peer_source
+from ckptdrain.restore import coordinated, peer_source
 from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 from ckptdrain.store.base import Store
@@ -107,12 +107,16 @@ def _place(tmp: Path, final: Path) -> None:
 
 
 def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int,
-                committed: WriterManifest | None) -> int:
+                committed: WriterManifest | None, agreed: bool = False) -> int:
+    """`agreed`: the ranks agreed on this step from what each holds (timelines
+    included, restore/agreement.py); without a committed global manifest the
+    local copy is then the one to use."""
     manifest = tier.manifest(step)
     if (manifest.writer, manifest.writers) != (writer, writers):
         raise IntegrityError(f"local copy is writer {manifest.writer} of {manifest.writers},"
                              f" this pod is writer {writer} of {writers}")
-    if writers > 1 and (committed is None or not manifest.same_content(committed)):
+    if writers > 1 and ((committed is None and not agreed)
+                        or (committed is not None and not manifest.same_content(committed))):
         # Every rank must resume from the same timeline: only the bytes the
         # global commit names will do.
         raise IntegrityError("local copy differs from this writer's committed global manifest "
@@ -170,13 +174,21 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
         result.skipped.append(Skipped(
             cand.step, cand.tier, f"checkpoint has {counts[(cand.tier, cand.step)]} writer(s),"
             f" this job has {cfg.writers}"))
-    if cfg.writers > 1:
-        for step in sorted(set(local_steps) - set(global_steps), reverse=True):
-            result.skipped.append(Skipped(
-                step, "local",
-                "not complete globally; with several writers every rank must restore one step"))
     peers, extra = peer_source.candidates(cfg, global_steps, result)
     plan = sorted(plan + extra, key=lambda c: -c.step)  # stable: at one step, peer last but one
+    decision, held = None, None
+    if coordinated.coordinates(cfg):
+        own_peer = peers.held.get(cfg.writer, {}) if peers is not None else {}
+        held = coordinated.holdings(cfg, tier, local_steps, counts, global_steps, own_peer)
+        decision = coordinated.agree(cfg, held, result)
+        if decision is not None:
+            plan = coordinated.plan_for(decision, held, decision.step in own_peer,
+                                        cfg.restore_prefer)
+    if cfg.writers > 1 and decision is None:
+        for step in sorted(set(local_steps) - set(global_steps), reverse=True):
+            result.skipped.append(Skipped(
+                step, "local", "not complete globally, and ranks could not agree on a step "
+                "only the nodes hold"))
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
     _clear_own_staging(cfg.work_dir)
     no_room: list[str] = []
@@ -184,7 +196,8 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     for cand in plan:
         if result.step is not None and cand.step < result.step:
             break
-        outcome = _try(cfg, tier, store, cand, result, found.get(cand.step), peers)
+        outcome = _try(cfg, tier, store, cand, result, found.get(cand.step), peers,
+                       agreed=decision is not None)
         if outcome == "no_room":
             no_room.append(f"step {cand.step} ({cand.tier}): {result.skipped[-1].reason}")
         if outcome == "transient":
@@ -197,6 +210,14 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     result.seconds = time.monotonic() - started
     if result.step is not None:
         result.outcome = "restored"
+    elif decision is not None and decision.step is not None and transient is None:
+        result.outcome = "none_verified"
+        tried = "; ".join(f"{s.tier}: {s.reason}" for s in result.skipped
+                          if s.step == decision.step) or "no tier of this rank holds it"
+        result.reason = (f"ranks agreed on step {decision.step} (round {decision.round}, "
+                         f"{decision.why}) and this rank could not get it: {tried}")
+        assert held is not None
+        coordinated.note_failure(cfg, decision, held)
     elif transient is not None:
         result.outcome = "store_unavailable"
         result.reason = f"the global tier failed mid-restore ({transient})"
@@ -226,7 +247,7 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
 
 def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
          result: RestoreResult, ckpt: Any = None,
-         peers: peer_source.PeerSource | None = None) -> str:
+         peers: peer_source.PeerSource | None = None, agreed: bool = False) -> str:
     """Restore one candidate: "ok", "failed" (try the next), "no_room" (the
     work volume could not take it: full, over quota or read-only), or
     "transient" (the store did not answer: try again later, not the next)."""
@@ -245,7 +266,8 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
         elif cand.tier == "local":
             committed = ckpt.manifests[cfg.writer] if ckpt is not None \
                 and cfg.writer < ckpt.writers else None
-            size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers, committed)
+            size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers, committed,
+                               agreed)
             source = str(tier.step_dir(cand.step))
             created = tier.manifest(cand.step).created
         else:
@@ -261,6 +283,11 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
         log.warning("restore: step %d from the %s tier failed, trying the next candidate: %s",
                     cand.step, cand.tier, reason)
         result.skipped.append(Skipped(cand.step, cand.tier, reason))
+        if agreed and cand.tier == "local" and ckpt is None and isinstance(err, IntegrityError):
+            # A corrupt copy only the nodes held: worthless, and reported again
+            # it would be agreed on again. Gone, the next round passes it by.
+            with contextlib.suppress(OSError):
+                tier.remove(cand.step)
         if cand.tier == "global" and is_transient(err):
             return "transient"
         return "no_room" if space.is_no_room(err) else "failed"
