@@ -16,9 +16,9 @@ from ckptdrain.restore.agreement import (
 
 def rep(rank: int, local: dict[int, str] | None = None, *, round_: int = 1,
         uid: str | None = None, peer: tuple[int, ...] = (), complete: tuple[int, ...] = (),
-        failed: int | None = None, joined: bool = False) -> Report:
+        failed: int | None = None) -> Report:
     return Report(round=round_, rank=rank, uid=uid or f"uid-{rank}", local=local or {},
-                  peer=peer, complete=complete, failed=failed, joined=joined)
+                  peer=peer, complete=complete, failed=failed)
 
 
 def decision(round_: int = 3, step: int | None = 100, members: dict[int, str] | None = None,
@@ -71,11 +71,6 @@ def test_decide_counts_only_this_rounds_reports() -> None:
     assert made.members == {0: "uid-0", 1: "uid-1"} and "newer than any global" in made.detail
 
 
-def test_a_joiners_report_is_no_vote() -> None:
-    reports = {0: rep(0, {100: "t"}, round_=2), 1: rep(1, {100: "t"}, round_=2, joined=True)}
-    assert decide(reports, 2, 2, 5.0, "r2") is None
-
-
 def test_fallback_is_the_newest_global_step_and_names_the_missing_ranks() -> None:
     reports = {0: rep(0, {100: "t"}, complete=(40,), round_=4)}
     made = fallback(reports, 3, 4, 9.0, [50], 120.0, "r4-y")
@@ -107,9 +102,12 @@ def test_a_pod_that_could_not_get_the_decided_step_starts_a_new_round() -> None:
     d = decision()
     nxt = next_move(d, rep(1, round_=3, failed=100), 1, "uid-1", now=1001.0)
     assert (nxt.move, nxt.round) == ("report", 4)
-    joiner = decision(members={0: "uid-0"}, why="fallback")
-    nxt = next_move(joiner, rep(1, round_=3, failed=100, joined=True), 1, "uid-1", now=1001.0)
+    assert not nxt.may_fall_back  # the others restored 100: never settle alone
+    joiner = decision(members={0: "uid-0", 1: "uid-1"}, why="fallback")
+    nxt = next_move(joiner, rep(1, round_=3, failed=100), 1, "uid-1", now=1001.0)
     assert (nxt.move, nxt.round) == ("report", 4)
+    waiting = next_move(joiner, rep(1, round_=4, failed=100), 1, "uid-1", now=1001.0)
+    assert (waiting.move, waiting.may_fall_back) == ("wait", False)
 
 
 def test_a_late_rank_joins_a_fallback_made_without_it_within_the_window() -> None:
@@ -120,11 +118,9 @@ def test_a_late_rank_joins_a_fallback_made_without_it_within_the_window() -> Non
 
 
 def test_a_rank_whose_previous_pod_joined_late_starts_a_new_round() -> None:
-    d = decision(members={0: "uid-0"}, why="fallback")
-    joined_before = rep(1, round_=3, uid="uid-1-old", joined=True)
-    assert next_move(d, joined_before, 1, "uid-1-new", now=1001.0).move == "report"
-    mine = rep(1, round_=3, uid="uid-1", joined=True)
-    assert next_move(d, mine, 1, "uid-1", now=99999.0).move == "join"
+    d = decision(members={0: "uid-0"}, why="fallback").with_member(1, "uid-1-old")
+    assert next_move(d, None, 1, "uid-1-new", now=1001.0).move == "report"
+    assert next_move(d, None, 1, "uid-1-old", now=99999.0).move == "join"
 
 
 def test_a_pod_that_already_reported_waits_in_its_round() -> None:

@@ -18,12 +18,18 @@ Rounds. The decision carries a round number; a restoring rank either joins
 the current decision or starts round `decision.round + 1`, so every rank of
 one gang restart computes the same round number from what it reads. It
 joins when its own pod already took part (an init container retried), or
-when it took no part and the decision is younger than the join window (a
-rank that started late into a fallback). It starts a new round when its
-rank's previous pod took part (a new pod generation), when its own try of
-the decided step failed, or when the decision is older than the window.
+when its rank took no part and the decision is younger than the join window
+(a rank that started late into a fallback: it then records itself among the
+members). It starts a new round when its rank's previous pod took part (a
+new pod generation), when its own try of the decided step failed, or when
+the decision is older than the window. A report is owned by its pod, so
+the garbage collector deletes it with the pod: a dead pod's report is not
+counted in a later round.
 A report from another round is never counted: a stale rank from an earlier
-generation cannot vote.
+generation cannot vote. A pod that could not get its round's step reports
+in the next round but never writes its fall-back: the other ranks restored
+that step and may be running, so it waits (failing, and retried) until they
+come back and agree again; alone it never settles on another step.
 
 Deciding. Rank 0 reads the round's reports; once every rank reported, the
 step is the newest one every rank can get from its own node, a peer, or
@@ -78,8 +84,6 @@ class Report:
     complete: tuple[int, ...] = ()
     #: A decided step this pod could not get: its next try starts a new round.
     failed: int | None = None
-    #: Whether this pod joined the round's decision without reporting first.
-    joined: bool = False
     at: float = 0.0
 
     def to_json(self) -> str:
@@ -88,7 +92,7 @@ class Report:
             "local": {str(s): t for s, t in _newest(self.local)},
             "peer": sorted(self.peer, reverse=True)[:REPORT_STEPS],
             "complete": sorted(self.complete, reverse=True)[:REPORT_STEPS],
-            "failed": self.failed, "joined": self.joined, "at": round(self.at, 3),
+            "failed": self.failed, "at": round(self.at, 3),
         }, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -109,7 +113,7 @@ class Report:
                 peer=tuple(_whole(s) for s in doc.get("peer") or ()),
                 complete=tuple(_whole(s) for s in doc.get("complete") or ()),
                 failed=None if doc.get("failed") is None else _whole(doc["failed"]),
-                joined=bool(doc.get("joined", False)), at=float(doc.get("at", 0.0)))
+                at=float(doc.get("at", 0.0)))
         except (KeyError, TypeError, ValueError):
             return None
         return report if report.uid else None
@@ -127,6 +131,12 @@ class Decision:
     members: Mapping[int, str]
     decided_at: float
     timeline: str
+
+    def with_member(self, rank: int, uid: str) -> Decision:
+        """This decision with `uid` recorded as rank `rank`'s pod: a rank that
+        joins late is a member, so its next pod starts a new round."""
+        return Decision(self.round, self.step, self.why, self.detail,
+                        {**self.members, rank: uid}, self.decided_at, self.timeline)
 
     def to_json(self) -> str:
         return json.dumps({
@@ -162,6 +172,10 @@ class Next:
     round: int
     decision: Decision | None = None
     why: str = ""
+    #: False when this pod could not get its round's step: the other ranks
+    #: restored it and may be running, so this pod alone must never settle
+    #: on another step. It reports and waits for them to come back.
+    may_fall_back: bool = True
 
 
 def next_move(decision: Decision | None, own: Report | None, rank: int, uid: str,
@@ -170,7 +184,8 @@ def next_move(decision: Decision | None, own: Report | None, rank: int, uid: str
     current = decision.round if decision is not None else 0
     mine = own is not None and own.uid == uid
     if mine and own is not None and own.round > current:
-        return Next("wait", own.round, why="this pod reported in a round not decided yet")
+        return Next("wait", own.round, why="this pod reported in a round not decided yet",
+                    may_fall_back=own.failed is None)
     new = Next("report", current + 1)
     if decision is None:
         return Next("report", 1, why="no decision yet")
@@ -178,17 +193,11 @@ def next_move(decision: Decision | None, own: Report | None, rank: int, uid: str
     if member == uid:
         if mine and own is not None and own.round == decision.round \
                 and own.failed is not None and own.failed == decision.step:
-            return Next("report", current + 1, why=f"this pod could not get step {own.failed}")
+            return Next("report", current + 1, why=f"this pod could not get step {own.failed}",
+                        may_fall_back=False)
         return Next("join", current, decision, "this pod took part")
     if member is not None:
         return Next(new.move, new.round, why="a previous pod of this rank took part")
-    if own is not None and own.round == decision.round:
-        if mine and own.failed is not None and own.failed == decision.step:
-            return Next("report", current + 1, why=f"this pod could not get step {own.failed}")
-        if mine:
-            return Next("join", current, decision, "this pod joined it before")
-        if not mine:
-            return Next(new.move, new.round, why="a previous pod of this rank joined it")
     if 0 <= now - decision.decided_at <= join_window:
         return Next("join", current, decision, "made without this rank, moments ago")
     return Next(new.move, new.round, why="the decision is older than the join window")
@@ -227,7 +236,7 @@ def agreed_step(reports: Mapping[int, Report], writers: int) -> int | None:
 def decide(reports: Mapping[int, Report], writers: int, round_: int, now: float,
            timeline: str) -> Decision | None:
     """The agreed decision once every rank reported in `round_`, else None."""
-    counted = {r: rep for r, rep in reports.items() if rep.round == round_ and not rep.joined}
+    counted = {r: rep for r, rep in reports.items() if rep.round == round_}
     if any(r not in counted for r in range(writers)):
         return None
     step = agreed_step(counted, writers)
@@ -243,8 +252,7 @@ def decide(reports: Mapping[int, Report], writers: int, round_: int, now: float,
 def fallback(reports: Mapping[int, Report], writers: int, round_: int, now: float,
              complete: Iterable[int], waited_s: float, timeline: str) -> Decision:
     """The decision when the wait ran out: the newest globally complete step."""
-    counted = {r: rep for r, rep in reports.items() if rep.round == round_ and not rep.joined
-               and r < writers}
+    counted = {r: rep for r, rep in reports.items() if rep.round == round_ and r < writers}
     seen = set(complete).union(*(set(rep.complete) for rep in counted.values()))
     missing = [r for r in range(writers) if r not in counted]
     step = max(seen) if seen else None

@@ -31,6 +31,11 @@ from ckptdrain.restore.result import RestoreResult, Skipped
 log = logging.getLogger("ckptdrain.restore")
 
 
+class AgreementPending(CkptdrainError):
+    """This rank may restore nothing yet: the step its round agreed on could
+    not be got here, and the other ranks have not come back to agree again."""
+
+
 
 @dataclass(frozen=True)
 class Holdings:
@@ -78,8 +83,11 @@ def agree(cfg: node_config.AgentConfig, held: Holdings, result: RestoreResult,
     try:
         meet = meeting if meeting is not None else meeting_mod.Meeting(cfg.namespace, cfg.policy)
         agreed = meeting_mod.agree(meet, rank=cfg.writer, uid=str(cfg.pod_uid),
-                                   writers=cfg.writers, report_for=report_for,
+                                   writers=cfg.writers, pod=cfg.pod_name,
+                                   report_for=report_for,
                                    complete=held.complete, timeout_s=cfg.restore_agree_timeout_s)
+    except meeting_mod.Unsettled as err:
+        raise AgreementPending(str(err)) from None
     except meeting_mod.NoRights as err:
         result.skipped.append(Skipped(None, "agreement", f"ranks cannot coordinate ({err}); "
                                       "restoring the newest step complete in the global tier"))
@@ -126,6 +134,6 @@ def note_failure(cfg: node_config.AgentConfig, decision: Decision, held: Holding
         meet.report(replace(Report(round=decision.round, rank=cfg.writer, uid=str(cfg.pod_uid),
                                    node=cfg.node_name, local=dict(held.local), peer=held.peer,
                                    complete=held.complete, at=time.time()),
-                            failed=decision.step))
+                            failed=decision.step), cfg.pod_name)
     except Exception as err:  # the next round then waits for the join window
         log.warning("restore: could not record the failed step on this rank's report: %s", err)

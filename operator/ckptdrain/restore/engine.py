@@ -180,7 +180,12 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     if coordinated.coordinates(cfg):
         own_peer = peers.held.get(cfg.writer, {}) if peers is not None else {}
         held = coordinated.holdings(cfg, tier, local_steps, counts, global_steps, own_peer)
-        decision = coordinated.agree(cfg, held, result)
+        try:
+            decision = coordinated.agree(cfg, held, result)
+        except coordinated.AgreementPending as err:
+            result.outcome, result.reason = "none_verified", str(err)
+            result.seconds = time.monotonic() - started
+            return result, OUTCOMES[result.outcome]
         if decision is not None:
             plan = coordinated.plan_for(decision, held, decision.step in own_peer,
                                         cfg.restore_prefer)

@@ -41,6 +41,11 @@ class NoRights(Exception):
     """The agent may not use Leases here: coordination is off."""
 
 
+class Unsettled(Exception):
+    """This pod could not get its round's step and the others did not come
+    back within the wait: nothing may be restored (agreement.Next.may_fall_back)."""
+
+
 def _base(policy: str) -> str:
     return re.sub(r"[^a-z0-9-]", "-", policy.lower())[:200].strip("-")
 
@@ -112,12 +117,16 @@ class Meeting:
         found = self._get(report_name(self.policy, rank))
         return None if found is None else _report_of(found, rank)
 
-    def report(self, report: Report) -> None:
-        """Write this rank's report (replacing its previous one)."""
+    def report(self, report: Report, pod: str | None = None) -> None:
+        """Write this rank's report (replacing its previous one), owned by its
+        pod `pod` (its uid is the report's): deleted with it."""
         name = report_name(self.policy, report.rank)
-        body = {"apiVersion": "/".join(LEASE_API), "kind": "Lease",
-                "metadata": {"name": name, "labels": {LABEL_MEETING: self.label},
-                             "annotations": {ANNOTATION_REPORT: report.to_json()}},
+        meta: dict[str, Any] = {"name": name, "labels": {LABEL_MEETING: self.label},
+                                "annotations": {ANNOTATION_REPORT: report.to_json()}}
+        if pod:
+            meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod,
+                                        "uid": report.uid}]
+        body = {"apiVersion": "/".join(LEASE_API), "kind": "Lease", "metadata": meta,
                 "spec": {"holderIdentity": report.uid}}
         for _ in range(3):
             found = self._get(name)
@@ -181,7 +190,7 @@ def new_timeline(round_: int) -> str:
     return f"r{round_}-{secrets.token_hex(6)}"
 
 
-def agree(meeting: Meeting, *, rank: int, uid: str, writers: int,
+def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | None = None,
           report_for: Callable[[int], Report], complete: Iterable[int], timeout_s: float,
           clock: Callable[[], float] = time.time,
           monotonic: Callable[[], float] = time.monotonic,
@@ -200,21 +209,29 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int,
     read: dict[str, Any] | None = None
     step_round: int | None = None
     round_why = ""
+    may_fall_back = True
     while True:
         try:
             current, read = meeting.decision()
             if step_round is None:
                 own = meeting.own_report(rank)
                 nxt = next_move(current, own, rank, uid, clock())
-                round_why = nxt.why
+                round_why, may_fall_back = nxt.why, nxt.may_fall_back
                 if nxt.move == "join" and nxt.decision is not None:
-                    if own is None or own.uid != uid or own.round != nxt.decision.round:
+                    joined = nxt.decision
+                    if joined.members.get(rank) != uid:
                         # Recorded, so that this rank's next pod starts a new round.
-                        meeting.report(replace(report_for(nxt.decision.round), joined=True))
-                    return Agreed(nxt.decision, "joined", monotonic() - started, round_why)
+                        joined = meeting.write_decision(joined.with_member(rank, uid), read)
+                        if joined.members.get(rank) != uid:  # another wrote first: look again
+                            continue
+                    return Agreed(joined, "joined", monotonic() - started, round_why)
                 step_round = nxt.round
                 if nxt.move == "report":
-                    meeting.report(report_for(step_round))
+                    mine = report_for(step_round)
+                    if not may_fall_back and own is not None:
+                        # Carried on, so this pod's later tries still never fall back.
+                        mine = replace(mine, failed=own.failed)
+                    meeting.report(mine, pod)
             elif current is not None and current.round >= step_round:
                 return Agreed(current, "adopted", monotonic() - started, round_why)
             if rank == 0:
@@ -237,6 +254,9 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int,
     waited = monotonic() - started
     if last_error is not None or step_round is None:
         raise last_error or RuntimeError("restore agreement: no round")
+    if not may_fall_back:
+        raise Unsettled(f"{round_why}, which the other ranks restored; waited {waited:.0f}s in "
+                        f"round {step_round} for them to restart and agree again")
     reports = meeting.reports() if rank == 0 else {rank: report_for(step_round)}
     made = fallback(reports, writers, step_round, clock(), complete, waited,
                     new_timeline(step_round))
