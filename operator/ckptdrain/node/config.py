@@ -79,7 +79,7 @@ class AgentConfig:
     cold_after: int = 1
     #: Seconds restore waits for every rank's report before the fall-back
     #: decision (restore/agreement.py); 0: ranks do not coordinate.
-    restore_agree_timeout_s: float = 120.0
+    restore_agree_timeout_s: float = 60.0
 
     @property
     def flush_budget_s(self) -> float:
@@ -232,7 +232,7 @@ FIELDS: tuple[Field, ...] = (
           "how long restore retries a global tier that does not answer (0: no retry)"),
     Field("restore_direct_io", Env.RESTORE_DIRECT_IO, _bool, "true",
           "restore onto a local disk by direct I/O (false: through the page cache)"),
-    Field("restore_agree_timeout", Env.RESTORE_AGREE_TIMEOUT, _seconds_or_zero, "2m",
+    Field("restore_agree_timeout", Env.RESTORE_AGREE_TIMEOUT, _seconds_or_zero, "1m",
           "with several writers, how long restore waits for every rank to report what it "
           "holds before falling back to the newest global step (0: no coordination)"),
     Field("restore_mode", Env.RESTORE_MODE, _restore_mode, "",

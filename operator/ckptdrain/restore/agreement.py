@@ -34,9 +34,9 @@ come back and agree again; alone it never settles on another step.
 Deciding. Rank 0 reads the round's reports; once every rank reported, the
 step is the newest one every rank can get from its own node, a peer, or
 the global tier (`agreed_step`). When not every rank reports within the
-bounded wait, any rank of the round writes the fall-back decision: the
-newest step complete in the global tier (what restore did before ranks
-coordinated: every rank can fetch it). A decision is written with the
+bounded wait, any rank of the round writes the fall-back decision: what
+restore does without coordination (the newest step complete in the global
+tier, or made whole by the peer tier, which every rank sees alike). A decision is written with the
 resourceVersion read, so exactly one is made per round; whoever loses the
 race reads and adopts the winner's. Ranks never end on different steps.
 
@@ -250,14 +250,18 @@ def decide(reports: Mapping[int, Report], writers: int, round_: int, now: float,
 
 
 def fallback(reports: Mapping[int, Report], writers: int, round_: int, now: float,
-             complete: Iterable[int], waited_s: float, timeline: str) -> Decision:
-    """The decision when the wait ran out: the newest globally complete step."""
+             uncoordinated: Iterable[int], waited_s: float, timeline: str) -> Decision:
+    """The decision when the wait ran out: the plan without coordination, the
+    newest step every writer can get by what all of them see alike (complete
+    in the global tier, or made whole by the peer tier's holders:
+    `uncoordinated`, as the decider sees it)."""
     counted = {r: rep for r, rep in reports.items() if rep.round == round_ and r < writers}
-    seen = set(complete).union(*(set(rep.complete) for rep in counted.values()))
+    seen = set(uncoordinated).union(*(set(rep.complete) for rep in counted.values()))
     missing = [r for r in range(writers) if r not in counted]
     step = max(seen) if seen else None
     detail = (f"{_ranks(missing)} did not report within {waited_s:.0f}s; "
-              + (f"step {step} is the newest complete in the global tier" if step is not None
+              + (f"step {step} is the newest every writer can get without coordinating "
+                 "(complete in the global tier, or whole on the peers)" if step is not None
                  else "nothing is complete in the global tier: fresh start"))
     return Decision(round_, step, "fallback", detail,
                     {r: rep.uid for r, rep in counted.items()}, now, timeline)

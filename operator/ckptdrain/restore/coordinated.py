@@ -70,9 +70,11 @@ def coordinates(cfg: node_config.AgentConfig) -> bool:
 
 
 def agree(cfg: node_config.AgentConfig, held: Holdings, result: RestoreResult,
-          meeting: Any = None) -> Decision | None:
+          uncoordinated: Iterable[int] = (), meeting: Any = None) -> Decision | None:
     """The decision for this rank, or None when coordination could not happen
-    (the reason goes into `result.skipped`)."""
+    (the reason goes into `result.skipped`). `uncoordinated`: the steps the
+    plan without coordination would restore (global, peer-made-whole), for
+    the fall-back."""
     from ckptdrain.restore import meeting as meeting_mod
 
     def report_for(round_: int) -> Report:
@@ -85,7 +87,8 @@ def agree(cfg: node_config.AgentConfig, held: Holdings, result: RestoreResult,
         agreed = meeting_mod.agree(meet, rank=cfg.writer, uid=str(cfg.pod_uid),
                                    writers=cfg.writers, pod=cfg.pod_name,
                                    report_for=report_for,
-                                   complete=held.complete, timeout_s=cfg.restore_agree_timeout_s)
+                                   uncoordinated=[*held.complete, *uncoordinated],
+                                   timeout_s=cfg.restore_agree_timeout_s)
     except meeting_mod.Unsettled as err:
         raise AgreementPending(str(err)) from None
     except meeting_mod.NoRights as err:

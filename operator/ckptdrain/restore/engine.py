@@ -181,7 +181,7 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
         own_peer = peers.held.get(cfg.writer, {}) if peers is not None else {}
         held = coordinated.holdings(cfg, tier, local_steps, counts, global_steps, own_peer)
         try:
-            decision = coordinated.agree(cfg, held, result)
+            decision = coordinated.agree(cfg, held, result, [c.step for c in extra])
         except coordinated.AgreementPending as err:
             result.outcome, result.reason = "none_verified", str(err)
             result.seconds = time.monotonic() - started

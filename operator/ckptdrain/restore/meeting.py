@@ -191,7 +191,7 @@ def new_timeline(round_: int) -> str:
 
 
 def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | None = None,
-          report_for: Callable[[int], Report], complete: Iterable[int], timeout_s: float,
+          report_for: Callable[[int], Report], uncoordinated: Iterable[int], timeout_s: float,
           clock: Callable[[], float] = time.time,
           monotonic: Callable[[], float] = time.monotonic,
           sleep: Callable[[float], None] = time.sleep,
@@ -204,7 +204,7 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
     rng = rng or random.Random()
     started = monotonic()
     poll = max(1.0, writers / 500)
-    complete = list(complete)
+    uncoordinated = list(uncoordinated)
     last_error: Exception | None = None
     read: dict[str, Any] | None = None
     step_round: int | None = None
@@ -258,7 +258,7 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
         raise Unsettled(f"{round_why}, which the other ranks restored; waited {waited:.0f}s in "
                         f"round {step_round} for them to restart and agree again")
     reports = meeting.reports() if rank == 0 else {rank: report_for(step_round)}
-    made = fallback(reports, writers, step_round, clock(), complete, waited,
+    made = fallback(reports, writers, step_round, clock(), uncoordinated, waited,
                     new_timeline(step_round))
     won = meeting.write_decision(made, read)
     return Agreed(won, "decided" if won is made else "adopted", waited, round_why)

@@ -46,7 +46,7 @@ MAX_LABEL_VALUE = api.MAX_LABEL_VALUE
 #: How long restore retries a store that does not answer (restore/retry.py).
 DEFAULT_RETRY_DEADLINE_S = 600.0
 #: How long a multi-writer restore waits for every rank to report (restore/agreement.py).
-DEFAULT_AGREE_TIMEOUT_S = 120.0
+DEFAULT_AGREE_TIMEOUT_S = 60.0
 
 
 class PolicyInvalid(InvalidInput):
