@@ -102,6 +102,8 @@ class Agent(AgentStartup):
         self.goodput: Any = None
         #: agent/refusals.RefusalEvents: an Event when the local tier refuses a capture.
         self.refusals: Any = None
+        #: agent/rounds.Rounds: restore rounds while the pod runs (several writers).
+        self.rounds: Any = None
 
     # -- signals -----------------------------------------------------------------
     def on_sigterm(self) -> None:
@@ -133,6 +135,8 @@ class Agent(AgentStartup):
         """One pass of the steady state: request, capture (unless backing off), tidy."""
         self.metrics.beat()
         now = self.clock()
+        if self.rounds is not None:
+            self.rounds.apply()
         if self.goodput is not None:
             self.goodput.tick()
         if self._next_request is None:

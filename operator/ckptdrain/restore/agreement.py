@@ -31,9 +31,16 @@ in the next round but never writes its fall-back: the other ranks restored
 that step and may be running, so it waits (failing, and retried) until they
 come back and agree again; alone it never settles on another step.
 
-Deciding. Rank 0 reads the round's reports; once every rank reported, the
-step is the newest one every rank can get from its own node, a peer, or
-the global tier (`agreed_step`). When not every rank reports within the
+Who reports. Every restoring rank reports (a pod starting, or a trainer
+restarted inside its pod, through its agent), and so does every *running*
+rank's agent once a round is open: a pod replaced while the others train on
+learns at once what they hold, instead of waiting out the bound. The first
+restoring rank of a round marks it open on the decision's Lease (`Opened`).
+
+Deciding. The rank that opened the round (and rank 0, when it restores)
+reads the round's reports; once every rank reported, the step is the newest
+one every rank can get from its own node, a peer, or the global tier
+(`agreed_step`). When not every rank reports within the
 bounded wait, any rank of the round writes the fall-back decision: what
 restore does without coordination (the newest step complete in the global
 tier, or made whole by the peer tier, which every rank sees alike). A decision is written with the
@@ -201,6 +208,45 @@ def next_move(decision: Decision | None, own: Report | None, rank: int, uid: str
     if 0 <= now - decision.decided_at <= join_window:
         return Next("join", current, decision, "made without this rank, moments ago")
     return Next(new.move, new.round, why="the decision is older than the join window")
+
+
+def next_move_in_place(decision: Decision | None, own: Report | None, rank: int, uid: str,
+                       fresh_after: float) -> Next:
+    """For a trainer restarted inside its pod (the agent asks for it): join a
+    decision this pod took part in that was made after `fresh_after` (its
+    trainer's failure, less the wait: the other ranks' own restarts in place
+    after the same failure), else report in a new round. The decision made
+    when the pod started is never the answer: the trainer has saved since."""
+    current = decision.round if decision is not None else 0
+    if own is not None and own.uid == uid and own.round > current:
+        return Next("wait", own.round, why="this pod reported in a round not decided yet")
+    if decision is not None and decision.members.get(rank) == uid \
+            and decision.decided_at >= fresh_after:
+        return Next("join", current, decision, "this pod took part, after the restart")
+    return Next("report", current + 1, why="the trainer restarted inside its pod")
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A round some rank opened: participants that are not restoring (running
+    agents) report for it; the rank that opened it decides."""
+
+    round: int
+    by: str
+    at: float
+
+    def to_json(self) -> str:
+        return json.dumps({"round": self.round, "by": self.by, "at": round(self.at, 3)},
+                          sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: object) -> Opened | None:
+        doc = _doc(text)
+        try:
+            return None if doc is None else cls(_whole(doc["round"]), str(doc["by"]),
+                                                  float(doc["at"]))
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 def gettable(report: Report, complete: Iterable[int]) -> dict[int, str | None]:

@@ -28,12 +28,22 @@ from typing import Any
 
 from ckptdrain import kubeclient
 from ckptdrain.node.lease import LEASE_API, LEASE_PLURAL
-from ckptdrain.restore.agreement import Decision, Report, decide, fallback, next_move
+from ckptdrain.restore.agreement import (
+    Decision,
+    Next,
+    Opened,
+    Report,
+    decide,
+    fallback,
+    next_move,
+    next_move_in_place,
+)
 
 log = logging.getLogger(__name__)
 
 ANNOTATION_REPORT = "ckptdrain.io/restore-report"
 ANNOTATION_DECISION = "ckptdrain.io/restore-decision"
+ANNOTATION_OPEN = "ckptdrain.io/restore-open"
 LABEL_MEETING = "ckptdrain.io/restore-meeting"
 
 
@@ -82,7 +92,8 @@ class Meeting:
 
     def __init__(self, namespace: str, policy: str, api: Any = None) -> None:
         self.api = api if api is not None else kubeclient.custom_objects_api()
-        self.namespace, self.policy = namespace, policy
+        # "<namespace>/<name>" or a bare name: the Leases live in the namespace.
+        self.namespace, self.policy = namespace, policy.split("/")[-1]
         self.label = meeting_label(policy)
 
     def _call(self, verb: str, *args: Any, **kwargs: Any) -> Any:
@@ -104,14 +115,19 @@ class Meeting:
                 return None
             raise
 
-    def decision(self) -> tuple[Decision | None, dict[str, Any] | None]:
-        """The current decision and the object it was read from (for the
-        compare-and-swap that replaces it)."""
+    def state(self) -> tuple[Decision | None, Opened | None, dict[str, Any] | None]:
+        """The current decision, the open round (if any), and the object they
+        were read from (for the compare-and-swap that replaces it)."""
         found = self._get(decision_name(self.policy))
         if found is None:
-            return None, None
-        text = ((found.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_DECISION)
-        return Decision.from_json(text), found
+            return None, None, None
+        notes = (found.get("metadata") or {}).get("annotations") or {}
+        return (Decision.from_json(notes.get(ANNOTATION_DECISION)),
+                Opened.from_json(notes.get(ANNOTATION_OPEN)), found)
+
+    def decision(self) -> tuple[Decision | None, dict[str, Any] | None]:
+        current, _, found = self.state()
+        return current, found
 
     def own_report(self, rank: int) -> Report | None:
         found = self._get(report_name(self.policy, rank))
@@ -156,28 +172,53 @@ class Meeting:
                     out[rep.rank] = rep
         return out
 
-    def write_decision(self, decision: Decision, read: dict[str, Any] | None) -> Decision:
-        """Write `decision` over the one read as `read` (None: there was none);
-        when another rank wrote first, its decision is returned instead."""
+    def _write(self, read: dict[str, Any] | None, decision: Decision | None,
+               opened: Opened | None) -> bool:
+        """Replace the decision's Lease as read (create it when `read` is None);
+        False when another rank changed it first."""
+        notes = {}
+        if decision is not None:
+            notes[ANNOTATION_DECISION] = decision.to_json()
+        if opened is not None and (decision is None or opened.round > decision.round):
+            notes[ANNOTATION_OPEN] = opened.to_json()
         name = decision_name(self.policy)
         meta: dict[str, Any] = {"name": name, "labels": {LABEL_MEETING: self.label},
-                                "annotations": {ANNOTATION_DECISION: decision.to_json()}}
+                                "annotations": notes}
         body = {"apiVersion": "/".join(LEASE_API), "kind": "Lease", "metadata": meta,
-                "spec": {"holderIdentity": decision.timeline}}
+                "spec": {"holderIdentity": decision.timeline if decision else None}}
         try:
             if read is None:
                 self._call("create", body)
             else:
                 meta["resourceVersion"] = (read.get("metadata") or {}).get("resourceVersion")
                 self._call("replace", name, body)
-            return decision
+            return True
         except Exception as error:
             if kubeclient.api_status(error) != 409:
                 raise
+            return False
+
+    def write_decision(self, decision: Decision, read: dict[str, Any] | None) -> Decision:
+        """Write `decision` over the one read as `read` (None: there was none);
+        when another rank wrote first, its decision is returned instead."""
+        opened = None
+        if read is not None:
+            opened = Opened.from_json(((read.get("metadata") or {}).get("annotations") or {})
+                                      .get(ANNOTATION_OPEN))
+        if self._write(read, decision, opened):
+            return decision
         won, _ = self.decision()
         if won is None:
-            raise RuntimeError(f"decision lease {name} changed and then could not be read")
+            raise RuntimeError(f"decision lease {decision_name(self.policy)} changed and then "
+                               "could not be read")
         return won
+
+    def open(self, round_: int, uid: str, read: dict[str, Any] | None,
+             current: Decision | None, now: float) -> bool:
+        """Mark round `round_` open (so running agents report for it); True
+        when this write made it so, False when another rank changed the
+        Lease first (read it again)."""
+        return self._write(read, current, Opened(round_, uid, now))
 
 
 def _report_of(obj: dict[str, Any], rank: int) -> Report | None:
@@ -192,31 +233,35 @@ def new_timeline(round_: int) -> str:
 
 def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | None = None,
           report_for: Callable[[int], Report], uncoordinated: Iterable[int], timeout_s: float,
+          in_place_after: float | None = None,
           clock: Callable[[], float] = time.time,
           monotonic: Callable[[], float] = time.monotonic,
           sleep: Callable[[float], None] = time.sleep,
           rng: random.Random | None = None) -> Agreed:
-    """Join the current decision, or report and wait (at most `timeout_s`) for
-    this round's; rank 0 decides once every rank reported, and any rank writes
-    the fall-back decision when the wait runs out. Raises NoRights when
-    leases are not ours to use, and the apiserver's error when it could not
-    be asked at all by the end of the wait."""
+    """Join the current decision, or report, open the round, and wait (at
+    most `timeout_s`) for its decision: the rank that opened it (and rank 0)
+    decides once every rank reported, and any rank writes the fall-back
+    decision when the wait runs out. `in_place_after`: this is a trainer
+    restarted inside its pod at that time (agreement.next_move_in_place).
+    Raises NoRights when leases are not ours to use, Unsettled when this pod
+    may not fall back, and the apiserver's error when it could not be asked
+    at all by the end of the wait."""
     rng = rng or random.Random()
     started = monotonic()
-    poll = max(1.0, writers / 500)
+    poll = max(0.5, writers / 1000)
     uncoordinated = list(uncoordinated)
     last_error: Exception | None = None
     read: dict[str, Any] | None = None
     step_round: int | None = None
-    round_why = ""
-    may_fall_back = True
+    nxt = Next("report", 0)
     while True:
         try:
-            current, read = meeting.decision()
+            current, opened, read = meeting.state()
             if step_round is None:
                 own = meeting.own_report(rank)
-                nxt = next_move(current, own, rank, uid, clock())
-                round_why, may_fall_back = nxt.why, nxt.may_fall_back
+                nxt = (next_move(current, own, rank, uid, clock()) if in_place_after is None
+                       else next_move_in_place(current, own, rank, uid,
+                                               in_place_after - timeout_s))
                 if nxt.move == "join" and nxt.decision is not None:
                     joined = nxt.decision
                     if joined.members.get(rank) != uid:
@@ -224,23 +269,26 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
                         joined = meeting.write_decision(joined.with_member(rank, uid), read)
                         if joined.members.get(rank) != uid:  # another wrote first: look again
                             continue
-                    return Agreed(joined, "joined", monotonic() - started, round_why)
+                    return Agreed(joined, "joined", monotonic() - started, nxt.why)
                 step_round = nxt.round
                 if nxt.move == "report":
                     mine = report_for(step_round)
-                    if not may_fall_back and own is not None:
+                    if not nxt.may_fall_back and own is not None:
                         # Carried on, so this pod's later tries still never fall back.
                         mine = replace(mine, failed=own.failed)
                     meeting.report(mine, pod)
             elif current is not None and current.round >= step_round:
-                return Agreed(current, "adopted", monotonic() - started, round_why)
-            if rank == 0:
+                return Agreed(current, "adopted", monotonic() - started, nxt.why)
+            if opened is None or opened.round < step_round:
+                meeting.open(step_round, uid, read, current, clock())
+                continue  # whoever opened it, read the Lease as it is now
+            if rank == 0 or (opened.round == step_round and opened.by == uid):
                 made = decide(meeting.reports(), writers, step_round, clock(),
                               new_timeline(step_round))
                 if made is not None:
                     won = meeting.write_decision(made, read)
                     return Agreed(won, "decided" if won is made else "adopted",
-                                  monotonic() - started, round_why)
+                                  monotonic() - started, nxt.why)
             last_error = None
         except NoRights:
             raise
@@ -254,11 +302,13 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
     waited = monotonic() - started
     if last_error is not None or step_round is None:
         raise last_error or RuntimeError("restore agreement: no round")
-    if not may_fall_back:
-        raise Unsettled(f"{round_why}, which the other ranks restored; waited {waited:.0f}s in "
+    if not nxt.may_fall_back:
+        raise Unsettled(f"{nxt.why}, which the other ranks restored; waited {waited:.0f}s in "
                         f"round {step_round} for them to restart and agree again")
-    reports = meeting.reports() if rank == 0 else {rank: report_for(step_round)}
-    made = fallback(reports, writers, step_round, clock(), uncoordinated, waited,
+    made = fallback(meeting.reports(), writers, step_round, clock(), uncoordinated, waited,
                     new_timeline(step_round))
+    current, _, read = meeting.state()
+    if current is not None and current.round >= step_round:
+        return Agreed(current, "adopted", waited, nxt.why)
     won = meeting.write_decision(made, read)
-    return Agreed(won, "decided" if won is made else "adopted", waited, round_why)
+    return Agreed(won, "decided" if won is made else "adopted", waited, nxt.why)
