@@ -36,6 +36,7 @@ def build(policy: Mapping[str, Any], pods: Iterable[PodView], now: float
             "lastLocalStep": status.get("lastLocalStep"),
             "lastGlobalStep": status.get("lastGlobalStep"),
             "recoveryPointTime": status.get("recoveryPointTime"),
+            "recoveryPointOnNodeLoss": status.get("recoveryPointOnNodeLoss"),
             **sums,
             "interruptionsListed": [_clean(e) for e in merged.get("recent") or []],
             "lastRestoreFailure": status.get("lastRestoreFailure")}
@@ -59,6 +60,19 @@ def _or(value: Any, unknown: str = "?") -> str:
     return unknown if value is None else str(value)
 
 
+def _recovery_points(report: Mapping[str, Any]) -> str:
+    """The step a restart would restore now: every node intact (the newest
+    step every writer holds locally), and after a node loss (with the peer
+    tier, the step every writer can still get; else the newest global step)."""
+    glob = (f"global step {_or(report.get('lastGlobalStep'), '-')} "
+            f"(at {report.get('recoveryPointTime') or '-'})")
+    intact = f"local step {_or(report.get('lastLocalStep'), '-')} with every node intact"
+    node_loss = report.get("recoveryPointOnNodeLoss")
+    if node_loss is None:
+        return f"{intact}; {glob} after a node loss"
+    return f"{intact}; step {node_loss} after a node loss (peer tier); {glob}"
+
+
 def text(report: Mapping[str, Any]) -> str:
     """The postmortem text of one policy's report."""
     ratio = report.get("runtimeGoodput")
@@ -74,9 +88,7 @@ def text(report: Mapping[str, Any]) -> str:
         f"  back to training     {_secs(report['recoverySeconds'])} in total (interruption "
         "→ training again: replacement, restore, load)",
         f"  blocked in saves     {_secs(report['blockedSeconds'])} (all writers)",
-        f"  recovery point       local step {_or(report.get('lastLocalStep'), '-')}, global "
-        f"step {_or(report.get('lastGlobalStep'), '-')} "
-        f"(at {report.get('recoveryPointTime') or '-'})",
+        f"  recovery point       {_recovery_points(report)}",
     ]
     failure = report.get("lastRestoreFailure")
     if failure:

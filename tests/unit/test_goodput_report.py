@@ -68,3 +68,14 @@ def test_bad_flags_exit_2_naming_the_field_before_any_cluster_read(
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"ckptdrain: error: {field}: expected ") and err.count("\n") == 1
+
+
+def test_report_says_which_step_a_restart_restores_with_and_without_a_node() -> None:
+    status = {**POLICY["status"], "recoveryPointTime": "2023-11-14T22:20:00Z"}
+    text = goodput_report.text(goodput_report.build({**POLICY, "status": status}, [], T0))
+    assert ("recovery point       local step 60 with every node intact; global step 50 "
+            "(at 2023-11-14T22:20:00Z) after a node loss") in text
+    peer = {**status, "recoveryPointOnNodeLoss": 58}
+    text = goodput_report.text(goodput_report.build({**POLICY, "status": peer}, [], T0))
+    assert ("local step 60 with every node intact; step 58 after a node loss (peer tier); "
+            "global step 50") in text
