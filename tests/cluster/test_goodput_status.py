@@ -84,8 +84,10 @@ def test_interruption_restore_and_report(cluster: Cluster, operator: OperatorPro
                        .get("lastRestoreFailure"), what="lastRestoreFailure")
     assert failure["pod"] == "w-c" and failure["outcome"] == "store_unavailable"
     assert "gave up after 31 tries" in failure["reason"]
-    events = get(cluster, namespace, "events")["items"]
-    assert any(e["reason"] == "RestoreFailed" and "w-c" in e["message"] for e in events)
+    # Posted right after the status patch.
+    assert wait_for(lambda: any(e["reason"] == "RestoreFailed" and "w-c" in e["message"]
+                                for e in get(cluster, namespace, "events")["items"]),
+                    what="the RestoreFailed event")
 
 
 def test_cli_errors_name_the_field(cluster: Cluster, crds: None, namespace: str) -> None:
