@@ -5,6 +5,7 @@ its init container: its own local tier, a shared file:// global tier."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,112 @@ def test_a_corrupt_local_copy_fails_that_rank_and_the_next_round_passes_it_by(
     assert not job.tier(1).has(100)  # worthless, and never agreed on again
     # The job restarts (rank 1's collectives never came up): every rank on 90.
     assert steps(job.restart()) == {0: 90, 1: 90}
+
+
+class _Running:
+    """A rank whose pod keeps running: its agent takes part in rounds (agent/rounds.py)."""
+
+    def __init__(self, job: Job, writer: int, timeline: str) -> None:
+        from ckptdrain.agent.loop import Agent
+        from ckptdrain.agent.metrics import AgentMetrics
+        from ckptdrain.agent.rounds import Rounds
+
+        self.uid = uuid.uuid4().hex
+        self.cfg = job.cfg(writer, self.uid)
+        self.cfg.work_dir.mkdir(parents=True, exist_ok=True)
+        self.agent = Agent(self.cfg, job.tier(writer), _Quiet(), AgentMetrics(), None)
+        self.agent.timeline = timeline
+        self.rounds = Rounds(self.agent, Meeting(job.namespace, "llama", job.api),
+                             store=job.store)
+        self.rounds.poll_s = 0.3
+        self.stop = threading.Event()
+
+    def __enter__(self) -> _Running:
+        self.rounds.start()
+
+        def loop() -> None:  # the agent's own loop applies what a round settled
+            while not self.stop.wait(0.1):
+                self.rounds.apply()
+        threading.Thread(target=loop, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.rounds.stop()
+
+    def save(self, step: int, flavour: str) -> None:
+        """The trainer's own save in this pod (complete, maybe not captured yet)."""
+        from ckptdrain.client import Client
+
+        client = Client(self.cfg.work_dir)
+        (client.begin(step) / "model.bin").write_bytes(
+            f"{flavour}step {step} writer {self.cfg.writer} ".encode() * 500)
+        client.complete(step)
+
+
+class _Quiet:
+    def report(self, event: object) -> None:
+        pass
+
+
+def test_a_replaced_pod_agrees_at_once_with_the_ranks_that_keep_running(job: Job) -> None:
+    job.timeout = "30s"
+    job.save_global(50)
+    job.save_local(90, "t1")
+    job.save_local(100, "t1")
+    with _Running(job, 1, "t1") as running:
+        running.save(110, "t1")  # rank 1 trained on; rank 0's pod never saved 110
+        results = job.restart(ranks=range(1))
+    result, code = results[0]
+    assert code == 0 and result.step == 100 and result.tier == "local"
+    assert result.agreement["why"] == "agreed" and result.agreement["waited"] < 10
+
+
+def test_trainers_restarted_in_place_resume_from_the_newest_step_every_rank_saved(
+        job: Job) -> None:
+    from ckptdrain.client import Client
+
+    job.timeout = "30s"
+    job.save_global(50)
+    job.save_local(100, "t1")
+    with _Running(job, 0, "t1") as r0, _Running(job, 1, "t1") as r1:
+        for r in (r0, r1):  # what restore placed when the pods started
+            (r.cfg.work_dir / "restore.json").write_text(
+                '{"fresh_start": false, "step": 100, "tier": "local", "path": "%s"}'
+                % (r.cfg.work_dir / "step-100"))
+            r.save(100, "t1")
+            r.save(110, "t1")
+        r0.save(120, "t1")  # rank 1's trainer died before completing 120
+        got: dict[int, object] = {}
+
+        def restart(r: _Running) -> None:
+            client = Client(r.cfg.work_dir, environ={
+                "CKPTDRAIN_WRITERS": "2", "CKPTDRAIN_WRITER_ID": str(r.cfg.writer)})
+            got[r.cfg.writer] = client.restored(timeout=60)
+
+        threads = [threading.Thread(target=restart, args=(r,)) for r in (r0, r1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        assert {w: getattr(g, "step", None) for w, g in got.items()} == {0: 110, 1: 110}
+        assert {getattr(g, "tier", None) for g in got.values()} == {"work"}
+        time.sleep(0.5)
+        # Rank 0's step 120 belongs to the abandoned timeline: gone from its work dir.
+        assert not (r0.cfg.work_dir / "step-120").exists()
+        assert r0.agent.timeline != "t1" and r0.agent.timeline == r1.agent.timeline
+
+
+def test_one_writer_restarted_in_place_resumes_from_its_newest_save(tmp_path: Path) -> None:
+    from ckptdrain.client import Client
+
+    work = tmp_path / "work"
+    client = Client(work, environ={})
+    for step in (10, 20):
+        (client.begin(step) / "w.bin").write_bytes(b"x" * step)
+        client.complete(step)
+    (work / "restore.json").write_text(
+        '{"fresh_start": false, "step": 10, "tier": "global", "path": "%s"}'
+        % (work / "step-10"))
+    again = Client(work, environ={}).restored()
+    assert again is not None and (again.step, again.tier, again.bytes) == (20, "work", 20)

@@ -5,8 +5,8 @@ digests that tie a restored step to the one saved."""
 from __future__ import annotations
 
 import json
-import shutil
 import os
+import shutil
 import signal
 import subprocess
 import sys

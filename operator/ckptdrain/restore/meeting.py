@@ -94,7 +94,7 @@ class Meeting:
         self.api = api if api is not None else kubeclient.custom_objects_api()
         # "<namespace>/<name>" or a bare name: the Leases live in the namespace.
         self.namespace, self.policy = namespace, policy.split("/")[-1]
-        self.label = meeting_label(policy)
+        self.label = meeting_label(self.policy)
 
     def _call(self, verb: str, *args: Any, **kwargs: Any) -> Any:
         method = getattr(self.api, f"{verb}_namespaced_custom_object")
