@@ -59,18 +59,24 @@ def policy_manifest(allowed_root: str, s3_port: int) -> str:
 
 def job_manifest(epoch: float) -> str:
     """job.yaml by the simulated trainer: one writer on each node."""
-    job = jobset.sim_job(epoch, app=NAME)
-    job["metadata"]["name"] = NAME
-    job["spec"]["template"]["metadata"]["labels"]["app"] = NAME
+    return yaml.safe_dump(two_node_job(epoch, NAME, NAME))
+
+
+def two_node_job(epoch: float, name: str, app: str) -> dict[str, Any]:
+    """job.yaml by the simulated trainer as the indexed Job `name` of WRITERS
+    pods labelled app=<app>, one on each node (they tolerate node b's taint
+    and repel each other), each writing its share of CHECKPOINT_BYTES."""
+    job = jobset.sim_job(epoch, app=app)
+    job["metadata"]["name"] = name
     pod = job["spec"]["template"]["spec"]
     # The job's own shard size (jobset.sim_job sized it for its 4 writers).
     command = pod["containers"][0]["command"]
     command[command.index("--size") + 1] = str(CHECKPOINT_BYTES // WRITERS)
     pod["tolerations"] = [{"key": NODE_B_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
     pod["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": NAME}},
+        {"labelSelector": {"matchLabels": {"app": app}},
          "topologyKey": "kubernetes.io/hostname"}]}}
-    return yaml.safe_dump(job)
+    return job
 
 
 def status() -> dict[str, Any]:
@@ -91,7 +97,7 @@ def replicated(logs: Logs, pod: str) -> list[int]:
     return out
 
 
-def _wipe(directory: Path, *, running: bool = False) -> None:
+def wipe(directory: Path, *, running: bool = False) -> None:
     """Empty `directory`, as a lost node's disk. `running`: the pod's agent
     and peer server still write into it (a capture, a partner's copy), so a
     file may appear in a directory being removed; take what is there (the
@@ -183,7 +189,7 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     old = pods[0]["metadata"]["name"]
     wait_mid_interval(epoch)
     mine = local_root / "writer-0"
-    _wipe(mine, running=True)
+    wipe(mine, running=True)
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, old, "--wait=false")
     say(f"  wiped {mine} and deleted {old} (writer 0, node {nodes[0]})")
@@ -194,7 +200,7 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     wait_for(f"{old}'s agent exited", lambda: any(
         "agent exiting" in str(doc.get("msg", "")) for doc in _json_lines(
             logs.dir / f"{old}.ckptdrain-agent.log")), GRACE + 30, every=0.5)
-    _wipe(mine)
+    wipe(mine)
     wait_for(f"{old} gone", lambda: not any(
         p["metadata"]["name"] == old for p in get("pods", "-n", NS, "-l", SELECT)["items"]),
         GRACE + 30, every=1)

@@ -19,6 +19,14 @@ runs): two writers on the cluster's two nodes, one node lost (its local tier
 wiped, its pod deleted), and the replacement restores the newest local step
 from its partner, not the older global one.
 
+Then the restore agreement step (e2e/scenario/agreement.py, in both runs):
+two writers on the two nodes with the peer tier off. Both pods deleted with
+their nodes intact, both ranks restore the same local step, newer than the
+newest global one; writer 0's node lost (its local tier wiped) and both pods
+deleted, both restore the newest global step; a trainer restarted inside its
+pod (restartPolicy OnFailure) resumes from the newest step both writers
+saved, not from the one restored when its pod started.
+
 More steps run before the uninstall when asked: `--jobset-chart` the
 JobSet step (e2e/scenario/jobset.py: 4 writers of one JobSet on the real
 JobSet controller), `--lws-chart` the LeaderWorkerSet step
@@ -44,6 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import agreement
 import chaos
 import dcp
 import goodput_check
@@ -513,7 +522,7 @@ def main() -> int:
                         help="run the chaos step (e2e/scenario/chaos.py) before uninstalling")
     parser.add_argument("--dcp", action="store_true",
                         help="run the DCP resharding step (e2e/scenario/dcp.py; not --short)")
-    parser.add_argument("--only", choices=("dcp", "peer"),
+    parser.add_argument("--only", choices=("dcp", "peer", "agreement"),
                         help="install, S3, that step alone, uninstall (skips steps 3-7 and "
                         "the other optional steps)")
     args = parser.parse_args()
@@ -543,6 +552,8 @@ def main() -> int:
                 main_steps(s3, args, trainer, logs, local_root)
             if args.only in (None, "peer"):
                 peer.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
+            if args.only in (None, "agreement"):
+                agreement.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.jobset_chart:
                 jobset.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.lws_chart:

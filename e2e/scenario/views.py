@@ -49,8 +49,13 @@ def policy_status() -> dict[str, Any]:
     return get("checkpointpolicy", "-n", NS, POLICY).get("status") or {}
 
 
+def mid_interval(epoch: float) -> bool:
+    """Whether the shared step clock is now between two scheduled checkpoints."""
+    return 30 <= ((time.time() - epoch) / STEP_S) % EVERY <= 60
+
+
 def wait_mid_interval(epoch: float) -> None:
     """Wait until the shared step clock is between two scheduled checkpoints, so a
     SIGTERM never lands on a step every writer also saves."""
-    while not 30 <= ((time.time() - epoch) / STEP_S) % EVERY <= 60:
+    while not mid_interval(epoch):
         time.sleep(0.2)
