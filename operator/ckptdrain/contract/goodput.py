@@ -124,6 +124,8 @@ class RestoreView:
     attempts: int = 1
     #: When the restored step was captured (its manifest), for lost seconds.
     step_created: float | None = None
+    #: With several writers, the ranks' decision: (round, step, why, detail).
+    agreement: tuple[int, int | None, str, str] | None = None
 
     @property
     def failed(self) -> bool:
@@ -133,7 +135,11 @@ class RestoreView:
         return json.dumps({"outcome": self.outcome, "startedAt": self.started_at,
                            "seconds": round(self.seconds, 3), "step": self.step,
                            "tier": self.tier, "reason": self.reason[:MAX_REASON],
-                           "attempts": self.attempts, "stepCreated": self.step_created},
+                           "attempts": self.attempts, "stepCreated": self.step_created,
+                           "agreement": None if self.agreement is None else {
+                               "round": self.agreement[0], "step": self.agreement[1],
+                               "why": self.agreement[2],
+                               "detail": self.agreement[3][:MAX_REASON]}},
                           sort_keys=True, separators=(",", ":"))
 
 
@@ -151,7 +157,18 @@ def parse_restore(text: str | None) -> RestoreView | None:
                        tier=tier if tier in ("local", "global") else None,
                        reason=str(doc.get("reason") or "")[:MAX_REASON],
                        attempts=int(_num(doc.get("attempts")) or 1),
-                       step_created=_num(doc.get("stepCreated")))
+                       step_created=_num(doc.get("stepCreated")),
+                       agreement=_agreement(doc.get("agreement")))
+
+
+def _agreement(doc: Any) -> tuple[int, int | None, str, str] | None:
+    if not isinstance(doc, dict):
+        return None
+    round_ = _step(doc.get("round"))
+    why = doc.get("why")
+    if round_ is None or why not in ("agreed", "fallback"):
+        return None
+    return round_, _step(doc.get("step")), why, str(doc.get("detail") or "")[:MAX_REASON]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ ended; an index keeps the live pods' views. A pod
 event that changes what the status depends on asks for a fold (`observe`),
 and one coalesced fold per policy takes in every view (plus those of pods
 that left since) with one status patch, only when something changed.
-A failed restore also sets `status.lastRestoreFailure` and posts a Warning.
+A failed restore also sets `status.lastRestoreFailure` and posts a Warning;
+the ranks' newest restore agreement goes into `status.lastRestoreAgreement`.
 
 State lives in the status: a restarted operator re-reads it and merges the
 same pods again to the same result (goodput.merge is idempotent). The last
@@ -121,6 +122,9 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[PodView]) -> Non
         change: dict[str, Any] = {}
         if new is not None:
             change["goodput"] = new
+        agreed = goodput.restore_agreement(pods)
+        if agreed is not None and agreed != status.get("lastRestoreAgreement"):
+            change["lastRestoreAgreement"] = agreed
         failure = goodput.restore_failure(pods)
         before = _failures.get(key) or status.get("lastRestoreFailure")
         if failure is not None and (before is None or failure["startedAt"] > float(
