@@ -32,7 +32,7 @@ def test_replicas_read_the_shard_their_rank_wraps_to(rank: int, writers: int) ->
 def test_without_replicas_only_a_declared_reader_may_rank_past_writers(
         rank: int, writers: int) -> None:
     if rank >= writers:
-        with pytest.raises(RoleRefused, match="is not below spec.writers"):
+        with pytest.raises(RoleRefused, match=r"is not below spec\.writers"):
             assign(pod(), job(rank), writers, "Declared")
     else:
         assert assign(pod(), job(rank), writers, "Declared") == Role(False, rank, False)
@@ -70,7 +70,7 @@ def test_the_workload_count_is_checked_as_replicas_of_writers() -> None:
 
 def test_a_declared_writer_must_hold_a_writer_rank() -> None:
     assert assign(pod("writer"), job(3), 4, "Replicas").shard == 3
-    with pytest.raises(RoleRefused, match="declares ckptdrain.io/role: writer"):
+    with pytest.raises(RoleRefused, match=r"declares ckptdrain\.io/role: writer"):
         assign(pod("writer"), job(4), 4, "Replicas")
     with pytest.raises(RoleRefused, match="expected 'writer' or 'reader', got 'both'"):
         assign(pod("both"), job(0), 4, "Replicas")

@@ -102,7 +102,7 @@ def test_a_rank_past_writers_is_refused_unless_readers_are_declared(
                        r"ckptdrain.io/role: reader, or set spec.readers: Replicas"):
         identify(job_pod(5), 4)
     api["fail"] = AssertionError("a reader's rank was looked up among the writers")
-    found, warnings = identify(job_pod(5), 4, readers="Replicas")
+    found, _ = identify(job_pod(5), 4, readers="Replicas")
     assert (found.reader, found.shard) == (True, 1)
     reader = job_pod(2)
     reader["metadata"]["annotations"]["ckptdrain.io/role"] = "reader"
@@ -132,12 +132,12 @@ def test_replicas_make_a_job_of_two_replicas_consistent_and_tell_its_writers(
 def test_a_declared_writer_past_writers_and_a_bad_role_are_refused(api: dict[str, Any]) -> None:
     writer = job_pod(4)
     writer["metadata"]["annotations"]["ckptdrain.io/role"] = "writer"
-    with pytest.raises(admission.Refused, match="declares ckptdrain.io/role: writer"):
+    with pytest.raises(admission.Refused, match=r"declares ckptdrain\.io/role: writer"):
         identify(writer, 4, readers="Replicas")
     odd = job_pod(0)
     odd["metadata"]["annotations"]["ckptdrain.io/role"] = "Reader"
-    with pytest.raises(admission.Refused, match="annotation ckptdrain.io/role: expected "
-                       "'writer' or 'reader', got 'Reader'"):
+    with pytest.raises(admission.Refused, match=r"annotation ckptdrain\.io/role: expected "
+                       r"'writer' or 'reader', got 'Reader'"):
         identify(odd, 4)
 
 
