@@ -3,6 +3,7 @@ annotations, and the one timestamp format. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 GROUP = "ckptdrain.io"
@@ -33,6 +34,12 @@ LABEL_WRITER_POLICY = "ckptdrain.io/writer-policy"
 LABEL_READER = "ckptdrain.io/reader"
 #: Longest label value Kubernetes takes.
 MAX_LABEL_VALUE = 63
+
+
+def is_reader(labels: Mapping[str, str] | None) -> bool:
+    """Whether a pod's labels mark it a reader: nothing that counts, pairs or
+    fences writers may take it for one."""
+    return LABEL_READER in (labels or {})
 
 
 def policy_labelled(policy: str) -> bool:

@@ -25,13 +25,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ckptdrain.contract.api import ANNOTATION_GOODPUT, ANNOTATION_RESTORE_RESULT, LABEL_WRITER
+from ckptdrain.contract.api import (
+    ANNOTATION_GOODPUT,
+    ANNOTATION_RESTORE_RESULT,
+    LABEL_READER,
+    LABEL_WRITER,
+)
 
 #: Completed steps (and when) the client remembers, for `lostSeconds`.
 MAX_COMPLETED = 16
 #: Longest reason kept from a restore (the status is API, not a log).
 MAX_REASON = 300
-RESTORED_OUTCOMES = ("restored", "fresh_start", "disabled")
+RESTORED_OUTCOMES = ("restored", "reshard", "fresh_start", "disabled")
 
 
 def _num(value: Any) -> float | None:
@@ -159,6 +164,9 @@ class PodView:
     writer: str | None
     agent: AgentView | None = None
     restore: RestoreView | None = None
+    #: The shard a reader reads (its LABEL_READER); None for a writer. A
+    #: reader's restore is no writer's recovery, but a failed one is reported.
+    reader: str | None = None
 
 
 def pod_view(name: str, meta: Mapping[str, Any]) -> PodView | None:
@@ -168,5 +176,6 @@ def pod_view(name: str, meta: Mapping[str, Any]) -> PodView | None:
     restore = parse_restore(ann.get(ANNOTATION_RESTORE_RESULT))
     if agent is None and restore is None:
         return None
-    return PodView(name=name, writer=(meta.get("labels") or {}).get(LABEL_WRITER),
-                   agent=agent, restore=restore)
+    labels = meta.get("labels") or {}
+    return PodView(name=name, writer=labels.get(LABEL_WRITER), agent=agent, restore=restore,
+                   reader=labels.get(LABEL_READER))
