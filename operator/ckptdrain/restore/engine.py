@@ -44,7 +44,7 @@ from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import completed_steps, step_dir
-from ckptdrain.restore import peer_source
+from ckptdrain.restore import peer_source, reshard
 from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 from ckptdrain.store.base import Store
@@ -107,12 +107,13 @@ def _place(tmp: Path, final: Path) -> None:
 
 
 def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int,
-                committed: WriterManifest | None) -> int:
+                committed: WriterManifest | None, alone: bool | None = None) -> int:
     manifest = tier.manifest(step)
     if (manifest.writer, manifest.writers) != (writer, writers):
         raise IntegrityError(f"local copy is writer {manifest.writer} of {manifest.writers},"
                              f" this pod is writer {writer} of {writers}")
-    if writers > 1 and (committed is None or not manifest.same_content(committed)):
+    alone = writers == 1 if alone is None else alone
+    if not alone and (committed is None or not manifest.same_content(committed)):
         # Every rank must resume from the same timeline: only the bytes the
         # global commit names will do.
         raise IntegrityError("local copy differs from this writer's committed global manifest "
@@ -164,19 +165,24 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     global_steps = sorted(found, reverse=True)
     counts = _counts(tier, local_steps, found)
     plan = candidates(local_steps, global_steps, writers=cfg.writers,
-                      prefer=cfg.restore_prefer, counts=counts)  # type: ignore[arg-type]
+                      prefer=cfg.restore_prefer, counts=counts,  # type: ignore[arg-type]
+                      alone=cfg.restores_alone)
     for cand in wrong_writers(counts, cfg.writers):
         blocking = True
         result.skipped.append(Skipped(
             cand.step, cand.tier, f"checkpoint has {counts[(cand.tier, cand.step)]} writer(s),"
             f" this job has {cfg.writers}"))
-    if cfg.writers > 1:
+    if not cfg.restores_alone:
         for step in sorted(set(local_steps) - set(global_steps), reverse=True):
             result.skipped.append(Skipped(
-                step, "local",
-                "not complete globally; with several writers every rank must restore one step"))
+                step, "local", "not complete globally; every pod that restores this job's "
+                "checkpoints (its writers, and readers) must restore one step"))
     peers, extra = peer_source.candidates(cfg, global_steps, result)
     plan = sorted(plan + extra, key=lambda c: -c.step)  # stable: at one step, peer last but one
+    handed = _reshard(cfg, store, found, counts, plan, result)
+    if handed is not None:
+        result.seconds = time.monotonic() - started
+        return result, handed
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
     _clear_own_staging(cfg.work_dir)
     no_room: list[str] = []
@@ -224,6 +230,31 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     return result, OUTCOMES[result.outcome]
 
 
+def _reshard(cfg: node_config.AgentConfig, store: Any, found: dict[int, Any],
+             counts: dict[tuple[Tier, int], int], plan: list[Candidate],
+             result: RestoreResult) -> int | None:
+    """The exit code when the newest step was saved by another writer count
+    (restore/reshard.py): handed to the trainer, or refused; None when the
+    plan's best will do."""
+    pending = reshard.pending(counts, cfg.writers, plan)
+    if pending is None:
+        return None
+    ckpt = found[pending.step]
+    problem = reshard.refusal(pending, cfg.writers, cfg.restore_reshard, ckpt)
+    if problem is not None:
+        result.outcome, result.reason = "none_verified", problem
+        return OUTCOMES[result.outcome]
+    result.skipped = [s for s in result.skipped if (s.step, s.tier) != (pending.step, "global")]
+    cfg.work_dir.mkdir(parents=True, exist_ok=True)
+    _clear_own_staging(cfg.work_dir)
+    _clear_stale_steps(cfg.work_dir, keep=None)  # no step of this layout is the newest
+    result.outcome, result.reason = reshard.OUTCOME, reshard.handed_over(pending, cfg.writers)
+    result.step, result.tier, result.step_writers = pending.step, "global", pending.writers
+    result.source = f"{store.uri} step {pending.step}"
+    result.step_created = min((m.created for m in ckpt.manifests), default=None)
+    return OUTCOMES[result.outcome]
+
+
 def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
          result: RestoreResult, ckpt: Any = None,
          peers: peer_source.PeerSource | None = None) -> str:
@@ -245,7 +276,8 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
         elif cand.tier == "local":
             committed = ckpt.manifests[cfg.writer] if ckpt is not None \
                 and cfg.writer < ckpt.writers else None
-            size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers, committed)
+            size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers, committed,
+                               cfg.restores_alone)
             source = str(tier.step_dir(cand.step))
             created = tier.manifest(cand.step).created
         else:
