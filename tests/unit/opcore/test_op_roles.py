@@ -74,3 +74,49 @@ def test_a_declared_writer_must_hold_a_writer_rank() -> None:
         assign(pod("writer"), job(4), 4, "Replicas")
     with pytest.raises(RoleRefused, match="expected 'writer' or 'reader', got 'both'"):
         assign(pod("both"), job(0), 4, "Replicas")
+
+
+# -- the spec fields: spec.readers and spec.restore.reshard ---------------------------
+
+
+def _spec(**over: Any) -> dict[str, Any]:
+    return {"selector": {"matchLabels": {"app": "t"}}, "model": {"checkpointBytes": "8GB"},
+            "interval": "15m", "writers": 4, "localTier": {"path": "/mnt/ckptdrain/n"},
+            "storage": {"uri": "s3://bucket/runs"}, **over}
+
+
+def test_readers_and_reshard_are_read_and_reach_restore() -> None:
+    from ckptdrain.node import config as node_config
+    from ckptdrain.operator import config
+    from ckptdrain.operator.admission import pod_env
+    from ckptdrain.operator.policy import spec as policy
+
+    cfg = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+    default = policy.parse("ml", "p", _spec(), cfg)
+    assert (default.readers, default.restore_reshard) == ("Declared", "DCP")
+    p = policy.parse("ml", "p", _spec(readers="Replicas", restore={"reshard": "Trainer"}), cfg)
+    assert (p.readers, p.restore_reshard) == ("Replicas", "Trainer")
+    env = pod_env.agent_env({"spec": {}}, p, 1e9, rank=0)
+    agent = node_config.load(environ={e["name"]: e["value"] for e in env if "value" in e})
+    assert agent.restore_reshard == "trainer"
+    problems = [str(e) for e in policy.validate(_spec(readers="replicas",
+                                                      restore={"reshard": "dcp"}), cfg)]
+    assert any(e.startswith("spec.readers: expected") for e in problems), problems
+    assert any(e.startswith("spec.restore.reshard: expected") for e in problems), problems
+
+
+def test_the_crd_offers_what_the_operator_reads() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from ckptdrain.operator.policy import spec as policy
+
+    crd = yaml.safe_load((Path(__file__).resolve().parents[3] / "crds" /
+                          "checkpointpolicies.yaml").read_text())
+    props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"]
+    assert (props["readers"]["enum"], props["readers"]["default"]) == (
+        list(policy.READERS), "Declared")
+    reshard = props["restore"]["properties"]["reshard"]
+    assert (reshard["enum"], reshard["default"]) == (list(policy.RESHARD), "DCP")
