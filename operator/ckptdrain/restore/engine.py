@@ -14,9 +14,12 @@ block one. A transient failure while fetching the newest step ends that try;
 it never falls back to an older step, which would throw progress away (and
 with several writers could put ranks on different steps).
 
-With several writers a local copy is used only when its manifest has the same
-content as this writer's committed global manifest: another pod that had the
-same rank may have left other bytes under the same step number.
+With several writers (or readers) a local copy is used only when its manifest
+has the same content as this writer's committed global manifest: another pod
+that had the same rank may have left other bytes under the same step number.
+A reader restores the shard `cfg.writer` like its writer would, and only
+reads the local tier. A newest step saved by another writer count is handed
+to the trainer instead (restore/reshard.py).
 
 The process around it (configuration, retries, the result file, the
 termination message) is restore/command.py.
