@@ -56,6 +56,11 @@ def interruption(logs: Logs, old: str, new: str, writer_pods: list[str], load: d
     check(abs(entry["recoverySeconds"] - logged_recovery) <= TOLERANCE_S,
           f"goodput: interruption → training again {entry['recoverySeconds']:.2f} s; the "
           f"trainers logged {logged_recovery:.2f} s (± {TOLERANCE_S} s)")
+    waited = entry.get("waitingSeconds")
+    check(waited is not None and 0 <= waited <= entry["recoverySeconds"],
+          f"goodput: {new} had its node {waited} s after the interruption (waiting for "
+          f"resources, beside the ratio), within the {entry['recoverySeconds']:.2f} s to "
+          "training again")
     saved = _saved_at(logs, writer_pods, load["step"], sigterm["at"])
     check(saved is not None, f"a trainer log holds the save of step {load['step']}")
     logged_lost = sigterm["at"] - saved  # type: ignore[operator]
@@ -91,7 +96,9 @@ def cli(report: list[str], check: Callable[[object, str], None], say: Callable[[
     text = run()
     say("  ckptdrain goodput:\n" + "\n".join("    " + line for line in text.splitlines()))
     report.append(f"| runtime goodput (`ckptdrain goodput`) | "
-                  f"{100 * doc['runtimeGoodput']:.1f}% over {doc['wallSeconds']:.0f} s: "
+                  f"{100 * doc['runtimeGoodput']:.1f}% over {doc['availableSeconds']:.0f} s "
+                  f"with the job's resources ({doc['waitingForResourcesSeconds']:.1f} s "
+                  f"waiting for them beside it): "
                   f"{doc['interruptions']} interruptions, {doc['lostSteps']} steps lost, "
                   f"{doc['recoverySeconds']:.1f} s to training again, "
                   f"{doc['blockedSeconds']:.1f} s blocked in saves |")

@@ -72,6 +72,8 @@ _SIZE_FLAGS: list[tuple[str, Callable[[str, object], Any], str]] = [
     ("--cap", flags.rate, "policy bandwidth cap: 10GB/s"),
     ("--cluster-cap", flags.rate, "cluster bandwidth cap: 40GB/s"),
     ("--drainers", units.parse_positive_int, "nodes that drain (the bandwidth is split)"),
+    ("--node-loss-fraction", flags.share,
+     "interruptions that lose the node and its local copies: 5%% (default)"),
 ]
 
 
@@ -87,14 +89,15 @@ def _sizing_input(args: argparse.Namespace) -> sizing.SizingInput:
     }
     for flag, field in (("--bytes-per-parameter", "bytes_per_parameter"),
                         ("--overlap", "overlap"), ("--global-every", "global_every"),
-                        ("--drainers", "drainers")):
+                        ("--drainers", "drainers"),
+                        ("--node-loss-fraction", "node_loss_fraction")):
         if parsed[flag] is not None:
             kw[field] = parsed[flag]
     if kw["parameters"] is None and kw["checkpoint_bytes"] is None:
         raise InvalidInput("--parameters", "a parameter count (or --checkpoint-bytes)", None)
     if kw["interval_s"] is None and kw["mtti_s"] is None:
         raise InvalidInput("--interval", "a duration such as 15m (or --mtti)", None)
-    return sizing.SizingInput(**kw)
+    return sizing.SizingInput(**kw, peer_tier=bool(args.peer_tier))
 
 
 def _size_json(s: sizing.Sizing) -> dict[str, Any]:
@@ -123,6 +126,10 @@ def _size_rows(s: sizing.Sizing) -> list[tuple[str, str]]:
         ("per drainer", f"{units.format_rate(s.per_drainer_bandwidth)} × {s.drainers}"),
         ("recommended interval", opt(s.recommended_interval_s, units.format_duration)),
         ("Young–Daly interval", opt(s.young_daly_interval_s, units.format_duration)),
+        ("work lost / restart", f"{units.format_duration(s.lost_work_node_intact_s)} with "
+         f"every node intact (local step), {units.format_duration(s.lost_work_node_lost_s)} "
+         f"with a node lost ({s.node_loss_restores_from} step; "
+         f"{units.format_percent(s.node_loss_fraction)} of interruptions)"),
         ("expected goodput", opt(s.goodput, units.format_percent)),
     ]
     return rows
@@ -174,6 +181,9 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     p = command("size", "bandwidth a checkpoint policy needs (sizing model)")
     for flag, _, text in _SIZE_FLAGS:
         p.add_argument(flag, help=text)
+    p.add_argument("--peer-tier", action="store_true",
+                   help="the policy's peer tier is on: a node loss restores from the "
+                        "partner's copy, not the global step")
     size_costs.add_flags(p)
     _common(p, store=False, quiet="print only the required bandwidth")
     p.set_defaults(func=cmd_size)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from ckptdrain import resume_channel
 from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
 from ckptdrain.progress import PROGRESS_FILE, Progress
@@ -50,6 +51,10 @@ CONTROL_DIR = ".ckptdrain"
 REQUEST_FILE = "request"
 ACK_FILE = "ack"
 DEFAULT_WORK_DIR = "/ckptdrain/work"
+#: How long `restored()` waits for the ranks' agreement after a restart in
+#: place: the agreement's own bound (restore.agreementTimeout, 1m by default)
+#: and the copy of the step.
+RESUME_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,9 @@ class Restored:
 
     step: int
     path: Path
-    tier: str  # "local" or "global"
+    #: "local", "peer" or "global" (restore at pod start); "work" when the
+    #: trainer's own save in this pod is the step (a restart in place).
+    tier: str
     bytes: int
     seconds: float
 
@@ -226,8 +233,53 @@ class Client:
         signal.signal(signal.SIGTERM, handler)
 
     # -- restore -------------------------------------------------------------------
-    def restored(self) -> Restored | None:
-        """What restore placed for this run, or None on a fresh start."""
+    def restored(self, *, timeout: float = RESUME_TIMEOUT_S) -> Restored | None:
+        """The step to resume from, or None for a fresh start.
+
+        When the pod starts, that is what `ckptdrain restore` placed. After
+        the trainer restarted inside its pod (a crashed process, an in-place
+        restart), it is the newest complete step whatever put it there: with
+        one writer the newest in the work dir; with several, the step every
+        rank agrees on, asked of this pod's agent (it waits at most `timeout`
+        seconds, then raises: resuming alone from another step than the
+        other ranks would mix two states).
+        """
+        first = self._placed_at_start()
+        newest = next(iter(_complete_steps(self.work_dir)), None)
+        if newest is None or (first is not None and newest <= first.step):
+            return first
+        if self.writers == 1:
+            return Restored(step=newest, path=self.step_dir(newest), tier="work",
+                            bytes=_tree_bytes(self.step_dir(newest)), seconds=0.0)
+        return self._agreed_by_the_agent(timeout)
+
+    def _agreed_by_the_agent(self, timeout: float) -> Restored | None:
+        control = self.work_dir / CONTROL_DIR
+        asked = time.time()
+        write_json_atomic(control / resume_channel.REQUEST_FILE,
+                          {"at": asked, "pid": os.getpid()})
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = resume_channel.read_answer(control)
+            if answer is not None and answer.covers >= asked:
+                break
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"ckptdrain: the agent did not say which step to resume from within "
+                    f"{timeout:.0f}s (is the ckptdrain-agent sidecar running?); with "
+                    f"{self.writers} writers no rank resumes alone")
+            time.sleep(0.2)
+        if not answer.ok:
+            raise RuntimeError(f"ckptdrain: the ranks agreed on step {answer.step} (round "
+                               f"{answer.round}) and it could not be placed: {answer.reason}")
+        if answer.step is None:
+            return None
+        path = self.step_dir(answer.step)
+        return Restored(step=answer.step, path=path, tier=answer.tier,
+                        bytes=_tree_bytes(path), seconds=time.time() - asked)
+
+    def _placed_at_start(self) -> Restored | None:
+        """What restore placed when the pod started, or None on a fresh start."""
         doc = _read_json(self.restore_result)
         if not doc or doc.get("fresh_start") or not isinstance(doc.get("step"), int):
             return None
@@ -241,6 +293,25 @@ class Client:
             bytes=int(doc.get("bytes", 0)),  # type: ignore[arg-type]
             seconds=float(doc.get("seconds", 0.0)),  # type: ignore[arg-type]
         )
+
+
+def _complete_steps(work_dir: Path) -> list[int]:
+    """Published step directories in the work dir, newest first (the trainer
+    protocol: only a renamed `step-<N>` is complete)."""
+    try:
+        names = os.listdir(work_dir)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        digits = name[len("step-"):] if name.startswith("step-") else ""
+        if digits.isdigit() and str(int(digits)) == digits and (work_dir / name).is_dir():
+            found.append(int(digits))
+    return sorted(found, reverse=True)
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
 def _check_step(step: int) -> int:

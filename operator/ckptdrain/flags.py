@@ -17,7 +17,7 @@ SIZE_FIELD_FLAGS = {
     "checkpointBytes": "--checkpoint-bytes", "interval": "--interval", "mtti": "--mtti",
     "overlap": "--overlap", "globalEvery": "--global-every", "drainers": "--drainers",
     "localWriteSeconds": "--local-write-time", "caps.policy": "--cap",
-    "caps.cluster": "--cluster-cap",
+    "caps.cluster": "--cluster-cap", "nodeLossFraction": "--node-loss-fraction",
 }
 
 
@@ -73,6 +73,11 @@ def parameters(field: str, value: str) -> float:
         raise InvalidInput(field, "a model size from 1M to 1000T parameters such as 405B or 70M",
                            value)
     return count
+
+
+def share(field: str, value: str) -> float:
+    """A share from 0 to 1, such as 5% or 0.05 (none at all is a valid answer)."""
+    return units.parse_fraction(field, value, allow_zero=True)
 
 
 def bytes_per_parameter(field: str, value: str) -> float:

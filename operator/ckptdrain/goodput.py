@@ -8,17 +8,24 @@ Three badputs belong to checkpointing (docs/goodput.md):
   restore, load);
 - **blocked**: time the trainer spent inside `begin()`..`complete()`.
 
-    runtime goodput = 1 - (lost ∪ recovery + blocked / writers) / wall time
+    runtime goodput = 1 - (lost ∪ recovery − waiting + blocked / writers) / available
 
-Lost and recovery are wall-clock intervals; they are joined as a union over
-every interruption (a lockstep job waits while any rank is down, and two
-ranks down at once cost the job that time once). Blocked time is the mean
-over writers (ranks checkpoint together).
+`available` is the time the job held its resources: from when its first pod
+got a node to now (or to when its pods ended), less the time between runs
+(`idleSeconds`) and the time spent **waiting for resources**: from each
+interruption until its replacement pod got a node (`waitingSeconds`). That
+wait is the scheduler's badput, not checkpointing's: it is reported beside
+the ratio (`waitingForResourcesSeconds`), not inside it.
+
+Lost, recovery and waiting are wall-clock intervals; each is joined as a
+union over every interruption (a lockstep job waits while any rank is down,
+and two ranks down at once cost the job that time once). Blocked time is the
+mean over writers (ranks checkpoint together).
 
 The inputs are the pods' goodput annotations (contract/goodput.py says who
-writes them); the operator folds them into `status.goodput` here (bounded:
-totals, plus the newest MAX_RECENT interruptions; older ones fold into
-`earlier`).
+writes them) and two times from their status; the operator folds them into
+`status.goodput` here (bounded: totals, plus the newest MAX_RECENT
+interruptions; older ones fold into `earlier`).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ckptdrain.contract.goodput import RESTORED_OUTCOMES, PodView
+from ckptdrain.contract.goodput import RESTORED_OUTCOMES, PodView, RestoreView
 
 #: Interruptions kept in the status, newest first; older ones fold into totals.
 MAX_RECENT = 10
@@ -71,6 +78,8 @@ def attach(entry: dict[str, Any], pod: PodView) -> dict[str, Any]:
     else:  # a failed restore's reason does not outlive the retry that succeeded
         out.pop("restoreReason", None)
     at = float(entry["at"])
+    out["resourcesAt"] = round(_resources_back(entry, pod, r, at), 3)
+    out["waitingSeconds"] = round(out["resourcesAt"] - at, 3)
     step = entry.get("step")
     if r.outcome in RESTORED_OUTCOMES and step is not None:
         restored = -1 if r.step is None else r.step
@@ -95,6 +104,20 @@ def attach(entry: dict[str, Any], pod: PodView) -> dict[str, Any]:
     return out
 
 
+def _resources_back(entry: Mapping[str, Any], pod: PodView, r: RestoreView,
+                    at: float) -> float:
+    """When the job had the interrupted writer's resources again: its
+    replacement pod got a node (else, not knowing when, its restore started).
+    A failed restore's pod had its node already: the pod that retries after
+    it does not move that later. Never before the interruption."""
+    back = r.started_at if pod.bound_at is None else min(pod.bound_at, r.started_at)
+    previous = entry.get("resourcesAt")
+    if previous is not None and entry.get("restorePod") != pod.name \
+            and entry.get("restoreOutcome") not in (None, *RESTORED_OUTCOMES):
+        back = min(back, float(previous))
+    return max(at, back)
+
+
 def keep_interruption(earlier: PodView | None, later: PodView) -> PodView:
     """`later`, a newer view of the same pod, with the interruption `earlier`
     carried if `later` lost it: a pod is never un-interrupted, but an agent
@@ -104,9 +127,8 @@ def keep_interruption(earlier: PodView | None, later: PodView) -> PodView:
         return later
     blocked = max(earlier.agent.blocked_s,
                   later.agent.blocked_s if later.agent is not None else 0.0)
-    return PodView(name=later.name, writer=later.writer,
-                   agent=dataclasses.replace(earlier.agent, blocked_s=blocked),
-                   restore=later.restore)
+    return dataclasses.replace(later, agent=dataclasses.replace(earlier.agent,
+                                                                 blocked_s=blocked))
 
 
 def _matches(entry: Mapping[str, Any], pod: PodView) -> bool:
@@ -164,6 +186,46 @@ def merge(goodput: Mapping[str, Any], pods: Iterable[PodView],
         out["earlier"] = earlier
     if folded:
         out["foldedPods"] = sorted(folded)[-MAX_RECENT:]
+    out.update(_held(goodput, pods, recent))
+    return out
+
+
+def _holding(pod: PodView) -> bool:
+    """Whether the pod holds its resources for training now: not ended, not
+    interrupted (an interrupted one's writer waits for its replacement)."""
+    return not pod.finished and (pod.agent is None or pod.agent.interrupted_at is None)
+
+
+def _held(goodput: Mapping[str, Any], pods: list[PodView],
+          recent: list[dict[str, Any]]) -> dict[str, Any]:
+    """When the job first held resources (`heldSince`: its earliest pod on a
+    node), when its pods all ended (`endedAt`, while none holds any), and the
+    time between an end and the next pod on a node (`idleSeconds`): the
+    bounds of the ratio's denominator. Idempotent."""
+    out: dict[str, Any] = {}
+    bound = [p.bound_at for p in pods if p.bound_at is not None]
+    since = goodput.get("heldSince")
+    # A status folded before the start was recorded keeps counting from the
+    # policy's creation: the pods seen now are not the job's first.
+    if bound and (since is not None or not (goodput.get("recent") or goodput.get("earlier"))):
+        out["heldSince"] = round(min([*bound, *([float(since)] if since is not None else [])]),
+                                 3)
+    ended = goodput.get("endedAt")
+    holding = [p for p in pods if _holding(p)]
+    if ended is not None and holding:
+        # The job runs again: the time its pods had no node is not its own.
+        back = [p.bound_at for p in holding if p.bound_at is not None
+                and p.bound_at >= float(ended)]
+        if back:
+            out["idleSeconds"] = round(float(goodput.get("idleSeconds") or 0)
+                                       + min(back) - float(ended), 3)
+        out["endedAt"] = None
+    elif not holding and pods and all(e.get("recoverySeconds") is not None for e in recent):
+        # Every pod ended and no interruption waits for a replacement: done.
+        ends = [p.finished_at for p in pods if p.finished_at is not None]
+        if ends:
+            out["endedAt"] = round(max([*ends, *([float(ended)] if ended is not None
+                                                  else [])]), 3)
     return out
 
 
@@ -173,6 +235,17 @@ def badput_interval(entry: Mapping[str, Any]) -> tuple[float, float] | None:
         return None
     at = float(entry["at"])
     return at - float(entry.get("lostSeconds") or 0.0), at + float(entry["recoverySeconds"])
+
+
+def waiting_interval(entry: Mapping[str, Any], now: float) -> tuple[float, float]:
+    """[interruption, replacement on a node] of one interruption: until `now`
+    while no replacement has a node yet (empty for an entry closed before
+    the wait was recorded)."""
+    at = float(entry["at"])
+    back = entry.get("resourcesAt")
+    if back is None:
+        return at, at if entry.get("recoverySeconds") is not None else max(at, now)
+    return at, max(at, float(back))
 
 
 def union_seconds(intervals: Iterable[tuple[float, float]]) -> float:
@@ -196,15 +269,22 @@ def _fold(earlier: dict[str, Any], old: Mapping[str, Any], rest: list[dict[str, 
         kept = [iv for e in rest if (iv := badput_interval(e)) is not None]
         alone = union_seconds([mine, *kept]) - union_seconds(kept)
         earlier["badputSeconds"] = round(float(earlier.get("badputSeconds", 0)) + alone, 3)
+    if old.get("resourcesAt") is not None:
+        waits = [waiting_interval(e, float(e["at"])) for e in rest]
+        alone = union_seconds([waiting_interval(old, 0.0), *waits]) - union_seconds(waits)
+        earlier["waitingForResourcesSeconds"] = round(
+            float(earlier.get("waitingForResourcesSeconds", 0)) + alone, 3)
     if old.get("restoreOutcome") not in (None, *RESTORED_OUTCOMES):
         earlier["failedRestores"] = int(earlier.get("failedRestores", 0)) + 1
 
 
 def totals(goodput: Mapping[str, Any], since: float, now: float, writers: int,
            live_blocked_s: float) -> dict[str, Any]:
-    """The rolled-up numbers: sums over `recent` and `earlier`, and the runtime
-    goodput since `since` (the policy's creation). `live_blocked_s` is the sum
-    of the blocked seconds of the pods alive now (ended pods' are in the entries)."""
+    """The rolled-up numbers: sums over `recent` and `earlier`, the time the job
+    held its resources (from `heldSince`, else `since`: the policy's creation),
+    the time it waited for them, and the runtime goodput over the former.
+    `live_blocked_s` is the sum of the blocked seconds of the pods alive now
+    (ended pods' are in the entries)."""
     recent = list(goodput.get("recent") or [])
     earlier = goodput.get("earlier") or {}
 
@@ -212,13 +292,27 @@ def totals(goodput: Mapping[str, Any], since: float, now: float, writers: int,
         return float(earlier.get(key, 0)) + sum(float(e.get(key) or 0) for e in recent)
 
     blocked = total("blockedSeconds") + live_blocked_s
-    # Only what happened since the policy exists counts against its wall time.
-    interruption_badput = float(earlier.get("badputSeconds", 0)) + union_seconds(
-        (max(lo, since), hi) for e in recent if (iv := badput_interval(e)) is not None
-        for lo, hi in [iv] if hi > since)
-    wall = max(0.0, now - since)
+    start = float(goodput["heldSince"]) if goodput.get("heldSince") is not None else since
+    end = max(start, now if goodput.get("endedAt") is None else float(goodput["endedAt"]))
+
+    def clipped(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+        # Only what happened while the job ran counts against its time.
+        return [(max(lo, start), min(hi, end)) for lo, hi in intervals
+                if min(hi, end) > max(lo, start)]
+
+    waits = clipped(waiting_interval(e, end) for e in recent)
+    lost = clipped(iv for e in recent if (iv := badput_interval(e)) is not None)
+    waiting = union_seconds(waits)
+    # The interruptions' lost and recovery time while the job had its
+    # resources: their union less the waits inside it.
+    interruption_badput = max(0.0, float(earlier.get("badputSeconds", 0))
+                              - float(earlier.get("waitingForResourcesSeconds", 0))) \
+        + union_seconds(lost + waits) - waiting
+    waiting += float(earlier.get("waitingForResourcesSeconds", 0))
+    available = max(0.0, end - start - float(goodput.get("idleSeconds") or 0) - waiting)
     badput = interruption_badput + blocked / max(1, writers)
-    ratio = None if wall <= 0 else max(0.0, min(1.0, 1.0 - badput / wall))
+    ratio = None if available <= 0 else max(0.0, min(1.0, 1.0 - badput / available))
+    wall = max(0.0, now - since)
     return {
         "interruptions": int(earlier.get("interruptions", 0)) + len(recent),
         "open": sum(1 for e in recent if e.get("recoverySeconds") is None),
@@ -227,6 +321,8 @@ def totals(goodput: Mapping[str, Any], since: float, now: float, writers: int,
         "recoverySeconds": round(total("recoverySeconds"), 3),
         "blockedSeconds": round(blocked, 3),
         "badputSeconds": round(badput, 3),
+        "availableSeconds": round(available, 3),
+        "waitingForResourcesSeconds": round(waiting, 3),
         "wallSeconds": round(wall, 3),
         "runtimeGoodput": None if ratio is None else round(ratio, 6),
         "failedRestores": int(earlier.get("failedRestores", 0)) + sum(
@@ -245,7 +341,8 @@ def status_patch(current: Mapping[str, Any], pods: Iterable[PodView],
     new = {**merged, **totals(merged, since, now, writers, live_blocked_s)}
     if new.get("recent"):
         new["lastInterruption"] = summary(new["recent"][0])
-    drifting = ("wallSeconds", "runtimeGoodput", "badputSeconds", "blockedSeconds")
+    drifting = ("wallSeconds", "runtimeGoodput", "badputSeconds", "blockedSeconds",
+                "availableSeconds", "waitingForResourcesSeconds")
     same = all(current.get(k) == v for k, v in new.items() if k not in drifting)
     return None if same and current else new
 
@@ -253,7 +350,8 @@ def status_patch(current: Mapping[str, Any], pods: Iterable[PodView],
 def summary(entry: Mapping[str, Any]) -> dict[str, Any]:
     """The short form of one interruption, for `lastInterruption`."""
     keys = ("pod", "writer", "at", "step", "restoredStep", "restoredTier", "lostSteps",
-            "lostSeconds", "recoverySeconds", "restoreOutcome", "restoreReason")
+            "lostSeconds", "waitingSeconds", "recoverySeconds", "restoreOutcome",
+            "restoreReason")
     return {k: entry[k] for k in keys if entry.get(k) is not None}
 
 

@@ -36,6 +36,8 @@ def build(policy: Mapping[str, Any], pods: Iterable[PodView], now: float
             "lastLocalStep": status.get("lastLocalStep"),
             "lastGlobalStep": status.get("lastGlobalStep"),
             "recoveryPointTime": status.get("recoveryPointTime"),
+            "recoveryPointOnNodeLoss": status.get("recoveryPointOnNodeLoss"),
+            **{k: merged.get(k) for k in ("heldSince", "endedAt", "idleSeconds")},
             **sums,
             "interruptionsListed": [_clean(e) for e in merged.get("recent") or []],
             "lastRestoreFailure": status.get("lastRestoreFailure")}
@@ -59,28 +61,46 @@ def _or(value: Any, unknown: str = "?") -> str:
     return unknown if value is None else str(value)
 
 
+def _recovery_points(report: Mapping[str, Any]) -> str:
+    """The step a restart would restore now: every node intact (the newest
+    step every writer holds locally), and after a node loss (with the peer
+    tier, the step every writer can still get; else the newest global step)."""
+    glob = (f"global step {_or(report.get('lastGlobalStep'), '-')} "
+            f"(at {report.get('recoveryPointTime') or '-'})")
+    intact = f"local step {_or(report.get('lastLocalStep'), '-')} with every node intact"
+    node_loss = report.get("recoveryPointOnNodeLoss")
+    if node_loss is None:
+        return f"{intact}; {glob} after a node loss"
+    return f"{intact}; step {node_loss} after a node loss (peer tier); {glob}"
+
+
 def text(report: Mapping[str, Any]) -> str:
     """The postmortem text of one policy's report."""
     ratio = report.get("runtimeGoodput")
+    held = "-" if report.get("heldSince") is None else f"since {_when(report['heldSince'])}"
+    if report.get("endedAt") is not None:
+        held += f", pods ended {_when(report['endedAt'])}"
     lines = [
         f"CheckpointPolicy {report['namespace']}/{report['policy']} "
         f"({report['writers']} writer(s)), since {report.get('since') or '?'}",
-        f"  runtime goodput      {'?' if ratio is None else f'{100 * ratio:.2f}%'} "
-        f"(badput {_secs(report['badputSeconds'])} of {_secs(report['wallSeconds'])} wall)",
-        f"  interruptions        {report['interruptions']}"
+        f"  job's resources       {held}",
+        f"  runtime goodput       {'?' if ratio is None else f'{100 * ratio:.2f}%'} "
+        f"(badput {_secs(report['badputSeconds'])} of {_secs(report['availableSeconds'])} "
+        "with the job's resources)",
+        f"  waiting for resources {_secs(report['waitingForResourcesSeconds'])} (interruption "
+        "→ replacement pod on a node; not in the ratio)",
+        f"  interruptions         {report['interruptions']}"
         + (f" ({report['open']} not training again yet)" if report.get("open") else ""),
-        f"  steps lost           {report['lostSteps']} ({_secs(report['lostSeconds'])} "
+        f"  steps lost            {report['lostSteps']} ({_secs(report['lostSeconds'])} "
         "of training redone)",
-        f"  back to training     {_secs(report['recoverySeconds'])} in total (interruption "
-        "→ training again: replacement, restore, load)",
-        f"  blocked in saves     {_secs(report['blockedSeconds'])} (all writers)",
-        f"  recovery point       local step {_or(report.get('lastLocalStep'), '-')}, global "
-        f"step {_or(report.get('lastGlobalStep'), '-')} "
-        f"(at {report.get('recoveryPointTime') or '-'})",
+        f"  back to training      {_secs(report['recoverySeconds'])} in total (interruption "
+        "→ training again: the wait, restore, load)",
+        f"  blocked in saves      {_secs(report['blockedSeconds'])} (all writers)",
+        f"  recovery point        {_recovery_points(report)}",
     ]
     failure = report.get("lastRestoreFailure")
     if failure:
-        lines.append(f"  last failed restore  pod {failure.get('pod')}: "
+        lines.append(f"  last failed restore   pod {failure.get('pod')}: "
                      f"{failure.get('outcome')}: {failure.get('reason')}")
     entries = report.get("interruptionsListed") or []
     if entries:
@@ -103,6 +123,8 @@ def text(report: Mapping[str, Any]) -> str:
             lines.append(f"      restore failed: {e['restoreReason']}")
         if e.get("restoreSeconds") is not None and e.get("restoreStartedAt") is not None:
             waited = float(e["restoreStartedAt"]) - float(e["at"])
-            lines.append(f"      replacement pod restoring after {_secs(max(0.0, waited))}, "
+            node = "" if e.get("waitingSeconds") is None else \
+                f"on a node after {_secs(e['waitingSeconds'])}, "
+            lines.append(f"      replacement pod {node}restoring after {_secs(max(0.0, waited))}, "
                          f"restore {_secs(e['restoreSeconds'])}")
     return "\n".join(lines) + "\n"

@@ -87,3 +87,11 @@ def check_reachable(timeout: float = 5.0) -> None:
         said = re.search(r"\[Errno -?[0-9]+\] ([^'\")]+)", str(err))
         why = said[1] if said else f"no answer within {timeout:g}s"
         raise CkptdrainError(f"cannot reach the API server at {host}: {why}") from None
+
+
+def api_status(error: BaseException) -> int | None:
+    """The HTTP status of the apiserver's answer `error` carries; None when it
+    is no answer at all (a refused or timed-out connection)."""
+    from kubernetes.client.exceptions import ApiException
+
+    return error.status if isinstance(error, ApiException) else None

@@ -60,6 +60,11 @@ MAX_OLD_LAYOUT_PATH_BYTES = 1024 - len("data/00000000000000000000/00000/01234567
 #: 16 lowercase hex digits; after an "s" in the spread layout (format 3).
 _ATTEMPT = re.compile(r"s?[0-9a-f]{16}")
 
+#: The manifest extra naming the timeline a local copy was captured in (the
+#: restore agreement's id, restore/agreement.py): copies of one step number
+#: from two timelines must never be restored together.
+EXTRA_TIMELINE = "timeline"
+
 
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -4,7 +4,17 @@ how that bandwidth is shared among the nodes that drain it.
     checkpoint_bytes   = parameters × bytes_per_parameter
     required_bandwidth = checkpoint_bytes / (global_interval × overlap)
 
-where global_interval = local interval × global_every. Pure: no I/O, no clock.
+where global_interval = local interval × global_every.
+
+The expected goodput follows what restore does (restore/): ranks agree on
+the newest step every rank can get from some tier. An interruption that
+leaves every node intact restores the newest local step; one that loses a
+node restores the newest step that node's writer can still get: its peer
+copy with the peer tier on (local cadence, one replication later), else the
+newest global step. On average half the interval of the tier restored from
+is lost, plus the time that tier's copy trails the local one.
+
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -45,6 +55,8 @@ class SizingInput:
     cluster_cap: float | None = None
     drainers: int = 1
     node_loss_fraction: float = DEFAULT_NODE_LOSS_FRACTION
+    #: spec.peerTier.enabled: a node loss restores from the partner's copy.
+    peer_tier: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,7 +79,14 @@ class Sizing:
     young_daly_interval_s: float | None
     #: Expected fraction of wall time doing useful work; None without MTTI.
     goodput: float | None
+    #: Mean work lost per interruption (None without MTTI), and its two cases.
     lost_work_per_interruption_s: float | None
+    node_loss_fraction: float
+    #: Every node intact: the newest local step is restored.
+    lost_work_node_intact_s: float
+    #: A node lost: its writer's peer copy ("peer") or the global step ("global").
+    node_loss_restores_from: str
+    lost_work_node_lost_s: float
 
 
 def _positive(field: str, value: float | None, expected: str) -> float:
@@ -107,6 +126,20 @@ def peer_bandwidth(checkpoint_bytes: float, local_interval_s: float, overlap: fl
     if isinstance(writers, bool) or not isinstance(writers, int) or writers < 1:
         raise InvalidInput("writers", "a whole number >= 1", writers)
     return size / writers / (interval * overlap)
+
+
+def lost_work(local_interval_s: float, global_interval_s: float, drain_s: float,
+              overlap: float, peer_tier: bool) -> tuple[float, str, float]:
+    """(mean work lost with every node intact, the tier a node loss restores
+    from, mean work lost then). Intact: half a local interval. A node lost:
+    half a local interval plus the replication (`overlap` of it, the peer
+    tier's bandwidth) from the partner's copy; without the peer tier, half a
+    global interval plus the drain time, since the global copy is that much
+    older than the local one it drained."""
+    intact = local_interval_s / 2
+    if peer_tier:
+        return intact, "peer", intact + local_interval_s * overlap
+    return intact, "global", global_interval_s / 2 + drain_s
 
 
 def compute(inp: SizingInput) -> Sizing:
@@ -154,14 +187,14 @@ def compute(inp: SizingInput) -> Sizing:
                            "values at which the checkpoint drains in a finite time", allowed)
     drain_seconds = size / allowed
 
+    loss = inp.node_loss_fraction
+    if isinstance(loss, bool) or not isinstance(loss, int | float) or not 0 <= loss <= 1:
+        raise InvalidInput("nodeLossFraction", "a fraction in [0, 1] such as 5%", loss)
+    intact, lost_tier, node_lost = lost_work(interval, global_interval, drain_seconds,
+                                             overlap, inp.peer_tier)
     goodput = lost = None
     if mtti is not None:
-        loss = inp.node_loss_fraction
-        if not 0 <= loss <= 1:
-            raise InvalidInput("nodeLossFraction", "a fraction in [0, 1]", loss)
-        # On average half an interval of work is lost; when the node itself is
-        # gone, the last global copy is also older by the drain time.
-        lost = (1 - loss) * interval / 2 + loss * (global_interval / 2 + drain_seconds)
+        lost = (1 - loss) * intact + loss * node_lost
         restart = inp.restart_s or 0.0
         stall = (write_s or 0.0) / interval
         goodput = max(0.0, 1.0 - stall - (lost + restart) / mtti)
@@ -183,6 +216,10 @@ def compute(inp: SizingInput) -> Sizing:
         young_daly_interval_s=young_daly,
         goodput=goodput,
         lost_work_per_interruption_s=lost,
+        node_loss_fraction=loss,
+        lost_work_node_intact_s=intact,
+        node_loss_restores_from=lost_tier,
+        lost_work_node_lost_s=node_lost,
     )
 
 

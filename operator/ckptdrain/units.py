@@ -125,8 +125,9 @@ def parse_duration(field: str, value: object) -> float:
 
 
 def parse_fraction(field: str, value: object, *, allow_zero: bool = False) -> float:
-    """A fraction in (0, 1]: 10% or 0.1. Values above 1 are refused."""
-    expected = "a fraction in (0, 1] such as 10% or 0.1"
+    """A fraction in (0, 1] ([0, 1] with `allow_zero`): 10% or 0.1. Values
+    above 1 are refused."""
+    expected = f"a fraction in {'[' if allow_zero else '('}0, 1] such as 10% or 0.1"
     number, unit = _split_number(field, value, expected)
     if unit == "%":
         number /= 100.0

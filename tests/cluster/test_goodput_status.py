@@ -26,6 +26,14 @@ def _create(cluster: Cluster, namespace: str, name: str, annotations: dict[str, 
                     *(f"{k}={v}" for k, v in annotations.items()))
 
 
+def _on_a_node(cluster: Cluster, namespace: str, name: str, at: float) -> None:
+    """As the kubelet says it took the pod (there is no kubelet here)."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    cluster.kubectl("patch", "-n", namespace, "pod", name, "--subresource=status",
+                    "--type=merge", "-p", json.dumps({"status": {"phase": "Running",
+                                                                 "startTime": started}}))
+
+
 def _goodput(cluster: Cluster, namespace: str) -> dict[str, Any]:
     return dict((get(cluster, namespace, "ckpol", "llama").get("status") or {})
                 .get("goodput") or {})
@@ -41,38 +49,52 @@ def test_interruption_restore_and_report(cluster: Cluster, operator: OperatorPro
     apply(policy("llama", writers=1))
     wait_for(lambda: (get(cluster, namespace, "ckpol", "llama").get("status") or {})
              .get("phase"), what="policy sized")
-    now = time.time()
+    now = float(int(time.time()))  # whole seconds, as the pods' startTime has them
     old = AgentView(training_at=now - 100, first_step=0, blocked_s=2.0,
                     interrupted_at=now - 20, step=57, step_s=0.5,
                     completed=((50, now - 30),), newest_local=57, newest_global=50)
     _create(cluster, namespace, "w-a", {"ckptdrain.io/goodput": old.to_json()})
+    _on_a_node(cluster, namespace, "w-a", now - 100)
+    assert wait_for(lambda: _goodput(cluster, namespace).get("heldSince") == now - 100,
+                    what="when the job got its first node")
     cluster.kubectl("delete", "-n", namespace, "pod", "w-a", "--wait=true")
     restore = RestoreView("restored", now - 15, 1.5, step=50, tier="local")
     new = AgentView(training_at=now - 12, first_step=51, blocked_s=1.0)
     _create(cluster, namespace, "w-b", {"ckptdrain.io/restore-result": restore.to_json(),
                                         "ckptdrain.io/goodput": new.to_json()})
+    # The replacement got its node 3 s after the interruption.
+    _on_a_node(cluster, namespace, "w-b", now - 17)
 
     status = wait_for(lambda: (g := _goodput(cluster, namespace)).get("recent")
-                      and g["recent"][0].get("recoverySeconds") is not None and g,
-                      what="the interruption closed in status.goodput")
+                      and g["recent"][0].get("waitingSeconds") == 3 and g,
+                      what="the interruption closed, with its wait for a node")
     entry = status["lastInterruption"]
     assert (entry["pod"], entry["writer"], entry["restoredStep"], entry["restoredTier"]) == \
         ("w-a", "0", 50, "local")
     assert entry["lostSteps"] == 7 and abs(entry["lostSeconds"] - 10) < 0.01
     assert abs(entry["recoverySeconds"] - 8) < 0.01
-    # (the test's times precede the policy, so the ratio itself is not pinned here:
-    # tests/unit/test_goodput.py does that)
-    assert status["interruptions"] == 1 and 0 <= status["runtimeGoodput"] <= 1
-    assert "ckptdrain_lost_steps{" in operator.metrics()
+    # Of the time since the first node (less the 3 s wait): 10 s redone,
+    # 5 s from the node to training again, 3 s blocked (the ended pod's 2 s
+    # and the live pod's 1 s).
+    assert status["interruptions"] == 1 and status["waitingForResourcesSeconds"] == 3
+    assert status["badputSeconds"] == 18
+    available = status["availableSeconds"]
+    assert 97 <= available < 97 + 120
+    assert abs(status["runtimeGoodput"] - (1 - 18 / available)) < 1e-5
+    metrics = operator.metrics()
+    assert "ckptdrain_lost_steps{" in metrics
+    assert "ckptdrain_waiting_for_resources_seconds{" in metrics
 
     done = _cli(cluster, "-n", namespace, "--policy", "llama", "--output", "json")
     assert done.returncode == 0, done.stderr
     (report,) = json.loads(done.stdout)["policies"]
     assert report["lostSteps"] == 7 and report["interruptions"] == 1
     assert report["blockedSeconds"] == 3.0  # the ended pod's 2 s, the live pod's 1 s
+    assert report["waitingForResourcesSeconds"] == 3 and report["heldSince"] == now - 100
     text = _cli(cluster, "-n", namespace)
     assert text.returncode == 0 and f"CheckpointPolicy {namespace}/llama" in text.stdout
     assert "w-a / 0" in text.stdout and "50 (local)" in text.stdout
+    assert "waiting for resources 3s" in text.stdout
 
     # A restore that fails reaches the policy status, with its reason (w-c
     # replaces w-b: admission gives a writer rank to one live pod at a time).
@@ -84,8 +106,10 @@ def test_interruption_restore_and_report(cluster: Cluster, operator: OperatorPro
                        .get("lastRestoreFailure"), what="lastRestoreFailure")
     assert failure["pod"] == "w-c" and failure["outcome"] == "store_unavailable"
     assert "gave up after 31 tries" in failure["reason"]
-    events = get(cluster, namespace, "events")["items"]
-    assert any(e["reason"] == "RestoreFailed" and "w-c" in e["message"] for e in events)
+    # Posted right after the status patch.
+    assert wait_for(lambda: any(e["reason"] == "RestoreFailed" and "w-c" in e["message"]
+                                for e in get(cluster, namespace, "events")["items"]),
+                    what="the RestoreFailed event")
 
 
 def test_cli_errors_name_the_field(cluster: Cluster, crds: None, namespace: str) -> None:

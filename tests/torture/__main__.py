@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="rounds of each outage scenario per S3 store (default 3)")
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds of each corruption kind and writer race (default 3)")
+    p.add_argument("--agreements", type=int, default=200,
+                   help="randomized restore-agreement trials on a real apiserver (default 200)")
     p.add_argument("--size", default="32MiB", help="bytes per pushed checkpoint (default 32MiB)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", default=",".join(CATEGORIES),
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown store or category: {', '.join(bad)}")
     opts = options(stores=list(stores), kills=args.kills, manifests=args.manifests,
                    outages=args.outages, rounds=args.rounds,
+                   agreements=args.agreements,
                    size=int(units.parse_bytes("--size", args.size)), seed=args.seed,
                    only=only, scratch=Path(args.scratch))
     results = sweep(opts, log=lambda text: print(text, file=sys.stderr, flush=True))

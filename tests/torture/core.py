@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 CATEGORIES = ("kills", "outages", "corruption", "hostile", "badinput", "canary", "diskfull",
-              "writers", "leaks")
+              "writers", "agreement", "leaks")
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 
@@ -31,6 +31,7 @@ class Options:
     manifests: int = 20
     outages: int = 1
     rounds: int = 2  # corruption rounds per kind, concurrent-writer rounds
+    agreements: int = 200  # randomized restore-agreement trials (real apiserver)
     size: int = 4 * MiB
     seed: int = 0
     only: tuple[str, ...] = CATEGORIES

@@ -19,7 +19,7 @@ from tests.torture.stores import StoreKind
 from tests.torture.worker import Worker
 
 #: Categories that need no store of their own run once, on the first store given.
-ONCE = {"badinput", "diskfull"}
+ONCE = {"badinput", "diskfull", "agreement"}
 #: Categories that only make sense on an S3 server.
 S3_ONLY = {"outages"}
 #: Categories that speak S3 (its server's process, its credentials): not run
@@ -27,7 +27,7 @@ S3_ONLY = {"outages"}
 NOT_ON_GCS = {"outages", "canary"}
 MODULES = {"badinput": "badinput", "canary": "canary", "corruption": "corruption",
            "diskfull": "diskfull", "hostile": "hostile", "kills": "kills", "leaks": "leaks",
-           "outages": "outages", "writers": "writers"}
+           "outages": "outages", "writers": "writers", "agreement": "agreement"}
 
 
 def sweep(opts: Options, log: Any = print) -> list[Category]:

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.integration
 #: and the gs:// store under kills, corruption, hostile manifests, races and leaks.
 SHORT = [
     {"stores": ["file"], "only": ("kills", "corruption", "hostile", "badinput", "diskfull",
-                                  "writers", "leaks"), "kills": 3, "manifests": 8},
+                                  "writers", "agreement", "leaks"), "kills": 3, "manifests": 8,
+     "agreements": 12},
     {"stores": ["seaweedfs"], "only": ("kills", "outages", "canary", "leaks"), "kills": 1},
     {"stores": ["gcs"], "only": ("kills", "corruption", "hostile", "writers", "leaks"),
      "kills": 1, "manifests": 8},

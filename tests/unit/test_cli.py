@@ -43,8 +43,26 @@ def test_size_with_caps_and_mtti(capsys: pytest.CaptureFixture[str]) -> None:
     assert doc["per_drainer_bandwidth_bytes_per_second"] == pytest.approx(2.5e9)
 
 
+def test_size_says_which_step_each_kind_of_interruption_restores(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    gke = ["size", "--parameters", "70B", "--interval", "5m", "--global-every", "4",
+           "--mtti", "150m"]
+    assert cli.main(gke) == 0
+    out = capsys.readouterr().out
+    assert "2m30s with every node intact (local step), 12m with a node lost (global step; " \
+        "5% of interruptions)" in out
+    assert "expected goodput       98%" in out
+    assert cli.main([*gke, "--peer-tier", "--node-loss-fraction", "10%", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["node_loss_restores_from"] == "peer" and doc["node_loss_fraction"] == 0.1
+    assert doc["lost_work_node_lost_seconds"] == pytest.approx(180)
+    assert doc["goodput"] == pytest.approx(1 - (0.9 * 150 + 0.1 * 180) / 9000)
+
+
 @pytest.mark.parametrize(("argv", "field"), [
     (["size", "--parameters", "405X", "--interval", "15m"], "--parameters"),
+    (["size", "--parameters", "70B", "--interval", "5m", "--node-loss-fraction", "120%"],
+     "--node-loss-fraction"),
     (["size", "--parameters", "405B", "--interval", "soon"], "--interval"),
     (["size", "--parameters", "405B", "--interval", "15m", "--overlap", "150%"], "--overlap"),
     (["size", "--interval", "15m"], "--parameters"),

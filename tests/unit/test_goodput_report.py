@@ -28,11 +28,16 @@ def test_report_joins_status_and_live_pods() -> None:
     report = goodput_report.build(policy, [new], now=T0 + 1000)
     assert report["interruptions"] == 1 and report["lostSteps"] == 7
     assert report["recoverySeconds"] == 8 and report["blockedSeconds"] == 4
-    # 10 s redone + 8 s down + 4 s blocked, of 1000 s.
-    assert report["runtimeGoodput"] == round(1 - 22 / 1000, 6)
+    # 4 s until the replacement ran (its restore's start: its node's time is
+    # not known here) are not the job's; 10 s redone + 4 s restore and load +
+    # 4 s blocked, of 996 s.
+    assert report["waitingForResourcesSeconds"] == 4
+    assert report["runtimeGoodput"] == round(1 - 18 / 996, 6)
     text = goodput_report.text(report)
-    assert "CheckpointPolicy ml/llm" in text and "97.80%" in text
+    assert "CheckpointPolicy ml/llm" in text and "98.19%" in text
+    assert "waiting for resources 4s (interruption → replacement pod on a node" in text
     assert "llm-0-a / 0" in text and "50 (local)" in text and "7 / 10s" in text
+    assert "replacement pod on a node after 4s, restoring after 4s" in text
     json.dumps(report)  # the --output json form
 
 
@@ -40,7 +45,7 @@ def test_report_names_a_failed_restore() -> None:
     failure = {"pod": "llm-0-b", "outcome": "store_unavailable", "reason": "S3 is down"}
     policy = {**POLICY, "status": {**POLICY["status"], "lastRestoreFailure": failure}}
     text = goodput_report.text(goodput_report.build(policy, [], now=T0 + 10))
-    assert "last failed restore  pod llm-0-b: store_unavailable: S3 is down" in text
+    assert "last failed restore   pod llm-0-b: store_unavailable: S3 is down" in text
 
 
 def test_restore_annotates_failures_too() -> None:
@@ -68,3 +73,14 @@ def test_bad_flags_exit_2_naming_the_field_before_any_cluster_read(
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"ckptdrain: error: {field}: expected ") and err.count("\n") == 1
+
+
+def test_report_says_which_step_a_restart_restores_with_and_without_a_node() -> None:
+    status = {**POLICY["status"], "recoveryPointTime": "2023-11-14T22:20:00Z"}
+    text = goodput_report.text(goodput_report.build({**POLICY, "status": status}, [], T0))
+    assert ("recovery point        local step 60 with every node intact; global step 50 "
+            "(at 2023-11-14T22:20:00Z) after a node loss") in text
+    peer = {**status, "recoveryPointOnNodeLoss": 58}
+    text = goodput_report.text(goodput_report.build({**POLICY, "status": peer}, [], T0))
+    assert ("local step 60 with every node intact; step 58 after a node loss (peer tier); "
+            "global step 50") in text

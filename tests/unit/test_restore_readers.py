@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import unittest.mock
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,29 @@ def test_a_reader_runs_no_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert code == 2
     assert "a reader restores its shard and never writes" in capsys.readouterr().err
     assert not (tmp_path / "l").exists()  # refused before touching anything
+
+
+def test_what_a_rank_offers_the_agreement_is_what_every_pod_can_restore(
+        tmp_path: Path) -> None:
+    """The agreement among writers (restore/coordinated.py): a global step of
+    another writer count is no rank's shard (restore hands it over instead),
+    with readers beside the writers a step only the nodes hold is not
+    offered, and a reader holds no rank, so it takes no part."""
+    from ckptdrain.restore import coordinated
+
+    tier = LocalTier(tmp_path / "local")
+    for step in (100, 120):
+        tier.capture(_source(tmp_path, f"l{step}", {"w.bin": b"x"}), step, writer=1, writers=2)
+    counts = {("global", 90): 4, ("global", 100): 2, ("local", 100): 2, ("local", 120): 2}
+    writer = _cfg(tmp_path, 1, 2)
+    held = coordinated.holdings(writer, tier, [120, 100], counts, [100, 90], [])
+    assert (sorted(held.local), held.complete) == ([100, 120], (100,))
+    beside = _cfg(tmp_path, 1, 2, CKPTDRAIN_READERS="true")
+    held = coordinated.holdings(beside, tier, [120, 100], counts, [100, 90], [])
+    assert (sorted(held.local), held.complete) == ([100], (100,))
+    env = {"CKPTDRAIN_POD_UID": "u", "CKPTDRAIN_POLICY": "ml/p", "CKPTDRAIN_NAMESPACE": "ml",
+           "CKPTDRAIN_POD_NAME": "p-3"}
+    with unittest.mock.patch.dict(os.environ, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}):
+        assert coordinated.coordinates(_cfg(tmp_path, 1, 2, **env))
+        assert not coordinated.coordinates(_cfg(tmp_path, 1, 2, CKPTDRAIN_ROLE="reader",
+                                                **env))

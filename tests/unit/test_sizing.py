@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -66,3 +67,39 @@ def test_peer_bandwidth_is_the_model_with_the_local_interval_per_writer() -> Non
     assert peer_bandwidth(5.67e12, 300, 0.1, writers=1000) == pytest.approx(189e6)
     with pytest.raises(InvalidInput, match="writers"):
         peer_bandwidth(1e9, 300, 0.1, writers=0)
+
+
+# The GKE example (docs/examples/policy-gke-gcs.yaml): 70B, local every 5 min,
+# every 4th global (20 min), overlap 10% (a 2 min drain), MTTI 150 min.
+GKE = sizing.SizingInput(parameters=70e9, interval_s=300, global_every=4, mtti_s=9000)
+
+
+def test_goodput_restores_locally_when_the_nodes_survive_and_globally_when_one_is_lost() -> None:
+    s = sizing.compute(GKE)
+    assert s.drain_seconds == pytest.approx(120)
+    # Every node intact: the newest local step, half a local interval lost.
+    assert s.lost_work_node_intact_s == pytest.approx(150)
+    # A node lost, no peer tier: the newest global step, half a global
+    # interval lost plus the drain that made it global.
+    assert s.node_loss_restores_from == "global"
+    assert s.lost_work_node_lost_s == pytest.approx(600 + 120)
+    assert s.lost_work_per_interruption_s == pytest.approx(0.95 * 150 + 0.05 * 720)
+    assert s.goodput == pytest.approx(1 - 178.5 / 9000)  # 98.0%
+
+
+def test_goodput_with_the_peer_tier_restores_a_lost_node_from_its_partners_copy() -> None:
+    s = sizing.compute(dataclasses.replace(GKE, peer_tier=True))
+    # Half a local interval plus the replication (10% of it) to the partner.
+    assert s.node_loss_restores_from == "peer"
+    assert s.lost_work_node_lost_s == pytest.approx(150 + 30)
+    assert s.goodput == pytest.approx(1 - (0.95 * 150 + 0.05 * 180) / 9000)
+    assert s.goodput > sizing.compute(GKE).goodput  # type: ignore[operator]
+
+
+def test_goodput_weighs_the_two_cases_by_the_node_loss_fraction() -> None:
+    every_node_lost = sizing.compute(dataclasses.replace(GKE, node_loss_fraction=1.0))
+    none_lost = sizing.compute(dataclasses.replace(GKE, node_loss_fraction=0.0))
+    assert every_node_lost.lost_work_per_interruption_s == pytest.approx(720)
+    assert none_lost.lost_work_per_interruption_s == pytest.approx(150)
+    with pytest.raises(InvalidInput, match="nodeLossFraction"):
+        sizing.compute(dataclasses.replace(GKE, node_loss_fraction=1.5))

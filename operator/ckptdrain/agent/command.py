@@ -245,6 +245,20 @@ def goodput_watcher(cfg: node_config.AgentConfig, tier: LocalTier, metrics: Agen
     return GoodputWatcher(cfg.work_dir, tier, numbers, annotate)
 
 
+def restore_rounds(cfg: node_config.AgentConfig, agent: Agent, drain: Any) -> Any:
+    """With several writers, in a pod: this rank's part in restore rounds while
+    it runs (agent/rounds.py); None otherwise."""
+    from ckptdrain.restore.coordinated import coordinates
+
+    if not coordinates(cfg):
+        return None
+    from ckptdrain.agent.rounds import Rounds
+    from ckptdrain.restore.meeting import Meeting
+
+    return Rounds(agent, Meeting(cfg.namespace, cfg.policy),
+                  store=getattr(drain, "store", None))
+
+
 def run(args: argparse.Namespace) -> int:
     # Catch SIGTERMs from the first moment: opening the store imports botocore (~1 s),
     # and an eviction then must still flush, not kill us mid-start.
@@ -276,6 +290,7 @@ def run(args: argparse.Namespace) -> int:
     agent = Agent(cfg, tier, reporter, metrics, drain)
     agent.goodput = goodput_watcher(cfg, tier, metrics, reporter)
     agent.refusals = refusal_events(cfg)
+    agent.rounds = restore_rounds(cfg, agent, drain)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         agent.on_sigterm()
@@ -300,6 +315,8 @@ def run(args: argparse.Namespace) -> int:
         watcher.start()
     if drain is not None:
         drain.start()
+    if agent.rounds is not None:
+        agent.rounds.start()
     try:
         peer = peer_runtime.start(cfg, tier, metrics, agent.terminating,
                                   on_held=peer_held.recorder(tier, reporter, drain))

@@ -139,6 +139,16 @@ class DrainWorker:
             if self._cancel is not None:
                 self._cancel.set()
 
+    def abandon_above(self, step: int) -> None:
+        """Forget steps newer than `step` (an abandoned timeline): queued ones
+        go, an in-flight one stops at its next part boundary (its local copy is
+        removed next, so it is not queued again)."""
+        with self._cond:
+            for newer in [s for s in self._pending if s > step]:
+                del self._pending[newer]
+            if self._current is not None and self._current > step and self._cancel is not None:
+                self._cancel.set()
+
     def stop(self, timeout: float) -> bool:
         """Cancel, journal and stop; True if the worker thread ended within `timeout`."""
         self._stopping.set()

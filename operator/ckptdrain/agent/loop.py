@@ -43,6 +43,7 @@ from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.agent.startup import AgentStartup
 from ckptdrain.client import CONTROL_DIR, REQUEST_FILE, read_request, write_json_atomic
 from ckptdrain.errors import CkptdrainError
+from ckptdrain.manifest import EXTRA_TIMELINE
 from ckptdrain.node import space
 from ckptdrain.node.config import AgentConfig
 from ckptdrain.node.durable import CopyAborted
@@ -86,6 +87,7 @@ class Agent(AgentStartup):
         self.sigterm_at: float | None = None
         self.captures = 0
         self.keep_in_work: set[int] = set()
+        self.timeline: str | None = None
         self._seq = (read_request(cfg.work_dir).seq if read_request(cfg.work_dir) else 0)
         self._next_request: float | None = None
         # Capture back-off: the step that failed, when to try it again, the
@@ -100,6 +102,8 @@ class Agent(AgentStartup):
         self.goodput: Any = None
         #: agent/refusals.RefusalEvents: an Event when the local tier refuses a capture.
         self.refusals: Any = None
+        #: agent/rounds.Rounds: restore rounds while the pod runs (several writers).
+        self.rounds: Any = None
 
     # -- signals -----------------------------------------------------------------
     def on_sigterm(self) -> None:
@@ -131,6 +135,8 @@ class Agent(AgentStartup):
         """One pass of the steady state: request, capture (unless backing off), tidy."""
         self.metrics.beat()
         now = self.clock()
+        if self.rounds is not None:
+            self.rounds.apply()
         if self.goodput is not None:
             self.goodput.tick()
         if self._next_request is None:
@@ -197,7 +203,7 @@ class Agent(AgentStartup):
                 self.make_room(need, reserve=0 if trigger == "sigterm" else need, step=step)
             captured = self.tier.capture(source, step, writer=self.cfg.writer,
                                          writers=self.cfg.writers, should_stop=should_stop,
-                                         extra={"trigger": trigger})
+                                         extra=self._capture_extra(trigger))
         except CopyAborted:
             raise  # a deadline, not a failure: nothing was published
         except FileNotFoundError as err:
@@ -226,6 +232,14 @@ class Agent(AgentStartup):
                                        or goes_global(self.captures, self.cfg.global_every)):
             self.drain.submit(step, trigger)
         return step
+
+    def _capture_extra(self, trigger: str) -> dict[str, str]:
+        """What a capture's manifest records beside its files: why it was taken,
+        and the timeline it belongs to (ranks agree only on copies of one)."""
+        extra = {"trigger": trigger}
+        if self.timeline:
+            extra[EXTRA_TIMELINE] = self.timeline
+        return extra
 
     def make_room(self, need: int, reserve: int, step: int | None = None) -> list[int]:
         """Remove what must go for `need` bytes plus `reserve` to fit the local

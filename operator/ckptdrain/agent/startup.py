@@ -37,6 +37,9 @@ class AgentStartup:
     metrics: AgentMetrics
     drain: DrainWorker | None
     keep_in_work: set[int]
+    #: The timeline the trainer continues (restore.json's, restore/agreement.py):
+    #: every capture is tagged with it. None: restore did not coordinate.
+    timeline: str | None
 
     def recover(self) -> None:
         """Tidy what a previous process left and resume its unfinished drains."""
@@ -71,6 +74,8 @@ class AgentStartup:
         if doc is None:
             return
         self.metrics.restored(doc)
+        timeline = doc.get("timeline")
+        self.timeline = timeline if isinstance(timeline, str) and timeline else None
         restored = doc.get("step")
         restored = restored if isinstance(restored, int) else -1
         restored_at = doc.get("at")

@@ -63,6 +63,7 @@ class Env(StrEnum):
     RESTORE_DIRECT_IO = "CKPTDRAIN_RESTORE_DIRECT_IO"
     #: What restore does with a newest step saved by another writer count.
     RESTORE_RESHARD = "CKPTDRAIN_RESTORE_RESHARD"
+    RESTORE_AGREE_TIMEOUT = "CKPTDRAIN_RESTORE_AGREE_TIMEOUT"
     #: The pod's `ckptdrain.io/restore` annotation (downward API; empty when absent).
     RESTORE_MODE = "CKPTDRAIN_RESTORE_MODE"
 

@@ -10,8 +10,10 @@ Where the data comes from (no per-checkpoint API write is added):
   (`AgentView`);
 - restore writes `ckptdrain.io/restore-result` on its pod, in the patch it
   already sends (`RestoreView`);
-- the operator reads both from the pods (`pod_view`) and folds them into
-  `status.goodput` (goodput.py).
+- the operator reads both from the pods (`pod_view`), with two times from
+  the pod's status that the kubelet sets (when the pod got its node; when
+  its containers finished), and folds them into `status.goodput`
+  (goodput.py).
 
 Every annotation is untrusted input: one that does not parse is ignored
 (`parse_*` return None), never a crash.
@@ -23,6 +25,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from ckptdrain.contract.api import (
@@ -164,18 +167,53 @@ class PodView:
     writer: str | None
     agent: AgentView | None = None
     restore: RestoreView | None = None
+    #: When the pod got its node (`status.startTime`: the kubelet took it,
+    #: before pulling images): from then on the job holds this pod's resources.
+    bound_at: float | None = None
+    #: When a pod that ended (Succeeded or Failed) last had a container
+    #: running; None while it has not ended.
+    finished_at: float | None = None
+    #: Whether the pod ended (it holds no resources any more).
+    finished: bool = False
     #: The shard a reader reads (its LABEL_READER); None for a writer. A
     #: reader's restore is no writer's recovery, but a failed one is reported.
     reader: str | None = None
 
 
-def pod_view(name: str, meta: Mapping[str, Any]) -> PodView | None:
-    """A pod's goodput view from its metadata; None when it carries neither annotation."""
+def _time(value: Any) -> float | None:
+    """Unix seconds of a pod status time: RFC 3339 as the apiserver sends it,
+    or as the Python client re-serializes it (`+00:00`); None otherwise."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def lifecycle(status: Mapping[str, Any] | None) -> tuple[float | None, float | None, bool]:
+    """(bound_at, finished_at, finished) from a pod's status, as PodView holds them."""
+    status = status or {}
+    finished = status.get("phase") in ("Succeeded", "Failed")
+    ends = [_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for c in status.get("containerStatuses") or [] if isinstance(c, Mapping)]
+    known = [t for t in ends if t is not None]
+    return _time(status.get("startTime")), (max(known) if finished and known else None), \
+        finished
+
+
+def pod_view(name: str, meta: Mapping[str, Any],
+             status: Mapping[str, Any] | None = None) -> PodView | None:
+    """A pod's goodput view from its metadata (and status, for when it got its
+    node and ended); None when it carries neither annotation."""
     ann = meta.get("annotations") or {}
     agent = parse_agent(ann.get(ANNOTATION_GOODPUT))
     restore = parse_restore(ann.get(ANNOTATION_RESTORE_RESULT))
     if agent is None and restore is None:
         return None
+    bound, finished_at, finished = lifecycle(status)
     labels = meta.get("labels") or {}
     return PodView(name=name, writer=labels.get(LABEL_WRITER), agent=agent, restore=restore,
+                   bound_at=bound, finished_at=finished_at, finished=finished,
                    reader=labels.get(LABEL_READER))

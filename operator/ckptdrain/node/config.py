@@ -77,6 +77,9 @@ class AgentConfig:
     #: many newest complete checkpoints stay in the bucket's class.
     cold_storage_class: str | None = None
     cold_after: int = 1
+    #: Seconds restore waits for every rank's report before the fall-back
+    #: decision (restore/agreement.py); 0: ranks do not coordinate.
+    restore_agree_timeout_s: float = 60.0
     #: "writer", or "reader": restores shard `writer` and never writes.
     role: str = "writer"
     #: Readers restore this job's checkpoints beside its writers.
@@ -255,6 +258,9 @@ FIELDS: tuple[Field, ...] = (
     Field("restore_reshard", Env.RESTORE_RESHARD, _choice("dcp", "trainer"), "dcp",
           "newest step saved by another writer count: dcp hands a DCP checkpoint to the "
           "trainer to load resharded (other formats stop restore), trainer any format"),
+    Field("restore_agree_timeout", Env.RESTORE_AGREE_TIMEOUT, _seconds_or_zero, "1m",
+          "with several writers, how long restore waits for every rank to report what it "
+          "holds before falling back to the newest global step (0: no coordination)"),
     Field("restore_mode", Env.RESTORE_MODE, _restore_mode, "",
           "the pod's ckptdrain.io/restore annotation: 'skip' for a deliberate fresh start"),
     Field("part_size", Env.PART_SIZE, units.parse_bytes, "64MiB",
@@ -278,8 +284,8 @@ RESTORE_FIELDS = frozenset({
     "work_dir", "local_dir", "store_uri", "s3_endpoint", "region", "s3_sse",
     "s3_sse_kms_key_id", "s3_ca_bundle", "s3_addressing", "writer_id", "writers", "role",
     "readers", "restore", "restore_prefer", "restore_result", "restore_retry_deadline",
-    "restore_direct_io", "restore_reshard", "restore_mode", "policy", "pod_name",
-    "namespace"})
+    "restore_direct_io", "restore_reshard", "restore_mode", "restore_agree_timeout",
+    "policy", "pod_name", "pod_uid", "namespace", "node_name"})
 PEER_FIELDS = frozenset({"local_dir", "writer_id", "writers", "policy"})
 
 
@@ -375,6 +381,7 @@ def load(
         restore_prefer=raw["restore_prefer"],
         restore_result=Path(result) if result else work / "restore.json",
         restore_retry_deadline_s=raw["restore_retry_deadline"],
+        restore_agree_timeout_s=raw["restore_agree_timeout"],
         restore_direct_io=raw["restore_direct_io"],
         restore_skip=raw["restore_mode"],
         part_size=part_size,

@@ -292,7 +292,7 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
                         checkpoint_index, logger, progress_index)
     policy_there = bool(_values(checkpointpolicy_index, key))
     if goodput_sync.observe(key, meta.get("name", ""), meta, deleted=deleted,
-                            has_policy=policy_there):
+                            has_policy=policy_there, status=body.get("status")):
         _schedule_goodput(key, logger, checkpointpolicy_index, goodput_index)
     uid = meta.get("uid", "")
     metrics.observe_pod_restore(namespace, key[1], uid, body.get("status") or {},

@@ -47,7 +47,7 @@ from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import completed_steps, step_dir
-from ckptdrain.restore import peer_source, reshard
+from ckptdrain.restore import coordinated, peer_source, reshard
 from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 from ckptdrain.store.base import Store
@@ -110,13 +110,19 @@ def _place(tmp: Path, final: Path) -> None:
 
 
 def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int,
-                committed: WriterManifest | None, alone: bool | None = None) -> int:
+                committed: WriterManifest | None, agreed: bool = False,
+                alone: bool | None = None) -> int:
+    """`agreed`: the ranks agreed on this step from what each holds (timelines
+    included, restore/agreement.py); without a committed global manifest the
+    local copy is then the one to use. `alone`: no other pod restores this
+    job's checkpoints (default: one writer), so any local copy of its own will do."""
     manifest = tier.manifest(step)
     if (manifest.writer, manifest.writers) != (writer, writers):
         raise IntegrityError(f"local copy is writer {manifest.writer} of {manifest.writers},"
                              f" this pod is writer {writer} of {writers}")
     alone = writers == 1 if alone is None else alone
-    if not alone and (committed is None or not manifest.same_content(committed)):
+    if not alone and ((committed is None and not agreed)
+                      or (committed is not None and not manifest.same_content(committed))):
         # Every rank must resume from the same timeline: only the bytes the
         # global commit names will do.
         raise IntegrityError("local copy differs from this writer's committed global manifest "
@@ -175,13 +181,28 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
         result.skipped.append(Skipped(
             cand.step, cand.tier, f"checkpoint has {counts[(cand.tier, cand.step)]} writer(s),"
             f" this job has {cfg.writers}"))
-    if not cfg.restores_alone:
-        for step in sorted(set(local_steps) - set(global_steps), reverse=True):
-            result.skipped.append(Skipped(
-                step, "local", "not complete globally; every pod that restores this job's "
-                "checkpoints (its writers, and readers) must restore one step"))
     peers, extra = peer_source.candidates(cfg, global_steps, result)
     plan = sorted(plan + extra, key=lambda c: -c.step)  # stable: at one step, peer last but one
+    decision, held = None, None
+    if coordinated.coordinates(cfg):
+        own_peer = peers.held.get(cfg.writer, {}) if peers is not None else {}
+        held = coordinated.holdings(cfg, tier, local_steps, counts, global_steps, own_peer)
+        try:
+            decision = coordinated.agree(cfg, held, result, [c.step for c in extra])
+        except coordinated.AgreementPending as err:
+            result.outcome, result.reason = "none_verified", str(err)
+            result.seconds = time.monotonic() - started
+            return result, OUTCOMES[result.outcome]
+        if decision is not None:
+            plan = coordinated.plan_for(decision, held, decision.step in own_peer,
+                                        cfg.restore_prefer)
+    if not cfg.restores_alone and decision is None:
+        for step in sorted(set(local_steps) - set(global_steps), reverse=True):
+            result.skipped.append(Skipped(
+                step, "local", "not complete globally, and ranks could not agree on a step "
+                "only the nodes hold" if not cfg.reader and not cfg.readers else
+                "not complete globally; readers restore beside the writers, and every pod "
+                "must restore one step"))
     handed = _reshard(cfg, store, found, counts, plan, result)
     if handed is not None:
         result.seconds = time.monotonic() - started
@@ -193,7 +214,8 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     for cand in plan:
         if result.step is not None and cand.step < result.step:
             break
-        outcome = _try(cfg, tier, store, cand, result, found.get(cand.step), peers)
+        outcome = _try(cfg, tier, store, cand, result, found.get(cand.step), peers,
+                       agreed=decision is not None)
         if outcome == "no_room":
             no_room.append(f"step {cand.step} ({cand.tier}): {result.skipped[-1].reason}")
         if outcome == "transient":
@@ -206,6 +228,14 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     result.seconds = time.monotonic() - started
     if result.step is not None:
         result.outcome = "restored"
+    elif decision is not None and decision.step is not None and transient is None:
+        result.outcome = "none_verified"
+        tried = "; ".join(f"{s.tier}: {s.reason}" for s in result.skipped
+                          if s.step == decision.step) or "no tier of this rank holds it"
+        result.reason = (f"ranks agreed on step {decision.step} (round {decision.round}, "
+                         f"{decision.why}) and this rank could not get it: {tried}")
+        assert held is not None
+        coordinated.note_failure(cfg, decision, held)
     elif transient is not None:
         result.outcome = "store_unavailable"
         result.reason = f"the global tier failed mid-restore ({transient})"
@@ -260,7 +290,7 @@ def _reshard(cfg: node_config.AgentConfig, store: Any, found: dict[int, Any],
 
 def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
          result: RestoreResult, ckpt: Any = None,
-         peers: peer_source.PeerSource | None = None) -> str:
+         peers: peer_source.PeerSource | None = None, agreed: bool = False) -> str:
     """Restore one candidate: "ok", "failed" (try the next), "no_room" (the
     work volume could not take it: full, over quota or read-only), or
     "transient" (the store did not answer: try again later, not the next)."""
@@ -280,7 +310,7 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
             committed = ckpt.manifests[cfg.writer] if ckpt is not None \
                 and cfg.writer < ckpt.writers else None
             size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers, committed,
-                               cfg.restores_alone)
+                               agreed, cfg.restores_alone)
             source = str(tier.step_dir(cand.step))
             created = tier.manifest(cand.step).created
         else:
@@ -296,6 +326,11 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
         log.warning("restore: step %d from the %s tier failed, trying the next candidate: %s",
                     cand.step, cand.tier, reason)
         result.skipped.append(Skipped(cand.step, cand.tier, reason))
+        if agreed and cand.tier == "local" and ckpt is None and isinstance(err, IntegrityError):
+            # A corrupt copy only the nodes held: worthless, and reported again
+            # it would be agreed on again. Gone, the next round passes it by.
+            with contextlib.suppress(OSError):
+                tier.remove(cand.step)
         if cand.tier == "global" and is_transient(err):
             return "transient"
         return "no_room" if space.is_no_room(err) else "failed"

@@ -75,6 +75,13 @@ class RestoreResult:
     #: went by direct I/O; None and 0 from the local or peer tier.
     io: str | None = None
     direct_bytes: int = 0
+    #: With several writers: the step the ranks agreed on, in which round,
+    #: why, and how this rank came to it (restore/agreement.py); None when
+    #: ranks did not coordinate.
+    agreement: dict[str, object] | None = None
+    #: The timeline the trainer continues: the agent tags the steps it
+    #: captures with it, so ranks never mix two timelines' copies of a step.
+    timeline: str | None = None
     #: How many writers saved `step`, when not this job's count (outcome
     #: "reshard"); None otherwise.
     step_writers: int | None = None
@@ -105,11 +112,20 @@ def summary_line(result: RestoreResult, code: int) -> str:
         return (f"ckptdrain restore: step {result.step} from the {result.tier} tier, "
                 f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)}"
                 f" ({units.format_rate(result.bytes / max(result.seconds, 1e-6))})"
-                f"{_written(result)} -> {result.path}")
+                f"{_written(result)}{_agreed(result)} -> {result.path}")
     if code == 0:
         return (f"ckptdrain restore: fresh start ({result.reason})" if result.reason
                 else "ckptdrain restore: no checkpoint anywhere: fresh start")
     return f"ckptdrain restore: {result.outcome}: {result.reason} (exit {code}); see skipped above"
+
+
+def _agreed(result: RestoreResult) -> str:
+    """How the ranks came to the step, when they coordinated."""
+    a = result.agreement
+    if not a:
+        return ""
+    return f"; ranks {a.get('how')} it in round {a.get('round')} ({a.get('why')}: " \
+        f"{a.get('detail')})"
 
 
 def _written(result: RestoreResult) -> str:

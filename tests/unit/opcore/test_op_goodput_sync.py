@@ -81,3 +81,25 @@ def test_nothing_is_kept_for_a_policy_that_is_not_there(patches: list[dict[str, 
     assert goodput_sync.observe(KEY, "w-a", _meta(view), deleted=True)
     goodput_sync.fold(KEY, None, [])
     assert KEY not in goodput_sync._departed and patches == []
+
+
+def test_a_pod_that_gets_its_node_or_ends_asks_for_a_fold(patches: list[dict[str, Any]]) -> None:
+    """When the job holds its resources bounds runtime goodput's denominator:
+    a pod's status moving there (a node, the end) is folded, its other
+    status changes are not."""
+    now = time.time()
+    view = AgentView(training_at=now - 100, first_step=0, step=50, step_s=0.5)
+    running = {"phase": "Running", "startTime": "2026-11-26T09:00:00Z"}
+    assert goodput_sync.observe(KEY, "w-a", _meta(view), status=running)
+    assert not goodput_sync.observe(KEY, "w-a", _meta(view),
+                                    status={**running, "podIP": "10.0.0.7"})
+    done = {**running, "phase": "Succeeded", "containerStatuses": [
+        {"name": "trainer", "state": {"terminated": {"finishedAt": "2026-11-26T10:00:00Z"}}}]}
+    assert goodput_sync.observe(KEY, "w-a", _meta(view), status=done)
+    ended = pod_view("w-a", _meta(view), done)
+    assert ended is not None
+    goodput_sync.fold(KEY, POLICY, [ended])
+    (change,) = patches
+    held = change["goodput"]
+    assert held["heldSince"] == 1795683600.0 and held["endedAt"] == 1795687200.0
+    assert held["availableSeconds"] == 3600.0

@@ -451,3 +451,19 @@ def test_records_are_made_above_the_newest_settled_step_or_for_a_fresh_start() -
     # An unfinished record does not settle anything.
     assert records.may_make(10, old_word, [ranked(30, {0: "Local", 1: "Local"})])
 
+
+
+def test_the_local_recovery_point_is_the_newest_step_every_writer_holds_locally() -> None:
+    # What restore agrees on when every node is intact: a step counts only
+    # once every writer has it on its node (one writer still capturing step
+    # 40 while another drains it does not make 40 restorable), whatever its
+    # drain does meanwhile.
+    recs = [record(20, {"0": "Global", "1": "Global"}),
+            record(30, {"0": "Retrying", "1": "Local"}),
+            record(40, {"0": "Draining", "1": "Capturing"}),
+            record(50, {"0": "Local"})]
+    assert records.latest_steps(recs)[:2] == (30, 20)
+    # A writer whose shard failed (a corrupt copy, a capture refused) holds
+    # nothing restore would take.
+    recs[1] = record(30, {"0": "Failed", "1": "Local"})
+    assert records.latest_steps(recs)[:2] == (20, 20)

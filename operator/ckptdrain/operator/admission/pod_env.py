@@ -93,6 +93,8 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         _env(Env.RESTORE_PREFER, policy.restore_prefer),
         _env(Env.RESTORE_RETRY_DEADLINE, units.format_duration(policy.restore_retry_deadline_s)
              if policy.restore_retry_deadline_s > 0 else "0"),
+        _env(Env.RESTORE_AGREE_TIMEOUT, units.format_duration(policy.restore_agree_timeout_s)
+             if policy.restore_agree_timeout_s > 0 else "0"),
         _env(Env.RESTORE_DIRECT_IO, "true" if policy.restore_direct_io else "false"),
         _env(Env.RESTORE_RESHARD, policy.restore_reshard.lower()),
         _env(Env.STALL_TIMEOUT, units.format_duration(policy.stall_timeout_s)),

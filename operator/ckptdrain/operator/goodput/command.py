@@ -98,7 +98,8 @@ def read(namespace: str | None, policy: str | None) -> list[dict[str, Any]]:
         meta = client.ApiClient().sanitize_for_serialization(pod.metadata)
         if meta.get("deletionTimestamp"):
             continue
-        view = pod_view(meta.get("name", ""), meta)
+        view = pod_view(meta.get("name", ""), meta,
+                        client.ApiClient().sanitize_for_serialization(pod.status))
         owner = (meta.get("annotations") or {}).get(api.ANNOTATION_POLICY, "")
         if view is not None:
             views.setdefault((meta.get("namespace", ""), owner), []).append(view)

@@ -11,8 +11,14 @@ from prometheus_client import Gauge
 
 LABELS = ["namespace", "policy"]
 RUNTIME_GOODPUT = Gauge("ckptdrain_runtime_goodput_ratio",
-                        "Productive training time / wall time since the policy was created "
+                        "Productive training time / time the job held its resources "
                         "(at the last interruption or restore the operator saw)", LABELS)
+AVAILABLE_SECONDS = Gauge("ckptdrain_resources_available_seconds",
+                          "Time the job held its resources: runtime goodput's denominator",
+                          LABELS)
+WAITING_SECONDS = Gauge("ckptdrain_waiting_for_resources_seconds",
+                        "Time from interruptions until their replacement pods had a node "
+                        "(not in runtime goodput)", LABELS)
 INTERRUPTIONS = Gauge("ckptdrain_interruptions", "Interruptions seen since the policy was "
                       "created", LABELS)
 LOST_STEPS = Gauge("ckptdrain_lost_steps", "Training steps redone after interruptions",
@@ -27,14 +33,16 @@ BLOCKED_SECONDS = Gauge("ckptdrain_trainers_blocked_seconds",
                         "Time trainers spent inside checkpoint saves, summed over writers",
                         LABELS)
 FAILED_RESTORES = Gauge("ckptdrain_failed_restores", "Restores that failed", LABELS)
-ALL = (RUNTIME_GOODPUT, INTERRUPTIONS, LOST_STEPS, LOST_SECONDS, RECOVERY_SECONDS,
-       LAST_RECOVERY_SECONDS, BLOCKED_SECONDS, FAILED_RESTORES)
+ALL = (RUNTIME_GOODPUT, AVAILABLE_SECONDS, WAITING_SECONDS, INTERRUPTIONS, LOST_STEPS,
+       LOST_SECONDS, RECOVERY_SECONDS, LAST_RECOVERY_SECONDS, BLOCKED_SECONDS, FAILED_RESTORES)
 
 
 def publish(key: tuple[str, str], status: Mapping[str, Any]) -> None:
     """Set every gauge of one policy from its `status.goodput`."""
     if status.get("runtimeGoodput") is not None:
         RUNTIME_GOODPUT.labels(*key).set(float(status["runtimeGoodput"]))
+    AVAILABLE_SECONDS.labels(*key).set(float(status.get("availableSeconds") or 0))
+    WAITING_SECONDS.labels(*key).set(float(status.get("waitingForResourcesSeconds") or 0))
     INTERRUPTIONS.labels(*key).set(int(status.get("interruptions") or 0))
     LOST_STEPS.labels(*key).set(int(status.get("lostSteps") or 0))
     LOST_SECONDS.labels(*key).set(float(status.get("lostSeconds") or 0))

@@ -1,7 +1,8 @@
 """Goodput into the policy status: the operator's thin edge of goodput.py.
 
 Pods carry what their agent and restore saw (`ckptdrain.io/goodput`,
-`ckptdrain.io/restore-result`); an index keeps the live pods' views. A pod
+`ckptdrain.io/restore-result`), and their status when they got a node and
+ended; an index keeps the live pods' views. A pod
 event that changes what the status depends on asks for a fold (`observe`),
 and one coalesced fold per policy takes in every view (plus those of pods
 that left since) with one status patch, only when something changed.
@@ -46,15 +47,15 @@ _departed: dict[Key, dict[str, PodView]] = {}
 def _signature(view: PodView) -> tuple[Any, ...]:
     a = view.agent
     return (view.writer, None if a is None else (a.interrupted_at, a.training_at, a.step),
-            view.restore)
+            view.restore, view.bound_at, view.finished, view.finished_at)
 
 
 @kopf.index("v1", "pods", annotations={api.ANNOTATION_INJECTED: kopf.PRESENT})
-def goodput_index(namespace: str, name: str, meta: kopf.Meta, **_: Any
-                  ) -> dict[Key, PodView] | None:
+def goodput_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
+                  **_: Any) -> dict[Key, PodView] | None:
     if meta.get("deletionTimestamp"):
         return None  # leaving: the event that removes it brings its last view
-    view = pod_view(name, meta)
+    view = pod_view(name, meta, status)
     if view is None:
         return None
     return {(namespace, (meta.get("annotations") or {}).get(api.ANNOTATION_POLICY, "")): view}
@@ -69,13 +70,13 @@ def _since(policy: Mapping[str, Any]) -> float:
 
 
 def observe(key: Key, name: str, meta: Mapping[str, Any], deleted: bool = False,
-            has_policy: bool = True) -> bool:
+            has_policy: bool = True, status: Mapping[str, Any] | None = None) -> bool:
     """Whether this pod event changed what the policy's goodput status depends
     on: then a `fold` is due. A leaving pod's view is kept for that fold: the
     index keeps a terminating pod's previous view (its emergency checkpoint's
     interruption comes after) and drops a deleted pod's. Nothing is noted
     for a pod whose policy is not there (its views wait for it)."""
-    mine = pod_view(name, meta)
+    mine = pod_view(name, meta, status)
     if mine is None or not has_policy:
         return False
     pod_key = (key[0], name)

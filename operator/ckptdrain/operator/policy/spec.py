@@ -49,6 +49,8 @@ DEFAULT_GLOBAL_KEEP = 3
 MAX_LABEL_VALUE = api.MAX_LABEL_VALUE
 #: How long restore retries a store that does not answer (restore/retry.py).
 DEFAULT_RETRY_DEADLINE_S = 600.0
+#: How long a multi-writer restore waits for every rank to report (restore/agreement.py).
+DEFAULT_AGREE_TIMEOUT_S = 60.0
 
 
 class PolicyInvalid(InvalidInput):
@@ -96,6 +98,7 @@ class Policy:
     per_drainer_cap: float | None
     identity: Rule | None = None
     restore_retry_deadline_s: float = DEFAULT_RETRY_DEADLINE_S
+    restore_agree_timeout_s: float = DEFAULT_AGREE_TIMEOUT_S
     #: Restore onto a local disk by direct I/O (transfer/direct_io.py).
     restore_direct_io: bool = True
     #: spec.drain.stallTimeout: seconds without progress before a drain attempt fails.
@@ -229,6 +232,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     prefer = r.get("restore.prefer", choice(RESTORE_PREFER), "local")
     retry_deadline = r.get("restore.retryDeadline", seconds_or_zero, DEFAULT_RETRY_DEADLINE_S)
     direct_io = r.get("restore.directIO", flag, True)
+    agree_timeout = r.get("restore.agreementTimeout", seconds_or_zero, DEFAULT_AGREE_TIMEOUT_S)
     reshard = r.get("restore.reshard", choice(RESHARD), "DCP")
     readers = r.get("readers", choice(READERS), "Declared")
     stall_timeout = r.get("drain.stallTimeout", parse_stall_timeout, DEFAULT_STALL_AFTER)
@@ -281,6 +285,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         global_keep=global_keep, schedule=schedule, sigterm=sigterm,
         restore_enabled=restore_enabled, restore_prefer=prefer, grace_policy=grace,
         per_drainer_cap=per_drainer, identity=rule, restore_retry_deadline_s=retry_deadline,
+        restore_agree_timeout_s=agree_timeout,
         restore_direct_io=direct_io,
         stall_timeout_s=stall_timeout, storage_options=storage_opts,
         node_expressions=node_expressions, tolerations=tolerations, peer=peer,

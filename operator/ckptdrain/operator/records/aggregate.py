@@ -292,15 +292,32 @@ def may_make(step: int, claims: Mapping[int, Claim],
     return bool(when and said and said > when)
 
 
+#: A writer's states in which its node's local tier holds its shard of the
+#: step (a drain that retries or succeeded leaves the local copy in place).
+HELD_LOCALLY = frozenset({"Local", "Draining", "Retrying", "Global"})
+
+
+def held_by_every_writer(record: Mapping[str, Any]) -> bool:
+    """Whether every writer of the step claims it on its node's local tier:
+    the step restore agrees on when a restart leaves every node intact."""
+    expected = int((record.get("spec") or {}).get("writers", 1))
+    states = rank_states(record.get("status") or {})
+    return all(states.get(rank) in HELD_LOCALLY for rank in range(expected))
+
+
 def latest_steps(records: Iterable[Mapping[str, Any]]
                  ) -> tuple[int | None, int | None, str | None]:
-    """(newest step on a local tier, newest complete global step, its completion time)."""
+    """(newest step every writer holds locally, newest complete global step,
+    its completion time): what a restart restores with every node intact, and
+    the fall-back when one is lost without the peer tier."""
     local = glob = None
     when = None
     for r in records:
         s = summarize(r)
+        if s.state == "Expired":
+            continue
         step = int(r["spec"]["step"])
-        if s.state in ("Local", "Draining", "Global") and (local is None or step > local):
+        if held_by_every_writer(r) and (local is None or step > local):
             local = step
         if s.state == "Global" and (glob is None or step > glob):
             glob, when = step, (r.get("status") or {}).get("completionTime")

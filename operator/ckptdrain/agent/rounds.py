@@ -1,0 +1,221 @@
+"""This rank's part in restore rounds while its pod runs (several writers).
+
+Two duties (restore/agreement.py has the rules):
+
+- *Report when another rank restores.* When a rank opens a round (a pod
+  replaced, a trainer restarted in place), every running agent reports what
+  its rank holds: the local tier's steps with their timelines, and the
+  complete steps in the work dir (saved in this timeline). The restoring
+  rank then agrees at once on the newest step every rank holds, instead of
+  waiting out the bound for ranks that are not restarting.
+- *Answer the trainer after a restart in place* (resume_channel.py): take
+  part in a round as a restoring rank, put the agreed step in the work dir
+  (it is there, or from the local tier, verified, or from the global tier),
+  and answer. Steps newer than the agreed one belong to an abandoned
+  timeline: they leave the work dir and the local tier, and captures from
+  then on carry the new timeline.
+
+Cost: one GET of the decision's Lease per poll (every max(2 s, W/250 s) for W
+writers) and one write per round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ckptdrain import resume_channel
+from ckptdrain.client import CONTROL_DIR, write_json_atomic
+from ckptdrain.errors import CkptdrainError
+from ckptdrain.manifest import EXTRA_TIMELINE
+from ckptdrain.node import durable
+from ckptdrain.node.steps import completed_steps, step_dir
+from ckptdrain.restore import meeting as meeting_mod
+from ckptdrain.restore.agreement import Decision, Report
+
+if TYPE_CHECKING:
+    from ckptdrain.agent.loop import Agent
+
+log = logging.getLogger(__name__)
+
+
+class Rounds:
+    def __init__(self, agent: Agent, meeting: Any, store: Any = None) -> None:
+        self.agent, self.meeting, self.store = agent, meeting, store
+        cfg = agent.cfg
+        self.rank, self.uid, self.pod = cfg.writer, str(cfg.pod_uid), cfg.pod_name
+        self.poll_s = max(2.0, cfg.writers / 250)
+        self._reported = 0
+        self._answered = 0.0
+        self._stop = threading.Event()
+        #: Set by the resume thread, applied by the agent's loop (apply()):
+        #: the agreed step and its decision, once placed in the work dir.
+        self._settled: tuple[Decision, float] | None = None
+        self._lock = threading.Lock()
+
+    # -- the thread ----------------------------------------------------------------
+    def start(self) -> None:
+        threading.Thread(target=self._loop, name="restore-rounds", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                asked = resume_channel.read_request(self.agent.cfg.work_dir / CONTROL_DIR)
+                if asked is not None and asked > self._answered:
+                    self._resume(asked)
+                else:
+                    self._take_part()
+            except meeting_mod.NoRights as err:
+                log.warning("restore rounds off: %s", err)
+                return
+            except Exception as err:  # the apiserver or the disk: try again next poll
+                log.warning("restore rounds: %s", err)
+            self._stop.wait(self.poll_s)
+
+    # -- reporting for another rank's round -------------------------------------------
+    def holdings(self, round_: int) -> Report:
+        """What this rank holds now: local copies (their timelines) and the
+        work dir's complete steps (this timeline's saves)."""
+        local: dict[int, str] = {}
+        tier, cfg = self.agent.tier, self.agent.cfg
+        for step in tier.steps():
+            with contextlib.suppress(CkptdrainError, OSError):
+                manifest = tier.manifest(step)
+                if (manifest.writer, manifest.writers) == (cfg.writer, cfg.writers):
+                    local[step] = manifest.extra.get(EXTRA_TIMELINE, "")
+        for step in completed_steps(cfg.work_dir):
+            local.setdefault(step, self.agent.timeline or "")
+        return Report(round=round_, rank=self.rank, uid=self.uid, node=cfg.node_name,
+                      local=local, at=time.time())
+
+    def _take_part(self) -> None:
+        if self.agent.terminating.is_set():
+            return  # a pod on its way out restores nothing, and holds nothing for long
+        current, opened, _ = self.meeting.state()
+        if opened is None or opened.round <= self._reported or (
+                current is not None and current.round >= opened.round):
+            return
+        own = self.meeting.own_report(self.rank)
+        if own is None or own.round < opened.round:
+            self.meeting.report(self.holdings(opened.round), self.pod)
+            log.info("restore round %d opened by another rank: reported what this rank holds",
+                     opened.round)
+        self._reported = opened.round
+
+    # -- a restart in place ------------------------------------------------------------
+    def _resume(self, asked: float) -> None:
+        started = time.time()
+        cfg = self.agent.cfg
+        complete = self._complete()
+        try:
+            agreed = meeting_mod.agree(
+                self.meeting, rank=self.rank, uid=self.uid, writers=cfg.writers, pod=self.pod,
+                report_for=lambda r: self._with_complete(self.holdings(r), complete),
+                uncoordinated=complete, timeout_s=cfg.restore_agree_timeout_s,
+                in_place_after=asked)
+        except meeting_mod.Unsettled as err:
+            self._answer(started, resume_channel.Answer(started, False, None, None, "", None,
+                                                        "unsettled", str(err)))
+            return
+        decision = agreed.decision
+        try:
+            tier = self._place(decision.step) if decision.step is not None else ""
+        except (CkptdrainError, OSError) as err:
+            self._answer(started, resume_channel.Answer(
+                started, False, decision.step, None, "", decision.round, decision.why,
+                f"{err}"))
+            return
+        self._answered = started
+        with self._lock:
+            self._settled = (decision, started)
+        path = str(step_dir(cfg.work_dir, decision.step)) if decision.step is not None else None
+        log.info("trainer restarted in place: ranks %s step %s in round %d (%s; %s)",
+                 agreed.how, decision.step, decision.round, decision.why, decision.detail)
+        self._pending_answer = resume_channel.Answer(started, True, decision.step, path, tier,
+                                                     decision.round, decision.why,
+                                                     decision.detail)
+
+    def _complete(self) -> list[int]:
+        if self.store is None:
+            return []
+        from ckptdrain.transfer.catalog import scan
+
+        with contextlib.suppress(CkptdrainError, OSError):
+            return sorted((c.step for c in scan(self.store).complete
+                           if c.writers == self.agent.cfg.writers), reverse=True)
+        return []
+
+    @staticmethod
+    def _with_complete(report: Report, complete: list[int]) -> Report:
+        return Report(report.round, report.rank, report.uid, report.node, report.local,
+                      report.peer, tuple(complete), report.failed, report.at)
+
+    def _place(self, step: int) -> str:
+        """Put `step` in the work dir; the tier it came from."""
+        cfg, tier = self.agent.cfg, self.agent.tier
+        final = step_dir(cfg.work_dir, step)
+        if final.is_dir():
+            return "work"
+        tmp = cfg.work_dir / f".resume-step-{step}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            if tier.has(step):
+                manifest = tier.manifest(step)
+                durable.copy_tree(tier.data_dir(step), tmp, files=[f.path for f in manifest.files],
+                                  expected={f.path: f for f in manifest.files})
+                used = "local"
+            elif self.store is not None:
+                from ckptdrain.transfer.fetch import fetch
+
+                fetch(self.store, tmp, step=step, writer=cfg.writer)
+                used = "global"
+            else:
+                raise CkptdrainError(f"step {step} is neither in the work dir nor on this node")
+            durable.publish(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return used
+
+    def _answer(self, started: float, answer: resume_channel.Answer) -> None:
+        self._answered = started
+        write_json_atomic(self.agent.cfg.work_dir / CONTROL_DIR / resume_channel.ANSWER_FILE,
+                          answer.to_dict())
+
+    # -- on the agent's loop -------------------------------------------------------------
+    _pending_answer: resume_channel.Answer | None = None
+
+    def apply(self) -> None:
+        """On the agent's own thread (no capture runs meanwhile): switch to the
+        agreed timeline, drop the abandoned steps, then answer the trainer."""
+        with self._lock:
+            settled, self._settled = self._settled, None
+        if settled is None:
+            return
+        decision, started = settled
+        agent = self.agent
+        agent.timeline = decision.timeline
+        keep = decision.step if decision.step is not None else -1
+        if decision.step is not None:
+            agent.keep_in_work.add(decision.step)
+        if agent.drain is not None:
+            agent.drain.abandon_above(keep)
+        for step in completed_steps(agent.cfg.work_dir):
+            if step > keep:
+                shutil.rmtree(step_dir(agent.cfg.work_dir, step), ignore_errors=True)
+        for step in agent.tier.steps():
+            if step > keep:
+                log.warning("dropping local step %d: the ranks resumed from %s", step,
+                            decision.step if decision.step is not None else "scratch")
+                agent.tier.remove(step)
+        if self._pending_answer is not None:
+            self._answer(started, self._pending_answer)
+            self._pending_answer = None
+

@@ -1,0 +1,165 @@
+"""Ranks agree on one restore step through a real apiserver, with the agent's
+documented rights (docs/rbac.md), each rank's restore running as it does in
+its init container: its own local tier, a shared file:// global tier."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from test_rbac import _bind, _rules
+
+from ckptdrain import kubeclient
+from ckptdrain.node import config as node_config
+from ckptdrain.node.localtier import LocalTier
+from ckptdrain.restore.engine import restore
+from ckptdrain.restore.meeting import Meeting
+from ckptdrain.restore.result import RestoreResult
+from ckptdrain.store import open_store
+from ckptdrain.transfer.drain import Drainer
+from ckptdrain.transfer.scan import build_manifest
+from support.apiserver import Cluster
+
+WRITERS = 2
+
+
+def _shard(tmp: Path, step: int, writer: int, flavour: str = "") -> Path:
+    src = tmp / "src" / f"{step}-{writer}-{flavour}"
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "model.bin").write_bytes(f"{flavour}step {step} writer {writer} ".encode() * 500)
+    return src
+
+
+class Job:
+    """Two ranks, each with its node's local tier; one global tier."""
+
+    def __init__(self, tmp: Path, namespace: str, api: Any, timeout: str = "4s") -> None:
+        self.tmp, self.namespace, self.api, self.timeout = tmp, namespace, api, timeout
+        self.store_uri = f"file://{tmp}/store"
+        (tmp / "store").mkdir(exist_ok=True)
+        self.store = open_store(self.store_uri)
+        self.nodes = {w: tmp / f"node-{w}" for w in range(WRITERS)}
+
+    def tier(self, writer: int) -> LocalTier:
+        return LocalTier(self.nodes[writer] / "local")
+
+    def save_local(self, step: int, timeline: str, writers: range = range(WRITERS)) -> None:
+        for w in writers:
+            self.tier(w).capture(_shard(self.tmp, step, w, timeline), step, writer=w,
+                                 writers=WRITERS, extra={"timeline": timeline})
+
+    def save_global(self, step: int) -> None:
+        for w in range(WRITERS):
+            src = _shard(self.tmp, step, w, "g")
+            Drainer(self.store, part_size=5 << 20, concurrency=2).drain(
+                src, build_manifest(src, step, w, WRITERS, created=float(step)),
+                journal_path=self.tmp / f"journal-{step}-{w}.json")
+
+    def cfg(self, writer: int, uid: str) -> node_config.AgentConfig:
+        node = self.nodes[writer]
+        return node_config.load(environ={
+            "CKPTDRAIN_WORK_DIR": str(node / f"work-{uid}"),
+            "CKPTDRAIN_LOCAL_DIR": str(node / "local"),
+            "CKPTDRAIN_STORE_URI": self.store_uri,
+            "CKPTDRAIN_WRITER_ID": str(writer), "CKPTDRAIN_WRITERS": str(WRITERS),
+            "CKPTDRAIN_POLICY": f"{self.namespace}/llama", "CKPTDRAIN_POD_NAME": f"llama-{uid}",
+            "CKPTDRAIN_POD_UID": uid, "CKPTDRAIN_NAMESPACE": self.namespace,
+            "CKPTDRAIN_NODE_NAME": f"node-{writer}",
+            "CKPTDRAIN_RESTORE_AGREE_TIMEOUT": self.timeout})
+
+    def restart(self, ranks: range = range(WRITERS)) -> dict[int, tuple[RestoreResult, int]]:
+        """A gang restart: a new pod (uid) per rank, restores in parallel."""
+        out: dict[int, tuple[RestoreResult, int]] = {}
+
+        def one(writer: int) -> None:
+            out[writer] = restore(self.cfg(writer, uuid.uuid4().hex), self.store)
+
+        threads = [threading.Thread(target=one, args=(w,)) for w in ranks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        return out
+
+
+@pytest.fixture
+def job(cluster: Cluster, namespace: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> Job:
+    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
+    api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "apiserver")  # restore runs "in a pod"
+    monkeypatch.setattr(kubeclient, "custom_objects_api", lambda: api)
+    return Job(tmp_path, namespace, api)
+
+
+def steps(results: dict[int, tuple[RestoreResult, int]]) -> dict[int, int | None]:
+    return {w: r.step for w, (r, _) in results.items()}
+
+
+def test_an_intact_gang_restart_restores_the_newest_local_step_on_every_rank(job: Job) -> None:
+    job.save_global(50)
+    job.save_local(90, "t1")
+    job.save_local(100, "t1")
+    results = job.restart()
+    assert steps(results) == {0: 100, 1: 100}
+    assert {r.tier for r, _ in results.values()} == {"local"}
+    for result, code in results.values():
+        assert code == 0 and result.agreement is not None
+        assert result.agreement["why"] == "agreed" and result.agreement["round"] == 1
+        assert result.timeline and result.timeline.startswith("r1-")
+    assert sorted(r.agreement["how"] for r, _ in results.values()) == ["adopted", "decided"]
+    decision, _ = Meeting(job.namespace, f"{job.namespace}/llama", job.api).decision()
+    assert decision is not None and decision.step == 100 and len(decision.members) == 2
+
+    # The next gang restart is a new round, by new pods.
+    again = job.restart()
+    assert steps(again) == {0: 100, 1: 100}
+    assert {r.agreement["round"] for r, _ in again.values()} == {2}
+
+
+def test_a_pod_on_a_new_node_pulls_every_rank_to_a_step_it_can_get(job: Job) -> None:
+    job.save_global(50)
+    job.save_local(100, "t1")
+    job.nodes[1] = job.tmp / "node-new"  # rank 1's pod lands on an empty node
+    results = job.restart()
+    assert steps(results) == {0: 50, 1: 50}
+    assert {r.tier for r, _ in results.values()} == {"global"}
+
+
+def test_copies_from_another_timeline_are_not_restored_together(job: Job) -> None:
+    job.save_global(50)
+    job.save_local(100, "old", writers=range(1))
+    job.save_local(100, "new", writers=range(1, 2))
+    assert steps(job.restart()) == {0: 50, 1: 50}
+
+
+def test_a_rank_that_does_not_report_in_time_gets_the_fallback_and_a_late_one_joins_it(
+        job: Job) -> None:
+    job.save_global(50)
+    job.save_local(100, "t1")
+    first = job.restart(ranks=range(1))
+    result, code = first[0]
+    assert code == 0 and result.step == 50 and result.agreement["why"] == "fallback"
+    assert "rank 1 did not report" in result.agreement["detail"]
+    late = job.restart(ranks=range(1, 2))  # the same gang restart, moments later
+    assert steps(late) == {1: 50} and late[1][0].agreement["how"] == "joined"
+
+
+def test_a_corrupt_local_copy_fails_that_rank_and_the_next_round_passes_it_by(
+        job: Job) -> None:
+    job.save_global(50)
+    job.save_local(90, "t1")
+    job.save_local(100, "t1")
+    data = job.tier(1).data_dir(100) / "model.bin"
+    data.write_bytes(b"X" + data.read_bytes()[1:])
+    first = job.restart()
+    assert first[0][0].step == 100
+    bad, code = first[1]
+    assert code == 4 and bad.step is None and "ranks agreed on step 100" in bad.reason
+    assert not job.tier(1).has(100)  # worthless, and never agreed on again
+    # The job restarts (rank 1's collectives never came up): every rank on 90.
+    assert steps(job.restart()) == {0: 90, 1: 90}
