@@ -132,10 +132,17 @@ class Client:
         )
         self.writer = env.get(Env.WRITER_ID.value, "0")
         self.writers = int(env.get(Env.WRITERS.value, "1") or 1)
+        self._role = env.get(Env.ROLE.value) or "writer"
         self._preempting = threading.Event()
         # What only this process knows of goodput; the agent reads the file.
         self.progress = Progress(self.work_dir / CONTROL_DIR / PROGRESS_FILE,
                                  write=write_json_atomic)
+
+    @property
+    def role(self) -> str:
+        """"writer", or "reader": a pod that restores shard `writer` and never
+        writes (docs/pod-contract.md); a reader's saves are never captured."""
+        return self._role
 
     # -- writing checkpoints ---------------------------------------------------
     def temp_dir(self, step: int) -> Path:

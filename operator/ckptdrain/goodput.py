@@ -132,7 +132,7 @@ def keep_interruption(earlier: PodView | None, later: PodView) -> PodView:
 
 
 def _matches(entry: Mapping[str, Any], pod: PodView) -> bool:
-    return (pod.restore is not None and pod.name != entry.get("pod")
+    return (pod.restore is not None and pod.name != entry.get("pod") and pod.reader is None
             and pod.writer == entry.get("writer")
             and pod.restore.started_at >= float(entry["at"]) - CLOCK_SLACK_S)
 
@@ -377,4 +377,5 @@ def restore_failure(pods: Iterable[PodView]) -> dict[str, Any] | None:
     r = p.restore
     assert r is not None
     return {"pod": p.name, "writer": p.writer, "outcome": r.outcome, "reason": r.reason,
-            "startedAt": round(r.started_at, 3), "attempts": r.attempts}
+            "startedAt": round(r.started_at, 3), "attempts": r.attempts,
+            **({} if p.reader is None else {"reader": p.reader})}

@@ -205,3 +205,44 @@ def test_a_duplicate_writer_that_bypassed_admission_shows_on_the_policy(
     good = wait_for(lambda: _condition(cluster, namespace, "llama").get("status") == "True"
                     and _condition(cluster, namespace, "llama"), what="WritersConsistent=True")
     assert good["reason"] == "Consistent"
+
+
+def test_replicas_past_writers_are_readers_many_per_shard_and_no_writers(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """An Indexed Job of 4 pods under 2 writers with spec.readers: Replicas:
+    pods 2 and 3 read shards 0 and 1; a pod declared a reader reads shard 0
+    beside its live writer; a second writer 1 is still refused; and the
+    policy counts two live writers, consistent with the Job."""
+    apply(policy("dp", writers=2, readers="Replicas"))
+    _ready(cluster, namespace, "dp")
+    job = _job(cluster, namespace, "dp", 4, {})
+    stored = {}
+    for rank in range(4):
+        made = _create(cluster, namespace, _owned_by(
+            pod(f"dp-{rank}", {"app": "dp", **INJECT}, rank, **GRACE), job))
+        assert made.returncode == 0, made.stderr
+        stored[rank] = json.loads(made.stdout)
+    for rank, body in stored.items():
+        inits = [c["name"] for c in body["spec"]["initContainers"]]
+        labels = body["metadata"]["labels"]
+        if rank < 2:
+            assert "ckptdrain-agent" in inits and labels["ckptdrain.io/writer"] == str(rank)
+            continue
+        assert inits == ["ckptdrain-restore"], inits
+        assert labels["ckptdrain.io/reader"] == str(rank % 2)
+        assert "ckptdrain.io/writer" not in labels
+        env = {e["name"]: e.get("value") for e in body["spec"]["initContainers"][0]["env"]}
+        assert (env["CKPTDRAIN_ROLE"], env["CKPTDRAIN_WRITER_ID"]) == ("reader", str(rank % 2))
+    declared = pod("dp-eval", {"app": "dp", **INJECT}, 0, **GRACE)
+    declared["metadata"]["annotations"]["ckptdrain.io/role"] = "reader"
+    made = _create(cluster, namespace, declared)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["metadata"]["labels"]["ckptdrain.io/reader"] == "0"
+    twin = _create(cluster, namespace, _owned_by(
+        pod("dp-twin", {"app": "dp", **INJECT}, 1, **GRACE), job))
+    assert twin.returncode != 0 and "live pod dp-1 already holds" in twin.stderr
+    ok = wait_for(lambda: _condition(cluster, namespace, "dp").get("message", "").startswith(
+        "2 live pod(s)") and _condition(cluster, namespace, "dp"),
+        what="two writers on the policy")
+    assert ok["status"] == "True" and ok["reason"] == "Consistent"

@@ -231,3 +231,25 @@ def test_a_step_that_is_not_one_dcp_save_is_refused(tmp_path: Path) -> None:
     with pytest.raises(IntegrityError, match=r"not a DCP checkpoint .* writers \[0, 1\]"):
         ckpt_dcp.StoreReader(store, STEP, cache_dir=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store", "w0", "w1"]
+
+
+def test_restore_hands_a_job_of_another_world_size_the_step_to_load_resharded(
+        store: Store, tmp_path: Path) -> None:
+    """1 rank comes back where 2 saved: the restore step neither fails nor
+    needs `ckptdrain.io/restore: skip`; it names the step, and the trainer
+    loop of docs/trainer-protocol.md loads it, resharded, to the reference."""
+    from ckptdrain.node import config as node_config
+    from ckptdrain.restore.engine import restore
+
+    cfg = node_config.load(environ={"CKPTDRAIN_WORK_DIR": str(tmp_path / "work"),
+                                    "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local"),
+                                    "CKPTDRAIN_WRITER_ID": "0", "CKPTDRAIN_WRITERS": "1"})
+    result, code = restore(cfg, store)
+    assert (code, result.outcome, result.step, result.step_writers) == (0, "reshard", STEP,
+                                                                         WRITERS)
+    result.write(cfg.restore_result)
+    restored = Client(cfg.work_dir).restored()
+    assert restored is None  # nothing placed: the step is loaded from the store
+    target, reference = _zeros()
+    assert ckpt_dcp.load(target, store, restored.step if restored else None) == STEP
+    assert all(torch.equal(target[k], reference[k]) for k in reference)

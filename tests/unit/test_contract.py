@@ -141,3 +141,14 @@ def test_the_crd_admits_every_tier_a_claim_may_name() -> None:
     assert set(claim["tiers"]) == set(fmt.TIERS)
     # Every field a claim may carry is in the schema: the apiserver would drop the rest.
     assert set(claim) <= set(writer["properties"])
+
+
+def test_a_reader_trainer_knows_its_role_and_shard() -> None:
+    p = policy.parse("ml", "llama", {**SPEC, "writers": 4}, CFG)
+    environ = {e["name"]: e["value"] for e in pod_env.trainer_env(POD, p, 2, reader=True)
+               if "value" in e}
+    c = client.Client(environ=environ)
+    assert (c.role, c.writer, c.writers) == ("reader", "2", 4)
+    writer = client.Client(environ={e["name"]: e["value"] for e in
+                                    pod_env.trainer_env(POD, p, 2) if "value" in e})
+    assert writer.role == "writer"

@@ -377,3 +377,31 @@ def test_every_total_the_operator_writes_is_in_the_crd() -> None:
                    finished_at=T0 + 50, finished=True)
     status = goodput.status_patch({}, [a, b, done], None, T0, T0 + 1000, 2, 0.0)
     assert status is not None and set(status) <= set(declared)
+
+
+def test_a_readers_restore_is_no_writers_recovery_but_its_failure_is_reported() -> None:
+    """One writer (no rank label) and a reader (no writer label either): the
+    reader's restore must not close the writer's interruption, which only the
+    writer's own replacement, training again, can."""
+    old = interrupted("w-a", None, at=T0 + 100, step=57,  # type: ignore[arg-type]
+                      completed={50: T0 + 90.0})
+    reader = PodView("r-b", None, restore=RestoreView(
+        outcome="none_verified", started_at=T0 + 102, seconds=1.0, step=None, tier=None,
+        reason="checkpoints exist but none verified"), reader="0")
+    status = goodput.merge({}, [old, reader], restorable_global=50)
+    (entry,) = status["recent"]
+    assert "restorePod" not in entry and "recoverySeconds" not in entry
+    new = restarted("w-b", None, started=T0 + 104, seconds=1.5,  # type: ignore[arg-type]
+                    step=50, tier="global", training=T0 + 108)
+    (entry,) = goodput.merge(status, [old, reader, new], restorable_global=50)["recent"]
+    assert (entry["restorePod"], entry["recoverySeconds"]) == ("w-b", pytest.approx(8.0))
+    failure = goodput.restore_failure([reader, new])
+    assert failure is not None and (failure["pod"], failure["reader"]) == ("r-b", "0")
+
+
+def test_a_pods_reader_label_reaches_its_view() -> None:
+    view = pod_view("r-0", {"labels": {"ckptdrain.io/reader": "3"}, "annotations": {
+        "ckptdrain.io/restore-result": json.dumps({"outcome": "reshard", "startedAt": T0,
+                                                   "step": 40, "tier": "global"})}})
+    assert view is not None and (view.writer, view.reader) == (None, "3")
+    assert view.restore is not None and not view.restore.failed

@@ -61,15 +61,22 @@ def test_a_step_still_being_written_does_not_block_a_fresh_start(tmp_path: Path)
     assert "manifest is missing" in result.skipped[0].reason
 
 
-def test_a_checkpoint_of_another_writer_count_is_refused(tmp_path: Path) -> None:
+def test_a_checkpoint_of_another_writer_count_that_is_not_dcp_is_refused(
+        tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "store")
     for w in (0, 1):
         _push(tmp_path, store, 100, w, 2, bytes([w]) * 1000)
+    _push(tmp_path, store, 90, 0, 1, b"older, but this job's count" * 10)
     result, code = restore(_cfg(tmp_path, 0, 1), store)
-    assert (code, result.outcome, result.fresh_start) == (4, "none_verified", False)
+    # Never the older step of the right count: that throws training away.
+    assert (code, result.outcome, result.fresh_start, result.step) == (
+        4, "none_verified", False, None)
     assert [(s.step, s.tier) for s in result.skipped] == [(100, "global")]
     assert "has 2 writer(s), this job has 1" in result.skipped[0].reason
+    assert "not a DCP checkpoint" in result.reason
+    assert "spec.restore.reshard: Trainer" in result.reason
     assert not (tmp_path / "work" / "step-100").exists()
+    assert not (tmp_path / "work" / "step-90").exists()
 
 
 def test_plan_leaves_out_steps_of_another_writer_count() -> None:

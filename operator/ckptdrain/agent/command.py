@@ -27,7 +27,8 @@ from ckptdrain.agent.metrics import AgentMetrics, MetricsServer
 from ckptdrain.agent.refusals import RefusalEvents
 from ckptdrain.agent.report import FanOut, JsonLinesReporter, LoggingReporter, Reporter
 from ckptdrain.agent.share import Share, ShareWatcher
-from ckptdrain.errors import CkptdrainError
+from ckptdrain.contract.env import Env
+from ckptdrain.errors import CkptdrainError, InvalidInput
 from ckptdrain.node import config as node_config
 from ckptdrain.node.localtier import LocalTier
 
@@ -269,6 +270,11 @@ def run(args: argparse.Namespace) -> int:
     except CkptdrainError as err:
         print(f"ckptdrain agent: {err}", file=sys.stderr)
         return err.exit_code
+    if cfg.reader:
+        # A reader never captures or drains: the webhook gives it no agent.
+        print(f"ckptdrain agent: {Env.ROLE.value} is 'reader': a reader restores its shard "
+              "and never writes, so it runs no agent", file=sys.stderr)
+        return InvalidInput.exit_code
     metrics = AgentMetrics()
     metrics.set_intervals(cfg.interval_s, cfg.global_every, drains=cfg.store_uri is not None)
     peer_held = peer_runtime.HeldSteps()

@@ -57,7 +57,7 @@ DRAIN_ERROR_KINDS: tuple[tuple[str, type[BaseException] | None], ...] = (
     ("other", None),
 )
 #: Restore outcomes (restore/result.py OUTCOMES) and the tiers a restore reads.
-RESTORE_OUTCOMES = ("restored", "fresh_start", "disabled", "cannot_place",
+RESTORE_OUTCOMES = ("restored", "reshard", "fresh_start", "disabled", "cannot_place",
                     "store_unavailable", "none_verified")
 RESTORE_TIERS = ("local", "peer", "global", "none")
 

@@ -3,6 +3,7 @@ annotations, and the one timestamp format. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 GROUP = "ckptdrain.io"
@@ -27,8 +28,18 @@ LABEL_POLICY = "ckptdrain.io/policy"
 #: (operator/apiserver/reads.py writer_selectors): the few pods that match, not every
 #: pod holding that rank under any policy of the namespace.
 LABEL_WRITER_POLICY = "ckptdrain.io/writer-policy"
+#: On an injected reader's pod (a pod that restores but never writes): the
+#: shard it reads. It never carries LABEL_WRITER: nothing that counts,
+#: pairs or fences writers sees it.
+LABEL_READER = "ckptdrain.io/reader"
 #: Longest label value Kubernetes takes.
 MAX_LABEL_VALUE = 63
+
+
+def is_reader(labels: Mapping[str, str] | None) -> bool:
+    """Whether a pod's labels mark it a reader: nothing that counts, pairs or
+    fences writers may take it for one."""
+    return LABEL_READER in (labels or {})
 
 
 def policy_labelled(policy: str) -> bool:
@@ -66,6 +77,12 @@ ANNOTATION_GOODPUT = "ckptdrain.io/goodput"
 #: container starts, not only at admission.
 ANNOTATION_RESTORE = "ckptdrain.io/restore"
 RESTORE_SKIP = "skip"
+#: Set by the user on a pod (or its template) to declare its role: ROLE_READER
+#: (restores its shard, never writes; any rank) or ROLE_WRITER (must hold a
+#: writer rank below spec.writers). Without it the policy's spec.readers decides.
+ANNOTATION_ROLE = "ckptdrain.io/role"
+ROLE_WRITER = "writer"
+ROLE_READER = "reader"
 
 #: Every time the API carries (records, status, conditions): UTC, whole seconds.
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

@@ -16,6 +16,10 @@ class Env(StrEnum):
     NODE_NAME = "CKPTDRAIN_NODE_NAME"
     WRITER_ID = "CKPTDRAIN_WRITER_ID"
     WRITERS = "CKPTDRAIN_WRITERS"
+    #: `writer` or `reader`; a reader's WRITER_ID is the shard it reads.
+    ROLE = "CKPTDRAIN_ROLE"
+    #: `true` when readers restore the job's checkpoints beside its writers.
+    READERS = "CKPTDRAIN_READERS"
     # The global tier. Credentials are read by the S3 client itself.
     STORE_URI = "CKPTDRAIN_STORE_URI"
     S3_ENDPOINT = "CKPTDRAIN_S3_ENDPOINT"
@@ -57,6 +61,8 @@ class Env(StrEnum):
     RESTORE_RESULT = "CKPTDRAIN_RESTORE_RESULT"
     RESTORE_RETRY_DEADLINE = "CKPTDRAIN_RESTORE_RETRY_DEADLINE"
     RESTORE_DIRECT_IO = "CKPTDRAIN_RESTORE_DIRECT_IO"
+    #: What restore does with a newest step saved by another writer count.
+    RESTORE_RESHARD = "CKPTDRAIN_RESTORE_RESHARD"
     RESTORE_AGREE_TIMEOUT = "CKPTDRAIN_RESTORE_AGREE_TIMEOUT"
     #: The pod's `ckptdrain.io/restore` annotation (downward API; empty when absent).
     RESTORE_MODE = "CKPTDRAIN_RESTORE_MODE"

@@ -28,13 +28,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from ckptdrain.contract.api import ANNOTATION_GOODPUT, ANNOTATION_RESTORE_RESULT, LABEL_WRITER
+from ckptdrain.contract.api import (
+    ANNOTATION_GOODPUT,
+    ANNOTATION_RESTORE_RESULT,
+    LABEL_READER,
+    LABEL_WRITER,
+)
 
 #: Completed steps (and when) the client remembers, for `lostSeconds`.
 MAX_COMPLETED = 16
 #: Longest reason kept from a restore (the status is API, not a log).
 MAX_REASON = 300
-RESTORED_OUTCOMES = ("restored", "fresh_start", "disabled")
+RESTORED_OUTCOMES = ("restored", "reshard", "fresh_start", "disabled")
 
 
 def _num(value: Any) -> float | None:
@@ -187,6 +192,9 @@ class PodView:
     finished_at: float | None = None
     #: Whether the pod ended (it holds no resources any more).
     finished: bool = False
+    #: The shard a reader reads (its LABEL_READER); None for a writer. A
+    #: reader's restore is no writer's recovery, but a failed one is reported.
+    reader: str | None = None
 
 
 def _time(value: Any) -> float | None:
@@ -222,6 +230,7 @@ def pod_view(name: str, meta: Mapping[str, Any],
     if agent is None and restore is None:
         return None
     bound, finished_at, finished = lifecycle(status)
-    return PodView(name=name, writer=(meta.get("labels") or {}).get(LABEL_WRITER),
-                   agent=agent, restore=restore, bound_at=bound, finished_at=finished_at,
-                   finished=finished)
+    labels = meta.get("labels") or {}
+    return PodView(name=name, writer=labels.get(LABEL_WRITER), agent=agent, restore=restore,
+                   bound_at=bound, finished_at=finished_at, finished=finished,
+                   reader=labels.get(LABEL_READER))

@@ -39,11 +39,12 @@ from torch.distributed.checkpoint.api import CheckpointException
 from ckptdrain.dcp.sources import Source
 from ckptdrain.dcp.verified import Ranges, Stats, VerifiedFiles
 from ckptdrain.errors import IntegrityError, NoCheckpoint
+from ckptdrain.restore.reshard import DCP_METADATA, dcp_metadata_holders
 from ckptdrain.store.base import Store
 from ckptdrain.transfer.catalog import Checkpoint, complete_steps, load_checkpoint
 
 #: DCP's global metadata file, which the coordinator (rank 0) writes.
-METADATA = ".metadata"
+METADATA = DCP_METADATA
 
 
 def _checkpoint(store: Store, step: int | None) -> Checkpoint:
@@ -63,8 +64,7 @@ class StoreReader(FileSystemReader):  # type: ignore[misc]
                  cache_dir: str | Path | None = None, concurrency: int = 8,
                  sources: Iterable[Source] | None = None) -> None:
         self.checkpoint = _checkpoint(store, step)
-        holders = [m.writer for m in self.checkpoint.manifests
-                   if any(f.path == METADATA for f in m.files)]
+        holders = dcp_metadata_holders(self.checkpoint)
         if holders != [0]:
             raise IntegrityError(
                 f"step {self.checkpoint.step} is not a DCP checkpoint saved by all its writers "

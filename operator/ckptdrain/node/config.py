@@ -80,11 +80,28 @@ class AgentConfig:
     #: Seconds restore waits for every rank's report before the fall-back
     #: decision (restore/agreement.py); 0: ranks do not coordinate.
     restore_agree_timeout_s: float = 60.0
+    #: "writer", or "reader": restores shard `writer` and never writes.
+    role: str = "writer"
+    #: Readers restore this job's checkpoints beside its writers.
+    readers: bool = False
+    #: A newest step saved by another writer count: "dcp" hands a DCP
+    #: checkpoint to the trainer to load resharded, "trainer" any format.
+    restore_reshard: str = "dcp"
 
     @property
     def flush_budget_s(self) -> float:
         """Seconds from SIGTERM until the agent must have exited."""
         return max(0.5, self.grace_s - self.safety_margin_s)
+
+    @property
+    def reader(self) -> bool:
+        return self.role == "reader"
+
+    @property
+    def restores_alone(self) -> bool:
+        """No other pod restores this job's checkpoints (one writer, no
+        readers): its own node's steps need not be complete anywhere else."""
+        return self.writers == 1 and not self.reader and not self.readers
 
 
 def _path(field: str, value: object) -> Path:
@@ -213,6 +230,12 @@ FIELDS: tuple[Field, ...] = (
           "this pod's writer rank (a pod name is accepted when writers is 1)"),
     Field("writers", Env.WRITERS, units.parse_positive_int, "1",
           "how many writers make one checkpoint"),
+    Field("role", Env.ROLE, _choice("writer", "reader"), "writer",
+          "writer: captures and drains its shard; reader: restores the shard "
+          "CKPTDRAIN_WRITER_ID and never writes"),
+    Field("readers", Env.READERS, _bool, "false",
+          "readers restore this job's checkpoints beside its writers (every pod then "
+          "restores only steps all of them can get)"),
     Field("share_file", Env.SHARE_FILE, _optional_text, None,
           "file holding this pod's bandwidth share in bytes/s, re-read every second"),
     Field("default_rate", Env.DEFAULT_RATE, units.parse_rate, None,
@@ -232,6 +255,9 @@ FIELDS: tuple[Field, ...] = (
           "how long restore retries a global tier that does not answer (0: no retry)"),
     Field("restore_direct_io", Env.RESTORE_DIRECT_IO, _bool, "true",
           "restore onto a local disk by direct I/O (false: through the page cache)"),
+    Field("restore_reshard", Env.RESTORE_RESHARD, _choice("dcp", "trainer"), "dcp",
+          "newest step saved by another writer count: dcp hands a DCP checkpoint to the "
+          "trainer to load resharded (other formats stop restore), trainer any format"),
     Field("restore_agree_timeout", Env.RESTORE_AGREE_TIMEOUT, _seconds_or_zero, "1m",
           "with several writers, how long restore waits for every rank to report what it "
           "holds before falling back to the newest global step (0: no coordination)"),
@@ -256,10 +282,10 @@ FIELDS: tuple[Field, ...] = (
 #: lists only these (the others still parse: one configuration, one loader).
 RESTORE_FIELDS = frozenset({
     "work_dir", "local_dir", "store_uri", "s3_endpoint", "region", "s3_sse",
-    "s3_sse_kms_key_id", "s3_ca_bundle", "s3_addressing", "writer_id", "writers", "restore",
-    "restore_prefer", "restore_result", "restore_retry_deadline", "restore_direct_io",
-    "restore_mode", "restore_agree_timeout", "policy", "pod_name", "pod_uid", "namespace",
-    "node_name"})
+    "s3_sse_kms_key_id", "s3_ca_bundle", "s3_addressing", "writer_id", "writers", "role",
+    "readers", "restore", "restore_prefer", "restore_result", "restore_retry_deadline",
+    "restore_direct_io", "restore_reshard", "restore_mode", "restore_agree_timeout",
+    "policy", "pod_name", "pod_uid", "namespace", "node_name"})
 PEER_FIELDS = frozenset({"local_dir", "writer_id", "writers", "policy"})
 
 
@@ -369,6 +395,9 @@ def load(
         pod_uid=raw["pod_uid"],
         cold_storage_class=raw["cold_storage_class"],
         cold_after=raw["cold_after"],
+        role=raw["role"],
+        readers=raw["readers"],
+        restore_reshard=raw["restore_reshard"],
     )
 
 

@@ -126,11 +126,12 @@ def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
 @kopf.index("v1", "pods", annotations=INJECTED)
 def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
               **_: Any) -> dict[Key, allocation.DrainingPod]:
-    if status.get("phase") in ("Succeeded", "Failed"):
-        # A finished pod drains nothing more. Empty, not None: Kopf keeps an
-        # object's previous entry when its indexer returns None, so a Job's
-        # completed pods would count as drainers until deleted. A pod in its
-        # grace period still counts: it is flushing its emergency checkpoint.
+    if status.get("phase") in ("Succeeded", "Failed") or api.is_reader(meta.get("labels")):
+        # A finished pod drains nothing more, and a reader never does. Empty,
+        # not None: Kopf keeps an object's previous entry when its indexer
+        # returns None, so a Job's completed pods would count as drainers
+        # until deleted. A pod in its grace period still counts: it is
+        # flushing its emergency checkpoint.
         return {}
     ann = meta.get("annotations", {})
     counted = allocation.parse_annotation_number(ann.get(api.ANNOTATION_WORKLOAD_WRITERS))
@@ -154,7 +155,10 @@ def checkpoint_index(namespace: str, spec: kopf.Spec, body: kopf.Body,
 def progress_index(namespace: str, name: str, meta: kopf.Meta, spec: kopf.Spec,
                    **_: Any) -> dict[Key, record_sync.WriterProgress]:
     """Each writer's progress as its pod last said it (finished pods too: a
-    pod that completed after its last drain still vouches for it)."""
+    pod that completed after its last drain still vouches for it). A reader
+    vouches for nothing."""
+    if api.is_reader(meta.get("labels")):
+        return {}
     ann = meta.get("annotations", {})
     key = (namespace, ann.get(api.ANNOTATION_POLICY, ""))
     found = record_sync.progress_of(name, spec.get("nodeName"),

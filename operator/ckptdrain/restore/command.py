@@ -11,7 +11,9 @@ configuration; 3 the global tier could not be asked and the local tier had
 nothing usable (restarting from scratch then could throw away days of
 training, so we fail and let the kubelet retry); 4 candidates existed but
 none verified, or the store holds a step that failed verification (a manifest
-that does not parse or disagrees, or a writer count other than this job's).
+that does not parse or disagrees), or the newest step was saved by another
+writer count and may not be handed to the trainer (restore/reshard.py; one
+that may is exit 0, outcome `reshard`, nothing placed).
 Only exit 0 without a step is a fresh start: a step some of whose writers'
 manifests are merely missing (still being written, or abandoned) does not
 block one. The pod annotation `ckptdrain.io/restore: skip` asks for one on

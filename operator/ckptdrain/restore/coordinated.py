@@ -50,23 +50,31 @@ def holdings(cfg: node_config.AgentConfig, tier: LocalTier, local_steps: Iterabl
              counts: Mapping[tuple[Tier, int], int], global_steps: Iterable[int],
              peer_held: Iterable[int]) -> Holdings:
     """Local copies that are this rank's (its writer id, the job's writer count),
-    with their timelines; a manifest that cannot be read is not held."""
+    with their timelines; a manifest that cannot be read is not held. A global
+    step saved by another writer count is no shard of this job's (restore
+    hands it over resharded: restore/reshard.py). With readers beside the
+    writers, a copy only the nodes hold is not offered: a reader could not
+    get it, and the job would part."""
+    complete = [s for s in global_steps if counts.get(("global", s)) == cfg.writers]
     local: dict[int, str] = {}
     for step in local_steps:
         if counts.get(("local", step)) != cfg.writers:
+            continue
+        if cfg.readers and step not in complete:
             continue
         with contextlib.suppress(CkptdrainError, OSError):
             manifest = tier.manifest(step)
             if manifest.writer == cfg.writer:
                 local[step] = manifest.extra.get(EXTRA_TIMELINE, "")
     return Holdings(local, tuple(sorted(set(peer_held), reverse=True)),
-                    tuple(sorted(set(global_steps), reverse=True)))
+                    tuple(sorted(set(complete), reverse=True)))
 
 
 def coordinates(cfg: node_config.AgentConfig) -> bool:
-    """Whether this restore takes part in an agreement."""
+    """Whether this restore takes part in an agreement. A reader does not: it
+    holds no rank, and the writers offer only steps it can get."""
     return cfg.writers > 1 and cfg.restore_agree_timeout_s > 0 and bool(cfg.pod_uid) \
-        and node_config.in_cluster(cfg)
+        and node_config.in_cluster(cfg) and not cfg.reader
 
 
 def agree(cfg: node_config.AgentConfig, held: Holdings, result: RestoreResult,

@@ -14,9 +14,12 @@ block one. A transient failure while fetching the newest step ends that try;
 it never falls back to an older step, which would throw progress away (and
 with several writers could put ranks on different steps).
 
-With several writers a local copy is used only when its manifest has the same
-content as this writer's committed global manifest: another pod that had the
-same rank may have left other bytes under the same step number.
+With several writers (or readers) a local copy is used only when its manifest
+has the same content as this writer's committed global manifest: another pod
+that had the same rank may have left other bytes under the same step number.
+A reader restores the shard `cfg.writer` like its writer would, and only
+reads the local tier. A newest step saved by another writer count is handed
+to the trainer instead (restore/reshard.py).
 
 The process around it (configuration, retries, the result file, the
 termination message) is restore/command.py.
@@ -44,7 +47,7 @@ from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import completed_steps, step_dir
-from ckptdrain.restore import coordinated, peer_source
+from ckptdrain.restore import coordinated, peer_source, reshard
 from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 from ckptdrain.store.base import Store
@@ -107,16 +110,19 @@ def _place(tmp: Path, final: Path) -> None:
 
 
 def _from_local(tier: LocalTier, step: int, tmp: Path, writer: int, writers: int,
-                committed: WriterManifest | None, agreed: bool = False) -> int:
+                committed: WriterManifest | None, agreed: bool = False,
+                alone: bool | None = None) -> int:
     """`agreed`: the ranks agreed on this step from what each holds (timelines
     included, restore/agreement.py); without a committed global manifest the
-    local copy is then the one to use."""
+    local copy is then the one to use. `alone`: no other pod restores this
+    job's checkpoints (default: one writer), so any local copy of its own will do."""
     manifest = tier.manifest(step)
     if (manifest.writer, manifest.writers) != (writer, writers):
         raise IntegrityError(f"local copy is writer {manifest.writer} of {manifest.writers},"
                              f" this pod is writer {writer} of {writers}")
-    if writers > 1 and ((committed is None and not agreed)
-                        or (committed is not None and not manifest.same_content(committed))):
+    alone = writers == 1 if alone is None else alone
+    if not alone and ((committed is None and not agreed)
+                      or (committed is not None and not manifest.same_content(committed))):
         # Every rank must resume from the same timeline: only the bytes the
         # global commit names will do.
         raise IntegrityError("local copy differs from this writer's committed global manifest "
@@ -168,7 +174,8 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     global_steps = sorted(found, reverse=True)
     counts = _counts(tier, local_steps, found)
     plan = candidates(local_steps, global_steps, writers=cfg.writers,
-                      prefer=cfg.restore_prefer, counts=counts)  # type: ignore[arg-type]
+                      prefer=cfg.restore_prefer, counts=counts,  # type: ignore[arg-type]
+                      alone=cfg.restores_alone)
     for cand in wrong_writers(counts, cfg.writers):
         blocking = True
         result.skipped.append(Skipped(
@@ -189,11 +196,17 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
         if decision is not None:
             plan = coordinated.plan_for(decision, held, decision.step in own_peer,
                                         cfg.restore_prefer)
-    if cfg.writers > 1 and decision is None:
+    if not cfg.restores_alone and decision is None:
         for step in sorted(set(local_steps) - set(global_steps), reverse=True):
             result.skipped.append(Skipped(
                 step, "local", "not complete globally, and ranks could not agree on a step "
-                "only the nodes hold"))
+                "only the nodes hold" if not cfg.reader and not cfg.readers else
+                "not complete globally; readers restore beside the writers, and every pod "
+                "must restore one step"))
+    handed = _reshard(cfg, store, found, counts, plan, result)
+    if handed is not None:
+        result.seconds = time.monotonic() - started
+        return result, handed
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
     _clear_own_staging(cfg.work_dir)
     no_room: list[str] = []
@@ -250,6 +263,31 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     return result, OUTCOMES[result.outcome]
 
 
+def _reshard(cfg: node_config.AgentConfig, store: Any, found: dict[int, Any],
+             counts: dict[tuple[Tier, int], int], plan: list[Candidate],
+             result: RestoreResult) -> int | None:
+    """The exit code when the newest step was saved by another writer count
+    (restore/reshard.py): handed to the trainer, or refused; None when the
+    plan's best will do."""
+    pending = reshard.pending(counts, cfg.writers, plan)
+    if pending is None:
+        return None
+    ckpt = found[pending.step]
+    problem = reshard.refusal(pending, cfg.writers, cfg.restore_reshard, ckpt)
+    if problem is not None:
+        result.outcome, result.reason = "none_verified", problem
+        return OUTCOMES[result.outcome]
+    result.skipped = [s for s in result.skipped if (s.step, s.tier) != (pending.step, "global")]
+    cfg.work_dir.mkdir(parents=True, exist_ok=True)
+    _clear_own_staging(cfg.work_dir)
+    _clear_stale_steps(cfg.work_dir, keep=None)  # no step of this layout is the newest
+    result.outcome, result.reason = reshard.OUTCOME, reshard.handed_over(pending, cfg.writers)
+    result.step, result.tier, result.step_writers = pending.step, "global", pending.writers
+    result.source = f"{store.uri} step {pending.step}"
+    result.step_created = min((m.created for m in ckpt.manifests), default=None)
+    return OUTCOMES[result.outcome]
+
+
 def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candidate,
          result: RestoreResult, ckpt: Any = None,
          peers: peer_source.PeerSource | None = None, agreed: bool = False) -> str:
@@ -272,7 +310,7 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
             committed = ckpt.manifests[cfg.writer] if ckpt is not None \
                 and cfg.writer < ckpt.writers else None
             size = _from_local(tier, cand.step, tmp, cfg.writer, cfg.writers, committed,
-                               agreed)
+                               agreed, cfg.restores_alone)
             source = str(tier.step_dir(cand.step))
             created = tier.manifest(cand.step).created
         else:

@@ -8,8 +8,9 @@ Rules:
   tier are eligible (the global commit protocol guarantees every rank has
   them); the local copy of such a step is still used when present. A step
   that only ever reached the local tiers is lost in that case: the price of
-  not coordinating ranks during restore. With one writer, any local step is
-  eligible;
+  not coordinating ranks during restore. The same holds for readers, and
+  for a writer whose readers restore beside it. A pod that restores alone
+  (one writer, no readers) may take any local step;
 - a step whose writer count differs from the configured one is never
   eligible (restoring it would hand this rank a different share of the
   state than the job expects): `counts` says each (tier, step)'s count.
@@ -37,11 +38,14 @@ def candidates(
     writers: int,
     prefer: Tier = "local",
     counts: Mapping[tuple[Tier, int], int] | None = None,
+    alone: bool | None = None,
 ) -> list[Candidate]:
-    """Every (step, tier) worth trying, best first."""
+    """Every (step, tier) worth trying, best first. `alone`: no other pod
+    restores this job's checkpoints (default: one writer)."""
     counts = counts or {}
+    alone = writers == 1 if alone is None else alone
     global_set = set(global_steps)
-    eligible_local = [s for s in local_steps if writers == 1 or s in global_set]
+    eligible_local = [s for s in local_steps if alone or s in global_set]
     found = [Candidate(s, "local") for s in set(eligible_local)]
     found += [Candidate(s, "global") for s in global_set]
     found = [c for c in found if counts.get((c.tier, c.step), writers) == writers]

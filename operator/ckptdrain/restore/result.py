@@ -9,6 +9,9 @@
 `outcome` is one of OUTCOMES, with the exit code of `ckptdrain restore`:
 
     restored          0  a checkpoint is in place (step, tier, path)
+    reshard           0  the newest step was saved by another writer count
+                         (`step_writers`): nothing placed, the trainer loads
+                         it resharded (restore/reshard.py)
     fresh_start       0  the store answered and nothing exists anywhere, or the
                          pod's ckptdrain.io/restore annotation says `skip`
                          (reason "skipped by annotation")
@@ -44,7 +47,7 @@ class Skipped:
     reason: str
 
 
-OUTCOMES = {"restored": 0, "fresh_start": 0, "disabled": 0, "cannot_place": 1,
+OUTCOMES = {"restored": 0, "reshard": 0, "fresh_start": 0, "disabled": 0, "cannot_place": 1,
             "store_unavailable": 3, "none_verified": 4}
 
 
@@ -79,6 +82,9 @@ class RestoreResult:
     #: The timeline the trainer continues: the agent tags the steps it
     #: captures with it, so ranks never mix two timelines' copies of a step.
     timeline: str | None = None
+    #: How many writers saved `step`, when not this job's count (outcome
+    #: "reshard"); None otherwise.
+    step_writers: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -100,6 +106,8 @@ def skipped_lines(result: RestoreResult) -> list[str]:
 def summary_line(result: RestoreResult, code: int) -> str:
     """The line restore ends with (and its termination message): what was
     placed, and how; or why nothing was."""
+    if result.outcome == "reshard":
+        return f"ckptdrain restore: {result.reason}"
     if result.step is not None:
         return (f"ckptdrain restore: step {result.step} from the {result.tier} tier, "
                 f"{units.format_bytes(result.bytes)} in {units.format_duration(result.seconds)}"

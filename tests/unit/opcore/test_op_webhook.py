@@ -19,11 +19,11 @@ from ckptdrain.operator.policy import spec as policy
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
 
 
-def parsed(writers: int) -> policy.Policy:
+def parsed(writers: int, **extra: Any) -> policy.Policy:
     return policy.parse("ml", "llama", {
         "selector": {"matchLabels": {"app": "t"}}, "model": {"parameters": "7B"},
         "interval": "10m", "writers": writers, "localTier": {"path": "/mnt/ckptdrain/n"},
-        "storage": {"uri": "s3://bucket/p"}}, CFG)
+        "storage": {"uri": "s3://bucket/p"}, **extra}, CFG)
 
 
 def job_pod(index: int, name: str = "w") -> dict[str, Any]:
@@ -54,15 +54,15 @@ def api(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return state
 
 
-def identify(pod: dict[str, Any], writers: int) -> tuple[Any, list[str]]:
+def identify(pod: dict[str, Any], writers: int, **extra: Any) -> tuple[Any, list[str]]:
     warnings: list[str] = []
-    found = asyncio.run(admission.writer_identity(pod, "ml", parsed(writers), warnings))
+    found = asyncio.run(admission.pod_role(pod, "ml", parsed(writers, **extra), warnings))
     return found, warnings
 
 
 def test_rank_and_count_come_from_the_pod_and_its_job(api: dict[str, Any]) -> None:
     found, warnings = identify(job_pod(2), 4)
-    assert (found.rank, found.writers) == (2, 3)
+    assert (found.reader, found.shard, found.workload_writers) == (False, 2, 3)
     assert api["reads"] == [("batch/v1", "jobs", "train")]
     assert warnings == ["ckptdrain: policy llama: spec.writers is 4 but the Job has 3 pods "
                         "that write; the checkpoint is complete only when 4 writers "
@@ -75,7 +75,7 @@ def test_a_live_holder_refuses_the_pod_naming_both(api: dict[str, Any]) -> None:
                        r"llama, which live pod w-old already holds"):
         identify(job_pod(1, "w-new"), 3)
     api["holders"] = ["w-new"]  # itself (a retried admission) is no conflict
-    assert identify(job_pod(1, "w-new"), 3)[0].rank == 1
+    assert identify(job_pod(1, "w-new"), 3)[0].shard == 1
 
 
 def test_an_unchecked_rank_is_refused_not_trusted(api: dict[str, Any]) -> None:
@@ -87,12 +87,58 @@ def test_an_unchecked_rank_is_refused_not_trusted(api: dict[str, Any]) -> None:
 
 def test_no_rank_is_fine_only_with_one_writer(api: dict[str, Any]) -> None:
     plain = {"metadata": {"name": "solo", "namespace": "ml"}}
-    assert identify(plain, 1)[0].rank is None
+    assert identify(plain, 1)[0].shard is None
     with pytest.raises(admission.Refused, match=r"pod solo \(Pod\) has no writer rank"):
         identify(plain, 2)
     generated = {"metadata": {"generateName": "train-", "namespace": "ml"}}
     with pytest.raises(admission.Refused, match=r"pod train-<generated> \(Pod\)"):
         identify(generated, 2)
+
+
+def test_a_rank_past_writers_is_refused_unless_readers_are_declared(
+        api: dict[str, Any]) -> None:
+    with pytest.raises(admission.Refused, match=r"rank 5 .* is not below spec.writers \(4\); "
+                       r"a pod that only restores is a reader: annotate it "
+                       r"ckptdrain.io/role: reader, or set spec.readers: Replicas"):
+        identify(job_pod(5), 4)
+    api["fail"] = AssertionError("a reader's rank was looked up among the writers")
+    found, _ = identify(job_pod(5), 4, readers="Replicas")
+    assert (found.reader, found.shard) == (True, 1)
+    reader = job_pod(2)
+    reader["metadata"]["annotations"]["ckptdrain.io/role"] = "reader"
+    found, _ = identify(reader, 4)  # declared by the workload: a reader at any rank
+    assert (found.reader, found.shard, found.readers_alongside) == (True, 2, True)
+
+
+def test_replicas_make_a_job_of_two_replicas_consistent_and_tell_its_writers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptdrain.operator.admission.owner_cache import OwnerCache
+
+    job = {"spec": {"completions": 8}}
+    monkeypatch.setattr(apiserver_reads, "read_object", lambda *_: job)
+    monkeypatch.setattr(apiserver_reads, "live_writers", lambda *_: [])
+    for completions, counted, warned in ((8, 4, False), (6, 6, True), (4, 4, False)):
+        job["spec"]["completions"] = completions
+        monkeypatch.setattr(admission, "_owner_objects",
+                            OwnerCache(lambda *ref: apiserver_reads.read_object(*ref)))
+        found, warnings = identify(job_pod(1), 4, readers="Replicas")
+        assert (found.reader, found.workload_writers) == (False, counted)
+        # Its readers restore beside it only when the Job runs more pods than writers.
+        assert found.readers_alongside == (completions > 4)
+        assert bool(warnings) == warned
+        assert not warned or "not a whole number of data-parallel replicas" in warnings[0]
+
+
+def test_a_declared_writer_past_writers_and_a_bad_role_are_refused(api: dict[str, Any]) -> None:
+    writer = job_pod(4)
+    writer["metadata"]["annotations"]["ckptdrain.io/role"] = "writer"
+    with pytest.raises(admission.Refused, match=r"declares ckptdrain\.io/role: writer"):
+        identify(writer, 4, readers="Replicas")
+    odd = job_pod(0)
+    odd["metadata"]["annotations"]["ckptdrain.io/role"] = "Reader"
+    with pytest.raises(admission.Refused, match=r"annotation ckptdrain\.io/role: expected "
+                       r"'writer' or 'reader', got 'Reader'"):
+        identify(odd, 4)
 
 
 def test_the_operators_pod_index_answers_without_an_api_call(api: dict[str, Any]) -> None:
@@ -106,19 +152,19 @@ def test_the_operators_pod_index_answers_without_an_api_call(api: dict[str, Any]
         DrainingPod("w-going", None, writer="2", deleting=True),
         DrainingPod("w-other", None, writer="0")]}
     holders = webhook._indexed_holders(index, "ml", "llama")  # type: ignore[arg-type]
-    found = asyncio.run(admission.writer_identity(job_pod(2, "w-new"), "ml", parsed(3), [],
+    found = asyncio.run(admission.pod_role(job_pod(2, "w-new"), "ml", parsed(3), [],
                                                 holders))
-    assert found is not None and found.rank == 2  # a pod being deleted holds nothing
+    assert found.shard == 2  # a pod being deleted holds nothing
     # The index names a holder: the apiserver has the last word.
     api["fail"] = None
     api["holders"] = ["w-old"]
     with pytest.raises(admission.Refused, match="which live pod w-old already holds"):
-        asyncio.run(admission.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), [],
+        asyncio.run(admission.pod_role(job_pod(1, "w-new"), "ml", parsed(3), [],
                                             holders))
     api["holders"] = []  # deleted a moment ago, still in the index: admitted
-    found = asyncio.run(admission.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), [],
+    found = asyncio.run(admission.pod_role(job_pod(1, "w-new"), "ml", parsed(3), [],
                                                 holders))
-    assert found is not None and found.rank == 1
+    assert found.shard == 1
 
 
 def _filed(bodies: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
@@ -174,7 +220,7 @@ def test_a_job_of_many_pods_reads_its_job_once(monkeypatch: pytest.MonkeyPatch) 
         pod = job_pod(rank, f"w-{rank}")
         pod["metadata"]["ownerReferences"][0]["uid"] = "job-uid"
         found, _ = identify(pod, 8)
-        assert (found.rank, found.writers) == (rank, 8)
+        assert (found.shard, found.workload_writers) == (rank, 8)
     assert reads == ["jobs"]
 
 
@@ -230,15 +276,15 @@ def test_owners_kept_or_absent_need_no_thread(monkeypatch: pytest.MonkeyPatch) -
 
 def test_without_an_index_the_watch_cache_is_asked_first_and_a_refusal_rests_on_a_fresh_read(
         api: dict[str, Any]) -> None:
-    found = asyncio.run(admission.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), []))
-    assert found is not None and found.rank == 1
+    found = asyncio.run(admission.pod_role(job_pod(1, "w-new"), "ml", parsed(3), []))
+    assert found.shard == 1
     assert api["lists"] == ["cache"]  # nobody holds it: one look, no read of etcd
     api["lists"].clear()
     api["cached_holders"] = ["w-old"]  # the cache still has a pod deleted a moment ago
-    found = asyncio.run(admission.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), []))
-    assert found is not None and api["lists"] == ["cache", "fresh"]
+    found = asyncio.run(admission.pod_role(job_pod(1, "w-new"), "ml", parsed(3), []))
+    assert found.shard == 1 and api["lists"] == ["cache", "fresh"]
     api["lists"].clear()
     api["holders"] = ["w-old"]
     with pytest.raises(admission.Refused, match="which live pod w-old already holds"):
-        asyncio.run(admission.writer_identity(job_pod(1, "w-new"), "ml", parsed(3), []))
+        asyncio.run(admission.pod_role(job_pod(1, "w-new"), "ml", parsed(3), []))
     assert api["lists"] == ["cache", "fresh"]

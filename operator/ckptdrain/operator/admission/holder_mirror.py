@@ -7,7 +7,7 @@ reads were most of an admission's time.
 
 The view only ever shortens the way to a refusal, never to an admission
 that would otherwise be refused: a holder it names is confirmed by a fresh
-read before a pod is refused (admission.writer_identity), and until the
+read before a pod is refused (admission.pod_role), and until the
 first list, or from a failed watch until the next list succeeds,
 `holders_of` answers None and admission asks the apiserver as before. A
 holder admitted a moment ago may not be in the view yet; the apiserver's

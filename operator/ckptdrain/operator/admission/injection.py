@@ -20,6 +20,7 @@ from ckptdrain.contract.api import (
     ANNOTATION_POLICY,
     ANNOTATION_WORKLOAD_WRITERS,
     LABEL_POLICY,
+    LABEL_READER,
     LABEL_WRITER,
     LABEL_WRITER_POLICY,
     policy_labelled,
@@ -116,11 +117,12 @@ def _prepare(config: OperatorConfig) -> dict[str, Any]:
     }
 
 
-def volumes(policy: Policy, *, prepare: bool = True) -> list[dict[str, Any]]:
+def volumes(policy: Policy, *, prepare: bool = True,
+            reader: bool = False) -> list[dict[str, Any]]:
     """The volumes ckptdrain adds. Without `prepare` (no root init container),
     the node must already hold the local tier's directory: "Directory" makes a
     missing one a clear mount error instead of a root-owned directory the
-    agent cannot write."""
+    agent cannot write. A reader has no agent, so no bandwidth share."""
     # Always a size limit, always a Kubernetes quantity: a work dir that grows
     # without bound fills the node's ephemeral storage and evicts its pods.
     work: dict[str, Any] = {"sizeLimit": units.format_quantity(work_size(policy))}
@@ -131,9 +133,9 @@ def volumes(policy: Policy, *, prepare: bool = True) -> list[dict[str, Any]]:
          "hostPath": {"path": policy.node_path(),
                       "type": "DirectoryOrCreate" if prepare else "Directory"}},
         {"name": "ckptdrain-work", "emptyDir": work},
-        {"name": "ckptdrain-share", "downwardAPI": {"items": [{
+        *([] if reader else [{"name": "ckptdrain-share", "downwardAPI": {"items": [{
             "path": "bandwidth",
-            "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_BANDWIDTH}']"}}]}},
+            "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_BANDWIDTH}']"}}]}}]),
         {"name": "ckptdrain-tmp", "emptyDir": {}},
         *storage_options.volumes(policy.storage_options),
         *peer_tier.volumes(policy.peer, policy.name),
@@ -172,25 +174,32 @@ def _append(ops: JSONPatch, path: str, existing: list[Any] | None, items: list[A
 
 def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConfig,
                     default_rate: float, rank: int | None = None,
-                    workload_writers: int | None = None) -> JSONPatch:
+                    workload_writers: int | None = None, *, reader: bool = False,
+                    readers_alongside: bool = False) -> JSONPatch:
     """JSONPatch ops that inject ckptdrain into `pod`; [] if already injected.
     With a `rank`, the pod also gets the `ckptdrain.io/writer` label, which
     admission selects on to find a live pod already holding that rank;
     `workload_writers` (what the workload says) is kept as an annotation for
-    the operator's WritersConsistent condition."""
+    the operator's WritersConsistent condition. A `reader` (its `rank` is the
+    shard it reads) gets restore alone, with the local tier read-only: no
+    agent, no peer server, no root container, no writer label."""
     if is_injected(pod):
         return []
     spec = pod.get("spec", {})
     ops: JSONPatch = []
-    shared = agent_env(pod, policy, default_rate, rank)
+    shared = agent_env(pod, policy, default_rate, rank, reader=reader,
+                       readers_alongside=readers_alongside)
     restore = _container(RESTORE, "restore", [*shared, restore_mode_env()], config, [
         ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR), ("ckptdrain-tmp", "/tmp")],
         sidecar=False)
-    agent = _container(AGENT, "agent", shared, config, [
+    if reader:  # it reads the writer's copies on this node, never changes them
+        restore["volumeMounts"][0]["readOnly"] = True
+    agent = None if reader else _container(AGENT, "agent", shared, config, [
         ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR),
         ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+    stores = [restore] if agent is None else [restore, agent]
     identity = cloud_identity.ambient(pod)
-    for container in (restore, agent):  # a private CA, by reference
+    for container in stores:  # a private CA, by reference
         container["volumeMounts"] += storage_options.mounts(policy.storage_options)
         container["volumeMounts"] += peer_tier.mounts(policy.peer)
         # A platform webhook that ran before ours gave the trainer its identity.
@@ -202,14 +211,14 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     if not policy.memory_limit:
         # The disk-backed work dir counts against the pod's ephemeral storage:
         # the scheduler must find a node with room for it.
-        agent["resources"]["requests"]["ephemeral-storage"] = units.format_quantity(
-            work_size(policy))
-    ours = [restore, agent]
-    if policy.peer.enabled:
+        stores[-1]["resources"]["requests"]["ephemeral-storage"] = \
+            units.format_quantity(work_size(policy))
+    ours = list(stores)
+    if policy.peer.enabled and not reader:
         # Before restore: after a node loss the whole job restarts, and every
         # pod's restore asks the other nodes' peer servers (docs/peer-tier.md).
         ours.insert(0, peer_sidecar(shared, policy, config))
-    if config.prepare_local_tier:
+    if config.prepare_local_tier and not reader:
         ours.insert(0, _prepare(config))
     if spec.get("initContainers") is None:
         ops.append({"op": "add", "path": "/spec/initContainers", "value": ours})
@@ -218,23 +227,39 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
                    for i, c in enumerate(ours))
     taken = {v.get("name") for v in spec.get("volumes") or []}
     _append(ops, "/spec/volumes", spec.get("volumes"),
-            [v for v in volumes(policy, prepare=config.prepare_local_tier)
+            [v for v in volumes(policy, prepare=config.prepare_local_tier, reader=reader)
              if v["name"] not in taken])
     for i, container in enumerate(spec.get("containers") or []):
         have = {e.get("name") for e in container.get("env") or []}
         _append(ops, f"/spec/containers/{i}/env", container.get("env"),
-                [e for e in trainer_env(pod, policy, rank) if e["name"] not in have])
+                [e for e in trainer_env(pod, policy, rank, reader=reader)
+                 if e["name"] not in have])
         mounted = {m.get("mountPath") for m in container.get("volumeMounts") or []}
         if WORK_DIR not in mounted:
             _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
                     [{"name": "ckptdrain-work", "mountPath": WORK_DIR}])
     ops.extend(placement_ops(spec, policy))
+    # With a Secret, restore and the agent use its keys, not the pod's identity.
+    reach_store = [] if policy.credentials is not None else stores
+    ops.extend(_metadata_ops(pod, policy, default_rate, rank, workload_writers, reader,
+                             skip=[c["name"] for c in ours if c not in reach_store]))
+    return ops
+
+
+def _metadata_ops(pod: Mapping[str, Any], policy: Policy, default_rate: float,
+                  rank: int | None, workload_writers: int | None, reader: bool,
+                  skip: list[str]) -> JSONPatch:
+    """The labels and annotations an injected pod gets; `skip`: the
+    containers that never reach the store (cloud_identity.skip_annotation)."""
+    ops: JSONPatch = []
     labels: dict[str, str] = {}
-    if rank is not None:
+    if rank is not None and reader:
+        labels[LABEL_READER] = str(rank)
+    elif rank is not None:
         labels[LABEL_WRITER] = str(rank)
-    if rank is not None and policy_labelled(policy.name):
-        # What admission finds a rank's holders by (apiserver/reads.writer_selectors).
-        labels[LABEL_WRITER_POLICY] = policy.name
+        if policy_labelled(policy.name):
+            # What admission finds a rank's holders by (apiserver/reads.writer_selectors).
+            labels[LABEL_WRITER_POLICY] = policy.name
     if policy.peer.enabled:
         # What a NetworkPolicy selects to let only this policy's pods reach
         # each other's peer port (docs/peer-tier.md).
@@ -244,23 +269,21 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     elif labels:
         ops.extend({"op": "add", "path": f"/metadata/labels/{_pointer(k)}", "value": v}
                    for k, v in labels.items())
-    annotations = {ANNOTATION_POLICY: policy.name, ANNOTATION_INJECTED: "true",
-                   ANNOTATION_BANDWIDTH: str(int(default_rate))}
-    if workload_writers is not None:
+    annotations = {ANNOTATION_POLICY: policy.name, ANNOTATION_INJECTED: "true"}
+    if not reader:
+        annotations[ANNOTATION_BANDWIDTH] = str(int(default_rate))
+    if workload_writers is not None and not reader:
         annotations[ANNOTATION_WORKLOAD_WRITERS] = str(workload_writers)
     existing = pod.get("metadata", {}).get("annotations")
-    # With a Secret, restore and the agent use its keys, not the pod's identity.
-    reach_store = [] if policy.credentials is not None else [restore, agent]
-    skip = cloud_identity.skip_annotation(
-        existing, [c["name"] for c in ours if c not in reach_store])
+    skipped = cloud_identity.skip_annotation(existing, skip)
     if existing is None:
         ops.append({"op": "add", "path": "/metadata/annotations",
-                    "value": {**annotations, **skip}})
+                    "value": {**annotations, **skipped}})
     else:
         ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
                    for k, v in annotations.items() if k not in existing)
         ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
-                   for k, v in skip.items())  # added to, or merged with, the pod's own
+                   for k, v in skipped.items())  # added to, or merged with, the pod's own
     return ops
 
 

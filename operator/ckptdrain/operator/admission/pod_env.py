@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptdrain import units
-from ckptdrain.contract.api import ANNOTATION_RESTORE
+from ckptdrain.contract.api import ANNOTATION_RESTORE, ROLE_READER, ROLE_WRITER
 from ckptdrain.contract.env import Env
 from ckptdrain.operator.policy import peer_tier, storage_options
 from ckptdrain.operator.policy.spec import Policy
@@ -47,9 +47,15 @@ def _env(name: Env, source: dict[str, Any] | str) -> dict[str, Any]:
     return {"name": name.value, **source}
 
 
+def _role(reader: bool) -> str:
+    return ROLE_READER if reader else ROLE_WRITER
+
+
 def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
-              rank: int | None = None) -> list[dict[str, Any]]:
-    """Environment shared by the agent and restore, per the pod contract."""
+              rank: int | None = None, *, reader: bool = False,
+              readers_alongside: bool = False) -> list[dict[str, Any]]:
+    """Environment shared by the agent and restore, per the pod contract. A
+    reader's `rank` is the shard it reads."""
     env = [
         _env(Env.POLICY, policy.key),
         _env(Env.POD_NAME, _field("metadata.name")),
@@ -58,6 +64,8 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         _env(Env.NODE_NAME, _field("spec.nodeName")),
         _env(Env.WRITER_ID, _writer_id(rank)),
         _env(Env.WRITERS, str(policy.writers)),
+        _env(Env.ROLE, _role(reader)),
+        _env(Env.READERS, "true" if reader or readers_alongside else "false"),
         _env(Env.STORE_URI, store_uri(policy)),
     ]
     if policy.endpoint:
@@ -88,6 +96,7 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         _env(Env.RESTORE_AGREE_TIMEOUT, units.format_duration(policy.restore_agree_timeout_s)
              if policy.restore_agree_timeout_s > 0 else "0"),
         _env(Env.RESTORE_DIRECT_IO, "true" if policy.restore_direct_io else "false"),
+        _env(Env.RESTORE_RESHARD, policy.restore_reshard.lower()),
         _env(Env.STALL_TIMEOUT, units.format_duration(policy.stall_timeout_s)),
         *storage_options.env(policy.storage_options),
         *peer_tier.env(policy.peer),
@@ -111,18 +120,20 @@ def local_dir(policy: Policy) -> str:
     The hostPath is per policy and node, and an indexed Job puts several
     writers on one node: each gets its own subdirectory (the writer id is a
     Job index by then; the agent refuses anything else when writers > 1), or
-    they would capture over each other's steps.
+    they would capture over each other's steps. A reader's id is the shard
+    it reads: it finds that writer's copies when this node holds them.
     """
     if policy.writers > 1:
         return f"{LOCAL_DIR}/writer-$({Env.WRITER_ID.value})"
     return LOCAL_DIR
 
 
-def trainer_env(pod: Mapping[str, Any], policy: Policy,
-                rank: int | None = None) -> list[dict[str, Any]]:
+def trainer_env(pod: Mapping[str, Any], policy: Policy, rank: int | None = None, *,
+                reader: bool = False) -> list[dict[str, Any]]:
     return [
         _env(Env.WORK_DIR, WORK_DIR),
         _env(Env.RESTORE_RESULT, posixpath.join(WORK_DIR, "restore.json")),
         _env(Env.WRITER_ID, _writer_id(rank)),
         _env(Env.WRITERS, str(policy.writers)),
+        _env(Env.ROLE, _role(reader)),
     ]

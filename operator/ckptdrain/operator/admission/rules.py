@@ -1,18 +1,20 @@
 """Admission's rules, shared by the two places that serve it (the admission
 process, admission/process.py, and Kopf's server in the operator's process,
-admission/webhook.py), and free of Kopf: which policy selects a pod, the pod's writer
-identity, the patch that injects the policy, and whether a policy can be
-honoured. The patch and the checks are pure (`injection`, `policy`,
-`identity`); the reads are the apiserver's (`kube`): the namespace's
-policies when no view names one, the pod's owners (one GET each, kept a few
-seconds), and the live holders of a rank.
+admission/webhook.py), and free of Kopf: which policy selects a pod, the pod's role
+(writer or reader) and rank, the patch that injects the policy, and whether a
+policy can be honoured. The patch and the checks are pure (`injection`,
+`policy`, `identity`, `roles`); the reads are the apiserver's (`kube`): the
+namespace's policies when no view names one, the pod's owners (one GET
+each, kept a few seconds), and the live holders of a rank.
 
-Writer identity: the pod's rank comes from its workload (`identity`); a pod
-without one under a multi-writer policy, or claiming a rank a live pod of
-the policy holds (found by the `ckptdrain.io/writer` and
-`ckptdrain.io/policy` labels), is refused. Two pods admitted at the same
-instant can both pass; the policy's WritersConsistent condition shows that
-afterwards, and the writer lease fences them.
+Identity: the pod's rank comes from its workload (`identity`), its role
+from its annotation and the policy (`roles`); a pod without a rank under a
+multi-writer policy, one that can be neither writer nor reader, or a writer
+claiming a rank a live pod of the policy holds (found by the
+`ckptdrain.io/writer` and `ckptdrain.io/writer-policy` labels) is refused.
+Two writers admitted at the same instant can both pass; the policy's
+WritersConsistent condition shows that afterwards, and the writer lease
+fences them.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ckptdrain.operator.admission import cloud_identity, injection
 from ckptdrain.operator.admission.owner_cache import OwnerCache
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import identity, peer_tier
+from ckptdrain.operator.policy import identity, peer_tier, roles
 from ckptdrain.operator.policy import spec as pol
 
 #: The webhooks' ids, which are also the paths they are served at.
@@ -143,17 +145,10 @@ def pod_label(pod: dict[str, Any]) -> str:
     return meta.get("name") or f"{meta.get('generateName', '')}<generated>"
 
 
-async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
-                          warnings: list[str],
-                          holders_of: Callable[[int], list[str]] | None = None,
-                          ) -> identity.Identity | None:
-    """The pod's writer identity under policy `p` (None: no rank, one writer).
-    Refuses (AdmissionError) a pod that has no rank when the policy has several
-    writers, a rank out of range, and a rank a live pod of the policy holds.
-    `holders_of(rank)`: the live pods holding a rank, from the operator's own
-    pod index (no API call when it names none); without it, the apiserver's
-    watch cache is asked (a few matching pods, by label). When either names a
-    holder, the apiserver is asked again for what is there now."""
+async def _identity(pod: dict[str, Any], namespace: str, p: pol.Policy
+                    ) -> identity.Identity | None:
+    """The pod's identity from its workload (None: no rank, one writer).
+    Refuses a pod without a rank when the policy has several writers."""
     owners = _owners_known(namespace, pod)
     if owners is None:
         owners = await asyncio.to_thread(_owners, namespace, pod)
@@ -171,40 +166,56 @@ async def writer_identity(pod: dict[str, Any], namespace: str, p: pol.Policy,
             "TrainJob, PyTorchJob or LeaderWorkerSet labels is set; name the label or "
             f"annotation that holds it in spec.identity of policy {p.name} "
             f"({p.writers} writers)", code=422)
-    problem = identity.out_of_range(found, p.writers)
-    if problem:
-        raise Refused(f"pod {pod_label(pod)} ({found.kind}): {problem}", code=422)
-    mismatch = identity.mismatch(found, p.writers)
-    if mismatch:
-        warnings.append(f"ckptdrain: policy {p.name}: {mismatch}; the checkpoint is complete "
-                        f"only when {p.writers} writers committed it")
-    if found.rank is None:
-        return found
+    return found
+
+
+async def pod_role(pod: dict[str, Any], namespace: str, p: pol.Policy, warnings: list[str],
+                   holders_of: Callable[[int], list[str]] | None = None) -> roles.Role:
+    """The pod's role under policy `p` (policy/roles.py): a writer of its
+    rank, or a reader of a shard. Refuses (Refused) a pod that has no rank
+    when the policy has several writers, one that can be neither role, and a
+    writer whose rank a live pod of the policy holds (readers hold no rank:
+    any number read one shard). `holders_of(rank)`: the live pods holding a
+    rank, from the operator's own pod index (no API call when it names none);
+    without it, the apiserver's watch cache is asked (a few matching pods, by
+    label). When either names a holder, the apiserver is asked again for
+    what is there now."""
+    found = await _identity(pod, namespace, p)
+    try:
+        role = roles.assign(pod, found, p.writers, p.readers)
+    except roles.RoleRefused as error:
+        kind = found.kind if found is not None else "Pod"
+        raise Refused(f"pod {pod_label(pod)} ({kind}): {error}", code=422) from None
+    if role.warning:
+        warnings.append(f"ckptdrain: policy {p.name}: {role.warning}; the checkpoint is "
+                        f"complete only when {p.writers} writers committed it")
+    if role.reader or role.shard is None or found is None:
+        return role
     me = pod.get("metadata", {}).get("name")
     try:
         if holders_of is not None:
-            live = holders_of(found.rank)
+            live = holders_of(role.shard)
         else:  # a first look in the apiserver's watch cache: no read of etcd
             live = await asyncio.to_thread(apiserver_reads.live_writers, namespace, p.name,
-                                           found.rank, True)
+                                           role.shard, True)
         if [n for n in live if n != me]:
             # No index, or the index names a holder: ask the apiserver. The
             # index may still hold a pod deleted a moment ago (a Job replacing
             # it), and a refusal must rest on what is there now.
             live = await asyncio.to_thread(apiserver_reads.live_writers, namespace, p.name,
-                                           found.rank)
+                                           role.shard)
     except (apiserver_reads.ApiError, apiserver_reads.HTTPError) as error:
         # Unchecked is unsafe: refuse, and the pod's controller retries.
         raise Refused(
             f"pod {pod_label(pod)}: could not check whether a live pod already holds writer "
-            f"{found.rank} of policy {p.name} ({error}); retry", code=503) from None
+            f"{role.shard} of policy {p.name} ({error}); retry", code=503) from None
     holders = [n for n in live if n != me]
     if holders:
         raise Refused(
-            f"pod {pod_label(pod)} ({found.kind}, {found.source}) claims writer {found.rank} "
+            f"pod {pod_label(pod)} ({found.kind}, {found.source}) claims writer {role.shard} "
             f"of policy {p.name}, which live pod {holders[0]} already holds; two pods must "
             "never write one shard", code=409)
-    return found
+    return role
 
 
 def _identity_warnings(pod: dict[str, Any]) -> list[str]:
@@ -258,16 +269,18 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
                         "the pod runs without the peer tier")
         p = dataclasses.replace(p, peer=dataclasses.replace(p.peer, enabled=False))
     share = default_share(p, chosen.get("status"))
-    problem = injection.grace_problem(pod, p, share, cfg)
+    role = await pod_role(pod, namespace, p, warnings,
+                          holders(p.name) if holders is not None else None)
+    # A reader flushes nothing: its grace period is its own business.
+    problem = None if role.reader else injection.grace_problem(pod, p, share, cfg)
     if problem and p.grace_policy == "Refuse":
         raise Refused(problem, code=422)
     if problem:
         warnings.append(problem)
-    writer = await writer_identity(pod, namespace, p, warnings,
-                                   holders(p.name) if holders is not None else None)
     ops = injection.build_pod_patch(
-        pod, p, cfg, default_rate=share, rank=writer.rank if writer else None,
-        workload_writers=writer.writers if writer else None)
+        pod, p, cfg, default_rate=share, rank=role.shard,
+        workload_writers=role.workload_writers, reader=role.reader,
+        readers_alongside=role.readers_alongside)
     if p.credentials is None:  # with a Secret nothing is carried: nothing to say
         warnings.extend(_identity_warnings(pod))
     logger.info("injecting policy %s into a pod (%d ops)", p.key, len(ops))

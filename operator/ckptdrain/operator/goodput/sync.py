@@ -139,11 +139,17 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[PodView]) -> Non
             if "lastRestoreFailure" in change:
                 _failures[key] = failure  # type: ignore[assignment]
                 kube.post_event(policy, api.KIND_POLICY, "RestoreFailed",
-                                f"pod {failure['pod']} (writer {failure['writer']}): "  # type: ignore[index]
+                                f"pod {failure['pod']} ({_who(failure)}): "  # type: ignore[arg-type]
                                 f"restore {failure['outcome']}: "  # type: ignore[index]
                                 f"{failure['reason']}")  # type: ignore[index]
     with _seen_lock:  # folded: no longer needed (a view that came since stays)
         drop_handled(_departed, key, departed)
+
+
+def _who(failure: Mapping[str, Any]) -> str:
+    if failure.get("reader") is not None:
+        return f"reader of shard {failure['reader']}"
+    return f"writer {failure['writer']}"
 
 
 def _new_term() -> None:

@@ -101,11 +101,14 @@ leadership.on_new_term(_new_term)
 @kopf.index("v1", "pods", annotations={api.ANNOTATION_INJECTED: kopf.PRESENT})
 def peer_pod_index(namespace: str, name: str, meta: kopf.Meta, spec: kopf.Spec,
                    status: kopf.Status, **_: Any) -> dict[Key, dict[str, Any]]:
-    """What placement needs of a running injected pod: rank label, node, IP."""
-    if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+    """What placement needs of a running injected writer: rank label, node,
+    IP. A reader serves no copies and holds none (with one writer, a pod
+    without a rank label would otherwise pass for writer 0)."""
+    labels = meta.get("labels") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed") \
+            or api.is_reader(labels):
         return {}  # not None: Kopf would keep the pod's previous entry
     policy = (meta.get("annotations") or {}).get(api.ANNOTATION_POLICY, "")
-    labels = meta.get("labels") or {}
     writer = {api.LABEL_WRITER: labels[api.LABEL_WRITER]} if api.LABEL_WRITER in labels \
         else {}
     return {(namespace, policy): {

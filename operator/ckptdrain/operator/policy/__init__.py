@@ -3,7 +3,8 @@ it was not given.
 
 spec.py reads and checks the spec, field by field through fields.py, with the parts it
 delegates: storage_options.py, peer_tier.py (which also names the peer tier's objects),
-identity.py for which writer a pod is; allocation.py sizes each
+identity.py for which rank a pod is, roles.py for whether it writes or only
+reads; allocation.py sizes each
 policy's share of the cluster cap; status.py builds the status (phase, conditions)
 from them.
 

@@ -40,6 +40,10 @@ from ckptdrain.store.endpoint import parse_endpoint
 
 GRACE_POLICIES = ("Warn", "Refuse")
 RESTORE_PREFER = ("local", "global")
+#: spec.readers: which pods restore without writing (policy/roles.py).
+READERS = ("Declared", "Replicas")
+#: spec.restore.reshard: who loads a newest step saved by another writer count.
+RESHARD = ("DCP", "Trainer")
 DEFAULT_LOCAL_KEEP = 2
 DEFAULT_GLOBAL_KEEP = 3
 MAX_LABEL_VALUE = api.MAX_LABEL_VALUE
@@ -108,6 +112,11 @@ class Policy:
     #: spec.peerTier (policy/peer_tier.py): a copy of each writer's newest local steps
     #: on a partner node.
     peer: PeerTier = field(default_factory=PeerTier)
+    #: spec.readers: "Declared" (only pods annotated ckptdrain.io/role: reader)
+    #: or "Replicas" (also every pod ranked at or past `writers`).
+    readers: str = "Declared"
+    #: spec.restore.reshard (restore/reshard.py).
+    restore_reshard: str = "DCP"
 
     @property
     def key(self) -> str:
@@ -224,6 +233,8 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     retry_deadline = r.get("restore.retryDeadline", seconds_or_zero, DEFAULT_RETRY_DEADLINE_S)
     direct_io = r.get("restore.directIO", flag, True)
     agree_timeout = r.get("restore.agreementTimeout", seconds_or_zero, DEFAULT_AGREE_TIMEOUT_S)
+    reshard = r.get("restore.reshard", choice(RESHARD), "DCP")
+    readers = r.get("readers", choice(READERS), "Declared")
     stall_timeout = r.get("drain.stallTimeout", parse_stall_timeout, DEFAULT_STALL_AFTER)
     storage_opts = read_storage_options(r.raw("storage"), r.fail)
     if storage_opts.cold_class and storage_opts.cold_after >= global_keep:
@@ -278,6 +289,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         restore_direct_io=direct_io,
         stall_timeout_s=stall_timeout, storage_options=storage_opts,
         node_expressions=node_expressions, tolerations=tolerations, peer=peer,
+        readers=readers, restore_reshard=reshard,
     ), []
 
 
