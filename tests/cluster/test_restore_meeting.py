@@ -233,6 +233,13 @@ def test_trainers_restarted_in_place_resume_from_the_newest_step_every_rank_save
     job.save_global(50)
     job.save_local(100, "t1")
     with _Running(job, 0, "t1") as r0, _Running(job, 1, "t1") as r1:
+        # The decision both pods took part in when they started, moments ago:
+        # the trainers have saved since, so a restart in place must not join it.
+        from ckptdrain.restore.agreement import Decision
+
+        Meeting(job.namespace, "llama", job.api).write_decision(Decision(
+            1, 100, "agreed", "", {0: r0.uid, 1: r1.uid}, time.time(), "t1"), None)
+        time.sleep(0.05)
         for r in (r0, r1):  # what restore placed when the pods started
             (r.cfg.work_dir / "restore.json").write_text(
                 '{"fresh_start": false, "step": 100, "tier": "local", "path": "%s"}'

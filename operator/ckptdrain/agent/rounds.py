@@ -120,7 +120,7 @@ class Rounds:
                 self.meeting, rank=self.rank, uid=self.uid, writers=cfg.writers, pod=self.pod,
                 report_for=lambda r: self._with_complete(self.holdings(r), complete),
                 uncoordinated=complete, timeout_s=cfg.restore_agree_timeout_s,
-                in_place_after=asked)
+                in_place_after=self._last_save(asked))
         except meeting_mod.Unsettled as err:
             self._answer(started, resume_channel.Answer(started, False, None, None, "", None,
                                                         "unsettled", str(err)))
@@ -142,6 +142,15 @@ class Rounds:
         self._pending_answer = resume_channel.Answer(started, True, decision.step, path, tier,
                                                      decision.round, decision.why,
                                                      decision.detail)
+
+    def _last_save(self, asked: float) -> float:
+        """When the trainer last published a step (the rename sets the step
+        directory's ctime); the request's time less the wait when it never did."""
+        times = []
+        for step in completed_steps(self.agent.cfg.work_dir):
+            with contextlib.suppress(OSError):
+                times.append(step_dir(self.agent.cfg.work_dir, step).stat().st_ctime)
+        return max(times) if times else asked - self.agent.cfg.restore_agree_timeout_s
 
     def _complete(self) -> list[int]:
         if self.store is None:

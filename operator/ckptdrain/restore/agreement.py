@@ -213,10 +213,12 @@ def next_move(decision: Decision | None, own: Report | None, rank: int, uid: str
 def next_move_in_place(decision: Decision | None, own: Report | None, rank: int, uid: str,
                        fresh_after: float) -> Next:
     """For a trainer restarted inside its pod (the agent asks for it): join a
-    decision this pod took part in that was made after `fresh_after` (its
-    trainer's failure, less the wait: the other ranks' own restarts in place
-    after the same failure), else report in a new round. The decision made
-    when the pod started is never the answer: the trainer has saved since."""
+    decision this pod took part in that was made after `fresh_after` (this
+    rank's newest save: a decision made since is one the other ranks took
+    after the same failure, while this trainer could not train on), else
+    report in a new round. A decision made before that save (the one made
+    when the pod started, say) is never the answer: the trainer trained past
+    it."""
     current = decision.round if decision is not None else 0
     if own is not None and own.uid == uid and own.round > current:
         return Next("wait", own.round, why="this pod reported in a round not decided yet")

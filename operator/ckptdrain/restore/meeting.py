@@ -242,7 +242,8 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
     most `timeout_s`) for its decision: the rank that opened it (and rank 0)
     decides once every rank reported, and any rank writes the fall-back
     decision when the wait runs out. `in_place_after`: this is a trainer
-    restarted inside its pod at that time (agreement.next_move_in_place).
+    restarted inside its pod that last saved at that time
+    (agreement.next_move_in_place).
     Raises NoRights when leases are not ours to use, Unsettled when this pod
     may not fall back, and the apiserver's error when it could not be asked
     at all by the end of the wait."""
@@ -260,8 +261,7 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
             if step_round is None:
                 own = meeting.own_report(rank)
                 nxt = (next_move(current, own, rank, uid, clock()) if in_place_after is None
-                       else next_move_in_place(current, own, rank, uid,
-                                               in_place_after - timeout_s))
+                       else next_move_in_place(current, own, rank, uid, in_place_after))
                 if nxt.move == "join" and nxt.decision is not None:
                     joined = nxt.decision
                     if joined.members.get(rank) != uid:
