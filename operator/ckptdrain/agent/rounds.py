@@ -15,7 +15,7 @@ Two duties (restore/agreement.py has the rules):
   timeline: they leave the work dir and the local tier, and captures from
   then on carry the new timeline.
 
-Cost: one GET of the decision's Lease per poll (every max(2 s, W/250 s) for W
+Cost: one GET of the decision's Lease per poll (every max(2 s, W/100 s) for W
 writers) and one write per round.
 """
 
@@ -49,7 +49,7 @@ class Rounds:
         self.agent, self.meeting, self.store = agent, meeting, store
         cfg = agent.cfg
         self.rank, self.uid, self.pod = cfg.writer, str(cfg.pod_uid), cfg.pod_name
-        self.poll_s = max(2.0, cfg.writers / 250)
+        self.poll_s = max(2.0, cfg.writers / 100)
         self._reported = 0
         self._answered = 0.0
         self._stop = threading.Event()
