@@ -280,3 +280,19 @@ def test_one_writer_restarted_in_place_resumes_from_its_newest_save(tmp_path: Pa
         % (work / "step-10"))
     again = Client(work, environ={}).restored()
     assert again is not None and (again.step, again.tier, again.bytes) == (20, "work", 20)
+
+
+def test_a_rank_waiting_at_its_restored_step_is_never_left_on_another(job: Job) -> None:
+    job.save_local(90, "t1")
+    job.save_local(100, "t1")
+    data = job.tier(1).data_dir(100) / "model.bin"
+    data.write_bytes(b"X" + data.read_bytes()[1:])  # rank 1 cannot get 100
+    job.tier(1).remove(100)
+    with _Running(job, 0, "t1") as waiting:
+        # Rank 0 resumed from 100 and waits at the rendezvous for rank 1.
+        waiting.agent.resumed = 100
+        results = job.restart(ranks=range(1, 2))
+    result, code = results[1]
+    # 90 would put rank 1 on another step than rank 0: nothing is restored.
+    assert code == 4 and result.step is None
+    assert "running rank(s) sit at step(s) [100]" in result.reason

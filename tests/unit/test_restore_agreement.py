@@ -11,6 +11,7 @@ from ckptdrain.restore.agreement import (
     decide,
     fallback,
     next_move,
+    pod_digest,
 )
 
 
@@ -23,8 +24,9 @@ def rep(rank: int, local: dict[int, str] | None = None, *, round_: int = 1,
 
 def decision(round_: int = 3, step: int | None = 100, members: dict[int, str] | None = None,
              at: float = 1000.0, why: str = "agreed") -> Decision:
-    return Decision(round_, step, why, "", members if members is not None else
-                    {0: "uid-0", 1: "uid-1"}, at, f"r{round_}-x")
+    members = members if members is not None else {0: "uid-0", 1: "uid-1"}
+    return Decision(round_, step, why, "", {r: pod_digest(u) for r, u in members.items()},
+                    at, f"r{round_}-x")
 
 
 # -- which step ------------------------------------------------------------------
@@ -68,13 +70,14 @@ def test_decide_counts_only_this_rounds_reports() -> None:
     reports[1] = rep(1, {100: "t"}, round_=2)
     made = decide(reports, 2, 2, 5.0, "r2-x")
     assert made is not None and made.step == 100 and made.why == "agreed"
-    assert made.members == {0: "uid-0", 1: "uid-1"} and "newer than any global" in made.detail
+    assert made.members == {0: pod_digest("uid-0"), 1: pod_digest("uid-1")}
+    assert "newer than any global" in made.detail
 
 
 def test_fallback_is_the_newest_global_step_and_names_the_missing_ranks() -> None:
     reports = {0: rep(0, {100: "t"}, complete=(40,), round_=4)}
     made = fallback(reports, 3, 4, 9.0, [50], 120.0, "r4-y")
-    assert made.step == 50 and made.why == "fallback" and made.members == {0: "uid-0"}
+    assert made.step == 50 and made.why == "fallback" and made.members == {0: pod_digest("uid-0")}
     assert "ranks 1, 2 did not report within 120s" in made.detail
     assert fallback({}, 2, 1, 9.0, [], 5.0, "r1").step is None
 
@@ -92,10 +95,12 @@ def test_a_new_pod_generation_starts_a_new_round() -> None:
     assert (nxt.move, nxt.round) == ("report", 4)
 
 
-def test_the_same_pod_retrying_joins_its_decision() -> None:
+def test_the_same_pod_retrying_joins_its_decision_while_it_is_young() -> None:
     d = decision()
-    nxt = next_move(d, rep(1, round_=3), 1, "uid-1", now=99999.0)
+    nxt = next_move(d, rep(1, round_=3), 1, "uid-1", now=1100.0)
     assert nxt.move == "join" and nxt.decision == d
+    # Its init containers again long after (a node rebooted under the pod).
+    assert next_move(d, rep(1, round_=3), 1, "uid-1", now=99999.0).move == "report"
 
 
 def test_a_pod_that_could_not_get_the_decided_step_starts_a_new_round() -> None:
@@ -120,7 +125,7 @@ def test_a_late_rank_joins_a_fallback_made_without_it_within_the_window() -> Non
 def test_a_rank_whose_previous_pod_joined_late_starts_a_new_round() -> None:
     d = decision(members={0: "uid-0"}, why="fallback").with_member(1, "uid-1-old")
     assert next_move(d, None, 1, "uid-1-new", now=1001.0).move == "report"
-    assert next_move(d, None, 1, "uid-1-old", now=99999.0).move == "join"
+    assert next_move(d, None, 1, "uid-1-old", now=1100.0).move == "join"
 
 
 def test_a_pod_that_already_reported_waits_in_its_round() -> None:
@@ -151,3 +156,21 @@ def test_a_report_keeps_only_its_newest_steps() -> None:
     r = rep(0, {s: "t" for s in range(100)}, complete=tuple(range(100)))
     back = Report.from_json(r.to_json())
     assert back is not None and min(back.local) == 84 and min(back.complete) == 84
+
+
+# -- running ranks that wait at their step ---------------------------------------
+
+def test_a_rank_waiting_at_its_restored_step_pins_the_agreement() -> None:
+    running = rep(0, {100: "t", 90: "t"}, round_=2)
+    running = Report(**{**running.__dict__, "pinned": 100})
+    corrupt = rep(1, {90: "t"}, round_=2)  # its copy of 100 failed and is gone
+    assert agreed_step({0: running, 1: corrupt}, 2) is None
+    assert decide({0: running, 1: corrupt}, 2, 2, 5.0, "r2") is None  # undecided: wait
+    whole = rep(1, {100: "t", 90: "t"}, round_=2)
+    assert agreed_step({0: running, 1: whole}, 2) == 100
+
+
+def test_a_large_decision_stays_small() -> None:
+    d = Decision(1, 5, "agreed", "", {r: pod_digest(f"uid-{r}") for r in range(5000)}, 1.0, "t")
+    text = d.to_json()
+    assert len(text) < 64 * 1024 and Decision.from_json(text) == d

@@ -88,6 +88,7 @@ class Agent(AgentStartup):
         self.captures = 0
         self.keep_in_work: set[int] = set()
         self.timeline: str | None = None
+        self.resumed: int | None = None
         self._seq = (read_request(cfg.work_dir).seq if read_request(cfg.work_dir) else 0)
         self._next_request: float | None = None
         # Capture back-off: the step that failed, when to try it again, the

@@ -22,6 +22,7 @@ writers) and one write per round.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -35,6 +36,7 @@ from ckptdrain.errors import CkptdrainError
 from ckptdrain.manifest import EXTRA_TIMELINE
 from ckptdrain.node import durable
 from ckptdrain.node.steps import completed_steps, step_dir
+from ckptdrain.progress import PROGRESS_FILE
 from ckptdrain.restore import meeting as meeting_mod
 from ckptdrain.restore.agreement import Decision, Report
 
@@ -81,9 +83,11 @@ class Rounds:
             self._stop.wait(self.poll_s)
 
     # -- reporting for another rank's round -------------------------------------------
-    def holdings(self, round_: int) -> Report:
+    def holdings(self, round_: int, running: bool = True) -> Report:
         """What this rank holds now: local copies (their timelines) and the
-        work dir's complete steps (this timeline's saves)."""
+        work dir's complete steps (this timeline's saves); `running`: its
+        trainer trains on, and when it has not trained past the step it
+        resumed from (it waits for the others), that step pins the round."""
         local: dict[int, str] = {}
         tier, cfg = self.agent.tier, self.agent.cfg
         for step in tier.steps():
@@ -93,8 +97,25 @@ class Rounds:
                     local[step] = manifest.extra.get(EXTRA_TIMELINE, "")
         for step in completed_steps(cfg.work_dir):
             local.setdefault(step, self.agent.timeline or "")
+        pinned = self._waiting_at() if running else None
         return Report(round=round_, rank=self.rank, uid=self.uid, node=cfg.node_name,
-                      local=local, at=time.time())
+                      local=local, pinned=pinned, at=time.time())
+
+    def _waiting_at(self) -> int | None:
+        """The step the trainer resumed from, while it has neither saved a
+        newer step nor reported a step done past it (progress file)."""
+        resumed = self.agent.resumed
+        if resumed is None:
+            return None
+        work = self.agent.cfg.work_dir
+        if any(step > resumed for step in completed_steps(work)):
+            return None
+        with contextlib.suppress(OSError, ValueError):
+            doc = json.loads((work / CONTROL_DIR / PROGRESS_FILE).read_bytes())
+            step = doc.get("step") if isinstance(doc, dict) else None
+            if isinstance(step, int) and step > resumed:
+                return None
+        return resumed
 
     def _take_part(self) -> None:
         if self.agent.terminating.is_set():
@@ -118,7 +139,8 @@ class Rounds:
         try:
             agreed = meeting_mod.agree(
                 self.meeting, rank=self.rank, uid=self.uid, writers=cfg.writers, pod=self.pod,
-                report_for=lambda r: self._with_complete(self.holdings(r), complete),
+                report_for=lambda r: self._with_complete(self.holdings(r, running=False),
+                                                         complete),
                 uncoordinated=complete, timeout_s=cfg.restore_agree_timeout_s,
                 in_place_after=self._last_save(asked))
         except meeting_mod.Unsettled as err:
@@ -165,7 +187,7 @@ class Rounds:
     @staticmethod
     def _with_complete(report: Report, complete: list[int]) -> Report:
         return Report(report.round, report.rank, report.uid, report.node, report.local,
-                      report.peer, tuple(complete), report.failed, report.at)
+                      report.peer, tuple(complete), report.failed, report.pinned, report.at)
 
     def _place(self, step: int) -> str:
         """Put `step` in the work dir; the tier it came from."""
@@ -210,7 +232,7 @@ class Rounds:
             return
         decision, started = settled
         agent = self.agent
-        agent.timeline = decision.timeline
+        agent.timeline, agent.resumed = decision.timeline, decision.step
         keep = decision.step if decision.step is not None else -1
         if decision.step is not None:
             agent.keep_in_work.add(decision.step)

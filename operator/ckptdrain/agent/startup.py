@@ -40,6 +40,9 @@ class AgentStartup:
     #: The timeline the trainer continues (restore.json's, restore/agreement.py):
     #: every capture is tagged with it. None: restore did not coordinate.
     timeline: str | None
+    #: The step the trainer resumed from (restore's, or the ranks' after a
+    #: restart in place); None for a fresh start.
+    resumed: int | None
 
     def recover(self) -> None:
         """Tidy what a previous process left and resume its unfinished drains."""
@@ -78,6 +81,7 @@ class AgentStartup:
         self.timeline = timeline if isinstance(timeline, str) and timeline else None
         restored = doc.get("step")
         restored = restored if isinstance(restored, int) else -1
+        self.resumed = restored if restored >= 0 else None
         restored_at = doc.get("at")
         if not isinstance(restored_at, int | float):
             return

@@ -58,6 +58,7 @@ equals the committed manifest).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -91,6 +92,10 @@ class Report:
     complete: tuple[int, ...] = ()
     #: A decided step this pod could not get: its next try starts a new round.
     failed: int | None = None
+    #: From a running rank's agent: the step its trainer resumed from and has
+    #: not trained past (it waits for the others, at a rendezvous). The round
+    #: may then agree on that step only: any other would mix two states.
+    pinned: int | None = None
     at: float = 0.0
 
     def to_json(self) -> str:
@@ -99,7 +104,7 @@ class Report:
             "local": {str(s): t for s, t in _newest(self.local)},
             "peer": sorted(self.peer, reverse=True)[:REPORT_STEPS],
             "complete": sorted(self.complete, reverse=True)[:REPORT_STEPS],
-            "failed": self.failed, "at": round(self.at, 3),
+            "failed": self.failed, "pinned": self.pinned, "at": round(self.at, 3),
         }, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -120,6 +125,7 @@ class Report:
                 peer=tuple(_whole(s) for s in doc.get("peer") or ()),
                 complete=tuple(_whole(s) for s in doc.get("complete") or ()),
                 failed=None if doc.get("failed") is None else _whole(doc["failed"]),
+                pinned=None if doc.get("pinned") is None else _whole(doc["pinned"]),
                 at=float(doc.get("at", 0.0)))
         except (KeyError, TypeError, ValueError):
             return None
@@ -139,16 +145,22 @@ class Decision:
     decided_at: float
     timeline: str
 
+    def member(self, rank: int) -> str | None:
+        """The digest of the pod that took part as `rank` (None: none did)."""
+        return self.members.get(rank) or None
+
     def with_member(self, rank: int, uid: str) -> Decision:
         """This decision with `uid` recorded as rank `rank`'s pod: a rank that
         joins late is a member, so its next pod starts a new round."""
         return Decision(self.round, self.step, self.why, self.detail,
-                        {**self.members, rank: uid}, self.decided_at, self.timeline)
+                        {**self.members, rank: pod_digest(uid)}, self.decided_at, self.timeline)
 
     def to_json(self) -> str:
         return json.dumps({
             "round": self.round, "step": self.step, "why": self.why, "detail": self.detail,
-            "members": {str(r): u for r, u in sorted(self.members.items())},
+            # A list by rank of short digests: 5,000 members fit in ~60 KB.
+            "members": [self.members.get(r, "") for r in range(max(self.members, default=-1)
+                                                                  + 1)],
             "decidedAt": round(self.decided_at, 3), "timeline": self.timeline,
         }, sort_keys=True, separators=(",", ":"))
 
@@ -158,13 +170,13 @@ class Decision:
         if doc is None:
             return None
         try:
-            members = doc.get("members") or {}
-            if not isinstance(members, dict):
+            members = doc.get("members") or []
+            if not isinstance(members, list):
                 return None
             step = doc.get("step")
             return cls(round=_whole(doc["round"]), step=None if step is None else _whole(step),
                        why=str(doc["why"]), detail=str(doc.get("detail", "")),
-                       members={_whole(int(r)): str(u) for r, u in members.items()},
+                       members={r: str(u) for r, u in enumerate(members) if u},
                        decided_at=float(doc["decidedAt"]), timeline=str(doc["timeline"]))
         except (KeyError, TypeError, ValueError):
             return None
@@ -196,16 +208,21 @@ def next_move(decision: Decision | None, own: Report | None, rank: int, uid: str
     new = Next("report", current + 1)
     if decision is None:
         return Next("report", 1, why="no decision yet")
-    member = decision.members.get(rank)
-    if member == uid:
+    member = decision.member(rank)
+    young = 0 <= now - decision.decided_at <= join_window
+    if member == pod_digest(uid):
         if mine and own is not None and own.round == decision.round \
                 and own.failed is not None and own.failed == decision.step:
             return Next("report", current + 1, why=f"this pod could not get step {own.failed}",
                         may_fall_back=False)
-        return Next("join", current, decision, "this pod took part")
+        if young:
+            return Next("join", current, decision, "this pod took part")
+        # Its init containers run again long after (a node that rebooted
+        # under the pod): the others have trained on; ask them anew.
+        return Next(new.move, new.round, why="this pod took part, long ago")
     if member is not None:
         return Next(new.move, new.round, why="a previous pod of this rank took part")
-    if 0 <= now - decision.decided_at <= join_window:
+    if young:
         return Next("join", current, decision, "made without this rank, moments ago")
     return Next(new.move, new.round, why="the decision is older than the join window")
 
@@ -222,7 +239,7 @@ def next_move_in_place(decision: Decision | None, own: Report | None, rank: int,
     current = decision.round if decision is not None else 0
     if own is not None and own.uid == uid and own.round > current:
         return Next("wait", own.round, why="this pod reported in a round not decided yet")
-    if decision is not None and decision.members.get(rank) == uid \
+    if decision is not None and decision.member(rank) == pod_digest(uid) \
             and decision.decided_at >= fresh_after:
         return Next("join", current, decision, "this pod took part, after the restart")
     return Next("report", current + 1, why="the trainer restarted inside its pod")
@@ -270,7 +287,11 @@ def agreed_step(reports: Mapping[int, Report], writers: int) -> int | None:
         return None
     complete = set().union(*(set(reports[r].complete) for r in range(writers)))
     each = [gettable(reports[r], complete) for r in range(writers)]
-    for step in sorted(set().union(*each), reverse=True):
+    candidates = set().union(*each)
+    pins = pinned(reports)
+    if pins is not None:
+        candidates &= pins
+    for step in sorted(candidates, reverse=True):
         if not all(step in g for g in each):
             continue
         if step in complete:
@@ -281,20 +302,32 @@ def agreed_step(reports: Mapping[int, Report], writers: int) -> int | None:
     return None
 
 
+def pinned(reports: Mapping[int, Report]) -> set[int] | None:
+    """The steps running ranks sit at (None: no rank is pinned). More than
+    one means nothing can be agreed until they restart."""
+    pins = {rep.pinned for rep in reports.values() if rep.pinned is not None}
+    return pins or None
+
+
 def decide(reports: Mapping[int, Report], writers: int, round_: int, now: float,
            timeline: str) -> Decision | None:
-    """The agreed decision once every rank reported in `round_`, else None."""
+    """The agreed decision once every rank reported in `round_`, else None.
+    Also None when a running rank sits at a step some rank cannot get: the
+    round stays undecided (its restoring ranks fail and are retried) until
+    the running ranks restart too."""
     counted = {r: rep for r, rep in reports.items() if rep.round == round_}
     if any(r not in counted for r in range(writers)):
         return None
     step = agreed_step(counted, writers)
+    if step is None and pinned(counted) is not None:
+        return None
     local = step is not None and step not in set().union(
         *(set(counted[r].complete) for r in range(writers)))
     detail = (f"every rank reported; step {step} is the newest every rank can get"
               + (" (from the nodes and peers: newer than any global step)" if local else "")
               if step is not None else "every rank reported; no step every rank can get")
     return Decision(round_, step, "agreed", detail,
-                    {r: counted[r].uid for r in range(writers)}, now, timeline)
+                    {r: pod_digest(counted[r].uid) for r in range(writers)}, now, timeline)
 
 
 def fallback(reports: Mapping[int, Report], writers: int, round_: int, now: float,
@@ -312,7 +345,7 @@ def fallback(reports: Mapping[int, Report], writers: int, round_: int, now: floa
                  "(complete in the global tier, or whole on the peers)" if step is not None
                  else "nothing is complete in the global tier: fresh start"))
     return Decision(round_, step, "fallback", detail,
-                    {r: rep.uid for r, rep in counted.items()}, now, timeline)
+                    {r: pod_digest(rep.uid) for r, rep in counted.items()}, now, timeline)
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -324,8 +357,14 @@ def _newest(local: Mapping[int, str]) -> list[tuple[int, str]]:
     return sorted(local.items(), reverse=True)[:REPORT_STEPS]
 
 
+def pod_digest(uid: str) -> str:
+    """A pod uid as a decision records it: 8 hex digits (one rank's pods never
+    collide in practice), so a decision for 5,000 ranks stays small."""
+    return hashlib.sha256(uid.encode()).hexdigest()[:8]
+
+
 def _doc(text: object) -> dict[str, Any] | None:
-    if not isinstance(text, str) or len(text) > 64 * 1024:
+    if not isinstance(text, str) or len(text) > 192 * 1024:
         return None
     try:
         doc = json.loads(text)

@@ -3,7 +3,8 @@
 The rules are restore/agreement.py; this module makes the calls and runs the
 bounded wait. Costs for W ranks: one write per rank (its report), one GET of
 the decision per rank per poll, one label-selected list of the reports per
-poll on rank 0 only, and one write for the decision. Polls are spaced by
+poll on the rank that opened the round (and rank 0), one write for the
+decision. Polls are spaced by
 max(1 s, W/500 s) with jitter, so a 5,000-rank job asks about 500 times a
 second while it waits.
 
@@ -37,6 +38,8 @@ from ckptdrain.restore.agreement import (
     fallback,
     next_move,
     next_move_in_place,
+    pinned,
+    pod_digest,
 )
 
 log = logging.getLogger(__name__)
@@ -249,7 +252,7 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
     at all by the end of the wait."""
     rng = rng or random.Random()
     started = monotonic()
-    poll = max(0.5, writers / 1000)
+    poll = max(1.0, writers / 500)
     uncoordinated = list(uncoordinated)
     last_error: Exception | None = None
     read: dict[str, Any] | None = None
@@ -264,10 +267,11 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
                        else next_move_in_place(current, own, rank, uid, in_place_after))
                 if nxt.move == "join" and nxt.decision is not None:
                     joined = nxt.decision
-                    if joined.members.get(rank) != uid:
+                    if joined.member(rank) != pod_digest(uid):
                         # Recorded, so that this rank's next pod starts a new round.
                         joined = meeting.write_decision(joined.with_member(rank, uid), read)
-                        if joined.members.get(rank) != uid:  # another wrote first: look again
+                        if joined.member(rank) != pod_digest(uid):  # another wrote first
+                            sleep(rng.random() * poll)  # joiners spread out, then look again
                             continue
                     return Agreed(joined, "joined", monotonic() - started, nxt.why)
                 step_round = nxt.round
@@ -305,8 +309,14 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
     if not nxt.may_fall_back:
         raise Unsettled(f"{nxt.why}, which the other ranks restored; waited {waited:.0f}s in "
                         f"round {step_round} for them to restart and agree again")
-    made = fallback(meeting.reports(), writers, step_round, clock(), uncoordinated, waited,
+    reports = meeting.reports()
+    made = fallback(reports, writers, step_round, clock(), uncoordinated, waited,
                     new_timeline(step_round))
+    pins = pinned({r: rep for r, rep in reports.items() if rep.round == step_round})
+    if pins is not None and pins != {made.step}:
+        raise Unsettled(f"running rank(s) sit at step(s) {sorted(pins)} and not every rank "
+                        f"can get that; waited {waited:.0f}s in round {step_round} for them to "
+                        "restart")
     current, _, read = meeting.state()
     if current is not None and current.round >= step_round:
         return Agreed(current, "adopted", waited, nxt.why)
