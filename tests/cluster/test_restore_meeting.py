@@ -296,3 +296,19 @@ def test_a_rank_waiting_at_its_restored_step_is_never_left_on_another(job: Job) 
     # 90 would put rank 1 on another step than rank 0: nothing is restored.
     assert code == 4 and result.step is None
     assert "running rank(s) sit at step(s) [100]" in result.reason
+
+
+def test_a_reader_restores_the_step_the_writers_agreed_on(job: Job) -> None:
+    from ckptdrain.restore.agreement import Decision
+
+    job.save_global(40)
+    job.save_global(50)
+    # The writers' decision for this gang restart: 40 (say 50 completed while
+    # they agreed, as the old pods' drains finished).
+    Meeting(job.namespace, "llama", job.api).write_decision(Decision(
+        1, 40, "agreed", "every rank reported", {0: "a", 1: "b"}, time.time(), "r1-x"), None)
+    cfg = job.cfg(0, uuid.uuid4().hex)
+    object.__setattr__(cfg, "role", "reader")
+    result, code = restore(cfg, job.store)
+    assert code == 0 and result.step == 40 and result.tier == "global"
+    assert result.agreement is not None and result.agreement["how"] == "followed"

@@ -148,3 +148,43 @@ def note_failure(cfg: node_config.AgentConfig, decision: Decision, held: Holding
                             failed=decision.step), cfg.pod_name)
     except Exception as err:  # the next round then waits for the join window
         log.warning("restore: could not record the failed step on this rank's report: %s", err)
+
+
+def follows(cfg: node_config.AgentConfig) -> bool:
+    """Whether this restore follows the writers' decision: a reader, in a pod."""
+    return cfg.reader and cfg.restore_agree_timeout_s > 0 and node_config.in_cluster(cfg)
+
+
+def follow(cfg: node_config.AgentConfig, result: RestoreResult, meeting: Any = None,
+           clock: Any = time.time, monotonic: Any = time.monotonic,
+           sleep: Any = time.sleep) -> Decision | None:
+    """A reader's step: the writers' decision. It waits (at most the
+    agreement's bound) while the writers' round is open, or while their
+    newest decision is older than the reader's start less the bound (the
+    writers of the same gang restart have not decided yet); then it takes
+    the newest decision there is. None (the plan without coordination) when
+    there is none or the apiserver could not be asked."""
+    from ckptdrain.restore import meeting as meeting_mod
+
+    started, deadline = clock(), monotonic() + cfg.restore_agree_timeout_s
+    try:
+        meet = meeting if meeting is not None else meeting_mod.Meeting(cfg.namespace, cfg.policy)
+        while True:
+            current, opened, _ = meet.state()
+            pending = opened is not None and (current is None or opened.round > current.round)
+            fresh = current is not None and current.decided_at >= started \
+                - cfg.restore_agree_timeout_s
+            if (fresh and not pending) or monotonic() >= deadline:
+                break
+            sleep(max(1.0, cfg.writers / 500))
+    except Exception as err:  # no rights, or no apiserver: the plan without coordination
+        result.skipped.append(Skipped(None, "agreement", f"the writers' decision could not be "
+                                      f"read ({err}); restoring what every pod can get"))
+        return None
+    if current is None:
+        return None
+    result.agreement = {"round": current.round, "step": current.step, "why": current.why,
+                        "detail": current.detail, "how": "followed",
+                        "waited": round(clock() - started, 3), "roundWhy": "a reader"}
+    result.timeline = current.timeline
+    return current

@@ -196,6 +196,10 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
         if decision is not None:
             plan = coordinated.plan_for(decision, held, decision.step in own_peer,
                                         cfg.restore_prefer)
+    elif coordinated.follows(cfg):
+        decision = coordinated.follow(cfg, result)
+        if decision is not None:  # the writers' step from each tier a reader may use
+            plan = [c for c in plan if c.step == decision.step]
     if not cfg.restores_alone and decision is None:
         for step in sorted(set(local_steps) - set(global_steps), reverse=True):
             result.skipped.append(Skipped(
@@ -215,7 +219,7 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
         if result.step is not None and cand.step < result.step:
             break
         outcome = _try(cfg, tier, store, cand, result, found.get(cand.step), peers,
-                       agreed=decision is not None)
+                       agreed=decision is not None and not cfg.reader)
         if outcome == "no_room":
             no_room.append(f"step {cand.step} ({cand.tier}): {result.skipped[-1].reason}")
         if outcome == "transient":
@@ -234,8 +238,8 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
                           if s.step == decision.step) or "no tier of this rank holds it"
         result.reason = (f"ranks agreed on step {decision.step} (round {decision.round}, "
                          f"{decision.why}) and this rank could not get it: {tried}")
-        assert held is not None
-        coordinated.note_failure(cfg, decision, held)
+        if held is not None:
+            coordinated.note_failure(cfg, decision, held)
     elif transient is not None:
         result.outcome = "store_unavailable"
         result.reason = f"the global tier failed mid-restore ({transient})"
