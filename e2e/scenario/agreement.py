@@ -28,6 +28,11 @@ A3. Restart in place: the Job is replaced by one whose pods restart in place
     saved before the kill: newer than the step restored at pod start, not
     its own emergency step, without waiting out the agreement timeout.
 
+A4. Reader replicas (readers.py, on a policy and Job of their own): 2
+    writers and 2 readers (`spec.readers: Replicas`), all 4 pods deleted at
+    once; every replacement loads the writers' newest step, each reader its
+    shard with the hash its writer saved, through restore alone (no agent).
+
 A3 runs on a second Job because a Job whose pods restart in place may have
 no podFailurePolicy (it requires `restartPolicy: Never`): every deleted pod
 of A1 and A2 would then count as a failure, and the Job would hold back
@@ -48,6 +53,7 @@ from typing import Any
 
 import goodput_check
 import jobset
+import readers
 import yaml
 from kube import apply, get, kubectl, wait_for
 from peer import CHECKPOINT_BYTES, START_MARGIN_S, WRITERS, two_node_job, wipe
@@ -202,6 +208,11 @@ def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
                     "--timeout=90s", timeout=100, check=False)
         kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--ignore-not-found",
                 "--wait=true", timeout=60, check=False)
+    # A4 times its deletes by its step clock: it starts once these pods have
+    # flushed and gone, not beside them.
+    wait_for("the agreement Jobs' pods gone", lambda: not get(
+        "pods", "-n", NS, "-l", SELECT)["items"], GRACE + 60, every=1)
+    readers.run(s3, allowed_root, workdir, report, say, check)
 
 
 def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
