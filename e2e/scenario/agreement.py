@@ -14,6 +14,10 @@ A1. Gang restart, both nodes intact: once both writers hold a local step
     newest global step at the restart and at least the newest local step
     both held, each with the state hash its own writer saved; their restore
     init containers say the ranks agreed (every rank reported) in one round.
+    That step is the newest both old agents captured locally, and the
+    policy's status.goodput counts for each rank only the steps since it:
+    its step at SIGTERM minus the step loaded, as its trainer logged them
+    (goodput_check.py: steps exact, seconds within its tolerance).
 A2. One node lost: writer 0's local tier is wiped and both pods deleted.
     Both ranks load the same step, one writer 0 can still get: the newest
     complete global step (from the store; the peer tier is off).
@@ -23,6 +27,11 @@ A3. Restart in place: the Job is replaced by one whose pods restart in place
     by the kubelet. The restarted trainer loads the newest step both writers
     saved before the kill: newer than the step restored at pod start, not
     its own emergency step, without waiting out the agreement timeout.
+
+A4. Reader replicas (readers.py, on a policy and Job of their own): 2
+    writers and 2 readers (`spec.readers: Replicas`), all 4 pods deleted at
+    once; every replacement loads the writers' newest step, each reader its
+    shard with the hash its writer saved, through restore alone (no agent).
 
 A3 runs on a second Job because a Job whose pods restart in place may have
 no podFailurePolicy (it requires `restartPolicy: Never`): every deleted pod
@@ -42,7 +51,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import goodput_check
 import jobset
+import readers
 import yaml
 from kube import apply, get, kubectl, wait_for
 from peer import CHECKPOINT_BYTES, START_MARGIN_S, WRITERS, two_node_job, wipe
@@ -197,6 +208,11 @@ def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
                     "--timeout=90s", timeout=100, check=False)
         kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--ignore-not-found",
                 "--wait=true", timeout=60, check=False)
+    # A4 times its deletes by its step clock: it starts once these pods have
+    # flushed and gone, not beside them.
+    wait_for("the agreement Jobs' pods gone", lambda: not get(
+        "pods", "-n", NS, "-l", SELECT)["items"], GRACE + 60, every=1)
+    readers.run(s3, allowed_root, workdir, report, say, check)
 
 
 def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
@@ -252,7 +268,27 @@ def gang_restart(logs: Logs, pods: Pods, epoch: float, history: dict[int, dict[i
     report.append(f"| restore agreement: gang restart, nodes intact → both at local step {step} "
                   f"(global was {glob}; round {said['round']}) | pods deleted → both trainers "
                   f"loaded {max(e['at'] for e in loaded.values()) - deleted:.1f} s |")
+    gang_goodput(logs, old, pods, loaded, report, check)
     return pods
+
+
+def gang_goodput(logs: Logs, old: dict[int, str], pods: Pods,
+                 loaded: dict[int, dict[str, Any]], report: list[str], check: Check) -> None:
+    """What status.goodput counts for the gang restart: each rank loses the
+    steps since the newest local checkpoint every rank held, no more."""
+    common = max(set.intersection(*(local_steps(logs, n) for n in old.values())))
+    step = loaded[0]["step"]
+    check(step == common, f"step {step} is the newest step both old agents captured on the "
+          f"local tier ({common}, their SIGTERM captures included)")
+    for w, name in sorted(old.items()):
+        # The step at SIGTERM minus the local step loaded, exactly; the lost and
+        # recovery seconds within goodput_check's tolerance of the trainer logs.
+        entry = goodput_check.interruption(logs, name, pods[w]["metadata"]["name"], [name],
+                                           loaded[w], report, check, policy=POLICY)
+        check(entry["restoredTier"] == "local" and entry["restoredStep"] == common,
+              f"goodput: writer {w} lost {entry['lostSteps']} steps, those since the newest "
+              f"local checkpoint both ranks held ({common}; newest on its own node "
+              f"{entry.get('restorableLocal')}, newest global {entry.get('restorableGlobal')})")
 
 
 def node_lost(logs: Logs, pods: Pods, epoch: float, mine: Path,

@@ -5,11 +5,11 @@ An indexed Job of 2 pods (2 writers of CheckpointPolicy `dcp`) runs
 directory every pod mounts; one node), checkpointing step SAVE_AT with
 `ckptdrain.dcp.async_save`, each tensor sharded over both ranks. Once both
 writers' manifests of that step are in S3, the Job is deleted, the policy
-goes to 1 writer, and a Job of 1 pod comes back (its restore init container
-skipped by annotation: it places only a pod's own writer's files and refuses
-another writer count). That pod loads the step with `ckptdrain.dcp.load`,
-resharded from 2 writers to 1: it must resume from SAVE_AT with the state
-hash the 2 ranks saved.
+goes to 1 writer, and a Job of 1 pod comes back, with nothing else changed.
+Its restore init container finds the newest step saved by 2 writers, places
+nothing and hands it over (outcome `reshard`, restore/reshard.py); the pod
+loads it with `ckptdrain.dcp.load`, resharded from 2 writers to 1: it must
+resume from SAVE_AT with the state hash the 2 ranks saved.
 
 No retries (backoffLimit 0): a replacement pod would meet its peer through
 the first attempt's rendezvous file, at an address that is gone ("No route to
@@ -33,6 +33,7 @@ from kube import Fatal, apply, get, kubectl, logs, wait_for
 from views import BUCKET, GRACE, NS, S3_NS
 
 NAME, PREFIX, SAVE_AT, SAVED_WRITERS = "dcp", "dcp", 40, 2
+RESTORE_RESULT = "ckptdrain.io/restore-result"
 HERE = Path(__file__).resolve().parent
 
 Say = Callable[[str], None]
@@ -64,10 +65,6 @@ def job_manifest(name: str, writers: int, s3_port: int, torch_site: str, rdv: Pa
     job["spec"].pop("podFailurePolicy", None)
     pod = job["spec"]["template"]
     pod["metadata"]["labels"] = {"app": NAME, "ckptdrain.io/inject": "true"}
-    if writers != SAVED_WRITERS:
-        # Another writer count than the step's: restore would refuse it (exit 4);
-        # train_dcp.py reshards it itself.
-        pod["metadata"]["annotations"] = {"ckptdrain.io/restore": "skip"}
     (container,) = pod["spec"]["containers"]
     container["command"] = ["python3", "/opt/trainer/train_dcp.py"]
     container["env"] = [e for e in container["env"] if e["name"] == "TRAIN_TORCH_SITE"] + [
@@ -150,6 +147,15 @@ def _injects_one_writer() -> bool:
     return env.get("CKPTDRAIN_WRITERS") == "1"
 
 
+def _restore_of(pod: str) -> tuple[dict[str, Any], str]:
+    """What the pod's restore init container did: its `ckptdrain.io/restore-result`
+    annotation and the last line it printed."""
+    annotations = get("pod", "-n", NS, pod)["metadata"].get("annotations") or {}
+    lines = kubectl("logs", "-n", NS, pod, "-c", "ckptdrain-restore",
+                    check=False).stdout.splitlines()
+    return json.loads(annotations.get(RESTORE_RESULT) or "{}"), (lines[-1] if lines else "")
+
+
 def _committed_writers(s3: Any, step: int) -> int:
     listed = s3.client().list_objects_v2(Bucket=BUCKET,
                                          Prefix=f"{PREFIX}/{NS}/{NAME}/manifests/{step:020d}/")
@@ -186,9 +192,16 @@ def run(s3: Any, allowed_root: str, torch_site: str, workdir: Path, report: list
     apply(job_manifest("dcp-resume", 1, s3.port, torch_site, rdv))
     (pod,) = wait_for("the single DCP trainer to load",
                       lambda: _all_have("dcp-resume", 1, "load"), 600, every=3)
-    load = _event(pod, "load")
-    assert load is not None
-    check(load["step"] == SAVE_AT, f"1 rank resumed from step {load['step']} (saved {SAVE_AT})")
+    load, start = _event(pod, "load"), _event(pod, "start")
+    assert load is not None and start is not None
+    result, line = _restore_of(pod)
+    check(result.get("outcome") == "reshard" and result.get("step") == SAVE_AT
+          and f"saved by {SAVED_WRITERS} writer(s), this job has 1" in line,
+          f"restore handed step {result.get('step')} over to be resharded, nothing placed "
+          f"(outcome {result.get('outcome')}): {line!r}")
+    check(load["step"] == SAVE_AT and start["world"] == 1,
+          f"1 rank (world {start['world']}) resumed from step {load['step']} with "
+          f"ckptdrain.dcp.load (saved {SAVE_AT} by {SAVED_WRITERS})")
     check(load["hash"] in hashes, "the resharded state hash equals the one 2 ranks saved")
     report.append(f"| DCP: 2 ranks save step {SAVE_AT}, committed | {saved:.1f} s |")
     report.append(f"| DCP: 1 rank resumes it resharded, equal state hash | "

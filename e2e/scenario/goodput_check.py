@@ -2,8 +2,10 @@
 report about an interruption equals what the trainers logged.
 
 Steps are exact: the trainer's newest step at SIGTERM (its emergency save)
-minus the step the replacement restored. Times are compared with TOLERANCE_S:
-every time involved is read from the one node's clock, so the only gaps are
+minus the step the replacement restored (0 when that is the emergency step
+itself: ranks that all saved it restore it, and nothing is redone). Times
+are compared with TOLERANCE_S: every time involved is read from one clock
+(the cluster's nodes share the host's), so the only gaps are
 between the trainer's log line and the client's own reading of the clock
 around the same event: the SIGTERM handler (microseconds apart), the first
 step after the restore (at most one step of the shared clock, STEP_S, after
@@ -37,13 +39,14 @@ def _saved_at(logs: Logs, pods: list[str], step: int, before: float) -> float | 
 
 
 def interruption(logs: Logs, old: str, new: str, writer_pods: list[str], load: dict[str, Any],
-                 report: list[str], check: Callable[[object, str], None]) -> dict[str, Any]:
+                 report: list[str], check: Callable[[object, str], None],
+                 policy: str = POLICY) -> dict[str, Any]:
     """The status entry of `old`'s interruption, checked against the trainer logs."""
     sigterm = next(e for e in logs.trainer(old) if e["event"] == "sigterm")
     resume = wait_for(f"{new} resumes", lambda: next(
         (e for e in logs.trainer(new) if e["event"] == "resume"), None), 60)
     entry = wait_for(f"status.goodput: {old}'s interruption, training again", lambda: next(
-        (e for e in (policy_status().get("goodput") or {}).get("recent") or []
+        (e for e in (policy_status(policy).get("goodput") or {}).get("recent") or []
          if e.get("pod") == old and e.get("recoverySeconds") is not None), None), 60, 1)
     lost = sigterm["step"] - load["step"]
     check(entry["step"] == sigterm["step"] and entry["restoredStep"] == load["step"]
@@ -61,9 +64,13 @@ def interruption(logs: Logs, old: str, new: str, writer_pods: list[str], load: d
           f"goodput: {new} had its node {waited} s after the interruption (waiting for "
           f"resources, beside the ratio), within the {entry['recoverySeconds']:.2f} s to "
           "training again")
-    saved = _saved_at(logs, writer_pods, load["step"], sigterm["at"])
-    check(saved is not None, f"a trainer log holds the save of step {load['step']}")
-    logged_lost = sigterm["at"] - saved  # type: ignore[operator]
+    if load["step"] == sigterm["step"]:
+        # The emergency step itself, saved after SIGTERM: no training redone.
+        logged_lost = 0.0
+    else:
+        saved = _saved_at(logs, writer_pods, load["step"], sigterm["at"])
+        check(saved is not None, f"a trainer log holds the save of step {load['step']}")
+        logged_lost = sigterm["at"] - saved  # type: ignore[operator]
     check(abs(entry["lostSeconds"] - logged_lost) <= TOLERANCE_S,
           f"goodput: {entry['lostSeconds']:.2f} s of training lost; the trainers logged "
           f"{logged_lost:.2f} s from the save of step {load['step']} to SIGTERM "

@@ -22,10 +22,12 @@ from its partner, not the older global one.
 Then the restore agreement step (e2e/scenario/agreement.py, in both runs):
 two writers on the two nodes with the peer tier off. Both pods deleted with
 their nodes intact, both ranks restore the same local step, newer than the
-newest global one; writer 0's node lost (its local tier wiped) and both pods
-deleted, both restore the newest global step; a trainer restarted inside its
-pod (restartPolicy OnFailure) resumes from the newest step both writers
-saved, not from the one restored when its pod started.
+newest global one, and status.goodput counts only the steps since it;
+writer 0's node lost (its local tier wiped) and both pods deleted, both
+restore the newest global step; a trainer restarted inside its pod
+(restartPolicy OnFailure) resumes from the newest step both writers saved,
+not from the one restored when its pod started; 2 writers and 2 reader
+replicas deleted at once all restore one step, each reader its shard.
 
 More steps run before the uninstall when asked: `--jobset-chart` the
 JobSet step (e2e/scenario/jobset.py: 4 writers of one JobSet on the real

@@ -12,6 +12,8 @@ Both keep the shared step clock and checkpoint the same steps on every writer
     {"event": "fresh"}                  nothing restored
     {"event": "load", "step", "hash", "tier", "bytes", "restore_seconds",
                       "skipped", "source", "at"}
+                                        fresh and load of `sim` also say its
+                                        "role": "writer" or "reader"
     {"event": "resume", "step"}         the first step it trains
     {"event": "save", "step", "hash", "reason"}   reason "sigterm": emergency
     {"event": "sigterm", "step"}        SIGTERM arrived; `step` is the newest done
@@ -79,13 +81,14 @@ class SimTrainer(Trainer):
         for e in lines:
             if e.get("event") == "start":
                 if e.get("restored") is None:
-                    out.append({"event": "fresh", "at": e["t"]})
+                    out.append({"event": "fresh", "at": e["t"], "role": e.get("role")})
                 else:
                     # No digest (a trainer run without --digest) fails loudly here
                     # rather than comparing None with None.
                     out.append({"event": "load", "step": e["restored"], "hash": e["digest"],
                                 "at": e["t"], **{k: e.get(k) for k in (
-                                    "tier", "bytes", "restore_seconds", "skipped", "source")}})
+                                    "tier", "bytes", "restore_seconds", "skipped", "source",
+                                    "role")}})
                 out.append({"event": "resume", "step": e["from_step"], "at": e["t"]})
             elif e.get("event") == "sigterm":
                 out.append({"event": "sigterm", "step": e["step"], "at": e["t"]})

@@ -45,8 +45,8 @@ def complete_steps() -> list[int]:
                   == "Global")
 
 
-def policy_status() -> dict[str, Any]:
-    return get("checkpointpolicy", "-n", NS, POLICY).get("status") or {}
+def policy_status(policy: str = POLICY) -> dict[str, Any]:
+    return get("checkpointpolicy", "-n", NS, policy).get("status") or {}
 
 
 def mid_interval(epoch: float) -> bool:

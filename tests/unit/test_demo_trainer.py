@@ -1,6 +1,6 @@
 """The demo trainer as the short e2e scenario runs it: lockstepped writers that
 checkpoint the same steps, exit 143 after an emergency checkpoint, and report
-digests that tie a restored step to the one saved."""
+digests that tie a restored step to the one saved; as a reader, it never saves."""
 
 from __future__ import annotations
 
@@ -126,3 +126,39 @@ def test_a_sigterm_mid_step_is_saved_at_the_step_boundary(tmp_path: Path) -> Non
     assert sigterm["step"] == 1 and sigterm["t"] >= signalled + 0.5, sigterm
     assert [e["step"] for e in found if e["event"] == "saved" and e.get("emergency")] == [1]
     assert (tmp_path / "step-1").is_dir() and not (tmp_path / "step-2").exists()
+
+
+
+def test_a_reader_loads_the_restored_step_and_never_saves(tmp_path: Path) -> None:
+    """A reader (CKPTDRAIN_ROLE=reader) resumes from what restore placed and
+    writes nothing: no scheduled step, no emergency step on SIGTERM."""
+    _, found = run_until(tmp_path, EVERY, "--every", str(EVERY))
+    digest = next(e["digest"] for e in found if e["event"] == "saved" and e["step"] == EVERY)
+    (tmp_path / "restore.json").write_text(json.dumps({
+        "fresh_start": False, "step": EVERY, "tier": "global", "bytes": 65536,
+        "seconds": 0.5, "path": str(tmp_path / f"step-{EVERY}"), "skipped": [],
+        "source": "s3://bucket/run/5"}))
+    for other in tmp_path.glob("step-*"):  # restore leaves only the step it placed
+        if other.name != f"step-{EVERY}":
+            shutil.rmtree(other)
+    env = {**os.environ, "CKPTDRAIN_WORK_DIR": str(tmp_path), "CKPTDRAIN_ROLE": "reader"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckptdrain.demo.trainer", "--mode", "sim", "--size", "64KiB",
+         "--shards", "2", "--step-time", "0.02", "--digest", "--every", str(EVERY),
+         "--preempted-exit", "143"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    read: list[dict[str, Any]] = []
+    for line in proc.stdout:  # past three more multiples of EVERY, then SIGTERM
+        read.append(json.loads(line))
+        if read[-1]["event"] == "progress" and read[-1]["step"] >= 5 * EVERY:
+            break
+    proc.send_signal(signal.SIGTERM)
+    read += [json.loads(line) for line in proc.stdout if line.startswith("{")]
+    assert proc.wait(timeout=30) == 143
+    start = read[0]
+    assert start["event"] == "start" and start["role"] == "reader"
+    assert start["restored"] == EVERY and start["digest"] == digest
+    assert [e["event"] for e in read if e["event"] not in ("start", "progress")] == \
+        ["sigterm", "exit"], read
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == [f"step-{EVERY}"]

@@ -7,7 +7,8 @@ optimizer through `ckptdrain.torch_helper`; `sim` writes `--shards` files of
 `--size` bytes in all per checkpoint (the same bytes every step, except a
 header naming the step, so writing costs what a real save costs without
 spending CPU on random data). Both resume from what restore placed, checkpoint
-when the agent asks, and write an emergency checkpoint on SIGTERM.
+when the agent asks, and write an emergency checkpoint on SIGTERM. As a
+reader (`CKPTDRAIN_ROLE=reader`) it loads what restore placed and never saves.
 
 Several pods can emulate the writers of one synchronous job (the end-to-end
 scenario runs two in an indexed Job): `--clock EPOCH` puts them on a shared
@@ -176,11 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.every < 0:
         parser.error(f"--every: expected a whole number of steps >= 0, got {args.every}")
     client = Client()
+    # A reader restores a writer's shard and never writes (docs/pod-contract.md):
+    # nothing would capture or drain its saves; they would only fill its work dir.
+    writes = client.role != "reader"
     model = pick_model(args.mode, units.parse_bytes("--size", args.size), args.shards)
     restored = model.load(client)
     step = 0 if restored is None else restored + 1
     emit("start", from_step=step, restored=restored, mode=type(model).__name__,
-         **restored_fields(client, args.digest))
+         role=client.role, **restored_fields(client, args.digest))
     state = {"step": step}
 
     def save(finished: int, **fields: Any) -> None:
@@ -194,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     def emergency() -> None:
         last = state["step"] - 1  # the newest finished step
         emit("sigterm", step=last)
-        if last >= 0 and not client.step_dir(last).exists():
+        if writes and last >= 0 and not client.step_dir(last).exists():
             save(last, emergency=True)
         emit("exit", step=last, reason="sigterm")
 
@@ -219,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         if client.preempting:  # first: this boundary's save is the emergency one
             emergency()
             return args.preempted_exit
+        if not writes:  # a reader: no agent asks it for anything
+            continue
         request = client.checkpoint_requested()
         if args.every and finished % args.every == 0:
             save(finished, reason="schedule" if request is None else request.reason)
