@@ -16,14 +16,11 @@ Once both writers' newest step is complete in the store, between two
 checkpoints, all 4 pods are deleted at once (a gang restart). Every
 replacement loads that step: the writers as the ranks agreed (with readers
 beside them only steps in the store count), each reader its shard with the
-state hash its writer saved, its restore ending in a plain `step N from the
-<tier> tier` (readers take no part in the agreement).
+state hash its writer saved, its restore following the writers' decision
+(`; ranks followed it in round N`, the same round and step as the writers).
 
-The trainers run without an emergency checkpoint (`--no-emergency`), so
-the store holds still across the restart: readers restore the newest step
-complete in the store when they start, and a step the old writers' agents
-still commit while they flush (an emergency step every writer saved) could
-land after a reader restored and before the writers do.
+The trainers run without an emergency checkpoint (`--no-emergency`), so the
+step the pods restore is known before the restart.
 
     run(s3, allowed_root, workdir, report, say, check)   after agreement.run
 """
@@ -210,15 +207,21 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
         placed = wait_for(f"{new[i]}: its restore's last line", lambda i=i: PLACED.match(
             last_restore_line(logs, new[i]) or ""), 30)
         result = restore_result(new[i]) or {}
-        check(placed[1] == str(step) and "; ranks " not in placed[0]
-              and result.get("outcome") == "restored" and result.get("agreement") is None,
-              f"reader {new[i]} restored step {result.get('step')} alone, in no agreement: "
-              f"{placed[0]!r}")
+        followed = result.get("agreement") or {}
+        check(placed[1] == str(step) and "; ranks followed it in round" in placed[0]
+              and result.get("outcome") == "restored" and followed.get("step") == step,
+              f"reader {new[i]} restored step {result.get('step')}, the writers' decision "
+              f"(round {followed.get('round')}): {placed[0]!r}")
+    rounds = set()
     for i in range(WRITERS):
         agreed = (restore_result(new[i]) or {}).get("agreement") or {}
+        rounds.add(agreed.get("round"))
         check(agreed.get("why") == "agreed" and agreed.get("step") == step,
               f"writer {i} ({new[i]}): the ranks agreed on step {agreed.get('step')} "
               f"({agreed.get('why')}: {agreed.get('detail')})")
+    for i in range(WRITERS, PODS):
+        rounds.add(((restore_result(new[i]) or {}).get("agreement") or {}).get("round"))
+    check(len(rounds) == 1, f"writers and readers on one round: {rounds}")
     wrote = {n: sorted(saves(logs, n)) for i in range(WRITERS, PODS) for n in (old[i], new[i])}
     check(not any(wrote.values()), f"the readers' trainers saved nothing: {wrote}")
     read_from = "/".join(sorted({str(tiers[i]) for i in range(WRITERS, PODS)}))
