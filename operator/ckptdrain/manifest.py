@@ -356,6 +356,12 @@ def check_consistent(manifests: list[WriterManifest]) -> None:
             )
     if ranks != list(range(writers)):
         raise IntegrityError(f"step {step}: have writers {ranks}, need 0..{writers - 1}")
+    # Writers that resumed from different restores (an abandoned run's step
+    # committed by some, the new run's by others) are not one checkpoint.
+    timelines = {m.extra.get(EXTRA_TIMELINE) for m in manifests} - {None, ""}
+    if len(timelines) > 1:
+        raise IntegrityError(f"step {step}: its writers saved it in different runs "
+                             f"(timelines {', '.join(sorted(timelines))})")
 
 
 __all__ = [

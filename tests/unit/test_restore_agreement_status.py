@@ -33,3 +33,18 @@ def test_no_agreement_without_coordinated_restores() -> None:
     assert goodput.restore_agreement([view]) is None
     assert parse_restore('{"outcome":"restored","startedAt":1,"agreement":{"round":-1,'
                          '"why":"agreed"}}').agreement is None  # type: ignore[union-attr]
+
+
+def test_a_step_whose_writers_saved_it_in_different_runs_is_not_one_checkpoint() -> None:
+    import pytest
+
+    from ckptdrain.manifest import FileEntry, IntegrityError, WriterManifest, check_consistent
+
+    def m(writer: int, timeline: str) -> WriterManifest:
+        return WriterManifest(step=7, writer=writer, writers=2, created=1.0,
+                              files=(FileEntry("a.bin", 1, "0000abcd"),),
+                              extra={"timeline": timeline} if timeline else {})
+    check_consistent([m(0, "r1-a"), m(1, "r1-a")])
+    check_consistent([m(0, "r1-a"), m(1, "")])  # untagged: written before timelines
+    with pytest.raises(IntegrityError, match="different runs"):
+        check_consistent([m(0, "r1-a"), m(1, "r2-b")])

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.errors import IntegrityError
-from ckptdrain.manifest import WriterManifest
+from ckptdrain.manifest import EXTRA_TIMELINE, WriterManifest
 from ckptdrain.node.steps import step_name
 
 if TYPE_CHECKING:
@@ -93,7 +93,11 @@ class AgentStartup:
             if step <= restored:
                 continue
             manifest = self._manifest_or_quarantine(step)
-            if manifest is not None and manifest.created < restored_at:
+            # By the timeline when restore named one: an old pod of this rank
+            # on this node may capture its SIGTERM step after the restore.
+            other_run = self.timeline is not None and manifest is not None and \
+                manifest.extra.get(EXTRA_TIMELINE) != self.timeline
+            if manifest is not None and (manifest.created < restored_at or other_run):
                 log.warning("dropping local step %d: the trainer resumed from %s", step,
                             restored if restored >= 0 else "scratch")
                 self.tier.remove(step)
