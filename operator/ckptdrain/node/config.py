@@ -22,6 +22,7 @@ from ckptdrain.contract.cold import cold_class_problem
 from ckptdrain.contract.drain import parse_stall_timeout
 from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
+from ckptdrain.node import values
 
 #: Used when neither the share file nor CKPTDRAIN_DEFAULT_RATE gives a rate:
 #: the agent is never unlimited, because an unthrottled drain starves the
@@ -104,80 +105,6 @@ class AgentConfig:
         return self.writers == 1 and not self.reader and not self.readers
 
 
-def _path(field: str, value: object) -> Path:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(field, "a path", value)
-    return Path(value)
-
-
-def _optional_text(field: str, value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput(field, "text", value)
-    return value.strip() or None
-
-
-def _optional_endpoint(field: str, value: object) -> str | None:
-    from ckptdrain.store.endpoint import parse_endpoint
-
-    return None if _optional_text(field, value) is None else parse_endpoint(field, value)
-
-
-def _text(field: str, value: object) -> str:
-    return _optional_text(field, value) or ""
-
-
-def _bool(field: str, value: object) -> bool:
-    text = str(value).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise InvalidInput(field, "true or false", value)
-
-
-def _choice(*options: str) -> Callable[[str, object], str]:
-    def parse(field: str, value: object) -> str:
-        text = str(value).strip().lower()
-        if text not in options:
-            raise InvalidInput(field, " or ".join(options), value)
-        return text
-
-    return parse
-
-
-def _port(field: str, value: object) -> int:
-    text = str(value).strip()
-    if not text.isdigit() or int(text) > 65535:
-        raise InvalidInput(field, "a TCP port 0..65535 (0 disables the endpoint)", value)
-    return int(text)
-
-
-def _optional_bytes(field: str, value: object) -> int | None:
-    return None if value is None else units.parse_bytes(field, value)
-
-
-def _restore_mode(field: str, value: object) -> bool:
-    """The pod's `ckptdrain.io/restore` annotation: `skip` or nothing. A typo
-    stops restore with one line: guessing either way could lose training."""
-    from ckptdrain.contract.api import ANNOTATION_RESTORE, RESTORE_SKIP
-
-    text = str(value).strip()
-    if text == RESTORE_SKIP:
-        return True
-    if text == "":
-        return False
-    raise InvalidInput(f"pod annotation {ANNOTATION_RESTORE} ({field})",
-                       f"{RESTORE_SKIP!r}, or no annotation", value)
-
-
-def _seconds_or_zero(field: str, value: object) -> float:
-    if str(value).strip() in ("0", "0s"):
-        return 0.0
-    return units.parse_duration(field, value)
-
-
 @dataclass(frozen=True)
 class Field:
     name: str
@@ -192,13 +119,13 @@ class Field:
 
 
 FIELDS: tuple[Field, ...] = (
-    Field("work_dir", Env.WORK_DIR, _path, "/ckptdrain/work",
+    Field("work_dir", Env.WORK_DIR, values.path, "/ckptdrain/work",
           "where the trainer writes step-<N>/ (memory tier when memory-backed)"),
-    Field("local_dir", Env.LOCAL_DIR, _path, "/ckptdrain/local",
+    Field("local_dir", Env.LOCAL_DIR, values.path, "/ckptdrain/local",
           "the node-local (NVMe) tier"),
     Field("local_keep", Env.LOCAL_KEEP, units.parse_positive_int, "2",
           "local retention: keep the newest K checkpoints"),
-    Field("local_capacity", Env.LOCAL_CAPACITY, _optional_bytes, None,
+    Field("local_capacity", Env.LOCAL_CAPACITY, values.optional_bytes, None,
           "bytes the local tier may hold, e.g. 8TB (default: the disk's free space)"),
     Field("global_keep", Env.GLOBAL_KEEP, units.parse_positive_int, "3",
           "global retention: keep the newest K complete checkpoints in the store"),
@@ -208,60 +135,60 @@ FIELDS: tuple[Field, ...] = (
           "every N-th local checkpoint is drained to the global tier"),
     Field("overlap", Env.OVERLAP, units.parse_fraction, "10%",
           "target drain time / global interval (reported, not enforced)"),
-    Field("store_uri", Env.STORE_URI, _optional_text, None,
+    Field("store_uri", Env.STORE_URI, values.optional_text, None,
           "global tier: s3://bucket/prefix, gs://bucket/prefix or file:///path "
           "(none: local tier only)"),
-    Field("s3_endpoint", Env.S3_ENDPOINT, _optional_endpoint, None,
+    Field("s3_endpoint", Env.S3_ENDPOINT, values.optional_endpoint, None,
           "S3-compatible endpoint URL"),
-    Field("region", Env.REGION, _optional_text, None, "S3 region"),
-    Field("s3_sse", Env.S3_SSE, _optional_text, None,
+    Field("region", Env.REGION, values.optional_text, None, "S3 region"),
+    Field("s3_sse", Env.S3_SSE, values.optional_text, None,
           "server-side encryption of every object written: SSE-S3 or SSE-KMS"),
-    Field("s3_sse_kms_key_id", Env.S3_SSE_KMS_KEY_ID, _optional_text, None,
+    Field("s3_sse_kms_key_id", Env.S3_SSE_KMS_KEY_ID, values.optional_text, None,
           "with SSE-KMS: the KMS key id or ARN"),
-    Field("s3_ca_bundle", Env.S3_CA_BUNDLE, _optional_text, None,
+    Field("s3_ca_bundle", Env.S3_CA_BUNDLE, values.optional_text, None,
           "PEM file of CAs trusted for the S3 endpoint (a private CA)"),
-    Field("s3_addressing", Env.S3_ADDRESSING, _optional_text, None,
+    Field("s3_addressing", Env.S3_ADDRESSING, values.optional_text, None,
           "S3 addressing style: auto, path or virtual"),
-    Field("cold_storage_class", Env.COLD_STORAGE_CLASS, _optional_text, None,
+    Field("cold_storage_class", Env.COLD_STORAGE_CLASS, values.optional_text, None,
           "move the data of older complete checkpoints to this S3 storage class"),
     Field("cold_after", Env.COLD_AFTER, units.parse_positive_int, "1",
           "newest complete checkpoints kept in the bucket's class"),
-    Field("writer_id", Env.WRITER_ID, _text, "0",
+    Field("writer_id", Env.WRITER_ID, values.text, "0",
           "this pod's writer rank (a pod name is accepted when writers is 1)"),
     Field("writers", Env.WRITERS, units.parse_positive_int, "1",
           "how many writers make one checkpoint"),
-    Field("role", Env.ROLE, _choice("writer", "reader"), "writer",
+    Field("role", Env.ROLE, values.choice("writer", "reader"), "writer",
           "writer: captures and drains its shard; reader: restores the shard "
           "CKPTDRAIN_WRITER_ID and never writes"),
-    Field("readers", Env.READERS, _bool, "false",
+    Field("readers", Env.READERS, values.boolean, "false",
           "readers restore this job's checkpoints beside its writers (every pod then "
           "restores only steps all of them can get)"),
-    Field("share_file", Env.SHARE_FILE, _optional_text, None,
+    Field("share_file", Env.SHARE_FILE, values.optional_text, None,
           "file holding this pod's bandwidth share in bytes/s, re-read every second"),
     Field("default_rate", Env.DEFAULT_RATE, units.parse_rate, None,
           "share used when the share file is missing or malformed (bytes/s)"),
     Field("grace", Env.GRACE_SECONDS, units.parse_duration, "30",
           "the pod's terminationGracePeriodSeconds"),
-    Field("safety_margin", Env.SAFETY_MARGIN, _seconds_or_zero, None,
+    Field("safety_margin", Env.SAFETY_MARGIN, values.seconds_or_zero, None,
           "exit this long before the grace period ends (default: 10% of grace, >= 2s)"),
-    Field("metrics_port", Env.METRICS_PORT, _port, "9108",
+    Field("metrics_port", Env.METRICS_PORT, values.port, "9108",
           "Prometheus /metrics and /healthz port (0 disables)"),
-    Field("restore", Env.RESTORE, _bool, "true", "restore on start"),
-    Field("restore_prefer", Env.RESTORE_PREFER, _choice("local", "global"), "local",
+    Field("restore", Env.RESTORE, values.boolean, "true", "restore on start"),
+    Field("restore_prefer", Env.RESTORE_PREFER, values.choice("local", "global"), "local",
           "tier preferred when both hold the same newest step"),
-    Field("restore_result", Env.RESTORE_RESULT, _optional_text, None,
+    Field("restore_result", Env.RESTORE_RESULT, values.optional_text, None,
           "restore result file (default <work>/restore.json)"),
-    Field("restore_retry_deadline", Env.RESTORE_RETRY_DEADLINE, _seconds_or_zero, "10m",
+    Field("restore_retry_deadline", Env.RESTORE_RETRY_DEADLINE, values.seconds_or_zero, "10m",
           "how long restore retries a global tier that does not answer (0: no retry)"),
-    Field("restore_direct_io", Env.RESTORE_DIRECT_IO, _bool, "true",
+    Field("restore_direct_io", Env.RESTORE_DIRECT_IO, values.boolean, "true",
           "restore onto a local disk by direct I/O (false: through the page cache)"),
-    Field("restore_reshard", Env.RESTORE_RESHARD, _choice("dcp", "trainer"), "dcp",
+    Field("restore_reshard", Env.RESTORE_RESHARD, values.choice("dcp", "trainer"), "dcp",
           "newest step saved by another writer count: dcp hands a DCP checkpoint to the "
           "trainer to load resharded (other formats stop restore), trainer any format"),
-    Field("restore_agree_timeout", Env.RESTORE_AGREE_TIMEOUT, _seconds_or_zero, "1m",
+    Field("restore_agree_timeout", Env.RESTORE_AGREE_TIMEOUT, values.seconds_or_zero, "1m",
           "with several writers, how long restore waits for every rank to report what it "
           "holds before falling back to the newest global step (0: no coordination)"),
-    Field("restore_mode", Env.RESTORE_MODE, _restore_mode, "",
+    Field("restore_mode", Env.RESTORE_MODE, values.restore_mode, "",
           "the pod's ckptdrain.io/restore annotation: 'skip' for a deliberate fresh start"),
     Field("part_size", Env.PART_SIZE, units.parse_bytes, "64MiB",
           "multipart part size for the drain"),
@@ -269,12 +196,12 @@ FIELDS: tuple[Field, ...] = (
           "parts in flight while draining"),
     Field("stall_timeout", Env.STALL_TIMEOUT, parse_stall_timeout, "5m",
           "a drain attempt that makes no progress this long fails and is retried"),
-    Field("policy", Env.POLICY, _text, "", "<namespace>/<name> of the policy"),
-    Field("pod_name", Env.POD_NAME, _text, "", "this pod (downward API)"),
-    Field("pod_uid", Env.POD_UID, _optional_text, None,
+    Field("policy", Env.POLICY, values.text, "", "<namespace>/<name> of the policy"),
+    Field("pod_name", Env.POD_NAME, values.text, "", "this pod (downward API)"),
+    Field("pod_uid", Env.POD_UID, values.optional_text, None,
           "this pod's uid (downward API): holds the writer's lease"),
-    Field("namespace", Env.NAMESPACE, _text, "", "this pod's namespace (downward API)"),
-    Field("node_name", Env.NODE_NAME, _text, "", "this node (downward API)"),
+    Field("namespace", Env.NAMESPACE, values.text, "", "this pod's namespace (downward API)"),
+    Field("node_name", Env.NODE_NAME, values.text, "", "this node (downward API)"),
 )
 
 
