@@ -174,3 +174,13 @@ def test_a_large_decision_stays_small() -> None:
     d = Decision(1, 5, "agreed", "", {r: pod_digest(f"uid-{r}") for r in range(5000)}, 1.0, "t")
     text = d.to_json()
     assert len(text) < 64 * 1024 and Decision.from_json(text) == d
+
+
+def test_a_fall_back_keeps_to_the_step_a_round_restored_moments_ago() -> None:
+    from ckptdrain.restore.agreement import held_back
+
+    before = decision(step=80, at=1000.0)
+    assert held_back(before, rep(1, {80: "t"}), now=1010.0) == (True, 80)
+    assert held_back(before, rep(1, {70: "t"}, complete=(50,)), now=1010.0) == (False, 80)
+    assert held_back(before, rep(1, {}), now=1000.0 + 3600) is None  # long ago: free
+    assert held_back(None, rep(1, {}), now=1.0) is None

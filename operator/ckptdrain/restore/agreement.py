@@ -348,6 +348,20 @@ def fallback(reports: Mapping[int, Report], writers: int, round_: int, now: floa
                     {r: pod_digest(rep.uid) for r, rep in counted.items()}, now, timeline)
 
 
+def held_back(previous: Decision | None, mine: Report, now: float,
+              join_window: float = JOIN_WINDOW_S) -> tuple[bool, int | None] | None:
+    """What a fall-back must keep to when the round it replaces was decided
+    within the join window: the ranks that took part in that one may be
+    running on its step, so the fall-back may only be that step. None when
+    there is no such round; (True, step) when this rank can get the step,
+    (False, step) when it cannot (then nothing may be settled)."""
+    if previous is None or not 0 <= now - previous.decided_at <= join_window:
+        return None
+    if previous.step is None:
+        return True, None
+    return previous.step in gettable(mine, mine.complete), previous.step
+
+
 def _ranks(ranks: list[int]) -> str:
     shown = ", ".join(str(r) for r in ranks[:8]) + (" ..." if len(ranks) > 8 else "")
     return f"rank{'s' if len(ranks) != 1 else ''} {shown}"

@@ -36,6 +36,7 @@ from ckptdrain.restore.agreement import (
     Report,
     decide,
     fallback,
+    held_back,
     next_move,
     next_move_in_place,
     pinned,
@@ -257,6 +258,8 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
     last_error: Exception | None = None
     read: dict[str, Any] | None = None
     step_round: int | None = None
+    #: The decision the round replaces (agreement.held_back).
+    previous: Decision | None = None
     nxt = Next("report", 0)
     while True:
         try:
@@ -274,7 +277,7 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
                             sleep(rng.random() * poll)  # joiners spread out, then look again
                             continue
                     return Agreed(joined, "joined", monotonic() - started, nxt.why)
-                step_round = nxt.round
+                step_round, previous = nxt.round, current
                 if nxt.move == "report":
                     mine = report_for(step_round)
                     if not nxt.may_fall_back and own is not None:
@@ -312,6 +315,15 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
     reports = meeting.reports()
     made = fallback(reports, writers, step_round, clock(), uncoordinated, waited,
                     new_timeline(step_round))
+    kept = held_back(previous, report_for(step_round), clock())
+    if kept is not None:
+        can, step = kept
+        if not can:
+            raise Unsettled(f"the ranks of round {step_round - 1} restored step {step} moments "
+                            f"ago and may be running on it; this rank cannot get it, and the "
+                            f"others did not come back within {waited:.0f}s")
+        made = replace(made, step=step, detail=f"{made.detail.split(';')[0]}; step {step}, "
+                       f"which the ranks of round {step_round - 1} restored moments ago")
     pins = pinned({r: rep for r, rep in reports.items() if rep.round == step_round})
     if pins is not None and pins != {made.step}:
         raise Unsettled(f"running rank(s) sit at step(s) {sorted(pins)} and not every rank "
