@@ -353,12 +353,12 @@ def held_back(previous: Decision | None, mine: Report, now: float,
     """What a fall-back must keep to when the round it replaces was decided
     within the join window: the ranks that took part in that one may be
     running on its step, so the fall-back may only be that step. None when
-    there is no such round; (True, step) when this rank can get the step,
+    there is no such round (or it was a fresh start: never forced on a
+    rank that could restore); (True, step) when this rank can get the step,
     (False, step) when it cannot (then nothing may be settled)."""
-    if previous is None or not 0 <= now - previous.decided_at <= join_window:
+    if previous is None or previous.step is None \
+            or not 0 <= now - previous.decided_at <= join_window:
         return None
-    if previous.step is None:
-        return True, None
     return previous.step in gettable(mine, mine.complete), previous.step
 
 
