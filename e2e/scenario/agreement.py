@@ -58,7 +58,7 @@ import yaml
 from kube import apply, get, kubectl, wait_for
 from peer import CHECKPOINT_BYTES, START_MARGIN_S, WRITERS, two_node_job, wipe
 from trainers import TRAINERS, Logs, _json_lines
-from views import GRACE, NS, mid_interval, wait_mid_interval
+from views import GRACE, NS, mid_interval, remove, wait_mid_interval
 
 NAME = POLICY = PREFIX = "agree"
 #: The second Job (A3): its trainers restart inside their pods.
@@ -203,11 +203,7 @@ def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
         _run(s3, allowed_root, logs, report, say, check)
     finally:
         logs.stop()
-        for job in (NAME, IN_PLACE):
-            kubectl("delete", "job", "-n", NS, job, "--ignore-not-found", "--wait=true",
-                    "--timeout=90s", timeout=100, check=False)
-        kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--ignore-not-found",
-                "--wait=true", timeout=60, check=False)
+        remove(POLICY, NAME, IN_PLACE)
     # A4 times its deletes by its step clock: it starts once these pods have
     # flushed and gone, not beside them.
     wait_for("the agreement Jobs' pods gone", lambda: not get(

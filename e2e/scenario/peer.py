@@ -30,7 +30,7 @@ import jobset
 import yaml
 from kube import apply, get, kubectl, wait_for
 from trainers import TRAINERS, Logs, _json_lines
-from views import GRACE, NS, OP_NS, wait_mid_interval
+from views import GRACE, NS, OP_NS, remove, wait_mid_interval
 
 #: Seconds between the peer Job's creation and its step clock's start.
 START_MARGIN_S = 20.0
@@ -123,10 +123,7 @@ def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
         _run(s3, allowed_root, logs, report, say, check)
     finally:
         logs.stop()
-        kubectl("delete", "job", "-n", NS, NAME, "--ignore-not-found", "--wait=true",
-                "--timeout=90s", timeout=100, check=False)
-        kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--ignore-not-found",
-                "--wait=true", timeout=60, check=False)
+        remove(POLICY, NAME)
 
 
 def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],

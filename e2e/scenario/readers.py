@@ -40,7 +40,7 @@ import yaml
 from kube import apply, get, kubectl, wait_for
 from peer import NODE_B_TAINT, START_MARGIN_S
 from trainers import TRAINERS, Logs
-from views import GRACE, NS, mid_interval
+from views import GRACE, NS, mid_interval, remove
 
 NAME = POLICY = PREFIX = "agree-readers"
 WRITERS, PODS, CHECKPOINT_BYTES = 2, 4, 4_000_000
@@ -148,10 +148,7 @@ def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
         _run(s3, allowed_root, logs, report, say, check)
     finally:
         logs.stop()
-        kubectl("delete", "job", "-n", NS, NAME, "--ignore-not-found", "--wait=true",
-                "--timeout=90s", timeout=100, check=False)
-        kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--ignore-not-found",
-                "--wait=true", timeout=60, check=False)
+        remove(POLICY, NAME)
 
 
 def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],

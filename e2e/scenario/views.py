@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kube import get
+from kube import get, kubectl
 
 NS, S3_NS, RELEASE, OP_NS = "ckptdrain-e2e", "ckptdrain-e2e-s3", "ckptdrain", "ckptdrain"
 POLICY, JOB, BUCKET = "mlp", "mlp", "ckptdrain-e2e"
@@ -59,3 +59,13 @@ def wait_mid_interval(epoch: float) -> None:
     SIGTERM never lands on a step every writer also saves."""
     while not mid_interval(epoch):
         time.sleep(0.2)
+
+
+def remove(policy: str, *jobs: str) -> None:
+    """Delete a step's Jobs, then its policy (best effort: a step's cleanup
+    runs after a failure too)."""
+    for job in jobs:
+        kubectl("delete", "job", "-n", NS, job, "--ignore-not-found", "--wait=true",
+                "--timeout=90s", timeout=100, check=False)
+    kubectl("delete", "checkpointpolicy", "-n", NS, policy, "--ignore-not-found",
+            "--wait=true", timeout=60, check=False)

@@ -45,6 +45,7 @@ from types import FrameType
 from ckptdrain import resume_channel
 from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
+from ckptdrain.jsonfile import parse_object
 from ckptdrain.progress import PROGRESS_FILE, Progress
 
 CONTROL_DIR = ".ckptdrain"
@@ -79,10 +80,9 @@ class Restored:
 
 def _read_json(path: Path) -> dict[str, object] | None:
     try:
-        doc = json.loads(path.read_bytes())
-    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return parse_object(path.read_bytes())
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return doc if isinstance(doc, dict) else None
 
 
 def write_json_atomic(path: Path, doc: Mapping[str, object]) -> None:

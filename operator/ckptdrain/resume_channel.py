@@ -21,9 +21,10 @@ true is an agreed fresh start.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from ckptdrain.jsonfile import read_object
 
 REQUEST_FILE = "resume-request"
 ANSWER_FILE = "resume"
@@ -47,13 +48,13 @@ class Answer:
 
 def read_request(control: Path) -> float | None:
     """When the newest request was made; None when there is none."""
-    doc = _read(control / REQUEST_FILE)
+    doc = read_object(control / REQUEST_FILE)
     at = doc.get("at") if doc else None
     return float(at) if isinstance(at, int | float) and not isinstance(at, bool) else None
 
 
 def read_answer(control: Path) -> Answer | None:
-    doc = _read(control / ANSWER_FILE)
+    doc = read_object(control / ANSWER_FILE)
     if not doc:
         return None
     try:
@@ -67,11 +68,3 @@ def read_answer(control: Path) -> Answer | None:
                       why=str(doc.get("why", "")), reason=str(doc.get("reason", "")))
     except (KeyError, TypeError, ValueError):
         return None
-
-
-def _read(path: Path) -> dict[str, object] | None:
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None

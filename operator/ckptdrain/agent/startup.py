@@ -7,15 +7,14 @@ dir), and resume the drains that were not finished.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.errors import IntegrityError
+from ckptdrain.jsonfile import read_object
 from ckptdrain.manifest import EXTRA_TIMELINE, WriterManifest
 from ckptdrain.node.steps import step_name
 
@@ -73,7 +72,7 @@ class AgentStartup:
         timeline (with several writers, restore may pick an older globally
         complete step). They would shadow the new steps, so drop them; and the
         restored step itself stays in the work dir while the trainer loads it."""
-        doc = _read_result(self.cfg.restore_result)
+        doc = read_object(self.cfg.restore_result)
         if doc is None:
             return
         self.metrics.restored(doc)
@@ -122,9 +121,3 @@ class AgentStartup:
             return None
 
 
-def _read_result(path: Path) -> dict[str, object] | None:
-    try:
-        doc = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None

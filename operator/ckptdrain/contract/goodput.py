@@ -34,6 +34,7 @@ from ckptdrain.contract.api import (
     LABEL_READER,
     LABEL_WRITER,
 )
+from ckptdrain.jsonfile import parse_object
 
 #: Completed steps (and when) the client remembers, for `lostSeconds`.
 MAX_COMPLETED = 16
@@ -55,13 +56,7 @@ def _step(value: Any) -> int | None:
 
 
 def _load(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
+    return parse_object(text)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ckptdrain.jsonfile import parse_object
+
 #: How many of its newest steps a rank reports per source (a report is an
 #: annotation: small, whatever the retention).
 REPORT_STEPS = 16
@@ -378,13 +380,7 @@ def pod_digest(uid: str) -> str:
 
 
 def _doc(text: object) -> dict[str, Any] | None:
-    if not isinstance(text, str) or len(text) > 192 * 1024:
-        return None
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
+    return parse_object(text, max_chars=192 * 1024) if isinstance(text, str) else None
 
 
 def _whole(value: object) -> int:
