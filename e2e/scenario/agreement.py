@@ -341,17 +341,19 @@ def in_place(logs: Logs, pods: Pods, epoch: float, history: dict[int, dict[int, 
     names = names_of(pods)
     start = started[0]["step"]
 
-    def both_saved() -> list[int]:
-        return sorted(set(saves(logs, names[0])) & set(saves(logs, names[1])))
-    wait_for("a step both writers saved since they started",
-             lambda: [s for s in both_saved() if s > start], 60)
+    # Held, not only saved: a trainer saves faster than its agent starts, and
+    # what a rank holds is what its agent captured (or its work dir keeps).
+    def both_held() -> list[int]:
+        return sorted(local_steps(logs, names[0]) & local_steps(logs, names[1]))
+    wait_for("a step both writers' agents captured since they started",
+             lambda: [s for s in both_held() if s > start], 60)
     wait_mid_interval(epoch)
-    common = max(both_saved())
+    common = max(both_held())
     uid = pods[0]["metadata"]["uid"]
     killed = time.time()
     kubectl("exec", "-n", NS, names[0], "-c", "trainer", "--", "python3", "-c", KILL_TRAINER,
             timeout=30)
-    say(f"  SIGTERM to {names[0]}'s trainer (both writers saved step {common}; "
+    say(f"  SIGTERM to {names[0]}'s trainer (both writers hold step {common}; "
         f"restored at pod start: {start})")
     emergency = wait_for(f"{names[0]}: emergency save", lambda: next(
         (e for e in logs.trainer(names[0]) if e["event"] == "save"
@@ -366,7 +368,7 @@ def in_place(logs: Logs, pods: Pods, epoch: float, history: dict[int, dict[int, 
           f"{names[0]}: its trainer restarted in the same pod ({restarts} restart(s))")
     check(load["event"] == "load" and load["step"] >= common and load["step"] > start,
           f"restarted trainer loaded step {load.get('step')} ({load.get('tier')} tier): at "
-          f"least the newest step both writers saved before the kill ({common}), not the "
+          f"least the newest step both writers held before the kill ({common}), not the "
           f"step restored at pod start ({start})")
     check(load["step"] in saves(logs, names[1]),
           f"a step writer 1 saved too, not writer 0's own emergency step {emergency['step']}")
