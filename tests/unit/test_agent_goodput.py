@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from ckptdrain.agent.goodput import GoodputMetrics, GoodputWatcher, OverlapReporter
+from ckptdrain.agent.goodput import GoodputMetrics, GoodputWatcher, OverlapReporter, SaveCounter
 from ckptdrain.agent.report import CheckpointEvent, State
 from ckptdrain.client import Client
 from ckptdrain.contract.goodput import parse_agent
@@ -76,3 +76,58 @@ def test_an_interruption_before_any_step_is_said_in_words(
         watcher.interrupted(at=1.0)
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "interrupted at an unknown step" in said and "None" not in said
+
+
+def test_each_save_blocking_lands_in_the_histogram_and_the_view(tmp_path: Path) -> None:
+    """Two saves of a real client: the histogram counts two saves whose sum is
+    the client's blocked seconds; the annotation carries the saves, the
+    schedule and the newest drain, which the operator folds (cost.py)."""
+    work, tier = tmp_path / "work", LocalTier(tmp_path / "local")
+    registry = CollectorRegistry()
+    metrics = GoodputMetrics(registry)
+    drains = OverlapReporter(metrics, 600.0, target=0.1)
+    watcher = GoodputWatcher(work, tier, metrics, None, clock=lambda: 0.0, drains=drains,
+                             interval_s=300.0, overlap_target=0.1)
+    client = Client(work, environ={})
+    for step in (10, 20):
+        d = client.begin(step)
+        (d / "a.bin").write_bytes(b"x" * 100)
+        client.complete(step)
+        watcher.refresh()
+    watcher.refresh()  # the same totals again: nothing counted twice
+    assert registry.get_sample_value("ckptdrain_save_blocking_seconds_count") == 2
+    blocked = registry.get_sample_value("ckptdrain_trainer_blocked_seconds")
+    assert registry.get_sample_value("ckptdrain_save_blocking_seconds_sum") == \
+        pytest.approx(blocked, abs=1e-5)
+    assert registry.get_sample_value("ckptdrain_drain_overlap_target_ratio") == 0.1
+    drains.report(CheckpointEvent(20, State.GLOBAL, 10, seconds=90.0))
+    drains.report(CheckpointEvent(10, State.GLOBAL, 10, seconds=30.0))  # older: not newest
+    view = parse_agent(watcher.annotation()["ckptdrain.io/goodput"])
+    assert view is not None
+    assert (view.saves, view.interval_s, view.overlap_target) == (2, 300.0, 0.1)
+    assert (view.drained_step, view.drain_s, view.drain_overlap) == (20, 90.0, 0.15)
+    assert registry.get_sample_value("ckptdrain_drain_overlap_ratio") == 0.15
+
+
+def test_save_counter_spreads_blocked_time_and_restarts_with_a_new_trainer() -> None:
+    registry = CollectorRegistry()
+    counter = SaveCounter(GoodputMetrics(registry).per_save)
+
+    def seen() -> tuple[float | None, float | None]:
+        return (registry.get_sample_value("ckptdrain_save_blocking_seconds_count"),
+                registry.get_sample_value("ckptdrain_save_blocking_seconds_sum"))
+
+    counter.update({"pid": 7, "blockedSeconds": 6.0, "saves": 3})
+    assert seen() == (3, 6.0)
+    # An asynchronous save let the trainer go; it has not completed yet.
+    counter.update({"pid": 7, "blockedSeconds": 6.5, "saves": 3})
+    assert seen() == (3, 6.0)
+    counter.update({"pid": 7, "blockedSeconds": 6.5, "saves": 4})
+    assert seen() == (4, 6.5)
+    assert registry.get_sample_value("ckptdrain_save_blocking_seconds_bucket",
+                                     {"le": "0.5"}) == 1
+    # The trainer restarted in its pod: its own totals, from zero.
+    counter.update({"pid": 8, "blockedSeconds": 1.0, "saves": 1})
+    assert seen() == (5, 7.5)
+    counter.update({"pid": 8, "blockedSeconds": "x", "saves": 2})  # not a number: ignored
+    assert seen() == (5, 7.5)

@@ -235,14 +235,16 @@ def goodput_watcher(cfg: node_config.AgentConfig, tier: LocalTier, metrics: Agen
                     reporter: FanOut) -> GoodputWatcher:
     """The trainer's progress into metrics and the pod's goodput annotation."""
     numbers = GoodputMetrics(metrics.registry)
-    reporter.reporters.append(OverlapReporter(numbers, cfg.interval_s * cfg.global_every))
+    drains = OverlapReporter(numbers, cfg.interval_s * cfg.global_every, cfg.overlap)
+    reporter.reporters.append(drains)
     annotate = None
     if node_config.in_cluster(cfg):
         from ckptdrain.node.kube import annotate_own_pod
 
         def annotate(key: str, value: str) -> bool:
             return annotate_own_pod(cfg.namespace, cfg.pod_name, key, value)
-    return GoodputWatcher(cfg.work_dir, tier, numbers, annotate)
+    return GoodputWatcher(cfg.work_dir, tier, numbers, annotate, drains=drains,
+                          interval_s=cfg.interval_s, overlap_target=cfg.overlap)
 
 
 def restore_rounds(cfg: node_config.AgentConfig, agent: Agent, drain: Any) -> Any:

@@ -6,8 +6,10 @@ Where the data comes from (no per-checkpoint API write is added):
 - the trainer's client keeps `<work>/.ckptdrain/progress` (client.py);
 - the agent copies what matters of it into its pod's `ckptdrain.io/goodput`
   annotation twice per pod life (training started; flushed after SIGTERM),
-  and the blocked seconds ride along the pending-bytes patch it already sends
-  (`AgentView`);
+  and the blocked seconds, the saves and the newest drain's overlap ride
+  along the pending-bytes patch it already sends (`AgentView`), with the
+  interval and target overlap the pod runs with: what checkpointing costs
+  against the two rules (operator/goodput/cost.py);
 - restore writes `ckptdrain.io/restore-result` on its pod, in the patch it
   already sends (`RestoreView`);
 - the operator reads both from the pods (`pod_view`), with two times from
@@ -55,6 +57,16 @@ def _step(value: Any) -> int | None:
     return value
 
 
+def _positive(value: Any) -> float | None:
+    number = _num(value)
+    return number if number is not None and number > 0 else None
+
+
+def _nonnegative(value: Any) -> float | None:
+    number = _num(value)
+    return number if number is not None and number >= 0 else None
+
+
 def _load(text: str | None) -> dict[str, Any] | None:
     return parse_object(text)
 
@@ -72,6 +84,16 @@ class AgentView:
     completed: tuple[tuple[int, float], ...] = ()
     newest_local: int | None = None
     newest_global: int | None = None
+    #: Saves the trainer completed (blocked_s / saves: blocking per save).
+    saves: int = 0
+    #: The schedule this pod runs with: its local interval and target overlap.
+    interval_s: float | None = None
+    overlap_target: float | None = None
+    #: The newest drained checkpoint: its step, drain seconds and overlap
+    #: (drain seconds ÷ global interval).
+    drained_step: int | None = None
+    drain_s: float | None = None
+    drain_overlap: float | None = None
 
     def to_json(self) -> str:
         return json.dumps({
@@ -80,6 +102,11 @@ class AgentView:
             "step": self.step, "stepSeconds": self.step_s,
             "completed": {str(s): t for s, t in self.completed},
             "newestLocal": self.newest_local, "newestGlobal": self.newest_global,
+            "saves": self.saves, "intervalSeconds": self.interval_s,
+            "overlapTarget": self.overlap_target, "drainedStep": self.drained_step,
+            "drainSeconds": None if self.drain_s is None else round(self.drain_s, 3),
+            "drainOverlap": None if self.drain_overlap is None
+            else round(self.drain_overlap, 6),
         }, sort_keys=True, separators=(",", ":"))
 
     def completed_at(self, step: int | None) -> float | None:
@@ -99,7 +126,12 @@ def parse_agent(text: str | None) -> AgentView | None:
         blocked_s=max(0.0, _num(doc.get("blockedSeconds")) or 0.0),
         interrupted_at=_num(doc.get("interruptedAt")), step=_step(doc.get("step")),
         step_s=_num(doc.get("stepSeconds")), completed=completed,
-        newest_local=_step(doc.get("newestLocal")), newest_global=_step(doc.get("newestGlobal")))
+        newest_local=_step(doc.get("newestLocal")), newest_global=_step(doc.get("newestGlobal")),
+        # Absent from an older agent's view: no figures, never a crash.
+        saves=_step(doc.get("saves")) or 0, interval_s=_positive(doc.get("intervalSeconds")),
+        overlap_target=_positive(doc.get("overlapTarget")),
+        drained_step=_step(doc.get("drainedStep")), drain_s=_nonnegative(doc.get("drainSeconds")),
+        drain_overlap=_nonnegative(doc.get("drainOverlap")))
 
 
 def from_progress(progress: Mapping[str, Any], newest_local: int | None = None,
