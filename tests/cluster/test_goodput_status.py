@@ -119,3 +119,23 @@ def test_cli_errors_name_the_field(cluster: Cluster, crds: None, namespace: str)
         missing.stderr and "Traceback" not in missing.stderr
     none = _cli(cluster, "-n", namespace)
     assert none.returncode == 0 and "no CheckpointPolicy" in none.stdout
+
+
+def test_the_apiserver_keeps_every_checkpoint_cost_field(cluster: Cluster, crds: None,
+                                                         namespace: str) -> None:
+    """`status.checkpointCost` as the operator computes it survives the CRD's
+    structural schema: nothing pruned, every value of its declared type."""
+    from ckptdrain.contract.goodput import PodView
+    from ckptdrain.operator.goodput import cost
+
+    cluster.kubectl("create", "-n", namespace, "-f", "-",
+                    input=json.dumps(policy("llama")))
+    views = [PodView(name=f"w-{i}", writer=str(i), agent=AgentView(
+        blocked_s=30.0 * (i + 1), saves=10, interval_s=900.0, overlap_target=0.1,
+        drained_step=40, drain_s=70.0 + i, drain_overlap=(70.0 + i) / 900)) for i in range(2)]
+    figures = cost.checkpoint_cost(views)
+    assert figures is not None and figures["blockingRule"] == "Within"
+    cluster.kubectl("patch", "-n", namespace, "ckpol", "llama", "--subresource=status",
+                    "--type=merge", "-p", json.dumps({"status": {"checkpointCost": figures}}))
+    stored = get(cluster, namespace, "ckpol", "llama")["status"]["checkpointCost"]
+    assert stored == figures

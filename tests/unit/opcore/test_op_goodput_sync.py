@@ -22,7 +22,7 @@ def patches(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
                         lambda plural, ns, name, change: sent.append(change) or True)
     monkeypatch.setattr(goodput_sync.goodput_metrics, "publish", lambda *_: None)
     for state in (goodput_sync._seen, goodput_sync._departed, goodput_sync._written,
-                  goodput_sync._failures):
+                  goodput_sync._failures, goodput_sync._costs):
         state.clear()
     return sent
 

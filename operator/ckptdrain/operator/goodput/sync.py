@@ -7,7 +7,9 @@ event that changes what the status depends on asks for a fold (`observe`),
 and one coalesced fold per policy takes in every view (plus those of pods
 that left since) with one status patch, only when something changed.
 A failed restore also sets `status.lastRestoreFailure` and posts a Warning;
-the ranks' newest restore agreement goes into `status.lastRestoreAgreement`.
+the ranks' newest restore agreement goes into `status.lastRestoreAgreement`;
+what checkpointing costs against its two rules into `status.checkpointCost`
+(cost.py), when a verdict flips or a figure moves by more than 10%.
 
 State lives in the status: a restarted operator re-reads it and merges the
 same pods again to the same result (goodput.merge is idempotent). The last
@@ -30,15 +32,17 @@ from ckptdrain.contract import api
 from ckptdrain.contract.goodput import PodView, pod_view
 from ckptdrain.operator.apiserver import kube, leadership
 from ckptdrain.operator.coalesce import drop_handled
+from ckptdrain.operator.goodput import cost
 from ckptdrain.operator.goodput import metrics as goodput_metrics
 
 Key = tuple[str, str]
 _locks: defaultdict[Key, threading.Lock] = defaultdict(threading.Lock)
 _written: dict[Key, dict[str, Any]] = {}
 _failures: dict[Key, dict[str, Any]] = {}
+_costs: dict[Key, dict[str, Any]] = {}
 #: What of each pod's view the status depends on, as last folded: most pod
-#: events (pending bytes, shares, blocked seconds moving) change none of it
-#: and then cost no pass over the policy's pods. One entry per pod.
+#: events (pending bytes, shares, blocked seconds moving by a little) change
+#: none of it and then cost no pass over the policy's pods. One entry per pod.
 _seen: dict[tuple[str, str], tuple[Any, ...]] = {}
 _seen_lock = threading.Lock()
 #: Per policy: views of pods deleted before a fold took in their last word.
@@ -48,7 +52,8 @@ _departed: dict[Key, dict[str, PodView]] = {}
 def _signature(view: PodView) -> tuple[Any, ...]:
     a = view.agent
     return (view.writer, None if a is None else (a.interrupted_at, a.training_at, a.step),
-            view.restore, view.bound_at, view.finished, view.finished_at)
+            view.restore, view.bound_at, view.finished, view.finished_at,
+            cost.pod_signature(view))
 
 
 @kopf.index("v1", "pods", annotations={api.ANNOTATION_INJECTED: kopf.PRESENT})
@@ -125,6 +130,9 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[PodView]) -> Non
         agreed = goodput.restore_agreement(pods)
         if agreed is not None and agreed != status.get("lastRestoreAgreement"):
             change["lastRestoreAgreement"] = agreed
+        costs = cost.checkpoint_cost(pods)
+        if cost.changed(_costs.get(key) or status.get("checkpointCost"), costs):
+            change["checkpointCost"] = costs
         failure = goodput.restore_failure(pods)
         before = _failures.get(key) or status.get("lastRestoreFailure")
         if failure is not None and (before is None or failure["startedAt"] > float(
@@ -136,6 +144,8 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[PodView]) -> Non
             if new is not None:
                 _written[key] = new
                 goodput_metrics.publish(key, new)
+            if "checkpointCost" in change:
+                _costs[key] = costs  # type: ignore[assignment]
             if "lastRestoreFailure" in change:
                 _failures[key] = failure  # type: ignore[assignment]
                 kube.post_event(policy, api.KIND_POLICY, "RestoreFailed",
@@ -156,6 +166,7 @@ def _new_term() -> None:
     """Another replica wrote the statuses while this one stood by."""
     _written.clear()
     _failures.clear()
+    _costs.clear()
 
 
 leadership.on_new_term(_new_term)
@@ -167,4 +178,5 @@ def forget(key: Key) -> None:
         _departed.pop(key, None)
     _written.pop(key, None)
     _failures.pop(key, None)
+    _costs.pop(key, None)
     goodput_metrics.forget(key)
