@@ -22,6 +22,7 @@ from tests.chart import grafana_schema
 from tests.chart.support import CHART, REPO, Tools
 from tests.support import prometheus
 
+from ckptdrain.agent.goodput import GoodputMetrics
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.operator import metrics as operator_metrics
 from ckptdrain.operator.admission import injection, pod_env
@@ -53,7 +54,9 @@ def exported_metrics() -> set[str]:
     """Every series name the agent and the operator can export."""
     assert operator_metrics.POLICY_CONDITION  # registered on import
     names: set[str] = set()
-    for family in [*AgentMetrics().registry.collect(), *REGISTRY.collect()]:
+    agent = AgentMetrics()
+    GoodputMetrics(agent.registry)  # on the agent's registry, as agent/command.py puts it
+    for family in [*agent.registry.collect(), *REGISTRY.collect()]:
         suffixes = {"counter": ["_total", "_created"], "histogram": ["_bucket", "_sum", "_count",
                                                                     "_created"]}
         names.update(family.name + s for s in suffixes.get(family.type, [""]))
