@@ -231,7 +231,9 @@ def test_the_dashboard_is_loadable_and_names_only_exported_metrics() -> None:
                    "ckptdrain_drained_bytes_total", "ckptdrain_drain_errors_total",
                    "ckptdrain_policy_condition", "ckptdrain_unprotected_pods",
                    "ckptdrain_restores_total", "ckptdrain_restore_failing_pods",
-                   "ckptdrain_restore_fallbacks"):
+                   "ckptdrain_restore_fallbacks", "ckptdrain_save_blocking_seconds_sum",
+                   "ckptdrain_save_blocking_seconds_count", "ckptdrain_drain_overlap_ratio",
+                   "ckptdrain_drain_overlap_target_ratio"):
         assert metric in named, metric
 
 
