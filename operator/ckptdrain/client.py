@@ -169,14 +169,14 @@ class Client:
         One process per pod: an empty one (left over content is removed).
         Several: `save` is the id the pod's processes share for this save;
         they all write into the same directory, each its own files."""
-        control = group_access.make_dir(self.work_dir / CONTROL_DIR)
         if self.local_processes == 1 and save is None:
             tmp = self.temp_dir(step)
             shutil.rmtree(tmp, ignore_errors=True)
             group_access.make_dir(tmp)
         else:
-            tmp = pod_saves.begin(self.work_dir, control, _check_step(step),
-                                  self._save(save), self.local_rank)
+            step, save = _check_step(step), self._save(save)  # before anything is made
+            control = group_access.make_dir(self.work_dir / CONTROL_DIR)
+            tmp = pod_saves.begin(self.work_dir, control, step, save, self.local_rank)
         self.progress.training()
         self.progress.began(step)
         return tmp
