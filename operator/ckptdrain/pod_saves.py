@@ -43,8 +43,8 @@ def check_save(save: object) -> str:
     """`save` as a valid save id; InvalidInput naming `save` otherwise."""
     if not isinstance(save, str) or not SAVE_ID.fullmatch(save) or save in (".", ".."):
         raise InvalidInput("save", "the id this pod's processes share for one save "
-                           "(1-64 of A-Z a-z 0-9 _ . -; with several processes per pod "
-                           "every begin/complete needs it)", save)
+                           "(1-64 of A-Z a-z 0-9 _ . -, new for every save; with several processes "
+                           "per pod every begin/complete needs it)", save)
     return save
 
 
