@@ -21,9 +21,14 @@
 
 The protocol (docs/trainer-protocol.md): the trainer writes `<work>/step-<N>.tmp/`
 and renames it to `<work>/step-<N>/` when every file is written; the agent
-never reads a `.tmp` directory. The agent asks for checkpoints by rewriting
+never reads a `.tmp` directory. With several processes per pod (torchrun's
+local ranks) they share one save: `begin(step, save=id)` and
+`complete(step, save=id)` with an id they agree on, and the last to complete
+publishes (pod_saves.py). The agent asks for checkpoints by rewriting
 `<work>/.ckptdrain/request`; `complete` records the answer in
-`<work>/.ckptdrain/ack`. Standard library only: this module is imported into
+`<work>/.ckptdrain/ack`. Everything written to the work dir is shared with
+the pod's group (group_access.py): the trainer and the agent may run as
+different users. Standard library only: this module is imported into
 training processes that must not pull in botocore or Kubernetes clients (the env
 names come from contract/env.py, itself standard library only).
 """
@@ -42,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from ckptdrain import resume_channel
+from ckptdrain import group_access, pod_saves, resume_channel
 from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
 from ckptdrain.jsonfile import parse_object
@@ -86,10 +91,12 @@ def _read_json(path: Path) -> dict[str, object] | None:
 
 
 def write_json_atomic(path: Path, doc: Mapping[str, object]) -> None:
-    """Replace `path` so readers see the old or the new content, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Replace `path` so readers see the old or the new content, never a mix;
+    the file and a directory made for it are shared with the pod's group."""
+    group_access.make_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(doc, sort_keys=True))
+    group_access.share(tmp)
     os.replace(tmp, path)
 
 
@@ -133,10 +140,13 @@ class Client:
         self.writer = env.get(Env.WRITER_ID.value, "0")
         self.writers = int(env.get(Env.WRITERS.value, "1") or 1)
         self._role = env.get(Env.ROLE.value) or "writer"
+        #: This process among the pod's `local_processes`, which save as one writer.
+        self.local_rank, self.local_processes = _local_layout(env)
         self._preempting = threading.Event()
-        # What only this process knows of goodput; the agent reads the file.
+        # What only this process knows of goodput; the agent reads local rank
+        # 0's file (one per pod: the pod's processes train in step).
         self.progress = Progress(self.work_dir / CONTROL_DIR / PROGRESS_FILE,
-                                 write=write_json_atomic)
+                                 write=write_json_atomic if self.local_rank == 0 else None)
 
     @property
     def role(self) -> str:
@@ -145,42 +155,71 @@ class Client:
         return self._role
 
     # -- writing checkpoints ---------------------------------------------------
-    def temp_dir(self, step: int) -> Path:
-        return self.work_dir / f"step-{_check_step(step)}.tmp"
+    def temp_dir(self, step: int, *, save: str | None = None) -> Path:
+        if self.local_processes == 1 and save is None:
+            return self.work_dir / f"step-{_check_step(step)}.tmp"
+        return pod_saves.temp_dir(self.work_dir, _check_step(step), self._save(save))
 
     def step_dir(self, step: int) -> Path:
         return self.work_dir / f"step-{_check_step(step)}"
 
-    def begin(self, step: int) -> Path:
-        """An empty directory to write step `step` into (left over content is removed)."""
-        tmp = self.temp_dir(step)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+    def begin(self, step: int, *, save: str | None = None) -> Path:
+        """A directory to write step `step` into.
+
+        One process per pod: an empty one (left over content is removed).
+        Several: `save` is the id the pod's processes share for this save;
+        they all write into the same directory, each its own files."""
+        if self.local_processes == 1 and save is None:
+            tmp = self.temp_dir(step)
+            shutil.rmtree(tmp, ignore_errors=True)
+            group_access.make_dir(tmp)
+        else:
+            step, save = _check_step(step), self._save(save)  # before anything is made
+            control = group_access.make_dir(self.work_dir / CONTROL_DIR)
+            tmp = pod_saves.begin(self.work_dir, control, step, save, self.local_rank)
         self.progress.training()
         self.progress.began(step)
         return tmp
 
-    def complete(self, step: int) -> Path:
+    def complete(self, step: int, *, save: str | None = None) -> Path:
         """Publish step `step`: after this the agent may capture it. Returns its directory.
 
-        A published step is immutable (the agent may be copying it): completing
-        it again discards the new copy and keeps the published one.
+        With several processes per pod, this process's files are done and the
+        directory exists once every process of the pod has completed `save`
+        (the last one publishes it). A published step is immutable (the agent
+        may be copying it): completing it again discards the new copy and
+        keeps the published one. Its files are made readable, linkable and
+        removable by the pod's group before it is published.
         """
-        tmp, final = self.temp_dir(step), self.step_dir(step)
-        if not tmp.is_dir():
-            raise FileNotFoundError(f"{tmp}: call begin({step}) and write the files first")
-        if final.exists():
-            shutil.rmtree(tmp)
+        final = self.step_dir(step)
+        if self.local_processes == 1 and save is None:
+            tmp = self.temp_dir(step)
+            if not tmp.is_dir():
+                raise FileNotFoundError(f"{tmp}: call begin({step}) and write the files first")
+            if final.exists():
+                shutil.rmtree(tmp)
+            else:
+                group_access.share_tree(tmp)
+                os.rename(tmp, final)
         else:
-            os.rename(tmp, final)
+            control = group_access.make_dir(self.work_dir / CONTROL_DIR)
+            pod_saves.complete(self.work_dir, control, _check_step(step), self._save(save),
+                               self.local_rank, self.local_processes, final)
         request = read_request(self.work_dir)
-        if request is not None:
+        if request is not None and self.local_rank == 0:
             write_json_atomic(
                 self.work_dir / CONTROL_DIR / ACK_FILE,
                 {"seq": request.seq, "step": step, "at": time.time()},
             )
         self.progress.completed_step(step)
         return final
+
+    def _save(self, save: str | None) -> str:
+        if save is None:
+            raise InvalidInput("save", f"a save id shared by this pod's {self.local_processes} "
+                               f"processes (begin(step, save=...) and complete(step, "
+                               f"save=...); ckptdrain.dcp shares one itself)", None)
+        return pod_saves.check_save(save)
 
     def step_done(self, step: int) -> None:
         """Tell ckptdrain a training step finished (optional, no I/O but the
@@ -293,6 +332,23 @@ class Client:
             bytes=int(doc.get("bytes", 0)),  # type: ignore[arg-type]
             seconds=float(doc.get("seconds", 0.0)),  # type: ignore[arg-type]
         )
+
+
+def _local_layout(env: Mapping[str, str]) -> tuple[int, int]:
+    """(local rank, local processes): ckptdrain's names, else torchrun's, else (0, 1)."""
+    found: list[tuple[str, int]] = []
+    for ours, torchrun, lowest in ((Env.LOCAL_RANK.value, "LOCAL_RANK", 0),
+                                   (Env.LOCAL_PROCESSES.value, "LOCAL_WORLD_SIZE", 1)):
+        name = ours if env.get(ours) else torchrun if env.get(torchrun) else ""
+        raw = env.get(name, "") if name else str(lowest)
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < lowest:
+            raise InvalidInput(name, f"a whole number of at least {lowest}", raw)
+        found.append((name or ours, int(raw)))
+    (rank_name, rank), (processes_name, processes) = found
+    if rank >= processes:
+        raise InvalidInput(rank_name, f"a local rank below the pod's {processes} local "
+                           f"process(es) ({processes_name})", rank)
+    return rank, processes
 
 
 def _complete_steps(work_dir: Path) -> list[int]:

@@ -20,6 +20,10 @@ class Env(StrEnum):
     ROLE = "CKPTDRAIN_ROLE"
     #: `true` when readers restore the job's checkpoints beside its writers.
     READERS = "CKPTDRAIN_READERS"
+    #: This process among the pod's processes that save as its one writer
+    #: (torchrun's LOCAL_RANK / LOCAL_WORLD_SIZE when unset; 0 of 1 by default).
+    LOCAL_RANK = "CKPTDRAIN_LOCAL_RANK"
+    LOCAL_PROCESSES = "CKPTDRAIN_LOCAL_PROCESSES"
     # The global tier. Credentials are read by the S3 client itself.
     STORE_URI = "CKPTDRAIN_STORE_URI"
     S3_ENDPOINT = "CKPTDRAIN_S3_ENDPOINT"
@@ -67,6 +71,10 @@ class Env(StrEnum):
     #: The pod's `ckptdrain.io/restore` annotation (downward API; empty when absent).
     RESTORE_MODE = "CKPTDRAIN_RESTORE_MODE"
 
+
+#: Set for the trainer (by its launcher, or torchrun's LOCAL_RANK /
+#: LOCAL_WORLD_SIZE stand in) and read by its client only, never injected.
+TRAINER_ONLY = frozenset({Env.LOCAL_RANK, Env.LOCAL_PROCESSES})
 
 #: Read by the S3 client's credential chain, never by ckptdrain's own config.
 CREDENTIALS = frozenset({Env.ACCESS_KEY_ID, Env.SECRET_ACCESS_KEY})

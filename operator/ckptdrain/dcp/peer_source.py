@@ -1,7 +1,7 @@
 """The peer tier as a DCP reader's source: a committed step's files from a
 partner agent that holds a copy of their writer's step (docs/peer-tier.md).
 
-    sources = tier_sources(store, local={rank: local_dir}, cache_dir="/nvme")
+    sources = tier_sources(store, local={writer: local_dir}, cache_dir="/nvme")
     # [LocalSource, PeerSource, GlobalSource] when the container has the peer
     # tier's environment, else [LocalSource, GlobalSource]
 

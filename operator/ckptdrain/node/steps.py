@@ -39,9 +39,10 @@ def step_dir(root: Path, step: int) -> Path:
 
 
 def is_writing(directory: Path) -> bool:
-    """Is a trainer in the middle of writing a step (a `step-<N>.tmp` exists)?"""
+    """Is a trainer in the middle of writing a step (a `step-<N>.tmp` exists,
+    or `step-<N>.tmp-<save>` from a pod of several processes)?"""
     try:
-        return any(name.startswith(PREFIX) and name.endswith(".tmp")
+        return any(name.startswith(PREFIX) and (name.endswith(".tmp") or ".tmp-" in name)
                    for name in os.listdir(directory))
     except FileNotFoundError:
         return False

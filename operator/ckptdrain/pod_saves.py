@@ -1,0 +1,122 @@
+"""One save written by several processes of one pod (torchrun's local ranks).
+
+A pod is one writer; with P processes (LOCAL_WORLD_SIZE) each writes its own
+files of a step into one shared directory, and the step is published once,
+when the last of them is done:
+
+    <work>/step-<N>.tmp-<save>/           every process writes here
+    <work>/.ckptdrain/saves/<save>/<r>    local rank r is done (an empty file)
+    <work>/.ckptdrain/publish.lock        flock: marking and publishing
+    <work>/step-<N>/                      renamed by whoever marks the P-th
+
+`<save>` is an id the pod's processes share for one save (the DCP helper
+broadcasts rank 0's; a plain trainer passes its own), so a process that
+begins a later save of the same step never writes into an abandoned one.
+A process that dies mid-save leaves its mark unwritten: the step is never
+published from that directory, and local rank 0 removes it when the pod
+next begins the same step. Everything made here is shared with the pod's
+group (group_access.py): the agent, another uid, reads, links and prunes it.
+Standard library only (imported by client.py into training processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from ckptdrain import group_access
+from ckptdrain.errors import InvalidInput
+
+SAVES_DIR = "saves"
+PUBLISH_LOCK = "publish.lock"
+#: A save id: it becomes part of a directory name, so nothing that could
+#: leave the work dir or hide a file.
+SAVE_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def check_save(save: object) -> str:
+    """`save` as a valid save id; InvalidInput naming `save` otherwise."""
+    if not isinstance(save, str) or not SAVE_ID.fullmatch(save) or save in (".", ".."):
+        raise InvalidInput("save", "the id this pod's processes share for one save "
+                           "(1-64 of A-Z a-z 0-9 _ . -, new for every save; with several processes "
+                           "per pod every begin/complete needs it)", save)
+    return save
+
+
+def temp_dir(work_dir: Path, step: int, save: str) -> Path:
+    return work_dir / f"step-{step}.tmp-{save}"
+
+
+def _marks(control: Path, save: str) -> Path:
+    return control / SAVES_DIR / save
+
+
+def begin(work_dir: Path, control: Path, step: int, save: str, local_rank: int) -> Path:
+    """The shared directory of this save of `step` (made if missing, never
+    emptied: other processes may already be writing into it)."""
+    if local_rank == 0:
+        _remove_abandoned(work_dir, control, step, keep=save)
+    group_access.make_dir(_marks(control, save))
+    return group_access.make_dir(temp_dir(work_dir, step, save))
+
+
+def complete(work_dir: Path, control: Path, step: int, save: str, local_rank: int,
+             processes: int, final: Path) -> bool:
+    """Mark this process done; True when this call published `final` (it was
+    the last one), or discarded the save because `final` already existed."""
+    tmp = temp_dir(work_dir, step, save)
+    if not tmp.is_dir():
+        raise FileNotFoundError(f"{tmp}: call begin({step}, save={save!r}) and write the "
+                                "files first")
+    marks = group_access.make_dir(_marks(control, save))
+    with _publish_lock(control):
+        mark = marks / str(local_rank)
+        mark.touch()
+        group_access.share(mark)
+        done = sum((marks / str(r)).exists() for r in range(processes))
+        if done < processes:
+            return False
+        if final.exists():  # a published step is immutable: keep the first copy
+            shutil.rmtree(tmp)
+        else:
+            group_access.share_tree(tmp)
+            os.rename(tmp, final)
+        shutil.rmtree(marks, ignore_errors=True)
+        return True
+
+
+def _remove_abandoned(work_dir: Path, control: Path, step: int, keep: str) -> None:
+    """Earlier saves of `step` that never completed (a process died in them):
+    the pod is beginning this step again, so nobody writes them any more."""
+    prefix = f"step-{step}.tmp"
+    try:
+        names = os.listdir(work_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name != prefix and not name.startswith(prefix + "-"):
+            continue
+        other = name[len(prefix) + 1:]
+        if other == keep:
+            continue
+        shutil.rmtree(work_dir / name, ignore_errors=True)
+        if other and SAVE_ID.fullmatch(other) and other not in (".", ".."):
+            shutil.rmtree(_marks(control, other), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _publish_lock(control: Path) -> Iterator[None]:
+    path = control / PUBLISH_LOCK
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                 group_access.FILE_MODE)
+    try:
+        group_access.share(path)  # whoever made it: the other processes open it too
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
