@@ -29,6 +29,13 @@ restore the newest global step; a trainer restarted inside its pod
 not from the one restored when its pod started; 2 writers and 2 reader
 replicas deleted at once all restore one step, each reader its shard.
 
+Then the pods people run (e2e/scenario/processes.py, in both runs): two
+pods of two processes each (ckptdrain.demo.processes, as torchrun
+`--nproc_per_node=2`), the trainers as root and then as uid 1000: requests
+reach them, every step holds both processes' files, and after each gang
+deletion all four processes load one step, the uid 1000 trainers first
+what the root trainers saved.
+
 More steps run before the uninstall when asked: `--jobset-chart` the
 JobSet step (e2e/scenario/jobset.py: 4 writers of one JobSet on the real
 JobSet controller), `--lws-chart` the LeaderWorkerSet step
@@ -61,6 +68,7 @@ import goodput_check
 import jobset
 import lws
 import peer
+import processes
 import quickstart
 from kube import Failed, apply, get, helm, kubectl, run, wait_for
 from s3server import seaweedfs
@@ -530,7 +538,7 @@ def main() -> int:
                         help="run the chaos step (e2e/scenario/chaos.py) before uninstalling")
     parser.add_argument("--dcp", action="store_true",
                         help="run the DCP resharding step (e2e/scenario/dcp.py; not --short)")
-    parser.add_argument("--only", choices=("dcp", "peer", "agreement"),
+    parser.add_argument("--only", choices=("dcp", "peer", "agreement", "processes"),
                         help="install, S3, that step alone, uninstall (skips steps 3-7 and "
                         "the other optional steps)")
     args = parser.parse_args()
@@ -562,6 +570,8 @@ def main() -> int:
                 peer.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.only in (None, "agreement"):
                 agreement.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
+            if args.only in (None, "processes"):
+                processes.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.jobset_chart:
                 jobset.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.lws_chart:

@@ -17,7 +17,15 @@ its missed steps without pausing) and `--every N` makes them checkpoint the
 same steps (multiples of N; a pending request is answered by the next one),
 so every writer publishes each step and it completes globally.
 
-Prints one JSON object per line on stdout: start, saved, progress, exit. With
+Several processes of one pod (`python -m ckptdrain.demo.processes`, as
+torchrun `--nproc_per_node`) are one writer: each writes its own shards
+(`p<rank>-shard-<i>.bin`, `p<rank>-state.json`) into the pod's step, with a
+save id made of the launcher's run id and the step, and each loads and
+digests only its own files. On SIGTERM they save the step the launcher
+names on their stdin, so the pod's emergency step holds every process.
+
+Prints one JSON object per line on stdout: start, saved, progress, exit
+(with several processes, each carries its `process`). With
 `--digest`, `saved` carries a SHA-256 over the published step's files and
 `start` one over the restored files, so equal digests prove a restore placed
 exactly what was saved.
@@ -39,41 +47,66 @@ from ckptdrain.client import Client
 HEADER = 64
 
 
+#: This process's rank in its pod and their number (demo/processes.py sets them).
+LOCAL_RANK = int(os.environ.get("CKPTDRAIN_LOCAL_RANK", "0") or 0)
+PROCESSES = int(os.environ.get("CKPTDRAIN_LOCAL_PROCESSES", "1") or 1)
+
+
 def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
+    mine = {"process": LOCAL_RANK} if PROCESSES > 1 else {}
+    print(json.dumps({"event": event, "t": time.time(), **mine, **fields}), flush=True)
+
+
+def own_prefix() -> str:
+    """What names this process's files in a step it shares with the pod's others."""
+    return f"p{LOCAL_RANK}-" if PROCESSES > 1 else ""
+
+
+def save_id(step: int) -> str | None:
+    """One id for the pod's processes saving `step` in this run (None: one process)."""
+    if PROCESSES == 1:
+        return None
+    from ckptdrain.demo.processes import RUN_ENV
+    return f"{os.environ.get(RUN_ENV, 'run')}-{step}"
 
 
 class SimModel:
     """Shards of fixed bytes with a per-step header: cheap to produce, checkable on load."""
 
     def __init__(self, total: int, shards: int) -> None:
+        self.digests: bool = False
+        self.saved_digest: str | None = None
         self.shard_size = max(HEADER, total // shards)
         self.shards = shards
         block = os.urandom(1 << 20)
         self.body = bytearray((block * (self.shard_size // len(block) + 1))[: self.shard_size])
 
     def save(self, client: Client, step: int) -> Path:
-        directory = client.begin(step)
+        prefix, save = own_prefix(), save_id(step)
+        directory = client.begin(step) if save is None else client.begin(step, save=save)
         view = memoryview(self.body)
         for i in range(self.shards):
             self.body[:HEADER] = f"step={step} shard={i}".encode().ljust(HEADER)
-            fd = os.open(directory / f"shard-{i:03d}.bin", os.O_WRONLY | os.O_CREAT, 0o644)
+            fd = os.open(directory / f"{prefix}shard-{i:03d}.bin", os.O_WRONLY | os.O_CREAT, 0o644)
             try:
                 done = 0
                 while done < len(view):
                     done += os.write(fd, view[done: done + (8 << 20)])
             finally:
                 os.close(fd)
-        (directory / "state.json").write_text(json.dumps({"step": step, "shards": self.shards}))
-        return client.complete(step)
+        (directory / f"{prefix}state.json").write_text(
+            json.dumps({"step": step, "shards": self.shards}))
+        self.saved_digest = tree_digest(directory) if self.digests else None
+        return client.complete(step) if save is None else client.complete(step, save=save)
 
     def load(self, client: Client) -> int | None:
         restored = client.restored()
         if restored is None:
             return None
-        state = json.loads((restored.path / "state.json").read_text())
+        prefix = own_prefix()
+        state = json.loads((restored.path / f"{prefix}state.json").read_text())
         for i in range(state["shards"]):
-            with open(restored.path / f"shard-{i:03d}.bin", "rb") as f:
+            with open(restored.path / f"{prefix}shard-{i:03d}.bin", "rb") as f:
                 head = f.read(HEADER).decode().strip()
             if head != f"step={state['step']} shard={i}":
                 raise SystemExit(f"restored shard {i} says {head!r}, expected step {state['step']}")
@@ -98,9 +131,13 @@ class TorchModel:
         self.model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
         self.batch = torch.randn(16, width)
+        self.digests: bool = False
+        self.saved_digest: str | None = None
 
     def save(self, client: Client, step: int) -> Path:
-        return self.helper.save(client, step, self.model, self.optimizer)
+        path = self.helper.save(client, step, self.model, self.optimizer)
+        self.saved_digest = tree_digest(path) if self.digests else None
+        return path
 
     def load(self, client: Client) -> int | None:
         return self.helper.load(client, self.model, self.optimizer)
@@ -115,9 +152,12 @@ class TorchModel:
 
 
 def tree_digest(directory: Path) -> str:
-    """SHA-256 over every file below `directory`: relative names and bytes, in name order."""
+    """SHA-256 over every file below `directory` (this process's, when the pod
+    has several): relative names and bytes, in name order."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+    prefix = own_prefix()
+    for path in sorted(p for p in directory.rglob("*")
+                       if p.is_file() and p.name.startswith(prefix)):
         digest.update(f"{path.relative_to(directory)}\0".encode())
         with open(path, "rb") as f:
             while chunk := f.read(1 << 20):
@@ -140,6 +180,16 @@ def restored_fields(client: Client, with_digest: bool) -> dict[str, Any]:
     if with_digest:
         fields["digest"] = tree_digest(restored.path)
     return fields
+
+
+def emergency_target() -> int:
+    """The step to save on SIGTERM: with several processes, the one the
+    launcher named on stdin (every process saves the same step); else, or
+    when it named none, the step finished now (-1: at once)."""
+    if PROCESSES == 1:
+        return -1
+    line = sys.stdin.readline().strip()
+    return int(line) if line.lstrip("-").isdigit() else -1
 
 
 def pick_model(mode: str, total: int, shards: int) -> SimModel | TorchModel:
@@ -181,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     # nothing would capture or drain its saves; they would only fill its work dir.
     writes = client.role != "reader"
     model = pick_model(args.mode, units.parse_bytes("--size", args.size), args.shards)
+    model.digests = args.digest
     restored = model.load(client)
     step = 0 if restored is None else restored + 1
     emit("start", from_step=step, restored=restored, mode=type(model).__name__,
@@ -189,10 +240,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def save(finished: int, **fields: Any) -> None:
         started = time.monotonic()
-        path = model.save(client, finished)
+        model.save(client, finished)
         seconds = time.monotonic() - started
-        if args.digest:
-            fields["digest"] = tree_digest(path)
+        if args.digest:  # taken before complete: with several processes the
+            # pod's step is published by whichever completes last
+            fields["digest"] = model.saved_digest
         emit("saved", step=finished, seconds=seconds, **fields)
 
     def emergency() -> None:
@@ -213,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     # saving mid-step would save step N's weights under N-1's number).
     # Without one, the handler exits at once: nothing is saved, nothing torn.
     client.on_preemption(None, exit_code=args.preempted_exit if args.no_emergency else None)
+    target: int | None = None  # the pod's emergency step, once SIGTERM came
     while state["step"] < args.max_steps:
         model.train_step(pace())
         state["step"] += 1
@@ -220,7 +273,10 @@ def main(argv: list[str] | None = None) -> int:
         client.step_done(finished)
         if finished % 10 == 0:
             emit("progress", step=finished)
-        if client.preempting:  # first: this boundary's save is the emergency one
+        if client.preempting and target is None:
+            target = emergency_target()
+        if client.preempting and finished >= target:  # type: ignore[operator]
+            # First: this boundary's save is the emergency one.
             emergency()
             return args.preempted_exit
         if not writes:  # a reader: no agent asks it for anything
