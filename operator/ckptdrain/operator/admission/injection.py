@@ -25,8 +25,7 @@ from ckptdrain.contract.api import (
     LABEL_WRITER_POLICY,
     policy_labelled,
 )
-from ckptdrain.contract.env import CREDENTIALS
-from ckptdrain.contract.env import Env
+from ckptdrain.contract.env import CREDENTIALS, Env
 from ckptdrain.operator.admission import cloud_identity, prepare, work_dir
 from ckptdrain.operator.admission.pod_env import (
     AGENT_METRICS_PORT,
