@@ -1,10 +1,12 @@
 """What the mutating webhook adds to a selected pod, as JSONPatch ops.
 
 Pure: `build_pod_patch(pod, policy, config)` follows docs/pod-contract.md
-exactly (restore init container first, the agent as a native sidecar, the
-volumes, env, annotations; with the peer tier on, the peer sidecar before
-restore, policy/peer_tier.py). An already-injected pod yields []; on reinvocation
-`reinvocation_patch` follows what later webhooks did. `grace_problem`
+exactly (the root prepare container, admission/prepare.py; restore init
+container first, the agent as a native sidecar, the volumes, env,
+annotations; with the peer tier on, the peer sidecar before restore,
+policy/peer_tier.py; the work dir where admission/work_dir.py puts it, and
+the pod's fsGroup that shares it). An already-injected pod yields []; on
+reinvocation `reinvocation_patch` follows what later webhooks did. `grace_problem`
 says when terminationGracePeriodSeconds is too short to flush one shard.
 """
 
