@@ -25,7 +25,7 @@ TAINT = {"key": "nvme", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def _spec(size_limit: str | None) -> dict[str, Any]:
-    local: dict[str, Any] = {"path": "/mnt/ckptdrain/nvme", "keep": 2, "capacity": "40GB"}
+    local: dict[str, Any] = {"path": "/mnt/ckptdrain/nvme", "keep": 2, "capacity": "50GB"}
     if size_limit:
         local["memory"] = {"sizeLimit": size_limit}
     return {"selector": {"matchLabels": {"app": "t"}}, "model": {"checkpointBytes": "80GB"},
@@ -70,12 +70,19 @@ def test_the_injected_pod_is_accepted_by_the_apiserver(
     result = _create(cluster, jsonpatch.apply_patch(copy.deepcopy(pod), ops))
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout)["spec"]
-    work = next(v for v in got["volumes"] if v["name"] == "ckptdrain-work")["emptyDir"]
     agent = next(c for c in got["initContainers"] if c["name"] == injection.AGENT)
     if size_limit is None:
-        assert agent["resources"]["requests"]["ephemeral-storage"] == work["sizeLimit"]
+        # The work dir is on the node, in the local tier's volume: the
+        # apiserver takes the subPathExpr and the fsGroup added for it.
+        assert "ckptdrain-work" not in {v["name"] for v in got["volumes"]}
+        assert "ephemeral-storage" not in agent["resources"]["requests"]
+        assert {"name": "ckptdrain-local", "mountPath": "/ckptdrain/work",
+                "subPathExpr": "work-$(CKPTDRAIN_WRITER_ID)"} in \
+            got["containers"][0]["volumeMounts"]
     else:
+        work = next(v for v in got["volumes"] if v["name"] == "ckptdrain-work")["emptyDir"]
         assert work["medium"] == "Memory"
+    assert got["securityContext"]["fsGroup"] == 65532
     terms = got["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [

@@ -52,7 +52,13 @@ def test_labelled_pod_gets_sidecar_restore_volumes_env(
     assert init[1]["restartPolicy"] == "Always"
     assert init[1]["securityContext"]["readOnlyRootFilesystem"] is True
     volumes = {v["name"] for v in stored["spec"]["volumes"]}
-    assert {"ckptdrain-local", "ckptdrain-work", "ckptdrain-share", "ckptdrain-tmp"} <= volumes
+    assert {"ckptdrain-local", "ckptdrain-share", "ckptdrain-tmp"} <= volumes
+    # A disk local tier: the trainer writes in it, shared through the fsGroup.
+    assert "ckptdrain-work" not in volumes
+    assert {"name": "ckptdrain-local", "mountPath": "/ckptdrain/work",
+            "subPathExpr": "work-$(CKPTDRAIN_WRITER_ID)"} in \
+        stored["spec"]["containers"][0]["volumeMounts"]
+    assert stored["spec"]["securityContext"]["fsGroup"] == 65532
     env = {e["name"]: e for e in init[1]["env"]}
     assert env["CKPTDRAIN_POLICY"]["value"] == f"{namespace}/llama"
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "s3-creds"

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ckptdrain import units
 from ckptdrain.contract.env import Env
 from ckptdrain.operator import config
-from ckptdrain.operator.admission import injection, pod_env
+from ckptdrain.operator.admission import injection, pod_env, work_dir
 from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
@@ -76,12 +76,21 @@ def test_every_byte_count_formats_as_a_quantity_of_the_same_size(size: int) -> N
     assert units.parse_bytes("q", text) == size
 
 
-def test_a_disk_work_dir_gets_a_size_limit_and_the_agent_requests_it() -> None:
-    p = inject(spec())
-    limit = _volume(p, "ckptdrain-work")["emptyDir"]["sizeLimit"]
+def test_a_reader_disk_work_dir_gets_a_size_limit_and_restore_requests_it() -> None:
+    p = policy.parse("ml", "p", spec(), CFG)
+    ops = injection.build_pod_patch(pod(), p, CFG, default_rate=1e9, rank=3, reader=True)
+    out = jsonpatch.apply_patch(copy.deepcopy(pod()), ops)
+    limit = _volume(out, "ckptdrain-work")["emptyDir"]["sizeLimit"]
     shard = 80e9 / 8
-    assert units.parse_bytes("l", limit) >= injection.WORK_SHARDS * shard
-    assert _agent(p)["resources"]["requests"]["ephemeral-storage"] == limit
+    assert units.parse_bytes("l", limit) >= work_dir.WORK_SHARDS * shard
+    restore = next(c for c in out["spec"]["initContainers"] if c["name"] == injection.RESTORE)
+    assert restore["resources"]["requests"]["ephemeral-storage"] == limit
+
+
+def test_a_writer_on_the_node_has_no_work_emptydir_and_requests_no_ephemeral_storage() -> None:
+    p = inject(spec())
+    assert "ckptdrain-work" not in {v["name"] for v in p["spec"]["volumes"]}
+    assert "ephemeral-storage" not in _agent(p)["resources"]["requests"]
 
 
 def test_a_memory_work_dir_requests_no_ephemeral_storage() -> None:
@@ -90,12 +99,12 @@ def test_a_memory_work_dir_requests_no_ephemeral_storage() -> None:
 
 
 def test_capacity_and_retry_deadline_reach_the_agent_and_restore() -> None:
-    s = spec(localTier={"path": "/mnt/ckptdrain/nvme", "capacity": "40Gi"},
+    s = spec(localTier={"path": "/mnt/ckptdrain/nvme", "capacity": "60Gi"},
              restore={"retryDeadline": "3m"})
     p = inject(s)
     restore = next(c for c in p["spec"]["initContainers"] if c["name"] == injection.RESTORE)
     env = {e["name"]: e for e in restore["env"]}
-    assert env[Env.LOCAL_CAPACITY]["value"] == str(40 << 30)
+    assert env[Env.LOCAL_CAPACITY]["value"] == str(60 << 30)
     assert env[Env.RESTORE_RETRY_DEADLINE]["value"] == "3m"
     assert env[Env.RESTORE_MODE]["valueFrom"]["fieldRef"]["fieldPath"] == \
         "metadata.annotations['ckptdrain.io/restore']"
@@ -200,13 +209,13 @@ def test_bad_placement_is_refused_naming_the_field(placement: dict[str, Any],
 def test_what_is_injected_the_node_side_reads_back() -> None:
     from ckptdrain.node import config as node_config
 
-    s = spec(localTier={"path": "/mnt/ckptdrain/nvme", "capacity": "40Gi"},
+    s = spec(localTier={"path": "/mnt/ckptdrain/nvme", "capacity": "60Gi"},
              restore={"retryDeadline": "90s"})
     env = pod_env.agent_env(pod(), policy.parse("ml", "p", s, CFG), 1e9, rank=0)
     environ = {e["name"]: e["value"] for e in env if "value" in e}
     cfg = node_config.load(environ={**environ, Env.RESTORE_MODE.value: ""})
     assert (cfg.local_capacity, cfg.restore_retry_deadline_s, cfg.restore_skip) == (
-        40 << 30, 90.0, False)
+        60 << 30, 90.0, False)
     assert node_config.load(environ={**environ, Env.RESTORE_MODE.value: "skip"}).restore_skip
     no_retry = spec(restore={"retryDeadline": "0"})
     env = pod_env.agent_env(pod(), policy.parse("ml", "p", no_retry, CFG), 1e9, rank=0)

@@ -1,10 +1,12 @@
 """What the mutating webhook adds to a selected pod, as JSONPatch ops.
 
 Pure: `build_pod_patch(pod, policy, config)` follows docs/pod-contract.md
-exactly (restore init container first, the agent as a native sidecar, the
-volumes, env, annotations; with the peer tier on, the peer sidecar before
-restore, policy/peer_tier.py). An already-injected pod yields []; on reinvocation
-`reinvocation_patch` follows what later webhooks did. `grace_problem`
+exactly (the root prepare container, admission/prepare.py; restore init
+container first, the agent as a native sidecar, the volumes, env,
+annotations; with the peer tier on, the peer sidecar before restore,
+policy/peer_tier.py; the work dir where admission/work_dir.py puts it, and
+the pod's fsGroup that shares it). An already-injected pod yields []; on
+reinvocation `reinvocation_patch` follows what later webhooks did. `grace_problem`
 says when terminationGracePeriodSeconds is too short to flush one shard.
 """
 
@@ -25,8 +27,8 @@ from ckptdrain.contract.api import (
     LABEL_WRITER_POLICY,
     policy_labelled,
 )
-from ckptdrain.contract.env import CREDENTIALS
-from ckptdrain.operator.admission import cloud_identity
+from ckptdrain.contract.env import CREDENTIALS, Env
+from ckptdrain.operator.admission import cloud_identity, prepare, work_dir
 from ckptdrain.operator.admission.pod_env import (
     AGENT_METRICS_PORT,
     LOCAL_DIR,
@@ -36,20 +38,16 @@ from ckptdrain.operator.admission.pod_env import (
     grace_seconds,
     restore_mode_env,
     trainer_env,
+    work_on_node,
 )
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import peer_tier, storage_options
 from ckptdrain.operator.policy.spec import Policy
 
-PREPARE = "ckptdrain-prepare"
 RESTORE = "ckptdrain-restore"
 AGENT = "ckptdrain-agent"
-RUN_AS = 65532
-#: What the work dir (a disk emptyDir) may hold, in checkpoint shards: the
-#: step restore placed (kept while the trainer loads it), the newest published
-#: one and the one being written. Past its sizeLimit the kubelet evicts the
-#: pod, so the limit is generous rather than tight.
-WORK_SHARDS = 3
+RUN_AS = prepare.RUN_AS
+PREPARE = prepare.PREPARE
 
 JSONPatch = list[dict[str, Any]]
 
@@ -63,12 +61,6 @@ SECURITY_CONTEXT: dict[str, Any] = {
     "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
 }
-
-
-def work_size(policy: Policy) -> int:
-    """Bytes the disk-backed work dir may hold (its emptyDir sizeLimit and the
-    agent's ephemeral-storage request)."""
-    return int(WORK_SHARDS * policy.checkpoint_bytes / policy.writers) + (64 << 20)
 
 
 def _container(name: str, command: str, env: list[dict[str, Any]], config: OperatorConfig,
@@ -89,50 +81,19 @@ def _container(name: str, command: str, env: list[dict[str, Any]], config: Opera
     return container
 
 
-# kubelet creates a missing hostPath (DirectoryOrCreate) as root, mode 0755, so
-# the agent (uid 65532) could not write the local tier. This first init
-# container hands the policy's directory to 65532 (0700: other node users,
-# and other policies' pods, cannot read checkpoints). It is the only part of
-# ckptdrain that runs as root, with CHOWN and FOWNER only, no other mount and
-# a fixed command; chown before chmod keeps concurrent pods from racing.
-PREPARE_SCRIPT = (
-    f"import os; p = {LOCAL_DIR!r}; "
-    f"os.chown(p, {RUN_AS}, {RUN_AS}, follow_symlinks=False); os.chmod(p, 0o700)"
-)
-
-
-def _prepare(config: OperatorConfig) -> dict[str, Any]:
-    return {
-        "name": PREPARE, "image": config.image, "imagePullPolicy": config.image_pull_policy,
-        "command": ["python3", "-c", PREPARE_SCRIPT],
-        "volumeMounts": [{"name": "ckptdrain-local", "mountPath": LOCAL_DIR}],
-        "securityContext": {
-            "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
-            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
-                      "limits": {"memory": "64Mi"}},
-    }
-
-
 def volumes(policy: Policy, *, prepare: bool = True,
             reader: bool = False) -> list[dict[str, Any]]:
     """The volumes ckptdrain adds. Without `prepare` (no root init container),
     the node must already hold the local tier's directory: "Directory" makes a
     missing one a clear mount error instead of a root-owned directory the
-    agent cannot write. A reader has no agent, so no bandwidth share."""
-    # Always a size limit, always a Kubernetes quantity: a work dir that grows
-    # without bound fills the node's ephemeral storage and evicts its pods.
-    work: dict[str, Any] = {"sizeLimit": units.format_quantity(work_size(policy))}
-    if policy.memory_limit:
-        work = {"medium": "Memory", "sizeLimit": policy.memory_limit}
+    agent cannot write. A reader has no agent, so no bandwidth share. No
+    `ckptdrain-work` when the work dir is on the node (admission/work_dir.py)."""
+    work = work_dir.volume(policy, reader=reader)
     return [
         {"name": "ckptdrain-local",
          "hostPath": {"path": policy.node_path(),
                       "type": "DirectoryOrCreate" if prepare else "Directory"}},
-        {"name": "ckptdrain-work", "emptyDir": work},
+        *([] if work is None else [work]),
         *([] if reader else [{"name": "ckptdrain-share", "downwardAPI": {"items": [{
             "path": "bandwidth",
             "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_BANDWIDTH}']"}}]}}]),
@@ -189,13 +150,14 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     ops: JSONPatch = []
     shared = agent_env(pod, policy, default_rate, rank, reader=reader,
                        readers_alongside=readers_alongside)
+    # On the node, agent and restore see the work dir inside /ckptdrain/local.
+    work = [] if work_on_node(policy, reader=reader) else [("ckptdrain-work", WORK_DIR)]
     restore = _container(RESTORE, "restore", [*shared, restore_mode_env()], config, [
-        ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR), ("ckptdrain-tmp", "/tmp")],
-        sidecar=False)
+        ("ckptdrain-local", LOCAL_DIR), *work, ("ckptdrain-tmp", "/tmp")], sidecar=False)
     if reader:  # it reads the writer's copies on this node, never changes them
         restore["volumeMounts"][0]["readOnly"] = True
     agent = None if reader else _container(AGENT, "agent", shared, config, [
-        ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-work", WORK_DIR),
+        ("ckptdrain-local", LOCAL_DIR), *work,
         ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
     stores = [restore] if agent is None else [restore, agent]
     identity = cloud_identity.ambient(pod)
@@ -208,18 +170,19 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         container["volumeMounts"] += mounts
     # The reason restore failed, as the container's last state on the pod.
     restore["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    if not policy.memory_limit:
-        # The disk-backed work dir counts against the pod's ephemeral storage:
-        # the scheduler must find a node with room for it.
-        stores[-1]["resources"]["requests"]["ephemeral-storage"] = \
-            units.format_quantity(work_size(policy))
+    request = work_dir.ephemeral_request(policy, reader=reader)
+    if request is not None:
+        # A disk emptyDir counts against the pod's ephemeral storage: the
+        # scheduler must find a node with room for it.
+        stores[-1]["resources"]["requests"]["ephemeral-storage"] = request
     ours = list(stores)
     if policy.peer.enabled and not reader:
         # Before restore: after a node loss the whole job restarts, and every
         # pod's restore asks the other nodes' peer servers (docs/peer-tier.md).
         ours.insert(0, peer_sidecar(shared, policy, config))
     if config.prepare_local_tier and not reader:
-        ours.insert(0, _prepare(config))
+        writer_id = next(e for e in shared if e["name"] == Env.WRITER_ID.value)
+        ours.insert(0, prepare.container(policy, config, work_dir.shared_group(pod), writer_id))
     if spec.get("initContainers") is None:
         ops.append({"op": "add", "path": "/spec/initContainers", "value": ours})
     else:
@@ -237,7 +200,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         mounted = {m.get("mountPath") for m in container.get("volumeMounts") or []}
         if WORK_DIR not in mounted:
             _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
-                    [{"name": "ckptdrain-work", "mountPath": WORK_DIR}])
+                    [work_dir.trainer_mount(policy, reader=reader)])
+    ops.extend(work_dir.security_context_ops(pod))
     ops.extend(placement_ops(spec, policy))
     # With a Secret, restore and the agent use its keys, not the pod's identity.
     reach_store = [] if policy.credentials is not None else stores

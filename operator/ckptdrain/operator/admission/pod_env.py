@@ -78,7 +78,7 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
                          (Env.SECRET_ACCESS_KEY, ref.secret_access_key_key)):
             env.append(_env(var, {"valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}))
     env += [
-        _env(Env.WORK_DIR, WORK_DIR),
+        _env(Env.WORK_DIR, ckptdrain_work_dir(policy, reader=reader)),
         _env(Env.LOCAL_DIR, local_dir(policy)),
         _env(Env.LOCAL_KEEP, str(policy.local_keep)),
         _env(Env.GLOBAL_KEEP, str(policy.global_keep)),
@@ -126,6 +126,29 @@ def local_dir(policy: Policy) -> str:
     if policy.writers > 1:
         return f"{LOCAL_DIR}/writer-$({Env.WRITER_ID.value})"
     return LOCAL_DIR
+
+
+def work_on_node(policy: Policy, *, reader: bool = False) -> bool:
+    """Whether the trainer's work dir is on the local tier's disk (a writer
+    under a disk local tier), not an emptyDir: see admission/work_dir.py."""
+    return not reader and not policy.memory_limit
+
+
+def work_subdir(policy: Policy) -> str:
+    """The work dir's name in the local tier's hostPath: one per writer on the
+    node, like local_dir's `writer-<id>` (a subPathExpr for the trainer)."""
+    if policy.writers > 1:
+        return f"work-$({Env.WRITER_ID.value})"
+    return "work"
+
+
+def ckptdrain_work_dir(policy: Policy, *, reader: bool = False) -> str:
+    """Where agent and restore see the trainer's work dir: on the node, through
+    their own local-tier mount (a hard link cannot cross two mounts, even of
+    one filesystem: EXDEV), else the work volume's own mount."""
+    if work_on_node(policy, reader=reader):
+        return f"{LOCAL_DIR}/{work_subdir(policy)}"
+    return WORK_DIR
 
 
 def trainer_env(pod: Mapping[str, Any], policy: Policy, rank: int | None = None, *,
