@@ -14,7 +14,7 @@ agent and restore reach it through their local-tier mount):
 Under a memory tier (`localTier.memory`) it stays a memory emptyDir, and a
 reader's (it never captures) a disk emptyDir sized for the step it restores.
 On the node, no emptyDir limit and no ephemeral-storage request: the local
-tier's capacity counts it (policy/spec.py, NODE_WORK_SHARDS).
+tier's disk holds it: size `localTier.capacity` for it (docs/pod-contract.md).
 
 The trainer may run as root (the NGC images), as 65532 or as any uid
 (OpenShift): what it shares with ckptdrain's containers (uid 65532) is the

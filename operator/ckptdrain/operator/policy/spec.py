@@ -46,11 +46,6 @@ READERS = ("Declared", "Replicas")
 RESHARD = ("DCP", "Trainer")
 DEFAULT_LOCAL_KEEP = 2
 DEFAULT_GLOBAL_KEEP = 3
-#: What a writer's work dir on the local tier's disk (no memory tier) adds to
-#: the tier's steps, in shards: the step being written and the one restore
-#: placed. The newest published step costs nothing twice: capture links its
-#: files into the local tier (admission/work_dir.py).
-NODE_WORK_SHARDS = 2
 MAX_LABEL_VALUE = api.MAX_LABEL_VALUE
 #: How long restore retries a store that does not answer (restore/retry.py).
 DEFAULT_RETRY_DEADLINE_S = 600.0
@@ -220,15 +215,14 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         drainers=max(1, drainers))
     if not r.errors:
         shard = sizing.checkpoint_size(inp) / writers
-        # Without a memory tier the trainer's work dir is on this disk too.
-        work = 0 if memory_bytes is not None else NODE_WORK_SHARDS
-        if capacity is not None and capacity < (keep + 1 + work) * shard:
-            r.fail("localTier.capacity",
-                   f"at least {units.format_bytes((keep + 1 + work) * shard)} "
-                   f"(keep={keep} checkpoints plus the one being captured"
-                   + (", and in the trainer's work dir on the same disk the step being "
-                      "written and the one restore placed" if work else "")
-                   + f", {units.format_bytes(shard)} per writer)", r.raw("localTier.capacity"))
+        # The hard minimum stays what policies were stored with: a stricter one
+        # would make a stored policy unreadable, and its pods uninjected. The
+        # trainer's work dir on this disk (no memory tier) is the agent's to
+        # fit (node/space.py); docs/pod-contract.md says how to size for it.
+        if capacity is not None and capacity < (keep + 1) * shard:
+            r.fail("localTier.capacity", f"at least {units.format_bytes((keep + 1) * shard)} "
+                   f"(keep={keep} checkpoints plus the one being captured, "
+                   f"{units.format_bytes(shard)} per writer)", r.raw("localTier.capacity"))
         if memory_bytes is not None and memory_bytes < shard:
             r.fail("localTier.memory.sizeLimit",
                    f"at least one checkpoint shard, {units.format_bytes(shard)} per writer",
