@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tests.support.asuser import CKPTDRAIN_UID, GROUP, TRAINER_UID, need_root, run_as
 
 from ckptdrain import group_access
