@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from ckptdrain import group_access
 from ckptdrain.agent import peer_runtime
 from ckptdrain.agent.drainworker import DrainWorker, Fence
 from ckptdrain.agent.goodput import GoodputMetrics, GoodputWatcher, OverlapReporter
@@ -284,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     tier = LocalTier(cfg.local_dir)
     try:
         cfg.local_dir.mkdir(parents=True, exist_ok=True)
-        cfg.work_dir.mkdir(parents=True, exist_ok=True)
+        group_access.make_dir(cfg.work_dir)  # never emptied here: the trainer may be running
         drain, watcher = build_drain(cfg, tier, reporter, metrics)
     except CkptdrainError as err:
         print(f"ckptdrain agent: {err}", file=sys.stderr)

@@ -31,17 +31,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ckptdrain.agent import control
 from ckptdrain.agent.drainworker import DrainWorker, next_backoff
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.agent.startup import AgentStartup
-from ckptdrain.client import CONTROL_DIR, REQUEST_FILE, read_request, write_json_atomic
+from ckptdrain.client import REQUEST_FILE, read_request
 from ckptdrain.errors import CkptdrainError
 from ckptdrain.manifest import EXTRA_TIMELINE
 from ckptdrain.node import space
@@ -49,6 +49,7 @@ from ckptdrain.node.config import AgentConfig
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import completed_steps, is_writing, step_dir
+from ckptdrain.restore import workdir
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,8 @@ class Agent(AgentStartup):
         self._reported: tuple[int | None, str] | None = None
         # A full local tier holds no newer step either: back off across steps.
         self._no_room = False
+        # Steps whose failed prune was logged (once each; every try is counted).
+        self._prune_reported: set[int] = set()
         #: agent/goodput.GoodputWatcher, when the agent accounts for goodput.
         self.goodput: Any = None
         #: agent/refusals.RefusalEvents: an Event when the local tier refuses a capture.
@@ -179,8 +182,8 @@ class Agent(AgentStartup):
         """Ask the trainer for a checkpoint. It answers by publishing a step."""
         self._seq += 1
         try:
-            write_json_atomic(self.cfg.work_dir / CONTROL_DIR / REQUEST_FILE,
-                              {"seq": self._seq, "reason": reason, "at": time.time()})
+            control.write(self.cfg.work_dir, REQUEST_FILE,
+                          {"seq": self._seq, "reason": reason, "at": time.time()})
         except OSError as err:
             self.metrics.errors.labels("request").inc()
             log.warning("could not write the checkpoint request: %s", err)
@@ -271,7 +274,11 @@ class Agent(AgentStartup):
 
     def prune_work_dir(self) -> None:
         """Remove published work-dir steps older than the newest captured one:
-        the memory tier is small, and the local tier now holds something newer."""
+        the work dir's disk is small, and the local tier holds something newer.
+        What cannot be removed (a trainer's file the pod's group may not
+        delete) is removed as far as it can be, counted in
+        ckptdrain_errors_total{phase="prune"} and logged once per step with
+        the path and the reason: left silently, it fills the work dir."""
         local = self.tier.steps()
         if not local:
             return
@@ -281,9 +288,25 @@ class Agent(AgentStartup):
                 doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
                 try:
                     os.rename(victim, doomed)
-                except OSError:
+                except OSError as err:
+                    self._prune_failed(step, str(victim), err)
                     continue
-                shutil.rmtree(doomed, ignore_errors=True)
+                problems = workdir.remove_tree(doomed)
+                if problems:
+                    self._prune_failed(step, *problems[0])
+        for leftover in self.cfg.work_dir.glob(".prune-step-*"):
+            workdir.remove_tree(leftover)  # what a failed prune left: as much as can go now
+
+    def _prune_failed(self, step: int, path: str, err: OSError) -> None:
+        """Counted and logged once per step (a step renamed aside is not listed
+        again; one that could not be renamed would be, every tick)."""
+        if step in self._prune_reported:
+            return
+        self._prune_reported.add(step)
+        self.metrics.errors.labels("prune").inc()
+        log.warning("cannot remove step %d from the work dir: %s: %s (errno %s); the "
+                    "trainer's files must be removable by the pod's group", step, path,
+                    err.strerror or err, err.errno)
 
     # -- SIGTERM ------------------------------------------------------------------------
     def flush(self) -> int:

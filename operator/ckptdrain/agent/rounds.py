@@ -30,14 +30,16 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ckptdrain import resume_channel
-from ckptdrain.client import CONTROL_DIR, write_json_atomic
+from ckptdrain import group_access, resume_channel
+from ckptdrain.agent import control
+from ckptdrain.client import CONTROL_DIR
 from ckptdrain.errors import CkptdrainError
 from ckptdrain.manifest import EXTRA_TIMELINE
 from ckptdrain.node import durable
 from ckptdrain.node.steps import completed_steps, step_dir
 from ckptdrain.progress import PROGRESS_FILE
 from ckptdrain.restore import meeting as meeting_mod
+from ckptdrain.restore import workdir
 from ckptdrain.restore.agreement import Decision, Report
 
 if TYPE_CHECKING:
@@ -158,7 +160,8 @@ class Rounds:
         self._answered = started
         with self._lock:
             self._settled = (decision, started)
-        path = str(step_dir(cfg.work_dir, decision.step)) if decision.step is not None else None
+        path = workdir.trainer_path(cfg.trainer_work_dir, decision.step) \
+            if decision.step is not None else None
         log.info("trainer restarted in place: ranks %s step %s in round %d (%s; %s)",
                  agreed.how, decision.step, decision.round, decision.why, decision.detail)
         self._pending_answer = resume_channel.Answer(started, True, decision.step, path, tier,
@@ -210,6 +213,7 @@ class Rounds:
                 used = "global"
             else:
                 raise CkptdrainError(f"step {step} is neither in the work dir nor on this node")
+            group_access.share_tree(tmp)  # the trainer may run as any uid of the group
             durable.publish(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -217,8 +221,7 @@ class Rounds:
 
     def _answer(self, started: float, answer: resume_channel.Answer) -> None:
         self._answered = started
-        write_json_atomic(self.agent.cfg.work_dir / CONTROL_DIR / resume_channel.ANSWER_FILE,
-                          answer.to_dict())
+        control.write(self.agent.cfg.work_dir, resume_channel.ANSWER_FILE, answer.to_dict())
 
     # -- on the agent's loop -------------------------------------------------------------
     _pending_answer: resume_channel.Answer | None = None

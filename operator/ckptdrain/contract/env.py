@@ -38,6 +38,9 @@ class Env(StrEnum):
     SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
     # The tiers and the policy's knobs.
     WORK_DIR = "CKPTDRAIN_WORK_DIR"
+    #: The work dir as the trainer mounts it, where that is not WORK_DIR
+    #: (restore and the agent reach it through the local tier's volume).
+    TRAINER_WORK_DIR = "CKPTDRAIN_TRAINER_WORK_DIR"
     LOCAL_DIR = "CKPTDRAIN_LOCAL_DIR"
     LOCAL_KEEP = "CKPTDRAIN_LOCAL_KEEP"
     LOCAL_CAPACITY = "CKPTDRAIN_LOCAL_CAPACITY"

@@ -33,6 +33,9 @@ FALLBACK_RATE = 100e6
 @dataclass(frozen=True)
 class AgentConfig:
     work_dir: Path
+    #: The same directory as the trainer mounts it: restore.json and the
+    #: resume answer name steps by it (default: work_dir).
+    trainer_work_dir: Path
     local_dir: Path
     local_keep: int
     #: Bytes this writer's local tier may hold (None: only the disk's free space).
@@ -121,6 +124,9 @@ class Field:
 FIELDS: tuple[Field, ...] = (
     Field("work_dir", Env.WORK_DIR, values.path, "/ckptdrain/work",
           "where the trainer writes step-<N>/ (memory tier when memory-backed)"),
+    Field("trainer_work_dir", Env.TRAINER_WORK_DIR, values.optional_text, None,
+          "the work dir as the trainer mounts it, when it is not the work dir's path here "
+          "(default: the work dir)"),
     Field("local_dir", Env.LOCAL_DIR, values.path, "/ckptdrain/local",
           "the node-local (NVMe) tier"),
     Field("local_keep", Env.LOCAL_KEEP, units.parse_positive_int, "2",
@@ -208,7 +214,7 @@ FIELDS: tuple[Field, ...] = (
 #: The fields the restore step and the peer server read; `--help` of each
 #: lists only these (the others still parse: one configuration, one loader).
 RESTORE_FIELDS = frozenset({
-    "work_dir", "local_dir", "store_uri", "s3_endpoint", "region", "s3_sse",
+    "work_dir", "trainer_work_dir", "local_dir", "store_uri", "s3_endpoint", "region", "s3_sse",
     "s3_sse_kms_key_id", "s3_ca_bundle", "s3_addressing", "writer_id", "writers", "role",
     "readers", "restore", "restore_prefer", "restore_result", "restore_retry_deadline",
     "restore_direct_io", "restore_reshard", "restore_mode", "restore_agree_timeout",
@@ -286,6 +292,7 @@ def load(
     result = raw["restore_result"]
     return AgentConfig(
         work_dir=work,
+        trainer_work_dir=Path(raw["trainer_work_dir"]) if raw["trainer_work_dir"] else work,
         local_dir=raw["local_dir"],
         local_keep=raw["local_keep"],
         local_capacity=raw["local_capacity"],

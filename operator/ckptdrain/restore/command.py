@@ -16,7 +16,9 @@ writer count and may not be handed to the trainer (restore/reshard.py; one
 that may is exit 0, outcome `reshard`, nothing placed).
 Only exit 0 without a step is a fresh start: a step some of whose writers'
 manifests are merely missing (still being written, or abandoned) does not
-block one. The pod annotation `ckptdrain.io/restore: skip` asks for one on
+block one. Every outcome but a bad configuration starts by emptying the
+work dir of what a previous pod left (restore/workdir.py): what cannot be
+removed is exit 1, naming the path. The pod annotation `ckptdrain.io/restore: skip` asks for one on
 purpose: nothing is placed, outcome `fresh_start`, reason "skipped by
 annotation".
 
@@ -76,12 +78,18 @@ def run(args: argparse.Namespace) -> int:
         _termination_message(f"ckptdrain restore: {err}")
         return err.exit_code
     if not cfg.restore:
-        print("ckptdrain restore: disabled (CKPTDRAIN_RESTORE=false); fresh start")
-        RestoreResult(True, cfg.writer, cfg.writers, time.time(),
-                      outcome="disabled").write(cfg.restore_result)
-        return 0
+        result = skip(cfg, "disabled", "")
+        code = OUTCOMES[result.outcome]
+        result.write(cfg.restore_result)
+        if code == 0:
+            print("ckptdrain restore: disabled (CKPTDRAIN_RESTORE=false); fresh start")
+            return 0
+        print(summary_line(result, code), file=sys.stderr)
+        _termination_message(summary_line(result, code))
+        return code
     if cfg.restore_skip:
-        result, code = skip(cfg), 0
+        result = skip(cfg)
+        code = OUTCOMES[result.outcome]
     else:
         result, code = restore_with_retries(cfg)
     result.write(cfg.restore_result)

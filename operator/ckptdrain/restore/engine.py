@@ -5,8 +5,10 @@ they are copied: every byte's CRC32C against the manifest) and the global
 tier's complete steps (fetched with parallel ranged reads at full speed, no
 rate limit: the whole job waits for this). A candidate that fails is recorded
 in the result's `skipped` with the reason, and the next one is tried. The
-chosen step lands in `<work>/step-<N>/` (temp name, then rename), and the
-result file says what came from where.
+work dir is emptied first (restore/workdir.py: it may hold a previous pod's
+steps and control files). The chosen step lands in `<work>/step-<N>/` (temp
+name, shared with the pod's group, then rename), and the result file says
+what came from where, naming the step as the trainer sees it.
 
 Only exit 0 without a step is a fresh start: a step some of whose writers'
 manifests are merely missing (still being written, or abandoned) does not
@@ -36,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ckptdrain import group_access
 from ckptdrain.errors import (
     CkptdrainError,
     IntegrityError,
@@ -46,8 +49,8 @@ from ckptdrain.manifest import WriterManifest
 from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.node.steps import completed_steps, step_dir
-from ckptdrain.restore import coordinated, peer_source, reshard
+from ckptdrain.node.steps import step_dir
+from ckptdrain.restore import coordinated, peer_source, reshard, workdir
 from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 from ckptdrain.store.base import Store
@@ -57,9 +60,6 @@ log = logging.getLogger("ckptdrain.restore")
 #: How the catalog words a writer's manifest that is not there (yet): the one
 #: rejection that is normal (a step still being written, or abandoned).
 _MISSING = re.compile(r"writer [0-9]+'s manifest is missing$")
-#: What this command leaves in the work dir while it works (its temp step,
-#: a fetch's staging beside it, a replaced step on its way out).
-_OWN_STAGING = re.compile(r"^\.\.?restore-(step|old)-")
 SKIPPED_BY_ANNOTATION = "skipped by annotation"
 
 
@@ -88,24 +88,10 @@ def _counts(tier: LocalTier, local_steps: list[int], found: dict[int, Any]
     return counts
 
 
-def _clear_own_staging(work_dir: Path) -> None:
-    """Remove what an earlier restore killed mid-way left in the work dir. This
-    command is the only writer there, and in a container a restarted one may
-    have the same PID as its predecessor, so a PID cannot tell them apart."""
-    for entry in os.scandir(work_dir):
-        if _OWN_STAGING.match(entry.name):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                Path(entry.path).unlink(missing_ok=True)
-
-
 def _place(tmp: Path, final: Path) -> None:
-    """Replace `final` with `tmp` (a stale copy of the same step may be there)."""
-    if final.exists():
-        aside = final.with_name(f".restore-old-{final.name}-{os.getpid()}")
-        os.rename(final, aside)
-        shutil.rmtree(aside, ignore_errors=True)
+    """Share `tmp` with the pod's group, whatever tier filled it, then rename
+    it to `final` (the work dir was emptied: nothing is there)."""
+    group_access.share_tree(tmp)
     durable.publish(tmp, final)
 
 
@@ -158,6 +144,9 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     started = time.monotonic()
     result = RestoreResult(fresh_start=False, writer=cfg.writer, writers=cfg.writers,
                            at=time.time())
+    if not _emptied(cfg, result):
+        result.seconds = time.monotonic() - started
+        return result, OUTCOMES[result.outcome]
     if store_problem:
         result.skipped.append(Skipped(None, "global", store_problem))
     tier = LocalTier(cfg.local_dir)
@@ -211,8 +200,6 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
     if handed is not None:
         result.seconds = time.monotonic() - started
         return result, handed
-    cfg.work_dir.mkdir(parents=True, exist_ok=True)
-    _clear_own_staging(cfg.work_dir)
     no_room: list[str] = []
     transient: str | None = None
     for cand in plan:
@@ -262,7 +249,6 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
             s.reason for s in result.skipped if s.step is not None
             and not _MISSING.search(s.reason))
     else:
-        _clear_stale_steps(cfg.work_dir, keep=None)
         result.outcome, result.fresh_start = "fresh_start", True
     return result, OUTCOMES[result.outcome]
 
@@ -282,9 +268,6 @@ def _reshard(cfg: node_config.AgentConfig, store: Any, found: dict[int, Any],
         result.outcome, result.reason = "none_verified", problem
         return OUTCOMES[result.outcome]
     result.skipped = [s for s in result.skipped if (s.step, s.tier) != (pending.step, "global")]
-    cfg.work_dir.mkdir(parents=True, exist_ok=True)
-    _clear_own_staging(cfg.work_dir)
-    _clear_stale_steps(cfg.work_dir, keep=None)  # no step of this layout is the newest
     result.outcome, result.reason = reshard.OUTCOME, reshard.handed_over(pending, cfg.writers)
     result.step, result.tier, result.step_writers = pending.step, "global", pending.writers
     result.source = f"{store.uri} step {pending.step}"
@@ -338,9 +321,9 @@ def _try(cfg: node_config.AgentConfig, tier: LocalTier, store: Any, cand: Candid
         if cand.tier == "global" and is_transient(err):
             return "transient"
         return "no_room" if space.is_no_room(err) else "failed"
-    _clear_stale_steps(cfg.work_dir, keep=cand.step)
     result.step, result.tier, result.bytes = cand.step, used, size
-    result.path, result.source = str(final), source
+    result.name, result.source = final.name, source
+    result.path = workdir.trainer_path(cfg.trainer_work_dir, cand.step)
     result.step_created = created
     result.io, result.direct_bytes = io, direct
     return "ok"
@@ -352,25 +335,33 @@ def is_transient(err: BaseException) -> bool:
     return isinstance(err, StoreError) and not isinstance(err, ObjectMissing)
 
 
-def _clear_stale_steps(work_dir: Path, keep: int | None) -> None:
-    """Remove steps a previous incarnation of this pod left in the work dir (an
-    emptyDir survives container restarts): the trainer resumes from `keep`, and
-    a stale newer step would look like the newest checkpoint to the agent."""
-    for step in completed_steps(work_dir):
-        if step != keep:
-            shutil.rmtree(step_dir(work_dir, step), ignore_errors=True)
-    for entry in work_dir.glob("step-*.tmp"):
-        shutil.rmtree(entry, ignore_errors=True)
+def _emptied(cfg: node_config.AgentConfig, result: RestoreResult) -> bool:
+    """Empty the work dir (restore/workdir.py); False, with the outcome and
+    reason set, when something there could not be removed."""
+    try:
+        removed = workdir.empty(cfg.work_dir, keep_out=(cfg.local_dir,))
+    except workdir.NotEmptied as err:
+        result.outcome, result.reason = "cannot_place", str(err)
+        return False
+    except OSError as err:
+        result.outcome = "cannot_place"
+        result.reason = f"cannot empty the work dir {cfg.work_dir}: {err}"
+        return False
+    if removed:
+        log.info("restore: emptied the work dir %s of %d entries a previous pod left",
+                 cfg.work_dir, removed)
+    return True
 
 
-def skip(cfg: node_config.AgentConfig) -> RestoreResult:
-    """A deliberate fresh start (the pod's `ckptdrain.io/restore: skip`): nothing
-    is placed, and what an earlier incarnation of the pod left in the work dir
-    goes, so the trainer and the agent see no step of the old timeline."""
-    cfg.work_dir.mkdir(parents=True, exist_ok=True)
-    _clear_own_staging(cfg.work_dir)
-    _clear_stale_steps(cfg.work_dir, keep=None)
-    return RestoreResult(True, cfg.writer, cfg.writers, time.time(), outcome="fresh_start",
-                         reason=SKIPPED_BY_ANNOTATION)
-
-
+def skip(cfg: node_config.AgentConfig, outcome: str = "fresh_start",
+         reason: str = SKIPPED_BY_ANNOTATION) -> RestoreResult:
+    """A deliberate fresh start (the pod's `ckptdrain.io/restore: skip`, or
+    restore switched off: `outcome` "disabled"): nothing is placed, and what
+    an earlier pod left in the work dir goes, so the trainer and the agent
+    see no step of the old timeline. Outcome "cannot_place" when it could
+    not go."""
+    result = RestoreResult(True, cfg.writer, cfg.writers, time.time(), outcome=outcome,
+                           reason=reason)
+    if not _emptied(cfg, result):
+        result.fresh_start = False
+    return result

@@ -1,7 +1,8 @@
 """The restore result file the trainer reads (`ckptdrain.client.Client.restored`).
 
     {"outcome": "restored", "fresh_start": false, "step": 42, "tier": "local",
-     "path": "/ckptdrain/work/step-42", "bytes": 268435456, "seconds": 0.41,
+     "name": "step-42", "path": "/ckptdrain/work/step-42",
+     "bytes": 268435456, "seconds": 0.41,
      "writer": 0, "writers": 1, "reason": "",
      "skipped": [{"step": 43, "tier": "local", "reason": "a.bin: crc32c ..."}],
      "source": "/ckptdrain/local/step-42", "at": 1700000000.0, "attempts": 1}
@@ -22,6 +23,12 @@
                          until restore.retryDeadline, nothing local was usable
     none_verified     4  checkpoints exist but none verified
 
+`name` is the restored step's directory in the work dir that holds this
+file; `path` is that directory as the trainer mounts it (CKPTDRAIN_TRAINER_WORK_DIR,
+by default the work dir: restore and the agent may reach the same directory
+through another mount). A reader resolves `name` in its own work dir.
+The file, like the step, is readable by the pod's group (group_access.py).
+
 `fresh_start` is true only for `fresh_start` and `disabled`: a trainer told
 "fresh start" throws away every step it had, so a checkpoint that exists but
 could not be restored must never read as one. `reason` says why in one line
@@ -36,7 +43,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ckptdrain import units
+from ckptdrain import group_access, units
 from ckptdrain.client import write_json_atomic
 
 
@@ -62,6 +69,8 @@ class RestoreResult:
     step: int | None = None
     tier: str | None = None
     path: str | None = None
+    #: The restored step's directory name (`step-<N>`) in the work dir.
+    name: str | None = None
     source: str | None = None
     bytes: int = 0
     seconds: float = 0.0
@@ -90,7 +99,10 @@ class RestoreResult:
         return asdict(self)
 
     def write(self, path: Path) -> None:
+        if not path.parent.is_dir():
+            group_access.make_dir(path.parent)
         write_json_atomic(path, self.to_dict())
+        group_access.share(path)  # the trainer may run as any uid of the pod's group
 
 
 def skipped_lines(result: RestoreResult) -> list[str]:

@@ -16,7 +16,10 @@ arrives (or read back from the file the store wrote it into) and combined
 per file. Only a
 fully verified checkpoint is renamed into place: `dest` shows either nothing
 or all of it. A corrupt or incomplete candidate is skipped, with its reason
-recorded, and the next newest tried (unless a step was asked for).
+recorded, and the next newest tried (unless a step was asked for). What is
+placed is shared with the pod's group as it is made (group_access.py:
+directories 0o2775, files 0o664), so a trainer of another uid reads what
+restore (uid 65532) fetched.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ckptdrain import checksum, cpus, keys, paths
+from ckptdrain import checksum, cpus, group_access, keys, paths
 from ckptdrain.errors import (
     CkptdrainError,
     IntegrityError,
@@ -129,14 +132,26 @@ def _prepare_target(f: _File) -> None:
     """Create the file, preallocated (sparse); a size or name this filesystem
     refuses is an integrity problem of the step, not a crash."""
     try:
-        f.target.parent.mkdir(parents=True, exist_ok=True)
+        _shared_dirs(f.target.parent)
         with open(f.target, "wb") as out:
+            os.fchmod(out.fileno(), group_access.FILE_MODE)  # never the umask's
             out.truncate(f.entry.size)  # preallocated; ranges land with pwrite
     except OSError as err:
         if err.errno not in _FS_REFUSALS:
             raise
         raise IntegrityError(f"{f.key}: cannot be a file of {f.entry.size} bytes here: "
                              f"{err.strerror}") from None
+
+
+def _shared_dirs(directory: Path) -> None:
+    """`directory` and its missing parents, each made shared as it is made
+    (a parent that exists is left as it is: it is the staging root, shared
+    already, or above it)."""
+    if directory.is_dir():
+        return
+    _shared_dirs(directory.parent)
+    directory.mkdir(exist_ok=True)
+    group_access.share(directory)
 
 
 def _download(store: Store, mode: str, files: list[_File], concurrency: int,
@@ -273,6 +288,7 @@ def fetch(
     skipped: list[str] = []
     for candidate in steps:
         tmp = Path(tempfile.mkdtemp(prefix=staging_prefix(dest, os.getpid()), dir=dest.parent))
+        group_access.share(tmp)  # mkdtemp makes it 0o700: the trainer could not enter it
         try:
             ckpt = load_checkpoint(store, candidate)
             files = _plan(ckpt, tmp, writer, part_size, range_fetch.largest_range(store, mode),

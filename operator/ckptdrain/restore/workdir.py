@@ -1,0 +1,96 @@
+"""The work dir as restore leaves it for the trainer: emptied, then shared.
+
+Each pod starts with an empty work dir, as an emptyDir did. On the local
+tier's disk (a hostPath, docs/pod-contract.md) it may still hold what a
+previous pod of this writer left: steps, half-written `step-<N>.tmp*`, the
+`.ckptdrain/` control files, an old restore.json. Any of those would look
+like this pod's own (a stale newer step as the newest checkpoint, an old
+request as a pending one), so restore removes every entry before placing
+anything. Only restore does it: it runs once per pod start, before the
+trainer; the agent, which restarts inside a running pod, never does.
+
+Nothing is followed out of the work dir: a symlink in it is removed, not
+entered. What cannot be removed (a trainer's step in a directory the group
+may not write) stops restore with the path and the reason: silently left
+behind, it would be captured or resumed from as if this pod had written it.
+
+The agent prunes steps with the same `remove_tree`, and says what it could
+not remove.
+
+The trainer mounts the same directory elsewhere than restore and the agent
+(`/ckptdrain/work` against `/ckptdrain/local/work`), so a step is named to
+it by its name in the work dir, and by its path under the trainer's mount
+(`trainer_path`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from ckptdrain import group_access
+from ckptdrain.errors import CkptdrainError, InvalidInput
+from ckptdrain.node.steps import step_name
+
+
+class NotEmptied(CkptdrainError):
+    """Something a previous pod left in the work dir could not be removed."""
+
+
+def empty(work_dir: Path, keep_out: tuple[Path, ...] = ()) -> int:
+    """Remove everything in `work_dir` (not the directory itself), creating
+    it shared when missing; how many entries were removed. `keep_out`: paths
+    that must never be inside the work dir (the local tier: emptying it would
+    delete the node's copies). Raises NotEmptied naming the first path that
+    could not go, after removing all it could."""
+    work = Path(os.path.abspath(work_dir))
+    for other in keep_out:
+        other = Path(os.path.abspath(other))
+        if other == work or work in other.parents:
+            raise InvalidInput("CKPTDRAIN_WORK_DIR", f"a directory that does not hold {other} "
+                               "(restore empties the work dir at each pod start)", str(work))
+    group_access.make_dir(work)
+    failures: list[tuple[str, OSError]] = []
+    removed = 0
+    with os.scandir(work) as entries:
+        for entry in entries:
+            problems = remove_tree(Path(entry.path))
+            failures += problems
+            removed += not problems
+    if failures:
+        path, err = failures[0]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise NotEmptied(f"cannot empty the work dir {work} of what a previous pod left: "
+                         f"{path}: {err.strerror or err}{more}; the trainer's files there must "
+                         "be removable by the pod's group (docs/pod-contract.md)")
+    return removed
+
+
+def remove_tree(path: Path) -> list[tuple[str, OSError]]:
+    """Remove `path` (a directory with everything in it, or a file or symlink,
+    never followed), as much of it as can go; what could not, with why. A
+    path already gone is no problem."""
+    failures: list[tuple[str, OSError]] = []
+
+    def failed(_function: object, where: str, err: BaseException) -> None:
+        if not isinstance(err, FileNotFoundError):
+            failures.append((where, err if isinstance(err, OSError) else OSError(str(err))))
+
+    try:
+        if path.is_dir() and not path.is_symlink():
+            if sys.version_info >= (3, 12):
+                shutil.rmtree(path, onexc=failed)
+            else:
+                shutil.rmtree(path, onerror=lambda f, p, info: failed(f, p, info[1]))
+        else:
+            path.unlink()
+    except OSError as err:
+        failed(None, str(path), err)
+    return failures
+
+
+def trainer_path(trainer_work_dir: Path, step: int) -> str:
+    """Where the trainer finds `step`: under its own mount of the work dir."""
+    return str(Path(trainer_work_dir) / step_name(step))
