@@ -322,7 +322,14 @@ class Client:
         doc = _read_json(self.restore_result)
         if not doc or doc.get("fresh_start") or not isinstance(doc.get("step"), int):
             return None
-        path = Path(str(doc.get("path") or self.step_dir(int(doc["step"]))))  # type: ignore[arg-type]
+        step = int(doc["step"])  # type: ignore[arg-type]
+        # `name` is the step's directory beside restore.json, whatever path
+        # restore saw it at (its mount of the work dir may differ from ours);
+        # `path` is for results written before `name` existed.
+        if doc.get("name") == f"step-{step}":
+            path = self.restore_result.parent / f"step-{step}"
+        else:
+            path = Path(str(doc.get("path") or self.step_dir(step)))
         if not path.is_dir():
             return None
         return Restored(

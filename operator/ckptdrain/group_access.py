@@ -29,8 +29,14 @@ FILE_MODE = 0o664
 def make_dir(path: Path) -> Path:
     """`path` (and missing parents) as a shared directory; an existing one is
     made shared when this process may (its owner or root), else left as is."""
+    missing = []
+    at = path
+    while not at.exists() and at != at.parent:
+        missing.append(at)
+        at = at.parent
     path.mkdir(parents=True, exist_ok=True)
-    share(path)
+    for made in (*reversed(missing), path):
+        share(made)
     return path
 
 

@@ -60,6 +60,25 @@ def test_restored_reads_the_result_file(tmp_path: Path) -> None:
     assert restored is not None and (restored.step, restored.tier) == (5, "local")
 
 
+def test_restored_finds_the_step_by_name_beside_the_result(tmp_path: Path) -> None:
+    """Restore may see the work dir at another path than the trainer (through
+    the local tier's volume): the step's name beside restore.json wins."""
+    (tmp_path / "step-7").mkdir()
+    (tmp_path / "restore.json").write_text(json.dumps({
+        "fresh_start": False, "step": 7, "tier": "global", "name": "step-7",
+        "path": "/ckptdrain/local/work-0/step-7", "bytes": 1, "seconds": 0.1}))
+    restored = Client(tmp_path).restored()
+    assert restored is not None and restored.path == tmp_path / "step-7"
+    # A name that is not the result's step is not trusted: the path decides,
+    # and a missing one is no restore (the step in the work dir is then the
+    # trainer's own save, as after a restart in place).
+    (tmp_path / "restore.json").write_text(json.dumps({
+        "fresh_start": False, "step": 7, "tier": "global", "name": "../elsewhere",
+        "path": "/nonexistent/step-7"}))
+    restored = Client(tmp_path).restored()
+    assert restored is not None and restored.tier == "work"
+
+
 def test_env_names_the_work_dir(tmp_path: Path) -> None:
     client = Client(environ={"CKPTDRAIN_WORK_DIR": str(tmp_path),
                              "CKPTDRAIN_RESTORE_RESULT": str(tmp_path / "r.json")})

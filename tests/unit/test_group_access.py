@@ -20,6 +20,7 @@ def test_make_dir_is_setgid_and_group_writable_whatever_the_umask(tmp_path: Path
     finally:
         os.umask(old)
     assert _mode(made) == 0o2775
+    assert _mode(tmp_path / "a") == 0o2775  # a missing parent is shared too
 
 
 def test_share_tree_opens_files_and_directories_to_the_group(tmp_path: Path) -> None:

@@ -79,6 +79,9 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
             env.append(_env(var, {"valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}))
     env += [
         _env(Env.WORK_DIR, ckptdrain_work_dir(policy, reader=reader)),
+        # The same directory as the trainer mounts it: what restore.json and
+        # the resume answer name, so the trainer finds the step it points to.
+        _env(Env.TRAINER_WORK_DIR, WORK_DIR),
         _env(Env.LOCAL_DIR, local_dir(policy)),
         _env(Env.LOCAL_KEEP, str(policy.local_keep)),
         _env(Env.GLOBAL_KEEP, str(policy.global_keep)),
