@@ -15,6 +15,7 @@ BENCHMARKS = {
     "transfer": "benchmarks.transfer",
     "agent_rss": "benchmarks.agent_rss",
     "capture": "benchmarks.capture",
+    "save-capture": "benchmarks.save_capture",
     "operator_webhook": "benchmarks.operator_webhook",
     "scale": "benchmarks.scale.cli",
     "dcp": "benchmarks.dcp",

@@ -158,7 +158,9 @@ def test_the_local_tier_serves_what_verifies_and_the_store_the_rest(
                    if p.name.endswith(".distcp"))
     data = bytearray(spoiled.read_bytes())
     data[0] ^= 0x01
-    spoiled.write_bytes(bytes(data))
+    # A new file under the name: capture may have hard-linked the shared work dir's.
+    spoiled.with_name("spoiled").write_bytes(bytes(data))
+    os.replace(spoiled.with_name("spoiled"), spoiled)
     target, reference = _zeros()
     with ckpt_dcp.StoreReader(store, local=tiers) as reader:
         torch_dcp.load(target, storage_reader=reader)

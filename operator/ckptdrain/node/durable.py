@@ -158,11 +158,7 @@ def copy_tree(
     rels = sorted(files) if files is not None else list_files(src)
     dst.mkdir(parents=True, exist_ok=False)
     try:
-        dirs = {dst}
-        for rel in rels:
-            target = paths.resolve_under(dst, rel)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            dirs.update(p for p in target.parents if p.is_relative_to(dst))
+        dirs = make_dirs(dst, rels)
 
         def one(rel: str) -> FileEntry:
             size, crc = copy_file(
@@ -181,16 +177,32 @@ def copy_tree(
 
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(rels) or 1))) as pool:
             entries = list(pool.map(one, rels))
-        # Many fsyncs in flight at once keep the device's queue full.
-        with ThreadPoolExecutor(max_workers=max(1, min(FSYNC_WORKERS, len(rels) or 1))) as pool:
-            list(pool.map(fsync_file, (dst.joinpath(*rel.split("/")) for rel in rels)))
-        # Deepest first, so each directory's entries are durable before its parent's.
-        for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
-            fsync_dir(d)
+        sync_tree(dst, rels, dirs)
         return entries
     except BaseException:
         shutil.rmtree(dst, ignore_errors=True)
         raise
+
+
+def make_dirs(dst: Path, rels: Iterable[str]) -> set[Path]:
+    """Create the directories under `dst` that `rels` need; return them all (`dst` too),
+    for sync_tree. A path leading out of `dst` raises UnsafePath."""
+    dirs = {dst}
+    for rel in rels:
+        target = paths.resolve_under(dst, rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        dirs.update(p for p in target.parents if p.is_relative_to(dst))
+    return dirs
+
+
+def sync_tree(dst: Path, rels: list[str], dirs: Iterable[Path]) -> None:
+    """fsync every file `rels` names under `dst`, then every directory of `dirs`."""
+    # Many fsyncs in flight at once keep the device's queue full.
+    with ThreadPoolExecutor(max_workers=max(1, min(FSYNC_WORKERS, len(rels) or 1))) as pool:
+        list(pool.map(fsync_file, (dst.joinpath(*rel.split("/")) for rel in rels)))
+    # Deepest first, so each directory's entries are durable before its parent's.
+    for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
+        fsync_dir(d)
 
 
 def verify_tree(root: Path, expected: Iterable[FileEntry], *, workers: int = 2) -> None:

@@ -3,6 +3,8 @@
     <local>/step-<N>/data/<path>          the captured files
     <local>/step-<N>/manifest.json        the writer manifest (manifest.WriterManifest),
                                           written after every data file is durable
+    <local>/step-<N>/links.json           the stat identity of each file captured by hard
+                                          link (node/linking.py), when there is one
     <local>/step-<N>/drain-journal.json   the drain's journal while it is unfinished
     <local>/step-<N>/GLOBAL               written once the step is complete globally
     <local>/.capture-step-<N>-<pid>/      a capture in progress (never read; removed
@@ -10,7 +12,11 @@
 
 A `step-<N>` directory exists only once it is complete and durable: capture
 builds it under a hidden temporary name and renames it last, so a crash, a
-second SIGTERM or a deadline leaves either the whole copy or none.
+second SIGTERM or a deadline leaves either the whole copy or none. Capture
+takes each file by reflink, hard link or copy, whichever the filesystems
+allow (node/linking.py); a hard-linked file shares the trainer's inode, so
+`verify` first checks it was not rewritten since (links.json), then re-reads
+every checksum.
 
 Which steps retention removes is decided in retention.py (`local_expired`),
 and what must go for a capture to fit the capacity in node/space.py
@@ -25,14 +31,14 @@ import os
 import shutil
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptdrain import retention
 from ckptdrain.errors import IntegrityError
 from ckptdrain.localfs import fsync_dir
 from ckptdrain.manifest import WriterManifest
-from ckptdrain.node import durable, space
+from ckptdrain.node import durable, linking, space
 from ckptdrain.node.steps import completed_steps, step_dir, step_name
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,7 @@ _TEMP_PREFIX = ".capture-"
 MANIFEST = "manifest.json"
 DATA = "data"
 JOURNAL = "drain-journal.json"
+LINKS = "links.json"
 GLOBAL_MARKER = "GLOBAL"
 
 
@@ -49,14 +56,17 @@ class Captured:
     manifest: WriterManifest
     seconds: float
     path: Path
+    #: Files taken per method (linking.METHODS); empty when the step was already there.
+    methods: dict[str, int] = field(default_factory=dict)
 
 
 class LocalTier:
     """The local tier under `root`. Not thread-safe for the same step: the agent
     captures from one thread and the drain only reads published steps."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, methods: linking.Methods = linking.BY_KERNEL) -> None:
         self.root = Path(root)
+        self.methods = methods
 
     # -- layout -------------------------------------------------------------
     def step_dir(self, step: int) -> Path:
@@ -112,7 +122,8 @@ class LocalTier:
         should_stop: durable.StopCheck | None = None,
         extra: dict[str, str] | None = None,
     ) -> Captured:
-        """Durably copy the finished checkpoint at `source` in as `step`.
+        """Durably take the finished checkpoint at `source` in as `step`, each file
+        by reflink, hard link or copy (linking.take_tree).
 
         Idempotent: an already published step is returned as is. Raises
         durable.CopyAborted when `should_stop` turns true (nothing published).
@@ -125,22 +136,41 @@ class LocalTier:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            entries = durable.copy_tree(source, tmp / DATA, should_stop=should_stop)
+            taken = linking.take_tree(source, tmp / DATA, methods=self.methods,
+                                      should_stop=should_stop)
             manifest = WriterManifest(
-                step=step, writer=writer, writers=writers, files=tuple(entries),
-                created=time.time(), extra=dict(extra or {}),
+                step=step, writer=writer, writers=writers,
+                files=tuple(t.entry for t in taken), created=time.time(),
+                extra=dict(extra or {}),
             )
+            links = linking.links_to_json(taken)
+            if links is not None:
+                durable.write_bytes(tmp / LINKS, links)
             durable.write_bytes(tmp / MANIFEST, manifest.to_json())
             fsync_dir(tmp)
             durable.publish(tmp, self.step_dir(step))
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return Captured(manifest, time.monotonic() - started, self.step_dir(step))
+        return Captured(manifest, time.monotonic() - started, self.step_dir(step),
+                        linking.count_methods(taken))
+
+    def check_links(self, step: int) -> None:
+        """IntegrityError if a file of `step` captured by hard link was rewritten
+        since (a stat per file, no reads): what to call before trusting or
+        sending a step when a full `verify` is too slow."""
+        where = self.step_dir(step) / LINKS
+        try:
+            data = where.read_bytes()
+        except FileNotFoundError:
+            return  # nothing was linked (reflinked and copied files are immune)
+        linking.check_links(self.data_dir(step), linking.links_from_json(data, where))
 
     def verify(self, step: int) -> WriterManifest:
-        """Re-read every file of `step` against its manifest; IntegrityError if off."""
+        """Check the linked files' identities, then re-read every file of `step`
+        against its manifest; IntegrityError if off."""
         manifest = self.manifest(step)
+        self.check_links(step)
         durable.verify_tree(self.data_dir(step), manifest.files)
         return manifest
 
