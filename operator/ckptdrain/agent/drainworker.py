@@ -300,6 +300,9 @@ class DrainWorker:
         if committed(self.store, manifest, replace=False) is not None:
             self._mark_global(step, manifest.total_bytes, 0.0, trigger, "already in the store")
             return True
+        # A file captured by hard link that the trainer rewrote since: refused
+        # before its bytes are sent (the drain's CRCs would refuse it after).
+        self.tier.check_links(step)
         self.reporter.report(CheckpointEvent(step, State.DRAINING, manifest.total_bytes,
                                              trigger=trigger))
         started = time.monotonic()

@@ -228,6 +228,8 @@ class Agent(AgentStartup):
         size = captured.manifest.total_bytes
         self.metrics.captured_bytes.inc(size)
         self.metrics.capture_seconds.observe(captured.seconds)
+        for method, files in captured.methods.items():
+            self.metrics.capture_files.labels(method).inc(files)
         self.metrics.recovery_point("local", step, captured.manifest.created)
         self.reporter.report(CheckpointEvent(step, State.LOCAL, size, captured.seconds,
                                              trigger=trigger))

@@ -135,6 +135,10 @@ class AgentMetrics:
             "Bytes captured locally that are not yet global", registry=r)
         self.last_step = Gauge(
             "ckptdrain_last_step", "Newest step durable in each tier", ["tier"], registry=r)
+        self.capture_files = Counter(
+            "ckptdrain_capture_files", "Files taken into the local tier, by how: reflink "
+            "(copy-on-write), link (hard link, the work dir on the tier's filesystem) or copy",
+            ["method"], registry=r)
         self.capture_seconds = Histogram(
             "ckptdrain_capture_seconds", "Time to capture one checkpoint",
             buckets=_DURATION_BUCKETS, registry=r)
