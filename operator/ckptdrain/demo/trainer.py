@@ -54,7 +54,11 @@ PROCESSES = int(os.environ.get("CKPTDRAIN_LOCAL_PROCESSES", "1") or 1)
 
 def emit(event: str, **fields: Any) -> None:
     mine = {"process": LOCAL_RANK} if PROCESSES > 1 else {}
-    print(json.dumps({"event": event, "t": time.time(), **mine, **fields}), flush=True)
+    line = json.dumps({"event": event, "t": time.time(), **mine, **fields}) + "\n"
+    # One write per line: the pod's processes share one stdout, and print()'s
+    # separate write of the newline lets another process's line in between.
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), line.encode())
 
 
 def own_prefix() -> str:
