@@ -156,7 +156,7 @@ class Client:
 
     # -- writing checkpoints ---------------------------------------------------
     def temp_dir(self, step: int, *, save: str | None = None) -> Path:
-        if self.local_processes == 1 and save is None:
+        if save is None:
             return self.work_dir / f"step-{_check_step(step)}.tmp"
         return pod_saves.temp_dir(self.work_dir, _check_step(step), self._save(save))
 
@@ -166,10 +166,13 @@ class Client:
     def begin(self, step: int, *, save: str | None = None) -> Path:
         """A directory to write step `step` into.
 
-        One process per pod: an empty one (left over content is removed).
-        Several: `save` is the id the pod's processes share for this save;
-        they all write into the same directory, each its own files."""
-        if self.local_processes == 1 and save is None:
+        Without `save`, one process writes the pod's whole step (the one
+        process of the pod, or the one rank a trainer saves from): an empty
+        directory (left over content is removed). With `save`, the id the
+        pod's `local_processes` processes share for this save (new for every
+        save): they all write into the same directory, each its own files,
+        and the step is published once all of them completed it."""
+        if save is None:
             tmp = self.temp_dir(step)
             shutil.rmtree(tmp, ignore_errors=True)
             group_access.make_dir(tmp)
@@ -192,7 +195,8 @@ class Client:
         removable by the pod's group before it is published.
         """
         final = self.step_dir(step)
-        if self.local_processes == 1 and save is None:
+        published = True
+        if save is None:
             tmp = self.temp_dir(step)
             if not tmp.is_dir():
                 raise FileNotFoundError(f"{tmp}: call begin({step}) and write the files first")
@@ -203,10 +207,13 @@ class Client:
                 os.rename(tmp, final)
         else:
             control = group_access.make_dir(self.work_dir / CONTROL_DIR)
-            pod_saves.complete(self.work_dir, control, _check_step(step), self._save(save),
-                               self.local_rank, self.local_processes, final)
-        request = read_request(self.work_dir)
-        if request is not None and self.local_rank == 0:
+            published = pod_saves.complete(self.work_dir, control, _check_step(step),
+                                           self._save(save), self.local_rank,
+                                           self.local_processes, final)
+        # Answered by whoever published: an ack before the step exists would
+        # tell the agent a request was met by a step it cannot capture yet.
+        request = read_request(self.work_dir) if published else None
+        if request is not None:
             write_json_atomic(
                 self.work_dir / CONTROL_DIR / ACK_FILE,
                 {"seq": request.seq, "step": step, "at": time.time()},
@@ -323,11 +330,11 @@ class Client:
         if not doc or doc.get("fresh_start") or not isinstance(doc.get("step"), int):
             return None
         step = int(doc["step"])  # type: ignore[arg-type]
-        # `name` is the step's directory beside restore.json, whatever path
+        # `name` is the step's directory in the work dir, whatever path
         # restore saw it at (its mount of the work dir may differ from ours);
         # `path` is for results written before `name` existed.
         if doc.get("name") == f"step-{step}":
-            path = self.restore_result.parent / f"step-{step}"
+            path = self.step_dir(step)
         else:
             path = Path(str(doc.get("path") or self.step_dir(step)))
         if not path.is_dir():
@@ -342,11 +349,14 @@ class Client:
 
 
 def _local_layout(env: Mapping[str, str]) -> tuple[int, int]:
-    """(local rank, local processes): ckptdrain's names, else torchrun's, else (0, 1)."""
+    """(local rank, local processes): ckptdrain's names, else torchrun's (only
+    both together: DeepSpeed's and some MPI launchers set LOCAL_RANK alone),
+    else (0, 1)."""
     found: list[tuple[str, int]] = []
+    torchrun_pair = bool(env.get("LOCAL_RANK")) and bool(env.get("LOCAL_WORLD_SIZE"))
     for ours, torchrun, lowest in ((Env.LOCAL_RANK.value, "LOCAL_RANK", 0),
                                    (Env.LOCAL_PROCESSES.value, "LOCAL_WORLD_SIZE", 1)):
-        name = ours if env.get(ours) else torchrun if env.get(torchrun) else ""
+        name = ours if env.get(ours) else torchrun if torchrun_pair else ""
         raw = env.get(name, "") if name else str(lowest)
         if not (raw.isascii() and raw.isdigit()) or int(raw) < lowest:
             raise InvalidInput(name, f"a whole number of at least {lowest}", raw)

@@ -5,17 +5,23 @@ files of a step into one shared directory, and the step is published once,
 when the last of them is done:
 
     <work>/step-<N>.tmp-<save>/           every process writes here
-    <work>/.ckptdrain/saves/<save>/<r>    local rank r is done (an empty file)
+    <work>/.ckptdrain/saves/<N>-<save>/<r>   local rank r is done (it holds the
+                                          inode of the directory it wrote into)
     <work>/.ckptdrain/publish.lock        flock: marking and publishing
     <work>/step-<N>/                      renamed by whoever marks the P-th
 
 `<save>` is an id the pod's processes share for one save (the DCP helper
 broadcasts rank 0's; a plain trainer passes its own), so a process that
 begins a later save of the same step never writes into an abandoned one.
+It must be new for every save: a process restarted in place that reused
+one would find the dead run's marks. Marks count only for the step they
+name and the very directory they were written for (its inode), so a reused
+id never publishes a directory another save's marks were made for.
 A process that dies mid-save leaves its mark unwritten: the step is never
 published from that directory, and local rank 0 removes it when the pod
-next begins the same step. Everything made here is shared with the pod's
-group (group_access.py): the agent, another uid, reads, links and prunes it.
+next begins the same step, or any step once a newer one is published.
+Everything made here is shared with the pod's group (group_access.py): the
+agent, another uid, reads, links and prunes it.
 Standard library only (imported by client.py into training processes).
 """
 
@@ -52,8 +58,8 @@ def temp_dir(work_dir: Path, step: int, save: str) -> Path:
     return work_dir / f"step-{step}.tmp-{save}"
 
 
-def _marks(control: Path, save: str) -> Path:
-    return control / SAVES_DIR / save
+def _marks(control: Path, step: int, save: str) -> Path:
+    return control / SAVES_DIR / f"{step}-{save}"
 
 
 def begin(work_dir: Path, control: Path, step: int, save: str, local_rank: int) -> Path:
@@ -61,7 +67,7 @@ def begin(work_dir: Path, control: Path, step: int, save: str, local_rank: int) 
     emptied: other processes may already be writing into it)."""
     if local_rank == 0:
         _remove_abandoned(work_dir, control, step, keep=save)
-    group_access.make_dir(_marks(control, save))
+    group_access.make_dir(_marks(control, step, save))
     return group_access.make_dir(temp_dir(work_dir, step, save))
 
 
@@ -73,12 +79,13 @@ def complete(work_dir: Path, control: Path, step: int, save: str, local_rank: in
     if not tmp.is_dir():
         raise FileNotFoundError(f"{tmp}: call begin({step}, save={save!r}) and write the "
                                 "files first")
-    marks = group_access.make_dir(_marks(control, save))
+    marks = group_access.make_dir(_marks(control, step, save))
     with _publish_lock(control):
+        inode = str(os.stat(tmp).st_ino)
         mark = marks / str(local_rank)
-        mark.touch()
+        mark.write_text(inode)
         group_access.share(mark)
-        done = sum((marks / str(r)).exists() for r in range(processes))
+        done = sum(_mark_of(marks / str(r)) == inode for r in range(processes))
         if done < processes:
             return False
         if final.exists():  # a published step is immutable: keep the first copy
@@ -90,23 +97,50 @@ def complete(work_dir: Path, control: Path, step: int, save: str, local_rank: in
         return True
 
 
+def _mark_of(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
 def _remove_abandoned(work_dir: Path, control: Path, step: int, keep: str) -> None:
-    """Earlier saves of `step` that never completed (a process died in them):
-    the pod is beginning this step again, so nobody writes them any more."""
-    prefix = f"step-{step}.tmp"
+    """Saves that can never be published: earlier saves of `step` (the pod is
+    beginning it again, so nobody writes them any more), and saves of any
+    step not newer than the newest published one (a process died in them;
+    the one save that may still run beside this one, an earlier step's
+    asynchronous save, is newer than every published step)."""
     try:
         names = os.listdir(work_dir)
     except FileNotFoundError:
         return
+    published = [int(n[5:]) for n in names
+                 if n.startswith("step-") and n[5:].isdigit() and str(int(n[5:])) == n[5:]]
+    newest = max(published, default=-1)
     for name in names:
-        if name != prefix and not name.startswith(prefix + "-"):
+        found = _temp_of(name)
+        if found is None:
             continue
-        other = name[len(prefix) + 1:]
-        if other == keep:
+        other_step, other = found
+        if (other_step, other) == (step, keep) or not (other_step == step
+                                                       or other_step <= newest):
             continue
         shutil.rmtree(work_dir / name, ignore_errors=True)
         if other and SAVE_ID.fullmatch(other) and other not in (".", ".."):
-            shutil.rmtree(_marks(control, other), ignore_errors=True)
+            shutil.rmtree(_marks(control, other_step, other), ignore_errors=True)
+
+
+def _temp_of(name: str) -> tuple[int, str] | None:
+    """(step, save id) of a temporary step directory's name (save "" for the
+    one-process `step-<N>.tmp`), else None."""
+    if not name.startswith("step-"):
+        return None
+    digits, dot, rest = name[5:].partition(".tmp")
+    if not dot or not digits.isdigit() or str(int(digits)) != digits:
+        return None
+    if rest == "":
+        return int(digits), ""
+    return (int(digits), rest[1:]) if rest.startswith("-") else None
 
 
 @contextlib.contextmanager

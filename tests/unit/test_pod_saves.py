@@ -151,12 +151,37 @@ def test_every_process_reads_what_was_restored(tmp_path: Path) -> None:
     assert [(c.restored().step, c.restored().tier) for c in pod] == [(8, "work")] * 3  # type: ignore[union-attr]
 
 
-def test_several_processes_need_a_save_id(tmp_path: Path) -> None:
+def test_without_a_save_id_one_process_writes_the_whole_step(tmp_path: Path) -> None:
+    """A data-parallel trainer that saves from one rank, as it always did:
+    no save id, no waiting for the pod's other processes."""
     c = _local(tmp_path, 0)
-    with pytest.raises(InvalidInput, match=r"^save: expected a save id shared by this pod's 2"):
-        c.begin(1)
-    with pytest.raises(InvalidInput, match=r"^save: expected a save id shared by this pod's 2"):
-        c.complete(1)
+    (c.begin(1) / "model.pt").write_bytes(b"w")
+    assert c.complete(1).is_dir() and os.listdir(tmp_path / "step-1") == ["model.pt"]
+
+
+def test_marks_count_only_for_their_own_step(tmp_path: Path) -> None:
+    """One id (wrongly) used for two steps: rank 1's mark of step 1 never
+    completes step 2."""
+    rank0, rank1 = _local(tmp_path, 0), _local(tmp_path, 1)
+    rank1.begin(1, save="same")
+    rank1.complete(1, save="same")
+    rank0.begin(2, save="same")
+    rank0.complete(2, save="same")
+    assert not (tmp_path / "step-2").exists() and not (tmp_path / "step-1").exists()
+
+
+def test_saves_older_than_the_newest_published_step_are_removed(tmp_path: Path) -> None:
+    rank0, rank1 = _local(tmp_path, 0), _local(tmp_path, 1)
+    rank0.begin(3, save="dead")  # rank 1 died before it began step 3
+    for c in (rank0, rank1):
+        c.begin(4, save="s4")
+    for c in (rank0, rank1):
+        c.complete(4, save="s4")
+    (tmp_path / "step-6.tmp-running").mkdir()  # a newer save: never touched
+    rank0.begin(5, save="s5")
+    names = sorted(os.listdir(tmp_path))
+    assert "step-3.tmp-dead" not in names and "step-6.tmp-running" in names
+    assert "step-4" in names and "step-5.tmp-s5" in names
 
 
 @pytest.mark.parametrize("save", ["", "a/b", "..", "x" * 65, "sp ace", 7])
@@ -164,6 +189,11 @@ def test_a_bad_save_id_is_refused(tmp_path: Path, save: object) -> None:
     with pytest.raises(InvalidInput, match=r"^save: expected the id this pod's processes"):
         _local(tmp_path, 0).begin(1, save=save)  # type: ignore[arg-type]
     assert os.listdir(tmp_path) == []
+
+
+def test_a_launcher_that_sets_local_rank_alone_means_one_process(tmp_path: Path) -> None:
+    c = Client(tmp_path, environ={"LOCAL_RANK": "3"})
+    assert (c.local_rank, c.local_processes) == (0, 1)
 
 
 @pytest.mark.parametrize(("environ", "field", "expected"), [
@@ -174,8 +204,8 @@ def test_a_bad_save_id_is_refused(tmp_path: Path, save: object) -> None:
     ({"LOCAL_RANK": "-1", "LOCAL_WORLD_SIZE": "8"}, "LOCAL_RANK", "a whole number"),
     ({"LOCAL_RANK": "8", "LOCAL_WORLD_SIZE": "8"}, "LOCAL_RANK",
      "a local rank below the pod's 8 local process(es) (LOCAL_WORLD_SIZE)"),
-    ({"CKPTDRAIN_LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}, "CKPTDRAIN_LOCAL_RANK",
-     "a local rank below the pod's 2"),
+    ({"CKPTDRAIN_LOCAL_RANK": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"},
+     "CKPTDRAIN_LOCAL_RANK", "a local rank below the pod's 2"),
 ])
 def test_bad_local_layout_names_the_variable(tmp_path: Path, environ: dict[str, str],
                                              field: str, expected: str) -> None:
