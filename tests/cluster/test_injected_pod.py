@@ -66,6 +66,8 @@ def test_the_injected_pod_is_accepted_by_the_apiserver(
     # The operator parses what the apiserver stored, not what we sent.
     p = policy.parse(namespace, "p", stored, CFG)
     pod = _pod(namespace, "w-0")
+    # The pod's own value of what the work dir's mount reads is replaced.
+    pod["spec"]["containers"][0]["env"] = [{"name": "CKPTDRAIN_WORK_NAME", "value": "mine"}]
     ops = injection.build_pod_patch(pod, p, CFG, default_rate=1e9, rank=0)
     result = _create(cluster, jsonpatch.apply_patch(copy.deepcopy(pod), ops))
     assert result.returncode == 0, result.stderr
@@ -77,8 +79,14 @@ def test_the_injected_pod_is_accepted_by_the_apiserver(
         assert "ckptdrain-work" not in {v["name"] for v in got["volumes"]}
         assert "ephemeral-storage" not in agent["resources"]["requests"]
         assert {"name": "ckptdrain-local", "mountPath": "/ckptdrain/work",
-                "subPathExpr": "work-$(CKPTDRAIN_WRITER_ID)"} in \
-            got["containers"][0]["volumeMounts"]
+                "subPathExpr": "$(CKPTDRAIN_WORK_NAME)"} in got["containers"][0]["volumeMounts"]
+        # One dir per pod, named from its UID defined just before.
+        env = [(e["name"], e.get("value", e.get("valueFrom")))
+               for e in got["containers"][0]["env"]]
+        assert env[-2:] == [("CKPTDRAIN_POD_UID", {"fieldRef": {
+            "apiVersion": "v1", "fieldPath": "metadata.uid"}}),
+            ("CKPTDRAIN_WORK_NAME", "work-0-$(CKPTDRAIN_POD_UID)")]
+        assert [n for n, _ in env].count("CKPTDRAIN_WORK_NAME") == 1
     else:
         work = next(v for v in got["volumes"] if v["name"] == "ckptdrain-work")["emptyDir"]
         assert work["medium"] == "Memory"

@@ -56,14 +56,15 @@ def test_labelled_pod_gets_sidecar_restore_volumes_env(
     # A disk local tier: the trainer writes in it, shared through the fsGroup.
     assert "ckptdrain-work" not in volumes
     assert {"name": "ckptdrain-local", "mountPath": "/ckptdrain/work",
-            "subPathExpr": "work-$(CKPTDRAIN_WRITER_ID)"} in \
+            "subPathExpr": "$(CKPTDRAIN_WORK_NAME)"} in \
         stored["spec"]["containers"][0]["volumeMounts"]
     assert stored["spec"]["securityContext"]["fsGroup"] == 65532
     env = {e["name"]: e for e in init[1]["env"]}
     assert env["CKPTDRAIN_POLICY"]["value"] == f"{namespace}/llama"
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "s3-creds"
     trainer_env = {e["name"] for e in stored["spec"]["containers"][0]["env"]}
-    assert {"CKPTDRAIN_WORK_DIR", "CKPTDRAIN_RESTORE_RESULT"} <= trainer_env
+    assert {"CKPTDRAIN_WORK_DIR", "CKPTDRAIN_RESTORE_RESULT", "CKPTDRAIN_POD_UID",
+            "CKPTDRAIN_WORK_NAME"} <= trainer_env
     assert stored["metadata"]["annotations"]["ckptdrain.io/policy"] == "llama"
 
     # A second admission of the injected pod changes nothing.

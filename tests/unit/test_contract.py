@@ -13,7 +13,7 @@ from ckptdrain import client, units
 from ckptdrain.agent.report import State as ReportedState
 from ckptdrain.contract import api
 from ckptdrain.contract import record as fmt
-from ckptdrain.contract.env import CREDENTIALS, TRAINER_ONLY, Env
+from ckptdrain.contract.env import CREDENTIALS, MOUNT_ONLY, TRAINER_ONLY, Env
 from ckptdrain.node import config as node_config
 from ckptdrain.operator import config
 from ckptdrain.operator.admission import pod_env
@@ -52,7 +52,7 @@ def test_every_injected_name_is_in_the_contract() -> None:
 def test_every_contract_name_is_read_by_the_node_side() -> None:
     read = {f.env for f in node_config.FIELDS if f.env is not None} | peer_config.READS
     # The trainer's client reads the few it needs itself; credentials go to boto3.
-    unread = set(Env) - read - CREDENTIALS - TRAINER_ONLY
+    unread = set(Env) - read - CREDENTIALS - TRAINER_ONLY - MOUNT_ONLY
     assert unread == set(), f"in the contract but read by nobody: {sorted(unread)}"
 
 

@@ -5,13 +5,17 @@ Steady state, every `POLL` seconds:
 - capture the newest step the trainer has published, if it is new. The local
   tier stays within the policy's capacity and the disk's free space, and a
   scheduled capture always leaves room for one more step of its size, so the
-  SIGTERM checkpoint finds it: older steps go first (global ones before local
-  ones; never one being drained or the only copy of the recovery point). A
-  capture that cannot fit even then is refused before anything is written; a
-  failed capture is retried with exponential back-off (1 s doubling to 60 s)
-  and reported once per distinct failure, not once per retry;
+  SIGTERM checkpoint finds it (two when the trainer's work dir is on the
+  tier's disk: its next regular save lands there too): older steps go first
+  (global ones before local ones; never one being drained or the only copy
+  of the recovery point). A capture that cannot fit even then is refused
+  before anything is written; a failed capture is retried with exponential
+  back-off (1 s doubling to 60 s) and reported once per distinct failure,
+  not once per retry;
 - hand every `global_every`-th capture (and the first) to the drain worker;
-- apply local retention and prune superseded steps from the work dir.
+- apply local retention and prune superseded steps from the work dir; with
+  the work dir on the node and the writer's lease held, remove the work dirs
+  earlier pods of this writer left there (agent/stale_work.py).
 
 On SIGTERM (`flush`), within grace − safety margin:
 1. stop the drain of anything older than what is about to be captured;
@@ -40,6 +44,7 @@ from ckptdrain.agent import control
 from ckptdrain.agent.drainworker import DrainWorker, next_backoff
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
+from ckptdrain.agent.stale_work import StaleWork, volume_root
 from ckptdrain.agent.startup import AgentStartup
 from ckptdrain.client import REQUEST_FILE, read_request
 from ckptdrain.errors import CkptdrainError
@@ -102,6 +107,12 @@ class Agent(AgentStartup):
         self._no_room = False
         # Steps whose failed prune was logged (once each; every try is counted).
         self._prune_reported: set[int] = set()
+        root = volume_root(cfg.work_dir, cfg.local_dir)
+        #: Step sizes kept free between scheduled captures: the SIGTERM
+        #: capture's, and on the node the trainer's next save's too.
+        self.reserve_steps = 1 if root is None else 2
+        self.stale_work = None if root is None else StaleWork(
+            root, cfg.work_dir, failed=self.metrics.errors.labels("prune").inc)
         #: agent/goodput.GoodputWatcher, when the agent accounts for goodput.
         self.goodput: Any = None
         #: agent/refusals.RefusalEvents: an Event when the local tier refuses a capture.
@@ -204,7 +215,8 @@ class Agent(AgentStartup):
             if not self.tier.has(step):
                 need = space.tree_bytes(source)
                 # The emergency capture spends the reserve the scheduled ones kept.
-                self.make_room(need, reserve=0 if trigger == "sigterm" else need, step=step)
+                self.make_room(need, step=step, reserve=0 if trigger == "sigterm"
+                               else need * self.reserve_steps)
             captured = self.tier.capture(source, step, writer=self.cfg.writer,
                                          writers=self.cfg.writers, should_stop=should_stop,
                                          extra=self._capture_extra(trigger))
@@ -263,7 +275,8 @@ class Agent(AgentStartup):
             local = self.tier.steps()
             if local:
                 with contextlib.suppress(space.WontFit):  # nothing more may go; capture says so
-                    removed += self.make_room(0, reserve=self.tier.bytes_of(local[0]))
+                    removed += self.make_room(0, reserve=self.tier.bytes_of(local[0])
+                                              * self.reserve_steps)
         except OSError as err:
             self.metrics.errors.labels("retention").inc()
             log.warning("retention failed: %s", err)
@@ -271,8 +284,17 @@ class Agent(AgentStartup):
         if removed:
             log.info("retention removed local steps %s", removed)
         self.prune_work_dir()
+        self.prune_stale_work()
         if self.drain is not None:
             self.metrics.lag_bytes.set(self.drain.lag_bytes())
+
+    def prune_stale_work(self) -> None:
+        """Earlier pods' work dirs of this writer go once this pod holds the
+        writer's lease: the old pod lost it, so it writes and drains no more.
+        Without a lease (no drain, no fence) nothing tells, so nothing goes."""
+        fence = self.drain.fence if self.drain is not None else None
+        if self.stale_work is not None and getattr(fence, "held", False):
+            self.stale_work.prune()
 
     def prune_work_dir(self) -> None:
         """Remove published work-dir steps older than the newest captured one:

@@ -41,6 +41,9 @@ class Env(StrEnum):
     #: The work dir as the trainer mounts it, where that is not WORK_DIR
     #: (restore and the agent reach it through the local tier's volume).
     TRAINER_WORK_DIR = "CKPTDRAIN_TRAINER_WORK_DIR"
+    #: The trainer's per-pod work dir in the local tier's volume,
+    #: `work-<writer>-$(CKPTDRAIN_POD_UID)`: what its subPathExpr mounts.
+    WORK_NAME = "CKPTDRAIN_WORK_NAME"
     LOCAL_DIR = "CKPTDRAIN_LOCAL_DIR"
     LOCAL_KEEP = "CKPTDRAIN_LOCAL_KEEP"
     LOCAL_CAPACITY = "CKPTDRAIN_LOCAL_CAPACITY"
@@ -78,6 +81,10 @@ class Env(StrEnum):
 #: Set for the trainer (by its launcher, or torchrun's LOCAL_RANK /
 #: LOCAL_WORLD_SIZE stand in) and read by its client only, never injected.
 TRAINER_ONLY = frozenset({Env.LOCAL_RANK, Env.LOCAL_PROCESSES})
+
+#: Injected for kubelet (the work dir's subPathExpr) and the root prepare
+#: program, which read it; never by the node config or the client.
+MOUNT_ONLY = frozenset({Env.WORK_NAME})
 
 #: Read by the S3 client's credential chain, never by ckptdrain's own config.
 CREDENTIALS = frozenset({Env.ACCESS_KEY_ID, Env.SECRET_ACCESS_KEY})

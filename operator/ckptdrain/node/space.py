@@ -99,8 +99,9 @@ def plan_room(need: int, reserve: int, sizes: Mapping[int, int], evictable: Sequ
     (the policy's budget for the tier; None: none) and the disk's `free`
     bytes, by removing `evictable` steps in order, as few as will do. Pure.
 
-    `reserve` is the room the SIGTERM checkpoint needs: a scheduled capture
-    leaves it, so the emergency one always finds it."""
+    `reserve` is the room the SIGTERM checkpoint needs (and, with the work
+    dir on the tier's disk, the trainer's next save: agent/loop.py): a
+    scheduled capture leaves it, so the emergency one always finds it."""
     used = sum(sizes.values())
     evict: list[int] = []
 
@@ -118,6 +119,7 @@ def plan_room(need: int, reserve: int, sizes: Mapping[int, int], evictable: Sequ
         return Room(tuple(evict))
     wanted = units.format_bytes(need) + (
         f" plus {units.format_bytes(reserve)} kept free for the SIGTERM checkpoint"
+        " (and the trainer's next save when it writes on this disk)"
         if reserve else "")
     budget = (f"the local tier's capacity is {units.format_bytes(capacity)} and "
               f"{units.format_bytes(used)} of it stays in use"

@@ -1,9 +1,12 @@
 """The work dir as restore leaves it for the trainer: emptied, then shared.
 
 Each pod starts with an empty work dir, as an emptyDir did. On the local
-tier's disk (a hostPath, docs/pod-contract.md) it may still hold what a
-previous pod of this writer left: steps, half-written `step-<N>.tmp*`, the
-`.ckptdrain/` control files, an old restore.json. Any of those would look
+tier's disk (a hostPath, docs/pod-contract.md) each pod has its own,
+`work-<writer>-<pod uid>` (so a replacement pod never empties the dir of the
+old pod still terminating on the node; the agent removes such dirs later,
+agent/stale_work.py), yet it may still hold what this pod left before its
+sandbox restarted: steps, half-written `step-<N>.tmp*`, the `.ckptdrain/`
+control files, an old restore.json. Any of those would look
 like this pod's own (a stale newer step as the newest checkpoint, an old
 request as a pending one), so restore removes every entry before placing
 anything. Only restore does it: it runs once per pod start, before the
@@ -18,9 +21,9 @@ The agent prunes steps with the same `remove_tree`, and says what it could
 not remove.
 
 The trainer mounts the same directory elsewhere than restore and the agent
-(`/ckptdrain/work` against `/ckptdrain/local/work`), so a step is named to
-it by its name in the work dir, and by its path under the trainer's mount
-(`trainer_path`).
+(`/ckptdrain/work` against `/ckptdrain/local/work-<writer>-<pod uid>`), so a
+step is named to it by its name in the work dir, and by its path under the
+trainer's mount (`trainer_path`).
 """
 
 from __future__ import annotations

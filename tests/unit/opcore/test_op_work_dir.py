@@ -53,10 +53,24 @@ def env_of(c: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
 
 
+UID = "5f0c1b2a-9d3e-4c1f-8a7b-0e1d2c3b4a59"
+
+
 def expand(text: str, c: dict[str, Any]) -> str:
-    """`$(VAR)` as kubelet expands it, from the container's own plain values."""
-    env = {k: v for k, v in env_of(c).items() if isinstance(v, str)}
+    """`$(VAR)` as kubelet expands it, from the container's own environment:
+    each entry sees only those before it, the pod UID from the downward API."""
+    env: dict[str, str] = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = re.sub(r"\$\(([A-Z_]+)\)",
+                                    lambda m: env.get(m.group(1), m.group(0)), e["value"])
+        elif e["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.uid"}}:
+            env[e["name"]] = UID
     return re.sub(r"\$\(([A-Z_]+)\)", lambda m: env[m.group(1)], text)
+
+
+def work_mount(c: dict[str, Any]) -> dict[str, Any]:
+    return next(m for m in c["volumeMounts"] if m["mountPath"] == "/ckptdrain/work")
 
 
 # The shared group -----------------------------------------------------------
@@ -81,7 +95,7 @@ def test_the_pods_own_fs_group_is_kept_and_prepare_shares_through_it(
     out = inject(pod(securityContext=dict(context)), parse())
     assert out["spec"]["securityContext"] == context
     program = container(out, injection.PREPARE)["command"][-1]
-    assert re.search(rf"per_writer, group = .*, {context['fsGroup']}\n", program)
+    assert re.search(rf"work, group = .*, {context['fsGroup']}\n", program)
 
 
 def test_a_reader_shares_the_group_too() -> None:
@@ -91,43 +105,76 @@ def test_a_reader_shares_the_group_too() -> None:
 
 # Where the work dir lives ---------------------------------------------------
 
-def test_one_writer_writes_into_the_local_tiers_work_subdirectory() -> None:
-    out = inject(pod(containers=2), parse())
+@pytest.mark.parametrize(("writers", "rank", "name"), [(1, None, "work-0-"),
+                                                      (8, 3, "work-3-")])
+def test_each_pod_writes_into_its_own_work_dir_in_the_local_tiers_volume(
+        writers: int, rank: int | None, name: str) -> None:
+    out = inject(pod(containers=2), parse(writers=writers), rank=rank)
     assert "ckptdrain-work" not in {v["name"] for v in out["spec"]["volumes"]}
+    agent = container(out, injection.AGENT)
+    seen_by_agent = expand(env_of(agent)["CKPTDRAIN_WORK_DIR"], agent)
+    # One per pod: a replacement pod on this node never shares the old one's.
+    assert seen_by_agent == f"/ckptdrain/local/{name}{UID}"
+    for c in (container(out, injection.RESTORE), container(out, injection.PREPARE),
+              *out["spec"]["containers"]):
+        assert expand(env_of(c).get("CKPTDRAIN_WORK_DIR", seen_by_agent), c) in (
+            seen_by_agent, "/ckptdrain/work")
     for trainer in out["spec"]["containers"]:
-        assert {"name": "ckptdrain-local", "mountPath": "/ckptdrain/work",
-                "subPath": "work"} in trainer["volumeMounts"]
+        mount = work_mount(trainer)
+        assert mount == {"name": "ckptdrain-local", "mountPath": "/ckptdrain/work",
+                         "subPathExpr": "$(CKPTDRAIN_WORK_NAME)"}
+        # Resolved in the trainer's own environment: the directory the agent sees.
+        assert "/ckptdrain/local/" + expand(mount["subPathExpr"], trainer) == seen_by_agent
         env = env_of(trainer)
         assert env["CKPTDRAIN_WORK_DIR"] == "/ckptdrain/work"
         assert env["CKPTDRAIN_RESTORE_RESULT"] == "/ckptdrain/work/restore.json"
-    for name in (injection.RESTORE, injection.AGENT):
-        c = container(out, name)
+    for name_ in (injection.RESTORE, injection.AGENT):
+        c = container(out, name_)
         # The same mount as the local tier: hard links cannot cross mounts.
         assert "/ckptdrain/work" not in {m["mountPath"] for m in c["volumeMounts"]}
-        assert env_of(c)["CKPTDRAIN_WORK_DIR"] == "/ckptdrain/local/work"
+        assert expand(env_of(c)["CKPTDRAIN_WORK_DIR"], c) == seen_by_agent
         assert "ephemeral-storage" not in c["resources"]["requests"]
 
 
-def test_several_writers_each_get_their_own_work_dir_in_every_trainer_container() -> None:
-    out = inject(pod(containers=2), parse(writers=8), rank=3)
-    agent = container(out, injection.AGENT)
-    seen_by_agent = expand(env_of(agent)["CKPTDRAIN_WORK_DIR"], agent)
-    assert seen_by_agent == "/ckptdrain/local/work-3"
-    for trainer in out["spec"]["containers"]:
-        mount = next(m for m in trainer["volumeMounts"] if m["mountPath"] == "/ckptdrain/work")
-        assert mount == {"name": "ckptdrain-local", "mountPath": "/ckptdrain/work",
-                         "subPathExpr": "work-$(CKPTDRAIN_WRITER_ID)"}
-        # The expression resolves in the trainer's own environment to the
-        # directory the agent sees.
-        assert "/ckptdrain/local/" + expand(mount["subPathExpr"], trainer) == seen_by_agent
-
-
-def test_a_trainer_that_names_its_writer_id_keeps_it() -> None:
+def test_a_trainer_that_names_its_writer_id_keeps_it_and_its_agents_work_dir() -> None:
     p = pod()
-    p["spec"]["containers"][0]["env"] = [{"name": "CKPTDRAIN_WRITER_ID", "value": "3"}]
-    trainer = inject(p, parse(writers=8), rank=3)["spec"]["containers"][0]
+    p["spec"]["containers"][0]["env"] = [{"name": "CKPTDRAIN_WRITER_ID", "value": "5"}]
+    out = inject(p, parse(writers=8), rank=3)
+    trainer = out["spec"]["containers"][0]
     assert [e for e in trainer["env"] if e["name"] == "CKPTDRAIN_WRITER_ID"] == [
-        {"name": "CKPTDRAIN_WRITER_ID", "value": "3"}]
+        {"name": "CKPTDRAIN_WRITER_ID", "value": "5"}]
+    agent = container(out, injection.AGENT)
+    assert "/ckptdrain/local/" + expand(work_mount(trainer)["subPathExpr"], trainer) == \
+        expand(env_of(agent)["CKPTDRAIN_WORK_DIR"], agent)
+
+
+@pytest.mark.parametrize("mine", [
+    [{"name": "CKPTDRAIN_WORK_NAME", "value": "work-0-mine"}],
+    [{"name": "A", "value": "1"}, {"name": "CKPTDRAIN_POD_UID", "value": "x"},
+     {"name": "B", "value": "2"}, {"name": "CKPTDRAIN_WORK_NAME", "value": "elsewhere"}],
+    [{"name": "CKPTDRAIN_WORK_NAME", "value": "w"}, {"name": "CKPTDRAIN_POD_UID",
+                                                      "valueFrom": {"fieldRef": {
+                                                          "fieldPath": "metadata.name"}}}],
+])
+def test_the_webhooks_work_name_and_pod_uid_replace_the_trainers_own(
+        mine: list[dict[str, Any]]) -> None:
+    p = pod(containers=2)
+    p["spec"]["containers"][1]["env"] = copy.deepcopy(mine)
+    pol = parse(writers=8)
+    out = inject(p, pol, rank=3)
+    agent = container(out, injection.AGENT)
+    trainer = out["spec"]["containers"][1]
+    names = [e["name"] for e in trainer["env"]]
+    assert names.count("CKPTDRAIN_WORK_NAME") == names.count("CKPTDRAIN_POD_UID") == 1
+    assert names.index("CKPTDRAIN_POD_UID") < names.index("CKPTDRAIN_WORK_NAME")
+    assert [e for e in trainer["env"] if e["name"] in "AB"] == [
+        e for e in mine if e["name"] in "AB"]  # the pod's others stay, in order
+    assert "/ckptdrain/local/" + expand(work_mount(trainer)["subPathExpr"], trainer) == \
+        expand(env_of(agent)["CKPTDRAIN_WORK_DIR"], agent)
+    said = injection.replaced_env(p, pol)
+    assert len(said) == len(mine) - sum(e["name"] in "AB" for e in mine)
+    assert all("spec.containers[1].env: CKPTDRAIN_" in line for line in said)
+    assert injection.replaced_env(p, parse(memory={"sizeLimit": "100Gi"})) == []
 
 
 def test_a_memory_tier_keeps_the_memory_emptydir() -> None:
@@ -158,8 +205,10 @@ def test_a_reader_keeps_a_sized_emptydir() -> None:
 def test_prepare_mounts_the_work_dir_as_the_trainer_does() -> None:
     out = inject(pod(), parse(writers=8), rank=3)
     prep = container(out, injection.PREPARE)
-    assert prep["volumeMounts"][1] == out["spec"]["containers"][0]["volumeMounts"][-1]
-    assert env_of(prep) == {"CKPTDRAIN_WRITER_ID": "3"}  # the subPathExpr's
+    trainer = out["spec"]["containers"][0]
+    assert prep["volumeMounts"][1] == work_mount(trainer)
+    assert expand(prep["volumeMounts"][1]["subPathExpr"], prep) == f"work-3-{UID}"
+    assert set(env_of(prep)) == {"CKPTDRAIN_POD_UID", "CKPTDRAIN_WORK_NAME"}
     assert "$(" not in prep["command"][-1]  # kubelet would expand it into the program
     assert prep["securityContext"]["capabilities"] == {"drop": ["ALL"],
                                                        "add": ["CHOWN", "FOWNER"]}
@@ -178,7 +227,7 @@ real = pytest.mark.skipif(os.geteuid() != 0 or not all(shutil.which(t) for t in 
                           reason="needs root, unshare, setpriv and mount")
 
 
-def run_prepare(tmp: Path, node_entry: str, group: int, writer_id: str | None = None,
+def run_prepare(tmp: Path, node_entry: str, group: int, work_name: str | None = None,
                 ) -> subprocess.CompletedProcess[str]:
     """What the pod does: kubelet mounts the node path and, resolving it as its
     subPath code does, the work entry; the program runs as root with CHOWN and
@@ -187,15 +236,13 @@ def run_prepare(tmp: Path, node_entry: str, group: int, writer_id: str | None = 
     local.mkdir(exist_ok=True)
     work.mkdir(exist_ok=True)
     resolved = os.path.realpath(node / node_entry)
-    program = prepare.script(group, local=str(local), work=str(work),
-                             per_writer=writer_id is not None)
+    program = prepare.script(group, local=str(local), work=str(work))
     caps = "-all,+chown,+fowner"
     shell = (f"mount --bind {node} {local} && mount --bind {resolved} {work} && "
              f"exec setpriv --reuid 0 --regid 0 --groups {group} --inh-caps={caps} "
              f"--ambient-caps={caps} --bounding-set={caps} {sys.executable} -c \"$0\"")
-    env = {"PATH": os.environ["PATH"]}
-    if writer_id is not None:
-        env["CKPTDRAIN_WRITER_ID"] = writer_id
+    env = {"PATH": os.environ["PATH"],
+           "CKPTDRAIN_WORK_NAME": node_entry if work_name is None else work_name}
     return subprocess.run(["unshare", "-m", "sh", "-c", shell, program], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
 
@@ -206,14 +253,13 @@ def owner_mode(path: Path) -> tuple[int, int, int]:
 
 
 @real
-@pytest.mark.parametrize(("writer_id", "entry"), [(None, "work"), ("3", "work-3")])
-def test_prepare_hands_the_work_dir_to_65532_and_the_group(
-        tmp_path: Path, writer_id: str | None, entry: str) -> None:
+@pytest.mark.parametrize("entry", [f"work-0-{UID}", f"work-12-{UID}"])
+def test_prepare_hands_the_work_dir_to_65532_and_the_group(tmp_path: Path, entry: str) -> None:
     node = tmp_path / "node"
     node.mkdir(mode=0o755)  # as kubelet's DirectoryOrCreate makes it, root's
     (node / entry).mkdir(mode=0o755)  # as kubelet's subPath makes it
     for attempt in range(2):  # and again, as the next pod on the node finds it
-        done = run_prepare(tmp_path, entry, 1234, writer_id)
+        done = run_prepare(tmp_path, entry, 1234)
         assert done.returncode == 0, (attempt, done.stderr)
         assert owner_mode(node) == (65532, 65532, 0o700)
         assert owner_mode(node / entry) == (65532, 1234, 0o2775)
@@ -225,16 +271,20 @@ def test_prepare_refuses_a_work_entry_that_is_a_symlink(tmp_path: Path) -> None:
     node.mkdir()
     (node / "writer-0").mkdir(mode=0o700)
     os.chown(node / "writer-0", 65532, 65532)
-    (node / "work").symlink_to("writer-0")  # kubelet would mount writer-0
-    done = run_prepare(tmp_path, "work", 1234)
+    (node / f"work-0-{UID}").symlink_to("writer-0")  # kubelet would mount writer-0
+    done = run_prepare(tmp_path, f"work-0-{UID}", 1234)
     assert done.returncode != 0
     assert "refusing to change its owner" in done.stderr
     assert owner_mode(node / "writer-0") == (65532, 65532, 0o700)  # not redirected
 
 
 @real
-def test_prepare_refuses_a_writer_id_that_is_a_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["", "work", "work-3", f"work-x-{UID}", f"work-3-{UID}/..",
+                                  "work-3-../../etc", f"work-3-{UID.upper()}", f"work-3-{UID}\n",
+                                  "work-3-5f0c/../x"])
+def test_prepare_refuses_a_work_name_that_is_not_a_pods(tmp_path: Path, name: str) -> None:
     node = tmp_path / "node"
-    (node / "work-x").mkdir(parents=True)
-    done = run_prepare(tmp_path, "work-x", 1234, writer_id="x/../../etc")
-    assert done.returncode != 0 and "expected work or work-<id>" in done.stderr
+    (node / f"work-3-{UID}").mkdir(parents=True, mode=0o755)
+    done = run_prepare(tmp_path, f"work-3-{UID}", 1234, work_name=name)
+    assert done.returncode != 0 and "expected work-<writer>-<pod uid>" in done.stderr
+    assert owner_mode(node / f"work-3-{UID}")[2] == 0o755  # untouched

@@ -27,12 +27,13 @@ from ckptdrain.contract.api import (
     LABEL_WRITER_POLICY,
     policy_labelled,
 )
-from ckptdrain.contract.env import CREDENTIALS, Env
+from ckptdrain.contract.env import CREDENTIALS
 from ckptdrain.operator.admission import cloud_identity, prepare, work_dir
 from ckptdrain.operator.admission.pod_env import (
     AGENT_METRICS_PORT,
     LOCAL_DIR,
     SHARE_DIR,
+    WEBHOOK_OWNED,
     WORK_DIR,
     agent_env,
     grace_seconds,
@@ -181,8 +182,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         # pod's restore asks the other nodes' peer servers (docs/peer-tier.md).
         ours.insert(0, peer_sidecar(shared, policy, config))
     if config.prepare_local_tier and not reader:
-        writer_id = next(e for e in shared if e["name"] == Env.WRITER_ID.value)
-        ours.insert(0, prepare.container(policy, config, work_dir.shared_group(pod), writer_id))
+        ours.insert(0, prepare.container(policy, config, work_dir.shared_group(pod), rank))
     if spec.get("initContainers") is None:
         ops.append({"op": "add", "path": "/spec/initContainers", "value": ours})
     else:
@@ -193,10 +193,16 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
             [v for v in volumes(policy, prepare=config.prepare_local_tier, reader=reader)
              if v["name"] not in taken])
     for i, container in enumerate(spec.get("containers") or []):
-        have = {e.get("name") for e in container.get("env") or []}
+        ours_env = trainer_env(pod, policy, rank, reader=reader)
+        owned = {e["name"] for e in ours_env} & WEBHOOK_OWNED
+        # The pod's own entries of what the work dir's mount reads go (from
+        # the end, so each index still holds), and ours are appended: another
+        # value would mount another dir than the agent's (rules.py warns).
+        ops.extend({"op": "remove", "path": f"/spec/containers/{i}/env/{j}"}
+                   for j in _owned_entries(container, owned)[::-1])
+        have = {e.get("name") for e in container.get("env") or []} - owned
         _append(ops, f"/spec/containers/{i}/env", container.get("env"),
-                [e for e in trainer_env(pod, policy, rank, reader=reader)
-                 if e["name"] not in have])
+                [e for e in ours_env if e["name"] not in have])
         mounted = {m.get("mountPath") for m in container.get("volumeMounts") or []}
         if WORK_DIR not in mounted:
             _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
@@ -208,6 +214,26 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     ops.extend(_metadata_ops(pod, policy, default_rate, rank, workload_writers, reader,
                              skip=[c["name"] for c in ours if c not in reach_store]))
     return ops
+
+
+def _owned_entries(container: Mapping[str, Any], owned: set[str]) -> list[int]:
+    return [j for j, e in enumerate(container.get("env") or []) if e.get("name") in owned]
+
+
+def replaced_env(pod: Mapping[str, Any], policy: Policy, *, reader: bool = False) -> list[str]:
+    """One line per trainer container's own entry that build_pod_patch
+    replaces with the webhook's (WEBHOOK_OWNED), naming it: said as an
+    admission warning, never silently."""
+    if not work_on_node(policy, reader=reader):
+        return []
+    return [f"ckptdrain: spec.containers[{i}].env: {e['name']} is set by ckptdrain (the work "
+            f"dir's subPathExpr reads it); the pod's own value {_shown(e)} is replaced"
+            for i, c in enumerate(pod.get("spec", {}).get("containers") or [])
+            for e in (c.get("env") or []) if e.get("name") in WEBHOOK_OWNED]
+
+
+def _shown(entry: Mapping[str, Any]) -> str:
+    return repr(entry["value"]) if "value" in entry else "(from valueFrom)"
 
 
 def _metadata_ops(pod: Mapping[str, Any], policy: Policy, default_rate: float,

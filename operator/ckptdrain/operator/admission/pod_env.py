@@ -78,7 +78,7 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
                          (Env.SECRET_ACCESS_KEY, ref.secret_access_key_key)):
             env.append(_env(var, {"valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}))
     env += [
-        _env(Env.WORK_DIR, ckptdrain_work_dir(policy, reader=reader)),
+        _env(Env.WORK_DIR, ckptdrain_work_dir(policy, rank, reader=reader)),
         # The same directory as the trainer mounts it: what restore.json and
         # the resume answer name, so the trainer finds the step it points to.
         _env(Env.TRAINER_WORK_DIR, WORK_DIR),
@@ -137,29 +137,48 @@ def work_on_node(policy: Policy, *, reader: bool = False) -> bool:
     return not reader and not policy.memory_limit
 
 
-def work_subdir(policy: Policy) -> str:
-    """The work dir's name in the local tier's hostPath: one per writer on the
-    node, like local_dir's `writer-<id>` (a subPathExpr for the trainer)."""
-    if policy.writers > 1:
-        return f"work-$({Env.WRITER_ID.value})"
-    return "work"
+def work_name(rank: int | None) -> str:
+    """The work dir's name in the local tier's hostPath: one per POD,
+    `work-<writer>-$(CKPTDRAIN_POD_UID)` (`<writer>`: the webhook's rank, 0
+    with one writer). A Job's replacement pod may start on the node while the
+    old one still terminates: with one dir per writer, the new pod's restore
+    would empty the dir the old trainer saves its emergency checkpoint into.
+    The writer is written here, not taken from CKPTDRAIN_WRITER_ID, which a
+    trainer may set itself: its dir must be the one its agent watches."""
+    return f"work-{0 if rank is None else rank}-$({Env.POD_UID.value})"
 
 
-def ckptdrain_work_dir(policy: Policy, *, reader: bool = False) -> str:
+def work_name_env(rank: int | None) -> list[dict[str, Any]]:
+    """The pod UID, then the work dir's name from it (kubelet expands `$(…)`
+    only from entries defined earlier): the trainer's and prepare's own,
+    which the work dir's subPathExpr reads."""
+    return [_env(Env.POD_UID, _field("metadata.uid")), _env(Env.WORK_NAME, work_name(rank))]
+
+
+def ckptdrain_work_dir(policy: Policy, rank: int | None = None, *, reader: bool = False) -> str:
     """Where agent and restore see the trainer's work dir: on the node, through
     their own local-tier mount (a hard link cannot cross two mounts, even of
-    one filesystem: EXDEV), else the work volume's own mount."""
+    one filesystem: EXDEV), else the work volume's own mount. Their
+    CKPTDRAIN_POD_UID comes earlier in their environment."""
     if work_on_node(policy, reader=reader):
-        return f"{LOCAL_DIR}/{work_subdir(policy)}"
+        return f"{LOCAL_DIR}/{work_name(rank)}"
     return WORK_DIR
 
 
 def trainer_env(pod: Mapping[str, Any], policy: Policy, rank: int | None = None, *,
                 reader: bool = False) -> list[dict[str, Any]]:
+    """The trainer's environment; on the node, last, the entries its work dir's
+    subPathExpr reads (WEBHOOK_OWNED: the webhook's values win over the pod's)."""
     return [
         _env(Env.WORK_DIR, WORK_DIR),
         _env(Env.RESTORE_RESULT, posixpath.join(WORK_DIR, "restore.json")),
         _env(Env.WRITER_ID, _writer_id(rank)),
         _env(Env.WRITERS, str(policy.writers)),
         _env(Env.ROLE, _role(reader)),
+        *(work_name_env(rank) if work_on_node(policy, reader=reader) else []),
     ]
+
+
+#: What the trainer's work dir mount reads from its environment: a trainer
+#: container's own entry of either would mount another dir than its agent's.
+WEBHOOK_OWNED = frozenset({Env.POD_UID.value, Env.WORK_NAME.value})

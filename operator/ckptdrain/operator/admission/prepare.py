@@ -11,8 +11,10 @@ With the work dir on the node (admission/work_dir.py) it also hands the
 trainer's work dir to 65532 and the pod's shared group, mode 2775. Root
 without CAP_DAC_OVERRIDE cannot create anything in a directory 65532 owns
 (mode 0700), so the work dir comes as a second mount of the same volume,
-with the trainer's own subPath: kubelet creates it, and the program changes
-it by descriptor. kubelet follows a symlink that stays inside the volume, so
+with the trainer's own subPathExpr (CKPTDRAIN_WORK_NAME, `work-<writer>-<pod
+uid>`: one per pod, admission/work_dir.py): kubelet creates it, and the
+program checks the name strictly, then changes the dir by descriptor.
+kubelet follows a symlink that stays inside the volume, so
 the program first proves, from /proc/self/mountinfo, that what it got is
 `<node path>/<work name>` itself on the same filesystem, and refuses
 otherwise: an entry planted in the node path never redirects the chown.
@@ -23,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckptdrain.contract.env import Env
-from ckptdrain.operator.admission.pod_env import LOCAL_DIR, WORK_DIR, work_on_node
+from ckptdrain.operator.admission.pod_env import LOCAL_DIR, WORK_DIR, work_name_env, work_on_node
 from ckptdrain.operator.admission.work_dir import trainer_mount
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy.spec import Policy
@@ -33,17 +35,18 @@ RUN_AS = 65532
 WORK_MODE = 0o2775
 
 # The program run with `python3 -c`. Standard library only; every value it
-# gets is written by `script` with repr, and the writer id is read from the
-# environment, never put into the program text (which holds no `$(`: kubelet
-# would expand one).
+# gets is written by `script` with repr, and the work dir's name is read from
+# the environment, never put into the program text (which holds no `$(`:
+# kubelet would expand one).
 _PROGRAM = """\
-import os, posixpath, sys
-local, work, per_writer, group = {local!r}, {work!r}, {per_writer!r}, {group!r}
+import os, posixpath, re, sys
+local, work, group = {local!r}, {work!r}, {group!r}
 os.chown(local, {uid}, {uid}, follow_symlinks=False); os.chmod(local, 0o700)
 if work is not None:
-    name = "work-" + os.environ.get("{writer_id}", "") if per_writer else "work"
-    if "/" in name or name in ("", ".", ".."):
-        sys.exit(f"ckptdrain-prepare: work dir name {{name!r}}: expected work or work-<id>")
+    name = os.environ.get("{work_name}", "")
+    if not re.fullmatch(r"work-[0-9]+-[0-9a-f][0-9a-f-]*", name):
+        sys.exit(f"ckptdrain-prepare: {work_name}={{name!r}}: "
+                 "expected work-<writer>-<pod uid> (digits, then [0-9a-f-])")
     mounts = {{}}
     with open("/proc/self/mountinfo") as info:
         for line in info:
@@ -62,28 +65,25 @@ if work is not None:
 """
 
 
-def script(group: int, *, local: str = LOCAL_DIR, work: str | None = WORK_DIR,
-           per_writer: bool = False) -> str:
+def script(group: int, *, local: str = LOCAL_DIR, work: str | None = WORK_DIR) -> str:
     """The prepare program: `local` handed to 65532 (0700), and, unless `work`
-    is None, the mount at `work` of the local tier's work dir (`work`, or
-    `work-$CKPTDRAIN_WRITER_ID` when `per_writer`) to 65532:`group`, mode 2775."""
-    return _PROGRAM.format(local=local, work=work, per_writer=per_writer, group=group,
-                           uid=RUN_AS, mode=WORK_MODE, writer_id=Env.WRITER_ID.value)
+    is None, the mount at `work` of the local tier's work dir (named by
+    $CKPTDRAIN_WORK_NAME) to 65532:`group`, mode 2775."""
+    return _PROGRAM.format(local=local, work=work, group=group, uid=RUN_AS, mode=WORK_MODE,
+                           work_name=Env.WORK_NAME.value)
 
 
 def container(policy: Policy, config: OperatorConfig, group: int,
-              writer_id: dict[str, Any]) -> dict[str, Any]:
-    """The prepare init container for a writer of `policy` whose pod shares
-    `group`; `writer_id` is the env entry naming the writer (the work dir's
-    subPathExpr needs it)."""
+              rank: int | None) -> dict[str, Any]:
+    """The prepare init container for writer `rank` of `policy` whose pod
+    shares `group`."""
     mounts: list[dict[str, Any]] = [{"name": "ckptdrain-local", "mountPath": LOCAL_DIR}]
     on_node = work_on_node(policy)
     if on_node:
         mounts.append(trainer_mount(policy))
     prepare: dict[str, Any] = {
         "name": PREPARE, "image": config.image, "imagePullPolicy": config.image_pull_policy,
-        "command": ["python3", "-c", script(group, work=WORK_DIR if on_node else None,
-                                            per_writer=policy.writers > 1)],
+        "command": ["python3", "-c", script(group, work=WORK_DIR if on_node else None)],
         "volumeMounts": mounts,
         "securityContext": {
             "runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
@@ -96,6 +96,6 @@ def container(policy: Policy, config: OperatorConfig, group: int,
         # Why it refused, as the container's last state on the pod.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if on_node and policy.writers > 1:  # the subPathExpr's, and the program's
-        prepare["env"] = [writer_id]
+    if on_node:  # the subPathExpr's, and the program's
+        prepare["env"] = work_name_env(rank)
     return prepare

@@ -277,6 +277,7 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         raise Refused(problem, code=422)
     if problem:
         warnings.append(problem)
+    warnings.extend(injection.replaced_env(pod, p, reader=role.reader))
     ops = injection.build_pod_patch(
         pod, p, cfg, default_rate=share, rank=role.shard,
         workload_writers=role.workload_writers, reader=role.reader,

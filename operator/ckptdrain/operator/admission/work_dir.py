@@ -6,10 +6,17 @@ inside the local tier's own hostPath volume, so capture links files instead
 of copying them (link(2) fails across two mounts, even of one filesystem, so
 agent and restore reach it through their local-tier mount):
 
-    <node path>/          ckptdrain-local: agent, restore at /ckptdrain/local
-      writer-<id>/        the local tier (several writers; pod_env.local_dir)
-      work/               the trainer's /ckptdrain/work (subPath), one writer
-      work-<id>/          the same per writer (subPathExpr), several writers
+    <node path>/            ckptdrain-local: agent, restore at /ckptdrain/local
+      writer-<id>/          the local tier (several writers; pod_env.local_dir)
+      work-<writer>-<uid>/  the trainer's /ckptdrain/work: one per pod
+                            (subPathExpr: $(CKPTDRAIN_WORK_NAME))
+
+One per pod, not per writer: a Job's replacement pod (podReplacementPolicy
+TerminatingOrFailed) may start on the node while the old pod of the writer
+still terminates. Sharing a dir, the new pod's restore would empty it under
+the old trainer's emergency save, or the old trainer would publish into the
+new pod's dir. The agent removes an earlier pod's dir once it holds the
+writer's lease (agent/stale_work.py).
 
 Under a memory tier (`localTier.memory`) it stays a memory emptyDir, and a
 reader's (it never captures) a disk emptyDir sized for the step it restores.
@@ -29,7 +36,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptdrain import units
-from ckptdrain.operator.admission.pod_env import WORK_DIR, work_on_node, work_subdir
+from ckptdrain.contract.env import Env
+from ckptdrain.operator.admission.pod_env import WORK_DIR, work_on_node
 from ckptdrain.operator.policy.spec import Policy
 
 #: The group a pod without an fsGroup gets: ckptdrain's own uid/gid.
@@ -72,14 +80,14 @@ def ephemeral_request(policy: Policy, *, reader: bool = False) -> str | None:
 
 def trainer_mount(policy: Policy, *, reader: bool = False) -> dict[str, Any]:
     """The trainer's /ckptdrain/work. On the node, the local tier's volume with
-    a subPath: the trainer sees only its own work dir, never the tier's steps.
-    The subPathExpr takes the writer id from the trainer's own environment,
-    which the webhook gives every trainer container (pod_env.trainer_env)."""
+    a subPathExpr: the trainer sees only its own pod's work dir, never the
+    tier's steps. It reads CKPTDRAIN_WORK_NAME from the container's own
+    environment, which the webhook sets in every trainer container
+    (pod_env.trainer_env) and in prepare's."""
     if not work_on_node(policy, reader=reader):
         return {"name": "ckptdrain-work", "mountPath": WORK_DIR}
-    sub = work_subdir(policy)
-    key = "subPathExpr" if "$(" in sub else "subPath"
-    return {"name": "ckptdrain-local", "mountPath": WORK_DIR, key: sub}
+    return {"name": "ckptdrain-local", "mountPath": WORK_DIR,
+            "subPathExpr": f"$({Env.WORK_NAME.value})"}
 
 
 def shared_group(pod: Mapping[str, Any]) -> int:
