@@ -64,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import agreement
 import chaos
 import dcp
+import dcp_procs
 import goodput_check
 import jobset
 import lws
@@ -578,6 +579,7 @@ def main() -> int:
                 lws.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.dcp:
                 dcp.run(s3, args.allowed_root, args.torch_site, args.workdir, REPORT, say, check)
+                dcp_procs.run(s3, args.allowed_root, args.torch_site, REPORT, say, check)
             if args.chaos:
                 chaos.run(s3, args.allowed_root, REPORT, say, check)
             step8_uninstall()

@@ -2,7 +2,9 @@
 
 Every rank of the job is one pod (its writer id is its rank, CKPTDRAIN_WRITERS
 the world size); with more than one, they join a gloo group through a
-rendezvous file on a directory every pod mounts (TRAIN_RDV). The model (an MLP
+rendezvous file on a directory every pod mounts (TRAIN_RDV). Under torchrun
+(LOCAL_WORLD_SIZE set) a pod runs several ranks, and torchrun's own
+rendezvous makes the group: the pod is still one writer. The model (an MLP
 with Adam) is trained identically on every rank (same seed, same data: data
 parallel without the data split), and checkpointed with
 `ckptdrain.dcp.async_save`, every tensor sharded over the ranks (DTensor,
@@ -45,7 +47,9 @@ from ckptdrain.store import open_store
 
 
 def emit(event: str, **fields: object) -> None:
-    print(json.dumps({"event": event, "at": round(time.time(), 3), **fields}), flush=True)
+    # One write per line: under torchrun a pod's ranks share one stdout.
+    line = json.dumps({"event": event, "at": round(time.time(), 3), **fields}) + "\n"
+    os.write(sys.stdout.fileno(), line.encode())
 
 
 def flat_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -89,11 +93,18 @@ def main() -> int:
     save_at = int(env.get("TRAIN_SAVE_AT", "40"))
     torch.set_num_threads(1)
     ckpt = Client()
-    rank, world = int(ckpt.writer), ckpt.writers
-    if world > 1:
-        dist.init_process_group("gloo", init_method=f"file://{env['TRAIN_RDV']}", rank=rank,
-                                world_size=world)
-    emit("start", rank=rank, world=world, torch=torch.__version__)
+    if "LOCAL_WORLD_SIZE" in env:
+        # Under torchrun (several processes per pod): its own rendezvous; the
+        # pod is one writer of CKPTDRAIN_WRITERS, each process one rank.
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world = int(ckpt.writer), ckpt.writers
+        if world > 1:
+            dist.init_process_group("gloo", init_method=f"file://{env['TRAIN_RDV']}",
+                                    rank=rank, world_size=world)
+    emit("start", rank=rank, world=world, writer=ckpt.writer, local_rank=ckpt.local_rank,
+         uid=os.getuid(), torch=torch.__version__)
 
     torch.manual_seed(1234)
     model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Tanh(),
@@ -122,7 +133,7 @@ def main() -> int:
         with torch.no_grad():
             for name, value in flat_state(model, optimizer).items():
                 value.copy_(full(template[name]))
-        emit("load", step=loaded, hash=state_hash(flat_state(model, optimizer)))
+        emit("load", step=loaded, hash=state_hash(flat_state(model, optimizer)), rank=rank)
         start = loaded + 1
 
     ckpt.on_preemption(exit_code=143)
@@ -135,7 +146,7 @@ def main() -> int:
             pending = ckpt_dcp.async_save(sharded(flat_state(model, optimizer), world), ckpt,
                                           step)
             pending.result()  # the scenario waits for this one step: no overlap to show
-            emit("save", step=step, hash=digest)
+            emit("save", step=step, hash=digest, rank=rank)
         step += 1
         time.sleep(step_s)
 
