@@ -22,6 +22,7 @@ at once with every DCP pod's state and log tail in the message.
 from __future__ import annotations
 
 import json
+import shutil
 import string
 import time
 from collections.abc import Callable
@@ -166,6 +167,9 @@ def run(s3: Any, allowed_root: str, torch_site: str, workdir: Path, report: list
         say: Say, check: Check) -> None:
     say(f"DCP. {SAVED_WRITERS} ranks save with ckptdrain.dcp; 1 rank resumes, resharded")
     began = time.monotonic()
+    # A fresh local tier, as the store is: a copy marked global in a store
+    # an earlier run left behind would never be drained to this one.
+    shutil.rmtree(Path(allowed_root) / NS / NAME, ignore_errors=True)
     rdv = workdir / "dcp-rdv"
     rdv.mkdir(parents=True, exist_ok=True)
     rdv.chmod(0o777)  # the trainer runs as an unprivileged user

@@ -21,8 +21,10 @@ D3. The Job is deleted and one of uid 1000 comes back: all 4 ranks load
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import dcp
@@ -138,6 +140,7 @@ def run(s3: Any, allowed_root: str, torch_site: str, report: list[str],
 
 def _run(s3: Any, allowed_root: str, torch_site: str, report: list[str],
          say: Say, check: Check) -> None:
+    shutil.rmtree(Path(allowed_root) / NS / NAME, ignore_errors=True)  # as dcp.py says
     apply(policy_manifest(allowed_root, s3.port))
     apply(service_manifest())
     began = time.monotonic()
