@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.asuser import CKPTDRAIN_UID, GROUP, TRAINER_UID, need_root, run_as
+from tests.support.asuser import CKPTDRAIN_UID, TRAINER_UID, node_dirs, run_as
 from tests.support.s3servers import S3Server
 
 from ckptdrain.client import Client
@@ -30,16 +28,8 @@ FILES = {"model/w.bin": os.urandom(3 << 20), "optim.bin": b"optimizer" * 3000}
 
 @pytest.fixture
 def node() -> Iterator[Path]:
-    need_root()
-    top = Path(tempfile.mkdtemp(prefix="ckptdrain-shared-"))
-    os.chmod(top, 0o755)
-    for d in (top / "node", top / "node" / "work"):
-        d.mkdir()
-        os.chown(d, CKPTDRAIN_UID, GROUP)
-        os.chmod(d, 0o2775)
-    (top / "trainer").symlink_to(top / "node" / "work")  # the trainer's mount of it
-    yield top / "node"
-    shutil.rmtree(top)
+    with node_dirs("ckptdrain-shared-", "node", trainer_link=True) as top:
+        yield top / "node"
 
 
 def test_a_global_step_restored_by_65532_is_read_by_a_trainer_of_another_uid(

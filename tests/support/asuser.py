@@ -9,10 +9,14 @@ back pickled.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import shutil
+import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +31,27 @@ TRAINER_UID = 1000
 def need_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("switching users needs root")
+
+
+@contextlib.contextmanager
+def node_dirs(prefix: str, root: str, *, trainer_link: bool = False) -> Iterator[Path]:
+    """A node's hostPath as the prepare container leaves it: `root` (the local
+    tier's) and `root/work` in a fresh directory, owned by 65532 and the pod's
+    group, mode 2775; with `trainer_link`, `trainer` beside it is the trainer's
+    mount of the same work dir. Yields the top directory; removed after."""
+    need_root()
+    top = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(top, 0o755)  # the children must reach what is below
+    try:
+        for d in (top / root, top / root / "work"):
+            d.mkdir()
+            os.chown(d, CKPTDRAIN_UID, GROUP)
+            os.chmod(d, 0o2775)
+        if trainer_link:
+            (top / "trainer").symlink_to(top / root / "work")
+        yield top
+    finally:
+        shutil.rmtree(top)
 
 
 def run_as(uid: int, fn: Callable[[], Any], *, groups: tuple[int, ...] = (GROUP,),

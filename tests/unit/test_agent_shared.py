@@ -7,14 +7,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.asuser import CKPTDRAIN_UID, GROUP, TRAINER_UID, need_root, run_as
+from tests.support.asuser import CKPTDRAIN_UID, TRAINER_UID, node_dirs, run_as
 
 from ckptdrain import group_access
 from ckptdrain.agent.loop import Agent
@@ -31,15 +29,8 @@ class _Quiet:
 
 @pytest.fixture
 def root() -> Iterator[Path]:
-    need_root()
-    top = Path(tempfile.mkdtemp(prefix="ckptdrain-agent-"))
-    os.chmod(top, 0o755)
-    for d in (top / "local", top / "local" / "work"):
-        d.mkdir()
-        os.chown(d, CKPTDRAIN_UID, GROUP)
-        os.chmod(d, 0o2775)
-    yield top
-    shutil.rmtree(top)
+    with node_dirs("ckptdrain-agent-", "local") as top:
+        yield top
 
 
 def _agent(top: Path) -> Agent:

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.asuser import CKPTDRAIN_UID, GROUP, TRAINER_UID, need_root, run_as
+from tests.support.asuser import CKPTDRAIN_UID, GROUP, TRAINER_UID, node_dirs, run_as
 
 from ckptdrain import group_access
 from ckptdrain.client import Client
@@ -35,17 +33,8 @@ FILES = {"model/w.bin": b"weights" * 5000, "optim.bin": b"optimizer" * 3000}
 def node() -> Iterator[Path]:
     """A node's hostPath as the prepare container leaves it: the local tier's
     root, and the work dir inside it, owned by 65532 and the pod's group."""
-    need_root()
-    top = Path(tempfile.mkdtemp(prefix="ckptdrain-shared-"))
-    os.chmod(top, 0o755)  # the children must reach what is below
-    root = top / "node"
-    for d in (root, root / "work"):
-        d.mkdir()
-        os.chown(d, CKPTDRAIN_UID, GROUP)
-        os.chmod(d, 0o2775)
-    (top / "trainer").symlink_to(root / "work")  # the trainer's mount of the same directory
-    yield root
-    shutil.rmtree(top)
+    with node_dirs("ckptdrain-shared-", "node", trainer_link=True) as top:
+        yield top / "node"
 
 
 def _cfg(root: Path, **env: str) -> config.AgentConfig:
