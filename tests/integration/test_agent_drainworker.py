@@ -246,3 +246,27 @@ def test_a_drain_still_retrying_when_the_pod_stops_is_reported_given_up(
     last = [e for e in recorder.events if e.step == 4][-1]
     assert "given up when the pod stopped" in last.message and "down" in last.message
     assert "node-a" in last.message
+
+
+def test_a_linked_file_rewritten_after_capture_is_refused_before_any_byte_is_sent(
+        tmp_path: Path, store: FaultyStore) -> None:
+    """Capture hard-linked the trainer's file (one filesystem); the trainer then
+    rewrote it in place: the drain refuses the step before sending anything."""
+    tier = _tier(tmp_path, [6])
+    shard = tmp_path / "src" / "step-6" / "w.bin"
+    assert shard.stat().st_nlink == 2  # taken by link, not copied
+    time.sleep(0.02)  # past the filesystem's timestamp tick
+    with open(shard, "r+b") as f:
+        f.write(b"\xff")
+    recorder = Recorder()
+    worker = _worker(tier, store, recorder)
+    worker.start()
+    worker.submit(6)
+    _wait(lambda: "Failed" in recorder.states(6), "the refusal")
+    worker.stop(10)
+    assert not tier.is_global(6)
+    sent = {c for c, n in store.calls.items() if n and c.startswith(("put", "upload", "create",
+                                                                      "complete"))}
+    assert not sent, store.calls
+    failed = next(e for e in recorder.events if e.step == 6 and e.state.value == "Failed")
+    assert "w.bin" in failed.message, failed.message
