@@ -35,7 +35,6 @@ names come from contract/env.py, itself standard library only).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -50,7 +49,7 @@ from types import FrameType
 from ckptdrain import group_access, pod_saves, resume_channel
 from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
-from ckptdrain.jsonfile import parse_object
+from ckptdrain.jsonfile import parse_object, write_json_atomic
 from ckptdrain.progress import PROGRESS_FILE, Progress
 
 CONTROL_DIR = ".ckptdrain"
@@ -88,16 +87,6 @@ def _read_json(path: Path) -> dict[str, object] | None:
         return parse_object(path.read_bytes())
     except (FileNotFoundError, NotADirectoryError):
         return None
-
-
-def write_json_atomic(path: Path, doc: Mapping[str, object]) -> None:
-    """Replace `path` so readers see the old or the new content, never a mix;
-    the file and a directory made for it are shared with the pod's group."""
-    group_access.make_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(doc, sort_keys=True))
-    group_access.share(tmp)
-    os.replace(tmp, path)
 
 
 def read_request(work_dir: Path) -> Request | None:

@@ -37,7 +37,12 @@ class Progress:
                  write: Callable[[Path, dict[str, Any]], None] | None = None) -> None:
         self.path, self.clock, self.monotonic = path, clock, monotonic
         self._write = write
-        self._lock = threading.Lock()
+        # Reentrant: Client.on_preemption's SIGTERM handler runs in the main
+        # thread between bytecodes, possibly while that thread is inside one of
+        # these methods (step_done takes the lock every step); a plain lock
+        # would make the handler wait for itself forever, and the pod would
+        # lose its emergency checkpoint to the grace period's SIGKILL.
+        self._lock = threading.RLock()
         self.started_at = clock()
         self.training_at: float | None = None
         self.first_step: int | None = None

@@ -125,7 +125,8 @@ def test_a_second_save_of_a_published_step_is_discarded(tmp_path: Path) -> None:
 
 
 def test_only_local_rank_0_acknowledges_a_request(tmp_path: Path) -> None:
-    from ckptdrain.client import ACK_FILE, REQUEST_FILE, write_json_atomic
+    from ckptdrain.client import ACK_FILE, REQUEST_FILE
+    from ckptdrain.jsonfile import write_json_atomic
     write_json_atomic(tmp_path / CONTROL_DIR / REQUEST_FILE, {"seq": 4, "reason": "schedule"})
     pod = [_local(tmp_path, r) for r in range(2)]
     for c in pod:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,40 @@ def test_an_asynchronous_save_is_blocked_only_until_it_is_handed_off(tmp_path: P
     clock.now += 30.0  # the background upload
     progress.completed_step(7)
     assert progress.blocked_s == pytest.approx(0.25) and progress.saves == 1
+
+
+#: A trainer whose SIGTERM lands while step_done holds the progress lock
+#: (step_done takes it every step, so a real trainer meets this by chance).
+SIGTERM_INSIDE_STEP_DONE = """
+import os, signal, sys, time
+from pathlib import Path
+from ckptdrain.client import Client
+client = Client(Path(sys.argv[1]), environ={})
+client.step_done(0)
+def emergency():
+    client.begin(1)
+    (client.temp_dir(1) / "w").write_bytes(b"weights")
+    client.complete(1)
+client.on_preemption(emergency, exit_code=7)
+tick = client.progress.monotonic
+def monotonic():  # called with the lock held
+    os.kill(os.getpid(), signal.SIGTERM)
+    return tick()
+client.progress.monotonic = monotonic
+client.step_done(1)
+time.sleep(30)
+"""
+
+
+def test_sigterm_while_the_progress_lock_is_held_still_saves_and_exits(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        done = subprocess.run([sys.executable, "-c", SIGTERM_INSIDE_STEP_DONE, str(tmp_path)],
+                              env=env, timeout=20, capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the SIGTERM handler waited for a lock its own thread holds")
+    assert done.returncode == 7, done.stderr
+    assert (tmp_path / "step-1" / "w").read_bytes() == b"weights"
+    doc = json.loads((tmp_path / ".ckptdrain" / "progress").read_text())
+    assert doc["interruptedAt"] is not None and "1" in doc["completed"]
+    assert not [p.name for p in (tmp_path / ".ckptdrain").iterdir() if p.name.endswith(".tmp")]

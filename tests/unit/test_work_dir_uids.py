@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptdrain.client import ACK_FILE, CONTROL_DIR, REQUEST_FILE, Client, write_json_atomic
+from ckptdrain.client import ACK_FILE, CONTROL_DIR, REQUEST_FILE, Client
 from ckptdrain.group_access import make_dir
+from ckptdrain.jsonfile import write_json_atomic
 from ckptdrain.node.steps import completed_steps
 from ckptdrain.progress import PROGRESS_FILE
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ckptdrain import group_access
-from ckptdrain.client import CONTROL_DIR, write_json_atomic
+from ckptdrain.client import CONTROL_DIR
+from ckptdrain.jsonfile import write_json_atomic
 
 
 def write(work_dir: Path, name: str, doc: Mapping[str, object]) -> Path:

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ckptdrain import group_access, units
-from ckptdrain.client import write_json_atomic
+from ckptdrain.jsonfile import write_json_atomic
 
 
 @dataclass(frozen=True)
