@@ -10,6 +10,7 @@ recovers once the store stops complaining.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,11 @@ from tests.support.s3servers import S3Server
 
 from ckptdrain.congestion import CongestionSettings
 from ckptdrain.errors import StoreUnreachable
+from ckptdrain.ratelimit import TokenBucket
 from ckptdrain.store.s3 import S3Store
 from ckptdrain.store.s3_throttle import ThrottleGate
 from ckptdrain.transfer.drain import Drainer
+from ckptdrain.transfer.drain_run import DrainCancelled
 from ckptdrain.transfer.fetch import fetch
 from ckptdrain.transfer.scan import build_manifest
 
@@ -130,3 +133,38 @@ def test_requests_and_bytes_are_counted_by_class(
     spent = gate.counts.minus(before)
     assert (spent.put, spent.get, spent.list, spent.delete) == (1, 2, 1, 1)
     assert spent.bytes_up == 5 and spent.bytes_down == 5
+
+
+def test_a_drain_stopped_while_its_bodies_are_sent_is_not_congestion(
+        s3server: S3Server, s3area: tuple[str, str], tmp_path: Path) -> None:
+    """A superseded drain stops mid-body (its pacer raises). botocore reports
+    that as a failed HTTP request; read as a dropped connection it halved the
+    window, paused every drain of the process and retried each stopped
+    request, so a newer step waited minutes behind the one it superseded."""
+    src = _files(tmp_path / "step-1", count=8, size=1_000_000)
+    gate = _gate(max_window=8)
+    store = _store(s3server, s3area, s3server.endpoint_url, gate)
+    limiter = TokenBucket(1_000_000)  # 8 s of bodies: the cancel lands inside them
+    cancel = threading.Event()
+
+    def cancel_mid_body() -> None:
+        while limiter.granted < 500_000 and not cancel.is_set():
+            time.sleep(0.01)
+        cancel.set()
+
+    watcher = threading.Thread(target=cancel_mid_body, daemon=True)
+    watcher.start()
+    with pytest.raises(DrainCancelled):
+        Drainer(store, limiter=limiter, part_size=8 * MiB, concurrency=4).drain(
+            src, build_manifest(src, 1, 0, 1, created=time.time()),
+            journal_path=tmp_path / "journal-1", cancel=cancel)
+    watcher.join()
+    state = gate.state()
+    assert (state.signals, state.window, state.in_flight, state.paused) == (0, 8, 0, False)
+    # Every stopped request was sent once, not retried by the gate.
+    # Each worker's stopped request went once, not retried through the gate;
+    # one more PUT is the store's checksum probe.
+    assert gate.counts.put <= 4 + 1
+    result = Drainer(store, concurrency=4).drain(
+        src, build_manifest(src, 2, 0, 1, created=time.time()), journal_path=tmp_path / "journal-2")
+    assert result.sent_bytes == 8_000_000 and gate.state().signals == 0

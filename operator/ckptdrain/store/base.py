@@ -12,6 +12,13 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Protocol, runtime_checkable
 
 
+class SendStopped(Exception):
+    """Raised by a store's pacer (`set_pacer`) to abandon a request while its
+    body is being sent: the sender is stopping (a cancelled or superseded
+    drain). It says nothing of the store: the store raises it unchanged,
+    neither retried nor counted as congestion."""
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     key: str

@@ -33,6 +33,7 @@ from botocore.exceptions import (
 
 from ckptdrain.congestion import Congestion, CongestionSettings
 from ckptdrain.request_counts import RequestCounts
+from ckptdrain.store.base import SendStopped
 
 #: Error codes (and HTTP statuses) by which a store asks us to slow down.
 THROTTLE_CODES = frozenset({
@@ -56,6 +57,22 @@ def is_congestion(err: BaseException) -> bool:
     if isinstance(err, SSLError):
         return False  # an untrusted certificate stays untrusted: no retry
     return isinstance(err, ReadTimeoutError | ConnectionError | HTTPClientError)
+
+
+def stopped_by_sender(err: BaseException) -> SendStopped | None:
+    """The SendStopped a request's body raised, however the HTTP stack
+    wrapped it (botocore: HTTPClientError(error=...), or as the cause)."""
+    seen: set[int] = set()
+    found: BaseException | None = err
+    while found is not None and id(found) not in seen:
+        if isinstance(found, SendStopped):
+            return found
+        seen.add(id(found))
+        wrapped = getattr(found, "kwargs", {}).get("error") \
+            if isinstance(getattr(found, "kwargs", None), dict) else None
+        found = wrapped if isinstance(wrapped, BaseException) \
+            else (found.__cause__ or found.__context__)
+    return None
 
 
 @dataclass(frozen=True)
@@ -124,6 +141,15 @@ class ThrottleGate:
             try:
                 response = call(**kwargs)
             except Exception as err:
+                stopped = stopped_by_sender(err)
+                if stopped is not None:
+                    # botocore wraps whatever the body raised as HTTPClientError,
+                    # which reads as a dropped connection: counted as congestion
+                    # it paused every drain of the process, and each retry was
+                    # stopped again, so one superseded upload backed the whole
+                    # endpoint off for minutes.
+                    self._release(op, False, 0, 0)
+                    raise stopped from None
                 congested = is_congestion(err)
                 status = (err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
                           if isinstance(err, ClientError) else None)

@@ -27,7 +27,7 @@ from ckptdrain.errors import (
     StoreError,
 )
 from ckptdrain.manifest import FileEntry, WriterManifest
-from ckptdrain.store.base import UploadedPart
+from ckptdrain.store.base import SendStopped, UploadedPart
 from ckptdrain.transfer import journal as jr
 from ckptdrain.transfer import resume as rs
 from ckptdrain.transfer.partcrcs import with_part_crcs
@@ -49,8 +49,8 @@ def _transient(err: BaseException) -> bool:
     return isinstance(err, StoreError | ConnectionError | TimeoutError)
 
 
-class _Stop(Exception):
-    pass
+class _Stop(SendStopped):
+    """This run is stopping: raised by its pacer inside a store's send too."""
 
 
 class DrainRun:
