@@ -201,8 +201,8 @@ def cycle(logs: Logs, pods: Pods, epoch: float, uid: int,
         common = set.intersection(*(local_steps(logs, n) for n in old.values()))
         glob = [s for s in jobset.complete_steps(POLICY) if s in common]
         return max(glob) if glob else None
-    # Room for one drain that is slow to give way to a newer step (a
-    # superseded upload has been seen to take ~90 s to stop on this machine).
+    # Room for a few intervals: a step superseded by a newer one before it
+    # is global never completes, and the next one must.
     step = wait_for(f"a scheduled step of the uid {uid} trainers local on both nodes and "
                     f"complete in the store", drained, 240)
     for name in old.values():
