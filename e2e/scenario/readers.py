@@ -167,12 +167,16 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
 
     def settled() -> tuple[int] | None:
         # Both writers' newest save complete in the store, and the next save
-        # seconds away: nothing newer can complete while the pods go.
+        # seconds away: nothing newer can complete while the pods go. The
+        # store's manifests, not the Checkpoint records: the operator folds
+        # those in a little later, and the window is a few seconds.
         if not mid_interval(epoch):
             return None
         newest = {max(saves(logs, old[w]), default=-1) for w in range(WRITERS)}
         step = newest.pop() if len(newest) == 1 else -1
-        return (step,) if step >= 0 and step in jobset.complete_steps(POLICY) else None
+        every = [f"{w:05d}.json" for w in range(WRITERS)]
+        return (step,) if step >= 0 and jobset.committed_writers(
+            s3, step, POLICY, PREFIX) == every else None
     (step,) = wait_for("both writers' newest step complete in the store", settled, 120)
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, *old.values(), "--wait=false")
