@@ -130,8 +130,12 @@ class Client:
         self.writers = int(env.get(Env.WRITERS.value, "1") or 1)
         self._role = env.get(Env.ROLE.value) or "writer"
         #: This process among the pod's `local_processes`, which save as one writer.
-        self.local_rank, self.local_processes = _local_layout(env)
+        self.local_rank, self.local_processes = pod_saves.local_layout(env)
         self._preempting = threading.Event()
+        #: The main thread is inside complete(); a preemption callback then
+        #: waits in _deferred until it returns.
+        self._completing = False
+        self._deferred: Callable[[], None] | None = None
         # What only this process knows of goodput; the agent reads local rank
         # 0's file (one per pod: the pod's processes train in step).
         self.progress = Progress(self.work_dir / CONTROL_DIR / PROGRESS_FILE,
@@ -183,6 +187,19 @@ class Client:
         keeps the published one. Its files are made readable, linkable and
         removable by the pod's group before it is published.
         """
+        main = threading.current_thread() is threading.main_thread()
+        if main:  # where a SIGTERM handler runs: see on_preemption
+            self._completing = True
+        try:
+            return self._complete(step, save)
+        finally:
+            if main:
+                self._completing = False
+                deferred, self._deferred = self._deferred, None
+                if deferred is not None:
+                    deferred()
+
+    def _complete(self, step: int, save: str | None) -> Path:
         final = self.step_dir(step)
         published = True
         if save is None:
@@ -249,14 +266,12 @@ class Client:
         The callback runs in the main thread, between bytecodes, as Python
         signal handlers do; a second SIGTERM while it runs is ignored so a
         half-written emergency checkpoint is never abandoned by us (and is
-        never captured either: it is still `.tmp`).
+        never captured either: it is still `.tmp`). A SIGTERM that lands while
+        the main thread is inside complete() runs the callback as soon as
+        complete() returns.
         """
 
-        def handler(signum: int, frame: FrameType | None) -> None:
-            if self._preempting.is_set():
-                return
-            self._preempting.set()
-            self.progress.interrupted()
+        def preempt() -> None:
             if callback is not None:
                 try:
                     callback()
@@ -264,6 +279,19 @@ class Client:
                     print(f"ckptdrain: emergency checkpoint failed: {err!r}", file=sys.stderr)
             if exit_code is not None:
                 sys.exit(exit_code)
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self._preempting.is_set():
+                return
+            self._preempting.set()
+            self.progress.interrupted()
+            if self._completing:
+                # The main thread is publishing a step, holding the pod's
+                # publish lock: a save now would wait on it forever. The
+                # emergency save follows as soon as that complete() returns.
+                self._deferred = preempt
+                return
+            preempt()
 
         signal.signal(signal.SIGTERM, handler)
 
@@ -335,26 +363,6 @@ class Client:
             bytes=int(doc.get("bytes", 0)),  # type: ignore[arg-type]
             seconds=float(doc.get("seconds", 0.0)),  # type: ignore[arg-type]
         )
-
-
-def _local_layout(env: Mapping[str, str]) -> tuple[int, int]:
-    """(local rank, local processes): ckptdrain's names, else torchrun's (only
-    both together: DeepSpeed's and some MPI launchers set LOCAL_RANK alone),
-    else (0, 1)."""
-    found: list[tuple[str, int]] = []
-    torchrun_pair = bool(env.get("LOCAL_RANK")) and bool(env.get("LOCAL_WORLD_SIZE"))
-    for ours, torchrun, lowest in ((Env.LOCAL_RANK.value, "LOCAL_RANK", 0),
-                                   (Env.LOCAL_PROCESSES.value, "LOCAL_WORLD_SIZE", 1)):
-        name = ours if env.get(ours) else torchrun if torchrun_pair else ""
-        raw = env.get(name, "") if name else str(lowest)
-        if not (raw.isascii() and raw.isdigit()) or int(raw) < lowest:
-            raise InvalidInput(name, f"a whole number of at least {lowest}", raw)
-        found.append((name or ours, int(raw)))
-    (rank_name, rank), (processes_name, processes) = found
-    if rank >= processes:
-        raise InvalidInput(rank_name, f"a local rank below the pod's {processes} local "
-                           f"process(es) ({processes_name})", rank)
-    return rank, processes
 
 
 def _complete_steps(work_dir: Path) -> list[int]:

@@ -21,7 +21,8 @@ A process that dies mid-save leaves its mark unwritten: the step is never
 published from that directory, and local rank 0 removes it when the pod
 next begins the same step, or any step once a newer one is published.
 Everything made here is shared with the pod's group (group_access.py): the
-agent, another uid, reads, links and prunes it.
+agent, another uid, reads, links and prunes it. `local_layout` says which
+of the pod's processes this one is (from the launcher's environment).
 Standard library only (imported by client.py into training processes).
 """
 
@@ -32,10 +33,11 @@ import fcntl
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from ckptdrain import group_access
+from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
 
 SAVES_DIR = "saves"
@@ -60,6 +62,26 @@ def temp_dir(work_dir: Path, step: int, save: str) -> Path:
 
 def _marks(control: Path, step: int, save: str) -> Path:
     return control / SAVES_DIR / f"{step}-{save}"
+
+
+def local_layout(env: Mapping[str, str]) -> tuple[int, int]:
+    """(local rank, local processes): ckptdrain's names, else torchrun's (only
+    both together: DeepSpeed's and some MPI launchers set LOCAL_RANK alone),
+    else (0, 1)."""
+    found: list[tuple[str, int]] = []
+    torchrun_pair = bool(env.get("LOCAL_RANK")) and bool(env.get("LOCAL_WORLD_SIZE"))
+    for ours, torchrun, lowest in ((Env.LOCAL_RANK.value, "LOCAL_RANK", 0),
+                                   (Env.LOCAL_PROCESSES.value, "LOCAL_WORLD_SIZE", 1)):
+        name = ours if env.get(ours) else torchrun if torchrun_pair else ""
+        raw = env.get(name, "") if name else str(lowest)
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < lowest:
+            raise InvalidInput(name, f"a whole number of at least {lowest}", raw)
+        found.append((name or ours, int(raw)))
+    (rank_name, rank), (processes_name, processes) = found
+    if rank >= processes:
+        raise InvalidInput(rank_name, f"a local rank below the pod's {processes} local "
+                           f"process(es) ({processes_name})", rank)
+    return rank, processes
 
 
 def begin(work_dir: Path, control: Path, step: int, save: str, local_rank: int) -> Path:

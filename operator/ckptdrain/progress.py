@@ -54,6 +54,9 @@ class Progress:
         self.completed: dict[int, float] = {}
         self.interrupted_at: float | None = None
         self._began: dict[int, float] = {}
+        #: Bumped by every change worth a write: a save that finds it moved
+        #: while it wrote writes again (see save).
+        self._version = 0
 
     def step_done(self, step: int) -> None:
         """Cheap (no I/O) except the first time: that one marks training again."""
@@ -63,6 +66,7 @@ class Progress:
                 self.first_step, self._first_mono = step, self.monotonic()
                 if self.training_at is None:
                     self.training_at = self.clock()
+                self._version += 1
             self.step = step if self.step is None else max(self.step, step)
             self._last_mono = self.monotonic()
         if first:
@@ -75,6 +79,7 @@ class Progress:
             return
         with self._lock:
             self.training_at = self.clock()
+            self._version += 1
         self.save()
 
     def began(self, step: int) -> None:
@@ -97,14 +102,16 @@ class Progress:
             self.saves += 1
             self.completed[step] = self.clock()
             for old in sorted(self.completed)[:-MAX_COMPLETED]:
-                del self.completed[old]
+                self.completed.pop(old, None)  # a handler's save may have pruned it
             self.step = step if self.step is None else max(self.step, step)
+            self._version += 1
         self.save()
 
     def interrupted(self) -> None:
         with self._lock:
             if self.interrupted_at is None:
                 self.interrupted_at = self.clock()
+            self._version += 1
         self.save()
 
     def step_seconds(self) -> float | None:
@@ -125,8 +132,18 @@ class Progress:
                     "interruptedAt": self.interrupted_at}
 
     def save(self) -> None:
-        """Best effort: progress is never worth failing a trainer for."""
+        """Best effort: progress is never worth failing a trainer for.
+
+        A SIGTERM handler may write the file in the middle of this write (it
+        runs in the same thread, between bytecodes); the interrupted write
+        then replaces the handler's newer one, so it writes again when a
+        change came meanwhile: the last write is always the newest state."""
         if self._write is None:
             return
-        with contextlib.suppress(OSError):
-            self._write(self.path, self.to_dict())
+        for _ in range(4):  # a change per write is all a handler can add
+            with self._lock:
+                version, doc = self._version, self.to_dict()
+            with contextlib.suppress(OSError):
+                self._write(self.path, doc)
+            if self._version == version:
+                return

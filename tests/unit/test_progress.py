@@ -121,15 +121,80 @@ time.sleep(30)
 """
 
 
-def test_sigterm_while_the_progress_lock_is_held_still_saves_and_exits(tmp_path: Path) -> None:
+def _trainer(program: str, work: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    try:
-        done = subprocess.run([sys.executable, "-c", SIGTERM_INSIDE_STEP_DONE, str(tmp_path)],
+    try:  # killed with SIGKILL at the timeout: the handler ignores a second SIGTERM
+        return subprocess.run([sys.executable, "-c", program, str(work)],
                               env=env, timeout=20, capture_output=True, text=True)
     except subprocess.TimeoutExpired:
         pytest.fail("the SIGTERM handler waited for a lock its own thread holds")
+
+
+def test_sigterm_while_the_progress_lock_is_held_still_saves_and_exits(tmp_path: Path) -> None:
+    done = _trainer(SIGTERM_INSIDE_STEP_DONE, tmp_path)
     assert done.returncode == 7, done.stderr
     assert (tmp_path / "step-1" / "w").read_bytes() == b"weights"
     doc = json.loads((tmp_path / ".ckptdrain" / "progress").read_text())
     assert doc["interruptedAt"] is not None and "1" in doc["completed"]
     assert not [p.name for p in (tmp_path / ".ckptdrain").iterdir() if p.name.endswith(".tmp")]
+
+
+#: Two processes of one pod; this one publishes step 1 (the other's mark is
+#: made first) and the SIGTERM lands while it holds the pod's publish lock.
+SIGTERM_WHILE_PUBLISHING = """
+import os, signal, sys
+from pathlib import Path
+from ckptdrain import group_access
+from ckptdrain.client import Client
+work = Path(sys.argv[1])
+other = Client(work, environ={"CKPTDRAIN_LOCAL_RANK": "1", "CKPTDRAIN_LOCAL_PROCESSES": "2"})
+client = Client(work, environ={"CKPTDRAIN_LOCAL_RANK": "0", "CKPTDRAIN_LOCAL_PROCESSES": "2"})
+def save(step, save):
+    for c in (other, client):
+        (c.begin(step, save=save) / f"p{c.local_rank}").write_bytes(b"w%d" % step)
+    other.complete(step, save=save)
+    client.complete(step, save=save)
+client.on_preemption(lambda: save(2, "emergency"), exit_code=7)
+share_tree = group_access.share_tree
+def share_tree_then_sigterm(root):  # called under the publish lock
+    share_tree(root)
+    if not client.preempting:
+        os.kill(os.getpid(), signal.SIGTERM)
+group_access.share_tree = share_tree_then_sigterm
+save(1, "scheduled")
+"""
+
+
+def test_sigterm_while_a_step_is_published_saves_after_it(tmp_path: Path) -> None:
+    done = _trainer(SIGTERM_WHILE_PUBLISHING, tmp_path)
+    assert done.returncode == 7, done.stderr
+    for step in (1, 2):
+        got = {p.name: p.read_bytes() for p in (tmp_path / f"step-{step}").iterdir()}
+        assert got == {"p0": b"w%d" % step, "p1": b"w%d" % step}
+
+
+#: A trainer that polls `preempting`: the SIGTERM lands half-way through
+#: the progress write of its first step.
+SIGTERM_WHILE_PROGRESS_IS_WRITTEN = """
+import os, signal, sys
+from pathlib import Path
+from ckptdrain import jsonfile
+from ckptdrain.client import Client
+client = Client(Path(sys.argv[1]), environ={})
+client.on_preemption(None, exit_code=None)
+share = jsonfile.group_access.share
+def share_then_sigterm(path):  # between the temporary file and its rename
+    share(path)
+    if ".progress." in path.name and not client.preempting:
+        os.kill(os.getpid(), signal.SIGTERM)
+jsonfile.group_access.share = share_then_sigterm
+client.step_done(0)
+assert client.preempting
+"""
+
+
+def test_the_interrupted_progress_write_does_not_hide_the_sigterm(tmp_path: Path) -> None:
+    done = _trainer(SIGTERM_WHILE_PROGRESS_IS_WRITTEN, tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / ".ckptdrain" / "progress").read_text())
+    assert doc["interruptedAt"] is not None and doc["trainingAt"] is not None
