@@ -32,6 +32,7 @@ from botocore.exceptions import (
 )
 
 from ckptdrain.congestion import Congestion, CongestionSettings
+from ckptdrain.errors import CkptdrainError
 from ckptdrain.request_counts import RequestCounts
 from ckptdrain.store.base import SendStopped
 
@@ -59,19 +60,20 @@ def is_congestion(err: BaseException) -> bool:
     return isinstance(err, ReadTimeoutError | ConnectionError | HTTPClientError)
 
 
-def stopped_by_sender(err: BaseException) -> SendStopped | None:
-    """The SendStopped a request's body raised, however the HTTP stack
-    wrapped it (botocore: HTTPClientError(error=...), or as the cause)."""
+def raised_by_sender(err: BaseException) -> BaseException | None:
+    """What the sender itself raised from inside a request, however the HTTP
+    stack wrapped it (botocore: HTTPClientError(error=...)): a SendStopped
+    (its pacer is stopping) or one of our errors (a body that found its file
+    changed). Neither says anything of the store."""
     seen: set[int] = set()
     found: BaseException | None = err
     while found is not None and id(found) not in seen:
-        if isinstance(found, SendStopped):
+        if isinstance(found, SendStopped | CkptdrainError):
             return found
         seen.add(id(found))
-        wrapped = getattr(found, "kwargs", {}).get("error") \
-            if isinstance(getattr(found, "kwargs", None), dict) else None
-        found = wrapped if isinstance(wrapped, BaseException) \
-            else (found.__cause__ or found.__context__)
+        kwargs = getattr(found, "kwargs", None)
+        wrapped = kwargs.get("error") if isinstance(kwargs, dict) else None
+        found = wrapped if isinstance(wrapped, BaseException) else found.__cause__
     return None
 
 
@@ -116,14 +118,16 @@ class ThrottleGate:
                 self._cond.wait(timeout=min(1.0, max(0.005, self._state.wait_hint(self._clock()))))
             self._in_flight += 1
 
-    def _release(self, op: str, congested: bool, up: int, down: int) -> None:
+    def _release(self, op: str, congested: bool | None, up: int, down: int) -> None:
+        """The request's slot back; `congested`: what its end says of the
+        store (None: nothing, e.g. the sender stopped it)."""
         with self._cond:
             in_flight = self._in_flight  # this request included
             self._in_flight -= 1
             now = self._clock()
             if congested:
                 self._state.on_congestion(now, 0.5 + self._jitter() / 2, in_flight)
-            else:
+            elif congested is not None:
                 self._state.on_success(now)
             self._counts = self._counts.plus(op, up, down)
             self._cond.notify_all()
@@ -141,15 +145,15 @@ class ThrottleGate:
             try:
                 response = call(**kwargs)
             except Exception as err:
-                stopped = stopped_by_sender(err)
-                if stopped is not None:
+                ours = raised_by_sender(err)
+                if ours is not None:
                     # botocore wraps whatever the body raised as HTTPClientError,
                     # which reads as a dropped connection: counted as congestion
                     # it paused every drain of the process, and each retry was
                     # stopped again, so one superseded upload backed the whole
                     # endpoint off for minutes.
-                    self._release(op, False, 0, 0)
-                    raise stopped from None
+                    self._release(op, None, 0, 0)
+                    raise ours from None
                 congested = is_congestion(err)
                 status = (err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
                           if isinstance(err, ClientError) else None)
@@ -161,7 +165,7 @@ class ThrottleGate:
             except BaseException:
                 # An interrupt or a cancelled drain: the slot must come back,
                 # or the window shrinks for good; it says nothing of the store.
-                self._release(op, False, 0, 0)
+                self._release(op, None, 0, 0)
                 raise
             down = int(response.get("ContentLength") or 0) if op == "get_object" else 0
             self._release(op, False, up, down)

@@ -255,10 +255,13 @@ class DrainRun:
         """Write the manifest: the data objects are all complete and verified."""
         if self.cancel.is_set():
             raise DrainCancelled("drain cancelled before its manifest was written")
-        self._check_still_there()
-        self.manifest = with_part_crcs(self.manifest, self.journal)
-        body = self.manifest.to_json()
-        self._retry(lambda: self.store.put_bytes(mkey, body))
+        try:  # in the caller's thread: a retry's wait cut short by the cancel ends here
+            self._check_still_there()
+            self.manifest = with_part_crcs(self.manifest, self.journal)
+            body = self.manifest.to_json()
+            self._retry(lambda: self.store.put_bytes(mkey, body))
+        except _Stop:
+            raise DrainCancelled("drain cancelled before its manifest was written") from None
         with self.lock:
             self.journal.manifest_done()
             jr.save(self.journal_path, self.journal)
