@@ -190,13 +190,19 @@ class Client:
         main = threading.current_thread() is threading.main_thread()
         if main:  # where a SIGTERM handler runs: see on_preemption
             self._completing = True
+        failed: BaseException | None = None
         try:
             return self._complete(step, save)
+        except BaseException as err:
+            failed = err
+            raise
         finally:
             if main:
                 self._completing = False
                 deferred, self._deferred = self._deferred, None
                 if deferred is not None:
+                    if failed is not None:  # the exit would hide it
+                        print(f"ckptdrain: complete({step}) failed: {failed!r}", file=sys.stderr)
                     deferred()
 
     def _complete(self, step: int, save: str | None) -> Path:

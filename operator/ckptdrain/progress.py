@@ -59,18 +59,22 @@ class Progress:
         self._version = 0
 
     def step_done(self, step: int) -> None:
-        """Cheap (no I/O) except the first time: that one marks training again."""
-        first = self.first_step is None
-        with self._lock:
-            if first:
+        """Cheap (no I/O) except the first time: that one marks training again.
+        No lock after the first: it runs every step, and a SIGTERM handler
+        landing in it must find no lock held (a preemption callback waiting
+        on a save another thread completes would wait forever); a step
+        number a concurrent save overtakes is put right at the next step."""
+        if self.first_step is None:
+            with self._lock:
                 self.first_step, self._first_mono = step, self.monotonic()
                 if self.training_at is None:
                     self.training_at = self.clock()
+                self.step, self._last_mono = step, self._first_mono
                 self._version += 1
-            self.step = step if self.step is None else max(self.step, step)
-            self._last_mono = self.monotonic()
-        if first:
             self.save()
+            return
+        self.step = step if self.step is None else max(self.step, step)
+        self._last_mono = self.monotonic()
 
     def training(self) -> None:
         """Training again, for trainers that never call step_done: the first

@@ -98,14 +98,13 @@ def test_an_asynchronous_save_is_blocked_only_until_it_is_handed_off(tmp_path: P
     assert progress.blocked_s == pytest.approx(0.25) and progress.saves == 1
 
 
-#: A trainer whose SIGTERM lands while step_done holds the progress lock
-#: (step_done takes it every step, so a real trainer meets this by chance).
+#: A trainer whose SIGTERM lands while its first step_done holds the
+#: progress lock.
 SIGTERM_INSIDE_STEP_DONE = """
 import os, signal, sys, time
 from pathlib import Path
 from ckptdrain.client import Client
 client = Client(Path(sys.argv[1]), environ={})
-client.step_done(0)
 def emergency():
     client.begin(1)
     (client.temp_dir(1) / "w").write_bytes(b"weights")
@@ -116,7 +115,7 @@ def monotonic():  # called with the lock held
     os.kill(os.getpid(), signal.SIGTERM)
     return tick()
 client.progress.monotonic = monotonic
-client.step_done(1)
+client.step_done(0)
 time.sleep(30)
 """
 
@@ -198,3 +197,39 @@ def test_the_interrupted_progress_write_does_not_hide_the_sigterm(tmp_path: Path
     assert done.returncode == 0, done.stderr
     doc = json.loads((tmp_path / ".ckptdrain" / "progress").read_text())
     assert doc["interruptedAt"] is not None and doc["trainingAt"] is not None
+
+
+#: The SIGTERM lands in a later step_done while another thread finishes the
+#: previous save, and the callback waits for that save (as a trainer with
+#: an asynchronous save in flight would).
+SIGTERM_WHILE_A_SAVE_FINISHES_ELSEWHERE = """
+import os, signal, sys, threading
+from pathlib import Path
+from ckptdrain.client import Client
+client = Client(Path(sys.argv[1]), environ={})
+client.step_done(0)
+(client.begin(1) / "w").write_bytes(b"1")
+ready, done = threading.Event(), threading.Event()
+def finish():
+    ready.wait()
+    client.complete(1)
+    done.set()
+threading.Thread(target=finish, daemon=True).start()
+def emergency():
+    ready.set()
+    if not done.wait(10):
+        sys.exit(9)  # the other thread waits for a lock this one holds
+client.on_preemption(emergency, exit_code=7)
+tick = client.progress.monotonic
+def monotonic():
+    os.kill(os.getpid(), signal.SIGTERM)
+    return tick()
+client.progress.monotonic = monotonic
+client.step_done(1)
+"""
+
+
+def test_a_callback_can_wait_for_a_save_another_thread_completes(tmp_path: Path) -> None:
+    done = _trainer(SIGTERM_WHILE_A_SAVE_FINISHES_ELSEWHERE, tmp_path)
+    assert done.returncode == 7, done.stderr
+    assert (tmp_path / "step-1" / "w").read_bytes() == b"1"

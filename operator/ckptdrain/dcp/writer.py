@@ -126,6 +126,11 @@ def async_save(state_dict: dict[str, Any], client: Client, step: int, *,
             outer.set_result(client.complete(step, save=save_id))
         except BaseException as err:  # handed to whoever waits on the future
             outer.set_exception(err)
+            if isinstance(err, SystemExit | KeyboardInterrupt):
+                # Run at once in the main thread (the save was already done):
+                # a preemption's exit, deferred to the end of complete(), must
+                # still end the trainer, not wait in the future.
+                raise
 
     inner.add_done_callback(finished)
     return outer
