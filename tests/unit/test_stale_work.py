@@ -27,6 +27,7 @@ OWN = "work-3-5f0c1b2a-9d3e-4c1f-8a7b-0e1d2c3b4a59"
 OLD = "work-3-0a1b2c3d-0000-4c1f-8a7b-0e1d2c3b4a59"
 OLDER = "work-3-ffffffff-1111-4c1f-8a7b-0e1d2c3b4a59"
 OTHER_WRITER = "work-31-0a1b2c3d-0000-4c1f-8a7b-0e1d2c3b4a59"
+NEWER = "work-3-9e8d7c6b-2222-4c1f-8a7b-0e1d2c3b4a59"
 
 
 def test_only_this_writers_other_pod_dirs_are_stale() -> None:
@@ -95,6 +96,24 @@ def test_removal_spares_its_own_and_other_writers_and_follows_no_symlink(node: P
     assert (node / OWN / "step-1" / "w.bin").exists()
     assert (node / OTHER_WRITER / "step-1" / "w.bin").exists()
     assert (outside / "keep").is_dir()
+
+
+def test_a_newer_pods_work_dir_is_never_removed(node: Path) -> None:
+    """A Job's replacement pod starts on the node while this one terminates,
+    its agent still holding the writer's lease: the newer pod's work dir
+    appears after this agent started and must survive its housekeeping (the
+    kubelet would recreate the trainer's subPath as root 0700)."""
+    for name in (OWN, OLD):
+        _work(node, name)
+
+    def prune_after_a_replacement_starts() -> list[str]:
+        pruner = stale_work.StaleWork(node, node / OWN, lambda: None)
+        (node / NEWER / "step-1").mkdir(parents=True)  # as prepare and restore leave it
+        return pruner.prune()
+
+    assert run_as(CKPTDRAIN_UID, prune_after_a_replacement_starts) == [OLD]
+    assert sorted(os.listdir(node)) == sorted([NEWER, OWN])
+    assert (node / NEWER / "step-1").is_dir()
 
 
 def test_what_cannot_be_removed_is_counted_and_logged_once_per_dir_and_retried(

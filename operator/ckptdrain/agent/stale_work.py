@@ -6,7 +6,8 @@ may start while the old one still terminates, and must neither empty nor
 share the old trainer's dir. Once the old pod is gone its dir is stale: the
 agent removes it, but only while it holds the writer's lease (the old pod
 lost it, so nothing there is still written or drained), never its own dir,
-never another writer's.
+never another writer's, never one that appeared after the agent started (a
+newer pod's: the old pod's agent may still hold the lease when it appears).
 
 Which dirs are stale is pure (`stale`); removal is best effort, never
 follows a symlink, and what cannot go is reported once per dir and tried
@@ -64,12 +65,23 @@ class StaleWork:
     def __init__(self, root: Path, own: Path, failed: Callable[[], None]) -> None:
         self.root, self.own, self.failed = root, Path(own).name, failed
         self._reported: set[str] = set()
+        # Only a dir already here when this agent started can be an earlier
+        # pod's. One that appears later is a newer pod's: a replacement that
+        # starts while this pod terminates, its agent still holding the lease.
+        try:
+            self._earlier = set(self._names())
+        except OSError:
+            self._earlier = set()
+
+    def _names(self) -> list[str]:
+        return [e.name for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False)
+                or e.is_symlink()]
 
     def prune(self) -> list[str]:
-        """Remove what `stale` names; the names removed entirely."""
+        """Remove what `stale` names among the dirs that were here when this
+        agent started; the names removed entirely."""
         try:
-            names = [e.name for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False)
-                     or e.is_symlink()]
+            names = [n for n in self._names() if n in self._earlier]
         except OSError as err:
             self._report(str(self.root), str(self.root), err)
             return []
