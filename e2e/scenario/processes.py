@@ -34,7 +34,7 @@ import yaml
 from kube import apply, get, kubectl, wait_for
 from peer import CHECKPOINT_BYTES, START_MARGIN_S, WRITERS, two_node_job
 from trainers import TRAINERS, Logs, _json_lines
-from views import GRACE, NS, STEP_S, mid_interval, remove, wait_mid_interval
+from views import EVERY, GRACE, NS, STEP_S, mid_interval, remove, wait_mid_interval
 
 NAME = POLICY = PREFIX = "procs"
 PROCESSES = 2
@@ -217,11 +217,17 @@ def cycle(logs: Logs, pods: Pods, epoch: float, uid: int,
               and inside["gid"] in inside["groups"],
               f"{name}: as uid {inside['uid']}, {inside['step']} is mode {inside['mode']} in "
               f"the pod's group {inside['gid']} (groups {inside['groups']})")
-        request, ack = inside["request"], inside["ack"]
-        check(isinstance(request.get("seq"), int) and isinstance(ack.get("seq"), int)
-              and ack["seq"] >= request["seq"] - 1,
-              f"{name}: the agent's requests reach the uid {uid} trainer "
-              f"(request {request}, ack {ack})")
+        # The agent's request can land just after the trainer's save at the
+        # same boundary: then the next save answers it.
+        def answered(name: str = name) -> dict[str, Any] | None:
+            seen = look(name)
+            request, ack = seen["request"], seen["ack"]
+            return seen if isinstance(request.get("seq"), int) and isinstance(
+                ack.get("seq"), int) and ack["seq"] >= request["seq"] - 1 else None
+        seen = wait_for(f"{name}: an answer to the agent's requests", answered,
+                        3 * STEP_S * EVERY, every=1)
+        check(True, f"{name}: the agent's requests reach the uid {uid} trainer "
+              f"(request {seen['request']}, ack {seen['ack']})")
     wait_mid_interval(epoch)
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, *old.values(), "--wait=false")
