@@ -220,14 +220,14 @@ def cycle(logs: Logs, pods: Pods, epoch: float, uid: int,
         # The agent's request can land just after the trainer's save at the
         # same boundary: then the next save answers it.
         def answered(name: str = name) -> dict[str, Any] | None:
-            seen = look(name)
-            request, ack = seen["request"], seen["ack"]
-            return seen if isinstance(request.get("seq"), int) and isinstance(
+            now = look(name)
+            request, ack = now["request"], now["ack"]
+            return now if isinstance(request.get("seq"), int) and isinstance(
                 ack.get("seq"), int) and ack["seq"] >= request["seq"] - 1 else None
-        seen = wait_for(f"{name}: an answer to the agent's requests", answered,
-                        3 * STEP_S * EVERY, every=1)
+        answer = wait_for(f"{name}: an answer to the agent's requests", answered,
+                          3 * STEP_S * EVERY, every=1)
         check(True, f"{name}: the agent's requests reach the uid {uid} trainer "
-              f"(request {seen['request']}, ack {seen['ack']})")
+              f"(request {answer['request']}, ack {answer['ack']})")
     wait_mid_interval(epoch)
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, *old.values(), "--wait=false")
