@@ -61,6 +61,17 @@ def store(tmp_path: Path) -> FaultyStore:
     return FaultyStore(LocalStore(str(tmp_path / "store")))
 
 
+def _drain_until_failed(tier: LocalTier, store: FaultyStore, step: int, what: str) -> Recorder:
+    """Drain `step` until the worker reports it Failed; what it reported."""
+    recorder = Recorder()
+    worker = _worker(tier, store, recorder)
+    worker.start()
+    worker.submit(step)
+    _wait(lambda: "Failed" in recorder.states(step), what)
+    worker.stop(10)
+    return recorder
+
+
 def test_store_errors_are_retried_and_reported(tmp_path: Path, store: FaultyStore) -> None:
     tier = _tier(tmp_path, [1])
     # Not transient, so the engine gives up at once and the worker's own retry acts.
@@ -134,12 +145,7 @@ def test_a_step_committed_otherwise_stays_local_and_is_reported(
         store.put_bytes(keys.manifest_key(5, 0), b'{"format":2')
     theirs = store.get_bytes(keys.manifest_key(5, 0))
     tier = _tier(tmp_path, [5])
-    recorder = Recorder()
-    worker = _worker(tier, store, recorder)
-    worker.start()
-    worker.submit(5)
-    _wait(lambda: "Failed" in recorder.states(5), "the conflict's report")
-    worker.stop(10)
+    recorder = _drain_until_failed(tier, store, 5, "the conflict's report")
     assert not tier.is_global(5) and tier.has(5)
     assert "Global" not in recorder.states(5)
     failed = next(e for e in recorder.events if e.state.value == "Failed")
@@ -258,12 +264,7 @@ def test_a_linked_file_rewritten_after_capture_is_refused_before_any_byte_is_sen
     time.sleep(0.02)  # past the filesystem's timestamp tick
     with open(shard, "r+b") as f:
         f.write(b"\xff")
-    recorder = Recorder()
-    worker = _worker(tier, store, recorder)
-    worker.start()
-    worker.submit(6)
-    _wait(lambda: "Failed" in recorder.states(6), "the refusal")
-    worker.stop(10)
+    recorder = _drain_until_failed(tier, store, 6, "the refusal")
     assert not tier.is_global(6)
     sent = {c for c, n in store.calls.items() if n and c.startswith(("put", "upload", "create",
                                                                       "complete"))}
