@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -23,6 +22,8 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .ports import free_port
 
 K8S_VERSION = os.environ.get("K8S_VERSION", "v1.33.13")
 CACHE = Path(os.environ.get("CKPTDRAIN_CACHE", Path.home() / ".cache" / "ckptdrain"))
@@ -59,12 +60,6 @@ def find_binaries() -> Binaries:
             "e2e/deps/etcd.sh)."
         )
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _openssl(*args: str, cwd: Path) -> None:

@@ -17,13 +17,12 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,9 +33,15 @@ from botocore.config import Config
 from ckptdrain.store.s3 import S3Store
 from ckptdrain.store.s3_options import S3Options
 
+from .ports import free_port
+
 REGION = "us-east-1"
 START_TIMEOUT = 90.0  # seconds; a cold start on a loaded 2-core machine
 _LOG_TAIL = 4000
+# A port can still be taken between choosing it and the server binding it
+# (see ports.py); such a start is retried on fresh ports, nothing else is.
+_BIND_RACE = ("already in use", "is not available")
+_START_ATTEMPTS = 3
 
 
 def cache_dir() -> Path:
@@ -64,13 +69,6 @@ def minio_binary() -> Path:
             "(it builds MinIO with e2e/deps/minio.sh)"
         )
     return path
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -234,10 +232,36 @@ def _running(
 
 
 @contextmanager
+def _retried_on_port_race(start: Callable[[], Any]) -> Iterator[S3Server]:
+    """Enter `start()` (a server's context manager), again on fresh ports
+    when the server lost one of its ports to another process."""
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        stack = ExitStack()
+        try:
+            server = stack.enter_context(start())
+        except RuntimeError as err:
+            if attempt == _START_ATTEMPTS or not any(m in str(err) for m in _BIND_RACE):
+                raise
+            continue
+        # Only the start is retried: what the caller's block raises is its own.
+        with stack:
+            yield server
+        return
+
+
+@contextmanager
 def start_seaweedfs(tmp_dir: Path) -> Iterator[S3Server]:
     """Run `weed mini` (master, volume, filer, S3 in one process) until exit."""
+    with _retried_on_port_race(lambda: _seaweedfs_once(Path(tmp_dir))) as server:
+        yield server
+
+
+@contextmanager
+def _seaweedfs_once(tmp_dir: Path) -> Iterator[S3Server]:
     binary = weed_binary()
-    workdir = Path(tmp_dir) / "seaweedfs"
+    workdir = tmp_dir / "seaweedfs"
+    # A start that lost a port leaves a half-made store: begin empty.
+    shutil.rmtree(workdir / "data", ignore_errors=True)
     (workdir / "data").mkdir(parents=True, exist_ok=True)
     access_key, secret_key = "ck" + secrets.token_hex(8), secrets.token_hex(20)
     config = workdir / "s3.json"
@@ -307,8 +331,16 @@ def start_minio(tmp_dir: Path, *, tls: tuple[Path, Path, Path] | None = None,
     """Run a single-drive MinIO server until exit. `tls`: (certificate, key,
     CA bundle) PEM files; the server then speaks https on localhost.
     `env_extra`: more MINIO_* settings (e.g. MINIO_KMS_SECRET_KEY)."""
+    with _retried_on_port_race(lambda: _minio_once(Path(tmp_dir), tls, env_extra)) as server:
+        yield server
+
+
+@contextmanager
+def _minio_once(tmp_dir: Path, tls: tuple[Path, Path, Path] | None,
+                env_extra: dict[str, str] | None) -> Iterator[S3Server]:
     binary = minio_binary()
-    workdir = Path(tmp_dir) / "minio"
+    workdir = tmp_dir / "minio"
+    shutil.rmtree(workdir / "data", ignore_errors=True)
     (workdir / "data").mkdir(parents=True, exist_ok=True)
     access_key, secret_key = "ck" + secrets.token_hex(8), secrets.token_hex(20)
     port = free_port()
