@@ -27,7 +27,9 @@ from tests.support.apiserver import Cluster, free_port
 pytestmark = pytest.mark.cluster
 
 OURS = "ckptdrain.io"
-ADDED = {"helm.sh/resource-policy"}  # what the template adds besides Helm's labels
+# What the template adds besides Helm's labels (test_chart_gitops.py).
+ADDED = {"helm.sh/resource-policy", "argocd.argoproj.io/sync-options",
+         "kustomize.toolkit.fluxcd.io/prune"}
 
 
 def _render(tools: Tools, *args: str) -> str:

@@ -18,6 +18,10 @@ cannot run as it is says so in an HTML comment on the line before it:
     <!-- docs-test: fragment policy -->   part of a CheckpointPolicy spec:
                                           merged into a valid one, validated
     <!-- docs-test: fragment values -->   part of the chart's values: rendered
+    <!-- docs-test: fragment gitops -->   Argo CD / Flux objects installing the
+                                          chart: its name, values and what
+                                          Argo CD ignores checked against a
+                                          render (tests/docs/gitops.py)
     <!-- docs-test: fragment REASON -->   YAML or JSON that is part of
                                           something else: parsed only
 

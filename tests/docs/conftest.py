@@ -47,11 +47,11 @@ def helm() -> str:
     return str(path)
 
 
-def render(args: list[str]) -> list[dict[str, Any]]:
+def render(args: list[str], release: str = "ckptdrain") -> list[dict[str, Any]]:
     """`helm template` of the chart with a page's arguments (values files and
     --set), as `helm install` would render them; a refusal fails the test
     with helm's own message."""
-    result = subprocess.run([helm(), "template", "ckptdrain", str(CHART), "--namespace",
+    result = subprocess.run([helm(), "template", release, str(CHART), "--namespace",
                              "ckptdrain", *args], capture_output=True, text=True, timeout=120)
     if result.returncode != 0:
         pytest.fail(f"helm template {' '.join(args)} failed:\n{result.stderr}", pytrace=False)

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.docs import blocks
+from tests.chart.support import CHART
+from tests.docs import blocks, gitops
 from tests.docs.blocks import REPO, Block
 from tests.docs.conftest import default_config, policy_problems, render
 from tests.support.s3servers import start_seaweedfs
@@ -92,9 +93,12 @@ def run_s3(block: Block, tmp_path: Path) -> None:
 
 
 def check_fragment(block: Block, tmp_path: Path) -> None:
+    what = block.note.split()[0] if block.note else ""
+    if what == "gitops":  # several objects
+        check_gitops(block, tmp_path)
+        return
     doc = json.loads(block.text) if block.lang == "json" else yaml.safe_load(block.text)
     assert doc, f"{block.id}: empty"
-    what = block.note.split()[0] if block.note else ""
     if what == "policy":
         base = yaml.safe_load(BASE_POLICY.read_text())["spec"]
         # Only the URI of its store: a fragment brings the rest of its own.
@@ -105,6 +109,33 @@ def check_fragment(block: Block, tmp_path: Path) -> None:
         values = tmp_path / "values.yaml"
         values.write_text(block.text)
         render(["-f", str(values)])
+
+
+def check_gitops(block: Block, tmp_path: Path) -> None:
+    """Argo CD and Flux objects (tests/docs/gitops.py): each installs this
+    chart, with values that values.schema.json names and that render, and
+    what Argo CD is told to ignore is in that render."""
+    try:
+        found = gitops.releases([d for d in yaml.safe_load_all(block.text) if d])
+    except (ValueError, KeyError) as e:
+        pytest.fail(f"{block.id}: {e!r}")
+    assert found, f"{block.id}: no Application or HelmRelease"
+    name = yaml.safe_load((CHART / "Chart.yaml").read_text())["name"]
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    for release in found:
+        assert release.chart in (name, str(CHART.relative_to(REPO))), (
+            f"{block.id}: {release.source} installs {release.chart!r}")
+        unknown = gitops.unknown_values(release.values, schema)
+        assert unknown == [], f"{block.id}: {release.source}: no such values {unknown}"
+        values = tmp_path / "values.yaml"
+        values.write_text(yaml.safe_dump(release.values))
+        objects = render(["-f", str(values)], release=release.release_name)
+        for ignored in release.ignored:
+            assert any(o["kind"] == ignored["kind"]
+                       and o["apiVersion"].rpartition("/")[0] == ignored.get("group", "")
+                       and ignored.get("name", o["metadata"]["name"]) == o["metadata"]["name"]
+                       for o in objects), f"{block.id}: {release.source} ignores {ignored}, " \
+                                          "which the chart does not render"
 
 
 def check_objects(block: Block) -> None:
@@ -174,3 +205,27 @@ def test_a_marker_with_a_typo_is_refused(tmp_path: Path) -> None:
     page.write_text("<!-- docs-test: skp because -->\n```sh\ntrue\n```\n")
     with pytest.raises(ValueError, match="unknown docs-test marker 'skp'"):
         blocks.parse(page)
+
+
+GITOPS_BLOCKS = {kind: next(b for b in BLOCKS if b.kind == "fragment" and b.note == "gitops"
+                            and f"kind: {kind}" in b.text)
+                 for kind in ("Application", "HelmRelease")}
+
+
+@pytest.mark.parametrize(("kind", "old", "new"), [
+    ("HelmRelease", "namespaces: [ml-training]", "namespace: [ml-training]"),  # no such key
+    ("HelmRelease", "crds: CreateReplace", "crds: CreateOrReplace"),  # not a Flux policy
+    ("HelmRelease", "helm.toolkit.fluxcd.io/v2", "helm.toolkit.fluxcd.io/v2beta9"),
+    ("HelmRelease", "chart: ckptdrain", "chart: ckptdrain-operator"),  # another chart
+    ("Application", "path: charts/ckptdrain", "path: charts/ckptdrain-operator"),
+    ("Application", 'tag: "0.1.0"', "tag: 0.1"),  # a number: the schema wants a string
+    ("Application", "name: ckptdrain-webhook-cert", "name: ckptdrain-cert"),  # not rendered
+])
+def test_a_broken_gitops_example_fails(tmp_path: Path, kind: str, old: str, new: str) -> None:
+    """The docs' Application or HelmRelease, with one mistake a reader could copy."""
+    block = GITOPS_BLOCKS[kind]
+    assert old in block.text
+    broken = Block(block.path, block.line, "yaml", block.text.replace(old, new, 1),
+                   "fragment", "gitops")
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        check_fragment(broken, tmp_path)
