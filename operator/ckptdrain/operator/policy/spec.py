@@ -20,6 +20,7 @@ from ckptdrain.contract.cold import cold_class_problem
 from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, merge
 from ckptdrain.operator.policy.fields import (
     Reader,
     choice,
@@ -117,6 +118,9 @@ class Policy:
     readers: str = "Declared"
     #: spec.restore.reshard (restore/reshard.py).
     restore_reshard: str = "DCP"
+    #: The injected containers' resources: the platform's (operator config)
+    #: with spec.resources merged, within its max (operator/containers.py).
+    containers: Containers = DEFAULT_CONTAINERS
 
     @property
     def key(self) -> str:
@@ -263,6 +267,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
                        "Google identity, e.g. GKE Workload Identity, and the bucket's "
                        "encryption)", r.raw(f"storage.{field}"))
     node_expressions, tolerations = read_placement(r)
+    containers = merge("spec.resources", config.containers, r.raw("resources"), r.errors)
     grace = r.get("gracePolicy", choice(GRACE_POLICIES), "Warn")
     rule = read_identity(r)
     shard = sizing.checkpoint_size(inp) / writers if not r.errors else None
@@ -293,7 +298,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         restore_direct_io=direct_io,
         stall_timeout_s=stall_timeout, storage_options=storage_opts,
         node_expressions=node_expressions, tolerations=tolerations, peer=peer,
-        readers=readers, restore_reshard=reshard,
+        readers=readers, restore_reshard=reshard, containers=containers,
     ), []
 
 

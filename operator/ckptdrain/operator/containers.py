@@ -1,0 +1,226 @@
+"""The resources of the containers ckptdrain injects: the platform's block
+(operator configuration, CKPTDRAIN_CONTAINERS) and a policy's overrides
+(`spec.resources`), read and merged. Pure.
+
+The platform block has the shape a cluster-scoped class will carry:
+
+    {"qos": "MatchPod",
+     "agent":   {"requests": {"cpu": "100m", "memory": "256Mi"},
+                 "limits": {"memory": "1Gi"}, "max": {"cpu": "2", "memory": "8Gi"}},
+     "restore": {...}, "peer": {...}, "prepare": {...}}
+
+A container left out keeps its defaults (DEFAULT_CONTAINERS, what every
+injected pod got before these were configurable); a container given is
+taken whole. A policy overrides single amounts of `requests` and `limits`,
+never above the platform's `max`. How `qos` shapes what is injected into a
+given pod is admission/resources.py's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any
+
+from ckptdrain.errors import InvalidInput
+from ckptdrain.quantity import parse_quantity
+
+AGENT, RESTORE, PEER, PREPARE = "agent", "restore", "peer", "prepare"
+NAMES = (AGENT, RESTORE, PEER, PREPARE)
+RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
+#: MatchPod: a Guaranteed pod stays Guaranteed (limits equal to requests),
+#: any other pod gets the configured shape; Burstable: always the configured
+#: shape; Guaranteed: always limits equal to requests.
+QOS_MODES = ("MatchPod", "Burstable", "Guaranteed")
+#: What the kubelet's QoS class looks at.
+QOS_RESOURCES = ("cpu", "memory")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """One container's amounts, as quantity strings (written to the pod as
+    given); `max` bounds what a policy may ask for."""
+
+    requests: Mapping[str, str] = field(default_factory=dict)
+    limits: Mapping[str, str] = field(default_factory=dict)
+    max: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Containers:
+    """The platform's block, or a policy's effective one (merged)."""
+
+    qos: str = "MatchPod"
+    agent: Resources = field(default_factory=Resources)
+    restore: Resources = field(default_factory=Resources)
+    peer: Resources = field(default_factory=Resources)
+    prepare: Resources = field(default_factory=Resources)
+
+    def of(self, name: str) -> Resources:
+        return {AGENT: self.agent, RESTORE: self.restore, PEER: self.peer,
+                PREPARE: self.prepare}[name]
+
+
+_SIDECAR = Resources(requests={"cpu": "100m", "memory": "256Mi"}, limits={"memory": "1Gi"},
+                     max={"cpu": "2", "memory": "8Gi"})
+DEFAULT_CONTAINERS = Containers(
+    qos="MatchPod", agent=_SIDECAR, restore=_SIDECAR, peer=_SIDECAR,
+    # chown and chmod of two directories: next to nothing.
+    prepare=Resources(requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "64Mi"},
+                      max={"cpu": "1", "memory": "1Gi"}))
+
+
+def _amounts(field_path: str, raw: object, problems: list[InvalidInput]) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        problems.append(InvalidInput(field_path, "a map such as {cpu: 100m, memory: 256Mi}",
+                                     raw))
+        return {}
+    out: dict[str, str] = {}
+    for name, value in raw.items():
+        where = f"{field_path}.{name}"
+        if name not in RESOURCE_NAMES:
+            problems.append(InvalidInput(where, "one of " + ", ".join(RESOURCE_NAMES), name))
+            continue
+        try:
+            parse_quantity(where, value)
+        except InvalidInput as error:
+            problems.append(error)
+            continue
+        out[name] = str(value)
+    return out
+
+
+def _amount(text: str) -> Fraction:
+    return parse_quantity("", text)
+
+
+def read_block(field_path: str, raw: object, *, platform: bool,
+               problems: list[InvalidInput]) -> Resources | None:
+    """One container's block at `field_path`; with `platform`, `max` too.
+    Problems are appended, each naming its field; None when unusable."""
+    keys = ("requests", "limits", "max") if platform else ("requests", "limits")
+    if not isinstance(raw, Mapping):
+        problems.append(InvalidInput(field_path, "{" + ", ".join(keys) + "}", raw))
+        return None
+    for key in raw:
+        if key not in keys:
+            problems.append(InvalidInput(f"{field_path}.{key}", "one of " + ", ".join(keys),
+                                         key))
+    return Resources(**{k: _amounts(f"{field_path}.{k}", raw.get(k), problems) for k in keys})
+
+
+def bound_problems(field_path: str, res: Resources, bound: Mapping[str, str],
+                   asked: Resources | None = None) -> list[InvalidInput]:
+    """requests above limits, and (of what `asked` names; all when None) an
+    amount above `bound`, each naming its field."""
+    problems = []
+    for name, request in res.requests.items():
+        limit = res.limits.get(name)
+        if limit is not None and _amount(request) > _amount(limit):
+            problems.append(InvalidInput(
+                f"{field_path}.requests.{name}",
+                f"at most the limit ({limit}); raise {field_path}.limits.{name} with it", request))
+    named = res if asked is None else asked
+    for kind in ("requests", "limits"):
+        for name in getattr(named, kind):
+            value, most = getattr(res, kind)[name], bound.get(name)
+            if most is not None and _amount(value) > _amount(most):
+                problems.append(InvalidInput(f"{field_path}.{kind}.{name}",
+                                             f"at most {most} (the platform's max)", value))
+    return problems
+
+
+def qos_problems(field_path: str, res: Resources, qos: str) -> list[InvalidInput]:
+    """With a mode that can make limits equal to requests, a cpu and a memory
+    amount above 0 (a limit of 0 does not count for the kubelet)."""
+    if qos == "Burstable":
+        return []
+    problems = []
+    for name in QOS_RESOURCES:
+        amount = res.limits.get(name, res.requests.get(name))
+        if amount is None or _amount(amount) <= 0:
+            problems.append(InvalidInput(
+                f"{field_path}.requests.{name}",
+                f"an amount above 0 with qos {qos} (a Guaranteed pod needs one)", amount))
+    return problems
+
+
+def read_platform(field_path: str, raw: object) -> Containers:
+    """The platform's block, checked whole; raises one InvalidInput listing
+    every problem, each naming its field under `field_path`."""
+    problems: list[InvalidInput] = []
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(field_path, "a map {qos, agent, restore, peer, prepare}", raw)
+    qos = raw.get("qos", DEFAULT_CONTAINERS.qos)
+    if qos not in QOS_MODES:
+        problems.append(InvalidInput(f"{field_path}.qos", "one of " + ", ".join(QOS_MODES), qos))
+    blocks: dict[str, Resources] = {}
+    for key, value in raw.items():
+        if key == "qos":
+            continue
+        if key not in NAMES:
+            problems.append(InvalidInput(f"{field_path}.{key}",
+                                         "one of qos, " + ", ".join(NAMES), key))
+            continue
+        block = read_block(f"{field_path}.{key}", value, platform=True, problems=problems)
+        if block is None:
+            continue
+        blocks[key] = block
+        problems += bound_problems(f"{field_path}.{key}", block, block.max)
+        problems += qos_problems(f"{field_path}.{key}", block, str(qos))
+    if problems:
+        raise Problems(problems)
+    return replace(DEFAULT_CONTAINERS, qos=str(qos), **blocks)
+
+
+def read_platform_json(variable: str, text: str) -> Containers:
+    """The platform's block from an environment variable holding JSON."""
+    try:
+        raw: Any = json.loads(text)
+    except ValueError:
+        raise InvalidInput(variable, "JSON such as {\"agent\": {\"requests\": "
+                           "{\"cpu\": \"100m\"}}}", text) from None
+    return read_platform(variable, raw)
+
+
+def merge(field_path: str, platform: Containers, raw: object,
+          problems: list[InvalidInput]) -> Containers:
+    """The platform's block with a policy's overrides (`raw`, at
+    `field_path`, e.g. spec.resources) applied; every problem appended."""
+    if raw is None:
+        return platform
+    if not isinstance(raw, Mapping):
+        problems.append(InvalidInput(field_path, "a map {" + ", ".join(NAMES) + "}", raw))
+        return platform
+    merged: dict[str, Resources] = {}
+    for key, value in raw.items():
+        if key not in NAMES:
+            problems.append(InvalidInput(f"{field_path}.{key}", "one of " + ", ".join(NAMES),
+                                         key))
+            continue
+        asked = read_block(f"{field_path}.{key}", value, platform=False, problems=problems)
+        if asked is None:
+            continue
+        base = platform.of(key)
+        effective = Resources(requests={**base.requests, **asked.requests},
+                              limits={**base.limits, **asked.limits}, max=base.max)
+        problems += bound_problems(f"{field_path}.{key}", effective, base.max, asked)
+        problems += qos_problems(f"{field_path}.{key}", effective, platform.qos)
+        merged[key] = effective
+    return replace(platform, **merged)
+
+
+class Problems(InvalidInput):
+    """Every problem of a block at once, each naming its field."""
+
+    def __init__(self, problems: list[InvalidInput]) -> None:
+        first = problems[0]
+        super().__init__(first.field, first.expected, first.seen)
+        self.args = ("; ".join(str(p) for p in problems),)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
