@@ -120,7 +120,14 @@ def bound_problems(field_path: str, res: Resources, bound: Mapping[str, str],
     problems = []
     for name, request in res.requests.items():
         limit = res.limits.get(name)
-        if limit is not None and _amount(request) > _amount(limit):
+        if limit is None or _amount(request) <= _amount(limit):
+            continue
+        if asked is not None and name in asked.limits and name not in asked.requests:
+            problems.append(InvalidInput(  # the limit is what was asked for
+                f"{field_path}.limits.{name}",
+                f"at least the request ({request}); lower {field_path}.requests.{name} with it",
+                limit))
+        else:
             problems.append(InvalidInput(
                 f"{field_path}.requests.{name}",
                 f"at most the limit ({limit}); raise {field_path}.limits.{name} with it", request))

@@ -205,6 +205,8 @@ def test_policy_overrides_reach_the_injected_containers() -> None:
      "at most 8Gi (the platform's max)"),
     ({"agent": {"requests": {"memory": "2Gi"}}}, "spec.resources.agent.requests.memory",
      "at most the limit (1Gi); raise spec.resources.agent.limits.memory with it"),
+    ({"agent": {"limits": {"memory": "128Mi"}}}, "spec.resources.agent.limits.memory",
+     "at least the request (256Mi); lower spec.resources.agent.requests.memory with it"),
     ({"agent": {"requests": {"cpu": "lots"}}}, "spec.resources.agent.requests.cpu",
      "a Kubernetes quantity"),
     ({"agent": {"requests": {"gpu": "1"}}}, "spec.resources.agent.requests.gpu",
