@@ -28,7 +28,9 @@ def _env(tools: Tools, *args: str) -> dict[str, str]:
 def test_the_defaults_are_the_operators_own(tools: Tools) -> None:
     """An install that sets nothing injects what the operator injects without
     the variable: the same amounts, the same mode."""
-    assert config.from_env(_env(tools)).containers == containers.DEFAULT_CONTAINERS
+    env = _env(tools)
+    assert set(env) == {"CKPTDRAIN_CONTAINERS"}
+    assert config.from_env(env).containers == containers.DEFAULT_CONTAINERS
 
 
 def test_values_reach_the_operator_merged_into_the_defaults(tools: Tools) -> None:
