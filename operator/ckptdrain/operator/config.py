@@ -56,9 +56,10 @@ Variables (field in parentheses):
   the pod mounts a hostPath: its namespace must allow Pod Security "privileged".
 - CKPTDRAIN_CONTAINERS (containers): JSON, the resources of the injected
   containers and their QoS mode, {"qos": "MatchPod", "agent": {"requests":
-  {...}, "limits": {...}, "max": {...}}, "restore": ..., "peer": ...,
-  "prepare": ...}; a container left out keeps its defaults, one given is
-  taken whole; `max` bounds a policy's spec.resources (operator/containers.py).
+  {...}, "limits": {...}, "guaranteed": {...}, "max": {...}}, "restore": ...,
+  "peer": ..., "prepare": ...}; a container or a key of it left out keeps
+  its defaults, a key given replaces that key's map; `max` bounds a policy's
+  spec.resources (operator/containers.py).
 """
 
 from __future__ import annotations

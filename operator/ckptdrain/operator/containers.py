@@ -6,14 +6,21 @@ The platform block has the shape a cluster-scoped class will carry:
 
     {"qos": "MatchPod",
      "agent":   {"requests": {"cpu": "100m", "memory": "256Mi"},
-                 "limits": {"memory": "1Gi"}, "max": {"cpu": "2", "memory": "8Gi"}},
+                 "limits": {"memory": "1Gi"},
+                 "guaranteed": {"cpu": "1", "memory": "1Gi"},
+                 "max": {"cpu": "2", "memory": "8Gi"}},
      "restore": {...}, "peer": {...}, "prepare": {...}}
 
-A container left out keeps its defaults (DEFAULT_CONTAINERS, what every
-injected pod got before these were configurable); a container given is
-taken whole. A policy overrides single amounts of `requests` and `limits`,
-never above the platform's `max`. How `qos` shapes what is injected into a
-given pod is admission/resources.py's.
+`requests` and `limits` are what a pod gets as it is (what every injected
+pod got before these were configurable, DEFAULT_CONTAINERS);
+`guaranteed` the cpu and memory used as requests and limits both where the
+pod must stay Guaranteed. A container or one of its keys left out keeps its
+default; a key given replaces that key's map. A policy overrides single
+amounts of `requests`, `limits` and `guaranteed`: its admission refuses one
+above the platform's `max`; at pod admission, where the platform lowered
+`max` since, the amount is cut to it with a note (never a pod left without
+its containers). How `qos` shapes what is injected into a given pod is
+admission/resources.py's.
 """
 
 from __future__ import annotations
@@ -41,10 +48,12 @@ QOS_RESOURCES = ("cpu", "memory")
 @dataclass(frozen=True)
 class Resources:
     """One container's amounts, as quantity strings (written to the pod as
-    given); `max` bounds what a policy may ask for."""
+    given); `guaranteed` the cpu and memory for a pod that stays Guaranteed;
+    `max` bounds what a policy may ask for."""
 
     requests: Mapping[str, str] = field(default_factory=dict)
     limits: Mapping[str, str] = field(default_factory=dict)
+    guaranteed: Mapping[str, str] = field(default_factory=dict)
     max: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -63,16 +72,44 @@ class Containers:
                 PREPARE: self.prepare}[name]
 
 
+#: The amounts a policy may override (`max` is the platform's alone).
+AMOUNT_KEYS = ("requests", "limits", "guaranteed")
+PLATFORM_KEYS = (*AMOUNT_KEYS, "max")
+
+# Guaranteed: a whole core, so a checksum, an upload, a restore or the flush
+# after SIGTERM is never throttled to the burstable shape's 100m.
 _SIDECAR = Resources(requests={"cpu": "100m", "memory": "256Mi"}, limits={"memory": "1Gi"},
+                     guaranteed={"cpu": "1", "memory": "1Gi"},
                      max={"cpu": "2", "memory": "8Gi"})
 DEFAULT_CONTAINERS = Containers(
     qos="MatchPod", agent=_SIDECAR, restore=_SIDECAR, peer=_SIDECAR,
     # chown and chmod of two directories: next to nothing.
     prepare=Resources(requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "64Mi"},
+                      guaranteed={"cpu": "100m", "memory": "64Mi"},
                       max={"cpu": "1", "memory": "1Gi"}))
 
+NO_DISK_LIMIT = ("no ephemeral-storage limit: the kubelet adds the containers' "
+                 "ephemeral-storage limits into one for the whole pod and evicts the pod "
+                 "when all its containers and emptyDir volumes together pass it, so any "
+                 "such limit caps the training pod's disk; give a request only")
 
-def _amounts(field_path: str, raw: object, problems: list[InvalidInput]) -> dict[str, str]:
+
+def quantity_text(where: str, value: object) -> str:
+    """`value` as the quantity text written to a pod: a string stripped, a
+    whole JSON number as its digits; a fraction or an exponent number is
+    refused (its text is not a quantity the apiserver reads back alike)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    if not isinstance(value, str):
+        raise InvalidInput(where, "a Kubernetes quantity as a string such as 100m, 1.5 or "
+                           "256Mi, or a whole number", value)
+    text = value.strip()
+    parse_quantity(where, text)
+    return text
+
+
+def _amounts(field_path: str, raw: object, problems: list[InvalidInput],
+             names: tuple[str, ...] = RESOURCE_NAMES) -> dict[str, str]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -82,15 +119,16 @@ def _amounts(field_path: str, raw: object, problems: list[InvalidInput]) -> dict
     out: dict[str, str] = {}
     for name, value in raw.items():
         where = f"{field_path}.{name}"
-        if name not in RESOURCE_NAMES:
-            problems.append(InvalidInput(where, "one of " + ", ".join(RESOURCE_NAMES), name))
+        if name == "ephemeral-storage" and field_path.endswith(".limits"):
+            problems.append(InvalidInput(where, NO_DISK_LIMIT, value))
+            continue
+        if name not in names:
+            problems.append(InvalidInput(where, "one of " + ", ".join(names), name))
             continue
         try:
-            parse_quantity(where, value)
+            out[name] = quantity_text(where, value)
         except InvalidInput as error:
             problems.append(error)
-            continue
-        out[name] = str(value)
     return out
 
 
@@ -99,10 +137,11 @@ def _amount(text: str) -> Fraction:
 
 
 def read_block(field_path: str, raw: object, *, platform: bool,
-               problems: list[InvalidInput]) -> Resources | None:
-    """One container's block at `field_path`; with `platform`, `max` too.
-    Problems are appended, each naming its field; None when unusable."""
-    keys = ("requests", "limits", "max") if platform else ("requests", "limits")
+               problems: list[InvalidInput]) -> tuple[Resources, set[str]] | None:
+    """One container's block at `field_path` (with `platform`, `max` too)
+    and the keys it gives. Problems are appended, each naming its field;
+    None when unusable."""
+    keys = PLATFORM_KEYS if platform else AMOUNT_KEYS
     if not isinstance(raw, Mapping):
         problems.append(InvalidInput(field_path, "{" + ", ".join(keys) + "}", raw))
         return None
@@ -110,7 +149,10 @@ def read_block(field_path: str, raw: object, *, platform: bool,
         if key not in keys:
             problems.append(InvalidInput(f"{field_path}.{key}", "one of " + ", ".join(keys),
                                          key))
-    return Resources(**{k: _amounts(f"{field_path}.{k}", raw.get(k), problems) for k in keys})
+    block = Resources(**{k: _amounts(f"{field_path}.{k}", raw.get(k), problems,
+                                     QOS_RESOURCES if k == "guaranteed" else RESOURCE_NAMES)
+                         for k in keys})
+    return block, {k for k in keys if k in raw}
 
 
 def bound_problems(field_path: str, res: Resources, bound: Mapping[str, str],
@@ -132,7 +174,7 @@ def bound_problems(field_path: str, res: Resources, bound: Mapping[str, str],
                 f"{field_path}.requests.{name}",
                 f"at most the limit ({limit}); raise {field_path}.limits.{name} with it", request))
     named = res if asked is None else asked
-    for kind in ("requests", "limits"):
+    for kind in AMOUNT_KEYS:
         for name in getattr(named, kind):
             value, most = getattr(res, kind)[name], bound.get(name)
             if most is not None and _amount(value) > _amount(most):
@@ -142,18 +184,39 @@ def bound_problems(field_path: str, res: Resources, bound: Mapping[str, str],
 
 
 def qos_problems(field_path: str, res: Resources, qos: str) -> list[InvalidInput]:
-    """With a mode that can make limits equal to requests, a cpu and a memory
-    amount above 0 (a limit of 0 does not count for the kubelet)."""
+    """With a mode that can keep a pod Guaranteed, a `guaranteed` cpu and
+    memory above 0 (a limit of 0 does not count for the kubelet)."""
     if qos == "Burstable":
         return []
     problems = []
     for name in QOS_RESOURCES:
-        amount = res.limits.get(name, res.requests.get(name))
+        amount = res.guaranteed.get(name)
         if amount is None or _amount(amount) <= 0:
             problems.append(InvalidInput(
-                f"{field_path}.requests.{name}",
+                f"{field_path}.guaranteed.{name}",
                 f"an amount above 0 with qos {qos} (a Guaranteed pod needs one)", amount))
     return problems
+
+
+def clamp(field_path: str, res: Resources, notes: list[str]) -> Resources:
+    """`res` with each amount above its `max` cut to it, and a limit below
+    its request raised to it, each change noted naming its field: a policy
+    admitted under an older platform block still gets its containers."""
+    cut = {kind: dict(getattr(res, kind)) for kind in AMOUNT_KEYS}
+    for kind, amounts in cut.items():
+        for name, value in amounts.items():
+            most = res.max.get(name)
+            if most is not None and _amount(value) > _amount(most):
+                amounts[name] = most
+                notes.append(f"{field_path}.{kind}.{name}: {value} is above the platform's "
+                             f"max ({most}); {most} is used")
+    for name, request in cut["requests"].items():
+        limit = cut["limits"].get(name)
+        if limit is not None and _amount(request) > _amount(limit):
+            cut["limits"][name] = request
+            notes.append(f"{field_path}.limits.{name}: {limit} is below the request "
+                         f"({request}); {request} is used")
+    return replace(res, **cut)
 
 
 def read_platform(field_path: str, raw: object) -> Containers:
@@ -173,9 +236,12 @@ def read_platform(field_path: str, raw: object) -> Containers:
             problems.append(InvalidInput(f"{field_path}.{key}",
                                          "one of qos, " + ", ".join(NAMES), key))
             continue
-        block = read_block(f"{field_path}.{key}", value, platform=True, problems=problems)
-        if block is None:
+        read = read_block(f"{field_path}.{key}", value, platform=True, problems=problems)
+        if read is None:
             continue
+        given, keys = read
+        # Per key, as the chart merges values: `requests` alone keeps `max`.
+        block = replace(DEFAULT_CONTAINERS.of(key), **{k: getattr(given, k) for k in keys})
         blocks[key] = block
         problems += bound_problems(f"{field_path}.{key}", block, block.max)
         problems += qos_problems(f"{field_path}.{key}", block, str(qos))
@@ -194,10 +260,20 @@ def read_platform_json(variable: str, text: str) -> Containers:
     return read_platform(variable, raw)
 
 
+def to_raw(containers: Containers) -> dict[str, Any]:
+    """`containers` as the JSON CKPTDRAIN_CONTAINERS holds, every key given."""
+    return {"qos": containers.qos, **{
+        name: {key: dict(getattr(containers.of(name), key)) for key in PLATFORM_KEYS}
+        for name in NAMES}}
+
+
 def merge(field_path: str, platform: Containers, raw: object,
-          problems: list[InvalidInput]) -> Containers:
+          problems: list[InvalidInput], notes: list[str] | None = None) -> Containers:
     """The platform's block with a policy's overrides (`raw`, at
-    `field_path`, e.g. spec.resources) applied; every problem appended."""
+    `field_path`, e.g. spec.resources) applied; every problem appended.
+    Without `notes` (a policy's own admission) an amount beyond the
+    platform's bounds is a problem; with them (a pod's admission, where the
+    platform may have changed since) it is clamped and noted."""
     if raw is None:
         return platform
     if not isinstance(raw, Mapping):
@@ -209,13 +285,18 @@ def merge(field_path: str, platform: Containers, raw: object,
             problems.append(InvalidInput(f"{field_path}.{key}", "one of " + ", ".join(NAMES),
                                          key))
             continue
-        asked = read_block(f"{field_path}.{key}", value, platform=False, problems=problems)
-        if asked is None:
+        read = read_block(f"{field_path}.{key}", value, platform=False, problems=problems)
+        if read is None:
             continue
+        asked = read[0]
         base = platform.of(key)
         effective = Resources(requests={**base.requests, **asked.requests},
-                              limits={**base.limits, **asked.limits}, max=base.max)
-        problems += bound_problems(f"{field_path}.{key}", effective, base.max, asked)
+                              limits={**base.limits, **asked.limits},
+                              guaranteed={**base.guaranteed, **asked.guaranteed}, max=base.max)
+        if notes is None:
+            problems += bound_problems(f"{field_path}.{key}", effective, base.max, asked)
+        else:
+            effective = clamp(f"{field_path}.{key}", effective, notes)
         problems += qos_problems(f"{field_path}.{key}", effective, platform.qos)
         merged[key] = effective
     return replace(platform, **merged)

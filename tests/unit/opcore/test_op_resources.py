@@ -70,11 +70,16 @@ QOS_TABLE = {
     "request below limit": (pod(res({"cpu": "1", "memory": "1Gi"},
                                     {"cpu": "2", "memory": "1Gi"})), "Burstable"),
     "one container without limits": (pod(res(EQUAL, EQUAL), {}), "Burstable"),
-    # The kubelet compares sums over the containers, not each container.
-    "sums equal, containers not": (pod(res({"cpu": "1", "memory": "1Gi"},
-                                           {"cpu": "2", "memory": "1Gi"}),
-                                       res({"cpu": "2", "memory": "1Gi"},
-                                           {"cpu": "1", "memory": "1Gi"})), "Guaranteed"),
+    # The kubelet compares sums over the containers: each equal, amounts apart.
+    "containers equal, each its own amounts": (
+        pod(res({"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"}),
+            res(None, {"cpu": "500m", "memory": "4Gi"})), "Guaranteed"),
+    # A request of 0 is not counted, its limit is: the sums differ.
+    "a cpu request of 0 under a limit": (
+        pod(res({"cpu": "0", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})), "Burstable"),
+    "hugepages beside equal cpu and memory": (
+        pod(res({**EQUAL, "hugepages-2Mi": "1Gi"}, {**EQUAL, "hugepages-2Mi": "1Gi"})),
+        "Guaranteed"),
     "a plain init container without resources": (
         pod(res(EQUAL, EQUAL), init=[{"name": "i", "image": "x"}]), "Burstable"),
     "an init container with equal amounts": (
@@ -89,6 +94,9 @@ QOS_TABLE = {
         pod({}, pod_level=res(EQUAL, EQUAL)), "Guaranteed"),
     "pod-level memory limit only": (
         pod(res(EQUAL, EQUAL), pod_level=res(None, {"memory": "16Gi"})), "Burstable"),
+    "pod-level requests below limits": (
+        pod(res(EQUAL, EQUAL), pod_level=res({"cpu": "4", "memory": "16Gi"},
+                                             {"cpu": "8", "memory": "16Gi"})), "Burstable"),
 }
 
 
@@ -148,9 +156,13 @@ def test_match_pod_keeps_a_guaranteed_pod_guaranteed(body: dict[str, Any], peer:
     names = set(_ours(out))
     assert names == {"ckptdrain-restore", "ckptdrain-agent"} | (
         {"ckptdrain-peer"} if peer else set()) | ({"ckptdrain-prepare"} if prepare else set())
-    # Cut at the configured limit where there is one: the agent keeps its 1Gi.
-    assert _ours(out)["ckptdrain-agent"] == {"requests": {"cpu": "100m", "memory": "1Gi"},
-                                             "limits": {"cpu": "100m", "memory": "1Gi"}}
+    # The `guaranteed` amounts: a whole core, not the Burstable shape's 100m.
+    assert _ours(out)["ckptdrain-agent"] == {"requests": {"cpu": "1", "memory": "1Gi"},
+                                             "limits": {"cpu": "1", "memory": "1Gi"}}
+    if prepare:
+        assert _ours(out)["ckptdrain-prepare"] == {
+            "requests": {"cpu": "100m", "memory": "64Mi"},
+            "limits": {"cpu": "100m", "memory": "64Mi"}}
 
 
 def test_a_guaranteed_reader_with_a_disk_work_dir_stays_guaranteed() -> None:
@@ -164,7 +176,7 @@ def test_a_guaranteed_reader_with_a_disk_work_dir_stays_guaranteed() -> None:
     size = parse_quantity("x", work["emptyDir"]["sizeLimit"])
     restore = _ours(out)["ckptdrain-restore"]
     assert parse_quantity("x", restore["requests"]["ephemeral-storage"]) == size + 2**30
-    assert restore["limits"] == {"cpu": "100m", "memory": "256Mi"}
+    assert restore["limits"] == {"cpu": "1", "memory": "1Gi"}
 
 
 @pytest.mark.parametrize("body", [pod(res({"cpu": "1"})), pod({}), pod(res(EQUAL, EQUAL))],
@@ -185,7 +197,7 @@ def test_guaranteed_mode_sets_limits_equal_to_requests_in_every_pod() -> None:
     for got in _ours(out).values():
         for name in ("cpu", "memory"):
             assert got["requests"][name] == got["limits"][name], got
-    assert _ours(out)["ckptdrain-prepare"]["limits"] == {"cpu": "10m", "memory": "64Mi"}
+    assert _ours(out)["ckptdrain-prepare"]["limits"] == {"cpu": "100m", "memory": "64Mi"}
 
 
 def test_policy_overrides_reach_the_injected_containers() -> None:
@@ -213,8 +225,20 @@ def test_policy_overrides_reach_the_injected_containers() -> None:
      "one of cpu, memory, ephemeral-storage"),
     ({"trainer": {}}, "spec.resources.trainer", "one of agent, restore, peer, prepare"),
     ({"agent": {"max": {"cpu": "9"}}}, "spec.resources.agent.max", "one of requests, limits"),
-    ({"agent": {"requests": {"cpu": "0"}}}, "spec.resources.agent.requests.cpu",
+    ({"agent": {"guaranteed": {"cpu": "0"}}}, "spec.resources.agent.guaranteed.cpu",
      "an amount above 0 with qos MatchPod"),
+    ({"agent": {"guaranteed": {"cpu": "3"}}}, "spec.resources.agent.guaranteed.cpu",
+     "at most 2 (the platform's max)"),
+    ({"agent": {"guaranteed": {"ephemeral-storage": "1Gi"}}},
+     "spec.resources.agent.guaranteed.ephemeral-storage", "one of cpu, memory"),
+    ({"agent": {"limits": {"ephemeral-storage": "1Gi"}}},
+     "spec.resources.agent.limits.ephemeral-storage", "caps the training pod's disk"),
+    ({"agent": {"requests": {"cpu": 0.5}}}, "spec.resources.agent.requests.cpu",
+     "a Kubernetes quantity as a string"),
+    ({"agent": {"requests": {"cpu": 1e22}}}, "spec.resources.agent.requests.cpu",
+     "a Kubernetes quantity as a string"),
+    ({"agent": {"requests": {"cpu": "1e22"}}}, "spec.resources.agent.requests.cpu",
+     "a Kubernetes quantity"),
 ])
 def test_overrides_out_of_bounds_are_refused_naming_the_field(
         override: dict[str, Any], field: str, expected: str) -> None:
@@ -235,8 +259,9 @@ def test_the_platform_block_from_the_environment() -> None:
     cfg = config.from_env({"CKPTDRAIN_CONTAINERS": '{"qos": "Burstable", "restore": '
                            '{"requests": {"cpu": "1"}, "max": {"cpu": "4"}}}'})
     assert cfg.containers.qos == "Burstable"
-    assert cfg.containers.restore == containers.Resources(requests={"cpu": "1"},
-                                                          max={"cpu": "4"})
+    # Per key, as the chart merges: the default limits and guaranteed stay.
+    assert cfg.containers.restore == dataclasses.replace(
+        containers.DEFAULT_CONTAINERS.restore, requests={"cpu": "1"}, max={"cpu": "4"})
     assert cfg.containers.agent == containers.DEFAULT_CONTAINERS.agent  # left out: defaults
     assert config.from_env({}).containers == containers.DEFAULT_CONTAINERS
 
@@ -246,9 +271,16 @@ def test_the_platform_block_from_the_environment() -> None:
     ('{"qos": "Pinned"}', ["CKPTDRAIN_CONTAINERS.qos: expected one of MatchPod, Burstable, "
                            "Guaranteed"]),
     ('{"agent": {"requests": {"cpu": "3"}, "max": {"cpu": "2"}}}',
-     ["CKPTDRAIN_CONTAINERS.agent.requests.cpu: expected at most 2",
-      "CKPTDRAIN_CONTAINERS.agent.requests.memory: expected an amount above 0 with qos "
-      "MatchPod"]),
+     ["CKPTDRAIN_CONTAINERS.agent.requests.cpu: expected at most 2"]),
+    ('{"agent": {"guaranteed": {"cpu": "0", "memory": "1Gi"}, "max": {"memory": "512Mi"}}}',
+     ["CKPTDRAIN_CONTAINERS.agent.guaranteed.cpu: expected an amount above 0 with qos "
+      "MatchPod", "CKPTDRAIN_CONTAINERS.agent.guaranteed.memory: expected at most 512Mi",
+      "CKPTDRAIN_CONTAINERS.agent.limits.memory: expected at most 512Mi"]),
+    ('{"peer": {"limits": {"ephemeral-storage": "10Gi"}}}',
+     ["CKPTDRAIN_CONTAINERS.peer.limits.ephemeral-storage: expected no ephemeral-storage "
+      "limit"]),
+    ('{"agent": {"requests": {"cpu": 1e22}}}',
+     ["CKPTDRAIN_CONTAINERS.agent.requests.cpu: expected a Kubernetes quantity as a string"]),
     ('{"prepare": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "1Gi"}}}',
      ["CKPTDRAIN_CONTAINERS.prepare.requests.memory: expected at most the limit (1Gi)"]),
     ('{"sidecar": {}}', ["CKPTDRAIN_CONTAINERS.sidecar: expected one of qos, agent"]),
@@ -261,9 +293,11 @@ def test_a_bad_platform_block_fails_at_start_naming_the_field(text: str,
         assert needle in str(raised.value)
 
 
-def test_burstable_platform_needs_no_cpu() -> None:
-    got = containers.read_platform("x", {"qos": "Burstable", "agent": {"requests": {}}})
-    assert got.agent == containers.Resources()
+def test_burstable_platform_needs_no_guaranteed_amounts() -> None:
+    got = containers.read_platform("x", {"qos": "Burstable", "agent": {"guaranteed": {}}})
+    assert got.agent.guaranteed == {}
+    with pytest.raises(InvalidInput, match=r"x\.agent\.guaranteed\.cpu: expected an amount"):
+        containers.read_platform("x", {"agent": {"guaranteed": {}}})
 
 
 def test_a_request_added_past_a_limit_raises_the_limit() -> None:
@@ -280,3 +314,16 @@ def test_a_request_added_past_a_limit_raises_the_limit() -> None:
                                       ("0.5", "500m"), ("1.5Gi", "1536Mi")])
 def test_quantities_compare_exactly(a: str, b: str) -> None:
     assert parse_quantity("x", a) == parse_quantity("x", b)
+
+
+@pytest.mark.parametrize(("less", "more"), [("1G", "1Gi"), ("1k", "1Ki"), ("999m", "1"),
+                                            ("1073741823", "1Gi"), ("1e3", "1001"),
+                                            ("1n", "1u"), ("0", "1n")])
+def test_quantities_that_differ_compare_apart(less: str, more: str) -> None:
+    assert parse_quantity("x", less) < parse_quantity("x", more)
+
+
+@pytest.mark.parametrize("text", ["-1", "1GB", "1 Gi", "1e19", "", "1.2.3", "m"])
+def test_what_is_no_quantity_is_refused_naming_the_field(text: str) -> None:
+    with pytest.raises(InvalidInput, match=r"^spec\.x: expected a Kubernetes quantity"):
+        parse_quantity("spec.x", text)

@@ -6,18 +6,20 @@ the platform's, with the policy's `spec.resources` merged and bounded). The
 block's `qos` decides their shape in this pod:
 
 - `MatchPod` (default): a pod that is Guaranteed before injection gets
-  containers whose cpu and memory limits equal their requests, so it stays
-  Guaranteed (and keeps static CPU pinning under the kubelet's static CPU
-  manager policy); any other pod gets the configured shape.
-- `Burstable`: the configured shape, always (a Guaranteed pod becomes
-  Burstable).
-- `Guaranteed`: limits equal to requests, always.
+  containers whose cpu and memory requests and limits are both the block's
+  `guaranteed` amounts, so it stays Guaranteed (and keeps static CPU pinning
+  under the kubelet's static CPU manager policy); any other pod gets the
+  configured `requests` and `limits`.
+- `Burstable`: the configured `requests` and `limits`, always (a Guaranteed
+  pod becomes Burstable).
+- `Guaranteed`: the `guaranteed` amounts, always.
 
-Limits equal to requests means both at the larger of the two: the limit
-where one is configured (requests are at most limits), else the request. An
-agent capped at its 256Mi request would be killed for memory where the
-configured shape let it use 1Gi; a pod that stays Guaranteed reserves the
-1Gi instead (docs/pod-contract.md, "Counting injected resources").
+`guaranteed` has amounts of its own because the configured shape's are a
+floor under a ceiling: held to a 100m CPU limit, the agent's checksum,
+upload and flush after SIGTERM would crawl. A pod with pod-level resources
+takes its QoS class from them, not from its containers: there the
+configured shape is kept, as equal amounts would buy nothing and could pass
+the pod-level requests (the apiserver refuses such a pod).
 """
 
 from __future__ import annotations
@@ -87,9 +89,16 @@ def qos_class(pod: Mapping[str, Any]) -> str:
     return BURSTABLE
 
 
+def has_pod_level_resources(pod: Mapping[str, Any]) -> bool:
+    resources = (pod.get("spec") or {}).get("resources") or {}
+    return bool(resources.get("requests") or resources.get("limits"))
+
+
 def stays_guaranteed(pod: Mapping[str, Any], containers: Containers) -> bool:
-    """Whether injected containers get limits equal to requests in `pod`
-    (as it is before injection)."""
+    """Whether injected containers get their `guaranteed` amounts in `pod`
+    (as it is before injection): never with pod-level resources."""
+    if has_pod_level_resources(pod):
+        return False
     if containers.qos == "Guaranteed":
         return True
     return containers.qos == "MatchPod" and qos_class(pod) == GUARANTEED
@@ -97,12 +106,13 @@ def stays_guaranteed(pod: Mapping[str, Any], containers: Containers) -> bool:
 
 def injected(name: str, containers: Containers, *, equal: bool) -> dict[str, Any]:
     """The `resources` of injected container `name` (agent, restore, peer,
-    prepare); with `equal`, cpu and memory limits equal to requests."""
+    prepare); with `equal`, its `guaranteed` cpu and memory as both requests
+    and limits."""
     block = containers.of(name)
     requests, limits = dict(block.requests), dict(block.limits)
     if equal:
         for resource in QOS_RESOURCES:
-            amount = limits.get(resource, requests.get(resource))
+            amount = block.guaranteed.get(resource)
             if amount is not None:
                 requests[resource] = limits[resource] = amount
     out: dict[str, Any] = {"requests": requests}
