@@ -4,6 +4,7 @@ operator's own, and the values schema refuses what the operator would."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -22,14 +23,16 @@ def _env(tools: Tools, *args: str) -> dict[str, str]:
                                       if d and d["kind"] == "Deployment")
     return {e["name"]: e["value"]
             for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-            if "value" in e and e["name"] == "CKPTDRAIN_CONTAINERS"}
+            if "value" in e}
 
 
 def test_the_defaults_are_the_operators_own(tools: Tools) -> None:
     """An install that sets nothing injects what the operator injects without
-    the variable: the same amounts, the same mode."""
+    the variable: the chart states every amount and the mode, each the
+    operator's own default (not merely left for the operator to fill in)."""
     env = _env(tools)
-    assert set(env) == {"CKPTDRAIN_CONTAINERS"}
+    assert json.loads(env["CKPTDRAIN_CONTAINERS"]) == containers.to_raw(
+        containers.DEFAULT_CONTAINERS)
     assert config.from_env(env).containers == containers.DEFAULT_CONTAINERS
 
 
@@ -37,11 +40,13 @@ def test_values_reach_the_operator_merged_into_the_defaults(tools: Tools) -> Non
     got = config.from_env(_env(
         tools, "--set", "containers.qos=Guaranteed", "--set", "containers.agent.limits.cpu=1",
         "--set", "containers.restore.max.memory=32Gi",
-        "--set", "containers.prepare.limits.memory=null")).containers
+        "--set", "containers.prepare.limits.memory=null",
+        "--set", "containers.peer.guaranteed.cpu=1500m")).containers
     assert got.qos == "Guaranteed"
     assert got.agent == containers.Resources(
         requests={"cpu": "100m", "memory": "256Mi"}, limits={"cpu": "1", "memory": "1Gi"},
-        max={"cpu": "2", "memory": "8Gi"})
+        guaranteed={"cpu": "1", "memory": "1Gi"}, max={"cpu": "2", "memory": "8Gi"})
+    assert got.peer.guaranteed == {"cpu": "1500m", "memory": "1Gi"}
     assert got.restore.max == {"cpu": "2", "memory": "32Gi"}
     assert got.prepare.limits == {}
 
@@ -53,6 +58,12 @@ def test_values_reach_the_operator_merged_into_the_defaults(tools: Tools) -> Non
     (["--set", "containers.sidecar.requests.cpu=1"],
      "at '/containers': additional properties 'sidecar' not allowed"),
     (["--set", "containers.peer.limits.memory=1GB"], "at '/containers/peer/limits/memory'"),
+    (["--set", "containers.agent.limits.ephemeral-storage=1Gi"],
+     "at '/containers/agent/limits': additional properties 'ephemeral-storage' not allowed"),
+    (["--set", "containers.agent.guaranteed.ephemeral-storage=1Gi"],
+     "at '/containers/agent/guaranteed': additional properties 'ephemeral-storage'"),
+    (["--set-json", 'containers.agent.requests.cpu=0.5'],
+     "at '/containers/agent/requests/cpu'"),
 ])
 def test_the_values_schema_refuses_what_the_operator_would(tools: Tools, args: list[str],
                                                             needle: str) -> None:
