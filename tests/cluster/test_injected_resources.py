@@ -76,7 +76,8 @@ def test_policy_overrides_show_in_the_injected_containers(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
     apply(policy("big", resources={"agent": {"requests": {"cpu": "500m", "memory": "512Mi"},
-                                             "limits": {"memory": "2Gi"}},
+                                             "limits": {"memory": "2Gi"},
+                                             "guaranteed": {"cpu": "1500m", "memory": "2Gi"}},
                                    "restore": {"requests": {"cpu": "1"}}}))
     _sized(cluster, namespace, "big")
     made = _create(cluster, namespace, pod("w-0", {"app": "big", **INJECT},
@@ -87,10 +88,13 @@ def test_policy_overrides_show_in_the_injected_containers(
     assert got["ckptdrain-restore"]["requests"] == {"cpu": "1", "memory": "256Mi"}
     assert made["status"]["qosClass"] == "Burstable"
 
-    # In a Guaranteed pod the overrides are cut the same way: limits = requests.
+    # In a Guaranteed pod the `guaranteed` amounts, as requests and limits.
     made = _create(cluster, namespace, _guaranteed_pod("w-1", "big"))
     assert _ours(made)["ckptdrain-agent"] == {
-        "requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"cpu": "500m", "memory": "2Gi"}}
+        "requests": {"cpu": "1500m", "memory": "2Gi"},
+        "limits": {"cpu": "1500m", "memory": "2Gi"}}
+    assert _ours(made)["ckptdrain-restore"] == {
+        "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
     assert made["status"]["qosClass"] == "Guaranteed"
 
 
@@ -100,6 +104,14 @@ def test_an_override_above_the_platform_max_is_refused_naming_the_field(
                    check=False)
     assert result.returncode != 0
     assert "spec.resources.agent.requests.cpu: expected at most 2" in result.stderr
+
+
+def test_an_ephemeral_storage_limit_is_refused_saying_why(
+        operator: OperatorProcess, apply: Callable[..., Any]) -> None:
+    result = apply(policy("disk", resources={"agent": {"limits": {"ephemeral-storage": "1Gi"}}}),
+                   check=False)
+    assert result.returncode != 0
+    assert "ephemeral-storage" in result.stderr, result.stderr
 
 
 def test_a_misspelt_resource_name_is_refused_by_the_crd(
