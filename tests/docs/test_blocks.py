@@ -20,7 +20,7 @@ import yaml
 from tests.chart.support import CHART
 from tests.docs import blocks, gitops
 from tests.docs.blocks import REPO, Block
-from tests.docs.conftest import default_config, policy_problems, render
+from tests.docs.conftest import config_from_env, default_config, policy_problems, render
 from tests.support.s3servers import start_seaweedfs
 
 BLOCKS = blocks.all_blocks()
@@ -108,7 +108,13 @@ def check_fragment(block: Block, tmp_path: Path) -> None:
     elif what == "values":
         values = tmp_path / "values.yaml"
         values.write_text(block.text)
-        render(["-f", str(values)])
+        rendered = render(["-f", str(values)])
+        # What the operator checks at start beyond the chart's schema.
+        deployment = next(d for d in rendered if d["kind"] == "Deployment")
+        env = {e["name"]: e["value"] for e in
+               deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+               if e["name"] == "CKPTDRAIN_CONTAINERS"}
+        config_from_env(env)
 
 
 def check_gitops(block: Block, tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ as the architecture. Lower rooms never import higher ones (tests/unit/test_layer
 holds these rules as a test):
 
     config.py, metrics.py,     the base every room may import: one validated config,
-    coalesce.py, heap.py       the Prometheus metrics, one pass per burst, heap trim
+    coalesce.py, heap.py,      the Prometheus metrics, one pass per burst, heap trim,
+    containers.py              the injected containers' resources (platform, policy)
     apiserver/                 the admission process's connection, reads and watched
                                views; the operator's writes outside Kopf; which
                                replica may write (leadership)

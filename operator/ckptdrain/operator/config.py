@@ -54,6 +54,12 @@ Variables (field in parentheses):
   policy engines that refuse root containers) and requires the node to provide
   <allowedRoot>/<namespace>/<policy> owned by uid 65532 beforehand. Either way
   the pod mounts a hostPath: its namespace must allow Pod Security "privileged".
+- CKPTDRAIN_CONTAINERS (containers): JSON, the resources of the injected
+  containers and their QoS mode, {"qos": "MatchPod", "agent": {"requests":
+  {...}, "limits": {...}, "guaranteed": {...}, "max": {...}}, "restore": ...,
+  "peer": ..., "prepare": ...}; a container or a key of it left out keeps
+  its defaults, a key given replaces that key's map; `max` bounds a policy's
+  spec.resources (operator/containers.py).
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from dataclasses import dataclass
 
 from ckptdrain import units
 from ckptdrain.errors import InvalidInput
+from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, read_platform_json
 
 DEFAULT_IMAGE = "ckptdrain:dev"
 
@@ -95,6 +102,7 @@ class OperatorConfig:
     grace_margin: float = 0.8
     watchdog_s: float = 30.0
     prepare_local_tier: bool = True
+    containers: Containers = DEFAULT_CONTAINERS
 
 
 def _flag(name: str, text: str) -> bool:
@@ -174,4 +182,6 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
                                         get("CKPTDRAIN_WATCHDOG_PERIOD", "30s")),
         grace_margin=units.parse_fraction("CKPTDRAIN_GRACE_MARGIN",
                                           get("CKPTDRAIN_GRACE_MARGIN", "80%")),
+        containers=read_platform_json("CKPTDRAIN_CONTAINERS", env["CKPTDRAIN_CONTAINERS"])
+        if env.get("CKPTDRAIN_CONTAINERS", "").strip() else d.containers,
     )

@@ -199,7 +199,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         if key in joint:
             sized, cluster = joint[key][0], joint[key][1]
         new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers,
-                            cluster=cluster)
+                            cluster=cluster, resource_notes=parsed.resource_notes)
         new["drainers"] = drainers
         patch.status.update(new)
     if announce:

@@ -28,7 +28,8 @@ from ckptdrain.contract.api import (
     policy_labelled,
 )
 from ckptdrain.contract.env import CREDENTIALS
-from ckptdrain.operator.admission import cloud_identity, prepare, work_dir
+from ckptdrain.operator import containers
+from ckptdrain.operator.admission import cloud_identity, prepare, resources, work_dir
 from ckptdrain.operator.admission.pod_env import (
     AGENT_METRICS_PORT,
     LOCAL_DIR,
@@ -65,14 +66,14 @@ SECURITY_CONTEXT: dict[str, Any] = {
 
 
 def _container(name: str, command: str, env: list[dict[str, Any]], config: OperatorConfig,
-               mounts: list[tuple[str, str]], sidecar: bool) -> dict[str, Any]:
+               mounts: list[tuple[str, str]], sidecar: bool,
+               resources: dict[str, Any]) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": name, "image": config.image, "imagePullPolicy": config.image_pull_policy,
         "command": ["ckptdrain", command], "env": env,
         "volumeMounts": [{"name": v, "mountPath": p} for v, p in mounts],
         "securityContext": dict(SECURITY_CONTEXT),
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"},
-                      "limits": {"memory": "1Gi"}},
+        "resources": resources,
     }
     if sidecar:
         # Native sidecar: starts before the trainer, stops after it, and never
@@ -105,7 +106,7 @@ def volumes(policy: Policy, *, prepare: bool = True,
 
 
 def peer_sidecar(shared: list[dict[str, Any]], policy: Policy,
-                 config: OperatorConfig) -> dict[str, Any]:
+                 config: OperatorConfig, *, equal: bool = False) -> dict[str, Any]:
     """`ckptdrain peer`: serves the partner area and, read-only, this writer's
     local tier. It mounts the local tier (the partner area lives in it), the
     peer credentials and the peers document; no work dir, no share, and it
@@ -113,7 +114,8 @@ def peer_sidecar(shared: list[dict[str, Any]], policy: Policy,
     store_keys = {c.value for c in CREDENTIALS}
     env = [e for e in shared if e["name"] not in store_keys]
     sidecar = _container(peer_tier.PEER, "peer", env, config, [
-        ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+        ("ckptdrain-local", LOCAL_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True,
+        resources=resources.injected(containers.PEER, policy.containers, equal=equal))
     sidecar["volumeMounts"] += peer_tier.mounts(policy.peer)
     sidecar["ports"] = peer_tier.sidecar_ports()
     return sidecar
@@ -153,13 +155,17 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
                        readers_alongside=readers_alongside)
     # On the node, agent and restore see the work dir inside /ckptdrain/local.
     work = [] if work_on_node(policy, reader=reader) else [("ckptdrain-work", WORK_DIR)]
+    # Limits equal to requests where the pod is (or must be) Guaranteed.
+    equal = resources.stays_guaranteed(pod, policy.containers)
     restore = _container(RESTORE, "restore", [*shared, restore_mode_env()], config, [
-        ("ckptdrain-local", LOCAL_DIR), *work, ("ckptdrain-tmp", "/tmp")], sidecar=False)
+        ("ckptdrain-local", LOCAL_DIR), *work, ("ckptdrain-tmp", "/tmp")], sidecar=False,
+        resources=resources.injected(containers.RESTORE, policy.containers, equal=equal))
     if reader:  # it reads the writer's copies on this node, never changes them
         restore["volumeMounts"][0]["readOnly"] = True
     agent = None if reader else _container(AGENT, "agent", shared, config, [
         ("ckptdrain-local", LOCAL_DIR), *work,
-        ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True)
+        ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True,
+        resources=resources.injected(containers.AGENT, policy.containers, equal=equal))
     stores = [restore] if agent is None else [restore, agent]
     identity = cloud_identity.ambient(pod)
     for container in stores:  # a private CA, by reference
@@ -175,14 +181,15 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     if request is not None:
         # A disk emptyDir counts against the pod's ephemeral storage: the
         # scheduler must find a node with room for it.
-        stores[-1]["resources"]["requests"]["ephemeral-storage"] = request
+        resources.add_request(stores[-1]["resources"], "ephemeral-storage", request)
     ours = list(stores)
     if policy.peer.enabled and not reader:
         # Before restore: after a node loss the whole job restarts, and every
         # pod's restore asks the other nodes' peer servers (docs/peer-tier.md).
-        ours.insert(0, peer_sidecar(shared, policy, config))
+        ours.insert(0, peer_sidecar(shared, policy, config, equal=equal))
     if config.prepare_local_tier and not reader:
-        ours.insert(0, prepare.container(policy, config, work_dir.shared_group(pod), rank))
+        ours.insert(0, prepare.container(policy, config, work_dir.shared_group(pod), rank,
+                                         equal=equal))
     if spec.get("initContainers") is None:
         ops.append({"op": "add", "path": "/spec/initContainers", "value": ours})
     else:

@@ -25,6 +25,8 @@ from __future__ import annotations
 from typing import Any
 
 from ckptdrain.contract.env import Env
+from ckptdrain.operator import containers
+from ckptdrain.operator.admission import resources
 from ckptdrain.operator.admission.pod_env import LOCAL_DIR, WORK_DIR, work_name_env, work_on_node
 from ckptdrain.operator.admission.work_dir import trainer_mount
 from ckptdrain.operator.config import OperatorConfig
@@ -74,9 +76,10 @@ def script(group: int, *, local: str = LOCAL_DIR, work: str | None = WORK_DIR) -
 
 
 def container(policy: Policy, config: OperatorConfig, group: int,
-              rank: int | None) -> dict[str, Any]:
+              rank: int | None, *, equal: bool = False) -> dict[str, Any]:
     """The prepare init container for writer `rank` of `policy` whose pod
-    shares `group`."""
+    shares `group`; with `equal`, its cpu and memory limits equal its
+    requests (admission/resources.py)."""
     mounts: list[dict[str, Any]] = [{"name": "ckptdrain-local", "mountPath": LOCAL_DIR}]
     on_node = work_on_node(policy)
     if on_node:
@@ -91,8 +94,7 @@ def container(policy: Policy, config: OperatorConfig, group: int,
             "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"},
-                      "limits": {"memory": "64Mi"}},
+        "resources": resources.injected(containers.PREPARE, policy.containers, equal=equal),
         # Why it refused, as the container's last state on the pod.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

@@ -262,6 +262,7 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         warnings.append(f"ckptdrain: policy {chosen['metadata']['name']} is invalid "
                         f"({error}); not injected")
         return []
+    warnings.extend(f"ckptdrain: policy {p.name}: {note}" for note in p.resource_notes)
     peer_problem = peer_tier.not_ready(p.peer, chosen.get("status") or {})
     if peer_problem:
         # The pod would wait forever for a Secret volume that is not there.

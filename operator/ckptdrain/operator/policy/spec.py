@@ -20,6 +20,7 @@ from ckptdrain.contract.cold import cold_class_problem
 from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, merge
 from ckptdrain.operator.policy.fields import (
     Reader,
     choice,
@@ -117,6 +118,12 @@ class Policy:
     readers: str = "Declared"
     #: spec.restore.reshard (restore/reshard.py).
     restore_reshard: str = "DCP"
+    #: The injected containers' resources: the platform's (operator config)
+    #: with spec.resources merged, within its max (operator/containers.py).
+    containers: Containers = DEFAULT_CONTAINERS
+    #: spec.resources amounts the platform's block no longer allows, each
+    #: with what is used instead (a pod's admission warns with them).
+    resource_notes: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -170,7 +177,7 @@ def _check_local_path(r: Reader, path: str, config: OperatorConfig) -> None:
 
 
 def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorConfig,
-          drainers: int) -> tuple[Policy | None, list[InvalidInput]]:
+          drainers: int, *, strict: bool = False) -> tuple[Policy | None, list[InvalidInput]]:
     r = Reader(spec)
     if not isinstance(spec.get("selector"), Mapping):
         r.fail("selector", "a label selector (matchLabels / matchExpressions)",
@@ -263,6 +270,11 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
                        "Google identity, e.g. GKE Workload Identity, and the bucket's "
                        "encryption)", r.raw(f"storage.{field}"))
     node_expressions, tolerations = read_placement(r)
+    # Its own admission holds a policy to the platform's max; afterwards a
+    # lowered max is applied, not a reason to leave pods without containers.
+    notes: list[str] | None = None if strict else []
+    containers = merge("spec.resources", config.containers, r.raw("resources"), r.errors,
+                       notes)
     grace = r.get("gracePolicy", choice(GRACE_POLICIES), "Warn")
     rule = read_identity(r)
     shard = sizing.checkpoint_size(inp) / writers if not r.errors else None
@@ -293,15 +305,17 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         restore_direct_io=direct_io,
         stall_timeout_s=stall_timeout, storage_options=storage_opts,
         node_expressions=node_expressions, tolerations=tolerations, peer=peer,
-        readers=readers, restore_reshard=reshard,
+        readers=readers, restore_reshard=reshard, containers=containers,
+        resource_notes=tuple(notes or ()),
     ), []
 
 
 def validate(spec: Mapping[str, Any], config: OperatorConfig,
              name: str = "") -> list[InvalidInput]:
     """Every semantic problem in `spec` (and the policy's `name`, where a
-    field depends on it), each naming its field; [] when valid."""
-    return _read("", name, spec, config, 1)[1]
+    field depends on it), each naming its field; [] when valid. Amounts
+    above the platform's max count, as at the policy's own admission."""
+    return _read("", name, spec, config, 1, strict=True)[1]
 
 
 def parse(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorConfig,

@@ -87,16 +87,21 @@ def _constrained(s: Sizing, cluster: ClusterShare | None, generation: int | None
 
 def for_sizing(s: Sizing, generation: int | None, now: datetime,
                previous: Sequence[Mapping[str, Any]] = (), active_drainers: int = 0,
-               cluster: ClusterShare | None = None) -> dict[str, Any]:
+               cluster: ClusterShare | None = None,
+               resource_notes: Sequence[str] = ()) -> dict[str, Any]:
     """Status of a valid policy; `s` is its sizing under the joint budget
-    (allocation.joint_sizing) and `cluster` its part of the cluster cap."""
+    (allocation.joint_sizing) and `cluster` its part of the cluster cap;
+    `resource_notes` the spec.resources amounts the platform's max now cuts
+    (Degraded: the pods get less than the policy asks for)."""
     constrained = _constrained(s, cluster, generation, now, previous)
     ready = condition(READY, True, "SizingComputed",
                       f"{units.format_bytes(s.checkpoint_bytes)} every "
                       f"{units.format_duration(s.global_interval_s)} needs "
                       f"{units.format_rate(s.required_bandwidth)}; {active_drainers} drainer(s)",
                       generation, now, previous)
-    degraded = condition(DEGRADED, False, "AsExpected", "", generation, now, previous)
+    degraded = condition(DEGRADED, True, "ResourcesClamped", "; ".join(resource_notes),
+                         generation, now, previous) if resource_notes \
+        else condition(DEGRADED, False, "AsExpected", "", generation, now, previous)
     return {**sizing_fields(s), "observedGeneration": generation,
             "phase": "Constrained" if s.bandwidth_constrained else "Ready",
             "conditions": [ready, degraded, constrained,
