@@ -226,7 +226,7 @@ def _post(conn: http.client.HTTPSConnection, path: str, body: bytes) -> tuple[in
 
 
 def test_the_server_answers_reviews_over_tls_and_survives_what_is_not_one(
-        tmp_path: Path) -> None:
+        tmp_path: Path, apiserver: dict[str, Any]) -> None:
     cert, key = _certificate(tmp_path)
     certificates = admission_server.Certificates(cert, key)
     reports: list[tuple[str, str]] = []

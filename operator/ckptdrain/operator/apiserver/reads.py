@@ -19,8 +19,10 @@ from typing import Any
 from urllib.parse import quote
 
 from ckptdrain.contract.api import (
+    ANNOTATION_INJECTED,
     ANNOTATION_POLICY,
     GROUP,
+    LABEL_INJECT,
     LABEL_WRITER,
     LABEL_WRITER_POLICY,
     POLICIES,
@@ -165,4 +167,22 @@ def live_writers(namespace: str, policy: str, rank: int, cached: bool = False) -
                     and not meta.get("deletionTimestamp")
                     and status.get("phase") not in ("Succeeded", "Failed")):
                 names.append(meta.get("name", ""))
+    return sorted(names)
+
+
+def live_injected_pods(namespace: str, policy: str) -> list[str]:
+    """Live pods `policy` injected, writers and readers alike: opted in
+    (`ckptdrain.io/inject=true`), annotated as injected by it, not Succeeded
+    or Failed, not being deleted. Read from etcd (no watch cache): a refusal
+    rests on it."""
+    found = get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/pods",
+                     [("labelSelector", f"{LABEL_INJECT}=true")], ADMISSION_READ_TIMEOUT_S)
+    names: list[str] = []
+    for pod in found.get("items") or []:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        notes = meta.get("annotations") or {}
+        if (notes.get(ANNOTATION_POLICY) == policy and notes.get(ANNOTATION_INJECTED) == "true"
+                and not meta.get("deletionTimestamp")
+                and status.get("phase") not in ("Succeeded", "Failed")):
+            names.append(meta.get("name", ""))
     return sorted(names)
