@@ -1,8 +1,8 @@
 """Policy admission against a real apiserver: a selector overlapping
 another policy's is refused with labels both would pick, and an update that
 would move checkpoints or change the writer count under a live pod is
-refused unless the move is said to be meant (docs/operator.md "Policies
-that cannot be admitted")."""
+refused unless the move is said to be meant (docs/operator.md "Overlapping
+selectors and moves under live pods")."""
 
 from __future__ import annotations
 
