@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from cluster_helpers import INJECT, get, pod, policy, wait_for
-from operator_process import OperatorProcess
+from operator_process import WEBHOOK_NAME, OperatorProcess
 
 from support.apiserver import Cluster
 
@@ -108,3 +108,45 @@ def test_kopf_server_refuses_the_same(
              what="the webhook answering")
     check_overlap(cluster, namespace, apply)
     check_move(cluster, namespace, apply)
+
+
+def _status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict(get(cluster, namespace, "checkpointpolicy", name).get("status") or {})
+
+
+def _conflicting(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    status = _status(cluster, namespace, name)
+    return next((c for c in status.get("conditions") or [] if c["type"] == "Conflicting"),
+                None)
+
+
+def test_overlapping_policies_that_got_past_admission_are_marked_on_both(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    # The policy webhook fails closed; without its configuration (deleted
+    # by hand, as an outage of admission would let them in) both are stored.
+    operator.stop()
+    try:
+        cluster.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK_NAME)
+        _accepted(apply, policy("llama"))
+        _accepted(apply, policy("gpus", selector={
+            "matchExpressions": [{"key": "app", "operator": "Exists"}]}))
+    finally:
+        operator.start()
+    for name, other in (("llama", "gpus"), ("gpus", "llama")):
+        wait_for(lambda n=name: _status(cluster, namespace, n).get("phase") == "Conflicting",
+                 what=f"{name} Conflicting")
+        cond = _conflicting(cluster, namespace, name)
+        assert cond is not None and cond["status"] == "True"
+        assert cond["reason"] == "SelectorOverlap"
+        assert f"CheckpointPolicy {other}" in cond["message"]
+        assert "app=llama, ckptdrain.io/inject=true" in cond["message"]
+    # Made exclusive (the webhook is back and admits it): both clear.
+    _accepted(apply, policy("gpus", selector={"matchExpressions": [
+        {"key": "app", "operator": "Exists"},
+        {"key": "app", "operator": "NotIn", "values": ["llama"]}]}))
+    for name in ("llama", "gpus"):
+        wait_for(lambda n=name: _status(cluster, namespace, n).get("phase") == "Ready",
+                 what=f"{name} Ready again")
+        cond = _conflicting(cluster, namespace, name)
+        assert cond is not None and cond["status"] == "False"

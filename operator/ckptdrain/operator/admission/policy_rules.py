@@ -4,7 +4,7 @@ admission process (admission/process.py) and Kopf's server
 
 1. a spec the operator cannot honour (admission/rules.py validate_policy);
 2. a selector that can pick a pod another policy of the namespace also
-   picks (policy/selectors.py): such a pod could never be injected, so the
+   picks (policy/conflicts.py): such a pod could never be injected, so the
    policy is refused with one label set both would pick;
 3. an UPDATE that changes where checkpoints live (`spec.storage.uri`,
    `spec.localTier.path`) or `spec.writers` while pods the policy injected
@@ -24,40 +24,10 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from ckptdrain.contract.api import LABEL_INJECT
 from ckptdrain.operator.admission.rules import Refused, validate_policy
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import relocation, selectors
-
-#: What every injected pod carries besides what its policy selects: two
-#: selectors that overlap only on pods without it never meet at admission.
-OPTED_IN = {"matchLabels": {LABEL_INJECT: "true"}}
-
-
-def _labels(labels: Mapping[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in labels.items()) or "(no labels)"
-
-
-def overlapping(name: str, selector: Mapping[str, Any],
-                others: list[dict[str, Any]]) -> tuple[str, dict[str, str]] | None:
-    """(another policy's name, labels both select) for the first other policy
-    (by name) whose selector picks a pod `selector` also picks; None when
-    there is none. The policy itself (an UPDATE) and policies being deleted
-    are not others."""
-    for body in sorted(others, key=lambda b: (b.get("metadata") or {}).get("name") or ""):
-        meta = body.get("metadata") or {}
-        other = (body.get("spec") or {}).get("selector")
-        if meta.get("name") == name or meta.get("deletionTimestamp") \
-                or not isinstance(other, Mapping):
-            continue
-        try:
-            witness = selectors.common(selector, other, OPTED_IN)
-        except ValueError:  # a malformed policy stored before: it selects nothing
-            continue
-        if witness is not None:
-            return str(meta.get("name")), witness
-    return None
+from ckptdrain.operator.policy import conflicts, relocation
 
 
 def moves_refused(name: str, fields: list[str], pod: str) -> str:
@@ -100,14 +70,14 @@ async def _refuse_overlap(name: str, namespace: str, selector: Mapping[str, Any]
     except (apiserver_reads.ApiError, apiserver_reads.HTTPError, OSError) as error:
         raise Refused(f"spec.selector: could not read the other CheckpointPolicies of "
                       f"{namespace} to check for overlap ({error}); retry", code=503) from None
-    found = overlapping(name, selector, others)
+    found = conflicts.first_overlap(name, selector, others)
     if found is not None:
         other, witness = found
         raise Refused(
             f"spec.selector: overlaps CheckpointPolicy {other} in {namespace}: a pod labelled "
-            f"{_labels(witness)} would be selected by both, and a pod two policies select "
-            "cannot be injected; make the selectors exclusive (e.g. a label one requires "
-            "and the other excludes with NotIn)", code=409)
+            f"{conflicts.labels_text(witness)} would be selected by both, and a pod two "
+            "policies select cannot be injected; make the selectors exclusive (e.g. a "
+            "label one requires and the other excludes with NotIn)", code=409)
 
 
 async def _refuse_moves(name: str, namespace: str, old: Mapping[str, Any],
