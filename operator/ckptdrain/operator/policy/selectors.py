@@ -7,13 +7,13 @@ matchExpressions with In / NotIn / Exists / DoesNotExist, from every
 selector) are intersected on their own, because a label set is one
 independent value, or its absence, per key:
 
-    key  | must be present?     | allowed values          | forbidden values
-    -----+----------------------+-------------------------+-----------------
-    k=v  | yes                  | {v}                     |
-    In S | yes                  | S (intersected)         |
-    NotIn|                      |                         | S (united)
-    Exists| yes                 |                         |
-    DoesNotExist | absent       |                         |
+    constraint     | the key must be | its value must be
+    ---------------+-----------------+--------------------------
+    k: v (labels)  | present         | v
+    In S           | present         | in S (every In intersected)
+    NotIn S        | -               | not in S (every NotIn united)
+    Exists         | present         | -
+    DoesNotExist   | absent          | -
 
 A key that must be present takes the smallest allowed value not
 forbidden (or a made-up value when any is allowed); any other key is left
