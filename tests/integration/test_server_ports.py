@@ -12,7 +12,6 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
-
 import tests.support.s3servers as s3servers
 from tests.support.ports import free_port
 
@@ -65,7 +64,6 @@ def test_an_error_that_is_not_a_lost_port_is_not_retried(tmp_path: Path,
         raise RuntimeError("seaweedfs exited with 1 while starting: bad flag")
 
     monkeypatch.setattr(s3servers, "_seaweedfs_once", broken)
-    with pytest.raises(RuntimeError, match="bad flag"):
-        with s3servers.start_seaweedfs(tmp_path):
-            pass
+    with pytest.raises(RuntimeError, match="bad flag"), s3servers.start_seaweedfs(tmp_path):
+        pass
     assert starts == [1]

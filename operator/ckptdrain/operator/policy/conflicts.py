@@ -34,12 +34,12 @@ def first_overlap(name: str, selector: Mapping[str, Any],
                   others: Sequence[Mapping[str, Any]]) -> Overlap | None:
     """The first other policy (by name) whose selector picks an opted-in pod
     `selector` also picks, with such a pod's labels; None when there is none.
-    The policy itself (named `name`) and policies being deleted are not
-    others; a malformed selector stored before picks nothing."""
+    The policy itself (named `name`) is not another; one being deleted is,
+    as pod admission counts it until it is gone; a malformed selector stored
+    before picks nothing."""
     for body in sorted(others, key=_name):
         other = (body.get("spec") or {}).get("selector")
-        if _name(body) == name or (body.get("metadata") or {}).get("deletionTimestamp") \
-                or not isinstance(other, Mapping):
+        if _name(body) == name or not isinstance(other, Mapping):
             continue
         try:
             witness = selectors.common(selector, other, OPTED_IN)
@@ -48,6 +48,12 @@ def first_overlap(name: str, selector: Mapping[str, Any],
         if witness is not None:
             return _name(body), witness
     return None
+
+
+def deleting(name: str, bodies: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the policy `name` among `bodies` is being deleted."""
+    return any(_name(b) == name and (b.get("metadata") or {}).get("deletionTimestamp")
+               for b in bodies)
 
 
 def find(bodies: Sequence[Mapping[str, Any]]) -> dict[str, Overlap | None]:
