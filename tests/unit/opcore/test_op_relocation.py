@@ -61,3 +61,52 @@ def test_a_reason_left_from_an_earlier_move_acknowledges_nothing_new() -> None:
     assert relocation.refused(spec(), blank) == ["spec.storage.uri"]
     fresh = spec(storage={"uri": "s3://third/runs"}, relocation={"reason": "second move"})
     assert relocation.refused(old, fresh) == []
+
+
+def _pod(phase: str, *owners: dict[str, Any], deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "ownerReferences": list(owners)}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-29T08:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+JOB = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "controller": True}
+RUNNING_JOB: dict[str, Any] = {"status": {"active": 1}}
+
+
+def test_live_is_what_still_writes_or_comes_back() -> None:
+    assert relocation.counts_as_live(_pod("Running"))
+    assert relocation.counts_as_live(_pod("Pending"))
+    assert relocation.counts_as_live(_pod("Running", deleting=True))  # flushing
+    assert not relocation.counts_as_live(_pod("Succeeded", JOB), RUNNING_JOB)
+    assert relocation.counts_as_live(_pod("Failed", JOB), RUNNING_JOB)
+    assert relocation.counts_as_live(_pod("Failed", JOB, deleting=True), RUNNING_JOB)
+    for done in ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet"):
+        job = {"status": {"conditions": [{"type": done, "status": "True"}]}}
+        assert not relocation.counts_as_live(_pod("Failed", JOB), job)
+    assert not relocation.counts_as_live(_pod("Failed", JOB), None)  # the Job is gone
+    # Only a controlling Job recreates a pod.
+    assert not relocation.counts_as_live(_pod("Failed"), RUNNING_JOB)
+    assert not relocation.counts_as_live(_pod("Failed", {**JOB, "controller": False}),
+                                         RUNNING_JOB)
+    assert not relocation.counts_as_live(
+        _pod("Failed", {**JOB, "kind": "ReplicaSet", "apiVersion": "apps/v1"}), RUNNING_JOB)
+
+
+def test_what_a_pod_was_injected_with_is_read_back_from_it() -> None:
+    pod = {"spec": {
+        "initContainers": [{"name": "ckptdrain-restore", "env": [
+            {"name": "CKPTDRAIN_STORE_URI", "value": "s3://b/p/ml/llama"},
+            {"name": "CKPTDRAIN_WRITERS", "value": "2"}]}],
+        "volumes": [{"name": "ckptdrain-local", "hostPath": {"path": "/mnt/c/ml/llama"}}]}}
+    assert relocation.injected_with(pod) == {
+        "spec.storage.uri": "s3://b/p/ml/llama", "spec.writers": "2",
+        "spec.localTier.path": "/mnt/c/ml/llama"}
+    same = dict(relocation.injected_with(pod))
+    assert relocation.differs(pod, same) == []
+    assert relocation.differs(pod, {**same, "spec.writers": "4",
+                                    "spec.localTier.path": "/mnt/d/ml/llama"}) == [
+        "spec.localTier.path", "spec.writers"]
+    assert relocation.refused_on_create(["spec.storage.uri", "spec.writers"],
+                                        {"relocation": {"reason": "move"}}) == ["spec.writers"]
+    assert relocation.refused_on_create(["spec.storage.uri"], {}) == ["spec.storage.uri"]
