@@ -12,7 +12,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptdrain.operator.policy.selectors import common, overlap
+from ckptdrain.operator.policy.selectors import (
+    VALUE_EXPECTED,
+    common,
+    overlap,
+    problems,
+    valid_key,
+    valid_value,
+)
 from ckptdrain.operator.policy.spec import selector_matches
 
 KEYS = ["app", "team", "tier"]
@@ -110,3 +117,47 @@ def test_a_witness_is_picked_by_both_and_none_means_no_pod_is(
         assert not [labels for labels in ALL_LABELS
                     if selector_matches(a, labels) and selector_matches(b, labels)]
     assert (witness is None) == (overlap(b, a) is None)
+
+
+def test_label_syntax_problems_name_the_field() -> None:
+    found = problems({
+        "matchLabels": {"app": "llama", "bad key!": "x", "team": "-x"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["a", "no spaces"]},
+            {"key": "example.com/role", "operator": "Exists"},
+            {"key": "x", "operator": "In", "values": []},
+            {"key": "Bad_Prefix.com/x", "operator": "DoesNotExist", "values": ["a"]},
+            {"key": "y", "operator": "Near"}]})
+    assert [p for p, _, _ in found] == [
+        "selector.matchLabels", "selector.matchLabels.team",
+        "selector.matchExpressions[0].values[1]", "selector.matchExpressions[2].values",
+        "selector.matchExpressions[3].key", "selector.matchExpressions[3].values",
+        "selector.matchExpressions[4].operator"]
+    assert found[0][2] == "bad key!" and found[2][2] == "no spaces"
+    assert problems({"matchLabels": {"a.b/c-d_e.f": "", "k": "v" * 63}}) == []
+    assert problems({"matchLabels": {"k": "v" * 64}})[0][0] == "selector.matchLabels.k"
+
+
+def test_a_policy_with_a_bad_selector_label_is_invalid_naming_the_field() -> None:
+    from ckptdrain.operator import config
+    from ckptdrain.operator.policy import spec as pol
+
+    spec = {"selector": {"matchExpressions": [
+        {"key": "app", "operator": "In", "values": ["llama", "bad value"]}]},
+        "model": {"parameters": "7B"}, "interval": "10m",
+        "localTier": {"path": "/mnt/ckptdrain/n"}, "storage": {"uri": "s3://bucket/p"}}
+    errors = pol.validate(spec, config.OperatorConfig(allowed_root="/mnt/ckptdrain"))
+    assert [str(e) for e in errors] == [
+        f"spec.selector.matchExpressions[0].values[1]: expected {VALUE_EXPECTED}, "
+        "got 'bad value'"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(KEYS), min_size=1, max_size=3))
+def test_every_witness_is_a_label_set_a_pod_can_carry(keys: list[str]) -> None:
+    # Exists on every key, with values forbidden: the witness makes values up.
+    selector = {"matchExpressions": [{"key": k, "operator": "Exists"} for k in keys]
+                + [{"key": k, "operator": "NotIn", "values": ["any", "any-1"]} for k in keys]}
+    witness = common(selector, {})
+    assert witness is not None
+    assert all(valid_key(k) and valid_value(v) for k, v in witness.items())

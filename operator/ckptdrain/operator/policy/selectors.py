@@ -23,11 +23,73 @@ value, no label set satisfies all the selectors.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+#: Kubernetes label syntax: a name (and a value, which may also be empty) of
+#: at most 63 characters, alphanumerics with -, _ or . inside; a key may
+#: have a DNS subdomain prefix of at most 253 characters and a slash.
+_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+KEY_EXPECTED = ("a label key: a name of at most 63 characters (letters, digits, '-', "
+                "'_', '.'; a letter or digit at each end), optionally after a DNS "
+                "subdomain prefix and '/'")
+VALUE_EXPECTED = ("a label value: empty, or at most 63 characters (letters, digits, "
+                  "'-', '_', '.'; a letter or digit at each end)")
+#: A selector's field (without `spec.`), what it expects, what it has.
+Problem = tuple[str, str, object]
+
+
+def valid_key(key: object) -> bool:
+    if not isinstance(key, str):
+        return False
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (len(prefix) <= 253 and _PREFIX.fullmatch(prefix)):
+        return False
+    return bool(_NAME.fullmatch(name))
+
+
+def valid_value(value: object) -> bool:
+    return isinstance(value, str) and (value == "" or bool(_NAME.fullmatch(value)))
+
+
+def problems(selector: Mapping[str, Any], at: str = "selector") -> list[Problem]:
+    """Every label key, value or operator in `selector` no pod label can
+    satisfy as written, each named by its field (e.g.
+    `selector.matchExpressions[0].values[1]`); [] when all are valid."""
+    found: list[Problem] = []
+    labels = selector.get("matchLabels") or {}
+    if not isinstance(labels, Mapping):
+        return [(f"{at}.matchLabels", "a map of label keys to values", labels)]
+    for key, value in labels.items():
+        if not valid_key(key):
+            found.append((f"{at}.matchLabels", KEY_EXPECTED, key))
+        elif not valid_value(value):
+            found.append((f"{at}.matchLabels.{key}", VALUE_EXPECTED, value))
+    exprs = selector.get("matchExpressions") or []
+    if not isinstance(exprs, list):
+        return [*found, (f"{at}.matchExpressions", "a list of expressions", exprs)]
+    for i, expr in enumerate(exprs):
+        where = f"{at}.matchExpressions[{i}]"
+        if not isinstance(expr, Mapping):
+            found.append((where, "{key, operator, values}", expr))
+            continue
+        if not valid_key(expr.get("key")):
+            found.append((f"{where}.key", KEY_EXPECTED, expr.get("key")))
+        op, values = expr.get("operator"), expr.get("values") or []
+        if op not in OPERATORS:
+            found.append((f"{where}.operator", f"one of {', '.join(OPERATORS)}", op))
+        elif op in ("In", "NotIn") and not values:
+            found.append((f"{where}.values", f"at least one value with {op}", values))
+        elif op in ("Exists", "DoesNotExist") and values:
+            found.append((f"{where}.values", f"no values with {op}", values))
+        for j, value in enumerate(values if isinstance(values, list) else []):
+            if not valid_value(value):
+                found.append((f"{where}.values[{j}]", VALUE_EXPECTED, value))
+    return found
 #: The value a witness gives a key that must be present with any value
 #: (followed by -1, -2, … while NotIn forbids it).
 ANY_VALUE = "any"
