@@ -63,6 +63,10 @@ def test_a_conflict_sets_the_condition_and_the_phase_and_its_end_restores_them()
     assert "app=llama, ckptdrain.io/inject=true" in cond["message"]
     status = {**status, **change}
     assert conflicts.with_conflict(status, overlap, 2, LATER) is None  # nothing new
+    # The same overlap at a new generation: the condition says it was seen.
+    seen = conflicts.with_conflict(status, overlap, 3, LATER)
+    assert seen is not None and seen["conditions"][-1]["observedGeneration"] == 3
+    assert seen["conditions"][-1]["lastTransitionTime"] == cond["lastTransitionTime"]
     ended = conflicts.with_conflict(status, None, 3, LATER)
     assert ended is not None and ended["phase"] == "Constrained"
     assert ended["conditions"][-1]["status"] == "False"
@@ -75,7 +79,7 @@ def test_no_conflict_and_none_before_writes_nothing_and_unsized_gets_no_phase() 
     change = conflicts.with_conflict({}, ("b", {}), 1, NOW)
     assert change is not None and "phase" not in change
     assert change["conditions"][0]["message"].startswith(
-        "selector overlaps CheckpointPolicy b: a pod labelled (no labels)")
+        "spec.selector overlaps CheckpointPolicy b: a pod labelled (no labels)")
 
 
 def test_the_phase_puts_the_most_urgent_first() -> None:

@@ -11,6 +11,7 @@ only on pods without that label do not conflict.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -68,6 +69,19 @@ def find(bodies: Sequence[Mapping[str, Any]]) -> dict[str, Overlap | None]:
     return found
 
 
+#: What decides a namespace's overlaps: each policy's name, selector and
+#: whether it is being deleted. Status changes leave it alone.
+Fingerprint = tuple[tuple[str, str, bool], ...]
+
+
+def fingerprint(bodies: Sequence[Mapping[str, Any]]) -> Fingerprint:
+    """The part of a namespace's policies `find` reads, comparable: the same
+    fingerprint, the same overlaps."""
+    return tuple(sorted(
+        (_name(b), json.dumps((b.get("spec") or {}).get("selector"), sort_keys=True),
+         bool((b.get("metadata") or {}).get("deletionTimestamp"))) for b in bodies))
+
+
 def labels_text(labels: Mapping[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in labels.items()) or "(no labels)"
 
@@ -76,7 +90,7 @@ def message(overlap: Overlap | None) -> str:
     if overlap is None:
         return "no other CheckpointPolicy of the namespace selects the same pods"
     other, witness = overlap
-    return (f"selector overlaps CheckpointPolicy {other}: a pod labelled "
+    return (f"spec.selector overlaps CheckpointPolicy {other}: a pod labelled "
             f"{labels_text(witness)} is selected by both, and pod admission refuses every "
             "such pod; make the selectors exclusive or delete one policy")
 
@@ -92,6 +106,7 @@ def with_conflict(current: Mapping[str, Any], overlap: Overlap | None,
         return None
     sized = any(c.get("type") == st.READY for c in conditions)
     if before is not None and before.get("message") == text \
+            and before.get("observedGeneration") == generation \
             and (not sized or current.get("phase") == st.phase(conditions)):
         return None
     new = st.condition(CONFLICTING, overlap is not None,
