@@ -73,6 +73,58 @@ def check_move(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -> N
     # The same reason again says nothing about a further move.
     _refused(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/fourth"},
                            relocation={"reason": "bucket migration"}))
+    # 403, not 409: `apply --force` does not delete and recreate around it.
+    forced = cluster.kubectl("apply", "--force", "-n", namespace, "-f", "-", check=False,
+                             input=json.dumps(policy("mover", storage={
+                                 "uri": "s3://ckpt-bucket/fourth"})))
+    assert forced.returncode != 0, "apply --force got around the guard"
+    assert "cannot change while pods of policy mover live" in forced.stderr
+    stored = get(cluster, namespace, "checkpointpolicy", "mover")["spec"]
+    assert stored["storage"]["uri"] == "s3://ckpt-bucket/third"
+    check_create_over_live(cluster, namespace, apply)
+    check_restart_window(cluster, namespace, apply)
+    cluster.kubectl("delete", "-n", namespace, "pod", "mover-0", "--wait=false")
+    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "mover")
+
+
+def check_create_over_live(cluster: Cluster, namespace: str,
+                           apply: Callable[..., Any]) -> None:
+    """Deleting the policy and creating it again does not get around the guard."""
+    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "mover")
+    message = _refused(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/fourth"}))
+    assert "spec.storage.uri: pods injected for an earlier CheckpointPolicy mover still " \
+           "live (pod mover-0)" in message
+    assert "restart the whole job together" in message
+    _refused(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/third"}, writers=2,
+                           relocation={"reason": "again"}))
+    # What the pod was given: admitted as it is.
+    _accepted(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/third"},
+                            relocation={"reason": "bucket migration"}))
+
+
+def _set_phase(cluster: Cluster, namespace: str, name: str, phase: str) -> None:
+    cluster.kubectl("patch", "-n", namespace, "pod", name, "--subresource=status",
+                    "--type=merge", "-p", json.dumps({"status": {"phase": phase}}))
+
+
+def check_restart_window(cluster: Cluster, namespace: str,
+                         apply: Callable[..., Any]) -> None:
+    """A pod being deleted (still flushing) counts; a Failed pod no Job
+    controls does not."""
+    moved = policy("mover", storage={"uri": "s3://ckpt-bucket/fifth"})
+    cluster.kubectl("patch", "-n", namespace, "pod", "mover-0", "--type=merge", "-p",
+                    json.dumps({"metadata": {"finalizers": ["ckptdrain.io/test-hold"]}}))
+    try:
+        cluster.kubectl("delete", "-n", namespace, "pod", "mover-0", "--wait=false")
+        assert get(cluster, namespace, "pod", "mover-0")["metadata"].get("deletionTimestamp")
+        assert "(pod mover-0)" in _refused(apply, moved)
+    finally:
+        cluster.kubectl("patch", "-n", namespace, "pod", "mover-0", "--type=merge", "-p",
+                        json.dumps({"metadata": {"finalizers": None}}))
+    _live_pod(cluster, namespace, "mover-0", "mover")
+    assert "(pod mover-0)" in _refused(apply, moved)
+    _set_phase(cluster, namespace, "mover-0", "Failed")  # no Job to recreate it
+    _accepted(apply, moved)
 
 
 def test_an_overlapping_policy_is_refused_with_labels_both_would_pick(
@@ -134,7 +186,10 @@ def test_overlapping_policies_that_got_past_admission_are_marked_on_both(
     finally:
         operator.start()
     for name, other in (("llama", "gpus"), ("gpus", "llama")):
-        wait_for(lambda n=name: _status(cluster, namespace, n).get("phase") == "Conflicting",
+        # Another writer's patch from an older status may drop the condition
+        # for a moment; the next pass puts it back.
+        wait_for(lambda n=name: _status(cluster, namespace, n).get("phase") == "Conflicting"
+                 and (_conflicting(cluster, namespace, n) or {}).get("status") == "True",
                  what=f"{name} Conflicting")
         cond = _conflicting(cluster, namespace, name)
         assert cond is not None and cond["status"] == "True"
