@@ -17,8 +17,9 @@ holds these rules as a test):
     records/                   checkpoint records, retention, restores, the drain watchdog
     goodput/                   runtime goodput into the status, metrics and a report
     peers/                     the peer tier's cluster side: pairs, Secrets, ConfigMap
-    admission/                 which pods are admitted with what: the webhooks, the pod
-                               patch, writer identity, and the sweep for bare pods
+    admission/                 which pods and policies are admitted with what: the
+                               webhooks, the pod patch, writer identity, and the sweeps
+                               for bare pods and overlapping policies
     handlers.py, main.py,      the wiring, importable by no room: Kopf's handlers,
     command.py                 the process's start, `ckptdrain operator`
 

@@ -57,9 +57,9 @@ def run_parsed(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    # Importing handlers, sweep and webhook registers their Kopf handlers.
+    # Importing handlers, the sweeps and webhook registers their Kopf handlers.
     from ckptdrain.operator import handlers  # noqa: F401
-    from ckptdrain.operator.admission import sweep, webhook  # noqa: F401
+    from ckptdrain.operator.admission import conflict_sweep, sweep, webhook  # noqa: F401
     from ckptdrain.operator.apiserver import leadership
 
     if cfg.metrics_port:

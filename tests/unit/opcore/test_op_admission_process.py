@@ -98,11 +98,12 @@ def job_pod(index: int, app: str = "a") -> dict[str, Any]:
 def apiserver(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     state: dict[str, Any] = {"listed": [], "holders": []}
 
-    def list_policies(namespace: str) -> list[dict[str, Any]]:
+    def list_policies(namespace: str, timeout: float = 5) -> list[dict[str, Any]]:
         state["listed"].append(namespace)
         return state.get("policies", [])
 
     monkeypatch.setattr(apiserver_reads, "list_policies", list_policies)
+    monkeypatch.setattr(apiserver_reads, "first_injected_pod", lambda *_: None)
     monkeypatch.setattr(apiserver_reads, "read_object", lambda *ref: {"spec": {"completions": 2}})
     monkeypatch.setattr(apiserver_reads, "live_writers",
                         lambda namespace, name, rank, cached=False: list(state["holders"]))
@@ -226,7 +227,7 @@ def _post(conn: http.client.HTTPSConnection, path: str, body: bytes) -> tuple[in
 
 
 def test_the_server_answers_reviews_over_tls_and_survives_what_is_not_one(
-        tmp_path: Path) -> None:
+        tmp_path: Path, apiserver: dict[str, Any]) -> None:
     cert, key = _certificate(tmp_path)
     certificates = admission_server.Certificates(cert, key)
     reports: list[tuple[str, str]] = []

@@ -13,11 +13,13 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import yaml
 
 from ckptdrain.operator.admission import policy_mirror
 from ckptdrain.operator.apiserver import connection as apiserver_connection
@@ -283,3 +285,55 @@ def test_the_policy_view_lists_then_watches_from_the_list(
     assert watches[0]["resourceVersion"] == "4" and watches[0]["allowWatchBookmarks"] == "true"
     assert watches[1]["resourceVersion"] == "9"  # from the bookmark on
     assert offered[0] == [policy]  # listed, and current through the first watch
+
+
+def _pods_by_page(monkeypatch: pytest.MonkeyPatch, pages: list[list[dict[str, Any]]]
+                  ) -> list[tuple[list[tuple[str, str]], float]]:
+    """get_json answering a pod list page by page; returns the queries made."""
+    asked: list[tuple[list[tuple[str, str]], float]] = []
+
+    def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[str, Any]:
+        asked.append((query, timeout))
+        token = dict(query).get("continue", "0")
+        n = int(token)
+        more = {"continue": str(n + 1)} if n + 1 < len(pages) else {}
+        return {"metadata": more, "items": pages[n]}
+
+    monkeypatch.setattr(apiserver_reads, "get_json", get_json)
+    return asked
+
+
+def _injected(name: str, policy: str = "llama") -> dict[str, Any]:
+    return {"metadata": {"name": name, "annotations": {
+        "ckptdrain.io/policy": policy, "ckptdrain.io/injected": "true"}}}
+
+
+def test_the_injected_pod_search_pages_skips_succeeded_and_stops_at_the_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pages = [[_injected("a-0", "other")], [_injected("b-0"), _injected("b-1")], [_injected("c")]]
+    asked = _pods_by_page(monkeypatch, pages)
+    deadline = time.monotonic() + 3
+    found = apiserver_reads.first_injected_pod("ml", "llama", lambda p: True, deadline)
+    assert found is not None and found["metadata"]["name"] == "b-0"
+    assert len(asked) == 2  # the third page was never read
+    first = dict(asked[0][0])
+    assert first["labelSelector"] == "ckptdrain.io/inject=true"
+    assert first["fieldSelector"] == "status.phase!=Succeeded"
+    assert first["limit"] == str(apiserver_reads.POD_PAGE) and "continue" not in first
+    assert dict(asked[1][0])["continue"] == "1"
+    assert all(0 < t <= 3 for _, t in asked)
+    # Nothing wanted: every page read, None.
+    assert apiserver_reads.first_injected_pod("ml", "llama", lambda p: False, deadline) is None
+
+
+def test_the_injected_pod_search_gives_up_at_its_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _pods_by_page(monkeypatch, [[]])
+    with pytest.raises(ReadFailed, match="longer than an admission may wait"):
+        apiserver_reads.first_injected_pod("ml", "llama", lambda p: True, time.monotonic() - 1)
+
+
+def test_admission_reads_end_before_the_webhook_timeout() -> None:
+    values = yaml.safe_load((Path(__file__).parents[3] / "charts/ckptdrain/values.yaml")
+                            .read_text())
+    assert values["webhook"]["timeoutSeconds"] > apiserver_reads.ADMISSION_READ_TIMEOUT_S

@@ -37,7 +37,7 @@ from typing import Any
 from ckptdrain.contract.api import ANNOTATION_POLICY, LABEL_INJECT, LABEL_WRITER
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config, heap
-from ckptdrain.operator.admission import holder_mirror, policy_mirror
+from ckptdrain.operator.admission import holder_mirror, policy_mirror, policy_rules
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission.server import Certificates, Server, UnknownWebhook
 from ckptdrain.operator.apiserver import reads as apiserver_reads
@@ -87,7 +87,7 @@ class Reviewer:
                     answer["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
                     answer["patchType"] = "JSONPatch"
             else:
-                self._policy(payload)
+                await self._policy(payload)
             outcome = "ok"
         except admission.Refused as refused:
             answer["allowed"] = False
@@ -126,13 +126,13 @@ class Reviewer:
             writers.claimed(namespace, *claim)
         return ops
 
-    def _policy(self, payload: dict[str, Any]) -> None:
-        body = payload.get("object")
+    async def _policy(self, payload: dict[str, Any]) -> None:
+        body, old = payload.get("object"), payload.get("oldObject")
         if payload.get("operation") not in ("CREATE", "UPDATE") or not isinstance(body, dict):
             return
-        spec = body.get("spec")
-        admission.validate_policy(spec if isinstance(spec, dict) else {},
-                                  (body.get("metadata") or {}).get("name") or "", self.cfg)
+        await policy_rules.admit_policy(
+            body, old if payload.get("operation") == "UPDATE" and isinstance(old, dict) else None,
+            str(payload.get("namespace") or ""), self.cfg)
 
 
 def claimed_rank(ops: list[dict[str, Any]]) -> tuple[str, int] | None:

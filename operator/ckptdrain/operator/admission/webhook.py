@@ -33,6 +33,7 @@ import kopf
 
 from ckptdrain.contract import api
 from ckptdrain.operator import heap, metrics
+from ckptdrain.operator.admission.policy_rules import admit_policy
 from ckptdrain.operator.admission.rules import (
     MUTATE_ID,
     VALIDATE_ID,
@@ -40,7 +41,6 @@ from ckptdrain.operator.admission.rules import (
     Refused,
     admit_pod,
     label_key,
-    validate_policy,
 )
 from ckptdrain.operator.apiserver import leadership, slim
 from ckptdrain.operator.config import OperatorConfig
@@ -162,8 +162,12 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
 
 
 @kopf.on.validate(*POLICIES, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
-async def checkpointpolicy_validate(spec: kopf.Spec, meta: kopf.Meta, memo: kopf.Memo,
+async def checkpointpolicy_validate(body: kopf.Body, old: kopf.Body | None, operation: str,
+                                    namespace: str | None, memo: kopf.Memo,
                                     **_: Any) -> None:
-    """Refuse a policy the schema admits but the operator cannot honour."""
+    """Refuse a policy the operator cannot honour, one whose selector overlaps
+    another's, or an update that would move checkpoints or change the writer
+    count under live pods (admission/policy_rules.py)."""
     with metrics.admitting("policy"), _as_kopf():
-        validate_policy(spec, meta.get("name") or "", memo.config)
+        await admit_policy(dict(body), dict(old) if operation == "UPDATE" and old else None,
+                           namespace or "", memo.config)

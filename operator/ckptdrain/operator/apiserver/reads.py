@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
 from ckptdrain.contract.api import (
+    ANNOTATION_INJECTED,
     ANNOTATION_POLICY,
     GROUP,
+    LABEL_INJECT,
     LABEL_WRITER,
     LABEL_WRITER_POLICY,
     POLICIES,
@@ -29,14 +32,19 @@ from ckptdrain.contract.api import (
 )
 from ckptdrain.operator.apiserver.connection import ApiError, HTTPError, ReadFailed, connection
 
-__all__ = ["ApiError", "HTTPError", "ReadFailed", "connection", "get_json", "list_policies",
-           "live_writers", "read_object", "stream", "watch_events", "watching",
-           "writer_selectors"]
+__all__ = ["ApiError", "HTTPError", "ReadFailed", "connection", "first_injected_pod",
+           "get_json", "job_or_none", "list_policies", "live_writers", "read_object", "stream",
+           "watch_events", "watching", "writer_selectors"]
 
 log = logging.getLogger(__name__)
 
-#: Reads made inside an admission request: well under the webhook's timeout.
-ADMISSION_READ_TIMEOUT_S = 5
+#: Reads made inside an admission request, and all the reads of one policy
+#: admission together: under the webhook's timeoutSeconds (the chart's
+#: webhook.timeoutSeconds, 5), so that a slow apiserver gets the user our
+#: refusal saying what could not be read, not the apiserver's deadline error.
+ADMISSION_READ_TIMEOUT_S = 3.5
+#: Pods a page when admission searches a namespace's pods.
+POD_PAGE = 250
 
 
 def _raise_for(response: Any) -> None:
@@ -110,9 +118,10 @@ def policies_path(namespace: str) -> str:
     return f"/apis/{GROUP}/{VERSION}{where}/{POLICIES}"
 
 
-def list_policies(namespace: str) -> list[dict[str, Any]]:
+def list_policies(namespace: str, timeout: float = ADMISSION_READ_TIMEOUT_S
+                  ) -> list[dict[str, Any]]:
     """The CheckpointPolicies of a namespace, read from the apiserver."""
-    found = get_json(policies_path(namespace), [], ADMISSION_READ_TIMEOUT_S)
+    found = get_json(policies_path(namespace), [], timeout)
     return list(found.get("items") or [])
 
 
@@ -166,3 +175,47 @@ def live_writers(namespace: str, policy: str, rank: int, cached: bool = False) -
                     and status.get("phase") not in ("Succeeded", "Failed")):
                 names.append(meta.get("name", ""))
     return sorted(names)
+
+
+def job_or_none(namespace: str, name: str, deadline: float) -> dict[str, Any] | None:
+    """A Job read from the apiserver by `deadline` (time.monotonic()); None
+    when it is gone. Any other failure raises: a refusal rests on it."""
+    try:
+        return get_json(f"/apis/batch/v1/namespaces/{quote(namespace, safe='')}/jobs/"
+                        f"{quote(name, safe='')}", [], _left(deadline, f"reading Job {name}"))
+    except ApiError as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def _left(deadline: float, what: str) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ReadFailed(f"{what} took longer than an admission may wait")
+    return left
+
+
+def first_injected_pod(namespace: str, policy: str, wanted: Callable[[dict[str, Any]], bool],
+                       deadline: float) -> dict[str, Any] | None:
+    """The first pod `policy` injected (opted in with `ckptdrain.io/inject=true`,
+    annotated as injected by it), not Succeeded, for which `wanted(pod)`
+    holds; None when there is none. Read from etcd (no watch cache: a refusal
+    rests on it), POD_PAGE pods a page, stopping at the first; raises
+    ReadFailed when `deadline` (time.monotonic()) passes first."""
+    path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
+    # A Succeeded pod never writes again: the apiserver leaves it out.
+    query = [("labelSelector", f"{LABEL_INJECT}=true"),
+             ("fieldSelector", "status.phase!=Succeeded"), ("limit", str(POD_PAGE))]
+    token = ""
+    while True:
+        found = get_json(path, [*query, *([("continue", token)] if token else [])],
+                         _left(deadline, f"listing the pods of {namespace}"))
+        for pod in found.get("items") or []:
+            notes = (pod.get("metadata") or {}).get("annotations") or {}
+            if notes.get(ANNOTATION_POLICY) == policy \
+                    and notes.get(ANNOTATION_INJECTED) == "true" and wanted(pod):
+                return dict(pod)
+        token = str((found.get("metadata") or {}).get("continue") or "")
+        if not token:
+            return None

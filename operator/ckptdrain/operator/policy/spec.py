@@ -21,6 +21,7 @@ from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, merge
+from ckptdrain.operator.policy import selectors
 from ckptdrain.operator.policy.fields import (
     Reader,
     choice,
@@ -182,6 +183,11 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     if not isinstance(spec.get("selector"), Mapping):
         r.fail("selector", "a label selector (matchLabels / matchExpressions)",
                spec.get("selector"))
+    else:
+        # A selector no pod can satisfy as written would also give overlap
+        # checks a witness no pod can carry.
+        for path, expected, seen in selectors.problems(spec["selector"]):
+            r.fail(path, expected, seen)
     params = r.get("model.parameters", units.parse_count, None)
     per_param = r.get("model.bytesPerParameter", number, sizing.DEFAULT_BYTES_PER_PARAMETER)
     ckpt_bytes = r.get("model.checkpointBytes", units.parse_bytes, None)

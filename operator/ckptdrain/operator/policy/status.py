@@ -16,6 +16,8 @@ from ckptdrain.sizing import Sizing
 
 READY, DEGRADED, CONSTRAINED = "Ready", "Degraded", "BandwidthConstrained"
 WRITERS_CONSISTENT = "WritersConsistent"
+#: Another policy's selector overlaps this one's (policy/conflicts.py owns it).
+CONFLICTING = "Conflicting"
 OWN = (READY, DEGRADED, CONSTRAINED)
 #: Selected pods that run without injection (the sweep owns this condition).
 UNPROTECTED = "PodsUnprotected"
@@ -40,6 +42,24 @@ def condition(kind: str, ok: bool, reason: str, message: str, generation: int | 
         else None
     return {"type": kind, "status": status, "reason": reason, "message": message,
             "observedGeneration": generation, "lastTransitionTime": since or timestamp(now)}
+
+
+def _true(conditions: Sequence[Mapping[str, Any]], kind: str, reason: str | None = None
+          ) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               and (reason is None or c.get("reason") == reason) for c in conditions)
+
+
+def phase(conditions: Sequence[Mapping[str, Any]]) -> str:
+    """The short phase the conditions add up to, the most urgent first:
+    Invalid, Conflicting (policy/conflicts.py), Stalled, Constrained, Ready."""
+    if any(c.get("type") == READY and c.get("reason") == "InvalidSpec" for c in conditions):
+        return "Invalid"
+    if _true(conditions, CONFLICTING):
+        return "Conflicting"
+    if _true(conditions, DEGRADED, "DrainStalled"):
+        return "Stalled"
+    return "Constrained" if _true(conditions, CONSTRAINED) else "Ready"
 
 
 def sizing_fields(s: Sizing) -> dict[str, Any]:
@@ -102,10 +122,10 @@ def for_sizing(s: Sizing, generation: int | None, now: datetime,
     degraded = condition(DEGRADED, True, "ResourcesClamped", "; ".join(resource_notes),
                          generation, now, previous) if resource_notes \
         else condition(DEGRADED, False, "AsExpected", "", generation, now, previous)
+    conditions = [ready, degraded, constrained,
+                  *_others(previous, {READY, DEGRADED, CONSTRAINED})]
     return {**sizing_fields(s), "observedGeneration": generation,
-            "phase": "Constrained" if s.bandwidth_constrained else "Ready",
-            "conditions": [ready, degraded, constrained,
-                           *_others(previous, {READY, DEGRADED, CONSTRAINED})]}
+            "phase": phase(conditions), "conditions": conditions}
 
 
 def with_cluster(current: Mapping[str, Any], s: Sizing, cluster: ClusterShare | None,
@@ -188,11 +208,8 @@ def with_stall(current: Mapping[str, Any], stall: str | None, generation: int | 
     degraded = condition(DEGRADED, stall is not None,
                          "DrainStalled" if stall else "AsExpected", stall or "", generation,
                          now, conditions)
-    constrained = next((c for c in conditions if c.get("type") == CONSTRAINED), {})
-    phase = "Stalled" if stall else (
-        "Constrained" if constrained.get("status") == "True" else "Ready")
-    return {"phase": phase, "conditions": [
-        degraded if c.get("type") == DEGRADED else c for c in conditions]}
+    kept = [degraded if c.get("type") == DEGRADED else c for c in conditions]
+    return {"phase": phase(kept), "conditions": kept}
 
 
 def writers_check(pods: Sequence[tuple[str, str | None, int | None]],

@@ -1,0 +1,178 @@
+"""Admission of a CheckpointPolicy (CREATE and UPDATE), shared by the
+admission process (admission/process.py) and Kopf's server
+(admission/webhook.py). Three refusals, in order:
+
+1. a spec the operator cannot honour (admission/rules.py validate_policy);
+2. a selector that can pick a pod another policy of the namespace also
+   picks (policy/conflicts.py), that one being deleted included, as pod
+   admission counts it: such a pod could never be injected, so the policy
+   is refused with one label set both would pick;
+3. a change of where checkpoints live (`spec.storage.uri`,
+   `spec.localTier.path`) or of `spec.writers` while pods the policy
+   injected live (policy/relocation.py): an UPDATE changing them, or a
+   CREATE of a policy whose namesake's live pods were injected with other
+   values (a policy deleted and created again, as `kubectl replace --force`
+   does); refused naming one pod, with the way to move.
+
+Refusals are 403 (the request is well formed, but not allowed now) or 422
+(the spec itself is wrong), never 409: kubectl takes 409 for a write race,
+retries it, and with --force deletes and recreates the object.
+
+The other policies and the live pods are read from the apiserver, not a
+watched view: policies are written rarely, and a view could miss a policy
+created a moment ago, which is the very race (two creates at once) this
+check exists for. All reads of one admission share one time budget, under
+the webhook's timeout. A read that fails refuses (503): the policy webhook
+fails closed. What still slips through (the webhook down, two creates at the
+same instant) pod admission refuses pod by pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ckptdrain.operator.admission.pod_env import store_uri
+from ckptdrain.operator.admission.rules import Refused, validate_policy
+from ckptdrain.operator.apiserver import reads as apiserver_reads
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import conflicts, relocation
+from ckptdrain.operator.policy import spec as pol
+
+#: Not allowed now (a 409 would have kubectl retry, or recreate with --force).
+FORBIDDEN = 403
+READ_ERRORS = (apiserver_reads.ApiError, apiserver_reads.HTTPError, OSError)
+Pod = dict[str, Any]
+
+
+def moves_refused(name: str, fields: list[str], pod: str, *, creating: bool = False) -> str:
+    """The message refusing guarded `fields` while `pod` of policy `name`
+    lives; `creating`: a CREATE whose namesake's pods live."""
+    ways = []
+    if relocation.WRITERS_FIELD in fields:
+        ways.append("to change spec.writers, suspend the job (its pods end), change the "
+                    "policy, then resume: restore hands the newest step to the new writers "
+                    "to reshard")
+    if any(f != relocation.WRITERS_FIELD for f in fields):
+        ways.append("to move checkpoints, create a policy of another name for the new "
+                    "location, or set spec.relocation.reason ("
+                    + ("any text" if creating else "a new text, in the same update")
+                    + "); a pod's store is fixed when it is injected: running pods keep "
+                    "writing to the old location and only pods created afterwards use the "
+                    "new one, so restart the whole job together after the move (a single "
+                    "recreated pod would write elsewhere than its peers)")
+    if creating:
+        head = (f"{', '.join(fields)}: pods injected for an earlier CheckpointPolicy "
+                f"{name} still live (pod {pod}) with another value, and a policy of the "
+                "same name would change it under them")
+    else:
+        head = f"{', '.join(fields)}: cannot change while pods of policy {name} live (pod {pod})"
+    return f"{head}; {'; '.join(ways)}"
+
+
+async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
+                       namespace: str, cfg: OperatorConfig) -> None:
+    """Refuse (Refused) a policy CREATE or UPDATE (`old`: the stored object)."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    name = str(meta.get("name") or "")
+    namespace = namespace or str(meta.get("namespace") or "")
+    validate_policy(spec, name, cfg)
+    deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
+    old_spec = (old or {}).get("spec")
+    old_spec = old_spec if isinstance(old_spec, Mapping) else None
+    selector = spec.get("selector")
+    if old_spec is None or old_spec.get("selector") != selector:
+        await _refuse_overlap(name, namespace,
+                              selector if isinstance(selector, Mapping) else {}, deadline)
+    if old_spec is not None:
+        await _refuse_moves(name, namespace, relocation.refused(old_spec, spec), deadline)
+    else:
+        await _refuse_create_over_live(name, namespace, spec, cfg, deadline)
+
+
+async def _refuse_overlap(name: str, namespace: str, selector: Mapping[str, Any],
+                          deadline: float) -> None:
+    try:
+        others = await asyncio.to_thread(apiserver_reads.list_policies, namespace,
+                                         max(deadline - time.monotonic(), 0.001))
+    except READ_ERRORS as error:
+        raise Refused(f"spec.selector: could not read the other CheckpointPolicies of "
+                      f"{namespace} to check for overlap ({error}); retry", code=503) from None
+    found = conflicts.first_overlap(name, selector, others)
+    if found is not None:
+        other, witness = found
+        going = (" (being deleted: pod admission counts it until it is gone, and so an "
+                 "overlapping policy waits until then)" if conflicts.deleting(other, others)
+                 else "")
+        raise Refused(
+            f"spec.selector: overlaps CheckpointPolicy {other}{going} in {namespace}: a pod "
+            f"labelled {conflicts.labels_text(witness)} would be selected by both, and a "
+            "pod two policies select cannot be injected; make the selectors exclusive (e.g. "
+            "a label one requires and the other excludes with NotIn)", code=FORBIDDEN)
+
+
+def _live(namespace: str, deadline: float) -> Callable[[Pod], bool]:
+    """counts_as_live with the controlling Job of a Failed pod read once."""
+    jobs: dict[str, dict[str, Any] | None] = {}
+
+    def live(pod: Pod) -> bool:
+        job = relocation.controlling_job(pod)
+        if (pod.get("status") or {}).get("phase") == "Failed" and job is not None \
+                and job not in jobs:
+            jobs[job] = apiserver_reads.job_or_none(namespace, job, deadline)
+        return relocation.counts_as_live(pod, jobs.get(job) if job else None)
+    return live
+
+
+async def _first_live(name: str, namespace: str, fields: list[str], deadline: float,
+                      wanted: Callable[[Pod], bool]) -> Pod | None:
+    """The first live pod of `name` that is `wanted`: one search, page by page."""
+    live = _live(namespace, deadline)
+    try:
+        return await asyncio.to_thread(apiserver_reads.first_injected_pod, namespace, name,
+                                       lambda pod: wanted(pod) and live(pod), deadline)
+    except READ_ERRORS as error:
+        raise Refused(f"{', '.join(fields)}: could not check for live pods of policy {name} "
+                      f"({error}); retry", code=503) from None
+
+
+async def _refuse_moves(name: str, namespace: str, fields: list[str], deadline: float) -> None:
+    if not fields:
+        return
+    pod = await _first_live(name, namespace, fields, deadline, lambda _: True)
+    if pod is not None:
+        raise Refused(moves_refused(name, fields, _pod_name(pod)), code=FORBIDDEN)
+
+
+def expected_injection(spec: Mapping[str, Any], namespace: str, name: str,
+                       cfg: OperatorConfig) -> dict[str, str]:
+    """What a pod injected now under this (valid) spec is given, by guarded
+    field, as relocation.injected_with reads it back from a pod."""
+    p = pol.parse(namespace, name, spec, cfg)
+    return {"spec.storage.uri": store_uri(p), "spec.localTier.path": p.node_path(),
+            relocation.WRITERS_FIELD: str(p.writers)}
+
+
+async def _refuse_create_over_live(name: str, namespace: str, spec: Mapping[str, Any],
+                                   cfg: OperatorConfig, deadline: float) -> None:
+    # A policy of this name deleted a moment ago may leave pods it injected:
+    # they keep its store, path and writer count, whatever this one says.
+    expected = expected_injection(spec, namespace, name, cfg)
+    checked = relocation.refused_on_create(list(expected), spec)
+
+    def wrong(pod: Pod) -> bool:
+        return bool(relocation.refused_on_create(relocation.differs(pod, expected), spec))
+
+    pod = await _first_live(name, namespace, checked, deadline, wrong)
+    if pod is not None:
+        fields = relocation.refused_on_create(relocation.differs(pod, expected), spec)
+        raise Refused(moves_refused(name, fields, _pod_name(pod), creating=True),
+                      code=FORBIDDEN)
+
+
+def _pod_name(pod: Pod) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "")
