@@ -111,7 +111,7 @@ def test_the_pod_monitor_scrapes_the_port_the_agent_is_injected_with(tools: Tool
     (monitor,) = _kind(_objects(tools, *MONITORING), "PodMonitor")
     spec = monitor["spec"]
     # The injected sidecar's port, by name (operator/admission/injection.py).
-    agent = injection._container("a", "agent", [], _config(), [], sidecar=True)
+    agent = injection._container("a", "agent", [], _config(), [], sidecar=True, resources={})
     assert agent["ports"] == [{"name": spec["podMetricsEndpoints"][0]["port"],
                                "containerPort": pod_env.AGENT_METRICS_PORT}]
     assert pod_env.AGENT_METRICS_PORT == 9108

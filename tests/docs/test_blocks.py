@@ -220,7 +220,7 @@ GITOPS_BLOCKS = {kind: next(b for b in BLOCKS if b.kind == "fragment" and b.note
 
 @pytest.mark.parametrize(("kind", "old", "new"), [
     ("HelmRelease", "namespaces: [ml-training]", "namespace: [ml-training]"),  # no such key
-    ("HelmRelease", "crds: CreateReplace", "crds: CreateOrReplace"),  # not a Flux policy
+    ("HelmRelease", "crds: Skip", "crds: Skipped"),  # not a Flux policy
     ("HelmRelease", "helm.toolkit.fluxcd.io/v2", "helm.toolkit.fluxcd.io/v2beta9"),
     ("HelmRelease", "chart: ckptdrain", "chart: ckptdrain-operator"),  # another chart
     ("Application", "path: charts/ckptdrain", "path: charts/ckptdrain-operator"),
