@@ -1,0 +1,95 @@
+"""Opted-in pods no CheckpointPolicy selects: admission refuses them (Refuse,
+the default) or admits them bare (Flag), and only on the apiserver's word;
+the messages name the label and the two ways out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import rules as admission
+from ckptdrain.operator.admission import unselected
+from ckptdrain.operator.apiserver import reads as apiserver_reads
+
+REFUSE = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+FLAG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", unselected_pods="Flag")
+LOG = logging.getLogger("test")
+
+
+def policy(name: str, app: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ml"},
+            "spec": {"selector": {"matchLabels": {"app": app}}, "model": {"parameters": "7B"},
+                     "interval": "10m", "localTier": {"path": "/mnt/ckptdrain/n"},
+                     "storage": {"uri": "s3://bucket/p"}}}
+
+
+def opted_in(app: str) -> dict[str, Any]:
+    return {"metadata": {"name": "w-0", "namespace": "ml",
+                         "labels": {"app": app, "ckptdrain.io/inject": "true"}},
+            "spec": {"containers": [{"name": "trainer", "image": "t"}],
+                     "terminationGracePeriodSeconds": 3600}}
+
+
+@pytest.fixture
+def listed(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The policies the apiserver lists (admission asks it when its view names none)."""
+    found: list[dict[str, Any]] = []
+    monkeypatch.setattr(apiserver_reads, "list_policies", lambda namespace: list(found))
+    monkeypatch.setattr(apiserver_reads, "live_writers",
+                        lambda namespace, name, rank, cached=False: [])
+    return found
+
+
+def admit(cfg: config.OperatorConfig, pod: dict[str, Any],
+          candidates: list[dict[str, Any]] | None, warnings: list[str]) -> list[dict[str, Any]]:
+    return asyncio.run(admission.admit_pod(pod, "ml", cfg, warnings, LOG, candidates, None))
+
+
+def test_refused_only_on_the_apiservers_word(listed: list[dict[str, Any]]) -> None:
+    # The view names no policy (one was created a moment ago); the apiserver
+    # does: injected, never refused on a view that lags.
+    listed.append(policy("llama", "llama"))
+    ops = admit(REFUSE, opted_in("llama"), [], [])
+    added = next(op["value"] for op in ops if op["path"] == "/spec/initContainers")
+    assert "ckptdrain-agent" in [c["name"] for c in added]
+    listed[:] = [policy("other", "other")]
+    with pytest.raises(admission.Refused) as refused:
+        admit(REFUSE, opted_in("llama"), [], [])
+    assert refused.value.code == 422
+    message = str(refused.value)
+    assert message.startswith("metadata.labels: no CheckpointPolicy in ml selects this pod (w-0)")
+    assert "ckptdrain.io/inject=true" in message
+    assert "create a CheckpointPolicy in ml whose spec.selector matches" in message
+    assert "remove the label ckptdrain.io/inject" in message
+
+
+def test_flag_admits_the_pod_bare_with_a_warning_that_says_what_to_do(
+        listed: list[dict[str, Any]]) -> None:
+    warnings: list[str] = []
+    assert admit(FLAG, opted_in("llama"), None, warnings) == []
+    assert len(warnings) == 1
+    assert warnings[0].startswith("ckptdrain: no CheckpointPolicy in ml selects this pod; "
+                                  "not injected")
+    assert "remove the label ckptdrain.io/inject" in warnings[0]
+
+
+def test_a_policy_that_selects_the_pod_is_never_unselected() -> None:
+    selectors = [{"matchLabels": {"app": "a"}},
+                 {"matchExpressions": [{"key": "team", "operator": "In", "values": ["x"]}]}]
+    assert not unselected.selected_by_none({"app": "a"}, selectors)
+    assert not unselected.selected_by_none({"team": "x", "app": "b"}, selectors)
+    assert unselected.selected_by_none({"app": "b", "team": "y"}, selectors)
+    assert unselected.selected_by_none({"app": "a"}, [])
+
+
+def test_the_events_say_what_runs_unprotected_and_how_to_fix_it() -> None:
+    on_pod = unselected.pod_event("ml")
+    assert "no CheckpointPolicy in ml selects it" in on_pod
+    assert "delete the pod" in on_pod and "remove the label ckptdrain.io/inject" in on_pod
+    on_owner = unselected.owner_event("ml", "train-0-abc")
+    assert on_owner.startswith("pod train-0-abc is labelled ckptdrain.io/inject=true")
+    assert "pod template" in on_owner
