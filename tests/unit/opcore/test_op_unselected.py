@@ -1,5 +1,6 @@
 """Opted-in pods no CheckpointPolicy selects: admission refuses them (Refuse,
 the default) or admits them bare (Flag), and only on the apiserver's word;
+the sweep flags those that run anyway, on the pod and on its controller;
 the messages name the label and the two ways out."""
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ import logging
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from ckptdrain.operator import config
 from ckptdrain.operator.admission import rules as admission
-from ckptdrain.operator.admission import unselected
+from ckptdrain.operator.admission import sweep, unselected
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 
 REFUSE = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
@@ -93,3 +95,39 @@ def test_the_events_say_what_runs_unprotected_and_how_to_fix_it() -> None:
     on_owner = unselected.owner_event("ml", "train-0-abc")
     assert on_owner.startswith("pod train-0-abc is labelled ckptdrain.io/inject=true")
     assert "pod template" in on_owner
+
+
+def test_the_sweep_flags_each_unselected_pod_and_its_controller_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    posted: list[tuple[str, str, str, str, str | None]] = []
+
+    def post_event(body: dict[str, Any], kind: str, reason: str, message: str,
+                   type_: str = "Warning", api_version: str = "") -> None:
+        meta = body["metadata"]
+        assert type_ == "Warning" and meta["namespace"] == "sw"
+        posted.append((reason, api_version, kind, meta["name"], meta.get("uid")))
+
+    monkeypatch.setattr(sweep.kube, "post_event", post_event)
+    monkeypatch.setattr(sweep.kube, "patch_status", lambda *args: None)
+    job = ("batch/v1", "Job", "train", "job-uid")
+    pods = {"sw": [sweep.BarePod("w-0", "u-sel", {"app": "llama"}),
+                   sweep.BarePod("x-0", "u-job", {"app": "lama"}, owner=job),
+                   sweep.BarePod("y-0", "u-alone", {"app": "lama"})]}
+    policies = {("sw", "llama"): [policy("llama", "llama")]}
+    for _ in range(2):  # a second pass posts nothing again
+        sweep.sweep_namespace("sw", pods, policies, LOG)
+    unselected_events = sorted(e for e in posted if e[0] == "Unselected")
+    assert unselected_events == [("Unselected", "batch/v1", "Job", "train", "job-uid"),
+                                 ("Unselected", "v1", "Pod", "x-0", "u-job"),
+                                 ("Unselected", "v1", "Pod", "y-0", "u-alone")]
+    assert [e[3] for e in posted if e[0] == "Unprotected"] == ["w-0"]
+    assert gauge("sw") == 2
+    # A policy now selects them (or they went): the gauge follows, nothing is posted.
+    policies[("sw", "lama")] = [policy("lama", "lama")]
+    sweep.sweep_namespace("sw", pods, policies, LOG)
+    assert gauge("sw") == 0
+    assert len([e for e in posted if e[0] == "Unselected"]) == 3
+
+
+def gauge(namespace: str) -> float | None:
+    return REGISTRY.get_sample_value("ckptdrain_unselected_pods", {"namespace": namespace})

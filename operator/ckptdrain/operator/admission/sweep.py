@@ -9,6 +9,13 @@ PodsUnprotected condition (count and a bounded list of names) and the
 `ckptdrain_unprotected_pods` gauge. The remedy is to delete the pod: its
 controller recreates it through admission.
 
+An opted-in bare pod that NO policy selects (admitted under
+CKPTDRAIN_UNSELECTED_PODS=Flag or while admission was off, or whose policy
+was deleted or changed its selector; admission/unselected.py) has no policy
+to report on: it gets an `Unselected` Warning Event, and so does its
+controller (a Job, a ReplicaSet: where someone looks when pods are created
+by a controller), once per pod, and counts in `ckptdrain_unselected_pods`.
+
 Pods reach the operator by a server-side label selector (handlers.py sets
 it), so only opted-in pods are listed and watched. The sweep runs on pod
 events (coalesced per namespace) and periodically, on the active replica
@@ -28,10 +35,11 @@ import kopf
 
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
-from ckptdrain.operator.admission import injection
+from ckptdrain.operator.admission import injection, unselected
 from ckptdrain.operator.apiserver import kube, leadership
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import identity
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 
@@ -48,6 +56,8 @@ class BarePod:
     name: str
     uid: str
     labels: dict[str, str]
+    #: (apiVersion, kind, name, uid) of its controller (policy/identity.py), if any.
+    owner: tuple[str, str, str, str | None] | None = None
 
 
 @kopf.index("v1", "pods", labels=OPTED_IN, annotations=NOT_INJECTED)
@@ -59,7 +69,8 @@ def unprotected_index(namespace: str, name: str, body: kopf.Body, meta: kopf.Met
     if injection.is_injected(dict(body)):
         return None
     return {namespace: BarePod(name=name, uid=meta.get("uid", ""),
-                               labels=dict(meta.get("labels") or {}))}
+                               labels=dict(meta.get("labels") or {}),
+                               owner=identity.controller_of(dict(body)))}
 
 
 @kopf.on.event("v1", "pods", labels=OPTED_IN, annotations=NOT_INJECTED)
@@ -75,12 +86,16 @@ def pod_unprotected_event(namespace: str, memo: kopf.Memo, logger: logging.Logge
 
 _warned: set[str] = set()  # pod uids with an Event posted; pruned to live ones
 _gauged: set[tuple[str, str]] = set()  # (namespace, policy) with a gauge value
+#: (pod uid, "pod" or "owner") with an Unselected Event posted; pruned to live pods.
+_unselected_posted: set[tuple[str, str]] = set()
+_unselected_gauged: set[str] = set()  # namespaces with an unselected-pods gauge value
 _lock = threading.Lock()
 
 
 def sweep_namespace(namespace: str, pods_index: kopf.Index[str, BarePod],
                     policies: kopf.Index[Any, Any], logger: logging.Logger) -> dict[str, int]:
-    """Flag the bare pods of one namespace; returns {policy: count of its bare pods}."""
+    """Flag the bare pods of one namespace, those no policy selects too;
+    returns {policy: count of its bare pods}."""
     bare = [p for p in list(pods_index.get(namespace, [])) if p is not None]
     bodies = [b for key in list(policies) if key[0] == namespace
               for b in policies.get(key, []) if b]
@@ -107,9 +122,38 @@ def sweep_namespace(namespace: str, pods_index: kopf.Index[str, BarePod],
         for ns, name in [k for k in _gauged if k[0] == namespace and k[1] not in counts]:
             metrics.UNPROTECTED_PODS.remove(ns, name)  # the policy is gone
             _gauged.discard((ns, name))
+        selectors = [(b.get("spec") or {}).get("selector") or {} for b in bodies]
+        _flag_unselected(namespace, [p for p in bare
+                                     if unselected.selected_by_none(p.labels, selectors)],
+                         logger)
         live = {p.uid for key in list(pods_index) for p in pods_index.get(key, []) if p}
         _warned.intersection_update(live)
+        _unselected_posted.intersection_update(
+            {(uid, on) for uid in live for on in ("pod", "owner")})
     return counts
+
+
+def _flag_unselected(namespace: str, pods: list[BarePod], logger: logging.Logger) -> None:
+    """Events on each pod and its controller (once per pod), and the gauge.
+    Called with _lock held."""
+    if pods or namespace in _unselected_gauged:
+        metrics.UNSELECTED_PODS.labels(namespace).set(len(pods))
+        _unselected_gauged.add(namespace)
+    for p in pods:
+        if (p.uid, "pod") not in _unselected_posted:
+            kube.post_event({"metadata": {"name": p.name, "namespace": namespace,
+                                          "uid": p.uid}},
+                            "Pod", unselected.REASON, unselected.pod_event(namespace),
+                            api_version="v1")
+            _unselected_posted.add((p.uid, "pod"))
+            logger.warning("pod %s/%s runs without injection: no CheckpointPolicy selects it",
+                           namespace, p.name)
+        if p.owner is not None and (p.uid, "owner") not in _unselected_posted:
+            api_version, kind, name, uid = p.owner
+            kube.post_event({"metadata": {"name": name, "namespace": namespace, "uid": uid}},
+                            kind, unselected.REASON, unselected.owner_event(namespace, p.name),
+                            api_version=api_version)
+            _unselected_posted.add((p.uid, "owner"))
 
 
 def _warn(namespace: str, pod: BarePod, policy: str) -> None:
@@ -145,8 +189,8 @@ def _sweep_logged(namespace: str, pods_index: kopf.Index[str, BarePod],
 def _start_periodic(cfg: OperatorConfig, pods_index: kopf.Index[str, BarePod],
                     policies: kopf.Index[Any, Any], logger: logging.Logger) -> None:
     """Once per process: every watchdog period, sweep every namespace that has
-    bare pods or flagged policies (so that a policy created later, or a pod
-    that left while we were standby, is seen too)."""
+    bare pods, flagged policies or unselected pods (so that a policy created
+    or deleted later, or a pod that left while we were standby, is seen too)."""
     if _periodic_started.is_set():
         return
     _periodic_started.set()
@@ -157,7 +201,7 @@ def _start_periodic(cfg: OperatorConfig, pods_index: kopf.Index[str, BarePod],
             if not leadership.active():
                 continue
             with _lock:
-                flagged = {ns for ns, _ in _gauged}
+                flagged = {ns for ns, _ in _gauged} | _unselected_gauged
             try:
                 namespaces = set(pods_index) | flagged
             except RuntimeError:  # the index changed while we read it: next period
