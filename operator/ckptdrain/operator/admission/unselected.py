@@ -25,7 +25,6 @@ from ckptdrain.operator.policy import spec as pol
 REASON = "Unselected"
 
 
-
 def _fix(namespace: str) -> str:
     return (f"create a CheckpointPolicy in {namespace} whose spec.selector matches the "
             f"pod's labels, or remove the label {api.LABEL_INJECT} to run the pod "
