@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
 import pytest
+import urllib3
 from prometheus_client import REGISTRY
 
 from ckptdrain.operator import config
 from ckptdrain.operator.admission import rules as admission
-from ckptdrain.operator.admission import sweep, unselected
+from ckptdrain.operator.admission import sweep, unselected, unselected_events
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 
 REFUSE = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
@@ -92,23 +94,39 @@ def test_the_events_say_what_runs_unprotected_and_how_to_fix_it() -> None:
     on_pod = unselected.pod_event("ml")
     assert "no CheckpointPolicy in ml selects it" in on_pod
     assert "delete the pod" in on_pod and "remove the label ckptdrain.io/inject" in on_pod
-    on_owner = unselected.owner_event("ml", "train-0-abc")
+    on_owner = unselected.owner_event("ml", 1, "train-0-abc")
     assert on_owner.startswith("pod train-0-abc is labelled ckptdrain.io/inject=true")
     assert "pod template" in on_owner
+    assert unselected.owner_event("ml", 2000, "train-0-abc").startswith(
+        "2000 of its pods (e.g. train-0-abc) are labelled ckptdrain.io/inject=true")
 
 
-def test_the_sweep_flags_each_unselected_pod_and_its_controller_once(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    posted: list[tuple[str, str, str, str, str | None]] = []
+Posted = list[tuple[str, str, str, str, str | None, str]]
+
+
+@pytest.fixture
+def posted(monkeypatch: pytest.MonkeyPatch) -> Posted:
+    """The Events the sweep posts, on an apiserver that holds none from us yet."""
+    out: Posted = []
 
     def post_event(body: dict[str, Any], kind: str, reason: str, message: str,
                    type_: str = "Warning", api_version: str = "") -> None:
         meta = body["metadata"]
-        assert type_ == "Warning" and meta["namespace"] == "sw"
-        posted.append((reason, api_version, kind, meta["name"], meta.get("uid")))
+        assert type_ == "Warning"
+        if reason == "Unselected":
+            # Posting them never holds the sweep's lock: other sweeps go on.
+            assert sweep._lock.acquire(blocking=False)
+            sweep._lock.release()
+        out.append((reason, api_version, kind, meta["name"], meta.get("uid"), message))
 
+    unselected_events.forget()
     monkeypatch.setattr(sweep.kube, "post_event", post_event)
+    monkeypatch.setattr(sweep.kube, "events_posted", lambda namespace, reason: set())
     monkeypatch.setattr(sweep.kube, "patch_status", lambda *args: None)
+    return out
+
+
+def test_the_sweep_flags_each_unselected_pod_and_its_controller_once(posted: Posted) -> None:
     job = ("batch/v1", "Job", "train", "job-uid")
     pods = {"sw": [sweep.BarePod("w-0", "u-sel", {"app": "llama"}),
                    sweep.BarePod("x-0", "u-job", {"app": "lama"}, owner=job),
@@ -116,17 +134,104 @@ def test_the_sweep_flags_each_unselected_pod_and_its_controller_once(
     policies = {("sw", "llama"): [policy("llama", "llama")]}
     for _ in range(2):  # a second pass posts nothing again
         sweep.sweep_namespace("sw", pods, policies, LOG)
-    unselected_events = sorted(e for e in posted if e[0] == "Unselected")
+    unselected_events = sorted(e[:5] for e in posted if e[0] == "Unselected")
     assert unselected_events == [("Unselected", "batch/v1", "Job", "train", "job-uid"),
                                  ("Unselected", "v1", "Pod", "x-0", "u-job"),
                                  ("Unselected", "v1", "Pod", "y-0", "u-alone")]
     assert [e[3] for e in posted if e[0] == "Unprotected"] == ["w-0"]
     assert gauge("sw") == 2
-    # A policy now selects them (or they went): the gauge follows, nothing is posted.
+    # A policy now selects them (or they went): the series goes, nothing is posted.
     policies[("sw", "lama")] = [policy("lama", "lama")]
     sweep.sweep_namespace("sw", pods, policies, LOG)
-    assert gauge("sw") == 0
+    assert gauge("sw") is None
     assert len([e for e in posted if e[0] == "Unselected"]) == 3
+
+
+def test_a_job_of_many_unselected_pods_gets_one_event_with_their_count(
+        posted: Posted) -> None:
+    job = ("batch/v1", "Job", "train", "job-uid")
+    pods = {"big": [sweep.BarePod(f"train-{i}", f"u-{i}", {"app": "lama"}, owner=job)
+                    for i in range(2000)]}
+    sweep.sweep_namespace("big", pods, {("big", "llama"): [policy("llama", "llama")]}, LOG)
+    on_job = [e for e in posted if e[2] == "Job"]
+    assert len(on_job) == 1
+    assert on_job[0][5].startswith("2000 of its pods (e.g. train-0) are labelled")
+    assert len([e for e in posted if e[2] == "Pod"]) == 2000
+
+
+def test_after_a_restart_objects_already_flagged_by_us_are_not_flagged_again(
+        posted: Posted, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, str]] = []
+
+    def events_posted(namespace: str, reason: str) -> set[str]:
+        asked.append((namespace, reason))
+        return {"u-0", "job-uid"}  # from before the restart
+
+    monkeypatch.setattr(sweep.kube, "events_posted", events_posted)
+    job = ("batch/v1", "Job", "train", "job-uid")
+    pods = {"rs": [sweep.BarePod(f"train-{i}", f"u-{i}", {"app": "lama"}, owner=job)
+                   for i in range(2)]}
+    for _ in range(2):
+        sweep.sweep_namespace("rs", pods, {}, LOG)
+    assert [e[3] for e in posted] == ["train-1"]
+    assert asked == [("rs", "Unselected")]  # once per namespace, not per pass or object
+
+
+def test_a_failed_post_is_logged_retried_later_and_never_stops_the_others(
+        posted: Posted, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = sweep.kube.post_event
+    broken = {"a-0"}
+
+    def post_event(body: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        if body["metadata"]["name"] in broken:
+            raise urllib3.exceptions.MaxRetryError(None, "/api", "connection refused")
+        real(body, *args, **kwargs)
+
+    monkeypatch.setattr(sweep.kube, "post_event", post_event)
+    pods = {"fl": [sweep.BarePod("a-0", "u-a", {"app": "x"}),
+                   sweep.BarePod("b-0", "u-b", {"app": "x"})]}
+    sweep._sweep_logged("fl", pods, {}, LOG)
+    assert [e[3] for e in posted] == ["b-0"]
+    broken.clear()
+    sweep._sweep_logged("fl", pods, {}, LOG)
+    assert [e[3] for e in posted] == ["b-0", "a-0"]
+
+
+def test_a_cluster_scoped_controller_gets_no_event(posted: Posted) -> None:
+    node = ("v1", "Node", "gpu-1", "node-uid")
+    pods = {"mirror": [sweep.BarePod("static-gpu-1", "u-m", {"app": "x"}, owner=node)]}
+    sweep.sweep_namespace("mirror", pods, {}, LOG)
+    assert [(e[2], e[3]) for e in posted] == [("Pod", "static-gpu-1")]
+
+
+def test_a_replica_that_stops_reconciling_drops_its_gauges(
+        posted: Posted, monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = {"lead": [sweep.BarePod("a-0", "u-a", {"app": "x"})]}
+    active = [True]
+    monkeypatch.setattr(sweep.leadership, "active", lambda: active[0])
+    sweep._periodic_pass(pods, {}, LOG)
+    assert gauge("lead") == 1
+    active[0] = False
+    sweep._periodic_pass(pods, {}, LOG)
+    assert gauge("lead") is None
+
+
+def test_the_periodic_sweep_survives_any_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    passes: list[int] = []
+    done = threading.Event()
+
+    def periodic_pass(*args: Any) -> None:
+        passes.append(1)
+        if len(passes) == 1:
+            raise ValueError("something no one foresaw")
+        done.set()
+
+    monkeypatch.setattr(sweep, "_periodic_pass", periodic_pass)
+    monkeypatch.setattr(sweep, "_periodic_started", threading.Event())
+    cfg = config.OperatorConfig(allowed_root="/mnt/ckptdrain", watchdog_s=0.01)
+    sweep._start_periodic(cfg, {}, {}, LOG)
+    assert done.wait(5)
 
 
 def gauge(namespace: str) -> float | None:

@@ -12,14 +12,18 @@ controller recreates it through admission.
 An opted-in bare pod that NO policy selects (admitted under
 CKPTDRAIN_UNSELECTED_PODS=Flag or while admission was off, or whose policy
 was deleted or changed its selector; admission/unselected.py) has no policy
-to report on: it gets an `Unselected` Warning Event, and so does its
-controller (a Job, a ReplicaSet: where someone looks when pods are created
-by a controller), once per pod, and counts in `ckptdrain_unselected_pods`.
+to report on: it gets an `Unselected` Warning Event, and its controller (a
+Job, a ReplicaSet: where someone looks when pods are created by a
+controller) gets one for all its pods (admission/unselected_events.py posts
+them, outside the sweep's lock); it counts in `ckptdrain_unselected_pods`,
+whose series goes when the namespace has none left.
 
 Pods reach the operator by a server-side label selector (handlers.py sets
 it), so only opted-in pods are listed and watched. The sweep runs on pod
 events (coalesced per namespace) and periodically, on the active replica
-only (apiserver/leadership.py): a standby's indexes are not live.
+only (apiserver/leadership.py): a standby's indexes are not live, so a
+replica that stops reconciling drops its gauges rather than report what it
+last saw.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import kopf
 
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
-from ckptdrain.operator.admission import injection, unselected
+from ckptdrain.operator.admission import injection, unselected, unselected_events
 from ckptdrain.operator.apiserver import kube, leadership
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
@@ -86,8 +90,6 @@ def pod_unprotected_event(namespace: str, memo: kopf.Memo, logger: logging.Logge
 
 _warned: set[str] = set()  # pod uids with an Event posted; pruned to live ones
 _gauged: set[tuple[str, str]] = set()  # (namespace, policy) with a gauge value
-#: (pod uid, "pod" or "owner") with an Unselected Event posted; pruned to live pods.
-_unselected_posted: set[tuple[str, str]] = set()
 _unselected_gauged: set[str] = set()  # namespaces with an unselected-pods gauge value
 _lock = threading.Lock()
 
@@ -123,37 +125,38 @@ def sweep_namespace(namespace: str, pods_index: kopf.Index[str, BarePod],
             metrics.UNPROTECTED_PODS.remove(ns, name)  # the policy is gone
             _gauged.discard((ns, name))
         selectors = [(b.get("spec") or {}).get("selector") or {} for b in bodies]
-        _flag_unselected(namespace, [p for p in bare
-                                     if unselected.selected_by_none(p.labels, selectors)],
-                         logger)
+        lost = [p for p in bare if unselected.selected_by_none(p.labels, selectors)]
+        _gauge_unselected(namespace, len(lost))
         live = {p.uid for key in list(pods_index) for p in pods_index.get(key, []) if p}
         _warned.intersection_update(live)
-        _unselected_posted.intersection_update(
-            {(uid, on) for uid in live for on in ("pod", "owner")})
+    # Outside the lock: thousands of Events must not hold up other namespaces.
+    notices = unselected.notices(namespace, lost)
+    unselected_events.keep_only(namespace, {n.uid for n in notices})
+    unselected_events.post(namespace, notices, logger)
     return counts
 
 
-def _flag_unselected(namespace: str, pods: list[BarePod], logger: logging.Logger) -> None:
-    """Events on each pod and its controller (once per pod), and the gauge.
-    Called with _lock held."""
-    if pods or namespace in _unselected_gauged:
-        metrics.UNSELECTED_PODS.labels(namespace).set(len(pods))
+def _gauge_unselected(namespace: str, count: int) -> None:
+    """Called with _lock held. No series for a namespace with none left: the
+    periodic sweep then stops visiting it."""
+    if count:
+        metrics.UNSELECTED_PODS.labels(namespace).set(count)
         _unselected_gauged.add(namespace)
-    for p in pods:
-        if (p.uid, "pod") not in _unselected_posted:
-            kube.post_event({"metadata": {"name": p.name, "namespace": namespace,
-                                          "uid": p.uid}},
-                            "Pod", unselected.REASON, unselected.pod_event(namespace),
-                            api_version="v1")
-            _unselected_posted.add((p.uid, "pod"))
-            logger.warning("pod %s/%s runs without injection: no CheckpointPolicy selects it",
-                           namespace, p.name)
-        if p.owner is not None and (p.uid, "owner") not in _unselected_posted:
-            api_version, kind, name, uid = p.owner
-            kube.post_event({"metadata": {"name": name, "namespace": namespace, "uid": uid}},
-                            kind, unselected.REASON, unselected.owner_event(namespace, p.name),
-                            api_version=api_version)
-            _unselected_posted.add((p.uid, "owner"))
+    elif namespace in _unselected_gauged:
+        metrics.UNSELECTED_PODS.remove(namespace)
+        _unselected_gauged.discard(namespace)
+
+
+def drop_gauges() -> None:
+    """This replica no longer reconciles: what it last saw is not news."""
+    with _lock:
+        for namespace, policy in _gauged:
+            metrics.UNPROTECTED_PODS.remove(namespace, policy)
+        for namespace in _unselected_gauged:
+            metrics.UNSELECTED_PODS.remove(namespace)
+        _gauged.clear()
+        _unselected_gauged.clear()
+    unselected_events.forget()
 
 
 def _warn(namespace: str, pod: BarePod, policy: str) -> None:
@@ -181,7 +184,7 @@ def _sweep_logged(namespace: str, pods_index: kopf.Index[str, BarePod],
                   policies: kopf.Index[Any, Any], logger: logging.Logger) -> None:
     try:
         sweep_namespace(namespace, pods_index, policies, logger)
-    except (kube.ApiException, RuntimeError) as error:
+    except (kube.ApiException, kube.HTTPError, OSError, RuntimeError) as error:
         # RuntimeError: an index changed while we read it; the next pass retries.
         logger.warning("sweeping %s for unprotected pods failed (%s)", namespace, error)
 
@@ -198,15 +201,25 @@ def _start_periodic(cfg: OperatorConfig, pods_index: kopf.Index[str, BarePod],
     def loop() -> None:
         while True:
             time.sleep(cfg.watchdog_s)
-            if not leadership.active():
-                continue
-            with _lock:
-                flagged = {ns for ns, _ in _gauged} | _unselected_gauged
             try:
-                namespaces = set(pods_index) | flagged
-            except RuntimeError:  # the index changed while we read it: next period
-                continue
-            for namespace in sorted(namespaces):
-                _sweep_logged(namespace, pods_index, policies, logger)
+                _periodic_pass(pods_index, policies, logger)
+            except Exception:  # the loop is all there is: it must go on
+                logger.exception("the periodic sweep for unprotected pods failed; "
+                                 "it runs again in %.0f s", cfg.watchdog_s)
 
     threading.Thread(target=loop, name="ckptdrain-sweep", daemon=True).start()
+
+
+def _periodic_pass(pods_index: kopf.Index[str, BarePod], policies: kopf.Index[Any, Any],
+                   logger: logging.Logger) -> None:
+    if not leadership.active():
+        drop_gauges()
+        return
+    with _lock:
+        flagged = {ns for ns, _ in _gauged} | _unselected_gauged
+    try:
+        namespaces = set(pods_index) | flagged
+    except RuntimeError:  # the index changed while we read it: next period
+        return
+    for namespace in sorted(namespaces):
+        _sweep_logged(namespace, pods_index, policies, logger)

@@ -14,8 +14,9 @@ an `Unselected` Event on the pod and on its controller.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ckptdrain.contract import api
 from ckptdrain.operator.config import UNSELECTED_REFUSE, OperatorConfig
@@ -64,9 +65,50 @@ def pod_event(namespace: str) -> str:
             "recreates it through admission.")
 
 
-def owner_event(namespace: str, pod: str) -> str:
-    """The Event on the pod's controller (a Job, a ReplicaSet, ...)."""
-    return (f"pod {pod} is labelled {api.LABEL_INJECT}=true, but no CheckpointPolicy in "
-            f"{namespace} selects it: it runs without restore and is never checkpointed. "
-            "Create a CheckpointPolicy whose spec.selector matches the pod template's "
-            f"labels, or remove {api.LABEL_INJECT} from the template.")
+def owner_event(namespace: str, count: int, example: str) -> str:
+    """The one Event on a pod's controller (a Job, a ReplicaSet, ...)."""
+    pods = f"pod {example} is" if count == 1 else f"{count} of its pods (e.g. {example}) are"
+    return (f"{pods} labelled {api.LABEL_INJECT}=true, but no CheckpointPolicy in "
+            f"{namespace} selects them: they run without restore and are never "
+            "checkpointed. Create a CheckpointPolicy whose spec.selector matches the pod "
+            f"template's labels, or remove {api.LABEL_INJECT} from the template.")
+
+
+#: Controllers that live outside any namespace (a mirror pod's Node): a
+#: namespaced Event cannot name them, so only the pod is flagged.
+CLUSTER_SCOPED = frozenset({("v1", "Node")})
+
+
+class Pod(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def owner(self) -> tuple[str, str, str, str | None] | None: ...
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One Event to post, about one object, keyed by the object's uid."""
+    uid: str
+    api_version: str
+    kind: str
+    name: str
+    message: str
+
+
+def notices(namespace: str, pods: Sequence[Pod]) -> list[Notice]:
+    """One Event per unselected pod and one per namespaced controller (with
+    how many of its pods are unselected): a 2,000-pod Job gets one, not 2,000."""
+    out = [Notice(p.uid, "v1", "Pod", p.name, pod_event(namespace)) for p in pods]
+    by_owner: dict[str, list[Pod]] = {}
+    for p in pods:
+        if p.owner is not None and p.owner[3] and p.owner[:2] not in CLUSTER_SCOPED:
+            by_owner.setdefault(p.owner[3], []).append(p)
+    for uid, owned in by_owner.items():
+        api_version, kind, name, _ = owned[0].owner  # type: ignore[misc]
+        first = min(p.name for p in owned)
+        out.append(Notice(uid, api_version, kind, name,
+                          owner_event(namespace, len(owned), first)))
+    return out
