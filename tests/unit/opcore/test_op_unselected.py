@@ -71,6 +71,44 @@ def test_refused_only_on_the_apiservers_word(listed: list[dict[str, Any]]) -> No
     assert "remove the label ckptdrain.io/inject" in message
 
 
+def test_the_refusal_shows_the_pods_labels_and_the_namespaces_selectors(
+        listed: list[dict[str, Any]]) -> None:
+    listed[:] = [policy(f"p{i}", f"app-{i}") for i in range(7)]
+    with pytest.raises(admission.Refused) as refused:
+        admit(REFUSE, opted_in("lama"), None, [])
+    message = str(refused.value)
+    assert '"app": "lama"' in message
+    assert 'its policies: p0 selects {"matchLabels": {"app": "app-0"}}; p1 selects' in message
+    assert "p4 selects" in message and "p5 selects" not in message
+    assert "and 2 more" in message
+    listed.clear()
+    with pytest.raises(admission.Refused) as refused:
+        admit(REFUSE, opted_in("lama"), None, [])
+    assert "the namespace has no CheckpointPolicy" in str(refused.value)
+
+
+def invalid(name: str, app: str) -> dict[str, Any]:
+    body = policy(name, app)
+    body["spec"]["interval"] = "often"
+    return body
+
+
+def test_an_invalid_policy_that_selects_the_pod_refuses_it_under_refuse(
+        listed: list[dict[str, Any]]) -> None:
+    listed.append(invalid("llama", "llama"))
+    with pytest.raises(admission.Refused) as refused:
+        admit(REFUSE, opted_in("llama"), None, [])
+    message = str(refused.value)
+    assert refused.value.code == 422
+    assert message.startswith("metadata.labels: CheckpointPolicy llama in ml selects this "
+                              "pod (w-0) but is invalid (")
+    assert "interval" in message and "remove the label ckptdrain.io/inject" in message
+    # Flag keeps the pod coming in bare, with a warning naming the policy.
+    warnings: list[str] = []
+    assert admit(FLAG, opted_in("llama"), None, warnings) == []
+    assert warnings[0].startswith("ckptdrain: policy llama is invalid (")
+
+
 def test_flag_admits_the_pod_bare_with_a_warning_that_says_what_to_do(
         listed: list[dict[str, Any]]) -> None:
     warnings: list[str] = []

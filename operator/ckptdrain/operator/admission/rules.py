@@ -251,7 +251,8 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         # The apiserver's own answer (a quorum read), never a view that may
         # lag: a pod is refused only when no policy selects it now.
         if unselected.refuses(cfg):
-            raise Refused(unselected.refusal(namespace, pod_label(pod)), code=422)
+            raise Refused(unselected.refusal(namespace, pod_label(pod), labels, listed),
+                          code=422)
         warnings.append(unselected.admission_warning(namespace))
         return []
     if len(matches) > 1:
@@ -263,6 +264,10 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     try:
         p = pol.parse(namespace, chosen["metadata"]["name"], chosen.get("spec", {}), cfg)
     except InvalidInput as error:
+        if unselected.refuses(cfg):
+            raise Refused(unselected.invalid_refusal(
+                namespace, pod_label(pod), chosen["metadata"]["name"], str(error)),
+                code=422) from None
         warnings.append(f"ckptdrain: policy {chosen['metadata']['name']} is invalid "
                         f"({error}); not injected")
         return []

@@ -14,6 +14,7 @@ an `Unselected` Event on the pod and on its controller.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,11 +44,39 @@ def selected_by_none(labels: Mapping[str, str],
     return not any(pol.selector_matches(s or {}, dict(labels)) for s in selectors)
 
 
-def refusal(namespace: str, pod: str) -> str:
-    """Admission's answer under Refuse: what is wrong and the two ways out."""
+#: How many of the namespace's policies a refusal lists (a typo is found by
+#: comparing; a namespace of hundreds must not make the message unreadable).
+LISTED_POLICIES = 5
+
+
+def _policies(policies: Sequence[Mapping[str, Any]]) -> str:
+    if not policies:
+        return "the namespace has no CheckpointPolicy"
+    shown = sorted(policies, key=lambda b: str((b.get("metadata") or {}).get("name")))
+    parts = [f"{(b.get('metadata') or {}).get('name')} selects "
+             f"{json.dumps((b.get('spec') or {}).get('selector') or {}, sort_keys=True)[:200]}"
+             for b in shown[:LISTED_POLICIES]]
+    more = len(shown) - LISTED_POLICIES
+    return "its policies: " + "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def refusal(namespace: str, pod: str, labels: Mapping[str, str],
+            policies: Sequence[Mapping[str, Any]]) -> str:
+    """Admission's answer under Refuse: what is wrong, what the pod's labels
+    and the namespace's selectors are (a typo shows), and the two ways out."""
     return (f"metadata.labels: no CheckpointPolicy in {namespace} selects this pod ({pod}), "
             f"but it is labelled {api.LABEL_INJECT}=true, which asks for checkpoints; "
-            + _fix(namespace))
+            f"the pod's labels: {json.dumps(dict(labels), sort_keys=True)[:300]}; "
+            f"{_policies(policies)}; " + _fix(namespace))
+
+
+def invalid_refusal(namespace: str, pod: str, policy: str, error: str) -> str:
+    """Admission's answer under Refuse when the one policy selecting the pod
+    is invalid: admitted bare, the pod would run unprotected all the same."""
+    return (f"metadata.labels: CheckpointPolicy {policy} in {namespace} selects this pod "
+            f"({pod}) but is invalid ({error}); fix the policy (kubectl describe "
+            f"checkpointpolicy {policy} -n {namespace}), or remove the label "
+            f"{api.LABEL_INJECT} to run the pod without checkpoints")
 
 
 def admission_warning(namespace: str) -> str:
