@@ -272,5 +272,20 @@ def test_the_periodic_sweep_survives_any_failure(
     assert done.wait(5)
 
 
+def test_a_pod_that_finished_or_goes_leaves_the_index() -> None:
+    # Kopf keeps an object's previous entry when its indexer returns None.
+    job = {"metadata": {"name": "w-0", "uid": "u", "labels": {"ckptdrain.io/inject": "true"}},
+           "spec": {"containers": [{"name": "t", "image": "t"}]}}
+    running = sweep.unprotected_index(namespace="ml", name="w-0", body=job,
+                                      meta=job["metadata"], status={"phase": "Running"})
+    assert running["ml"].name == "w-0"
+    for status, meta in (({"phase": "Succeeded"}, job["metadata"]),
+                         ({"phase": "Failed"}, job["metadata"]),
+                         ({"phase": "Running"},
+                          {**job["metadata"], "deletionTimestamp": "2026-11-29T00:00:00Z"})):
+        assert sweep.unprotected_index(namespace="ml", name="w-0", body=job, meta=meta,
+                                       status=status) == {}
+
+
 def gauge(namespace: str) -> float | None:
     return REGISTRY.get_sample_value("ckptdrain_unselected_pods", {"namespace": namespace})

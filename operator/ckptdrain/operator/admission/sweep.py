@@ -66,12 +66,15 @@ class BarePod:
 
 @kopf.index("v1", "pods", labels=OPTED_IN, annotations=NOT_INJECTED)
 def unprotected_index(namespace: str, name: str, body: kopf.Body, meta: kopf.Meta,
-                      status: kopf.Status, **_: Any) -> dict[str, BarePod] | None:
-    """Opted-in, live pods without injection, by namespace."""
+                      status: kopf.Status, **_: Any) -> dict[str, BarePod]:
+    """Opted-in, live pods without injection, by namespace. Empty, never
+    None, for a pod that left that state: Kopf keeps an object's previous
+    entry when its indexer returns None, so a finished pod would stay flagged
+    (and counted, and alerted on) until deleted."""
     if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
-        return None  # it no longer needs protecting
+        return {}  # it no longer needs protecting
     if injection.is_injected(dict(body)):
-        return None
+        return {}
     return {namespace: BarePod(name=name, uid=meta.get("uid", ""),
                                labels=dict(meta.get("labels") or {}),
                                owner=identity.controller_of(dict(body)))}
