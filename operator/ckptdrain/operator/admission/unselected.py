@@ -7,9 +7,10 @@ has a typo), it would start without restore and never be drained, and an
 admission warning alone reaches nobody when a controller creates the pod.
 So admission refuses it (CKPTDRAIN_UNSELECTED_PODS=Refuse, the default) and
 the pod's controller keeps retrying, its failures visible on the workload;
-with Flag it is admitted bare. Whatever runs anyway (Flag, a webhook that
-failed open, a policy deleted after the pod started) the sweep flags with
-an `Unselected` Event on the pod and on its controller.
+with Flag it is admitted bare. Whatever runs bare anyway (Flag, a webhook
+that failed open, a label added after creation) the sweep flags with an
+`Unselected` Event on the pod and one on its controller. A pod injected
+before its policy was deleted is not bare, and not flagged.
 """
 
 from __future__ import annotations
