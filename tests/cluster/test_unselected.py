@@ -1,9 +1,10 @@
 """Opted-in pods no CheckpointPolicy selects, against a real apiserver: with
 CKPTDRAIN_UNSELECTED_PODS=Refuse (the default) creating one fails with a
 message that names the label and the ways out; with Flag it is admitted
-bare, and the sweep posts an Unselected Event on the pod and on its
+bare, and the sweep posts an Unselected Event on each pod and one on their
 controller (a Job: no controller runs here, so the test makes the Job and
-its pod itself) and counts it in ckptdrain_unselected_pods."""
+its pods itself), once, a restart included, and counts them in
+ckptdrain_unselected_pods."""
 
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ def test_an_opted_in_pod_no_policy_selects_is_refused(
     assert "ckptdrain.io/inject=true" in refused.stderr
     assert "whose spec.selector matches the pod's labels" in refused.stderr
     assert "remove the label ckptdrain.io/inject" in refused.stderr
+    # The pod's labels beside the namespace's selectors: the typo shows.
+    assert '"app": "lama"' in refused.stderr
+    assert 'its policies: llama selects {"matchLabels": {"app": "llama"}}' in refused.stderr
     assert cluster.kubectl("get", "-n", namespace, "pod", "typo", check=False).returncode != 0
     # The same pod, once a policy selects it, is admitted and injected.
     apply(policy("lama"))
@@ -88,6 +92,8 @@ def test_flag_admits_it_bare_and_flags_the_pod_and_its_job(
         job = _job(cluster, namespace, "train", "lama")
         made = _create(cluster, namespace, _owned_pod("train-0", "lama", job))
         assert made.returncode == 0, made.stderr
+        second = _create(cluster, namespace, _owned_pod("train-1", "lama", job))
+        assert second.returncode == 0, second.stderr
         assert f"no CheckpointPolicy in {namespace} selects this pod; not injected" \
             in made.stderr  # the admission warning
         assert "ckptdrain.io/injected" not in (
@@ -103,15 +109,24 @@ def test_flag_admits_it_bare_and_flags_the_pod_and_its_job(
         assert (involved["apiVersion"], involved["uid"]) == ("batch/v1",
                                                              job["metadata"]["uid"])
         assert on_job[0]["type"] == "Warning"
-        assert on_job[0]["message"].startswith("pod train-0 is labelled ckptdrain.io/inject")
-        assert wait_for(lambda: _gauge(flagging, namespace) == 1.0, what="gauge 1")
-        # Once per pod: later sweeps (every second here) post nothing more.
+        # One Event on the Job for both its pods, with their count.
+        assert on_job[0]["message"].startswith(
+            "2 of its pods (e.g. train-0) are labelled ckptdrain.io/inject")
+        assert wait_for(lambda: _gauge(flagging, namespace) == 2.0, what="gauge 2")
+        # Once per object: later sweeps (every second here) post nothing more,
+        # nor does a restarted operator (it reads its own Events back first).
         time.sleep(3)
-        assert len(_events(cluster, namespace, "Pod", "train-0")) == 1
+        flagging.stop()
+        flagging.start()
+        assert wait_for(lambda: _gauge(flagging, namespace) == 2.0, what="gauge 2 again")
+        time.sleep(3)
+        for name in ("train-0", "train-1"):
+            assert len(_events(cluster, namespace, "Pod", name)) == 1
         assert len(_events(cluster, namespace, "Job", "train")) == 1
-        # A policy that selects it: no longer unselected (now it is unprotected).
+        # A policy that selects them: no longer unselected (now unprotected),
+        # and the namespace's series goes.
         apply(policy("lama"))
-        assert wait_for(lambda: _gauge(flagging, namespace) == 0.0, what="gauge 0")
+        assert wait_for(lambda: _gauge(flagging, namespace) is None, what="no gauge series")
     finally:
         flagging.stop()
         cluster.kubectl("delete", "-n", namespace, "jobs", "--all", "--wait=false",
