@@ -132,3 +132,26 @@ def test_flag_admits_it_bare_and_flags_the_pod_and_its_job(
         cluster.kubectl("delete", "-n", namespace, "jobs", "--all", "--wait=false",
                         check=False)
         operator.start()
+
+
+def test_an_injected_pod_whose_policy_is_deleted_is_flagged(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("orphan"))
+    made = _create(cluster, namespace, pod("orphan-0", {"app": "orphan", **INJECT},
+                                           terminationGracePeriodSeconds=3600))
+    assert made.returncode == 0, made.stderr
+    assert "ckptdrain.io/injected" in json.loads(made.stdout)["metadata"]["annotations"]
+    time.sleep(2)  # sweeps run meanwhile: while the policy exists, nothing is flagged
+    assert _events(cluster, namespace, "Pod", "orphan-0") == []
+    assert _gauge(operator, namespace) is None
+    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "orphan")
+    on_pod = wait_for(lambda: _events(cluster, namespace, "Pod", "orphan-0"),
+                      what="an Unselected Event on the pod whose policy went")
+    assert on_pod[0]["message"].startswith(
+        "labelled ckptdrain.io/inject=true and injected for CheckpointPolicy orphan, "
+        f"which no longer exists in {namespace}")
+    assert wait_for(lambda: _gauge(operator, namespace) == 1.0, what="gauge 1")
+    # The policy is back: the pod is no longer flagged.
+    apply(policy("orphan"))
+    assert wait_for(lambda: _gauge(operator, namespace) is None, what="no gauge series")

@@ -36,7 +36,8 @@ UNPROTECTED_PODS = Gauge("ckptdrain_unprotected_pods",
                          ["namespace", "policy"])
 UNSELECTED_PODS = Gauge("ckptdrain_unselected_pods",
                         "Opted-in pods no CheckpointPolicy selects, running without "
-                        "injection (no restore, never drained)", ["namespace"])
+                        "injection (no restore, never drained), and injected pods whose "
+                        "CheckpointPolicy was deleted", ["namespace"])
 
 POLICY_CONDITION = Gauge("ckptdrain_policy_condition",
                          "1 for each policy condition's current status (True, False, Unknown),"

@@ -287,5 +287,42 @@ def test_a_pod_that_finished_or_goes_leaves_the_index() -> None:
                                        status=status) == {}
 
 
+def test_an_injected_pod_whose_policy_was_deleted_is_flagged_until_it_is_back(
+        posted: Posted, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sweep.leadership, "active", lambda: True)
+    job = ("batch/v1", "Job", "train", "job-uid")
+    injected = {"gone": [sweep.BarePod("train-0", "u-0", {}, owner=job, policy="llama"),
+                         sweep.BarePod("train-1", "u-1", {}, owner=job, policy="llama"),
+                         sweep.BarePod("kept-0", "u-k", {}, policy="kept")]}
+    policies: dict[tuple[str, str], list[dict[str, Any]]] = {
+        ("gone", "kept"): [policy("kept", "kept")]}
+    # No bare pod anywhere: the periodic pass still finds the namespace.
+    sweep._periodic_pass({}, policies, LOG, injected)
+    assert sorted(e[3] for e in posted) == ["train", "train-0", "train-1"]
+    on_pod = next(e[5] for e in posted if e[3] == "train-0")
+    assert on_pod.startswith("labelled ckptdrain.io/inject=true and injected for "
+                             "CheckpointPolicy llama, which no longer exists in gone")
+    on_job = next(e[5] for e in posted if e[3] == "train")
+    assert on_job.startswith("2 of its pods (e.g. train-0) are labelled "
+                             "ckptdrain.io/inject=true and injected for CheckpointPolicy llama")
+    assert gauge("gone") == 2
+    # The policy is back: nothing more to flag, the series goes.
+    policies[("gone", "llama")] = [policy("llama", "llama")]
+    sweep._periodic_pass({}, policies, LOG, injected)
+    assert gauge("gone") is None
+    assert len(posted) == 3
+
+
+def test_the_injected_index_holds_live_pods_with_their_policy() -> None:
+    meta = {"name": "w-0", "uid": "u", "annotations": {"ckptdrain.io/policy": "llama",
+                                                       "ckptdrain.io/injected": "true"}}
+    body = {"metadata": meta}
+    live = sweep.injected_pods_index(namespace="ml", name="w-0", body=body, meta=meta,
+                                     status={"phase": "Running"})
+    assert (live["ml"].name, live["ml"].policy) == ("w-0", "llama")
+    assert sweep.injected_pods_index(namespace="ml", name="w-0", body=body, meta=meta,
+                                     status={"phase": "Succeeded"}) == {}
+
+
 def gauge(namespace: str) -> float | None:
     return REGISTRY.get_sample_value("ckptdrain_unselected_pods", {"namespace": namespace})

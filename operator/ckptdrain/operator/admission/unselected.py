@@ -9,8 +9,8 @@ So admission refuses it (CKPTDRAIN_UNSELECTED_PODS=Refuse, the default) and
 the pod's controller keeps retrying, its failures visible on the workload;
 with Flag it is admitted bare. Whatever runs bare anyway (Flag, a webhook
 that failed open, a label added after creation) the sweep flags with an
-`Unselected` Event on the pod and one on its controller. A pod injected
-before its policy was deleted is not bare, and not flagged.
+`Unselected` Event on the pod and one on its controller; so it does a pod
+injected for a policy that was deleted since.
 """
 
 from __future__ import annotations
@@ -95,9 +95,25 @@ def pod_event(namespace: str) -> str:
             "recreates it through admission.")
 
 
-def owner_event(namespace: str, count: int, example: str) -> str:
-    """The one Event on a pod's controller (a Job, a ReplicaSet, ...)."""
+def orphan_event(namespace: str, policy: str) -> str:
+    """The Event on an injected pod whose policy was deleted."""
+    return (f"labelled {api.LABEL_INJECT}=true and injected for CheckpointPolicy {policy}, "
+            f"which no longer exists in {namespace}: the operator no longer coordinates "
+            "its checkpoints. To fix: recreate a CheckpointPolicy that selects it and "
+            "delete the pod, so that its controller recreates it through admission; or "
+            "delete the workload.")
+
+
+def owner_event(namespace: str, count: int, example: str,
+                deleted: str | None = None) -> str:
+    """The one Event on a pod's controller (a Job, a ReplicaSet, ...);
+    `deleted`: the policy its pods were injected for, now gone."""
     pods = f"pod {example} is" if count == 1 else f"{count} of its pods (e.g. {example}) are"
+    if deleted:
+        return (f"{pods} labelled {api.LABEL_INJECT}=true and injected for CheckpointPolicy "
+                f"{deleted}, which no longer exists in {namespace}: the operator no longer "
+                "coordinates their checkpoints. Recreate a CheckpointPolicy that selects "
+                "them and delete the pods, or delete the workload.")
     return (f"{pods} labelled {api.LABEL_INJECT}=true, but no CheckpointPolicy in "
             f"{namespace} selects them: they run without restore and are never "
             "checkpointed. Create a CheckpointPolicy whose spec.selector matches the pod "
@@ -116,6 +132,8 @@ class Pod(Protocol):
     def uid(self) -> str: ...
     @property
     def owner(self) -> tuple[str, str, str, str | None] | None: ...
+    @property
+    def policy(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -130,8 +148,11 @@ class Notice:
 
 def notices(namespace: str, pods: Sequence[Pod]) -> list[Notice]:
     """One Event per unselected pod and one per namespaced controller (with
-    how many of its pods are unselected): a 2,000-pod Job gets one, not 2,000."""
-    out = [Notice(p.uid, "v1", "Pod", p.name, pod_event(namespace)) for p in pods]
+    how many of its pods are unselected): a 2,000-pod Job gets one, not 2,000.
+    A pod with a `policy` was injected for that policy, which is gone."""
+    out = [Notice(p.uid, "v1", "Pod", p.name,
+                  orphan_event(namespace, p.policy) if p.policy else pod_event(namespace))
+           for p in pods]
     by_owner: dict[str, list[Pod]] = {}
     for p in pods:
         if p.owner is not None and p.owner[3] and p.owner[:2] not in CLUSTER_SCOPED:
@@ -139,6 +160,7 @@ def notices(namespace: str, pods: Sequence[Pod]) -> list[Notice]:
     for uid, owned in by_owner.items():
         api_version, kind, name, _ = owned[0].owner  # type: ignore[misc]
         first = min(p.name for p in owned)
+        deleted = next((p.policy for p in owned if p.policy), None)
         out.append(Notice(uid, api_version, kind, name,
-                          owner_event(namespace, len(owned), first)))
+                          owner_event(namespace, len(owned), first, deleted)))
     return out
