@@ -160,6 +160,8 @@ BAD_VALUES = {
                           "at '/operator/topologySpread/whenUnsatisfiable': value must be one"),
     "bad-failure-policy": (["--set", "webhook.podFailurePolicy=Maybe"],
                            "at '/webhook/podFailurePolicy': value must be one of"),
+    "bad-unselected-pods": (["--set", "webhook.unselectedPods=Warn"],
+                            "at '/webhook/unselectedPods': value must be one of"),
 }
 
 
@@ -204,6 +206,20 @@ def test_local_tier_prepare_reaches_the_operator(tools: Tools, prepare: str) -> 
     env = {e["name"]: e.get("value")
            for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["CKPTDRAIN_PREPARE_LOCAL_TIER"] == prepare
+
+
+@pytest.mark.parametrize(("args", "mode"), [([], "Refuse"),
+                                            (["--set", "webhook.unselectedPods=Flag"], "Flag")])
+def test_unselected_pods_reach_the_operator(tools: Tools, args: list[str], mode: str) -> None:
+    """What admission does with an opted-in pod no policy selects, as the
+    operator's config reads it."""
+    from ckptdrain.operator import config
+
+    deployment = next(o for o in _docs(render(tools, *args).stdout) if o["kind"] == "Deployment")
+    env = {e["name"]: e.get("value")
+           for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert config.from_env({"CKPTDRAIN_UNSELECTED_PODS":
+                            env["CKPTDRAIN_UNSELECTED_PODS"]}).unselected_pods == mode
 
 
 @pytest.mark.parametrize(("delay", "grace"), [(None, 35), ("0", None), ("12", 42)])

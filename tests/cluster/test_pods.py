@@ -90,17 +90,15 @@ def test_server_side_dry_run_is_mutated_and_not_stored(
     assert cluster.kubectl("get", "-n", namespace, "pod", "dry", check=False).returncode != 0
 
 
-def test_unlabelled_and_unselected_pods_are_untouched(
+def test_unlabelled_pods_are_untouched(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
+    """(An opted-in pod no policy selects is refused: test_unselected.py.)"""
     apply(policy("llama"))
     _ready(cluster, namespace, "llama")
     plain = json.loads(_create(cluster, namespace, pod("plain", {"app": "llama"})).stdout)
     assert "initContainers" not in plain["spec"]
     assert "ckptdrain.io/injected" not in (plain["metadata"].get("annotations") or {})
-    other = _create(cluster, namespace, pod("other", {"app": "other", **INJECT}))
-    assert other.returncode == 0 and "initContainers" not in json.loads(other.stdout)["spec"]
-    assert "no CheckpointPolicy" in other.stderr  # surfaced as an admission warning
 
 
 def test_short_grace_period_warns_or_refuses(

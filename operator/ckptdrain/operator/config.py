@@ -60,6 +60,11 @@ Variables (field in parentheses):
   "peer": ..., "prepare": ...}; a container or a key of it left out keeps
   its defaults, a key given replaces that key's map; `max` bounds a policy's
   spec.resources (operator/containers.py).
+- CKPTDRAIN_UNSELECTED_PODS (unselected_pods): what admission does with a pod
+  labelled ckptdrain.io/inject=true that no CheckpointPolicy of its namespace
+  selects: "Refuse" (default) refuses it, naming the label and the two ways
+  out; "Flag" admits it bare. Either way the sweep flags any that run
+  (admission/sweep.py: an Unselected Event on the pod and on its controller).
 """
 
 from __future__ import annotations
@@ -74,6 +79,8 @@ from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, read_platform_json
 
 DEFAULT_IMAGE = "ckptdrain:dev"
+#: The values of CKPTDRAIN_UNSELECTED_PODS.
+UNSELECTED_REFUSE, UNSELECTED_FLAG = "Refuse", "Flag"
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,7 @@ class OperatorConfig:
     watchdog_s: float = 30.0
     prepare_local_tier: bool = True
     containers: Containers = DEFAULT_CONTAINERS
+    unselected_pods: str = UNSELECTED_REFUSE
 
 
 def _flag(name: str, text: str) -> bool:
@@ -150,6 +158,10 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
     pull = get("CKPTDRAIN_IMAGE_PULL_POLICY", d.image_pull_policy)
     if pull not in ("Always", "IfNotPresent", "Never"):
         raise InvalidInput("CKPTDRAIN_IMAGE_PULL_POLICY", "Always, IfNotPresent or Never", pull)
+    unselected = get("CKPTDRAIN_UNSELECTED_PODS", d.unselected_pods)
+    if unselected not in (UNSELECTED_REFUSE, UNSELECTED_FLAG):
+        raise InvalidInput("CKPTDRAIN_UNSELECTED_PODS",
+                           f"{UNSELECTED_REFUSE} or {UNSELECTED_FLAG}", unselected)
     return OperatorConfig(
         allowed_root=_root("CKPTDRAIN_ALLOWED_ROOT", get("CKPTDRAIN_ALLOWED_ROOT",
                                                          d.allowed_root)),
@@ -175,6 +187,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         peering=get("CKPTDRAIN_PEERING", d.peering),
         prepare_local_tier=_flag("CKPTDRAIN_PREPARE_LOCAL_TIER",
                                  get("CKPTDRAIN_PREPARE_LOCAL_TIER", "true")),
+        unselected_pods=unselected,
         expired_ttl_s=units.parse_duration("CKPTDRAIN_EXPIRED_TTL",
                                            get("CKPTDRAIN_EXPIRED_TTL", "600"))
         if get("CKPTDRAIN_EXPIRED_TTL", "600") not in ("0", "0s") else 0.0,

@@ -34,6 +34,10 @@ UNPROTECTED_PODS = Gauge("ckptdrain_unprotected_pods",
                          "Selected pods running without injection (no restore, never "
                          "drained); delete them to recreate them through admission",
                          ["namespace", "policy"])
+UNSELECTED_PODS = Gauge("ckptdrain_unselected_pods",
+                        "Opted-in pods no CheckpointPolicy selects, running without "
+                        "injection (no restore, never drained), and injected pods whose "
+                        "CheckpointPolicy was deleted", ["namespace"])
 
 POLICY_CONDITION = Gauge("ckptdrain_policy_condition",
                          "1 for each policy condition's current status (True, False, Unknown),"

@@ -137,11 +137,12 @@ def test_a_refusal_and_a_bare_pod_are_answered_with_their_reasons(
     reports: list[tuple[str, str]] = []
     mirror = PolicyMirror()
     reviewer = admission_process.Reviewer(CFG, mirror, lambda w, o, s: reports.append((w, o)))
-    # The view is not current: the apiserver is asked, and nothing selects the pod.
+    # The view is not current: the apiserver is asked, and nothing selects the
+    # opted-in pod: refused (CKPTDRAIN_UNSELECTED_PODS defaults to Refuse).
     answer = run(reviewer, review(admission.MUTATE_ID, "CREATE", job_pod(0)), admission.MUTATE_ID)
-    assert answer["allowed"] is True and "patch" not in answer
+    assert answer["allowed"] is False and answer["status"]["code"] == 422
     assert apiserver["listed"] == ["ml"]
-    assert any("no CheckpointPolicy in ml selects this pod" in w for w in answer["warnings"])
+    assert "no CheckpointPolicy in ml selects this pod" in answer["status"]["message"]
     # A live pod holds the rank: refused with the apiserver's word and a 409.
     mirror.replace([body("llama", "a")], "1")
     apiserver["holders"] = ["w-old"]
@@ -157,7 +158,8 @@ def test_a_refusal_and_a_bare_pod_are_answered_with_their_reasons(
     answer = run(reviewer, review(admission.VALIDATE_ID, "UPDATE", body("llama", "a")),
                  admission.VALIDATE_ID)
     assert answer["allowed"] is True
-    assert reports == [("pod", "ok"), ("pod", "error"), ("policy", "error"), ("policy", "ok")]
+    assert reports == [("pod", "error"), ("pod", "error"), ("policy", "error"),
+                       ("policy", "ok")]
     with pytest.raises(admission_server.UnknownWebhook):
         run(reviewer, review("elsewhere", "CREATE", job_pod(1)), "elsewhere")
 

@@ -50,3 +50,13 @@ def test_the_operator_managed_certificate_is_one_source(tmp_path: Path) -> None:
         config.from_env({"CKPTDRAIN_WEBHOOK_SECRET": "a/b", "CKPTDRAIN_WEBHOOK_CERT": str(pem),
                          "CKPTDRAIN_WEBHOOK_KEY": str(pem)})
     assert caught.value.field == "CKPTDRAIN_WEBHOOK_SECRET/CKPTDRAIN_WEBHOOK_CERT"
+
+
+def test_unselected_pods_are_refused_unless_flag_is_asked_for() -> None:
+    assert config.from_env({}).unselected_pods == "Refuse"
+    assert config.from_env({"CKPTDRAIN_UNSELECTED_PODS": "Flag"}).unselected_pods == "Flag"
+    with pytest.raises(InvalidInput) as caught:
+        config.from_env({"CKPTDRAIN_UNSELECTED_PODS": "flag"})  # the values are exact
+    assert caught.value.field == "CKPTDRAIN_UNSELECTED_PODS"
+    assert str(caught.value) == ("CKPTDRAIN_UNSELECTED_PODS: expected Refuse or Flag, "
+                                 "got 'flag'")

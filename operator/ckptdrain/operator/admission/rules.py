@@ -27,7 +27,7 @@ from typing import Any
 
 from ckptdrain import sizing
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.admission import cloud_identity, injection
+from ckptdrain.operator.admission import cloud_identity, injection, unselected
 from ckptdrain.operator.admission.owner_cache import OwnerCache
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
@@ -228,7 +228,8 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
                     holders: Callable[[str], Callable[[int], list[str]] | None] | None,
                     ) -> list[dict[str, Any]]:
     """The JSON patch that injects the policy selecting `pod` ([] to leave it
-    as it is); raises Refused to refuse it. `candidates`: the
+    as it is); raises Refused to refuse it (also, under
+    CKPTDRAIN_UNSELECTED_PODS=Refuse, when no policy selects it). `candidates`: the
     policies of the namespace that could select the pod, from a view kept
     by a watch (None: no view to trust, ask the apiserver). `holders(policy)`:
     the live holders of each rank from a pod index (None: ask the apiserver)."""
@@ -247,8 +248,12 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         listed = await asyncio.to_thread(apiserver_reads.list_policies, namespace)
         matches = _selecting(labels, listed)
     if not matches:
-        warnings.append(f"ckptdrain: no CheckpointPolicy in {namespace} selects this pod; "
-                        "not injected")
+        # The apiserver's own answer (a quorum read), never a view that may
+        # lag: a pod is refused only when no policy selects it now.
+        if unselected.refuses(cfg):
+            raise Refused(unselected.refusal(namespace, pod_label(pod), labels, listed),
+                          code=422)
+        warnings.append(unselected.admission_warning(namespace))
         return []
     if len(matches) > 1:
         names = ", ".join(m["metadata"]["name"] for m in matches)
@@ -259,6 +264,10 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     try:
         p = pol.parse(namespace, chosen["metadata"]["name"], chosen.get("spec", {}), cfg)
     except InvalidInput as error:
+        if unselected.refuses(cfg):
+            raise Refused(unselected.invalid_refusal(
+                namespace, pod_label(pod), chosen["metadata"]["name"], str(error)),
+                code=422) from None
         warnings.append(f"ckptdrain: policy {chosen['metadata']['name']} is invalid "
                         f"({error}); not injected")
         return []

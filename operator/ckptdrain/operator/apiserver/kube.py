@@ -23,8 +23,11 @@ from ckptdrain.contract.api import (
     VERSION,
 )
 
-__all__ = ["ApiException", "HTTPError", "delete", "patch_object", "patch_status",
-           "post_event", "read_peering"]
+__all__ = ["ApiException", "HTTPError", "delete", "events_posted", "patch_object",
+           "patch_status", "post_event", "read_peering"]
+
+#: The source.component of every Event the operator posts outside Kopf.
+EVENT_SOURCE = "ckptdrain-operator"
 
 log = logging.getLogger(__name__)
 
@@ -182,4 +185,15 @@ def post_event(body: Mapping[str, Any], kind: str, reason: str, message: str,
             namespace=meta["namespace"], uid=meta.get("uid")),
         reason=reason, message=message[:1024], type=type_, count=1,
         first_timestamp=now, last_timestamp=now,
-        source=client.V1EventSource(component="ckptdrain-operator")))
+        source=client.V1EventSource(component=EVENT_SOURCE)))
+
+
+def events_posted(namespace: str, reason: str) -> set[str]:
+    """The uids of the objects in `namespace` that carry an Event of `reason`
+    posted by the operator (core/v1 Events can be selected by reason and
+    source on the server, so one list per namespace, not one per object)."""
+    core, _ = _clients()
+    found = core.list_namespaced_event(
+        namespace, field_selector=f"reason={reason},source={EVENT_SOURCE}")
+    return {e.involved_object.uid for e in found.items
+            if e.involved_object is not None and e.involved_object.uid}

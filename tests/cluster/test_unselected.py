@@ -1,0 +1,157 @@
+"""Opted-in pods no CheckpointPolicy selects, against a real apiserver: with
+CKPTDRAIN_UNSELECTED_PODS=Refuse (the default) creating one fails with a
+message that names the label and the ways out; with Flag it is admitted
+bare, and the sweep posts an Unselected Event on each pod and one on their
+controller (a Job: no controller runs here, so the test makes the Job and
+its pods itself), once, a restart included, and counts them in
+ckptdrain_unselected_pods."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cluster_helpers import INJECT, get, pod, policy, wait_for
+from operator_process import OperatorProcess
+
+from support.apiserver import Cluster
+
+
+def _create(cluster: Cluster, namespace: str, body: dict[str, Any]) -> Any:
+    return cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
+                           input=json.dumps(body), check=False)
+
+
+def _events(cluster: Cluster, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+    return list(get(cluster, namespace, "events", "--field-selector",
+                    f"involvedObject.kind={kind},involvedObject.name={name},"
+                    "reason=Unselected")["items"])
+
+
+def _gauge(operator: OperatorProcess, namespace: str) -> float | None:
+    found = re.search(r'^ckptdrain_unselected_pods\{namespace="' + re.escape(namespace)
+                      + r'"\} (\S+)$', operator.metrics(), re.M)
+    return float(found.group(1)) if found else None
+
+
+def _job(cluster: Cluster, namespace: str, name: str, app: str) -> dict[str, Any]:
+    """A suspended Job (nothing runs it here): the owner the pods name."""
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+           "spec": {"suspend": True, "template": {
+               "metadata": {"labels": {"app": app, **INJECT}},
+               "spec": {"restartPolicy": "Never",
+                        "containers": [{"name": "trainer", "image": "trainer:1"}]}}}}
+    made = _create(cluster, namespace, job)
+    assert made.returncode == 0, made.stderr
+    return dict(json.loads(made.stdout))
+
+
+def _owned_pod(name: str, app: str, job: dict[str, Any]) -> dict[str, Any]:
+    body = pod(name, {"app": app, **INJECT}, terminationGracePeriodSeconds=3600)
+    body["metadata"]["ownerReferences"] = [{
+        "apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
+        "uid": job["metadata"]["uid"], "controller": True}]
+    return body
+
+
+def test_an_opted_in_pod_no_policy_selects_is_refused(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("llama"))  # a policy exists, but its selector is not the pod's
+    refused = _create(cluster, namespace, pod("typo", {"app": "lama", **INJECT}))
+    assert refused.returncode != 0
+    assert f"no CheckpointPolicy in {namespace} selects this pod (typo)" in refused.stderr
+    assert "ckptdrain.io/inject=true" in refused.stderr
+    assert "whose spec.selector matches the pod's labels" in refused.stderr
+    assert "remove the label ckptdrain.io/inject" in refused.stderr
+    # The pod's labels beside the namespace's selectors: the typo shows.
+    assert '"app": "lama"' in refused.stderr
+    assert 'its policies: llama selects {"matchLabels": {"app": "llama"}}' in refused.stderr
+    assert cluster.kubectl("get", "-n", namespace, "pod", "typo", check=False).returncode != 0
+    # The same pod, once a policy selects it, is admitted and injected.
+    apply(policy("lama"))
+    made = _create(cluster, namespace, pod("typo", {"app": "lama", **INJECT},
+                                           terminationGracePeriodSeconds=3600))
+    assert made.returncode == 0, made.stderr
+    assert "ckptdrain.io/injected" in json.loads(made.stdout)["metadata"]["annotations"]
+
+
+def test_flag_admits_it_bare_and_flags_the_pod_and_its_job(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], tmp_path: Path) -> None:
+    operator.stop()  # one operator answers the test webhook: this one flags
+    flagging = OperatorProcess(cluster, tmp_path / "flag", CKPTDRAIN_UNSELECTED_PODS="Flag")
+    flagging.workdir.mkdir()
+    try:
+        flagging.start()
+        apply(policy("llama"))
+        job = _job(cluster, namespace, "train", "lama")
+        made = _create(cluster, namespace, _owned_pod("train-0", "lama", job))
+        assert made.returncode == 0, made.stderr
+        second = _create(cluster, namespace, _owned_pod("train-1", "lama", job))
+        assert second.returncode == 0, second.stderr
+        assert f"no CheckpointPolicy in {namespace} selects this pod; not injected" \
+            in made.stderr  # the admission warning
+        assert "ckptdrain.io/injected" not in (
+            json.loads(made.stdout)["metadata"].get("annotations") or {})
+
+        on_pod = wait_for(lambda: _events(cluster, namespace, "Pod", "train-0"),
+                          what="an Unselected Event on the pod")
+        assert on_pod[0]["type"] == "Warning"
+        assert f"no CheckpointPolicy in {namespace} selects it" in on_pod[0]["message"]
+        on_job = wait_for(lambda: _events(cluster, namespace, "Job", "train"),
+                          what="an Unselected Event on the pod's Job")
+        involved = on_job[0]["involvedObject"]
+        assert (involved["apiVersion"], involved["uid"]) == ("batch/v1",
+                                                             job["metadata"]["uid"])
+        assert on_job[0]["type"] == "Warning"
+        # One Event on the Job for both its pods, with their count.
+        assert on_job[0]["message"].startswith(
+            "2 of its pods (e.g. train-0) are labelled ckptdrain.io/inject")
+        assert wait_for(lambda: _gauge(flagging, namespace) == 2.0, what="gauge 2")
+        # Once per object: later sweeps (every second here) post nothing more,
+        # nor does a restarted operator (it reads its own Events back first).
+        time.sleep(3)
+        flagging.stop()
+        flagging.start()
+        assert wait_for(lambda: _gauge(flagging, namespace) == 2.0, what="gauge 2 again")
+        time.sleep(3)
+        for name in ("train-0", "train-1"):
+            assert len(_events(cluster, namespace, "Pod", name)) == 1
+        assert len(_events(cluster, namespace, "Job", "train")) == 1
+        # A policy that selects them: no longer unselected (now unprotected),
+        # and the namespace's series goes.
+        apply(policy("lama"))
+        assert wait_for(lambda: _gauge(flagging, namespace) is None, what="no gauge series")
+    finally:
+        flagging.stop()
+        cluster.kubectl("delete", "-n", namespace, "jobs", "--all", "--wait=false",
+                        check=False)
+        operator.start()
+
+
+def test_an_injected_pod_whose_policy_is_deleted_is_flagged(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    apply(policy("orphan"))
+    made = _create(cluster, namespace, pod("orphan-0", {"app": "orphan", **INJECT},
+                                           terminationGracePeriodSeconds=3600))
+    assert made.returncode == 0, made.stderr
+    assert "ckptdrain.io/injected" in json.loads(made.stdout)["metadata"]["annotations"]
+    time.sleep(2)  # sweeps run meanwhile: while the policy exists, nothing is flagged
+    assert _events(cluster, namespace, "Pod", "orphan-0") == []
+    assert _gauge(operator, namespace) is None
+    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "orphan")
+    on_pod = wait_for(lambda: _events(cluster, namespace, "Pod", "orphan-0"),
+                      what="an Unselected Event on the pod whose policy went")
+    assert on_pod[0]["message"].startswith(
+        "labelled ckptdrain.io/inject=true and injected for CheckpointPolicy orphan, "
+        f"which no longer exists in {namespace}")
+    assert wait_for(lambda: _gauge(operator, namespace) == 1.0, what="gauge 1")
+    # The policy is back: the pod is no longer flagged.
+    apply(policy("orphan"))
+    assert wait_for(lambda: _gauge(operator, namespace) is None, what="no gauge series")
