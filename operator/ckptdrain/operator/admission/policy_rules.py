@@ -14,6 +14,11 @@ admission process (admission/process.py) and Kopf's server
    values (a policy deleted and created again, as `kubectl replace --force`
    does); refused naming one pod, with the way to move.
 
+An UPDATE that leaves the spec alone (labels, annotations, finalizers) or
+of a policy being deleted is admitted unchecked: its spec was admitted
+before, and refusing it under a maximum lowered since would leave the
+object stuck (a finalizer never removed, a deletion never ending).
+
 Refusals are 403 (the request is well formed, but not allowed now) or 422
 (the spec itself is wrong), never 409: kubectl takes 409 for a write race,
 retries it, and with --force deletes and recreates the object.
