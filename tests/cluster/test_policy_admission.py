@@ -33,8 +33,10 @@ def _live_pod(cluster: Cluster, namespace: str, name: str, app: str) -> None:
     made = cluster.kubectl("create", "-n", namespace, "-f", "-",
                            input=json.dumps(pod(name, {"app": app, **INJECT})), check=False)
     assert made.returncode == 0, made.stderr
-    notes = get(cluster, namespace, "pod", name)["metadata"].get("annotations") or {}
-    assert notes.get("ckptdrain.io/policy") == app  # injected: a pod of the policy
+    meta = get(cluster, namespace, "pod", name)["metadata"]
+    assert (meta.get("annotations") or {}).get("ckptdrain.io/policy") == app  # injected
+    # What policy admission selects the policy's live pods by.
+    assert (meta.get("labels") or {}).get("ckptdrain.io/policy") == app
 
 
 def check_overlap(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -> None:
@@ -81,6 +83,11 @@ def check_move(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -> N
     assert "cannot change while pods of policy mover live" in forced.stderr
     stored = get(cluster, namespace, "checkpointpolicy", "mover")["spec"]
     assert stored["storage"]["uri"] == "s3://ckpt-bucket/third"
+    # A pod injected before pods carried the policy label is found by its
+    # annotation among the opted-in pods without one.
+    cluster.kubectl("label", "-n", namespace, "pod", "mover-0", "ckptdrain.io/policy-")
+    assert "(pod mover-0)" in _refused(apply, policy(
+        "mover", storage={"uri": "s3://ckpt-bucket/fourth"}))
     check_create_over_live(cluster, namespace, apply)
     check_restart_window(cluster, namespace, apply)
     cluster.kubectl("delete", "-n", namespace, "pod", "mover-0", "--wait=false")

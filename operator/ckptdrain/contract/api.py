@@ -20,8 +20,10 @@ LABEL_INJECT = "ckptdrain.io/inject"
 #: On an injected pod: its writer rank (the webhook sets it), so admission
 #: finds a live pod already holding a rank with one server-side selector.
 LABEL_WRITER = "ckptdrain.io/writer"
-#: On a Checkpoint record: the policy it belongs to. On the pods of a policy
-#: with the peer tier: what a NetworkPolicy selects (docs/peer-tier.md).
+#: On a Checkpoint record: the policy it belongs to. On an injected pod
+#: whose policy's name fits a label value (and on every pod of a policy with
+#: the peer tier): the policy that injected it, which policy admission selects
+#: a policy's live pods by and a NetworkPolicy selects (docs/peer-tier.md).
 LABEL_POLICY = "ckptdrain.io/policy"
 #: On an injected writer's pod, beside its rank, when the name fits a label
 #: value: the policy it writes for. Admission finds a rank's holders by both
@@ -43,7 +45,8 @@ def is_reader(labels: Mapping[str, str] | None) -> bool:
 
 
 def policy_labelled(policy: str) -> bool:
-    """Whether a policy's writers carry its name as LABEL_WRITER_POLICY."""
+    """Whether a policy's pods carry its name as LABEL_POLICY (and its
+    writers as LABEL_WRITER_POLICY): a name no longer than a label value."""
     return len(policy) <= MAX_LABEL_VALUE
 
 #: The policy that injected a pod (its name, in the pod's namespace).

@@ -127,7 +127,8 @@ def test_a_selected_pod_is_injected_from_the_view_with_no_list(
     ops = json.loads(base64.b64decode(answer["patch"]))
     labels = {op["path"]: op["value"] for op in ops if op["path"].startswith("/metadata/labels/")}
     assert labels == {"/metadata/labels/ckptdrain.io~1writer": "1",
-                      "/metadata/labels/ckptdrain.io~1writer-policy": "llama"}
+                      "/metadata/labels/ckptdrain.io~1writer-policy": "llama",
+                      "/metadata/labels/ckptdrain.io~1policy": "llama"}
     assert apiserver["listed"] == []  # the view answered
     assert reports == [("pod", "ok")]
 

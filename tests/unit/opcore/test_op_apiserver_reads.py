@@ -317,13 +317,56 @@ def test_the_injected_pod_search_pages_skips_succeeded_and_stops_at_the_first(
     assert found is not None and found["metadata"]["name"] == "b-0"
     assert len(asked) == 2  # the third page was never read
     first = dict(asked[0][0])
-    assert first["labelSelector"] == "ckptdrain.io/inject=true"
+    assert first["labelSelector"] == "ckptdrain.io/inject=true,ckptdrain.io/policy=llama"
     assert first["fieldSelector"] == "status.phase!=Succeeded"
     assert first["limit"] == str(apiserver_reads.POD_PAGE) and "continue" not in first
     assert dict(asked[1][0])["continue"] == "1"
     assert all(0 < t <= 3 for _, t in asked)
-    # Nothing wanted: every page read, None.
+    # Nothing wanted: every page of both reads, None.
     assert apiserver_reads.first_injected_pod("ml", "llama", lambda p: False, deadline) is None
+
+
+def test_the_injected_pod_search_reads_the_policys_pods_then_only_unlabelled_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The apiserver's label selection: pods of other policies are never
+    # read; pods injected before the label was set are found by annotation.
+    labelled = {**_injected("new-0"), "status": {"phase": "Running"}}
+    labelled["metadata"]["labels"] = {"ckptdrain.io/inject": "true",
+                                      "ckptdrain.io/policy": "llama"}
+    old = _injected("old-0")
+    old["metadata"]["labels"] = {"ckptdrain.io/inject": "true"}
+    other = _injected("x-0", "other")
+    other["metadata"]["labels"] = {"ckptdrain.io/inject": "true",
+                                   "ckptdrain.io/policy": "other"}
+    pods = [other, labelled, old]
+    selected: list[str] = []
+
+    def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[str, Any]:
+        selector = dict(query)["labelSelector"]
+        selected.append(selector)
+        wanted = dict(part.split("=") if "=" in part else (part, None)
+                      for part in selector.split(","))
+        return {"metadata": {}, "items": [
+            p for p in pods if all(
+                (p["metadata"]["labels"].get(k) == v) if not k.startswith("!")
+                else k[1:] not in p["metadata"]["labels"] for k, v in wanted.items())]}
+
+    monkeypatch.setattr(apiserver_reads, "get_json", get_json)
+    deadline = time.monotonic() + 3
+    names = {"new-0", "old-0"}
+    found = apiserver_reads.first_injected_pod(
+        "ml", "llama", lambda p: p["metadata"]["name"] in names, deadline)
+    assert found is not None and found["metadata"]["name"] == "new-0"
+    assert selected == ["ckptdrain.io/inject=true,ckptdrain.io/policy=llama"]
+    names.discard("new-0")
+    found = apiserver_reads.first_injected_pod(
+        "ml", "llama", lambda p: p["metadata"]["name"] in names, deadline)
+    assert found is not None and found["metadata"]["name"] == "old-0"
+    assert selected[1:] == ["ckptdrain.io/inject=true,ckptdrain.io/policy=llama",
+                            "ckptdrain.io/inject=true,!ckptdrain.io/policy"]
+    # A name too long for a label: its pods carry none.
+    apiserver_reads.first_injected_pod("ml", "p" * 64, lambda p: True, deadline)
+    assert selected[3:] == ["ckptdrain.io/inject=true,!ckptdrain.io/policy"]
 
 
 def test_the_injected_pod_search_gives_up_at_its_deadline(

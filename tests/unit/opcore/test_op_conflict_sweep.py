@@ -1,7 +1,8 @@
 """admission/conflict_sweep.py against an in-memory apiserver: the pass
-writes at the version it read and keeps what others wrote meanwhile, finds
-overlaps again only when the namespace's selectors changed, and fails (to
-be retried) only after trying every policy."""
+writes at the version it read and keeps what others wrote meanwhile; an
+event compares only its own policy with the others, and only when its
+selector or deletion mark changed; a failed write fails the pass (to be
+retried) only after trying every policy."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from ckptdrain.operator.admission import conflict_sweep
 from ckptdrain.operator.apiserver import kube
-from ckptdrain.operator.policy import conflicts
+from ckptdrain.operator.policy import selectors
 
 LOG = logging.getLogger("test")
 
@@ -64,8 +65,17 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Apiserver:
                       policy("b", {"matchExpressions": [{"key": "app", "operator": "Exists"}]}))
     monkeypatch.setattr(kube, "patch_status_at", found.patch_status_at)
     monkeypatch.setattr(kube, "read_own", found.read_own)
-    monkeypatch.setattr(conflict_sweep, "_found", {})
+    monkeypatch.setattr(conflict_sweep, "_graphs", {})
+    monkeypatch.setattr(conflict_sweep, "_due", {})
     return found
+
+
+def events(server: Apiserver) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Each policy's event as the watch delivers it; the index after them."""
+    index = server.index()
+    for (namespace, _), bodies in index.items():
+        conflict_sweep.observe(namespace, bodies[0])
+    return index
 
 
 def condition(server: Apiserver, name: str, kind: str) -> dict[str, Any] | None:
@@ -75,7 +85,7 @@ def condition(server: Apiserver, name: str, kind: str) -> dict[str, Any] | None:
 
 def test_a_write_that_meets_a_newer_version_reads_again_and_keeps_its_conditions(
         server: Apiserver, monkeypatch: pytest.MonkeyPatch) -> None:
-    index = server.index()  # what the pass reads: a moment old
+    index = events(server)  # what the pass reads: a moment old
     theirs = {"type": "PodsUnprotected", "status": "True", "reason": "Bare"}
     server.touch("a", {"conditions": [theirs]})
     assert conflict_sweep.mark_namespace("ml", index, LOG) == 2  # type: ignore[arg-type]
@@ -85,38 +95,85 @@ def test_a_write_that_meets_a_newer_version_reads_again_and_keeps_its_conditions
     assert condition(server, "b", "Conflicting")["status"] == "True"  # type: ignore[index]
 
 
-def test_overlaps_are_found_again_only_when_the_selectors_change(
+def test_overlaps_are_compared_again_only_when_a_selector_changes(
         server: Apiserver, monkeypatch: pytest.MonkeyPatch) -> None:
-    finds: list[int] = []
-    real = conflicts.find
-    monkeypatch.setattr(conflicts, "find", lambda bodies: finds.append(1) or real(bodies))
-    conflict_sweep.mark_namespace("ml", server.index(), LOG)  # type: ignore[arg-type]
-    assert len(finds) == 1 and server.writes == ["a", "b"]
-    # A status change (sizing, a stall) leaves the overlaps as they were.
+    calls: list[int] = []
+    real = selectors.common
+    monkeypatch.setattr(selectors, "common", lambda *s: calls.append(1) or real(*s))
+    conflict_sweep.mark_namespace("ml", events(server), LOG)  # type: ignore[arg-type]
+    assert len(calls) == 1 and server.writes == ["a", "b"]
+    # A status change (sizing, a stall, the pass's own write) changes nothing.
     server.touch("b", {"phase": "Conflicting", "drainers": 3})
-    index = server.index()
-    body = index[("ml", "b")][0]
-    assert not conflict_sweep.pass_needed("ml", body, index)  # type: ignore[arg-type]
-    conflict_sweep.mark_namespace("ml", index, LOG)  # type: ignore[arg-type]
-    assert len(finds) == 1 and server.writes == ["a", "b"]
+    assert conflict_sweep.observe("ml", server.index()[("ml", "b")][0]) == set()
+    assert len(calls) == 1
     # A status written from an older copy dropped the condition: a pass puts it back.
     server.touch("b", {"conditions": []})
     index = server.index()
-    assert conflict_sweep.pass_needed("ml", index[("ml", "b")][0], index)  # type: ignore[arg-type]
+    assert conflict_sweep.observe("ml", index[("ml", "b")][0]) == {"b"}
     conflict_sweep.mark_namespace("ml", index, LOG)  # type: ignore[arg-type]
-    assert len(finds) == 1 and server.writes == ["a", "b", "b"]
-    # A selector changed: found again, and both clear.
+    assert len(calls) == 1 and server.writes == ["a", "b", "b"]
+    # A selector changed: compared again, and both clear.
     server.objects["b"]["spec"]["selector"] = {"matchLabels": {"app": "y"}}
     index = server.index()
-    assert conflict_sweep.pass_needed("ml", index[("ml", "a")][0], index)  # type: ignore[arg-type]
-    assert conflict_sweep.mark_namespace("ml", index, LOG) == 0  # type: ignore[arg-type]
-    assert len(finds) == 2
+    assert conflict_sweep.observe("ml", index[("ml", "b")][0]) == {"a", "b"}
+    assert conflict_sweep.mark_namespace("ml", index, LOG) == 2  # type: ignore[arg-type]
+    assert len(calls) == 2
     assert condition(server, "a", "Conflicting")["status"] == "False"  # type: ignore[index]
+    # Overlapping again, then one deleted: the other clears, with no comparison.
+    server.objects["b"]["spec"]["selector"] = {"matchLabels": {"app": "x"}}
+    conflict_sweep.observe("ml", server.index()[("ml", "b")][0])
+    conflict_sweep.mark_namespace("ml", server.index(), LOG)  # type: ignore[arg-type]
+    assert condition(server, "a", "Conflicting")["status"] == "True"  # type: ignore[index]
+    gone = server.objects.pop("b")
+    assert conflict_sweep.observe("ml", gone, deleted=True) == {"a"}
+    assert conflict_sweep.mark_namespace("ml", server.index(), LOG) == 1  # type: ignore[arg-type]
+    assert len(calls) == 3
+    assert condition(server, "a", "Conflicting")["status"] == "False"  # type: ignore[index]
+    # Overlapping again, and b deleted while the watch was away (no DELETED
+    # event): the pass does not name a policy that is gone.
+    server.objects["b"] = gone
+    conflict_sweep.observe("ml", server.index()[("ml", "b")][0])
+    conflict_sweep.mark_namespace("ml", server.index(), LOG)  # type: ignore[arg-type]
+    assert condition(server, "a", "Conflicting")["status"] == "True"  # type: ignore[index]
+    del server.objects["b"]
+    server.touch("a", {"conditions": []})  # any later event of a
+    conflict_sweep.observe("ml", server.index()[("ml", "a")][0])
+    conflict_sweep.mark_namespace("ml", server.index(), LOG)  # type: ignore[arg-type]
+    assert condition(server, "a", "Conflicting") is None
+
+
+def test_an_event_among_hundreds_of_policies_compares_its_policy_once_with_each(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(conflict_sweep, "_graphs", {})
+    monkeypatch.setattr(conflict_sweep, "_due", {})
+    n = 400  # every pair compared would be ~80,000 comparisons per event
+    bodies = [policy(f"p{i:04}", {"matchLabels": {"app": f"a{i}"}}) for i in range(n)]
+    for body in bodies:
+        conflict_sweep.observe("ml", body)
+    calls: list[int] = []
+    real = selectors.common
+    monkeypatch.setattr(selectors, "common", lambda *s: calls.append(1) or real(*s))
+    # Its status written (the pass's own write, sizing): no comparison at all.
+    bodies[200]["status"] = {"phase": "Ready", "drainers": 4}
+    assert conflict_sweep.observe("ml", bodies[200]) == set()
+    assert calls == []
+    # Its selector changed to meet p0001's: one comparison with each other.
+    bodies[200]["spec"]["selector"] = {"matchLabels": {"app": "a1"}}
+    assert conflict_sweep.observe("ml", bodies[200]) == {"p0001", "p0200"}
+    assert len(calls) <= n - 1
+    index = {("ml", b["metadata"]["name"]): [b] for b in bodies}
+    assert conflict_sweep.first_overlap("ml", "p0001", index) == (  # type: ignore[arg-type]
+        "p0200", {"app": "a1", "ckptdrain.io/inject": "true"})
 
 
 def test_a_failed_write_fails_the_pass_after_the_others_are_written(
         server: Apiserver) -> None:
     server.fail = {"a"}
+    index = events(server)
     with pytest.raises(kube.ApiException):
-        conflict_sweep.mark_namespace("ml", server.index(), LOG)  # type: ignore[arg-type]
+        conflict_sweep.mark_namespace("ml", index, LOG)  # type: ignore[arg-type]
     assert server.writes == ["b"]
+    # The failed one stays due: the retried pass writes it.
+    server.fail = set()
+    assert conflict_sweep.mark_namespace("ml", server.index(), LOG) == 1  # type: ignore[arg-type]
+    assert server.writes == ["b", "a"]

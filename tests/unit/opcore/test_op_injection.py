@@ -160,11 +160,17 @@ def test_a_derived_rank_is_the_writer_id_and_the_writer_and_policy_labels() -> N
     out = jsonpatch.apply_patch(copy.deepcopy(pod()), ops)
     assert env_of(out["spec"]["initContainers"][2])["CKPTDRAIN_WRITER_ID"] == "5"
     assert env_of(out["spec"]["containers"][0])["CKPTDRAIN_WRITER_ID"] == "5"
-    # Admission finds a rank's holders by both labels (apiserver/reads.writer_selectors).
+    # Admission finds a rank's holders by both labels (apiserver/reads.writer_selectors),
+    # and a policy's live pods by the policy label (apiserver/reads.first_injected_pod).
     assert out["metadata"]["labels"] == {"app": "t", "ckptdrain.io/writer": "5",
-                                         "ckptdrain.io/writer-policy": "llama"}
-    assert "ckptdrain.io/writer" not in injected(pod())["metadata"]["labels"]
-    assert "ckptdrain.io/writer-policy" not in injected(pod())["metadata"]["labels"]
+                                         "ckptdrain.io/writer-policy": "llama",
+                                         "ckptdrain.io/policy": "llama"}
+    assert injected(pod())["metadata"]["labels"] == {"app": "t", "ckptdrain.io/policy": "llama"}
+    # A name longer than a label value: no label, found by annotation instead.
+    long = policy.parse("ml", "p" * 64, SPEC, CFG)
+    out = jsonpatch.apply_patch(copy.deepcopy(pod()),
+                                injection.build_pod_patch(pod(), long, CFG, RATE, rank=5))
+    assert out["metadata"]["labels"] == {"app": "t", "ckptdrain.io/writer": "5"}
 
 
 def test_workload_identity_has_no_keys() -> None:

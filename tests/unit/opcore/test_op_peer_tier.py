@@ -182,7 +182,8 @@ def test_pods_carry_the_policy_label_a_network_policy_selects() -> None:
     assert injected(ON)["metadata"]["labels"] == {
         "app": "t", "ckptdrain.io/writer": "3", "ckptdrain.io/writer-policy": "llama",
         "ckptdrain.io/policy": "llama"}
-    assert "ckptdrain.io/policy" not in injected(OFF)["metadata"]["labels"]
+    # Without the tier too: policy admission reads a policy's pods by it.
+    assert injected(OFF)["metadata"]["labels"]["ckptdrain.io/policy"] == "llama"
     bare = pod()
     del bare["metadata"]["labels"]
     out = jsonpatch.apply_patch(bare, injection.build_pod_patch(bare, ON, CFG, 1e9))

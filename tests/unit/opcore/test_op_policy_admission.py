@@ -251,3 +251,20 @@ def test_an_unreadable_pod_list_refuses_with_503(
     monkeypatch.setattr(apiserver_reads, "first_injected_pod", slow)
     refused = refusal(body("llama"))
     assert refused.code == 503 and "took longer" in str(refused)
+
+
+def test_an_update_leaving_the_spec_alone_or_of_a_policy_being_deleted_is_admitted(
+        cluster: dict[str, Any]) -> None:
+    # Stored under a larger maximum than the one now configured: a spec
+    # admission would refuse today.
+    stored = body("llama", localTier={"path": "/etc"})
+    labelled = {**stored, "metadata": {**stored["metadata"], "labels": {"team": "a"}}}
+    admit(labelled, stored)  # kubectl label, a GitOps annotation
+    going = {**stored, "metadata": {**stored["metadata"], "finalizers": [],
+                                    "deletionTimestamp": "2026-11-29T08:00:00Z"}}
+    admit(going, {**stored, "metadata": {**going["metadata"],
+                                         "finalizers": ["foregroundDeletion"]}})
+    assert cluster["reads"] == []
+    # A spec change of the same stored policy is still checked.
+    moved = body("llama", localTier={"path": "/etc"}, interval="20m")
+    assert refusal(moved, stored).code == 422

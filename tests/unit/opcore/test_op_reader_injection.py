@@ -63,7 +63,7 @@ def test_a_reader_gets_restore_alone_with_the_local_tier_read_only() -> None:
 def test_a_reader_is_labelled_as_one_and_never_as_a_writer() -> None:
     out = injected(rank=2, reader=True, workload_writers=8)
     labels, notes = out["metadata"]["labels"], out["metadata"]["annotations"]
-    assert labels == {"app": "t", "ckptdrain.io/reader": "2"}
+    assert labels == {"app": "t", "ckptdrain.io/reader": "2", "ckptdrain.io/policy": "llama"}
     # No share to seed, no writer count to check: it does not drain.
     assert "ckptdrain.io/bandwidth" not in notes
     assert "ckptdrain.io/workload-writers" not in notes

@@ -161,3 +161,21 @@ def test_every_witness_is_a_label_set_a_pod_can_carry(keys: list[str]) -> None:
     witness = common(selector, {})
     assert witness is not None
     assert all(valid_key(k) and valid_value(v) for k, v in witness.items())
+
+
+def test_a_stored_policy_with_a_selector_admission_now_refuses_still_parses() -> None:
+    # Stored before the syntax checks (Exists with values): admission refuses
+    # it on a spec change, but the operator and pod admission keep using it.
+    from ckptdrain.operator import config
+    from ckptdrain.operator.policy import spec as pol
+
+    selector = {"matchExpressions": [{"key": "app", "operator": "Exists",
+                                      "values": ["llama"]}]}
+    spec = {"selector": selector, "model": {"parameters": "7B"}, "interval": "10m",
+            "localTier": {"path": "/mnt/ckptdrain/n"}, "storage": {"uri": "s3://bucket/p"}}
+    cfg = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+    assert [str(e).split(":")[0] for e in pol.validate(spec, cfg)] == [
+        "spec.selector.matchExpressions[0].values"]
+    parsed = pol.parse("ml", "old", spec, cfg)
+    assert parsed.name == "old"
+    assert selector_matches(selector, {"app": "anything"})

@@ -10,16 +10,22 @@ phase Conflicting; when the overlap ends (a selector changed, one policy
 deleted) the condition turns False and the phase is what the other
 conditions say.
 
-Finding overlaps compares every pair of a namespace's policies, so it runs
-only when what decides them changed (a fingerprint per namespace of the
-names, selectors and deletion marks: policy/conflicts.py) and otherwise
-reuses what the last pass found; a policy event whose stored Conflicting
-condition differs from that (a sizing patch written from an older status
-dropped it) schedules a pass that puts it back. Each write is a status
-patch at the resourceVersion read, retried on a conflict from a fresh read,
-so it never reverts conditions another writer set meanwhile. A failed write
-fails the pass after the namespace's other policies were tried, and the
-Coalescer retries it. Kopf runs event handlers on the active replica only.
+Comparing every pair of a namespace's policies on every event is seconds of
+CPU at a thousand policies, so each namespace keeps its overlap graph
+(policy/conflicts.py Overlaps), updated from each event. An event that left
+the policy's selector and deletion mark as they were (a status write, a
+label) costs a key comparison and a look at its own stored condition (a
+sizing patch written from an older status may have dropped it); one that
+changed them, a new policy or a deleted one, compares that policy with each
+other once. The pass writes only the policies whose condition may have
+changed: it, and those it overlapped before or overlaps now. Each write is
+a status patch at the resourceVersion read, retried on a conflict from a
+fresh read, so it never reverts conditions another writer set meanwhile. A
+failed write fails the pass after the others were tried; the policy stays
+due and the Coalescer retries. Kopf runs event handlers on the active
+replica only. A policy whose DELETED event never came (a watch that
+listed again) is dropped from the graph when a pass finds its overlap
+naming a policy the index no longer holds.
 """
 
 from __future__ import annotations
@@ -43,29 +49,39 @@ PASS_DELAY_S = 0.5
 WRITE_ATTEMPTS = 5
 
 _passes = Coalescer("marking overlapping policies")
-Found = dict[str, conflicts.Overlap | None]
-#: Per namespace: the fingerprint of the last pass and what it found.
-_found: dict[str, tuple[conflicts.Fingerprint, Found]] = {}
-_found_lock = threading.Lock()
+#: Per namespace: its overlap graph, and the policies due a look at their condition.
+_graphs: dict[str, conflicts.Overlaps] = {}
+_due: dict[str, set[str]] = {}
+_lock = threading.Lock()
 
 
-def _bodies(namespace: str, policies: kopf.Index[Any, Any]) -> list[dict[str, Any]]:
-    return [b for key in list(policies) if key[0] == namespace
-            for b in policies.get(key, []) if b]
+def observe(namespace: str, body: dict[str, Any], deleted: bool = False) -> set[str]:
+    """Take one policy event; returns the policies now due a look at their
+    Conflicting condition (and records them as due)."""
+    name = str((body.get("metadata") or {}).get("name") or "")
+    with _lock:
+        graph = _graphs.setdefault(namespace, conflicts.Overlaps())
+        if deleted:
+            touched = graph.remove(name)
+        else:
+            touched = graph.update(name, body)
+            if not touched and _change(body, graph.first(name)) is not None:
+                touched = {name}
+        if touched:
+            _due.setdefault(namespace, set()).update(touched)
+        return touched
 
 
-def overlaps(namespace: str, bodies: list[dict[str, Any]]) -> Found:
-    """Each policy's first overlap: found again only when the namespace's
-    fingerprint changed since the last time."""
-    mark = conflicts.fingerprint(bodies)
-    with _found_lock:
-        last = _found.get(namespace)
-    if last is not None and last[0] == mark:
-        return last[1]
-    found = conflicts.find(bodies)
-    with _found_lock:
-        _found[namespace] = (mark, found)
-    return found
+def first_overlap(namespace: str, name: str,
+                  policies: kopf.Index[Any, Any]) -> conflicts.Overlap | None:
+    """What the graph says `name` overlaps first, among policies the index
+    still holds."""
+    with _lock:
+        graph = _graphs.setdefault(namespace, conflicts.Overlaps())
+        while (overlap := graph.first(name)) is not None \
+                and _body(namespace, overlap[0], policies) is None:
+            _due.setdefault(namespace, set()).update(graph.remove(overlap[0]) - {name})
+        return overlap
 
 
 def _change(body: dict[str, Any], overlap: conflicts.Overlap | None) -> dict[str, Any] | None:
@@ -94,47 +110,51 @@ def _write(namespace: str, body: dict[str, Any], overlap: conflicts.Overlap | No
                        "writes in a row; trying again later")
 
 
+def _body(namespace: str, name: str, policies: kopf.Index[Any, Any]) -> dict[str, Any] | None:
+    # A copy: the index changes under the watch while the pass runs.
+    found = [b for b in list(policies.get((namespace, name), [])) if b]
+    return dict(found[0]) if found else None
+
+
 def mark_namespace(namespace: str, policies: kopf.Index[Any, Any],
                    logger: logging.Logger) -> int:
-    """Set Conflicting on the policies of `namespace` where it is not right;
-    returns how many overlap another. Raises the first failure after trying
-    every policy."""
-    bodies = _bodies(namespace, policies)
-    found = overlaps(namespace, bodies)
+    """Set Conflicting where it is not right on the policies of `namespace`
+    due a look; returns how many it wrote. Raises the first failure after
+    trying every one, leaving the failed ones due."""
+    with _lock:
+        due = _due.pop(namespace, set())
     failed: Exception | None = None
-    for body in bodies:
-        overlap = found.get(body["metadata"]["name"])
+    written = 0
+    for name in sorted(due):
+        body = _body(namespace, name, policies)
+        if body is None:
+            continue  # deleted: its DELETED event updated the others
+        overlap = first_overlap(namespace, name, policies)
         try:
-            if _write(namespace, body, overlap) and overlap is not None:
-                logger.warning("policy %s/%s: %s", namespace, body["metadata"]["name"],
-                               conflicts.message(overlap))
+            if _write(namespace, body, overlap):
+                written += 1
+                if overlap is not None:
+                    logger.warning("policy %s/%s: %s", namespace, name,
+                                   conflicts.message(overlap))
         except (kube.ApiException, RuntimeError) as error:
             failed = failed or error
+            with _lock:
+                _due.setdefault(namespace, set()).add(name)
     if failed is not None:
         raise failed
-    return sum(1 for o in found.values() if o is not None)
-
-
-def pass_needed(namespace: str, body: dict[str, Any], policies: kopf.Index[Any, Any]) -> bool:
-    """Whether a policy event calls for a pass: its namespace's fingerprint
-    changed since the last, or the policy's stored condition is not what
-    the last pass found."""
-    mark = conflicts.fingerprint(_bodies(namespace, policies))
-    with _found_lock:
-        last = _found.get(namespace)
-    if last is None or last[0] != mark:
-        return True
-    name = (body.get("metadata") or {}).get("name")
-    return _change(body, last[1].get(str(name))) is not None
+    return written
 
 
 @kopf.on.event(*POLICIES)
-def checkpointpolicy_conflicts(namespace: str, body: kopf.Body, logger: logging.Logger,
+def checkpointpolicy_conflicts(namespace: str, body: kopf.Body, event: kopf.RawEvent,
+                               logger: logging.Logger,
                                checkpointpolicy_index: kopf.Index[Any, Any],
                                **_: Any) -> None:
-    """A policy came, changed or went: look at its namespace's overlaps soon,
-    if anything that decides them (or its own condition) is not as last seen."""
-    if pass_needed(namespace, dict(body), checkpointpolicy_index):
+    """A policy came, changed or went: if its selector or deletion mark
+    changed (or its own condition is not what the graph says), mark the
+    policies concerned soon."""
+    deleted = (event or {}).get("type") == "DELETED"
+    if observe(namespace, dict(body), deleted):
         _passes.schedule(namespace,
                          lambda: mark_namespace(namespace, checkpointpolicy_index, logger),
                          logger, PASS_DELAY_S)

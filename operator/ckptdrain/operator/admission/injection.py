@@ -257,9 +257,11 @@ def _metadata_ops(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         if policy_labelled(policy.name):
             # What admission finds a rank's holders by (apiserver/reads.writer_selectors).
             labels[LABEL_WRITER_POLICY] = policy.name
-    if policy.peer.enabled:
-        # What a NetworkPolicy selects to let only this policy's pods reach
-        # each other's peer port (docs/peer-tier.md).
+    if policy.peer.enabled or policy_labelled(policy.name):
+        # What policy admission finds this policy's live pods by
+        # (apiserver/reads.first_injected_pod), and what a NetworkPolicy
+        # selects to let only this policy's pods reach each other's peer
+        # port (docs/peer-tier.md).
         labels[LABEL_POLICY] = policy.name
     if labels and pod.get("metadata", {}).get("labels") is None:
         ops.append({"op": "add", "path": "/metadata/labels", "value": labels})

@@ -14,6 +14,11 @@ admission process (admission/process.py) and Kopf's server
    values (a policy deleted and created again, as `kubectl replace --force`
    does); refused naming one pod, with the way to move.
 
+An UPDATE that leaves the spec alone (labels, annotations, finalizers) or
+of a policy being deleted is admitted unchecked: its spec was admitted
+before, and refusing it under a maximum lowered since would leave the
+object stuck (a finalizer never removed, a deletion never ending).
+
 Refusals are 403 (the request is well formed, but not allowed now) or 422
 (the spec itself is wrong), never 409: kubectl takes 409 for a write race,
 retries it, and with --force deletes and recreates the object.
@@ -80,10 +85,16 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
     spec = spec if isinstance(spec, Mapping) else {}
     name = str(meta.get("name") or "")
     namespace = namespace or str(meta.get("namespace") or "")
-    validate_policy(spec, name, cfg)
-    deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
     old_spec = (old or {}).get("spec")
     old_spec = old_spec if isinstance(old_spec, Mapping) else None
+    if old is not None and (meta.get("deletionTimestamp") or old_spec == spec):
+        # Metadata or finalizers only (a label, a GitOps annotation, the
+        # garbage collector removing its finalizer), or any update of a
+        # policy being deleted: the spec was admitted before, and refusing
+        # it now (a maximum lowered since) would leave the object stuck.
+        return
+    validate_policy(spec, name, cfg)
+    deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
     selector = spec.get("selector")
     if old_spec is None or old_spec.get("selector") != selector:
         await _refuse_overlap(name, namespace,

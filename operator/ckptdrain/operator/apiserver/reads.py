@@ -24,6 +24,7 @@ from ckptdrain.contract.api import (
     ANNOTATION_POLICY,
     GROUP,
     LABEL_INJECT,
+    LABEL_POLICY,
     LABEL_WRITER,
     LABEL_WRITER_POLICY,
     POLICIES,
@@ -196,22 +197,47 @@ def _left(deadline: float, what: str) -> float:
     return left
 
 
+def injected_pod_selectors(policy: str) -> list[str]:
+    """The label selectors that together find every pod `policy` injected:
+    its own label when its name fits one, then the opted-in pods carrying
+    no policy label (injected before pods were labelled, or for a name too
+    long for a label), which shrink to none as such pods end. Never every
+    opted-in pod of the namespace: thousands of them would not be read
+    within an admission's budget."""
+    unlabelled = f"{LABEL_INJECT}=true,!{LABEL_POLICY}"
+    if not policy_labelled(policy):
+        return [unlabelled]
+    return [f"{LABEL_INJECT}=true,{LABEL_POLICY}={policy}", unlabelled]
+
+
 def first_injected_pod(namespace: str, policy: str, wanted: Callable[[dict[str, Any]], bool],
                        deadline: float) -> dict[str, Any] | None:
     """The first pod `policy` injected (opted in with `ckptdrain.io/inject=true`,
     annotated as injected by it), not Succeeded, for which `wanted(pod)`
     holds; None when there is none. Read from etcd (no watch cache: a refusal
-    rests on it), POD_PAGE pods a page, stopping at the first; raises
-    ReadFailed when `deadline` (time.monotonic()) passes first."""
+    rests on it), POD_PAGE pods a page, by injected_pod_selectors in turn,
+    stopping at the first; raises ReadFailed when `deadline`
+    (time.monotonic()) passes first."""
+    for selector in injected_pod_selectors(policy):
+        found = _first_pod(namespace, selector, policy, wanted, deadline)
+        if found is not None:
+            return found
+    return None
+
+
+def _first_pod(namespace: str, selector: str, policy: str,
+               wanted: Callable[[dict[str, Any]], bool],
+               deadline: float) -> dict[str, Any] | None:
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
     # A Succeeded pod never writes again: the apiserver leaves it out.
-    query = [("labelSelector", f"{LABEL_INJECT}=true"),
+    query = [("labelSelector", selector),
              ("fieldSelector", "status.phase!=Succeeded"), ("limit", str(POD_PAGE))]
     token = ""
     while True:
         found = get_json(path, [*query, *([("continue", token)] if token else [])],
                          _left(deadline, f"listing the pods of {namespace}"))
         for pod in found.get("items") or []:
+            # The annotation decides: a label is the user's to edit.
             notes = (pod.get("metadata") or {}).get("annotations") or {}
             if notes.get(ANNOTATION_POLICY) == policy \
                     and notes.get(ANNOTATION_INJECTED) == "true" and wanted(pod):

@@ -61,25 +61,80 @@ def find(bodies: Sequence[Mapping[str, Any]]) -> dict[str, Overlap | None]:
     """For each policy of one namespace, the first other it overlaps (None:
     none). Overlap is symmetric: both policies of a pair name one another
     (or a third they overlap first)."""
-    found: dict[str, Overlap | None] = {}
+    graph = Overlaps()
     for body in bodies:
-        selector = (body.get("spec") or {}).get("selector")
-        found[_name(body)] = first_overlap(
-            _name(body), selector, bodies) if isinstance(selector, Mapping) else None
-    return found
+        graph.update(_name(body), body)
+    return {_name(body): graph.first(_name(body)) for body in bodies}
 
 
-#: What decides a namespace's overlaps: each policy's name, selector and
+#: What decides a policy's overlaps: its selector (comparable text) and
 #: whether it is being deleted. Status changes leave it alone.
-Fingerprint = tuple[tuple[str, str, bool], ...]
+Key = tuple[str, bool]
 
 
-def fingerprint(bodies: Sequence[Mapping[str, Any]]) -> Fingerprint:
-    """The part of a namespace's policies `find` reads, comparable: the same
-    fingerprint, the same overlaps."""
-    return tuple(sorted(
-        (_name(b), json.dumps((b.get("spec") or {}).get("selector"), sort_keys=True),
-         bool((b.get("metadata") or {}).get("deletionTimestamp"))) for b in bodies))
+def key_of(body: Mapping[str, Any]) -> Key:
+    return (json.dumps((body.get("spec") or {}).get("selector"), sort_keys=True),
+            bool((body.get("metadata") or {}).get("deletionTimestamp")))
+
+
+class Overlaps:
+    """Which policies of one namespace overlap which, kept up to date one
+    policy at a time: an event whose selector and deletion mark are as last
+    seen costs one comparison of keys; one that changed them compares that
+    policy with each other once (never every pair, which at a thousand
+    policies is seconds of CPU per event). Not thread-safe: the caller
+    holds a lock."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, Key] = {}
+        self._selectors: dict[str, Mapping[str, Any] | None] = {}
+        #: name -> each other it overlaps -> a label set both pick (both ways).
+        self._pairs: dict[str, dict[str, dict[str, str]]] = {}
+
+    def update(self, name: str, body: Mapping[str, Any]) -> set[str]:
+        """Take the policy's current body; returns the policies whose first
+        overlap may have changed (it and those it overlapped before or
+        overlaps now), empty when its key did not change."""
+        key = key_of(body)
+        if self._keys.get(name) == key:
+            return set()
+        touched = self._drop(name) | {name}
+        selector = (body.get("spec") or {}).get("selector")
+        selector = selector if isinstance(selector, Mapping) else None
+        self._keys[name], self._selectors[name] = key, selector
+        mine: dict[str, dict[str, str]] = {}
+        for other, theirs in self._selectors.items() if selector is not None else ():
+            if other == name or theirs is None:
+                continue
+            try:
+                witness = selectors.common(selector, theirs, OPTED_IN)
+            except ValueError:  # a malformed selector stored before picks nothing
+                continue
+            if witness is not None:
+                mine[other] = witness
+                self._pairs.setdefault(other, {})[name] = witness
+        self._pairs[name] = mine
+        return touched | set(mine)
+
+    def remove(self, name: str) -> set[str]:
+        """Forget a deleted policy; returns those it overlapped."""
+        self._keys.pop(name, None)
+        self._selectors.pop(name, None)
+        return self._drop(name)
+
+    def first(self, name: str) -> Overlap | None:
+        """The first other (by name) `name` overlaps, with a label set both pick."""
+        pairs = self._pairs.get(name)
+        if not pairs:
+            return None
+        other = min(pairs)
+        return other, pairs[other]
+
+    def _drop(self, name: str) -> set[str]:
+        before = self._pairs.pop(name, {})
+        for other in before:
+            self._pairs.get(other, {}).pop(name, None)
+        return set(before)
 
 
 def labels_text(labels: Mapping[str, str]) -> str:

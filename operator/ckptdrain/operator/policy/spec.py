@@ -183,9 +183,10 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     if not isinstance(spec.get("selector"), Mapping):
         r.fail("selector", "a label selector (matchLabels / matchExpressions)",
                spec.get("selector"))
-    else:
+    elif strict:
         # A selector no pod can satisfy as written would also give overlap
-        # checks a witness no pod can carry.
+        # checks a witness no pod can carry. Admission only: a policy stored
+        # before these checks keeps parsing (and injecting) as it did.
         for path, expected, seen in selectors.problems(spec["selector"]):
             r.fail(path, expected, seen)
     params = r.get("model.parameters", units.parse_count, None)
