@@ -152,10 +152,32 @@ def test_the_policy_status_says_its_amounts_were_clamped() -> None:
     s = sizing.compute(policy.parse("ml", "p", SPEC, CFG).sizing_input)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     note = "spec.resources.agent.requests.cpu: 4 is above the platform's max (2); 2 is used"
-    degraded = status.for_sizing(s, 1, now, resource_notes=(note,))["conditions"][1]
-    assert (degraded["type"], degraded["status"], degraded["reason"], degraded["message"]) \
-        == ("Degraded", "True", "ResourcesClamped", note)
-    assert status.for_sizing(s, 1, now)["conditions"][1]["status"] == "False"
+    clamped = status.for_sizing(s, 1, now, resource_notes=(note,))
+    adjusted = _condition(clamped, "ResourcesAdjusted")
+    assert (adjusted["status"], adjusted["reason"], adjusted["message"]) \
+        == ("True", "ResourcesClamped", note)
+    # Degraded is the stall watchdog's (its alert's runbook is about drains).
+    assert _condition(clamped, "Degraded")["status"] == "False"
+    assert _condition(status.for_sizing(s, 1, now), "ResourcesAdjusted")["status"] == "False"
+
+
+def test_a_clamp_and_a_stall_do_not_erase_each_other() -> None:
+    s = sizing.compute(policy.parse("ml", "p", SPEC, CFG).sizing_input)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    note = "spec.resources.agent.requests.cpu: 4 is above the platform's max (2); 2 is used"
+    clamped = status.for_sizing(s, 1, now, resource_notes=(note,))
+    stall = status.with_stall(clamped, "no checkpoint for 1h", 1, now)
+    assert stall is not None and stall["phase"] == "Stalled"
+    assert _condition(stall, "ResourcesAdjusted")["message"] == note  # the stall kept it
+    resized = status.for_sizing(s, 1, now, stall["conditions"], resource_notes=(note,))
+    assert _condition(resized, "Degraded")["reason"] == "DrainStalled"  # sizing kept it
+    assert resized["phase"] == "Stalled"
+    healed = status.with_stall(resized, None, 1, now)
+    assert healed is not None and _condition(healed, "ResourcesAdjusted")["status"] == "True"
+
+
+def _condition(st: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in st["conditions"] if c["type"] == kind)
 
 
 @pytest.mark.parametrize("raw", [{"peer": {"limits": {"ephemeral-storage": "1Gi"}}},
