@@ -119,6 +119,28 @@ def test_a_max_lowered_under_a_stored_policy_clamps_and_warns_at_pod_admission()
     assert policy.parse("ml", "p", GREEDY, with_platform(RAISED)).resource_notes == ()
 
 
+def test_a_qos_change_falls_back_to_the_platforms_guaranteed_amount_at_pod_admission(
+        ) -> None:
+    """Admitted under Burstable with guaranteed.cpu 0; the platform then
+    moves to MatchPod: refused at the policy's own admission, but its pods
+    get the platform's amount, with a warning, rather than no pods at all."""
+    spec = {**SPEC, "writers": 1, "resources": {"agent": {"guaranteed": {"cpu": "0"}}}}
+    assert policy.validate(spec, with_platform({"qos": "Burstable"})) == []
+    matchpod = with_platform({"qos": "MatchPod"})
+    assert [e.field for e in policy.validate(spec, matchpod)] \
+        == ["spec.resources.agent.guaranteed.cpu"]
+    note = ("spec.resources.agent.guaranteed.cpu: 0 is not above 0, which qos MatchPod "
+            "needs; the platform's 1 is used")
+    p = policy.parse("ml", "p", spec, matchpod)
+    assert p.resource_notes == (note,)
+    body = pod({"requests": EQUAL, "limits": EQUAL})
+    assert inject(body, p, matchpod)["ckptdrain-agent"]["requests"]["cpu"] == "1"
+    body["spec"]["terminationGracePeriodSeconds"] = 3600
+    ops, warnings = _admit(body, spec, matchpod)
+    assert any(op["path"] == "/spec/initContainers" for op in ops)
+    assert f"ckptdrain: policy p: {note}" in warnings
+
+
 def test_a_platform_request_raised_over_a_policys_limit_raises_the_limit() -> None:
     spec = {**SPEC, "resources": {"restore": {"limits": {"memory": "512Mi"}}}}
     assert policy.validate(spec, CFG) == []
