@@ -26,6 +26,15 @@ def _create(cluster: Cluster, namespace: str, body: dict[str, Any]) -> Any:
                            input=json.dumps(body), check=False)
 
 
+def _objects(text: str) -> list[dict[str, Any]]:
+    """What `kubectl create -o json` prints for a List: one document per object."""
+    decoder, out, at = json.JSONDecoder(), [], 0
+    while text[at:].strip():
+        obj, at = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+        out.append(obj)
+    return out
+
+
 def _events(cluster: Cluster, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
     return list(get(cluster, namespace, "events", "--field-selector",
                     f"involvedObject.kind={kind},involvedObject.name={name},"
@@ -90,14 +99,17 @@ def test_flag_admits_it_bare_and_flags_the_pod_and_its_job(
         flagging.start()
         apply(policy("llama"))
         job = _job(cluster, namespace, "train", "lama")
-        made = _create(cluster, namespace, _owned_pod("train-0", "lama", job))
+        # Both pods in one call, as a Job controller creates them: the sweep
+        # (0.5 s after the first) sees both, and its Job Event counts both.
+        made = _create(cluster, namespace, {"apiVersion": "v1", "kind": "List", "items": [
+            _owned_pod("train-0", "lama", job), _owned_pod("train-1", "lama", job)]})
         assert made.returncode == 0, made.stderr
-        second = _create(cluster, namespace, _owned_pod("train-1", "lama", job))
-        assert second.returncode == 0, second.stderr
         assert f"no CheckpointPolicy in {namespace} selects this pod; not injected" \
             in made.stderr  # the admission warning
-        assert "ckptdrain.io/injected" not in (
-            json.loads(made.stdout)["metadata"].get("annotations") or {})
+        items = _objects(made.stdout)
+        assert [i["metadata"]["name"] for i in items] == ["train-0", "train-1"]
+        assert all("ckptdrain.io/injected" not in (i["metadata"].get("annotations") or {})
+                   for i in items)
 
         on_pod = wait_for(lambda: _events(cluster, namespace, "Pod", "train-0"),
                           what="an Unselected Event on the pod")

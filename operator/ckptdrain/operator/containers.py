@@ -219,6 +219,24 @@ def clamp(field_path: str, res: Resources, notes: list[str]) -> Resources:
     return replace(res, **cut)
 
 
+def qos_fallback(field_path: str, res: Resources, platform: Resources, qos: str,
+                 notes: list[str]) -> Resources:
+    """`res` with each guaranteed amount that `qos` refuses (a policy
+    admitted under Burstable, whose qos changed since) replaced by the
+    platform's own (checked against its qos when it was read), each change
+    noted naming its field: the pods keep their containers."""
+    refused = {p.field.rsplit(".", 1)[1] for p in qos_problems(field_path, res, qos)}
+    guaranteed = dict(res.guaranteed)
+    for name in sorted(refused):
+        fallback = platform.guaranteed.get(name)
+        if fallback is None or _amount(fallback) <= 0:
+            continue  # nothing to fall back to: qos_problems names it
+        notes.append(f"{field_path}.guaranteed.{name}: {guaranteed.get(name)} is not above 0, "
+                     f"which qos {qos} needs; the platform's {fallback} is used")
+        guaranteed[name] = fallback
+    return replace(res, guaranteed=guaranteed)
+
+
 def read_platform(field_path: str, raw: object) -> Containers:
     """The platform's block, checked whole; raises one InvalidInput listing
     every problem, each naming its field under `field_path`."""
@@ -272,8 +290,9 @@ def merge(field_path: str, platform: Containers, raw: object,
     """The platform's block with a policy's overrides (`raw`, at
     `field_path`, e.g. spec.resources) applied; every problem appended.
     Without `notes` (a policy's own admission) an amount beyond the
-    platform's bounds is a problem; with them (a pod's admission, where the
-    platform may have changed since) it is clamped and noted."""
+    platform's bounds, or a guaranteed amount its qos refuses, is a problem;
+    with them (a pod's admission, where the platform may have changed since)
+    it is clamped, or the platform's guaranteed amount used, and noted."""
     if raw is None:
         return platform
     if not isinstance(raw, Mapping):
@@ -297,6 +316,8 @@ def merge(field_path: str, platform: Containers, raw: object,
             problems += bound_problems(f"{field_path}.{key}", effective, base.max, asked)
         else:
             effective = clamp(f"{field_path}.{key}", effective, notes)
+            effective = qos_fallback(f"{field_path}.{key}", effective, base, platform.qos,
+                                     notes)
         problems += qos_problems(f"{field_path}.{key}", effective, platform.qos)
         merged[key] = effective
     return replace(platform, **merged)

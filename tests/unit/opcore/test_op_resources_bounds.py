@@ -119,6 +119,28 @@ def test_a_max_lowered_under_a_stored_policy_clamps_and_warns_at_pod_admission()
     assert policy.parse("ml", "p", GREEDY, with_platform(RAISED)).resource_notes == ()
 
 
+def test_a_qos_change_falls_back_to_the_platforms_guaranteed_amount_at_pod_admission(
+        ) -> None:
+    """Admitted under Burstable with guaranteed.cpu 0; the platform then
+    moves to MatchPod: refused at the policy's own admission, but its pods
+    get the platform's amount, with a warning, rather than no pods at all."""
+    spec = {**SPEC, "writers": 1, "resources": {"agent": {"guaranteed": {"cpu": "0"}}}}
+    assert policy.validate(spec, with_platform({"qos": "Burstable"})) == []
+    matchpod = with_platform({"qos": "MatchPod"})
+    assert [e.field for e in policy.validate(spec, matchpod)] \
+        == ["spec.resources.agent.guaranteed.cpu"]
+    note = ("spec.resources.agent.guaranteed.cpu: 0 is not above 0, which qos MatchPod "
+            "needs; the platform's 1 is used")
+    p = policy.parse("ml", "p", spec, matchpod)
+    assert p.resource_notes == (note,)
+    body = pod({"requests": EQUAL, "limits": EQUAL})
+    assert inject(body, p, matchpod)["ckptdrain-agent"]["requests"]["cpu"] == "1"
+    body["spec"]["terminationGracePeriodSeconds"] = 3600
+    ops, warnings = _admit(body, spec, matchpod)
+    assert any(op["path"] == "/spec/initContainers" for op in ops)
+    assert f"ckptdrain: policy p: {note}" in warnings
+
+
 def test_a_platform_request_raised_over_a_policys_limit_raises_the_limit() -> None:
     spec = {**SPEC, "resources": {"restore": {"limits": {"memory": "512Mi"}}}}
     assert policy.validate(spec, CFG) == []
@@ -152,10 +174,32 @@ def test_the_policy_status_says_its_amounts_were_clamped() -> None:
     s = sizing.compute(policy.parse("ml", "p", SPEC, CFG).sizing_input)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     note = "spec.resources.agent.requests.cpu: 4 is above the platform's max (2); 2 is used"
-    degraded = status.for_sizing(s, 1, now, resource_notes=(note,))["conditions"][1]
-    assert (degraded["type"], degraded["status"], degraded["reason"], degraded["message"]) \
-        == ("Degraded", "True", "ResourcesClamped", note)
-    assert status.for_sizing(s, 1, now)["conditions"][1]["status"] == "False"
+    clamped = status.for_sizing(s, 1, now, resource_notes=(note,))
+    adjusted = _condition(clamped, "ResourcesAdjusted")
+    assert (adjusted["status"], adjusted["reason"], adjusted["message"]) \
+        == ("True", "ResourcesClamped", note)
+    # Degraded is the stall watchdog's (its alert's runbook is about drains).
+    assert _condition(clamped, "Degraded")["status"] == "False"
+    assert _condition(status.for_sizing(s, 1, now), "ResourcesAdjusted")["status"] == "False"
+
+
+def test_a_clamp_and_a_stall_do_not_erase_each_other() -> None:
+    s = sizing.compute(policy.parse("ml", "p", SPEC, CFG).sizing_input)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    note = "spec.resources.agent.requests.cpu: 4 is above the platform's max (2); 2 is used"
+    clamped = status.for_sizing(s, 1, now, resource_notes=(note,))
+    stall = status.with_stall(clamped, "no checkpoint for 1h", 1, now)
+    assert stall is not None and stall["phase"] == "Stalled"
+    assert _condition(stall, "ResourcesAdjusted")["message"] == note  # the stall kept it
+    resized = status.for_sizing(s, 1, now, stall["conditions"], resource_notes=(note,))
+    assert _condition(resized, "Degraded")["reason"] == "DrainStalled"  # sizing kept it
+    assert resized["phase"] == "Stalled"
+    healed = status.with_stall(resized, None, 1, now)
+    assert healed is not None and _condition(healed, "ResourcesAdjusted")["status"] == "True"
+
+
+def _condition(st: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in st["conditions"] if c["type"] == kind)
 
 
 @pytest.mark.parametrize("raw", [{"peer": {"limits": {"ephemeral-storage": "1Gi"}}},

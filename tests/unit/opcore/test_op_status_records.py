@@ -164,10 +164,10 @@ def test_writers_condition_is_written_once_and_kept_by_sizing() -> None:
     after = {**base, **change}
     assert cond(after, "WritersConsistent")["reason"] == "DuplicateWriter"
     assert status.with_writers(after, check, 1, NOW) is None  # unchanged: no write
-    # Re-sizing rewrites its own three conditions and keeps this one.
+    # Re-sizing rewrites its own four conditions and keeps this one.
     resized = status.for_sizing(sized(), 2, NOW, after["conditions"])
     assert cond(resized, "WritersConsistent")["status"] == "False"
-    assert len(resized["conditions"]) == 4
+    assert len(resized["conditions"]) == 5
     # Nothing sized yet: nothing to attach the condition to.
     assert status.with_writers({}, check, 1, NOW) is None
 

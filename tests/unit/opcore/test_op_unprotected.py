@@ -45,9 +45,9 @@ def test_the_sizing_writer_and_the_sweep_keep_each_others_conditions() -> None:
     sized = st.for_sizing(compute(SizingInput(parameters=1e9, interval_s=900)), 1, NOW,
                           flagged["conditions"])
     assert {c["type"] for c in sized["conditions"]} == {
-        st.READY, st.DEGRADED, st.CONSTRAINED, st.UNPROTECTED}
+        st.READY, st.DEGRADED, st.CONSTRAINED, st.ADJUSTED, st.UNPROTECTED}
     invalid = st.for_invalid("bad", 2, NOW, sized["conditions"])
     assert _cond(invalid, st.UNPROTECTED)["status"] == "True"
     again = st.with_unprotected(sized, [], 1, NOW) or {}
     assert {c["type"] for c in again["conditions"]} == {
-        st.READY, st.DEGRADED, st.CONSTRAINED, st.UNPROTECTED}
+        st.READY, st.DEGRADED, st.CONSTRAINED, st.ADJUSTED, st.UNPROTECTED}

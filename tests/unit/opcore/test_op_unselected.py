@@ -264,6 +264,9 @@ def test_the_periodic_sweep_survives_any_failure(
         if len(passes) == 1:
             raise ValueError("something no one foresaw")
         done.set()
+        # Hold the (daemon) loop here: once the patch is undone it would run
+        # the real pass every 10 ms, as a standby, and drop later tests' gauges.
+        threading.Event().wait()
 
     monkeypatch.setattr(sweep, "_periodic_pass", periodic_pass)
     monkeypatch.setattr(sweep, "_periodic_started", threading.Event())
@@ -296,8 +299,14 @@ def test_an_injected_pod_whose_policy_was_deleted_is_flagged_until_it_is_back(
                          sweep.BarePod("kept-0", "u-k", {}, policy="kept")]}
     policies: dict[tuple[str, str], list[dict[str, Any]]] = {
         ("gone", "kept"): [policy("kept", "kept")]}
-    # No bare pod anywhere: the periodic pass still finds the namespace.
-    sweep._periodic_pass({}, policies, LOG, injected)
+    clock = [1000.0]
+    monkeypatch.setattr(sweep, "_clock", lambda: clock[0])
+    # No bare pod anywhere: the periodic pass still finds the namespace; the
+    # policy has just gone missing, a replace may bring it back.
+    sweep._periodic_pass({}, policies, LOG, injected, orphan_grace_s=30)
+    assert posted == []
+    clock[0] += 30  # missing for a whole period: flagged
+    sweep._periodic_pass({}, policies, LOG, injected, orphan_grace_s=30)
     assert sorted(e[3] for e in posted) == ["train", "train-0", "train-1"]
     on_pod = next(e[5] for e in posted if e[3] == "train-0")
     assert on_pod.startswith("labelled ckptdrain.io/inject=true and injected for "
@@ -308,9 +317,53 @@ def test_an_injected_pod_whose_policy_was_deleted_is_flagged_until_it_is_back(
     assert gauge("gone") == 2
     # The policy is back: nothing more to flag, the series goes.
     policies[("gone", "llama")] = [policy("llama", "llama")]
-    sweep._periodic_pass({}, policies, LOG, injected)
+    sweep._periodic_pass({}, policies, LOG, injected, orphan_grace_s=30)
     assert gauge("gone") is None
     assert len(posted) == 3
+
+
+def test_a_policy_replaced_within_the_grace_flags_nothing(
+        posted: Posted, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kubectl replace --force: DELETED, a fast sweep, then the policy again."""
+    clock = [0.0]
+    monkeypatch.setattr(sweep, "_clock", lambda: clock[0])
+    injected = {"rp": [sweep.BarePod("train-0", "u-r0", {}, policy="llama")]}
+    back = {("rp", "llama"): [policy("llama", "llama")]}
+    sweep.sweep_namespace("rp", {}, {}, LOG, injected, orphan_grace_s=30)  # deleted
+    clock[0] += 2
+    sweep.sweep_namespace("rp", {}, back, LOG, injected, orphan_grace_s=30)  # re-created
+    # Deleted again later: the grace starts over, it does not count from the first.
+    clock[0] += 60
+    sweep.sweep_namespace("rp", {}, {}, LOG, injected, orphan_grace_s=30)
+    assert posted == [] and gauge("rp") is None
+    clock[0] += 30
+    sweep.sweep_namespace("rp", {}, {}, LOG, injected, orphan_grace_s=30)
+    assert [e[3] for e in posted] == ["train-0"] and gauge("rp") == 1
+
+
+def test_a_policy_whose_status_write_fails_stops_neither_the_others_nor_the_unselected(
+        posted: Posted, monkeypatch: pytest.MonkeyPatch) -> None:
+    patched: list[str] = []
+
+    def patch_status(plural: str, namespace: str, name: str, change: Any) -> None:
+        if name == "broken":
+            raise sweep.kube.ApiException(status=500, reason="etcd timeout")
+        patched.append(name)
+
+    monkeypatch.setattr(sweep.kube, "patch_status", patch_status)
+    pods = {"pf": [sweep.BarePod("a-0", "u-pa", {"app": "a"}),
+                   sweep.BarePod("b-0", "u-pb", {"app": "b"}),
+                   sweep.BarePod("lone-0", "u-pl", {"app": "none"})]}
+    policies = {("pf", "broken"): [policy("broken", "a")], ("pf", "fine"): [policy("fine", "b")]}
+    assert sweep.sweep_namespace("pf", pods, policies, LOG) == {"broken": 1, "fine": 1}
+    assert patched == ["fine"]
+    assert sorted((e[0], e[3]) for e in posted) == [
+        ("Unprotected", "b-0"), ("Unselected", "lone-0")]
+    assert gauge("pf") == 1
+    # The failed policy's pod gets its Event when the write goes through.
+    monkeypatch.setattr(sweep.kube, "patch_status", lambda *args: None)
+    sweep.sweep_namespace("pf", pods, policies, LOG)
+    assert ("Unprotected", "a-0") in [(e[0], e[3]) for e in posted]
 
 
 def test_the_injected_index_holds_live_pods_with_their_policy() -> None:

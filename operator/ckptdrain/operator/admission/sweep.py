@@ -17,7 +17,9 @@ Warning Event, and its controller (a Job, a ReplicaSet: where someone looks
 when pods are created by a controller) gets one for all its pods
 (admission/unselected_events.py posts them, outside the sweep's lock); they
 count in `ckptdrain_unselected_pods`, whose series goes when the namespace
-has none left.
+has none left. An injected pod is flagged only once its policy has been
+missing for one watchdog period: a policy deleted and created again
+(`kubectl replace --force`, a GitOps replace) is back before then.
 
 Pods reach the operator by a server-side label selector (handlers.py sets
 it), so only opted-in pods are listed and watched. The sweep runs on pod
@@ -106,7 +108,7 @@ def pod_unprotected_event(namespace: str, memo: kopf.Memo, logger: logging.Logge
     _start_periodic(memo.config, unprotected_index, checkpointpolicy_index, logger,
                     injected_pods_index)
     _schedule(namespace, unprotected_index, checkpointpolicy_index, logger,
-              injected_pods_index)
+              injected_pods_index, memo.config.watchdog_s)
 
 
 @kopf.on.event(*POLICIES)
@@ -120,7 +122,7 @@ def policy_swept_event(type: str | None, namespace: str, memo: kopf.Memo,
                     injected_pods_index)
     if type in ("ADDED", "DELETED"):
         _schedule(namespace, unprotected_index, checkpointpolicy_index, logger,
-                  injected_pods_index)
+                  injected_pods_index, memo.config.watchdog_s)
 
 
 # -- the sweep ----------------------------------------------------------------
@@ -128,15 +130,22 @@ def policy_swept_event(type: str | None, namespace: str, memo: kopf.Memo,
 _warned: set[str] = set()  # pod uids with an Event posted; pruned to live ones
 _gauged: set[tuple[str, str]] = set()  # (namespace, policy) with a gauge value
 _unselected_gauged: set[str] = set()  # namespaces with an unselected-pods gauge value
+#: (namespace, policy) → when a sweep first found injected pods of it missing.
+_missing_since: dict[tuple[str, str], float] = {}
+_clock = time.monotonic
+#: How long a policy must be missing before its injected pods are flagged
+#: (the operator passes CKPTDRAIN_WATCHDOG_PERIOD; this is its default).
+ORPHAN_GRACE_S = 30.0
 _lock = threading.Lock()
 
 
 def sweep_namespace(namespace: str, pods_index: kopf.Index[str, BarePod],
                     policies: kopf.Index[Any, Any], logger: logging.Logger,
-                    injected: kopf.Index[str, BarePod] | None = None) -> dict[str, int]:
+                    injected: kopf.Index[str, BarePod] | None = None,
+                    orphan_grace_s: float = ORPHAN_GRACE_S) -> dict[str, int]:
     """Flag the bare pods of one namespace, those no policy selects too, and
-    the injected pods whose policy is gone; returns {policy: count of its
-    bare pods}."""
+    the injected pods whose policy is gone (for `orphan_grace_s`); returns
+    {policy: count of its bare pods}."""
     bare = [p for p in list(pods_index.get(namespace, [])) if p is not None]
     bodies = [b for key in list(policies) if key[0] == namespace
               for b in policies.get(key, []) if b]
@@ -150,22 +159,20 @@ def sweep_namespace(namespace: str, pods_index: kopf.Index[str, BarePod],
             counts[meta["name"]] = len(chosen)
             metrics.UNPROTECTED_PODS.labels(namespace, meta["name"]).set(len(chosen))
             _gauged.add((namespace, meta["name"]))
-            change = st.with_unprotected(body.get("status") or {},
-                                         [p.name for p in chosen], meta.get("generation"), now)
-            if change is not None:
-                kube.patch_status(api.POLICIES, namespace, meta["name"], change)
-            for p in chosen:
-                if p.uid not in _warned:
-                    _warn(namespace, p, meta["name"])
-                    _warned.add(p.uid)
-                    logger.warning("pod %s/%s runs without injection (policy %s)",
-                                   namespace, p.name, meta["name"])
+            try:
+                _report_unprotected(namespace, body, chosen, now, logger)
+            except (kube.ApiException, kube.HTTPError, OSError) as error:
+                # One policy's failed write stops neither the other policies
+                # nor the unselected pods below; the next pass retries it.
+                logger.warning("reporting the unprotected pods of policy %s/%s failed (%s)",
+                               namespace, meta["name"], error)
         for ns, name in [k for k in _gauged if k[0] == namespace and k[1] not in counts]:
             metrics.UNPROTECTED_PODS.remove(ns, name)  # the policy is gone
             _gauged.discard((ns, name))
         selectors = [(b.get("spec") or {}).get("selector") or {} for b in bodies]
         lost = [p for p in bare if unselected.selected_by_none(p.labels, selectors)]
-        lost += orphans(namespace, injected or {}, {b["metadata"]["name"] for b in bodies})
+        lost += orphans(namespace, injected or {}, {b["metadata"]["name"] for b in bodies},
+                        orphan_grace_s)
         _gauge_unselected(namespace, len(lost))
         live = {p.uid for key in list(pods_index) for p in pods_index.get(key, []) if p}
         _warned.intersection_update(live)
@@ -176,10 +183,37 @@ def sweep_namespace(namespace: str, pods_index: kopf.Index[str, BarePod],
     return counts
 
 
-def orphans(namespace: str, injected: kopf.Index[str, BarePod],
-            names: set[str]) -> list[BarePod]:
-    """The live injected pods of `namespace` whose policy is not among `names`."""
-    return [p for p in list(injected.get(namespace, [])) if p and p.policy not in names]
+def _report_unprotected(namespace: str, body: dict[str, Any], chosen: list[BarePod],
+                        now: datetime, logger: logging.Logger) -> None:
+    """Called with _lock held: the policy's PodsUnprotected condition and one
+    Event per pod (a pod whose post failed is retried by the next pass)."""
+    meta = body["metadata"]
+    change = st.with_unprotected(body.get("status") or {}, [p.name for p in chosen],
+                                 meta.get("generation"), now)
+    if change is not None:
+        kube.patch_status(api.POLICIES, namespace, meta["name"], change)
+    for p in chosen:
+        if p.uid not in _warned:
+            _warn(namespace, p, meta["name"])
+            _warned.add(p.uid)
+            logger.warning("pod %s/%s runs without injection (policy %s)",
+                           namespace, p.name, meta["name"])
+
+
+def orphans(namespace: str, injected: kopf.Index[str, BarePod], names: set[str],
+            grace_s: float) -> list[BarePod]:
+    """Called with _lock held: the live injected pods of `namespace` whose
+    policy is not among `names` and has been missing for `grace_s` (since a
+    sweep first found it missing): one deleted and created again is back
+    before then, and its pods are never flagged."""
+    now = _clock()
+    lost = [p for p in list(injected.get(namespace, [])) if p and p.policy not in names]
+    missing = {p.policy or "" for p in lost}
+    for key in [k for k in _missing_since if k[0] == namespace and k[1] not in missing]:
+        del _missing_since[key]  # back, or none of its pods left
+    for name in missing:
+        _missing_since.setdefault((namespace, name), now)
+    return [p for p in lost if now - _missing_since[(namespace, p.policy or "")] >= grace_s]
 
 
 def _orphaned_namespaces(injected: kopf.Index[str, BarePod],
@@ -209,6 +243,7 @@ def drop_gauges() -> None:
             metrics.UNSELECTED_PODS.remove(namespace)
         _gauged.clear()
         _unselected_gauged.clear()
+        _missing_since.clear()
     unselected_events.forget()
 
 
@@ -229,17 +264,19 @@ _periodic_started = threading.Event()
 
 def _schedule(namespace: str, pods_index: kopf.Index[str, BarePod],
               policies: kopf.Index[Any, Any], logger: logging.Logger,
-              injected: kopf.Index[str, BarePod] | None = None) -> None:
+              injected: kopf.Index[str, BarePod] | None, orphan_grace_s: float) -> None:
     _passes.schedule(namespace,
-                     lambda: _sweep_logged(namespace, pods_index, policies, logger, injected),
+                     lambda: _sweep_logged(namespace, pods_index, policies, logger, injected,
+                                           orphan_grace_s),
                      logger, SWEEP_DELAY_S)
 
 
 def _sweep_logged(namespace: str, pods_index: kopf.Index[str, BarePod],
                   policies: kopf.Index[Any, Any], logger: logging.Logger,
-                  injected: kopf.Index[str, BarePod] | None = None) -> None:
+                  injected: kopf.Index[str, BarePod] | None = None,
+                  orphan_grace_s: float = ORPHAN_GRACE_S) -> None:
     try:
-        sweep_namespace(namespace, pods_index, policies, logger, injected)
+        sweep_namespace(namespace, pods_index, policies, logger, injected, orphan_grace_s)
     except (kube.ApiException, kube.HTTPError, OSError, RuntimeError) as error:
         # RuntimeError: an index changed while we read it; the next pass retries.
         logger.warning("sweeping %s for unprotected pods failed (%s)", namespace, error)
@@ -260,7 +297,7 @@ def _start_periodic(cfg: OperatorConfig, pods_index: kopf.Index[str, BarePod],
         while True:
             time.sleep(cfg.watchdog_s)
             try:
-                _periodic_pass(pods_index, policies, logger, injected)
+                _periodic_pass(pods_index, policies, logger, injected, cfg.watchdog_s)
             except Exception:  # the loop is all there is: it must go on
                 logger.exception("the periodic sweep for unprotected pods failed; "
                                  "it runs again in %.0f s", cfg.watchdog_s)
@@ -270,7 +307,8 @@ def _start_periodic(cfg: OperatorConfig, pods_index: kopf.Index[str, BarePod],
 
 def _periodic_pass(pods_index: kopf.Index[str, BarePod], policies: kopf.Index[Any, Any],
                    logger: logging.Logger,
-                   injected: kopf.Index[str, BarePod] | None = None) -> None:
+                   injected: kopf.Index[str, BarePod] | None = None,
+                   orphan_grace_s: float = ORPHAN_GRACE_S) -> None:
     if not leadership.active():
         drop_gauges()
         return
@@ -282,4 +320,4 @@ def _periodic_pass(pods_index: kopf.Index[str, BarePod], policies: kopf.Index[An
     except RuntimeError:  # the index changed while we read it: next period
         return
     for namespace in sorted(namespaces):
-        _sweep_logged(namespace, pods_index, policies, logger, injected)
+        _sweep_logged(namespace, pods_index, policies, logger, injected, orphan_grace_s)

@@ -1,5 +1,5 @@
 """A policy's status as API: sizing fields, a short phase, and conditions
-(Ready, Degraded, BandwidthConstrained) with reason, message and
+(Ready, Degraded, BandwidthConstrained, ResourcesAdjusted) with reason, message and
 observedGeneration. Pure: the clock is passed in.
 """
 
@@ -19,6 +19,10 @@ WRITERS_CONSISTENT = "WritersConsistent"
 #: Another policy's selector overlaps this one's (policy/conflicts.py owns it).
 CONFLICTING = "Conflicting"
 OWN = (READY, DEGRADED, CONSTRAINED)
+#: spec.resources amounts the platform's current max cuts at pod admission
+#: (sizing owns it). Its own type: Degraded belongs to the stall watchdog,
+#: whose alert and runbook are about drains.
+ADJUSTED = "ResourcesAdjusted"
 #: Selected pods that run without injection (the sweep owns this condition).
 UNPROTECTED = "PodsUnprotected"
 #: How many pod names the PodsUnprotected message lists (the count is exact).
@@ -111,19 +115,24 @@ def for_sizing(s: Sizing, generation: int | None, now: datetime,
                resource_notes: Sequence[str] = ()) -> dict[str, Any]:
     """Status of a valid policy; `s` is its sizing under the joint budget
     (allocation.joint_sizing) and `cluster` its part of the cluster cap;
-    `resource_notes` the spec.resources amounts the platform's max now cuts
-    (Degraded: the pods get less than the policy asks for)."""
+    `resource_notes` the spec.resources amounts the platform now cuts
+    (ResourcesAdjusted: the pods get other amounts than the policy asks for).
+    A stall the watchdog found stays: only the watchdog ends it."""
     constrained = _constrained(s, cluster, generation, now, previous)
     ready = condition(READY, True, "SizingComputed",
                       f"{units.format_bytes(s.checkpoint_bytes)} every "
                       f"{units.format_duration(s.global_interval_s)} needs "
                       f"{units.format_rate(s.required_bandwidth)}; {active_drainers} drainer(s)",
                       generation, now, previous)
-    degraded = condition(DEGRADED, True, "ResourcesClamped", "; ".join(resource_notes),
+    stalled = next((dict(c) for c in previous if c.get("type") == DEGRADED
+                    and c.get("reason") == "DrainStalled" and c.get("status") == "True"), None)
+    degraded = stalled or condition(DEGRADED, False, "AsExpected", "", generation, now,
+                                    previous)
+    adjusted = condition(ADJUSTED, True, "ResourcesClamped", "; ".join(resource_notes),
                          generation, now, previous) if resource_notes \
-        else condition(DEGRADED, False, "AsExpected", "", generation, now, previous)
-    conditions = [ready, degraded, constrained,
-                  *_others(previous, {READY, DEGRADED, CONSTRAINED})]
+        else condition(ADJUSTED, False, "AsExpected", "", generation, now, previous)
+    conditions = [ready, degraded, constrained, adjusted,
+                  *_others(previous, {READY, DEGRADED, CONSTRAINED, ADJUSTED})]
     return {**sizing_fields(s), "observedGeneration": generation,
             "phase": phase(conditions), "conditions": conditions}
 
@@ -159,7 +168,8 @@ def for_invalid(message: str, generation: int | None, now: datetime,
         condition(READY, False, "InvalidSpec", message, generation, now, previous),
         condition(DEGRADED, True, "InvalidSpec", message, generation, now, previous),
         condition(CONSTRAINED, False, "InvalidSpec", "", generation, now, previous),
-        *_others(previous, {READY, DEGRADED, CONSTRAINED}),
+        condition(ADJUSTED, False, "InvalidSpec", "", generation, now, previous),
+        *_others(previous, {READY, DEGRADED, CONSTRAINED, ADJUSTED}),
     ]}
 
 

@@ -1,0 +1,54 @@
+"""docs/rbac.md and the chart grant the operator the same rights: the cluster
+test (tests/cluster/test_rbac.py) runs the operator with the documented rules,
+so a right only the chart grants would go untested and undocumented."""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any
+
+import yaml
+from tests.chart.support import CHART, REPO, Tools
+
+Grant = tuple[str, str, str, str]  # apiGroup, resource, resourceName ("" = any), verb
+
+
+def _grants(rules: list[dict[str, Any]]) -> set[Grant]:
+    """Each rule spread into single grants, so that how rules are split or
+    merged does not matter, only what they allow."""
+    return {(group, resource, name, verb) for r in rules for group in r["apiGroups"]
+            for resource in r["resources"] for name in r.get("resourceNames") or [""]
+            for verb in r["verbs"]}
+
+
+def _documented() -> set[Grant]:
+    """The operator's rules as docs/rbac.md writes them (its first block;
+    the development-mode rule stays commented out, as the chart's default)."""
+    text = (REPO / "docs" / "rbac.md").read_text()
+    block = re.findall(r"```yaml\n(.*?)```", text, re.S)[0]
+    return _grants(yaml.safe_load(block)["rules"])
+
+
+def _rendered(tools: Tools, *args: str) -> set[Grant]:
+    """The operator's rules as the chart renders them: its namespaced rules
+    (`ckptdrain`, a ClusterRole or, with a watched namespace, a Role) and its
+    cluster-scoped ones (`ckptdrain-cluster`), with the peer tier on: the doc
+    lists its rules, saying they come only with operator.peerTier. The
+    webhook certificate's and the peer CAs' Roles have sections of their own."""
+    text = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace", "ckptdrain",
+                     "--set", "operator.peerTier=true", *args).stdout
+    roles = [d for d in yaml.safe_load_all(io.StringIO(text)) if d
+             and d["kind"] in ("Role", "ClusterRole")
+             and d["metadata"]["name"] in ("ckptdrain", "ckptdrain-cluster")]
+    assert len(roles) == 2, [r["metadata"]["name"] for r in roles]
+    return _grants([rule for role in roles for rule in role["rules"]])
+
+
+def test_the_documented_operator_rules_are_the_charts(tools: Tools) -> None:
+    """The doc covers both installs: cluster-wide (ClusterKopfPeering) and one
+    watched namespace (KopfPeering)."""
+    documented = _documented()
+    rendered = _rendered(tools) | _rendered(tools, "--set", "operator.watchNamespace=ml-a")
+    assert rendered - documented == set(), "granted by the chart, missing from docs/rbac.md"
+    assert documented - rendered == set(), "documented, not granted by the chart"
