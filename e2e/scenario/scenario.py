@@ -420,7 +420,13 @@ def step7b(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path) -> 
     # writers saved it in different runs) and restore would never look at a
     # local copy. Both pods restart together first: one decision puts both
     # writers on one timeline, and their next steps are restorable again.
+    # First 7a's restored step leaves writer 0's local tier (newer captures
+    # push it out): its copy there was captured again at that restore, with
+    # that time and not its save's, and would skew goodput's lost seconds.
     olds = dict(pods)
+    restored = next(e for e in logs.trainer(olds[0]) if e["event"] == "load")["step"]
+    wait_for(f"step {restored} gone from writer 0's local tier", lambda: not (
+        local_root / "writer-0" / f"step-{restored}").exists(), 120, every=0.5)
     wait_mid_interval(epoch)
     deleted = time.time()
     kubectl("delete", "pod", "-n", NS, olds[0], olds[1], "--wait=false")
@@ -452,7 +458,7 @@ def step7b(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path) -> 
     # number), taken while the next save is still ahead.
     target = wait_for("a step both restarted writers saved and drained, mid-interval",
                       lambda: corruption.settled(logs, pods.values(), epoch, steps[0]),
-                      180, every=0.5)
+                      420, every=0.5)
     lines = {i: corruption.timeline(local_root, i, target) for i in (0, 1)}
     check(lines[0] and lines[0] == lines[1],
           f"step {target}: both writers' local copies in one run (timeline {lines[0]})")
@@ -490,9 +496,11 @@ def writer_pods(logs: Logs, index: int) -> list[str]:
 
 
 def _reload(logs: Logs, index: int, old: str) -> tuple[str, dict[str, Any]]:
+    # The Job controller's replacement slows with each interruption (docs/e2e.md,
+    # "Slow pod replacement"): 7b's last one comes after four.
     new = wait_for(f"a new pod for index {index}",
                    lambda: (p := pod_of(index)) and p["metadata"]["name"] != old and p,
-                   180)["metadata"]["name"]
+                   300)["metadata"]["name"]
     logs.follow(new)
     load = wait_for(f"{new} restored", lambda: next(
         (e for e in logs.trainer(new) if e["event"] in ("load", "fresh")), None), 120)
