@@ -61,3 +61,11 @@ def pod(name: str, labels: dict[str, str], index: int | None = None,
 
 INJECT = {"ckptdrain.io/inject": "true"}
 JOB_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def owned_by(body: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    """`body` (a pod) with `job` as its controlling owner, as the Job controller sets it."""
+    body["metadata"]["ownerReferences"] = [{
+        "apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
+        "uid": job["metadata"]["uid"], "controller": True}]
+    return body

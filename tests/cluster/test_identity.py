@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from cluster_helpers import INJECT, JOB_INDEX, get, pod, policy, wait_for
+from cluster_helpers import INJECT, JOB_INDEX, get, owned_by, pod, policy, wait_for
 from operator_process import OperatorProcess
 
 from support.apiserver import Cluster
@@ -47,13 +47,6 @@ def _job(cluster: Cluster, namespace: str, name: str, completions: int,
     return dict(json.loads(made.stdout))
 
 
-def _owned_by(body: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
-    body["metadata"]["ownerReferences"] = [{
-        "apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
-        "uid": job["metadata"]["uid"], "controller": True}]
-    return body
-
-
 def test_jobset_pods_get_distinct_global_ranks_across_replicated_jobs(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
@@ -74,7 +67,7 @@ def test_jobset_pods_get_distinct_global_ranks_across_replicated_jobs(
             name = f"js-{rjob}-0-{completion}"
             body = pod(name, {"app": "js", **INJECT, **jobset, JOB_INDEX: str(completion)},
                        completion, **GRACE)
-            made = _create(cluster, namespace, _owned_by(body, job))
+            made = _create(cluster, namespace, owned_by(body, job))
             assert made.returncode == 0, made.stderr
             stored = json.loads(made.stdout)
             ranks[name] = _writer_env(stored)
@@ -159,7 +152,7 @@ def test_policy_identity_label_and_a_workload_writer_count_mismatch(
 
     # The Job says 2 pods write; the policy says 4: admitted, with a warning.
     job = _job(cluster, namespace, "small", 2, {})
-    made = _create(cluster, namespace, _owned_by(
+    made = _create(cluster, namespace, owned_by(
         pod("small-0", {"app": "indexed", **INJECT, JOB_INDEX: "0"}, 0, **GRACE), job))
     assert made.returncode == 0, made.stderr
     assert "spec.writers is 4 but the Job has 2 pods that write" in made.stderr
@@ -219,7 +212,7 @@ def test_replicas_past_writers_are_readers_many_per_shard_and_no_writers(
     job = _job(cluster, namespace, "dp", 4, {})
     stored = {}
     for rank in range(4):
-        made = _create(cluster, namespace, _owned_by(
+        made = _create(cluster, namespace, owned_by(
             pod(f"dp-{rank}", {"app": "dp", **INJECT}, rank, **GRACE), job))
         assert made.returncode == 0, made.stderr
         stored[rank] = json.loads(made.stdout)
@@ -239,7 +232,7 @@ def test_replicas_past_writers_are_readers_many_per_shard_and_no_writers(
     made = _create(cluster, namespace, declared)
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["metadata"]["labels"]["ckptdrain.io/reader"] == "0"
-    twin = _create(cluster, namespace, _owned_by(
+    twin = _create(cluster, namespace, owned_by(
         pod("dp-twin", {"app": "dp", **INJECT}, 1, **GRACE), job))
     assert twin.returncode != 0 and "live pod dp-1 already holds" in twin.stderr
     ok = wait_for(lambda: _condition(cluster, namespace, "dp").get("message", "").startswith(

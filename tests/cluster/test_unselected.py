@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, get, owned_by, pod, policy, wait_for
 from operator_process import OperatorProcess
 
 from support.apiserver import Cluster
@@ -60,11 +60,7 @@ def _job(cluster: Cluster, namespace: str, name: str, app: str) -> dict[str, Any
 
 
 def _owned_pod(name: str, app: str, job: dict[str, Any]) -> dict[str, Any]:
-    body = pod(name, {"app": app, **INJECT}, terminationGracePeriodSeconds=3600)
-    body["metadata"]["ownerReferences"] = [{
-        "apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
-        "uid": job["metadata"]["uid"], "controller": True}]
-    return body
+    return owned_by(pod(name, {"app": app, **INJECT}, terminationGracePeriodSeconds=3600), job)
 
 
 def test_an_opted_in_pod_no_policy_selects_is_refused(
