@@ -65,7 +65,7 @@ def one(root: Path, server: S3Server, size: int, interval: str, peer: bool) -> d
     """One flush; its seconds from SIGTERM to Global and to the agent's exit."""
     root.mkdir(parents=True)
     env = {**_store_env(server), "CKPTDRAIN_POLICY": POLICY, "CKPTDRAIN_WRITERS": "2",
-           "CKPTDRAIN_WRITER_ID": "0", "CKPTDRAIN_GLOBAL_EVERY": "1000"}
+           "CKPTDRAIN_WRITER_ID": "0", "CKPTDRAIN_GLOBAL_EVERY": "1000000"}
     partner = None
     if peer:
         secret = root / "peer-secret"

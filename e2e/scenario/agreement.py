@@ -4,8 +4,9 @@ local step and not the older global one.
 
 Two writers of one policy `agree` run on the cluster's two nodes, one on
 each, like the peer step's (peer.two_node_job), with the peer tier off and
-`globalEvery: 3` (the store gets every third local checkpoint, so the global
-tier lags the local one). Every restore agrees through the apiserver
+`globalEvery: 3` (the store gets one local checkpoint per three intervals,
+the same step from both writers, so the global tier lags the local one).
+Every restore agrees through the apiserver
 (operator/ckptdrain/restore/agreement.py; `restore.agreementTimeout`, 1m).
 
 A1. Gang restart, both nodes intact: once both writers hold a local step

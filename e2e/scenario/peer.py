@@ -4,7 +4,7 @@ local step from the partner, not at the older global one.
 Two writers of one policy with `spec.peerTier.enabled` run on the cluster's
 two nodes (e2e/cluster/node.sh: node b is tainted; these pods tolerate it,
 and pod anti-affinity puts one writer on each), in two zones. The policy
-drains only every third local checkpoint (`globalEvery: 3`), so the global
+drains one local checkpoint per three intervals (`globalEvery: 3`), so the global
 tier lags the local one by up to two local intervals. The step waits until
 writer 0's partner (writer 1's peer sidecar, on the other node) holds a step
 newer than the newest complete global one, and the policy status shows it
@@ -145,9 +145,9 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
           f"its CA namespace {kept}; the certificate ends {peer.get('certificateNotAfter')}")
     # The step clock starts once both pods can have started (the one on node b
     # waits for its partner's peer server): a trainer that starts late races
-    # through the steps it missed, and an agent whose first capture is then a
-    # later step picks its global steps (every 3rd capture, globalEvery) out of
-    # phase with the other writer's, so no step would complete globally.
+    # through the steps it missed, saving them at other times than its
+    # partner did, so the writers' global steps (globalEvery) would agree only
+    # from the first period after it caught up.
     epoch = time.time() + START_MARGIN_S
     began = time.monotonic()
     apply(job_manifest(epoch))

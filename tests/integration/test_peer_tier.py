@@ -45,7 +45,7 @@ class Cluster:
         self.pods = []
         for rank in (0, 1):
             env = {**store_env, "CKPTDRAIN_POLICY": POLICY, "CKPTDRAIN_WRITERS": "2",
-                   "CKPTDRAIN_WRITER_ID": str(rank), "CKPTDRAIN_GLOBAL_EVERY": "1000",
+                   "CKPTDRAIN_WRITER_ID": str(rank), "CKPTDRAIN_GLOBAL_EVERY": "1000000",
                    "CKPTDRAIN_PEER_CREDENTIALS": str(secret),
                    "CKPTDRAIN_PEERS_FILE": str(peers_file),
                    "CKPTDRAIN_PEER_PORT": str(ports[rank]), "CKPTDRAIN_PEER_KEEP": "2"}

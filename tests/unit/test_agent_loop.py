@@ -14,7 +14,7 @@ from typing import Any
 from tests.support.smallfs import small_filesystem, used_bytes
 
 from ckptdrain.agent.drainworker import next_backoff
-from ckptdrain.agent.loop import Agent, goes_global
+from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, State
 from ckptdrain.client import Client
@@ -45,11 +45,6 @@ def _publish(tmp_path: Path, step: int) -> None:
     client = Client(tmp_path / "work")
     (client.begin(step) / "w").write_bytes(bytes([step % 256]) * 1000)
     client.complete(step)
-
-
-def test_every_nth_capture_goes_global_starting_with_the_first() -> None:
-    assert [n for n in range(1, 8) if goes_global(n, 3)] == [1, 4, 7]
-    assert all(goes_global(n, 1) for n in range(1, 5))
 
 
 def test_backoff_doubles_and_is_capped() -> None:

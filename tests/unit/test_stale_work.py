@@ -177,7 +177,7 @@ def _agent(local: Path, work: Path, capacity: str | None = None,
     parser = argparse.ArgumentParser()
     config.add_arguments(parser)
     env = {"CKPTDRAIN_WORK_DIR": str(work), "CKPTDRAIN_LOCAL_DIR": str(local),
-           "CKPTDRAIN_LOCAL_KEEP": "5", "CKPTDRAIN_GLOBAL_EVERY": "1000"}
+           "CKPTDRAIN_LOCAL_KEEP": "5", "CKPTDRAIN_GLOBAL_EVERY": "1000000"}
     if capacity is not None:
         env["CKPTDRAIN_LOCAL_CAPACITY"] = capacity
     cfg = config.load(parser.parse_args([]), env)

@@ -12,7 +12,9 @@ Steady state, every `POLL` seconds:
   before anything is written; a failed capture is retried with exponential
   back-off (1 s doubling to 60 s) and reported once per distinct failure,
   not once per retry;
-- hand every `global_every`-th capture (and the first) to the drain worker;
+- hand the first capture, and with `global_every` > 1 the first step saved in
+  each period of interval × global_every, to the drain worker (every writer
+  picks the same steps: agent/global_choice.py);
 - apply local retention and prune superseded steps from the work dir; with
   the work dir on the node and the writer's lease held, remove the work dirs
   earlier pods of this writer left there (agent/stale_work.py).
@@ -42,6 +44,7 @@ from typing import Any
 
 from ckptdrain.agent import control
 from ckptdrain.agent.drainworker import DrainWorker, next_backoff
+from ckptdrain.agent.global_choice import GlobalChoice, saved_at
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.agent.stale_work import StaleWork, volume_root
@@ -65,12 +68,6 @@ EMERGENCY_SETTLE = 1.0
 EMERGENCY_SHARE = 0.5
 
 
-def goes_global(capture_number: int, every: int) -> bool:
-    """The 1st, (1+every)-th, (1+2·every)-th … capture goes global: the first
-    because after a (re)start the global recovery point is unknown."""
-    return (capture_number - 1) % every == 0
-
-
 class Agent(AgentStartup):
     def __init__(
         self,
@@ -91,7 +88,7 @@ class Agent(AgentStartup):
         self.terminating = threading.Event()
         self.aborting = threading.Event()  # a second SIGTERM
         self.sigterm_at: float | None = None
-        self.captures = 0
+        self.global_choice = GlobalChoice(cfg.interval_s, cfg.global_every)
         self.keep_in_work: set[int] = set()
         self.timeline: str | None = None
         self.resumed: int | None = None
@@ -209,6 +206,10 @@ class Agent(AgentStartup):
             return None
         step = published[0]
         source = step_dir(self.cfg.work_dir, step)
+        try:
+            saved = saved_at(source)
+        except FileNotFoundError:
+            return None  # replaced (restore) or pruned since the listing: next poll
         if self._reported is None or self._reported[0] not in (step, None):  # not a retry
             self.reporter.report(CheckpointEvent(step, State.CAPTURING, trigger=trigger))
         try:
@@ -245,10 +246,12 @@ class Agent(AgentStartup):
         self.metrics.recovery_point("local", step, captured.manifest.created)
         self.reporter.report(CheckpointEvent(step, State.LOCAL, size, captured.seconds,
                                              trigger=trigger))
-        self.captures += 1
-        if self.drain is not None and (trigger != "schedule"
-                                       or goes_global(self.captures, self.cfg.global_every)):
-            self.drain.submit(step, trigger)
+        if self.drain is not None:
+            if trigger != "schedule":
+                self.global_choice.sent(saved)
+                self.drain.submit(step, trigger)
+            elif self.global_choice.choose(saved):
+                self.drain.submit(step, trigger)
         return step
 
     def _capture_extra(self, trigger: str) -> dict[str, str]:
