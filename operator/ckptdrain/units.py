@@ -144,8 +144,10 @@ def parse_positive_int(field: str, value: object) -> int:
     expected = "a whole number >= 1"
     if isinstance(value, bool):
         raise InvalidInput(field, expected, value)
-    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
-        value = int(value)
+    # Stripped first: str.strip and int() agree on what whitespace is (\s
+    # and int() do not, for the ASCII separators \x1c-\x1f).
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
+        value = int(value.strip())
     if not isinstance(value, int) or value < 1:
         raise InvalidInput(field, expected, value)
     return value

@@ -78,3 +78,12 @@ def test_formatting() -> None:
     assert units.format_bytes(5.67e12) == "5.67 TB"
     assert units.format_duration(5400) == "1h30m"
     assert units.format_percent(0.1) == "10%"
+
+
+def test_whole_numbers_around_ascii_separators_are_read_not_a_crash() -> None:
+    # \s matches the separators \x1c-\x1f and int() does not: they are
+    # whitespace to both now.
+    assert units.parse_positive_int("f", "5\x1f") == 5
+    with pytest.raises(InvalidInput) as err:
+        units.parse_positive_int("f", "0\x1f")
+    assert err.value.field == "f"
