@@ -243,13 +243,14 @@ def step4_drain(logs: Logs, local_root: Path, complete: int) -> dict[int, str]:
         "metadata.name=cluster-scale.ckptdrain.io")["items"], 60, 1)
     check(scale[0]["spec"]["clusterScale"]["factor"] == 1,
           f"cluster scale published: {scale[0]['spec']['clusterScale']}")
-    channel = wait_for("the channel with the policy's wanted budget", lambda: next(
+    channel = wait_for("the channel with the policy's claim", lambda: next(
         (c for c in get("checkpointshares", "-n", NS, "--field-selector",
                         f"metadata.name={POLICY}")["items"]
          if c["spec"].get("wantedBytes")), None), 60, 1)
     check(channel["spec"]["wantedBytes"] >= channel["spec"]["budgetBytes"],
-          f"share channel: budget {channel['spec']['budgetBytes']} B/s of wanted "
-          f"{channel['spec']['wantedBytes']} B/s, shrinks left to the scale")
+          f"share channel: budget {channel['spec']['budgetBytes']} B/s, claim "
+          f"{channel['spec']['wantedBytes']} B/s (weight × cluster cap), shrinks left "
+          "to the scale")
     REPORT.append(f"| required bandwidth (policy status) | {status['requiredBandwidth']} "
                   f"for {status.get('checkpointSize')} every 10 s at 50% overlap |")
     for i in (0, 1):

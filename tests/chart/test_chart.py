@@ -150,6 +150,8 @@ BAD_VALUES = {
                  "at '/image/pullPolicy': value must be one of"),
     "bad-cap-unit": (["--set", "bandwidth.clusterCap=100Gbit/s"],
                      "at '/bandwidth/clusterCap': '100Gbit/s' does not match pattern"),
+    "zero-weight": (["--set", "bandwidth.weights.ml-a=0"],
+                    "at '/bandwidth/weights/ml-a': minimum: got 0, want 1"),
     "prepare-not-a-boolean": (["--set-string", "localTier.prepare=no"],
                               "at '/localTier/prepare': got string, want boolean"),
     "root-as-allowed-root": (["--set", "localTier.allowedRoot=/"],
@@ -297,7 +299,7 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
                     "pod-security.kubernetes.io/enforce=restricted",
                     "pod-security.kubernetes.io/warn=restricted")
     helm_args = ["--namespace", namespace, "--set", "agent.namespaces={ml-a,ml-b}",
-                 "--set", "bandwidth.clusterCap=40GB/s"]
+                 "--set", "bandwidth.clusterCap=40GB/s", "--set", "bandwidth.weights.ml-a=3"]
     # The fixture applied the CRDs by hand: adopt them, as docs/install.md
     # tells an existing installation to do before its first upgrade.
     adopt_crds(cluster, "ckptdrain", namespace)
@@ -352,6 +354,7 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
         env_vars = {e["name"]: e.get("value") for e in
                     deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
         assert env_vars["CKPTDRAIN_CLUSTER_BANDWIDTH"] == "40GB/s"
+        assert env_vars["CKPTDRAIN_BANDWIDTH_WEIGHTS"] == "ml-a=3"
         assert env_vars["CKPTDRAIN_ALLOWED_ROOT"] == "/mnt/ckptdrain"
 
         # Least privilege, as the API server's authorizer sees it.

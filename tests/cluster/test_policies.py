@@ -134,21 +134,52 @@ def _constrained(cluster: Cluster, namespace: str, name: str) -> tuple[str, str,
     return status["phase"], cond["reason"], status["allowedBandwidthBytes"]
 
 
-def test_status_reports_the_cluster_cap_as_applied_to_all_policies(
+def _run_pod(cluster: Cluster, namespace: str, app: str, name: str | None = None,
+             reads_scale: bool = True) -> None:
+    """A pod of policy `app` (injected by the webhook; no kubelet runs it):
+    a policy with a pod takes part in the cluster cap's split. `reads_scale`:
+    its agent said it applies the namespace's scale (what a current agent
+    reports in its pod)."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name or f"{app}-0",
+                        "labels": {"app": app, "ckptdrain.io/inject": "true"}},
+           "spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]}}
+    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
+    if reads_scale:
+        cluster.kubectl("annotate", "-n", namespace, "pod", name or f"{app}-0",
+                        "ckptdrain.io/share-scale=true")
+
+
+def test_the_cluster_cap_is_split_fairly_among_the_policies_with_pods(
         cluster: Cluster, capped_operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
-    """Ten 63 GB/s policies under a 200 GB/s cap: each alone fits, together each
-    gets 20 GB/s, and each says so; when seven go, the three left fit again."""
+    """Ten 63 GB/s policies with pods under a 200 GB/s cap: each alone fits,
+    together each gets 20 GB/s, and each says so. An eleventh without pods
+    takes nothing from them and says what it will get; its first pod makes
+    it count. When eight go, the three left fit again."""
     names = [f"p{i}" for i in range(10)]
     for name in names:
         apply(policy(name))
+        _run_pod(cluster, namespace, name)
     for name in names:
         wait_for(lambda n=name: _constrained(cluster, namespace, n)
                  == ("Constrained", "ClusterCap", 20_000_000_000), timeout_s=60, what=name)
     cond = next(c for c in _status(cluster, namespace, "p0")["conditions"]
                 if c["type"] == "BandwidthConstrained")
-    assert "10 policies" in cond["message"] and "630 GB/s" in cond["message"]
-    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", *names[3:])
+    assert "split fairly (equal weights) with 9 other policies with pods wanting 567 GB/s" \
+        in cond["message"], cond["message"]
+    apply(policy("idle"))
+    wait_for(lambda: _constrained(cluster, namespace, "idle")
+             == ("Constrained", "ClusterCap", 18_181_818_181), timeout_s=60, what="idle")
+    cond = next(c for c in _status(cluster, namespace, "idle")["conditions"]
+                if c["type"] == "BandwidthConstrained")
+    assert "no pod of it runs" in cond["message"], cond["message"]
+    assert _constrained(cluster, namespace, "p0")[2] == 20_000_000_000
+    _run_pod(cluster, namespace, "idle")
+    for name in ("p0", "idle"):
+        wait_for(lambda n=name: _constrained(cluster, namespace, n)
+                 == ("Constrained", "ClusterCap", 18_181_818_181), timeout_s=60, what=name)
+    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "idle", *names[3:])
     for name in names[:3]:
         wait_for(lambda n=name: _constrained(cluster, namespace, n)
                  == ("Ready", "WithinCaps", 63_000_000_000), timeout_s=60, what=name)
@@ -173,22 +204,27 @@ def _factor(cluster: Cluster, namespace: str) -> float | None:
 def test_a_new_job_under_the_cap_is_one_scale_write_not_a_rewrite_of_every_channel(
         cluster: Cluster, capped_operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
-    """Two 63 GB/s policies fit a 200 GB/s cap; two more do not: the namespace's
-    scale goes to 200/252 and the first two policies' agents take it from
-    there, their channels unwritten; when the two go, the factor goes back to
-    1 and a channel written under the smaller one grows again."""
+    """Two 63 GB/s policies with pods fit a 200 GB/s cap; two more do not: the
+    fair level is 50 GB/s, the namespace's scale goes to 50/200 and the first
+    two policies' agents take it from there (min(budget, claim × factor)),
+    their channels unwritten; when the two go, the factor goes back to 1 and
+    a channel written under the smaller one grows again."""
     for name in ("p0", "p1"):
         apply(policy(name))
+        _run_pod(cluster, namespace, name)
     wait_for(lambda: _factor(cluster, namespace) == 1.0
-             and all(_share_object(cluster, namespace, n) for n in ("p0", "p1")),
+             and all((_share_object(cluster, namespace, n) or {}).get("spec", {})
+                     .get("wantedBytes") for n in ("p0", "p1")),
              timeout_s=60, what="the scale and both channels")
     before = _share_object(cluster, namespace, "p0")
-    assert before is not None and before["spec"]["wantedBytes"] == 63_000_000_000
+    # The claim: weight 1 × the cluster cap (its fair part is claim × factor).
+    assert before is not None and before["spec"]["wantedBytes"] == 200_000_000_000
     for name in ("p2", "p3"):
         apply(policy(name))
-    factor = 200 / 252
+        _run_pod(cluster, namespace, name)
+    factor = 50 / 200
     wait_for(lambda: _factor(cluster, namespace) == pytest.approx(factor),
-             timeout_s=60, what="the factor 200/252")
+             timeout_s=60, what="the factor 50/200")
     for name in ("p2", "p3"):
         wait_for(lambda n=name: _constrained(cluster, namespace, n)[1] == "ClusterCap",
                  timeout_s=60, what=f"{name} constrained")
@@ -199,14 +235,13 @@ def test_a_new_job_under_the_cap_is_one_scale_write_not_a_rewrite_of_every_chann
     # What every policy's agents drain at (nobody else drains: the budget is one drainer's).
     for name in ("p0", "p1", "p2", "p3"):
         channel = sh.from_object(_share_object(cluster, namespace, name) or {})
-        assert channel.share(scale) == pytest.approx(63e9 * factor, rel=1e-6), name
+        assert channel.share(scale) == pytest.approx(50e9, rel=1e-6), name
 
     # A change of p1's own (a per-drainer cap) rewrites its channel under the
     # smaller factor; when the two go, that channel must grow again.
     apply(policy("p1", caps={"perDrainer": "60GB/s"}))
-    shrunk = int(63e9 * factor)
     wait_for(lambda: sh.from_object(_share_object(cluster, namespace, "p1") or {}).budget
-             == pytest.approx(shrunk, abs=2), timeout_s=60, what="p1 rewritten under 200/252")
+             == pytest.approx(50e9, abs=2), timeout_s=60, what="p1 rewritten under 50/200")
     cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "p2", "p3")
     wait_for(lambda: _factor(cluster, namespace) == 1.0, timeout_s=60,
              what="the factor back to 1")
@@ -224,10 +259,7 @@ def test_a_policy_with_an_agent_that_has_not_said_it_reads_the_scale_keeps_whole
     apply(policy("solo"))
     wait_for(lambda: _share_object(cluster, namespace, "solo"), timeout_s=60,
              what="the channel")
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "w-0", "labels": {"app": "solo", "ckptdrain.io/inject": "true"}},
-           "spec": {"containers": [{"name": "trainer", "image": "trainer:1"}]}}
-    cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(pod))
+    _run_pod(cluster, namespace, "solo", name="w-0", reads_scale=False)
     cluster.kubectl("annotate", "-n", namespace, "pod", "w-0", "ckptdrain.io/pending-bytes=10")
     wait_for(lambda: (_share_object(cluster, namespace, "solo") or {})["spec"]
              .get("drainers") == 1 and "wantedBytes" not in
@@ -235,5 +267,5 @@ def test_a_policy_with_an_agent_that_has_not_said_it_reads_the_scale_keeps_whole
              timeout_s=60, what="counted, its budget whole")
     cluster.kubectl("annotate", "-n", namespace, "pod", "w-0", "ckptdrain.io/share-scale=true")
     wait_for(lambda: (_share_object(cluster, namespace, "solo") or {})["spec"]
-             .get("wantedBytes") == 63_000_000_000, timeout_s=60,
-             what="the agent reads the scale: the wanted budget published")
+             .get("wantedBytes") == 200_000_000_000, timeout_s=60,
+             what="the agent reads the scale: the claim published")

@@ -13,18 +13,21 @@ The operator publishes a CheckpointShare named after the policy:
                               more pods if there are): the fallback split
     spec.heartbeat            when the operator last wrote it; rewritten at
                               least every HEARTBEAT_S while anyone drains
-    spec.wantedBytes          the policy's budget before the cluster scale
-                              (absent: the channel's budget is all there is)
+    spec.wantedBytes          the policy's claim on the cluster cap: its
+                              weight × the cap (absent: the channel's budget
+                              is all there is)
 
-The cluster cap is split by one factor for every policy (operator/
-policy/allocation.py). The operator publishes it once per namespace, in the
+The cluster cap is split fairly by weight among the policies with pods
+(operator/policy/fair_share.py): each gets min(what it wants, weight × λ)
+for one level λ. The operator publishes λ ÷ cap once per namespace, in the
 CheckpointShare named SCALE_NAME (a name no policy may take):
 
-    spec.clusterScale.factor          every policy's budget = wanted × factor
+    spec.clusterScale.factor          λ ÷ cap: a policy's fair part = claim × factor
     spec.clusterScale.clusterCapBytes the cap it keeps (absent: no cap)
 
 An agent watches both objects and takes the smaller of its channel's budget
-and `wantedBytes × factor` (`Allocation.budget_under`): a smaller factor
+and `wantedBytes × factor` (`Allocation.budget_under`), which is the
+policy's budget whether or not the cap cuts it: a smaller factor
 (a new job under the cap) reaches every agent of the namespace in that one
 write, while no scale, however stale or hand-edited, can raise a budget
 above what the channel says. So the operator rewrites a channel when its
@@ -149,7 +152,8 @@ class Allocation:
     #: Pods that may drain (None: not said, an older operator's object).
     writers: int | None = None
     heartbeat: str | None = None
-    #: The budget before the cluster scale (None: no scale applies).
+    #: The policy's claim on the cluster cap, weight × cap: claim × the
+    #: namespace's factor is its fair part (None: no scale applies).
     wanted: int | None = None
     _spans: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
 
@@ -164,7 +168,7 @@ class Allocation:
 
     def budget_under(self, scale: Scale | None) -> float:
         """The policy's budget now: the smaller of the one published and its
-        wanted budget times the namespace's scale. The scale only ever lowers it."""
+        claim times the namespace's scale. The scale only ever lowers it."""
         if scale is None or self.wanted is None:
             return float(self.budget)
         return max(min(float(self.budget), self.wanted * scale.factor), PAUSED_RATE)

@@ -10,6 +10,9 @@ Variables (field in parentheses):
   default /mnt/ckptdrain.
 - CKPTDRAIN_CLUSTER_BANDWIDTH (cluster_bandwidth): cap on the sum of all
   drains, e.g. 100GB/s; none by default.
+- CKPTDRAIN_BANDWIDTH_WEIGHTS (bandwidth_weights): each namespace's weight
+  under the cluster cap, "team-a=4,team-b=2" (whole numbers 1 to 1000);
+  every other namespace weighs 1 (operator/policy/fair_share.py).
 - CKPTDRAIN_IMAGE, CKPTDRAIN_IMAGE_PULL_POLICY: the agent/restore image (the
   operator's own) and its pull policy (IfNotPresent).
 - CKPTDRAIN_AGENT_SERVICE_ACCOUNT: the agent's service account (informational).
@@ -71,6 +74,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -87,6 +91,8 @@ UNSELECTED_REFUSE, UNSELECTED_FLAG = "Refuse", "Flag"
 class OperatorConfig:
     allowed_root: str = "/mnt/ckptdrain"
     cluster_bandwidth: float | None = None
+    #: (namespace, weight) pairs: CKPTDRAIN_BANDWIDTH_WEIGHTS.
+    bandwidth_weights: tuple[tuple[str, int], ...] = ()
     image: str = DEFAULT_IMAGE
     image_pull_policy: str = "IfNotPresent"
     agent_service_account: str = "ckptdrain-agent"
@@ -167,6 +173,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
                                                          d.allowed_root)),
         cluster_bandwidth=units.parse_rate("CKPTDRAIN_CLUSTER_BANDWIDTH", cap_text)
         if cap_text else None,
+        bandwidth_weights=parse_weights(get("CKPTDRAIN_BANDWIDTH_WEIGHTS", "")),
         image=get("CKPTDRAIN_IMAGE", d.image),
         image_pull_policy=pull,
         agent_service_account=get("CKPTDRAIN_AGENT_SERVICE_ACCOUNT", d.agent_service_account),
@@ -198,3 +205,29 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         containers=read_platform_json("CKPTDRAIN_CONTAINERS", env["CKPTDRAIN_CONTAINERS"])
         if env.get("CKPTDRAIN_CONTAINERS", "").strip() else d.containers,
     )
+
+
+#: The largest weight a namespace may have: enough for any policy between
+#: teams, small enough that no weight makes the cluster scale's factor tiny.
+MAX_WEIGHT = 1000
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def parse_weights(text: str) -> tuple[tuple[str, int], ...]:
+    """CKPTDRAIN_BANDWIDTH_WEIGHTS: "ns=weight,ns=weight" (empty: none)."""
+    field = "CKPTDRAIN_BANDWIDTH_WEIGHTS"
+    pairs: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, weight = (x.strip() for x in item.partition("="))
+        if not sep or not _NAMESPACE.fullmatch(name):
+            raise InvalidInput(field, "namespace=weight pairs separated by commas, "
+                               "such as team-a=4,team-b=2", item)
+        if not weight.isdigit() or not 1 <= int(weight) <= MAX_WEIGHT:
+            raise InvalidInput(field, f"a whole number from 1 to {MAX_WEIGHT} for {name}",
+                               weight)
+        if name in pairs:
+            raise InvalidInput(field, f"each namespace once ({name} is given twice)", text)
+        pairs[name] = int(weight)
+    return tuple(sorted(pairs.items()))

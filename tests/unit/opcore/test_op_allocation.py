@@ -3,11 +3,14 @@ policy's drainers is the share channel's: test_share_channel.py)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptdrain.operator.policy.allocation import (
+    cluster_shares,
     joint_sizing,
     parse_annotation_number,
     policy_budgets,
@@ -15,11 +18,31 @@ from ckptdrain.operator.policy.allocation import (
 from ckptdrain.sizing import SizingInput
 
 
-def test_cluster_cap_scales_every_policy_alike() -> None:
+def test_the_cluster_cap_is_split_fairly_not_by_what_each_declares() -> None:
     got = policy_budgets({"a": 60e9, "b": 20e9}, cluster_cap=40e9)
-    assert got == {"a": pytest.approx(30e9), "b": pytest.approx(10e9)}
+    assert got == {"a": pytest.approx(20e9), "b": pytest.approx(20e9)}
+    # A small job gets all it wants; declaring more never takes a bigger part.
+    assert policy_budgets({"a": 60e9, "b": 5e9}, 40e9) == {
+        "a": pytest.approx(35e9), "b": pytest.approx(5e9)}
+    assert policy_budgets({"a": 6000e9, "b": 25e9}, 40e9) == {
+        "a": pytest.approx(20e9), "b": pytest.approx(20e9)}
     assert policy_budgets({"a": 60e9}, None) == {"a": 60e9}
     assert policy_budgets({"a": 10e9}, 40e9) == {"a": 10e9}
+
+
+def test_weights_split_what_the_uncut_policies_leave() -> None:
+    got = policy_budgets({"a": 100e9, "b": 100e9, "small": 4e9}, 40e9,
+                         weights={"a": 3, "b": 1})
+    assert got == {"a": pytest.approx(27e9), "b": pytest.approx(9e9),
+                   "small": pytest.approx(4e9)}
+
+
+def test_idle_policies_take_no_part_and_are_told_what_they_would_get() -> None:
+    shares = cluster_shares({"a": 60e9, "b": 60e9, "idle": 60e9}, 40e9, counted={"a", "b"})
+    assert shares["a"].budget == pytest.approx(20e9) and shares["a"].counted
+    assert not shares["idle"].counted
+    assert shares["idle"].budget == pytest.approx(40e9 / 3)  # once its pods run
+    assert shares["a"].factor == shares["idle"].factor == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -45,12 +68,14 @@ def test_ten_policies_under_a_cluster_cap_each_get_a_tenth_and_say_so() -> None:
     assert sum(s.allowed_bandwidth for s, _ in joint.values()) == pytest.approx(40e9)
 
 
-def test_joint_scaling_applies_after_each_policy_cap() -> None:
+def test_the_fair_split_applies_after_each_policy_cap() -> None:
     joint = joint_sizing({"capped": _ten_gbps(policy_cap=2e9), "free": _ten_gbps()}, 6e9)
-    # wanted 2 + 10 = 12 GB/s under 6: both halved; the cluster cap binds both
-    assert joint["capped"][0].allowed_bandwidth == pytest.approx(1e9)
-    assert joint["free"][0].allowed_bandwidth == pytest.approx(5e9)
-    assert {s.binding_cap for s, _ in joint.values()} == {"cluster"}
+    # wanted 2 + 10 = 12 GB/s under 6: the capped one's 2 is under its fair 3,
+    # so it keeps them; the other gets the 4 left, cut by the cluster cap
+    assert joint["capped"][0].allowed_bandwidth == pytest.approx(2e9)
+    assert joint["capped"][0].binding_cap == "policy"
+    assert joint["free"][0].allowed_bandwidth == pytest.approx(4e9)
+    assert joint["free"][0].binding_cap == "cluster"
 
 
 def test_a_cap_the_policies_fit_together_binds_no_one() -> None:
@@ -80,3 +105,30 @@ def test_joint_budgets_never_sum_over_the_cluster_cap(sizes: list[float], cap: f
     total = sum(s.allowed_bandwidth for s, _ in joint.values())
     assert total <= cap * (1 + 1e-9)
     assert all(s.bandwidth_constrained == share.scaled for s, share in joint.values())
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(st.tuples(st.floats(1e6, 1e13), st.integers(1, 50), st.booleans()),
+                min_size=1, max_size=25), st.floats(1e8, 1e12))
+def test_the_split_is_weighted_max_min_fair(policies: list[tuple[float, int, bool]],
+                                            cap: float) -> None:
+    wanted = {i: w for i, (w, _, _) in enumerate(policies)}
+    weights = {i: k for i, (_, k, _) in enumerate(policies)}
+    counted = {i for i, (_, _, c) in enumerate(policies) if c}
+    shares = cluster_shares(wanted, cap, counted, weights)
+    running = {i: shares[i] for i in counted}
+    assert math.fsum(s.budget for s in running.values()) <= cap * (1 + 1e-9)
+    assert all(s.budget <= s.wanted * (1 + 1e-12) for s in shares.values())
+    for s in running.values():
+        # A policy cut by the cap gets at least as much per unit of weight as
+        # anyone: nobody's part could grow without shrinking a smaller one.
+        if s.budget < s.wanted * (1 - 1e-9):
+            assert all(s.budget / s.weight >= o.budget / o.weight * (1 - 1e-9)
+                       for o in running.values())
+        # Agents apply the scale as min(channel budget, claim × factor).
+        assert min(s.budget, s.claim * s.factor) == pytest.approx(s.budget, rel=1e-9)
+        assert 0 < s.factor <= 1
+    for i in set(wanted) - counted:
+        # What an idle policy is told is what it gets once its pods run.
+        joined = cluster_shares(wanted, cap, counted | {i}, weights)[i].budget
+        assert shares[i].budget == pytest.approx(joined, rel=1e-9)

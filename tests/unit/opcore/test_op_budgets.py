@@ -55,7 +55,8 @@ def fresh_answer(bodies: Mapping[Key, Mapping[str, Any]], drainers: Mapping[Key,
         except policy.InvalidInput:
             continue
     joint = allocation.joint_sizing({k: p.sizing_input for k, p in parsed.items()},
-                                    cfg.cluster_bandwidth)
+                                    cfg.cluster_bandwidth,
+                                    counted={k for k in parsed if drainers.get(k, 0) > 0})
     return {k: (s, share, parsed[k]) for k, (s, share) in joint.items()}
 
 
@@ -89,14 +90,36 @@ def test_asks_without_a_change_parse_nothing_and_pods_move_only_the_per_drainer_
 ) -> None:
     memo, parse = JointBudgets(), Parser()
     bodies = {("ns", f"p{i}"): body(f"p{i}", 1) for i in range(100)}
-    first = memo.compute(bodies, {}, CFG.cluster_bandwidth, parse, CFG)
+    running = dict.fromkeys(bodies, 1)
+    first = memo.compute(bodies, running, CFG.cluster_bandwidth, parse, CFG)
     assert parse.calls == 100
-    again = memo.compute(bodies, {("ns", "p3"): 8}, CFG.cluster_bandwidth, parse, CFG)
+    again = memo.compute(bodies, {**running, ("ns", "p3"): 8}, CFG.cluster_bandwidth, parse,
+                         CFG)
     assert parse.calls == 100
     assert again[("ns", "p3")][0].per_drainer_bandwidth == pytest.approx(
         first[("ns", "p3")][0].allowed_bandwidth / 8)
     assert again[("ns", "p3")][2].sizing_input.drainers == 8
     assert {k: v[1] for k, v in again.items()} == {k: v[1] for k, v in first.items()}
+
+
+def test_a_policys_first_pod_moves_the_split_and_its_last_moves_it_back() -> None:
+    # 30 policies of 10 GB/s each under a 200 GB/s cap: with pods, 20 of them
+    # fit; an idle one takes no part, so the running ones keep what they get.
+    memo, parse = JointBudgets(), Parser()
+    bodies = {("ns", f"p{i}"): body(f"p{i}", 1, model={"checkpointBytes": "900GB"})
+              for i in range(30)}
+    twenty = {("ns", f"p{i}"): 1 for i in range(20)}
+    alone = memo.compute(bodies, twenty, CFG.cluster_bandwidth, parse, CFG)
+    assert alone[("ns", "p0")][1].budget == pytest.approx(10e9)
+    assert not alone[("ns", "p25")][1].counted
+    assert alone[("ns", "p25")][1].budget == pytest.approx(200e9 / 21)  # once it runs
+    joined = memo.compute(bodies, {**twenty, ("ns", "p25"): 1}, CFG.cluster_bandwidth,
+                          parse, CFG)
+    assert joined[("ns", "p0")][1].budget == pytest.approx(200e9 / 21)
+    assert sum(v[1].budget for v in joined.values() if v[1].counted) == pytest.approx(200e9)
+    back = memo.compute(bodies, twenty, CFG.cluster_bandwidth, parse, CFG)
+    assert back == alone == fresh_answer(bodies, twenty)
+    assert parse.calls == 30
 
 
 def test_a_body_without_uid_or_generation_is_always_parsed_again() -> None:
@@ -151,11 +174,13 @@ def test_an_answer_recounted_for_other_drainers_equals_a_fresh_one() -> None:
     rng = random.Random(11)
     memo, parse = JointBudgets(), Parser()
     bodies = {("ns", f"p{i}"): body(f"p{i}", 1) for i in range(20)}
-    drainers = {key: rng.randrange(0, 30) for key in bodies}
+    # Recounting is for a policy that keeps some pod (its first or last
+    # moves the split: rebalance.budget_of asks again then).
+    drainers = {key: rng.randrange(1, 30) for key in bodies}
     answer = memo.compute(bodies, drainers, CFG.cluster_bandwidth, parse, CFG)
     for _ in range(200):
         key = ("ns", f"p{rng.randrange(20)}")
-        drainers[key] = rng.randrange(0, 30)
+        drainers[key] = rng.randrange(1, 30)
         got = memo.recounted(key, answer[key], drainers[key])
         assert got == fresh_answer(bodies, drainers)[key]
         answer[key] = got  # recounted again from a recounted answer
@@ -185,7 +210,7 @@ def fresh_state(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_one_policy_reuses_the_answer_until_a_policy_changes(fresh_state: list[int]) -> None:
     policies = {("ns", f"p{i}"): [body(f"p{i}", 1)] for i in range(5)}
-    pods: dict[tuple[str, str], list[Drainer]] = {}
+    pods: dict[tuple[str, str], list[Drainer]] = {("ns", "p1"): [Drainer("a")]}
     for key, (b,) in policies.items():
         rebalance.changes.seen(key, b)
     whole = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
@@ -208,6 +233,22 @@ def test_one_policy_reuses_the_answer_until_a_policy_changes(fresh_state: list[i
     assert len(fresh_state) == asked + 1
     assert moved == {("ns", "p1"): fresh_answer(
         {k: v[0] for k, v in policies.items()}, {("ns", "p1"): 3})[("ns", "p1")]}
+
+
+def test_a_policys_first_pod_is_a_change_of_the_split(fresh_state: list[int]) -> None:
+    policies = {("ns", f"p{i}"): [body(f"p{i}", 1)] for i in range(3)}
+    pods: dict[tuple[str, str], list[Drainer]] = {("ns", "p0"): [Drainer("a")]}
+    for key, (b,) in policies.items():
+        rebalance.changes.seen(key, b)
+    rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
+    asked = len(fresh_state)
+    pods[("ns", "p2")] = [Drainer("b")]  # p2 was idle: now it takes part
+    got = rebalance.budget_of(CFG, policies, pods, ("ns", "p2"))  # type: ignore[arg-type]
+    assert len(fresh_state) == asked + 1
+    assert got[("ns", "p2")][1].counted and got[("ns", "p2")][1].policies == 2
+    del pods[("ns", "p0")]  # p0's last pod went
+    got = rebalance.budget_of(CFG, policies, pods, ("ns", "p0"))  # type: ignore[arg-type]
+    assert len(fresh_state) == asked + 2 and not got[("ns", "p0")][1].counted
 
 
 def test_a_policy_gone_or_invalid_has_no_budget(fresh_state: list[int]) -> None:

@@ -32,11 +32,23 @@ def test_values_in_human_units() -> None:
     ({"CKPTDRAIN_IMAGE_PULL_POLICY": "Sometimes"}, "CKPTDRAIN_IMAGE_PULL_POLICY"),
     ({"CKPTDRAIN_WEBHOOK_SECRET": "no-namespace"}, "CKPTDRAIN_WEBHOOK_SECRET"),
     ({"CKPTDRAIN_WEBHOOK_SECRET": "ns/"}, "CKPTDRAIN_WEBHOOK_SECRET"),
+    ({"CKPTDRAIN_BANDWIDTH_WEIGHTS": "team-a"}, "CKPTDRAIN_BANDWIDTH_WEIGHTS"),
+    ({"CKPTDRAIN_BANDWIDTH_WEIGHTS": "team-a=0"}, "CKPTDRAIN_BANDWIDTH_WEIGHTS"),
+    ({"CKPTDRAIN_BANDWIDTH_WEIGHTS": "team-a=1001"}, "CKPTDRAIN_BANDWIDTH_WEIGHTS"),
+    ({"CKPTDRAIN_BANDWIDTH_WEIGHTS": "team-a=2.5"}, "CKPTDRAIN_BANDWIDTH_WEIGHTS"),
+    ({"CKPTDRAIN_BANDWIDTH_WEIGHTS": "Team_A=2"}, "CKPTDRAIN_BANDWIDTH_WEIGHTS"),
+    ({"CKPTDRAIN_BANDWIDTH_WEIGHTS": "a=2,a=3"}, "CKPTDRAIN_BANDWIDTH_WEIGHTS"),
 ])
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         config.from_env(env)
     assert caught.value.field == name
+
+
+def test_namespace_weights_under_the_cluster_cap() -> None:
+    assert config.from_env({}).bandwidth_weights == ()
+    cfg = config.from_env({"CKPTDRAIN_BANDWIDTH_WEIGHTS": " team-b=2, team-a=4 ,"})
+    assert cfg.bandwidth_weights == (("team-a", 4), ("team-b", 2))
 
 
 def test_the_operator_managed_certificate_is_one_source(tmp_path: Path) -> None:

@@ -37,8 +37,9 @@ def test_ten_policies_under_a_40_gbps_cap_each_report_the_cluster_cap() -> None:
         assert c["status"] == "True" and c["reason"] == "ClusterCap"
         assert st["allowedBandwidth"] == "4.00 GB/s" and st["requiredBandwidth"] == "10.0 GB/s"
         assert st["effectiveOverlap"] == "25%"
-        assert "40.0 GB/s" in c["message"] and "10 policies" in c["message"]
-        assert "100 GB/s" in c["message"] and "4.00 GB/s of the 10.0 GB/s" in c["message"]
+        assert "40.0 GB/s" in c["message"] and "9 other policies" in c["message"]
+        assert "wanting 90.0 GB/s together" in c["message"]
+        assert "4.00 GB/s of the 10.0 GB/s" in c["message"]
 
 
 def test_four_policies_that_fit_together_are_within_caps() -> None:

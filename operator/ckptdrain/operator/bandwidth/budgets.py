@@ -6,9 +6,11 @@ sizing. Parsing and sizing a thousand policies takes tens of milliseconds;
 asked once per policy per burst, that is quadratic in the number of
 policies and was most of the operator's work at a thousand of them. Here a
 policy is parsed again only when its spec changed (its uid or generation),
-and the joint split is redone only when some policy's sizing input changed.
-A pod arriving or leaving changes only its own policy's per-drainer figure,
-never the split: the model's budgets do not depend on the drainer count.
+and the joint split is redone only when some policy's sizing input changed,
+or a policy's first pod arrived or its last left (only policies with pods
+take part in the split: operator/policy/fair_share.py). Any other pod
+arriving or leaving changes only its own policy's per-drainer figure, never
+the split: the model's budgets do not depend on the drainer count.
 What remains per ask is a pass over the index, a lookup per policy; and a
 rebalance of one policy while no policy changed (bandwidth/rebalance.py) skips even
 that: it takes the last answer and recounts its own drainers (`recounted`).
@@ -29,6 +31,9 @@ from ckptdrain.operator.policy import spec as pol
 Key = tuple[str, str]
 Budget = tuple[sizing.Sizing, allocation.ClusterShare, pol.Policy]
 Split = dict[Key, tuple[sizing.Sizing, allocation.ClusterShare]]
+#: What the split depends on per policy: its one-drainer sizing input,
+#: whether it has pods, and its weight.
+_Part = tuple[sizing.SizingInput, bool, int]
 
 
 def spec_stamp(body: Mapping[str, Any]) -> tuple[str, int] | None:
@@ -56,8 +61,9 @@ class JointBudgets:
         self._counted: dict[Key, tuple[int, pol.Policy, pol.Policy]] = {}
         #: key -> (the split's sizing, drainers, that sizing for that many)
         self._spread: dict[Key, tuple[sizing.Sizing, int, sizing.Sizing]] = {}
-        #: ((cluster cap, every valid policy's one-drainer input), their split)
-        self._split: tuple[tuple[float | None, tuple[tuple[Key, sizing.SizingInput], ...]],
+        #: ((cluster cap, every valid policy's (one-drainer input, counted,
+        #: weight)), their split)
+        self._split: tuple[tuple[float | None, tuple[tuple[Key, _Part], ...]],
                            Split] | None = None
         self._lock = threading.Lock()
 
@@ -90,24 +96,30 @@ class JointBudgets:
         self._counted[key] = (drainers, counted, base)
         return counted
 
-    def _joint(self, inputs: dict[Key, sizing.SizingInput], cluster_cap: float | None) -> Split:
+    def _joint(self, inputs: dict[Key, _Part], cluster_cap: float | None) -> Split:
         ordered = (cluster_cap, tuple(sorted(inputs.items(), key=lambda kv: kv[0])))
         last = self._split
         if last is not None and last[0] == ordered:
             return last[1]
-        joint = allocation.joint_sizing(dict(ordered[1]), cluster_cap)
+        joint = allocation.joint_sizing(
+            {k: part[0] for k, part in ordered[1]}, cluster_cap,
+            counted={k for k, part in ordered[1] if part[1]},
+            weights={k: part[2] for k, part in ordered[1]})
         self._split = (ordered, joint)
         return joint
 
     def compute(self, bodies: Mapping[Key, Mapping[str, Any]], drainers: Mapping[Key, int],
                 cluster_cap: float | None,
                 parse: Callable[[Mapping[str, Any], int], pol.Policy], context: object,
-                fresh: Mapping[Key, pol.Policy] | None = None) -> dict[Key, Budget]:
+                fresh: Mapping[Key, pol.Policy] | None = None,
+                weights: Mapping[str, int] | None = None) -> dict[Key, Budget]:
         """Each valid policy's sizing under the joint budget, for its number of
-        drainers (at least one). `parse(body, drainers)` raises InvalidInput
+        pods (at least one; a policy with none takes no part in the split).
+        `parse(body, drainers)` raises InvalidInput
         for an invalid spec and depends on nothing but its arguments and
         `context` (compared by identity); `fresh` overrides what `bodies`
-        hold (a reconcile's own just-parsed policy)."""
+        hold (a reconcile's own just-parsed policy); `weights` are the
+        namespaces' weights under the cluster cap (default 1)."""
         with self._lock:  # the memo is one state: one ask at a time
             if context is not self._context:
                 self._context, self._parse = context, parse
@@ -115,22 +127,25 @@ class JointBudgets:
                 self._counted.clear()
                 self._spread.clear()
                 self._split = None
-            return self._compute(bodies, drainers, cluster_cap, fresh or {})
+            return self._compute(bodies, drainers, cluster_cap, fresh or {}, weights or {})
 
     def _compute(self, bodies: Mapping[Key, Mapping[str, Any]], drainers: Mapping[Key, int],
                  cluster_cap: float | None, fresh: Mapping[Key, pol.Policy],
-                 ) -> dict[Key, Budget]:
+                 weights: Mapping[str, int]) -> dict[Key, Budget]:
         policies: dict[Key, pol.Policy] = {}
-        #: One-drainer sizing inputs: the split does not depend on drainers.
-        inputs: dict[Key, sizing.SizingInput] = {}
+        #: One-drainer sizing inputs (the split does not depend on drainers),
+        #: whether the policy has pods, and its namespace's weight.
+        inputs: dict[Key, _Part] = {}
         for key, body in bodies.items():
             base = self._base(key, body)
             if base is not None:
                 policies[key] = self._counted_policy(key, base, max(1, drainers.get(key, 0)))
-                inputs[key] = base.sizing_input
+                inputs[key] = (base.sizing_input, drainers.get(key, 0) > 0,
+                               weights.get(key[0], 1))
         for key, given in fresh.items():
             policies[key] = given
-            inputs[key] = dataclasses.replace(given.sizing_input, drainers=1)
+            inputs[key] = (dataclasses.replace(given.sizing_input, drainers=1),
+                           drainers.get(key, 0) > 0, weights.get(key[0], 1))
         if len(self._parsed) > 2 * len(bodies) + 64:  # policies gone without a word
             for gone in set(self._parsed) - set(bodies):
                 self._forget_locked(gone)

@@ -162,7 +162,8 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
               for body in values(policies, key)[:1]}
     answer = _joint.compute(bodies, {key: len(values(pods, key)) for key in bodies},
                             cfg.cluster_bandwidth,
-                            lambda body, n: parse_policy(cfg, dict(body), n), cfg, fresh)
+                            lambda body, n: parse_policy(cfg, dict(body), n), cfg, fresh,
+                            weights=dict(cfg.bandwidth_weights))
     if not fresh:
         kept = _Answer(version, cfg, answer, {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
         with _answer_lock:
@@ -191,7 +192,12 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     mine = last.budgets.get(key)
     if mine is None:
         return {}  # invalid as that answer read it, and unchanged since
-    return {key: _joint.recounted(key, mine, len(values(pods, key)))}
+    count = len(values(pods, key))
+    if mine[1].counted != (count > 0):
+        # Its first pod came or its last went: the split itself moved.
+        whole = budgets(cfg, policies, pods)
+        return {key: whole[key]} if key in whole else {}
+    return {key: _joint.recounted(key, mine, count)}
 
 
 def rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
@@ -274,6 +280,12 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         if not leadership.active():
             share_channel.forget()  # a standby's indexes are frozen: publish nothing
             return
+        last = _joint_last.get(key)
+        if last is None or last[1].counted != cluster.counted:
+            # Its first pod came or its last went: every other policy's part
+            # moved with it (the smaller factor goes out below, before its channel).
+            changes.moved()
+            schedule(JOINT, cfg, policies, pods, logger)
         draining = [share_channel.Drainer(d.pod, share_channel.rank_of(d.writer))
                     for d in drainers if (d.pending_bytes or 0) > 0]
         # A smaller factor goes out first, everywhere; the channel then leaves
@@ -284,7 +296,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
             max(policy.writers, len(drainers)), share_channel.owner_of(body),
             time.monotonic(), lambda: api.timestamp(_now()),
-            wanted=cluster.wanted if scaled else None)
+            wanted=cluster.claim if scaled else None)
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc()
             logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",

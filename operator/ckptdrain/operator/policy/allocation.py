@@ -1,10 +1,12 @@
 """How much each policy may drain at. Pure.
 
 Each policy's allowed bandwidth is its sizing, already bounded by its own
-cap. When the policies of the whole cluster together want more than the
-cluster cap, every policy's budget is scaled down by the same factor, so no
-workload starves another. (How a policy's budget is split among its drainers
-is the share channel's: contract/share.py, operator/bandwidth/share_channel.py.)
+cap. When the policies with pods together want more than the cluster cap,
+it is split fairly by weight (operator/policy/fair_share.py): a policy that
+wants less than its part gets all it wants, the others share the rest by
+weight, and no one's declared size takes another's part. (How a policy's
+budget is split among its drainers is the share channel's: contract/share.py,
+operator/bandwidth/share_channel.py.)
 Each policy's sizing and status are then built from that joint budget
 (`joint_sizing`), never from the policy alone against the cluster cap.
 """
@@ -13,12 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 from ckptdrain import sizing
 from ckptdrain.errors import InvalidInput
+from ckptdrain.operator.policy import fair_share
 
 K = TypeVar("K", bound=Hashable)
 
@@ -55,52 +58,82 @@ def parse_annotation_number(text: object) -> float | None:
 
 @dataclass(frozen=True)
 class ClusterShare:
-    """One policy's part of the cluster cap, as jointly applied to every policy."""
+    """One policy's part of the cluster cap, split fairly by weight among the
+    policies with pods (operator/policy/fair_share.py)."""
 
-    #: Bytes/s the policy may drain at: what it wanted, scaled with the others.
+    #: Bytes/s the policy may drain at: what it wanted, cut to its fair part
+    #: (for a policy with no pods: what it would get once one runs).
     budget: float
     #: What it wanted alone (its sizing, bounded by its own cap only).
     wanted: float
-    #: What every valid policy wanted together, and how many there were.
+    #: What the counted policies wanted together, and how many there were.
     total_wanted: float
     policies: int
     cluster_cap: float | None
+    #: Its weight, and the counted policies' weights together.
+    weight: int = 1
+    total_weight: int = 1
+    #: It has pods, so it takes part in the split (an idle policy does not).
+    counted: bool = True
+    #: The water level: bytes/s per unit of weight every cut policy gets
+    #: (None: the cap does not bind the counted policies).
+    level: float | None = None
 
     @property
     def factor(self) -> float:
-        """By how much every policy's budget is scaled down together (1: not at all)."""
-        return scale_factor(self.total_wanted, self.cluster_cap)
+        """The namespace's cluster scale: with `claim`, what agents apply to
+        their channel's budget (min(budget, claim × factor)); 1 when the cap
+        does not bind. At most 1: weights are >= 1, so the level never
+        exceeds the cap."""
+        if self.level is None or not self.cluster_cap:
+            return 1.0
+        return min(1.0, max(self.level / self.cluster_cap, 1e-12))
+
+    @property
+    def claim(self) -> float | None:
+        """What the policy's channel carries as its budget before the scale
+        (weight × cluster cap): claim × factor is weight × level, its fair part."""
+        return None if self.cluster_cap is None else self.weight * self.cluster_cap
 
     @property
     def scaled(self) -> bool:
-        """The cluster cap bound jointly: this policy gets less than it wanted."""
+        """The cluster cap bound: this policy gets less than it wanted."""
         return self.budget < self.wanted
 
 
-def scale_factor(total_wanted: float, cluster_cap: float | None) -> float:
-    """The one factor every policy's budget is scaled by so the sum fits the cap."""
-    if cluster_cap is not None and total_wanted > cluster_cap and total_wanted > 0:
-        return cluster_cap / total_wanted
-    return 1.0
+def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None,
+                   counted: Collection[K] | None = None,
+                   weights: Mapping[K, int] | None = None) -> dict[K, ClusterShare]:
+    """Each policy's budget: what it wants, cut fairly by weight to fit the
+    cluster cap among the `counted` ones (default: all); each uncounted one's
+    is what it would get once counted."""
+    weights = weights or {}
+    counted_keys = set(wanted) if counted is None else set(counted) & set(wanted)
+    demands = {k: fair_share.Demand(v, weights.get(k, 1)) for k, v in wanted.items()}
+    if cluster_cap is None:
+        total = math.fsum(wanted[k] for k in counted_keys)
+        return {k: ClusterShare(budget=v, wanted=v, total_wanted=total,
+                                policies=len(counted_keys), cluster_cap=None,
+                                weight=demands[k].weight, counted=k in counted_keys)
+                for k, v in wanted.items()}
+    fair = fair_share.FairShares({k: demands[k] for k in counted_keys}, cluster_cap)
+    return {k: ClusterShare(
+        budget=fair.budget(d) if k in counted_keys else fair.prospective(d),
+        wanted=d.wanted, total_wanted=fair.total_wanted, policies=len(counted_keys),
+        cluster_cap=cluster_cap, weight=d.weight, total_weight=fair.total_weight,
+        counted=k in counted_keys, level=fair.level) for k, d in demands.items()}
 
 
-def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None
-                   ) -> dict[K, ClusterShare]:
-    """Each policy's budget: what it wants, scaled down together to fit the cluster cap."""
-    # Exactly rounded, so the budgets do not depend on the order policies are listed in.
-    total = math.fsum(wanted.values())
-    factor = scale_factor(total, cluster_cap)
-    return {key: ClusterShare(budget=value * factor, wanted=value, total_wanted=total,
-                              policies=len(wanted), cluster_cap=cluster_cap)
-            for key, value in wanted.items()}
-
-
-def policy_budgets(wanted: Mapping[K, float], cluster_cap: float | None) -> dict[K, float]:
+def policy_budgets(wanted: Mapping[K, float], cluster_cap: float | None,
+                   counted: Collection[K] | None = None,
+                   weights: Mapping[K, int] | None = None) -> dict[K, float]:
     """Each policy's budget (`cluster_shares`), in bytes/s."""
-    return {key: share.budget for key, share in cluster_shares(wanted, cluster_cap).items()}
+    return {key: share.budget
+            for key, share in cluster_shares(wanted, cluster_cap, counted, weights).items()}
 
 
-def joint_sizing(inputs: Mapping[K, sizing.SizingInput], cluster_cap: float | None
+def joint_sizing(inputs: Mapping[K, sizing.SizingInput], cluster_cap: float | None,
+                 counted: Collection[K] | None = None, weights: Mapping[K, int] | None = None,
                  ) -> dict[K, tuple[sizing.Sizing, ClusterShare]]:
     """Every valid policy's sizing under the cluster cap as applied to all of
     them together: a policy's allowed bandwidth, drain time and effective
@@ -113,7 +146,8 @@ def joint_sizing(inputs: Mapping[K, sizing.SizingInput], cluster_cap: float | No
             alone[key] = sizing.compute(dataclasses.replace(inp, cluster_cap=None))
         except InvalidInput:
             continue
-    split = cluster_shares({k: s.allowed_bandwidth for k, s in alone.items()}, cluster_cap)
+    split = cluster_shares({k: s.allowed_bandwidth for k, s in alone.items()}, cluster_cap,
+                           counted, weights)
     out: dict[K, tuple[sizing.Sizing, ClusterShare]] = {}
     for key, share in split.items():
         # The policy's part of the cluster cap is its joint budget; where the
