@@ -13,34 +13,40 @@ The operator publishes a CheckpointShare named after the policy:
                               more pods if there are): the fallback split
     spec.heartbeat            when the operator last wrote it; rewritten at
                               least every HEARTBEAT_S while anyone drains
-    spec.wantedBytes          the policy's claim on the cluster cap: its
-                              weight × the cap (absent: the channel's budget
-                              is all there is)
+    spec.wantedBytes          the policy's claim on the cluster cap: one
+                              constant (allocation.CLAIM) for every policy
+                              (absent: the channel's budget is all there is)
 
 The cluster cap is split fairly by weight among the policies with pods
 (operator/policy/fair_share.py): each gets min(what it wants, weight × λ)
-for one level λ. The operator publishes λ ÷ cap once per namespace, in the
-CheckpointShare named SCALE_NAME (a name no policy may take):
+for one level λ; weights are per namespace. The operator publishes each
+namespace's weight × λ ÷ claim once, in the CheckpointShare named SCALE_NAME
+(a name no policy may take):
 
-    spec.clusterScale.factor          λ ÷ cap: a policy's fair part = claim × factor
+    spec.clusterScale.factor          weight × λ ÷ claim: claim × factor is
+                                      the fair part of each of its policies
     spec.clusterScale.clusterCapBytes the cap it keeps (absent: no cap)
 
 An agent watches both objects and takes the smaller of its channel's budget
-and `wantedBytes × factor` (`Allocation.budget_under`), which is the
-policy's budget whether or not the cap cuts it: a smaller factor
-(a new job under the cap) reaches every agent of the namespace in that one
-write, while no scale, however stale or hand-edited, can raise a budget
-above what the channel says. So the operator rewrites a channel when its
-budget grows and when more than the factor moved, never for a shrink the
-scale carries (`operator/bandwidth/share_channel.py`). It writes the smaller factor
-before any channel computed with it, and a new policy's drainers are
-admitted JOIN_DELAY_S after they were counted, so every agent has seen the
-smaller factor first. A channel with `wantedBytes` and no scale to go with
-it is not current (the scale deleted, or its watch down). Where the scale
-cannot be written, where there is no cluster cap, or while a pod's agent
-has not said it reads it (annotation `ckptdrain.io/share-scale`, in its own
-report), the operator leaves `wantedBytes` out and rewrites the channel for
-every change of budget.
+and `wantedBytes × factor` (`Allocation.budget_under`): a smaller factor
+(a new job under the cap, or a namespace's weight lowered) reaches every
+agent of the namespace in that one write, while no scale, however stale or
+hand-edited, can raise a budget above what the channel says. The claim is
+the same whatever the cap and the weights, so a channel written before
+either changed is cut by the factor that follows. The operator rewrites a
+channel when its budget grows, when more than the factor moved, and when it
+shrinks by the policy's own change (a policy the cap does not cut wants
+less: no factor says that) (`operator/bandwidth/share_channel.py`). It
+writes the smaller factor before any channel computed with it; a new
+policy's drainers are admitted JOIN_DELAY_S after they were counted, and a
+policy's first pod is counted only after the joint pass that shrinks every
+other channel, so every agent has seen the smaller factor or share first.
+A channel with `wantedBytes` and no scale to go with it is not current (the
+scale deleted, or its watch down). Where the scale cannot be written, where
+there is no cluster cap, or while a pod's agent has not said it reads it
+(annotation `ckptdrain.io/share-scale`, in its own report), the operator
+leaves `wantedBytes` out and rewrites the channel for every change of
+budget.
 
 Why the sum of applied shares stays within the budget: a new drainer is
 first counted in `drainers` (everyone's share shrinks) and admitted only in a

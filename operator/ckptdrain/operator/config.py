@@ -224,7 +224,7 @@ def parse_weights(text: str) -> tuple[tuple[str, int], ...]:
         if not sep or not _NAMESPACE.fullmatch(name):
             raise InvalidInput(field, "namespace=weight pairs separated by commas, "
                                "such as team-a=4,team-b=2", item)
-        if not weight.isdigit() or not 1 <= int(weight) <= MAX_WEIGHT:
+        if not re.fullmatch(r"[0-9]{1,4}", weight) or not 1 <= int(weight) <= MAX_WEIGHT:
             raise InvalidInput(field, f"a whole number from 1 to {MAX_WEIGHT} for {name}",
                                weight)
         if name in pairs:

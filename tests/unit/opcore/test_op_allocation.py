@@ -30,6 +30,12 @@ def test_the_cluster_cap_is_split_fairly_not_by_what_each_declares() -> None:
     assert policy_budgets({"a": 10e9}, 40e9) == {"a": 10e9}
 
 
+def test_a_sum_just_over_the_cap_by_rounding_is_not_a_crash() -> None:
+    # fsum(1.7, 7.1, 8.0) is above this cap, the running sum is not.
+    shares = cluster_shares({"a": 1.7, "b": 7.1, "c": 8.0}, 16.799999999999997)
+    assert math.fsum(s.budget for s in shares.values()) == pytest.approx(16.8)
+
+
 def test_weights_split_what_the_uncut_policies_leave() -> None:
     got = policy_budgets({"a": 100e9, "b": 100e9, "small": 4e9}, 40e9,
                          weights={"a": 3, "b": 1})
@@ -42,7 +48,9 @@ def test_idle_policies_take_no_part_and_are_told_what_they_would_get() -> None:
     assert shares["a"].budget == pytest.approx(20e9) and shares["a"].counted
     assert not shares["idle"].counted
     assert shares["idle"].budget == pytest.approx(40e9 / 3)  # once its pods run
-    assert shares["a"].factor == shares["idle"].factor == pytest.approx(0.5)
+    # Agents apply min(channel budget, claim × factor): the factor carries the level.
+    assert shares["a"].factor == shares["idle"].factor
+    assert shares["a"].claim * shares["a"].factor == pytest.approx(20e9)
 
 
 @pytest.mark.parametrize(("text", "value"), [

@@ -201,15 +201,26 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
 
 
 def rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-                     pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+                     pods: kopf.Index[Key, Any], logger: logging.Logger,
+                     then: Key | None = None) -> None:
     """Rebalance (and so re-status) every policy whose joint budget moved, from
-    one joint allocation: a burst of policy changes costs one pass, not one per policy."""
+    one joint allocation: a burst of policy changes costs one pass, not one per
+    policy; then `then`, whose own pass waited for it."""
     with _joint_lock:
-        _rebalance_moved_locked(cfg, policies, pods, logger)
+        _rebalance_moved_locked(cfg, policies, pods, logger, then)
+
+
+def counted_moved(key: Key, pods: kopf.Index[Key, Any]) -> bool:
+    """Whether `key` has pods now and had none at the last joint pass, or the
+    other way round (or no joint pass has seen it): only policies with pods
+    take part in the cluster cap's split, so every other policy's part moved."""
+    last = _joint_last.get(key)
+    return last is None or last[1].counted != bool(values(pods, key))
 
 
 def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-                            pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+                            pods: kopf.Index[Key, Any], logger: logging.Logger,
+                            then: Key | None = None) -> None:
     joint = budgets(cfg, policies, pods)
     if joint and leadership.active():
         # One write per namespace tells every agent a smaller factor; the
@@ -231,8 +242,13 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         body = next(iter(values(policies, key)), {})
         if _disagrees(body, sized, cluster):
             _rebalance(key, cfg, policies, pods, logger, joint)
+            then = None if key == then else then
     if not raised and joint and leadership.active():
         _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
+    if then is not None and then in joint:
+        # Last: every other policy's channel that shrinks is out before this
+        # one counts (and a second later admits) its first pod's drain.
+        _rebalance(then, cfg, policies, pods, logger, joint)
 
 
 _scale_log = logging.getLogger("ckptdrain.operator.scale")
@@ -243,16 +259,18 @@ def _publish_scale(namespace: str, joint: Mapping[Key, jb.Budget], cfg: Operator
                    logger: logging.Logger, may_raise: bool = False) -> bool:
     """The cluster scale to every namespace with a policy, where it moved;
     whether `namespace`'s holds it (share_channel.publish_scale)."""
-    cluster = next(iter(joint.values()))[1]
+    def factors(answer: Mapping[Key, jb.Budget]) -> dict[str, float]:
+        # One weight per namespace, so one factor: any of its policies' will do.
+        return {key[0]: share.factor for key, (_, share, _) in answer.items()}
 
-    def fresh() -> tuple[set[str], float, float | None]:
+    def fresh() -> tuple[set[str], dict[str, float], float | None]:
         now = budgets(cfg, policies, pods)
         if not now:
-            return set(), 1.0, cfg.cluster_bandwidth
-        share = next(iter(now.values()))[1]
-        return {key[0] for key in now}, share.factor, share.cluster_cap
+            return set(), {}, cfg.cluster_bandwidth
+        return {key[0] for key in now}, factors(now), next(iter(now.values()))[1].cluster_cap
 
-    return share_channel.publish_scale(namespace, cluster.factor, cluster.cluster_cap, fresh,
+    cluster = next(iter(joint.values()))[1]
+    return share_channel.publish_scale(namespace, factors(joint), cluster.cluster_cap, fresh,
                                        may_raise=may_raise, active=leadership.active,
                                        log=_scale_log.warning)
 
@@ -280,12 +298,6 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         if not leadership.active():
             share_channel.forget()  # a standby's indexes are frozen: publish nothing
             return
-        last = _joint_last.get(key)
-        if last is None or last[1].counted != cluster.counted:
-            # Its first pod came or its last went: every other policy's part
-            # moved with it (the smaller factor goes out below, before its channel).
-            changes.moved()
-            schedule(JOINT, cfg, policies, pods, logger)
         draining = [share_channel.Drainer(d.pod, share_channel.rank_of(d.writer))
                     for d in drainers if (d.pending_bytes or 0) > 0]
         # A smaller factor goes out first, everywhere; the channel then leaves
@@ -296,7 +308,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
             max(policy.writers, len(drainers)), share_channel.owner_of(body),
             time.monotonic(), lambda: api.timestamp(_now()),
-            wanted=cluster.claim if scaled else None)
+            wanted=cluster.claim if scaled else None, carried=cluster.scaled)
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc()
             logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",
@@ -336,10 +348,18 @@ def schedule(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                         delay: float = REBALANCE_DELAY_S) -> None:
     """Rebalance `key` soon, once, however many events ask (indexes are live views);
     JOINT: every policy whose joint budget moved."""
-    def run() -> None:
-        if key == JOINT:
-            rebalance_moved(cfg, policies, pods, logger)
-        else:
-            _rebalance(key, cfg, policies, pods, logger)
+    _rebalances.schedule(key, lambda: run(key, cfg, policies, pods, logger), logger, delay)
 
-    _rebalances.schedule(key, run, logger, delay)
+
+def run(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+        pods: kopf.Index[Key, Any], logger: logging.Logger) -> None:
+    """One scheduled pass: `key`'s own, or the joint one when its first pod
+    came or its last went (the split moved for all: every other channel that
+    shrinks is out before this one counts its drainers)."""
+    if key == JOINT:
+        rebalance_moved(cfg, policies, pods, logger)
+    elif counted_moved(key, pods):
+        changes.moved()
+        rebalance_moved(cfg, policies, pods, logger, then=key)
+    else:
+        _rebalance(key, cfg, policies, pods, logger)

@@ -116,8 +116,9 @@ def _own(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 @dataclass
 class ScaleState:
-    #: (factor, cluster cap) last written to every namespace, and when.
-    last: tuple[float, float | None] | None = None
+    #: Namespace → (factor, cluster cap) last written to it.
+    last: dict[str, tuple[float, float | None]] = field(default_factory=dict)
+    #: When every namespace's scale was last written (a heartbeat).
     written_at: float | None = None
     #: Namespace → the spec its scale object holds, as this replica wrote it.
     placed: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -128,51 +129,74 @@ class ScaleState:
 _scale = ScaleState()
 _scale_lock = threading.Lock()
 
+#: Each namespace's factor (namespaces weigh differently under the cluster
+#: cap), or one factor for all of them.
+Factors = float | Mapping[str, float]
 #: A view of the whole cluster, taken when asked: (namespaces with a valid
-#: policy, the factor, the cluster cap).
-ScaleView = Callable[[], tuple[set[str], float, float | None]]
+#: policy, their factors, the cluster cap).
+ScaleView = Callable[[], tuple[set[str], Factors, float | None]]
 
 
-def publish_scale(namespace: str, factor: float, cluster_cap: float | None,
+def _factor_of(factors: Factors, namespace: str) -> float | None:
+    return factors.get(namespace) if isinstance(factors, Mapping) else factors
+
+
+def publish_scale(namespace: str, factor: Factors, cluster_cap: float | None,
                   fresh: ScaleView, *, may_raise: bool = False,
                   active: Callable[[], bool] = lambda: True,
                   log: Callable[[str], None] = lambda _: None) -> bool:
-    """Whether `namespace`'s scale object holds a factor no larger than the
-    cluster's now (its channels may then leave shrinks to it), after writing
-    what moved. A factor unlike the last written (or the last writing
-    HEARTBEAT_S old, which also mends a scale edited by hand or written by a
-    replica that lost its lease) is taken from `fresh()` under the lock and
-    written to every namespace, so a pass that read the cluster before a new
-    policy never writes an older, larger factor over a newer one. Channel
-    publications wait behind it (they call this first). A smaller factor goes
-    out at once; a larger one only with `may_raise`, which the joint pass
-    gives once the channels that shrink are out. No cluster cap: no scale.
-    A namespace whose write fails is retried a heartbeat later (logged): its
-    channels carry their whole budget meanwhile."""
+    """Whether `namespace`'s scale object holds a factor no larger than its
+    own now (its channels may then leave shrinks to it), after writing what
+    moved. A factor unlike the last written to its namespace (or the last
+    writing HEARTBEAT_S old, which also mends a scale edited by hand or
+    written by a replica that lost its lease) makes this take every
+    namespace's factor from `fresh()` under the lock and write each one that
+    moved, so a pass that read the cluster before a new policy never writes
+    an older, larger factor over a newer one. Channel publications wait
+    behind it (they call this first). A smaller factor goes out at once; a
+    larger one only with `may_raise`, which the joint pass gives once the
+    channels that shrink are out. No cluster cap: no scale. A namespace whose
+    write fails is retried a heartbeat later (logged): its channels carry
+    their whole budget meanwhile."""
     if cluster_cap is None:
         return False
     with _scale_lock:
         now = time.monotonic()
         due = _scale.written_at is None or now - _scale.written_at >= sh.HEARTBEAT_S
-        if not due and _scale.last == (factor, cluster_cap) and namespace in _scale.placed:
+        mine = _factor_of(factor, namespace)
+        if not due and mine is not None and _scale.last.get(namespace) == (mine, cluster_cap) \
+                and namespace in _scale.placed:
             return True
-        namespaces, factor, cluster_cap = fresh()
+        namespaces, factors, cluster_cap = fresh()
         if cluster_cap is None:
             return False
-        if _scale.last is not None and factor > _scale.last[0] and not may_raise:
-            factor = _scale.last[0]  # held back until the shrinking channels are out
-        spec = sh.scale_spec(factor, cluster_cap)
-        everywhere = due or _scale.last != (factor, cluster_cap)
+        chosen: dict[str, tuple[float, float | None]] = {}
+        for target in namespaces:
+            wanted = _factor_of(factors, target)
+            if wanted is None:
+                continue
+            last = _scale.last.get(target)
+            if last is not None and wanted > last[0] and not may_raise:
+                wanted = last[0]  # held back until the shrinking channels are out
+            chosen[target] = (wanted, cluster_cap)
+        specs = {n: sh.scale_spec(*value) for n, value in chosen.items()}
         for gone in set(_scale.placed) - namespaces:
             del _scale.placed[gone]
-        targets = namespaces if everywhere else \
-            {n for n in {namespace} & namespaces if _scale.placed.get(n) != spec}
+        for gone in set(_scale.last) - namespaces:
+            del _scale.last[gone]
+        targets = set(specs) if due else {
+            n for n, spec in specs.items()
+            if _scale.last.get(n) != chosen[n] or (
+                n == namespace and _scale.placed.get(n) != spec)}
         for target in sorted(targets):
+            spec = specs[target]
+            moved = _scale.last.get(target) != chosen[target]
             failed = _scale.failed_at.get(target)
-            if failed is not None and now - failed < sh.HEARTBEAT_S and not everywhere:
+            if failed is not None and now - failed < sh.HEARTBEAT_S and not (due or moved):
                 continue
             if not active():  # a replica that lost its lease writes nothing more
                 return False
+            _scale.last[target] = chosen[target]
             try:
                 kube.write_object(sh.SHARES, target, sh.scale_body(target, spec),
                                   {"spec": spec})
@@ -183,9 +207,9 @@ def publish_scale(namespace: str, factor: float, cluster_cap: float | None,
                 _scale.failed_at[target] = now
                 log(f"cluster scale in {target} not written ({err}); its channels carry "
                     "their whole budget")
-        if everywhere:
-            _scale.last, _scale.written_at = (factor, cluster_cap), now
-        return _scale.placed.get(namespace) == spec
+        if due:
+            _scale.written_at = now
+        return namespace in specs and _scale.placed.get(namespace) == specs[namespace]
 
 
 _states: dict[Key, ChannelState] = {}
@@ -194,10 +218,13 @@ _lock = threading.Lock()
 
 def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drainer],
             writers: int, owner: Mapping[str, Any] | None, now: float,
-            stamp: Callable[[], str], wanted: float | None = None) -> tuple[bool, float | None]:
+            stamp: Callable[[], str], wanted: float | None = None,
+            carried: bool = True) -> tuple[bool, float | None]:
     """Write the policy's channel if it changed (a smaller budget, when it has a
-    `wanted` budget, is the scale's to carry: `publish_scale` first), or if
-    anyone drains and the last write is HEARTBEAT_S old. Returns (written,
+    `wanted` claim and the scale `carried` the shrink, is the scale's to
+    carry: `publish_scale` first; a policy the cap does not cut shrinks by
+    its own change, which no factor says), or if anyone drains and the last
+    write is HEARTBEAT_S old. Returns (written,
     seconds until it should be looked at again: a joiner to admit or a
     heartbeat due). The caller serialises calls per policy."""
     with _lock:
@@ -208,7 +235,7 @@ def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drain
     beat_due = bool(draining) and (state.written_at is None
                                    or now - state.written_at >= sh.HEARTBEAT_S)
     moved = _own(spec) != _own(state.published) or state.written_budget is None \
-        or (spec["budgetBytes"] > state.written_budget if wanted is not None
+        or (spec["budgetBytes"] > state.written_budget if wanted is not None and carried
             else spec["budgetBytes"] != state.written_budget)
     written = False
     if moved or beat_due:

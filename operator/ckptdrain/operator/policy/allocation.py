@@ -56,6 +56,11 @@ def parse_annotation_number(text: object) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+#: Every channel's claim on the cluster cap (bytes/s): larger than any cap,
+#: so claim × factor is the namespace's weight × level, whatever the cap.
+CLAIM = 1e18
+
+
 @dataclass(frozen=True)
 class ClusterShare:
     """One policy's part of the cluster cap, split fairly by weight among the
@@ -81,19 +86,20 @@ class ClusterShare:
 
     @property
     def factor(self) -> float:
-        """The namespace's cluster scale: with `claim`, what agents apply to
-        their channel's budget (min(budget, claim × factor)); 1 when the cap
-        does not bind. At most 1: weights are >= 1, so the level never
-        exceeds the cap."""
-        if self.level is None or not self.cluster_cap:
+        """Its namespace's cluster scale (namespaces weigh differently): with
+        `claim`, what agents apply to their channel's budget,
+        min(budget, claim × factor) = min(budget, weight × level), the fair
+        part; 1 when the cap does not bind."""
+        if self.level is None or self.cluster_cap is None:
             return 1.0
-        return min(1.0, max(self.level / self.cluster_cap, 1e-12))
+        return min(1.0, max(self.weight * self.level / CLAIM, 1.0 / CLAIM))
 
     @property
     def claim(self) -> float | None:
-        """What the policy's channel carries as its budget before the scale
-        (weight × cluster cap): claim × factor is weight × level, its fair part."""
-        return None if self.cluster_cap is None else self.weight * self.cluster_cap
+        """What the policy's channel carries beside its budget: one constant
+        for every policy, so that neither a new cap nor new weights make a
+        channel written before them claim more than its factor says."""
+        return None if self.cluster_cap is None else CLAIM
 
     @property
     def scaled(self) -> bool:

@@ -49,6 +49,9 @@ class FairShares(Generic[K]):
         weights = [d.weight for _, d in order]
         self._suffix_weight = [0, *accumulate(reversed(weights))][::-1]
         self.total_wanted = math.fsum(d.wanted for d in demands.values())
+        #: The same sum as the search adds it up: whether the cap binds is
+        #: decided on it, so the search always finds a policy to cut.
+        self._sum = self._prefix_wanted[-1]
         self.total_weight = sum(weights)
         self.level = self._level(None)
 
@@ -60,7 +63,7 @@ class FairShares(Generic[K]):
 
     def prospective(self, demand: Demand) -> float:
         """What a policy not counted yet would get once it is (the others cut with it)."""
-        if self.total_wanted + demand.wanted <= self.cap:
+        if self._sum + demand.wanted <= self.cap:
             return demand.wanted
         level = self._level(demand)
         return demand.wanted if level is None else min(demand.wanted, demand.weight * level)
@@ -69,7 +72,7 @@ class FairShares(Generic[K]):
         """λ: Σ min(wanted, weight × λ) = cap over the counted policies and
         `extra`; None when they want no more than the cap together."""
         more = 0.0 if extra is None else extra.wanted
-        if self.total_wanted + more <= self.cap:
+        if self._sum + more <= self.cap:
             return None
         # The first policy (in ratio order) still cut at the level: every
         # policy before it gets what it wants.
@@ -88,8 +91,10 @@ class FairShares(Generic[K]):
             if level * extra.weight >= extra.wanted:
                 room -= extra.wanted
                 level = room / cut_weight if cut_weight else math.inf
-        else:
+        elif cut_weight:
             level = room / cut_weight
+        else:
+            return None  # rounding: nobody is cut after all
         return max(level, 0.0)
 
     def _filled(self, index: int, level: float, extra: Demand | None) -> float:

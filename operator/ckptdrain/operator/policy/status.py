@@ -118,12 +118,15 @@ IDLE_NOTE = ("; no pod of it runs, so it takes no part of the cluster cap yet: "
 def _fair_part(c: ClusterShare) -> str:
     """Why the cluster cap gives a policy what it gives: whom it shares with
     and by which weights (operator/policy/fair_share.py)."""
+    cap = f"the cluster cap of {units.format_rate(c.cluster_cap or 0.0)}"
     others = c.policies - (1 if c.counted else 0)
+    if others <= 0:
+        return cap
     others_want = c.total_wanted - (c.wanted if c.counted else 0.0)
     weights = c.total_weight + (0 if c.counted else c.weight)
     split = "equal weights" if weights == others + 1 else f"weight {c.weight} of {weights}"
-    return (f"the cluster cap of {units.format_rate(c.cluster_cap or 0.0)}, split fairly "
-            f"({split}) with {others} other policies with pods wanting "
+    return (f"{cap}, split fairly ({split}) with {others} other "
+            f"{'policy' if others == 1 else 'policies'} with pods wanting "
             f"{units.format_rate(max(others_want, 0.0))} together,")
 
 
