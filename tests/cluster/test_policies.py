@@ -12,6 +12,7 @@ from cluster_helpers import get, policy, wait_for
 from operator_process import OperatorProcess
 
 from ckptdrain.contract import share as sh
+from ckptdrain.operator.policy import allocation
 from support.apiserver import Cluster
 
 
@@ -205,8 +206,9 @@ def test_a_new_job_under_the_cap_is_one_scale_write_not_a_rewrite_of_every_chann
         cluster: Cluster, capped_operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
     """Two 63 GB/s policies with pods fit a 200 GB/s cap; two more do not: the
-    fair level is 50 GB/s, the namespace's scale goes to 50/200 and the first
-    two policies' agents take it from there (min(budget, claim × factor)),
+    fair level is 50 GB/s, the namespace's scale goes to 50 GB/s ÷ the claim
+    and the first two policies' agents take it from there (min(budget,
+    claim × factor)),
     their channels unwritten; when the two go, the factor goes back to 1 and
     a channel written under the smaller one grows again."""
     for name in ("p0", "p1"):
@@ -217,14 +219,14 @@ def test_a_new_job_under_the_cap_is_one_scale_write_not_a_rewrite_of_every_chann
                      .get("wantedBytes") for n in ("p0", "p1")),
              timeout_s=60, what="the scale and both channels")
     before = _share_object(cluster, namespace, "p0")
-    # The claim: weight 1 × the cluster cap (its fair part is claim × factor).
-    assert before is not None and before["spec"]["wantedBytes"] == 200_000_000_000
+    # The claim: one constant for every policy (its fair part is claim × factor).
+    assert before is not None and before["spec"]["wantedBytes"] == int(allocation.CLAIM)
     for name in ("p2", "p3"):
         apply(policy(name))
         _run_pod(cluster, namespace, name)
-    factor = 50 / 200
+    factor = 50e9 / allocation.CLAIM
     wait_for(lambda: _factor(cluster, namespace) == pytest.approx(factor),
-             timeout_s=60, what="the factor 50/200")
+             timeout_s=60, what="the factor of a 50 GB/s level")
     for name in ("p2", "p3"):
         wait_for(lambda n=name: _constrained(cluster, namespace, n)[1] == "ClusterCap",
                  timeout_s=60, what=f"{name} constrained")
@@ -241,7 +243,7 @@ def test_a_new_job_under_the_cap_is_one_scale_write_not_a_rewrite_of_every_chann
     # smaller factor; when the two go, that channel must grow again.
     apply(policy("p1", caps={"perDrainer": "60GB/s"}))
     wait_for(lambda: sh.from_object(_share_object(cluster, namespace, "p1") or {}).budget
-             == pytest.approx(50e9, abs=2), timeout_s=60, what="p1 rewritten under 50/200")
+             == pytest.approx(50e9, abs=2), timeout_s=60, what="p1 rewritten at 50 GB/s")
     cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "p2", "p3")
     wait_for(lambda: _factor(cluster, namespace) == 1.0, timeout_s=60,
              what="the factor back to 1")
@@ -267,5 +269,5 @@ def test_a_policy_with_an_agent_that_has_not_said_it_reads_the_scale_keeps_whole
              timeout_s=60, what="counted, its budget whole")
     cluster.kubectl("annotate", "-n", namespace, "pod", "w-0", "ckptdrain.io/share-scale=true")
     wait_for(lambda: (_share_object(cluster, namespace, "solo") or {})["spec"]
-             .get("wantedBytes") == 200_000_000_000, timeout_s=60,
+             .get("wantedBytes") == int(allocation.CLAIM), timeout_s=60,
              what="the agent reads the scale: the claim published")
