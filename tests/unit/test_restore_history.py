@@ -85,7 +85,7 @@ def test_the_outcome_is_one_every_reader_of_outcomes_knows() -> None:
     json.dumps([{"uri": f"s3://a/{i}", "step": i} for i in range(6)])])
 def test_a_list_restore_cannot_read_stops_it_naming_the_variable(
         tmp_path: Path, text: str) -> None:
-    with pytest.raises(InvalidInput, match="^CKPTDRAIN_EARLIER_STORES: expected a JSON list"):
+    with pytest.raises(InvalidInput, match=r"^CKPTDRAIN_EARLIER_STORES: expected a JSON list"):
         _cfg(tmp_path, CKPTDRAIN_EARLIER_STORES=text)
 
 
