@@ -71,7 +71,7 @@ def check_move(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -> N
                             relocation={"reason": "bucket migration"}))
     stored = get(cluster, namespace, "checkpointpolicy", "mover")["spec"]
     assert stored["storage"]["uri"] == "s3://ckpt-bucket/third"
-    assert stored["relocation"] == {"reason": "bucket migration"}
+    assert stored["relocation"] == {"reason": "bucket migration", "startFresh": False}
     # The same reason again says nothing about a further move.
     _refused(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/fourth"},
                            relocation={"reason": "bucket migration"}))

@@ -59,7 +59,7 @@ DRAIN_ERROR_KINDS: tuple[tuple[str, type[BaseException] | None], ...] = (
 )
 #: Restore outcomes (restore/result.py OUTCOMES) and the tiers a restore reads.
 RESTORE_OUTCOMES = ("restored", "reshard", "fresh_start", "disabled", "cannot_place",
-                    "store_unavailable", "none_verified")
+                    "store_unavailable", "none_verified", "history_elsewhere")
 RESTORE_TIERS = ("local", "peer", "global", "none")
 
 

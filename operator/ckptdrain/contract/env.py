@@ -76,6 +76,9 @@ class Env(StrEnum):
     RESTORE_AGREE_TIMEOUT = "CKPTDRAIN_RESTORE_AGREE_TIMEOUT"
     #: The pod's `ckptdrain.io/restore` annotation (downward API; empty when absent).
     RESTORE_MODE = "CKPTDRAIN_RESTORE_MODE"
+    #: Where the policy's checkpoints were before its store moved
+    #: (contract/earlier_stores.py): restore's alone.
+    EARLIER_STORES = "CKPTDRAIN_EARLIER_STORES"
 
 
 #: Set for the trainer (by its launcher, or torchrun's LOCAL_RANK /

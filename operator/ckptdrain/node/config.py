@@ -20,6 +20,8 @@ from typing import Any
 from ckptdrain import units
 from ckptdrain.contract.cold import cold_class_problem
 from ckptdrain.contract.drain import parse_stall_timeout
+from ckptdrain.contract.earlier_stores import EarlierStore
+from ckptdrain.contract.earlier_stores import parse as parse_earlier_stores
 from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput
 from ckptdrain.node import values
@@ -91,6 +93,9 @@ class AgentConfig:
     #: A newest step saved by another writer count: "dcp" hands a DCP
     #: checkpoint to the trainer to load resharded, "trainer" any format.
     restore_reshard: str = "dcp"
+    #: Where the policy's checkpoints were before its store moved, newest
+    #: first: nothing at `store_uri` is then no fresh start (restore/engine.py).
+    earlier_stores: tuple[EarlierStore, ...] = ()
 
     @property
     def flush_budget_s(self) -> float:
@@ -196,6 +201,9 @@ FIELDS: tuple[Field, ...] = (
           "holds before falling back to the newest global step (0: no coordination)"),
     Field("restore_mode", Env.RESTORE_MODE, values.restore_mode, "",
           "the pod's ckptdrain.io/restore annotation: 'skip' for a deliberate fresh start"),
+    Field("earlier_stores", Env.EARLIER_STORES, parse_earlier_stores, "",
+          "JSON list of the store prefixes this policy's checkpoints were under before it "
+          "moved, newest first: with nothing at the store, restore refuses a fresh start"),
     Field("part_size", Env.PART_SIZE, units.parse_bytes, "64MiB",
           "multipart part size for the drain"),
     Field("concurrency", Env.CONCURRENCY, units.parse_positive_int, "8",
@@ -218,7 +226,7 @@ RESTORE_FIELDS = frozenset({
     "s3_sse_kms_key_id", "s3_ca_bundle", "s3_addressing", "writer_id", "writers", "role",
     "readers", "restore", "restore_prefer", "restore_result", "restore_retry_deadline",
     "restore_direct_io", "restore_reshard", "restore_mode", "restore_agree_timeout",
-    "policy", "pod_name", "pod_uid", "namespace", "node_name"})
+    "earlier_stores", "policy", "pod_name", "pod_uid", "namespace", "node_name"})
 PEER_FIELDS = frozenset({"local_dir", "writer_id", "writers", "policy"})
 
 
@@ -332,6 +340,7 @@ def load(
         role=raw["role"],
         readers=raw["readers"],
         restore_reshard=raw["restore_reshard"],
+        earlier_stores=raw["earlier_stores"],
     )
 
 

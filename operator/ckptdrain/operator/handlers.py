@@ -28,7 +28,7 @@ from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.goodput import sync as goodput_sync
 from ckptdrain.operator.peers import sync as peer_sync
-from ckptdrain.operator.policy import allocation
+from ckptdrain.operator.policy import allocation, history
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.records import restores, watchdog
@@ -201,6 +201,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers,
                             cluster=cluster, resource_notes=parsed.resource_notes)
         new["drainers"] = drainers
+        new["storage"] = history.storage_status(body.status, parsed, _now())  # moves remembered
         patch.status.update(new)
     if announce:
         kopf.info(body, reason="Sized", message=new["conditions"][0]["message"])

@@ -13,7 +13,10 @@ training, so we fail and let the kubelet retry); 4 candidates existed but
 none verified, or the store holds a step that failed verification (a manifest
 that does not parse or disagrees), or the newest step was saved by another
 writer count and may not be handed to the trainer (restore/reshard.py; one
-that may is exit 0, outcome `reshard`, nothing placed).
+that may is exit 0, outcome `reshard`, nothing placed); 5 nothing anywhere,
+but the policy's store moved away from a prefix its checkpoints reached
+(CKPTDRAIN_EARLIER_STORES, outcome `history_elsewhere`: copy them over, or
+set spec.relocation.startFresh).
 Only exit 0 without a step is a fresh start: a step some of whose writers'
 manifests are merely missing (still being written, or abandoned) does not
 block one. Every outcome but a bad configuration starts by emptying the

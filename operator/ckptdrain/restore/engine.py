@@ -12,9 +12,11 @@ what came from where, naming the step as the trainer sees it.
 
 Only exit 0 without a step is a fresh start: a step some of whose writers'
 manifests are merely missing (still being written, or abandoned) does not
-block one. A transient failure while fetching the newest step ends that try;
-it never falls back to an older step, which would throw progress away (and
-with several writers could put ranks on different steps).
+block one, but a policy whose store moved away from checkpoints does
+(CKPTDRAIN_EARLIER_STORES: outcome `history_elsewhere`, exit 5). A
+transient failure while fetching the newest step ends that try; it never
+falls back to an older step, which would throw progress away (and with
+several writers could put ranks on different steps).
 
 With several writers (or readers) a local copy is used only when its manifest
 has the same content as this writer's committed global manifest: another pod
@@ -248,9 +250,25 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
         result.reason = "checkpoints exist but failed verification: " + next(
             s.reason for s in result.skipped if s.step is not None
             and not _MISSING.search(s.reason))
+    elif cfg.earlier_stores:
+        # Nothing here, but the policy's history says checkpoints were: a
+        # fresh start would silently throw that training away.
+        result.outcome, result.reason = "history_elsewhere", _elsewhere(cfg)
     else:
         result.outcome, result.fresh_start = "fresh_start", True
     return result, OUTCOMES[result.outcome]
+
+
+def _elsewhere(cfg: node_config.AgentConfig) -> str:
+    """Why nothing found is no fresh start: the newest earlier prefix, its
+    step, and the two ways on."""
+    last = cfg.earlier_stores[0]
+    why = f' ("{last.reason}")' if last.reason else ""
+    here = cfg.store_uri or "the configured tiers"
+    return (f"nothing under {here}, but this policy's checkpoints reached step {last.step} "
+            f"under {last.uri} before it moved on {last.moved_at or 'an unknown date'}{why}: "
+            f"copy {last.uri.rstrip('/')}/ to {here.rstrip('/')}/ with the store's tools, or "
+            "set spec.relocation.startFresh: true to start from step 0")
 
 
 def _reshard(cfg: node_config.AgentConfig, store: Any, found: dict[int, Any],

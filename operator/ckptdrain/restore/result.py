@@ -22,6 +22,10 @@
     store_unavailable 3  the global tier could not be asked (or failed mid-fetch)
                          until restore.retryDeadline, nothing local was usable
     none_verified     4  checkpoints exist but none verified
+    history_elsewhere 5  nothing at the store, but the policy's checkpoints were
+                         under an earlier prefix before its store moved
+                         (CKPTDRAIN_EARLIER_STORES): the reason names it and
+                         the two ways on (copy them, or relocation.startFresh)
 
 `name` is the restored step's directory in the work dir that holds this
 file; `path` is that directory as the trainer mounts it (CKPTDRAIN_TRAINER_WORK_DIR,
@@ -31,7 +35,8 @@ The file, like the step, is readable by the pod's group (group_access.py).
 
 `fresh_start` is true only for `fresh_start` and `disabled`: a trainer told
 "fresh start" throws away every step it had, so a checkpoint that exists but
-could not be restored must never read as one. `reason` says why in one line
+could not be restored (here, or under the prefix the policy's store moved
+from) must never read as one. `reason` says why in one line
 when nothing was restored (or why nothing was on purpose). `attempts`
 counts the tries against a store that did not answer (restore/retry.py).
 From the global tier, `io` says how the files were written ("direct",
@@ -55,7 +60,7 @@ class Skipped:
 
 
 OUTCOMES = {"restored": 0, "reshard": 0, "fresh_start": 0, "disabled": 0, "cannot_place": 1,
-            "store_unavailable": 3, "none_verified": 4}
+            "store_unavailable": 3, "none_verified": 4, "history_elsewhere": 5}
 
 
 @dataclass
@@ -128,7 +133,8 @@ def summary_line(result: RestoreResult, code: int) -> str:
     if code == 0:
         return (f"ckptdrain restore: fresh start ({result.reason})" if result.reason
                 else "ckptdrain restore: no checkpoint anywhere: fresh start")
-    return f"ckptdrain restore: {result.outcome}: {result.reason} (exit {code}); see skipped above"
+    more = "; see skipped above" if result.skipped else ""
+    return f"ckptdrain restore: {result.outcome}: {result.reason} (exit {code}){more}"
 
 
 def _agreed(result: RestoreResult) -> str:

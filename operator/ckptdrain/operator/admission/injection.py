@@ -12,7 +12,7 @@ says when terminationGracePeriodSeconds is too short to flush one shard.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ckptdrain import units
@@ -27,6 +27,7 @@ from ckptdrain.contract.api import (
     LABEL_WRITER_POLICY,
     policy_labelled,
 )
+from ckptdrain.contract.earlier_stores import EarlierStore
 from ckptdrain.contract.env import CREDENTIALS
 from ckptdrain.operator import containers
 from ckptdrain.operator.admission import cloud_identity, prepare, resources, work_dir
@@ -37,6 +38,7 @@ from ckptdrain.operator.admission.pod_env import (
     WEBHOOK_OWNED,
     WORK_DIR,
     agent_env,
+    earlier_stores_env,
     grace_seconds,
     restore_mode_env,
     trainer_env,
@@ -139,14 +141,16 @@ def _append(ops: JSONPatch, path: str, existing: list[Any] | None, items: list[A
 def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConfig,
                     default_rate: float, rank: int | None = None,
                     workload_writers: int | None = None, *, reader: bool = False,
-                    readers_alongside: bool = False) -> JSONPatch:
+                    readers_alongside: bool = False,
+                    earlier: Sequence[EarlierStore] = ()) -> JSONPatch:
     """JSONPatch ops that inject ckptdrain into `pod`; [] if already injected.
     With a `rank`, the pod also gets the `ckptdrain.io/writer` label, which
     admission selects on to find a live pod already holding that rank;
     `workload_writers` (what the workload says) is kept as an annotation for
     the operator's WritersConsistent condition. A `reader` (its `rank` is the
     shard it reads) gets restore alone, with the local tier read-only: no
-    agent, no peer server, no root container, no writer label."""
+    agent, no peer server, no root container, no writer label. `earlier`:
+    where the policy's checkpoints were before its store moved, for restore."""
     if is_injected(pod):
         return []
     spec = pod.get("spec", {})
@@ -157,7 +161,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     work = [] if work_on_node(policy, reader=reader) else [("ckptdrain-work", WORK_DIR)]
     # Limits equal to requests where the pod is (or must be) Guaranteed.
     equal = resources.stays_guaranteed(pod, policy.containers)
-    restore = _container(RESTORE, "restore", [*shared, restore_mode_env()], config, [
+    restore = _container(RESTORE, "restore", [*shared, restore_mode_env(),
+                                              *earlier_stores_env(earlier)], config, [
         ("ckptdrain-local", LOCAL_DIR), *work, ("ckptdrain-tmp", "/tmp")], sidecar=False,
         resources=resources.injected(containers.RESTORE, policy.containers, equal=equal))
     if reader:  # it reads the writer's copies on this node, never changes them

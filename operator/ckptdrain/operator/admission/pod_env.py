@@ -6,10 +6,11 @@ pod patch (injection.py) puts these lists into the containers it adds.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ckptdrain import units
+from ckptdrain.contract import earlier_stores
 from ckptdrain.contract.api import ANNOTATION_RESTORE, ROLE_READER, ROLE_WRITER
 from ckptdrain.contract.env import Env
 from ckptdrain.operator.policy import peer_tier, storage_options
@@ -18,11 +19,6 @@ from ckptdrain.operator.policy.spec import Policy
 LOCAL_DIR, WORK_DIR, SHARE_DIR = "/ckptdrain/local", "/ckptdrain/work", "/ckptdrain/share"
 AGENT_METRICS_PORT = 9108
 DEFAULT_GRACE_SECONDS = 30
-
-
-def store_uri(policy: Policy) -> str:
-    """The policy's global tier, one prefix per namespace/policy."""
-    return policy.store_uri.rstrip("/") + f"/{policy.namespace}/{policy.name}"
 
 
 def _field(path: str) -> dict[str, Any]:
@@ -66,7 +62,7 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         _env(Env.WRITERS, str(policy.writers)),
         _env(Env.ROLE, _role(reader)),
         _env(Env.READERS, "true" if reader or readers_alongside else "false"),
-        _env(Env.STORE_URI, store_uri(policy)),
+        _env(Env.STORE_URI, policy.store_prefix()),
     ]
     if policy.endpoint:
         env.append(_env(Env.S3_ENDPOINT, policy.endpoint))
@@ -115,6 +111,13 @@ def restore_mode_env() -> dict[str, Any]:
     its next start). Not the agent's: a mistyped value stops restore with one
     line, and must not also crash-loop the sidecar of a running pod."""
     return _env(Env.RESTORE_MODE, _field(f"metadata.annotations['{ANNOTATION_RESTORE}']"))
+
+
+def earlier_stores_env(stores: Sequence[earlier_stores.EarlierStore]) -> list[dict[str, Any]]:
+    """Restore's own: where the policy's checkpoints were before its store
+    moved (policy/history.py), so that finding nothing at the new prefix is
+    not taken for a fresh start. Nothing when there is no such place."""
+    return [_env(Env.EARLIER_STORES, earlier_stores.encode(stores))] if stores else []
 
 
 def local_dir(policy: Policy) -> str:

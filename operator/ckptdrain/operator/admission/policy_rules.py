@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ckptdrain.operator.admission.pod_env import store_uri
 from ckptdrain.operator.admission.rules import Refused, validate_policy
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
@@ -164,7 +163,7 @@ def expected_injection(spec: Mapping[str, Any], namespace: str, name: str,
     """What a pod injected now under this (valid) spec is given, by guarded
     field, as relocation.injected_with reads it back from a pod."""
     p = pol.parse(namespace, name, spec, cfg)
-    return {"spec.storage.uri": store_uri(p), "spec.localTier.path": p.node_path(),
+    return {"spec.storage.uri": p.store_prefix(), "spec.localTier.path": p.node_path(),
             relocation.WRITERS_FIELD: str(p.writers)}
 
 

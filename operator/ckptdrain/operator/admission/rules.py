@@ -23,6 +23,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from ckptdrain import sizing
@@ -31,7 +32,7 @@ from ckptdrain.operator.admission import cloud_identity, injection, unselected
 from ckptdrain.operator.admission.owner_cache import OwnerCache
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import identity, peer_tier, roles
+from ckptdrain.operator.policy import history, identity, peer_tier, roles
 from ckptdrain.operator.policy import spec as pol
 
 #: The webhooks' ids, which are also the paths they are served at.
@@ -291,7 +292,8 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     ops = injection.build_pod_patch(
         pod, p, cfg, default_rate=share, rank=role.shard,
         workload_writers=role.workload_writers, reader=role.reader,
-        readers_alongside=role.readers_alongside)
+        readers_alongside=role.readers_alongside,
+        earlier=history.told_to_restore(chosen.get("status") or {}, p, datetime.now(UTC)))
     if p.credentials is None:  # with a Secret nothing is carried: nothing to say
         warnings.extend(_identity_warnings(pod))
     logger.info("injecting policy %s into a pod (%d ops)", p.key, len(ops))

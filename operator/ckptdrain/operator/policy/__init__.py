@@ -6,7 +6,8 @@ delegates: storage_options.py, peer_tier.py (which also names the peer tier's ob
 identity.py for which rank a pod is, roles.py for whether it writes or only
 reads; allocation.py sizes each
 policy's share of the cluster cap; status.py builds the status (phase, conditions)
-from them.
+from them; history.py remembers the store prefixes the policy moved away from
+(status.storage).
 
 May import: the operator's base (config). Every room above reads policies through it.
 """

@@ -21,7 +21,7 @@ from ckptdrain.contract.drain import DEFAULT_STALL_AFTER, parse_stall_timeout
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, merge
-from ckptdrain.operator.policy import selectors
+from ckptdrain.operator.policy import relocation, selectors
 from ckptdrain.operator.policy.fields import (
     Reader,
     choice,
@@ -125,6 +125,11 @@ class Policy:
     #: spec.resources amounts the platform's block no longer allows, each
     #: with what is used instead (a pod's admission warns with them).
     resource_notes: tuple[str, ...] = ()
+    #: spec.relocation: why the checkpoints last moved ("" when unset), and
+    #: whether to start from step 0 at the new location although checkpoints
+    #: exist at an earlier one (policy/history.py).
+    relocation_reason: str = ""
+    start_fresh: bool = False
 
     @property
     def key(self) -> str:
@@ -133,6 +138,11 @@ class Policy:
     @property
     def checkpoint_bytes(self) -> float:
         return sizing.checkpoint_size(self.sizing_input)
+
+    def store_prefix(self) -> str:
+        """Where this policy's global tier is: one prefix per namespace/policy
+        under spec.storage.uri (per the pod contract)."""
+        return self.store_uri.rstrip("/") + f"/{self.namespace}/{self.name}"
 
     def node_path(self) -> str:
         """hostPath of this policy's local tier on every node (per the pod contract)."""
@@ -254,6 +264,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     reshard = r.get("restore.reshard", choice(RESHARD), "DCP")
     readers = r.get("readers", choice(READERS), "Declared")
     stall_timeout = r.get("drain.stallTimeout", parse_stall_timeout, DEFAULT_STALL_AFTER)
+    start_fresh = r.get("relocation.startFresh", flag, False)
     storage_opts = read_storage_options(r.raw("storage"), r.fail)
     if storage_opts.cold_class and storage_opts.cold_after >= global_keep:
         r.fail("storage.coldStorage.after", f"fewer than storage.keep ({global_keep}), "
@@ -313,7 +324,8 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         stall_timeout_s=stall_timeout, storage_options=storage_opts,
         node_expressions=node_expressions, tolerations=tolerations, peer=peer,
         readers=readers, restore_reshard=reshard, containers=containers,
-        resource_notes=tuple(notes or ()),
+        resource_notes=tuple(notes or ()), relocation_reason=relocation.reason(spec),
+        start_fresh=start_fresh,
     ), []
 
 
