@@ -10,14 +10,15 @@ in a later pass, `JOIN_DELAY_S` after its count was published.
 While anyone drains, the channel is rewritten at least every HEARTBEAT_S
 (spec.heartbeat), so agents can tell a quiet operator from a gone one.
 
-The cluster cap's factor is published once per namespace (`publish_scale`),
-before any channel computed with it. A scale can only lower a budget (the
-agent takes the smaller of the channel's and wanted × factor), so a channel
-is rewritten when its budget grows or more than the factor moved, never for
+Each namespace's factor of the cluster cap is published once per namespace
+(`publish_scale`), before any channel computed with it. A scale can only
+lower a budget (the agent takes the smaller of the channel's and claim ×
+factor), so a channel is rewritten when its budget grows, when more than
+the factor moved, or when it shrinks by its policy's own change, never for
 a shrink the scale carries: a new job under the cap costs one write per
 namespace, not one per policy. Where the scale is not in place, or a pod's
-agent predates it, the channel carries no wanted budget and is rewritten for
-every change of budget.
+agent predates it, the channel carries no claim and is rewritten for every
+change of budget.
 
 `admit` and `allocation` are pure; `publish` keeps the last state per policy
 in memory. A restarted operator (or a replica that just became the active
