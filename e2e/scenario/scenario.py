@@ -69,6 +69,7 @@ import dcp_procs
 import goodput_check
 import jobset
 import lws
+import move
 import peer
 import processes
 import quickstart
@@ -585,7 +586,7 @@ def main() -> int:
                         help="run the chaos step (e2e/scenario/chaos.py) before uninstalling")
     parser.add_argument("--dcp", action="store_true",
                         help="run the DCP resharding step (e2e/scenario/dcp.py; not --short)")
-    parser.add_argument("--only", choices=("dcp", "peer", "agreement", "processes"),
+    parser.add_argument("--only", choices=("dcp", "peer", "agreement", "processes", "move"),
                         help="install, S3, that step alone, uninstall (skips steps 3-7 and "
                         "the other optional steps)")
     args = parser.parse_args()
@@ -619,6 +620,8 @@ def main() -> int:
                 agreement.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.only in (None, "processes"):
                 processes.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
+            if args.only in (None, "move"):
+                move.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.jobset_chart:
                 jobset.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.lws_chart:
