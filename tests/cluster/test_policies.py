@@ -31,6 +31,33 @@ def test_crds_are_served_with_short_names_and_columns(cluster: Cluster, crds: No
                            "Recovery Point", "Phase", "Goodput"]
 
 
+def test_the_status_schema_holds_conditions_to_metav1_and_phases_to_one_set(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """What any writer of the status (the operator, or a person's patch) may
+    put there: conditions with metav1.Condition's required fields and a
+    CamelCase reason, and one of the documented phases."""
+    apply(policy("schema"))
+    wait_for(lambda: _status(cluster, namespace, "schema").get("phase") == "Ready",
+             timeout_s=60, what="sized")
+    ok = {"type": "Custom", "status": "True", "reason": "Tested", "message": "",
+          "lastTransitionTime": "2026-11-29T00:00:00Z"}
+
+    def patch(status: dict[str, Any]) -> Any:
+        return cluster.kubectl("patch", "-n", namespace, "checkpointpolicy", "schema",
+                               "--subresource=status", "--type=merge",
+                               "-p", json.dumps({"status": status}), check=False)
+    for bad, field in ((dict(ok, reason=""), "reason"), (dict(ok, reason="not camel case"),
+                                                         "reason"),
+                       ({k: v for k, v in ok.items() if k != "lastTransitionTime"},
+                        "lastTransitionTime"),
+                       ({k: v for k, v in ok.items() if k != "message"}, "message")):
+        refused = patch({"conditions": [bad]})
+        assert refused.returncode != 0 and field in refused.stderr, refused.stderr
+    refused = patch({"phase": "Pending"})
+    assert refused.returncode != 0 and "phase" in refused.stderr, refused.stderr
+
+
 def test_valid_policy_gets_63_GBps(cluster: Cluster, operator: OperatorProcess,
                                    namespace: str, apply: Callable[..., Any]) -> None:
     apply(policy("llama405"))
