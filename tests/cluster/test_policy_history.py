@@ -9,8 +9,9 @@ it from step 0; a fresh start asked with a new reason counts for one move."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from operator_process import OperatorProcess
 
 from ckptdrain.agent.kube import PodReport
 from ckptdrain.agent.report import CheckpointEvent
+from ckptdrain.contract.api import timestamp
 from ckptdrain.contract.record import State
 from support.apiserver import Cluster
 
@@ -58,6 +60,13 @@ def _saves(cluster: Cluster, core_api: client.CoreV1Api, namespace: str, name: s
     wait_for(lambda: any(r["spec"]["step"] == step and (r.get("status") or {}).get(
         "completionTime") for r in get(cluster, namespace, "checkpoints")["items"]),
         what=f"the record of step {step} complete")
+
+
+def _past(since: str) -> None:
+    """Wait out the second of `since`: times are whole seconds, and a step
+    completed in the second of a move counts for the prefix before."""
+    while timestamp(datetime.now(UTC)) <= since:
+        time.sleep(0.05)
 
 
 def _entries(storage: dict[str, Any]) -> list[tuple[str, int, bool]]:
@@ -132,6 +141,7 @@ def test_a_fresh_run_below_the_old_step_is_remembered_when_it_moves_on(
                  relocation={"reason": "m1", "startFresh": True}))
     wait_for(lambda: _entries(_storage(cluster, namespace)) == [(old, 4200, True)],
              what="the move, waived")
+    _past(_storage(cluster, namespace)["since"])
     cluster.kubectl("delete", "-n", namespace, "pod", "llama-a", "--wait=true")
     assert EARLIER not in _env(_writer(cluster, namespace, "llama-b"), "ckptdrain-restore")
     # The fresh run saves at the new prefix up to step 3000: below the old

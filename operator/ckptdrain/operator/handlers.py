@@ -31,7 +31,7 @@ from ckptdrain.operator.peers import sync as peer_sync
 from ckptdrain.operator.policy import allocation, history
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
-from ckptdrain.operator.records import aggregate, restores, watchdog
+from ckptdrain.operator.records import restores, watchdog
 from ckptdrain.operator.records import sync as record_sync
 
 PREFIX = api.GROUP
@@ -201,8 +201,8 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers,
                             cluster=cluster, resource_notes=parsed.resource_notes)
         new["drainers"] = drainers
-        new["storage"] = history.storage_status(  # moves remembered, from what completed where
-            body, parsed, _now(), aggregate.completions(_values(checkpoint_index, key)))
+        new["storage"] = history.storage_status(body, parsed, _now(), lambda: (  # moves
+            record_sync.completions(key, _values(checkpoint_index, key), logger)))
         patch.status.update(new)
     if announce:
         kopf.info(body, reason="Sized", message=new["conditions"][0]["message"])

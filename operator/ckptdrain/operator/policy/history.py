@@ -15,10 +15,11 @@ the clock is passed in.
 `storage_status(body, policy, now, completed)` is what each reconcile
 writes. At a move the prefix left is remembered when a checkpoint completed
 globally there, with the newest such step. What a prefix reached comes from
-the policy's Checkpoint records (`completed`: each complete record's step
-and completion time), those that completed after `since`: the records
-outlive a move and the old run's newest is never expired, so neither
-`status.lastGlobalStep` nor the step numbers say where a step was saved.
+the policy's Checkpoint records (`completed()`, asked at a move only: each
+complete record's step and completion time), those that completed after
+`since`: the records outlive a move and the old run's newest is never
+expired, so neither `status.lastGlobalStep` nor the step numbers say where
+a step was saved.
 
 A fresh start is acknowledged for one move only: the update that sets
 `spec.relocation.startFresh` (it was not set at the reconcile before)
@@ -33,7 +34,7 @@ too; it has no records, and reads what the status says of them instead.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -97,20 +98,25 @@ def _entries(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _reached(status: Mapping[str, Any], before: Mapping[str, Any],
+def _reached(body: Mapping[str, Any], before: Mapping[str, Any],
              earlier: list[dict[str, Any]],
              completed: Iterable[tuple[int, str]] | None) -> int | None:
     """The newest step that completed globally at the recorded prefix, None
     when none did. Without records (the webhook), what the status says of
     them: the newest global step, when it completed after `since`."""
+    status = body.get("status") or {}
     since = _time(before.get("since"))
     if completed is None:
         completed = [(status.get("lastGlobalStep"), status.get("recoveryPointTime"))]
-    # After `since`, not in its second (times are whole seconds): the pods
-    # of the prefix before may complete a step in the moment of the move,
-    # never a pod of the new prefix, which had still to start and save.
+    # After a move's `since`, not in its second (times are whole seconds):
+    # the pods of the prefix before may complete a step in the moment of the
+    # move, never a pod of the new prefix, which had still to start and save.
+    # Since the policy's creation, everything: there was no prefix before.
+    first = since is not None and before.get("since") == (
+        body.get("metadata") or {}).get("creationTimestamp")
     steps = [s for s, when in completed if _step(s) is not None and (
-        since is None or ((t := _time(when)) is not None and t > since))]
+        since is None or ((t := _time(when)) is not None
+                          and (t >= since if first else t > since)))]
     step = max(steps, default=None)
     if since is None and earlier and earlier[0]["lastGlobalStep"] == step:
         # A status from before `since`: a prefix left before any checkpoint
@@ -120,12 +126,13 @@ def _reached(status: Mapping[str, Any], before: Mapping[str, Any],
 
 
 def storage_status(body: Mapping[str, Any], policy: Policy, now: datetime,
-                   completed: Iterable[tuple[int, str]] | None = None) -> dict[str, Any]:
+                   completed: Callable[[], Iterable[tuple[int, str]]] | None = None
+                   ) -> dict[str, Any]:
     """`status.storage` as it should read now, for the policy object `body`
-    (its status and creation time). `completed`: (step, completionTime) of
-    the policy's complete Checkpoint records; None where they are not at
-    hand (the webhook). A move back to a remembered prefix drops it (its
-    checkpoints are where pods now look)."""
+    (its status and creation time). `completed()`: (step, completionTime) of
+    the policy's complete Checkpoint records, asked only at a move; None
+    where they are not at hand (the webhook). A move back to a remembered
+    prefix drops it (its checkpoints are where pods now look)."""
     status = body.get("status") or {}
     before = status.get("storage") if isinstance(status.get("storage"), Mapping) else {}
     prefix = policy.store_prefix()
@@ -141,7 +148,7 @@ def storage_status(body: Mapping[str, Any], policy: Policy, now: datetime,
         created = (body.get("metadata") or {}).get("creationTimestamp")
         since = created if _time(created) else timestamp(now)
     elif recorded != prefix:
-        step = _reached(status, before, earlier, completed)
+        step = _reached(body, before, earlier, None if completed is None else completed())
         if step is not None:
             entry: dict[str, Any] = {"uri": recorded, "lastGlobalStep": step,
                                      "movedAt": timestamp(now)}
