@@ -27,7 +27,7 @@ def parse_object(text: str | bytes | None, max_chars: int | None = None) -> dict
         return None
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to read
         return None
     return doc if isinstance(doc, dict) else None
 

@@ -42,3 +42,27 @@ def test_an_empty_prefix_after_a_move_is_refused_then_the_copy_restored(
     result, code = restore(_cfg(tmp_path, store), store)
     assert (code, result.outcome, result.step) == (0, "restored", 4200)
     assert (tmp_path / "work" / "step-4200" / "w.bin").read_bytes() == b"copied" * 1000
+
+
+def test_a_move_back_to_an_older_step_is_refused_while_the_history_knows_a_newer_one(
+        tmp_path: Path, store: Store) -> None:
+    # old@4200 -> new, which trained to 5000 -> back to old: each real store
+    # answers with step 4200, which restore must not resume from silently.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"old run" * 1000)
+    Drainer(store).drain(src, build_manifest(src, 4200, 0, 1, created=1.0),
+                         journal_path=tmp_path / "journal")
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    cfg = config.load(parser.parse_args([]), {
+        "CKPTDRAIN_WORK_DIR": str(tmp_path / "work"),
+        "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local"), "CKPTDRAIN_STORE_URI": store.uri,
+        "CKPTDRAIN_EARLIER_STORES": encode([EarlierStore(
+            "s3://new-bucket/runs/ml/llama", 5000, "2026-11-30T10:00:00Z", "revert")])})
+    result, code = restore(cfg, store)
+    assert (code, result.outcome, result.step) == (5, "history_elsewhere", None)
+    assert result.reason.startswith(f"step 4200 is the newest this restore could use here "
+                                    f"({store.uri}), but this policy's checkpoints reached "
+                                    "step 5000 under s3://new-bucket/runs/ml/llama")
+    assert not (tmp_path / "work" / "step-4200").exists()

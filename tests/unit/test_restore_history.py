@@ -48,7 +48,7 @@ def test_nothing_at_the_new_prefix_with_history_elsewhere_is_refused(tmp_path: P
         f"nothing under {uri}, but this policy's checkpoints reached step 4200 under {OLD} "
         'before it moved on 2026-11-29T10:00:00Z ("bucket migration"): copy '
         f"{OLD}/ to {uri}/ with the store's tools, or set spec.relocation.startFresh: true "
-        "to start from step 0")
+        "with a new spec.relocation.reason to start from step 0")
 
 
 def test_without_history_nothing_anywhere_is_still_a_fresh_start(tmp_path: Path) -> None:
@@ -56,16 +56,67 @@ def test_without_history_nothing_anywhere_is_still_a_fresh_start(tmp_path: Path)
     assert (code, result.outcome, result.fresh_start) == (0, "fresh_start", True)
 
 
+def _push(tmp_path: Path, step: int, writers: int = 1) -> None:
+    src = tmp_path / "src" / f"step-{step}"
+    src.mkdir(parents=True)
+    for w in range(writers):
+        (src / "w.bin").write_bytes(b"copied over" * 100)
+        assert cli.main(["push", str(src), f"file://{tmp_path}/store", "-q", "--create",
+                         "--writer", str(w), "--writers", str(writers)]) == 0
+
+
 def test_a_checkpoint_at_the_new_prefix_is_restored_whatever_the_history(
         tmp_path: Path) -> None:
-    src = tmp_path / "src" / "step-4200"
-    src.mkdir(parents=True)
-    (src / "w.bin").write_bytes(b"copied over" * 100)
-    uri = f"file://{tmp_path}/store"
-    assert cli.main(["push", str(src), uri, "-q", "--create"]) == 0
+    _push(tmp_path, 4200)
     result, code = restore(_cfg(tmp_path, CKPTDRAIN_EARLIER_STORES=EARLIER),
                            LocalStore(tmp_path / "store"))
     assert (code, result.outcome, result.step) == (0, "restored", 4200)
+
+
+def test_a_step_older_than_the_history_names_elsewhere_is_refused(tmp_path: Path) -> None:
+    # old@4200 -> new, which trained to 5000 -> back to old: 4200 would
+    # silently throw the steps since away.
+    _push(tmp_path, 4200)
+    uri = f"file://{tmp_path}/store"
+    newer = encode([EarlierStore("s3://new-bucket/runs/ml/llama", 5000, "2026-11-30T10:00:00Z",
+                                 "back")])
+    result, code = restore(_cfg(tmp_path, CKPTDRAIN_STORE_URI=uri,
+                                CKPTDRAIN_EARLIER_STORES=newer), LocalStore(tmp_path / "store"))
+    assert (code, result.outcome, result.step, result.fresh_start) == (
+        5, "history_elsewhere", None, False)
+    assert result.reason == (
+        f"step 4200 is the newest this restore could use here ({uri}), but this policy's "
+        "checkpoints reached step 5000 under s3://new-bucket/runs/ml/llama before it moved on "
+        '2026-11-30T10:00:00Z ("back"): copy s3://new-bucket/runs/ml/llama/ to '
+        f"{uri}/ with the store's tools to resume from step 5000, or set "
+        "spec.relocation.startFresh: true with a new spec.relocation.reason to restore step "
+        "4200")
+    assert not (tmp_path / "work" / "step-4200").exists()
+
+
+def test_a_newest_step_that_fails_does_not_fall_back_past_the_history(tmp_path: Path) -> None:
+    _push(tmp_path, 4000)
+    _push(tmp_path, 4500)
+    for data in (tmp_path / "store").rglob("*"):
+        if data.is_file() and "4500" in str(data) and "manifest" not in data.name:
+            data.write_bytes(b"corrupt")
+    result, code = restore(_cfg(tmp_path, CKPTDRAIN_EARLIER_STORES=EARLIER),
+                           LocalStore(tmp_path / "store"))
+    assert (code, result.outcome) == (5, "history_elsewhere")
+    assert result.reason.startswith("step 4000 is the newest this restore could use here")
+    assert [s.step for s in result.skipped] == [4500]
+
+
+def test_a_step_of_another_writer_count_older_than_the_history_is_not_handed_over(
+        tmp_path: Path) -> None:
+    _push(tmp_path, 4000, writers=2)
+    env = {"CKPTDRAIN_RESTORE_RESHARD": "trainer"}
+    result, code = restore(_cfg(tmp_path, **env), LocalStore(tmp_path / "store"))
+    assert (code, result.outcome, result.step) == (0, "reshard", 4000)
+    result, code = restore(_cfg(tmp_path, CKPTDRAIN_EARLIER_STORES=EARLIER, **env),
+                           LocalStore(tmp_path / "store"))
+    assert (code, result.outcome) == (5, "history_elsewhere")
+    assert "step 4000 is the newest" in result.reason and "step 4200 under" in result.reason
 
 
 def test_a_reader_gets_the_same_protection(tmp_path: Path) -> None:
@@ -87,6 +138,16 @@ def test_a_list_restore_cannot_read_stops_it_naming_the_variable(
         tmp_path: Path, text: str) -> None:
     with pytest.raises(InvalidInput, match=r"^CKPTDRAIN_EARLIER_STORES: expected a JSON list"):
         _cfg(tmp_path, CKPTDRAIN_EARLIER_STORES=text)
+
+
+def test_a_list_nested_too_deep_or_too_long_is_refused_naming_the_variable(
+        tmp_path: Path) -> None:
+    for text, seen in (("[" * 60_000, "got '[[["),
+                       ('[{"uri": "s3://a/b", "step": 1, "reason": "' + "x" * 70_000 + '"}]',
+                        "at most 64 KiB, got '70")):
+        with pytest.raises(InvalidInput, match=r"^CKPTDRAIN_EARLIER_STORES: expected") as err:
+            _cfg(tmp_path, CKPTDRAIN_EARLIER_STORES=text)
+        assert seen in str(err.value) and len(str(err.value)) < 500
 
 
 def test_the_list_reads_back_as_written() -> None:

@@ -28,6 +28,7 @@ import os
 import shutil
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ckptdrain import group_access, resume_channel
@@ -189,8 +190,7 @@ class Rounds:
 
     @staticmethod
     def _with_complete(report: Report, complete: list[int]) -> Report:
-        return Report(report.round, report.rank, report.uid, report.node, report.local,
-                      report.peer, tuple(complete), report.failed, report.pinned, report.at)
+        return replace(report, complete=tuple(complete))
 
     def _place(self, step: int) -> str:
         """Put `step` in the work dir; the tier it came from."""

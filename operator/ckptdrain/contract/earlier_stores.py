@@ -22,6 +22,9 @@ from ckptdrain.errors import InvalidInput
 
 #: How many earlier prefixes a policy remembers and a pod is told.
 MAX_EARLIER = 5
+#: The longest text restore reads: five entries are a few KiB (the operator
+#: bounds each uri and reason); anything longer is not the operator's list.
+MAX_CHARS = 64 * 1024
 _EXPECTED = ('a JSON list of at most 5 {"uri": text, "step": whole number >= 0, '
              '"movedAt": text, "reason": text}')
 
@@ -45,6 +48,11 @@ def encode(stores: Sequence[EarlierStore]) -> str:
                       separators=(",", ":"))
 
 
+def _shown(text: str) -> str:
+    """The start of a text that could not be read, short enough for one line."""
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def _entry(field: str, item: object) -> EarlierStore:
     if not isinstance(item, dict):
         raise InvalidInput(field, _EXPECTED, item)
@@ -63,10 +71,13 @@ def parse(field: str, value: object) -> tuple[EarlierStore, ...]:
     text = str(value).strip()
     if not text:
         return ()
+    if len(text) > MAX_CHARS:
+        raise InvalidInput(field, f"{_EXPECTED}, at most {MAX_CHARS // 1024} KiB",
+                           f"{len(text)} characters")
     try:
         items = json.loads(text)
-    except ValueError:
-        raise InvalidInput(field, _EXPECTED, text) from None
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to read
+        raise InvalidInput(field, _EXPECTED, _shown(text)) from None
     if not isinstance(items, list) or len(items) > MAX_EARLIER:
-        raise InvalidInput(field, _EXPECTED, text)
+        raise InvalidInput(field, _EXPECTED, _shown(text))
     return tuple(_entry(field, item) for item in items)

@@ -201,7 +201,8 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers,
                             cluster=cluster, resource_notes=parsed.resource_notes)
         new["drainers"] = drainers
-        new["storage"] = history.storage_status(body.status, parsed, _now())  # moves remembered
+        new["storage"] = history.storage_status(body, parsed, _now(), lambda: (  # moves
+            record_sync.completions(key, _values(checkpoint_index, key), logger)))
         patch.status.update(new)
     if announce:
         kopf.info(body, reason="Sized", message=new["conditions"][0]["message"])

@@ -99,6 +99,15 @@ class Report:
     #: may then agree on that step only: any other would mix two states.
     pinned: int | None = None
     at: float = 0.0
+    #: A decided fresh start (no step) this pod could not take (its policy's
+    #: history names checkpoints elsewhere): like `failed`, for no step.
+    failed_fresh: bool = False
+
+    def failed_on(self, decision: Decision) -> bool:
+        """Whether this report says its pod could not take `decision`'s step."""
+        if decision.step is None:
+            return self.failed_fresh
+        return self.failed is not None and self.failed == decision.step
 
     def to_json(self) -> str:
         return json.dumps({
@@ -107,6 +116,7 @@ class Report:
             "peer": sorted(self.peer, reverse=True)[:REPORT_STEPS],
             "complete": sorted(self.complete, reverse=True)[:REPORT_STEPS],
             "failed": self.failed, "pinned": self.pinned, "at": round(self.at, 3),
+            **({"failedFresh": True} if self.failed_fresh else {}),
         }, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -128,7 +138,7 @@ class Report:
                 complete=tuple(_whole(s) for s in doc.get("complete") or ()),
                 failed=None if doc.get("failed") is None else _whole(doc["failed"]),
                 pinned=None if doc.get("pinned") is None else _whole(doc["pinned"]),
-                at=float(doc.get("at", 0.0)))
+                at=float(doc.get("at", 0.0)), failed_fresh=doc.get("failedFresh") is True)
         except (KeyError, TypeError, ValueError):
             return None
         return report if report.uid else None
@@ -206,7 +216,7 @@ def next_move(decision: Decision | None, own: Report | None, rank: int, uid: str
     mine = own is not None and own.uid == uid
     if mine and own is not None and own.round > current:
         return Next("wait", own.round, why="this pod reported in a round not decided yet",
-                    may_fall_back=own.failed is None)
+                    may_fall_back=own.failed is None and not own.failed_fresh)
     new = Next("report", current + 1)
     if decision is None:
         return Next("report", 1, why="no decision yet")
@@ -214,8 +224,9 @@ def next_move(decision: Decision | None, own: Report | None, rank: int, uid: str
     young = 0 <= now - decision.decided_at <= join_window
     if member == pod_digest(uid):
         if mine and own is not None and own.round == decision.round \
-                and own.failed is not None and own.failed == decision.step:
-            return Next("report", current + 1, why=f"this pod could not get step {own.failed}",
+                and own.failed_on(decision):
+            what = "start fresh" if decision.step is None else f"get step {decision.step}"
+            return Next("report", current + 1, why=f"this pod could not {what}",
                         may_fall_back=False)
         if young:
             return Next("join", current, decision, "this pod took part")

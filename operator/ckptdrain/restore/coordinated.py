@@ -136,8 +136,9 @@ def plan_for(decision: Decision, held: Holdings, peer_offered: bool,
 
 def note_failure(cfg: node_config.AgentConfig, decision: Decision, held: Holdings,
                  meeting: Any = None) -> None:
-    """This pod could not get the agreed step: say so on its report, so its
-    next try starts a new round instead of joining the same decision again."""
+    """This pod could not get the agreed step (or, for a decision of no step,
+    could not start fresh): say so on its report, so its next try starts a
+    new round instead of joining the same decision again."""
     from ckptdrain.restore import meeting as meeting_mod
 
     try:
@@ -145,7 +146,8 @@ def note_failure(cfg: node_config.AgentConfig, decision: Decision, held: Holding
         meet.report(replace(Report(round=decision.round, rank=cfg.writer, uid=str(cfg.pod_uid),
                                    node=cfg.node_name, local=dict(held.local), peer=held.peer,
                                    complete=held.complete, at=time.time()),
-                            failed=decision.step), cfg.pod_name)
+                            failed=decision.step, failed_fresh=decision.step is None),
+                    cfg.pod_name)
     except Exception as err:  # the next round then waits for the join window
         log.warning("restore: could not record the failed step on this rank's report: %s", err)
 

@@ -12,8 +12,9 @@ what came from where, naming the step as the trainer sees it.
 
 Only exit 0 without a step is a fresh start: a step some of whose writers'
 manifests are merely missing (still being written, or abandoned) does not
-block one, but a policy whose store moved away from checkpoints does
-(CKPTDRAIN_EARLIER_STORES: outcome `history_elsewhere`, exit 5). A
+block one, but a policy whose store moved away from checkpoints does, and
+neither is a step older than one its history names (CKPTDRAIN_EARLIER_STORES:
+outcome `history_elsewhere`, exit 5; restore/elsewhere.py). A
 transient failure while fetching the newest step ends that try; it never
 falls back to an older step, which would throw progress away (and with
 several writers could put ranks on different steps).
@@ -52,7 +53,7 @@ from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import step_dir
-from ckptdrain.restore import coordinated, peer_source, reshard, workdir
+from ckptdrain.restore import coordinated, elsewhere, peer_source, reshard, workdir
 from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 from ckptdrain.store.base import Store
@@ -204,8 +205,13 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
         return result, handed
     no_room: list[str] = []
     transient: str | None = None
+    older = None  # the step here, and the newer one elsewhere restoring it would lose
     for cand in plan:
         if result.step is not None and cand.step < result.step:
+            break
+        past = elsewhere.newer(cfg, cand.step)
+        if past is not None:
+            older = (cand.step, past)
             break
         outcome = _try(cfg, tier, store, cand, result, found.get(cand.step), peers,
                        agreed=decision is not None and not cfg.reader)
@@ -219,56 +225,54 @@ def restore(cfg: node_config.AgentConfig, store: Store | None,
         if outcome == "ok":
             break
     result.seconds = time.monotonic() - started
+    # What restore found at all, for a decision of no step (elsewhere.agreed_on_none).
+    seen = {*global_steps, *local_steps, *(c.step for c in extra)}
+    renew = True  # a failure the next try meets in a new round, not in this decision
     if result.step is not None:
-        result.outcome = "restored"
+        result.outcome, renew = "restored", False
+    elif older is not None:
+        result.outcome, result.reason = "history_elsewhere", elsewhere.older_here(cfg, *older)
     elif decision is not None and decision.step is not None and transient is None:
         result.outcome = "none_verified"
         tried = "; ".join(f"{s.tier}: {s.reason}" for s in result.skipped
                           if s.step == decision.step) or "no tier of this rank holds it"
         result.reason = (f"ranks agreed on step {decision.step} (round {decision.round}, "
                          f"{decision.why}) and this rank could not get it: {tried}")
-        if held is not None:
-            coordinated.note_failure(cfg, decision, held)
     elif transient is not None:
-        result.outcome = "store_unavailable"
+        result.outcome, renew = "store_unavailable", False
         result.reason = f"the global tier failed mid-restore ({transient})"
     elif no_room:
-        result.outcome = "cannot_place"
+        result.outcome, renew = "cannot_place", False
         result.reason = f"a checkpoint exists but could not be written to {cfg.work_dir}: " \
             f"{no_room[0]}"
     elif (store is not None or store_problem is not None) and not global_ok:
-        result.outcome = "store_unavailable"
+        result.outcome, renew = "store_unavailable", False
         why = next((s.reason for s in result.skipped if s.step is None), "")
         result.reason = f"the global tier could not be asked ({why}) and nothing local was usable"
     elif plan:
-        result.outcome = "none_verified"
+        result.outcome, renew = "none_verified", False
         result.reason = f"{len(plan)} candidate(s) found, none verified"
     elif blocking:
         # Checkpoints exist but none can be trusted: starting fresh would
         # silently throw them away.
-        result.outcome = "none_verified"
+        result.outcome, renew = "none_verified", False
         result.reason = "checkpoints exist but failed verification: " + next(
             s.reason for s in result.skipped if s.step is not None
             and not _MISSING.search(s.reason))
+    elif cfg.earlier_stores and decision is not None and seen:
+        # The ranks' fresh start, made before steps got here (a copy that
+        # landed since, a late rank joining): a new round will see them.
+        result.outcome = "none_verified"
+        result.reason = elsewhere.agreed_on_none(cfg, decision, seen)
     elif cfg.earlier_stores:
         # Nothing here, but the policy's history says checkpoints were: a
         # fresh start would silently throw that training away.
-        result.outcome, result.reason = "history_elsewhere", _elsewhere(cfg)
+        result.outcome, result.reason = "history_elsewhere", elsewhere.nothing_here(cfg)
     else:
-        result.outcome, result.fresh_start = "fresh_start", True
+        result.outcome, result.fresh_start, renew = "fresh_start", True, False
+    if renew and decision is not None and held is not None:
+        coordinated.note_failure(cfg, decision, held)
     return result, OUTCOMES[result.outcome]
-
-
-def _elsewhere(cfg: node_config.AgentConfig) -> str:
-    """Why nothing found is no fresh start: the newest earlier prefix, its
-    step, and the two ways on."""
-    last = cfg.earlier_stores[0]
-    why = f' ("{last.reason}")' if last.reason else ""
-    here = cfg.store_uri or "the configured tiers"
-    return (f"nothing under {here}, but this policy's checkpoints reached step {last.step} "
-            f"under {last.uri} before it moved on {last.moved_at or 'an unknown date'}{why}: "
-            f"copy {last.uri.rstrip('/')}/ to {here.rstrip('/')}/ with the store's tools, or "
-            "set spec.relocation.startFresh: true to start from step 0")
 
 
 def _reshard(cfg: node_config.AgentConfig, store: Any, found: dict[int, Any],
@@ -281,6 +285,11 @@ def _reshard(cfg: node_config.AgentConfig, store: Any, found: dict[int, Any],
     if pending is None:
         return None
     ckpt = found[pending.step]
+    past = elsewhere.newer(cfg, pending.step)
+    if past is not None:  # handed over, it would take the trainer back past the history
+        result.outcome, result.reason = "history_elsewhere", elsewhere.older_here(
+            cfg, pending.step, past)
+        return OUTCOMES[result.outcome]
     problem = reshard.refusal(pending, cfg.writers, cfg.restore_reshard, ckpt)
     if problem is not None:
         result.outcome, result.reason = "none_verified", problem

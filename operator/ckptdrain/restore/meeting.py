@@ -282,7 +282,7 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
                     mine = report_for(step_round)
                     if not nxt.may_fall_back and own is not None:
                         # Carried on, so this pod's later tries still never fall back.
-                        mine = replace(mine, failed=own.failed)
+                        mine = replace(mine, failed=own.failed, failed_fresh=own.failed_fresh)
                     meeting.report(mine, pod)
             elif current is not None and current.round >= step_round:
                 return Agreed(current, "adopted", monotonic() - started, nxt.why)

@@ -22,10 +22,11 @@
     store_unavailable 3  the global tier could not be asked (or failed mid-fetch)
                          until restore.retryDeadline, nothing local was usable
     none_verified     4  checkpoints exist but none verified
-    history_elsewhere 5  nothing at the store, but the policy's checkpoints were
-                         under an earlier prefix before its store moved
-                         (CKPTDRAIN_EARLIER_STORES): the reason names it and
-                         the two ways on (copy them, or relocation.startFresh)
+    history_elsewhere 5  nothing at the store, or only a step older than one
+                         the policy's checkpoints reached under an earlier
+                         prefix before its store moved (CKPTDRAIN_EARLIER_STORES,
+                         restore/elsewhere.py): the reason names both and the
+                         two ways on (copy them, or relocation.startFresh)
 
 `name` is the restored step's directory in the work dir that holds this
 file; `path` is that directory as the trainer mounts it (CKPTDRAIN_TRAINER_WORK_DIR,

@@ -80,14 +80,22 @@ def test_a_reader_is_told_too() -> None:
 
 
 def test_a_move_not_yet_recorded_is_told_as_well() -> None:
-    # The spec moved a moment ago; the reconcile has not written the status yet.
-    status = {"lastGlobalStep": 900, "storage": {"uri": "s3://old-bucket/runs/ml/llama"}}
+    # The spec moved a moment ago; the reconcile has not written the status
+    # yet. Step 900 completed after the old prefix became the current one.
+    status = {"lastGlobalStep": 900, "recoveryPointTime": "2026-11-29T09:00:00Z",
+              "storage": {"uri": "s3://old-bucket/runs/ml/llama",
+                          "since": "2026-11-01T00:00:00Z"}}
     told = json.loads(admitted(policy_body(status, reason="m"))[injection.RESTORE][EARLIER])
     assert [(e["uri"], e["step"], e["reason"]) for e in told] == [
         ("s3://old-bucket/runs/ml/llama", 900, "m")]
 
 
-def test_nothing_told_without_history_or_with_start_fresh() -> None:
+def test_nothing_told_without_history_or_after_a_fresh_start_with_a_new_reason() -> None:
     for body in (policy_body(None), policy_body({"lastGlobalStep": 5}),
-                 policy_body(MOVED, reason="bucket migration", startFresh=True)):
+                 policy_body(MOVED, reason="start over", startFresh=True)):
         assert EARLIER not in admitted(body)[injection.RESTORE]
+
+
+def test_start_fresh_under_the_reason_of_the_move_waives_nothing() -> None:
+    env = admitted(policy_body(MOVED, reason="bucket migration", startFresh=True))
+    assert json.loads(env[injection.RESTORE][EARLIER])[0]["step"] == 4200

@@ -196,3 +196,35 @@ def test_a_deleted_pods_last_word_is_kept_until_folded_then_forgotten() -> None:
     later = 100.0 + record_sync.DEPARTED_KEEP_S + 1
     assert record_sync.with_departed(key, live, now=later) == live
     assert record_sync.depart(key, "uid-none", None, now=100.0) == []
+
+
+# -- completions: what a policy's history reads at a move ---------------------------
+
+
+def _complete(policy: str, step: int, when: datetime) -> dict[str, object]:
+    r = fmt.build_record("ml", policy, step, 1)
+    r["status"] = records.fold(r, {0: claim("Global")}, when)
+    return r
+
+
+def test_a_move_reads_the_records_as_the_apiserver_has_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The index has not seen the fold that completed step 3000 a moment ago.
+    indexed = [_complete("llama", 4200, NOW)]
+    listed = [*indexed, _complete("llama", 3000, NOW), _complete("other", 9, NOW)]
+    asked: list[tuple[str, str, str]] = []
+
+    def list_own(plural: str, namespace: str, selector: str) -> list[dict[str, object]]:
+        asked.append((plural, namespace, selector))
+        return listed
+    monkeypatch.setattr(record_sync.kube, "list_own", list_own)
+    log = logging.getLogger("t")
+    assert sorted(record_sync.completions(("ml", "llama"), indexed, log)) == [
+        (3000, "2026-01-02T03:04:05Z"), (4200, "2026-01-02T03:04:05Z")]
+    assert asked == [("checkpoints", "ml", "ckptdrain.io/policy=llama")]
+
+    def unanswered(*_: object) -> list[dict[str, object]]:
+        raise record_sync.kube.ApiException(status=503)
+    monkeypatch.setattr(record_sync.kube, "list_own", unanswered)
+    assert record_sync.completions(("ml", "llama"), indexed, log) == [
+        (4200, "2026-01-02T03:04:05Z")]

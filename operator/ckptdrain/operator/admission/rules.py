@@ -293,7 +293,7 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         pod, p, cfg, default_rate=share, rank=role.shard,
         workload_writers=role.workload_writers, reader=role.reader,
         readers_alongside=role.readers_alongside,
-        earlier=history.told_to_restore(chosen.get("status") or {}, p, datetime.now(UTC)))
+        earlier=history.told_to_restore(chosen, p, datetime.now(UTC)))
     if p.credentials is None:  # with a Secret nothing is carried: nothing to say
         warnings.extend(_identity_warnings(pod))
     logger.info("injecting policy %s into a pod (%d ops)", p.key, len(ops))

@@ -91,6 +91,14 @@ def read_own(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         raise
 
 
+def list_own(plural: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+    """Our custom objects in `namespace` that match `label_selector`, fresh
+    from the apiserver."""
+    found = _custom().list_namespaced_custom_object(GROUP, VERSION, namespace, plural,
+                                                    label_selector=label_selector)
+    return [dict(item) for item in found.get("items") or []]
+
+
 def create_own(plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
     """Create one of our custom objects; None when it exists already."""
     custom = _custom()

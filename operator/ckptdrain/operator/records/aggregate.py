@@ -305,6 +305,19 @@ def held_by_every_writer(record: Mapping[str, Any]) -> bool:
     return all(states.get(rank) in HELD_LOCALLY for rank in range(expected))
 
 
+def completions(records: Iterable[Mapping[str, Any]]) -> list[tuple[int, str]]:
+    """(step, completionTime) of each record that completed globally, expired
+    since or not: where a policy's checkpoints reached (policy/history.py)."""
+    out = []
+    for r in records:
+        step = parse_rank((r.get("spec") or {}).get("step"))
+        when = (r.get("status") or {}).get("completionTime")
+        if step is not None and isinstance(when, str) \
+                and summarize(r).state in ("Global", "Expired"):
+            out.append((step, when))
+    return out
+
+
 def latest_steps(records: Iterable[Mapping[str, Any]]
                  ) -> tuple[int | None, int | None, str | None]:
     """(newest step every writer holds locally, newest complete global step,

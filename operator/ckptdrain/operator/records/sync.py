@@ -237,6 +237,22 @@ def _fold(key: Key, name: str, step: int, writers: list[WriterProgress],
                        "in a row; trying again later")
 
 
+def completions(key: Key, indexed: Iterable[Mapping[str, Any]],
+                logger: logging.Logger) -> list[tuple[int, str]]:
+    """(step, completionTime) of the policy's complete records, for its
+    history at a move (policy/history.py): as the apiserver has them, since
+    the index may not hold the fold that completed one a moment before the
+    move yet; as indexed when the apiserver cannot be asked."""
+    try:
+        found = kube.list_own(api.CHECKPOINTS, key[0], f"{api.LABEL_POLICY}={key[1]}")
+    except (kube.ApiException, kube.HTTPError) as error:
+        logger.warning("records of %s/%s could not be listed, using the index: %s",
+                       key[0], key[1], error)
+        found = list(indexed)
+    return records.completions(r for r in found
+                               if (r.get("spec") or {}).get("policy") == key[1])
+
+
 def sweep(key: Key, cfg: OperatorConfig, recs: list[dict[str, Any]],
           policy_body: Mapping[str, Any] | None, lock: threading.Lock,
           logger: logging.Logger) -> None:
