@@ -5,8 +5,9 @@ restores what was copied over once it is there."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+
+from tests.support.agent_config import agent_config
 
 from ckptdrain.contract.earlier_stores import EarlierStore, encode
 from ckptdrain.node import config
@@ -19,12 +20,8 @@ OLD = "s3://old-bucket/runs/ml/llama"
 
 
 def _cfg(tmp_path: Path, store: Store) -> config.AgentConfig:
-    parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    return config.load(parser.parse_args([]), {
-        "CKPTDRAIN_WORK_DIR": str(tmp_path / "work"),
-        "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local"), "CKPTDRAIN_STORE_URI": store.uri,
-        "CKPTDRAIN_EARLIER_STORES": encode([EarlierStore(OLD, 4200, "2026-11-29T10:00:00Z")])})
+    return agent_config(tmp_path, CKPTDRAIN_STORE_URI=store.uri, CKPTDRAIN_EARLIER_STORES=encode(
+        [EarlierStore(OLD, 4200, "2026-11-29T10:00:00Z")]))
 
 
 def test_an_empty_prefix_after_a_move_is_refused_then_the_copy_restored(
@@ -53,13 +50,10 @@ def test_a_move_back_to_an_older_step_is_refused_while_the_history_knows_a_newer
     (src / "w.bin").write_bytes(b"old run" * 1000)
     Drainer(store).drain(src, build_manifest(src, 4200, 0, 1, created=1.0),
                          journal_path=tmp_path / "journal")
-    parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    cfg = config.load(parser.parse_args([]), {
-        "CKPTDRAIN_WORK_DIR": str(tmp_path / "work"),
-        "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local"), "CKPTDRAIN_STORE_URI": store.uri,
-        "CKPTDRAIN_EARLIER_STORES": encode([EarlierStore(
-            "s3://new-bucket/runs/ml/llama", 5000, "2026-11-30T10:00:00Z", "revert")])})
+    cfg = agent_config(tmp_path, CKPTDRAIN_STORE_URI=store.uri,
+                       CKPTDRAIN_EARLIER_STORES=encode([EarlierStore(
+                           "s3://new-bucket/runs/ml/llama", 5000, "2026-11-30T10:00:00Z",
+                           "revert")]))
     result, code = restore(cfg, store)
     assert (code, result.outcome, result.step) == (5, "history_elsewhere", None)
     assert result.reason.startswith(f"step 4200 is the newest this restore could use here "

@@ -5,7 +5,6 @@ only once the deadline has passed."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.agent_config import agent_config
 from tests.support.s3servers import S3Server, start_seaweedfs
 
 from ckptdrain.node import config
@@ -80,11 +80,7 @@ def _push(tmp_path: Path, store: Any, step: int, data: bytes) -> None:
 
 
 def _cfg(tmp_path: Path, **env: str) -> config.AgentConfig:
-    parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    return config.load(parser.parse_args([]), {
-        "CKPTDRAIN_WORK_DIR": str(tmp_path / "work"),
-        "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local"), **env})
+    return agent_config(tmp_path, **env)
 
 
 class StopsMidFetch:

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
+
+from tests.support.agent_config import agent_config
 
 from ckptdrain.agent.global_choice import GlobalChoice
 from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.client import Client
-from ckptdrain.node import config
 from ckptdrain.node.localtier import LocalTier
 
 #: A save every 10 s from this (wall) time on; periods of 3 × 10 s.
@@ -82,12 +82,8 @@ class _Quiet:
 def _drained(root: Path, steps: range) -> list[int]:
     """What one writer's agent hands to the drain when its trainer saves `steps`
     at `saved(step)` (the step directory's modification time)."""
-    parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    cfg = config.load(parser.parse_args([]), {
-        "CKPTDRAIN_WORK_DIR": str(root / "work"), "CKPTDRAIN_LOCAL_DIR": str(root / "local"),
-        "CKPTDRAIN_LOCAL_KEEP": "3", "CKPTDRAIN_INTERVAL": f"{INTERVAL:g}s",
-        "CKPTDRAIN_GLOBAL_EVERY": str(EVERY)})
+    cfg = agent_config(root, CKPTDRAIN_LOCAL_KEEP="3", CKPTDRAIN_INTERVAL=f"{INTERVAL:g}s",
+                       CKPTDRAIN_GLOBAL_EVERY=str(EVERY))
     drain = _Drain()
     agent = Agent(cfg, LocalTier(cfg.local_dir), _Quiet(), AgentMetrics(),  # type: ignore[arg-type]
                   drain)  # type: ignore[arg-type]

@@ -6,7 +6,6 @@ store, through the engine and through `ckptdrain restore` itself."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.agent_config import agent_config
 
 from ckptdrain import cli
 from ckptdrain.agent.metrics import RESTORE_OUTCOMES
@@ -30,11 +30,7 @@ EARLIER = encode([EarlierStore(OLD, 4200, "2026-11-29T10:00:00Z", "bucket migrat
 
 
 def _cfg(tmp_path: Path, **env: str) -> config.AgentConfig:
-    parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    return config.load(parser.parse_args([]), {
-        "CKPTDRAIN_WORK_DIR": str(tmp_path / "work"),
-        "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local"), **env})
+    return agent_config(tmp_path, **env)
 
 
 def test_nothing_at_the_new_prefix_with_history_elsewhere_is_refused(tmp_path: Path) -> None:

@@ -6,12 +6,12 @@ restore/coordinated.py, restore/agreement.py)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.agent_config import agent_config
 
 from ckptdrain import cli
 from ckptdrain.contract.earlier_stores import EarlierStore, encode
@@ -25,15 +25,11 @@ OLD = "s3://old-bucket/runs/ml/llama"
 
 
 def _cfg(tmp_path: Path, history: bool = True) -> config.AgentConfig:
-    parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    env = {"CKPTDRAIN_WORK_DIR": str(tmp_path / "work"),
-           "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local"),
-           "CKPTDRAIN_STORE_URI": f"file://{tmp_path}/store",
+    env = {"CKPTDRAIN_STORE_URI": f"file://{tmp_path}/store",
            "CKPTDRAIN_WRITER_ID": "1", "CKPTDRAIN_WRITERS": "2"}
     if history:
         env["CKPTDRAIN_EARLIER_STORES"] = encode([EarlierStore(OLD, 4200, "")])
-    return config.load(parser.parse_args([]), env)
+    return agent_config(tmp_path, **env)
 
 
 def _decided(step: int | None) -> Decision:

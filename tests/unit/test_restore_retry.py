@@ -4,13 +4,13 @@ step; and the annotation that asks for a deliberate fresh start."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
 from pathlib import Path
 
 import pytest
+from tests.support.agent_config import agent_config
 from tests.support.faults import FaultyStore
 
 from ckptdrain.errors import ObjectMissing
@@ -44,11 +44,7 @@ class RangedFaults(FaultyStore):
 
 
 def _cfg(tmp_path: Path, **env: str) -> config.AgentConfig:
-    parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    return config.load(parser.parse_args([]), {
-        "CKPTDRAIN_WORK_DIR": str(tmp_path / "work"),
-        "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local"), **env})
+    return agent_config(tmp_path, **env)
 
 
 def _source(tmp_path: Path, name: str, content: bytes) -> Path:
