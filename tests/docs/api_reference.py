@@ -80,11 +80,13 @@ class Field:
     path: str  # e.g. spec.storage.uri, spec.placement.tolerations[].key
     schema: Mapping[str, Any]
     required: bool
+    parent: str  # the object it belongs to, e.g. spec.storage ("" for the root's)
 
 
 @dataclass(frozen=True)
 class Rule:
-    path: str  # the field the rule is declared on ("" for the object)
+    target: str  # the field a refusal names: declared_on plus the rule's fieldPath
+    declared_on: str  # the field the rule is declared on, its `self` ("" for the object)
     rule: str
     message: str  # for a table cell (a messageExpression as code)
 
@@ -95,7 +97,7 @@ def fields(schema: Mapping[str, Any], prefix: str) -> Iterator[Field]:
     required = set(schema.get("required") or [])
     for name, sub in (schema.get("properties") or {}).items():
         path = f"{prefix}.{name}" if prefix else name
-        yield Field(path, sub, name in required)
+        yield Field(path, sub, name in required, prefix)
         yield from _below(sub, path)
 
 
@@ -116,7 +118,7 @@ def rules(schema: Mapping[str, Any], path: str = "") -> Iterator[Rule]:
     for r in schema.get("x-kubernetes-validations") or []:
         message = (_cell(r["message"]) if r.get("message")
                    else "computed: " + _code(r.get("messageExpression", "")))
-        yield Rule(path + (r.get("fieldPath") or ""), r["rule"], message)
+        yield Rule(path + (r.get("fieldPath") or ""), path, r["rule"], message)
     for name, sub in (schema.get("properties") or {}).items():
         yield from rules(sub, f"{path}.{name}" if path else name)
     for key, suffix in (("items", "[]"), ("additionalProperties", ".<key>")):
@@ -215,7 +217,13 @@ def _default(schema: Mapping[str, Any]) -> str:
 
 
 def _path_cell(f: Field) -> str:
-    return _code(f.path) + (" (required)" if f.required else "")
+    """The path, and whether it is required: of the object itself (a field of
+    spec or status), or only once its parent object is given."""
+    if not f.required:
+        return _code(f.path)
+    if "." not in f.parent and not f.parent.endswith("[]"):
+        return _code(f.path) + " (required)"
+    return _code(f.path) + f" (required within {_code(f.parent)})"
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -243,9 +251,16 @@ def _rules_section(crd: Mapping[str, Any]) -> list[str]:
         return []
     return ["### Rules the apiserver enforces", "",
             "Checked by the apiserver itself (CEL), also while the operator's webhook is "
-            "down; a refusal shows the message.", "",
-            *_table(["Field", "Rule", "Message"],
-                    [[_code(r.path or "(the object)"), _code(r.rule), r.message]
+            "down; a refusal names the field and shows the message. In a rule, `self` is "
+            "the value of the field it is declared on; `oldSelf`, where a rule uses it, the "
+            "stored object (none on a create). A policy stored before a rule keeps taking "
+            "updates that leave the field the rule is declared on unchanged (ratcheting); "
+            "the rules declared on the object itself judge only what a write can change "
+            "(a create; turning the peer tier on), never a stored policy's name.",
+            "",
+            *_table(["Field", "Declared on (`self`)", "Rule", "Message"],
+                    [[_code(r.target or "(the object)"),
+                      _code(r.declared_on or "(the object)"), _code(r.rule), r.message]
                      for r in found])]
 
 

@@ -63,11 +63,17 @@ def test_status_fields_are_listed_as_the_crd_has_them() -> None:
 
 def test_the_reference_shows_types_defaults_owners_and_rules() -> None:
     text = api.OUTPUT.read_text()
-    assert ("| `spec.overlap` | string; at most 32 characters; pattern "
+    assert ("| `spec.overlap` | string; at most 256 characters; pattern "
             "`^([0-9]+(\\.[0-9]*)?\\|\\.[0-9]+)%?$` | `10%` | tenant |") in text
-    assert "| `spec.localTier.path` (required) | string;" in text
+    assert "| `spec.localTier.path` (required within `spec.localTier`) | string;" in text
+    assert "| `spec.selector` (required) | object" in text
+    assert ("| `spec.placement.nodeAffinity.matchExpressions[].key` (required within "
+            "`spec.placement.nodeAffinity.matchExpressions[]`) |") in text
     assert "| platform | Node-local (NVMe) directory" in text
     assert "spec.identity: set exactly one of rankLabel or rankAnnotation" in text
+    # A rule's `self` is where it is declared, not the field its refusal names.
+    assert ("| `spec.storage.encryption.kmsKeyId` | `spec.storage.encryption` | "
+            "`!has(self.kmsKeyId) || self.type == 'SSE-KMS'` |").replace("||", "\\|\\|") in text
     assert "Phases: `Invalid`, `Conflicting`, `Stalled`, `Constrained`, `Ready`." in text
     kinds = [line for line in text.splitlines() if line.startswith("## ")]
     assert kinds == ["## CheckpointPolicy", "## Checkpoint", "## CheckpointShare"]
