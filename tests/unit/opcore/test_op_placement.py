@@ -195,7 +195,7 @@ def test_no_placement_changes_no_affinity() -> None:
                                               "values": ["many"]}]}},
      "spec.placement.nodeAffinity.matchExpressions[0].values"),
     ({"nodeAffinity": {"matchExpressions": [{"key": "bad key!", "operator": "Exists"}]}},
-     "spec.placement.nodeAffinity.matchExpressions[0]"),
+     "spec.placement.nodeAffinity.matchExpressions[0].key"),
     ({"tolerations": [{"key": "a", "operator": "Exists", "value": "x"}]},
      "spec.placement.tolerations[0].value"),
     ({"tolerations": [{"key": "a", "tolerationSeconds": 5, "effect": "NoSchedule"}]},
@@ -221,3 +221,60 @@ def test_what_is_injected_the_node_side_reads_back() -> None:
     env = pod_env.agent_env(pod(), policy.parse("ml", "p", no_retry, CFG), 1e9, rank=0)
     environ = {e["name"]: e["value"] for e in env if "value" in e}
     assert node_config.load(environ=environ).restore_retry_deadline_s == 0
+
+
+def _node(op: str, values: list[str] | None = None, key: str = "example.com/gpus") -> Any:
+    expr: dict[str, Any] = {"key": key, "operator": op}
+    if values is not None:
+        expr["values"] = values
+    return {"nodeAffinity": {"matchExpressions": [expr]}}
+
+
+EXPR = "spec.placement.nodeAffinity.matchExpressions[0]"
+
+
+# What the apiserver refuses in a pod's node affinity and tolerations (checked
+# against kube-apiserver v1.33), or the scheduler cannot read (a Gt/Lt value
+# beyond int64): every injected pod of such a policy would fail.
+@pytest.mark.parametrize(("placement", "field"), [
+    (_node("Gt", ["-3"]), f"{EXPR}.values"),
+    (_node("Lt", ["--3"]), f"{EXPR}.values"),
+    (_node("Gt", ["+3"]), f"{EXPR}.values"),
+    (_node("Gt", ["1" * 19]), f"{EXPR}.values"),
+    (_node("Gt", ["1" * 25]), f"{EXPR}.values"),
+    (_node("Exists", key="a..b/rank"), f"{EXPR}.key"),
+    (_node("Exists", key="a-.b/x"), f"{EXPR}.key"),
+    (_node("Exists", key="nvme\n"), f"{EXPR}.key"),
+    (_node("In", ["ok", "bad value"]), f"{EXPR}.values[1]"),
+    (_node("NotIn", ["x" * 64]), f"{EXPR}.values[0]"),
+    ({"tolerations": [{"operator": "Equal", "value": "x"}]},
+     "spec.placement.tolerations[0].operator"),
+    ({"tolerations": [{"key": "", "effect": "NoSchedule"}]},
+     "spec.placement.tolerations[0].operator"),
+    ({"tolerations": [{"key": "a..b/nvme", "operator": "Exists"}]},
+     "spec.placement.tolerations[0].key"),
+    ({"tolerations": [{"key": "nvme", "value": "bad value"}]},
+     "spec.placement.tolerations[0].value"),
+    ({"tolerations": [{"key": "nvme", "value": "x" * 64}]},
+     "spec.placement.tolerations[0].value"),
+    ({"tolerations": [{"key": f"k{i}", "operator": "Exists"} for i in range(1001)]},
+     "spec.placement.tolerations"),
+])
+def test_placement_a_pod_could_not_carry_is_refused(placement: dict[str, Any],
+                                                    field: str) -> None:
+    assert fields(spec(placement=placement)) == {field}
+
+
+@pytest.mark.parametrize("placement", [
+    _node("Gt", ["3"]), _node("Lt", ["0"]), _node("Gt", ["9" * 18]), _node("Gt", ["03"]),
+    _node("In", [f"node-{i}" for i in range(200)], key="kubernetes.io/hostname"),
+    _node("In", ["v" * 63]), _node("Exists", key="a" * 253 + "/" + "n" * 63),
+    {"nodeAffinity": {"matchExpressions": [_node("Exists", key=f"k{i}")["nodeAffinity"][
+        "matchExpressions"][0] for i in range(1000)]}},
+    {"tolerations": [{"operator": "Exists"}]},
+    {"tolerations": [{"key": "nvme", "value": "v" * 63, "effect": "NoSchedule"}]},
+    {"tolerations": [{"key": "nvme", "operator": "Equal"}]},
+    {"tolerations": [{"key": f"k{i}", "operator": "Exists"} for i in range(100)]},
+])
+def test_placement_a_pod_can_carry_is_accepted(placement: dict[str, Any]) -> None:
+    assert fields(spec(placement=placement)) == set()

@@ -191,3 +191,20 @@ def test_identity_names_exactly_one_valid_key() -> None:
     assert "one of rankLabel or rankAnnotation" in str(errors[0])
     assert fields(spec(identity={})) == {"spec.identity"}
     assert fields(spec(identity={"rankLabel": "bad key!"})) == {"spec.identity.rankLabel"}
+
+
+@pytest.mark.parametrize("key", [
+    "a..b/rank", "a-.b/rank", "-a.b/rank", "rank\n", "example.com/rank\n", "/rank",
+    "a" * 254 + "/rank", "example.com/" + "r" * 64, "example.com/rank/x"])
+def test_a_rank_key_the_apiserver_would_refuse_on_a_pod_is_refused(key: str) -> None:
+    for field in ("rankLabel", "rankAnnotation"):
+        errors = policy.validate(spec(identity={field: key}), CFG)
+        assert [e.field for e in errors] == [f"spec.identity.{field}"]
+        assert "DNS subdomain prefix" in str(errors[0])
+
+
+@pytest.mark.parametrize("key", [
+    "rank", "Rank_1.x", "a" * 253 + "/" + "r" * 63, "a.b-c.d/rank", "r" * 63])
+def test_every_qualified_name_is_a_rank_key(key: str) -> None:
+    assert policy.parse("ml", "x", spec(identity={"rankLabel": key}),
+                        CFG).identity == Rule(label=key)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from ckptdrain import units
 from ckptdrain.errors import InvalidInput
+from ckptdrain.operator.policy import selectors
 from ckptdrain.operator.policy.identity import Rule
 
 NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -83,9 +84,11 @@ def choice(options: tuple[str, ...]) -> Callable[[str, object], str]:
     return parse
 
 
-#: A label or annotation key: an optional DNS-subdomain prefix and a name.
-KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}"
-                  r"[A-Za-z0-9])?$")
+#: The most node requirements or tolerations a policy may add to a pod: the
+#: CRD's maxItems, which bounds the cost of its rules on each item.
+MAX_PLACEMENT_ITEMS = 1000
+#: A Gt/Lt value: the scheduler reads it as an int64, which 18 digits always fit.
+WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 def read_identity(r: Reader) -> Rule | None:
@@ -102,8 +105,9 @@ def read_identity(r: Reader) -> Rule | None:
         r.fail("identity", expected, dict(raw))
         return None
     (field, key), = given.items()
-    if not isinstance(key, str) or not KEY.match(key):
-        r.fail(f"identity.{field}", "a label or annotation key such as example.com/rank", key)
+    if not selectors.valid_key(key):
+        r.fail(f"identity.{field}", "a label or annotation key such as example.com/rank: "
+               + selectors.KEY_EXPECTED, key)
         return None
     return Rule(label=key) if field == "rankLabel" else Rule(annotation=key)
 
@@ -115,40 +119,67 @@ def seconds_or_zero(field: str, value: object) -> float:
 
 
 def read_placement(r: Reader) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
-    """spec.placement: node requirements (as in a nodeSelectorTerm) and tolerations."""
+    """spec.placement: node requirements (as in a nodeSelectorTerm) and tolerations,
+    each as the apiserver's pod validation accepts it, so no injected pod is
+    refused for them."""
     exprs = r.raw("placement.nodeAffinity.matchExpressions") or []
     tols = r.raw("placement.tolerations") or []
     if not isinstance(exprs, list) or not isinstance(tols, list):
         r.fail("placement", "{nodeAffinity: {matchExpressions: [...]}, tolerations: [...]}",
                r.raw("placement"))
         return (), ()
+    for path, items in (("placement.nodeAffinity.matchExpressions", exprs),
+                        ("placement.tolerations", tols)):
+        if len(items) > MAX_PLACEMENT_ITEMS:
+            r.fail(path, f"at most {MAX_PLACEMENT_ITEMS} items", f"{len(items)} items")
     for i, e in enumerate(exprs):
-        where = f"placement.nodeAffinity.matchExpressions[{i}]"
-        if not isinstance(e, Mapping) or not isinstance(e.get("key"), str) \
-                or not KEY.match(e["key"]):
-            r.fail(where, "{key: a node label key, operator, values}", e)
-            continue
-        op, values = e.get("operator"), e.get("values") or []
-        if op not in NODE_OPERATORS:
-            r.fail(f"{where}.operator", "one of " + ", ".join(NODE_OPERATORS), op)
-        elif op in ("In", "NotIn") and not values:
-            r.fail(f"{where}.values", f"at least one value with operator {op}", values)
-        elif op in ("Exists", "DoesNotExist") and values:
-            r.fail(f"{where}.values", f"no values with operator {op}", values)
-        elif op in ("Gt", "Lt") and (len(values) != 1 or not str(values[0]).lstrip("-")
-                                     .isdigit()):
-            r.fail(f"{where}.values", f"exactly one whole number with operator {op}", values)
+        _check_node_requirement(r, f"placement.nodeAffinity.matchExpressions[{i}]", e)
     for i, t in enumerate(tols):
-        where = f"placement.tolerations[{i}]"
-        if not isinstance(t, Mapping):
-            r.fail(where, "a toleration {key, operator, value, effect}", t)
-            continue
-        if t.get("operator", "Equal") == "Exists" and t.get("value"):
-            r.fail(f"{where}.value", "no value with operator Exists", t.get("value"))
-        if t.get("effect") not in (None, "", *TAINT_EFFECTS):
-            r.fail(f"{where}.effect", "one of " + ", ".join(TAINT_EFFECTS), t.get("effect"))
-        if t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute":
-            r.fail(f"{where}.tolerationSeconds", "only with effect NoExecute",
-                   t.get("tolerationSeconds"))
+        _check_toleration(r, f"placement.tolerations[{i}]", t)
     return (tuple(dict(e) for e in exprs if isinstance(e, Mapping)),
             tuple(dict(t) for t in tols if isinstance(t, Mapping)))
+
+
+def _check_node_requirement(r: Reader, where: str, e: object) -> None:
+    if not isinstance(e, Mapping):
+        r.fail(where, "{key: a node label key, operator, values}", e)
+        return
+    if not selectors.valid_key(e.get("key")):
+        r.fail(f"{where}.key", "a node " + selectors.KEY_EXPECTED, e.get("key"))
+    op, values = e.get("operator"), e.get("values") or []
+    if not isinstance(values, list):
+        r.fail(f"{where}.values", "a list of label values", values)
+        return
+    if op not in NODE_OPERATORS:
+        r.fail(f"{where}.operator", "one of " + ", ".join(NODE_OPERATORS), op)
+    elif op in ("In", "NotIn") and not values:
+        r.fail(f"{where}.values", f"at least one value with operator {op}", values)
+    elif op in ("Exists", "DoesNotExist") and values:
+        r.fail(f"{where}.values", f"no values with operator {op}", values)
+    elif op in ("Gt", "Lt") and (len(values) != 1 or not isinstance(values[0], str)
+                                 or not WHOLE_NUMBER.fullmatch(values[0])):
+        r.fail(f"{where}.values",
+               f"exactly one whole number of at most 18 digits with operator {op}", values)
+    for j, value in enumerate(values if op in ("In", "NotIn") else ()):
+        if not selectors.valid_value(value):
+            r.fail(f"{where}.values[{j}]", selectors.VALUE_EXPECTED, value)
+
+
+def _check_toleration(r: Reader, where: str, t: object) -> None:
+    if not isinstance(t, Mapping):
+        r.fail(where, "a toleration {key, operator, value, effect}", t)
+        return
+    key, op, value = t.get("key") or "", t.get("operator", "Equal"), t.get("value") or ""
+    if key and not selectors.valid_key(key):
+        r.fail(f"{where}.key", "a taint " + selectors.KEY_EXPECTED, key)
+    if not key and op != "Exists":
+        r.fail(f"{where}.operator", "Exists without a key (it tolerates every taint)", op)
+    if op == "Exists" and value:
+        r.fail(f"{where}.value", "no value with operator Exists", value)
+    elif not selectors.valid_value(value):
+        r.fail(f"{where}.value", selectors.VALUE_EXPECTED, value)
+    if t.get("effect") not in (None, "", *TAINT_EFFECTS):
+        r.fail(f"{where}.effect", "one of " + ", ".join(TAINT_EFFECTS), t.get("effect"))
+    if t.get("tolerationSeconds") is not None and t.get("effect") != "NoExecute":
+        r.fail(f"{where}.tolerationSeconds", "only with effect NoExecute",
+               t.get("tolerationSeconds"))

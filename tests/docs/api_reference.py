@@ -1,0 +1,344 @@
+"""docs/api.md, generated from the CRDs in crds/: every field of each kind,
+its type, default, who sets it and its description, the rules the apiserver
+enforces (x-kubernetes-validations) and the status the operator writes.
+
+    python -m tests.docs.api_reference     # or: make api-docs
+
+Who sets a CheckpointPolicy field, the platform team or the tenant, is
+decided once, in `OWNERS` below; tests/docs/test_api_reference.py fails
+when a field has no entry there (a new field forces the decision) and when
+docs/api.md is not what this module writes.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "crds"
+OUTPUT = REPO / "docs" / "api.md"
+GROUP = "ckptdrain.io"
+#: The kind people write first; the others follow in file order.
+FIRST = "CheckpointPolicy"
+REGENERATE = "make api-docs (python -m tests.docs.api_reference)"
+
+PLATFORM, TENANT = "platform", "tenant"
+#: Who sets each CheckpointPolicy spec field: the platform team (the node
+#: tier, placement, the store's endpoint, identity and encryption, caps,
+#: injected resources) or the tenant (the model, intervals, overlap, the
+#: selector, retention, restore). A key ending in ".*" covers every field
+#: below it; any other key covers that field alone.
+OWNERS: dict[str, str] = {
+    "spec.selector": TENANT, "spec.selector.*": TENANT,
+    "spec.model": TENANT, "spec.model.*": TENANT,
+    "spec.interval": TENANT, "spec.mtti": TENANT, "spec.localWriteTime": TENANT,
+    "spec.globalEvery": TENANT, "spec.overlap": TENANT,
+    "spec.writers": TENANT, "spec.readers": TENANT,
+    "spec.identity": TENANT, "spec.identity.*": TENANT,
+    "spec.localTier": PLATFORM,
+    "spec.localTier.path": PLATFORM,
+    "spec.localTier.keep": TENANT,
+    "spec.localTier.capacity": PLATFORM,
+    # A memory-backed emptyDir in the tenant's own pod, counted in its memory.
+    "spec.localTier.memory": TENANT, "spec.localTier.memory.*": TENANT,
+    "spec.peerTier": PLATFORM,
+    "spec.peerTier.enabled": PLATFORM,
+    "spec.peerTier.keep": TENANT,
+    "spec.peerTier.capacity": PLATFORM,
+    "spec.storage": PLATFORM,
+    # The bucket and its access are the platform's; the tenant's prefix
+    # follows from the policy's namespace and name.
+    "spec.storage.uri": PLATFORM,
+    "spec.storage.endpoint": PLATFORM, "spec.storage.region": PLATFORM,
+    "spec.storage.keep": TENANT,
+    "spec.storage.encryption": PLATFORM, "spec.storage.encryption.*": PLATFORM,
+    "spec.storage.caBundle": PLATFORM, "spec.storage.caBundle.*": PLATFORM,
+    "spec.storage.addressingStyle": PLATFORM,
+    "spec.storage.coldStorage": PLATFORM, "spec.storage.coldStorage.*": PLATFORM,
+    "spec.storage.credentialsSecretRef": PLATFORM,
+    "spec.storage.credentialsSecretRef.*": PLATFORM,
+    "spec.caps": PLATFORM, "spec.caps.*": PLATFORM,
+    "spec.triggers": TENANT, "spec.triggers.*": TENANT,
+    "spec.restore": TENANT, "spec.restore.*": TENANT,
+    "spec.drain": PLATFORM, "spec.drain.*": PLATFORM,
+    "spec.placement": PLATFORM, "spec.placement.*": PLATFORM,
+    "spec.resources": PLATFORM, "spec.resources.*": PLATFORM,
+    "spec.gracePolicy": TENANT,
+    "spec.relocation": TENANT, "spec.relocation.*": TENANT,
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    path: str  # e.g. spec.storage.uri, spec.placement.tolerations[].key
+    schema: Mapping[str, Any]
+    required: bool
+    parent: str  # the object it belongs to, e.g. spec.storage ("" for the root's)
+
+
+@dataclass(frozen=True)
+class Rule:
+    target: str  # the field a refusal names: declared_on plus the rule's fieldPath
+    declared_on: str  # the field the rule is declared on, its `self` ("" for the object)
+    rule: str
+    message: str  # for a table cell (a messageExpression as code)
+
+
+def fields(schema: Mapping[str, Any], prefix: str) -> Iterator[Field]:
+    """Every field below `schema`, depth first in the CRD's order: list items
+    as `path[]`, map values as `path.<key>`."""
+    required = set(schema.get("required") or [])
+    for name, sub in (schema.get("properties") or {}).items():
+        path = f"{prefix}.{name}" if prefix else name
+        yield Field(path, sub, name in required, prefix)
+        yield from _below(sub, path)
+
+
+def _below(schema: Mapping[str, Any], path: str) -> Iterator[Field]:
+    if schema.get("type") == "array" and isinstance(schema.get("items"), Mapping):
+        items = schema["items"]
+        if items.get("properties"):
+            yield from fields(items, f"{path}[]")
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, Mapping) and extra.get("properties"):
+        yield from fields(extra, f"{path}.<key>")
+    if schema.get("properties"):
+        yield from fields(schema, path)
+
+
+def rules(schema: Mapping[str, Any], path: str = "") -> Iterator[Rule]:
+    """Every x-kubernetes-validations rule, with the field it is declared on."""
+    for r in schema.get("x-kubernetes-validations") or []:
+        message = (_cell(r["message"]) if r.get("message")
+                   else "computed: " + _code(r.get("messageExpression", "")))
+        yield Rule(path + (r.get("fieldPath") or ""), path, r["rule"], message)
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from rules(sub, f"{path}.{name}" if path else name)
+    for key, suffix in (("items", "[]"), ("additionalProperties", ".<key>")):
+        sub = schema.get(key)
+        if isinstance(sub, Mapping):
+            yield from rules(sub, path + suffix)
+
+
+def owner(path: str, owners: Mapping[str, str] = OWNERS) -> str | None:
+    """Who sets a spec field: its own entry, or the nearest ancestor's ".*"."""
+    if path in owners:
+        return owners[path]
+    parts = re.sub(r"\[\]", "", path).split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        found = owners.get(".".join(parts[:n]) + ".*")
+        if found is not None:
+            return found
+    return None
+
+
+def unowned(crd: Mapping[str, Any], owners: Mapping[str, str] = OWNERS) -> list[str]:
+    """The spec fields of a CheckpointPolicy CRD with no entry in `owners`."""
+    return [f.path for f in fields(_spec(crd), "spec") if owner(f.path, owners) is None]
+
+
+def stale(crd: Mapping[str, Any], owners: Mapping[str, str] = OWNERS) -> list[str]:
+    """Entries of `owners` that name no field (a field renamed or removed)."""
+    paths = {re.sub(r"\[\]", "", f.path) for f in fields(_spec(crd), "spec")}
+    return [k for k in owners if k.removesuffix(".*") not in paths]
+
+
+def _spec(crd: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _schema(crd)["properties"]["spec"]
+
+
+def _schema(crd: Mapping[str, Any]) -> Mapping[str, Any]:
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def _cell(text: object) -> str:
+    """Text for a table cell: one line, pipes escaped, tags kept as text."""
+    one = " ".join(str(text).split())
+    return one.replace("|", "\\|").replace("<", "\\<")
+
+
+def _code(text: object) -> str:
+    return "`" + " ".join(str(text).split()).replace("|", "\\|") + "`"
+
+
+def type_of(schema: Mapping[str, Any]) -> str:
+    """The type with what narrows it (format, enum, pattern, bounds), for a
+    table cell: one line, pipes escaped."""
+    if schema.get("x-kubernetes-int-or-string"):
+        kind = "integer or string"
+    elif schema.get("type") == "array":
+        items = schema.get("items") or {}
+        kind = f"array of {items.get('type', 'any')}"
+    elif schema.get("type") == "object" and isinstance(schema.get("additionalProperties"),
+                                                       Mapping):
+        kind = f"map of {schema['additionalProperties'].get('type', 'any')}"
+    elif schema.get("x-kubernetes-preserve-unknown-fields"):
+        kind = "free-form object"
+    else:
+        kind = str(schema.get("type", "any"))
+    bits = [kind]
+    if "format" in schema:
+        bits.append(f"format {schema['format']}")
+    if "enum" in schema:
+        bits.append("one of " + ", ".join(_code(v) for v in schema["enum"]))
+    if "minimum" in schema:
+        op = ">" if schema.get("exclusiveMinimum") else "≥"
+        bits.append(f"{op} {schema['minimum']}")
+    if "maximum" in schema:
+        op = "<" if schema.get("exclusiveMaximum") else "≤"
+        bits.append(f"{op} {schema['maximum']}")
+    for key, words in (("minLength", "at least {} character"),
+                       ("maxLength", "at most {} character"),
+                       ("maxItems", "at most {} item")):
+        if key in schema:
+            bits.append(words.format(schema[key]) + ("" if schema[key] == 1 else "s"))
+    items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
+    if "maxLength" in items:
+        bits.append(f"items at most {items['maxLength']} characters")
+    if "pattern" in schema:
+        bits.append("pattern " + _code(schema["pattern"]))
+    if schema.get("nullable"):
+        bits.append("nullable")
+    return "; ".join(bits)
+
+
+def _default(schema: Mapping[str, Any]) -> str:
+    if "default" not in schema:
+        return ""
+    return _code(yaml.safe_dump(schema["default"], default_flow_style=True).strip()
+                 .removesuffix("...").strip())
+
+
+def _path_cell(f: Field) -> str:
+    """The path, and whether it is required: of the object itself (a field of
+    spec or status), or only once its parent object is given."""
+    if not f.required:
+        return _code(f.path)
+    if "." not in f.parent and not f.parent.endswith("[]"):
+        return _code(f.path) + " (required)"
+    return _code(f.path) + f" (required within {_code(f.parent)})"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _kind_header(crd: Mapping[str, Any]) -> list[str]:
+    names, version = crd["spec"]["names"], crd["spec"]["versions"][0]
+    short = ", ".join(_code(s) for s in names.get("shortNames") or [])
+    lines = [f"## {names['kind']}", "",
+             f"`{crd['spec']['group']}/{version['name']}`, {crd['spec']['scope'].lower()}; "
+             f"`kubectl get {names['plural']}`" + (f" (short: {short})" if short else "") + ".",
+             ""]
+    description = _schema(crd).get("description")
+    if description:
+        lines += [_cell(description), ""]
+    return lines
+
+
+def _rules_section(crd: Mapping[str, Any]) -> list[str]:
+    found = list(rules(_schema(crd)))
+    if not found:
+        return []
+    return ["### Rules the apiserver enforces", "",
+            "Checked by the apiserver itself (CEL), also while the operator's webhook is "
+            "down; a refusal names the field and shows the message. In a rule, `self` is "
+            "the value of the field it is declared on; `oldSelf`, where a rule uses it, the "
+            "stored object (none on a create). A policy stored before a rule keeps taking "
+            "updates that leave the field the rule is declared on unchanged (ratcheting); "
+            "the rules declared on the object itself judge only what a write can change "
+            "(a create; turning the peer tier on), never a stored policy's name.",
+            "",
+            *_table(["Field", "Declared on (`self`)", "Rule", "Message"],
+                    [[_code(r.target or "(the object)"),
+                      _code(r.declared_on or "(the object)"), _code(r.rule), r.message]
+                     for r in found])]
+
+
+def _status_section(crd: Mapping[str, Any]) -> list[str]:
+    status = _schema(crd)["properties"].get("status")
+    if not status:
+        return []
+    rows = [[_path_cell(f), type_of(f.schema), _cell(f.schema.get("description", ""))]
+            for f in fields(status, "status")]
+    lines = ["### Status (written by the operator)", "",
+             *_table(["Field", "Type", "Description"], rows)]
+    phase = (status.get("properties") or {}).get("phase") or {}
+    if phase.get("enum"):
+        lines += ["Phases: " + ", ".join(_code(p) for p in phase["enum"]) + ".", ""]
+    if "conditions" in (status.get("properties") or {}):
+        lines += ["Conditions follow metav1.Condition; their types and reasons: "
+                  "[operator.md](operator.md#policy-status).", ""]
+    return lines
+
+
+def _columns(crd: Mapping[str, Any]) -> list[str]:
+    columns = crd["spec"]["versions"][0].get("additionalPrinterColumns") or []
+    if not columns:
+        return []
+    return ["`kubectl get` columns: " + ", ".join(
+        f"{c['name']} ({_code(c['jsonPath'])})" for c in columns) + ".", ""]
+
+
+def policy_section(crd: Mapping[str, Any]) -> list[str]:
+    spec = _spec(crd)
+    rows = [[_path_cell(f), type_of(f.schema), _default(f.schema),
+             owner(f.path) or "**unowned**", _cell(f.schema.get("description", ""))]
+            for f in fields(spec, "spec")]
+    return [*_kind_header(crd), *_columns(crd), "### Spec", "",
+            "Set by: **platform** — the platform team's decision (node tier, placement, the "
+            "store's endpoint, identity and encryption, caps, injected resources); "
+            "**tenant** — what the team running the job asks for (model, intervals, "
+            "overlap, selector, retention, restore).", "",
+            *_table(["Field", "Type", "Default", "Set by", "Description"], rows),
+            *_rules_section(crd), *_status_section(crd)]
+
+
+def operator_section(crd: Mapping[str, Any]) -> list[str]:
+    """A kind the operator writes alone: its fields, briefly."""
+    spec = _schema(crd)["properties"].get("spec") or {}
+    rows = [[_path_cell(f), type_of(f.schema), _cell(f.schema.get("description", ""))]
+            for f in fields(spec, "spec")]
+    return [*_kind_header(crd), "Written by the operator alone; read it, do not write it.", "",
+            *_columns(crd), "### Spec", "", *_table(["Field", "Type", "Description"], rows),
+            *_rules_section(crd), *_status_section(crd)]
+
+
+def load(directory: Path = CRDS) -> list[dict[str, Any]]:
+    """The ckptdrain.io CRDs in `directory`, CheckpointPolicy first."""
+    found = [d for p in sorted(directory.glob("*.yaml")) for d in yaml.safe_load_all(
+        p.read_text()) if d and d.get("kind") == "CustomResourceDefinition"
+        and d["spec"]["group"] == GROUP]
+    return sorted(found, key=lambda d: d["spec"]["names"]["kind"] != FIRST)
+
+
+def render(crds: list[dict[str, Any]]) -> str:
+    lines = ["# API reference", "",
+             "<!-- Generated from crds/*.yaml by " + REGENERATE + "; do not edit. -->", "",
+             "Every field of the ckptdrain.io resources, from the CRDs in `crds/` (the one "
+             "source the chart installs). What the fields mean in practice: "
+             "[operator.md](operator.md); how the pods are changed: "
+             "[pod-contract.md](pod-contract.md).", ""]
+    for crd in crds:
+        kind = crd["spec"]["names"]["kind"]
+        lines += policy_section(crd) if kind == FIRST else operator_section(crd)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def main() -> int:
+    OUTPUT.write_text(render(load()))
+    print(f"wrote {OUTPUT.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
