@@ -71,11 +71,19 @@ def count_namespace(namespace: str, pods: Pods, policies: Policies,
     bodies = [b for key in list(policies) if key[0] == namespace
               for b in policies.get(key, []) if b]
     now = now or datetime.now(UTC)
+    # Each injected pod goes to its own policy; only bare pods are matched
+    # against every selector: a pass costs pods + policies x bare pods.
+    bare = [p for p in views if not p.injected]
+    injected: dict[str | None, list[protection.PodView]] = {}
+    for p in views:
+        if p.injected:
+            injected.setdefault(p.policy, []).append(p)
     written = 0
     for body in bodies:
         meta = body["metadata"]
         selector = (body.get("spec") or {}).get("selector") or {}
-        census = protection.tally(meta["name"], selector, views, now)
+        census = protection.tally(meta["name"], selector,
+                                  [*injected.get(meta["name"], []), *bare], now)
         change = readiness.with_pods(body.get("status") or {}, census.counts(),
                                      census.unprotected, meta.get("generation"), now)
         if change is None:

@@ -94,7 +94,9 @@ def view(pod: Mapping[str, Any]) -> PodView | None:
         return None
     injected = is_injected(pod)
     annotations = meta.get("annotations") or {}
-    return PodView(name=meta.get("name", ""), labels=dict(meta.get("labels") or {}),
+    # An injected pod is selected by its annotation: its labels are not kept.
+    return PodView(name=meta.get("name", ""),
+                   labels={} if injected else dict(meta.get("labels") or {}),
                    policy=annotations.get(api.ANNOTATION_POLICY) if injected else None,
                    injected=injected, agent=_agent_state(pod) if injected else None,
                    phase=phase, created=_time(meta.get("creationTimestamp")))
