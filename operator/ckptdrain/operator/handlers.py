@@ -205,10 +205,10 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
             record_sync.completions(key, _values(checkpoint_index, key), logger)))
         patch.status.update(new)
     if announce:
-        kopf.info(body, reason="Sized", message=new["conditions"][0]["message"])
+        kopf.info(body, reason="Sized", message=st.sizing_summary(new))
         if sized.bandwidth_constrained:
             kopf.warn(body, reason="BandwidthConstrained", message=new["conditions"][2]["message"])
-    logger.info("sized: %s", new["conditions"][0]["message"])
+    logger.info("sized: %s", st.sizing_summary(new))
     rebalance.schedule(key, cfg, checkpointpolicy_index, pod_index, logger)
     rebalance.schedule(rebalance.JOINT, cfg, checkpointpolicy_index, pod_index, logger)
     _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index, checkpoint_index,

@@ -150,3 +150,13 @@ def test_which_policy_events_call_for_a_count() -> None:
     assert not readiness.needs_count(body(flagged))
     assert readiness.needs_count(body(flagged, generation=2))  # a new selector
     assert not readiness.needs_count(body({**st.for_invalid("bad", 1, NOW), "pods": NONE}))
+
+
+def test_the_sized_event_tells_the_sizing_whatever_ready_says() -> None:
+    fine = sized()
+    assert st.sizing_summary(fine) == ready_of(fine)["message"] \
+        == "14.0 GB every 15m needs 156 MB/s; 2 drainer(s)"
+    flagged = census(fine, ["bare"], counts(unprotected=1))
+    resized = {**sized(flagged["conditions"]), "drainers": 2}
+    assert ready_of(resized)["reason"] == "PodsUnprotected"
+    assert st.sizing_summary(resized) == st.sizing_summary(fine)

@@ -26,9 +26,8 @@ def with_pods(current: Mapping[str, Any], counts: Mapping[str, int],
     before = next((c for c in conditions if c.get("type") == st.READY), None)
     if before is None or before.get("reason") == st.INVALID or current.get("phase") == "Invalid":
         return patch or None
-    sizing = before.get("message", "") if before.get("status") == "True" else st.sizing_message(
-        current.get("checkpointSize"), current.get("globalInterval"),
-        current.get("requiredBandwidth"), current.get("drainers", 0))
+    sizing = before.get("message", "") if before.get("status") == "True" \
+        else st.sizing_summary(current)
     new = st.ready(sizing, unprotected, counts.get("selected", 0), generation, now, conditions)
     keys = ("status", "reason", "message") + (
         ("observedGeneration",) if new["status"] == "False" else ())

@@ -90,9 +90,16 @@ def sizing_message(size: str, interval: str, rate: str, drainers: Any) -> str:
     return f"{size} every {interval} needs {rate}; {drainers} drainer(s)"
 
 
+def sizing_summary(status: Mapping[str, Any]) -> str:
+    """sizing_message from a status' sizing fields: the `Sized` Event's text,
+    and Ready's once the census finds every pod protected again."""
+    return sizing_message(status.get("checkpointSize"), status.get("globalInterval"),
+                          status.get("requiredBandwidth"), status.get("drainers", 0))
+
+
 def pods_message(unprotected: Sequence[str], selected: int) -> str:
-    """Ready's message when selected pods run unprotected: the count, the
-    first MAX_NAMES names, and the remedy."""
+    """Ready's message when selected pods run unprotected: how many of how
+    many, and the first MAX_NAMES names."""
     names = ", ".join(sorted(unprotected)[:MAX_NAMES])
     more = f" and {len(unprotected) - MAX_NAMES} more" if len(unprotected) > MAX_NAMES else ""
     return (f"{len(unprotected)} of {selected} selected pod(s) run unprotected (not injected, "
