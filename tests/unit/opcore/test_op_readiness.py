@@ -16,18 +16,25 @@ from ckptdrain.sizing import SizingInput, compute
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=5)
-NONE = {"selected": 0, "protected": 0, "starting": 0, "unprotected": 0}
+NONE = {"selected": 0, "protected": 0, "starting": 0, "waiting": 0, "unprotected": 0}
 
 
-def counts(protected: int = 0, starting: int = 0, unprotected: int = 0) -> dict[str, int]:
-    return {"selected": protected + starting + unprotected, "protected": protected,
-            "starting": starting, "unprotected": unprotected}
+def counts(protected: int = 0, starting: int = 0, unprotected: int = 0,
+           waiting: int = 0) -> dict[str, int]:
+    return {"selected": protected + starting + waiting + unprotected, "protected": protected,
+            "starting": starting, "waiting": waiting, "unprotected": unprotected}
+
+
+def pods(c: dict[str, int], generation: int = 1) -> dict[str, Any]:
+    return {**c, "observedGeneration": generation}
 
 
 def sized(previous: list[dict[str, Any]] | None = None, generation: int = 1,
-          now: datetime = NOW) -> dict[str, Any]:
+          now: datetime = NOW, unprotected: list[str] | None = None,
+          selected: int = 0) -> dict[str, Any]:
     status = st.for_sizing(compute(SizingInput(parameters=1e9, interval_s=900)), generation,
-                           now, previous or [], active_drainers=2)
+                           now, previous or [], active_drainers=2, unprotected=unprotected,
+                           selected=selected)
     return {**status, "drainers": 2}  # as the sizing handler writes it
 
 
@@ -93,7 +100,7 @@ def test_the_census_turns_ready_false_and_back_and_writes_only_changes() -> None
     status = sized()
     first = ready_of(status)
     counted = readiness.with_pods(status, counts(protected=2), [], 1, NOW)
-    assert counted == {"pods": counts(protected=2)}  # Ready was already right
+    assert counted == {"pods": pods(counts(protected=2))}  # Ready was already right
     status = {**status, **counted}
     assert readiness.with_pods(status, counts(protected=2), [], 1, LATER) is None
     status = census(status, ["bare"], counts(protected=2, unprotected=1), now=LATER)
@@ -112,15 +119,17 @@ def test_the_census_turns_ready_false_and_back_and_writes_only_changes() -> None
 def test_starting_pods_keep_ready_true_and_no_pods_is_ready() -> None:
     status = sized()
     assert census(status, [], counts(starting=3))["phase"] == "Ready"
+    # Pods not scheduled yet (gated, unschedulable) run nothing: Ready stays.
+    assert census(status, [], counts(waiting=4, protected=1))["phase"] == "Ready"
     empty = census(status, [], NONE)
-    assert empty["pods"] == NONE and ready_of(empty)["status"] == "True"
+    assert empty["pods"] == pods(NONE) and ready_of(empty)["status"] == "True"
 
 
 def test_an_invalid_or_unsized_policy_gets_the_counts_only() -> None:
     invalid = st.for_invalid("spec.interval: expected a duration", 2, NOW)
     patch = readiness.with_pods(invalid, counts(unprotected=1), ["bare"], 2, NOW)
-    assert patch == {"pods": counts(unprotected=1)}
-    assert readiness.with_pods({}, NONE, [], 1, NOW) == {"pods": NONE}
+    assert patch == {"pods": pods(counts(unprotected=1), 2)}
+    assert readiness.with_pods({}, NONE, [], 1, NOW) == {"pods": pods(NONE)}
 
 
 def test_sizing_and_census_keep_each_others_truth() -> None:
@@ -149,6 +158,9 @@ def test_which_policy_events_call_for_a_count() -> None:
     assert not readiness.needs_count(body(fine))
     assert not readiness.needs_count(body(flagged))
     assert readiness.needs_count(body(flagged, generation=2))  # a new selector
+    assert readiness.needs_count(body(fine, generation=2))  # whatever Ready says
+    # Ready disagreeing with the counts (written by another pass meanwhile).
+    assert readiness.needs_count(body({**fine, "pods": flagged["pods"]}))
     assert not readiness.needs_count(body({**st.for_invalid("bad", 1, NOW), "pods": NONE}))
 
 
@@ -160,3 +172,17 @@ def test_the_sized_event_tells_the_sizing_whatever_ready_says() -> None:
     resized = {**sized(flagged["conditions"]), "drainers": 2}
     assert ready_of(resized)["reason"] == "PodsUnprotected"
     assert st.sizing_summary(resized) == st.sizing_summary(fine)
+
+
+def test_the_sizing_pass_writes_the_right_ready_first() -> None:
+    # Created over a pod admitted while admission was off: never True first.
+    created = sized(unprotected=["bare"], selected=1)
+    assert ready_of(created)["status"] == "False" and created["phase"] == "Unprotected"
+    assert ready_of(created)["reason"] == "PodsUnprotected"
+    # Invalid, then valid again while the pod is still there: False at once.
+    invalid = {**created, **st.for_invalid("bad", 2, LATER, created["conditions"])}
+    valid = {**invalid, **sized(invalid["conditions"], 3, LATER, ["bare"], 1)}
+    assert ready_of(valid)["status"] == "False" and valid["phase"] == "Unprotected"
+    # And True at once when the pods are all protected.
+    fixed = sized(valid["conditions"], 4, LATER, [], 1)
+    assert ready_of(fixed)["status"] == "True" and fixed["phase"] == "Ready"

@@ -1,6 +1,7 @@
 """The pod census's part of a policy's status: `status.pods` (how many
-selected pods are protected, starting, unprotected: admission/protection.py
-counts them) and Ready's verdict on them. Pure: the clock is passed in.
+selected pods are protected, starting, waiting, unprotected:
+admission/protection.py counts them, and the generation whose selector they
+were counted under) and Ready's verdict on them. Pure: the clock is passed in.
 """
 
 from __future__ import annotations
@@ -12,6 +13,11 @@ from typing import Any
 from ckptdrain.operator.policy import status as st
 
 
+def pods_field(counts: Mapping[str, int], generation: int | None) -> dict[str, Any]:
+    """`status.pods`: the counts, and the generation they were counted under."""
+    return {**counts, "observedGeneration": generation}
+
+
 def with_pods(current: Mapping[str, Any], counts: Mapping[str, int],
               unprotected: Sequence[str], generation: int | None,
               now: datetime) -> dict[str, Any] | None:
@@ -20,8 +26,9 @@ def with_pods(current: Mapping[str, Any], counts: Mapping[str, int],
     invalid or not yet sized policy gets the counts only: its Ready is the
     sizing pass's."""
     patch: dict[str, Any] = {}
-    if current.get("pods") != dict(counts):
-        patch["pods"] = dict(counts)
+    pods = pods_field(counts, generation)
+    if current.get("pods") != pods:
+        patch["pods"] = pods
     conditions = list(current.get("conditions") or [])
     before = next((c for c in conditions if c.get("type") == st.READY), None)
     if before is None or before.get("reason") == st.INVALID or current.get("phase") == "Invalid":
@@ -39,9 +46,9 @@ def with_pods(current: Mapping[str, Any], counts: Mapping[str, int],
 
 def needs_count(body: Mapping[str, Any]) -> bool:
     """Whether a policy's event calls for a census pass now rather than at the
-    next period: never counted, its Ready disagrees with its counts (the
-    sizing pass just made it valid again), or its pods verdict predates the
-    spec (a new selector)."""
+    next period: never counted, its pods were counted under another
+    generation (a new selector), whatever Ready says, or its Ready disagrees
+    with its counts."""
     status = body.get("status") or {}
     pods = status.get("pods")
     if not isinstance(pods, Mapping):
@@ -49,8 +56,8 @@ def needs_count(body: Mapping[str, Any]) -> bool:
     before = next((c for c in status.get("conditions") or [] if c.get("type") == st.READY),
                   None)
     if before is None or before.get("reason") == st.INVALID:
-        return False
-    if before.get("status") == "True":
-        return bool(pods.get("unprotected"))
-    return before.get("reason") == st.PODS_UNPROTECTED and (
-        before.get("observedGeneration") != (body.get("metadata") or {}).get("generation"))
+        return False  # an invalid spec's Ready is the sizing pass's alone
+    if pods.get("observedGeneration") != (body.get("metadata") or {}).get("generation"):
+        return True
+    unprotected = bool(pods.get("unprotected"))
+    return unprotected == (before.get("status") == "True")

@@ -4,11 +4,11 @@ observedGeneration. Pure: the clock is passed in.
 
 Ready is True when the spec is valid and no selected pod runs unprotected.
 Two passes write it through `ready()`: the sizing pass (for_sizing,
-for_invalid), which owns the spec's verdict and never counts pods, and the
-pod census (policy/readiness.py), which owns the pods' verdict and never touches an
-invalid policy's Ready. Each keeps the other's truth: sizing carries a
-PodsUnprotected Ready over, the census rebuilds the sizing message from the
-status' sizing fields.
+for_invalid), which owns the spec's verdict and counts the pods from the
+census index as it writes (so the first Ready it writes is already right),
+and the pod census (policy/readiness.py), which owns the pods' verdict
+between spec changes and never touches an invalid policy's Ready. The census
+rebuilds the sizing message from the status' sizing fields.
 """
 
 from __future__ import annotations
@@ -193,18 +193,20 @@ def _fair_part(c: ClusterShare) -> str:
 def for_sizing(s: Sizing, generation: int | None, now: datetime,
                previous: Sequence[Mapping[str, Any]] = (), active_drainers: int = 0,
                cluster: ClusterShare | None = None,
-               resource_notes: Sequence[str] = ()) -> dict[str, Any]:
+               resource_notes: Sequence[str] = (),
+               unprotected: Sequence[str] | None = None, selected: int = 0) -> dict[str, Any]:
     """Status of a valid policy; `s` is its sizing under the joint budget
     (allocation.joint_sizing) and `cluster` its part of the cluster cap;
     `resource_notes` the spec.resources amounts the platform now cuts
-    (ResourcesAdjusted: the pods get other amounts than the policy asks for).
-    A stall the watchdog found stays: only the watchdog ends it; so does a
-    Ready the pod census turned False (ready())."""
+    (ResourcesAdjusted: the pods get other amounts than the policy asks for);
+    `unprotected` and `selected` the pod census under this spec (None: not
+    counted, and a Ready the census turned False stays, see ready()).
+    A stall the watchdog found stays: only the watchdog ends it."""
     constrained = _constrained(s, cluster, generation, now, previous)
     fields = sizing_fields(s)
     verdict = ready(sizing_message(fields["checkpointSize"], fields["globalInterval"],
                                    fields["requiredBandwidth"], active_drainers),
-                    None, 0, generation, now, previous)
+                    unprotected, selected, generation, now, previous)
     stalled = next((dict(c) for c in previous if c.get("type") == DEGRADED
                     and c.get("reason") == "DrainStalled" and c.get("status") == "True"), None)
     degraded = stalled or condition(DEGRADED, False, "AsExpected", "", generation, now,
