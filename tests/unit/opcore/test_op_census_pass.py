@@ -178,7 +178,7 @@ def test_a_new_term_and_the_period_schedule_every_namespace_through_the_coalesce
     monkeypatch.setattr(census._passes, "schedule",
                         lambda key, run, logger, delay: asked.append(key) or True)
     monkeypatch.setattr(census, "_wiring", {
-        "policies": {("b", "x"): [{}], ("a", "y"): [{}], ("a", "z"): [{}]}, "logger": LOG})
+        "policies": {("b", "x"): [{}], ("a", "y"): [{}], ("a", "z"): [{}]}})
     census._schedule_all()
     assert asked == ["a", "b"]
     assert census._schedule_all in census.leadership.STATE._resets

@@ -58,7 +58,7 @@ def pod_census_event(type: str | None, namespace: str, name: str, body: kopf.Bod
     """A pod came, went, or changed what the census sees of it: count its
     namespace soon. Most pod events (a writer's progress annotations, at
     thousands per checkpoint) change nothing the census sees: no pass."""
-    _start(memo.config, census_index, checkpointpolicy_index, logger)
+    _start(memo.config, census_index, checkpointpolicy_index)
     seen = None if type == "DELETED" else protection.view(dict(body))
     if _seen(namespace, name, seen):
         _schedule(namespace, logger)
@@ -69,7 +69,7 @@ def policy_census_event(type: str | None, namespace: str, body: kopf.Body, memo:
                         logger: logging.Logger, census_index: Pods,
                         checkpointpolicy_index: Policies, **_: Any) -> None:
     """A policy came, or its selector or validity changed: count it soon."""
-    _start(memo.config, census_index, checkpointpolicy_index, logger)
+    _start(memo.config, census_index, checkpointpolicy_index)
     if type in (None, "ADDED") or (type != "DELETED" and readiness.needs_count(body)):
         _schedule(namespace, logger)
 
@@ -158,6 +158,8 @@ _lock = threading.Lock()
 _last: dict[tuple[str, str], protection.PodView] = {}
 #: The indexes and settings a pass reads, set by the first event.
 _wiring: dict[str, Any] = {}
+#: The periodic and new-term passes are nobody's event: their own log.
+_log = logging.getLogger("ckptdrain.census")
 
 
 def _seen(namespace: str, name: str, seen: protection.PodView | None) -> bool:
@@ -190,20 +192,18 @@ def _schedule_all() -> None:
     """Count every namespace that has policies, soon."""
     if not _wiring:
         return  # no event yet: the first ones schedule their namespaces
-    logger = _wiring["logger"]
     for namespace in sorted({key[0] for key in list(_wiring["policies"])}):
-        _schedule(namespace, logger)
+        _schedule(namespace, _log)
 
 
-def _start(cfg: OperatorConfig, pods: Pods, policies: Policies,
-           logger: logging.Logger) -> None:
+def _start(cfg: OperatorConfig, pods: Pods, policies: Policies) -> None:
     """Once per process: keep what a pass reads, and every watchdog period
     count every namespace that has policies (a pod starting for too long
     turns unprotected without an event)."""
     with _lock:
         if _wiring:
             return
-        _wiring.update(config=cfg, pods=pods, policies=policies, logger=logger)
+        _wiring.update(config=cfg, pods=pods, policies=policies)
 
     def loop() -> None:
         while True:
@@ -211,8 +211,8 @@ def _start(cfg: OperatorConfig, pods: Pods, policies: Policies,
             try:
                 _schedule_all()
             except Exception:  # the loop is all there is: it must go on
-                logger.exception("scheduling the periodic pod census failed; it runs again "
-                                 "in %.0f s", cfg.watchdog_s)
+                _log.exception("scheduling the periodic pod census failed; it runs again "
+                               "in %.0f s", cfg.watchdog_s)
 
     threading.Thread(target=loop, name="ckptdrain-census", daemon=True).start()
 
