@@ -77,8 +77,9 @@ class PodView:
 
 def _agent_state(pod: Mapping[str, Any]) -> str | None:
     """The agent's state from the pod's status: RUNNING once its container
-    runs and has started, DOWN when it exited or waits after a restart (a
-    crash loop), WAITING otherwise; None when the pod has no agent."""
+    runs and has started, DOWN when it exited, or waits or has not started
+    again after a restart (classify() gives it RESTART_GRACE_S), WAITING
+    otherwise; None when the pod has no agent."""
     spec = pod.get("spec") or {}
     if not any(c.get("name") == AGENT for c in spec.get("initContainers") or []):
         return None
