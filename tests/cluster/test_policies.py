@@ -84,7 +84,7 @@ def test_valid_policy_gets_63_GBps(cluster: Cluster, operator: OperatorProcess,
                            "allowedBandwidthBytes", "effectiveOverlap", "globalInterval",
                            "drainTime", "perDrainerBandwidth", "recommendedInterval",
                            "youngDalyInterval", "lastLocalStep", "lastGlobalStep",
-                           "recoveryPointTime", "restores", "storage"}
+                           "recoveryPointTime", "restores", "storage", "pods"}
     table = cluster.kubectl("get", "ckpol", "-n", namespace, "llama405").stdout
     assert "63.0 GB/s" in table and "Ready" in table
 

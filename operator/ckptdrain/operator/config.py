@@ -48,7 +48,10 @@ Variables (field in parentheses):
   waits for its agent to delete the objects before the operator deletes the
   record; default 10m.
 - CKPTDRAIN_WATCHDOG_PERIOD (watchdog_s): how often every policy's recovery
-  point is checked for a stalled drain; default 30s.
+  point is checked for a stalled drain, and its pods counted; default 30s.
+- CKPTDRAIN_STARTING_LIMIT (starting_limit_s): how long a scheduled injected
+  pod may start (image pulls, restore) before the pod census counts it
+  unprotected; default 10m.
 - CKPTDRAIN_GRACE_MARGIN (grace_margin): share of the grace period a SIGTERM
   flush may use; default 80%.
 - CKPTDRAIN_PREPARE_LOCAL_TIER (prepare_local_tier): "true" (default) injects
@@ -114,6 +117,7 @@ class OperatorConfig:
     expired_ttl_s: float = 600.0
     grace_margin: float = 0.8
     watchdog_s: float = 30.0
+    starting_limit_s: float = 600.0
     prepare_local_tier: bool = True
     containers: Containers = DEFAULT_CONTAINERS
     unselected_pods: str = UNSELECTED_REFUSE
@@ -200,6 +204,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         if get("CKPTDRAIN_EXPIRED_TTL", "600") not in ("0", "0s") else 0.0,
         watchdog_s=units.parse_duration("CKPTDRAIN_WATCHDOG_PERIOD",
                                         get("CKPTDRAIN_WATCHDOG_PERIOD", "30s")),
+        starting_limit_s=units.parse_duration("CKPTDRAIN_STARTING_LIMIT",
+                                              get("CKPTDRAIN_STARTING_LIMIT", "10m")),
         grace_margin=units.parse_fraction("CKPTDRAIN_GRACE_MARGIN",
                                           get("CKPTDRAIN_GRACE_MARGIN", "80%")),
         containers=read_platform_json("CKPTDRAIN_CONTAINERS", env["CKPTDRAIN_CONTAINERS"])

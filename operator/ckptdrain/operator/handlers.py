@@ -20,15 +20,15 @@ from ckptdrain.contract.progress import ANNOTATION_PROGRESS
 from ckptdrain.contract.record import record_name
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import heap, metrics
+from ckptdrain.operator.admission import census, webhook
 from ckptdrain.operator.admission import supervisor as admission_supervisor
-from ckptdrain.operator.admission import webhook
-from ckptdrain.operator.apiserver import leadership, slim
+from ckptdrain.operator.apiserver import diffbase, leadership, slim
 from ckptdrain.operator.bandwidth import rebalance, share_channel
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.goodput import sync as goodput_sync
 from ckptdrain.operator.peers import sync as peer_sync
-from ckptdrain.operator.policy import allocation, history
+from ckptdrain.operator.policy import allocation, history, readiness
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.records import restores, watchdog
@@ -53,21 +53,6 @@ RECORD_DELAY_S = 0.5
 _goodput_passes = Coalescer("folding goodput", RETRY_DELAY_S)
 
 
-class PodlessDiffBase(kopf.AnnotationsDiffBaseStorage):
-    """Kopf's diff base, but none for pods. Kopf builds an object's essence
-    (two deep copies of the whole object) on every event of every watched
-    kind, to detect changes for create/update/resume handlers; pods have no
-    such handlers here, only indexes and event handlers, and at a
-    checkpoint's burst those copies were the largest part of the operator's
-    work and of its memory peak (docs/scale.md, "Operator memory")."""
-
-    def build(self, *, body: kopf.Body,
-              extra_fields: Any = None) -> kopf.BodyEssence:
-        if body.get("kind") == "Pod" and body.get("apiVersion") == "v1":
-            return kopf.BodyEssence()
-        return super().build(body=body, extra_fields=extra_fields)
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -82,7 +67,7 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     cfg: OperatorConfig = memo.config
     settings.persistence.finalizer = f"{PREFIX}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = PodlessDiffBase(
+    settings.persistence.diffbase_storage = diffbase.PodlessDiffBase(
         prefix=PREFIX, key="last-handled-configuration")
     settings.peering.name = cfg.peering
     settings.peering.mandatory = False  # without Kopf's peering CRDs: run, and warn
@@ -176,7 +161,8 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
                       checkpointpolicy_index: kopf.Index[Key, Any],
                       checkpoint_index: kopf.Index[Key, Any],
                       peer_pod_index: kopf.Index[Key, Any],
-                      progress_index: kopf.Index[Key, Any], announce: bool) -> None:
+                      progress_index: kopf.Index[Key, Any], census_index: census.Pods,
+                      announce: bool) -> None:
     cfg: OperatorConfig = memo.config
     watchdog.start(cfg, checkpointpolicy_index, pod_index, checkpoint_index,
                    lambda: rebalance.budgets(cfg, checkpointpolicy_index, pod_index), logger)
@@ -198,17 +184,23 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         cluster = None
         if key in joint:
             sized, cluster = joint[key][0], joint[key][1]
+        # The pods under this spec's selector, counted now: Ready is never
+        # True for a moment before the census runs (policy/status.py).
+        pods = census.policy_census(key[0], key[1], parsed.selector, census_index, _now(),
+                                    cfg.starting_limit_s)
         new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers,
-                            cluster=cluster, resource_notes=parsed.resource_notes)
+                            cluster=cluster, resource_notes=parsed.resource_notes,
+                            unprotected=pods.unprotected, selected=pods.selected)
         new["drainers"] = drainers
+        new["pods"] = readiness.pods_field(pods.counts(), generation)
         new["storage"] = history.storage_status(body, parsed, _now(), lambda: (  # moves
             record_sync.completions(key, _values(checkpoint_index, key), logger)))
         patch.status.update(new)
     if announce:
-        kopf.info(body, reason="Sized", message=new["conditions"][0]["message"])
+        kopf.info(body, reason="Sized", message=st.sizing_summary(new))
         if sized.bandwidth_constrained:
             kopf.warn(body, reason="BandwidthConstrained", message=new["conditions"][2]["message"])
-    logger.info("sized: %s", new["conditions"][0]["message"])
+    logger.info("sized: %s", st.sizing_summary(new))
     rebalance.schedule(key, cfg, checkpointpolicy_index, pod_index, logger)
     rebalance.schedule(rebalance.JOINT, cfg, checkpointpolicy_index, pod_index, logger)
     _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index, checkpoint_index,
@@ -259,7 +251,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
     names = ("body", "patch", "memo", "logger", "pod_index", "checkpointpolicy_index",
-             "checkpoint_index", "peer_pod_index", "progress_index")
+             "checkpoint_index", "peer_pod_index", "progress_index", "census_index")
     return {k: kwargs[k] for k in names}
 
 

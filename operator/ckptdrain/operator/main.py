@@ -59,7 +59,7 @@ def run_parsed(args: argparse.Namespace) -> int:
 
     # Importing handlers, the sweeps and webhook registers their Kopf handlers.
     from ckptdrain.operator import handlers  # noqa: F401
-    from ckptdrain.operator.admission import conflict_sweep, sweep, webhook  # noqa: F401
+    from ckptdrain.operator.admission import census, conflict_sweep, sweep, webhook  # noqa: F401
     from ckptdrain.operator.apiserver import leadership
 
     if cfg.metrics_port:

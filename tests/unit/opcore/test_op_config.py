@@ -21,11 +21,14 @@ def test_values_in_human_units() -> None:
                            "CKPTDRAIN_ALLOWED_ROOT": "/mnt/nvme/", "CKPTDRAIN_EXPIRED_TTL": "0"})
     assert cfg.cluster_bandwidth == 100e9 and cfg.allowed_root == "/mnt/nvme"
     assert cfg.expired_ttl_s == 0
+    assert config.from_env({}).starting_limit_s == 600
+    assert config.from_env({"CKPTDRAIN_STARTING_LIMIT": "30m"}).starting_limit_s == 1800
 
 
 @pytest.mark.parametrize(("env", "name"), [
     ({"CKPTDRAIN_CLUSTER_BANDWIDTH": "fast"}, "CKPTDRAIN_CLUSTER_BANDWIDTH"),
     ({"CKPTDRAIN_ALLOWED_ROOT": "/"}, "CKPTDRAIN_ALLOWED_ROOT"),
+    ({"CKPTDRAIN_STARTING_LIMIT": "soon"}, "CKPTDRAIN_STARTING_LIMIT"),
     ({"CKPTDRAIN_ALLOWED_ROOT": "relative"}, "CKPTDRAIN_ALLOWED_ROOT"),
     ({"CKPTDRAIN_WEBHOOK_PORT": "99999"}, "CKPTDRAIN_WEBHOOK_PORT"),
     ({"CKPTDRAIN_WEBHOOK_CERT": "/nonexistent"}, "CKPTDRAIN_WEBHOOK_CERT/CKPTDRAIN_WEBHOOK_KEY"),

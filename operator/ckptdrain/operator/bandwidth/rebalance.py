@@ -319,7 +319,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         status = body.get("status") or {}
         change = st.with_cluster(status, sized, cluster,
                                  body.get("metadata", {}).get("generation"), _now()) or {}
-        if status.get("phase") in ("Ready", "Constrained", "Conflicting") \
+        if status.get("phase") in ("Ready", "Constrained", "Conflicting", "Unprotected") \
                 and status.get("drainers") != len(drainers):
             change["drainers"] = len(drainers)
         if change:

@@ -1,6 +1,14 @@
 """A policy's status as API: sizing fields, a short phase, and conditions
 (Ready, Degraded, BandwidthConstrained, ResourcesAdjusted) with reason, message and
 observedGeneration. Pure: the clock is passed in.
+
+Ready is True when the spec is valid and no selected pod runs unprotected.
+Two passes write it through `ready()`: the sizing pass (for_sizing,
+for_invalid), which owns the spec's verdict and counts the pods from the
+census index as it writes (so the first Ready it writes is already right),
+and the pod census (policy/readiness.py), which owns the pods' verdict
+between spec changes and never touches an invalid policy's Ready. The census
+rebuilds the sizing message from the status' sizing fields.
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ ADJUSTED = "ResourcesAdjusted"
 UNPROTECTED = "PodsUnprotected"
 #: How many pod names the PodsUnprotected message lists (the count is exact).
 MAX_NAMES = 10
+#: Ready's reasons: valid and sized with every selected pod protected (or
+#: none), an invalid spec (for_invalid), a selected pod unprotected (the census).
+SIZED, INVALID, PODS_UNPROTECTED = "SizingComputed", "InvalidSpec", "PodsUnprotected"
 
 
 def _others(previous: Sequence[Mapping[str, Any]], owned: set[str] | None = None
@@ -54,16 +65,65 @@ def _true(conditions: Sequence[Mapping[str, Any]], kind: str, reason: str | None
                and (reason is None or c.get("reason") == reason) for c in conditions)
 
 
+#: Every phase, the most urgent first (the CRD's enum, docs/operator.md).
+PHASES = ("Invalid", "Conflicting", "Stalled", "Unprotected", "Constrained", "Ready")
+
+
 def phase(conditions: Sequence[Mapping[str, Any]]) -> str:
     """The short phase the conditions add up to, the most urgent first:
-    Invalid, Conflicting (policy/conflicts.py), Stalled, Constrained, Ready."""
-    if any(c.get("type") == READY and c.get("reason") == "InvalidSpec" for c in conditions):
+    Invalid, Conflicting (policy/conflicts.py), Stalled, Unprotected (Ready
+    False for pods: the census), Constrained, Ready."""
+    if any(c.get("type") == READY and c.get("reason") == INVALID for c in conditions):
         return "Invalid"
     if _true(conditions, CONFLICTING):
         return "Conflicting"
     if _true(conditions, DEGRADED, "DrainStalled"):
         return "Stalled"
+    if any(c.get("type") == READY and c.get("status") == "False"
+           and c.get("reason") == PODS_UNPROTECTED for c in conditions):
+        return "Unprotected"
     return "Constrained" if _true(conditions, CONSTRAINED) else "Ready"
+
+
+def sizing_message(size: str, interval: str, rate: str, drainers: Any) -> str:
+    """Ready's message on the happy path: what the sizing found."""
+    return f"{size} every {interval} needs {rate}; {drainers} drainer(s)"
+
+
+def sizing_summary(status: Mapping[str, Any]) -> str:
+    """sizing_message from a status' sizing fields: the `Sized` Event's text,
+    and Ready's once the census finds every pod protected again."""
+    return sizing_message(status.get("checkpointSize"), status.get("globalInterval"),
+                          status.get("requiredBandwidth"), status.get("drainers", 0))
+
+
+def pods_message(unprotected: Sequence[str], selected: int) -> str:
+    """Ready's message when selected pods run unprotected: how many of how
+    many, and the first MAX_NAMES names."""
+    names = ", ".join(sorted(unprotected)[:MAX_NAMES])
+    more = f" and {len(unprotected) - MAX_NAMES} more" if len(unprotected) > MAX_NAMES else ""
+    return (f"{len(unprotected)} of {selected} selected pod(s) run unprotected (not injected, "
+            f"the agent down, or starting for too long): {names}{more}")
+
+
+def ready(sizing: str, unprotected: Sequence[str] | None, selected: int,
+          generation: int | None, now: datetime,
+          previous: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """Ready of a valid policy: True (SizingComputed, `sizing` as message)
+    unless a selected pod runs unprotected (False, PodsUnprotected).
+    `unprotected` None: the caller did not count pods (the sizing pass) and
+    the census's last verdict stays as it was, observedGeneration included,
+    until the census counts again."""
+    before = next((c for c in previous if c.get("type") == READY), None)
+    if unprotected is None:
+        if before is not None and before.get("status") == "False" \
+                and before.get("reason") == PODS_UNPROTECTED:
+            return dict(before)
+        return condition(READY, True, SIZED, sizing, generation, now, previous)
+    if unprotected:
+        return condition(READY, False, PODS_UNPROTECTED,
+                         pods_message(unprotected, selected), generation, now, previous)
+    return condition(READY, True, SIZED, sizing, generation, now, previous)
 
 
 def sizing_fields(s: Sizing) -> dict[str, Any]:
@@ -133,18 +193,20 @@ def _fair_part(c: ClusterShare) -> str:
 def for_sizing(s: Sizing, generation: int | None, now: datetime,
                previous: Sequence[Mapping[str, Any]] = (), active_drainers: int = 0,
                cluster: ClusterShare | None = None,
-               resource_notes: Sequence[str] = ()) -> dict[str, Any]:
+               resource_notes: Sequence[str] = (),
+               unprotected: Sequence[str] | None = None, selected: int = 0) -> dict[str, Any]:
     """Status of a valid policy; `s` is its sizing under the joint budget
     (allocation.joint_sizing) and `cluster` its part of the cluster cap;
     `resource_notes` the spec.resources amounts the platform now cuts
-    (ResourcesAdjusted: the pods get other amounts than the policy asks for).
+    (ResourcesAdjusted: the pods get other amounts than the policy asks for);
+    `unprotected` and `selected` the pod census under this spec (None: not
+    counted, and a Ready the census turned False stays, see ready()).
     A stall the watchdog found stays: only the watchdog ends it."""
     constrained = _constrained(s, cluster, generation, now, previous)
-    ready = condition(READY, True, "SizingComputed",
-                      f"{units.format_bytes(s.checkpoint_bytes)} every "
-                      f"{units.format_duration(s.global_interval_s)} needs "
-                      f"{units.format_rate(s.required_bandwidth)}; {active_drainers} drainer(s)",
-                      generation, now, previous)
+    fields = sizing_fields(s)
+    verdict = ready(sizing_message(fields["checkpointSize"], fields["globalInterval"],
+                                   fields["requiredBandwidth"], active_drainers),
+                    unprotected, selected, generation, now, previous)
     stalled = next((dict(c) for c in previous if c.get("type") == DEGRADED
                     and c.get("reason") == "DrainStalled" and c.get("status") == "True"), None)
     degraded = stalled or condition(DEGRADED, False, "AsExpected", "", generation, now,
@@ -152,9 +214,9 @@ def for_sizing(s: Sizing, generation: int | None, now: datetime,
     adjusted = condition(ADJUSTED, True, "ResourcesClamped", "; ".join(resource_notes),
                          generation, now, previous) if resource_notes \
         else condition(ADJUSTED, False, "AsExpected", "", generation, now, previous)
-    conditions = [ready, degraded, constrained, adjusted,
+    conditions = [verdict, degraded, constrained, adjusted,
                   *_others(previous, {READY, DEGRADED, CONSTRAINED, ADJUSTED})]
-    return {**sizing_fields(s), "observedGeneration": generation,
+    return {**fields, "observedGeneration": generation,
             "phase": phase(conditions), "conditions": conditions}
 
 
@@ -186,7 +248,7 @@ def for_invalid(message: str, generation: int | None, now: datetime,
                 previous: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Status of a policy whose spec cannot be used."""
     return {"observedGeneration": generation, "phase": "Invalid", "conditions": [
-        condition(READY, False, "InvalidSpec", message, generation, now, previous),
+        condition(READY, False, INVALID, message, generation, now, previous),
         condition(DEGRADED, True, "InvalidSpec", message, generation, now, previous),
         condition(CONSTRAINED, False, "InvalidSpec", "", generation, now, previous),
         condition(ADJUSTED, False, "InvalidSpec", "", generation, now, previous),

@@ -1,0 +1,222 @@
+"""The pod census, wired: every policy's `status.pods` and Ready's verdict
+on its pods (admission/protection.py classifies, policy/readiness.py
+writes the status), kept current by pod and policy events and once every
+CKPTDRAIN_WATCHDOG_PERIOD (a pod starting for too long turns unprotected
+without an event).
+
+The pods come from a Kopf index over the opted-in pods (the server-side
+label selector handlers.py sets), a few fields each, so a pass costs no API
+read; it writes a policy's status only when its counts or its Ready change,
+at the resourceVersion it read (a newer verdict, such as the sizing pass's
+InvalidSpec, is never overwritten by a stale one), and only on the active
+replica (apiserver/leadership.py). A failed pass raises, so its Coalescer
+retries it; a new term of leadership counts every namespace again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from ckptdrain.contract import api
+from ckptdrain.operator.admission import protection
+from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.coalesce import Coalescer
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import readiness
+
+POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
+OPTED_IN = {api.LABEL_INJECT: "true"}
+#: Pod events within this window are coalesced into one pass per namespace.
+CENSUS_DELAY_S = 0.5
+#: Conflicting status writes in a row before a pass gives up (and is retried).
+WRITE_ATTEMPTS = 3
+Pods = kopf.Index[str, protection.PodView]
+Policies = kopf.Index[Any, Any]
+
+
+@kopf.index("v1", "pods", labels=OPTED_IN)
+def census_index(namespace: str, body: kopf.Body, **_: Any
+                 ) -> dict[str, protection.PodView]:
+    """Live opted-in pods by namespace, as the census sees them. Empty, never
+    None, for a pod that finished or is being deleted: Kopf keeps an object's
+    previous entry when its indexer returns None."""
+    found = protection.view(dict(body))
+    return {} if found is None else {namespace: found}
+
+
+@kopf.on.event("v1", "pods", labels=OPTED_IN)
+def pod_census_event(type: str | None, namespace: str, name: str, body: kopf.Body,
+                     memo: kopf.Memo, logger: logging.Logger, census_index: Pods,
+                     checkpointpolicy_index: Policies, **_: Any) -> None:
+    """A pod came, went, or changed what the census sees of it: count its
+    namespace soon. Most pod events (a writer's progress annotations, at
+    thousands per checkpoint) change nothing the census sees: no pass."""
+    _start(memo.config, census_index, checkpointpolicy_index)
+    seen = None if type == "DELETED" else protection.view(dict(body))
+    if _seen(namespace, name, seen):
+        _schedule(namespace, logger)
+
+
+@kopf.on.event(*POLICIES)
+def policy_census_event(type: str | None, namespace: str, body: kopf.Body, memo: kopf.Memo,
+                        logger: logging.Logger, census_index: Pods,
+                        checkpointpolicy_index: Policies, **_: Any) -> None:
+    """A policy came, or its selector or validity changed: count it soon."""
+    _start(memo.config, census_index, checkpointpolicy_index)
+    if type in (None, "ADDED") or (type != "DELETED" and readiness.needs_count(body)):
+        _schedule(namespace, logger)
+
+
+def _views(namespace: str, pods: Pods) -> list[protection.PodView]:
+    return [p for p in list(pods.get(namespace, [])) if p is not None]
+
+
+def policy_census(namespace: str, name: str, selector: Any, pods: Pods, now: datetime,
+                  limit_s: float = protection.STARTING_LIMIT_S) -> protection.Census:
+    """One policy's census from the index: what the sizing pass writes with
+    its Ready, so the first Ready a policy gets already counts its pods."""
+    return protection.tally(name, selector or {}, _views(namespace, pods), now, limit_s)
+
+
+def count_namespace(namespace: str, pods: Pods, policies: Policies,
+                    logger: logging.Logger, now: datetime | None = None,
+                    limit_s: float = protection.STARTING_LIMIT_S) -> int:
+    """Count the pods of every policy of `namespace` and write what changed;
+    returns how many policies' statuses were written. Raises the first
+    failure after trying every policy: one failed write stops no other."""
+    views = _views(namespace, pods)
+    bodies = [dict(b) for key in list(policies) if key[0] == namespace
+              for b in policies.get(key, []) if b]
+    now = now or datetime.now(UTC)
+    # Each injected pod goes to its own policy; only bare pods are matched
+    # against every selector: a pass costs pods + policies x bare pods.
+    bare = [p for p in views if not p.injected]
+    injected: dict[str | None, list[protection.PodView]] = {}
+    for p in views:
+        if p.injected:
+            injected.setdefault(p.policy, []).append(p)
+
+    def census_of(body: dict[str, Any]) -> protection.Census:
+        name = body["metadata"]["name"]
+        selector = (body.get("spec") or {}).get("selector") or {}
+        return protection.tally(name, selector, [*injected.get(name, []), *bare], now, limit_s)
+
+    written = 0
+    failed: Exception | None = None
+    for body in bodies:
+        try:
+            written += _write(namespace, body, census_of, now)
+        except (kube.ApiException, kube.HTTPError, OSError, RuntimeError) as error:
+            logger.warning("writing the pod census of policy %s/%s failed (%s)",
+                           namespace, body["metadata"]["name"], error)
+            failed = failed or error
+    if failed is not None:
+        raise failed
+    return written
+
+
+def _write(namespace: str, body: dict[str, Any],
+           census_of: Callable[[dict[str, Any]], protection.Census], now: datetime) -> bool:
+    """Write one policy's census unless it is right, at the resourceVersion
+    it was computed from; on a conflict, read the policy again and recompute
+    (its verdict may have changed: invalid now, or a new selector). True when
+    written."""
+    name = body["metadata"]["name"]
+    for _ in range(WRITE_ATTEMPTS):
+        census = census_of(body)
+        change = readiness.with_pods(body.get("status") or {}, census.counts(),
+                                     census.unprotected, body["metadata"].get("generation"),
+                                     now)
+        if change is None:
+            return False
+        version = str(body["metadata"].get("resourceVersion") or "")
+        result = kube.patch_status_at(api.POLICIES, namespace, name, change, version)
+        if result == "ok":
+            return True
+        if result == "gone":
+            return False
+        fresh = kube.read_own(api.POLICIES, namespace, name)
+        if fresh is None:
+            return False
+        body = fresh
+    raise RuntimeError(f"policy {namespace}/{name} changed under {WRITE_ATTEMPTS} status "
+                       "writes in a row; trying again later")
+
+
+# -- when it runs ----------------------------------------------------------------
+
+_passes = Coalescer("counting the policies' pods")
+_lock = threading.Lock()
+#: What the census last saw of each pod, by (namespace, name).
+_last: dict[tuple[str, str], protection.PodView] = {}
+#: The indexes and settings a pass reads, set by the first event.
+_wiring: dict[str, Any] = {}
+#: The periodic and new-term passes are nobody's event: their own log.
+_log = logging.getLogger("ckptdrain.census")
+
+
+def _seen(namespace: str, name: str, seen: protection.PodView | None) -> bool:
+    """Remember what the census sees of a pod; True when it changed."""
+    key = (namespace, name)
+    with _lock:
+        if _last.get(key) == seen:
+            return False
+        if seen is None:
+            _last.pop(key, None)
+        else:
+            _last[key] = seen
+    return True
+
+
+def _schedule(namespace: str, logger: logging.Logger) -> None:
+    _passes.schedule(namespace, lambda: _count(namespace, logger), logger, CENSUS_DELAY_S)
+
+
+def _count(namespace: str, logger: logging.Logger) -> None:
+    """One pass; raises on failure, so the Coalescer retries it."""
+    if not leadership.active():
+        return  # a standby's indexes are not live; a new term counts all again
+    cfg: OperatorConfig = _wiring["config"]
+    count_namespace(namespace, _wiring["pods"], _wiring["policies"], logger,
+                    limit_s=cfg.starting_limit_s)
+
+
+def _schedule_all() -> None:
+    """Count every namespace that has policies, soon."""
+    if not _wiring:
+        return  # no event yet: the first ones schedule their namespaces
+    for namespace in sorted({key[0] for key in list(_wiring["policies"])}):
+        _schedule(namespace, _log)
+
+
+def _start(cfg: OperatorConfig, pods: Pods, policies: Policies) -> None:
+    """Once per process: keep what a pass reads, and every watchdog period
+    count every namespace that has policies (a pod starting for too long
+    turns unprotected without an event)."""
+    with _lock:
+        if _wiring:
+            return
+        _wiring.update(config=cfg, pods=pods, policies=policies)
+
+    def loop() -> None:
+        while True:
+            time.sleep(cfg.watchdog_s)
+            try:
+                _schedule_all()
+            except Exception:  # the loop is all there is: it must go on
+                _log.exception("scheduling the periodic pod census failed; it runs again "
+                               "in %.0f s", cfg.watchdog_s)
+
+    threading.Thread(target=loop, name="ckptdrain-census", daemon=True).start()
+
+
+# Passes dropped while this replica stood by (or while its leadership lagged)
+# are owed: a new term counts everything again.
+leadership.on_new_term(_schedule_all)

@@ -1,0 +1,156 @@
+"""admission/protection.py: which selected pods are protected, starting or
+unprotected or waiting, from the pod objects admission and the kubelet leave; and which
+pods a policy selects."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ckptdrain.operator.admission import protection as pr
+from ckptdrain.operator.admission.injection import AGENT
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+CREATED = "2026-01-01T11:59:00Z"  # a minute before NOW
+
+
+def pod(name: str = "w-0", *, injected: bool = True, policy: str = "train",
+        phase: str | None = "Running", agent: dict[str, Any] | None = None,
+        reader: bool = False, created: str = CREATED, node: str | None = "node-1",
+        conditions: list[dict[str, Any]] | None = None, **meta: Any) -> dict[str, Any]:
+    labels = {"app": "train", "ckptdrain.io/inject": "true"}
+    if reader:
+        labels["ckptdrain.io/reader"] = "0"
+    body: dict[str, Any] = {
+        "metadata": {"name": name, "labels": labels, "creationTimestamp": created, **meta},
+        "spec": {"containers": [{"name": "trainer"}]}, "status": {}}
+    if node:
+        body["spec"]["nodeName"] = node
+    if conditions:
+        body["status"]["conditions"] = conditions
+    if phase:
+        body["status"]["phase"] = phase
+    if injected:
+        body["metadata"]["annotations"] = {"ckptdrain.io/injected": "true",
+                                           "ckptdrain.io/policy": policy}
+        body["spec"]["initContainers"] = [{"name": "ckptdrain-restore"}] + (
+            [] if reader else [{"name": AGENT, "restartPolicy": "Always"}])
+    if agent is not None:
+        body["status"]["initContainerStatuses"] = [
+            {"name": "ckptdrain-restore", "state": {"terminated": {"exitCode": 0}}},
+            {"name": AGENT, **agent}]
+    return body
+
+
+RUNNING = {"state": {"running": {}}, "started": True, "restartCount": 0}
+GATED = {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}
+SCHEDULED = {"type": "PodScheduled", "status": "True",
+             "lastTransitionTime": "2026-01-01T11:59:30Z"}
+LONG_AGO = "2026-01-01T11:00:00Z"
+
+
+def kind(body: dict[str, Any], now: datetime = NOW) -> str:
+    found = pr.view(body)
+    assert found is not None
+    return pr.classify(found, now)
+
+
+@pytest.mark.parametrize("body, expected", [
+    (pod(agent=RUNNING), pr.PROTECTED),
+    (pod(agent={**RUNNING, "restartCount": 3}), pr.PROTECTED),  # running again
+    (pod(agent={"state": {"running": {}}, "started": False}), pr.STARTING),
+    (pod(phase="Pending"), pr.STARTING),  # scheduled: images are pulled
+    (pod(phase=None), pr.STARTING),
+    (pod(phase="Pending", node=None), pr.UNSCHEDULED),  # being scheduled: no status yet
+    (pod(phase="Pending", node=None, conditions=[GATED]), pr.UNSCHEDULED),
+    (pod(phase="Pending", node=None, conditions=[SCHEDULED]), pr.STARTING),
+    (pod(phase="Pending", agent={"state": {"waiting": {"reason": "PodInitializing"}},
+                                 "restartCount": 0}), pr.STARTING),  # restore runs
+    (pod(agent={"state": {"terminated": {"exitCode": 1}}}), pr.UNPROTECTED),
+    (pod(agent={"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 4}),
+     pr.UNPROTECTED),
+    (pod(agent={"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 4,
+                "lastState": {"terminated": {"exitCode": 1, "finishedAt": LONG_AGO}}}),
+     pr.UNPROTECTED),  # down for longer than the restart grace
+    (pod(agent={"state": {"waiting": {"reason": "ContainerCreating"}}, "restartCount": 1}),
+     pr.UNPROTECTED),  # restarted after an exit: down until it runs again
+    (pod(injected=False), pr.UNPROTECTED),
+    (pod(reader=True), pr.PROTECTED),  # a reader has no agent: protected once it runs
+    (pod(reader=True, phase="Pending"), pr.STARTING),
+    (pod(reader=True, phase="Pending", node=None), pr.UNSCHEDULED),
+    (pod(phase="Pending", node=None, injected=False), pr.UNPROTECTED),  # will run bare
+])
+def test_each_state_of_a_pod_and_its_agent(body: dict[str, Any], expected: str) -> None:
+    assert kind(body) == expected
+
+
+def test_a_pod_starting_for_longer_than_the_limit_is_unprotected() -> None:
+    starting = pod(phase="Pending")
+    assert kind(starting, NOW + timedelta(seconds=pr.STARTING_LIMIT_S - 61)) == pr.STARTING
+    assert kind(starting, NOW + timedelta(seconds=pr.STARTING_LIMIT_S)) == pr.UNPROTECTED
+    # The limit is a setting.
+    found = pr.view(starting)
+    assert found is not None
+    assert pr.classify(found, NOW + timedelta(seconds=200), limit_s=120) == pr.UNPROTECTED
+    # A running agent is protected however old the pod; a reader never
+    # counts unprotected for being pending.
+    assert kind(pod(agent=RUNNING), NOW + timedelta(days=3)) == pr.PROTECTED
+    assert kind(pod(reader=True, phase="Pending"), NOW + timedelta(hours=1)) == pr.STARTING
+
+
+def test_a_pod_never_scheduled_waits_and_its_clock_starts_at_scheduling() -> None:
+    gated = pod(phase="Pending", node=None, conditions=[GATED])
+    assert kind(gated, NOW + timedelta(hours=5)) == pr.UNSCHEDULED
+    # Scheduled an hour after its creation: the limit counts from then.
+    late = pod(phase="Pending", node="node-1", conditions=[
+        {**SCHEDULED, "lastTransitionTime": "2026-01-01T13:00:00Z"}])
+    at = datetime(2026, 1, 1, 13, tzinfo=UTC)
+    assert kind(late, at + timedelta(seconds=pr.STARTING_LIMIT_S - 1)) == pr.STARTING
+    assert kind(late, at + timedelta(seconds=pr.STARTING_LIMIT_S + 1)) == pr.UNPROTECTED
+
+
+def test_an_agent_restart_is_starting_for_a_grace_then_unprotected() -> None:
+    ended = {"terminated": {"exitCode": 1, "finishedAt": "2026-01-01T12:00:00Z"}}
+    crash = pod(agent={"state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                       "restartCount": 1, "lastState": ended})
+    exited = pod(agent={"state": ended, "restartCount": 0})
+    unstarted = pod(agent={"state": {"running": {}}, "started": False, "restartCount": 1,
+                           "lastState": ended})
+    for body in (crash, exited, unstarted):
+        assert kind(body, NOW + timedelta(seconds=pr.RESTART_GRACE_S - 1)) == pr.STARTING
+        assert kind(body, NOW + timedelta(seconds=pr.RESTART_GRACE_S + 1)) == pr.UNPROTECTED
+    # Running again: protected, however many restarts.
+    assert kind(pod(agent={**RUNNING, "restartCount": 7, "lastState": ended})) == pr.PROTECTED
+
+
+@pytest.mark.parametrize("body", [
+    pod(phase="Succeeded"), pod(phase="Failed"),
+    pod(deletionTimestamp="2026-01-01T12:00:00Z"),
+    pod(injected=False, phase="Succeeded"),
+])
+def test_finished_and_departing_pods_are_not_counted(body: dict[str, Any]) -> None:
+    assert pr.view(body) is None
+
+
+def test_a_policy_selects_its_injected_pods_and_the_bare_pods_its_selector_matches() -> None:
+    selector = {"matchLabels": {"app": "train"}}
+    views = [pr.view(b) for b in (
+        pod("ok-0", agent=RUNNING), pod("ok-1", agent=RUNNING),
+        pod("new", phase="Pending"),
+        pod("gated", phase="Pending", node=None, conditions=[GATED]),
+        pod("dead", agent={"state": {"terminated": {"exitCode": 137}}}),
+        pod("bare", injected=False),
+        pod("other", agent=RUNNING, policy="eval"),  # injected for another policy
+        pod("done", agent=RUNNING, phase="Succeeded"))]
+    census = pr.tally("train", selector, [v for v in views if v is not None], NOW)
+    assert census.counts() == {"selected": 6, "protected": 2, "starting": 1, "waiting": 1,
+                               "unprotected": 2}
+    assert census.unprotected == ("bare", "dead")
+    # A selector that misses the bare pod leaves only the injected ones.
+    missing = pr.tally("train", {"matchLabels": {"app": "x"}},
+                       [v for v in views if v is not None], NOW)
+    assert missing.counts()["selected"] == 5 and missing.unprotected == ("dead",)
+    assert pr.tally("train", selector, [], NOW).counts() == {
+        "selected": 0, "protected": 0, "starting": 0, "waiting": 0, "unprotected": 0}
