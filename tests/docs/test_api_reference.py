@@ -74,7 +74,9 @@ def test_the_reference_shows_types_defaults_owners_and_rules() -> None:
     # A rule's `self` is where it is declared, not the field its refusal names.
     assert ("| `spec.storage.encryption.kmsKeyId` | `spec.storage.encryption` | "
             "`!has(self.kmsKeyId) || self.type == 'SSE-KMS'` |").replace("||", "\\|\\|") in text
-    assert "Phases: `Invalid`, `Conflicting`, `Stalled`, `Constrained`, `Ready`." in text
+    # The phases the operator's phase() can answer, most urgent first.
+    from ckptdrain.operator.policy.status import PHASES
+    assert "Phases: " + ", ".join(f"`{p}`" for p in PHASES) + "." in text
     kinds = [line for line in text.splitlines() if line.startswith("## ")]
     assert kinds == ["## CheckpointPolicy", "## Checkpoint", "## CheckpointShare"]
 
