@@ -182,7 +182,7 @@ def test_a_new_term_and_the_period_schedule_every_namespace_through_the_coalesce
     census._schedule_all()
     assert asked == ["a", "b"]
     # A new term lists the pods first (the pass then counts every namespace).
-    assert census._schedule_reconcile in census.leadership.STATE._resets
+    assert census._new_term in census.leadership.STATE._resets
     assert census._schedule_all not in census.leadership.STATE._resets
 
 
@@ -206,7 +206,16 @@ def test_the_list_drops_pods_deleted_unseen_and_then_counts_every_namespace(
     asked: list[Any] = []
     monkeypatch.setattr(census._passes, "schedule",
                         lambda key, run, logger, delay: asked.append(key) or True)
+    monkeypatch.setattr(census, "_hold", census.threading.Event())
+    census._new_term()  # a new term holds every count until the LIST
+    assert asked == [census.RECONCILE_KEY] and census._hold.is_set()
+    counted: list[str] = []
+    monkeypatch.setattr(census, "count_namespace", lambda ns, *a, **k: counted.append(ns))
+    census._count("ml", LOG)  # a pass a resuming watch asked for: it waits
+    assert counted == []
+    asked.clear()
     census.reconcile()
+    assert not census._hold.is_set()
     assert listed == [(None, "ckptdrain.io/inject=true")]
     assert sorted(v.name for v in store.views("ml")) == ["live", "new"]
     assert asked == ["ml"]

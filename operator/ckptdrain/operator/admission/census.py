@@ -178,6 +178,8 @@ _lock = threading.Lock()
 _store = PodStore()
 #: Policies a sizing pass counted moments ago: recounted on their events until then.
 _settling: dict[tuple[str, str], float] = {}
+#: Set from a new term until its LIST ends: no pass counts meanwhile.
+_hold = threading.Event()
 #: The indexes and settings a pass reads, set by the first event.
 _wiring: dict[str, Any] = {}
 #: The periodic and new-term passes are nobody's event: their own log.
@@ -194,6 +196,8 @@ def _count(namespace: str, logger: logging.Logger) -> None:
         return  # a standby's indexes are not live; a new term counts all again
     if not _wiring:
         return  # no event yet: the first ones schedule their namespaces
+    if _hold.is_set():
+        return  # the store may hold pods deleted unseen: the LIST counts all after
     cfg: OperatorConfig = _wiring["config"]
     count_namespace(namespace, _store.views(namespace), _wiring["policies"], logger,
                     limit_s=cfg.starting_limit_s)
@@ -213,6 +217,7 @@ def reconcile() -> None:
             _log.info("the pod census forgot %d pods deleted unseen: %s", len(dropped),
                       ", ".join(f"{ns}/{name}" for ns, name in sorted(dropped)[:10]))
     finally:
+        _hold.clear()  # a failed LIST holds the counts no longer: they are retried
         _schedule_all()
 
 
@@ -220,6 +225,14 @@ def _schedule_reconcile() -> None:
     """LIST the opted-in pods soon; then count every namespace."""
     if _wiring:
         _passes.schedule(RECONCILE_KEY, reconcile, _log, CENSUS_DELAY_S)
+
+
+def _new_term() -> None:
+    """Count nothing until the LIST: the policy and pod events of the watches
+    resuming now would count the pods deleted while this replica stood by."""
+    if _wiring:
+        _hold.set()
+        _schedule_reconcile()
 
 
 def _schedule_all() -> None:
@@ -260,4 +273,4 @@ def _start(cfg: OperatorConfig, policies: Policies) -> None:
 # Passes dropped while this replica stood by (or while its leadership lagged)
 # are owed, and pods were deleted unseen: a new term lists the pods, then
 # counts everything again.
-leadership.on_new_term(_schedule_reconcile)
+leadership.on_new_term(_new_term)
