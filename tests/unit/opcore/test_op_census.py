@@ -245,3 +245,20 @@ def test_an_exit_without_finished_at_gets_the_grace_from_the_pods_last_transitio
         "lastState": {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown"}}})
     assert kind(body, NOW + timedelta(seconds=pr.RESTART_GRACE_S - 1)) == pr.STARTING
     assert kind(body, NOW + timedelta(seconds=pr.RESTART_GRACE_S + 1)) == pr.UNPROTECTED
+
+
+def test_a_crash_after_a_steady_run_is_a_new_outage_with_its_own_grace() -> None:
+    store = PodStore()
+    first = {"terminated": {"exitCode": 1, "startedAt": _at(-3600), "finishedAt": _at(0)}}
+    store.see("ml", "w-0", pr.view(pod(uid="u1", agent={
+        "state": {"running": {"startedAt": _at(10)}}, "started": True, "restartCount": 1,
+        "lastState": first})), 1.0)
+    # An hour of steady running, then an exit the node's reboot left without times.
+    store.see("ml", "w-0", pr.view(pod(uid="u1", conditions=[
+        {"type": "Ready", "status": "False", "lastTransitionTime": _at(3600)}], agent={
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 2,
+        "lastState": {"terminated": {"exitCode": 137}}})), 2.0)
+    found = store.views("ml")[0]
+    assert pr.classify(found, NOW + timedelta(seconds=3610)) == pr.STARTING
+    assert pr.classify(found, NOW + timedelta(seconds=3600 + pr.RESTART_GRACE_S + 1)) \
+        == pr.UNPROTECTED

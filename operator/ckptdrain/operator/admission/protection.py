@@ -149,8 +149,11 @@ def continued(previous: PodView | None, current: PodView) -> PodView:
             or previous.agent_ended is None or current.agent_ended is None \
             or previous.agent_ended >= current.agent_ended:
         return current
-    if current.agent_restarts > previous.agent_restarts and current.agent_last_run_s \
-            is not None and current.agent_last_run_s >= STEADY_S:
+    ran = current.agent_last_run_s
+    if ran is None and previous.agent == RUNNING and previous.agent_started is not None:
+        ran = (current.agent_ended - previous.agent_started).total_seconds()
+    if current.agent_restarts > previous.agent_restarts and ran is not None \
+            and ran >= STEADY_S:
         return current  # it ran steadily in between: a new outage
     return replace(current, agent_ended=previous.agent_ended)
 
