@@ -161,8 +161,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
                       checkpointpolicy_index: kopf.Index[Key, Any],
                       checkpoint_index: kopf.Index[Key, Any],
                       peer_pod_index: kopf.Index[Key, Any],
-                      progress_index: kopf.Index[Key, Any], census_index: census.Pods,
-                      announce: bool) -> None:
+                      progress_index: kopf.Index[Key, Any], announce: bool) -> None:
     cfg: OperatorConfig = memo.config
     watchdog.start(cfg, checkpointpolicy_index, pod_index, checkpoint_index,
                    lambda: rebalance.budgets(cfg, checkpointpolicy_index, pod_index), logger)
@@ -186,7 +185,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
             sized, cluster = joint[key][0], joint[key][1]
         # The pods under this spec's selector, counted now: Ready is never
         # True for a moment before the census runs (policy/status.py).
-        pods = census.policy_census(key[0], key[1], parsed.selector, census_index, _now(),
+        pods = census.policy_census(key[0], key[1], parsed.selector, _now(),
                                     cfg.starting_limit_s)
         new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers,
                             cluster=cluster, resource_notes=parsed.resource_notes,
@@ -196,6 +195,7 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         new["storage"] = history.storage_status(body, parsed, _now(), lambda: (  # moves
             record_sync.completions(key, _values(checkpoint_index, key), logger)))
         patch.status.update(new)
+        census.after_sizing(*key)  # Kopf writes `new` unversioned: recount over it
     if announce:
         kopf.info(body, reason="Sized", message=st.sizing_summary(new))
         if sized.bandwidth_constrained:
@@ -251,7 +251,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
     names = ("body", "patch", "memo", "logger", "pod_index", "checkpointpolicy_index",
-             "checkpoint_index", "peer_pod_index", "progress_index", "census_index")
+             "checkpoint_index", "peer_pod_index", "progress_index")
     return {k: kwargs[k] for k in names}
 
 

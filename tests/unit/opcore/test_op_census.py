@@ -4,6 +4,7 @@ pods a policy selects."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from ckptdrain.operator.admission import protection as pr
 from ckptdrain.operator.admission.injection import AGENT
+from ckptdrain.operator.admission.pod_store import PodStore
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 CREATED = "2026-01-01T11:59:00Z"  # a minute before NOW
@@ -154,3 +156,109 @@ def test_a_policy_selects_its_injected_pods_and_the_bare_pods_its_selector_match
     assert missing.counts()["selected"] == 5 and missing.unprotected == ("dead",)
     assert pr.tally("train", selector, [], NOW).counts() == {
         "selected": 0, "protected": 0, "starting": 0, "waiting": 0, "unprotected": 0}
+
+
+def _at(seconds: float) -> str:
+    return (NOW + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _crash_loop(backoffs: list[int], run_s: int = 5) -> list[tuple[float, dict[str, Any]]]:
+    """The agent's statuses as the kubelet writes them: it runs `run_s`,
+    exits, waits out each backoff, runs again."""
+    steps: list[tuple[float, dict[str, Any]]] = []
+    t, last = 0.0, None
+    for restarts, backoff in enumerate(backoffs):
+        running = {"state": {"running": {"startedAt": _at(t)}}, "started": True,
+                   "restartCount": restarts, **({"lastState": last} if last else {})}
+        steps.append((t, pod(agent=running, uid="u1")))
+        last = {"terminated": {"exitCode": 1, "startedAt": _at(t),
+                               "finishedAt": _at(t + run_s)}}
+        steps.append((t + run_s, pod(agent={"state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                                            "restartCount": restarts + 1, "lastState": last},
+                                     uid="u1")))
+        t += run_s + backoff
+    return steps
+
+
+def _verdicts(steps: list[tuple[float, dict[str, Any]]], until: float) -> list[tuple[int, str]]:
+    """What the census says every 5 s, from what it last saw of the pod."""
+    store, changes, seen = PodStore(), [], 0
+    t = 0.0
+    while t <= until:
+        while seen < len(steps) and steps[seen][0] <= t:
+            store.see("ml", "w-0", pr.view(steps[seen][1]), t)
+            seen += 1
+        found = pr.classify(store.views("ml")[0], NOW + timedelta(seconds=t))
+        if not changes or changes[-1][1] != found:
+            changes.append((int(t), found))
+        t += 5
+    return changes
+
+
+def test_a_crash_loop_changes_ready_once_not_on_every_backoff() -> None:
+    steps = _crash_loop([10, 20, 40, 80, 160, 300, 300, 300])
+    changes = _verdicts(steps, steps[-1][0])
+    assert changes == [(0, pr.PROTECTED), (5, pr.STARTING), (65, pr.UNPROTECTED)]
+    # Ready (no pod unprotected) changes once in the whole loop.
+    ready = [v != pr.UNPROTECTED for _, v in changes]
+    assert sum(a != b for a, b in itertools.pairwise(ready)) == 1
+
+
+def test_an_agent_back_from_a_crash_loop_is_protected_once_it_ran_steadily() -> None:
+    steps = _crash_loop([10, 20, 40, 80])
+    back = steps[-1][0] + 80  # runs again, and keeps running
+    steps.append((back, pod(agent={"state": {"running": {"startedAt": _at(back)}},
+                                   "started": True, "restartCount": 4,
+                                   "lastState": steps[-1][1]["status"][
+                                       "initContainerStatuses"][1]["lastState"]}, uid="u1")))
+    changes = _verdicts(steps, back + pr.STEADY_S + 10)
+    assert changes[-2:] == [(65, pr.UNPROTECTED), (int(back + pr.STEADY_S), pr.PROTECTED)]
+
+
+def test_one_restart_stays_starting_until_the_agent_runs_steadily() -> None:
+    ended = {"terminated": {"exitCode": 1, "startedAt": _at(-3600), "finishedAt": _at(0)}}
+    again = pod(agent={"state": {"running": {"startedAt": _at(10)}}, "started": True,
+                       "restartCount": 1, "lastState": ended})
+    assert kind(again, NOW + timedelta(seconds=60)) == pr.STARTING
+    assert kind(again, NOW + timedelta(seconds=10 + pr.STEADY_S - 1)) == pr.STARTING
+    assert kind(again, NOW + timedelta(seconds=10 + pr.STEADY_S)) == pr.PROTECTED
+    # Back only after the grace: unprotected until steady.
+    late = pod(agent={"state": {"running": {"startedAt": _at(90)}}, "started": True,
+                      "restartCount": 1, "lastState": ended})
+    assert kind(late, NOW + timedelta(seconds=100)) == pr.UNPROTECTED
+    assert kind(late, NOW + timedelta(seconds=90 + pr.STEADY_S)) == pr.PROTECTED
+
+
+def test_restore_running_again_after_a_sandbox_restart_is_starting_within_the_limit() -> None:
+    body = pod(phase="Pending", agent={
+        "state": {"waiting": {"reason": "PodInitializing"}}, "restartCount": 1,
+        "lastState": {"terminated": {"exitCode": 255, "finishedAt": _at(0)}}})
+    for seconds in (30, 90, 300, pr.STARTING_LIMIT_S - 1):
+        assert kind(body, NOW + timedelta(seconds=seconds)) == pr.STARTING
+    assert kind(body, NOW + timedelta(seconds=pr.STARTING_LIMIT_S + 1)) == pr.UNPROTECTED
+
+
+def test_an_exit_without_finished_at_gets_the_grace_from_the_pods_last_transition() -> None:
+    changed = {"type": "Ready", "status": "False", "lastTransitionTime": _at(0)}
+    body = pod(conditions=[SCHEDULED, changed], agent={
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 1,
+        "lastState": {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown"}}})
+    assert kind(body, NOW + timedelta(seconds=pr.RESTART_GRACE_S - 1)) == pr.STARTING
+    assert kind(body, NOW + timedelta(seconds=pr.RESTART_GRACE_S + 1)) == pr.UNPROTECTED
+
+
+def test_a_crash_after_a_steady_run_is_a_new_outage_with_its_own_grace() -> None:
+    store = PodStore()
+    first = {"terminated": {"exitCode": 1, "startedAt": _at(-3600), "finishedAt": _at(0)}}
+    store.see("ml", "w-0", pr.view(pod(uid="u1", agent={
+        "state": {"running": {"startedAt": _at(10)}}, "started": True, "restartCount": 1,
+        "lastState": first})), 1.0)
+    # An hour of steady running, then an exit the node's reboot left without times.
+    store.see("ml", "w-0", pr.view(pod(uid="u1", conditions=[
+        {"type": "Ready", "status": "False", "lastTransitionTime": _at(3600)}], agent={
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 2,
+        "lastState": {"terminated": {"exitCode": 137}}})), 2.0)
+    found = store.views("ml")[0]
+    assert pr.classify(found, NOW + timedelta(seconds=3610)) == pr.STARTING
+    assert pr.classify(found, NOW + timedelta(seconds=3600 + pr.RESTART_GRACE_S + 1)) \
+        == pr.UNPROTECTED

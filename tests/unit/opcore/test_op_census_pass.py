@@ -75,7 +75,7 @@ def test_a_pass_writes_each_policy_once_and_then_nothing(
         pr.PodView("b-1", policy="b", injected=True, agent=pr.WAITING,
                    created=NOW),
         pr.PodView("b-2", policy="b", injected=True, agent=pr.WAITING, scheduled=False)]}
-    assert census.count_namespace("ml", pods, policies, LOG, NOW) == 2  # type: ignore[arg-type]
+    assert census.count_namespace("ml", pods["ml"], policies, LOG, NOW) == 2  # type: ignore[arg-type]
     written = server.written
     assert written["a"]["pods"] == {"selected": 2, "protected": 1, "starting": 0,
                                     "waiting": 0, "unprotected": 1, "observedGeneration": 1}
@@ -89,7 +89,7 @@ def test_a_pass_writes_each_policy_once_and_then_nothing(
     for key, name in ((("ml", "a"), "a"), (("ml", "b"), "b")):
         policies[key] = [copy.deepcopy(server.stored[name])]
     written.clear()
-    assert census.count_namespace("ml", pods, policies, LOG, NOW) == 0  # type: ignore[arg-type]
+    assert census.count_namespace("ml", pods["ml"], policies, LOG, NOW) == 0  # type: ignore[arg-type]
     assert written == {}
 
 
@@ -103,7 +103,7 @@ def test_a_stale_copy_never_reverts_a_newer_invalid_verdict(
     fresh["status"].update(st.for_invalid("spec.interval: bad", 2, NOW,
                                           stale["status"]["conditions"]))
     server = Apiserver(monkeypatch, fresh)
-    pods = {"ml": [pr.PodView("bare", labels={"app": "p"})]}
+    pods = [pr.PodView("bare", labels={"app": "p"})]
     census.count_namespace("ml", pods, {("ml", "p"): [stale]}, LOG, NOW)  # type: ignore[arg-type]
     stored = server.stored["p"]["status"]
     assert stored["phase"] == "Invalid"
@@ -119,7 +119,7 @@ def test_failed_writes_stop_no_other_and_the_pass_raises(
     server = Apiserver(monkeypatch, policies[("ml", "a")][0], policies[("ml", "b")][0])
     server.fail.add("a")
     with pytest.raises(kube.ApiException):  # its Coalescer retries the pass
-        census.count_namespace("ml", {}, policies, LOG, NOW)  # type: ignore[arg-type]
+        census.count_namespace("ml", [], policies, LOG, NOW)  # type: ignore[arg-type]
     assert list(server.written) == ["b"]
     assert "writing the pod census of policy ml/a failed" in caplog.text
 
@@ -130,14 +130,14 @@ def test_a_policy_changing_under_every_write_fails_the_pass(
     body = _policy("a", version="1")
     monkeypatch.setattr(kube, "read_own", lambda *a: copy.deepcopy(body))
     with pytest.raises(RuntimeError, match="changed under 3 status writes"):
-        census.count_namespace("ml", {}, {("ml", "a"): [body]}, LOG, NOW)  # type: ignore[arg-type]
+        census.count_namespace("ml", [], {("ml", "a"): [body]}, LOG, NOW)  # type: ignore[arg-type]
     assert server.written == {}
 
 
 def test_the_starting_limit_is_the_passes_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     server = Apiserver(monkeypatch, _policy("a"))
-    pods = {"ml": [pr.PodView("a-0", policy="a", injected=True, agent=pr.WAITING,
-                              created=NOW - timedelta(minutes=3))]}
+    pods = [pr.PodView("a-0", policy="a", injected=True, agent=pr.WAITING,
+                       created=NOW - timedelta(minutes=3))]
     census.count_namespace("ml", pods, {("ml", "a"): [_policy("a")]}, LOG,  # type: ignore[arg-type]
                            NOW, limit_s=120)
     assert server.written["a"]["pods"]["unprotected"] == 1
@@ -149,14 +149,14 @@ def test_only_pod_events_that_change_the_census_schedule_a_pass(
     monkeypatch.setattr(census, "_schedule", lambda namespace, logger: scheduled.append(
         namespace))
     monkeypatch.setattr(census, "_start", lambda *a: None)
-    monkeypatch.setattr(census, "_last", {})
+    monkeypatch.setattr(census, "_store", census.PodStore())
     body = {"metadata": {"name": "w-0", "labels": {"app": "a"},
                          "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"nodeName": "n"}, "status": {"phase": "Running"}}
 
     def event(kind: str, pod: dict[str, Any]) -> None:
         census.pod_census_event(type=kind, namespace="ml", name="w-0", body=pod,  # type: ignore[arg-type]
-                                memo=SimpleNamespace(config=None), logger=LOG, census_index={},
+                                memo=SimpleNamespace(config=None), logger=LOG,
                                 checkpointpolicy_index={})
 
     event("ADDED", body)
@@ -181,4 +181,89 @@ def test_a_new_term_and_the_period_schedule_every_namespace_through_the_coalesce
         "policies": {("b", "x"): [{}], ("a", "y"): [{}], ("a", "z"): [{}]}})
     census._schedule_all()
     assert asked == ["a", "b"]
-    assert census._schedule_all in census.leadership.STATE._resets
+    # A new term lists the pods first (the pass then counts every namespace).
+    assert census._new_term in census.leadership.STATE._resets
+    assert census._schedule_all not in census.leadership.STATE._resets
+
+
+def test_the_list_drops_pods_deleted_unseen_and_then_counts_every_namespace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = census.PodStore()
+    for name in ("ghost", "live"):
+        store.see("ml", name, pr.PodView(name, labels={"app": "a"}), 0.0)
+    monkeypatch.setattr(census, "_store", store)
+    monkeypatch.setattr(census, "_wiring", {"config": SimpleNamespace(namespace=""),
+                                            "policies": {("ml", "a"): [{}]}})
+    listed: list[tuple[str | None, str]] = []
+
+    def list_pods(scope: str | None, selector: str) -> set[tuple[str, str]]:
+        listed.append((scope, selector))
+        # A pod created while the LIST runs: its event lands before the answer.
+        store.see("ml", "new", pr.PodView("new", labels={"app": "a"}), 10**9)
+        return {("ml", "live")}
+
+    monkeypatch.setattr(kube, "list_pod_names", list_pods)
+    asked: list[Any] = []
+    monkeypatch.setattr(census._passes, "schedule",
+                        lambda key, run, logger, delay: asked.append(key) or True)
+    monkeypatch.setattr(census, "_hold", census.threading.Event())
+    census._new_term()  # a new term holds every count until the LIST
+    assert asked == [census.RECONCILE_KEY] and census._hold.is_set()
+    counted: list[str] = []
+    monkeypatch.setattr(census, "count_namespace", lambda ns, *a, **k: counted.append(ns))
+    census._count("ml", LOG)  # a pass a resuming watch asked for: it waits
+    assert counted == []
+    asked.clear()
+    census.reconcile()
+    assert not census._hold.is_set()
+    assert listed == [(None, "ckptdrain.io/inject=true")]
+    assert sorted(v.name for v in store.views("ml")) == ["live", "new"]
+    assert asked == ["ml"]
+
+
+def test_a_failed_list_still_counts_and_raises_for_a_retry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(census, "_wiring", {"config": SimpleNamespace(namespace="ml"),
+                                            "policies": {("ml", "a"): [{}]}})
+
+    def fail(scope: str | None, selector: str) -> set[tuple[str, str]]:
+        raise kube.ApiException(status=500)
+
+    monkeypatch.setattr(kube, "list_pod_names", fail)
+    asked: list[Any] = []
+    monkeypatch.setattr(census._passes, "schedule",
+                        lambda key, run, logger, delay: asked.append(key) or True)
+    with pytest.raises(kube.ApiException):
+        census.reconcile()
+    assert asked == ["ml"]
+
+
+def test_a_sizing_pass_recounts_now_and_on_its_policy_s_next_events(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduled: list[str] = []
+    monkeypatch.setattr(census, "_schedule", lambda namespace, logger: scheduled.append(
+        namespace))
+    monkeypatch.setattr(census, "_start", lambda *a: None)
+    monkeypatch.setattr(census, "_settling", {})
+    body = _policy("p")
+    body["status"]["pods"] = readiness.pods_field({"selected": 0, "protected": 0,
+                                                   "starting": 0, "waiting": 0,
+                                                   "unprotected": 0}, 1)
+
+    def event(kind: str = "MODIFIED") -> None:
+        census.policy_census_event(type=kind, namespace="ml", name="p", body=body,  # type: ignore[arg-type]
+                                   memo=SimpleNamespace(config=None), logger=LOG,
+                                   checkpointpolicy_index={})
+
+    event()
+    assert scheduled == []  # self-consistent: no recount
+    census.after_sizing("ml", "p")
+    assert scheduled == ["ml"]  # at once
+    event()  # the event carrying the sizing's own (unversioned) count
+    assert scheduled == ["ml", "ml"]
+    census._settling[("ml", "p")] = 0.0  # the settling time is over
+    event()
+    assert scheduled == ["ml", "ml"]
+    census.after_sizing("ml", "p")
+    event("DELETED")
+    assert ("ml", "p") not in census._settling

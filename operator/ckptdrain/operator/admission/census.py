@@ -4,13 +4,18 @@ writes the status), kept current by pod and policy events and once every
 CKPTDRAIN_WATCHDOG_PERIOD (a pod starting for too long turns unprotected
 without an event).
 
-The pods come from a Kopf index over the opted-in pods (the server-side
-label selector handlers.py sets), a few fields each, so a pass costs no API
-read; it writes a policy's status only when its counts or its Ready change,
-at the resourceVersion it read (a newer verdict, such as the sizing pass's
+The pods come from the census's own store (admission/pod_store.py), a few
+fields of each opted-in pod, kept by pod events (the server-side label
+selector handlers.py sets) and corrected by a LIST on each new term of
+leadership and every RECONCILE_EVERY_S (a paused or re-listed watch never
+hears of the pods deleted meanwhile), so a pass costs no API read; it
+writes a policy's status only when its counts or its Ready change, at the
+resourceVersion it read (a newer verdict, such as the sizing pass's
 InvalidSpec, is never overwritten by a stale one), and only on the active
 replica (apiserver/leadership.py). A failed pass raises, so its Coalescer
-retries it; a new term of leadership counts every namespace again.
+retries it; a new term of leadership counts every namespace again, after
+the LIST. A sizing pass writes its own count without a version (Kopf's
+patch): for SIZING_SETTLE_S after it, the policy's events recount it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import kopf
 
 from ckptdrain.contract import api
 from ckptdrain.operator.admission import protection
+from ckptdrain.operator.admission.pod_store import PodStore
 from ckptdrain.operator.apiserver import kube, leadership
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
@@ -37,61 +43,73 @@ OPTED_IN = {api.LABEL_INJECT: "true"}
 CENSUS_DELAY_S = 0.5
 #: Conflicting status writes in a row before a pass gives up (and is retried).
 WRITE_ATTEMPTS = 3
-Pods = kopf.Index[str, protection.PodView]
+#: How often the store is checked against a LIST of the opted-in pods.
+RECONCILE_EVERY_S = 300.0
+#: How long after a sizing pass its policy's events recount it: Kopf patches
+#: the sizing's count after the handler returns, unversioned, over any newer
+#: count a pass wrote meanwhile; the patch's own event recounts it.
+SIZING_SETTLE_S = 10.0
 Policies = kopf.Index[Any, Any]
-
-
-@kopf.index("v1", "pods", labels=OPTED_IN)
-def census_index(namespace: str, body: kopf.Body, **_: Any
-                 ) -> dict[str, protection.PodView]:
-    """Live opted-in pods by namespace, as the census sees them. Empty, never
-    None, for a pod that finished or is being deleted: Kopf keeps an object's
-    previous entry when its indexer returns None."""
-    found = protection.view(dict(body))
-    return {} if found is None else {namespace: found}
 
 
 @kopf.on.event("v1", "pods", labels=OPTED_IN)
 def pod_census_event(type: str | None, namespace: str, name: str, body: kopf.Body,
-                     memo: kopf.Memo, logger: logging.Logger, census_index: Pods,
-                     checkpointpolicy_index: Policies, **_: Any) -> None:
+                     memo: kopf.Memo, checkpointpolicy_index: Policies, **_: Any) -> None:
     """A pod came, went, or changed what the census sees of it: count its
     namespace soon. Most pod events (a writer's progress annotations, at
-    thousands per checkpoint) change nothing the census sees: no pass."""
-    _start(memo.config, census_index, checkpointpolicy_index)
+    thousands per checkpoint) change nothing the census sees: no pass. The
+    pass is the namespace's, not the pod's: it logs as the census."""
+    _start(memo.config, checkpointpolicy_index)
     seen = None if type == "DELETED" else protection.view(dict(body))
-    if _seen(namespace, name, seen):
-        _schedule(namespace, logger)
+    if _store.see(namespace, name, seen, time.monotonic()):
+        _schedule(namespace, _log)
 
 
 @kopf.on.event(*POLICIES)
-def policy_census_event(type: str | None, namespace: str, body: kopf.Body, memo: kopf.Memo,
-                        logger: logging.Logger, census_index: Pods,
+def policy_census_event(type: str | None, namespace: str, name: str, body: kopf.Body,
+                        memo: kopf.Memo, logger: logging.Logger,
                         checkpointpolicy_index: Policies, **_: Any) -> None:
-    """A policy came, or its selector or validity changed: count it soon."""
-    _start(memo.config, census_index, checkpointpolicy_index)
-    if type in (None, "ADDED") or (type != "DELETED" and readiness.needs_count(body)):
+    """A policy came, or its selector or validity changed, or a sizing pass
+    wrote its count moments ago: count it soon."""
+    _start(memo.config, checkpointpolicy_index)
+    if type == "DELETED":
+        _settling.pop((namespace, name), None)
+    elif type in (None, "ADDED") or readiness.needs_count(body) or _settles(namespace, name):
         _schedule(namespace, logger)
 
 
-def _views(namespace: str, pods: Pods) -> list[protection.PodView]:
-    return [p for p in list(pods.get(namespace, [])) if p is not None]
+def after_sizing(namespace: str, name: str) -> None:
+    """A sizing pass is writing its count of the policy through Kopf: count
+    it again now, and on each of its events for SIZING_SETTLE_S (the one
+    carrying the sizing's patch among them)."""
+    with _lock:
+        _settling[(namespace, name)] = time.monotonic() + SIZING_SETTLE_S
+    _schedule(namespace, _log)
 
 
-def policy_census(namespace: str, name: str, selector: Any, pods: Pods, now: datetime,
+def _settles(namespace: str, name: str) -> bool:
+    with _lock:
+        until = _settling.get((namespace, name))
+        if until is not None and until <= time.monotonic():
+            del _settling[(namespace, name)]
+            return False
+        return until is not None
+
+
+def policy_census(namespace: str, name: str, selector: Any, now: datetime,
                   limit_s: float = protection.STARTING_LIMIT_S) -> protection.Census:
-    """One policy's census from the index: what the sizing pass writes with
+    """One policy's census from the store: what the sizing pass writes with
     its Ready, so the first Ready a policy gets already counts its pods."""
-    return protection.tally(name, selector or {}, _views(namespace, pods), now, limit_s)
+    return protection.tally(name, selector or {}, _store.views(namespace), now, limit_s)
 
 
-def count_namespace(namespace: str, pods: Pods, policies: Policies,
+def count_namespace(namespace: str, views: list[protection.PodView], policies: Policies,
                     logger: logging.Logger, now: datetime | None = None,
                     limit_s: float = protection.STARTING_LIMIT_S) -> int:
-    """Count the pods of every policy of `namespace` and write what changed;
-    returns how many policies' statuses were written. Raises the first
-    failure after trying every policy: one failed write stops no other."""
-    views = _views(namespace, pods)
+    """Count the pods of every policy of `namespace` (`views`, its live
+    opted-in pods) and write what changed; returns how many policies'
+    statuses were written. Raises the first failure after trying every
+    policy: one failed write stops no other."""
     bodies = [dict(b) for key in list(policies) if key[0] == namespace
               for b in policies.get(key, []) if b]
     now = now or datetime.now(UTC)
@@ -153,26 +171,19 @@ def _write(namespace: str, body: dict[str, Any],
 # -- when it runs ----------------------------------------------------------------
 
 _passes = Coalescer("counting the policies' pods")
+#: The Coalescer's key of the LIST (namespaces are strings: no clash).
+RECONCILE_KEY = ("list of the opted-in pods",)
 _lock = threading.Lock()
-#: What the census last saw of each pod, by (namespace, name).
-_last: dict[tuple[str, str], protection.PodView] = {}
+#: What the census knows of each live opted-in pod.
+_store = PodStore()
+#: Policies a sizing pass counted moments ago: recounted on their events until then.
+_settling: dict[tuple[str, str], float] = {}
+#: Set from a new term until its LIST ends: no pass counts meanwhile.
+_hold = threading.Event()
 #: The indexes and settings a pass reads, set by the first event.
 _wiring: dict[str, Any] = {}
 #: The periodic and new-term passes are nobody's event: their own log.
 _log = logging.getLogger("ckptdrain.census")
-
-
-def _seen(namespace: str, name: str, seen: protection.PodView | None) -> bool:
-    """Remember what the census sees of a pod; True when it changed."""
-    key = (namespace, name)
-    with _lock:
-        if _last.get(key) == seen:
-            return False
-        if seen is None:
-            _last.pop(key, None)
-        else:
-            _last[key] = seen
-    return True
 
 
 def _schedule(namespace: str, logger: logging.Logger) -> None:
@@ -183,9 +194,45 @@ def _count(namespace: str, logger: logging.Logger) -> None:
     """One pass; raises on failure, so the Coalescer retries it."""
     if not leadership.active():
         return  # a standby's indexes are not live; a new term counts all again
+    if not _wiring:
+        return  # no event yet: the first ones schedule their namespaces
+    if _hold.is_set():
+        return  # the store may hold pods deleted unseen: the LIST counts all after
     cfg: OperatorConfig = _wiring["config"]
-    count_namespace(namespace, _wiring["pods"], _wiring["policies"], logger,
+    count_namespace(namespace, _store.views(namespace), _wiring["policies"], logger,
                     limit_s=cfg.starting_limit_s)
+
+
+def reconcile() -> None:
+    """Drop from the store every pod a LIST of the opted-in pods does not
+    hold (deleted while no watch ran here), then count every namespace.
+    Raises when the LIST fails (its Coalescer retries), after counting."""
+    cfg: OperatorConfig = _wiring["config"]
+    scope = cfg.namespace or None
+    started = time.monotonic()
+    try:
+        listed = kube.list_pod_names(scope, f"{api.LABEL_INJECT}=true")
+        dropped = _store.reconcile(listed, started, scope)
+        if dropped:
+            _log.info("the pod census forgot %d pods deleted unseen: %s", len(dropped),
+                      ", ".join(f"{ns}/{name}" for ns, name in sorted(dropped)[:10]))
+    finally:
+        _hold.clear()  # a failed LIST holds the counts no longer: they are retried
+        _schedule_all()
+
+
+def _schedule_reconcile() -> None:
+    """LIST the opted-in pods soon; then count every namespace."""
+    if _wiring:
+        _passes.schedule(RECONCILE_KEY, reconcile, _log, CENSUS_DELAY_S)
+
+
+def _new_term() -> None:
+    """Count nothing until the LIST: the policy and pod events of the watches
+    resuming now would count the pods deleted while this replica stood by."""
+    if _wiring:
+        _hold.set()
+        _schedule_reconcile()
 
 
 def _schedule_all() -> None:
@@ -196,20 +243,26 @@ def _schedule_all() -> None:
         _schedule(namespace, _log)
 
 
-def _start(cfg: OperatorConfig, pods: Pods, policies: Policies) -> None:
+def _start(cfg: OperatorConfig, policies: Policies) -> None:
     """Once per process: keep what a pass reads, and every watchdog period
     count every namespace that has policies (a pod starting for too long
-    turns unprotected without an event)."""
+    turns unprotected without an event), after a LIST every
+    RECONCILE_EVERY_S."""
     with _lock:
         if _wiring:
             return
-        _wiring.update(config=cfg, pods=pods, policies=policies)
+        _wiring.update(config=cfg, policies=policies)
 
     def loop() -> None:
+        listed = time.monotonic()
         while True:
             time.sleep(cfg.watchdog_s)
             try:
-                _schedule_all()
+                if time.monotonic() - listed >= RECONCILE_EVERY_S and leadership.active():
+                    listed = time.monotonic()
+                    _schedule_reconcile()
+                else:
+                    _schedule_all()
             except Exception:  # the loop is all there is: it must go on
                 _log.exception("scheduling the periodic pod census failed; it runs again "
                                "in %.0f s", cfg.watchdog_s)
@@ -218,5 +271,6 @@ def _start(cfg: OperatorConfig, pods: Pods, policies: Policies) -> None:
 
 
 # Passes dropped while this replica stood by (or while its leadership lagged)
-# are owed: a new term counts everything again.
-leadership.on_new_term(_schedule_all)
+# are owed, and pods were deleted unseen: a new term lists the pods, then
+# counts everything again.
+leadership.on_new_term(_new_term)

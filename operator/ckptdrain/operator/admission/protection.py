@@ -5,7 +5,8 @@ clock is passed in.
 A live pod (not finished, not being deleted) that a policy selects is one of:
 
     protected    injected, and its agent (the native sidecar `ckptdrain-agent`)
-                 runs; a reader, which has no agent, once the pod runs
+                 runs; after a restart, once it has run steadily for
+                 STEADY_S; a reader, which has no agent, once the pod runs
     waiting      injected, and not scheduled yet (scheduling gates such as
                  Kueue's or a gang scheduler's, no node fits): nothing runs,
                  so nothing is lost; it does not hold Ready back
@@ -13,13 +14,22 @@ A live pod (not finished, not being deleted) that a policy selects is one of:
                  are pulled, or restore runs before the agent; for at most
                  the starting limit (CKPTDRAIN_STARTING_LIMIT) after the pod
                  was scheduled. Also an agent that exited or waits after a
-                 restart, for RESTART_GRACE_S after it ended: a restart is
-                 not yet a crash loop
+                 restart, for RESTART_GRACE_S after it ended (a restart is
+                 not yet a crash loop), and one running again within
+                 STEADY_S of its restart that came back within that grace.
+                 And an agent waiting for the init containers again after
+                 the pod's sandbox restarted (restore runs again first), for
+                 the starting limit after it ended
     unprotected  not injected (admitted while admission was off, or labelled
                  after creation); or injected but its agent exited or
-                 crash-loops for longer than RESTART_GRACE_S; or starting for
-                 longer than the starting limit. A reader, which has no
-                 agent to fail, never counts unprotected.
+                 crash-loops for longer than RESTART_GRACE_S (and while it
+                 runs again within STEADY_S: a crash loop's runs are short,
+                 so Ready changes once per loop, not on every backoff); or
+                 starting for longer than the starting limit. A reader,
+                 which has no agent to fail, never counts unprotected.
+
+An agent whose last exit has no finishedAt (its node rebooted) ended, as far
+as the census knows, at the pod's last condition change.
 
 A policy selects an injected pod when the pod was injected for it (the
 `ckptdrain.io/policy` annotation admission sets), and a bare opted-in pod
@@ -28,7 +38,7 @@ when its selector matches the pod's labels (as admission/sweep.py does).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -49,8 +59,12 @@ STARTING_LIMIT_S = 600.0
 #: starting: the kubelet restarts it within seconds, a crash loop's backoff
 #: soon exceeds this.
 RESTART_GRACE_S = 60.0
-#: Agent states (`PodView.agent`): running, not yet running, or down for good.
-RUNNING, WAITING, DOWN = "running", "waiting", "down"
+#: How long an agent running again after a restart must run before it
+#: counts protected: longer than the short runs of a crash loop.
+STEADY_S = 2 * RESTART_GRACE_S
+#: Agent states (`PodView.agent`): running, not yet running, down (after an
+#: exit), or waiting for the init containers to run again (a sandbox restart).
+RUNNING, WAITING, DOWN, REINIT = "running", "waiting", "down", "reinit"
 
 
 @dataclass(frozen=True)
@@ -70,9 +84,16 @@ class PodView:
     scheduled: bool = True
     #: When it was scheduled (PodScheduled's lastTransitionTime); None: unknown.
     scheduled_at: datetime | None = None
-    #: When the agent last ended (its lastState or state terminated), for a
-    #: DOWN agent; None: unknown.
+    #: When the agent last ended (its lastState or state terminated), for an
+    #: agent that ever did; None: unknown.
     agent_ended: datetime | None = None
+    #: How often the agent restarted.
+    agent_restarts: int = 0
+    #: When the agent's container started running this time; None: unknown.
+    agent_started: datetime | None = None
+    #: How long the agent's last run lasted before its last exit; None: unknown.
+    agent_last_run_s: float | None = None
+    uid: str = ""
 
 
 def _agent_state(pod: Mapping[str, Any]) -> str | None:
@@ -96,17 +117,59 @@ def _agent_state(pod: Mapping[str, Any]) -> str | None:
     if "terminated" in state:
         return DOWN
     waiting = state.get("waiting") or {}
-    if waiting.get("reason") == "CrashLoopBackOff" or (found.get("restartCount") or 0) > 0:
+    restarted = (found.get("restartCount") or 0) > 0
+    if waiting.get("reason") == "PodInitializing" and restarted:
+        return REINIT  # the sandbox restarted: the init containers run first
+    if waiting.get("reason") == "CrashLoopBackOff" or restarted:
         return DOWN
     return WAITING
 
 
-def _agent_ended(pod: Mapping[str, Any]) -> datetime | None:
-    """When the agent's container last terminated; None when it never did."""
+def _agent_status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
-    found = next((s for s in statuses if s.get("name") == AGENT), None) or {}
-    ended = [_time(((found.get(k) or {}).get("terminated") or {}).get("finishedAt"))
-             for k in ("state", "lastState")]
+    return next((s for s in statuses if s.get("name") == AGENT), None) or {}
+
+
+def _last_run_s(pod: Mapping[str, Any]) -> float | None:
+    found = _agent_status(pod)
+    for key in ("state", "lastState"):
+        ran = (found.get(key) or {}).get("terminated") or {}
+        start, end = _time(ran.get("startedAt")), _time(ran.get("finishedAt"))
+        if start is not None and end is not None:
+            return (end - start).total_seconds()
+    return None
+
+
+def continued(previous: PodView | None, current: PodView) -> PodView:
+    """`current`, its outage dated from when it began: a crash loop is one
+    outage across its short runs (none lasting STEADY_S), so the grace runs
+    from the loop's first exit, not from each one, and its verdict changes
+    once per loop. What the census saw before (`previous`) tells."""
+    if previous is None or previous.uid != current.uid or not current.agent_restarts \
+            or previous.agent_ended is None or current.agent_ended is None \
+            or previous.agent_ended >= current.agent_ended:
+        return current
+    ran = current.agent_last_run_s
+    if ran is None and previous.agent == RUNNING and previous.agent_started is not None:
+        ran = (current.agent_ended - previous.agent_started).total_seconds()
+    if current.agent_restarts > previous.agent_restarts and ran is not None \
+            and ran >= STEADY_S:
+        return current  # it ran steadily in between: a new outage
+    return replace(current, agent_ended=previous.agent_ended)
+
+
+def _agent_ended(pod: Mapping[str, Any]) -> datetime | None:
+    """When the agent's container last terminated; None when it never did.
+    An exit without finishedAt (a node reboot) ended at the pod's last
+    condition change, when known."""
+    found = _agent_status(pod)
+    exits = [(found.get(k) or {}).get("terminated") for k in ("state", "lastState")]
+    exits = [e for e in exits if isinstance(e, Mapping)]
+    ended = [_time(e.get("finishedAt")) for e in exits]
+    if any(t is None for t in ended):
+        changes = [_time(c.get("lastTransitionTime"))
+                   for c in (pod.get("status") or {}).get("conditions") or []]
+        ended.append(max((t for t in changes if t is not None), default=None))
     return max((t for t in ended if t is not None), default=None)
 
 
@@ -142,6 +205,9 @@ def view(pod: Mapping[str, Any]) -> PodView | None:
     annotations = meta.get("annotations") or {}
     agent = _agent_state(pod) if injected else None
     scheduled, scheduled_at = _scheduling(pod)
+    status = _agent_status(pod) if agent is not None else {}
+    restarts = int(status.get("restartCount") or 0)
+    running = ((status.get("state") or {}).get("running") or {}) if agent == RUNNING else {}
     # An injected pod is selected by its annotation: its labels are not kept.
     return PodView(name=meta.get("name", ""),
                    labels={} if injected else dict(meta.get("labels") or {}),
@@ -149,7 +215,11 @@ def view(pod: Mapping[str, Any]) -> PodView | None:
                    injected=injected, agent=agent,
                    phase=phase, created=_time(meta.get("creationTimestamp")),
                    scheduled=scheduled, scheduled_at=scheduled_at,
-                   agent_ended=_agent_ended(pod) if agent == DOWN else None)
+                   agent_ended=_agent_ended(pod) if agent in (DOWN, REINIT) or restarts
+                   else None, agent_restarts=restarts,
+                   agent_started=_time(running.get("startedAt")) if restarts else None,
+                   agent_last_run_s=_last_run_s(pod) if restarts else None,
+                   uid=str(meta.get("uid") or ""))
 
 
 def _since(start: datetime | None, now: datetime) -> float:
@@ -160,11 +230,22 @@ def classify(pod: PodView, now: datetime, limit_s: float = STARTING_LIMIT_S) -> 
     """PROTECTED, UNSCHEDULED, STARTING or UNPROTECTED (the module's docstring)."""
     if not pod.injected:
         return UNPROTECTED  # it will run without an agent, scheduled or not
+    ended = pod.agent_ended
     if pod.agent == DOWN:
         # An ending time unknown is no grace: the agent is down for good.
-        ended = pod.agent_ended
         return STARTING if ended is not None and _since(ended, now) < RESTART_GRACE_S \
             else UNPROTECTED
+    if pod.agent == REINIT:
+        # Restore runs again before the agent: as long as a first start may.
+        since = ended or pod.scheduled_at or pod.created
+        return UNPROTECTED if _since(since, now) > limit_s else STARTING
+    if pod.agent == RUNNING and pod.agent_restarts and pod.agent_started is not None \
+            and _since(pod.agent_started, now) < STEADY_S:
+        # Not yet steady: as it counted when it came back (a crash loop's
+        # runs never show it protected between its backoffs).
+        back_in_grace = ended is not None \
+            and _since(ended, pod.agent_started) < RESTART_GRACE_S
+        return STARTING if back_in_grace else UNPROTECTED
     if pod.agent == RUNNING or (pod.agent is None and pod.phase == "Running"):
         return PROTECTED
     if not pod.scheduled:

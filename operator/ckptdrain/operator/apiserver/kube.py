@@ -99,6 +99,29 @@ def list_own(plural: str, namespace: str, label_selector: str) -> list[dict[str,
     return [dict(item) for item in found.get("items") or []]
 
 
+#: Pods a page when the census lists the opted-in pods.
+POD_PAGE = 500
+
+
+def list_pod_names(namespace: str | None, label_selector: str) -> set[tuple[str, str]]:
+    """(namespace, name) of every pod matching `label_selector`, in
+    `namespace` (None: all), fresh from the apiserver, POD_PAGE a page."""
+    core, _ = _clients()
+    names: set[tuple[str, str]] = set()
+    token = None
+    while True:
+        if namespace:
+            found = core.list_namespaced_pod(namespace, label_selector=label_selector,
+                                             limit=POD_PAGE, _continue=token)
+        else:
+            found = core.list_pod_for_all_namespaces(label_selector=label_selector,
+                                                     limit=POD_PAGE, _continue=token)
+        names.update((p.metadata.namespace, p.metadata.name) for p in found.items or [])
+        token = found.metadata._continue if found.metadata else None
+        if not token:
+            return names
+
+
 def create_own(plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
     """Create one of our custom objects; None when it exists already."""
     custom = _custom()

@@ -1,0 +1,42 @@
+"""admission/pod_store.py: the census's store of the opted-in pods, kept by
+events and corrected by a LIST that drops the pods deleted unseen, but never
+one an event recorded while the LIST ran."""
+
+from __future__ import annotations
+
+from ckptdrain.operator.admission import protection as pr
+from ckptdrain.operator.admission.pod_store import PodStore
+
+
+def _view(name: str, app: str = "a") -> pr.PodView:
+    return pr.PodView(name, labels={"app": app})
+
+
+def test_events_keep_the_store_and_say_when_the_census_changed() -> None:
+    store = PodStore()
+    assert store.see("ml", "w-0", _view("w-0"), 1.0)
+    assert not store.see("ml", "w-0", _view("w-0"), 2.0)  # nothing the census sees
+    assert store.see("ml", "w-0", _view("w-0", "b"), 3.0)
+    assert store.see("ml", "w-0", None, 4.0)
+    assert not store.see("ml", "w-0", None, 5.0)  # already gone
+    assert store.views("ml") == [] and store.namespaces() == set()
+
+
+def test_a_list_drops_ghosts_and_keeps_pods_seen_while_it_ran() -> None:
+    store = PodStore()
+    store.see("ml", "ghost", _view("ghost"), 1.0)  # deleted while no watch ran
+    store.see("ml", "live", _view("live"), 2.0)
+    store.see("other", "ghost", _view("ghost"), 3.0)
+    store.see("ml", "new", _view("new"), 11.0)  # created while the LIST ran
+    dropped = store.reconcile({("ml", "live")}, list_started=10.0)
+    assert dropped == {("ml", "ghost"), ("other", "ghost")}
+    assert sorted(v.name for v in store.views("ml")) == ["live", "new"]
+    assert store.namespaces() == {"ml"}
+
+
+def test_a_namespaced_list_judges_only_its_namespace() -> None:
+    store = PodStore()
+    store.see("ml", "ghost", _view("ghost"), 1.0)
+    store.see("other", "p", _view("p"), 1.0)
+    assert store.reconcile(set(), list_started=10.0, scope="ml") == {("ml", "ghost")}
+    assert [v.name for v in store.views("other")] == ["p"]
