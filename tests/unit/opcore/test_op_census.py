@@ -164,7 +164,8 @@ def _at(seconds: float) -> str:
 
 def _crash_loop(backoffs: list[int], run_s: int = 5) -> list[tuple[float, dict[str, Any]]]:
     """The agent's statuses as the kubelet writes them: it runs `run_s`,
-    exits, waits out each backoff, runs again."""
+    exits, waits out each backoff, runs again. restartCount rises when the
+    agent starts again, not when it exits."""
     steps: list[tuple[float, dict[str, Any]]] = []
     t, last = 0.0, None
     for restarts, backoff in enumerate(backoffs):
@@ -174,7 +175,7 @@ def _crash_loop(backoffs: list[int], run_s: int = 5) -> list[tuple[float, dict[s
         last = {"terminated": {"exitCode": 1, "startedAt": _at(t),
                                "finishedAt": _at(t + run_s)}}
         steps.append((t + run_s, pod(agent={"state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                                            "restartCount": restarts + 1, "lastState": last},
+                                            "restartCount": restarts, "lastState": last},
                                      uid="u1")))
         t += run_s + backoff
     return steps
@@ -213,6 +214,27 @@ def test_an_agent_back_from_a_crash_loop_is_protected_once_it_ran_steadily() -> 
                                        "initContainerStatuses"][1]["lastState"]}, uid="u1")))
     changes = _verdicts(steps, back + pr.STEADY_S + 10)
     assert changes[-2:] == [(65, pr.UNPROTECTED), (int(back + pr.STEADY_S), pr.PROTECTED)]
+
+
+def test_an_exit_after_a_day_steady_is_a_new_outage_though_restartcount_is_unchanged() -> None:
+    # The kubelet raises restartCount when the agent starts again: at the
+    # second exit it still reads 1, and only the run's own times tell.
+    first = {"terminated": {"exitCode": 137, "startedAt": _at(-2 * 86400),
+                            "finishedAt": _at(-86400)}}
+    second = {"terminated": {"exitCode": 137, "startedAt": _at(-86400 + 1),
+                             "finishedAt": _at(0)}}
+    steady = pod(agent={"state": {"running": {"startedAt": _at(-86400 + 1)}}, "started": True,
+                        "restartCount": 1, "lastState": first}, uid="u1")
+    exited = pod(agent={"state": second, "restartCount": 1, "lastState": first}, uid="u1")
+    backing_off = pod(agent={"state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                             "restartCount": 1, "lastState": second}, uid="u1")
+    for down in (exited, backing_off):
+        store = PodStore()
+        store.see("ml", "w-0", pr.view(steady), 0.0)
+        store.see("ml", "w-0", pr.view(down), 1.0)
+        assert pr.classify(store.views("ml")[0], NOW + timedelta(seconds=1)) == pr.STARTING
+        assert pr.classify(store.views("ml")[0],
+                           NOW + timedelta(seconds=pr.RESTART_GRACE_S + 1)) == pr.UNPROTECTED
 
 
 def test_one_restart_stays_starting_until_the_agent_runs_steadily() -> None:

@@ -152,8 +152,9 @@ def continued(previous: PodView | None, current: PodView) -> PodView:
     ran = current.agent_last_run_s
     if ran is None and previous.agent == RUNNING and previous.agent_started is not None:
         ran = (current.agent_ended - previous.agent_started).total_seconds()
-    if current.agent_restarts > previous.agent_restarts and ran is not None \
-            and ran >= STEADY_S:
+    # The run that just ended, by its own times (the kubelet raises
+    # restartCount only when the agent starts again, not at its exit).
+    if ran is not None and ran >= STEADY_S:
         return current  # it ran steadily in between: a new outage
     return replace(current, agent_ended=previous.agent_ended)
 
