@@ -49,6 +49,11 @@ RECONCILE_EVERY_S = 300.0
 #: the sizing's count after the handler returns, unversioned, over any newer
 #: count a pass wrote meanwhile; the patch's own event recounts it.
 SIZING_SETTLE_S = 10.0
+#: How long a new term holds the counts waiting for its LIST: past it (a
+#: LIST that neither returns nor fails), counting resumes, with a warning.
+HOLD_LIMIT_S = 120.0
+#: How often a held pass says so.
+HOLD_LOG_EVERY_S = 30.0
 Policies = kopf.Index[Any, Any]
 
 
@@ -178,12 +183,65 @@ _lock = threading.Lock()
 _store = PodStore()
 #: Policies a sizing pass counted moments ago: recounted on their events until then.
 _settling: dict[tuple[str, str], float] = {}
-#: Set from a new term until its LIST ends: no pass counts meanwhile.
-_hold = threading.Event()
-#: The indexes and settings a pass reads, set by the first event.
-_wiring: dict[str, Any] = {}
+
+
+class TermHold:
+    """From a new term until a LIST begun in it ends, or HOLD_LIMIT_S: no
+    pass counts meanwhile. Terms are numbered, so a LIST begun before the
+    term releases nothing."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._term = 0
+        self._since: float | None = None
+        self._told = 0.0
+
+    def begin(self) -> None:
+        with self._lock:
+            self._term += 1
+            self._since = self._told = self._clock()
+        _log.info("a new term: the pod census waits for its LIST of the pods (at most %.0f s)",
+                  HOLD_LIMIT_S)
+
+    def term(self) -> int:
+        with self._lock:
+            return self._term
+
+    def release(self, term: int) -> None:
+        """The LIST begun in `term` ended (or failed)."""
+        with self._lock:
+            if term == self._term:
+                self._since = None
+
+    def held(self) -> bool:
+        with self._lock:
+            if self._since is None:
+                return False
+            now = self._clock()
+            if now - self._since >= HOLD_LIMIT_S:
+                self._since = None
+                _log.warning("the LIST of the pods has not ended in %.0f s: the pod census "
+                             "counts again; pods deleted while this replica stood by may "
+                             "show until a LIST ends", HOLD_LIMIT_S)
+                return False
+            if now - self._told >= HOLD_LOG_EVERY_S:
+                self._told = now
+                _log.info("the pod census waits for the LIST of the pods, %.0f s now",
+                          now - self._since)
+            return True
+
+    def is_set(self) -> bool:
+        with self._lock:
+            return self._since is not None
+
+
 #: The periodic and new-term passes are nobody's event: their own log.
 _log = logging.getLogger("ckptdrain.census")
+#: Held from a new term until its LIST ends: no pass counts meanwhile.
+_hold = TermHold()
+#: The indexes and settings a pass reads, set by the first event.
+_wiring: dict[str, Any] = {}
 
 
 def _schedule(namespace: str, logger: logging.Logger) -> None:
@@ -196,7 +254,7 @@ def _count(namespace: str, logger: logging.Logger) -> None:
         return  # a standby's indexes are not live; a new term counts all again
     if not _wiring:
         return  # no event yet: the first ones schedule their namespaces
-    if _hold.is_set():
+    if _hold.held():
         return  # the store may hold pods deleted unseen: the LIST counts all after
     cfg: OperatorConfig = _wiring["config"]
     count_namespace(namespace, _store.views(namespace), _wiring["policies"], logger,
@@ -206,9 +264,13 @@ def _count(namespace: str, logger: logging.Logger) -> None:
 def reconcile() -> None:
     """Drop from the store every pod a LIST of the opted-in pods does not
     hold (deleted while no watch ran here), then count every namespace.
-    Raises when the LIST fails (its Coalescer retries), after counting."""
+    Raises when the LIST fails (its Coalescer retries), after counting.
+    Only the active replica lists: a standby's store is not live."""
+    if not leadership.active():
+        return  # the next term lists again
     cfg: OperatorConfig = _wiring["config"]
     scope = cfg.namespace or None
+    term = _hold.term()  # a term begun during the LIST waits for its own
     started = time.monotonic()
     try:
         listed = kube.list_pod_names(scope, f"{api.LABEL_INJECT}=true")
@@ -217,7 +279,7 @@ def reconcile() -> None:
             _log.info("the pod census forgot %d pods deleted unseen: %s", len(dropped),
                       ", ".join(f"{ns}/{name}" for ns, name in sorted(dropped)[:10]))
     finally:
-        _hold.clear()  # a failed LIST holds the counts no longer: they are retried
+        _hold.release(term)  # a failed LIST holds the counts no longer: they are retried
         _schedule_all()
 
 
@@ -231,7 +293,7 @@ def _new_term() -> None:
     """Count nothing until the LIST: the policy and pod events of the watches
     resuming now would count the pods deleted while this replica stood by."""
     if _wiring:
-        _hold.set()
+        _hold.begin()
         _schedule_reconcile()
 
 
