@@ -66,7 +66,8 @@ def pod_census_event(type: str | None, namespace: str, name: str, body: kopf.Bod
     pass is the namespace's, not the pod's: it logs as the census."""
     _start(memo.config, checkpointpolicy_index)
     seen = None if type == "DELETED" else protection.view(dict(body))
-    if _store.see(namespace, name, seen, time.monotonic()):
+    uid = str(body.get("metadata", {}).get("uid") or "")
+    if _store.see(namespace, name, seen, time.monotonic(), uid):
         _schedule(namespace, _log)
 
 
