@@ -251,6 +251,30 @@ def test_one_restart_stays_starting_until_the_agent_runs_steadily() -> None:
     assert kind(late, NOW + timedelta(seconds=90 + pr.STEADY_S)) == pr.PROTECTED
 
 
+def test_an_agent_running_again_after_a_long_restore_is_starting_until_steady() -> None:
+    # The node rebooted: restore runs 5 minutes before the agent starts again.
+    last = {"terminated": {"exitCode": 255, "startedAt": _at(-86400), "finishedAt": _at(0)}}
+    reinit = pod(phase="Pending", uid="u1", agent={
+        "state": {"waiting": {"reason": "PodInitializing"}}, "restartCount": 1,
+        "lastState": last})
+    back = pod(uid="u1", agent={"state": {"running": {"startedAt": _at(300)}},
+                                "started": True, "restartCount": 1, "lastState": last})
+    store = PodStore()
+    store.see("ml", "w-0", pr.view(reinit), 0.0)
+    store.see("ml", "w-0", pr.view(back), 1.0)
+    seen = store.views("ml")[0]
+    for seconds in (301, 360, 300 + pr.STEADY_S - 1):
+        assert pr.classify(seen, NOW + timedelta(seconds=seconds)) == pr.STARTING
+    assert pr.classify(seen, NOW + timedelta(seconds=300 + pr.STEADY_S)) == pr.PROTECTED
+    # Back only after the starting limit: unprotected until steady.
+    late = pod(uid="u1", agent={"state": {"running": {"startedAt": _at(pr.STARTING_LIMIT_S + 5)}},
+                                "started": True, "restartCount": 1, "lastState": last})
+    store.see("ml", "w-0", pr.view(reinit), 2.0)
+    store.see("ml", "w-0", pr.view(late), 3.0)
+    assert pr.classify(store.views("ml")[0],
+                       NOW + timedelta(seconds=pr.STARTING_LIMIT_S + 10)) == pr.UNPROTECTED
+
+
 def test_restore_running_again_after_a_sandbox_restart_is_starting_within_the_limit() -> None:
     body = pod(phase="Pending", agent={
         "state": {"waiting": {"reason": "PodInitializing"}}, "restartCount": 1,
