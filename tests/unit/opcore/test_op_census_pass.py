@@ -313,3 +313,18 @@ def test_a_standby_does_not_list(monkeypatch: pytest.MonkeyPatch) -> None:
                         lambda scope, selector: listed.append(scope) or set())
     census.reconcile()
     assert listed == []
+
+
+def test_a_sizing_pass_during_a_hold_leaves_a_counted_policy_s_pods_as_they_were(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = census.PodStore()
+    store.see("ml", "ghost", pr.PodView("ghost", labels={"app": "a"}), 0.0)  # deleted unseen
+    monkeypatch.setattr(census, "_store", store)
+    monkeypatch.setattr(census, "_hold", census.TermHold())
+    census._hold.begin()
+    selector = {"matchLabels": {"app": "a"}}
+    assert census.policy_census("ml", "p", selector, NOW, counted_before=True) is None
+    # Never counted: counted now, ghosts only adding to its unprotected pods.
+    assert census.policy_census("ml", "p", selector, NOW).unprotected == ("ghost",)
+    census._hold.release(census._hold.term())
+    assert census.policy_census("ml", "p", selector, NOW, counted_before=True) is not None

@@ -103,9 +103,17 @@ def _settles(namespace: str, name: str) -> bool:
 
 
 def policy_census(namespace: str, name: str, selector: Any, now: datetime,
-                  limit_s: float = protection.STARTING_LIMIT_S) -> protection.Census:
+                  limit_s: float = protection.STARTING_LIMIT_S,
+                  counted_before: bool = False) -> protection.Census | None:
     """One policy's census from the store: what the sizing pass writes with
-    its Ready, so the first Ready a policy gets already counts its pods."""
+    its Ready, so the first Ready a policy gets already counts its pods.
+    None while a new term waits for its LIST, for a policy `counted_before`:
+    the store may still hold pods deleted unseen, so its pods' verdict stays
+    as it was until the census counts after the LIST. A policy never counted
+    is counted even then: a pod deleted unseen can only add to its
+    unprotected pods, never hide one."""
+    if counted_before and _hold.held():
+        return None
     return protection.tally(name, selector or {}, _store.views(namespace), now, limit_s)
 
 
