@@ -181,10 +181,16 @@ def _crash_loop(backoffs: list[int], run_s: int = 5) -> list[tuple[float, dict[s
     return steps
 
 
-def _verdicts(steps: list[tuple[float, dict[str, Any]]], until: float) -> list[tuple[int, str]]:
-    """What the census says every 5 s, from what it last saw of the pod."""
-    store, changes, seen = PodStore(), [], 0
-    t = 0.0
+def _verdicts(steps: list[tuple[float, dict[str, Any]]], until: float, start: float = 0.0,
+              first: dict[str, Any] | None = None) -> list[tuple[int, str]]:
+    """What the census says every 5 s, from what it last saw of the pod;
+    from `start`, having seen `first` then (an operator that restarted)."""
+    store: PodStore = PodStore()
+    changes: list[tuple[int, str]] = []
+    seen = 0
+    if first is not None:
+        store.see("ml", "w-0", pr.view(first), start)
+    t = start
     while t <= until:
         while seen < len(steps) and steps[seen][0] <= t:
             store.see("ml", "w-0", pr.view(steps[seen][1]), t)
@@ -235,6 +241,22 @@ def test_an_exit_after_a_day_steady_is_a_new_outage_though_restartcount_is_uncha
         assert pr.classify(store.views("ml")[0], NOW + timedelta(seconds=1)) == pr.STARTING
         assert pr.classify(store.views("ml")[0],
                            NOW + timedelta(seconds=pr.RESTART_GRACE_S + 1)) == pr.UNPROTECTED
+
+
+def test_an_operator_restarted_mid_crash_loop_does_not_give_it_a_fresh_grace() -> None:
+    steps = _crash_loop([10, 20, 40, 80, 160, 300, 300, 300])
+    for restart in (200, 400, 700):
+        changes = _verdicts([(t, b) for t, b in steps if t >= restart],
+                            steps[-1][0], start=restart,
+                            first=next(b for t, b in reversed(steps) if t <= restart))
+        assert changes == [(restart, pr.UNPROTECTED)], restart
+    # A first exit seen fresh, after a short run, still gets its grace.
+    first = pod(agent={"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 0,
+                       "lastState": {"terminated": {"exitCode": 1, "startedAt": _at(-5),
+                                                    "finishedAt": _at(0)}}}, uid="u1")
+    store = PodStore()
+    store.see("ml", "w-0", pr.view(first), 0.0)
+    assert pr.classify(store.views("ml")[0], NOW + timedelta(seconds=5)) == pr.STARTING
 
 
 def test_one_restart_stays_starting_until_the_agent_runs_steadily() -> None:

@@ -30,7 +30,9 @@ A live pod (not finished, not being deleted) that a policy selects is one of:
                  which has no agent to fail, never counts unprotected.
 
 An agent whose last exit has no finishedAt (its node rebooted) ended, as far
-as the census knows, at the pod's last condition change.
+as the census knows, at the pod's last condition change. An agent first seen
+down after a short run that was not its first (the operator restarted mid
+crash loop) is in an outage already under way: unprotected at once.
 
 A policy selects an injected pod when the pod was injected for it (the
 `ckptdrain.io/policy` annotation admission sets), and a bare opted-in pod
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ckptdrain.contract import api
@@ -162,7 +164,9 @@ def continued(previous: PodView | None, current: PodView) -> PodView:
 
 
 def _dated(previous: PodView | None, current: PodView) -> PodView:
-    if previous is None or previous.uid != current.uid or not current.agent_restarts \
+    if previous is None or previous.uid != current.uid:
+        return _first_sight(current)
+    if not current.agent_restarts \
             or previous.agent_ended is None or current.agent_ended is None \
             or previous.agent_ended >= current.agent_ended:
         return current
@@ -174,6 +178,20 @@ def _dated(previous: PodView | None, current: PodView) -> PodView:
     if ran is not None and ran >= STEADY_S:
         return current  # it ran steadily in between: a new outage
     return replace(current, agent_ended=previous.agent_ended)
+
+
+def _first_sight(current: PodView) -> PodView:
+    """`current`, seen with no history (the operator restarted, or the pod
+    is new to it): an agent down after a short run that was not its first
+    is in a crash loop already under way, whose first exit the census never
+    saw. Its outage is dated a grace before its last exit: unprotected now,
+    not given a fresh grace, and not protected between its backoffs."""
+    ran = current.agent_last_run_s
+    if current.agent == DOWN and current.agent_restarts and ran is not None \
+            and ran < STEADY_S and current.agent_ended is not None:
+        return replace(current,
+                       agent_ended=current.agent_ended - timedelta(seconds=RESTART_GRACE_S))
+    return current
 
 
 def _agent_ended(pod: Mapping[str, Any]) -> datetime | None:
