@@ -14,7 +14,8 @@ resourceVersion it read (a newer verdict, such as the sizing pass's
 InvalidSpec, is never overwritten by a stale one), and only on the active
 replica (apiserver/leadership.py). A failed pass raises, so its Coalescer
 retries it; a new term of leadership counts every namespace again, after
-the LIST. A sizing pass writes its own count without a version (Kopf's
+the LIST (its names only), held for at most HOLD_LIMIT_S: a sizing pass
+meanwhile leaves a counted policy's pods as they were. A sizing pass writes its own count without a version (Kopf's
 patch): for SIZING_SETTLE_S after it, the policy's events recount it.
 """
 
