@@ -15,8 +15,9 @@ InvalidSpec, is never overwritten by a stale one), and only on the active
 replica (apiserver/leadership.py). A failed pass raises, so its Coalescer
 retries it; a new term of leadership counts every namespace again, after
 the LIST (its names only), held for at most HOLD_LIMIT_S: a sizing pass
-meanwhile leaves a counted policy's pods as they were. A sizing pass writes its own count without a version (Kopf's
-patch): for SIZING_SETTLE_S after it, the policy's events recount it.
+meanwhile leaves a counted policy's pods as they were. A sizing pass
+writes its own count without a version (Kopf's patch): for SIZING_SETTLE_S
+after it, the policy's events recount it.
 """
 
 from __future__ import annotations
