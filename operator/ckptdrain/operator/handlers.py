@@ -185,13 +185,17 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
             sized, cluster = joint[key][0], joint[key][1]
         # The pods under this spec's selector, counted now: Ready is never
         # True for a moment before the census runs (policy/status.py).
+        # While a new term waits for its LIST, a counted policy's pods part
+        # stays as it was: the census counts it after the LIST.
+        counted = body.status.get("pods")
         pods = census.policy_census(key[0], key[1], parsed.selector, _now(),
-                                    cfg.starting_limit_s)
+                                    cfg.starting_limit_s, counted_before=counted is not None)
         new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers,
                             cluster=cluster, resource_notes=parsed.resource_notes,
-                            unprotected=pods.unprotected, selected=pods.selected)
+                            unprotected=pods.unprotected if pods else None,
+                            selected=pods.selected if pods else 0)
         new["drainers"] = drainers
-        new["pods"] = readiness.pods_field(pods.counts(), generation)
+        new["pods"] = readiness.pods_field(pods.counts(), generation) if pods else dict(counted)
         new["storage"] = history.storage_status(body, parsed, _now(), lambda: (  # moves
             record_sync.completions(key, _values(checkpoint_index, key), logger)))
         patch.status.update(new)

@@ -164,7 +164,8 @@ def _at(seconds: float) -> str:
 
 def _crash_loop(backoffs: list[int], run_s: int = 5) -> list[tuple[float, dict[str, Any]]]:
     """The agent's statuses as the kubelet writes them: it runs `run_s`,
-    exits, waits out each backoff, runs again."""
+    exits, waits out each backoff, runs again. restartCount rises when the
+    agent starts again, not when it exits."""
     steps: list[tuple[float, dict[str, Any]]] = []
     t, last = 0.0, None
     for restarts, backoff in enumerate(backoffs):
@@ -174,16 +175,22 @@ def _crash_loop(backoffs: list[int], run_s: int = 5) -> list[tuple[float, dict[s
         last = {"terminated": {"exitCode": 1, "startedAt": _at(t),
                                "finishedAt": _at(t + run_s)}}
         steps.append((t + run_s, pod(agent={"state": {"waiting": {"reason": "CrashLoopBackOff"}},
-                                            "restartCount": restarts + 1, "lastState": last},
+                                            "restartCount": restarts, "lastState": last},
                                      uid="u1")))
         t += run_s + backoff
     return steps
 
 
-def _verdicts(steps: list[tuple[float, dict[str, Any]]], until: float) -> list[tuple[int, str]]:
-    """What the census says every 5 s, from what it last saw of the pod."""
-    store, changes, seen = PodStore(), [], 0
-    t = 0.0
+def _verdicts(steps: list[tuple[float, dict[str, Any]]], until: float, start: float = 0.0,
+              first: dict[str, Any] | None = None) -> list[tuple[int, str]]:
+    """What the census says every 5 s, from what it last saw of the pod;
+    from `start`, having seen `first` then (an operator that restarted)."""
+    store: PodStore = PodStore()
+    changes: list[tuple[int, str]] = []
+    seen = 0
+    if first is not None:
+        store.see("ml", "w-0", pr.view(first), start)
+    t = start
     while t <= until:
         while seen < len(steps) and steps[seen][0] <= t:
             store.see("ml", "w-0", pr.view(steps[seen][1]), t)
@@ -215,6 +222,43 @@ def test_an_agent_back_from_a_crash_loop_is_protected_once_it_ran_steadily() -> 
     assert changes[-2:] == [(65, pr.UNPROTECTED), (int(back + pr.STEADY_S), pr.PROTECTED)]
 
 
+def test_an_exit_after_a_day_steady_is_a_new_outage_though_restartcount_is_unchanged() -> None:
+    # The kubelet raises restartCount when the agent starts again: at the
+    # second exit it still reads 1, and only the run's own times tell.
+    first = {"terminated": {"exitCode": 137, "startedAt": _at(-2 * 86400),
+                            "finishedAt": _at(-86400)}}
+    second = {"terminated": {"exitCode": 137, "startedAt": _at(-86400 + 1),
+                             "finishedAt": _at(0)}}
+    steady = pod(agent={"state": {"running": {"startedAt": _at(-86400 + 1)}}, "started": True,
+                        "restartCount": 1, "lastState": first}, uid="u1")
+    exited = pod(agent={"state": second, "restartCount": 1, "lastState": first}, uid="u1")
+    backing_off = pod(agent={"state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                             "restartCount": 1, "lastState": second}, uid="u1")
+    for down in (exited, backing_off):
+        store = PodStore()
+        store.see("ml", "w-0", pr.view(steady), 0.0)
+        store.see("ml", "w-0", pr.view(down), 1.0)
+        assert pr.classify(store.views("ml")[0], NOW + timedelta(seconds=1)) == pr.STARTING
+        assert pr.classify(store.views("ml")[0],
+                           NOW + timedelta(seconds=pr.RESTART_GRACE_S + 1)) == pr.UNPROTECTED
+
+
+def test_an_operator_restarted_mid_crash_loop_does_not_give_it_a_fresh_grace() -> None:
+    steps = _crash_loop([10, 20, 40, 80, 160, 300, 300, 300])
+    for restart in (200, 400, 700):
+        changes = _verdicts([(t, b) for t, b in steps if t >= restart],
+                            steps[-1][0], start=restart,
+                            first=next(b for t, b in reversed(steps) if t <= restart))
+        assert changes == [(restart, pr.UNPROTECTED)], restart
+    # A first exit seen fresh, after a short run, still gets its grace.
+    first = pod(agent={"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 0,
+                       "lastState": {"terminated": {"exitCode": 1, "startedAt": _at(-5),
+                                                    "finishedAt": _at(0)}}}, uid="u1")
+    store = PodStore()
+    store.see("ml", "w-0", pr.view(first), 0.0)
+    assert pr.classify(store.views("ml")[0], NOW + timedelta(seconds=5)) == pr.STARTING
+
+
 def test_one_restart_stays_starting_until_the_agent_runs_steadily() -> None:
     ended = {"terminated": {"exitCode": 1, "startedAt": _at(-3600), "finishedAt": _at(0)}}
     again = pod(agent={"state": {"running": {"startedAt": _at(10)}}, "started": True,
@@ -227,6 +271,30 @@ def test_one_restart_stays_starting_until_the_agent_runs_steadily() -> None:
                       "restartCount": 1, "lastState": ended})
     assert kind(late, NOW + timedelta(seconds=100)) == pr.UNPROTECTED
     assert kind(late, NOW + timedelta(seconds=90 + pr.STEADY_S)) == pr.PROTECTED
+
+
+def test_an_agent_running_again_after_a_long_restore_is_starting_until_steady() -> None:
+    # The node rebooted: restore runs 5 minutes before the agent starts again.
+    last = {"terminated": {"exitCode": 255, "startedAt": _at(-86400), "finishedAt": _at(0)}}
+    reinit = pod(phase="Pending", uid="u1", agent={
+        "state": {"waiting": {"reason": "PodInitializing"}}, "restartCount": 1,
+        "lastState": last})
+    back = pod(uid="u1", agent={"state": {"running": {"startedAt": _at(300)}},
+                                "started": True, "restartCount": 1, "lastState": last})
+    store = PodStore()
+    store.see("ml", "w-0", pr.view(reinit), 0.0)
+    store.see("ml", "w-0", pr.view(back), 1.0)
+    seen = store.views("ml")[0]
+    for seconds in (301, 360, 300 + pr.STEADY_S - 1):
+        assert pr.classify(seen, NOW + timedelta(seconds=seconds)) == pr.STARTING
+    assert pr.classify(seen, NOW + timedelta(seconds=300 + pr.STEADY_S)) == pr.PROTECTED
+    # Back only after the starting limit: unprotected until steady.
+    late = pod(uid="u1", agent={"state": {"running": {"startedAt": _at(pr.STARTING_LIMIT_S + 5)}},
+                                "started": True, "restartCount": 1, "lastState": last})
+    store.see("ml", "w-0", pr.view(reinit), 2.0)
+    store.see("ml", "w-0", pr.view(late), 3.0)
+    assert pr.classify(store.views("ml")[0],
+                       NOW + timedelta(seconds=pr.STARTING_LIMIT_S + 10)) == pr.UNPROTECTED
 
 
 def test_restore_running_again_after_a_sandbox_restart_is_starting_within_the_limit() -> None:

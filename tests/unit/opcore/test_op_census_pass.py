@@ -206,7 +206,7 @@ def test_the_list_drops_pods_deleted_unseen_and_then_counts_every_namespace(
     asked: list[Any] = []
     monkeypatch.setattr(census._passes, "schedule",
                         lambda key, run, logger, delay: asked.append(key) or True)
-    monkeypatch.setattr(census, "_hold", census.threading.Event())
+    monkeypatch.setattr(census, "_hold", census.TermHold())
     census._new_term()  # a new term holds every count until the LIST
     assert asked == [census.RECONCILE_KEY] and census._hold.is_set()
     counted: list[str] = []
@@ -267,3 +267,64 @@ def test_a_sizing_pass_recounts_now_and_on_its_policy_s_next_events(
     census.after_sizing("ml", "p")
     event("DELETED")
     assert ("ml", "p") not in census._settling
+
+
+def test_a_hold_ends_with_a_warning_when_the_list_never_does(
+        caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    hold = census.TermHold(clock=lambda: now[0])
+    hold.begin()
+    now[0] = census.HOLD_LOG_EVERY_S
+    with caplog.at_level(logging.INFO, logger="ckptdrain.census"):
+        assert hold.held()
+        assert "waits for the LIST" in caplog.text
+        now[0] = census.HOLD_LIMIT_S
+        assert not hold.held() and not hold.is_set()
+    assert any(r.levelno == logging.WARNING and "counts again" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_list_begun_before_a_new_term_does_not_end_its_hold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(census, "_wiring", {"config": SimpleNamespace(namespace="ml"),
+                                            "policies": {("ml", "a"): [{}]}})
+    monkeypatch.setattr(census, "_hold", census.TermHold())
+    monkeypatch.setattr(census, "_store", census.PodStore())
+    monkeypatch.setattr(census._passes, "schedule", lambda *a, **k: True)
+
+    def list_pods(scope: str | None, selector: str) -> set[tuple[str, str]]:
+        census._new_term()  # the replica stood by and came back while this LIST ran
+        return set()
+
+    monkeypatch.setattr(kube, "list_pod_names", list_pods)
+    census.reconcile()
+    assert census._hold.is_set()  # the new term's own LIST ends it
+    monkeypatch.setattr(kube, "list_pod_names", lambda scope, selector: set())
+    census.reconcile()
+    assert not census._hold.is_set()
+
+
+def test_a_standby_does_not_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(census, "_wiring", {"config": SimpleNamespace(namespace="ml"),
+                                            "policies": {("ml", "a"): [{}]}})
+    monkeypatch.setattr(census.leadership, "active", lambda: False)
+    listed: list[str | None] = []
+    monkeypatch.setattr(kube, "list_pod_names",
+                        lambda scope, selector: listed.append(scope) or set())
+    census.reconcile()
+    assert listed == []
+
+
+def test_a_sizing_pass_during_a_hold_leaves_a_counted_policy_s_pods_as_they_were(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = census.PodStore()
+    store.see("ml", "ghost", pr.PodView("ghost", labels={"app": "a"}), 0.0)  # deleted unseen
+    monkeypatch.setattr(census, "_store", store)
+    monkeypatch.setattr(census, "_hold", census.TermHold())
+    census._hold.begin()
+    selector = {"matchLabels": {"app": "a"}}
+    assert census.policy_census("ml", "p", selector, NOW, counted_before=True) is None
+    # Never counted: counted now, ghosts only adding to its unprotected pods.
+    assert census.policy_census("ml", "p", selector, NOW).unprotected == ("ghost",)
+    census._hold.release(census._hold.term())
+    assert census.policy_census("ml", "p", selector, NOW, counted_before=True) is not None

@@ -40,3 +40,13 @@ def test_a_namespaced_list_judges_only_its_namespace() -> None:
     store.see("other", "p", _view("p"), 1.0)
     assert store.reconcile(set(), list_started=10.0, scope="ml") == {("ml", "ghost")}
     assert [v.name for v in store.views("other")] == ["p"]
+
+
+def test_the_old_pods_deletion_heard_after_its_replacement_leaves_the_replacement() -> None:
+    store = PodStore()
+    store.see("ml", "w-0", pr.PodView("w-0", labels={"app": "a"}, uid="old"), 1.0)
+    store.see("ml", "w-0", pr.PodView("w-0", labels={"app": "a"}, uid="new"), 2.0)
+    assert not store.see("ml", "w-0", None, 3.0, uid="old")  # the old pod's DELETED
+    assert [v.uid for v in store.views("ml")] == ["new"]
+    assert store.see("ml", "w-0", None, 4.0, uid="new")
+    assert store.views("ml") == []

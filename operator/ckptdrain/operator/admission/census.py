@@ -14,8 +14,10 @@ resourceVersion it read (a newer verdict, such as the sizing pass's
 InvalidSpec, is never overwritten by a stale one), and only on the active
 replica (apiserver/leadership.py). A failed pass raises, so its Coalescer
 retries it; a new term of leadership counts every namespace again, after
-the LIST. A sizing pass writes its own count without a version (Kopf's
-patch): for SIZING_SETTLE_S after it, the policy's events recount it.
+the LIST (its names only), held for at most HOLD_LIMIT_S: a sizing pass
+meanwhile leaves a counted policy's pods as they were. A sizing pass
+writes its own count without a version (Kopf's patch): for SIZING_SETTLE_S
+after it, the policy's events recount it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ RECONCILE_EVERY_S = 300.0
 #: the sizing's count after the handler returns, unversioned, over any newer
 #: count a pass wrote meanwhile; the patch's own event recounts it.
 SIZING_SETTLE_S = 10.0
+#: How long a new term holds the counts waiting for its LIST: past it (a
+#: LIST that neither returns nor fails), counting resumes, with a warning.
+HOLD_LIMIT_S = 120.0
+#: How often a held pass says so.
+HOLD_LOG_EVERY_S = 30.0
 Policies = kopf.Index[Any, Any]
 
 
@@ -61,7 +68,8 @@ def pod_census_event(type: str | None, namespace: str, name: str, body: kopf.Bod
     pass is the namespace's, not the pod's: it logs as the census."""
     _start(memo.config, checkpointpolicy_index)
     seen = None if type == "DELETED" else protection.view(dict(body))
-    if _store.see(namespace, name, seen, time.monotonic()):
+    uid = str(body.get("metadata", {}).get("uid") or "")
+    if _store.see(namespace, name, seen, time.monotonic(), uid):
         _schedule(namespace, _log)
 
 
@@ -97,9 +105,17 @@ def _settles(namespace: str, name: str) -> bool:
 
 
 def policy_census(namespace: str, name: str, selector: Any, now: datetime,
-                  limit_s: float = protection.STARTING_LIMIT_S) -> protection.Census:
+                  limit_s: float = protection.STARTING_LIMIT_S,
+                  counted_before: bool = False) -> protection.Census | None:
     """One policy's census from the store: what the sizing pass writes with
-    its Ready, so the first Ready a policy gets already counts its pods."""
+    its Ready, so the first Ready a policy gets already counts its pods.
+    None while a new term waits for its LIST, for a policy `counted_before`:
+    the store may still hold pods deleted unseen, so its pods' verdict stays
+    as it was until the census counts after the LIST. A policy never counted
+    is counted even then: a pod deleted unseen can only add to its
+    unprotected pods, never hide one."""
+    if counted_before and _hold.held():
+        return None
     return protection.tally(name, selector or {}, _store.views(namespace), now, limit_s)
 
 
@@ -178,12 +194,65 @@ _lock = threading.Lock()
 _store = PodStore()
 #: Policies a sizing pass counted moments ago: recounted on their events until then.
 _settling: dict[tuple[str, str], float] = {}
-#: Set from a new term until its LIST ends: no pass counts meanwhile.
-_hold = threading.Event()
-#: The indexes and settings a pass reads, set by the first event.
-_wiring: dict[str, Any] = {}
+
+
+class TermHold:
+    """From a new term until a LIST begun in it ends, or HOLD_LIMIT_S: no
+    pass counts meanwhile. Terms are numbered, so a LIST begun before the
+    term releases nothing."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._term = 0
+        self._since: float | None = None
+        self._told = 0.0
+
+    def begin(self) -> None:
+        with self._lock:
+            self._term += 1
+            self._since = self._told = self._clock()
+        _log.info("a new term: the pod census waits for its LIST of the pods (at most %.0f s)",
+                  HOLD_LIMIT_S)
+
+    def term(self) -> int:
+        with self._lock:
+            return self._term
+
+    def release(self, term: int) -> None:
+        """The LIST begun in `term` ended (or failed)."""
+        with self._lock:
+            if term == self._term:
+                self._since = None
+
+    def held(self) -> bool:
+        with self._lock:
+            if self._since is None:
+                return False
+            now = self._clock()
+            if now - self._since >= HOLD_LIMIT_S:
+                self._since = None
+                _log.warning("the LIST of the pods has not ended in %.0f s: the pod census "
+                             "counts again; pods deleted while this replica stood by may "
+                             "show until a LIST ends", HOLD_LIMIT_S)
+                return False
+            if now - self._told >= HOLD_LOG_EVERY_S:
+                self._told = now
+                _log.info("the pod census waits for the LIST of the pods, %.0f s now",
+                          now - self._since)
+            return True
+
+    def is_set(self) -> bool:
+        with self._lock:
+            return self._since is not None
+
+
 #: The periodic and new-term passes are nobody's event: their own log.
 _log = logging.getLogger("ckptdrain.census")
+#: Held from a new term until its LIST ends: no pass counts meanwhile.
+_hold = TermHold()
+#: The indexes and settings a pass reads, set by the first event.
+_wiring: dict[str, Any] = {}
 
 
 def _schedule(namespace: str, logger: logging.Logger) -> None:
@@ -196,7 +265,7 @@ def _count(namespace: str, logger: logging.Logger) -> None:
         return  # a standby's indexes are not live; a new term counts all again
     if not _wiring:
         return  # no event yet: the first ones schedule their namespaces
-    if _hold.is_set():
+    if _hold.held():
         return  # the store may hold pods deleted unseen: the LIST counts all after
     cfg: OperatorConfig = _wiring["config"]
     count_namespace(namespace, _store.views(namespace), _wiring["policies"], logger,
@@ -206,9 +275,13 @@ def _count(namespace: str, logger: logging.Logger) -> None:
 def reconcile() -> None:
     """Drop from the store every pod a LIST of the opted-in pods does not
     hold (deleted while no watch ran here), then count every namespace.
-    Raises when the LIST fails (its Coalescer retries), after counting."""
+    Raises when the LIST fails (its Coalescer retries), after counting.
+    Only the active replica lists: a standby's store is not live."""
+    if not leadership.active():
+        return  # the next term lists again
     cfg: OperatorConfig = _wiring["config"]
     scope = cfg.namespace or None
+    term = _hold.term()  # a term begun during the LIST waits for its own
     started = time.monotonic()
     try:
         listed = kube.list_pod_names(scope, f"{api.LABEL_INJECT}=true")
@@ -217,7 +290,7 @@ def reconcile() -> None:
             _log.info("the pod census forgot %d pods deleted unseen: %s", len(dropped),
                       ", ".join(f"{ns}/{name}" for ns, name in sorted(dropped)[:10]))
     finally:
-        _hold.clear()  # a failed LIST holds the counts no longer: they are retried
+        _hold.release(term)  # a failed LIST holds the counts no longer: they are retried
         _schedule_all()
 
 
@@ -231,7 +304,7 @@ def _new_term() -> None:
     """Count nothing until the LIST: the policy and pod events of the watches
     resuming now would count the pods deleted while this replica stood by."""
     if _wiring:
-        _hold.set()
+        _hold.begin()
         _schedule_reconcile()
 
 

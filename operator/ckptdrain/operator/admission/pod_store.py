@@ -36,14 +36,18 @@ class PodStore:
         self._lock = threading.Lock()
         self._pods: dict[str, dict[str, _Entry]] = {}
 
-    def see(self, namespace: str, name: str, view: PodView | None, at: float) -> bool:
+    def see(self, namespace: str, name: str, view: PodView | None, at: float,
+            uid: str = "") -> bool:
         """Record what an event says of a pod (None: gone, finished or
-        departing); True when it changed what the census sees."""
+        departing; `uid` says which pod); True when it changed what the
+        census sees. A pod's replacement of the same name (a StatefulSet's)
+        may be heard of before the old pod's deletion: that deletion leaves
+        the replacement alone."""
         with self._lock:
             pods = self._pods.get(namespace, {})
             entry = pods.get(name)
             if view is None:
-                if entry is None:
+                if entry is None or (uid and entry.view.uid and entry.view.uid != uid):
                     return False
                 del pods[name]
                 if not pods:

@@ -19,7 +19,8 @@ A live pod (not finished, not being deleted) that a policy selects is one of:
                  STEADY_S of its restart that came back within that grace.
                  And an agent waiting for the init containers again after
                  the pod's sandbox restarted (restore runs again first), for
-                 the starting limit after it ended
+                 the starting limit after it ended, and running again
+                 within STEADY_S of coming back within that limit
     unprotected  not injected (admitted while admission was off, or labelled
                  after creation); or injected but its agent exited or
                  crash-loops for longer than RESTART_GRACE_S (and while it
@@ -29,7 +30,9 @@ A live pod (not finished, not being deleted) that a policy selects is one of:
                  which has no agent to fail, never counts unprotected.
 
 An agent whose last exit has no finishedAt (its node rebooted) ended, as far
-as the census knows, at the pod's last condition change.
+as the census knows, at the pod's last condition change. An agent first seen
+down after a short run that was not its first (the operator restarted mid
+crash loop) is in an outage already under way: unprotected at once.
 
 A policy selects an injected pod when the pod was injected for it (the
 `ckptdrain.io/policy` annotation admission sets), and a bare opted-in pod
@@ -39,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ckptdrain.contract import api
@@ -94,6 +97,10 @@ class PodView:
     #: How long the agent's last run lasted before its last exit; None: unknown.
     agent_last_run_s: float | None = None
     uid: str = ""
+    #: Whether the agent runs again after the pod's sandbox restarted (the
+    #: census saw it wait for the init containers): restore ran first, as
+    #: long as a first start may.
+    after_reinit: bool = False
 
 
 def _agent_state(pod: Mapping[str, Any]) -> str | None:
@@ -144,18 +151,47 @@ def continued(previous: PodView | None, current: PodView) -> PodView:
     """`current`, its outage dated from when it began: a crash loop is one
     outage across its short runs (none lasting STEADY_S), so the grace runs
     from the loop's first exit, not from each one, and its verdict changes
-    once per loop. What the census saw before (`previous`) tells."""
-    if previous is None or previous.uid != current.uid or not current.agent_restarts \
+    once per loop. An agent running again after the same exit it waited
+    for the init containers from is `after_reinit`. What the census saw
+    before (`previous`) tells."""
+    dated = _dated(previous, current)
+    if previous is not None and previous.uid == current.uid \
+            and current.agent in (RUNNING, REINIT) \
+            and (previous.agent == REINIT or previous.after_reinit) \
+            and dated.agent_ended == previous.agent_ended:
+        return replace(dated, after_reinit=True)
+    return dated
+
+
+def _dated(previous: PodView | None, current: PodView) -> PodView:
+    if previous is None or previous.uid != current.uid:
+        return _first_sight(current)
+    if not current.agent_restarts \
             or previous.agent_ended is None or current.agent_ended is None \
             or previous.agent_ended >= current.agent_ended:
         return current
     ran = current.agent_last_run_s
     if ran is None and previous.agent == RUNNING and previous.agent_started is not None:
         ran = (current.agent_ended - previous.agent_started).total_seconds()
-    if current.agent_restarts > previous.agent_restarts and ran is not None \
-            and ran >= STEADY_S:
+    # The run that just ended, by its own times (the kubelet raises
+    # restartCount only when the agent starts again, not at its exit).
+    if ran is not None and ran >= STEADY_S:
         return current  # it ran steadily in between: a new outage
     return replace(current, agent_ended=previous.agent_ended)
+
+
+def _first_sight(current: PodView) -> PodView:
+    """`current`, seen with no history (the operator restarted, or the pod
+    is new to it): an agent down after a short run that was not its first
+    is in a crash loop already under way, whose first exit the census never
+    saw. Its outage is dated a grace before its last exit: unprotected now,
+    not given a fresh grace, and not protected between its backoffs."""
+    ran = current.agent_last_run_s
+    if current.agent == DOWN and current.agent_restarts and ran is not None \
+            and ran < STEADY_S and current.agent_ended is not None:
+        return replace(current,
+                       agent_ended=current.agent_ended - timedelta(seconds=RESTART_GRACE_S))
+    return current
 
 
 def _agent_ended(pod: Mapping[str, Any]) -> datetime | None:
@@ -245,6 +281,9 @@ def classify(pod: PodView, now: datetime, limit_s: float = STARTING_LIMIT_S) -> 
         # runs never show it protected between its backoffs).
         back_in_grace = ended is not None \
             and _since(ended, pod.agent_started) < RESTART_GRACE_S
+        if pod.after_reinit:  # restore ran first: as long as a first start may
+            back_in_grace = _since(ended or pod.scheduled_at or pod.created,
+                                   pod.agent_started) <= limit_s
         return STARTING if back_in_grace else UNPROTECTED
     if pod.agent == RUNNING or (pod.agent is None and pod.phase == "Running"):
         return PROTECTED

@@ -6,6 +6,7 @@ is already gone is not an error.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -101,25 +102,44 @@ def list_own(plural: str, namespace: str, label_selector: str) -> list[dict[str,
 
 #: Pods a page when the census lists the opted-in pods.
 POD_PAGE = 500
+#: Each page's (connect, read) timeout, in seconds: a LIST on a half-open
+#: connection fails instead of holding the census for ever.
+POD_PAGE_TIMEOUT = (5.0, 30.0)
+#: The pods' metadata only (names and uids), not their specs and statuses:
+#: a page of 500 full pods is megabytes to read and parse in the process
+#: that serves the admission webhooks.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 
 
 def list_pod_names(namespace: str | None, label_selector: str) -> set[tuple[str, str]]:
     """(namespace, name) of every pod matching `label_selector`, in
-    `namespace` (None: all), fresh from the apiserver, POD_PAGE a page."""
+    `namespace` (None: all), fresh from the apiserver, POD_PAGE a page, each
+    within POD_PAGE_TIMEOUT. An expired continue token (410) raises: the
+    caller lists again."""
     core, _ = _clients()
     names: set[tuple[str, str]] = set()
     token = None
+    options = {"label_selector": label_selector, "limit": POD_PAGE,
+               "_preload_content": False, "_request_timeout": POD_PAGE_TIMEOUT,
+               "_headers": {"Accept": METADATA_ONLY}}
     while True:
         if namespace:
-            found = core.list_namespaced_pod(namespace, label_selector=label_selector,
-                                             limit=POD_PAGE, _continue=token)
+            found = core.list_namespaced_pod(namespace, _continue=token, **options)
         else:
-            found = core.list_pod_for_all_namespaces(label_selector=label_selector,
-                                                     limit=POD_PAGE, _continue=token)
-        names.update((p.metadata.namespace, p.metadata.name) for p in found.items or [])
-        token = found.metadata._continue if found.metadata else None
+            found = core.list_pod_for_all_namespaces(_continue=token, **options)
+        page, token = pod_names_of(json.loads(found.data))
+        names.update(page)
         if not token:
             return names
+
+
+def pod_names_of(page: Mapping[str, Any]) -> tuple[set[tuple[str, str]], str | None]:
+    """(namespace, name) of each pod of one page of a list (full pods or
+    their metadata only), and its continue token (None: the last page)."""
+    names = {(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+             for meta in ((item or {}).get("metadata") or {}
+                          for item in page.get("items") or [])}
+    return names, ((page.get("metadata") or {}).get("continue") or None)
 
 
 def create_own(plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any] | None:
