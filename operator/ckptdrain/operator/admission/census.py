@@ -162,26 +162,12 @@ def _write(namespace: str, body: dict[str, Any],
     it was computed from; on a conflict, read the policy again and recompute
     (its verdict may have changed: invalid now, or a new selector). True when
     written."""
-    name = body["metadata"]["name"]
-    for _ in range(WRITE_ATTEMPTS):
-        census = census_of(body)
-        change = readiness.with_pods(body.get("status") or {}, census.counts(),
-                                     census.unprotected, body["metadata"].get("generation"),
-                                     now)
-        if change is None:
-            return False
-        version = str(body["metadata"].get("resourceVersion") or "")
-        result = kube.patch_status_at(api.POLICIES, namespace, name, change, version)
-        if result == "ok":
-            return True
-        if result == "gone":
-            return False
-        fresh = kube.read_own(api.POLICIES, namespace, name)
-        if fresh is None:
-            return False
-        body = fresh
-    raise RuntimeError(f"policy {namespace}/{name} changed under {WRITE_ATTEMPTS} status "
-                       "writes in a row; trying again later")
+    def change_of(current: dict[str, Any]) -> dict[str, Any] | None:
+        census = census_of(current)
+        return readiness.with_pods(current.get("status") or {}, census.counts(),
+                                   census.unprotected,
+                                   current["metadata"].get("generation"), now)
+    return kube.write_status_from(api.POLICIES, namespace, body, change_of, WRITE_ATTEMPTS)
 
 
 # -- when it runs ----------------------------------------------------------------

@@ -91,23 +91,8 @@ def _change(body: dict[str, Any], overlap: conflicts.Overlap | None) -> dict[str
 
 def _write(namespace: str, body: dict[str, Any], overlap: conflicts.Overlap | None) -> bool:
     """Set the condition on one policy unless it is right; True when written."""
-    name = body["metadata"]["name"]
-    for _ in range(WRITE_ATTEMPTS):
-        change = _change(body, overlap)
-        if change is None:
-            return False
-        version = str(body["metadata"].get("resourceVersion") or "")
-        result = kube.patch_status_at(api.POLICIES, namespace, name, change, version)
-        if result == "ok":
-            return True
-        if result == "gone":
-            return False
-        fresh = kube.read_own(api.POLICIES, namespace, name)
-        if fresh is None:
-            return False
-        body = fresh
-    raise RuntimeError(f"policy {namespace}/{name} changed under {WRITE_ATTEMPTS} status "
-                       "writes in a row; trying again later")
+    return kube.write_status_from(api.POLICIES, namespace, body,
+                                  lambda current: _change(current, overlap), WRITE_ATTEMPTS)
 
 
 def _body(namespace: str, name: str, policies: kopf.Index[Any, Any]) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -170,6 +170,33 @@ def patch_status_at(plural: str, namespace: str, name: str, status: dict[str, An
             return "conflict"
         raise
     return "ok"
+
+
+def write_status_from(plural: str, namespace: str, body: dict[str, Any],
+                      change_of: Callable[[dict[str, Any]], dict[str, Any] | None],
+                      attempts: int) -> bool:
+    """Write `change_of(body)` to the object's status at the version `body`
+    was read at; on a conflict read it again and ask `change_of` anew (what
+    to write may differ now). True when written, False when nothing was to
+    write or the object is gone; RuntimeError after `attempts` conflicts, for
+    the caller's retry."""
+    name = body["metadata"]["name"]
+    for _ in range(attempts):
+        change = change_of(body)
+        if change is None:
+            return False
+        version = str(body["metadata"].get("resourceVersion") or "")
+        result = patch_status_at(plural, namespace, name, change, version)
+        if result == "ok":
+            return True
+        if result == "gone":
+            return False
+        fresh = read_own(plural, namespace, name)
+        if fresh is None:
+            return False
+        body = fresh
+    raise RuntimeError(f"{plural} {namespace}/{name} changed under {attempts} status "
+                       "writes in a row; trying again later")
 
 
 def write_object(plural: str, namespace: str, body: dict[str, Any],
