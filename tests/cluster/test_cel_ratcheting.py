@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster_helpers import policy
-from operator_process import WEBHOOK_NAME, repo_root
+from operator_process import WEBHOOK_NAME, OperatorProcess, repo_root
 
 from support.apiserver import Cluster
 
@@ -56,28 +56,17 @@ def _violator(name: str, **spec: Any) -> dict[str, Any]:
     return body
 
 
-def _without_webhooks(cluster: Cluster) -> list[dict[str, Any]]:
-    """Takes the session operator's webhook configurations away (they outlive
-    its process and fail closed), so that only the CRD judges these writes, as
-    with admission down; returns them to be put back."""
-    saved = []
-    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-        got = cluster.kubectl("get", kind, WEBHOOK_NAME, "-o", "json", check=False)
-        if got.returncode == 0:
-            body = json.loads(got.stdout)
-            body["metadata"] = {k: v for k, v in body["metadata"].items()
-                                if k in ("name", "labels", "annotations")}
-            saved.append(body)
-            cluster.kubectl("delete", kind, WEBHOOK_NAME)
-    return saved
-
-
 @pytest.fixture
-def stored(cluster: Cluster, crds: None, namespace: str) -> Iterator[Any]:
+def stored(cluster: Cluster, crds: None, operator: OperatorProcess,
+           namespace: str) -> Iterator[Any]:
     """Stores the given bodies under the rule-free CRD; the CRD with its rules
     is served again (and a fresh `probe` refused) when the test body runs.
-    No webhook judges anything meanwhile."""
-    webhooks = _without_webhooks(cluster)
+    No webhook judges anything meanwhile: the session operator is stopped and
+    its webhook configurations (which outlive it and fail closed) deleted, as
+    an outage of admission would; its restart registers them again."""
+    operator.stop()
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        cluster.kubectl("delete", kind, WEBHOOK_NAME, "--ignore-not-found")
     def store(probe: dict[str, Any], *bodies: dict[str, Any]) -> None:
         ruleless = _without_rules(yaml.safe_load(CRD.read_text()))
         try:
@@ -96,11 +85,14 @@ def stored(cluster: Cluster, crds: None, namespace: str) -> Iterator[Any]:
     try:
         yield store
     finally:
-        cluster.kubectl("patch", "-n", namespace, "checkpointpolicies", "--all",
-                        "--type=merge", "-p", '{"metadata": {"finalizers": null}}',
-                        check=False)
-        for body in webhooks:
-            cluster.kubectl("create", "-f", "-", input=json.dumps(body))
+        # kubectl patch takes no --all: release each one by name.
+        left = cluster.kubectl("get", "-n", namespace, "checkpointpolicies", "-o", "name",
+                               check=False)
+        for name in left.stdout.split():
+            cluster.kubectl("patch", "-n", namespace, name, "--type=json", "-p",
+                            '[{"op": "remove", "path": "/metadata/finalizers"}]',
+                            check=False)
+        operator.start()
 
 
 def _write(cluster: Cluster, namespace: str, name: str, *args: str) -> Any:
