@@ -232,3 +232,16 @@ def test_an_admission_older_than_the_drains_report_is_not_believed() -> None:
     assert view.admitted and view.waiting_since is None
     pending["bytes"] = 0
     assert channel.view().waiting_since is None
+
+
+def test_a_channel_is_labelled_with_its_policy_only_when_the_name_fits_a_label() -> None:
+    """The apiserver refuses a label value over 63 characters: a longer policy
+    name (valid without the peer tier) gets an unlabelled channel, never a
+    refused write."""
+    def channel(policy: str) -> dict[str, object]:
+        return sh.body("ns", sh.Allocation(policy=policy, budget=900, drainers=3,
+                                           active_ranks="0-2"), None)
+    fits = channel("p" * 63)
+    assert fits["metadata"]["labels"] == {"ckptdrain.io/policy": "p" * 63}
+    long = channel("p" * 64)
+    assert "labels" not in long["metadata"] and long["metadata"]["name"] == "p" * 64

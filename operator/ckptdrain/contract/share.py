@@ -72,7 +72,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptdrain.contract.api import GROUP, VERSION
+from ckptdrain.contract.api import GROUP, LABEL_POLICY, VERSION, policy_labelled
 from ckptdrain.errors import InvalidInput
 
 SHARES = "checkpointshares"
@@ -250,9 +250,13 @@ def scale_from_object(obj: Mapping[str, Any]) -> Scale:
 
 
 def body(namespace: str, a: Allocation, owner: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The whole object, owned by its policy so it goes when the policy does."""
-    meta: dict[str, Any] = {"name": share_name(a.policy), "namespace": namespace,
-                            "labels": {"ckptdrain.io/policy": a.policy}}
+    """The whole object, owned by its policy so it goes when the policy does.
+    Labelled with the policy's name when it fits a label value: the apiserver
+    refuses a longer one, and one refused write would fail the whole joint
+    pass, every other policy's channel with it."""
+    meta: dict[str, Any] = {"name": share_name(a.policy), "namespace": namespace}
+    if policy_labelled(a.policy):
+        meta["labels"] = {LABEL_POLICY: a.policy}
     if owner:
         meta["ownerReferences"] = [dict(owner)]
     spec = {k: v for k, v in to_spec(a).items() if v is not None}
