@@ -52,3 +52,40 @@ def test_the_documented_operator_rules_are_the_charts(tools: Tools) -> None:
     rendered = _rendered(tools) | _rendered(tools, "--set", "operator.watchNamespace=ml-a")
     assert rendered - documented == set(), "granted by the chart, missing from docs/rbac.md"
     assert documented - rendered == set(), "documented, not granted by the chart"
+
+
+def _section(heading: str) -> set[Grant]:
+    text = (REPO / "docs" / "rbac.md").read_text()
+    block = re.findall(r"```yaml\n(.*?)```", text[text.index(heading):], re.S)[0]
+    return _grants(yaml.safe_load(block)["rules"])
+
+
+def test_the_record_of_agent_images_follows_its_value(tools: Tools) -> None:
+    """With agent.pinImages (the default): the ConfigMap rendered without
+    data (an upgrade never resets what the operator wrote), a Role reading
+    and updating it by name exactly as docs/rbac.md says, and its
+    "namespace/name" passed to the operator; without it, none of these."""
+    from ckptdrain.operator import config
+
+    def rendered(*args: str) -> list[dict[str, Any]]:
+        text = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace",
+                         "ckptdrain", *args).stdout
+        return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
+
+    def env(objects: list[dict[str, Any]]) -> str:
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        return next(e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]
+                    ["env"] if e["name"] == "CKPTDRAIN_AGENT_IMAGES")
+
+    objects = rendered()
+    named = [o for o in objects if o["metadata"]["name"] == "ckptdrain-agent-images"]
+    assert sorted(o["kind"] for o in named) == ["ConfigMap", "Role", "RoleBinding"]
+    record = next(o for o in named if o["kind"] == "ConfigMap")
+    assert "data" not in record and record["metadata"]["namespace"] == "ckptdrain"
+    role = next(o for o in named if o["kind"] == "Role")
+    assert _grants(role["rules"]) == _section("## The record of agent images")
+    assert config.from_env({"CKPTDRAIN_AGENT_IMAGES": env(objects)}).agent_images \
+        == "ckptdrain/ckptdrain-agent-images"
+    off = rendered("--set", "agent.pinImages=false")
+    assert not [o for o in off if o["metadata"]["name"] == "ckptdrain-agent-images"]
+    assert config.from_env({"CKPTDRAIN_AGENT_IMAGES": env(off)}).agent_images == ""

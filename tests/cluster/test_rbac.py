@@ -42,6 +42,13 @@ def _rules(section: int, dev_mode: bool) -> list[dict[str, Any]]:
     return list(yaml.safe_load(block)["rules"])
 
 
+def _section_rules(heading: str) -> list[dict[str, Any]]:
+    """The rules of the first yaml block after `heading` in docs/rbac.md."""
+    text = (repo_root() / "docs" / "rbac.md").read_text()
+    after = text[text.index(heading):]
+    return list(yaml.safe_load(re.findall(r"```yaml\n(.*?)```", after, re.S)[0])["rules"])
+
+
 def _bind(cluster: Cluster, kind: str, name: str, namespace: str,
           rules: list[dict[str, Any]]) -> Path:
     meta: dict[str, Any] = {"name": name}
@@ -69,13 +76,22 @@ def least_privileged_operator(cluster: Cluster, operator: OperatorProcess,
     cluster.kubectl("create", "namespace", SYSTEM_NS, check=False)
     kubeconfig = _bind(cluster, "ClusterRole", "ckptdrain-operator", SYSTEM_NS,
                        _rules(0, dev_mode=True))
+    # The record of agent images, by its own Role in the operator's namespace.
+    _bind(cluster, "Role", "ckptdrain-operator", SYSTEM_NS,
+          _section_rules("## The record of agent images"))
+    # Rendered empty by the chart (templates/agent-images.yaml): never created.
+    cluster.kubectl("create", "-n", SYSTEM_NS, "configmap", "ckptdrain-agent-images",
+                    check=False)
     operator.stop()
-    limited = OperatorProcess(cluster, tmp_path, KUBECONFIG=str(kubeconfig))
+    limited = OperatorProcess(cluster, tmp_path, KUBECONFIG=str(kubeconfig),
+                              CKPTDRAIN_AGENT_IMAGES=f"{SYSTEM_NS}/ckptdrain-agent-images")
     try:
         limited.start()
         yield limited
     finally:
         limited.stop()
+        cluster.kubectl("delete", "-n", SYSTEM_NS, "configmap", "ckptdrain-agent-images",
+                        "--ignore-not-found", check=False)
         operator.start()
 
 
@@ -121,6 +137,12 @@ def test_documented_rules_are_enough(cluster: Cluster, namespace: str,
     with pytest.raises(client.exceptions.ApiException) as denied:
         core.read_namespaced_secret("s3-creds", namespace)
     assert denied.value.status == 403
+
+    # The operator recorded its image with the documented rules (and read it
+    # back for admission: no refusal in its log below).
+    wait_for(lambda: "ckptdrain:test" in cluster.kubectl(
+        "get", "-n", SYSTEM_NS, "configmap", "ckptdrain-agent-images", "-o", "json",
+        check=False).stdout, what="the agent image recorded")
 
     log = least_privileged_operator.tail(200_000)
     # A refusal reads "(403) Reason: Forbidden" or "403 Forbidden"; a bare "403"

@@ -77,6 +77,10 @@ app.kubernetes.io/component: operator
 {{- printf "%s-webhook-cert" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- define "ckptdrain.agentImagesName" -}}
+{{- printf "%s-agent-images" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "ckptdrain.agentClusterRoleName" -}}
 {{- printf "%s-agent" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

@@ -52,6 +52,11 @@ def policy_labelled(policy: str) -> bool:
 #: The policy that injected a pod (its name, in the pod's namespace).
 ANNOTATION_POLICY = "ckptdrain.io/policy"
 ANNOTATION_INJECTED = "ckptdrain.io/injected"
+#: The agent image the webhook injected into the pod: what a replacement
+#: writer of the same workload keeps across an operator upgrade
+#: (operator/admission/agent_pin.py). Always written by the webhook, over any
+#: value the pod came with.
+ANNOTATION_AGENT_IMAGE = "ckptdrain.io/agent-image"
 #: The pod's bandwidth share in bytes/s: the operator writes it, the agent
 #: reads it through a downward-API file.
 ANNOTATION_BANDWIDTH = "ckptdrain.io/bandwidth"

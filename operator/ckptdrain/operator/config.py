@@ -15,6 +15,10 @@ Variables (field in parentheses):
   every other namespace weighs 1 (operator/policy/fair_share.py).
 - CKPTDRAIN_IMAGE, CKPTDRAIN_IMAGE_PULL_POLICY: the agent/restore image (the
   operator's own) and its pull policy (IfNotPresent).
+- CKPTDRAIN_AGENT_IMAGES (agent_images): "namespace/name" of the ConfigMap in
+  which the operator records every agent image it has injected, so that the
+  writers of a running workload keep theirs across an upgrade
+  (admission/agent_pin.py); empty = no pinning: every pod gets CKPTDRAIN_IMAGE.
 - CKPTDRAIN_AGENT_SERVICE_ACCOUNT: the agent's service account (informational).
 - CKPTDRAIN_NAMESPACE (namespace): watch only this namespace; empty = all.
 - CKPTDRAIN_WEBHOOK_HOST / _ADDR / _PORT: the hostname the apiserver uses to
@@ -98,6 +102,7 @@ class OperatorConfig:
     bandwidth_weights: tuple[tuple[str, int], ...] = ()
     image: str = DEFAULT_IMAGE
     image_pull_policy: str = "IfNotPresent"
+    agent_images: str = ""
     agent_service_account: str = "ckptdrain-agent"
     namespace: str = ""
     webhook_host: str = "127.0.0.1"
@@ -142,6 +147,13 @@ def _root(name: str, text: str) -> str:
     return posixpath.normpath(text)
 
 
+def _object_ref(name: str, text: str) -> str:
+    """A "namespace/name" reference, or "" for none."""
+    if text and (text.count("/") != 1 or "" in text.split("/")):
+        raise InvalidInput(name, "namespace/name", text)
+    return text
+
+
 def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
     """Load and validate; raises InvalidInput naming the variable."""
     env = os.environ if env is None else env
@@ -159,9 +171,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
                        ("CKPTDRAIN_WEBHOOK_CA", env.get("CKPTDRAIN_WEBHOOK_CA") or None)):
         if path is not None and not os.path.isfile(path):
             raise InvalidInput(name, "a readable PEM file", path)
-    secret = get("CKPTDRAIN_WEBHOOK_SECRET", "")
-    if secret and (secret.count("/") != 1 or "" in secret.split("/")):
-        raise InvalidInput("CKPTDRAIN_WEBHOOK_SECRET", "namespace/name", secret)
+    secret = _object_ref("CKPTDRAIN_WEBHOOK_SECRET", get("CKPTDRAIN_WEBHOOK_SECRET", ""))
     if secret and cert is not None:
         raise InvalidInput("CKPTDRAIN_WEBHOOK_SECRET/CKPTDRAIN_WEBHOOK_CERT",
                            "one source of the webhook certificate", "both")
@@ -180,6 +190,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         bandwidth_weights=parse_weights(get("CKPTDRAIN_BANDWIDTH_WEIGHTS", "")),
         image=get("CKPTDRAIN_IMAGE", d.image),
         image_pull_policy=pull,
+        agent_images=_object_ref("CKPTDRAIN_AGENT_IMAGES", get("CKPTDRAIN_AGENT_IMAGES", "")),
         agent_service_account=get("CKPTDRAIN_AGENT_SERVICE_ACCOUNT", d.agent_service_account),
         namespace=get("CKPTDRAIN_NAMESPACE", ""),
         webhook_host=get("CKPTDRAIN_WEBHOOK_HOST", d.webhook_host),

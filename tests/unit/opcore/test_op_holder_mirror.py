@@ -278,3 +278,45 @@ def test_the_watch_thread_pages_the_list_watches_from_its_version_and_relists_on
     # The ERROR ended the watch: listed again before the next watch.
     assert len(lists) >= 4 and watches[1] == "7"
     assert first.closed and not first.released  # ended mid-stream: not reused
+
+
+def pinned_writer(name: str, rank: int, image: str, **kw: Any) -> dict[str, Any]:
+    pod = writer(name, rank, **kw)
+    pod["metadata"]["annotations"]["ckptdrain.io/agent-image"] = image
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1",
+         "controller": True, "blockOwnerDeletion": True}]
+    return pod
+
+
+def test_the_view_counts_each_generations_agent_images_as_events_come() -> None:
+    mirror = HolderMirror()
+    gen = "Job/u-1"
+    assert mirror.running("ml", "llama", gen, "x") is None  # not listed: the apiserver decides
+    mirror.replace([pinned_writer("w-0", 0, "ckptdrain:1"),
+                    pinned_writer("w-1", 1, "ckptdrain:1", deleting=True),
+                    pinned_writer("w-2", 2, "ckptdrain:1", phase="Failed")], "1")
+    # Only the live one counts.
+    assert mirror.running("ml", "llama", gen, "new") == {"ckptdrain:1": 1}
+    # The pod asking is not its own sibling (a name reused before the old
+    # pod's deletion was seen).
+    assert mirror.running("ml", "llama", gen, "w-0") == {}
+    mirror.apply("MODIFIED", pinned_writer("w-0", 0, "ckptdrain:1", deleting=True))
+    assert mirror.running("ml", "llama", gen, "new") == {}
+    mirror.apply("ADDED", pinned_writer("w-3", 3, "ckptdrain:2"))
+    mirror.apply("ADDED", pinned_writer("w-4", 4, "ckptdrain:2"))
+    mirror.apply("MODIFIED", pinned_writer("w-4", 4, "ckptdrain:2"))  # counted once
+    mirror.apply("DELETED", pinned_writer("w-0", 0, "ckptdrain:1"))
+    assert mirror.running("ml", "llama", gen, "new") == {"ckptdrain:2": 2}
+    mirror.apply("MODIFIED", pinned_writer("w-4", 4, "ckptdrain:1"))  # edited: moves
+    assert mirror.running("ml", "llama", gen, "new") == {"ckptdrain:2": 1, "ckptdrain:1": 1}
+    assert mirror.running("ml", "other", gen, "new") == {}
+    assert mirror.running("ml", "llama", "Job/another", "new") == {}
+    slim = holder_mirror._slim(pinned_writer("w-9", 9, "ckptdrain:1"))
+    assert slim["metadata"]["ownerReferences"] == [
+        {"kind": "Job", "uid": "u-1", "controller": True}]
+    assert "ckptdrain.io/progress" not in slim["metadata"]["annotations"]
+    mirror.replace([], "9")
+    assert mirror.running("ml", "llama", gen, "new") == {}
+    mirror.lost()
+    assert mirror.running("ml", "llama", gen, "new") is None

@@ -186,7 +186,20 @@ def test_annotations_mark_injection_and_seed_the_share() -> None:
                    "ckptdrain.io/bandwidth": str(int(RATE)),
                    # The policy has a Secret: no platform identity for any of ours.
                    "eks.amazonaws.com/skip-containers":
-                       "ckptdrain-prepare,ckptdrain-restore,ckptdrain-agent"}
+                       "ckptdrain-prepare,ckptdrain-restore,ckptdrain-agent",
+                   # What it runs, for the replacements of its workload (agent_pin.py).
+                   "ckptdrain.io/agent-image": CFG.image}
+
+
+def test_the_agent_image_annotation_is_the_webhooks_over_the_pods_own() -> None:
+    """A template cannot say the pod runs another image than the one injected."""
+    forged = pod()
+    forged["metadata"]["annotations"] = {"ckptdrain.io/agent-image": "evil:1"}
+    out = jsonpatch.apply_patch(copy.deepcopy(forged), injection.build_pod_patch(
+        forged, policy.parse("ml", "llama", SPEC, CFG), CFG, RATE))
+    assert out["metadata"]["annotations"]["ckptdrain.io/agent-image"] == CFG.image
+    ours = [*out["spec"]["initContainers"], *out["spec"]["containers"]]
+    assert {c["image"] for c in ours if c["name"] != "trainer"} == {CFG.image}
 
 
 def test_user_env_wins_and_is_not_duplicated() -> None:

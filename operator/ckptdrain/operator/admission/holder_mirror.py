@@ -15,8 +15,12 @@ watch cache, which admission read before, lags in the same way (one step
 less), and the operator's DuplicateWriter condition is the backstop for a
 rank claimed twice at the same instant.
 
-Only a few fields of each pod are kept (name, rank, policy, live or not):
-the watch decodes each pod and keeps no more.
+Only a few fields of each pod are kept (name, rank, policy, live or not,
+and what agent_pin.py reads: the workload's generation and the agent image):
+the watch decodes each pod and keeps no more. The same view tells admission
+which agent image the other live writers of a policy's workload run
+(`running`), counted as events come, so that an admission reads a few
+numbers, not every writer of a large job.
 
 Two more guards keep a lagging view from admitting a rank twice:
 - a view that has heard nothing from the apiserver (an event, a bookmark,
@@ -36,7 +40,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from ckptdrain.contract.api import ANNOTATION_POLICY, LABEL_WRITER
+from ckptdrain.contract.api import ANNOTATION_AGENT_IMAGE, ANNOTATION_POLICY, LABEL_WRITER
+from ckptdrain.operator.admission import agent_pin
 from ckptdrain.operator.apiserver.watched_view import WatchedView, follow, keep_in_step
 
 #: (namespace, policy, rank) → {pod name: live}
@@ -57,6 +62,11 @@ WHAT = "writer pods"
 PAGE = 500
 
 
+_LABELS = frozenset((LABEL_WRITER, *agent_pin.GENERATION_LABELS))
+_ANNOTATIONS = frozenset((ANNOTATION_POLICY, ANNOTATION_AGENT_IMAGE,
+                          *agent_pin.GENERATION_LABELS))
+
+
 def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
     """What _filed reads of a pod, and nothing else."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
@@ -64,8 +74,11 @@ def _slim(pod: Mapping[str, Any]) -> dict[str, Any]:
     return {"metadata": {
         "namespace": meta.get("namespace"), "name": meta.get("name"),
         "deletionTimestamp": meta.get("deletionTimestamp"),
-        "labels": {k: v for k, v in labels.items() if k == LABEL_WRITER},
-        "annotations": {k: v for k, v in notes.items() if k == ANNOTATION_POLICY}},
+        "labels": {k: v for k, v in labels.items() if k in _LABELS},
+        "annotations": {k: v for k, v in notes.items() if k in _ANNOTATIONS},
+        "ownerReferences": [{"kind": o.get("kind"), "uid": o.get("uid"), "controller": True}
+                            for o in meta.get("ownerReferences") or []
+                            if isinstance(o, Mapping) and o.get("controller") is True]},
         "status": {"phase": status.get("phase")}}
 
 
@@ -91,6 +104,10 @@ class HolderMirror(WatchedView):
                  ) -> None:
         super().__init__()
         self._slots: dict[Slot, dict[str, bool]] = {}
+        #: (namespace, policy, generation) → image → live writers running it,
+        #: and where each live writer is counted.
+        self._running: dict[tuple[str, str, str], dict[str, int]] = {}
+        self._counted: dict[PodKey, tuple[tuple[str, str, str], str]] = {}
         self._where: dict[PodKey, Slot] = {}
         self._claims: dict[Slot, float] = {}
         self._heard = -float("inf")
@@ -123,6 +140,20 @@ class HolderMirror(WatchedView):
                 return found
         return holders
 
+    def running(self, namespace: str, policy: str, generation: str, me: str
+                ) -> dict[str, int] | None:
+        """image → the live writers of `policy` of `generation` running it
+        (pod `me` not counted), for agent_pin.choose; None while the view is
+        not current or fresh, or does not cover `namespace`."""
+        with self._lock:
+            if not self._offered(namespace):
+                return None
+            counts = dict(self._running.get((namespace, policy, generation), {}))
+            mine = self._counted.get((namespace, me))
+            if mine is not None and mine[0] == (namespace, policy, generation):
+                counts[mine[1]] -= 1
+            return {image: n for image, n in counts.items() if n > 0}
+
     def claimed(self, namespace: str, policy: str, rank: int) -> None:
         """This process admitted a pod for the rank: held until its event comes."""
         with self._lock:
@@ -143,6 +174,8 @@ class HolderMirror(WatchedView):
     def _clear(self) -> None:
         self._slots.clear()
         self._where.clear()
+        self._running.clear()
+        self._counted.clear()
 
     def _forget(self, obj: dict[str, Any]) -> None:
         self._unfile(_filed(obj)[0])
@@ -154,9 +187,23 @@ class HolderMirror(WatchedView):
             return
         self._slots.setdefault(slot, {})[key[1]] = live
         self._where[key] = slot
+        found = agent_pin.sibling(pod)
+        if live and found.generation is not None and found.image:
+            where = (slot[0], slot[1], found.generation)
+            images = self._running.setdefault(where, {})
+            images[found.image] = images.get(found.image, 0) + 1
+            self._counted[key] = (where, found.image)
         self._claims.pop(slot, None)  # its pod is seen: the view knows it now
 
     def _unfile(self, key: PodKey) -> None:
+        counted = self._counted.pop(key, None)
+        if counted is not None:
+            images = self._running[counted[0]]
+            images[counted[1]] -= 1
+            if images[counted[1]] <= 0:
+                del images[counted[1]]
+            if not images:
+                del self._running[counted[0]]
         slot = self._where.pop(key, None)
         if slot is None:
             return

@@ -17,6 +17,7 @@ from typing import Any
 
 from ckptdrain import units
 from ckptdrain.contract.api import (
+    ANNOTATION_AGENT_IMAGE,
     ANNOTATION_BANDWIDTH,
     ANNOTATION_INJECTED,
     ANNOTATION_POLICY,
@@ -224,7 +225,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     # With a Secret, restore and the agent use its keys, not the pod's identity.
     reach_store = [] if policy.credentials is not None else stores
     ops.extend(_metadata_ops(pod, policy, default_rate, rank, workload_writers, reader,
-                             skip=[c["name"] for c in ours if c not in reach_store]))
+                             skip=[c["name"] for c in ours if c not in reach_store],
+                             image=config.image))
     return ops
 
 
@@ -250,7 +252,7 @@ def _shown(entry: Mapping[str, Any]) -> str:
 
 def _metadata_ops(pod: Mapping[str, Any], policy: Policy, default_rate: float,
                   rank: int | None, workload_writers: int | None, reader: bool,
-                  skip: list[str]) -> JSONPatch:
+                  skip: list[str], image: str) -> JSONPatch:
     """The labels and annotations an injected pod gets; `skip`: the
     containers that never reach the store (cloud_identity.skip_annotation)."""
     ops: JSONPatch = []
@@ -280,14 +282,16 @@ def _metadata_ops(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         annotations[ANNOTATION_WORKLOAD_WRITERS] = str(workload_writers)
     existing = pod.get("metadata", {}).get("annotations")
     skipped = cloud_identity.skip_annotation(existing, skip)
+    # What the pod runs, whatever its template said (admission/agent_pin.py).
+    ran = {ANNOTATION_AGENT_IMAGE: image}
     if existing is None:
         ops.append({"op": "add", "path": "/metadata/annotations",
-                    "value": {**annotations, **skipped}})
+                    "value": {**annotations, **skipped, **ran}})
     else:
         ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
                    for k, v in annotations.items() if k not in existing)
         ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
-                   for k, v in skipped.items())  # added to, or merged with, the pod's own
+                   for k, v in {**skipped, **ran}.items())  # added to, or over, the pod's own
     return ops
 
 

@@ -37,7 +37,7 @@ from typing import Any
 from ckptdrain.contract.api import ANNOTATION_POLICY, LABEL_INJECT, LABEL_WRITER
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config, heap
-from ckptdrain.operator.admission import holder_mirror, policy_mirror, policy_rules
+from ckptdrain.operator.admission import agent_images, holder_mirror, policy_mirror, policy_rules
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission.server import Certificates, Server, UnknownWebhook
 from ckptdrain.operator.apiserver import reads as apiserver_reads
@@ -60,9 +60,11 @@ class Reviewer:
     """Answers AdmissionReview requests."""
 
     def __init__(self, cfg: OperatorConfig, mirror: policy_mirror.PolicyMirror,
-                 report: Any = None, writers: holder_mirror.HolderMirror | None = None
-                 ) -> None:
+                 report: Any = None, writers: holder_mirror.HolderMirror | None = None,
+                 allowed: agent_images.AllowedImages | None = None) -> None:
         self.cfg, self.mirror, self.writers = cfg, mirror, writers
+        self.pinning = None if allowed is None else agent_images.Pinning(
+            allowed, writers.running if writers is not None else None)
         self.report = report or (lambda webhook, outcome, seconds: None)
 
     async def __call__(self, request: dict[str, Any], path: str,
@@ -119,7 +121,8 @@ class Reviewer:
         holders = None if writers is None else (
             lambda policy: writers.holders_of(namespace, policy))
         ops = await admission.admit_pod(pod, namespace, self.cfg, warnings, log,
-                                        self.mirror.candidates(namespace, labels), holders)
+                                        self.mirror.candidates(namespace, labels), holders,
+                                        self.pinning)
         claim = claimed_rank(ops)
         if writers is not None and claim is not None and not payload.get("dryRun"):
             # Held from now on, for this process, until the pod's own event.
@@ -271,9 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     policy_mirror.start(mirror, cfg.namespace, log, threading.Event())
     writers = holder_mirror.HolderMirror(cfg.namespace)
     holder_mirror.start(writers, cfg.namespace, log, threading.Event())
+    allowed = None
+    if cfg.agent_images:
+        allowed = agent_images.AllowedImages(cfg)
+        agent_images.follow(allowed, threading.Event())
     warm_up(cfg.namespace)
-    serve(cfg, args.cert, args.key, Reviewer(cfg, mirror, reports.admitted, writers),
-          reports, loop)
+    serve(cfg, args.cert, args.key,
+          Reviewer(cfg, mirror, reports.admitted, writers, allowed), reports, loop)
     return 0
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from ckptdrain import sizing
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.admission import cloud_identity, injection, unselected
+from ckptdrain.operator.admission import agent_images, cloud_identity, injection, unselected
 from ckptdrain.operator.admission.owner_cache import OwnerCache
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
@@ -227,13 +227,16 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
                     warnings: list[str], logger: logging.Logger,
                     candidates: list[dict[str, Any]] | None,
                     holders: Callable[[str], Callable[[int], list[str]] | None] | None,
+                    pinning: agent_images.Pinning | None = None,
                     ) -> list[dict[str, Any]]:
     """The JSON patch that injects the policy selecting `pod` ([] to leave it
     as it is); raises Refused to refuse it (also, under
     CKPTDRAIN_UNSELECTED_PODS=Refuse, when no policy selects it). `candidates`: the
     policies of the namespace that could select the pod, from a view kept
     by a watch (None: no view to trust, ask the apiserver). `holders(policy)`:
-    the live holders of each rank from a pod index (None: ask the apiserver)."""
+    the live holders of each rank from a pod index (None: ask the apiserver).
+    `pinning`: a writer keeps the agent image of its workload's other live
+    writers (admission/agent_pin.py)."""
     if injection.is_injected(pod):
         # Called again after later webhooks changed the pod: follow them.
         ops = injection.reinvocation_patch(pod)
@@ -289,6 +292,15 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     if problem:
         warnings.append(problem)
     warnings.extend(injection.replaced_env(pod, p, reader=role.reader))
+    choice = await agent_images.image_for(pod, namespace, p.name,
+                                          not role.reader and role.shard is not None, cfg,
+                                          pinning)
+    if choice.note:
+        warnings.append(f"ckptdrain: policy {p.name}: {choice.note}")
+    if choice.image != cfg.image:
+        logger.info("agent image %s for a pod of policy %s: %s", choice.image, p.key,
+                    choice.note or "the newest recorded")
+        cfg = dataclasses.replace(cfg, image=choice.image)
     ops = injection.build_pod_patch(
         pod, p, cfg, default_rate=share, rank=role.shard,
         workload_writers=role.workload_writers, reader=role.reader,

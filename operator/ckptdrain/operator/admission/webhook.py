@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,7 @@ import kopf
 
 from ckptdrain.contract import api
 from ckptdrain.operator import heap, metrics
+from ckptdrain.operator.admission import agent_images
 from ckptdrain.operator.admission.policy_rules import admit_policy
 from ckptdrain.operator.admission.rules import (
     MUTATE_ID,
@@ -119,6 +121,22 @@ def _indexed_holders(pods: kopf.Index[Any, Any], namespace: str, policy: str
     return holders
 
 
+#: The record of agent images as this process reads it, for admission served
+#: here (CKPTDRAIN_WEBHOOK_PROCESS=false); the admission process keeps its own.
+ALLOWED_IMAGES: agent_images.AllowedImages | None = None
+
+
+@kopf.on.startup()
+def agent_images_startup(memo: kopf.Memo, **_: Any) -> None:
+    """Every replica records the agent image it injects (admission/agent_images.py)."""
+    cfg: OperatorConfig = memo.config
+    global ALLOWED_IMAGES
+    agent_images.start_recording(cfg)
+    if cfg.agent_images and not cfg.webhook_process:
+        ALLOWED_IMAGES = agent_images.AllowedImages(cfg)
+        agent_images.follow(ALLOWED_IMAGES, threading.Event())
+
+
 @contextmanager
 def _as_kopf() -> Iterator[None]:
     """A refusal as Kopf answers one."""
@@ -156,7 +174,10 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
             dict(body), namespace, memo.config, warnings, logger,
             _candidates(namespace, labels, policy_by_label) if trusted else None,
             (lambda policy: _indexed_holders(pod_index, namespace, policy))
-            if trusted else None)
+            if trusted else None,
+            # The live writers' images from the apiserver's watch cache: the
+            # operator's pod index does not keep them.
+            None if ALLOWED_IMAGES is None else agent_images.Pinning(ALLOWED_IMAGES))
     if ops:
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 

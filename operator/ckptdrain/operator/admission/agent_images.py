@@ -1,0 +1,328 @@
+"""The record of the agent images this installation has injected, and the
+image admission gives a writer pod (admission/agent_pin.py decides which).
+
+The record is one ConfigMap in the operator's namespace
+(CKPTDRAIN_AGENT_IMAGES, "namespace/name"; the chart renders it empty),
+holding the last KEEP images, the most recently started last, each with the
+injection LAYOUT it was recorded under. Every replica of the operator
+records its own image when it starts (moved to the end when it is there: a
+rollback makes the older image the newest again), by an update at the
+version read, so two replicas starting together never drop each other's;
+it tries until it succeeds. Nothing else writes it, and tenants cannot. A
+record it cannot parse is never overwritten (a person edited it: the log
+says so, and only the operator's own image is given until it is fixed).
+
+Admission reads it every REFRESH_S, and at once (at most once a second)
+when a workload's first pod comes: an upgrade's new image is known to the
+old release's replicas before they place a new workload. A read that fails
+keeps the list it had, so an apiserver hiccup never turns pinning off; until
+the first read succeeds only the operator's own image is given.
+
+An image recorded more than KEEP upgrades ago is dropped: the workloads
+still running it get the newest image for their replacements, as before
+pinning existed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from ckptdrain.contract.api import (
+    ANNOTATION_POLICY,
+    LABEL_WRITER,
+    LABEL_WRITER_POLICY,
+    policy_labelled,
+    timestamp,
+)
+from ckptdrain.operator.admission import agent_pin
+from ckptdrain.operator.config import OperatorConfig
+
+log = logging.getLogger(__name__)
+
+#: The ConfigMap's key.
+KEY = "images.json"
+#: What the pods this release injects ask of the agent image: its commands,
+#: the mounts and environment it needs. Raise it when an agent of an earlier
+#: release could not run in the pod this release injects (or the reverse):
+#: images recorded under another layout are then never given.
+LAYOUT = 1
+#: Images kept: one per upgrade.
+KEEP = 10
+#: How often admission reads the record again; at once for a first pod, at
+#: most every FIRST_POD_READ_S.
+REFRESH_S = 30.0
+FIRST_POD_READ_S = 1.0
+#: Pauses between tries to record the operator's image, the last repeated.
+RECORD_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+READ_TIMEOUT_S = 3.0
+
+#: (namespace, policy, generation, pod name) → image → live writers of that
+#: generation running it, the pod itself not counted (None: the view cannot
+#: say; the apiserver's watch cache is asked).
+RunningView = Callable[[str, str, str, str], "dict[str, int] | None"]
+
+
+class UnreadableRecord(ValueError):
+    """The record holds something this module did not write."""
+
+
+def entries(data: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """The record's entries ({"image", "since", "layout"}), oldest first; []
+    for no record. UnreadableRecord for one this module did not write."""
+    text = (data or {}).get(KEY)
+    if text is None:
+        return []
+    try:
+        found = json.loads(text)["images"]
+        kept = [{"image": e["image"], "since": str(e.get("since", "")),
+                 "layout": e.get("layout")} for e in found]
+        if not all(isinstance(e["image"], str) and e["image"] for e in kept):
+            raise TypeError("an image is not a name")
+    except (ValueError, KeyError, TypeError) as error:
+        raise UnreadableRecord(f"key {KEY} is not a list of recorded images ({error})") \
+            from None
+    return kept
+
+
+def recorded(data: Mapping[str, str] | None, layout: int = LAYOUT) -> tuple[str, ...]:
+    """The images recorded for `layout`, oldest first (UnreadableRecord)."""
+    return tuple(e["image"] for e in entries(data) if e["layout"] == layout)
+
+
+def with_image(data: Mapping[str, str] | None, image: str, at: datetime,
+               keep: int = KEEP, layout: int = LAYOUT) -> dict[str, str] | None:
+    """The record's data with `image` the newest (added, or moved to the end;
+    the oldest dropped past `keep`); None when it is the newest already.
+    UnreadableRecord: never overwrite what a person wrote."""
+    kept = entries(data)
+    if kept and kept[-1]["image"] == image and kept[-1]["layout"] == layout:
+        return None
+    kept = [e for e in kept if e["image"] != image]
+    kept = [*kept, {"image": image, "since": timestamp(at), "layout": layout}][-keep:]
+    return {KEY: json.dumps({"images": kept}, indent=1)}
+
+
+def _ref(cfg: OperatorConfig) -> tuple[str, str]:
+    namespace, name = cfg.agent_images.split("/")
+    return namespace, name
+
+
+# -- recording: every replica of the operator, at start ----------------------------
+
+
+def record_once(cfg: OperatorConfig) -> bool:
+    """Add the operator's image to the record; True when it is there now,
+    False on a conflict (another replica wrote first: read again)."""
+    from ckptdrain.operator.apiserver.kube import ApiException, _clients
+
+    namespace, name = _ref(cfg)
+    core, _ = _clients()
+    try:
+        found = core.read_namespaced_config_map(name, namespace)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+        found = None
+    now = datetime.now(UTC)
+    data = with_image(None if found is None else found.data, cfg.image, now)
+    if data is None:
+        return True
+    try:
+        if found is None:
+            core.create_namespaced_config_map(namespace, {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "labels": {
+                    "app.kubernetes.io/managed-by": "ckptdrain-operator"}},
+                "data": data})
+        else:
+            found.data = data  # at the version read: a concurrent write conflicts
+            core.replace_namespaced_config_map(name, namespace, found)
+    except ApiException as error:
+        if error.status == 409:
+            return False
+        raise
+    log.info("agent image %s recorded in ConfigMap %s/%s", cfg.image, namespace, name)
+    return True
+
+
+def record(cfg: OperatorConfig, stopping: threading.Event) -> bool:
+    """record_once until it holds or `stopping` is set, pausing between
+    failures (said in the log); a record that cannot be parsed is left as
+    it is. True once recorded."""
+    attempt = 0
+    while not stopping.is_set():
+        try:
+            if record_once(cfg):
+                return True
+            continue  # a conflict: read again at once
+        except UnreadableRecord as error:
+            log.error("the record of agent images %s was edited by hand and is not "
+                      "overwritten: %s; until it is fixed or deleted, admission gives only "
+                      "the operator's image %s", cfg.agent_images, error, cfg.image)
+            return False
+        except Exception as error:  # the apiserver, RBAC: said, and tried again
+            log.warning("could not record agent image %s in ConfigMap %s (tried again): %s",
+                        cfg.image, cfg.agent_images, error)
+        stopping.wait(RECORD_RETRY_S[min(attempt, len(RECORD_RETRY_S) - 1)])
+        attempt += 1
+    return False
+
+
+def start_recording(cfg: OperatorConfig) -> None:
+    """record() in a daemon thread: the operator starts without waiting."""
+    if cfg.agent_images:
+        threading.Thread(target=record, args=(cfg, threading.Event()),
+                         name="ckptdrain-agent-images-record", daemon=True).start()
+
+
+# -- reading: admission -------------------------------------------------------------
+
+
+class AllowedImages:
+    """The recorded images of this layout as admission last read them;
+    thread-safe."""
+
+    def __init__(self, cfg: OperatorConfig, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self.cfg, self._clock = cfg, clock
+        self._lock = threading.Lock()
+        self._images: tuple[str, ...] | None = None
+        self._read_at = -float("inf")
+
+    def images(self) -> tuple[str, ...] | None:
+        """Oldest first; None until a first read succeeded."""
+        with self._lock:
+            return self._images
+
+    def read(self) -> None:
+        """Read the record now; a failure keeps what was read before and is
+        raised. A record that cannot be parsed reads as nothing recorded."""
+        from ckptdrain.operator.apiserver import reads
+
+        namespace, name = _ref(self.cfg)
+        with self._lock:
+            self._read_at = self._clock()
+        try:
+            found = reads.get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/"
+                                   f"configmaps/{quote(name, safe='')}", [], READ_TIMEOUT_S)
+        except reads.ApiError as error:
+            if error.status != 404:
+                raise
+            found = {}
+        try:
+            images = recorded(found.get("data"))
+        except UnreadableRecord as error:
+            log.warning("the record of agent images %s: %s; read as nothing recorded",
+                        self.cfg.agent_images, error)
+            images = ()
+        with self._lock:
+            self._images = images
+
+    def fresh(self) -> tuple[str, ...] | None:
+        """images(), read again first unless read in the last FIRST_POD_READ_S
+        (a failed read keeps the list: said once by `follow`)."""
+        with self._lock:
+            recent = self._clock() - self._read_at < FIRST_POD_READ_S
+        if not recent:
+            try:
+                self.read()
+            except Exception as error:
+                log.debug("the record of agent images was not read again: %s", error)
+        return self.images()
+
+
+def follow(allowed: AllowedImages, stopping: threading.Event) -> threading.Thread:
+    """Read the record every REFRESH_S in a daemon thread."""
+    def loop() -> None:
+        failing = False
+        while True:
+            try:
+                allowed.read()
+                if failing:
+                    log.info("the record of agent images is read again")
+                failing = False
+            except Exception as error:  # kept what it had; said once per outage
+                if not failing:
+                    log.warning("could not read the record of agent images %s (%s): "
+                                "admission keeps the list it read before",
+                                allowed.cfg.agent_images, error)
+                failing = True
+            if stopping.wait(REFRESH_S):
+                return
+    thread = threading.Thread(target=loop, name="ckptdrain-agent-images", daemon=True)
+    thread.start()
+    return thread
+
+
+def running_images(namespace: str, policy: str, generation: str, me: str
+                   ) -> dict[str, int]:
+    """image → the live writers of `policy` of `generation` running it (`me`
+    not counted), from the apiserver's watch cache: one LIST of the
+    policy's writers by label, for when no view can say."""
+    from ckptdrain.operator.apiserver import reads
+
+    selector = f"{LABEL_WRITER},{LABEL_WRITER_POLICY}={policy}" if policy_labelled(policy) \
+        else LABEL_WRITER
+    found = reads.get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/pods",
+                           [("labelSelector", selector), ("resourceVersion", "0")],
+                           reads.ADMISSION_READ_TIMEOUT_S)
+    counts: dict[str, int] = {}
+    for pod in found.get("items") or []:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if ((meta.get("annotations") or {}).get(ANNOTATION_POLICY) != policy
+                or meta.get("deletionTimestamp") or meta.get("name") == me
+                or status.get("phase") in ("Succeeded", "Failed")):
+            continue
+        found_sibling = agent_pin.sibling(pod)
+        if found_sibling.generation == generation and found_sibling.image:
+            counts[found_sibling.image] = counts.get(found_sibling.image, 0) + 1
+    return counts
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """What admission pins agent images with: the record as last read, and a
+    view of the live writers (None: the apiserver's watch cache is asked)."""
+
+    allowed: AllowedImages
+    view: RunningView | None = None
+
+
+async def image_for(pod: Mapping[str, Any], namespace: str, policy: str, writer: bool,
+                    cfg: OperatorConfig, pinning: Pinning | None) -> agent_pin.Choice:
+    """The agent image for `pod` of `policy` (agent_pin.py). Pinning off
+    (CKPTDRAIN_AGENT_IMAGES empty, or no `pinning`): the operator's image.
+    Readers and pods without a generation get the newest image. A failed
+    read of the live writers gives the newest image too, said: it never
+    refuses a pod."""
+    if not cfg.agent_images or pinning is None:
+        return agent_pin.Choice(cfg.image)
+    generation = agent_pin.generation(pod)
+    me = (pod.get("metadata") or {}).get("name") or ""
+    if not writer or generation is None or not agent_pin.pinned(pod):
+        return agent_pin.Choice(agent_pin.newest_image(cfg.image, pinning.allowed.images()))
+    view = pinning.view
+    running = view(namespace, policy, generation, me) if view is not None else None
+    if running is None:
+        try:
+            running = await asyncio.to_thread(running_images, namespace, policy, generation,
+                                              me)
+        except Exception as error:
+            newest = agent_pin.newest_image(cfg.image, pinning.allowed.images())
+            return agent_pin.Choice(newest, (
+                f"could not read the live writers of policy {policy} ({error}): this pod "
+                f"gets agent image {newest}, which may differ from theirs"))
+    # A workload's first pod: the record read again, so that an upgrade's
+    # new image is known here before this workload starts on the older one.
+    allowed = pinning.allowed.images() if running else \
+        await asyncio.to_thread(pinning.allowed.fresh)
+    return agent_pin.choose(cfg.image, allowed, pod, running)
