@@ -44,11 +44,12 @@ def _images(stored: dict[str, Any]) -> set[str]:
             if c["name"] != "trainer"}
 
 
-@pytest.fixture
-def upgrade(cluster: Cluster, operator: OperatorProcess, tmp_path: Path,
-            namespace: str) -> Iterator[Callable[[str], OperatorProcess]]:
+@pytest.fixture(params=["own-process", "in-operator"])
+def upgrade(request: pytest.FixtureRequest, cluster: Cluster, operator: OperatorProcess,
+            tmp_path: Path, namespace: str) -> Iterator[Callable[[str], OperatorProcess]]:
     """`upgrade(image)`: the operator (stopped before) started again as a
-    release injecting `image`, recording into one ConfigMap per test."""
+    release injecting `image`, recording into one ConfigMap per test;
+    admission served by its own process (the default) or by the operator's."""
     operator.stop()
     record = f"default/agent-images-{namespace}"
     running: list[OperatorProcess] = []
@@ -59,7 +60,9 @@ def upgrade(cluster: Cluster, operator: OperatorProcess, tmp_path: Path,
         workdir = tmp_path / image.replace(":", "-")
         workdir.mkdir(exist_ok=True)
         proc = OperatorProcess(cluster, workdir, CKPTDRAIN_IMAGE=image,
-                               CKPTDRAIN_AGENT_IMAGES=record)
+                               CKPTDRAIN_AGENT_IMAGES=record,
+                               CKPTDRAIN_WEBHOOK_PROCESS=str(request.param == "own-process"
+                                                             ).lower())
         proc.start()
         running.append(proc)
         wait_for(lambda: image in _recorded(cluster, record), timeout_s=60,

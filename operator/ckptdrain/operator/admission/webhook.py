@@ -34,7 +34,7 @@ import kopf
 
 from ckptdrain.contract import api
 from ckptdrain.operator import heap, metrics
-from ckptdrain.operator.admission import agent_images
+from ckptdrain.operator.admission import agent_images, holder_mirror
 from ckptdrain.operator.admission.policy_rules import admit_policy
 from ckptdrain.operator.admission.rules import (
     MUTATE_ID,
@@ -121,20 +121,25 @@ def _indexed_holders(pods: kopf.Index[Any, Any], namespace: str, policy: str
     return holders
 
 
-#: The record of agent images as this process reads it, for admission served
-#: here (CKPTDRAIN_WEBHOOK_PROCESS=false); the admission process keeps its own.
-ALLOWED_IMAGES: agent_images.AllowedImages | None = None
+#: Agent image pinning for admission served here (CKPTDRAIN_WEBHOOK_PROCESS=
+#: false): the record as this process reads it, and a watch of the writer
+#: pods of its own (the operator's pod index does not keep their images).
+#: The admission process keeps its own of both.
+PINNING: agent_images.Pinning | None = None
 
 
 @kopf.on.startup()
-def agent_images_startup(memo: kopf.Memo, **_: Any) -> None:
+def agent_images_startup(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     """Every replica records the agent image it injects (admission/agent_images.py)."""
     cfg: OperatorConfig = memo.config
-    global ALLOWED_IMAGES
+    global PINNING
     agent_images.start_recording(cfg)
     if cfg.agent_images and not cfg.webhook_process:
-        ALLOWED_IMAGES = agent_images.AllowedImages(cfg)
-        agent_images.follow(ALLOWED_IMAGES, threading.Event())
+        allowed = agent_images.AllowedImages(cfg)
+        agent_images.follow(allowed, threading.Event())
+        writers = holder_mirror.HolderMirror(cfg.namespace)
+        holder_mirror.start(writers, cfg.namespace, logger, threading.Event())
+        PINNING = agent_images.Pinning(allowed, writers.running)
 
 
 @contextmanager
@@ -175,9 +180,7 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
             _candidates(namespace, labels, policy_by_label) if trusted else None,
             (lambda policy: _indexed_holders(pod_index, namespace, policy))
             if trusted else None,
-            # The live writers' images from the apiserver's watch cache: the
-            # operator's pod index does not keep them.
-            None if ALLOWED_IMAGES is None else agent_images.Pinning(ALLOWED_IMAGES))
+            PINNING)
     if ops:
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 
