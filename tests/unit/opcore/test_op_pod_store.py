@@ -50,3 +50,19 @@ def test_the_old_pods_deletion_heard_after_its_replacement_leaves_the_replacemen
     assert [v.uid for v in store.views("ml")] == ["new"]
     assert store.see("ml", "w-0", None, 4.0, uid="new")
     assert store.views("ml") == []
+
+
+def test_the_old_pods_late_update_heard_after_its_replacement_leaves_the_replacement() -> None:
+    from datetime import UTC, datetime
+
+    old = pr.PodView("w-0", labels={"app": "a"}, uid="old", agent=pr.RUNNING,
+                     created=datetime(2026, 11, 29, 10, tzinfo=UTC))
+    new = pr.PodView("w-0", labels={"app": "a"}, uid="new", agent=pr.WAITING,
+                     created=datetime(2026, 11, 29, 11, tzinfo=UTC))
+    store = PodStore()
+    store.see("ml", "w-0", old, 1.0)
+    assert store.see("ml", "w-0", new, 2.0)
+    assert not store.see("ml", "w-0", old, 3.0)  # the old pod's late MODIFIED
+    assert store.views("ml") == [new]
+    # The replacement's own updates go on.
+    assert store.see("ml", "w-0", pr.PodView(**{**new.__dict__, "agent": pr.RUNNING}), 4.0)

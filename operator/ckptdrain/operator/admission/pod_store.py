@@ -29,6 +29,12 @@ class _Entry:
     seen_at: float
 
 
+def _older(seen: PodView, kept: PodView) -> bool:
+    """Whether `seen` is another pod of the same name created before `kept`."""
+    return bool(seen.uid and kept.uid and seen.uid != kept.uid and seen.created
+                and kept.created and seen.created < kept.created)
+
+
 class PodStore:
     """The census's view of each live opted-in pod, by namespace and name."""
 
@@ -41,8 +47,8 @@ class PodStore:
         """Record what an event says of a pod (None: gone, finished or
         departing; `uid` says which pod); True when it changed what the
         census sees. A pod's replacement of the same name (a StatefulSet's)
-        may be heard of before the old pod's deletion: that deletion leaves
-        the replacement alone."""
+        may be heard of before the old pod's deletion or last update: neither
+        changes what is kept of the replacement."""
         with self._lock:
             pods = self._pods.get(namespace, {})
             entry = pods.get(name)
@@ -53,6 +59,10 @@ class PodStore:
                 if not pods:
                     del self._pods[namespace]
                 return True
+            if entry is not None and _older(view, entry.view):
+                # The old pod's late update, heard after its same-named
+                # replacement: the replacement stays.
+                return False
             # A crash loop's outage began at its first exit (protection.py).
             view = continued(entry.view if entry else None, view)
             self._pods.setdefault(namespace, {})[name] = _Entry(view, at)
