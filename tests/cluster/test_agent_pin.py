@@ -126,7 +126,7 @@ def test_writers_keep_their_agent_image_across_an_upgrade_until_replaced_togethe
                         "--overwrite", "ckptdrain.io/agent-image=registry.example/evil:1")
     made = recreate(1)
     assert _images(json.loads(made.stdout)) == {NEW}
-    assert "not among the agent images this installation injected" in made.stderr
+    assert "not among the agent images this installation recorded" in made.stderr
 
     # The whole job replaced at once (every old pod gone): it moves to NEW.
     for index in range(3):

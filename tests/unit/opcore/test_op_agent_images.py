@@ -117,32 +117,6 @@ def test_without_a_view_the_watch_cache_is_asked(monkeypatch: pytest.MonkeyPatch
     assert set(_images(pod).values()) == {NEW}
 
 
-def test_a_new_workload_starts_on_the_newest_image_even_on_an_older_replica(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A replica of the release before, during the upgrade: the record it
-    reads at once names the new image, and the first pod gets it."""
-    api = Api(monkeypatch, record(OLD))
-    older = dataclasses.replace(CFG, image=OLD)
-    policies = PolicyMirror()
-    policies.replace([_policy()], "1")
-    view = HolderMirror()
-    view.replace([], "1")
-    now = [0.0]
-    allowed = agent_images.AllowedImages(older, clock=lambda: now[0])
-    allowed.read()
-    api.stored = record(OLD, NEW)  # the new release recorded itself since
-    now[0] = agent_images.FIRST_POD_READ_S  # the periodic read is not due yet
-    reviewer = admission_process.Reviewer(older, policies, None, view, allowed)
-    pod, _ = _admitted(reviewer, 0)
-    assert set(_images(pod).values()) == {NEW}
-    # A replacement beside live writers reads nothing more.
-    before = len(api.reads)
-    view.apply("ADDED", _sibling("w-0", 0, NEW))
-    now[0] += 10 * agent_images.FIRST_POD_READ_S
-    pod, _ = _admitted(reviewer, 1)
-    assert set(_images(pod).values()) == {NEW} and len(api.reads) == before
-
-
 def test_a_failed_read_of_the_record_keeps_what_was_read(
         monkeypatch: pytest.MonkeyPatch) -> None:
     api = Api(monkeypatch, record(OLD, NEW))
@@ -159,22 +133,40 @@ def test_a_failed_read_of_the_record_keeps_what_was_read(
     assert allowed.images() == ()  # unreadable: nothing but the operator's own
 
 
-def test_readers_and_unpinned_pods_get_the_newest_image(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_writers_with_a_generation_are_pinned(monkeypatch: pytest.MonkeyPatch) -> None:
     api = Api(monkeypatch, record(OLD, NEW))
-    allowed = agent_images.AllowedImages(dataclasses.replace(CFG, image=OLD))
+    allowed = agent_images.AllowedImages(CFG)
     allowed.read()
     pinning = agent_images.Pinning(allowed, lambda *key: {OLD: 3})
+
+    def image(pod: dict[str, Any], writer: bool = True, cfg: Any = CFG) -> str:
+        return asyncio.run(agent_images.image_for(pod, "ml", "llama", writer, cfg,
+                                                  pinning)).image
+
     pod = _review(1)["request"]["object"]
-    older = dataclasses.replace(CFG, image=OLD)
-    reader = asyncio.run(agent_images.image_for(pod, "ml", "llama", False, older, pinning))
-    assert reader.image == NEW
-    writer = asyncio.run(agent_images.image_for(pod, "ml", "llama", True, older, pinning))
-    assert writer.image == OLD
-    off = asyncio.run(agent_images.image_for(pod, "ml", "llama", True,
-                                             dataclasses.replace(CFG, agent_images=""),
-                                             pinning))
-    assert off.image == NEW and api.reads
+    assert image(pod) == OLD
+    assert image(pod, writer=False) == NEW  # a reader
+    bare = {**pod, "metadata": {**pod["metadata"], "ownerReferences": []}}
+    assert image(bare) == NEW
+    opted_out = {**pod, "metadata": {**pod["metadata"], "annotations": {
+        **pod["metadata"]["annotations"], "ckptdrain.io/agent-image-pin": "false"}}}
+    assert image(opted_out) == NEW
+    assert image(pod, cfg=dataclasses.replace(CFG, agent_images="")) == NEW  # pinning off
+    api.failing = True  # the view answers: nothing is read
+    assert image(pod) == OLD
+
+
+def test_a_failed_read_of_the_live_writers_gives_the_operators_image_and_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    api = Api(monkeypatch, record(OLD, NEW))
+    allowed = agent_images.AllowedImages(CFG)
+    allowed.read()
+    api.failing = True
+    choice = asyncio.run(agent_images.image_for(_review(1)["request"]["object"], "ml",
+                                                "llama", True, CFG,
+                                                agent_images.Pinning(allowed)))
+    assert choice.image == NEW and choice.note is not None
+    assert "could not read the live writers" in choice.note
 
 
 class Core:
@@ -217,3 +209,8 @@ def test_recording_retries_a_conflict_and_never_overwrites_a_hand_edit(
     core.stored = {agent_images.KEY: "edited by hand"}
     assert not agent_images.record(CFG, threading.Event())
     assert core.stored == {agent_images.KEY: "edited by hand"}
+    # Deleted, and not ours to make again: said once, not tried every minute.
+    core.stored = None
+    monkeypatch.setattr(core, "create_namespaced_config_map",
+                        lambda *a: (_ for _ in ()).throw(ApiException(status=403)))
+    assert not agent_images.record(CFG, threading.Event())

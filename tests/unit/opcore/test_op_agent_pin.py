@@ -56,22 +56,24 @@ def test_a_replacement_keeps_the_image_its_workload_runs() -> None:
     assert choice.note is not None and "2 other live writer(s) of this Job" in choice.note
 
 
-def test_a_first_pod_gets_the_newest_recorded_image() -> None:
-    """Replicas of two releases admit together during an upgrade: both give a
-    new workload's first pods the newest image, so it never starts mixed."""
-    assert agent_pin.choose(OLD, [OLD, NEW], job_pod(), {}) == agent_pin.Choice(NEW)
+def test_a_first_pod_and_an_unpinned_one_get_the_operators_image() -> None:
     assert agent_pin.choose(NEW, [OLD, NEW], job_pod(), {}) == agent_pin.Choice(NEW)
-    # A rollback recorded the older image again, last: it is the newest.
-    assert agent_pin.choose(OLD, [NEW, OLD], job_pod(), {}) == agent_pin.Choice(OLD)
-    # An operator whose own image is not recorded (its record failed) never
-    # gives an older one to new workloads; nor one that has not read the record.
-    assert agent_pin.choose("ckptdrain:3", [OLD, NEW], job_pod(), {}).image == "ckptdrain:3"
-    assert agent_pin.choose(NEW, None, job_pod(), {}).image == NEW
-    # A bare pod, or one opted out, is never pinned: it gets the newest.
-    assert agent_pin.choose(OLD, [OLD, NEW], pod(), {OLD: 3}).image == NEW
+    assert agent_pin.choose(OLD, [OLD, NEW], job_pod(), {}) == agent_pin.Choice(OLD)
+    # A bare pod, or one opted out, is never pinned.
+    assert agent_pin.choose(NEW, [OLD, NEW], pod(), {OLD: 3}) == agent_pin.Choice(NEW)
     out = job_pod()
     out["metadata"]["annotations"]["ckptdrain.io/agent-image-pin"] = "false"
-    assert agent_pin.choose(NEW, [OLD, NEW], out, {OLD: 3}).image == NEW
+    assert agent_pin.choose(NEW, [OLD, NEW], out, {OLD: 3}) == agent_pin.Choice(NEW)
+
+
+def test_only_pods_the_webhook_injected_say_what_they_run() -> None:
+    injected = pod(labels={"ckptdrain.io/inject": "true"},
+                   annotations={"ckptdrain.io/injected": "true",
+                                "ckptdrain.io/agent-image": OLD})
+    assert agent_pin.running_image(injected) == OLD
+    never_admitted = pod(annotations={"ckptdrain.io/injected": "true",
+                                      "ckptdrain.io/agent-image": OLD})
+    assert agent_pin.running_image(never_admitted) is None
 
 
 def test_an_image_not_recorded_is_never_given_nor_outvotes_a_recorded_one() -> None:
@@ -79,6 +81,7 @@ def test_an_image_not_recorded_is_never_given_nor_outvotes_a_recorded_one() -> N
     choice = agent_pin.choose(NEW, [OLD, NEW], job_pod(), {"evil:1": 4})
     assert choice.image == NEW
     assert choice.note is not None and "not among the agent images" in choice.note
+    assert "evil:1" in choice.note
     assert agent_pin.choose(NEW, [OLD, NEW], job_pod(), {"evil:1": 4, OLD: 3}).image == OLD
     unread = agent_pin.choose(NEW, None, job_pod(), {OLD: 2})
     assert unread.image == NEW and unread.note is not None and "could not be read" in unread.note

@@ -282,7 +282,9 @@ def test_the_watch_thread_pages_the_list_watches_from_its_version_and_relists_on
 
 def pinned_writer(name: str, rank: int, image: str, **kw: Any) -> dict[str, Any]:
     pod = writer(name, rank, **kw)
-    pod["metadata"]["annotations"]["ckptdrain.io/agent-image"] = image
+    pod["metadata"]["annotations"].update({"ckptdrain.io/agent-image": image,
+                                           "ckptdrain.io/injected": "true"})
+    pod["metadata"]["labels"]["ckptdrain.io/inject"] = "true"
     pod["metadata"]["ownerReferences"] = [
         {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1",
          "controller": True, "blockOwnerDeletion": True}]

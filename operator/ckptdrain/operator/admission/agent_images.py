@@ -12,15 +12,14 @@ it tries until it succeeds. Nothing else writes it, and tenants cannot. A
 record it cannot parse is never overwritten (a person edited it: the log
 says so, and only the operator's own image is given until it is fixed).
 
-Admission reads it every REFRESH_S, and at once (at most once a second)
-when a workload's first pod comes: an upgrade's new image is known to the
-old release's replicas before they place a new workload. A read that fails
-keeps the list it had, so an apiserver hiccup never turns pinning off; until
-the first read succeeds only the operator's own image is given.
+Admission reads it every REFRESH_S. A read that fails keeps the list it
+had, so an apiserver hiccup never turns pinning off; until the first read
+succeeds only the operator's own image is given.
 
-An image recorded more than KEEP upgrades ago is dropped: the workloads
-still running it get the newest image for their replacements, as before
-pinning existed.
+An image recorded more than KEEP upgrades ago is dropped, and so is every
+image when the record is emptied (`helm upgrade --force` replaces the
+ConfigMap the chart renders): the workloads still running them get the
+operator's image for their replacements, as before pinning existed.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ import asyncio
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -57,13 +55,14 @@ KEY = "images.json"
 LAYOUT = 1
 #: Images kept: one per upgrade.
 KEEP = 10
-#: How often admission reads the record again; at once for a first pod, at
-#: most every FIRST_POD_READ_S.
+#: How often admission reads the record again.
 REFRESH_S = 30.0
-FIRST_POD_READ_S = 1.0
 #: Pauses between tries to record the operator's image, the last repeated.
 RECORD_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 READ_TIMEOUT_S = 3.0
+#: The longest a writer's admission waits for the live writers from the
+#: apiserver when no view can say (its webhook has 5 s in all).
+WRITERS_READ_TIMEOUT_S = 2.0
 
 #: (namespace, policy, generation, pod name) → image → live writers of that
 #: generation running it, the pod itself not counted (None: the view cannot
@@ -166,10 +165,17 @@ def record(cfg: OperatorConfig, stopping: threading.Event) -> bool:
             continue  # a conflict: read again at once
         except UnreadableRecord as error:
             log.error("the record of agent images %s was edited by hand and is not "
-                      "overwritten: %s; until it is fixed or deleted, admission gives only "
-                      "the operator's image %s", cfg.agent_images, error, cfg.image)
+                      "overwritten: %s; until it is fixed or emptied, admission keeps no "
+                      "image but the operator's own %s", cfg.agent_images, error, cfg.image)
             return False
-        except Exception as error:  # the apiserver, RBAC: said, and tried again
+        except Exception as error:
+            if getattr(error, "status", None) == 403:
+                # Not ours to make (the chart renders it and grants only
+                # get/update): a person deleted it. Said once, not every minute.
+                log.error("may not write the record of agent images %s (%s): pinning keeps "
+                          "only the images recorded before; `helm upgrade` renders the "
+                          "ConfigMap again", cfg.agent_images, error)
+                return False
             log.warning("could not record agent image %s in ConfigMap %s (tried again): %s",
                         cfg.image, cfg.agent_images, error)
         stopping.wait(RECORD_RETRY_S[min(attempt, len(RECORD_RETRY_S) - 1)])
@@ -191,12 +197,10 @@ class AllowedImages:
     """The recorded images of this layout as admission last read them;
     thread-safe."""
 
-    def __init__(self, cfg: OperatorConfig, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
-        self.cfg, self._clock = cfg, clock
+    def __init__(self, cfg: OperatorConfig) -> None:
+        self.cfg = cfg
         self._lock = threading.Lock()
         self._images: tuple[str, ...] | None = None
-        self._read_at = -float("inf")
 
     def images(self) -> tuple[str, ...] | None:
         """Oldest first; None until a first read succeeded."""
@@ -209,8 +213,6 @@ class AllowedImages:
         from ckptdrain.operator.apiserver import reads
 
         namespace, name = _ref(self.cfg)
-        with self._lock:
-            self._read_at = self._clock()
         try:
             found = reads.get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/"
                                    f"configmaps/{quote(name, safe='')}", [], READ_TIMEOUT_S)
@@ -226,18 +228,6 @@ class AllowedImages:
             images = ()
         with self._lock:
             self._images = images
-
-    def fresh(self) -> tuple[str, ...] | None:
-        """images(), read again first unless read in the last FIRST_POD_READ_S
-        (a failed read keeps the list: said once by `follow`)."""
-        with self._lock:
-            recent = self._clock() - self._read_at < FIRST_POD_READ_S
-        if not recent:
-            try:
-                self.read()
-            except Exception as error:
-                log.debug("the record of agent images was not read again: %s", error)
-        return self.images()
 
 
 def follow(allowed: AllowedImages, stopping: threading.Event) -> threading.Thread:
@@ -274,7 +264,7 @@ def running_images(namespace: str, policy: str, generation: str, me: str
         else LABEL_WRITER
     found = reads.get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}/pods",
                            [("labelSelector", selector), ("resourceVersion", "0")],
-                           reads.ADMISSION_READ_TIMEOUT_S)
+                           WRITERS_READ_TIMEOUT_S)
     counts: dict[str, int] = {}
     for pod in found.get("items") or []:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
@@ -299,17 +289,15 @@ class Pinning:
 
 async def image_for(pod: Mapping[str, Any], namespace: str, policy: str, writer: bool,
                     cfg: OperatorConfig, pinning: Pinning | None) -> agent_pin.Choice:
-    """The agent image for `pod` of `policy` (agent_pin.py). Pinning off
-    (CKPTDRAIN_AGENT_IMAGES empty, or no `pinning`): the operator's image.
-    Readers and pods without a generation get the newest image. A failed
-    read of the live writers gives the newest image too, said: it never
-    refuses a pod."""
-    if not cfg.agent_images or pinning is None:
-        return agent_pin.Choice(cfg.image)
+    """The agent image for `pod` of `policy` (agent_pin.py). The operator's
+    own with pinning off (CKPTDRAIN_AGENT_IMAGES empty, or no `pinning`),
+    for readers and pods without a generation, and, said, when the live
+    writers could not be read: it never refuses a pod."""
     generation = agent_pin.generation(pod)
+    if not cfg.agent_images or pinning is None or not writer or generation is None \
+            or not agent_pin.pinned(pod):
+        return agent_pin.Choice(cfg.image)
     me = (pod.get("metadata") or {}).get("name") or ""
-    if not writer or generation is None or not agent_pin.pinned(pod):
-        return agent_pin.Choice(agent_pin.newest_image(cfg.image, pinning.allowed.images()))
     view = pinning.view
     running = view(namespace, policy, generation, me) if view is not None else None
     if running is None:
@@ -317,12 +305,7 @@ async def image_for(pod: Mapping[str, Any], namespace: str, policy: str, writer:
             running = await asyncio.to_thread(running_images, namespace, policy, generation,
                                               me)
         except Exception as error:
-            newest = agent_pin.newest_image(cfg.image, pinning.allowed.images())
-            return agent_pin.Choice(newest, (
+            return agent_pin.Choice(cfg.image, (
                 f"could not read the live writers of policy {policy} ({error}): this pod "
-                f"gets agent image {newest}, which may differ from theirs"))
-    # A workload's first pod: the record read again, so that an upgrade's
-    # new image is known here before this workload starts on the older one.
-    allowed = pinning.allowed.images() if running else \
-        await asyncio.to_thread(pinning.allowed.fresh)
-    return agent_pin.choose(cfg.image, allowed, pod, running)
+                f"gets agent image {cfg.image}, which may differ from theirs"))
+    return agent_pin.choose(cfg.image, pinning.allowed.images(), pod, running)

@@ -1,7 +1,7 @@
 """Which agent image a writer pod gets: the one the other live writers of its
 workload run, so that an operator upgrade never mixes two agent releases in
-one running job; for a workload's first pods, the newest recorded image.
-Pure: the pods come in as plain dicts, the recorded images as a list.
+one running job; the operator's own for a workload's first pods. Pure: the
+pods come in as plain dicts, the recorded images as a list.
 
 Why per workload, and which workload. The writers of one job agree on their
 restore step and fence each other through one protocol; a rank replaced after
@@ -18,21 +18,22 @@ created that still run.
 - Anything else with a controller (an Indexed Job, a StatefulSet, a
   PyTorchJob): that controller's uid. A Job deleted and created again, or a
   StatefulSet recreated, is a new generation.
-- A bare pod: none (nothing replaces it; it gets the newest image).
-Pods being deleted or finished never count. A pod annotated
-`ckptdrain.io/agent-image-pin: "false"` is never pinned: it gets the newest
-image (a workload that wants to move without being recreated).
+- A bare pod: none (nothing replaces it).
+Pods being deleted or finished never count, nor pods the webhook did not
+inject. A pod annotated `ckptdrain.io/agent-image-pin: "false"` is never
+pinned (a workload that wants to move without being recreated).
 
-Why the newest recorded image for a first pod, not the operator's own:
-during an operator upgrade, replicas of two releases serve admission at
-once; both give a new workload's first pods the newest recorded image, so
-those pods never start mixed.
+A workload created while the operator itself rolls out (replicas of two
+releases admitting at once, a minute or so) may start with pods of both
+images, each replica giving its own; its replacements then take the image
+most of its writers run.
 
 Which images may be given: only those this installation recorded for the
 same injection layout (admission/agent_images.py), and the operator's own. A
-pod's annotations and images can be edited by whoever may edit the pod, so
-what a live pod says it runs is a choice among those, never a way to run
-another image.
+pod's labels and annotations can be edited by whoever may edit the pod, so
+what live pods say they run is a choice among those, never a way to run
+another image: within a namespace, whoever may create or edit pods can
+sway which recorded image its workloads' replacements get, nothing more.
 """
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckptdrain.contract.api import ANNOTATION_AGENT_IMAGE
+from ckptdrain.contract.api import (
+    ANNOTATION_AGENT_IMAGE,
+    ANNOTATION_INJECTED,
+    LABEL_INJECT,
+)
 from ckptdrain.operator.policy.identity import JOBSET_NAME, LWS_NAME
 
 JOBSET_RESTART = "jobset.sigs.k8s.io/restart-attempt"
@@ -93,23 +98,20 @@ def generation(pod: Mapping[str, Any]) -> str | None:
 
 
 def running_image(pod: Mapping[str, Any]) -> str | None:
-    """The agent image an injected pod says it runs (its annotation)."""
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_AGENT_IMAGE)
+    """The agent image an injected pod says it runs (its annotation); None
+    for a pod that never went through the webhook (not opted in)."""
+    meta = pod.get("metadata") or {}
+    notes = meta.get("annotations") or {}
+    if (meta.get("labels") or {}).get(LABEL_INJECT) != "true" \
+            or notes.get(ANNOTATION_INJECTED) != "true":
+        return None
+    value = notes.get(ANNOTATION_AGENT_IMAGE)
     return value if isinstance(value, str) and value else None
 
 
 def sibling(pod: Mapping[str, Any]) -> Sibling:
     return Sibling((pod.get("metadata") or {}).get("name") or "", generation(pod),
                    running_image(pod))
-
-
-def newest_image(current: str, allowed: Sequence[str] | None) -> str:
-    """What a workload's first pods get: the most recently recorded image, or
-    the operator's own while it is not recorded (its record failed: an older
-    image must never be given to new workloads for that)."""
-    if allowed and current in allowed:
-        return allowed[-1]
-    return current
 
 
 def pinned(pod: Mapping[str, Any]) -> bool:
@@ -126,29 +128,25 @@ def choose(current: str, allowed: Sequence[str] | None, pod: Mapping[str, Any],
     the record could not be read (only `current` is then given).
 
     The image most of them run, among the allowed ones (ties: the operator's
-    own, then the most recently recorded); with none, the newest recorded."""
+    own, then the most recently recorded); with none, the operator's own."""
     where = (generation(pod) or "workload").split("/", 1)[0]
-    order = {image: i for i, image in enumerate(allowed or ())}
-    newest = newest_image(current, allowed)
     if generation(pod) is None or not pinned(pod):
-        return Choice(newest)
+        return Choice(current)
+    order = {image: i for i, image in enumerate(allowed or ())}
     usable = {image: n for image, n in running.items()
               if n > 0 and (image == current or image in order)}
     if not usable:
         refused = sorted(image for image, n in running.items() if n > 0)
         if not refused:
-            return Choice(newest)
-        if allowed is None:
-            return Choice(current, (
-                f"the other live writers of this {where} run agent image {refused[0]}, but "
-                f"the record of agent images could not be read yet: this pod gets {current}"))
-        return Choice(newest, (
-            f"the other live writers of this {where} run agent image {refused[0]}, which is "
-            f"not among the agent images this installation injected: this pod gets {newest}"))
+            return Choice(current)
+        why = ("the record of agent images could not be read yet" if allowed is None else
+               "it is not among the agent images this installation recorded")
+        return Choice(current, (f"the other live writers of this {where} run agent image "
+                                f"{refused[0]}, but {why}: this pod gets {current}"))
     image, count = max(usable.items(),
                        key=lambda kv: (kv[1], kv[0] == current, order.get(kv[0], -1)))
     if image == current:
         return Choice(current)
     return Choice(image, (
         f"agent image {image} kept: {count} other live writer(s) of this {where} run it; "
-        f"the workload moves to {newest} when it is recreated (docs/install.md, Upgrades)"))
+        f"the workload moves to {current} when it is recreated (docs/install.md, Upgrades)"))

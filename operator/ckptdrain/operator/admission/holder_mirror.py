@@ -40,7 +40,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from ckptdrain.contract.api import ANNOTATION_AGENT_IMAGE, ANNOTATION_POLICY, LABEL_WRITER
+from ckptdrain.contract.api import (
+    ANNOTATION_AGENT_IMAGE,
+    ANNOTATION_INJECTED,
+    ANNOTATION_POLICY,
+    LABEL_INJECT,
+    LABEL_WRITER,
+)
 from ckptdrain.operator.admission import agent_pin
 from ckptdrain.operator.apiserver.watched_view import WatchedView, follow, keep_in_step
 
@@ -62,8 +68,8 @@ WHAT = "writer pods"
 PAGE = 500
 
 
-_LABELS = frozenset((LABEL_WRITER, *agent_pin.GENERATION_LABELS))
-_ANNOTATIONS = frozenset((ANNOTATION_POLICY, ANNOTATION_AGENT_IMAGE,
+_LABELS = frozenset((LABEL_WRITER, LABEL_INJECT, *agent_pin.GENERATION_LABELS))
+_ANNOTATIONS = frozenset((ANNOTATION_POLICY, ANNOTATION_AGENT_IMAGE, ANNOTATION_INJECTED,
                           *agent_pin.GENERATION_LABELS))
 
 
