@@ -88,7 +88,7 @@ def test_nothing_that_needs_the_prometheus_operator_by_default(tools: Tools) -> 
     for kind in ("PodMonitor", "PrometheusRule", "ServiceMonitor"):
         assert not _kind(objects, kind), kind
     # The dashboard is a plain ConfigMap: shipped unless turned off.
-    (dashboard,) = [o for o in _kind(objects, "ConfigMap") if "ckptdrain.json" in o["data"]]
+    (dashboard,) = [o for o in _kind(objects, "ConfigMap") if "ckptdrain.json" in o.get("data", {})]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(dashboard["data"]["ckptdrain.json"]) == json.loads(DASHBOARD.read_text())
     off = _objects(tools, "--set", "metrics.dashboard.enabled=false")
@@ -100,7 +100,7 @@ def test_the_dashboard_label_and_namespace_follow_the_values(tools: Tools) -> No
                        "--set", "metrics.dashboard.labelValue=ckptdrain",
                        "--set", "metrics.dashboard.namespace=monitoring",
                        "--set", "metrics.dashboard.annotations.grafana_folder=ML")
-    (dashboard,) = [o for o in _kind(objects, "ConfigMap") if "ckptdrain.json" in o["data"]]
+    (dashboard,) = [o for o in _kind(objects, "ConfigMap") if "ckptdrain.json" in o.get("data", {})]
     meta = dashboard["metadata"]
     assert meta["labels"]["grafana.com/dashboard"] == "ckptdrain"
     assert meta["namespace"] == "monitoring"

@@ -212,3 +212,38 @@ def test_overlapping_policies_that_got_past_admission_are_marked_on_both(
                  what=f"{name} Ready again")
         cond = _conflicting(cluster, namespace, name)
         assert cond is not None and cond["status"] == "False"
+
+
+def test_a_policy_may_send_its_pods_own_identity_only_where_the_platform_says(
+        cluster: Cluster, operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any]) -> None:
+    """The session operator lists no endpoint (the chart's default): without a
+    Secret, only AWS's own; with one, any. A policy stored past the webhook
+    (failurePolicy Ignore, an older release) is marked Invalid, naming the
+    field, and its pods are refused."""
+    ambient = {"uri": "s3://ckpt-bucket/runs", "endpoint": "https://collector.example"}
+    message = _refused(apply, policy("ambient", storage=ambient))
+    assert "spec.storage.endpoint" in message and "CKPTDRAIN_AMBIENT_ENDPOINTS" in message
+    _accepted(apply, policy("ambient", storage={**ambient,
+                                                "endpoint": "https://s3.us-east-1.amazonaws.com"}))
+    _accepted(apply, policy("keyed", storage={**ambient,
+                                              "credentialsSecretRef": {"name": "s3-creds"}}))
+    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "keyed")
+    # Stored with the webhook out of the way: the operator's own parser says no.
+    cluster.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK_NAME,
+                    "--ignore-not-found")
+    try:
+        _accepted(apply, policy("ambient", storage=ambient))
+        status = wait_for(lambda: (get(cluster, namespace, "ckpol", "ambient").get("status")
+                                   or {}).get("phase") == "Invalid"
+                          and get(cluster, namespace, "ckpol", "ambient")["status"],
+                          what="the policy marked Invalid")
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert "storage.endpoint" in ready["message"], ready
+        made = cluster.kubectl("create", "-n", namespace, "-f", "-", check=False,
+                               input=json.dumps(pod("a-0", {"app": "ambient", **INJECT})))
+        assert made.returncode != 0 and "storage.endpoint" in made.stderr, made.stderr
+    finally:
+        # The operator registers its webhooks again when it starts.
+        operator.stop()
+        operator.start()

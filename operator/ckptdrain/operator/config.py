@@ -19,6 +19,10 @@ Variables (field in parentheses):
   which the operator records every agent image it has injected, so that the
   writers of a running workload keep theirs across an upgrade
   (admission/agent_pin.py); empty = no pinning: every pod gets CKPTDRAIN_IMAGE.
+- CKPTDRAIN_AMBIENT_ENDPOINTS (ambient_endpoints): the S3 endpoints, besides
+  AWS's own, that a policy without a credentials Secret may name: the pod's
+  own identity is sent to them (store/ambient_endpoints.py); comma-separated
+  `https://host[:port]` or `https://*.domain`; none by default.
 - CKPTDRAIN_AGENT_SERVICE_ACCOUNT: the agent's service account (informational).
 - CKPTDRAIN_NAMESPACE (namespace): watch only this namespace; empty = all.
 - CKPTDRAIN_WEBHOOK_HOST / _ADDR / _PORT: the hostname the apiserver uses to
@@ -88,6 +92,7 @@ from dataclasses import dataclass
 from ckptdrain import units
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, read_platform_json
+from ckptdrain.store import ambient_endpoints
 
 DEFAULT_IMAGE = "ckptdrain:dev"
 #: The values of CKPTDRAIN_UNSELECTED_PODS.
@@ -103,6 +108,7 @@ class OperatorConfig:
     image: str = DEFAULT_IMAGE
     image_pull_policy: str = "IfNotPresent"
     agent_images: str = ""
+    ambient_endpoints: tuple[tuple[str, str, int], ...] = ()
     agent_service_account: str = "ckptdrain-agent"
     namespace: str = ""
     webhook_host: str = "127.0.0.1"
@@ -191,6 +197,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         image=get("CKPTDRAIN_IMAGE", d.image),
         image_pull_policy=pull,
         agent_images=_object_ref("CKPTDRAIN_AGENT_IMAGES", get("CKPTDRAIN_AGENT_IMAGES", "")),
+        ambient_endpoints=ambient_endpoints.parse_allowed(
+            get("CKPTDRAIN_AMBIENT_ENDPOINTS", "")),
         agent_service_account=get("CKPTDRAIN_AGENT_SERVICE_ACCOUNT", d.agent_service_account),
         namespace=get("CKPTDRAIN_NAMESPACE", ""),
         webhook_host=get("CKPTDRAIN_WEBHOOK_HOST", d.webhook_host),

@@ -37,7 +37,7 @@ from ckptdrain.operator.policy.peer_tier import PeerTier
 from ckptdrain.operator.policy.peer_tier import read as read_peer_tier
 from ckptdrain.operator.policy.storage_options import StorageOptions
 from ckptdrain.operator.policy.storage_options import read as read_storage_options
-from ckptdrain.store import parse_store_uri
+from ckptdrain.store import ambient_endpoints, parse_store_uri
 from ckptdrain.store.endpoint import parse_endpoint
 
 GRACE_POLICIES = ("Warn", "Refuse")
@@ -276,6 +276,10 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     if uri.startswith("gs://") and endpoint is not None:
         from ckptdrain.store.gcs import endpoint_problem
         problem = endpoint_problem(endpoint)
+        if problem is not None:
+            r.fail("storage.endpoint", problem, endpoint)
+    if uri.startswith("s3://") and endpoint is not None and secret is None:
+        problem = ambient_endpoints.problem(endpoint, config.ambient_endpoints)
         if problem is not None:
             r.fail("storage.endpoint", problem, endpoint)
     if uri.startswith("gs://"):
