@@ -32,7 +32,9 @@ def test_the_ambient_endpoints_reach_the_operator(tools: Tools) -> None:
         ("https", "minio.storage.svc", 9000), ("https", "*.rgw.corp.example", 443))
 
 
-def test_a_value_that_is_not_a_url_is_refused(tools: Tools) -> None:
-    result = tools.run("helm", "template", "ckptdrain", str(CHART), "--set",
-                       "agent.ambientEndpoints={minio:9000}", check=False)
-    assert result.returncode != 0 and "ambientEndpoints" in result.stderr
+def test_a_value_the_operator_would_refuse_is_refused_by_the_chart(tools: Tools) -> None:
+    """Rendered, it would make the operator exit at start (a crash loop)."""
+    for value in ("minio:9000", "https://*.com", "https://user@minio"):
+        result = tools.run("helm", "template", "ckptdrain", str(CHART), "--set",
+                           f"agent.ambientEndpoints={{{value}}}", check=False)
+        assert result.returncode != 0 and "ambientEndpoints" in result.stderr, value

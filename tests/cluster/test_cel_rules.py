@@ -82,7 +82,8 @@ QUALIFIED = "a" * 253 + "/" + "n" * 63
 
 
 GS = {"uri": "gs://ckpt-bucket/runs"}
-S3 = {"uri": "s3://ckpt-bucket/runs", "endpoint": "http://minio.storage:9000"}
+S3 = {"uri": "s3://ckpt-bucket/runs", "endpoint": "http://minio.storage:9000",
+      "credentialsSecretRef": {"name": "s3-creds"}}
 PEER = {"enabled": True}
 
 RULES = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -157,6 +158,28 @@ def endpoint_from_env(environ: dict[str, str] | None = None) -> str | None:
     return None
 
 
+def explicit_keys(env: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
+    """The keys the environment gives (access key, secret key, session
+    token), or three Nones for the standard chain when it names none.
+
+    A key variable that is set must hold a key: botocore skips an empty one
+    and falls through to the rest of its chain (IRSA, Pod Identity, the
+    instance profile), so a policy's Secret with empty values would sign
+    with the pod's own identity, where the policy chose an endpoint for its
+    own keys (store/ambient_endpoints.py). InvalidInput naming the variable;
+    never a value."""
+    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    if not any(name in env for name in names):
+        return None, None, None
+    for name in names:
+        if not (env.get(name) or "").strip():
+            raise InvalidInput(name, "a key (the credentials Secret's value, or the "
+                               "variable unset to use the AWS chain)",
+                               "empty" if name in env else "unset")
+    return env[names[0]].strip(), env[names[1]].strip(), \
+        (env.get("AWS_SESSION_TOKEN") or "").strip() or None
+
+
 def open_store(
     uri: str,
     *,
@@ -204,11 +227,13 @@ def open_store(
     from ckptdrain.store.s3 import S3Store
     from ckptdrain.store.s3_options import S3Options
 
+    access_key, secret_key, session_token = explicit_keys(env)
     return S3Store(
         parsed.bucket,
         parsed.prefix,
         endpoint_url=endpoint or endpoint_from_env(dict(env)),
         region=region,
+        access_key=access_key, secret_key=secret_key, session_token=session_token,
         max_pool_connections=max_pool_connections,
         options=options if isinstance(options, S3Options) else S3Options.from_env(env),
     )

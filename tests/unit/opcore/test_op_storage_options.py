@@ -19,6 +19,11 @@ POD = {"apiVersion": "v1", "kind": "Pod",
        "spec": {"containers": [{"name": "trainer", "image": "t:1"}]}}
 
 
+#: A private CA goes with the policy's own keys (or a listed endpoint:
+#: test_op_ambient_endpoints.py).
+KEYED = {"endpoint": "https://minio.corp:9000", "credentialsSecretRef": {"name": "s3-keys"}}
+
+
 def spec(**storage: Any) -> dict[str, Any]:
     return {"selector": {"matchLabels": {"app": "t"}}, "model": {"checkpointBytes": "80GB"},
             "interval": "15m", "writers": 8,
@@ -34,7 +39,7 @@ def _injected(s: dict[str, Any]) -> dict[str, Any]:
 def test_settings_reach_the_agent_and_restore_and_the_store_reads_them() -> None:
     pod = _injected(spec(encryption={"type": "SSE-KMS", "kmsKeyId": "arn:aws:kms:k"},
                          caBundle={"configMapKeyRef": {"name": "corp-ca", "key": "ca.crt"}},
-                         addressingStyle="virtual"))
+                         addressingStyle="virtual", **KEYED))
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == CA_VOLUME)
     assert volume["configMap"] == {"name": "corp-ca",
                                    "items": [{"key": "ca.crt", "path": "ca.pem"}]}
@@ -56,7 +61,8 @@ def test_settings_reach_the_agent_and_restore_and_the_store_reads_them() -> None
 
 
 def test_a_secret_reference_mounts_the_secret() -> None:
-    pod = _injected(spec(caBundle={"secretKeyRef": {"name": "corp-ca", "key": "bundle.pem"}}))
+    pod = _injected(spec(caBundle={"secretKeyRef": {"name": "corp-ca", "key": "bundle.pem"}},
+                         **KEYED))
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == CA_VOLUME)
     assert volume["secret"] == {"secretName": "corp-ca",
                                 "items": [{"key": "bundle.pem", "path": "ca.pem"}]}

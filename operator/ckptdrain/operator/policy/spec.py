@@ -278,10 +278,16 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         problem = endpoint_problem(endpoint)
         if problem is not None:
             r.fail("storage.endpoint", problem, endpoint)
-    if uri.startswith("s3://") and endpoint is not None and secret is None:
-        problem = ambient_endpoints.problem(endpoint, config.ambient_endpoints)
-        if problem is not None:
+    if uri.startswith("s3://") and secret is None:  # the pods' own identity signs
+        problem = endpoint and ambient_endpoints.problem(endpoint, config.ambient_endpoints)
+        if problem:
             r.fail("storage.endpoint", problem, endpoint)
+        elif storage_opts.ca_bundle is not None and not (
+                endpoint and ambient_endpoints.listed(endpoint, config.ambient_endpoints)):
+            r.fail("storage.caBundle", "unset without a credentialsSecretRef, unless "
+                   f"storage.endpoint is one the platform lists in "
+                   f"{ambient_endpoints.VARIABLE}: S3's own certificates are public, and "
+                   "a private CA would let another host pose as it", "set")
     if uri.startswith("gs://"):
         # GCS is reached with Application Default Credentials, and encrypts
         # every object at rest (a customer-managed key is the bucket's setting).
