@@ -131,6 +131,11 @@ class LocalTier:
         if self.has(step):
             return Captured(self.manifest(step), 0.0, self.step_dir(step))
         started = time.monotonic()
+        # When the step was saved, as near as the agent knows: the trainer
+        # had finished it when the capture began. Taking it in (links, the
+        # CRC32C of every byte, fsyncs) takes seconds for a large step, and
+        # goodput counts the training lost since this time.
+        saved_at = time.time()
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f"{_TEMP_PREFIX}{step_name(step)}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
@@ -140,7 +145,7 @@ class LocalTier:
                                       should_stop=should_stop)
             manifest = WriterManifest(
                 step=step, writer=writer, writers=writers,
-                files=tuple(t.entry for t in taken), created=time.time(),
+                files=tuple(t.entry for t in taken), created=saved_at,
                 extra=dict(extra or {}),
             )
             links = linking.links_to_json(taken)
