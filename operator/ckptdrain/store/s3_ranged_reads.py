@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import http.client
 import re
+import sys
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
-import urllib3.exceptions
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ckptdrain.errors import InvalidInput, ObjectMissing, StoreError, StoreUnreachable
@@ -23,6 +23,17 @@ from ckptdrain.store.base import ObjectInfo
 #: Bytes the fallback reads at a time (a body that is not spliced).
 _CHUNK = 1 << 20
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+
+
+class Wire(NamedTuple):
+    """What carries an answer's body: http.client's response (None where
+    the transport is another), its socket, whether it is chunked, and how
+    to give the connection back once the body was read to its end."""
+
+    fp: Any
+    sock: Any
+    chunked: bool
+    release: Callable[[], None]
 
 
 def _short(response: dict[str, Any]) -> str:
@@ -75,8 +86,9 @@ class S3RangedReads:
         if answer is None:
             return 0
         response, expected = answer
-        body, raw, fp = _transport(response)
-        if not isinstance(fp, http.client.HTTPResponse) or getattr(raw, "chunked", False):
+        body, wire = response["Body"], _wire(response)
+        fp = wire.fp
+        if not isinstance(fp, http.client.HTTPResponse) or wire.chunked:
             data = self._read_body(response, "get_object", key, length)  # any other transport
             if len(data) != expected:
                 raise StoreError(f"get_object {key}: {len(data)} bytes where the answer to "
@@ -101,7 +113,7 @@ class S3RangedReads:
                 f"get_object {key}: the connection to {self.endpoint} closed after {got} "
                 f"of {expected} bytes")
         if fp.isclosed():
-            raw.release_conn()  # read to its end: the connection is reusable
+            wire.release()  # read to its end: the connection is reusable
         body.close()
         return got
 
@@ -118,9 +130,9 @@ class S3RangedReads:
         answer = self._ranged_get(key, start, length)
         if answer is None:
             return 0
-        body, raw, fp = _transport(answer[0])
-        expected = answer[1]
-        direct = isinstance(fp, http.client.HTTPResponse) and not getattr(raw, "chunked", False)
+        body, wire = answer[0]["Body"], _wire(answer[0])
+        fp, expected = wire.fp, answer[1]
+        direct = isinstance(fp, http.client.HTTPResponse) and not wire.chunked
         got = 0
         try:
             while got < expected:
@@ -135,20 +147,20 @@ class S3RangedReads:
                 raise StoreError(f"{self._what(key)}: a body longer than the {expected} "
                                  f"bytes announced")
         except splice.SocketFailed as err:
-            _drop(body, raw)
+            _drop(body, wire)
             raise StoreUnreachable(
                 f"get_object {key}: the connection to {self.endpoint} broke mid-body "
                 f"({err})") from err
         except BaseException:
-            _drop(body, raw)
+            _drop(body, wire)
             raise
         if got != expected:
-            _drop(body, raw)
+            _drop(body, wire)
             raise StoreUnreachable(
                 f"get_object {key}: the connection to {self.endpoint} closed after {got} "
                 f"of {expected} bytes")
         if direct and fp.isclosed():
-            raw.release_conn()  # read to its end: the connection is reusable
+            wire.release()  # read to its end: the connection is reusable
         body.close()
         return got
 
@@ -162,14 +174,13 @@ class S3RangedReads:
         answer = self._ranged_get(key, start, length)
         if answer is None:
             return 0
-        body, raw, fp = _transport(answer[0])
-        expected = answer[1]
-        sock = getattr(getattr(raw, "connection", None), "sock", None)
+        body, wire = answer[0]["Body"], _wire(answer[0])
+        fp, expected = wire.fp, answer[1]
         reusable = False
         try:
-            if (isinstance(fp, http.client.HTTPResponse) and not getattr(raw, "chunked", False)
-                    and splice.spliceable(sock)):
-                got, spliced = _splice_body(fp, sock, fd, offset, expected)
+            if (isinstance(fp, http.client.HTTPResponse) and not wire.chunked
+                    and splice.spliceable(wire.sock)):
+                got, spliced = _splice_body(fp, wire.sock, fd, offset, expected)
                 reusable = got == expected and _consumed(fp, spliced)
             else:
                 got = _copy(body, fd, offset, expected, self._what(key))
@@ -179,10 +190,10 @@ class S3RangedReads:
                 f"({err})") from err
         finally:
             if reusable:  # read to its end: the connection serves the next GET
-                raw.release_conn()
+                wire.release()
                 body.close()
             else:
-                _drop(body, raw)
+                _drop(body, wire)
         if got != expected:
             raise StoreUnreachable(
                 f"get_object {key}: the connection to {self.endpoint} closed after {got} "
@@ -246,12 +257,18 @@ class S3RangedReads:
         return size
 
 
-def _transport(response: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """The answer's body (botocore's), the urllib3 response under it, and
-    http.client's under that (None where the transport is another)."""
+def _wire(response: dict[str, Any]) -> Wire:
+    """What carries the answer's body: the body's own account of it
+    (s3_read_client.py's), else dug out of botocore's StreamingBody, the
+    urllib3 response under it and http.client's under that."""
     body = response["Body"]
+    if hasattr(body, "wire"):
+        return body.wire()  # type: ignore[no-any-return]
     raw = getattr(body, "_raw_stream", None)
-    return body, raw, getattr(raw, "_fp", None)
+    return Wire(getattr(raw, "_fp", None),
+                getattr(getattr(raw, "connection", None), "sock", None),
+                bool(getattr(raw, "chunked", False)),
+                getattr(raw, "release_conn", lambda: None))
 
 
 def _splice_body(fp: http.client.HTTPResponse, sock: Any, fd: int, offset: int,
@@ -289,16 +306,25 @@ def _read(read: Any, n: int) -> bytes:
     """`read(n)` of a response body, its failures as the connection's."""
     try:
         return bytes(read(n))
-    except (OSError, http.client.HTTPException, BotoCoreError, urllib3.exceptions.HTTPError) as err:
+    except _body_errors() as err:
         raise splice.SocketFailed(type(err).__name__) from err
 
 
-def _drop(body: Any, raw: Any) -> None:
+def _body_errors() -> tuple[type[BaseException], ...]:
+    """What reading a body raises when its connection fails: urllib3's
+    errors only where urllib3 is loaded (botocore's transport); a process
+    that never imported it cannot meet them, and importing it would cost a
+    restore that reads without botocore (s3_read_client.py) ~45 ms."""
+    urllib3_errors = sys.modules.get("urllib3.exceptions")
+    found: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException, BotoCoreError)
+    return (*found, urllib3_errors.HTTPError) if urllib3_errors is not None else found
+
+
+def _drop(body: Any, wire: Wire) -> None:
     """A body not read to its end: its connection closed, not reused, and
     its slot given back to the pool."""
     body.close()
-    if hasattr(raw, "release_conn"):
-        raw.release_conn()
+    wire.release()
 
 
 def _fill(readinto: Callable[[memoryview], int | None], view: memoryview) -> int:
@@ -311,7 +337,7 @@ def _fill(readinto: Callable[[memoryview], int | None], view: memoryview) -> int
             if not n:
                 break
             filled += n
-    except (OSError, http.client.HTTPException, BotoCoreError, urllib3.exceptions.HTTPError) as err:
+    except _body_errors() as err:
         raise splice.SocketFailed(type(err).__name__) from err
     return filled
 
