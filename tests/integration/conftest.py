@@ -1,8 +1,9 @@
 """Fixtures for integration tests: real S3 servers and a store of each kind.
 
 `seaweedfs`, `minio` and `gcs` (fake-gcs-server, the GCS JSON API) start
-once per session, and only if a test asks for them. `store` runs a test four
-times, against file://, SeaweedFS, MinIO and gs://;
+once per session, and only if a test asks for them. `store` runs a test five
+times, against file://, SeaweedFS, MinIO (reading without botocore's client
+and through it) and gs://;
 each run gets a key prefix of its own in a session bucket (or a fresh
 directory), emptied afterwards. `s3area` gives S3-only tests the same.
 """
@@ -72,19 +73,31 @@ def s3area(s3server: S3Server, _session_buckets: dict[str, str]) -> Iterator[tup
     s3server.delete_prefix(bucket, prefix + "/")
 
 
-@pytest.fixture(params=("file", *S3_SERVERS, "gcs"))
+@pytest.fixture(params=("file", *S3_SERVERS, "minio-botocore-reads", "gcs"))
 def store(
     request: pytest.FixtureRequest, tmp_path: Path, _session_buckets: dict[str, str]
 ) -> Iterator[Store]:
-    """A real, empty store of each kind; S3 ones under a key prefix of their own."""
+    """A real, empty store of each kind; S3 ones under a key prefix of their own.
+    S3 stores read without botocore's client (s3_read_client.py); one MinIO
+    store reads through botocore, so the contract holds for both."""
     if request.param == "file":
         yield LocalStore(tmp_path / "store")
         return
-    server: S3Server | GcsServer = request.getfixturevalue(request.param)
+    name, _, reads = request.param.partition("-")
+    server: S3Server | GcsServer = request.getfixturevalue(name)
     if server.name not in _session_buckets:
         _session_buckets[server.name] = server.create_bucket()
     bucket, prefix = _session_buckets[server.name], f"t-{uuid.uuid4().hex[:12]}"
     try:
-        yield server.open_store(bucket, prefix)
+        yield server.open_store(bucket, prefix, **(
+            {"botocore_reads": True} if reads else {}))  # type: ignore[arg-type]
     finally:
         server.delete_prefix(bucket, prefix + "/")
+
+
+@pytest.fixture
+def store_server(request: pytest.FixtureRequest) -> S3Server | GcsServer | None:
+    """The server behind this test's `store` (None for file://): what a
+    `ckptdrain` subprocess needs to reach the same store."""
+    name = request.node.callspec.params["store"].partition("-")[0]
+    return None if name == "file" else request.getfixturevalue(name)  # type: ignore[no-any-return]

@@ -88,7 +88,7 @@ def drain(store: Any, src: Path, step: int, journal: Path, **kw: Any) -> Any:
 def cli(store: Store, request: pytest.FixtureRequest, *args: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     if isinstance(store, S3Store):
-        server = request.getfixturevalue(request.node.callspec.params["store"])
+        server = request.getfixturevalue("store_server")
         env.update(CKPTDRAIN_S3_ENDPOINT=server.endpoint_url, AWS_ACCESS_KEY_ID=server.access_key,
                    AWS_SECRET_ACCESS_KEY=server.secret_key, AWS_DEFAULT_REGION=server.region)
     if isinstance(store, GcsStore):  # an emulator: plain http, asked anonymously

@@ -129,7 +129,7 @@ def cli_target(store: Store, request: pytest.FixtureRequest) -> tuple[str, dict[
     """The URI and environment that let a `ckptdrain` subprocess reach `store`."""
     env = dict(os.environ)
     if isinstance(store, S3Store):
-        server = request.getfixturevalue(request.node.callspec.params["store"])
+        server = request.getfixturevalue("store_server")
         env.update(CKPTDRAIN_S3_ENDPOINT=server.endpoint_url, AWS_ACCESS_KEY_ID=server.access_key,
                    AWS_SECRET_ACCESS_KEY=server.secret_key, AWS_DEFAULT_REGION=server.region)
     if isinstance(store, GcsStore):  # an emulator: plain http, asked anonymously

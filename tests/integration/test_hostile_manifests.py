@@ -94,7 +94,7 @@ def seeded(store: Store, tmp_path: Path) -> Iterator[tuple[Store, Path]]:
 def _cli(store: Store, request: pytest.FixtureRequest, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     if isinstance(store, S3Store):
-        server = request.getfixturevalue(request.node.callspec.params["store"])
+        server = request.getfixturevalue("store_server")
         env.update(CKPTDRAIN_S3_ENDPOINT=server.endpoint_url, AWS_ACCESS_KEY_ID=server.access_key,
                    AWS_SECRET_ACCESS_KEY=server.secret_key, AWS_DEFAULT_REGION=server.region)
     if isinstance(store, GcsStore):  # an emulator: plain http, asked anonymously

@@ -3,23 +3,25 @@
 Deliberately the *classic* client (plain put_object/upload_part calls): the
 CRT transfer client ignores custom endpoints and bandwidth limits. One client
 is shared by all threads (botocore clients are thread-safe; sessions are not,
-so the session is used only here, in the constructor).
+so the session is used only where the client is built). Reads may go
+without it (s3_read_client.py, when s3_read_settings.py allows).
 
-The adapter keeps four rooms: this one (the client, whole objects, ranged
+The adapter keeps its rooms: this one (the client, whole objects, ranged
 reads, listing), `s3_multipart.py` (multipart uploads and their CRC32Cs),
-`s3_bodies.py` (paced, copy-free request bodies) and `s3_errors.py`
-(botocore's errors onto errors.py's, secrets left out).
+`s3_bodies.py` (paced, copy-free request bodies), `s3_errors.py`
+(botocore's errors onto errors.py's, secrets left out), and the reads
+without botocore (`s3_read_settings.py`, `s3_read_client.py`,
+`s3_read_answers.py`, `sigv4.py`).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, BinaryIO, NoReturn
 from urllib.parse import urlsplit
 
-import botocore.session
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ckptdrain import __version__, checksum
@@ -37,6 +39,8 @@ from ckptdrain.store.s3_errors import MISSING_KEY_CODES, raise_store_error, reda
 from ckptdrain.store.s3_multipart import S3Multipart, content_md5
 from ckptdrain.store.s3_options import S3Options
 from ckptdrain.store.s3_ranged_reads import S3RangedReads
+from ckptdrain.store.s3_read_client import S3ReadClient
+from ckptdrain.store.s3_read_settings import config_file, read_settings
 from ckptdrain.store.s3_storage_class import S3StorageClass
 from ckptdrain.store.s3_throttle import ThrottleGate, gate_for
 
@@ -48,6 +52,13 @@ class S3Store(S3Multipart, S3StorageClass, S3RangedReads):
     Credentials: `access_key`/`secret_key` if given (tests), else the standard
     AWS chain (env vars, shared profile, web identity / IRSA, instance
     metadata). Neither is ever put in a message, a log or repr().
+
+    Reads (GetObject, HeadObject, ListObjectsV2) go without botocore's client
+    where s3_read_settings.py knows botocore's answer (a custom endpoint,
+    static keys, nothing in the environment that would change a request):
+    s3_read_client.py sends them, and botocore's client is built on the
+    first other request, so a restore never pays for it. `botocore_reads`
+    sends every request through botocore (tests hold the two to each other).
 
     Integrity: every body we hold in memory goes with a checksum the server
     verifies before storing (BadDigest / XAmzContentChecksumMismatch ->
@@ -84,6 +95,7 @@ class S3Store(S3Multipart, S3StorageClass, S3RangedReads):
         list_page_size: int = 1000,
         gate: ThrottleGate | None = None,
         options: S3Options | None = None,
+        botocore_reads: bool = False,
     ) -> None:
         if endpoint_url is not None:  # before botocore, which would quote it whole
             endpoint_url = parse_endpoint("endpoint_url", endpoint_url)
@@ -96,25 +108,74 @@ class S3Store(S3Multipart, S3StorageClass, S3RangedReads):
         self._page_size = list_page_size
         self.options = options or S3Options()
         self._create_args = self.options.create_args()
+        style = self.options.addressing_style(endpoint_url is not None)
+        self._client_args: dict[str, Any] = dict(
+            endpoint_url=endpoint_url, region=region, access_key=access_key,
+            secret_key=secret_key, session_token=session_token, style=style,
+            max_pool_connections=max_pool_connections, connect_timeout=connect_timeout,
+            read_timeout=read_timeout)
+        self._botocore: Any = None
+        self._client_lock = threading.Lock()
+        env = os.environ
+        settings = read_settings(
+            env, endpoint_url=endpoint_url, addressing=style, region=region,
+            access_key=access_key, secret_key=secret_key, session_token=session_token,
+            ca_bundle=self.options.ca_bundle,
+            config_file_exists=os.path.exists(config_file(env)))
+        #: Reads without botocore where its answer is known without it
+        #: (s3_read_settings.py); None: every request is botocore's.
+        self._reader = None if settings is None or botocore_reads else S3ReadClient(
+            str(endpoint_url), settings, max_pool_connections=max_pool_connections,
+            connect_timeout=connect_timeout, read_timeout=read_timeout)
+        if self._reader is None:
+            self._botocore = self._build_client()  # a bad endpoint is refused now
+        self._pace: Callable[[int], object] | None = None
+        self._checks_crc32c: bool | None = None  # asked once (s3_checksum_probe.py)
+        self._probes_left = 3
+        self._md5_uploads: set[str] = set()
+        self._probe_lock = threading.Lock()
+        self.gate = gate if gate is not None else gate_for(self.endpoint)
+        self._attempts = max(1, max_attempts)
+
+    @property
+    def _client(self) -> Any:
+        """botocore's client, built on first use where reads go without it:
+        a restore that only reads never pays for it."""
+        with self._client_lock:
+            if self._botocore is None:
+                self._botocore = self._build_client()
+            return self._botocore
+
+    @_client.setter
+    def _client(self, client: Any) -> None:
+        """A client set by hand (a benchmark's) sends every request, reads too."""
+        self._botocore, self._reader = client, None
+
+    def _build_client(self) -> Any:
+        # Imported here: botocore's client, its model and endpoint rules cost
+        # a process ~0.25 s of CPU, which a restore reading without it is spared.
+        import botocore.session
+        from botocore.config import Config
+
+        a = self._client_args
         config = Config(
-            region_name=region,
+            region_name=a["region"],
             signature_version="s3v4",
             # Path-style for custom endpoints unless told (s3_options.py).
             # Bodies carry a checksum the server verifies (CRC32C, or
             # Content-MD5 where CRC32C is not checked: _integrity_args),
             # a signed header, so SHA-256 payload signing, which botocore
             # otherwise does over plain HTTP, adds ~1 core-s/GB and no integrity.
-            s3={"addressing_style": self.options.addressing_style(endpoint_url is not None),
-                "payload_signing_enabled": False},
+            s3={"addressing_style": a["style"], "payload_signing_enabled": False},
             # No retries in botocore: each request would back off on its
             # own. The gate (s3_throttle.py) retries throttling, 5xx and
             # timeouts with one back-off shared by the whole process.
             retries={"mode": "standard", "total_max_attempts": 1},
             # One connection per concurrent request, or urllib3 discards
             # (and re-opens) connections under load.
-            max_pool_connections=max_pool_connections,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
+            max_pool_connections=a["max_pool_connections"],
+            connect_timeout=a["connect_timeout"],
+            read_timeout=a["read_timeout"],
             tcp_keepalive=True,
             # botocore >= 1.36 would CRC32 every request and response body:
             # CPU we do not need, since our manifests carry CRC32C.
@@ -126,24 +187,17 @@ class S3Store(S3Multipart, S3StorageClass, S3RangedReads):
         # store does not use (resources, upload_file through s3transfer), and
         # importing it cost a restore 0.1 core-s before its first byte.
         session = botocore.session.get_session()
-        if access_key is not None or secret_key is not None or session_token is not None:
-            session.set_credentials(access_key, secret_key, session_token)
+        if any(a[k] is not None for k in ("access_key", "secret_key", "session_token")):
+            session.set_credentials(a["access_key"], a["secret_key"], a["session_token"])
         try:
-            self._client = session.create_client(
-                "s3", region_name=region, endpoint_url=endpoint_url, config=config,
+            return session.create_client(
+                "s3", region_name=a["region"], endpoint_url=a["endpoint_url"], config=config,
                 verify=self.options.ca_bundle)
         except (ValueError, BotoCoreError) as err:
             # botocore quotes the whole endpoint (credentials included) in its
             # message: say which setting is wrong, never what it holds.
             raise InvalidInput("endpoint_url", "an S3 endpoint botocore accepts "
                                f"({type(err).__name__})", self.endpoint) from None
-        self._pace: Callable[[int], object] | None = None
-        self._checks_crc32c: bool | None = None  # asked once (s3_checksum_probe.py)
-        self._probes_left = 3
-        self._md5_uploads: set[str] = set()
-        self._probe_lock = threading.Lock()
-        self.gate = gate if gate is not None else gate_for(self.endpoint)
-        self._attempts = max(1, max_attempts)
 
     def set_pacer(self, pace: Callable[[int], object] | None) -> None:
         """Call `pace(n)` before each block of n bytes of put_bytes/upload_part
@@ -172,8 +226,10 @@ class S3Store(S3Multipart, S3StorageClass, S3RangedReads):
         """The client's `op` on this bucket, its errors raised as _fail maps
         them; one whose code is in `handled` is returned instead (a
         ClientError), for the caller to say what it means."""
+        client = self._reader if self._reader is not None and self._reader.serves(
+            op, {"Bucket": self.bucket, **kwargs}) else self._client
         try:
-            return self.gate.send(op, getattr(self._client, op), {"Bucket": self.bucket, **kwargs},
+            return self.gate.send(op, getattr(client, op), {"Bucket": self.bucket, **kwargs},
                                   self._attempts)
         except ClientError as err:
             if err.response.get("Error", {}).get("Code") in handled:
