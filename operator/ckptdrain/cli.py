@@ -18,12 +18,15 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ckptdrain import __version__, flags, size_costs, sizing, units
+from ckptdrain import __version__, flags, units
 from ckptdrain.errors import CkptdrainError, Interrupted, InvalidInput
 from ckptdrain.transfer import gc
 from ckptdrain.transfer.command import cmd_ls, cmd_pull, cmd_push, cmd_verify
+
+if TYPE_CHECKING:
+    from ckptdrain import sizing
 
 PLUGINS: dict[str, tuple[str, str]] = {
     "agent": ("ckptdrain.agent.command", "run the node agent (sidecar): capture and drain"),
@@ -97,6 +100,8 @@ def _sizing_input(args: argparse.Namespace) -> sizing.SizingInput:
         raise InvalidInput("--parameters", "a parameter count (or --checkpoint-bytes)", None)
     if kw["interval_s"] is None and kw["mtti_s"] is None:
         raise InvalidInput("--interval", "a duration such as 15m (or --mtti)", None)
+    from ckptdrain import sizing
+
     return sizing.SizingInput(**kw, peer_tier=bool(args.peer_tier))
 
 
@@ -136,6 +141,8 @@ def _size_rows(s: sizing.Sizing) -> list[tuple[str, str]]:
 
 
 def cmd_size(args: argparse.Namespace) -> int:
+    from ckptdrain import size_costs, sizing
+
     try:
         result = sizing.compute(_sizing_input(args))
     except InvalidInput as err:
@@ -166,8 +173,11 @@ def _common(p: argparse.ArgumentParser, *, store: bool = True,
                        "$CKPTDRAIN_S3_ENDPOINT, $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, AWS)")
 
 
-def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
-    """The parser; only `plugin`'s module (if any) is imported to add its flags."""
+def build_parser(plugin: str | None = None, chosen: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only `plugin`'s module (if any) is imported to add its flags.
+    `size` gets its cost flags (size_costs.py, with the sizing and economics
+    models it imports) only when it is `chosen` or nothing is: every restore
+    runs this parser, and those imports cost it ~8 ms."""
     parser = argparse.ArgumentParser(
         prog="ckptdrain", description="Cheap, fast, survivable checkpoints for large training.",
         epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -184,7 +194,10 @@ def build_parser(plugin: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--peer-tier", action="store_true",
                    help="the policy's peer tier is on: a node loss restores from the "
                         "partner's copy, not the global step")
-    size_costs.add_flags(p)
+    if chosen in (None, "size"):
+        from ckptdrain import size_costs
+
+        size_costs.add_flags(p)
     _common(p, store=False, quiet="print only the required bandwidth")
     p.set_defaults(func=cmd_size)
 
@@ -256,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = flags.attach_negative_values(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if not a.startswith("-")), None)
     try:
-        args = build_parser(chosen if chosen in PLUGINS else None).parse_args(argv)
+        args = build_parser(chosen if chosen in PLUGINS else None, chosen).parse_args(argv)
         return int(args.func(args) or 0)
     except CkptdrainError as err:
         print(f"ckptdrain: error: {err}", file=sys.stderr)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +43,7 @@ _BODY = b"ckptdrain checksum probe"
 
 def probe_key(prefix: str) -> str:
     """A fresh key under `prefix` that no checkpoint key can be (paths.check_key)."""
-    name = f"{PROBE_DIR}/{uuid.uuid4().hex}"
+    name = f"{PROBE_DIR}/{secrets.token_hex(16)}"
     return f"{prefix}/{name}" if prefix else name
 
 
