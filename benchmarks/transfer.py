@@ -4,13 +4,17 @@ server.
 
     .venv/bin/python -m benchmarks transfer [--server minio|seaweedfs] [--quick] [--gib N]
         [--dest DIR-ON-A-DISK] [--compare-tree OLD-CHECKOUT] [--tools boto3,awscrt]
+        [--fixed-rounds N] [--fixed-only]
 
 Same server, same files (one 1 GiB file + 16 × 64 MiB shards = 2 GiB of
 random bytes), one run: upload and download throughput, the client's CPU
 (core-seconds per GB, from wait4's rusage of the child) and peak RSS; then
 rate-limit accuracy at three targets, measured on the wire by a counting
 TCP proxy in front of the server (mean over 30 s after a 2 s settle, worst
-1 s window), for `ckptdrain push --rate` and `rclone copy --bwlimit`.
+1 s window), for `ckptdrain push --rate` and `rclone copy --bwlimit`; and
+each tool's fixed cost, the download of a one-byte checkpoint, in
+`--fixed-rounds` interleaved rounds (transfer_fixed.py; alone with
+--fixed-only, against ckptdrain-before too with --compare-tree).
 Throughput runs `--rounds` interleaved rounds of every tool; reported are
 each tool's median and range, and per round each tool's ratio to s5cmd
 (throughput and CPU per GB), median and range. A run during which other
@@ -36,9 +40,9 @@ from typing import Any
 from benchmarks.harness import (
     MiB,
     make_dataset,
-    run_child,
     run_child_under_load_watch,
 )
+from benchmarks.transfer_fixed import fixed_cost
 from benchmarks.transfer_rate import rate_accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,6 +134,28 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def _compile(env: dict[str, str], compare_tree: Path | None) -> None:
+    """Bytecode for every Python tool's sources, as an image has it."""
+    trees = [ROOT / "operator", PEERS] + ([compare_tree / "operator"] if compare_tree else [])
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *map(str, trees)],
+                   env=env, check=True, stdout=subprocess.DEVNULL)
+
+
+def _fixed(server: Any, bucket: str, work: Path, rounds: int, only: list[str] | None,
+           compare_tree: Path | None) -> dict[str, Any]:
+    """transfer_fixed.fixed_cost of every tool asked for (ours, s5cmd and
+    ckptdrain-before always) on a one-byte checkpoint."""
+    tiny = work / "tiny" / "step-1"
+    tiny.mkdir(parents=True, exist_ok=True)
+    (tiny / "one").write_bytes(b"x")
+    env = _env(server, server.endpoint_url)
+    _compile(env, compare_tree)
+    tools = {k: v for k, v in _tools(server, bucket, tiny, work, compare_tree).items()
+             if only is None or k in only or k in (OURS, BASELINE, BEFORE)}
+    print(f"fixed cost (a one-byte checkpoint down, {rounds} interleaved rounds):", flush=True)
+    return fixed_cost(server, bucket, tools, env, work, rounds)
+
+
 def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
                rounds: int, only: list[str] | None = None,
                compare_tree: Path | None = None, dest: Path | None = None) -> dict[str, Any]:
@@ -142,9 +168,7 @@ def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
     so no run pays for the one before."""
     dest = work if dest is None else dest
     env = _env(server, server.endpoint_url)
-    trees = [ROOT / "operator", PEERS] + ([compare_tree / "operator"] if compare_tree else [])
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *map(str, trees)],
-                   env=env, check=True, stdout=subprocess.DEVNULL)
+    _compile(env, compare_tree)
     tools = {k: v for k, v in _tools(server, bucket, data, work, compare_tree).items()
              if only is None or k in only or k in (OURS, BASELINE, BEFORE)}
     runs: list[dict[str, Any]] = []
@@ -181,39 +205,6 @@ def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
             _empty_trash(server)
     return {"runs": runs, "failed": failed, "tools": _per_tool(runs),
             "ratios": _ratios(runs, list(tools))}
-
-
-def fixed_cost(server: Any, bucket: str, work: Path, rounds: int,
-               only: list[str] | None = None) -> dict[str, Any]:
-    """Each tool's cost before and after its bytes: the download of a
-    one-byte checkpoint (start-up, credentials, the listing, the end),
-    median wall and CPU seconds over `rounds` runs. A restore of N GB
-    takes about this plus N over the tool's throughput."""
-    env = _env(server, server.endpoint_url)
-    tiny = work / "tiny" / "step-1"
-    tiny.mkdir(parents=True, exist_ok=True)
-    (tiny / "one").write_bytes(b"x")
-    out: dict[str, Any] = {}
-    for name, (up, down) in _tools(server, bucket, tiny, work).items():
-        if only is not None and name not in only and name not in (OURS, BASELINE):
-            continue
-        prefix = f"tiny-{name}"
-        if run_child(up(prefix), env).returncode != 0:
-            continue
-        runs = []
-        for _ in range(rounds):
-            run = run_child(down(prefix, work / "tiny-down"), env)
-            shutil.rmtree(work / "tiny-down", ignore_errors=True)
-            if run.returncode == 0:
-                runs.append(run)
-        server.delete_prefix(bucket, prefix + "/")
-        if runs:
-            out[name] = {"wall_s": statistics.median(r.seconds for r in runs),
-                         "cpu_s": statistics.median(r.cpu_seconds for r in runs),
-                         "runs": len(runs)}
-            print(f"  {name:9} {out[name]['wall_s'] * 1000:5.0f} ms wall "
-                  f"{out[name]['cpu_s'] * 1000:5.0f} ms CPU", flush=True)
-    return out
 
 
 def _per_tool(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -289,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="10,25,50", help="targets in MiB/s")
     parser.add_argument("--skip-rate", action="store_true")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--fixed-rounds", type=int, default=5,
+                        help="interleaved rounds of the fixed cost (a one-byte download)")
+    parser.add_argument("--fixed-only", action="store_true",
+                        help="only the fixed cost: no dataset, throughput or rate runs")
     parser.add_argument("--compare-tree", type=Path, default=None,
                         help="also run ckptdrain from this source tree (e.g. a git worktree "
                              "of an earlier commit), interleaved, as ckptdrain-before")
@@ -302,14 +297,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="where downloads land (default: the workdir); a directory on a "
                              "disk measures restores onto a disk, where ckptdrain writes by "
                              "direct I/O")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-transfer.json"))
+    parser.add_argument("--out", default=None, help="the JSON report (default: docs/"
+                        "benchmarks-transfer.json, with --fixed-only benchmarks-fixed-cost.json)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = str(ROOT / "docs" / ("benchmarks-fixed-cost.json" if args.fixed_only
+                                        else "benchmarks-transfer.json"))
     if args.compare_tree is not None and not (
             args.compare_tree / "operator" / "ckptdrain" / "__init__.py").is_file():
         # PYTHONPATH skips a missing entry: the run would compare us with ourselves.
         parser.error(f"--compare-tree: expected a source tree with operator/ckptdrain/, "
                      f"got {args.compare_tree}")
     started = time.monotonic()
+    if args.fixed_only:
+        return _fixed_only(args, started)
     with tempfile.TemporaryDirectory(prefix="ckptdrain-bench-", dir=args.workdir) as tmp:
         work = Path(tmp)
         data = work / "data" / "step-1"
@@ -337,8 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 if dest != work:
                     shutil.rmtree(dest, ignore_errors=True)
-            print("fixed cost (a one-byte checkpoint down):", flush=True)
-            report["fixed_cost"] = fixed_cost(server, bucket, work, 5, only)
+            report["fixed_cost"] = _fixed(server, bucket, work, args.fixed_rounds, only,
+                                          args.compare_tree)
             beyond_startup(report["throughput"], report["fixed_cost"], size)
             if not args.skip_rate:
                 print("rate-limit accuracy (on the wire, through a counting proxy):", flush=True)
@@ -360,6 +361,23 @@ def main(argv: list[str] | None = None) -> int:
             b = entry["cpu_per_gb_beyond_startup"]
             print(f"  {'':20} {b['median']:.2f}× ({b['min']:.2f}–{b['max']:.2f}) the CPU per GB "
                   f"beyond each tool's start-up")
+    report["seconds"] = time.monotonic() - started
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out} ({report['seconds']:.0f} s in all)")
+    return 0
+
+
+def _fixed_only(args: argparse.Namespace, started: float) -> int:
+    with tempfile.TemporaryDirectory(prefix="ckptdrain-bench-", dir=args.workdir) as tmp:
+        work = Path(tmp)
+        start = start_minio if args.server == "minio" else start_seaweedfs
+        with start(work / "server") as server:
+            only = args.tools.split(",") if args.tools else None
+            report: dict[str, Any] = {
+                "server": server.name, "cpus": os.cpu_count(),
+                "command": " ".join(["python -m benchmarks transfer", *sys.argv[1:]]),
+                "fixed_cost": _fixed(server, server.create_bucket(), work, args.fixed_rounds,
+                                     only, args.compare_tree)}
     report["seconds"] = time.monotonic() - started
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out} ({report['seconds']:.0f} s in all)")
