@@ -44,9 +44,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def ours(environ: dict[str, str], **kw: object) -> Credentials | None:
-    args: dict[str, object] = dict(endpoint_url=ENDPOINT, addressing="path", region=None,
-                                   access_key=None, secret_key=None, session_token=None,
-                                   ca_bundle=None,
+    args: dict[str, object] = dict(bucket="bkt", endpoint_url=ENDPOINT, addressing="path",
+                                   region=None, access_key=None, secret_key=None,
+                                   session_token=None, ca_bundle=None,
                                    config_file_exists=Path(config_file(environ)).exists())
     args.update(kw)
     found = read_settings(environ, **args)  # type: ignore[arg-type]
@@ -72,7 +72,10 @@ WEB_IDENTITY = {"AWS_ROLE_ARN": "arn:aws:iam::123456789012:role/restore",
 CASES: dict[str, tuple[dict[str, str], bool, str]] = {
     "static keys (a Secret)": (KEYS, True, "env"),
     "static keys with a session token": ({**KEYS, "AWS_SESSION_TOKEN": "tok"}, True, "env"),
-    "the old token variable": ({**KEYS, "AWS_SECURITY_TOKEN": "old-tok"}, True, "env"),
+    # botocore reads it before AWS_SESSION_TOKEN (even empty): its to resolve.
+    "the old token variable": ({**KEYS, "AWS_SECURITY_TOKEN": "old-tok"}, False, "env"),
+    "both token variables": ({**KEYS, "AWS_SECURITY_TOKEN": "old-tok",
+                              "AWS_SESSION_TOKEN": "tok"}, False, "env"),
     "keys and web identity: botocore takes the keys": ({**KEYS, **WEB_IDENTITY}, True, "env"),
     "web identity (IRSA)": (WEB_IDENTITY, False, "assume-role-with-web-identity"),
     "half a key pair": ({"AWS_ACCESS_KEY_ID": "AKIAENV"}, False, "error"),
@@ -143,11 +146,19 @@ def test_a_store_with_static_keys_reads_without_botocore(
     (KEYS, {"addressing": "auto"}),
     (KEYS, {"config_file_exists": True}),
     ({}, {"access_key": "AKIAGIVEN"}),  # half a pair given: botocore says what is wrong
+    # Virtual hosts botocore would not use (it sends these by path):
+    (KEYS, {"addressing": "virtual", "bucket": "a.b"}),
+    (KEYS, {"addressing": "virtual", "bucket": "Bkt"}),
+    (KEYS, {"addressing": "virtual", "bucket": "b_k"}),
+    (KEYS, {"addressing": "virtual", "bucket": "-bk"}),
+    (KEYS, {"addressing": "virtual", "endpoint_url": "https://s3.example", "bucket": "ab"}),
+    (KEYS, {"addressing": "virtual", "endpoint_url": "http://10.0.0.5:9000"}),
+    (KEYS, {"addressing": "virtual", "endpoint_url": "http://[::1]:9000"}),
 ])
 def test_botocore_sends_where_its_answer_is_not_known(env: dict[str, str],
                                                       kw: dict[str, object]) -> None:
     assert read_settings(env, **{**dict(
-        endpoint_url=ENDPOINT, addressing="path", region=None, access_key=None,
+        bucket="bkt", endpoint_url=ENDPOINT, addressing="path", region=None, access_key=None,
         secret_key=None, session_token=None, ca_bundle=None,
         config_file_exists=False), **kw}) is None  # type: ignore[arg-type]
 
@@ -169,7 +180,7 @@ def test_the_signing_region_is_botocores(home: Path, monkeypatch: pytest.MonkeyP
     client = botocore.session.get_session().create_client(
         "s3", region_name=region, endpoint_url=ENDPOINT,
         config=Config(s3={"addressing_style": "path"}))
-    found = read_settings({**KEYS, **env}, endpoint_url=ENDPOINT, addressing="path",
+    found = read_settings({**KEYS, **env}, bucket="bkt", endpoint_url=ENDPOINT, addressing="path",
                           region=region, access_key=None, secret_key=None,
                           session_token=None, ca_bundle=None, config_file_exists=False)
     assert found is not None and found.region == client.meta.region_name
@@ -178,7 +189,7 @@ def test_the_signing_region_is_botocores(home: Path, monkeypatch: pytest.MonkeyP
 
 def test_trust_is_the_stores_bundle_else_aws_ca_bundle_else_botocores_default() -> None:
     def ca(env: dict[str, str], bundle: str | None) -> str | None:
-        found = read_settings({**KEYS, **env}, endpoint_url="https://s3.example",
+        found = read_settings({**KEYS, **env}, bucket="bkt", endpoint_url="https://s3.example",
                               addressing="path", region=None, access_key=None,
                               secret_key=None, session_token=None, ca_bundle=bundle,
                               config_file_exists=False)
@@ -189,3 +200,20 @@ def test_trust_is_the_stores_bundle_else_aws_ca_bundle_else_botocores_default() 
     assert ca({"AWS_CA_BUNDLE": "/env/ca.pem"}, None) == "/env/ca.pem"
     assert ca({}, None) is None
     assert default_ca_file() == botocore.httpsession.get_cert_path(True)
+
+
+def test_virtual_addressing_is_taken_for_a_dns_label_on_a_named_host() -> None:
+    found = read_settings(KEYS, bucket="bkt-1", endpoint_url="https://s3.example",
+                          addressing="virtual", region=None, access_key=None,
+                          secret_key=None, session_token=None, ca_bundle=None,
+                          config_file_exists=False)
+    assert found is not None and found.virtual
+
+
+def test_no_key_shows_in_a_repr() -> None:
+    found = ours(KEYS, access_key="AKIAGIVEN", secret_key="given", session_token="t")
+    settings = read_settings(KEYS, bucket="bkt", endpoint_url=ENDPOINT, addressing="path",
+                             region=None, access_key="AKIAGIVEN", secret_key="given",
+                             session_token="t", ca_bundle=None, config_file_exists=False)
+    for text in (repr(found), repr(settings)):
+        assert "AKIAGIVEN" not in text and "given" not in text and "'t'" not in text

@@ -118,7 +118,7 @@ class S3Store(S3Multipart, S3StorageClass, S3RangedReads):
         self._client_lock = threading.Lock()
         env = os.environ
         settings = read_settings(
-            env, endpoint_url=endpoint_url, addressing=style, region=region,
+            env, bucket=bucket, endpoint_url=endpoint_url, addressing=style, region=region,
             access_key=access_key, secret_key=secret_key, session_token=session_token,
             ca_bundle=self.options.ca_bundle,
             config_file_exists=os.path.exists(config_file(env)))

@@ -20,6 +20,7 @@ A GET's connection comes back when its body is read to the end.
 from __future__ import annotations
 
 import http.client
+import os
 import select
 import socket
 import ssl
@@ -107,26 +108,26 @@ class S3ReadClient:
     def _call(self, op: str, bucket: str, key: str | None, query: list[tuple[str, str]],
               headers: dict[str, str]) -> dict[str, Any]:
         """Send, and once more signed for the bucket's region where the answer
-        names another (botocore's region redirect)."""
+        names another (botocore's region redirect). Only this request is
+        re-signed: the client's region stays, so one stray answer (a proxy, a
+        misrouted node) cannot re-sign every later request of the process."""
         try:
-            return self._send(op, bucket, key, query, headers)
+            return self._send(op, bucket, key, query, headers, self._region)
         except ClientError as err:
             region = _named_region(err)
-            with self._lock:
-                if region is None or region == self._region:
-                    raise
-                self._region = region
-        return self._send(op, bucket, key, query, headers)
+            if region is None or region == self._region:
+                raise
+        return self._send(op, bucket, key, query, headers, region)
 
     def _send(self, op: str, bucket: str, key: str | None, query: list[tuple[str, str]],
-              headers: dict[str, str]) -> dict[str, Any]:
+              headers: dict[str, str], region: str) -> dict[str, Any]:
         name = OPERATIONS[op][0]
         host, path = self._address(bucket, key)
         encoded = sigv4.query_string(query)
         method = "HEAD" if op == "head_object" else "GET"
         url = f"{self._scheme}://{host}{path}"
         signed = sigv4.sign(method, host, path, encoded, {**headers, "User-Agent": _USER_AGENT},
-                            self._settings.credentials, self._region, datetime.now(UTC))
+                            self._settings.credentials, region, datetime.now(UTC))
         target = f"{path}?{encoded}" if encoded else path
         connection, reused = self._connection(host, url)
         try:
@@ -153,6 +154,12 @@ class S3ReadClient:
             self._finish(host, connection, response)
             raise ClientError(s3_read_answers.error_answer(  # type: ignore[arg-type]
                 response.status, response.reason, answer, body), name)
+        if op == "get_object" and "content-length" not in answer and not response.chunked:
+            # Without a length or chunks, EOF is all that ends the body, and a
+            # connection cut short would read as a whole object: refuse it as
+            # a body that did not all come (S3 always sends a length).
+            connection.close()
+            raise ResponseStreamingError(error=http.client.IncompleteRead(b""))
         if op == "get_object":
             fields = s3_read_answers.object_answer(response.status, answer)
             fields["Body"] = ObjectBody(
@@ -197,7 +204,7 @@ class S3ReadClient:
         target = target.strip("[]")
         if self._scheme == "https":
             connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-                target, self._port, timeout=connect, context=self._tls_context())
+                target, self._port, timeout=connect, context=self._tls_context(url))
         else:
             connection = http.client.HTTPConnection(target, self._port, timeout=connect)
         try:
@@ -211,11 +218,18 @@ class S3ReadClient:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # botocore's tcp_keepalive
         return connection, False
 
-    def _tls_context(self) -> ssl.SSLContext:
+    def _tls_context(self, url: str) -> ssl.SSLContext:
+        """The trust botocore's urllib3 would build: a CA directory as capath,
+        a file as cafile; one that cannot be loaded fails as botocore's
+        SSLError (urllib3 wraps the same failure so), not a raw OSError."""
         with self._lock:
             if self._tls is None:
-                self._tls = ssl.create_default_context(
-                    cafile=self._settings.ca_file or default_ca_file())
+                ca = self._settings.ca_file or default_ca_file()
+                try:
+                    self._tls = ssl.create_default_context(capath=ca) if os.path.isdir(ca) \
+                        else ssl.create_default_context(cafile=ca)
+                except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+                    raise SSLError(endpoint_url=url, error=err) from err
             return self._tls
 
     def _finish(self, host: str, connection: http.client.HTTPConnection,

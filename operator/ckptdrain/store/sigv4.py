@@ -30,9 +30,10 @@ UNSIGNED_HEADERS = frozenset({
 
 @dataclass(frozen=True)
 class Credentials:
-    """What signs a request; the secret and the token never show in repr()."""
+    """What signs a request; none of it shows in repr() (the store promises
+    no credentials there, and the key id names the account's user)."""
 
-    access_key: str
+    access_key: str = field(repr=False)
     secret_key: str = field(repr=False)
     token: str | None = field(default=None, repr=False)
 
