@@ -69,3 +69,23 @@ def owned_by(body: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"],
         "uid": job["metadata"]["uid"], "controller": True}]
     return body
+
+
+def create(cluster: Cluster, namespace: str, body: dict[str, Any]) -> Any:
+    """`kubectl create` of `body`, its answer as JSON on stdout; never raises."""
+    return cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
+                           input=json.dumps(body), check=False)
+
+
+def indexed_job(cluster: Cluster, namespace: str, name: str, completions: int,
+                labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A stored Indexed Job (suspended: nothing here would run it anyway)."""
+    body = {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, **({"labels": labels} if labels else {})},
+            "spec": {"completionMode": "Indexed", "completions": completions,
+                     "parallelism": completions, "suspend": True,
+                     "template": {"spec": {"restartPolicy": "Never", "containers": [
+                         {"name": "trainer", "image": "trainer:1"}]}}}}
+    made = create(cluster, namespace, body)
+    assert made.returncode == 0, made.stderr
+    return dict(json.loads(made.stdout))

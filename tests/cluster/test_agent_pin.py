@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import INJECT, JOB_INDEX, get, owned_by, pod, policy, wait_for
+from cluster_helpers import (
+    INJECT,
+    JOB_INDEX,
+    create,
+    get,
+    indexed_job,
+    owned_by,
+    pod,
+    policy,
+    wait_for,
+)
 from operator_process import OperatorProcess
 
 from support.apiserver import Cluster
@@ -21,20 +31,6 @@ AGENT = "ckptdrain-agent"
 GRACE = {"terminationGracePeriodSeconds": 30}
 
 
-def _create(cluster: Cluster, namespace: str, body: dict[str, Any]) -> Any:
-    return cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
-                           input=json.dumps(body), check=False)
-
-
-def _job(cluster: Cluster, namespace: str, name: str, completions: int) -> dict[str, Any]:
-    body = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"completionMode": "Indexed", "completions": completions,
-                     "parallelism": completions, "suspend": True,
-                     "template": {"spec": {"restartPolicy": "Never", "containers": [
-                         {"name": "trainer", "image": "trainer:1"}]}}}}
-    made = _create(cluster, namespace, body)
-    assert made.returncode == 0, made.stderr
-    return dict(json.loads(made.stdout))
 
 
 def _images(stored: dict[str, Any]) -> set[str]:
@@ -91,12 +87,12 @@ def test_writers_keep_their_agent_image_across_an_upgrade_until_replaced_togethe
         upgrade: Callable[[str], OperatorProcess]) -> None:
     upgrade(OLD)
     apply(policy("pin", writers=3))
-    job = _job(cluster, namespace, "train", 3)
+    job = indexed_job(cluster, namespace, "train", 3)
 
     def writer(index: int) -> Any:
         body = pod(f"train-{index}", {"app": "pin", **INJECT, JOB_INDEX: str(index)},
                    index, **GRACE)
-        return _create(cluster, namespace, owned_by(body, job))
+        return create(cluster, namespace, owned_by(body, job))
 
     def recreate(index: int) -> Any:
         cluster.kubectl("delete", "-n", namespace, "pod", f"train-{index}", "--wait=true",
@@ -146,20 +142,20 @@ def test_a_writer_of_another_job_generation_is_not_held_back_by_the_old_one(
     its name is a new one, even while a pod of the old one still runs."""
     upgrade(OLD)
     apply(policy("gen", writers=2))
-    first = _job(cluster, namespace, "first", 2)
+    first = indexed_job(cluster, namespace, "first", 2)
 
     def admitted(index: int, job: dict[str, Any]) -> dict[str, Any]:
         body = pod(f"first-{index}", {"app": "gen", **INJECT, JOB_INDEX: str(index)},
                    index, **GRACE)
         made = wait_for(lambda: (lambda m: m if m.returncode == 0 else None)(
-            _create(cluster, namespace, owned_by(body, job))), what=f"first-{index} admitted")
+            create(cluster, namespace, owned_by(body, job))), what=f"first-{index} admitted")
         return dict(json.loads(made.stdout))
 
     assert all(_images(admitted(i, first)) == {OLD} for i in range(2))
     upgrade(NEW)
     # No garbage collector runs here: its pods stay, as they would for a while.
     cluster.kubectl("delete", "-n", namespace, "job", "first", "--cascade=background")
-    again = _job(cluster, namespace, "first", 2)
+    again = indexed_job(cluster, namespace, "first", 2)
     cluster.kubectl("delete", "-n", namespace, "pod", "first-0", "--wait=true",
                     "--grace-period=0", "--force", check=False)
     # first-1 of the old Job still runs OLD; the new Job's pod gets NEW.

@@ -10,17 +10,23 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from cluster_helpers import INJECT, JOB_INDEX, get, owned_by, pod, policy, wait_for
+from cluster_helpers import (
+    INJECT,
+    JOB_INDEX,
+    create,
+    get,
+    indexed_job,
+    owned_by,
+    pod,
+    policy,
+    wait_for,
+)
 from operator_process import OperatorProcess
 
 from support.apiserver import Cluster
 
 GRACE = {"terminationGracePeriodSeconds": 3600}
 
-
-def _create(cluster: Cluster, namespace: str, body: dict[str, Any]) -> Any:
-    return cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
-                           input=json.dumps(body), check=False)
 
 
 def _ready(cluster: Cluster, namespace: str, name: str) -> None:
@@ -32,19 +38,6 @@ def _writer_env(stored: dict[str, Any]) -> str:
     agent = next(c for c in stored["spec"]["initContainers"] if c["name"] == "ckptdrain-agent")
     return str(next(e["value"] for e in agent["env"] if e["name"] == "CKPTDRAIN_WRITER_ID"))
 
-
-def _job(cluster: Cluster, namespace: str, name: str, completions: int,
-         labels: dict[str, str]) -> dict[str, Any]:
-    """A stored Indexed Job (suspended: nothing here would run it anyway)."""
-    body = {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"completionMode": "Indexed", "completions": completions,
-                     "parallelism": completions, "suspend": True,
-                     "template": {"spec": {"restartPolicy": "Never", "containers": [
-                         {"name": "trainer", "image": "trainer:1"}]}}}}
-    made = _create(cluster, namespace, body)
-    assert made.returncode == 0, made.stderr
-    return dict(json.loads(made.stdout))
 
 
 def test_jobset_pods_get_distinct_global_ranks_across_replicated_jobs(
@@ -62,12 +55,12 @@ def test_jobset_pods_get_distinct_global_ranks_across_replicated_jobs(
                   "jobset.sigs.k8s.io/global-replicas": "2",
                   "jobset.sigs.k8s.io/job-index": "0",
                   "jobset.sigs.k8s.io/job-global-index": str(global_index)}
-        job = _job(cluster, namespace, f"js-{rjob}-0", 2, jobset)
+        job = indexed_job(cluster, namespace, f"js-{rjob}-0", 2, jobset)
         for completion in range(2):
             name = f"js-{rjob}-0-{completion}"
             body = pod(name, {"app": "js", **INJECT, **jobset, JOB_INDEX: str(completion)},
                        completion, **GRACE)
-            made = _create(cluster, namespace, owned_by(body, job))
+            made = create(cluster, namespace, owned_by(body, job))
             assert made.returncode == 0, made.stderr
             stored = json.loads(made.stdout)
             ranks[name] = _writer_env(stored)
@@ -83,19 +76,19 @@ def test_a_second_live_pod_claiming_a_writer_is_refused_naming_both(
     _ready(cluster, namespace, "llama")
     first = pod("first", {"app": "llama", **INJECT}, 1, **GRACE)
     first["metadata"]["finalizers"] = ["example.com/hold"]  # stays while being deleted
-    assert _create(cluster, namespace, first).returncode == 0
-    twin = _create(cluster, namespace, pod("twin", {"app": "llama", **INJECT}, 1, **GRACE))
+    assert create(cluster, namespace, first).returncode == 0
+    twin = create(cluster, namespace, pod("twin", {"app": "llama", **INJECT}, 1, **GRACE))
     assert twin.returncode != 0
     assert "pod twin" in twin.stderr and "live pod first already holds" in twin.stderr
     assert "writer 1 of policy llama" in twin.stderr
     # Another rank, and another policy's writer 1, are fine.
-    assert _create(cluster, namespace, pod("other", {"app": "llama", **INJECT}, 0,
+    assert create(cluster, namespace, pod("other", {"app": "llama", **INJECT}, 0,
                                            **GRACE)).returncode == 0
 
     # The replacement of a pod being deleted is admitted as the same writer.
     cluster.kubectl("delete", "-n", namespace, "pod", "first", "--wait=false")
     try:
-        replacement = _create(cluster, namespace, pod("replacement", {"app": "llama", **INJECT},
+        replacement = create(cluster, namespace, pod("replacement", {"app": "llama", **INJECT},
                                                       1, **GRACE))
         assert replacement.returncode == 0, replacement.stderr
         assert _writer_env(json.loads(replacement.stdout)) == "1"
@@ -106,7 +99,7 @@ def test_a_second_live_pod_claiming_a_writer_is_refused_naming_both(
     # A finished pod holds nothing either.
     cluster.kubectl("patch", "-n", namespace, "pod", "replacement", "--subresource=status",
                     "--type=merge", "-p", '{"status":{"phase":"Succeeded"}}')
-    again = _create(cluster, namespace, pod("again", {"app": "llama", **INJECT}, 1, **GRACE))
+    again = create(cluster, namespace, pod("again", {"app": "llama", **INJECT}, 1, **GRACE))
     assert again.returncode == 0, again.stderr
 
 
@@ -117,19 +110,19 @@ def test_a_pod_without_a_rank_is_refused_under_several_writers(
     apply(policy("one"))
     _ready(cluster, namespace, "many")
     _ready(cluster, namespace, "one")
-    bare = _create(cluster, namespace, pod("bare", {"app": "many", **INJECT}, **GRACE))
+    bare = create(cluster, namespace, pod("bare", {"app": "many", **INJECT}, **GRACE))
     assert bare.returncode != 0
     assert "pod bare (Pod) has no writer rank" in bare.stderr
     assert "spec.identity of policy many" in bare.stderr
     # A JobSet pod without its global index, whose Job cannot be found.
-    old = _create(cluster, namespace, pod("old", {
+    old = create(cluster, namespace, pod("old", {
         "app": "many", **INJECT, "jobset.sigs.k8s.io/jobset-name": "js",
         "jobset.sigs.k8s.io/job-index": "0"}, 0, **GRACE))
     assert old.returncode != 0
     assert "pod old (JobSet) has no writer rank: label or annotation " \
            "jobset.sigs.k8s.io/job-global-index is missing" in old.stderr
     # A single writer needs no rank: the pod name is its id.
-    single = _create(cluster, namespace, pod("single", {"app": "one", **INJECT}, **GRACE))
+    single = create(cluster, namespace, pod("single", {"app": "one", **INJECT}, **GRACE))
     assert single.returncode == 0, single.stderr
     assert "ckptdrain.io/writer" not in json.loads(single.stdout)["metadata"]["labels"]
 
@@ -141,18 +134,18 @@ def test_policy_identity_label_and_a_workload_writer_count_mismatch(
     apply(policy("indexed", writers=4))
     _ready(cluster, namespace, "custom")
     _ready(cluster, namespace, "indexed")
-    ray = _create(cluster, namespace, pod("ray-3", {"app": "custom", **INJECT,
+    ray = create(cluster, namespace, pod("ray-3", {"app": "custom", **INJECT,
                                                     "example.com/rank": "3"}, **GRACE))
     assert ray.returncode == 0, ray.stderr
     assert _writer_env(json.loads(ray.stdout)) == "3"
-    high = _create(cluster, namespace, pod("ray-9", {"app": "custom", **INJECT,
+    high = create(cluster, namespace, pod("ray-9", {"app": "custom", **INJECT,
                                                      "example.com/rank": "9"}, **GRACE))
     assert high.returncode != 0 and "rank 9" in high.stderr
     assert "not below spec.writers (4)" in high.stderr
 
     # The Job says 2 pods write; the policy says 4: admitted, with a warning.
-    job = _job(cluster, namespace, "small", 2, {})
-    made = _create(cluster, namespace, owned_by(
+    job = indexed_job(cluster, namespace, "small", 2, {})
+    made = create(cluster, namespace, owned_by(
         pod("small-0", {"app": "indexed", **INJECT, JOB_INDEX: "0"}, 0, **GRACE), job))
     assert made.returncode == 0, made.stderr
     assert "spec.writers is 4 but the Job has 2 pods that write" in made.stderr
@@ -181,7 +174,7 @@ def test_a_duplicate_writer_that_bypassed_admission_shows_on_the_policy(
         body = pod(name, {"app": "llama", "ckptdrain.io/writer": "1"}, **GRACE)
         body["metadata"]["annotations"] = {"ckptdrain.io/injected": "true",
                                            "ckptdrain.io/policy": "llama"}
-        assert _create(cluster, namespace, body).returncode == 0
+        assert create(cluster, namespace, body).returncode == 0
         # The operator watches opted-in pods only (a server-side label selector).
         cluster.kubectl("label", "-n", namespace, "pod", name, "ckptdrain.io/inject=true")
     bad = wait_for(lambda: _condition(cluster, namespace, "llama").get("status") == "False"
@@ -209,10 +202,10 @@ def test_replicas_past_writers_are_readers_many_per_shard_and_no_writers(
     policy counts two live writers, consistent with the Job."""
     apply(policy("dp", writers=2, readers="Replicas"))
     _ready(cluster, namespace, "dp")
-    job = _job(cluster, namespace, "dp", 4, {})
+    job = indexed_job(cluster, namespace, "dp", 4, {})
     stored = {}
     for rank in range(4):
-        made = _create(cluster, namespace, owned_by(
+        made = create(cluster, namespace, owned_by(
             pod(f"dp-{rank}", {"app": "dp", **INJECT}, rank, **GRACE), job))
         assert made.returncode == 0, made.stderr
         stored[rank] = json.loads(made.stdout)
@@ -229,10 +222,10 @@ def test_replicas_past_writers_are_readers_many_per_shard_and_no_writers(
         assert (env["CKPTDRAIN_ROLE"], env["CKPTDRAIN_WRITER_ID"]) == ("reader", str(rank % 2))
     declared = pod("dp-eval", {"app": "dp", **INJECT}, 0, **GRACE)
     declared["metadata"]["annotations"]["ckptdrain.io/role"] = "reader"
-    made = _create(cluster, namespace, declared)
+    made = create(cluster, namespace, declared)
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["metadata"]["labels"]["ckptdrain.io/reader"] == "0"
-    twin = _create(cluster, namespace, owned_by(
+    twin = create(cluster, namespace, owned_by(
         pod("dp-twin", {"app": "dp", **INJECT}, 1, **GRACE), job))
     assert twin.returncode != 0 and "live pod dp-1 already holds" in twin.stderr
     ok = wait_for(lambda: _condition(cluster, namespace, "dp").get("message", "").startswith(
