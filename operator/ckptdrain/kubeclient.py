@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Any
 
 
@@ -41,6 +42,23 @@ def custom_objects_api() -> Any:
     from kubernetes import client
 
     return client.CustomObjectsApi(api_client())
+
+
+def node_core_api() -> Any:
+    """CoreV1Api for the node side's calls: the SDK-free client in a pod
+    (kube_rest.py: restore pays no SDK start-up), else the SDK's."""
+    from ckptdrain import kube_rest
+
+    found = kube_rest.InCluster.from_env()
+    return kube_rest.CoreV1(found) if found is not None else core_api()
+
+
+def node_custom_objects_api() -> Any:
+    """CustomObjectsApi for the node side's calls, as `node_core_api`."""
+    from ckptdrain import kube_rest
+
+    found = kube_rest.InCluster.from_env()
+    return kube_rest.CustomObjects(found) if found is not None else custom_objects_api()
 
 
 def watch_stream(list_call: Any, *args: Any, **kwargs: Any) -> Any:
@@ -92,6 +110,13 @@ def check_reachable(timeout: float = 5.0) -> None:
 def api_status(error: BaseException) -> int | None:
     """The HTTP status of the apiserver's answer `error` carries; None when it
     is no answer at all (a refused or timed-out connection)."""
-    from kubernetes.client.exceptions import ApiException
+    from ckptdrain.kube_rest import ApiError
 
-    return error.status if isinstance(error, ApiException) else None
+    if isinstance(error, ApiError):
+        return error.status
+    # Only an SDK already loaded can have raised its exception: asking must not
+    # load it (restore's SDK-free path, kube_rest.py).
+    exceptions = sys.modules.get("kubernetes.client.exceptions")
+    if exceptions is not None and isinstance(error, exceptions.ApiException):
+        return int(error.status)
+    return None

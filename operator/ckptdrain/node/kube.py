@@ -47,7 +47,7 @@ def annotate_own_pod_with(namespace: str, pod: str, annotations: dict[str, str],
     """Best-effort annotations on this pod, in one patch."""
     try:
         if api is None:
-            api = kubeclient.core_api()
+            api = kubeclient.node_core_api()
         api.patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": annotations}},
                                  _request_timeout=5)
     except Exception as err:

@@ -95,7 +95,7 @@ class Meeting:
     """One policy's reports and decision, through the apiserver."""
 
     def __init__(self, namespace: str, policy: str, api: Any = None) -> None:
-        self.api = api if api is not None else kubeclient.custom_objects_api()
+        self.api = api if api is not None else kubeclient.node_custom_objects_api()
         # "<namespace>/<name>" or a bare name: the Leases live in the namespace.
         self.namespace, self.policy = namespace, policy.split("/")[-1]
         self.label = meeting_label(self.policy)
