@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -270,7 +271,18 @@ def beyond_startup(throughput: dict[str, Any], fixed: dict[str, Any], size: int)
             entry["cpu_per_gb_beyond_startup"] = _spread(ratios)
 
 
-def main(argv: list[str] | None = None) -> int:
+def recorded_command(argv: list[str]) -> str:
+    """The command line that repeats a run given `argv` (this benchmark's own
+    arguments, as `python -m benchmarks transfer` hands them on), quoted for
+    a shell."""
+    return shlex.join(["python", "-m", "benchmarks", "transfer", *argv])
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, and in `command` the line that repeats this run. From
+    `argv` and not sys.argv: run as `python -m benchmarks transfer`, sys.argv
+    still holds the benchmark's name, and the record read `transfer transfer`."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m benchmarks transfer")
     parser.add_argument("--server", choices=("minio", "seaweedfs"), default="minio")
     parser.add_argument("--quick", action="store_true", help="256 MiB of data, 10 s rate runs")
@@ -300,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="the JSON report (default: docs/"
                         "benchmarks-transfer.json, with --fixed-only benchmarks-fixed-cost.json)")
     args = parser.parse_args(argv)
+    args.command = recorded_command(argv)
     if args.out is None:
         args.out = str(ROOT / "docs" / ("benchmarks-fixed-cost.json" if args.fixed_only
                                         else "benchmarks-transfer.json"))
@@ -308,14 +321,19 @@ def main(argv: list[str] | None = None) -> int:
         # PYTHONPATH skips a missing entry: the run would compare us with ourselves.
         parser.error(f"--compare-tree: expected a source tree with operator/ckptdrain/, "
                      f"got {args.compare_tree}")
+    if not args.fixed_only and args.gib < 1:
+        parser.error(f"--gib: expected a whole number of GiB >= 1, got {args.gib}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     started = time.monotonic()
     if args.fixed_only:
         return _fixed_only(args, started)
     with tempfile.TemporaryDirectory(prefix="ckptdrain-bench-", dir=args.workdir) as tmp:
         work = Path(tmp)
         data = work / "data" / "step-1"
-        if args.gib < 1:
-            parser.error(f"--gib: expected a whole number of GiB >= 1, got {args.gib}")
         big, shard = ((128 * MiB, 8 * MiB) if args.quick
                       else (args.gib * 512 * MiB, args.gib * 32 * MiB))
         size = make_dataset(data, big=big, shard=shard)
@@ -323,9 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         start = start_minio if args.server == "minio" else start_seaweedfs
         with start(work / "server") as server:
             bucket = server.create_bucket()
-            command = " ".join(["python -m benchmarks transfer", *sys.argv[1:]])
             report: dict[str, Any] = {"server": server.name, "bytes": size,
-                                      "cpus": os.cpu_count(), "command": command}
+                                      "cpus": os.cpu_count(), "command": args.command}
             print(f"throughput on {server.name} ({server.endpoint_url}):", flush=True)
             only = args.tools.split(",") if args.tools else None
             dest = work if args.dest is None else Path(
@@ -375,7 +392,7 @@ def _fixed_only(args: argparse.Namespace, started: float) -> int:
             only = args.tools.split(",") if args.tools else None
             report: dict[str, Any] = {
                 "server": server.name, "cpus": os.cpu_count(),
-                "command": " ".join(["python -m benchmarks transfer", *sys.argv[1:]]),
+                "command": args.command,
                 "fixed_cost": _fixed(server, server.create_bucket(), work, args.fixed_rounds,
                                      only, args.compare_tree)}
     report["seconds"] = time.monotonic() - started
