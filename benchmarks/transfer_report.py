@@ -9,6 +9,7 @@ from typing import Any
 from benchmarks.transfer_rounds import COLD, WARM
 
 KEY = 20  # the width of the tool.direction column
+CELL = 34  # and of the warm column: "1234 (1200–1300) [12, 12 starved]"
 
 
 def _range(s: dict[str, float], scale: float = 1.0, fmt: str = ".2f", unit: str = "") -> str:
@@ -26,7 +27,7 @@ def _keys(kinds: dict[str, Any], part: str) -> list[str]:
 
 def throughput_lines(kinds: dict[str, Any]) -> list[str]:
     """Per tool and direction: MB/s, median (range), warm beside cold."""
-    lines = [f"  {'MB/s':{KEY}} {'warm':24} cold"]
+    lines = [f"  {'MB/s':{KEY}} {'warm':{CELL}} cold"]
     for key in _keys(kinds, "tools"):
         cells = []
         for kind in (WARM, COLD):
@@ -34,7 +35,7 @@ def throughput_lines(kinds: dict[str, Any]) -> list[str]:
             cells.append("—" if entry is None else
                          f"{_range(entry['bytes_per_second'], 1e-6, '.0f')} "
                          f"[{entry['runs']}, {entry['starved_runs']} starved]")
-        lines.append(f"  {key:{KEY}} {cells[0]:24} {cells[1]}")
+        lines.append(f"  {key:{KEY}} {cells[0]:{CELL}} {cells[1]}")
     return lines
 
 
