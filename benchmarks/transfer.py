@@ -4,7 +4,7 @@ server.
 
     .venv/bin/python -m benchmarks transfer [--server minio|seaweedfs] [--quick] [--gib N]
         [--dest DIR-ON-A-DISK] [--compare-tree OLD-CHECKOUT] [--tools boto3,awscrt]
-        [--fixed-rounds N] [--fixed-only]
+        [--rounds N] [--cold-rounds N] [--fixed-rounds N] [--fixed-only]
 
 Same server, same files (one 1 GiB file + 16 × 64 MiB shards = 2 GiB of
 random bytes), one run: upload and download throughput, the client's CPU
@@ -15,9 +15,12 @@ TCP proxy in front of the server (mean over 30 s after a 2 s settle, worst
 each tool's fixed cost, the download of a one-byte checkpoint, in
 `--fixed-rounds` interleaved rounds (transfer_fixed.py; alone with
 --fixed-only, against ckptdrain-before too with --compare-tree).
-Throughput runs `--rounds` interleaved rounds of every tool; reported are
+Throughput runs `--rounds` warm and `--cold-rounds` cold rounds of every
+tool, interleaved (a cold round drops the page cache before each run, as a
+node that just booted restores: transfer_rounds.py); reported per kind are
 each tool's median and range, and per round each tool's ratio to s5cmd
-(throughput and CPU per GB), median and range. A run during which other
+(throughput and CPU per GB), median and range. The report states the
+machine it ran on, at the start and before each round (machine_state.py). A run during which other
 processes took more than 0.3 of a core (or the hypervisor stole 0.1) is
 marked starved: it is listed, and its round is left out of the ratios.
 Results are printed and written as JSON (--out).
@@ -28,8 +31,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,8 +45,11 @@ from benchmarks.harness import (
     make_dataset,
     run_child_under_load_watch,
 )
+from benchmarks.machine_state import CacheDrop, drop_page_cache, read_state
 from benchmarks.transfer_fixed import fixed_cost
 from benchmarks.transfer_rate import rate_accuracy
+from benchmarks.transfer_report import print_report
+from benchmarks.transfer_rounds import BASELINE, COLD, beyond_startup, by_kind, round_kinds
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,8 +57,8 @@ from tests.support.s3servers import start_minio, start_seaweedfs  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PEERS = Path(__file__).resolve().parent / "transfer_peers"
-#: The tool every ratio is taken against, and the one measured.
-BASELINE, OURS = "s5cmd", "ckptdrain"
+#: The one measured (BASELINE: the tool every ratio is taken against).
+OURS = "ckptdrain"
 
 
 def _env(server: Any, endpoint: str) -> dict[str, str]:
@@ -130,10 +136,6 @@ def _empty_trash(server: Any) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def _compile(env: dict[str, str], compare_tree: Path | None) -> None:
     """Bytecode for every Python tool's sources, as an image has it."""
     trees = [ROOT / "operator", PEERS] + ([compare_tree / "operator"] if compare_tree else [])
@@ -158,14 +160,17 @@ def _fixed(server: Any, bucket: str, work: Path, rounds: int, only: list[str] | 
 
 def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
                rounds: int, only: list[str] | None = None,
-               compare_tree: Path | None = None, dest: Path | None = None) -> dict[str, Any]:
-    """Every tool up and down, `rounds` interleaved rounds (drift hits all
-    alike). Per run: MB/s, core-s/GB, peak RSS and what else ran meanwhile;
-    per tool: medians with their range over the runs no other process
-    starved; per round: each tool's ratio to s5cmd, where neither run of the
-    pair was starved. Downloads land under `dest` (default `work`); the
-    writeback a tool leaves is finished (sync, untimed) before the next runs,
-    so no run pays for the one before."""
+               compare_tree: Path | None = None, dest: Path | None = None,
+               cold_rounds: int = 0) -> dict[str, Any]:
+    """Every tool up and down, `rounds` warm and `cold_rounds` cold rounds,
+    interleaved (transfer_rounds.round_kinds; drift hits all alike). Per run:
+    MB/s, core-s/GB, peak RSS and what else ran meanwhile; per round: its
+    kind, the machine's state before its first run and, when cold, whether
+    the page cache could be dropped; per kind: each tool's medians with their
+    range over the runs no other process starved, and per round each tool's
+    ratio to s5cmd, where neither run of the pair was starved. Downloads land
+    under `dest` (default `work`); the writeback a tool leaves is finished
+    (sync, untimed) before the next runs, so no run pays for the one before."""
     dest = work if dest is None else dest
     env = _env(server, server.endpoint_url)
     _compile(env, compare_tree)
@@ -173,11 +178,19 @@ def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
              if only is None or k in only or k in (OURS, BASELINE, BEFORE)}
     runs: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
-    for round_ in range(rounds):
+    rounds_out: list[dict[str, Any]] = []
+    for round_, kind in enumerate(round_kinds(rounds, cold_rounds)):
+        drops: list[CacheDrop] = []
         for name, (up, down) in tools.items():
             prefix = f"{name}-{round_}"
             legs = (("upload", up(prefix)), ("download", down(prefix, dest / name)))
             for direction, argv in legs:
+                # Before every run, not once a round: the first tool would
+                # warm the interpreter and libraries the next ones share.
+                if kind == COLD:
+                    drops.append(drop_page_cache())
+                if len(rounds_out) == round_:
+                    rounds_out.append(_round_start(round_, kind, drops))
                 run, load = run_child_under_load_watch(argv, env, [server.process.pid])
                 if run.returncode != 0 and name in (OURS, BEFORE):
                     raise SystemExit(f"{name} {direction} failed ({run.returncode}): {run.stderr}")
@@ -185,14 +198,16 @@ def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
                     print(f"  r{round_} {name:9} {direction:8} FAILED: "
                           f"{run.stderr.strip().splitlines()[-1:]}", flush=True)
                     failed.append({"tool": name, "direction": direction, "round": round_,
-                                   "error": run.stderr[-500:]})
+                                   "kind": kind, "error": run.stderr[-500:]})
                     continue
-                record = {"tool": name, "direction": direction, "round": round_,
+                record = {"tool": name, "direction": direction, "round": round_, "kind": kind,
                           "seconds": run.seconds, "bytes_per_second": size / run.seconds,
                           "cpu_core_seconds_per_gb": run.cpu_seconds / (size / 1e9),
                           "peak_rss_bytes": run.peak_rss_bytes,
                           "other_cores": load.other_cores, "steal_cores": load.steal_cores,
                           "starved": load.starved}
+                if kind == COLD:
+                    record["cache_dropped"] = drops[-1].dropped
                 runs.append(record)
                 os.sync()
                 print(f"  r{round_} {name:9} {direction:8} {record['bytes_per_second'] / 1e6:6.0f} "
@@ -203,74 +218,35 @@ def throughput(server: Any, bucket: str, data: Path, size: int, work: Path,
             shutil.rmtree(dest / name, ignore_errors=True)
             server.delete_prefix(bucket, prefix + "/")  # keeps a tmpfs workdir small
             _empty_trash(server)
-    return {"runs": runs, "failed": failed, "tools": _per_tool(runs),
-            "ratios": _ratios(runs, list(tools))}
+        if kind == COLD:
+            # One drop refused is enough to say the round was not quite cold.
+            worst = next((d for d in drops if not d.dropped), CacheDrop(True))
+            rounds_out[-1].update(cache_dropped=worst.dropped, cache=worst.describe(),
+                                  drops=len(drops), drops_refused=sum(not d.dropped for d in drops))
+    return {"runs": runs, "failed": failed, "rounds": rounds_out,
+            **by_kind(runs, list(tools))}
 
 
-def _per_tool(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for run in runs:
-        out.setdefault(f"{run['tool']}.{run['direction']}", []).append(run)
-    summary = {}
-    for key, group in out.items():
-        fed = [r for r in group if not r["starved"]] or group
-        summary[key] = {
-            "bytes_per_second": _spread([r["bytes_per_second"] for r in fed]),
-            "cpu_core_seconds_per_gb": _spread([r["cpu_core_seconds_per_gb"] for r in fed]),
-            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in fed),
-            "runs": len(group), "starved_runs": sum(r["starved"] for r in group)}
-    return summary
+def _round_start(round_: int, kind: str, drops: list[CacheDrop]) -> dict[str, Any]:
+    """A round's record as its first run finds the machine, printed."""
+    state = read_state()
+    note = f", {drops[-1].describe()}" if drops else ""
+    print(f"  r{round_} {kind}{note}: {state.describe()}", flush=True)
+    return {"round": round_, "kind": kind, "state_before": state.to_json()}
 
 
-def _ratios(runs: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
-    """Per direction and tool: its throughput and CPU per GB over s5cmd's in
-    the same round, over the rounds where neither was starved."""
-    by = {(r["tool"], r["direction"], r["round"]): r for r in runs}
-    out: dict[str, Any] = {}
-    for direction in ("upload", "download"):
-        for tool in tools:
-            if tool == BASELINE:
-                continue
-            pairs = [(by[(tool, direction, n)], by[(BASELINE, direction, n)])
-                     for (t, d, n) in by if t == tool and d == direction
-                     and (BASELINE, direction, n) in by]
-            fair = [(a, b) for a, b in pairs if not a["starved"] and not b["starved"]]
-            entry: dict[str, Any] = {"rounds": len(fair), "starved_rounds": len(pairs) - len(fair)}
-            if fair:
-                entry["throughput"] = _spread([a["bytes_per_second"] / b["bytes_per_second"]
-                                               for a, b in fair])
-                entry["cpu_per_gb"] = _spread([a["cpu_core_seconds_per_gb"]
-                                               / b["cpu_core_seconds_per_gb"] for a, b in fair])
-            out[f"{tool}.{direction}"] = entry
-    return out
+def recorded_command(argv: list[str]) -> str:
+    """The command line that repeats a run given `argv` (this benchmark's own
+    arguments, as `python -m benchmarks transfer` hands them on), quoted for
+    a shell."""
+    return shlex.join(["python", "-m", "benchmarks", "transfer", *argv])
 
 
-def beyond_startup(throughput: dict[str, Any], fixed: dict[str, Any], size: int) -> None:
-    """Add to each download ratio its CPU per GB once each tool's own fixed
-    cost (fixed_cost's CPU) is taken off both sides: what each further GB
-    costs, whatever the checkpoint's size."""
-    by = {(r["tool"], r["round"]): r for r in throughput["runs"]
-          if r["direction"] == "download" and not r["starved"]}
-    if BASELINE not in fixed:
-        return
-    for key, entry in throughput["ratios"].items():
-        tool, direction = key.rsplit(".", 1)
-        if direction != "download" or tool not in fixed:
-            continue
-        ratios = []
-        for (t, n), run in by.items():
-            base = by.get((BASELINE, n))
-            if t != tool or base is None:
-                continue
-            ours = run["cpu_core_seconds_per_gb"] * size / 1e9 - fixed[tool]["cpu_s"]
-            theirs = base["cpu_core_seconds_per_gb"] * size / 1e9 - fixed[BASELINE]["cpu_s"]
-            if theirs > 0:  # a start-up measured above a whole run would mean nothing
-                ratios.append(ours / theirs)
-        if ratios:
-            entry["cpu_per_gb_beyond_startup"] = _spread(ratios)
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, and in `command` the line that repeats this run. From
+    `argv` and not sys.argv: run as `python -m benchmarks transfer`, sys.argv
+    still holds the benchmark's name, and the record read `transfer transfer`."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m benchmarks transfer")
     parser.add_argument("--server", choices=("minio", "seaweedfs"), default="minio")
     parser.add_argument("--quick", action="store_true", help="256 MiB of data, 10 s rate runs")
@@ -279,7 +255,10 @@ def main(argv: list[str] | None = None) -> int:
                              "larger checkpoint weighs each tool's start-up less")
     parser.add_argument("--rates", default="10,25,50", help="targets in MiB/s")
     parser.add_argument("--skip-rate", action="store_true")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved warm rounds")
+    parser.add_argument("--cold-rounds", type=int, default=1,
+                        help="interleaved cold rounds besides (default 1): the page cache "
+                             "dropped before each run, where the kernel lets us")
     parser.add_argument("--fixed-rounds", type=int, default=5,
                         help="interleaved rounds of the fixed cost (a one-byte download)")
     parser.add_argument("--fixed-only", action="store_true",
@@ -300,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="the JSON report (default: docs/"
                         "benchmarks-transfer.json, with --fixed-only benchmarks-fixed-cost.json)")
     args = parser.parse_args(argv)
+    args.command = recorded_command(argv)
     if args.out is None:
         args.out = str(ROOT / "docs" / ("benchmarks-fixed-cost.json" if args.fixed_only
                                         else "benchmarks-transfer.json"))
@@ -308,14 +288,25 @@ def main(argv: list[str] | None = None) -> int:
         # PYTHONPATH skips a missing entry: the run would compare us with ourselves.
         parser.error(f"--compare-tree: expected a source tree with operator/ckptdrain/, "
                      f"got {args.compare_tree}")
+    if not args.fixed_only and args.gib < 1:
+        parser.error(f"--gib: expected a whole number of GiB >= 1, got {args.gib}")
+    if args.rounds < 1 or args.cold_rounds < 0:
+        parser.error(f"--rounds, --cold-rounds: expected at least 1 warm round and 0 or more "
+                     f"cold ones, got {args.rounds} and {args.cold_rounds}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     started = time.monotonic()
+    machine = read_state()
+    print(f"machine: {machine.cpus} CPUs, Linux {machine.kernel}, {machine.describe()}",
+          flush=True)
     if args.fixed_only:
-        return _fixed_only(args, started)
+        return _fixed_only(args, started, machine.to_json())
     with tempfile.TemporaryDirectory(prefix="ckptdrain-bench-", dir=args.workdir) as tmp:
         work = Path(tmp)
         data = work / "data" / "step-1"
-        if args.gib < 1:
-            parser.error(f"--gib: expected a whole number of GiB >= 1, got {args.gib}")
         big, shard = ((128 * MiB, 8 * MiB) if args.quick
                       else (args.gib * 512 * MiB, args.gib * 32 * MiB))
         size = make_dataset(data, big=big, shard=shard)
@@ -323,9 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         start = start_minio if args.server == "minio" else start_seaweedfs
         with start(work / "server") as server:
             bucket = server.create_bucket()
-            command = " ".join(["python -m benchmarks transfer", *sys.argv[1:]])
             report: dict[str, Any] = {"server": server.name, "bytes": size,
-                                      "cpus": os.cpu_count(), "command": command}
+                                      "cpus": os.cpu_count(), "command": args.command,
+                                      "machine_at_start": machine.to_json()}
             print(f"throughput on {server.name} ({server.endpoint_url}):", flush=True)
             only = args.tools.split(",") if args.tools else None
             dest = work if args.dest is None else Path(
@@ -334,40 +325,31 @@ def main(argv: list[str] | None = None) -> int:
                               "filesystem": filesystem_of(dest)}
             try:
                 report["throughput"] = throughput(server, bucket, data, size, work, args.rounds,
-                                                  only, args.compare_tree, dest)
+                                                  only, args.compare_tree, dest,
+                                                  args.cold_rounds)
             finally:
                 if dest != work:
                     shutil.rmtree(dest, ignore_errors=True)
             report["fixed_cost"] = _fixed(server, bucket, work, args.fixed_rounds, only,
                                           args.compare_tree)
-            beyond_startup(report["throughput"], report["fixed_cost"], size)
+            # The fixed cost is measured warm: taken off warm runs only.
+            warm = report["throughput"]["warm"]
+            beyond_startup(warm, [r for r in report["throughput"]["runs"]
+                                  if r["kind"] == "warm"], report["fixed_cost"], size)
             if not args.skip_rate:
                 print("rate-limit accuracy (on the wire, through a counting proxy):", flush=True)
                 targets = [int(x) for x in args.rates.split(",")]
                 report["rate"] = rate_accuracy(server, bucket, data, work, targets,
                                                10.0 if args.quick else 30.0,
                                                lambda endpoint: _env(server, endpoint))
-    print("each tool over s5cmd in the same round (median, range; rounds where either "
-          "was starved left out and counted):")
-    for key, entry in report["throughput"]["ratios"].items():
-        if "throughput" not in entry:
-            print(f"  {key:20} no fair round ({entry['starved_rounds']} starved)")
-            continue
-        t, c = entry["throughput"], entry["cpu_per_gb"]
-        print(f"  {key:20} {t['median']:.2f}× ({t['min']:.2f}–{t['max']:.2f}) the throughput, "
-              f"{c['median']:.2f}× ({c['min']:.2f}–{c['max']:.2f}) the CPU per GB, over "
-              f"{entry['rounds']} rounds ({entry['starved_rounds']} starved)")
-        if "cpu_per_gb_beyond_startup" in entry:
-            b = entry["cpu_per_gb_beyond_startup"]
-            print(f"  {'':20} {b['median']:.2f}× ({b['min']:.2f}–{b['max']:.2f}) the CPU per GB "
-                  f"beyond each tool's start-up")
+    print_report(report["throughput"])
     report["seconds"] = time.monotonic() - started
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out} ({report['seconds']:.0f} s in all)")
     return 0
 
 
-def _fixed_only(args: argparse.Namespace, started: float) -> int:
+def _fixed_only(args: argparse.Namespace, started: float, machine: dict[str, Any]) -> int:
     with tempfile.TemporaryDirectory(prefix="ckptdrain-bench-", dir=args.workdir) as tmp:
         work = Path(tmp)
         start = start_minio if args.server == "minio" else start_seaweedfs
@@ -375,7 +357,7 @@ def _fixed_only(args: argparse.Namespace, started: float) -> int:
             only = args.tools.split(",") if args.tools else None
             report: dict[str, Any] = {
                 "server": server.name, "cpus": os.cpu_count(),
-                "command": " ".join(["python -m benchmarks transfer", *sys.argv[1:]]),
+                "command": args.command, "machine_at_start": machine,
                 "fixed_cost": _fixed(server, server.create_bucket(), work, args.fixed_rounds,
                                      only, args.compare_tree)}
     report["seconds"] = time.monotonic() - started
