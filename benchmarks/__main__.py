@@ -22,6 +22,7 @@ BENCHMARKS = {
     "peer": "benchmarks.peer",
     "peer-flush": "benchmarks.peer_flush",
     "throttle": "benchmarks.throttle",
+    "restore_in_pod": "benchmarks.restore_in_pod",
 }
 
 
