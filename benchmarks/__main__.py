@@ -1,4 +1,4 @@
-"""Run benchmarks by name: `python -m benchmarks [NAME ...] [-- ARGS]`.
+"""Run benchmarks by name: `python -m benchmarks [NAME ...] [--] [ARGS]`.
 
 Without a name, runs the transfer benchmark (throughput and rate-limit
 accuracy of ckptdrain against s5cmd, boto3 and rclone on one loopback S3
@@ -31,8 +31,13 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         print("benchmarks:", ", ".join(BENCHMARKS))
         return 0
-    names = [a for a in argv if a in BENCHMARKS] or ["transfer"]
-    rest = [a for a in argv if a not in BENCHMARKS and a != "--"]
+    # Names lead; everything after the first argument that is not one is the
+    # benchmarks' own (an option's value may equal a name: `--tools peer`).
+    count = next((i for i, a in enumerate(argv) if a not in BENCHMARKS), len(argv))
+    names = argv[:count] or ["transfer"]
+    rest = argv[count:]
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
     code = 0
     for name in names:
         module = importlib.import_module(BENCHMARKS[name])

@@ -42,3 +42,17 @@ def test_the_entry_point_hands_on_the_arguments_without_the_name(
     assert seen == [["--rounds", "1", "--skip-rate"]]
     assert transfer.recorded_command(seen[0]) == (
         "python -m benchmarks transfer --rounds 1 --skip-rate")
+
+
+def test_a_value_that_equals_a_benchmarks_name_stays_an_argument(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, list[str]]] = []
+
+    def load(name: str) -> Any:
+        return types.SimpleNamespace(main=lambda argv: seen.append((name, argv)) or 0)
+
+    monkeypatch.setattr(entry.importlib, "import_module", load)
+    assert entry.main(["peer", "--", "--out", "transfer"]) == 0
+    assert entry.main(["--rounds", "3", "--tools", "peer"]) == 0
+    assert seen == [("benchmarks.peer", ["--out", "transfer"]),
+                    ("benchmarks.transfer", ["--rounds", "3", "--tools", "peer"])]
