@@ -4,9 +4,7 @@ run here with exactly those rules (read from the doc) and still work."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, get, pod, policy, render_chart, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess, repo_root
 
@@ -158,16 +156,7 @@ AGENT_SA = "ckptdrain-agent"
 def _render(template: str, *values: str) -> str:
     """One chart template, rendered as `helm install` and `helm template`
     render it (the policies follow their values alone)."""
-    cache = Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")
-    helm = cache / "tools" / "bin" / "helm"
-    if not os.access(helm, os.X_OK):
-        pytest.fail(f"helm is missing ({helm}): build it once with `make servers`",
-                    pytrace=False)
-    out = subprocess.run([str(helm), "template", "ckptdrain", str(repo_root() / "charts" /
-                          "ckptdrain"), "--namespace", SYSTEM_NS, *values,
-                          "--show-only", f"templates/{template}"],
-                         capture_output=True, text=True, timeout=120, check=True)
-    return out.stdout
+    return render_chart("ckptdrain", SYSTEM_NS, [template], *values)
 
 
 def _pod_patch_policy() -> str:
