@@ -339,13 +339,16 @@ def test_the_operator_may_replace_only_the_peer_tiers_secrets(
 def test_documented_rules_run_the_peer_tier_and_renew_it(
         cluster: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path,
         apply: Callable[..., Any]) -> None:
-    """The operator with the documented cluster rules and the CA Role (the
-    doc's last block) in its CA namespace: it makes a policy's CA and Secret
-    and renews the certificate, and nothing it does is refused."""
+    """The operator with the documented cluster rules, the peer tier's rules
+    on Secrets and ConfigMaps (cluster-wide, as without agent.namespaces) and
+    the CA Role (the doc's last block) in its CA namespace: it makes a
+    policy's CA and Secret and renews the certificate, and nothing it does is
+    refused."""
     cluster.kubectl("create", "namespace", SYSTEM_NS, check=False)
     cluster.kubectl("create", "namespace", CA_NS, check=False)
     kubeconfig = _bind(cluster, "ClusterRole", "ckptdrain-operator", SYSTEM_NS,
-                       _rules(0, dev_mode=True))
+                       _rules(0, dev_mode=True)
+                       + _section_rules("## The peer tier's Secrets and ConfigMaps"))
     text = (repo_root() / "docs" / "rbac.md").read_text()
     ca_rules = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[-1])["rules"]
     meta = {"name": "ckptdrain-peer-ca", "namespace": CA_NS}
