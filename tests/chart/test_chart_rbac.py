@@ -8,6 +8,7 @@ import io
 import re
 from typing import Any
 
+import pytest
 import yaml
 from tests.chart.support import CHART, REPO, Tools
 
@@ -89,3 +90,98 @@ def test_the_record_of_agent_images_follows_its_value(tools: Tools) -> None:
     off = rendered("--set", "agent.pinImages=false")
     assert not [o for o in off if o["metadata"]["name"] == "ckptdrain-agent-images"]
     assert config.from_env({"CKPTDRAIN_AGENT_IMAGES": env(off)}).agent_images == ""
+
+
+# -- the peer tier's Secrets and ConfigMaps: bound where its policies can be ----------
+
+PEER_TIER = "ckptdrain-peer-tier"
+
+
+def _objects(tools: Tools, *args: str) -> list[dict[str, Any]]:
+    text = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace", "ckptdrain",
+                     "--set", "operator.peerTier=true", *args).stdout
+    return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
+
+
+def _reach(objects: list[dict[str, Any]], resource: str) -> set[str]:
+    """Where the operator's roles grant anything on `resource` in a policy's
+    namespace without naming the object: "*" for every namespace (a
+    ClusterRole under a ClusterRoleBinding), else the namespaces (the CA
+    namespace's own Role aside)."""
+    def grants(role: dict[str, Any]) -> bool:
+        return any(resource in r["resources"] and not r.get("resourceNames")
+                   for r in role.get("rules") or [])
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+             for o in objects if o["kind"] in ("Role", "ClusterRole")}
+    where: set[str] = set()
+    for b in (o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        if not any(s["name"] == "ckptdrain" for s in b["subjects"]):
+            continue
+        ref = b["roleRef"]
+        namespace = b["metadata"].get("namespace")
+        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"])]
+        if grants(role) and namespace != "ckptdrain-peer-ca":
+            where.add(namespace or "*")
+    return where
+
+
+@pytest.mark.parametrize(("args", "reach"), [
+    ([], {"*"}),                                                  # all namespaces
+    (["--set", "agent.namespaces={ml-a,ml-b}"], {"ml-a", "ml-b"}),  # the multi-tenant install
+    (["--set", "agent.namespaces={ml-a,ml-a}"], {"ml-a"}),
+    (["--set", "operator.watchNamespace=ml-w"], {"ml-w"}),
+    (["--set", "operator.watchNamespace=ml-w", "--set", "agent.namespaces={ml-a}"], {"ml-w"}),
+])
+def test_the_peer_tiers_secrets_and_configmaps_reach_only_its_namespaces(
+        tools: Tools, args: list[str], reach: set[str]) -> None:
+    objects = _objects(tools, *args)
+    assert _reach(objects, "secrets") == _reach(objects, "configmaps") == reach
+    role = next(o for o in objects if o["metadata"]["name"] == PEER_TIER
+                and o["kind"] == "ClusterRole")
+    assert _grants(role["rules"]) == _section("## The peer tier's Secrets and ConfigMaps")
+    # The CA namespace keeps its own Role whatever the mode.
+    assert [o["metadata"]["namespace"] for o in objects if o["kind"] == "Role"
+            and o["metadata"]["name"] == "ckptdrain-peer-ca"] == ["ckptdrain-peer-ca"]
+    off = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace", "ckptdrain",
+                    *args).stdout
+    assert PEER_TIER not in off
+
+
+def _write_policy(objects: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+                 and o["metadata"]["name"] == "ckptdrain-operator-writes"), None)
+
+
+@pytest.mark.parametrize(("args", "present"), [
+    ([], True),
+    (["--set", "operator.restrictSecretUpdates=auto"], True),
+    (["--set", "operator.restrictSecretUpdates=false"], False),
+])
+def test_the_operators_write_policy_follows_the_secret_policys_values(
+        tools: Tools, args: list[str], present: bool) -> None:
+    objects = _objects(tools, *args)
+    policy = _write_policy(objects)
+    assert (policy is not None) is present
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                and o["spec"]["policyName"] == "ckptdrain-operator-writes"]
+    assert len(bindings) == int(present)
+    if policy is None:
+        return
+    assert bindings[0]["spec"]["validationActions"] == ["Deny"]
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    # Creates of Secrets, creates and changes of ConfigMaps: nothing else.
+    assert sorted((r["resources"][0], op) for r in spec["matchConstraints"]["resourceRules"]
+                  for op in r["operations"]) == [
+        ("configmaps", "CREATE"), ("configmaps", "UPDATE"), ("secrets", "CREATE")]
+    # The operator's ServiceAccount alone, and the names this release uses.
+    [match] = spec["matchConditions"]
+    assert "'system:serviceaccount:ckptdrain:ckptdrain'" in match["expression"]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert "'ckptdrain-peer-ca'" in variables["caSecret"]
+    assert "'ckptdrain-webhook-cert'" in variables["webhookSecret"]
+    assert "'ckptdrain-agent-images'" in variables["agentImages"]
+    assert "'ckptdrain'" in variables["ownNamespace"]
+    without = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace",
+                        "ckptdrain").stdout
+    assert "ckptdrain-operator-writes" not in without, "rendered without the peer tier"

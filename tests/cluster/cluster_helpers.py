@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import pytest
+from operator_process import repo_root
 
 from support.apiserver import Cluster
 
@@ -89,3 +95,18 @@ def indexed_job(cluster: Cluster, namespace: str, name: str, completions: int,
     made = create(cluster, namespace, body)
     assert made.returncode == 0, made.stderr
     return dict(json.loads(made.stdout))
+
+
+def render_chart(release: str, namespace: str, templates: list[str], *values: str) -> str:
+    """Chart templates, rendered as `helm install` and `helm template` render
+    them (the chart decides by its values alone)."""
+    cache = Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")
+    helm = cache / "tools" / "bin" / "helm"
+    if not os.access(helm, os.X_OK):
+        pytest.fail(f"helm is missing ({helm}): build it once with `make servers`",
+                    pytrace=False)
+    shown = [arg for t in templates for arg in ("--show-only", f"templates/{t}")]
+    out = subprocess.run([str(helm), "template", release, str(repo_root() / "charts" /
+                          "ckptdrain"), "--namespace", namespace, *values, *shown],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout

@@ -4,9 +4,7 @@ run here with exactly those rules (read from the doc) and still work."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, get, pod, policy, render_chart, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess, repo_root
 
@@ -158,16 +156,7 @@ AGENT_SA = "ckptdrain-agent"
 def _render(template: str, *values: str) -> str:
     """One chart template, rendered as `helm install` and `helm template`
     render it (the policies follow their values alone)."""
-    cache = Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")
-    helm = cache / "tools" / "bin" / "helm"
-    if not os.access(helm, os.X_OK):
-        pytest.fail(f"helm is missing ({helm}): build it once with `make servers`",
-                    pytrace=False)
-    out = subprocess.run([str(helm), "template", "ckptdrain", str(repo_root() / "charts" /
-                          "ckptdrain"), "--namespace", SYSTEM_NS, *values,
-                          "--show-only", f"templates/{template}"],
-                         capture_output=True, text=True, timeout=120, check=True)
-    return out.stdout
+    return render_chart("ckptdrain", SYSTEM_NS, [template], *values)
 
 
 def _pod_patch_policy() -> str:
@@ -350,13 +339,16 @@ def test_the_operator_may_replace_only_the_peer_tiers_secrets(
 def test_documented_rules_run_the_peer_tier_and_renew_it(
         cluster: Cluster, namespace: str, operator: OperatorProcess, tmp_path: Path,
         apply: Callable[..., Any]) -> None:
-    """The operator with the documented cluster rules and the CA Role (the
-    doc's last block) in its CA namespace: it makes a policy's CA and Secret
-    and renews the certificate, and nothing it does is refused."""
+    """The operator with the documented cluster rules, the peer tier's rules
+    on Secrets and ConfigMaps (cluster-wide, as without agent.namespaces) and
+    the CA Role (the doc's last block) in its CA namespace: it makes a
+    policy's CA and Secret and renews the certificate, and nothing it does is
+    refused."""
     cluster.kubectl("create", "namespace", SYSTEM_NS, check=False)
     cluster.kubectl("create", "namespace", CA_NS, check=False)
     kubeconfig = _bind(cluster, "ClusterRole", "ckptdrain-operator", SYSTEM_NS,
-                       _rules(0, dev_mode=True))
+                       _rules(0, dev_mode=True)
+                       + _section_rules("## The peer tier's Secrets and ConfigMaps"))
     text = (repo_root() / "docs" / "rbac.md").read_text()
     ca_rules = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[-1])["rules"]
     meta = {"name": "ckptdrain-peer-ca", "namespace": CA_NS}
