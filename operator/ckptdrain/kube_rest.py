@@ -17,7 +17,9 @@ code that uses them takes either.
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
+import logging
 import os
 import ssl
 import threading
@@ -33,6 +35,8 @@ DEFAULT_TIMEOUT_S = 5.0
 #: Longest body kept in an error's text.
 ERROR_TEXT = 300
 
+
+log = logging.getLogger(__name__)
 
 #: How a kept connection that the apiserver (or a load balancer in front of
 #: it) closed while idle fails: at its end of file, with or without TLS's
@@ -88,14 +92,24 @@ class InCluster:
         if not host or not port.isdigit() or not (os.path.isfile(token_path)
                                                   and os.path.isfile(ca_path)):
             return None
-        return cls(host, int(port), token_path, ca_path)
+        if _proxied(host, env):
+            return None  # the SDK's way through the proxy, as before
+        try:
+            return cls(host, int(port), token_path, ca_path)
+        except (ssl.SSLError, OSError) as err:
+            # A CA file that does not load: the SDK's client is built anyway
+            # and its requests fail, each with the reason, as before.
+            log.warning("the cluster CA %s does not load (%s): using the Kubernetes SDK",
+                        ca_path, err)
+            return None
 
     def request(self, method: str, path: str, body: Any = None, *,
                 query: Mapping[str, str] | None = None,
                 content_type: str = "application/json",
                 timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
         """One request; the answer's JSON object, or ApiError for an error
-        status. OSError (including timeouts) when no answer came."""
+        status; OSError (timeouts included) or http.client.HTTPException when
+        no answer, or no HTTP answer, came."""
         with open(self.token_path, encoding="utf-8") as f:
             token = f.read().strip()
         target = path + ("?" + urlencode(query) if query else "")
@@ -142,6 +156,28 @@ class InCluster:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _proxied(host: str, env: Mapping[str, str]) -> bool:
+    """Would the SDK reach `host` through an HTTPS proxy (HTTPS_PROXY and
+    NO_PROXY of the environment, as urllib reads them)?"""
+    names = {k.lower(): v for k, v in env.items() if k.lower() in ("https_proxy", "no_proxy")}
+    if not names.get("https_proxy"):
+        return False
+    bypass = [p.strip().lstrip(".") for p in names.get("no_proxy", "").split(",") if p.strip()]
+    return "*" not in bypass and not any(_bypassed(host, b) for b in bypass)
+
+
+def _bypassed(host: str, entry: str) -> bool:
+    """NO_PROXY's entry covers `host`: the name, a parent domain, or (for an
+    address) a network such as 10.96.0.0/12. Anything else counts as proxied:
+    the SDK then decides, never this client wrongly going direct."""
+    if host == entry or host.endswith("." + entry):
+        return True
+    try:
+        return ipaddress.ip_address(host) in ipaddress.ip_network(entry, strict=False)
+    except ValueError:
+        return False
 
 
 def _path(group: str, version: str, namespace: str, plural: str, name: str = "") -> str:

@@ -94,6 +94,7 @@ def job(cluster: Cluster, namespace: str, tmp_path: Path,
     api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "apiserver")  # restore runs "in a pod"
     monkeypatch.setattr(kubeclient, "custom_objects_api", lambda: api)
+    monkeypatch.setattr(kubeclient, "node_custom_objects_api", lambda: api)
     return Job(tmp_path, namespace, api)
 
 

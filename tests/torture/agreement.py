@@ -81,6 +81,10 @@ def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
         saved = kubeclient.custom_objects_api
         stack.callback(setattr, kubeclient, "custom_objects_api", saved)
         kubeclient.custom_objects_api = lambda: api  # type: ignore[assignment]
+        # Restore's own choice in a pod (kube_rest) must not pass the faults by.
+        saved_node = kubeclient.node_custom_objects_api
+        stack.callback(setattr, kubeclient, "node_custom_objects_api", saved_node)
+        kubeclient.node_custom_objects_api = lambda: api  # type: ignore[assignment]
         import os
         previous = os.environ.get("KUBERNETES_SERVICE_HOST")
         os.environ["KUBERNETES_SERVICE_HOST"] = "apiserver"

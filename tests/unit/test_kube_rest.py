@@ -114,3 +114,30 @@ def test_node_side_factories_in_a_pod_use_the_mounted_token(
     monkeypatch.setattr(kube_rest, "CA_PATH", ca)
     assert isinstance(kubeclient.node_core_api(), kube_rest.CoreV1)
     assert isinstance(kubeclient.node_custom_objects_api(), kube_rest.CustomObjects)
+
+
+@pytest.mark.parametrize(("proxy", "no_proxy", "direct"), [
+    ("", "", True),
+    ("http://proxy:3128", "", False),
+    ("http://proxy:3128", "10.96.0.1", True),
+    ("http://proxy:3128", "10.96.0.0/12,.svc", True),
+    ("http://proxy:3128", "*", True),
+    ("http://proxy:3128", "10.0.0.0/16,example.com", False),
+])
+def test_behind_a_proxy_it_leaves_the_apiserver_to_the_sdk(
+        mounted: tuple[str, str], proxy: str, no_proxy: str, direct: bool) -> None:
+    """The SDK reaches the apiserver through HTTPS_PROXY unless NO_PROXY
+    covers it; this client goes only where the SDK would have gone direct."""
+    token, ca = mounted
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
+           "https_proxy": proxy, "NO_PROXY": no_proxy}
+    assert (InCluster.from_env(env, token, ca) is not None) is direct
+
+
+def test_a_ca_that_does_not_load_leaves_it_to_the_sdk(tmp_path: Path,
+                                                     mounted: tuple[str, str]) -> None:
+    token, _ = mounted
+    bad = tmp_path / "bad.crt"
+    bad.write_text("not a certificate\n")
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert InCluster.from_env(env, token, str(bad)) is None

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ckptdrain import group_access
+from ckptdrain import group_access, kubeclient
 from ckptdrain.agent import peer_runtime
 from ckptdrain.agent.drainworker import DrainWorker, Fence
 from ckptdrain.agent.goodput import GoodputMetrics, GoodputWatcher, OverlapReporter
@@ -220,8 +220,6 @@ def start_pod_report(cfg: node_config.AgentConfig, drain: DrainWorker | None,
 def refusal_events(cfg: node_config.AgentConfig) -> RefusalEvents | None:
     if not node_config.in_cluster(cfg):
         return None
-    from ckptdrain import kubeclient
-
     try:
         core = kubeclient.core_api()
     except Exception as err:  # no API access: the record's claim still says it
@@ -243,7 +241,10 @@ def goodput_watcher(cfg: node_config.AgentConfig, tier: LocalTier, metrics: Agen
         from ckptdrain.node.kube import annotate_own_pod
 
         def annotate(key: str, value: str) -> bool:
-            return annotate_own_pod(cfg.namespace, cfg.pod_name, key, value)
+            # The agent runs for the pod's life: the SDK, which rereads the
+            # cluster CA for each connection (restore's kube_rest does not).
+            return annotate_own_pod(cfg.namespace, cfg.pod_name, key, value,
+                                    kubeclient.core_api())
     return GoodputWatcher(cfg.work_dir, tier, numbers, annotate, drains=drains,
                           interval_s=cfg.interval_s, overlap_target=cfg.overlap)
 
@@ -258,7 +259,7 @@ def restore_rounds(cfg: node_config.AgentConfig, agent: Agent, drain: Any) -> An
     from ckptdrain.agent.rounds import Rounds
     from ckptdrain.restore.meeting import Meeting
 
-    return Rounds(agent, Meeting(cfg.namespace, cfg.policy),
+    return Rounds(agent, Meeting(cfg.namespace, cfg.policy, kubeclient.custom_objects_api()),
                   store=getattr(drain, "store", None))
 
 

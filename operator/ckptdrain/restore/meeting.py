@@ -294,7 +294,9 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
                               new_timeline(step_round))
                 if made is not None:
                     won = meeting.write_decision(made, read)
-                    return Agreed(won, "decided" if won is made else "adopted",
+                    # By value: a write whose answer was lost is sent again,
+                    # refused (409), and read back as this rank wrote it.
+                    return Agreed(won, "decided" if won == made else "adopted",
                                   monotonic() - started, nxt.why)
             last_error = None
         except NoRights:
@@ -333,4 +335,4 @@ def agree(meeting: Meeting, *, rank: int, uid: str, writers: int, pod: str | Non
     if current is not None and current.round >= step_round:
         return Agreed(current, "adopted", waited, nxt.why)
     won = meeting.write_decision(made, read)
-    return Agreed(won, "decided" if won is made else "adopted", waited, nxt.why)
+    return Agreed(won, "decided" if won == made else "adopted", waited, nxt.why)
