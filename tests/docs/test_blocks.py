@@ -113,7 +113,7 @@ def check_fragment(block: Block, tmp_path: Path) -> None:
         deployment = next(d for d in rendered if d["kind"] == "Deployment")
         env = {e["name"]: e["value"] for e in
                deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-               if e["name"] == "CKPTDRAIN_CONTAINERS"}
+               if e["name"] in ("CKPTDRAIN_CONTAINERS", "CKPTDRAIN_AGENT_IDENTITIES")}
         config_from_env(env)
 
 

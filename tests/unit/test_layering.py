@@ -12,7 +12,8 @@ inside functions included):
   no arrow runs back up, so the peer tier never reaches into the agent;
 - the cloud and cluster SDKs appear only at their edges;
 - inside operator/, each room imports only the rooms below it (OPERATOR_ROOMS):
-  the base (config, containers, metrics, coalesce, heap) nothing; apiserver/ the base;
+  the base (config, containers, metrics, coalesce, heap, tenant_identities)
+  nothing; apiserver/ the base;
   policy/ the base; and so on up to the wiring (handlers, main, command), which no
   room imports.
 The entry points (cli.py, __main__.py) may import anything.
@@ -76,7 +77,7 @@ RULES = {
 #: The cluster side's rooms (operator/ckptdrain/operator/__init__.py draws them) and the
 #: rooms each may import besides itself. A module at the top of operator/ is in the
 #: base or the wiring; a sub-package is a room of its own.
-OPERATOR_BASE = {"config", "containers", "metrics", "coalesce", "heap"}
+OPERATOR_BASE = {"config", "containers", "metrics", "coalesce", "heap", "tenant_identities"}
 OPERATOR_WIRING = {"handlers", "main", "command"}
 OPERATOR_ROOMS: dict[str, frozenset[str]] = {
     "base": frozenset(),

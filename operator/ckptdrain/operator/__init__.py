@@ -6,7 +6,8 @@ holds these rules as a test):
 
     config.py, metrics.py,     the base every room may import: one validated config,
     coalesce.py, heap.py,      the Prometheus metrics, one pass per burst, heap trim,
-    containers.py              the injected containers' resources (platform, policy)
+    containers.py,             the injected containers' resources (platform, policy),
+    tenant_identities.py       each tenant namespace's store identity (platform)
     apiserver/                 the admission process's connection, reads and watched
                                views; the operator's writes outside Kopf; which
                                replica may write (leadership)

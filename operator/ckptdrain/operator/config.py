@@ -23,6 +23,13 @@ Variables (field in parentheses):
   AWS's own, that a policy without a credentials Secret may name: the pod's
   own identity is sent to them (store/ambient_endpoints.py); comma-separated
   `https://host[:port]` or `https://*.domain`; none by default.
+- CKPTDRAIN_AGENT_IDENTITIES (identities): JSON, the AWS role each tenant
+  namespace's ckptdrain containers (restore, the agent) reach the store as,
+  with a projected token of their own, never the trainer's
+  (operator/tenant_identities.py, admission/tenant_identity.py):
+  {"team-a": {"awsRoleArn": "arn:aws:iam::111122223333:role/ckpt-team-a",
+  "audience": "sts.amazonaws.com", "expirationSeconds": 3600}}; a namespace
+  left out keeps the pod's own identity; none by default.
 - CKPTDRAIN_AGENT_SERVICE_ACCOUNT: the agent's service account (informational).
 - CKPTDRAIN_NAMESPACE (namespace): watch only this namespace; empty = all.
 - CKPTDRAIN_WEBHOOK_HOST / _ADDR / _PORT: the hostname the apiserver uses to
@@ -91,6 +98,7 @@ from dataclasses import dataclass
 
 from ckptdrain import units
 from ckptdrain.errors import InvalidInput
+from ckptdrain.operator import tenant_identities
 from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, read_platform_json
 from ckptdrain.store import ambient_endpoints
 
@@ -109,6 +117,7 @@ class OperatorConfig:
     image_pull_policy: str = "IfNotPresent"
     agent_images: str = ""
     ambient_endpoints: tuple[tuple[str, str, int], ...] = ()
+    identities: tenant_identities.Identities = ()
     agent_service_account: str = "ckptdrain-agent"
     namespace: str = ""
     webhook_host: str = "127.0.0.1"
@@ -199,6 +208,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         agent_images=_object_ref("CKPTDRAIN_AGENT_IMAGES", get("CKPTDRAIN_AGENT_IMAGES", "")),
         ambient_endpoints=ambient_endpoints.parse_allowed(
             get("CKPTDRAIN_AMBIENT_ENDPOINTS", "")),
+        identities=tenant_identities.parse(get(tenant_identities.VARIABLE, "")),
         agent_service_account=get("CKPTDRAIN_AGENT_SERVICE_ACCOUNT", d.agent_service_account),
         namespace=get("CKPTDRAIN_NAMESPACE", ""),
         webhook_host=get("CKPTDRAIN_WEBHOOK_HOST", d.webhook_host),

@@ -18,9 +18,14 @@ store/__init__.explicit_keys refuses a Secret with empty keys, which would
 let the S3 client fall back to the pod's identity. (gs:// stores have their
 own rule, store/gcs.py.)
 
-What this does not do: the trainer in the same pod has the same identity,
-so it keeps a tenant who may create pods from nothing; it keeps a tenant
-who may only write policies from sending the platform's identity elsewhere.
+The same holds for the identity the platform maps a tenant namespace to
+(CKPTDRAIN_AGENT_IDENTITIES): it has no Secret either, and the role signs
+every request alike.
+
+What this does not do: a tenant who may create pods can use the pod's
+identity itself (the trainer shares it, or asks for a token of the mapped
+role's audience); it keeps a tenant who may only write policies from
+sending the identity elsewhere.
 
 An entry is an origin, `https://host[:port]`, or `https://*.domain` for every
 host under a domain (not the domain itself); paths are ignored and the port

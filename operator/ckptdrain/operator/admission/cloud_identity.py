@@ -12,9 +12,11 @@ identity variables and the token mount behind each token-file variable into
 the containers that talk to the store (restore and the agent), on the first
 call and again on reinvocation.
 
-Nothing is carried into a container that has explicit credentials (the
-policy's `credentialsSecretRef`: its keys win in the S3 client's chain
-anyway, and a policy that chose a Secret chose it), a variable already set
+Nothing is carried where the platform maps the namespace to an identity of
+its own (admission/tenant_identity.py: that one wins), nor into a container
+that has explicit credentials (the policy's `credentialsSecretRef`: its
+keys win in the S3 client's chain anyway, and a policy that chose a Secret
+chose it), a variable already set
 is never changed, and only a mount of a projected volume made purely of
 service-account tokens is carried: a variable whose file would not be there
 is dropped with a warning rather than handed over as a path to nothing.

@@ -5,7 +5,8 @@ exactly (the root prepare container, admission/prepare.py; restore init
 container first, the agent as a native sidecar, the volumes, env,
 annotations; with the peer tier on, the peer sidecar before restore,
 policy/peer_tier.py; the work dir where admission/work_dir.py puts it, and
-the pod's fsGroup that shares it). An already-injected pod yields []; on
+the pod's fsGroup that shares it; the store identity of restore and the
+agent, admission/tenant_identity.py or cloud_identity.py). An already-injected pod yields []; on
 reinvocation `reinvocation_patch` follows what later webhooks did. `grace_problem`
 says when terminationGracePeriodSeconds is too short to flush one shard.
 """
@@ -31,7 +32,13 @@ from ckptdrain.contract.api import (
 from ckptdrain.contract.earlier_stores import EarlierStore
 from ckptdrain.contract.env import CREDENTIALS
 from ckptdrain.operator import containers
-from ckptdrain.operator.admission import cloud_identity, prepare, resources, work_dir
+from ckptdrain.operator.admission import (
+    cloud_identity,
+    prepare,
+    resources,
+    tenant_identity,
+    work_dir,
+)
 from ckptdrain.operator.admission.pod_env import (
     AGENT_METRICS_PORT,
     LOCAL_DIR,
@@ -173,12 +180,15 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         ("ckptdrain-share", SHARE_DIR), ("ckptdrain-tmp", "/tmp")], sidecar=True,
         resources=resources.injected(containers.AGENT, policy.containers, equal=equal))
     stores = [restore] if agent is None else [restore, agent]
+    # The platform's identity for this namespace, in our containers alone;
+    # else the one a platform webhook that ran before ours gave the trainer.
+    tenant = tenant_identity.chosen(policy, config.identities)
     identity = cloud_identity.ambient(pod)
     for container in stores:  # a private CA, by reference
         container["volumeMounts"] += storage_options.mounts(policy.storage_options)
         container["volumeMounts"] += peer_tier.mounts(policy.peer)
-        # A platform webhook that ran before ours gave the trainer its identity.
-        env, mounts = cloud_identity.additions(container, identity)
+        env, mounts = (cloud_identity.additions(container, identity) if tenant is None else
+                       (tenant_identity.env(tenant, policy.namespace), [tenant_identity.mount()]))
         container["env"] = [*container["env"], *env]  # the agent's is `shared`
         container["volumeMounts"] += mounts
     # The reason restore failed, as the container's last state on the pod.
@@ -203,7 +213,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
                    for i, c in enumerate(ours))
     taken = {v.get("name") for v in spec.get("volumes") or []}
     _append(ops, "/spec/volumes", spec.get("volumes"),
-            [v for v in volumes(policy, prepare=config.prepare_local_tier, reader=reader)
+            [v for v in [*volumes(policy, prepare=config.prepare_local_tier, reader=reader),
+                         *([] if tenant is None else [tenant_identity.volume(tenant)])]
              if v["name"] not in taken])
     for i, container in enumerate(spec.get("containers") or []):
         ours_env = trainer_env(pod, policy, rank, reader=reader)
@@ -222,8 +233,9 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
                     [work_dir.trainer_mount(policy, reader=reader)])
     ops.extend(work_dir.security_context_ops(pod))
     ops.extend(placement_ops(spec, policy))
-    # With a Secret, restore and the agent use its keys, not the pod's identity.
-    reach_store = [] if policy.credentials is not None else stores
+    # With a Secret, or the namespace's own identity, restore and the agent
+    # use that: a platform webhook after ours must leave them alone.
+    reach_store = [] if policy.credentials is not None or tenant is not None else stores
     ops.extend(_metadata_ops(pod, policy, default_rate, rank, workload_writers, reader,
                              skip=[c["name"] for c in ours if c not in reach_store],
                              image=config.image))
@@ -302,7 +314,9 @@ def reinvocation_patch(pod: Mapping[str, Any]) -> JSONPatch:
     agent (admission/cloud_identity.py); a sidecar whose `restartPolicy: Always` a
     webhook built on older Kubernetes types dropped gets it back, else it
     would run as a plain init container that never exits and the pod would
-    never start. [] when nothing needs doing."""
+    never start. A container holding its namespace's own identity
+    (admission/tenant_identity.py) gets nothing of the trainer's. [] when
+    nothing needs doing."""
     ops: JSONPatch = []
     identity = cloud_identity.ambient(pod)
     for i, container in enumerate(pod.get("spec", {}).get("initContainers") or []):
@@ -310,7 +324,7 @@ def reinvocation_patch(pod: Mapping[str, Any]) -> JSONPatch:
         if name in (AGENT, peer_tier.PEER) and container.get("restartPolicy") != "Always":
             ops.append({"op": "add", "path": f"/spec/initContainers/{i}/restartPolicy",
                         "value": "Always"})
-        if name in (RESTORE, AGENT):
+        if name in (RESTORE, AGENT) and not tenant_identity.holds(container):
             env, mounts = cloud_identity.additions(container, identity)
             _append(ops, f"/spec/initContainers/{i}/env", container.get("env"), env)
             _append(ops, f"/spec/initContainers/{i}/volumeMounts",

@@ -28,7 +28,13 @@ from typing import Any
 
 from ckptdrain import sizing
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.admission import agent_images, cloud_identity, injection, unselected
+from ckptdrain.operator.admission import (
+    agent_images,
+    cloud_identity,
+    injection,
+    tenant_identity,
+    unselected,
+)
 from ckptdrain.operator.admission.owner_cache import OwnerCache
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
@@ -242,7 +248,9 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         ops = injection.reinvocation_patch(pod)
         if ops:
             logger.info("pod injected earlier: %d ops after later webhooks", len(ops))
-            warnings.extend(_identity_warnings(pod))
+            if not any(tenant_identity.holds(c)
+                       for c in pod.get("spec", {}).get("initContainers") or []):
+                warnings.extend(_identity_warnings(pod))
         return ops
     labels = dict(pod.get("metadata", {}).get("labels") or {})
     matches = _selecting(labels, candidates) if candidates is not None else []
@@ -306,7 +314,8 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         workload_writers=role.workload_writers, reader=role.reader,
         readers_alongside=role.readers_alongside,
         earlier=history.told_to_restore(chosen, p, datetime.now(UTC)))
-    if p.credentials is None:  # with a Secret nothing is carried: nothing to say
+    if p.credentials is None and tenant_identity.chosen(p, cfg.identities) is None:
+        # With a Secret or the namespace's own identity nothing is carried.
         warnings.extend(_identity_warnings(pod))
     logger.info("injecting policy %s into a pod (%d ops)", p.key, len(ops))
     return ops

@@ -1,0 +1,84 @@
+"""Which store identity a selected pod's ckptdrain containers get, and the
+pieces of the pod that carry it. Pure.
+
+Where the platform maps the pod's namespace to a role
+(CKPTDRAIN_AGENT_IDENTITIES, operator/tenant_identities.py), restore and
+the agent, the only containers of ours that reach the store, get:
+
+- a projected ServiceAccount-token volume of their own (VOLUME; the
+  mapping's audience and expiration), mounted read-only at TOKEN_DIR: no
+  other container of the pod mounts it, so the trainer cannot read it;
+- AWS_ROLE_ARN, AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_SESSION_NAME and
+  AWS_STS_REGIONAL_ENDPOINTS=regional, which botocore's default chain turns
+  into AssumeRoleWithWebIdentity (re-reading the file the kubelet renews).
+
+The mapping wins over an identity a platform webhook gave the trainer: that
+one is not carried into our containers (admission/cloud_identity.py), and
+our containers are named in `eks.amazonaws.com/skip-containers` so that
+such a webhook running after ours leaves them alone. A policy's
+`credentialsSecretRef` wins over the mapping: the policy asked for keys.
+Only s3:// stores use it: a gs:// store speaks to Google, whose identity
+GKE gives the whole pod (docs/cloud/gke.md).
+
+The token is the pod's ServiceAccount's, like any other; what makes it the
+tenant's is the role's trust policy, which accepts only tokens whose
+subject is in that namespace, with this audience (docs/cloud/eks.md).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from ckptdrain.operator import tenant_identities
+from ckptdrain.operator.policy.spec import Policy
+from ckptdrain.operator.tenant_identities import Identities, WebIdentity
+
+VOLUME = "ckptdrain-store-token"
+#: Under /var/run/secrets/, where cloud_identity.py looks for token mounts,
+#: and apart from EKS's own (/var/run/secrets/eks.amazonaws.com/...).
+TOKEN_DIR = "/var/run/secrets/ckptdrain/store-token"
+TOKEN_PATH = "token"
+#: What STS takes as a RoleSessionName; CloudTrail shows it.
+MAX_SESSION_NAME = 64
+
+
+def chosen(policy: Policy, identities: Identities) -> WebIdentity | None:
+    """The identity the platform maps the policy's namespace to, for its
+    pods' restore and agent; None where the policy names a Secret, its
+    store is not S3, or the namespace is not mapped (the pod's own identity,
+    as before)."""
+    if policy.credentials is not None or not policy.store_uri.startswith("s3://"):
+        return None
+    return tenant_identities.of(identities, policy.namespace)
+
+
+def session_name(namespace: str) -> str:
+    """`ckptdrain-<namespace>`, at most 64 characters of [a-z0-9-] (STS
+    accepts [\\w+=,.@-]{2,64})."""
+    return f"ckptdrain-{namespace}"[:MAX_SESSION_NAME]
+
+
+def volume(identity: WebIdentity) -> dict[str, Any]:
+    return {"name": VOLUME, "projected": {"sources": [{"serviceAccountToken": {
+        "audience": identity.audience, "expirationSeconds": identity.expiration_s,
+        "path": TOKEN_PATH}}]}}
+
+
+def mount() -> dict[str, Any]:
+    return {"name": VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}
+
+
+def env(identity: WebIdentity, namespace: str) -> list[dict[str, Any]]:
+    return [{"name": "AWS_ROLE_ARN", "value": identity.role_arn},
+            {"name": "AWS_WEB_IDENTITY_TOKEN_FILE",
+             "value": posixpath.join(TOKEN_DIR, TOKEN_PATH)},
+            {"name": "AWS_ROLE_SESSION_NAME", "value": session_name(namespace)},
+            {"name": "AWS_STS_REGIONAL_ENDPOINTS", "value": "regional"}]
+
+
+def holds(container: Mapping[str, Any]) -> bool:
+    """Whether `container` was given the tenant's identity (on reinvocation:
+    nothing of the trainer's is carried into it then)."""
+    return any(m.get("name") == VOLUME for m in container.get("volumeMounts") or [])

@@ -1,0 +1,168 @@
+"""The IAM policies of docs/cloud/eks.md's "One identity per tenant" do what
+the page says, for the keys ckptdrain really uses: the trust policy takes
+the namespace's tokens with the configured audience and no other
+namespace's; the permissions reach the prefix the webhook gives the
+tenant's policies (<uri prefix>/<namespace>/<policy>/) and no other
+tenant's. A small evaluator of the IAM subset the page uses (Allow
+statements; StringEquals and StringLike; `*` and `?`; the
+${aws:PrincipalTag/...} variable) stands in for AWS, which no test here
+reaches. docs/cloud/gke.md's binding names the same prefix."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from fnmatch import fnmatchcase
+from typing import Any
+
+import pytest
+import yaml
+from tests.docs import blocks
+from tests.docs.blocks import REPO
+from tests.docs.conftest import config_from_env, default_config
+
+from ckptdrain.operator.policy import spec as operator_policy
+from ckptdrain.operator.tenant_identities import WebIdentity
+from ckptdrain.store import parse_store_uri
+
+EKS = REPO / "docs" / "cloud" / "eks.md"
+GKE = REPO / "docs" / "cloud" / "gke.md"
+SECTION = "## One identity per tenant"
+ISSUER = "oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE"
+BUCKET, URI = "my-checkpoints", "s3://my-checkpoints/llm"
+AGENT_ACTIONS = ("s3:PutObject", "s3:GetObject", "s3:DeleteObject",
+                 "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts")
+
+
+def _section_blocks(path: Any) -> list[blocks.Block]:
+    text = path.read_text()
+    start = text.index(SECTION)
+    end = text.find("\n## ", start + len(SECTION))
+    first, last = text[:start].count("\n") + 1, text[:end].count("\n") + 1 if end > 0 else 10**9
+    return [b for b in blocks.parse(path) if first <= b.line <= last]
+
+
+def _block(note: str) -> dict[str, Any]:
+    found = [b for b in _section_blocks(EKS) if b.kind == "fragment" and b.note == note]
+    assert len(found) == 1, f"{EKS}: one block marked {note!r}, found {len(found)}"
+    return dict(json.loads(found[0].text))
+
+
+def _like(pattern: str, value: str) -> bool:
+    """IAM's wildcards: `*` any run, `?` one character; nothing else special."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, value, re.S) is not None
+
+
+def _resolved(text: str, tags: Mapping[str, str]) -> str:
+    return re.sub(r"\$\{aws:PrincipalTag/([^}]+)\}", lambda m: tags[m[1]], text)
+
+
+def _listed(value: Any) -> list[str]:
+    return value if isinstance(value, list) else [value]
+
+
+def allowed(document: Mapping[str, Any], action: str, resource: str | None = None,
+            context: Mapping[str, str] | None = None,
+            tags: Mapping[str, str] | None = None) -> bool:
+    """Whether some Allow statement grants `action` on `resource` with
+    `context` (condition keys); the page uses no Deny."""
+    context, tags = context or {}, tags or {}
+    for statement in document["Statement"]:
+        assert statement["Effect"] == "Allow", statement
+        if not any(fnmatchcase(action, a) for a in _listed(statement["Action"])):
+            continue
+        if resource is not None and not any(
+                _like(_resolved(r, tags), resource) for r in _listed(statement["Resource"])):
+            continue
+        conditions = statement.get("Condition", {})
+        assert set(conditions) <= {"StringEquals", "StringLike"}, conditions
+        if all(key in context and any(
+                (_like(_resolved(p, tags), context[key]) if op == "StringLike"
+                 else _resolved(p, tags) == context[key]) for p in _listed(wanted))
+               for op, pairs in conditions.items() for key, wanted in pairs.items()):
+            return True
+    return False
+
+
+def _values() -> dict[str, WebIdentity]:
+    """What the page's values give the operator."""
+    found = [b for b in _section_blocks(EKS) if b.kind == "fragment" and b.note == "values"]
+    assert len(found) == 1
+    raw = yaml.safe_load(found[0].text)["agent"]["identities"]
+    return dict(config_from_env({"CKPTDRAIN_AGENT_IDENTITIES": json.dumps(raw)}).identities)
+
+
+def _key_prefix(namespace: str, policy: str = "llama") -> str:
+    """Where the webhook puts a policy's objects: the agent's store prefix."""
+    spec = {"selector": {"matchLabels": {"app": "t"}}, "model": {"parameters": "7B"},
+            "interval": "15m", "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2},
+            "storage": {"uri": URI}}
+    prefix = operator_policy.parse(namespace, policy, spec, default_config()).store_prefix()
+    parsed = parse_store_uri(prefix)
+    assert parsed.bucket == BUCKET
+    return parsed.prefix + "/"
+
+
+def _token(namespace: str, audience: str, account: str = "ckptdrain-agent") -> dict[str, str]:
+    """The claims STS checks, as the apiserver writes them in a projected token."""
+    return {f"{ISSUER}:sub": f"system:serviceaccount:{namespace}:{account}",
+            f"{ISSUER}:aud": audience}
+
+
+def test_the_trust_policy_takes_only_its_namespaces_tokens_with_the_audience() -> None:
+    trust, identity = _block("trust policy of ckptdrain-team-a"), _values()["team-a"]
+    action = "sts:AssumeRoleWithWebIdentity"
+    assert trust["Statement"][0]["Principal"]["Federated"].endswith(f"oidc-provider/{ISSUER}")
+    assert allowed(trust, action, context=_token("team-a", identity.audience))
+    assert allowed(trust, action, context=_token("team-a", identity.audience, "default"))
+    assert not allowed(trust, action, context=_token("team-b", identity.audience))
+    assert not allowed(trust, action, context=_token("team-a-x", identity.audience))
+    assert not allowed(trust, action, context=_token("team-a", "pods.eks.amazonaws.com"))
+    # The role it trusts for is the one the values map team-a to.
+    assert identity.role_arn.endswith(":role/ckptdrain-team-a")
+
+
+@pytest.mark.parametrize("note,tags", [
+    ("permissions of ckptdrain-team-a", None),
+    ("permissions of one role for every tenant, with Pod Identity",
+     {"kubernetes-namespace": "team-a"}),
+])
+def test_the_permissions_reach_the_tenants_prefix_only(note: str,
+                                                      tags: dict[str, str] | None) -> None:
+    document = _block(note)
+    own, other = _key_prefix("team-a"), _key_prefix("team-b")
+    assert own == "llm/team-a/llama/"
+    for action in AGENT_ACTIONS:
+        key = f"arn:aws:s3:::{BUCKET}/{own}steps/000100/shard-0"
+        assert allowed(document, action, key, tags=tags), action
+        assert not allowed(document, action, f"arn:aws:s3:::{BUCKET}/{other}steps/000100/"
+                                             "shard-0", tags=tags), action
+    # Another policy of the same tenant: the same role.
+    assert allowed(document, "s3:GetObject", f"arn:aws:s3:::{BUCKET}/{_key_prefix('team-a', 'gpt')}"
+                   "manifest.json", tags=tags)
+    bucket = f"arn:aws:s3:::{BUCKET}"
+    assert allowed(document, "s3:ListBucket", bucket, {"s3:prefix": own + "steps/"}, tags)
+    for prefix in (other, "llm/", "", "llm/team-a-x/llama/"):
+        assert not allowed(document, "s3:ListBucket", bucket, {"s3:prefix": prefix}, tags), prefix
+    assert not allowed(document, "s3:ListBucketMultipartUploads", bucket, tags=tags)
+
+
+def test_the_gke_binding_names_the_namespace_and_its_prefix() -> None:
+    block = next(b for b in _section_blocks(GKE) if "add-iam-policy-binding" in b.text)
+    words = shlex.split(block.text.replace("\\\n", " "))
+    member = next(w.split("=", 1)[1] for w in words if w.startswith("--member="))
+    condition = next(w.split("=", 1)[1] for w in words if w.startswith("--condition="))
+    assert re.fullmatch(r"principalSet://iam\.googleapis\.com/projects/PROJECT_NUMBER/locations/"
+                        r"global/workloadIdentityPools/my-project\.svc\.id\.goog/namespace/"
+                        r"team-a", member)
+    spec = {"selector": {"matchLabels": {"app": "t"}}, "model": {"parameters": "7B"},
+            "interval": "15m", "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2},
+            "storage": {"uri": "gs://my-gcs-bucket/checkpoints"}}
+    prefix = parse_store_uri(operator_policy.parse(
+        "team-a", "llama", spec, default_config()).store_prefix()).prefix
+    named = re.search(r'startsWith\("projects/_/buckets/([^/]+)/objects/([^"]*)"\)', condition)
+    assert named and named[1] == "my-gcs-bucket" and named[2] == "checkpoints/team-a/"
+    assert (prefix + "/").startswith(named[2])
