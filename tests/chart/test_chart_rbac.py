@@ -131,6 +131,12 @@ def _reach(objects: list[dict[str, Any]], resource: str) -> set[str]:
     (["--set", "agent.namespaces={ml-a,ml-a}"], {"ml-a"}),
     (["--set", "operator.watchNamespace=ml-w"], {"ml-w"}),
     (["--set", "operator.watchNamespace=ml-w", "--set", "agent.namespaces={ml-a}"], {"ml-w"}),
+    # Training namespaces whose pods bring their own ServiceAccount.
+    (["--set", "agent.namespaces={ml-a}", "--set", "operator.peerTierNamespaces={ml-x,ml-a}"],
+     {"ml-a", "ml-x"}),
+    (["--set", "operator.peerTierNamespaces={ml-x}"], {"*"}),  # nothing narrows: all
+    (["--set", "operator.watchNamespace=ml-w", "--set", "agent.namespaces={ml-a}",
+      "--set", "operator.peerTierNamespaces={ml-x}"], {"ml-w"}),
 ])
 def test_the_peer_tiers_secrets_and_configmaps_reach_only_its_namespaces(
         tools: Tools, args: list[str], reach: set[str]) -> None:

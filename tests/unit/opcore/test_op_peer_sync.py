@@ -38,6 +38,15 @@ CA_NAME = "ckptdrain-peer-ca-u-1"
 PODS_SECRET = "llama-ckptdrain-peer"
 
 
+def _refused(status: int, resource: str, namespace: str) -> kube.ApiException:
+    """As the apiserver refuses a call RBAC does not allow: its Status says why."""
+    error = kube.ApiException(status=status, reason="Forbidden")
+    error.body = json.dumps({"kind": "Status", "code": status, "message": (
+        f'{resource} is forbidden: User "system:serviceaccount:ckptdrain:ckptdrain" cannot '
+        f'create resource "{resource}" in API group "" in the namespace "{namespace}"')})
+    return error
+
+
 class FakeApi:
     def __init__(self) -> None:
         #: (namespace, name) → the Secret as last written.
@@ -58,7 +67,7 @@ class FakeApi:
 
     def _check(self, namespace: str, name: str, write: bool = True) -> None:
         if self.secret_error:
-            raise kube.ApiException(status=self.secret_error, reason="Forbidden")
+            raise _refused(self.secret_error, "secrets", namespace)
         error = self.ca_error if write else self.ca_read_error
         if error and namespace == STORE:
             raise kube.ApiException(status=error, reason="Internal error")
@@ -114,7 +123,7 @@ class FakeApi:
     def read_configmap_data(self, namespace: str, name: str) -> dict[str, str] | None:
         self.calls.append(f"read {name}")
         if self.configmap_error:
-            raise kube.ApiException(status=self.configmap_error, reason="Forbidden")
+            raise _refused(self.configmap_error, "configmaps", namespace)
         found = self.configmaps.get(name)
         return None if found is None else dict(found["data"])
 
@@ -326,7 +335,10 @@ def test_forbidden_secrets_show_in_the_status_and_are_tried_again(api: FakeApi) 
     api.secret_error = 403
     run(body())
     assert api.status[-1]["peer"]["reason"] == "CredentialsFailed"
-    assert "Forbidden" in api.status[-1]["peer"]["message"]
+    said = api.status[-1]["peer"]["message"]
+    assert said.startswith("the operator could not create or renew its Secrets: secrets is "
+                           'forbidden: User "system:serviceaccount:')
+    assert "agent.namespaces and operator.peerTierNamespaces" in said
     assert "llama-ckptdrain-peers" in api.configmaps  # the pairing is still published
     assert [reason for reason, _ in api.events] == ["PeerTierFailed"]
     run(body())
@@ -421,7 +433,9 @@ def test_forbidden_configmaps_show_in_the_status_without_a_retry_loop(api: FakeA
     api.configmap_error = 403
     run(body())  # no exception: nothing for the timer to retry
     assert api.status[-1]["peer"]["reason"] == "PublishFailed"
-    assert "configmaps" in api.status[-1]["peer"]["message"]
+    said = api.status[-1]["peer"]["message"]
+    assert 'cannot create resource "configmaps" in API group "" in the namespace "ml"' in said
+    assert "operator.peerTierNamespaces" in said  # where the rights come from
     assert [reason for reason, _ in api.events] == ["PeerTierFailed"]
     assert "llama-ckptdrain-peers" not in api.configmaps
     api.configmap_error = None

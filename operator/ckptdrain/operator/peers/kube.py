@@ -7,6 +7,7 @@ error about a Secret names the Secret only, never its data.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -29,6 +30,28 @@ def _absent_is_none(read: Callable[[], T], secret: str | None = None) -> T | Non
             raise
         raise ApiException(status=error.status, reason=f"reading Secret {secret}: "
                            f"{error.reason}") from None
+
+
+#: What a person does about a refusal (docs/rbac.md, "The peer tier").
+_WHERE_RIGHTS_ARE = ("the operator's peer-tier rights reach the namespaces of the chart's "
+                     "agent.namespaces and operator.peerTierNamespaces (cluster-wide when "
+                     "both are empty), and its write policy only the peer tier's own objects")
+
+
+def refused(error: ApiException, doing: str) -> str:
+    """Why the apiserver refused `doing`, in its own words (a Status
+    object's message: the right RBAC lacks, or the admission policy that
+    refused and why), and where the rights come from. Never the request's
+    body: a Secret's data is in no Status."""
+    said = str(error.reason or error.status)
+    try:
+        status = json.loads(error.body or "")
+        if isinstance(status, dict) and isinstance(status.get("message"), str):
+            said = status["message"][:400]
+    except (TypeError, ValueError):
+        pass
+    hint = f" ({_WHERE_RIGHTS_ARE})" if error.status == 403 else ""
+    return f"the operator could not {doing}: {said}{hint}"
 
 
 def create_secret(namespace: str, body: dict[str, Any]) -> bool:

@@ -211,7 +211,7 @@ def _ensure_secrets(key: Key, uid: str, owner: Mapping[str, Any], store: str,
                             f"{api.timestamp(ends)}", "Normal")
     except kube.ApiException as error:
         if error.status in (403, 422):  # RBAC, or a name too long: a person must act
-            return f"the operator could not create or renew its Secrets: {error.reason}", ends
+            return peer_kube.refused(error, "create or renew its Secrets"), ends
         raise
     _secrets.add(uid)
     if ends is not None:
@@ -305,8 +305,7 @@ def sync(key: Key, policy: Policy | None, body: Mapping[str, Any],
 
 
 def _forbidden(error: kube.ApiException) -> str:
-    return ("the operator may not read or write the peers ConfigMap "
-            f"({error.reason}): grant get, create and patch on configmaps")
+    return peer_kube.refused(error, "read or write the peers ConfigMap")
 
 
 def schedule(key: Key, run: Callable[[], None], logger: logging.Logger,
