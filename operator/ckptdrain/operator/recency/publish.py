@@ -7,7 +7,8 @@ PUBLISH_DELAY_S whatever the number of pods or checkpoints, builds the
 document from the policy's status and records, walks each controller up to
 the workload that owns it (once per controller: owners do not change), and
 merge-patches the one annotation on that workload, and on the Kueue
-Workloads it (or an object on the way to it) owns, only where the value differs from what the object holds.
+Workloads it (or an object on the way to it) owns, only where the value
+differs from what the object holds.
 A step that moves a tier costs each workload one write, or none when it
 lands in the same pass as the previous one; never one per pod or record.
 
