@@ -9,7 +9,9 @@ served from minimal CRDs, which is all the operator needs of them."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,8 +31,9 @@ from cluster_helpers import (
     wait_for,
 )
 from kubernetes import client, config, watch
-from operator_process import OperatorProcess
+from operator_process import OperatorProcess, repo_root
 from test_rbac import _bind, _rules
+from tests.docs.blocks import parse
 from urllib3.exceptions import ProtocolError
 
 from ckptdrain.agent.kube import PodReport
@@ -209,6 +212,27 @@ def test_a_jobs_pods_checkpointing_publish_on_the_job_in_few_writes(
     assert line and float(line[1]) == 330
     log = recency_operator.tail(200_000)
     assert not re.search(r"(?i)forbidden|checkpoint recency not published", log), log[-3000:]
+
+    # docs/recency.md's reader: work at risk per domain, from the annotation.
+    lines = _run_the_docs_example(cluster, namespace).splitlines()
+    assert [line.split("\t")[:2] for line in lines] == [
+        ["pod", "step 330"], ["node", "step 330"], ["all", "step 330"]]
+    assert all(0 <= int(line.split("\t")[2].removesuffix("s at risk")) < 600 for line in lines)
+
+
+def _run_the_docs_example(cluster: Cluster, namespace: str) -> str:
+    """The page's kubectl | jq block, for the Job `llama` of `namespace`
+    (the page says `-n ml`), against this apiserver."""
+    block = next(b for b in parse(repo_root() / "docs" / "recency.md")
+                 if b.kind == "cluster" and ANNOTATION in b.text)
+    assert "get job llama -n ml " in block.text
+    script = block.text.replace(" -n ml ", f" -n {namespace} ")
+    env = {**cluster.env(), "PATH": f"{Path(cluster.binaries.kubectl).parent}:"
+                                    f"{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_a_jobset_and_its_kueue_workload_carry_it_not_the_job_between(
