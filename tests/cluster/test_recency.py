@@ -59,7 +59,8 @@ def _crd(group: str, version: str, kind: str, plural: str) -> dict[str, Any]:
 
 
 STUBS = [_crd("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
-         _crd("kueue.x-k8s.io", "v1beta1", "Workload", "workloads")]
+         _crd("kueue.x-k8s.io", "v1beta1", "Workload", "workloads"),
+         _crd("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets")]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,8 @@ def recency_operator(cluster: Cluster, operator: OperatorProcess,
     stubs = json.dumps({"apiVersion": "v1", "kind": "List", "items": STUBS})
     cluster.kubectl("apply", "-f", "-", input=stubs)
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/jobsets.jobset.x-k8s.io", "crd/workloads.kueue.x-k8s.io")
+                    "crd/jobsets.jobset.x-k8s.io", "crd/workloads.kueue.x-k8s.io",
+                    "crd/leaderworkersets.leaderworkerset.x-k8s.io")
     kubeconfig = _bind(cluster, "ClusterRole", OPERATOR_SA, SYSTEM_NS,
                        _rules(0, dev_mode=True))
     vap = render_chart("ckptdrain", SYSTEM_NS, ["operator-recency-policy.yaml"])
@@ -263,6 +265,54 @@ def test_a_jobset_and_its_kueue_workload_carry_it_not_the_job_between(
              == doc, what="the Kueue Workload's recency")
     assert _recency(cluster, namespace, "job", "js-workers-0") is None  # not the top
     assert _recency(cluster, namespace, "workloads.kueue.x-k8s.io", "someone-else") is None
+
+
+def _owned(body: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+    body["metadata"]["ownerReferences"] = [{
+        "apiVersion": owner["apiVersion"], "kind": owner["kind"],
+        "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+        "controller": True}]
+    return body
+
+
+def _statefulset(name: str) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+            "spec": {"serviceName": name, "selector": {"matchLabels": {"set": name}},
+                     "template": {"metadata": {"labels": {"set": name}}, "spec": {
+                         "containers": [{"name": "trainer", "image": "trainer:1"}]}}}}
+
+
+def test_a_leaderworkersets_workers_reach_it_through_their_leader(
+        cluster: Cluster, recency_operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
+    """LWS: a group's worker StatefulSet is owned by the group's leader pod,
+    whose own StatefulSet the LeaderWorkerSet owns."""
+    apply(policy("lws", writers=2, identity={"rankLabel": "rank"},
+                 storage={"uri": "s3://bucket/runs", "keep": 3}))
+    wait_for(lambda: get(cluster, namespace, "ckpol", "lws").get("status", {}).get("phase"))
+
+    def made(body: dict[str, Any]) -> dict[str, Any]:
+        done = create(cluster, namespace, body)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    lws = made({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                "metadata": {"name": "lws"}, "spec": {"replicas": 1}})
+    leaders = made(_owned(_statefulset("lws"), lws))
+    leader = made(_owned(pod("lws-0", {"app": "other"}), leaders))
+    workers = made(_owned(_statefulset("lws-0"), leader))
+    reports = []
+    for rank in range(2):
+        name = f"lws-0-{rank + 1}"
+        made(_owned(pod(name, {"app": "lws", "rank": str(rank), **INJECT}, **GRACE), workers))
+        reports.append(PodReport(namespace, name, rank, 2, api=core_api))
+    _checkpoint(reports, 5, State.GLOBAL)
+    doc = wait_for(lambda: (d := _recency(cluster, namespace,
+                                          "leaderworkersets.leaderworkerset.x-k8s.io", "lws"))
+                   and "all" in d and d, what="the LeaderWorkerSet's recency")
+    assert doc["all"] == {"step": 5, "time": _made(cluster, namespace, "lws-s5")}
+    for kind, name in [("statefulset", "lws"), ("statefulset", "lws-0"), ("pod", "lws-0")]:
+        assert _recency(cluster, namespace, kind, name) is None  # links, never written
 
 
 def test_the_operators_account_may_change_nothing_else_on_a_workload(

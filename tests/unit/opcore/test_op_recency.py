@@ -77,14 +77,13 @@ def obj(api_version: str, kind: str, name: str, uid: str,
 
 class Cluster:
     def __init__(self, *objects: dict[str, Any]) -> None:
-        self.objects = {o["metadata"]["name"]: o for o in objects}
+        self.objects = {(o["apiVersion"], o["metadata"]["name"]): o for o in objects}
         self.reads: list[str] = []
 
     def read(self, api_version: str, plural: str, namespace: str, name: str
              ) -> dict[str, Any] | None:
         self.reads.append(f"{plural}/{name}")
-        found = self.objects.get(name)
-        return found if found is not None and found["apiVersion"] == api_version else None
+        return self.objects.get((api_version, name))
 
 
 def ref_to(o: dict[str, Any]) -> owners.Ref:
@@ -95,7 +94,9 @@ TRAIN = obj("trainer.kubeflow.org/v1alpha1", "TrainJob", "t", "u-t")
 JOBSET = obj("jobset.x-k8s.io/v1alpha2", "JobSet", "js", "u-js", TRAIN)
 JOB = obj("batch/v1", "Job", "js-workers-0", "u-j", JOBSET)
 LWS = obj("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "lws", "u-l")
-STS = obj("apps/v1", "StatefulSet", "lws-0", "u-s", LWS)
+STS = obj("apps/v1", "StatefulSet", "lws", "u-s", LWS)
+LEADER = obj("v1", "Pod", "lws-0", "u-p", STS)
+WORKERS = obj("apps/v1", "StatefulSet", "lws-0", "u-ws", LEADER)
 CRON = obj("batch/v1", "CronJob", "nightly", "u-c")
 CRON_JOB = obj("batch/v1", "Job", "nightly-1", "u-cj", CRON)
 RS = obj("apps/v1", "ReplicaSet", "web-1", "u-rs")
@@ -104,12 +105,13 @@ RS = obj("apps/v1", "ReplicaSet", "web-1", "u-rs")
 @pytest.mark.parametrize(("first", "top"), [
     (JOB, "t"),                  # pod -> Job -> JobSet -> TrainJob: the top-most
     (STS, "lws"),                # pod -> StatefulSet -> LWS: the set is never the owner
+    (WORKERS, "lws"),            # a worker: its set is owned by the group's leader pod
     (CRON_JOB, "nightly-1"),     # a CronJob is not a workload kind: its Job is
     (RS, None),                  # nothing of a published kind: nowhere to publish
 ])
 def test_the_walk_stops_at_the_top_most_workload(first: dict[str, Any],
                                                  top: str | None) -> None:
-    cluster = Cluster(TRAIN, JOBSET, JOB, LWS, STS, CRON, CRON_JOB, RS)
+    cluster = Cluster(TRAIN, JOBSET, JOB, LWS, STS, LEADER, WORKERS, CRON, CRON_JOB, RS)
     found = owners.top_owner("ns", ref_to(first), cluster.read, document.ANNOTATION_RECENCY)
     assert (found.name if found else None) == top
     assert "replicasets/web-1" not in cluster.reads  # an unknown kind is never read
@@ -146,7 +148,7 @@ class Api:
         if self.refuse:
             raise ApiException(status=self.refuse)
         self.patches.append((name, value))
-        self.cluster.objects[name]["metadata"]["annotations"][key] = value
+        self.cluster.objects[(api_version, name)]["metadata"]["annotations"][key] = value
         return True
 
     def list_in(self, api_version: str, plural: str, namespace: str) -> list[dict[str, Any]]:

@@ -20,8 +20,16 @@ def _split(api_version: str) -> tuple[str, str]:
 
 
 def read(api_version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-    """The object, or None when there is none. Core objects are not read here."""
+    """The object, or None when there is none. A pod (a LeaderWorkerSet's
+    leader, which owns its group's worker StatefulSet) is listed by name:
+    the operator may list pods, never get one."""
     group, version = _split(api_version)
+    if not group and plural == "pods":
+        core = client.CoreV1Api(kube._api())
+        found = core.list_namespaced_pod(namespace, field_selector=f"metadata.name={name}",
+                                         _request_timeout=kube.POD_PAGE_TIMEOUT)
+        items = kube._api().sanitize_for_serialization(found).get("items") or []
+        return dict(items[0]) if items else None
     try:
         return dict(kube._custom().get_namespaced_custom_object(
             group, version, namespace, plural, name))

@@ -4,13 +4,15 @@ Pure: objects are read through the `read` callable it is given.
 From a pod's controller reference, up the controllers' own references:
 
     pod -> Job -> JobSet [-> TrainJob]
-    pod -> StatefulSet -> LeaderWorkerSet
+    pod -> StatefulSet -> LeaderWorkerSet   (a group's leader)
+    pod -> StatefulSet -> leader pod -> StatefulSet -> LeaderWorkerSet
+                                             (its workers: the leader owns their set)
     pod -> PyTorchJob
     pod -> Job                               (a plain Indexed Job)
 
 The owner is the top-most object of a PUBLISHED kind on that chain (a
 CronJob above a Job is not one: the Job is the workload). Kinds that only
-lead there (a StatefulSet) are read but never written. A chain that reaches
+lead there (a StatefulSet, a leader pod) are read but never written. A chain that reaches
 any other kind (a ReplicaSet) stops; with no published kind below it, the
 pods have no owner to publish on.
 
@@ -32,8 +34,9 @@ KINDS: dict[tuple[str, str], tuple[str, bool]] = {
     ("kubeflow.org", "PyTorchJob"): ("pytorchjobs", True),
     ("trainer.kubeflow.org", "TrainJob"): ("trainjobs", True),
     ("apps", "StatefulSet"): ("statefulsets", False),
+    ("", "Pod"): ("pods", False),
 }
-#: Longest chain followed (the deepest above is three).
+#: Longest chain followed (the deepest above is four).
 MAX_DEPTH = 6
 
 #: (apiVersion, plural, namespace, name) -> the object, or None when absent.
