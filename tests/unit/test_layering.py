@@ -89,8 +89,9 @@ OPERATOR_ROOMS: dict[str, frozenset[str]] = {
     "goodput": frozenset({"base", "apiserver"}),
     "peers": frozenset({"base", "apiserver", "policy", "records", "tls"}),
     "admission": frozenset({"base", "apiserver", "policy", "tls"}),
+    "recency": frozenset({"base", "apiserver"}),
     "wiring": frozenset({"base", "apiserver", "policy", "tls", "bandwidth", "records",
-                         "goodput", "peers", "admission"}),
+                         "goodput", "peers", "admission", "recency"}),
 }
 #: Third-party SDKs and the only places that may import them.
 SDK_EDGES = {

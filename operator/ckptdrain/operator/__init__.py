@@ -18,6 +18,8 @@ holds these rules as a test):
     records/                   checkpoint records, retention, restores, the drain watchdog
     goodput/                   runtime goodput into the status, metrics and a report
     peers/                     the peer tier's cluster side: pairs, Secrets, ConfigMap
+    recency/                   each workload's newest surviving step per failure
+                               domain, published on it and its Kueue Workload
     admission/                 which pods and policies are admitted with what: the
                                webhooks, the pod patch, writer identity, and the sweeps
                                for bare pods and overlapping policies

@@ -86,6 +86,11 @@ Variables (field in parentheses):
   selects: "Refuse" (default) refuses it, naming the label and the two ways
   out; "Flag" admits it bare. Either way the sweep flags any that run
   (admission/sweep.py: an Unselected Event on the pod and on its controller).
+- CKPTDRAIN_PUBLISH_RECENCY (publish_recency): "true" (default) publishes
+  each workload's checkpoint recency (annotation
+  ckptdrain.io/checkpoint-recency) on the object that owns its training
+  pods and on its Kueue Workload (operator/recency/publish.py); "false"
+  writes nothing there.
 """
 
 from __future__ import annotations
@@ -141,6 +146,7 @@ class OperatorConfig:
     prepare_local_tier: bool = True
     containers: Containers = DEFAULT_CONTAINERS
     unselected_pods: str = UNSELECTED_REFUSE
+    publish_recency: bool = True
 
 
 def _flag(name: str, text: str) -> bool:
@@ -228,6 +234,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         prepare_local_tier=_flag("CKPTDRAIN_PREPARE_LOCAL_TIER",
                                  get("CKPTDRAIN_PREPARE_LOCAL_TIER", "true")),
         unselected_pods=unselected,
+        publish_recency=_flag("CKPTDRAIN_PUBLISH_RECENCY",
+                              get("CKPTDRAIN_PUBLISH_RECENCY", "true")),
         expired_ttl_s=units.parse_duration("CKPTDRAIN_EXPIRED_TTL",
                                            get("CKPTDRAIN_EXPIRED_TTL", "600"))
         if get("CKPTDRAIN_EXPIRED_TTL", "600") not in ("0", "0s") else 0.0,

@@ -61,6 +61,7 @@ def run_parsed(args: argparse.Namespace) -> int:
     from ckptdrain.operator import handlers  # noqa: F401
     from ckptdrain.operator.admission import census, conflict_sweep, sweep, webhook  # noqa: F401
     from ckptdrain.operator.apiserver import leadership
+    from ckptdrain.operator.recency import publish  # noqa: F401
 
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port)

@@ -1,0 +1,84 @@
+"""The recency document a workload carries (annotation
+`ckptdrain.io/checkpoint-recency`), from its policy's status and records. Pure.
+
+    {"policy": "llama",
+     "pod":  {"step": 1200, "time": "2026-11-29T18:00:00Z"},
+     "node": {"step": 1100, "time": "2026-11-29T17:45:00Z"},
+     "all":  {"step": 1000, "time": "2026-11-29T17:30:00Z"}}
+
+One entry per failure domain, each the newest step a restart restores after
+losing that much, and when training was at that step:
+- `pod`: a pod lost, its node intact: `status.lastLocalStep` (every writer
+  holds it on its own node), or anything newer that survives more;
+- `node`: any single node lost: `status.recoveryPointOnNodeLoss` (peer tier)
+  or the newest global step, whichever is newer;
+- `all`: every node lost: `status.lastGlobalStep`.
+So pod >= node >= all. An entry is absent when no step survives that loss.
+
+A step's time is its Checkpoint record's creation: the operator makes the
+record when the first writer reports capturing the step, so it is when the
+job was at that step (a global step's completion comes minutes later and
+would understate the work lost). The work at risk is `now - time`; it is not
+published, since a number that moves every second would need a write every
+second: readers compute it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+ANNOTATION_RECENCY = "ckptdrain.io/checkpoint-recency"
+#: The failure domains, the smallest loss first.
+DOMAINS = ("pod", "node", "all")
+
+
+def step_times(records: Iterable[Mapping[str, Any]]) -> dict[int, str]:
+    """Step -> when its record was made, for a policy's records."""
+    out: dict[int, str] = {}
+    for r in records:
+        step = (r.get("spec") or {}).get("step")
+        made = (r.get("metadata") or {}).get("creationTimestamp")
+        if type(step) is int and isinstance(made, str) and made:
+            out[step] = made
+    return out
+
+
+def _newest(*steps: object) -> int | None:
+    found = [s for s in steps if type(s) is int]
+    return max(found) if found else None
+
+
+def surviving_steps(status: Mapping[str, Any]) -> dict[str, int | None]:
+    """Domain -> the newest step that survives it (None: none does)."""
+    everything = _newest(status.get("lastGlobalStep"))
+    node = _newest(status.get("recoveryPointOnNodeLoss"), everything)
+    pod = _newest(status.get("lastLocalStep"), node)
+    return {"pod": pod, "node": node, "all": everything}
+
+
+def document(policy: str, status: Mapping[str, Any],
+             records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The document for a policy's workloads. A step whose record is not at
+    hand yet has no time: its entry waits (the record comes within moments);
+    the newest global step falls back to `status.recoveryPointTime`, a
+    little late but never absent."""
+    times = step_times(records)
+    doc: dict[str, Any] = {"policy": policy}
+    for domain, step in surviving_steps(status).items():
+        if step is None:
+            continue
+        when = times.get(step)
+        if when is None and step == status.get("lastGlobalStep"):
+            when = status.get("recoveryPointTime")
+        if isinstance(when, str) and when:
+            doc[domain] = {"step": step, "time": when}
+    return doc
+
+
+def encode(doc: Mapping[str, Any]) -> str:
+    """The annotation's value: compact JSON, domains in DOMAINS order."""
+    ordered = {"policy": doc["policy"], **{d: doc[d] for d in DOMAINS if d in doc}}
+    return json.dumps(ordered, separators=(",", ":"))
+
