@@ -190,6 +190,18 @@ def test_the_trainer_holds_the_tenant_token_only_where_its_policy_asks(
     assert "the trainer gets no store identity" not in warned
 
 
+def test_a_pod_volume_named_like_the_token_is_refused(
+        cluster: apiserver.Cluster, mapped: str) -> None:
+    _ready_policy(cluster, mapped, "tenant")
+    body = pod("w", {"app": "tenant", **INJECT}, terminationGracePeriodSeconds=600,
+               serviceAccountName=ACCOUNT,
+               volumes=[{"name": tenant_identity.VOLUME, "emptyDir": {}}])
+    made = cluster.kubectl("create", "-n", mapped, "-f", "-", input=json.dumps(body),
+                           check=False)
+    assert made.returncode != 0
+    assert f"spec.volumes[0]: the volume name {tenant_identity.VOLUME}" in made.stderr
+
+
 @pytest.mark.parametrize("flavour", ["current", "old"])
 def test_an_identity_webhook_after_ours_does_not_reach_our_containers(
         cluster: apiserver.Cluster, mapped: str, platform_webhook: tuple[str, str],  # noqa: F811

@@ -13,6 +13,7 @@ from typing import Any
 import jsonpatch
 import pytest
 from test_op_tenant_identity import (
+    BASE,
     CFG,
     IDENTITY_ENV,
     OURS_TO_STORE,
@@ -179,3 +180,36 @@ def test_admission_warns_when_a_webhook_after_ours_gives_the_trainer_a_role() ->
         assert warnings == [w for w in warnings if w.startswith("ckptdrain: container logger")]
         assert len(warnings) == 1
 
+
+@pytest.mark.parametrize("theirs", [
+    {"name": tenant_identity.VOLUME, "emptyDir": {}},
+    {"name": tenant_identity.VOLUME, "projected": {"sources": [{"serviceAccountToken": {
+        "audience": "sts.amazonaws.com", "expirationSeconds": 1800, "path": "token"}}]}},
+    {"name": tenant_identity.VOLUME, "projected": {"sources": [
+        {"serviceAccountToken": {"audience": TENANT.audience, "expirationSeconds": 1800,
+                                 "path": "token"}},
+        {"configMap": {"name": "extra"}}]}},
+], ids=["emptydir", "other-audience", "more-sources"])
+def test_a_pod_volume_named_like_the_token_but_not_it_is_refused(theirs: dict[str, Any]) -> None:
+    given = pod()
+    given["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}, theirs]
+    with pytest.raises(admission.Refused) as refused:
+        _admit(given, SPEC)
+    assert refused.value.code == 422
+    assert f"spec.volumes[1]: the volume name {tenant_identity.VOLUME}" in str(refused.value)
+    assert "rename the pod's volume" in str(refused.value)
+    # Unmapped, the name is not ours to need: the pod is injected.
+    assert _admit(given, SPEC, "other")[0]
+    assert _admit(given, SPEC, cfg=BASE)[0]
+
+
+def test_a_pod_volume_exactly_the_token_is_used() -> None:
+    """The apiserver fills in defaultMode before admission: still the same."""
+    ours = tenant_identity.volume(TENANT)
+    ours["projected"]["defaultMode"] = 420
+    given = pod()
+    given["spec"]["volumes"] = [ours]
+    ops, _ = _admit(given, SPEC)
+    out = jsonpatch.apply_patch(copy.deepcopy(given), ops)
+    assert [v["name"] for v in out["spec"]["volumes"]].count(tenant_identity.VOLUME) == 1
+    assert token_mounts(by_name(out)[injection.RESTORE])

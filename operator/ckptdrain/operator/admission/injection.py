@@ -212,6 +212,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     else:
         ops.extend({"op": "add", "path": f"/spec/initContainers/{i}", "value": c}
                    for i, c in enumerate(ours))
+    # A pod volume named like one of ours is kept: admission refuses a pod
+    # whose token volume is not exactly ours (tenant_identity.volume_problem).
     taken = {v.get("name") for v in spec.get("volumes") or []}
     _append(ops, "/spec/volumes", spec.get("volumes"),
             [v for v in [*volumes(policy, prepare=config.prepare_local_tier, reader=reader),

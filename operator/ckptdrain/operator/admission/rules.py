@@ -305,6 +305,9 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         warnings.append(problem)
     warnings.extend(injection.replaced_env(pod, p, reader=role.reader))
     tenant = tenant_identity.chosen(p, cfg.identities)
+    clash = None if tenant is None else tenant_identity.volume_problem(pod, tenant)
+    if clash is not None:
+        raise Refused(f"pod {pod_label(pod)}: {clash}", code=422)
     choice = await agent_images.image_for(pod, namespace, p.name,
                                           not role.reader and role.shard is not None, cfg,
                                           pinning)

@@ -153,3 +153,26 @@ def trainer_warnings(pod: Mapping[str, Any], policy: Policy) -> list[str]:
             f"{policy.namespace}; set spec.storage.trainerAccess to let it read checkpoints "
             "itself (DCP load, resharding)"]
 
+
+def volume_problem(pod: Mapping[str, Any], identity: WebIdentity) -> str | None:
+    """Why the pod cannot be given the token volume: it has a volume of that
+    name that is not ours (None: no such volume, or exactly ours). Admission
+    refuses such a pod rather than replace the volume: the pod's own
+    containers may mount it, and a replacement would hand them our token in
+    place of what they expected; kept as it is, restore and the agent would
+    mount the pod's volume in place of the token, and fail or act as
+    someone else."""
+    for i, v in enumerate(pod.get("spec", {}).get("volumes") or []):
+        if isinstance(v, Mapping) and v.get("name") == VOLUME and not _same(v, volume(identity)):
+            return (f"spec.volumes[{i}]: the volume name {VOLUME} is ckptdrain's (the store "
+                    "token of restore and the agent in this namespace), and this one is not "
+                    "the token they need; rename the pod's volume")
+    return None
+
+
+def _same(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> bool:
+    """The same projected token, whatever defaultMode the apiserver filled in."""
+    projected = theirs.get("projected")
+    return (set(theirs) == {"name", "projected"} and isinstance(projected, Mapping)
+            and set(projected) <= {"sources", "defaultMode"}
+            and projected.get("sources") == ours["projected"]["sources"])
