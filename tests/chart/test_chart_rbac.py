@@ -128,7 +128,6 @@ def _reach(objects: list[dict[str, Any]], resource: str) -> set[str]:
 @pytest.mark.parametrize(("args", "reach"), [
     ([], {"*"}),                                                  # all namespaces
     (["--set", "agent.namespaces={ml-a,ml-b}"], {"ml-a", "ml-b"}),  # the multi-tenant install
-    (["--set", "agent.namespaces={ml-a,ml-a}"], {"ml-a"}),
     (["--set", "operator.watchNamespace=ml-w"], {"ml-w"}),
     (["--set", "operator.watchNamespace=ml-w", "--set", "agent.namespaces={ml-a}"], {"ml-w"}),
     # Training namespaces whose pods bring their own ServiceAccount.

@@ -94,3 +94,14 @@ def test_a_mapped_namespaces_service_account_drops_eks_annotations(
         "shared": {"eks.amazonaws.com/role-arn": SHARED,
                    "eks.amazonaws.com/sts-regional-endpoints": "true",
                    "example.com/owner": "ml-platform"}}
+
+
+def test_a_namespace_listed_twice_is_refused(tools: Tools, tmp_path: Path) -> None:
+    """Listed twice, a namespace would get its ServiceAccount and RoleBindings
+    rendered twice (duplicate objects in one release): the schema says
+    which entries repeat instead."""
+    result = _render(tools, tmp_path, {"agent": {"namespaces": ["team-a", "team-b", "team-a"]}},
+                     check=False)
+    assert result.returncode != 0, result.stdout
+    assert "/agent/namespaces" in result.stderr and "equal" in result.stderr, result.stderr
+    _render(tools, tmp_path, {"agent": {"namespaces": ["team-a", "team-b"]}})

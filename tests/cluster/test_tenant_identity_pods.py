@@ -74,22 +74,30 @@ def _trainer_with_identity(name: str, labels: dict[str, str]) -> dict[str, Any]:
     return body
 
 
-def _ready_policy(cluster: apiserver.Cluster, namespace: str, name: str) -> None:
-    """The policy, sized, and the pods' ServiceAccount (a projected token
-    needs one; a cluster's ServiceAccount admission plugin, off here, names
-    `default` before any webhook runs)."""
-    cluster.kubectl("create", "serviceaccount", ACCOUNT, "-n", namespace)
-    body = policy(name, writers=1, storage={"uri": "s3://ckpt-bucket/runs"})
+def _ready_policy(cluster: apiserver.Cluster, namespace: str, name: str,
+                  account: bool = True, **storage: Any) -> None:
+    """The policy, sized, and (`account`) the pods' ServiceAccount (a
+    projected token needs one; a cluster's ServiceAccount admission plugin,
+    off here, names `default` before any webhook runs)."""
+    if account:
+        cluster.kubectl("create", "serviceaccount", ACCOUNT, "-n", namespace)
+    body = policy(name, writers=1, storage={"uri": "s3://ckpt-bucket/runs", **storage})
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
     wait_for(lambda: (get(cluster, namespace, "ckpol", name).get("status") or {})
              .get("phase"), what=f"policy {name} sized")
 
 
 def _create(cluster: apiserver.Cluster, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    return _create_warned(cluster, namespace, body)[0]
+
+
+def _create_warned(cluster: apiserver.Cluster, namespace: str,
+                   body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The stored pod, and what kubectl printed of the admission's warnings."""
     made = cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
                            input=json.dumps(body), check=False)
     assert made.returncode == 0, made.stderr
-    return get(cluster, namespace, "pod", body["metadata"]["name"])
+    return get(cluster, namespace, "pod", body["metadata"]["name"]), made.stderr
 
 
 def _containers(stored: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -150,6 +158,48 @@ def test_the_apiserver_takes_the_tenant_token_held_by_our_containers_only(
         cluster.kubectl("delete", "-n", other, "pods,checkpointpolicies", "--all",
                         "--wait=false", check=False)
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+def test_the_trainer_holds_the_tenant_token_only_where_its_policy_asks(
+        cluster: apiserver.Cluster, mapped: str) -> None:
+    """spec.storage.trainerAccess: the trainer mounts the same token and
+    gets the same variables; without it, admission says the trainer has no
+    store identity, and it says so of a trainer holding a role of its own."""
+    _ready_policy(cluster, mapped, "asks", trainerAccess=True)
+    _ready_policy(cluster, mapped, "tenant", account=False)
+    stored, warned = _create_warned(cluster, mapped, pod(
+        "a", {"app": "asks", **INJECT}, terminationGracePeriodSeconds=600,
+        serviceAccountName=ACCOUNT))
+    trainer = _containers(stored)["trainer"]
+    assert {k: _env(trainer).get(k) for k in IDENTITY_ENV} == {
+        "AWS_ROLE_ARN": TENANT_ROLE,
+        "AWS_WEB_IDENTITY_TOKEN_FILE": f"{tenant_identity.TOKEN_DIR}/token",
+        "AWS_ROLE_SESSION_NAME": f"ckptdrain-{mapped}", "AWS_STS_REGIONAL_ENDPOINTS": "regional"}
+    assert {"name": tenant_identity.VOLUME, "mountPath": tenant_identity.TOKEN_DIR,
+            "readOnly": True} in trainer["volumeMounts"]
+    assert "store identity" not in warned
+
+    plain, warned = _create_warned(cluster, mapped, pod(
+        "p", {"app": "tenant", **INJECT}, terminationGracePeriodSeconds=600,
+        serviceAccountName=ACCOUNT))
+    assert "AWS_ROLE_ARN" not in _env(_containers(plain)["trainer"])
+    assert "the trainer gets no store identity" in warned
+    assert "spec.storage.trainerAccess" in warned
+    _, warned = _create_warned(cluster, mapped, _trainer_with_identity("o", {"app": "tenant"}))
+    assert "container trainer holds its own store identity (AWS_ROLE_ARN)" in warned
+    assert "the trainer gets no store identity" not in warned
+
+
+def test_a_pod_volume_named_like_the_token_is_refused(
+        cluster: apiserver.Cluster, mapped: str) -> None:
+    _ready_policy(cluster, mapped, "tenant")
+    body = pod("w", {"app": "tenant", **INJECT}, terminationGracePeriodSeconds=600,
+               serviceAccountName=ACCOUNT,
+               volumes=[{"name": tenant_identity.VOLUME, "emptyDir": {}}])
+    made = cluster.kubectl("create", "-n", mapped, "-f", "-", input=json.dumps(body),
+                           check=False)
+    assert made.returncode != 0
+    assert f"spec.volumes[0]: the volume name {tenant_identity.VOLUME}" in made.stderr
 
 
 @pytest.mark.parametrize("flavour", ["current", "old"])

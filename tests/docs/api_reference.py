@@ -63,6 +63,9 @@ OWNERS: dict[str, str] = {
     "spec.storage.addressingStyle": PLATFORM,
     "spec.storage.coldStorage": PLATFORM, "spec.storage.coldStorage.*": PLATFORM,
     "spec.storage.credentialsSecretRef": PLATFORM,
+    # The namespace's role reaches the tenant's own prefix alone: whether
+    # its trainer may use it is the tenant's call.
+    "spec.storage.trainerAccess": TENANT,
     "spec.storage.credentialsSecretRef.*": PLATFORM,
     "spec.caps": PLATFORM, "spec.caps.*": PLATFORM,
     "spec.triggers": TENANT, "spec.triggers.*": TENANT,

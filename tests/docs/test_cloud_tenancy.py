@@ -6,10 +6,16 @@ tenant's policies (<uri prefix>/<namespace>/<policy>/) and no other
 tenant's. A small evaluator of the IAM subset the page uses (Allow
 statements; StringEquals and StringLike; `*` and `?`; the
 ${aws:PrincipalTag/...} variable) stands in for AWS, which no test here
-reaches. docs/cloud/gke.md's binding names the same prefix."""
+reaches. The key's permissions for SSE-KMS stop at the same prefix, and
+Pod Identity's shared role keeps clusters apart as well as namespaces. The
+page's trainerAccess fragment gives the trainer the namespace's role, and
+the rollout it says to wait for is the chart's Deployment.
+docs/cloud/gke.md's binding names the same prefix."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import re
 import shlex
@@ -17,12 +23,14 @@ from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
+import jsonpatch
 import pytest
 import yaml
 from tests.docs import blocks
 from tests.docs.blocks import REPO
-from tests.docs.conftest import config_from_env, default_config
+from tests.docs.conftest import config_from_env, default_config, render
 
+from ckptdrain.operator.admission import injection, tenant_identity
 from ckptdrain.operator.policy import spec as operator_policy
 from ckptdrain.operator.tenant_identities import WebIdentity
 from ckptdrain.store import parse_store_uri
@@ -95,11 +103,11 @@ def _values() -> dict[str, WebIdentity]:
     return dict(config_from_env({"CKPTDRAIN_AGENT_IDENTITIES": json.dumps(raw)}).identities)
 
 
-def _key_prefix(namespace: str, policy: str = "llama") -> str:
+def _key_prefix(namespace: str, policy: str = "llama", uri: str = URI) -> str:
     """Where the webhook puts a policy's objects: the agent's store prefix."""
     spec = {"selector": {"matchLabels": {"app": "t"}}, "model": {"parameters": "7B"},
             "interval": "15m", "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2},
-            "storage": {"uri": URI}}
+            "storage": {"uri": uri}}
     prefix = operator_policy.parse(namespace, policy, spec, default_config()).store_prefix()
     parsed = parse_store_uri(prefix)
     assert parsed.bucket == BUCKET
@@ -125,29 +133,106 @@ def test_the_trust_policy_takes_only_its_namespaces_tokens_with_the_audience() -
     assert identity.role_arn.endswith(":role/ckptdrain-team-a")
 
 
-@pytest.mark.parametrize("note,tags", [
-    ("permissions of ckptdrain-team-a", None),
-    ("permissions of one role for every tenant, with Pod Identity",
-     {"kubernetes-namespace": "team-a"}),
+POD_IDENTITY = "permissions of one role for every tenant, with Pod Identity"
+#: The URI the page gives each cluster's policies with Pod Identity.
+CLUSTER_URI = f"{URI}/prod-a"
+
+
+def _section_text() -> str:
+    text = EKS.read_text()
+    start = text.index(SECTION)
+    return text[start:text.find("\n## ", start + len(SECTION))]
+
+
+@pytest.mark.parametrize("note,tags,uri,expected", [
+    ("permissions of ckptdrain-team-a", None, URI, "llm/team-a/llama/"),
+    (POD_IDENTITY, {"eks-cluster-name": "prod-a", "kubernetes-namespace": "team-a"},
+     CLUSTER_URI, "llm/prod-a/team-a/llama/"),
 ])
-def test_the_permissions_reach_the_tenants_prefix_only(note: str,
-                                                      tags: dict[str, str] | None) -> None:
+def test_the_permissions_reach_the_tenants_prefix_only(
+        note: str, tags: dict[str, str] | None, uri: str, expected: str) -> None:
     document = _block(note)
-    own, other = _key_prefix("team-a"), _key_prefix("team-b")
-    assert own == "llm/team-a/llama/"
+    own, other = _key_prefix("team-a", uri=uri), _key_prefix("team-b", uri=uri)
+    assert own == expected
     for action in AGENT_ACTIONS:
         key = f"arn:aws:s3:::{BUCKET}/{own}steps/000100/shard-0"
         assert allowed(document, action, key, tags=tags), action
         assert not allowed(document, action, f"arn:aws:s3:::{BUCKET}/{other}steps/000100/"
                                              "shard-0", tags=tags), action
     # Another policy of the same tenant: the same role.
-    assert allowed(document, "s3:GetObject", f"arn:aws:s3:::{BUCKET}/{_key_prefix('team-a', 'gpt')}"
-                   "manifest.json", tags=tags)
+    gpt = _key_prefix("team-a", "gpt", uri)
+    assert allowed(document, "s3:GetObject", f"arn:aws:s3:::{BUCKET}/{gpt}manifest.json",
+                   tags=tags)
     bucket = f"arn:aws:s3:::{BUCKET}"
     assert allowed(document, "s3:ListBucket", bucket, {"s3:prefix": own + "steps/"}, tags)
-    for prefix in (other, "llm/", "", "llm/team-a-x/llama/"):
+    for prefix in (other, "llm/", "", "llm/team-a-x/llama/", "llm/prod-a/team-a-x/llama/"):
         assert not allowed(document, "s3:ListBucket", bucket, {"s3:prefix": prefix}, tags), prefix
     assert not allowed(document, "s3:ListBucketMultipartUploads", bucket, tags=tags)
+
+
+def test_pod_identitys_shared_role_keeps_a_same_named_namespace_of_another_cluster_out(
+        ) -> None:
+    document, bucket = _block(POD_IDENTITY), f"arn:aws:s3:::{BUCKET}"
+    assert f"`storage.uri` ending in its name (`{CLUSTER_URI}`)" in " ".join(
+        _section_text().split())
+    prod_a = _key_prefix("team-a", uri=CLUSTER_URI)
+    elsewhere = {"eks-cluster-name": "prod-b", "kubernetes-namespace": "team-a"}
+    home = {"eks-cluster-name": "prod-a", "kubernetes-namespace": "team-a"}
+    key = f"{bucket}/{prod_a}steps/000100/shard-0"
+    assert allowed(document, "s3:GetObject", key, tags=home)
+    for action in AGENT_ACTIONS:
+        assert not allowed(document, action, key, tags=elsewhere), action
+    assert not allowed(document, "s3:ListBucket", bucket, {"s3:prefix": prod_a}, elsewhere)
+    # The other cluster's own team-a, under its own name.
+    prod_b = _key_prefix("team-a", uri=f"{URI}/prod-b")
+    assert allowed(document, "s3:PutObject", f"{bucket}/{prod_b}steps/1/shard-0",
+                   tags=elsewhere)
+
+
+def test_the_key_for_sse_kms_is_scoped_to_the_tenants_objects() -> None:
+    document = _block("key permissions of ckptdrain-team-a, for SSE-KMS")
+    key_arn = document["Statement"][0]["Resource"]
+    assert re.fullmatch(r"arn:aws:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]+", key_arn)
+    context = "kms:EncryptionContext:aws:s3:arn"
+    own, other = _key_prefix("team-a"), _key_prefix("team-b")
+    for action in ("kms:GenerateDataKey", "kms:Decrypt"):
+        assert allowed(document, action, key_arn,
+                       {context: f"arn:aws:s3:::{BUCKET}/{own}steps/000100/shard-0"}), action
+        assert not allowed(document, action, key_arn,
+                           {context: f"arn:aws:s3:::{BUCKET}/{other}steps/000100/shard-0"})
+        # With S3 Bucket Keys the context is the bucket: no tenant's, as the page says.
+        assert not allowed(document, action, key_arn, {context: f"arn:aws:s3:::{BUCKET}"})
+        assert not allowed(document, action, key_arn)  # no context, no key
+
+
+def test_the_trainer_access_fragment_gives_the_trainer_the_namespaces_role() -> None:
+    found = [b for b in _section_blocks(EKS) if b.kind == "fragment" and b.note == "policy"]
+    assert len(found) == 1
+    spec = {"selector": {"matchLabels": {"app": "t"}}, "model": {"parameters": "7B"},
+            "interval": "15m", "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2},
+            "storage": {"uri": URI, **yaml.safe_load(found[0].text)["storage"]}}
+    cfg = dataclasses.replace(default_config(), identities=tuple(_values().items()))
+    pod = {"metadata": {"name": "w", "namespace": "team-a", "labels": {"app": "t"}},
+           "spec": {"containers": [{"name": "trainer", "image": "t:1"}]}}
+    for namespace, expected in (("team-a", _values()["team-a"].role_arn), ("team-x", None)):
+        p = operator_policy.parse(namespace, "llama", spec, cfg)
+        assert p.trainer_access
+        out = jsonpatch.apply_patch(copy.deepcopy(pod), injection.build_pod_patch(
+            pod, p, cfg, default_rate=1e9))
+        trainer = out["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in trainer.get("env") or []}
+        assert env.get("AWS_ROLE_ARN") == expected, namespace
+        assert (tenant_identity.mount() in trainer["volumeMounts"]) == (expected is not None)
+
+
+def test_the_rollout_to_wait_for_is_the_charts_deployment() -> None:
+    text = " ".join(_section_text().split())
+    named = re.search(r"`kubectl rollout status deployment/([a-z0-9-]+) -n ([a-z0-9-]+)`", text)
+    assert named, "the page names the rollout to wait for"
+    deployments = [d for d in render([]) if d["kind"] == "Deployment"]
+    assert [d["metadata"]["name"] for d in deployments] == [named[1]]
+    assert "-n ckptdrain" in (REPO / "docs" / "install.md").read_text()
+    assert named[2] == "ckptdrain"
 
 
 def test_the_gke_binding_names_the_namespace_and_its_prefix() -> None:

@@ -6,7 +6,8 @@ container first, the agent as a native sidecar, the volumes, env,
 annotations; with the peer tier on, the peer sidecar before restore,
 policy/peer_tier.py; the work dir where admission/work_dir.py puts it, and
 the pod's fsGroup that shares it; the store identity of restore and the
-agent, admission/tenant_identity.py or cloud_identity.py). An already-injected pod yields []; on
+agent, admission/tenant_identity.py or cloud_identity.py, and the
+trainer's where its policy asks). An already-injected pod yields []; on
 reinvocation `reinvocation_patch` follows what later webhooks did. `grace_problem`
 says when terminationGracePeriodSeconds is too short to flush one shard.
 """
@@ -211,13 +212,22 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     else:
         ops.extend({"op": "add", "path": f"/spec/initContainers/{i}", "value": c}
                    for i, c in enumerate(ours))
+    # A pod volume named like one of ours is kept: admission refuses a pod
+    # whose token volume is not exactly ours (tenant_identity.volume_problem).
     taken = {v.get("name") for v in spec.get("volumes") or []}
     _append(ops, "/spec/volumes", spec.get("volumes"),
             [v for v in [*volumes(policy, prepare=config.prepare_local_tier, reader=reader),
                          *([] if tenant is None else [tenant_identity.volume(tenant)])]
              if v["name"] not in taken])
+    # Only where the policy asks: else the trainer holds no store credentials.
+    trainer_identity = tenant_identity.for_trainer(policy, tenant)
+    given: list[str] = []
     for i, container in enumerate(spec.get("containers") or []):
         ours_env = trainer_env(pod, policy, rank, reader=reader)
+        id_env, id_mounts = ([], []) if trainer_identity is None else \
+            tenant_identity.trainer_additions(container, trainer_identity, policy.namespace)
+        if id_mounts:
+            given.append(container.get("name"))
         owned = {e["name"] for e in ours_env} & WEBHOOK_OWNED
         # The pod's own entries of what the work dir's mount reads go (from
         # the end, so each index still holds), and ours are appended: another
@@ -226,18 +236,19 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
                    for j in _owned_entries(container, owned)[::-1])
         have = {e.get("name") for e in container.get("env") or []} - owned
         _append(ops, f"/spec/containers/{i}/env", container.get("env"),
-                [e for e in ours_env if e["name"] not in have])
+                [*(e for e in ours_env if e["name"] not in have), *id_env])
         mounted = {m.get("mountPath") for m in container.get("volumeMounts") or []}
-        if WORK_DIR not in mounted:
-            _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
-                    [work_dir.trainer_mount(policy, reader=reader)])
+        _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
+                [*([] if WORK_DIR in mounted else [work_dir.trainer_mount(policy, reader=reader)]),
+                 *id_mounts])
     ops.extend(work_dir.security_context_ops(pod))
     ops.extend(placement_ops(spec, policy))
     # With a Secret, or the namespace's own identity, restore and the agent
-    # use that: a platform webhook after ours must leave them alone.
+    # use that: a platform webhook after ours must leave them alone, and the
+    # application containers given the namespace's identity too.
     reach_store = [] if policy.credentials is not None or tenant is not None else stores
     ops.extend(_metadata_ops(pod, policy, default_rate, rank, workload_writers, reader,
-                             skip=[c["name"] for c in ours if c not in reach_store],
+                             skip=[*(c["name"] for c in ours if c not in reach_store), *given],
                              image=config.image))
     return ops
 

@@ -246,10 +246,14 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     if injection.is_injected(pod):
         # Called again after later webhooks changed the pod: follow them.
         ops = injection.reinvocation_patch(pod)
+        tenant = any(tenant_identity.holds(c)
+                     for c in pod.get("spec", {}).get("initContainers") or [])
+        if tenant:
+            # A webhook after ours may have given the trainer a role of its own.
+            warnings.extend(tenant_identity.own_identities(pod, namespace))
         if ops:
             logger.info("pod injected earlier: %d ops after later webhooks", len(ops))
-            if not any(tenant_identity.holds(c)
-                       for c in pod.get("spec", {}).get("initContainers") or []):
+            if not tenant:
                 warnings.extend(_identity_warnings(pod))
         return ops
     labels = dict(pod.get("metadata", {}).get("labels") or {})
@@ -300,6 +304,10 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     if problem:
         warnings.append(problem)
     warnings.extend(injection.replaced_env(pod, p, reader=role.reader))
+    tenant = tenant_identity.chosen(p, cfg.identities)
+    clash = None if tenant is None else tenant_identity.volume_problem(pod, tenant)
+    if clash is not None:
+        raise Refused(f"pod {pod_label(pod)}: {clash}", code=422)
     choice = await agent_images.image_for(pod, namespace, p.name,
                                           not role.reader and role.shard is not None, cfg,
                                           pinning)
@@ -314,8 +322,10 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         workload_writers=role.workload_writers, reader=role.reader,
         readers_alongside=role.readers_alongside,
         earlier=history.told_to_restore(chosen, p, datetime.now(UTC)))
-    if p.credentials is None and tenant_identity.chosen(p, cfg.identities) is None:
-        # With a Secret or the namespace's own identity nothing is carried.
+    if tenant is not None:
+        # Nothing of the trainer's is carried; what the trainer holds is said.
+        warnings.extend(tenant_identity.trainer_warnings(pod, p))
+    elif p.credentials is None:  # with a Secret nothing is carried either
         warnings.extend(_identity_warnings(pod))
     logger.info("injecting policy %s into a pod (%d ops)", p.key, len(ops))
     return ops

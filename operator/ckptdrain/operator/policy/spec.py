@@ -105,6 +105,9 @@ class Policy:
     restore_direct_io: bool = True
     #: spec.drain.stallTimeout: seconds without progress before a drain attempt fails.
     stall_timeout_s: float = DEFAULT_STALL_AFTER
+    #: spec.storage.trainerAccess: the application containers get the
+    #: namespace's store identity too (admission/tenant_identity.py).
+    trainer_access: bool = False
     #: spec.storage.encryption / caBundle / addressingStyle (policy/storage_options.py).
     storage_options: StorageOptions = field(default_factory=StorageOptions)
     #: spec.placement: node requirements ANDed into the pod's required node
@@ -254,6 +257,7 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     endpoint = r.get("storage.endpoint", parse_endpoint, None)
     region = r.get("storage.region", text, None)
     global_keep = r.get("storage.keep", units.parse_positive_int, DEFAULT_GLOBAL_KEEP)
+    trainer_access = r.get("storage.trainerAccess", flag, False)
     schedule = r.get("triggers.schedule", flag, True)
     sigterm = r.get("triggers.sigterm", flag, True)
     restore_enabled = r.get("restore.enabled", flag, True)
@@ -331,7 +335,8 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         per_drainer_cap=per_drainer, identity=rule, restore_retry_deadline_s=retry_deadline,
         restore_agree_timeout_s=agree_timeout,
         restore_direct_io=direct_io,
-        stall_timeout_s=stall_timeout, storage_options=storage_opts,
+        stall_timeout_s=stall_timeout, trainer_access=trainer_access,
+        storage_options=storage_opts,
         node_expressions=node_expressions, tolerations=tolerations, peer=peer,
         readers=readers, restore_reshard=reshard, containers=containers,
         resource_notes=tuple(notes or ()), relocation_reason=relocation.reason(spec),
