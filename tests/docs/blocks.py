@@ -35,6 +35,7 @@ output): neither is code to run.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,12 +117,24 @@ def all_blocks() -> list[Block]:
 
 
 def shell_lines(text: str) -> list[str]:
-    """The commands of a shell block: continuation lines joined, comments and
-    blank lines dropped."""
+    """The commands of a shell block: continuation lines joined, a quoted
+    argument that spans lines (a jq program) kept whole, comments and blank
+    lines dropped."""
     joined = re.sub(r"\\\n\s*", " ", text)
-    out = []
+    out, pending = [], ""
     for line in joined.split("\n"):
-        line = line.strip()
-        if line and not line.startswith("#"):
-            out.append(line)
+        if pending:
+            pending += "\n" + line
+        elif line.strip() and not line.strip().startswith("#"):
+            pending = line.strip()
+        else:
+            continue
+        try:
+            shlex.split(pending)
+        except ValueError:  # a quote still open: the command goes on
+            continue
+        out.append(pending)
+        pending = ""
+    if pending:
+        out.append(pending)
     return out
