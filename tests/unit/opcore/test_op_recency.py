@@ -1,20 +1,15 @@
 """Checkpoint recency: the document a workload carries (the newest step
-surviving each failure domain, with its time), the walk from a pod to the
-workload that owns it, and the pass that writes it only when it changed."""
+surviving each failure domain, with its time) and the walk from a pod to the
+workload that owns it. The pass that writes it: test_op_recency_pass.py."""
 
 from __future__ import annotations
 
-import copy
 import json
-import logging
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
-from ckptdrain.operator.recency import document, owners, publish
-from ckptdrain.operator.recency import metrics as recency_metrics
+from ckptdrain.operator.recency import document, owners
 
 T = {100: "2026-11-29T10:00:00Z", 200: "2026-11-29T10:15:00Z", 300: "2026-11-29T10:30:00Z"}
 
@@ -54,12 +49,22 @@ def test_a_larger_loss_never_keeps_a_newer_step(status: dict[str, Any],
     assert tuple((doc.get(d) or {}).get("step") for d in document.DOMAINS) == steps
 
 
-def test_a_step_without_its_record_waits_except_the_global_one() -> None:
+def test_a_step_without_its_record_shows_the_larger_domains_entry() -> None:
+    """Step 300's record is not at hand: the pod domain says what surely
+    survives a pod loss (the node domain's step), never that nothing does."""
     status = {"lastLocalStep": 300, "lastGlobalStep": 200,
               "recoveryPointTime": "2026-11-29T10:25:00Z"}
     doc = document.document("llama", status, [rec(100)])
-    assert doc == {"policy": "llama", "node": {"step": 200, "time": "2026-11-29T10:25:00Z"},
-                   "all": {"step": 200, "time": "2026-11-29T10:25:00Z"}}
+    entry = {"step": 200, "time": "2026-11-29T10:25:00Z"}
+    assert doc == {"policy": "llama", "pod": entry, "node": entry, "all": entry}
+
+
+def test_a_peer_step_without_its_record_falls_back_to_the_global_one() -> None:
+    status = {"lastLocalStep": 300, "recoveryPointOnNodeLoss": 300, "lastGlobalStep": 100}
+    doc = document.document("llama", status, [rec(100)])
+    assert [doc[d]["step"] for d in document.DOMAINS] == [100, 100, 100]
+    doc = document.document("llama", status, RECORDS)
+    assert [doc[d]["step"] for d in document.DOMAINS] == [300, 300, 100]
 
 
 # -- the walk ------------------------------------------------------------------
@@ -129,96 +134,3 @@ def test_the_walk_reports_the_annotation_the_workload_holds() -> None:
     found = owners.top_owner("ns", ref_to(held), Cluster(held).read,
                              document.ANNOTATION_RECENCY)
     assert found is not None and found.annotation == '{"policy":"llama"}'
-
-
-# -- the pass ------------------------------------------------------------------
-
-
-class Api:
-    """workload_objects as the pass calls it, over a dict of objects."""
-
-    def __init__(self, *objects: dict[str, Any], kueue: str | None = None) -> None:
-        self.cluster = Cluster(*objects)
-        self.kueue = kueue
-        self.patches: list[tuple[str, str]] = []
-        self.refuse: int | None = None
-
-    def annotate(self, api_version: str, plural: str, namespace: str, name: str, key: str,
-                 value: str) -> bool:
-        if self.refuse:
-            raise ApiException(status=self.refuse)
-        self.patches.append((name, value))
-        self.cluster.objects[(api_version, name)]["metadata"]["annotations"][key] = value
-        return True
-
-    def list_in(self, api_version: str, plural: str, namespace: str) -> list[dict[str, Any]]:
-        return [o for o in self.cluster.objects.values() if o["kind"] == "Workload"]
-
-    def served_version(self, group: str, plural: str) -> str | None:
-        return self.kueue
-
-
-@pytest.fixture
-def api(monkeypatch: pytest.MonkeyPatch) -> Api:
-    fake = Api(*copy.deepcopy([TRAIN, JOBSET, JOB]),
-               obj("kueue.x-k8s.io/v1beta1", "Workload", "jobset-js-1", "u-w", JOBSET),
-               kueue="kueue.x-k8s.io/v1beta1")
-    for name in ("read", "annotate", "list_in", "served_version"):
-        monkeypatch.setattr(publish.workload_objects, name,
-                            fake.cluster.read if name == "read" else getattr(fake, name))
-    monkeypatch.setattr(publish, "_kueue", None)
-    yield fake
-    publish.forget(("ns", "llama"))
-    publish._logged.clear()
-
-
-def policy(**status: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "llama", "namespace": "ns"}, "status": status}
-
-
-LOG = logging.getLogger("test")
-KEY = ("ns", "llama")
-
-
-def test_one_write_per_workload_when_the_document_changes(api: Api) -> None:
-    pods = [ref_to(JOB)] * 8  # eight pods of one Job: one workload
-    assert publish.publish(KEY, policy(lastLocalStep=100), pods, RECORDS, LOG) is None
-    # The top-most owner and the Kueue Workload it owns, once each.
-    assert sorted(n for n, _ in api.patches) == ["jobset-js-1", "t"]
-    assert json.loads(api.patches[0][1])["pod"] == {"step": 100, "time": T[100]}
-    publish.publish(KEY, policy(lastLocalStep=100), pods, RECORDS, LOG)
-    assert len(api.patches) == 2  # unchanged: nothing written
-    publish.publish(KEY, policy(lastLocalStep=200), pods, RECORDS, LOG)
-    assert len(api.patches) == 4
-    assert api.cluster.reads.count("jobs/js-workers-0") == 1  # walked once
-
-
-def test_no_pods_or_no_policy_writes_nothing(api: Api) -> None:
-    assert publish.publish(KEY, policy(lastLocalStep=100), [], RECORDS, LOG) is None
-    assert publish.publish(KEY, None, [ref_to(JOB)], RECORDS, LOG) is None
-    assert api.patches == []
-
-
-def test_a_refusal_is_logged_once_and_retried_later(api: Api,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
-    api.refuse = 403
-    for _ in range(3):
-        assert publish.publish(KEY, policy(lastLocalStep=100), [ref_to(JOB)], RECORDS,
-                               LOG) == publish.RETRY_S
-    assert sum("not published" in r.getMessage() for r in caplog.records) == 2  # two objects
-    api.refuse = None
-    assert publish.publish(KEY, policy(lastLocalStep=100), [ref_to(JOB)], RECORDS,
-                           LOG) is None
-    assert len(api.patches) == 2
-
-
-def test_metrics_per_workload_go_with_its_last_pod(api: Api) -> None:
-    publish.publish(KEY, policy(lastLocalStep=200, lastGlobalStep=100), [ref_to(JOB)],
-                    RECORDS, LOG)
-    labels = {"namespace": "ns", "workload_kind": "TrainJob", "workload": "t"}
-    sample = recency_metrics.CHECKPOINT_TIME.labels(**labels, domain="all")._value.get()
-    assert sample == datetime(2026, 11, 29, 10, tzinfo=UTC).timestamp()
-    assert recency_metrics.CHECKPOINT_STEP.labels(**labels, domain="pod")._value.get() == 200
-    publish.publish(KEY, policy(lastLocalStep=200), [], RECORDS, LOG)
-    assert not [s for m in recency_metrics.CHECKPOINT_STEP.collect() for s in m.samples
-                if s.labels.get("workload") == "t"]

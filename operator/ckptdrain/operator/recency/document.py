@@ -14,6 +14,7 @@ losing that much, and when training was at that step:
   or the newest global step, whichever is newer;
 - `all`: every node lost: `status.lastGlobalStep`.
 So pod >= node >= all. An entry is absent when no step survives that loss.
+A step whose record is not at hand yet shows the larger domain's entry.
 
 A step's time is its Checkpoint record's creation: the operator makes the
 record when the first writer reports capturing the step, so it is when the
@@ -61,20 +62,22 @@ def surviving_steps(status: Mapping[str, Any]) -> dict[str, int | None]:
 def document(policy: str, status: Mapping[str, Any],
              records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The document for a policy's workloads. A step whose record is not at
-    hand yet has no time: its entry waits (the record comes within moments);
-    the newest global step falls back to `status.recoveryPointTime`, a
-    little late but never absent."""
+    hand yet has no time: the newest global step falls back to
+    `status.recoveryPointTime` (a little late but never absent); any other
+    domain shows the next larger domain's entry until its own record comes
+    (within moments): a step that survives a node loss survives a pod loss,
+    so it is true, only older; leaving the domain out would say nothing does."""
     times = step_times(records)
-    doc: dict[str, Any] = {"policy": policy}
-    for domain, step in surviving_steps(status).items():
-        if step is None:
-            continue
-        when = times.get(step)
-        if when is None and step == status.get("lastGlobalStep"):
+    entries: dict[str, Any] = {}
+    larger: dict[str, Any] | None = None
+    for domain, step in reversed(surviving_steps(status).items()):
+        when = None if step is None else times.get(step)
+        if when is None and step is not None and step == status.get("lastGlobalStep"):
             when = status.get("recoveryPointTime")
-        if isinstance(when, str) and when:
-            doc[domain] = {"step": step, "time": when}
-    return doc
+        entry = {"step": step, "time": when} if isinstance(when, str) and when else larger
+        if entry is not None:
+            entries[domain] = larger = entry
+    return {"policy": policy, **{d: entries[d] for d in DOMAINS if d in entries}}
 
 
 def encode(doc: Mapping[str, Any]) -> str:
