@@ -209,7 +209,8 @@ def test_a_jobs_pods_checkpointing_publish_on_the_job_in_few_writes(
 
     # Its metrics, per workload and domain.
     line = re.search(r'ckptdrain_workload_checkpoint_step\{domain="all",namespace="'
-                     + namespace + r'",workload="llama",workload_kind="Job"\} (\S+)',
+                     + namespace + r'",policy="llama",workload="llama",workload_kind="Job"\} '
+                     r'(\S+)',
                      recency_operator.metrics())
     assert line and float(line[1]) == 330
     log = recency_operator.tail(200_000)
@@ -250,10 +251,14 @@ def test_a_jobset_and_its_kueue_workload_carry_it_not_the_job_between(
     job = indexed_job(cluster, namespace, "js-workers-0", 2)
     cluster.kubectl("patch", "-n", namespace, "job", "js-workers-0", "--type=merge", "-p",
                     json.dumps({"metadata": {"ownerReferences": [owner]}}))
+    # Kueue labels a Workload with its job's uid; the operator lists by it.
+    # The second carries the label by mistake but names no owner: never written.
+    labels = {"kueue.x-k8s.io/job-uid": jobset["metadata"]["uid"]}
     for name, refs in [("jobset-js-1", [owner]), ("someone-else", [])]:
         made = create(cluster, namespace, {
             "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
-            "metadata": {"name": name, "ownerReferences": refs}, "spec": {"queueName": "q"}})
+            "metadata": {"name": name, "ownerReferences": refs, "labels": labels},
+            "spec": {"queueName": "q"}})
         assert made.returncode == 0, made.stderr
     writers = _writers(cluster, core_api, namespace, "js", job, 2)
     _checkpoint(writers, 7, State.GLOBAL)

@@ -1,6 +1,9 @@
 """The recency of each workload's checkpoints as metrics (labels: namespace,
-workload_kind, workload, domain: bounded by the running workloads, never per
-step or pod). A workload's series go when its last live pod does."""
+policy, workload_kind, workload, domain: bounded by the running workloads,
+never per step or pod). A workload's series go when its policy's last live
+pod under it does. `policy` keeps two policies whose pods share a workload
+(a JobSet's trainer and eval Jobs) on series of their own: neither
+overwrites nor removes the other's."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from prometheus_client import Gauge
 from ckptdrain.contract.api import parse_timestamp
 from ckptdrain.operator.recency.document import DOMAINS
 
-LABELS = ["namespace", "workload_kind", "workload", "domain"]
+LABELS = ["namespace", "policy", "workload_kind", "workload", "domain"]
 CHECKPOINT_TIME = Gauge(
     "ckptdrain_workload_checkpoint_time_seconds",
     "When training was at the newest step that survives losing a pod, a node, or "
@@ -22,7 +25,7 @@ CHECKPOINT_STEP = Gauge(
     "ckptdrain_workload_checkpoint_step",
     "The newest step that survives losing a pod, a node, or everything (domain)", LABELS)
 
-Workload = tuple[str, str, str]  # namespace, kind, name
+Workload = tuple[str, str, str, str]  # namespace, policy, kind, name
 
 
 def publish(workload: Workload, doc: Mapping[str, Any]) -> None:

@@ -12,10 +12,18 @@ differs from what the object holds.
 A step that moves a tier costs each workload one write, or none when it
 lands in the same pass as the previous one; never one per pod or record.
 
-Failures (a refusal, a workload gone, a conflict) are logged once per
-object and the pass retried after RETRY_S: records and status never wait
-for this. A policy without live pods publishes nothing; a workload whose
-last live pod is gone loses its metrics (its annotation stays, as written).
+Failures (a refusal, a conflict, the apiserver away) are logged once per
+object, and that object is left alone for RETRY_S (another policy event
+does not bring it forward): records and status never wait for this. A
+workload gone (404) is forgotten. A policy without live pods publishes
+nothing; a workload whose last live pod is gone loses its metrics (its
+annotation stays, as written).
+
+One policy writes a workload: where the pods of two policies share one (a
+JobSet's trainer Job under one, its eval Job under another), the first by
+namespace/name with live writer pods under it, so that the two never
+overwrite each other's value pass after pass. Only the active replica
+publishes (apiserver/leadership.py); a standby clears its gauges.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -31,7 +40,7 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.operator.apiserver import kube, leadership, workload_objects
 from ckptdrain.operator.coalesce import Coalescer
-from ckptdrain.operator.recency import document, owners
+from ckptdrain.operator.recency import claims, document, kueue, owners
 from ckptdrain.operator.recency import metrics as recency_metrics
 
 Key = tuple[str, str]
@@ -44,18 +53,19 @@ PUBLISH_DELAY_S = 5.0
 #: A pass that could not write everything (a refusal, the apiserver away)
 #: is tried again after this.
 RETRY_S = 60.0
-#: Kueue's Workload, looked for once; when absent, again after this long (a
-#: Kueue installed later is noticed without a restart).
-KUEUE_GROUP, KUEUE_PLURAL = "kueue.x-k8s.io", "workloads"
-DISCOVERY_S = 600.0
 
 log = logging.getLogger(__name__)
 _passes = Coalescer("publishing checkpoint recency", RETRY_S, workers=2)
 _lock = threading.Lock()
 #: Per policy: each controller's (by uid) workload, as walked once.
 _tops: dict[Key, dict[str, owners.Owner | None]] = {}
-#: Per policy: the Kueue Workloads last found for its workloads.
-_queued: dict[Key, list[owners.Owner]] = {}
+#: Per workload (uid): its owner chain as listed, and the Kueue Workloads
+#: found for it (listed again only when the chain changes, or one is gone).
+_queued: dict[str, tuple[tuple[str, ...], list[owners.Owner]]] = {}
+#: Which policy writes a workload several policies' pods share.
+_claims = claims.Claims()
+#: Per object (uid, or "kueue:" + a workload's uid): when it last failed.
+_failed: dict[str, float] = {}
 #: Per object (uid): the annotation value it holds, as last written.
 _written: dict[str, str] = {}
 #: Per policy: the workloads whose metrics are set.
@@ -65,7 +75,6 @@ _logged: set[tuple[str, str]] = set()
 #: Per pod (uid): the policy and controller last seen, to ask for a pass
 #: only when a pod brings or takes away a workload.
 _pods: dict[str, tuple[Key, str]] = {}
-_kueue: tuple[float, str | None] | None = None
 
 
 def _live_controller(meta: Any, status: Any) -> owners.Ref | None:
@@ -151,31 +160,42 @@ def publish(key: Key, policy: dict[str, Any] | None, refs: Iterable[owners.Ref],
             records: list[dict[str, Any]], logger: logging.Logger) -> float | None:
     """One pass for a policy; the delay after which it wants another (an
     object not written, a step whose time is not at hand yet), or None."""
+    if not leadership.active():
+        _standby()  # a standby's indexes are frozen: what it would write is stale
+        return None
     by_uid = {r.uid: r for r in refs}
     if policy is None or not by_uid:
         _measure(key, set(), None)
-        return None
-    doc = document.document(key[1], policy.get("status") or {}, records)
-    text = document.encode(doc)
-    found, unresolved = _workloads(key, by_uid, logger)
-    targets = list(found.values())
-    with _lock:
-        queued = list(_queued.get(key, []))
-    failed = unresolved
-    if any(_held(t) != text for t in [*targets, *queued]):
-        try:
-            queued = _kueue_workloads(key[0], {u for o in targets for u in o.chain})
-        except (kube.ApiException, kube.HTTPError) as error:
-            failed |= _once(f"kueue:{key[0]}", "list", logger,
-                            "Kueue Workloads in %s could not be listed: %s", key[0], error)
+        _claims.hold(key, ())
         with _lock:
-            _queued[key] = queued
-        for target in [*targets, *queued]:
-            if _held(target) != text:
-                failed |= not _write(key[0], target, text, logger)
-    _measure(key, {(key[0], o.kind, o.name) for o in targets}, doc)
-    waiting = any(s is not None and d not in doc
-                  for d, s in document.surviving_steps(policy.get("status") or {}).items())
+            _tops.pop(key, None)
+        _prune()
+        return None
+    status = policy.get("status") or {}
+    doc = document.document(key[1], status, records)
+    text = document.encode(doc)
+    found, failed = _workloads(key, by_uid, logger)
+    _claims.hold(key, found)
+    for target in found.values():
+        if _shared(key, target, logger):
+            continue
+        if _waits(f"kueue:{target.uid}"):
+            failed = True
+            queued: list[owners.Owner] = []
+        else:
+            queued, ok = _kueue_of(key[0], target, logger)
+            failed |= not ok
+        for obj in [target, *queued]:
+            if _held(obj) == text:
+                continue
+            if _waits(obj.uid):
+                failed = True  # failed a moment ago: RETRY_S, whatever asks sooner
+                continue
+            failed |= not _write(key[0], obj, target, text, logger)
+    _measure(key, {(key[0], key[1], o.kind, o.name) for o in found.values()}, doc)
+    _prune()
+    waiting = any(s is not None and (doc.get(d) or {}).get("step") != s
+                  for d, s in document.surviving_steps(status).items())
     if failed:
         return RETRY_S
     return PUBLISH_DELAY_S if waiting else None
@@ -186,10 +206,23 @@ def _held(target: owners.Owner) -> str | None:
         return _written.get(target.uid, target.annotation)
 
 
+def _waits(uid: str) -> bool:
+    """Whether `uid` failed less than RETRY_S ago (left alone until then)."""
+    with _lock:
+        when = _failed.get(uid)
+    return when is not None and time.monotonic() - when < RETRY_S
+
+
+def _failing(uid: str) -> None:
+    with _lock:
+        _failed[uid] = time.monotonic()
+
+
 def _workloads(key: Key, refs: dict[str, owners.Ref], logger: logging.Logger
                ) -> tuple[dict[str, owners.Owner], bool]:
-    """The workloads (by uid) above these controllers, each walked once;
-    and whether a walk could not be answered (tried again next pass)."""
+    """The workloads (by uid) above these controllers, each walked once,
+    with the union of the chains that reach each; and whether a walk could
+    not be answered (tried again after RETRY_S)."""
     with _lock:
         known = dict(_tops.get(key, {}))
     walked: dict[str, owners.Owner | None] = {}
@@ -198,51 +231,86 @@ def _workloads(key: Key, refs: dict[str, owners.Ref], logger: logging.Logger
         if uid in known:
             walked[uid] = known[uid]
             continue
+        if _waits(uid):
+            unresolved = True
+            continue
         try:
             walked[uid] = owners.top_owner(key[0], ref, workload_objects.read,
                                            document.ANNOTATION_RECENCY)
         except (kube.ApiException, kube.HTTPError) as error:
+            _failing(uid)
             unresolved |= _once(uid, "walk", logger, "the owner of %s %s/%s could not be "
                                 "read: %s", ref.kind, key[0], ref.name, error)
     with _lock:
         _tops[key] = walked
-    return {o.uid: o for o in walked.values() if o is not None}, unresolved
+    found: dict[str, owners.Owner] = {}
+    for o in walked.values():
+        if o is not None:
+            # Two Jobs of one JobSet reach it by two chains: its Kueue
+            # Workload may name either, and the union does not flip by order.
+            chain = found[o.uid].chain if o.uid in found else ()
+            found[o.uid] = replace(o, chain=tuple(sorted({*chain, *o.chain})))
+    return found, unresolved
 
 
-def _kueue_workloads(namespace: str, owner_uids: set[str]) -> list[owners.Owner]:
-    """The Kueue Workloads that name one of these objects (the workloads and
-    what lies between them and the pods) as owner; [] where Kueue is not
-    installed."""
-    global _kueue
-    now = time.monotonic()
-    if _kueue is None or (_kueue[1] is None and now - _kueue[0] > DISCOVERY_S):
-        _kueue = (now, workload_objects.served_version(KUEUE_GROUP, KUEUE_PLURAL))
-    version = _kueue[1]
-    if version is None or not owner_uids:
-        return []
-    out = []
-    for w in workload_objects.list_in(version, KUEUE_PLURAL, namespace):
-        meta = w.get("metadata") or {}
-        if any(owners.names_owner(w, uid) for uid in owner_uids):
-            value = (meta.get("annotations") or {}).get(document.ANNOTATION_RECENCY)
-            out.append(owners.Owner(version, "Workload", KUEUE_PLURAL, meta.get("name", ""),
-                                    meta.get("uid", ""),
-                                    value if isinstance(value, str) else None))
-    return out
+def _shared(key: Key, target: owners.Owner, logger: logging.Logger) -> bool:
+    """Whether another policy writes this workload (it comes first)."""
+    first = _claims.writer(target.uid, key)
+    if first == key:
+        return False
+    _once(target.uid, "shared", logger, "the pods of %s/%s are selected by policies %s "
+          "and %s; its recency is %s's", target.kind, target.name, first[1], key[1],
+          first[1])
+    return True
 
 
-def _write(namespace: str, target: owners.Owner, text: str, logger: logging.Logger) -> bool:
-    """Patch the annotation; False when it should be tried again."""
+def _kueue_of(namespace: str, target: owners.Owner, logger: logging.Logger
+              ) -> tuple[list[owners.Owner], bool]:
+    """The Kueue Workloads of a workload, listed when its chain is new; and
+    False when they could not be listed."""
+    with _lock:
+        known = _queued.get(target.uid)
+    if known is not None and known[0] == target.chain:
+        return known[1], True
+    try:
+        queued = kueue.workloads(namespace, target.chain)
+    except (kube.ApiException, kube.HTTPError) as error:
+        _failing(f"kueue:{target.uid}")
+        return [], not _once(f"kueue:{target.uid}", "list", logger,
+                             "the Kueue Workloads of %s %s/%s could not be listed: %s",
+                             target.kind, namespace, target.name, error)
+    with _lock:
+        _queued[target.uid] = (target.chain, queued)
+        _logged.discard((f"kueue:{target.uid}", "list"))
+        _failed.pop(f"kueue:{target.uid}", None)
+    return queued, True
+
+
+def _write(namespace: str, target: owners.Owner, workload: owners.Owner, text: str,
+           logger: logging.Logger) -> bool:
+    """Patch the annotation; False when it should be tried again. An
+    object gone (404) is forgotten: a workload is walked to again, a Kueue
+    Workload listed again, when a later pass asks."""
     try:
         there = workload_objects.annotate(target.api_version, target.plural, namespace,
                                           target.name, document.ANNOTATION_RECENCY, text)
     except (kube.ApiException, kube.HTTPError) as error:
+        _failing(target.uid)
         return not _once(target.uid, "write", logger, "%s %s/%s: checkpoint recency not "
                          "published: %s", target.kind, namespace, target.name, error)
     with _lock:
         _logged.discard((target.uid, "write"))
+        _failed.pop(target.uid, None)
         if there:
             _written[target.uid] = text
+        else:
+            _written.pop(target.uid, None)
+            _queued.pop(workload.uid, None)
+            if target.uid == workload.uid:
+                for walked in _tops.values():
+                    for uid in [u for u, o in walked.items() if o is not None
+                                and o.uid == target.uid]:
+                        del walked[uid]
     return True
 
 
@@ -254,6 +322,27 @@ def _once(uid: str, what: str, logger: logging.Logger, message: str, *args: Any)
     if first:
         logger.warning(message, *args)
     return True
+
+
+def _prune() -> None:
+    """Keep what is remembered per object to the objects still in use: the
+    controllers of live pods, the workloads above them, their Kueue
+    Workloads. Whatever else a pass left (a workload finished, a pod gone)
+    would otherwise stay for the life of the process."""
+    with _lock:
+        tops = {u for walked in _tops.values() for u in walked}
+        tops |= {o.uid for walked in _tops.values() for o in walked.values() if o is not None}
+        tops |= {uid for _, uid in _pods.values()}
+        for uid in [u for u in _queued if u not in tops]:
+            del _queued[uid]
+        keep = tops | {o.uid for _, queued in _queued.values() for o in queued}
+        keep |= {f"kueue:{u}" for u in tops}
+        for uid in [u for u in _written if u not in keep]:
+            del _written[uid]
+        for uid in [u for u in _failed if u not in keep]:
+            del _failed[uid]
+        _claims.keep_only(keep)
+        _logged.intersection_update({e for e in _logged if e[0] in keep})
 
 
 def _measure(key: Key, workloads: set[recency_metrics.Workload],
@@ -270,15 +359,25 @@ def _measure(key: Key, workloads: set[recency_metrics.Workload],
             recency_metrics.publish(workload, doc)
 
 
+def _standby() -> None:
+    """This replica stopped publishing: its gauges would freeze at their last
+    values while the active replica moves on; they go."""
+    with _lock:
+        keys = list(_measured)
+    for key in keys:
+        _measure(key, set(), None)
+
+
 def forget(key: Key) -> None:
     """A deleted policy: its workloads' metrics and what is kept for it."""
     _measure(key, set(), None)
+    _claims.hold(key, ())
     with _lock:
         for owner in (_tops.pop(key, None) or {}).values():
             if owner is not None:
                 _written.pop(owner.uid, None)
-        for owner in _queued.pop(key, []):
-            _written.pop(owner.uid, None)
+                for queued in (_queued.pop(owner.uid, None) or ((), []))[1]:
+                    _written.pop(queued.uid, None)
 
 
 def _new_term() -> None:
@@ -287,6 +386,9 @@ def _new_term() -> None:
         _written.clear()
         _tops.clear()
         _queued.clear()
+        _failed.clear()
+    _claims.clear()
+    kueue.forget()
 
 
 leadership.on_new_term(_new_term)
