@@ -56,16 +56,22 @@ class ApiError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-def _message(body: bytes) -> str:
-    """The apiserver's own sentence (a Status object's message) or the start
-    of whatever else it sent."""
+def status_message(body: bytes | str | None, limit: int = ERROR_TEXT) -> str | None:
+    """The apiserver's own sentence for an error: the message of the Status
+    object `body` holds; None when it holds none."""
     try:
-        found = json.loads(body)
-        if isinstance(found, dict) and isinstance(found.get("message"), str):
-            return str(found["message"])[:ERROR_TEXT]
-    except ValueError:
-        pass
-    return body[:ERROR_TEXT].decode("utf-8", "replace").strip()
+        found = json.loads(body or "")
+    except (TypeError, ValueError):
+        return None
+    if isinstance(found, dict) and isinstance(found.get("message"), str):
+        return str(found["message"])[:limit]
+    return None
+
+
+def _message(body: bytes) -> str:
+    """The apiserver's own sentence, or the start of whatever else it sent."""
+    said = status_message(body)
+    return said if said is not None else body[:ERROR_TEXT].decode("utf-8", "replace").strip()
 
 
 class InCluster:

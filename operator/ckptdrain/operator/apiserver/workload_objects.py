@@ -74,15 +74,9 @@ def annotate(api_version: str, plural: str, namespace: str, name: str, key: str,
     """A JSON merge patch of one annotation; False when the object is gone."""
     group, version = _split(api_version)
     patch = {"metadata": {"annotations": {key: value}}}
-    try:
-        kube._custom().patch_namespaced_custom_object(group, version, namespace, plural, name,
-                                                      patch, _content_type=kube.MERGE,
-                                                      _request_timeout=TIMEOUT_S)
-    except ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
+    return kube._gone_ok(kube._custom().patch_namespaced_custom_object, group, version,
+                         namespace, plural, name, patch, _content_type=kube.MERGE,
+                         _request_timeout=TIMEOUT_S)
 
 
 def served_version(group: str, plural: str) -> str | None:

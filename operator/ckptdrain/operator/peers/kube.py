@@ -7,11 +7,11 @@ error about a Secret names the Secret only, never its data.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ckptdrain.kube_rest import status_message
 from ckptdrain.operator.apiserver.kube import MERGE, ApiException, _clients
 
 log = logging.getLogger(__name__)
@@ -43,13 +43,7 @@ def refused(error: ApiException, doing: str) -> str:
     object's message: the right RBAC lacks, or the admission policy that
     refused and why), and where the rights come from. Never the request's
     body: a Secret's data is in no Status."""
-    said = str(error.reason or error.status)
-    try:
-        status = json.loads(error.body or "")
-        if isinstance(status, dict) and isinstance(status.get("message"), str):
-            said = status["message"][:400]
-    except (TypeError, ValueError):
-        pass
+    said = status_message(error.body, 400) or str(error.reason or error.status)
     hint = f" ({_WHERE_RIGHTS_ARE})" if error.status == 403 else ""
     return f"the operator could not {doing}: {said}{hint}"
 
