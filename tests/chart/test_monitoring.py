@@ -26,6 +26,7 @@ from ckptdrain.agent.goodput import GoodputMetrics
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.operator import metrics as operator_metrics
 from ckptdrain.operator.admission import injection, pod_env
+from ckptdrain.operator.recency import metrics as recency_metrics
 
 pytestmark = pytest.mark.cluster
 
@@ -53,6 +54,7 @@ def _alerts(rules: dict[str, Any]) -> list[dict[str, Any]]:
 def exported_metrics() -> set[str]:
     """Every series name the agent and the operator can export."""
     assert operator_metrics.POLICY_CONDITION  # registered on import
+    assert recency_metrics.CHECKPOINT_TIME
     names: set[str] = set()
     agent = AgentMetrics()
     GoodputMetrics(agent.registry)  # on the agent's registry, as agent/command.py puts it
@@ -233,7 +235,9 @@ def test_the_dashboard_is_loadable_and_names_only_exported_metrics() -> None:
                    "ckptdrain_restores_total", "ckptdrain_restore_failing_pods",
                    "ckptdrain_restore_fallbacks", "ckptdrain_save_blocking_seconds_sum",
                    "ckptdrain_save_blocking_seconds_count", "ckptdrain_drain_overlap_ratio",
-                   "ckptdrain_drain_overlap_target_ratio"):
+                   "ckptdrain_drain_overlap_target_ratio",
+                   "ckptdrain_workload_checkpoint_time_seconds",
+                   "ckptdrain_workload_checkpoint_step"):
         assert metric in named, metric
 
 
