@@ -55,9 +55,8 @@ def crds(cluster: apiserver.Cluster) -> None:
     cluster.kubectl("apply", "-f", str(root / "checkpointpolicies.yaml"),
                     "-f", str(root / "checkpoints.yaml"),
                     "-f", str(root / "checkpointshares.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    "crd/checkpointpolicies.ckptdrain.io", "crd/checkpoints.ckptdrain.io",
-                    "crd/checkpointshares.ckptdrain.io")
+    apiserver.wait_established(cluster, "checkpointpolicies.ckptdrain.io",
+                               "checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io")
 
 
 @pytest.fixture(scope="session")

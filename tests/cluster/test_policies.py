@@ -25,10 +25,13 @@ def test_crds_are_served_with_short_names_and_columns(cluster: Cluster, crds: No
     assert "ckpol" in names and "ckpt" in names
     crd = json.loads(cluster.kubectl("get", "crd", "checkpointpolicies.ckptdrain.io",
                                      "-o", "json").stdout)
-    columns = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
-    # Existing columns keep their places (scripts read them); new ones go after.
-    assert columns[:7] == ["Required", "Drainers", "Local Step", "Global Step",
-                           "Recovery Point", "Phase", "Goodput"]
+    # Existing columns keep their places (scripts read them), in every version
+    # kubectl may show; new ones go after.
+    assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha1", "v1beta1"]
+    for version in crd["spec"]["versions"]:
+        columns = [c["name"] for c in version["additionalPrinterColumns"]]
+        assert columns[:7] == ["Required", "Drainers", "Local Step", "Global Step",
+                               "Recovery Point", "Phase", "Goodput"], version["name"]
 
 
 def test_the_status_schema_holds_conditions_to_metav1_and_phases_to_one_set(

@@ -1,6 +1,9 @@
 """docs/api.md, generated from the CRDs in crds/: every field of each kind,
 its type, default, who sets it and its description, the rules the apiserver
-enforces (x-kubernetes-validations) and the status the operator writes.
+enforces (x-kubernetes-validations) and the status the operator writes. A
+kind served in several versions is written out in its preferred one (the
+highest by Kubernetes' version priority, what to write); each other version
+follows with the fields and rules it states differently.
 
     python -m tests.docs.api_reference     # or: make api-docs
 
@@ -20,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tests.docs.crd_versions import versions
+from tests.docs.schema_cells import cell, code, default_cell, table, type_of
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"
@@ -119,8 +124,8 @@ def _below(schema: Mapping[str, Any], path: str) -> Iterator[Field]:
 def rules(schema: Mapping[str, Any], path: str = "") -> Iterator[Rule]:
     """Every x-kubernetes-validations rule, with the field it is declared on."""
     for r in schema.get("x-kubernetes-validations") or []:
-        message = (_cell(r["message"]) if r.get("message")
-                   else "computed: " + _code(r.get("messageExpression", "")))
+        message = (cell(r["message"]) if r.get("message")
+                   else "computed: " + code(r.get("messageExpression", "")))
         yield Rule(path + (r.get("fieldPath") or ""), path, r["rule"], message)
     for name, sub in (schema.get("properties") or {}).items():
         yield from rules(sub, f"{path}.{name}" if path else name)
@@ -142,109 +147,70 @@ def owner(path: str, owners: Mapping[str, str] = OWNERS) -> str | None:
     return None
 
 
+def _spec_paths(crd: Mapping[str, Any]) -> list[str]:
+    """The spec fields of every version, each once, the preferred version's first."""
+    found = [f.path for v in versions(crd) for f in fields(_spec(crd, v["name"]), "spec")]
+    return list(dict.fromkeys(found))
+
+
 def unowned(crd: Mapping[str, Any], owners: Mapping[str, str] = OWNERS) -> list[str]:
     """The spec fields of a CheckpointPolicy CRD with no entry in `owners`."""
-    return [f.path for f in fields(_spec(crd), "spec") if owner(f.path, owners) is None]
+    return [path for path in _spec_paths(crd) if owner(path, owners) is None]
 
 
 def stale(crd: Mapping[str, Any], owners: Mapping[str, str] = OWNERS) -> list[str]:
-    """Entries of `owners` that name no field (a field renamed or removed)."""
-    paths = {re.sub(r"\[\]", "", f.path) for f in fields(_spec(crd), "spec")}
+    """Entries of `owners` that name no field of any version (renamed or removed)."""
+    paths = {re.sub(r"\[\]", "", path) for path in _spec_paths(crd)}
     return [k for k in owners if k.removesuffix(".*") not in paths]
 
 
-def _spec(crd: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _schema(crd)["properties"]["spec"]
+def _version(crd: Mapping[str, Any], name: str | None) -> Mapping[str, Any]:
+    if name is None:
+        return versions(crd)[0]
+    return next(v for v in crd["spec"]["versions"] if v["name"] == name)
 
 
-def _schema(crd: Mapping[str, Any]) -> Mapping[str, Any]:
-    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def _spec(crd: Mapping[str, Any], version: str | None = None) -> Mapping[str, Any]:
+    return _schema(crd, version)["properties"]["spec"]
 
 
-def _cell(text: object) -> str:
-    """Text for a table cell: one line, pipes escaped, tags kept as text."""
-    one = " ".join(str(text).split())
-    return one.replace("|", "\\|").replace("<", "\\<")
-
-
-def _code(text: object) -> str:
-    return "`" + " ".join(str(text).split()).replace("|", "\\|") + "`"
-
-
-def type_of(schema: Mapping[str, Any]) -> str:
-    """The type with what narrows it (format, enum, pattern, bounds), for a
-    table cell: one line, pipes escaped."""
-    if schema.get("x-kubernetes-int-or-string"):
-        kind = "integer or string"
-    elif schema.get("type") == "array":
-        items = schema.get("items") or {}
-        kind = f"array of {items.get('type', 'any')}"
-    elif schema.get("type") == "object" and isinstance(schema.get("additionalProperties"),
-                                                       Mapping):
-        kind = f"map of {schema['additionalProperties'].get('type', 'any')}"
-    elif schema.get("x-kubernetes-preserve-unknown-fields"):
-        kind = "free-form object"
-    else:
-        kind = str(schema.get("type", "any"))
-    bits = [kind]
-    if "format" in schema:
-        bits.append(f"format {schema['format']}")
-    if "enum" in schema:
-        bits.append("one of " + ", ".join(_code(v) for v in schema["enum"]))
-    if "minimum" in schema:
-        op = ">" if schema.get("exclusiveMinimum") else "≥"
-        bits.append(f"{op} {schema['minimum']}")
-    if "maximum" in schema:
-        op = "<" if schema.get("exclusiveMaximum") else "≤"
-        bits.append(f"{op} {schema['maximum']}")
-    for key, words in (("minLength", "at least {} character"),
-                       ("maxLength", "at most {} character"),
-                       ("maxItems", "at most {} item")):
-        if key in schema:
-            bits.append(words.format(schema[key]) + ("" if schema[key] == 1 else "s"))
-    items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
-    if "maxLength" in items:
-        bits.append(f"items at most {items['maxLength']} characters")
-    if "pattern" in schema:
-        bits.append("pattern " + _code(schema["pattern"]))
-    if schema.get("nullable"):
-        bits.append("nullable")
-    return "; ".join(bits)
-
-
-def _default(schema: Mapping[str, Any]) -> str:
-    if "default" not in schema:
-        return ""
-    return _code(yaml.safe_dump(schema["default"], default_flow_style=True).strip()
-                 .removesuffix("...").strip())
+def _schema(crd: Mapping[str, Any], version: str | None = None) -> Mapping[str, Any]:
+    """The schema of `version` (default: the preferred one)."""
+    return _version(crd, version)["schema"]["openAPIV3Schema"]
 
 
 def _path_cell(f: Field) -> str:
     """The path, and whether it is required: of the object itself (a field of
     spec or status), or only once its parent object is given."""
     if not f.required:
-        return _code(f.path)
+        return code(f.path)
     if "." not in f.parent and not f.parent.endswith("[]"):
-        return _code(f.path) + " (required)"
-    return _code(f.path) + f" (required within {_code(f.parent)})"
+        return code(f.path) + " (required)"
+    return code(f.path) + f" (required within {code(f.parent)})"
 
 
-def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return [*lines, ""]
+def _api_version(crd: Mapping[str, Any], version: Mapping[str, Any]) -> str:
+    """`group/version`, and with several versions which one to write and
+    which one the apiserver stores."""
+    served = versions(crd)
+    notes = [note for note, yes in (("write this", version is served[0]),
+                                    ("stored", version.get("storage"))) if yes]
+    return f"`{crd['spec']['group']}/{version['name']}`" + (
+        f" ({', '.join(notes)})" if len(served) > 1 and notes else "")
 
 
 def _kind_header(crd: Mapping[str, Any]) -> list[str]:
-    names, version = crd["spec"]["names"], crd["spec"]["versions"][0]
-    short = ", ".join(_code(s) for s in names.get("shortNames") or [])
+    names, (version, *others) = crd["spec"]["names"], versions(crd)
+    short = ", ".join(code(s) for s in names.get("shortNames") or [])
+    also = ("; also served: " + ", ".join(_api_version(crd, v) for v in others) +
+            ", below" if others else "")
     lines = [f"## {names['kind']}", "",
-             f"`{crd['spec']['group']}/{version['name']}`, {crd['spec']['scope'].lower()}; "
-             f"`kubectl get {names['plural']}`" + (f" (short: {short})" if short else "") + ".",
-             ""]
+             f"{_api_version(crd, version)}, {crd['spec']['scope'].lower()}; "
+             f"`kubectl get {names['plural']}`" + (f" (short: {short})" if short else "") +
+             also + ".", ""]
     description = _schema(crd).get("description")
     if description:
-        lines += [_cell(description), ""]
+        lines += [cell(description), ""]
     return lines
 
 
@@ -261,23 +227,26 @@ def _rules_section(crd: Mapping[str, Any]) -> list[str]:
             "the rules declared on the object itself judge only what a write can change "
             "(a create; turning the peer tier on), never a stored policy's name.",
             "",
-            *_table(["Field", "Declared on (`self`)", "Rule", "Message"],
-                    [[_code(r.target or "(the object)"),
-                      _code(r.declared_on or "(the object)"), _code(r.rule), r.message]
-                     for r in found])]
+            *_rules_table(found)]
+
+
+def _rules_table(found: list[Rule]) -> list[str]:
+    return table(["Field", "Declared on (`self`)", "Rule", "Message"],
+                  [[code(r.target or "(the object)"), code(r.declared_on or "(the object)"),
+                    code(r.rule), r.message] for r in found])
 
 
 def _status_section(crd: Mapping[str, Any]) -> list[str]:
     status = _schema(crd)["properties"].get("status")
     if not status:
         return []
-    rows = [[_path_cell(f), type_of(f.schema), _cell(f.schema.get("description", ""))]
+    rows = [[_path_cell(f), type_of(f.schema), cell(f.schema.get("description", ""))]
             for f in fields(status, "status")]
     lines = ["### Status (written by the operator)", "",
-             *_table(["Field", "Type", "Description"], rows)]
+             *table(["Field", "Type", "Description"], rows)]
     phase = (status.get("properties") or {}).get("phase") or {}
     if phase.get("enum"):
-        lines += ["Phases: " + ", ".join(_code(p) for p in phase["enum"]) + ".", ""]
+        lines += ["Phases: " + ", ".join(code(p) for p in phase["enum"]) + ".", ""]
     if "conditions" in (status.get("properties") or {}):
         lines += ["Conditions follow metav1.Condition; their types and reasons: "
                   "[operator.md](operator.md#policy-status).", ""]
@@ -285,34 +254,69 @@ def _status_section(crd: Mapping[str, Any]) -> list[str]:
 
 
 def _columns(crd: Mapping[str, Any]) -> list[str]:
-    columns = crd["spec"]["versions"][0].get("additionalPrinterColumns") or []
+    columns = _version(crd, None).get("additionalPrinterColumns") or []
     if not columns:
         return []
     return ["`kubectl get` columns: " + ", ".join(
-        f"{c['name']} ({_code(c['jsonPath'])})" for c in columns) + ".", ""]
+        f"{c['name']} ({code(c['jsonPath'])})" for c in columns) + ".", ""]
 
 
 def policy_section(crd: Mapping[str, Any]) -> list[str]:
     spec = _spec(crd)
-    rows = [[_path_cell(f), type_of(f.schema), _default(f.schema),
-             owner(f.path) or "**unowned**", _cell(f.schema.get("description", ""))]
+    rows = [[_path_cell(f), type_of(f.schema), default_cell(f.schema),
+             owner(f.path) or "**unowned**", cell(f.schema.get("description", ""))]
             for f in fields(spec, "spec")]
     return [*_kind_header(crd), *_columns(crd), "### Spec", "",
             "Set by: **platform** — the platform team's decision (node tier, placement, the "
             "store's endpoint, identity and encryption, caps, injected resources); "
             "**tenant** — what the team running the job asks for (model, intervals, "
             "overlap, selector, retention, restore).", "",
-            *_table(["Field", "Type", "Default", "Set by", "Description"], rows),
-            *_rules_section(crd), *_status_section(crd)]
+            *table(["Field", "Type", "Default", "Set by", "Description"], rows),
+            *_rules_section(crd), *_status_section(crd),
+            *[line for v in versions(crd)[1:] for line in _older_section(crd, v["name"])]]
+
+
+def _shallow(schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a field's own row shows: its schema less the fields below it and
+    its rules (those have rows of their own)."""
+    return {k: v for k, v in (schema or {}).items()
+            if k not in ("properties", "x-kubernetes-validations")}
+
+
+def _older_section(crd: Mapping[str, Any], name: str) -> list[str]:
+    """Version `name` where it differs from the preferred one: its fields'
+    rows and its rules that are not the preferred version's."""
+    preferred, own = _schema(crd), _schema(crd, name)
+    theirs, mine = ({f.path: f for part in ("spec", "status")
+                     for f in fields(schema["properties"].get(part) or {}, part)}
+                    for schema in (preferred, own))
+    rows = [[_path_cell(f), type_of(f.schema), default_cell(f.schema),
+             (owner(f.path) or "**unowned**") if f.path.startswith("spec.") else "",
+             cell(f.schema.get("description", ""))]
+            for path, f in mine.items()
+            if path not in theirs or _shallow(f.schema) != _shallow(theirs[path].schema)]
+    kept = {(r.target, r.rule, r.message) for r in rules(preferred)}
+    changed = [r for r in rules(own) if (r.target, r.rule, r.message) not in kept]
+    top = _api_version(crd, _version(crd, name))
+    lines = [f"### {crd['spec']['group']}/{name}", "",
+             f"{top} is served too: every field above, under the same path with the same "
+             "owner, and every rule, except these, which it states in its own way.", "",
+             *table(["Field", "Type", "Default", "Set by", "Description"], rows)]
+    absent = [path for path in theirs if path not in mine]
+    if absent:
+        lines += [f"Not in {top}: " + ", ".join(code(p) for p in absent) + ".", ""]
+    if changed:
+        lines += [f"Rules as {top} states them:", "", *_rules_table(changed)]
+    return lines
 
 
 def operator_section(crd: Mapping[str, Any]) -> list[str]:
     """A kind the operator writes alone: its fields, briefly."""
     spec = _schema(crd)["properties"].get("spec") or {}
-    rows = [[_path_cell(f), type_of(f.schema), _cell(f.schema.get("description", ""))]
+    rows = [[_path_cell(f), type_of(f.schema), cell(f.schema.get("description", ""))]
             for f in fields(spec, "spec")]
     return [*_kind_header(crd), "Written by the operator alone; read it, do not write it.", "",
-            *_columns(crd), "### Spec", "", *_table(["Field", "Type", "Description"], rows),
+            *_columns(crd), "### Spec", "", *table(["Field", "Type", "Description"], rows),
             *_rules_section(crd), *_status_section(crd)]
 
 

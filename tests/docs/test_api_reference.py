@@ -43,8 +43,9 @@ def test_a_new_field_without_an_owner_is_named() -> None:
 
 def test_a_renamed_field_leaves_a_stale_owner_entry() -> None:
     crd = _policy_crd()
-    spec = api._spec(crd)
-    spec["properties"]["overlapRatio"] = spec["properties"].pop("overlap")
+    for version in crd["spec"]["versions"]:
+        spec = api._spec(crd, version["name"])
+        spec["properties"]["overlapRatio"] = spec["properties"].pop("overlap")
     assert "spec.overlap" in api.stale(crd)
     assert "spec.overlapRatio" in api.unowned(crd)
 
@@ -63,8 +64,12 @@ def test_status_fields_are_listed_as_the_crd_has_them() -> None:
 
 def test_the_reference_shows_types_defaults_owners_and_rules() -> None:
     text = api.OUTPUT.read_text()
+    v1beta1, v1alpha1 = text.split("### ckptdrain.io/v1alpha1")
     assert ("| `spec.overlap` | string; at most 256 characters; pattern "
-            "`^([0-9]+(\\.[0-9]*)?\\|\\.[0-9]+)%?$` | `10%` | tenant |") in text
+            "`^([0-9]+(\\.[0-9]+)?)%$` | `10%` | tenant |") in v1beta1
+    assert ("| `spec.overlap` | string; at most 256 characters; pattern "
+            "`^([0-9]+(\\.[0-9]*)?\\|\\.[0-9]+)%?$` | `10%` | tenant |") in v1alpha1
+    assert "| `spec.caps.bandwidth` | integer or string; ≥ 0; pattern" in v1beta1
     assert "| `spec.localTier.path` (required within `spec.localTier`) | string;" in text
     assert "| `spec.selector` (required) | object" in text
     assert ("| `spec.placement.nodeAffinity.matchExpressions[].key` (required within "
@@ -84,3 +89,30 @@ def test_the_reference_shows_types_defaults_owners_and_rules() -> None:
 def test_the_reference_is_linked() -> None:
     assert "`docs/api.md`" in (REPO / "README.md").read_text()
     assert "(api.md)" in (REPO / "docs" / "operator.md").read_text()
+
+
+def test_both_versions_are_documented_the_one_to_write_first() -> None:
+    crd = _policy_crd()
+    text = api.render([crd])
+    head, older = text.split("### ckptdrain.io/v1alpha1")
+    assert ("`ckptdrain.io/v1beta1` (write this), namespaced; `kubectl get checkpointpolicies` "
+            "(short: `ckpol`); also served: `ckptdrain.io/v1alpha1` (stored), below.") in head
+    for f in api.fields(api._spec(crd, "v1beta1"), "spec"):
+        assert f"| `{f.path}`" in head, f.path
+    # v1alpha1's own spellings, each once, under its heading.
+    assert "| `spec.model.parameters` | string; at most 256 characters;" in older
+    assert "| `spec.model.parameters` | integer or string;" in head
+    assert "| `status.goodput.heldSince` | number; nullable |" in older
+    assert "spec.model: set parameters (e.g. 405B)" in older
+    assert "| `spec.storage.uri`" not in older  # the same in both: documented once
+
+
+def test_a_change_to_v1alpha1_alone_shows_in_its_section() -> None:
+    crd = _policy_crd()
+    storage = api._spec(crd, "v1alpha1")["properties"]["storage"]
+    storage["properties"]["keep"]["default"] = 4
+    storage["x-kubernetes-validations"].append({"rule": "self.keep > 1",
+                                                "message": "spec.storage.keep: above 1"})
+    older = api.render([crd]).split("### ckptdrain.io/v1alpha1")[1]
+    assert "| `spec.storage.keep` | integer; ≥ 1 | `4` | tenant |" in older
+    assert "spec.storage.keep: above 1" in older

@@ -363,9 +363,13 @@ def test_every_total_the_operator_writes_is_in_the_crd() -> None:
 
     import yaml
 
+    from ckptdrain.contract import api
+
     crd = yaml.safe_load((Path(__file__).resolve().parents[2] / "crds"
                           / "checkpointpolicies.yaml").read_text())
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    # The version the operator writes its status in.
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == api.VERSION]
+    schema = version["schema"]["openAPIV3Schema"]
     declared = schema["properties"]["status"]["properties"]["goodput"]["properties"]
     # A comma in an unquoted description splits it into keys of no value.
     malformed = [k for k, v in declared.items()

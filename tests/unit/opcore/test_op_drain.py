@@ -50,8 +50,11 @@ def test_a_bad_stall_timeout_is_refused_naming_the_field(bad: str) -> None:
 
 
 def test_the_crd_default_is_the_code_default() -> None:
+    """In every served version (each spells it its own way)."""
     crd = yaml.safe_load(CRD.read_text())
-    props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    field = props["properties"]["drain"]["properties"]["stallTimeout"]
-    assert policy.parse("ml", "p", spec(drain={"stallTimeout": field["default"]}),
-                        CFG).stall_timeout_s == DEFAULT_STALL_AFTER
+    assert len(crd["spec"]["versions"]) >= 2
+    for version in crd["spec"]["versions"]:
+        props = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        field = props["properties"]["drain"]["properties"]["stallTimeout"]
+        assert policy.parse("ml", "p", spec(drain={"stallTimeout": field["default"]}),
+                            CFG).stall_timeout_s == DEFAULT_STALL_AFTER, version["name"]

@@ -114,9 +114,10 @@ def test_the_crd_offers_what_the_operator_reads() -> None:
 
     crd = yaml.safe_load((Path(__file__).resolve().parents[3] / "crds" /
                           "checkpointpolicies.yaml").read_text())
-    props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
-        "properties"]
-    assert (props["readers"]["enum"], props["readers"]["default"]) == (
-        list(policy.READERS), "Declared")
-    reshard = props["restore"]["properties"]["reshard"]
-    assert (reshard["enum"], reshard["default"]) == (list(policy.RESHARD), "DCP")
+    assert len(crd["spec"]["versions"]) >= 2
+    for version in crd["spec"]["versions"]:  # every served version offers the same
+        props = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        assert (props["readers"]["enum"], props["readers"]["default"]) == (
+            list(policy.READERS), "Declared"), version["name"]
+        reshard = props["restore"]["properties"]["reshard"]
+        assert (reshard["enum"], reshard["default"]) == (list(policy.RESHARD), "DCP")
