@@ -1,8 +1,9 @@
 """The admission process's HTTPS server (admission/process.py): the
 standard library's, one thread per connection, bounded, with the TLS
-context made again when the certificate files change. Each review is
+context made again when the certificate files change. Each review (an
+AdmissionReview, or a ConversionReview at the CRD's conversion path) is
 answered by the reviewer on one event loop; this module knows only HTTP,
-TLS and the bounds.
+TLS and the bounds, the same for every path.
 
 Bounded: at most MAX_CONNECTIONS at once (the next one waits in the listen
 backlog), at most MAX_IN_FLIGHT reviews read and answered at once, each
@@ -214,7 +215,8 @@ class Handler(BaseHTTPRequestHandler):
                 if not isinstance(request, dict):
                     raise ValueError("not a JSON object")
             except (ValueError, TimeoutError) as error:
-                self._fail(400, f"body: expected an AdmissionReview ({error})")
+                self._fail(400, f"body: expected an AdmissionReview or ConversionReview "
+                                f"({error})")
                 return
             finally:
                 self.request.settimeout(IDLE_S)
