@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import logging
 import os
 import tempfile
@@ -144,13 +145,16 @@ def ensure_crd_ca_bundle(ca_pem: bytes, logger: logging.Logger, quiet: bool = Fa
     crds = _crds()
     wanted = base64.b64encode(ca_pem).decode()
     try:
-        found = crds.read_custom_resource_definition(crd)
-        conversion = found.spec.conversion
-        if conversion is None or conversion.strategy != "Webhook" or conversion.webhook is None:
+        # Read as JSON, not the SDK's models: a CRD's schema is large, and
+        # only these few fields matter here.
+        found = json.loads(crds.read_custom_resource_definition(
+            crd, _preload_content=False).data)
+        conversion = (found.get("spec") or {}).get("conversion") or {}
+        webhook = conversion.get("webhook")
+        if conversion.get("strategy") != "Webhook" or not isinstance(webhook, dict):
             logger.debug("CRD %s converts without a webhook; no caBundle to keep", crd)
             return False, False
-        config = conversion.webhook.client_config
-        if config is not None and config.ca_bundle == wanted:
+        if (webhook.get("clientConfig") or {}).get("caBundle") == wanted:
             return False, False
         # A merge patch of that one field: the rest of the CRD is the chart's.
         crds.patch_custom_resource_definition(
