@@ -97,3 +97,14 @@ def test_the_operator_may_patch_that_one_crd_when_it_keeps_the_ca(tools: Tools) 
     assert rules == [{"apiGroups": ["apiextensions.k8s.io"],
                       "resources": ["customresourcedefinitions"],
                       "resourceNames": [POLICY_CRD], "verbs": ["get", "patch"]}]
+
+
+def test_admission_outside_its_own_process_is_refused(tools: Tools) -> None:
+    """The operator's own process (Kopf's server) has no conversion route:
+    with it every unversioned `kubectl get ckpol` would fail, so the chart
+    says so at install instead."""
+    result = tools.run("helm", "template", "ckptdrain", str(CHART),
+                       "--set", "webhook.ownProcess=false", check=False)
+    assert result.returncode != 0
+    assert "webhook.ownProcess must be true" in result.stderr
+    assert "conversion webhook" in result.stderr

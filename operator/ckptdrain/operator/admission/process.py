@@ -65,7 +65,7 @@ REPORT_QUEUE = 10_000
 
 class Reviewer:
     """Answers AdmissionReview requests, and ConversionReview requests at
-    /CONVERT_ID."""
+    the configured conversion path (config.conversion_path)."""
 
     def __init__(self, cfg: OperatorConfig, mirror: policy_mirror.PolicyMirror,
                  report: Any = None, writers: holder_mirror.HolderMirror | None = None,
@@ -80,8 +80,8 @@ class Reviewer:
         """The response to `request`, which came to /`path`; `received`: when
         its connection began reading it (perf_counter), so that its time
         counts the wait for a slot and the read too."""
-        if path == admission.CONVERT_ID:
-            return self._convert(request, received)
+        if path == self.cfg.conversion_path:  # served in the connection's thread (serve())
+            return self.convert(request, received)
         which = {admission.MUTATE_ID: "pod", admission.VALIDATE_ID: "policy"}.get(path)
         if which is None:
             raise UnknownWebhook(f"no webhook at /{path}")
@@ -116,10 +116,12 @@ class Reviewer:
         return {"apiVersion": request.get("apiVersion", "admission.k8s.io/v1"),
                 "kind": request.get("kind", "AdmissionReview"), "response": answer}
 
-    def _convert(self, request: dict[str, Any], received: float | None) -> dict[str, Any]:
-        """The ConversionReview answering `request`: pure and quick (no API
-        call), so it runs on the loop itself. Counted as the webhook
-        "conversion"; a Failure answer counts as an error."""
+    def convert(self, request: dict[str, Any], received: float | None = None
+                ) -> dict[str, Any]:
+        """The ConversionReview answering `request`: pure (no API call), so
+        the server answers it in the connection's own thread, never on the
+        admission loop. Counted as the webhook "conversion"; a Failure answer
+        counts as an error."""
         started, outcome = received or time.perf_counter(), "error"
         try:
             answer = conversion.review_response(request)
@@ -264,7 +266,8 @@ def serve(cfg: OperatorConfig, cert: str, key: str, reviewer: Reviewer,
     """Serve until the process ends."""
     certificates = Certificates(cert, key)
     certificates.follow()
-    server = Server((cfg.webhook_addr, cfg.webhook_port), certificates, reviewer, loop)
+    server = Server((cfg.webhook_addr, cfg.webhook_port), certificates, reviewer, loop,
+                    converter=reviewer.convert, conversion_path=cfg.conversion_path)
     log.info("admission: serving on %s:%d", cfg.webhook_addr, cfg.webhook_port)
     reports.ready()
     server.serve_forever()

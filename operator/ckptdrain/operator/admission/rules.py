@@ -44,10 +44,6 @@ from ckptdrain.operator.policy import spec as pol
 #: The webhooks' ids, which are also the paths they are served at.
 MUTATE_ID = "ckptdrain-inject"
 VALIDATE_ID = "ckptdrain-policy"
-#: Where the admission process answers the CheckpointPolicy CRD's
-#: ConversionReviews (admission/conversion.py): not a Kopf handler, so only
-#: the admission process serves it (values: webhook.conversionPath).
-CONVERT_ID = "convert"
 
 
 class Refused(Exception):
