@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kube import KUBECTL, Failed, apply, get, helm, kubectl, wait_for
+from kube import KUBECTL, POLICIES, Failed, apply, get, helm, kubectl, wait_for
 from rawapi import Api, percentile
 from views import BUCKET, NS, OP_NS, RELEASE, S3_NS
 
@@ -233,7 +233,7 @@ def set_pod_failure_policy(value: str) -> None:
 
 
 def policy_conditions() -> list[dict[str, Any]]:
-    status = get("checkpointpolicy", "-n", NS, POLICY).get("status") or {}
+    status = get(POLICIES, "-n", NS, POLICY).get("status") or {}
     return status.get("conditions") or []
 
 
@@ -299,7 +299,7 @@ def rollout_latency(api: Api, say: Say, check: Check, report: list[str]) -> None
 
 def run(s3: Any, allowed_root: str, report: list[str], say: Say, check: Check) -> None:
     apply(policy_manifest(allowed_root, s3.port))
-    wait_for("chaos policy status", lambda: (get("checkpointpolicy", "-n", NS, POLICY)
+    wait_for("chaos policy status", lambda: (get(POLICIES, "-n", NS, POLICY)
                                              .get("status") or {}).get("requiredBandwidth"), 60)
     api = Api()
     try:
@@ -310,5 +310,5 @@ def run(s3: Any, allowed_root: str, report: list[str], say: Say, check: Check) -
     finally:
         api.close()
         kubectl("delete", "pods", "-n", NS, "-l", f"app={APP}", "--wait=false", check=False)
-        kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--ignore-not-found",
+        kubectl("delete", POLICIES, "-n", NS, POLICY, "--ignore-not-found",
                 "--wait=true", check=False, timeout=60)

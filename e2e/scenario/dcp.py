@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kube import Fatal, apply, get, kubectl, logs, wait_for
+from kube import POLICIES, Fatal, apply, get, kubectl, logs, wait_for
 from views import BUCKET, GRACE, NS, S3_NS
 
 NAME, PREFIX, SAVE_AT, SAVED_WRITERS = "dcp", "dcp", 40, 2
@@ -189,7 +189,7 @@ def run(s3: Any, allowed_root: str, torch_site: str, workdir: Path, report: list
     kubectl("delete", "job", "-n", NS, "dcp-save", "--wait=true", "--timeout=90s", timeout=100)
     wait_for("the saving pods gone", lambda: not _pods("dcp-save"), 120, every=2)
 
-    kubectl("-n", NS, "patch", "checkpointpolicy", NAME, "--type=merge",
+    kubectl("-n", NS, "patch", POLICIES, NAME, "--type=merge",
             "-p", json.dumps({"spec": {"writers": 1}}))
     wait_for("the webhook to inject 1 writer", _injects_one_writer, 60, every=1)
     resumed_at = time.monotonic()
@@ -213,4 +213,4 @@ def run(s3: Any, allowed_root: str, torch_site: str, workdir: Path, report: list
     kubectl("delete", "job", "-n", NS, "dcp-resume", "--wait=true", "--timeout=90s",
             timeout=100)
     wait_for("the resumed pod gone", lambda: not _pods("dcp-resume"), 120, every=2)
-    kubectl("delete", "checkpointpolicy", "-n", NS, NAME, "--wait=true", timeout=60)
+    kubectl("delete", POLICIES, "-n", NS, NAME, "--wait=true", timeout=60)

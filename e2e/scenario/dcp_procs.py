@@ -29,7 +29,7 @@ from typing import Any
 
 import dcp
 import yaml
-from kube import Fatal, apply, get, kubectl, logs, wait_for
+from kube import POLICIES, Fatal, apply, get, kubectl, logs, wait_for
 from views import BUCKET, NS
 
 NAME = "dcp-procs"
@@ -134,7 +134,7 @@ def run(s3: Any, allowed_root: str, torch_site: str, report: list[str],
             kubectl("delete", "job", "-n", NS, f"{NAME}-uid{uid}", "--ignore-not-found",
                     "--wait=true", "--timeout=90s", timeout=100, check=False)
         kubectl("delete", "service", "-n", NS, NAME, "--ignore-not-found", check=False)
-        kubectl("delete", "checkpointpolicy", "-n", NS, NAME, "--ignore-not-found",
+        kubectl("delete", POLICIES, "-n", NS, NAME, "--ignore-not-found",
                 "--wait=true", timeout=60, check=False)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kube import Failed, apply, get, helm, kubectl, wait_for
+from kube import POLICIES, Failed, apply, get, helm, kubectl, wait_for
 from trainers import TRAINERS, Logs
 from views import BUCKET, EVERY, GRACE, NS, S3_NS, STEP_S, wait_mid_interval
 
@@ -224,4 +224,4 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
                   f"trainer loaded {load['at'] - deleted:.1f} s |")
     kubectl("delete", "jobset", "-n", NS, NAME, "--wait=true", "--timeout=90s", timeout=100)
     wait_for("JobSet pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)["items"], 90)
-    kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--wait=true", timeout=60)
+    kubectl("delete", POLICIES, "-n", NS, POLICY, "--wait=true", timeout=60)

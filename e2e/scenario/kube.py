@@ -13,6 +13,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 KUBECTL = os.environ.get("KUBECTL", "kubectl")
 HELM = os.environ.get("HELM", "helm")
+#: CheckpointPolicies at v1alpha1, the version the operator stores and
+#: writes its status in: a read, patch or delete named so never waits on the
+#: conversion webhook (kubectl asks for the newest version otherwise, made by
+#: the operator's admission process, down while chaos restarts it).
+POLICIES = "checkpointpolicies.v1alpha1.ckptdrain.io"
 
 
 class Failed(AssertionError):

@@ -26,7 +26,7 @@ from typing import Any
 
 import jobset
 from jobset import WRITERS, Check, Say
-from kube import Failed, apply, get, helm, kubectl, wait_for
+from kube import POLICIES, Failed, apply, get, helm, kubectl, wait_for
 from trainers import TRAINERS, Logs
 from views import NS
 
@@ -127,4 +127,4 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str], check: Check
     kubectl("delete", "leaderworkerset", "-n", NS, NAME, "--wait=true", "--timeout=90s",
             timeout=100)
     wait_for("LWS pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)["items"], 120)
-    kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--wait=true", timeout=60)
+    kubectl("delete", POLICIES, "-n", NS, POLICY, "--wait=true", timeout=60)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import jobset
-from kube import apply, get, kubectl, wait_for
+from kube import POLICIES, apply, get, kubectl, wait_for
 from trainers import TRAINERS, Logs
 from views import BUCKET, GRACE, NS, remove
 
@@ -154,7 +154,7 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     # M2: acknowledged; the status remembers where the checkpoints were.
     apply(policy_manifest(allowed_root, s3.port, NEW, reason="e2e: the bucket moves"))
     earlier = wait_for("status.storage.earlier naming the old prefix", lambda: next(
-        (e for e in ((get("checkpointpolicy", "-n", NS, POLICY).get("status") or {})
+        (e for e in ((get(POLICIES, "-n", NS, POLICY).get("status") or {})
                      .get("storage") or {}).get("earlier") or []
          if e.get("uri", "").endswith(f"/{OLD}/{NS}/{POLICY}")), None), 60, every=1)
     # The step its Checkpoint records had reached (they follow the store by a moment).

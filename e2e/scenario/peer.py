@@ -28,7 +28,7 @@ from typing import Any
 
 import jobset
 import yaml
-from kube import apply, get, kubectl, wait_for
+from kube import POLICIES, apply, get, kubectl, wait_for
 from trainers import TRAINERS, Logs, _json_lines
 from views import GRACE, NS, OP_NS, remove, wait_mid_interval
 
@@ -80,7 +80,7 @@ def two_node_job(epoch: float, name: str, app: str) -> dict[str, Any]:
 
 
 def status() -> dict[str, Any]:
-    return get("checkpointpolicy", "-n", NS, POLICY).get("status") or {}
+    return get(POLICIES, "-n", NS, POLICY).get("status") or {}
 
 
 def complete_steps() -> list[int]:
@@ -136,7 +136,7 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
                     lambda: (p := status().get("peer") or {}).get("secret") and p, 60)
     secrets = [s["metadata"]["name"] for s in get("secrets", "-n", NS, "-l",
                                                    f"ckptdrain.io/policy={POLICY}")["items"]]
-    uid = get("checkpointpolicy", "-n", NS, POLICY)["metadata"]["uid"]
+    uid = get(POLICIES, "-n", NS, POLICY)["metadata"]["uid"]
     # The chart's CA namespace: <release namespace>-peer-ca.
     kept = [s["metadata"]["name"] for s in get("secrets", "-n", f"{OP_NS}-peer-ca", "-l",
                                                f"ckptdrain.io/peer-ca-for={uid}")["items"]]

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kube import Failed, get, helm, kubectl, wait_for
+from kube import POLICIES, Failed, get, helm, kubectl, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -109,7 +109,7 @@ def run(report: list[str], say: Callable[[str], None],
         check(sorted(map(index_of, both)) == ["0", "1"], "quickstart: pods of indexes 0 and 1 "
               "run trainer and agent (2/2)")
         status = wait_for("policy: 2 drainers and a global step", lambda: (
-            s := get("checkpointpolicy", "-n", NS, POLICY).get("status") or {}).get(
+            s := get(POLICIES, "-n", NS, POLICY).get("status") or {}).get(
                 "drainers") == 2 and s.get("lastGlobalStep") is not None and s, 180, 1)
         say(f"  ok: quickstart: policy shows drainers 2, global step {status['lastGlobalStep']}")
         # Past the first save (step 0, at start): a step the training reached.

@@ -73,7 +73,7 @@ import move
 import peer
 import processes
 import quickstart
-from kube import Failed, apply, get, helm, kubectl, run, wait_for
+from kube import POLICIES, Failed, apply, get, helm, kubectl, run, wait_for
 from s3server import seaweedfs
 from trainers import TRAINERS, Logs, Trainer
 from views import (
@@ -235,6 +235,8 @@ def step4_drain(logs: Logs, local_root: Path, complete: int) -> dict[int, str]:
           f"policy status: required {status['requiredBandwidth']}, drainers "
           f"{status['drainers']}, last local step {status['lastLocalStep']}, last global "
           f"step {status['lastGlobalStep']}, recovery point {status['recoveryPointTime']}")
+    # Unversioned on purpose: what a user sees, the newest version, made by
+    # the operator's conversion webhook (the CRD's caBundle set by it too).
     print(kubectl("get", "checkpointpolicy", "-n", NS).stdout, flush=True)
     # The cluster scale: published in the namespace, and the policy's channel
     # leaves shrinks to it once both agents said (in their own reports, under
@@ -516,7 +518,7 @@ def step8_uninstall() -> None:
             timeout=100)  # absent when --only ran other steps
     wait_for("trainer pods gone", lambda: not get("pods", "-n", NS, "-l", "app=mlp")["items"],
              90)
-    kubectl("delete", "checkpointpolicy", "-n", NS, POLICY, "--ignore-not-found", "--wait=true",
+    kubectl("delete", POLICIES, "-n", NS, POLICY, "--ignore-not-found", "--wait=true",
             timeout=60)
     wait_for("records garbage-collected with their policy",
              lambda: not get("checkpoints", "-n", NS)["items"], 60)
@@ -537,6 +539,11 @@ def leftovers() -> None:
     """What an interrupted earlier run (KEEP=1) left in a cluster that stayed up."""
     if helm("status", RELEASE, "-n", OP_NS, check=False).returncode == 0:
         say("removing a previous run's release and namespaces")
+        # Policies first, while the operator converts: a namespace emptied
+        # after it is gone keeps Terminating (its controller lists each kind
+        # at the newest version, which only the conversion webhook makes).
+        kubectl("delete", POLICIES, "-n", NS, "--all", "--ignore-not-found", "--wait=true",
+                "--timeout=60s", check=False, timeout=70)
         helm("uninstall", RELEASE, "-n", OP_NS, "--wait", check=False, timeout=120)
     kubectl("delete", "namespace", NS, S3_NS, OP_NS, "--ignore-not-found", "--wait=true",
             "--timeout=120s", timeout=130)

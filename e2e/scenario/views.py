@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kube import get, kubectl
+from kube import POLICIES, get, kubectl
 
 NS, S3_NS, RELEASE, OP_NS = "ckptdrain-e2e", "ckptdrain-e2e-s3", "ckptdrain", "ckptdrain"
 POLICY, JOB, BUCKET = "mlp", "mlp", "ckptdrain-e2e"
@@ -46,7 +46,7 @@ def complete_steps() -> list[int]:
 
 
 def policy_status(policy: str = POLICY) -> dict[str, Any]:
-    return get("checkpointpolicy", "-n", NS, policy).get("status") or {}
+    return get(POLICIES, "-n", NS, policy).get("status") or {}
 
 
 def mid_interval(epoch: float) -> bool:
@@ -67,5 +67,5 @@ def remove(policy: str, *jobs: str) -> None:
     for job in jobs:
         kubectl("delete", "job", "-n", NS, job, "--ignore-not-found", "--wait=true",
                 "--timeout=90s", timeout=100, check=False)
-    kubectl("delete", "checkpointpolicy", "-n", NS, policy, "--ignore-not-found",
+    kubectl("delete", POLICIES, "-n", NS, policy, "--ignore-not-found",
             "--wait=true", timeout=60, check=False)

@@ -307,6 +307,8 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
     installed = tools.run("helm", "install", "ckptdrain", str(chart), *helm_args, env=env)
     assert "PodSecurity" not in installed.stderr, installed.stderr
     assert 'ckptdrain.io/inject: "true"' in installed.stdout  # NOTES tell what to do next
+    # ... and what to delete before the operator (its conversion webhook).
+    assert "kubectl delete checkpointpolicies.v1alpha1.ckptdrain.io --all -A" in installed.stdout
     try:
         manifest = tools.run("helm", "get", "manifest", "ckptdrain", "-n", namespace,
                              env=env).stdout

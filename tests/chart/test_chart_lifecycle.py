@@ -110,6 +110,12 @@ def _ca_bundles(cluster: Cluster, name: str) -> list[str | None]:
             for h in _json(cluster, kind, name)["webhooks"]]
 
 
+def _crd_ca_bundle(cluster: Cluster) -> str | None:
+    """The CheckpointPolicy CRD's conversion caBundle."""
+    crd = _json(cluster, "crd", "checkpointpolicies.ckptdrain.io")
+    return crd["spec"]["conversion"]["webhook"]["clientConfig"].get("caBundle")
+
+
 def _wait(check: object, what: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -129,6 +135,11 @@ def test_the_certificate_and_crds_through_a_real_upgrade(tools: Tools, cluster: 
     secret_name = f"{fullname}-webhook-cert"
     assert not _json(cluster, "secret", "-n", namespace, secret_name).get("data")
     assert _ca_bundles(cluster, fullname) == [None, None]
+    # The CRD converts through this release's webhook Service.
+    service = _json(cluster, "crd", "checkpointpolicies.ckptdrain.io")["spec"]["conversion"][
+        "webhook"]["clientConfig"]["service"]
+    assert (service["namespace"], service["name"]) == (namespace, f"{fullname}-webhook")
+    assert _crd_ca_bundle(cluster) is None
 
     # The operator as the chart configures it (the test API server runs no
     # pods): it makes the CA and certificate and sets both caBundles.
@@ -145,8 +156,10 @@ def test_the_certificate_and_crds_through_a_real_upgrade(tools: Tools, cluster: 
         def made() -> bool:
             data = _json(cluster, "secret", "-n", namespace, secret_name).get("data") or {}
             return set(data) == {"ca.crt", "ca.key", "tls.crt", "tls.key"} and \
-                _ca_bundles(cluster, fullname) == [data["ca.crt"]] * 2
-        _wait(made, "the operator to make the certificate and set both caBundles")
+                _ca_bundles(cluster, fullname) == [data["ca.crt"]] * 2 and \
+                _crd_ca_bundle(cluster) == data["ca.crt"]
+        _wait(made, "the operator to make the certificate and set every caBundle, "
+                    "the CRD's conversion one too")
         data = _json(cluster, "secret", "-n", namespace, secret_name)["data"]
         _verify(data, f"{fullname}-webhook.{namespace}.svc")
         # A restart reuses it: no new CA, no caBundle churn.
@@ -166,6 +179,7 @@ def test_the_certificate_and_crds_through_a_real_upgrade(tools: Tools, cluster: 
     hooks = _json(cluster, "mutatingwebhookconfiguration", fullname)["webhooks"]
     assert hooks[0]["timeoutSeconds"] == 7
     assert _ca_bundles(cluster, fullname) == [data["ca.crt"]] * 2
+    assert _crd_ca_bundle(cluster) == data["ca.crt"]
     assert _json(cluster, "secret", "-n", namespace, secret_name)["data"] == data
 
     # A CRD changed in a new chart version reaches the API server on upgrade.

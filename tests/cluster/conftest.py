@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cluster_helpers import POLICIES
 from operator_process import PEAK_RSS_KIB, OperatorProcess, repo_root
 
 from support import apiserver
@@ -76,7 +77,7 @@ def namespace(cluster: apiserver.Cluster) -> Iterator[str]:
     # No namespace controller runs here, so deleting the namespace would not
     # delete its objects; delete them first.
     cluster.kubectl("delete", "-n", name,
-                    "pods,checkpoints,checkpointshares,checkpointpolicies", "--all",
+                    f"pods,checkpoints,checkpointshares,{POLICIES}", "--all",
                     "--wait=false", check=False)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_helpers import policy
+from cluster_helpers import POLICIES, policy
 from operator_process import WEBHOOK_NAME, OperatorProcess, repo_root
 
 from support.apiserver import Cluster
@@ -86,17 +86,18 @@ def stored(cluster: Cluster, crds: None, operator: OperatorProcess,
         yield store
     finally:
         # kubectl patch takes no --all: release each one by name.
-        left = cluster.kubectl("get", "-n", namespace, "checkpointpolicies", "-o", "name",
-                               check=False)
+        # By bare name at v1alpha1 (`-o name` drops the version).
+        left = cluster.kubectl("get", "-n", namespace, POLICIES, "-o",
+                               "jsonpath={.items[*].metadata.name}", check=False)
         for name in left.stdout.split():
-            cluster.kubectl("patch", "-n", namespace, name, "--type=json", "-p",
+            cluster.kubectl("patch", "-n", namespace, POLICIES, name, "--type=json", "-p",
                             '[{"op": "remove", "path": "/metadata/finalizers"}]',
                             check=False)
         operator.start()
 
 
 def _write(cluster: Cluster, namespace: str, name: str, *args: str) -> Any:
-    return cluster.kubectl(*args[:1], "-n", namespace, "checkpointpolicy", name, *args[1:],
+    return cluster.kubectl(*args[:1], "-n", namespace, POLICIES, name, *args[1:],
                            check=False)
 
 
@@ -114,7 +115,7 @@ def _takes_every_write(cluster: Cluster, namespace: str, name: str) -> None:
 
 
 def _can_be_deleted(cluster: Cluster, namespace: str, name: str) -> None:
-    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", name, "--wait=false")
+    cluster.kubectl("delete", "-n", namespace, POLICIES, name, "--wait=false")
     released = _write(cluster, namespace, name, "patch", "--type=json",
                       "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]')
     assert released.returncode == 0, f"{name}: {released.stderr}"

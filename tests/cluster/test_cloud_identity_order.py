@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from operator_process import WEBHOOK_NAME, OperatorProcess, repo_root
 
 from ckptdrain.operator.admission import injection
@@ -173,7 +173,7 @@ def test_identity_reaches_restore_and_agent_in_either_order(
     try:
         cluster.kubectl("create", "serviceaccount", "trainer", "-n", namespace)
         apply(policy("irsa", writers=1, storage={"uri": "s3://ckpt-bucket/runs"}))
-        wait_for(lambda: (get(cluster, namespace, "ckpol", "irsa").get("status") or {})
+        wait_for(lambda: (get(cluster, namespace, POLICIES, "irsa").get("status") or {})
                  .get("phase"), what="policy sized")
         reinvoked_like_the_chart()
         calls_before = len(_Handler.calls)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 
 from ckptdrain.contract.goodput import AgentView, RestoreView
@@ -35,7 +35,7 @@ def _on_a_node(cluster: Cluster, namespace: str, name: str, at: float) -> None:
 
 
 def _goodput(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    return dict((get(cluster, namespace, "ckpol", "llama").get("status") or {})
+    return dict((get(cluster, namespace, POLICIES, "llama").get("status") or {})
                 .get("goodput") or {})
 
 
@@ -47,7 +47,7 @@ def _cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 def test_interruption_restore_and_report(cluster: Cluster, operator: OperatorProcess,
                                          namespace: str, apply: Callable[..., Any]) -> None:
     apply(policy("llama", writers=1))
-    wait_for(lambda: (get(cluster, namespace, "ckpol", "llama").get("status") or {})
+    wait_for(lambda: (get(cluster, namespace, POLICIES, "llama").get("status") or {})
              .get("phase"), what="policy sized")
     now = float(int(time.time()))  # whole seconds, as the pods' startTime has them
     old = AgentView(training_at=now - 100, first_step=0, blocked_s=2.0,
@@ -102,7 +102,7 @@ def test_interruption_restore_and_report(cluster: Cluster, operator: OperatorPro
     failed = RestoreView("store_unavailable", now, 600.0, reason="the global tier could "
                          "not be asked (connection refused); gave up after 31 tries")
     _create(cluster, namespace, "w-c", {"ckptdrain.io/restore-result": failed.to_json()})
-    failure = wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]
+    failure = wait_for(lambda: get(cluster, namespace, POLICIES, "llama")["status"]
                        .get("lastRestoreFailure"), what="lastRestoreFailure")
     assert failure["pod"] == "w-c" and failure["outcome"] == "store_unavailable"
     assert "gave up after 31 tries" in failure["reason"]
@@ -135,7 +135,7 @@ def test_the_apiserver_keeps_every_checkpoint_cost_field(cluster: Cluster, crds:
         drained_step=40, drain_s=70.0 + i, drain_overlap=(70.0 + i) / 900)) for i in range(2)]
     figures = cost.checkpoint_cost(views)
     assert figures is not None and figures["blockingRule"] == "Within"
-    cluster.kubectl("patch", "-n", namespace, "ckpol", "llama", "--subresource=status",
+    cluster.kubectl("patch", "-n", namespace, POLICIES, "llama", "--subresource=status",
                     "--type=merge", "-p", json.dumps({"status": {"checkpointCost": figures}}))
-    stored = get(cluster, namespace, "ckpol", "llama")["status"]["checkpointCost"]
+    stored = get(cluster, namespace, POLICIES, "llama")["status"]["checkpointCost"]
     assert stored == figures

@@ -13,6 +13,7 @@ from typing import Any
 from cluster_helpers import (
     INJECT,
     JOB_INDEX,
+    POLICIES,
     create,
     get,
     indexed_job,
@@ -30,7 +31,7 @@ GRACE = {"terminationGracePeriodSeconds": 3600}
 
 
 def _ready(cluster: Cluster, namespace: str, name: str) -> None:
-    wait_for(lambda: (get(cluster, namespace, "ckpol", name).get("status") or {}).get("phase"),
+    wait_for(lambda: (get(cluster, namespace, POLICIES, name).get("status") or {}).get("phase"),
              what=f"policy {name} sized")
 
 
@@ -156,7 +157,7 @@ def test_policy_identity_label_and_a_workload_writer_count_mismatch(
 
 
 def _condition(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    conditions = (get(cluster, namespace, "ckpol", name).get("status") or {}).get(
+    conditions = (get(cluster, namespace, POLICIES, name).get("status") or {}).get(
         "conditions") or []
     return next((c for c in conditions if c["type"] == "WritersConsistent"), {})
 
@@ -184,7 +185,7 @@ def test_a_duplicate_writer_that_bypassed_admission_shows_on_the_policy(
     assert wait_for(lambda: "DuplicateWriter" in cluster.kubectl(
         "get", "events", "-n", namespace, "-o", "json").stdout, what="the event")
     # Sizing, rewriting its own conditions, keeps this one.
-    assert [c["type"] for c in get(cluster, namespace, "ckpol", "llama")["status"]
+    assert [c["type"] for c in get(cluster, namespace, POLICIES, "llama")["status"]
             ["conditions"]][:3] == ["Ready", "Degraded", "BandwidthConstrained"]
 
     cluster.kubectl("delete", "-n", namespace, "pod", "right")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jsonpatch
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 
 from ckptdrain.operator import config, containers
@@ -24,8 +24,8 @@ EQUAL = {"cpu": "2", "memory": "4Gi"}
 
 
 def _sized(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    return dict(wait_for(lambda: (get(cluster, namespace, "ckpol", name).get("status") or {})
-                         .get("phase") and get(cluster, namespace, "ckpol", name),
+    return dict(wait_for(lambda: (get(cluster, namespace, POLICIES, name).get("status") or {})
+                         .get("phase") and get(cluster, namespace, POLICIES, name),
                          what=f"policy {name} sized"))
 
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 
 from support.apiserver import Cluster
@@ -29,7 +29,7 @@ def test_conditions_restores_and_failing_restores_reach_the_metrics(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
     apply(policy("obs"))
-    wait_for(lambda: (get(cluster, namespace, "ckpol", "obs").get("status") or {})
+    wait_for(lambda: (get(cluster, namespace, POLICIES, "obs").get("status") or {})
              .get("phase") == "Ready", what="policy sized")
     where = {"namespace": namespace, "policy": "obs"}
     assert wait_for(lambda: _sample(operator, "ckptdrain_policy_condition", **where,
@@ -57,7 +57,7 @@ def test_conditions_restores_and_failing_restores_reach_the_metrics(
     assert wait_for(lambda: _sample(operator, "ckptdrain_restore_failing_pods", **where) == 0.0,
                     what="the deleted pod no longer counted")
 
-    cluster.kubectl("delete", "-n", namespace, "ckpol", "obs")
+    cluster.kubectl("delete", "-n", namespace, POLICIES, "obs")
     assert wait_for(lambda: _sample(operator, "ckptdrain_policy_condition", **where,
                                     type="Ready", status="True") is None,
                     what="the deleted policy's series gone")

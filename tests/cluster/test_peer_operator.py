@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from kubernetes import client, config
@@ -60,7 +60,7 @@ def _peers(cluster: Cluster, namespace: str) -> dict[str, Any]:
 
 
 def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    return dict(get(cluster, namespace, "ckpol", "llama").get("status") or {})
+    return dict(get(cluster, namespace, POLICIES, "llama").get("status") or {})
 
 
 def _signed_by(secret: dict[str, Any], ca: dict[str, Any]) -> bool:
@@ -92,7 +92,7 @@ def test_a_certificate_near_its_end_is_renewed_and_its_ca_goes_with_the_policy(
     operator.stop()
     try:
         soon = datetime.now(UTC) + peer_certs.RENEW_BEFORE - timedelta(days=1)
-        cluster.kubectl("patch", "-n", namespace, "ckpol", "llama", "--subresource=status",
+        cluster.kubectl("patch", "-n", namespace, POLICIES, "llama", "--subresource=status",
                         "--type=merge", "-p", json.dumps(
                             {"status": {"peer": {"certificateNotAfter": api.timestamp(soon)}}}))
     finally:
@@ -111,7 +111,7 @@ def test_a_certificate_near_its_end_is_renewed_and_its_ca_goes_with_the_policy(
     events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
     assert "PeerCredentialsRenewed" in events
 
-    cluster.kubectl("delete", "-n", namespace, "ckpol", "llama")
+    cluster.kubectl("delete", "-n", namespace, POLICIES, "llama")
     wait_for(lambda: _maybe(cluster, CA_NAMESPACE, "secret", ca_name) is None,
              what="the policy's CA deleted with it")
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import get, policy, wait_for
+from cluster_helpers import POLICIES, get, policy, wait_for
 from operator_process import OperatorProcess, repo_root
 
 from support.apiserver import Cluster
@@ -40,7 +40,7 @@ def test_only_one_replica_is_active(cluster: Cluster, operator: OperatorProcess,
         wait_for(lambda: any("Pausing operations" in r.tail(100_000) for r in replicas),
                  what="the lower-priority replica to pause")
         apply(policy("peered"))
-        wait_for(lambda: (get(cluster, namespace, "ckpol", "peered").get("status") or {})
+        wait_for(lambda: (get(cluster, namespace, POLICIES, "peered").get("status") or {})
                  .get("phase") == "Ready", what="policy handled")
         handled = ["checkpointpolicy_create' succeeded" in r.tail(1_000_000)
                    for r in replicas]
@@ -90,8 +90,8 @@ def test_a_standby_never_injects_from_its_frozen_index(
                  what="the first replica to pause for the second")
         wait_for(lambda: "now standby" in first.tail(1_000_000),
                  what="the first replica to know it is standby")
-        cluster.kubectl("delete", "-n", namespace, "ckpol", "peered")
-        wait_for(lambda: cluster.kubectl("get", "-n", namespace, "ckpol", "peered",
+        cluster.kubectl("delete", "-n", namespace, POLICIES, "peered")
+        wait_for(lambda: cluster.kubectl("get", "-n", namespace, POLICIES, "peered",
                                          check=False).returncode != 0, what="policy gone")
         response = _review(first, namespace)
         # Refused (CKPTDRAIN_UNSELECTED_PODS defaults to Refuse) on the

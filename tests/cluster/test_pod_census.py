@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 from test_peering import PEERING, _peering
 
@@ -25,7 +25,7 @@ from support.apiserver import Cluster
 
 
 def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    return get(cluster, namespace, "ckpol", "census").get("status") or {}
+    return get(cluster, namespace, POLICIES, "census").get("status") or {}
 
 
 def _ready(cluster: Cluster, namespace: str) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def test_ready_means_every_selected_pod_is_protected(
     _agent_runs(cluster, namespace, "w-0")
     pods = wait_for(lambda: (p := _status(cluster, namespace).get("pods"))
                     and p.get("protected") == 1 and p, what="pods.protected=1")
-    generation = get(cluster, namespace, "ckpol", "census")["metadata"]["generation"]
+    generation = get(cluster, namespace, POLICIES, "census")["metadata"]["generation"]
     assert pods == {"selected": 1, "protected": 1, "starting": 0, "waiting": 0,
                     "unprotected": 0, "observedGeneration": generation}
     ready = _ready(cluster, namespace)
@@ -96,7 +96,7 @@ def test_ready_means_every_selected_pod_is_protected(
     assert ready["reason"] == "PodsUnprotected"
     assert ready["message"].startswith("1 of 2 selected pod(s) run unprotected")
     assert "naked" in ready["message"] and "w-0" not in ready["message"]
-    assert ready["observedGeneration"] == get(cluster, namespace, "ckpol", "census")[
+    assert ready["observedGeneration"] == get(cluster, namespace, POLICIES, "census")[
         "metadata"]["generation"]
     status = _status(cluster, namespace)
     assert status["phase"] == "Unprotected"
@@ -126,7 +126,7 @@ def _verdicts(cluster: Cluster, namespace: str, name: str,
     seen: list[tuple[Any, ...]] = []
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
-        status = get(cluster, namespace, "ckpol", name).get("status") or {}
+        status = get(cluster, namespace, POLICIES, name).get("status") or {}
         ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
         verdict = (status.get("phase"), ready.get("status"), ready.get("reason"))
         if verdict != (None, None, None) and (not seen or seen[-1] != verdict):
@@ -150,7 +150,7 @@ def test_ready_is_never_true_before_the_pods_are_counted(
 
 
 def _status_of(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    return get(cluster, namespace, "ckpol", name).get("status") or {}
+    return get(cluster, namespace, POLICIES, name).get("status") or {}
 
 
 def _ready_of(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -171,13 +171,13 @@ def test_a_selector_change_is_recounted_at_once_whatever_ready_says(
         apply(policy("sel"))
         wait_for(lambda: (s := _status_of(cluster, namespace, "sel")).get("phase") == "Ready"
                  and s.get("pods", {}).get("selected") == 0, what="Ready, nothing selected")
-        cluster.kubectl("patch", "-n", namespace, "ckpol", "sel", "--type=merge", "-p",
+        cluster.kubectl("patch", "-n", namespace, POLICIES, "sel", "--type=merge", "-p",
                         json.dumps({"spec": {"selector": {"matchLabels": {"app": "other"}}}}))
         status = wait_for(lambda: (s := _status_of(cluster, namespace, "sel")).get(
             "phase") == "Unprotected" and s, what="Unprotected", timeout_s=25)
         assert status["pods"]["unprotected"] == 1
         assert status["pods"]["observedGeneration"] == get(
-            cluster, namespace, "ckpol", "sel")["metadata"]["generation"]
+            cluster, namespace, POLICIES, "sel")["metadata"]["generation"]
     finally:
         slow.stop()
         operator.start()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 
 from ckptdrain.contract import share as sh
@@ -26,8 +26,8 @@ def _create(cluster: Cluster, namespace: str, body: dict[str, Any],
 
 
 def _ready(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    return dict(wait_for(lambda: (get(cluster, namespace, "ckpol", name).get("status") or {})
-                         .get("phase") and get(cluster, namespace, "ckpol", name),
+    return dict(wait_for(lambda: (get(cluster, namespace, POLICIES, name).get("status") or {})
+                         .get("phase") and get(cluster, namespace, POLICIES, name),
                          what=f"policy {name} sized"))
 
 
@@ -147,7 +147,7 @@ def test_shares_follow_the_drainers_through_the_channel_not_the_pods(
         _create(cluster, namespace, pod(f"w-{i}", {"app": "llama", **INJECT}, i, **grace))
     # Admission writes each pod's fallback share: the budget over the writers.
     assert {_share(cluster, namespace, f"w-{i}") for i in range(2)} == {21_000_000_000}
-    assert wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"]
+    assert wait_for(lambda: get(cluster, namespace, POLICIES, "llama")["status"]
                     .get("drainers") == 2, what="drainers=2")
 
     # Two agents start draining: both counted, then admitted, at half the budget each.

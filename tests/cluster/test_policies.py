@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import get, policy, wait_for
+from cluster_helpers import POLICIES, get, policy, wait_for
 from operator_process import OperatorProcess
 
 from ckptdrain.contract import share as sh
@@ -17,7 +17,7 @@ from support.apiserver import Cluster
 
 
 def _status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    return dict(get(cluster, namespace, "checkpointpolicy", name).get("status") or {})
+    return dict(get(cluster, namespace, POLICIES, name).get("status") or {})
 
 
 def test_crds_are_served_with_short_names_and_columns(cluster: Cluster, crds: None) -> None:
@@ -47,7 +47,7 @@ def test_the_status_schema_holds_conditions_to_metav1_and_phases_to_one_set(
           "lastTransitionTime": "2026-11-29T00:00:00Z"}
 
     def patch(status: dict[str, Any]) -> Any:
-        return cluster.kubectl("patch", "-n", namespace, "checkpointpolicy", "schema",
+        return cluster.kubectl("patch", "-n", namespace, POLICIES, "schema",
                                "--subresource=status", "--type=merge",
                                "-p", json.dumps({"status": status}), check=False)
     for bad, field in ((dict(ok, reason=""), "reason"), (dict(ok, reason="not camel case"),
@@ -73,7 +73,7 @@ def test_valid_policy_gets_63_GBps(cluster: Cluster, operator: OperatorProcess,
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True" and ready["observedGeneration"] == 1
     # Defaults from the schema, and Kopf's bookkeeping kept out of status.
-    stored = get(cluster, namespace, "checkpointpolicy", "llama405")
+    stored = get(cluster, namespace, POLICIES, "llama405")
     annotations = stored["metadata"].get("annotations", {})
     assert "ckptdrain.io/last-handled-configuration" in annotations
     assert all(k.startswith("ckptdrain.io/") or k.startswith("kubectl.kubernetes.io/")
@@ -88,7 +88,7 @@ def test_valid_policy_gets_63_GBps(cluster: Cluster, operator: OperatorProcess,
                            "drainTime", "perDrainerBandwidth", "recommendedInterval",
                            "youngDalyInterval", "lastLocalStep", "lastGlobalStep",
                            "recoveryPointTime", "restores", "storage", "pods"}
-    table = cluster.kubectl("get", "ckpol", "-n", namespace, "llama405").stdout
+    table = cluster.kubectl("get", POLICIES, "-n", namespace, "llama405").stdout
     assert "63.0 GB/s" in table and "Ready" in table
 
 
@@ -215,7 +215,7 @@ def test_the_cluster_cap_is_split_fairly_among_the_policies_with_pods(
     for name in ("p0", "idle"):
         wait_for(lambda n=name: _constrained(cluster, namespace, n)
                  == ("Constrained", "ClusterCap", 18_181_818_181), timeout_s=60, what=name)
-    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "idle", *names[3:])
+    cluster.kubectl("delete", "-n", namespace, POLICIES, "idle", *names[3:])
     for name in names[:3]:
         wait_for(lambda n=name: _constrained(cluster, namespace, n)
                  == ("Ready", "WithinCaps", 63_000_000_000), timeout_s=60, what=name)
@@ -279,7 +279,7 @@ def test_a_new_job_under_the_cap_is_one_scale_write_not_a_rewrite_of_every_chann
     apply(policy("p1", caps={"perDrainer": "60GB/s"}))
     wait_for(lambda: sh.from_object(_share_object(cluster, namespace, "p1") or {}).budget
              == pytest.approx(50e9, abs=2), timeout_s=60, what="p1 rewritten at 50 GB/s")
-    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "p2", "p3")
+    cluster.kubectl("delete", "-n", namespace, POLICIES, "p2", "p3")
     wait_for(lambda: _factor(cluster, namespace) == 1.0, timeout_s=60,
              what="the factor back to 1")
     wait_for(lambda: sh.from_object(_share_object(cluster, namespace, "p1") or {}).budget

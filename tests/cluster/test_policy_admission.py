@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from operator_process import WEBHOOK_NAME, OperatorProcess
 
 from support.apiserver import Cluster
@@ -51,7 +51,7 @@ def check_overlap(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -
     _accepted(apply, wide)
     _accepted(apply, policy("llama", selector={"matchLabels": {"app": "llama"}},
                             interval="20m"))
-    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "gpus", "llama")
+    cluster.kubectl("delete", "-n", namespace, POLICIES, "gpus", "llama")
 
 
 def check_move(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -> None:
@@ -69,7 +69,7 @@ def check_move(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -> N
     # The documented move: a new reason in the same update.
     _accepted(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/third"},
                             relocation={"reason": "bucket migration"}))
-    stored = get(cluster, namespace, "checkpointpolicy", "mover")["spec"]
+    stored = get(cluster, namespace, POLICIES, "mover")["spec"]
     assert stored["storage"]["uri"] == "s3://ckpt-bucket/third"
     assert stored["relocation"] == {"reason": "bucket migration", "startFresh": False}
     # The same reason again says nothing about a further move.
@@ -81,7 +81,7 @@ def check_move(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -> N
                                  "uri": "s3://ckpt-bucket/fourth"})))
     assert forced.returncode != 0, "apply --force got around the guard"
     assert "cannot change while pods of policy mover live" in forced.stderr
-    stored = get(cluster, namespace, "checkpointpolicy", "mover")["spec"]
+    stored = get(cluster, namespace, POLICIES, "mover")["spec"]
     assert stored["storage"]["uri"] == "s3://ckpt-bucket/third"
     # A pod injected before pods carried the policy label is found by its
     # annotation among the opted-in pods without one.
@@ -91,13 +91,13 @@ def check_move(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -> N
     check_create_over_live(cluster, namespace, apply)
     check_restart_window(cluster, namespace, apply)
     cluster.kubectl("delete", "-n", namespace, "pod", "mover-0", "--wait=false")
-    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "mover")
+    cluster.kubectl("delete", "-n", namespace, POLICIES, "mover")
 
 
 def check_create_over_live(cluster: Cluster, namespace: str,
                            apply: Callable[..., Any]) -> None:
     """Deleting the policy and creating it again does not get around the guard."""
-    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "mover")
+    cluster.kubectl("delete", "-n", namespace, POLICIES, "mover")
     message = _refused(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/fourth"}))
     assert "spec.storage.uri: pods injected for an earlier CheckpointPolicy mover still " \
            "live (pod mover-0)" in message
@@ -170,7 +170,7 @@ def test_kopf_server_refuses_the_same(
 
 
 def _status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    return dict(get(cluster, namespace, "checkpointpolicy", name).get("status") or {})
+    return dict(get(cluster, namespace, POLICIES, name).get("status") or {})
 
 
 def _conflicting(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
@@ -228,15 +228,15 @@ def test_a_policy_may_send_its_pods_own_identity_only_where_the_platform_says(
                                                 "endpoint": "https://s3.us-east-1.amazonaws.com"}))
     _accepted(apply, policy("keyed", storage={**ambient,
                                               "credentialsSecretRef": {"name": "s3-creds"}}))
-    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "keyed")
+    cluster.kubectl("delete", "-n", namespace, POLICIES, "keyed")
     # Stored with the webhook out of the way: the operator's own parser says no.
     cluster.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK_NAME,
                     "--ignore-not-found")
     try:
         _accepted(apply, policy("ambient", storage=ambient))
-        status = wait_for(lambda: (get(cluster, namespace, "ckpol", "ambient").get("status")
+        status = wait_for(lambda: (get(cluster, namespace, POLICIES, "ambient").get("status")
                                    or {}).get("phase") == "Invalid"
-                          and get(cluster, namespace, "ckpol", "ambient")["status"],
+                          and get(cluster, namespace, POLICIES, "ambient")["status"],
                           what="the policy marked Invalid")
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert "storage.endpoint" in ready["message"], ready

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess
 
@@ -34,7 +34,7 @@ def core_api(cluster: Cluster) -> client.CoreV1Api:
 
 
 def _storage(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    status = get(cluster, namespace, "checkpointpolicy", "llama").get("status") or {}
+    status = get(cluster, namespace, POLICIES, "llama").get("status") or {}
     return dict(status.get("storage") or {})
 
 
@@ -107,7 +107,7 @@ def test_a_move_after_checkpoints_is_remembered_and_told_to_new_pods(
 
     # startFresh under the move's own reason waives nothing (the schema keeps
     # it, false when left out); with a new reason it waives the entry once.
-    assert get(cluster, namespace, "ckpol", "llama")["spec"]["relocation"]["startFresh"] \
+    assert get(cluster, namespace, POLICIES, "llama")["spec"]["relocation"]["startFresh"] \
         is False
     apply(policy("llama", storage={"uri": "s3://ckpt-bucket/moved"},
                  relocation={"reason": "bucket migration", "startFresh": True}))
@@ -147,7 +147,7 @@ def test_a_fresh_run_below_the_old_step_is_remembered_when_it_moves_on(
     # The fresh run saves at the new prefix up to step 3000: below the old
     # run's 4200, whose record stays the newest (lastGlobalStep stays 4200).
     _saves(cluster, core_api, namespace, "llama-b", 3000)
-    assert get(cluster, namespace, "ckpol", "llama")["status"]["lastGlobalStep"] == 4200
+    assert get(cluster, namespace, POLICIES, "llama")["status"]["lastGlobalStep"] == 4200
     # The next move, with startFresh left true from the first: new is
     # remembered at 3000, and not waived.
     apply(policy("llama", storage={"uri": "s3://ckpt-bucket/newer"},

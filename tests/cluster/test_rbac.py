@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_helpers import INJECT, get, pod, policy, render_chart, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, render_chart, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess, repo_root
 
@@ -99,8 +99,8 @@ def test_documented_rules_are_enough(cluster: Cluster, namespace: str,
     agent_kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace,
                              _rules(1, dev_mode=False))
     apply(policy("llama", writers=2, storage={"uri": "s3://bucket/runs", "keep": 1}))
-    status = wait_for(lambda: get(cluster, namespace, "ckpol", "llama").get("status", {})
-                      .get("phase") and get(cluster, namespace, "ckpol", "llama")["status"])
+    status = wait_for(lambda: get(cluster, namespace, POLICIES, "llama").get("status", {})
+                      .get("phase") and get(cluster, namespace, POLICIES, "llama")["status"])
     assert status["requiredBandwidthBytes"] == 63_000_000_000
     for i in range(2):
         cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(
@@ -131,7 +131,7 @@ def test_documented_rules_are_enough(cluster: Cluster, namespace: str,
         channel.stop()
     wait_for(lambda: [r["metadata"]["name"] for r in get(cluster, namespace, "ckpt")["items"]]
              == ["llama-s2"], what="retention with the documented rules")
-    wait_for(lambda: get(cluster, namespace, "ckpol", "llama")["status"].get("restores"))
+    wait_for(lambda: get(cluster, namespace, POLICIES, "llama")["status"].get("restores"))
     with pytest.raises(client.exceptions.ApiException) as denied:
         core.read_namespaced_secret("s3-creds", namespace)
     assert denied.value.status == 403
@@ -369,23 +369,23 @@ def test_documented_rules_run_the_peer_tier_and_renew_it(
         apply(policy("llama", writers=2, peerTier={"enabled": True}))
 
         def peer_status() -> dict[str, Any]:
-            return dict((get(cluster, namespace, "ckpol", "llama").get("status") or {})
+            return dict((get(cluster, namespace, POLICIES, "llama").get("status") or {})
                         .get("peer") or {})
         wait_for(lambda: peer_status().get("certificateNotAfter"),
                  what="the Secret made and its end in the status")
         first = get(cluster, namespace, "secret", "llama-ckptdrain-peer")["data"]["tls.crt"]
-        uid = get(cluster, namespace, "ckpol", "llama")["metadata"]["uid"]
+        uid = get(cluster, namespace, POLICIES, "llama")["metadata"]["uid"]
         get(cluster, CA_NS, "secret", f"ckptdrain-peer-ca-{uid}")
         # Months later: a restart with a third of the certificate's life left.
         limited.stop()
-        cluster.kubectl("patch", "-n", namespace, "ckpol", "llama", "--subresource=status",
+        cluster.kubectl("patch", "-n", namespace, POLICIES, "llama", "--subresource=status",
                         "--type=merge", "-p", json.dumps({"status": {"peer": {
                             "certificateNotAfter": "2000-01-01T00:00:00Z"}}}))
         limited.start()
         wait_for(lambda: get(cluster, namespace, "secret", "llama-ckptdrain-peer")["data"][
             "tls.crt"] != first, what="the certificate renewed with the documented rules")
         assert peer_status().get("reason") != "CredentialsFailed", peer_status()
-        cluster.kubectl("delete", "-n", namespace, "ckpol", "llama")
+        cluster.kubectl("delete", "-n", namespace, POLICIES, "llama")
         wait_for(lambda: not json.loads(cluster.kubectl(
             "get", "secrets", "-n", CA_NS, "-l", f"ckptdrain.io/peer-ca-for={uid}",
             "-o", "json").stdout)["items"], what="the CA deleted with its policy")

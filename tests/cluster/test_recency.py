@@ -21,6 +21,7 @@ import pytest
 from cluster_helpers import (
     INJECT,
     JOB_INDEX,
+    POLICIES,
     create,
     get,
     indexed_job,
@@ -177,7 +178,7 @@ def test_a_jobs_pods_checkpointing_publish_on_the_job_in_few_writes(
         cluster: Cluster, recency_operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
     apply(policy("llama", writers=2, storage={"uri": "s3://bucket/runs", "keep": 3}))
-    wait_for(lambda: get(cluster, namespace, "ckpol", "llama").get("status", {}).get("phase"))
+    wait_for(lambda: get(cluster, namespace, POLICIES, "llama").get("status", {}).get("phase"))
     job = indexed_job(cluster, namespace, "llama", 2)
     writers = _writers(cluster, core_api, namespace, "llama", job, 2)
 
@@ -242,7 +243,7 @@ def test_a_jobset_and_its_kueue_workload_carry_it_not_the_job_between(
         cluster: Cluster, recency_operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
     apply(policy("js", writers=2, storage={"uri": "s3://bucket/runs", "keep": 3}))
-    wait_for(lambda: get(cluster, namespace, "ckpol", "js").get("status", {}).get("phase"))
+    wait_for(lambda: get(cluster, namespace, POLICIES, "js").get("status", {}).get("phase"))
     jobset = json.loads(create(cluster, namespace, {
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
         "metadata": {"name": "js"}, "spec": {"replicatedJobs": []}}).stdout)
@@ -294,7 +295,7 @@ def test_a_leaderworkersets_workers_reach_it_through_their_leader(
     whose own StatefulSet the LeaderWorkerSet owns."""
     apply(policy("lws", writers=2, identity={"rankLabel": "rank"},
                  storage={"uri": "s3://bucket/runs", "keep": 3}))
-    wait_for(lambda: get(cluster, namespace, "ckpol", "lws").get("status", {}).get("phase"))
+    wait_for(lambda: get(cluster, namespace, POLICIES, "lws").get("status", {}).get("phase"))
 
     def made(body: dict[str, Any]) -> dict[str, Any]:
         done = create(cluster, namespace, body)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess
 
@@ -40,7 +40,7 @@ def _state(cluster: Cluster, namespace: str, name: str) -> str | None:
 
 
 def _policy_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    return dict(get(cluster, namespace, "ckpol", name).get("status") or {})
+    return dict(get(cluster, namespace, POLICIES, name).get("status") or {})
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_records_complete_and_retention_removes_old_ones(
     # Counts and ranges, each writer's bytes once (it said Local, then Global).
     assert record["status"]["ranks"] == {"Global": "0-1"}
     assert record["status"]["sizeBytes"] == 2_000_000 and "writers" not in record["status"]
-    uid = get(cluster, namespace, "ckpol", "llama")["metadata"]["uid"]
+    uid = get(cluster, namespace, POLICIES, "llama")["metadata"]["uid"]
     assert wait_for(lambda: [o["uid"] for o in _records(cluster, namespace)["llama-s100"]
                              ["metadata"].get("ownerReferences", [])] == [uid])
     status = wait_for(lambda: _policy_status(cluster, namespace, "llama")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 
 # The identity webhook of tests/cluster/test_cloud_identity_order.py, served
@@ -83,7 +83,7 @@ def _ready_policy(cluster: apiserver.Cluster, namespace: str, name: str,
         cluster.kubectl("create", "serviceaccount", ACCOUNT, "-n", namespace)
     body = policy(name, writers=1, storage={"uri": "s3://ckpt-bucket/runs", **storage})
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
-    wait_for(lambda: (get(cluster, namespace, "ckpol", name).get("status") or {})
+    wait_for(lambda: (get(cluster, namespace, POLICIES, name).get("status") or {})
              .get("phase"), what=f"policy {name} sized")
 
 
@@ -155,7 +155,7 @@ def test_the_apiserver_takes_the_tenant_token_held_by_our_containers_only(
         for name in OURS:
             assert _env(_containers(plain)[name])["AWS_ROLE_ARN"] == TRAINER_ROLE, name
     finally:
-        cluster.kubectl("delete", "-n", other, "pods,checkpointpolicies", "--all",
+        cluster.kubectl("delete", "-n", other, f"pods,{POLICIES}", "--all",
                         "--wait=false", check=False)
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
 

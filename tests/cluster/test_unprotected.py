@@ -11,14 +11,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from cluster_helpers import INJECT, get, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from operator_process import OperatorProcess
 
 from support.apiserver import Cluster
 
 
 def _condition(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
-    status = get(cluster, namespace, "ckpol", name).get("status") or {}
+    status = get(cluster, namespace, POLICIES, name).get("status") or {}
     return next((c for c in status.get("conditions") or []
                  if c["type"] == "PodsUnprotected"), None)
 
@@ -34,7 +34,7 @@ def test_a_pod_that_bypassed_admission_is_flagged_and_cleared(
         cluster: Cluster, operator: OperatorProcess, namespace: str,
         apply: Callable[..., Any]) -> None:
     apply(policy("bare"))
-    wait_for(lambda: (get(cluster, namespace, "ckpol", "bare").get("status") or {})
+    wait_for(lambda: (get(cluster, namespace, POLICIES, "bare").get("status") or {})
              .get("phase") == "Ready", what="policy sized")
     # Injected through admission: protected, never flagged.
     cluster.kubectl("create", "-n", namespace, "-f", "-",

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cluster_helpers import INJECT, get, owned_by, pod, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, get, owned_by, pod, policy, wait_for
 from operator_process import OperatorProcess
 
 from support.apiserver import Cluster
@@ -153,7 +153,7 @@ def test_an_injected_pod_whose_policy_is_deleted_is_flagged(
     time.sleep(2)  # sweeps run meanwhile: while the policy exists, nothing is flagged
     assert _events(cluster, namespace, "Pod", "orphan-0") == []
     assert _gauge(operator, namespace) is None
-    cluster.kubectl("delete", "-n", namespace, "checkpointpolicy", "orphan")
+    cluster.kubectl("delete", "-n", namespace, POLICIES, "orphan")
     on_pod = wait_for(lambda: _events(cluster, namespace, "Pod", "orphan-0"),
                       what="an Unselected Event on the pod whose policy went")
     assert on_pod[0]["message"].startswith(

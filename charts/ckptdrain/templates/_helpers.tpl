@@ -86,12 +86,18 @@ app.kubernetes.io/component: operator
 {{- end -}}
 
 {{/* Where both webhook configurations send their requests. */}}
+{{/* The webhook Service's port (templates/service.yaml), which the webhook
+configurations and the CheckpointPolicy CRD's conversion name. */}}
+{{- define "ckptdrain.webhookServicePort" -}}
+443
+{{- end -}}
+
 {{- define "ckptdrain.webhookClientConfig" -}}
 service:
   name: {{ include "ckptdrain.webhookServiceName" .root }}
   namespace: {{ .root.Release.Namespace }}
   path: {{ .path }}
-  port: 443
+  port: {{ include "ckptdrain.webhookServicePort" .root }}
 {{- end -}}
 
 {{- define "ckptdrain.certManagerAnnotations" -}}

@@ -50,6 +50,9 @@ Variables (field in parentheses):
   webhooks from a process of their own (admission/process.py), so that an
   admission never waits for the operator's event loop; "false" serves them
   from the operator's process, as Kopf does.
+- CKPTDRAIN_CONVERSION_PATH (conversion_path): the path the admission
+  process answers the CRD's ConversionReviews at ("/convert"; the chart's
+  webhook.conversionPath, which it also writes into the CRD).
 - CKPTDRAIN_PEER_CA_NAMESPACE (peer_ca_namespace): the operator's own
   namespace, where it keeps each peer-tier policy's CA to renew its
   certificate (the chart sets it); empty = the peer tier reports
@@ -135,6 +138,7 @@ class OperatorConfig:
     webhook_secret: str = ""
     webhook_configs: str = ""
     webhook_process: bool = True
+    conversion_path: str = "convert"
     peer_ca_namespace: str = ""
     metrics_port: int = 9090
     health_port: int = 8080
@@ -147,6 +151,14 @@ class OperatorConfig:
     containers: Containers = DEFAULT_CONTAINERS
     unselected_pods: str = UNSELECTED_REFUSE
     publish_recency: bool = True
+
+
+def _conversion_path(text: str) -> str:
+    """The path as the admission server routes it: without its slashes."""
+    path = text.strip().strip("/")
+    if not text.strip().startswith("/") or not path or "?" in path:
+        raise InvalidInput("CKPTDRAIN_CONVERSION_PATH", "an HTTP path such as /convert", text)
+    return path
 
 
 def _flag(name: str, text: str) -> bool:
@@ -227,6 +239,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         webhook_configs=get("CKPTDRAIN_WEBHOOK_CONFIGS", ""),
         webhook_process=_flag("CKPTDRAIN_WEBHOOK_PROCESS", get("CKPTDRAIN_WEBHOOK_PROCESS",
                                                                 "true")),
+        conversion_path=_conversion_path(get("CKPTDRAIN_CONVERSION_PATH", "/convert")),
         peer_ca_namespace=get("CKPTDRAIN_PEER_CA_NAMESPACE", ""),
         metrics_port=_port("CKPTDRAIN_METRICS_PORT", get("CKPTDRAIN_METRICS_PORT", "9090")),
         health_port=_port("CKPTDRAIN_HEALTH_PORT", get("CKPTDRAIN_HEALTH_PORT", "8080")),

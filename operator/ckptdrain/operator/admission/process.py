@@ -1,5 +1,6 @@
-"""Admission in a process of its own: the pod and policy webhooks, served
-beside the operator but never behind it.
+"""Admission in a process of its own: the pod and policy webhooks, and the
+CheckpointPolicy CRD's conversion webhook, served beside the operator but
+never behind it.
 
 In the operator's process, an admission request waited for the event loop,
 which also decodes and dispatches every pod event of every job: at
@@ -37,7 +38,13 @@ from typing import Any
 from ckptdrain.contract.api import ANNOTATION_POLICY, LABEL_INJECT, LABEL_WRITER
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config, heap
-from ckptdrain.operator.admission import agent_images, holder_mirror, policy_mirror, policy_rules
+from ckptdrain.operator.admission import (
+    agent_images,
+    conversion,
+    holder_mirror,
+    policy_mirror,
+    policy_rules,
+)
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission.server import Certificates, Server, UnknownWebhook
 from ckptdrain.operator.apiserver import reads as apiserver_reads
@@ -57,7 +64,8 @@ REPORT_QUEUE = 10_000
 
 
 class Reviewer:
-    """Answers AdmissionReview requests."""
+    """Answers AdmissionReview requests, and ConversionReview requests at
+    the configured conversion path (config.conversion_path)."""
 
     def __init__(self, cfg: OperatorConfig, mirror: policy_mirror.PolicyMirror,
                  report: Any = None, writers: holder_mirror.HolderMirror | None = None,
@@ -72,6 +80,8 @@ class Reviewer:
         """The response to `request`, which came to /`path`; `received`: when
         its connection began reading it (perf_counter), so that its time
         counts the wait for a slot and the read too."""
+        if path == self.cfg.conversion_path:  # served in the connection's thread (serve())
+            return self.convert(request, received)
         which = {admission.MUTATE_ID: "pod", admission.VALIDATE_ID: "policy"}.get(path)
         if which is None:
             raise UnknownWebhook(f"no webhook at /{path}")
@@ -105,6 +115,29 @@ class Reviewer:
             answer["warnings"] = [str(w) for w in warnings]
         return {"apiVersion": request.get("apiVersion", "admission.k8s.io/v1"),
                 "kind": request.get("kind", "AdmissionReview"), "response": answer}
+
+    def convert(self, request: dict[str, Any], received: float | None = None
+                ) -> dict[str, Any]:
+        """The ConversionReview answering `request`: pure (no API call), so
+        the server answers it in the connection's own thread, never on the
+        admission loop. Counted as the webhook "conversion"; a Failure answer
+        counts as an error."""
+        started, outcome = received or time.perf_counter(), "error"
+        try:
+            answer = conversion.review_response(request)
+            if (answer.get("response") or {}).get("result", {}).get("status") == "Success":
+                outcome = "ok"
+            return answer
+        except Exception as error:  # answered as a Failure, never a dropped connection
+            log.exception("conversion of a ConversionReview failed")
+            payload = request.get("request")
+            uid = str(payload.get("uid") or "") if isinstance(payload, dict) else ""
+            return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                    "response": {"uid": uid, "result": {
+                        "status": "Failure",
+                        "message": f"ckptdrain conversion failed: {error!r}"}}}
+        finally:
+            self.report("conversion", outcome, time.perf_counter() - started)
 
     async def _pod(self, payload: dict[str, Any], warnings: list[str]) -> list[dict[str, Any]]:
         pod = payload.get("object")
@@ -233,7 +266,8 @@ def serve(cfg: OperatorConfig, cert: str, key: str, reviewer: Reviewer,
     """Serve until the process ends."""
     certificates = Certificates(cert, key)
     certificates.follow()
-    server = Server((cfg.webhook_addr, cfg.webhook_port), certificates, reviewer, loop)
+    server = Server((cfg.webhook_addr, cfg.webhook_port), certificates, reviewer, loop,
+                    converter=reviewer.convert, conversion_path=cfg.conversion_path)
     log.info("admission: serving on %s:%d", cfg.webhook_addr, cfg.webhook_port)
     reports.ready()
     server.serve_forever()

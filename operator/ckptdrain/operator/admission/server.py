@@ -1,8 +1,10 @@
 """The admission process's HTTPS server (admission/process.py): the
 standard library's, one thread per connection, bounded, with the TLS
-context made again when the certificate files change. Each review is
-answered by the reviewer on one event loop; this module knows only HTTP,
-TLS and the bounds.
+context made again when the certificate files change. Each review (an
+AdmissionReview, or a ConversionReview at the CRD's conversion path) is
+answered by the reviewer on one event loop (a ConversionReview by the
+converter, in the connection's thread); this module knows only HTTP, TLS
+and the bounds.
 
 Bounded: at most MAX_CONNECTIONS at once (the next one waits in the listen
 backlog), at most MAX_IN_FLIGHT reviews read and answered at once, each
@@ -21,6 +23,7 @@ import ssl
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,13 @@ MAX_REVIEW_BYTES = 4 << 20
 #: most MAX_IN_FLIGHT × MAX_REVIEW_BYTES are held).
 MAX_CONNECTIONS = 128
 MAX_IN_FLIGHT = 8
+#: A ConversionReview carries a whole list (`kubectl get ckpol -A`: every
+#: policy of the cluster in one review, a few KB each with its status), so
+#: conversions get a larger cap and slots of their own, and are answered in
+#: the connection's thread (pure, no API call): a large list neither waits
+#: for admission slots nor holds up the loop that answers pod admissions.
+MAX_CONVERSION_BYTES = 64 << 20
+CONVERSIONS_IN_FLIGHT = 2
 #: A TLS handshake must be done within this; a connection idle this long is
 #: closed (the apiserver opens another).
 HANDSHAKE_S = 10.0
@@ -112,10 +122,16 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], certificates: Certificates,
-                 reviewer: Any, loop: asyncio.AbstractEventLoop) -> None:
+                 reviewer: Any, loop: asyncio.AbstractEventLoop,
+                 converter: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                 conversion_path: str = "convert") -> None:
         self.certificates, self.reviewer, self.loop = certificates, reviewer, loop
+        #: Answers ConversionReviews at /`conversion_path` in the connection's
+        #: thread (None: that path is the reviewer's like any other).
+        self.converter, self.conversion_path = converter, conversion_path
         self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+        self.conversions = threading.BoundedSemaphore(CONVERSIONS_IN_FLIGHT)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
@@ -196,15 +212,18 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._fail(411, "Content-Length: expected a number of bytes")
             return
-        if not 0 < length <= MAX_REVIEW_BYTES:
-            self._fail(413, f"Content-Length: expected 1 to {MAX_REVIEW_BYTES} bytes, "
-                            f"got {length}")
-            return
-        received = time.perf_counter()
         path, _, query = self.path.partition("?")
         path = path.strip("/")
+        converter = self.server.converter if path == self.server.conversion_path else None
+        converting = converter is not None
+        limit = MAX_CONVERSION_BYTES if converting else MAX_REVIEW_BYTES
+        if not 0 < length <= limit:
+            self._fail(413, f"Content-Length: expected 1 to {limit} bytes, got {length}")
+            return
+        received = time.perf_counter()
         deadline = time.monotonic() + request_timeout(query)
-        if not self.server.in_flight.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        slots = self.server.conversions if converting else self.server.in_flight
+        if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
             self._fail(503, "too many reviews at once; the apiserver's time is up")
             return
         try:
@@ -214,19 +233,23 @@ class Handler(BaseHTTPRequestHandler):
                 if not isinstance(request, dict):
                     raise ValueError("not a JSON object")
             except (ValueError, TimeoutError) as error:
-                self._fail(400, f"body: expected an AdmissionReview ({error})")
+                self._fail(400, f"body: expected an AdmissionReview or ConversionReview "
+                                f"({error})")
                 return
             finally:
                 self.request.settimeout(IDLE_S)
             try:
-                self._send(200, self.server.answer(request, path, received, deadline))
+                if converter is not None:
+                    self._send(200, converter(request))
+                else:
+                    self._send(200, self.server.answer(request, path, received, deadline))
             except UnknownWebhook as error:
                 self._fail(404, str(error))
             except Exception as error:  # a timeout, a bug: answered, never dropped
                 log.warning("admission: no answer to a review at /%s: %r", path, error)
                 self._fail(500, f"no answer: {error!r}")
         finally:
-            self.server.in_flight.release()
+            slots.release()
 
     def _fail(self, code: int, message: str) -> None:
         # What is left of the request is not read: this connection ends here.

@@ -1,6 +1,7 @@
 """The webhook certificates the operator manages itself (tls/certs.py plans
 them): the Secret that holds them, the caBundle of both webhook
-configurations, and the files Kopf's webhook server serves.
+configurations and of the CheckpointPolicy CRD's conversion webhook, and
+the files the webhook server serves.
 
 Every replica runs this, active or standby: each serves admission. They
 agree through the Secret: whoever writes first wins (a create or an update
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import logging
 import os
 import tempfile
@@ -28,6 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ckptdrain import kubeclient
+from ckptdrain.contract import api
 from ckptdrain.operator.tls import certs
 
 #: How often each replica checks the Secret (renewals by a peer) and the
@@ -38,6 +41,9 @@ CHECK_S = 30.0
 #: server cannot call the webhooks (pods go uninjected, policies unchecked).
 MISSING_RETRY_S = 1.0
 STRATEGIC = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+#: The CRD whose conversion webhook (served at /convert) we answer.
+POLICY_CRD = f"{api.POLICIES}.{api.GROUP}"
 
 
 def dns_names(host: str) -> list[str]:
@@ -50,8 +56,13 @@ def dns_names(host: str) -> list[str]:
 
 @functools.cache
 def _apis() -> tuple[client.CoreV1Api, client.AdmissionregistrationV1Api]:
-    api = kubeclient.api_client()
-    return client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
+    shared = kubeclient.api_client()
+    return client.CoreV1Api(shared), client.AdmissionregistrationV1Api(shared)
+
+
+@functools.cache
+def _crds() -> client.ApiextensionsV1Api:
+    return client.ApiextensionsV1Api(kubeclient.api_client())
 
 
 def _decode(secret: Any) -> dict[str, bytes]:
@@ -123,6 +134,43 @@ def ensure_ca_bundle(config: str, ca_pem: bytes, logger: logging.Logger,
     return changed, missing
 
 
+def ensure_crd_ca_bundle(ca_pem: bytes, logger: logging.Logger, quiet: bool = False,
+                        crd: str = POLICY_CRD) -> tuple[bool, bool]:
+    """Set the conversion webhook's caBundle of the CRD `crd` to `ca_pem`;
+    returns (changed, missing). Missing: the CRD is not there or we may not
+    read or patch it (crds.install off and not applied yet, RBAC not
+    granted), logged at debug level when `quiet` (reported already). A CRD
+    without a conversion webhook (an older one) is left alone: a caBundle
+    there is refused."""
+    crds = _crds()
+    wanted = base64.b64encode(ca_pem).decode()
+    try:
+        # Read as JSON, not the SDK's models: a CRD's schema is large, and
+        # only these few fields matter here.
+        found = json.loads(crds.read_custom_resource_definition(
+            crd, _preload_content=False).data)
+        conversion = (found.get("spec") or {}).get("conversion") or {}
+        webhook = conversion.get("webhook")
+        if conversion.get("strategy") != "Webhook" or not isinstance(webhook, dict):
+            logger.debug("CRD %s converts without a webhook; no caBundle to keep", crd)
+            return False, False
+        if (webhook.get("clientConfig") or {}).get("caBundle") == wanted:
+            return False, False
+        # A merge patch of that one field: the rest of the CRD is the chart's.
+        crds.patch_custom_resource_definition(
+            crd, {"spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": wanted}}}}},
+            _content_type=MERGE)
+    except ApiException as error:
+        if error.status not in (403, 404):
+            raise
+        what = "not found" if error.status == 404 else "forbidden"
+        (logger.debug if quiet else logger.warning)(
+            "CRD %s %s; its conversion caBundle not set yet", crd, what)
+        return False, True
+    logger.info("conversion caBundle set on CRD %s", crd)
+    return True, False
+
+
 def write_files(directory: Path, data: dict[str, bytes]) -> None:
     """tls.crt, tls.key and ca.crt, each replaced atomically (key first, so
     the server never pairs a new certificate with an old key for long)."""
@@ -136,6 +184,17 @@ def write_files(directory: Path, data: dict[str, bytes]) -> None:
         os.replace(tmp, target)
 
 
+def _keep_crd(ca_pem: bytes, logger: logging.Logger, quiet: bool) -> bool:
+    """ensure_crd_ca_bundle, its trouble logged and retried like the others;
+    True while the CRD is missing (or a read failed)."""
+    try:
+        return ensure_crd_ca_bundle(ca_pem, logger, quiet=quiet)[1]
+    except (ApiException, urllib3.exceptions.HTTPError) as error:
+        (logger.debug if quiet else logger.warning)(
+            "keeping the CRD %s's conversion caBundle failed (%s); retrying", POLICY_CRD, error)
+        return True
+
+
 def start(secret: str, config: str, host: str, directory: Path,
           logger: logging.Logger) -> None:
     """Make the certificates ready now (the server starts with them), then
@@ -146,17 +205,19 @@ def start(secret: str, config: str, host: str, directory: Path,
     data = ensure_secret(namespace, name, names, logger)
     write_files(directory, data)
     missing = ensure_ca_bundle(config, data["ca.crt"], logger)[1] if config else 0
+    crd_missing = _keep_crd(data["ca.crt"], logger, quiet=False)
 
     def loop() -> None:
-        nonlocal missing
+        nonlocal missing, crd_missing
         while True:
-            time.sleep(MISSING_RETRY_S if missing else CHECK_S)
+            time.sleep(MISSING_RETRY_S if missing or crd_missing else CHECK_S)
             try:
                 fresh = ensure_secret(namespace, name, names, logger)
                 write_files(directory, fresh)
                 if config:
                     missing = ensure_ca_bundle(config, fresh["ca.crt"], logger,
                                                quiet=bool(missing))[1]
+                crd_missing = _keep_crd(fresh["ca.crt"], logger, quiet=crd_missing)
             except (ApiException, OSError, RuntimeError, urllib3.exceptions.HTTPError) as error:
                 logger.warning("keeping the webhook certificate failed (%s); retrying in %ss",
                                error, CHECK_S)

@@ -1,0 +1,110 @@
+"""The CheckpointPolicy CRD's conversion webhook as the chart renders it: the
+release's own webhook Service, namespace, port and path (crds/ names the
+default install's), and its CA from cainjector with cert-manager, else from
+the operator, which is then granted that one CRD."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import yaml
+from tests.chart.support import CHART, CRDS, Tools
+
+pytestmark = pytest.mark.cluster  # helm, built by `make servers`
+
+POLICY_CRD = "checkpointpolicies.ckptdrain.io"
+
+
+def _render(tools: Tools, release: str, namespace: str, *args: str) -> list[dict]:
+    text = tools.run("helm", "template", release, str(CHART), "--namespace", namespace,
+                     *args).stdout
+    return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
+
+
+def _crd(objects: list[dict], name: str = POLICY_CRD) -> dict:
+    return next(o for o in objects
+                if o["kind"] == "CustomResourceDefinition" and o["metadata"]["name"] == name)
+
+
+def _service(objects: list[dict]) -> dict:
+    """The webhook Service (the one the webhook configurations call)."""
+    hooks = next(o for o in objects if o["kind"] == "MutatingWebhookConfiguration")
+    name = hooks["webhooks"][0]["clientConfig"]["service"]["name"]
+    return next(o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == name)
+
+
+@pytest.mark.parametrize(("release", "namespace", "service"), [
+    ("ckptdrain", "ckptdrain", "ckptdrain-webhook"),
+    ("train", "ml-ops", "train-ckptdrain-webhook"),
+])
+def test_the_crd_converts_through_the_releases_webhook_service(
+        tools: Tools, release: str, namespace: str, service: str) -> None:
+    objects = _render(tools, release, namespace)
+    conversion = _crd(objects)["spec"]["conversion"]
+    assert conversion["strategy"] == "Webhook"
+    assert conversion["webhook"]["conversionReviewVersions"] == ["v1"]
+    port = _service(objects)["spec"]["ports"][0]["port"]
+    assert _service(objects)["metadata"]["name"] == service
+    assert conversion["webhook"]["clientConfig"] == {"service": {
+        "namespace": namespace, "name": service, "path": "/convert", "port": port}}
+    # No CA rendered: the operator keeps it, so every render is the same.
+    assert "cert-manager.io/inject-ca-from" not in _crd(objects)["metadata"]["annotations"]
+    # Only that CRD converts.
+    for other in ("checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io"):
+        assert "conversion" not in _crd(objects, other)["spec"]
+
+
+def test_crds_dir_names_the_default_install() -> None:
+    """A raw `kubectl apply -f crds/` beside the default install (release
+    ckptdrain in ckptdrain) converts through that install's Service."""
+    source = next(d for d in yaml.safe_load_all((CRDS / "checkpointpolicies.yaml").read_text())
+                  if d)
+    assert source["spec"]["conversion"]["webhook"]["clientConfig"] == {"service": {
+        "namespace": "ckptdrain", "name": "ckptdrain-webhook", "path": "/convert",
+        "port": 443}}
+
+
+def test_the_conversion_path_is_a_value(tools: Tools) -> None:
+    objects = _render(tools, "ckptdrain", "ckptdrain", "--set", "webhook.conversionPath=/c2")
+    service = _crd(objects)["spec"]["conversion"]["webhook"]["clientConfig"]["service"]
+    assert service["path"] == "/c2"
+    refused = tools.run("helm", "template", "ckptdrain", str(CHART),
+                        "--set", "webhook.conversionPath=convert", check=False)
+    assert refused.returncode != 0 and "conversionPath" in refused.stderr, refused.stderr
+
+
+def test_cert_manager_injects_the_crds_ca_and_the_operator_gets_no_crd_right(
+        tools: Tools) -> None:
+    objects = _render(tools, "train", "ml-ops", "--set", "certManager.enabled=true")
+    annotations = _crd(objects)["metadata"]["annotations"]
+    certificate = next(o for o in objects if o["kind"] == "Certificate")
+    assert annotations["cert-manager.io/inject-ca-from"] == (
+        f"ml-ops/{certificate['metadata']['name']}")
+    assert "caBundle" not in _crd(objects)["spec"]["conversion"]["webhook"]["clientConfig"]
+    assert not _crd_rules(objects)
+
+
+def _crd_rules(objects: list[dict]) -> list[dict]:
+    """The rules of the operator's roles that name CRDs by name."""
+    return [rule for o in objects if o["kind"] in ("Role", "ClusterRole")
+            for rule in o.get("rules") or []
+            if "customresourcedefinitions" in rule["resources"] and rule.get("resourceNames")]
+
+
+def test_the_operator_may_patch_that_one_crd_when_it_keeps_the_ca(tools: Tools) -> None:
+    rules = _crd_rules(_render(tools, "train", "ml-ops"))
+    assert rules == [{"apiGroups": ["apiextensions.k8s.io"],
+                      "resources": ["customresourcedefinitions"],
+                      "resourceNames": [POLICY_CRD], "verbs": ["get", "patch"]}]
+
+
+def test_admission_outside_its_own_process_is_refused(tools: Tools) -> None:
+    """The operator's own process (Kopf's server) has no conversion route:
+    with it every unversioned `kubectl get ckpol` would fail, so the chart
+    says so at install instead."""
+    result = tools.run("helm", "template", "ckptdrain", str(CHART),
+                       "--set", "webhook.ownProcess=false", check=False)
+    assert result.returncode != 0
+    assert "webhook.ownProcess must be true" in result.stderr
+    assert "conversion webhook" in result.stderr

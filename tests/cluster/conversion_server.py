@@ -1,0 +1,84 @@
+"""The admission process on its own, as the operator runs it, for tests
+that need only its HTTPS server (tests/cluster/test_conversion_webhook.py)."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from operator_process import ALLOWED_ROOT
+
+from support.apiserver import Cluster
+
+
+class ConversionServer:
+    """The admission process (`python -m ckptdrain.operator.admission.process`)
+    as the operator runs it: our end of its standard input keeps it alive,
+    its standard output says when it listens and what it answered."""
+
+    def __init__(self, cluster: Cluster, cert: Path, key: Path, port: int) -> None:
+        self.cluster, self.cert, self.key, self.port = cluster, cert, key, port
+        self.proc: subprocess.Popen[str] | None = None
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.reports: list[str] = []
+
+    def start(self) -> None:
+        env = {**self.cluster.env(), "CKPTDRAIN_ALLOWED_ROOT": ALLOWED_ROOT,
+               "CKPTDRAIN_WEBHOOK_ADDR": "127.0.0.1", "CKPTDRAIN_WEBHOOK_HOST": "127.0.0.1",
+               "CKPTDRAIN_WEBHOOK_PORT": str(self.port), "CKPTDRAIN_IMAGE": "ckptdrain:test"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ckptdrain.operator.admission.process",
+             "--cert", str(self.cert), "--key", str(self.key)],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, start_new_session=True)
+        stdout = self.proc.stdout
+        assert stdout is not None
+        threading.Thread(target=lambda: [self.lines.put(x.strip()) for x in stdout],
+                         daemon=True).start()
+        deadline = time.monotonic() + 60
+        while self._next(deadline) != "ready":
+            pass
+
+    def _next(self, deadline: float) -> str:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the admission process exited {self.proc.returncode}")
+        try:
+            line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError("the admission process did not say it listens") from None
+        if line.startswith("admitted "):
+            self.reports.append(line)
+        return line
+
+    def conversions(self) -> int:
+        """ConversionReviews it answered with Success so far."""
+        while not self.lines.empty():
+            self._next(time.monotonic() + 1)
+        return sum(1 for r in self.reports if r.startswith("admitted conversion ok "))
+
+    def settled(self, quiet_s: float = 1.0) -> int:
+        """conversions() once none was reported for `quiet_s`: the
+        apiserver converts on writes too (managed fields), and reports come
+        a moment after their answers."""
+        count, since = self.conversions(), time.monotonic()
+        while time.monotonic() - since < quiet_s:
+            time.sleep(0.1)
+            if self.conversions() != count:
+                count, since = self.conversions(), time.monotonic()
+        return count
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()  # how it learns that the operator is gone
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None

@@ -1,0 +1,226 @@
+"""/convert on the admission process's server: ConversionReviews reach the
+converter's envelope (admission/conversion.py) and come back as it wrote
+them, under bounds of their own (a larger size, slots apart from
+admission's, the apiserver's timeout), counted as the webhook "conversion"; a converter that
+breaks is answered with a Failure, never a dropped connection. Through a
+real apiserver: tests/cluster/test_conversion_webhook.py."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptdrain.errors import InvalidInput
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import conversion
+from ckptdrain.operator.admission import process as admission_process
+from ckptdrain.operator.admission import rules as admission
+from ckptdrain.operator.admission import server as admission_server
+from ckptdrain.operator.admission.policy_mirror import PolicyMirror
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+
+
+def conversion_review(uid: str = "c-1", desired: str = "ckptdrain.io/v1beta1") -> dict[str, Any]:
+    stored = {"apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy",
+              "metadata": {"name": "llama", "namespace": "ml", "uid": "p-1"},
+              "spec": {"selector": {"matchLabels": {"app": "a"}},
+                       "model": {"parameters": "405B"}, "interval": "1d", "overlap": "0.1",
+                       "localTier": {"path": "/mnt/ckptdrain/n"},
+                       "storage": {"uri": "s3://bucket/p"}}}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": uid, "desiredAPIVersion": desired, "objects": [stored]}}
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.reports: list[tuple[str, str]] = []
+
+    def __call__(self, webhook: str, outcome: str, seconds: float) -> None:
+        self.reports.append((webhook, outcome))
+
+
+def test_a_conversion_review_is_answered_by_the_converters_envelope() -> None:
+    recorder = Recorder()
+    reviewer = admission_process.Reviewer(CFG, PolicyMirror(), recorder)
+    review = conversion_review()
+    answer = asyncio.run(reviewer(review, CFG.conversion_path))
+    assert answer == conversion.review_response(conversion_review())
+    assert answer["kind"] == "ConversionReview"
+    assert answer["response"]["uid"] == "c-1"
+    assert answer["response"]["result"]["status"] == "Success"
+    (converted,) = answer["response"]["convertedObjects"]
+    assert converted["apiVersion"] == "ckptdrain.io/v1beta1"
+    assert converted["metadata"] == review["request"]["objects"][0]["metadata"]
+    # A review the envelope refuses is answered (a Failure) and counted as an error.
+    refused = asyncio.run(reviewer({"request": {"uid": "c-2"}}, CFG.conversion_path))
+    assert refused["response"]["uid"] == "c-2"
+    assert refused["response"]["result"]["status"] == "Failure"
+    assert recorder.reports == [("conversion", "ok"), ("conversion", "error")]
+
+
+def test_a_converter_that_breaks_is_answered_with_a_failure(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(review: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(conversion, "review_response", broken)
+    recorder = Recorder()
+    reviewer = admission_process.Reviewer(CFG, PolicyMirror(), recorder)
+    answer = asyncio.run(reviewer(conversion_review("c-3"), CFG.conversion_path))
+    assert answer["response"]["uid"] == "c-3"
+    assert answer["response"]["result"]["status"] == "Failure"
+    assert "boom" in answer["response"]["result"]["message"]
+    assert "convertedObjects" not in answer["response"]
+    assert recorder.reports == [("conversion", "error")]
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[admission_server.Server, str, Recorder]]:
+    """The admission server on a free port with a throw-away certificate."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    recorder = Recorder()
+    reviewer = admission_process.Reviewer(CFG, PolicyMirror(), recorder)
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    server = admission_server.Server(("127.0.0.1", 0), admission_server.Certificates(
+        str(cert), str(key)), reviewer, loop, converter=reviewer.convert,
+        conversion_path=CFG.conversion_path)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server, str(cert), recorder
+    finally:
+        server.shutdown()
+        server.server_close()
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def _connect(server: admission_server.Server, cert: str) -> http.client.HTTPSConnection:
+    return http.client.HTTPSConnection("127.0.0.1", server.server_address[1], timeout=10,
+                                       context=ssl.create_default_context(cafile=cert))
+
+
+def _post(conn: http.client.HTTPSConnection, path: str, body: bytes,
+          headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json",
+                                                   **(headers or {})})
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def test_the_server_answers_convert_over_tls(
+        served: tuple[admission_server.Server, str, Recorder]) -> None:
+    server, cert, recorder = served
+    conn = _connect(server, cert)
+    body = json.dumps(conversion_review()).encode()
+    # The path the apiserver calls (the CRD's clientConfig), with its timeout.
+    status, answer = _post(conn, "/convert?timeout=30s", body)
+    assert status == 200
+    assert answer == conversion.review_response(conversion_review())
+    # The same connection serves admission reviews too: one server, one port.
+    status, _ = _post(conn, f"/{admission.VALIDATE_ID}", json.dumps(
+        {"request": {"uid": "u", "operation": "DELETE", "object": {}}}).encode())
+    assert status == 200
+    assert recorder.reports == [("conversion", "ok"), ("policy", "ok")]
+    assert _post(conn, "/converts", body)[0] == 404
+
+
+def _too_big(conn: http.client.HTTPSConnection, path: str, length: int) -> int:
+    conn.request("POST", path, body=b"x" * 10, headers={"Content-Length": str(length)})
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    return response.status
+
+
+def _take_all(slots: threading.BoundedSemaphore) -> int:
+    taken = 0
+    while slots.acquire(blocking=False):
+        taken += 1
+    return taken
+
+
+def test_convert_has_bounds_of_its_own(
+        served: tuple[admission_server.Server, str, Recorder]) -> None:
+    """A ConversionReview carries a whole list: a larger cap than an
+    AdmissionReview's, and slots of its own, so a burst of lists neither
+    takes admission's slots nor waits for them."""
+    server, cert, recorder = served
+    conn = _connect(server, cert)
+    assert admission_server.MAX_CONVERSION_BYTES > admission_server.MAX_REVIEW_BYTES
+    assert _too_big(conn, "/convert", admission_server.MAX_CONVERSION_BYTES + 1) == 413
+    assert _too_big(conn, f"/{admission.VALIDATE_ID}",
+                    admission_server.MAX_REVIEW_BYTES + 1) == 413
+    # Not a review: refused before the converter sees it.
+    assert _post(conn, "/convert", b"[1]")[0] == 400
+    conn.close()
+    review = json.dumps(conversion_review()).encode()
+    admissions = _take_all(server.in_flight)
+    try:
+        assert admissions == admission_server.MAX_IN_FLIGHT
+        # Every admission slot taken: a conversion is still answered.
+        assert _post(conn, "/convert?timeout=1s", review)[0] == 200
+        conversions = _take_all(server.conversions)
+        try:
+            assert conversions == admission_server.CONVERSIONS_IN_FLIGHT
+            # Its own slots taken: it waits until the apiserver's timeout, then 503.
+            status, answer = _post(conn, "/convert?timeout=1s", review)
+            assert status == 503 and "too many reviews" in answer["error"]
+        finally:
+            for _ in range(conversions):
+                server.conversions.release()
+    finally:
+        for _ in range(admissions):
+            server.in_flight.release()
+    conn.close()
+    assert _post(conn, "/convert", review)[0] == 200
+    assert recorder.reports == [("conversion", "ok"), ("conversion", "ok")]
+
+
+def test_a_list_larger_than_an_admission_review_is_converted(
+        served: tuple[admission_server.Server, str, Recorder]) -> None:
+    """`kubectl get ckpol -A` on a large cluster: every policy in one review."""
+    server, cert, _ = served
+    review = conversion_review()
+    one = review["request"]["objects"][0]
+    one["status"] = {"conditions": [{"type": "Ready", "status": "True", "reason": "Protected",
+                                     "message": "x" * 3000, "lastTransitionTime":
+                                     "2026-11-30T00:00:00Z"}]}
+    review["request"]["objects"] = [
+        {**one, "metadata": {**one["metadata"], "name": f"p{i}", "uid": f"u{i}"}}
+        for i in range(2000)]
+    body = json.dumps(review).encode()
+    assert admission_server.MAX_REVIEW_BYTES < len(body) < admission_server.MAX_CONVERSION_BYTES
+    status, answer = _post(_connect(server, cert), "/convert?timeout=30s", body)
+    assert status == 200
+    assert answer["response"]["result"]["status"] == "Success"
+    assert [o["metadata"]["name"] for o in answer["response"]["convertedObjects"]] == [
+        f"p{i}" for i in range(2000)]
+
+
+def test_the_conversion_path_comes_from_the_chart() -> None:
+    """webhook.conversionPath reaches the server as CKPTDRAIN_CONVERSION_PATH:
+    the path the CRD names is the path answered."""
+    assert CFG.conversion_path == "convert"
+    moved = config.from_env({"CKPTDRAIN_CONVERSION_PATH": "/ckptdrain-convert"})
+    assert moved.conversion_path == "ckptdrain-convert"
+    reviewer = admission_process.Reviewer(moved, PolicyMirror(), Recorder())
+    answer = asyncio.run(reviewer(conversion_review(), "ckptdrain-convert"))
+    assert answer["kind"] == "ConversionReview"
+    with pytest.raises(admission_server.UnknownWebhook):
+        asyncio.run(reviewer(conversion_review(), "convert"))
+    for bad in ("convert", "/", "/convert?x=1"):
+        with pytest.raises(InvalidInput, match="CKPTDRAIN_CONVERSION_PATH"):
+            config.from_env({"CKPTDRAIN_CONVERSION_PATH": bad})
