@@ -5,6 +5,7 @@ carried, and what does not read is carried unchanged."""
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from ckptdrain.errors import InvalidInput
 CRD = Path(__file__).resolve().parents[2] / "crds" / "checkpointpolicies.yaml"
 
 
+@functools.cache
 def v1alpha1_schema(path: str) -> dict[str, Any]:
     """The v1alpha1 schema of a field ("spec.model.parameters") in the CRD."""
     crd = yaml.safe_load(CRD.read_text())

@@ -77,12 +77,15 @@ def exact_number(text: str) -> Fraction | None:
     None when its magnitude is past any sane size (0e9000 is still 0)."""
     if len(text) > _MAX_DIGITS or not re.fullmatch(_NUMBER, text):
         return None
-    number = Decimal(text)  # exact, and cheap whatever the exponent
-    if not number:
+    mantissa, _, exponent = text.lower().partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    significant = (whole + fraction).lstrip("0")
+    if not significant:
         return Fraction(0)
-    if abs(number.adjusted()) > _MAX_EXPONENT:
+    scale = int(exponent or "0") - len(fraction)
+    if abs(scale + len(significant) - 1) > _MAX_EXPONENT:  # the leading digit's power of 10
         return None
-    return Fraction(number)
+    return int(significant) * Fraction(10) ** scale
 
 
 def plain_decimal(value: Fraction) -> str | None:

@@ -2,9 +2,9 @@
 v1beta1 as RFC3339 strings, UTC, to the microsecond
 ("2026-11-30T01:02:03.123456Z"). Pure.
 
-A double holds a Unix time to better than half a microsecond until the
-year 2255, so a v1beta1 time written the way this module writes it comes
-back from v1alpha1 unchanged.
+A double tells apart every microsecond of Unix time until 2^33 s (the year
+2242), so until then a v1beta1 time written the way this module writes it
+comes back from v1alpha1 unchanged.
 """
 
 from __future__ import annotations
