@@ -334,7 +334,9 @@ def render(crds: list[dict[str, Any]]) -> str:
              "Every field of the ckptdrain.io resources, from the CRDs in `crds/` (the one "
              "source the chart installs). What the fields mean in practice: "
              "[operator.md](operator.md); how the pods are changed: "
-             "[pod-contract.md](pod-contract.md).", ""]
+             "[pod-contract.md](pod-contract.md).", "",
+             "Versions: v1alpha1 and v1beta1, what differs and how objects convert: "
+             "[api-versions.md](api-versions.md).", ""]
     for crd in crds:
         kind = crd["spec"]["names"]["kind"]
         lines += policy_section(crd) if kind == FIRST else operator_section(crd)

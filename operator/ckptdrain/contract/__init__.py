@@ -7,6 +7,8 @@ cluster side (operator, webhook). Both import it; neither owns it. Pure.
   reads (docs/pod-contract.md);
 - `record`: the `Checkpoint` record format, its states and each writer's claim;
 - `drain`: the policy's drain settings both sides read (drain.stallTimeout);
+- `policy_versions`: CheckpointPolicy in v1alpha1 and v1beta1, converted
+  both ways (the CRD's conversion webhook answers with it);
 - `goodput`: the goodput annotations each pod's agent and restore write and
   the operator reads (`ckptdrain.io/goodput`, `ckptdrain.io/restore-result`).
 

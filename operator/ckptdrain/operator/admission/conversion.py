@@ -1,31 +1,59 @@
-"""PLACEHOLDER, TO BE REPLACED by the real ConversionReview envelope (the
-one that calls ckptdrain.contract.policy_versions.convert). It only sets
-each object's apiVersion, so that the server's /convert route and the
-CRD's conversion wiring can be built and tested before the converter is.
+"""The CRD conversion webhook's answer: an apiextensions.k8s.io/v1
+ConversionReview in, its response out. Pure; the admission server serves
+it at /convert, and the conversion itself is contract/policy_versions.
 
-The contract the real one keeps: `review_response(review) -> dict` takes an
-apiextensions.k8s.io/v1 ConversionReview and returns the ConversionReview
-to send back (response.uid, convertedObjects, result.status).
+A Failure makes the apiserver fail the read or write that needed it, so it
+is kept for a review that is not what the CRD sends: not a ConversionReview
+of v1, or an object that is not a CheckpointPolicy of a known version. Its
+message names the field and what was expected, never a stack trace.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from ckptdrain.contract import policy_versions
+from ckptdrain.errors import InvalidInput
 
-def review_response(review: dict[str, Any]) -> dict[str, Any]:
-    """The ConversionReview answering `review` (placeholder: apiVersion only)."""
-    request = review.get("request")
-    request = request if isinstance(request, dict) else {}
+REVIEW_API_VERSION = "apiextensions.k8s.io/v1"
+REVIEW_KIND = "ConversionReview"
+
+
+def _converted(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     desired = request.get("desiredAPIVersion")
     objects = request.get("objects")
-    response: dict[str, Any] = {"uid": str(request.get("uid") or "")}
-    if not isinstance(desired, str) or not isinstance(objects, list):
-        response["result"] = {"status": "Failure",
-                              "message": "request: expected desiredAPIVersion and objects"}
-    else:
-        response["convertedObjects"] = [{**o, "apiVersion": desired} for o in objects
-                                        if isinstance(o, dict)]
+    if not isinstance(objects, list):
+        raise InvalidInput("request.objects", "a list of objects",
+                           type(objects).__name__ if objects is not None else None)
+    converted = []
+    for index, obj in enumerate(objects):
+        try:
+            converted.append(policy_versions.convert(obj, desired))
+        except InvalidInput as error:
+            where = "request" if error.field == "desiredAPIVersion" else \
+                f"request.objects[{index}]"
+            raise InvalidInput(f"{where}.{error.field}", error.expected, error.seen) from None
+    return converted
+
+
+def review_response(review: Mapping[str, Any]) -> dict[str, Any]:
+    """The ConversionReview answering `review`: request.uid echoed, every
+    object in request.desiredAPIVersion and status Success, or status
+    Failure with a message saying what was wrong."""
+    request = review.get("request")
+    uid = str(request.get("uid") or "") if isinstance(request, Mapping) else ""
+    response: dict[str, Any] = {"uid": uid}
+    try:
+        if review.get("apiVersion") != REVIEW_API_VERSION or review.get("kind") != REVIEW_KIND:
+            raise InvalidInput("apiVersion, kind", f"{REVIEW_API_VERSION}, {REVIEW_KIND}",
+                               f"{review.get('apiVersion')}, {review.get('kind')}")
+        if not isinstance(request, Mapping):
+            raise InvalidInput("request", "a conversion request", None if request is None
+                               else type(request).__name__)
+        response["convertedObjects"] = _converted(request)
         response["result"] = {"status": "Success"}
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-            "response": response}
+    except InvalidInput as error:
+        response["convertedObjects"] = []
+        response["result"] = {"status": "Failure", "message": str(error)}
+    return {"apiVersion": REVIEW_API_VERSION, "kind": REVIEW_KIND, "response": response}

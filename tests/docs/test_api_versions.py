@@ -1,0 +1,81 @@
+"""docs/api-versions.md: its v1beta1 example is its v1alpha1 example,
+converted, and the operator accepts it; its table names every field whose
+type differs."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+from tests.docs import blocks
+from tests.docs.blocks import REPO
+from tests.docs.conftest import default_config, policy_problems
+
+from ckptdrain import units
+from ckptdrain.contract import policy_versions as pv
+
+PAGE = REPO / "docs" / "api-versions.md"
+READ = {"spec.model.parameters": units.parse_count, "spec.caps.bandwidth": units.parse_rate,
+        "spec.caps.perDrainer": units.parse_rate, "spec.localTier.capacity": units.parse_bytes,
+        "spec.mtti": units.parse_duration, "spec.localWriteTime": units.parse_duration,
+        "spec.restore.retryDeadline": units.parse_duration, "spec.overlap": units.parse_fraction}
+
+
+def examples() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The page's v1beta1 policy and its v1alpha1 equivalent."""
+    found = [b for b in blocks.parse(PAGE) if b.lang == "yaml"]
+    (v1beta1,) = [b for b in found if b.kind == "fragment" and b.note.startswith("v1beta1")]
+    (v1alpha1,) = [b for b in found if b.kind == ""]
+    return yaml.safe_load(v1beta1.text), yaml.safe_load(v1alpha1.text)
+
+
+def at(obj: dict[str, Any], path: str) -> Any:
+    for key in path.split("."):
+        obj = obj[key]
+    return obj
+
+
+def test_the_v1alpha1_example_converts_to_the_v1beta1_one() -> None:
+    v1beta1, v1alpha1 = examples()
+    assert (v1beta1["apiVersion"], v1alpha1["apiVersion"]) == (pv.V1BETA1, pv.V1ALPHA1)
+    assert pv.convert(v1alpha1, pv.V1BETA1) == v1beta1
+
+
+def test_the_v1beta1_example_reads_as_the_v1alpha1_one_and_comes_back_exactly() -> None:
+    v1beta1, v1alpha1 = examples()
+    stored = pv.convert(v1beta1, pv.V1ALPHA1)
+    assert pv.convert(stored, pv.V1BETA1) == v1beta1
+    for path, read in READ.items():
+        assert read(path, at(stored, path)) == read(path, at(v1alpha1, path)), path
+    assert without(stored, READ) == without(v1alpha1, READ)  # the rest as it is
+
+
+def without(obj: dict[str, Any], paths: Iterable[str]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    for path in paths:
+        *parents, name = path.split(".")
+        del at(out, ".".join(parents))[name]
+    return out
+
+
+def test_the_operator_accepts_the_example() -> None:
+    _, v1alpha1 = examples()
+    assert policy_problems(v1alpha1["spec"], default_config(), "api-versions") == []
+
+
+def test_the_v1beta1_example_uses_v1beta1_spellings() -> None:
+    v1beta1, _ = examples()
+    for path, pattern in pv.V1BETA1_PATTERNS.items():
+        try:
+            value = at(v1beta1, path)
+        except KeyError:
+            continue
+        assert isinstance(value, int) or re.fullmatch(pattern, value), (path, value)
+
+
+def test_the_table_names_every_field_whose_type_differs() -> None:
+    text = PAGE.read_text()
+    assert [p for p in pv.FIELDS if f"`{p}`" not in text] == []
