@@ -108,3 +108,31 @@ def test_admission_outside_its_own_process_is_refused(tools: Tools) -> None:
     assert result.returncode != 0
     assert "webhook.ownProcess must be true" in result.stderr
     assert "conversion webhook" in result.stderr
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("mutatePodsPath", "/convert"),
+    ("validatePoliciesPath", "/convert/"),  # the server trims the slashes
+])
+def test_the_conversion_path_may_not_be_an_admission_path(
+        tools: Tools, key: str, value: str) -> None:
+    """The admission server routes the conversion path first: an admission
+    webhook there would get ConversionReviews back."""
+    refused = tools.run("helm", "template", "ckptdrain", str(CHART),
+                        "--set", f"webhook.{key}={value}", check=False)
+    assert refused.returncode != 0
+    assert f"webhook.conversionPath (/convert) must differ from webhook.{key}" in (
+        refused.stderr), refused.stderr
+
+
+@pytest.mark.parametrize("key", ["conversionPath", "mutatePodsPath", "validatePoliciesPath"])
+@pytest.mark.parametrize("value", ["/convert?v=1", "/convert#top"])
+def test_a_webhook_path_is_a_path_only(tools: Tools, key: str, value: str) -> None:
+    """A query or fragment passes no webhook path: the operator refuses it at
+    start (CKPTDRAIN_CONVERSION_PATH), the apiserver in a clientConfig; the
+    chart's schema refuses it at install instead."""
+    refused = tools.run("helm", "template", "ckptdrain", str(CHART),
+                        "--set", f"webhook.{key}={value}", check=False)
+    assert refused.returncode != 0
+    assert key in refused.stderr and "does not match pattern" in refused.stderr, (
+        refused.stderr)

@@ -23,7 +23,8 @@ from ckptdrain.contract import api
 RECONCILES = Counter("ckptdrain_reconciles_total", "Reconciles by kind and outcome",
                      ["kind", "outcome"])
 RECONCILE_SECONDS = Histogram("ckptdrain_reconcile_seconds", "Reconcile latency", ["kind"])
-WEBHOOK_SECONDS = Histogram("ckptdrain_webhook_seconds", "Admission latency",
+WEBHOOK_SECONDS = Histogram("ckptdrain_webhook_seconds",
+                            "Latency of admission and conversion reviews",
                             ["webhook", "outcome"],
                             buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5))
 ALLOCATION_CHANGES = Counter("ckptdrain_allocation_changes_total",

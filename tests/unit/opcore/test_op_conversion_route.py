@@ -13,14 +13,16 @@ import json
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator import config
+from ckptdrain.operator import config, heap
 from ckptdrain.operator.admission import conversion
 from ckptdrain.operator.admission import process as admission_process
 from ckptdrain.operator.admission import rules as admission
@@ -44,9 +46,11 @@ def conversion_review(uid: str = "c-1", desired: str = "ckptdrain.io/v1beta1") -
 class Recorder:
     def __init__(self) -> None:
         self.reports: list[tuple[str, str]] = []
+        self.seconds: list[float] = []
 
     def __call__(self, webhook: str, outcome: str, seconds: float) -> None:
         self.reports.append((webhook, outcome))
+        self.seconds.append(seconds)
 
 
 def test_a_conversion_review_is_answered_by_the_converters_envelope() -> None:
@@ -224,3 +228,46 @@ def test_the_conversion_path_comes_from_the_chart() -> None:
     for bad in ("convert", "/", "/convert?x=1"):
         with pytest.raises(InvalidInput, match="CKPTDRAIN_CONVERSION_PATH"):
             config.from_env({"CKPTDRAIN_CONVERSION_PATH": bad})
+
+
+def test_a_conversion_counts_its_wait_for_the_slot(
+        served: tuple[admission_server.Server, str, Recorder]) -> None:
+    """Its latency, like an admission's, runs from when the server began
+    reading it: the wait for the slot is what the apiserver waited too."""
+    server, cert, recorder = served
+    assert server.conversions.acquire(blocking=False)
+    threading.Timer(0.5, server.conversions.release).start()
+    status, _ = _post(_connect(server, cert), "/convert?timeout=5s",
+                      json.dumps(conversion_review()).encode())
+    assert status == 200
+    assert recorder.reports == [("conversion", "ok")]
+    assert recorder.seconds[0] >= 0.45, recorder.seconds
+
+
+def test_a_conversion_keeps_the_heap_from_being_trimmed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trim takes the allocator's locks; one during a large list would
+    stall it, as it would an admission (heap.py)."""
+    monkeypatch.setattr(heap, "_last_busy", 0.0)
+    reviewer = admission_process.Reviewer(CFG, PolicyMirror(), Recorder())
+    reviewer.convert(conversion_review(), time.perf_counter())
+    assert heap._last_busy > 0.0
+
+
+#: json.loads of a 63 MiB ConversionReview took the admission process from
+#: 151 to 484 MiB resident: ~5.3× the body, the body itself besides.
+BASELINE_MIB, PARSED_PER_BYTE = 151, 5.3
+
+
+def test_conversions_at_their_bound_fit_the_operators_memory_limit() -> None:
+    """Every conversion slot full with a list at the size cap, parsed, fits
+    the chart's memory limit of the operator container with room for the
+    answer; 64 MiB × 2 slots did not."""
+    chart = Path(__file__).resolve().parents[3] / "charts" / "ckptdrain"
+    limit = yaml.safe_load((chart / "values.yaml").read_text())[
+        "operator"]["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi"), limit
+    body_mib = admission_server.MAX_CONVERSION_BYTES / (1 << 20)
+    held = BASELINE_MIB + admission_server.CONVERSIONS_IN_FLIGHT * body_mib * (
+        1 + PARSED_PER_BYTE)
+    assert held + body_mib <= int(limit[:-2]), (held, limit)  # + the encoded answer

@@ -123,6 +123,7 @@ class Reviewer:
         admission loop. Counted as the webhook "conversion"; a Failure answer
         counts as an error."""
         started, outcome = received or time.perf_counter(), "error"
+        heap.busy()  # no heap trim while a list is converted, as for admissions
         try:
             answer = conversion.review_response(request)
             if (answer.get("response") or {}).get("result", {}).get("status") == "Success":

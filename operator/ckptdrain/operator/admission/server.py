@@ -41,11 +41,24 @@ MAX_CONNECTIONS = 128
 MAX_IN_FLIGHT = 8
 #: A ConversionReview carries a whole list (`kubectl get ckpol -A`: every
 #: policy of the cluster in one review, a few KB each with its status), so
-#: conversions get a larger cap and slots of their own, and are answered in
-#: the connection's thread (pure, no API call): a large list neither waits
-#: for admission slots nor holds up the loop that answers pod admissions.
-MAX_CONVERSION_BYTES = 64 << 20
-CONVERSIONS_IN_FLIGHT = 2
+#: conversions get a larger cap and a slot of their own, and are answered in
+#: the connection's thread (pure, no API call), never waiting for admission
+#: slots. Parsing and encoding a large list holds the interpreter lock, so
+#: admissions answered meanwhile wait for it.
+#:
+#: Sized by memory. The operator container (values.yaml
+#: operator.resources.limits.memory: 512 MiB) holds the operator's process
+#: and this one. Measured: json.loads of a 63 MiB review took this process's
+#: RSS from 151 to 484 MiB, about 5.3× the body, before the answer (the
+#: converted list, then its encoding) adds its own share. At 64 MiB × 2
+#: slots the parsed bodies alone (2 × ~340 MiB) pass the limit. At
+#: 32 MiB × 1: 151 + 32 (the body) + ~170 (parsed) ≈ 350 MiB, leaving
+#: ~160 MiB for the answer (~32 MiB encoded, plus whatever objects the
+#: converter makes rather than shares): tight, which is why one slot. A
+#: list beyond 32 MiB (about 8,000 policies at 4 KB each) is refused (413);
+#: a second conversion waits for the slot until the apiserver's deadline.
+MAX_CONVERSION_BYTES = 32 << 20
+CONVERSIONS_IN_FLIGHT = 1
 #: A TLS handshake must be done within this; a connection idle this long is
 #: closed (the apiserver opens another).
 HANDSHAKE_S = 10.0
@@ -123,7 +136,7 @@ class Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], certificates: Certificates,
                  reviewer: Any, loop: asyncio.AbstractEventLoop,
-                 converter: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                 converter: Callable[[dict[str, Any], float], dict[str, Any]] | None = None,
                  conversion_path: str = "convert") -> None:
         self.certificates, self.reviewer, self.loop = certificates, reviewer, loop
         #: Answers ConversionReviews at /`conversion_path` in the connection's
@@ -240,7 +253,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.request.settimeout(IDLE_S)
             try:
                 if converter is not None:
-                    self._send(200, converter(request))
+                    self._send(200, converter(request, received))
                 else:
                     self._send(200, self.server.answer(request, path, received, deadline))
             except UnknownWebhook as error:

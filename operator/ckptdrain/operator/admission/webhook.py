@@ -47,6 +47,7 @@ from ckptdrain.operator.admission.rules import (
 from ckptdrain.operator.apiserver import leadership, slim
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.tls import webhook_certs as webhook_tls
+from ckptdrain.operator.tls.webhook_address import WebhookAddress
 
 POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
 
@@ -72,8 +73,8 @@ def certificate_files(cfg: OperatorConfig, logger: logging.Logger
     cert, key, ca = cfg.webhook_cert, cfg.webhook_key, cfg.webhook_ca
     if cfg.webhook_secret:
         directory = Path(tempfile.mkdtemp(prefix="ckptdrain-webhook-"))
-        webhook_tls.start(cfg.webhook_secret, cfg.webhook_configs, cfg.webhook_host,
-                          directory, logger)
+        webhook_tls.start(cfg.webhook_secret, cfg.webhook_configs,
+                          WebhookAddress(cfg.webhook_host, cfg.webhook_port), directory, logger)
         cert, key, ca = (str(directory / n) for n in ("tls.crt", "tls.key", "ca.crt"))
     elif cert is None or key is None:
         cert, key = _self_signed(cfg.webhook_host)

@@ -1,7 +1,8 @@
 """The webhook certificates the operator manages itself (tls/certs.py plans
 them): the Secret that holds them, the caBundle of both webhook
-configurations and of the CheckpointPolicy CRD's conversion webhook, and
-the files the webhook server serves.
+configurations and of the CheckpointPolicy CRD's conversion webhook (where
+that calls this replica's server: webhook_address.py), and the files the
+webhook server serves.
 
 Every replica runs this, active or standby: each serves admission. They
 agree through the Secret: whoever writes first wins (a create or an update
@@ -14,6 +15,7 @@ restart. The caBundle is put back whenever something (a `helm upgrade
 from __future__ import annotations
 
 import base64
+import enum
 import functools
 import json
 import logging
@@ -31,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ckptdrain import kubeclient
 from ckptdrain.contract import api
-from ckptdrain.operator.tls import certs
+from ckptdrain.operator.tls import certs, webhook_address
 
 #: How often each replica checks the Secret (renewals by a peer) and the
 #: caBundles (resets by a deployment tool).
@@ -134,41 +136,104 @@ def ensure_ca_bundle(config: str, ca_pem: bytes, logger: logging.Logger,
     return changed, missing
 
 
-def ensure_crd_ca_bundle(ca_pem: bytes, logger: logging.Logger, quiet: bool = False,
-                        crd: str = POLICY_CRD) -> tuple[bool, bool]:
-    """Set the conversion webhook's caBundle of the CRD `crd` to `ca_pem`;
-    returns (changed, missing). Missing: the CRD is not there or we may not
-    read or patch it (crds.install off and not applied yet, RBAC not
-    granted), logged at debug level when `quiet` (reported already). A CRD
-    without a conversion webhook (an older one) is left alone: a caBundle
-    there is refused."""
-    crds = _crds()
-    wanted = base64.b64encode(ca_pem).decode()
-    try:
+class CrdCa(enum.Enum):
+    """What a check of the CRD's conversion caBundle found."""
+
+    IN_STEP = "in step"
+    SET = "set"
+    #: Not there yet (crds.install off, applied later), or the read failed:
+    #: looked at again within MISSING_RETRY_S.
+    MISSING = "missing"
+    #: RBAC refuses get or patch: looked at again at CHECK_S, each time warned.
+    FORBIDDEN = "forbidden"
+    #: It calls another server (another release's Service): left alone.
+    NOT_OURS = "not ours"
+    #: No conversion webhook (an older CRD): a caBundle there is refused.
+    NO_WEBHOOK = "no webhook"
+
+
+class CrdCaKeeper:
+    """Keeps the conversion caBundle of the CRD `crd` equal to our CA, where
+    its conversion webhook calls this replica (webhook_address.py), and says
+    once what it cannot do, or every check where a right is lacking."""
+
+    def __init__(self, ours: webhook_address.WebhookAddress, logger: logging.Logger,
+                 crd: str = POLICY_CRD) -> None:
+        self.ours, self.logger, self.crd = ours, logger, crd
+        self.missing_reported = False
+        self.others_reported: set[str] = set()
+        self._verb = "get"  # the request under way, for a 403's warning
+
+    def keep(self, ca_pem: bytes) -> CrdCa:
+        """One check, and a patch of caBundle alone where it is stale."""
+        try:
+            found = self._check(ca_pem)
+        except ApiException as error:
+            if error.status == 403:
+                return self._forbidden(error)
+            self._missing("not found" if error.status == 404 else f"not read ({error.reason})")
+            return CrdCa.MISSING
+        except urllib3.exceptions.HTTPError as error:
+            self._missing(f"not read ({error})")
+            return CrdCa.MISSING
+        self.missing_reported = False
+        if found is CrdCa.SET:
+            self.logger.info("conversion caBundle set on CRD %s", self.crd)
+        return found
+
+    def _check(self, ca_pem: bytes) -> CrdCa:
+        crds = _crds()
+        wanted = base64.b64encode(ca_pem).decode()
+        self._verb = "get"
         # Read as JSON, not the SDK's models: a CRD's schema is large, and
         # only these few fields matter here.
         found = json.loads(crds.read_custom_resource_definition(
-            crd, _preload_content=False).data)
+            self.crd, _preload_content=False).data)
         conversion = (found.get("spec") or {}).get("conversion") or {}
         webhook = conversion.get("webhook")
         if conversion.get("strategy") != "Webhook" or not isinstance(webhook, dict):
-            logger.debug("CRD %s converts without a webhook; no caBundle to keep", crd)
-            return False, False
-        if (webhook.get("clientConfig") or {}).get("caBundle") == wanted:
-            return False, False
+            self.logger.debug("CRD %s converts without a webhook; no caBundle to keep", self.crd)
+            return CrdCa.NO_WEBHOOK
+        client_config = webhook.get("clientConfig") or {}
+        other = webhook_address.other_webhook(client_config, self.ours)
+        if other is not None:
+            if other not in self.others_reported:
+                self.others_reported.add(other)
+                self.logger.warning(
+                    "CRD %s converts through %s, not this replica's %s; its caBundle is "
+                    "left to that server (another release owns the CRD)",
+                    self.crd, other, self.ours.describe())
+            return CrdCa.NOT_OURS
+        if client_config.get("caBundle") == wanted:
+            return CrdCa.IN_STEP
+        self._verb = "patch"
         # A merge patch of that one field: the rest of the CRD is the chart's.
         crds.patch_custom_resource_definition(
-            crd, {"spec": {"conversion": {"webhook": {"clientConfig": {"caBundle": wanted}}}}},
-            _content_type=MERGE)
-    except ApiException as error:
-        if error.status not in (403, 404):
-            raise
-        what = "not found" if error.status == 404 else "forbidden"
-        (logger.debug if quiet else logger.warning)(
-            "CRD %s %s; its conversion caBundle not set yet", crd, what)
-        return False, True
-    logger.info("conversion caBundle set on CRD %s", crd)
-    return True, False
+            self.crd, {"spec": {"conversion": {"webhook": {"clientConfig": {
+                "caBundle": wanted}}}}}, _content_type=MERGE)
+        return CrdCa.SET
+
+    def _forbidden(self, error: ApiException) -> CrdCa:
+        # Not missing: no amount of retrying grants a right, so the normal
+        # interval, and a warning at every check until someone grants it.
+        self.logger.warning(
+            "may not %s customresourcedefinitions %s (403: %s): grant get and patch on it "
+            "(docs/rbac.md); until then its conversion caBundle is not kept, and reads of "
+            "v1beta1 fail whenever it is not this replica's CA", self._verb, self.crd,
+            error.reason)
+        return CrdCa.FORBIDDEN
+
+    def _missing(self, what: str) -> None:
+        (self.logger.debug if self.missing_reported else self.logger.warning)(
+            "CRD %s %s; its conversion caBundle not set yet", self.crd, what)
+        self.missing_reported = True
+
+
+def next_check_s(configs_missing: int, crd: CrdCa) -> float:
+    """How long until the next check: soon while something may appear any
+    moment (Helm creates the webhook configurations after the Deployment),
+    else the normal interval."""
+    return MISSING_RETRY_S if configs_missing or crd is CrdCa.MISSING else CHECK_S
 
 
 def write_files(directory: Path, data: dict[str, bytes]) -> None:
@@ -184,40 +249,32 @@ def write_files(directory: Path, data: dict[str, bytes]) -> None:
         os.replace(tmp, target)
 
 
-def _keep_crd(ca_pem: bytes, logger: logging.Logger, quiet: bool) -> bool:
-    """ensure_crd_ca_bundle, its trouble logged and retried like the others;
-    True while the CRD is missing (or a read failed)."""
-    try:
-        return ensure_crd_ca_bundle(ca_pem, logger, quiet=quiet)[1]
-    except (ApiException, urllib3.exceptions.HTTPError) as error:
-        (logger.debug if quiet else logger.warning)(
-            "keeping the CRD %s's conversion caBundle failed (%s); retrying", POLICY_CRD, error)
-        return True
-
-
-def start(secret: str, config: str, host: str, directory: Path,
+def start(secret: str, config: str, ours: webhook_address.WebhookAddress, directory: Path,
           logger: logging.Logger) -> None:
     """Make the certificates ready now (the server starts with them), then
-    keep Secret, files and caBundles in step in a daemon thread."""
+    keep Secret, files and caBundles in step in a daemon thread. `ours`:
+    where the apiserver reaches this replica's server (the CRD's caBundle is
+    kept only where the CRD calls it)."""
     namespace, _, name = secret.partition("/")
-    names = dns_names(host)
+    names = dns_names(ours.host)
     directory.mkdir(parents=True, exist_ok=True)
     data = ensure_secret(namespace, name, names, logger)
     write_files(directory, data)
     missing = ensure_ca_bundle(config, data["ca.crt"], logger)[1] if config else 0
-    crd_missing = _keep_crd(data["ca.crt"], logger, quiet=False)
+    crd = CrdCaKeeper(ours, logger)
+    crd_state = crd.keep(data["ca.crt"])
 
     def loop() -> None:
-        nonlocal missing, crd_missing
+        nonlocal missing, crd_state
         while True:
-            time.sleep(MISSING_RETRY_S if missing or crd_missing else CHECK_S)
+            time.sleep(next_check_s(missing, crd_state))
             try:
                 fresh = ensure_secret(namespace, name, names, logger)
                 write_files(directory, fresh)
                 if config:
                     missing = ensure_ca_bundle(config, fresh["ca.crt"], logger,
                                                quiet=bool(missing))[1]
-                crd_missing = _keep_crd(fresh["ca.crt"], logger, quiet=crd_missing)
+                crd_state = crd.keep(fresh["ca.crt"])
             except (ApiException, OSError, RuntimeError, urllib3.exceptions.HTTPError) as error:
                 logger.warning("keeping the webhook certificate failed (%s); retrying in %ss",
                                error, CHECK_S)
