@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from operator_process import repo_root
 
 from support.apiserver import Cluster
@@ -117,3 +118,15 @@ def render_chart(release: str, namespace: str, templates: list[str], *values: st
                           "ckptdrain"), "--namespace", namespace, *values, *shown],
                          capture_output=True, text=True, timeout=120, check=True)
     return out.stdout
+
+
+def policy_crd_serving_v1beta1() -> dict[str, Any]:
+    """crds/checkpointpolicies.yaml with v1beta1 served, as the next release
+    serves it. The shipped CRD defines v1beta1 without serving it (an upgrade
+    must never convert through pods that cannot answer); tests of its rules
+    and of conversion on a real apiserver serve it in their own copy."""
+    crd = dict(yaml.safe_load((repo_root() / "crds" / "checkpointpolicies.yaml").read_text()))
+    (beta,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
+    assert beta["served"] is False, "the shipped CRD serves v1beta1: drop this helper"
+    beta["served"] = True
+    return crd
