@@ -17,10 +17,11 @@ from operator_process import repo_root
 from support.apiserver import Cluster
 
 #: CheckpointPolicies as kubectl names them here: at v1alpha1, the version
-#: the operator stores and writes. Unnamed, kubectl asks for the preferred
-#: (newest) version, which the apiserver makes with the conversion webhook,
-#: and no Service answers that here (tests/cluster/test_conversion_webhook.py
-#: tests conversion on an apiserver of its own).
+#: the operator stores and writes. The only one served in this release;
+#: named anyway, since once v1beta1 is served an unnamed read asks for it,
+#: made by the conversion webhook, and no Service answers that here
+#: (tests/cluster/test_conversion_webhook.py tests conversion on an apiserver
+#: of its own).
 POLICIES = "checkpointpolicies.v1alpha1.ckptdrain.io"
 
 
