@@ -14,9 +14,12 @@ T = TypeVar("T")
 KUBECTL = os.environ.get("KUBECTL", "kubectl")
 HELM = os.environ.get("HELM", "helm")
 #: CheckpointPolicies at v1alpha1, the version the operator stores and
-#: writes its status in: a read, patch or delete named so never waits on the
-#: conversion webhook (kubectl asks for the newest version otherwise, made by
-#: the operator's admission process, down while chaos restarts it).
+#: writes its status in. This release serves no other, so nothing here goes
+#: through the conversion webhook; named anyway so that the release serving
+#: v1beta1 (kubectl's preferred version then, converted by the admission
+#: process, down while chaos restarts it) changes nothing here. Once an
+#: object is written at v1beta1, even a v1alpha1 write converts (its
+#: managedFields): this scenario writes v1alpha1 only.
 POLICIES = "checkpointpolicies.v1alpha1.ckptdrain.io"
 
 

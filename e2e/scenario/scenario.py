@@ -235,8 +235,10 @@ def step4_drain(logs: Logs, local_root: Path, complete: int) -> dict[int, str]:
           f"policy status: required {status['requiredBandwidth']}, drainers "
           f"{status['drainers']}, last local step {status['lastLocalStep']}, last global "
           f"step {status['lastGlobalStep']}, recovery point {status['recoveryPointTime']}")
-    # Unversioned on purpose: what a user sees, the newest version, made by
-    # the operator's conversion webhook (the CRD's caBundle set by it too).
+    # Unversioned on purpose: what a user sees. This release serves v1alpha1
+    # alone, so this reads v1alpha1 with no conversion; once a release serves
+    # v1beta1 it reads that, made by the operator's conversion webhook (the
+    # CRD's caBundle set by it too).
     print(kubectl("get", "checkpointpolicy", "-n", NS).stdout, flush=True)
     # The cluster scale: published in the namespace, and the policy's channel
     # leaves shrinks to it once both agents said (in their own reports, under

@@ -6,10 +6,13 @@ the operator, which is then granted that one CRD."""
 from __future__ import annotations
 
 import io
+import json
+import re
 
 import pytest
 import yaml
 from tests.chart.support import CHART, CRDS, Tools
+from tests.docs.blocks import REPO
 
 pytestmark = pytest.mark.cluster  # helm, built by `make servers`
 
@@ -53,6 +56,19 @@ def test_the_crd_converts_through_the_releases_webhook_service(
     # Only that CRD converts.
     for other in ("checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io"):
         assert "conversion" not in _crd(objects, other)["spec"]
+
+
+@pytest.mark.parametrize("args", [(), ("--set", "certManager.enabled=true")])
+def test_the_release_serves_only_v1alpha1_and_names_the_conversion_webhook(
+        tools: Tools, args: tuple[str, ...]) -> None:
+    """This release defines v1beta1 but serves v1alpha1 alone: the apiserver
+    never converts, so no read waits on a pod during an upgrade, while the
+    webhook is named (and its CA kept) before a release serves v1beta1."""
+    crd = _crd(_render(tools, "train", "ml-ops", *args))
+    served = {v["name"]: (v["served"], v["storage"]) for v in crd["spec"]["versions"]}
+    assert served == {"v1alpha1": (True, True), "v1beta1": (False, False)}
+    assert crd["spec"]["conversion"]["strategy"] == "Webhook"
+    assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"] == "/convert"
 
 
 def test_crds_dir_names_the_default_install() -> None:
@@ -136,3 +152,20 @@ def test_a_webhook_path_is_a_path_only(tools: Tools, key: str, value: str) -> No
     assert refused.returncode != 0
     assert key in refused.stderr and "does not match pattern" in refused.stderr, (
         refused.stderr)
+
+
+def test_the_crds_by_hand_commands_name_what_the_chart_renders(tools: Tools) -> None:
+    """docs/api-versions.md's commands for crds.install=false (run on an
+    apiserver by tests/cluster/test_crds_by_hand.py) put into the CRD what
+    the chart renders for the same release and namespace."""
+    text = (REPO / "docs" / "api-versions.md").read_text()
+    block = re.findall(r"```sh\n(.*?)```",
+                       text[text.index("## Installing the CRDs yourself"):], re.S)[0]
+    patch = json.loads(re.search(r"-p '(\{.*\})'", block)[1])  # type: ignore[index]
+    service = patch["spec"]["conversion"]["webhook"]["clientConfig"]["service"]
+    injected = re.search(r"cert-manager.io/inject-ca-from=(\S+)", block)[1]  # type: ignore[index]
+    release = re.search(r"For a release `(\w+)` in the namespace `([\w-]+)`", text)
+    assert release is not None
+    rendered = _crd(_render(tools, release[1], release[2], "--set", "certManager.enabled=true"))
+    assert rendered["spec"]["conversion"]["webhook"]["clientConfig"]["service"] == service
+    assert rendered["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == injected

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_helpers import policy
+from cluster_helpers import policy, policy_crd_serving_v1beta1
 from operator_process import repo_root
 from test_cel_rules import RULES, Change, Rule, _set
 
@@ -52,8 +52,9 @@ RESPELLED = [
          _set("model", {"checkpointBytes": "0Ti"}), ("spec.model.checkpointBytes", "positive")),
     Rule("checkpointBytes positive, an integer", _set("model", {"checkpointBytes": 1}),
          _set("model", {"checkpointBytes": 0}), ("spec.model.checkpointBytes", "positive")),
+    # A string the pattern admits ends in a digit other than 0: never zero.
     Rule("bytesPerParameter positive", _set("model.bytesPerParameter", "0.5"),
-         _set("model.bytesPerParameter", "0.00"), ("spec.model.bytesPerParameter", "positive")),
+         _set("model.bytesPerParameter", "0.00"), ("spec.model.bytesPerParameter", PATTERN)),
     Rule("bytesPerParameter positive, an integer", _set("model.bytesPerParameter", 1),
          _set("model.bytesPerParameter", 0), ("spec.model.bytesPerParameter", "positive")),
     Rule("overlap at most 100%", _set("overlap", "100%"), _set("overlap", "100.5%"),
@@ -89,23 +90,32 @@ DURATIONS = ["interval", "mtti", "localWriteTime", "restore.retryDeadline",
              "restore.agreementTimeout", "drain.stallTimeout"]
 
 SPELLINGS = [
-    *_ok("model.parameters", "405G", 405000000000, "1.5T", "70M", "4.05e11", "405", "4.05E+11"),
-    *_no("model.parameters", PATTERN, "405B", "1.5P", "405g", "405 G", "1.5Ti", "-5G"),
+    *_ok("model.parameters", "405G", 405000000000, "1.5T", "70M", "4.05e11", "4.05E+11", "0.5"),
+    # Plain digits are an integer, never a string (v1alpha1 could not give
+    # the string back as written).
+    *_no("model.parameters", PATTERN, "405B", "1.5P", "405g", "405 G", "1.5Ti", "-5G", "405",
+         "405000000000"),
     # A JSON number with a fraction (a whole one reads as an integer).
     *_no("model.parameters", NUMBER_OR_STRING, 1.5),
-    *_ok("model.bytesPerParameter", "12.5", 14, "2"),
-    *_no("model.bytesPerParameter", PATTERN, "12.5B", "1e1", ".5", "-2"),
+    *_ok("model.bytesPerParameter", "12.5", 14, 2, "0.25", "12.345678901234"),
+    # As a string only a decimal with a fraction and no trailing zero: what a
+    # JSON number in v1alpha1 gives back unchanged.
+    *_no("model.bytesPerParameter", PATTERN, "12.5B", "1e1", ".5", "-2", "2", "14", "12.50",
+         "2.0", "012.5"),
+    *_no("model.bytesPerParameter", "16", "12.3456789012345678"),
     *_no("model.bytesPerParameter", NUMBER_OR_STRING, 12.5),
     *_ok("model.checkpointBytes", "5.67T", "1.5Ti", 5670000000000, "5e12", "800G", "1E"),
-    *_no("model.checkpointBytes", PATTERN, "5.67TB", "1.5TiB", "800GB", "8K", "1e-3", "5.67 T"),
+    *_no("model.checkpointBytes", PATTERN, "5.67TB", "1.5TiB", "800GB", "8K", "1e-3", "5.67 T",
+         "800", "5670000000000"),
     *_ok("localTier.capacity", "8Ti", "8T", 8000000000000, 0),
-    *_no("localTier.capacity", PATTERN, "8TB", "8TiB", "8t"),
+    *_no("localTier.capacity", PATTERN, "8TB", "8TiB", "8t", "800", "0"),
     *_no("localTier.capacity", "greater than or equal to 0", -1),
     *_ok("peerTier.capacity", "2T", "2Ti", 2000000000000),
     *_no("peerTier.capacity", PATTERN, "2TB"),
     *_no("peerTier.capacity", "greater than or equal to 0", -1),
     *_ok("caps.bandwidth", "10G", "1.25Gi", 10000000000),
-    *_no("caps.bandwidth", PATTERN, "10GB/s", "10G/s", "1E", "1Ei", "1e9"),
+    *_no("caps.bandwidth", PATTERN, "10GB/s", "10G/s", "1E", "1Ei", "1e9", "14",
+         "10000000000"),
     *_no("caps.bandwidth", "greater than or equal to 0", -1),
     *_ok("caps.perDrainer", "2G", "500Mi"),
     *_no("caps.perDrainer", PATTERN, "2GB/s", "500MiB"),
@@ -126,7 +136,7 @@ def _memory(value: Any) -> Change:
 
 MEMORY = [(_memory("64Gi"), None), (_memory(68719476736), None), (_memory("64G"), None),
           (_memory("64GB"), PATTERN), (_memory("64GiB"), PATTERN),
-          (_memory(-1), "greater than or equal to 0")]
+          (_memory("68719476736"), PATTERN), (_memory(-1), "greater than or equal to 0")]
 
 
 def _body(change: Change) -> dict[str, Any]:
@@ -152,7 +162,7 @@ def _refused_by_the_apiserver(result: Any, body: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def beta(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    crd = yaml.safe_load(CRD.read_text())
+    crd = policy_crd_serving_v1beta1()
     crd["spec"].pop("conversion", None)
     path: Path = tmp_path_factory.mktemp("crd") / "checkpointpolicies.yaml"
     path.write_text(yaml.safe_dump(crd))

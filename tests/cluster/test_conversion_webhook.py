@@ -5,11 +5,11 @@ v1beta1 fail while nothing answers there and v1alpha1 (stored) reads never
 need it, and the operator keeps the CRD's conversion caBundle with only the
 rights docs/rbac.md grants.
 
-The CRD is crds/checkpointpolicies.yaml; where it has no v1beta1 yet, v1alpha1's
-schema is served as v1beta1 too. Its conversion clientConfig points at the
-process by URL (no Service here). The expected answers come from the
-converter itself (`convert`, or the envelope around it), so the assertions
-hold for whichever converter is built in. Its own apiserver: this module
+The CRD is crds/checkpointpolicies.yaml with v1beta1 served, as the next
+release serves it (this release defines v1beta1 without serving it, so that
+no upgrade sends conversions to pods that cannot answer them). Its
+conversion clientConfig points at the process by URL (no Service here). The
+expected answers come from the pure converter (`convert`). Its own apiserver: this module
 changes the CRD and stops the webhook, which would break other modules'
 reads of the session's cluster."""
 
@@ -29,12 +29,12 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_helpers import wait_for
+from cluster_helpers import policy_crd_serving_v1beta1, wait_for
 from conversion_server import ConversionServer
 from kubernetes import client, config
 from operator_process import ALLOWED_ROOT, repo_root
 
-from ckptdrain.operator.admission import conversion
+from ckptdrain.contract.policy_versions import convert
 from ckptdrain.operator.tls import webhook_certs
 from ckptdrain.operator.tls.webhook_address import WebhookAddress
 from ckptdrain.operator.tls.webhook_certs import CrdCa
@@ -44,36 +44,18 @@ from support.apiserver import Cluster, free_port
 ALPHA, BETA = "ckptdrain.io/v1alpha1", "ckptdrain.io/v1beta1"
 CRD = "checkpointpolicies.ckptdrain.io"
 
-try:  # the pure converter, once it is built in
-    from ckptdrain.contract.policy_versions import convert as _convert
-except ImportError:  # before it: the envelope's own answer is the expectation
-    _convert = None
-
-
 def converted(obj: dict[str, Any], desired: str) -> dict[str, Any]:
     """What our converter makes of `obj` in `desired`."""
-    if _convert is not None:
-        return dict(_convert(copy.deepcopy(obj), desired))
-    review = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-              "request": {"uid": "expected", "desiredAPIVersion": desired,
-                          "objects": [copy.deepcopy(obj)]}}
-    (only,) = conversion.review_response(review)["response"]["convertedObjects"]
-    return dict(only)
+    return dict(convert(copy.deepcopy(obj), desired))
 
 
 def policy_crd(url: str, ca_pem: bytes) -> dict[str, Any]:
-    """crds/checkpointpolicies.yaml, converting through `url`, with v1beta1
-    served (v1alpha1's schema under that name where the file has none)."""
-    crd = next(d for d in yaml.safe_load_all(
-        (repo_root() / "crds" / "checkpointpolicies.yaml").read_text()) if d)
-    versions = crd["spec"]["versions"]
-    if not any(v["name"] == "v1beta1" for v in versions):
-        beta = copy.deepcopy(next(v for v in versions if v["name"] == "v1alpha1"))
-        beta.update(name="v1beta1", served=True, storage=False)
-        versions.append(beta)
+    """crds/checkpointpolicies.yaml with v1beta1 served (as the next release
+    serves it), converting through `url`."""
+    crd = policy_crd_serving_v1beta1()
     crd["spec"]["conversion"]["webhook"]["clientConfig"] = {
         "url": url, "caBundle": base64.b64encode(ca_pem).decode()}
-    return dict(crd)
+    return crd
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +158,8 @@ def test_the_apiserver_converts_through_our_convert(
     same_object(beta, converted(stored, BETA))
     wait_for(lambda: server.conversions() > before, timeout_s=10,
              what="the process to report the ConversionReview the apiserver sent it")
-    if _convert is not None:  # the real converter: the spellings v1beta1 has
-        assert (beta["spec"]["interval"], beta["spec"]["overlap"]) == ("24h", "10%")
+    # The spellings v1beta1 has.
+    assert (beta["spec"]["interval"], beta["spec"]["overlap"]) == ("24h", "10%")
 
     # A list without a version is served in the preferred one, v1beta1.
     listed = json.loads(own_cluster.kubectl("get", "-n", namespace, "checkpointpolicies",

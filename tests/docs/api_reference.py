@@ -1,9 +1,10 @@
 """docs/api.md, generated from the CRDs in crds/: every field of each kind,
 its type, default, who sets it and its description, the rules the apiserver
 enforces (x-kubernetes-validations) and the status the operator writes. A
-kind served in several versions is written out in its preferred one (the
-highest by Kubernetes' version priority, what to write); each other version
-follows with the fields and rules it states differently.
+kind with several versions is written out in its preferred served one (the
+highest served by Kubernetes' version priority, what to write); each other
+version, served or defined for the next release, follows with the fields
+and rules it states differently.
 
     python -m tests.docs.api_reference     # or: make api-docs
 
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.docs.crd_versions import versions
+from tests.docs.crd_versions import defined_only, listed, versions
 from tests.docs.schema_cells import cell, code, default_cell, table, type_of
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,7 +150,7 @@ def owner(path: str, owners: Mapping[str, str] = OWNERS) -> str | None:
 
 def _spec_paths(crd: Mapping[str, Any]) -> list[str]:
     """The spec fields of every version, each once, the preferred version's first."""
-    found = [f.path for v in versions(crd) for f in fields(_spec(crd, v["name"]), "spec")]
+    found = [f.path for v in listed(crd) for f in fields(_spec(crd, v["name"]), "spec")]
     return list(dict.fromkeys(found))
 
 
@@ -192,18 +193,20 @@ def _path_cell(f: Field) -> str:
 def _api_version(crd: Mapping[str, Any], version: Mapping[str, Any]) -> str:
     """`group/version`, and with several versions which one to write and
     which one the apiserver stores."""
-    served = versions(crd)
-    notes = [note for note, yes in (("write this", version is served[0]),
+    notes = [note for note, yes in (("write this", version is versions(crd)[0]),
                                     ("stored", version.get("storage"))) if yes]
     return f"`{crd['spec']['group']}/{version['name']}`" + (
-        f" ({', '.join(notes)})" if len(served) > 1 and notes else "")
+        f" ({', '.join(notes)})" if len(listed(crd)) > 1 and notes else "")
 
 
 def _kind_header(crd: Mapping[str, Any]) -> list[str]:
     names, (version, *others) = crd["spec"]["names"], versions(crd)
     short = ", ".join(code(s) for s in names.get("shortNames") or [])
+    staged = defined_only(crd)
     also = ("; also served: " + ", ".join(_api_version(crd, v) for v in others) +
-            ", below" if others else "")
+            ", below" if others else "") + (
+        "; defined, served from the next release: " +
+        ", ".join(_api_version(crd, v) for v in staged) + ", below" if staged else "")
     lines = [f"## {names['kind']}", "",
              f"{_api_version(crd, version)}, {crd['spec']['scope'].lower()}; "
              f"`kubectl get {names['plural']}`" + (f" (short: {short})" if short else "") +
@@ -273,7 +276,7 @@ def policy_section(crd: Mapping[str, Any]) -> list[str]:
             "overlap, selector, retention, restore).", "",
             *table(["Field", "Type", "Default", "Set by", "Description"], rows),
             *_rules_section(crd), *_status_section(crd),
-            *[line for v in versions(crd)[1:] for line in _older_section(crd, v["name"])]]
+            *[line for v in listed(crd)[1:] for line in _older_section(crd, v["name"])]]
 
 
 def _shallow(schema: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -297,9 +300,12 @@ def _older_section(crd: Mapping[str, Any], name: str) -> list[str]:
             if path not in theirs or _shallow(f.schema) != _shallow(theirs[path].schema)]
     kept = {(r.target, r.rule, r.message) for r in rules(preferred)}
     changed = [r for r in rules(own) if (r.target, r.rule, r.message) not in kept]
-    top = _api_version(crd, _version(crd, name))
+    version = _version(crd, name)
+    top = _api_version(crd, version)
+    status = ("is served too" if version.get("served") else
+              "is defined, served from the next release (write the version above now)")
     lines = [f"### {crd['spec']['group']}/{name}", "",
-             f"{top} is served too: every field above, under the same path with the same "
+             f"{top} {status}: every field above, under the same path with the same "
              "owner, and every rule, except these, which it states in its own way.", "",
              *table(["Field", "Type", "Default", "Set by", "Description"], rows)]
     absent = [path for path in theirs if path not in mine]
@@ -335,7 +341,8 @@ def render(crds: list[dict[str, Any]]) -> str:
              "source the chart installs). What the fields mean in practice: "
              "[operator.md](operator.md); how the pods are changed: "
              "[pod-contract.md](pod-contract.md).", "",
-             "Versions: v1alpha1 and v1beta1, what differs and how objects convert: "
+             "Versions: v1alpha1 (served) and v1beta1 (defined, served from the next "
+             "release), what differs and how objects convert: "
              "[api-versions.md](api-versions.md).", ""]
     for crd in crds:
         kind = crd["spec"]["names"]["kind"]

@@ -1,5 +1,6 @@
-"""The served versions of a CRD in Kubernetes' order of preference: the one
-`kubectl` shows and a user should write comes first."""
+"""The versions of a CRD in Kubernetes' order of preference: the served one
+`kubectl` shows and a user should write comes first; versions defined but
+not served yet (staged for the next release) after the served ones."""
 
 from __future__ import annotations
 
@@ -23,3 +24,15 @@ def versions(crd: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The served versions, the preferred (what to write) first."""
     served = [v for v in crd["spec"]["versions"] if v.get("served")]
     return sorted(served, key=lambda v: _priority(v["name"]), reverse=True)
+
+
+def defined_only(crd: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The versions defined but not served (served from a later release),
+    highest priority first."""
+    staged = [v for v in crd["spec"]["versions"] if not v.get("served")]
+    return sorted(staged, key=lambda v: _priority(v["name"]), reverse=True)
+
+
+def listed(crd: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Every version: the served ones, preferred first, then the staged ones."""
+    return [*versions(crd), *defined_only(crd)]

@@ -21,29 +21,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckptdrain import units
+from ckptdrain.contract.policy_versions import (
+    BYTES_PER_PARAMETER_MAX_LENGTH,
+    V1BETA1_PATTERNS,
+)
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "checkpointpolicies.yaml"
 
-DURATION = "^([0-9]+(\\.[0-9]+)?(h|m|s|ms))+$"
-BYTES = "^[0-9]+(\\.[0-9]+)?([eE][0-9]+|[kMGTPE]|[KMGTPE]i)?$"
-RATE = "^[0-9]+(\\.[0-9]+)?([kMGTP]|[KMGTP]i)?$"
+DURATION = V1BETA1_PATTERNS["spec.interval"]
+BYTES = V1BETA1_PATTERNS["spec.model.checkpointBytes"]
+RATE = V1BETA1_PATTERNS["spec.caps.bandwidth"]
 #: Every field whose type differs, and its v1beta1 pattern (None: a time).
+#: The patterns are the converter's own: what it writes, the CRD admits.
 CHANGED: dict[str, str | None] = {
-    "spec.model.parameters": "^[0-9]+(\\.[0-9]+)?([eE][+-]?[0-9]+|[kMGT])?$",
-    "spec.model.bytesPerParameter": "^[0-9]+(\\.[0-9]+)?$",
-    "spec.model.checkpointBytes": BYTES,
-    "spec.localTier.capacity": BYTES,
-    "spec.localTier.memory.sizeLimit": BYTES,
-    "spec.peerTier.capacity": BYTES,
-    "spec.caps.bandwidth": RATE,
-    "spec.caps.perDrainer": RATE,
-    "spec.interval": DURATION,
-    "spec.mtti": DURATION,
-    "spec.localWriteTime": DURATION,
-    "spec.restore.retryDeadline": DURATION,
-    "spec.restore.agreementTimeout": DURATION,
-    "spec.drain.stallTimeout": DURATION,
-    "spec.overlap": "^([0-9]+(\\.[0-9]+)?)%$",
+    **V1BETA1_PATTERNS,
     "status.lastRestoreAgreement.startedAt": None,
     "status.lastRestoreFailure.startedAt": None,
     "status.goodput.heldSince": None,
@@ -85,11 +76,14 @@ def _common(version: str) -> dict[str, Any]:
     return schema
 
 
-def test_v1alpha1_stays_stored_and_v1beta1_is_served_beside_it() -> None:
+def test_v1alpha1_is_stored_and_the_only_version_served() -> None:
+    """v1beta1 is defined but not served in this release: the apiserver never
+    converts, so an upgrade never sends a conversion to pods that cannot
+    answer it (docs/api-versions.md, "Staged")."""
     versions = _versions()
     assert list(versions) == ["v1alpha1", "v1beta1"]
     assert (versions["v1alpha1"]["served"], versions["v1alpha1"]["storage"]) == (True, True)
-    assert (versions["v1beta1"]["served"], versions["v1beta1"]["storage"]) == (True, False)
+    assert (versions["v1beta1"]["served"], versions["v1beta1"]["storage"]) == (False, False)
     for key in ("subresources", "additionalPrinterColumns"):
         assert versions["v1beta1"][key] == versions["v1alpha1"][key], key
 
@@ -114,7 +108,7 @@ def test_each_listed_field_has_its_v1beta1_type(path: str) -> None:
         assert (new["type"], new["format"]) == ("string", "date-time")
         assert new.get("nullable") == old.get("nullable")
         return
-    assert new["pattern"] == pattern
+    assert new["pattern"] == pattern == V1BETA1_PATTERNS[path]
     assert new.get("default") == old.get("default")
     if pattern == DURATION or path == "spec.overlap":
         assert new["type"] == "string" and "x-kubernetes-int-or-string" not in new
@@ -125,6 +119,15 @@ def test_each_listed_field_has_its_v1beta1_type(path: str) -> None:
     # A rule of v1alpha1 carries over, adapted to the new spelling.
     assert len(new.get("x-kubernetes-validations", [])) >= len(
         old.get("x-kubernetes-validations", []))
+
+
+def test_every_converter_pattern_is_the_crds() -> None:
+    """What the converter writes is what the CRD admits, and nothing more."""
+    schema = _schema("v1beta1")
+    for path, pattern in V1BETA1_PATTERNS.items():
+        assert _node(schema, path)["pattern"] == pattern, path
+    per_parameter = _node(schema, "spec.model.bytesPerParameter")
+    assert per_parameter["maxLength"] == BYTES_PER_PARAMETER_MAX_LENGTH
 
 
 def test_descriptions_of_the_listed_fields_use_the_new_spellings() -> None:

@@ -56,6 +56,19 @@ def down(path: str, value: object) -> object:
 
 
 # The issue's own examples, and one of each unit for every field.
+#: One interruption as the operator writes it (ckptdrain.goodput), and in v1beta1:
+#: every time RFC3339, the durations and counts as they are.
+INTERRUPTION_V1ALPHA1 = {
+    "pod": "p-0", "writer": 0, "at": 1796000523.5, "step": 12,
+    "completed": {"10": 1796000400.125, "11": 1796000460.0},
+    "restoreStartedAt": 1796000583.25, "resourcesAt": 1796000553.0, "waitingSeconds": 29.5,
+    "lostSeconds": 63.375, "restoredStep": 11}
+INTERRUPTION_V1BETA1 = {
+    **INTERRUPTION_V1ALPHA1, "at": "2026-11-30T01:02:03.500000Z",
+    "completed": {"10": "2026-11-30T01:00:00.125000Z", "11": "2026-11-30T01:01:00.000000Z"},
+    "restoreStartedAt": "2026-11-30T01:03:03.250000Z",
+    "resourcesAt": "2026-11-30T01:02:33.000000Z"}
+
 UP = [
     ("spec.model.parameters", "405B", "405G"),
     ("spec.model.parameters", "1.5T", "1.5T"),
@@ -113,6 +126,10 @@ UP = [
     ("status.lastRestoreFailure.startedAt", 1796000523, "2026-11-30T01:02:03.000000Z"),
     ("status.goodput.heldSince", 1796000523.5, "2026-11-30T01:02:03.500000Z"),
     ("status.goodput.endedAt", 0.000001, "1970-01-01T00:00:00.000001Z"),
+    ("status.goodput.lastInterruption", {"pod": "p-0", "at": 1796000523.5, "lostSteps": 3},
+     {"pod": "p-0", "at": "2026-11-30T01:02:03.500000Z", "lostSteps": 3}),
+    ("status.goodput.recent", [INTERRUPTION_V1ALPHA1, "not an entry"],
+     [INTERRUPTION_V1BETA1, "not an entry"]),
 ]
 
 
@@ -146,6 +163,9 @@ DOWN = [
     ("status.lastRestoreFailure.startedAt", "2026-11-30T01:02:03Z", 1796000523.0),
     ("status.goodput.heldSince", "2026-11-30T03:02:03.5+02:00", 1796000523.5),
     ("status.goodput.endedAt", "2026-11-30t01:02:03.25z", 1796000523.25),
+    ("status.goodput.lastInterruption", {"pod": "p-0", "at": "2026-11-30T01:02:03.500000Z"},
+     {"pod": "p-0", "at": 1796000523.5}),
+    ("status.goodput.recent", [INTERRUPTION_V1BETA1], [INTERRUPTION_V1ALPHA1]),
 ]
 
 

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -35,7 +36,9 @@ DURATIONS = ["spec.interval", "spec.mtti", "spec.localWriteTime", "spec.restore.
              "spec.restore.agreementTimeout", "spec.drain.stallTimeout"]
 AMOUNTS = COUNT + BYTES + RATES
 STRINGS = AMOUNTS + DURATIONS + ["spec.overlap"]
-TIMES = [p for p in pv.FIELDS if p.startswith("status.")]
+#: Interruptions: objects whose times convert, in status.goodput.
+INTERRUPTIONS = ["status.goodput.lastInterruption", "status.goodput.recent"]
+TIMES = [p for p in pv.FIELDS if p.startswith("status.") and p not in INTERRUPTIONS]
 #: What v1alpha1 means by each string field, as the operator reads it.
 READ: dict[str, Callable[[str, object], float]] = {
     **dict.fromkeys(COUNT, units.parse_count), **dict.fromkeys(BYTES, units.parse_bytes),
@@ -194,3 +197,40 @@ def test_the_v1beta1_patterns_refuse_what_would_not_come_back() -> None:
     assert all(re.search(v1alpha1_pattern(p), v) for p, v in [
         ("spec.model.parameters", "405000000000"), ("spec.caps.bandwidth", "10G"),
         ("spec.interval", "1h30m")])
+
+
+# -- the times inside status.goodput's interruptions ---------------------------------
+
+_UNIX = st.floats(min_value=0, max_value=7e9, allow_nan=False)
+_ENTRIES = st.fixed_dictionaries(
+    {"pod": st.just("p-0"), "at": _UNIX},
+    optional={"restoreStartedAt": _UNIX, "resourcesAt": _UNIX, "lostSeconds": _UNIX,
+              "completed": st.dictionaries(st.integers(0, 99).map(str), _UNIX, max_size=3)})
+
+
+def _times(entry: dict[str, Any]) -> list[tuple[str, Any]]:
+    keys = ("at", "restoreStartedAt", "resourcesAt")
+    return [(k, entry[k]) for k in keys if k in entry] + [
+        (f"completed.{s}", t) for s, t in (entry.get("completed") or {}).items()]
+
+
+@PROPERTY
+@given(entries=st.lists(_ENTRIES, min_size=1, max_size=3))
+def test_interruption_times_survive_a_trip_through_v1beta1(
+        entries: list[dict[str, Any]]) -> None:
+    v1beta1 = up("status.goodput.recent", entries)
+    assert isinstance(v1beta1, list)
+    for entry in v1beta1:
+        for key, value in _times(entry):
+            assert isinstance(value, str) and value.endswith("Z"), (key, value)
+        assert entry.get("lostSeconds") == entries[v1beta1.index(entry)].get("lostSeconds")
+    back = down("status.goodput.recent", v1beta1)
+    assert isinstance(back, list) and len(back) == len(entries)
+    for written, returned in zip(entries, back, strict=True):
+        assert [k for k, _ in _times(returned)] == [k for k, _ in _times(written)]
+        for (_, a), (_, b) in zip(_times(written), _times(returned), strict=True):
+            assert isinstance(b, float) and abs(b - float(a)) <= 5e-7 + math.ulp(float(a))
+    # And v1beta1 -> v1alpha1 -> v1beta1 is exact.
+    assert up("status.goodput.recent", back) == v1beta1
+    last = up("status.goodput.lastInterruption", entries[0])
+    assert last == v1beta1[0]

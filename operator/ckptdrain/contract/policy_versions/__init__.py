@@ -71,6 +71,12 @@ FIELDS: Mapping[str, tuple[Convert, Convert]] = {
     **{f"status.{name}": (status_times.to_rfc3339, status_times.to_unix_seconds)
        for name in ("lastRestoreAgreement.startedAt", "lastRestoreFailure.startedAt",
                     "goodput.heldSince", "goodput.endedAt")},
+    # Interruptions: free-form in the schema (preserve-unknown), their times
+    # converted all the same, so v1beta1 never shows a Unix second.
+    "status.goodput.lastInterruption": (status_times.interruption_to_rfc3339,
+                                        status_times.interruption_to_unix_seconds),
+    "status.goodput.recent": (status_times.interruptions_to_rfc3339,
+                              status_times.interruptions_to_unix_seconds),
 }
 
 

@@ -4,12 +4,14 @@ v1beta1 as RFC3339 strings, UTC, to the microsecond
 
 A double tells apart every microsecond of Unix time until 2^33 s (the year
 2242), so until then a v1beta1 time written the way this module writes it
-comes back from v1alpha1 unchanged.
+comes back from v1alpha1 unchanged. The times inside status.goodput's
+interruptions (preserved, not in the schema) convert the same way.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
@@ -49,3 +51,43 @@ def to_unix_seconds(value: object) -> object:
     fraction = Fraction(int(match["fraction"]), 10 ** len(match["fraction"])) \
         if match["fraction"] else Fraction(0)
     return float(whole + fraction)
+
+
+#: The Unix-seconds times of one interruption in status.goodput.recent and
+#: status.goodput.lastInterruption (ckptdrain.goodput: interruption, attach,
+#: summary), and `completed`, the completion time of each restorable step.
+INTERRUPTION_TIMES = ("at", "restoreStartedAt", "resourcesAt")
+
+
+def _interruption(entry: object, convert: Callable[[object], object]) -> object:
+    if not isinstance(entry, dict):
+        return entry
+    out = dict(entry)
+    for key in INTERRUPTION_TIMES:
+        if key in out:
+            out[key] = convert(out[key])
+    if isinstance(out.get("completed"), dict):
+        out["completed"] = {step: convert(t) for step, t in out["completed"].items()}
+    return out
+
+
+def interruption_to_rfc3339(entry: object) -> object:
+    """One interruption with its times as RFC3339; anything else unchanged."""
+    return _interruption(entry, to_rfc3339)
+
+
+def interruption_to_unix_seconds(entry: object) -> object:
+    """One interruption with its times as Unix seconds; anything else unchanged."""
+    return _interruption(entry, to_unix_seconds)
+
+
+def interruptions_to_rfc3339(entries: object) -> object:
+    """Each interruption of a list with its times as RFC3339."""
+    return [interruption_to_rfc3339(e) for e in entries] if isinstance(entries, list) \
+        else entries
+
+
+def interruptions_to_unix_seconds(entries: object) -> object:
+    """Each interruption of a list with its times as Unix seconds."""
+    return [interruption_to_unix_seconds(e) for e in entries] if isinstance(entries, list) \
+        else entries
