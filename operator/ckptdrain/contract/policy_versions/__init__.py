@@ -9,7 +9,8 @@ same in both, and is carried as it is, unknown fields included.
 
 - `to_v1beta1` rewrites each of those fields in the v1beta1 spelling of the
   same value; `to_v1alpha1` back. v1beta1 -> v1alpha1 -> v1beta1 is exact;
-  v1alpha1 -> v1beta1 -> v1alpha1 keeps every value (1d comes back 24h).
+  v1alpha1 -> v1beta1 -> v1alpha1 keeps every value (1d comes back 24h),
+  status times to the microsecond (what the operator writes is rounded so).
 - A value that does not read is carried unchanged, never an error: a
   conversion that fails breaks every list of the resource, for everyone.
 - metadata is never touched (the apiserver refuses a conversion that changes

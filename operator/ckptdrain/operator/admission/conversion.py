@@ -20,7 +20,10 @@ REVIEW_API_VERSION = "apiextensions.k8s.io/v1"
 REVIEW_KIND = "ConversionReview"
 
 
-def _converted(request: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _converted(request: Mapping[str, Any], consume: bool) -> list[dict[str, Any]]:
+    """Each object converted; with `consume`, each original is dropped from
+    request.objects as soon as its copy is made, so a large list is never
+    held twice."""
     desired = request.get("desiredAPIVersion")
     objects = request.get("objects")
     if not isinstance(objects, list):
@@ -30,6 +33,8 @@ def _converted(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     for index, obj in enumerate(objects):
         try:
             converted.append(policy_versions.convert(obj, desired))
+            if consume:
+                objects[index] = None
         except InvalidInput as error:
             where = "request" if error.field == "desiredAPIVersion" else \
                 f"request.objects[{index}]"
@@ -37,10 +42,12 @@ def _converted(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     return converted
 
 
-def review_response(review: Mapping[str, Any]) -> dict[str, Any]:
+def review_response(review: Mapping[str, Any], *, consume: bool = False) -> dict[str, Any]:
     """The ConversionReview answering `review`: request.uid echoed, every
     object in request.desiredAPIVersion and status Success, or status
-    Failure with a message saying what was wrong."""
+    Failure with a message saying what was wrong. `consume`: the review is
+    the caller's to spend (the server parsed it for this answer alone), and
+    its objects are dropped as they are converted."""
     request = review.get("request")
     uid = str(request.get("uid") or "") if isinstance(request, Mapping) else ""
     response: dict[str, Any] = {"uid": uid}
@@ -51,7 +58,7 @@ def review_response(review: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(request, Mapping):
             raise InvalidInput("request", "a conversion request", None if request is None
                                else type(request).__name__)
-        response["convertedObjects"] = _converted(request)
+        response["convertedObjects"] = _converted(request, consume)
         response["result"] = {"status": "Success"}
     except InvalidInput as error:
         response["convertedObjects"] = []

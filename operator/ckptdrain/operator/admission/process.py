@@ -125,7 +125,7 @@ class Reviewer:
         started, outcome = received or time.perf_counter(), "error"
         heap.busy()  # no heap trim while a list is converted, as for admissions
         try:
-            answer = conversion.review_response(request)
+            answer = conversion.review_response(request, consume=True)
             if (answer.get("response") or {}).get("result", {}).get("status") == "Success":
                 outcome = "ok"
             return answer

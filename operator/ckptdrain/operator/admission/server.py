@@ -49,15 +49,17 @@ MAX_IN_FLIGHT = 8
 #: Sized by memory. The operator container (values.yaml
 #: operator.resources.limits.memory: 512 MiB) holds the operator's process
 #: and this one. Measured: json.loads of a 63 MiB review took this process's
-#: RSS from 151 to 484 MiB, about 5.3× the body, before the answer (the
-#: converted list, then its encoding) adds its own share. At 64 MiB × 2
-#: slots the parsed bodies alone (2 × ~340 MiB) pass the limit. At
-#: 32 MiB × 1: 151 + 32 (the body) + ~170 (parsed) ≈ 350 MiB, leaving
-#: ~160 MiB for the answer (~32 MiB encoded, plus whatever objects the
-#: converter makes rather than shares): tight, which is why one slot. A
-#: list beyond 32 MiB (about 8,000 policies at 4 KB each) is refused (413);
-#: a second conversion waits for the slot until the apiserver's deadline.
-MAX_CONVERSION_BYTES = 32 << 20
+#: RSS from 151 to 484 MiB, about 5.3× the body; a 32 MiB review of 8,087
+#: policies cost +114 MiB parsed, +157 MiB converted (copies) and +51 MiB
+#: encoded, about 400 MiB at its peak, and the operator's own process
+#: needs 200-250 MiB at scale (docs/scale.md): past the limit. The
+#: converter drops each original once its copy is made (conversion.py),
+#: so the parsed and converted lists are not held whole at once, and the
+#: cap is 16 MiB: about 16 + 57 parsed-or-converted + 26 encoded ≈ 100 MiB
+#: above the process's baseline, with one slot. A list beyond 16 MiB (about
+#: 4,000 policies at 4 KB each) is refused (413); a second conversion
+#: waits for the slot until the apiserver's deadline.
+MAX_CONVERSION_BYTES = 16 << 20
 CONVERSIONS_IN_FLIGHT = 1
 #: A TLS handshake must be done within this; a connection idle this long is
 #: closed (the apiserver opens another).

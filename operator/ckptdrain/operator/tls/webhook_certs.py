@@ -176,6 +176,9 @@ class CrdCaKeeper:
         except urllib3.exceptions.HTTPError as error:
             self._missing(f"not read ({error})")
             return CrdCa.MISSING
+        except (ValueError, AttributeError) as error:  # not a CRD's JSON (a proxy's page)
+            self._missing(f"not read as a CustomResourceDefinition ({error})")
+            return CrdCa.MISSING
         self.missing_reported = False
         if found is CrdCa.SET:
             self.logger.info("conversion caBundle set on CRD %s", self.crd)
@@ -275,8 +278,8 @@ def start(secret: str, config: str, ours: webhook_address.WebhookAddress, direct
                     missing = ensure_ca_bundle(config, fresh["ca.crt"], logger,
                                                quiet=bool(missing))[1]
                 crd_state = crd.keep(fresh["ca.crt"])
-            except (ApiException, OSError, RuntimeError, urllib3.exceptions.HTTPError) as error:
-                logger.warning("keeping the webhook certificate failed (%s); retrying in %ss",
-                               error, CHECK_S)
+            except Exception as error:  # this thread renews the certificate: it must not end
+                logger.warning("keeping the webhook certificate failed (%r); retrying in %ss",
+                               error, next_check_s(missing, crd_state))
 
     threading.Thread(target=loop, name="ckptdrain-webhook-tls", daemon=True).start()
