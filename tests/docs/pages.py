@@ -149,6 +149,8 @@ def read(path: Path) -> Page:
                 if page.helm_args is not None:
                     raise ValueError(f"{path}: two helm install lines")
                 page.helm_args = _helm(left)
+            elif left[:2] == ["helm", "template"] and right[:2] == ["kubectl", "apply"]:
+                continue  # CRDs rendered for a release and applied: no release installed
             elif left[:1] == ["helm"]:
                 raise ValueError(f"{path}: unknown helm line {line!r}")
             elif left[:2] == ["kubectl", "apply"]:
