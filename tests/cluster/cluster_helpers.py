@@ -106,14 +106,20 @@ def indexed_job(cluster: Cluster, namespace: str, name: str, completions: int,
     return dict(json.loads(made.stdout))
 
 
-def render_chart(release: str, namespace: str, templates: list[str], *values: str) -> str:
-    """Chart templates, rendered as `helm install` and `helm template` render
-    them (the chart decides by its values alone)."""
+def helm_binary() -> Path:
+    """helm from the cache `make servers` fills; missing fails the test."""
     cache = Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")
     helm = cache / "tools" / "bin" / "helm"
     if not os.access(helm, os.X_OK):
         pytest.fail(f"helm is missing ({helm}): build it once with `make servers`",
                     pytrace=False)
+    return helm
+
+
+def render_chart(release: str, namespace: str, templates: list[str], *values: str) -> str:
+    """Chart templates, rendered as `helm install` and `helm template` render
+    them (the chart decides by its values alone)."""
+    helm = helm_binary()
     shown = [arg for t in templates for arg in ("--show-only", f"templates/{t}")]
     out = subprocess.run([str(helm), "template", release, str(repo_root() / "charts" /
                           "ckptdrain"), "--namespace", namespace, *values, *shown],

@@ -42,10 +42,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[apiserver.Cluster]:
     """A real apiserver for the session. Missing binaries fail, naming `make servers`."""
-    try:
-        apiserver.find_binaries()
-    except apiserver.MissingBinaries as error:
-        pytest.fail(str(error), pytrace=False)
+    apiserver.binaries_or_fail()
     with apiserver.running(tmp_path_factory.mktemp("apiserver")) as running:
         yield running
 

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from operator_process import ALLOWED_ROOT
+from operator_process import ALLOWED_ROOT, wait_or_kill
 
 from support.apiserver import Cluster
 
@@ -76,9 +76,5 @@ class ConversionServer:
         if self.proc is not None and self.proc.poll() is None:
             assert self.proc.stdin is not None
             self.proc.stdin.close()  # how it learns that the operator is gone
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            wait_or_kill(self.proc)
         self.proc = None

@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from support.apiserver import Cluster, free_port
 
@@ -136,11 +137,7 @@ class OperatorProcess:
             PEAK_RSS_KIB.append(peak)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            wait_or_kill(self.proc)
         self.proc = None
 
     def tail(self, chars: int = 4000) -> str:
@@ -150,6 +147,15 @@ class OperatorProcess:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             return str(response.read().decode())
+
+
+def wait_or_kill(proc: subprocess.Popen[Any], grace_s: float = 20) -> None:
+    """Wait for a process told to stop; killed if it has not within grace_s."""
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def repo_root() -> Path:

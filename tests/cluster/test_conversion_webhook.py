@@ -60,10 +60,7 @@ def policy_crd(url: str, ca_pem: bytes) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    try:
-        apiserver.find_binaries()
-    except apiserver.MissingBinaries as error:
-        pytest.fail(str(error), pytrace=False)
+    apiserver.binaries_or_fail()
     with apiserver.running(tmp_path_factory.mktemp("conversion-apiserver")) as running:
         yield running
 

@@ -11,9 +11,8 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
 
-import pytest
+from cluster_helpers import helm_binary
 from operator_process import repo_root
 
 from support import apiserver
@@ -27,15 +26,7 @@ def crds_by_hand_block() -> str:
 
 
 def test_the_documented_commands_point_the_crd_at_the_release() -> None:
-    try:
-        binaries = apiserver.find_binaries()
-    except apiserver.MissingBinaries as error:
-        pytest.fail(str(error), pytrace=False)
-    cache = Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")
-    helm = cache / "tools" / "bin" / "helm"
-    if not os.access(helm, os.X_OK):
-        pytest.fail(f"helm is missing ({helm}): build it once with `make servers`",
-                    pytrace=False)
+    binaries, helm = apiserver.binaries_or_fail(), helm_binary()
     with apiserver.running() as cluster:
         env = {**cluster.env(),
                "PATH": f"{binaries.kubectl.parent}:{helm.parent}:{os.environ['PATH']}"}

@@ -375,16 +375,22 @@ def wait_established(cluster: Cluster, *names: str, timeout_s: float = 60) -> No
         time.sleep(0.2)
 
 
+def binaries_or_fail() -> Binaries:
+    """find_binaries() for a test: missing binaries fail it (never a skip),
+    naming what builds them."""
+    import pytest
+
+    try:
+        return find_binaries()
+    except MissingBinaries as error:
+        pytest.fail(str(error), pytrace=False)
+
+
 def crd_cluster(crds: Path) -> Iterator[Cluster]:
     """A fixture's body: a real etcd + kube-apiserver with the CRDs in `crds` (a file
     or a directory) applied and established. Missing binaries fail the test, naming
     what builds them."""
-    import pytest
-
-    try:
-        find_binaries()
-    except MissingBinaries as error:
-        pytest.fail(str(error), pytrace=False)
+    binaries_or_fail()
     with running() as cluster:
         cluster.kubectl("apply", "--server-side", "-f", str(crds))
         wait_established(cluster)
