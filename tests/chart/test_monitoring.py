@@ -320,3 +320,17 @@ def test_every_dashboard_query_parses(promtool_ready: None, tmp_path: Path) -> N
     result = prometheus.promtool("check", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(rules)} rules found" in result.stdout, result.stdout
+
+
+def test_the_webhook_histogram_reaches_the_longest_timeout_the_chart_allows() -> None:
+    # A review that ran near its timeout must land in a bucket of its own,
+    # not in +Inf beside the ones the apiserver gave up on.
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    longest = schema["properties"]["webhook"]["properties"]["timeoutSeconds"]["maximum"]
+    buckets = operator_metrics.WEBHOOK_BUCKETS
+    assert buckets[-1] >= longest
+    assert list(buckets) == sorted(buckets)
+    # A default install's timeout is a bucket edge: "reviews over the
+    # timeout" is a count read off the histogram, not an estimate.
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["webhook"]["timeoutSeconds"] in buckets

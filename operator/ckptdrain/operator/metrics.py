@@ -23,10 +23,13 @@ from ckptdrain.contract import api
 RECONCILES = Counter("ckptdrain_reconciles_total", "Reconciles by kind and outcome",
                      ["kind", "outcome"])
 RECONCILE_SECONDS = Histogram("ckptdrain_reconcile_seconds", "Reconcile latency", ["kind"])
+#: Up to the longest the apiserver waits for a webhook (30 s, `timeoutSeconds`'s
+#: maximum and the conversion webhook's fixed limit): a review near its
+#: timeout is the one to see, not a count in +Inf.
+WEBHOOK_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
 WEBHOOK_SECONDS = Histogram("ckptdrain_webhook_seconds",
                             "Latency of admission and conversion reviews",
-                            ["webhook", "outcome"],
-                            buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5))
+                            ["webhook", "outcome"], buckets=WEBHOOK_BUCKETS)
 ALLOCATION_CHANGES = Counter("ckptdrain_allocation_changes_total",
                              "Pod bandwidth shares rewritten", ["namespace", "policy"])
 RETENTION_EXPIRED = Counter("ckptdrain_checkpoints_expired_total",
