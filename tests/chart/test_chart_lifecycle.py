@@ -69,8 +69,8 @@ def test_crds_have_one_source(tools: Tools, tmp_path: Path) -> None:
 
     sources = [d for p in sorted(CRDS.glob("*.yaml")) for d in _docs(p.read_text())]
     ours = {d["metadata"]["name"]: d for d in sources if d["spec"]["group"] == OURS}
-    assert sorted(ours) == ["checkpointpolicies.ckptdrain.io", "checkpoints.ckptdrain.io",
-                           "checkpointshares.ckptdrain.io"]
+    assert sorted(ours) == ["checkpointclasses.ckptdrain.io", "checkpointpolicies.ckptdrain.io",
+                           "checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io"]
     rendered = {d["metadata"]["name"]: d for d in _docs(_render(tools))
                 if d["kind"] == "CustomResourceDefinition"}
     assert set(rendered) == set(ours)
