@@ -22,7 +22,7 @@ from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import heap, metrics
 from ckptdrain.operator.admission import census, webhook
 from ckptdrain.operator.admission import supervisor as admission_supervisor
-from ckptdrain.operator.apiserver import diffbase, leadership, slim
+from ckptdrain.operator.apiserver import class_view, diffbase, leadership, slim
 from ckptdrain.operator.bandwidth import rebalance, share_channel
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
@@ -78,6 +78,7 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     # listed and watched, never every pod of the cluster.
     settings.watching.label_selectors["v1", "pods"] = f"{api.LABEL_INJECT}=true"
     leadership.start(cfg.peering, cfg.namespace or None, settings.peering.standalone, logger)
+    class_view.start(logger)  # the CheckpointClasses every policy is parsed under
     settings.posting.level = logging.INFO
     # Re-establish watches every few minutes, so a silently stalled one heals.
     settings.watching.server_timeout = 300
@@ -156,7 +157,7 @@ def progress_index(namespace: str, name: str, meta: kopf.Meta, spec: kopf.Spec,
 # -- policies -----------------------------------------------------------------
 
 
-def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
+def reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
                       logger: logging.Logger, pod_index: kopf.Index[Key, Any],
                       checkpointpolicy_index: kopf.Index[Key, Any],
                       checkpoint_index: kopf.Index[Key, Any],
@@ -170,11 +171,13 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
     generation = body.metadata.get("generation")
     previous = body.status.get("conditions", [])
     with metrics.reconciling("checkpointpolicy"):
+        resolved_class = rebalance.class_condition(cfg, body)
         try:
             parsed = rebalance.parse_policy(cfg, dict(body), drainers)
             sized = pol.compute_sizing(parsed)
         except InvalidInput as error:
-            patch.status.update(st.for_invalid(str(error), generation, _now(), previous))
+            patch.status.update(st.for_invalid(str(error), generation, _now(), previous,
+                                               resolved_class))
             kopf.warn(body, reason="InvalidSpec", message=str(error))
             _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index,
                             checkpoint_index, logger, progress_index)
@@ -193,7 +196,8 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers,
                             cluster=cluster, resource_notes=parsed.resource_notes,
                             unprotected=pods.unprotected if pods else None,
-                            selected=pods.selected if pods else 0)
+                            selected=pods.selected if pods else 0,
+                            class_resolved=resolved_class)
         new["drainers"] = drainers
         new["pods"] = readiness.pods_field(pods.counts(), generation) if pods else dict(counted)
         new["storage"] = history.storage_status(body, parsed, _now(), lambda: (  # moves
@@ -213,17 +217,17 @@ def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
 
 @kopf.on.create(*POLICIES, timeout=300, backoff=10)
 def checkpointpolicy_create(**kwargs: Any) -> None:
-    _reconcile_policy(announce=True, **_pick(kwargs))
+    reconcile_policy(announce=True, **_pick(kwargs))
 
 
 @kopf.on.update(*POLICIES, field="spec", timeout=300, backoff=10)
 def checkpointpolicy_update(**kwargs: Any) -> None:
-    _reconcile_policy(announce=True, **_pick(kwargs))
+    reconcile_policy(announce=True, **_pick(kwargs))
 
 
 @kopf.on.resume(*POLICIES, timeout=300, backoff=10)
 def checkpointpolicy_resume(**kwargs: Any) -> None:
-    _reconcile_policy(announce=False, **_pick(kwargs))
+    reconcile_policy(announce=False, **_pick(kwargs))
 
 
 @kopf.on.event(*POLICIES)

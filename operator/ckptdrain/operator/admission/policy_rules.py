@@ -39,10 +39,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ckptdrain.operator.admission.rules import Refused, validate_policy
+from ckptdrain.operator.admission.rules import Refused, class_catalogue, validate_policy
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import conflicts, relocation
+from ckptdrain.operator.policy import classes, conflicts, relocation
 from ckptdrain.operator.policy import spec as pol
 
 #: Not allowed now (a 409 would have kubectl retry, or recreate with --force).
@@ -92,7 +92,8 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         # policy being deleted: the spec was admitted before, and refusing
         # it now (a maximum lowered since) would leave the object stuck.
         return
-    validate_policy(spec, name, cfg)
+    cfg, classed = await _class_of(spec, namespace, cfg)
+    validate_policy(classed, name, cfg)
     deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
     selector = spec.get("selector")
     if old_spec is None or old_spec.get("selector") != selector:
@@ -101,7 +102,22 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
     if old_spec is not None:
         await _refuse_moves(name, namespace, relocation.refused(old_spec, spec), deadline)
     else:
-        await _refuse_create_over_live(name, namespace, spec, cfg, deadline)
+        await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
+
+
+async def _class_of(spec: Mapping[str, Any], namespace: str, cfg: OperatorConfig
+                    ) -> tuple[OperatorConfig, Mapping[str, Any]]:
+    """The configuration and spec its class makes of the policy; refuses
+    (Refused) a policy its class does not take, naming the field and class."""
+    try:
+        catalogue = await class_catalogue()
+    except READ_ERRORS as error:
+        raise Refused(f"{classes.CLASS_FIELD}: could not read the CheckpointClasses ({error}); "
+                      "retry", code=503) from None
+    resolution = classes.resolve(namespace, spec, cfg, catalogue)
+    if not resolution.resolved:
+        raise Refused(classes.condition(resolution)["message"], code=422)
+    return resolution.config, resolution.spec
 
 
 async def _refuse_overlap(name: str, namespace: str, selector: Mapping[str, Any],

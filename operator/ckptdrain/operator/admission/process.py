@@ -47,6 +47,7 @@ from ckptdrain.operator.admission import (
 )
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission.server import Certificates, Server, UnknownWebhook
+from ckptdrain.operator.apiserver import class_view
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
 
@@ -309,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     policy_mirror.start(mirror, cfg.namespace, log, threading.Event())
     writers = holder_mirror.HolderMirror(cfg.namespace)
     holder_mirror.start(writers, cfg.namespace, log, threading.Event())
+    class_view.start(log)  # the CheckpointClasses policies and pods are judged under
     allowed = None
     if cfg.agent_images:
         allowed = agent_images.AllowedImages(cfg)

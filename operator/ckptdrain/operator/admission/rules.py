@@ -36,9 +36,10 @@ from ckptdrain.operator.admission import (
     unselected,
 )
 from ckptdrain.operator.admission.owner_cache import OwnerCache
+from ckptdrain.operator.apiserver import class_view
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import history, identity, peer_tier, roles
+from ckptdrain.operator.policy import classes, history, identity, peer_tier, roles
 from ckptdrain.operator.policy import spec as pol
 
 #: The webhooks' ids, which are also the paths they are served at.
@@ -229,6 +230,13 @@ def _identity_warnings(pod: dict[str, Any]) -> list[str]:
     return [f"ckptdrain: {problem}" for problem in cloud_identity.ambient(pod).problems]
 
 
+async def class_catalogue() -> classes.Catalogue:
+    """The CheckpointClasses: the process's view, or listed when it lags."""
+    made = class_view.CLASSES.made(classes.catalogue)
+    return made if made is not None else await asyncio.to_thread(class_view.current,
+                                                                 classes.catalogue)
+
+
 async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
                     warnings: list[str], logger: logging.Logger,
                     candidates: list[dict[str, Any]] | None,
@@ -278,7 +286,12 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
             f"got {len(matches)} ({names})", code=422)
     chosen = matches[0]
     try:
-        p = pol.parse(namespace, chosen["metadata"]["name"], chosen.get("spec", {}), cfg)
+        # Its class's settings (root, resources, image, stores) in place of
+        # the operator's; a class that does not take it is as an invalid spec.
+        resolution = classes.resolved(namespace, chosen.get("spec", {}), cfg,
+                                      await class_catalogue())
+        cfg = resolution.config
+        p = pol.parse(namespace, chosen["metadata"]["name"], resolution.spec, cfg)
     except InvalidInput as error:
         if unselected.refuses(cfg):
             raise Refused(unselected.invalid_refusal(

@@ -344,3 +344,38 @@ def condition(resolution: Resolution) -> dict[str, str]:
         subject += " refuses this policy"
     return {"type": "ClassResolved", "status": "False", "reason": resolution.reason,
             "message": f"{subject}: " + "; ".join(str(p) for p in resolution.problems)}
+
+
+class ClassUnresolved(InvalidInput):
+    """A policy its class does not take (missing, unusable, or refusing
+    it): reported as an invalid policy is, the message naming the class."""
+
+    def __init__(self, resolution: Resolution) -> None:
+        self.resolution = resolution
+        first = resolution.problems[0]
+        super().__init__(first.field, first.expected, first.seen)
+        self.args = (condition(resolution)["message"],)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def resolved(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
+             classes: Catalogue) -> Resolution:
+    """`resolve`, raising ClassUnresolved when the class does not take the policy."""
+    resolution = resolve(namespace, spec, config, classes)
+    if not resolution.resolved:
+        raise ClassUnresolved(resolution)
+    return resolution
+
+
+def weights(bodies: Mapping[tuple[str, str], Mapping[str, Any]], classes: Catalogue
+            ) -> dict[tuple[str, str], int]:
+    """Each policy's weight under the cluster cap where its class sets one
+    (spec.bandwidthWeight, in place of its namespace's), by (namespace, name)."""
+    out = {}
+    for key, body in bodies.items():
+        cls = choose(body.get("spec") or {}, classes).cls
+        if isinstance(cls, CheckpointClass) and cls.bandwidth_weight is not None:
+            out[key] = cls.bandwidth_weight
+    return out
