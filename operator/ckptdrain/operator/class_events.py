@@ -29,12 +29,17 @@ INDEXES = ("pod_index", "checkpointpolicy_index", "checkpoint_index", "peer_pod_
            "progress_index")
 
 
-def _stale(cfg: OperatorConfig, body: dict[str, Any]) -> bool:
-    """The policy's ClassResolved condition is not what its class says now."""
-    want = rebalance.class_condition(cfg, body)
+def stale(cfg: OperatorConfig, body: dict[str, Any]) -> bool:
+    """The policy's ClassResolved condition is not what its class says now.
+    A policy without one has not been reconciled by this operator yet: its
+    own handler (create, resume) judges its class then, so the classes
+    listed at start do not reconcile every policy once more."""
     have = next((c for c in (body.get("status") or {}).get("conditions") or []
                  if c.get("type") == st.CLASS_RESOLVED), None)
-    return have is None or any(have.get(k) != want[k] for k in ("status", "reason", "message"))
+    if have is None:
+        return False
+    want = rebalance.class_condition(cfg, body)
+    return any(have.get(k) != want[k] for k in ("status", "reason", "message"))
 
 
 @kopf.on.event(*CLASSES)
@@ -47,7 +52,7 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
     index: kopf.Index[Any, Any] = kwargs["checkpointpolicy_index"]
     for key in list(index):
         body = next((b for b in index.get(key, []) if b is not None), None)
-        if body is None or not _stale(cfg, body):
+        if body is None or not stale(cfg, body):
             continue
         patch = kopf.Patch()
         handlers.reconcile_policy(body=kopf.Body(body), patch=patch, memo=memo, logger=logger,

@@ -211,3 +211,17 @@ def test_a_class_weight_replaces_the_namespace_weight_under_the_cluster_cap(
     # The class gone: A is refused by its class (missing), and takes no part.
     no_checkpoint_classes.replace([], "2")
     assert set(rebalance.budgets(cfg, policies, pods)) == {("b", "B")}  # type: ignore[arg-type]
+
+
+def test_a_class_event_reconciles_only_policies_whose_condition_it_changes(
+        cluster: dict[str, Any]) -> None:
+    from ckptdrain.operator import class_events
+
+    fresh = policy()
+    assert not class_events.stale(REFUSE, fresh)  # its own handler judges it first
+    current = policy()
+    current["status"] = {"conditions": [{"type": "ClassResolved", **{
+        k: v for k, v in rebalance.class_condition(REFUSE, current).items() if k != "type"}}]}
+    assert not class_events.stale(REFUSE, current)
+    class_view.CLASSES.apply("DELETED", STD)  # its default class gone
+    assert class_events.stale(REFUSE, current)
