@@ -11,6 +11,7 @@ each class here is deleted when its test ends, so no other test meets it."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -115,3 +116,42 @@ def test_a_deleted_class_turns_class_resolved_false_and_back(
     back = wait_for(lambda: get(cluster, namespace, POLICIES, "orphan")["status"]["phase"]
                     != "Invalid", what="valid again")
     assert back
+
+
+def _class_conditions(cluster: Cluster, name: str) -> dict[str, dict[str, Any]]:
+    found = json.loads(cluster.kubectl("get", CLASSES, name, "-o", "json").stdout)
+    return {c["type"]: c for c in (found.get("status") or {}).get("conditions") or []}
+
+
+def test_two_defaults_the_oldest_wins_and_both_say_so(
+        cluster: Cluster, classes: Callable[..., None]) -> None:
+    classes(checkpoint_class("first-default", default=True))
+    wait_for(lambda: _class_conditions(cluster, "first-default").get("Default", {})
+             .get("reason") == "Default", what="first-default Default")
+    # creationTimestamp has one-second resolution: the second is younger.
+    time.sleep(1.1)
+    classes(checkpoint_class("second-default", default=True))
+    second = wait_for(lambda: _class_conditions(cluster, "second-default").get("Default"),
+                      what="second-default Default")
+    assert (second["status"], second["reason"]) == ("False", "NewerDefault")
+    assert "the oldest, first-default, is the default" in second["message"]
+    first = wait_for(lambda: _class_conditions(cluster, "first-default")["Default"]
+                     if _class_conditions(cluster, "first-default")["Default"]["reason"]
+                     == "OldestDefault" else None, what="first-default OldestDefault")
+    assert first["status"] == "True"
+    assert _class_conditions(cluster, "second-default")["Accepted"]["status"] == "True"
+
+
+def test_a_class_the_operator_cannot_use_says_why_and_refuses_its_policies(
+        cluster: Cluster, classes: Callable[..., None], apply: Callable[..., Any]) -> None:
+    # The schema admits it; a Guaranteed pod needs a guaranteed cpu above 0.
+    classes(checkpoint_class("zero-cpu", resources={
+        "qos": "Guaranteed", "agent": {"guaranteed": {"cpu": "0", "memory": "1Gi"}}}))
+    accepted = wait_for(lambda: _class_conditions(cluster, "zero-cpu").get("Accepted"),
+                        what="zero-cpu Accepted")
+    assert (accepted["status"], accepted["reason"]) == ("False", "Invalid")
+    assert "spec.resources.agent.guaranteed.cpu" in accepted["message"]
+    result = apply(policy("uses-zero", checkpointClassName="zero-cpu",
+                          localTier={"path": f"{ROOT}/z"}), check=False)
+    assert result.returncode != 0
+    assert "CheckpointClass zero-cpu cannot be used" in result.stderr, result.stderr

@@ -7,12 +7,14 @@ class event the operator judges every policy's class again
 ClassResolved condition would change: a policy whose class was deleted
 turns Invalid with ClassResolved False (its pods are then refused or
 admitted bare at admission, as for any invalid policy), and back when the
-class returns.
+class returns. Each class's own status says whether the operator can use
+it (Accepted) and, among classes annotated default, which one is (Default).
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -22,6 +24,7 @@ from ckptdrain.operator import handlers
 from ckptdrain.operator.apiserver import class_view, kube
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import class_catalogue, classes
 from ckptdrain.operator.policy import status as st
 
 CLASSES = (api.GROUP, "v1beta1", "checkpointclasses")
@@ -61,3 +64,30 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
         if status:
             logger.info("policy %s/%s: its class changed; status reconciled", *key)
             kube.patch_status(api.POLICIES, key[0], key[1], dict(status))
+    _class_statuses(logger)
+
+
+def _judged(bodies: list[dict[str, Any]]) -> dict[str, tuple[Any, list[dict[str, str]]]]:
+    """Each class's stored conditions and the ones it should have."""
+    wanted = class_catalogue.class_conditions(classes.catalogue(bodies))
+    return {str(b["metadata"]["name"]): ((b.get("status") or {}).get("conditions"),
+                                        wanted.get(str(b["metadata"]["name"]), []))
+            for b in bodies}
+
+
+def _class_statuses(logger: logging.Logger) -> None:
+    """Accepted and Default on each class, where they changed (a class
+    added or deleted can change another's Default)."""
+    now = datetime.now(UTC)
+    for name, (stored, wanted) in class_view.current(_judged).items():
+        previous = stored or []
+        kept = [c for c in previous if c.get("type") in
+                (class_catalogue.ACCEPTED, class_catalogue.DEFAULT)]
+        if [{k: c.get(k) for k in ("type", "status", "reason", "message")} for c in kept] \
+                == wanted:
+            continue
+        conditions = [st.condition(c["type"], c["status"] == "True", c["reason"],
+                                   c["message"], None, now, previous) for c in wanted]
+        logger.info("CheckpointClass %s: %s", name,
+                    ", ".join(f"{c['type']}={c['status']}" for c in wanted))
+        kube.patch_cluster_status(CLASSES[2], name, {"conditions": conditions}, CLASSES[1])

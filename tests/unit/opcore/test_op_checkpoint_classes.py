@@ -270,3 +270,28 @@ def test_problems_are_invalid_input() -> None:
     """Callers report them as they report a policy's own problems."""
     resolution = resolve({**SPEC, "checkpointClassName": "gone"})
     assert all(isinstance(p, InvalidInput) for p in resolution.problems)
+
+
+# the classes' own conditions
+
+
+def test_each_class_says_whether_it_is_accepted_and_which_default_wins() -> None:
+    from ckptdrain.operator.policy import class_catalogue
+
+    catalogue = classes.catalogue([
+        body("old", default=True, created="2026-01-01T00:00:00Z"),
+        body("new", default=True, created="2026-06-01T00:00:00Z"),
+        body("plain"), body("bad", nodeTier={"root": "x"})])
+    found = {name: {c["type"]: c for c in conds}
+             for name, conds in class_catalogue.class_conditions(catalogue).items()}
+    assert found["plain"] == {"Accepted": {"type": "Accepted", "status": "True",
+                                           "reason": "Valid", "message": ""}}
+    assert found["bad"]["Accepted"]["status"] == "False"
+    assert "spec.nodeTier.root" in found["bad"]["Accepted"]["message"]
+    assert (found["old"]["Default"]["status"], found["old"]["Default"]["reason"]) == (
+        "True", "OldestDefault")
+    assert (found["new"]["Default"]["status"], found["new"]["Default"]["reason"]) == (
+        "False", "NewerDefault")
+    assert "the oldest, old, is the default" in found["new"]["Default"]["message"]
+    alone = class_catalogue.class_conditions(classes.catalogue([body("only", default=True)]))
+    assert alone["only"][1]["reason"] == "Default"

@@ -37,7 +37,8 @@ class ClassView(WatchedView):
     def __init__(self) -> None:
         super().__init__()
         self._bodies: dict[str, dict[str, Any]] = {}
-        self._read: tuple[Callable[..., Any], Any] | None = None
+        #: What each `make` made of the bodies since the last change.
+        self._made: dict[Callable[..., Any], Any] = {}
 
     def made(self, make: Callable[[list[dict[str, Any]]], T]) -> T | None:
         """`make(bodies)`, made again only after a change; None while the
@@ -45,21 +46,21 @@ class ClassView(WatchedView):
         with self._lock:
             if not self._current:
                 return None
-            if self._read is None or self._read[0] is not make:
-                self._read = (make, make(list(self._bodies.values())))
-            return self._read[1]
+            if make not in self._made:
+                self._made[make] = make(list(self._bodies.values()))
+            return self._made[make]
 
     def _clear(self) -> None:
         self._bodies.clear()
-        self._read = None
+        self._made.clear()
 
     def _file(self, obj: dict[str, Any]) -> None:
         self._bodies[_name(obj)] = without_managed_fields(obj)
-        self._read = None
+        self._made.clear()
 
     def _forget(self, obj: dict[str, Any]) -> None:
         self._bodies.pop(_name(obj), None)
-        self._read = None
+        self._made.clear()
 
 
 def _name(obj: dict[str, Any]) -> str:

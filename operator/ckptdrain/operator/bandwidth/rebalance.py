@@ -26,7 +26,7 @@ from ckptdrain.operator.bandwidth import budgets as jb
 from ckptdrain.operator.bandwidth import share_channel
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import allocation, classes
+from ckptdrain.operator.policy import allocation, class_catalogue, classes
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 
@@ -180,7 +180,7 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             lambda body, n: parse_policy(cfg, dict(body), n, catalogue),
                             _context(cfg, catalogue), fresh,
                             weights={**dict(cfg.bandwidth_weights),
-                                     **classes.weights(bodies, catalogue)})
+                                     **class_catalogue.weights(bodies, catalogue)})
     if not fresh:
         kept = _Answer(version, cfg, answer, {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
         with _answer_lock:

@@ -216,7 +216,9 @@ class Choice:
     warning: str = ""
 
 
-def _default(classes: Catalogue) -> Choice:
+def default_choice(classes: Catalogue) -> Choice:
+    """The default class: the oldest annotated one (then by name), with a
+    warning naming them all when there are several."""
     defaults = sorted((c for c in classes.values()
                        if isinstance(c, CheckpointClass) and c.default),
                       key=lambda c: (c.created, c.name))
@@ -234,7 +236,7 @@ def choose(spec: Mapping[str, Any], classes: Catalogue) -> Choice:
     """The class a policy's spec names, or the default one."""
     name = spec.get("checkpointClassName")
     if not name:
-        return _default(classes)
+        return default_choice(classes)
     cls = classes.get(str(name))
     return Choice(cls) if cls is not None else Choice(None, missing=str(name))
 
@@ -368,14 +370,3 @@ def resolved(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
         raise ClassUnresolved(resolution)
     return resolution
 
-
-def weights(bodies: Mapping[tuple[str, str], Mapping[str, Any]], classes: Catalogue
-            ) -> dict[tuple[str, str], int]:
-    """Each policy's weight under the cluster cap where its class sets one
-    (spec.bandwidthWeight, in place of its namespace's), by (namespace, name)."""
-    out = {}
-    for key, body in bodies.items():
-        cls = choose(body.get("spec") or {}, classes).cls
-        if isinstance(cls, CheckpointClass) and cls.bandwidth_weight is not None:
-            out[key] = cls.bandwidth_weight
-    return out
