@@ -11,6 +11,8 @@ import dataclasses
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config
@@ -295,3 +297,20 @@ def test_each_class_says_whether_it_is_accepted_and_which_default_wins() -> None
     assert "the oldest, old, is the default" in found["new"]["Default"]["message"]
     alone = class_catalogue.class_conditions(classes.catalogue([body("only", default=True)]))
     assert alone["only"][1]["reason"] == "Default"
+
+
+SEGMENT = st.text(alphabet="abcdefghij-0123456789._", min_size=1, max_size=6).filter(
+    lambda s: s not in (".", ".."))
+
+
+@given(namespace=st.from_regex(r"[a-z][a-z0-9-]{0,8}", fullmatch=True),
+       prefix=st.lists(SEGMENT, max_size=3), uri=st.lists(SEGMENT, max_size=5))
+def test_a_store_admits_a_uri_exactly_when_its_segments_start_with_the_prefix(
+        namespace: str, prefix: list[str], uri: list[str]) -> None:
+    store = classes.Store("/".join(["s3://bucket", "{namespace}", *prefix]))
+    full = ["bucket", namespace, *prefix]
+    given_uri = "s3://" + "/".join(["bucket", namespace, *uri])
+    assert store.admits(namespace, given_uri) == (["bucket", namespace, *uri][:len(full)]
+                                                  == full)
+    # Another namespace's prefix never admits it (the placeholder is not a wildcard).
+    assert not store.admits(namespace + "x", given_uri)
