@@ -158,11 +158,11 @@ def progress_index(namespace: str, name: str, meta: kopf.Meta, spec: kopf.Spec,
 
 
 def reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
-                      logger: logging.Logger, pod_index: kopf.Index[Key, Any],
-                      checkpointpolicy_index: kopf.Index[Key, Any],
-                      checkpoint_index: kopf.Index[Key, Any],
-                      peer_pod_index: kopf.Index[Key, Any],
-                      progress_index: kopf.Index[Key, Any], announce: bool) -> None:
+                     logger: logging.Logger, pod_index: kopf.Index[Key, Any],
+                     checkpointpolicy_index: kopf.Index[Key, Any],
+                     checkpoint_index: kopf.Index[Key, Any],
+                     peer_pod_index: kopf.Index[Key, Any],
+                     progress_index: kopf.Index[Key, Any], announce: bool) -> None:
     cfg: OperatorConfig = memo.config
     watchdog.start(cfg, checkpointpolicy_index, pod_index, checkpoint_index,
                    lambda: rebalance.budgets(cfg, checkpointpolicy_index, pod_index), logger)
