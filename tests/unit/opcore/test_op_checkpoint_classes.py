@@ -119,6 +119,21 @@ def test_several_defaults_the_oldest_wins_then_the_name_with_a_warning() -> None
     assert "3 CheckpointClasses" in choice.warning and "a-old, is the default" in choice.warning
 
 
+def test_an_unusable_default_fails_closed_rather_than_lift_its_stores() -> None:
+    # The oldest default does not read: classless policies are refused
+    # under it, never handed to a newer default or to no class at all.
+    catalogue = classes.catalogue([
+        body("broken", default=True, created="2026-01-01T00:00:00Z", stores=STORES,
+             nodeTier={"root": "relative"}),
+        body("newer", default=True, created="2026-06-01T00:00:00Z")])
+    resolution = classes.resolve("team-a", SPEC, CFG, catalogue)
+    assert not resolution.resolved and resolution.reason == classes.INVALID
+    assert resolution.class_name == "broken"
+    assert "spec.nodeTier.root" in classes.condition(resolution)["message"]
+    alone = classes.catalogue([body("broken", default=True, nodeTier={"root": "x"})])
+    assert classes.resolve("team-a", SPEC, CFG, alone).reason == classes.INVALID
+
+
 def test_an_annotation_other_than_true_is_no_default() -> None:
     other = body("std")
     other["metadata"]["annotations"] = {classes.DEFAULT_ANNOTATION: "True"}
@@ -295,6 +310,10 @@ def test_each_class_says_whether_it_is_accepted_and_which_default_wins() -> None
     assert (found["new"]["Default"]["status"], found["new"]["Default"]["reason"]) == (
         "False", "NewerDefault")
     assert "the oldest, old, is the default" in found["new"]["Default"]["message"]
+    bad_default = class_catalogue.class_conditions(classes.catalogue(
+        [body("bad", default=True, nodeTier={"root": "x"})]))
+    assert {c["type"]: c["status"] for c in bad_default["bad"]} == {
+        "Accepted": "False", "Default": "True"}
     alone = class_catalogue.class_conditions(classes.catalogue([body("only", default=True)]))
     assert alone["only"][1]["reason"] == "Default"
 

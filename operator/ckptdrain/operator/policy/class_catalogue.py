@@ -47,7 +47,7 @@ def class_conditions(classes: Catalogue) -> dict[str, list[dict[str, str]]]:
             out[name] = [{"type": ACCEPTED, "status": "True", "reason": "Valid", "message": ""}]
     winner = default_choice(classes)
     for name, cls in classes.items():
-        if not isinstance(cls, CheckpointClass) or not cls.default:
+        if not cls.default:
             continue
         won = winner.cls is cls
         out[name].append({

@@ -86,8 +86,12 @@ class CheckpointClass:
 class ClassInvalid(InvalidInput):
     """A class body the operator cannot use; `errors` holds each problem."""
 
-    def __init__(self, name: str, errors: list[InvalidInput]) -> None:
+    def __init__(self, name: str, errors: list[InvalidInput], created: str = "",
+                 default: bool = False) -> None:
         self.name, self.errors = name, errors
+        #: As CheckpointClass's: an unusable class annotated default still
+        #: takes part in choosing the default, so that it fails closed.
+        self.created, self.default = created, default
         super().__init__(errors[0].field, errors[0].expected, errors[0].seen)
         self.args = (f"CheckpointClass {name}: " + "; ".join(str(e) for e in errors),)
 
@@ -183,12 +187,12 @@ def read(body: Mapping[str, Any]) -> CheckpointClass:
                                or not 1 <= weight <= MAX_WEIGHT):
         problems.append(InvalidInput("spec.bandwidthWeight",
                                      f"a whole number from 1 to {MAX_WEIGHT}", weight))
+    created = str(meta.get("creationTimestamp", ""))
+    default = (meta.get("annotations") or {}).get(DEFAULT_ANNOTATION) == "true"
     if problems:
-        raise ClassInvalid(name, problems)
-    annotations = meta.get("annotations") or {}
+        raise ClassInvalid(name, problems, created, default)
     return CheckpointClass(
-        name=name, created=str(meta.get("creationTimestamp", "")),
-        default=annotations.get(DEFAULT_ANNOTATION) == "true", root=root, stores=stores,
+        name=name, created=created, default=default, root=root, stores=stores,
         resources=resources, agent_image=image, bandwidth_weight=weight)
 
 
@@ -218,9 +222,11 @@ class Choice:
 
 def default_choice(classes: Catalogue) -> Choice:
     """The default class: the oldest annotated one (then by name), with a
-    warning naming them all when there are several."""
-    defaults = sorted((c for c in classes.values()
-                       if isinstance(c, CheckpointClass) and c.default),
+    warning naming them all when there are several. A class the operator
+    cannot use takes part: when it wins, classless policies are refused
+    under it (fail closed) rather than fall to the next default or to none,
+    which could lift its store allow-list."""
+    defaults = sorted((c for c in classes.values() if c.default),
                       key=lambda c: (c.created, c.name))
     if not defaults:
         return Choice(None)
@@ -253,8 +259,8 @@ def config_for(config: OperatorConfig, cls: CheckpointClass | None) -> OperatorC
         try:
             containers = read_platform("spec.resources", cls.resources, config.containers)
         except InvalidInput as error:
-            raise ClassInvalid(cls.name, getattr(error, "problems", None) or [error]) \
-                from None
+            raise ClassInvalid(cls.name, getattr(error, "problems", None) or [error],
+                               cls.created, cls.default) from None
     return replace(config, allowed_root=cls.root, image=cls.agent_image or config.image,
                    containers=containers)
 
