@@ -39,7 +39,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ckptdrain.operator.admission.rules import Refused, class_catalogue, validate_policy
+from ckptdrain.operator.admission.rules import (
+    READ_ERRORS,
+    Refused,
+    class_catalogue,
+    validate_policy,
+)
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import classes, conflicts, relocation
@@ -47,7 +52,6 @@ from ckptdrain.operator.policy import spec as pol
 
 #: Not allowed now (a 409 would have kubectl retry, or recreate with --force).
 FORBIDDEN = 403
-READ_ERRORS = (apiserver_reads.ApiError, apiserver_reads.HTTPError, OSError)
 Pod = dict[str, Any]
 
 
@@ -92,9 +96,11 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         # policy being deleted: the spec was admitted before, and refusing
         # it now (a maximum lowered since) would leave the object stuck.
         return
-    cfg, classed = await _class_of(spec, namespace, cfg)
-    validate_policy(classed, name, cfg)
+    # One budget for every read below (the classes first), within the
+    # webhook's timeout.
     deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
+    cfg, classed = await _class_of(spec, namespace, cfg, deadline)
+    validate_policy(classed, name, cfg)
     selector = spec.get("selector")
     if old_spec is None or old_spec.get("selector") != selector:
         await _refuse_overlap(name, namespace,
@@ -105,15 +111,12 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
 
 
-async def _class_of(spec: Mapping[str, Any], namespace: str, cfg: OperatorConfig
-                    ) -> tuple[OperatorConfig, Mapping[str, Any]]:
+async def _class_of(spec: Mapping[str, Any], namespace: str, cfg: OperatorConfig,
+                    deadline: float) -> tuple[OperatorConfig, Mapping[str, Any]]:
     """The configuration and spec its class makes of the policy; refuses
-    (Refused) a policy its class does not take, naming the field and class."""
-    try:
-        catalogue = await class_catalogue()
-    except READ_ERRORS as error:
-        raise Refused(f"{classes.CLASS_FIELD}: could not read the CheckpointClasses ({error}); "
-                      "retry", code=503) from None
+    (Refused) a policy its class does not take, naming the field and class,
+    and (503) when the classes cannot be read by `deadline`."""
+    catalogue = await class_catalogue(max(deadline - time.monotonic(), 0.001))
     resolution = classes.resolve(namespace, spec, cfg, catalogue)
     if not resolution.resolved:
         raise Refused(classes.condition(resolution)["message"], code=422)

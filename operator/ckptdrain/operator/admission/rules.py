@@ -230,11 +230,23 @@ def _identity_warnings(pod: dict[str, Any]) -> list[str]:
     return [f"ckptdrain: {problem}" for problem in cloud_identity.ambient(pod).problems]
 
 
-async def class_catalogue() -> classes.Catalogue:
-    """The CheckpointClasses: the process's view, or listed when it lags."""
+#: What a read from the apiserver raises when it gets no answer it can use.
+READ_ERRORS = (apiserver_reads.ApiError, apiserver_reads.HTTPError, OSError)
+
+
+async def class_catalogue(timeout: float = class_view.LIST_TIMEOUT_S) -> classes.Catalogue:
+    """The CheckpointClasses: the process's view, or listed (within
+    `timeout`) when it lags. Raises Refused (503, retry) naming the field
+    and the kind when they cannot be read, never a bare error."""
     made = class_view.CLASSES.made(classes.catalogue)
-    return made if made is not None else await asyncio.to_thread(class_view.current,
-                                                                 classes.catalogue)
+    if made is not None:
+        return made
+    try:
+        return await asyncio.to_thread(class_view.current, classes.catalogue,
+                                       class_view.CLASSES, timeout)
+    except READ_ERRORS as error:
+        raise Refused(f"{classes.CLASS_FIELD}: could not read the CheckpointClasses "
+                      f"({error}); retry", code=503) from None
 
 
 async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
