@@ -149,3 +149,39 @@ def test_an_event_older_than_the_body_held_is_skipped() -> None:
     view.apply("MODIFIED", older)
     found = view.made(classes.catalogue)
     assert found is not None and found["std"].root == "/mnt/new"
+
+
+def test_the_views_thread_waits_for_the_crd_quietly_then_watches_it(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import contextlib
+    import threading
+
+    answers: list[Any] = [apiserver_reads.ApiError(404, "no")] * 3 + [
+        {"items": [{"metadata": {"name": "std", "resourceVersion": "7"},
+                    "spec": {"nodeTier": {"root": "/mnt/nvme"}}}],
+         "metadata": {"resourceVersion": "7"}}]
+    watched: list[str] = []
+    stopping = threading.Event()
+
+    def listing(*_: Any, **__: Any) -> Any:
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    @contextlib.contextmanager
+    def watching(path: str, query: Any, version: str, *_: Any) -> Any:
+        watched.append(version)
+        stopping.set()
+        yield iter(())
+    monkeypatch.setattr(apiserver_reads, "get_json", listing)
+    monkeypatch.setattr(apiserver_reads, "watching", watching)
+    monkeypatch.setattr(class_view, "CRD_RECHECK_S", 0.05)
+    view = class_view.ClassView()
+    class_view.start(LOG, view, stopping).join(5)
+    assert watched == ["7"]  # watched only once the CRD was there
+    found = view.made(classes.catalogue)
+    assert found is not None and list(found) == ["std"] and not view.absent
+    assert len([r for r in caplog.records
+                if "CheckpointClass CRD cannot be read" in r.message]) == 1
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
