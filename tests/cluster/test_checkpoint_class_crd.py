@@ -137,10 +137,13 @@ def test_a_policy_keeps_its_class_once_set(crds_only: Cluster) -> None:
     assert same.returncode == 0, same.stderr
 
 
-def test_a_policy_without_a_class_may_name_one_later(crds_only: Cluster) -> None:
-    """Unset means the default class: naming one is the first choice, not a move."""
+def test_a_policy_without_a_class_may_not_name_one_later(crds_only: Cluster) -> None:
+    """A class is bound at creation: a policy created classless (no default
+    class then) stays so; moving it into a class is a new policy."""
     body = policy("unclassed")
     assert _apply(crds_only, body).returncode == 0
     body["spec"]["checkpointClassName"] = "fast"
     named = _apply(crds_only, body)
-    assert named.returncode == 0, named.stderr
+    assert named.returncode != 0
+    assert "spec.checkpointClassName" in named.stderr, named.stderr
+    assert "make a new policy" in named.stderr, named.stderr

@@ -3,7 +3,9 @@ default class's root and resources reach an injected pod; a policy whose
 storage.uri is outside its class's stores is refused naming the field and
 the class; a policy whose class is deleted turns ClassResolved False and
 its pods are refused (the default CKPTDRAIN_UNSELECTED_PODS=Refuse), and
-back to True when the class returns.
+back to True when the class returns; a policy created without a class is
+bound to the default class then, and one created while there was none
+stays classless.
 
 Classes are cluster-scoped and the session's operator serves every test:
 each class here is deleted when its test ends, so no other test meets it."""
@@ -67,6 +69,9 @@ def test_a_default_class_root_and_resources_reach_an_injected_pod(
                             cluster, namespace, "classed", "ClassResolved"),
                         what="ClassResolved True")
     assert "CheckpointClass cluster-default" in resolved["message"]
+    # Bound at creation: the default class's name is in the stored policy.
+    assert get(cluster, namespace, POLICIES, "classed")["spec"]["checkpointClassName"] == \
+        "cluster-default"
     made = _create(cluster, namespace, pod("w-0", {"app": "classed", **INJECT},
                                            terminationGracePeriodSeconds=600))
     assert made.returncode == 0, made.stderr
@@ -75,6 +80,25 @@ def test_a_default_class_root_and_resources_reach_an_injected_pod(
     assert f"{ROOT}/fast/{namespace}/classed" in paths, paths
     agent = next(c for c in stored["spec"]["initContainers"] if c["name"] == "ckptdrain-agent")
     assert agent["resources"]["requests"] == {"cpu": "300m", "memory": "384Mi"}
+
+
+def test_a_policy_created_while_no_class_is_default_stays_classless(
+        cluster: Cluster, namespace: str, classes: Callable[..., None],
+        apply: Callable[..., Any]) -> None:
+    apply(policy("plain"))
+    assert "checkpointClassName" not in get(cluster, namespace, POLICIES, "plain")["spec"]
+    classes(checkpoint_class("late-default", default=True))
+    # The default that came later binds only policies created after it.
+    apply(policy("later", localTier={"path": f"{ROOT}/l"}))
+    assert get(cluster, namespace, POLICIES, "later")["spec"]["checkpointClassName"] == \
+        "late-default"
+    plain = get(cluster, namespace, POLICIES, "plain")
+    assert "checkpointClassName" not in plain["spec"]
+    moved = json.loads(json.dumps(plain))
+    moved["spec"]["checkpointClassName"] = "late-default"
+    refused = cluster.kubectl("replace", "-n", namespace, "-f", "-",
+                              input=json.dumps(moved), check=False)
+    assert refused.returncode != 0 and "make a new policy" in refused.stderr, refused.stderr
 
 
 def test_a_uri_outside_the_class_stores_is_refused_naming_field_and_class(

@@ -2,7 +2,7 @@
 
 A policy is reconciled when its own spec changes; a class created, changed
 or deleted changes what its policies may do without touching them. On each
-class event the operator judges every policy's class again
+class event the operator judges again every policy that names a class
 (policy/classes.py) and reconciles, as its handler does, each policy whose
 ClassResolved condition would change: a policy whose class was deleted
 turns Invalid with ClassResolved False (its pods are then refused or
@@ -36,7 +36,11 @@ def stale(cfg: OperatorConfig, body: dict[str, Any]) -> bool:
     """The policy's ClassResolved condition is not what its class says now.
     A policy without one has not been reconciled by this operator yet: its
     own handler (create, resume) judges its class then, so the classes
-    listed at start do not reconcile every policy once more."""
+    listed at start do not reconcile every policy once more. A policy that
+    names no class was bound to none when it was created: no class event
+    concerns it."""
+    if not (body.get("spec") or {}).get("checkpointClassName"):
+        return False
     have = next((c for c in (body.get("status") or {}).get("conditions") or []
                  if c.get("type") == st.CLASS_RESOLVED), None)
     if have is None:

@@ -42,7 +42,13 @@ STORES = [{"uriPrefix": "s3://ckpt/{namespace}", "endpoint": "http://minio:9000"
 
 def resolve(spec: dict[str, Any], *bodies: dict[str, Any],
             namespace: str = "ml") -> classes.Resolution:
-    return classes.resolve(namespace, spec, CFG, classes.catalogue(list(bodies)))
+    """`spec` resolved as a policy created now: bound to the default class
+    where it names none (admission's mutation)."""
+    catalogue = classes.catalogue(list(bodies))
+    default = classes.default_choice(catalogue).cls
+    if default is not None and not spec.get("checkpointClassName"):
+        spec = {**spec, "checkpointClassName": default.name}
+    return classes.resolve(namespace, spec, CFG, catalogue)
 
 
 # read
@@ -102,11 +108,15 @@ def test_a_named_class_is_chosen_over_the_default() -> None:
     assert isinstance(choice.cls, classes.CheckpointClass) and choice.cls.name == "fast"
 
 
-def test_a_policy_naming_no_class_gets_the_default() -> None:
+def test_the_default_is_bound_at_creation_never_chosen_later() -> None:
     catalogue = classes.catalogue([body("fast"), body("std", default=True)])
-    choice = classes.choose({}, catalogue)
+    choice = classes.default_choice(catalogue)
     assert isinstance(choice.cls, classes.CheckpointClass) and choice.cls.name == "std"
     assert choice.warning == ""
+    # A policy stored without a class (none was the default when it was
+    # created) keeps the operator's settings when a default appears.
+    assert classes.choose({}, catalogue).cls is None
+    assert classes.resolve("ml", SPEC, CFG, catalogue).reason == classes.NO_CLASS
 
 
 def test_several_defaults_the_oldest_wins_then_the_name_with_a_warning() -> None:
@@ -114,7 +124,7 @@ def test_several_defaults_the_oldest_wins_then_the_name_with_a_warning() -> None
         body("b-old", default=True, created="2026-01-01T00:00:00Z"),
         body("a-new", default=True, created="2026-06-01T00:00:00Z"),
         body("a-old", default=True, created="2026-01-01T00:00:00Z")])
-    choice = classes.choose({}, catalogue)
+    choice = classes.default_choice(catalogue)
     assert isinstance(choice.cls, classes.CheckpointClass) and choice.cls.name == "a-old"
     assert "3 CheckpointClasses" in choice.warning and "a-old, is the default" in choice.warning
 
@@ -122,22 +132,21 @@ def test_several_defaults_the_oldest_wins_then_the_name_with_a_warning() -> None
 def test_an_unusable_default_fails_closed_rather_than_lift_its_stores() -> None:
     # The oldest default does not read: classless policies are refused
     # under it, never handed to a newer default or to no class at all.
-    catalogue = classes.catalogue([
-        body("broken", default=True, created="2026-01-01T00:00:00Z", stores=STORES,
-             nodeTier={"root": "relative"}),
-        body("newer", default=True, created="2026-06-01T00:00:00Z")])
-    resolution = classes.resolve("team-a", SPEC, CFG, catalogue)
+    resolution = resolve(SPEC, body("broken", default=True, created="2026-01-01T00:00:00Z",
+                                    stores=STORES, nodeTier={"root": "relative"}),
+                         body("newer", default=True, created="2026-06-01T00:00:00Z"),
+                         namespace="team-a")
     assert not resolution.resolved and resolution.reason == classes.INVALID
     assert resolution.class_name == "broken"
     assert "spec.nodeTier.root" in classes.condition(resolution)["message"]
-    alone = classes.catalogue([body("broken", default=True, nodeTier={"root": "x"})])
-    assert classes.resolve("team-a", SPEC, CFG, alone).reason == classes.INVALID
+    alone = resolve(SPEC, body("broken", default=True, nodeTier={"root": "x"}))
+    assert alone.reason == classes.INVALID
 
 
 def test_an_annotation_other_than_true_is_no_default() -> None:
     other = body("std")
     other["metadata"]["annotations"] = {classes.DEFAULT_ANNOTATION: "True"}
-    assert classes.choose({}, classes.catalogue([other])).cls is None
+    assert classes.default_choice(classes.catalogue([other])).cls is None
 
 
 def test_no_class_and_no_default_keeps_the_operators_configuration() -> None:
@@ -266,13 +275,12 @@ def test_a_store_without_settings_leaves_the_policys() -> None:
 # condition
 
 
-def test_the_condition_says_which_class_and_warns_of_several_defaults() -> None:
+def test_the_condition_says_which_class() -> None:
     resolution = resolve(SPEC, body("a", default=True, created="2026-01-01T00:00:00Z"),
                          body("b", default=True, created="2026-02-01T00:00:00Z"))
     condition = classes.condition(resolution)
     assert condition["status"] == "True" and condition["reason"] == classes.RESOLVED
-    assert "CheckpointClass a" in condition["message"] and "2 CheckpointClasses" in \
-        condition["message"]
+    assert condition["message"] == "CheckpointClass a"
 
 
 def test_the_condition_of_a_refused_policy_names_field_and_class() -> None:

@@ -37,7 +37,12 @@ STD = {"apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointClass",
                             "endpoint": "http://minio:9000"}]}}
 
 
-def policy(name: str = "llama", uri: str = "s3://ckpt/ml/runs", **spec: Any) -> dict[str, Any]:
+def policy(name: str = "llama", uri: str = "s3://ckpt/ml/runs", cls: str | None = "std",
+           **spec: Any) -> dict[str, Any]:
+    """A stored policy; `cls`: the class it was bound to when created (std,
+    the default class here; None: created while there was no default)."""
+    if cls is not None:
+        spec = {"checkpointClassName": cls, **spec}
     return {"metadata": {"name": name, "namespace": "ml", "generation": 1},
             "spec": {"selector": {"matchLabels": {"app": name}}, "model": {"parameters": "7B"},
                      "interval": "10m", "localTier": {"path": "/mnt/nvme/n"},
@@ -141,7 +146,7 @@ def test_without_the_class_crd_no_class_applies(
         raise apiserver_reads.ApiError(404, "Not Found")
     monkeypatch.setattr(apiserver_reads, "get_json", no_crd)
     # The operator's own root again: a path under it is admitted.
-    own = policy()
+    own = policy(cls=None)
     own["spec"]["localTier"]["path"] = "/mnt/ckptdrain/n"
     asyncio.run(policy_rules.admit_policy(own, None, "ml", REFUSE))
 

@@ -111,6 +111,24 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
 
 
+async def default_class_patch(body: Mapping[str, Any], warnings: list[str]
+                              ) -> list[dict[str, Any]]:
+    """The JSON patch binding a policy created without spec.checkpointClassName
+    to the default class ([] without one: it stays classless for good). Raises
+    Refused (503) when the classes cannot be read: a policy is never created
+    classless while a default may exist."""
+    spec = body.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("checkpointClassName"):
+        return []
+    choice = classes.default_choice(await class_catalogue(
+        apiserver_reads.ADMISSION_READ_TIMEOUT_S))
+    if choice.cls is None:
+        return []
+    if choice.warning:
+        warnings.append(f"ckptdrain: {choice.warning}")
+    return [{"op": "add", "path": "/spec/checkpointClassName", "value": choice.cls.name}]
+
+
 async def _class_of(spec: Mapping[str, Any], namespace: str, cfg: OperatorConfig,
                     deadline: float) -> tuple[OperatorConfig, Mapping[str, Any]]:
     """The configuration and spec its class makes of the policy; refuses

@@ -45,6 +45,8 @@ from ckptdrain.operator.policy import spec as pol
 #: The webhooks' ids, which are also the paths they are served at.
 MUTATE_ID = "ckptdrain-inject"
 VALIDATE_ID = "ckptdrain-policy"
+#: A policy created without a class gets the default class's name.
+MUTATE_POLICY_ID = "ckptdrain-policy-class"
 
 
 class Refused(Exception):

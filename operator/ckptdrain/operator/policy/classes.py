@@ -7,11 +7,16 @@ values): the node-local root, the injected containers' resources, the agent
 image, the bandwidth weight; and the stores its policies may write to, with
 their endpoints.
 
+    policy CREATE without spec.checkpointClassName
+       └── the default class's name written in (`default_choice`: annotation
+           ckptdrain.io/is-default-class: "true"; several: the oldest, then
+           the first by name, with a warning); no default: left unset
     policy ──spec.checkpointClassName──▶ that class (missing: refused)
-       └── unset ──▶ the default class (annotation
-                     ckptdrain.io/is-default-class: "true"; several: the
-                     oldest, then the first by name, with a warning)
-                     └── none ──▶ the operator's own configuration
+       └── unset ──▶ the operator's own configuration, for good
+
+A policy's class is bound when it is created, as a PVC's StorageClass is:
+a default class that appears, changes or goes later never re-judges a
+policy that names no class.
 
 `read` turns a class body into a `CheckpointClass` (or `ClassInvalid`
 naming every field); `choose` picks a policy's class from a catalogue;
@@ -239,10 +244,11 @@ def default_choice(classes: Catalogue) -> Choice:
 
 
 def choose(spec: Mapping[str, Any], classes: Catalogue) -> Choice:
-    """The class a policy's spec names, or the default one."""
+    """The class a policy's spec names; none when it names none (its class
+    was bound when it was created: `default_choice`)."""
     name = spec.get("checkpointClassName")
     if not name:
-        return default_choice(classes)
+        return Choice(None)
     cls = classes.get(str(name))
     return Choice(cls) if cls is not None else Choice(None, missing=str(name))
 
@@ -340,7 +346,8 @@ def condition(resolution: Resolution) -> dict[str, str]:
     """The ClassResolved condition's type, status, reason and message."""
     if resolution.resolved:
         message = (f"CheckpointClass {resolution.class_name}" if resolution.class_name
-                   else "no class named and no default class: the operator's own settings")
+                   else "no class (created while none was the default): the operator's "
+                   "own settings")
         if resolution.warning:
             message += f" ({resolution.warning})"
         return {"type": "ClassResolved", "status": "True", "reason": resolution.reason,
