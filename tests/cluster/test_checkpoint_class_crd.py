@@ -76,6 +76,7 @@ BAD = [
     ("prefix without bucket", {"stores": [{"uriPrefix": "s3://"}]}, "spec.stores[0].uriPrefix"),
     ("unknown placeholder", {"stores": [{"uriPrefix": "s3://ckpt-bucket/{name}"}]},
      "{namespace}"),
+    ("lone brace", {"stores": [{"uriPrefix": "s3://ckpt-bucket/team}"}]}, "{namespace}"),
     ("gs with a region", {"stores": [{"uriPrefix": "gs://ckpt-bucket/x", "region": "eu"}]},
      "gs://"),
     ("endpoint not a URL", {"stores": [{"uriPrefix": "s3://ckpt-bucket/x",
@@ -105,6 +106,32 @@ def test_the_apiserver_refuses_a_bad_class_naming_the_field(
     result = _dry_run(crds_only, body)
     assert result.returncode != 0, f"accepted: {body['spec']}"
     assert "is invalid" in result.stderr and names in result.stderr, result.stderr
+
+
+def test_a_listed_stores_endpoint_is_fixed(crds_only: Cluster) -> None:
+    """A new endpoint under the same uriPrefix would send new pods of running
+    policies to another store than their running pods; another uriPrefix, or
+    removing the entry, is allowed."""
+    body = _class("fixed-endpoint")
+    apply = ["apply", "--server-side", "--force-conflicts", "-f", "-"]
+    assert crds_only.kubectl(*apply, input=json.dumps(body), check=False).returncode == 0
+    moved = copy.deepcopy(body)
+    moved["spec"]["stores"][0]["endpoint"] = "http://other.storage:9000"
+    refused = crds_only.kubectl(*apply, input=json.dumps(moved), check=False)
+    assert refused.returncode != 0
+    assert "spec.stores[0].endpoint" in refused.stderr and "fixed" in refused.stderr, (
+        refused.stderr)
+    dropped = copy.deepcopy(body)
+    del dropped["spec"]["stores"][0]["endpoint"]
+    assert crds_only.kubectl(*apply, input=json.dumps(dropped), check=False).returncode != 0
+    added = copy.deepcopy(body)
+    added["spec"]["stores"].append({"uriPrefix": "s3://new-bucket/{namespace}",
+                                    "endpoint": "http://other.storage:9000"})
+    grown = crds_only.kubectl(*apply, input=json.dumps(added), check=False)
+    assert grown.returncode == 0, grown.stderr
+    added["spec"]["stores"] = added["spec"]["stores"][1:]
+    shrunk = crds_only.kubectl(*apply, input=json.dumps(added), check=False)
+    assert shrunk.returncode == 0, shrunk.stderr
 
 
 def test_quantities_are_compared_as_amounts_not_text(crds_only: Cluster) -> None:
