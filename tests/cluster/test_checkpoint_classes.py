@@ -89,9 +89,20 @@ def test_a_policy_created_while_no_class_is_default_stays_classless(
     assert "checkpointClassName" not in get(cluster, namespace, POLICIES, "plain")["spec"]
     classes(checkpoint_class("late-default", default=True))
     # The default that came later binds only policies created after it.
-    apply(policy("later", localTier={"path": f"{ROOT}/l"}))
+    # Created and applied again as written, server-side, as GitOps tools do.
+    created = cluster.kubectl("apply", "--server-side", "-n", namespace, "-f", "-",
+                              input=json.dumps(policy("later", localTier={"path": f"{ROOT}/l"})),
+                              check=False)
+    assert created.returncode == 0, created.stderr
     assert get(cluster, namespace, POLICIES, "later")["spec"]["checkpointClassName"] == \
         "late-default"
+    # Applied again: the class it was bound to stays, and the apply succeeds.
+    later = policy("later", localTier={"path": f"{ROOT}/l"}, interval="20m")
+    again = cluster.kubectl("apply", "--server-side", "-n", namespace, "-f", "-",
+                            input=json.dumps(later), check=False)
+    assert again.returncode == 0, again.stderr
+    stored = get(cluster, namespace, POLICIES, "later")["spec"]
+    assert (stored["checkpointClassName"], stored["interval"]) == ("late-default", "20m")
     plain = get(cluster, namespace, POLICIES, "plain")
     assert "checkpointClassName" not in plain["spec"]
     moved = json.loads(json.dumps(plain))
