@@ -20,12 +20,12 @@ from typing import Any
 import kopf
 
 from ckptdrain.contract import api
-from ckptdrain.operator import handlers
 from ckptdrain.operator.apiserver import class_view, kube
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import class_catalogue, classes
 from ckptdrain.operator.policy import status as st
+from ckptdrain.operator.policy_reconcile import reconcile_policy
 
 CLASSES = (api.GROUP, "v1beta1", "checkpointclasses")
 INDEXES = ("pod_index", "checkpointpolicy_index", "checkpoint_index", "peer_pod_index",
@@ -62,7 +62,7 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
         if body is None or not stale(cfg, body):
             continue
         patch = kopf.Patch()
-        handlers.reconcile_policy(body=kopf.Body(body), patch=patch, memo=memo, logger=logger,
+        reconcile_policy(body=kopf.Body(body), patch=patch, memo=memo, logger=logger,
                                   announce=False, **{k: kwargs[k] for k in INDEXES})
         status = patch.get("status")
         if status:
