@@ -326,6 +326,24 @@ def test_each_class_says_whether_it_is_accepted_and_which_default_wins() -> None
     assert alone["only"][1]["reason"] == "Default"
 
 
+def test_a_uri_scheme_is_compared_without_case() -> None:
+    store = classes.Store("s3://ckpt/{namespace}")
+    assert store.admits("ml", "S3://ckpt/ml/runs")
+    assert classes.Store("S3://ckpt/x").admits("ml", "s3://ckpt/x/y")
+    assert not store.admits("ml", "S3://CKPT/ml/runs")  # bucket and key keep their case
+
+
+def test_no_namespace_never_widens_a_namespaced_prefix_to_the_bucket() -> None:
+    store = classes.Store("s3://ckpt/{namespace}")
+    assert not store.admits("", "s3://ckpt/other-tenant/runs")
+    with pytest.raises(ValueError):
+        store.prefix_for("")
+    spec = {**SPEC, "storage": {"uri": "s3://ckpt/anything"}}
+    resolution = resolve(spec, body("std", default=True, stores=STORES), namespace="")
+    assert not resolution.resolved
+    assert resolution.problems[0].field == "metadata.namespace"
+
+
 SEGMENT = st.text(alphabet="abcdefghij-0123456789._", min_size=1, max_size=6).filter(
     lambda s: s not in (".", ".."))
 

@@ -14,9 +14,8 @@ their endpoints.
     policy ──spec.checkpointClassName──▶ that class (missing: refused)
        └── unset ──▶ the operator's own configuration, for good
 
-A policy's class is bound when it is created, as a PVC's StorageClass is:
-a default class that appears, changes or goes later never re-judges a
-policy that names no class.
+Bound at creation, as a PVC's StorageClass is: a default class that comes
+or goes later never re-judges a policy that names no class.
 
 `read` turns a class body into a `CheckpointClass` (or `ClassInvalid`
 naming every field); `choose` picks a policy's class from a catalogue;
@@ -49,6 +48,11 @@ RESOLVED, NO_CLASS, NOT_FOUND, INVALID, REFUSED = (
     "Resolved", "NoClass", "ClassNotFound", "ClassInvalid", "RefusedByClass")
 
 
+def _lower_scheme(uri: str) -> str:
+    scheme, sep, rest = uri.partition("://")
+    return scheme.lower() + sep + rest if sep else uri
+
+
 @dataclass(frozen=True)
 class Store:
     """One store a class allows: a policy's storage.uri under `uri_prefix`
@@ -60,12 +64,19 @@ class Store:
     addressing_style: str | None = None
 
     def prefix_for(self, namespace: str) -> str:
+        """The prefix for `namespace`; ValueError for no namespace where the
+        prefix has {namespace} (it would widen to the whole bucket)."""
+        if not namespace and NAMESPACE_PLACEHOLDER in self.uri_prefix:
+            raise ValueError(f"no namespace to put in {self.uri_prefix}")
         return self.uri_prefix.replace(NAMESPACE_PLACEHOLDER, namespace).rstrip("/")
 
     def admits(self, namespace: str, uri: str) -> bool:
         """`uri` is the prefix or lies below it, segment by segment (a
-        prefix s3://b/team-a does not admit s3://b/team-ab)."""
-        prefix, uri = self.prefix_for(namespace), uri.rstrip("/")
+        prefix s3://b/team-a does not admit s3://b/team-ab); the scheme
+        compared without case, as URI schemes are."""
+        if not namespace and NAMESPACE_PLACEHOLDER in self.uri_prefix:
+            return False
+        prefix, uri = _lower_scheme(self.prefix_for(namespace)), _lower_scheme(uri.rstrip("/"))
         return ".." not in uri.split("/") and (uri == prefix or uri.startswith(prefix + "/"))
 
     def setting(self, class_field: str) -> str | None:
@@ -280,6 +291,10 @@ def apply_stores(namespace: str, spec: Mapping[str, Any], cls: CheckpointClass
     uri = storage.get("uri") if isinstance(storage, Mapping) else None
     if not cls.stores or not isinstance(uri, str) or not uri:
         return dict(spec), []  # no allow-list; a missing uri is parse's to name
+    if not namespace and any(NAMESPACE_PLACEHOLDER in s.uri_prefix for s in cls.stores):
+        return dict(spec), [InvalidInput(
+            "metadata.namespace", f"a namespace for the {NAMESPACE_PLACEHOLDER} in the stores "
+            f"of CheckpointClass {cls.name}", namespace)]
     store = next((s for s in cls.stores if s.admits(namespace, uri)), None)
     if store is None:
         allowed = ", ".join(s.prefix_for(namespace) for s in cls.stores)
