@@ -36,8 +36,10 @@ class Tools:
 def adopt_crds(cluster: Any, release: str, namespace: str) -> None:
     """Mark CRDs applied by hand as the release's, as docs/install.md tells an
     installation made before the CRDs were templated to do once."""
-    for crd in ("checkpointpolicies.ckptdrain.io", "checkpoints.ckptdrain.io",
-                "checkpointshares.ckptdrain.io"):
+    # Tests apply every CRD in crds/ by hand, CheckpointClass too (an older
+    # installation had none: the chart creates it).
+    for crd in ("checkpointclasses.ckptdrain.io", "checkpointpolicies.ckptdrain.io",
+                "checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io"):
         cluster.kubectl("label", "--overwrite", "crd", crd, "app.kubernetes.io/managed-by=Helm")
         cluster.kubectl("annotate", "--overwrite", "crd", crd,
                         f"meta.helm.sh/release-name={release}",

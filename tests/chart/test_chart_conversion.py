@@ -126,6 +126,7 @@ def test_admission_outside_its_own_process_is_refused(tools: Tools) -> None:
 @pytest.mark.parametrize(("key", "value"), [
     ("mutatePodsPath", "/convert"),
     ("validatePoliciesPath", "/convert/"),  # the server trims the slashes
+    ("mutatePoliciesPath", "/convert"),
 ])
 def test_the_conversion_path_may_not_be_an_admission_path(
         tools: Tools, key: str, value: str) -> None:
@@ -138,7 +139,8 @@ def test_the_conversion_path_may_not_be_an_admission_path(
         refused.stderr), refused.stderr
 
 
-@pytest.mark.parametrize("key", ["conversionPath", "mutatePodsPath", "validatePoliciesPath"])
+@pytest.mark.parametrize("key", ["conversionPath", "mutatePodsPath", "validatePoliciesPath",
+                                 "mutatePoliciesPath"])
 @pytest.mark.parametrize("value", ["/convert?v=1", "/convert#top", "/", "//x"])
 def test_a_webhook_path_is_a_path_only(tools: Tools, key: str, value: str) -> None:
     """A query or fragment passes no webhook path: the operator refuses it at

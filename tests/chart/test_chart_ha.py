@@ -49,7 +49,11 @@ def test_defaults_are_highly_available(tools: Tools) -> None:
     assert 0 < priority["value"] < 2_000_000_000 and priority["globalDefault"] is False
 
     hooks = _one(objects, "MutatingWebhookConfiguration")["webhooks"]
-    assert [h["failurePolicy"] for h in hooks] == ["Fail"]
+    assert [(h["name"], h["failurePolicy"]) for h in hooks] == [
+        ("pods.mutate.ckptdrain.io", "Fail"), ("checkpointpolicies.mutate.ckptdrain.io", "Fail")]
+    # A policy created without a class is bound to the default class, on CREATE only.
+    assert hooks[1]["clientConfig"]["service"]["path"] == "/ckptdrain-policy-class"
+    assert hooks[1]["rules"][0]["operations"] == ["CREATE"]
     assert hooks[0]["objectSelector"] == {"matchLabels": {"ckptdrain.io/inject": "true"}}
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
@@ -69,6 +73,7 @@ def test_one_replica_has_no_budget_and_ignore_is_a_choice(tools: Tools) -> None:
     assert pod["priorityClassName"] == "system-cluster-critical"
     hooks = _one(objects, "MutatingWebhookConfiguration")["webhooks"]
     assert hooks[0]["failurePolicy"] == "Ignore"
+    assert hooks[1]["failurePolicy"] == "Fail"  # the policies' binding always fails closed
 
 
 def test_no_priority_class_and_no_spread_when_turned_off(tools: Tools) -> None:

@@ -30,6 +30,9 @@ OURS = "ckptdrain.io"
 # What the template adds besides Helm's labels (test_chart_gitops.py).
 ADDED = {"helm.sh/resource-policy", "argocd.argoproj.io/sync-options",
          "kustomize.toolkit.fluxcd.io/prune"}
+#: The chart's admission webhooks: pods (mutate), policies (mutate: the
+#: default class; validate).
+WEBHOOKS = 3
 
 
 def _render(tools: Tools, *args: str) -> str:
@@ -69,8 +72,8 @@ def test_crds_have_one_source(tools: Tools, tmp_path: Path) -> None:
 
     sources = [d for p in sorted(CRDS.glob("*.yaml")) for d in _docs(p.read_text())]
     ours = {d["metadata"]["name"]: d for d in sources if d["spec"]["group"] == OURS}
-    assert sorted(ours) == ["checkpointpolicies.ckptdrain.io", "checkpoints.ckptdrain.io",
-                           "checkpointshares.ckptdrain.io"]
+    assert sorted(ours) == ["checkpointclasses.ckptdrain.io", "checkpointpolicies.ckptdrain.io",
+                           "checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io"]
     rendered = {d["metadata"]["name"]: d for d in _docs(_render(tools))
                 if d["kind"] == "CustomResourceDefinition"}
     assert set(rendered) == set(ours)
@@ -134,7 +137,7 @@ def test_the_certificate_and_crds_through_a_real_upgrade(tools: Tools, cluster: 
     tools.run("helm", "install", release, str(CHART), "-n", namespace, env=env)
     secret_name = f"{fullname}-webhook-cert"
     assert not _json(cluster, "secret", "-n", namespace, secret_name).get("data")
-    assert _ca_bundles(cluster, fullname) == [None, None]
+    assert _ca_bundles(cluster, fullname) == [None] * WEBHOOKS
     # The CRD converts through this release's webhook Service.
     service = _json(cluster, "crd", "checkpointpolicies.ckptdrain.io")["spec"]["conversion"][
         "webhook"]["clientConfig"]["service"]
@@ -156,7 +159,7 @@ def test_the_certificate_and_crds_through_a_real_upgrade(tools: Tools, cluster: 
         def made() -> bool:
             data = _json(cluster, "secret", "-n", namespace, secret_name).get("data") or {}
             return set(data) == {"ca.crt", "ca.key", "tls.crt", "tls.key"} and \
-                _ca_bundles(cluster, fullname) == [data["ca.crt"]] * 2 and \
+                _ca_bundles(cluster, fullname) == [data["ca.crt"]] * WEBHOOKS and \
                 _crd_ca_bundle(cluster) == data["ca.crt"]
         _wait(made, "the operator to make the certificate and set every caBundle, "
                     "the CRD's conversion one too")
@@ -178,7 +181,7 @@ def test_the_certificate_and_crds_through_a_real_upgrade(tools: Tools, cluster: 
               "--set", "webhook.timeoutSeconds=7", env=env)
     hooks = _json(cluster, "mutatingwebhookconfiguration", fullname)["webhooks"]
     assert hooks[0]["timeoutSeconds"] == 7
-    assert _ca_bundles(cluster, fullname) == [data["ca.crt"]] * 2
+    assert _ca_bundles(cluster, fullname) == [data["ca.crt"]] * WEBHOOKS
     assert _crd_ca_bundle(cluster) == data["ca.crt"]
     assert _json(cluster, "secret", "-n", namespace, secret_name)["data"] == data
 

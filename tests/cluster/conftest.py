@@ -52,9 +52,11 @@ def crds(cluster: apiserver.Cluster) -> None:
     root = repo_root() / "crds"
     cluster.kubectl("apply", "-f", str(root / "checkpointpolicies.yaml"),
                     "-f", str(root / "checkpoints.yaml"),
-                    "-f", str(root / "checkpointshares.yaml"))
+                    "-f", str(root / "checkpointshares.yaml"),
+                    "-f", str(root / "checkpointclasses.yaml"))
     apiserver.wait_established(cluster, "checkpointpolicies.ckptdrain.io",
-                               "checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io")
+                               "checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io",
+                               "checkpointclasses.ckptdrain.io")
 
 
 @pytest.fixture(scope="session")

@@ -45,7 +45,8 @@ def test_the_documented_commands_point_the_crd_at_the_release() -> None:
     assert crd["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
         "ml-ops/train-ckptdrain")
     # The other ckptdrain CRDs come with it.
-    for other in ("checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io"):
+    for other in ("checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io",
+                  "checkpointclasses.ckptdrain.io"):
         assert f"customresourcedefinition.apiextensions.k8s.io/{other}" in names
     # Still only v1alpha1 served: nothing converts through it this release.
     assert [v["name"] for v in crd["spec"]["versions"] if v["served"]] == ["v1alpha1"]

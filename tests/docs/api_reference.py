@@ -43,6 +43,9 @@ PLATFORM, TENANT = "platform", "tenant"
 #: below it; any other key covers that field alone.
 OWNERS: dict[str, str] = {
     "spec.selector": TENANT, "spec.selector.*": TENANT,
+    # Picked by the tenant among the platform's classes, as a PVC names a
+    # StorageClass; what the class decides is the platform's.
+    "spec.checkpointClassName": TENANT,
     "spec.model": TENANT, "spec.model.*": TENANT,
     "spec.interval": TENANT, "spec.mtti": TENANT, "spec.localWriteTime": TENANT,
     "spec.globalEvery": TENANT, "spec.overlap": TENANT,
@@ -316,12 +319,22 @@ def _older_section(crd: Mapping[str, Any], name: str) -> list[str]:
     return lines
 
 
+#: Kinds besides CheckpointPolicy that people write, and who: every other
+#: kind the operator writes alone.
+WRITTEN_BY = {"CheckpointClass": "Written by the platform team (every field is the "
+              "platform's; a policy picks a class by spec.checkpointClassName); the "
+              "operator only reads it. [checkpoint-classes.md](checkpoint-classes.md)"}
+
+
 def operator_section(crd: Mapping[str, Any]) -> list[str]:
-    """A kind the operator writes alone: its fields, briefly."""
+    """A kind the operator writes alone, or the platform team
+    (WRITTEN_BY): its fields, briefly."""
     spec = _schema(crd)["properties"].get("spec") or {}
     rows = [[_path_cell(f), type_of(f.schema), cell(f.schema.get("description", ""))]
             for f in fields(spec, "spec")]
-    return [*_kind_header(crd), "Written by the operator alone; read it, do not write it.", "",
+    who = WRITTEN_BY.get(crd["spec"]["names"]["kind"],
+                         "Written by the operator alone; read it, do not write it.")
+    return [*_kind_header(crd), who, "",
             *_columns(crd), "### Spec", "", *table(["Field", "Type", "Description"], rows),
             *_rules_section(crd), *_status_section(crd)]
 

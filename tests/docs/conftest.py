@@ -17,6 +17,7 @@ from tests.support import apiserver
 
 # The one import of the operator's policy module in this suite.
 from ckptdrain.operator import config as operator_config
+from ckptdrain.operator.policy import classes as operator_classes
 from ckptdrain.operator.policy import spec as operator_policy
 
 
@@ -24,6 +25,26 @@ def policy_problems(spec: Mapping[str, Any], cfg: operator_config.OperatorConfig
                     name: str = "") -> list[str]:
     """What the operator's admission would say about `spec`: [] when valid."""
     return [str(e) for e in operator_policy.validate(spec, cfg, name)]
+
+
+def classed_policy_problems(namespace: str, spec: Mapping[str, Any],
+                            class_bodies: list[dict[str, Any]],
+                            cfg: operator_config.OperatorConfig,
+                            name: str = "") -> tuple[str, dict[str, Any], list[str]]:
+    """What the operator's admission would say about `spec`, created under
+    the CheckpointClasses `class_bodies`: the class it gets ("" for none;
+    the default one where it names none), the spec with its class's store
+    settings filled in, and the problems."""
+    catalogue = operator_classes.catalogue(class_bodies)
+    default = operator_classes.default_choice(catalogue).cls
+    if default is not None and not spec.get("checkpointClassName"):
+        spec = {**spec, "checkpointClassName": default.name}  # bound at creation
+    resolution = operator_classes.resolve(namespace, spec, cfg, catalogue)
+    problems = [str(e) for e in resolution.problems]
+    if not problems:
+        problems = [str(e) for e in operator_policy.validate(resolution.spec,
+                                                             resolution.config, name)]
+    return resolution.class_name, dict(resolution.spec), problems
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

@@ -83,7 +83,11 @@ def test_the_reference_shows_types_defaults_owners_and_rules() -> None:
     from ckptdrain.operator.policy.status import PHASES
     assert "Phases: " + ", ".join(f"`{p}`" for p in PHASES) + "." in text
     kinds = [line for line in text.splitlines() if line.startswith("## ")]
-    assert kinds == ["## CheckpointPolicy", "## Checkpoint", "## CheckpointShare"]
+    assert kinds == ["## CheckpointPolicy", "## CheckpointClass", "## Checkpoint",
+                     "## CheckpointShare"]
+    # The class is the platform team's to write, the records the operator's.
+    assert "Written by the platform team" in text.split("## CheckpointClass")[1].split(
+        "## Checkpoint\n")[0]
 
 
 def test_the_reference_is_linked() -> None:

@@ -326,3 +326,17 @@ def test_convert_refuses_what_is_not_a_known_checkpoint_policy(
         pv.convert(obj, desired)
     assert (caught.value.field, caught.value.seen) == (field, seen)
     assert str(caught.value).startswith(f"{field}: expected ")
+
+
+def test_the_class_name_is_carried_both_ways_verbatim() -> None:
+    """spec.checkpointClassName has one type in both versions: conversion
+    never drops nor rewrites it (a lost name would move a policy to the
+    default class)."""
+    v1alpha1 = {"apiVersion": pv.V1ALPHA1, "kind": "CheckpointPolicy",
+                "metadata": {"name": "llama", "namespace": "ml"},
+                "spec": {"checkpointClassName": "fast-nvme", "interval": "1d",
+                         "storage": {"uri": "s3://b/p"}}}
+    v1beta1 = pv.to_v1beta1(v1alpha1)
+    assert v1beta1["spec"]["checkpointClassName"] == "fast-nvme"
+    assert v1beta1["spec"]["interval"] == "24h"
+    assert pv.to_v1alpha1(v1beta1)["spec"]["checkpointClassName"] == "fast-nvme"

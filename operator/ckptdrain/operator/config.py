@@ -2,7 +2,9 @@
 validated at start so that a bad deployment fails with one clear line.
 
 Every field is documented once, here; the Helm chart's values map onto these
-variables.
+variables. For the policies of a CheckpointClass (operator/policy/classes.py)
+the class's root, agent image, containers and bandwidth weight replace
+allowed_root, image, containers and their namespace's weight.
 
 Variables (field in parentheses):
 

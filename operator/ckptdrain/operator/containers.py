@@ -237,13 +237,16 @@ def qos_fallback(field_path: str, res: Resources, platform: Resources, qos: str,
     return replace(res, guaranteed=guaranteed)
 
 
-def read_platform(field_path: str, raw: object) -> Containers:
-    """The platform's block, checked whole; raises one InvalidInput listing
-    every problem, each naming its field under `field_path`."""
+def read_platform(field_path: str, raw: object,
+                  base: Containers = DEFAULT_CONTAINERS) -> Containers:
+    """The platform's block, checked whole, over `base` (the defaults; a
+    CheckpointClass's block goes over the operator's own); raises one
+    InvalidInput listing every problem, each naming its field under
+    `field_path`."""
     problems: list[InvalidInput] = []
     if not isinstance(raw, Mapping):
         raise InvalidInput(field_path, "a map {qos, agent, restore, peer, prepare}", raw)
-    qos = raw.get("qos", DEFAULT_CONTAINERS.qos)
+    qos = raw.get("qos", base.qos)
     if qos not in QOS_MODES:
         problems.append(InvalidInput(f"{field_path}.qos", "one of " + ", ".join(QOS_MODES), qos))
     blocks: dict[str, Resources] = {}
@@ -259,13 +262,17 @@ def read_platform(field_path: str, raw: object) -> Containers:
             continue
         given, keys = read
         # Per key, as the chart merges values: `requests` alone keeps `max`.
-        block = replace(DEFAULT_CONTAINERS.of(key), **{k: getattr(given, k) for k in keys})
+        block = replace(base.of(key), **{k: getattr(given, k) for k in keys})
         blocks[key] = block
         problems += bound_problems(f"{field_path}.{key}", block, block.max)
         problems += qos_problems(f"{field_path}.{key}", block, str(qos))
+    for key in NAMES:
+        # A qos given over another base must fit the blocks it keeps, too.
+        if key not in blocks and qos in QOS_MODES:
+            problems += qos_problems(f"{field_path}.{key}", base.of(key), str(qos))
     if problems:
         raise Problems(problems)
-    return replace(DEFAULT_CONTAINERS, qos=str(qos), **blocks)
+    return replace(base, qos=str(qos), **blocks)
 
 
 def read_platform_json(variable: str, text: str) -> Containers:

@@ -18,20 +18,18 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.contract.progress import ANNOTATION_PROGRESS
 from ckptdrain.contract.record import record_name
-from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import heap, metrics
-from ckptdrain.operator.admission import census, webhook
 from ckptdrain.operator.admission import supervisor as admission_supervisor
-from ckptdrain.operator.apiserver import diffbase, leadership, slim
+from ckptdrain.operator.admission import webhook
+from ckptdrain.operator.apiserver import class_view, diffbase, leadership, slim
 from ckptdrain.operator.bandwidth import rebalance, share_channel
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.goodput import sync as goodput_sync
 from ckptdrain.operator.peers import sync as peer_sync
-from ckptdrain.operator.policy import allocation, history, readiness
-from ckptdrain.operator.policy import spec as pol
-from ckptdrain.operator.policy import status as st
-from ckptdrain.operator.records import restores, watchdog
+from ckptdrain.operator.policy import allocation
+from ckptdrain.operator.policy_reconcile import reconcile_policy, schedule_peers
+from ckptdrain.operator.records import restores
 from ckptdrain.operator.records import sync as record_sync
 
 PREFIX = api.GROUP
@@ -78,6 +76,7 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     # listed and watched, never every pod of the cluster.
     settings.watching.label_selectors["v1", "pods"] = f"{api.LABEL_INJECT}=true"
     leadership.start(cfg.peering, cfg.namespace or None, settings.peering.standalone, logger)
+    class_view.start(logger)  # the CheckpointClasses every policy is parsed under
     settings.posting.level = logging.INFO
     # Re-establish watches every few minutes, so a silently stalled one heals.
     settings.watching.server_timeout = 300
@@ -156,74 +155,19 @@ def progress_index(namespace: str, name: str, meta: kopf.Meta, spec: kopf.Spec,
 # -- policies -----------------------------------------------------------------
 
 
-def _reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
-                      logger: logging.Logger, pod_index: kopf.Index[Key, Any],
-                      checkpointpolicy_index: kopf.Index[Key, Any],
-                      checkpoint_index: kopf.Index[Key, Any],
-                      peer_pod_index: kopf.Index[Key, Any],
-                      progress_index: kopf.Index[Key, Any], announce: bool) -> None:
-    cfg: OperatorConfig = memo.config
-    watchdog.start(cfg, checkpointpolicy_index, pod_index, checkpoint_index,
-                   lambda: rebalance.budgets(cfg, checkpointpolicy_index, pod_index), logger)
-    key = (body.metadata.namespace or "", body.metadata.name or "")
-    drainers = len(_values(pod_index, key))
-    generation = body.metadata.get("generation")
-    previous = body.status.get("conditions", [])
-    with metrics.reconciling("checkpointpolicy"):
-        try:
-            parsed = rebalance.parse_policy(cfg, dict(body), drainers)
-            sized = pol.compute_sizing(parsed)
-        except InvalidInput as error:
-            patch.status.update(st.for_invalid(str(error), generation, _now(), previous))
-            kopf.warn(body, reason="InvalidSpec", message=str(error))
-            _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index,
-                            checkpoint_index, logger, progress_index)
-            return
-        joint = rebalance.budgets(cfg, checkpointpolicy_index, pod_index, {key: parsed})
-        cluster = None
-        if key in joint:
-            sized, cluster = joint[key][0], joint[key][1]
-        # The pods under this spec's selector, counted now: Ready is never
-        # True for a moment before the census runs (policy/status.py).
-        # While a new term waits for its LIST, a counted policy's pods part
-        # stays as it was: the census counts it after the LIST.
-        counted = body.status.get("pods")
-        pods = census.policy_census(key[0], key[1], parsed.selector, _now(),
-                                    cfg.starting_limit_s, counted_before=counted is not None)
-        new = st.for_sizing(sized, generation, _now(), previous, active_drainers=drainers,
-                            cluster=cluster, resource_notes=parsed.resource_notes,
-                            unprotected=pods.unprotected if pods else None,
-                            selected=pods.selected if pods else 0)
-        new["drainers"] = drainers
-        new["pods"] = readiness.pods_field(pods.counts(), generation) if pods else dict(counted)
-        new["storage"] = history.storage_status(body, parsed, _now(), lambda: (  # moves
-            record_sync.completions(key, _values(checkpoint_index, key), logger)))
-        patch.status.update(new)
-        census.after_sizing(*key)  # Kopf writes `new` unversioned: recount over it
-    if announce:
-        kopf.info(body, reason="Sized", message=st.sizing_summary(new))
-        if sized.bandwidth_constrained:
-            kopf.warn(body, reason="BandwidthConstrained", message=new["conditions"][2]["message"])
-    logger.info("sized: %s", st.sizing_summary(new))
-    rebalance.schedule(key, cfg, checkpointpolicy_index, pod_index, logger)
-    rebalance.schedule(rebalance.JOINT, cfg, checkpointpolicy_index, pod_index, logger)
-    _schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index, checkpoint_index,
-                    logger, progress_index)
-
-
 @kopf.on.create(*POLICIES, timeout=300, backoff=10)
 def checkpointpolicy_create(**kwargs: Any) -> None:
-    _reconcile_policy(announce=True, **_pick(kwargs))
+    reconcile_policy(announce=True, **_pick(kwargs))
 
 
 @kopf.on.update(*POLICIES, field="spec", timeout=300, backoff=10)
 def checkpointpolicy_update(**kwargs: Any) -> None:
-    _reconcile_policy(announce=True, **_pick(kwargs))
+    reconcile_policy(announce=True, **_pick(kwargs))
 
 
 @kopf.on.resume(*POLICIES, timeout=300, backoff=10)
 def checkpointpolicy_resume(**kwargs: Any) -> None:
-    _reconcile_policy(announce=False, **_pick(kwargs))
+    reconcile_policy(announce=False, **_pick(kwargs))
 
 
 @kopf.on.event(*POLICIES)
@@ -286,7 +230,7 @@ def pod_event(event: kopf.RawEvent, body: kopf.Body, meta: kopf.Meta, namespace:
         _schedule_record_pass(key, step, memo, logger, checkpoint_index,
                               checkpointpolicy_index, peer_pod_index, progress_index)
     if not steps:  # a record pass schedules the peer tier's after it
-        _schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
+        schedule_peers(key, memo.config, checkpointpolicy_index, peer_pod_index,
                         checkpoint_index, logger, progress_index)
     policy_there = bool(_values(checkpointpolicy_index, key))
     if goodput_sync.observe(key, meta.get("name", ""), meta, deleted=deleted,
@@ -347,50 +291,9 @@ def _schedule_record_pass(key: Key, step: int | None, memo: kopf.Memo,
                               next(iter(_values(policies, key)), None), rebalance.locks[key],
                               logger)
         # The recovery point on node loss moves with the writers' claims.
-        _schedule_peers(key, memo.config, policies, peer_pods, checkpoints, logger, progress)
+        schedule_peers(key, memo.config, policies, peer_pods, checkpoints, logger, progress)
 
     _record_passes.schedule((key, record), run, logger, RECORD_DELAY_S)
 
 
 # -- the peer tier: Secrets, the peers ConfigMap, status (peers/sync.py) ---------
-
-
-#: The hourly pass of every policy is nobody's event: its own log.
-_peer_log = logging.getLogger("ckptdrain.peer_tier")
-
-
-def _schedule_peers(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-                    pods: kopf.Index[Key, Any], checkpoints: kopf.Index[Key, Any],
-                    logger: logging.Logger, progress: kopf.Index[Key, Any]) -> None:
-    """One coalesced peer-tier pass for `key`, if its policy has or had the tier."""
-
-    def uids() -> set[str]:
-        return {b["metadata"].get("uid") for k in list(policies) for b in _values(policies, k)}
-
-    def run_all() -> None:
-        for other in list(policies):
-            _schedule_peers(other, cfg, policies, pods, checkpoints, _peer_log, progress)
-
-    peer_sync.start_upkeep(cfg.peer_ca_namespace, cfg.peering, uids, run_all)
-    body = next(iter(_values(policies, key)), None)
-    if body is None:
-        return
-    wanted = ((body.get("spec") or {}).get("peerTier") or {}).get("enabled")
-    had = ((body.get("status") or {}).get("peer") or {}).get("enabled")
-    if not wanted and not had:
-        return  # never on: nothing to publish, nothing to clear
-
-    def run() -> None:
-        current = next(iter(_values(policies, key)), None)
-        if current is None:
-            return
-        try:
-            parsed: pol.Policy | None = rebalance.parse_policy(cfg, current, 1)
-        except InvalidInput:
-            parsed = None
-        with metrics.reconciling("peers"):
-            peer_sync.sync(key, parsed, current, _values(pods, key), _values(checkpoints, key),
-                           logger, _values(progress, key), cfg.peer_ca_namespace,
-                           cfg.peering)
-
-    peer_sync.schedule(key, run, logger)

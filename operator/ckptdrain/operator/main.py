@@ -58,7 +58,7 @@ def run_parsed(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
 
     # Importing handlers, the sweeps and webhook registers their Kopf handlers.
-    from ckptdrain.operator import handlers  # noqa: F401
+    from ckptdrain.operator import class_events, handlers  # noqa: F401
     from ckptdrain.operator.admission import census, conflict_sweep, sweep, webhook  # noqa: F401
     from ckptdrain.operator.apiserver import leadership
     from ckptdrain.operator.recency import publish  # noqa: F401

@@ -5,18 +5,29 @@ peering priority is the one leadership.py compares."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import kopf
+import pytest
 from kopf._cogs.structs import references
 
 from ckptdrain.operator import handlers
-from ckptdrain.operator.apiserver import leadership
+from ckptdrain.operator.apiserver import class_view, leadership
 from ckptdrain.operator.config import OperatorConfig
 
 PODS = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
 POLICIES = references.Resource(group="ckptdrain.io", version="v1alpha1",
                                plural="checkpointpolicies", kind="CheckpointPolicy",
                                namespaced=True)
+
+
+@pytest.fixture(autouse=True)
+def no_class_thread(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The startup's thread that keeps the process's class view would,
+    with no apiserver, keep emptying the view other tests file classes in."""
+    started: list[Any] = []
+    monkeypatch.setattr(class_view, "start", lambda *args, **kwargs: started.append(args))
+    return started
 
 
 def test_pods_are_selected_server_side_and_priority_is_shared() -> None:

@@ -39,15 +39,19 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ckptdrain.operator.admission.rules import Refused, validate_policy
+from ckptdrain.operator.admission.rules import (
+    READ_ERRORS,
+    Refused,
+    class_catalogue,
+    validate_policy,
+)
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import conflicts, relocation
+from ckptdrain.operator.policy import classes, conflicts, relocation
 from ckptdrain.operator.policy import spec as pol
 
 #: Not allowed now (a 409 would have kubectl retry, or recreate with --force).
 FORBIDDEN = 403
-READ_ERRORS = (apiserver_reads.ApiError, apiserver_reads.HTTPError, OSError)
 Pod = dict[str, Any]
 
 
@@ -92,8 +96,11 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         # policy being deleted: the spec was admitted before, and refusing
         # it now (a maximum lowered since) would leave the object stuck.
         return
-    validate_policy(spec, name, cfg)
+    # One budget for every read below (the classes first), within the
+    # webhook's timeout.
     deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
+    cfg, classed = await _class_of(spec, namespace, cfg, deadline)
+    validate_policy(classed, name, cfg)
     selector = spec.get("selector")
     if old_spec is None or old_spec.get("selector") != selector:
         await _refuse_overlap(name, namespace,
@@ -101,7 +108,37 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
     if old_spec is not None:
         await _refuse_moves(name, namespace, relocation.refused(old_spec, spec), deadline)
     else:
-        await _refuse_create_over_live(name, namespace, spec, cfg, deadline)
+        await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
+
+
+async def default_class_patch(body: Mapping[str, Any], warnings: list[str]
+                              ) -> list[dict[str, Any]]:
+    """The JSON patch binding a policy created without spec.checkpointClassName
+    to the default class ([] without one: it stays classless for good). Raises
+    Refused (503) when the classes cannot be read: a policy is never created
+    classless while a default may exist."""
+    spec = body.get("spec")
+    if not isinstance(spec, Mapping) or spec.get("checkpointClassName"):
+        return []
+    choice = classes.default_choice(await class_catalogue(
+        apiserver_reads.ADMISSION_READ_TIMEOUT_S))
+    if choice.cls is None:
+        return []
+    if choice.warning:
+        warnings.append(f"ckptdrain: {choice.warning}")
+    return [{"op": "add", "path": "/spec/checkpointClassName", "value": choice.cls.name}]
+
+
+async def _class_of(spec: Mapping[str, Any], namespace: str, cfg: OperatorConfig,
+                    deadline: float) -> tuple[OperatorConfig, Mapping[str, Any]]:
+    """The configuration and spec its class makes of the policy; refuses
+    (Refused) a policy its class does not take, naming the field and class,
+    and (503) when the classes cannot be read by `deadline`."""
+    catalogue = await class_catalogue(max(deadline - time.monotonic(), 0.001))
+    resolution = classes.resolve(namespace, spec, cfg, catalogue)
+    if not resolution.resolved:
+        raise Refused(classes.condition(resolution)["message"], code=422)
+    return resolution.config, resolution.spec
 
 
 async def _refuse_overlap(name: str, namespace: str, selector: Mapping[str, Any],

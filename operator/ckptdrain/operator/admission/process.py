@@ -47,6 +47,7 @@ from ckptdrain.operator.admission import (
 )
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission.server import Certificates, Server, UnknownWebhook
+from ckptdrain.operator.apiserver import class_view
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
 
@@ -82,7 +83,8 @@ class Reviewer:
         counts the wait for a slot and the read too."""
         if path == self.cfg.conversion_path:  # served in the connection's thread (serve())
             return self.convert(request, received)
-        which = {admission.MUTATE_ID: "pod", admission.VALIDATE_ID: "policy"}.get(path)
+        which = {admission.MUTATE_ID: "pod", admission.VALIDATE_ID: "policy",
+                 admission.MUTATE_POLICY_ID: "policy-class"}.get(path)
         if which is None:
             raise UnknownWebhook(f"no webhook at /{path}")
         payload = request.get("request")
@@ -93,8 +95,9 @@ class Reviewer:
         started, outcome = received or time.perf_counter(), "error"
         heap.busy()  # no heap trim while admissions come in
         try:
-            if which == "pod":
-                ops = await self._pod(payload, warnings)
+            if which in ("pod", "policy-class"):
+                ops = await (self._pod(payload, warnings) if which == "pod" else
+                             self._policy_class(payload, warnings))
                 if ops:
                     answer["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
                     answer["patchType"] = "JSONPatch"
@@ -170,6 +173,13 @@ class Reviewer:
         await policy_rules.admit_policy(
             body, old if payload.get("operation") == "UPDATE" and isinstance(old, dict) else None,
             str(payload.get("namespace") or ""), self.cfg)
+
+    async def _policy_class(self, payload: dict[str, Any], warnings: list[str]
+                            ) -> list[dict[str, Any]]:
+        body = payload.get("object")
+        if payload.get("operation") != "CREATE" or not isinstance(body, dict):
+            return []
+        return await policy_rules.default_class_patch(body, warnings)
 
 
 def claimed_rank(ops: list[dict[str, Any]]) -> tuple[str, int] | None:
@@ -309,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     policy_mirror.start(mirror, cfg.namespace, log, threading.Event())
     writers = holder_mirror.HolderMirror(cfg.namespace)
     holder_mirror.start(writers, cfg.namespace, log, threading.Event())
+    class_view.start(log)  # the CheckpointClasses policies and pods are judged under
     allowed = None
     if cfg.agent_images:
         allowed = agent_images.AllowedImages(cfg)

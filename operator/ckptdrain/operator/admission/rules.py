@@ -36,14 +36,17 @@ from ckptdrain.operator.admission import (
     unselected,
 )
 from ckptdrain.operator.admission.owner_cache import OwnerCache
+from ckptdrain.operator.apiserver import class_view
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import history, identity, peer_tier, roles
+from ckptdrain.operator.policy import classes, history, identity, peer_tier, roles
 from ckptdrain.operator.policy import spec as pol
 
 #: The webhooks' ids, which are also the paths they are served at.
 MUTATE_ID = "ckptdrain-inject"
 VALIDATE_ID = "ckptdrain-policy"
+#: A policy created without a class gets the default class's name.
+MUTATE_POLICY_ID = "ckptdrain-policy-class"
 
 
 class Refused(Exception):
@@ -229,6 +232,25 @@ def _identity_warnings(pod: dict[str, Any]) -> list[str]:
     return [f"ckptdrain: {problem}" for problem in cloud_identity.ambient(pod).problems]
 
 
+#: What a read from the apiserver raises when it gets no answer it can use.
+READ_ERRORS = (apiserver_reads.ApiError, apiserver_reads.HTTPError, OSError)
+
+
+async def class_catalogue(timeout: float = class_view.LIST_TIMEOUT_S) -> classes.Catalogue:
+    """The CheckpointClasses: the process's view, or listed (within
+    `timeout`) when it lags. Raises Refused (503, retry) naming the field
+    and the kind when they cannot be read, never a bare error."""
+    made = class_view.CLASSES.made(classes.catalogue)
+    if made is not None:
+        return made
+    try:
+        return await asyncio.to_thread(class_view.current, classes.catalogue,
+                                       class_view.CLASSES, timeout)
+    except READ_ERRORS as error:
+        raise Refused(f"{classes.CLASS_FIELD}: could not read the CheckpointClasses "
+                      f"({error}); retry", code=503) from None
+
+
 async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
                     warnings: list[str], logger: logging.Logger,
                     candidates: list[dict[str, Any]] | None,
@@ -278,7 +300,12 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
             f"got {len(matches)} ({names})", code=422)
     chosen = matches[0]
     try:
-        p = pol.parse(namespace, chosen["metadata"]["name"], chosen.get("spec", {}), cfg)
+        # Its class's settings (root, resources, image, stores) in place of
+        # the operator's; a class that does not take it is as an invalid spec.
+        resolution = classes.resolved(namespace, chosen.get("spec", {}), cfg,
+                                      await class_catalogue())
+        cfg = resolution.config
+        p = pol.parse(namespace, chosen["metadata"]["name"], resolution.spec, cfg)
     except InvalidInput as error:
         if unselected.refuses(cfg):
             raise Refused(unselected.invalid_refusal(

@@ -35,9 +35,10 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.operator import heap, metrics
 from ckptdrain.operator.admission import agent_images, holder_mirror
-from ckptdrain.operator.admission.policy_rules import admit_policy
+from ckptdrain.operator.admission.policy_rules import admit_policy, default_class_patch
 from ckptdrain.operator.admission.rules import (
     MUTATE_ID,
+    MUTATE_POLICY_ID,
     VALIDATE_ID,
     LabelKey,
     Refused,
@@ -182,6 +183,17 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
             (lambda policy: _indexed_holders(pod_index, namespace, policy))
             if trusted else None,
             PINNING)
+    if ops:
+        patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
+
+
+@kopf.on.mutate(*POLICIES, id=MUTATE_POLICY_ID, operations=["CREATE"], side_effects=False)
+async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str],
+                                  **_: Any) -> None:
+    """Bind a policy created without a class to the default class
+    (admission/policy_rules.py default_class_patch); fails closed."""
+    with metrics.admitting("policy-class"), _as_kopf():
+        ops = await default_class_patch(dict(body), warnings)
     if ops:
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 

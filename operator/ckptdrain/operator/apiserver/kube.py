@@ -81,6 +81,15 @@ def patch_status(plural: str, namespace: str, name: str, status: dict[str, Any])
                     plural, name, {"status": status}, _content_type=MERGE)
 
 
+def patch_cluster_status(plural: str, name: str, status: dict[str, Any],
+                         version: str = VERSION) -> bool:
+    """Merge-patch the status of one of our cluster-scoped objects (a
+    CheckpointClass); False when it is gone."""
+    custom = _custom()
+    return _gone_ok(custom.patch_cluster_custom_object_status, GROUP, version, plural, name,
+                    {"status": status}, _content_type=MERGE)
+
+
 def read_own(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
     """One of our custom objects, fresh from the apiserver; None when absent."""
     custom = _custom()

@@ -112,14 +112,15 @@ class JointBudgets:
                 cluster_cap: float | None,
                 parse: Callable[[Mapping[str, Any], int], pol.Policy], context: object,
                 fresh: Mapping[Key, pol.Policy] | None = None,
-                weights: Mapping[str, int] | None = None) -> dict[Key, Budget]:
+                weights: Mapping[str | Key, int] | None = None) -> dict[Key, Budget]:
         """Each valid policy's sizing under the joint budget, for its number of
         pods (at least one; a policy with none takes no part in the split).
         `parse(body, drainers)` raises InvalidInput
         for an invalid spec and depends on nothing but its arguments and
         `context` (compared by identity); `fresh` overrides what `bodies`
         hold (a reconcile's own just-parsed policy); `weights` are the
-        namespaces' weights under the cluster cap (default 1)."""
+        weights under the cluster cap of policies (by key: their class's) or
+        else of their namespaces (default 1)."""
         with self._lock:  # the memo is one state: one ask at a time
             if context is not self._context:
                 self._context, self._parse = context, parse
@@ -131,7 +132,7 @@ class JointBudgets:
 
     def _compute(self, bodies: Mapping[Key, Mapping[str, Any]], drainers: Mapping[Key, int],
                  cluster_cap: float | None, fresh: Mapping[Key, pol.Policy],
-                 weights: Mapping[str, int]) -> dict[Key, Budget]:
+                 weights: Mapping[str | Key, int]) -> dict[Key, Budget]:
         policies: dict[Key, pol.Policy] = {}
         #: One-drainer sizing inputs (the split does not depend on drainers),
         #: whether the policy has pods, and its namespace's weight.
@@ -141,11 +142,11 @@ class JointBudgets:
             if base is not None:
                 policies[key] = self._counted_policy(key, base, max(1, drainers.get(key, 0)))
                 inputs[key] = (base.sizing_input, drainers.get(key, 0) > 0,
-                               weights.get(key[0], 1))
+                               weights.get(key, weights.get(key[0], 1)))
         for key, given in fresh.items():
             policies[key] = given
             inputs[key] = (dataclasses.replace(given.sizing_input, drainers=1),
-                           drainers.get(key, 0) > 0, weights.get(key[0], 1))
+                           drainers.get(key, 0) > 0, weights.get(key, weights.get(key[0], 1)))
         if len(self._parsed) > 2 * len(bodies) + 64:  # policies gone without a word
             for gone in set(self._parsed) - set(bodies):
                 self._forget_locked(gone)

@@ -21,12 +21,12 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
-from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.apiserver import class_view, kube, leadership
 from ckptdrain.operator.bandwidth import budgets as jb
 from ckptdrain.operator.bandwidth import share_channel
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import allocation
+from ckptdrain.operator.policy import allocation, class_catalogue, classes
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 
@@ -115,10 +115,24 @@ def values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
     return [v for v in index.get(key, []) if v is not None]
 
 
-def parse_policy(cfg: OperatorConfig, body: dict[str, Any], drainers: int) -> pol.Policy:
+def parse_policy(cfg: OperatorConfig, body: dict[str, Any], drainers: int,
+                 catalogue: classes.Catalogue | None = None) -> pol.Policy:
+    """The policy under its class's settings (policy/classes.py; the
+    classes now unless `catalogue`); raises InvalidInput (ClassUnresolved
+    when its class does not take it)."""
     meta = body.get("metadata", {})
-    return pol.parse(meta.get("namespace", ""), meta.get("name", ""), body.get("spec", {}),
-                     cfg, drainers=max(1, drainers))
+    namespace = meta.get("namespace", "")
+    catalogue = class_view.current(classes.catalogue) if catalogue is None else catalogue
+    resolution = classes.resolved(namespace, body.get("spec", {}), cfg, catalogue)
+    return pol.parse(namespace, meta.get("name", ""), resolution.spec, resolution.config,
+                     drainers=max(1, drainers))
+
+
+def class_condition(cfg: OperatorConfig, body: Mapping[str, Any]) -> dict[str, str]:
+    """The policy's ClassResolved condition (type, status, reason, message)."""
+    meta = body.get("metadata") or {}
+    return classes.condition(classes.resolve(meta.get("namespace", ""), body.get("spec") or {},
+                                             cfg, class_view.current(classes.catalogue)))
 
 
 def stale(key: Key, body: Mapping[str, Any]) -> bool:
@@ -160,16 +174,33 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     version, at = changes.version, time.monotonic()
     bodies = {key: body for key in list(policies)
               for body in values(policies, key)[:1]}
+    catalogue = class_view.current(classes.catalogue)
     answer = _joint.compute(bodies, {key: len(values(pods, key)) for key in bodies},
                             cfg.cluster_bandwidth,
-                            lambda body, n: parse_policy(cfg, dict(body), n), cfg, fresh,
-                            weights=dict(cfg.bandwidth_weights))
+                            lambda body, n: parse_policy(cfg, dict(body), n, catalogue),
+                            _context(cfg, catalogue), fresh,
+                            weights={**dict(cfg.bandwidth_weights),
+                                     **class_catalogue.weights(bodies, catalogue)})
     if not fresh:
         kept = _Answer(version, cfg, answer, {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
         with _answer_lock:
             if _last_answer is None or (_last_answer.version, _last_answer.at) <= (version, at):
                 _last_answer = kept
     return answer
+
+
+_last_context: tuple[OperatorConfig, classes.Catalogue] | None = None
+
+
+def _context(cfg: OperatorConfig, catalogue: classes.Catalogue
+             ) -> tuple[OperatorConfig, classes.Catalogue]:
+    """What parsed policies depend on, one object while neither changes:
+    the budgets' memo is kept while its context is the same object."""
+    global _last_context
+    last = _last_context
+    if last is None or last[0] is not cfg or last[1] is not catalogue:
+        last = _last_context = (cfg, catalogue)
+    return last
 
 
 def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],

@@ -38,6 +38,8 @@ MAX_NAMES = 10
 #: Ready's reasons: valid and sized with every selected pod protected (or
 #: none), an invalid spec (for_invalid), a selected pod unprotected (the census).
 SIZED, INVALID, PODS_UNPROTECTED = "SizingComputed", "InvalidSpec", "PodsUnprotected"
+#: Whether the policy's CheckpointClass takes it (policy/classes.py).
+CLASS_RESOLVED = "ClassResolved"
 
 
 def _others(previous: Sequence[Mapping[str, Any]], owned: set[str] | None = None
@@ -194,7 +196,8 @@ def for_sizing(s: Sizing, generation: int | None, now: datetime,
                previous: Sequence[Mapping[str, Any]] = (), active_drainers: int = 0,
                cluster: ClusterShare | None = None,
                resource_notes: Sequence[str] = (),
-               unprotected: Sequence[str] | None = None, selected: int = 0) -> dict[str, Any]:
+               unprotected: Sequence[str] | None = None, selected: int = 0,
+               class_resolved: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Status of a valid policy; `s` is its sizing under the joint budget
     (allocation.joint_sizing) and `cluster` its part of the cluster cap;
     `resource_notes` the spec.resources amounts the platform now cuts
@@ -214,8 +217,9 @@ def for_sizing(s: Sizing, generation: int | None, now: datetime,
     adjusted = condition(ADJUSTED, True, "ResourcesClamped", "; ".join(resource_notes),
                          generation, now, previous) if resource_notes \
         else condition(ADJUSTED, False, "AsExpected", "", generation, now, previous)
-    conditions = [verdict, degraded, constrained, adjusted,
-                  *_others(previous, {READY, DEGRADED, CONSTRAINED, ADJUSTED})]
+    conditions = _with_class([verdict, degraded, constrained, adjusted,
+                              *_others(previous, {READY, DEGRADED, CONSTRAINED, ADJUSTED})],
+                             class_resolved, generation, now, previous)
     return {**fields, "observedGeneration": generation,
             "phase": phase(conditions), "conditions": conditions}
 
@@ -245,15 +249,28 @@ def with_cluster(current: Mapping[str, Any], s: Sizing, cluster: ClusterShare | 
 
 
 def for_invalid(message: str, generation: int | None, now: datetime,
-                previous: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                previous: Sequence[Mapping[str, Any]] = (),
+                class_resolved: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Status of a policy whose spec cannot be used."""
-    return {"observedGeneration": generation, "phase": "Invalid", "conditions": [
+    return {"observedGeneration": generation, "phase": "Invalid", "conditions": _with_class([
         condition(READY, False, INVALID, message, generation, now, previous),
         condition(DEGRADED, True, "InvalidSpec", message, generation, now, previous),
         condition(CONSTRAINED, False, "InvalidSpec", "", generation, now, previous),
         condition(ADJUSTED, False, "InvalidSpec", "", generation, now, previous),
         *_others(previous, {READY, DEGRADED, CONSTRAINED, ADJUSTED}),
-    ]}
+    ], class_resolved, generation, now, previous)}
+
+
+def _with_class(conditions: list[dict[str, Any]], resolved: Mapping[str, str] | None,
+                generation: int | None, now: datetime,
+                previous: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """`conditions` with ClassResolved as `resolved` says (policy/classes.py
+    condition()); None: as it was."""
+    if resolved is None:
+        return conditions
+    return [*(c for c in conditions if c.get("type") != CLASS_RESOLVED),
+            condition(CLASS_RESOLVED, resolved["status"] == "True", resolved["reason"],
+                      resolved["message"], generation, now, previous)]
 
 
 def recovery_fields(last_local: int | None, last_global: int | None,

@@ -1,0 +1,97 @@
+"""CheckpointClass changes reach the policies they decide for.
+
+A policy is reconciled when its own spec changes; a class created, changed
+or deleted changes what its policies may do without touching them. On each
+class event the operator judges again every policy that names a class
+(policy/classes.py) and reconciles, as its handler does, each policy whose
+ClassResolved condition would change: a policy whose class was deleted
+turns Invalid with ClassResolved False (its pods are then refused or
+admitted bare at admission, as for any invalid policy), and back when the
+class returns. Each class's own status says whether the operator can use
+it (Accepted) and, among classes annotated default, which one is (Default).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from ckptdrain.contract import api
+from ckptdrain.operator.apiserver import class_view, kube
+from ckptdrain.operator.bandwidth import rebalance
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import class_catalogue, classes
+from ckptdrain.operator.policy import status as st
+from ckptdrain.operator.policy_reconcile import reconcile_policy
+
+CLASSES = (api.GROUP, "v1beta1", "checkpointclasses")
+INDEXES = ("pod_index", "checkpointpolicy_index", "checkpoint_index", "peer_pod_index",
+           "progress_index")
+
+
+def stale(cfg: OperatorConfig, body: dict[str, Any]) -> bool:
+    """The policy's ClassResolved condition is not what its class says now.
+    A policy without one has not been reconciled by this operator yet: its
+    own handler (create, resume) judges its class then, so the classes
+    listed at start do not reconcile every policy once more. A policy that
+    names no class was bound to none when it was created: no class event
+    concerns it."""
+    if not (body.get("spec") or {}).get("checkpointClassName"):
+        return False
+    have = next((c for c in (body.get("status") or {}).get("conditions") or []
+                 if c.get("type") == st.CLASS_RESOLVED), None)
+    if have is None:
+        return False
+    want = rebalance.class_condition(cfg, body)
+    return any(have.get(k) != want[k] for k in ("status", "reason", "message"))
+
+
+@kopf.on.event(*CLASSES)
+def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging.Logger,
+                          **kwargs: Any) -> None:
+    # This event may reach Kopf before the process's own watch of classes:
+    # the view takes it now, so the judgement below sees the change.
+    class_view.CLASSES.apply(str(event.get("type") or "ADDED"), dict(event["object"]))
+    cfg: OperatorConfig = memo.config
+    index: kopf.Index[Any, Any] = kwargs["checkpointpolicy_index"]
+    for key in list(index):
+        body = next((b for b in index.get(key, []) if b is not None), None)
+        if body is None or not stale(cfg, body):
+            continue
+        patch = kopf.Patch()
+        reconcile_policy(body=kopf.Body(body), patch=patch, memo=memo, logger=logger,
+                                  announce=False, **{k: kwargs[k] for k in INDEXES})
+        status = patch.get("status")
+        if status:
+            logger.info("policy %s/%s: its class changed; status reconciled", *key)
+            kube.patch_status(api.POLICIES, key[0], key[1], dict(status))
+    _class_statuses(logger)
+
+
+def _judged(bodies: list[dict[str, Any]]) -> dict[str, tuple[Any, list[dict[str, str]]]]:
+    """Each class's stored conditions and the ones it should have."""
+    wanted = class_catalogue.class_conditions(classes.catalogue(bodies))
+    return {str(b["metadata"]["name"]): ((b.get("status") or {}).get("conditions"),
+                                        wanted.get(str(b["metadata"]["name"]), []))
+            for b in bodies}
+
+
+def _class_statuses(logger: logging.Logger) -> None:
+    """Accepted and Default on each class, where they changed (a class
+    added or deleted can change another's Default)."""
+    now = datetime.now(UTC)
+    for name, (stored, wanted) in class_view.current(_judged).items():
+        previous = stored or []
+        kept = [c for c in previous if c.get("type") in
+                (class_catalogue.ACCEPTED, class_catalogue.DEFAULT)]
+        if [{k: c.get(k) for k in ("type", "status", "reason", "message")} for c in kept] \
+                == wanted:
+            continue
+        conditions = [st.condition(c["type"], c["status"] == "True", c["reason"],
+                                   c["message"], None, now, previous) for c in wanted]
+        logger.info("CheckpointClass %s: %s", name,
+                    ", ".join(f"{c['type']}={c['status']}" for c in wanted))
+        kube.patch_cluster_status(CLASSES[2], name, {"conditions": conditions}, CLASSES[1])

@@ -1,0 +1,58 @@
+"""Judgements over all the CheckpointClasses at once: each class's own
+conditions (Accepted; Default for a class annotated default, False for all
+but the oldest) and each policy's weight under the cluster cap where its
+class sets one. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ckptdrain.operator.policy.classes import (
+    Catalogue,
+    CheckpointClass,
+    ClassInvalid,
+    choose,
+    default_choice,
+)
+
+
+def weights(bodies: Mapping[tuple[str, str], Mapping[str, Any]], classes: Catalogue
+            ) -> dict[tuple[str, str], int]:
+    """Each policy's weight under the cluster cap where its class sets one
+    (spec.bandwidthWeight, in place of its namespace's), by (namespace, name)."""
+    out = {}
+    for key, body in bodies.items():
+        cls = choose(body.get("spec") or {}, classes).cls
+        if isinstance(cls, CheckpointClass) and cls.bandwidth_weight is not None:
+            out[key] = cls.bandwidth_weight
+    return out
+
+
+#: A class's own conditions: whether the operator can use it, and (for a
+#: class annotated default) whether it is the default.
+ACCEPTED, DEFAULT = "Accepted", "Default"
+
+
+def class_conditions(classes: Catalogue) -> dict[str, list[dict[str, str]]]:
+    """Each class's own conditions (type, status, reason, message), by name:
+    Accepted, and Default where annotated so (False for all but the oldest,
+    which names them)."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for name, cls in classes.items():
+        if isinstance(cls, ClassInvalid):
+            out[name] = [{"type": ACCEPTED, "status": "False", "reason": "Invalid",
+                          "message": "; ".join(str(e) for e in cls.errors)}]
+        else:
+            out[name] = [{"type": ACCEPTED, "status": "True", "reason": "Valid", "message": ""}]
+    winner = default_choice(classes)
+    for name, cls in classes.items():
+        if not cls.default:
+            continue
+        won = winner.cls is cls
+        out[name].append({
+            "type": DEFAULT, "status": "True" if won else "False",
+            "reason": ("Default" if not winner.warning else "OldestDefault") if won
+            else "NewerDefault",
+            "message": winner.warning or "policies that name no class get this one"})
+    return out

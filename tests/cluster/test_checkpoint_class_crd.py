@@ -1,0 +1,176 @@
+"""The CheckpointClass CRD and CheckpointPolicy's spec.checkpointClassName
+against a real apiserver: a well-formed class is stored, each CEL rule
+refuses a bad one naming the field, and a policy's class cannot be changed
+once set (the message says to make a new policy).
+
+An apiserver of this module's own, with only the CRDs: these are the
+apiserver's own judgements, made also when no operator answers."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_helpers import policy
+from operator_process import repo_root
+
+from support import apiserver
+from support.apiserver import Cluster
+
+CRDS = [repo_root() / "crds" / name for name in ("checkpointclasses.yaml",
+                                                  "checkpointpolicies.yaml")]
+
+
+def _class(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "nodeTier": {"root": "/mnt/nvme"},
+        "stores": [{"uriPrefix": "s3://ckpt-bucket/{namespace}",
+                    "endpoint": "http://minio.storage:9000", "addressingStyle": "path"}],
+        "resources": {"qos": "Burstable",
+                      "agent": {"requests": {"cpu": "200m", "memory": "512Mi"},
+                                "limits": {"memory": "2Gi"}, "max": {"memory": "4Gi"}}},
+        "agentImage": "registry.example/ckptdrain:1.2.3",
+        "bandwidthWeight": 4,
+    }
+    body.update(spec)
+    return {"apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointClass",
+            "metadata": {"name": name}, "spec": body}
+
+
+@pytest.fixture(scope="module")
+def crds_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    directory: Path = tmp_path_factory.mktemp("crds")
+    for crd in CRDS:
+        (directory / crd.name).write_text(crd.read_text())
+    yield from apiserver.crd_cluster(directory)
+
+
+def _dry_run(cluster: Cluster, body: dict[str, Any]) -> Any:
+    return cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                           input=json.dumps(body), check=False)
+
+
+def test_a_well_formed_class_is_stored_cluster_scoped(crds_only: Cluster) -> None:
+    created = _dry_run(crds_only, _class("fast"))
+    assert created.returncode == 0, created.stderr
+    stored = json.loads(created.stdout)
+    assert "namespace" not in stored["metadata"]
+    assert stored["spec"]["stores"][0]["uriPrefix"] == "s3://ckpt-bucket/{namespace}"
+
+
+def _agent(**amounts: Any) -> dict[str, Any]:
+    return {"qos": "Burstable", "agent": amounts}
+
+
+BAD = [
+    ("root relative", {"nodeTier": {"root": "mnt/nvme"}}, "spec.nodeTier.root"),
+    ("root is /", {"nodeTier": {"root": "/"}}, "spec.nodeTier.root"),
+    ("root climbs", {"nodeTier": {"root": "/mnt/../etc"}}, "spec.nodeTier.root"),
+    ("no root", {"nodeTier": {}}, "spec.nodeTier.root"),
+    ("prefix not a store", {"stores": [{"uriPrefix": "file:///data"}]},
+     "spec.stores[0].uriPrefix"),
+    ("prefix without bucket", {"stores": [{"uriPrefix": "s3://"}]}, "spec.stores[0].uriPrefix"),
+    ("unknown placeholder", {"stores": [{"uriPrefix": "s3://ckpt-bucket/{name}"}]},
+     "{namespace}"),
+    ("lone brace", {"stores": [{"uriPrefix": "s3://ckpt-bucket/team}"}]}, "{namespace}"),
+    ("gs with a region", {"stores": [{"uriPrefix": "gs://ckpt-bucket/x", "region": "eu"}]},
+     "gs://"),
+    ("endpoint not a URL", {"stores": [{"uriPrefix": "s3://ckpt-bucket/x",
+                                        "endpoint": "minio:9000"}]},
+     "spec.stores[0].endpoint"),
+    ("request above limit", {"resources": _agent(requests={"memory": "2Gi"},
+                                                 limits={"memory": "1Gi"})},
+     "requests.memory: at most limits.memory"),
+    ("request above max", {"resources": _agent(requests={"cpu": "3"}, max={"cpu": "2"})},
+     "requests.cpu: at most max.cpu"),
+    ("guaranteed above max", {"resources": _agent(guaranteed={"memory": "9Gi"},
+                                                  max={"memory": "8Gi"})},
+     "guaranteed.memory: at most max.memory"),
+    ("not a quantity", {"resources": _agent(requests={"cpu": "lots"})},
+     "spec.resources.agent.requests.cpu"),
+    ("qos unknown", {"resources": {"qos": "BestEffort"}}, "spec.resources.qos"),
+    ("weight zero", {"bandwidthWeight": 0}, "spec.bandwidthWeight"),
+    ("weight too big", {"bandwidthWeight": 1001}, "spec.bandwidthWeight"),
+]
+
+
+@pytest.mark.parametrize(("change", "names"), [(c, n) for _, c, n in BAD],
+                         ids=[label for label, _, _ in BAD])
+def test_the_apiserver_refuses_a_bad_class_naming_the_field(
+        crds_only: Cluster, change: dict[str, Any], names: str) -> None:
+    body = _class("bad", **change)
+    result = _dry_run(crds_only, body)
+    assert result.returncode != 0, f"accepted: {body['spec']}"
+    assert "is invalid" in result.stderr and names in result.stderr, result.stderr
+
+
+def test_a_listed_stores_endpoint_is_fixed(crds_only: Cluster) -> None:
+    """A new endpoint under the same uriPrefix would send new pods of running
+    policies to another store than their running pods; another uriPrefix, or
+    removing the entry, is allowed."""
+    body = _class("fixed-endpoint")
+    apply = ["apply", "--server-side", "--force-conflicts", "-f", "-"]
+    assert crds_only.kubectl(*apply, input=json.dumps(body), check=False).returncode == 0
+    moved = copy.deepcopy(body)
+    moved["spec"]["stores"][0]["endpoint"] = "http://other.storage:9000"
+    refused = crds_only.kubectl(*apply, input=json.dumps(moved), check=False)
+    assert refused.returncode != 0
+    assert "spec.stores[0].endpoint" in refused.stderr and "fixed" in refused.stderr, (
+        refused.stderr)
+    dropped = copy.deepcopy(body)
+    del dropped["spec"]["stores"][0]["endpoint"]
+    assert crds_only.kubectl(*apply, input=json.dumps(dropped), check=False).returncode != 0
+    added = copy.deepcopy(body)
+    added["spec"]["stores"].append({"uriPrefix": "s3://new-bucket/{namespace}",
+                                    "endpoint": "http://other.storage:9000"})
+    grown = crds_only.kubectl(*apply, input=json.dumps(added), check=False)
+    assert grown.returncode == 0, grown.stderr
+    added["spec"]["stores"] = added["spec"]["stores"][1:]
+    shrunk = crds_only.kubectl(*apply, input=json.dumps(added), check=False)
+    assert shrunk.returncode == 0, shrunk.stderr
+
+
+def test_quantities_are_compared_as_amounts_not_text(crds_only: Cluster) -> None:
+    """512Mi is below 1Gi, and 1500m below 2, although not as text."""
+    body = _class("amounts", resources=_agent(requests={"memory": "512Mi", "cpu": "1500m"},
+                                              limits={"memory": "1Gi", "cpu": 2}))
+    result = _dry_run(crds_only, body)
+    assert result.returncode == 0, result.stderr
+
+
+def _apply(cluster: Cluster, body: dict[str, Any]) -> Any:
+    return cluster.kubectl("apply", "--server-side", "--force-conflicts", "-n", "default",
+                           "-f", "-", input=json.dumps(body), check=False)
+
+
+def test_a_policy_keeps_its_class_once_set(crds_only: Cluster) -> None:
+    body = policy("classed", checkpointClassName="fast")
+    created = _apply(crds_only, body)
+    assert created.returncode == 0, created.stderr
+    moved = copy.deepcopy(body)
+    moved["spec"]["checkpointClassName"] = "slow"
+    refused = _apply(crds_only, moved)
+    assert refused.returncode != 0
+    assert "spec.checkpointClassName" in refused.stderr, refused.stderr
+    assert "new policy" in refused.stderr, refused.stderr
+    dropped = copy.deepcopy(body)
+    del dropped["spec"]["checkpointClassName"]
+    assert _apply(crds_only, dropped).returncode != 0
+    same = _apply(crds_only, body)
+    assert same.returncode == 0, same.stderr
+
+
+def test_a_policy_without_a_class_may_not_name_one_later(crds_only: Cluster) -> None:
+    """A class is bound at creation: a policy created classless (no default
+    class then) stays so; moving it into a class is a new policy."""
+    body = policy("unclassed")
+    assert _apply(crds_only, body).returncode == 0
+    body["spec"]["checkpointClassName"] = "fast"
+    named = _apply(crds_only, body)
+    assert named.returncode != 0
+    assert "spec.checkpointClassName" in named.stderr, named.stderr
+    assert "make a new policy" in named.stderr, named.stderr
