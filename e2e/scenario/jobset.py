@@ -10,6 +10,9 @@ guess from one Job's size would collide. The step asserts 4 distinct
 deletes writer 3's pod: its Job recreates it, it is writer 3 again, and it
 restores exactly what writer 3 saved (the simulated trainer's bytes are
 random per process, so equal digests can only come from its own shard).
+Then, on the same JobSet, a gang restart (e2e/scenario/gang.py): one rank's
+trainer fails, `failurePolicy.maxRestarts: 1` restarts every Job, and every
+rank restores one agreed step.
 
     install_controller(chart, image)   at the start (no wait: the controller's
                                        certificates settle meanwhile)
@@ -108,6 +111,11 @@ def jobset_manifest(epoch: float) -> str:
     job = sim_job(epoch)
     pod = job["spec"]["template"]
     replicated = []
+    # Rules run in order: after job.yaml's (an interruption, exit 143, is
+    # ignored), any other non-zero exit of the trainer fails its Job at once
+    # rather than running the index again.
+    job["spec"]["podFailurePolicy"]["rules"].append({"action": "FailJob", "onExitCodes": {
+        "containerName": "trainer", "operator": "NotIn", "values": [143]}})
     for name, (replicas, pods) in SHAPE.items():
         spec = {k: v for k, v in job["spec"].items() if k != "template"}
         spec |= {"completions": pods, "parallelism": pods, "template": pod}
@@ -116,8 +124,9 @@ def jobset_manifest(epoch: float) -> str:
         "apiVersion": API, "kind": "JobSet",
         "metadata": {"name": NAME, "namespace": NS},
         # A preempted pod is replaced by its own Job (podFailurePolicy in
-        # job.yaml), never by restarting the whole JobSet.
-        "spec": {"failurePolicy": {"maxRestarts": 0}, "replicatedJobs": replicated},
+        # job.yaml); a trainer that fails fails its Job, and JobSet restarts
+        # the whole gang, once (gang.py).
+        "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": replicated},
     })
 
 
@@ -222,6 +231,9 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     report.append(f"| JobSet: writer 3 deleted → restored as writer 3 ({load['tier']} tier) | "
                   f"{load['restore_seconds']:.2f} s in the init container; pod deleted → "
                   f"trainer loaded {load['at'] - deleted:.1f} s |")
+    # Imported here: gang builds on agreement's helpers, which import this module.
+    import gang
+    gang.run(logs, {**pods, 3: new_pod}, epoch, report, say, check)
     kubectl("delete", "jobset", "-n", NS, NAME, "--wait=true", "--timeout=90s", timeout=100)
     wait_for("JobSet pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)["items"], 90)
     kubectl("delete", POLICIES, "-n", NS, POLICY, "--wait=true", timeout=60)
