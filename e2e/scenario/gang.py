@@ -1,8 +1,9 @@
 """The JobSet step's gang restart: `failurePolicy.maxRestarts: 1` on the real
 JobSet controller, every rank back at one agreed step.
 
-On the JobSet the JobSet step already runs (4 writers, e2e/scenario/jobset.py),
-once every writer's agent holds a step locally: writer 1's trainer fails (an
+On the JobSet the JobSet step runs (4 writers, e2e/scenario/jobset.py), once
+its first step is committed and every writer's agent holds a newer one
+locally: writer 1's trainer fails (an
 interrupt to its PID 1: a traceback and exit 130, not the 143 of a
 preemption). The Job's podFailurePolicy fails the Job on that exit code, so
 JobSet restarts the whole gang: every Job is recreated, the three other
@@ -78,8 +79,7 @@ def run(logs: Logs, pods: Pods, epoch: float, report: list[str], say: Say,
         # is still that at the failure.
         steps = [s for s in common_local(logs, old.values()) if s > max(started.values())]
         return max(steps) if steps and mid_interval(epoch) else None
-    newest = wait_for("a step every writer's agent captured since writer 3 came back",
-                      held, 90)
+    newest = wait_for("a step every writer's agent captured since it started", held, 90)
     failed = time.time()
     kubectl("exec", "-n", NS, old[FAILING], "-c", "trainer", "--", "python3", "-c",
             FAIL_TRAINER, timeout=30)

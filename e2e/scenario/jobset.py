@@ -10,9 +10,9 @@ guess from one Job's size would collide. The step asserts 4 distinct
 deletes writer 3's pod: its Job recreates it, it is writer 3 again, and it
 restores exactly what writer 3 saved (the simulated trainer's bytes are
 random per process, so equal digests can only come from its own shard).
-Then, on the same JobSet, a gang restart (e2e/scenario/gang.py): one rank's
-trainer fails, `failurePolicy.maxRestarts: 1` restarts every Job, and every
-rank restores one agreed step.
+Before that, on the same JobSet, a gang restart (e2e/scenario/gang.py): one
+rank's trainer fails, `failurePolicy.maxRestarts: 1` restarts every Job,
+and every rank restores one agreed step.
 
     install_controller(chart, image)   at the start (no wait: the controller's
                                        certificates settle meanwhile)
@@ -198,6 +198,13 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     report.append(f"| JobSet: first step committed by 4 writers | "
                   f"{time.monotonic() - began:.1f} s after the JobSet |")
 
+    # First the gang restart, while every rank trains on one timeline (a
+    # rank replaced alone restores into a new one that the others, training
+    # on, do not share: the steps after it would not be one checkpoint).
+    # Imported here: gang builds on agreement's helpers, which import this module.
+    import gang
+    pods = gang.run(logs, pods, epoch, report, say, check)
+
     # Writer 3: the second Job of `b`, the rank a per-Job index alone would get wrong.
     old = pods[3]["metadata"]["name"]
     wait_mid_interval(epoch)
@@ -231,9 +238,6 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     report.append(f"| JobSet: writer 3 deleted → restored as writer 3 ({load['tier']} tier) | "
                   f"{load['restore_seconds']:.2f} s in the init container; pod deleted → "
                   f"trainer loaded {load['at'] - deleted:.1f} s |")
-    # Imported here: gang builds on agreement's helpers, which import this module.
-    import gang
-    gang.run(logs, {**pods, 3: new_pod}, epoch, report, say, check)
     kubectl("delete", "jobset", "-n", NS, NAME, "--wait=true", "--timeout=90s", timeout=100)
     wait_for("JobSet pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)["items"], 90)
     kubectl("delete", POLICIES, "-n", NS, POLICY, "--wait=true", timeout=60)
