@@ -11,7 +11,7 @@ trainers get SIGTERM and save their own emergency steps, which no other rank
 has. Asserted: the JobSet counted one restart; all 4 new pods restore the
 same step, each with the state its own writer saved there, the newest step
 all 4 old agents had captured; their restores say every rank reported in one
-round; and training goes on (each new trainer saves a newer step).
+round; and training goes on (a newer step complete for all 4 writers).
 
     run(logs, pods, epoch, report, say, check)   pods: writer -> running pod
 """
@@ -121,9 +121,12 @@ def run(logs: Logs, pods: Pods, epoch: float, report: list[str], say: Say,
     check(all(a["why"] == "agreed" for a in said.values())
           and len({a["round"] for a in said.values()}) == 1,
           f"the ranks agreed in round {said[0]['round']}: {said[0]['detail']}")
-    wait_for("every new trainer saving a newer step", lambda: all(
-        any(s > step for s in saves(logs, n)) for n in names_of(new).values()),
-        jobset.EVERY * jobset.STEP_S * 3)
+    # Training goes on: a newer step committed by all 4 writers (the
+    # trainers' saves while they catch up with the clock are not enough).
+    after = wait_for(f"a step after {step} complete for all 4 writers", lambda: [
+        s for s in jobset.complete_steps() if s > step], 90, every=1)
+    check(all(any(s >= after[0] for s in saves(logs, n)) for n in names_of(new).values()),
+          f"training went on: step {after[0]} complete for all 4 writers after the restart")
     report.append(f"| JobSet: gang restart (maxRestarts 1), writer {FAILING} failed → all 4 "
                   f"at step {step} ({loaded[0].get('tier')} tier, round {said[0]['round']}) | "
                   f"failure → every trainer loaded "

@@ -22,6 +22,7 @@ and every rank restores one agreed step.
 from __future__ import annotations
 
 import json
+import shutil
 import string
 import time
 from collections.abc import Callable
@@ -179,6 +180,8 @@ def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
 
 def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
          say: Say, check: Check) -> None:
+    # What a failed earlier run left on the node would be restored at start.
+    shutil.rmtree(Path(allowed_root) / NS / POLICY, ignore_errors=True)
     apply(policy_manifest(allowed_root, s3.port))
     epoch = time.time()
     began = time.monotonic()
@@ -203,6 +206,7 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     # on, do not share: the steps after it would not be one checkpoint).
     # Imported here: gang builds on agreement's helpers, which import this module.
     import gang
+    before = pods[3]["metadata"]["name"]
     pods = gang.run(logs, pods, epoch, report, say, check)
 
     # Writer 3: the second Job of `b`, the rank a per-Job index alone would get wrong.
@@ -223,7 +227,10 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
           f"{new} replaces {old} as writer 3")
     load = wait_for(f"{new} restored", lambda: next(
         (e for e in logs.trainer(new) if e["event"] in ("load", "fresh")), None), 120)
-    mine = {e["step"]: e["hash"] for e in logs.trainer(old) if e["event"] == "save"}
+    # Writer 3's saves in both its earlier pods (the step may be the one
+    # the gang restart restored, which the pod before it saved).
+    mine = {e["step"]: e["hash"] for name in (before, old) for e in logs.trainer(name)
+            if e["event"] == "save"}
     check(load["event"] == "load" and load["step"] in mine and load["hash"] == mine[load["step"]],
           f"{new}: restored step {load.get('step')} from the {load.get('tier')} tier, "
           f"state hash equal to what writer 3 saved ({str(load.get('hash'))[:16]}…; "
