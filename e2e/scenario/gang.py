@@ -2,11 +2,10 @@
 JobSet controller, every rank back at one agreed step.
 
 On the JobSet the JobSet step runs (4 writers, e2e/scenario/jobset.py), once
-its first step is committed and every writer's agent holds a newer one
-locally: writer 1's trainer fails (an
-interrupt to its PID 1: a traceback and exit 130, not the 143 of a
-preemption). The Job's podFailurePolicy fails the Job on that exit code, so
-JobSet restarts the whole gang: every Job is recreated, the three other
+its first step is committed and every writer's agent holds a step locally,
+writer 1's trainer fails (an interrupt to its PID 1: a traceback and exit
+130, not the 143 of a preemption). The Job's podFailurePolicy fails the Job
+on that exit code, so JobSet restarts the whole gang: every Job is recreated, the three other
 trainers get SIGTERM and save their own emergency steps, which no other rank
 has. Asserted: the JobSet counted one restart; all 4 new pods restore the
 same step, each with the state its own writer saved there, the newest step
@@ -71,19 +70,17 @@ def run(logs: Logs, pods: Pods, epoch: float, report: list[str], say: Say,
         check: Check) -> Pods:
     say(f"  J2. gang restart (failurePolicy.maxRestarts: 1): writer {FAILING}'s trainer fails")
     old = names_of(pods)
-    started = {w: max((e["step"] for e in logs.trainer(n) if e["event"] == "resume"),
-                      default=0) for w, n in old.items()}
 
     def held() -> int | None:
         # Between two scheduled saves, so the newest step every agent holds
         # is still that at the failure.
-        steps = [s for s in common_local(logs, old.values()) if s > max(started.values())]
+        steps = common_local(logs, old.values())
         return max(steps) if steps and mid_interval(epoch) else None
-    newest = wait_for("a step every writer's agent captured since it started", held, 90)
+    held_then = wait_for("a step every writer's agent captured", held, 90)
     failed = time.time()
     kubectl("exec", "-n", NS, old[FAILING], "-c", "trainer", "--", "python3", "-c",
             FAIL_TRAINER, timeout=30)
-    say(f"  SIGINT to {old[FAILING]}'s trainer (every writer holds step {newest})")
+    say(f"  SIGINT to {old[FAILING]}'s trainer (every writer holds step {held_then})")
     code = wait_for(f"{old[FAILING]}: its trainer exited", lambda: trainer_exit(
         old[FAILING]), 30, every=0.5)
     check(code == FAILED_EXIT, f"{old[FAILING]}: trainer exited {code}, a failure, not "
