@@ -18,8 +18,8 @@
 # Needs root (bridge, iptables, the node's local tier). Installs what the host
 # lacks from Debian (e2e/deps/host.sh). Env: CKPTDRAIN_CACHE, KEEP=1 (leave
 # the cluster up), PYTHON (default .venv/bin/python), E2E_ONLY=dcp (full run
-# only), E2E_ONLY=peer, agreement, processes or move: install, S3 and that step alone,
-# then uninstall.
+# only), E2E_ONLY=peer, agreement, processes, move or jobset: install, S3 and
+# that step alone, then uninstall.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -10,6 +10,9 @@ guess from one Job's size would collide. The step asserts 4 distinct
 deletes writer 3's pod: its Job recreates it, it is writer 3 again, and it
 restores exactly what writer 3 saved (the simulated trainer's bytes are
 random per process, so equal digests can only come from its own shard).
+Before that, on the same JobSet, a gang restart (e2e/scenario/gang.py): one
+rank's trainer fails, `failurePolicy.maxRestarts: 1` restarts every Job,
+and every rank restores one agreed step.
 
     install_controller(chart, image)   at the start (no wait: the controller's
                                        certificates settle meanwhile)
@@ -19,6 +22,7 @@ random per process, so equal digests can only come from its own shard).
 from __future__ import annotations
 
 import json
+import shutil
 import string
 import time
 from collections.abc import Callable
@@ -108,6 +112,11 @@ def jobset_manifest(epoch: float) -> str:
     job = sim_job(epoch)
     pod = job["spec"]["template"]
     replicated = []
+    # Rules run in order: after job.yaml's (an interruption, exit 143, is
+    # ignored), any other non-zero exit of the trainer fails its Job at once
+    # rather than running the index again.
+    job["spec"]["podFailurePolicy"]["rules"].append({"action": "FailJob", "onExitCodes": {
+        "containerName": "trainer", "operator": "NotIn", "values": [143]}})
     for name, (replicas, pods) in SHAPE.items():
         spec = {k: v for k, v in job["spec"].items() if k != "template"}
         spec |= {"completions": pods, "parallelism": pods, "template": pod}
@@ -116,8 +125,9 @@ def jobset_manifest(epoch: float) -> str:
         "apiVersion": API, "kind": "JobSet",
         "metadata": {"name": NAME, "namespace": NS},
         # A preempted pod is replaced by its own Job (podFailurePolicy in
-        # job.yaml), never by restarting the whole JobSet.
-        "spec": {"failurePolicy": {"maxRestarts": 0}, "replicatedJobs": replicated},
+        # job.yaml); a trainer that fails fails its Job, and JobSet restarts
+        # the whole gang, once (gang.py).
+        "spec": {"failurePolicy": {"maxRestarts": 1}, "replicatedJobs": replicated},
     })
 
 
@@ -170,6 +180,8 @@ def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
 
 def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
          say: Say, check: Check) -> None:
+    # What a failed earlier run left on the node would be restored at start.
+    shutil.rmtree(Path(allowed_root) / NS / POLICY, ignore_errors=True)
     apply(policy_manifest(allowed_root, s3.port))
     epoch = time.time()
     began = time.monotonic()
@@ -189,6 +201,14 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     report.append(f"| JobSet: first step committed by 4 writers | "
                   f"{time.monotonic() - began:.1f} s after the JobSet |")
 
+    # First the gang restart, while every rank trains on one timeline (a
+    # rank replaced alone restores into a new one that the others, training
+    # on, do not share: the steps after it would not be one checkpoint).
+    # Imported here: gang builds on agreement's helpers, which import this module.
+    import gang
+    before = pods[3]["metadata"]["name"]
+    pods = gang.run(logs, pods, epoch, report, say, check)
+
     # Writer 3: the second Job of `b`, the rank a per-Job index alone would get wrong.
     old = pods[3]["metadata"]["name"]
     wait_mid_interval(epoch)
@@ -207,7 +227,10 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
           f"{new} replaces {old} as writer 3")
     load = wait_for(f"{new} restored", lambda: next(
         (e for e in logs.trainer(new) if e["event"] in ("load", "fresh")), None), 120)
-    mine = {e["step"]: e["hash"] for e in logs.trainer(old) if e["event"] == "save"}
+    # Writer 3's saves in both its earlier pods (the step may be the one
+    # the gang restart restored, which the pod before it saved).
+    mine = {e["step"]: e["hash"] for name in (before, old) for e in logs.trainer(name)
+            if e["event"] == "save"}
     check(load["event"] == "load" and load["step"] in mine and load["hash"] == mine[load["step"]],
           f"{new}: restored step {load.get('step')} from the {load.get('tier')} tier, "
           f"state hash equal to what writer 3 saved ({str(load.get('hash'))[:16]}…; "

@@ -595,7 +595,8 @@ def main() -> int:
                         help="run the chaos step (e2e/scenario/chaos.py) before uninstalling")
     parser.add_argument("--dcp", action="store_true",
                         help="run the DCP resharding step (e2e/scenario/dcp.py; not --short)")
-    parser.add_argument("--only", choices=("dcp", "peer", "agreement", "processes", "move"),
+    parser.add_argument("--only", choices=("dcp", "peer", "agreement", "processes", "move",
+                                            "jobset"),
                         help="install, S3, that step alone, uninstall (skips steps 3-7 and "
                         "the other optional steps)")
     args = parser.parse_args()
@@ -604,7 +605,9 @@ def main() -> int:
     if (args.dcp or args.only == "dcp") and args.short:
         parser.error("--dcp/--only dcp: expected the full run (the torch trainer image)")
     if args.only:
-        args.jobset_chart = args.lws_chart = None
+        args.lws_chart = None
+        if args.only != "jobset":
+            args.jobset_chart = None
         args.chaos, args.dcp = False, args.only == "dcp"
     trainer = TRAINERS["sim" if args.short else "torch"]
     logs = Logs(args.workdir / "logs", NS, trainer)

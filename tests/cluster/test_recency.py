@@ -13,7 +13,9 @@ import os
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ from urllib3.exceptions import ProtocolError
 
 from ckptdrain.agent.kube import PodReport
 from ckptdrain.agent.report import CheckpointEvent
+from ckptdrain.contract.api import timestamp
 from ckptdrain.contract.record import State
 from support.apiserver import Cluster
 
@@ -222,6 +225,35 @@ def test_a_jobs_pods_checkpointing_publish_on_the_job_in_few_writes(
     assert [line.split("\t")[:2] for line in lines] == [
         ["pod", "step 330"], ["node", "step 330"], ["all", "step 330"]]
     assert all(0 <= int(line.split("\t")[2].removesuffix("s at risk")) < 600 for line in lines)
+
+
+def test_a_step_done_again_after_a_restart_shows_when_it_was_done_again(
+        cluster: Cluster, recency_operator: OperatorProcess, namespace: str,
+        apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
+    """The job failed after step 200 completed, restored step 100 and reached
+    200 again: the record of 200 is the failed run's, and the recency must
+    date the step by its new capture, not by that record's creation."""
+    apply(policy("redo", writers=2, storage={"uri": "s3://bucket/runs", "keep": 3}))
+    wait_for(lambda: get(cluster, namespace, POLICIES, "redo").get("status", {}).get("phase"))
+    job = indexed_job(cluster, namespace, "redo", 2)
+    writers = _writers(cluster, core_api, namespace, "redo", job, 2)
+    _checkpoint(writers, 100, State.GLOBAL)
+    _checkpoint(writers, 200, State.GLOBAL)
+    wait_for(lambda: ((_recency(cluster, namespace, "job", "redo") or {}).get("all") or {})
+             .get("step") == 200, what="step 200 complete")
+    first = _made(cluster, namespace, "redo-s200")
+    time.sleep(1.5)  # the API's times are whole seconds: the runs must differ
+    again = timestamp(datetime.now(UTC))
+    # The new run captures step 200 on both nodes: not global yet.
+    _checkpoint(writers, 200, State.LOCAL)
+    doc = wait_for(lambda: (d := _recency(cluster, namespace, "job", "redo"))
+                   and (d.get("all") or {}).get("step") == 100 and d, what="step 200 redone")
+    record = get(cluster, namespace, "ckpt", "redo-s200")
+    assert record["metadata"]["creationTimestamp"] == first
+    captured = record["status"]["capturedTime"]
+    assert captured >= again > first, (captured, again, first)
+    assert doc["pod"] == {"step": 200, "time": captured}
+    assert doc["all"] == {"step": 100, "time": _made(cluster, namespace, "redo-s100")}
 
 
 def _run_the_docs_example(cluster: Cluster, namespace: str) -> str:

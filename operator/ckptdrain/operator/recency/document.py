@@ -19,9 +19,12 @@ A step whose record is not at hand yet shows the larger domain's entry.
 A step's time is its Checkpoint record's creation: the operator makes the
 record when the first writer reports capturing the step, so it is when the
 job was at that step (a global step's completion comes minutes later and
-would understate the work lost). The work at risk is `now - time`; it is not
-published, since a number that moves every second would need a write every
-second: readers compute it.
+would understate the work lost). A step done again after a restart keeps
+the record the failed run made: its `status.capturedTime` (the fold writes
+it when writers capture the step again, records/recapture.py) is then when
+the job was at the step, and the work since the first run is not at risk.
+The work at risk is `now - time`; it is not published, since a number that
+moves every second would need a write every second: readers compute it.
 """
 
 from __future__ import annotations
@@ -36,11 +39,14 @@ DOMAINS = ("pod", "node", "all")
 
 
 def step_times(records: Iterable[Mapping[str, Any]]) -> dict[int, str]:
-    """Step -> when its record was made, for a policy's records."""
+    """Step -> when the job was last at it, for a policy's records: the
+    record's capturedTime for a step done again, else its creation."""
     out: dict[int, str] = {}
     for r in records:
         step = (r.get("spec") or {}).get("step")
-        made = (r.get("metadata") or {}).get("creationTimestamp")
+        again = (r.get("status") or {}).get("capturedTime")
+        made = again if isinstance(again, str) and again else (
+            r.get("metadata") or {}).get("creationTimestamp")
         if type(step) is int and isinstance(made, str) and made:
             out[step] = made
     return out

@@ -24,8 +24,9 @@ from ckptdrain.contract.progress import Claim
 from ckptdrain.contract.record import REQUEST_FIELDS, STATES, TIERS, owner_reference
 from ckptdrain.contract.share import decode_ranks, encode_ranks
 from ckptdrain.errors import InvalidInput
+from ckptdrain.operator.records.recapture import PROGRESS_ORDER, recapture
 
-_RANK = {"Capturing": 0, "Local": 1, "Draining": 2, "Retrying": 2, "Global": 3}
+_RANK = PROGRESS_ORDER
 
 
 def owner_patch(record: Mapping[str, Any], policy_uid: str | None) -> dict[str, Any] | None:
@@ -138,9 +139,10 @@ def fold(record: Mapping[str, Any], claims: Mapping[int, Claim], now: datetime
     writer whose pod is gone still counts; a writer's newer word replaces its
     older one (a step checkpointed again after a restore from an older one
     starts over for that writer, and the record is complete again only when
-    every writer has committed it again). Ranks at or beyond `spec.writers`
-    are ignored. The size is the sum over the writers in `sized`, each
-    counted once, when it first reports bytes past Capturing."""
+    every writer has committed it again; `capturedTime` then dates that run,
+    records/recapture.py). Ranks at or beyond `spec.writers` are ignored.
+    The size is the sum over the writers in `sized`, each counted once, when
+    it first reports bytes past Capturing."""
     spec = record.get("spec", {})
     status = record.get("status") or {}
     expected = int(spec.get("writers", 1))
@@ -196,6 +198,8 @@ def fold(record: Mapping[str, Any], claims: Mapping[int, Claim], now: datetime
         wanted["requests"] = requests
     if failures or status.get("failures"):
         wanted["failures"] = failures or None
+    wanted |= recapture(status, recorded, {r: c for r, c in claims.items()
+                                           if 0 <= r < expected}, now)
     if complete and not status.get("completionTime"):
         wanted["completionTime"] = timestamp(now)
     elif not complete and status.get("completionTime") and state != "Expired":
