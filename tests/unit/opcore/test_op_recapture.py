@@ -4,15 +4,22 @@ recency a workload carries shows that time (operator/recency/document.py)."""
 
 from __future__ import annotations
 
+import re
 import signal
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from ckptdrain.contract import record as fmt
 from ckptdrain.contract.api import timestamp
 from ckptdrain.contract.progress import Claim
 from ckptdrain.operator.recency import document
 from ckptdrain.operator.records import aggregate as records
+from ckptdrain.operator.records import recapture
+
+ROOT = Path(__file__).resolve().parents[3]
 
 #: The first run captured step 500 at MADE; the job failed, restored step 400
 #: and reached 500 again ten minutes later.
@@ -171,3 +178,21 @@ def test_an_unreadable_captured_time_falls_back_to_the_records_creation() -> Non
     rec = committed()
     rec["status"]["capturedTime"] = "yesterday"
     assert document.step_times([rec]) == {500: timestamp(MADE)}
+
+
+def test_recaptured_as_written_is_what_the_crd_accepts() -> None:
+    """Twenty thousand scattered writers starting over: the ranges would run
+    past the CRD's maxLength, and a status the apiserver refuses would stop
+    the record's fold for good."""
+    schema = yaml.safe_load((ROOT / "crds" / "checkpoints.yaml").read_text())
+    field = schema["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
+        "properties"]["status"]["properties"]["recaptured"]
+    scattered = range(0, 40_000, 2)
+    change = recapture.recapture({}, dict.fromkeys(scattered, "Global"),
+                                 {r: claim("Local", AGAIN) for r in scattered},
+                                 AGAIN, writers=40_000, created=timestamp(MADE))
+    written = change["recaptured"]
+    assert field["maxLength"] == recapture.MAX_RECAPTURED
+    assert 0 < len(written) <= field["maxLength"]
+    assert re.fullmatch(field["pattern"], written)
+    assert written.startswith("0,2,4,") and change["capturedTime"] == timestamp(AGAIN)
