@@ -19,6 +19,7 @@ from operator_process import OperatorProcess
 
 from ckptdrain.agent.kube import PodReport
 from ckptdrain.agent.report import CheckpointEvent
+from ckptdrain.contract import record as fmt
 from ckptdrain.contract.record import State
 from support.apiserver import Cluster
 
@@ -329,3 +330,26 @@ def test_an_operator_restarted_with_hundreds_of_pods_present_comes_up_and_acts(
     wait_for(lambda: get(cluster, namespace, "checkpointshares", "many")["spec"]["drainers"]
              == 2, what="the restarted operator acting on its pods' reports", timeout_s=60)
     assert _policy_status(cluster, namespace, "many")["drainers"] == count
+
+
+def test_the_checkpoint_crd_takes_only_rank_ranges_in_recaptured(
+        cluster: Cluster, crds: None, namespace: str, custom_api: client.CustomObjectsApi
+) -> None:
+    """A hand edit naming ranks by the trillion, or anything but rank ranges,
+    is refused by the apiserver before the operator's fold reads it."""
+    custom_api.create_namespaced_custom_object(
+        "ckptdrain.io", "v1alpha1", namespace, "checkpoints",
+        fmt.build_record(namespace, "edit", 5, 3))
+
+    def set_recaptured(text: str) -> None:
+        custom_api.patch_namespaced_custom_object_status(
+            "ckptdrain.io", "v1alpha1", namespace, "checkpoints", "edit-s5",
+            {"status": {"recaptured": text}})
+
+    set_recaptured("0-2,5")
+    for hostile in ("5-1000000000000", "not ranks", "0," * 40_000):
+        with pytest.raises(client.exceptions.ApiException) as refused:
+            set_recaptured(hostile)
+        assert refused.value.status == 422, hostile[:20]
+        assert "recaptured" in (refused.value.body or ""), hostile[:20]
+    assert _records(cluster, namespace)["edit-s5"]["status"]["recaptured"] == "0-2,5"

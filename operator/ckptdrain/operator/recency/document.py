@@ -33,6 +33,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ckptdrain.contract.api import parse_timestamp
+
 ANNOTATION_RECENCY = "ckptdrain.io/checkpoint-recency"
 #: The failure domains, the smallest loss first.
 DOMAINS = ("pod", "node", "all")
@@ -40,16 +42,26 @@ DOMAINS = ("pod", "node", "all")
 
 def step_times(records: Iterable[Mapping[str, Any]]) -> dict[int, str]:
     """Step -> when the job was last at it, for a policy's records: the
-    record's capturedTime for a step done again, else its creation."""
+    record's capturedTime for a step done again, else its creation (also
+    when a hand edit left capturedTime unreadable)."""
     out: dict[int, str] = {}
     for r in records:
         step = (r.get("spec") or {}).get("step")
         again = (r.get("status") or {}).get("capturedTime")
-        made = again if isinstance(again, str) and again else (
-            r.get("metadata") or {}).get("creationTimestamp")
+        made = again if _is_time(again) else (r.get("metadata") or {}).get("creationTimestamp")
         if type(step) is int and isinstance(made, str) and made:
             out[step] = made
     return out
+
+
+def _is_time(text: object) -> bool:
+    if not isinstance(text, str):
+        return False
+    try:
+        parse_timestamp(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _newest(*steps: object) -> int | None:

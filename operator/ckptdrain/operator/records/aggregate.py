@@ -198,8 +198,8 @@ def fold(record: Mapping[str, Any], claims: Mapping[int, Claim], now: datetime
         wanted["requests"] = requests
     if failures or status.get("failures"):
         wanted["failures"] = failures or None
-    wanted |= recapture(status, recorded, {r: c for r, c in claims.items()
-                                           if 0 <= r < expected}, now)
+    wanted |= recapture(status, recorded, claims, now, expected,
+                        (record.get("metadata") or {}).get("creationTimestamp"))
     if complete and not status.get("completionTime"):
         wanted["completionTime"] = timestamp(now)
     elif not complete and status.get("completionTime") and state != "Expired":
