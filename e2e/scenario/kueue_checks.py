@@ -86,11 +86,14 @@ def check_goodput(logs: Logs, old: dict[int, str], new: dict[int, str],
         check(entry["step"] == sigterm["step"] and entry["restoredStep"] == load["step"]
               and entry["lostSteps"] == sigterm["step"] - load["step"]
               and entry["restoredTier"] == load["tier"] and entry["restorePod"] == new[w]
-              and abs(entry["recoverySeconds"] - logged) <= RECOVERY_TOLERANCE_S,
+              and abs(entry["recoverySeconds"] - logged) <= RECOVERY_TOLERANCE_S
+              # The emergency step restored: no training time lost either.
+              and (load["step"] != sigterm["step"] or entry["lostSeconds"] <= 0.5),
               f"goodput: {name} preempted at step {entry['step']}, {new[w]} restored step "
               f"{entry['restoredStep']} ({entry['restoredTier']}): {entry['lostSteps']} steps "
-              f"lost, training again after {entry['recoverySeconds']:.1f} s (trainers: "
-              f"{logged:.1f} s), of which {entry.get('waitingSeconds')} s waiting for resources")
+              f"and {entry['lostSeconds']:.1f} s lost, training again after "
+              f"{entry['recoverySeconds']:.1f} s (trainers: {logged:.1f} s), of which "
+              f"{entry.get('waitingSeconds')} s waiting for resources")
     done = subprocess.run([sys.executable, "-m", "ckptdrain", "goodput", "-n", NS, "--policy",
                            POLICY, "--output", "json"], capture_output=True, text=True,
                           env=os.environ, timeout=60)

@@ -612,6 +612,8 @@ def main() -> int:
     if (args.dcp or args.only == "dcp") and args.short:
         parser.error("--dcp/--only dcp: expected the full run (the torch trainer image)")
     jobset_step = True
+    if args.only == "kueue" and not args.kueue_chart:
+        parser.error("--only kueue: expected --kueue-chart (the full run builds Kueue)")
     if args.kueue_chart and not args.jobset_chart:
         parser.error("--kueue-chart: expected --jobset-chart too (Kueue queues a JobSet)")
     if args.only:
