@@ -37,36 +37,38 @@ def _when(rfc3339: str) -> float:
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
 
-def check_recency(logs: Logs, old: dict[int, str], check: Check) -> None:
-    """The annotation on the real Workload names the newest step every trainer
-    logged saving (pod) and the newest complete on S3 (all), at the times
-    the trainers were at them; the JobSet carries the same."""
-    def agreed() -> tuple[dict[str, Any], dict[str, list[float]]] | None:
+def check_recency(logs: Logs, old: dict[int, str], every: int, check: Check) -> None:
+    """The annotation on the real Workload names, as `pod`, a step every
+    trainer logged saving, at most one checkpoint interval (`every` steps)
+    behind the newest such step, and as `all` a step complete on S3 that
+    every trainer saved, at the times the trainers were at them; the JobSet
+    carries the same. Not "the newest of each at one reading": the operator
+    publishes at most one pass every 5 s (docs/recency.md), so `all` may be
+    written only with the next checkpoint's `pod`."""
+    def matched() -> tuple[dict[str, Any], dict[str, list[float]]] | None:
         value = ((workload() or {}).get("metadata", {}).get("annotations") or {}).get(RECENCY)
-        if not value:
+        doc = json.loads(value) if value else {}
+        if "pod" not in doc or "all" not in doc:
             return None
-        doc = json.loads(value)
         saved = [{e["step"]: e["at"] for e in logs.trainer(n) if e["event"] == "save"}
                  for n in old.values()]
         common = set.intersection(*(set(s) for s in saved))
-        complete = jobset.complete_steps(POLICY)
-        if not (common and complete and "pod" in doc and "all" in doc):
-            return None
-        if doc["pod"]["step"] != max(common) or doc["all"]["step"] != complete[-1]:
+        pod, all_ = doc["pod"]["step"], doc["all"]["step"]
+        if not (pod in common and all_ in common and all_ in jobset.complete_steps(POLICY)
+                and pod >= all_ and max(common) - pod <= every):
             return None
         return doc, {k: [s[doc[k]["step"]] for s in saved] for k in ("pod", "all")}
-    # Both must hold at one reading: a checkpoint every 10 s, each published
-    # within the 5 s coalescing; a minute of trying was once nearly all used.
-    doc, at = wait_for("the Workload's recency matching the trainers' logs", agreed, 150,
+    doc, at = wait_for("the Workload's recency matching the trainers' logs", matched, 120,
                        every=1)
     for domain in ("pod", "all"):
         when = _when(doc[domain]["time"])
         check(min(at[domain]) - 5 <= when <= max(at[domain]) + 5,
               f"recency {domain}: step {doc[domain]['step']} at {doc[domain]['time']}, "
-              f"when the trainers saved it ({min(at[domain]):.1f}–{max(at[domain]):.1f})")
+              f"when the trainers saved it ({min(at[domain]):.1f}–{max(at[domain]):.1f}; "
+              f"{'complete on S3, ' if domain == 'all' else ''}saved by every trainer)")
     owner = get("jobset", "-n", NS, NAME)["metadata"].get("annotations", {}).get(RECENCY)
-    check(owner is not None and json.loads(owner)["all"] == doc["all"],
-          f"the JobSet carries the same recency: {owner}")
+    check(owner is not None and json.loads(owner)["all"]["step"] >= doc["all"]["step"],
+          f"the JobSet carries the recency too: {owner}")
 
 
 def check_goodput(logs: Logs, old: dict[int, str], new: dict[int, str],
