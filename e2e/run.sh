@@ -6,20 +6,20 @@
 # KEEP=1. The report lands in $CACHE/e2e/report.md (and is printed).
 #
 #   e2e/run.sh            the full scenario with a real PyTorch trainer, the
-#                         JobSet, LeaderWorkerSet and chaos steps
+#                         JobSet, LeaderWorkerSet, Kueue and chaos steps
 #   e2e/run.sh --short    CI's scenario (`make e2e-short`): the simulated
 #                         trainer from the project image, no torch, fewer
 #                         waits; the JobSet step, no LWS or chaos step
 #
-# The JobSet controller (and, full run only, LeaderWorkerSet) is built from
+# The JobSet controller (and, full run only, LeaderWorkerSet and Kueue) is built from
 # the Go module proxy (e2e/deps/jobset.sh, cached; several minutes each the
 # first time) while the cluster starts.
 #
 # Needs root (bridge, iptables, the node's local tier). Installs what the host
 # lacks from Debian (e2e/deps/host.sh). Env: CKPTDRAIN_CACHE, KEEP=1 (leave
 # the cluster up), PYTHON (default .venv/bin/python), E2E_ONLY=dcp (full run
-# only), E2E_ONLY=peer, agreement, processes, move or jobset: install, S3 and
-# that step alone, then uninstall.
+# only), E2E_ONLY=peer, agreement, processes, move, jobset or kueue (full run
+# only): install, S3 and that step alone, then uninstall.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +30,7 @@ PYTHON="${PYTHON:-$repo/.venv/bin/python}"
 started=$(date +%s)
 log() { echo "e2e: [$(( $(date +%s) - started ))s] $*" >&2; }
 
-short=false
+short=false trainer_image=false
 case "${1:-}" in
   --short) short=true ;;
   "") ;;
@@ -53,6 +53,11 @@ if $short; then
   scenario_args=(--short)
   [ -n "${E2E_ONLY:-}" ] && scenario_args+=(--only "$E2E_ONLY")
   images=(ckptdrain:dev)
+elif [ "${E2E_ONLY:-}" = kueue ]; then
+  # The Kueue step runs the simulated trainer from the project image: no
+  # torch, no trainer image, no LeaderWorkerSet.
+  scenario_args=(--only kueue)
+  images=(ckptdrain:dev)
 else
   if ! TORCH_SITE=$(torch_site); then
     log "installing the project's torch extra into $PYTHON's environment (a large download, once)"
@@ -62,6 +67,7 @@ else
   scenario_args=(--torch-site "$TORCH_SITE" --chaos --dcp)
   [ -n "${E2E_ONLY:-}" ] && scenario_args+=(--only "$E2E_ONLY")
   images=(ckptdrain:dev ckptdrain-trainer:dev)
+  trainer_image=true
 fi
 
 down() {
@@ -78,9 +84,12 @@ log "cluster up; images building meanwhile (log: $WORK/images.log)"
   "$repo/e2e/image/build.sh" >/dev/null
   # The quickstart's MinIO, under the name its manifest pulls (docs/quickstart.md).
   "$here/images/minio/build.sh" >"$WORK/minio.image"
-  $short || "$here/images/trainer/build.sh" >/dev/null
+  $trainer_image && "$here/images/trainer/build.sh" >/dev/null
   "$here/deps/jobset.sh" >"$WORK/jobset.env"
-  $short || "$here/deps/jobset.sh" lws >"$WORK/lws.env"
+  if ! $short; then
+    [ "${E2E_ONLY:-}" = kueue ] || "$here/deps/jobset.sh" lws >"$WORK/lws.env"
+    "$here/deps/jobset.sh" kueue >"$WORK/kueue.env"
+  fi
 } >"$WORK/images.log" 2>&1 &
 images_pid=$!
 trap 'kill "$images_pid" 2>/dev/null || true' EXIT
@@ -101,10 +110,16 @@ eval "$(cat "$WORK/jobset.env")"
 "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
 scenario_args+=(--jobset-chart "$CHART" --jobset-image "$IMAGE")
 if ! $short; then
-  # The same three for LeaderWorkerSet.
-  eval "$(cat "$WORK/lws.env")"
+  if [ "${E2E_ONLY:-}" != kueue ]; then
+    # The same three for LeaderWorkerSet.
+    eval "$(cat "$WORK/lws.env")"
+    "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
+    scenario_args+=(--lws-chart "$CHART" --lws-image "$IMAGE")
+  fi
+  # And for Kueue (e2e/scenario/kueue.py).
+  eval "$(cat "$WORK/kueue.env")"
   "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
-  scenario_args+=(--lws-chart "$CHART" --lws-image "$IMAGE")
+  scenario_args+=(--kueue-chart "$CHART" --kueue-image "$IMAGE")
 fi
 
 log "scenario"

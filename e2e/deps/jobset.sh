@@ -6,11 +6,14 @@
 #
 #   jobset.sh [jobset]   sigs.k8s.io/jobset, the JobSet controller and webhooks
 #   jobset.sh lws        sigs.k8s.io/lws, LeaderWorkerSet
+#   jobset.sh kueue      sigs.k8s.io/kueue, the Kueue controller and webhooks
 #
 # Versions follow the cluster's Kubernetes (v1.33, e2e/cluster/lib.sh): the
 # release whose go.mod builds against k8s.io/* v0.33 — JobSet v0.9.1
 # (client-go v0.33.4, controller-runtime v0.21), LWS v0.7.0 (v0.33.3,
-# v0.21). Later releases move to 0.34+ and newer API behaviour.
+# v0.21), Kueue v0.13.5 (v0.33.3, v0.21; the newest v0.13 the proxy serves:
+# v0.13.0, .1, .3, .4, .6-.8 answer 403). Later releases move to 0.34+
+# (Kueue v0.14.0 to 0.34.1) and newer API behaviour.
 #
 # The proxy serves these versions but the checksum database has no entry
 # for them (sum.golang.org answers 404) and `@v/list` is refused, so
@@ -32,7 +35,10 @@ case "$which" in
   lws)
     module=sigs.k8s.io/lws version="${LWS_VERSION:-v0.7.0}" pkg=./cmd
     sum="h1:qWfzX8+UBak+Hq0+m/PuE3uO0mp/3dmm5q/h/7z31A8=" chart=charts/lws ;;
-  *) echo "jobset.sh: unknown controller $which (jobset or lws)" >&2; exit 2 ;;
+  kueue)
+    module=sigs.k8s.io/kueue version="${KUEUE_VERSION:-v0.13.5}" pkg=./cmd/kueue
+    sum="h1:VaGeigsjCt4sxeWJWiygMTQib4Lf2PJxk3wCsmHWkb0=" chart=charts/kueue ;;
+  *) echo "jobset.sh: unknown controller $which (jobset, lws or kueue)" >&2; exit 2 ;;
 esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${CKPTDRAIN_CACHE:-$HOME/.cache/ckptdrain}"
@@ -56,7 +62,7 @@ module_dir() {
   [ -d "$dir" ] || { echo "jobset.sh: no module directory for $module@$version" >&2; exit 1; }
   echo "$dir"
 }
-default_version() { case "$which" in jobset) echo v0.9.1 ;; lws) echo v0.7.0 ;; esac; }
+default_version() { case "$which" in jobset) echo v0.9.1 ;; lws) echo v0.7.0 ;; kueue) echo v0.13.5 ;; esac; }
 
 # Rebuilt when this script or the image writer changes.
 stamp="$(cat "${BASH_SOURCE[0]}" "$here/../images/oci.py" | sha256sum | cut -c1-16)"
@@ -68,7 +74,7 @@ if ! built; then
     dir="$(module_dir)"
     echo "building $module@$version (cached in $OUT)" >&2
     t0=$SECONDS
-    # Inside the module: its go.mod (no replace directives in these two) and
+    # Inside the module: its go.mod (no replace directives in these three) and
     # go.sum decide every dependency. CGO off: a static binary, nothing else
     # in the image.
     (cd "$dir" && CGO_ENABLED=0 GONOSUMDB="$module" go build -trimpath -ldflags "-s -w" \

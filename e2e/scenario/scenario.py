@@ -40,7 +40,10 @@ More steps run before the uninstall when asked: `--jobset-chart` the
 JobSet step (e2e/scenario/jobset.py: 4 writers of one JobSet on the real
 JobSet controller), `--lws-chart` the LeaderWorkerSet step
 (e2e/scenario/lws.py: 4 writers of one LeaderWorkerSet on the real LWS
-controller), `--chaos` the chaos step (e2e/scenario/chaos.py:
+controller), `--kueue-chart` the Kueue step (e2e/scenario/kueue.py: a
+queued JobSet preempted by the real Kueue, readmitted with no step lost;
+`--only kueue` runs it alone, with the JobSet controller it needs),
+`--chaos` the chaos step (e2e/scenario/chaos.py:
 operator pods killed under a burst of opted-in pods, the sweep, admission
 latency through a rolling restart).
 
@@ -68,6 +71,7 @@ import dcp
 import dcp_procs
 import goodput_check
 import jobset
+import kueue
 import lws
 import move
 import peer
@@ -591,23 +595,36 @@ def main() -> int:
     parser.add_argument("--lws-chart", help="LeaderWorkerSet's Helm chart: run the LWS step "
                         "(e2e/scenario/lws.py) on the real LWS controller")
     parser.add_argument("--lws-image", default="localhost/ckptdrain/lws:v0.7.0")
+    parser.add_argument("--kueue-chart", help="Kueue's Helm chart: run the Kueue preemption "
+                        "step (e2e/scenario/kueue.py; needs --jobset-chart)")
+    parser.add_argument("--kueue-image", default="localhost/ckptdrain/kueue:v0.13.5")
     parser.add_argument("--chaos", action="store_true",
                         help="run the chaos step (e2e/scenario/chaos.py) before uninstalling")
     parser.add_argument("--dcp", action="store_true",
                         help="run the DCP resharding step (e2e/scenario/dcp.py; not --short)")
     parser.add_argument("--only", choices=("dcp", "peer", "agreement", "processes", "move",
-                                            "jobset"),
+                                            "jobset", "kueue"),
                         help="install, S3, that step alone, uninstall (skips steps 3-7 and "
                         "the other optional steps)")
     args = parser.parse_args()
-    if not args.short and not args.torch_site:
+    if not args.short and not args.torch_site and args.only != "kueue":
         parser.error("--torch-site: expected the directory holding torch (or --short)")
     if (args.dcp or args.only == "dcp") and args.short:
         parser.error("--dcp/--only dcp: expected the full run (the torch trainer image)")
+    jobset_step = True
+    if args.only == "kueue" and not args.kueue_chart:
+        parser.error("--only kueue: expected --kueue-chart (the full run builds Kueue)")
+    if args.kueue_chart and not args.jobset_chart:
+        parser.error("--kueue-chart: expected --jobset-chart too (Kueue queues a JobSet)")
     if args.only:
         args.lws_chart = None
-        if args.only != "jobset":
+        # Kueue's step queues a JobSet: its controller stays, its own step
+        # goes (it runs only alone or in the whole run).
+        jobset_step = args.only == "jobset"
+        if args.only not in ("jobset", "kueue"):
             args.jobset_chart = None
+        if args.only != "kueue":
+            args.kueue_chart = None
         args.chaos, args.dcp = False, args.only == "dcp"
     trainer = TRAINERS["sim" if args.short else "torch"]
     logs = Logs(args.workdir / "logs", NS, trainer)
@@ -634,10 +651,13 @@ def main() -> int:
                 processes.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.only in (None, "move"):
                 move.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
-            if args.jobset_chart:
+            if args.jobset_chart and jobset_step:
                 jobset.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.lws_chart:
                 lws.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
+            if args.kueue_chart:
+                kueue.run(s3, args.kueue_chart, args.kueue_image, args.allowed_root,
+                          args.workdir, REPORT, say, check)
             if args.dcp:
                 dcp.run(s3, args.allowed_root, args.torch_site, args.workdir, REPORT, say, check)
                 dcp_procs.run(s3, args.allowed_root, args.torch_site, REPORT, say, check)

@@ -22,6 +22,11 @@ cannot run as it is says so in an HTML comment on the line before it:
                                           chart: its name, values and what
                                           Argo CD ignores checked against a
                                           render (tests/docs/gitops.py)
+    <!-- docs-test: fragment kueue -->    Kueue's objects (no Kueue CRDs in the
+                                          test apiserver): each a named
+                                          kueue.x-k8s.io object, the queues
+                                          naming each other; the e2e applies
+                                          them (e2e/scenario/kueue.py)
     <!-- docs-test: fragment REASON -->   YAML or JSON that is part of
                                           something else: parsed only
 

@@ -97,6 +97,9 @@ def check_fragment(block: Block, tmp_path: Path) -> None:
     if what == "gitops":  # several objects
         check_gitops(block, tmp_path)
         return
+    if what == "kueue":  # several objects, applied by e2e/scenario/kueue.py
+        check_kueue(block)
+        return
     doc = json.loads(block.text) if block.lang == "json" else yaml.safe_load(block.text)
     assert doc, f"{block.id}: empty"
     if what == "policy":
@@ -115,6 +118,24 @@ def check_fragment(block: Block, tmp_path: Path) -> None:
                deployment["spec"]["template"]["spec"]["containers"][0]["env"]
                if e["name"] in ("CKPTDRAIN_CONTAINERS", "CKPTDRAIN_AGENT_IDENTITIES")}
         config_from_env(env)
+
+
+def check_kueue(block: Block) -> None:
+    """Kueue's objects (docs/kueue.md): no Kueue CRDs here to dry-run them
+    against; the e2e applies them to the real Kueue. Each is a named object
+    of Kueue's served version, and the queues name each other."""
+    docs = [d for d in yaml.safe_load_all(block.text) if d]
+    assert docs, f"{block.id}: empty"
+    for doc in docs:
+        assert doc.get("apiVersion") == "kueue.x-k8s.io/v1beta1" and doc.get("kind") and (
+            doc.get("metadata") or {}).get("name"), f"{block.id}: not a named Kueue object: {doc}"
+    named = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    for doc in docs:
+        if doc["kind"] == "LocalQueue":
+            assert ("ClusterQueue", doc["spec"]["clusterQueue"]) in named, block.id
+        for group in (doc.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group["flavors"]:
+                assert ("ResourceFlavor", flavor["name"]) in named, block.id
 
 
 def check_gitops(block: Block, tmp_path: Path) -> None:
