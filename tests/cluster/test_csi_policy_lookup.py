@@ -1,6 +1,7 @@
 """The CSI driver's policy lookup against a real apiserver, as the driver's
-own ServiceAccount with `get` on checkpointpolicies and nothing else: the
-namespace is the pod's, the name the tenant's, the answer the policy's UID."""
+own ServiceAccount with the rules of the ClusterRole docs/csi-driver.md
+shows (`get` on checkpointpolicies, nothing else): the namespace is the
+pod's, the name the tenant's, the answer the policy's UID."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from cluster_helpers import POLICIES, create, get, policy
+from cluster_helpers import POLICIES, create, get, page_object, policy
 from kubernetes import client, config
+from operator_process import repo_root
 
 from ckptdrain.csi.policies import apiserver_resolver
 from ckptdrain.csi.requests import Refused
 from support.apiserver import Cluster
 
-# What the driver's ClusterRole grants (the chart's DaemonSet, next): one verb.
-DRIVER_RULES = [{"apiGroups": ["ckptdrain.io"], "resources": ["checkpointpolicies"],
-                 "verbs": ["get"]}]
+# What the driver's ClusterRole grants, as the page documents it.
+DRIVER_RULES = page_object(repo_root() / "docs" / "csi-driver.md", "ClusterRole")["rules"]
 
 
 @pytest.fixture
@@ -50,6 +51,7 @@ def make_policy(cluster: Cluster, namespace: str, name: str) -> str:
 
 def test_the_lookup_gives_the_uid_of_the_pods_namespace_policy_only(
         cluster: Cluster, namespace: str, driver_api: client.CustomObjectsApi) -> None:
+    assert [rule["verbs"] for rule in DRIVER_RULES] == [["get"]]  # and nothing more
     resolve = apiserver_resolver(driver_api)
     uid = make_policy(cluster, namespace, "ckpt")
     assert resolve(namespace, "ckpt") == uid
