@@ -8,6 +8,7 @@ for the apiserver (tests/cluster covers the real lookup).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -61,7 +63,8 @@ class Harness:
 
     def publish(self, target: Path, namespace: str, pod_uid: str, policy: str | None = "ckpt",
                 volume_id: str | None = None, group: str = "2000",
-                extra: dict[str, str] | None = None) -> csi_pb2.NodePublishVolumeResponse:
+                extra: dict[str, str] | None = None, readonly: bool = False
+                ) -> csi_pb2.NodePublishVolumeResponse:
         context = {"csi.storage.k8s.io/ephemeral": "true",
                    "csi.storage.k8s.io/pod.namespace": namespace,
                    "csi.storage.k8s.io/pod.name": "trainer-0",
@@ -77,7 +80,7 @@ class Harness:
                 mount=csi_pb2.VolumeCapability.MountVolume(volume_mount_group=group),
                 access_mode=csi_pb2.VolumeCapability.AccessMode(
                     mode=csi_pb2.VolumeCapability.AccessMode.SINGLE_NODE_WRITER)),
-            volume_context=context), timeout=10)
+            readonly=readonly, volume_context=context), timeout=10)
 
     def unpublish(self, target: Path, pod_uid: str) -> None:
         self.node.NodeUnpublishVolume(csi_pb2.NodeUnpublishVolumeRequest(
@@ -123,7 +126,7 @@ def harness() -> Iterator[Harness]:
         yield h
     finally:
         channel.close()
-        driver.stop(grace_s=1)
+        h.driver.stop(grace_s=1)
         for target in h.targets:
             while is_mounted(target):
                 mounts.unmount(target)
@@ -185,6 +188,43 @@ def test_unpublish_unmounts_keeps_the_data_and_twice_is_once(harness: Harness) -
     target2 = harness.target(pod2)
     harness.publish(target2, "team-a", pod2)
     assert (target2 / "step-1").read_text() == "weights"
+
+
+def test_a_read_only_volume_cannot_be_written(harness: Harness) -> None:
+    harness.policies[("team-a", "ckpt")] = UID_A
+    pod = new_pod_uid()
+    target = harness.target(pod)
+    harness.publish(target, "team-a", pod, readonly=True)
+    with pytest.raises(OSError) as err:
+        (target / "step-1").write_text("weights")
+    assert err.value.errno == errno.EROFS
+
+
+def test_a_restarted_driver_unpublishes_what_the_last_one_published(harness: Harness) -> None:
+    harness.policies[("team-a", "ckpt")] = UID_A
+    pod = new_pod_uid()
+    target = harness.target(pod)
+    harness.publish(target, "team-a", pod)
+    harness.driver.stop(grace_s=1)
+    # A new process (the DaemonSet's pod restarted) on the same sockets and root.
+    harness.driver = Driver(harness.cfg, lambda ns, name: harness.policies.get((ns, name)))
+    harness.driver.start()
+    harness.publish(target, "team-a", pod)  # kubelet's retry: still one mount
+    assert mount_count(target) == 1
+    harness.unpublish(target, pod)
+    assert not is_mounted(target) and not target.exists()
+
+
+def test_concurrent_first_publishes_make_one_policy_dir(harness: Harness) -> None:
+    harness.policies[("team-a", "ckpt")] = UID_A
+    pods = [new_pod_uid() for _ in range(8)]
+    targets = [harness.target(pod) for pod in pods]
+    with ThreadPoolExecutor(len(pods)) as pool:
+        list(pool.map(lambda i: harness.publish(targets[i], "team-a", pods[i]),
+                      range(len(pods))))
+    (targets[0] / "shared").write_text("one dir")
+    assert all((t / "shared").read_text() == "one dir" for t in targets)
+    assert sorted(p.name for p in (harness.cfg.root / "team-a").iterdir()) == [UID_A]
 
 
 def test_a_recreated_policy_of_the_same_name_starts_empty(harness: Harness) -> None:
