@@ -242,7 +242,8 @@ def test_a_recreated_policy_of_the_same_name_starts_empty(harness: Harness) -> N
     assert (harness.data_of("team-a", UID_A) / "step-1").read_text() == "old run"
 
 
-def test_a_tampered_owner_marker_is_refused_and_says_why(harness: Harness) -> None:
+def test_a_tampered_owner_marker_is_refused_and_says_why(
+        harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
     harness.policies[("team-a", "ckpt")] = UID_A
     pod = new_pod_uid()
     target = harness.target(pod)
@@ -254,7 +255,10 @@ def test_a_tampered_owner_marker_is_refused_and_says_why(harness: Harness) -> No
     pod2 = new_pod_uid()
     err = refused(harness.publish, harness.target(pod2), "team-a", pod2)
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert UID_B in err.details() and "team-b" in err.details()
+    assert "owner.json names another owner" in err.details()
+    # Who that is goes to the driver's log, not into the tenant's pod events.
+    assert UID_B not in err.details() and "team-b" not in err.details()
+    assert any(UID_B in r.getMessage() and "team-b" in r.getMessage() for r in caplog.records)
     marker.unlink()
     err = refused(harness.publish, harness.target(pod2), "team-a", pod2)
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -338,16 +342,47 @@ def test_registration_answers_get_info_as_kubelet_expects(harness: Harness) -> N
         assert name == NAME
 
 
+def csi_node(base: Path, *flags: str, kubeconfig: Path | None = None) -> list[str]:
+    return [sys.executable, "-m", "ckptdrain", "csi-node", "--node-id", "node-a",
+            "--root", str(base / "root"), "--pods-dir", str(base / "pods"),
+            "--csi-socket", str(base / "plugins" / "csi.sock"),
+            "--registration-socket", str(base / "registry" / f"{NAME}-reg.sock"), *flags]
+
+
+def command_env(base: Path) -> dict[str, str]:
+    """This interpreter's imports; a kubeconfig naming an apiserver that is
+    never called (no volume is published here)."""
+    kubeconfig = base / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "never-used"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+            "KUBECONFIG": str(kubeconfig)}
+
+
+def test_csi_node_command_refuses_a_bad_start_in_one_line(tmp_path: Path) -> None:
+    env = command_env(tmp_path)
+    (tmp_path / "real-pods").mkdir()
+    (tmp_path / "pods").symlink_to(tmp_path / "real-pods")
+    for argv, env_, says in (
+            (csi_node(tmp_path), env, "--pods-dir"),
+            (csi_node(tmp_path, "--node-id", ""), env, "--node-id"),
+            (csi_node(tmp_path, "--name", "Node_CkptDrain"), env, "--name"),
+            (csi_node(tmp_path, "--pods-dir", str(tmp_path / "real-pods")),
+             {**env, "KUBECONFIG": str(tmp_path / "absent")}, "apiserver credentials: expected")):
+        done = subprocess.run(argv, env=env_, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("ckptdrain csi-node: ") and says in done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+
+
 def test_csi_node_command_exits_non_zero_when_kubelet_refuses_it() -> None:
     base = Path(tempfile.mkdtemp(prefix="csi-", dir="/tmp"))
     registration = base / "registry" / f"{NAME}-reg.sock"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ckptdrain", "csi-node", "--node-id", "node-a",
-         "--root", str(base / "root"), "--pods-dir", str(base / "pods"),
-         "--csi-socket", str(base / "plugins" / "csi.sock"),
-         "--registration-socket", str(registration)],
-        env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(csi_node(base), env=command_env(base), stderr=subprocess.PIPE,
+                            text=True)
     try:
         with grpc.insecure_channel(f"unix://{registration}") as channel:
             grpc.channel_ready_future(channel).result(timeout=30)

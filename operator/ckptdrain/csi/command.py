@@ -25,12 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from ckptdrain.csi.policies import apiserver_resolver
+    from ckptdrain.csi.policies import apiserver_resolver, policies_api
     from ckptdrain.csi.server import Driver
 
     try:
         cfg = config.load(args)
-        driver = Driver(cfg, apiserver_resolver())
+        driver = Driver(cfg, apiserver_resolver(policies_api()))
         driver.start()
     except (CkptdrainError, OSError) as err:
         print(f"ckptdrain csi-node: {err}", file=sys.stderr)

@@ -63,27 +63,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _absolute(value: str, flag: str) -> str:
     if not value.startswith("/") or ".." in PurePosixPath(value).parts:
-        raise InvalidInput(f"{flag}: expected an absolute path without '..', got {value!r}")
+        raise InvalidInput(flag, "an absolute path without '..'", value)
     return os.path.normpath(value)
 
 
 def load(args: argparse.Namespace) -> DriverConfig:
     """The config from parsed flags; raises InvalidInput naming the flag."""
     if not _DRIVER_NAME.fullmatch(args.name):
-        raise InvalidInput(f"--name: expected a DNS-1123 subdomain of at most 63 "
-                           f"characters, got {args.name!r}")
+        raise InvalidInput("--name", "a DNS-1123 subdomain of at most 63 characters",
+                           args.name)
     if not args.node_id:
-        raise InvalidInput("--node-id: expected this node's name (set NODE_NAME from "
-                           "spec.nodeName), got nothing")
+        raise InvalidInput("--node-id", "this node's name (NODE_NAME from spec.nodeName)",
+                           None)
     if not str(args.owner_uid).isdigit():
-        raise InvalidInput(f"--owner-uid: expected a numeric uid, got {args.owner_uid!r}")
+        raise InvalidInput("--owner-uid", "a numeric uid", args.owner_uid)
     csi_socket = args.csi_socket or f"/var/lib/kubelet/plugins/{args.name}/csi.sock"
     registration = (args.registration_socket
                     or f"/var/lib/kubelet/plugins_registry/{args.name}-reg.sock")
+    pods_dir = _absolute(args.pods_dir, "--pods-dir")
+    # Targets are checked to have no link in their path: a pods dir reached
+    # through one (kubelet's --root-dir moved, a link left behind) would
+    # refuse every volume, so it is refused once, here.
+    if os.path.exists(pods_dir) and os.path.realpath(pods_dir) != pods_dir:
+        raise InvalidInput("--pods-dir", f"kubelet's real pods dir, not one reached through "
+                           f"a link (this is {os.path.realpath(pods_dir)})", pods_dir)
     return DriverConfig(
         name=args.name, node_id=args.node_id,
         root=Path(_absolute(args.root, "--root")),
-        pods_dir=PurePosixPath(_absolute(args.pods_dir, "--pods-dir")),
+        pods_dir=PurePosixPath(pods_dir),
         csi_socket=Path(_absolute(csi_socket, "--csi-socket")),
         registration_socket=Path(_absolute(registration, "--registration-socket")),
         owner_uid=int(args.owner_uid))

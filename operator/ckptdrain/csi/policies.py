@@ -13,25 +13,35 @@ from typing import Any
 
 from ckptdrain.csi.requests import Refused
 from ckptdrain.csi.volumes import PolicyResolver
+from ckptdrain.errors import InvalidInput
 
 GROUP, VERSION, PLURAL = "ckptdrain.io", "v1alpha1", "checkpointpolicies"
 
 
-def apiserver_resolver(api: Any = None) -> PolicyResolver:
-    """A resolver over `api` (a kubernetes CustomObjectsApi; the in-cluster
-    one by default, made on first use)."""
-    state: dict[str, Any] = {"api": api}
+def policies_api() -> Any:
+    """The driver's CustomObjectsApi (in-cluster, else KUBECONFIG), made at
+    start: missing credentials end the driver with one line instead of
+    failing every volume later."""
+    from kubernetes.config import ConfigException
+
+    from ckptdrain import kubeclient
+
+    try:
+        return kubeclient.custom_objects_api()
+    except ConfigException as err:
+        raise InvalidInput("apiserver credentials",
+                           "in-cluster (a ServiceAccount token) or a KUBECONFIG", str(err)) from err
+
+
+def apiserver_resolver(api: Any) -> PolicyResolver:
+    """A resolver over `api`, a kubernetes CustomObjectsApi."""
 
     def resolve(namespace: str, name: str) -> str | None:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        if state["api"] is None:
-            from ckptdrain import kubeclient
-
-            state["api"] = kubeclient.custom_objects_api()
         try:
-            policy = state["api"].get_namespaced_custom_object(
+            policy = api.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name, _request_timeout=10)
         except ApiException as err:
             if err.status == 404:

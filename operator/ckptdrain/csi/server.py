@@ -33,7 +33,11 @@ def _listen(server: grpc.Server, socket: Path) -> None:
     # A socket left by the previous run of the driver (a restart) is replaced.
     if socket.is_socket():
         socket.unlink()
-    if not server.add_insecure_port(f"unix://{socket}"):
+    try:
+        bound = server.add_insecure_port(f"unix://{socket}")
+    except RuntimeError as err:  # grpc's "Failed to bind"
+        raise OSError(f"could not listen on unix socket {socket}: {err}") from err
+    if not bound:
         raise OSError(f"could not listen on unix socket {socket}")
     # Only root (kubelet) may connect: a unix socket has no other auth.
     os.chmod(socket, 0o600)

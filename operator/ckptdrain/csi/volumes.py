@@ -191,10 +191,15 @@ class VolumeStore:
             raise Refused("PERMISSION_DENIED", f"{directory}: no readable {OWNER_FILE}: "
                           "not made by this driver, nothing in it is handed out")
         if (found.namespace, found.policy_uid) != (owner.namespace, owner.policy_uid):
+            # The other owner is named in the driver's log only: kubelet turns
+            # the message into an event the pod's tenant reads.
+            log.error("%s/%s names policy uid %s in namespace %s, not uid %s in %s: "
+                      "refused", directory, OWNER_FILE, found.policy_uid, found.namespace,
+                      owner.policy_uid, owner.namespace)
             raise Refused("PERMISSION_DENIED",
-                          f"{directory}/{OWNER_FILE}: belongs to policy uid "
-                          f"{found.policy_uid} in namespace {found.namespace!r}, not uid "
-                          f"{owner.policy_uid} in {owner.namespace!r}: refused")
+                          f"the node data of policy {owner.namespace}/{owner.policy_name} "
+                          f"(uid {owner.policy_uid}): its {OWNER_FILE} names another owner "
+                          "(see the CSI driver's log); nothing in it is handed out")
         data = directory / DATA_DIR
         if data.is_symlink() or not data.is_dir():
             raise Refused("PERMISSION_DENIED", f"{data}: not a directory this driver made")
