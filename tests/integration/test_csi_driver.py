@@ -325,6 +325,10 @@ def test_hostile_paths_and_ids_are_refused(harness: Harness, tmp_path: Path) -> 
 
 
 def test_registration_answers_get_info_as_kubelet_expects(harness: Harness) -> None:
+    # Unix sockets have no other authentication: only root (kubelet) connects.
+    for socket in (harness.cfg.registration_socket, harness.cfg.csi_socket):
+        assert stat.S_ISSOCK(os.stat(socket).st_mode)
+        assert stat.S_IMODE(os.stat(socket).st_mode) == 0o600
     with grpc.insecure_channel(f"unix://{harness.cfg.registration_socket}") as channel:
         stub = pluginregistration_pb2_grpc.RegistrationStub(channel)
         info = stub.GetInfo(pluginregistration_pb2.InfoRequest(), timeout=10)
