@@ -33,6 +33,7 @@ tools_version="$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("
 # Regenerated when this script (the pins) or the compiler changes.
 stamp="$(cat "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16) grpcio-tools $tools_version"
 if [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
+  touch "$out/.stamp"  # current: make need not ask again
   exit 0
 fi
 
