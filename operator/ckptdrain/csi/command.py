@@ -25,8 +25,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        from ckptdrain.csi.server import Driver
+    except ModuleNotFoundError as err:
+        if not (err.name or "").startswith("ckptdrain.csi.stubs"):
+            raise
+        # Generated at build time, never in git: a checkout without them.
+        print(f"ckptdrain csi-node: no gRPC stubs ({err.name}): run `make venv` "
+              "(e2e/deps/csi-stubs.sh generates them)", file=sys.stderr)
+        return 1
     from ckptdrain.csi.policies import apiserver_resolver, policies_api
-    from ckptdrain.csi.server import Driver
 
     try:
         cfg = config.load(args)

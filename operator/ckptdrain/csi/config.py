@@ -11,6 +11,9 @@ defaults (the DaemonSet sets the environment), checked at start.
                             the registration socket kubelet watches for
                             (/var/lib/kubelet/plugins_registry/<name>-reg.sock)
   CKPTDRAIN_CSI_OWNER_UID   who owns the data: the agent's uid   (65532)
+  CKPTDRAIN_CSI_MIN_MOUNT_GROUP
+                            the lowest fsGroup a pod's data may get; lower
+                            ones (root's 0, system groups) are refused (1000)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ckptdrain.csi.requests import DEFAULT_MIN_MOUNT_GROUP
 from ckptdrain.errors import InvalidInput
 
 DEFAULT_NAME = "node.ckptdrain.io"
@@ -37,6 +41,7 @@ class DriverConfig:
     csi_socket: Path
     registration_socket: Path
     owner_uid: int
+    min_mount_group: int = DEFAULT_MIN_MOUNT_GROUP
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: /var/lib/kubelet/plugins_registry/NAME-reg.sock)")
     parser.add_argument("--owner-uid", default=env("CKPTDRAIN_CSI_OWNER_UID", "65532"),
                         help="owner of the node data: the agent's uid (default: %(default)s)")
+    parser.add_argument("--min-mount-group",
+                        default=env("CKPTDRAIN_CSI_MIN_MOUNT_GROUP",
+                                    str(DEFAULT_MIN_MOUNT_GROUP)),
+                        help="the lowest fsGroup a pod's data may get (default: %(default)s)")
 
 
 def _absolute(value: str, flag: str) -> str:
@@ -77,6 +86,9 @@ def load(args: argparse.Namespace) -> DriverConfig:
                            None)
     if not str(args.owner_uid).isdigit():
         raise InvalidInput("--owner-uid", "a numeric uid", args.owner_uid)
+    if not str(args.min_mount_group).isdigit() or int(args.min_mount_group) < 1:
+        raise InvalidInput("--min-mount-group", "a group id of 1 or more (0, root's group, "
+                           "is never given the data)", args.min_mount_group)
     csi_socket = args.csi_socket or f"/var/lib/kubelet/plugins/{args.name}/csi.sock"
     registration = (args.registration_socket
                     or f"/var/lib/kubelet/plugins_registry/{args.name}-reg.sock")
@@ -93,4 +105,4 @@ def load(args: argparse.Namespace) -> DriverConfig:
         pods_dir=PurePosixPath(pods_dir),
         csi_socket=Path(_absolute(csi_socket, "--csi-socket")),
         registration_socket=Path(_absolute(registration, "--registration-socket")),
-        owner_uid=int(args.owner_uid))
+        owner_uid=int(args.owner_uid), min_mount_group=int(args.min_mount_group))

@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 
 MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
 MS_REMOUNT = 32
 MS_BIND = 4096
 MNT_DETACH = 2
@@ -33,19 +35,25 @@ def _check(rc: int, what: str, path: Path) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}", str(path))
 
 
+def remount_flags(read_only: bool) -> int:
+    """The flags the bind mount ends with: never set-uid programs or device
+    files from the tenant's data (a file a pod wrote must not become a
+    setuid binary or a raw disk for another pod), read-only when asked."""
+    return MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (MS_RDONLY if read_only else 0)
+
+
 def bind(source: Path, target: Path, read_only: bool) -> None:
-    """Bind-mount directory `source` at `target` (read-only when asked: a
-    bind mount takes the flag only on a remount)."""
+    """Bind-mount directory `source` at `target`, nosuid and nodev (and
+    read-only when asked). A bind mount ignores such flags on the first
+    call: they take effect only on a remount of it."""
     _check(_libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None),
            "bind mount", target)
-    if read_only:
-        try:
-            _check(_libc.mount(None, os.fsencode(target), None,
-                               MS_BIND | MS_REMOUNT | MS_RDONLY, None),
-                   "read-only remount", target)
-        except OSError:
-            unmount(target)
-            raise
+    try:
+        _check(_libc.mount(None, os.fsencode(target), None, remount_flags(read_only), None),
+               "remount nosuid,nodev", target)
+    except OSError:
+        unmount(target)
+        raise
 
 
 def unmount(target: Path) -> None:

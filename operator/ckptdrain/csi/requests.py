@@ -6,8 +6,13 @@ spec names) out. Two sources, trusted differently:
 - kubelet's own: the volume id, the target path, and, because the CSIDriver
   object sets podInfoOnMount, the `csi.storage.k8s.io/*` attributes (pod
   namespace, name, uid, service account; `ephemeral` for an inline volume).
-  kubelet writes these over any value the pod's spec gave, so the namespace
-  is the pod's real one. Still checked for shape: they become path parts.
+  kubelet writes these over any value the pod's spec gave. Were
+  podInfoOnMount ever off, the tenant's own values would pass through: what
+  still ties the namespace to the pod is the pod uid, checked against the
+  target path kubelet chose. A pod's uid is made by the apiserver when the
+  pod is created, after its spec (and so its volumeAttributes) is written,
+  so a tenant cannot name its own pod's uid, and a made-up one does not
+  match the target. Still checked for shape: they become path parts.
 - the tenant's: every other volume attribute, written in the pod's spec by
   whoever may create pods. Only `policy` (a CheckpointPolicy's name) is
   accepted; it is looked up in the pod's own namespace and never becomes a
@@ -43,6 +48,9 @@ _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 # kubelet names an inline volume csi-<sha256 hex>; other COs use similar ids.
 _VOLUME_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _MAX_GID = 2**31 - 1
+# The lowest fsGroup a pod's data may get: system groups (Debian's 0-999)
+# stay out. The agent's own gid, 65532, is above it.
+DEFAULT_MIN_MOUNT_GROUP = 1000
 
 
 class Refused(Exception):
@@ -115,18 +123,21 @@ def check_target(value: str, pods_dir: PurePosixPath, pod_uid: str | None = None
     return path
 
 
-def _mount_group(value: str) -> int | None:
+def _mount_group(value: str, min_group: int) -> int | None:
+    # The group gets write access to the data: root's group (0) or a
+    # system group (below min_group) would hand it to the node's daemons.
     if value == "":
         return None
-    if not value.isdigit() or int(value) > _MAX_GID:
-        raise _invalid("volume_capability.mount.volume_mount_group",
-                       f"a group id from 0 to {_MAX_GID}", value)
+    if not value.isdigit() or not min_group <= int(value) <= _MAX_GID:
+        raise _invalid("volume_capability.mount.volume_mount_group (the pod's fsGroup)",
+                       f"a group id from {min_group} to {_MAX_GID} (system groups are "
+                       "refused: the group may write the data)", value)
     return int(value)
 
 
 def publish_request(volume_id: str, target_path: str, context: Mapping[str, str],
-                    read_only: bool, mount_group: str, pods_dir: PurePosixPath
-                    ) -> PublishRequest:
+                    read_only: bool, mount_group: str, pods_dir: PurePosixPath,
+                    min_group: int = DEFAULT_MIN_MOUNT_GROUP) -> PublishRequest:
     """A NodePublishVolume request, checked; raises `Refused`."""
     check_volume_id(volume_id)
     if context.get(EPHEMERAL) != "true":
@@ -155,7 +166,7 @@ def publish_request(volume_id: str, target_path: str, context: Mapping[str, str]
         volume_id=volume_id,
         target_path=check_target(target_path, pods_dir, pod_uid),
         namespace=namespace, pod_name=pod_name, pod_uid=pod_uid, policy_name=policy,
-        read_only=read_only, mount_group=_mount_group(mount_group))
+        read_only=read_only, mount_group=_mount_group(mount_group, min_group))
 
 
 def unpublish_request(volume_id: str, target_path: str, pods_dir: PurePosixPath

@@ -33,14 +33,18 @@ def _listen(server: grpc.Server, socket: Path) -> None:
     # A socket left by the previous run of the driver (a restart) is replaced.
     if socket.is_socket():
         socket.unlink()
+    # Only root (kubelet) may connect: a unix socket has no other auth. It is
+    # made 0600 by the bind itself (the umask), not chmod'ed after: between
+    # the two anyone could connect.
+    previous = os.umask(0o177)
     try:
         bound = server.add_insecure_port(f"unix://{socket}")
     except RuntimeError as err:  # grpc's "Failed to bind"
         raise OSError(f"could not listen on unix socket {socket}: {err}") from err
+    finally:
+        os.umask(previous)
     if not bound:
         raise OSError(f"could not listen on unix socket {socket}")
-    # Only root (kubelet) may connect: a unix socket has no other auth.
-    os.chmod(socket, 0o600)
 
 
 class Driver:
@@ -52,11 +56,12 @@ class Driver:
         cfg.root.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.volumes = VolumeStore(cfg.root, resolve_policy, mounter or LinuxMounter(),
                                    owner_uid=cfg.owner_uid)
+        self.volumes.clean_staging()
         self.registration = Registration(cfg.name, str(cfg.csi_socket))
         self.csi = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         csi_pb2_grpc.add_IdentityServicer_to_server(Identity(cfg.name, cfg.root), self.csi)
         csi_pb2_grpc.add_NodeServicer_to_server(
-            Node(cfg.node_id, self.volumes, cfg.pods_dir), self.csi)
+            Node(cfg.node_id, self.volumes, cfg.pods_dir, cfg.min_mount_group), self.csi)
         self.registrar = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
         pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
             self.registration, self.registrar)

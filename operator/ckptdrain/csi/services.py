@@ -62,10 +62,12 @@ class Identity(csi_pb2_grpc.IdentityServicer):
 
 
 class Node(csi_pb2_grpc.NodeServicer):
-    def __init__(self, node_id: str, volumes: VolumeStore, pods_dir: PurePosixPath) -> None:
+    def __init__(self, node_id: str, volumes: VolumeStore, pods_dir: PurePosixPath,
+                 min_mount_group: int) -> None:
         self.node_id = node_id
         self.volumes = volumes
         self.pods_dir = pods_dir
+        self.min_mount_group = min_mount_group
 
     def NodeGetInfo(self, request: Any, context: grpc.ServicerContext) -> Any:
         return csi_pb2.NodeGetInfoResponse(node_id=self.node_id)
@@ -83,7 +85,8 @@ class Node(csi_pb2_grpc.NodeServicer):
                               "(a filesystem volume), got a block volume or none")
             req = publish_request(
                 request.volume_id, request.target_path, dict(request.volume_context),
-                request.readonly, capability.mount.volume_mount_group, self.pods_dir)
+                request.readonly, capability.mount.volume_mount_group, self.pods_dir,
+                self.min_mount_group)
             self.volumes.publish(req)
             return csi_pb2.NodePublishVolumeResponse()
 

@@ -20,6 +20,12 @@ driver for this policy (tampered with, or left by an older layout): it is
 refused, never handed out. The marker sits beside `data/`, outside what a
 pod sees, so a tenant cannot rewrite it.
 
+The data's group is set once, when the directory is made: the first pod's
+fsGroup (or the agent's own group without one), recorded as `group`. A
+later pod of the policy with another fsGroup is refused, naming both: had
+it taken the group over, the pods already running (their trainers hold
+only their own fsGroup) could no longer enter a 2770 directory.
+
 The mount calls and the policy lookup are injected (`Mounter`,
 `PolicyResolver`): tests run the same code with a real bind mount.
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import threading
 import uuid
 from collections.abc import Callable
@@ -48,6 +55,7 @@ log = logging.getLogger(__name__)
 OWNER_FILE = "owner.json"
 DATA_DIR = "data"
 PUBLISHED_DIR = ".published"
+STAGING_PREFIX = ".new-"
 ROOT_DIR_MODE = 0o711  # traversable, not listable: no tenant learns the others' UIDs
 DATA_MODE = 0o2770  # the owner (the agent) and the pod's group; setgid keeps the group
 TARGET_MODE = 0o750
@@ -68,10 +76,13 @@ class Owner:
     namespace: str
     policy_uid: str
     policy_name: str
+    # The data dir's group; None in markers written before it was recorded.
+    group: int | None = None
 
     def to_json(self) -> str:
         return json.dumps({"namespace": self.namespace, "policyUid": self.policy_uid,
-                           "policyName": self.policy_name}, sort_keys=True)
+                           "policyName": self.policy_name, "group": self.group},
+                          sort_keys=True)
 
 
 def policy_dir(root: Path, namespace: str, policy_uid: str) -> Path:
@@ -82,7 +93,9 @@ def read_owner(directory: Path) -> Owner | None:
     """The marker of a policy directory; None when missing or unreadable."""
     try:
         raw = json.loads((directory / OWNER_FILE).read_text())
-        return Owner(raw["namespace"], raw["policyUid"], raw["policyName"])
+        group = raw.get("group")
+        return Owner(raw["namespace"], raw["policyUid"], raw["policyName"],
+                     group if isinstance(group, int) else None)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -131,12 +144,13 @@ class VolumeStore:
         if uid is None:
             raise Refused("NOT_FOUND", f"volumeAttributes.policy: no CheckpointPolicy "
                           f"{req.policy_name!r} in namespace {req.namespace!r} (the pod's)")
-        owner = Owner(req.namespace, check_policy_uid(uid), req.policy_name)
+        # Without an fsGroup the data is shared through the agent's own group.
+        group = self.owner_uid if req.mount_group is None else req.mount_group
+        owner = Owner(req.namespace, check_policy_uid(uid), req.policy_name, group)
         target = Path(req.target_path)
         with self._lock:
             _check_parent(target)  # before anything is made for the request
             data = self._policy_data(owner)
-            self._prepare(data, req.mount_group)
             record = self._published(req.volume_id)
             if self.mounter.is_mount_point(target):
                 if record == {"targetPath": str(target), "source": str(data)}:
@@ -176,11 +190,14 @@ class VolumeStore:
         _root_dir(self.root)
         directory = policy_dir(self.root, owner.namespace, owner.policy_uid)
         if not directory.exists():
-            staging = _root_dir(self.root / owner.namespace) / f".new-{uuid.uuid4().hex}"
+            namespace_dir = _root_dir(self.root / owner.namespace)
+            staging = namespace_dir / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
             staging.mkdir(mode=ROOT_DIR_MODE)
             os.chmod(staging, ROOT_DIR_MODE)
             _write_file(staging / OWNER_FILE, owner.to_json())
             (staging / DATA_DIR).mkdir(mode=0o700)
+            self._prepare(staging / DATA_DIR,
+                          self.owner_uid if owner.group is None else owner.group)
             os.rename(staging, directory)
             log.info("created the node data of policy %s/%s (uid %s)",
                      owner.namespace, owner.policy_name, owner.policy_uid)
@@ -203,12 +220,32 @@ class VolumeStore:
         data = directory / DATA_DIR
         if data.is_symlink() or not data.is_dir():
             raise Refused("PERMISSION_DENIED", f"{data}: not a directory this driver made")
+        # A marker from before the group was recorded: the group on disk is it.
+        group = found.group if found.group is not None else os.stat(data).st_gid
+        if group != owner.group:
+            raise Refused("FAILED_PRECONDITION",
+                          f"volume_mount_group (the pod's fsGroup): the node data of policy "
+                          f"{owner.namespace}/{owner.policy_name} belongs to group {group}, "
+                          f"this pod has {owner.group}: give the policy's pods one fsGroup "
+                          f"({group})")
         return data
 
-    def _prepare(self, data: Path, group: int | None) -> None:
+    def clean_staging(self) -> None:
+        """Remove staging dirs a crash left half made (never renamed into
+        place, so never handed out)."""
+        if not self.root.is_dir():
+            return
+        for namespace in self.root.iterdir():
+            if namespace.name == PUBLISHED_DIR or namespace.is_symlink() or not namespace.is_dir():
+                continue
+            for staging in namespace.glob(f"{STAGING_PREFIX}*"):
+                if staging.is_dir() and not staging.is_symlink():
+                    shutil.rmtree(staging)
+                    log.info("removed %s, left half made by an earlier run", staging)
+
+    def _prepare(self, data: Path, gid: int) -> None:
         # The agent (owner_uid) owns the data; the pod's fsGroup, which every
-        # container of the pod holds, shares it. Without one, the owner's group.
-        gid = self.owner_uid if group is None else group
+        # container of the pod holds, shares it.
         fd = os.open(data, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             os.fchown(fd, self.owner_uid, gid)
