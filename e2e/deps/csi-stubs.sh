@@ -13,7 +13,8 @@
 # one source, these protos. `make venv` and e2e/image/build.sh run this; it
 # returns at once when the stubs are current.
 #
-#   csi-stubs.sh [PYTHON]    PYTHON: one with grpcio-tools (default python3)
+#   csi-stubs.sh [PYTHON]    PYTHON: one with grpcio-tools (default python3),
+#                            needed only when the stubs must be regenerated
 set -euo pipefail
 
 PYTHON="${1:-python3}"
@@ -28,14 +29,32 @@ kubelet_sum="h1:5JHlQPEIMhtxOJw0wu4gB6uWYW/4mOiW/mPv3KNY1zU="
 
 log() { echo "csi-stubs.sh: $*" >&2; }
 
-tools_version="$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("grpcio-tools"))' 2>/dev/null)" || {
-  log "$PYTHON has no grpcio-tools (pip install -e '.[dev]')"; exit 1; }
-# Regenerated when this script (the pins) or the compiler changes.
-stamp="$(cat "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16) grpcio-tools $tools_version"
-if [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
-  touch "$out/.stamp"  # current: make need not ask again
-  exit 0
+generated=(__init__.py csi_pb2.py csi_pb2.pyi csi_pb2_grpc.py
+           pluginregistration_pb2.py pluginregistration_pb2.pyi pluginregistration_pb2_grpc.py)
+# Stubs are current when every generated file is there and the stamp names
+# this script (its pins) and the compiler that made them.
+script_hash="$(sha256sum <"${BASH_SOURCE[0]}" | cut -c1-16)"
+missing=""
+for f in "${generated[@]}"; do
+  [ -f "$out/$f" ] || missing="$missing $f"
+done
+stamp_now="$(cat "$out/.stamp" 2>/dev/null || true)"
+tools_version="$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("grpcio-tools"))' 2>/dev/null)" || tools_version=""
+if [ -z "$missing" ]; then
+  # grpcio-tools is needed only to regenerate: a Python without it (an image
+  # build's) accepts stubs made from these pins by any compiler version.
+  if [ "$stamp_now" = "$script_hash grpcio-tools $tools_version" ] \
+     || { [ -z "$tools_version" ] && [ "${stamp_now%% *}" = "$script_hash" ]; }; then
+    touch "$out/.stamp"  # current: make need not ask again
+    exit 0
+  fi
 fi
+if [ -z "$tools_version" ]; then
+  why="${missing:+missing:$missing}"
+  log "the stubs in $out must be regenerated (${why:-made from other pins}) and $PYTHON has no grpcio-tools: run \`make venv\` or pass a Python that has it"
+  exit 1
+fi
+stamp="$script_hash grpcio-tools $tools_version"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
