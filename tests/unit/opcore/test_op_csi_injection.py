@@ -1,0 +1,138 @@
+"""Injection with CKPTDRAIN_NODE_TIER=csi: the node tier as the CSI driver's
+inline volume, no hostPath and no root container, so the injected pod keeps
+to Pod Security `restricted` (tests/cluster/test_csi_injected_pods.py has a
+real apiserver judge it)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from ckptdrain.csi import requests as csi_requests
+from ckptdrain.errors import InvalidInput
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import injection, node_volume
+from ckptdrain.operator.policy import spec as policy
+
+HOSTPATH = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
+CSI = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0",
+                            node_tier="csi", csi_driver="node.ckptdrain.io")
+
+
+def parse(**local: Any) -> policy.Policy:
+    return policy.parse("ml", "llama", {
+        "selector": {"matchLabels": {"app": "t"}}, "model": {"checkpointBytes": "80GB"},
+        "interval": "15m", "writers": 2,
+        "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2, **local},
+        "storage": {"uri": "s3://bucket/runs"}}, HOSTPATH)
+
+
+def restricted_pod(**security: Any) -> dict[str, Any]:
+    """A tenant pod that keeps to `restricted` by itself."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "w-0", "namespace": "ml", "labels": {"app": "t"}},
+            "spec": {"securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
+                                         "seccompProfile": {"type": "RuntimeDefault"},
+                                         **security},
+                     "containers": [{"name": "trainer", "image": "t:1", "securityContext": {
+                         "allowPrivilegeEscalation": False,
+                         "capabilities": {"drop": ["ALL"]}}}]}}
+
+
+def inject(pod: dict[str, Any], cfg: config.OperatorConfig, **kw: Any) -> dict[str, Any]:
+    ops = injection.build_pod_patch(pod, parse(), cfg, default_rate=1e9, rank=1, **kw)
+    return jsonpatch.apply_patch(copy.deepcopy(pod), ops)
+
+
+def volume(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(v for v in pod["spec"]["volumes"] if v["name"] == name)
+
+
+# The checks of Pod Security `restricted` (v1.33) that an injected pod could
+# break; the real apiserver's verdict is the cluster test's.
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                      "persistentVolumeClaim", "projected", "secret"}
+
+
+def restricted_violations(pod: dict[str, Any]) -> list[str]:
+    spec = pod["spec"]
+    pod_sc = spec.get("securityContext") or {}
+    found = [f"volume {v['name']}: {kind}" for v in spec.get("volumes") or []
+             for kind in v if kind != "name" and kind not in RESTRICTED_VOLUMES]
+    for c in [*spec.get("initContainers", []), *spec["containers"]]:
+        sc = c.get("securityContext") or {}
+        if sc.get("privileged") or sc.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{c['name']}: allowPrivilegeEscalation")
+        if sc.get("capabilities", {}).get("drop") != ["ALL"] or set(
+                sc.get("capabilities", {}).get("add") or []) - {"NET_BIND_SERVICE"}:
+            found.append(f"{c['name']}: capabilities")
+        if not sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")):
+            found.append(f"{c['name']}: runAsNonRoot")
+        if sc.get("runAsUser", pod_sc.get("runAsUser")) == 0:
+            found.append(f"{c['name']}: runAsUser 0")
+        seccomp = sc.get("seccompProfile", pod_sc.get("seccompProfile")) or {}
+        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{c['name']}: seccompProfile")
+    return found
+
+
+def test_the_node_tier_is_the_drivers_inline_volume_naming_the_policy() -> None:
+    out = inject(restricted_pod(), CSI)
+    assert volume(out, "ckptdrain-local") == {"name": "ckptdrain-local", "csi": {
+        "driver": "node.ckptdrain.io", "volumeAttributes": {"policy": "llama"}}}
+    assert not any("hostPath" in v for v in out["spec"]["volumes"])
+    # The driver hands the data to the agent and the pod's group: no root container.
+    names = [c["name"] for c in out["spec"]["initContainers"]]
+    assert injection.PREPARE not in names
+    assert names[:2] == [injection.RESTORE, injection.AGENT]
+
+
+def test_the_injected_pod_keeps_to_restricted_only_under_csi() -> None:
+    assert restricted_violations(inject(restricted_pod(), CSI)) == []
+    # Today's mode breaks it twice: the hostPath and the root prepare container.
+    hostpath = restricted_violations(inject(restricted_pod(), HOSTPATH))
+    assert "volume ckptdrain-local: hostPath" in hostpath
+    assert any(v.startswith(f"{injection.PREPARE}:") for v in hostpath)
+
+
+def test_a_pod_without_an_fs_group_gets_the_agents_which_the_driver_accepts() -> None:
+    out = inject(restricted_pod(), CSI)
+    assert out["spec"]["securityContext"]["fsGroup"] == 65532
+    assert out["spec"]["securityContext"]["fsGroup"] >= csi_requests.DEFAULT_MIN_MOUNT_GROUP
+
+
+def test_the_work_dir_stays_off_the_drivers_volume() -> None:
+    # Nothing root makes the pod's own work dir in the driver's volume (kubelet
+    # would make a subPathExpr dir root's): an emptyDir, as for a memory tier.
+    out = inject(restricted_pod(), CSI)
+    assert "emptyDir" in volume(out, "ckptdrain-work")
+    trainer = out["spec"]["containers"][0]
+    assert {"name": "ckptdrain-work", "mountPath": "/ckptdrain/work"} in trainer["volumeMounts"]
+    assert not any("subPathExpr" in m for m in trainer["volumeMounts"])
+    agent = next(c for c in out["spec"]["initContainers"] if c["name"] == injection.AGENT)
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert env["CKPTDRAIN_WORK_DIR"] == "/ckptdrain/work"
+    assert injection.replaced_env(restricted_pod(), parse(), node_work=False) == []
+
+
+def test_a_readers_volume_is_read_only() -> None:
+    out = inject(restricted_pod(), CSI, reader=True)
+    assert volume(out, "ckptdrain-local")["csi"]["readOnly"] is True
+
+
+def test_the_attribute_is_the_one_the_driver_accepts() -> None:
+    assert node_volume.CSI_POLICY_ATTRIBUTE == csi_requests.POLICY_ATTRIBUTE
+
+
+def test_the_mode_and_driver_come_from_the_environment() -> None:
+    cfg = config.from_env({"CKPTDRAIN_NODE_TIER": "csi",
+                           "CKPTDRAIN_CSI_DRIVER": "local.example.com"})
+    assert (cfg.csi, cfg.csi_driver) == (True, "local.example.com")
+    assert config.from_env({}).csi is False
+    with pytest.raises(InvalidInput, match=r"CKPTDRAIN_NODE_TIER.*hostPath or csi"):
+        config.from_env({"CKPTDRAIN_NODE_TIER": "CSI"})
+    with pytest.raises(InvalidInput, match="CKPTDRAIN_CSI_DRIVER"):
+        config.from_env({"CKPTDRAIN_NODE_TIER": "csi", "CKPTDRAIN_CSI_DRIVER": "Node_X"})
