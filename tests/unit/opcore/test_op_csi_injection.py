@@ -6,10 +6,14 @@ real apiserver judge it)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import re
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
 import pytest
+import yaml
 
 from ckptdrain.csi import requests as csi_requests
 from ckptdrain.errors import InvalidInput
@@ -121,6 +125,15 @@ def test_the_work_dir_stays_off_the_drivers_volume() -> None:
 def test_a_readers_volume_is_read_only() -> None:
     out = inject(restricted_pod(), CSI, reader=True)
     assert volume(out, "ckptdrain-local")["csi"]["readOnly"] is True
+
+
+def test_the_pod_contract_shows_the_volume_as_injected() -> None:
+    page = (Path(__file__).resolve().parents[3] / "docs" / "pod-contract.md").read_text()
+    [block] = re.findall(r"```yaml\n(volumes:\n.*?)```", page, re.S)
+    shown = yaml.safe_load(block)["volumes"][0]
+    pol = dataclasses.replace(parse(), name=shown["csi"]["volumeAttributes"]["policy"])
+    assert shown == node_volume.local_volume(pol, csi_driver=shown["csi"]["driver"])
+    assert shown["csi"]["driver"] == config.DEFAULT_CSI_DRIVER
 
 
 def test_the_attribute_is_the_one_the_driver_accepts() -> None:
