@@ -4,6 +4,7 @@ line before it listens; kubelet's refusal to register it ends it with 1.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import grpc
 import pytest
 from tests.support.csi_driver import NAME
 
+from ckptdrain.csi import command, stubs
 from ckptdrain.csi.stubs import pluginregistration_pb2, pluginregistration_pb2_grpc
 
 pytestmark = pytest.mark.skipif(
@@ -81,3 +83,15 @@ def test_csi_node_command_exits_non_zero_when_kubelet_refuses_it() -> None:
             proc.kill()
             proc.wait()
         shutil.rmtree(base)
+
+
+def test_a_checkout_without_stubs_is_told_to_run_make_venv(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # The stubs are generated, never in git: as if e2e/deps/csi-stubs.sh never ran.
+    monkeypatch.delitem(sys.modules, "ckptdrain.csi.server", raising=False)
+    monkeypatch.delattr(stubs, "csi_pb2_grpc", raising=False)
+    monkeypatch.setitem(sys.modules, "ckptdrain.csi.stubs.csi_pb2_grpc", None)
+    assert command.run(argparse.Namespace()) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ckptdrain csi-node: no gRPC stubs (ckptdrain.csi.stubs.csi_pb2_grpc)")
+    assert "run `make venv`" in err
