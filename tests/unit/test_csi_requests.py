@@ -74,6 +74,19 @@ def test_a_mount_group_must_be_a_gid(group: str) -> None:
         publish_request("csi-0a1b", TARGET, context(policy="p"), False, group, PODS)
 
 
+@given(st.integers(min_value=0, max_value=2**31 - 1), st.integers(min_value=1, max_value=70000))
+def test_a_mount_group_below_the_minimum_never_passes(group: int, minimum: int) -> None:
+    # Root's group and the node's system groups would get write access to the data.
+    if group < minimum:
+        with pytest.raises(Refused, match=f"from {minimum} to"):
+            publish_request("csi-0a1b", TARGET, context(policy="p"), False, str(group), PODS,
+                            minimum)
+    else:
+        req = publish_request("csi-0a1b", TARGET, context(policy="p"), False, str(group),
+                              PODS, minimum)
+        assert req.mount_group == group
+
+
 @given(st.text(min_size=1, max_size=60))
 def test_a_policy_name_with_a_slash_or_dots_alone_never_passes(name: str) -> None:
     try:
