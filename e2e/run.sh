@@ -18,8 +18,10 @@
 # Needs root (bridge, iptables, the node's local tier). Installs what the host
 # lacks from Debian (e2e/deps/host.sh). Env: CKPTDRAIN_CACHE, KEEP=1 (leave
 # the cluster up), PYTHON (default .venv/bin/python), E2E_ONLY=dcp (full run
-# only), E2E_ONLY=peer, agreement, processes or move: install, S3 and that step alone,
-# then uninstall.
+# only), E2E_ONLY=csi (full run only: the CSI node driver on the real kubelet,
+# e2e/scenario/csi.py; it runs the simulated trainer, so no torch, trainer
+# image or LeaderWorkerSet), E2E_ONLY=peer, agreement, processes or move:
+# install, S3 and that step alone, then uninstall.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,10 +50,16 @@ torch_site() {
   "$PYTHON" -c 'import os, numpy, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null
 }
 WORK="$CACHE/e2e"
+# The CSI step alone needs only the project image (its trainer is simulated).
+sim_only=false
+[ "${E2E_ONLY:-}" = csi ] && ! $short && sim_only=true
 if $short; then
   WORK="$CACHE/e2e-short"
   scenario_args=(--short)
   [ -n "${E2E_ONLY:-}" ] && scenario_args+=(--only "$E2E_ONLY")
+  images=(ckptdrain:dev)
+elif $sim_only; then
+  scenario_args=(--only csi)
   images=(ckptdrain:dev)
 else
   if ! TORCH_SITE=$(torch_site); then
@@ -78,9 +86,9 @@ log "cluster up; images building meanwhile (log: $WORK/images.log)"
   "$repo/e2e/image/build.sh" >/dev/null
   # The quickstart's MinIO, under the name its manifest pulls (docs/quickstart.md).
   "$here/images/minio/build.sh" >"$WORK/minio.image"
-  $short || "$here/images/trainer/build.sh" >/dev/null
+  $short || $sim_only || "$here/images/trainer/build.sh" >/dev/null
   "$here/deps/jobset.sh" >"$WORK/jobset.env"
-  $short || "$here/deps/jobset.sh" lws >"$WORK/lws.env"
+  $short || $sim_only || "$here/deps/jobset.sh" lws >"$WORK/lws.env"
 } >"$WORK/images.log" 2>&1 &
 images_pid=$!
 trap 'kill "$images_pid" 2>/dev/null || true' EXIT
@@ -100,7 +108,7 @@ E2E_NODE=b "$here/cluster/load-images.sh" "${images[@]}" >&2
 eval "$(cat "$WORK/jobset.env")"
 "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
 scenario_args+=(--jobset-chart "$CHART" --jobset-image "$IMAGE")
-if ! $short; then
+if ! $short && ! $sim_only; then
   # The same three for LeaderWorkerSet.
   eval "$(cat "$WORK/lws.env")"
   "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2

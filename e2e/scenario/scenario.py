@@ -64,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import agreement
 import chaos
 import corruption
+import csi
 import dcp
 import dcp_procs
 import goodput_check
@@ -595,11 +596,14 @@ def main() -> int:
                         help="run the chaos step (e2e/scenario/chaos.py) before uninstalling")
     parser.add_argument("--dcp", action="store_true",
                         help="run the DCP resharding step (e2e/scenario/dcp.py; not --short)")
-    parser.add_argument("--only", choices=("dcp", "peer", "agreement", "processes", "move"),
+    parser.add_argument("--only", choices=("dcp", "peer", "agreement", "processes", "move",
+                                           "csi"),
                         help="install, S3, that step alone, uninstall (skips steps 3-7 and "
                         "the other optional steps)")
     args = parser.parse_args()
-    if not args.short and not args.torch_site:
+    if args.short and args.only == "csi":
+        parser.error("--only csi: expected the full run (the CSI step is not part of CI's)")
+    if not args.short and not args.torch_site and args.only != "csi":
         parser.error("--torch-site: expected the directory holding torch (or --short)")
     if (args.dcp or args.only == "dcp") and args.short:
         parser.error("--dcp/--only dcp: expected the full run (the torch trainer image)")
@@ -631,6 +635,8 @@ def main() -> int:
                 processes.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.only in (None, "move"):
                 move.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
+            if args.only == "csi":
+                csi.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.jobset_chart:
                 jobset.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.lws_chart:
