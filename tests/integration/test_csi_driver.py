@@ -247,3 +247,21 @@ def test_sockets_are_root_only_from_the_moment_they_exist(
     for socket in (harness.cfg.registration_socket, harness.cfg.csi_socket):
         assert stat.S_IMODE(os.stat(socket).st_mode) == 0o600
         assert str(socket) not in chmods
+
+
+def test_a_second_driver_on_the_node_leaves_the_first_its_sockets(harness: Harness) -> None:
+    # Two drivers of one name on a node (a second release, a surge update,
+    # two e2e nodes on one host): the second replacing the first's sockets
+    # would take kubelet from it, and its stop would remove the first's
+    # (gRPC unlinks a unix socket's path when it stops). It refuses to
+    # start, naming the socket, and touches nothing of the first's: its
+    # half-made dirs stay too.
+    staging = harness.cfg.root / "team-a" / ".new-0123abcd"
+    (staging / "data").mkdir(parents=True)
+    second = server.Driver(harness.cfg, lambda namespace, name: None)
+    with pytest.raises(OSError, match=str(harness.cfg.csi_socket)):
+        second.start()
+    assert staging.is_dir()
+    assert harness.identity.GetPluginInfo(csi_pb2.GetPluginInfoRequest()).name == NAME
+    assert harness.cfg.registration_socket.is_socket()
+

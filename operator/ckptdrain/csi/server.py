@@ -7,6 +7,7 @@ never finds an endpoint that does not answer yet.
 from __future__ import annotations
 
 import os
+import socket as sockets
 from concurrent import futures
 from pathlib import Path
 
@@ -28,10 +29,32 @@ class LinuxMounter:
     is_mount_point = staticmethod(mounts.is_mount_point)
 
 
+def _served(socket: Path) -> bool:
+    """Whether a process accepts connections on the unix socket `socket`."""
+    with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(socket))
+        except OSError:
+            return False
+    return True
+
+
+def _refuse_if_served(socket: Path) -> None:
+    """Another driver on this node (a second release, a surge update, two
+    nodes on one host) answering on `socket`: replacing its socket would take
+    kubelet from it, and gRPC unlinks the path when that driver stops, so
+    kubelet would lose ours. Exit instead; the DaemonSet retries."""
+    if socket.is_socket() and _served(socket):
+        raise OSError(f"another process serves {socket}: is a second CSI driver of "
+                      "this name running on this node?")
+
+
 def _listen(server: grpc.Server, socket: Path) -> None:
     socket.parent.mkdir(parents=True, exist_ok=True)
-    # A socket left by the previous run of the driver (a restart) is replaced.
+    _refuse_if_served(socket)
     if socket.is_socket():
+        # A socket left by the previous run of the driver (a restart) is replaced.
         socket.unlink()
     # Only root (kubelet) may connect: a unix socket has no other auth. It is
     # made 0600 by the bind itself (the umask), not chmod'ed after: between
@@ -56,7 +79,6 @@ class Driver:
         cfg.root.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.volumes = VolumeStore(cfg.root, resolve_policy, mounter or LinuxMounter(),
                                    owner_uid=cfg.owner_uid)
-        self.volumes.clean_staging()
         self.registration = Registration(cfg.name, str(cfg.csi_socket))
         self.csi = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         csi_pb2_grpc.add_IdentityServicer_to_server(Identity(cfg.name, cfg.root), self.csi)
@@ -67,6 +89,10 @@ class Driver:
             self.registration, self.registrar)
 
     def start(self) -> None:
+        for socket in (self.cfg.csi_socket, self.cfg.registration_socket):
+            _refuse_if_served(socket)
+        # Only once no other driver runs here: its half-made dirs are not ours.
+        self.volumes.clean_staging()
         _listen(self.csi, self.cfg.csi_socket)
         self.csi.start()
         _listen(self.registrar, self.cfg.registration_socket)
