@@ -12,8 +12,11 @@ replacement, on the same node, restores the newest step from the local
 tier, with the state hash the first pod saved.
 
 The e2e cluster's kubelet keeps its root dir in the cluster's state dir,
-not /var/lib/kubelet, and node b has its own: the driver runs on node a
-only (node b's taint keeps the DaemonSet off it), and its pods land there.
+not /var/lib/kubelet, and node b, on the same host, has its own: one
+`csiDriver.kubeletDir` fits one of them, so the DaemonSet is pinned to
+node a (the chart's tolerations would otherwise put a second driver on
+node b, serving node a's sockets from the same host), and the writer,
+which does not tolerate node b's taint, lands there too.
 
     run(s3, allowed_root, workdir, report, say, check)
 """
@@ -81,17 +84,33 @@ def policy_manifest(allowed_root: str, s3_port: int) -> str:
 def set_mode(mode: str, root: str, wait: str = "180s") -> None:
     helm("upgrade", RELEASE, str(REPO / "charts/ckptdrain"), "-n", OP_NS, "--reuse-values",
          "--set", f"nodeTier.mode={mode}", "--set", f"csiDriver.kubeletDir={kubelet_dir()}",
-         "--set", f"csiDriver.rootDir={root}", "--wait", "--timeout", wait, timeout=200)
+         "--set", f"csiDriver.rootDir={root}",
+         "--set-json", "csiDriver.nodeSelector=" + json.dumps({"kubernetes.io/hostname": NODE}),
+         "--wait", "--timeout", wait, timeout=200)
     kubectl("-n", OP_NS, "rollout", "status", "deploy", "--timeout=120s", timeout=130)
 
 
-def registered(node: str) -> bool:
+def driver_pods() -> list[dict[str, Any]]:
+    return get("pods", "-n", OP_NS, "-l", DRIVER_PODS)["items"]
+
+
+def node_id(node: str) -> str | None:
+    """The node id kubelet recorded for the driver (its NodeGetInfo)."""
     drivers = get("csinode", node).get("spec", {}).get("drivers") or []
-    return any(d.get("name") == DRIVER for d in drivers)
+    return next((d.get("nodeID") for d in drivers if d.get("name") == DRIVER), None)
+
+
+def registered_by(pod: str) -> bool:
+    """Whether kubelet told this driver pod it is registered (its log says so)."""
+    out = kubectl("logs", "-n", OP_NS, pod, check=False).stdout
+    return "kubelet registered CSI driver" in out
 
 
 def driver_pod() -> dict[str, Any] | None:
-    for pod in get("pods", "-n", OP_NS, "-l", DRIVER_PODS)["items"]:
+    """The Ready driver pod on NODE."""
+    for pod in driver_pods():
+        if pod["spec"].get("nodeName") != NODE:
+            continue
         ready = {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
         if not pod["metadata"].get("deletionTimestamp") and ready.get("Ready") == "True":
             return pod
@@ -154,11 +173,14 @@ def _run(s3: Any, allowed_root: str, root: str, logs: Logs, report: list[str],
          say: Say, check: Check) -> None:
     began = time.monotonic()
     set_mode("csi", root)
-    wait_for("the driver's pod Ready", driver_pod, 120, every=1)
-    wait_for(f"CSINode {NODE} lists {DRIVER}", lambda: registered(NODE), 60, every=1)
+    first_driver = wait_for("the driver's pod Ready", driver_pod, 120, every=1)
+    nodes = [p["spec"].get("nodeName") for p in driver_pods()]
+    check(nodes == [NODE], f"one driver pod, on {NODE}: {nodes}")
+    listed = wait_for(f"CSINode {NODE} lists {DRIVER}", lambda: node_id(NODE), 60, every=1)
     up = time.monotonic() - began
-    check(True, f"CSINode {NODE} lists {DRIVER}, {up:.1f}s after helm upgrade "
-                f"(the driver registered itself)")
+    check(listed == NODE and registered_by(first_driver["metadata"]["name"]),
+          f"CSINode {NODE} lists {DRIVER} with node id {listed}, {up:.1f}s after helm upgrade "
+          f"(the driver registered itself, no registrar sidecar)")
     driver = get("csidriver", DRIVER)["spec"]
     check(driver.get("podInfoOnMount") and driver.get("volumeLifecycleModes") == ["Ephemeral"],
           f"CSIDriver {DRIVER}: {driver}")
@@ -196,6 +218,14 @@ def _run(s3: Any, allowed_root: str, root: str, logs: Logs, report: list[str],
     owner = json.loads((data.parent / "owner.json").read_text())
     check(owner.get("policyUid") == uid and owner.get("namespace") == NS,
           f"the driver made the policy's directory, keyed by its UID: {owner}")
+    # kubelet handed the driver the pod's fsGroup (VOLUME_MOUNT_GROUP) and
+    # changed no ownership itself: the driver's 65532:<group> 2770 stands.
+    group = pod["spec"]["securityContext"].get("fsGroup")
+    st = data.stat()
+    check((st.st_uid, st.st_gid, oct(st.st_mode & 0o7777)) == (65532, group, "0o2770")
+          and owner.get("group") == group,
+          f"the data dir is 65532:{st.st_gid} {oct(st.st_mode & 0o7777)}, the group the pod's "
+          f"fsGroup {group}")
 
     first = wait_for(f"{name} saves 2 checkpoints", lambda: len(s := saves(logs, name)) >= 2
                      and s, 120, every=1)
@@ -213,8 +243,10 @@ def _run(s3: Any, allowed_root: str, root: str, logs: Logs, report: list[str],
     kubectl("-n", OP_NS, "delete", "pod", old_driver, "--wait=true", timeout=60)
     new_driver = wait_for("a new driver pod Ready", lambda: (p := driver_pod())
                           and p["metadata"]["name"] != old_driver and p, 120, every=1)
-    wait_for(f"CSINode {NODE} lists {DRIVER} again", lambda: registered(NODE), 60, every=1)
+    new_name_d = new_driver["metadata"]["name"]
+    wait_for(f"kubelet registered {new_name_d}", lambda: registered_by(new_name_d), 60, every=1)
     back = time.monotonic() - began
+    check(node_id(NODE) == NODE, f"CSINode {NODE} lists {DRIVER} again")
     check(True, f"driver pod {old_driver} deleted; {new_driver['metadata']['name']} registered "
                 f"{back:.1f}s later")
     after = wait_for("two checkpoints after the driver's restart", lambda: len(
