@@ -44,6 +44,10 @@ controller), `--chaos` the chaos step (e2e/scenario/chaos.py:
 operator pods killed under a burst of opted-in pods, the sweep, admission
 latency through a rolling restart).
 
+`--only csi` (full run only, E2E_ONLY=csi) runs the CSI node tier step
+alone (e2e/scenario/csi.py): the driver on the real kubelet, a writer of
+a `restricted` namespace checkpointing and restoring through it.
+
 Last, in both runs, the quickstart (e2e/scenario/quickstart.py): the blocks of
 docs/quickstart.md run as written on the same cluster, and what its "Check
 that it works" promises, checked.
