@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import tempfile
 from pathlib import Path
 
 MS_RDONLY = 1
@@ -44,16 +45,30 @@ def remount_flags(read_only: bool) -> int:
 
 def bind(source: Path, target: Path, read_only: bool) -> None:
     """Bind-mount directory `source` at `target`, nosuid and nodev (and
-    read-only when asked). A bind mount ignores such flags on the first
-    call: they take effect only on a remount of it."""
-    _check(_libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None),
-           "bind mount", target)
+    read-only when asked), in every mount namespace that sees `target`.
+
+    A bind mount ignores such flags on the first call, and a remount changes
+    only this namespace's copy: the host's copy (the one kubelet hands the
+    pod) would stay rw,suid,dev. So the flags are set on a private staging
+    mount first, and the target is a bind of that staging mount: a new bind
+    copies its source's flags, and so does every copy propagated from it.
+    The staging point sits beside `source`, outside what a pod sees, in the
+    driver's own root (its container's filesystem is read-only), mounted
+    HostToContainer: a mount made there does not reach the host.
+    """
+    staging = Path(tempfile.mkdtemp(prefix=".mount-", dir=source.parent))
     try:
-        _check(_libc.mount(None, os.fsencode(target), None, remount_flags(read_only), None),
-               "remount nosuid,nodev", target)
-    except OSError:
-        unmount(target)
-        raise
+        _check(_libc.mount(os.fsencode(source), os.fsencode(staging), None, MS_BIND, None),
+               "bind mount", staging)
+        try:
+            _check(_libc.mount(None, os.fsencode(staging), None, remount_flags(read_only),
+                               None), "remount nosuid,nodev", staging)
+            _check(_libc.mount(os.fsencode(staging), os.fsencode(target), None, MS_BIND,
+                               None), "bind mount", target)
+        finally:
+            unmount(staging)
+    finally:
+        os.rmdir(staging)
 
 
 def unmount(target: Path) -> None:
