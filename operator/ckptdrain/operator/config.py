@@ -86,6 +86,10 @@ Variables (field in parentheses):
   "restricted"; CKPTDRAIN_PREPARE_LOCAL_TIER is then unused.
 - CKPTDRAIN_CSI_DRIVER (csi_driver): the CSI driver's name, as in its
   CSIDriver object; default node.ckptdrain.io.
+- CKPTDRAIN_CSI_MIN_MOUNT_GROUP (csi_min_mount_group): the driver's own
+  minimum fsGroup (its CKPTDRAIN_CSI_MIN_MOUNT_GROUP), default 1000: under
+  "csi" admission refuses a pod whose fsGroup is below it, which the driver
+  would refuse at mount time, leaving the pod in ContainerCreating.
 - CKPTDRAIN_CONTAINERS (containers): JSON, the resources of the injected
   containers and their QoS mode, {"qos": "MatchPod", "agent": {"requests":
   {...}, "limits": {...}, "guaranteed": {...}, "max": {...}}, "restore": ...,
@@ -113,6 +117,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ckptdrain import units
+from ckptdrain.csi.requests import DEFAULT_MIN_MOUNT_GROUP
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import tenant_identities
 from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, read_platform_json
@@ -162,6 +167,7 @@ class OperatorConfig:
     prepare_local_tier: bool = True
     node_tier: str = NODE_TIER_HOSTPATH
     csi_driver: str = DEFAULT_CSI_DRIVER
+    csi_min_mount_group: int = DEFAULT_MIN_MOUNT_GROUP
     containers: Containers = DEFAULT_CONTAINERS
     unselected_pods: str = UNSELECTED_REFUSE
     publish_recency: bool = True
@@ -242,8 +248,12 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
     if not _CSI_DRIVER_NAME.fullmatch(csi_driver):
         raise InvalidInput("CKPTDRAIN_CSI_DRIVER", "a CSI driver name (a DNS-1123 subdomain "
                            "of at most 63 characters)", csi_driver)
+    min_group = get("CKPTDRAIN_CSI_MIN_MOUNT_GROUP", str(d.csi_min_mount_group))
+    if not min_group.isdigit() or int(min_group) < 1:
+        raise InvalidInput("CKPTDRAIN_CSI_MIN_MOUNT_GROUP", "a group id of at least 1 (root's "
+                           "group is never given the data)", min_group)
     return OperatorConfig(
-        node_tier=node_tier, csi_driver=csi_driver,
+        node_tier=node_tier, csi_driver=csi_driver, csi_min_mount_group=int(min_group),
         allowed_root=_root("CKPTDRAIN_ALLOWED_ROOT", get("CKPTDRAIN_ALLOWED_ROOT",
                                                          d.allowed_root)),
         cluster_bandwidth=units.parse_rate("CKPTDRAIN_CLUSTER_BANDWIDTH", cap_text)

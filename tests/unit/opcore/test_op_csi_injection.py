@@ -5,8 +5,10 @@ real apiserver judge it)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from ckptdrain.csi import requests as csi_requests
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config
 from ckptdrain.operator.admission import injection, node_volume
+from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.policy import spec as policy
 
 HOSTPATH = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
@@ -149,3 +152,44 @@ def test_the_mode_and_driver_come_from_the_environment() -> None:
         config.from_env({"CKPTDRAIN_NODE_TIER": "CSI"})
     with pytest.raises(InvalidInput, match="CKPTDRAIN_CSI_DRIVER"):
         config.from_env({"CKPTDRAIN_NODE_TIER": "csi", "CKPTDRAIN_CSI_DRIVER": "Node_X"})
+
+
+SPEC = {"selector": {"matchLabels": {"app": "t"}}, "model": {"checkpointBytes": "80GB"},
+        "interval": "15m", "writers": 1, "localTier": {"path": "/mnt/ckptdrain/nvme"},
+        "storage": {"uri": "s3://bucket/runs"}}
+
+
+def admit(pod: dict[str, Any], cfg: config.OperatorConfig) -> list[dict[str, Any]]:
+    pod = copy.deepcopy(pod)
+    pod["spec"]["terminationGracePeriodSeconds"] = 3600
+    candidates = [{"metadata": {"name": "llama", "namespace": "ml", "uid": "u"}, "spec": SPEC}]
+    return asyncio.run(admission.admit_pod(pod, "ml", cfg, [], logging.getLogger("t"),
+                                           candidates, lambda name: lambda rank: []))
+
+
+@pytest.mark.parametrize("group", [0, 999])
+def test_admission_refuses_an_fs_group_the_driver_would_refuse(group: int) -> None:
+    # Else the pod is admitted and hangs in ContainerCreating on the mount.
+    with pytest.raises(admission.Refused,
+                       match=rf"spec\.securityContext\.fsGroup: {group} is below 1000"):
+        admit(restricted_pod(fsGroup=group), CSI)
+    raised = dataclasses.replace(CSI, csi_min_mount_group=2000)
+    with pytest.raises(admission.Refused, match="below 2000"):
+        admit(restricted_pod(fsGroup=1500), raised)
+    # The hostPath mode has no such driver: the same pod is injected.
+    assert admit(restricted_pod(fsGroup=group), HOSTPATH)
+
+
+@pytest.mark.parametrize("security", [{}, {"fsGroup": 1000}, {"fsGroup": 5000}])
+def test_admission_injects_a_pod_the_driver_accepts(security: dict[str, Any]) -> None:
+    assert node_volume.mount_group_problem(restricted_pod(**security), 1000) is None
+    assert admit(restricted_pod(**security), CSI)
+
+
+def test_the_minimum_comes_from_the_environment() -> None:
+    assert config.from_env({}).csi_min_mount_group == csi_requests.DEFAULT_MIN_MOUNT_GROUP
+    cfg = config.from_env({"CKPTDRAIN_NODE_TIER": "csi", "CKPTDRAIN_CSI_MIN_MOUNT_GROUP": "2000"})
+    assert cfg.csi_min_mount_group == 2000
+    for bad in ("0", "-1", "x"):
+        with pytest.raises(InvalidInput, match="CKPTDRAIN_CSI_MIN_MOUNT_GROUP"):
+            config.from_env({"CKPTDRAIN_CSI_MIN_MOUNT_GROUP": bad})
