@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import io
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,6 +52,32 @@ def test_the_default_hostpath_mode_renders_no_driver(tools: Tools, args: list[st
     deployment = one(docs, "Deployment", "operator")
     env = env_of(deployment["spec"]["template"]["spec"]["containers"][0])
     assert operator_config.from_env(env).csi is False
+    # The operator's environment is as before the CSI mode: no csi settings.
+    assert not {"CKPTDRAIN_NODE_TIER", "CKPTDRAIN_CSI_DRIVER",
+                "CKPTDRAIN_CSI_MIN_MOUNT_GROUP"} & set(env)
+
+
+def rendered_notes(tools: Tools, tmp_path: Path, *args: str) -> str:
+    """NOTES.txt as `helm install` prints it, without a cluster: a copy of
+    the chart whose one extra template holds the notes as a YAML string."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)  # links followed: the copy stands alone
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "_probe.tpl").write_text(
+        '{{- define "probe.notes" }}' + notes + "{{- end }}")
+    (chart / "templates" / "probe.yaml").write_text(
+        'notes: {{ include "probe.notes" . | toJson }}\n')
+    text = tools.run("helm", "template", "ckptdrain", str(chart), "--namespace", "ckptdrain",
+                     "--show-only", "templates/probe.yaml", *args).stdout
+    return str(yaml.safe_load(text)["notes"])
+
+
+def test_the_notes_warn_of_the_privileged_driver_only_in_csi_mode(tools: Tools,
+                                                                  tmp_path: Path) -> None:
+    csi = rendered_notes(tools, tmp_path / "csi", "--set", "nodeTier.mode=csi")
+    assert 'namespace ckptdrain must allow Pod Security "privileged"' in \
+        " ".join(csi.split())
+    assert "Pod Security" not in rendered_notes(tools, tmp_path / "default")
 
 
 def test_csi_mode_renders_the_driver_as_the_page_declares_it(tools: Tools) -> None:
@@ -85,6 +113,8 @@ def test_the_daemonset_runs_the_driver_where_kubelet_looks(tools: Tools) -> None
     assert {n: m["mountPath"] for n, m in mounts.items()} == hostpaths
     assert mounts["pods"]["mountPath"] == "/var/lib/k0s/kubelet/pods"
     assert mounts["pods"]["mountPropagation"] == "Bidirectional"
+    # Its staging mounts under the data dir must not propagate to the host.
+    assert mounts["data"]["mountPropagation"] == "HostToContainer"
     assert hostpaths["registry"] == "/var/lib/k0s/kubelet/plugins_registry"
     assert hostpaths["plugin"] == "/var/lib/k0s/kubelet/plugins/node.ckptdrain.io"
     assert hostpaths["data"] == "/mnt/nvme/ckptdrain-csi"
@@ -111,6 +141,10 @@ def test_csi_mode_reaches_the_operator_as_its_config_reads_it(tools: Tools) -> N
     env = env_of(one(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0])
     cfg = operator_config.from_env(env)
     assert (cfg.csi, cfg.csi_driver) == (True, "nvme.example.com")
+    assert cfg.csi_min_mount_group == 1000
+    raised = objects(tools, "--set", "nodeTier.mode=csi", "--set", "csiDriver.minMountGroup=2000")
+    env = env_of(one(raised, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0])
+    assert operator_config.from_env(env).csi_min_mount_group == 2000
     assert next(d for d in docs if d["kind"] == "CSIDriver")["metadata"]["name"] == \
         "nvme.example.com"
 
