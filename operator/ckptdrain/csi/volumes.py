@@ -22,9 +22,12 @@ pod sees, so a tenant cannot rewrite it.
 
 The data's group is set once, when the directory is made: the first pod's
 fsGroup (or the agent's own group without one), recorded as `group`. A
-later pod of the policy with another fsGroup is refused, naming both: had
-it taken the group over, the pods already running (their trainers hold
-only their own fsGroup) could no longer enter a 2770 directory.
+later pod of the policy with another fsGroup is mounted with ownership left
+as it is: taking the group over would lock the pods already running out of
+a 2770 directory (their trainers hold only their own fsGroup), and refusing
+would protect nothing, since only the injected containers (uid 65532, the
+owner) use the volume; the trainer's work dir is an emptyDir. A later pod's
+trainer thus cannot enter the data through its group; the agent can.
 
 The mount calls and the policy lookup are injected (`Mounter`,
 `PolicyResolver`): tests run the same code with a real bind mount.
@@ -223,11 +226,11 @@ class VolumeStore:
         # A marker from before the group was recorded: the group on disk is it.
         group = found.group if found.group is not None else os.stat(data).st_gid
         if group != owner.group:
-            raise Refused("FAILED_PRECONDITION",
-                          f"volume_mount_group (the pod's fsGroup): the node data of policy "
-                          f"{owner.namespace}/{owner.policy_name} belongs to group {group}, "
-                          f"this pod has {owner.group}: give the policy's pods one fsGroup "
-                          f"({group})")
+            # Left as it is: taking the group over would lock out the pods
+            # already running, and refusing protects nothing (module doc).
+            log.info("policy %s/%s: a pod with group %s mounts node data of group %s; "
+                     "ownership left as it is", owner.namespace, owner.policy_name,
+                     owner.group, group)
         return data
 
     def clean_staging(self) -> None:
