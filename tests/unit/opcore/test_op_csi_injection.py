@@ -20,7 +20,7 @@ import yaml
 from ckptdrain.csi import requests as csi_requests
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config
-from ckptdrain.operator.admission import injection, node_volume
+from ckptdrain.operator.admission import injection, node_volume, work_dir
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.policy import spec as policy
 
@@ -193,3 +193,16 @@ def test_the_minimum_comes_from_the_environment() -> None:
     for bad in ("0", "-1", "x"):
         with pytest.raises(InvalidInput, match="CKPTDRAIN_CSI_MIN_MOUNT_GROUP"):
             config.from_env({"CKPTDRAIN_CSI_MIN_MOUNT_GROUP": bad})
+
+
+def test_the_pages_state_the_work_dirs_request_as_injected() -> None:
+    # 80 GB, 2 writers (parse()): the figure install.md and pod-contract.md give.
+    out = inject(restricted_pod(), CSI)
+    agent = next(c for c in out["spec"]["initContainers"] if c["name"] == injection.AGENT)
+    request = agent["resources"]["requests"]["ephemeral-storage"]
+    assert volume(out, "ckptdrain-work")["emptyDir"]["sizeLimit"] == request
+    assert round(work_dir.work_size(parse()) / 2**30) == 112
+    docs = Path(__file__).resolve().parents[3] / "docs"
+    for page in ("install.md", "pod-contract.md"):
+        text = " ".join((docs / page).read_text().split())
+        assert f"112 GiB (`{request}`)" in text, page
