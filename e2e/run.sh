@@ -18,8 +18,11 @@
 # Needs root (bridge, iptables, the node's local tier). Installs what the host
 # lacks from Debian (e2e/deps/host.sh). Env: CKPTDRAIN_CACHE, KEEP=1 (leave
 # the cluster up), PYTHON (default .venv/bin/python), E2E_ONLY=dcp (full run
-# only), E2E_ONLY=peer, agreement, processes, move, jobset or kueue (full run
-# only): install, S3 and that step alone, then uninstall.
+# only), E2E_ONLY=csi or kueue (full run only: the CSI node driver on the real
+# kubelet, e2e/scenario/csi.py; Kueue's preemption, e2e/scenario/kueue.py;
+# both run the simulated trainer, so no torch, trainer image or
+# LeaderWorkerSet), E2E_ONLY=peer, agreement, processes, move or jobset:
+# install, S3 and that step alone, then uninstall.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,15 +51,17 @@ torch_site() {
   "$PYTHON" -c 'import os, numpy, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null
 }
 WORK="$CACHE/e2e"
+# The CSI and Kueue steps alone need only the project image (their trainer is
+# simulated).
+sim_only=false
+case "${E2E_ONLY:-}" in csi|kueue) $short || sim_only=true ;; esac
 if $short; then
   WORK="$CACHE/e2e-short"
   scenario_args=(--short)
   [ -n "${E2E_ONLY:-}" ] && scenario_args+=(--only "$E2E_ONLY")
   images=(ckptdrain:dev)
-elif [ "${E2E_ONLY:-}" = kueue ]; then
-  # The Kueue step runs the simulated trainer from the project image: no
-  # torch, no trainer image, no LeaderWorkerSet.
-  scenario_args=(--only kueue)
+elif $sim_only; then
+  scenario_args=(--only "$E2E_ONLY")
   images=(ckptdrain:dev)
 else
   if ! TORCH_SITE=$(torch_site); then
@@ -87,8 +92,8 @@ log "cluster up; images building meanwhile (log: $WORK/images.log)"
   $trainer_image && "$here/images/trainer/build.sh" >/dev/null
   "$here/deps/jobset.sh" >"$WORK/jobset.env"
   if ! $short; then
-    [ "${E2E_ONLY:-}" = kueue ] || "$here/deps/jobset.sh" lws >"$WORK/lws.env"
-    "$here/deps/jobset.sh" kueue >"$WORK/kueue.env"
+    $sim_only || "$here/deps/jobset.sh" lws >"$WORK/lws.env"
+    [ "${E2E_ONLY:-}" = csi ] || "$here/deps/jobset.sh" kueue >"$WORK/kueue.env"
   fi
 } >"$WORK/images.log" 2>&1 &
 images_pid=$!
@@ -110,16 +115,18 @@ eval "$(cat "$WORK/jobset.env")"
 "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
 scenario_args+=(--jobset-chart "$CHART" --jobset-image "$IMAGE")
 if ! $short; then
-  if [ "${E2E_ONLY:-}" != kueue ]; then
+  if ! $sim_only; then
     # The same three for LeaderWorkerSet.
     eval "$(cat "$WORK/lws.env")"
     "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
     scenario_args+=(--lws-chart "$CHART" --lws-image "$IMAGE")
   fi
-  # And for Kueue (e2e/scenario/kueue.py).
-  eval "$(cat "$WORK/kueue.env")"
-  "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
-  scenario_args+=(--kueue-chart "$CHART" --kueue-image "$IMAGE")
+  if [ "${E2E_ONLY:-}" != csi ]; then
+    # And for Kueue (e2e/scenario/kueue.py).
+    eval "$(cat "$WORK/kueue.env")"
+    "$here/cluster/load-images.sh" --oci "$ARCHIVE" >&2
+    scenario_args+=(--kueue-chart "$CHART" --kueue-image "$IMAGE")
+  fi
 fi
 
 log "scenario"

@@ -35,6 +35,14 @@ fi
 [ -n "$PYTHON" ] || { log "need a CPython 3.11 to build wheels (set PYTHON=)"; exit 1; }
 
 start=$(date +%s)
+# The CSI driver's gRPC stubs are generated code, not in git: they must be in
+# the package before its wheel is built (the build inside docker has no
+# network to fetch the protos).
+# The repo's venv has grpcio-tools (make venv); $PYTHON, picked for its
+# version, may not. Current stubs need neither.
+stubs_python="$PYTHON"
+[ -x "$repo/.venv/bin/python" ] && stubs_python="$repo/.venv/bin/python"
+"$repo/e2e/deps/csi-stubs.sh" "$stubs_python"
 # A fresh context every time: a stale ckptdrain wheel of the same version
 # would otherwise win. Dependency wheels come from pip's own cache (under
 # $CACHE), so rebuilding is cheap.

@@ -47,6 +47,10 @@ queued JobSet preempted by the real Kueue, readmitted with no step lost;
 operator pods killed under a burst of opted-in pods, the sweep, admission
 latency through a rolling restart).
 
+`--only csi` (full run only, E2E_ONLY=csi) runs the CSI node tier step
+alone (e2e/scenario/csi.py): the driver on the real kubelet, a writer of
+a `restricted` namespace checkpointing and restoring through it.
+
 Last, in both runs, the quickstart (e2e/scenario/quickstart.py): the blocks of
 docs/quickstart.md run as written on the same cluster, and what its "Check
 that it works" promises, checked.
@@ -67,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import agreement
 import chaos
 import corruption
+import csi
 import dcp
 import dcp_procs
 import goodput_check
@@ -603,11 +608,13 @@ def main() -> int:
     parser.add_argument("--dcp", action="store_true",
                         help="run the DCP resharding step (e2e/scenario/dcp.py; not --short)")
     parser.add_argument("--only", choices=("dcp", "peer", "agreement", "processes", "move",
-                                            "jobset", "kueue"),
+                                            "jobset", "kueue", "csi"),
                         help="install, S3, that step alone, uninstall (skips steps 3-7 and "
                         "the other optional steps)")
     args = parser.parse_args()
-    if not args.short and not args.torch_site and args.only != "kueue":
+    if args.short and args.only == "csi":
+        parser.error("--only csi: expected the full run (the CSI step is not part of CI's)")
+    if not args.short and not args.torch_site and args.only not in ("kueue", "csi"):
         parser.error("--torch-site: expected the directory holding torch (or --short)")
     if (args.dcp or args.only == "dcp") and args.short:
         parser.error("--dcp/--only dcp: expected the full run (the torch trainer image)")
@@ -651,6 +658,8 @@ def main() -> int:
                 processes.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.only in (None, "move"):
                 move.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
+            if args.only == "csi":
+                csi.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.jobset_chart and jobset_step:
                 jobset.run(s3, args.allowed_root, args.workdir, REPORT, say, check)
             if args.lws_chart:

@@ -32,6 +32,7 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "agent": ("ckptdrain.agent.command", "run the node agent (sidecar): capture and drain"),
     "restore": ("ckptdrain.restore.command", "restore the newest good checkpoint (init container)"),
     "peer": ("ckptdrain.peer.command", "serve and accept partner copies (peer tier sidecar)"),
+    "csi-node": ("ckptdrain.csi.command", "serve the node tier as CSI volumes (node driver)"),
     "demo": ("ckptdrain.demo.command", "the whole life of a checkpoint on this machine"),
     "operator": ("ckptdrain.operator.command", "run the Kubernetes operator"),
     "goodput": ("ckptdrain.operator.goodput.command",

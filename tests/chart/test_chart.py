@@ -39,6 +39,7 @@ VARIANTS: dict[str, list[str]] = {
     "monitoring": ["--set", "metrics.podMonitor.enabled=true",
                    "--set", "metrics.prometheusRule.enabled=true",
                    "--set", "metrics.dashboard.annotations.grafana_folder=ML"],
+    "csi-node-tier": ["--set", "nodeTier.mode=csi"],
     **{p.stem: ["-f", str(p)] for p in CLOUD_VALUES},
 }
 # Kinds of other projects' CRDs, which the test API server does not serve.

@@ -137,3 +137,15 @@ def policy_crd_serving_v1beta1() -> dict[str, Any]:
     assert beta["served"] is False, "the shipped CRD serves v1beta1: drop this helper"
     beta["served"] = True
     return crd
+
+
+def page_object(page: Path, kind: str) -> dict[str, Any]:
+    """The one object of `kind` among a docs page's YAML blocks of whole
+    objects (a copy: the tests change names), so a test applies what the
+    page shows."""
+    from tests.docs.blocks import parse
+
+    found = [doc for block in parse(page) if block.lang == "yaml" and block.kind == ""
+             for doc in yaml.safe_load_all(block.text) if doc and doc.get("kind") == kind]
+    assert len(found) == 1, f"{page.name}: {len(found)} {kind} objects, expected one"
+    return dict(json.loads(json.dumps(found[0])))

@@ -10,7 +10,9 @@ inside functions included):
   imports operator/, and operator/ never imports the node side: they meet in
   contract/; inside it, node/ < peer/ < restore/ < dcp/ < agent/ (NODE_ABOVE):
   no arrow runs back up, so the peer tier never reaches into the agent;
-- the cloud and cluster SDKs appear only at their edges;
+- the CSI driver (csi/), a privileged process of its own, imports only the
+  core, and neither side imports it (what they share goes in contract/);
+- the cloud and cluster SDKs, and gRPC, appear only at their edges;
 - inside operator/, each room imports only the rooms below it (OPERATOR_ROOMS):
   the base (config, containers, metrics, coalesce, heap, tenant_identities)
   nothing; apiserver/ the base;
@@ -36,7 +38,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "ckptdrain"
 ENTRY_POINTS = {"cli", "__main__"}
 SUBPACKAGES = {"contract", "store", "transfer", "node", "agent", "restore", "operator", "demo",
-               "dcp", "peer"}
+               "dcp", "peer", "csi"}
 NODE_SIDE = {"node", "agent", "restore", "dcp", "peer"}
 #: Inside the node side, the rooms each one stands below and must never import:
 #: node/ is what they all share; the peer tier serves agent and restore; dcp/ reads
@@ -48,7 +50,8 @@ NODE_ABOVE = {
     "dcp": frozenset({"agent"}),
     "agent": frozenset(),
 }
-OUTER = {"store", "transfer", "agent", "node", "restore", "operator", "demo", "dcp", "peer"}
+OUTER = {"store", "transfer", "agent", "node", "restore", "operator", "demo", "dcp", "peer",
+         "csi"}
 
 
 @dataclass(frozen=True)
@@ -67,12 +70,15 @@ RULES = {
                   "the stores sit below the transfer engine and both sides"),
     "transfer": Rule("transfer/", frozenset(OUTER - {"store", "transfer"}),
                      "the transfer engine sits below both sides and knows only the stores"),
-    **{side: Rule(f"the node side ({side}/)", frozenset({"operator", "demo"} | NODE_ABOVE[side]),
+    **{side: Rule(f"the node side ({side}/)",
+                  frozenset({"operator", "demo", "csi"} | NODE_ABOVE[side]),
                   "the node side never imports the cluster side, and a node room never"
                   " imports a room that stands on it")
        for side in NODE_SIDE},
-    "operator": Rule("the cluster side (operator/)", frozenset(NODE_SIDE),
+    "operator": Rule("the cluster side (operator/)", frozenset(NODE_SIDE | {"csi"}),
                      "the cluster side never imports the node side; they meet in contract/"),
+    "csi": Rule("the CSI driver (csi/)", frozenset(OUTER - {"csi"}),
+                "the driver is a privileged process of its own and stands on the core alone"),
 }
 #: The cluster side's rooms (operator/ckptdrain/operator/__init__.py draws them) and the
 #: rooms each may import besides itself. A module at the top of operator/ is in the
@@ -95,7 +101,8 @@ OPERATOR_ROOMS: dict[str, frozenset[str]] = {
 }
 #: Third-party SDKs and the only places that may import them.
 SDK_EDGES = {
-    "kubernetes": ({"operator"}, {"kubeclient", "node/kube"}),
+    "kubernetes": ({"operator"}, {"kubeclient", "node/kube", "csi/policies"}),
+    "grpc": ({"csi"}, set()),
     "kopf": ({"operator"}, set()),
     "boto3": ({"store", "demo"}, set()),
     "botocore": ({"store", "demo"}, set()),
@@ -225,7 +232,11 @@ def test_every_subpackage_has_a_layer() -> None:
     ("transfer/drain.py", "from ckptdrain.node import steps\n",
      "ckptdrain/transfer/drain.py:1 imports ckptdrain.node.steps: transfer/ must import none"),
     ("node/steps.py", "import kubernetes.client\n",
-     "ckptdrain/node/steps.py:1 imports kubernetes: only kubeclient.py, node/kube.py, operator/"),
+     "ckptdrain/node/steps.py:1 imports kubernetes: only csi/policies.py, kubeclient.py,"),
+    ("csi/volumes.py", "from ckptdrain.node import steps\n",
+     "ckptdrain/csi/volumes.py:1 imports ckptdrain.node.steps: the CSI driver (csi/) must"),
+    ("agent/loop.py", "import grpc\n",
+     "ckptdrain/agent/loop.py:1 imports grpc: only csi/ may"),
 ])
 def test_a_broken_rule_is_named(path: str, text: str, expected: str) -> None:
     sources = {

@@ -80,6 +80,18 @@ Variables (field in parentheses):
   policy engines that refuse root containers) and requires the node to provide
   <allowedRoot>/<namespace>/<policy> owned by uid 65532 beforehand. Either way
   the pod mounts a hostPath: its namespace must allow Pod Security "privileged".
+- CKPTDRAIN_NODE_TIER (node_tier): how injected pods reach the node tier.
+  "hostPath" (default): the hostPath under CKPTDRAIN_ALLOWED_ROOT, prepared by
+  ckptdrain-prepare as above. "csi": a CSI ephemeral inline volume of the
+  ckptdrain CSI node driver (docs/csi-driver.md), which prepares ownership
+  itself: no hostPath, no root container, so pods pass Pod Security
+  "restricted"; CKPTDRAIN_PREPARE_LOCAL_TIER is then unused.
+- CKPTDRAIN_CSI_DRIVER (csi_driver): the CSI driver's name, as in its
+  CSIDriver object; default node.ckptdrain.io.
+- CKPTDRAIN_CSI_MIN_MOUNT_GROUP (csi_min_mount_group): the driver's own
+  minimum fsGroup (its CKPTDRAIN_CSI_MIN_MOUNT_GROUP), default 1000: under
+  "csi" admission refuses a pod whose fsGroup is below it, which the driver
+  would refuse at mount time, leaving the pod in ContainerCreating.
 - CKPTDRAIN_CONTAINERS (containers): JSON, the resources of the injected
   containers and their QoS mode, {"qos": "MatchPod", "agent": {"requests":
   {...}, "limits": {...}, "guaranteed": {...}, "max": {...}}, "restore": ...,
@@ -107,12 +119,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ckptdrain import units
+from ckptdrain.csi.requests import DEFAULT_MIN_MOUNT_GROUP
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import tenant_identities
 from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, read_platform_json
 from ckptdrain.store import ambient_endpoints
 
 DEFAULT_IMAGE = "ckptdrain:dev"
+#: The values of CKPTDRAIN_NODE_TIER.
+NODE_TIER_HOSTPATH, NODE_TIER_CSI = "hostPath", "csi"
+DEFAULT_CSI_DRIVER = "node.ckptdrain.io"
+_CSI_DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
 #: The values of CKPTDRAIN_UNSELECTED_PODS.
 UNSELECTED_REFUSE, UNSELECTED_FLAG = "Refuse", "Flag"
 
@@ -150,9 +167,17 @@ class OperatorConfig:
     watchdog_s: float = 30.0
     starting_limit_s: float = 600.0
     prepare_local_tier: bool = True
+    node_tier: str = NODE_TIER_HOSTPATH
+    csi_driver: str = DEFAULT_CSI_DRIVER
+    csi_min_mount_group: int = DEFAULT_MIN_MOUNT_GROUP
     containers: Containers = DEFAULT_CONTAINERS
     unselected_pods: str = UNSELECTED_REFUSE
     publish_recency: bool = True
+
+    @property
+    def csi(self) -> bool:
+        """Whether injected pods get the CSI driver's volume (no hostPath)."""
+        return self.node_tier == NODE_TIER_CSI
 
 
 def _conversion_path(text: str) -> str:
@@ -217,7 +242,20 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
     if unselected not in (UNSELECTED_REFUSE, UNSELECTED_FLAG):
         raise InvalidInput("CKPTDRAIN_UNSELECTED_PODS",
                            f"{UNSELECTED_REFUSE} or {UNSELECTED_FLAG}", unselected)
+    node_tier = get("CKPTDRAIN_NODE_TIER", d.node_tier)
+    if node_tier not in (NODE_TIER_HOSTPATH, NODE_TIER_CSI):
+        raise InvalidInput("CKPTDRAIN_NODE_TIER", f"{NODE_TIER_HOSTPATH} or {NODE_TIER_CSI}",
+                           node_tier)
+    csi_driver = get("CKPTDRAIN_CSI_DRIVER", d.csi_driver)
+    if not _CSI_DRIVER_NAME.fullmatch(csi_driver):
+        raise InvalidInput("CKPTDRAIN_CSI_DRIVER", "a CSI driver name (a DNS-1123 subdomain "
+                           "of at most 63 characters)", csi_driver)
+    min_group = get("CKPTDRAIN_CSI_MIN_MOUNT_GROUP", str(d.csi_min_mount_group))
+    if not min_group.isdigit() or int(min_group) < 1:
+        raise InvalidInput("CKPTDRAIN_CSI_MIN_MOUNT_GROUP", "a group id of at least 1 (root's "
+                           "group is never given the data)", min_group)
     return OperatorConfig(
+        node_tier=node_tier, csi_driver=csi_driver, csi_min_mount_group=int(min_group),
         allowed_root=_root("CKPTDRAIN_ALLOWED_ROOT", get("CKPTDRAIN_ALLOWED_ROOT",
                                                          d.allowed_root)),
         cluster_bandwidth=units.parse_rate("CKPTDRAIN_CLUSTER_BANDWIDTH", cap_text)

@@ -1,7 +1,8 @@
 """What the mutating webhook adds to a selected pod, as JSONPatch ops.
 
 Pure: `build_pod_patch(pod, policy, config)` follows docs/pod-contract.md
-exactly (the root prepare container, admission/prepare.py; restore init
+exactly (the node tier as a hostPath with the root prepare container,
+admission/prepare.py, or as the CSI driver's inline volume; restore init
 container first, the agent as a native sidecar, the volumes, env,
 annotations; with the peer tier on, the peer sidecar before restore,
 policy/peer_tier.py; the work dir where admission/work_dir.py puts it, and
@@ -40,6 +41,7 @@ from ckptdrain.operator.admission import (
     tenant_identity,
     work_dir,
 )
+from ckptdrain.operator.admission.node_volume import local_volume
 from ckptdrain.operator.admission.pod_env import (
     AGENT_METRICS_PORT,
     LOCAL_DIR,
@@ -94,18 +96,14 @@ def _container(name: str, command: str, env: list[dict[str, Any]], config: Opera
     return container
 
 
-def volumes(policy: Policy, *, prepare: bool = True,
-            reader: bool = False) -> list[dict[str, Any]]:
-    """The volumes ckptdrain adds. Without `prepare` (no root init container),
-    the node must already hold the local tier's directory: "Directory" makes a
-    missing one a clear mount error instead of a root-owned directory the
-    agent cannot write. A reader has no agent, so no bandwidth share. No
-    `ckptdrain-work` when the work dir is on the node (admission/work_dir.py)."""
-    work = work_dir.volume(policy, reader=reader)
+def volumes(policy: Policy, *, prepare: bool = True, reader: bool = False,
+            csi_driver: str | None = None) -> list[dict[str, Any]]:
+    """The volumes ckptdrain adds (`ckptdrain-local`: local_volume). A reader
+    has no agent, so no bandwidth share. No `ckptdrain-work` when the work
+    dir is on the node (admission/work_dir.py)."""
+    work = work_dir.volume(policy, reader=reader, node_work=csi_driver is None)
     return [
-        {"name": "ckptdrain-local",
-         "hostPath": {"path": policy.node_path(),
-                      "type": "DirectoryOrCreate" if prepare else "Directory"}},
+        local_volume(policy, prepare=prepare, reader=reader, csi_driver=csi_driver),
         *([] if work is None else [work]),
         *([] if reader else [{"name": "ckptdrain-share", "downwardAPI": {"items": [{
             "path": "bandwidth",
@@ -164,10 +162,13 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         return []
     spec = pod.get("spec", {})
     ops: JSONPatch = []
+    # The CSI driver's volume holds the local tier, not the trainer's work dir.
+    node_work = not config.csi
     shared = agent_env(pod, policy, default_rate, rank, reader=reader,
-                       readers_alongside=readers_alongside)
+                       readers_alongside=readers_alongside, node_work=node_work)
     # On the node, agent and restore see the work dir inside /ckptdrain/local.
-    work = [] if work_on_node(policy, reader=reader) else [("ckptdrain-work", WORK_DIR)]
+    work = ([] if work_on_node(policy, reader=reader, node_work=node_work)
+            else [("ckptdrain-work", WORK_DIR)])
     # Limits equal to requests where the pod is (or must be) Guaranteed.
     equal = resources.stays_guaranteed(pod, policy.containers)
     restore = _container(RESTORE, "restore", [*shared, restore_mode_env(),
@@ -194,7 +195,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         container["volumeMounts"] += mounts
     # The reason restore failed, as the container's last state on the pod.
     restore["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    request = work_dir.ephemeral_request(policy, reader=reader)
+    request = work_dir.ephemeral_request(policy, reader=reader, node_work=node_work)
     if request is not None:
         # A disk emptyDir counts against the pod's ephemeral storage: the
         # scheduler must find a node with room for it.
@@ -204,7 +205,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         # Before restore: after a node loss the whole job restarts, and every
         # pod's restore asks the other nodes' peer servers (docs/peer-tier.md).
         ours.insert(0, peer_sidecar(shared, policy, config, equal=equal))
-    if config.prepare_local_tier and not reader:
+    # The CSI driver prepares ownership itself: no root container.
+    if config.prepare_local_tier and not config.csi and not reader:
         ours.insert(0, prepare.container(policy, config, work_dir.shared_group(pod), rank,
                                          equal=equal))
     if spec.get("initContainers") is None:
@@ -216,14 +218,15 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     # whose token volume is not exactly ours (tenant_identity.volume_problem).
     taken = {v.get("name") for v in spec.get("volumes") or []}
     _append(ops, "/spec/volumes", spec.get("volumes"),
-            [v for v in [*volumes(policy, prepare=config.prepare_local_tier, reader=reader),
+            [v for v in [*volumes(policy, prepare=config.prepare_local_tier, reader=reader,
+                                  csi_driver=config.csi_driver if config.csi else None),
                          *([] if tenant is None else [tenant_identity.volume(tenant)])]
              if v["name"] not in taken])
     # Only where the policy asks: else the trainer holds no store credentials.
     trainer_identity = tenant_identity.for_trainer(policy, tenant)
     given: list[str] = []
     for i, container in enumerate(spec.get("containers") or []):
-        ours_env = trainer_env(pod, policy, rank, reader=reader)
+        ours_env = trainer_env(pod, policy, rank, reader=reader, node_work=node_work)
         id_env, id_mounts = ([], []) if trainer_identity is None else \
             tenant_identity.trainer_additions(container, trainer_identity, policy.namespace)
         if id_mounts:
@@ -239,7 +242,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
                 [*(e for e in ours_env if e["name"] not in have), *id_env])
         mounted = {m.get("mountPath") for m in container.get("volumeMounts") or []}
         _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
-                [*([] if WORK_DIR in mounted else [work_dir.trainer_mount(policy, reader=reader)]),
+                [*([] if WORK_DIR in mounted
+                   else [work_dir.trainer_mount(policy, reader=reader, node_work=node_work)]),
                  *id_mounts])
     ops.extend(work_dir.security_context_ops(pod))
     ops.extend(placement_ops(spec, policy))
@@ -257,11 +261,12 @@ def _owned_entries(container: Mapping[str, Any], owned: set[str]) -> list[int]:
     return [j for j, e in enumerate(container.get("env") or []) if e.get("name") in owned]
 
 
-def replaced_env(pod: Mapping[str, Any], policy: Policy, *, reader: bool = False) -> list[str]:
+def replaced_env(pod: Mapping[str, Any], policy: Policy, *, reader: bool = False,
+                 node_work: bool = True) -> list[str]:
     """One line per trainer container's own entry that build_pod_patch
     replaces with the webhook's (WEBHOOK_OWNED), naming it: said as an
     admission warning, never silently."""
-    if not work_on_node(policy, reader=reader):
+    if not work_on_node(policy, reader=reader, node_work=node_work):
         return []
     return [f"ckptdrain: spec.containers[{i}].env: {e['name']} is set by ckptdrain (the work "
             f"dir's subPathExpr reads it); the pod's own value {_shown(e)} is replaced"

@@ -32,6 +32,7 @@ from ckptdrain.operator.admission import (
     agent_images,
     cloud_identity,
     injection,
+    node_volume,
     tenant_identity,
     unselected,
 )
@@ -330,11 +331,16 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         raise Refused(problem, code=422)
     if problem:
         warnings.append(problem)
-    warnings.extend(injection.replaced_env(pod, p, reader=role.reader))
+    warnings.extend(injection.replaced_env(pod, p, reader=role.reader,
+                                           node_work=not cfg.csi))
     tenant = tenant_identity.chosen(p, cfg.identities)
     clash = None if tenant is None else tenant_identity.volume_problem(pod, tenant)
     if clash is not None:
         raise Refused(f"pod {pod_label(pod)}: {clash}", code=422)
+    group_problem = node_volume.mount_group_problem(pod, cfg.csi_min_mount_group) \
+        if cfg.csi else None
+    if group_problem is not None:
+        raise Refused(f"pod {pod_label(pod)}: {group_problem}", code=422)
     choice = await agent_images.image_for(pod, namespace, p.name,
                                           not role.reader and role.shard is not None, cfg,
                                           pinning)

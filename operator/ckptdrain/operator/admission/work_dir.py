@@ -20,6 +20,9 @@ writer's lease (agent/stale_work.py).
 
 Under a memory tier (`localTier.memory`) it stays a memory emptyDir, and a
 reader's (it never captures) a disk emptyDir sized for the step it restores.
+So does a writer's under the CSI driver's volume (CKPTDRAIN_NODE_TIER=csi):
+no root container makes its per-pod dir there, and kubelet would make it
+root's (capture copies into the local tier instead of linking).
 On the node, no emptyDir limit and no ephemeral-storage request: the local
 tier's disk holds it: size `localTier.capacity` for it (docs/pod-contract.md).
 
@@ -57,11 +60,12 @@ def work_size(policy: Policy) -> int:
     return int(WORK_SHARDS * policy.checkpoint_bytes / policy.writers) + (64 << 20)
 
 
-def volume(policy: Policy, *, reader: bool = False) -> dict[str, Any] | None:
+def volume(policy: Policy, *, reader: bool = False,
+           node_work: bool = True) -> dict[str, Any] | None:
     """The `ckptdrain-work` emptyDir, or None when the work dir is on the node.
     Always with a size limit, always a Kubernetes quantity: a work dir that
     grows without bound fills the node's ephemeral storage or memory."""
-    if work_on_node(policy, reader=reader):
+    if work_on_node(policy, reader=reader, node_work=node_work):
         return None
     work: dict[str, Any] = {"sizeLimit": units.format_quantity(work_size(policy))}
     if policy.memory_limit:
@@ -69,22 +73,24 @@ def volume(policy: Policy, *, reader: bool = False) -> dict[str, Any] | None:
     return {"name": "ckptdrain-work", "emptyDir": work}
 
 
-def ephemeral_request(policy: Policy, *, reader: bool = False) -> str | None:
+def ephemeral_request(policy: Policy, *, reader: bool = False,
+                      node_work: bool = True) -> str | None:
     """What the pod requests as ephemeral-storage for a disk emptyDir work dir
     (the scheduler must find a node with room for it); None otherwise: memory
     counts against memory, the node's disk against the local tier's capacity."""
-    if policy.memory_limit or work_on_node(policy, reader=reader):
+    if policy.memory_limit or work_on_node(policy, reader=reader, node_work=node_work):
         return None
     return units.format_quantity(work_size(policy))
 
 
-def trainer_mount(policy: Policy, *, reader: bool = False) -> dict[str, Any]:
+def trainer_mount(policy: Policy, *, reader: bool = False,
+                  node_work: bool = True) -> dict[str, Any]:
     """The trainer's /ckptdrain/work. On the node, the local tier's volume with
     a subPathExpr: the trainer sees only its own pod's work dir, never the
     tier's steps. It reads CKPTDRAIN_WORK_NAME from the container's own
     environment, which the webhook sets in every trainer container
     (pod_env.trainer_env) and in prepare's."""
-    if not work_on_node(policy, reader=reader):
+    if not work_on_node(policy, reader=reader, node_work=node_work):
         return {"name": "ckptdrain-work", "mountPath": WORK_DIR}
     return {"name": "ckptdrain-local", "mountPath": WORK_DIR,
             "subPathExpr": f"$({Env.WORK_NAME.value})"}

@@ -1,0 +1,284 @@
+"""The CSI node tier on the real kubelets (E2E_ONLY=csi, full run only).
+
+The chart, upgraded to `nodeTier.mode: csi`, runs the driver as a
+DaemonSet; the step asserts that it registers with kubelet by itself
+(the node's CSINode lists it, with no registrar sidecar). Then the
+training namespace enforces Pod Security `restricted`, and one writer of
+the simulated trainer (the project image) checkpoints through the
+driver's inline volume: no hostPath, no root container. While it trains,
+the driver's pod is deleted: its replacement registers again, the mount
+stays and checkpoints go on. Last, the writer's pod is deleted and its
+replacement, on the same node, restores the newest step from the local
+tier, with the state hash the first pod saved.
+
+The e2e cluster's kubelet keeps its root dir in the cluster's state dir,
+not /var/lib/kubelet, and node b, on the same host, has its own: one
+`csiDriver.kubeletDir` fits one of them, so the DaemonSet is pinned to
+node a (the chart's tolerations would otherwise put a second driver on
+node b, serving node a's sockets from the same host), and the writer,
+which does not tolerate node b's taint, lands there too.
+
+    run(s3, allowed_root, workdir, report, say, check)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jobset
+from kube import POLICIES, apply, get, helm, kubectl, wait_for
+from trainers import TRAINERS, Logs
+from views import NS, OP_NS, RELEASE, remove, wait_mid_interval
+
+NAME = POLICY = PREFIX = "csi"
+SELECT = f"app={NAME}"
+NODE = "ckptdrain-e2e"
+DRIVER = "node.ckptdrain.io"
+DRIVER_PODS = "app.kubernetes.io/component=csi-node"
+#: Seconds between the Job's creation and its step clock's start.
+START_MARGIN_S = 10.0
+RESTRICTED = "pod-security.kubernetes.io/enforce"
+#: The trainer's uid: not root, not the agent's 65532.
+TRAINER_UID = 1000
+
+Say = Callable[[str], None]
+Check = Callable[[object, str], None]
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def kubelet_dir() -> str:
+    """Node a's kubelet root dir (e2e/cluster/lib.sh's $STATE/kubelet)."""
+    cache = os.environ.get("CKPTDRAIN_CACHE", str(Path.home() / ".cache/ckptdrain"))
+    return os.environ.get("CKPTDRAIN_CLUSTER_STATE", f"{cache}/cluster") + "/kubelet"
+
+
+def restricted_job(epoch: float) -> dict[str, Any]:
+    """One writer of the simulated trainer, written for Pod Security
+    `restricted`: non-root, no privilege escalation, no capabilities,
+    the runtime's seccomp profile. The webhook adds the rest."""
+    job = jobset.sim_job(epoch, app=NAME)
+    job["metadata"]["name"] = NAME
+    job["spec"]["completions"] = job["spec"]["parallelism"] = 1
+    pod = job["spec"]["template"]["spec"]
+    pod["securityContext"] = {"runAsNonRoot": True, "runAsUser": TRAINER_UID,
+                              "runAsGroup": TRAINER_UID,
+                              "seccompProfile": {"type": "RuntimeDefault"}}
+    pod["containers"][0]["securityContext"] = {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    return job
+
+
+def policy_manifest(allowed_root: str, s3_port: int) -> str:
+    doc = json.loads(jobset.policy_manifest(allowed_root, s3_port, policy=POLICY, app=NAME,
+                                            prefix=PREFIX))
+    doc["spec"]["writers"] = 1
+    return json.dumps(doc)
+
+
+def set_mode(mode: str, root: str, wait: str = "180s") -> None:
+    helm("upgrade", RELEASE, str(REPO / "charts/ckptdrain"), "-n", OP_NS, "--reuse-values",
+         "--set", f"nodeTier.mode={mode}", "--set", f"csiDriver.kubeletDir={kubelet_dir()}",
+         "--set", f"csiDriver.rootDir={root}",
+         "--set-json", "csiDriver.nodeSelector=" + json.dumps({"kubernetes.io/hostname": NODE}),
+         "--wait", "--timeout", wait, timeout=200)
+    kubectl("-n", OP_NS, "rollout", "status", "deploy", "--timeout=120s", timeout=130)
+
+
+def driver_pods() -> list[dict[str, Any]]:
+    return get("pods", "-n", OP_NS, "-l", DRIVER_PODS)["items"]
+
+
+def node_id(node: str) -> str | None:
+    """The node id kubelet recorded for the driver (its NodeGetInfo)."""
+    drivers = get("csinode", node).get("spec", {}).get("drivers") or []
+    return next((d.get("nodeID") for d in drivers if d.get("name") == DRIVER), None)
+
+
+def registered_by(pod: str) -> bool:
+    """Whether kubelet told this driver pod it is registered (its log says so)."""
+    out = kubectl("logs", "-n", OP_NS, pod, check=False).stdout
+    return "kubelet registered CSI driver" in out
+
+
+def driver_pod() -> dict[str, Any] | None:
+    """The Ready driver pod on NODE."""
+    for pod in driver_pods():
+        if pod["spec"].get("nodeName") != NODE:
+            continue
+        ready = {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
+        if not pod["metadata"].get("deletionTimestamp") and ready.get("Ready") == "True":
+            return pod
+    return None
+
+
+def trainer_pod(old: str | None = None) -> dict[str, Any] | None:
+    """The writer whose trainer runs, other than `old`."""
+    pod = jobset.running_pods(SELECT).get(0)
+    return pod if pod and pod["metadata"]["name"] != old else None
+
+
+def target(pod: dict[str, Any]) -> Path:
+    """Where kubelet mounts the pod's node tier (the driver's target path)."""
+    return (Path(kubelet_dir()) / "pods" / pod["metadata"]["uid"]
+            / "volumes/kubernetes.io~csi/ckptdrain-local/mount")
+
+
+def mounted(path: Path) -> bool:
+    """Whether `path` is a mount point in this (the host's) mount namespace.
+    Not os.path.ismount: a bind mount from the same filesystem keeps st_dev."""
+    with open("/proc/self/mountinfo") as table:
+        return any(line.split()[4] == str(path) for line in table)
+
+
+def keep_driver_logs(directory: Path, name: str = "csi-node.log") -> None:
+    """The driver's log beside the pods' (what kubelet asked, what it answered)."""
+    out = kubectl("logs", "-n", OP_NS, "-l", DRIVER_PODS, "--prefix", "--tail=-1",
+                  check=False, timeout=60)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text(out.stdout + out.stderr)
+
+
+def saves(logs: Logs, pod: str) -> dict[int, str]:
+    return {e["step"]: e["hash"] for e in logs.trainer(pod) if e["event"] == "save"}
+
+
+def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
+        say: Say, check: Check) -> None:
+    say("C. the node tier through the CSI driver on the real kubelet")
+    logs = Logs(workdir / "logs" / "csi", NS, TRAINERS["sim"])
+    root = str(workdir / "csi-root")
+    try:
+        _run(s3, allowed_root, root, logs, report, say, check)
+    finally:
+        logs.stop()
+        keep_driver_logs(logs.dir)
+        remove(POLICY, NAME)
+        # The driver unpublishes the pods' volumes: it goes only after them.
+        wait_for("the step's pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)[
+            "items"], 90, every=1)
+        kubectl("label", "namespace", NS, f"{RESTRICTED}=privileged", "--overwrite",
+                check=False)
+        # Back to the default, so later steps (and the uninstall) see hostPath.
+        set_mode("hostPath", root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(s3: Any, allowed_root: str, root: str, logs: Logs, report: list[str],
+         say: Say, check: Check) -> None:
+    began = time.monotonic()
+    set_mode("csi", root)
+    first_driver = wait_for("the driver's pod Ready", driver_pod, 120, every=1)
+    nodes = [p["spec"].get("nodeName") for p in driver_pods()]
+    check(nodes == [NODE], f"one driver pod, on {NODE}: {nodes}")
+    listed = wait_for(f"CSINode {NODE} lists {DRIVER}", lambda: node_id(NODE), 60, every=1)
+    up = time.monotonic() - began
+    check(listed == NODE and registered_by(first_driver["metadata"]["name"]),
+          f"CSINode {NODE} lists {DRIVER} with node id {listed}, {up:.1f}s after helm upgrade "
+          f"(the driver registered itself, no registrar sidecar)")
+    driver = get("csidriver", DRIVER)["spec"]
+    check(driver.get("podInfoOnMount") and driver.get("volumeLifecycleModes") == ["Ephemeral"],
+          f"CSIDriver {DRIVER}: {driver}")
+    report.append(f"| csi: helm upgrade → driver registered with kubelet | {up:.1f} s |")
+
+    kubectl("label", "namespace", NS, f"{RESTRICTED}=restricted", "--overwrite")
+    probe = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "csi-hostpath-probe", "namespace": NS},
+             "spec": restricted_job(time.time())["spec"]["template"]["spec"]
+             | {"volumes": [{"name": "h", "hostPath": {"path": "/tmp"}}]}}
+    refused = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(probe),
+                      check=False)
+    check(refused.returncode != 0 and "restricted" in refused.stderr,
+          f"{NS} enforces restricted: the same pod with a hostPath is refused "
+          f"({refused.stderr.strip()[-120:]})")
+
+    apply(policy_manifest(allowed_root, s3.port))
+    uid = get(POLICIES, "-n", NS, POLICY)["metadata"]["uid"]
+    data = Path(root) / NS / uid / "data"
+    epoch = time.time() + START_MARGIN_S
+    started = time.monotonic()
+    apply(json.dumps(restricted_job(epoch)))
+    pod = wait_for("the writer running", trainer_pod, 180, every=1)
+    name = pod["metadata"]["name"]
+    logs.follow(name)
+    spec = pod["spec"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "ckptdrain-local")
+    check(volume.get("csi", {}).get("driver") == DRIVER
+          and not any("hostPath" in v for v in spec["volumes"]),
+          f"{name}: the node tier is the driver's inline volume, no hostPath ({volume})")
+    inits = [c["name"] for c in spec.get("initContainers") or []]
+    check("ckptdrain-prepare" not in inits, f"no root container: {inits}")
+    check(spec["nodeName"] == NODE, f"{name} runs on {spec['nodeName']}, the driver's node")
+    check(mounted(target(pod)), f"kubelet's target path is a mount: {target(pod)}")
+    owner = json.loads((data.parent / "owner.json").read_text())
+    check(owner.get("policyUid") == uid and owner.get("namespace") == NS,
+          f"the driver made the policy's directory, keyed by its UID: {owner}")
+    # kubelet handed the driver the pod's fsGroup (VOLUME_MOUNT_GROUP) and
+    # changed no ownership itself: the driver's 65532:<group> 2770 stands.
+    group = pod["spec"]["securityContext"].get("fsGroup")
+    st = data.stat()
+    check((st.st_uid, st.st_gid, oct(st.st_mode & 0o7777)) == (65532, group, "0o2770")
+          and owner.get("group") == group,
+          f"the data dir is 65532:{st.st_gid} {oct(st.st_mode & 0o7777)}, the group the pod's "
+          f"fsGroup {group}")
+
+    first = wait_for(f"{name} saves 2 checkpoints", lambda: len(s := saves(logs, name)) >= 2
+                     and s, 120, every=1)
+    report.append(f"| csi: restricted writer created → 2 checkpoints saved | "
+                  f"{time.monotonic() - started:.1f} s |")
+    files = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file())
+    check(files, f"the checkpoints are in the driver's data dir ({len(files)} files, "
+                 f"e.g. {files[:2]})")
+
+    # The driver restarts under a running pod: nothing is lost.
+    old_driver = driver_pod()["metadata"]["name"]  # type: ignore[index]
+    keep_driver_logs(logs.dir, "csi-node.before-restart.log")
+    restarted_at = time.time()
+    began = time.monotonic()
+    kubectl("-n", OP_NS, "delete", "pod", old_driver, "--wait=true", timeout=60)
+    new_driver = wait_for("a new driver pod Ready", lambda: (p := driver_pod())
+                          and p["metadata"]["name"] != old_driver and p, 120, every=1)
+    new_name_d = new_driver["metadata"]["name"]
+    wait_for(f"kubelet registered {new_name_d}", lambda: registered_by(new_name_d), 60, every=1)
+    back = time.monotonic() - began
+    check(node_id(NODE) == NODE, f"CSINode {NODE} lists {DRIVER} again")
+    check(True, f"driver pod {old_driver} deleted; {new_driver['metadata']['name']} registered "
+                f"{back:.1f}s later")
+    after = wait_for("two checkpoints after the driver's restart", lambda: len(
+        s := [step for step, _ in saves(logs, name).items() if step not in first
+              and step > max(first)]) >= 2 and s, 60, every=1)
+    still = trainer_pod()
+    check(still and still["metadata"]["name"] == name and mounted(target(pod)),
+          f"{name} runs on and its volume stays mounted; steps {after} saved after the restart")
+    newer = [p for p in data.rglob("*") if p.is_file() and p.stat().st_mtime > restarted_at]
+    check(newer, f"{len(newer)} files written to the driver's data dir after its restart")
+    report.append(f"| csi: driver pod deleted → registered again | {back:.1f} s |")
+
+    # The writer's pod deleted: its replacement restores from the local tier.
+    wait_mid_interval(epoch)
+    deleted = time.time()
+    kubectl("delete", "pod", "-n", NS, name, "--wait=false")
+    wait_for(f"{name} gone", lambda: not any(p["metadata"]["name"] == name for p in get(
+        "pods", "-n", NS, "-l", SELECT)["items"]), 90, every=1)
+    check(not mounted(target(pod)),
+          f"{name}'s volume unpublished: no mount left at its target path")
+    new = wait_for("the writer's replacement running", lambda: trainer_pod(name), 180,
+                   every=1)
+    new_name = new["metadata"]["name"]
+    logs.follow(new_name)
+    load = wait_for(f"{new_name} restored", lambda: next(
+        (e for e in logs.trainer(new_name) if e["event"] in ("load", "fresh")), None), 120)
+    saved = saves(logs, name)
+    check(load["event"] == "load" and load.get("tier") == "local",
+          f"{new_name} (node {new['spec']['nodeName']}) restored step {load.get('step')} from "
+          f"the {load.get('tier')} tier")
+    check(load["step"] == max(saved) and load["hash"] == saved[load["step"]],
+          f"the newest step {name} saved ({max(saved)}), with its state hash")
+    report.append(f"| csi: writer deleted → restored step {load['step']} from the local tier "
+                  f"through the driver | {load['restore_seconds']:.2f} s in the init container; "
+                  f"pod deleted → trainer loaded {load['at'] - deleted:.1f} s |")

@@ -1,0 +1,108 @@
+"""The CSI node driver's one config object, from flags with environment
+defaults (the DaemonSet sets the environment), checked at start.
+
+  CKPTDRAIN_CSI_NAME        driver name, the CSIDriver object's  (node.ckptdrain.io)
+  NODE_NAME                 this node's name: the CSI node id    (required; downward API)
+  CKPTDRAIN_CSI_ROOT        where policies' node data lives      (/var/lib/ckptdrain/csi)
+  CKPTDRAIN_CSI_PODS_DIR    kubelet's pods dir: the only place volumes are
+                            mounted                              (/var/lib/kubelet/pods)
+  CKPTDRAIN_CSI_SOCKET      the CSI socket      (/var/lib/kubelet/plugins/<name>/csi.sock)
+  CKPTDRAIN_CSI_REGISTRATION_SOCKET
+                            the registration socket kubelet watches for
+                            (/var/lib/kubelet/plugins_registry/<name>-reg.sock)
+  CKPTDRAIN_CSI_OWNER_UID   who owns the data: the agent's uid   (65532)
+  CKPTDRAIN_CSI_MIN_MOUNT_GROUP
+                            the lowest fsGroup a pod's data may get; lower
+                            ones (root's 0, system groups) are refused (1000)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from ckptdrain.csi.requests import DEFAULT_MIN_MOUNT_GROUP
+from ckptdrain.errors import InvalidInput
+
+DEFAULT_NAME = "node.ckptdrain.io"
+# A CSI driver name: a DNS-1123 subdomain of at most 63 characters.
+_DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    name: str
+    node_id: str
+    root: Path
+    pods_dir: PurePosixPath
+    csi_socket: Path
+    registration_socket: Path
+    owner_uid: int
+    min_mount_group: int = DEFAULT_MIN_MOUNT_GROUP
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument("--name", default=env("CKPTDRAIN_CSI_NAME", DEFAULT_NAME),
+                        help="the driver's name, as in the CSIDriver object (default: %(default)s)")
+    parser.add_argument("--node-id", default=env("NODE_NAME", ""),
+                        help="this node's name (default: $NODE_NAME)")
+    parser.add_argument("--root", default=env("CKPTDRAIN_CSI_ROOT", "/var/lib/ckptdrain/csi"),
+                        help="where policies' node data lives (default: %(default)s)")
+    parser.add_argument("--pods-dir",
+                        default=env("CKPTDRAIN_CSI_PODS_DIR", "/var/lib/kubelet/pods"),
+                        help="kubelet's pods dir; targets elsewhere are refused "
+                             "(default: %(default)s)")
+    parser.add_argument("--csi-socket", default=env("CKPTDRAIN_CSI_SOCKET"),
+                        help="the CSI socket (default: /var/lib/kubelet/plugins/NAME/csi.sock)")
+    parser.add_argument("--registration-socket",
+                        default=env("CKPTDRAIN_CSI_REGISTRATION_SOCKET"),
+                        help="the socket kubelet's plugin watcher finds "
+                             "(default: /var/lib/kubelet/plugins_registry/NAME-reg.sock)")
+    parser.add_argument("--owner-uid", default=env("CKPTDRAIN_CSI_OWNER_UID", "65532"),
+                        help="owner of the node data: the agent's uid (default: %(default)s)")
+    parser.add_argument("--min-mount-group",
+                        default=env("CKPTDRAIN_CSI_MIN_MOUNT_GROUP",
+                                    str(DEFAULT_MIN_MOUNT_GROUP)),
+                        help="the lowest fsGroup a pod's data may get (default: %(default)s)")
+
+
+def _absolute(value: str, flag: str) -> str:
+    if not value.startswith("/") or ".." in PurePosixPath(value).parts:
+        raise InvalidInput(flag, "an absolute path without '..'", value)
+    return os.path.normpath(value)
+
+
+def load(args: argparse.Namespace) -> DriverConfig:
+    """The config from parsed flags; raises InvalidInput naming the flag."""
+    if not _DRIVER_NAME.fullmatch(args.name):
+        raise InvalidInput("--name", "a DNS-1123 subdomain of at most 63 characters",
+                           args.name)
+    if not args.node_id:
+        raise InvalidInput("--node-id", "this node's name (NODE_NAME from spec.nodeName)",
+                           None)
+    if not str(args.owner_uid).isdigit():
+        raise InvalidInput("--owner-uid", "a numeric uid", args.owner_uid)
+    if not str(args.min_mount_group).isdigit() or int(args.min_mount_group) < 1:
+        raise InvalidInput("--min-mount-group", "a group id of 1 or more (0, root's group, "
+                           "is never given the data)", args.min_mount_group)
+    csi_socket = args.csi_socket or f"/var/lib/kubelet/plugins/{args.name}/csi.sock"
+    registration = (args.registration_socket
+                    or f"/var/lib/kubelet/plugins_registry/{args.name}-reg.sock")
+    pods_dir = _absolute(args.pods_dir, "--pods-dir")
+    # Targets are checked to have no link in their path: a pods dir reached
+    # through one (kubelet's --root-dir moved, a link left behind) would
+    # refuse every volume, so it is refused once, here.
+    if os.path.exists(pods_dir) and os.path.realpath(pods_dir) != pods_dir:
+        raise InvalidInput("--pods-dir", f"kubelet's real pods dir, not one reached through "
+                           f"a link (this is {os.path.realpath(pods_dir)})", pods_dir)
+    return DriverConfig(
+        name=args.name, node_id=args.node_id,
+        root=Path(_absolute(args.root, "--root")),
+        pods_dir=PurePosixPath(pods_dir),
+        csi_socket=Path(_absolute(csi_socket, "--csi-socket")),
+        registration_socket=Path(_absolute(registration, "--registration-socket")),
+        owner_uid=int(args.owner_uid), min_mount_group=int(args.min_mount_group))

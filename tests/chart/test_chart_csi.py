@@ -1,0 +1,161 @@
+"""The chart's CSI node tier (nodeTier.mode: csi): the CSIDriver object, the
+driver's DaemonSet and its one right, rendered only when asked; the
+settings reach the driver's and the operator's config as each loads them.
+(Lint and strict conformance: the csi-node-tier variant of test_chart.py.)"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.chart.support import CHART, REPO, Tools
+
+from ckptdrain.csi import config as csi_config
+from ckptdrain.operator import config as operator_config
+
+PAGE = REPO / "docs" / "csi-driver.md"
+
+
+def objects(tools: Tools, *args: str) -> list[dict[str, Any]]:
+    text = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace", "ckptdrain",
+                     *args).stdout
+    return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str, component: str = "csi-node") -> dict[str, Any]:
+    [found] = [d for d in docs if d["kind"] == kind
+               and d["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+               == component]
+    return found
+
+
+def page_object(kind: str) -> dict[str, Any]:
+    [found] = [d for block in PAGE.read_text().split("```yaml\n")[1:]
+               for d in yaml.safe_load_all(block.split("```")[0]) if d and d["kind"] == kind]
+    return found
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize("args", [[], ["--set", "nodeTier.mode=hostPath"]])
+def test_the_default_hostpath_mode_renders_no_driver(tools: Tools, args: list[str]) -> None:
+    docs = objects(tools, *args)
+    assert not [d for d in docs if d["kind"] == "CSIDriver"
+                or d["metadata"]["name"].endswith("csi-node")]
+    deployment = one(docs, "Deployment", "operator")
+    env = env_of(deployment["spec"]["template"]["spec"]["containers"][0])
+    assert operator_config.from_env(env).csi is False
+    # The operator's environment is as before the CSI mode: no csi settings.
+    assert not {"CKPTDRAIN_NODE_TIER", "CKPTDRAIN_CSI_DRIVER",
+                "CKPTDRAIN_CSI_MIN_MOUNT_GROUP"} & set(env)
+
+
+def rendered_notes(tools: Tools, tmp_path: Path, *args: str) -> str:
+    """NOTES.txt as `helm install` prints it, without a cluster: a copy of
+    the chart whose one extra template holds the notes as a YAML string."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)  # links followed: the copy stands alone
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "_probe.tpl").write_text(
+        '{{- define "probe.notes" }}' + notes + "{{- end }}")
+    (chart / "templates" / "probe.yaml").write_text(
+        'notes: {{ include "probe.notes" . | toJson }}\n')
+    text = tools.run("helm", "template", "ckptdrain", str(chart), "--namespace", "ckptdrain",
+                     "--show-only", "templates/probe.yaml", *args).stdout
+    return str(yaml.safe_load(text)["notes"])
+
+
+def test_the_notes_warn_of_the_privileged_driver_only_in_csi_mode(tools: Tools,
+                                                                  tmp_path: Path) -> None:
+    csi = rendered_notes(tools, tmp_path / "csi", "--set", "nodeTier.mode=csi")
+    assert 'namespace ckptdrain must allow Pod Security "privileged"' in \
+        " ".join(csi.split())
+    assert "Pod Security" not in rendered_notes(tools, tmp_path / "default")
+
+
+def test_csi_mode_renders_the_driver_as_the_page_declares_it(tools: Tools) -> None:
+    docs = objects(tools, "--set", "nodeTier.mode=csi")
+    driver = next(d for d in docs if d["kind"] == "CSIDriver")
+    assert driver["metadata"]["name"] == "node.ckptdrain.io"
+    assert driver["spec"] == page_object("CSIDriver")["spec"]
+    # Its one right: get on policies, as the page lists it.
+    assert one(docs, "ClusterRole")["rules"] == page_object("ClusterRole")["rules"]
+    binding = one(docs, "ClusterRoleBinding")
+    account = one(docs, "ServiceAccount")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": "ckptdrain"}]
+    assert binding["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
+
+
+def test_the_daemonset_runs_the_driver_where_kubelet_looks(tools: Tools) -> None:
+    docs = objects(tools, "--set", "nodeTier.mode=csi",
+                   "--set", "csiDriver.kubeletDir=/var/lib/k0s/kubelet",
+                   "--set", "csiDriver.rootDir=/mnt/nvme/ckptdrain-csi",
+                   "--set", "image.tag=1.2.3")
+    daemonset = one(docs, "DaemonSet")
+    assert daemonset["metadata"]["namespace"] == "ckptdrain"
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
+    [container] = pod["containers"]
+    assert container["args"] == ["csi-node"]
+    assert container["image"] == "ghcr.io/ckptdrain/ckptdrain:1.2.3"  # the project image
+    assert container["securityContext"]["privileged"] is True
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    hostpaths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    # Each host dir at the same path inside, the pods dir Bidirectional.
+    assert {n: m["mountPath"] for n, m in mounts.items()} == hostpaths
+    assert mounts["pods"]["mountPath"] == "/var/lib/k0s/kubelet/pods"
+    assert mounts["pods"]["mountPropagation"] == "Bidirectional"
+    # Its staging mounts under the data dir must not propagate to the host.
+    assert mounts["data"]["mountPropagation"] == "HostToContainer"
+    assert hostpaths["registry"] == "/var/lib/k0s/kubelet/plugins_registry"
+    assert hostpaths["plugin"] == "/var/lib/k0s/kubelet/plugins/node.ckptdrain.io"
+    assert hostpaths["data"] == "/mnt/nvme/ckptdrain-csi"
+    # The environment, as the driver loads it (NODE_NAME from the downward API).
+    env = env_of(container)
+    assert next(e for e in container["env"] if e["name"] == "NODE_NAME")["valueFrom"] == {
+        "fieldRef": {"fieldPath": "spec.nodeName"}}
+    parser = argparse.ArgumentParser()
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in {**env, "NODE_NAME": "node-a"}.items():
+            patch.setenv(key, value)
+        csi_config.add_arguments(parser)
+        cfg = csi_config.load(parser.parse_args([]))
+    assert str(cfg.pods_dir) == mounts["pods"]["mountPath"]
+    assert str(cfg.root) == hostpaths["data"]
+    assert cfg.csi_socket.parent == cfg.csi_socket.parent.parent / "node.ckptdrain.io"
+    assert str(cfg.csi_socket).startswith(hostpaths["plugin"] + "/")
+    assert str(cfg.registration_socket.parent) == hostpaths["registry"]
+    assert cfg.min_mount_group == 1000
+
+
+def test_csi_mode_reaches_the_operator_as_its_config_reads_it(tools: Tools) -> None:
+    docs = objects(tools, "--set", "nodeTier.mode=csi", "--set", "csiDriver.name=nvme.example.com")
+    env = env_of(one(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0])
+    cfg = operator_config.from_env(env)
+    assert (cfg.csi, cfg.csi_driver) == (True, "nvme.example.com")
+    assert cfg.csi_min_mount_group == 1000
+    raised = objects(tools, "--set", "nodeTier.mode=csi", "--set", "csiDriver.minMountGroup=2000")
+    env = env_of(one(raised, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0])
+    assert operator_config.from_env(env).csi_min_mount_group == 2000
+    assert next(d for d in docs if d["kind"] == "CSIDriver")["metadata"]["name"] == \
+        "nvme.example.com"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--set", "nodeTier.mode=CSI"], "/nodeTier/mode"),
+    (["--set", "csiDriver.minMountGroup=0"], "/csiDriver/minMountGroup"),
+    (["--set", "csiDriver.kubeletDir=relative"], "/csiDriver/kubeletDir"),
+])
+def test_the_values_schema_refuses_bad_csi_settings(tools: Tools, args: list[str],
+                                                     says: str) -> None:
+    result = tools.run("helm", "template", "ckptdrain", str(CHART), *args, check=False)
+    assert result.returncode != 0
+    assert says in result.stderr, result.stderr

@@ -1,0 +1,90 @@
+"""The CSI driver's policy lookup against a real apiserver, as the driver's
+own ServiceAccount with the rules of the ClusterRole docs/csi-driver.md
+shows (`get` on checkpointpolicies, nothing else): the namespace is the
+pod's, the name the tenant's, the answer the policy's UID."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from cluster_helpers import POLICIES, create, get, page_object, policy
+from kubernetes import client, config
+from operator_process import repo_root
+
+from ckptdrain.csi.policies import apiserver_resolver
+from ckptdrain.csi.requests import Refused
+from support.apiserver import Cluster
+
+# What the driver's ClusterRole grants, as the page documents it.
+DRIVER_RULES = page_object(repo_root() / "docs" / "csi-driver.md", "ClusterRole")["rules"]
+
+
+@pytest.fixture
+def driver_api(cluster: Cluster, crds: None, namespace: str) -> Iterator[client.CustomObjectsApi]:
+    name = f"csi-driver-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "serviceaccount", name, "-n", namespace)
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": DRIVER_RULES}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": [role, binding]}))
+    kubeconfig = cluster.kubeconfig_for(namespace, name)
+    api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
+    try:
+        yield api
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding,clusterrole", name, check=False)
+
+
+def make_policy(cluster: Cluster, namespace: str, name: str) -> str:
+    made = create(cluster, namespace, policy(name))
+    assert made.returncode == 0, made.stderr
+    return str(json.loads(made.stdout)["metadata"]["uid"])
+
+
+def test_the_lookup_gives_the_uid_of_the_pods_namespace_policy_only(
+        cluster: Cluster, namespace: str, driver_api: client.CustomObjectsApi) -> None:
+    assert [rule["verbs"] for rule in DRIVER_RULES] == [["get"]]  # and nothing more
+    resolve = apiserver_resolver(driver_api)
+    uid = make_policy(cluster, namespace, "ckpt")
+    assert resolve(namespace, "ckpt") == uid
+    # The same name asked for from another namespace: not found there.
+    other = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", other)
+    try:
+        assert resolve(other, "ckpt") is None
+    finally:
+        cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+    assert resolve(namespace, "absent") is None
+    # Deleted and created again under the same name: a new UID, so new node data.
+    cluster.kubectl("delete", "-n", namespace, POLICIES, "ckpt")
+    again = make_policy(cluster, namespace, "ckpt")
+    assert again != uid
+    assert resolve(namespace, "ckpt") == again == get(
+        cluster, namespace, POLICIES, "ckpt")["metadata"]["uid"]
+
+
+def test_without_rbac_or_apiserver_the_pod_waits(cluster: Cluster, crds: None,
+                                                 namespace: str) -> None:
+    make_policy(cluster, namespace, "ckpt")
+    # A ServiceAccount the driver's role is not bound to: forbidden, not "absent".
+    cluster.kubectl("create", "serviceaccount", "nobody", "-n", namespace)
+    api = client.CustomObjectsApi(config.new_client_from_config(
+        str(cluster.kubeconfig_for(namespace, "nobody"))))
+    with pytest.raises(Refused) as refused:
+        apiserver_resolver(api)(namespace, "ckpt")
+    assert refused.value.code == "UNAVAILABLE" and "HTTP 403" in refused.value.message
+    unreachable = client.Configuration()
+    unreachable.host = "https://127.0.0.1:1"
+    unreachable.retries = 0
+    with pytest.raises(Refused) as refused:
+        apiserver_resolver(client.CustomObjectsApi(client.ApiClient(unreachable)))(
+            namespace, "ckpt")
+    assert refused.value.code == "UNAVAILABLE"
