@@ -24,10 +24,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ckptdrain.csi.requests import DEFAULT_MIN_MOUNT_GROUP
+from ckptdrain.contract.csi import DEFAULT_DRIVER_NAME, DEFAULT_MIN_MOUNT_GROUP
 from ckptdrain.errors import InvalidInput
 
-DEFAULT_NAME = "node.ckptdrain.io"
+DEFAULT_NAME = DEFAULT_DRIVER_NAME
 # A CSI driver name: a DNS-1123 subdomain of at most 63 characters.
 _DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
 

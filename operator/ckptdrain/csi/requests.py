@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from ckptdrain.contract.csi import DEFAULT_MIN_MOUNT_GROUP
+
 EPHEMERAL = "csi.storage.k8s.io/ephemeral"
 POD_NAMESPACE = "csi.storage.k8s.io/pod.namespace"
 POD_NAME = "csi.storage.k8s.io/pod.name"
@@ -48,9 +50,6 @@ _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 # kubelet names an inline volume csi-<sha256 hex>; other COs use similar ids.
 _VOLUME_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _MAX_GID = 2**31 - 1
-# The lowest fsGroup a pod's data may get: system groups (Debian's 0-999)
-# stay out. The agent's own gid, 65532, is above it.
-DEFAULT_MIN_MOUNT_GROUP = 1000
 
 
 class Refused(Exception):

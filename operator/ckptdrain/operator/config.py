@@ -119,7 +119,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ckptdrain import units
-from ckptdrain.csi.requests import DEFAULT_MIN_MOUNT_GROUP
+from ckptdrain.contract.csi import DEFAULT_DRIVER_NAME, DEFAULT_MIN_MOUNT_GROUP
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import tenant_identities
 from ckptdrain.operator.containers import DEFAULT_CONTAINERS, Containers, read_platform_json
@@ -128,7 +128,7 @@ from ckptdrain.store import ambient_endpoints
 DEFAULT_IMAGE = "ckptdrain:dev"
 #: The values of CKPTDRAIN_NODE_TIER.
 NODE_TIER_HOSTPATH, NODE_TIER_CSI = "hostPath", "csi"
-DEFAULT_CSI_DRIVER = "node.ckptdrain.io"
+DEFAULT_CSI_DRIVER = DEFAULT_DRIVER_NAME
 _CSI_DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
 #: The values of CKPTDRAIN_UNSELECTED_PODS.
 UNSELECTED_REFUSE, UNSELECTED_FLAG = "Refuse", "Flag"
