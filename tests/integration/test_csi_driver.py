@@ -9,13 +9,13 @@ import errno
 import json
 import os
 import stat
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 from tests.support.csi_driver import (
+    AS_ROOT_ON_LINUX,
     NAME,
     UID_A,
     UID_A2,
@@ -35,9 +35,7 @@ from ckptdrain.csi.stubs import (
     pluginregistration_pb2_grpc,
 )
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "linux" or os.geteuid() != 0,
-    reason="the driver bind-mounts volumes: Linux, as root (as its DaemonSet pod runs)")
+pytestmark = AS_ROOT_ON_LINUX
 
 
 @pytest.fixture

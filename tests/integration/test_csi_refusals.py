@@ -6,20 +6,23 @@ the node's own daemons. Nothing refused is made or mounted.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from tests.support.csi_driver import UID_A, Harness, new_pod_uid, refused, running_driver
+from tests.support.csi_driver import (
+    AS_ROOT_ON_LINUX,
+    UID_A,
+    Harness,
+    new_pod_uid,
+    refused,
+    running_driver,
+)
 
 from ckptdrain.csi import mounts
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "linux" or os.geteuid() != 0,
-    reason="the driver bind-mounts volumes: Linux, as root (as its DaemonSet pod runs)")
+pytestmark = AS_ROOT_ON_LINUX
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ the driver does. The policy lookup is a dict standing in for the apiserver
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -79,6 +81,13 @@ class Harness:
         self.driver.stop(grace_s=1)
         self.driver = Driver(self.cfg, lambda ns, name: self.policies.get((ns, name)))
         self.driver.start()
+
+
+#: The driver bind-mounts volumes: its tests need Linux and root (as its
+#: DaemonSet pod runs).
+AS_ROOT_ON_LINUX = pytest.mark.skipif(
+    sys.platform != "linux" or os.geteuid() != 0,
+    reason="the driver bind-mounts volumes: Linux, as root (as its DaemonSet pod runs)")
 
 
 def volume_id_of(pod_uid: str) -> str:
