@@ -262,13 +262,24 @@ def _run_the_docs_example(cluster: Cluster, namespace: str) -> str:
     block = next(b for b in parse(repo_root() / "docs" / "recency.md")
                  if b.kind == "cluster" and ANNOTATION in b.text)
     assert "get job llama -n ml " in block.text
-    script = block.text.replace(" -n ml ", f" -n {namespace} ")
+    return _bash(cluster, block.text.replace(" -n ml ", f" -n {namespace} "))
+
+
+def _bash(cluster: Cluster, script: str) -> str:
+    """A page's shell block, with this apiserver's kubectl, as a user runs it."""
     env = {**cluster.env(), "PATH": f"{Path(cluster.binaries.kubectl).parent}:"
                                     f"{os.environ['PATH']}"}
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def _run_the_victim_list(cluster: Cluster) -> str:
+    """The page's list of Kueue Workloads by work at risk, as written."""
+    block = next(b for b in parse(repo_root() / "docs" / "recency.md")
+                 if b.kind == "cluster" and "get workloads.kueue.x-k8s.io -A" in b.text)
+    return _bash(cluster, block.text)
 
 
 def test_a_jobset_and_its_kueue_workload_carry_it_not_the_job_between(
@@ -303,6 +314,14 @@ def test_a_jobset_and_its_kueue_workload_carry_it_not_the_job_between(
              == doc, what="the Kueue Workload's recency")
     assert _recency(cluster, namespace, "job", "js-workers-0") is None  # not the top
     assert _recency(cluster, namespace, "workloads.kueue.x-k8s.io", "someone-else") is None
+
+    # docs/recency.md's victim list: the Workload, its step, seconds at risk.
+    mine = [line.split("\t") for line in _run_the_victim_list(cluster).splitlines()
+            if line.split("\t")[1] == namespace]
+    assert len(mine) == 1, mine
+    at_risk, _, name, step = mine[0]
+    assert (name, step) == ("jobset-js-1", "7")
+    assert 0 <= int(at_risk) < 600
 
 
 def _owned(body: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
