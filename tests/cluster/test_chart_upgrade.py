@@ -122,6 +122,9 @@ UNITS = {"model": {"parameters": "405B"}, "mtti": "1d", "overlap": "0.1",
 
 def test_objects_written_under_0_1_0_read_and_work_after_the_upgrade(
         cluster: Cluster, operator: OperatorProcess, release: str, namespace: str) -> None:
+    # The chart's webhooks for the release's own, empty namespace alone:
+    # nothing answers behind its Service here. One replica, so no Kopf
+    # peering, whose CRDs the session's apiserver does not have.
     values = ["--set", f"operator.watchNamespace={release}", "--set", "operator.replicas=1",
               "--set", "operator.peering=false", "--skip-crds"]
     adopt_crds(cluster, "up", release)
