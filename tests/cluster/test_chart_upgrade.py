@@ -17,9 +17,10 @@ the 0.1.0 operator putting its CA in the CRD's conversion caBundle, and
 the Service routing /convert to a replica (here the CRD names the admission
 process by URL once upgraded, keeping the caBundle the upgrade left).
 
-The session's apiserver, not one of its own (the CI budget): the release is
-uninstalled and the CRD's conversion put back as crds/ has it at the end,
-so the modules after this one see what the `crds` fixture applied."""
+The session's apiserver, not one of its own (the CI budget): however the
+test ends, the release is uninstalled and the session's CRDs put back as
+crds/ has them, Helm's marks removed, so the modules after this one see
+what the `crds` fixture applied."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from tests.chart.support import adopt_crds
 
 from ckptdrain.contract.goodput import AgentView
 from ckptdrain.contract.policy_versions import convert
+from support import apiserver
 from support.apiserver import Cluster
 
 ALPHA, BETA = "ckptdrain.io/v1alpha1", "ckptdrain.io/v1beta1"
@@ -99,21 +101,64 @@ def operators_ca(cluster: Cluster) -> str:
     return str(hooks[0]["clientConfig"]["caBundle"])
 
 
-@pytest.fixture
-def release(cluster: Cluster, crds: None, operator: OperatorProcess) -> Iterator[str]:
-    """A namespace for the release; uninstalled, and the CRD's conversion as
-    crds/ has it, afterwards."""
-    namespace = f"up-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", namespace)
-    yield namespace
-    subprocess.run([str(helm_binary()), "uninstall", "up", "-n", namespace],
-                   capture_output=True, env=cluster.env(), timeout=300)
+#: The CRDs the `crds` fixture applies for the session, as crds/ ships them.
+SESSION_CRDS = ("checkpointpolicies", "checkpoints", "checkpointshares", "checkpointclasses")
+#: What kubectl's client-side apply (the `crds` fixture's) keeps on each CRD.
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def put_back_session_crds(cluster: Cluster) -> None:
+    """The session's CRDs as crds/ has them, whatever the releases left:
+    applied server-side with --force-conflicts (Helm owns their fields now),
+    Helm's labels and annotations (release ownership, resource policy)
+    stripped, so no later `helm install` takes them for another release's,
+    and the served flags of this release checked."""
     source = next(d for d in yaml.safe_load_all(
         (repo_root() / "crds" / "checkpointpolicies.yaml").read_text()) if d)
     shipped = source["spec"]["conversion"]["webhook"]["clientConfig"]
+    # A merge patch first: server-side apply keeps fields the file lacks
+    # (the URL and CA this test set), and a URL beside a Service is invalid.
     patch_client_config(cluster, {"url": None, "caBundle": None, **shipped})
+    for name in SESSION_CRDS:
+        path = repo_root() / "crds" / f"{name}.yaml"
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        meta = next(d for d in yaml.safe_load_all(path.read_text()) if d)["metadata"]
+        live = json.loads(cluster.kubectl("get", "crd", meta["name"], "-o", "json").stdout)
+        for verb, field, kept in (("label", "labels", ()), ("annotate", "annotations",
+                                                            (LAST_APPLIED,))):
+            extra = [f"{key}-" for key in live["metadata"].get(field) or {}
+                     if key not in (meta.get(field) or {}) and key not in kept]
+            if extra:
+                cluster.kubectl(verb, "crd", meta["name"], *extra)
+    apiserver.wait_established(cluster, *(f"{name}.ckptdrain.io" for name in SESSION_CRDS))
+    for name in SESSION_CRDS:
+        live_meta = json.loads(cluster.kubectl("get", "crd", f"{name}.ckptdrain.io", "-o",
+                                               "json").stdout)["metadata"]
+        helm_marks = [key for field in ("labels", "annotations")
+                      for key in live_meta.get(field) or {} if "helm" in key.lower()
+                      or (key == "app.kubernetes.io/managed-by")]
+        assert helm_marks == [], (name, helm_marks)
+    assert served(cluster) == {"v1alpha1": (True, True), "v1beta1": (True, False)}
     assert crd(cluster)["spec"]["conversion"]["webhook"]["clientConfig"] == shipped
-    cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+@pytest.fixture
+def release(cluster: Cluster, crds: None, operator: OperatorProcess) -> Iterator[str]:
+    """A namespace for the release; afterwards, however the test ended
+    (between install and upgrade too), the release uninstalled and the
+    session's CRDs as crds/ has them (put_back_session_crds), so the modules
+    after this one see what the `crds` fixture applied."""
+    namespace = f"up-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        yield namespace
+    finally:
+        try:
+            subprocess.run([str(helm_binary()), "uninstall", "up", "-n", namespace],
+                           capture_output=True, env=cluster.env(), timeout=300)
+            put_back_session_crds(cluster)
+        finally:
+            cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 UNITS = {"model": {"parameters": "405B"}, "mtti": "1d", "overlap": "0.1",
