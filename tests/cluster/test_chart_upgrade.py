@@ -15,7 +15,10 @@ tenant's objects, as the chart's replicas would. Two steps stand in for
 what the chart's replicas do in a cluster, each named where it happens:
 the 0.1.0 operator putting its CA in the CRD's conversion caBundle, and
 the Service routing /convert to a replica (here the CRD names the admission
-process by URL once upgraded, keeping the caBundle the upgrade left).
+process by URL once upgraded, keeping the caBundle the upgrade left). The
+same stands in for the Service of the release's policy webhooks once
+upgraded, so that v1beta1 creates reach them as the chart registers them
+(every version, unconverted).
 
 The session's apiserver, not one of its own (the CI budget): however the
 test ends, the release is uninstalled and the session's CRDs put back as
@@ -99,6 +102,37 @@ def operators_ca(cluster: Cluster) -> str:
     hooks = json.loads(cluster.kubectl("get", "mutatingwebhookconfiguration", WEBHOOK_NAME,
                                        "-o", "json").stdout)["webhooks"]
     return str(hooks[0]["clientConfig"]["caBundle"])
+
+
+def admissions(operator: OperatorProcess, webhook: str) -> int:
+    """How many reviews the session's admission process answered at
+    `webhook` ("policy-class", "policy"), every outcome, as its metrics
+    count them."""
+    total = 0.0
+    for line in operator.metrics().splitlines():
+        if line.startswith("ckptdrain_webhook_seconds_count{") and \
+                f'webhook="{webhook}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def route_release_policy_webhooks(cluster: Cluster, release: str, url: str, ca: str) -> None:
+    """What the Service does in a cluster for the release's policy webhooks:
+    reach a replica's admission, here the session's, by URL, the path the
+    chart names. Their rules (`apiVersions: ["*"]`) are left as the chart
+    renders them, so v1beta1 requests come at v1beta1."""
+    for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+        name = next(item["metadata"]["name"] for item in json.loads(cluster.kubectl(
+            "get", kind, "-l", "app.kubernetes.io/instance=up", "-o", "json").stdout)["items"]
+            if item["metadata"]["annotations"].get("meta.helm.sh/release-namespace") == release)
+        hooks = json.loads(cluster.kubectl("get", kind, name, "-o", "json").stdout)["webhooks"]
+        ops = [{"op": "replace", "path": f"/webhooks/{i}/clientConfig", "value": {
+                   "url": url + hook["clientConfig"]["service"]["path"], "caBundle": ca}}
+               for i, hook in enumerate(hooks) if hook["name"].startswith("checkpointpolicies.")]
+        assert ops, f"{kind} {name}: no policy webhook"
+        assert all(r["apiVersions"] == ["*"] for i, hook in enumerate(hooks)
+                   if hook["name"].startswith("checkpointpolicies.") for r in hook["rules"])
+        cluster.kubectl("patch", kind, name, "--type=json", "-p", json.dumps(ops))
 
 
 #: The CRDs the `crds` fixture applies for the session, as crds/ ships them.
@@ -263,6 +297,38 @@ def test_objects_written_under_0_1_0_read_and_work_after_the_upgrade(
     assert status["requiredBandwidthBytes"] == 31_500_000_000  # 5.67 TB in 30 m at 10%
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["observedGeneration"]) == ("True", generation + 1)
+
+    # The release's policy webhooks, registered for every version, given
+    # v1beta1 requests as they come: one in v1beta1's spellings admitted
+    # (the class mutation and validation both answer it), one outside the
+    # allowed root refused naming the field. The session's own webhooks
+    # (v1alpha1 rules, matchPolicy Equivalent) answer too; the count of
+    # class mutations shows the release's were asked as well.
+    route_release_policy_webhooks(cluster, release, f"https://127.0.0.1:{port}", ca)
+    beta = {"apiVersion": BETA, "kind": "CheckpointPolicy", "metadata": {"name": "beta"},
+            "spec": {**convert(policy("beta"), BETA)["spec"],
+                     "model": {"parameters": "70G", "bytesPerParameter": "12.5"},
+                     "interval": "1h30m", "overlap": "12.5%",
+                     "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2,
+                                   "capacity": 8_000_000_000_000}}}
+    asked = admissions(operator, "policy-class")
+    made = cluster.kubectl("create", "-n", release, "-f", "-", "-o", "json",
+                           input=json.dumps(beta), check=False)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["spec"]["localTier"]["capacity"] == 8_000_000_000_000
+    wait_for(lambda: admissions(operator, "policy-class") - asked == 2,
+             what="both class mutations (the release's and the session's) counted")
+    outside = copy.deepcopy(beta)
+    outside["metadata"]["name"] = "outside"
+    outside["spec"]["selector"] = {"matchLabels": {"app": "outside"}}
+    outside["spec"]["localTier"]["path"] = "/etc/ckpt"
+    refused = cluster.kubectl("create", "-n", release, "-f", "-", input=json.dumps(outside),
+                              check=False)
+    assert refused.returncode != 0
+    assert "localTier.path" in refused.stderr and "/etc/ckpt" in refused.stderr, refused.stderr
+    assert [i["metadata"]["name"] for i in json.loads(cluster.kubectl(
+        "get", "-n", release, resource(BETA), "-o", "json").stdout)["items"]] == ["beta"]
+    cluster.kubectl("delete", "-n", release, resource(BETA), "beta", "--wait=false")
 
     # A pod an old policy selects is still injected.
     made = cluster.kubectl("create", "-n", namespace, "-o", "json", "-f", "-", input=json.dumps(
