@@ -56,14 +56,13 @@ def test_the_crd_converts_through_the_releases_webhook_service(
 
 
 @pytest.mark.parametrize("args", [(), ("--set", "certManager.enabled=true")])
-def test_the_release_serves_only_v1alpha1_and_names_the_conversion_webhook(
+def test_the_release_serves_both_versions_and_stores_v1alpha1(
         tools: Tools, args: tuple[str, ...]) -> None:
-    """This release defines v1beta1 but serves v1alpha1 alone: the apiserver
-    never converts, so no read waits on a pod during an upgrade, while the
-    webhook is named (and its CA kept) before a release serves v1beta1."""
+    """v1beta1 is served and converted through the webhook; v1alpha1 stays
+    stored for this release, so a rollback to 0.1.0 reads every object."""
     crd = _crd(_render(tools, "train", "ml-ops", *args))
     served = {v["name"]: (v["served"], v["storage"]) for v in crd["spec"]["versions"]}
-    assert served == {"v1alpha1": (True, True), "v1beta1": (False, False)}
+    assert served == {"v1alpha1": (True, True), "v1beta1": (True, False)}
     assert crd["spec"]["conversion"]["strategy"] == "Webhook"
     assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"] == "/convert"
 

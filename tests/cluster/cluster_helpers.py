@@ -17,11 +17,11 @@ from operator_process import repo_root
 from support.apiserver import Cluster
 
 #: CheckpointPolicies as kubectl names them here: at v1alpha1, the version
-#: the operator stores and writes. The only one served in this release;
-#: named anyway, since once v1beta1 is served an unnamed read asks for it,
-#: made by the conversion webhook, and no Service answers that here
-#: (tests/cluster/test_conversion_webhook.py tests conversion on an apiserver
-#: of its own).
+#: the operator stores and writes. Named, since an unnamed read asks for the
+#: preferred version, v1beta1, made by the conversion webhook, and no
+#: Service answers that here (tests/cluster/test_conversion_webhook.py tests
+#: conversion on an apiserver of its own, test_chart_upgrade.py through the
+#: session's operator).
 POLICIES = "checkpointpolicies.v1alpha1.ckptdrain.io"
 
 
@@ -127,15 +127,13 @@ def render_chart(release: str, namespace: str, templates: list[str], *values: st
     return out.stdout
 
 
-def policy_crd_serving_v1beta1() -> dict[str, Any]:
-    """crds/checkpointpolicies.yaml with v1beta1 served, as the next release
-    serves it. The shipped CRD defines v1beta1 without serving it (an upgrade
-    must never convert through pods that cannot answer); tests of its rules
-    and of conversion on a real apiserver serve it in their own copy."""
+def policy_crd_source() -> dict[str, Any]:
+    """crds/checkpointpolicies.yaml as shipped: v1alpha1 stored, v1beta1
+    served too (converted by the webhook), for tests that change a copy
+    (its conversion client, its rules) on an apiserver of their own."""
     crd = dict(yaml.safe_load((repo_root() / "crds" / "checkpointpolicies.yaml").read_text()))
-    (beta,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
-    assert beta["served"] is False, "the shipped CRD serves v1beta1: drop this helper"
-    beta["served"] = True
+    served = {v["name"]: (v["served"], v["storage"]) for v in crd["spec"]["versions"]}
+    assert served == {"v1alpha1": (True, True), "v1beta1": (True, False)}, served
     return crd
 
 

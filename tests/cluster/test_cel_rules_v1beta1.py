@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_helpers import policy, policy_crd_serving_v1beta1
+from cluster_helpers import policy, policy_crd_source
 from operator_process import repo_root
 from test_cel_rules import RULES, Change, Rule, _set
 
@@ -162,7 +162,7 @@ def _refused_by_the_apiserver(result: Any, body: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def beta(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    crd = policy_crd_serving_v1beta1()
+    crd = policy_crd_source()
     crd["spec"].pop("conversion", None)
     path: Path = tmp_path_factory.mktemp("crd") / "checkpointpolicies.yaml"
     path.write_text(yaml.safe_dump(crd))

@@ -5,10 +5,9 @@ v1beta1 fail while nothing answers there and v1alpha1 (stored) reads never
 need it, and the operator keeps the CRD's conversion caBundle with only the
 rights docs/rbac.md grants.
 
-The CRD is crds/checkpointpolicies.yaml with v1beta1 served, as the next
-release serves it (this release defines v1beta1 without serving it, so that
-no upgrade sends conversions to pods that cannot answer them). Its
-conversion clientConfig points at the process by URL (no Service here). The
+The CRD is crds/checkpointpolicies.yaml as shipped (v1beta1 served,
+v1alpha1 stored). Its conversion clientConfig points at the process by URL
+(no Service here). The
 expected answers come from the pure converter (`convert`). Its own apiserver: this module
 changes the CRD and stops the webhook, which would break other modules'
 reads of the session's cluster."""
@@ -29,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster_helpers import policy_crd_serving_v1beta1, wait_for
+from cluster_helpers import policy_crd_source, wait_for
 from conversion_server import ConversionServer
 from kubernetes import client, config
 from operator_process import ALLOWED_ROOT, repo_root
@@ -50,9 +49,8 @@ def converted(obj: dict[str, Any], desired: str) -> dict[str, Any]:
 
 
 def policy_crd(url: str, ca_pem: bytes) -> dict[str, Any]:
-    """crds/checkpointpolicies.yaml with v1beta1 served (as the next release
-    serves it), converting through `url`."""
-    crd = policy_crd_serving_v1beta1()
+    """crds/checkpointpolicies.yaml, converting through `url`."""
+    crd = policy_crd_source()
     crd["spec"]["conversion"]["webhook"]["clientConfig"] = {
         "url": url, "caBundle": base64.b64encode(ca_pem).decode()}
     return crd

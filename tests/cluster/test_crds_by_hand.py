@@ -48,5 +48,6 @@ def test_the_documented_commands_point_the_crd_at_the_release() -> None:
     for other in ("checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io",
                   "checkpointclasses.ckptdrain.io"):
         assert f"customresourcedefinition.apiextensions.k8s.io/{other}" in names
-    # Still only v1alpha1 served: nothing converts through it this release.
-    assert [v["name"] for v in crd["spec"]["versions"] if v["served"]] == ["v1alpha1"]
+    # Both served, v1alpha1 stored: v1beta1 reads convert through that Service.
+    assert {v["name"]: (v["served"], v["storage"]) for v in crd["spec"]["versions"]} == {
+        "v1alpha1": (True, True), "v1beta1": (True, False)}

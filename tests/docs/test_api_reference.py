@@ -64,7 +64,7 @@ def test_status_fields_are_listed_as_the_crd_has_them() -> None:
 
 def test_the_reference_shows_types_defaults_owners_and_rules() -> None:
     text = api.OUTPUT.read_text()
-    v1alpha1, v1beta1 = text.split("### ckptdrain.io/v1beta1")
+    v1beta1, v1alpha1 = text.split("### ckptdrain.io/v1alpha1")
     assert ("| `spec.overlap` | string; at most 256 characters; pattern "
             "`^([0-9]+(\\.[0-9]+)?)%$` | `10%` | tenant |") in v1beta1
     assert ("| `spec.overlap` | string; at most 256 characters; pattern "
@@ -95,35 +95,37 @@ def test_the_reference_is_linked() -> None:
     assert "(api.md)" in (REPO / "docs" / "operator.md").read_text()
 
 
-def test_the_served_version_is_documented_first_and_the_staged_one_after() -> None:
-    """v1alpha1 is the only version served: what to write. v1beta1 is defined
-    for the next release and follows with its own spellings."""
+def test_the_preferred_version_is_documented_first_and_the_stored_one_after() -> None:
+    """Both versions are served: v1beta1, the preferred (what kubectl shows
+    and what to write), comes first; v1alpha1, stored, follows with the
+    spellings it has of its own."""
     crd = _policy_crd()
     text = api.render([crd])
-    head, staged = text.split("### ckptdrain.io/v1beta1")
+    head, older = text.split("### ckptdrain.io/v1alpha1")
+    assert ("`ckptdrain.io/v1beta1` (write this), namespaced; `kubectl get checkpointpolicies` "
+            "(short: `ckpol`); also served: `ckptdrain.io/v1alpha1` (stored), below.") in head
+    assert "`ckptdrain.io/v1alpha1` (stored) is served too" in older
+    for f in api.fields(api._spec(crd, "v1beta1"), "spec"):
+        assert f"| `{f.path}`" in head, f.path
+    # Each version's own spellings, each once, under its heading.
+    assert "| `spec.model.parameters` | integer or string;" in head
+    assert "| `spec.model.parameters` | string; at most 256 characters;" in older
+    assert "| `status.goodput.heldSince` | string; format date-time; nullable |" in head
+    assert "spec.model: set parameters (e.g. 405G)" in head
+    assert "| `spec.storage.uri`" not in older  # the same in both: documented once
+
+
+def test_a_version_defined_but_not_served_follows_as_staged() -> None:
+    """How 0.1.0 documented v1beta1 before serving it: the generator still
+    says so for a version defined ahead of its release."""
+    crd = _policy_crd()
+    (beta,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
+    beta["served"] = False
+    head, staged = api.render([crd]).split("### ckptdrain.io/v1beta1")
     assert ("`ckptdrain.io/v1alpha1` (write this, stored), namespaced; `kubectl get "
             "checkpointpolicies` (short: `ckpol`); defined, served from the next release: "
             "`ckptdrain.io/v1beta1`, below.") in head
     assert "`ckptdrain.io/v1beta1` is defined, served from the next release" in staged
-    for f in api.fields(api._spec(crd, "v1alpha1"), "spec"):
-        assert f"| `{f.path}`" in head, f.path
-    # v1beta1's own spellings, each once, under its heading.
-    assert "| `spec.model.parameters` | integer or string;" in staged
-    assert "| `spec.model.parameters` | string; at most 256 characters;" in head
-    assert "| `status.goodput.heldSince` | string; format date-time; nullable |" in staged
-    assert "spec.model: set parameters (e.g. 405G)" in staged
-    assert "| `spec.storage.uri`" not in staged  # the same in both: documented once
-
-
-def test_once_both_are_served_the_preferred_one_comes_first() -> None:
-    """The next release serves v1beta1: the generator then puts it first."""
-    crd = _policy_crd()
-    for version in crd["spec"]["versions"]:
-        version["served"] = True
-    head, older = api.render([crd]).split("### ckptdrain.io/v1alpha1")
-    assert ("`ckptdrain.io/v1beta1` (write this), namespaced; `kubectl get checkpointpolicies` "
-            "(short: `ckpol`); also served: `ckptdrain.io/v1alpha1` (stored), below.") in head
-    assert "`ckptdrain.io/v1alpha1` (stored) is served too" in older
 
 
 def test_a_change_to_v1alpha1_alone_shows_in_its_section() -> None:
@@ -132,8 +134,8 @@ def test_a_change_to_v1alpha1_alone_shows_in_its_section() -> None:
     storage["properties"]["keep"]["default"] = 4
     storage["x-kubernetes-validations"].append({"rule": "self.keep > 1",
                                                 "message": "spec.storage.keep: above 1"})
-    head, staged = api.render([crd]).split("### ckptdrain.io/v1beta1")
-    assert "| `spec.storage.keep` | integer; ≥ 1 | `4` | tenant |" in head
-    assert "spec.storage.keep: above 1" in head
-    # ...and v1beta1, unchanged, now differs there.
-    assert "| `spec.storage.keep` | integer; ≥ 1 | `3` | tenant |" in staged
+    head, older = api.render([crd]).split("### ckptdrain.io/v1alpha1")
+    assert "| `spec.storage.keep` | integer; ≥ 1 | `4` | tenant |" in older
+    assert "spec.storage.keep: above 1" in older
+    # ...and v1beta1, unchanged, keeps its own above.
+    assert "| `spec.storage.keep` | integer; ≥ 1 | `3` | tenant |" in head

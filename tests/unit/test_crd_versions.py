@@ -76,14 +76,14 @@ def _common(version: str) -> dict[str, Any]:
     return schema
 
 
-def test_v1alpha1_is_stored_and_the_only_version_served() -> None:
-    """v1beta1 is defined but not served in this release: the apiserver never
-    converts, so an upgrade never sends a conversion to pods that cannot
-    answer it (docs/api-versions.md, "Staged")."""
+def test_both_versions_are_served_and_v1alpha1_is_stored() -> None:
+    """v1beta1 is served from 0.2.0, v1alpha1 still stored: a rollback to
+    0.1.0, which serves v1alpha1 alone, reads every object (docs/api-versions.md,
+    "Storage: v1alpha1 for one more release")."""
     versions = _versions()
     assert list(versions) == ["v1alpha1", "v1beta1"]
     assert (versions["v1alpha1"]["served"], versions["v1alpha1"]["storage"]) == (True, True)
-    assert (versions["v1beta1"]["served"], versions["v1beta1"]["storage"]) == (False, False)
+    assert (versions["v1beta1"]["served"], versions["v1beta1"]["storage"]) == (True, False)
     for key in ("subresources", "additionalPrinterColumns"):
         assert versions["v1beta1"][key] == versions["v1alpha1"][key], key
 

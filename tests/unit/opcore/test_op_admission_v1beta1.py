@@ -1,0 +1,145 @@
+"""The policy webhooks given CheckpointPolicies at v1beta1, as the chart's
+webhook rules (`apiVersions: ["*"]`) send them in a cluster: unconverted,
+in v1beta1's spellings. The operator reads the object at v1alpha1, so each
+verdict must be the one the same object gets once converted."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from ckptdrain.contract.policy_versions import V1ALPHA1, V1BETA1, to_v1alpha1
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import process as admission_process
+from ckptdrain.operator.admission import rules as admission
+from ckptdrain.operator.admission.policy_mirror import PolicyMirror
+from ckptdrain.operator.apiserver import class_view
+from ckptdrain.operator.apiserver import reads as apiserver_reads
+from ckptdrain.operator.policy import classes
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+
+
+def beta_policy(**spec: Any) -> dict[str, Any]:
+    """A v1beta1 policy in v1beta1's own spellings: an integer capacity, a
+    fractional bytesPerParameter as a string, a compound Go duration, a
+    fractional percentage."""
+    body: dict[str, Any] = {
+        "selector": {"matchLabels": {"app": "llama"}},
+        "model": {"parameters": "70G", "bytesPerParameter": "12.5"},
+        "interval": "1h30m", "mtti": "24h", "localWriteTime": "30s", "overlap": "12.5%",
+        "writers": 2,
+        "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2, "capacity": 20_000_000_000_000},
+        "caps": {"bandwidth": "10G"},
+        "restore": {"retryDeadline": "10m"},
+        "storage": {"uri": "s3://bucket/llama"}}
+    body.update(spec)
+    return {"apiVersion": V1BETA1, "kind": "CheckpointPolicy",
+            "metadata": {"name": "llama", "namespace": "ml"}, "spec": body}
+
+
+def review(operation: str, obj: dict[str, Any], old: dict[str, Any] | None = None
+           ) -> dict[str, Any]:
+    """An AdmissionReview as the apiserver sends it for a request at the
+    object's own version (no equivalent-version conversion)."""
+    version = obj["apiVersion"].partition("/")[2]
+    request: dict[str, Any] = {
+        "uid": "u-1", "operation": operation, "namespace": "ml",
+        "kind": {"group": "ckptdrain.io", "version": version, "kind": "CheckpointPolicy"},
+        "resource": {"group": "ckptdrain.io", "version": version,
+                     "resource": "checkpointpolicies"},
+        "object": obj}
+    if old is not None:
+        request["oldObject"] = old
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+@pytest.fixture
+def reviewer(monkeypatch: pytest.MonkeyPatch) -> admission_process.Reviewer:
+    """The admission process's Reviewer, the apiserver's reads answering
+    "no other policy, no live pod"."""
+    monkeypatch.setattr(apiserver_reads, "list_policies", lambda namespace, timeout=5: [])
+    monkeypatch.setattr(apiserver_reads, "first_injected_pod", lambda *_: None)
+    return admission_process.Reviewer(CFG, PolicyMirror())
+
+
+def answer(reviewer: admission_process.Reviewer, path: str, request: dict[str, Any]
+           ) -> dict[str, Any]:
+    return dict(asyncio.run(reviewer(request, path))["response"])
+
+
+def test_a_v1beta1_policy_in_v1beta1_spellings_is_admitted_and_updated(
+        reviewer: admission_process.Reviewer) -> None:
+    created = beta_policy()
+    got = answer(reviewer, admission.VALIDATE_ID, review("CREATE", created))
+    assert (got["allowed"], got.get("status")) == (True, None)
+    changed = beta_policy(interval="45m", overlap="7.5%", mtti="1h30m")
+    got = answer(reviewer, admission.VALIDATE_ID, review("UPDATE", changed, created))
+    assert (got["allowed"], got.get("status")) == (True, None)
+
+
+def test_a_v1beta1_policy_outside_the_allowed_root_is_refused_naming_the_field(
+        reviewer: admission_process.Reviewer) -> None:
+    outside = beta_policy(localTier={"path": "/etc/ckpt", "capacity": 20_000_000_000_000})
+    got = answer(reviewer, admission.VALIDATE_ID, review("CREATE", outside))
+    assert got["allowed"] is False and got["status"]["code"] == 422
+    message = got["status"]["message"]
+    assert "localTier.path" in message and "/etc/ckpt" in message, message
+    assert "/mnt/ckptdrain" in message, message  # what was expected
+
+
+@pytest.mark.parametrize("field, value", [
+    ("model.parameters", 70_000_000_000), ("model.parameters", "7e10"),
+    ("model.bytesPerParameter", 14), ("model.bytesPerParameter", "0.5"),
+    ("model.checkpointBytes", "5.67T"), ("model.checkpointBytes", 1_500_000_000_000),
+    ("localTier.capacity", "1.5Ti"), ("localTier.capacity", "1e13"),
+    ("caps.bandwidth", 10_000_000_000), ("caps.bandwidth", "1.25Gi"),
+    ("interval", "90s"), ("interval", "500ms"), ("interval", "0s"),
+    ("localWriteTime", "1m30s"), ("mtti", "36h"),
+    ("overlap", "100%"), ("overlap", "0%"), ("overlap", "0.5%"),
+    ("restore.retryDeadline", "0s"), ("drain.stallTimeout", "0s"),
+])
+def test_each_v1beta1_verdict_is_the_one_its_v1alpha1_form_gets(
+        reviewer: admission_process.Reviewer, field: str, value: Any) -> None:
+    # What the operator will read is the v1alpha1 form: admission must not
+    # admit at v1beta1 what it refuses there, nor the other way round.
+    beta = beta_policy()
+    *parents, name = field.split(".")
+    holder = beta["spec"]
+    for key in parents:
+        holder = holder.setdefault(key, {})
+    holder[name] = value
+    alpha = to_v1alpha1(beta)
+    assert alpha["apiVersion"] == V1ALPHA1
+    at_beta = answer(reviewer, admission.VALIDATE_ID, review("CREATE", beta))
+    at_alpha = answer(reviewer, admission.VALIDATE_ID, review("CREATE", alpha))
+    assert at_beta["allowed"] == at_alpha["allowed"], (at_beta, at_alpha)
+    if not at_beta["allowed"]:
+        assert at_beta["status"]["code"] == at_alpha["status"]["code"]
+        assert at_beta["status"]["message"].startswith(f"spec.{field}"), at_beta
+
+
+def test_the_class_mutation_binds_a_v1beta1_policy_to_the_default_class(
+        reviewer: admission_process.Reviewer) -> None:
+    default = {"apiVersion": V1BETA1, "kind": "CheckpointClass",
+               "metadata": {"name": "fast", "resourceVersion": "3",
+                            "annotations": {classes.DEFAULT_ANNOTATION: "true"}},
+               "spec": {"nodeTier": {"root": "/mnt/ckptdrain"}}}
+    class_view.CLASSES.replace([default], "3")
+    created = beta_policy()
+    got = answer(reviewer, admission.MUTATE_POLICY_ID, review("CREATE", copy.deepcopy(created)))
+    assert got["allowed"] is True and got["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(got["patch"])) == [
+        {"op": "add", "path": "/spec/checkpointClassName", "value": "fast"}]
+    # Bound to it, the policy is judged under the class, in v1beta1 still.
+    created["spec"]["checkpointClassName"] = "fast"
+    got = answer(reviewer, admission.VALIDATE_ID, review("CREATE", created))
+    assert (got["allowed"], got.get("status")) == (True, None), got
+    # Named already: left alone.
+    got = answer(reviewer, admission.MUTATE_POLICY_ID, review("CREATE", created))
+    assert got["allowed"] is True and "patch" not in got
