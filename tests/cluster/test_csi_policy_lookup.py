@@ -7,41 +7,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 
 import pytest
-from cluster_helpers import POLICIES, create, get, page_object, policy
+from cluster_helpers import POLICIES, create, csi_driver_rules, get, policy
 from kubernetes import client, config
-from operator_process import repo_root
 
 from ckptdrain.csi.policies import apiserver_resolver
 from ckptdrain.csi.requests import Refused
 from support.apiserver import Cluster
 
 # What the driver's ClusterRole grants, as the page documents it.
-DRIVER_RULES = page_object(repo_root() / "docs" / "csi-driver.md", "ClusterRole")["rules"]
-
-
-@pytest.fixture
-def driver_api(cluster: Cluster, crds: None, namespace: str) -> Iterator[client.CustomObjectsApi]:
-    name = f"csi-driver-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "serviceaccount", name, "-n", namespace)
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": name}, "rules": DRIVER_RULES}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": name},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                           "name": name},
-               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": [role, binding]}))
-    kubeconfig = cluster.kubeconfig_for(namespace, name)
-    api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
-    try:
-        yield api
-    finally:
-        cluster.kubectl("delete", "clusterrolebinding,clusterrole", name, check=False)
-
+DRIVER_RULES = csi_driver_rules()
 
 def make_policy(cluster: Cluster, namespace: str, name: str) -> str:
     made = create(cluster, namespace, policy(name))
