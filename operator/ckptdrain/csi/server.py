@@ -102,8 +102,13 @@ class Driver:
         # Only once no other driver runs here: its half-made dirs are not ours.
         self.volumes.clean_staging()
         if self.cfg.metrics_port:
-            self.metrics = MetricsEndpoint(registry_for(self.collector), self.cfg.metrics_port,
-                                           self.collector.alive, stalled="collector stopped")
+            try:
+                self.metrics = MetricsEndpoint(registry_for(self.collector),
+                                               self.cfg.metrics_port, self.collector.alive,
+                                               stalled="collector stopped")
+            except OSError as err:
+                raise OSError(f"could not serve metrics on port {self.cfg.metrics_port}: "
+                              f"{err.strerror or err}") from err
             self.metrics.start()
         self.collector.start()
         _listen(self.csi, self.cfg.csi_socket)
