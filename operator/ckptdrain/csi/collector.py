@@ -196,9 +196,12 @@ class Collector:
             published = (directory / DATA_DIR in self.volumes.published_sources()
                          or self.mounted_under(directory))
             decision = collection.decide(seen, since, published, self.clock(), self.reclaim)
-            if decision.verdict is Verdict.DELETE:
-                self._delete(directory)
-                return Verdict.DELETE
+            moved = self._move_to_trash(directory) if decision.verdict is Verdict.DELETE \
+                else None
+        if decision.verdict is Verdict.DELETE:
+            if moved is not None:
+                self._remove(moved)  # outside the lock: a big tree takes a while
+            return Verdict.DELETE
         if decision.deleted_since != since:
             if decision.deleted_since is None:
                 (directory / DELETED_SINCE_FILE).unlink(missing_ok=True)
@@ -211,11 +214,11 @@ class Collector:
                          else f"deleted after {self.reclaim.grace_s:g} s unless it comes back")
         return decision.verdict
 
-    def _delete(self, directory: Path) -> None:
-        # Called under the volume lock: no publish can come between the
-        # check and the rename. Only the rename needs it.
+    def _move_to_trash(self, directory: Path) -> Path | None:
+        """Rename the directory into the trash; called under the volume lock,
+        so no publish comes between the check and the rename."""
         if not _real_dir(directory) or not _real_dir(directory.parent):
-            return
+            return None
         trash = self.root / TRASH_DIR
         trash.mkdir(mode=0o700, exist_ok=True)
         moved = trash / f"{directory.parent.name}-{directory.name}-{uuid.uuid4().hex[:8]}"
@@ -223,7 +226,7 @@ class Collector:
         self.deletions += 1
         log.info("deleted %s: its policy was deleted more than %g s ago", directory,
                  self.reclaim.grace_s)
-        self._remove(moved)
+        return moved
 
     def _empty_trash(self) -> None:
         trash = self.root / TRASH_DIR
