@@ -67,7 +67,7 @@ class PolicyData:
 class ScanReport:
     """What one scan found (the metrics show the latest)."""
 
-    at: float
+    at: float  # when the scan ended (Unix seconds)
     policies: list[PolicyData] = field(default_factory=list)
     unknown_owners: int = 0
     capacity: Capacity | None = None
@@ -149,10 +149,16 @@ class Collector:
                 for directory in sorted(namespace.iterdir()):
                     if directory.name.startswith("."):
                         continue  # a staging dir (.new-*) being made
-                    found = self._scan_one(namespace.name, directory, report)
+                    try:
+                        found = self._scan_one(namespace.name, directory, report)
+                    except OSError as err:
+                        # One directory's trouble holds up none of the others.
+                        log.error("%s: not scanned: %s", directory, err)
+                        continue
                     if found is not None and found.usage is not None:
                         usage[directory] = found.usage
             report.capacity = capacity(self.root)
+        report.at = self.clock()  # when it ended: what the metric shows
         self._usage = usage
         self.report = report
         return report
