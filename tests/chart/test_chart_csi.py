@@ -37,7 +37,8 @@ def one(docs: list[dict[str, Any]], kind: str, component: str = "csi-node") -> d
 
 def page_object(kind: str) -> dict[str, Any]:
     [found] = [d for block in PAGE.read_text().split("```yaml\n")[1:]
-               for d in yaml.safe_load_all(block.split("```")[0]) if d and d["kind"] == kind]
+               for d in yaml.safe_load_all(block.split("```")[0])
+               if d and d.get("kind") == kind]  # values fragments have none
     return found
 
 

@@ -1,5 +1,5 @@
 """The collector's scan on a real directory tree, without mounts or an
-apiserver (a dict stands in; tests/cluster/test_csi_collection.py has both):
+apiserver (a dict stands in; tests/cluster/test_csi_gc_apiserver.py has both):
 what it deletes, what it never touches, and how it measures."""
 
 from __future__ import annotations
