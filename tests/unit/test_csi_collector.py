@@ -53,7 +53,8 @@ def test_a_deleted_policys_dir_goes_after_the_grace_and_a_restart_keeps_the_cloc
     directory = policy_dir(tmp_path)
     clock = Clock()
     collector(tmp_path, {}, clock).scan()
-    assert json.loads((directory / DELETED_SINCE_FILE).read_text()) == {"since": 1000.0}
+    assert json.loads((directory / DELETED_SINCE_FILE).read_text()) == \
+        {"since": 1000.0, "last": 1000.0}
     clock.now += 59
     assert collector(tmp_path, {}, clock).scan().policies[0].verdict is Verdict.PENDING
     clock.now += 1
@@ -82,14 +83,14 @@ def test_retain_a_mount_and_a_publish_record_each_keep_the_data(tmp_path: Path) 
     for make in (lambda: collector(tmp_path, {}, clock, policy=RETAIN),
                  lambda: collector(tmp_path, {}, clock, mounted={directory})):
         make().scan()
-        clock.now += 3600
+        clock.now += 60
         assert make().scan().policies[0].verdict in (Verdict.RETAINED, Verdict.PENDING)
         assert directory.is_dir()
     published = tmp_path / ".published"
     published.mkdir()
     (published / "csi-1.json").write_text(json.dumps(
         {"targetPath": "/pods/x/mount", "source": str(directory / "data")}))
-    clock.now += 3600
+    clock.now += 60
     assert collector(tmp_path, {}, clock).scan().policies[0].verdict is Verdict.PENDING
     (published / "csi-1.json").unlink()
     collector(tmp_path, {}, clock).scan()
@@ -116,7 +117,7 @@ def test_links_and_unknown_owners_are_never_followed_or_deleted(tmp_path: Path) 
     # Usage counts the link itself, not what it points at.
     [seen] = first.policies
     assert seen.usage is not None and seen.usage.bytes < 50_000
-    clock.now += 3600
+    clock.now += 60
     collector(root, {}, clock).scan()
     assert not directory.exists()  # deleted, its link with it...
     assert (outside / "precious").read_bytes() == b"p" * 50_000  # ...not what it named
@@ -138,3 +139,24 @@ def test_staging_dirs_are_left_to_their_maker(tmp_path: Path, name: str) -> None
     (tmp_path / "team-a" / name).mkdir(parents=True)
     report = collector(tmp_path, {}, Clock()).scan()
     assert report.unknown_owners == 0 and (tmp_path / "team-a" / name).is_dir()
+
+
+def test_a_silence_longer_than_the_grace_starts_the_clock_again(tmp_path: Path) -> None:
+    """Seen deleted, then only odd answers for longer than the grace, then
+    deleted again: the owner was not seen deleted all along, so the grace
+    counts from the new sighting."""
+    directory = policy_dir(tmp_path)
+    clock = Clock()
+    collector(tmp_path, {}, clock).scan()  # seen deleted: the clock starts
+    odd = {("team-a", "ckpt"): Refused("UNAVAILABLE", "HTTP 404 Not Found")}
+    for _ in range(3):
+        clock.now += 30
+        assert collector(tmp_path, odd, clock).scan().policies[0].verdict is Verdict.PENDING
+    clock.now += 30  # 120 s since the last definite answer, grace 60 s
+    assert collector(tmp_path, {}, clock).scan().policies[0].verdict is Verdict.PENDING
+    assert directory.is_dir()
+    clock.now += 59
+    assert collector(tmp_path, {}, clock).scan().policies[0].verdict is Verdict.PENDING
+    clock.now += 1  # seen deleted at the start of the grace and now, no long gap
+    collector(tmp_path, {}, clock).scan()
+    assert not directory.exists()

@@ -4,18 +4,23 @@ Each scan the driver asks the apiserver for the policy a directory's
 `owner.json` names (namespace, name) and turns the answer into a `Sighting`:
 
 - PRESENT: the policy is there with the marker's UID;
-- DELETED: no such policy (404), or one of that name with another UID
-  (deleted and created again: its data is in another directory);
-- UNKNOWN: anything else (an error, a timeout, a 403). Nothing is decided
-  on it: the "seen deleted since" time is neither started nor cleared.
+- DELETED: no such policy (a NotFound naming it), or one of that name with
+  another UID (deleted and created again: its data is in another
+  directory);
+- UNKNOWN: anything else (an error, a timeout, a 403, a 404 that is not a
+  NotFound for the policy). Nothing is decided on it: the clock is neither
+  started, advanced nor cleared.
 
-A directory is deleted only when its owner has been seen DELETED at an
-earlier scan (the time is recorded on disk, `deleted_since`, so a driver
-restart keeps it), is seen DELETED again now, at least `grace_s` later,
-no volume of it is published, and the reclaim policy is Delete. So one odd
-answer (a 404 from a misconfigured apiserver) only starts the clock, and a
-PRESENT answer stops it (the time is dropped). Retain keeps the directory
-for good and reports it.
+The clock (`DeletedClock`, kept on disk in `deleted-since.json`, so a
+driver restart keeps it) holds the first and the latest DELETED sighting of
+an unbroken run. A directory is deleted only when its owner was seen
+DELETED at the start of the grace and is seen DELETED now, at least
+`grace_s` later, with no gap longer than the grace between two DELETED
+sightings of the run (UNKNOWN answers in between count for nothing: a
+longer silence starts the run again at now), no volume of it is published,
+and the reclaim policy is Delete. So one odd answer only starts the clock,
+and a PRESENT answer stops it (the clock is dropped). Retain keeps the
+directory for good and reports it.
 """
 
 from __future__ import annotations
@@ -50,37 +55,44 @@ class Reclaim:
 
 
 @dataclass(frozen=True)
+class DeletedClock:
+    """An unbroken run of DELETED sightings (Unix seconds)."""
+
+    since: float  # the first of the run: the grace counts from here
+    last: float  # the latest: a gap longer than the grace breaks the run
+
+
+@dataclass(frozen=True)
 class Decision:
     verdict: Verdict
-    # What "seen deleted since" must be on disk after this scan (None: no file).
-    deleted_since: float | None
+    # What the clock must be on disk after this scan (None: no file).
+    clock: DeletedClock | None
 
 
 def sighting(marker_uid: str, found_uid: str | None) -> Sighting:
     """The apiserver's answer for the marker's (namespace, name): `found_uid`
-    is the policy's UID, None for a 404. (An answer that is neither is
-    UNKNOWN; the edge says so without calling this.)"""
+    is the policy's UID, None for a NotFound naming it. (An answer that is
+    neither is UNKNOWN; the edge says so without calling this.)"""
     if found_uid is None or found_uid != marker_uid:
         return Sighting.DELETED
     return Sighting.PRESENT
 
 
-def decide(seen: Sighting, deleted_since: float | None, published: bool, now: float,
+def decide(seen: Sighting, clock: DeletedClock | None, published: bool, now: float,
            reclaim: Reclaim) -> Decision:
     """The fate of one policy directory at time `now` (Unix seconds)."""
+    waiting = Verdict.RETAINED if reclaim.policy == RETAIN else Verdict.PENDING
     if seen is Sighting.PRESENT:
         return Decision(Verdict.LIVE, None)  # a clock that ran stops
     if seen is Sighting.UNKNOWN:
         # No evidence either way: keep the clock as it is, decide nothing.
-        if deleted_since is None:
-            return Decision(Verdict.LIVE, None)
-        waiting = Verdict.RETAINED if reclaim.policy == RETAIN else Verdict.PENDING
-        return Decision(waiting, deleted_since)
-    if deleted_since is None:
-        # First sighting: only the clock starts, whatever the grace.
-        return Decision(Verdict.RETAINED if reclaim.policy == RETAIN else Verdict.PENDING, now)
-    if reclaim.policy == RETAIN:
-        return Decision(Verdict.RETAINED, deleted_since)
-    if published or now - deleted_since < reclaim.grace_s:
-        return Decision(Verdict.PENDING, deleted_since)
-    return Decision(Verdict.DELETE, deleted_since)
+        return Decision(Verdict.LIVE if clock is None else waiting, clock)
+    if clock is None or not 0 <= now - clock.last <= reclaim.grace_s:
+        # A first sighting, one after a silence longer than the grace (the
+        # owner's fate in between is not known), or a clock that went back:
+        # only the clock starts, whatever the grace.
+        return Decision(waiting, DeletedClock(now, now))
+    clock = DeletedClock(clock.since, now)
+    if reclaim.policy == RETAIN or published or now - clock.since < reclaim.grace_s:
+        return Decision(waiting, clock)
+    return Decision(Verdict.DELETE, clock)

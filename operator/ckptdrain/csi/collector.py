@@ -4,9 +4,11 @@ it reads the disk and the apiserver, calls the pure decision, and writes.
 
     <root>/<namespace>/<policy uid>/
       owner.json              the owner (volumes.py)
-      deleted-since.json      {"since": <Unix seconds>}: when the owner was
-                              first seen deleted; written atomically, removed
-                              when the owner is seen again, kept over restarts
+      deleted-since.json      {"since": <Unix seconds>, "last": <Unix seconds>}:
+                              the first and latest sightings of the owner
+                              deleted (collection.DeletedClock); written
+                              atomically, removed when the owner is seen
+                              again, kept over restarts
     <root>/.trash/            where a directory is renamed before it is removed
 
 Deleting is done so that nothing outside the directory can be hit: the
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptdrain.csi import collection
-from ckptdrain.csi.collection import Reclaim, Sighting, Verdict
+from ckptdrain.csi.collection import DeletedClock, Reclaim, Sighting, Verdict
 from ckptdrain.csi.requests import Refused
 from ckptdrain.csi.usage import Capacity, Usage, capacity, measure
 from ckptdrain.csi.volumes import (
@@ -73,12 +75,18 @@ class ScanReport:
     capacity: Capacity | None = None
 
 
-def read_deleted_since(directory: Path) -> float | None:
+def read_clock(directory: Path) -> DeletedClock | None:
+    """The clock on disk; None when there is none or it cannot be read (the
+    clock then starts again, which only delays a deletion)."""
     try:
-        since = json.loads((directory / DELETED_SINCE_FILE).read_text())["since"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # none, or unreadable: the clock starts again
-    return float(since) if isinstance(since, int | float) else None
+        found = json.loads((directory / DELETED_SINCE_FILE).read_text())
+        since = found["since"]
+        last = found.get("last", since)  # a file without it: the run starts again
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in (since, last)):
+        return None
+    return DeletedClock(float(since), float(last))
 
 
 def _real_dir(path: Path) -> bool:
@@ -195,29 +203,31 @@ class Collector:
 
     def _settle(self, directory: Path, seen: Sighting) -> Verdict:
         """Decide on the directory and carry the decision out."""
-        since = read_deleted_since(directory)
-        if seen is Sighting.PRESENT and since is None:
+        clock = read_clock(directory)
+        if seen is Sighting.PRESENT and clock is None:
             return Verdict.LIVE  # the common case: nothing to lock or write
         with self.volumes.lock:
             published = (directory / DATA_DIR in self.volumes.published_sources()
                          or self.mounted_under(directory))
-            decision = collection.decide(seen, since, published, self.clock(), self.reclaim)
+            decision = collection.decide(seen, clock, published, self.clock(), self.reclaim)
             moved = self._move_to_trash(directory) if decision.verdict is Verdict.DELETE \
                 else None
         if decision.verdict is Verdict.DELETE:
             if moved is not None:
                 self._remove(moved)  # outside the lock: a big tree takes a while
             return Verdict.DELETE
-        if decision.deleted_since != since:
-            if decision.deleted_since is None:
+        if decision.clock != clock:
+            if decision.clock is None:
                 (directory / DELETED_SINCE_FILE).unlink(missing_ok=True)
                 log.info("%s: its policy is there again; collection called off", directory)
             else:
-                write_file(directory / DELETED_SINCE_FILE,
-                            json.dumps({"since": decision.deleted_since}))
-                log.info("%s: its policy is deleted; %s", directory,
-                         "kept (reclaim Retain)" if self.reclaim.policy == collection.RETAIN
-                         else f"deleted after {self.reclaim.grace_s:g} s unless it comes back")
+                write_file(directory / DELETED_SINCE_FILE, json.dumps(
+                    {"since": decision.clock.since, "last": decision.clock.last}))
+                if clock is None or decision.clock.since != clock.since:
+                    log.info("%s: its policy is deleted; %s", directory,
+                             "kept (reclaim Retain)" if self.reclaim.policy == collection.RETAIN
+                             else f"deleted after {self.reclaim.grace_s:g} s of sightings "
+                                  "unless it comes back")
         return decision.verdict
 
     def _move_to_trash(self, directory: Path) -> Path | None:
