@@ -16,6 +16,7 @@ import uuid
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+import grpc
 import pytest
 from cluster_helpers import POLICIES, create, policy, wait_for
 from kubernetes import client
@@ -26,7 +27,13 @@ from ckptdrain.csi.collector import DELETED_SINCE_FILE
 from ckptdrain.csi.policies import apiserver_resolver
 from ckptdrain.csi.stubs import csi_pb2
 from support.apiserver import Cluster
-from support.csi_driver import AS_ROOT_ON_LINUX, Harness, new_pod_uid, running_driver
+from support.csi_driver import (
+    AS_ROOT_ON_LINUX,
+    Harness,
+    new_pod_uid,
+    refused,
+    running_driver,
+)
 
 pytestmark = AS_ROOT_ON_LINUX
 
@@ -142,6 +149,31 @@ def test_a_published_volume_is_never_deleted_under_it(
         assert dirs(h, "pending_deletion") == 1
         h.unpublish(target, pod)
         wait_for(lambda: not directory.exists(), timeout_s=30, what="deleted once unpublished")
+
+
+def test_an_unserved_api_version_deletes_nothing_and_publishes_nothing(
+        cluster: Cluster, namespace: str, driver_api: client.CustomObjectsApi) -> None:
+    """The driver reading a version the CRD does not serve (v1beta1 is
+    defined, not served): the apiserver answers `404 page not found` for
+    every policy. That is no sighting of a deleted policy: the data stays
+    past the grace, and a publish waits (UNAVAILABLE, kubelet retries)
+    instead of failing the pod for good (NOT_FOUND)."""
+    uid = make_policy(cluster, namespace, "ckpt")
+    with driver(driver_api, DELETE) as h:
+        target, pod = publish_and_write(h, namespace, MIB)
+        h.unpublish(target, pod)
+        h.resolve = apiserver_resolver(driver_api, version="v1beta1")
+        h.restart()
+        directory = h.cfg.root / namespace / uid
+        time.sleep(GRACE_S + 2 * INTERVAL_S + 1)
+        assert (directory / "data" / "step-1.bin").read_bytes() == b"x" * MIB
+        assert not (directory / DELETED_SINCE_FILE).exists()  # no clock started
+        assert dirs(h, "live") == 1
+        assert scrape(h)[("ckptdrain_csi_deletions_total", ())] == 0
+        pod = new_pod_uid()
+        err = refused(h.publish, h.target(pod), namespace, pod)
+        assert err.code() == grpc.StatusCode.UNAVAILABLE, err.details()
+        assert "v1beta1 served?" in (err.details() or "")
 
 
 def test_retain_keeps_the_data_and_reports_it_across_a_restart(
