@@ -5,7 +5,10 @@ what it deletes, what it never touches, and how it measures."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -160,3 +163,64 @@ def test_a_silence_longer_than_the_grace_starts_the_clock_again(tmp_path: Path) 
     clock.now += 1  # seen deleted at the start of the grace and now, no long gap
     collector(tmp_path, {}, clock).scan()
     assert not directory.exists()
+
+
+def test_a_linked_trash_is_never_renamed_into(tmp_path: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    root = tmp_path / "root"
+    directory = policy_dir(root)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / TRASH_DIR).symlink_to(elsewhere)
+    clock = Clock()
+    collector(root, {}, clock).scan()
+    clock.now += 60
+    with caplog.at_level(logging.ERROR, logger="ckptdrain.csi.collector"):
+        report = collector(root, {}, clock).scan()
+    # Kept where it is, reported as waiting, and nothing landed elsewhere.
+    assert (directory / "data" / "step-1.bin").is_file()
+    assert [p.verdict for p in report.policies] == [Verdict.PENDING]
+    assert list(elsewhere.iterdir()) == []
+    assert any("not a directory" in r.getMessage() for r in caplog.records)
+
+
+def test_an_unreadable_namespace_holds_up_none_of_the_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root reads any mode, so the namespace dir is made unreadable by
+    making its listing fail, as an I/O error or a stale handle would."""
+    policy_dir(tmp_path, namespace="team-a")
+    other = "22222222-2222-4222-8222-222222222222"
+    policy_dir(tmp_path, namespace="team-b", uid=other)
+    listing = Path.iterdir
+
+    def iterdir(path: Path):  # type: ignore[no-untyped-def]
+        if path == tmp_path / "team-a":
+            raise PermissionError(13, "Permission denied", str(path))
+        return listing(path)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    report = collector(tmp_path, {("team-b", "ckpt"): other}, Clock()).scan()
+    assert [(p.namespace, p.verdict) for p in report.policies] == [("team-b", Verdict.LIVE)]
+    assert report.capacity is not None
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.geteuid() != 0,
+                    reason="mounts a tmpfs: Linux, as root (as the driver runs)")
+def test_a_mount_left_in_the_trash_is_not_entered(tmp_path: Path) -> None:
+    """A filesystem still mounted inside a deleted directory (a crash
+    mid-unpublish): its files are not the directory's to delete."""
+    root = tmp_path / "root"
+    left = root / TRASH_DIR / "team-a-x" / "data"
+    (left / "mnt").mkdir(parents=True)
+    (left / "step-1.bin").write_bytes(b"x")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(left / "mnt")],
+                   check=True)
+    try:
+        (left / "mnt" / "precious").write_bytes(b"p")
+        collector(root, {}, Clock()).scan()
+        assert (left / "mnt" / "precious").read_bytes() == b"p"
+    finally:
+        subprocess.run(["umount", str(left / "mnt")], check=True)
+    # Unmounted, the next scan empties the trash.
+    collector(root, {}, Clock()).scan()
+    assert list((root / TRASH_DIR).iterdir()) == []

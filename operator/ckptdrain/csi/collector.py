@@ -13,11 +13,11 @@ it reads the disk and the apiserver, calls the pure decision, and writes.
 
 Deleting is done so that nothing outside the directory can be hit: the
 policy directory (never a link: checked with lstat) is renamed into
-`.trash` on the same filesystem, under the volume lock, after the publish
-records and the mount table show nothing of it in use; then it is removed
-with `shutil.rmtree`, which never follows a link (the tenant may have made
-links in its data). A crash between the two leaves it in `.trash`, which
-every scan empties.
+`.trash` (a real directory, never a link) on the same filesystem, under the
+volume lock, after the publish records and the mount table show nothing of
+it in use; then it is removed by removal.py, which follows no link (the
+tenant may have made links in its data) and enters no other filesystem. A
+crash between the two leaves it in `.trash`, which every scan empties.
 
 A directory without a valid owner marker (none, unreadable, or naming
 another place) is an unknown owner: logged once, counted, never deleted,
@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import stat
 import threading
 import time
@@ -40,6 +39,7 @@ from pathlib import Path
 
 from ckptdrain.csi import collection
 from ckptdrain.csi.collection import DeletedClock, Reclaim, Sighting, Verdict
+from ckptdrain.csi.removal import remove_from
 from ckptdrain.csi.requests import Refused
 from ckptdrain.csi.usage import Capacity, Usage, capacity, measure
 from ckptdrain.csi.volumes import (
@@ -154,7 +154,13 @@ class Collector:
             for namespace in sorted(self.root.iterdir()):
                 if namespace.name.startswith(".") or not _real_dir(namespace):
                     continue  # .published, .trash; a file or link is nobody's namespace
-                for directory in sorted(namespace.iterdir()):
+                try:
+                    directories = sorted(namespace.iterdir())
+                except OSError as err:
+                    # One namespace's trouble holds up none of the others.
+                    log.error("%s: not scanned: %s", namespace, err)
+                    continue
+                for directory in directories:
                     if directory.name.startswith("."):
                         continue  # a staging dir (.new-*) being made
                     try:
@@ -213,8 +219,9 @@ class Collector:
             moved = self._move_to_trash(directory) if decision.verdict is Verdict.DELETE \
                 else None
         if decision.verdict is Verdict.DELETE:
-            if moved is not None:
-                self._remove(moved)  # outside the lock: a big tree takes a while
+            if moved is None:
+                return Verdict.PENDING  # not moved (logged): kept, reported, tried again
+            self._remove(moved)  # outside the lock: a big tree takes a while
             return Verdict.DELETE
         if decision.clock != clock:
             if decision.clock is None:
@@ -236,7 +243,14 @@ class Collector:
         if not _real_dir(directory) or not _real_dir(directory.parent):
             return None
         trash = self.root / TRASH_DIR
-        trash.mkdir(mode=0o700, exist_ok=True)
+        if not _real_dir(trash):
+            try:
+                trash.mkdir(mode=0o700)
+            except FileExistsError:
+                # A link or a file there: renaming into it could land anywhere.
+                log.error("%s is not a directory (a link or a file): %s kept until a "
+                          "person removes it", trash, directory)
+                return None
         moved = trash / f"{directory.parent.name}-{directory.name}-{uuid.uuid4().hex[:8]}"
         os.rename(directory, moved)
         self.deletions += 1
@@ -252,18 +266,11 @@ class Collector:
 
     @staticmethod
     def _remove(path: Path) -> None:
-        # rmtree's fd-based walk never follows a link (checked at import).
+        """Remove a directory in the trash (removal.py: no link followed, no
+        other filesystem entered)."""
         try:
-            if _real_dir(path):
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+            remove_from(path.parent, path.name)
+        except FileNotFoundError:
+            pass  # gone already
         except OSError as err:
             log.error("%s: not removed yet (%s); the next scan tries again", path, err)
-
-
-# The guarantee the deletion rests on: without it, a link the tenant made
-# could be followed out of the directory. (Linux has it.)
-if not shutil.rmtree.avoids_symlink_attacks:
-    raise ImportError("shutil.rmtree follows links on this platform: the collector "
-                      "cannot delete safely here")
