@@ -167,12 +167,30 @@ def test_csi_mode_reaches_the_operator_as_its_config_reads_it(tools: Tools) -> N
      "csiDriver.scanInterval: expected a duration of more than zero"),
     (["--set", "nodeTier.mode=csi", "--set", "csiDriver.metrics.port=70000"],
      "/csiDriver/metrics/port"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.rootDir=/mnt/ckptdrain"],
+     "csiDriver.rootDir (/mnt/ckptdrain) and localTier.allowedRoot (/mnt/ckptdrain): "
+     "expected two separate directories"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.rootDir=/mnt/ckptdrain/csi"],
+     "csiDriver.rootDir (/mnt/ckptdrain/csi) and localTier.allowedRoot (/mnt/ckptdrain)"),
+    (["--set", "nodeTier.mode=csi", "--set", "localTier.allowedRoot=/var/lib/ckptdrain/csi/x"],
+     "csiDriver.rootDir (/var/lib/ckptdrain/csi) and localTier.allowedRoot "
+     "(/var/lib/ckptdrain/csi/x)"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.rootDir=/mnt/./ckptdrain"],
+     "csiDriver.rootDir (/mnt/./ckptdrain) and localTier.allowedRoot (/mnt/ckptdrain)"),
 ])
 def test_the_values_schema_refuses_bad_csi_settings(tools: Tools, args: list[str],
                                                      says: str) -> None:
     result = tools.run("helm", "template", "ckptdrain", str(CHART), *args, check=False)
     assert result.returncode != 0
     assert says in result.stderr, result.stderr
+
+
+def test_a_driver_root_beside_the_allowed_root_renders(tools: Tools) -> None:
+    # A shared name prefix is not one directory inside the other.
+    daemonset = one(objects(tools, "--set", "nodeTier.mode=csi",
+                            "--set", "csiDriver.rootDir=/mnt/ckptdrain-csi"), "DaemonSet")
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    assert driver_config(container).root == Path("/mnt/ckptdrain-csi")
 
 
 def driver_config(container: dict[str, Any]) -> csi_config.DriverConfig:
