@@ -7,9 +7,11 @@ training namespace enforces Pod Security `restricted`, and one writer of
 the simulated trainer (the project image) checkpoints through the
 driver's inline volume: no hostPath, no root container. While it trains,
 the driver's pod is deleted: its replacement registers again, the mount
-stays and checkpoints go on. Last, the writer's pod is deleted and its
+stays and checkpoints go on. Then the writer's pod is deleted and its
 replacement, on the same node, restores the newest step from the local
-tier, with the state hash the first pod saved.
+tier, with the state hash the first pod saved. Last, the Job and the policy
+are deleted: the driver deletes the policy's node data within the grace
+period (set short here) and two scan intervals.
 
 The e2e cluster's kubelet keeps its root dir in the cluster's state dir,
 not /var/lib/kubelet, and node b, on the same host, has its own: one
@@ -46,6 +48,9 @@ START_MARGIN_S = 10.0
 RESTRICTED = "pod-security.kubernetes.io/enforce"
 #: The trainer's uid: not root, not the agent's 65532.
 TRAINER_UID = 1000
+#: The driver's reclaim grace and scan interval in this step: short, to be watched.
+GRACE_S = 10
+SCAN_S = 5
 
 Say = Callable[[str], None]
 Check = Callable[[object, str], None]
@@ -85,6 +90,8 @@ def set_mode(mode: str, root: str, wait: str = "180s") -> None:
     helm("upgrade", RELEASE, str(REPO / "charts/ckptdrain"), "-n", OP_NS, "--reuse-values",
          "--set", f"nodeTier.mode={mode}", "--set", f"csiDriver.kubeletDir={kubelet_dir()}",
          "--set", f"csiDriver.rootDir={root}",
+         "--set", f"csiDriver.reclaim.gracePeriod={GRACE_S}s",
+         "--set", f"csiDriver.scanInterval={SCAN_S}s",
          "--set-json", "csiDriver.nodeSelector=" + json.dumps({"kubernetes.io/hostname": NODE}),
          "--wait", "--timeout", wait, timeout=200)
     kubectl("-n", OP_NS, "rollout", "status", "deploy", "--timeout=120s", timeout=130)
@@ -282,3 +289,22 @@ def _run(s3: Any, allowed_root: str, root: str, logs: Logs, report: list[str],
     report.append(f"| csi: writer deleted → restored step {load['step']} from the local tier "
                   f"through the driver | {load['restore_seconds']:.2f} s in the init container; "
                   f"pod deleted → trainer loaded {load['at'] - deleted:.1f} s |")
+
+    # The policy deleted once its pods are gone: its node data goes within
+    # the grace and two scans (the driver's publish records hold it before).
+    remove(POLICY, NAME)
+    gone_at = time.monotonic()
+    wait_for("the step's pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)[
+        "items"], 90, every=0.5)
+    pods_gone = time.monotonic() - gone_at
+    wait_for("the deleted policy's node data gone", lambda: not data.parent.exists(),
+             GRACE_S + 2 * SCAN_S + 60, every=0.5)
+    took = time.monotonic() - gone_at
+    # Held while a pod mounts it: the bound counts from the later of the two.
+    bound = max(GRACE_S + 2 * SCAN_S, pods_gone + SCAN_S) + 5
+    check(took <= bound,
+          f"the node data of deleted policy {POLICY} (uid {uid}) gone {took:.1f}s after the "
+          f"policy and its Job were deleted (pods gone after {pods_gone:.1f}s; grace "
+          f"{GRACE_S}s, scans every {SCAN_S}s; bound {bound:.1f}s)")
+    report.append(f"| csi: policy deleted → its node data gone (grace {GRACE_S} s, scan "
+                  f"{SCAN_S} s) | {took:.1f} s |")

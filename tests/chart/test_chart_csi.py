@@ -16,6 +16,7 @@ import yaml
 from tests.chart.support import CHART, REPO, Tools
 
 from ckptdrain.csi import config as csi_config
+from ckptdrain.csi.collection import Reclaim
 from ckptdrain.operator import config as operator_config
 
 PAGE = REPO / "docs" / "csi-driver.md"
@@ -36,7 +37,8 @@ def one(docs: list[dict[str, Any]], kind: str, component: str = "csi-node") -> d
 
 def page_object(kind: str) -> dict[str, Any]:
     [found] = [d for block in PAGE.read_text().split("```yaml\n")[1:]
-               for d in yaml.safe_load_all(block.split("```")[0]) if d and d["kind"] == kind]
+               for d in yaml.safe_load_all(block.split("```")[0])
+               if d and d.get("kind") == kind]  # values fragments have none
     return found
 
 
@@ -155,9 +157,84 @@ def test_csi_mode_reaches_the_operator_as_its_config_reads_it(tools: Tools) -> N
     (["--set", "nodeTier.mode=CSI"], "/nodeTier/mode"),
     (["--set", "csiDriver.minMountGroup=0"], "/csiDriver/minMountGroup"),
     (["--set", "csiDriver.kubeletDir=relative"], "/csiDriver/kubeletDir"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.reclaim.policy=delete"],
+     "/csiDriver/reclaim/policy"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.reclaim.gracePeriod=soon"],
+     "/csiDriver/reclaim/gracePeriod"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.reclaim.gracePeriod=0h"],
+     "csiDriver.reclaim.gracePeriod: expected a duration of more than zero"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.scanInterval=0s"],
+     "csiDriver.scanInterval: expected a duration of more than zero"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.metrics.port=70000"],
+     "/csiDriver/metrics/port"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.rootDir=/mnt/ckptdrain"],
+     "csiDriver.rootDir (/mnt/ckptdrain) and localTier.allowedRoot (/mnt/ckptdrain): "
+     "expected two separate directories"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.rootDir=/mnt/ckptdrain/csi"],
+     "csiDriver.rootDir (/mnt/ckptdrain/csi) and localTier.allowedRoot (/mnt/ckptdrain)"),
+    (["--set", "nodeTier.mode=csi", "--set", "localTier.allowedRoot=/var/lib/ckptdrain/csi/x"],
+     "csiDriver.rootDir (/var/lib/ckptdrain/csi) and localTier.allowedRoot "
+     "(/var/lib/ckptdrain/csi/x)"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.rootDir=/mnt/./ckptdrain"],
+     "csiDriver.rootDir (/mnt/./ckptdrain) and localTier.allowedRoot (/mnt/ckptdrain)"),
 ])
 def test_the_values_schema_refuses_bad_csi_settings(tools: Tools, args: list[str],
                                                      says: str) -> None:
     result = tools.run("helm", "template", "ckptdrain", str(CHART), *args, check=False)
     assert result.returncode != 0
     assert says in result.stderr, result.stderr
+
+
+def test_a_driver_root_beside_the_allowed_root_renders(tools: Tools) -> None:
+    # A shared name prefix is not one directory inside the other.
+    daemonset = one(objects(tools, "--set", "nodeTier.mode=csi",
+                            "--set", "csiDriver.rootDir=/mnt/ckptdrain-csi"), "DaemonSet")
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    assert driver_config(container).root == Path("/mnt/ckptdrain-csi")
+
+
+def driver_config(container: dict[str, Any]) -> csi_config.DriverConfig:
+    """The driver's config as it loads it from the container's environment."""
+    parser = argparse.ArgumentParser()
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in {**env_of(container), "NODE_NAME": "node-a"}.items():
+            patch.setenv(key, value)
+        csi_config.add_arguments(parser)
+        return csi_config.load(parser.parse_args([]))
+
+
+def test_collection_and_metrics_settings_reach_the_driver(tools: Tools) -> None:
+    daemonset = one(objects(tools, "--set", "nodeTier.mode=csi"), "DaemonSet")
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    cfg = driver_config(container)
+    # The defaults docs/csi-driver.md states: Delete after an hour, scans every minute.
+    assert cfg.reclaim == Reclaim("Delete", 3600.0)
+    assert cfg.scan_interval_s == 60.0
+    assert container["ports"] == [{"name": "metrics", "containerPort": cfg.metrics_port}]
+    assert cfg.metrics_port == 9110
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+
+    docs = objects(tools, "--set", "nodeTier.mode=csi", "--set", "csiDriver.reclaim.policy=Retain",
+                   "--set", "csiDriver.reclaim.gracePeriod=2h30m",
+                   "--set", "csiDriver.scanInterval=5m", "--set", "csiDriver.metrics.port=0")
+    [container] = one(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    cfg = driver_config(container)
+    assert (cfg.reclaim, cfg.scan_interval_s) == (Reclaim("Retain", 9000.0), 300.0)
+    assert cfg.metrics_port == 0 and "ports" not in container and "livenessProbe" not in container
+    # RBAC unchanged by collection: it reads policies with the same `get`.
+    assert one(docs, "ClusterRole")["rules"] == page_object("ClusterRole")["rules"]
+
+
+def test_the_pod_monitor_scrapes_the_driver_pods(tools: Tools) -> None:
+    docs = objects(tools, "--set", "nodeTier.mode=csi", "--set", "metrics.podMonitor.enabled=true")
+    monitor = one(docs, "PodMonitor")
+    daemonset = one(docs, "DaemonSet")
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    assert monitor["metadata"]["namespace"] == daemonset["metadata"]["namespace"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert monitor["spec"]["selector"]["matchLabels"] == daemonset["spec"]["selector"][
+        "matchLabels"]
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+    assert not [d for d in objects(tools, "--set", "metrics.podMonitor.enabled=true")
+                if d["kind"] == "PodMonitor" and d["metadata"]["name"].endswith("csi-node")]

@@ -147,3 +147,8 @@ def page_object(page: Path, kind: str) -> dict[str, Any]:
              for doc in yaml.safe_load_all(block.text) if doc and doc.get("kind") == kind]
     assert len(found) == 1, f"{page.name}: {len(found)} {kind} objects, expected one"
     return dict(json.loads(json.dumps(found[0])))
+
+
+def csi_driver_rules() -> list[dict[str, Any]]:
+    """What the CSI driver's ClusterRole grants, as docs/csi-driver.md documents it."""
+    return list(page_object(repo_root() / "docs" / "csi-driver.md", "ClusterRole")["rules"])

@@ -16,7 +16,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster_helpers import POLICIES
+from cluster_helpers import POLICIES, csi_driver_rules
+from kubernetes import client, config
 from operator_process import PEAK_RSS_KIB, OperatorProcess, repo_root
 
 from support import apiserver
@@ -87,3 +88,27 @@ def apply(cluster: apiserver.Cluster, namespace: str) -> Callable[..., Any]:
         return cluster.kubectl("apply", "-n", namespace, "-f", "-",
                                input=json.dumps(obj), check=check)
     return _apply
+
+
+@pytest.fixture
+def driver_api(cluster: apiserver.Cluster, crds: None,
+               namespace: str) -> Iterator[client.CustomObjectsApi]:
+    """The apiserver as the CSI driver's ServiceAccount sees it: bound to a
+    ClusterRole of the rules docs/csi-driver.md shows, nothing more."""
+    name = f"csi-driver-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "serviceaccount", name, "-n", namespace)
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name}, "rules": csi_driver_rules()}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": [role, binding]}))
+    kubeconfig = cluster.kubeconfig_for(namespace, name)
+    api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
+    try:
+        yield api
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding,clusterrole", name, check=False)

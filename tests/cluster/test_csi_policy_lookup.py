@@ -7,41 +7,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 
 import pytest
-from cluster_helpers import POLICIES, create, get, page_object, policy
+from cluster_helpers import POLICIES, create, csi_driver_rules, get, policy
 from kubernetes import client, config
-from operator_process import repo_root
+from kubernetes.client.exceptions import ApiException
 
-from ckptdrain.csi.policies import apiserver_resolver
+from ckptdrain.csi.policies import GROUP, PLURAL, VERSION, apiserver_resolver, names_the_policy
 from ckptdrain.csi.requests import Refused
 from support.apiserver import Cluster
 
 # What the driver's ClusterRole grants, as the page documents it.
-DRIVER_RULES = page_object(repo_root() / "docs" / "csi-driver.md", "ClusterRole")["rules"]
-
-
-@pytest.fixture
-def driver_api(cluster: Cluster, crds: None, namespace: str) -> Iterator[client.CustomObjectsApi]:
-    name = f"csi-driver-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "serviceaccount", name, "-n", namespace)
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": name}, "rules": DRIVER_RULES}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": name},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                           "name": name},
-               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": [role, binding]}))
-    kubeconfig = cluster.kubeconfig_for(namespace, name)
-    api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
-    try:
-        yield api
-    finally:
-        cluster.kubectl("delete", "clusterrolebinding,clusterrole", name, check=False)
-
+DRIVER_RULES = csi_driver_rules()
 
 def make_policy(cluster: Cluster, namespace: str, name: str) -> str:
     made = create(cluster, namespace, policy(name))
@@ -88,3 +65,30 @@ def test_without_rbac_or_apiserver_the_pod_waits(cluster: Cluster, crds: None,
         apiserver_resolver(client.CustomObjectsApi(client.ApiClient(unreachable)))(
             namespace, "ckpt")
     assert refused.value.code == "UNAVAILABLE"
+
+
+def test_only_a_not_found_naming_the_policy_reads_as_absent(
+        cluster: Cluster, namespace: str, driver_api: client.CustomObjectsApi) -> None:
+    # What the apiserver sends for a policy that is not there: the fields
+    # the resolver trusts, exactly.
+    with pytest.raises(ApiException) as absent:
+        driver_api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "absent")
+    body = json.loads(absent.value.body)
+    assert (absent.value.status, body["kind"], body["reason"], body["details"]) == \
+        (404, "Status", "NotFound", {"name": "absent", "group": GROUP, "kind": PLURAL})
+    assert names_the_policy(404, absent.value.body, "absent")
+    assert not names_the_policy(404, absent.value.body, "ckpt")  # it names another
+    # A version the CRD defines but does not serve (a CRD upgrade that
+    # stopped serving the driver's version): a 404 for every policy, present
+    # or not, that is no NotFound Status. The driver cannot tell.
+    make_policy(cluster, namespace, "ckpt")
+    with pytest.raises(ApiException) as unserved:
+        driver_api.get_namespaced_custom_object(GROUP, "v1beta1", namespace, PLURAL, "ckpt")
+    assert unserved.value.status == 404
+    assert not names_the_policy(404, unserved.value.body, "ckpt")
+    for name in ("ckpt", "absent"):
+        with pytest.raises(Refused) as refused:
+            apiserver_resolver(driver_api, version="v1beta1")(namespace, name)
+        assert refused.value.code == "UNAVAILABLE", name
+        assert "HTTP 404" in refused.value.message and "v1beta1 served?" in refused.value.message
+    assert apiserver_resolver(driver_api)(namespace, "ckpt") is not None

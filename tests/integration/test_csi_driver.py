@@ -56,7 +56,8 @@ def test_identity_and_node_info_as_kubelet_reads_them(harness: Harness) -> None:
     node_caps = harness.node.NodeGetCapabilities(csi_pb2.NodeGetCapabilitiesRequest(),
                                                  timeout=10)
     assert [c.rpc.type for c in node_caps.capabilities] == [
-        csi_pb2.NodeServiceCapability.RPC.VOLUME_MOUNT_GROUP]
+        csi_pb2.NodeServiceCapability.RPC.VOLUME_MOUNT_GROUP,
+        csi_pb2.NodeServiceCapability.RPC.GET_VOLUME_STATS]
 
 
 def test_publish_mounts_the_policy_dir_and_twice_is_once(harness: Harness) -> None:

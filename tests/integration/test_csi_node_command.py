@@ -29,7 +29,9 @@ def csi_node(base: Path, *flags: str, kubeconfig: Path | None = None) -> list[st
     return [sys.executable, "-m", "ckptdrain", "csi-node", "--node-id", "node-a",
             "--root", str(base / "root"), "--pods-dir", str(base / "pods"),
             "--csi-socket", str(base / "plugins" / "csi.sock"),
-            "--registration-socket", str(base / "registry" / f"{NAME}-reg.sock"), *flags]
+            "--registration-socket", str(base / "registry" / f"{NAME}-reg.sock"),
+            # No metrics port: another test's driver may hold the default.
+            "--metrics-port", "0", *flags]
 
 
 def command_env(base: Path) -> dict[str, str]:
@@ -54,6 +56,12 @@ def test_csi_node_command_refuses_a_bad_start_in_one_line(tmp_path: Path) -> Non
             (csi_node(tmp_path, "--node-id", ""), env, "--node-id"),
             (csi_node(tmp_path, "--name", "Node_CkptDrain"), env, "--name"),
             (csi_node(tmp_path, "--min-mount-group", "0"), env, "--min-mount-group"),
+            (csi_node(tmp_path, "--reclaim-policy", "delete"), env,
+             "--reclaim-policy: expected Delete or Retain"),
+            (csi_node(tmp_path, "--reclaim-grace-period", "soon"), env,
+             "--reclaim-grace-period: expected a duration"),
+            (csi_node(tmp_path, "--scan-interval", "0s"), env, "--scan-interval"),
+            (csi_node(tmp_path, "--metrics-port", "70000"), env, "--metrics-port"),
             (csi_node(tmp_path, "--pods-dir", str(tmp_path / "real-pods")),
              {**env, "KUBECONFIG": str(tmp_path / "absent")}, "apiserver credentials: expected")):
         done = subprocess.run(argv, env=env_, capture_output=True, text=True, timeout=60)

@@ -14,8 +14,9 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import grpc
 import pytest
@@ -24,6 +25,7 @@ from ckptdrain.csi import mounts
 from ckptdrain.csi.config import DriverConfig
 from ckptdrain.csi.server import Driver
 from ckptdrain.csi.stubs import csi_pb2, csi_pb2_grpc
+from ckptdrain.csi.volumes import PolicyResolver
 
 NAME = "node.ckptdrain.io"
 UID_A = "11111111-1111-4111-8111-111111111111"
@@ -38,6 +40,7 @@ class Harness:
     policies: dict[tuple[str, str], str]
     node: csi_pb2_grpc.NodeStub
     identity: csi_pb2_grpc.IdentityStub
+    resolve: PolicyResolver
     targets: list[Path] = field(default_factory=list)
 
     def target(self, pod_uid: str, volume: str = "ckptdrain-local") -> Path:
@@ -79,7 +82,7 @@ class Harness:
         """A new driver process (the DaemonSet's pod restarted) on the same
         sockets and root."""
         self.driver.stop(grace_s=1)
-        self.driver = Driver(self.cfg, lambda ns, name: self.policies.get((ns, name)))
+        self.driver = Driver(self.cfg, self.resolve)
         self.driver.start()
 
 
@@ -107,19 +110,26 @@ def mount_options(path: Path) -> list[set[str]]:
 
 
 @contextmanager
-def running_driver() -> Iterator[Harness]:
+def running_driver(resolve: PolicyResolver | None = None, **settings: Any) -> Iterator[Harness]:
+    """A driver on its own sockets and root. The policy lookup is the
+    harness's `policies` dict unless `resolve` is given (a real apiserver's);
+    `settings` replace DriverConfig fields (reclaim, scan_interval_s, ...)."""
     # Unix socket paths are limited to 108 bytes: a short directory of our own.
     base = Path(tempfile.mkdtemp(prefix="csi-", dir="/tmp"))
     cfg = DriverConfig(
         name=NAME, node_id="node-a", root=base / "root", pods_dir=PurePosixPath(base / "pods"),
         csi_socket=base / "plugins" / NAME / "csi.sock",
         registration_socket=base / "registry" / f"{NAME}-reg.sock", owner_uid=65532)
+    cfg = replace(cfg, **settings)
     policies: dict[tuple[str, str], str] = {}
-    driver = Driver(cfg, lambda namespace, name: policies.get((namespace, name)))
+    if resolve is None:
+        def resolve(namespace: str, name: str) -> str | None:
+            return policies.get((namespace, name))
+    driver = Driver(cfg, resolve)
     driver.start()
     channel = grpc.insecure_channel(f"unix://{cfg.csi_socket}")
     h = Harness(cfg, driver, policies, csi_pb2_grpc.NodeStub(channel),
-                csi_pb2_grpc.IdentityStub(channel))
+                csi_pb2_grpc.IdentityStub(channel), resolve)
     try:
         yield h
     finally:

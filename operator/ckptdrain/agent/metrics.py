@@ -22,24 +22,21 @@ path or error text ever becomes a label.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ckptdrain import errors
 from ckptdrain.agent.store_metrics import StoreMetrics
+from ckptdrain.metrics_endpoint import MetricsEndpoint
 
 _DURATION_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 TIERS = ("local", "peer", "global")
@@ -220,42 +217,12 @@ class AgentMetrics:
         return time.monotonic() - self._heartbeat < max_silence
 
 
-class MetricsServer:
-    """Serves /metrics and /healthz on `port` (0 picks a free one) in a thread."""
+class MetricsServer(MetricsEndpoint):
+    """Serves /metrics and /healthz on `port` (0 picks a free one) in a thread;
+    /healthz fails once the main loop has not beaten for `max_silence` s."""
 
     def __init__(self, metrics: AgentMetrics, port: int, *, host: str = "0.0.0.0",
                  max_silence: float = 30.0) -> None:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.split("?")[0] == "/metrics":
-                    body, ctype, code = generate_latest(metrics.registry), CONTENT_TYPE_LATEST, 200
-                elif self.path.split("?")[0] == "/healthz":
-                    ok = metrics.healthy(outer.max_silence)
-                    body, ctype = (b"ok\n" if ok else b"main loop stalled\n"), "text/plain"
-                    code = 200 if ok else 503
-                else:
-                    body, ctype, code = b"not found\n", "text/plain", 404
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass  # scrapes every 15 s would drown the agent's own log
-
         self.max_silence = max_silence
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="metrics",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(metrics.registry, port,
+                         lambda: metrics.healthy(self.max_silence), host=host)

@@ -46,8 +46,10 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
-    log.info("CSI driver %s serving %s; registration at %s", cfg.name, cfg.csi_socket,
-             cfg.registration_socket)
+    log.info("CSI driver %s serving %s; registration at %s; metrics on port %s; reclaim %s "
+             "after %g s, scanning every %g s", cfg.name, cfg.csi_socket,
+             cfg.registration_socket, cfg.metrics_port or "(none)", cfg.reclaim.policy,
+             cfg.reclaim.grace_s, cfg.scan_interval_s)
     # Wake on a stop signal or on kubelet's refusal, whichever comes first.
     while not stop.wait(1.0) and not driver.registration.failed.is_set():
         pass

@@ -14,6 +14,18 @@ defaults (the DaemonSet sets the environment), checked at start.
   CKPTDRAIN_CSI_MIN_MOUNT_GROUP
                             the lowest fsGroup a pod's data may get; lower
                             ones (root's 0, system groups) are refused (1000)
+  CKPTDRAIN_CSI_RECLAIM_POLICY
+                            what becomes of a deleted policy's node data:
+                            Delete (after the grace period) or Retain (Delete)
+  CKPTDRAIN_CSI_RECLAIM_GRACE_PERIOD
+                            how long its policy must have been seen deleted
+                            before the data is deleted (1h; docs/csi-driver.md
+                            says why)
+  CKPTDRAIN_CSI_SCAN_INTERVAL
+                            how often the root is scanned: usage measured,
+                            deleted policies' data collected (60s)
+  CKPTDRAIN_CSI_METRICS_PORT
+                            /metrics and /healthz; 0: none (9110)
 """
 
 from __future__ import annotations
@@ -24,12 +36,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ckptdrain import units
 from ckptdrain.contract.csi import DEFAULT_DRIVER_NAME, DEFAULT_MIN_MOUNT_GROUP
+from ckptdrain.csi.collection import DELETE, RECLAIM_POLICIES, Reclaim
 from ckptdrain.errors import InvalidInput
 
 DEFAULT_NAME = DEFAULT_DRIVER_NAME
 # A CSI driver name: a DNS-1123 subdomain of at most 63 characters.
 _DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
+DEFAULT_GRACE_PERIOD = "1h"
+DEFAULT_SCAN_INTERVAL = "60s"
+DEFAULT_METRICS_PORT = 9110
+DEFAULT_RECLAIM = Reclaim(DELETE, 3600.0)
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,9 @@ class DriverConfig:
     registration_socket: Path
     owner_uid: int
     min_mount_group: int = DEFAULT_MIN_MOUNT_GROUP
+    reclaim: Reclaim = DEFAULT_RECLAIM
+    scan_interval_s: float = 60.0
+    metrics_port: int = 0  # 0: no metrics endpoint (the flag's default is 9110)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +89,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=env("CKPTDRAIN_CSI_MIN_MOUNT_GROUP",
                                     str(DEFAULT_MIN_MOUNT_GROUP)),
                         help="the lowest fsGroup a pod's data may get (default: %(default)s)")
+    parser.add_argument("--reclaim-policy",
+                        default=env("CKPTDRAIN_CSI_RECLAIM_POLICY", DELETE),
+                        help="a deleted policy's node data: Delete (after the grace period) "
+                             "or Retain (default: %(default)s)")
+    parser.add_argument("--reclaim-grace-period",
+                        default=env("CKPTDRAIN_CSI_RECLAIM_GRACE_PERIOD", DEFAULT_GRACE_PERIOD),
+                        help="how long a policy must have been seen deleted before its node "
+                             "data is deleted (default: %(default)s)")
+    parser.add_argument("--scan-interval",
+                        default=env("CKPTDRAIN_CSI_SCAN_INTERVAL", DEFAULT_SCAN_INTERVAL),
+                        help="how often the root is scanned (default: %(default)s)")
+    parser.add_argument("--metrics-port",
+                        default=env("CKPTDRAIN_CSI_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
+                        help="port of /metrics and /healthz, 0 for none (default: %(default)s)")
 
 
 def _absolute(value: str, flag: str) -> str:
@@ -89,6 +124,14 @@ def load(args: argparse.Namespace) -> DriverConfig:
     if not str(args.min_mount_group).isdigit() or int(args.min_mount_group) < 1:
         raise InvalidInput("--min-mount-group", "a group id of 1 or more (0, root's group, "
                            "is never given the data)", args.min_mount_group)
+    if args.reclaim_policy not in RECLAIM_POLICIES:
+        raise InvalidInput("--reclaim-policy", " or ".join(RECLAIM_POLICIES),
+                           args.reclaim_policy)
+    grace_s = units.parse_duration("--reclaim-grace-period", args.reclaim_grace_period)
+    interval_s = units.parse_duration("--scan-interval", args.scan_interval)
+    port = str(args.metrics_port)
+    if not port.isdigit() or int(port) > 65535:
+        raise InvalidInput("--metrics-port", "a port number (0 for no metrics)", port)
     csi_socket = args.csi_socket or f"/var/lib/kubelet/plugins/{args.name}/csi.sock"
     registration = (args.registration_socket
                     or f"/var/lib/kubelet/plugins_registry/{args.name}-reg.sock")
@@ -105,4 +148,6 @@ def load(args: argparse.Namespace) -> DriverConfig:
         pods_dir=PurePosixPath(pods_dir),
         csi_socket=Path(_absolute(csi_socket, "--csi-socket")),
         registration_socket=Path(_absolute(registration, "--registration-socket")),
-        owner_uid=int(args.owner_uid), min_mount_group=int(args.min_mount_group))
+        owner_uid=int(args.owner_uid), min_mount_group=int(args.min_mount_group),
+        reclaim=Reclaim(args.reclaim_policy, grace_s), scan_interval_s=interval_s,
+        metrics_port=int(port))

@@ -95,6 +95,18 @@ def mount_points(mountinfo: str) -> set[str]:
     return {_unescape(line.split()[4]) for line in mountinfo.splitlines() if line.strip()}
 
 
-def is_mount_point(path: Path) -> bool:
+def _current_mount_points() -> set[str]:
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
-        return str(path) in mount_points(info.read())
+        return mount_points(info.read())
+
+
+def is_mount_point(path: Path) -> bool:
+    return str(path) in _current_mount_points()
+
+
+def mounted_under(directory: Path) -> bool:
+    """Whether anything is mounted at or below `directory` (a staging mount
+    a crash left, say): such a directory is never deleted."""
+    inside = str(directory).rstrip("/") + "/"
+    return any(point == str(directory) or point.startswith(inside)
+               for point in _current_mount_points())

@@ -2,13 +2,19 @@
 read from the apiserver with the driver's own ServiceAccount (get on
 checkpointpolicies, cluster-wide, nothing else).
 
-The namespace is the pod's, from kubelet; the name is the tenant's. A 404
-means no such policy there (NOT_FOUND for the pod); anything else means the
-driver cannot tell, and kubelet retries (UNAVAILABLE).
+The namespace is the pod's, from kubelet; the name is the tenant's. Only a
+404 whose body is a NotFound Status naming this very policy means no such
+policy there (NOT_FOUND for the pod; DELETED for the collector). Any other
+answer means the driver cannot tell, and kubelet retries (UNAVAILABLE; the
+collector decides nothing): that includes the plain-text `404 page not
+found` the apiserver gives for a group/version it does not serve (a CRD
+upgrade that stops serving this version, an old driver mid-rollout), which
+would otherwise read as every policy deleted.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ckptdrain.csi.requests import Refused
@@ -33,8 +39,28 @@ def policies_api() -> Any:
                            "in-cluster (a ServiceAccount token) or a KUBECONFIG", str(err)) from err
 
 
-def apiserver_resolver(api: Any) -> PolicyResolver:
-    """A resolver over `api`, a kubernetes CustomObjectsApi."""
+def names_the_policy(status: int | None, body: str | bytes | None, name: str) -> bool:
+    """Whether an error answer says that CheckpointPolicy `name` does not
+    exist: a 404 whose body is a Status with reason NotFound and details
+    naming it (the apiserver sends details.kind as the resource, not the
+    Kind)."""
+    if status != 404 or not body:
+        return False
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return False  # "404 page not found": a path the apiserver does not serve
+    if not isinstance(found, dict) or not isinstance(found.get("details"), dict):
+        return False
+    details = found["details"]
+    return (found.get("kind") == "Status" and found.get("reason") == "NotFound"
+            and details.get("name") == name and details.get("kind") == PLURAL
+            and details.get("group") == GROUP)
+
+
+def apiserver_resolver(api: Any, version: str = VERSION) -> PolicyResolver:
+    """A resolver over `api`, a kubernetes CustomObjectsApi, reading
+    `version` of the CheckpointPolicy API."""
 
     def resolve(namespace: str, name: str) -> str | None:
         from kubernetes.client.exceptions import ApiException
@@ -42,12 +68,14 @@ def apiserver_resolver(api: Any) -> PolicyResolver:
 
         try:
             policy = api.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=10)
+                GROUP, version, namespace, PLURAL, name, _request_timeout=10)
         except ApiException as err:
-            if err.status == 404:
+            if names_the_policy(err.status, err.body, name):
                 return None
+            unserved = (f" (not a NotFound naming the policy: is {GROUP}/{version} served?)"
+                        if err.status == 404 else "")
             raise Refused("UNAVAILABLE", f"reading CheckpointPolicy {namespace}/{name} from "
-                          f"the apiserver: HTTP {err.status} {err.reason}") from err
+                          f"the apiserver: HTTP {err.status} {err.reason}{unserved}") from err
         except (OSError, HTTPError) as err:  # no connection, a timeout
             raise Refused("UNAVAILABLE", f"reading CheckpointPolicy {namespace}/{name} from "
                           f"the apiserver: {err}") from err

@@ -1,7 +1,8 @@
 """The driver's two gRPC servers on unix sockets: CSI (Identity, Node) for
 kubelet's volume calls, and the registration socket kubelet discovers it by.
 The CSI socket is up before the registration socket appears, so kubelet
-never finds an endpoint that does not answer yet.
+never finds an endpoint that does not answer yet. Beside them: the
+collector's scan of the root (collector.py) and its metrics endpoint.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from pathlib import Path
 import grpc
 
 from ckptdrain.csi import mounts
+from ckptdrain.csi.collector import Collector
 from ckptdrain.csi.config import DriverConfig
+from ckptdrain.csi.metrics import registry_for
 from ckptdrain.csi.registration import Registration
 from ckptdrain.csi.services import Identity, Node
 from ckptdrain.csi.stubs import csi_pb2_grpc, pluginregistration_pb2_grpc
 from ckptdrain.csi.volumes import Mounter, PolicyResolver, VolumeStore
+from ckptdrain.metrics_endpoint import MetricsEndpoint
 
 
 class LinuxMounter:
@@ -79,11 +83,15 @@ class Driver:
         cfg.root.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.volumes = VolumeStore(cfg.root, resolve_policy, mounter or LinuxMounter(),
                                    owner_uid=cfg.owner_uid)
+        self.collector = Collector(self.volumes, resolve_policy, cfg.reclaim,
+                                   cfg.scan_interval_s, mounts.mounted_under)
+        self.metrics: MetricsEndpoint | None = None
         self.registration = Registration(cfg.name, str(cfg.csi_socket))
         self.csi = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         csi_pb2_grpc.add_IdentityServicer_to_server(Identity(cfg.name, cfg.root), self.csi)
         csi_pb2_grpc.add_NodeServicer_to_server(
-            Node(cfg.node_id, self.volumes, cfg.pods_dir, cfg.min_mount_group), self.csi)
+            Node(cfg.node_id, self.volumes, self.collector, cfg.pods_dir, cfg.min_mount_group),
+            self.csi)
         self.registrar = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
         pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
             self.registration, self.registrar)
@@ -93,6 +101,16 @@ class Driver:
             _refuse_if_served(socket)
         # Only once no other driver runs here: its half-made dirs are not ours.
         self.volumes.clean_staging()
+        if self.cfg.metrics_port:
+            try:
+                self.metrics = MetricsEndpoint(registry_for(self.collector),
+                                               self.cfg.metrics_port, self.collector.alive,
+                                               stalled="collector stopped")
+            except OSError as err:
+                raise OSError(f"could not serve metrics on port {self.cfg.metrics_port}: "
+                              f"{err.strerror or err}") from err
+            self.metrics.start()
+        self.collector.start()
         _listen(self.csi, self.cfg.csi_socket)
         self.csi.start()
         _listen(self.registrar, self.cfg.registration_socket)
@@ -105,3 +123,6 @@ class Driver:
         self.cfg.registration_socket.unlink(missing_ok=True)
         self.csi.stop(grace_s).wait()
         self.cfg.csi_socket.unlink(missing_ok=True)
+        self.collector.stop()
+        if self.metrics is not None:
+            self.metrics.stop()

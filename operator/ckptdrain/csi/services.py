@@ -6,7 +6,9 @@ path and the system's reason, never a volume attribute's value).
 Only what the node tier needs is served: no Controller service (volumes are
 inline, made on the node), no staging; NodeGetCapabilities offers
 VOLUME_MOUNT_GROUP so that kubelet passes the pod's fsGroup to the driver
-instead of changing ownership itself.
+instead of changing ownership itself, and GET_VOLUME_STATS: a volume's
+usage is its policy's data (measured at the collector's last scan), its
+available and total the disk's.
 """
 
 from __future__ import annotations
@@ -14,15 +16,17 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import wrappers_pb2
 
 from ckptdrain import __version__
-from ckptdrain.csi.requests import Refused, publish_request, unpublish_request
+from ckptdrain.csi.collector import Collector
+from ckptdrain.csi.requests import Refused, check_volume_id, publish_request, unpublish_request
 from ckptdrain.csi.stubs import csi_pb2, csi_pb2_grpc
+from ckptdrain.csi.usage import capacity
 from ckptdrain.csi.volumes import VolumeStore
 
 log = logging.getLogger(__name__)
@@ -62,10 +66,11 @@ class Identity(csi_pb2_grpc.IdentityServicer):
 
 
 class Node(csi_pb2_grpc.NodeServicer):
-    def __init__(self, node_id: str, volumes: VolumeStore, pods_dir: PurePosixPath,
-                 min_mount_group: int) -> None:
+    def __init__(self, node_id: str, volumes: VolumeStore, collector: Collector,
+                 pods_dir: PurePosixPath, min_mount_group: int) -> None:
         self.node_id = node_id
         self.volumes = volumes
+        self.collector = collector
         self.pods_dir = pods_dir
         self.min_mount_group = min_mount_group
 
@@ -75,7 +80,8 @@ class Node(csi_pb2_grpc.NodeServicer):
     def NodeGetCapabilities(self, request: Any, context: grpc.ServicerContext) -> Any:
         rpc = csi_pb2.NodeServiceCapability.RPC
         return csi_pb2.NodeGetCapabilitiesResponse(capabilities=[
-            csi_pb2.NodeServiceCapability(rpc=rpc(type=rpc.VOLUME_MOUNT_GROUP))])
+            csi_pb2.NodeServiceCapability(rpc=rpc(type=rpc.VOLUME_MOUNT_GROUP)),
+            csi_pb2.NodeServiceCapability(rpc=rpc(type=rpc.GET_VOLUME_STATS))])
 
     def NodePublishVolume(self, request: Any, context: grpc.ServicerContext) -> Any:
         def work() -> Any:
@@ -101,5 +107,23 @@ class Node(csi_pb2_grpc.NodeServicer):
         return answer(context, "NodeUnpublishVolume", work)
 
     def NodeGetVolumeStats(self, request: Any, context: grpc.ServicerContext) -> Any:
-        # Not offered in NodeGetCapabilities (usage reporting: next slice).
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "NodeGetVolumeStats: not offered")
+        def work() -> Any:
+            check_volume_id(request.volume_id)
+            if not request.volume_path:
+                raise Refused("INVALID_ARGUMENT", "volume_path: expected the path the volume "
+                              "is published at, got nothing")
+            source = self.volumes.published_source(request.volume_id,
+                                                   Path(request.volume_path))
+            if source is None:
+                raise Refused("NOT_FOUND", f"volume {request.volume_id!r} is not published "
+                              f"at volume_path {request.volume_path!r}")
+            used = self.collector.usage_of(source.parent)
+            disk = capacity(source)
+            unit = csi_pb2.VolumeUsage
+            return csi_pb2.NodeGetVolumeStatsResponse(usage=[
+                unit(unit=unit.BYTES, used=used.bytes, available=disk.available_bytes,
+                     total=disk.total_bytes),
+                unit(unit=unit.INODES, used=used.inodes, available=disk.available_inodes,
+                     total=disk.total_inodes)])
+
+        return answer(context, "NodeGetVolumeStats", work)

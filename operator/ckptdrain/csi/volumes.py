@@ -103,7 +103,7 @@ def read_owner(directory: Path) -> Owner | None:
         return None
 
 
-def _write_file(path: Path, text: str) -> None:
+def write_file(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     with open(tmp, "x", encoding="utf-8") as out:
         out.write(text)
@@ -137,8 +137,10 @@ class VolumeStore:
         self.mounter = mounter
         self.owner_uid = owner_uid
         # Publishes are rare (one per pod start): one lock keeps creation and
-        # the marker check free of races between kubelet's concurrent calls.
-        self._lock = threading.Lock()
+        # the marker check free of races between kubelet's concurrent calls,
+        # and the collector holds it while it decides on and moves a
+        # directory away (collector.py), so that no publish comes between.
+        self.lock = threading.Lock()
 
     def publish(self, req: PublishRequest) -> Path:
         """Mount the policy's data dir at the request's target; idempotent.
@@ -151,7 +153,7 @@ class VolumeStore:
         group = self.owner_uid if req.mount_group is None else req.mount_group
         owner = Owner(req.namespace, check_policy_uid(uid), req.policy_name, group)
         target = Path(req.target_path)
-        with self._lock:
+        with self.lock:
             _check_parent(target)  # before anything is made for the request
             data = self._policy_data(owner)
             record = self._published(req.volume_id)
@@ -170,7 +172,7 @@ class VolumeStore:
     def unpublish(self, req: UnpublishRequest) -> None:
         """Unmount and remove the target; the data stays. Idempotent."""
         target = Path(req.target_path)
-        with self._lock:
+        with self.lock:
             record = self._published(req.volume_id)
             if record is not None and record.get("targetPath") != str(target):
                 raise Refused("INVALID_ARGUMENT", f"target_path {str(target)!r}: volume "
@@ -197,7 +199,7 @@ class VolumeStore:
             staging = namespace_dir / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
             staging.mkdir(mode=ROOT_DIR_MODE)
             os.chmod(staging, ROOT_DIR_MODE)
-            _write_file(staging / OWNER_FILE, owner.to_json())
+            write_file(staging / OWNER_FILE, owner.to_json())
             (staging / DATA_DIR).mkdir(mode=0o700)
             self._prepare(staging / DATA_DIR,
                           self.owner_uid if owner.group is None else owner.group)
@@ -271,7 +273,30 @@ class VolumeStore:
         except (OSError, ValueError):
             return None
 
+    def published_sources(self) -> set[Path]:
+        """The data dirs some volume is published from, by the records (the
+        caller holds `lock` for an answer that stays true)."""
+        records = self.root / PUBLISHED_DIR
+        if not records.is_dir():
+            return set()
+        sources = set()
+        for record in records.glob("*.json"):
+            try:
+                sources.add(Path(json.loads(record.read_text())["source"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                # A record that cannot be read might be of any directory:
+                # the caller must then delete nothing.
+                raise OSError(f"{record}: unreadable publish record") from None
+        return sources
+
+    def published_source(self, volume_id: str, target: Path) -> Path | None:
+        """The data dir of volume `volume_id` if it is published at `target`."""
+        record = self._published(volume_id)
+        if record is None or record.get("targetPath") != str(target):
+            return None
+        return Path(record["source"])
+
     def _record(self, volume_id: str, record: dict[str, str]) -> None:
         directory = self.root / PUBLISHED_DIR
         directory.mkdir(mode=0o700, exist_ok=True)
-        _write_file(directory / f"{volume_id}.json", json.dumps(record, sort_keys=True))
+        write_file(directory / f"{volume_id}.json", json.dumps(record, sort_keys=True))

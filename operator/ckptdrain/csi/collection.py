@@ -1,0 +1,98 @@
+"""What becomes of a policy's node data once its policy may be gone: pure.
+
+Each scan the driver asks the apiserver for the policy a directory's
+`owner.json` names (namespace, name) and turns the answer into a `Sighting`:
+
+- PRESENT: the policy is there with the marker's UID;
+- DELETED: no such policy (a NotFound naming it), or one of that name with
+  another UID (deleted and created again: its data is in another
+  directory);
+- UNKNOWN: anything else (an error, a timeout, a 403, a 404 that is not a
+  NotFound for the policy). Nothing is decided on it: the clock is neither
+  started, advanced nor cleared.
+
+The clock (`DeletedClock`, kept on disk in `deleted-since.json`, so a
+driver restart keeps it) holds the first and the latest DELETED sighting of
+an unbroken run. A directory is deleted only when its owner was seen
+DELETED at the start of the grace and is seen DELETED now, at least
+`grace_s` later, with no gap longer than the grace between two DELETED
+sightings of the run (UNKNOWN answers in between count for nothing: a
+longer silence starts the run again at now), no volume of it is published,
+and the reclaim policy is Delete. So one odd answer only starts the clock,
+and a PRESENT answer stops it (the clock is dropped). Retain keeps the
+directory for good and reports it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+DELETE = "Delete"
+RETAIN = "Retain"
+RECLAIM_POLICIES = (DELETE, RETAIN)
+
+
+class Sighting(enum.Enum):
+    PRESENT = "present"
+    DELETED = "deleted"
+    UNKNOWN = "unknown"
+
+
+class Verdict(enum.Enum):
+    """What the directory is, after this scan (each is reported)."""
+
+    LIVE = "live"  # its policy is there (or the answer was unknown and no clock runs)
+    PENDING = "pending_deletion"  # owner deleted; waiting for the grace or an unpublish
+    RETAINED = "retained"  # owner deleted, reclaim Retain: kept for good
+    DELETE = "delete"  # to be deleted now
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    policy: str  # DELETE or RETAIN
+    grace_s: float
+
+
+@dataclass(frozen=True)
+class DeletedClock:
+    """An unbroken run of DELETED sightings (Unix seconds)."""
+
+    since: float  # the first of the run: the grace counts from here
+    last: float  # the latest: a gap longer than the grace breaks the run
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    # What the clock must be on disk after this scan (None: no file).
+    clock: DeletedClock | None
+
+
+def sighting(marker_uid: str, found_uid: str | None) -> Sighting:
+    """The apiserver's answer for the marker's (namespace, name): `found_uid`
+    is the policy's UID, None for a NotFound naming it. (An answer that is
+    neither is UNKNOWN; the edge says so without calling this.)"""
+    if found_uid is None or found_uid != marker_uid:
+        return Sighting.DELETED
+    return Sighting.PRESENT
+
+
+def decide(seen: Sighting, clock: DeletedClock | None, published: bool, now: float,
+           reclaim: Reclaim) -> Decision:
+    """The fate of one policy directory at time `now` (Unix seconds)."""
+    waiting = Verdict.RETAINED if reclaim.policy == RETAIN else Verdict.PENDING
+    if seen is Sighting.PRESENT:
+        return Decision(Verdict.LIVE, None)  # a clock that ran stops
+    if seen is Sighting.UNKNOWN:
+        # No evidence either way: keep the clock as it is, decide nothing.
+        return Decision(Verdict.LIVE if clock is None else waiting, clock)
+    if clock is None or not 0 <= now - clock.last <= reclaim.grace_s:
+        # A first sighting, one after a silence longer than the grace (the
+        # owner's fate in between is not known), or a clock that went back:
+        # only the clock starts, whatever the grace.
+        return Decision(waiting, DeletedClock(now, now))
+    clock = DeletedClock(clock.since, now)
+    if reclaim.policy == RETAIN or published or now - clock.since < reclaim.grace_s:
+        return Decision(waiting, clock)
+    return Decision(Verdict.DELETE, clock)

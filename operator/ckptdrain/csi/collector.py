@@ -1,0 +1,276 @@
+"""The driver's scan of its root: usage measured, deleted policies' data
+collected (collection.py decides), unknown owners reported. A thin edge:
+it reads the disk and the apiserver, calls the pure decision, and writes.
+
+    <root>/<namespace>/<policy uid>/
+      owner.json              the owner (volumes.py)
+      deleted-since.json      {"since": <Unix seconds>, "last": <Unix seconds>}:
+                              the first and latest sightings of the owner
+                              deleted (collection.DeletedClock); written
+                              atomically, removed when the owner is seen
+                              again, kept over restarts
+    <root>/.trash/            where a directory is renamed before it is removed
+
+Deleting is done so that nothing outside the directory can be hit: the
+policy directory (never a link: checked with lstat) is renamed into
+`.trash` (a real directory, never a link) on the same filesystem, under the
+volume lock, after the publish records and the mount table show nothing of
+it in use; then it is removed by removal.py, which follows no link (the
+tenant may have made links in its data) and enters no other filesystem. A
+crash between the two leaves it in `.trash`, which every scan empties.
+
+A directory without a valid owner marker (none, unreadable, or naming
+another place) is an unknown owner: logged once, counted, never deleted,
+and never handed out (publish refuses it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ckptdrain.csi import collection
+from ckptdrain.csi.collection import DeletedClock, Reclaim, Sighting, Verdict
+from ckptdrain.csi.removal import remove_from
+from ckptdrain.csi.requests import Refused
+from ckptdrain.csi.usage import Capacity, Usage, capacity, measure
+from ckptdrain.csi.volumes import (
+    DATA_DIR,
+    PolicyResolver,
+    VolumeStore,
+    read_owner,
+    write_file,
+)
+
+log = logging.getLogger(__name__)
+
+DELETED_SINCE_FILE = "deleted-since.json"
+TRASH_DIR = ".trash"
+
+
+@dataclass(frozen=True)
+class PolicyData:
+    namespace: str
+    policy_name: str
+    policy_uid: str
+    verdict: Verdict
+    usage: Usage | None  # None when it could not be measured
+
+
+@dataclass
+class ScanReport:
+    """What one scan found (the metrics show the latest)."""
+
+    at: float  # when the scan ended (Unix seconds)
+    policies: list[PolicyData] = field(default_factory=list)
+    unknown_owners: int = 0
+    capacity: Capacity | None = None
+
+
+def read_clock(directory: Path) -> DeletedClock | None:
+    """The clock on disk; None when there is none or it cannot be read (the
+    clock then starts again, which only delays a deletion)."""
+    try:
+        found = json.loads((directory / DELETED_SINCE_FILE).read_text())
+        since = found["since"]
+        last = found.get("last", since)  # a file without it: the run starts again
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in (since, last)):
+        return None
+    return DeletedClock(float(since), float(last))
+
+
+def _real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+class Collector:
+    """Scans `volumes.root` every `interval_s` in a thread of its own."""
+
+    def __init__(self, volumes: VolumeStore, resolve_policy: PolicyResolver, reclaim: Reclaim,
+                 interval_s: float, mounted_under: Callable[[Path], bool],
+                 clock: Callable[[], float] = time.time) -> None:
+        self.volumes = volumes
+        self.root = volumes.root
+        self.resolve_policy = resolve_policy
+        self.reclaim = reclaim
+        self.interval_s = interval_s
+        self.mounted_under = mounted_under
+        self.clock = clock
+        self.deletions = 0
+        self.report = ScanReport(at=0.0)
+        self._usage: dict[Path, Usage] = {}  # policy dir -> usage at the last scan
+        self._reported_unknown: set[Path] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="csi-collector", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def alive(self) -> bool:
+        """Whether the scan thread still runs (it ends only on a bug)."""
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.scan()
+            except OSError as err:
+                # The next scan tries again; the report's time shows a stall.
+                log.error("scan of %s failed: %s", self.root, err)
+            self._stop.wait(self.interval_s)
+
+    def usage_of(self, policy_dir: Path) -> Usage:
+        """The directory's usage from the last scan, measured now (once) if
+        the scan has not seen it yet."""
+        found = self._usage.get(policy_dir)
+        if found is None:
+            found = self._usage[policy_dir] = measure(policy_dir / DATA_DIR)
+        return found
+
+    def scan(self) -> ScanReport:
+        """One pass over the root; returns (and keeps) its report."""
+        report = ScanReport(at=self.clock())
+        usage: dict[Path, Usage] = {}
+        if self.root.is_dir():
+            self._empty_trash()
+            for namespace in sorted(self.root.iterdir()):
+                if namespace.name.startswith(".") or not _real_dir(namespace):
+                    continue  # .published, .trash; a file or link is nobody's namespace
+                try:
+                    directories = sorted(namespace.iterdir())
+                except OSError as err:
+                    # One namespace's trouble holds up none of the others.
+                    log.error("%s: not scanned: %s", namespace, err)
+                    continue
+                for directory in directories:
+                    if directory.name.startswith("."):
+                        continue  # a staging dir (.new-*) being made
+                    try:
+                        found = self._scan_one(namespace.name, directory, report)
+                    except OSError as err:
+                        # One directory's trouble holds up none of the others.
+                        log.error("%s: not scanned: %s", directory, err)
+                        continue
+                    if found is not None and found.usage is not None:
+                        usage[directory] = found.usage
+            report.capacity = capacity(self.root)
+        report.at = self.clock()  # when it ended: what the metric shows
+        self._usage = usage
+        self.report = report
+        return report
+
+    def _scan_one(self, namespace: str, directory: Path, report: ScanReport
+                  ) -> PolicyData | None:
+        owner = read_owner(directory) if _real_dir(directory) else None
+        if owner is None or (owner.namespace, owner.policy_uid) != (namespace, directory.name):
+            report.unknown_owners += 1
+            if directory not in self._reported_unknown:
+                self._reported_unknown.add(directory)
+                log.warning("%s: no valid owner marker (%s): an unknown owner, kept and never "
+                            "handed out", directory, "none or unreadable" if owner is None
+                            else "it names another place")
+            return None
+        try:
+            found_uid = self.resolve_policy(owner.namespace, owner.policy_name)
+            seen = collection.sighting(owner.policy_uid, found_uid)
+        except Refused as err:
+            log.info("policy %s/%s: %s; nothing decided this scan", owner.namespace,
+                     owner.policy_name, err.message)
+            seen = Sighting.UNKNOWN
+        verdict = self._settle(directory, seen)
+        usage = None
+        if verdict is not Verdict.DELETE:
+            try:
+                usage = measure(directory / DATA_DIR)
+            except OSError as err:
+                log.warning("%s: usage not measured: %s", directory, err)
+        data = PolicyData(owner.namespace, owner.policy_name, owner.policy_uid, verdict, usage)
+        if verdict is not Verdict.DELETE:
+            report.policies.append(data)
+        return data
+
+    def _settle(self, directory: Path, seen: Sighting) -> Verdict:
+        """Decide on the directory and carry the decision out."""
+        clock = read_clock(directory)
+        if seen is Sighting.PRESENT and clock is None:
+            return Verdict.LIVE  # the common case: nothing to lock or write
+        with self.volumes.lock:
+            published = (directory / DATA_DIR in self.volumes.published_sources()
+                         or self.mounted_under(directory))
+            decision = collection.decide(seen, clock, published, self.clock(), self.reclaim)
+            moved = self._move_to_trash(directory) if decision.verdict is Verdict.DELETE \
+                else None
+        if decision.verdict is Verdict.DELETE:
+            if moved is None:
+                return Verdict.PENDING  # not moved (logged): kept, reported, tried again
+            self._remove(moved)  # outside the lock: a big tree takes a while
+            return Verdict.DELETE
+        if decision.clock != clock:
+            if decision.clock is None:
+                (directory / DELETED_SINCE_FILE).unlink(missing_ok=True)
+                log.info("%s: its policy is there again; collection called off", directory)
+            else:
+                write_file(directory / DELETED_SINCE_FILE, json.dumps(
+                    {"since": decision.clock.since, "last": decision.clock.last}))
+                if clock is None or decision.clock.since != clock.since:
+                    log.info("%s: its policy is deleted; %s", directory,
+                             "kept (reclaim Retain)" if self.reclaim.policy == collection.RETAIN
+                             else f"deleted after {self.reclaim.grace_s:g} s of sightings "
+                                  "unless it comes back")
+        return decision.verdict
+
+    def _move_to_trash(self, directory: Path) -> Path | None:
+        """Rename the directory into the trash; called under the volume lock,
+        so no publish comes between the check and the rename."""
+        if not _real_dir(directory) or not _real_dir(directory.parent):
+            return None
+        trash = self.root / TRASH_DIR
+        if not _real_dir(trash):
+            try:
+                trash.mkdir(mode=0o700)
+            except FileExistsError:
+                # A link or a file there: renaming into it could land anywhere.
+                log.error("%s is not a directory (a link or a file): %s kept until a "
+                          "person removes it", trash, directory)
+                return None
+        moved = trash / f"{directory.parent.name}-{directory.name}-{uuid.uuid4().hex[:8]}"
+        os.rename(directory, moved)
+        self.deletions += 1
+        log.info("deleted %s: its policy was deleted more than %g s ago", directory,
+                 self.reclaim.grace_s)
+        return moved
+
+    def _empty_trash(self) -> None:
+        trash = self.root / TRASH_DIR
+        if _real_dir(trash):
+            for left in trash.iterdir():
+                self._remove(left)
+
+    @staticmethod
+    def _remove(path: Path) -> None:
+        """Remove a directory in the trash (removal.py: no link followed, no
+        other filesystem entered)."""
+        try:
+            remove_from(path.parent, path.name)
+        except FileNotFoundError:
+            pass  # gone already
+        except OSError as err:
+            log.error("%s: not removed yet (%s); the next scan tries again", path, err)
