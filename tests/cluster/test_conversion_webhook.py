@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 import yaml
 from cluster_helpers import policy_crd_source, wait_for
-from conversion_server import ConversionServer
 from kubernetes import client, config
 from operator_process import ALLOWED_ROOT, repo_root
 
@@ -39,6 +38,7 @@ from ckptdrain.operator.tls.webhook_address import WebhookAddress
 from ckptdrain.operator.tls.webhook_certs import CrdCa
 from support import apiserver
 from support.apiserver import Cluster, free_port
+from support.conversion_server import ConversionServer
 
 ALPHA, BETA = "ckptdrain.io/v1alpha1", "ckptdrain.io/v1beta1"
 CRD = "checkpointpolicies.ckptdrain.io"
