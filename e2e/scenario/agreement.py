@@ -89,7 +89,7 @@ def policy_manifest(allowed_root: str, s3_port: int) -> str:
     doc = json.loads(jobset.policy_manifest(allowed_root, s3_port, policy=POLICY, app=NAME,
                                             prefix=PREFIX))
     doc["spec"]["writers"] = WRITERS
-    doc["spec"]["model"]["checkpointBytes"] = f"{CHECKPOINT_BYTES // 1_000_000}MB"
+    doc["spec"]["model"]["checkpointBytes"] = f"{CHECKPOINT_BYTES // 1_000_000}M"
     doc["spec"]["globalEvery"] = GLOBAL_EVERY
     # Writer 1 still holds the newest global step locally after the restarts.
     doc["spec"]["localTier"]["keep"] = LOCAL_KEEP

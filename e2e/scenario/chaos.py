@@ -55,7 +55,7 @@ Check = Callable[[object, str], None]
 
 def policy_manifest(allowed_root: str, s3_port: int) -> str:
     text = string.Template((HERE / "policy.yaml").read_text()).substitute(
-        NAMESPACE=NS, CHECKPOINT_BYTES="40MB", ALLOWED_ROOT=allowed_root, BUCKET=BUCKET,
+        NAMESPACE=NS, CHECKPOINT_BYTES="40M", ALLOWED_ROOT=allowed_root, BUCKET=BUCKET,
         S3_NAMESPACE=S3_NS, S3_PORT=str(s3_port))
     doc = yaml.safe_load(text)
     doc["metadata"]["name"] = POLICY

@@ -47,7 +47,7 @@ def _render(name: str, **values: object) -> str:
 
 
 def policy_manifest(allowed_root: str, s3_port: int, writers: int) -> str:
-    doc = yaml.safe_load(_render("policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES="10MB",
+    doc = yaml.safe_load(_render("policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES="10M",
                                  ALLOWED_ROOT=allowed_root, BUCKET=BUCKET, S3_NAMESPACE=S3_NS,
                                  S3_PORT=s3_port))
     doc["metadata"]["name"] = NAME

@@ -83,7 +83,7 @@ def policy_manifest(allowed_root: str, s3_port: int, policy: str = POLICY, app: 
                     prefix: str = PREFIX) -> str:
     """A CheckpointPolicy of WRITERS writers selecting pods labelled app=<app>."""
     doc = yaml.safe_load(_render(
-        "policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES=f"{CHECKPOINT_BYTES // 1_000_000}MB",
+        "policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES=f"{CHECKPOINT_BYTES // 1_000_000}M",
         ALLOWED_ROOT=allowed_root, BUCKET=BUCKET, S3_NAMESPACE=S3_NS, S3_PORT=s3_port))
     doc["metadata"]["name"] = policy
     doc["spec"]["selector"] = {"matchLabels": {"app": app}}

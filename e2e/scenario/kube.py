@@ -13,14 +13,17 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 KUBECTL = os.environ.get("KUBECTL", "kubectl")
 HELM = os.environ.get("HELM", "helm")
-#: CheckpointPolicies at v1alpha1, the version the operator stores and
-#: writes its status in. This release serves no other, so nothing here goes
-#: through the conversion webhook; named anyway so that the release serving
-#: v1beta1 (kubectl's preferred version then, converted by the admission
-#: process, down while chaos restarts it) changes nothing here. Once an
-#: object is written at v1beta1, even a v1alpha1 write converts (its
-#: managedFields): this scenario writes v1alpha1 only.
+#: CheckpointPolicies read at v1alpha1, the version the operator stores and
+#: writes its status in. The scenarios write v1beta1 (what users write), but
+#: read status here: its times (`startedAt`, `heldSince`, each interruption's
+#: `at`) are Unix seconds at v1alpha1, the numbers the steps compare with the
+#: trainers' clocks, and RFC3339 strings at v1beta1. Such a read needs no
+#: conversion; the operator's status patches do (the objects were written at
+#: v1beta1, and so were their managedFields).
 POLICIES = "checkpointpolicies.v1alpha1.ckptdrain.io"
+#: The same objects as users read them (kubectl's preferred version):
+#: converted by the operator's webhook.
+POLICIES_V1BETA1 = "checkpointpolicies.v1beta1.ckptdrain.io"
 
 
 class Failed(AssertionError):

@@ -48,7 +48,7 @@ def policy_manifest(allowed_root: str, s3_port: int) -> str:
     doc = json.loads(jobset.policy_manifest(allowed_root, s3_port, policy=POLICY, app=NAME,
                                             prefix=PREFIX))
     doc["spec"]["writers"] = WRITERS
-    doc["spec"]["model"]["checkpointBytes"] = f"{CHECKPOINT_BYTES // 1_000_000}MB"
+    doc["spec"]["model"]["checkpointBytes"] = f"{CHECKPOINT_BYTES // 1_000_000}M"
     doc["spec"]["globalEvery"] = GLOBAL_EVERY
     # Writer 1 trains on while writer 0 is replaced (tens of seconds): it
     # must still hold the step writer 0 gets back from its partner.

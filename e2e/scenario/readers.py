@@ -61,7 +61,7 @@ def policy_manifest(allowed_root: str, s3_port: int) -> str:
     doc = json.loads(jobset.policy_manifest(allowed_root, s3_port, policy=POLICY, app=NAME,
                                             prefix=PREFIX))
     doc["spec"] |= {"writers": WRITERS, "readers": "Replicas", "overlap": "10%"}
-    doc["spec"]["model"]["checkpointBytes"] = f"{CHECKPOINT_BYTES // 1_000_000}MB"
+    doc["spec"]["model"]["checkpointBytes"] = f"{CHECKPOINT_BYTES // 1_000_000}M"
     return json.dumps(doc)
 
 

@@ -80,14 +80,16 @@ import kueue
 import lws
 import move
 import peer
+import platform_class
 import processes
 import quickstart
-from kube import POLICIES, Failed, apply, get, helm, kubectl, run, wait_for
+from kube import POLICIES, POLICIES_V1BETA1, Failed, apply, get, helm, kubectl, run, wait_for
 from s3server import seaweedfs
 from trainers import TRAINERS, Logs, Trainer
 from views import (
     BUCKET,
     CHECKPOINT_BYTES,
+    CLASS,
     EVERY,
     GRACE,
     JOB,
@@ -198,15 +200,27 @@ def step2_s3(s3: Any) -> None:
 def step3_apply(s3: Any, allowed_root: str, trainer: Trainer, torch_site: str) -> float:
     say("3. apply the CheckpointPolicy and the training Job")
     # The validating webhook refuses what the schema cannot catch (over TLS).
-    bad = render("policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES="50MB", ALLOWED_ROOT="/etc",
+    bad = render("policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES="50M", ALLOWED_ROOT="/etc",
                  BUCKET=BUCKET, S3_NAMESPACE=S3_NS, S3_PORT=s3.port)
     refused = kubectl("apply", "--dry-run=server", "-f", "-", input=bad, check=False)
     check(refused.returncode != 0 and "webhook" in refused.stderr,
           f"validating webhook refuses a local tier outside the allowed root: "
           f"{refused.stderr.strip()[-160:]}")
-    apply(render("policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES="50MB",
+    apply(render("policy.yaml", NAMESPACE=NS, CHECKPOINT_BYTES="50M",
                  ALLOWED_ROOT=allowed_root, BUCKET=BUCKET, S3_NAMESPACE=S3_NS, S3_PORT=s3.port))
     wait_for("policy status", lambda: policy_status().get("requiredBandwidth"), 60)
+    # Read as users read it, v1beta1 through the conversion webhook: the
+    # policy named no class, admission wrote in the default one.
+    bound = get(POLICIES_V1BETA1, "-n", NS, POLICY)
+    resolved = wait_for("the policy's ClassResolved condition", lambda: next(
+        (c for c in (get(POLICIES_V1BETA1, "-n", NS, POLICY).get("status") or {})
+         .get("conditions", []) if c["type"] == "ClassResolved"), None), 60, 1)
+    check(bound["apiVersion"] == "ckptdrain.io/v1beta1"
+          and bound["spec"].get("checkpointClassName") == CLASS
+          and resolved["status"] == "True",
+          f"policy {POLICY} (read at {bound['apiVersion']}) bound to the default class "
+          f"{bound['spec'].get('checkpointClassName')}: ClassResolved {resolved['status']} "
+          f"({resolved.get('reason')})")
     epoch = time.time()
     apply(trainer.job(render("job.yaml", NAMESPACE=NS, GRACE=GRACE, EPOCH=f"{epoch:.3f}",
                              TORCH_SITE=torch_site),
@@ -244,10 +258,9 @@ def step4_drain(logs: Logs, local_root: Path, complete: int) -> dict[int, str]:
           f"policy status: required {status['requiredBandwidth']}, drainers "
           f"{status['drainers']}, last local step {status['lastLocalStep']}, last global "
           f"step {status['lastGlobalStep']}, recovery point {status['recoveryPointTime']}")
-    # Unversioned on purpose: what a user sees. This release serves v1alpha1
-    # alone, so this reads v1alpha1 with no conversion; once a release serves
-    # v1beta1 it reads that, made by the operator's conversion webhook (the
-    # CRD's caBundle set by it too).
+    # Unversioned on purpose: what a user sees, v1beta1 (the preferred
+    # version), made by the operator's conversion webhook (the CRD's caBundle
+    # set by it too).
     print(kubectl("get", "checkpointpolicy", "-n", NS).stdout, flush=True)
     # The cluster scale: published in the namespace, and the policy's channel
     # leaves shrinks to it once both agents said (in their own reports, under
@@ -533,6 +546,8 @@ def step8_uninstall() -> None:
             timeout=60)
     wait_for("records garbage-collected with their policy",
              lambda: not get("checkpoints", "-n", NS)["items"], 60)
+    # Cluster-scoped, the platform's: neither the namespaces nor the release hold it.
+    platform_class.remove()
     helm("uninstall", RELEASE, "-n", OP_NS, "--wait", "--timeout", "90s", timeout=100)
     left = [kind for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations",
                               "clusterroles")
@@ -556,6 +571,7 @@ def leftovers() -> None:
         kubectl("delete", POLICIES, "-n", NS, "--all", "--ignore-not-found", "--wait=true",
                 "--timeout=60s", check=False, timeout=70)
         helm("uninstall", RELEASE, "-n", OP_NS, "--wait", check=False, timeout=120)
+    platform_class.remove()
     kubectl("delete", "namespace", NS, S3_NS, OP_NS, "--ignore-not-found", "--wait=true",
             "--timeout=120s", timeout=130)
 
@@ -648,6 +664,7 @@ def main() -> int:
         step1_install(args.image_repo, args.allowed_root)
         with seaweedfs(args.node_ip, args.workdir / "s3", BUCKET) as s3:
             step2_s3(s3)
+            platform_class.install(s3, args.allowed_root, say, check)
             if not args.only:
                 main_steps(s3, args, trainer, logs, local_root)
             if args.only in (None, "peer"):

@@ -9,6 +9,8 @@ from kube import POLICIES, get, kubectl
 
 NS, S3_NS, RELEASE, OP_NS = "ckptdrain-e2e", "ckptdrain-e2e-s3", "ckptdrain", "ckptdrain"
 POLICY, JOB, BUCKET = "mlp", "mlp", "ckptdrain-e2e"
+#: The default CheckpointClass (class.yaml) every scenario's policy binds to.
+CLASS = "ckptdrain-e2e"
 # The trainers' shared step clock: a step every STEP_S seconds, a checkpoint
 # on every EVERY-th step; GRACE is the pods' termination grace period.
 STEP_S, EVERY, GRACE = 0.1, 100, 30

@@ -122,6 +122,7 @@ def test_example_policy_passes_the_operators_checks(tools: Tools, policy_file: s
     """The operator configured by the chart (its env on the Deployment, read
     by ckptdrain.operator.config) accepts the example policy: the env names
     match and the allowed root in the values covers the policy's path."""
+    from ckptdrain.contract import policy_versions
     from ckptdrain.operator import config
     from ckptdrain.operator.policy import spec as policy
 
@@ -134,7 +135,9 @@ def test_example_policy_passes_the_operators_checks(tools: Tools, policy_file: s
     env = {k: v for k, v in env.items() if not k.startswith("CKPTDRAIN_WEBHOOK_")}
     cfg = config.from_env(env)
     assert cfg.allowed_root == yaml.safe_load(values.read_text())["localTier"]["allowedRoot"]
-    spec = yaml.safe_load((EXAMPLES / policy_file).read_text())["spec"]
+    # Written at v1beta1; the operator reads what etcd stores, v1alpha1.
+    written = yaml.safe_load((EXAMPLES / policy_file).read_text())
+    spec = policy_versions.convert(written, "ckptdrain.io/v1alpha1")["spec"]
     assert policy.validate(spec, cfg) == []
 
 

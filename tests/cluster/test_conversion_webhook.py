@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 import yaml
 from cluster_helpers import policy_crd_source, wait_for
-from conversion_server import ConversionServer
 from kubernetes import client, config
 from operator_process import ALLOWED_ROOT, repo_root
 
@@ -39,6 +38,7 @@ from ckptdrain.operator.tls.webhook_address import WebhookAddress
 from ckptdrain.operator.tls.webhook_certs import CrdCa
 from support import apiserver
 from support.apiserver import Cluster, free_port
+from support.conversion_server import ConversionServer, converting_to
 
 ALPHA, BETA = "ckptdrain.io/v1alpha1", "ckptdrain.io/v1beta1"
 CRD = "checkpointpolicies.ckptdrain.io"
@@ -50,10 +50,7 @@ def converted(obj: dict[str, Any], desired: str) -> dict[str, Any]:
 
 def policy_crd(url: str, ca_pem: bytes) -> dict[str, Any]:
     """crds/checkpointpolicies.yaml, converting through `url`."""
-    crd = policy_crd_source()
-    crd["spec"]["conversion"]["webhook"]["clientConfig"] = {
-        "url": url, "caBundle": base64.b64encode(ca_pem).decode()}
-    return crd
+    return converting_to(policy_crd_source(), url, ca_pem)
 
 
 @pytest.fixture(scope="module")

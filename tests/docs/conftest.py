@@ -1,7 +1,8 @@
 """Fixtures for the documentation tests: the operator's own policy checks
 (imported here only, so that a move of the module is one line to fix), the
 chart rendered with a page's helm arguments, and one real kube-apiserver
-with our CRDs for server-side dry runs."""
+with our CRDs for server-side dry runs, converting CheckpointPolicies
+through the operator's own /convert as an installed operator does."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 import yaml
 from tests.chart.support import CHART, CRDS, TOOLS
 from tests.support import apiserver
+from tests.support.conversion_server import converting_crds
 
 # The one import of the operator's policy module in this suite.
+from ckptdrain.contract import policy_versions
 from ckptdrain.operator import config as operator_config
 from ckptdrain.operator.policy import classes as operator_classes
 from ckptdrain.operator.policy import spec as operator_policy
@@ -25,6 +28,30 @@ def policy_problems(spec: Mapping[str, Any], cfg: operator_config.OperatorConfig
                     name: str = "") -> list[str]:
     """What the operator's admission would say about `spec`: [] when valid."""
     return [str(e) for e in operator_policy.validate(spec, cfg, name)]
+
+
+def stored(policy: Mapping[str, Any]) -> dict[str, Any]:
+    """A CheckpointPolicy of either version as etcd stores it and the
+    operator reads it (v1alpha1), made by the converter /convert runs."""
+    return policy_versions.convert(dict(policy), "ckptdrain.io/v1alpha1")
+
+
+def v1beta1_policy_problems(spec: Mapping[str, Any], cfg: operator_config.OperatorConfig,
+                            name: str = "") -> list[str]:
+    """What the operator would say about `spec` written at v1beta1: converted
+    to the stored v1alpha1 by the converter /convert runs, then judged. A
+    value in v1alpha1's spelling only (`405B`, `2TB`, `1d`) is a problem
+    too: it does not read back as written at v1beta1."""
+    written = {"apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointPolicy",
+               "metadata": {"name": name or "example"}, "spec": dict(spec)}
+    stored = policy_versions.to_v1alpha1(written)
+    read_back = policy_versions.to_v1beta1(stored)["spec"]
+    if read_back != written["spec"]:
+        changed = sorted(k for k in {*read_back, *written["spec"]}
+                         if read_back.get(k) != written["spec"].get(k))
+        return [f"spec.{', spec.'.join(changed)}: expected v1beta1 spellings "
+                f"(docs/api-versions.md), read back as {[read_back.get(k) for k in changed]}"]
+    return policy_problems(stored["spec"], cfg, name)
 
 
 def classed_policy_problems(namespace: str, spec: Mapping[str, Any],
@@ -81,5 +108,9 @@ def render(args: list[str], release: str = "ckptdrain") -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[apiserver.Cluster]:
-    """A real etcd + kube-apiserver with our CRDs applied and established."""
-    yield from apiserver.crd_cluster(CRDS)
+    """A real etcd + kube-apiserver with our CRDs applied and established. The
+    examples are v1beta1 and v1alpha1 is stored: the apiserver converts each
+    one through the admission process's /convert, as users' are."""
+    apiserver.binaries_or_fail()
+    with apiserver.running() as running, converting_crds(running, sorted(CRDS.glob("*.yaml"))):
+        yield running

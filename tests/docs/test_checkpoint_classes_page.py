@@ -12,7 +12,12 @@ from typing import Any
 import yaml
 from tests.docs import blocks
 from tests.docs.blocks import REPO
-from tests.docs.conftest import classed_policy_problems, default_config, policy_problems
+from tests.docs.conftest import (
+    classed_policy_problems,
+    default_config,
+    policy_problems,
+    stored,
+)
 
 PAGE = REPO / "docs" / "checkpoint-classes.md"
 
@@ -25,8 +30,8 @@ def _objects() -> list[dict[str, Any]]:
 def _example() -> tuple[dict[str, Any], dict[str, Any]]:
     objects = _objects()
     [cls] = [o for o in objects if o["kind"] == "CheckpointClass"]
-    [policy] = [o for o in objects if o["kind"] == "CheckpointPolicy"]
-    return cls, policy
+    [written] = [o for o in objects if o["kind"] == "CheckpointPolicy"]
+    return cls, stored(written)
 
 
 def test_the_example_policy_gets_the_default_class_and_its_store_settings() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from tests.docs import pages
 from tests.docs.blocks import REPO
-from tests.docs.conftest import config_from_env, policy_problems, render, selects
+from tests.docs.conftest import config_from_env, policy_problems, render, selects, stored
 
 pytestmark = pytest.mark.cluster  # helm, built by `make servers`
 
@@ -59,7 +59,7 @@ def test_the_operator_admits_the_pages_policies(page: tuple[pages.Page, Chart]) 
     policies = doc.policies()
     assert policies, f"{_id(doc)} installs the chart but names no policy"
     for p in policies:
-        problems = policy_problems(p["spec"], chart.config, p["metadata"]["name"])
+        problems = policy_problems(stored(p)["spec"], chart.config, p["metadata"]["name"])
         assert problems == [], f"{_id(doc)}: {p['metadata']['name']}: {problems}"
 
 

@@ -1,18 +1,33 @@
 """The admission process on its own, as the operator runs it, for tests
-that need only its HTTPS server (tests/cluster/test_conversion_webhook.py)."""
+that need only its HTTPS server: the conversion webhook's own tests
+(tests/cluster/test_conversion_webhook.py), and apiservers that must take
+v1beta1 CheckpointPolicies as users write them (the docs' examples, the
+policies the e2e applies), which the stored v1alpha1 makes a conversion."""
 
 from __future__ import annotations
 
+import base64
+import json
 import queue
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from operator_process import ALLOWED_ROOT, wait_or_kill
+import yaml
 
-from support.apiserver import Cluster
+from .apiserver import Cluster, make_ca, make_cert, wait_established
+from .ports import free_port
+
+#: The local-tier root the admission process allows (as the operator tests').
+ALLOWED_ROOT = "/mnt/ckptdrain"
+POLICY_CRD = "checkpointpolicies.yaml"
 
 
 class ConversionServer:
@@ -76,5 +91,47 @@ class ConversionServer:
         if self.proc is not None and self.proc.poll() is None:
             assert self.proc.stdin is not None
             self.proc.stdin.close()  # how it learns that the operator is gone
-            wait_or_kill(self.proc)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         self.proc = None
+
+
+def converting_to(crd: dict[str, Any], url: str, ca_pem: bytes) -> dict[str, Any]:
+    """`crd` (the CheckpointPolicy CRD as shipped) with its conversion sent to
+    `url`, trusting `ca_pem`: no Service here, as in the chart."""
+    converting = json.loads(json.dumps(crd))
+    converting["spec"]["conversion"]["webhook"]["clientConfig"] = {
+        "url": url, "caBundle": base64.b64encode(ca_pem).decode()}
+    return converting
+
+
+@contextmanager
+def converting_crds(cluster: Cluster, crds: Iterable[Path]) -> Iterator[ConversionServer]:
+    """The CRD files `crds` applied and Established, the
+    CheckpointPolicy CRD converting through a ConversionServer that runs
+    for the block: v1beta1 objects are then created, read and dry-run as
+    on an installed operator."""
+    workdir = Path(tempfile.mkdtemp(prefix="ckptdrain-conversion-"))
+    try:
+        ca = make_ca(workdir, "conversion-ca")
+        cert, key = make_cert(workdir, "conversion", ca)
+        port = free_port()
+        server = ConversionServer(cluster, cert, key, port)
+        server.start()
+        try:
+            for path in crds:
+                for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):
+                    if path.name == POLICY_CRD:
+                        doc = converting_to(doc, f"https://127.0.0.1:{port}/convert",
+                                            ca[0].read_bytes())
+                    cluster.kubectl("apply", "--server-side", "-f", "-",
+                                    input=json.dumps(doc))
+            wait_established(cluster)
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
