@@ -228,3 +228,13 @@ def test_condition_false_names_every_conflict_most_urgent_reason_first() -> None
     got = conflicts.condition([quota, short, evicted, quota])
     assert got == {"type": "KueueCompatible", "status": "False",
                    "reason": conflicts.EVICTED, "message": "e; t; q"}
+
+
+def test_a_pod_that_stays_guaranteed_is_counted_with_the_guaranteed_amounts() -> None:
+    facts = conflicts.PolicyFacts(600.0, None, "", injected={"cpu": Fraction(1, 10)},
+                                  injected_names=("ckptdrain-agent",),
+                                  injected_guaranteed={"cpu": Fraction(1)})
+    found = conflicts.quota(workload(), [pod_set("t", 2)], facts, lambda _: True)
+    assert found is not None and "cpu 1 per pod × 2" in found.message
+    found = conflicts.quota(workload(), [pod_set("t", 2)], facts)
+    assert found is not None and "cpu 100m per pod × 2" in found.message

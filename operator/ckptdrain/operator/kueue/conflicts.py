@@ -18,7 +18,7 @@ Pure: the reads and writes are report.py's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -60,6 +60,9 @@ class PolicyFacts:
     injected: Mapping[str, Fraction] = field(default_factory=dict)
     #: Which injected containers those are, for the message.
     injected_names: Sequence[str] = ()
+    #: The same where a pod stays Guaranteed (its containers' `guaranteed`
+    #: amounts; admission/resources.py); None: as `injected`.
+    injected_guaranteed: Mapping[str, Fraction] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,14 +193,19 @@ def uncounted(template: Mapping[str, Any], injected: Mapping[str, Fraction],
 
 
 def quota(workload: Mapping[str, Any], pod_sets: Sequence[Mapping[str, Any]],
-          facts: PolicyFacts) -> Conflict | None:
+          facts: PolicyFacts, stays_guaranteed: Callable[[Mapping[str, Any]], bool] = (
+              lambda _: False)) -> Conflict | None:
     """The injected requests Kueue's quota does not count, per pod and in
-    total, over the Workload's pod sets that are the policy's."""
+    total, over the Workload's pod sets that are the policy's;
+    `stays_guaranteed(template)` picks the shape admission gives them."""
     per_set = []
     total: dict[str, Fraction] = {}
     for pod_set in pod_sets:
-        missing = uncounted(pod_set.get("template") or {}, facts.injected,
-                            facts.injected_names)
+        template = pod_set.get("template") or {}
+        injected = facts.injected
+        if facts.injected_guaranteed is not None and stays_guaranteed(template):
+            injected = facts.injected_guaranteed
+        missing = uncounted(template, injected, facts.injected_names)
         if not missing:
             continue
         count = int(pod_set.get("count") or 0)

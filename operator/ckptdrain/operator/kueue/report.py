@@ -1,0 +1,234 @@
+"""The operator's thin edge of conflicts.py: at the end of each recency pass
+of a policy whose workloads Kueue queues (recency/publish.py hands over the
+Kueue Workloads it found), read what the checks need (reads.py), and say
+what they find:
+
+- the policy's KueueCompatible condition, written only when its status,
+  reason or message change (never where Kueue is not installed, nor for a
+  policy none of whose workloads Kueue queues);
+- a Warning Event on the Workload, once per Workload and reason (an
+  operator restarted says it once more);
+- ckptdrain_kueue_conflicts{namespace, policy, reason}, the number of each.
+
+A read that fails leaves what it would check unknown (no conflict claimed);
+the condition says what could not be read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any
+
+from prometheus_client import Gauge
+
+from ckptdrain import units
+from ckptdrain.contract import api
+from ckptdrain.errors import InvalidInput
+from ckptdrain.operator.admission import resources
+from ckptdrain.operator.apiserver import kube
+from ckptdrain.operator.bandwidth import rebalance
+from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.containers import AGENT, PEER
+from ckptdrain.operator.kueue import conflicts, reads
+from ckptdrain.operator.policy import spec as pol
+from ckptdrain.operator.policy import status as st
+from ckptdrain.operator.policy.peer_tier import PEER as PEER_CONTAINER
+from ckptdrain.operator.recency import kueue as recency_kueue
+from ckptdrain.operator.recency import owners, publish
+from ckptdrain.quantity import parse_quantity
+
+Key = tuple[str, str]
+AGENT_CONTAINER = "ckptdrain-agent"
+
+CONFLICTS = Gauge("ckptdrain_kueue_conflicts",
+                  "Conflicts between Kueue's settings and the policy's, by the reason of the "
+                  "policy's KueueCompatible condition (docs/kueue.md)",
+                  ["namespace", "policy", "reason"])
+
+log = logging.getLogger(__name__)
+_lock = threading.Lock()
+#: (Workload uid, reason): its Event is posted.
+_posted: set[tuple[str, str]] = set()
+#: Per policy: the reasons whose gauge is set.
+_gauged: dict[Key, set[str]] = {}
+
+
+def start(cfg: OperatorConfig) -> None:
+    """Check at the end of every recency pass (operator start)."""
+    publish.after_pass(lambda key, body, queued, logger: check(cfg, key, body, queued, logger))
+
+
+def _amounts(raw: Mapping[str, str]) -> dict[str, Fraction]:
+    return {k: parse_quantity(k, v) for k, v in raw.items()}
+
+
+def facts_of(policy: pol.Policy) -> conflicts.PolicyFacts:
+    """What the checks need of a parsed policy: its retryDeadline, one
+    restore as its sizing estimates it (a checkpoint over the bandwidth its
+    drain gets), its placement, and the requests of the containers that run
+    beside the trainer (the agent; the peer sidecar with the peer tier)."""
+    sized = pol.compute_sizing(policy)
+    rate = units.format_rate(sized.allowed_bandwidth)
+    bound = f"its {sized.binding_cap} cap" if sized.binding_cap else \
+        "what its interval needs, no cap set"
+    basis = (f"one checkpoint, {units.format_bytes(sized.checkpoint_bytes)}, at {rate} "
+             f"({bound}): {units.format_duration(sized.drain_seconds)}")
+    names = [AGENT] + ([PEER] if policy.peer.enabled else [])
+    shaped = {equal: {} for equal in (False, True)}
+    for equal, total in shaped.items():
+        for name in names:
+            asked = resources.injected(name, policy.containers, equal=equal)["requests"]
+            for resource, amount in _amounts(asked).items():
+                total[resource] = total.get(resource, Fraction(0)) + amount
+    terms = [{"matchExpressions": list(policy.node_expressions)}] \
+        if policy.node_expressions else []
+    return conflicts.PolicyFacts(
+        retry_deadline_s=policy.restore_retry_deadline_s, restore_s=sized.drain_seconds,
+        restore_basis=basis, placement_terms=terms, injected=shaped[False],
+        injected_names=[AGENT_CONTAINER] + ([PEER_CONTAINER] if policy.peer.enabled else []),
+        injected_guaranteed=shaped[True])
+
+
+def check(cfg: OperatorConfig, key: Key, body: dict[str, Any],
+          queued: list[owners.Owner], logger: logging.Logger) -> None:
+    """Check the policy against Kueue and say what was found."""
+    if recency_kueue.served() is None or not queued:
+        return
+    try:
+        policy = rebalance.parse_policy(cfg, body, drainers=1)
+    except InvalidInput:
+        return  # an invalid policy's conditions say so already; nothing to check
+    facts = facts_of(policy)
+    found: list[conflicts.Conflict] = []
+    notes: list[str] = []
+    if policy.restore_enabled:
+        wait, why = reads.wait_for_pods_ready(cfg.kueue_config)
+        found += conflicts.wait_for_pods_ready(wait, facts)
+        if why:
+            notes.append(f"waitForPodsReady not checked: {why}")
+    uids: dict[str, owners.Owner] = {}
+    for owner in queued:
+        try:
+            workload = reads.workload(owner.api_version, key[0], owner.name)
+        except (kube.ApiException, kube.HTTPError) as error:
+            notes.append(f"Workload {owner.name} not read ({type(error).__name__})")
+            continue
+        if workload is None:
+            continue
+        uids[owner.uid] = owner
+        found += _workload_conflicts(policy, facts, owner, workload, notes)
+    _say(key, body, found, "; ".join(notes), logger)
+    _post_events(key, uids, found, logger)
+
+
+def _ours(policy: pol.Policy, pod_set: Mapping[str, Any]) -> bool:
+    """Whether the policy selects the pods of this pod set (its template's labels)."""
+    labels = ((pod_set.get("template") or {}).get("metadata") or {}).get("labels") or {}
+    return labels.get(api.LABEL_INJECT) == "true" and \
+        pol.selector_matches(policy.selector, labels)
+
+
+def _workload_conflicts(policy: pol.Policy, facts: conflicts.PolicyFacts,
+                        owner: owners.Owner, workload: dict[str, Any],
+                        notes: list[str]) -> list[conflicts.Conflict]:
+    sets = [s for s in (workload.get("spec") or {}).get("podSets") or [] if _ours(policy, s)]
+    if not sets:
+        return []
+    out: list[conflicts.Conflict] = []
+    evicted = conflicts.evicted(workload)
+    if evicted is not None and policy.restore_enabled:
+        out.append(evicted)
+    group = owner.api_version.rpartition("/")[0]
+    version = owner.api_version.rpartition("/")[2]
+    for flavor in conflicts.flavors_of(workload, {str(s.get("name")) for s in sets}):
+        labels = reads.flavor_labels(f"{group}/{version}", flavor)
+        if labels is None:
+            notes.append(f"ResourceFlavor {flavor} not read")
+            continue
+        outside = conflicts.flavor_outside(workload, flavor, labels, facts)
+        if outside is not None:
+            out.append(outside)
+    quota = conflicts.quota(workload, sets, facts, lambda template: resources.stays_guaranteed(
+        template, policy.containers))
+    if quota is not None:
+        out.append(quota)
+    return out
+
+
+def _say(key: Key, body: dict[str, Any], found: list[conflicts.Conflict], note: str,
+         logger: logging.Logger) -> None:
+    """The condition, where it changed, and the gauges."""
+    want = conflicts.condition(found, note)
+    _gauge(key, found)
+
+    def change_of(current: dict[str, Any]) -> dict[str, Any] | None:
+        previous = (current.get("status") or {}).get("conditions") or []
+        have = next((c for c in previous if c.get("type") == conflicts.CONDITION), None)
+        if have is not None and all(have.get(k) == want[k]
+                                    for k in ("status", "reason", "message")):
+            return None
+        generation = (current.get("metadata") or {}).get("generation")
+        made = st.condition(conflicts.CONDITION, want["status"] == "True", want["reason"],
+                            want["message"], generation, datetime.now(UTC), previous)
+        return {"conditions": [*(c for c in previous
+                                 if c.get("type") != conflicts.CONDITION), made]}
+
+    try:
+        if kube.write_status_from(api.POLICIES, key[0], body, change_of, attempts=3):
+            logger.info("policy %s/%s: %s %s (%s)", *key, conflicts.CONDITION,
+                        want["status"], want["reason"])
+    except (kube.ApiException, kube.HTTPError, RuntimeError) as error:
+        logger.warning("policy %s/%s: %s not written: %s", *key, conflicts.CONDITION, error)
+
+
+def _gauge(key: Key, found: list[conflicts.Conflict]) -> None:
+    counts: dict[str, int] = {}
+    for c in found:
+        counts[c.reason] = counts.get(c.reason, 0) + 1
+    with _lock:
+        before = _gauged.get(key, set())
+        _gauged[key] = set(counts)
+    for reason in before - set(counts):
+        CONFLICTS.remove(key[0], key[1], reason)
+    for reason, count in counts.items():
+        CONFLICTS.labels(key[0], key[1], reason).set(count)
+
+
+def _post_events(key: Key, workloads: dict[str, owners.Owner],
+                 found: list[conflicts.Conflict], logger: logging.Logger) -> None:
+    """A Warning Event on each Workload, once per Workload and reason."""
+    by_name = {o.name: o for o in workloads.values()}
+    for c in found:
+        owner = by_name.get(c.workload)
+        if owner is None:
+            continue
+        with _lock:
+            first = (owner.uid, c.reason) not in _posted
+            _posted.add((owner.uid, c.reason))
+        if not first:
+            continue
+        body = {"metadata": {"name": owner.name, "namespace": key[0], "uid": owner.uid}}
+        try:
+            kube.post_event(body, "Workload", c.reason, f"CheckpointPolicy {key[1]}: "
+                            f"{c.message}", api_version=owner.api_version)
+        except (kube.ApiException, kube.HTTPError) as error:
+            with _lock:
+                _posted.discard((owner.uid, c.reason))
+            logger.warning("Workload %s/%s: Event %s not posted: %s", key[0], owner.name,
+                           c.reason, error)
+
+
+def forget() -> None:
+    """A new term, or a standby: say everything again, no gauges."""
+    with _lock:
+        gauged = dict(_gauged)
+        _gauged.clear()
+        _posted.clear()
+    for key, reasons in gauged.items():
+        for reason in reasons:
+            CONFLICTS.remove(key[0], key[1], reason)
+    reads.forget()
