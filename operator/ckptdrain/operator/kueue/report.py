@@ -29,7 +29,7 @@ from ckptdrain import units
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.admission import resources
-from ckptdrain.operator.apiserver import kube
+from ckptdrain.operator.apiserver import kube, leadership
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.containers import AGENT, PEER
@@ -57,9 +57,20 @@ _posted: set[tuple[str, str]] = set()
 _gauged: dict[Key, set[str]] = {}
 
 
+_config: list[OperatorConfig] = []
+
+
 def start(cfg: OperatorConfig) -> None:
     """Check at the end of every recency pass (operator start)."""
-    publish.after_pass(lambda key, body, queued, logger: check(cfg, key, body, queued, logger))
+    _config[:] = [cfg]
+    if _after_pass not in publish.AFTER_PASS:
+        publish.AFTER_PASS.append(_after_pass)
+
+
+def _after_pass(key: Key, body: dict[str, Any], queued: list[owners.Owner],
+                logger: logging.Logger) -> None:
+    if _config:
+        check(_config[0], key, body, queued, logger)
 
 
 def _amounts(raw: Mapping[str, str]) -> dict[str, Fraction]:
@@ -100,9 +111,9 @@ def check(cfg: OperatorConfig, key: Key, body: dict[str, Any],
         return
     try:
         policy = rebalance.parse_policy(cfg, body, drainers=1)
+        facts = facts_of(policy)
     except InvalidInput:
         return  # an invalid policy's conditions say so already; nothing to check
-    facts = facts_of(policy)
     found: list[conflicts.Conflict] = []
     notes: list[str] = []
     if policy.restore_enabled:
@@ -200,12 +211,13 @@ def _gauge(key: Key, found: list[conflicts.Conflict]) -> None:
 
 def _post_events(key: Key, workloads: dict[str, owners.Owner],
                  found: list[conflicts.Conflict], logger: logging.Logger) -> None:
-    """A Warning Event on each Workload, once per Workload and reason."""
+    """A Warning Event on each Workload, once per Workload and reason; a
+    conflict of Kueue's configuration on each of the policy's Workloads."""
     by_name = {o.name: o for o in workloads.values()}
-    for c in found:
-        owner = by_name.get(c.workload)
-        if owner is None:
-            continue
+    pairs = [(o, c) for c in found
+             for o in ([by_name[c.workload]] if c.workload in by_name else
+                       list(by_name.values()) if not c.workload else [])]
+    for owner, c in pairs:
         with _lock:
             first = (owner.uid, c.reason) not in _posted
             _posted.add((owner.uid, c.reason))
@@ -232,3 +244,6 @@ def forget() -> None:
         for reason in reasons:
             CONFLICTS.remove(key[0], key[1], reason)
     reads.forget()
+
+
+leadership.on_new_term(forget)

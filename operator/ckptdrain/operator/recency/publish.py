@@ -24,10 +24,6 @@ JobSet's trainer Job under one, its eval Job under another), the first by
 namespace/name with live writer pods under it, so that the two never
 overwrite each other's value pass after pass. Only the active replica
 publishes (apiserver/leadership.py); a standby clears its gauges.
-
-What else needs a policy's Kueue Workloads (kueue/report.py: the conflicts
-with Kueue's settings) registers with after_pass() and gets them at the end
-of each pass, read here once for both.
 """
 
 from __future__ import annotations
@@ -74,10 +70,8 @@ _failed: dict[str, float] = {}
 _written: dict[str, str] = {}
 #: Per policy: the workloads whose metrics are set.
 _measured: dict[Key, set[recency_metrics.Workload]] = {}
-#: Called at the end of each pass of a policy with live pods: the policy's
-#: key and body, and the Kueue Workloads found for its workloads.
-AfterPass = Callable[[Key, dict[str, Any], list[owners.Owner], logging.Logger], None]
-_after: list[AfterPass] = []
+#: After each pass of a policy with live pods: (key, body, its Kueue Workloads, logger).
+AFTER_PASS: list[Callable[[Key, dict[str, Any], list[owners.Owner], logging.Logger], None]] = []
 #: (uid, what went wrong): logged already.
 _logged: set[tuple[str, str]] = set()
 #: Per pod (uid): the policy and controller last seen, to ask for a pass
@@ -204,19 +198,13 @@ def publish(key: Key, policy: dict[str, Any] | None, refs: Iterable[owners.Ref],
             failed |= not _write(key[0], obj, target, text, logger)
     _measure(key, {(key[0], key[1], o.kind, o.name) for o in found.values()}, doc)
     _prune()
-    for hook in list(_after):
+    for hook in list(AFTER_PASS):
         hook(key, policy, all_queued, logger)
     waiting = any(s is not None and (doc.get(d) or {}).get("step") != s
                   for d, s in document.surviving_steps(status).items())
     if failed:
         return RETRY_S
     return PUBLISH_DELAY_S if waiting else None
-
-
-def after_pass(hook: AfterPass) -> None:
-    """Have `hook` called at the end of every pass of a policy with live pods."""
-    if hook not in _after:
-        _after.append(hook)
 
 
 def _held(target: owners.Owner) -> str | None:
