@@ -119,3 +119,12 @@ def test_a_configuration_it_cannot_read_says_which_field(configmaps: ConfigMaps)
                               "waitForPodsReady: {enable: true, timeout: soon}"})
     found, why = reads.wait_for_pods_ready("kq/cm")
     assert found is None and "waitForPodsReady.timeout" in why
+
+
+def test_a_deleted_policys_gauges_go() -> None:
+    report._gauge(("ml", "gone"), [report.conflicts.Conflict(report.conflicts.QUOTA, "q")])
+    assert report.CONFLICTS.labels("ml", "gone", report.conflicts.QUOTA)._value.get() == 1
+    report.checkpointpolicy_kueue_event(event={"type": "DELETED"}, namespace="ml",
+                                        name="gone")
+    names = {tuple(s.labels.values()) for m in report.CONFLICTS.collect() for s in m.samples}
+    assert ("ml", "gone", report.conflicts.QUOTA) not in names

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
+import kopf
 from prometheus_client import Gauge
 
 from ckptdrain import units
@@ -232,6 +233,17 @@ def _post_events(key: Key, workloads: dict[str, owners.Owner],
                 _posted.discard((owner.uid, c.reason))
             logger.warning("Workload %s/%s: Event %s not posted: %s", key[0], owner.name,
                            c.reason, error)
+
+
+@kopf.on.event(api.GROUP, api.VERSION, api.POLICIES)
+def checkpointpolicy_kueue_event(event: kopf.RawEvent, namespace: str, name: str,
+                                 **_: Any) -> None:
+    """A deleted policy's gauges go with it."""
+    if event.get("type") == "DELETED":
+        with _lock:
+            reasons = _gauged.pop((namespace, name), set())
+        for reason in reasons:
+            CONFLICTS.remove(namespace, name, reason)
 
 
 def forget() -> None:
