@@ -33,9 +33,9 @@ from ckptdrain.contract.record import State
 from support.apiserver import Cluster
 
 KUEUE_NS, KUEUE_CONFIG = "kq-system", "kueue-manager-config"
-FLAVORS = {**_crd("kueue.x-k8s.io", "v1beta1", "ResourceFlavor", "resourceflavors"),
-           }
-FLAVORS["spec"] = {**FLAVORS["spec"], "scope": "Cluster"}
+#: ResourceFlavors are cluster-scoped.
+FLAVORS = _crd("kueue.x-k8s.io", "v1beta1", "ResourceFlavor", "resourceflavors")
+FLAVORS["spec"]["scope"] = "Cluster"
 NVME = "example.com/nvme"
 
 
