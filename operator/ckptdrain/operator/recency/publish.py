@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -40,7 +40,7 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.operator.apiserver import kube, leadership, workload_objects
 from ckptdrain.operator.coalesce import Coalescer
-from ckptdrain.operator.recency import claims, document, kueue, owners
+from ckptdrain.operator.recency import after_pass, claims, document, kueue, owners
 from ckptdrain.operator.recency import metrics as recency_metrics
 
 Key = tuple[str, str]
@@ -70,8 +70,6 @@ _failed: dict[str, float] = {}
 _written: dict[str, str] = {}
 #: Per policy: the workloads whose metrics are set.
 _measured: dict[Key, set[recency_metrics.Workload]] = {}
-#: After each pass of a policy with live pods: (key, body, its Kueue Workloads, logger).
-AFTER_PASS: list[Callable[[Key, dict[str, Any], list[owners.Owner], logging.Logger], None]] = []
 #: (uid, what went wrong): logged already.
 _logged: set[tuple[str, str]] = set()
 #: Per pod (uid): the policy and controller last seen, to ask for a pass
@@ -172,6 +170,7 @@ def publish(key: Key, policy: dict[str, Any] | None, refs: Iterable[owners.Ref],
         with _lock:
             _tops.pop(key, None)
         _prune()
+        after_pass.run(key, policy, [], logger)  # what was said of its Workloads goes
         return None
     status = policy.get("status") or {}
     doc = document.document(key[1], status, records)
@@ -198,8 +197,7 @@ def publish(key: Key, policy: dict[str, Any] | None, refs: Iterable[owners.Ref],
             failed |= not _write(key[0], obj, target, text, logger)
     _measure(key, {(key[0], key[1], o.kind, o.name) for o in found.values()}, doc)
     _prune()
-    for hook in list(AFTER_PASS):
-        hook(key, policy, all_queued, logger)
+    after_pass.run(key, policy, all_queued, logger)
     waiting = any(s is not None and (doc.get(d) or {}).get("step") != s
                   for d, s in document.surviving_steps(status).items())
     if failed:
@@ -378,6 +376,7 @@ def forget(key: Key) -> None:
     """A deleted policy: its workloads' metrics and what is kept for it."""
     _measure(key, set(), None)
     _claims.hold(key, ())
+    after_pass.forget(key)
     with _lock:
         for owner in (_tops.pop(key, None) or {}).values():
             if owner is not None:
