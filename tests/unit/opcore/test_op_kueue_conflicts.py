@@ -98,12 +98,24 @@ def test_evicted_for_pods_ready_timeout_is_a_conflict() -> None:
     assert "job-w is evicted" in found.message
 
 
-def test_requeued_for_it_after_readmission_still_counts() -> None:
-    # Readmission turns Evicted False (reason QuotaReserved); requeueState stays.
+def test_held_back_after_that_eviction_counts_until_the_backoff_ends() -> None:
+    # Kueue v0.13.5 sets Requeued False with the eviction's reason, True
+    # (BackoffFinished) once the backoff is over.
+    w = workload(conditions=[{"type": "Requeued", "status": "False",
+                              "reason": "PodsReadyTimeout"}])
+    found = conflicts.evicted(w)
+    assert found is not None and "waits to be requeued after its eviction" in found.message
+    w = workload(conditions=[{"type": "Requeued", "status": "True",
+                              "reason": "BackoffFinished"}])
+    assert conflicts.evicted(w) is None
+
+
+def test_a_readmitted_workload_is_no_conflict_whatever_its_requeue_state() -> None:
+    # Kueue keeps requeueState after readmission (an admission check's
+    # eviction sets it too): it says nothing of the workload now.
     w = workload(conditions=[{"type": "Evicted", "status": "False",
                               "reason": "QuotaReserved"}], requeueState={"count": 2})
-    found = conflicts.evicted(w)
-    assert found is not None and "requeued 2 time(s)" in found.message
+    assert conflicts.evicted(w) is None
 
 
 def test_other_evictions_are_not_this_conflict() -> None:
@@ -196,6 +208,9 @@ def test_quota_that_does_not_count_the_agent_per_pod_and_in_total() -> None:
     assert "trainer: cpu 100m, memory 256Mi per pod × 2" in found.message
     assert "cpu 200m, memory 512Mi in all" in found.message
     assert "ckptdrain-agent" in found.message
+    # Advice that admission accepts: a pod's own overhead without a
+    # RuntimeClass defining it is refused.
+    assert "RuntimeClass whose overhead.podFixed covers the per-pod amounts" in found.message
 
 
 def test_overhead_counts_what_it_covers() -> None:
@@ -216,9 +231,24 @@ def test_a_template_that_holds_the_containers_is_counted() -> None:
 # -- the condition -------------------------------------------------------------------
 
 def test_condition_true_without_conflicts_says_what_was_not_checked() -> None:
-    got = conflicts.condition([], "Kueue's configuration not read")
+    got = conflicts.condition([], ["Kueue's configuration not read"])
     assert got["status"] == "True" and got["reason"] == conflicts.COMPATIBLE
-    assert got["message"].endswith("Kueue's configuration not read")
+    assert got["message"] == ("no conflict with Kueue's settings found in what was checked; "
+                              "Kueue's configuration not read")
+    assert conflicts.condition([])["message"] == "no conflict with Kueue's settings known"
+
+
+def test_many_workloads_are_counted_and_a_few_named_the_message_bounded() -> None:
+    found = [conflicts.Conflict(conflicts.QUOTA, f"Workload w{i:03}: " + "x" * 300,
+                                f"w{i:03}") for i in range(200)]
+    found.append(conflicts.Conflict(conflicts.EVICTED, "Workload w150 is evicted", "w150"))
+    got = conflicts.condition(found, [f"Workload n{i} not read" for i in range(500)])
+    message = got["message"]
+    assert got["reason"] == conflicts.EVICTED
+    assert message.startswith("Workload w150 is evicted; Workload w000: ")
+    assert "QuotaExcludesInjected also on 197 more Workloads (w003, w004, w005, …)" \
+        in message
+    assert len(message) <= conflicts.MESSAGE_MAX and message.endswith("…")
 
 
 def test_condition_false_names_every_conflict_most_urgent_reason_first() -> None:

@@ -7,13 +7,17 @@ Pure: the reads and writes are report.py's.
   within `timeout` of admission (`recoveryTimeout` after one stops being
   Ready); a restore that retries its store for `spec.restore.retryDeadline`,
   then moves a checkpoint, keeps the pod not Ready that long.
-- EvictedWhileRestoring: a Workload Kueue evicted for PodsReadyTimeout, or
-  requeued for it (`status.requeueState`, kept only for that reason).
+- EvictedWhileRestoring: a Workload Kueue evicts for PodsReadyTimeout
+  (`Evicted` True), or holds back after that eviction (`Requeued` False with
+  that reason, until its backoff ends). Not `status.requeueState`: Kueue
+  v0.13.5 sets it for an admission check's eviction too and clears it only
+  on deactivation, so one eviction would be a conflict for the Workload's life.
 - FlavorOutsidePlacement: an admitted Workload's flavour whose `nodeLabels`
   rule out every term of the policy's `spec.placement` (placement_fit.py).
 - QuotaExcludesInjected: Kueue counts `spec.podSets[].template` times
   `count`; the containers the webhook adds later are not in it unless the
-  template's `overhead` covers them.
+  template's `overhead` covers them (a RuntimeClass's `overhead.podFixed`,
+  which Kueue copies into the template).
 """
 
 from __future__ import annotations
@@ -40,8 +44,16 @@ FLAVOR = "FlavorOutsidePlacement"
 QUOTA = "QuotaExcludesInjected"
 REASONS = (EVICTED, TOO_SHORT, FLAVOR, QUOTA)
 
-#: Kueue v0.13.5's Workload condition and reason for the eviction.
-EVICTED_CONDITION, PODS_READY_TIMEOUT = "Evicted", "PodsReadyTimeout"
+#: Kueue v0.13.5's Workload conditions and reason for the eviction: Evicted
+#: True while evicted; Requeued False while it waits out the backoff after.
+EVICTED_CONDITION, REQUEUED_CONDITION = "Evicted", "Requeued"
+PODS_READY_TIMEOUT = "PodsReadyTimeout"
+#: Conflicts of one reason named in full in the condition's message; the
+#: rest are counted and a few of their Workloads named.
+NAMED = 3
+#: The condition's message stays well under the 32 KiB Kubernetes allows
+#: and readable in `kubectl describe`.
+MESSAGE_MAX = 3000
 
 
 @dataclass(frozen=True)
@@ -107,14 +119,20 @@ def _name(workload: Mapping[str, Any]) -> str:
 
 
 def evicted(workload: Mapping[str, Any]) -> Conflict | None:
-    """A Workload evicted (or requeued) because its pods were not Ready in time."""
-    status = workload.get("status") or {}
-    now = any(c.get("type") == EVICTED_CONDITION and c.get("status") == "True"
-              and c.get("reason") == PODS_READY_TIMEOUT for c in status.get("conditions") or [])
-    count = (status.get("requeueState") or {}).get("count") or 0
-    if not now and not count:
+    """A Workload evicted because its pods were not Ready in time, or held
+    back after that eviction; a readmitted one is not."""
+    conditions = (workload.get("status") or {}).get("conditions") or []
+
+    def has(kind: str, status: str) -> bool:
+        return any(c.get("type") == kind and c.get("status") == status
+                   and c.get("reason") == PODS_READY_TIMEOUT for c in conditions)
+
+    if has(EVICTED_CONDITION, "True"):
+        seen = "is evicted"
+    elif has(REQUEUED_CONDITION, "False"):
+        seen = "waits to be requeued after its eviction"
+    else:
         return None
-    seen = "is evicted" if now else f"was requeued {count} time(s)"
     return Conflict(EVICTED, (
         f"Workload {_name(workload)} {seen} by Kueue for {PODS_READY_TIMEOUT}: its pods were "
         "not all Ready within waitForPodsReady's timeout, as while a restore retries or "
@@ -217,18 +235,41 @@ def quota(workload: Mapping[str, Any], pod_sets: Sequence[Mapping[str, Any]],
     return Conflict(QUOTA, (
         f"Workload {_name(workload)}: Kueue's quota does not count the injected "
         f"{', '.join(facts.injected_names)} ({'; '.join(per_set)}; {_listed(total)} in all): "
-        "leave that much free in the ClusterQueue's quota beyond what the job asks, or give "
-        "the pod template an overhead of at least the per-pod amounts"), _name(workload))
+        "leave that much free in the ClusterQueue's quota beyond what the job asks, or run "
+        "the pods with a RuntimeClass whose overhead.podFixed covers the per-pod amounts "
+        "(Kueue counts it; a pod's overhead without one is refused)"), _name(workload))
 
 
-def condition(conflicts: Sequence[Conflict], note: str = "") -> dict[str, str]:
+def _summary(ordered: Sequence[Conflict]) -> list[str]:
+    """Each reason's first NAMED messages in full; beyond them, how many
+    more Workloads, a few named."""
+    out: list[str] = []
+    for reason in REASONS:
+        messages = list(dict.fromkeys(c.message for c in ordered if c.reason == reason))
+        out += messages[:NAMED]
+        rest = list(dict.fromkeys(c.workload or "Kueue" for c in ordered
+                                  if c.reason == reason and c.message not in messages[:NAMED]))
+        if rest:
+            named = ", ".join(rest[:NAMED]) + (", …" if len(rest) > NAMED else "")
+            out.append(f"{reason} also on {len(rest)} more Workloads ({named})")
+    return out
+
+
+def _capped(text: str) -> str:
+    return text if len(text) <= MESSAGE_MAX else text[:MESSAGE_MAX - 1] + "…"
+
+
+def condition(conflicts: Sequence[Conflict], notes: Sequence[str] = ()) -> dict[str, str]:
     """KueueCompatible's status, reason and message: False with the most
-    urgent reason and every conflict named, or True (`note` says what could
-    not be checked)."""
+    urgent reason and the conflicts named (a few per reason, the rest
+    counted), or True; `notes` say what was not checked, and then the
+    message claims no more than what was."""
+    said = "; ".join(notes)
     if not conflicts:
-        message = "no conflict with Kueue's settings known" + (f"; {note}" if note else "")
-        return {"type": CONDITION, "status": "True", "reason": COMPATIBLE, "message": message}
+        message = ("no conflict with Kueue's settings found in what was checked; " + said
+                   if notes else "no conflict with Kueue's settings known")
+        return {"type": CONDITION, "status": "True", "reason": COMPATIBLE,
+                "message": _capped(message)}
     ordered = sorted(conflicts, key=lambda c: (REASONS.index(c.reason), c.workload, c.message))
-    unique = list(dict.fromkeys(c.message for c in ordered))
     return {"type": CONDITION, "status": "False", "reason": ordered[0].reason,
-            "message": "; ".join(unique) + (f"; {note}" if note else "")}
+            "message": _capped("; ".join([*_summary(ordered), *notes]))}
