@@ -128,3 +128,40 @@ def test_a_deleted_policys_gauges_go() -> None:
                                         name="gone")
     names = {tuple(s.labels.values()) for m in report.CONFLICTS.collect() for s in m.samples}
     assert ("ml", "gone", report.conflicts.QUOTA) not in names
+
+
+def test_flavours_not_asked_for_within_their_period_are_forgotten(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Flavors:
+        def get_cluster_custom_object(self, group: str, version: str, plural: str,
+                                      name: str, **_: Any) -> dict[str, Any]:
+            return {"spec": {"nodeLabels": {"pool": name}}}
+
+    monkeypatch.setattr(reads.kube, "_custom", Flavors)
+    clock = [1000.0]
+    monkeypatch.setattr(reads.time, "monotonic", lambda: clock[0])
+    reads.forget()
+    for i in range(50):  # flavours made and deleted over hours
+        assert reads.flavor_labels("kueue.x-k8s.io/v1beta1", f"f{i}") == {"pool": f"f{i}"}
+        clock[0] += reads.FLAVOR_S / 2
+    assert sorted(reads._flavors) == ["f48", "f49"]
+    reads.forget()
+
+
+def test_events_posted_are_kept_only_for_the_policys_workloads_in_conflict_now(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    posted: list[str] = []
+    monkeypatch.setattr(report.kube, "post_event",
+                        lambda body, kind, reason, message, **_: posted.append(
+                            body["metadata"]["name"]))
+    report.forget()
+    key = ("ml", "p")
+    for i in range(30):  # one Workload after another, each in conflict once
+        owner = report.owners.Owner("kueue.x-k8s.io/v1beta1", "Workload", "workloads",
+                                    f"w{i}", f"u{i}")
+        found = [report.conflicts.Conflict(report.conflicts.QUOTA, "q", f"w{i}")]
+        report._post_events(key, {owner.uid: owner}, found, logging.getLogger("t"))
+        report._post_events(key, {owner.uid: owner}, found, logging.getLogger("t"))
+    assert posted == [f"w{i}" for i in range(30)]  # once each
+    assert report._posted[key] == {("u29", report.conflicts.QUOTA)}
+    report.forget()

@@ -107,6 +107,12 @@ def flavor_labels(api_version: str, name: str) -> dict[str, str] | None:
         _once(f"flavor:{name}:http", "ResourceFlavor %s could not be read: %s", name, error)
     with _lock:
         _flavors[name] = (now, labels)
+        # A flavour not asked for within FLAVOR_S (deleted, or no longer
+        # any policy's) goes, with what was said of it: bounded by the
+        # flavours in use.
+        for old in [n for n, (when, _) in _flavors.items() if now - when >= FLAVOR_S]:
+            del _flavors[old]
+            _said.difference_update({s for s in _said if s.startswith(f"flavor:{old}:")})
     return labels
 
 

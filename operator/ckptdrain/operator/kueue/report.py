@@ -4,14 +4,16 @@ Kueue Workloads it found), read what the checks need (reads.py), and say
 what they find:
 
 - the policy's KueueCompatible condition, written only when its status,
-  reason or message change (never where Kueue is not installed, nor for a
-  policy none of whose workloads Kueue queues);
+  reason or message change, and removed (with the policy's gauges) once
+  none of its workloads is queued, its job gone or Kueue not installed:
+  recency runs this check on those passes too;
 - a Warning Event on the Workload, once per Workload and reason (an
   operator restarted says it once more);
 - ckptdrain_kueue_conflicts{namespace, policy, reason}, the number of each.
 
-A read that fails leaves what it would check unknown (no conflict claimed);
-the condition says what could not be read.
+A read that fails, or a Workload none of whose pod sets is found to be
+the policy's, leaves what it would check unknown (no conflict claimed for
+it); the condition says what was not checked.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ckptdrain import units
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.admission import resources
+from ckptdrain.operator.admission.injection import AGENT as AGENT_CONTAINER
 from ckptdrain.operator.apiserver import kube, leadership
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
@@ -38,12 +41,15 @@ from ckptdrain.operator.kueue import conflicts, reads
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.policy.peer_tier import PEER as PEER_CONTAINER
+from ckptdrain.operator.recency import after_pass, owners
 from ckptdrain.operator.recency import kueue as recency_kueue
-from ckptdrain.operator.recency import owners, publish
 from ckptdrain.quantity import parse_quantity
 
 Key = tuple[str, str]
-AGENT_CONTAINER = "ckptdrain-agent"
+#: The labels JobSet adds to its pods, not in the replicatedJob template
+#: Kueue copies into the pod set (named after the replicatedJob).
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 
 CONFLICTS = Gauge("ckptdrain_kueue_conflicts",
                   "Conflicts between Kueue's settings and the policy's, by the reason of the "
@@ -52,8 +58,9 @@ CONFLICTS = Gauge("ckptdrain_kueue_conflicts",
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
-#: (Workload uid, reason): its Event is posted.
-_posted: set[tuple[str, str]] = set()
+#: Per policy: (Workload uid, reason) whose Event is posted, for its
+#: Workloads of the last pass only.
+_posted: dict[Key, set[tuple[str, str]]] = {}
 #: Per policy: the reasons whose gauge is set.
 _gauged: dict[Key, set[str]] = {}
 
@@ -64,11 +71,11 @@ _config: list[OperatorConfig] = []
 def start(cfg: OperatorConfig) -> None:
     """Check at the end of every recency pass (operator start)."""
     _config[:] = [cfg]
-    if _after_pass not in publish.AFTER_PASS:
-        publish.AFTER_PASS.append(_after_pass)
+    if _after_pass not in after_pass.HOOKS:
+        after_pass.HOOKS.append(_after_pass)
 
 
-def _after_pass(key: Key, body: dict[str, Any], queued: list[owners.Owner],
+def _after_pass(key: Key, body: dict[str, Any] | None, queued: list[owners.Owner],
                 logger: logging.Logger) -> None:
     if _config:
         check(_config[0], key, body, queued, logger)
@@ -78,17 +85,27 @@ def _amounts(raw: Mapping[str, str]) -> dict[str, Fraction]:
     return {k: parse_quantity(k, v) for k, v in raw.items()}
 
 
-def facts_of(policy: pol.Policy) -> conflicts.PolicyFacts:
+def facts_of(policy: pol.Policy, status: Mapping[str, Any] | None = None
+             ) -> conflicts.PolicyFacts:
     """What the checks need of a parsed policy: its retryDeadline, one
-    restore as its sizing estimates it (a checkpoint over the bandwidth its
-    drain gets), its placement, and the requests of the containers that run
-    beside the trainer (the agent; the peer sidecar with the peer tier)."""
+    restore (a checkpoint over the bandwidth the operator allows the policy,
+    `status.allowedBandwidthBytes`, cluster cap included; its sizing's
+    where the status has none yet), its placement, and the requests of the
+    containers that run beside the trainer (the agent; the peer sidecar)."""
     sized = pol.compute_sizing(policy)
-    rate = units.format_rate(sized.allowed_bandwidth)
-    bound = f"its {sized.binding_cap} cap" if sized.binding_cap else \
-        "what its interval needs, no cap set"
-    basis = (f"one checkpoint, {units.format_bytes(sized.checkpoint_bytes)}, at {rate} "
-             f"({bound}): {units.format_duration(sized.drain_seconds)}")
+    allowed = (status or {}).get("allowedBandwidthBytes")
+    if isinstance(allowed, int) and not isinstance(allowed, bool) and allowed > 0:
+        rate_bytes = float(allowed)
+        bound = "the bandwidth the operator allows the policy, status.allowedBandwidthBytes"
+    else:
+        rate_bytes = sized.allowed_bandwidth
+        bound = (f"its sizing, {sized.binding_cap} cap" if sized.binding_cap else
+                 "its sizing, what its interval needs, no cap set")
+    restore_s = sized.checkpoint_bytes / rate_bytes if rate_bytes > 0 else None
+    basis = (f"one checkpoint, {units.format_bytes(sized.checkpoint_bytes)}, at "
+             f"{units.format_rate(rate_bytes)} ({bound}): "
+             f"{units.format_duration(restore_s or 0.0)}" if restore_s is not None else
+             "no bandwidth known")
     names = [AGENT] + ([PEER] if policy.peer.enabled else [])
     shaped = {equal: {} for equal in (False, True)}
     for equal, total in shaped.items():
@@ -99,29 +116,26 @@ def facts_of(policy: pol.Policy) -> conflicts.PolicyFacts:
     terms = [{"matchExpressions": list(policy.node_expressions)}] \
         if policy.node_expressions else []
     return conflicts.PolicyFacts(
-        retry_deadline_s=policy.restore_retry_deadline_s, restore_s=sized.drain_seconds,
+        retry_deadline_s=policy.restore_retry_deadline_s, restore_s=restore_s,
         restore_basis=basis, placement_terms=terms, injected=shaped[False],
         injected_names=[AGENT_CONTAINER] + ([PEER_CONTAINER] if policy.peer.enabled else []),
         injected_guaranteed=shaped[True])
 
 
-def check(cfg: OperatorConfig, key: Key, body: dict[str, Any],
+def check(cfg: OperatorConfig, key: Key, body: dict[str, Any] | None,
           queued: list[owners.Owner], logger: logging.Logger) -> None:
-    """Check the policy against Kueue and say what was found."""
-    if recency_kueue.served() is None or not queued:
+    """Check the policy against Kueue and say what was found; with nothing
+    queued (or Kueue not served) say nothing: what was said goes."""
+    if body is None or not queued or recency_kueue.served() is None:
+        _clear(key, body, logger)
         return
     try:
         policy = rebalance.parse_policy(cfg, body, drainers=1)
-        facts = facts_of(policy)
+        facts = facts_of(policy, body.get("status"))
     except InvalidInput:
         return  # an invalid policy's conditions say so already; nothing to check
     found: list[conflicts.Conflict] = []
     notes: list[str] = []
-    if policy.restore_enabled:
-        wait, why = reads.wait_for_pods_ready(cfg.kueue_config)
-        found += conflicts.wait_for_pods_ready(wait, facts)
-        if why:
-            notes.append(f"waitForPodsReady not checked: {why}")
     uids: dict[str, owners.Owner] = {}
     for owner in queued:
         try:
@@ -133,13 +147,28 @@ def check(cfg: OperatorConfig, key: Key, body: dict[str, Any],
             continue
         uids[owner.uid] = owner
         found += _workload_conflicts(policy, facts, owner, workload, notes)
-    _say(key, body, found, "; ".join(notes), logger)
+    if not uids and not notes:
+        _clear(key, body, logger)  # every Workload gone: none queued now
+        return
+    if policy.restore_enabled:
+        wait, why = reads.wait_for_pods_ready(cfg.kueue_config)
+        found += conflicts.wait_for_pods_ready(wait, facts)
+        if why:
+            notes.insert(0, f"waitForPodsReady not checked: {why}")
+    _say(key, body, found, notes, logger)
     _post_events(key, uids, found, logger)
 
 
-def _ours(policy: pol.Policy, pod_set: Mapping[str, Any]) -> bool:
-    """Whether the policy selects the pods of this pod set (its template's labels)."""
-    labels = ((pod_set.get("template") or {}).get("metadata") or {}).get("labels") or {}
+def _ours(policy: pol.Policy, workload: Mapping[str, Any], pod_set: Mapping[str, Any]) -> bool:
+    """Whether the policy selects the pods of this pod set: its template's
+    labels, with those JobSet adds to each pod (its name, from the
+    Workload's owner, and the replicatedJob's, the pod set's)."""
+    labels = dict(((pod_set.get("template") or {}).get("metadata") or {}).get("labels") or {})
+    for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "JobSet" and str(ref.get("apiVersion", "")).startswith(
+                "jobset.x-k8s.io/"):
+            labels.setdefault(JOBSET_NAME, str(ref.get("name", "")))
+            labels.setdefault(REPLICATED_JOB, str(pod_set.get("name", "")))
     return labels.get(api.LABEL_INJECT) == "true" and \
         pol.selector_matches(policy.selector, labels)
 
@@ -147,8 +176,11 @@ def _ours(policy: pol.Policy, pod_set: Mapping[str, Any]) -> bool:
 def _workload_conflicts(policy: pol.Policy, facts: conflicts.PolicyFacts,
                         owner: owners.Owner, workload: dict[str, Any],
                         notes: list[str]) -> list[conflicts.Conflict]:
-    sets = [s for s in (workload.get("spec") or {}).get("podSets") or [] if _ours(policy, s)]
+    sets = [s for s in (workload.get("spec") or {}).get("podSets") or []
+            if _ours(policy, workload, s)]
     if not sets:
+        notes.append(f"Workload {owner.name} not checked: none of its pod sets' templates "
+                     f"has {api.LABEL_INJECT}: \"true\" and labels spec.selector matches")
         return []
     out: list[conflicts.Conflict] = []
     evicted = conflicts.evicted(workload)
@@ -171,28 +203,46 @@ def _workload_conflicts(policy: pol.Policy, facts: conflicts.PolicyFacts,
     return out
 
 
-def _say(key: Key, body: dict[str, Any], found: list[conflicts.Conflict], note: str,
+def _say(key: Key, body: dict[str, Any], found: list[conflicts.Conflict], notes: list[str],
          logger: logging.Logger) -> None:
     """The condition, where it changed, and the gauges."""
-    want = conflicts.condition(found, note)
+    want = conflicts.condition(found, notes)
     _gauge(key, found)
+    _write(key, body, want, logger)
+
+
+def _clear(key: Key, body: dict[str, Any] | None, logger: logging.Logger) -> None:
+    """Nothing of the policy's is queued: no condition, no gauges, no Events kept."""
+    _gauge(key, [])
+    with _lock:
+        _posted.pop(key, None)
+        _gauged.pop(key, None)
+    if body is not None:
+        _write(key, body, None, logger)
+
+
+def _write(key: Key, body: dict[str, Any], want: dict[str, str] | None,
+           logger: logging.Logger) -> None:
+    """The condition as `want` (None: removed), written only where it changes."""
 
     def change_of(current: dict[str, Any]) -> dict[str, Any] | None:
         previous = (current.get("status") or {}).get("conditions") or []
         have = next((c for c in previous if c.get("type") == conflicts.CONDITION), None)
+        kept = [c for c in previous if c.get("type") != conflicts.CONDITION]
+        if want is None:
+            return None if have is None else {"conditions": kept}
         if have is not None and all(have.get(k) == want[k]
                                     for k in ("status", "reason", "message")):
             return None
         generation = (current.get("metadata") or {}).get("generation")
         made = st.condition(conflicts.CONDITION, want["status"] == "True", want["reason"],
                             want["message"], generation, datetime.now(UTC), previous)
-        return {"conditions": [*(c for c in previous
-                                 if c.get("type") != conflicts.CONDITION), made]}
+        return {"conditions": [*kept, made]}
 
     try:
         if kube.write_status_from(api.POLICIES, key[0], body, change_of, attempts=3):
-            logger.info("policy %s/%s: %s %s (%s)", *key, conflicts.CONDITION,
-                        want["status"], want["reason"])
+            logger.info("policy %s/%s: %s %s", *key, conflicts.CONDITION,
+                        f"{want['status']} ({want['reason']})" if want else "removed")
     except (kube.ApiException, kube.HTTPError, RuntimeError) as error:
         logger.warning("policy %s/%s: %s not written: %s", *key, conflicts.CONDITION, error)
 
@@ -218,10 +268,13 @@ def _post_events(key: Key, workloads: dict[str, owners.Owner],
     pairs = [(o, c) for c in found
              for o in ([by_name[c.workload]] if c.workload in by_name else
                        list(by_name.values()) if not c.workload else [])]
+    with _lock:  # a Workload gone, or no longer in conflict, is forgotten
+        posted = _posted.setdefault(key, set())
+        posted.intersection_update({(o.uid, c.reason) for o, c in pairs})
     for owner, c in pairs:
         with _lock:
-            first = (owner.uid, c.reason) not in _posted
-            _posted.add((owner.uid, c.reason))
+            first = (owner.uid, c.reason) not in posted
+            posted.add((owner.uid, c.reason))
         if not first:
             continue
         body = {"metadata": {"name": owner.name, "namespace": key[0], "uid": owner.uid}}
@@ -230,7 +283,7 @@ def _post_events(key: Key, workloads: dict[str, owners.Owner],
                             f"{c.message}", api_version=owner.api_version)
         except (kube.ApiException, kube.HTTPError) as error:
             with _lock:
-                _posted.discard((owner.uid, c.reason))
+                posted.discard((owner.uid, c.reason))
             logger.warning("Workload %s/%s: Event %s not posted: %s", key[0], owner.name,
                            c.reason, error)
 
@@ -242,6 +295,7 @@ def checkpointpolicy_kueue_event(event: kopf.RawEvent, namespace: str, name: str
     if event.get("type") == "DELETED":
         with _lock:
             reasons = _gauged.pop((namespace, name), set())
+            _posted.pop((namespace, name), None)
         for reason in reasons:
             CONFLICTS.remove(namespace, name, reason)
 
