@@ -180,14 +180,21 @@ def test_each_conflict_is_said_and_fixing_them_turns_the_condition_true(
              what="its Event")
 
     # Fixed: a longer timeout, a flavour of NVMe nodes, an overhead for the
-    # agent, readmitted: True (Kueue's ConfigMap is read again within 30 s).
+    # agent (a RuntimeClass's, as Kueue copies it), readmitted: True (Kueue's
+    # ConfigMap is read again within 30 s). Readmitted, Kueue keeps the
+    # requeueState it set at the eviction: no conflict for it.
     cluster.kubectl("apply", "-f", "-", input=json.dumps(_kueue_configuration("30m")))
     template["spec"]["overhead"] = {"cpu": "100m", "memory": "256Mi"}
     cluster.kubectl("patch", "-n", namespace, "workloads.kueue.x-k8s.io", "jobset-kq-1",
                     "--type=merge", "-p", json.dumps({
                         "spec": {"podSets": [{"name": "workers", "count": 2,
                                               "template": template}]},
-                        "status": {"conditions": [], "admission": {
+                        "status": {"requeueState": {"count": 1}, "conditions": [
+                            {"type": "Evicted", "status": "False", "reason": "QuotaReserved",
+                             "message": "x", "lastTransitionTime": "2026-11-30T00:05:00Z"},
+                            {"type": "Requeued", "status": "True",
+                             "reason": "BackoffFinished", "message": "x",
+                             "lastTransitionTime": "2026-11-30T00:05:00Z"}], "admission": {
                             "clusterQueue": "cq", "podSetAssignments": [
                                 {"name": "workers", "flavors": {"cpu": nvme}, "count": 2}]}}}))
 
@@ -201,7 +208,18 @@ def test_each_conflict_is_said_and_fixing_them_turns_the_condition_true(
             break
         time.sleep(5)
     assert done["reason"] == "NoConflictKnown", done
+    assert done["message"] == "no conflict with Kueue's settings known", done
     assert "ckptdrain_kueue_conflicts{namespace=\"" + namespace not in kueue_operator.metrics()
+
+    # Kueue lets the Workload go: nothing of the policy's is queued, the
+    # condition goes on the next pass.
+    cluster.kubectl("delete", "-n", namespace, "workloads.kueue.x-k8s.io", "jobset-kq-1")
+    for step in range(21, 40):
+        _checkpoint(writers, step, State.GLOBAL)
+        if not _condition(cluster, namespace, "kq"):
+            break
+        time.sleep(2)
+    assert _condition(cluster, namespace, "kq") == {}
     log = kueue_operator.tail(200_000)
     assert not re.search(r"(?i)forbidden|not known|not written", log), log[-3000:]
 
