@@ -144,3 +144,13 @@ def test_the_condition_and_gauges_go_once_nothing_is_queued(edge: Edge, gone: st
     writes = edge.writes
     report.check(CFG, KEY, body({"app": "t"}), [], LOG)
     assert edge.writes == writes  # nothing to remove: nothing written
+
+
+def test_nothing_queued_asks_nothing_of_kueue(edge: Edge, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    def unavailable() -> str:
+        raise AssertionError("Kueue's API looked for with nothing queued")
+
+    monkeypatch.setattr(report.recency_kueue, "served", unavailable)
+    report.check(CFG, KEY, body({"app": "t"}), [], LOG)  # raises nothing
+    assert edge.writes == 0
