@@ -40,9 +40,10 @@ import yaml
 from jobset import Check, Say
 from kube import POLICIES, Failed, apply, get, helm, kubectl, wait_for
 from trainers import TRAINERS, Logs
-from views import GRACE, NS
+from views import GRACE, NS, OP_NS, RELEASE
 
 KQ_NS, KQ_RELEASE = "kueue-system", "kueue"
+REPO = Path(__file__).resolve().parents[2]
 NAME, POLICY, PREFIX = kueue_checks.NAME, kueue_checks.POLICY, "kq"
 HIGH = "kq-high"
 QUEUE, CLUSTER_QUEUE, FLAVOR = "kq", "kq", "kq-default"
@@ -71,7 +72,16 @@ leaderElection:
   resourceName: c1f6bfd2.kueue.x-k8s.io
 integrations:
   frameworks: ["batch/job", "jobset.x-k8s.io/jobset"]
+waitForPodsReady:
+  enable: true
+  timeout: 5m
 """
+#: Kueue's waitForPodsReady.timeout above: shorter than the policy's
+#: restore.retryDeadline (10m, the default), which the operator must say.
+PODS_READY_TIMEOUT = "5m"
+#: What Kueue's quota does not count: the agent's requests (the chart's
+#: default containers.agent.requests) on each of the WRITERS pods.
+UNCOUNTED = f"cpu 100m, memory 256Mi per pod × {WRITERS}"
 
 
 def install_controller(chart: str, image: str, workdir: Path) -> None:
@@ -88,6 +98,18 @@ def install_controller(chart: str, image: str, workdir: Path) -> None:
          "--set", "controllerManager.manager.resources.requests.cpu=50m",
          "--set", "controllerManager.manager.resources.requests.memory=64Mi",
          "--set-file", f"managerConfig.controllerManagerConfigYaml={config}", timeout=180)
+
+
+def point_chart_at_kueue(on: bool) -> None:
+    """The ckptdrain chart told where Kueue's ConfigMap is (docs/kueue.md), or
+    no longer; the operator restarts with it."""
+    namespace, name = (KQ_NS, f"{KQ_RELEASE}-manager-config") if on else ("", "")
+    helm("upgrade", RELEASE, str(REPO / "charts/ckptdrain"), "-n", OP_NS, "--reuse-values",
+         "--set", f"kueue.configMap.namespace={namespace}",
+         "--set", f"kueue.configMap.name={name}", "--wait", "--timeout", "180s",
+         timeout=200, check=on)
+    kubectl("-n", OP_NS, "rollout", "status", "deploy", "--timeout=120s", timeout=130,
+            check=on)
 
 
 def ready(say: Say) -> float:
@@ -187,6 +209,7 @@ def run(s3: Any, chart: str, image: str, allowed_root: str, workdir: Path,
         install_controller(chart, image, workdir)
         took = ready(say)
         report.append(f"| Kueue installed → controller and webhooks ready | {took:.1f} s |")
+        point_chart_at_kueue(True)
         _run(s3, allowed_root, logs, report, say, check)
     finally:
         logs.stop()
@@ -217,6 +240,7 @@ def _run(s3: Any, allowed_root: str, logs: Logs, report: list[str],
     wait_for("a step complete on S3 for every writer",
              lambda: jobset.complete_steps(POLICY), 180, every=1)
     kueue_checks.check_recency(logs, old, EVERY, check)
+    kueue_checks.check_conflicts(PODS_READY_TIMEOUT, UNCOUNTED, check)
 
     wait_for("between two scheduled checkpoints", lambda: mid_interval(epoch), 3 * EVERY * STEP_S,
              every=0.1)
@@ -339,4 +363,5 @@ def cleanup() -> None:
             timeout=60, check=False)
     kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=true", input=queues_manifest(),
             timeout=90, check=False)
+    point_chart_at_kueue(False)
     helm("uninstall", KQ_RELEASE, "-n", KQ_NS, "--wait", timeout=120, check=False)

@@ -1,6 +1,7 @@
 """What the Kueue step (kueue.py) checks against the trainers' logs: the
 recency published on the real Workload before the preemption, and what the
-policy's status.goodput and `ckptdrain goodput` say the preemption cost."""
+policy's status.goodput and `ckptdrain goodput` say the preemption cost;
+and what the operator says of Kueue's settings (KueueCompatible)."""
 
 from __future__ import annotations
 
@@ -110,3 +111,31 @@ def check_goodput(logs: Logs, old: dict[int, str], new: dict[int, str],
                   f"interruptions (one a writer), {doc['lostSteps']} steps lost, "
                   f"{doc['recoverySeconds']:.1f} s to training again, "
                   f"{doc['waitingForResourcesSeconds']:.1f} s waiting for resources |")
+
+
+def check_conflicts(timeout: str, injected: str, check: Check) -> None:
+    """Kueue's waitForPodsReady.timeout (`timeout`) is below the policy's
+    restore.retryDeadline (10m, the default): the policy's KueueCompatible
+    says so and names the fix, and says what the quota does not count
+    (`injected`: the agent's requests per pod and how many pods); the real
+    Workload carries a Warning Event for each."""
+    def said() -> dict[str, Any] | None:
+        conditions = (policy_status(POLICY) or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "KueueCompatible"
+                     and c["status"] == "False" and "waitForPodsReady." in c["message"]
+                     and "quota does not count" in c["message"]), None)
+    found = wait_for("the policy's KueueCompatible naming both conflicts", said, 120, every=1)
+    text = found["message"]
+    check(found["reason"] == "WaitForPodsReadyTooShort"
+          and f"waitForPodsReady.timeout ({timeout}) is not above "
+              "spec.restore.retryDeadline (10m)" in text
+          and "raise waitForPodsReady.timeout above" in text,
+          f"KueueCompatible False, {found['reason']}: {text}")
+    check(f"does not count the injected ckptdrain-agent (w: {injected}" in text,
+          f"KueueCompatible names what Kueue's quota does not count ({injected})")
+    uid = ((workload() or {}).get("metadata") or {}).get("uid")
+    events = get("events", "-n", NS, "--field-selector", f"involvedObject.uid={uid}")["items"]
+    reasons = sorted(e["reason"] for e in events if e["type"] == "Warning"
+                     and e["reason"] in ("WaitForPodsReadyTooShort", "QuotaExcludesInjected"))
+    check(reasons == ["QuotaExcludesInjected", "WaitForPodsReadyTooShort"],
+          f"a Warning Event on the Workload per conflict, once each: {reasons}")

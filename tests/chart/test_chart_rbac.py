@@ -190,3 +190,42 @@ def test_the_operators_write_policy_follows_the_secret_policys_values(
     without = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace",
                         "ckptdrain").stdout
     assert "ckptdrain-operator-writes" not in without, "rendered without the peer tier"
+
+
+# -- Kueue's configuration: read by name, only when the chart is told where -----------
+
+def test_kueues_configmap_is_read_by_name_only_where_set(tools: Tools) -> None:
+    """kueue.configMap set: a Role in Kueue's namespace granting get on that
+    one ConfigMap, as docs/rbac.md says (its name aside), bound to the
+    operator's account, and "namespace/name" passed to the operator; unset
+    (the default) or half set: none of these."""
+    from ckptdrain.operator import config
+
+    def rendered(*args: str) -> list[dict[str, Any]]:
+        text = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace",
+                         "ckptdrain", *args).stdout
+        return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
+
+    def env(objects: list[dict[str, Any]]) -> str:
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        return next(e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]
+                    ["env"] if e["name"] == "CKPTDRAIN_KUEUE_CONFIGMAP")
+
+    objects = rendered("--set", "kueue.configMap.namespace=kq",
+                       "--set", "kueue.configMap.name=kq-manager-config")
+    named = [o for o in objects if o["metadata"]["name"] == "ckptdrain-kueue-config"]
+    assert sorted(o["kind"] for o in named) == ["Role", "RoleBinding"]
+    assert all(o["metadata"]["namespace"] == "kq" for o in named)
+    role = next(o for o in named if o["kind"] == "Role")
+    documented = {(g, r, "kq-manager-config" if n == "kueue-manager-config" else n, v)
+                  for g, r, n, v in _section("## Kueue's configuration")}
+    assert _grants(role["rules"]) == documented
+    binding = next(o for o in named if o["kind"] == "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ckptdrain",
+                                    "namespace": "ckptdrain"}]
+    assert config.from_env({"CKPTDRAIN_KUEUE_CONFIGMAP": env(objects)}).kueue_config \
+        == "kq/kq-manager-config"
+    for args in ((), ("--set", "kueue.configMap.namespace=kq")):
+        off = rendered(*args)
+        assert not [o for o in off if o["metadata"]["name"] == "ckptdrain-kueue-config"]
+        assert env(off) == ""

@@ -116,3 +116,14 @@ annotations:
 {{- include "ckptdrain.fullname" . -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Kueue's manager ConfigMap as "namespace/name", or "" unless both are set.
+*/}}
+{{- define "ckptdrain.kueueConfigMap" -}}
+{{- with .Values.kueue.configMap -}}
+{{- if and .namespace .name -}}
+{{ .namespace }}/{{ .name }}
+{{- end -}}
+{{- end -}}
+{{- end }}

@@ -108,6 +108,9 @@ Variables (field in parentheses):
   ckptdrain.io/checkpoint-recency) on the object that owns its training
   pods and on its Kueue Workload (operator/recency/publish.py); "false"
   writes nothing there.
+- CKPTDRAIN_KUEUE_CONFIGMAP (kueue_config): "namespace/name" of Kueue's
+  manager ConfigMap, read for its waitForPodsReady (operator/kueue/); ""
+  (default) does not read it. Needs publish_recency (the same pass).
 """
 
 from __future__ import annotations
@@ -173,6 +176,7 @@ class OperatorConfig:
     containers: Containers = DEFAULT_CONTAINERS
     unselected_pods: str = UNSELECTED_REFUSE
     publish_recency: bool = True
+    kueue_config: str = ""
 
     @property
     def csi(self) -> bool:
@@ -186,6 +190,16 @@ def _conversion_path(text: str) -> str:
     if not text.strip().startswith("/") or not path or "?" in path:
         raise InvalidInput("CKPTDRAIN_CONVERSION_PATH", "an HTTP path such as /convert", text)
     return path
+
+
+def _object_name(name: str, text: str) -> str:
+    """"namespace/name", or "" (not set)."""
+    value = text.strip()
+    namespace, slash, rest = value.partition("/")
+    if value and not (slash and namespace and rest and "/" not in rest):
+        raise InvalidInput(name, "namespace/name, such as kueue-system/kueue-manager-config",
+                           text)
+    return value
 
 
 def _flag(name: str, text: str) -> bool:
@@ -289,6 +303,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         unselected_pods=unselected,
         publish_recency=_flag("CKPTDRAIN_PUBLISH_RECENCY",
                               get("CKPTDRAIN_PUBLISH_RECENCY", "true")),
+        kueue_config=_object_name("CKPTDRAIN_KUEUE_CONFIGMAP",
+                                  get("CKPTDRAIN_KUEUE_CONFIGMAP", "")),
         expired_ttl_s=units.parse_duration("CKPTDRAIN_EXPIRED_TTL",
                                            get("CKPTDRAIN_EXPIRED_TTL", "600"))
         if get("CKPTDRAIN_EXPIRED_TTL", "600") not in ("0", "0s") else 0.0,

@@ -26,6 +26,7 @@ from ckptdrain.operator.bandwidth import rebalance, share_channel
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.goodput import sync as goodput_sync
+from ckptdrain.operator.kueue import report as kueue_report
 from ckptdrain.operator.peers import sync as peer_sync
 from ckptdrain.operator.policy import allocation
 from ckptdrain.operator.policy_reconcile import reconcile_policy, schedule_peers
@@ -77,6 +78,7 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     settings.watching.label_selectors["v1", "pods"] = f"{api.LABEL_INJECT}=true"
     leadership.start(cfg.peering, cfg.namespace or None, settings.peering.standalone, logger)
     class_view.start(logger)  # the CheckpointClasses every policy is parsed under
+    kueue_report.start(cfg)  # conflicts with Kueue, at the end of each recency pass
     settings.posting.level = logging.INFO
     # Re-establish watches every few minutes, so a silently stalled one heals.
     settings.watching.server_timeout = 300

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from ckptdrain.operator import config
 from ckptdrain.operator.apiserver import workload_objects
-from ckptdrain.operator.recency import kueue, owners, publish
+from ckptdrain.operator.kueue import report
+from ckptdrain.operator.recency import after_pass, kueue, owners, publish
 from ckptdrain.operator.recency import metrics as recency_metrics
 from ckptdrain.operator.recency.document import ANNOTATION_RECENCY as ANNOTATION
 
@@ -24,6 +26,7 @@ T = {100: "2026-11-29T10:00:00Z", 200: "2026-11-29T10:15:00Z", 300: "2026-11-29T
 RECORDS = [{"metadata": {"name": f"llama-s{s}", "creationTimestamp": t},
             "spec": {"policy": "llama", "step": s, "writers": 2}} for s, t in T.items()]
 KUEUE = "kueue.x-k8s.io/v1beta1"
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
 
 
 def obj(api_version: str, kind: str, name: str, uid: str,
@@ -311,3 +314,35 @@ def test_workloads_are_listed_by_selector_in_pages_and_every_call_times_out(
     workload_objects.annotate("batch/v1", "jobs", "ns", "j", "k", "v")
     workload_objects.read("batch/v1", "jobs", "ns", "j")
     assert all(c["_request_timeout"] == workload_objects.TIMEOUT_S for c in custom.calls)
+
+
+def test_a_failing_kueue_check_never_breaks_the_pass_nor_its_retry(
+        api: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def unavailable() -> str:
+        raise ApiException(status=503, reason="Service Unavailable")
+
+    monkeypatch.setattr(report.recency_kueue, "served", unavailable)
+    monkeypatch.setattr(after_pass, "HOOKS", [])
+    report.start(CFG)
+    api.refuse["t"] = 403  # one write refused: the pass wants another after RETRY_S
+    pods = [ref_to(JOB)]
+    with caplog.at_level(logging.WARNING):
+        for step in (100, 200):
+            again = publish.publish(KEY, policy(lastLocalStep=step), pods, RECORDS, LOG)
+            assert again == publish.RETRY_S
+    # Kueue's Workload written on both passes all the same.
+    assert [n for n, _ in api.patches].count("jobset-js-1") == 2
+    said = [r.getMessage() for r in caplog.records if "after the recency pass" in r.getMessage()]
+    assert len(said) == 1 and "ApiException" in said[0], said  # once per policy
+
+
+def test_a_pass_without_live_pods_still_runs_the_hooks_with_nothing_queued(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[Any, list[owners.Owner]]] = []
+    monkeypatch.setattr(after_pass, "HOOKS", [lambda key, body, queued, _: seen.append(
+        (key, queued))])
+    publish.publish(KEY, policy(lastLocalStep=100), [ref_to(JOB)], RECORDS, LOG)
+    assert seen[-1] == (KEY, [owners.Owner(KUEUE, "Workload", "workloads", "jobset-js-1",
+                                           "u-w", None)])
+    publish.publish(KEY, policy(lastLocalStep=100), [], RECORDS, LOG)  # the job ended
+    assert seen[-1] == (KEY, [])

@@ -44,6 +44,12 @@ def _version(again: bool = False) -> str | None:
     return known[1]
 
 
+def served() -> str | None:
+    """The apiVersion of Kueue's Workloads as last looked for; None where
+    Kueue is not installed."""
+    return _version()
+
+
 def forget() -> None:
     """Look for Kueue again on the next call (tests; a new term)."""
     global _found

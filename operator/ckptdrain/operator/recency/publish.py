@@ -40,7 +40,7 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.operator.apiserver import kube, leadership, workload_objects
 from ckptdrain.operator.coalesce import Coalescer
-from ckptdrain.operator.recency import claims, document, kueue, owners
+from ckptdrain.operator.recency import after_pass, claims, document, kueue, owners
 from ckptdrain.operator.recency import metrics as recency_metrics
 
 Key = tuple[str, str]
@@ -170,12 +170,14 @@ def publish(key: Key, policy: dict[str, Any] | None, refs: Iterable[owners.Ref],
         with _lock:
             _tops.pop(key, None)
         _prune()
+        after_pass.run(key, policy, [], logger)  # what was said of its Workloads goes
         return None
     status = policy.get("status") or {}
     doc = document.document(key[1], status, records)
     text = document.encode(doc)
     found, failed = _workloads(key, by_uid, logger)
     _claims.hold(key, found)
+    all_queued: list[owners.Owner] = []
     for target in found.values():
         if _shared(key, target, logger):
             continue
@@ -185,6 +187,7 @@ def publish(key: Key, policy: dict[str, Any] | None, refs: Iterable[owners.Ref],
         else:
             queued, ok = _kueue_of(key[0], target, logger)
             failed |= not ok
+        all_queued.extend(queued)
         for obj in [target, *queued]:
             if _held(obj) == text:
                 continue
@@ -194,6 +197,7 @@ def publish(key: Key, policy: dict[str, Any] | None, refs: Iterable[owners.Ref],
             failed |= not _write(key[0], obj, target, text, logger)
     _measure(key, {(key[0], key[1], o.kind, o.name) for o in found.values()}, doc)
     _prune()
+    after_pass.run(key, policy, all_queued, logger)
     waiting = any(s is not None and (doc.get(d) or {}).get("step") != s
                   for d, s in document.surviving_steps(status).items())
     if failed:
@@ -372,6 +376,7 @@ def forget(key: Key) -> None:
     """A deleted policy: its workloads' metrics and what is kept for it."""
     _measure(key, set(), None)
     _claims.hold(key, ())
+    after_pass.forget(key)
     with _lock:
         for owner in (_tops.pop(key, None) or {}).values():
             if owner is not None:
