@@ -346,3 +346,21 @@ def test_a_pass_without_live_pods_still_runs_the_hooks_with_nothing_queued(
                                            "u-w", None)])
     publish.publish(KEY, policy(lastLocalStep=100), [], RECORDS, LOG)  # the job ended
     assert seen[-1] == (KEY, [])
+
+
+def test_a_kueue_list_that_fails_leaves_what_the_hooks_said(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[owners.Owner]] = []
+    monkeypatch.setattr(after_pass, "HOOKS", [lambda key, body, queued, _: seen.append(queued)])
+    publish.publish(KEY, policy(lastLocalStep=100), [ref_to(JOB)], RECORDS, LOG)
+    assert len(seen) == 1 and seen[0]
+    publish._new_term()  # the chain is listed again
+    kueue.forget()
+
+    def unavailable(*_: Any) -> None:
+        raise ApiException(status=503)
+
+    monkeypatch.setattr(publish.workload_objects, "list_in", unavailable)
+    again = publish.publish(KEY, policy(lastLocalStep=200), [ref_to(JOB)], RECORDS, LOG)
+    assert again == publish.RETRY_S
+    assert len(seen) == 1  # not told "nothing queued": the condition would go and come back

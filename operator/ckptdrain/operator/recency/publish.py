@@ -8,16 +8,15 @@ document from the policy's status and records, walks each controller up to
 the workload that owns it (once per controller: owners do not change), and
 merge-patches the one annotation on that workload, and on the Kueue
 Workloads it (or an object on the way to it) owns, only where the value
-differs from what the object holds.
-A step that moves a tier costs each workload one write, or none when it
-lands in the same pass as the previous one; never one per pod or record.
+differs from what the object holds. A step that moves a tier costs each
+workload one write, or none when it lands in the same pass as the previous
+one; never one per pod or record. Then recency/after_pass.py's hooks.
 
 Failures (a refusal, a conflict, the apiserver away) are logged once per
-object, and that object is left alone for RETRY_S (another policy event
-does not bring it forward): records and status never wait for this. A
-workload gone (404) is forgotten. A policy without live pods publishes
-nothing; a workload whose last live pod is gone loses its metrics (its
-annotation stays, as written).
+object, and that object is left alone for RETRY_S (another policy event does
+not bring it forward): records and status never wait for this. A workload
+gone (404) is forgotten. A policy without live pods publishes nothing; a
+workload whose last live pod is gone loses its metrics (its annotation stays).
 
 One policy writes a workload: where the pods of two policies share one (a
 JobSet's trainer Job under one, its eval Job under another), the first by
@@ -178,15 +177,16 @@ def publish(key: Key, policy: dict[str, Any] | None, refs: Iterable[owners.Ref],
     found, failed = _workloads(key, by_uid, logger)
     _claims.hold(key, found)
     all_queued: list[owners.Owner] = []
+    known = not failed  # what is queued, unless a walk or a Kueue list failed
     for target in found.values():
         if _shared(key, target, logger):
             continue
         if _waits(f"kueue:{target.uid}"):
-            failed = True
+            failed, known = True, False
             queued: list[owners.Owner] = []
         else:
             queued, ok = _kueue_of(key[0], target, logger)
-            failed |= not ok
+            failed, known = failed or not ok, known and ok
         all_queued.extend(queued)
         for obj in [target, *queued]:
             if _held(obj) == text:
@@ -197,7 +197,8 @@ def publish(key: Key, policy: dict[str, Any] | None, refs: Iterable[owners.Ref],
             failed |= not _write(key[0], obj, target, text, logger)
     _measure(key, {(key[0], key[1], o.kind, o.name) for o in found.values()}, doc)
     _prune()
-    after_pass.run(key, policy, all_queued, logger)
+    if known:  # a list that failed is no news of what is queued: what was said stays
+        after_pass.run(key, policy, all_queued, logger)
     waiting = any(s is not None and (doc.get(d) or {}).get("step") != s
                   for d, s in document.surviving_steps(status).items())
     if failed:
