@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 from tests.chart.openapi_schemas import SCHEMA_LOCATION
-from tests.chart.support import CHART, REPO, Tools, adopt_crds
+from tests.chart.support import CHART, CRDS, REPO, Tools, adopt_crds
 from tests.support.apiserver import Cluster
+from tests.support.conversion_server import POLICY_CRD, converting_crds
 
 pytestmark = pytest.mark.cluster
 
@@ -91,7 +92,8 @@ def test_examples_conform_and_are_accepted(tools: Tools, cluster: Cluster,
                                            schema_dir: Path) -> None:
     """The example policies and workloads validate strictly against the CRD
     and core schemas, and a real API server accepts them (CEL rules
-    included) in a server-side dry run."""
+    included) in a server-side dry run: v1beta1 policies converted to the
+    stored v1alpha1 through the operator's /convert, as on a cluster."""
     assert any("policy" in p.name for p in MANIFESTS), f"no example policies in {EXAMPLES}"
     for manifest in MANIFESTS:
         result = tools.run("kubeconform", "-strict", "-summary",
@@ -102,10 +104,11 @@ def test_examples_conform_and_are_accepted(tools: Tools, cluster: Cluster,
     for ns in sorted(namespaces):
         cluster.kubectl("create", "namespace", ns)
     try:
-        for manifest in MANIFESTS:
-            applied = cluster.kubectl("apply", "--dry-run=server", "-f", str(manifest),
-                                      check=False)
-            assert applied.returncode == 0, f"{manifest.name}: {applied.stderr}"
+        with converting_crds(cluster, [CRDS / POLICY_CRD]):
+            for manifest in MANIFESTS:
+                applied = cluster.kubectl("apply", "--dry-run=server", "-f", str(manifest),
+                                          check=False)
+                assert applied.returncode == 0, f"{manifest.name}: {applied.stderr}"
     finally:
         for ns in sorted(namespaces):
             cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
