@@ -113,7 +113,9 @@ def converting_crds(cluster: Cluster, crds: Iterable[Path]) -> Iterator[Conversi
     """The CRD files `crds` applied and Established, the
     CheckpointPolicy CRD converting through a ConversionServer that runs
     for the block: v1beta1 objects are then created, read and dry-run as
-    on an installed operator."""
+    on an installed operator. After it the policy CRD is as shipped again
+    (by the same field manager), so a later install that sets the Service
+    does not meet a URL left beside it."""
     workdir = Path(tempfile.mkdtemp(prefix="ckptdrain-conversion-"))
     try:
         ca = make_ca(workdir, "conversion-ca")
@@ -132,6 +134,9 @@ def converting_crds(cluster: Cluster, crds: Iterable[Path]) -> Iterator[Conversi
             wait_established(cluster)
             yield server
         finally:
+            for path in crds:
+                if path.name == POLICY_CRD:
+                    cluster.kubectl("apply", "--server-side", "-f", str(path))
             server.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
