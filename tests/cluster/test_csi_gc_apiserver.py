@@ -151,10 +151,14 @@ def test_a_published_volume_is_never_deleted_under_it(
         wait_for(lambda: not directory.exists(), timeout_s=30, what="deleted once unpublished")
 
 
+#: A version of the group the CRD does not serve.
+UNSERVED = "v1beta9"
+
+
 def test_an_unserved_api_version_deletes_nothing_and_publishes_nothing(
         cluster: Cluster, namespace: str, driver_api: client.CustomObjectsApi) -> None:
-    """The driver reading a version the CRD does not serve (v1beta1 is
-    defined, not served): the apiserver answers `404 page not found` for
+    """The driver reading a version the CRD does not serve (as after a CRD
+    upgrade that stops serving the driver's): the apiserver answers `404 page not found` for
     every policy. That is no sighting of a deleted policy: the data stays
     past the grace, and a publish waits (UNAVAILABLE, kubelet retries)
     instead of failing the pod for good (NOT_FOUND)."""
@@ -162,7 +166,7 @@ def test_an_unserved_api_version_deletes_nothing_and_publishes_nothing(
     with driver(driver_api, DELETE) as h:
         target, pod = publish_and_write(h, namespace, MIB)
         h.unpublish(target, pod)
-        h.resolve = apiserver_resolver(driver_api, version="v1beta1")
+        h.resolve = apiserver_resolver(driver_api, version=UNSERVED)
         h.restart()
         directory = h.cfg.root / namespace / uid
         time.sleep(GRACE_S + 2 * INTERVAL_S + 1)
@@ -173,7 +177,7 @@ def test_an_unserved_api_version_deletes_nothing_and_publishes_nothing(
         pod = new_pod_uid()
         err = refused(h.publish, h.target(pod), namespace, pod)
         assert err.code() == grpc.StatusCode.UNAVAILABLE, err.details()
-        assert "v1beta1 served?" in (err.details() or "")
+        assert f"{UNSERVED} served?" in (err.details() or "")
 
 
 def test_retain_keeps_the_data_and_reports_it_across_a_restart(

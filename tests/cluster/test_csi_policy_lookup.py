@@ -78,17 +78,17 @@ def test_only_a_not_found_naming_the_policy_reads_as_absent(
         (404, "Status", "NotFound", {"name": "absent", "group": GROUP, "kind": PLURAL})
     assert names_the_policy(404, absent.value.body, "absent")
     assert not names_the_policy(404, absent.value.body, "ckpt")  # it names another
-    # A version the CRD defines but does not serve (a CRD upgrade that
-    # stopped serving the driver's version): a 404 for every policy, present
-    # or not, that is no NotFound Status. The driver cannot tell.
+    # A version the CRD does not serve (a CRD upgrade that stopped serving
+    # the driver's version; v1beta9 is no version of ours): a 404 for every
+    # policy, present or not, that is no NotFound Status. The driver cannot tell.
     make_policy(cluster, namespace, "ckpt")
     with pytest.raises(ApiException) as unserved:
-        driver_api.get_namespaced_custom_object(GROUP, "v1beta1", namespace, PLURAL, "ckpt")
+        driver_api.get_namespaced_custom_object(GROUP, "v1beta9", namespace, PLURAL, "ckpt")
     assert unserved.value.status == 404
     assert not names_the_policy(404, unserved.value.body, "ckpt")
     for name in ("ckpt", "absent"):
         with pytest.raises(Refused) as refused:
-            apiserver_resolver(driver_api, version="v1beta1")(namespace, name)
+            apiserver_resolver(driver_api, version="v1beta9")(namespace, name)
         assert refused.value.code == "UNAVAILABLE", name
-        assert "HTTP 404" in refused.value.message and "v1beta1 served?" in refused.value.message
+        assert "HTTP 404" in refused.value.message and "v1beta9 served?" in refused.value.message
     assert apiserver_resolver(driver_api)(namespace, "ckpt") is not None
