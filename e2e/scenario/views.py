@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import string
 import time
+from pathlib import Path
 from typing import Any
 
 from kube import POLICIES, get, kubectl
@@ -15,6 +17,13 @@ CLASS = "ckptdrain-e2e"
 # on every EVERY-th step; GRACE is the pods' termination grace period.
 STEP_S, EVERY, GRACE = 0.1, 100, 30
 CHECKPOINT_BYTES, WRITERS = 50_000_000, 2  # policy.yaml's checkpointBytes, writers
+HERE = Path(__file__).resolve().parent
+
+
+def render(name: str, **values: object) -> str:
+    """The manifest template `name` beside this file, its $PLACEHOLDERS filled."""
+    return string.Template((HERE / name).read_text()).substitute(
+        {k: str(v) for k, v in values.items()})
 
 
 def pod_of(index: int, running: bool = True) -> dict[str, Any] | None:

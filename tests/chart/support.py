@@ -1,7 +1,8 @@
-"""Paths and the tool runner shared by the chart tests."""
+"""Paths, the tool runner and the rendering helpers shared by the chart tests."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 from dataclasses import dataclass
@@ -9,12 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "ckptdrain"
 CRDS = REPO / "crds"
 CACHE = Path(os.environ.get("CKPTDRAIN_CACHE", Path.home() / ".cache" / "ckptdrain"))
 TOOLS = CACHE / "tools" / "bin"
+EXAMPLES = REPO / "docs" / "examples"
+#: The documented values files for cloud clusters (docs/examples/values-*.yaml).
+CLOUD_VALUES = sorted(EXAMPLES.glob("values-*.yaml"))
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,17 @@ class Tools:
             pytest.fail(f"{tool} {' '.join(args)} failed ({result.returncode}):\n"
                         f"{result.stdout}\n{result.stderr}")
         return result
+
+
+def render(tools: Tools, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`helm template` of the chart as release ckptdrain in namespace ckptdrain."""
+    return tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace", "ckptdrain",
+                     *args, check=check)
+
+
+def documents(text: str) -> list[dict]:
+    """The objects of a multi-document YAML stream, empty documents left out."""
+    return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
 
 
 def adopt_crds(cluster: Any, release: str, namespace: str) -> None:

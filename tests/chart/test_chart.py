@@ -1,26 +1,32 @@
-"""The Helm chart: lint, strict schema conformance of what it renders, its
-values schema, the single source of its CRDs, and a real install into a real
-kube-apiserver. Needs helm, kubeconform and the API server built by
-`make servers`; missing tools fail with that hint, never skip."""
+"""The Helm chart: lint, strict schema conformance of what it renders and of
+the documented examples, and a real install into a real kube-apiserver (its
+values schema and what each value renders: test_chart_values.py). Needs
+helm, kubeconform and the API server built by `make servers`; missing tools
+fail with that hint, never skip."""
 
 from __future__ import annotations
 
-import io
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from tests.chart.openapi_schemas import SCHEMA_LOCATION
-from tests.chart.support import CHART, CRDS, REPO, Tools, adopt_crds
+from tests.chart.support import (
+    CHART,
+    CLOUD_VALUES,
+    CRDS,
+    EXAMPLES,
+    Tools,
+    adopt_crds,
+    documents,
+    render,
+)
 from tests.support.apiserver import Cluster
 from tests.support.conversion_server import POLICY_CRD, converting_crds
 
 pytestmark = pytest.mark.cluster
 
-EXAMPLES = REPO / "docs" / "examples"
-CLOUD_VALUES = sorted(EXAMPLES.glob("values-*.yaml"))
 MANIFESTS = sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.startswith("values-"))
 
 # Value sets that switch templates on and off; each must lint and conform.
@@ -49,11 +55,6 @@ VARIANTS: dict[str, list[str]] = {
 FOREIGN_KINDS = "Issuer,Certificate,ServiceMonitor,PodMonitor,PrometheusRule"
 
 
-def render(tools: Tools, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace", "ckptdrain",
-                     *args, check=check)
-
-
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_lint(tools: Tools, variant: str) -> None:
     result = tools.run("helm", "lint", "--strict", str(CHART), *VARIANTS[variant])
@@ -72,14 +73,14 @@ def test_rendered_manifests_conform_strictly(tools: Tools, schema_dir: Path,
                 and r["status"] != "statusSkipped"]
     assert result.returncode == 0 and not problems, json.dumps(report, indent=2)
     # Every object was checked against a schema, none passed unseen.
-    foreign = sum(1 for d in _docs(manifests) if d["kind"] in FOREIGN_KINDS.split(","))
-    assert report["summary"]["valid"] == len(_docs(manifests)) - foreign, report["summary"]
+    foreign = sum(1 for d in documents(manifests) if d["kind"] in FOREIGN_KINDS.split(","))
+    assert report["summary"]["valid"] == len(documents(manifests)) - foreign, report["summary"]
 
 
 def test_conformance_check_catches_a_misplaced_field(tools: Tools, schema_dir: Path) -> None:
     """The strict schemas refuse what a real API server would drop: a field
     at the wrong indentation (here `imagePullPolicy` one level too high)."""
-    manifests = _docs(render(tools).stdout)
+    manifests = documents(render(tools).stdout)
     deployment = next(d for d in manifests if d["kind"] == "Deployment")
     deployment["spec"]["template"]["spec"]["imagePullPolicy"] = "Always"
     result = tools.run("kubeconform", "-strict", "-schema-location",
@@ -100,7 +101,7 @@ def test_examples_conform_and_are_accepted(tools: Tools, cluster: Cluster,
                            "-schema-location", str(schema_dir / SCHEMA_LOCATION),
                            str(manifest), check=False)
         assert result.returncode == 0, f"{manifest.name}: {result.stdout}{result.stderr}"
-    namespaces = {d["metadata"]["namespace"] for m in MANIFESTS for d in _docs(m.read_text())}
+    namespaces = {d["metadata"]["namespace"] for m in MANIFESTS for d in documents(m.read_text())}
     for ns in sorted(namespaces):
         cluster.kubectl("create", "namespace", ns)
     try:
@@ -130,7 +131,7 @@ def test_example_policy_passes_the_operators_checks(tools: Tools, policy_file: s
     from ckptdrain.operator.policy import spec as policy
 
     values = EXAMPLES / POLICY_VALUES[policy_file]
-    deployment = next(d for d in _docs(render(tools, "-f", str(values)).stdout)
+    deployment = next(d for d in documents(render(tools, "-f", str(values)).stdout)
                       if d["kind"] == "Deployment")
     env = {e["name"]: e["value"] for e in
            deployment["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
@@ -142,149 +143,6 @@ def test_example_policy_passes_the_operators_checks(tools: Tools, policy_file: s
     written = yaml.safe_load((EXAMPLES / policy_file).read_text())
     spec = policy_versions.convert(written, "ckptdrain.io/v1alpha1")["spec"]
     assert policy.validate(spec, cfg) == []
-
-
-# (--set arguments, text the refusal must contain). Each is a mistake a user
-# makes: a wrong type, a misspelt key, a value outside its enum.
-BAD_VALUES = {
-    "wrong-type": (["--set", "webhook.port=https"],
-                   "at '/webhook/port': got string, want integer"),
-    "unknown-top-level-key": (["--set", "imagePullSecret=regcred"],
-                              "additional properties 'imagePullSecret' not allowed"),
-    "unknown-nested-key": (["--set", "certManager.enable=true"],
-                           "at '/certManager': additional properties 'enable' not allowed"),
-    "bad-enum": (["--set", "image.pullPolicy=Sometimes"],
-                 "at '/image/pullPolicy': value must be one of"),
-    "bad-cap-unit": (["--set", "bandwidth.clusterCap=100Gbit/s"],
-                     "at '/bandwidth/clusterCap': '100Gbit/s' does not match pattern"),
-    "zero-weight": (["--set", "bandwidth.weights.ml-a=0"],
-                    "at '/bandwidth/weights/ml-a': minimum: got 0, want 1"),
-    "prepare-not-a-boolean": (["--set-string", "localTier.prepare=no"],
-                              "at '/localTier/prepare': got string, want boolean"),
-    "root-as-allowed-root": (["--set", "localTier.allowedRoot=/"],
-                             "at '/localTier/allowedRoot': '/' does not match pattern"),
-    "negative-replicas": (["--set", "operator.replicas=-1"],
-                          "at '/operator/replicas': minimum: got -1, want 0"),
-    "bad-spread-policy": (["--set", "operator.topologySpread.whenUnsatisfiable=Sometimes"],
-                          "at '/operator/topologySpread/whenUnsatisfiable': value must be one"),
-    "bad-failure-policy": (["--set", "webhook.podFailurePolicy=Maybe"],
-                           "at '/webhook/podFailurePolicy': value must be one of"),
-    "bad-unselected-pods": (["--set", "webhook.unselectedPods=Warn"],
-                            "at '/webhook/unselectedPods': value must be one of"),
-}
-
-
-@pytest.mark.parametrize("case", sorted(BAD_VALUES))
-def test_values_schema_refuses(tools: Tools, case: str) -> None:
-    args, needle = BAD_VALUES[case]
-    result = render(tools, *args, check=False)
-    assert result.returncode != 0, f"{case} was accepted"
-    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
-    assert needle in result.stderr, result.stderr
-
-
-def test_values_schema_accepts_every_documented_key(tools: Tools) -> None:
-    """values.yaml itself and the cloud examples pass; a schema that refused
-    the defaults would make every install fail."""
-    render(tools)
-    for values in CLOUD_VALUES:
-        render(tools, "-f", str(values))
-
-
-def test_cert_manager_replaces_the_generated_certificate(tools: Tools) -> None:
-    """With cert-manager, no private key is rendered into the release; the
-    Certificate covers the webhook Service and cainjector fills both
-    caBundles."""
-    objects = _docs(render(tools, "--set", "certManager.enabled=true").stdout)
-    assert not [o for o in objects if o["kind"] == "Secret"]
-    certificate = next(o for o in objects if o["kind"] == "Certificate")
-    assert "ckptdrain-webhook.ckptdrain.svc" in certificate["spec"]["dnsNames"]
-    for o in objects:
-        if o["kind"].endswith("WebhookConfiguration"):
-            assert o["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
-                f"ckptdrain/{certificate['metadata']['name']}")
-            assert all("caBundle" not in w["clientConfig"] for w in o["webhooks"])
-
-
-@pytest.mark.parametrize("prepare", ["true", "false"])
-def test_local_tier_prepare_reaches_the_operator(tools: Tools, prepare: str) -> None:
-    """The opt-out of the root prepare container is passed to the operator as
-    the exact string its config accepts."""
-    objects = _docs(render(tools, "--set", f"localTier.prepare={prepare}").stdout)
-    deployment = next(o for o in objects if o["kind"] == "Deployment")
-    env = {e["name"]: e.get("value")
-           for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["CKPTDRAIN_PREPARE_LOCAL_TIER"] == prepare
-
-
-@pytest.mark.parametrize(("args", "mode"), [([], "Refuse"),
-                                            (["--set", "webhook.unselectedPods=Flag"], "Flag")])
-def test_unselected_pods_reach_the_operator(tools: Tools, args: list[str], mode: str) -> None:
-    """What admission does with an opted-in pod no policy selects, as the
-    operator's config reads it."""
-    from ckptdrain.operator import config
-
-    deployment = next(o for o in _docs(render(tools, *args).stdout) if o["kind"] == "Deployment")
-    env = {e["name"]: e.get("value")
-           for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert config.from_env({"CKPTDRAIN_UNSELECTED_PODS":
-                            env["CKPTDRAIN_UNSELECTED_PODS"]}).unselected_pods == mode
-
-
-@pytest.mark.parametrize(("delay", "grace"), [(None, 35), ("0", None), ("12", 42)])
-def test_a_stopping_replica_serves_admission_until_its_endpoint_is_gone(
-        tools: Tools, delay: str | None, grace: int | None) -> None:
-    """A preStop sleep of shutdownDelaySeconds (5 by default) before SIGTERM,
-    inside a grace period that still leaves Kopf its 30 s to stop."""
-    args = [] if delay is None else ["--set", f"operator.shutdownDelaySeconds={delay}"]
-    deployment = next(o for o in _docs(render(tools, *args).stdout) if o["kind"] == "Deployment")
-    spec = deployment["spec"]["template"]["spec"]
-    lifecycle = spec["containers"][0].get("lifecycle")
-    assert spec.get("terminationGracePeriodSeconds") == grace
-    if grace is None:
-        assert lifecycle is None
-    else:
-        assert lifecycle == {"preStop": {"sleep": {"seconds": grace - 30}}}
-
-
-# No --api-versions anywhere: the policies follow their values alone, as
-# `helm template` renders them for Argo CD and Flux, knowing no cluster.
-@pytest.mark.parametrize(("args", "present"), [
-    ([], True),                                                            # the default
-    (["--set", "agent.restrictPodPatches=auto"], True),                    # alias of true
-    (["--set", "agent.restrictPodPatches=true"], True),
-    (["--set", "agent.restrictPodPatches=false"], False),
-])
-def test_the_agent_pod_patch_policy_follows_its_value(tools: Tools, args: list[str],
-                                                      present: bool) -> None:
-    kinds = [o["kind"] for o in _docs(render(tools, *args).stdout)
-             if o["metadata"]["name"] == "ckptdrain-agent-pod-patch"]
-    assert ("ValidatingAdmissionPolicy" in kinds) is present
-    assert ("ValidatingAdmissionPolicyBinding" in kinds) is present
-
-
-@pytest.mark.parametrize(("args", "present"), [
-    ([], False),                                                           # no peer tier
-    (["--set", "operator.peerTier=true"], True),                           # the default
-    (["--set", "operator.peerTier=true", "--set", "operator.restrictSecretUpdates=auto"], True),
-    (["--set", "operator.peerTier=true", "--set", "operator.restrictSecretUpdates=true"], True),
-    (["--set", "operator.peerTier=true", "--set", "operator.restrictSecretUpdates=false"], False),
-])
-def test_the_operator_secret_update_policy_follows_its_values(tools: Tools, args: list[str],
-                                                              present: bool) -> None:
-    names = [o["metadata"]["name"] for o in _docs(render(tools, *args).stdout)
-             if o["kind"].startswith("ValidatingAdmissionPolicy")]
-    # The policy and its binding.
-    assert (names.count("ckptdrain-secret-update") == 2) is present, names
-
-
-def test_a_wrong_restrict_pod_patches_value_is_refused(tools: Tools) -> None:
-    result = render(tools, "--set", "agent.restrictPodPatches=maybe", check=False)
-    assert result.returncode != 0 and "restrictPodPatches" in result.stderr
-
-
-def _docs(text: str) -> list[dict]:
-    return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
 
 
 def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
@@ -319,7 +177,7 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
     try:
         manifest = tools.run("helm", "get", "manifest", "ckptdrain", "-n", namespace,
                              env=env).stdout
-        objects = _docs(manifest)
+        objects = documents(manifest)
         kinds = {o["kind"] for o in objects}
         assert {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                 "RoleBinding", "Secret", "MutatingWebhookConfiguration",
@@ -417,7 +275,7 @@ def test_install_into_real_apiserver(tools: Tools, cluster: Cluster) -> None:
 
 def _operator_rules(text: str) -> list[dict]:
     """Every rule granted to the operator's roles (not the agent's)."""
-    return [rule for o in _docs(text) if o["kind"] in ("Role", "ClusterRole")
+    return [rule for o in documents(text) if o["kind"] in ("Role", "ClusterRole")
             and "agent" not in o["metadata"]["name"] for rule in o.get("rules") or []]
 
 
@@ -429,7 +287,7 @@ def _grants(rules: list[dict], resource: str) -> set[str]:
 @pytest.mark.parametrize("watch", [[], ["--set", "operator.watchNamespace=ml-a"]])
 def test_the_peer_tier_rules_are_exactly_what_it_needs(tools: Tools, watch: list[str]) -> None:
     text = render(tools, *watch, "--set", "operator.peerTier=true").stdout
-    ca_roles = [o for o in _docs(text) if o["kind"] == "Role"
+    ca_roles = [o for o in documents(text) if o["kind"] == "Role"
                 and o["metadata"]["name"].endswith("-peer-ca")]
     rules = [r for r in _operator_rules(text)
              if not any(r in o["rules"] for o in ca_roles)]
@@ -440,17 +298,17 @@ def test_the_peer_tier_rules_are_exactly_what_it_needs(tools: Tools, watch: list
     assert len(ca_roles) == 1 and ca_roles[0]["metadata"]["namespace"] == "ckptdrain-peer-ca"
     assert _grants(ca_roles[0]["rules"], "secrets") == {"get", "list", "create", "update",
                                                         "delete"}
-    env = {e["name"]: e.get("value") for o in _docs(text) if o["kind"] == "Deployment"
+    env = {e["name"]: e.get("value") for o in documents(text) if o["kind"] == "Deployment"
            for e in o["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["CKPTDRAIN_PEER_CA_NAMESPACE"] == "ckptdrain-peer-ca"
-    namespaces = [o for o in _docs(text) if o["kind"] == "Namespace"]
+    namespaces = [o for o in documents(text) if o["kind"] == "Namespace"]
     assert [n["metadata"]["name"] for n in namespaces] == ["ckptdrain-peer-ca"]
     assert namespaces[0]["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     # A namespace of the user's: used as it is, not made.
     own = render(tools, *watch, "--set", "operator.peerTier=true",
                  "--set", "operator.peerCANamespace=keys").stdout
-    assert not [o for o in _docs(own) if o["kind"] == "Namespace"]
-    assert [o["metadata"]["namespace"] for o in _docs(own) if o["kind"] == "Role"
+    assert not [o for o in documents(own) if o["kind"] == "Namespace"]
+    assert [o["metadata"]["namespace"] for o in documents(own) if o["kind"] == "Role"
             and o["metadata"]["name"].endswith("-peer-ca")] == ["keys"]
     assert _grants(rules, "configmaps") == {"get", "create", "patch"}
     assert _grants(rules, "nodes") == {"get"}
