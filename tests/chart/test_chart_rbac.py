@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.chart.support import CHART, REPO, Tools
+from tests.chart.support import CHART, REPO, Tools, documents, render
 
 Grant = tuple[str, str, str, str]  # apiGroup, resource, resourceName ("" = any), verb
 
@@ -55,6 +55,13 @@ def test_the_documented_operator_rules_are_the_charts(tools: Tools) -> None:
     assert documented - rendered == set(), "documented, not granted by the chart"
 
 
+def _operator_env(objects: list[dict[str, Any]], name: str) -> str:
+    """The value of the operator container's environment variable `name`."""
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    return next(e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]
+                ["env"] if e["name"] == name)
+
+
 def _section(heading: str) -> set[Grant]:
     text = (REPO / "docs" / "rbac.md").read_text()
     block = re.findall(r"```yaml\n(.*?)```", text[text.index(heading):], re.S)[0]
@@ -69,14 +76,10 @@ def test_the_record_of_agent_images_follows_its_value(tools: Tools) -> None:
     from ckptdrain.operator import config
 
     def rendered(*args: str) -> list[dict[str, Any]]:
-        text = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace",
-                         "ckptdrain", *args).stdout
-        return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
+        return documents(render(tools, *args).stdout)
 
     def env(objects: list[dict[str, Any]]) -> str:
-        deployment = next(o for o in objects if o["kind"] == "Deployment")
-        return next(e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]
-                    ["env"] if e["name"] == "CKPTDRAIN_AGENT_IMAGES")
+        return _operator_env(objects, "CKPTDRAIN_AGENT_IMAGES")
 
     objects = rendered()
     named = [o for o in objects if o["metadata"]["name"] == "ckptdrain-agent-images"]
@@ -98,9 +101,7 @@ PEER_TIER = "ckptdrain-peer-tier"
 
 
 def _objects(tools: Tools, *args: str) -> list[dict[str, Any]]:
-    text = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace", "ckptdrain",
-                     "--set", "operator.peerTier=true", *args).stdout
-    return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
+    return documents(render(tools, "--set", "operator.peerTier=true", *args).stdout)
 
 
 def _reach(objects: list[dict[str, Any]], resource: str) -> set[str]:
@@ -202,14 +203,10 @@ def test_kueues_configmap_is_read_by_name_only_where_set(tools: Tools) -> None:
     from ckptdrain.operator import config
 
     def rendered(*args: str) -> list[dict[str, Any]]:
-        text = tools.run("helm", "template", "ckptdrain", str(CHART), "--namespace",
-                         "ckptdrain", *args).stdout
-        return [d for d in yaml.safe_load_all(io.StringIO(text)) if d]
+        return documents(render(tools, *args).stdout)
 
     def env(objects: list[dict[str, Any]]) -> str:
-        deployment = next(o for o in objects if o["kind"] == "Deployment")
-        return next(e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]
-                    ["env"] if e["name"] == "CKPTDRAIN_KUEUE_CONFIGMAP")
+        return _operator_env(objects, "CKPTDRAIN_KUEUE_CONFIGMAP")
 
     objects = rendered("--set", "kueue.configMap.namespace=kq",
                        "--set", "kueue.configMap.name=kq-manager-config")
