@@ -106,6 +106,23 @@ def indexed_job(cluster: Cluster, namespace: str, name: str, completions: int,
     return dict(json.loads(made.stdout))
 
 
+def jobset_over_a_job(cluster: Cluster, namespace: str, name: str, completions: int
+                      ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A stored JobSet `name` (served from a minimal CRD: no controller runs
+    it) and its Indexed Job `<name>-workers-0`, owned as the JobSet
+    controller owns it: the owner reference to the JobSet, and the Job."""
+    jobset = create(cluster, namespace, {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": name}, "spec": {"replicatedJobs": []}})
+    assert jobset.returncode == 0, jobset.stderr
+    owner = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": name,
+             "uid": json.loads(jobset.stdout)["metadata"]["uid"], "controller": True}
+    job = indexed_job(cluster, namespace, f"{name}-workers-0", completions)
+    cluster.kubectl("patch", "-n", namespace, "job", f"{name}-workers-0", "--type=merge", "-p",
+                    json.dumps({"metadata": {"ownerReferences": [owner]}}))
+    return owner, job
+
+
 def helm_binary() -> Path:
     """helm from the cache `make servers` fills; missing fails the test."""
     cache = Path(os.environ.get("CKPTDRAIN_CACHE") or Path.home() / ".cache" / "ckptdrain")

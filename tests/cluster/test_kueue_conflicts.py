@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from cluster_helpers import POLICIES, create, get, indexed_job, policy, wait_for
+from cluster_helpers import POLICIES, create, get, jobset_over_a_job, policy, wait_for
 from kubernetes import client, config
 from operator_process import OperatorProcess
 from test_rbac import _bind, _rules, _section_rules
@@ -120,14 +120,7 @@ def test_each_conflict_is_said_and_fixing_them_turns_the_condition_true(
     spot, nvme = f"spot-{namespace}", f"nvme-{namespace}"
     _flavor(cluster, spot, {NVME: "false", "zone": "a"})
     _flavor(cluster, nvme, {NVME: "true"})
-    jobset = json.loads(create(cluster, namespace, {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-        "metadata": {"name": "kq"}, "spec": {"replicatedJobs": []}}).stdout)
-    owner = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "kq",
-             "uid": jobset["metadata"]["uid"], "controller": True}
-    job = indexed_job(cluster, namespace, "kq-workers-0", 2)
-    cluster.kubectl("patch", "-n", namespace, "job", "kq-workers-0", "--type=merge", "-p",
-                    json.dumps({"metadata": {"ownerReferences": [owner]}}))
+    owner, job = jobset_over_a_job(cluster, namespace, "kq", 2)
     template = {"metadata": {"labels": {"app": "kq", "ckptdrain.io/inject": "true"}},
                 "spec": {"containers": [{"name": "trainer", "image": "trainer:1",
                                          "resources": {"requests": {"cpu": "50m"}}}]}}
@@ -135,7 +128,7 @@ def test_each_conflict_is_said_and_fixing_them_turns_the_condition_true(
     workload = {
         "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
         "metadata": {"name": "jobset-kq-1", "ownerReferences": [owner],
-                     "labels": {"kueue.x-k8s.io/job-uid": jobset["metadata"]["uid"]}},
+                     "labels": {"kueue.x-k8s.io/job-uid": owner["uid"]}},
         "spec": {"queueName": "q", "podSets": [
             {"name": "workers", "count": 2, "template": template}]},
         "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [

@@ -27,6 +27,7 @@ from cluster_helpers import (
     create,
     get,
     indexed_job,
+    jobset_over_a_job,
     owned_by,
     pod,
     policy,
@@ -287,17 +288,10 @@ def test_a_jobset_and_its_kueue_workload_carry_it_not_the_job_between(
         apply: Callable[..., Any], core_api: client.CoreV1Api) -> None:
     apply(policy("js", writers=2, storage={"uri": "s3://bucket/runs", "keep": 3}))
     wait_for(lambda: get(cluster, namespace, POLICIES, "js").get("status", {}).get("phase"))
-    jobset = json.loads(create(cluster, namespace, {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-        "metadata": {"name": "js"}, "spec": {"replicatedJobs": []}}).stdout)
-    owner = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js",
-             "uid": jobset["metadata"]["uid"], "controller": True}
-    job = indexed_job(cluster, namespace, "js-workers-0", 2)
-    cluster.kubectl("patch", "-n", namespace, "job", "js-workers-0", "--type=merge", "-p",
-                    json.dumps({"metadata": {"ownerReferences": [owner]}}))
+    owner, job = jobset_over_a_job(cluster, namespace, "js", 2)
     # Kueue labels a Workload with its job's uid; the operator lists by it.
     # The second carries the label by mistake but names no owner: never written.
-    labels = {"kueue.x-k8s.io/job-uid": jobset["metadata"]["uid"]}
+    labels = {"kueue.x-k8s.io/job-uid": owner["uid"]}
     for name, refs in [("jobset-js-1", [owner]), ("someone-else", [])]:
         made = create(cluster, namespace, {
             "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
