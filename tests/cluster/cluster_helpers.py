@@ -19,7 +19,7 @@ from support.apiserver import Cluster
 #: CheckpointPolicies as kubectl names them here: at v1alpha1, the version
 #: the operator stores and writes. Named, since an unnamed read asks for the
 #: preferred version, v1beta1, made by the conversion webhook, and no
-#: Service answers that here (tests/cluster/test_conversion_webhook.py tests
+#: Service answers that here (tests/cluster/conversion/ tests
 #: conversion on an apiserver of its own, test_chart_upgrade.py through the
 #: session's operator).
 POLICIES = "checkpointpolicies.v1alpha1.ckptdrain.io"

@@ -1,6 +1,6 @@
 """The admission process on its own, as the operator runs it, for tests
 that need only its HTTPS server: the conversion webhook's own tests
-(tests/cluster/test_conversion_webhook.py), and apiservers that must take
+(tests/cluster/conversion/), and apiservers that must take
 v1beta1 CheckpointPolicies as users write them (the docs' examples, the
 policies the e2e applies), which the stored v1alpha1 makes a conversion."""
 

@@ -3,7 +3,7 @@ converter's envelope (admission/conversion.py) and come back as it wrote
 them, under bounds of their own (a larger size, slots apart from
 admission's, the apiserver's timeout), counted as the webhook "conversion"; a converter that
 breaks is answered with a Failure, never a dropped connection. Through a
-real apiserver: tests/cluster/test_conversion_webhook.py."""
+real apiserver: tests/cluster/conversion/test_conversion_through_apiserver.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The CRD caBundle keeper when the read is not a CRD's JSON (a proxy's
 error page, a truncated body): reported as missing and retried, never an
 exception that would end the thread that also renews the certificate.
-Against a real apiserver: tests/cluster/test_conversion_webhook.py."""
+Against a real apiserver: tests/cluster/conversion/test_conversion_ca_keeper.py."""
 
 from __future__ import annotations
 

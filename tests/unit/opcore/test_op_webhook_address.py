@@ -1,7 +1,8 @@
 """Whether the CRD's conversion webhook calls this replica (tls/webhook_address.py),
 so that two releases sharing the cluster never take turns setting their own
 CA there, and how soon the keeper looks again (tls/webhook_certs.py). The
-keeper against a real apiserver: tests/cluster/test_conversion_webhook.py."""
+keeper against a real apiserver:
+tests/cluster/conversion/test_conversion_ca_keeper.py."""
 
 from __future__ import annotations
 

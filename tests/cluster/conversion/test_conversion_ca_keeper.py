@@ -1,222 +1,32 @@
-"""The CheckpointPolicy CRD's conversion webhook through a real apiserver:
-the apiserver sends its ConversionReviews to the admission process's /convert
-(admission/process.py, the process each operator replica runs), reads of
-v1beta1 fail while nothing answers there and v1alpha1 (stored) reads never
-need it, and the operator keeps the CRD's conversion caBundle with only the
-rights docs/rbac.md grants.
-
-The CRD is crds/checkpointpolicies.yaml as shipped (v1beta1 served,
-v1alpha1 stored). Its conversion clientConfig points at the process by URL
-(no Service here). The
-expected answers come from the pure converter (`convert`). Its own apiserver: this module
-changes the CRD and stops the webhook, which would break other modules'
-reads of the session's cluster."""
+"""The operator keeps the CheckpointPolicy CRD's conversion caBundle
+(tls/webhook_certs.py's CrdCaKeeper) on a real apiserver, with only the
+rights docs/rbac.md grants: it puts its own CA back after a reset, leaves a
+CRD that calls another release's Service alone, names the right it lacks,
+and leaves alone a CRD that is missing or has no conversion webhook. The
+apiserver, CRD and webhook are this directory's (conftest.py)."""
 
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import logging
-import os
 import re
-import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cluster_helpers import policy_crd_source, wait_for
+from cluster_helpers import wait_for
+from conversion_objects import BETA, CRD, alpha_policy, read
 from kubernetes import client, config
-from operator_process import ALLOWED_ROOT, repo_root
+from operator_process import repo_root
 
-from ckptdrain.contract.policy_versions import convert
 from ckptdrain.operator.tls import webhook_certs
 from ckptdrain.operator.tls.webhook_address import WebhookAddress
 from ckptdrain.operator.tls.webhook_certs import CrdCa
-from support import apiserver
-from support.apiserver import Cluster, free_port
-from support.conversion_server import ConversionServer, converting_to
-
-ALPHA, BETA = "ckptdrain.io/v1alpha1", "ckptdrain.io/v1beta1"
-CRD = "checkpointpolicies.ckptdrain.io"
-
-def converted(obj: dict[str, Any], desired: str) -> dict[str, Any]:
-    """What our converter makes of `obj` in `desired`."""
-    return dict(convert(copy.deepcopy(obj), desired))
-
-
-def policy_crd(url: str, ca_pem: bytes) -> dict[str, Any]:
-    """crds/checkpointpolicies.yaml, converting through `url`."""
-    return converting_to(policy_crd_source(), url, ca_pem)
-
-
-@pytest.fixture(scope="module")
-def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    apiserver.binaries_or_fail()
-    with apiserver.running(tmp_path_factory.mktemp("conversion-apiserver")) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    directory = tmp_path_factory.mktemp("conversion-certs")
-    ca = apiserver.make_ca(directory, "webhook-ca")
-    cert, key = apiserver.make_cert(directory, "webhook", ca)
-    other = apiserver.make_ca(directory, "other-ca")
-    return {"ca": ca[0], "cert": cert, "key": key, "other_ca": other[0]}
-
-
-@pytest.fixture(scope="module")
-def server(own_cluster: Cluster, certificates: dict[str, Path]) -> Iterator[ConversionServer]:
-    port = free_port()
-    crd = policy_crd(f"https://127.0.0.1:{port}/convert", certificates["ca"].read_bytes())
-    own_cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(crd))
-    own_cluster.kubectl("apply", "--server-side", "-f",
-                        str(repo_root() / "crds" / "checkpoints.yaml"))
-    own_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-    running = ConversionServer(own_cluster, certificates["cert"], certificates["key"], port)
-    running.start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def namespace(own_cluster: Cluster, server: ConversionServer) -> Iterator[str]:
-    name = f"conv-{time.monotonic_ns() % 10**8}"
-    own_cluster.kubectl("create", "namespace", name)
-    yield name
-    # v1alpha1 named: a cleanup never depends on the webhook.
-    own_cluster.kubectl("delete", "-n", name, resource(ALPHA), "--all", "--wait=false",
-                        check=False)
-    own_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def resource(version: str) -> str:
-    """The CRD's resource at one version, as kubectl names it."""
-    return f"checkpointpolicies.{version.partition('/')[2]}.ckptdrain.io"
-
-
-def read(cluster: Cluster, namespace: str, version: str, name: str,
-         check: bool = True) -> Any:
-    got = cluster.kubectl("get", "-n", namespace, resource(version), name, "-o", "json",
-                          check=check)
-    return json.loads(got.stdout) if check else got
-
-
-def alpha_policy(name: str) -> dict[str, Any]:
-    """A v1alpha1 policy with the spellings v1beta1 writes otherwise."""
-    return {"apiVersion": ALPHA, "kind": "CheckpointPolicy", "metadata": {"name": name},
-            "spec": {"selector": {"matchLabels": {"app": name}},
-                     "model": {"parameters": "405B", "bytesPerParameter": 12.5},
-                     "interval": "1d", "overlap": "0.1",
-                     "localTier": {"path": f"{ALLOWED_ROOT}/nvme", "keep": 2,
-                                   "capacity": "1.5TiB"},
-                     "caps": {"bandwidth": "10GB/s"},
-                     "storage": {"uri": "s3://ckpt-bucket/runs",
-                                 "endpoint": "http://minio.storage:9000",
-                                 "credentialsSecretRef": {"name": "s3-creds"}}}}
-
-
-def same_object(answer: dict[str, Any], expected: dict[str, Any]) -> None:
-    """The apiserver's answer is our converter's: version, spec, status, and
-    the object it is (the apiserver refuses a conversion that changes
-    metadata)."""
-    assert answer["apiVersion"] == expected["apiVersion"]
-    assert answer["spec"] == expected["spec"]
-    assert answer.get("status") == expected.get("status")
-    for key in ("name", "namespace", "uid", "resourceVersion", "generation"):
-        assert answer["metadata"][key] == expected["metadata"][key], key
-
-
-def test_the_apiserver_converts_through_our_convert(
-        own_cluster: Cluster, server: ConversionServer, namespace: str) -> None:
-    made = own_cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
-                               input=json.dumps(alpha_policy("llama")))
-    assert json.loads(made.stdout)["spec"]["interval"] == "1d"  # stored as written
-    own_cluster.kubectl("patch", "-n", namespace, resource(ALPHA), "llama",
-                        "--subresource=status", "--type=merge", "-p", json.dumps(
-                            {"status": {"lastRestoreAgreement": {"round": 1, "pods": 2,
-                                                                 "startedAt": 1764464523.5},
-                                        "goodput": {"heldSince": 1764460000,
-                                                    "endedAt": None}}}))
-    stored = read(own_cluster, namespace, ALPHA, "llama")
-    assert stored["apiVersion"] == ALPHA
-
-    before = server.settled()
-    beta = read(own_cluster, namespace, BETA, "llama")
-    same_object(beta, converted(stored, BETA))
-    wait_for(lambda: server.conversions() > before, timeout_s=10,
-             what="the process to report the ConversionReview the apiserver sent it")
-    # The spellings v1beta1 has.
-    assert (beta["spec"]["interval"], beta["spec"]["overlap"]) == ("24h", "10%")
-
-    # A list without a version is served in the preferred one, v1beta1.
-    listed = json.loads(own_cluster.kubectl("get", "-n", namespace, "checkpointpolicies",
-                                            "-o", "json").stdout)["items"]
-    assert [i["apiVersion"] for i in listed] == [BETA]
-    same_object(listed[0], beta)
-
-
-def test_a_v1beta1_write_is_stored_as_our_converter_makes_it(
-        own_cluster: Cluster, server: ConversionServer, namespace: str) -> None:
-    """The other way: the apiserver stores v1alpha1, so a v1beta1 create is
-    converted by /convert before it reaches etcd."""
-    first = converted(alpha_policy("gpt"), BETA)
-    first.pop("status", None)
-    made = json.loads(own_cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
-                                          input=json.dumps(first)).stdout)
-    assert made["apiVersion"] == BETA
-    stored = read(own_cluster, namespace, ALPHA, "gpt")
-    same_object(stored, {**converted(made, ALPHA), "metadata": stored["metadata"]})
-    assert stored["metadata"]["uid"] == made["metadata"]["uid"]
-    # v1beta1 → v1alpha1 → v1beta1 gives back what was written.
-    assert read(own_cluster, namespace, BETA, "gpt")["spec"] == made["spec"]
-
-
-def uninstall_block() -> str:
-    """The shell block of docs/install.md's "Versions and the conversion webhook"."""
-    text = (repo_root() / "docs" / "install.md").read_text()
-    after = text[text.index("### Versions and the conversion webhook"):]
-    block = re.findall(r"```sh\n(.*?)```", after, re.S)[0]
-    assert "checkpointpolicies.v1alpha1.ckptdrain.io" in block
-    return str(block)
-
-
-def kubectl_dir(cluster: Cluster) -> str:
-    return str(cluster.binaries.kubectl.parent)
-
-
-def test_without_the_webhook_v1beta1_reads_fail_and_v1alpha1_reads_work(
-        own_cluster: Cluster, server: ConversionServer, namespace: str) -> None:
-    own_cluster.kubectl("create", "-n", namespace, "-f", "-",
-                        input=json.dumps(alpha_policy("down")))
-    server.stop()
-    try:
-        failed = read(own_cluster, namespace, BETA, "down", check=False)
-        assert failed.returncode != 0
-        assert "conversion" in failed.stderr.lower(), failed.stderr
-        listed = own_cluster.kubectl("get", "-n", namespace, "checkpointpolicies", check=False)
-        assert listed.returncode != 0 and "conversion" in listed.stderr.lower()
-        # What the operator and every v1alpha1 client read: never converted.
-        assert read(own_cluster, namespace, ALPHA, "down")["spec"]["interval"] == "1d"
-        # The clean-up docs/install.md gives, as written, works with no
-        # replica answering.
-        ran = subprocess.run(["bash", "-euo", "pipefail", "-c", uninstall_block()],
-                             env={**own_cluster.env(), "PATH": f"{kubectl_dir(own_cluster)}:"
-                                  f"{os.environ['PATH']}"},
-                             capture_output=True, text=True, timeout=120)
-        assert ran.returncode == 0, ran.stderr
-        gone = own_cluster.kubectl("get", "-n", namespace, resource(ALPHA), "down",
-                                   "--ignore-not-found", "-o", "name")
-        assert gone.stdout.strip() == ""
-    finally:
-        server.start()
-    wait_for(lambda: own_cluster.kubectl("get", "-n", namespace, "checkpointpolicies",
-                                         check=False).returncode == 0,
-             what="v1beta1 reads once the webhook answers again")
+from support.apiserver import Cluster
+from support.conversion_server import ConversionServer
 
 
 def _documented_crd_rule() -> dict[str, Any]:
