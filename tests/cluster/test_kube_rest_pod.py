@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from test_rbac import _bind, _rules
+from documented_rbac import agent_rules
+from test_rbac import _bind
 
 from ckptdrain import kube_rest
 from ckptdrain.contract.api import ANNOTATION_RESTORE_RESULT
@@ -75,7 +76,7 @@ class Mounted:
 
 @pytest.fixture
 def mounted(cluster: Cluster, namespace: str, tmp_path: Path) -> Mounted:
-    _bind(cluster, "Role", AGENT, namespace, _rules(1, dev_mode=False))
+    _bind(cluster, "Role", AGENT, namespace, agent_rules())
     return Mounted(cluster, namespace, tmp_path)
 
 

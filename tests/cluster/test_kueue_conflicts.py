@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 from cluster_helpers import POLICIES, create, get, jobset_over_a_job, policy, wait_for
+from documented_rbac import operator_rules, operator_section_rules
 from kubernetes import client, config
 from operator_process import OperatorProcess
-from test_rbac import _bind, _rules, _section_rules
+from test_rbac import _bind
 from test_recency import (
     OPERATOR_SA,
     STUBS,
@@ -60,11 +61,11 @@ def kueue_operator(cluster: Cluster, operator: OperatorProcess,
                     "crd/jobsets.jobset.x-k8s.io", "crd/workloads.kueue.x-k8s.io",
                     "crd/resourceflavors.kueue.x-k8s.io")
     kubeconfig = _bind(cluster, "ClusterRole", OPERATOR_SA, SYSTEM_NS,
-                       _rules(0, dev_mode=True))
+                       operator_rules(dev_mode=True))
     # The Role the chart renders in Kueue's namespace, bound to the same account.
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": {"name": "ckptdrain-kueue-config", "namespace": KUEUE_NS},
-            "rules": _section_rules("## Kueue's configuration")}
+            "rules": operator_section_rules("## Kueue's configuration")}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                "metadata": {"name": "ckptdrain-kueue-config", "namespace": KUEUE_NS},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",

@@ -1,5 +1,6 @@
-"""docs/rbac.md is the one source of the RBAC rules: the operator and an agent
-run here with exactly those rules (read from the doc) and still work."""
+"""docs/rbac.md (the operator's) and docs/rbac-agent.md (the agent's) are the
+one source of the RBAC rules: the operator and an agent run here with exactly
+those rules (read from the docs, documented_rbac.py) and still work."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cluster_helpers import INJECT, POLICIES, get, pod, policy, render_chart, wait_for
+from documented_rbac import agent_rules, operator_rules, operator_section_rules
 from kubernetes import client, config
-from operator_process import OperatorProcess, repo_root
+from operator_process import OperatorProcess
 
 from ckptdrain.agent.kube import PodReport
 from ckptdrain.agent.refusals import event_body
@@ -29,22 +30,6 @@ from ckptdrain.restore.result import RestoreResult
 from support.apiserver import Cluster
 
 SYSTEM_NS = "ckptdrain-system"
-
-
-def _rules(section: int, dev_mode: bool) -> list[dict[str, Any]]:
-    text = (repo_root() / "docs" / "rbac.md").read_text()
-    block = re.findall(r"```yaml\n(.*?)```", text, re.S)[section]
-    if dev_mode:  # the managed-webhook rule the doc keeps commented out
-        block = re.sub(r"^  # (- apiGroups: \[admissionregistration|  (resources|verbs): )",
-                       r"  \1", block, flags=re.M)
-    return list(yaml.safe_load(block)["rules"])
-
-
-def _section_rules(heading: str) -> list[dict[str, Any]]:
-    """The rules of the first yaml block after `heading` in docs/rbac.md."""
-    text = (repo_root() / "docs" / "rbac.md").read_text()
-    after = text[text.index(heading):]
-    return list(yaml.safe_load(re.findall(r"```yaml\n(.*?)```", after, re.S)[0])["rules"])
 
 
 def _bind(cluster: Cluster, kind: str, name: str, namespace: str,
@@ -73,10 +58,10 @@ def least_privileged_operator(cluster: Cluster, operator: OperatorProcess,
     """The session operator swapped for one running with only the documented rules."""
     cluster.kubectl("create", "namespace", SYSTEM_NS, check=False)
     kubeconfig = _bind(cluster, "ClusterRole", "ckptdrain-operator", SYSTEM_NS,
-                       _rules(0, dev_mode=True))
+                       operator_rules(dev_mode=True))
     # The record of agent images, by its own Role in the operator's namespace.
     _bind(cluster, "Role", "ckptdrain-operator", SYSTEM_NS,
-          _section_rules("## The record of agent images"))
+          operator_section_rules("## The record of agent images"))
     # Rendered empty by the chart (templates/agent-images.yaml): never created.
     cluster.kubectl("create", "-n", SYSTEM_NS, "configmap", "ckptdrain-agent-images",
                     check=False)
@@ -97,7 +82,7 @@ def test_documented_rules_are_enough(cluster: Cluster, namespace: str,
                                      least_privileged_operator: OperatorProcess,
                                      apply: Callable[..., Any]) -> None:
     agent_kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace,
-                             _rules(1, dev_mode=False))
+                             agent_rules())
     apply(policy("llama", writers=2, storage={"uri": "s3://bucket/runs", "keep": 1}))
     status = wait_for(lambda: get(cluster, namespace, POLICIES, "llama").get("status", {})
                       .get("phase") and get(cluster, namespace, POLICIES, "llama")["status"])
@@ -190,7 +175,7 @@ def _refused(core: client.CoreV1Api, name: str, namespace: str, body: dict[str, 
 
 def test_the_agent_may_patch_only_its_own_pods_ckptdrain_annotations(
         cluster: Cluster, crds: None, namespace: str, pod_patch_policy: None) -> None:
-    _bind(cluster, "Role", AGENT_SA, namespace, _rules(1, dev_mode=False))
+    _bind(cluster, "Role", AGENT_SA, namespace, agent_rules())
     for name in ("w-0", "other"):
         body = pod(name, {"app": "llama"}, serviceAccountName=AGENT_SA)
         body["metadata"]["annotations"] = {"team": "a"}
@@ -341,16 +326,15 @@ def test_documented_rules_run_the_peer_tier_and_renew_it(
         apply: Callable[..., Any]) -> None:
     """The operator with the documented cluster rules, the peer tier's rules
     on Secrets and ConfigMaps (cluster-wide, as without agent.namespaces) and
-    the CA Role (the doc's last block) in its CA namespace: it makes a
+    the CA Role in its CA namespace: it makes a
     policy's CA and Secret and renews the certificate, and nothing it does is
     refused."""
     cluster.kubectl("create", "namespace", SYSTEM_NS, check=False)
     cluster.kubectl("create", "namespace", CA_NS, check=False)
     kubeconfig = _bind(cluster, "ClusterRole", "ckptdrain-operator", SYSTEM_NS,
-                       _rules(0, dev_mode=True)
-                       + _section_rules("## The peer tier's Secrets and ConfigMaps"))
-    text = (repo_root() / "docs" / "rbac.md").read_text()
-    ca_rules = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[-1])["rules"]
+                       operator_rules(dev_mode=True)
+                       + operator_section_rules("## The peer tier's Secrets and ConfigMaps"))
+    ca_rules = operator_section_rules("## The peer tier's CAs")
     meta = {"name": "ckptdrain-peer-ca", "namespace": CA_NS}
     cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                           "items": [

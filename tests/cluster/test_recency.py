@@ -34,9 +34,10 @@ from cluster_helpers import (
     render_chart,
     wait_for,
 )
+from documented_rbac import operator_rules
 from kubernetes import client, config, watch
 from operator_process import OperatorProcess, repo_root
-from test_rbac import _bind, _rules
+from test_rbac import _bind
 from tests.docs.blocks import parse
 from urllib3.exceptions import ProtocolError
 
@@ -81,7 +82,7 @@ def recency_operator(cluster: Cluster, operator: OperatorProcess,
                     "crd/jobsets.jobset.x-k8s.io", "crd/workloads.kueue.x-k8s.io",
                     "crd/leaderworkersets.leaderworkerset.x-k8s.io")
     kubeconfig = _bind(cluster, "ClusterRole", OPERATOR_SA, SYSTEM_NS,
-                       _rules(0, dev_mode=True))
+                       operator_rules(dev_mode=True))
     vap = render_chart("ckptdrain", SYSTEM_NS, ["operator-recency-policy.yaml"])
     cluster.kubectl("apply", "-f", "-", input=vap)
     operator.stop()

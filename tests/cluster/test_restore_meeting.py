@@ -1,5 +1,5 @@
 """Ranks agree on one restore step through a real apiserver, with the agent's
-documented rights (docs/rbac.md), each rank's restore running as it does in
+documented rights (docs/rbac-agent.md), each rank's restore running as it does in
 its init container: its own local tier, a shared file:// global tier."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from documented_rbac import agent_rules
 from kubernetes import client, config
-from test_rbac import _bind, _rules
+from test_rbac import _bind
 
 from ckptdrain import kubeclient
 from ckptdrain.node import config as node_config
@@ -90,7 +91,7 @@ class Job:
 @pytest.fixture
 def job(cluster: Cluster, namespace: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> Job:
-    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
+    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, agent_rules())
     api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "apiserver")  # restore runs "in a pod"
     monkeypatch.setattr(kubeclient, "custom_objects_api", lambda: api)

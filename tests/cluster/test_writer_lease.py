@@ -1,5 +1,5 @@
 """The writer fence against a real apiserver, with exactly the agent's
-documented rules (docs/rbac.md): one pod holds a writer's lease; a second
+documented rules (docs/rbac-agent.md): one pod holds a writer's lease; a second
 pod given the same rank is refused until the first stops renewing; without
 rights on leases the fence steps aside instead of blocking commits."""
 
@@ -9,8 +9,9 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from documented_rbac import agent_node_lease_rules, agent_rules
 from kubernetes import client, config
-from test_rbac import _bind, _rules
+from test_rbac import _bind
 
 from ckptdrain.node.kube import WriterLease
 from ckptdrain.node.lease import WriterFenced
@@ -29,14 +30,14 @@ class Clock:
 
 
 def _grant_node_leases(cluster: Cluster, namespace: str) -> None:
-    """The documented agent rule in kube-node-lease (docs/rbac.md's third
-    block), bound to the namespace's agent service account."""
+    """The documented agent rule in kube-node-lease (docs/rbac-agent.md's
+    second block), bound to the namespace's agent service account."""
     cluster.kubectl("create", "namespace", "kube-node-lease", check=False)
     cluster.kubectl("apply", "-f", "-", input=json.dumps({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "List", "items": [
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
              "metadata": {"name": f"agent-{namespace}", "namespace": "kube-node-lease"},
-             "rules": _rules(2, dev_mode=False)},
+             "rules": agent_node_lease_rules()},
             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
              "metadata": {"name": f"agent-{namespace}", "namespace": "kube-node-lease"},
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
@@ -47,7 +48,7 @@ def _grant_node_leases(cluster: Cluster, namespace: str) -> None:
 
 def test_one_holder_per_writer_and_a_stale_holder_is_replaced(
         cluster: Cluster, namespace: str) -> None:
-    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
+    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, agent_rules())
     api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
     clock = Clock()
     first = WriterLease(namespace, "llama", 1, "uid-first", api=api, clock=clock,
@@ -88,7 +89,7 @@ def test_one_holder_per_writer_and_a_stale_holder_is_replaced(
 
 def test_without_rights_on_leases_fencing_steps_aside(
         cluster: Cluster, namespace: str) -> None:
-    records_only = [r for r in _rules(1, dev_mode=False)
+    records_only = [r for r in agent_rules()
                     if "coordination.k8s.io" not in r["apiGroups"]]
     kubeconfig = _bind(cluster, "Role", "no-leases", namespace, records_only)
     api = client.CustomObjectsApi(config.new_client_from_config(str(kubeconfig)))
@@ -103,7 +104,7 @@ def test_a_long_lease_fails_over_when_the_holders_node_is_gone(
     kube-node-lease): a writer lease that lasts 45 minutes is taken over a
     minute after its holder's node lease went, and the old holder, should it
     still run, is refused at its next commit."""
-    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
+    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, agent_rules())
     _grant_node_leases(cluster, namespace)
     node, elsewhere = f"node-{namespace}", f"other-{namespace}"
     for name in (node, elsewhere):
@@ -152,7 +153,7 @@ def test_a_commit_goes_on_two_reads_while_the_lease_and_the_node_are_as_left(
     fresh; a stale heartbeat, a lease changed by anyone, or a renewal too old
     for the lease's duration each make it renew, and a lease taken by another
     pod fences it."""
-    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, _rules(1, dev_mode=False))
+    kubeconfig = _bind(cluster, "Role", "ckptdrain-agent", namespace, agent_rules())
     node = f"node-{namespace}"
     _grant_node_leases(cluster, namespace)
     clock = Clock()

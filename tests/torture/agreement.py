@@ -110,15 +110,15 @@ def run(ctx: Ctx, kind: StoreKind, cat: Category) -> None:
 
 
 def _agent_kubeconfig(cluster: Any, namespace: str) -> Path:
-    """Credentials with exactly the agent's documented rights (docs/rbac.md's
-    second block) in `namespace`."""
+    """Credentials with exactly the agent's documented rights (docs/rbac-agent.md's
+    first block) in `namespace`."""
     import json
     import re
 
     import yaml
 
-    text = (ROOT / "docs" / "rbac.md").read_text()
-    rules = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[1])["rules"]
+    text = (ROOT / "docs" / "rbac-agent.md").read_text()
+    rules = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[0])["rules"]
     name = "ckptdrain-agent"
     meta = {"name": name, "namespace": namespace}
     cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
