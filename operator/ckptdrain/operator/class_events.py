@@ -61,13 +61,9 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
         body = next((b for b in index.get(key, []) if b is not None), None)
         if body is None or not stale(cfg, body):
             continue
-        patch = kopf.Patch()
-        reconcile_policy(body=kopf.Body(body), patch=patch, memo=memo, logger=logger,
-                                  announce=False, **{k: kwargs[k] for k in INDEXES})
-        status = patch.get("status")
-        if status:
-            logger.info("policy %s/%s: its class changed; status reconciled", *key)
-            kube.patch_status(api.POLICIES, key[0], key[1], dict(status))
+        logger.info("policy %s/%s: its class changed; reconciling it", *key)
+        reconcile_policy(body=kopf.Body(body), memo=memo, logger=logger,
+                         announce=False, **{k: kwargs[k] for k in INDEXES})
     _class_statuses(logger)
 
 

@@ -29,6 +29,9 @@ Key = tuple[str, str]
 #: Each valid policy's key → (its sizing under the joint budget, ...).
 Joint = Callable[[], Mapping[Key, tuple[sizing.Sizing, Any, Any]]]
 
+#: Status writes that lost to a newer version in a row before a pass gives up.
+WRITE_ATTEMPTS = 3
+
 _started = threading.Event()
 
 
@@ -77,11 +80,15 @@ def check(policies: kopf.Index[Key, Any], pods: kopf.Index[Key, Any],
         _, _, when = records.latest_steps(_values(checkpoints, key))
         stall = st.drain_stall(_parse_time(when), since, sized.global_interval_s,
                                sized.drain_seconds, len(drainers), now)
-        change = st.with_stall(body.get("status") or {}, stall,
-                               body["metadata"].get("generation"), now)
-        if change is None:
+
+        def change_of(current: dict[str, Any], stall: str | None = stall) -> dict[str, Any] | None:
+            return st.with_stall(current.get("status") or {}, stall,
+                                 (current.get("metadata") or {}).get("generation"), now)
+        # At the version read, recomputed on a conflict: no other writer's
+        # condition is dropped by a write from an older read.
+        if not kube.write_status_from(api.POLICIES, key[0], dict(body), change_of,
+                                      WRITE_ATTEMPTS):
             continue
-        kube.patch_status(api.POLICIES, key[0], key[1], change)
         kube.post_event(body, api.KIND_POLICY, "DrainStalled" if stall else "DrainResumed",
                         stall or "a checkpoint completed globally again",
                         "Warning" if stall else "Normal")
