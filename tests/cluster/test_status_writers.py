@@ -15,7 +15,8 @@ import json
 import logging
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import kopf
@@ -26,8 +27,12 @@ from operator_process import repo_root
 
 from ckptdrain.operator import policy_reconcile
 from ckptdrain.operator.admission import sweep
-from ckptdrain.operator.apiserver import kube
+from ckptdrain.operator.apiserver import class_view, kube
+from ckptdrain.operator.bandwidth import allocation_status, rebalance
+from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import status as st
+from ckptdrain.operator.policy.allocation import DrainingPod
+from ckptdrain.operator.records import watchdog
 from ckptdrain.sizing import SizingInput, compute
 from support import apiserver
 from support.apiserver import Cluster
@@ -53,7 +58,10 @@ def cluster(quiet: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster
     custom = client.CustomObjectsApi(api)
     monkeypatch.setattr(kube, "_custom", lambda: custom)
     monkeypatch.setattr(kube, "_clients", lambda: (client.CoreV1Api(api), custom))
+    # No CheckpointClass CRD here: the process's view of classes is current and empty.
+    class_view.CLASSES.replace([], "")
     yield quiet
+    class_view.CLASSES.replace([], "")
 
 
 @pytest.fixture
@@ -125,3 +133,73 @@ def test_the_sweep_written_from_an_older_read_keeps_the_sizing_s_ready(
     after = _types(_read(cluster, namespace, "p"))
     assert after[st.UNPROTECTED] == "AdmittedWithoutInjection"
     assert after[st.READY] == st.SIZED
+
+
+CFG = OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:test")
+
+
+def _joint(body: dict[str, Any]) -> tuple[Any, Any, Any]:
+    key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    return rebalance.budgets(CFG, {key: [body]}, {})[key]
+
+
+def _unprotected_meanwhile(cluster: Cluster, namespace: str) -> None:
+    """The sweep's condition, written after the caller's read."""
+    current = _read(cluster, namespace, "p")["status"]
+    change = st.with_unprotected(current, ["bare-0"], 1, NOW)
+    assert change is not None
+    _set_status(cluster, namespace, "p", change)
+
+
+def test_the_sizing_reconcile_from_an_older_read_keeps_the_sweep_s_condition(
+        cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the status write is under test: the passes it schedules stay off.
+    monkeypatch.setattr(policy_reconcile.watchdog, "start", lambda *a: None)
+    monkeypatch.setattr(policy_reconcile.rebalance, "schedule", lambda *a, **k: None)
+    monkeypatch.setattr(policy_reconcile, "schedule_peers", lambda *a, **k: None)
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(policy("p")))
+    stale = _read(cluster, namespace, "p")
+    _set_status(cluster, namespace, "p", {"conditions": []})
+    _unprotected_meanwhile(cluster, namespace)
+    key = (namespace, "p")
+
+    policy_reconcile.reconcile_policy(
+        body=kopf.Body(stale), memo=SimpleNamespace(config=CFG), logger=LOG,  # type: ignore[arg-type]
+        pod_index={}, checkpointpolicy_index={key: [stale]}, checkpoint_index={},
+        peer_pod_index={}, progress_index={}, announce=False)
+
+    after = _types(_read(cluster, namespace, "p"))
+    assert after[st.READY] == st.SIZED
+    assert after[st.UNPROTECTED] == "AdmittedWithoutInjection"
+
+
+def test_the_joint_allocation_from_an_older_read_keeps_the_sweep_s_condition(
+        cluster: Cluster, namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(policy("p")))
+    _set_status(cluster, namespace, "p", _sized(_read(cluster, namespace, "p")))
+    stale = _read(cluster, namespace, "p")
+    _unprotected_meanwhile(cluster, namespace)
+    sized, share, parsed = _joint(stale)
+
+    allocation_status.write((namespace, "p"), stale, sized, share, parsed, [])
+
+    after = _read(cluster, namespace, "p")
+    assert after["status"]["allowedBandwidthBytes"] == int(sized.allowed_bandwidth)
+    assert _types(after)[st.UNPROTECTED] == "AdmittedWithoutInjection"
+    assert _types(after)[st.READY] == st.SIZED
+
+
+def test_the_stall_watchdog_from_an_older_read_keeps_the_sweep_s_condition(
+        cluster: Cluster, namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(policy("p")))
+    _set_status(cluster, namespace, "p", _sized(_read(cluster, namespace, "p")))
+    stale = _read(cluster, namespace, "p")
+    _unprotected_meanwhile(cluster, namespace)
+    drainer = DrainingPod("p-0", 0, created=stale["metadata"]["creationTimestamp"])
+    a_day_on = datetime.now(UTC) + timedelta(days=1)  # nothing drained for a day
+
+    watchdog._check_one((namespace, "p"), stale, _joint(stale)[0], [drainer], [], a_day_on)
+
+    after = _read(cluster, namespace, "p")
+    assert _types(after)[st.DEGRADED] == "DrainStalled"
+    assert _types(after)[st.UNPROTECTED] == "AdmittedWithoutInjection"

@@ -50,7 +50,6 @@ def reconcile_policy(body: kopf.Body, memo: kopf.Memo,
                    lambda: rebalance.budgets(cfg, checkpointpolicy_index, pod_index), logger)
     key = (body.metadata.namespace or "", body.metadata.name or "")
     drainers = len(values(pod_index, key))
-    generation = body.metadata.get("generation")
     with metrics.reconciling("checkpointpolicy"):
         resolved_class = rebalance.class_condition(cfg, body)
         try:
@@ -58,9 +57,10 @@ def reconcile_policy(body: kopf.Body, memo: kopf.Memo,
             sized = pol.compute_sizing(parsed)
         except InvalidInput as error:
             message = str(error)
-            write_status(key, body, lambda current: st.for_invalid(
-                message, generation, now(), _conditions(current), resolved_class))
-            kopf.warn(body, reason="InvalidSpec", message=message)
+            if write_status(key, body, lambda current: st.for_invalid(
+                    message, _generation(current), now(), _conditions(current),
+                    resolved_class)) is not None:
+                kopf.warn(body, reason="InvalidSpec", message=message)
             schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index,
                             checkpoint_index, logger, progress_index)
             return
@@ -70,7 +70,7 @@ def reconcile_policy(body: kopf.Body, memo: kopf.Memo,
             sized, cluster = joint[key][0], joint[key][1]
 
         def sized_status(current: dict[str, Any]) -> dict[str, Any]:
-            status = current.get("status") or {}
+            status, generation = current.get("status") or {}, _generation(current)
             # The pods under this spec's selector, counted now: Ready is never
             # True for a moment before the census runs (policy/status.py).
             # While a new term waits for its LIST, a counted policy's pods
@@ -110,6 +110,10 @@ def _conditions(current: dict[str, Any]) -> list[dict[str, Any]]:
     return list((current.get("status") or {}).get("conditions") or [])
 
 
+def _generation(current: dict[str, Any]) -> int | None:
+    return (current.get("metadata") or {}).get("generation")
+
+
 def write_status(key: Key, body: kopf.Body,
                  status_of: Callable[[dict[str, Any]], dict[str, Any]]
                  ) -> dict[str, Any] | None:
@@ -118,14 +122,16 @@ def write_status(key: Key, body: kopf.Body,
     conditions list does so: a merge patch replaces the whole list, so a
     write computed from an older read would drop a condition another writer
     set meanwhile (the census's Ready, the sweep's PodsUnprotected). A policy
-    whose spec changed since `body` (another generation) or that is gone is
-    not written: the newer spec's own reconcile writes. Returns what was
-    written."""
-    generation = body.metadata.get("generation")
+    whose spec differs from `body`'s now, or that is gone, is not written:
+    the newer spec's own reconcile writes. The spec is compared, not the
+    generation: a spec changed and changed back while this ran gets no
+    reconcile of its own (Kopf sees no difference), so this one writes, at
+    the current generation. Returns what was written."""
+    spec = dict(body).get("spec")
     written: list[dict[str, Any]] = []
 
     def change_of(current: dict[str, Any]) -> dict[str, Any] | None:
-        if (current.get("metadata") or {}).get("generation") != generation:
+        if current.get("spec") != spec:
             return None
         written[:] = [status_of(current)]
         return written[0]

@@ -195,9 +195,14 @@ def _report_unprotected(namespace: str, body: dict[str, Any], chosen: list[BareP
     # At the resourceVersion read, recomputed on a conflict: a merge patch
     # replaces the whole conditions list, so a write from an older read would
     # drop a condition another writer set meanwhile (the sizing's Ready).
-    kube.write_status_from(api.POLICIES, namespace, body, lambda current: st.with_unprotected(
-        current.get("status") or {}, names, (current.get("metadata") or {}).get("generation"),
-        now), WRITE_ATTEMPTS)
+    generation = meta.get("generation")
+
+    def change_of(current: dict[str, Any]) -> dict[str, Any] | None:
+        if (current.get("metadata") or {}).get("generation") != generation:
+            return None  # chosen under another selector: the next pass's
+        return st.with_unprotected(current.get("status") or {}, names, generation, now)
+
+    kube.write_status_from(api.POLICIES, namespace, body, change_of, WRITE_ATTEMPTS)
     for p in chosen:
         if p.uid not in _warned:
             _warn(namespace, p, meta["name"])

@@ -27,8 +27,8 @@ def _now() -> datetime:
 
 
 def write(key: Key, body: Mapping[str, Any], sized: sizing.Sizing,
-                  cluster: allocation.ClusterShare, p: pol.Policy,
-                  drainers: list[allocation.DrainingPod]) -> None:
+          cluster: allocation.ClusterShare, p: pol.Policy,
+          drainers: list[allocation.DrainingPod]) -> None:
     """The joint allocation's part of the policy's status (budget fields,
     BandwidthConstrained, the live drainer count) and WritersConsistent, in
     one write at the resourceVersion it was computed from (recomputed on a
