@@ -22,12 +22,15 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.operator.apiserver import class_view, kube
 from ckptdrain.operator.bandwidth import rebalance
+from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import class_catalogue, classes
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.policy_reconcile import reconcile_policy
 
 CLASSES = (api.GROUP, "v1beta1", "checkpointclasses")
+#: Policies to reconcile after a class event, one pass each, retried on failure.
+_rejudged = Coalescer("reconciling policies after a class change")
 INDEXES = ("pod_index", "checkpointpolicy_index", "checkpoint_index", "peer_pod_index",
            "progress_index")
 
@@ -58,17 +61,33 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
     cfg: OperatorConfig = memo.config
     index: kopf.Index[Any, Any] = kwargs["checkpointpolicy_index"]
     for key in list(index):
-        body = next((b for b in index.get(key, []) if b is not None), None)
-        if body is None or not stale(cfg, body):
-            continue
-        patch = kopf.Patch()
-        reconcile_policy(body=kopf.Body(body), patch=patch, memo=memo, logger=logger,
-                                  announce=False, **{k: kwargs[k] for k in INDEXES})
-        status = patch.get("status")
-        if status:
-            logger.info("policy %s/%s: its class changed; status reconciled", *key)
-            kube.patch_status(api.POLICIES, key[0], key[1], dict(status))
+        body = _policy(index, key)
+        if body is not None and stale(cfg, body):
+            _schedule(key, memo, logger, {k: kwargs[k] for k in INDEXES})
     _class_statuses(logger)
+
+
+def _policy(index: kopf.Index[Any, Any], key: Any) -> dict[str, Any] | None:
+    return next((b for b in index.get(key, []) if b is not None), None)
+
+
+def _schedule(key: Any, memo: kopf.Memo, logger: logging.Logger,
+              indexes: dict[str, Any]) -> None:
+    """Reconcile one policy whose class changed, as a pass of its own: Kopf
+    never retries an event handler, and a pass that fails (a status write
+    that kept losing to other writers, an API error) is retried by the
+    Coalescer, from the policy as the index then holds it; the other
+    policies and the classes' own statuses do not wait for it."""
+
+    def run() -> None:
+        body = _policy(indexes["checkpointpolicy_index"], key)
+        if body is None or not stale(memo.config, body):
+            return
+        logger.info("policy %s/%s: its class changed; reconciling it", *key)
+        reconcile_policy(body=kopf.Body(body), memo=memo, logger=logger, announce=False,
+                         **indexes)
+
+    _rejudged.schedule(key, run, logger, 0.0)
 
 
 def _judged(bodies: list[dict[str, Any]]) -> dict[str, tuple[Any, list[dict[str, str]]]]:

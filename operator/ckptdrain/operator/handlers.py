@@ -200,7 +200,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
-    names = ("body", "patch", "memo", "logger", "pod_index", "checkpointpolicy_index",
+    names = ("body", "memo", "logger", "pod_index", "checkpointpolicy_index",
              "checkpoint_index", "peer_pod_index", "progress_index")
     return {k: kwargs[k] for k in names}
 
