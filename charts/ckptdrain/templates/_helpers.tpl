@@ -62,6 +62,12 @@ app.kubernetes.io/component: operator
 {{- printf "%s-webhook" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The CSI node driver's DaemonSet, ServiceAccount and RBAC; also the job
+label of its scrape, which its alerts select by. */}}
+{{- define "ckptdrain.csiNodeName" -}}
+{{- printf "%s-csi-node" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* cert-manager's Secret (kubernetes.io/tls), mounted by the operator. */}}
 {{- define "ckptdrain.tlsSecretName" -}}
 {{- printf "%s-webhook-tls" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}

@@ -11,7 +11,9 @@ scan (so a policy's series goes when its directory does):
 - `ckptdrain_csi_deletions_total`: directories of deleted policies removed;
 - `ckptdrain_csi_last_scan_timestamp_seconds`: when the last scan ended (a
   stalled collector shows here; /healthz fails only once its thread has
-  ended, as a slow apiserver makes a scan slow without anything wrong here).
+  ended, as a slow apiserver makes a scan slow without anything wrong here);
+- `ckptdrain_csi_scan_interval_seconds`: the interval it scans at, so an
+  alert can count intervals since the last scan without knowing the config.
 
 Labels are a policy's identity or a fixed set, never a path.
 """
@@ -66,6 +68,10 @@ class _ScanMetrics(PrometheusCollector):
                                         "Directories of deleted policies removed")
         deletions.add_metric([], self.collector.deletions)
         yield deletions
+        interval = GaugeMetricFamily("ckptdrain_csi_scan_interval_seconds",
+                                     "How often the driver scans its root (seconds)")
+        interval.add_metric([], self.collector.interval_s)
+        yield interval
         if report.capacity is not None:
             for name, value, what in (
                     ("available_bytes", report.capacity.available_bytes, "Bytes free"),
