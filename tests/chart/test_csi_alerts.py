@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 import yaml
 from tests.chart.support import CHART, REPO, Tools, documents, render
+from tests.docs.blocks import parse
 from tests.support import prometheus
 
 from ckptdrain.csi.collection import DELETE, Reclaim
 from ckptdrain.csi.collector import Collector
 from ckptdrain.csi.metrics import registry_for
-from ckptdrain.csi.volumes import VolumeStore
+from ckptdrain.csi.volumes import Owner, VolumeStore
 
 CASES = Path(__file__).parent / "alerts" / "csi_cases.yaml"
 RUNBOOKS = REPO / "docs" / "alerts.md"
@@ -31,6 +32,10 @@ ALL_ON = [*prometheus.CSI_ON, "--set", "metrics.prometheusRule.enabled=true"]
 
 def _alerts(rules: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+
+
+def _expr(rules: dict[str, Any], alert: str) -> str:
+    return next(str(r["expr"]) for r in _alerts(rules) if r["alert"] == alert)
 
 
 def _rule_objects(tools: Tools, *args: str) -> list[dict[str, Any]]:
@@ -62,6 +67,11 @@ def test_rendered_only_with_the_driver_on_and_scraped(tools: Tools) -> None:
     assert names(*prometheus.CSI_ON) == set()
 
 
+def test_the_rules_are_labelled_as_the_driver_they_watch(tools: Tools) -> None:
+    [csi] = [d for d in _rule_objects(tools, *ALL_ON) if d["metadata"]["name"] == RULES]
+    assert csi["metadata"]["labels"]["app.kubernetes.io/component"] == "csi-node"
+
+
 def test_the_driver_down_alert_selects_the_job_its_pod_monitor_sets(tools: Tools) -> None:
     docs = documents(render(tools, *ALL_ON).stdout)
     [monitor] = [d for d in docs if d["kind"] == "PodMonitor"
@@ -70,6 +80,9 @@ def test_the_driver_down_alert_selects_the_job_its_pod_monitor_sets(tools: Tools
     relabel = endpoint["relabelings"]
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"],
             "targetLabel": "node"} in relabel
+    # The driver's `namespace` label is the policy's (its only label that a
+    # target label also has): kept as it is, not renamed exported_namespace.
+    assert endpoint["honorLabels"] is True
     [job] = [r["replacement"] for r in relabel if r["targetLabel"] == "job"]
     [daemonset] = [d for d in docs if d["kind"] == "DaemonSet"]
     assert job == daemonset["metadata"]["name"] == RULES
@@ -129,10 +142,14 @@ def test_each_alert_links_to_its_runbook_section(rules: dict[str, Any]) -> None:
 
 
 def _driver_metrics(root: Path) -> set[str]:
-    """Every series name the driver exports after a real scan of `root`."""
+    """Every series name the driver exports after a real scan of `root`,
+    where a deleted policy's data waits out its grace."""
     def resolve(namespace: str, name: str) -> str | None:
-        return None
+        return None  # every policy deleted
 
+    uid = "11111111-1111-4111-8111-111111111111"
+    (root / "ml" / uid / "data").mkdir(parents=True)
+    (root / "ml" / uid / "owner.json").write_text(Owner("ml", uid, "ckpt", 2000).to_json())
     collector = Collector(VolumeStore(root, resolve, mounter=None),  # type: ignore[arg-type]
                           resolve, Reclaim(DELETE, 60.0), 60.0, lambda path: False)
     collector.scan()
@@ -142,7 +159,8 @@ def _driver_metrics(root: Path) -> set[str]:
 def test_rules_name_only_series_the_driver_exports(rules: dict[str, Any],
                                                     tmp_path: Path) -> None:
     known = _driver_metrics(tmp_path)
-    assert "ckptdrain_csi_scan_interval_seconds" in known
+    assert {"ckptdrain_csi_scan_interval_seconds", "ckptdrain_csi_started_timestamp_seconds",
+            "ckptdrain_csi_oldest_pending_deletion_timestamp_seconds"} <= known
     for alert in _alerts(rules):
         named = set(re.findall(r"\bckptdrain_[a-z0-9_]+", alert["expr"]))
         assert named <= known, (alert["alert"], named - known)
@@ -158,11 +176,11 @@ BAD = {
                      "at '/metrics/prometheusRule/csiDriver/diskFreeRatio'"),
     "one stalled interval": ("metrics.prometheusRule.csiDriver.scanStalledIntervals", "1",
                              "at '/metrics/prometheusRule/csiDriver/scanStalledIntervals'"),
-    "a duration without a unit": ("metrics.prometheusRule.csiDriver.pendingDeletionFor",
+    "a duration without a unit": ("metrics.prometheusRule.csiDriver.deletionOverdueAfter",
                                   '"6"', "at '/metrics/prometheusRule/csiDriver/"
-                                         "pendingDeletionFor'"),
-    "negative retained dirs": ("metrics.prometheusRule.csiDriver.retainedDirs", "-1",
-                               "at '/metrics/prometheusRule/csiDriver/retainedDirs'"),
+                                         "deletionOverdueAfter'"),
+    "a retained share over 1": ("metrics.prometheusRule.csiDriver.retainedDiskRatio", "1.5",
+                                "at '/metrics/prometheusRule/csiDriver/retainedDiskRatio'"),
     "a misspelt key": ("metrics.prometheusRule.csiDriver.diskFreeRation", "0.2",
                        "diskFreeRation"),
 }
@@ -177,9 +195,60 @@ def test_bad_thresholds_fail_naming_them(tools: Tools, case: str) -> None:
     assert needle in result.stderr, result.stderr
 
 
+OVERDUE = "CkptdrainNodeTierDeletionOverdue"
+
+
+@pytest.mark.parametrize(("grace", "scan", "expected_s"), [
+    ("1h", "60s", 2 * 3600 + 2 * 60),
+    ("2h30m", "5m", 2 * 9000 + 2 * 300),
+    ("1.5h", "30s", 2 * 5400 + 2 * 30),
+])
+def test_deletions_are_overdue_after_twice_the_grace_and_two_scans_by_default(
+        grace: str, scan: str, expected_s: int) -> None:
+    rules = prometheus.chart_rules(*prometheus.CSI_ON, "--set", f"csiDriver.reclaim.gracePeriod="
+                                   f"{grace}", "--set", f"csiDriver.scanInterval={scan}",
+                                   template=prometheus.CSI_RULES)
+    assert _expr(rules, OVERDUE).endswith(f") > {expected_s}"), _expr(rules, OVERDUE)
+
+
+@pytest.mark.parametrize(("grace", "scan", "overdue"), [
+    ("1h", "60s", "1h"), ("1h", "60s", "1h2m"), ("3h", "60s", "2h"), ("1h", "30m", "1h59m")])
+def test_an_overdue_threshold_within_the_grace_and_two_scans_fails_naming_both(
+        tools: Tools, grace: str, scan: str, overdue: str) -> None:
+    result = render(tools, *ALL_ON, "--set", f"csiDriver.reclaim.gracePeriod={grace}",
+                    "--set", f"csiDriver.scanInterval={scan}", "--set",
+                    f"metrics.prometheusRule.csiDriver.deletionOverdueAfter={overdue}",
+                    check=False)
+    assert result.returncode != 0, f"{overdue} past a {grace} grace was accepted"
+    assert (f"metrics.prometheusRule.csiDriver.deletionOverdueAfter ({overdue}): expected more "
+            f"than csiDriver.reclaim.gracePeriod ({grace}) plus two csiDriver.scanInterval "
+            f"({scan})") in result.stderr, result.stderr
+
+
+def test_an_overdue_threshold_past_the_grace_and_two_scans_is_used() -> None:
+    rules = prometheus.chart_rules(
+        *prometheus.CSI_ON, "--set", "metrics.prometheusRule.csiDriver.deletionOverdueAfter=1h3m",
+        template=prometheus.CSI_RULES)
+    assert _expr(rules, OVERDUE).endswith(") > 3780")
+    [overdue] = [a for a in _alerts(rules) if a["alert"] == OVERDUE]
+    assert "(grace period 1h; alert after 1h3m)" in overdue["annotations"]["summary"]
+
+
+def test_the_docs_example_sets_what_it_says(tmp_path: Path) -> None:
+    """docs/alerts.md's example ("to alert from 15% free and on deletions 4
+    hours overdue") renders rules with those thresholds."""
+    [block] = [b for b in parse(RUNBOOKS) if b.note == "values" and "csiDriver:" in b.text]
+    values = tmp_path / "values.yaml"
+    values.write_text(block.text)
+    rules = prometheus.chart_rules("-f", str(values), template=prometheus.CSI_RULES)
+    assert _expr(rules, "CkptdrainNodeTierDiskNearlyFull").endswith(") < 0.15")
+    assert _expr(rules, OVERDUE).endswith(f") > {4 * 3600}")
+
+
 def test_the_defaults_are_documented() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     defaults = values["metrics"]["prometheusRule"]["csiDriver"]
     page = RUNBOOKS.read_text()
     for key, value in defaults.items():
-        assert f"`{key}` ({value})" in page, key
+        shown = value if value != "" else "empty"
+        assert f"`{key}` ({shown}" in page, key
