@@ -9,8 +9,13 @@ node, pod and the driver's job) and evaluates the PrometheusRule the chart
 renders, thresholds made small through its values. The test reads what
 fires from Prometheus' HTTP API (`ALERTS`) and asks it for node-b's side of
 each expression directly. Then node-a's scans stop (the stall alert fires),
-and then its driver (the driver-down alert fires). Waits poll with a cap;
-nothing asserts on how long anything took.
+and then its driver (the driver-down alert fires).
+
+A second test deletes policies: on node-a (reclaim Delete) one whose volume
+a pod still mounts, which stays past the threshold (overdue fires), and one
+that goes on time; on node-b (reclaim Retain) one whose data takes half the
+disk (retained data piling up fires). Waits poll with a cap; nothing
+asserts on how long anything took.
 """
 
 from __future__ import annotations
@@ -23,9 +28,20 @@ from typing import Any
 
 import pytest
 from tests.support import prometheus
-from tests.support.csi_driver import AS_ROOT_ON_LINUX, UID_A, Harness, new_pod_uid, running_driver
+from tests.support.csi_driver import (
+    AS_ROOT_ON_LINUX,
+    UID_A,
+    UID_A2,
+    UID_B,
+    Harness,
+    new_pod_uid,
+    running_driver,
+)
 from tests.support.s3servers import free_port
 from tests.support.smallfs import small_filesystem
+
+from ckptdrain.csi.collection import DELETE, RETAIN, Reclaim
+from ckptdrain.csi.collector import DELETED_SINCE_FILE, read_clock
 
 pytestmark = AS_ROOT_ON_LINUX
 
@@ -51,16 +67,25 @@ def rules() -> dict[str, Any]:
         pytest.fail(str(err), pytrace=False)
 
 
-@pytest.fixture
-def nodes(tmp_path: Path) -> Iterator[dict[str, Harness]]:
-    """{node name: its driver}, each on a 16 MiB tmpfs of its own."""
+@contextlib.contextmanager
+def _drivers(tmp_path: Path, reclaims: dict[str, Reclaim | None]
+             ) -> Iterator[dict[str, Harness]]:
+    """{node name: its driver}, each on a 16 MiB tmpfs of its own, with its
+    reclaim setting (None: the default)."""
     with contextlib.ExitStack() as stack:
         drivers = {}
-        for node in ("node-a", "node-b"):
+        for node, reclaim in reclaims.items():
             root = stack.enter_context(small_filesystem(tmp_path / node, "16m"))
+            settings = {} if reclaim is None else {"reclaim": reclaim}
             drivers[node] = stack.enter_context(running_driver(
                 root=root, node_id=node, scan_interval_s=SCAN_INTERVAL_S,
-                metrics_port=free_port()))
+                metrics_port=free_port(), **settings))
+        yield drivers
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[dict[str, Harness]]:
+    with _drivers(tmp_path, {"node-a": None, "node-b": None}) as drivers:
         yield drivers
 
 
@@ -72,13 +97,15 @@ def _plant_unknown_owner(h: Harness, size: int) -> Path:
     return directory
 
 
-def _publish_and_write(h: Harness, size: int) -> None:
-    h.policies[("ml", "ckpt")] = UID_A
+def _publish_and_write(h: Harness, size: int, policy: str = "ckpt", uid: str = UID_A,
+                       keep_mounted: bool = False) -> None:
+    h.policies[("ml", policy)] = uid
     pod = new_pod_uid()
     target = h.target(pod)
-    h.publish(target, "ml", pod)
+    h.publish(target, "ml", pod, policy=policy)
     (target / "step-1.bin").write_bytes(b"x" * size)
-    h.unpublish(target, pod)
+    if not keep_mounted:
+        h.unpublish(target, pod)
 
 
 def _firing(prom: prometheus.Prometheus) -> set[tuple[str, str]]:
@@ -143,3 +170,58 @@ def test_node_tier_alerts_fire_for_the_troubled_node_and_not_the_healthy_one(
                              'alertstate="firing"}')
         assert (down["metric"]["severity"], down["metric"]["pod"]) == ("critical", "csi-node-a")
         assert not [a for a in _firing(prom) if a[1] == "node-b"], _firing(prom)
+
+
+GRACE = "2s"  # the drivers' reclaim grace, and the chart's csiDriver.reclaim.gracePeriod
+OVERDUE = "CkptdrainNodeTierDeletionOverdue"
+RETAINED = "CkptdrainNodeTierRetainedPiling"
+
+
+def test_a_deletion_held_by_a_mount_is_overdue_and_retained_data_piles_up(
+        tmp_path: Path) -> None:
+    try:
+        prometheus.binary("prometheus")
+        rules = prometheus.chart_rules(
+            *prometheus.CSI_ON, "--set", f"csiDriver.reclaim.gracePeriod={GRACE}",
+            "--set", f"csiDriver.scanInterval={int(SCAN_INTERVAL_S * 1000)}ms",
+            # Well past the grace and two scans (the chart refuses less), so
+            # a deletion on time never reaches it even on a slow machine.
+            "--set", "metrics.prometheusRule.csiDriver.deletionOverdueAfter=12s",
+            "--set-json", "metrics.prometheusRule.csiDriver.retainedDiskRatio=0.3",
+            template=prometheus.CSI_RULES)
+    except prometheus.MissingBinaries as err:
+        pytest.fail(str(err), pytrace=False)
+    reclaims: dict[str, Reclaim | None] = {"node-a": Reclaim(DELETE, 2.0),
+                                           "node-b": Reclaim(RETAIN, 2.0)}
+    with _drivers(tmp_path, reclaims) as nodes:
+        deleting, retaining = nodes["node-a"], nodes["node-b"]
+        _publish_and_write(deleting, MIB, policy="held", uid=UID_A, keep_mounted=True)
+        _publish_and_write(deleting, MIB, policy="gone", uid=UID_B)
+        _publish_and_write(retaining, 8 * MIB, policy="kept", uid=UID_A2)
+        for h in nodes.values():
+            h.policies.clear()  # every policy deleted
+        targets = [prometheus.Target(f"127.0.0.1:{h.cfg.metrics_port}",
+                                     {"node": node, "pod": f"csi-{node}", "job": JOB})
+                   for node, h in nodes.items()]
+        with prometheus.running(tmp_path / "prometheus", targets, rule_groups=rules) as prom:
+            prom.wait_for_scrape()
+            prom.wait_for(f"{OVERDUE} for node-a",
+                          lambda: (OVERDUE, "node-a") in _firing(prom))
+            # The one nothing held went on time; the mounted one is kept,
+            # and the alert ages it from its owner's first sighting deleted.
+            assert not (deleting.cfg.root / "ml" / UID_B).exists()
+            held = deleting.cfg.root / "ml" / UID_A
+            clock = read_clock(held)
+            assert clock is not None and (held / DELETED_SINCE_FILE).is_file()
+            (oldest,) = prom.query('ckptdrain_csi_oldest_pending_deletion_timestamp_seconds'
+                                   '{node="node-a"}')
+            assert abs(float(oldest["value"][1]) - clock.since) < 0.01
+            prom.wait_for(f"{RETAINED} for node-b",
+                          lambda: (RETAINED, "node-b") in _firing(prom))
+            (alert,) = prom.query(f'ALERTS{{alertname="{RETAINED}",alertstate="firing"}}')
+            assert alert["metric"]["severity"] == "info"
+            assert (retaining.cfg.root / "ml" / UID_A2 / "data" / "step-1.bin").is_file()
+            # Each fires only where it should: retained data is not pending
+            # deletion, and pending data is not retained.
+            assert _nodes_of(prom, rules, OVERDUE) == {"node-a"}
+            assert _nodes_of(prom, rules, RETAINED) == {"node-b"}
