@@ -17,7 +17,7 @@ from ckptdrain.operator.admission import census
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.peers import sync as peer_sync
-from ckptdrain.operator.policy import history, readiness
+from ckptdrain.operator.policy import history, readiness, version_messages
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.records import sync as record_sync
@@ -50,9 +50,13 @@ def reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
             parsed = rebalance.parse_policy(cfg, dict(body), drainers)
             sized = pol.compute_sizing(parsed)
         except InvalidInput as error:
-            patch.status.update(st.for_invalid(str(error), generation, now(), previous,
+            # Said in the version the spec was last written at, which the
+            # object's managedFields tell (policy/version_messages.py).
+            message = version_messages.message(
+                error, version_messages.spec_written_in(body.get("metadata") or {}))
+            patch.status.update(st.for_invalid(message, generation, now(), previous,
                                                resolved_class))
-            kopf.warn(body, reason="InvalidSpec", message=str(error))
+            kopf.warn(body, reason="InvalidSpec", message=message)
             schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index,
                             checkpoint_index, logger, progress_index)
             return
