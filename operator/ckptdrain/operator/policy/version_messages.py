@@ -57,8 +57,6 @@ V1BETA1_EXPECTED: Mapping[str, str] = {
                          "or 1000000000",
     units.DURATION_EXPECTED: _DURATION,
     units.fraction_expected(): "a percentage in (0%, 100%] such as 10% or 12.5%",
-    units.fraction_expected(allow_zero=True): "a percentage in [0%, 100%] such as 10% "
-                                              "or 12.5%",
     pol.MODEL_EXPECTED: "model.parameters (e.g. 405G) or model.checkpointBytes (e.g. 5.67T)",
     pol.POSITIVE_SIZE_EXPECTED: "a positive size such as 5.67T or 1.5Ti",
     peer_tier.SHAPE_EXPECTED: "{enabled: true, keep: 2, capacity: 2T}",
