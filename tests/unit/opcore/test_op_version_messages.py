@@ -160,6 +160,16 @@ def entry(version: str, time: str, owns_spec: bool = True, manager: str = "kubec
     ([entry(V1ALPHA1, "2026-11-30T10:00:00Z"), entry(V1BETA1, "2026-11-30T10:00:00Z")],
      V1ALPHA1),
     ([entry("ckptdrain.io/v1", "2026-11-30T10:00:00Z")], V1ALPHA1),
+    # Not what the apiserver writes: an apiVersion that is no string (not
+    # even hashable) or a time that is none tells nothing, and breaks nothing.
+    ([entry(V1BETA1, "2026-11-30T10:00:00Z"),
+      {**entry(V1ALPHA1, "2026-11-30T11:00:00Z"), "apiVersion": {"v": 1}}], V1BETA1),
+    ([entry(V1BETA1, "2026-11-30T10:00:00Z"),
+      {**entry(V1ALPHA1, "2026-11-30T11:00:00Z"), "apiVersion": ["v1alpha1"]}], V1BETA1),
+    ([entry(V1BETA1, "2026-11-30T10:00:00Z"),
+      {**entry(V1ALPHA1, "2026-11-30T11:00:00Z"), "time": 20261130}], V1BETA1),
+    ([entry(V1BETA1, "2026-11-30T10:00:00Z"), "not an entry",
+      {**entry(V1ALPHA1, "2026-11-30T11:00:00Z"), "fieldsV1": ["f:spec"]}], V1BETA1),
 ])
 def test_the_operator_says_problems_in_the_version_of_the_last_spec_writer(
         entries: list[dict[str, Any]], version: str) -> None:

@@ -126,17 +126,20 @@ def message(error: InvalidInput, api_version: str) -> str:
 
 
 def _spec_writers(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The managedFields entries owning a field of the spec."""
+    """The managedFields entries owning a field of the spec. Only entries as
+    the apiserver writes them (an apiVersion and a time that are strings)
+    count: anything else tells no version, and must not fail a reconcile."""
     entries = meta.get("managedFields")
     return [e for e in entries if isinstance(e, Mapping)
+            and isinstance(e.get("apiVersion"), str) and isinstance(e.get("time"), str)
             and isinstance(e.get("fieldsV1"), Mapping) and "f:spec" in e["fieldsV1"]] \
         if isinstance(entries, list) else []
 
 
 def _newest(entries: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     # RFC3339 times of one format (the apiserver's, to the second) sort as text.
-    newest = max((str(e.get("time") or "") for e in entries), default="")
-    return [e for e in entries if str(e.get("time") or "") == newest]
+    newest = max((e["time"] for e in entries), default="")
+    return [e for e in entries if e["time"] == newest]
 
 
 def spec_written_in(meta: Mapping[str, Any]) -> str:
