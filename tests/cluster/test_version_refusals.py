@@ -164,7 +164,30 @@ def invalid_spec(cluster: Cluster, namespace: str, name: str) -> tuple[str, list
     return str(condition["message"]), wait_for(events, what=f"an InvalidSpec Event of {name}")
 
 
-def test_the_operator_says_an_invalid_policy_in_the_version_of_its_last_writer(
+def patched_at_v1beta1_then_labelled(cluster: Cluster, namespace: str,
+                                     example: RefusalExample) -> str:
+    """The page's policy made valid and created at v1alpha1 by a GitOps
+    manager; its capacity then patched at v1beta1 to the refused value, by
+    someone else; the GitOps manager then labels it at v1alpha1, which
+    moves its managedFields entry's time past the patch's, though it no
+    longer owns the capacity. The policy's name."""
+    name = "small-patched"
+    alpha = at_both_versions(example, name)[V1ALPHA1]
+    alpha["spec"]["localTier"]["capacity"] = "2000000000000"
+    cluster.kubectl("create", "-n", namespace, "--field-manager=gitops", "-f", "-",
+                    input=json.dumps(alpha))
+    capacity = example.policy["spec"]["localTier"]["capacity"]
+    cluster.kubectl("patch", "-n", namespace, "checkpointpolicies.v1beta1.ckptdrain.io", name,
+                    "--type=merge", "-p",
+                    json.dumps({"spec": {"localTier": {"capacity": capacity}}}))
+    # managedFields' times are to the second: the label comes a second later.
+    time.sleep(1.1)
+    cluster.kubectl("label", "-n", namespace, "--field-manager=gitops",
+                    "checkpointpolicies.v1alpha1.ckptdrain.io", name, "team=ml")
+    return name
+
+
+def test_the_operator_says_an_invalid_policy_in_the_version_its_field_was_written_at(
         own_cluster: Cluster, server: ConversionServer, namespace: str,
         tmp_path_factory: pytest.TempPathFactory) -> None:
     # No policy webhook yet: the invalid policies are stored, as one admitted
@@ -174,13 +197,19 @@ def test_the_operator_says_an_invalid_policy_in_the_version_of_its_last_writer(
                for version, name in ((V1BETA1, "small-beta"), (V1ALPHA1, "small-alpha"))}
     for obj in written.values():
         own_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(obj))
+    patched = patched_at_v1beta1_then_labelled(own_cluster, namespace, example)
     operator = OperatorProcess(own_cluster, tmp_path_factory.mktemp("refusals-operator"))
     operator.start()
     try:
-        for version, told in ((V1BETA1, example.at_v1beta1), (V1ALPHA1, example.at_v1alpha1)):
-            message, events = invalid_spec(own_cluster, namespace,
-                                           written[version]["metadata"]["name"])
-            assert message == told, (version, message)
-            assert told in events, (version, events)
+        for name, told in ((written[V1BETA1]["metadata"]["name"], example.at_v1beta1),
+                           (written[V1ALPHA1]["metadata"]["name"], example.at_v1alpha1),
+                           # The capacity's writer wrote v1beta1, whoever wrote last.
+                           (patched, example.at_v1beta1)):
+            message, events = invalid_spec(own_cluster, namespace, name)
+            managed = json.loads(own_cluster.kubectl(
+                "get", "-n", namespace, "checkpointpolicies.v1alpha1.ckptdrain.io", name,
+                "-o", "jsonpath={.metadata.managedFields}").stdout)
+            assert message == told, (name, message, managed)
+            assert told in events, (name, events)
     finally:
         operator.stop()

@@ -106,12 +106,10 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
 @kopf.index(*POLICIES)
 def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
                            **_: Any) -> dict[Key, dict[str, Any]]:
-    # Without the field manager's bookkeeping, but for its last spec writer:
-    # a reconcile from here (class_events.py) says problems in its version.
-    kept = slim.kept_copy(body)
-    kept["metadata"]["managedFields"] = version_messages.spec_writer_only(
-        body.get("metadata") or {})
-    return {(namespace, name): kept}
+    # Without the field manager's bookkeeping, but for the version each field
+    # was written at: a reconcile from here (class_events.py) says problems
+    # in it.
+    return {(namespace, name): version_messages.kept_versions(slim.kept_copy(body), body)}
 
 
 @kopf.index("v1", "pods", annotations=INJECTED)

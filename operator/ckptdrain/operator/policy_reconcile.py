@@ -50,10 +50,9 @@ def reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
             parsed = rebalance.parse_policy(cfg, dict(body), drainers)
             sized = pol.compute_sizing(parsed)
         except InvalidInput as error:
-            # Said in the version the spec was last written at, which the
-            # object's managedFields tell (policy/version_messages.py).
-            message = version_messages.message(
-                error, version_messages.spec_written_in(body.get("metadata") or {}))
+            # Each problem said in the version its field was written at,
+            # which the object's managedFields tell (policy/version_messages.py).
+            message = version_messages.message(error, version_messages.versions_of(body))
             patch.status.update(st.for_invalid(message, generation, now(), previous,
                                                resolved_class))
             kopf.warn(body, reason="InvalidSpec", message=message)

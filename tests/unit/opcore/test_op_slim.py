@@ -41,17 +41,12 @@ def test_a_kept_copy_shares_nothing_with_the_object() -> None:
     assert "managedFields" not in kept["metadata"]
 
 
-def test_the_operator_indexes_and_the_admission_view_keep_no_managed_fields_but_a_version(
-        ) -> None:
+def test_the_operator_indexes_and_the_admission_view_keep_no_managed_fields() -> None:
     body = _policy()
-    body["metadata"]["managedFields"][0].update(apiVersion="ckptdrain.io/v1beta1",
-                                                time="2026-11-30T10:00:00Z")
     indexed = handlers.checkpointpolicy_index(namespace="ml", name="llama", body=body)
-    # Of the bookkeeping, only what tells the version the spec was last
-    # written at (policy/version_messages.py), for a reconcile from the index.
-    assert indexed[("ml", "llama")]["metadata"]["managedFields"] == [
-        {"apiVersion": "ckptdrain.io/v1beta1", "time": "2026-11-30T10:00:00Z",
-         "fieldsV1": {"f:spec": {}}}]
+    # The versions its fields were written at are kept beside it
+    # (tests/unit/opcore/test_op_field_writers.py).
+    assert "managedFields" not in indexed[("ml", "llama")]["metadata"]
     record = {"metadata": {"name": "llama-100", "managedFields": [{"manager": "x"}]},
               "spec": {"policy": "llama", "step": 100}}
     indexed = handlers.checkpoint_index(namespace="ml", spec=record["spec"], body=record)

@@ -126,56 +126,29 @@ def test_the_message_of_an_invalid_policy_joins_each_problem_said_in_the_version
         overlap="150%", caps={"bandwidth": 0})})
     with pytest.raises(pol.PolicyInvalid) as raised:
         pol.parse("ml", "llama", stored["spec"], CFG)
-    assert said.message(raised.value, V1ALPHA1) == str(raised.value)
-    assert said.message(raised.value, V1BETA1) == (
+    fields = ("spec.overlap", "spec.caps.bandwidth")
+    assert said.message(raised.value, dict.fromkeys(fields, V1ALPHA1)) == str(raised.value)
+    assert said.message(raised.value, dict.fromkeys(fields, V1BETA1)) == (
         "spec.overlap: expected a percentage in (0%, 100%] such as 10% or 12.5%, got '150%'; "
         "spec.caps.bandwidth: expected a positive rate in bytes per second such as 63G, 500Mi "
         "or 1000000000, got 0")
     # A class that does not take the policy names class fields: said as it is.
     refused = classes.resolve("ml", {"checkpointClassName": "none"}, CFG, {})
     unresolved = classes.ClassUnresolved(refused)
-    assert said.message(unresolved, V1BETA1) == str(unresolved)
+    assert said.message(unresolved, {}) == str(unresolved)
 
 
-def entry(version: str, time: str, owns_spec: bool = True, manager: str = "kubectl"
-          ) -> dict[str, Any]:
-    fields: dict[str, Any] = {"f:metadata": {"f:labels": {}}}
-    if owns_spec:
-        fields["f:spec"] = {"f:localTier": {"f:capacity": {}}}
-    return {"manager": manager, "operation": "Update", "apiVersion": version, "time": time,
-            "fieldsType": "FieldsV1", "fieldsV1": fields}
-
-
-@pytest.mark.parametrize("entries, version", [
-    ([], V1ALPHA1),
-    ([entry(V1BETA1, "2026-11-30T10:00:00Z")], V1BETA1),
-    # The operator's own writes (status, finalizers) own no spec field.
-    ([entry(V1BETA1, "2026-11-30T10:00:00Z"),
-      entry(V1ALPHA1, "2026-11-30T11:00:00Z", owns_spec=False, manager="kopf")], V1BETA1),
-    ([entry(V1BETA1, "2026-11-30T10:00:00Z"), entry(V1ALPHA1, "2026-11-30T11:00:00Z")],
-     V1ALPHA1),
-    ([entry(V1ALPHA1, "2026-11-30T10:00:00Z"), entry(V1BETA1, "2026-11-30T11:00:00Z")],
-     V1BETA1),
-    # Two writers in one second at two versions: which came last cannot be told.
-    ([entry(V1ALPHA1, "2026-11-30T10:00:00Z"), entry(V1BETA1, "2026-11-30T10:00:00Z")],
-     V1ALPHA1),
-    ([entry("ckptdrain.io/v1", "2026-11-30T10:00:00Z")], V1ALPHA1),
-    # Not what the apiserver writes: an apiVersion that is no string (not
-    # even hashable) or a time that is none tells nothing, and breaks nothing.
-    ([entry(V1BETA1, "2026-11-30T10:00:00Z"),
-      {**entry(V1ALPHA1, "2026-11-30T11:00:00Z"), "apiVersion": {"v": 1}}], V1BETA1),
-    ([entry(V1BETA1, "2026-11-30T10:00:00Z"),
-      {**entry(V1ALPHA1, "2026-11-30T11:00:00Z"), "apiVersion": ["v1alpha1"]}], V1BETA1),
-    ([entry(V1BETA1, "2026-11-30T10:00:00Z"),
-      {**entry(V1ALPHA1, "2026-11-30T11:00:00Z"), "time": 20261130}], V1BETA1),
-    ([entry(V1BETA1, "2026-11-30T10:00:00Z"), "not an entry",
-      {**entry(V1ALPHA1, "2026-11-30T11:00:00Z"), "fieldsV1": ["f:spec"]}], V1BETA1),
-])
-def test_the_operator_says_problems_in_the_version_of_the_last_spec_writer(
-        entries: list[dict[str, Any]], version: str) -> None:
-    meta = {"name": "llama", "managedFields": entries}
-    assert said.spec_written_in(meta) == version
-    # What the operator keeps in memory of them tells the same.
-    assert said.spec_written_in({"managedFields": said.spec_writer_only(meta)}) == version
-    assert all(set(e) == {"apiVersion", "time", "fieldsV1"}
-               for e in said.spec_writer_only(meta))
+def test_a_problem_whose_writer_is_not_known_expects_v1beta1_spellings_of_the_value_stored(
+        ) -> None:
+    _, at_operator = beta_problems(
+        localTier={"path": "/mnt/ckptdrain/nvme", "keep": 2, "capacity": 1_000_000_000_000},
+        interval="0s")
+    # No managedFields entry owns the fields (or the owners disagree).
+    told = said.message(pol.PolicyInvalid(at_operator), {})
+    assert told == (
+        "spec.interval: expected a positive Go duration such as 15m, 900s or 1h30m, got '0s'")
+    (small,) = beta_problems(localTier={"path": "/mnt/ckptdrain/nvme", "keep": 2,
+                                        "capacity": 1_000_000_000_000})[1]
+    assert str(said.in_version(small, None)).startswith(
+        "spec.localTier.capacity: expected at least 2.6")
+    assert str(said.in_version(small, None)).endswith("875G per writer), got '1000000000000'")

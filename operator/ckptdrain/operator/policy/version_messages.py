@@ -19,10 +19,11 @@ Anything else (the field, the rest of the text, fields whose type is the
 same in both versions) is said as it is. v1alpha1 problems are unchanged.
 
 Which version the writer used: an admission is told (the request's kind).
-The operator, reading v1alpha1, takes the apiVersion of the spec's last
-writer from metadata.managedFields: the newest entry owning a field of the
-spec. None, or writers of the same second that disagree: v1alpha1, the
-version stored.
+The operator, reading v1alpha1, takes for each problem the apiVersion of
+the metadata.managedFields entries owning its field. Where none does, or
+they disagree, the version is not known, and the problem says what was
+expected in v1beta1's spellings (which v1alpha1 takes too, so neither
+writer is misled) and the value as stored.
 """
 
 from __future__ import annotations
@@ -103,57 +104,93 @@ def seen_in_v1beta1(field: str, seen: object) -> object:
     return converted
 
 
-def in_version(problem: InvalidInput, api_version: str) -> InvalidInput:
-    """`problem` as a writer of `api_version` is told it."""
+def in_version(problem: InvalidInput, api_version: str | None) -> InvalidInput:
+    """`problem` as a writer of `api_version` is told it. None, a version
+    not known: what was expected in v1beta1's spellings, every one of which
+    v1alpha1 takes too (contract/policy_versions/spellings.py), so either
+    writer can use it; the value as it was read."""
+    if api_version is None:
+        return InvalidInput(problem.field, expected_in_v1beta1(problem.field, problem.expected),
+                            problem.seen)
     if api_version != V1BETA1:
         return problem
     return InvalidInput(problem.field, expected_in_v1beta1(problem.field, problem.expected),
                         seen_in_v1beta1(problem.field, problem.seen))
 
 
-def message(error: InvalidInput, api_version: str) -> str:
+def message(error: InvalidInput, written_in: Mapping[str, str]) -> str:
     """The text of a policy found invalid (pol.PolicyInvalid: each problem,
-    joined as it joins them), said in `api_version`. Other errors (a class
-    that does not take the policy) name no field whose type differs, and
-    are said as they are."""
+    joined as it joins them), each problem said in the version its field
+    was written at (`written_in`, field_versions; a field not in it: not
+    known). Other errors (a class that does not take the policy) name no
+    field whose type differs, and are said as they are."""
     if isinstance(error, pol.PolicyInvalid):
         problems: Sequence[InvalidInput] = error.errors
     elif type(error) is InvalidInput:
         problems = [error]
     else:
         return str(error)
-    return "; ".join(str(in_version(p, api_version)) for p in problems)
+    return "; ".join(str(in_version(p, written_in.get(p.field))) for p in problems)
 
 
-def _spec_writers(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The managedFields entries owning a field of the spec. Only entries as
-    the apiserver writes them (an apiVersion and a time that are strings)
-    count: anything else tells no version, and must not fail a reconcile."""
+#: The fields whose problems are said differently at v1beta1: those whose
+#: type differs, and the two whose expected shape names an amount.
+WORDED_FIELDS: tuple[str, ...] = (*(p for p in FIELDS if p.startswith("spec.")),
+                                  "spec.model", "spec.peerTier")
+
+
+def _entries(meta: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """metadata.managedFields' entries as the apiserver writes them (an
+    apiVersion that is a string, a fieldsV1 map): anything else tells no
+    version, and must not fail a reconcile."""
     entries = meta.get("managedFields")
     return [e for e in entries if isinstance(e, Mapping)
-            and isinstance(e.get("apiVersion"), str) and isinstance(e.get("time"), str)
-            and isinstance(e.get("fieldsV1"), Mapping) and "f:spec" in e["fieldsV1"]] \
+            and isinstance(e.get("apiVersion"), str) and isinstance(e.get("fieldsV1"), Mapping)] \
         if isinstance(entries, list) else []
 
 
-def _newest(entries: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    # RFC3339 times of one format (the apiserver's, to the second) sort as text.
-    newest = max((e["time"] for e in entries), default="")
-    return [e for e in entries if e["time"] == newest]
+def _owns(fields: Mapping[str, Any], path: str) -> bool:
+    """Whether a fieldsV1 set holds `path` (spec.localTier.capacity is
+    f:spec -> f:localTier -> f:capacity)."""
+    node: object = fields
+    for key in path.split("."):
+        node = node.get(f"f:{key}") if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            return False
+    return True
 
 
-def spec_written_in(meta: Mapping[str, Any]) -> str:
-    """The apiVersion the spec's last writer used (metadata.managedFields);
-    v1alpha1, the version stored, when that cannot be told."""
-    versions = {e.get("apiVersion") for e in _newest(_spec_writers(meta))}
-    if len(versions) == 1 and versions <= set(VERSIONS):
-        return str(versions.pop())
-    return V1ALPHA1
+def field_versions(meta: Mapping[str, Any]) -> dict[str, str]:
+    """For each of WORDED_FIELDS, the apiVersion it was written at: that of
+    the managedFields entries owning it, where they agree on a known one.
+    An entry's time is no guide: it is its manager's last write of anything
+    (a label), not of this field."""
+    entries = _entries(meta)
+    found: dict[str, str] = {}
+    for path in WORDED_FIELDS:
+        versions = {e["apiVersion"] for e in entries if _owns(e["fieldsV1"], path)}
+        if len(versions) == 1 and versions <= set(VERSIONS):
+            found[path] = versions.pop()
+    return found
 
 
-def spec_writer_only(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """What spec_written_in reads of metadata.managedFields, and no more: the
-    newest spec writers' versions and times (kept in place of the whole
-    bookkeeping where the operator keeps a policy in memory)."""
-    return [{"apiVersion": e.get("apiVersion"), "time": e.get("time"),
-             "fieldsV1": {"f:spec": {}}} for e in _newest(_spec_writers(meta))]
+#: Where the operator's in-memory copy of a policy (its index) keeps
+#: field_versions in place of metadata.managedFields, which it drops
+#: (apiserver/slim.py): a key no object of the apiserver has.
+KEPT_KEY = "_ckptdrainFieldVersions"
+
+
+def kept_versions(kept: dict[str, Any], body: Mapping[str, Any]) -> dict[str, Any]:
+    """`kept`, a copy of `body` without managedFields, with body's
+    field_versions under KEPT_KEY."""
+    kept[KEPT_KEY] = field_versions(body.get("metadata") or {})
+    return kept
+
+
+def versions_of(body: Mapping[str, Any]) -> Mapping[str, str]:
+    """field_versions of a policy: from the apiserver's object, or kept
+    beside an indexed copy (kept_versions)."""
+    kept = body.get(KEPT_KEY)
+    if isinstance(kept, Mapping):
+        return kept
+    return field_versions(body.get("metadata") or {})
