@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from ckptdrain.errors import InvalidInput
 
@@ -168,26 +169,45 @@ def parse_positive_int(field: str, value: object) -> int:
 # -- formatting --------------------------------------------------------------
 
 
-def _scaled(value: float, steps: list[tuple[float, str]]) -> str:
+#: How an amount is rounded to three significant digits: to the nearest, or,
+#: for a bound a user may paste back into the field, up ("at least") or down
+#: ("at most"), so that the amount pasted meets the bound it was told.
+NEAREST, UP, DOWN = "nearest", "up", "down"
+_DECIMAL_ROUNDING = {UP: ROUND_CEILING, DOWN: ROUND_FLOOR}
+
+
+def _scaled(value: float, steps: list[tuple[float, str]], rounding: str = NEAREST) -> str:
     for factor, suffix in steps:
         if abs(value) >= factor:
             scaled = value / factor
             digits = 0 if abs(scaled) >= 100 else 1 if abs(scaled) >= 10 else 2
-            return f"{scaled:.{digits}f} {suffix}"
-    return f"{value:.0f} {steps[-1][1]}"
+            if factor == 1 and rounding != NEAREST:
+                digits = 0  # a bound of whole bytes: parse_bytes rounds 1.25 B to 1
+            return f"{_rounded(value, factor, digits, rounding)} {suffix}"
+    return f"{_rounded(value, 1.0, 0, rounding)} {steps[-1][1]}"
+
+
+def _rounded(value: float, factor: float, digits: int, rounding: str) -> str:
+    if rounding == NEAREST:
+        return f"{value / factor:.{digits}f}"
+    # Exactly (a float and a power of ten are exact Decimals): a bound of
+    # 1.31e12 is "1.31", never a float quotient's 1.3100000000000001 -> 1.32.
+    exact = Decimal(value) / Decimal(factor)
+    return str(exact.quantize(Decimal(1).scaleb(-digits), _DECIMAL_ROUNDING[rounding]))
 
 
 _SI_BYTES = [(1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1, "B")]
 
 
-def format_bytes(value: float) -> str:
-    """SI bytes, three significant digits: 5.67 TB."""
-    return _scaled(value, _SI_BYTES)
+def format_bytes(value: float, rounding: str = NEAREST) -> str:
+    """SI bytes, three significant digits: 5.67 TB (rounded as `rounding`
+    says: NEAREST, UP or DOWN)."""
+    return _scaled(value, _SI_BYTES, rounding)
 
 
-def format_rate(value: float) -> str:
-    """SI bytes per second: 63.0 GB/s."""
-    return format_bytes(value) + "/s"
+def format_rate(value: float, rounding: str = NEAREST) -> str:
+    """SI bytes per second: 63.0 GB/s (rounded as format_bytes)."""
+    return format_bytes(value, rounding) + "/s"
 
 
 def format_count(value: float) -> str:

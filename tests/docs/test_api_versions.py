@@ -96,3 +96,20 @@ def test_the_refusal_example_is_what_the_operator_says_at_each_version() -> None
                                 (at_v1alpha1, pv.V1ALPHA1, example.at_v1alpha1)):
         problems = operator_policy.validate(spec, default_config(), "small-tier")
         assert [str(version_messages.in_version(p, version)) for p in problems] == [told]
+
+
+def test_the_bound_the_refusal_example_names_pasted_back_is_accepted() -> None:
+    example = refusal_example()
+    page = PAGE.read_text()
+    assert "the least capacity is 1.3125T, said as 1.32T" in page
+    for version, told in ((pv.V1BETA1, example.at_v1beta1), (pv.V1ALPHA1, example.at_v1alpha1)):
+        bound = re.search(r"capacity: expected at least ([0-9.]+ ?[A-Z]+) ", told)
+        assert bound, told
+        # Pasted into the policy as written at that version.
+        spec = pv.convert(copy.deepcopy(example.policy), version)["spec"]
+        spec["localTier"]["capacity"] = bound[1]
+        assert operator_policy.validate(spec, default_config(), "small-tier") == [], bound[1]
+    # 1.3125T, to the nearest 1.31T: refused, as the page says.
+    policy = copy.deepcopy(example.policy)
+    policy["spec"]["localTier"]["capacity"] = "1.31T"
+    assert operator_policy.validate(policy["spec"], default_config(), "small-tier") != []

@@ -162,11 +162,11 @@ def test_a_v1beta1_refusal_speaks_v1beta1_and_a_v1alpha1_one_v1alpha1(
     at_beta = answer(reviewer, admission.VALIDATE_ID, review("CREATE", small))
     at_alpha = answer(reviewer, admission.VALIDATE_ID, review("CREATE", to_v1alpha1(small)))
     converted = answer(reviewer, admission.VALIDATE_ID, converted_review(small))
-    beta = ("spec.localTier.capacity: expected at least 1.31T (keep=2 checkpoints plus the one "
+    beta = ("spec.localTier.capacity: expected at least 1.32T (keep=2 checkpoints plus the one "
             "being captured, 438G per writer), got 1000000000000")
     assert (at_beta["allowed"], at_beta["status"]) == (False, {"message": beta, "code": 422})
     # Sent converted, it is said as it was written all the same.
     assert converted["status"] == at_beta["status"]
     assert at_alpha["status"] == {"code": 422, "message": (
-        "spec.localTier.capacity: expected at least 1.31 TB (keep=2 checkpoints plus the one "
+        "spec.localTier.capacity: expected at least 1.32 TB (keep=2 checkpoints plus the one "
         "being captured, 438 GB per writer), got '1000000000000'")}

@@ -113,7 +113,7 @@ def read(raw: object, shard_bytes: float | None, fail: Fail) -> PeerTier:
             least = max(1.0, shard_bytes or 0.0)
             if capacity < least:
                 fail("peerTier.capacity", "at least one copy of a writer's checkpoint, "
-                     f"{units.format_bytes(least)}", raw["capacity"])
+                     f"{units.format_bytes(least, units.UP)}", raw["capacity"])
                 capacity = None
     return PeerTier(enabled, keep, capacity)
 

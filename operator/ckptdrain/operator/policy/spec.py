@@ -225,7 +225,9 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     cap = r.get("caps.bandwidth", units.parse_rate, None)
     per_drainer = r.get("caps.perDrainer", units.parse_rate, None)
     if cap is not None and per_drainer is not None and per_drainer > cap:
-        r.fail("caps.perDrainer", f"at most caps.bandwidth ({units.format_rate(cap)})",
+        # Bounds rounded towards what they allow: pasted back, they are met.
+        r.fail("caps.perDrainer",
+               f"at most caps.bandwidth ({units.format_rate(cap, units.DOWN)})",
                r.raw("caps.perDrainer"))
     path = r.get("localTier.path", text, "")
     if not path:
@@ -250,12 +252,14 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         # trainer's work dir on this disk (no memory tier) is the agent's to
         # fit (node/space.py); docs/pod-contract.md says how to size for it.
         if capacity is not None and capacity < (keep + 1) * shard:
-            r.fail("localTier.capacity", f"at least {units.format_bytes((keep + 1) * shard)} "
+            r.fail("localTier.capacity",
+                   f"at least {units.format_bytes((keep + 1) * shard, units.UP)} "
                    f"(keep={keep} checkpoints plus the one being captured, "
                    f"{units.format_bytes(shard)} per writer)", r.raw("localTier.capacity"))
         if memory_bytes is not None and memory_bytes < shard:
             r.fail("localTier.memory.sizeLimit",
-                   f"at least one checkpoint shard, {units.format_bytes(shard)} per writer",
+                   f"at least one checkpoint shard, {units.format_bytes(shard, units.UP)} "
+                   "per writer",
                    memory)
     endpoint = r.get("storage.endpoint", parse_endpoint, None)
     region = r.get("storage.region", text, None)
