@@ -5,7 +5,8 @@ spellings with the value as written, and the same value at v1alpha1 as it
 always did; so it does when registered for v1alpha1 alone, as Kopf
 registers its own configurations, and the apiserver sends it the request
 converted. The operator, reading v1alpha1, says an invalid policy's
-InvalidSpec status and Event in the version of the spec's last writer.
+InvalidSpec status and Event in the version each field found wrong was
+written at (its managedFields owner's), not the newest writer's.
 
 The CRD is crds/checkpointpolicies.yaml as shipped, converting through the
 admission process (the ConversionServer, by URL); the policy webhook is
