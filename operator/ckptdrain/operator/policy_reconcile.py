@@ -20,7 +20,7 @@ from ckptdrain.operator.apiserver import kube
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.peers import sync as peer_sync
-from ckptdrain.operator.policy import history, readiness
+from ckptdrain.operator.policy import history, readiness, version_messages
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.records import sync as record_sync
@@ -56,7 +56,9 @@ def reconcile_policy(body: kopf.Body, memo: kopf.Memo,
             parsed = rebalance.parse_policy(cfg, dict(body), drainers)
             sized = pol.compute_sizing(parsed)
         except InvalidInput as error:
-            message = str(error)
+            # Each problem said in the version its field was written at,
+            # which the object's managedFields tell (policy/version_messages.py).
+            message = version_messages.message(error, version_messages.versions_of(body))
             if write_status(key, body, lambda current: st.for_invalid(
                     message, _generation(current), now(), _conditions(current),
                     resolved_class)) is not None:
