@@ -157,10 +157,12 @@ wait_for() {
   done
 }
 
-# start_kubelet: the node's kubelet (config rendered by node.sh start) and
-# its health. One place for its flags, so a restart is the same kubelet.
+# start_kubelet [PREFIX...]: the node's kubelet (config rendered by node.sh
+# start) and its health. One place for its flags, so a restart is the same
+# kubelet; PREFIX (node.sh start-kubelet's `env -i` with the stopped
+# kubelet's environment) runs it.
 start_kubelet() {
-  start_daemon kubelet "$K8S_BIN/kubelet" \
+  start_daemon kubelet "$@" "$K8S_BIN/kubelet" \
     --config="$STATE/kubelet/config.yaml" \
     --kubeconfig="$STATE/kubelet.kubeconfig" \
     --root-dir="$STATE/kubelet" \
