@@ -26,6 +26,8 @@ DRIVER = "node.ckptdrain.io"
 DRIVER_PODS = "app.kubernetes.io/component=csi-node"
 #: The driver's line each time kubelet registers it (csi/registration.py).
 REGISTERED = "kubelet registered CSI driver"
+#: Node a's kubelet health (e2e/cluster/lib.sh's KUBELET_HEALTHZ_PORT).
+KUBELET_HEALTHZ = "http://127.0.0.1:10248/healthz"
 
 
 def kubelet_dir() -> str:
