@@ -109,21 +109,34 @@ def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
     root = str(workdir / "csi-root")
     # From before the first step, so it sees every step reach the bucket.
     bucket = BucketWatch(s3, PREFIX, NS, POLICY)
+    failed = True
     try:
         _run(s3, allowed_root, root, logs, bucket, report, say, check)
+        failed = False
     finally:
-        bucket.stop()
-        logs.stop()
-        keep_driver_logs(logs.dir)
-        remove(POLICY, NAME)
-        # The driver unpublishes the pods' volumes: it goes only after them.
-        wait_for("the step's pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)[
-            "items"], 90, every=1)
-        kubectl("label", "namespace", NS, f"{RESTRICTED}=privileged", "--overwrite",
-                check=False)
-        # Back to the default, so later steps (and the uninstall) see hostPath.
-        set_mode("hostPath", root)
-        shutil.rmtree(root, ignore_errors=True)
+        try:
+            clean_up(root, logs, bucket)
+        except Exception as err:
+            if not failed:
+                raise
+            # The step's own error, raised on from here, is the one to show.
+            say(f"  the cleanup after the step's failure failed too: {err}")
+
+
+def clean_up(root: str, logs: Logs, bucket: BucketWatch) -> None:
+    """The step's pods, policy and driver data gone, the chart back in hostPath mode."""
+    bucket.stop()
+    logs.stop()
+    keep_driver_logs(logs.dir)
+    remove(POLICY, NAME)
+    # The driver unpublishes the pods' volumes: it goes only after them.
+    wait_for("the step's pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)[
+        "items"], 90, every=1)
+    kubectl("label", "namespace", NS, f"{RESTRICTED}=privileged", "--overwrite",
+            check=False)
+    # Back to the default, so later steps (and the uninstall) see hostPath.
+    set_mode("hostPath", root)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _run(s3: Any, allowed_root: str, root: str, logs: Logs, bucket: BucketWatch,
@@ -194,7 +207,7 @@ def _run(s3: Any, allowed_root: str, root: str, logs: Logs, bucket: BucketWatch,
 
     # The driver, then kubelet, restarted while the writer drains: nothing lost.
     restart_driver(logs, name, data, bucket, report, check)
-    restart_kubelet(logs, name, bucket, report, check)
+    restart_kubelet(logs, name, bucket, report, say, check)
 
     # The writer's pod deleted: its replacement restores from the local tier.
     wait_mid_interval(epoch)
