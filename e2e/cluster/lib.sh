@@ -157,5 +157,18 @@ wait_for() {
   done
 }
 
+# start_kubelet [PREFIX...]: the node's kubelet (config rendered by node.sh
+# start) and its health. One place for its flags, so a restart is the same
+# kubelet; PREFIX (node.sh start-kubelet's `env -i` with the stopped
+# kubelet's environment) runs it.
+start_kubelet() {
+  start_daemon kubelet "$@" "$K8S_BIN/kubelet" \
+    --config="$STATE/kubelet/config.yaml" \
+    --kubeconfig="$STATE/kubelet.kubeconfig" \
+    --root-dir="$STATE/kubelet" \
+    --hostname-override="$NODE_NAME" --node-ip="$NODE_IP"
+  wait_for 120 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz"
+}
+
 kctl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 actl() { ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }

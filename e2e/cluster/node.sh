@@ -6,6 +6,11 @@
 #   node.sh start    its containerd (own config, state, socket and runc
 #                    root), the pause image, its CNI config and its kubelet
 #                    (own root dir, cgroup root and pod log directory)
+#   node.sh stop-kubelet, node.sh start-kubelet
+#                    its kubelet alone, stopped and started again with the
+#                    flags, config and environment `start` gave it (a
+#                    kubelet restart); stop-kubelet fails unless kubelet
+#                    ran and its health endpoint refuses once it stopped
 # Idempotent: what runs is kept. down.sh stops both nodes.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -52,14 +57,28 @@ case "${1:-}" in
       printf 'registerWithTaints:\n- {key: %s, value: "true", effect: NoSchedule}\n' \
         "$NODE_B_TAINT" >>"$STATE/kubelet/config.yaml"
     fi
-    start_daemon kubelet "$K8S_BIN/kubelet" \
-      --config="$STATE/kubelet/config.yaml" \
-      --kubeconfig="$STATE/kubelet.kubeconfig" \
-      --root-dir="$STATE/kubelet" \
-      --hostname-override="$NODE_NAME" --node-ip="$NODE_IP"
-    wait_for 120 kubelet curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz"
+    start_kubelet
+    ;;
+  stop-kubelet)
+    # The node's pods keep running under containerd while kubelet is away
+    # (shutdownGracePeriod is 0: kubelet stops without draining anything).
+    running kubelet || die "kubelet of $NODE_NAME is not running: nothing to stop"
+    # Its environment as `start` gave it, for start-kubelet: whoever asks
+    # for the restart has its own (PATH, E2E_*), not the cluster's.
+    cp "/proc/$(cat "$(pidfile kubelet)")/environ" "$STATE/run/kubelet.environ"
+    stop_daemon kubelet 20
+    ! curl -sf --max-time 2 "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz" >/dev/null 2>&1 \
+      || die "kubelet of $NODE_NAME stopped, yet its health endpoint still answers"
+    ;;
+  start-kubelet)
+    if [ -f "$STATE/run/kubelet.environ" ]; then
+      mapfile -d '' -t environment <"$STATE/run/kubelet.environ"
+      start_kubelet env -i "${environment[@]}"
+    else
+      start_kubelet
+    fi
     ;;
   *)
-    die "usage: node.sh bridge|start"
+    die "usage: node.sh bridge|start|stop-kubelet|start-kubelet"
     ;;
 esac

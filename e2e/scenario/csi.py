@@ -13,12 +13,10 @@ tier, with the state hash the first pod saved. Last, the Job and the policy
 are deleted: the driver deletes the policy's node data within the grace
 period (set short here) and two scan intervals.
 
-The e2e cluster's kubelet keeps its root dir in the cluster's state dir,
-not /var/lib/kubelet, and node b, on the same host, has its own: one
-`csiDriver.kubeletDir` fits one of them, so the DaemonSet is pinned to
-node a (the chart's tolerations would otherwise put a second driver on
-node b, serving node a's sockets from the same host), and the writer,
-which does not tolerate node b's taint, lands there too.
+The DaemonSet is pinned to node a (csi_node.py says why; the chart's
+tolerations would otherwise put a second driver on node b, serving node
+a's sockets from the same host), and the writer, which does not tolerate
+node b's taint, lands there too.
 
     run(s3, allowed_root, workdir, report, say, check)
 """
@@ -26,7 +24,6 @@ which does not tolerate node b's taint, lands there too.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -34,15 +31,29 @@ from pathlib import Path
 from typing import Any
 
 import jobset
+from csi_node import (
+    DRIVER,
+    NAME,
+    NODE,
+    POLICY,
+    PREFIX,
+    SELECT,
+    driver_pod,
+    driver_pods,
+    keep_driver_logs,
+    kubelet_dir,
+    mounted,
+    node_id,
+    registered_by,
+    saves,
+    target,
+    trainer_pod,
+)
+from csi_restarts import BucketWatch, restart_driver, restart_kubelet
 from kube import POLICIES, apply, get, helm, kubectl, wait_for
 from trainers import TRAINERS, Logs
 from views import NS, OP_NS, RELEASE, remove, wait_mid_interval
 
-NAME = POLICY = PREFIX = "csi"
-SELECT = f"app={NAME}"
-NODE = "ckptdrain-e2e"
-DRIVER = "node.ckptdrain.io"
-DRIVER_PODS = "app.kubernetes.io/component=csi-node"
 #: Seconds between the Job's creation and its step clock's start.
 START_MARGIN_S = 10.0
 RESTRICTED = "pod-security.kubernetes.io/enforce"
@@ -55,12 +66,6 @@ SCAN_S = 5
 Say = Callable[[str], None]
 Check = Callable[[object, str], None]
 REPO = Path(__file__).resolve().parent.parent.parent
-
-
-def kubelet_dir() -> str:
-    """Node a's kubelet root dir (e2e/cluster/lib.sh's $STATE/kubelet)."""
-    cache = os.environ.get("CKPTDRAIN_CACHE", str(Path.home() / ".cache/ckptdrain"))
-    return os.environ.get("CKPTDRAIN_CLUSTER_STATE", f"{cache}/cluster") + "/kubelet"
 
 
 def restricted_job(epoch: float) -> dict[str, Any]:
@@ -97,87 +102,45 @@ def set_mode(mode: str, root: str, wait: str = "180s") -> None:
     kubectl("-n", OP_NS, "rollout", "status", "deploy", "--timeout=120s", timeout=130)
 
 
-def driver_pods() -> list[dict[str, Any]]:
-    return get("pods", "-n", OP_NS, "-l", DRIVER_PODS)["items"]
-
-
-def node_id(node: str) -> str | None:
-    """The node id kubelet recorded for the driver (its NodeGetInfo)."""
-    drivers = get("csinode", node).get("spec", {}).get("drivers") or []
-    return next((d.get("nodeID") for d in drivers if d.get("name") == DRIVER), None)
-
-
-def registered_by(pod: str) -> bool:
-    """Whether kubelet told this driver pod it is registered (its log says so)."""
-    out = kubectl("logs", "-n", OP_NS, pod, check=False).stdout
-    return "kubelet registered CSI driver" in out
-
-
-def driver_pod() -> dict[str, Any] | None:
-    """The Ready driver pod on NODE."""
-    for pod in driver_pods():
-        if pod["spec"].get("nodeName") != NODE:
-            continue
-        ready = {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
-        if not pod["metadata"].get("deletionTimestamp") and ready.get("Ready") == "True":
-            return pod
-    return None
-
-
-def trainer_pod(old: str | None = None) -> dict[str, Any] | None:
-    """The writer whose trainer runs, other than `old`."""
-    pod = jobset.running_pods(SELECT).get(0)
-    return pod if pod and pod["metadata"]["name"] != old else None
-
-
-def target(pod: dict[str, Any]) -> Path:
-    """Where kubelet mounts the pod's node tier (the driver's target path)."""
-    return (Path(kubelet_dir()) / "pods" / pod["metadata"]["uid"]
-            / "volumes/kubernetes.io~csi/ckptdrain-local/mount")
-
-
-def mounted(path: Path) -> bool:
-    """Whether `path` is a mount point in this (the host's) mount namespace.
-    Not os.path.ismount: a bind mount from the same filesystem keeps st_dev."""
-    with open("/proc/self/mountinfo") as table:
-        return any(line.split()[4] == str(path) for line in table)
-
-
-def keep_driver_logs(directory: Path, name: str = "csi-node.log") -> None:
-    """The driver's log beside the pods' (what kubelet asked, what it answered)."""
-    out = kubectl("logs", "-n", OP_NS, "-l", DRIVER_PODS, "--prefix", "--tail=-1",
-                  check=False, timeout=60)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / name).write_text(out.stdout + out.stderr)
-
-
-def saves(logs: Logs, pod: str) -> dict[int, str]:
-    return {e["step"]: e["hash"] for e in logs.trainer(pod) if e["event"] == "save"}
-
-
 def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
         say: Say, check: Check) -> None:
     say("C. the node tier through the CSI driver on the real kubelet")
     logs = Logs(workdir / "logs" / "csi", NS, TRAINERS["sim"])
     root = str(workdir / "csi-root")
+    # From before the first step, so it sees every step reach the bucket.
+    bucket = BucketWatch(s3, PREFIX, NS, POLICY)
+    failed = True
     try:
-        _run(s3, allowed_root, root, logs, report, say, check)
+        _run(s3, allowed_root, root, logs, bucket, report, say, check)
+        failed = False
     finally:
-        logs.stop()
-        keep_driver_logs(logs.dir)
-        remove(POLICY, NAME)
-        # The driver unpublishes the pods' volumes: it goes only after them.
-        wait_for("the step's pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)[
-            "items"], 90, every=1)
-        kubectl("label", "namespace", NS, f"{RESTRICTED}=privileged", "--overwrite",
-                check=False)
-        # Back to the default, so later steps (and the uninstall) see hostPath.
-        set_mode("hostPath", root)
-        shutil.rmtree(root, ignore_errors=True)
+        try:
+            clean_up(root, logs, bucket)
+        except Exception as err:
+            if not failed:
+                raise
+            # The step's own error, raised on from here, is the one to show.
+            say(f"  the cleanup after the step's failure failed too: {err}")
 
 
-def _run(s3: Any, allowed_root: str, root: str, logs: Logs, report: list[str],
-         say: Say, check: Check) -> None:
+def clean_up(root: str, logs: Logs, bucket: BucketWatch) -> None:
+    """The step's pods, policy and driver data gone, the chart back in hostPath mode."""
+    bucket.stop()
+    logs.stop()
+    keep_driver_logs(logs.dir)
+    remove(POLICY, NAME)
+    # The driver unpublishes the pods' volumes: it goes only after them.
+    wait_for("the step's pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)[
+        "items"], 90, every=1)
+    kubectl("label", "namespace", NS, f"{RESTRICTED}=privileged", "--overwrite",
+            check=False)
+    # Back to the default, so later steps (and the uninstall) see hostPath.
+    set_mode("hostPath", root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(s3: Any, allowed_root: str, root: str, logs: Logs, bucket: BucketWatch,
+         report: list[str], say: Say, check: Check) -> None:
     began = time.monotonic()
     set_mode("csi", root)
     first_driver = wait_for("the driver's pod Ready", driver_pod, 120, every=1)
@@ -234,37 +197,17 @@ def _run(s3: Any, allowed_root: str, root: str, logs: Logs, report: list[str],
           f"the data dir is 65532:{st.st_gid} {oct(st.st_mode & 0o7777)}, the group the pod's "
           f"fsGroup {group}")
 
-    first = wait_for(f"{name} saves 2 checkpoints", lambda: len(s := saves(logs, name)) >= 2
-                     and s, 120, every=1)
+    wait_for(f"{name} saves 2 checkpoints", lambda: len(saves(logs, name)) >= 2, 120,
+             every=1)
     report.append(f"| csi: restricted writer created → 2 checkpoints saved | "
                   f"{time.monotonic() - started:.1f} s |")
     files = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file())
     check(files, f"the checkpoints are in the driver's data dir ({len(files)} files, "
                  f"e.g. {files[:2]})")
 
-    # The driver restarts under a running pod: nothing is lost.
-    old_driver = driver_pod()["metadata"]["name"]  # type: ignore[index]
-    keep_driver_logs(logs.dir, "csi-node.before-restart.log")
-    restarted_at = time.time()
-    began = time.monotonic()
-    kubectl("-n", OP_NS, "delete", "pod", old_driver, "--wait=true", timeout=60)
-    new_driver = wait_for("a new driver pod Ready", lambda: (p := driver_pod())
-                          and p["metadata"]["name"] != old_driver and p, 120, every=1)
-    new_name_d = new_driver["metadata"]["name"]
-    wait_for(f"kubelet registered {new_name_d}", lambda: registered_by(new_name_d), 60, every=1)
-    back = time.monotonic() - began
-    check(node_id(NODE) == NODE, f"CSINode {NODE} lists {DRIVER} again")
-    check(True, f"driver pod {old_driver} deleted; {new_driver['metadata']['name']} registered "
-                f"{back:.1f}s later")
-    after = wait_for("two checkpoints after the driver's restart", lambda: len(
-        s := [step for step, _ in saves(logs, name).items() if step not in first
-              and step > max(first)]) >= 2 and s, 60, every=1)
-    still = trainer_pod()
-    check(still and still["metadata"]["name"] == name and mounted(target(pod)),
-          f"{name} runs on and its volume stays mounted; steps {after} saved after the restart")
-    newer = [p for p in data.rglob("*") if p.is_file() and p.stat().st_mtime > restarted_at]
-    check(newer, f"{len(newer)} files written to the driver's data dir after its restart")
-    report.append(f"| csi: driver pod deleted → registered again | {back:.1f} s |")
+    # The driver, then kubelet, restarted while the writer drains: nothing lost.
+    restart_driver(logs, name, data, bucket, report, check)
+    restart_kubelet(logs, name, bucket, report, say, check)
 
     # The writer's pod deleted: its replacement restores from the local tier.
     wait_mid_interval(epoch)

@@ -122,6 +122,17 @@ class Logs:
             with open(self.dir / f"{pod}.{container}.log", "wb") as out:
                 self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT))
 
+    def refollow(self, pod: str) -> None:
+        """Follow the pod's containers again, from their first line: `kubectl
+        logs -f` streams through kubelet, and ends when kubelet stops (the
+        containers' own log files, which kubelet only reads, miss nothing)."""
+        for proc in self.procs:
+            if proc.poll() is None and pod in proc.args:
+                proc.terminate()
+                proc.wait()
+        self.following = {(p, c) for p, c in self.following if p != pod}
+        self.follow(pod)
+
     def trainer(self, pod: str) -> list[dict[str, Any]]:
         return self.kind.events(_json_lines(self.dir / f"{pod}.trainer.log"))
 
