@@ -9,18 +9,27 @@ turns Invalid with ClassResolved False (its pods are then refused or
 admitted bare at admission, as for any invalid policy), and back when the
 class returns. Each class's own status says whether the operator can use
 it (Accepted) and, among classes annotated default, which one is (Default).
+
+A namespace relabelled changes what a class that allows namespaces by label
+(spec.namespaces.selector) says of its policies, with no class event. The
+operator does not watch namespaces (a watch of every namespace for the few
+that hold such policies); a thread (`recheck`) reads, each
+CKPTDRAIN_NAMESPACE_RECHECK_PERIOD, the labels of the namespaces whose
+policies name such a class, by `get`, and judges those policies again.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from ckptdrain.contract import api
-from ckptdrain.operator.apiserver import class_view, kube
+from ckptdrain.operator.apiserver import class_view, kube, leadership, namespace_labels
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import class_catalogue, classes
@@ -56,19 +65,79 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
     # the view takes it now, so the judgement below sees the change.
     class_view.CLASSES.apply(str(event.get("type") or "ADDED"), dict(event["object"]))
     cfg: OperatorConfig = memo.config
-    index: kopf.Index[Any, Any] = kwargs["checkpointpolicy_index"]
+    indexes = {k: kwargs[k] for k in INDEXES}
+    index: kopf.Index[Any, Any] = indexes["checkpointpolicy_index"]
     for key in list(index):
         body = next((b for b in index.get(key, []) if b is not None), None)
-        if body is None or not stale(cfg, body):
-            continue
-        patch = kopf.Patch()
-        reconcile_policy(body=kopf.Body(body), patch=patch, memo=memo, logger=logger,
-                                  announce=False, **{k: kwargs[k] for k in INDEXES})
-        status = patch.get("status")
-        if status:
-            logger.info("policy %s/%s: its class changed; status reconciled", *key)
-            kube.patch_status(api.POLICIES, key[0], key[1], dict(status))
+        if body is not None and stale(cfg, body):
+            _reconcile(key, body, memo, logger, indexes, "its class changed")
     _class_statuses(logger)
+    start_recheck(memo, logger, indexes)
+
+
+def _reconcile(key: tuple[str, str], body: dict[str, Any], memo: kopf.Memo,
+               logger: logging.Logger, indexes: dict[str, Any], why: str) -> None:
+    """Reconcile one policy as its handler does, and write its status."""
+    patch = kopf.Patch()
+    reconcile_policy(body=kopf.Body(body), patch=patch, memo=memo, logger=logger,
+                     announce=False, **indexes)
+    status = patch.get("status")
+    if status:
+        logger.info("policy %s/%s: %s; status reconciled", *key, why)
+        kube.patch_status(api.POLICIES, key[0], key[1], dict(status))
+
+
+def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
+            indexes: dict[str, Any]) -> None:
+    """One pass: the labels of each namespace whose policies name a class
+    that allows namespaces by label read afresh, and those policies judged
+    again. A namespace whose labels cannot be read is skipped (its policies
+    keep their status) and tried at the next pass."""
+    catalogue = class_view.current(classes.catalogue)
+    index: kopf.Index[Any, Any] = indexes["checkpointpolicy_index"]
+    read: dict[str, bool] = {}
+    for key in list(index):
+        body = next((b for b in index.get(key, []) if b is not None), None)
+        spec = (body or {}).get("spec") or {}
+        if body is None or not spec.get("checkpointClassName") \
+                or not classes.needs_labels(spec, catalogue):
+            continue
+        if key[0] not in read:
+            try:
+                namespace_labels.fresh(key[0])
+                read[key[0]] = True
+            except namespace_labels.READ_ERRORS as error:
+                logger.warning("namespace %s: could not read its labels (%s); its policies "
+                               "are judged again in %ss", key[0], error, cfg.namespace_recheck_s)
+                read[key[0]] = False
+        if read[key[0]] and stale(cfg, body):
+            _reconcile(key, body, memo, logger, indexes, "its namespace's labels changed")
+
+
+_recheck_started = threading.Event()
+
+
+def start_recheck(memo: kopf.Memo, logger: logging.Logger, indexes: dict[str, Any]) -> None:
+    """Start `recheck` each CKPTDRAIN_NAMESPACE_RECHECK_PERIOD, once per
+    process. A thread, not a Kopf timer: timers would put a finalizer on
+    every policy (records/watchdog.py)."""
+    if _recheck_started.is_set():
+        return
+    _recheck_started.set()
+    cfg: OperatorConfig = memo.config
+
+    def loop() -> None:
+        while True:
+            time.sleep(cfg.namespace_recheck_s)
+            if not leadership.active():
+                continue  # a standby's indexes are not live
+            try:
+                recheck(cfg, memo, logger, indexes)
+            except (kube.ApiException, *namespace_labels.READ_ERRORS) as error:
+                logger.warning("namespace recheck failed (%s); next in %ss", error,
+                               cfg.namespace_recheck_s)
+
+    threading.Thread(target=loop, name="ckptdrain-namespace-recheck", daemon=True).start()
 
 
 def _judged(bodies: list[dict[str, Any]]) -> dict[str, tuple[Any, list[dict[str, str]]]]:

@@ -37,7 +37,7 @@ from ckptdrain.operator.admission import (
     unselected,
 )
 from ckptdrain.operator.admission.owner_cache import OwnerCache
-from ckptdrain.operator.apiserver import class_view
+from ckptdrain.operator.apiserver import class_view, namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import classes, history, identity, peer_tier, roles
@@ -303,8 +303,12 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     try:
         # Its class's settings (root, resources, image, stores) in place of
         # the operator's; a class that does not take it is as an invalid spec.
-        resolution = classes.resolved(namespace, chosen.get("spec", {}), cfg,
-                                      await class_catalogue())
+        catalogue = await class_catalogue()
+        labels: dict[str, str] = {}
+        if classes.needs_labels(chosen.get("spec", {}), catalogue):
+            labels = await asyncio.to_thread(namespace_labels.recent, namespace)
+        resolution = classes.resolved(namespace, chosen.get("spec", {}), cfg, catalogue,
+                                      lambda: labels)
         cfg = resolution.config
         p = pol.parse(namespace, chosen["metadata"]["name"], resolution.spec, cfg)
     except InvalidInput as error:

@@ -21,7 +21,7 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
-from ckptdrain.operator.apiserver import class_view, kube, leadership
+from ckptdrain.operator.apiserver import class_view, kube, leadership, namespace_labels
 from ckptdrain.operator.bandwidth import budgets as jb
 from ckptdrain.operator.bandwidth import share_channel
 from ckptdrain.operator.coalesce import Coalescer
@@ -123,16 +123,18 @@ def parse_policy(cfg: OperatorConfig, body: dict[str, Any], drainers: int,
     meta = body.get("metadata", {})
     namespace = meta.get("namespace", "")
     catalogue = class_view.current(classes.catalogue) if catalogue is None else catalogue
-    resolution = classes.resolved(namespace, body.get("spec", {}), cfg, catalogue)
+    resolution = classes.resolved(namespace, body.get("spec", {}), cfg, catalogue,
+                                  lambda: namespace_labels.recent(namespace))
     return pol.parse(namespace, meta.get("name", ""), resolution.spec, resolution.config,
                      drainers=max(1, drainers))
 
 
 def class_condition(cfg: OperatorConfig, body: Mapping[str, Any]) -> dict[str, str]:
     """The policy's ClassResolved condition (type, status, reason, message)."""
-    meta = body.get("metadata") or {}
-    return classes.condition(classes.resolve(meta.get("namespace", ""), body.get("spec") or {},
-                                             cfg, class_view.current(classes.catalogue)))
+    namespace = (body.get("metadata") or {}).get("namespace", "")
+    return classes.condition(classes.resolve(namespace, body.get("spec") or {}, cfg,
+                                             class_view.current(classes.catalogue),
+                                             lambda: namespace_labels.recent(namespace)))
 
 
 def stale(key: Key, body: Mapping[str, Any]) -> bool:
