@@ -20,6 +20,7 @@ policies name such a class, by `get`, and judges those policies again.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -120,11 +121,14 @@ _recheck_started = threading.Event()
 def start_recheck(memo: kopf.Memo, logger: logging.Logger, indexes: dict[str, Any]) -> None:
     """Start `recheck` each CKPTDRAIN_NAMESPACE_RECHECK_PERIOD, once per
     process. A thread, not a Kopf timer: timers would put a finalizer on
-    every policy (records/watchdog.py)."""
+    every policy (records/watchdog.py). Called from a Kopf handler: the
+    thread runs in a copy of its context, where Kopf's settings and event
+    queue are (a reconcile posts Events with kopf.warn)."""
     if _recheck_started.is_set():
         return
     _recheck_started.set()
     cfg: OperatorConfig = memo.config
+    context = contextvars.copy_context()
 
     def loop() -> None:
         while True:
@@ -136,8 +140,12 @@ def start_recheck(memo: kopf.Memo, logger: logging.Logger, indexes: dict[str, An
             except (kube.ApiException, *namespace_labels.READ_ERRORS) as error:
                 logger.warning("namespace recheck failed (%s); next in %ss", error,
                                cfg.namespace_recheck_s)
+            except Exception:  # logged: the recheck must outlive one bad pass
+                logger.exception("namespace recheck failed; next in %ss",
+                                 cfg.namespace_recheck_s)
 
-    threading.Thread(target=loop, name="ckptdrain-namespace-recheck", daemon=True).start()
+    threading.Thread(target=context.run, args=(loop,), name="ckptdrain-namespace-recheck",
+                     daemon=True).start()
 
 
 def _judged(bodies: list[dict[str, Any]]) -> dict[str, tuple[Any, list[dict[str, str]]]]:
