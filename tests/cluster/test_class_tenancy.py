@@ -5,7 +5,8 @@ does not allow is refused naming the field, the class and the label the
 namespace lacks; one of an allowed namespace is admitted; relabelling the
 namespace, or editing the class, turns it ClassResolved False
 (NamespaceNotAllowed) and Invalid, with its pods refused, and back; and
-a policy naming no class gets the default class that allows its namespace.
+a policy naming no class gets the default class that allows its namespace;
+and docs/rbac.md's rules let the operator get a namespace, never list it.
 
 Classes are cluster-scoped and the session's operator serves every test:
 each class here is deleted when its test ends."""
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
+from documented_rbac import operator_rules
 from operator_process import OperatorProcess, repo_root
 
 from support.apiserver import Cluster
@@ -178,3 +180,29 @@ def test_a_policy_naming_no_class_gets_the_default_that_allows_its_namespace(
         assert made.returncode == 0, made.stderr
         assert get(cluster, where, POLICIES, "plain")["spec"]["checkpointClassName"] == wanted
         assert wanted in _wait_resolved(cluster, where, "plain", "True")["message"]
+
+
+def test_the_documented_rules_get_a_namespace_and_nothing_more(
+        cluster: Cluster, namespace: str) -> None:
+    """docs/rbac.md's operator rules, bound as they are documented, let it
+    read one namespace's labels by name, and never list or watch them all."""
+    user = f"docs-operator-{uuid.uuid4().hex[:6]}"
+    meta = {"name": user}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                          "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": meta, "rules": operator_rules(dev_mode=False)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": meta, "subjects": [{"kind": "User", "name": user}],
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": user}}]}))
+    try:
+        def can(*what: str) -> str:
+            return str(cluster.kubectl("auth", "can-i", *what, "--as", user,
+                                       check=False).stdout).strip()
+        assert wait_for(lambda: can("get", f"namespaces/{namespace}") == "yes",
+                        what="get namespaces granted")
+        assert (can("list", "namespaces"), can("watch", "namespaces"),
+                can("patch", f"namespaces/{namespace}")) == ("no", "no", "no")
+    finally:
+        cluster.kubectl("delete", "clusterrole,clusterrolebinding", user, check=False)

@@ -4,14 +4,17 @@ applied. Pure, no Kubernetes.
 A class (cluster-scoped, crds/checkpointclasses.yaml) carries the settings
 the operator otherwise takes from its own configuration (the chart's
 values): the node-local root, the injected containers' resources, the agent
-image, the bandwidth weight; and the stores its policies may write to, with
-their endpoints.
+image, the bandwidth weight; the stores its policies may write to, with
+their endpoints (policy/class_stores.py); and the namespaces whose policies
+may use it (policy/class_namespaces.py).
 
     policy CREATE without spec.checkpointClassName
        └── the default class's name written in (`default_choice`: annotation
-           ckptdrain.io/is-default-class: "true"; several: the oldest, then
-           the first by name, with a warning); no default: left unset
-    policy ──spec.checkpointClassName──▶ that class (missing: refused)
+           ckptdrain.io/is-default-class: "true", allowing the namespace;
+           several: the oldest, then the first by name, with a warning); no
+           default: left unset
+    policy ──spec.checkpointClassName──▶ that class (missing, or not
+                                          allowing the namespace: refused)
        └── unset ──▶ the operator's own configuration, for good
 
 Bound at creation, as a PVC's StorageClass is: a default class that comes
