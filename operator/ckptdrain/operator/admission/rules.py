@@ -300,13 +300,16 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
             f"metadata.labels: expected exactly one CheckpointPolicy to select the pod, "
             f"got {len(matches)} ({names})", code=422)
     chosen = matches[0]
+    catalogue = await class_catalogue()
+    labels: dict[str, str] = {}
+    if classes.needs_labels(chosen.get("spec", {}), catalogue):
+        try:
+            labels = await asyncio.to_thread(namespace_labels.recent, namespace)
+        except InvalidInput as error:  # unreadable, never read: retry, not invalid
+            raise Refused(f"{classes.CLASS_FIELD}: {error}; retry", code=503) from None
     try:
         # Its class's settings (root, resources, image, stores) in place of
         # the operator's; a class that does not take it is as an invalid spec.
-        catalogue = await class_catalogue()
-        labels: dict[str, str] = {}
-        if classes.needs_labels(chosen.get("spec", {}), catalogue):
-            labels = await asyncio.to_thread(namespace_labels.recent, namespace)
         resolution = classes.resolved(namespace, chosen.get("spec", {}), cfg, catalogue,
                                       lambda: labels)
         cfg = resolution.config
