@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from ckptdrain.errors import InvalidInput
 
@@ -35,6 +36,18 @@ _BYTE_SUFFIX = {
 }
 
 _DURATION_UNIT = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+# What each parser expects, named so that a caller can say it another way
+# (a policy written at v1beta1: operator/policy/version_messages.py).
+COUNT_EXPECTED = "a positive count such as 405B, 70M or 4.05e11"
+SIZE_EXPECTED = "a size such as 5.67TB, 500MiB or 1048576"
+RATE_EXPECTED = "a positive rate such as 63GB/s, 500MiB/s or 1e9 (bytes per second)"
+DURATION_EXPECTED = "a duration such as 15m, 900s, 1h30m or 90"
+
+
+def fraction_expected(allow_zero: bool = False) -> str:
+    """What parse_fraction expects."""
+    return f"a fraction in {'[' if allow_zero else '('}0, 1] such as 10% or 0.1"
 
 
 def _finite_number(text: str) -> float | None:
@@ -65,7 +78,7 @@ def _split_number(field: str, value: object, expected: str) -> tuple[float, str]
 
 def parse_count(field: str, value: object) -> float:
     """A positive count such as parameters: 405B, 4.05e11, 70M, 1.5T."""
-    expected = "a positive count such as 405B, 70M or 4.05e11"
+    expected = COUNT_EXPECTED
     number, unit = _split_number(field, value, expected)
     if unit not in _COUNT_SUFFIX or number <= 0 or not math.isfinite(number * _COUNT_SUFFIX[unit]):
         raise InvalidInput(field, expected, value)
@@ -81,12 +94,12 @@ def _size(field: str, value: object, expected: str) -> float:
 
 def parse_bytes(field: str, value: object) -> int:
     """A size in bytes: 5.67TB, 500MiB, 1048576. Zero is allowed."""
-    return round(_size(field, value, "a size such as 5.67TB, 500MiB or 1048576"))
+    return round(_size(field, value, SIZE_EXPECTED))
 
 
 def parse_rate(field: str, value: object) -> float:
     """A positive rate in bytes per second: 63GB/s, 500MiB/s, 1e9."""
-    expected = "a positive rate such as 63GB/s, 500MiB/s or 1e9 (bytes per second)"
+    expected = RATE_EXPECTED
     text = value.strip() if isinstance(value, str) else value
     if isinstance(text, str) and text.endswith("/s"):
         text = text[:-2]
@@ -105,7 +118,7 @@ def _plain_float(text: str) -> bool:
 
 def parse_duration(field: str, value: object) -> float:
     """A positive duration in seconds: 15m, 900s, 1h30m, 1.5h, 90 (seconds)."""
-    expected = "a duration such as 15m, 900s, 1h30m or 90"
+    expected = DURATION_EXPECTED
     if isinstance(value, str) and _plain_float(value.strip()):
         value = float(value.strip())
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -127,7 +140,7 @@ def parse_duration(field: str, value: object) -> float:
 def parse_fraction(field: str, value: object, *, allow_zero: bool = False) -> float:
     """A fraction in (0, 1] ([0, 1] with `allow_zero`): 10% or 0.1. Values
     above 1 are refused."""
-    expected = f"a fraction in {'[' if allow_zero else '('}0, 1] such as 10% or 0.1"
+    expected = fraction_expected(allow_zero)
     number, unit = _split_number(field, value, expected)
     if unit == "%":
         number /= 100.0
@@ -156,26 +169,45 @@ def parse_positive_int(field: str, value: object) -> int:
 # -- formatting --------------------------------------------------------------
 
 
-def _scaled(value: float, steps: list[tuple[float, str]]) -> str:
+#: How an amount is rounded to three significant digits: to the nearest, or,
+#: for a bound a user may paste back into the field, up ("at least") or down
+#: ("at most"), so that the amount pasted meets the bound it was told.
+NEAREST, UP, DOWN = "nearest", "up", "down"
+_DECIMAL_ROUNDING = {UP: ROUND_CEILING, DOWN: ROUND_FLOOR}
+
+
+def _scaled(value: float, steps: list[tuple[float, str]], rounding: str = NEAREST) -> str:
     for factor, suffix in steps:
         if abs(value) >= factor:
             scaled = value / factor
             digits = 0 if abs(scaled) >= 100 else 1 if abs(scaled) >= 10 else 2
-            return f"{scaled:.{digits}f} {suffix}"
-    return f"{value:.0f} {steps[-1][1]}"
+            if factor == 1 and rounding != NEAREST:
+                digits = 0  # a bound of whole bytes: parse_bytes rounds 1.25 B to 1
+            return f"{_rounded(value, factor, digits, rounding)} {suffix}"
+    return f"{_rounded(value, 1.0, 0, rounding)} {steps[-1][1]}"
+
+
+def _rounded(value: float, factor: float, digits: int, rounding: str) -> str:
+    if rounding == NEAREST:
+        return f"{value / factor:.{digits}f}"
+    # Exactly (a float and a power of ten are exact Decimals): a bound of
+    # 1.31e12 is "1.31", never a float quotient's 1.3100000000000001 -> 1.32.
+    exact = Decimal(value) / Decimal(factor)
+    return str(exact.quantize(Decimal(1).scaleb(-digits), _DECIMAL_ROUNDING[rounding]))
 
 
 _SI_BYTES = [(1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1, "B")]
 
 
-def format_bytes(value: float) -> str:
-    """SI bytes, three significant digits: 5.67 TB."""
-    return _scaled(value, _SI_BYTES)
+def format_bytes(value: float, rounding: str = NEAREST) -> str:
+    """SI bytes, three significant digits: 5.67 TB (rounded as `rounding`
+    says: NEAREST, UP or DOWN)."""
+    return _scaled(value, _SI_BYTES, rounding)
 
 
-def format_rate(value: float) -> str:
-    """SI bytes per second: 63.0 GB/s."""
-    return format_bytes(value) + "/s"
+def format_rate(value: float, rounding: str = NEAREST) -> str:
+    """SI bytes per second: 63.0 GB/s (rounded as format_bytes)."""
+    return format_bytes(value, rounding) + "/s"
 
 
 def format_count(value: float) -> str:

@@ -47,6 +47,9 @@ VARIANTS: dict[str, list[str]] = {
                    "--set", "metrics.prometheusRule.enabled=true",
                    "--set", "metrics.dashboard.annotations.grafana_folder=ML"],
     "csi-node-tier": ["--set", "nodeTier.mode=csi"],
+    "csi-node-tier+monitoring": ["--set", "nodeTier.mode=csi",
+                                 "--set", "metrics.podMonitor.enabled=true",
+                                 "--set", "metrics.prometheusRule.enabled=true"],
     **{p.stem: ["-f", str(p)] for p in CLOUD_VALUES},
 }
 # Kinds of other projects' CRDs, which the test API server does not serve.

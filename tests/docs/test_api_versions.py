@@ -13,9 +13,12 @@ import yaml
 from tests.docs import blocks
 from tests.docs.blocks import REPO
 from tests.docs.conftest import default_config, policy_problems
+from tests.docs.refusal_example import refusal_example
 
 from ckptdrain import units
 from ckptdrain.contract import policy_versions as pv
+from ckptdrain.operator.policy import spec as operator_policy
+from ckptdrain.operator.policy import version_messages
 
 PAGE = REPO / "docs" / "api-versions.md"
 READ = {"spec.model.parameters": units.parse_count, "spec.caps.bandwidth": units.parse_rate,
@@ -79,3 +82,34 @@ def test_the_v1beta1_example_uses_v1beta1_spellings() -> None:
 def test_the_table_names_every_field_whose_type_differs() -> None:
     text = PAGE.read_text()
     assert [p for p in pv.FIELDS if f"`{p}`" not in text] == []
+
+
+def test_the_refusal_example_is_what_the_operator_says_at_each_version() -> None:
+    example = refusal_example()
+    assert example.policy["apiVersion"] == pv.V1BETA1
+    at_v1beta1 = example.policy["spec"]
+    at_v1alpha1 = pv.convert(example.policy, pv.V1ALPHA1)["spec"]
+    # The page names what differs at v1alpha1.
+    assert (at_v1alpha1["localTier"]["capacity"], at_v1alpha1["model"]["bytesPerParameter"]) \
+        == ("1000000000000", 12.5)
+    for spec, version, told in ((at_v1beta1, pv.V1BETA1, example.at_v1beta1),
+                                (at_v1alpha1, pv.V1ALPHA1, example.at_v1alpha1)):
+        problems = operator_policy.validate(spec, default_config(), "small-tier")
+        assert [str(version_messages.in_version(p, version)) for p in problems] == [told]
+
+
+def test_the_bound_the_refusal_example_names_pasted_back_is_accepted() -> None:
+    example = refusal_example()
+    page = PAGE.read_text()
+    assert "the least capacity is 1.3125T, said as 1.32T" in page
+    for version, told in ((pv.V1BETA1, example.at_v1beta1), (pv.V1ALPHA1, example.at_v1alpha1)):
+        bound = re.search(r"capacity: expected at least ([0-9.]+ ?[A-Z]+) ", told)
+        assert bound, told
+        # Pasted into the policy as written at that version.
+        spec = pv.convert(copy.deepcopy(example.policy), version)["spec"]
+        spec["localTier"]["capacity"] = bound[1]
+        assert operator_policy.validate(spec, default_config(), "small-tier") == [], bound[1]
+    # 1.3125T, to the nearest 1.31T: refused, as the page says.
+    policy = copy.deepcopy(example.policy)
+    policy["spec"]["localTier"]["capacity"] = "1.31T"
+    assert operator_policy.validate(policy["spec"], default_config(), "small-tier") != []

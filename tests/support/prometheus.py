@@ -45,12 +45,18 @@ def binary(name: str) -> Path:
     return path
 
 
-def chart_rules(*helm_args: str) -> dict[str, Any]:
-    """The `spec` (rule groups) of the chart's PrometheusRule, rendered with `helm_args`."""
+#: The CSI node driver's alerts: rendered only with the driver on and scraped.
+CSI_RULES = "templates/prometheusrule-csi.yaml"
+CSI_ON = ("--set", "nodeTier.mode=csi", "--set", "metrics.podMonitor.enabled=true")
+
+
+def chart_rules(*helm_args: str, template: str = "templates/prometheusrule.yaml"
+                ) -> dict[str, Any]:
+    """The `spec` (rule groups) of one of the chart's PrometheusRules (the
+    agents' by default), rendered with `helm_args`."""
     out = subprocess.run(
         [str(binary("helm")), "template", "ckptdrain", str(CHART), "--namespace", "ckptdrain",
-         "--set", "metrics.prometheusRule.enabled=true", "--show-only",
-         "templates/prometheusrule.yaml", *helm_args],
+         "--set", "metrics.prometheusRule.enabled=true", "--show-only", template, *helm_args],
         capture_output=True, text=True, timeout=120, check=True).stdout
     doc = yaml.safe_load(out)
     return dict(doc["spec"])

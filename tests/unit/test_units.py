@@ -73,6 +73,26 @@ def test_formatted_sizes_parse_back_within_rounding(n: float) -> None:
     assert units.parse_bytes("size", text) == pytest.approx(n, rel=0.01, abs=1)
 
 
+@given(st.floats(min_value=0, max_value=1e18, allow_nan=False))
+def test_a_bound_rounded_up_or_down_is_met_by_the_amount_shown(n: float) -> None:
+    assert units.parse_bytes("size", units.format_bytes(n, units.UP)) >= n
+    assert units.parse_bytes("size", units.format_bytes(n, units.DOWN)) <= n
+    rate = max(n, 1.0)  # a rate is positive
+    assert units.parse_rate("rate", units.format_rate(rate, units.DOWN)) <= rate
+
+
+def test_bounds_round_away_from_what_they_refuse_and_exact_ones_stay() -> None:
+    # 3 * 437.5 GB: to the nearest, 1.31 TB, which a capacity of at least
+    # 1.3125 TB refuses.
+    assert units.format_bytes(1.3125e12) == "1.31 TB"
+    assert units.format_bytes(1.3125e12, units.UP) == "1.32 TB"
+    assert units.format_bytes(1.3125e12, units.DOWN) == "1.31 TB"
+    assert units.format_bytes(1.31e12, units.UP) == units.format_bytes(1.31e12, units.DOWN) \
+        == "1.31 TB"
+    assert units.format_rate(9.996e9, units.DOWN) == "9.99 GB/s"
+    assert units.format_bytes(0.4, units.UP) == "1 B"
+
+
 def test_formatting() -> None:
     assert units.format_rate(63e9) == "63.0 GB/s"
     assert units.format_bytes(5.67e12) == "5.67 TB"

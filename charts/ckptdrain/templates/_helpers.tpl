@@ -62,6 +62,12 @@ app.kubernetes.io/component: operator
 {{- printf "%s-webhook" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The CSI node driver's DaemonSet, ServiceAccount and RBAC; also the job
+label of its scrape, which its alerts select by. */}}
+{{- define "ckptdrain.csiNodeName" -}}
+{{- printf "%s-csi-node" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* cert-manager's Secret (kubernetes.io/tls), mounted by the operator. */}}
 {{- define "ckptdrain.tlsSecretName" -}}
 {{- printf "%s-webhook-tls" (include "ckptdrain.fullname" .) | trunc 63 | trimSuffix "-" -}}
@@ -127,3 +133,14 @@ Kueue's manager ConfigMap as "namespace/name", or "" unless both are set.
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/* Seconds in a duration the schema admits (30m, 1.5h, 2h30m, 500ms), as a
+number: alert thresholds compare durations and render them for PromQL. */}}
+{{- define "ckptdrain.durationSeconds" -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ms|s|m|h|d)" . -1 -}}
+{{- $unit := regexFind "(ms|s|m|h|d)$" . -}}
+{{- $total = addf $total (mulf (float64 (trimSuffix $unit .)) (get (dict "ms" 0.001 "s" 1 "m" 60 "h" 3600 "d" 86400) $unit)) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}

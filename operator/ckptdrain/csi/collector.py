@@ -63,6 +63,9 @@ class PolicyData:
     policy_uid: str
     verdict: Verdict
     usage: Usage | None  # None when it could not be measured
+    # Pending or retained: when its owner was first seen deleted (the clock's
+    # `since`, kept on disk over restarts); None for live data.
+    deleted_since: float | None = None
 
 
 @dataclass
@@ -73,6 +76,14 @@ class ScanReport:
     policies: list[PolicyData] = field(default_factory=list)
     unknown_owners: int = 0
     capacity: Capacity | None = None
+
+    def oldest_pending_since(self) -> float | None:
+        """When the owner of the longest-pending directory was first seen
+        deleted: its deletion is due a grace period after. None when
+        nothing is pending."""
+        return min((p.deleted_since for p in self.policies
+                    if p.verdict is Verdict.PENDING and p.deleted_since is not None),
+                   default=None)
 
 
 def read_clock(directory: Path) -> DeletedClock | None:
@@ -110,7 +121,10 @@ class Collector:
         self.mounted_under = mounted_under
         self.clock = clock
         self.deletions = 0
-        self.report = ScanReport(at=0.0)
+        # When the driver started: until a first scan ends (a big root or a
+        # slow apiserver), stalls are counted from here.
+        self.started_at = clock()
+        self.report: ScanReport | None = None  # None until a first scan has ended
         self._usage: dict[Path, Usage] = {}  # policy dir -> usage at the last scan
         self._reported_unknown: set[Path] = set()
         self._stop = threading.Event()
@@ -195,23 +209,25 @@ class Collector:
             log.info("policy %s/%s: %s; nothing decided this scan", owner.namespace,
                      owner.policy_name, err.message)
             seen = Sighting.UNKNOWN
-        verdict = self._settle(directory, seen)
+        verdict, clock = self._settle(directory, seen)
         usage = None
         if verdict is not Verdict.DELETE:
             try:
                 usage = measure(directory / DATA_DIR)
             except OSError as err:
                 log.warning("%s: usage not measured: %s", directory, err)
-        data = PolicyData(owner.namespace, owner.policy_name, owner.policy_uid, verdict, usage)
+        data = PolicyData(owner.namespace, owner.policy_name, owner.policy_uid, verdict, usage,
+                          None if clock is None or verdict is Verdict.LIVE else clock.since)
         if verdict is not Verdict.DELETE:
             report.policies.append(data)
         return data
 
-    def _settle(self, directory: Path, seen: Sighting) -> Verdict:
-        """Decide on the directory and carry the decision out."""
+    def _settle(self, directory: Path, seen: Sighting) -> tuple[Verdict, DeletedClock | None]:
+        """Decide on the directory and carry the decision out; the verdict
+        and the clock as it now is on disk."""
         clock = read_clock(directory)
         if seen is Sighting.PRESENT and clock is None:
-            return Verdict.LIVE  # the common case: nothing to lock or write
+            return Verdict.LIVE, None  # the common case: nothing to lock or write
         with self.volumes.lock:
             published = (directory / DATA_DIR in self.volumes.published_sources()
                          or self.mounted_under(directory))
@@ -220,9 +236,10 @@ class Collector:
                 else None
         if decision.verdict is Verdict.DELETE:
             if moved is None:
-                return Verdict.PENDING  # not moved (logged): kept, reported, tried again
+                # Not moved (logged): kept, reported, tried again.
+                return Verdict.PENDING, decision.clock
             self._remove(moved)  # outside the lock: a big tree takes a while
-            return Verdict.DELETE
+            return Verdict.DELETE, None
         if decision.clock != clock:
             if decision.clock is None:
                 (directory / DELETED_SINCE_FILE).unlink(missing_ok=True)
@@ -235,7 +252,7 @@ class Collector:
                              "kept (reclaim Retain)" if self.reclaim.policy == collection.RETAIN
                              else f"deleted after {self.reclaim.grace_s:g} s of sightings "
                                   "unless it comes back")
-        return decision.verdict
+        return decision.verdict, decision.clock
 
     def _move_to_trash(self, directory: Path) -> Path | None:
         """Rename the directory into the trash; called under the volume lock,

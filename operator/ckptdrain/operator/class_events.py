@@ -32,12 +32,15 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.operator.apiserver import class_view, kube, leadership, namespace_labels
 from ckptdrain.operator.bandwidth import rebalance
+from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import class_catalogue, classes
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.policy_reconcile import reconcile_policy
 
 CLASSES = (api.GROUP, "v1beta1", "checkpointclasses")
+#: Policies to reconcile after a class event, one pass each, retried on failure.
+_rejudged = Coalescer("reconciling policies after a class change")
 INDEXES = ("pod_index", "checkpointpolicy_index", "checkpoint_index", "peer_pod_index",
            "progress_index")
 
@@ -69,23 +72,11 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
     indexes = {k: kwargs[k] for k in INDEXES}
     index: kopf.Index[Any, Any] = indexes["checkpointpolicy_index"]
     for key in list(index):
-        body = next((b for b in index.get(key, []) if b is not None), None)
+        body = _policy(index, key)
         if body is not None and stale(cfg, body):
-            _reconcile(key, body, memo, logger, indexes, "its class changed")
+            _schedule(key, memo, logger, indexes, "its class changed")
     _class_statuses(logger)
     start_recheck(memo, logger, indexes)
-
-
-def _reconcile(key: tuple[str, str], body: dict[str, Any], memo: kopf.Memo,
-               logger: logging.Logger, indexes: dict[str, Any], why: str) -> None:
-    """Reconcile one policy as its handler does, and write its status."""
-    patch = kopf.Patch()
-    reconcile_policy(body=kopf.Body(body), patch=patch, memo=memo, logger=logger,
-                     announce=False, **indexes)
-    status = patch.get("status")
-    if status:
-        logger.info("policy %s/%s: %s; status reconciled", *key, why)
-        kube.patch_status(api.POLICIES, key[0], key[1], dict(status))
 
 
 def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
@@ -98,7 +89,7 @@ def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
     index: kopf.Index[Any, Any] = indexes["checkpointpolicy_index"]
     read: dict[str, bool] = {}
     for key in list(index):
-        body = next((b for b in index.get(key, []) if b is not None), None)
+        body = _policy(index, key)
         spec = (body or {}).get("spec") or {}
         if body is None or not spec.get("checkpointClassName") \
                 or not classes.needs_labels(spec, catalogue):
@@ -112,7 +103,7 @@ def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
                                "are judged again in %ss", key[0], error, cfg.namespace_recheck_s)
                 read[key[0]] = False
         if read[key[0]] and stale(cfg, body):
-            _reconcile(key, body, memo, logger, indexes, "its namespace's labels changed")
+            _schedule(key, memo, logger, indexes, "its namespace's labels changed")
 
 
 _recheck_started = threading.Event()
@@ -146,6 +137,29 @@ def start_recheck(memo: kopf.Memo, logger: logging.Logger, indexes: dict[str, An
 
     threading.Thread(target=context.run, args=(loop,), name="ckptdrain-namespace-recheck",
                      daemon=True).start()
+
+
+def _policy(index: kopf.Index[Any, Any], key: Any) -> dict[str, Any] | None:
+    return next((b for b in index.get(key, []) if b is not None), None)
+
+
+def _schedule(key: Any, memo: kopf.Memo, logger: logging.Logger,
+              indexes: dict[str, Any], why: str) -> None:
+    """Reconcile one policy whose class (or namespace) changed, as a pass of
+    its own: Kopf never retries an event handler, and a pass that fails (a status write
+    that kept losing to other writers, an API error) is retried by the
+    Coalescer, from the policy as the index then holds it; the other
+    policies and the classes' own statuses do not wait for it."""
+
+    def run() -> None:
+        body = _policy(indexes["checkpointpolicy_index"], key)
+        if body is None or not stale(memo.config, body):
+            return
+        logger.info("policy %s/%s: %s; reconciling it", *key, why)
+        reconcile_policy(body=kopf.Body(body), memo=memo, logger=logger, announce=False,
+                         **indexes)
+
+    _rejudged.schedule(key, run, logger, 0.0)
 
 
 def _judged(bodies: list[dict[str, Any]]) -> dict[str, tuple[Any, list[dict[str, str]]]]:

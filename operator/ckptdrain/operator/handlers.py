@@ -28,7 +28,7 @@ from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.goodput import sync as goodput_sync
 from ckptdrain.operator.kueue import report as kueue_report
 from ckptdrain.operator.peers import sync as peer_sync
-from ckptdrain.operator.policy import allocation
+from ckptdrain.operator.policy import allocation, version_messages
 from ckptdrain.operator.policy_reconcile import reconcile_policy, schedule_peers
 from ckptdrain.operator.records import restores
 from ckptdrain.operator.records import sync as record_sync
@@ -106,7 +106,10 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
 @kopf.index(*POLICIES)
 def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
                            **_: Any) -> dict[Key, dict[str, Any]]:
-    return {(namespace, name): slim.kept_copy(body)}
+    # Without the field manager's bookkeeping, but for the version each field
+    # was written at: a reconcile from here (class_events.py) says problems
+    # in it.
+    return {(namespace, name): version_messages.kept_versions(slim.kept_copy(body), body)}
 
 
 @kopf.index("v1", "pods", annotations=INJECTED)
@@ -200,7 +203,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
-    names = ("body", "patch", "memo", "logger", "pod_index", "checkpointpolicy_index",
+    names = ("body", "memo", "logger", "pod_index", "checkpointpolicy_index",
              "checkpoint_index", "peer_pod_index", "progress_index")
     return {k: kwargs[k] for k in names}
 

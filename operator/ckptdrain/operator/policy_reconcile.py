@@ -6,18 +6,21 @@ handlers (handlers.py) and by class events (class_events.py)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
+from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import metrics
 from ckptdrain.operator.admission import census
+from ckptdrain.operator.apiserver import kube
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.peers import sync as peer_sync
-from ckptdrain.operator.policy import history, readiness
+from ckptdrain.operator.policy import history, readiness, version_messages
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.records import sync as record_sync
@@ -31,7 +34,12 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
+#: Status writes that lost to a newer version in a row before a reconcile
+#: gives up (Kopf retries the handler after its backoff).
+WRITE_ATTEMPTS = 5
+
+
+def reconcile_policy(body: kopf.Body, memo: kopf.Memo,
                      logger: logging.Logger, pod_index: kopf.Index[Key, Any],
                      checkpointpolicy_index: kopf.Index[Key, Any],
                      checkpoint_index: kopf.Index[Key, Any],
@@ -42,17 +50,19 @@ def reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
                    lambda: rebalance.budgets(cfg, checkpointpolicy_index, pod_index), logger)
     key = (body.metadata.namespace or "", body.metadata.name or "")
     drainers = len(values(pod_index, key))
-    generation = body.metadata.get("generation")
-    previous = body.status.get("conditions", [])
     with metrics.reconciling("checkpointpolicy"):
         resolved_class = rebalance.class_condition(cfg, body)
         try:
             parsed = rebalance.parse_policy(cfg, dict(body), drainers)
             sized = pol.compute_sizing(parsed)
         except InvalidInput as error:
-            patch.status.update(st.for_invalid(str(error), generation, now(), previous,
-                                               resolved_class))
-            kopf.warn(body, reason="InvalidSpec", message=str(error))
+            # Each problem said in the version its field was written at,
+            # which the object's managedFields tell (policy/version_messages.py).
+            message = version_messages.message(error, version_messages.versions_of(body))
+            if write_status(key, body, lambda current: st.for_invalid(
+                    message, _generation(current), now(), _conditions(current),
+                    resolved_class)) is not None:
+                kopf.warn(body, reason="InvalidSpec", message=message)
             schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index,
                             checkpoint_index, logger, progress_index)
             return
@@ -60,24 +70,33 @@ def reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
         cluster = None
         if key in joint:
             sized, cluster = joint[key][0], joint[key][1]
-        # The pods under this spec's selector, counted now: Ready is never
-        # True for a moment before the census runs (policy/status.py).
-        # While a new term waits for its LIST, a counted policy's pods part
-        # stays as it was: the census counts it after the LIST.
-        counted = body.status.get("pods")
-        pods = census.policy_census(key[0], key[1], parsed.selector, now(),
-                                    cfg.starting_limit_s, counted_before=counted is not None)
-        new = st.for_sizing(sized, generation, now(), previous, active_drainers=drainers,
-                            cluster=cluster, resource_notes=parsed.resource_notes,
-                            unprotected=pods.unprotected if pods else None,
-                            selected=pods.selected if pods else 0,
-                            class_resolved=resolved_class)
-        new["drainers"] = drainers
-        new["pods"] = readiness.pods_field(pods.counts(), generation) if pods else dict(counted)
-        new["storage"] = history.storage_status(body, parsed, now(), lambda: (  # moves
-            record_sync.completions(key, values(checkpoint_index, key), logger)))
-        patch.status.update(new)
-        census.after_sizing(*key)  # Kopf writes `new` unversioned: recount over it
+
+        def sized_status(current: dict[str, Any]) -> dict[str, Any]:
+            status, generation = current.get("status") or {}, _generation(current)
+            # The pods under this spec's selector, counted now: Ready is never
+            # True for a moment before the census runs (policy/status.py).
+            # While a new term waits for its LIST, a counted policy's pods
+            # part stays as it was: the census counts it after the LIST.
+            pods = census.policy_census(key[0], key[1], parsed.selector, now(),
+                                        cfg.starting_limit_s,
+                                        counted_before=status.get("pods") is not None)
+            new = st.for_sizing(sized, generation, now(), _conditions(current),
+                                active_drainers=drainers, cluster=cluster,
+                                resource_notes=parsed.resource_notes,
+                                unprotected=pods.unprotected if pods else None,
+                                selected=pods.selected if pods else 0,
+                                class_resolved=resolved_class)
+            new["drainers"] = drainers
+            if pods:
+                new["pods"] = readiness.pods_field(pods.counts(), generation)
+            new["storage"] = history.storage_status(current, parsed, now(), lambda: (  # moves
+                record_sync.completions(key, values(checkpoint_index, key), logger)))
+            return new
+
+        new = write_status(key, body, sized_status)
+    if new is None:
+        logger.info("sizing not written: the policy changed or went meanwhile")
+        return
     if announce:
         kopf.info(body, reason="Sized", message=st.sizing_summary(new))
         if sized.bandwidth_constrained:
@@ -87,6 +106,42 @@ def reconcile_policy(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
     rebalance.schedule(rebalance.JOINT, cfg, checkpointpolicy_index, pod_index, logger)
     schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index, checkpoint_index,
                     logger, progress_index)
+
+
+def _conditions(current: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((current.get("status") or {}).get("conditions") or [])
+
+
+def _generation(current: dict[str, Any]) -> int | None:
+    return (current.get("metadata") or {}).get("generation")
+
+
+def write_status(key: Key, body: kopf.Body,
+                 status_of: Callable[[dict[str, Any]], dict[str, Any]]
+                 ) -> dict[str, Any] | None:
+    """Write `status_of(policy)` at the resourceVersion it was computed from;
+    on a conflict read the policy again and compute anew. Every writer of the
+    conditions list does so: a merge patch replaces the whole list, so a
+    write computed from an older read would drop a condition another writer
+    set meanwhile (the census's Ready, the sweep's PodsUnprotected). A policy
+    whose spec differs from `body`'s now, or that is gone, is not written:
+    the newer spec's own reconcile writes. The spec is compared, not the
+    generation: a spec changed and changed back while this ran gets no
+    reconcile of its own (Kopf sees no difference), so this one writes, at
+    the current generation. Returns what was written."""
+    spec = dict(body).get("spec")
+    written: list[dict[str, Any]] = []
+
+    def change_of(current: dict[str, Any]) -> dict[str, Any] | None:
+        if current.get("spec") != spec:
+            return None
+        written[:] = [status_of(current)]
+        return written[0]
+
+    if not kube.write_status_from(api.POLICIES, key[0], dict(body), change_of,
+                                  WRITE_ATTEMPTS):
+        return None
+    return written[0]
 
 
 #: The hourly pass of every policy is nobody's event: its own log.

@@ -143,3 +143,30 @@ def test_the_class_mutation_binds_a_v1beta1_policy_to_the_default_class(
     # Named already: left alone.
     got = answer(reviewer, admission.MUTATE_POLICY_ID, review("CREATE", created))
     assert got["allowed"] is True and "patch" not in got
+
+
+def converted_review(obj: dict[str, Any]) -> dict[str, Any]:
+    """A v1beta1 request as a webhook registered for v1alpha1 alone
+    (matchPolicy Equivalent) is sent it: the object converted, requestKind
+    saying the version written."""
+    request = review("CREATE", to_v1alpha1(obj))
+    request["request"]["requestKind"] = {"group": "ckptdrain.io", "version": "v1beta1",
+                                         "kind": "CheckpointPolicy"}
+    return request
+
+
+def test_a_v1beta1_refusal_speaks_v1beta1_and_a_v1alpha1_one_v1alpha1(
+        reviewer: admission_process.Reviewer) -> None:
+    small = beta_policy(localTier={"path": "/mnt/ckptdrain/nvme", "keep": 2,
+                                   "capacity": 1_000_000_000_000})
+    at_beta = answer(reviewer, admission.VALIDATE_ID, review("CREATE", small))
+    at_alpha = answer(reviewer, admission.VALIDATE_ID, review("CREATE", to_v1alpha1(small)))
+    converted = answer(reviewer, admission.VALIDATE_ID, converted_review(small))
+    beta = ("spec.localTier.capacity: expected at least 1.32T (keep=2 checkpoints plus the one "
+            "being captured, 438G per writer), got 1000000000000")
+    assert (at_beta["allowed"], at_beta["status"]) == (False, {"message": beta, "code": 422})
+    # Sent converted, it is said as it was written all the same.
+    assert converted["status"] == at_beta["status"]
+    assert at_alpha["status"] == {"code": 422, "message": (
+        "spec.localTier.capacity: expected at least 1.32 TB (keep=2 checkpoints plus the one "
+        "being captured, 438 GB per writer), got '1000000000000'")}

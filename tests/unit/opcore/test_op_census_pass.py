@@ -238,17 +238,13 @@ def test_a_failed_list_still_counts_and_raises_for_a_retry(
     assert asked == ["ml"]
 
 
-def test_a_sizing_pass_recounts_now_and_on_its_policy_s_next_events(
+def test_a_policy_s_events_recount_it_only_when_its_status_calls_for_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     scheduled: list[str] = []
     monkeypatch.setattr(census, "_schedule", lambda namespace, logger: scheduled.append(
         namespace))
     monkeypatch.setattr(census, "_start", lambda *a: None)
-    monkeypatch.setattr(census, "_settling", {})
     body = _policy("p")
-    body["status"]["pods"] = readiness.pods_field({"selected": 0, "protected": 0,
-                                                   "starting": 0, "waiting": 0,
-                                                   "unprotected": 0}, 1)
 
     def event(kind: str = "MODIFIED") -> None:
         census.policy_census_event(type=kind, namespace="ml", name="p", body=body,  # type: ignore[arg-type]
@@ -256,17 +252,16 @@ def test_a_sizing_pass_recounts_now_and_on_its_policy_s_next_events(
                                    checkpointpolicy_index={})
 
     event()
-    assert scheduled == []  # self-consistent: no recount
-    census.after_sizing("ml", "p")
-    assert scheduled == ["ml"]  # at once
-    event()  # the event carrying the sizing's own (unversioned) count
-    assert scheduled == ["ml", "ml"]
-    census._settling[("ml", "p")] = 0.0  # the settling time is over
+    assert scheduled == ["ml"]  # never counted
+    body["status"]["pods"] = readiness.pods_field({"selected": 0, "protected": 0,
+                                                   "starting": 0, "waiting": 0,
+                                                   "unprotected": 0}, 1)
     event()
+    assert scheduled == ["ml"]  # self-consistent: no recount
+    event("ADDED")
     assert scheduled == ["ml", "ml"]
-    census.after_sizing("ml", "p")
     event("DELETED")
-    assert ("ml", "p") not in census._settling
+    assert scheduled == ["ml", "ml"]
 
 
 def test_a_hold_ends_with_a_warning_when_the_list_never_does(

@@ -88,7 +88,8 @@ def test_each_refusal_names_its_field(override: dict[str, Any], field: str) -> N
 
 
 def test_local_tier_must_hold_keep_plus_one_shards() -> None:
-    # 5.67 TB over 4 writers = 1.4175 TB a shard; keep 2 + 1 in flight = 4.25 TB.
+    # 5.67 TB over 4 writers = 1.4175 TB a shard; keep 2 + 1 in flight = 4.2525 TB,
+    # said as 4.26 TB (4.25 TB would be refused).
     # The work dir on the same disk does not raise the minimum: a policy stored
     # with it must stay readable (its pods injected) after an upgrade.
     tier = {"path": "/mnt/ckptdrain/x", "keep": 2}
@@ -97,7 +98,7 @@ def test_local_tier_must_hold_keep_plus_one_shards() -> None:
     assert policy.validate(ok, CFG) == []
     errors = policy.validate(small, CFG)
     assert [e.field for e in errors] == ["spec.localTier.capacity"]
-    assert "4.25 TB" in errors[0].expected
+    assert "at least 4.26 TB" in errors[0].expected
 
 
 def test_with_a_memory_tier_the_local_tier_holds_only_its_steps() -> None:
@@ -105,7 +106,7 @@ def test_with_a_memory_tier_the_local_tier_holds_only_its_steps() -> None:
     assert policy.validate(spec(writers=4, localTier={**memory, "capacity": "4.3TB"}), CFG) == []
     errors = policy.validate(spec(writers=4, localTier={**memory, "capacity": "4.2TB"}), CFG)
     assert [e.field for e in errors] == ["spec.localTier.capacity"]
-    assert "4.25 TB" in errors[0].expected and "work dir" not in errors[0].expected
+    assert "4.26 TB" in errors[0].expected and "work dir" not in errors[0].expected
 
 
 def test_memory_tier_must_hold_one_shard() -> None:

@@ -44,6 +44,8 @@ def test_a_kept_copy_shares_nothing_with_the_object() -> None:
 def test_the_operator_indexes_and_the_admission_view_keep_no_managed_fields() -> None:
     body = _policy()
     indexed = handlers.checkpointpolicy_index(namespace="ml", name="llama", body=body)
+    # The versions its fields were written at are kept beside it
+    # (tests/unit/opcore/test_op_field_writers.py).
     assert "managedFields" not in indexed[("ml", "llama")]["metadata"]
     record = {"metadata": {"name": "llama-100", "managedFields": [{"manager": "x"}]},
               "spec": {"policy": "llama", "step": 100}}

@@ -160,7 +160,7 @@ def posted(monkeypatch: pytest.MonkeyPatch) -> Posted:
     unselected_events.forget()
     monkeypatch.setattr(sweep.kube, "post_event", post_event)
     monkeypatch.setattr(sweep.kube, "events_posted", lambda namespace, reason: set())
-    monkeypatch.setattr(sweep.kube, "patch_status", lambda *args: None)
+    monkeypatch.setattr(sweep.kube, "patch_status_at", lambda *args: "ok")
     return out
 
 
@@ -345,12 +345,14 @@ def test_a_policy_whose_status_write_fails_stops_neither_the_others_nor_the_unse
         posted: Posted, monkeypatch: pytest.MonkeyPatch) -> None:
     patched: list[str] = []
 
-    def patch_status(plural: str, namespace: str, name: str, change: Any) -> None:
+    def patch_status_at(plural: str, namespace: str, name: str, change: Any,
+                        version: str) -> str:
         if name == "broken":
             raise sweep.kube.ApiException(status=500, reason="etcd timeout")
         patched.append(name)
+        return "ok"
 
-    monkeypatch.setattr(sweep.kube, "patch_status", patch_status)
+    monkeypatch.setattr(sweep.kube, "patch_status_at", patch_status_at)
     pods = {"pf": [sweep.BarePod("a-0", "u-pa", {"app": "a"}),
                    sweep.BarePod("b-0", "u-pb", {"app": "b"}),
                    sweep.BarePod("lone-0", "u-pl", {"app": "none"})]}
@@ -361,7 +363,7 @@ def test_a_policy_whose_status_write_fails_stops_neither_the_others_nor_the_unse
         ("Unprotected", "b-0"), ("Unselected", "lone-0")]
     assert gauge("pf") == 1
     # The failed policy's pod gets its Event when the write goes through.
-    monkeypatch.setattr(sweep.kube, "patch_status", lambda *args: None)
+    monkeypatch.setattr(sweep.kube, "patch_status_at", lambda *args: "ok")
     sweep.sweep_namespace("pf", pods, policies, LOG)
     assert ("Unprotected", "a-0") in [(e[0], e[3]) for e in posted]
 

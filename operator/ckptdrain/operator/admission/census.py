@@ -16,8 +16,8 @@ replica (apiserver/leadership.py). A failed pass raises, so its Coalescer
 retries it; a new term of leadership counts every namespace again, after
 the LIST (its names only), held for at most HOLD_LIMIT_S: a sizing pass
 meanwhile leaves a counted policy's pods as they were. A sizing pass
-writes its own count without a version (Kopf's patch): for SIZING_SETTLE_S
-after it, the policy's events recount it.
+writes its own count, taken from the same store as it writes, at the
+resourceVersion it read too (policy_reconcile.write_status).
 """
 
 from __future__ import annotations
@@ -47,10 +47,6 @@ CENSUS_DELAY_S = 0.5
 WRITE_ATTEMPTS = 3
 #: How often the store is checked against a LIST of the opted-in pods.
 RECONCILE_EVERY_S = 300.0
-#: How long after a sizing pass its policy's events recount it: Kopf patches
-#: the sizing's count after the handler returns, unversioned, over any newer
-#: count a pass wrote meanwhile; the patch's own event recounts it.
-SIZING_SETTLE_S = 10.0
 #: How long a new term holds the counts waiting for its LIST: past it (a
 #: LIST that neither returns nor fails), counting resumes, with a warning.
 HOLD_LIMIT_S = 120.0
@@ -77,31 +73,10 @@ def pod_census_event(type: str | None, namespace: str, name: str, body: kopf.Bod
 def policy_census_event(type: str | None, namespace: str, name: str, body: kopf.Body,
                         memo: kopf.Memo, logger: logging.Logger,
                         checkpointpolicy_index: Policies, **_: Any) -> None:
-    """A policy came, or its selector or validity changed, or a sizing pass
-    wrote its count moments ago: count it soon."""
+    """A policy came, or its selector or validity changed: count it soon."""
     _start(memo.config, checkpointpolicy_index)
-    if type == "DELETED":
-        _settling.pop((namespace, name), None)
-    elif type in (None, "ADDED") or readiness.needs_count(body) or _settles(namespace, name):
+    if type != "DELETED" and (type in (None, "ADDED") or readiness.needs_count(body)):
         _schedule(namespace, logger)
-
-
-def after_sizing(namespace: str, name: str) -> None:
-    """A sizing pass is writing its count of the policy through Kopf: count
-    it again now, and on each of its events for SIZING_SETTLE_S (the one
-    carrying the sizing's patch among them)."""
-    with _lock:
-        _settling[(namespace, name)] = time.monotonic() + SIZING_SETTLE_S
-    _schedule(namespace, _log)
-
-
-def _settles(namespace: str, name: str) -> bool:
-    with _lock:
-        until = _settling.get((namespace, name))
-        if until is not None and until <= time.monotonic():
-            del _settling[(namespace, name)]
-            return False
-        return until is not None
 
 
 def policy_census(namespace: str, name: str, selector: Any, now: datetime,
@@ -178,8 +153,6 @@ RECONCILE_KEY = ("list of the opted-in pods",)
 _lock = threading.Lock()
 #: What the census knows of each live opted-in pod.
 _store = PodStore()
-#: Policies a sizing pass counted moments ago: recounted on their events until then.
-_settling: dict[tuple[str, str], float] = {}
 
 
 class TermHold:

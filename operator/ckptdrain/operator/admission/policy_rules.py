@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ckptdrain.contract.policy_versions import V1ALPHA1
 from ckptdrain.operator.admission.rules import (
     READ_ERRORS,
     Refused,
@@ -82,8 +83,12 @@ def moves_refused(name: str, fields: list[str], pod: str, *, creating: bool = Fa
 
 
 async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
-                       namespace: str, cfg: OperatorConfig) -> None:
-    """Refuse (Refused) a policy CREATE or UPDATE (`old`: the stored object)."""
+                       namespace: str, cfg: OperatorConfig,
+                       written_in: str | None = None) -> None:
+    """Refuse (Refused) a policy CREATE or UPDATE (`old`: the stored object).
+    `written_in`: the apiVersion the request was made at, when the body
+    was converted for this webhook; None: the body's own. The spec's
+    problems are said in it (policy/version_messages.py)."""
     meta = body.get("metadata") or {}
     spec = body.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
@@ -101,7 +106,7 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
     # webhook's timeout.
     deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
     cfg, classed = await _class_of(spec, namespace, cfg, deadline)
-    validate_policy(classed, name, cfg)
+    validate_policy(classed, name, cfg, written_in or str(body.get("apiVersion") or V1ALPHA1))
     selector = spec.get("selector")
     if old_spec is None or old_spec.get("selector") != selector:
         await _refuse_overlap(name, namespace,

@@ -172,7 +172,7 @@ class Reviewer:
             return
         await policy_rules.admit_policy(
             body, old if payload.get("operation") == "UPDATE" and isinstance(old, dict) else None,
-            str(payload.get("namespace") or ""), self.cfg)
+            str(payload.get("namespace") or ""), self.cfg, requested_version(payload))
 
     async def _policy_class(self, payload: dict[str, Any], warnings: list[str]
                             ) -> list[dict[str, Any]]:
@@ -181,6 +181,16 @@ class Reviewer:
             return []
         return await policy_rules.default_class_patch(body, warnings,
                                                       str(payload.get("namespace") or ""))
+
+
+def requested_version(payload: dict[str, Any]) -> str | None:
+    """The apiVersion the user's request was made at: a webhook registered
+    for one version with matchPolicy Equivalent is sent the object
+    converted, and requestKind says what was written. None: not said."""
+    kind = payload.get("requestKind")
+    if not isinstance(kind, dict) or not kind.get("group") or not kind.get("version"):
+        return None
+    return f"{kind['group']}/{kind['version']}"
 
 
 def claimed_rank(ops: list[dict[str, Any]]) -> tuple[str, int] | None:

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckptdrain import sizing
+from ckptdrain.contract.policy_versions import V1ALPHA1
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.admission import (
     agent_images,
@@ -40,7 +41,7 @@ from ckptdrain.operator.admission.owner_cache import OwnerCache
 from ckptdrain.operator.apiserver import class_view, namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import classes, history, identity, peer_tier, roles
+from ckptdrain.operator.policy import classes, history, identity, peer_tier, roles, version_messages
 from ckptdrain.operator.policy import spec as pol
 
 #: The webhooks' ids, which are also the paths they are served at.
@@ -371,9 +372,12 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     return ops
 
 
-def validate_policy(spec: Mapping[str, Any], name: str, cfg: OperatorConfig) -> None:
-    """Refuse (Refused) a policy the schema admits but the
-    operator cannot honour."""
+def validate_policy(spec: Mapping[str, Any], name: str, cfg: OperatorConfig,
+                    written_in: str = V1ALPHA1) -> None:
+    """Refuse (Refused) a policy the schema admits but the operator cannot
+    honour, each problem said in `written_in`, the version of the request
+    (policy/version_messages.py)."""
     errors = pol.validate(dict(spec), cfg, name=name)
     if errors:
-        raise Refused("; ".join(str(e) for e in errors), code=422)
+        raise Refused("; ".join(str(version_messages.in_version(e, written_in))
+                                for e in errors), code=422)

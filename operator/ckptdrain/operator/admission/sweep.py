@@ -57,6 +57,9 @@ INJECTED = {api.ANNOTATION_INJECTED: kopf.PRESENT}
 #: Pod events within this window are coalesced into one sweep per namespace.
 SWEEP_DELAY_S = 0.5
 REASON = "Unprotected"
+#: Status writes that lost to a newer version in a row before a sweep gives
+#: up (its Coalescer retries it).
+WRITE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ def sweep_namespace(namespace: str, pods_index: kopf.Index[str, BarePod],
             _gauged.add((namespace, meta["name"]))
             try:
                 _report_unprotected(namespace, body, chosen, now, logger)
-            except (kube.ApiException, kube.HTTPError, OSError) as error:
+            except (kube.ApiException, kube.HTTPError, OSError, RuntimeError) as error:
                 # One policy's failed write stops neither the other policies
                 # nor the unselected pods below; the next pass retries it.
                 logger.warning("reporting the unprotected pods of policy %s/%s failed (%s)",
@@ -188,10 +191,18 @@ def _report_unprotected(namespace: str, body: dict[str, Any], chosen: list[BareP
     """Called with _lock held: the policy's PodsUnprotected condition and one
     Event per pod (a pod whose post failed is retried by the next pass)."""
     meta = body["metadata"]
-    change = st.with_unprotected(body.get("status") or {}, [p.name for p in chosen],
-                                 meta.get("generation"), now)
-    if change is not None:
-        kube.patch_status(api.POLICIES, namespace, meta["name"], change)
+    names = [p.name for p in chosen]
+    # At the resourceVersion read, recomputed on a conflict: a merge patch
+    # replaces the whole conditions list, so a write from an older read would
+    # drop a condition another writer set meanwhile (the sizing's Ready).
+    generation = meta.get("generation")
+
+    def change_of(current: dict[str, Any]) -> dict[str, Any] | None:
+        if (current.get("metadata") or {}).get("generation") != generation:
+            return None  # chosen under another selector: the next pass's
+        return st.with_unprotected(current.get("status") or {}, names, generation, now)
+
+    kube.write_status_from(api.POLICIES, namespace, body, change_of, WRITE_ATTEMPTS)
     for p in chosen:
         if p.uid not in _warned:
             _warn(namespace, p, meta["name"])

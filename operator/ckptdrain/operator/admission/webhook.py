@@ -205,6 +205,9 @@ async def checkpointpolicy_validate(body: kopf.Body, old: kopf.Body | None, oper
     """Refuse a policy the operator cannot honour, one whose selector overlaps
     another's, or an update that would move checkpoints or change the writer
     count under live pods (admission/policy_rules.py)."""
+    # Kopf does not pass the request's kind: problems are said in the body's
+    # own version, the one written under the chart's webhooks (every version,
+    # unconverted).
     with metrics.admitting("policy"), _as_kopf():
         await admit_policy(dict(body), dict(old) if operation == "UPDATE" and old else None,
                            namespace or "", memo.config)

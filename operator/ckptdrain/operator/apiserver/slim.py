@@ -6,7 +6,10 @@ nested map of every field each writer set. Nothing here reads it, and it is
 most of a parsed object: a CheckpointPolicy with its status is 11 KiB of
 JSON, 2.6 KiB of it managedFields, and 28 KiB as Python objects, 12 KiB
 without them. At 1,000 policies that is 16 MiB in each process that keeps
-them (docs/scale.md)."""
+them (docs/scale.md). The policy index keeps, in their place, only the
+version each field whose spelling differs was written at, beside the object
+(policy/version_messages.py kept_versions), so that a reconcile from it says
+problems in the version written."""
 
 from __future__ import annotations
 

@@ -21,9 +21,9 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
-from ckptdrain.operator.apiserver import class_view, kube, leadership, namespace_labels
+from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
+from ckptdrain.operator.bandwidth import allocation_status, share_channel
 from ckptdrain.operator.bandwidth import budgets as jb
-from ckptdrain.operator.bandwidth import share_channel
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import allocation, class_catalogue, classes
@@ -349,31 +349,8 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         if recheck is not None:
             # A drainer waits to be admitted, or a heartbeat is due: come back.
             schedule(key, cfg, policies, pods, logger, max(recheck, 0.05))
-        status = body.get("status") or {}
-        change = st.with_cluster(status, sized, cluster,
-                                 body.get("metadata", {}).get("generation"), _now()) or {}
-        if status.get("phase") in ("Ready", "Constrained", "Conflicting", "Unprotected") \
-                and status.get("drainers") != len(drainers):
-            change["drainers"] = len(drainers)
-        if change:
-            kube.patch_status(api.POLICIES, key[0], key[1], change)
-        # The index has not seen that patch yet: the conditions the writers'
-        # check rewrites must be the ones just written, not the stale ones.
-        _check_writers(key, policy, drainers, body, {**status, **change})
-
-
-def _check_writers(key: Key, p: pol.Policy, drainers: list[allocation.DrainingPod],
-                   body: Mapping[str, Any], status: Mapping[str, Any]) -> None:
-    """WritersConsistent on the policy, and a Warning event when it turns False."""
-    check = st.writers_check([(d.pod, d.writer, d.workload_writers) for d in drainers],
-                             p.writers)
-    change = st.with_writers(status, check,
-                             body.get("metadata", {}).get("generation"), _now())
-    if change is None:
-        return
-    kube.patch_status(api.POLICIES, key[0], key[1], change)
-    if not check[0]:
-        kube.post_event(body, api.KIND_POLICY, check[1], check[2])
+        if body:
+            allocation_status.write(key, body, sized, cluster, policy, drainers)
 
 
 def schedule(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],

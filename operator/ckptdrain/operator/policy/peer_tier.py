@@ -39,6 +39,8 @@ PEERS_KEY = "peers.json"
 #: import the node side, a unit test keeps the two equal).
 PEER_PORT = 9109
 DEFAULT_KEEP = 2
+#: What spec.peerTier is expected to look like (said in v1beta1 by policy/version_messages.py).
+SHAPE_EXPECTED = "{enabled: true, keep: 2, capacity: 2TB}"
 TLS_DIR = "/etc/ckptdrain/peer-tls"
 PEERS_DIR = "/etc/ckptdrain/peers"
 PEERS_FILE = posixpath.join(PEERS_DIR, PEERS_KEY)
@@ -89,7 +91,7 @@ def read(raw: object, shard_bytes: float | None, fail: Fail) -> PeerTier:
     if raw is None:
         return PeerTier()
     if not isinstance(raw, Mapping):
-        fail("peerTier", "{enabled: true, keep: 2, capacity: 2TB}", raw)
+        fail("peerTier", SHAPE_EXPECTED, raw)
         return PeerTier()
     enabled = raw.get("enabled", False)
     if not isinstance(enabled, bool):
@@ -111,7 +113,7 @@ def read(raw: object, shard_bytes: float | None, fail: Fail) -> PeerTier:
             least = max(1.0, shard_bytes or 0.0)
             if capacity < least:
                 fail("peerTier.capacity", "at least one copy of a writer's checkpoint, "
-                     f"{units.format_bytes(least)}", raw["capacity"])
+                     f"{units.format_bytes(least, units.UP)}", raw["capacity"])
                 capacity = None
     return PeerTier(enabled, keep, capacity)
 

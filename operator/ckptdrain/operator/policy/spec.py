@@ -53,6 +53,10 @@ MAX_LABEL_VALUE = api.MAX_LABEL_VALUE
 DEFAULT_RETRY_DEADLINE_S = 600.0
 #: How long a multi-writer restore waits for every rank to report (restore/agreement.py).
 DEFAULT_AGREE_TIMEOUT_S = 60.0
+#: What is expected of spec.model, and of a checkpointBytes of zero
+#: (said in v1beta1's spellings by policy/version_messages.py).
+MODEL_EXPECTED = "model.parameters (e.g. 405B) or model.checkpointBytes (e.g. 5.67TB)"
+POSITIVE_SIZE_EXPECTED = "a positive size such as 5.67TB"
 
 
 class PolicyInvalid(InvalidInput):
@@ -206,10 +210,9 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     per_param = r.get("model.bytesPerParameter", number, sizing.DEFAULT_BYTES_PER_PARAMETER)
     ckpt_bytes = r.get("model.checkpointBytes", units.parse_bytes, None)
     if r.raw("model.parameters") is None and r.raw("model.checkpointBytes") is None:
-        r.fail("model", "model.parameters (e.g. 405B) or model.checkpointBytes (e.g. 5.67TB)",
-               spec.get("model"))
+        r.fail("model", MODEL_EXPECTED, spec.get("model"))
     if ckpt_bytes == 0:
-        r.fail("model.checkpointBytes", "a positive size such as 5.67TB", 0)
+        r.fail("model.checkpointBytes", POSITIVE_SIZE_EXPECTED, 0)
     interval = r.get("interval", units.parse_duration, None)
     mtti = r.get("mtti", units.parse_duration, None)
     if interval is None and mtti is None and r.raw("interval") is None \
@@ -222,7 +225,9 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
     cap = r.get("caps.bandwidth", units.parse_rate, None)
     per_drainer = r.get("caps.perDrainer", units.parse_rate, None)
     if cap is not None and per_drainer is not None and per_drainer > cap:
-        r.fail("caps.perDrainer", f"at most caps.bandwidth ({units.format_rate(cap)})",
+        # Bounds rounded towards what they allow: pasted back, they are met.
+        r.fail("caps.perDrainer",
+               f"at most caps.bandwidth ({units.format_rate(cap, units.DOWN)})",
                r.raw("caps.perDrainer"))
     path = r.get("localTier.path", text, "")
     if not path:
@@ -247,12 +252,14 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         # trainer's work dir on this disk (no memory tier) is the agent's to
         # fit (node/space.py); docs/pod-contract.md says how to size for it.
         if capacity is not None and capacity < (keep + 1) * shard:
-            r.fail("localTier.capacity", f"at least {units.format_bytes((keep + 1) * shard)} "
+            r.fail("localTier.capacity",
+                   f"at least {units.format_bytes((keep + 1) * shard, units.UP)} "
                    f"(keep={keep} checkpoints plus the one being captured, "
                    f"{units.format_bytes(shard)} per writer)", r.raw("localTier.capacity"))
         if memory_bytes is not None and memory_bytes < shard:
             r.fail("localTier.memory.sizeLimit",
-                   f"at least one checkpoint shard, {units.format_bytes(shard)} per writer",
+                   f"at least one checkpoint shard, {units.format_bytes(shard, units.UP)} "
+                   "per writer",
                    memory)
     endpoint = r.get("storage.endpoint", parse_endpoint, None)
     region = r.get("storage.region", text, None)

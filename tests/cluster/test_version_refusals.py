@@ -1,0 +1,216 @@
+"""Refusals in the version the policy was written at, through a real
+apiserver (docs/api-versions.md, "What a refusal says", whose example this
+creates): the policy webhook refuses a v1beta1 create in v1beta1's
+spellings with the value as written, and the same value at v1alpha1 as it
+always did; so it does when registered for v1alpha1 alone, as Kopf
+registers its own configurations, and the apiserver sends it the request
+converted. The operator, reading v1alpha1, says an invalid policy's
+InvalidSpec status and Event in the version each field found wrong was
+written at (its managedFields owner's), not the newest writer's.
+
+The CRD is crds/checkpointpolicies.yaml as shipped, converting through the
+admission process (the ConversionServer, by URL); the policy webhook is
+that process too, registered here as the chart registers it. Its own
+apiserver: this module registers webhooks and runs an operator of its own,
+which the session's would meet."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_helpers import policy_crd_source, wait_for
+from operator_process import OperatorProcess, repo_root
+from tests.docs.refusal_example import RefusalExample, refusal_example
+
+from ckptdrain.contract.policy_versions import V1ALPHA1, V1BETA1, convert
+from ckptdrain.operator.admission.rules import VALIDATE_ID
+from support import apiserver
+from support.apiserver import Cluster, free_port
+from support.conversion_server import ConversionServer, converting_to
+
+WEBHOOK = "version-refusals.ckptdrain.io"
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    apiserver.binaries_or_fail()
+    with apiserver.running(tmp_path_factory.mktemp("refusals-apiserver")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("refusals-certs")
+    made = apiserver.make_ca(directory, "webhook-ca")
+    cert, key = apiserver.make_cert(directory, "webhook", made)
+    return {"ca": made[0], "cert": cert, "key": key}
+
+
+@pytest.fixture(scope="module")
+def server(own_cluster: Cluster, ca: dict[str, Path]) -> Iterator[ConversionServer]:
+    """The admission process, answering /convert for the CRD (and the
+    policy webhook once registered); the operator's other CRDs beside it."""
+    port = free_port()
+    crd = converting_to(policy_crd_source(), f"https://127.0.0.1:{port}/convert",
+                        ca["ca"].read_bytes())
+    own_cluster.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(crd))
+    for name in ("checkpoints", "checkpointshares", "checkpointclasses"):
+        own_cluster.kubectl("apply", "--server-side", "-f",
+                            str(repo_root() / "crds" / f"{name}.yaml"))
+    apiserver.wait_established(own_cluster)
+    running = ConversionServer(own_cluster, ca["cert"], ca["key"], port)
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def namespace(own_cluster: Cluster, server: ConversionServer) -> Iterator[str]:
+    name = f"refusals-{time.monotonic_ns() % 10**8}"
+    own_cluster.kubectl("create", "namespace", name)
+    yield name
+    own_cluster.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK,
+                        "--ignore-not-found")
+    # v1alpha1 named: a cleanup never depends on the webhook.
+    own_cluster.kubectl("delete", "-n", name, "checkpointpolicies.v1alpha1.ckptdrain.io",
+                        "--all", "--wait=false", check=False)
+    own_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def register_policy_webhook(cluster: Cluster, server: ConversionServer, ca_pem: bytes,
+                            versions: list[str]) -> None:
+    """The policy validating webhook as the chart registers it (CREATE and
+    UPDATE, matchPolicy Equivalent, failing closed), for `versions`."""
+    hook = {"name": "checkpointpolicies.validate.ckptdrain.io",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": f"https://127.0.0.1:{server.port}/{VALIDATE_ID}",
+                             "caBundle": base64.b64encode(ca_pem).decode()},
+            "rules": [{"apiGroups": ["ckptdrain.io"], "apiVersions": versions,
+                       "operations": ["CREATE", "UPDATE"],
+                       "resources": ["checkpointpolicies"], "scope": "Namespaced"}],
+            "failurePolicy": "Fail", "matchPolicy": "Equivalent", "sideEffects": "None",
+            "timeoutSeconds": 10}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration", "metadata": {"name": WEBHOOK},
+        "webhooks": [hook]}))
+
+
+def at_both_versions(example: RefusalExample, name: str) -> dict[str, dict[str, Any]]:
+    """The page's policy named `name`, at v1beta1 as shown and at v1alpha1
+    as the converter spells it (capacity "1000000000000")."""
+    beta = copy.deepcopy(example.policy)
+    beta["metadata"]["name"] = name
+    beta["spec"]["selector"] = {"matchLabels": {"app": name}}
+    alpha = convert(copy.deepcopy(beta), V1ALPHA1)
+    assert alpha["spec"]["localTier"]["capacity"] == "1000000000000"
+    return {V1BETA1: beta, V1ALPHA1: alpha}
+
+
+def create(cluster: Cluster, namespace: str, obj: dict[str, Any]) -> str:
+    """What kubectl says of a create expected to be refused."""
+    made = cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(obj),
+                           check=False)
+    assert made.returncode != 0, made.stdout
+    return made.stderr
+
+
+def nothing_created(cluster: Cluster, namespace: str) -> None:
+    listed = json.loads(cluster.kubectl(
+        "get", "-n", namespace, "checkpointpolicies.v1alpha1.ckptdrain.io", "-o",
+        "json").stdout)
+    assert listed["items"] == []
+
+
+@pytest.mark.parametrize("versions", [["*"], ["v1alpha1"]], ids=["every-version", "v1alpha1"])
+def test_a_refused_create_is_told_in_the_version_it_was_written_at(
+        own_cluster: Cluster, server: ConversionServer, ca: dict[str, Path], namespace: str,
+        versions: list[str]) -> None:
+    # ["*"]: as the chart registers it, each request sent as written.
+    # ["v1alpha1"]: a v1beta1 request sent converted, requestKind saying v1beta1.
+    register_policy_webhook(own_cluster, server, ca["ca"].read_bytes(), versions)
+    example = refusal_example()
+    policies = at_both_versions(example, "small-tier")
+    at_beta = create(own_cluster, namespace, policies[V1BETA1])
+    assert example.at_v1beta1 in at_beta, at_beta
+    at_alpha = create(own_cluster, namespace, policies[V1ALPHA1])
+    assert example.at_v1alpha1 in at_alpha, at_alpha
+    nothing_created(own_cluster, namespace)
+
+
+def invalid_spec(cluster: Cluster, namespace: str, name: str) -> tuple[str, list[str]]:
+    """The Ready condition's message of an InvalidSpec policy, and the
+    messages of its InvalidSpec Events."""
+    def ready() -> dict[str, Any] | None:
+        got = json.loads(cluster.kubectl(
+            "get", "-n", namespace, "checkpointpolicies.v1alpha1.ckptdrain.io", name, "-o",
+            "json").stdout)
+        found = next((c for c in (got.get("status") or {}).get("conditions") or []
+                      if c["type"] == "Ready" and c["reason"] == "InvalidSpec"), None)
+        return found
+    condition = wait_for(ready, timeout_s=60, what=f"policy {name} reported InvalidSpec")
+
+    def events() -> list[str]:
+        listed = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o",
+                                            "json").stdout)["items"]
+        return [e["message"] for e in listed if e.get("reason") == "InvalidSpec"
+                and e["involvedObject"].get("name") == name]
+    return str(condition["message"]), wait_for(events, what=f"an InvalidSpec Event of {name}")
+
+
+def patched_at_v1beta1_then_labelled(cluster: Cluster, namespace: str,
+                                     example: RefusalExample) -> str:
+    """The page's policy made valid and created at v1alpha1 by a GitOps
+    manager; its capacity then patched at v1beta1 to the refused value, by
+    someone else; the GitOps manager then labels it at v1alpha1, which
+    moves its managedFields entry's time past the patch's, though it no
+    longer owns the capacity. The policy's name."""
+    name = "small-patched"
+    alpha = at_both_versions(example, name)[V1ALPHA1]
+    alpha["spec"]["localTier"]["capacity"] = "2000000000000"
+    cluster.kubectl("create", "-n", namespace, "--field-manager=gitops", "-f", "-",
+                    input=json.dumps(alpha))
+    capacity = example.policy["spec"]["localTier"]["capacity"]
+    cluster.kubectl("patch", "-n", namespace, "checkpointpolicies.v1beta1.ckptdrain.io", name,
+                    "--type=merge", "-p",
+                    json.dumps({"spec": {"localTier": {"capacity": capacity}}}))
+    # managedFields' times are to the second: the label comes a second later.
+    time.sleep(1.1)
+    cluster.kubectl("label", "-n", namespace, "--field-manager=gitops",
+                    "checkpointpolicies.v1alpha1.ckptdrain.io", name, "team=ml")
+    return name
+
+
+def test_the_operator_says_an_invalid_policy_in_the_version_its_field_was_written_at(
+        own_cluster: Cluster, server: ConversionServer, namespace: str,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # No policy webhook yet: the invalid policies are stored, as one admitted
+    # under an earlier rule (or with the webhook down) would be.
+    example = refusal_example()
+    written = {version: at_both_versions(example, name)[version]
+               for version, name in ((V1BETA1, "small-beta"), (V1ALPHA1, "small-alpha"))}
+    for obj in written.values():
+        own_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(obj))
+    patched = patched_at_v1beta1_then_labelled(own_cluster, namespace, example)
+    operator = OperatorProcess(own_cluster, tmp_path_factory.mktemp("refusals-operator"))
+    operator.start()
+    try:
+        for name, told in ((written[V1BETA1]["metadata"]["name"], example.at_v1beta1),
+                           (written[V1ALPHA1]["metadata"]["name"], example.at_v1alpha1),
+                           # The capacity's writer wrote v1beta1, whoever wrote last.
+                           (patched, example.at_v1beta1)):
+            message, events = invalid_spec(own_cluster, namespace, name)
+            managed = json.loads(own_cluster.kubectl(
+                "get", "-n", namespace, "checkpointpolicies.v1alpha1.ckptdrain.io", name,
+                "-o", "jsonpath={.metadata.managedFields}").stdout)
+            assert message == told, (name, message, managed)
+            assert told in events, (name, events)
+    finally:
+        operator.stop()
