@@ -302,17 +302,20 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
             f"got {len(matches)} ({names})", code=422)
     chosen = matches[0]
     catalogue = await class_catalogue()
-    labels: dict[str, str] = {}
+    namespace_seen: dict[str, str] = {}
     if classes.needs_labels(chosen.get("spec", {}), catalogue):
         try:
-            labels = await asyncio.to_thread(namespace_labels.recent, namespace)
-        except InvalidInput as error:  # unreadable, never read: retry, not invalid
+            namespace_seen = await asyncio.to_thread(namespace_labels.recent, namespace,
+                                                     cfg.namespace_recheck_s)
+        except namespace_labels.LabelsUnreadable as error:
+            # Never read, or not read for longer than a reading is trusted:
+            # a retry, neither the policy invalid nor the namespace allowed.
             raise Refused(f"{classes.CLASS_FIELD}: {error}; retry", code=503) from None
     try:
         # Its class's settings (root, resources, image, stores) in place of
         # the operator's; a class that does not take it is as an invalid spec.
         resolution = classes.resolved(namespace, chosen.get("spec", {}), cfg, catalogue,
-                                      lambda: labels)
+                                      lambda: namespace_seen)
         cfg = resolution.config
         p = pol.parse(namespace, chosen["metadata"]["name"], resolution.spec, cfg)
     except InvalidInput as error:
