@@ -75,14 +75,16 @@ def test_match_expressions_name_each_failing_term() -> None:
     assert "a label team" not in message
 
 
-def test_labels_that_cannot_be_read_refuse_naming_the_namespace() -> None:
-    def failing() -> dict[str, str]:
-        raise InvalidInput("metadata.namespace", "readable labels", "timeout")
+def test_labels_that_cannot_be_read_are_no_judgement_the_error_passes_through() -> None:
+    class Unreadable(InvalidInput):
+        pass
 
-    resolution = classes.resolve("ml", {**SPEC, "checkpointClassName": "team-a"}, CFG,
-                                 classes.catalogue([body("team-a", namespaces=TEAM_A)]), failing)
-    assert (resolution.resolved, resolution.reason) == (False, classes.NOT_ALLOWED)
-    assert "metadata.namespace" in classes.condition(resolution)["message"]
+    def failing() -> dict[str, str]:
+        raise Unreadable("metadata.namespace", "readable labels", "timeout")
+
+    with pytest.raises(Unreadable):
+        classes.resolve("ml", {**SPEC, "checkpointClassName": "team-a"}, CFG,
+                        classes.catalogue([body("team-a", namespaces=TEAM_A)]), failing)
 
 
 @pytest.mark.parametrize(("raw", "field"), [

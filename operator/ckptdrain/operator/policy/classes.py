@@ -59,7 +59,9 @@ RESOLVED, NO_CLASS, NOT_FOUND, INVALID, REFUSED, NOT_ALLOWED = (
     "Resolved", "NoClass", "ClassNotFound", "ClassInvalid", "RefusedByClass",
     "NamespaceNotAllowed")
 #: The labels of the policy's namespace, asked only of a class that allows
-#: namespaces by label; raises InvalidInput when they cannot be read.
+#: namespaces by label. When they cannot be read it raises, and `resolve`
+#: lets that through: a read error is a retry for the caller, never a
+#: judgement of the policy (an unreadable namespace is not a disallowed one).
 Labels = Callable[[], Mapping[str, str]]
 
 
@@ -257,7 +259,8 @@ class Resolution:
 def resolve(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
             classes: Catalogue, labels: Labels = dict) -> Resolution:
     """Choose the policy's class and apply it; `labels`, of its namespace,
-    read only for a class that allows namespaces by label."""
+    read only for a class that allows namespaces by label (what it raises
+    passes through)."""
     choice = choose(spec, classes)
     if choice.missing:
         return Resolution(config, spec, choice.missing, NOT_FOUND, (InvalidInput(
@@ -275,10 +278,7 @@ def resolve(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
         return Resolution(config, spec, cls.name, INVALID, tuple(error.errors),
                           choice.warning)
     if cls.namespaces.restricted:
-        try:
-            seen = labels()
-        except InvalidInput as error:
-            return Resolution(config, spec, cls.name, NOT_ALLOWED, (error,), choice.warning)
+        seen = labels()
         if not cls.namespaces.allows(seen):
             return Resolution(config, spec, cls.name, NOT_ALLOWED,
                               (refusal(cls.name, namespace, cls.namespaces, seen),),
