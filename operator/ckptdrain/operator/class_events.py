@@ -41,6 +41,9 @@ from ckptdrain.operator.policy_reconcile import reconcile_policy
 CLASSES = (api.GROUP, "v1beta1", "checkpointclasses")
 #: Policies to reconcile after a class event, one pass each, retried on failure.
 _rejudged = Coalescer("reconciling policies after a class change")
+#: The share of each recheck period one pass may take: a pass cut short
+#: goes on at the next period rather than run into it.
+RECHECK_BUDGET = 0.5
 INDEXES = ("pod_index", "checkpointpolicy_index", "checkpoint_index", "peer_pod_index",
            "progress_index")
 
@@ -73,37 +76,76 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
     index: kopf.Index[Any, Any] = indexes["checkpointpolicy_index"]
     for key in list(index):
         body = _policy(index, key)
-        if body is not None and stale(cfg, body):
+        if body is not None and _stale_or_unknown(cfg, body, logger):
             _schedule(key, memo, logger, indexes, "its class changed")
     _class_statuses(logger)
     start_recheck(memo, logger, indexes)
 
 
 def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
-            indexes: dict[str, Any]) -> None:
+            indexes: dict[str, Any], budget_s: float) -> None:
     """One pass: the labels of each namespace whose policies name a class
-    that allows namespaces by label read afresh, and those policies judged
-    again. A namespace whose labels cannot be read is skipped (its policies
-    keep their status) and tried at the next pass."""
+    that allows namespaces by label read afresh (one GET each), and each
+    of those policies whose ClassResolved would change reconciled as a pass
+    of its own (`_schedule`). A namespace whose labels cannot be read is
+    skipped (its policies keep their status) and tried at the next pass.
+    The pass stops when this replica stops leading or after `budget_s`;
+    the next one starts after the last namespace this one read."""
+    global _recheck_after
+    namespace_labels.expire(cfg.namespace_recheck_s)
     catalogue = class_view.current(classes.catalogue)
     index: kopf.Index[Any, Any] = indexes["checkpointpolicy_index"]
-    read: dict[str, bool] = {}
+    by_namespace: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
     for key in list(index):
         body = _policy(index, key)
         spec = (body or {}).get("spec") or {}
-        if body is None or not spec.get("checkpointClassName") \
-                or not classes.needs_labels(spec, catalogue):
+        if body is not None and spec.get("checkpointClassName") \
+                and classes.needs_labels(spec, catalogue):
+            by_namespace.setdefault(key[0], []).append((key, body))
+    deadline = time.monotonic() + budget_s
+    for namespace in rotation(sorted(by_namespace), _recheck_after):
+        if not leadership.active():
+            return  # a standby's indexes are not live; the leader judges
+        if time.monotonic() >= deadline:
+            logger.warning("namespace recheck: out of its %ss; the next pass goes on from "
+                           "namespace %s", budget_s, namespace)
+            return
+        _recheck_after = namespace
+        try:
+            namespace_labels.fresh(namespace)
+        except namespace_labels.READ_ERRORS as error:
+            logger.warning("namespace %s: could not read its labels (%s); its policies "
+                           "are judged again in %ss", namespace, error, cfg.namespace_recheck_s)
             continue
-        if key[0] not in read:
-            try:
-                namespace_labels.fresh(key[0])
-                read[key[0]] = True
-            except namespace_labels.READ_ERRORS as error:
-                logger.warning("namespace %s: could not read its labels (%s); its policies "
-                               "are judged again in %ss", key[0], error, cfg.namespace_recheck_s)
-                read[key[0]] = False
-        if read[key[0]] and stale(cfg, body):
-            _schedule(key, memo, logger, indexes, "its namespace's labels changed")
+        for key, body in by_namespace[namespace]:
+            if not leadership.active():
+                return
+            if _stale_or_unknown(cfg, body, logger) is True:
+                _schedule(key, memo, logger, indexes, "its namespace's labels changed")
+
+
+def rotation(names: list[str], after: str) -> list[str]:
+    """`names` (sorted) starting with the first after `after`, wrapping
+    round: a pass cut short by its budget does not starve the same tail."""
+    cut = next((i for i, name in enumerate(names) if name > after), len(names))
+    return names[cut:] + names[:cut]
+
+
+#: The last namespace the recheck read: where the next pass goes on.
+_recheck_after = ""
+
+
+def _stale_or_unknown(cfg: OperatorConfig, body: dict[str, Any],
+                      logger: logging.Logger) -> bool | None:
+    """`stale`, or None when its namespace's labels cannot be read (no
+    judgement: the policy keeps its status, and the recheck tries again)."""
+    try:
+        return stale(cfg, body)
+    except namespace_labels.LabelsUnreadable as error:
+        meta = body.get("metadata") or {}
+        logger.warning("policy %s/%s: %s; judged again at the next namespace recheck",
+                       meta.get("namespace"), meta.get("name"), error)
+        return None
 
 
 _recheck_started = threading.Event()
@@ -127,7 +169,7 @@ def start_recheck(memo: kopf.Memo, logger: logging.Logger, indexes: dict[str, An
             if not leadership.active():
                 continue  # a standby's indexes are not live
             try:
-                recheck(cfg, memo, logger, indexes)
+                recheck(cfg, memo, logger, indexes, cfg.namespace_recheck_s * RECHECK_BUDGET)
             except (kube.ApiException, *namespace_labels.READ_ERRORS) as error:
                 logger.warning("namespace recheck failed (%s); next in %ss", error,
                                cfg.namespace_recheck_s)
@@ -152,8 +194,10 @@ def _schedule(key: Any, memo: kopf.Memo, logger: logging.Logger,
     policies and the classes' own statuses do not wait for it."""
 
     def run() -> None:
+        if not leadership.active():
+            return  # a standby's indexes are not live; the leader judges it
         body = _policy(indexes["checkpointpolicy_index"], key)
-        if body is None or not stale(memo.config, body):
+        if body is None or not _stale_or_unknown(memo.config, body, logger):
             return
         logger.info("policy %s/%s: %s; reconciling it", *key, why)
         reconcile_policy(body=kopf.Body(body), memo=memo, logger=logger, announce=False,
