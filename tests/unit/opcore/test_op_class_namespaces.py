@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config
-from ckptdrain.operator.policy import class_namespaces, classes
+from ckptdrain.operator.policy import class_catalogue, class_namespaces, classes
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
 SPEC: dict[str, Any] = {
@@ -114,6 +114,21 @@ def test_the_default_is_the_oldest_default_that_allows_the_namespace() -> None:
     assert (choice.cls.name, choice.warning) == ("everyone", "")
     # Without labels (the classes' own Default conditions): cluster-wide.
     assert classes.default_choice(catalogue).cls.name == "a-only"
+
+
+def test_a_restricted_default_says_where_it_is_the_default_naming_its_selector() -> None:
+    conditions = class_catalogue.class_conditions(classes.catalogue([
+        body("a-only", default=True, created="2026-01-01T00:00:00Z", namespaces={
+            "from": "Selector", "selector": {"matchLabels": {"tenant": "a"}, "matchExpressions": [
+                {"key": "env", "operator": "In", "values": ["prod"]}]}}),
+        body("everyone", default=True, created="2026-02-01T00:00:00Z")]))
+    [default] = [c for c in conditions["a-only"] if c["type"] == class_catalogue.DEFAULT]
+    assert default["status"] == "True"
+    assert "only in namespaces its spec.namespaces.selector matches (tenant=a, env in " \
+        "(prod))" in default["message"]
+    [unrestricted] = [c for c in class_catalogue.class_conditions(classes.catalogue([
+        body("everyone", default=True)]))["everyone"] if c["type"] == class_catalogue.DEFAULT]
+    assert unrestricted["message"] == "policies that name no class get this one"
 
 
 def test_no_default_allows_the_namespace_no_class() -> None:

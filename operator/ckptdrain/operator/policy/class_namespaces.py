@@ -40,6 +40,14 @@ class NamespaceRule:
     def allows(self, labels: Mapping[str, str]) -> bool:
         return self.selector is None or selector_matches(self.selector, labels)
 
+    def describe(self) -> str:
+        """The selector's terms, one phrase each (`tenant=a, env in (prod)`)."""
+        if self.selector is None:
+            return "every namespace"
+        return ", ".join([f"{key}={value}" for key, value in
+                          sorted((self.selector.get("matchLabels") or {}).items())]
+                         + [_phrase(t) for t in self.selector.get("matchExpressions") or []])
+
     def lacks(self, labels: Mapping[str, str]) -> list[str]:
         """What `labels` lack for the selector, one phrase a term, such as
         `team=a` or `env in (prod, staging)`; [] when allowed."""
