@@ -75,7 +75,9 @@ def test_policy_admission_is_a_503_when_the_labels_cannot_be_read(
     with pytest.raises(admission.Refused) as refused:
         asyncio.run(policy_rules.admit_policy(policy(), None, "ml", CFG))
     assert refused.value.code == 503
-    assert "spec.checkpointClassName" in str(refused.value) and "ml" in str(refused.value)
+    assert str(refused.value).startswith("spec.checkpointClassName: could not read the labels "
+                                         "of namespace ml, which its CheckpointClass allows "
+                                         "by label (")
 
 
 def test_the_default_class_patch_is_a_503_when_the_labels_cannot_be_read(

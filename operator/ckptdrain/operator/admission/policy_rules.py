@@ -165,7 +165,7 @@ async def _labels(namespace: str, deadline: float) -> dict[str, str]:
                                        max(deadline - time.monotonic(), 0.001))
     except READ_ERRORS as error:
         raise Refused(f"{classes.CLASS_FIELD}: could not read the labels of namespace "
-                      f"{namespace}, which its CheckpointClass allows by ({error}); retry",
+                      f"{namespace}, which its CheckpointClass allows by label ({error}); retry",
                       code=503) from None
 
 
