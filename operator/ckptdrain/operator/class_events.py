@@ -15,7 +15,9 @@ A namespace relabelled changes what a class that allows namespaces by label
 operator does not watch namespaces (a watch of every namespace for the few
 that hold such policies); a thread (`recheck`) reads, each
 CKPTDRAIN_NAMESPACE_RECHECK_PERIOD, the labels of the namespaces whose
-policies name such a class, by `get`, and judges those policies again.
+policies name such a class, by `get`, and judges those policies again: one
+GET per such namespace per period, on the leading replica only, in at most
+RECHECK_BUDGET of a period.
 """
 
 from __future__ import annotations
