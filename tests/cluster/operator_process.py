@@ -41,6 +41,7 @@ class OperatorProcess:
             "CKPTDRAIN_HEALTH_PORT": str(self.health_port),
             "CKPTDRAIN_EXPIRED_TTL": "0",
             "CKPTDRAIN_WATCHDOG_PERIOD": "1s",
+            "CKPTDRAIN_NAMESPACE_RECHECK_PERIOD": "1s",
             "CKPTDRAIN_IMAGE": "ckptdrain:test",
             # The peer tier's CAs: the apiserver makes this namespace itself.
             "CKPTDRAIN_PEER_CA_NAMESPACE": "default",

@@ -1,5 +1,6 @@
 """The CheckpointClass CRD and CheckpointPolicy's spec.checkpointClassName
-against a real apiserver: a well-formed class is stored, each CEL rule
+against a real apiserver: a well-formed class is stored (spec.namespaces
+defaulting to from: All), each CEL rule
 refuses a bad one naming the field, and a policy's class cannot be changed
 once set (the message says to make a new policy).
 
@@ -95,7 +96,25 @@ BAD = [
     ("qos unknown", {"resources": {"qos": "BestEffort"}}, "spec.resources.qos"),
     ("weight zero", {"bandwidthWeight": 0}, "spec.bandwidthWeight"),
     ("weight too big", {"bandwidthWeight": 1001}, "spec.bandwidthWeight"),
+    ("Selector without a selector", {"namespaces": {"from": "Selector"}},
+     "spec.namespaces.selector: required with from: Selector"),
+    ("a selector with All", {"namespaces": {"from": "All", "selector": {
+        "matchLabels": {"tenant": "a"}}}}, "spec.namespaces.selector: only with from: Selector"),
+    ("from unknown", {"namespaces": {"from": "Same"}}, "spec.namespaces.from"),
+    ("In without values", {"namespaces": {"from": "Selector", "selector": {
+        "matchExpressions": [{"key": "tenant", "operator": "In"}]}}},
+     "at least one value with operator In or NotIn"),
 ]
+
+
+def test_namespaces_default_to_every_one_and_a_selector_is_stored(crds_only: Cluster) -> None:
+    opened = json.loads(_dry_run(crds_only, _class("open", namespaces={})).stdout)
+    assert opened["spec"]["namespaces"] == {"from": "All"}
+    selector = {"matchLabels": {"example.com/tenant": "team-a"}}
+    chosen = _dry_run(crds_only, _class("chosen", namespaces={"from": "Selector",
+                                                              "selector": selector}))
+    assert chosen.returncode == 0, chosen.stderr
+    assert json.loads(chosen.stdout)["spec"]["namespaces"]["selector"] == selector
 
 
 @pytest.mark.parametrize(("change", "names"), [(c, n) for _, c, n in BAD],

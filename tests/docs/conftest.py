@@ -57,16 +57,19 @@ def v1beta1_policy_problems(spec: Mapping[str, Any], cfg: operator_config.Operat
 def classed_policy_problems(namespace: str, spec: Mapping[str, Any],
                             class_bodies: list[dict[str, Any]],
                             cfg: operator_config.OperatorConfig,
-                            name: str = "") -> tuple[str, dict[str, Any], list[str]]:
+                            name: str = "", labels: Mapping[str, str] | None = None,
+                            ) -> tuple[str, dict[str, Any], list[str]]:
     """What the operator's admission would say about `spec`, created under
-    the CheckpointClasses `class_bodies`: the class it gets ("" for none;
-    the default one where it names none), the spec with its class's store
-    settings filled in, and the problems."""
+    the CheckpointClasses `class_bodies` in a namespace with `labels`: the
+    class it gets ("" for none; the default one for the namespace where it
+    names none), the spec with its class's store settings filled in, and
+    the problems."""
+    labels = dict(labels or {})
     catalogue = operator_classes.catalogue(class_bodies)
-    default = operator_classes.default_choice(catalogue).cls
+    default = operator_classes.default_choice(catalogue, labels).cls
     if default is not None and not spec.get("checkpointClassName"):
         spec = {**spec, "checkpointClassName": default.name}  # bound at creation
-    resolution = operator_classes.resolve(namespace, spec, cfg, catalogue)
+    resolution = operator_classes.resolve(namespace, spec, cfg, catalogue, lambda: labels)
     problems = [str(e) for e in resolution.problems]
     if not problems:
         problems = [str(e) for e in operator_policy.validate(resolution.spec,

@@ -2,7 +2,10 @@
 class is the default, the policy naming no class gets it, its path is
 under the class's root (and would be refused under the operator's own),
 and the endpoint it leaves unset comes from the class's store. The
-apiserver's dry run of the same objects is test_examples.py's."""
+apiserver's dry run of the same objects is test_examples.py's. The
+Tenancy example's class allows the namespace it shows and refuses
+another, naming the label it lacks (tests/cluster/test_class_tenancy.py
+applies it to a real apiserver with the operator running)."""
 
 from __future__ import annotations
 
@@ -22,9 +25,11 @@ from tests.docs.conftest import (
 PAGE = REPO / "docs" / "checkpoint-classes.md"
 
 
-def _objects() -> list[dict[str, Any]]:
-    [block] = [b for b in blocks.parse(PAGE) if b.lang == "yaml" and b.kind == ""]
-    return [d for d in yaml.safe_load_all(block.text) if d]
+def _objects(section: int = 0) -> list[dict[str, Any]]:
+    """The objects of the page's `section`th YAML block: 0 the Example, 1 Tenancy's."""
+    found = [b for b in blocks.parse(PAGE) if b.lang == "yaml" and b.kind == ""]
+    assert len(found) == 2, [b.line for b in found]
+    return [d for d in yaml.safe_load_all(found[section].text) if d]
 
 
 def _example() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -56,3 +61,21 @@ def test_the_example_class_refuses_a_store_of_another_namespace() -> None:
                                              default_config())
     assert problems and problems[0].startswith("spec.storage.uri:")
     assert "CheckpointClass nvme-minio" in problems[0]
+
+
+def test_the_tenancy_class_allows_its_namespace_and_refuses_another() -> None:
+    objects = _objects(1)
+    [namespace] = [o for o in objects if o["kind"] == "Namespace"]
+    [cls] = [o for o in objects if o["kind"] == "CheckpointClass"]
+    _, written = _example()
+    spec = {**copy.deepcopy(written["spec"]), "checkpointClassName": cls["metadata"]["name"]}
+    spec["storage"]["uri"] = "s3://team-a-checkpoints/ml-team-a/llama"
+    labels = namespace["metadata"]["labels"]
+    _, _, problems = classed_policy_problems("ml-team-a", spec, [cls], default_config(),
+                                             labels=labels)
+    assert problems == []
+    spec["storage"]["uri"] = "s3://team-a-checkpoints/ml-team-b/llama"
+    _, _, problems = classed_policy_problems("ml-team-b", spec, [cls], default_config(),
+                                             labels={"example.com/tenant": "team-b"})
+    assert len(problems) == 1 and problems[0].startswith("spec.checkpointClassName:")
+    assert "ml-team-b lacks example.com/tenant=team-a" in problems[0]

@@ -9,18 +9,30 @@ turns Invalid with ClassResolved False (its pods are then refused or
 admitted bare at admission, as for any invalid policy), and back when the
 class returns. Each class's own status says whether the operator can use
 it (Accepted) and, among classes annotated default, which one is (Default).
+
+A namespace relabelled changes what a class that allows namespaces by label
+(spec.namespaces.selector) says of its policies, with no class event. The
+operator does not watch namespaces (a watch of every namespace for the few
+that hold such policies); a thread (`recheck`) reads, each
+CKPTDRAIN_NAMESPACE_RECHECK_PERIOD, the labels of the namespaces whose
+policies name such a class, by `get`, and judges those policies again: one
+GET per such namespace per period, on the leading replica only, in at most
+RECHECK_BUDGET of a period.
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
 from ckptdrain.contract import api
-from ckptdrain.operator.apiserver import class_view, kube
+from ckptdrain.operator.apiserver import class_view, kube, leadership, namespace_labels
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
@@ -31,6 +43,9 @@ from ckptdrain.operator.policy_reconcile import reconcile_policy
 CLASSES = (api.GROUP, "v1beta1", "checkpointclasses")
 #: Policies to reconcile after a class event, one pass each, retried on failure.
 _rejudged = Coalescer("reconciling policies after a class change")
+#: The share of each recheck period one pass may take: a pass cut short
+#: goes on at the next period rather than run into it.
+RECHECK_BUDGET = 0.5
 INDEXES = ("pod_index", "checkpointpolicy_index", "checkpoint_index", "peer_pod_index",
            "progress_index")
 
@@ -59,12 +74,113 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
     # the view takes it now, so the judgement below sees the change.
     class_view.CLASSES.apply(str(event.get("type") or "ADDED"), dict(event["object"]))
     cfg: OperatorConfig = memo.config
-    index: kopf.Index[Any, Any] = kwargs["checkpointpolicy_index"]
+    indexes = {k: kwargs[k] for k in INDEXES}
+    index: kopf.Index[Any, Any] = indexes["checkpointpolicy_index"]
     for key in list(index):
         body = _policy(index, key)
-        if body is not None and stale(cfg, body):
-            _schedule(key, memo, logger, {k: kwargs[k] for k in INDEXES})
+        if body is not None and _stale_or_unknown(cfg, body, logger):
+            _schedule(key, memo, logger, indexes, "its class changed")
     _class_statuses(logger)
+    start_recheck(memo, logger, indexes)
+
+
+def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
+            indexes: dict[str, Any], budget_s: float) -> None:
+    """One pass: the labels of each namespace whose policies name a class
+    that allows namespaces by label read afresh (one GET each), and each
+    of those policies whose ClassResolved would change reconciled as a pass
+    of its own (`_schedule`). A namespace whose labels cannot be read is
+    skipped (its policies keep their status) and tried at the next pass.
+    The pass stops when this replica stops leading or after `budget_s`;
+    the next one starts after the last namespace this one read."""
+    global _recheck_after
+    namespace_labels.expire(cfg.namespace_recheck_s)
+    catalogue = class_view.current(classes.catalogue)
+    index: kopf.Index[Any, Any] = indexes["checkpointpolicy_index"]
+    by_namespace: dict[str, list[tuple[Any, dict[str, Any]]]] = {}
+    for key in list(index):
+        body = _policy(index, key)
+        spec = (body or {}).get("spec") or {}
+        if body is not None and spec.get("checkpointClassName") \
+                and classes.needs_labels(spec, catalogue):
+            by_namespace.setdefault(key[0], []).append((key, body))
+    deadline = time.monotonic() + budget_s
+    for namespace in rotation(sorted(by_namespace), _recheck_after):
+        if not leadership.active():
+            return  # a standby's indexes are not live; the leader judges
+        if time.monotonic() >= deadline:
+            logger.warning("namespace recheck: out of its %ss; the next pass goes on from "
+                           "namespace %s", budget_s, namespace)
+            return
+        _recheck_after = namespace
+        try:
+            namespace_labels.fresh(namespace)
+        except namespace_labels.READ_ERRORS as error:
+            logger.warning("namespace %s: could not read its labels (%s); its policies "
+                           "are judged again in %ss", namespace, error, cfg.namespace_recheck_s)
+            continue
+        for key, body in by_namespace[namespace]:
+            if not leadership.active():
+                return
+            if _stale_or_unknown(cfg, body, logger) is True:
+                _schedule(key, memo, logger, indexes, "its namespace's labels changed")
+
+
+def rotation(names: list[str], after: str) -> list[str]:
+    """`names` (sorted) starting with the first after `after`, wrapping
+    round: a pass cut short by its budget does not starve the same tail."""
+    cut = next((i for i, name in enumerate(names) if name > after), len(names))
+    return names[cut:] + names[:cut]
+
+
+#: The last namespace the recheck read: where the next pass goes on.
+_recheck_after = ""
+
+
+def _stale_or_unknown(cfg: OperatorConfig, body: dict[str, Any],
+                      logger: logging.Logger) -> bool | None:
+    """`stale`, or None when its namespace's labels cannot be read (no
+    judgement: the policy keeps its status, and the recheck tries again)."""
+    try:
+        return stale(cfg, body)
+    except namespace_labels.LabelsUnreadable as error:
+        meta = body.get("metadata") or {}
+        logger.warning("policy %s/%s: %s; judged again at the next namespace recheck",
+                       meta.get("namespace"), meta.get("name"), error)
+        return None
+
+
+_recheck_started = threading.Event()
+
+
+def start_recheck(memo: kopf.Memo, logger: logging.Logger, indexes: dict[str, Any]) -> None:
+    """Start `recheck` each CKPTDRAIN_NAMESPACE_RECHECK_PERIOD, once per
+    process. A thread, not a Kopf timer: timers would put a finalizer on
+    every policy (records/watchdog.py). Called from a Kopf handler: the
+    thread runs in a copy of its context, where Kopf's settings and event
+    queue are (a reconcile posts Events with kopf.warn)."""
+    if _recheck_started.is_set():
+        return
+    _recheck_started.set()
+    cfg: OperatorConfig = memo.config
+    context = contextvars.copy_context()
+
+    def loop() -> None:
+        while True:
+            time.sleep(cfg.namespace_recheck_s)
+            if not leadership.active():
+                continue  # a standby's indexes are not live
+            try:
+                recheck(cfg, memo, logger, indexes, cfg.namespace_recheck_s * RECHECK_BUDGET)
+            except (kube.ApiException, *namespace_labels.READ_ERRORS) as error:
+                logger.warning("namespace recheck failed (%s); next in %ss", error,
+                               cfg.namespace_recheck_s)
+            except Exception:  # logged: the recheck must outlive one bad pass
+                logger.exception("namespace recheck failed; next in %ss",
+                                 cfg.namespace_recheck_s)
+
+    threading.Thread(target=context.run, args=(loop,), name="ckptdrain-namespace-recheck",
+                     daemon=True).start()
 
 
 def _policy(index: kopf.Index[Any, Any], key: Any) -> dict[str, Any] | None:
@@ -72,18 +188,20 @@ def _policy(index: kopf.Index[Any, Any], key: Any) -> dict[str, Any] | None:
 
 
 def _schedule(key: Any, memo: kopf.Memo, logger: logging.Logger,
-              indexes: dict[str, Any]) -> None:
-    """Reconcile one policy whose class changed, as a pass of its own: Kopf
-    never retries an event handler, and a pass that fails (a status write
+              indexes: dict[str, Any], why: str) -> None:
+    """Reconcile one policy whose class (or namespace) changed, as a pass of
+    its own: Kopf never retries an event handler, and a pass that fails (a status write
     that kept losing to other writers, an API error) is retried by the
     Coalescer, from the policy as the index then holds it; the other
     policies and the classes' own statuses do not wait for it."""
 
     def run() -> None:
+        if not leadership.active():
+            return  # a standby's indexes are not live; the leader judges it
         body = _policy(indexes["checkpointpolicy_index"], key)
-        if body is None or not stale(memo.config, body):
+        if body is None or not _stale_or_unknown(memo.config, body, logger):
             return
-        logger.info("policy %s/%s: its class changed; reconciling it", *key)
+        logger.info("policy %s/%s: %s; reconciling it", *key, why)
         reconcile_policy(body=kopf.Body(body), memo=memo, logger=logger, announce=False,
                          **indexes)
 

@@ -168,6 +168,9 @@ class OperatorConfig:
     expired_ttl_s: float = 600.0
     grace_margin: float = 0.8
     watchdog_s: float = 30.0
+    #: How often policies whose class allows namespaces by label are judged
+    #: again against their namespace's labels (class_events.py).
+    namespace_recheck_s: float = 60.0
     starting_limit_s: float = 600.0
     prepare_local_tier: bool = True
     node_tier: str = NODE_TIER_HOSTPATH
@@ -310,6 +313,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         if get("CKPTDRAIN_EXPIRED_TTL", "600") not in ("0", "0s") else 0.0,
         watchdog_s=units.parse_duration("CKPTDRAIN_WATCHDOG_PERIOD",
                                         get("CKPTDRAIN_WATCHDOG_PERIOD", "30s")),
+        namespace_recheck_s=units.parse_duration(
+            "CKPTDRAIN_NAMESPACE_RECHECK_PERIOD", get("CKPTDRAIN_NAMESPACE_RECHECK_PERIOD", "60s")),
         starting_limit_s=units.parse_duration("CKPTDRAIN_STARTING_LIMIT",
                                               get("CKPTDRAIN_STARTING_LIMIT", "10m")),
         grace_margin=units.parse_fraction("CKPTDRAIN_GRACE_MARGIN",

@@ -16,7 +16,7 @@ from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import metrics
 from ckptdrain.operator.admission import census
-from ckptdrain.operator.apiserver import kube
+from ckptdrain.operator.apiserver import kube, namespace_labels
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.peers import sync as peer_sync
@@ -34,6 +34,8 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+#: How soon a reconcile that could not read its namespace's labels is retried.
+LABELS_RETRY_S = 30.0
 #: Status writes that lost to a newer version in a row before a reconcile
 #: gives up (Kopf retries the handler after its backoff).
 WRITE_ATTEMPTS = 5
@@ -51,10 +53,16 @@ def reconcile_policy(body: kopf.Body, memo: kopf.Memo,
     key = (body.metadata.namespace or "", body.metadata.name or "")
     drainers = len(values(pod_index, key))
     with metrics.reconciling("checkpointpolicy"):
-        resolved_class = rebalance.class_condition(cfg, body)
         try:
+            resolved_class = rebalance.class_condition(cfg, body)
             parsed = rebalance.parse_policy(cfg, dict(body), drainers)
             sized = pol.compute_sizing(parsed)
+        except namespace_labels.LabelsUnreadable as error:
+            # No judgement without the labels: the status stays as it was
+            # (an unreadable namespace is not a disallowed one); Kopf retries
+            # the handler, the Coalescer a class event's pass.
+            raise kopf.TemporaryError(f"{error}; judged again in {LABELS_RETRY_S:g}s",
+                                      delay=LABELS_RETRY_S) from None
         except InvalidInput as error:
             # Each problem said in the version its field was written at,
             # which the object's managedFields tell (policy/version_messages.py).

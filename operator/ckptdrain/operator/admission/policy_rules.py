@@ -46,6 +46,7 @@ from ckptdrain.operator.admission.rules import (
     class_catalogue,
     validate_policy,
 )
+from ckptdrain.operator.apiserver import namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import classes, conflicts, relocation
@@ -116,17 +117,24 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
 
 
-async def default_class_patch(body: Mapping[str, Any], warnings: list[str]
-                              ) -> list[dict[str, Any]]:
+async def default_class_patch(body: Mapping[str, Any], warnings: list[str],
+                              namespace: str = "") -> list[dict[str, Any]]:
     """The JSON patch binding a policy created without spec.checkpointClassName
-    to the default class ([] without one: it stays classless for good). Raises
-    Refused (503) when the classes cannot be read: a policy is never created
-    classless while a default may exist."""
+    to the default class for its namespace: the oldest default class that
+    allows it ([] without one: it stays classless for good). Raises Refused
+    (503) when the classes, or the namespace's labels a default class asks
+    for, cannot be read: a policy is never created classless while a
+    default may exist."""
     spec = body.get("spec")
     if not isinstance(spec, Mapping) or spec.get("checkpointClassName"):
         return []
-    choice = classes.default_choice(await class_catalogue(
-        apiserver_reads.ADMISSION_READ_TIMEOUT_S))
+    deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
+    catalogue = await class_catalogue(apiserver_reads.ADMISSION_READ_TIMEOUT_S)
+    namespace = namespace or str((body.get("metadata") or {}).get("namespace") or "")
+    labels = None
+    if classes.needs_labels(spec, catalogue):
+        labels = await _labels(namespace, deadline)
+    choice = classes.default_choice(catalogue, labels)
     if choice.cls is None:
         return []
     if choice.warning:
@@ -140,10 +148,25 @@ async def _class_of(spec: Mapping[str, Any], namespace: str, cfg: OperatorConfig
     (Refused) a policy its class does not take, naming the field and class,
     and (503) when the classes cannot be read by `deadline`."""
     catalogue = await class_catalogue(max(deadline - time.monotonic(), 0.001))
-    resolution = classes.resolve(namespace, spec, cfg, catalogue)
+    labels: dict[str, str] = {}
+    if classes.needs_labels(spec, catalogue):
+        labels = await _labels(namespace, deadline)
+    resolution = classes.resolve(namespace, spec, cfg, catalogue, lambda: labels)
     if not resolution.resolved:
         raise Refused(classes.condition(resolution)["message"], code=422)
     return resolution.config, resolution.spec
+
+
+async def _labels(namespace: str, deadline: float) -> dict[str, str]:
+    """The namespace's labels now (its class allows namespaces by label);
+    Refused (503) when they cannot be read by `deadline`."""
+    try:
+        return await asyncio.to_thread(namespace_labels.fresh, namespace,
+                                       max(deadline - time.monotonic(), 0.001))
+    except READ_ERRORS as error:
+        raise Refused(f"{classes.CLASS_FIELD}: could not read the labels of namespace "
+                      f"{namespace}, which its CheckpointClass allows by label ({error}); retry",
+                      code=503) from None
 
 
 async def _refuse_overlap(name: str, namespace: str, selector: Mapping[str, Any],

@@ -179,7 +179,8 @@ class Reviewer:
         body = payload.get("object")
         if payload.get("operation") != "CREATE" or not isinstance(body, dict):
             return []
-        return await policy_rules.default_class_patch(body, warnings)
+        return await policy_rules.default_class_patch(body, warnings,
+                                                      str(payload.get("namespace") or ""))
 
 
 def requested_version(payload: dict[str, Any]) -> str | None:

@@ -38,7 +38,7 @@ from ckptdrain.operator.admission import (
     unselected,
 )
 from ckptdrain.operator.admission.owner_cache import OwnerCache
-from ckptdrain.operator.apiserver import class_view
+from ckptdrain.operator.apiserver import class_view, namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import classes, history, identity, peer_tier, roles, version_messages
@@ -301,11 +301,21 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
             f"metadata.labels: expected exactly one CheckpointPolicy to select the pod, "
             f"got {len(matches)} ({names})", code=422)
     chosen = matches[0]
+    catalogue = await class_catalogue()
+    namespace_seen: dict[str, str] = {}
+    if classes.needs_labels(chosen.get("spec", {}), catalogue):
+        try:
+            namespace_seen = await asyncio.to_thread(namespace_labels.recent, namespace,
+                                                     cfg.namespace_recheck_s)
+        except namespace_labels.LabelsUnreadable as error:
+            # Never read, or not read for longer than a reading is trusted:
+            # a retry, neither the policy invalid nor the namespace allowed.
+            raise Refused(f"{classes.CLASS_FIELD}: {error}; retry", code=503) from None
     try:
         # Its class's settings (root, resources, image, stores) in place of
         # the operator's; a class that does not take it is as an invalid spec.
-        resolution = classes.resolved(namespace, chosen.get("spec", {}), cfg,
-                                      await class_catalogue())
+        resolution = classes.resolved(namespace, chosen.get("spec", {}), cfg, catalogue,
+                                      lambda: namespace_seen)
         cfg = resolution.config
         p = pol.parse(namespace, chosen["metadata"]["name"], resolution.spec, cfg)
     except InvalidInput as error:

@@ -189,11 +189,11 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
 
 @kopf.on.mutate(*POLICIES, id=MUTATE_POLICY_ID, operations=["CREATE"], side_effects=False)
 async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str],
-                                  **_: Any) -> None:
+                                  namespace: str | None, **_: Any) -> None:
     """Bind a policy created without a class to the default class
     (admission/policy_rules.py default_class_patch); fails closed."""
     with metrics.admitting("policy-class"), _as_kopf():
-        ops = await default_class_patch(dict(body), warnings)
+        ops = await default_class_patch(dict(body), warnings, namespace or "")
     if ops:
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 

@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import kopf
@@ -21,7 +22,7 @@ import kopf
 from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
-from ckptdrain.operator.apiserver import class_view, leadership
+from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
 from ckptdrain.operator.bandwidth import allocation_status, share_channel
 from ckptdrain.operator.bandwidth import budgets as jb
 from ckptdrain.operator.coalesce import Coalescer
@@ -96,6 +97,8 @@ class _Answer:
     """A full answer of `budgets`, what it was asked with, and when."""
 
     version: int
+    #: namespace_labels.version() when asked.
+    labels: int
     cfg: OperatorConfig
     budgets: dict[Key, jb.Budget]
     #: Each policy's (uid, generation) as the answer read it.
@@ -123,16 +126,20 @@ def parse_policy(cfg: OperatorConfig, body: dict[str, Any], drainers: int,
     meta = body.get("metadata", {})
     namespace = meta.get("namespace", "")
     catalogue = class_view.current(classes.catalogue) if catalogue is None else catalogue
-    resolution = classes.resolved(namespace, body.get("spec", {}), cfg, catalogue)
+    resolution = classes.resolved(namespace, body.get("spec", {}), cfg, catalogue,
+                                  partial(namespace_labels.recent, namespace,
+                                          cfg.namespace_recheck_s))
     return pol.parse(namespace, meta.get("name", ""), resolution.spec, resolution.config,
                      drainers=max(1, drainers))
 
 
 def class_condition(cfg: OperatorConfig, body: Mapping[str, Any]) -> dict[str, str]:
-    """The policy's ClassResolved condition (type, status, reason, message)."""
-    meta = body.get("metadata") or {}
-    return classes.condition(classes.resolve(meta.get("namespace", ""), body.get("spec") or {},
-                                             cfg, class_view.current(classes.catalogue)))
+    """The policy's ClassResolved condition (type, status, reason, message);
+    raises namespace_labels.LabelsUnreadable when it cannot be told."""
+    namespace = (body.get("metadata") or {}).get("namespace", "")
+    labels = partial(namespace_labels.recent, namespace, cfg.namespace_recheck_s)
+    return classes.condition(classes.resolve(namespace, body.get("spec") or {}, cfg,
+                                             class_view.current(classes.catalogue), labels))
 
 
 def stale(key: Key, body: Mapping[str, Any]) -> bool:
@@ -171,7 +178,7 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     global _last_answer
     # Before the index is read: an answer is never filed under a version
     # newer than what it read (see _PolicyChanges).
-    version, at = changes.version, time.monotonic()
+    version, labels, at = changes.version, namespace_labels.version(), time.monotonic()
     bodies = {key: body for key in list(policies)
               for body in values(policies, key)[:1]}
     catalogue = class_view.current(classes.catalogue)
@@ -182,24 +189,27 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             weights={**dict(cfg.bandwidth_weights),
                                      **class_catalogue.weights(bodies, catalogue)})
     if not fresh:
-        kept = _Answer(version, cfg, answer, {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
+        kept = _Answer(version, labels, cfg, answer,
+                       {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
         with _answer_lock:
             if _last_answer is None or (_last_answer.version, _last_answer.at) <= (version, at):
                 _last_answer = kept
     return answer
 
 
-_last_context: tuple[OperatorConfig, classes.Catalogue] | None = None
+_last_context: tuple[OperatorConfig, classes.Catalogue, int] | None = None
 
 
 def _context(cfg: OperatorConfig, catalogue: classes.Catalogue
-             ) -> tuple[OperatorConfig, classes.Catalogue]:
-    """What parsed policies depend on, one object while neither changes:
-    the budgets' memo is kept while its context is the same object."""
+             ) -> tuple[OperatorConfig, classes.Catalogue, int]:
+    """What parsed policies depend on, one object while none changes: the
+    budgets' memo is kept while its context is the same object. The labels
+    of namespaces are part of it: a namespace relabelled out of its
+    policy's class takes the policy's share away with no change to it."""
     global _last_context
-    last = _last_context
-    if last is None or last[0] is not cfg or last[1] is not catalogue:
-        last = _last_context = (cfg, catalogue)
+    last, labels = _last_context, namespace_labels.version()
+    if last is None or last[0] is not cfg or last[1] is not catalogue or last[2] != labels:
+        last = _last_context = (cfg, catalogue, labels)
     return last
 
 
@@ -216,6 +226,7 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         return {}  # gone (deleted, or its indexer failed): nothing to publish
     stamp = jb.spec_stamp(body)
     if last is None or last.version != changes.version or last.cfg is not cfg \
+            or last.labels != namespace_labels.version() \
             or time.monotonic() - last.at > REUSE_S \
             or stamp is None or last.stamps.get(key) != stamp:
         whole = budgets(cfg, policies, pods)

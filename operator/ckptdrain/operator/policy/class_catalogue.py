@@ -46,6 +46,13 @@ def class_conditions(classes: Catalogue) -> dict[str, list[dict[str, str]]]:
         else:
             out[name] = [{"type": ACCEPTED, "status": "True", "reason": "Valid", "message": ""}]
     winner = default_choice(classes)
+    message = winner.warning or "policies that name no class get this one"
+    if isinstance(winner.cls, CheckpointClass) and winner.cls.namespaces.restricted:
+        # Per namespace the default is the oldest default that allows it:
+        # elsewhere another one (or none) is, whatever this condition says.
+        message += (f"; only in namespaces its spec.namespaces.selector matches "
+                    f"({winner.cls.namespaces.describe()}): elsewhere the oldest default "
+                    "class that allows the namespace, or none")
     for name, cls in classes.items():
         if not cls.default:
             continue
@@ -54,5 +61,5 @@ def class_conditions(classes: Catalogue) -> dict[str, list[dict[str, str]]]:
             "type": DEFAULT, "status": "True" if won else "False",
             "reason": ("Default" if not winner.warning else "OldestDefault") if won
             else "NewerDefault",
-            "message": winner.warning or "policies that name no class get this one"})
+            "message": message})
     return out

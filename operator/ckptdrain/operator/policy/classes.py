@@ -4,14 +4,17 @@ applied. Pure, no Kubernetes.
 A class (cluster-scoped, crds/checkpointclasses.yaml) carries the settings
 the operator otherwise takes from its own configuration (the chart's
 values): the node-local root, the injected containers' resources, the agent
-image, the bandwidth weight; and the stores its policies may write to, with
-their endpoints.
+image, the bandwidth weight; the stores its policies may write to, with
+their endpoints (policy/class_stores.py); and the namespaces whose policies
+may use it (policy/class_namespaces.py).
 
     policy CREATE without spec.checkpointClassName
        └── the default class's name written in (`default_choice`: annotation
-           ckptdrain.io/is-default-class: "true"; several: the oldest, then
-           the first by name, with a warning); no default: left unset
-    policy ──spec.checkpointClassName──▶ that class (missing: refused)
+           ckptdrain.io/is-default-class: "true", allowing the namespace;
+           several: the oldest, then the first by name, with a warning); no
+           default: left unset
+    policy ──spec.checkpointClassName──▶ that class (missing, or not
+                                          allowing the namespace: refused)
        └── unset ──▶ the operator's own configuration, for good
 
 Bound at creation, as a PVC's StorageClass is: a default class that comes
@@ -28,60 +31,38 @@ each naming the field and the class.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import MAX_WEIGHT, OperatorConfig
 from ckptdrain.operator.containers import read_platform
+from ckptdrain.operator.policy.class_namespaces import (
+    EVERY_NAMESPACE,
+    NamespaceRule,
+    read_rule,
+    refusal,
+)
+from ckptdrain.operator.policy.class_stores import (  # noqa: F401 (classes.Store, as before)
+    NAMESPACE_PLACEHOLDER,
+    STORE_SETTINGS,
+    Store,
+    apply_stores,
+    read_stores,
+)
 
 DEFAULT_ANNOTATION = "ckptdrain.io/is-default-class"
 CLASS_FIELD = "spec.checkpointClassName"
-#: The store settings a class's matching entry fills in: (policy field under
-#: spec.storage, class field under spec.stores[]).
-STORE_SETTINGS = (("endpoint", "endpoint"), ("region", "region"),
-                  ("addressingStyle", "addressingStyle"))
-NAMESPACE_PLACEHOLDER = "{namespace}"
 #: ClassResolved condition reasons.
-RESOLVED, NO_CLASS, NOT_FOUND, INVALID, REFUSED = (
-    "Resolved", "NoClass", "ClassNotFound", "ClassInvalid", "RefusedByClass")
-
-
-def _lower_scheme(uri: str) -> str:
-    scheme, sep, rest = uri.partition("://")
-    return scheme.lower() + sep + rest if sep else uri
-
-
-@dataclass(frozen=True)
-class Store:
-    """One store a class allows: a policy's storage.uri under `uri_prefix`
-    (with {namespace} replaced), and the settings it gets from it."""
-
-    uri_prefix: str
-    endpoint: str | None = None
-    region: str | None = None
-    addressing_style: str | None = None
-
-    def prefix_for(self, namespace: str) -> str:
-        """The prefix for `namespace`; ValueError for no namespace where the
-        prefix has {namespace} (it would widen to the whole bucket)."""
-        if not namespace and NAMESPACE_PLACEHOLDER in self.uri_prefix:
-            raise ValueError(f"no namespace to put in {self.uri_prefix}")
-        return self.uri_prefix.replace(NAMESPACE_PLACEHOLDER, namespace).rstrip("/")
-
-    def admits(self, namespace: str, uri: str) -> bool:
-        """`uri` is the prefix or lies below it, segment by segment (a
-        prefix s3://b/team-a does not admit s3://b/team-ab); the scheme
-        compared without case, as URI schemes are."""
-        if not namespace and NAMESPACE_PLACEHOLDER in self.uri_prefix:
-            return False
-        prefix, uri = _lower_scheme(self.prefix_for(namespace)), _lower_scheme(uri.rstrip("/"))
-        return ".." not in uri.split("/") and (uri == prefix or uri.startswith(prefix + "/"))
-
-    def setting(self, class_field: str) -> str | None:
-        return {"endpoint": self.endpoint, "region": self.region,
-                "addressingStyle": self.addressing_style}[class_field]
+RESOLVED, NO_CLASS, NOT_FOUND, INVALID, REFUSED, NOT_ALLOWED = (
+    "Resolved", "NoClass", "ClassNotFound", "ClassInvalid", "RefusedByClass",
+    "NamespaceNotAllowed")
+#: The labels of the policy's namespace, asked only of a class that allows
+#: namespaces by label. When they cannot be read it raises, and `resolve`
+#: lets that through: a read error is a retry for the caller, never a
+#: judgement of the policy (an unreadable namespace is not a disallowed one).
+Labels = Callable[[], Mapping[str, str]]
 
 
 @dataclass(frozen=True)
@@ -97,6 +78,8 @@ class CheckpointClass:
     resources: Mapping[str, Any] | None = None
     agent_image: str | None = None
     bandwidth_weight: int | None = None
+    #: spec.namespaces: which namespaces' policies the class takes.
+    namespaces: NamespaceRule = EVERY_NAMESPACE
 
 
 class ClassInvalid(InvalidInput):
@@ -144,45 +127,6 @@ def _root(spec: Mapping[str, Any], problems: list[InvalidInput]) -> str:
     return posixpath.normpath(root) if root else ""
 
 
-def _stores(raw: object, problems: list[InvalidInput]) -> tuple[Store, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        problems.append(InvalidInput("spec.stores", "a list of {uriPrefix, endpoint, region, "
-                                     "addressingStyle}", raw))
-        return ()
-    stores = []
-    for index, entry in enumerate(raw):
-        where = f"spec.stores[{index}]"
-        if not isinstance(entry, Mapping):
-            problems.append(InvalidInput(where, "{uriPrefix, endpoint, region, "
-                                         "addressingStyle}", entry))
-            continue
-        found: list[InvalidInput] = []
-        prefix = entry.get("uriPrefix")
-        if not isinstance(prefix, str) or not prefix:
-            found.append(InvalidInput(f"{where}.uriPrefix", "s3://bucket/prefix or "
-                                      "gs://bucket/prefix", prefix))
-            prefix = ""
-        rest = prefix.partition("://")[2]
-        placeholders_ok = "{" not in prefix.replace(NAMESPACE_PLACEHOLDER, "") \
-            and "}" not in prefix.replace(NAMESPACE_PLACEHOLDER, "")
-        if prefix and (not prefix.startswith(("s3://", "gs://")) or not rest.split("/")[0]
-                       or ".." in rest.split("/") or not placeholders_ok):
-            found.append(InvalidInput(f"{where}.uriPrefix", "s3://bucket/prefix or "
-                                      "gs://bucket/prefix, {namespace} the only placeholder",
-                                      prefix))
-        settings = {key: entry.get(key) for _, key in STORE_SETTINGS}
-        for key, value in settings.items():
-            if value is not None and (not isinstance(value, str) or not value):
-                found.append(InvalidInput(f"{where}.{key}", "a non-empty string", value))
-        if not found:
-            stores.append(Store(prefix, settings["endpoint"], settings["region"],
-                                settings["addressingStyle"]))
-        problems += found
-    return tuple(stores)
-
-
 def read(body: Mapping[str, Any]) -> CheckpointClass:
     """The typed class; raises ClassInvalid naming every wrong field."""
     meta = body.get("metadata") or {}
@@ -190,7 +134,8 @@ def read(body: Mapping[str, Any]) -> CheckpointClass:
     spec = body.get("spec") or {}
     problems: list[InvalidInput] = []
     root = _root(spec, problems)
-    stores = _stores(spec.get("stores"), problems)
+    stores = read_stores(spec.get("stores"), problems)
+    namespaces = read_rule(spec.get("namespaces"), problems)
     resources = spec.get("resources")
     if resources is not None:
         try:
@@ -209,7 +154,7 @@ def read(body: Mapping[str, Any]) -> CheckpointClass:
         raise ClassInvalid(name, problems, created, default)
     return CheckpointClass(
         name=name, created=created, default=default, root=root, stores=stores,
-        resources=resources, agent_image=image, bandwidth_weight=weight)
+        resources=resources, agent_image=image, bandwidth_weight=weight, namespaces=namespaces)
 
 
 def catalogue(bodies: list[Mapping[str, Any]]) -> dict[str, CheckpointClass | ClassInvalid]:
@@ -236,13 +181,16 @@ class Choice:
     warning: str = ""
 
 
-def default_choice(classes: Catalogue) -> Choice:
+def default_choice(classes: Catalogue, labels: Mapping[str, str] | None = None) -> Choice:
     """The default class: the oldest annotated one (then by name), with a
-    warning naming them all when there are several. A class the operator
-    cannot use takes part: when it wins, classless policies are refused
-    under it (fail closed) rather than fall to the next default or to none,
-    which could lift its store allow-list."""
-    defaults = sorted((c for c in classes.values() if c.default),
+    warning naming them all when there are several. With the labels of a
+    policy's namespace, only the default classes that allow it take part
+    (none: no class). A class the operator cannot use takes part: when it
+    wins, classless policies are refused under it (fail closed) rather than
+    fall to the next default or to none, which could lift its store
+    allow-list."""
+    defaults = sorted((c for c in classes.values() if c.default and (
+        labels is None or isinstance(c, ClassInvalid) or c.namespaces.allows(labels))),
                       key=lambda c: (c.created, c.name))
     if not defaults:
         return Choice(None)
@@ -252,6 +200,15 @@ def default_choice(classes: Catalogue) -> Choice:
                    + ", ".join(c.name for c in defaults)
                    + f"; the oldest, {defaults[0].name}, is the default")
     return Choice(defaults[0], warning=warning)
+
+
+def needs_labels(spec: Mapping[str, Any], classes: Catalogue) -> bool:
+    """Whether judging the policy asks for its namespace's labels: the class
+    it names allows namespaces by label, or (naming none, at its creation)
+    a default class does."""
+    named = [choose(spec, classes).cls] if spec.get("checkpointClassName") else [
+        c for c in classes.values() if c.default]
+    return any(isinstance(c, CheckpointClass) and c.namespaces.restricted for c in named)
 
 
 def choose(spec: Mapping[str, Any], classes: Catalogue) -> Choice:
@@ -282,40 +239,6 @@ def config_for(config: OperatorConfig, cls: CheckpointClass | None) -> OperatorC
                    containers=containers)
 
 
-def apply_stores(namespace: str, spec: Mapping[str, Any], cls: CheckpointClass
-                 ) -> tuple[dict[str, Any], list[InvalidInput]]:
-    """The policy's spec with its store's settings filled in where it
-    leaves them unset, and the problems: a storage.uri under none of the
-    class's prefixes, a setting other than its store's."""
-    storage = spec.get("storage")
-    uri = storage.get("uri") if isinstance(storage, Mapping) else None
-    if not cls.stores or not isinstance(uri, str) or not uri:
-        return dict(spec), []  # no allow-list; a missing uri is parse's to name
-    if not namespace and any(NAMESPACE_PLACEHOLDER in s.uri_prefix for s in cls.stores):
-        return dict(spec), [InvalidInput(
-            "metadata.namespace", f"a namespace for the {NAMESPACE_PLACEHOLDER} in the stores "
-            f"of CheckpointClass {cls.name}", namespace)]
-    store = next((s for s in cls.stores if s.admits(namespace, uri)), None)
-    if store is None:
-        allowed = ", ".join(s.prefix_for(namespace) for s in cls.stores)
-        return dict(spec), [InvalidInput(
-            "spec.storage.uri", f"a URI under a store of CheckpointClass {cls.name} "
-            f"({allowed})", uri)]
-    filled = dict(storage)
-    problems = []
-    for policy_key, class_key in STORE_SETTINGS:
-        given, decided = filled.get(policy_key), store.setting(class_key)
-        if decided is None:
-            continue
-        if given is None:
-            filled[policy_key] = decided
-        elif str(given).rstrip("/") != decided.rstrip("/"):
-            problems.append(InvalidInput(
-                f"spec.storage.{policy_key}", f"unset or {decided!r}, what CheckpointClass "
-                f"{cls.name} sets for {store.prefix_for(namespace)}", given))
-    return {**spec, "storage": filled}, problems
-
-
 @dataclass(frozen=True)
 class Resolution:
     """What a policy's class makes of it: the configuration and spec to
@@ -334,8 +257,10 @@ class Resolution:
 
 
 def resolve(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
-            classes: Catalogue) -> Resolution:
-    """Choose the policy's class and apply it."""
+            classes: Catalogue, labels: Labels = dict) -> Resolution:
+    """Choose the policy's class and apply it; `labels`, of its namespace,
+    read only for a class that allows namespaces by label (what it raises
+    passes through)."""
     choice = choose(spec, classes)
     if choice.missing:
         return Resolution(config, spec, choice.missing, NOT_FOUND, (InvalidInput(
@@ -352,7 +277,13 @@ def resolve(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
     except ClassInvalid as error:
         return Resolution(config, spec, cls.name, INVALID, tuple(error.errors),
                           choice.warning)
-    filled, problems = apply_stores(namespace, spec, cls)
+    if cls.namespaces.restricted:
+        seen = labels()
+        if not cls.namespaces.allows(seen):
+            return Resolution(config, spec, cls.name, NOT_ALLOWED,
+                              (refusal(cls.name, namespace, cls.namespaces, seen),),
+                              choice.warning)
+    filled, problems = apply_stores(namespace, spec, cls.name, cls.stores)
     return Resolution(classed, filled, cls.name, REFUSED if problems else RESOLVED,
                       tuple(problems), choice.warning)
 
@@ -372,6 +303,8 @@ def condition(resolution: Resolution) -> dict[str, str]:
         subject += " cannot be used"
     elif resolution.reason == REFUSED:
         subject += " refuses this policy"
+    elif resolution.reason == NOT_ALLOWED:
+        subject += " does not allow this policy's namespace"
     return {"type": "ClassResolved", "status": "False", "reason": resolution.reason,
             "message": f"{subject}: " + "; ".join(str(p) for p in resolution.problems)}
 
@@ -391,9 +324,9 @@ class ClassUnresolved(InvalidInput):
 
 
 def resolved(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
-             classes: Catalogue) -> Resolution:
+             classes: Catalogue, labels: Labels = dict) -> Resolution:
     """`resolve`, raising ClassUnresolved when the class does not take the policy."""
-    resolution = resolve(namespace, spec, config, classes)
+    resolution = resolve(namespace, spec, config, classes, labels)
     if not resolution.resolved:
         raise ClassUnresolved(resolution)
     return resolution

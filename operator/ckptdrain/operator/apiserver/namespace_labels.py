@@ -1,0 +1,124 @@
+"""The labels of a policy's namespace, for a CheckpointClass that allows
+namespaces by label (policy/class_namespaces.py).
+
+Read by `get` on the one namespace, never a list or watch of all of them:
+the operator needs the labels only of namespaces whose policies name such a
+class, and `get` by name is the least the RBAC can grant. Policy admission
+reads afresh (`fresh`); the operator's reconciles and pod admission take a
+reading at most MAX_AGE_S old (`recent`), and the operator's recheck
+(class_events.py) reads afresh each period, so a namespace relabelled is
+judged again within one period without a watch.
+
+A reading is trusted for `trusted_s` (twice the recheck period) at most:
+while reads fail (an apiserver away, a 403 after an RBAC rollback) a label
+removed since must not keep a namespace allowed for ever. Past that bound
+the reading is dropped and `recent` raises LabelsUnreadable, as for a
+namespace never read: a retry, never a judgement.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from urllib.parse import quote
+
+from ckptdrain.errors import InvalidInput
+from ckptdrain.operator.apiserver import leadership, reads
+
+#: How old a reading `recent` hands out without reading again may be.
+MAX_AGE_S = 30.0
+#: A read made inside a reconcile or a pod's admission: short.
+READ_TIMEOUT_S = 3.0
+READ_ERRORS = (reads.ApiError, reads.HTTPError, OSError)
+
+
+class LabelsUnreadable(InvalidInput):
+    """The labels could not be read and no trusted reading is held. An
+    InvalidInput so that a pass that cannot tell (the joint budgets) gives
+    the policy no share; a reconcile or an admission retries instead of
+    judging the policy (policy_reconcile.py, admission/rules.py)."""
+
+
+_lock = threading.Lock()
+#: Namespace → (monotonic time read, its labels).
+_readings: dict[str, tuple[float, dict[str, str]]] = {}
+#: Bumped whenever what a namespace's labels say may have changed (a reading
+#: that differs, one dropped): the joint budgets' memo keys on it.
+_version = 0
+
+
+def version() -> int:
+    """Moves whenever a reading changes or is dropped."""
+    return _version
+
+
+def trusted_s(recheck_s: float) -> float:
+    """How long a reading may allow a namespace while reads fail."""
+    return max(MAX_AGE_S, 2 * recheck_s)
+
+
+def _keep(namespace: str, labels: dict[str, str] | None) -> None:
+    global _version
+    with _lock:
+        held = _readings.get(namespace)
+        if labels is None:
+            _readings.pop(namespace, None)
+        else:
+            _readings[namespace] = (time.monotonic(), labels)
+        if (held[1] if held else None) != labels:
+            _version += 1
+
+
+def fresh(namespace: str, timeout: float = READ_TIMEOUT_S) -> dict[str, str]:
+    """The namespace's labels now; raises the read's error (READ_ERRORS)."""
+    if not namespace:
+        # An empty name would make the path the namespaces' list.
+        raise ValueError("namespace: expected a namespace's name, got an empty one")
+    found = reads.get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}", [], timeout)
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
+    _keep(namespace, labels)
+    return labels
+
+
+def recent(namespace: str, recheck_s: float, timeout: float = READ_TIMEOUT_S
+           ) -> dict[str, str]:
+    """The namespace's labels read at most MAX_AGE_S ago, or read now; when
+    a read fails, the last reading if younger than trusted_s(recheck_s);
+    otherwise LabelsUnreadable naming the namespace."""
+    with _lock:
+        held = _readings.get(namespace)
+    if held is not None and time.monotonic() - held[0] < MAX_AGE_S:
+        return held[1]
+    try:
+        return fresh(namespace, timeout)
+    except READ_ERRORS as error:
+        if held is not None and time.monotonic() - held[0] < trusted_s(recheck_s):
+            return held[1]
+        if held is not None:
+            _keep(namespace, None)
+        raise LabelsUnreadable("metadata.namespace", f"the labels of namespace {namespace} "
+                               "(its CheckpointClass allows namespaces by label) to be "
+                               "readable", str(error)) from None
+
+
+def expire(recheck_s: float) -> None:
+    """Drop every reading older than trusted_s(recheck_s) (the recheck,
+    each period): none is kept that no longer may allow a namespace."""
+    bound = time.monotonic() - trusted_s(recheck_s)
+    with _lock:
+        old = [ns for ns, (at, _) in _readings.items() if at <= bound]
+    for namespace in old:
+        _keep(namespace, None)
+
+
+def forget() -> None:
+    """Drop every reading (a new term: another replica judged meanwhile; a test)."""
+    global _version
+    with _lock:
+        _readings.clear()
+        _version += 1
+
+
+leadership.on_new_term(forget)

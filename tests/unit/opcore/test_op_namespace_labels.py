@@ -1,0 +1,121 @@
+"""The labels of a policy's namespace as the operator reads them
+(apiserver/namespace_labels.py): a reading is reused for MAX_AGE_S, read
+again after; when a read fails the last reading stands while it is trusted
+(twice the recheck period), and past that, as with none, the failure names
+the namespace and the reading is gone; a changed reading moves `version`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ckptdrain.operator.apiserver import leadership, namespace_labels, reads
+
+RECHECK_S = 60.0
+
+
+@pytest.fixture
+def apiserver(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """What the apiserver answers: the labels, or an error to raise; and the
+    paths asked."""
+    state: dict[str, Any] = {"labels": {"tenant": "a"}, "error": None, "asked": []}
+
+    def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[str, Any]:
+        state["asked"].append(path)
+        if state["error"] is not None:
+            raise state["error"]
+        return {"metadata": {"name": path.rsplit("/", 1)[1], "labels": dict(state["labels"])}}
+
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(reads, "get_json", get_json)
+    monkeypatch.setattr(namespace_labels.time, "monotonic", lambda: clock["now"])
+    state["clock"] = clock
+    namespace_labels.forget()
+    yield state
+    namespace_labels.forget()
+
+
+def test_a_recent_reading_is_reused_then_read_again(apiserver: dict[str, Any]) -> None:
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "a"}
+    apiserver["labels"] = {"tenant": "b"}
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "a"}
+    assert apiserver["asked"] == ["/api/v1/namespaces/ml-a"]
+    apiserver["clock"]["now"] += namespace_labels.MAX_AGE_S
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "b"}
+
+
+def test_fresh_always_reads_and_updates_what_recent_hands_out(
+        apiserver: dict[str, Any]) -> None:
+    namespace_labels.recent("ml-a", RECHECK_S)
+    apiserver["labels"] = {}
+    assert namespace_labels.fresh("ml-a") == {}
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {}
+
+
+def test_a_failed_read_keeps_the_last_reading_only_while_trusted(
+        apiserver: dict[str, Any]) -> None:
+    namespace_labels.recent("ml-a", RECHECK_S)
+    apiserver["clock"]["now"] += namespace_labels.MAX_AGE_S
+    apiserver["error"] = reads.ApiError(403, "Forbidden")
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "a"}
+    # Reads failing for good (an RBAC rollback): the label may be gone by
+    # now, and the old reading must not keep the namespace allowed.
+    apiserver["clock"]["now"] += 2 * RECHECK_S
+    with pytest.raises(namespace_labels.LabelsUnreadable) as caught:
+        namespace_labels.recent("ml-a", RECHECK_S)
+    assert caught.value.field == "metadata.namespace" and "ml-a" in str(caught.value)
+    apiserver["error"] = None
+    apiserver["labels"] = {}
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {}
+
+
+def test_never_read_and_unreadable_names_the_namespace(apiserver: dict[str, Any]) -> None:
+    apiserver["error"] = reads.ApiError(503, "Service Unavailable")
+    with pytest.raises(namespace_labels.LabelsUnreadable) as caught:
+        namespace_labels.recent("ml-b", RECHECK_S)
+    assert caught.value.field == "metadata.namespace" and "ml-b" in str(caught.value)
+    with pytest.raises(reads.ApiError):
+        namespace_labels.fresh("ml-b")
+
+
+def test_expire_drops_readings_past_the_trusted_age(apiserver: dict[str, Any]) -> None:
+    namespace_labels.recent("ml-a", RECHECK_S)
+    apiserver["clock"]["now"] += 2 * RECHECK_S - 1
+    namespace_labels.recent("ml-b", RECHECK_S)
+    apiserver["clock"]["now"] += 1
+    namespace_labels.expire(RECHECK_S)
+    apiserver["error"] = reads.ApiError(403, "Forbidden")
+    with pytest.raises(namespace_labels.LabelsUnreadable):
+        namespace_labels.recent("ml-a", RECHECK_S)
+    assert namespace_labels.recent("ml-b", RECHECK_S) == {"tenant": "a"}
+
+
+def test_a_new_term_forgets_every_reading(apiserver: dict[str, Any]) -> None:
+    namespace_labels.recent("ml-a", RECHECK_S)
+    leadership.STATE.set(False)
+    leadership.STATE.set(True)
+    apiserver["error"] = reads.ApiError(403, "Forbidden")
+    with pytest.raises(namespace_labels.LabelsUnreadable):
+        namespace_labels.recent("ml-a", RECHECK_S)
+
+
+def test_version_moves_only_when_a_reading_changes(apiserver: dict[str, Any]) -> None:
+    namespace_labels.fresh("ml-a")
+    before = namespace_labels.version()
+    namespace_labels.fresh("ml-a")
+    assert namespace_labels.version() == before
+    apiserver["labels"] = {"tenant": "b"}
+    namespace_labels.fresh("ml-a")
+    moved = namespace_labels.version()
+    assert moved != before
+    apiserver["clock"]["now"] += 3 * RECHECK_S
+    namespace_labels.expire(RECHECK_S)
+    assert namespace_labels.version() != moved
+
+
+def test_an_empty_namespace_is_refused_never_a_list(apiserver: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="namespace"):
+        namespace_labels.fresh("")
+    assert apiserver["asked"] == []
