@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import logging
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,7 +134,9 @@ def test_a_review_without_a_client_certificate_gets_no_patch(served: Served) -> 
     assert served.reports == []  # never reviewed: no writer rank claimed either
 
 
-def test_a_certificate_from_another_ca_is_refused_at_the_handshake(served: Served) -> None:
+def test_a_certificate_from_another_ca_is_refused_at_the_handshake(
+        served: Served, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="ckptdrain.admission")
     other_ca = make_ca(served.directory, "other-ca")
     forged = make_cert(served.directory, "forged", other_ca, sans=("DNS:apiserver",))
     conn = served.connect(forged)
@@ -141,6 +145,12 @@ def test_a_certificate_from_another_ca_is_refused_at_the_handshake(served: Serve
     with pytest.raises((ssl.SSLError, ConnectionError)):
         _post(conn, "/" + admission.MUTATE_ID, _forged_pod_review())
     assert served.reports == []
+    # Said in the operator's log, for whoever watches for such attempts.
+    deadline = time.monotonic() + 5
+    while not caplog.records and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [r.getMessage() for r in caplog.records if "refused a client certificate"
+            in r.getMessage()], caplog.text
 
 
 def test_the_conversion_path_stays_open_without_a_client_certificate(
