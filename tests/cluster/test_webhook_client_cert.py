@@ -123,6 +123,7 @@ def test_the_documented_configuration_makes_the_apiserver_present_its_certificat
         refused = _deletion(cluster, "unnamed-host")
         assert refused.returncode != 0, refused.stdout
         assert 'failed calling webhook "client-cert.ckptdrain.io"' in refused.stderr
+        assert "a client certificate signed by CKPTDRAIN_WEBHOOK_CLIENT_CA" in refused.stderr
         assert served["reports"] == []
         # The host the kubeconfig names: its certificate, and the answer.
         hook.write_text(yaml.safe_dump(_webhook("127.0.0.1", served["port"],

@@ -129,7 +129,7 @@ def test_a_review_without_a_client_certificate_gets_no_patch(served: Served) -> 
     status, answer = _post(served.connect(None), "/" + admission.MUTATE_ID,
                            _forged_pod_review())
     assert status == 403
-    assert "CKPTDRAIN_WEBHOOK_CLIENT_CA" in answer["error"]
+    assert answer["kind"] == "Status" and "CKPTDRAIN_WEBHOOK_CLIENT_CA" in answer["message"]
     assert "response" not in answer
     assert served.reports == []  # never reviewed: no writer rank claimed either
 

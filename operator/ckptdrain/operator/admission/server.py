@@ -256,8 +256,14 @@ class Handler(BaseHTTPRequestHandler):
         converter = self.server.converter if path == self.server.conversion_path else None
         converting = converter is not None
         if not converting and not self._client_trusted():
-            self._fail(403, "a client certificate signed by CKPTDRAIN_WEBHOOK_CLIENT_CA is "
-                            "required for admission reviews; none was presented")
+            # A Status, which the apiserver quotes in its refusal: whoever set
+            # up its kubeConfigFile sees what is missing.
+            self.close_connection = True
+            self._send(403, {"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                             "code": 403, "reason": "Forbidden",
+                             "message": "ckptdrain admission: a client certificate signed by "
+                                        "CKPTDRAIN_WEBHOOK_CLIENT_CA is required for "
+                                        "admission reviews; none was presented"})
             return
         limit = MAX_CONVERSION_BYTES if converting else MAX_REVIEW_BYTES
         if not 0 < length <= limit:
