@@ -127,6 +127,21 @@ def test_the_locked_down_render_conforms_strictly(tools: Tools, schema_dir: Path
     assert result.returncode == 0 and not problems, json.dumps(problems, indent=2)
 
 
+def test_the_peers_the_docs_suggest_are_accepted(tools: Tools) -> None:
+    """An IPv6 range, an ipBlock with pod ranges excepted, and the
+    konnectivity-agent pods of kube-system (namespace and pod selector in
+    one peer): each renders as given."""
+    peers = [{"ipBlock": {"cidr": "fd00:10:96::/112"}},
+             {"ipBlock": {"cidr": "10.0.0.0/16", "except": ["10.0.128.0/17"]}},
+             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+              "podSelector": {"matchLabels": {"k8s-app": "konnectivity-agent"}}}]
+    manifests = documents(render(tools, "--set", "webhook.networkPolicy.enabled=true",
+                                 "--set-json", f"webhook.networkPolicy.from={json.dumps(peers)}"
+                                 ).stdout)
+    (policy,) = _policies(manifests)
+    assert policy["spec"]["ingress"][0]["from"] == peers
+
+
 # (--set arguments, text the refusal must contain).
 REFUSED = {
     "policy-without-peers": (["--set", "webhook.networkPolicy.enabled=true"],
@@ -139,6 +154,32 @@ REFUSED = {
                       "'nsSelector' not allowed"),
     "peer-empty": (["--set-json", "webhook.networkPolicy.from=[{}]"],
                    "at '/webhook/networkPolicy/from/0'"),
+    # The API refuses a peer with an ipBlock and a selector: say it at render.
+    "peer-ipblock-and-selector": (
+        ["--set-json", 'webhook.networkPolicy.from=[{"ipBlock": {"cidr": "10.0.0.0/8"}, '
+                       '"namespaceSelector": {"matchLabels": {"a": "b"}}}]'],
+        "at '/webhook/networkPolicy/from/0'"),
+    # An empty selector selects every namespace (or pod): the webhook open to all.
+    "peer-every-namespace": (["--set-json", 'webhook.networkPolicy.from='
+                                            '[{"namespaceSelector": {}}]'],
+                             "at '/webhook/networkPolicy/from/0/namespaceSelector': minProperties"),
+    "peer-every-pod": (["--set-json", 'webhook.networkPolicy.from=[{"podSelector": {}}]'],
+                       "at '/webhook/networkPolicy/from/0/podSelector': minProperties"),
+    "peer-no-labels": (["--set-json", 'webhook.networkPolicy.from='
+                                      '[{"podSelector": {"matchLabels": {}}}]'],
+                       "at '/webhook/networkPolicy/from/0/podSelector/matchLabels'"),
+    "peer-octet-too-big": (["--set", "webhook.networkPolicy.from[0].ipBlock.cidr=300.0.0.0/8"],
+                           "at '/webhook/networkPolicy/from/0/ipBlock/cidr'"),
+    "peer-prefix-too-long": (["--set", "webhook.networkPolicy.from[0].ipBlock.cidr=10.0.0.0/33"],
+                             "at '/webhook/networkPolicy/from/0/ipBlock/cidr'"),
+    "peer-ipv6-prefix-too-long": (["--set",
+                                   "webhook.networkPolicy.from[0].ipBlock.cidr=fd00::/129"],
+                                  "at '/webhook/networkPolicy/from/0/ipBlock/cidr'"),
+    "peer-not-an-address": (["--set", "webhook.networkPolicy.from[0].ipBlock.cidr=::::/8"],
+                            "at '/webhook/networkPolicy/from/0/ipBlock/cidr'"),
+    "peer-except-not-a-cidr": (["--set", "webhook.networkPolicy.from[0].ipBlock.cidr=10.0.0.0/8",
+                                "--set", "webhook.networkPolicy.from[0].ipBlock.except[0]=10.1"],
+                               "at '/webhook/networkPolicy/from/0/ipBlock/except/0'"),
     "ca-in-both": (["--set", "webhook.clientCA.secret=a", "--set",
                     "webhook.clientCA.configMap=b"],
                    "webhook.clientCA: expected a secret or a configMap"),
