@@ -101,6 +101,15 @@ def test_the_client_ca_is_mounted_where_the_operator_reads_it(tools: Tools) -> N
         assert env["CKPTDRAIN_WEBHOOK_CLIENT_CA"] == f"{mount['mountPath']}/{item['path']}"
 
 
+def test_values_of_a_release_older_than_the_lock_down_still_render(tools: Tools) -> None:
+    """`helm upgrade --reuse-values` from a release made before these values
+    existed: no webhook.clientCA or webhook.networkPolicy map at all."""
+    manifests = documents(render(tools, "--set", "webhook.clientCA=null",
+                                 "--set", "webhook.networkPolicy=null").stdout)
+    assert _policies(manifests) == []
+    assert "CKPTDRAIN_WEBHOOK_CLIENT_CA" not in {e["name"] for e in _container(manifests)["env"]}
+
+
 def test_the_documented_values_render_what_the_page_says(tools: Tools, tmp_path: Path) -> None:
     network, client_ca = _section_values()
     values = tmp_path / "values.yaml"
@@ -183,6 +192,9 @@ REFUSED = {
     "ca-in-both": (["--set", "webhook.clientCA.secret=a", "--set",
                     "webhook.clientCA.configMap=b"],
                    "webhook.clientCA: expected a secret or a configMap"),
+    # The cluster CA signs every kubelet's and every user's client certificate.
+    "ca-cluster-root": (["--set", "webhook.clientCA.configMap=kube-root-ca.crt"],
+                        "webhook.clientCA.configMap: kube-root-ca.crt"),
     "ca-bad-name": (["--set", "webhook.clientCA.secret=Apiserver_CA"],
                     "at '/webhook/clientCA/secret'"),
     "ca-misspelt": (["--set", "webhook.clientCA.secretName=a"],
