@@ -153,6 +153,39 @@ def test_a_certificate_from_another_ca_is_refused_at_the_handshake(
             in r.getMessage()], caplog.text
 
 
+def test_a_forger_retrying_gets_one_warning_not_one_per_connection(
+        served: Served, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="ckptdrain.admission")
+    other_ca = make_ca(served.directory, "other-ca")
+    forged = make_cert(served.directory, "forged", other_ca, sans=("DNS:apiserver",))
+    for _ in range(5):
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            _post(served.connect(forged), "/" + admission.MUTATE_ID, _forged_pod_review())
+    # The server's thread logs after the client has seen the refusal: wait
+    # for the first line, then long enough for any others to have come.
+    deadline = time.monotonic() + 5
+    while not caplog.records and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    said = [r.getMessage() for r in caplog.records
+            if "refused a client certificate" in r.getMessage()]
+    assert len(said) == 1, said
+    assert served.reports == []
+
+
+def test_client_renegotiation_is_off(tmp_path: Path) -> None:
+    """A renegotiation would let a client ask for a new handshake mid-connection
+    (TLS 1.2): work the server does on the client's say, with or without a
+    client CA."""
+    if not hasattr(ssl, "OP_NO_RENEGOTIATION"):
+        pytest.skip("this OpenSSL has no OP_NO_RENEGOTIATION")
+    ca = make_ca(tmp_path)
+    cert, key = make_cert(tmp_path, "webhook", ca)
+    for client_ca in (None, str(ca[0])):
+        context = admission_server.Certificates(str(cert), str(key), client_ca).context()
+        assert context.options & ssl.OP_NO_RENEGOTIATION
+
+
 def test_the_conversion_path_stays_open_without_a_client_certificate(
         served: Served) -> None:
     status, answer = _post(served.connect(None), "/convert", _conversion_review())

@@ -38,6 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from ckptdrain.operator.admission.refusal_log import RefusalLog
+
 log = logging.getLogger("ckptdrain.admission")
 
 #: How often the certificate files are read for a renewal (tls/webhook_certs.py
@@ -104,6 +106,9 @@ class Certificates:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert, self.key)
+        # No client-started renegotiation (TLS 1.2): a new handshake on the
+        # client's say costs the server and serves no client of ours.
+        context.options |= getattr(ssl, "OP_NO_RENEGOTIATION", 0)
         if self.client_ca:
             # Optional at the handshake, so that the conversion path (no
             # client certificate from the apiserver) still connects; one that
@@ -165,6 +170,7 @@ class Server(ThreadingHTTPServer):
         self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self.conversions = threading.BoundedSemaphore(CONVERSIONS_IN_FLIGHT)
+        self.refusals = RefusalLog()
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
@@ -197,9 +203,16 @@ class Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         error = sys.exc_info()[1]
         if isinstance(error, ssl.SSLCertVerificationError):
-            # A certificate the client CA did not sign: someone tried.
-            log.warning("admission: refused a client certificate from %s: %s",
-                        client_address, error.verify_message)
+            # A certificate the client CA did not sign: someone tried. Said
+            # at most once a minute, however often they retry.
+            refusals = self.refusals.note()
+            if refusals == 1:
+                log.warning("admission: refused a client certificate from %s: %s",
+                            client_address, error.verify_message)
+            elif refusals:
+                log.warning("admission: refused %d client certificates since the last "
+                            "such line, the latest from %s: %s", refusals, client_address,
+                            error.verify_message)
             return
         # Probes that connect and leave (a kubelet's tcpSocket readiness
         # check), clients that give up: not worth a traceback.
