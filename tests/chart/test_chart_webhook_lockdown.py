@@ -111,12 +111,18 @@ def test_values_of_a_release_older_than_the_lock_down_still_render(tools: Tools)
 
 
 def test_the_documented_values_render_what_the_page_says(tools: Tools, tmp_path: Path) -> None:
-    network, client_ca = _section_values()
+    # The control plane's range, the Konnectivity agents, the client CA.
+    control_plane, konnectivity, client_ca = _section_values()
     values = tmp_path / "values.yaml"
-    values.write_text(network)
-    (policy,) = _policies(documents(render(tools, "-f", str(values)).stdout))
-    documented = yaml.safe_load(network)["webhook"]["networkPolicy"]["from"]
-    assert policy["spec"]["ingress"][0]["from"] == documented
+    for network in (control_plane, konnectivity):
+        values.write_text(network)
+        (policy,) = _policies(documents(render(tools, "-f", str(values)).stdout))
+        documented = yaml.safe_load(network)["webhook"]["networkPolicy"]["from"]
+        assert policy["spec"]["ingress"][0]["from"] == documented
+    # One peer, namespace and pod together: the agents of kube-system only,
+    # not (as two peers would say) every pod of kube-system or every such pod.
+    (agents,) = yaml.safe_load(konnectivity)["webhook"]["networkPolicy"]["from"]
+    assert agents["namespaceSelector"]["matchLabels"] and agents["podSelector"]["matchLabels"]
     values.write_text(client_ca)
     env = {e["name"] for e in _container(documents(render(tools, "-f", str(values)).stdout))
            ["env"]}
