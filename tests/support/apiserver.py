@@ -255,8 +255,10 @@ def _start_etcd(binaries: Binaries, workdir: Path) -> tuple[subprocess.Popen[byt
     return proc, url
 
 
-def start(workdir: Path, *, ready_timeout_s: float = 120) -> Cluster:
-    """Start etcd and kube-apiserver under `workdir`; returns once /readyz is ok."""
+def start(workdir: Path, *, ready_timeout_s: float = 120,
+          extra_args: Sequence[str] = ()) -> Cluster:
+    """Start etcd and kube-apiserver under `workdir` (with `extra_args` on its
+    command line); returns once /readyz is ok."""
     binaries = find_binaries()
     workdir.mkdir(parents=True, exist_ok=True)
     ca = make_ca(workdir)
@@ -295,6 +297,7 @@ def start(workdir: Path, *, ready_timeout_s: float = 120) -> Cluster:
             "--disable-admission-plugins=ServiceAccount",
             "--profiling=false",
             "--v=1",
+            *extra_args,
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -334,12 +337,12 @@ def stop(cluster: Cluster, grace_s: float = 10) -> None:
 
 
 @contextlib.contextmanager
-def running(workdir: Path | None = None) -> Iterator[Cluster]:
+def running(workdir: Path | None = None, extra_args: Sequence[str] = ()) -> Iterator[Cluster]:
     """etcd + kube-apiserver for the duration of the block; cleaned up after."""
     owned = workdir is None
     base = Path(tempfile.mkdtemp(prefix="ckptdrain-apiserver-")) if owned else workdir
     assert base is not None
-    cluster = start(base)
+    cluster = start(base, extra_args=extra_args)
     try:
         yield cluster
     finally:

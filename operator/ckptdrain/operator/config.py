@@ -45,6 +45,12 @@ Variables (field in parentheses):
 - CKPTDRAIN_WEBHOOK_CERT / _KEY / _CA: PEM files (cert-manager's Secret,
   mounted); without them and without CKPTDRAIN_WEBHOOK_SECRET, a self-signed
   pair is made for development.
+- CKPTDRAIN_WEBHOOK_CLIENT_CA (webhook_client_ca): a PEM bundle of the CAs
+  whose client certificates the admission process accepts; set, an
+  AdmissionReview is answered only to a client that presents one (the
+  apiserver, configured with a kubeConfigFile per webhook), while the
+  conversion path stays open (docs/install.md, "Locking down the webhook").
+  Needs CKPTDRAIN_WEBHOOK_PROCESS=true; empty = no client certificate asked.
 - CKPTDRAIN_WEBHOOK_MANAGED (webhook_managed): name of the webhook
   configurations the operator keeps up to date itself (development, tests);
   empty = the chart owns them.
@@ -156,6 +162,7 @@ class OperatorConfig:
     webhook_cert: str | None = None
     webhook_key: str | None = None
     webhook_ca: str | None = None
+    webhook_client_ca: str | None = None
     webhook_managed: str = ""
     webhook_secret: str = ""
     webhook_configs: str = ""
@@ -248,6 +255,16 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
                        ("CKPTDRAIN_WEBHOOK_CA", env.get("CKPTDRAIN_WEBHOOK_CA") or None)):
         if path is not None and not os.path.isfile(path):
             raise InvalidInput(name, "a readable PEM file", path)
+    client_ca = env.get("CKPTDRAIN_WEBHOOK_CLIENT_CA") or None
+    if client_ca is not None and not os.path.isfile(client_ca):
+        raise InvalidInput("CKPTDRAIN_WEBHOOK_CLIENT_CA", "a readable PEM file of CA "
+                           "certificates", client_ca)
+    webhook_process = _flag("CKPTDRAIN_WEBHOOK_PROCESS", get("CKPTDRAIN_WEBHOOK_PROCESS", "true"))
+    if client_ca is not None and not webhook_process:
+        # Kopf's own server (the operator's process) asks for no client certificate.
+        raise InvalidInput("CKPTDRAIN_WEBHOOK_CLIENT_CA", "CKPTDRAIN_WEBHOOK_PROCESS=true "
+                           "(only the admission process verifies client certificates)",
+                           "CKPTDRAIN_WEBHOOK_PROCESS=false")
     secret = _object_ref("CKPTDRAIN_WEBHOOK_SECRET", get("CKPTDRAIN_WEBHOOK_SECRET", ""))
     if secret and cert is not None:
         raise InvalidInput("CKPTDRAIN_WEBHOOK_SECRET/CKPTDRAIN_WEBHOOK_CERT",
@@ -294,8 +311,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         webhook_managed=get("CKPTDRAIN_WEBHOOK_MANAGED", ""),
         webhook_secret=secret,
         webhook_configs=get("CKPTDRAIN_WEBHOOK_CONFIGS", ""),
-        webhook_process=_flag("CKPTDRAIN_WEBHOOK_PROCESS", get("CKPTDRAIN_WEBHOOK_PROCESS",
-                                                                "true")),
+        webhook_client_ca=client_ca,
+        webhook_process=webhook_process,
         conversion_path=_conversion_path(get("CKPTDRAIN_CONVERSION_PATH", "/convert")),
         peer_ca_namespace=get("CKPTDRAIN_PEER_CA_NAMESPACE", ""),
         metrics_port=_port("CKPTDRAIN_METRICS_PORT", get("CKPTDRAIN_METRICS_PORT", "9090")),

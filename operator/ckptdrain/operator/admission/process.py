@@ -286,7 +286,7 @@ def start_loop(reports: Reports) -> asyncio.AbstractEventLoop:
 def serve(cfg: OperatorConfig, cert: str, key: str, reviewer: Reviewer,
           reports: Reports, loop: asyncio.AbstractEventLoop) -> None:
     """Serve until the process ends."""
-    certificates = Certificates(cert, key)
+    certificates = Certificates(cert, key, cfg.webhook_client_ca)
     certificates.follow()
     server = Server((cfg.webhook_addr, cfg.webhook_port), certificates, reviewer, loop,
                     converter=reviewer.convert, conversion_path=cfg.conversion_path)

@@ -10,6 +10,16 @@ Bounded: at most MAX_CONNECTIONS at once (the next one waits in the listen
 backlog), at most MAX_IN_FLIGHT reviews read and answered at once, each
 given as long as the apiserver waits for it (its `?timeout=`), a TLS
 handshake within HANDSHAKE_S, a connection idle for IDLE_S closed.
+
+Client certificates (opt-in, CKPTDRAIN_WEBHOOK_CLIENT_CA): any pod that
+reaches the Service could otherwise post a forged AdmissionReview and read
+back another tenant's injection patch. With a client CA, a certificate a
+client presents must be signed by it (else the handshake fails), and an
+AdmissionReview is answered only on a connection that presented one. The
+conversion path stays open without one: the apiserver never presents a
+client certificate to a CRD conversion webhook (only admission webhooks
+have a kubeConfigFile), and a conversion is pure, reading nothing but the
+objects it was sent.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from ckptdrain.operator.admission.refusal_log import RefusalLog
 
 log = logging.getLogger("ckptdrain.admission")
 
@@ -77,21 +89,32 @@ class UnknownWebhook(Exception):
 
 
 class Certificates:
-    """The TLS context of new connections, made again when the files change."""
+    """The TLS context of new connections, made again when the files change
+    (the client CA bundle's too, when one is given)."""
 
-    def __init__(self, cert: str, key: str) -> None:
-        self.cert, self.key = cert, key
+    def __init__(self, cert: str, key: str, client_ca: str | None = None) -> None:
+        self.cert, self.key, self.client_ca = cert, key, client_ca
         self._digest = b""
         self._context = self._load()
 
     def _read_digest(self) -> bytes:
-        return hashlib.sha256(Path(self.cert).read_bytes() + Path(self.key).read_bytes()).digest()
+        files = [self.cert, self.key] + ([self.client_ca] if self.client_ca else [])
+        return hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).digest()
 
     def _load(self) -> ssl.SSLContext:
         digest = self._read_digest()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)  # no client certificates asked
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_cert_chain(self.cert, self.key)
+        # No client-started renegotiation (TLS 1.2): a new handshake on the
+        # client's say costs the server and serves no client of ours.
+        context.options |= getattr(ssl, "OP_NO_RENEGOTIATION", 0)
+        if self.client_ca:
+            # Optional at the handshake, so that the conversion path (no
+            # client certificate from the apiserver) still connects; one that
+            # is presented must verify. Admission paths demand one (Handler).
+            context.verify_mode = ssl.CERT_OPTIONAL
+            context.load_verify_locations(cafile=self.client_ca)
         self._digest = digest
         return context
 
@@ -147,6 +170,7 @@ class Server(ThreadingHTTPServer):
         self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self.conversions = threading.BoundedSemaphore(CONVERSIONS_IN_FLIGHT)
+        self.refusals = RefusalLog()
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
@@ -177,6 +201,19 @@ class Server(ThreadingHTTPServer):
             self.connections.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, ssl.SSLCertVerificationError):
+            # A certificate the client CA did not sign: someone tried. Said
+            # at most once a minute, however often they retry.
+            refusals = self.refusals.note()
+            if refusals == 1:
+                log.warning("admission: refused a client certificate from %s: %s",
+                            client_address, error.verify_message)
+            elif refusals:
+                log.warning("admission: refused %d client certificates since the last "
+                            "such line, the latest from %s: %s", refusals, client_address,
+                            error.verify_message)
+            return
         # Probes that connect and leave (a kubelet's tcpSocket readiness
         # check), clients that give up: not worth a traceback.
         log.debug("admission: connection from %s ended: %s", client_address, sys.exc_info()[1])
@@ -231,6 +268,16 @@ class Handler(BaseHTTPRequestHandler):
         path = path.strip("/")
         converter = self.server.converter if path == self.server.conversion_path else None
         converting = converter is not None
+        if not converting and not self._client_trusted():
+            # A Status, which the apiserver quotes in its refusal: whoever set
+            # up its kubeConfigFile sees what is missing.
+            self.close_connection = True
+            self._send(403, {"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                             "code": 403, "reason": "Forbidden",
+                             "message": "ckptdrain admission: a client certificate signed by "
+                                        "CKPTDRAIN_WEBHOOK_CLIENT_CA is required for "
+                                        "admission reviews; none was presented"})
+            return
         limit = MAX_CONVERSION_BYTES if converting else MAX_REVIEW_BYTES
         if not 0 < length <= limit:
             self._fail(413, f"Content-Length: expected 1 to {limit} bytes, got {length}")
@@ -265,6 +312,13 @@ class Handler(BaseHTTPRequestHandler):
                 self._fail(500, f"no answer: {error!r}")
         finally:
             slots.release()
+
+    def _client_trusted(self) -> bool:
+        """True without a client CA; with one, True only if this connection
+        presented a certificate (the handshake verified it against the CA)."""
+        if not self.server.certificates.client_ca:
+            return True
+        return bool(self.request.getpeercert())
 
     def _fail(self, code: int, message: str) -> None:
         # What is left of the request is not read: this connection ends here.
