@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckptdrain import sizing
-from ckptdrain.contract.policy_versions import V1ALPHA1
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.admission import (
     agent_images,
@@ -41,7 +40,7 @@ from ckptdrain.operator.admission.owner_cache import OwnerCache
 from ckptdrain.operator.apiserver import class_view
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import classes, history, identity, peer_tier, roles, version_messages
+from ckptdrain.operator.policy import classes, history, identity, node_dirs, peer_tier, roles
 from ckptdrain.operator.policy import spec as pol
 
 #: The webhooks' ids, which are also the paths they are served at.
@@ -258,6 +257,7 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
                     candidates: list[dict[str, Any]] | None,
                     holders: Callable[[str], Callable[[int], list[str]] | None] | None,
                     pinning: agent_images.Pinning | None = None,
+                    every: list[dict[str, Any]] | None = None,
                     ) -> list[dict[str, Any]]:
     """The JSON patch that injects the policy selecting `pod` ([] to leave it
     as it is); raises Refused to refuse it (also, under
@@ -266,7 +266,9 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     by a watch (None: no view to trust, ask the apiserver). `holders(policy)`:
     the live holders of each rank from a pod index (None: ask the apiserver).
     `pinning`: a writer keeps the agent image of its workload's other live
-    writers (admission/agent_pin.py)."""
+    writers (admission/agent_pin.py). `every`: the policies of all watched
+    namespaces from a current view (None: ask the apiserver), for the node
+    directory check of hostPath mode (policy/node_dirs.py)."""
     if injection.is_injected(pod):
         # Called again after later webhooks changed the pod: follow them.
         ops = injection.reinvocation_patch(pod)
@@ -316,6 +318,8 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         warnings.append(f"ckptdrain: policy {chosen['metadata']['name']} is invalid "
                         f"({error}); not injected")
         return []
+    if not cfg.csi:
+        await _refuse_nesting(p, namespace, cfg, every, logger)
     warnings.extend(f"ckptdrain: policy {p.name}: {note}" for note in p.resource_notes)
     peer_problem = peer_tier.not_ready(p.peer, chosen.get("status") or {})
     if peer_problem:
@@ -365,12 +369,32 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     return ops
 
 
-def validate_policy(spec: Mapping[str, Any], name: str, cfg: OperatorConfig,
-                    written_in: str = V1ALPHA1) -> None:
-    """Refuse (Refused) a policy the schema admits but the operator cannot
-    honour, each problem said in `written_in`, the version of the request
-    (policy/version_messages.py)."""
-    errors = pol.validate(dict(spec), cfg, name=name)
-    if errors:
-        raise Refused("; ".join(str(version_messages.in_version(e, written_in))
-                                for e in errors), code=422)
+async def every_policy(cfg: OperatorConfig, every: list[dict[str, Any]] | None,
+                       timeout: float | None, field: str) -> list[dict[str, Any]]:
+    """`every` when given, else the policies of all watched namespaces read
+    from the apiserver (within `timeout`; None: the admission reads' own);
+    refuses (503, retry) naming `field` when they cannot be read: the node
+    directory check fails closed."""
+    if every is not None:
+        return every
+    try:
+        if timeout is None:
+            return await asyncio.to_thread(apiserver_reads.list_policies, cfg.namespace)
+        return await asyncio.to_thread(apiserver_reads.list_policies, cfg.namespace, timeout)
+    except READ_ERRORS as error:
+        raise Refused(f"{field}: could not read the other namespaces' CheckpointPolicies to "
+                      f"check that node directories do not nest ({error}); retry",
+                      code=503) from None
+
+
+async def _refuse_nesting(p: pol.Policy, namespace: str, cfg: OperatorConfig,
+                          every: list[dict[str, Any]] | None, logger: logging.Logger) -> None:
+    """Refuse a pod whose policy's node directory nests with another
+    namespace's: policy admission refuses such a policy, but not one
+    admitted before that rule, nor two created at once on two replicas."""
+    others = await every_policy(cfg, every, None, node_dirs.FIELD)
+    clash = node_dirs.first_clash(namespace, p.local_path, others)
+    if clash is not None:
+        logger.warning("pod of policy %s refused: its node directory nests with %s/%s's %s",
+                       p.key, clash.namespace, clash.policy, clash.directory)
+        raise Refused(node_dirs.pod_refusal(p.name, namespace, p.local_path), code=403)
