@@ -28,7 +28,7 @@ from cluster_helpers import pod as pod_of
 from hostile_record import ATTEMPTS, OPEN, Attempt, write_table
 from hostile_tenants import Tenant, forged_review, peer_credentials
 from kubernetes import client
-from operator_process import ALLOWED_ROOT, OperatorProcess
+from operator_process import ALLOWED_ROOT, WEBHOOK_NAME, OperatorProcess
 
 from ckptdrain.csi.policies import apiserver_resolver
 from ckptdrain.node.localtier import LocalTier
@@ -103,25 +103,44 @@ def still_open(name: str, refused: bool) -> None:
     assert not refused, f"{name!r} is refused now: take it out of OPEN and docs/security.md"
 
 
-def test_open_a_local_path_inside_as_node_directory(namespace: str,
-                                                    tenant_b: Tenant) -> None:
+def test_a_local_path_nesting_with_as_node_directory_is_refused(
+        cluster: Cluster, operator: OperatorProcess, namespace: str, tenant_b: Tenant) -> None:
     """hostPath mode (the session operator's): A's node directory is
-    <allowed root>/nvme/<A's namespace>/ckpt; B asks for its own under it."""
+    <allowed root>/nvme/<A's namespace>; B asks for its own inside it. Stored
+    past the policy webhook (its configuration deleted, as an outage or a
+    policy older than the rule lets one in), B's pods are refused too."""
     inside = f"{ALLOWED_ROOT}/nvme/{namespace}/ckpt"
-    made = tenant_b.create(policy("nest", localTier={"path": inside}))
-    refused = made.returncode != 0
-    record(attempts_of.LOCAL_NESTED, "policy admission: spec.localTier.path" if refused
-           else "", ADMISSION_LOG if refused else "", 0)
-    still_open(attempts_of.LOCAL_NESTED, refused)
-    # B's pod is given a directory inside A's: it writes into A's tree,
-    # though nothing of A's above it is mounted into B's pod.
+    nest = policy("nest", localTier={"path": inside})
+    message = refused_policy(tenant_b, attempts_of.LOCAL_NESTED, nest, "spec.localTier.path",
+                             "policy admission: spec.localTier.path; pod admission, for a "
+                             "policy stored past it")
+    assert "another namespace's node directory" in message, message
+    assert f"{inside}/{tenant_b.namespace}" in message, message  # B's own directory
+    # A's namespace is said only as B wrote it in its path; A's policy is not named.
+    assert "CheckpointPolicy ckpt" not in message, message
+    # Around A's too: A keeps a policy under a directory named like B's
+    # namespace, and B's own directory would hold it (and A's data).
+    deep = create(cluster, namespace, policy(
+        "deep", localTier={"path": f"{ALLOWED_ROOT}/scratch/{tenant_b.namespace}/deep"}))
+    assert deep.returncode == 0, deep.stderr
+    around = tenant_b.create(policy("around", localTier={"path": f"{ALLOWED_ROOT}/scratch"}))
+    assert around.returncode != 0 and "another namespace's node directory" in around.stderr, \
+        around.stderr
+    cluster.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK_NAME,
+                    "--ignore-not-found")
+    try:
+        stored = tenant_b.create(nest)
+        assert stored.returncode == 0, stored.stderr
+    finally:
+        # The operator registers its webhooks again when it starts.
+        operator.stop()
+        operator.start()
     made = tenant_b.kubectl("create", "-n", tenant_b.namespace, "-f", "-", "-o", "json",
                             body=pod_of("nest-0", {"app": "nest", **INJECT},
                                         terminationGracePeriodSeconds=600))
-    assert made.returncode == 0, made.stderr
-    paths = [v["hostPath"]["path"] for v in json.loads(made.stdout)["spec"]["volumes"]
-             if "hostPath" in v]
-    assert f"{inside}/{tenant_b.namespace}/nest" in paths, paths
+    assert made.returncode != 0, made.stdout[:500]
+    assert "CheckpointPolicy nest spec.localTier.path" in made.stderr, made.stderr
+    assert "another namespace's node directory" in made.stderr, made.stderr
 
 
 def test_b_cannot_write_or_read_in_as_namespace(cluster: Cluster, namespace: str,
