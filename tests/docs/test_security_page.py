@@ -1,14 +1,16 @@
 """docs/security.md shows the hostile-tenant suite as it runs: its table
 lists the attempts the suite makes (tests/cluster/hostile_record.py), in its
-order, the open ones as not refused and no other; its totals count them;
-and its command runs the suite and writes the table where it says."""
+order, each with what refused it and where that is logged as the suite's
+run asserts they were (hostile_record.EXPECTED), the open ones as not
+refused and no other; its totals count them; and its command runs the
+suite and writes the table where it says."""
 
 from __future__ import annotations
 
 import re
 import shlex
 
-from tests.cluster.hostile_record import ATTEMPTS, OPEN, TABLE_ENV
+from tests.cluster.hostile_record import ATTEMPTS, BESIDE, EXPECTED, OPEN, TABLE_ENV, cell
 from tests.docs import blocks
 from tests.docs.blocks import REPO
 
@@ -29,8 +31,9 @@ def test_the_table_lists_the_suites_attempts_in_its_order() -> None:
     rows = table_rows()
     assert [row[0] for row in rows] == list(ATTEMPTS)
     for name, refused_by, logged, leaked in rows:
-        assert (refused_by == "NOT REFUSED") == (name in OPEN), name
-        assert (logged == "—") == (name in OPEN), name
+        expected_by, expected_log = EXPECTED[name]
+        assert (refused_by, logged) == (cell(expected_by), expected_log or "—"), name
+        assert (refused_by == "NOT REFUSED") == (name in OPEN or not expected_by), name
         assert leaked.isdigit(), (name, leaked)
         if name not in OPEN:
             assert leaked == "0", name
@@ -39,16 +42,23 @@ def test_the_table_lists_the_suites_attempts_in_its_order() -> None:
 def test_the_totals_count_the_rows() -> None:
     rows = table_rows()
     leaked = sum(int(row[3]) for row in rows)
-    totals = f"attempts: {len(ATTEMPTS)}, refused: {len(ATTEMPTS) - len(OPEN)}, " \
-             f"leaked: {leaked}"
+    totals = f"attempts: {len(ATTEMPTS)}, refused: {len(ATTEMPTS) - len(OPEN) - len(BESIDE)}, " \
+             f"admitted beside A's: {len(BESIDE)}, open: {len(OPEN)}, leaked: {leaked}, " \
+             "not run: 0"
     assert totals in PAGE.read_text()
 
 
+def bullets(heading: str) -> int:
+    section = PAGE.read_text().split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
+    return len(re.findall(r"^- \*\*", section, re.MULTILINE))
+
+
 def test_each_open_attempt_is_explained_under_open() -> None:
-    text = PAGE.read_text()
-    opened = text.split("## Open: attempts not refused today", 1)[1].split("\n## ", 1)[0]
-    explained = re.findall(r"^- \*\*", opened, re.MULTILINE)
-    assert len(explained) == len(OPEN)
+    assert bullets("Open: attempts not refused today") == len(OPEN)
+
+
+def test_each_attempt_admitted_beside_as_data_is_explained() -> None:
+    assert bullets("Admitted, and why that reaches nothing of A's") == len(BESIDE)
 
 
 def test_the_command_runs_the_suite_and_writes_the_table() -> None:
