@@ -164,7 +164,8 @@ def admit(pod: dict[str, Any], cfg: config.OperatorConfig) -> list[dict[str, Any
     pod["spec"]["terminationGracePeriodSeconds"] = 3600
     candidates = [{"metadata": {"name": "llama", "namespace": "ml", "uid": "u"}, "spec": SPEC}]
     return asyncio.run(admission.admit_pod(pod, "ml", cfg, [], logging.getLogger("t"),
-                                           candidates, lambda name: lambda rank: []))
+                                           candidates, lambda name: lambda rank: [],
+                                           every=candidates))
 
 
 @pytest.mark.parametrize("group", [0, 999])

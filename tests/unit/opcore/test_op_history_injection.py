@@ -53,7 +53,8 @@ def admitted(policy: dict[str, Any], reader: bool = False) -> dict[str, dict[str
     if reader:
         pod["metadata"]["annotations"] = {ANNOTATION_ROLE: "reader"}
     ops = asyncio.run(admission.admit_pod(pod, "ml", CFG, [], logging.getLogger("t"),
-                                          [policy], lambda name: lambda rank: []))
+                                          [policy], lambda name: lambda rank: [],
+                                          every=[policy]))
     out = jsonpatch.apply_patch(copy.deepcopy(pod), ops)
     return {c["name"]: {e["name"]: e.get("value") for e in c.get("env") or []}
             for c in [*out["spec"]["initContainers"], *out["spec"]["containers"]]}

@@ -192,7 +192,9 @@ def test_one_pod_read_when_both_selector_and_location_change(
                            localTier={"path": "/mnt/ckptdrain/m"}),
                       old)
     assert str(refused).startswith("spec.storage.uri, spec.localTier.path: cannot change")
-    assert [r[0] for r in cluster["reads"]] == ["policies", "pods"]
+    # The namespace's policies (overlap), every namespace's (node
+    # directories: no view was given), then one pod read.
+    assert cluster["reads"] == [("policies", "ml"), ("policies", ""), ("pods", "ml", "llama")]
 
 
 def test_pods_being_deleted_or_failed_under_a_running_job_count_as_live(

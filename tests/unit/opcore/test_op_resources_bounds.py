@@ -156,7 +156,8 @@ def _admit(body: dict[str, Any], spec: dict[str, Any],
     warnings: list[str] = []
     candidates = [{"metadata": {"name": "p", "namespace": "ml", "uid": "u"}, "spec": spec}]
     ops = asyncio.run(admission.admit_pod(body, "ml", cfg, warnings, logging.getLogger("t"),
-                                          candidates, lambda name: lambda rank: []))
+                                          candidates, lambda name: lambda rank: [],
+                                          every=candidates))
     return ops, warnings
 
 

@@ -137,7 +137,7 @@ def _admit(body: dict[str, Any], spec: dict[str, Any], namespace: str = "ml",
                    "spec": one}]
     ops = asyncio.run(admission.admit_pod(body, namespace, cfg, warnings,
                                           logging.getLogger("t"), candidates,
-                                          lambda name: lambda rank: []))
+                                          lambda name: lambda rank: [], every=candidates))
     return ops, warnings
 
 

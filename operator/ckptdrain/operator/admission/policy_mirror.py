@@ -50,6 +50,12 @@ class PolicyMirror(WatchedView):
                 return None
             return [body for key in keys for body in self._by_label.get(key, {}).values()]
 
+    def every(self) -> list[dict[str, Any]] | None:
+        """Every policy of the view, of all its namespaces (the node
+        directory check, policy/node_dirs.py); None while it is not current."""
+        with self._lock:
+            return list(self._bodies.values()) if self._current else None
+
     # -- what the watch feeds it (apiserver/watched_view.py; pure, tested without a server)
 
     def _clear(self) -> None:

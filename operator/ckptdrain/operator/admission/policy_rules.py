@@ -2,12 +2,18 @@
 admission process (admission/process.py) and Kopf's server
 (admission/webhook.py). Three refusals, in order:
 
-1. a spec the operator cannot honour (admission/rules.py validate_policy);
+1. a spec the operator cannot honour (validate_policy);
 2. a selector that can pick a pod another policy of the namespace also
    picks (policy/conflicts.py), that one being deleted included, as pod
    admission counts it: such a pod could never be injected, so the policy
    is refused with one label set both would pick;
-3. a change of where checkpoints live (`spec.storage.uri`,
+3. in hostPath mode, a `spec.localTier.path` that would make the
+   namespace's node directory equal to, inside or around another
+   namespace's (policy/node_dirs.py), judged against the admission
+   process's view of every policy (admission/policy_mirror.py), or the
+   apiserver's list while that view is not current; refused without
+   naming the other namespace (the tenant may not read it);
+4. a change of where checkpoints live (`spec.storage.uri`,
    `spec.localTier.path`) or of `spec.writers` while pods the policy
    injected live (policy/relocation.py): an UPDATE changing them, or a
    CREATE of a policy whose namesake's live pods were injected with other
@@ -23,8 +29,8 @@ Refusals are 403 (the request is well formed, but not allowed now) or 422
 (the spec itself is wrong), never 409: kubectl takes 409 for a write race,
 retries it, and with --force deletes and recreates the object.
 
-The other policies and the live pods are read from the apiserver, not a
-watched view: policies are written rarely, and a view could miss a policy
+For the selector overlap, the other policies and the live pods are read
+from the apiserver, not a watched view: policies are written rarely, and a view could miss a policy
 created a moment ago, which is the very race (two creates at once) this
 check exists for. All reads of one admission share one time budget, under
 the webhook's timeout. A read that fails refuses (503): the policy webhook
@@ -35,23 +41,25 @@ same instant) pod admission refuses pod by pod.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ckptdrain.contract.policy_versions import V1ALPHA1
+from ckptdrain.operator.admission.nesting import every_policy
 from ckptdrain.operator.admission.rules import (
     READ_ERRORS,
     Refused,
     class_catalogue,
-    validate_policy,
 )
 from ckptdrain.operator.apiserver import namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import classes, conflicts, relocation
+from ckptdrain.operator.policy import classes, conflicts, node_dirs, relocation, version_messages
 from ckptdrain.operator.policy import spec as pol
 
+log = logging.getLogger("ckptdrain.admission")
 #: Not allowed now (a 409 would have kubectl retry, or recreate with --force).
 FORBIDDEN = 403
 Pod = dict[str, Any]
@@ -84,11 +92,14 @@ def moves_refused(name: str, fields: list[str], pod: str, *, creating: bool = Fa
 
 async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
                        namespace: str, cfg: OperatorConfig,
-                       written_in: str | None = None) -> None:
+                       written_in: str | None = None,
+                       every: list[dict[str, Any]] | None = None) -> None:
     """Refuse (Refused) a policy CREATE or UPDATE (`old`: the stored object).
     `written_in`: the apiVersion the request was made at, when the body
     was converted for this webhook; None: the body's own. The spec's
-    problems are said in it (policy/version_messages.py)."""
+    problems are said in it (policy/version_messages.py). `every`: the
+    policies of all watched namespaces from a current view (None: ask the
+    apiserver)."""
     meta = body.get("metadata") or {}
     spec = body.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
@@ -111,10 +122,25 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
     if old_spec is None or old_spec.get("selector") != selector:
         await _refuse_overlap(name, namespace,
                               selector if isinstance(selector, Mapping) else {}, deadline)
+    path = (classed.get("localTier") or {}).get("path")
+    if not cfg.csi and isinstance(path, str) and (
+            old_spec is None or (old_spec.get("localTier") or {}).get("path") != path):
+        await _refuse_nesting(name, namespace, path, cfg, every, deadline)
     if old_spec is not None:
         await _refuse_moves(name, namespace, relocation.refused(old_spec, spec), deadline)
     else:
         await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
+
+
+def validate_policy(spec: Mapping[str, Any], name: str, cfg: OperatorConfig,
+                    written_in: str = V1ALPHA1) -> None:
+    """Refuse (Refused) a policy the schema admits but the operator cannot
+    honour, each problem said in `written_in`, the version of the request
+    (policy/version_messages.py)."""
+    errors = pol.validate(dict(spec), cfg, name=name)
+    if errors:
+        raise Refused("; ".join(str(version_messages.in_version(e, written_in))
+                                for e in errors), code=422)
 
 
 async def default_class_patch(body: Mapping[str, Any], warnings: list[str],
@@ -188,6 +214,20 @@ async def _refuse_overlap(name: str, namespace: str, selector: Mapping[str, Any]
             f"labelled {conflicts.labels_text(witness)} would be selected by both, and a "
             "pod two policies select cannot be injected; make the selectors exclusive (e.g. "
             "a label one requires and the other excludes with NotIn)", code=FORBIDDEN)
+
+
+async def _refuse_nesting(name: str, namespace: str, path: str, cfg: OperatorConfig,
+                          every: list[dict[str, Any]] | None, deadline: float) -> None:
+    others = await every_policy(cfg, every, max(deadline - time.monotonic(), 0.001),
+                                node_dirs.FIELD)
+    clash = node_dirs.first_clash(namespace, path, others)
+    if clash is not None:
+        # The platform team reads which policy is in the way here; the tenant
+        # is not told (policy/node_dirs.py policy_refusal).
+        log.info("policy %s/%s refused: %s %s nests with %s/%s's node directory %s",
+                 namespace, name, node_dirs.FIELD, path, clash.namespace, clash.policy,
+                 clash.directory)
+        raise Refused(node_dirs.policy_refusal(namespace, path), code=FORBIDDEN)
 
 
 def _live(namespace: str, deadline: float) -> Callable[[Pod], bool]:

@@ -159,7 +159,8 @@ class Reviewer:
             lambda policy: writers.holders_of(namespace, policy))
         ops = await admission.admit_pod(pod, namespace, self.cfg, warnings, log,
                                         self.mirror.candidates(namespace, labels), holders,
-                                        self.pinning)
+                                        self.pinning,
+                                        None if self.cfg.csi else self.mirror.every())
         claim = claimed_rank(ops)
         if writers is not None and claim is not None and not payload.get("dryRun"):
             # Held from now on, for this process, until the pod's own event.
@@ -172,7 +173,8 @@ class Reviewer:
             return
         await policy_rules.admit_policy(
             body, old if payload.get("operation") == "UPDATE" and isinstance(old, dict) else None,
-            str(payload.get("namespace") or ""), self.cfg, requested_version(payload))
+            str(payload.get("namespace") or ""), self.cfg, requested_version(payload),
+            self.mirror.every())
 
     async def _policy_class(self, payload: dict[str, Any], warnings: list[str]
                             ) -> list[dict[str, Any]]:

@@ -27,21 +27,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckptdrain import sizing
-from ckptdrain.contract.policy_versions import V1ALPHA1
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.admission import (
     agent_images,
     cloud_identity,
     injection,
+    nesting,
     node_volume,
     tenant_identity,
     unselected,
 )
 from ckptdrain.operator.admission.owner_cache import OwnerCache
+from ckptdrain.operator.admission.refusal import READ_ERRORS, Refused
 from ckptdrain.operator.apiserver import class_view, namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import classes, history, identity, peer_tier, roles, version_messages
+from ckptdrain.operator.policy import classes, history, identity, peer_tier, roles
 from ckptdrain.operator.policy import spec as pol
 
 #: The webhooks' ids, which are also the paths they are served at.
@@ -49,14 +50,6 @@ MUTATE_ID = "ckptdrain-inject"
 VALIDATE_ID = "ckptdrain-policy"
 #: A policy created without a class gets the default class's name.
 MUTATE_POLICY_ID = "ckptdrain-policy-class"
-
-
-class Refused(Exception):
-    """An admission refused, with the HTTP code the apiserver passes on."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _selecting(labels: dict[str, str], bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -234,10 +227,6 @@ def _identity_warnings(pod: dict[str, Any]) -> list[str]:
     return [f"ckptdrain: {problem}" for problem in cloud_identity.ambient(pod).problems]
 
 
-#: What a read from the apiserver raises when it gets no answer it can use.
-READ_ERRORS = (apiserver_reads.ApiError, apiserver_reads.HTTPError, OSError)
-
-
 async def class_catalogue(timeout: float = class_view.LIST_TIMEOUT_S) -> classes.Catalogue:
     """The CheckpointClasses: the process's view, or listed (within
     `timeout`) when it lags. Raises Refused (503, retry) naming the field
@@ -258,6 +247,7 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
                     candidates: list[dict[str, Any]] | None,
                     holders: Callable[[str], Callable[[int], list[str]] | None] | None,
                     pinning: agent_images.Pinning | None = None,
+                    every: list[dict[str, Any]] | None = None,
                     ) -> list[dict[str, Any]]:
     """The JSON patch that injects the policy selecting `pod` ([] to leave it
     as it is); raises Refused to refuse it (also, under
@@ -266,7 +256,9 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     by a watch (None: no view to trust, ask the apiserver). `holders(policy)`:
     the live holders of each rank from a pod index (None: ask the apiserver).
     `pinning`: a writer keeps the agent image of its workload's other live
-    writers (admission/agent_pin.py)."""
+    writers (admission/agent_pin.py). `every`: the policies of all watched
+    namespaces from a current view (None: ask the apiserver), for the node
+    directory check of hostPath mode (policy/node_dirs.py)."""
     if injection.is_injected(pod):
         # Called again after later webhooks changed the pod: follow them.
         ops = injection.reinvocation_patch(pod)
@@ -326,6 +318,8 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         warnings.append(f"ckptdrain: policy {chosen['metadata']['name']} is invalid "
                         f"({error}); not injected")
         return []
+    if not cfg.csi:
+        await nesting.refuse_pod(p, namespace, chosen, cfg, every, logger)
     warnings.extend(f"ckptdrain: policy {p.name}: {note}" for note in p.resource_notes)
     peer_problem = peer_tier.not_ready(p.peer, chosen.get("status") or {})
     if peer_problem:
@@ -375,12 +369,3 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     return ops
 
 
-def validate_policy(spec: Mapping[str, Any], name: str, cfg: OperatorConfig,
-                    written_in: str = V1ALPHA1) -> None:
-    """Refuse (Refused) a policy the schema admits but the operator cannot
-    honour, each problem said in `written_in`, the version of the request
-    (policy/version_messages.py)."""
-    errors = pol.validate(dict(spec), cfg, name=name)
-    if errors:
-        raise Refused("; ".join(str(version_messages.in_version(e, written_in))
-                                for e in errors), code=422)

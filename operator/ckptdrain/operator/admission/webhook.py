@@ -111,6 +111,11 @@ def _candidates(namespace: str, labels: Mapping[str, str],
     return [b for key in keys if key in policies for b in policies.get(key, [])]
 
 
+def _every(policies: kopf.Index[LabelKey, Any]) -> list[dict[str, Any]]:
+    """Every indexed policy, of all watched namespaces."""
+    return [b for key in policies for b in policies.get(key, [])]
+
+
 def _indexed_holders(pods: kopf.Index[Any, Any], namespace: str, policy: str
                      ) -> Callable[[int], list[str]]:
     """Live holders of a rank from the operator's pod index (finished pods
@@ -182,7 +187,8 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
             _candidates(namespace, labels, policy_by_label) if trusted else None,
             (lambda policy: _indexed_holders(pod_index, namespace, policy))
             if trusted else None,
-            PINNING)
+            PINNING,
+            _every(policy_by_label) if trusted and not memo.config.csi else None)
     if ops:
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 

@@ -1,0 +1,19 @@
+"""How admission refuses: the exception its webhooks raise, with the HTTP
+code the apiserver passes on, and what a read from the apiserver raises when
+it gets no answer it can use (each caller decides what that refuses)."""
+
+from __future__ import annotations
+
+from ckptdrain.operator.apiserver import reads as apiserver_reads
+
+
+class Refused(Exception):
+    """An admission refused, with the HTTP code the apiserver passes on."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+#: What a read from the apiserver raises when it gets no answer it can use.
+READ_ERRORS = (apiserver_reads.ApiError, apiserver_reads.HTTPError, OSError)
