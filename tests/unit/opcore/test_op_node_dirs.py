@@ -97,3 +97,24 @@ def test_refusals_name_the_field_and_not_the_other_tenant() -> None:
     pod = node_dirs.pod_refusal("nest", "team-b", "/mnt/ckptdrain/nvme/team-a/ckpt")
     assert "CheckpointPolicy nest spec.localTier.path" in pod
     assert "another namespace's node directory" in pod
+
+
+def test_of_two_nesting_policies_only_the_newer_one_s_pods_are_refused() -> None:
+    """Two creations at once on two replicas can both pass policy admission:
+    pod admission then refuses the newcomer's pods, never the running
+    tenant's (a newcomer cannot stop another tenant's job by nesting)."""
+    older = body("team-a", "ckpt", "/mnt/ckptdrain/nvme")
+    older["metadata"]["creationTimestamp"] = "2026-11-30T10:00:00Z"
+    newer = body("team-b", "ckpt", "/mnt/ckptdrain/nvme/team-a/ckpt")
+    newer["metadata"]["creationTimestamp"] = "2026-11-30T10:00:01Z"
+    # A's pods: the only clash is newer than A's policy.
+    assert node_dirs.first_clash("team-a", "/mnt/ckptdrain/nvme", [newer],
+                                 "2026-11-30T10:00:00Z") is None
+    # B's pods: A's policy is older.
+    assert node_dirs.first_clash("team-b", "/mnt/ckptdrain/nvme/team-a/ckpt", [older],
+                                 "2026-11-30T10:00:01Z") is not None
+    # Created in the same second: neither is the newer, both are refused.
+    assert node_dirs.first_clash("team-a", "/mnt/ckptdrain/nvme", [newer],
+                                 "2026-11-30T10:00:01Z") is not None
+    # A policy admission (no creation time yet) counts every clash.
+    assert node_dirs.first_clash("team-a", "/mnt/ckptdrain/nvme", [newer]) is not None

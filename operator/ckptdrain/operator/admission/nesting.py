@@ -2,8 +2,9 @@
 mode): the other namespaces' policies it judges against, read from a current
 view or the apiserver, and the pod refusal. Policy admission refuses a
 policy whose node directory would nest with another namespace's
-(policy_rules.py); pod admission refuses a pod of such a policy (stored
-before the rule, or two created at once on two replicas)."""
+(policy_rules.py); pod admission refuses a pod of such a policy when it is
+the newer of the two (stored before the rule, or two created at once on two
+replicas), so the older tenant's pods keep working."""
 
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ async def refuse_pod(p: pol.Policy, namespace: str, chosen: Mapping[str, Any],
                      cfg: OperatorConfig, every: list[dict[str, Any]] | None,
                      logger: logging.Logger) -> None:
     """Refuse a pod whose policy `chosen` has a node directory nesting with
-    another namespace's policy's."""
+    an older (or as old) policy's of another namespace."""
     others = await every_policy(cfg, every, None, node_dirs.FIELD)
-    clash = node_dirs.first_clash(namespace, p.local_path, others)
+    created = str((chosen.get("metadata") or {}).get("creationTimestamp") or "") or None
+    clash = node_dirs.first_clash(namespace, p.local_path, others, created)
     if clash is not None:
         logger.warning("pod of policy %s refused: its node directory nests with %s/%s's %s",
                        p.key, clash.namespace, clash.policy, clash.directory)

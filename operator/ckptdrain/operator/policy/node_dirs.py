@@ -70,16 +70,24 @@ def of_policy(body: Mapping[str, Any]) -> NodeDir | None:
     return NodeDir(namespace, str(meta.get("name") or ""), namespace_dir(path, namespace))
 
 
-def first_clash(namespace: str, path: str, others: Iterable[Mapping[str, Any]]
-                ) -> NodeDir | None:
+def first_clash(namespace: str, path: str, others: Iterable[Mapping[str, Any]],
+                created: str | None = None) -> NodeDir | None:
     """The first policy of another namespace among `others` whose node
-    directory nests with `path/namespace`; None when none does."""
+    directory nests with `path/namespace`; None when none does. With
+    `created` (the creationTimestamp of the policy judged), only policies
+    created at or before it count: of two nesting policies the older one's
+    pods keep working, so a newcomer that got past policy admission (two
+    creations at once on two replicas) never stops a running tenant's pods."""
     mine = namespace_dir(path, namespace)
     for body in others:
         theirs = of_policy(body)
-        if theirs is not None and theirs.namespace != namespace \
-                and nest(mine, theirs.directory):
-            return theirs
+        if theirs is None or theirs.namespace == namespace \
+                or not nest(mine, theirs.directory):
+            continue
+        since = str((body.get("metadata") or {}).get("creationTimestamp") or "")
+        if created and since and since > created:
+            continue  # RFC3339 in UTC: the text orders as the time does
+        return theirs
     return None
 
 
