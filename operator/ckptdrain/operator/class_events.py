@@ -193,9 +193,13 @@ def _schedule(key: Any, memo: kopf.Memo, logger: logging.Logger,
     its own: Kopf never retries an event handler, and a pass that fails (a status write
     that kept losing to other writers, an API error) is retried by the
     Coalescer, from the policy as the index then holds it; the other
-    policies and the classes' own statuses do not wait for it."""
+    policies and the classes' own statuses do not wait for it. The pass runs
+    in a copy of the caller's context (a Kopf handler's, or the recheck's,
+    itself a copy of one): Kopf's settings and event queue are there, which
+    the reconcile's Events need; a Coalescer worker thread has none."""
+    context = contextvars.copy_context()
 
-    def run() -> None:
+    def reconcile() -> None:
         if not leadership.active():
             return  # a standby's indexes are not live; the leader judges it
         body = _policy(indexes["checkpointpolicy_index"], key)
@@ -204,6 +208,11 @@ def _schedule(key: Any, memo: kopf.Memo, logger: logging.Logger,
         logger.info("policy %s/%s: %s; reconciling it", *key, why)
         reconcile_policy(body=kopf.Body(body), memo=memo, logger=logger, announce=False,
                          **indexes)
+
+    def run() -> None:
+        # A fresh copy each run: a retried pass may run while the last one's
+        # context is still entered on another worker.
+        context.copy().run(reconcile)
 
     _rejudged.schedule(key, run, logger, 0.0)
 

@@ -67,12 +67,14 @@ def reconcile_policy(body: kopf.Body, memo: kopf.Memo,
             # Each problem said in the version its field was written at,
             # which the object's managedFields tell (policy/version_messages.py).
             message = version_messages.message(error, version_messages.versions_of(body))
-            if write_status(key, body, lambda current: st.for_invalid(
-                    message, _generation(current), now(), _conditions(current),
-                    resolved_class)) is not None:
-                kopf.warn(body, reason="InvalidSpec", message=message)
+            written = write_status(key, body, lambda current: st.for_invalid(
+                message, _generation(current), now(), _conditions(current), resolved_class))
+            # The peer tier first: an Event that cannot be posted must not
+            # leave an invalid policy's peers published.
             schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index,
                             checkpoint_index, logger, progress_index)
+            if written is not None:
+                kopf.warn(body, reason="InvalidSpec", message=message)
             return
         joint = rebalance.budgets(cfg, checkpointpolicy_index, pod_index, {key: parsed})
         cluster = None

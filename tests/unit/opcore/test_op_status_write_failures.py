@@ -69,3 +69,35 @@ def test_a_class_event_reconciles_each_policy_as_a_retried_pass_of_its_own(
     assert statuses == [True]  # the classes' own statuses do not wait for the policies
     assert done.wait(10), calls
     assert sorted(calls) == ["a", "a", "b"]
+
+
+def test_a_class_event_s_reconcile_runs_in_the_context_of_the_handler_that_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kopf's settings and event queue live in context variables of its
+    handlers; a reconcile posts its InvalidSpec Event with kopf.warn, which
+    reads them. The Coalescer's worker threads have an empty context: the
+    pass must carry the handler's."""
+    from kopf._core.engines import posting
+
+    seen: list[Any] = []
+    done = threading.Event()
+
+    def reconcile(body: Any, **_: Any) -> None:
+        seen.append(posting.settings_var.get(None))
+        done.set()
+
+    monkeypatch.setattr(class_events, "reconcile_policy", reconcile)
+    monkeypatch.setattr(class_events, "stale", lambda cfg, body: True)
+    monkeypatch.setattr(class_events, "_rejudged", Coalescer("test", retry_delay=0.05))
+    settings = object()
+    token = posting.settings_var.set(settings)  # type: ignore[arg-type]
+    try:
+        index = {("ml", "a"): [_body("a")]}
+        indexes = {name: {} for name in class_events.INDEXES} | {
+            "checkpointpolicy_index": index}
+        class_events._schedule(("ml", "a"), SimpleNamespace(config=None), LOG,  # type: ignore[arg-type]
+                               indexes, "its class changed")
+    finally:
+        posting.settings_var.reset(token)
+    assert done.wait(10)
+    assert seen == [settings]

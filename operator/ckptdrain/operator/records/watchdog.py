@@ -51,6 +51,8 @@ def start(cfg: OperatorConfig, policies: kopf.Index[Key, Any], pods: kopf.Index[
                 check(policies, pods, checkpoints, joint())
             except (kube.ApiException, kube.HTTPError, RuntimeError) as error:
                 logger.warning("stall check failed (%s); next in %ss", error, cfg.watchdog_s)
+            except Exception:  # logged: the watchdog must outlive one bad pass
+                logger.exception("stall check failed; next in %ss", cfg.watchdog_s)
 
     threading.Thread(target=loop, name="ckptdrain-watchdog", daemon=True).start()
 
