@@ -92,19 +92,13 @@ def test_the_driver_down_alert_selects_the_job_its_pod_monitor_sets(tools: Tools
 
 
 def test_promtool_accepts_the_rules(rules: dict[str, Any], tmp_path: Path) -> None:
-    path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump(rules))
-    result = prometheus.promtool("check", "rules", str(path))
+    result = prometheus.check_rules(rules, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(_alerts(rules))} rules found" in result.stdout, result.stdout
 
 
 def _run_cases(rules: dict[str, Any], tmp_path: Path) -> Any:
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
-    cases = yaml.safe_load(CASES.read_text())
-    cases["rule_files"] = ["rules.yaml"]
-    (tmp_path / "cases.yaml").write_text(yaml.safe_dump(cases))
-    return prometheus.promtool("test", "rules", "cases.yaml", cwd=tmp_path)
+    return prometheus.run_rule_cases(rules, CASES, tmp_path)
 
 
 def test_every_alert_fires_and_stays_quiet_as_its_cases_say(

@@ -23,6 +23,7 @@ from support.apiserver import Cluster
 #: conversion on an apiserver of its own, test_chart_upgrade.py through the
 #: session's operator).
 POLICIES = "checkpointpolicies.v1alpha1.ckptdrain.io"
+CLASSES = "checkpointclasses.ckptdrain.io"
 
 
 def get(cluster: Cluster, namespace: str, *what: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster_helpers import POLICIES, csi_driver_rules
+from cluster_helpers import CLASSES, POLICIES, csi_driver_rules
 from kubernetes import client, config
 from operator_process import PEAK_RSS_KIB, OperatorProcess, repo_root
 
@@ -88,6 +88,21 @@ def apply(cluster: apiserver.Cluster, namespace: str) -> Callable[..., Any]:
         return cluster.kubectl("apply", "-n", namespace, "-f", "-",
                                input=json.dumps(obj), check=check)
     return _apply
+
+
+@pytest.fixture
+def classes(cluster: apiserver.Cluster, operator: OperatorProcess
+            ) -> Iterator[Callable[..., None]]:
+    """Apply CheckpointClasses (cluster-scoped: the namespace fixture does not
+    clean them up); each is deleted, and waited for, after the test."""
+    made: list[str] = []
+
+    def make(body: dict[str, Any]) -> None:
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+        made.append(body["metadata"]["name"])
+    yield make
+    for name in made:
+        cluster.kubectl("delete", CLASSES, name, "--ignore-not-found", "--wait=true")
 
 
 @pytest.fixture

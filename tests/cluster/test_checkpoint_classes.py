@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
-from operator_process import OperatorProcess
+from cluster_helpers import CLASSES, INJECT, POLICIES, get, pod, policy, wait_for
 
 from support.apiserver import Cluster
 
-CLASSES = "checkpointclasses.ckptdrain.io"
 ROOT = "/mnt/class-nvme"
 
 
@@ -33,18 +30,6 @@ def checkpoint_class(name: str, default: bool = False, **spec: Any) -> dict[str,
         meta["annotations"] = {"ckptdrain.io/is-default-class": "true"}
     return {"apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointClass",
             "metadata": meta, "spec": {"nodeTier": {"root": ROOT}, **spec}}
-
-
-@pytest.fixture
-def classes(cluster: Cluster, operator: OperatorProcess) -> Iterator[Callable[..., None]]:
-    made: list[str] = []
-
-    def make(body: dict[str, Any]) -> None:
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
-        made.append(body["metadata"]["name"])
-    yield make
-    for name in made:
-        cluster.kubectl("delete", CLASSES, name, "--ignore-not-found", "--wait=true")
 
 
 def _create(cluster: Cluster, namespace: str, body: dict[str, Any]) -> Any:

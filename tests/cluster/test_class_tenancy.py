@@ -23,11 +23,10 @@ import pytest
 import yaml
 from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
 from documented_rbac import operator_rules
-from operator_process import OperatorProcess, repo_root
+from operator_process import repo_root
 
 from support.apiserver import Cluster
 
-CLASSES = "checkpointclasses.ckptdrain.io"
 TENANT = "example.com/tenant"
 
 
@@ -38,18 +37,6 @@ def tenancy_class() -> dict[str, Any]:
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     [cls] = [d for d in yaml.safe_load_all(block) if d and d["kind"] == "CheckpointClass"]
     return dict(cls)
-
-
-@pytest.fixture
-def classes(cluster: Cluster, operator: OperatorProcess) -> Iterator[Callable[..., None]]:
-    made: list[str] = []
-
-    def make(body: dict[str, Any]) -> None:
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
-        made.append(body["metadata"]["name"])
-    yield make
-    for name in made:
-        cluster.kubectl("delete", CLASSES, name, "--ignore-not-found", "--wait=true")
 
 
 @pytest.fixture

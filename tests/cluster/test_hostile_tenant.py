@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import hostile_record as ledger
 import pytest
-from cluster_helpers import INJECT, POLICIES, create, policy, wait_for
+from cluster_helpers import CLASSES, INJECT, POLICIES, create, policy, wait_for
 from cluster_helpers import pod as pod_of
 from hostile_tenants import (
     A_SECRET,
@@ -48,8 +48,6 @@ from ckptdrain.operator.admission.rules import MUTATE_ID
 from ckptdrain.peer import protocol
 from support.apiserver import Cluster
 from support.csi_driver import AS_ROOT_ON_LINUX, Harness, new_pod_uid, refused, running_driver
-
-CLASSES = "checkpointclasses.ckptdrain.io"
 
 
 @pytest.fixture

@@ -151,6 +151,15 @@ def _unprotected_meanwhile(cluster: Cluster, namespace: str) -> None:
     _set_status(cluster, namespace, "p", change)
 
 
+def _sized_then_read_before_the_sweep(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    """A sized policy "p" as a writer read it, before the sweep's condition."""
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(policy("p")))
+    _set_status(cluster, namespace, "p", _sized(_read(cluster, namespace, "p")))
+    stale = _read(cluster, namespace, "p")
+    _unprotected_meanwhile(cluster, namespace)
+    return stale
+
+
 def test_the_sizing_reconcile_from_an_older_read_keeps_the_sweep_s_condition(
         cluster: Cluster, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Only the status write is under test: the passes it schedules stay off.
@@ -175,10 +184,7 @@ def test_the_sizing_reconcile_from_an_older_read_keeps_the_sweep_s_condition(
 
 def test_the_joint_allocation_from_an_older_read_keeps_the_sweep_s_condition(
         cluster: Cluster, namespace: str) -> None:
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(policy("p")))
-    _set_status(cluster, namespace, "p", _sized(_read(cluster, namespace, "p")))
-    stale = _read(cluster, namespace, "p")
-    _unprotected_meanwhile(cluster, namespace)
+    stale = _sized_then_read_before_the_sweep(cluster, namespace)
     sized, share, parsed = _joint(stale)
 
     allocation_status.write((namespace, "p"), stale, sized, share, parsed, [])
@@ -191,10 +197,7 @@ def test_the_joint_allocation_from_an_older_read_keeps_the_sweep_s_condition(
 
 def test_the_stall_watchdog_from_an_older_read_keeps_the_sweep_s_condition(
         cluster: Cluster, namespace: str) -> None:
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(policy("p")))
-    _set_status(cluster, namespace, "p", _sized(_read(cluster, namespace, "p")))
-    stale = _read(cluster, namespace, "p")
-    _unprotected_meanwhile(cluster, namespace)
+    stale = _sized_then_read_before_the_sweep(cluster, namespace)
     drainer = DrainingPod("p-0", 0, created=stale["metadata"]["creationTimestamp"])
     a_day_on = datetime.now(UTC) + timedelta(days=1)  # nothing drained for a day
 

@@ -95,12 +95,7 @@ def test_alerts_fire_for_the_broken_job_and_not_for_the_healthy_one(
     with prometheus.running(tmp_path / "prometheus", targets, rule_groups=rules) as prom:
         prom.wait_for_scrape()
         # Every rule evaluates on real series without an error.
-        def evaluated() -> bool:
-            groups = prom.api("rules")["groups"]
-            return bool(groups) and all(r["health"] == "ok" and r.get("lastEvaluation", "")
-                                        [:4] not in ("", "0001") for g in groups
-                                        for r in g["rules"])
-        prom.wait_for("every rule evaluated", evaluated)
+        prom.wait_for_every_rule_evaluated()
         healthy.wait_for(lambda: healthy.states("Global"), "a global checkpoint")
 
         # Wrong bucket from day one: no global timestamp to age, yet it fires.

@@ -130,12 +130,7 @@ def test_node_tier_alerts_fire_for_the_troubled_node_and_not_the_healthy_one(
     with prometheus.running(tmp_path / "prometheus", targets, rule_groups=rules) as prom:
         prom.wait_for_scrape()
 
-        def evaluated() -> bool:
-            groups = prom.api("rules")["groups"]
-            return bool(groups) and all(r["health"] == "ok" and r.get("lastEvaluation", "")
-                                        [:4] not in ("", "0001") for g in groups
-                                        for r in g["rules"])
-        prom.wait_for("every rule evaluated", evaluated)
+        prom.wait_for_every_rule_evaluated()
 
         # The directory without a marker: counted, kept, and alerted on.
         prom.wait_for("CkptdrainNodeTierUnknownOwners for node-a",

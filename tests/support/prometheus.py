@@ -67,6 +67,23 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
                           timeout=300, cwd=cwd)
 
 
+def check_rules(rules: Mapping[str, Any], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`promtool check rules` over a rendered rule file."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(dict(rules)))
+    return promtool("check", "rules", str(path))
+
+
+def run_rule_cases(rules: Mapping[str, Any], cases: Path,
+                   tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`promtool test rules`: the unit cases in `cases` against `rules`."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(dict(rules)))
+    doc = yaml.safe_load(cases.read_text())
+    doc["rule_files"] = ["rules.yaml"]
+    (tmp_path / "cases.yaml").write_text(yaml.safe_dump(doc))
+    return promtool("test", "rules", "cases.yaml", cwd=tmp_path)
+
+
 @dataclass(frozen=True)
 class Target:
     address: str
@@ -101,6 +118,15 @@ class Prometheus:
                                      f"{what}\n{self.log.read_text()[-3000:]}")
             time.sleep(0.5)
         raise AssertionError(f"timed out waiting for {what}\n{self.log.read_text()[-3000:]}")
+
+    def wait_for_every_rule_evaluated(self) -> None:
+        """Every rule evaluated at least once, without an error."""
+        def evaluated() -> bool:
+            groups = self.api("rules")["groups"]
+            return bool(groups) and all(r["health"] == "ok" and r.get("lastEvaluation", "")
+                                        [:4] not in ("", "0001") for g in groups
+                                        for r in g["rules"])
+        self.wait_for("every rule evaluated", evaluated)
 
     def wait_for_scrape(self) -> None:
         """Every target scraped successfully at least once."""
