@@ -74,7 +74,7 @@ class S3Store(S3Multipart, S3StorageClass, S3RangedReads):
     one computed here (Content-MD5 costs ~1.7 core-s per GB it covers),
     once a probe has shown that the server checks it
     (s3_checksum_probe.py); where it does not, Content-MD5 as before.
-    tests/integration/test_store_contract.py sends wrong checksums to
+    tests/integration/test_store_checksums.py sends wrong checksums to
     SeaweedFS and MinIO.
     """
 
