@@ -1,5 +1,6 @@
 """The peer server and client over real TLS on loopback: push a step, list and
-fetch it back verified; refuse strangers; never publish a bad copy."""
+fetch it back verified; refuse strangers; never publish a bad copy. A peer
+that answers wrongly is in test_peer_wire_hostile.py."""
 
 from __future__ import annotations
 
@@ -9,18 +10,18 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.peer_wire import captured_tier as _tier
+from tests.support.peer_wire import credentials as _credentials
 
 from ckptdrain import cpus
 from ckptdrain.errors import IntegrityError
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.operator.peers import certs as peer_certs
 from ckptdrain.peer import client as peer_client
 from ckptdrain.peer import parts as peer_parts
 from ckptdrain.peer import server as peer_server
@@ -30,15 +31,6 @@ from ckptdrain.peer.protocol import PeerRefused
 from ckptdrain.peer.server import PeerServer, listen_address
 from ckptdrain.peer.tls import PeerAuthError, PeerCredentials
 from ckptdrain.ratelimit import TokenBucket
-
-POLICY = "ns/train"
-#: For the hostile server: when set, called for each answer (a sequence of them).
-hostile_next: list[Callable[[], bytes] | None] = [None]
-
-
-def _credentials(directory: Path, policy: str = POLICY) -> PeerCredentials:
-    peer_certs.write_material(directory, peer_certs.new_material(policy, datetime.now(UTC)))
-    return PeerCredentials(directory, policy)
 
 
 @pytest.fixture
@@ -54,16 +46,6 @@ def server(tmp_path: Path, creds: PeerCredentials) -> Iterator[PeerServer]:
     yield srv
     srv.shutdown()
     srv.server_close()
-
-
-def _tier(tmp_path: Path, step: int, size: int = 3 << 20) -> LocalTier:
-    src = tmp_path / f"src-{step}"
-    (src / "opt").mkdir(parents=True)
-    (src / "opt" / "state.bin").write_bytes(bytes(range(256)) * (size // 256))
-    (src / "model.bin").write_bytes(b"m" * 1234)
-    tier = LocalTier(tmp_path / "node-a")
-    tier.capture(src, step, writer=0, writers=2)
-    return tier
 
 
 def test_push_list_and_fetch_back_verified(tmp_path: Path, server: PeerServer,
@@ -311,102 +293,3 @@ def test_a_content_length_of_non_ascii_digits_is_refused_with_411(
         pytest.fail(f"the server dropped the connection instead of refusing: {err!r}")
     finally:
         conn.close()
-
-
-@pytest.fixture
-def hostile(creds: PeerCredentials) -> Iterator[list[bytes]]:
-    """A TLS server of this policy answering every request with the bytes the
-    test puts in the list (a peer gone wrong, or a compromised one)."""
-    import socket
-    import threading
-    answers: list[bytes] = []
-    hostile_next[0] = None
-    ctx = creds.server_context()
-    listener = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                raw, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                with ctx.wrap_socket(raw, server_side=True) as tls:
-                    tls.settimeout(5)
-                    head = b""
-                    while b"\r\n\r\n" not in head:
-                        chunk = tls.recv(4096)
-                        if not chunk:
-                            break
-                        head += chunk
-                    tls.sendall(hostile_next[0]() if hostile_next[0] else answers[0])
-            except OSError:
-                pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    answers.append(b"")
-    answers.append(str(listener.getsockname()[1]).encode())
-    yield answers
-    stop.set()
-    listener.close()
-    thread.join(5)
-
-
-def _answer(status: str, body: bytes, length: str | None = None) -> bytes:
-    return (f"HTTP/1.1 {status}\r\nContent-Length: "
-            f"{len(body) if length is None else length}\r\nConnection: close\r\n\r\n"
-            ).encode() + body
-
-
-@pytest.mark.parametrize("answer", [
-    _answer("200 OK", b'{"nope": 1}'),
-    _answer("200 OK", b'{"steps": [1, 2'),
-    _answer("200 OK", b"[" * 100_000),
-    b"GARBAGE\r\n\r\n",
-    _answer("200 OK", b'{"steps": ["1"]}'),
-])
-def test_a_hostile_step_list_is_a_peer_unavailable(hostile: list[bytes], creds: PeerCredentials,
-                                                   answer: bytes) -> None:
-    # Anything else escapes restore's fallbacks (and kills the replicator's thread).
-    hostile[0] = answer
-    with pytest.raises(PeerUnavailable):
-        PeerClient(f"127.0.0.1:{int(hostile[1])}", creds).steps(0)
-
-
-def test_a_part_longer_than_asked_is_refused_and_nothing_published(
-        tmp_path: Path, hostile: list[bytes], creds: PeerCredentials) -> None:
-    """A partner that answers the manifest, then a part longer than the
-    range asked for (each answer closes its connection: the client dials
-    again, checking the certificate again)."""
-    tier = _tier(tmp_path, 40, size=4096)
-    manifest = (tier.step_dir(40) / "manifest.json").read_bytes()
-    answers = iter([_answer("200 OK", manifest)] + [
-        _answer("206 Partial Content", b"x" * 9000)] * 8)
-    hostile[0] = b""
-    hostile_next[0] = lambda: next(answers)
-    client = PeerClient(f"127.0.0.1:{int(hostile[1])}", creds)
-    dest = tmp_path / "restored"
-    with pytest.raises((PeerUnavailable, IntegrityError)):
-        client.fetch_step(0, 40, dest / ".tmp", dest / "step-40", writers=2)
-    assert not (dest / "step-40").exists() and not (dest / ".tmp").exists()
-
-
-def test_a_hostile_copy_stream_is_refused_not_a_crash(
-        tmp_path: Path, hostile: list[bytes], creds: PeerCredentials) -> None:
-    tier = _tier(tmp_path, 40, size=4096)
-    from ckptdrain.peer import stream
-    data, manifest = stream.read_copy(tier.step_dir(40))
-    body = stream.copy_bytes(tier.step_dir(40), manifest, data)
-    hostile[0] = _answer("200 OK", body, length="many")
-    client = PeerClient(f"127.0.0.1:{int(hostile[1])}", creds)
-    dest = tmp_path / "restored"
-    with pytest.raises((PeerUnavailable, IntegrityError)):
-        client.fetch_step(0, 40, dest / ".tmp", dest / "step-40", writers=2)
-    assert not (dest / "step-40").exists()
-    hostile[0] = b"GARBAGE\r\n\r\n"
-    with pytest.raises(PeerUnavailable):
-        client.manifest(0, 40, writers=2)
-    with pytest.raises(PeerUnavailable):
-        client.send_step(tier, 40, 0)
