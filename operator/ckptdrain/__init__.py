@@ -1,3 +1,3 @@
 """ckptdrain: cheap, fast and survivable checkpoints for large training jobs."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

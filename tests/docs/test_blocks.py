@@ -252,7 +252,7 @@ GITOPS_BLOCKS = {kind: next(b for b in BLOCKS if b.kind == "fragment" and b.note
     ("HelmRelease", "helm.toolkit.fluxcd.io/v2", "helm.toolkit.fluxcd.io/v2beta9"),
     ("HelmRelease", "chart: ckptdrain", "chart: ckptdrain-operator"),  # another chart
     ("Application", "path: charts/ckptdrain", "path: charts/ckptdrain-operator"),
-    ("Application", 'tag: "0.2.0"', "tag: 0.2"),  # a number: the schema wants a string
+    ("Application", 'tag: "0.3.0"', "tag: 0.2"),  # a number: the schema wants a string
     ("Application", "name: ckptdrain-webhook-cert", "name: ckptdrain-cert"),  # not rendered
 ])
 def test_a_broken_gitops_example_fails(tmp_path: Path, kind: str, old: str, new: str) -> None:
