@@ -21,8 +21,12 @@ from kubernetes import client, config
 from operator_process import PEAK_RSS_KIB, OperatorProcess, repo_root
 
 from support import apiserver
+from support.conversion_server import ConversionServer, converting_crds
 
 pytestmark = pytest.mark.cluster
+
+#: The CRDs every session installs, as crds/ ships them.
+SESSION_CRDS = ("checkpointpolicies", "checkpoints", "checkpointshares", "checkpointclasses")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -49,15 +53,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[apiserver.Clus
 
 
 @pytest.fixture(scope="session")
-def crds(cluster: apiserver.Cluster) -> None:
+def session_conversion(cluster: apiserver.Cluster) -> Iterator[ConversionServer]:
+    """The session's CRDs as crds/ ships them, the CheckpointPolicy CRD's
+    conversion sent to an admission process of its own (no Service here):
+    v1beta1 is stored, so every test that writes or reads v1alpha1 needs it.
+    A test that applies the CRD again keeps it converting
+    (`session_conversion.converting(crd)`)."""
     root = repo_root() / "crds"
-    cluster.kubectl("apply", "-f", str(root / "checkpointpolicies.yaml"),
-                    "-f", str(root / "checkpoints.yaml"),
-                    "-f", str(root / "checkpointshares.yaml"),
-                    "-f", str(root / "checkpointclasses.yaml"))
-    apiserver.wait_established(cluster, "checkpointpolicies.ckptdrain.io",
-                               "checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io",
-                               "checkpointclasses.ckptdrain.io")
+    with converting_crds(cluster, [root / f"{name}.yaml" for name in SESSION_CRDS]) as server:
+        apiserver.wait_established(cluster, *(f"{name}.ckptdrain.io" for name in SESSION_CRDS))
+        yield server
+
+
+@pytest.fixture(scope="session")
+def crds(session_conversion: ConversionServer) -> None:
+    """The session's CRDs, installed and converting (session_conversion)."""
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,8 @@ class OperatorProcess:
             "CKPTDRAIN_EXPIRED_TTL": "0",
             "CKPTDRAIN_WATCHDOG_PERIOD": "1s",
             "CKPTDRAIN_NAMESPACE_RECHECK_PERIOD": "1s",
+            # A CRD flipped by a test's upgrade is migrated within a second.
+            "CKPTDRAIN_STORAGE_CHECK_PERIOD": "1s",
             "CKPTDRAIN_IMAGE": "ckptdrain:test",
             # The peer tier's CAs: the apiserver makes this namespace itself.
             "CKPTDRAIN_PEER_CA_NAMESPACE": "default",

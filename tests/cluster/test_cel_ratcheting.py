@@ -18,6 +18,7 @@ from cluster_helpers import POLICIES, policy
 from operator_process import WEBHOOK_NAME, OperatorProcess, repo_root
 
 from support.apiserver import Cluster
+from support.conversion_server import ConversionServer
 
 CRD = repo_root() / "crds" / "checkpointpolicies.yaml"
 FINALIZER = "example.com/hold"
@@ -57,7 +58,7 @@ def _violator(name: str, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def stored(cluster: Cluster, crds: None, operator: OperatorProcess,
+def stored(cluster: Cluster, session_conversion: ConversionServer, operator: OperatorProcess,
            namespace: str) -> Iterator[Any]:
     """Stores the given bodies under the rule-free CRD; the CRD with its rules
     is served again (and a fresh `probe` refused) when the test body runs.
@@ -68,7 +69,9 @@ def stored(cluster: Cluster, crds: None, operator: OperatorProcess,
     for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
         cluster.kubectl("delete", kind, WEBHOOK_NAME, "--ignore-not-found")
     def store(probe: dict[str, Any], *bodies: dict[str, Any]) -> None:
-        ruleless = _without_rules(yaml.safe_load(CRD.read_text()))
+        # Converting as the session's CRD does (v1alpha1 writes need it).
+        shipped = session_conversion.converting(yaml.safe_load(CRD.read_text()))
+        ruleless = _without_rules(shipped)
         try:
             cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                             input=json.dumps(ruleless))
@@ -79,7 +82,8 @@ def stored(cluster: Cluster, crds: None, operator: OperatorProcess,
                                        input=json.dumps(body), check=False)
                 assert made.returncode == 0, made.stderr
         finally:
-            cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+            cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                            input=json.dumps(shipped))
         _until(lambda: _dry_run(cluster, probe).returncode != 0,
                "the CRD with its rules")
     try:

@@ -43,10 +43,10 @@ from cluster_helpers import INJECT, helm_binary, pod, policy, wait_for
 from operator_process import WEBHOOK_NAME, OperatorProcess, repo_root
 from tests.chart.support import adopt_crds
 
-from ckptdrain.contract.goodput import AgentView
 from ckptdrain.contract.policy_versions import convert
 from support import apiserver
 from support.apiserver import Cluster
+from support.conversion_server import ConversionServer
 
 ALPHA, BETA = "ckptdrain.io/v1alpha1", "ckptdrain.io/v1beta1"
 CRD = "checkpointpolicies.ckptdrain.io"
@@ -135,27 +135,41 @@ def route_release_policy_webhooks(cluster: Cluster, release: str, url: str, ca: 
         cluster.kubectl("patch", kind, name, "--type=json", "-p", json.dumps(ops))
 
 
+def as_shipped(cluster: Cluster) -> None:
+    """The CRD's conversion naming the Service crds/ names, not the
+    session's URL: what an installed cluster has before `helm install`
+    (Helm's patch would set a Service beside the URL, which is invalid)."""
+    source = next(d for d in yaml.safe_load_all(
+        (repo_root() / "crds" / "checkpointpolicies.yaml").read_text()) if d)
+    patch_client_config(cluster, {"url": None, "caBundle": None,
+                                  **source["spec"]["conversion"]["webhook"]["clientConfig"]})
+
+
 #: The CRDs the `crds` fixture applies for the session, as crds/ ships them.
 SESSION_CRDS = ("checkpointpolicies", "checkpoints", "checkpointshares", "checkpointclasses")
 #: What kubectl's client-side apply (the `crds` fixture's) keeps on each CRD.
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
-def put_back_session_crds(cluster: Cluster) -> None:
-    """The session's CRDs as crds/ has them, whatever the releases left:
-    applied server-side with --force-conflicts (Helm owns their fields now),
-    Helm's labels and annotations (release ownership, resource policy)
+def put_back_session_crds(cluster: Cluster, conversion: ConversionServer) -> None:
+    """The session's CRDs as crds/ has them, converting through the
+    session's server (conftest.py session_conversion), whatever the releases
+    left: applied server-side with --force-conflicts (Helm owns their fields
+    now), Helm's labels and annotations (release ownership, resource policy)
     stripped, so no later `helm install` takes them for another release's,
     and the served flags of this release checked."""
-    source = next(d for d in yaml.safe_load_all(
-        (repo_root() / "crds" / "checkpointpolicies.yaml").read_text()) if d)
-    shipped = source["spec"]["conversion"]["webhook"]["clientConfig"]
+    source = conversion.converting(next(d for d in yaml.safe_load_all(
+        (repo_root() / "crds" / "checkpointpolicies.yaml").read_text()) if d))
+    session = source["spec"]["conversion"]["webhook"]["clientConfig"]
     # A merge patch first: server-side apply keeps fields the file lacks
-    # (the URL and CA this test set), and a URL beside a Service is invalid.
-    patch_client_config(cluster, {"url": None, "caBundle": None, **shipped})
+    # (the Service a release set), and a URL beside a Service is invalid.
+    patch_client_config(cluster, {"service": None, **session})
     for name in SESSION_CRDS:
         path = repo_root() / "crds" / f"{name}.yaml"
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        doc = source if name == "checkpointpolicies" else next(
+            d for d in yaml.safe_load_all(path.read_text()) if d)
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                        input=json.dumps(doc))
         meta = next(d for d in yaml.safe_load_all(path.read_text()) if d)["metadata"]
         live = json.loads(cluster.kubectl("get", "crd", meta["name"], "-o", "json").stdout)
         for verb, field, kept in (("label", "labels", ()), ("annotate", "annotations",
@@ -172,12 +186,13 @@ def put_back_session_crds(cluster: Cluster) -> None:
                       for key in live_meta.get(field) or {} if "helm" in key.lower()
                       or (key == "app.kubernetes.io/managed-by")]
         assert helm_marks == [], (name, helm_marks)
-    assert served(cluster) == {"v1alpha1": (True, True), "v1beta1": (True, False)}
-    assert crd(cluster)["spec"]["conversion"]["webhook"]["clientConfig"] == shipped
+    assert served(cluster) == {"v1alpha1": (True, False), "v1beta1": (True, True)}
+    assert crd(cluster)["spec"]["conversion"]["webhook"]["clientConfig"] == session
 
 
 @pytest.fixture
-def release(cluster: Cluster, crds: None, operator: OperatorProcess) -> Iterator[str]:
+def release(cluster: Cluster, session_conversion: ConversionServer,
+            operator: OperatorProcess) -> Iterator[str]:
     """A namespace for the release; afterwards, however the test ended
     (between install and upgrade too), the release uninstalled and the
     session's CRDs as crds/ has them (put_back_session_crds), so the modules
@@ -190,7 +205,9 @@ def release(cluster: Cluster, crds: None, operator: OperatorProcess) -> Iterator
         try:
             subprocess.run([str(helm_binary()), "uninstall", "up", "-n", namespace],
                            capture_output=True, env=cluster.env(), timeout=300)
-            put_back_session_crds(cluster)
+            put_back_session_crds(cluster, session_conversion)
+            if operator.proc is None:  # stopped by a test that ended early
+                operator.start()
         finally:
             cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
@@ -206,61 +223,66 @@ def test_objects_written_under_0_1_0_read_and_work_after_the_upgrade(
     # peering, whose CRDs the session's apiserver does not have.
     values = ["--set", f"operator.watchNamespace={release}", "--set", "operator.replicas=1",
               "--set", "operator.peering=false", "--skip-crds"]
+    # The CA the 0.1.0 operator keeps in the CRD, below.
+    ca = operators_ca(cluster)
+    # The session's operator reads v1beta1, which 0.1.0 does not serve: it
+    # cannot stand for the 0.1.0 operator, so none runs until the upgrade,
+    # and its webhook configurations (which fail closed) go with it.
+    operator.stop()
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        cluster.kubectl("delete", kind, WEBHOOK_NAME, "--ignore-not-found")
+    as_shipped(cluster)
     adopt_crds(cluster, "up", release)
     helm(cluster, "install", "up", str(RELEASED), "-n", release, *values)
     assert served(cluster) == {"v1alpha1": (True, True), "v1beta1": (False, False)}
 
-    # Under 0.1.0: a policy in human units, and one whose status the
-    # operator writes (goodput times, Unix seconds at v1alpha1).
+    # Under 0.1.0: a policy in human units, and one with a status as the
+    # 0.1.0 operator wrote it (goodput times, Unix seconds at v1alpha1),
+    # written here.
     def create(body: dict[str, Any]) -> None:
         cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(body))
     create(policy("units", **UNITS))
     create(policy("llama", model={"checkpointBytes": "5.67TB"}, writers=1))
-    wait_for(lambda: read(cluster, namespace, ALPHA, "llama").get("status", {}).get("phase"),
-             what="llama sized")
     now = float(int(time.time()))
-    agent = AgentView(training_at=now - 100, first_step=0, blocked_s=2.0,
-                      interrupted_at=None, step=57, step_s=0.5, completed=((50, now - 30),),
-                      newest_local=57, newest_global=50)
-    worker = pod("w-a", {"app": "llama", **INJECT}, 0, terminationGracePeriodSeconds=3600)
-    worker["metadata"]["annotations"]["ckptdrain.io/goodput"] = agent.to_json()
-    create(worker)
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now - 100))
-    cluster.kubectl("patch", "-n", namespace, "pod", "w-a", "--subresource=status",
-                    "--type=merge", "-p", json.dumps({"status": {"phase": "Running",
-                                                                 "startTime": started}}))
-    wait_for(lambda: read(cluster, namespace, ALPHA, "llama")["status"]["goodput"][
-        "heldSince"] == now - 100, what="the operator to write goodput.heldSince")
+    cluster.kubectl("patch", "-n", namespace, resource(ALPHA), "llama", "--subresource=status",
+                    "--type=merge", "-p", json.dumps({"status": {"goodput": {
+                        "heldSince": now - 100}}}))
     written = {name: read(cluster, namespace, ALPHA, name)["spec"]
                for name in ("units", "llama")}
     assert written["units"]["mtti"] == "1d" and written["units"]["overlap"] == "0.1"
 
     # What the 0.1.0 operator does in a cluster: keep its CA in the CRD's
     # conversion webhook, which names the release's Service.
-    ca = operators_ca(cluster)
     patch_client_config(cluster, {"caBundle": ca})
 
     helm(cluster, "upgrade", "up", str(repo_root() / "charts" / "ckptdrain"), "-n", release,
          *values)
-    assert served(cluster) == {"v1alpha1": (True, True), "v1beta1": (True, False)}
+    assert served(cluster) == {"v1alpha1": (True, False), "v1beta1": (True, True)}
     upgraded = crd(cluster)["spec"]["conversion"]["webhook"]["clientConfig"]
     assert upgraded["caBundle"] == ca  # Helm's merge leaves the operator's CA
     assert upgraded["service"]["namespace"] == release and upgraded["service"]["path"] == (
         "/convert")
-    # v1alpha1 reads (the operator's) need no conversion.
+    # v1alpha1 reads of objects still stored at v1alpha1 need no conversion.
     assert read(cluster, namespace, ALPHA, "units")["spec"] == written["units"]
 
-    # What the Service does in a cluster: reach a replica's /convert.
+    # The upgraded operator starts (its webhooks registered again, with the
+    # CA it serves now), and the Service reaches a replica's /convert.
+    operator.start()
     port = operator.env["CKPTDRAIN_WEBHOOK_PORT"]
-    patch_client_config(cluster, {"service": None, "url": f"https://127.0.0.1:{port}/convert"})
+    ca = operators_ca(cluster)
+    patch_client_config(cluster, {"service": None, "caBundle": ca,
+                                  "url": f"https://127.0.0.1:{port}/convert"})
     wait_for(lambda: cluster.kubectl("get", "-n", namespace, resource(BETA), "units",
                                      check=False).returncode == 0,
              what="the apiserver to convert through the operator's /convert")
 
-    # Every object at v1beta1: the converter's values, exactly.
+    # Every object at v1beta1: the converter's values, exactly. At v1alpha1
+    # the values written, in v1beta1's spellings once the operator wrote the
+    # object at v1beta1 (its status, its migration): 1d reads 24h.
     for name in ("units", "llama"):
         alpha, beta = same_moment(cluster, namespace, name)
-        assert beta["apiVersion"] == BETA and alpha["spec"] == written[name]
+        assert beta["apiVersion"] == BETA
+        assert convert({**alpha, "spec": written[name]}, BETA)["spec"] == beta["spec"]
         expected = convert(copy.deepcopy(alpha), BETA)
         assert (beta["spec"], beta.get("status")) == (expected["spec"], expected.get("status"))
         assert beta["metadata"]["uid"] == alpha["metadata"]["uid"]
@@ -281,7 +303,7 @@ def test_objects_written_under_0_1_0_read_and_work_after_the_upgrade(
             ("llama", version), ("units", version)], what
 
     # A write at v1beta1 reads back at v1alpha1 as written, and the operator
-    # (reading v1alpha1, patching its status there) reconciles it.
+    # (reading v1beta1, patching its status there) reconciles it.
     generation = read(cluster, namespace, ALPHA, "units")["metadata"]["generation"]
     cluster.kubectl("patch", "-n", namespace, resource(BETA), "units", "--type=merge",
                     "-p", json.dumps({"spec": {"interval": "30m", "mtti": "36h"}}))

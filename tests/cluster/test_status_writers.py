@@ -36,6 +36,7 @@ from ckptdrain.operator.records import watchdog
 from ckptdrain.sizing import SizingInput, compute
 from support import apiserver
 from support.apiserver import Cluster
+from support.conversion_server import converting_crds
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LOG = logging.getLogger("test")
@@ -43,10 +44,10 @@ LOG = logging.getLogger("test")
 
 @pytest.fixture(scope="module")
 def quiet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """An apiserver with the CRDs and no operator: nothing writes but the test."""
-    with apiserver.running(tmp_path_factory.mktemp("quiet-apiserver")) as running:
-        crds = repo_root() / "crds"
-        running.kubectl("apply", "-f", str(crds / "checkpointpolicies.yaml"))
+    """An apiserver with the CRDs and no operator: nothing writes but the test
+    (and the conversion webhook: the test writes v1alpha1, v1beta1 is stored)."""
+    with apiserver.running(tmp_path_factory.mktemp("quiet-apiserver")) as running, \
+            converting_crds(running, [repo_root() / "crds" / "checkpointpolicies.yaml"]):
         apiserver.wait_established(running, "checkpointpolicies.ckptdrain.io")
         yield running
 

@@ -47,11 +47,8 @@ def find_binaries() -> Binaries:
     etcd_cached = CACHE / "etcd" / "bin" / "etcd"
     etcd = etcd_cached if etcd_cached.exists() else Path(shutil.which("etcd") or etcd_cached)
     found = Binaries(etcd=etcd, kube_apiserver=k8s / "kube-apiserver", kubectl=k8s / "kubectl")
-    missing = [
-        str(p)
-        for p in (found.etcd, found.kube_apiserver, found.kubectl)
-        if not os.access(p, os.X_OK)
-    ]
+    missing = [str(p) for p in (found.etcd, found.kube_apiserver, found.kubectl)
+               if not os.access(p, os.X_OK)]
     if missing:
         raise MissingBinaries(
             "real Kubernetes test servers are missing: "
@@ -148,6 +145,7 @@ class Cluster:
     workdir: Path
     binaries: Binaries
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    etcd_url: str = ""  # etcd's client URL (support/etcd_keys.py)
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
@@ -314,7 +312,7 @@ def start(workdir: Path, *, ready_timeout_s: float = 120,
         kubeconfig=kubeconfig,
         workdir=workdir,
         binaries=binaries,
-        processes=[etcd, apiserver],
+        processes=[etcd, apiserver], etcd_url=etcd_url,
     )
     try:
         _wait_ready(cluster, ready_timeout_s, log_path)

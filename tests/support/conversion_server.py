@@ -1,8 +1,8 @@
 """The admission process on its own, as the operator runs it, for tests
 that need only its HTTPS server: the conversion webhook's own tests
 (tests/cluster/conversion/), and apiservers that must take
-v1beta1 CheckpointPolicies as users write them (the docs' examples, the
-policies the e2e applies), which the stored v1alpha1 makes a conversion."""
+CheckpointPolicies at v1alpha1 (most cluster tests write them so), which
+the stored v1beta1 makes a conversion."""
 
 from __future__ import annotations
 
@@ -35,8 +35,12 @@ class ConversionServer:
     as the operator runs it: our end of its standard input keeps it alive,
     its standard output says when it listens and what it answered."""
 
-    def __init__(self, cluster: Cluster, cert: Path, key: Path, port: int) -> None:
+    def __init__(self, cluster: Cluster, cert: Path, key: Path, port: int,
+                 ca_pem: bytes = b"") -> None:
         self.cluster, self.cert, self.key, self.port = cluster, cert, key, port
+        #: The CA its certificate chains to: what a CRD's caBundle trusts.
+        self.ca_pem = ca_pem
+        self.url = f"https://127.0.0.1:{port}/convert"
         self.proc: subprocess.Popen[str] | None = None
         self.lines: queue.Queue[str] = queue.Queue()
         self.reports: list[str] = []
@@ -87,6 +91,10 @@ class ConversionServer:
                 count, since = self.conversions(), time.monotonic()
         return count
 
+    def converting(self, crd: dict[str, Any]) -> dict[str, Any]:
+        """`crd` (the CheckpointPolicy CRD) converting through this server."""
+        return converting_to(crd, self.url, self.ca_pem)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             assert self.proc.stdin is not None
@@ -121,14 +129,13 @@ def converting_crds(cluster: Cluster, crds: Iterable[Path]) -> Iterator[Conversi
         ca = make_ca(workdir, "conversion-ca")
         cert, key = make_cert(workdir, "conversion", ca)
         port = free_port()
-        server = ConversionServer(cluster, cert, key, port)
+        server = ConversionServer(cluster, cert, key, port, ca[0].read_bytes())
         server.start()
         try:
             for path in crds:
                 for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):
                     if path.name == POLICY_CRD:
-                        doc = converting_to(doc, f"https://127.0.0.1:{port}/convert",
-                                            ca[0].read_bytes())
+                        doc = server.converting(doc)
                     cluster.kubectl("apply", "--server-side", "-f", "-",
                                     input=json.dumps(doc))
             wait_established(cluster)
@@ -136,6 +143,14 @@ def converting_crds(cluster: Cluster, crds: Iterable[Path]) -> Iterator[Conversi
         finally:
             for path in crds:
                 if path.name == POLICY_CRD:
+                    # A merge patch first: another manager may own the URL
+                    # (a test's patch), and a URL beside a Service is invalid.
+                    shipped = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+                    config = shipped["spec"]["conversion"]["webhook"]["clientConfig"]
+                    cluster.kubectl("patch", "crd", shipped["metadata"]["name"],
+                                    "--type=merge", "-p", json.dumps({"spec": {"conversion": {
+                                        "webhook": {"clientConfig": {
+                                            "url": None, "caBundle": None, **config}}}}}))
                     cluster.kubectl("apply", "--server-side", "-f", str(path))
             server.stop()
     finally:

@@ -76,14 +76,14 @@ def _common(version: str) -> dict[str, Any]:
     return schema
 
 
-def test_both_versions_are_served_and_v1alpha1_is_stored() -> None:
-    """v1beta1 is served from 0.2.0, v1alpha1 still stored: a rollback to
-    0.1.0, which serves v1alpha1 alone, reads every object (docs/api-versions.md,
-    "Storage: v1alpha1 for one more release")."""
+def test_both_versions_are_served_and_v1beta1_is_stored() -> None:
+    """v1beta1 is stored from 0.3.0, v1alpha1 still served: its rollback
+    target, 0.2.0, serves v1beta1 and converts, so it reads every object
+    (docs/api-versions.md, "Storage: v1beta1 from 0.3.0")."""
     versions = _versions()
     assert list(versions) == ["v1alpha1", "v1beta1"]
-    assert (versions["v1alpha1"]["served"], versions["v1alpha1"]["storage"]) == (True, True)
-    assert (versions["v1beta1"]["served"], versions["v1beta1"]["storage"]) == (True, False)
+    assert (versions["v1alpha1"]["served"], versions["v1alpha1"]["storage"]) == (True, False)
+    assert (versions["v1beta1"]["served"], versions["v1beta1"]["storage"]) == (True, True)
     for key in ("subresources", "additionalPrinterColumns"):
         assert versions["v1beta1"][key] == versions["v1alpha1"][key], key
 

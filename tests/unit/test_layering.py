@@ -96,9 +96,11 @@ OPERATOR_ROOMS: dict[str, frozenset[str]] = {
     "peers": frozenset({"base", "apiserver", "policy", "records", "tls"}),
     "admission": frozenset({"base", "apiserver", "policy", "tls"}),
     "recency": frozenset({"base", "apiserver"}),
+    "migration": frozenset({"base", "apiserver"}),
     "kueue": frozenset({"base", "apiserver", "policy", "bandwidth", "admission", "recency"}),
     "wiring": frozenset({"base", "apiserver", "policy", "tls", "bandwidth", "records",
-                         "goodput", "peers", "admission", "recency", "kueue"}),
+                         "goodput", "peers", "admission", "recency", "kueue",
+                         "migration"}),
 }
 #: Third-party SDKs and the only places that may import them.
 SDK_EDGES = {

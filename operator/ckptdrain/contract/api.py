@@ -7,8 +7,15 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 GROUP = "ckptdrain.io"
+#: The one version of Checkpoint and CheckpointShare (CheckpointClass is
+#: v1beta1 only: class_events.py).
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+#: CheckpointPolicy's storage version from 0.3.0, which the operator, the
+#: CSI driver and the CLI read and write (v1alpha1 is served too, converted
+#: by the operator's /convert: docs/api-versions.md).
+POLICY_VERSION = "v1beta1"
+POLICY_API_VERSION = f"{GROUP}/{POLICY_VERSION}"
 
 POLICIES = "checkpointpolicies"
 CHECKPOINTS = "checkpoints"

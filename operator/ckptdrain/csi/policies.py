@@ -21,7 +21,9 @@ from ckptdrain.csi.requests import Refused
 from ckptdrain.csi.volumes import PolicyResolver
 from ckptdrain.errors import InvalidInput
 
-GROUP, VERSION, PLURAL = "ckptdrain.io", "v1alpha1", "checkpointpolicies"
+#: The storage version (from 0.3.0): the driver reads only a policy's uid,
+#: the same at every version, and asks no conversion of the operator.
+GROUP, VERSION, PLURAL = "ckptdrain.io", "v1beta1", "checkpointpolicies"
 
 
 def policies_api() -> Any:

@@ -10,7 +10,8 @@ holds these rules as a test):
     tenant_identities.py       each tenant namespace's store identity (platform)
     apiserver/                 the admission process's connection, reads and watched
                                views; the operator's writes outside Kopf; which
-                               replica may write (leadership)
+                               replica may write (leadership); policies read and
+                               written at v1beta1, seen at v1alpha1 (policy_edge)
     policy/                    a CheckpointPolicy as API, pure: the spec read and
                                checked, its sizing share of the cluster cap, its status
     tls/                       the webhook's own CA and serving certificate
@@ -20,6 +21,9 @@ holds these rules as a test):
     peers/                     the peer tier's cluster side: pairs, Secrets, ConfigMap
     recency/                   each workload's newest surviving step per failure
                                domain, published on it and its Kueue Workload
+    migration/                 the storage version migration of CheckpointPolicies
+                               after an upgrade: rewrite each, then trim the CRD's
+                               storedVersions (the leader only)
     admission/                 which pods and policies are admitted with what: the
                                webhooks, the pod patch, writer identity, and the sweeps
                                for bare pods and overlapping policies

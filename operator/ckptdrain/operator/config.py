@@ -178,6 +178,9 @@ class OperatorConfig:
     #: How often policies whose class allows namespaces by label are judged
     #: again against their namespace's labels (class_events.py).
     namespace_recheck_s: float = 60.0
+    #: How often the leader checks, once migrated, that the CheckpointPolicy
+    #: CRD stores one version only (migration/run.py).
+    storage_check_s: float = 300.0
     starting_limit_s: float = 600.0
     prepare_local_tier: bool = True
     node_tier: str = NODE_TIER_HOSTPATH
@@ -332,6 +335,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
                                         get("CKPTDRAIN_WATCHDOG_PERIOD", "30s")),
         namespace_recheck_s=units.parse_duration(
             "CKPTDRAIN_NAMESPACE_RECHECK_PERIOD", get("CKPTDRAIN_NAMESPACE_RECHECK_PERIOD", "60s")),
+        storage_check_s=units.parse_duration(
+            "CKPTDRAIN_STORAGE_CHECK_PERIOD", get("CKPTDRAIN_STORAGE_CHECK_PERIOD", "5m")),
         starting_limit_s=units.parse_duration("CKPTDRAIN_STARTING_LIMIT",
                                               get("CKPTDRAIN_STARTING_LIMIT", "10m")),
         grace_margin=units.parse_fraction("CKPTDRAIN_GRACE_MARGIN",

@@ -21,12 +21,13 @@ from ckptdrain.contract.record import record_name
 from ckptdrain.operator import heap, metrics
 from ckptdrain.operator.admission import supervisor as admission_supervisor
 from ckptdrain.operator.admission import webhook
-from ckptdrain.operator.apiserver import class_view, diffbase, leadership, slim
+from ckptdrain.operator.apiserver import class_view, diffbase, leadership, policy_edge, slim
 from ckptdrain.operator.bandwidth import rebalance, share_channel
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.goodput import sync as goodput_sync
 from ckptdrain.operator.kueue import report as kueue_report
+from ckptdrain.operator.migration import run as storage_migration
 from ckptdrain.operator.peers import sync as peer_sync
 from ckptdrain.operator.policy import allocation, version_messages
 from ckptdrain.operator.policy_reconcile import reconcile_policy, schedule_peers
@@ -34,7 +35,8 @@ from ckptdrain.operator.records import restores
 from ckptdrain.operator.records import sync as record_sync
 
 PREFIX = api.GROUP
-POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
+#: At v1beta1, the storage version; each body seen at v1alpha1 (policy_edge.py).
+POLICIES = policy_edge.RESOURCE
 CHECKPOINTS = (api.GROUP, api.VERSION, api.CHECKPOINTS)
 INJECTED = {api.ANNOTATION_INJECTED: kopf.PRESENT}
 #: Pod events within this window are coalesced into one rebalance per policy,
@@ -79,6 +81,8 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     leadership.start(cfg.peering, cfg.namespace or None, settings.peering.standalone, logger)
     class_view.start(logger)  # the CheckpointClasses every policy is parsed under
     kueue_report.start(cfg)  # conflicts with Kueue, at the end of each recency pass
+    # Objects stored before the CRD's storage flip, rewritten by the leader.
+    storage_migration.start(cfg.namespace, cfg.storage_check_s)
     settings.posting.level = logging.INFO
     # Re-establish watches every few minutes, so a silently stalled one heals.
     settings.watching.server_timeout = 300
@@ -109,7 +113,8 @@ def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
     # Without the field manager's bookkeeping, but for the version each field
     # was written at: a reconcile from here (class_events.py) says problems
     # in it.
-    return {(namespace, name): version_messages.kept_versions(slim.kept_copy(body), body)}
+    seen = policy_edge.seen(body)
+    return {(namespace, name): version_messages.kept_versions(slim.kept_copy(seen), seen)}
 
 
 @kopf.index("v1", "pods", annotations=INJECTED)
@@ -181,6 +186,7 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
                            pod_index: kopf.Index[Key, Any],
                            checkpointpolicy_index: kopf.Index[Key, Any], **_: Any) -> None:
     """Conditions to the metrics; a policy gone frees its part of the cluster cap."""
+    body = kopf.Body(policy_edge.seen(body))
     key = (body.metadata.namespace or "", body.metadata.name or "")
     if event.get("type") != "DELETED":
         # First: Kopf runs this after its indexes hold the object (bandwidth/rebalance.py).
@@ -203,9 +209,9 @@ def checkpointpolicy_event(event: kopf.RawEvent, body: kopf.Body, memo: kopf.Mem
 
 
 def _pick(kwargs: dict[str, Any]) -> dict[str, Any]:
-    names = ("body", "memo", "logger", "pod_index", "checkpointpolicy_index",
+    names = ("memo", "logger", "pod_index", "checkpointpolicy_index",
              "checkpoint_index", "peer_pod_index", "progress_index")
-    return {k: kwargs[k] for k in names}
+    return {"body": kopf.Body(policy_edge.seen(kwargs["body"])), **{k: kwargs[k] for k in names}}
 
 
 # -- pods: bandwidth shares, goodput, restores (records/restores.py) -------------------

@@ -253,7 +253,7 @@ def test_the_policy_view_lists_then_watches_from_the_list(
               "spec": {"selector": {"matchLabels": {"app": "a"}}}}
 
     def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[str, Any]:
-        assert path == "/apis/ckptdrain.io/v1alpha1/namespaces/ml/checkpointpolicies"
+        assert path == "/apis/ckptdrain.io/v1beta1/namespaces/ml/checkpointpolicies"
         return {"items": [policy], "metadata": {"resourceVersion": "4"}}
 
     class Response:

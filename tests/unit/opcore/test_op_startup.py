@@ -16,7 +16,7 @@ from ckptdrain.operator.apiserver import class_view, leadership
 from ckptdrain.operator.config import OperatorConfig
 
 PODS = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
-POLICIES = references.Resource(group="ckptdrain.io", version="v1alpha1",
+POLICIES = references.Resource(group="ckptdrain.io", version="v1beta1",
                                plural="checkpointpolicies", kind="CheckpointPolicy",
                                namespaced=True)
 

@@ -34,12 +34,13 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.operator.admission import protection
 from ckptdrain.operator.admission.pod_store import PodStore
-from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.apiserver import kube, leadership, policy_edge
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import readiness
 
-POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
+#: At v1beta1, the storage version (apiserver/policy_edge.py).
+POLICIES = policy_edge.RESOURCE
 OPTED_IN = {api.LABEL_INJECT: "true"}
 #: Pod events within this window are coalesced into one pass per namespace.
 CENSUS_DELAY_S = 0.5
@@ -75,7 +76,8 @@ def policy_census_event(type: str | None, namespace: str, name: str, body: kopf.
                         checkpointpolicy_index: Policies, **_: Any) -> None:
     """A policy came, or its selector or validity changed: count it soon."""
     _start(memo.config, checkpointpolicy_index)
-    if type != "DELETED" and (type in (None, "ADDED") or readiness.needs_count(body)):
+    if type != "DELETED" and (type in (None, "ADDED")
+                              or readiness.needs_count(policy_edge.seen(body))):
         _schedule(namespace, logger)
 
 

@@ -38,11 +38,12 @@ from typing import Any
 import kopf
 
 from ckptdrain.contract import api
-from ckptdrain.operator.apiserver import kube
+from ckptdrain.operator.apiserver import kube, policy_edge
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.policy import conflicts
 
-POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
+#: At v1beta1, the storage version (apiserver/policy_edge.py).
+POLICIES = policy_edge.RESOURCE
 #: Policy events within this window are one pass per namespace.
 PASS_DELAY_S = 0.5
 #: Status writes of one policy in a row that may meet a newer version.
@@ -139,7 +140,7 @@ def checkpointpolicy_conflicts(namespace: str, body: kopf.Body, event: kopf.RawE
     changed (or its own condition is not what the graph says), mark the
     policies concerned soon."""
     deleted = (event or {}).get("type") == "DELETED"
-    if observe(namespace, dict(body), deleted):
+    if observe(namespace, policy_edge.seen(body), deleted):
         _passes.schedule(namespace,
                          lambda: mark_namespace(namespace, checkpointpolicy_index, logger),
                          logger, PASS_DELAY_S)

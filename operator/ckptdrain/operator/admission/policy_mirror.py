@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptdrain.operator.admission.rules import LabelKey, label_key
+from ckptdrain.operator.apiserver.policy_edge import seen
 from ckptdrain.operator.apiserver.slim import without_managed_fields
 from ckptdrain.operator.apiserver.watched_view import WatchedView, follow, keep_in_step
 
@@ -70,7 +71,8 @@ class PolicyMirror(WatchedView):
         self._unfile(key)
         spec = body.get("spec") or {}
         selector = spec.get("selector") if isinstance(spec, Mapping) else None
-        body = without_managed_fields(body)
+        # Read at v1beta1 (reads.policies_path), filed as the core reads it.
+        body = without_managed_fields(seen(body))
         self._bodies[key] = body
         label = label_key(key[0], selector if isinstance(selector, Mapping) else None)
         self._by_label.setdefault(label, {})[key] = body

@@ -43,14 +43,15 @@ import kopf
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
 from ckptdrain.operator.admission import injection, unselected, unselected_events
-from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.apiserver import kube, leadership, policy_edge
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import identity
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 
-POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
+#: At v1beta1, the storage version (apiserver/policy_edge.py).
+POLICIES = policy_edge.RESOURCE
 OPTED_IN = {api.LABEL_INJECT: "true"}
 NOT_INJECTED = {api.ANNOTATION_INJECTED: kopf.ABSENT}
 INJECTED = {api.ANNOTATION_INJECTED: kopf.PRESENT}

@@ -45,12 +45,18 @@ from ckptdrain.operator.admission.rules import (
     admit_pod,
     label_key,
 )
-from ckptdrain.operator.apiserver import leadership, slim
+from ckptdrain.operator.apiserver import leadership, policy_edge, slim
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.tls import webhook_certs as webhook_tls
 from ckptdrain.operator.tls.webhook_address import WebhookAddress
 
-POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
+#: Watched (the index) at v1beta1, the storage version (apiserver/policy_edge.py).
+POLICIES = policy_edge.RESOURCE
+#: Admitted at v1alpha1 where the operator registers its webhooks itself
+#: (development mode): a v1beta1 request comes converted (matchPolicy
+#: Equivalent), and problems are said in the version each field's writer
+#: used (policy/version_messages.py). The chart registers every version.
+ADMITTED = (api.GROUP, api.VERSION, api.POLICIES)
 
 
 def _self_signed(host: str) -> tuple[str, str]:
@@ -101,7 +107,7 @@ def policy_by_label(namespace: str, body: kopf.Body, spec: kopf.Spec,
     thousand policies that scan was a fifth of the event loop's time)."""
     selector = spec.get("selector")
     return {label_key(namespace, selector if isinstance(selector, Mapping) else None):
-            slim.kept_copy(body)}
+            slim.kept_copy(policy_edge.seen(body))}
 
 
 def _candidates(namespace: str, labels: Mapping[str, str],
@@ -193,7 +199,7 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 
 
-@kopf.on.mutate(*POLICIES, id=MUTATE_POLICY_ID, operations=["CREATE"], side_effects=False)
+@kopf.on.mutate(*ADMITTED, id=MUTATE_POLICY_ID, operations=["CREATE"], side_effects=False)
 async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str],
                                   namespace: str | None, **_: Any) -> None:
     """Bind a policy created without a class to the default class
@@ -204,7 +210,7 @@ async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: 
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 
 
-@kopf.on.validate(*POLICIES, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
+@kopf.on.validate(*ADMITTED, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
 async def checkpointpolicy_validate(body: kopf.Body, old: kopf.Body | None, operation: str,
                                     namespace: str | None, memo: kopf.Memo,
                                     **_: Any) -> None:

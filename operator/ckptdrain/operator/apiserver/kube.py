@@ -1,6 +1,8 @@
 """The few writes the operator makes outside Kopf's own patching, through the
 official client. Thin: every function is one API call; 404 on something that
-is already gone is not an error.
+is already gone is not an error. CheckpointPolicies are read and written at
+their storage version, v1beta1, and seen by the caller at v1alpha1
+(policy_edge.py): what callers pass and get is the core's model.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ckptdrain.contract.api import (
     GROUP,
     VERSION,
 )
+from ckptdrain.operator.apiserver.policy_edge import read, version_of, written
 
 __all__ = ["ApiException", "HTTPError", "delete", "events_posted", "patch_object",
            "patch_status", "post_event", "read_peering"]
@@ -71,14 +74,15 @@ def _gone_ok(call: Any, *args: Any, **kwargs: Any) -> bool:
 
 def patch_object(plural: str, namespace: str, name: str, patch: dict[str, Any]) -> bool:
     custom = _custom()
-    return _gone_ok(custom.patch_namespaced_custom_object, GROUP, VERSION, namespace, plural,
-                    name, patch, _content_type=MERGE)
+    return _gone_ok(custom.patch_namespaced_custom_object, GROUP, version_of(plural),
+                    namespace, plural, name, written(plural, patch), _content_type=MERGE)
 
 
 def patch_status(plural: str, namespace: str, name: str, status: dict[str, Any]) -> bool:
     custom = _custom()
-    return _gone_ok(custom.patch_namespaced_custom_object_status, GROUP, VERSION, namespace,
-                    plural, name, {"status": status}, _content_type=MERGE)
+    return _gone_ok(custom.patch_namespaced_custom_object_status, GROUP, version_of(plural),
+                    namespace, plural, name, written(plural, {"status": status}),
+                    _content_type=MERGE)
 
 
 def patch_cluster_status(plural: str, name: str, status: dict[str, Any],
@@ -94,7 +98,8 @@ def read_own(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
     """One of our custom objects, fresh from the apiserver; None when absent."""
     custom = _custom()
     try:
-        return dict(custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name))
+        return read(plural, custom.get_namespaced_custom_object(
+            GROUP, version_of(plural), namespace, plural, name))
     except ApiException as error:
         if error.status == 404:
             return None
@@ -104,9 +109,9 @@ def read_own(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
 def list_own(plural: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
     """Our custom objects in `namespace` that match `label_selector`, fresh
     from the apiserver."""
-    found = _custom().list_namespaced_custom_object(GROUP, VERSION, namespace, plural,
-                                                    label_selector=label_selector)
-    return [dict(item) for item in found.get("items") or []]
+    found = _custom().list_namespaced_custom_object(GROUP, version_of(plural), namespace,
+                                                    plural, label_selector=label_selector)
+    return [read(plural, item) for item in found.get("items") or []]
 
 
 #: Pods a page when the census lists the opted-in pods.
@@ -155,8 +160,8 @@ def create_own(plural: str, namespace: str, body: dict[str, Any]) -> dict[str, A
     """Create one of our custom objects; None when it exists already."""
     custom = _custom()
     try:
-        return dict(custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural,
-                                                           body))
+        return read(plural, custom.create_namespaced_custom_object(
+            GROUP, version_of(plural), namespace, plural, written(plural, body)))
     except ApiException as error:
         if error.status == 409:
             return None
@@ -168,10 +173,11 @@ def patch_status_at(plural: str, namespace: str, name: str, status: dict[str, An
     """Merge-patch the status of the object as read at `resource_version`:
     "ok", "conflict" (it changed since: read it again) or "gone"."""
     custom = _custom()
-    body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+    body = {"metadata": {"resourceVersion": resource_version},
+            **written(plural, {"status": status})}
     try:
-        custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name,
-                                                     body, _content_type=MERGE)
+        custom.patch_namespaced_custom_object_status(GROUP, version_of(plural), namespace,
+                                                     plural, name, body, _content_type=MERGE)
     except ApiException as error:
         if error.status == 404:
             return "gone"
@@ -215,29 +221,29 @@ def write_object(plural: str, namespace: str, body: dict[str, Any],
     state is a patch: one write, no conflict to handle). Returns the object
     as the apiserver stored it."""
     custom = _custom()
-    name = body["metadata"]["name"]
-    change = {"spec": body["spec"]} if patch is None else patch
+    name, version = body["metadata"]["name"], version_of(plural)
+    change = written(plural, {"spec": body["spec"]} if patch is None else patch)
     try:
-        return dict(custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, plural, name, change, _content_type=MERGE))
+        return read(plural, custom.patch_namespaced_custom_object(
+            GROUP, version, namespace, plural, name, change, _content_type=MERGE))
     except ApiException as error:
         if error.status != 404:
             raise
     try:
-        return dict(custom.create_namespaced_custom_object(GROUP, VERSION, namespace,
-                                                           plural, body))
+        return read(plural, custom.create_namespaced_custom_object(
+            GROUP, version, namespace, plural, written(plural, body)))
     except ApiException as error:
         if error.status != 409:
             raise
     # Created by someone in between (another replica): ours is the newer one.
-    return dict(custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, plural,
-                                                      name, change, _content_type=MERGE))
+    return read(plural, custom.patch_namespaced_custom_object(
+        GROUP, version, namespace, plural, name, change, _content_type=MERGE))
 
 
 def delete(plural: str, namespace: str, name: str) -> bool:
     custom = _custom()
-    return _gone_ok(custom.delete_namespaced_custom_object, GROUP, VERSION, namespace,
-                    plural, name)
+    return _gone_ok(custom.delete_namespaced_custom_object, GROUP, version_of(plural),
+                    namespace, plural, name)
 
 
 def read_peering(name: str, namespace: str | None) -> dict[str, Any] | None:

@@ -28,10 +28,11 @@ from ckptdrain.contract.api import (
     LABEL_WRITER,
     LABEL_WRITER_POLICY,
     POLICIES,
-    VERSION,
+    POLICY_VERSION,
     policy_labelled,
 )
 from ckptdrain.operator.apiserver.connection import ApiError, HTTPError, ReadFailed, connection
+from ckptdrain.operator.apiserver.policy_edge import seen
 
 __all__ = ["ApiError", "HTTPError", "ReadFailed", "connection", "first_injected_pod",
            "get_json", "job_or_none", "list_policies", "live_writers", "read_object", "stream",
@@ -114,16 +115,18 @@ def watching(path: str, query: list[tuple[str, str]], version: str, seconds: int
 
 
 def policies_path(namespace: str) -> str:
-    """Where the CheckpointPolicies of `namespace` (all: "") are listed."""
+    """Where the CheckpointPolicies of `namespace` (all: "") are listed, at
+    their storage version (no conversion asked of anyone)."""
     where = f"/namespaces/{quote(namespace, safe='')}" if namespace else ""
-    return f"/apis/{GROUP}/{VERSION}{where}/{POLICIES}"
+    return f"/apis/{GROUP}/{POLICY_VERSION}{where}/{POLICIES}"
 
 
 def list_policies(namespace: str, timeout: float = ADMISSION_READ_TIMEOUT_S
                   ) -> list[dict[str, Any]]:
-    """The CheckpointPolicies of a namespace, read from the apiserver."""
+    """The CheckpointPolicies of a namespace, read from the apiserver, as the
+    core reads them (v1alpha1's model: policy_edge.py)."""
     found = get_json(policies_path(namespace), [], timeout)
-    return list(found.get("items") or [])
+    return [seen(item) for item in found.get("items") or []]
 
 
 def read_object(api_version: str, plural: str, namespace: str, name: str

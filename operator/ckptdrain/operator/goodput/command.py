@@ -70,16 +70,18 @@ def read(namespace: str | None, policy: str | None) -> list[dict[str, Any]]:
     from urllib3.exceptions import HTTPError
 
     from ckptdrain import kubeclient
+    from ckptdrain.operator.apiserver.policy_edge import seen
 
     try:
         base = kubeclient.api_client()
         custom, core = client.CustomObjectsApi(base), client.CoreV1Api(base)
         if namespace is None:
-            policies = custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.POLICIES)
+            policies = custom.list_cluster_custom_object(api.GROUP, api.POLICY_VERSION,
+                                                        api.POLICIES)
             pods = core.list_pod_for_all_namespaces(label_selector=f"{api.LABEL_INJECT}=true")
         else:
-            policies = custom.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace,
-                                                            api.POLICIES)
+            policies = custom.list_namespaced_custom_object(
+                api.GROUP, api.POLICY_VERSION, namespace, api.POLICIES)
             pods = core.list_namespaced_pod(namespace, label_selector=f"{api.LABEL_INJECT}=true")
     except (ConfigException, ValueError, yaml.YAMLError) as err:
         raise CkptdrainError(f"no usable kubeconfig: {_first_line(err)} (set KUBECONFIG to a "
@@ -88,7 +90,8 @@ def read(namespace: str | None, policy: str | None) -> list[dict[str, Any]]:
         raise CkptdrainError(f"the API server refused: {err.status} {err.reason}") from err
     except (HTTPError, OSError) as err:
         raise CkptdrainError(f"cannot reach the API server: {err}") from err
-    items = [p for p in policies.get("items", [])
+    # Read at the storage version, seen as the core reads it (policy_edge.py).
+    items = [seen(p) for p in policies.get("items", [])
              if policy is None or p["metadata"]["name"] == policy]
     if policy is not None and not items:
         where = f"namespace {namespace!r}" if namespace else "any namespace"

@@ -33,7 +33,7 @@ from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.admission import resources
 from ckptdrain.operator.admission.injection import AGENT as AGENT_CONTAINER
-from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.apiserver import kube, leadership, policy_edge
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.containers import AGENT, PEER
@@ -288,7 +288,7 @@ def _post_events(key: Key, workloads: dict[str, owners.Owner],
                            c.reason, error)
 
 
-@kopf.on.event(api.GROUP, api.VERSION, api.POLICIES)
+@kopf.on.event(*policy_edge.RESOURCE)
 def checkpointpolicy_kueue_event(event: kopf.RawEvent, namespace: str, name: str,
                                  **_: Any) -> None:
     """A deleted policy's gauges go with it."""

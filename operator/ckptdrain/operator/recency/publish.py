@@ -37,13 +37,14 @@ from typing import Any
 import kopf
 
 from ckptdrain.contract import api
-from ckptdrain.operator.apiserver import kube, leadership, workload_objects
+from ckptdrain.operator.apiserver import kube, leadership, policy_edge, workload_objects
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.recency import after_pass, claims, document, kueue, owners
 from ckptdrain.operator.recency import metrics as recency_metrics
 
 Key = tuple[str, str]
-POLICIES = (api.GROUP, api.VERSION, api.POLICIES)
+#: At v1beta1, the storage version (apiserver/policy_edge.py).
+POLICIES = policy_edge.RESOURCE
 INJECTED = {api.ANNOTATION_INJECTED: kopf.PRESENT}
 #: The pass runs this long after the first event that asks for it, so a
 #: checkpoint's burst (a record and a status patch per tier, per step) is
