@@ -146,12 +146,12 @@ def render_chart(release: str, namespace: str, templates: list[str], *values: st
 
 
 def policy_crd_source() -> dict[str, Any]:
-    """crds/checkpointpolicies.yaml as shipped: v1alpha1 stored, v1beta1
+    """crds/checkpointpolicies.yaml as shipped: v1beta1 stored, v1alpha1
     served too (converted by the webhook), for tests that change a copy
     (its conversion client, its rules) on an apiserver of their own."""
     crd = dict(yaml.safe_load((repo_root() / "crds" / "checkpointpolicies.yaml").read_text()))
     served = {v["name"]: (v["served"], v["storage"]) for v in crd["spec"]["versions"]}
-    assert served == {"v1alpha1": (True, True), "v1beta1": (True, False)}, served
+    assert served == {"v1alpha1": (True, False), "v1beta1": (True, True)}, served
     return crd
 
 

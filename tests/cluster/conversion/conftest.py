@@ -2,8 +2,8 @@
 apiserver: test_conversion_through_apiserver.py (what the apiserver converts)
 and test_conversion_ca_keeper.py (the operator keeping the CRD's caBundle).
 
-The CRD is crds/checkpointpolicies.yaml as shipped (v1beta1 served,
-v1alpha1 stored). Its conversion clientConfig points at the admission
+The CRD is crds/checkpointpolicies.yaml as shipped (v1alpha1 served,
+v1beta1 stored). Its conversion clientConfig points at the admission
 process (admission/process.py, the process each operator replica runs) by
 URL (no Service here). Each module gets its own apiserver: these tests
 change the CRD and stop the webhook, which would break other modules'
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from cluster_helpers import policy_crd_source
-from conversion_objects import ALPHA, resource
+from conversion_objects import BETA, resource
 from operator_process import repo_root
 
 from support import apiserver
@@ -67,7 +67,7 @@ def namespace(own_cluster: Cluster, server: ConversionServer) -> Iterator[str]:
     name = f"conv-{time.monotonic_ns() % 10**8}"
     own_cluster.kubectl("create", "namespace", name)
     yield name
-    # v1alpha1 named: a cleanup never depends on the webhook.
-    own_cluster.kubectl("delete", "-n", name, resource(ALPHA), "--all", "--wait=false",
+    # v1beta1 named: a cleanup never depends on the webhook.
+    own_cluster.kubectl("delete", "-n", name, resource(BETA), "--all", "--wait=false",
                         check=False)
     own_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

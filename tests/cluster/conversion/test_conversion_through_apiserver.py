@@ -1,7 +1,7 @@
 """The apiserver converts CheckpointPolicies through the admission process's
 /convert (admission/process.py, the process each operator replica runs):
 its answers are our pure converter's (`convert`) both ways, reads of
-v1beta1 fail while nothing answers there, and v1alpha1 (stored) reads and
+v1alpha1 fail while nothing answers there, and v1beta1 (stored) reads and
 docs/install.md's clean-up never need it. The apiserver, CRD and webhook
 are this directory's (conftest.py)."""
 
@@ -43,21 +43,23 @@ def test_the_apiserver_converts_through_our_convert(
         own_cluster: Cluster, server: ConversionServer, namespace: str) -> None:
     made = own_cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
                                input=json.dumps(alpha_policy("llama")))
-    assert json.loads(made.stdout)["spec"]["interval"] == "1d"  # stored as written
+    # Stored at v1beta1: read back at v1alpha1 in v1beta1's spelling.
+    assert json.loads(made.stdout)["spec"]["interval"] == "24h"
     own_cluster.kubectl("patch", "-n", namespace, resource(ALPHA), "llama",
                         "--subresource=status", "--type=merge", "-p", json.dumps(
                             {"status": {"lastRestoreAgreement": {"round": 1, "pods": 2,
                                                                  "startedAt": 1764464523.5},
                                         "goodput": {"heldSince": 1764460000,
                                                     "endedAt": None}}}))
-    stored = read(own_cluster, namespace, ALPHA, "llama")
-    assert stored["apiVersion"] == ALPHA
-
     before = server.settled()
-    beta = read(own_cluster, namespace, BETA, "llama")
-    same_object(beta, converted(stored, BETA))
+    alpha = read(own_cluster, namespace, ALPHA, "llama")
     wait_for(lambda: server.conversions() > before, timeout_s=10,
              what="the process to report the ConversionReview the apiserver sent it")
+    beta = read(own_cluster, namespace, BETA, "llama")
+    assert alpha["apiVersion"] == ALPHA and beta["apiVersion"] == BETA
+    same_object(alpha, converted(beta, ALPHA))
+    same_object(beta, converted(alpha, BETA))
+    assert alpha["status"]["goodput"]["heldSince"] == 1764460000
     # The spellings v1beta1 has.
     assert (beta["spec"]["interval"], beta["spec"]["overlap"]) == ("24h", "10%")
 
@@ -68,20 +70,17 @@ def test_the_apiserver_converts_through_our_convert(
     same_object(listed[0], beta)
 
 
-def test_a_v1beta1_write_is_stored_as_our_converter_makes_it(
+def test_a_v1alpha1_write_is_stored_as_our_converter_makes_it(
         own_cluster: Cluster, server: ConversionServer, namespace: str) -> None:
-    """The other way: the apiserver stores v1alpha1, so a v1beta1 create is
+    """The other way: the apiserver stores v1beta1, so a v1alpha1 create is
     converted by /convert before it reaches etcd."""
-    first = converted(alpha_policy("gpt"), BETA)
-    first.pop("status", None)
     made = json.loads(own_cluster.kubectl("create", "-n", namespace, "-f", "-", "-o", "json",
-                                          input=json.dumps(first)).stdout)
-    assert made["apiVersion"] == BETA
-    stored = read(own_cluster, namespace, ALPHA, "gpt")
-    same_object(stored, {**converted(made, ALPHA), "metadata": stored["metadata"]})
+                                          input=json.dumps(alpha_policy("gpt"))).stdout)
+    assert made["apiVersion"] == ALPHA
+    stored = read(own_cluster, namespace, BETA, "gpt")
+    same_object(stored, {**converted(made, BETA), "metadata": stored["metadata"]})
     assert stored["metadata"]["uid"] == made["metadata"]["uid"]
-    # v1beta1 → v1alpha1 → v1beta1 gives back what was written.
-    assert read(own_cluster, namespace, BETA, "gpt")["spec"] == made["spec"]
+    assert read(own_cluster, namespace, ALPHA, "gpt")["spec"] == made["spec"]
 
 
 def uninstall_block() -> str:
@@ -89,7 +88,7 @@ def uninstall_block() -> str:
     text = (repo_root() / "docs" / "install.md").read_text()
     after = text[text.index("### Versions and the conversion webhook"):]
     block = re.findall(r"```sh\n(.*?)```", after, re.S)[0]
-    assert "checkpointpolicies.v1alpha1.ckptdrain.io" in block
+    assert "checkpointpolicies.v1beta1.ckptdrain.io" in block
     return str(block)
 
 
@@ -97,19 +96,20 @@ def kubectl_dir(cluster: Cluster) -> str:
     return str(cluster.binaries.kubectl.parent)
 
 
-def test_without_the_webhook_v1beta1_reads_fail_and_v1alpha1_reads_work(
+def test_without_the_webhook_v1alpha1_reads_fail_and_v1beta1_reads_work(
         own_cluster: Cluster, server: ConversionServer, namespace: str) -> None:
-    own_cluster.kubectl("create", "-n", namespace, "-f", "-",
-                        input=json.dumps(alpha_policy("down")))
+    written = converted(alpha_policy("down"), BETA)
+    written.pop("status", None)
+    own_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(written))
     server.stop()
     try:
-        failed = read(own_cluster, namespace, BETA, "down", check=False)
+        failed = read(own_cluster, namespace, ALPHA, "down", check=False)
         assert failed.returncode != 0
         assert "conversion" in failed.stderr.lower(), failed.stderr
-        listed = own_cluster.kubectl("get", "-n", namespace, "checkpointpolicies", check=False)
-        assert listed.returncode != 0 and "conversion" in listed.stderr.lower()
-        # What the operator and every v1alpha1 client read: never converted.
-        assert read(own_cluster, namespace, ALPHA, "down")["spec"]["interval"] == "1d"
+        # What the operator and every v1beta1 client read: never converted.
+        listed = own_cluster.kubectl("get", "-n", namespace, "checkpointpolicies")
+        assert "down" in listed.stdout
+        assert read(own_cluster, namespace, BETA, "down")["spec"]["interval"] == "24h"
         # The clean-up docs/install.md gives, as written, works with no
         # replica answering.
         ran = subprocess.run(["bash", "-euo", "pipefail", "-c", uninstall_block()],
@@ -117,12 +117,12 @@ def test_without_the_webhook_v1beta1_reads_fail_and_v1alpha1_reads_work(
                                   f"{os.environ['PATH']}"},
                              capture_output=True, text=True, timeout=120)
         assert ran.returncode == 0, ran.stderr
-        gone = own_cluster.kubectl("get", "-n", namespace, resource(ALPHA), "down",
+        gone = own_cluster.kubectl("get", "-n", namespace, resource(BETA), "down",
                                    "--ignore-not-found", "-o", "name")
         assert gone.stdout.strip() == ""
     finally:
         server.start()
-    wait_for(lambda: own_cluster.kubectl("get", "-n", namespace, "checkpointpolicies",
-                                         check=False).returncode == 0,
-             what="v1beta1 reads once the webhook answers again")
+    own_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(written))
+    wait_for(lambda: read(own_cluster, namespace, ALPHA, "down", check=False).returncode == 0,
+             what="v1alpha1 reads once the webhook answers again")
 

@@ -221,9 +221,9 @@ class CrdCaKeeper:
         # interval, and a warning at every check until someone grants it.
         self.logger.warning(
             "may not %s customresourcedefinitions %s (403: %s): grant get and patch on it "
-            "(docs/rbac.md); until then its conversion caBundle is not kept, and reads of "
-            "v1beta1 fail whenever it is not this replica's CA", self._verb, self.crd,
-            error.reason)
+            "(docs/rbac.md); until then its conversion caBundle is not kept, and every "
+            "conversion (reads of v1alpha1) fails whenever it is not this replica's CA",
+            self._verb, self.crd, error.reason)
         return CrdCa.FORBIDDEN
 
     def _missing(self, what: str) -> None:
