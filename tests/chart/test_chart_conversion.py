@@ -56,13 +56,13 @@ def test_the_crd_converts_through_the_releases_webhook_service(
 
 
 @pytest.mark.parametrize("args", [(), ("--set", "certManager.enabled=true")])
-def test_the_release_serves_both_versions_and_stores_v1alpha1(
+def test_the_release_serves_both_versions_and_stores_v1beta1(
         tools: Tools, args: tuple[str, ...]) -> None:
-    """v1beta1 is served and converted through the webhook; v1alpha1 stays
-    stored for this release, so a rollback to 0.1.0 reads every object."""
+    """v1beta1 is stored from 0.3.0; v1alpha1 still served, converted
+    through the webhook (docs/api-versions.md)."""
     crd = _crd(_render(tools, "train", "ml-ops", *args))
     served = {v["name"]: (v["served"], v["storage"]) for v in crd["spec"]["versions"]}
-    assert served == {"v1alpha1": (True, True), "v1beta1": (True, False)}
+    assert served == {"v1alpha1": (True, False), "v1beta1": (True, True)}
     assert crd["spec"]["conversion"]["strategy"] == "Webhook"
     assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"] == "/convert"
 
@@ -94,21 +94,40 @@ def test_cert_manager_injects_the_crds_ca_and_the_operator_gets_no_crd_right(
     assert annotations["cert-manager.io/inject-ca-from"] == (
         f"ml-ops/{certificate['metadata']['name']}")
     assert "caBundle" not in _crd(objects)["spec"]["conversion"]["webhook"]["clientConfig"]
-    assert not _crd_rules(objects)
+    # The storage version migration's rights alone: no patch of the CRD.
+    assert _crd_rules(objects) == MIGRATION_RULES
+
+
+#: What the leader's storage version migration needs (docs/rbac.md): the
+#: CRD read by name, its status patched (status.storedVersions).
+MIGRATION_RULES = [
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+     "resourceNames": [POLICY_CRD], "verbs": ["get"]},
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions/status"],
+     "resourceNames": [POLICY_CRD], "verbs": ["patch"]}]
 
 
 def _crd_rules(objects: list[dict]) -> list[dict]:
-    """The rules of the operator's roles that name CRDs by name."""
+    """The rules of the operator's roles that name CRDs (or their status) by name."""
     return [rule for o in objects if o["kind"] in ("Role", "ClusterRole")
             for rule in o.get("rules") or []
-            if "customresourcedefinitions" in rule["resources"] and rule.get("resourceNames")]
+            if any(r.partition("/")[0] == "customresourcedefinitions" for r in rule["resources"])
+            and rule.get("resourceNames")]
 
 
 def test_the_operator_may_patch_that_one_crd_when_it_keeps_the_ca(tools: Tools) -> None:
     rules = _crd_rules(_render(tools, "train", "ml-ops"))
     assert rules == [{"apiGroups": ["apiextensions.k8s.io"],
                       "resources": ["customresourcedefinitions"],
-                      "resourceNames": [POLICY_CRD], "verbs": ["get", "patch"]}]
+                      "resourceNames": [POLICY_CRD], "verbs": ["get", "patch"]},
+                     *MIGRATION_RULES]
+
+
+def test_an_operator_watching_one_namespace_gets_no_migration_right(tools: Tools) -> None:
+    """It cannot see every policy, so it never trims storedVersions."""
+    rules = _crd_rules(_render(tools, "train", "ml-ops", "--set", "certManager.enabled=true",
+                               "--set", "operator.watchNamespace=ml"))
+    assert rules == []
 
 
 def test_admission_outside_its_own_process_is_refused(tools: Tools) -> None:

@@ -354,8 +354,8 @@ def render(crds: list[dict[str, Any]]) -> str:
              "source the chart installs). What the fields mean in practice: "
              "[operator.md](operator.md); how the pods are changed: "
              "[pod-contract.md](pod-contract.md).", "",
-             "Versions: v1beta1 (served, write this) and v1alpha1 (served, stored until "
-             "the next release), what differs and how objects convert: "
+             "Versions: v1beta1 (served, write this, stored from 0.3.0) and v1alpha1 "
+             "(served, converted), what differs and how objects convert: "
              "[api-versions.md](api-versions.md).", ""]
     for crd in crds:
         kind = crd["spec"]["names"]["kind"]

@@ -95,16 +95,17 @@ def test_the_reference_is_linked() -> None:
     assert "(api.md)" in (REPO / "docs" / "operator.md").read_text()
 
 
-def test_the_preferred_version_is_documented_first_and_the_stored_one_after() -> None:
+def test_the_preferred_and_stored_version_is_documented_first_the_older_after() -> None:
     """Both versions are served: v1beta1, the preferred (what kubectl shows
-    and what to write), comes first; v1alpha1, stored, follows with the
+    and what to write) and stored, comes first; v1alpha1 follows with the
     spellings it has of its own."""
     crd = _policy_crd()
     text = api.render([crd])
     head, older = text.split("### ckptdrain.io/v1alpha1")
-    assert ("`ckptdrain.io/v1beta1` (write this), namespaced; `kubectl get checkpointpolicies` "
-            "(short: `ckpol`); also served: `ckptdrain.io/v1alpha1` (stored), below.") in head
-    assert "`ckptdrain.io/v1alpha1` (stored) is served too" in older
+    assert ("`ckptdrain.io/v1beta1` (write this, stored), namespaced; `kubectl get "
+            "checkpointpolicies` (short: `ckpol`); also served: `ckptdrain.io/v1alpha1`, "
+            "below.") in head
+    assert "`ckptdrain.io/v1alpha1` is served too" in older
     for f in api.fields(api._spec(crd, "v1beta1"), "spec"):
         assert f"| `{f.path}`" in head, f.path
     # Each version's own spellings, each once, under its heading.
@@ -119,8 +120,9 @@ def test_a_version_defined_but_not_served_follows_as_staged() -> None:
     """How 0.1.0 documented v1beta1 before serving it: the generator still
     says so for a version defined ahead of its release."""
     crd = _policy_crd()
-    (beta,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
-    beta["served"] = False
+    alpha, beta = sorted(crd["spec"]["versions"], key=lambda v: v["name"])
+    beta["served"] = beta["storage"] = False
+    alpha["storage"] = True
     head, staged = api.render([crd]).split("### ckptdrain.io/v1beta1")
     assert ("`ckptdrain.io/v1alpha1` (write this, stored), namespaced; `kubectl get "
             "checkpointpolicies` (short: `ckpol`); defined, served from the next release: "
