@@ -29,6 +29,7 @@ from kubernetes import client, config  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
 
 from support import apiserver  # noqa: E402
+from support.conversion_server import converting_crds  # noqa: E402
 
 
 def _quantiles(samples: list[float]) -> dict[str, float]:
@@ -94,9 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=500)
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="ckptdrain-bench-"))
-    with apiserver.running(work / "cluster") as cluster:
-        for crd in ("checkpointpolicies", "checkpoints", "checkpointshares"):
-            cluster.kubectl("apply", "-f", str(ROOT / "crds" / f"{crd}.yaml"))
+    crds = [ROOT / "crds" / f"{crd}.yaml"
+            for crd in ("checkpointpolicies", "checkpoints", "checkpointshares")]
+    # Converting: v1beta1 is stored, and v1alpha1 writes need /convert.
+    with apiserver.running(work / "cluster") as cluster, converting_crds(cluster, crds):
         cluster.kubectl("wait", "--for=condition=Established", "crd", "--all")
         (work / "op").mkdir()
         op = OperatorProcess(cluster, work / "op")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from operator_process import repo_root
 
 from support import apiserver
 from support.apiserver import Cluster
+from support.conversion_server import converting_crds
 
 CRDS = [repo_root() / "crds" / name for name in ("checkpointclasses.yaml",
                                                   "checkpointpolicies.yaml")]
@@ -44,10 +44,12 @@ def _class(name: str, **spec: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def crds_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    directory: Path = tmp_path_factory.mktemp("crds")
-    for crd in CRDS:
-        (directory / crd.name).write_text(crd.read_text())
-    yield from apiserver.crd_cluster(directory)
+    """The two CRDs, the policy's converting (its tests write v1alpha1,
+    v1beta1 is stored): no operator, no admission webhook."""
+    apiserver.binaries_or_fail()
+    with apiserver.running(tmp_path_factory.mktemp("class-crd-apiserver")) as running, \
+            converting_crds(running, CRDS):
+        yield running
 
 
 def _dry_run(cluster: Cluster, body: dict[str, Any]) -> Any:

@@ -48,6 +48,6 @@ def test_the_documented_commands_point_the_crd_at_the_release() -> None:
     for other in ("checkpoints.ckptdrain.io", "checkpointshares.ckptdrain.io",
                   "checkpointclasses.ckptdrain.io"):
         assert f"customresourcedefinition.apiextensions.k8s.io/{other}" in names
-    # Both served, v1alpha1 stored: v1beta1 reads convert through that Service.
+    # Both served, v1beta1 stored: v1alpha1 reads convert through that Service.
     assert {v["name"]: (v["served"], v["storage"]) for v in crd["spec"]["versions"]} == {
-        "v1alpha1": (True, True), "v1beta1": (True, False)}
+        "v1alpha1": (True, False), "v1beta1": (True, True)}
