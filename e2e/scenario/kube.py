@@ -13,13 +13,13 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 KUBECTL = os.environ.get("KUBECTL", "kubectl")
 HELM = os.environ.get("HELM", "helm")
-#: CheckpointPolicies read at v1alpha1, the version the operator stores and
-#: writes its status in. The scenarios write v1beta1 (what users write), but
-#: read status here: its times (`startedAt`, `heldSince`, each interruption's
-#: `at`) are Unix seconds at v1alpha1, the numbers the steps compare with the
-#: trainers' clocks, and RFC3339 strings at v1beta1. Such a read needs no
-#: conversion; the operator's status patches do (the objects were written at
-#: v1beta1, and so were their managedFields).
+#: CheckpointPolicies read at v1alpha1. The scenarios write v1beta1 (what
+#: users write, stored from 0.3.0), but read status here: its times
+#: (`startedAt`, `heldSince`, each interruption's `at`) are Unix seconds at
+#: v1alpha1, the numbers the steps compare with the trainers' clocks, and
+#: RFC3339 strings at v1beta1. Such a read is converted by the operator's
+#: /convert; the operator's own reads and status patches are not (v1beta1,
+#: as the objects and their managedFields were written).
 POLICIES = "checkpointpolicies.v1alpha1.ckptdrain.io"
 #: The same objects as users read them (kubectl's preferred version):
 #: converted by the operator's webhook.
