@@ -28,6 +28,11 @@ SECRET_OF_A = "policy credentialsSecretRef naming A's namespace, sent unvalidate
 PREFIX_OF_A = "policy storage.uri under A's prefix, naming no class (the default has {namespace})"
 PREFIX_OTHER_CLASS = "policy storage.uri under A's prefix, naming a class with no store prefixes"
 ENDPOINT = "policy storage.endpoint redirected to a host the platform did not list"
+STORE_LIST = "B's agent keys (a per-tenant store user) list A's prefix"
+STORE_GET = "B's agent keys (a per-tenant store user) read A's object"
+STORE_PUT = "B's agent keys (a per-tenant store user) overwrite A's object"
+STORE_DELETE = "B's agent keys (a per-tenant store user) delete A's object"
+STORE_MULTIPART = "B's agent keys (a per-tenant store user) start a multipart upload in A's prefix"
 CSI_POLICY_OF_A = "CSI volume of B's pod naming A's policy"
 CSI_OWN_SAME_NAME = "CSI volume of B's own policy named like A's"
 CSI_NAMESPACE_OF_A = "CSI volume of B's pod with A's namespace in its attributes"
@@ -43,6 +48,9 @@ OPERATOR_LOG = "operator log (names A's policy in the way)"
 DRIVER_LOG = "CSI driver log"
 PEER_LOG = "peer server log: CERTIFICATE_VERIFY_FAILED"
 ADMITTED = "nothing to log: admitted"
+STORE_ANSWERED = ("AccessDenied answered to B only; not logged by the product (the store's "
+                  "audit log would)")
+STORE_REFUSED = "store: AccessDenied to B's user (the platform's per-tenant policy)"
 
 #: Every attempt the suite makes, in the order it makes them, with what it
 #: is expected to meet: (refused by, logged). "" refused by: nothing
@@ -64,6 +72,8 @@ EXPECTED: dict[str, tuple[str, str]] = {
     PREFIX_OF_A: ("policy admission: the default class's stores", ANSWERED),
     PREFIX_OTHER_CLASS: ("", ADMITTED),
     ENDPOINT: ("policy admission: CKPTDRAIN_AMBIENT_ENDPOINTS", ANSWERED),
+    **{name: (STORE_REFUSED, STORE_ANSWERED)
+       for name in (STORE_LIST, STORE_GET, STORE_PUT, STORE_DELETE, STORE_MULTIPART)},
     CSI_POLICY_OF_A: ("CSI driver: NOT_FOUND", DRIVER_LOG),
     CSI_OWN_SAME_NAME: ("CSI driver: B's policy UID, a directory of its own", ADMITTED),
     CSI_NAMESPACE_OF_A: ("CSI driver: INVALID_ARGUMENT", DRIVER_LOG),
@@ -81,7 +91,8 @@ ATTEMPTS: tuple[str, ...] = tuple(EXPECTED)
 #: once one is refused and this list and the page must change.
 OPEN: dict[str, str] = {
     PREFIX_OTHER_CLASS: "a class with no stores checks no prefix: the boundary is the store "
-                        "identity B's pods get, which the suite does not yet cover",
+                        "identity B's pods get, which the default install does not scope "
+                        "(a per-tenant one refuses B: the STORE_* attempts)",
     FORGED_REVIEW: "the webhook server asks no client certificate: whatever reaches its "
                    "Service gets the injection patch of A's policy (bucket, prefix, endpoint, "
                    "Secret name; no Secret values) and holds a writer rank for 30 s",
