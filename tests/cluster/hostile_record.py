@@ -40,6 +40,12 @@ CSI_FORGED_POD = "CSI volume with pod.namespace A's, the pod UID not the target 
 CSI_RECREATED = "CSI volume of a same-name policy recreated over the old UID's data"
 PEER_CERT = "B's peer certificate asking A's peer server for A's held copies"
 PEER_FORGED_ID = "a certificate from B's own CA naming A's policy id, to A's peer server"
+PEER_SAME_NAME = ("B's peer-tier policy named like A's: the peer Secret, CA and ConfigMap "
+                  "the operator makes for it")
+PEER_NAMED = ("B's peer-tier policy naming A's peer Secret, ConfigMap and namespace, "
+              "sent unvalidated")
+PEER_POD = "B's running writer of its policy named like A's: paired into A's peers ConfigMap"
+PEER_READ = "B's token reads A's peer Secret, and A's peer CA in the operator's namespace"
 FORGED_REVIEW = "AdmissionReview for a pod in A's namespace, posted straight to the webhook"
 
 ANSWERED = "answered to B only; not logged by the product"
@@ -81,6 +87,10 @@ EXPECTED: dict[str, tuple[str, str]] = {
     CSI_RECREATED: ("CSI driver owner marker: PERMISSION_DENIED", DRIVER_LOG),
     PEER_CERT: ("peer server: mutual TLS, the policy's own CA", PEER_LOG),
     PEER_FORGED_ID: ("peer server: mutual TLS, the policy's own CA", PEER_LOG),
+    PEER_SAME_NAME: ("the operator: B's own namespace, and a CA by B's policy UID", ADMITTED),
+    PEER_NAMED: ("CRD schema: fields do not exist (pruned)", ADMITTED),
+    PEER_POD: ("the operator: pods are paired within their own namespace's policy", ADMITTED),
+    PEER_READ: ("RBAC (apiserver)", RBAC),
     FORGED_REVIEW: ("", ""),
 }
 ATTEMPTS: tuple[str, ...] = tuple(EXPECTED)
@@ -102,6 +112,9 @@ BESIDE: dict[str, str] = {
     LOCAL_ROOT: "B's node directory is <root>/<B's namespace>, beside A's <root>/nvme/<A's>",
     SECRET_OF_A: "the namespace is pruned; B's pods reference the Secret of B's namespace",
     CSI_OWN_SAME_NAME: "B's policy has its own UID and starts empty",
+    PEER_SAME_NAME: "B's peer objects are in B's namespace, under a CA of B's policy UID",
+    PEER_NAMED: "the fields are pruned; the operator makes B's own objects in B's namespace",
+    PEER_POD: "B's writer is paired in B's own policy's ConfigMap, never in A's",
 }
 
 NOT_RUN = "not run"

@@ -345,6 +345,8 @@ def test_a_recreated_policy_is_not_handed_the_old_uids_data(
 # hostile_store.py): run here, in the ledger's order.
 test_bs_peer_certificate_reads_none_of_as_copies = \
     hostile_peers.test_bs_peer_certificate_reads_none_of_as_copies
+test_the_operator_hands_b_none_of_as_peer_objects = \
+    hostile_peers.test_the_operator_hands_b_none_of_as_peer_objects
 
 
 @ledger.makes(ledger.FORGED_REVIEW)
