@@ -12,12 +12,14 @@ from typing import Any
 
 import hostile_record as ledger
 import pytest
-from cluster_helpers import INJECT, POLICIES, policy, wait_for
+from cluster_helpers import INJECT, POLICIES, create, policy, wait_for
 from cluster_helpers import pod as pod_of
 from hostile_tenants import A_SECRET, Tenant, a_peer_server, peer_credentials, raw_peer_get
 from operator_process import OperatorProcess
 
+from ckptdrain.contract.api import ANNOTATION_INJECTED
 from ckptdrain.operator.policy.peer_tier import (
+    PEER_PORT,
     PEERS_KEY,
     peer_secret_name,
     peers_configmap_name,
@@ -27,6 +29,8 @@ from support.apiserver import Cluster
 
 #: The names the operator gives a policy `ckpt`'s peer objects, in its namespace.
 SECRET, CONFIGMAP = peer_secret_name("ckpt"), peers_configmap_name("ckpt")
+#: The IPs the kubelet would give A's writer (then again, after a restart) and B's.
+A_IP, A_NEW_IP, B_IP = "10.9.0.1", "10.9.0.2", "10.9.1.1"
 
 
 @ledger.makes(ledger.PEER_CERT, ledger.PEER_FORGED_ID)
@@ -55,8 +59,6 @@ def test_bs_peer_certificate_reads_none_of_as_copies(
             assert answer is None and leaked == 0, answer
 
 
-
-
 def peer_objects(cluster: Cluster, ca_namespace: str, namespace: str) -> dict[str, Any]:
     """The peer tier's objects of a policy `ckpt` in `namespace` (its pods'
     Secret, its peers ConfigMap, its CA in the operator's namespace), each
@@ -74,43 +76,73 @@ def peer_objects(cluster: Cluster, ca_namespace: str, namespace: str) -> dict[st
             "ca": found(ca_namespace, "secret", f"ckptdrain-peer-ca-{uid}"), "uid": uid}
 
 
-def peers_listed(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    """The writers a policy `ckpt`'s peers ConfigMap lists ({} when none is there)."""
+def owner_uids(cluster: Cluster, namespace: str, kind: str, name: str) -> list[str]:
+    """The UIDs an object's ownerReferences name (what the garbage collector
+    deletes it with)."""
+    meta = json.loads(cluster.kubectl("get", "-n", namespace, kind, name, "-o",
+                                      "json").stdout)["metadata"]
+    return [o["uid"] for o in meta.get("ownerReferences") or []]
+
+
+def peers_listed(cluster: Cluster, namespace: str) -> list[str]:
+    """The addresses of the writers a policy `ckpt`'s peers ConfigMap lists
+    ([] when none is there): where the policy's agents send their copies."""
     out = cluster.kubectl("get", "-n", namespace, "configmap", CONFIGMAP, "-o", "json",
                           check=False)
     data = json.loads(out.stdout).get("data", {}) if out.returncode == 0 else {}
-    return dict(json.loads(data.get(PEERS_KEY, "{}")).get("writers") or {})
+    writers = json.loads(data.get(PEERS_KEY, "{}")).get("writers") or {}
+    return sorted(w["address"] for w in writers.values() if w.get("address"))
+
+
+def give_ip(cluster: Cluster, namespace: str, ip: str) -> None:
+    """The pod `w-0` in `namespace` given `ip`, as the kubelet would (none runs here)."""
+    cluster.kubectl("patch", "-n", namespace, "pod", "w-0", "--subresource=status",
+                    "--type=merge", "-p", json.dumps({"status": {"podIP": ip}}))
 
 
 @ledger.makes(ledger.PEER_SAME_NAME, ledger.PEER_NAMED, ledger.PEER_POD, ledger.PEER_READ)
 def test_the_operator_hands_b_none_of_as_peer_objects(
         cluster: Cluster, operator: OperatorProcess, namespace: str, tenant_b: Tenant) -> None:
-    """A's policy `ckpt` with the peer tier on; B's policies and pods ask the
-    operator for A's peer Secret, ConfigMap and pairing: by the same policy
-    name, by naming them, by a running writer. The operator writes only in
-    a policy's own namespace, keeps its CA by the policy's UID, which B
-    cannot choose, and pairs pods within their own namespace's policy."""
+    """A's policy `ckpt` with the peer tier on and a running writer; B's
+    policies and pods ask the operator for A's peer Secret, ConfigMap and
+    pairing: by the same policy name, by naming them, by a running writer.
+    The operator writes only in a policy's own namespace, keeps its CA by
+    the policy's UID, which B cannot choose, and pairs pods within their
+    own namespace's policy."""
     ca_namespace = operator.env["CKPTDRAIN_PEER_CA_NAMESPACE"]
     cluster.kubectl("patch", "-n", namespace, POLICIES, "ckpt", "--type=merge", "-p",
                     json.dumps({"spec": {"peerTier": {"enabled": True}}}))
-    a_before = wait_for(lambda: (o := peer_objects(cluster, ca_namespace, namespace))
-                        ["secret"] and o["ca"] and o, what="A's peer Secret and CA")
+    wait_for(lambda: (o := peer_objects(cluster, ca_namespace, namespace))["secret"]
+             and o["ca"], what="A's peer Secret and CA")
+    made = create(cluster, namespace, pod_of("w-0", {"app": "ckpt", **INJECT},
+                                             nodeName="node-a"))
+    assert made.returncode == 0, made.stderr
+    assert ANNOTATION_INJECTED in json.loads(made.stdout)["metadata"]["annotations"]
+    give_ip(cluster, namespace, A_IP)
+    wait_for(lambda: peers_listed(cluster, namespace) == [f"{A_IP}:{PEER_PORT}"],
+             what="A's writer in A's peers ConfigMap")
+    a_before = peer_objects(cluster, ca_namespace, namespace)
 
-    def a_changed() -> int:
-        return int(peer_objects(cluster, ca_namespace, namespace) != a_before)
+    def a_changed(*kept: str) -> int:
+        """How many of A's peer objects differ from before (`kept`: those
+        not compared)."""
+        now = peer_objects(cluster, ca_namespace, namespace)
+        return sum(now[k] != a_before[k] for k in ("secret", "configmap", "ca", "uid")
+                   if k not in kept)
     made = tenant_b.create(policy("ckpt", peerTier={"enabled": True}))
     assert made.returncode == 0, made.stderr
     b = wait_for(lambda: (o := peer_objects(cluster, ca_namespace, tenant_b.namespace))
                  ["secret"] and o["ca"] and o, what="B's peer Secret and CA")
-    status = wait_for(lambda: json.loads(tenant_b.kubectl(
-        "get", "-n", tenant_b.namespace, POLICIES, "ckpt", "-o", "json").stdout).get(
-        "status", {}).get("peer", {}).get("secret"), what="B's status.peer.secret")
+    # B's pods' Secret is B's policy's (it goes with it) and holds the CA kept
+    # under B's policy UID, not A's CA.
     b_ca = b["secret"][1]["ca.crt"]
-    own = status == SECRET and b["uid"] != a_before["uid"] and b_ca == b["ca"][1]["ca.crt"]
-    leaked = int(b_ca == a_before["ca"][1]["ca.crt"]) + a_changed()
+    owners = owner_uids(cluster, tenant_b.namespace, "secret", SECRET)
+    own = owners == [b["uid"]] and b_ca == b["ca"][1]["ca.crt"]
+    changed = a_changed()
+    leaked = int(b_ca == a_before["ca"][1]["ca.crt"]) + changed
     ledger.record(ledger.PEER_SAME_NAME, ledger.EXPECTED[ledger.PEER_SAME_NAME][0] if own
                   else "", ledger.ADMITTED, leaked)
-    assert own and leaked == 0, status
+    assert own and leaked == 0, (owners, b["uid"], changed)
     # Naming A's objects and namespace: no such fields (sent past kubectl's check).
     named = policy("named", peerTier={"enabled": True, "secretName": SECRET,
                                       "configMapName": CONFIGMAP, "namespace": namespace})
@@ -121,24 +153,34 @@ def test_the_operator_hands_b_none_of_as_peer_objects(
     wait_for(lambda: cluster.kubectl("get", "-n", tenant_b.namespace, "secret",
                                      peer_secret_name("named"), check=False).returncode == 0,
              what="the peer Secret of B's `named`, in B's namespace")
+    changed = a_changed()
     ledger.record(ledger.PEER_NAMED, ledger.EXPECTED[ledger.PEER_NAMED][0] if pruned else "",
-                  ledger.ADMITTED, a_changed())
-    assert pruned and not a_changed(), made.stdout[:500]
-    # A writer of B's `ckpt`, running on a node with an IP (set as the kubelet would).
+                  ledger.ADMITTED, changed)
+    assert pruned and not changed, made.stdout[:500]
+    # A writer of B's `ckpt` on another node, newer than A's: a rank two pods
+    # hold goes to the newer (peers/placement.members), so a pass that took
+    # B's writer for one of A's policy would list B's address, not A's.
     made = tenant_b.create(pod_of("w-0", {"app": "ckpt", **INJECT}, nodeName="node-b"))
     assert made.returncode == 0, made.stderr
-    cluster.kubectl("patch", "-n", tenant_b.namespace, "pod", "w-0", "--subresource=status",
-                    "--type=merge", "-p", json.dumps({"status": {"podIP": "10.9.1.1"}}))
+    give_ip(cluster, tenant_b.namespace, B_IP)
     paired = wait_for(lambda: peers_listed(cluster, tenant_b.namespace),
                       what="B's writer in B's peers ConfigMap")
-    own = [w["address"] for w in paired.values()] == ["10.9.1.1:9109"]
-    in_a = "10.9.1.1" in json.dumps(peers_listed(cluster, namespace))
-    ledger.record(ledger.PEER_POD, ledger.EXPECTED[ledger.PEER_POD][0] if own and not in_a
-                  else "", ledger.ADMITTED, int(in_a) + a_changed())
-    # No kubelet confirms a deletion here: the pod goes by force.
-    cluster.kubectl("delete", "-n", tenant_b.namespace, "pod", "w-0", "--force",
-                    "--grace-period=0")
-    assert own and not in_a and not a_changed(), paired
+    # A pass of A's policy now, with B's writer in the operator's pod index:
+    # A's writer's sandbox comes back with a new IP (as after a node
+    # restart), which A's pass must publish. Only a pass that ran after B's
+    # writer can show whether it was paired into A's list.
+    give_ip(cluster, namespace, A_NEW_IP)
+    in_a = wait_for(lambda: (listed := peers_listed(cluster, namespace))
+                    != [f"{A_IP}:{PEER_PORT}"] and listed, what="a new pass of A's peers")
+    own = paired == [f"{B_IP}:{PEER_PORT}"] and in_a == [f"{A_NEW_IP}:{PEER_PORT}"]
+    changed = a_changed("configmap")  # A's list changed by A's own writer
+    leaked = int(f"{B_IP}:" in json.dumps(in_a)) + changed
+    ledger.record(ledger.PEER_POD, ledger.EXPECTED[ledger.PEER_POD][0] if own else "",
+                  ledger.ADMITTED, leaked)
+    # No kubelet confirms a deletion here: the pods go by force.
+    for ns in (tenant_b.namespace, namespace):
+        cluster.kubectl("delete", "-n", ns, "pod", "w-0", "--force", "--grace-period=0")
+    assert own and leaked == 0, (paired, in_a, changed)
     # B's token on A's peer Secret (A's namespace) and A's CA (the operator's).
     reads = [tenant_b.kubectl("get", "secret", "-n", ns, name, "-o", "json") for ns, name in
              ((namespace, SECRET), (ca_namespace, f"ckptdrain-peer-ca-{a_before['uid']}"))]
