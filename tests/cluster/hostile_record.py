@@ -33,6 +33,9 @@ STORE_GET = "B's agent keys (a per-tenant store user) read A's object"
 STORE_PUT = "B's agent keys (a per-tenant store user) overwrite A's object"
 STORE_DELETE = "B's agent keys (a per-tenant store user) delete A's object"
 STORE_MULTIPART = "B's agent keys (a per-tenant store user) start a multipart upload in A's prefix"
+STORE_UPLOADS = ("B's agent keys (a per-tenant store user) list the unfinished multipart "
+                 "uploads in A's prefix")
+STORE_ABORT = "B's agent keys (a per-tenant store user) abort A's unfinished multipart upload"
 CSI_POLICY_OF_A = "CSI volume of B's pod naming A's policy"
 CSI_OWN_SAME_NAME = "CSI volume of B's own policy named like A's"
 CSI_NAMESPACE_OF_A = "CSI volume of B's pod with A's namespace in its attributes"
@@ -55,7 +58,7 @@ DRIVER_LOG = "CSI driver log"
 PEER_LOG = "peer server log: CERTIFICATE_VERIFY_FAILED"
 ADMITTED = "nothing to log: admitted"
 STORE_ANSWERED = ("AccessDenied answered to B only; not logged by the product (the store's "
-                  "audit log would)")
+                  "own logs: not measured)")
 STORE_REFUSED = "store: AccessDenied to B's user (the platform's per-tenant policy)"
 
 #: Every attempt the suite makes, in the order it makes them, with what it
@@ -79,7 +82,8 @@ EXPECTED: dict[str, tuple[str, str]] = {
     PREFIX_OTHER_CLASS: ("", ADMITTED),
     ENDPOINT: ("policy admission: CKPTDRAIN_AMBIENT_ENDPOINTS", ANSWERED),
     **{name: (STORE_REFUSED, STORE_ANSWERED)
-       for name in (STORE_LIST, STORE_GET, STORE_PUT, STORE_DELETE, STORE_MULTIPART)},
+       for name in (STORE_LIST, STORE_GET, STORE_PUT, STORE_DELETE, STORE_MULTIPART,
+                    STORE_UPLOADS, STORE_ABORT)},
     CSI_POLICY_OF_A: ("CSI driver: NOT_FOUND", DRIVER_LOG),
     CSI_OWN_SAME_NAME: ("CSI driver: B's policy UID, a directory of its own", ADMITTED),
     CSI_NAMESPACE_OF_A: ("CSI driver: INVALID_ARGUMENT", DRIVER_LOG),

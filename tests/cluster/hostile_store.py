@@ -4,8 +4,9 @@ in the ledger's order). The platform gives each tenant a MinIO user whose
 policy is docs/cloud/eks.md's "permissions of ckptdrain-team-a" for the
 tenant's prefix; B's user goes into B's Secret, B's policy names it, and B's
 pod is injected what the agent gets. With that environment B's own code
-(or its agent) opens A's prefix through ckptdrain.store and tries each call;
-the store answers, and A's objects are compared before and after."""
+(or its agent) opens A's prefix through ckptdrain.store and tries each call,
+A's unfinished upload among its targets; the store answers, and A's objects
+and uploads are compared before and after."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from support.s3servers import S3Server, start_minio
 
 EKS = REPO / "docs" / "cloud" / "eks.md"
 A_KEY = "step-7/model.bin"
+#: The key of A's unfinished upload (step 8, still draining).
+A_UPLOAD_KEY = "step-8/model.bin"
 
 
 def tenant_policy(bucket: str, namespace: str) -> dict[str, Any]:
@@ -55,16 +58,19 @@ def store_user(admin: MinioAdmin, name: str, document: dict[str, Any]) -> dict[s
 def agent_environment(tenant: Tenant, server: S3Server, bucket: str,
                       keys: dict[str, str]) -> dict[str, str]:
     """What B's agent runs with: B's Secret holding B's keys, B's policy
-    naming it, the env injected into B's pod, each secretKeyRef read from
-    B's Secret with B's token (as the kubelet resolves it)."""
+    naming it, the env injected into B's pod, each secretKeyRef read with
+    B's token from the Secret it names (as the kubelet resolves it, in the
+    pod's namespace), which must be the one B's policy names."""
     data = {k: base64.b64encode(v.encode()).decode() for k, v in keys.items()}
     secret = {"apiVersion": "v1", "kind": "Secret", "data": data,
               "metadata": {"name": "store-keys", "namespace": tenant.namespace}}
     assert tenant.create(secret).returncode == 0
-    made = tenant.create(policy("ckpt", storage={
-        "uri": f"s3://{bucket}/llm", "endpoint": server.endpoint_url,
-        "credentialsSecretRef": {"name": "store-keys"}}))
+    made = tenant.kubectl("create", "-n", tenant.namespace, "-f", "-", "-o", "json",
+                          body=policy("ckpt", storage={
+                              "uri": f"s3://{bucket}/llm", "endpoint": server.endpoint_url,
+                              "credentialsSecretRef": {"name": "store-keys"}}))
     assert made.returncode == 0, made.stderr
+    named = json.loads(made.stdout)["spec"]["storage"]["credentialsSecretRef"]["name"]
 
     def injected(index: list[int] = [0]) -> list[dict[str, Any]] | None:  # noqa: B006
         index[0] += 1  # a pod made before the webhook saw B's policy is not injected
@@ -75,32 +81,49 @@ def agent_environment(tenant: Tenant, server: S3Server, bucket: str,
         return next((c["env"] for c in spec.get("initContainers", []) + spec["containers"]
                      if c["name"] == AGENT), None)
     env = wait_for(injected, what="B's pod injected with the agent")
-    read = json.loads(tenant.kubectl("get", "secret", "store-keys", "-n", tenant.namespace,
+    refs = [e["valueFrom"]["secretKeyRef"] for e in env
+            if "secretKeyRef" in (e.get("valueFrom") or {})]
+    (name,) = {r["name"] for r in refs}
+    assert name == named, (named, refs)
+    read = json.loads(tenant.kubectl("get", "secret", name, "-n", tenant.namespace,
                                      "-o", "json").stdout)["data"]
-    return {e["name"]: e["value"] if "value" in e else
-            base64.b64decode(read[e["valueFrom"]["secretKeyRef"]["key"]]).decode()
-            for e in env if "value" in e or "secretKeyRef" in (e.get("valueFrom") or {})}
+
+    def value(entry: dict[str, Any]) -> str:
+        if "value" in entry:
+            return str(entry["value"])
+        return base64.b64decode(read[entry["valueFrom"]["secretKeyRef"]["key"]]).decode()
+    return {e["name"]: value(e) for e in env
+            if "value" in e or "secretKeyRef" in (e.get("valueFrom") or {})}
 
 
-def a_objects(server: S3Server, bucket: str, namespace: str) -> dict[str, bytes]:
-    """Everything under A's prefix, as the server's root user reads it."""
-    client = server.client()
-    listed = client.list_objects_v2(Bucket=bucket, Prefix=f"llm/{namespace}/")
-    return {o["Key"]: client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
-            for o in listed.get("Contents", [])}
+def a_state(server: S3Server, bucket: str, namespace: str
+            ) -> tuple[dict[str, bytes], list[tuple[str, str]]]:
+    """Everything under A's prefix, as the server's root user reads it: the
+    objects, and the unfinished multipart uploads (key, upload id)."""
+    client, prefix = server.client(), f"llm/{namespace}/"
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix)
+    objects = {o["Key"]: client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+               for o in listed.get("Contents", [])}
+    # MinIO lists by a prefix only the uploads of the exact key: all, filtered here.
+    uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    return objects, sorted((u["Key"], u["UploadId"]) for u in uploads
+                           if u["Key"].startswith(prefix))
 
 
-def attempts(store: Any) -> dict[str, Callable[[], Any]]:
-    """Each call B makes on A's prefix, by the ledger's attempt."""
+def attempts(store: Any, a_upload: str) -> dict[str, Callable[[], Any]]:
+    """Each call B makes on A's prefix, by the ledger's attempt. B is handed
+    A's upload id, as if it had learnt it: the store must refuse B anyway."""
     return {ledger.STORE_LIST: lambda: [o.key for o in store.list("")],
             ledger.STORE_GET: lambda: store.get_bytes(A_KEY),
             ledger.STORE_PUT: lambda: store.put_bytes(A_KEY, b"B's bytes"),
             ledger.STORE_DELETE: lambda: store.delete(A_KEY),
-            ledger.STORE_MULTIPART: lambda: store.create_multipart("step-8/model.bin")}
+            ledger.STORE_MULTIPART: lambda: store.create_multipart("step-9/model.bin"),
+            ledger.STORE_UPLOADS: lambda: store.list_multipart_uploads(""),
+            ledger.STORE_ABORT: lambda: store.abort_multipart(A_UPLOAD_KEY, a_upload)}
 
 
 @ledger.makes(ledger.STORE_LIST, ledger.STORE_GET, ledger.STORE_PUT, ledger.STORE_DELETE,
-              ledger.STORE_MULTIPART)
+              ledger.STORE_MULTIPART, ledger.STORE_UPLOADS, ledger.STORE_ABORT)
 def test_bs_store_user_reaches_none_of_as_prefix(tmp_path: Path, namespace: str,
                                                  tenant_b: Tenant) -> None:
     with start_minio(tmp_path) as server:
@@ -111,6 +134,9 @@ def test_bs_store_user_reaches_none_of_as_prefix(tmp_path: Path, namespace: str,
         a_store = open_store(f"s3://{bucket}/llm/{namespace}/ckpt", environ=a_keys,
                              endpoint_url=server.endpoint_url)
         a_store.put_bytes(A_KEY, A_SECRET.encode())
+        # A's agent in the middle of draining step 8: one part sent, not completed.
+        a_upload = a_store.create_multipart(A_UPLOAD_KEY)
+        a_store.upload_part(A_UPLOAD_KEY, a_upload, 1, A_SECRET.encode())
         env = agent_environment(tenant_b, server, bucket, b_keys)
         # The agent's own prefix is B's, and B's keys work there: a refusal
         # below is about A's prefix, not keys that work nowhere.
@@ -118,20 +144,20 @@ def test_bs_store_user_reaches_none_of_as_prefix(tmp_path: Path, namespace: str,
         own = open_store(env[Env.STORE_URI], endpoint_url=env[Env.S3_ENDPOINT], environ=env)
         own.put_bytes("step-1/model.bin", b"B's own")
         assert [o.key for o in own.list("")] == ["step-1/model.bin"]
-        before = a_objects(server, bucket, namespace)
+        before = a_state(server, bucket, namespace)
         into_a = open_store(f"s3://{bucket}/llm/{namespace}/ckpt",
                             endpoint_url=env[Env.S3_ENDPOINT], environ=env)
-        for name, call in attempts(into_a).items():
+        for name, call in attempts(into_a, a_upload).items():
             try:
                 got, refused = call(), False
             except StoreAccessDenied:
                 got, refused = None, True
-            changed = a_objects(server, bucket, namespace) != before
-            leaked = int(bool(got) or changed)  # A's bytes or keys, or A's objects changed
+            changed = a_state(server, bucket, namespace) != before
+            # A's bytes, keys or uploads, or anything of A's changed or gone.
+            leaked = int(bool(got) or changed)
             ledger.record(name, ledger.STORE_REFUSED if refused else "",
                           ledger.STORE_ANSWERED, leaked)
             assert refused and not leaked, (name, got)
-        assert a_objects(server, bucket, namespace) == {f"llm/{namespace}/ckpt/{A_KEY}":
-                                                        A_SECRET.encode()}
-        uploads = server.client().list_multipart_uploads(Bucket=bucket).get("Uploads", [])
-        assert uploads == [], uploads
+        prefix = f"llm/{namespace}/ckpt/"
+        assert a_state(server, bucket, namespace) == (
+            {prefix + A_KEY: A_SECRET.encode()}, [(prefix + A_UPLOAD_KEY, a_upload)])
