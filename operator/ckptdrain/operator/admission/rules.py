@@ -38,7 +38,7 @@ from ckptdrain.operator.admission import (
     unselected,
 )
 from ckptdrain.operator.admission.owner_cache import OwnerCache
-from ckptdrain.operator.admission.refusal import READ_ERRORS, Refused
+from ckptdrain.operator.admission.refusal import READ_ERRORS, Refused, named_namespace
 from ckptdrain.operator.apiserver import class_view, namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
@@ -266,6 +266,7 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     writers (admission/agent_pin.py). `every`: the policies of all watched
     namespaces from a current view (None: ask the apiserver), for the node
     directory check of hostPath mode (policy/node_dirs.py)."""
+    namespace = named_namespace(namespace, "Pod")
     if injection.is_injected(pod):
         # Called again after later webhooks changed the pod: follow them.
         ops = injection.reinvocation_patch(pod)
