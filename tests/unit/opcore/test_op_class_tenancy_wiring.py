@@ -48,12 +48,13 @@ def policy(namespace: str = "ml", name: str = "llama", cls: str | None = "team-a
 def cluster(monkeypatch: pytest.MonkeyPatch, no_checkpoint_classes: class_view.ClassView
             ) -> Iterator[dict[str, Any]]:
     """Each namespace's labels (a namespace missing answers 403: the RBAC
-    rolled back) and the namespace's policies."""
-    state: dict[str, Any] = {"labels": {"ml": {"tenant": "a"}}, "policies": []}
+    rolled back), the namespace's policies, and the namespaces read."""
+    state: dict[str, Any] = {"labels": {"ml": {"tenant": "a"}}, "policies": [], "read": []}
     no_checkpoint_classes.replace([TEAM_A], "1")
 
     def get_json(path: str, query: Any, timeout: float) -> dict[str, Any]:
         namespace = path.rsplit("/", 1)[1]
+        state["read"].append(namespace)
         if namespace not in state["labels"]:
             raise apiserver_reads.ApiError(403, "Forbidden")
         return {"metadata": {"name": namespace, "labels": dict(state["labels"][namespace])}}
@@ -127,6 +128,8 @@ def test_a_namespace_relabelled_out_of_the_class_loses_its_share(
     cluster["labels"]["other"] = {"tenant": "a"}
     policies = {("ml", "a"): [policy("ml", "a")], ("other", "b"): [policy("other", "b")]}
     pods = {key: [object()] for key in policies}
+    for namespace in ("ml", "other"):  # as each policy's reconcile reads them
+        namespace_labels.recent(namespace, CFG.namespace_recheck_s)
     parts = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
     assert set(parts) == {("ml", "a"), ("other", "b")}
     # Relabelled, as the recheck reads it: the same policies, another answer.
@@ -135,3 +138,30 @@ def test_a_namespace_relabelled_out_of_the_class_loses_its_share(
     parts = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
     assert set(parts) == {("other", "b")}
     assert parts[("other", "b")][1].budget == pytest.approx(100e6)
+
+
+def test_the_joint_pass_reads_no_labels_behind_its_locks(
+        cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The apiserver times out: a read in the pass would hold the budgets'
+    # lock for its timeout, once per namespace, for every waiting caller.
+    def timing_out(path: str, query: Any, timeout: float) -> dict[str, Any]:
+        cluster["read"].append(path)
+        raise TimeoutError("timed out")
+
+    policies = {("ml", "a"): [policy("ml", "a")], ("other", "b"): [policy("other", "b")]}
+    pods = {key: [object()] for key in policies}
+    cluster["labels"]["other"] = {"tenant": "a"}
+    namespace_labels.fresh("other")  # held, as its reconcile or the recheck left it
+    monkeypatch.setattr(apiserver_reads, "get_json", timing_out)
+    cluster["read"].clear()
+    parts = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
+    assert cluster["read"] == []
+    # Never read: no share, as a failed read gave; a held reading counts.
+    assert set(parts) == {("other", "b")}
+    # The policy's own reconcile reads (it may, outside the pass's locks),
+    # and its reading moves the pass's memo.
+    monkeypatch.setattr(apiserver_reads, "get_json", lambda path, query, timeout: {
+        "metadata": {"name": "ml", "labels": {"tenant": "a"}}})
+    assert rebalance.parse_policy(CFG, policy("ml", "a"), 1).name == "a"
+    parts = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
+    assert set(parts) == {("ml", "a"), ("other", "b")}

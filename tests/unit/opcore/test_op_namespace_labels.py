@@ -2,7 +2,9 @@
 (apiserver/namespace_labels.py): a reading is reused for MAX_AGE_S, read
 again after; when a read fails the last reading stands while it is trusted
 (twice the recheck period), and past that, as with none, the failure names
-the namespace and the reading is gone; a changed reading moves `version`."""
+the namespace and the reading is gone; a changed reading moves `version`.
+A failed read is remembered a few seconds: callers within them are answered
+at once, never a verdict; `held` never reads."""
 
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ def test_a_failed_read_keeps_the_last_reading_only_while_trusted(
     assert caught.value.field == "metadata.namespace" and "ml-a" in str(caught.value)
     apiserver["error"] = None
     apiserver["labels"] = {}
+    apiserver["clock"]["now"] += namespace_labels.FAILURE_MEMORY_S
     assert namespace_labels.recent("ml-a", RECHECK_S) == {}
 
 
@@ -119,3 +122,74 @@ def test_an_empty_namespace_is_refused_never_a_list(apiserver: dict[str, Any]) -
     with pytest.raises(ValueError, match="namespace"):
         namespace_labels.fresh("")
     assert apiserver["asked"] == []
+
+
+def test_a_failed_read_is_remembered_so_callers_do_not_pay_its_timeout_again(
+        apiserver: dict[str, Any]) -> None:
+    apiserver["error"] = TimeoutError("timed out")
+    with pytest.raises(namespace_labels.LabelsUnreadable):
+        namespace_labels.recent("ml-a", RECHECK_S)
+    assert len(apiserver["asked"]) == 1
+    # Every caller within the window is answered at once: still a retry.
+    apiserver["clock"]["now"] += namespace_labels.FAILURE_MEMORY_S - 0.1
+    for _ in range(5):
+        with pytest.raises(namespace_labels.LabelsUnreadable) as caught:
+            namespace_labels.recent("ml-a", RECHECK_S)
+        assert "timed out" in str(caught.value) and "ml-a" in str(caught.value)
+    assert len(apiserver["asked"]) == 1
+    # Per namespace: another one is read.
+    with pytest.raises(namespace_labels.LabelsUnreadable):
+        namespace_labels.recent("ml-b", RECHECK_S)
+    assert len(apiserver["asked"]) == 2
+    # Past the window the apiserver is asked again, and its answer stands.
+    apiserver["error"] = None
+    apiserver["clock"]["now"] += 0.1
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "a"}
+    assert len(apiserver["asked"]) == 3
+
+
+def test_within_the_window_a_trusted_reading_is_still_served(
+        apiserver: dict[str, Any]) -> None:
+    namespace_labels.recent("ml-a", RECHECK_S)
+    apiserver["clock"]["now"] += namespace_labels.MAX_AGE_S
+    apiserver["error"] = TimeoutError("timed out")
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "a"}
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "a"}
+    assert len(apiserver["asked"]) == 2  # the first reading, one failed read
+
+
+def test_a_read_that_succeeds_ends_the_window(apiserver: dict[str, Any]) -> None:
+    apiserver["error"] = TimeoutError("timed out")
+    with pytest.raises(namespace_labels.LabelsUnreadable):
+        namespace_labels.recent("ml-a", RECHECK_S)
+    # The recheck (or policy admission) reads afresh, window or not.
+    apiserver["error"] = None
+    assert namespace_labels.fresh("ml-a") == {"tenant": "a"}
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "a"}
+    assert len(apiserver["asked"]) == 2
+
+
+def test_held_never_reads(apiserver: dict[str, Any]) -> None:
+    with pytest.raises(namespace_labels.LabelsUnreadable) as caught:
+        namespace_labels.held("ml-a", RECHECK_S)
+    assert caught.value.field == "metadata.namespace" and "ml-a" in str(caught.value)
+    assert apiserver["asked"] == []
+    namespace_labels.fresh("ml-a")
+    apiserver["labels"] = {"tenant": "b"}
+    apiserver["clock"]["now"] += 2 * RECHECK_S - 1  # old, still trusted: served
+    assert namespace_labels.held("ml-a", RECHECK_S) == {"tenant": "a"}
+    before = namespace_labels.version()
+    apiserver["clock"]["now"] += 1  # no longer trusted: dropped, and said
+    with pytest.raises(namespace_labels.LabelsUnreadable):
+        namespace_labels.held("ml-a", RECHECK_S)
+    assert namespace_labels.version() != before
+    assert apiserver["asked"] == ["/api/v1/namespaces/ml-a"]
+
+
+def test_a_new_term_forgets_the_failures_too(apiserver: dict[str, Any]) -> None:
+    apiserver["error"] = TimeoutError("timed out")
+    with pytest.raises(namespace_labels.LabelsUnreadable):
+        namespace_labels.recent("ml-a", RECHECK_S)
+    namespace_labels.forget()
+    apiserver["error"] = None
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "a"}

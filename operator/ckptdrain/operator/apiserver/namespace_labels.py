@@ -14,6 +14,12 @@ while reads fail (an apiserver away, a 403 after an RBAC rollback) a label
 removed since must not keep a namespace allowed for ever. Past that bound
 the reading is dropped and `recent` raises LabelsUnreadable, as for a
 namespace never read: a retry, never a judgement.
+
+A failed read is remembered for FAILURE_MEMORY_S: while the apiserver
+times out, `recent` callers within it are answered at once (the trusted
+reading, or LabelsUnreadable) instead of each paying the read's timeout
+again. `held` never reads: the joint budgets' pass parses from it
+(bandwidth/rebalance.py), so no read waits behind that pass's locks.
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ MAX_AGE_S = 30.0
 #: A read made inside a reconcile or a pod's admission: short.
 READ_TIMEOUT_S = 3.0
 READ_ERRORS = (reads.ApiError, reads.HTTPError, OSError)
+#: How long a failed read is remembered: long enough that a burst of
+#: callers (a joint pass, the reconciles of a namespace's policies) pays one
+#: timeout, short enough that a recovered apiserver is read again at once.
+FAILURE_MEMORY_S = 5.0
 
 
 class LabelsUnreadable(InvalidInput):
@@ -43,6 +53,8 @@ class LabelsUnreadable(InvalidInput):
 _lock = threading.Lock()
 #: Namespace → (monotonic time read, its labels).
 _readings: dict[str, tuple[float, dict[str, str]]] = {}
+#: Namespace → (monotonic time a read failed, the failure's text).
+_failures: dict[str, tuple[float, str]] = {}
 #: Bumped whenever what a namespace's labels say may have changed (a reading
 #: that differs, one dropped): the joint budgets' memo keys on it.
 _version = 0
@@ -62,6 +74,8 @@ def _keep(namespace: str, labels: dict[str, str] | None) -> None:
     global _version
     with _lock:
         held = _readings.get(namespace)
+        if labels is not None:
+            _failures.pop(namespace, None)
         if labels is None:
             _readings.pop(namespace, None)
         else:
@@ -75,7 +89,12 @@ def fresh(namespace: str, timeout: float = READ_TIMEOUT_S) -> dict[str, str]:
     if not namespace:
         # An empty name would make the path the namespaces' list.
         raise ValueError("namespace: expected a namespace's name, got an empty one")
-    found = reads.get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}", [], timeout)
+    try:
+        found = reads.get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}", [], timeout)
+    except READ_ERRORS as error:
+        with _lock:
+            _failures[namespace] = (time.monotonic(), str(error))
+        raise
     labels = (found.get("metadata") or {}).get("labels") or {}
     labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
     _keep(namespace, labels)
@@ -85,22 +104,46 @@ def fresh(namespace: str, timeout: float = READ_TIMEOUT_S) -> dict[str, str]:
 def recent(namespace: str, recheck_s: float, timeout: float = READ_TIMEOUT_S
            ) -> dict[str, str]:
     """The namespace's labels read at most MAX_AGE_S ago, or read now; when
-    a read fails, the last reading if younger than trusted_s(recheck_s);
-    otherwise LabelsUnreadable naming the namespace."""
+    a read fails (now, or less than FAILURE_MEMORY_S ago: not tried again),
+    the last reading if younger than trusted_s(recheck_s); otherwise
+    LabelsUnreadable naming the namespace."""
     with _lock:
         held = _readings.get(namespace)
-    if held is not None and time.monotonic() - held[0] < MAX_AGE_S:
+        failed = _failures.get(namespace)
+    now = time.monotonic()
+    if held is not None and now - held[0] < MAX_AGE_S:
         return held[1]
-    try:
-        return fresh(namespace, timeout)
-    except READ_ERRORS as error:
-        if held is not None and time.monotonic() - held[0] < trusted_s(recheck_s):
-            return held[1]
-        if held is not None:
-            _keep(namespace, None)
-        raise LabelsUnreadable("metadata.namespace", f"the labels of namespace {namespace} "
-                               "(its CheckpointClass allows namespaces by label) to be "
-                               "readable", str(error)) from None
+    if failed is not None and now - failed[0] < FAILURE_MEMORY_S:
+        problem = (f"{failed[1]} ({now - failed[0]:.1f}s ago; read again "
+                   f"{FAILURE_MEMORY_S:g}s after a failure)")
+    else:
+        try:
+            return fresh(namespace, timeout)
+        except READ_ERRORS as error:
+            problem = str(error)
+    return _trusted(namespace, held, recheck_s, problem)
+
+
+def held(namespace: str, recheck_s: float) -> dict[str, str]:
+    """The last reading while younger than trusted_s(recheck_s), never a
+    read: LabelsUnreadable otherwise (never read, or dropped)."""
+    with _lock:
+        reading = _readings.get(namespace)
+    return _trusted(namespace, reading, recheck_s, "no reading held; its policies' "
+                    "reconciles and the namespace recheck read it")
+
+
+def _trusted(namespace: str, reading: tuple[float, dict[str, str]] | None,
+             recheck_s: float, problem: str) -> dict[str, str]:
+    """`reading`'s labels while trusted; else it is dropped and
+    LabelsUnreadable says `problem`."""
+    if reading is not None and time.monotonic() - reading[0] < trusted_s(recheck_s):
+        return reading[1]
+    if reading is not None:
+        _keep(namespace, None)
+    raise LabelsUnreadable("metadata.namespace", f"the labels of namespace {namespace} "
+                           "(its CheckpointClass allows namespaces by label) to be "
+                           "readable", problem)
 
 
 def expire(recheck_s: float) -> None:
@@ -109,6 +152,9 @@ def expire(recheck_s: float) -> None:
     bound = time.monotonic() - trusted_s(recheck_s)
     with _lock:
         old = [ns for ns, (at, _) in _readings.items() if at <= bound]
+        gone = time.monotonic() - FAILURE_MEMORY_S
+        for namespace in [ns for ns, (at, _) in _failures.items() if at <= gone]:
+            del _failures[namespace]
     for namespace in old:
         _keep(namespace, None)
 
@@ -118,6 +164,7 @@ def forget() -> None:
     global _version
     with _lock:
         _readings.clear()
+        _failures.clear()
         _version += 1
 
 

@@ -119,16 +119,18 @@ def values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
 
 
 def parse_policy(cfg: OperatorConfig, body: dict[str, Any], drainers: int,
-                 catalogue: classes.Catalogue | None = None) -> pol.Policy:
+                 catalogue: classes.Catalogue | None = None,
+                 read_labels: bool = True) -> pol.Policy:
     """The policy under its class's settings (policy/classes.py; the
     classes now unless `catalogue`); raises InvalidInput (ClassUnresolved
-    when its class does not take it)."""
+    when its class does not take it; LabelsUnreadable when its namespace's
+    labels are needed and neither held nor, with `read_labels`, readable)."""
     meta = body.get("metadata", {})
     namespace = meta.get("namespace", "")
     catalogue = class_view.current(classes.catalogue) if catalogue is None else catalogue
+    labels = namespace_labels.recent if read_labels else namespace_labels.held
     resolution = classes.resolved(namespace, body.get("spec", {}), cfg, catalogue,
-                                  partial(namespace_labels.recent, namespace,
-                                          cfg.namespace_recheck_s))
+                                  partial(labels, namespace, cfg.namespace_recheck_s))
     return pol.parse(namespace, meta.get("name", ""), resolution.spec, resolution.config,
                      drainers=max(1, drainers))
 
@@ -182,9 +184,19 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     bodies = {key: body for key in list(policies)
               for body in values(policies, key)[:1]}
     catalogue = class_view.current(classes.catalogue)
+    # Parsed from the namespace labels held, never read here: the parse runs
+    # under the memo's lock (and a joint pass's), so one read (3 s while the
+    # apiserver times out, per namespace) would stall every rebalance and
+    # reconcile waiting for a budget. Held-only is as current: a policy's
+    # own reconcile reads its namespace's labels before it asks for budgets,
+    # and the recheck reads them afresh every period; either moving them
+    # moves namespace_labels.version(), and so the memo's context. A
+    # namespace with no reading trusted gives its policies no share, as a
+    # failed read did, until its reconcile reads it and asks a joint pass.
     answer = _joint.compute(bodies, {key: len(values(pods, key)) for key in bodies},
                             cfg.cluster_bandwidth,
-                            lambda body, n: parse_policy(cfg, dict(body), n, catalogue),
+                            lambda body, n: parse_policy(cfg, dict(body), n, catalogue,
+                                                         read_labels=False),
                             _context(cfg, catalogue), fresh,
                             weights={**dict(cfg.bandwidth_weights),
                                      **class_catalogue.weights(bodies, catalogue)})
