@@ -9,6 +9,7 @@ at once, never a verdict; `held` never reads."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -193,3 +194,10 @@ def test_a_new_term_forgets_the_failures_too(apiserver: dict[str, Any]) -> None:
     namespace_labels.forget()
     apiserver["error"] = None
     assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "a"}
+
+
+def test_the_class_page_states_how_long_a_failure_is_remembered() -> None:
+    page = Path(__file__).resolve().parents[3] / "docs" / "checkpoint-classes.md"
+    text = " ".join(page.read_text().split())
+    assert (f"A failed read is remembered for {namespace_labels.FAILURE_MEMORY_S:g} s"
+            in text)
