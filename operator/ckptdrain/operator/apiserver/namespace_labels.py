@@ -74,12 +74,11 @@ def _keep(namespace: str, labels: dict[str, str] | None) -> None:
     global _version
     with _lock:
         held = _readings.get(namespace)
-        if labels is not None:
-            _failures.pop(namespace, None)
         if labels is None:
             _readings.pop(namespace, None)
         else:
             _readings[namespace] = (time.monotonic(), labels)
+            _failures.pop(namespace, None)  # read: no longer failing
         if (held[1] if held else None) != labels:
             _version += 1
 
