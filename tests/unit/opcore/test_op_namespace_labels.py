@@ -201,3 +201,74 @@ def test_the_class_page_states_how_long_a_failure_is_remembered() -> None:
     text = " ".join(page.read_text().split())
     assert (f"A failed read is remembered for {namespace_labels.FAILURE_MEMORY_S:g} s"
             in text)
+
+
+def test_a_failure_on_a_short_budget_is_not_remembered_for_everyone(
+        apiserver: dict[str, Any]) -> None:
+    # A policy admission whose deadline is nearly spent times out on its own
+    # budget: that says nothing of the apiserver, and must not answer every
+    # other caller (a pod's admission, a reconcile) with a retry for 5 s.
+    apiserver["error"] = TimeoutError("timed out")
+    with pytest.raises(TimeoutError):
+        namespace_labels.fresh("ml-a", 0.001)
+    apiserver["error"] = None
+    assert namespace_labels.recent("ml-a", RECHECK_S) == {"tenant": "a"}
+    assert len(apiserver["asked"]) == 2
+
+
+def test_an_answered_failure_is_remembered_whatever_the_budget(
+        apiserver: dict[str, Any]) -> None:
+    # A 403 is the apiserver's answer, not the caller's short budget.
+    apiserver["error"] = reads.ApiError(403, "Forbidden")
+    with pytest.raises(reads.ApiError):
+        namespace_labels.fresh("ml-a", 0.001)
+    apiserver["error"] = None
+    with pytest.raises(namespace_labels.LabelsUnreadable, match="Forbidden"):
+        namespace_labels.recent("ml-a", RECHECK_S)
+    assert len(apiserver["asked"]) == 1
+
+
+class _WriterAfterRelease:
+    """namespace_labels' lock, with another caller's write run just after
+    its first release: the moment a check made under it is stale."""
+
+    def __init__(self, inner: Any, write: Any) -> None:
+        self.inner, self.write = inner, write
+
+    def __enter__(self) -> None:
+        self.inner.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.release()
+        write, self.write = self.write, None
+        if write is not None:
+            write()
+
+
+def test_an_expired_reading_dropped_never_takes_a_newer_one_with_it(
+        apiserver: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace_labels.fresh("ml-a")
+    apiserver["clock"]["now"] += 2 * RECHECK_S  # no longer trusted
+    apiserver["labels"] = {"tenant": "b"}
+    monkeypatch.setattr(namespace_labels, "_lock", _WriterAfterRelease(
+        namespace_labels._lock, lambda: namespace_labels.fresh("ml-a")))
+    with pytest.raises(namespace_labels.LabelsUnreadable):
+        namespace_labels.held("ml-a", RECHECK_S)  # it saw the old one
+    assert namespace_labels.held("ml-a", RECHECK_S) == {"tenant": "b"}
+
+
+def test_expire_never_drops_a_reading_taken_after_its_check(
+        apiserver: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    namespace_labels.fresh("ml-a")
+    apiserver["clock"]["now"] += 2 * RECHECK_S
+    apiserver["labels"] = {"tenant": "b"}
+    monkeypatch.setattr(namespace_labels, "_lock", _WriterAfterRelease(
+        namespace_labels._lock, lambda: namespace_labels.fresh("ml-a")))
+    namespace_labels.expire(RECHECK_S)
+    assert namespace_labels.held("ml-a", RECHECK_S) == {"tenant": "b"}
+
+
+def test_the_class_page_says_admission_and_the_recheck_always_read() -> None:
+    page = Path(__file__).resolve().parents[3] / "docs" / "checkpoint-classes.md"
+    text = " ".join(page.read_text().split())
+    assert "A policy's admission and the namespace recheck always read" in text

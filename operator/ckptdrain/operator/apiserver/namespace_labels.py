@@ -18,8 +18,9 @@ namespace never read: a retry, never a judgement.
 A failed read is remembered for FAILURE_MEMORY_S: while the apiserver
 times out, `recent` callers within it are answered at once (the trusted
 reading, or LabelsUnreadable) instead of each paying the read's timeout
-again. `held` never reads: the joint budgets' pass parses from it
-(bandwidth/rebalance.py), so no read waits behind that pass's locks.
+again; `fresh` (policy admission, the recheck) always reads. `held` never
+reads: the joint budgets read with `recent` before their locks and parse
+from `held` under them (bandwidth/budget_labels.py).
 """
 
 from __future__ import annotations
@@ -70,15 +71,12 @@ def trusted_s(recheck_s: float) -> float:
     return max(MAX_AGE_S, 2 * recheck_s)
 
 
-def _keep(namespace: str, labels: dict[str, str] | None) -> None:
+def _keep(namespace: str, labels: dict[str, str]) -> None:
     global _version
     with _lock:
         held = _readings.get(namespace)
-        if labels is None:
-            _readings.pop(namespace, None)
-        else:
-            _readings[namespace] = (time.monotonic(), labels)
-            _failures.pop(namespace, None)  # read: no longer failing
+        _readings[namespace] = (time.monotonic(), labels)
+        _failures.pop(namespace, None)  # read: no longer failing
         if (held[1] if held else None) != labels:
             _version += 1
 
@@ -91,8 +89,12 @@ def fresh(namespace: str, timeout: float = READ_TIMEOUT_S) -> dict[str, str]:
     try:
         found = reads.get_json(f"/api/v1/namespaces/{quote(namespace, safe='')}", [], timeout)
     except READ_ERRORS as error:
-        with _lock:
-            _failures[namespace] = (time.monotonic(), str(error))
+        # A read cut short by its caller's own budget (a policy admission
+        # late in its deadline) says nothing of the apiserver: remembered, it
+        # would answer every other caller with a retry for FAILURE_MEMORY_S.
+        if timeout >= READ_TIMEOUT_S or isinstance(error, reads.ApiError):
+            with _lock:
+                _failures[namespace] = (time.monotonic(), str(error))
         raise
     labels = (found.get("metadata") or {}).get("labels") or {}
     labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, Mapping) else {}
@@ -139,7 +141,7 @@ def _trusted(namespace: str, reading: tuple[float, dict[str, str]] | None,
     if reading is not None and time.monotonic() - reading[0] < trusted_s(recheck_s):
         return reading[1]
     if reading is not None:
-        _keep(namespace, None)
+        _drop(namespace, reading)
     raise LabelsUnreadable("metadata.namespace", f"the labels of namespace {namespace} "
                            "(its CheckpointClass allows namespaces by label) to be "
                            "readable", problem)
@@ -150,12 +152,22 @@ def expire(recheck_s: float) -> None:
     each period): none is kept that no longer may allow a namespace."""
     bound = time.monotonic() - trusted_s(recheck_s)
     with _lock:
-        old = [ns for ns, (at, _) in _readings.items() if at <= bound]
+        old = [(ns, reading) for ns, reading in _readings.items() if reading[0] <= bound]
         gone = time.monotonic() - FAILURE_MEMORY_S
         for namespace in [ns for ns, (at, _) in _failures.items() if at <= gone]:
             del _failures[namespace]
-    for namespace in old:
-        _keep(namespace, None)
+    for namespace, reading in old:
+        _drop(namespace, reading)
+
+
+def _drop(namespace: str, reading: tuple[float, dict[str, str]]) -> None:
+    """Drop `reading` if it is still the one held: a read that replaced it
+    since it was judged too old (another caller's `fresh`) stays."""
+    global _version
+    with _lock:
+        if _readings.get(namespace) is reading:
+            del _readings[namespace]
+            _version += 1
 
 
 def forget() -> None:
