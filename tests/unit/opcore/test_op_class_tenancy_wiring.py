@@ -17,7 +17,7 @@ import pytest
 from ckptdrain.operator import config, policy_reconcile
 from ckptdrain.operator.admission import policy_rules
 from ckptdrain.operator.admission import rules as admission
-from ckptdrain.operator.apiserver import class_view, namespace_labels
+from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.records import watchdog
@@ -140,12 +140,35 @@ def test_a_namespace_relabelled_out_of_the_class_loses_its_share(
     assert parts[("other", "b")][1].budget == pytest.approx(100e6)
 
 
-def test_the_joint_pass_reads_no_labels_behind_its_locks(
+def test_after_a_new_term_the_first_policy_reconciled_does_not_take_the_whole_cap(
+        cluster: dict[str, Any]) -> None:
+    # A new term (or a start) forgets every reading; the first policy
+    # reconciled reads its own namespace, and the budgets read the others.
+    cluster["labels"]["other"] = {"tenant": "a"}
+    policies = {("ml", "a"): [policy("ml", "a")], ("other", "b"): [policy("other", "b")]}
+    pods = {key: [object()] for key in policies}
+    namespace_labels.forget()
+    assert rebalance.parse_policy(CFG, policy("ml", "a"), 1).name == "a"
+    parts = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
+    assert set(parts) == {("ml", "a"), ("other", "b")}
+    assert [parts[key][1].budget for key in sorted(parts)] == pytest.approx([50e6, 50e6])
+
+
+def _locks_held() -> dict[str, bool]:
+    return {"budgets": rebalance._joint._lock.locked(),
+            "joint pass": rebalance._joint_lock.locked(),
+            "policy b": rebalance.locks[("other", "b")].locked()}
+
+
+def test_the_budgets_read_labels_before_their_locks_never_under_them(
         cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    # The apiserver times out: a read in the pass would hold the budgets'
-    # lock for its timeout, once per namespace, for every waiting caller.
+    # The apiserver times out: a read under the budgets' lock would hold it
+    # for its timeout, once per namespace, for every waiting caller.
+    held_while_read: list[dict[str, bool]] = []
+
     def timing_out(path: str, query: Any, timeout: float) -> dict[str, Any]:
-        cluster["read"].append(path)
+        cluster["read"].append(path.rsplit("/", 1)[1])
+        held_while_read.append(_locks_held())
         raise TimeoutError("timed out")
 
     policies = {("ml", "a"): [policy("ml", "a")], ("other", "b"): [policy("other", "b")]}
@@ -155,13 +178,38 @@ def test_the_joint_pass_reads_no_labels_behind_its_locks(
     monkeypatch.setattr(apiserver_reads, "get_json", timing_out)
     cluster["read"].clear()
     parts = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
-    assert cluster["read"] == []
-    # Never read: no share, as a failed read gave; a held reading counts.
+    # Read once, outside every lock; unreadable: no share, a held reading counts.
+    assert cluster["read"] == ["ml"]
     assert set(parts) == {("other", "b")}
-    # The policy's own reconcile reads (it may, outside the pass's locks),
-    # and its reading moves the pass's memo.
-    monkeypatch.setattr(apiserver_reads, "get_json", lambda path, query, timeout: {
-        "metadata": {"name": "ml", "labels": {"tenant": "a"}}})
-    assert rebalance.parse_policy(CFG, policy("ml", "a"), 1).name == "a"
-    parts = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
-    assert set(parts) == {("ml", "a"), ("other", "b")}
+    # Within the failure's memory the next callers wait for no read at all.
+    rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
+    monkeypatch.setattr(leadership, "active", lambda: False)  # computes, publishes nothing
+    rebalance.rebalance_moved(CFG, policies, pods, LOG)  # type: ignore[arg-type]
+    assert cluster["read"] == ["ml"]
+    assert held_while_read == [{"budgets": False, "joint pass": False, "policy b": False}]
+
+
+def test_a_policy_pass_and_the_joint_pass_read_before_they_lock(
+        cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    held_while_read: list[dict[str, bool]] = []
+    real = apiserver_reads.get_json
+
+    def watched(path: str, query: Any, timeout: float) -> dict[str, Any]:
+        held_while_read.append(_locks_held())
+        return real(path, query, timeout)
+
+    cluster["labels"]["other"] = {"tenant": "a"}
+    policies = {("ml", "a"): [policy("ml", "a")], ("other", "b"): [policy("other", "b")]}
+    pods = {key: [object()] for key in policies}
+    monkeypatch.setattr(apiserver_reads, "get_json", watched)
+    monkeypatch.setattr(leadership, "active", lambda: False)  # computes, publishes nothing
+    monkeypatch.setattr(rebalance, "_joint_last", {})
+    rebalance.run(rebalance.JOINT, CFG, policies, pods, LOG)  # type: ignore[arg-type]
+    assert sorted(cluster["read"]) == ["ml", "other"]
+    # A new term forgot the readings: b's own pass (its pods counted as the
+    # joint pass left them) needs a full answer, and reads first.
+    namespace_labels.forget()
+    assert not rebalance.counted_moved(("other", "b"), pods)  # type: ignore[arg-type]
+    rebalance.run(("other", "b"), CFG, policies, pods, LOG)  # type: ignore[arg-type]
+    assert sorted(cluster["read"]) == ["ml", "ml", "other", "other"]
+    assert held_while_read and not any(any(h.values()) for h in held_while_read)

@@ -23,7 +23,12 @@ from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
 from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
-from ckptdrain.operator.bandwidth import allocation_status, share_channel
+from ckptdrain.operator.bandwidth import (
+    allocation_status,
+    budget_labels,
+    policy_changes,
+    share_channel,
+)
 from ckptdrain.operator.bandwidth import budgets as jb
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
@@ -56,36 +61,8 @@ _joint_lock = threading.Lock()
 _joint = jb.JointBudgets()
 
 
-class _PolicyChanges:
-    """Whether any policy's sizing input may have changed since a moment:
-    a policy came or went, or its uid or generation moved (what JointBudgets
-    parses again on). Told from the policy event handler, which Kopf runs
-    after its indexes hold the event's object, so a version read before the
-    index is never newer than what the index holds."""
-
-    def __init__(self) -> None:
-        self.version = 0
-        self._stamps: dict[Key, tuple[str, int]] = {}
-        self._lock = threading.Lock()
-
-    def seen(self, key: Key, body: Mapping[str, Any], deleted: bool = False) -> None:
-        stamp = jb.spec_stamp(body)
-        with self._lock:
-            if deleted:
-                self._stamps.pop(key, None)
-            elif stamp is not None and self._stamps.get(key) == stamp:
-                return  # a status change, or the same spec again
-            elif stamp is not None:
-                self._stamps[key] = stamp
-            self.version += 1
-
-    def moved(self) -> None:
-        """Something else than one policy's event may have changed them."""
-        with self._lock:
-            self.version += 1
-
-
-changes = _PolicyChanges()
+#: Told of each policy event (handlers.py); see PolicyChanges.
+changes = policy_changes.PolicyChanges()
 #: How long a full answer may be reused at most, even with no change told:
 #: bounds any change the policy events did not report (an indexer that
 #: updated the index but whose object's handlers never ran).
@@ -174,25 +151,23 @@ leadership.on_new_term(_new_term)
 
 def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
-            ) -> dict[Key, jb.Budget]:
+            read_labels: bool = True) -> dict[Key, jb.Budget]:
     """Each valid policy's sizing under the joint budget (its own cap applied,
-    then the cluster cap jointly); `fresh` overrides what the index holds."""
+    then the cluster cap jointly); `fresh` overrides what the index holds.
+    The namespace labels missing are read first (budget_labels.py), unless
+    not `read_labels`: a caller under a lock, which read them before it."""
     global _last_answer
     # Before the index is read: an answer is never filed under a version
-    # newer than what it read (see _PolicyChanges).
-    version, labels, at = changes.version, namespace_labels.version(), time.monotonic()
+    # newer than what it read (see policy_changes.py).
+    version, at = changes.version, time.monotonic()
     bodies = {key: body for key in list(policies)
               for body in values(policies, key)[:1]}
     catalogue = class_view.current(classes.catalogue)
-    # Parsed from the namespace labels held, never read here: the parse runs
-    # under the memo's lock (and a joint pass's), so one read (3 s while the
-    # apiserver times out, per namespace) would stall every rebalance and
-    # reconcile waiting for a budget. Held-only is as current: a policy's
-    # own reconcile reads its namespace's labels before it asks for budgets,
-    # and the recheck reads them afresh every period; either moving them
-    # moves namespace_labels.version(), and so the memo's context. A
-    # namespace with no reading trusted gives its policies no share, as a
-    # failed read did, until its reconcile reads it and asks a joint pass.
+    if read_labels:
+        budget_labels.read(cfg, policies, catalogue)
+    # Before the parse, which takes the readings held, never reads: it runs
+    # under the memo's lock.
+    labels = namespace_labels.version()
     answer = _joint.compute(bodies, {key: len(values(pods, key)) for key in bodies},
                             cfg.cluster_bandwidth,
                             lambda body, n: parse_policy(cfg, dict(body), n, catalogue,
@@ -226,11 +201,22 @@ def _context(cfg: OperatorConfig, catalogue: classes.Catalogue
 
 
 def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-              pods: kopf.Index[Key, Any], key: Key) -> dict[Key, jb.Budget]:
+              pods: kopf.Index[Key, Any], key: Key, read_labels: bool = True
+              ) -> dict[Key, jb.Budget]:
     """`budgets` for one policy ({} if it has none): while no policy changed
     since the last full answer (REUSE_S at most), and the index still holds
     this policy as that answer read it, the answer's entry recounted for the
     policy's drainers now, with no pass over every policy and pod."""
+    reused = _reused(cfg, policies, pods, key)
+    if reused is not None:
+        return reused
+    whole = budgets(cfg, policies, pods, read_labels=read_labels)
+    return {key: whole[key]} if key in whole else {}
+
+
+def _reused(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+            pods: kopf.Index[Key, Any], key: Key) -> dict[Key, jb.Budget] | None:
+    """`budget_of` from the last full answer; None when a full one is due."""
     with _answer_lock:
         last = _last_answer
     body = next(iter(values(policies, key)), None)
@@ -241,16 +227,13 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             or last.labels != namespace_labels.version() \
             or time.monotonic() - last.at > REUSE_S \
             or stamp is None or last.stamps.get(key) != stamp:
-        whole = budgets(cfg, policies, pods)
-        return {key: whole[key]} if key in whole else {}
+        return None
     mine = last.budgets.get(key)
     if mine is None:
         return {}  # invalid as that answer read it, and unchanged since
     count = len(values(pods, key))
     if mine[1].counted != (count > 0):
-        # Its first pod came or its last went: the split itself moved.
-        whole = budgets(cfg, policies, pods)
-        return {key: whole[key]} if key in whole else {}
+        return None  # its first pod came or its last went: the split itself moved
     return {key: _joint.recounted(key, mine, count)}
 
 
@@ -260,6 +243,7 @@ def rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     """Rebalance (and so re-status) every policy whose joint budget moved, from
     one joint allocation: a burst of policy changes costs one pass, not one per
     policy; then `then`, whose own pass waited for it."""
+    budget_labels.read(cfg, policies)  # before the lock (budget_labels.py)
     with _joint_lock:
         _rebalance_moved_locked(cfg, policies, pods, logger, then)
 
@@ -275,7 +259,7 @@ def counted_moved(key: Key, pods: kopf.Index[Key, Any]) -> bool:
 def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             pods: kopf.Index[Key, Any], logger: logging.Logger,
                             then: Key | None = None) -> None:
-    joint = budgets(cfg, policies, pods)
+    joint = budgets(cfg, policies, pods, read_labels=False)
     if joint and leadership.active():
         # One write per namespace tells every agent a smaller factor; the
         # channels are rewritten below where budgets grew or more than the
@@ -318,7 +302,7 @@ def _publish_scale(namespace: str, joint: Mapping[Key, jb.Budget], cfg: Operator
         return {key[0]: share.factor for key, (_, share, _) in answer.items()}
 
     def fresh() -> tuple[set[str], dict[str, float], float | None]:
-        now = budgets(cfg, policies, pods)
+        now = budgets(cfg, policies, pods, read_labels=False)  # under a pass's lock
         if not now:
             return set(), {}, cfg.cluster_bandwidth
         return {key[0] for key in now}, factors(now), next(iter(now.values()))[1].cluster_cap
@@ -341,8 +325,11 @@ def _disagrees(body: Mapping[str, Any], sized: sizing.Sizing,
 def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                pods: kopf.Index[Key, Any], logger: logging.Logger,
                joint: dict[Key, jb.Budget] | None = None) -> None:
+    if joint is None and _reused(cfg, policies, pods, key) is None:
+        budget_labels.read(cfg, policies)  # a full answer is due: read before the lock
     with locks[key], metrics.reconciling("allocation"):
-        joint = budget_of(cfg, policies, pods, key) if joint is None else joint
+        if joint is None:
+            joint = budget_of(cfg, policies, pods, key, read_labels=False)
         mine = joint.get(key)
         if mine is None:
             return
