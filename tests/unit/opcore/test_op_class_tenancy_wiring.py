@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import kopf
 import pytest
 
-from ckptdrain.operator import config, policy_reconcile
+from ckptdrain.operator import class_events, config, policy_reconcile
 from ckptdrain.operator.admission import policy_rules
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
@@ -49,7 +50,8 @@ def cluster(monkeypatch: pytest.MonkeyPatch, no_checkpoint_classes: class_view.C
             ) -> Iterator[dict[str, Any]]:
     """Each namespace's labels (a namespace missing answers 403: the RBAC
     rolled back), the namespace's policies, and the namespaces read."""
-    state: dict[str, Any] = {"labels": {"ml": {"tenant": "a"}}, "policies": [], "read": []}
+    state: dict[str, Any] = {"labels": {"ml": {"tenant": "a"}}, "policies": [], "read": [],
+                             "scheduled": []}
     no_checkpoint_classes.replace([TEAM_A], "1")
 
     def get_json(path: str, query: Any, timeout: float) -> dict[str, Any]:
@@ -65,6 +67,9 @@ def cluster(monkeypatch: pytest.MonkeyPatch, no_checkpoint_classes: class_view.C
     monkeypatch.setattr(apiserver_reads, "first_injected_pod", lambda *a, **k: None)
     monkeypatch.setattr(apiserver_reads, "live_writers",
                         lambda namespace, name, rank, cached=False: [])
+    monkeypatch.setattr(rebalance, "schedule", lambda key, cfg, policies, pods, logger,
+                        delay=rebalance.REBALANCE_DELAY_S: state["scheduled"].append((key, delay)))
+    monkeypatch.setattr(rebalance, "_joint_labels", namespace_labels.version())
     namespace_labels.forget()
     yield state
     namespace_labels.forget()
@@ -143,7 +148,8 @@ def test_a_namespace_relabelled_out_of_the_class_loses_its_share(
 def test_after_a_new_term_the_first_policy_reconciled_does_not_take_the_whole_cap(
         cluster: dict[str, Any]) -> None:
     # A new term (or a start) forgets every reading; the first policy
-    # reconciled reads its own namespace, and the budgets read the others.
+    # reconciled reads its own namespace, and the budgets (on the leading
+    # replica) read, within one read's timeout, those holding no reading.
     cluster["labels"]["other"] = {"tenant": "a"}
     policies = {("ml", "a"): [policy("ml", "a")], ("other", "b"): [policy("other", "b")]}
     pods = {key: [object()] for key in policies}
@@ -154,62 +160,176 @@ def test_after_a_new_term_the_first_policy_reconciled_does_not_take_the_whole_ca
     assert [parts[key][1].budget for key in sorted(parts)] == pytest.approx([50e6, 50e6])
 
 
-def _locks_held() -> dict[str, bool]:
-    return {"budgets": rebalance._joint._lock.locked(),
-            "joint pass": rebalance._joint_lock.locked(),
-            "policy b": rebalance.locks[("other", "b")].locked()}
+class Clock:
+    """The monotonic clock the label reads see; a GET that times out
+    advances it by its timeout."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def test_the_budgets_read_labels_before_their_locks_never_under_them(
-        cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    # The apiserver times out: a read under the budgets' lock would hold it
-    # for its timeout, once per namespace, for every waiting caller.
-    held_while_read: list[dict[str, bool]] = []
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(namespace_labels.time, "monotonic", c)
+    return c
+
+
+def _two_policies(cluster: dict[str, Any]) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    cluster["labels"]["other"] = {"tenant": "a"}
+    policies = {("ml", "a"): [policy("ml", "a")], ("other", "b"): [policy("other", "b")]}
+    return policies, {key: [object()] for key in policies}
+
+
+def _joint_pass_without_publishing(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Each joint pass's budgets and whether its lock was held while the
+    labels were read; the pass publishes nothing."""
+    passes: list[dict[str, Any]] = []
+
+    def locked(cfg: Any, policies: Any, pods: Any, logger: Any, then: Any = None) -> None:
+        passes.append(rebalance.budgets(cfg, policies, pods, read_untrusted=False))
+
+    monkeypatch.setattr(rebalance, "_rebalance_moved_locked", locked)
+    return passes
+
+
+def test_a_sweep_over_namespaces_that_time_out_is_bounded_in_time_and_gets(
+        cluster: dict[str, Any], clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    gets: list[tuple[str, float]] = []
 
     def timing_out(path: str, query: Any, timeout: float) -> dict[str, Any]:
-        cluster["read"].append(path.rsplit("/", 1)[1])
-        held_while_read.append(_locks_held())
+        gets.append((path.rsplit("/", 1)[1], timeout))
+        clock.now += timeout
         raise TimeoutError("timed out")
 
-    policies = {("ml", "a"): [policy("ml", "a")], ("other", "b"): [policy("other", "b")]}
-    pods = {key: [object()] for key in policies}
-    cluster["labels"]["other"] = {"tenant": "a"}
-    namespace_labels.fresh("other")  # held, as its reconcile or the recheck left it
     monkeypatch.setattr(apiserver_reads, "get_json", timing_out)
+    policies = {(f"ns-{i}", "p"): [policy(f"ns-{i}", "p")] for i in range(10)}
+    passes = _joint_pass_without_publishing(monkeypatch)
+    start = clock.now
+    rebalance.run(rebalance.JOINT, CFG, policies, {}, LOG)  # type: ignore[arg-type]
+    # Ten namespaces unreachable: one timed-out GET, not ten, and the whole
+    # sweep within one read's timeout; the pass comes again to go on.
+    assert gets == [("ns-0", namespace_labels.READ_TIMEOUT_S)]
+    assert clock.now - start <= namespace_labels.READ_TIMEOUT_S
+    assert passes == [{}]
+    assert cluster["scheduled"] == [(rebalance.JOINT, rebalance.RETRY_DELAY_S)]
+    # Callers after it (a reconcile's budgets) send no GET for the failure
+    # remembered: the next namespace, one GET, again within the bound.
+    clock.now += 1
+    rebalance.budgets(CFG, policies, {})  # type: ignore[arg-type]
+    assert [ns for ns, _ in gets] == ["ns-0", "ns-1"]
+    assert cluster["scheduled"][-1] == (rebalance.JOINT, rebalance.RETRY_DELAY_S)
+
+
+def test_callers_at_once_send_one_get_for_a_namespace_that_times_out(
+        cluster: dict[str, Any], clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    gets: list[str] = []
+    reading, release = threading.Event(), threading.Event()
+
+    def timing_out(path: str, query: Any, timeout: float) -> dict[str, Any]:
+        gets.append(path.rsplit("/", 1)[1])
+        reading.set()
+        release.wait(10)
+        clock.now += timeout
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(apiserver_reads, "get_json", timing_out)
+    callers = [threading.Thread(target=namespace_labels.read_untrusted,
+                                args=(["ml"], CFG.namespace_recheck_s)) for _ in range(4)]
+    callers[0].start()
+    assert reading.wait(10)
+    for caller in callers[1:]:
+        caller.start()  # they wait for the sweep under way, then use its failure
+    release.set()
+    for caller in callers:
+        caller.join(10)
+    assert gets == ["ml"]
+
+
+def test_the_sweep_cuts_each_read_to_the_time_left(
+        cluster: dict[str, Any], clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    timeouts: list[float] = []
+
+    def slow(path: str, query: Any, timeout: float) -> dict[str, Any]:
+        timeouts.append(timeout)
+        clock.now += 1.0
+        return {"metadata": {"labels": {"tenant": "a"}}}
+
+    monkeypatch.setattr(apiserver_reads, "get_json", slow)
+    unread = namespace_labels.read_untrusted([f"ns-{i}" for i in range(5)],
+                                             CFG.namespace_recheck_s)
+    assert timeouts == [3.0, 2.0, 1.0]
+    assert unread == ["ns-3", "ns-4"]  # not reached: the pass that asked comes again
+
+
+def test_trusted_readings_older_than_max_age_cost_no_get(
+        cluster: dict[str, Any], clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    policies, pods = _two_policies(cluster)
+    for namespace in ("ml", "other"):  # as the recheck reads them
+        namespace_labels.fresh(namespace)
+    clock.now += namespace_labels.MAX_AGE_S + 1  # old, still trusted
     cluster["read"].clear()
+    passes = _joint_pass_without_publishing(monkeypatch)
     parts = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
-    # Read once, outside every lock; unreadable: no share, a held reading counts.
-    assert cluster["read"] == ["ml"]
-    assert set(parts) == {("other", "b")}
-    # Within the failure's memory the next callers wait for no read at all.
-    rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
-    monkeypatch.setattr(leadership, "active", lambda: False)  # computes, publishes nothing
-    rebalance.rebalance_moved(CFG, policies, pods, LOG)  # type: ignore[arg-type]
-    assert cluster["read"] == ["ml"]
-    assert held_while_read == [{"budgets": False, "joint pass": False, "policy b": False}]
+    rebalance.run(rebalance.JOINT, CFG, policies, pods, LOG)  # type: ignore[arg-type]
+    assert cluster["read"] == []
+    assert set(parts) == set(passes[0]) == {("ml", "a"), ("other", "b")}
 
 
-def test_a_policy_pass_and_the_joint_pass_read_before_they_lock(
+def test_a_standby_reads_no_labels_for_the_budgets(
         cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    held_while_read: list[dict[str, bool]] = []
+    policies, pods = _two_policies(cluster)
+    monkeypatch.setattr(leadership, "active", lambda: False)
+    passes = _joint_pass_without_publishing(monkeypatch)
+    parts = rebalance.budgets(CFG, policies, pods)  # type: ignore[arg-type]
+    rebalance.run(rebalance.JOINT, CFG, policies, pods, LOG)  # type: ignore[arg-type]
+    assert cluster["read"] == [] and parts == passes[0] == {}
+    assert cluster["scheduled"] == []
+
+
+def test_the_joint_pass_reads_before_its_lock(
+        cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    policies, pods = _two_policies(cluster)
+    held_while_read: list[bool] = []
     real = apiserver_reads.get_json
 
     def watched(path: str, query: Any, timeout: float) -> dict[str, Any]:
-        held_while_read.append(_locks_held())
+        held_while_read.append(rebalance._joint_lock.locked())
         return real(path, query, timeout)
 
-    cluster["labels"]["other"] = {"tenant": "a"}
-    policies = {("ml", "a"): [policy("ml", "a")], ("other", "b"): [policy("other", "b")]}
-    pods = {key: [object()] for key in policies}
     monkeypatch.setattr(apiserver_reads, "get_json", watched)
-    monkeypatch.setattr(leadership, "active", lambda: False)  # computes, publishes nothing
-    monkeypatch.setattr(rebalance, "_joint_last", {})
+    passes = _joint_pass_without_publishing(monkeypatch)
     rebalance.run(rebalance.JOINT, CFG, policies, pods, LOG)  # type: ignore[arg-type]
-    assert sorted(cluster["read"]) == ["ml", "other"]
-    # A new term forgot the readings: b's own pass (its pods counted as the
-    # joint pass left them) needs a full answer, and reads first.
-    namespace_labels.forget()
-    assert not rebalance.counted_moved(("other", "b"), pods)  # type: ignore[arg-type]
-    rebalance.run(("other", "b"), CFG, policies, pods, LOG)  # type: ignore[arg-type]
-    assert sorted(cluster["read"]) == ["ml", "ml", "other", "other"]
-    assert held_while_read and not any(any(h.values()) for h in held_while_read)
+    assert sorted(cluster["read"]) == ["ml", "other"] and held_while_read == [False, False]
+    assert set(passes[0]) == {("ml", "a"), ("other", "b")}
+    assert cluster["scheduled"] == []  # all read: no retry, no second pass
+
+
+def test_labels_read_by_another_than_the_recheck_still_bring_the_joint_pass(
+        cluster: dict[str, Any], clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    policies, pods = _two_policies(cluster)
+    labels_of_other = cluster["labels"].pop("other")  # 403: the RBAC rolled back
+    passes = _joint_pass_without_publishing(monkeypatch)
+    rebalance.run(rebalance.JOINT, CFG, policies, pods, LOG)  # type: ignore[arg-type]
+    assert set(passes[-1]) == {("ml", "a")}
+    cluster["labels"]["other"] = labels_of_other  # readable again
+    clock.now += namespace_labels.FAILURE_MEMORY_S + 1
+    # a's own pass reads it first (its namespace holds no reading), and asks
+    # for the joint pass its budgets did not compute.
+    assert set(rebalance.budget_of(CFG, policies, pods, ("ml", "a"))) == {  # type: ignore[arg-type]
+        ("ml", "a")}
+    assert cluster["scheduled"] == [(rebalance.JOINT, rebalance.REBALANCE_DELAY_S)]
+    cluster["scheduled"].clear()
+    # The recheck then reads labels that are no news to it, yet the last
+    # joint pass did not parse them: it asks for one too.
+    monkeypatch.setattr(class_events, "_recheck_after", "")
+    class_events.recheck(CFG, kopf.Memo(config=CFG), LOG,
+                         {"checkpointpolicy_index": policies, "pod_index": pods}, 30.0)
+    assert cluster["scheduled"] == [(rebalance.JOINT, rebalance.REBALANCE_DELAY_S)]
+    rebalance.run(rebalance.JOINT, CFG, policies, pods, LOG)  # type: ignore[arg-type]
+    assert [passes[-1][key][1].budget for key in sorted(passes[-1])] == pytest.approx(
+        [50e6, 50e6])
+    assert not rebalance.joint_behind()

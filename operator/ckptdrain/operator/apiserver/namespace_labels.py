@@ -19,8 +19,11 @@ A failed read is remembered for FAILURE_MEMORY_S: while the apiserver
 times out, `recent` callers within it are answered at once (the trusted
 reading, or LabelsUnreadable) instead of each paying the read's timeout
 again; `fresh` (policy admission, the recheck) always reads. `held` never
-reads: the joint budgets read with `recent` before their locks and parse
-from `held` under them (bandwidth/budget_labels.py).
+reads: the joint budgets (bandwidth/rebalance.py) parse from it, after
+`read_untrusted` read, within READ_TIMEOUT_S for all of them, only the
+namespaces that hold no trusted reading (never read, or dropped). A reading
+merely older than MAX_AGE_S is used as held: the recheck keeps readings
+fresh, and re-reading them for the budgets would double the GETs.
 """
 
 from __future__ import annotations
@@ -134,6 +137,55 @@ def held(namespace: str, recheck_s: float) -> dict[str, str]:
                     "reconciles and the namespace recheck read it")
 
 
+#: One sweep of `read_untrusted` at a time: callers at once wait for it
+#: (its readings, or its failures remembered) rather than read again.
+_sweep = threading.Lock()
+#: The last namespace a sweep read: the next one starts after it, so a
+#: namespace that times out again each time does not starve those after it.
+_sweep_after = ""
+
+
+def read_untrusted(namespaces: list[str], recheck_s: float,
+                   within_s: float = READ_TIMEOUT_S) -> list[str]:
+    """Read (`recent`) those of `namespaces` (sorted) that hold no trusted reading,
+    all within `within_s`; the ones not reached in time (a read refused or
+    failed was reached: the recheck reads it again each period). Bounded
+    whatever the apiserver does: one sweep at a time, each GET's timeout
+    cut to the time left, and a failure remembered (FAILURE_MEMORY_S) is
+    not read again, and the next sweep starts after the last one read."""
+    global _sweep_after
+    deadline = time.monotonic() + within_s
+    if not _sweep.acquire(timeout=within_s):
+        return [ns for ns in namespaces if not _is_trusted(ns, recheck_s)]
+    not_reached: list[str] = []
+    try:
+        cut = next((i for i, ns in enumerate(namespaces) if ns > _sweep_after),
+                   len(namespaces))
+        for namespace in namespaces[cut:] + namespaces[:cut]:
+            if _is_trusted(namespace, recheck_s):
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                not_reached.append(namespace)
+                continue
+            _sweep_after = namespace
+            try:
+                recent(namespace, recheck_s, min(READ_TIMEOUT_S, left))
+            except LabelsUnreadable:
+                continue
+    finally:
+        _sweep.release()
+    return not_reached
+
+
+def _is_trusted(namespace: str, recheck_s: float) -> bool:
+    try:
+        held(namespace, recheck_s)
+    except LabelsUnreadable:
+        return False
+    return True
+
+
 def _trusted(namespace: str, reading: tuple[float, dict[str, str]] | None,
              recheck_s: float, problem: str) -> dict[str, str]:
     """`reading`'s labels while trusted; else it is dropped and
@@ -172,11 +224,12 @@ def _drop(namespace: str, reading: tuple[float, dict[str, str]]) -> None:
 
 def forget() -> None:
     """Drop every reading (a new term: another replica judged meanwhile; a test)."""
-    global _version
+    global _version, _sweep_after
     with _lock:
         _readings.clear()
         _failures.clear()
         _version += 1
+        _sweep_after = ""
 
 
 leadership.on_new_term(forget)

@@ -23,18 +23,12 @@ from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
 from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
-from ckptdrain.operator.bandwidth import (
-    allocation_status,
-    budget_labels,
-    policy_changes,
-    share_channel,
-)
+from ckptdrain.operator.bandwidth import allocation_status, policy_changes, share_channel
 from ckptdrain.operator.bandwidth import budgets as jb
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import allocation, class_catalogue, classes
 from ckptdrain.operator.policy import spec as pol
-from ckptdrain.operator.policy import status as st
 
 Key = tuple[str, str]
 REBALANCE_DELAY_S = 0.5
@@ -59,6 +53,10 @@ _joint_lock = threading.Lock()
 #: Parsed policies and the last joint split, so a pass re-parses and re-sizes
 #: only what changed (bandwidth/budgets.py).
 _joint = jb.JointBudgets()
+#: namespace_labels.version() the last joint pass parsed with: any other means
+#: the shares may have moved since, whoever read the labels (a label changed,
+#: a namespace read at last, a reading dropped); a joint pass is asked then.
+_joint_labels = namespace_labels.version()
 
 
 #: Told of each policy event (handlers.py); see PolicyChanges.
@@ -85,10 +83,6 @@ class _Answer:
 
 _last_answer: _Answer | None = None
 _answer_lock = threading.Lock()
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
@@ -126,7 +120,7 @@ def stale(key: Key, body: Mapping[str, Any]) -> bool:
     joint pass computed for it (a late, stale patch landed after it)."""
     last = _joint_last.get(key)
     return bool((body.get("status") or {}).get("conditions")) and last is not None \
-        and _disagrees(body, *last)
+        and allocation_status.disagrees(body, *last)
 
 
 def forget(key: Key) -> None:
@@ -151,11 +145,19 @@ leadership.on_new_term(_new_term)
 
 def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
-            read_labels: bool = True) -> dict[Key, jb.Budget]:
+            read_untrusted: bool = True) -> dict[Key, jb.Budget]:
     """Each valid policy's sizing under the joint budget (its own cap applied,
     then the cluster cap jointly); `fresh` overrides what the index holds.
-    The namespace labels missing are read first (budget_labels.py), unless
-    not `read_labels`: a caller under a lock, which read them before it."""
+
+    Parsed from the labels held (namespace_labels.held), never read under
+    the memo's lock. On the leader, unless not `read_untrusted` (a joint
+    pass read before its lock), the namespaces with no trusted reading are
+    read first, all within READ_TIMEOUT_S (namespace_labels.read_untrusted):
+    after a start or a new term none is held, and the first policy
+    reconciled would take the whole cap. Under a policy pass's lock that is
+    bounded, one sweep at a time, and only while a reading is missing. An
+    unread namespace's policies get no share; labels the last joint pass
+    did not parse, or a namespace not reached, ask for one."""
     global _last_answer
     # Before the index is read: an answer is never filed under a version
     # newer than what it read (see policy_changes.py).
@@ -163,11 +165,16 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     bodies = {key: body for key in list(policies)
               for body in values(policies, key)[:1]}
     catalogue = class_view.current(classes.catalogue)
-    if read_labels:
-        budget_labels.read(cfg, policies, catalogue)
+    needing = classes.namespaces_needing_labels(bodies, catalogue)
+    unread = namespace_labels.read_untrusted(needing, cfg.namespace_recheck_s) \
+        if read_untrusted and needing and leadership.active() else []
     # Before the parse, which takes the readings held, never reads: it runs
     # under the memo's lock.
     labels = namespace_labels.version()
+    if needing and (unread or labels != _joint_labels) and leadership.active():
+        # The joint pass reads on past a namespace not reached in time.
+        schedule(JOINT, cfg, policies, pods, _log, RETRY_DELAY_S if unread else
+                 REBALANCE_DELAY_S)
     answer = _joint.compute(bodies, {key: len(values(pods, key)) for key in bodies},
                             cfg.cluster_bandwidth,
                             lambda body, n: parse_policy(cfg, dict(body), n, catalogue,
@@ -175,7 +182,7 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             _context(cfg, catalogue), fresh,
                             weights={**dict(cfg.bandwidth_weights),
                                      **class_catalogue.weights(bodies, catalogue)})
-    if not fresh:
+    if not fresh and not unread:  # one missing a namespace is not reused
         kept = _Answer(version, labels, cfg, answer,
                        {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
         with _answer_lock:
@@ -201,8 +208,7 @@ def _context(cfg: OperatorConfig, catalogue: classes.Catalogue
 
 
 def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
-              pods: kopf.Index[Key, Any], key: Key, read_labels: bool = True
-              ) -> dict[Key, jb.Budget]:
+              pods: kopf.Index[Key, Any], key: Key) -> dict[Key, jb.Budget]:
     """`budgets` for one policy ({} if it has none): while no policy changed
     since the last full answer (REUSE_S at most), and the index still holds
     this policy as that answer read it, the answer's entry recounted for the
@@ -210,7 +216,7 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     reused = _reused(cfg, policies, pods, key)
     if reused is not None:
         return reused
-    whole = budgets(cfg, policies, pods, read_labels=read_labels)
+    whole = budgets(cfg, policies, pods)
     return {key: whole[key]} if key in whole else {}
 
 
@@ -242,10 +248,29 @@ def rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                      then: Key | None = None) -> None:
     """Rebalance (and so re-status) every policy whose joint budget moved, from
     one joint allocation: a burst of policy changes costs one pass, not one per
-    policy; then `then`, whose own pass waited for it."""
-    budget_labels.read(cfg, policies)  # before the lock (budget_labels.py)
+    policy; then `then`, whose own pass waited for it.
+
+    On the leader the namespaces with no trusted reading are read first,
+    outside the lock, all within READ_TIMEOUT_S; those not reached in time
+    get no share, and the pass comes again in RETRY_DELAY_S."""
+    global _joint_labels
+    unread: list[str] = []
+    if leadership.active():
+        bodies = {key: body for key in list(policies) for body in values(policies, key)[:1]}
+        unread = namespace_labels.read_untrusted(
+            classes.namespaces_needing_labels(bodies, class_view.current(classes.catalogue)),
+            cfg.namespace_recheck_s)
     with _joint_lock:
+        # Before the parse: a version moved during it asks for another pass.
+        _joint_labels = namespace_labels.version()
         _rebalance_moved_locked(cfg, policies, pods, logger, then)
+    if unread and leadership.active():
+        schedule(JOINT, cfg, policies, pods, logger, RETRY_DELAY_S)
+
+
+def joint_behind() -> bool:
+    """The namespace labels moved since the last joint pass parsed them."""
+    return namespace_labels.version() != _joint_labels
 
 
 def counted_moved(key: Key, pods: kopf.Index[Key, Any]) -> bool:
@@ -259,7 +284,7 @@ def counted_moved(key: Key, pods: kopf.Index[Key, Any]) -> bool:
 def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             pods: kopf.Index[Key, Any], logger: logging.Logger,
                             then: Key | None = None) -> None:
-    joint = budgets(cfg, policies, pods, read_labels=False)
+    joint = budgets(cfg, policies, pods, read_untrusted=False)
     if joint and leadership.active():
         # One write per namespace tells every agent a smaller factor; the
         # channels are rewritten below where budgets grew or more than the
@@ -278,7 +303,7 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                 _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
         _joint_last[key] = (sized, cluster)
         body = next(iter(values(policies, key)), {})
-        if _disagrees(body, sized, cluster):
+        if allocation_status.disagrees(body, sized, cluster):
             _rebalance(key, cfg, policies, pods, logger, joint)
             then = None if key == then else then
     if not raised and joint and leadership.active():
@@ -290,6 +315,7 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
 
 
 _scale_log = logging.getLogger("ckptdrain.operator.scale")
+_log = logging.getLogger("ckptdrain.operator.rebalance")
 
 
 def _publish_scale(namespace: str, joint: Mapping[Key, jb.Budget], cfg: OperatorConfig,
@@ -302,7 +328,7 @@ def _publish_scale(namespace: str, joint: Mapping[Key, jb.Budget], cfg: Operator
         return {key[0]: share.factor for key, (_, share, _) in answer.items()}
 
     def fresh() -> tuple[set[str], dict[str, float], float | None]:
-        now = budgets(cfg, policies, pods, read_labels=False)  # under a pass's lock
+        now = budgets(cfg, policies, pods, read_untrusted=False)  # under a pass's lock
         if not now:
             return set(), {}, cfg.cluster_bandwidth
         return {key[0] for key in now}, factors(now), next(iter(now.values()))[1].cluster_cap
@@ -313,23 +339,12 @@ def _publish_scale(namespace: str, joint: Mapping[Key, jb.Budget], cfg: Operator
                                        log=_scale_log.warning)
 
 
-def _disagrees(body: Mapping[str, Any], sized: sizing.Sizing,
-               cluster: allocation.ClusterShare) -> bool:
-    """The policy's status says another budget or constraint than the joint one."""
-    status = body.get("status") or {}
-    return status.get("allowedBandwidthBytes") != int(sized.allowed_bandwidth) or \
-        st.with_cluster(status, sized, cluster, body.get("metadata", {}).get("generation"),
-                        _now()) is not None
-
-
 def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                pods: kopf.Index[Key, Any], logger: logging.Logger,
                joint: dict[Key, jb.Budget] | None = None) -> None:
-    if joint is None and _reused(cfg, policies, pods, key) is None:
-        budget_labels.read(cfg, policies)  # a full answer is due: read before the lock
     with locks[key], metrics.reconciling("allocation"):
         if joint is None:
-            joint = budget_of(cfg, policies, pods, key, read_labels=False)
+            joint = budget_of(cfg, policies, pods, key)
         mine = joint.get(key)
         if mine is None:
             return
@@ -348,7 +363,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         written, recheck = share_channel.publish(
             key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
             max(policy.writers, len(drainers)), share_channel.owner_of(body),
-            time.monotonic(), lambda: api.timestamp(_now()),
+            time.monotonic(), lambda: api.timestamp(datetime.now(UTC)),
             wanted=cluster.claim if scaled else None, carried=cluster.scaled)
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc()
