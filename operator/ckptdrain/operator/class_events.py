@@ -18,7 +18,8 @@ replica leads again and each CKPTDRAIN_NAMESPACE_RECHECK_PERIOD, the
 labels of the namespaces whose policies name such a class, by `get`, and
 judges those policies again: one GET per such namespace per period, on the
 leading replica only, in at most RECHECK_BUDGET of a period. A pass that
-finds labels changed asks for a joint budgets' pass (bandwidth/rebalance.py).
+ends with labels other than the last joint budgets' pass parsed asks for
+one (bandwidth/rebalance.py).
 """
 
 from __future__ import annotations
@@ -90,16 +91,18 @@ def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
     """One pass: the labels of each namespace whose policies name a class
     that allows namespaces by label read afresh (one GET each), and each
     of those policies whose ClassResolved would change reconciled as a pass
-    of its own (`_schedule`); a joint budgets' pass when any labels moved.
+    of its own (`_schedule`); a joint budgets' pass when the labels are
+    not those the last one parsed.
     A namespace whose labels cannot be read is skipped (its policies keep
     their status) and tried at the next pass.
     The pass stops when this replica stops leading or after `budget_s`;
     the next one starts after the last namespace this one read."""
-    labels = namespace_labels.version()
     _read_and_judge(cfg, memo, logger, indexes, budget_s)
-    if namespace_labels.version() != labels and leadership.active():
-        # Labels moved (or a reading grew too old): the policies' shares of
-        # the cluster cap may have, with no ClassResolved change to reconcile.
+    if rebalance.joint_behind() and leadership.active():
+        # Labels moved since the last joint pass parsed them (read by this
+        # pass or any other reader, or a reading grew too old): the
+        # policies' shares of the cluster cap may have, with no
+        # ClassResolved change to reconcile.
         rebalance.schedule(rebalance.JOINT, cfg, indexes["checkpointpolicy_index"],
                            indexes["pod_index"], logger)
 
