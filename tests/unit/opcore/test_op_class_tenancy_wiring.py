@@ -162,12 +162,17 @@ def test_after_a_new_term_the_first_policy_reconciled_does_not_take_the_whole_ca
 
 class Clock:
     """The monotonic clock the label reads see; a GET that times out
-    advances it by its timeout."""
+    advances it by its timeout. Like a real clock it moves between any two
+    readings (TICK_S each), so a sweep's first read is cut a little short
+    of READ_TIMEOUT_S, as it is in production."""
+
+    TICK_S = 1e-6
 
     def __init__(self) -> None:
         self.now = 1000.0
 
     def __call__(self) -> float:
+        self.now += self.TICK_S
         return self.now
 
 
@@ -212,8 +217,9 @@ def test_a_sweep_over_namespaces_that_time_out_is_bounded_in_time_and_gets(
     rebalance.run(rebalance.JOINT, CFG, policies, {}, LOG)  # type: ignore[arg-type]
     # Ten namespaces unreachable: one timed-out GET, not ten, and the whole
     # sweep within one read's timeout; the pass comes again to go on.
-    assert gets == [("ns-0", namespace_labels.READ_TIMEOUT_S)]
-    assert clock.now - start <= namespace_labels.READ_TIMEOUT_S
+    assert [ns for ns, _ in gets] == ["ns-0"]
+    assert gets[0][1] == pytest.approx(namespace_labels.READ_TIMEOUT_S, abs=1e-3)
+    assert clock.now - start == pytest.approx(namespace_labels.READ_TIMEOUT_S, abs=1e-3)
     assert passes == [{}]
     assert cluster["scheduled"] == [(rebalance.JOINT, rebalance.RETRY_DELAY_S)]
     # Callers after it (a reconcile's budgets) send no GET for the failure
@@ -249,6 +255,27 @@ def test_callers_at_once_send_one_get_for_a_namespace_that_times_out(
     assert gets == ["ml"]
 
 
+def test_a_sweeps_timeout_cut_short_is_remembered(
+        cluster: dict[str, Any], clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sweep's deadline is the operator's own, not an admission's: a GET
+    # it cut below READ_TIMEOUT_S that times out says the apiserver is away,
+    # and the sweeps after it within FAILURE_MEMORY_S send none.
+    gets: list[float] = []
+
+    def timing_out(path: str, query: Any, timeout: float) -> dict[str, Any]:
+        gets.append(timeout)
+        clock.now += timeout
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(apiserver_reads, "get_json", timing_out)
+    for _ in range(3):
+        namespace_labels.read_untrusted(["ns-0"], CFG.namespace_recheck_s)
+        clock.now += 0.5
+    assert len(gets) == 1 and gets[0] < namespace_labels.READ_TIMEOUT_S
+    assert clock.now - 1000.0 < namespace_labels.READ_TIMEOUT_S + \
+        namespace_labels.FAILURE_MEMORY_S
+
+
 def test_the_sweep_cuts_each_read_to_the_time_left(
         cluster: dict[str, Any], clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
     timeouts: list[float] = []
@@ -261,7 +288,7 @@ def test_the_sweep_cuts_each_read_to_the_time_left(
     monkeypatch.setattr(apiserver_reads, "get_json", slow)
     unread = namespace_labels.read_untrusted([f"ns-{i}" for i in range(5)],
                                              CFG.namespace_recheck_s)
-    assert timeouts == [3.0, 2.0, 1.0]
+    assert timeouts == pytest.approx([3.0, 2.0, 1.0], abs=1e-3)
     assert unread == ["ns-3", "ns-4"]  # not reached: the pass that asked comes again
 
 

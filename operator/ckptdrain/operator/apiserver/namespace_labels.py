@@ -84,8 +84,11 @@ def _keep(namespace: str, labels: dict[str, str]) -> None:
             _version += 1
 
 
-def fresh(namespace: str, timeout: float = READ_TIMEOUT_S) -> dict[str, str]:
-    """The namespace's labels now; raises the read's error (READ_ERRORS)."""
+def fresh(namespace: str, timeout: float = READ_TIMEOUT_S, remember: bool = False
+          ) -> dict[str, str]:
+    """The namespace's labels now; raises the read's error (READ_ERRORS),
+    remembered for FAILURE_MEMORY_S unless the read was cut short of
+    READ_TIMEOUT_S by its caller's own deadline and not `remember`."""
     if not namespace:
         # An empty name would make the path the namespaces' list.
         raise ValueError("namespace: expected a namespace's name, got an empty one")
@@ -95,7 +98,9 @@ def fresh(namespace: str, timeout: float = READ_TIMEOUT_S) -> dict[str, str]:
         # A read cut short by its caller's own budget (a policy admission
         # late in its deadline) says nothing of the apiserver: remembered, it
         # would answer every other caller with a retry for FAILURE_MEMORY_S.
-        if timeout >= READ_TIMEOUT_S or isinstance(error, reads.ApiError):
+        # The operator's own sweep (`read_untrusted`) cuts its reads to its
+        # own bound, not an admission's: its timeouts are remembered.
+        if remember or timeout >= READ_TIMEOUT_S or isinstance(error, reads.ApiError):
             with _lock:
                 _failures[namespace] = (time.monotonic(), str(error))
         raise
@@ -105,12 +110,12 @@ def fresh(namespace: str, timeout: float = READ_TIMEOUT_S) -> dict[str, str]:
     return labels
 
 
-def recent(namespace: str, recheck_s: float, timeout: float = READ_TIMEOUT_S
-           ) -> dict[str, str]:
+def recent(namespace: str, recheck_s: float, timeout: float = READ_TIMEOUT_S,
+           remember: bool = False) -> dict[str, str]:
     """The namespace's labels read at most MAX_AGE_S ago, or read now; when
     a read fails (now, or less than FAILURE_MEMORY_S ago: not tried again),
     the last reading if younger than trusted_s(recheck_s); otherwise
-    LabelsUnreadable naming the namespace."""
+    LabelsUnreadable naming the namespace. `remember`: as `fresh`."""
     with _lock:
         held = _readings.get(namespace)
         failed = _failures.get(namespace)
@@ -122,7 +127,7 @@ def recent(namespace: str, recheck_s: float, timeout: float = READ_TIMEOUT_S
                    f"{FAILURE_MEMORY_S:g}s after a failure)")
     else:
         try:
-            return fresh(namespace, timeout)
+            return fresh(namespace, timeout, remember)
         except READ_ERRORS as error:
             problem = str(error)
     return _trusted(namespace, held, recheck_s, problem)
@@ -151,7 +156,7 @@ def read_untrusted(namespaces: list[str], recheck_s: float,
     all within `within_s`; the ones not reached in time (a read refused or
     failed was reached: the recheck reads it again each period). Bounded
     whatever the apiserver does: one sweep at a time, each GET's timeout
-    cut to the time left, and a failure remembered (FAILURE_MEMORY_S) is
+    cut to the time left, each failure remembered (FAILURE_MEMORY_S) and
     not read again, and the next sweep starts after the last one read."""
     global _sweep_after
     deadline = time.monotonic() + within_s
@@ -170,7 +175,9 @@ def read_untrusted(namespaces: list[str], recheck_s: float,
                 continue
             _sweep_after = namespace
             try:
-                recent(namespace, recheck_s, min(READ_TIMEOUT_S, left))
+                # Remembered however short the cut: else, on a real clock
+                # (left < READ_TIMEOUT_S), each sweep would GET it again.
+                recent(namespace, recheck_s, min(READ_TIMEOUT_S, left), remember=True)
             except LabelsUnreadable:
                 continue
     finally:
