@@ -321,22 +321,11 @@ _log = logging.getLogger("ckptdrain.operator.rebalance")
 def _publish_scale(namespace: str, joint: Mapping[Key, jb.Budget], cfg: OperatorConfig,
                    policies: kopf.Index[Key, Any], pods: kopf.Index[Key, Any],
                    logger: logging.Logger, may_raise: bool = False) -> bool:
-    """The cluster scale to every namespace with a policy, where it moved;
-    whether `namespace`'s holds it (share_channel.publish_scale)."""
-    def factors(answer: Mapping[Key, jb.Budget]) -> dict[str, float]:
-        # One weight per namespace, so one factor: any of its policies' will do.
-        return {key[0]: share.factor for key, (_, share, _) in answer.items()}
-
-    def fresh() -> tuple[set[str], dict[str, float], float | None]:
-        now = budgets(cfg, policies, pods, read_untrusted=False)  # under a pass's lock
-        if not now:
-            return set(), {}, cfg.cluster_bandwidth
-        return {key[0] for key in now}, factors(now), next(iter(now.values()))[1].cluster_cap
-
-    cluster = next(iter(joint.values()))[1]
-    return share_channel.publish_scale(namespace, factors(joint), cluster.cluster_cap, fresh,
-                                       may_raise=may_raise, active=leadership.active,
-                                       log=_scale_log.warning)
+    """share_channel.publish_joint_scale, the budgets now taken from the index."""
+    return share_channel.publish_joint_scale(
+        namespace, joint, cfg.cluster_bandwidth,
+        lambda: budgets(cfg, policies, pods, read_untrusted=False),  # under a pass's lock
+        may_raise=may_raise, active=leadership.active, log=_scale_log.warning)
 
 
 def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
