@@ -360,3 +360,46 @@ def test_labels_read_by_another_than_the_recheck_still_bring_the_joint_pass(
     assert [passes[-1][key][1].budget for key in sorted(passes[-1])] == pytest.approx(
         [50e6, 50e6])
     assert not rebalance.joint_behind()
+
+
+def test_a_policy_pass_missing_a_namespace_never_takes_more_than_its_joint_share(
+        cluster: dict[str, Any], clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One slow namespace sorted first uses up the sweep's time: the budgets
+    # then split the cap without the policies of the namespaces not reached.
+    real = apiserver_reads.get_json
+
+    def aaa_times_out(path: str, query: Any, timeout: float) -> dict[str, Any]:
+        if path.endswith("/aaa"):
+            clock.now += timeout
+            raise TimeoutError("timed out")
+        return real(path, query, timeout)
+
+    monkeypatch.setattr(apiserver_reads, "get_json", aaa_times_out)
+    monkeypatch.setattr(rebalance, "_joint_last", {})
+    monkeypatch.setattr(rebalance, "_last_answer", None)
+    published: list[Any] = []
+    monkeypatch.setattr(rebalance, "_rebalance", lambda key, *a: published.append(key))
+    monkeypatch.setattr(rebalance, "_publish_scale", lambda *a, **k: False)
+    cluster["labels"].update({"aaa": {"tenant": "a"}, "other": {"tenant": "a"}})
+    policies = {key: [policy(*key)] for key in (("aaa", "c"), ("ml", "a"), ("other", "b"))}
+    pods = {key: [object()] for key in policies}
+    namespace_labels.fresh("ml")  # as its own reconcile reads it
+    # No joint share yet: nothing to publish (not the whole cap), and a
+    # joint pass asked for to read on.
+    assert rebalance.budget_of(CFG, policies, pods, ("ml", "a")) == {}  # type: ignore[arg-type]
+    assert cluster["scheduled"][-1] == (rebalance.JOINT, rebalance.RETRY_DELAY_S)
+    # The joint pass reads on from where the sweep stopped and splits the
+    # cap between the policies whose namespaces it could judge.
+    clock.now += rebalance.RETRY_DELAY_S - namespace_labels.READ_TIMEOUT_S
+    rebalance.run(rebalance.JOINT, CFG, policies, pods, LOG)  # type: ignore[arg-type]
+    assert sorted(published) == [("ml", "a"), ("other", "b")]
+    last = rebalance._joint_last
+    assert [last[key][1].budget for key in sorted(last)] == pytest.approx([50e6, 50e6])
+    # Readings lost again (a new term), the slow namespace first again: a
+    # policy's own pass gives no more than the joint share it last had.
+    namespace_labels.forget()
+    namespace_labels.fresh("ml")
+    clock.now += namespace_labels.FAILURE_MEMORY_S + 1
+    mine = rebalance.budget_of(CFG, policies, pods, ("ml", "a"))  # type: ignore[arg-type]
+    assert mine[("ml", "a")][0].allowed_bandwidth == pytest.approx(50e6)
+    assert mine[("ml", "a")][1].budget == pytest.approx(50e6)

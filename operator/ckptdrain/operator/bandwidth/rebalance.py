@@ -147,7 +147,14 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
             read_untrusted: bool = True) -> dict[Key, jb.Budget]:
     """Each valid policy's sizing under the joint budget (its own cap applied,
-    then the cluster cap jointly); `fresh` overrides what the index holds.
+    then the cluster cap jointly); `fresh` overrides what the index holds (`_budgets`)."""
+    return _budgets(cfg, policies, pods, fresh, read_untrusted)[0]
+
+
+def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+             pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
+             read_untrusted: bool = True) -> tuple[dict[Key, jb.Budget], list[str]]:
+    """`budgets`, and the namespaces not reached in time (their policies left out).
 
     Parsed from the labels held (namespace_labels.held), never read under
     the memo's lock. On the leader, unless not `read_untrusted` (a joint
@@ -188,7 +195,7 @@ def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         with _answer_lock:
             if _last_answer is None or (_last_answer.version, _last_answer.at) <= (version, at):
                 _last_answer = kept
-    return answer
+    return answer, unread
 
 
 _last_context: tuple[OperatorConfig, classes.Catalogue, int] | None = None
@@ -212,12 +219,16 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     """`budgets` for one policy ({} if it has none): while no policy changed
     since the last full answer (REUSE_S at most), and the index still holds
     this policy as that answer read it, the answer's entry recounted for the
-    policy's drainers now, with no pass over every policy and pod."""
+    policy's drainers now, with no pass over every policy and pod; one
+    missing a namespace not reached, no more than the last joint pass."""
     reused = _reused(cfg, policies, pods, key)
     if reused is not None:
         return reused
-    whole = budgets(cfg, policies, pods)
-    return {key: whole[key]} if key in whole else {}
+    whole, unread = _budgets(cfg, policies, pods)
+    mine = whole.get(key)
+    if mine is not None and unread:  # split without some policies: until the joint pass
+        mine = jb.no_more_than(mine, _joint_last.get(key))
+    return {} if mine is None else {key: mine}
 
 
 def _reused(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
