@@ -104,6 +104,10 @@ def test_the_notes_name_which_namespace_must_be_privileged(tools: Tools,
     assert 'every training namespace must enforce Pod Security "privileged"' in fallback
     assert "/mnt/ckptdrain/<namespace>/<policy>" in fallback
     assert "namespace ckptdrain must allow" not in fallback
+    assert "now runs the CSI driver" not in csi
+    upgrade = " ".join(rendered_notes(tools, tmp_path / "upgrade", "--is-upgrade").split())
+    assert "a release that ran hostPath without naming it now runs the CSI driver" in upgrade
+    assert "name nodeTier.mode: hostPath" in upgrade
 
 
 def test_csi_mode_renders_the_driver_as_the_page_declares_it(tools: Tools) -> None:
