@@ -17,14 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.chart.support import CHART, REPO, Tools, adopt_crds
+from tests.chart.support import REPO, Tools, adopt_crds
 from tests.docs.blocks import Block, parse
+from tests.docs.pages import RUN_BY_THEIR_OWN_TEST
 from tests.support.apiserver import Cluster
 
 pytestmark = pytest.mark.cluster
 
 PAGE = REPO / "docs" / "install.md"
-SECTION = "### Moving from the hostPath mode"
+SECTION = RUN_BY_THEIR_OWN_TEST[PAGE]
+#: What users installed: 0.1.0, whose default node tier was hostPath.
+RELEASED = REPO / "tests" / "fixtures" / "released" / "ckptdrain-0.1.0.tgz"
 RELEASE = NAMESPACE = "ckptdrain"
 TRAINING = "ml-a"
 
@@ -86,10 +89,9 @@ def test_the_page_moves_an_installation_off_hostpath_and_back(
     cluster.kubectl("apply", "-f", "-", input=pod("on-csi", {"csi": {
         "driver": "node.ckptdrain.io", "volumeAttributes": {"policy": "train"}}}))
     adopt_crds(cluster, RELEASE, NAMESPACE)
-    # An installation of the hostPath mode, as the chart made it by default.
-    tools.run("helm", "install", RELEASE, str(CHART), "-n", NAMESPACE,
-              "--set", f"agent.namespaces={{{TRAINING}}}", "--set", "nodeTier.mode=hostPath",
-              env=cluster.env())
+    # An installation of the hostPath mode as 0.1.0 made it: its own
+    # defaults, no value named (--reuse-values fails on such a release).
+    tools.run("helm", "install", RELEASE, str(RELEASED), "-n", NAMESPACE, env=cluster.env())
     try:
         assert "CKPTDRAIN_NODE_TIER" not in operator_env(cluster)
         assert not exists(cluster, "csidriver", "node.ckptdrain.io")
@@ -103,8 +105,8 @@ def test_the_page_moves_an_installation_off_hostpath_and_back(
         env = operator_env(cluster)
         assert (env["CKPTDRAIN_NODE_TIER"], env["CKPTDRAIN_CSI_DRIVER"]) == (
             "csi", "node.ckptdrain.io")
-        # --reuse-values kept what the installation had set.
-        assert exists(cluster, "serviceaccount", "-n", TRAINING, "ckptdrain-agent")
+        assert "ckptdrain-0.1.0" not in tools.run("helm", "list", "-n", NAMESPACE,
+                                                  env=cluster.env()).stdout
         # The pods still on hostPath, with their node and directory; not the other.
         lines = listed.strip().split("\n")
         header = next(i for i, line in enumerate(lines) if line.startswith("NAMESPACE "))
