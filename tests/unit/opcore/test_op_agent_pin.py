@@ -143,13 +143,20 @@ def test_an_image_recorded_in_one_node_tier_mode_is_never_given_in_the_other() -
                             {OLD: 3}).image == NEW
 
 
-def test_an_entry_of_an_earlier_release_names_no_mode_and_is_never_given() -> None:
+def test_an_entry_of_an_earlier_release_names_no_mode_and_is_given_in_either() -> None:
+    # 0.1.0 and 0.2.0 recorded no mode; their agents serve both modes in the
+    # same layout, so the upgrade from them pins their running workloads.
     earlier = {agent_images.KEY: json.dumps({"images": [
         {"image": OLD, "since": "2026-11-01T00:00:00Z", "layout": agent_images.LAYOUT}]})}
     for mode in (HOSTPATH, CSI):
-        assert agent_images.recorded(earlier, node_tier=mode) == ()
-    data = agent_images.with_image(earlier, NEW, AT, node_tier=CSI)
-    assert agent_images.recorded(data, node_tier=CSI) == (NEW,)
+        assert agent_images.recorded(earlier, node_tier=mode) == (OLD,)
+        data = agent_images.with_image(earlier, NEW, AT, node_tier=mode)
+        assert agent_images.recorded(data, node_tier=mode) == (OLD, NEW)
+        assert agent_pin.choose(NEW, agent_images.recorded(data, node_tier=mode), job_pod(),
+                                {OLD: 3}).image == OLD
+    # The same image recorded again under a mode is listed once.
+    again = agent_images.with_image(earlier, OLD, AT, node_tier=CSI)
+    assert agent_images.recorded(again, node_tier=CSI) == (OLD,)
 
 
 def test_a_record_someone_else_wrote_is_refused_never_overwritten() -> None:

@@ -7,9 +7,10 @@ holding the last KEEP images, the most recently started last, each with the
 injection LAYOUT and the node tier mode (CKPTDRAIN_NODE_TIER) it was
 recorded under: a pod of one mode mounts its node tier otherwise than a pod
 of the other, so an image that ran only in one is never given to a pod of
-the other. An entry of an earlier release names no mode and is never given
-(its first upgrade to this release does not pin, as from one without
-pinning). Every replica of the operator
+the other. An entry of an earlier release names no mode: it is given to
+pods of either mode, since every release that wrote such entries (0.1.0,
+0.2.0) injects both modes in LAYOUT 1, and so the upgrade from one of them
+pins its running workloads. Every replica of the operator
 records its own image when it starts (moved to the end when it is there: a
 rollback makes the older image the newest again), by an update at the
 version read, so two replicas starting together never drop each other's;
@@ -101,10 +102,11 @@ def entries(data: Mapping[str, str] | None) -> list[dict[str, Any]]:
 
 def recorded(data: Mapping[str, str] | None, *, node_tier: str,
              layout: int = LAYOUT) -> tuple[str, ...]:
-    """The images recorded for `layout` and the node tier mode `node_tier`,
-    oldest first (UnreadableRecord)."""
-    return tuple(e["image"] for e in entries(data)
-                 if e["layout"] == layout and e["nodeTier"] == node_tier)
+    """The images recorded for `layout` and the node tier mode `node_tier`
+    (or for no mode: an earlier release's, which served both), oldest first
+    (UnreadableRecord)."""
+    return tuple(dict.fromkeys(e["image"] for e in entries(data)
+                               if e["layout"] == layout and e["nodeTier"] in (node_tier, None)))
 
 
 def with_image(data: Mapping[str, str] | None, image: str, at: datetime, *,
