@@ -11,7 +11,9 @@ stays and checkpoints go on. Then the writer's pod is deleted and its
 replacement, on the same node, restores the newest step from the local
 tier, with the state hash the first pod saved. Last, the Job and the policy
 are deleted: the driver deletes the policy's node data within the grace
-period (set short here) and two scan intervals.
+period (set short here) and two scan intervals. Then a root trainer
+checkpoints and restores through the driver in the same namespace, now
+enforcing `baseline` (csi_root.py).
 
 The DaemonSet is pinned to node a (csi_node.py says why; the chart's
 tolerations would otherwise put a second driver on node b, serving node
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import csi_root
 import jobset
 from csi_node import (
     DRIVER,
@@ -112,6 +115,8 @@ def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
     failed = True
     try:
         _run(s3, allowed_root, root, logs, bucket, report, say, check)
+        say("  a root trainer, in a baseline namespace (csi_root.py)")
+        csi_root.run(s3, allowed_root, logs, report, check)
         failed = False
     finally:
         try:
@@ -124,17 +129,20 @@ def run(s3: Any, allowed_root: str, workdir: Path, report: list[str],
 
 
 def clean_up(root: str, logs: Logs, bucket: BucketWatch) -> None:
-    """The step's pods, policy and driver data gone, the chart back in hostPath mode."""
+    """The step's pods, policy and driver data gone, the chart back in the
+    scenario's hostPath mode."""
     bucket.stop()
     logs.stop()
     keep_driver_logs(logs.dir)
     remove(POLICY, NAME)
+    remove(csi_root.POLICY, csi_root.NAME)
     # The driver unpublishes the pods' volumes: it goes only after them.
     wait_for("the step's pods gone", lambda: not get("pods", "-n", NS, "-l", SELECT)[
-        "items"], 90, every=1)
+        "items"] and not get("pods", "-n", NS, "-l", csi_root.SELECT)["items"], 90, every=1)
     kubectl("label", "namespace", NS, f"{RESTRICTED}=privileged", "--overwrite",
             check=False)
-    # Back to the default, so later steps (and the uninstall) see hostPath.
+    # Back to the scenario's hostPath fallback (release.py says why), so
+    # later steps (and the uninstall) see hostPath.
     set_mode("hostPath", root)
     shutil.rmtree(root, ignore_errors=True)
 

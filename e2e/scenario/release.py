@@ -24,6 +24,13 @@ def step1_install(image_repo: str, allowed_root: str) -> None:
          "--set", f"image.repository={image_repo}", "--set", "image.tag=dev",
          "--set", "image.pullPolicy=Never", "--set", f"agent.namespaces={{{NS}}}",
          "--set", f"localTier.allowedRoot={allowed_root}",
+         # The hostPath fallback, named: the chart's default is the CSI
+         # driver, but one csiDriver.kubeletDir cannot serve this cluster's
+         # two kubelets (each keeps its root dir in its own state dir on the
+         # one host), and the peer, agreement, processes and JobSet steps
+         # need both nodes. The CSI step (E2E_ONLY=csi) upgrades to csi on
+         # node a alone (csi_node.py).
+         "--set", "nodeTier.mode=hostPath",
          # A cluster cap that never binds: the namespace's cluster scale is
          # published (factor 1) and the agents run the scale's whole protocol
          # (step 4 checks it) without their drain rates moving.

@@ -38,8 +38,10 @@ def tools() -> Tools:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[apiserver.Cluster]:
-    """A real etcd + kube-apiserver with our CRDs applied and established."""
-    yield from apiserver.crd_cluster(CRDS)
+    """A real etcd + kube-apiserver with our CRDs applied and established.
+    Privileged containers allowed, as every real cluster's apiserver does
+    (kubeadm, the managed ones): the chart's default CSI driver is one."""
+    yield from apiserver.crd_cluster(CRDS, extra_args=["--allow-privileged=true"])
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
-"""The chart's CSI node tier (nodeTier.mode: csi): the CSIDriver object, the
-driver's DaemonSet and its one right, rendered only when asked; the
-settings reach the driver's and the operator's config as each loads them.
+"""The chart's CSI node tier (nodeTier.mode: csi, the default): the
+CSIDriver object, the driver's DaemonSet and its one right, none of them in
+the hostPath fallback; the settings reach the driver's and the operator's
+config as each loads them.
 (Lint and strict conformance: the csi-node-tier variant of test_chart.py.)"""
 
 from __future__ import annotations
@@ -46,17 +47,36 @@ def env_of(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in container.get("env", [])}
 
 
-@pytest.mark.parametrize("args", [[], ["--set", "nodeTier.mode=hostPath"]])
-def test_the_default_hostpath_mode_renders_no_driver(tools: Tools, args: list[str]) -> None:
-    docs = objects(tools, *args)
+def test_the_default_render_is_the_csi_node_tier(tools: Tools) -> None:
+    """No value set: the driver is installed and the operator injects its
+    volumes, the same render as asking for csi by name."""
+    docs = objects(tools)
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "CSIDriver"] == [
+        "node.ckptdrain.io"]
+    daemonset = one(docs, "DaemonSet")
+    assert daemonset["metadata"]["namespace"] == "ckptdrain"
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    assert driver_config(container).root == Path("/var/lib/ckptdrain/csi")
+    env = env_of(one(docs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0])
+    cfg = operator_config.from_env(env)
+    assert (cfg.node_tier, cfg.csi_driver, cfg.csi_min_mount_group) == (
+        "csi", "node.ckptdrain.io", 1000)
+    assert docs == objects(tools, "--set", "nodeTier.mode=csi")
+
+
+def test_the_hostpath_fallback_renders_no_driver(tools: Tools) -> None:
+    docs = objects(tools, "--set", "nodeTier.mode=hostPath")
     assert not [d for d in docs if d["kind"] == "CSIDriver"
                 or d["metadata"]["name"].endswith("csi-node")]
     deployment = one(docs, "Deployment", "operator")
     env = env_of(deployment["spec"]["template"]["spec"]["containers"][0])
     assert operator_config.from_env(env).csi is False
-    # The operator's environment is as before the CSI mode: no csi settings.
+    # The operator's environment is as it was when hostPath was the chart's
+    # default: staying on hostPath explicitly rolls no operator pod.
     assert not {"CKPTDRAIN_NODE_TIER", "CKPTDRAIN_CSI_DRIVER",
                 "CKPTDRAIN_CSI_MIN_MOUNT_GROUP"} & set(env)
+    assert env["CKPTDRAIN_ALLOWED_ROOT"] == "/mnt/ckptdrain"
+    assert env.get("CKPTDRAIN_PREPARE_LOCAL_TIER", "true") == "true"
 
 
 def rendered_notes(tools: Tools, tmp_path: Path, *args: str) -> str:
@@ -74,12 +94,20 @@ def rendered_notes(tools: Tools, tmp_path: Path, *args: str) -> str:
     return str(yaml.safe_load(text)["notes"])
 
 
-def test_the_notes_warn_of_the_privileged_driver_only_in_csi_mode(tools: Tools,
-                                                                  tmp_path: Path) -> None:
-    csi = rendered_notes(tools, tmp_path / "csi", "--set", "nodeTier.mode=csi")
-    assert 'namespace ckptdrain must allow Pod Security "privileged"' in \
-        " ".join(csi.split())
-    assert "Pod Security" not in rendered_notes(tools, tmp_path / "default")
+def test_the_notes_name_which_namespace_must_be_privileged(tools: Tools,
+                                                           tmp_path: Path) -> None:
+    csi = " ".join(rendered_notes(tools, tmp_path / "default").split())
+    assert 'namespace ckptdrain must allow Pod Security "privileged"' in csi
+    assert "every training namespace must enforce" not in csi
+    fallback = " ".join(rendered_notes(tools, tmp_path / "hostpath",
+                                       "--set", "nodeTier.mode=hostPath").split())
+    assert 'every training namespace must enforce Pod Security "privileged"' in fallback
+    assert "/mnt/ckptdrain/<namespace>/<policy>" in fallback
+    assert "namespace ckptdrain must allow" not in fallback
+    assert "now runs the CSI driver" not in csi
+    upgrade = " ".join(rendered_notes(tools, tmp_path / "upgrade", "--is-upgrade").split())
+    assert "a release that ran hostPath without naming it now runs the CSI driver" in upgrade
+    assert "name nodeTier.mode: hostPath" in upgrade
 
 
 def test_csi_mode_renders_the_driver_as_the_page_declares_it(tools: Tools) -> None:
@@ -236,5 +264,6 @@ def test_the_pod_monitor_scrapes_the_driver_pods(tools: Tools) -> None:
         "matchLabels"]
     [endpoint] = monitor["spec"]["podMetricsEndpoints"]
     assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
-    assert not [d for d in objects(tools, "--set", "metrics.podMonitor.enabled=true")
+    assert not [d for d in objects(tools, "--set", "metrics.podMonitor.enabled=true",
+                                   "--set", "nodeTier.mode=hostPath")
                 if d["kind"] == "PodMonitor" and d["metadata"]["name"].endswith("csi-node")]

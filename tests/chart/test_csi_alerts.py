@@ -56,8 +56,11 @@ def test_rendered_only_with_the_driver_on_and_scraped(tools: Tools) -> None:
         return {d["metadata"]["name"] for d in _rule_objects(tools, *args)}
 
     assert names(*ALL_ON) == {"ckptdrain", RULES}
-    # The driver off (hostPath, the default): only the agents' rules.
+    # The default mode is csi: scraped and alerted on without naming it.
     assert names("--set", "metrics.podMonitor.enabled=true",
+                 "--set", "metrics.prometheusRule.enabled=true") == {"ckptdrain", RULES}
+    # The driver off (the hostPath fallback): only the agents' rules.
+    assert names("--set", "nodeTier.mode=hostPath", "--set", "metrics.podMonitor.enabled=true",
                  "--set", "metrics.prometheusRule.enabled=true") == {"ckptdrain"}
     # The driver on but not scraped: nothing to alert on.
     assert names("--set", "nodeTier.mode=csi",

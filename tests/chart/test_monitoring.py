@@ -47,6 +47,13 @@ def _kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] == kind]
 
 
+def _agents_monitors(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The PodMonitors of the injected agents, not the CSI driver's own
+    (rendered beside them in the default csi mode: test_chart_csi.py)."""
+    return [o for o in _kind(objects, "PodMonitor")
+            if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "csi-node"]
+
+
 def _alerts(rules: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
 
@@ -110,7 +117,7 @@ def test_the_dashboard_label_and_namespace_follow_the_values(tools: Tools) -> No
 
 
 def test_the_pod_monitor_scrapes_the_port_the_agent_is_injected_with(tools: Tools) -> None:
-    (monitor,) = _kind(_objects(tools, *MONITORING), "PodMonitor")
+    (monitor,) = _agents_monitors(_objects(tools, *MONITORING))
     spec = monitor["spec"]
     # The injected sidecar's port, by name (operator/admission/injection.py).
     agent = injection._container("a", "agent", [], _config(), [], sidecar=True, resources={})
@@ -123,11 +130,11 @@ def test_the_pod_monitor_scrapes_the_port_the_agent_is_injected_with(tools: Tool
     assert {"sourceLabels": ["__meta_kubernetes_pod_annotation_ckptdrain_io_policy"],
             "targetLabel": "policy"} in relabel
     # Training namespaces narrow it: agent.namespaces, or its own list.
-    (narrow,) = _kind(_objects(tools, *MONITORING, "--set", "agent.namespaces={ml-a,ml-b}"),
-                      "PodMonitor")
+    (narrow,) = _agents_monitors(_objects(tools, *MONITORING,
+                                          "--set", "agent.namespaces={ml-a,ml-b}"))
     assert narrow["spec"]["namespaceSelector"] == {"matchNames": ["ml-a", "ml-b"]}
-    (own,) = _kind(_objects(tools, *MONITORING, "--set", "agent.namespaces={ml-a}",
-                            "--set", "metrics.podMonitor.namespaces={ml-c}"), "PodMonitor")
+    (own,) = _agents_monitors(_objects(tools, *MONITORING, "--set", "agent.namespaces={ml-a}",
+                                       "--set", "metrics.podMonitor.namespaces={ml-c}"))
     assert own["spec"]["namespaceSelector"] == {"matchNames": ["ml-c"]}
 
 

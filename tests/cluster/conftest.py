@@ -46,9 +46,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[apiserver.Cluster]:
-    """A real apiserver for the session. Missing binaries fail, naming `make servers`."""
+    """A real apiserver for the session. Missing binaries fail, naming `make servers`.
+    Privileged containers allowed, as real clusters' apiservers do: the chart
+    a test installs or upgrades to runs the privileged CSI driver by default."""
     apiserver.binaries_or_fail()
-    with apiserver.running(tmp_path_factory.mktemp("apiserver")) as running:
+    with apiserver.running(tmp_path_factory.mktemp("apiserver"),
+                           extra_args=["--allow-privileged=true"]) as running:
         yield running
 
 

@@ -28,6 +28,14 @@ SECRET_OF_A = "policy credentialsSecretRef naming A's namespace, sent unvalidate
 PREFIX_OF_A = "policy storage.uri under A's prefix, naming no class (the default has {namespace})"
 PREFIX_OTHER_CLASS = "policy storage.uri under A's prefix, naming a class with no store prefixes"
 ENDPOINT = "policy storage.endpoint redirected to a host the platform did not list"
+STORE_LIST = "B's agent keys (a per-tenant store user) list A's prefix"
+STORE_GET = "B's agent keys (a per-tenant store user) read A's object"
+STORE_PUT = "B's agent keys (a per-tenant store user) overwrite A's object"
+STORE_DELETE = "B's agent keys (a per-tenant store user) delete A's object"
+STORE_MULTIPART = "B's agent keys (a per-tenant store user) start a multipart upload in A's prefix"
+STORE_UPLOADS = ("B's agent keys (a per-tenant store user) list the unfinished multipart "
+                 "uploads in A's prefix")
+STORE_ABORT = "B's agent keys (a per-tenant store user) abort A's unfinished multipart upload"
 CSI_POLICY_OF_A = "CSI volume of B's pod naming A's policy"
 CSI_OWN_SAME_NAME = "CSI volume of B's own policy named like A's"
 CSI_NAMESPACE_OF_A = "CSI volume of B's pod with A's namespace in its attributes"
@@ -35,6 +43,12 @@ CSI_FORGED_POD = "CSI volume with pod.namespace A's, the pod UID not the target 
 CSI_RECREATED = "CSI volume of a same-name policy recreated over the old UID's data"
 PEER_CERT = "B's peer certificate asking A's peer server for A's held copies"
 PEER_FORGED_ID = "a certificate from B's own CA naming A's policy id, to A's peer server"
+PEER_SAME_NAME = ("B's peer-tier policy named like A's: the peer Secret, CA and ConfigMap "
+                  "the operator makes for it")
+PEER_NAMED = ("B's peer-tier policy naming A's peer Secret, ConfigMap and namespace, "
+              "sent unvalidated")
+PEER_POD = "B's running writer of its policy named like A's: paired into A's peers ConfigMap"
+PEER_READ = "B's token reads A's peer Secret, and A's peer CA in the operator's namespace"
 FORGED_REVIEW = "AdmissionReview for a pod in A's namespace, posted straight to the webhook"
 
 ANSWERED = "answered to B only; not logged by the product"
@@ -43,6 +57,9 @@ OPERATOR_LOG = "operator log (names A's policy in the way)"
 DRIVER_LOG = "CSI driver log"
 PEER_LOG = "peer server log: CERTIFICATE_VERIFY_FAILED"
 ADMITTED = "nothing to log: admitted"
+STORE_ANSWERED = ("AccessDenied answered to B only; not logged by the product (the store's "
+                  "own logs: not measured)")
+STORE_REFUSED = "store: AccessDenied to B's user (the platform's per-tenant policy)"
 
 #: Every attempt the suite makes, in the order it makes them, with what it
 #: is expected to meet: (refused by, logged). "" refused by: nothing
@@ -64,6 +81,9 @@ EXPECTED: dict[str, tuple[str, str]] = {
     PREFIX_OF_A: ("policy admission: the default class's stores", ANSWERED),
     PREFIX_OTHER_CLASS: ("", ADMITTED),
     ENDPOINT: ("policy admission: CKPTDRAIN_AMBIENT_ENDPOINTS", ANSWERED),
+    **{name: (STORE_REFUSED, STORE_ANSWERED)
+       for name in (STORE_LIST, STORE_GET, STORE_PUT, STORE_DELETE, STORE_MULTIPART,
+                    STORE_UPLOADS, STORE_ABORT)},
     CSI_POLICY_OF_A: ("CSI driver: NOT_FOUND", DRIVER_LOG),
     CSI_OWN_SAME_NAME: ("CSI driver: B's policy UID, a directory of its own", ADMITTED),
     CSI_NAMESPACE_OF_A: ("CSI driver: INVALID_ARGUMENT", DRIVER_LOG),
@@ -71,6 +91,10 @@ EXPECTED: dict[str, tuple[str, str]] = {
     CSI_RECREATED: ("CSI driver owner marker: PERMISSION_DENIED", DRIVER_LOG),
     PEER_CERT: ("peer server: mutual TLS, the policy's own CA", PEER_LOG),
     PEER_FORGED_ID: ("peer server: mutual TLS, the policy's own CA", PEER_LOG),
+    PEER_SAME_NAME: ("the operator: B's own namespace, and a CA by B's policy UID", ADMITTED),
+    PEER_NAMED: ("CRD schema: fields do not exist (pruned)", ADMITTED),
+    PEER_POD: ("the operator: pods are paired within their own namespace's policy", ADMITTED),
+    PEER_READ: ("RBAC (apiserver)", RBAC),
     FORGED_REVIEW: ("", ""),
 }
 ATTEMPTS: tuple[str, ...] = tuple(EXPECTED)
@@ -81,7 +105,8 @@ ATTEMPTS: tuple[str, ...] = tuple(EXPECTED)
 #: once one is refused and this list and the page must change.
 OPEN: dict[str, str] = {
     PREFIX_OTHER_CLASS: "a class with no stores checks no prefix: the boundary is the store "
-                        "identity B's pods get, which the suite does not yet cover",
+                        "identity B's pods get, which the default install does not scope "
+                        "(a per-tenant one refuses B: the STORE_* attempts)",
     FORGED_REVIEW: "the webhook server asks no client certificate: whatever reaches its "
                    "Service gets the injection patch of A's policy (bucket, prefix, endpoint, "
                    "Secret name; no Secret values) and holds a writer rank for 30 s",
@@ -91,6 +116,9 @@ BESIDE: dict[str, str] = {
     LOCAL_ROOT: "B's node directory is <root>/<B's namespace>, beside A's <root>/nvme/<A's>",
     SECRET_OF_A: "the namespace is pruned; B's pods reference the Secret of B's namespace",
     CSI_OWN_SAME_NAME: "B's policy has its own UID and starts empty",
+    PEER_SAME_NAME: "B's peer objects are in B's namespace, under a CA of B's policy UID",
+    PEER_NAMED: "the fields are pruned; the operator makes B's own objects in B's namespace",
+    PEER_POD: "B's writer is paired in B's own policy's ConfigMap, never in A's",
 }
 
 NOT_RUN = "not run"

@@ -14,11 +14,12 @@ import json
 import logging
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
+import hostile_peers
 import hostile_record as ledger
+import hostile_store
 import pytest
 from cluster_helpers import CLASSES, INJECT, POLICIES, create, policy, wait_for
 from cluster_helpers import pod as pod_of
@@ -26,15 +27,12 @@ from hostile_tenants import (
     A_SECRET,
     CLASS_ROOT,
     Tenant,
-    a_peer_server,
     class_objects,
     forged_review,
     leaked_files,
     operator_logged,
-    peer_credentials,
     post_review,
     publish_as_a,
-    raw_peer_get,
     refused_policy,
     refused_publish,
     refuser,
@@ -45,7 +43,6 @@ from operator_process import ALLOWED_ROOT, WEBHOOK_NAME, OperatorProcess
 
 from ckptdrain.csi.policies import apiserver_resolver
 from ckptdrain.operator.admission.rules import MUTATE_ID
-from ckptdrain.peer import protocol
 from support.apiserver import Cluster
 from support.csi_driver import AS_ROOT_ON_LINUX, Harness, new_pod_uid, refused, running_driver
 
@@ -259,6 +256,10 @@ def test_store_prefixes_and_endpoints_the_platform_did_not_give_are_refused(
     assert "CKPTDRAIN_AMBIENT_ENDPOINTS" in message
 
 
+test_bs_store_user_reaches_none_of_as_prefix = \
+    hostile_store.test_bs_store_user_reaches_none_of_as_prefix
+
+
 @pytest.fixture
 def node(driver_api: client.CustomObjectsApi) -> Iterator[Harness]:
     with running_driver(apiserver_resolver(driver_api)) as h:
@@ -340,30 +341,12 @@ def test_a_recreated_policy_is_not_handed_the_old_uids_data(
     node.unpublish(target, pod)
 
 
-@ledger.makes(ledger.PEER_CERT, ledger.PEER_FORGED_ID)
-def test_bs_peer_certificate_reads_none_of_as_copies(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The peer server in-process over real TLS on loopback
-    (tests/integration/test_peer_wire.py); each policy has a CA of its own.
-    B's client trusts any server certificate, so the refusal is the server's."""
-    a_creds = peer_credentials(tmp_path / "a", "team-a/ckpt")
-    b_dirs = {ledger.PEER_CERT: (tmp_path / "b", "team-b/ckpt"),
-              # B's own CA, issuing a certificate that names A's policy.
-              ledger.PEER_FORGED_ID: (tmp_path / "b-forged", "team-a/ckpt")}
-    with a_peer_server(tmp_path, a_creds) as port:
-        for name, (directory, policy_id) in b_dirs.items():
-            peer_credentials(directory, policy_id)
-            with caplog.at_level(logging.WARNING, logger="ckptdrain.peer.server"):
-                caplog.clear()
-                answer = raw_peer_get(port, directory, protocol.target_path(0))
-                logged = wait_for(lambda: any(
-                    "refused" in r.getMessage() and "CERTIFICATE_VERIFY_FAILED" in r.getMessage()
-                    for r in caplog.records), what="the server's log of its own refusal")
-            leaked = int(answer is not None and (b'"steps"' in answer
-                                                 or A_SECRET.encode() in answer))
-            ledger.record(name, "peer server: mutual TLS, the policy's own CA" if answer is None
-                          else "", ledger.PEER_LOG if logged else "", leaked)
-            assert answer is None and leaked == 0, answer
+# The peer server's attempts, and the store's (hostile_peers.py,
+# hostile_store.py): run here, in the ledger's order.
+test_bs_peer_certificate_reads_none_of_as_copies = \
+    hostile_peers.test_bs_peer_certificate_reads_none_of_as_copies
+test_the_operator_hands_b_none_of_as_peer_objects = \
+    hostile_peers.test_the_operator_hands_b_none_of_as_peer_objects
 
 
 @ledger.makes(ledger.FORGED_REVIEW)

@@ -6,11 +6,13 @@ always did; so it does when registered for v1alpha1 alone, as Kopf
 registers its own configurations, and the apiserver sends it the request
 converted. The operator, reading v1alpha1, says an invalid policy's
 InvalidSpec status and Event in the version each field found wrong was
-written at (its managedFields owner's), not the newest writer's.
+written at (its managedFields owner's), not the newest writer's; and pod
+admission, refusing a pod such a policy selects, says it the same way.
 
 The CRD is crds/checkpointpolicies.yaml as shipped, converting through the
 admission process (the ConversionServer, by URL); the policy webhook is
-that process too, registered here as the chart registers it. Its own
+that process too, registered here as the chart registers it, and so is
+the pod webhook. Its own
 apiserver: this module registers webhooks and runs an operator of its own,
 which the session's would meet."""
 
@@ -30,7 +32,7 @@ from operator_process import OperatorProcess, repo_root
 from tests.docs.refusal_example import RefusalExample, refusal_example
 
 from ckptdrain.contract.policy_versions import V1ALPHA1, V1BETA1, convert
-from ckptdrain.operator.admission.rules import VALIDATE_ID
+from ckptdrain.operator.admission.rules import MUTATE_ID, VALIDATE_ID
 from support import apiserver
 from support.apiserver import Cluster, free_port
 from support.conversion_server import ConversionServer, converting_to
@@ -214,3 +216,53 @@ def test_the_operator_says_an_invalid_policy_in_the_version_its_field_was_writte
             assert told in events, (name, events)
     finally:
         operator.stop()
+
+
+POD_WEBHOOK = "version-refusals-pods.ckptdrain.io"
+
+
+def register_pod_webhook(cluster: Cluster, server: ConversionServer, ca_pem: bytes,
+                         namespace: str) -> None:
+    """The pod injection webhook as the chart registers it (opted-in pods,
+    failing closed), for `namespace` alone."""
+    hook = {"name": "pods.inject.ckptdrain.io", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": f"https://127.0.0.1:{server.port}/{MUTATE_ID}",
+                             "caBundle": base64.b64encode(ca_pem).decode()},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods"], "scope": "Namespaced"}],
+            "objectSelector": {"matchLabels": {"ckptdrain.io/inject": "true"}},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": 10,
+            "reinvocationPolicy": "IfNeeded"}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration", "metadata": {"name": POD_WEBHOOK},
+        "webhooks": [hook]}))
+
+
+def test_pod_admission_says_the_selecting_policys_problem_in_its_writers_version(
+        own_cluster: Cluster, server: ConversionServer, ca: dict[str, Path],
+        namespace: str) -> None:
+    # Stored invalid (no policy webhook), as the operator's status test has them.
+    example = refusal_example()
+    written = {version: at_both_versions(example, name)[version]
+               for version, name in ((V1BETA1, "pods-beta"), (V1ALPHA1, "pods-alpha"))}
+    for obj in written.values():
+        own_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(obj))
+    register_pod_webhook(own_cluster, server, ca["ca"].read_bytes(), namespace)
+    try:
+        for version, told in ((V1BETA1, example.at_v1beta1), (V1ALPHA1, example.at_v1alpha1)):
+            name = written[version]["metadata"]["name"]
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": f"w-{name}",
+                                "labels": {"app": name, "ckptdrain.io/inject": "true"}},
+                   "spec": {"containers": [{"name": "trainer", "image": "t"}]}}
+            refused = create(own_cluster, namespace, pod)
+            # Under Refuse (the default), the refusal names the policy and
+            # says its problem as its own status does.
+            assert f"CheckpointPolicy {name} in {namespace} selects this pod" in refused, \
+                refused
+            assert f"but is invalid ({told}); fix the policy" in refused, refused
+    finally:
+        own_cluster.kubectl("delete", "mutatingwebhookconfiguration", POD_WEBHOOK,
+                            "--ignore-not-found")

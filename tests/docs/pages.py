@@ -7,6 +7,9 @@ The forms understood are the ones the docs use:
     kubectl create namespace NS
     helm install|upgrade RELEASE CHART [-n NS] [--create-namespace] [--wait]
         [-f VALUES]... [--set K=V]...
+    helm upgrade RELEASE CHART --reset-then-reuse-values ...   (a change to
+        a release installed before, not an install: only in a section of
+        RUN_BY_THEIR_OWN_TEST, whose test runs it; anywhere else an error)
     kubectl apply [-n NS] -f FILE [-f FILE]...
     sed "s|OLD|NEW|" FILE | kubectl apply [-n NS] -f -
     Values: [`docs/examples/values-x.yaml`](...)   (a guide's header)
@@ -29,6 +32,22 @@ import yaml
 from tests.docs.blocks import REPO, Block, parse, shell_lines
 
 _HEADER = re.compile(r"^(Values|Policy): \[`(?P<path>docs/examples/[^`]+)`\]", re.M)
+
+#: Sections whose `helm upgrade --reset-then-reuse-values` lines change a
+#: release installed before, run as written by their own test
+#: (tests/chart/test_chart_node_tier_move.py reads its section from here).
+RUN_BY_THEIR_OWN_TEST = {REPO / "docs" / "install.md": "### Moving from the hostPath mode"}
+
+
+def section_of(path: Path, line: int) -> str | None:
+    """The heading (as written) of the section holding 1-based `line`."""
+    heading, fenced = None, False
+    for text in path.read_text().split("\n")[:line - 1]:
+        if text.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#+ ", text):
+            heading = text
+    return heading
 
 
 @dataclass(frozen=True)
@@ -145,6 +164,14 @@ def read(path: Path) -> Page:
                 left, right = words, []
             if left[:3] == ["kubectl", "create", "namespace"]:
                 page.created.add(left[3])
+            elif left[:2] == ["helm", "upgrade"] and ("--reset-then-reuse-values" in left
+                                                     or "--reuse-values" in left):
+                # A change to a release installed before, run by its own test.
+                if section_of(path, block.line) != RUN_BY_THEIR_OWN_TEST.get(path):
+                    raise ValueError(f"{block.id}: {line!r} changes a release installed "
+                                     "before, in a section no test runs (expected one of "
+                                     "RUN_BY_THEIR_OWN_TEST)")
+                continue
             elif left[:1] == ["helm"] and left[1:2] in (["install"], ["upgrade"]):
                 if page.helm_args is not None:
                     raise ValueError(f"{path}: two helm install lines")

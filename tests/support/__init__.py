@@ -1,1 +1,2 @@
-"""Test support: real servers the tests start (s3servers, apiserver); fault injection (faults)."""
+"""Test support: real servers the tests start (s3servers, apiserver; users and
+policies on MinIO: minio_admin); fault injection (faults)."""

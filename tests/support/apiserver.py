@@ -387,12 +387,12 @@ def binaries_or_fail() -> Binaries:
         pytest.fail(str(error), pytrace=False)
 
 
-def crd_cluster(crds: Path) -> Iterator[Cluster]:
-    """A fixture's body: a real etcd + kube-apiserver with the CRDs in `crds` (a file
-    or a directory) applied and established. Missing binaries fail the test, naming
-    what builds them."""
+def crd_cluster(crds: Path, extra_args: Sequence[str] = ()) -> Iterator[Cluster]:
+    """A fixture's body: a real etcd + kube-apiserver (`extra_args` on its command
+    line) with the CRDs in `crds` (a file or a directory) applied and established.
+    Missing binaries fail the test, naming what builds them."""
     binaries_or_fail()
-    with running() as cluster:
+    with running(extra_args=extra_args) as cluster:
         cluster.kubectl("apply", "--server-side", "-f", str(crds))
         wait_established(cluster)
         yield cluster

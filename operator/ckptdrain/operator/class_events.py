@@ -13,11 +13,13 @@ it (Accepted) and, among classes annotated default, which one is (Default).
 A namespace relabelled changes what a class that allows namespaces by label
 (spec.namespaces.selector) says of its policies, with no class event. The
 operator does not watch namespaces (a watch of every namespace for the few
-that hold such policies); a thread (`recheck`) reads, each
-CKPTDRAIN_NAMESPACE_RECHECK_PERIOD, the labels of the namespaces whose
-policies name such a class, by `get`, and judges those policies again: one
-GET per such namespace per period, on the leading replica only, in at most
-RECHECK_BUDGET of a period.
+that hold such policies); a thread (`recheck`) reads, at start, when this
+replica leads again and each CKPTDRAIN_NAMESPACE_RECHECK_PERIOD, the
+labels of the namespaces whose policies name such a class, by `get`, and
+judges those policies again: one GET per such namespace per period, on the
+leading replica only, in at most RECHECK_BUDGET of a period. A pass that
+ends with labels other than the last joint budgets' pass parsed asks for
+one (bandwidth/rebalance.py).
 """
 
 from __future__ import annotations
@@ -89,10 +91,24 @@ def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
     """One pass: the labels of each namespace whose policies name a class
     that allows namespaces by label read afresh (one GET each), and each
     of those policies whose ClassResolved would change reconciled as a pass
-    of its own (`_schedule`). A namespace whose labels cannot be read is
-    skipped (its policies keep their status) and tried at the next pass.
+    of its own (`_schedule`); a joint budgets' pass when the labels are
+    not those the last one parsed.
+    A namespace whose labels cannot be read is skipped (its policies keep
+    their status) and tried at the next pass.
     The pass stops when this replica stops leading or after `budget_s`;
     the next one starts after the last namespace this one read."""
+    _read_and_judge(cfg, memo, logger, indexes, budget_s)
+    if rebalance.joint_behind() and leadership.active():
+        # Labels moved since the last joint pass parsed them (read by this
+        # pass or any other reader, or a reading grew too old): the
+        # policies' shares of the cluster cap may have, with no
+        # ClassResolved change to reconcile.
+        rebalance.schedule(rebalance.JOINT, cfg, indexes["checkpointpolicy_index"],
+                           indexes["pod_index"], logger)
+
+
+def _read_and_judge(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
+                    indexes: dict[str, Any], budget_s: float) -> None:
     global _recheck_after
     namespace_labels.expire(cfg.namespace_recheck_s)
     catalogue = class_view.current(classes.catalogue)
@@ -150,24 +166,36 @@ def _stale_or_unknown(cfg: OperatorConfig, body: dict[str, Any],
         return None
 
 
+#: Set while the recheck thread runs (cleared, it ends at its next wake).
 _recheck_started = threading.Event()
+#: Set when a pass is due before the period is out: at start, and when this
+#: replica leads again (every reading was forgotten, and Kopf resumes no
+#: handler for a replica that led before).
+_recheck_due = threading.Event()
+_recheck_due.set()
+leadership.on_term_started(lambda: _recheck_due.set())
 
 
 def start_recheck(memo: kopf.Memo, logger: logging.Logger, indexes: dict[str, Any]) -> None:
-    """Start `recheck` each CKPTDRAIN_NAMESPACE_RECHECK_PERIOD, once per
-    process. A thread, not a Kopf timer: timers would put a finalizer on
-    every policy (records/watchdog.py). Called from a Kopf handler: the
-    thread runs in a copy of its context, where Kopf's settings and event
-    queue are (a reconcile posts Events with kopf.warn)."""
+    """Start `recheck` at once, then each CKPTDRAIN_NAMESPACE_RECHECK_PERIOD
+    and at each new term, once per process. A thread, not a Kopf timer:
+    timers would put a finalizer on every policy (records/watchdog.py).
+    Called from a Kopf handler: the thread runs in a copy of its context,
+    where Kopf's settings and event queue are (a reconcile posts Events with
+    kopf.warn)."""
     if _recheck_started.is_set():
         return
     _recheck_started.set()
     cfg: OperatorConfig = memo.config
     context = contextvars.copy_context()
+    running, due = _recheck_started, _recheck_due
 
     def loop() -> None:
-        while True:
-            time.sleep(cfg.namespace_recheck_s)
+        while running.is_set():
+            due.wait(cfg.namespace_recheck_s)
+            due.clear()
+            if not running.is_set():
+                return
             if not leadership.active():
                 continue  # a standby's indexes are not live
             try:

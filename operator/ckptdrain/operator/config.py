@@ -87,11 +87,15 @@ Variables (field in parentheses):
   <allowedRoot>/<namespace>/<policy> owned by uid 65532 beforehand. Either way
   the pod mounts a hostPath: its namespace must allow Pod Security "privileged".
 - CKPTDRAIN_NODE_TIER (node_tier): how injected pods reach the node tier.
-  "hostPath" (default): the hostPath under CKPTDRAIN_ALLOWED_ROOT, prepared by
-  ckptdrain-prepare as above. "csi": a CSI ephemeral inline volume of the
-  ckptdrain CSI node driver (docs/csi-driver.md), which prepares ownership
-  itself: no hostPath, no root container, so pods pass Pod Security
-  "restricted"; CKPTDRAIN_PREPARE_LOCAL_TIER is then unused.
+  "hostPath" (default here): the hostPath under CKPTDRAIN_ALLOWED_ROOT,
+  prepared by ckptdrain-prepare as above. "csi" (the chart's default, which
+  sets it): a CSI ephemeral inline volume of the ckptdrain CSI node driver
+  (docs/csi-driver.md), which prepares ownership itself: no hostPath, no
+  root container, so pods pass Pod Security "restricted";
+  CKPTDRAIN_PREPARE_LOCAL_TIER is then unused. The operator run without the
+  chart keeps hostPath: nothing but the chart installs the driver, and
+  injecting volumes of an absent driver would leave every opted-in pod in
+  ContainerCreating (`make demo` runs no operator at all).
 - CKPTDRAIN_CSI_DRIVER (csi_driver): the CSI driver's name, as in its
   CSIDriver object; default node.ckptdrain.io.
 - CKPTDRAIN_CSI_MIN_MOUNT_GROUP (csi_min_mount_group): the driver's own

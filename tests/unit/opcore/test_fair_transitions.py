@@ -15,7 +15,7 @@ import pytest
 from ckptdrain.contract import share as sh
 from ckptdrain.operator import config
 from ckptdrain.operator.apiserver import kube, leadership
-from ckptdrain.operator.bandwidth import rebalance, share_channel
+from ckptdrain.operator.bandwidth import policy_changes, rebalance, share_channel
 from ckptdrain.operator.policy import allocation
 
 CAP = 100e6
@@ -106,7 +106,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     monkeypatch.setattr(rebalance.time, "monotonic", lambda: c.now)
     monkeypatch.setattr(share_channel.time, "monotonic", lambda: c.now)
     monkeypatch.setattr(rebalance._rebalances, "schedule", lambda *a, **k: None)
-    monkeypatch.setattr(rebalance, "changes", rebalance._PolicyChanges())
+    monkeypatch.setattr(rebalance, "changes", policy_changes.PolicyChanges())
     leadership.STATE.set(True)
     fresh_process()
     yield c

@@ -34,7 +34,7 @@ AT = datetime(2026, 11, 29, tzinfo=UTC)
 def record(*images: str) -> dict[str, Any]:
     data: dict[str, str] | None = None
     for image in images:
-        data = agent_images.with_image(data, image, AT) or data
+        data = agent_images.with_image(data, image, AT, node_tier=CFG.node_tier) or data
     return {"metadata": {"name": "agent-images"}, "data": data or {}}
 
 
@@ -203,7 +203,10 @@ def test_recording_retries_a_conflict_and_never_overwrites_a_hand_edit(
     monkeypatch.setattr(agent_images, "RECORD_RETRY_S", (0.0,))
     core.conflicts = 1  # another replica created it first
     assert agent_images.record(CFG, threading.Event())
-    assert agent_images.recorded(core.stored) == (NEW,) and core.writes == 1
+    assert agent_images.recorded(core.stored, node_tier=CFG.node_tier) == (NEW,)
+    assert core.writes == 1
+    stored = json.loads(core.stored[agent_images.KEY])["images"]
+    assert [e["nodeTier"] for e in stored] == [CFG.node_tier]
     assert agent_images.record(CFG, threading.Event())
     assert core.writes == 1  # the newest already: nothing written
     core.stored = {agent_images.KEY: "edited by hand"}
@@ -214,3 +217,16 @@ def test_recording_retries_a_conflict_and_never_overwrites_a_hand_edit(
     monkeypatch.setattr(core, "create_namespaced_config_map",
                         lambda *a: (_ for _ in ()).throw(ApiException(status=403)))
     assert not agent_images.record(CFG, threading.Event())
+
+
+def test_admission_reads_only_the_images_recorded_in_its_node_tier_mode(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    stored = record(OLD)  # recorded by an operator of the hostPath mode
+    Api(monkeypatch, stored)
+    on_hostpath = agent_images.AllowedImages(CFG)
+    on_hostpath.read()
+    assert on_hostpath.images() == (OLD,)
+    on_csi = agent_images.AllowedImages(
+        dataclasses.replace(CFG, node_tier=config.NODE_TIER_CSI))
+    on_csi.read()
+    assert on_csi.images() == ()

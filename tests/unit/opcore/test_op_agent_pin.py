@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ckptdrain.operator import config
 from ckptdrain.operator.admission import agent_images, agent_pin
 
 NEW, OLD, OLDER = "ckptdrain:2", "ckptdrain:1", "ckptdrain:0"
@@ -95,36 +96,74 @@ def test_the_image_most_live_writers_run_wins_ties_to_the_operators_then_newest(
 
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+HOSTPATH, CSI = config.NODE_TIER_HOSTPATH, config.NODE_TIER_CSI
 
 
 def test_the_record_keeps_each_image_once_the_latest_start_last() -> None:
-    data = agent_images.with_image(None, OLD, AT)
-    assert data is not None and agent_images.recorded(data) == (OLD,)
-    assert agent_images.with_image(data, OLD, AT) is None  # the newest already: no write
-    data = agent_images.with_image(data, NEW, AT)
+    data = agent_images.with_image(None, OLD, AT, node_tier=CSI)
+    assert data is not None and agent_images.recorded(data, node_tier=CSI) == (OLD,)
+    # The newest already: no write.
+    assert agent_images.with_image(data, OLD, AT, node_tier=CSI) is None
+    data = agent_images.with_image(data, NEW, AT, node_tier=CSI)
     assert data is not None
     # A rollback: the older image starts again and is the newest.
-    data = agent_images.with_image(data, OLD, AT)
-    assert data is not None and agent_images.recorded(data) == (NEW, OLD)
+    data = agent_images.with_image(data, OLD, AT, node_tier=CSI)
+    assert data is not None and agent_images.recorded(data, node_tier=CSI) == (NEW, OLD)
     for i in range(12):
-        data = agent_images.with_image(data, f"ckptdrain:{10 + i}", AT) or data
-    kept = agent_images.recorded(data)
+        data = agent_images.with_image(data, f"ckptdrain:{10 + i}", AT, node_tier=CSI) or data
+    kept = agent_images.recorded(data, node_tier=CSI)
     assert len(kept) == agent_images.KEEP and kept[-1] == "ckptdrain:21" and OLD not in kept
     entry = json.loads(data[agent_images.KEY])["images"][-1]
     assert entry == {"image": "ckptdrain:21", "since": "2026-11-29T12:00:00Z",
-                     "layout": agent_images.LAYOUT}
+                     "layout": agent_images.LAYOUT, "nodeTier": CSI}
 
 
 def test_images_of_another_injection_layout_are_never_given() -> None:
-    data = agent_images.with_image(None, OLD, AT, layout=agent_images.LAYOUT - 1)
-    data = agent_images.with_image(data, NEW, AT)
-    assert agent_images.recorded(data) == (NEW,)
+    data = agent_images.with_image(None, OLD, AT, node_tier=CSI,
+                                   layout=agent_images.LAYOUT - 1)
+    data = agent_images.with_image(data, NEW, AT, node_tier=CSI)
+    assert agent_images.recorded(data, node_tier=CSI) == (NEW,)
+
+
+def test_an_image_recorded_in_one_node_tier_mode_is_never_given_in_the_other() -> None:
+    # OLD ran under hostPath only; the switch to csi kept image NEW, which
+    # then ran in both modes.
+    data = agent_images.with_image(None, OLD, AT, node_tier=HOSTPATH)
+    data = agent_images.with_image(data, NEW, AT, node_tier=HOSTPATH)
+    data = agent_images.with_image(data, NEW, AT, node_tier=CSI)
+    assert agent_images.recorded(data, node_tier=CSI) == (NEW,)
+    assert agent_images.recorded(data, node_tier=HOSTPATH) == (OLD, NEW)
+    # A way back to hostPath moves NEW to the end there, and keeps it for csi.
+    data = agent_images.with_image(data, OLD, AT, node_tier=HOSTPATH)
+    assert data is not None
+    assert agent_images.recorded(data, node_tier=HOSTPATH) == (NEW, OLD)
+    assert agent_images.recorded(data, node_tier=CSI) == (NEW,)
+    # Admission never pins OLD onto a csi pod, however many writers run it.
+    assert agent_pin.choose(NEW, agent_images.recorded(data, node_tier=CSI), job_pod(),
+                            {OLD: 3}).image == NEW
+
+
+def test_an_entry_of_an_earlier_release_names_no_mode_and_is_given_in_either() -> None:
+    # 0.1.0 and 0.2.0 recorded no mode; their agents serve both modes in the
+    # same layout, so the upgrade from them pins their running workloads.
+    earlier = {agent_images.KEY: json.dumps({"images": [
+        {"image": OLD, "since": "2026-11-01T00:00:00Z", "layout": agent_images.LAYOUT}]})}
+    for mode in (HOSTPATH, CSI):
+        assert agent_images.recorded(earlier, node_tier=mode) == (OLD,)
+        data = agent_images.with_image(earlier, NEW, AT, node_tier=mode)
+        assert agent_images.recorded(data, node_tier=mode) == (OLD, NEW)
+        assert agent_pin.choose(NEW, agent_images.recorded(data, node_tier=mode), job_pod(),
+                                {OLD: 3}).image == OLD
+    # The same image recorded again under a mode is listed once.
+    again = agent_images.with_image(earlier, OLD, AT, node_tier=CSI)
+    assert agent_images.recorded(again, node_tier=CSI) == (OLD,)
 
 
 def test_a_record_someone_else_wrote_is_refused_never_overwritten() -> None:
     for text in ("not json", "[]", '{"images": "x"}', '{"images": [{"image": 3}]}'):
         with pytest.raises(agent_images.UnreadableRecord):
-            agent_images.recorded({agent_images.KEY: text})
+            agent_images.recorded({agent_images.KEY: text}, node_tier=CSI)
         with pytest.raises(agent_images.UnreadableRecord):
-            agent_images.with_image({agent_images.KEY: text}, NEW, AT)
-    assert agent_images.recorded({}) == () and agent_images.recorded(None) == ()
+            agent_images.with_image({agent_images.KEY: text}, NEW, AT, node_tier=CSI)
+    assert agent_images.recorded({}, node_tier=CSI) == ()
+    assert agent_images.recorded(None, node_tier=CSI) == ()

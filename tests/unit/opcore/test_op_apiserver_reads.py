@@ -30,6 +30,7 @@ from ckptdrain.operator.apiserver.connection import (
     TokenFile,
     UnsupportedCredentials,
 )
+from ckptdrain.operator.policy import version_messages
 
 
 def test_the_admission_process_never_loads_the_kubernetes_package() -> None:
@@ -284,7 +285,9 @@ def test_the_policy_view_lists_then_watches_from_the_list(
     stopping.set()
     assert watches[0]["resourceVersion"] == "4" and watches[0]["allowWatchBookmarks"] == "true"
     assert watches[1]["resourceVersion"] == "9"  # from the bookmark on
-    assert offered[0] == [policy]  # listed, and current through the first watch
+    # Listed, and current through the first watch; with the version each
+    # field was written at kept beside it (none: no managedFields here).
+    assert offered[0] == [{**policy, version_messages.KEPT_KEY: {}}]
 
 
 def _pods_by_page(monkeypatch: pytest.MonkeyPatch, pages: list[list[dict[str, Any]]]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ckptdrain.operator import config
-from ckptdrain.operator.bandwidth import rebalance
+from ckptdrain.operator.bandwidth import policy_changes, rebalance
 from ckptdrain.operator.bandwidth.budgets import JointBudgets
 from ckptdrain.operator.policy import allocation
 from ckptdrain.operator.policy import spec as policy
@@ -196,7 +196,7 @@ def fresh_state(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the full asks: each a pass over every policy and its pods."""
     memo = JointBudgets()
     monkeypatch.setattr(rebalance, "_joint", memo)
-    monkeypatch.setattr(rebalance, "changes", rebalance._PolicyChanges())
+    monkeypatch.setattr(rebalance, "changes", policy_changes.PolicyChanges())
     monkeypatch.setattr(rebalance, "_last_answer", None)
     full: list[int] = []
     real = memo.compute

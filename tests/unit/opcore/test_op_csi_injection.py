@@ -111,6 +111,32 @@ def test_a_pod_without_an_fs_group_gets_the_agents_which_the_driver_accepts() ->
     assert out["spec"]["securityContext"]["fsGroup"] >= csi_requests.DEFAULT_MIN_MOUNT_GROUP
 
 
+def root_pod() -> dict[str, Any]:
+    """A trainer as an NGC image runs it: root, no securityContext at all."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "w-0", "namespace": "ml", "labels": {"app": "t"}},
+            "spec": {"containers": [{"name": "trainer", "image": "nvcr.io/t:1",
+                                     "securityContext": {"runAsUser": 0}}]}}
+
+
+def test_a_root_trainer_needs_no_more_than_baseline_under_csi() -> None:
+    """`restricted` refuses root by definition; `baseline` forbids hostPath
+    and privileged containers, which only the hostPath mode brings."""
+    out = inject(root_pod(), CSI)
+    assert out["spec"]["securityContext"]["fsGroup"] == 65532  # the driver accepts it
+    assert node_volume.mount_group_problem(root_pod(), 1000) is None
+    containers = [*out["spec"]["initContainers"], *out["spec"]["containers"]]
+    assert not [v for v in out["spec"]["volumes"] if "hostPath" in v]
+    assert not [c["name"] for c in containers
+                if (c.get("securityContext") or {}).get("privileged")]
+    # Of ours, nothing runs as root: only the trainer, as its image asked.
+    assert [c["name"] for c in containers
+            if (c.get("securityContext") or {}).get("runAsUser") == 0] == ["trainer"]
+    assert admit(root_pod(), CSI)
+    hostpath = inject(root_pod(), HOSTPATH)
+    assert [v for v in hostpath["spec"]["volumes"] if "hostPath" in v]
+
+
 def test_the_work_dir_stays_off_the_drivers_volume() -> None:
     # Nothing root makes the pod's own work dir in the driver's volume (kubelet
     # would make a subPathExpr dir root's): an emptyDir, as for a memory tier.

@@ -122,3 +122,12 @@ def test_the_policy_index_keeps_the_versions_and_no_managed_fields() -> None:
     assert said.versions_of(kept) == said.versions_of(body) \
         == said.field_versions(body["metadata"])
     assert said.versions_of(kept)[CAPACITY] == V1BETA1
+
+
+def test_every_policy_shares_one_version_string() -> None:
+    # Each index copy keeps its versions: thousands of policies hold the
+    # module's two strings, not one copy each of what the apiserver sent.
+    written = "".join(["ckptdrain.io/", "v1beta1"])
+    assert written is not V1BETA1
+    versions = said.field_versions({"managedFields": [entry(written, CAPACITY)]})
+    assert versions[CAPACITY] is V1BETA1

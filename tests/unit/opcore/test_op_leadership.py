@@ -67,3 +67,17 @@ def test_a_new_term_resets_before_active_answers_true() -> None:
     assert seen == [False] and state.active()  # the reset ran while still inactive
     state.set(True)
     assert seen == [False]
+
+
+def test_work_started_at_a_new_term_finds_the_replica_active_after_the_resets() -> None:
+    from ckptdrain.operator.apiserver.leadership import Leadership
+    state = Leadership()
+    seen: list[str] = []
+    state.on_term_started(lambda: seen.append(f"started, active={state.active()}"))
+    state.on_new_term(lambda: seen.append("reset"))
+    state.set(False)
+    assert seen == []
+    state.set(True)
+    assert seen == ["reset", "started, active=True"]
+    state.set(True)
+    assert seen == ["reset", "started, active=True"]

@@ -8,6 +8,7 @@ at the next one from where it stopped."""
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ import pytest
 
 from ckptdrain.operator import class_events, config
 from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels, reads
+from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.coalesce import Coalescer
 
 LOG = logging.getLogger("test")
@@ -44,16 +46,25 @@ def world(monkeypatch: pytest.MonkeyPatch,
     answers 403), the namespaces read, and the policies scheduled."""
     no_checkpoint_classes.replace([TEAM_A, EVERYONE], "1")
     state: dict[str, Any] = {"read": [], "scheduled": [], "broken": set(),
-                             "stale": lambda body: True}
+                             "stale": lambda body: True, "labels": {"tenant": "a"},
+                             "joint": []}
 
     def get_json(path: str, query: Any, timeout: float) -> dict[str, Any]:
         namespace = path.rsplit("/", 1)[1]
         state["read"].append(namespace)
         if namespace in state["broken"]:
             raise reads.ApiError(403, "Forbidden")
-        return {"metadata": {"name": namespace, "labels": {"tenant": "a"}}}
+        return {"metadata": {"name": namespace, "labels": dict(state["labels"])}}
 
     monkeypatch.setattr(reads, "get_json", get_json)
+
+    def joint_pass(key: Any, *args: Any, **kwargs: Any) -> None:
+        # As the joint pass asked for would, once run: it parses the labels now held.
+        state["joint"].append(key)
+        monkeypatch.setattr(rebalance, "_joint_labels", namespace_labels.version())
+
+    monkeypatch.setattr(rebalance, "schedule", joint_pass)
+    monkeypatch.setattr(rebalance, "_joint_labels", namespace_labels.version())
     monkeypatch.setattr(class_events, "stale", lambda cfg, body: state["stale"](body))
     monkeypatch.setattr(class_events, "_schedule", lambda key, *a: state["scheduled"].append(key))
     monkeypatch.setattr(class_events, "_recheck_after", "")
@@ -70,7 +81,7 @@ INDEX = {("ml-a", "p"): [_body("ml-a", "p")], ("ml-a", "q"): [_body("ml-a", "q")
 
 def recheck(budget_s: float = 30.0, index: dict[Any, Any] = INDEX) -> None:
     class_events.recheck(CFG, SimpleNamespace(config=CFG), LOG,  # type: ignore[arg-type]
-                         {"checkpointpolicy_index": index}, budget_s)
+                         {"checkpointpolicy_index": index, "pod_index": {}}, budget_s)
 
 
 def test_each_labelled_namespace_is_read_once_and_its_stale_policies_scheduled(
@@ -165,3 +176,58 @@ def test_one_failing_policy_stops_no_other_and_is_retried(
     recheck(index={k: v for k, v in INDEX.items() if k[0] != "ml-c"})
     assert done.wait(10), calls
     assert sorted(calls) == [("ml-a", "p"), ("ml-a", "p"), ("ml-a", "q"), ("ml-b", "p")]
+
+
+def test_a_pass_that_finds_labels_changed_recomputes_the_joint_budgets(
+        world: dict[str, Any]) -> None:
+    # No policy's ClassResolved moves (no reconcile asks for a joint pass),
+    # yet a namespace's labels decide its policies' share of the cluster cap.
+    world["stale"] = lambda body: False
+    recheck()  # a start or a new term: every reading is new
+    assert world["joint"] == [rebalance.JOINT]
+    recheck()
+    assert world["joint"] == [rebalance.JOINT]  # the same labels: no pass
+    world["labels"] = {"tenant": "b"}
+    recheck()
+    assert world["joint"] == [rebalance.JOINT, rebalance.JOINT]
+    assert world["scheduled"] == []
+
+
+def test_labels_another_reader_moved_first_still_bring_a_joint_pass(
+        world: dict[str, Any]) -> None:
+    # A reconcile's read finds the change before the recheck does: the
+    # recheck's own pass then moves nothing, yet no joint pass parsed it.
+    world["stale"] = lambda body: False
+    recheck()
+    world["labels"] = {"tenant": "b"}
+    for namespace in sorted({key[0] for key in INDEX}):  # the policies' reconciles
+        namespace_labels.fresh(namespace)
+    recheck()
+    assert world["joint"] == [rebalance.JOINT, rebalance.JOINT]
+
+
+def test_a_standby_asks_for_no_joint_pass(world: dict[str, Any]) -> None:
+    leadership.STATE.set(False)
+    recheck()
+    assert world["joint"] == []
+
+
+def test_the_first_pass_runs_at_start_and_at_a_new_term_without_waiting(
+        world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    passes: queue.Queue[bool] = queue.Queue()
+    monkeypatch.setattr(class_events, "recheck", lambda *a: passes.put(leadership.active()))
+    started, due = threading.Event(), threading.Event()
+    due.set()  # as at import
+    monkeypatch.setattr(class_events, "_recheck_started", started)
+    monkeypatch.setattr(class_events, "_recheck_due", due)
+    try:
+        # The period is a minute: a pass within seconds is one not waited for.
+        class_events.start_recheck(SimpleNamespace(config=CFG), LOG, {})  # type: ignore[arg-type]
+        assert passes.get(timeout=5) is True
+        leadership.STATE.set(False)
+        leadership.STATE.set(True)  # this replica leads again: a new term
+        assert passes.get(timeout=5) is True
+        assert passes.empty()
+    finally:
+        started.clear()  # the thread ends at its next wake
+        due.set()

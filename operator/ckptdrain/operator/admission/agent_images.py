@@ -4,7 +4,13 @@ image admission gives a writer pod (admission/agent_pin.py decides which).
 The record is one ConfigMap in the operator's namespace
 (CKPTDRAIN_AGENT_IMAGES, "namespace/name"; the chart renders it empty),
 holding the last KEEP images, the most recently started last, each with the
-injection LAYOUT it was recorded under. Every replica of the operator
+injection LAYOUT and the node tier mode (CKPTDRAIN_NODE_TIER) it was
+recorded under: a pod of one mode mounts its node tier otherwise than a pod
+of the other, so an image that ran only in one is never given to a pod of
+the other. An entry of an earlier release names no mode: it is given to
+pods of either mode, since every release that wrote such entries (0.1.0,
+0.2.0) injects both modes in LAYOUT 1, and so the upgrade from one of them
+pins its running workloads. Every replica of the operator
 records its own image when it starts (moved to the end when it is there: a
 rollback makes the older image the newest again), by an update at the
 version read, so two replicas starting together never drop each other's;
@@ -75,7 +81,8 @@ class UnreadableRecord(ValueError):
 
 
 def entries(data: Mapping[str, str] | None) -> list[dict[str, Any]]:
-    """The record's entries ({"image", "since", "layout"}), oldest first; []
+    """The record's entries ({"image", "since", "layout", "nodeTier"}),
+    oldest first; []
     for no record. UnreadableRecord for one this module did not write."""
     text = (data or {}).get(KEY)
     if text is None:
@@ -83,7 +90,8 @@ def entries(data: Mapping[str, str] | None) -> list[dict[str, Any]]:
     try:
         found = json.loads(text)["images"]
         kept = [{"image": e["image"], "since": str(e.get("since", "")),
-                 "layout": e.get("layout")} for e in found]
+                 "layout": e.get("layout"), "nodeTier": e.get("nodeTier")}
+                for e in found]
         if not all(isinstance(e["image"], str) and e["image"] for e in kept):
             raise TypeError("an image is not a name")
     except (ValueError, KeyError, TypeError) as error:
@@ -92,21 +100,29 @@ def entries(data: Mapping[str, str] | None) -> list[dict[str, Any]]:
     return kept
 
 
-def recorded(data: Mapping[str, str] | None, layout: int = LAYOUT) -> tuple[str, ...]:
-    """The images recorded for `layout`, oldest first (UnreadableRecord)."""
-    return tuple(e["image"] for e in entries(data) if e["layout"] == layout)
+def recorded(data: Mapping[str, str] | None, *, node_tier: str,
+             layout: int = LAYOUT) -> tuple[str, ...]:
+    """The images recorded for `layout` and the node tier mode `node_tier`
+    (or for no mode: an earlier release's, which served both), oldest first
+    (UnreadableRecord)."""
+    return tuple(dict.fromkeys(e["image"] for e in entries(data)
+                               if e["layout"] == layout and e["nodeTier"] in (node_tier, None)))
 
 
-def with_image(data: Mapping[str, str] | None, image: str, at: datetime,
-               keep: int = KEEP, layout: int = LAYOUT) -> dict[str, str] | None:
-    """The record's data with `image` the newest (added, or moved to the end;
-    the oldest dropped past `keep`); None when it is the newest already.
-    UnreadableRecord: never overwrite what a person wrote."""
+def with_image(data: Mapping[str, str] | None, image: str, at: datetime, *,
+               node_tier: str, keep: int = KEEP, layout: int = LAYOUT
+               ) -> dict[str, str] | None:
+    """The record's data with `image` under `node_tier` the newest (added, or
+    moved to the end; the oldest dropped past `keep`; the same image under
+    the other mode kept: it ran there too); None when it is the newest
+    already. UnreadableRecord: never overwrite what a person wrote."""
     kept = entries(data)
-    if kept and kept[-1]["image"] == image and kept[-1]["layout"] == layout:
+    newest = {"image": image, "layout": layout, "nodeTier": node_tier}
+    if kept and {k: kept[-1][k] for k in newest} == newest:
         return None
-    kept = [e for e in kept if e["image"] != image]
-    kept = [*kept, {"image": image, "since": timestamp(at), "layout": layout}][-keep:]
+    kept = [e for e in kept if (e["image"], e["nodeTier"]) != (image, node_tier)]
+    kept = [*kept, {"image": image, "since": timestamp(at), "layout": layout,
+                    "nodeTier": node_tier}][-keep:]
     return {KEY: json.dumps({"images": kept}, indent=1)}
 
 
@@ -132,7 +148,8 @@ def record_once(cfg: OperatorConfig) -> bool:
             raise
         found = None
     now = datetime.now(UTC)
-    data = with_image(None if found is None else found.data, cfg.image, now)
+    data = with_image(None if found is None else found.data, cfg.image, now,
+                      node_tier=cfg.node_tier)
     if data is None:
         return True
     try:
@@ -194,8 +211,8 @@ def start_recording(cfg: OperatorConfig) -> None:
 
 
 class AllowedImages:
-    """The recorded images of this layout as admission last read them;
-    thread-safe."""
+    """The recorded images of this layout and node tier mode as admission
+    last read them; thread-safe."""
 
     def __init__(self, cfg: OperatorConfig) -> None:
         self.cfg = cfg
@@ -221,7 +238,7 @@ class AllowedImages:
                 raise
             found = {}
         try:
-            images = recorded(found.get("data"))
+            images = recorded(found.get("data"), node_tier=self.cfg.node_tier)
         except UnreadableRecord as error:
             log.warning("the record of agent images %s: %s; read as nothing recorded",
                         self.cfg.agent_images, error)

@@ -22,6 +22,7 @@ from ckptdrain.operator.admission.rules import LabelKey, label_key
 from ckptdrain.operator.apiserver.policy_edge import seen
 from ckptdrain.operator.apiserver.slim import without_managed_fields
 from ckptdrain.operator.apiserver.watched_view import WatchedView, follow, keep_in_step
+from ckptdrain.operator.policy import version_messages
 
 Key = tuple[str, str]
 #: How long one watch request lasts before it is renewed (the server ends it).
@@ -71,8 +72,10 @@ class PolicyMirror(WatchedView):
         self._unfile(key)
         spec = body.get("spec") or {}
         selector = spec.get("selector") if isinstance(spec, Mapping) else None
-        # Read at v1beta1 (reads.policies_path), filed as the core reads it.
-        body = without_managed_fields(seen(body))
+        # Read at v1beta1 (reads.policies_path), filed as the core reads it,
+        # with the version each field was written at kept in managedFields'
+        # place: an invalid policy's problem is said in it at pod admission.
+        body = version_messages.kept_versions(without_managed_fields(seen(body)), body)
         self._bodies[key] = body
         label = label_key(key[0], selector if isinstance(selector, Mapping) else None)
         self._by_label.setdefault(label, {})[key] = body

@@ -48,6 +48,7 @@ from typing import Any
 
 from ckptdrain.contract.policy_versions import V1ALPHA1
 from ckptdrain.operator.admission.nesting import every_policy
+from ckptdrain.operator.admission.refusal import named_namespace
 from ckptdrain.operator.admission.rules import (
     READ_ERRORS,
     Refused,
@@ -104,7 +105,8 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
     spec = body.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     name = str(meta.get("name") or "")
-    namespace = namespace or str(meta.get("namespace") or "")
+    namespace = named_namespace(namespace or str(meta.get("namespace") or ""),
+                                "CheckpointPolicy")
     old_spec = (old or {}).get("spec")
     old_spec = old_spec if isinstance(old_spec, Mapping) else None
     if old is not None and (meta.get("deletionTimestamp") or old_spec == spec):
@@ -154,9 +156,11 @@ async def default_class_patch(body: Mapping[str, Any], warnings: list[str],
     spec = body.get("spec")
     if not isinstance(spec, Mapping) or spec.get("checkpointClassName"):
         return []
+    namespace = named_namespace(
+        namespace or str((body.get("metadata") or {}).get("namespace") or ""),
+        "CheckpointPolicy")
     deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
     catalogue = await class_catalogue(apiserver_reads.ADMISSION_READ_TIMEOUT_S)
-    namespace = namespace or str((body.get("metadata") or {}).get("namespace") or "")
     labels = None
     if classes.needs_labels(spec, catalogue):
         labels = await _labels(namespace, deadline)

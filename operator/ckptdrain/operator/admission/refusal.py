@@ -17,3 +17,15 @@ class Refused(Exception):
 
 #: What a read from the apiserver raises when it gets no answer it can use.
 READ_ERRORS = (apiserver_reads.ApiError, apiserver_reads.HTTPError, OSError)
+
+
+def named_namespace(namespace: str, kind: str) -> str:
+    """`namespace`, the review's request.namespace for an object of a
+    namespaced `kind`. Refused (400) when empty, a review no apiserver
+    sends (forged, or hand-made): every read admission makes would
+    otherwise go to a cluster-wide path (the namespaces' list, every
+    namespace's policies) or fail as a bare error (a 500)."""
+    if not namespace:
+        raise Refused(f"request.namespace: expected the namespace of the {kind} "
+                      f"(a namespaced kind), got an empty one", code=400)
+    return namespace

@@ -38,11 +38,18 @@ from ckptdrain.operator.admission import (
     unselected,
 )
 from ckptdrain.operator.admission.owner_cache import OwnerCache
-from ckptdrain.operator.admission.refusal import READ_ERRORS, Refused
+from ckptdrain.operator.admission.refusal import READ_ERRORS, Refused, named_namespace
 from ckptdrain.operator.apiserver import class_view, namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import classes, history, identity, peer_tier, roles
+from ckptdrain.operator.policy import (
+    classes,
+    history,
+    identity,
+    peer_tier,
+    roles,
+    version_messages,
+)
 from ckptdrain.operator.policy import spec as pol
 
 #: The webhooks' ids, which are also the paths they are served at.
@@ -259,6 +266,7 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
     writers (admission/agent_pin.py). `every`: the policies of all watched
     namespaces from a current view (None: ask the apiserver), for the node
     directory check of hostPath mode (policy/node_dirs.py)."""
+    namespace = named_namespace(namespace, "Pod")
     if injection.is_injected(pod):
         # Called again after later webhooks changed the pod: follow them.
         ops = injection.reinvocation_patch(pod)
@@ -311,12 +319,15 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         cfg = resolution.config
         p = pol.parse(namespace, chosen["metadata"]["name"], resolution.spec, cfg)
     except InvalidInput as error:
+        # Said as the policy's own status says it: each problem in the
+        # version its field was written at (policy/version_messages.py).
+        problem = version_messages.message(error, version_messages.versions_of(chosen))
         if unselected.refuses(cfg):
             raise Refused(unselected.invalid_refusal(
-                namespace, pod_label(pod), chosen["metadata"]["name"], str(error)),
+                namespace, pod_label(pod), chosen["metadata"]["name"], problem),
                 code=422) from None
         warnings.append(f"ckptdrain: policy {chosen['metadata']['name']} is invalid "
-                        f"({error}); not injected")
+                        f"({problem}); not injected")
         return []
     if not cfg.csi:
         await nesting.refuse_pod(p, namespace, chosen, cfg, every, logger)

@@ -47,6 +47,7 @@ from ckptdrain.operator.admission.rules import (
 )
 from ckptdrain.operator.apiserver import leadership, policy_edge, slim
 from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.policy import version_messages
 from ckptdrain.operator.tls import webhook_certs as webhook_tls
 from ckptdrain.operator.tls.webhook_address import WebhookAddress
 
@@ -106,8 +107,10 @@ def policy_by_label(namespace: str, body: kopf.Body, spec: kopf.Spec,
     few that could select the pod, not every policy of the namespace (at a
     thousand policies that scan was a fifth of the event loop's time)."""
     selector = spec.get("selector")
+    # With the version each field was written at, for the words of an
+    # invalid policy's problem at pod admission (policy/version_messages.py).
     return {label_key(namespace, selector if isinstance(selector, Mapping) else None):
-            slim.kept_copy(policy_edge.seen(body))}
+            version_messages.kept_versions(slim.kept_copy(policy_edge.seen(body)), body)}
 
 
 def _candidates(namespace: str, labels: Mapping[str, str],

@@ -90,12 +90,15 @@ class Leadership:
     Becoming active again after a standby starts a new term: while this
     replica was paused another one wrote statuses and objects, so whatever a
     module remembers of its own last writes is stale. Such modules register
-    a reset with `on_new_term`; it runs before `active()` answers True again."""
+    a reset with `on_new_term`; it runs before `active()` answers True again.
+    Work that must start at once in a new term registers `on_term_started`:
+    it runs after, when `active()` answers True."""
 
     def __init__(self) -> None:
         self._active = True
         self._lock = threading.Lock()
         self._resets: list[Callable[[], None]] = []
+        self._starts: list[Callable[[], None]] = []
 
     def active(self) -> bool:
         with self._lock:
@@ -112,10 +115,17 @@ class Leadership:
         if returning:
             with self._lock:
                 self._active = True
+                starts = list(self._starts)
+            for start in starts:
+                start()
 
     def on_new_term(self, reset: Callable[[], None]) -> None:
         with self._lock:
             self._resets.append(reset)
+
+    def on_term_started(self, start: Callable[[], None]) -> None:
+        with self._lock:
+            self._starts.append(start)
 
 
 STATE = Leadership()
@@ -128,6 +138,12 @@ def active() -> bool:
 def on_new_term(reset: Callable[[], None]) -> None:
     """Call `reset` whenever this replica becomes active after a standby."""
     STATE.on_new_term(reset)
+
+
+def on_term_started(start: Callable[[], None]) -> None:
+    """Call `start` (it must not block) whenever this replica becomes active
+    after a standby, once `active()` answers True."""
+    STATE.on_term_started(start)
 
 
 #: How often a replica re-reads the peering object. Kopf's own hand-over is

@@ -26,6 +26,15 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def disagrees(body: Mapping[str, Any], sized: sizing.Sizing,
+               cluster: allocation.ClusterShare) -> bool:
+    """The policy's status says another budget or constraint than the joint one."""
+    status = body.get("status") or {}
+    return status.get("allowedBandwidthBytes") != int(sized.allowed_bandwidth) or \
+        st.with_cluster(status, sized, cluster, body.get("metadata", {}).get("generation"),
+                        _now()) is not None
+
+
 def write(key: Key, body: Mapping[str, Any], sized: sizing.Sizing,
           cluster: allocation.ClusterShare, p: pol.Policy,
           drainers: list[allocation.DrainingPod]) -> None:

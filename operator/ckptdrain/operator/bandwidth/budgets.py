@@ -44,6 +44,22 @@ def spec_stamp(body: Mapping[str, Any]) -> tuple[str, int] | None:
     return (uid, generation) if isinstance(uid, str) and type(generation) is int else None
 
 
+def no_more_than(mine: Budget, last: tuple[sizing.Sizing, allocation.ClusterShare] | None
+                 ) -> Budget | None:
+    """`mine`, from a split made without the policies of namespaces whose
+    labels were not reached in time (their parts went to the others: the
+    whole cap, to the first policy after a start), cut to `last`, the last
+    joint pass's sizing and share, where it gives more (a larger budget, or
+    a larger cluster scale for its namespace); None where that pass gave
+    none (the channel and status stay as they are) until it settles the split."""
+    if last is None:
+        return None
+    sized, share, policy = mine
+    if sized.allowed_bandwidth <= last[0].allowed_bandwidth and share.factor <= last[1].factor:
+        return mine
+    return (last[0], last[1], policy)
+
+
 class JointBudgets:
     """Parsed policies and the last joint split, remembered. Safe to share
     between threads (one lock; the private helpers run under it). Every

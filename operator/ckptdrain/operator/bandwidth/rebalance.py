@@ -23,13 +23,12 @@ from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
 from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
-from ckptdrain.operator.bandwidth import allocation_status, share_channel
+from ckptdrain.operator.bandwidth import allocation_status, policy_changes, share_channel
 from ckptdrain.operator.bandwidth import budgets as jb
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import allocation, class_catalogue, classes
 from ckptdrain.operator.policy import spec as pol
-from ckptdrain.operator.policy import status as st
 
 Key = tuple[str, str]
 REBALANCE_DELAY_S = 0.5
@@ -54,38 +53,14 @@ _joint_lock = threading.Lock()
 #: Parsed policies and the last joint split, so a pass re-parses and re-sizes
 #: only what changed (bandwidth/budgets.py).
 _joint = jb.JointBudgets()
+#: namespace_labels.version() the last joint pass parsed with: any other means
+#: the shares may have moved since, whoever read the labels (a label changed,
+#: a namespace read at last, a reading dropped); a joint pass is asked then.
+_joint_labels = namespace_labels.version()
 
 
-class _PolicyChanges:
-    """Whether any policy's sizing input may have changed since a moment:
-    a policy came or went, or its uid or generation moved (what JointBudgets
-    parses again on). Told from the policy event handler, which Kopf runs
-    after its indexes hold the event's object, so a version read before the
-    index is never newer than what the index holds."""
-
-    def __init__(self) -> None:
-        self.version = 0
-        self._stamps: dict[Key, tuple[str, int]] = {}
-        self._lock = threading.Lock()
-
-    def seen(self, key: Key, body: Mapping[str, Any], deleted: bool = False) -> None:
-        stamp = jb.spec_stamp(body)
-        with self._lock:
-            if deleted:
-                self._stamps.pop(key, None)
-            elif stamp is not None and self._stamps.get(key) == stamp:
-                return  # a status change, or the same spec again
-            elif stamp is not None:
-                self._stamps[key] = stamp
-            self.version += 1
-
-    def moved(self) -> None:
-        """Something else than one policy's event may have changed them."""
-        with self._lock:
-            self.version += 1
-
-
-changes = _PolicyChanges()
+#: Told of each policy event (handlers.py); see PolicyChanges.
+changes = policy_changes.PolicyChanges()
 #: How long a full answer may be reused at most, even with no change told:
 #: bounds any change the policy events did not report (an indexer that
 #: updated the index but whose object's handlers never ran).
@@ -110,25 +85,23 @@ _last_answer: _Answer | None = None
 _answer_lock = threading.Lock()
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
     return [v for v in index.get(key, []) if v is not None]
 
 
 def parse_policy(cfg: OperatorConfig, body: dict[str, Any], drainers: int,
-                 catalogue: classes.Catalogue | None = None) -> pol.Policy:
+                 catalogue: classes.Catalogue | None = None,
+                 read_labels: bool = True) -> pol.Policy:
     """The policy under its class's settings (policy/classes.py; the
     classes now unless `catalogue`); raises InvalidInput (ClassUnresolved
-    when its class does not take it)."""
+    when its class does not take it; LabelsUnreadable when its namespace's
+    labels are needed and neither held nor, with `read_labels`, readable)."""
     meta = body.get("metadata", {})
     namespace = meta.get("namespace", "")
     catalogue = class_view.current(classes.catalogue) if catalogue is None else catalogue
+    labels = namespace_labels.recent if read_labels else namespace_labels.held
     resolution = classes.resolved(namespace, body.get("spec", {}), cfg, catalogue,
-                                  partial(namespace_labels.recent, namespace,
-                                          cfg.namespace_recheck_s))
+                                  partial(labels, namespace, cfg.namespace_recheck_s))
     return pol.parse(namespace, meta.get("name", ""), resolution.spec, resolution.config,
                      drainers=max(1, drainers))
 
@@ -147,7 +120,7 @@ def stale(key: Key, body: Mapping[str, Any]) -> bool:
     joint pass computed for it (a late, stale patch landed after it)."""
     last = _joint_last.get(key)
     return bool((body.get("status") or {}).get("conditions")) and last is not None \
-        and _disagrees(body, *last)
+        and allocation_status.disagrees(body, *last)
 
 
 def forget(key: Key) -> None:
@@ -172,29 +145,57 @@ leadership.on_new_term(_new_term)
 
 def budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
-            ) -> dict[Key, jb.Budget]:
+            read_untrusted: bool = True) -> dict[Key, jb.Budget]:
     """Each valid policy's sizing under the joint budget (its own cap applied,
-    then the cluster cap jointly); `fresh` overrides what the index holds."""
+    then the cluster cap jointly); `fresh` overrides what the index holds (`_budgets`)."""
+    return _budgets(cfg, policies, pods, fresh, read_untrusted)[0]
+
+
+def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+             pods: kopf.Index[Key, Any], fresh: dict[Key, pol.Policy] | None = None,
+             read_untrusted: bool = True) -> tuple[dict[Key, jb.Budget], list[str]]:
+    """`budgets`, and the namespaces not reached in time (their policies left out).
+
+    Parsed from the labels held (namespace_labels.held), never read under
+    the memo's lock. On the leader, unless not `read_untrusted` (a joint
+    pass read before its lock), the namespaces with no trusted reading are
+    read first, all within READ_TIMEOUT_S (namespace_labels.read_untrusted):
+    after a start or a new term none is held, and the first policy
+    reconciled would take the whole cap. Under a policy pass's lock that is
+    bounded, one sweep at a time, and only while a reading is missing. An
+    unread namespace's policies get no share; labels the last joint pass
+    did not parse, or a namespace not reached, ask for one."""
     global _last_answer
     # Before the index is read: an answer is never filed under a version
-    # newer than what it read (see _PolicyChanges).
-    version, labels, at = changes.version, namespace_labels.version(), time.monotonic()
+    # newer than what it read (see policy_changes.py).
+    version, at = changes.version, time.monotonic()
     bodies = {key: body for key in list(policies)
               for body in values(policies, key)[:1]}
     catalogue = class_view.current(classes.catalogue)
+    needing = classes.namespaces_needing_labels(bodies, catalogue)
+    unread = namespace_labels.read_untrusted(needing, cfg.namespace_recheck_s) \
+        if read_untrusted and needing and leadership.active() else []
+    # Before the parse, which takes the readings held, never reads: it runs
+    # under the memo's lock.
+    labels = namespace_labels.version()
+    if needing and (unread or labels != _joint_labels) and leadership.active():
+        # The joint pass reads on past a namespace not reached in time.
+        schedule(JOINT, cfg, policies, pods, _log, RETRY_DELAY_S if unread else
+                 REBALANCE_DELAY_S)
     answer = _joint.compute(bodies, {key: len(values(pods, key)) for key in bodies},
                             cfg.cluster_bandwidth,
-                            lambda body, n: parse_policy(cfg, dict(body), n, catalogue),
+                            lambda body, n: parse_policy(cfg, dict(body), n, catalogue,
+                                                         read_labels=False),
                             _context(cfg, catalogue), fresh,
                             weights={**dict(cfg.bandwidth_weights),
                                      **class_catalogue.weights(bodies, catalogue)})
-    if not fresh:
+    if not fresh and not unread:  # one missing a namespace is not reused
         kept = _Answer(version, labels, cfg, answer,
                        {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
         with _answer_lock:
             if _last_answer is None or (_last_answer.version, _last_answer.at) <= (version, at):
                 _last_answer = kept
-    return answer
+    return answer, unread
 
 
 _last_context: tuple[OperatorConfig, classes.Catalogue, int] | None = None
@@ -218,7 +219,21 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     """`budgets` for one policy ({} if it has none): while no policy changed
     since the last full answer (REUSE_S at most), and the index still holds
     this policy as that answer read it, the answer's entry recounted for the
-    policy's drainers now, with no pass over every policy and pod."""
+    policy's drainers now, with no pass over every policy and pod; one
+    missing a namespace not reached, no more than the last joint pass."""
+    reused = _reused(cfg, policies, pods, key)
+    if reused is not None:
+        return reused
+    whole, unread = _budgets(cfg, policies, pods)
+    mine = whole.get(key)
+    if mine is not None and unread:  # split without some policies: until the joint pass
+        mine = jb.no_more_than(mine, _joint_last.get(key))
+    return {} if mine is None else {key: mine}
+
+
+def _reused(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
+            pods: kopf.Index[Key, Any], key: Key) -> dict[Key, jb.Budget] | None:
+    """`budget_of` from the last full answer; None when a full one is due."""
     with _answer_lock:
         last = _last_answer
     body = next(iter(values(policies, key)), None)
@@ -229,16 +244,13 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             or last.labels != namespace_labels.version() \
             or time.monotonic() - last.at > REUSE_S \
             or stamp is None or last.stamps.get(key) != stamp:
-        whole = budgets(cfg, policies, pods)
-        return {key: whole[key]} if key in whole else {}
+        return None
     mine = last.budgets.get(key)
     if mine is None:
         return {}  # invalid as that answer read it, and unchanged since
     count = len(values(pods, key))
     if mine[1].counted != (count > 0):
-        # Its first pod came or its last went: the split itself moved.
-        whole = budgets(cfg, policies, pods)
-        return {key: whole[key]} if key in whole else {}
+        return None  # its first pod came or its last went: the split itself moved
     return {key: _joint.recounted(key, mine, count)}
 
 
@@ -247,9 +259,29 @@ def rebalance_moved(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                      then: Key | None = None) -> None:
     """Rebalance (and so re-status) every policy whose joint budget moved, from
     one joint allocation: a burst of policy changes costs one pass, not one per
-    policy; then `then`, whose own pass waited for it."""
+    policy; then `then`, whose own pass waited for it.
+
+    On the leader the namespaces with no trusted reading are read first,
+    outside the lock, all within READ_TIMEOUT_S; those not reached in time
+    get no share, and the pass comes again in RETRY_DELAY_S."""
+    global _joint_labels
+    unread: list[str] = []
+    if leadership.active():
+        bodies = {key: body for key in list(policies) for body in values(policies, key)[:1]}
+        unread = namespace_labels.read_untrusted(
+            classes.namespaces_needing_labels(bodies, class_view.current(classes.catalogue)),
+            cfg.namespace_recheck_s)
     with _joint_lock:
+        # Before the parse: a version moved during it asks for another pass.
+        _joint_labels = namespace_labels.version()
         _rebalance_moved_locked(cfg, policies, pods, logger, then)
+    if unread and leadership.active():
+        schedule(JOINT, cfg, policies, pods, logger, RETRY_DELAY_S)
+
+
+def joint_behind() -> bool:
+    """The namespace labels moved since the last joint pass parsed them."""
+    return namespace_labels.version() != _joint_labels
 
 
 def counted_moved(key: Key, pods: kopf.Index[Key, Any]) -> bool:
@@ -263,7 +295,7 @@ def counted_moved(key: Key, pods: kopf.Index[Key, Any]) -> bool:
 def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             pods: kopf.Index[Key, Any], logger: logging.Logger,
                             then: Key | None = None) -> None:
-    joint = budgets(cfg, policies, pods)
+    joint = budgets(cfg, policies, pods, read_untrusted=False)
     if joint and leadership.active():
         # One write per namespace tells every agent a smaller factor; the
         # channels are rewritten below where budgets grew or more than the
@@ -282,7 +314,7 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                 _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
         _joint_last[key] = (sized, cluster)
         body = next(iter(values(policies, key)), {})
-        if _disagrees(body, sized, cluster):
+        if allocation_status.disagrees(body, sized, cluster):
             _rebalance(key, cfg, policies, pods, logger, joint)
             then = None if key == then else then
     if not raised and joint and leadership.active():
@@ -294,43 +326,25 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
 
 
 _scale_log = logging.getLogger("ckptdrain.operator.scale")
+_log = logging.getLogger("ckptdrain.operator.rebalance")
 
 
 def _publish_scale(namespace: str, joint: Mapping[Key, jb.Budget], cfg: OperatorConfig,
                    policies: kopf.Index[Key, Any], pods: kopf.Index[Key, Any],
                    logger: logging.Logger, may_raise: bool = False) -> bool:
-    """The cluster scale to every namespace with a policy, where it moved;
-    whether `namespace`'s holds it (share_channel.publish_scale)."""
-    def factors(answer: Mapping[Key, jb.Budget]) -> dict[str, float]:
-        # One weight per namespace, so one factor: any of its policies' will do.
-        return {key[0]: share.factor for key, (_, share, _) in answer.items()}
-
-    def fresh() -> tuple[set[str], dict[str, float], float | None]:
-        now = budgets(cfg, policies, pods)
-        if not now:
-            return set(), {}, cfg.cluster_bandwidth
-        return {key[0] for key in now}, factors(now), next(iter(now.values()))[1].cluster_cap
-
-    cluster = next(iter(joint.values()))[1]
-    return share_channel.publish_scale(namespace, factors(joint), cluster.cluster_cap, fresh,
-                                       may_raise=may_raise, active=leadership.active,
-                                       log=_scale_log.warning)
-
-
-def _disagrees(body: Mapping[str, Any], sized: sizing.Sizing,
-               cluster: allocation.ClusterShare) -> bool:
-    """The policy's status says another budget or constraint than the joint one."""
-    status = body.get("status") or {}
-    return status.get("allowedBandwidthBytes") != int(sized.allowed_bandwidth) or \
-        st.with_cluster(status, sized, cluster, body.get("metadata", {}).get("generation"),
-                        _now()) is not None
+    """share_channel.publish_joint_scale, the budgets now taken from the index."""
+    return share_channel.publish_joint_scale(
+        namespace, joint, cfg.cluster_bandwidth,
+        lambda: budgets(cfg, policies, pods, read_untrusted=False),  # under a pass's lock
+        may_raise=may_raise, active=leadership.active, log=_scale_log.warning)
 
 
 def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                pods: kopf.Index[Key, Any], logger: logging.Logger,
                joint: dict[Key, jb.Budget] | None = None) -> None:
     with locks[key], metrics.reconciling("allocation"):
-        joint = budget_of(cfg, policies, pods, key) if joint is None else joint
+        if joint is None:
+            joint = budget_of(cfg, policies, pods, key)
         mine = joint.get(key)
         if mine is None:
             return
@@ -349,7 +363,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         written, recheck = share_channel.publish(
             key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
             max(policy.writers, len(drainers)), share_channel.owner_of(body),
-            time.monotonic(), lambda: api.timestamp(_now()),
+            time.monotonic(), lambda: api.timestamp(datetime.now(UTC)),
             wanted=cluster.claim if scaled else None, carried=cluster.scaled)
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc()

@@ -142,6 +142,28 @@ def _factor_of(factors: Factors, namespace: str) -> float | None:
     return factors.get(namespace) if isinstance(factors, Mapping) else factors
 
 
+def publish_joint_scale(namespace: str, joint: Mapping[Key, tuple[Any, Any, Any]],
+                        cluster_bandwidth: float | None,
+                        budgets_now: Callable[[], Mapping[Key, tuple[Any, Any, Any]]], *,
+                        may_raise: bool = False, active: Callable[[], bool] = lambda: True,
+                        log: Callable[[str], None] = lambda _: None) -> bool:
+    """`publish_scale` from joint budgets (bandwidth/budgets.py: key →
+    (sizing, cluster share, policy)); `budgets_now()` gives them afresh."""
+    def factors(answer: Mapping[Key, tuple[Any, Any, Any]]) -> dict[str, float]:
+        # One weight per namespace, so one factor: any of its policies' will do.
+        return {key[0]: share.factor for key, (_, share, _) in answer.items()}
+
+    def fresh() -> tuple[set[str], dict[str, float], float | None]:
+        now = budgets_now()
+        if not now:
+            return set(), {}, cluster_bandwidth
+        return {key[0] for key in now}, factors(now), next(iter(now.values()))[1].cluster_cap
+
+    cluster = next(iter(joint.values()))[1]
+    return publish_scale(namespace, factors(joint), cluster.cluster_cap, fresh,
+                         may_raise=may_raise, active=active, log=log)
+
+
 def publish_scale(namespace: str, factor: Factors, cluster_cap: float | None,
                   fresh: ScaleView, *, may_raise: bool = False,
                   active: Callable[[], bool] = lambda: True,

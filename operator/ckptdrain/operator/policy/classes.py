@@ -211,6 +211,14 @@ def needs_labels(spec: Mapping[str, Any], classes: Catalogue) -> bool:
     return any(isinstance(c, CheckpointClass) and c.namespaces.restricted for c in named)
 
 
+def namespaces_needing_labels(policies: Mapping[tuple[str, str], Mapping[str, Any]],
+                              classes: Catalogue) -> list[str]:
+    """The namespaces (sorted) of the policies (by (namespace, name)) that
+    `needs_labels`."""
+    return sorted({key[0] for key, body in policies.items()
+                   if key[0] and needs_labels(body.get("spec") or {}, classes)})
+
+
 def choose(spec: Mapping[str, Any], classes: Catalogue) -> Choice:
     """The class a policy's spec names; none when it names none (its class
     was bound when it was created: `default_choice`)."""

@@ -170,7 +170,8 @@ def field_versions(meta: Mapping[str, Any]) -> dict[str, str]:
     for path in WORDED_FIELDS:
         versions = {e["apiVersion"] for e in entries if _owns(e["fieldsV1"], path)}
         if len(versions) == 1 and versions <= set(VERSIONS):
-            found[path] = versions.pop()
+            # VERSIONS' own string, not the entry's: every index copy shares it.
+            found[path] = VERSIONS[VERSIONS.index(versions.pop())]
     return found
 
 

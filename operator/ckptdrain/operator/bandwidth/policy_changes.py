@@ -1,0 +1,42 @@
+"""Whether any policy's sizing input may have changed since a moment: what
+the joint budgets' memo of full answers (bandwidth/rebalance.py) is kept
+under."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ckptdrain.operator.bandwidth import budgets as jb
+
+Key = tuple[str, str]
+
+
+class PolicyChanges:
+    """Whether any policy's sizing input may have changed since a moment:
+    a policy came or went, or its uid or generation moved (what JointBudgets
+    parses again on). Told from the policy event handler, which Kopf runs
+    after its indexes hold the event's object, so a version read before the
+    index is never newer than what the index holds."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self._stamps: dict[Key, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def seen(self, key: Key, body: Mapping[str, Any], deleted: bool = False) -> None:
+        stamp = jb.spec_stamp(body)
+        with self._lock:
+            if deleted:
+                self._stamps.pop(key, None)
+            elif stamp is not None and self._stamps.get(key) == stamp:
+                return  # a status change, or the same spec again
+            elif stamp is not None:
+                self._stamps[key] = stamp
+            self.version += 1
+
+    def moved(self) -> None:
+        """Something else than one policy's event may have changed them."""
+        with self._lock:
+            self.version += 1
