@@ -44,6 +44,8 @@ class OperatorProcess:
             "CKPTDRAIN_NAMESPACE_RECHECK_PERIOD": "1s",
             # A CRD flipped by a test's upgrade is migrated within a second.
             "CKPTDRAIN_STORAGE_CHECK_PERIOD": "1s",
+            # One apiserver: a short settle, still waited for.
+            "CKPTDRAIN_STORAGE_SETTLE": "2s",
             "CKPTDRAIN_IMAGE": "ckptdrain:test",
             # The peer tier's CAs: the apiserver makes this namespace itself.
             "CKPTDRAIN_PEER_CA_NAMESPACE": "default",

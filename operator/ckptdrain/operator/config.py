@@ -185,6 +185,10 @@ class OperatorConfig:
     #: How often the leader checks, once migrated, that the CheckpointPolicy
     #: CRD stores one version only (migration/run.py).
     storage_check_s: float = 300.0
+    #: How long discovery must have shown the CRD's new storage version before
+    #: the migration lists what to rewrite: the time every apiserver of the
+    #: control plane is given to see the change (migration/plan.py).
+    storage_settle_s: float = 60.0
     starting_limit_s: float = 600.0
     prepare_local_tier: bool = True
     node_tier: str = NODE_TIER_HOSTPATH
@@ -341,6 +345,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
             "CKPTDRAIN_NAMESPACE_RECHECK_PERIOD", get("CKPTDRAIN_NAMESPACE_RECHECK_PERIOD", "60s")),
         storage_check_s=units.parse_duration(
             "CKPTDRAIN_STORAGE_CHECK_PERIOD", get("CKPTDRAIN_STORAGE_CHECK_PERIOD", "5m")),
+        storage_settle_s=units.parse_duration(
+            "CKPTDRAIN_STORAGE_SETTLE", get("CKPTDRAIN_STORAGE_SETTLE", "1m")),
         starting_limit_s=units.parse_duration("CKPTDRAIN_STARTING_LIMIT",
                                               get("CKPTDRAIN_STARTING_LIMIT", "10m")),
         grace_margin=units.parse_fraction("CKPTDRAIN_GRACE_MARGIN",

@@ -82,7 +82,7 @@ def operator_startup(settings: kopf.OperatorSettings, memo: kopf.Memo,
     class_view.start(logger)  # the CheckpointClasses every policy is parsed under
     kueue_report.start(cfg)  # conflicts with Kueue, at the end of each recency pass
     # Objects stored before the CRD's storage flip, rewritten by the leader.
-    storage_migration.start(cfg.namespace, cfg.storage_check_s)
+    storage_migration.start(cfg.namespace, cfg.storage_check_s, cfg.storage_settle_s)
     settings.posting.level = logging.INFO
     # Re-establish watches every few minutes, so a silently stalled one heals.
     settings.watching.server_timeout = 300

@@ -18,8 +18,9 @@ FLIPPED = CrdState(storage="v1beta1", stored=("v1alpha1", "v1beta1"), generation
 
 def _pass(**changes: Any) -> Pass:
     base = Pass(before=FLIPPED, after=replace(FLIPPED, resource_version="57"), served=True,
-                complete=True, outcomes={"ml/a": Outcome.REWRITTEN, "ml/b": Outcome.CONFLICT,
-                                         "ml/c": Outcome.GONE})
+                served_for_s=60.0, settle_s=60.0, complete=True,
+                outcomes={"ml/a": Outcome.REWRITTEN, "ml/b": Outcome.CONFLICT,
+                          "ml/c": Outcome.GONE})
     return replace(base, **changes)
 
 
@@ -46,6 +47,13 @@ def test_a_cut_list_keeps_the_old_version() -> None:
 def test_a_storage_version_not_yet_served_keeps_the_old_version() -> None:
     trim, why = plan.may_trim(_pass(served=False))
     assert not trim and "storageVersionHash" in why
+
+
+def test_the_trim_waits_until_every_apiserver_had_the_settle_time() -> None:
+    trim, why = plan.may_trim(_pass(served_for_s=59.0))
+    assert not trim and "59s of the 60s" in why
+    assert plan.may_trim(_pass(served_for_s=60.0, settle_s=60.0))[0]
+    assert plan.may_trim(_pass(served_for_s=0.0, settle_s=0.0))[0]  # no settle asked
 
 
 @pytest.mark.parametrize("after", [

@@ -25,9 +25,10 @@ def _crd(stored: list[str], resource_version: str) -> dict[str, Any]:
 
 
 class FakeCrds:
-    def __init__(self, stored: list[str]) -> None:
+    def __init__(self, stored: list[str], trim_answer: int = 200) -> None:
         self.reads = [_crd(stored, "10"), _crd(stored, "11")]
         self.trims: list[dict[str, Any]] = []
+        self.trim_answer = trim_answer
 
     def read_custom_resource_definition(self, name: str, **_: Any) -> Any:
         body = self.reads.pop(0) if len(self.reads) > 1 else self.reads[0]
@@ -36,6 +37,8 @@ class FakeCrds:
     def patch_custom_resource_definition_status(self, name: str, body: dict[str, Any],
                                                 **_: Any) -> None:
         self.trims.append(body)
+        if self.trim_answer != 200:
+            raise ApiException(status=self.trim_answer, reason="test")
 
 
 class FakeCustom:
@@ -67,7 +70,7 @@ class FakeCustom:
 
 def _pass(monkeypatch: pytest.MonkeyPatch, crds: FakeCrds, custom: FakeCustom) -> bool:
     monkeypatch.setattr(run, "_apis", lambda: (crds, custom))
-    return run.migrate_once()
+    return run.migrate_once(0.0, served_since={})
 
 
 def test_every_object_rewritten_or_raced_then_the_trim(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,3 +102,37 @@ def test_a_migrated_crd_costs_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
     custom = FakeCustom({"a": 200})
     assert _pass(monkeypatch, crds, custom)
     assert custom.rewrites == [] and crds.trims == []
+
+
+def test_nothing_is_listed_until_discovery_showed_the_version_for_the_settle_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    since: dict[tuple[str, int], float] = {}
+    custom = FakeCustom({"a": 200})
+    monkeypatch.setattr(run, "_apis", lambda: (FakeCrds(["v1alpha1", "v1beta1"]), custom))
+    assert not run.migrate_once(60.0, clock=lambda: now[0], served_since=since)
+    now[0] += 59.0
+    assert not run.migrate_once(60.0, clock=lambda: now[0], served_since=since)
+    assert custom.rewrites == []  # counted from the first pass that saw it served
+    now[0] += 1.0
+    crds = FakeCrds(["v1alpha1", "v1beta1"])
+    monkeypatch.setattr(run, "_apis", lambda: (crds, custom))
+    assert run.migrate_once(60.0, clock=lambda: now[0], served_since=since)
+    assert [name for name, _ in custom.rewrites] == ["a"] and len(crds.trims) == 1
+
+
+def test_a_trim_raced_by_another_replica_is_said_at_info_and_passed_again(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    crds = FakeCrds(["v1alpha1", "v1beta1"], trim_answer=409)
+    caplog.set_level("INFO", logger=run.__name__)
+    assert not _pass(monkeypatch, crds, FakeCustom({"a": 200}))
+    raced = [r for r in caplog.records if "changed before the trim" in r.getMessage()]
+    assert [r.levelname for r in raced] == ["INFO"]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_another_refusal_of_the_trim_raises_for_the_retry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ApiException):
+        _pass(monkeypatch, FakeCrds(["v1alpha1", "v1beta1"], trim_answer=403),
+              FakeCustom({"a": 200}))

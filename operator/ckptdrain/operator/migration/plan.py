@@ -11,6 +11,7 @@ storedVersions. A pass (the method of kube-storage-version-migrator):
 
     read the CRD ............................... `before`
     the apiserver serves the new storage version  (discovery's storageVersionHash)
+    ... for the settle time at least ............ `served_for_s` >= `settle_s`
     list every object at the storage version, every page
     write each back unchanged, at the resourceVersion listed
     read the CRD again ......................... `after`
@@ -22,6 +23,14 @@ at the storage version already. An object created during the pass is
 written at the storage version too. So the trim is safe when nothing
 failed, the list was whole, and the storage version did not change (nor
 change and change back: the generation) between the two reads.
+
+One limit: discovery is one apiserver's answer. On a control plane of
+several, another may not have seen the CRD's change yet and may still
+write at the old version after the list; the settle time (a minute by
+default) gives every apiserver that long to see it, counted from the first
+pass that saw discovery show the new storage version. An apiserver slower
+than that is not detected (kube-storage-version-migrator had the same limit
+before the StorageVersion API).
 """
 
 from __future__ import annotations
@@ -99,6 +108,10 @@ class Pass:
     after: CrdState
     #: Whether discovery showed the storage version's hash before the list.
     served: bool
+    #: How long discovery had shown it when the list began, seconds.
+    served_for_s: float
+    #: How long every apiserver is given to see the CRD's change first, seconds.
+    settle_s: float
     #: Whether the list read every page.
     complete: bool
     outcomes: Mapping[str, Outcome]
@@ -117,6 +130,10 @@ def may_trim(done: Pass) -> tuple[bool, str]:
     if not done.served:
         return False, (f"the apiserver does not serve {after.storage} as the storage "
                        "version yet (discovery's storageVersionHash)")
+    if done.served_for_s < done.settle_s:
+        return False, (f"discovery has shown {after.storage} as the storage version for "
+                       f"{done.served_for_s:.0f}s of the {done.settle_s:.0f}s every apiserver "
+                       "of the control plane is given to see it")
     if not done.complete:
         return False, "the list of objects was cut short"
     failed = sorted(name for name, outcome in done.outcomes.items()

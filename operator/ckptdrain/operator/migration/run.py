@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from ckptdrain.contract import api
@@ -39,6 +41,9 @@ RETRY_S = 10.0
 PAGE = 500
 #: (connect, read) timeout of each call, seconds.
 TIMEOUT = (5.0, 30.0)
+#: When (the clock's seconds) this process first saw discovery show each
+#: (storage version, CRD generation): the settle time counts from there.
+SERVED_SINCE: dict[tuple[str, int], float] = {}
 
 log = logging.getLogger(__name__)
 
@@ -90,17 +95,25 @@ def _rewrite(custom: Any, storage: str, item: dict[str, Any]) -> Outcome:
     return Outcome.REWRITTEN
 
 
-def migrate_once() -> bool:
+def migrate_once(settle_s: float, clock: Callable[[], float] = time.monotonic,
+                 served_since: dict[tuple[str, int], float] = SERVED_SINCE) -> bool:
     """One pass; True when storedVersions holds the storage version alone
-    (now or already). API errors raise (the caller retries)."""
+    (now or already). Nothing is listed before discovery has shown the
+    storage version for `settle_s` (plan.py: several apiservers). API
+    errors raise (the caller retries)."""
     crds, custom = _apis()
     before = plan.crd_state(_crd_object(crds))
     if before.migrated:
         return True
     served = _served(custom, before.storage)
+    served_for = 0.0
+    if served:
+        now = clock()
+        served_for = now - served_since.setdefault((before.storage, before.generation), now)
+    listing = served and served_for >= settle_s
     outcomes: dict[str, Outcome] = {}
     token: str | None = None
-    while served:
+    while listing:
         page = custom.list_cluster_custom_object(
             api.GROUP, before.storage, api.POLICIES, limit=PAGE, _continue=token,
             _request_timeout=TIMEOUT)
@@ -113,25 +126,43 @@ def migrate_once() -> bool:
             break
     after = plan.crd_state(_crd_object(crds))
     trim, why = plan.may_trim(plan.Pass(before=before, after=after, served=served,
-                                        complete=served, outcomes=outcomes))
+                                        served_for_s=served_for, settle_s=settle_s,
+                                        complete=listing, outcomes=outcomes))
     if not trim:
         log.info("storage migration of %s: not finished: %s", CRD, why)
         return after.migrated
-    crds.patch_custom_resource_definition_status(
-        CRD, {"metadata": {"resourceVersion": after.resource_version},
-              "status": {"storedVersions": [after.storage]}},
-        _content_type=MERGE, _request_timeout=TIMEOUT)
+    return _trim(crds, after, why)
+
+
+def _trim(crds: Any, after: plan.CrdState, why: str) -> bool:
+    """storedVersions set to [storage] at the CRD's resourceVersion read
+    after the pass; False on a conflict (the next pass reads again)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        crds.patch_custom_resource_definition_status(
+            CRD, {"metadata": {"resourceVersion": after.resource_version},
+                  "status": {"storedVersions": [after.storage]}},
+            _content_type=MERGE, _request_timeout=TIMEOUT)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+        # Another replica (un-peered) trimmed first, or the CRD changed since
+        # `after`: benign, and the next pass sees which.
+        log.info("storage migration of %s: the CRD changed before the trim (another "
+                 "replica's, or an upgrade's); passing again", CRD)
+        return False
     log.info("storage migration of %s: %s", CRD, why)
     return True
 
 
-def _loop(check_s: float, stopping: threading.Event) -> None:
+def _loop(check_s: float, settle_s: float, stopping: threading.Event) -> None:
     failing = False
     while True:
         done = False
         if leadership.active():
             try:
-                done = migrate_once()
+                done = migrate_once(settle_s)
                 failing = False
             except Exception as error:  # said once per outage, retried
                 if not failing:
@@ -145,7 +176,7 @@ def _loop(check_s: float, stopping: threading.Event) -> None:
 _started: list[threading.Thread] = []
 
 
-def start(namespace: str, check_s: float) -> threading.Thread | None:
+def start(namespace: str, check_s: float, settle_s: float) -> threading.Thread | None:
     """The migration thread of a cluster-wide operator, started once per
     process (None, said once, for one watching `namespace` alone)."""
     if _started:
@@ -155,7 +186,7 @@ def start(namespace: str, check_s: float) -> threading.Thread | None:
                  "alone (docs/api-versions.md says how to finish it)", CRD, namespace)
         return None
     stopping = threading.Event()
-    thread = threading.Thread(target=_loop, args=(check_s, stopping),
+    thread = threading.Thread(target=_loop, args=(check_s, settle_s, stopping),
                               name="ckptdrain-storage-migration", daemon=True)
     thread.start()
     _started.append(thread)
