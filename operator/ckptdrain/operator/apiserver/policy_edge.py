@@ -1,6 +1,9 @@
 """CheckpointPolicy at the operator's edge. The operator reads and writes
-policies at v1beta1, the storage version, so it never waits on its own
-/convert for them; its pure core speaks v1alpha1's model (policy/spec.py,
+policies at v1beta1, the storage version, so its reads never wait on its
+own /convert (its writes to a policy with a v1alpha1 manager in
+managedFields still do: the apiserver converts for that manager's record,
+and drops managedFields if /convert is down: docs/api-versions.md); its
+pure core speaks v1alpha1's model (policy/spec.py,
 ckptdrain.units). So each body read is converted down before the core sees
 it, and each status or patch the core computes is converted up before it
 is written, with the converter the webhook uses (contract/policy_versions).
