@@ -10,11 +10,11 @@ import kopf
 from kopf._cogs.structs import diffs
 
 from ckptdrain.contract import api
-from ckptdrain.contract.policy_versions import V1ALPHA1, to_v1beta1
+from ckptdrain.contract.policy_versions import V1ALPHA1, to_v1alpha1, to_v1beta1
 from ckptdrain.operator.apiserver.diffbase import PodlessDiffBase
 
 ALPHA_SPEC: dict[str, Any] = {
-    "model": {"parameters": "405B", "checkpointBytes": "1TB"},
+    "model": {"parameters": "405B", "checkpointBytes": "1TB", "bytesPerParameter": 2.5},
     "mtti": "1d", "overlap": 0.1, "localWriteTime": 30,
     "caps": {"bandwidth": "10GB/s"},
 }
@@ -75,6 +75,26 @@ def test_a_changed_value_is_still_a_change() -> None:
     assert old is not None
     changes = diffs.diff(old, store.build(body=kopf.Body(beta)))
     assert [(c.field, c.old, c.new) for c in changes] == [(("spec", "mtti"), "24h", "12h")]
+
+
+def test_what_0_3_0_saves_is_no_change_to_0_2_0_after_a_rollback() -> None:
+    # 0.2.0 is plain Kopf reading v1alpha1; the policy is stored at v1beta1
+    # (migrated), so its v1alpha1 read is the converter's down form.
+    store = _store()
+    beta = to_v1beta1(_alpha())
+    patch = kopf.Patch()
+    store.store(body=kopf.Body(beta), patch=patch, essence=store.build(body=kopf.Body(beta)))
+    read_by_0_2_0 = to_v1alpha1(beta)
+    read_by_0_2_0["metadata"]["annotations"] = dict(patch["metadata"]["annotations"])
+    plain = kopf.AnnotationsDiffBaseStorage(prefix="ckptdrain.io",
+                                            key="last-handled-configuration")
+    old = plain.fetch(body=kopf.Body(read_by_0_2_0))
+    assert old is not None
+    assert diffs.diff(old, plain.build(body=kopf.Body(read_by_0_2_0))) == ()
+    # And 0.3.0 itself still reads it as no change.
+    again = store.fetch(body=kopf.Body({**beta, "metadata": read_by_0_2_0["metadata"]}))
+    assert again is not None
+    assert diffs.diff(again, store.build(body=kopf.Body(beta))) == ()
 
 
 def test_pods_still_have_no_essence() -> None:

@@ -9,7 +9,7 @@ from typing import Any, cast
 import kopf
 
 from ckptdrain.contract import api
-from ckptdrain.contract.policy_versions import VERSIONS, to_v1beta1
+from ckptdrain.contract.policy_versions import VERSIONS, to_v1alpha1, to_v1beta1
 
 
 def _is_policy(body: Mapping[str, Any]) -> bool:
@@ -37,7 +37,10 @@ class PodlessDiffBase(kopf.AnnotationsDiffBaseStorage):
     saved it from v1alpha1 bodies (`405B`, `1d`, `0.1`), 0.3.0 reads v1beta1
     (`405G`, `24h`, `10%`): compared as saved, every policy written at
     v1alpha1 would look changed at the upgrade (a spurious update: a status
-    rewrite and a "Sized" Event per policy)."""
+    rewrite and a "Sized" Event per policy). It is saved in the v1alpha1
+    form of those v1beta1 spellings: what 0.2.0 builds from its v1alpha1
+    read of a policy stored at v1beta1, so a rollback to 0.2.0 sees no
+    change either."""
 
     def build(self, *, body: kopf.Body,
               extra_fields: Any = None) -> kopf.BodyEssence:
@@ -52,3 +55,11 @@ class PodlessDiffBase(kopf.AnnotationsDiffBaseStorage):
         if essence is None or not _is_policy(body):
             return essence
         return _in_v1beta1_spellings(essence)
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch,
+              essence: kopf.BodyEssence) -> None:
+        if _is_policy(body):
+            down = to_v1alpha1(_in_v1beta1_spellings(essence))
+            down.pop("apiVersion", None)
+            essence = cast(kopf.BodyEssence, down)
+        super().store(body=body, patch=patch, essence=essence)
