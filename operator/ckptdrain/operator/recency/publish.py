@@ -43,8 +43,7 @@ from ckptdrain.operator.recency import after_pass, claims, document, kueue, owne
 from ckptdrain.operator.recency import metrics as recency_metrics
 
 Key = tuple[str, str]
-#: At v1beta1, the storage version (apiserver/policy_edge.py).
-POLICIES = policy_edge.RESOURCE
+POLICIES = policy_edge.RESOURCE  # at v1beta1, the storage version
 INJECTED = {api.ANNOTATION_INJECTED: kopf.PRESENT}
 #: The pass runs this long after the first event that asks for it, so a
 #: checkpoint's burst (a record and a status patch per tier, per step) is
