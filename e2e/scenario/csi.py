@@ -43,6 +43,7 @@ from csi_node import (
     SELECT,
     driver_pod,
     driver_pods,
+    hostpath_refused,
     keep_driver_logs,
     kubelet_dir,
     mounted,
@@ -164,16 +165,9 @@ def _run(s3: Any, allowed_root: str, root: str, logs: Logs, bucket: BucketWatch,
           f"CSIDriver {DRIVER}: {driver}")
     report.append(f"| csi: helm upgrade → driver registered with kubelet | {up:.1f} s |")
 
-    kubectl("label", "namespace", NS, f"{RESTRICTED}=restricted", "--overwrite")
-    probe = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "csi-hostpath-probe", "namespace": NS},
-             "spec": restricted_job(time.time())["spec"]["template"]["spec"]
-             | {"volumes": [{"name": "h", "hostPath": {"path": "/tmp"}}]}}
-    refused = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(probe),
-                      check=False)
-    check(refused.returncode != 0 and "restricted" in refused.stderr,
-          f"{NS} enforces restricted: the same pod with a hostPath is refused "
-          f"({refused.stderr.strip()[-120:]})")
+    hostpath_refused("restricted", "csi-hostpath-probe",
+                     restricted_job(time.time())["spec"]["template"]["spec"], check,
+                     "the same pod")
 
     apply(policy_manifest(allowed_root, s3.port))
     uid = get(POLICIES, "-n", NS, POLICY)["metadata"]["uid"]

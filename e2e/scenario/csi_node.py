@@ -10,20 +10,23 @@ node a (NODE).
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jobset
 from kube import get, kubectl
 from trainers import Logs
-from views import OP_NS
+from views import NS, OP_NS
 
 NAME = POLICY = PREFIX = "csi"
 SELECT = f"app={NAME}"
 NODE = "ckptdrain-e2e"
 DRIVER = "node.ckptdrain.io"
 DRIVER_PODS = "app.kubernetes.io/component=csi-node"
+ENFORCE = "pod-security.kubernetes.io/enforce"
 #: The driver's line each time kubelet registers it (csi/registration.py).
 REGISTERED = "kubelet registered CSI driver"
 #: Node a's kubelet health (e2e/cluster/lib.sh's KUBELET_HEALTHZ_PORT).
@@ -105,3 +108,18 @@ def keep_driver_logs(directory: Path, name: str = "csi-node.log") -> None:
 
 def saves(logs: Logs, pod: str) -> dict[int, str]:
     return {e["step"]: e["hash"] for e in logs.trainer(pod) if e["event"] == "save"}
+
+
+def hostpath_refused(level: str, probe: str, pod_spec: dict[str, Any],
+                     check: Callable[[bool, str], None], who: str) -> None:
+    """Label NS to enforce Pod Security `level` and show that `pod_spec` with
+    a hostPath added is refused there (a server-side dry run): what the
+    driver's inline volume replaces is what the namespace forbids."""
+    kubectl("label", "namespace", NS, f"{ENFORCE}={level}", "--overwrite")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": probe, "namespace": NS},
+           "spec": pod_spec | {"volumes": [{"name": "h", "hostPath": {"path": "/tmp"}}]}}
+    refused = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod),
+                      check=False)
+    check(refused.returncode != 0 and level in refused.stderr,
+          f"{NS} enforces {level}: {who} with a hostPath is refused "
+          f"({refused.stderr.strip()[-120:]})")

@@ -20,14 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 import jobset
-from csi_node import DRIVER, NODE, saves
+from csi_node import DRIVER, NODE, hostpath_refused, saves
 from kube import apply, get, kubectl, wait_for
 from trainers import Logs
 from views import NS, remove, wait_mid_interval
 
 NAME = POLICY = PREFIX = "csi-root"
 SELECT = f"app={NAME}"
-ENFORCE = "pod-security.kubernetes.io/enforce"
 #: The group the webhook gives a pod without one (admission/work_dir.py).
 WEBHOOK_GROUP = 65532
 START_MARGIN_S = 10.0
@@ -60,16 +59,8 @@ def writer(old: str | None = None) -> dict[str, Any] | None:
 
 
 def run(s3: Any, allowed_root: str, logs: Logs, report: list[str], check: Check) -> None:
-    kubectl("label", "namespace", NS, f"{ENFORCE}=baseline", "--overwrite")
-    probe = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "csi-root-hostpath-probe", "namespace": NS},
-             "spec": root_job(time.time())["spec"]["template"]["spec"]
-             | {"volumes": [{"name": "h", "hostPath": {"path": "/tmp"}}]}}
-    refused = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(probe),
-                      check=False)
-    check(refused.returncode != 0 and "baseline" in refused.stderr,
-          f"{NS} enforces baseline: a root pod with a hostPath is refused "
-          f"({refused.stderr.strip()[-120:]})")
+    hostpath_refused("baseline", "csi-root-hostpath-probe",
+                     root_job(time.time())["spec"]["template"]["spec"], check, "a root pod")
 
     apply(policy_manifest(allowed_root, s3.port))
     epoch = time.time() + START_MARGIN_S

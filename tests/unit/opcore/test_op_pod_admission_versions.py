@@ -34,7 +34,7 @@ AT_V1ALPHA1 = ("spec.localTier.capacity: expected at least 2.63 TB (keep=2 check
 
 
 def written_at(version: str) -> dict[str, Any]:
-    """The stored policy (the operator reads v1alpha1) whose capacity its
+    """The policy as the core reads it (v1alpha1's model) whose capacity its
     writer set at `version`, with the managedFields the apiserver keeps."""
     spec: dict[str, Any] = {
         "selector": {"matchLabels": {"app": "llama"}},
