@@ -54,7 +54,8 @@ PIP_CACHE_DIR="$CACHE/pip" "$PYTHON" -m pip wheel -q --disable-pip-version-check
 cp "$repo/Dockerfile" "$CTX/Dockerfile"
 
 log "docker build $IMAGE on $BASE_IMAGE"
-docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" "$CTX" >/dev/null
+. "$here/build-replacing.sh"
+build_replacing "$IMAGE" --build-arg BASE_IMAGE="$BASE_IMAGE" "$CTX"
 
 # Smoke test exactly as pods run it: uid 65532, read-only root, no /tmp.
 version=$(docker run --rm --read-only --user 65532 "$IMAGE" --version)

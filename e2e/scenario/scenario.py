@@ -77,6 +77,7 @@ import chaos
 import csi
 import dcp
 import dcp_procs
+import diagnosis
 import goodput_check
 import jobset
 import kueue
@@ -166,6 +167,7 @@ def main() -> int:
         for line in kubectl("get", "events", "-n", NS, "--sort-by=.lastTimestamp",
                             check=False).stdout.splitlines()[-25:]:
             print("  event:", line)
+        diagnosis.print_state(say)
         keep_operator_logs(logs.dir / "operator.log")
     finally:
         logs.stop()

@@ -14,5 +14,6 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 cp "$here/Dockerfile" "$ctx/"
 cp "$binary" "$ctx/minio"
-docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" "$ctx" >/dev/null
+. "$repo/e2e/image/build-replacing.sh"
+build_replacing "$IMAGE" --build-arg BASE_IMAGE="$BASE_IMAGE" "$ctx"
 echo "$IMAGE"

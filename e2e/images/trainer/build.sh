@@ -10,6 +10,7 @@ BASE_IMAGE="${BASE_IMAGE:-ckptdrain:dev}"
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 cp "$here/Dockerfile" "$here/train.py" "$here/train_dcp.py" "$ctx/"
-docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" \
-  --build-arg TORCH_INDEX="${TORCH_INDEX:-}" -t "$IMAGE" "$ctx" >/dev/null
+. "$here/../../image/build-replacing.sh"
+build_replacing "$IMAGE" --build-arg BASE_IMAGE="$BASE_IMAGE" \
+  --build-arg TORCH_INDEX="${TORCH_INDEX:-}" "$ctx"
 echo "$IMAGE"
