@@ -53,11 +53,13 @@ from ckptdrain.operator.tls.webhook_address import WebhookAddress
 
 #: Watched (the index) at v1beta1, the storage version (apiserver/policy_edge.py).
 POLICIES = policy_edge.RESOURCE
-#: Admitted at v1alpha1 where the operator registers its webhooks itself
-#: (development mode): a v1beta1 request comes converted (matchPolicy
-#: Equivalent), and problems are said in the version each field's writer
-#: used (policy/version_messages.py). The chart registers every version.
-ADMITTED = (api.GROUP, api.VERSION, api.POLICIES)
+#: Admitted at v1beta1 where Kopf writes the webhook configurations itself
+#: (CKPTDRAIN_WEBHOOK_MANAGED, development): a v1beta1 request reaches the
+#: handlers as written, a v1alpha1 one converted (matchPolicy Equivalent),
+#: and Kopf does not say which was written, so problems are said in
+#: v1beta1's spellings, which v1alpha1 takes too (policy/version_messages.py).
+#: The chart registers every version, unconverted, for the admission process.
+ADMITTED = policy_edge.RESOURCE
 
 
 def _self_signed(host: str) -> tuple[str, str]:
@@ -222,7 +224,7 @@ async def checkpointpolicy_validate(body: kopf.Body, old: kopf.Body | None, oper
     count under live pods (admission/policy_rules.py)."""
     # Kopf does not pass the request's kind: problems are said in the body's
     # own version, the one written under the chart's webhooks (every version,
-    # unconverted).
+    # unconverted), v1beta1 under Kopf's own (ADMITTED).
     with metrics.admitting("policy"), _as_kopf():
         await admit_policy(dict(body), dict(old) if operation == "UPDATE" and old else None,
                            namespace or "", memo.config)
