@@ -2,12 +2,13 @@
 apiserver (docs/api-versions.md, "What a refusal says", whose example this
 creates): the policy webhook refuses a v1beta1 create in v1beta1's
 spellings with the value as written, and the same value at v1alpha1 as it
-always did; so it does when registered for v1alpha1 alone, as Kopf
-registers its own configurations, and the apiserver sends it the request
-converted. The operator, reading v1alpha1, says an invalid policy's
-InvalidSpec status and Event in the version each field found wrong was
-written at (its managedFields owner's), not the newest writer's; and pod
-admission, refusing a pod such a policy selects, says it the same way.
+always did; so it does when registered for one version alone (v1beta1, as
+Kopf registers its own configurations, or v1alpha1), and the apiserver
+sends it the other version's requests converted. The operator, reading
+v1alpha1, says an invalid policy's InvalidSpec status and Event in the
+version each field found wrong was written at (its managedFields
+owner's), not the newest writer's; and pod admission, refusing a pod such
+a policy selects, says it the same way.
 
 The CRD is crds/checkpointpolicies.yaml as shipped, converting through the
 admission process (the ConversionServer, by URL); the policy webhook is
@@ -131,12 +132,14 @@ def nothing_created(cluster: Cluster, namespace: str) -> None:
     assert listed["items"] == []
 
 
-@pytest.mark.parametrize("versions", [["*"], ["v1alpha1"]], ids=["every-version", "v1alpha1"])
+@pytest.mark.parametrize("versions", [["*"], ["v1beta1"], ["v1alpha1"]],
+                         ids=["every-version", "v1beta1", "v1alpha1"])
 def test_a_refused_create_is_told_in_the_version_it_was_written_at(
         own_cluster: Cluster, server: ConversionServer, ca: dict[str, Path], namespace: str,
         versions: list[str]) -> None:
     # ["*"]: as the chart registers it, each request sent as written.
-    # ["v1alpha1"]: a v1beta1 request sent converted, requestKind saying v1beta1.
+    # ["v1beta1"], as Kopf registers it: a v1alpha1 request sent converted,
+    # requestKind saying v1alpha1; ["v1alpha1"]: a v1beta1 one, the other way.
     register_policy_webhook(own_cluster, server, ca["ca"].read_bytes(), versions)
     example = refusal_example()
     policies = at_both_versions(example, "small-tier")

@@ -170,3 +170,24 @@ def test_a_v1beta1_refusal_speaks_v1beta1_and_a_v1alpha1_one_v1alpha1(
     assert at_alpha["status"] == {"code": 422, "message": (
         "spec.localTier.capacity: expected at least 1.32 TB (keep=2 checkpoints plus the one "
         "being captured, 438 GB per writer), got '1000000000000'")}
+
+
+def test_a_v1alpha1_request_sent_converted_to_v1beta1_is_said_as_written(
+        reviewer: admission_process.Reviewer) -> None:
+    # As Kopf registers its own configurations (for v1beta1 alone): a
+    # v1alpha1 create reaches the webhook converted, requestKind v1alpha1.
+    small = beta_policy(localTier={"path": "/mnt/ckptdrain/nvme", "keep": 2,
+                                   "capacity": 1_000_000_000_000})
+    request = review("CREATE", small)
+    request["request"]["requestKind"] = {"group": "ckptdrain.io", "version": "v1alpha1",
+                                         "kind": "CheckpointPolicy"}
+    converted = answer(reviewer, admission.VALIDATE_ID, request)
+    at_alpha = answer(reviewer, admission.VALIDATE_ID, review("CREATE", to_v1alpha1(small)))
+    assert converted["allowed"] is False
+    assert converted["status"] == at_alpha["status"], converted
+    # An update judged so too: the stored object, sent converted, compared
+    # with the request's in the same version (a spec left alone is admitted).
+    request = review("UPDATE", small, copy.deepcopy(small))
+    request["request"]["requestKind"] = {"group": "ckptdrain.io", "version": "v1alpha1",
+                                         "kind": "CheckpointPolicy"}
+    assert answer(reviewer, admission.VALIDATE_ID, request)["allowed"] is True
