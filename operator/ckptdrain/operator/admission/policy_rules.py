@@ -139,9 +139,13 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
 
 def as_written(obj: Mapping[str, Any], written_in: str | None) -> Mapping[str, Any]:
     """`obj` in `written_in`, the version the request was made at, when the
-    apiserver sent it converted (a webhook registered for one version, as
-    Kopf registers its own, with matchPolicy Equivalent), so that each value
-    is judged and said as the writer wrote it; otherwise `obj` itself."""
+    apiserver sent it converted (a webhook registered for one version, with
+    matchPolicy Equivalent; neither the chart nor Kopf's own registration
+    does that: webhook.admitted), so that each field is judged and named in
+    the version written; otherwise `obj` itself. Converted there and back, a
+    value is the same but may be respelled (a v1alpha1 perDrainer "2GB/s"
+    is said as '2G', "1d" as '24h'): only a request sent as written is said
+    as written."""
     if written_in not in VERSIONS or obj.get("apiVersion") not in VERSIONS \
             or obj.get("apiVersion") == written_in:
         return obj

@@ -53,13 +53,16 @@ from ckptdrain.operator.tls.webhook_address import WebhookAddress
 
 #: Watched (the index) at v1beta1, the storage version (apiserver/policy_edge.py).
 POLICIES = policy_edge.RESOURCE
-#: Admitted at v1beta1 where Kopf writes the webhook configurations itself
-#: (CKPTDRAIN_WEBHOOK_MANAGED, development): a v1beta1 request reaches the
-#: handlers as written, a v1alpha1 one converted (matchPolicy Equivalent),
-#: and Kopf does not say which was written, so problems are said in
-#: v1beta1's spellings, which v1alpha1 takes too (policy/version_messages.py).
-#: The chart registers every version, unconverted, for the admission process.
-ADMITTED = policy_edge.RESOURCE
+
+
+def admitted(resource: kopf.Resource) -> bool:
+    """The resources the policy webhooks are for: CheckpointPolicy at every
+    version served. Where Kopf writes the webhook configurations itself
+    (CKPTDRAIN_WEBHOOK_MANAGED, development) it lists a rule for each, as
+    the chart does, so the apiserver sends each request as written, never
+    converted (a rule for one version would, matchPolicy Equivalent), and
+    a problem is said in the version and spelling its writer used."""
+    return resource.group == api.GROUP and resource.plural == api.POLICIES
 
 
 def _self_signed(host: str) -> tuple[str, str]:
@@ -204,7 +207,7 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 
 
-@kopf.on.mutate(*ADMITTED, id=MUTATE_POLICY_ID, operations=["CREATE"], side_effects=False)
+@kopf.on.mutate(admitted, id=MUTATE_POLICY_ID, operations=["CREATE"], side_effects=False)
 async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str],
                                   namespace: str | None, **_: Any) -> None:
     """Bind a policy created without a class to the default class
@@ -215,7 +218,7 @@ async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: 
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 
 
-@kopf.on.validate(*ADMITTED, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
+@kopf.on.validate(admitted, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
 async def checkpointpolicy_validate(body: kopf.Body, old: kopf.Body | None, operation: str,
                                     namespace: str | None, memo: kopf.Memo,
                                     **_: Any) -> None:
@@ -223,8 +226,8 @@ async def checkpointpolicy_validate(body: kopf.Body, old: kopf.Body | None, oper
     another's, or an update that would move checkpoints or change the writer
     count under live pods (admission/policy_rules.py)."""
     # Kopf does not pass the request's kind: problems are said in the body's
-    # own version, the one written under the chart's webhooks (every version,
-    # unconverted), v1beta1 under Kopf's own (ADMITTED).
+    # own version, the one written, as every version is registered
+    # unconverted, by the chart and by Kopf (admitted).
     with metrics.admitting("policy"), _as_kopf():
         await admit_policy(dict(body), dict(old) if operation == "UPDATE" and old else None,
                            namespace or "", memo.config)
