@@ -2,12 +2,16 @@
 apiserver (docs/api-versions.md, "What a refusal says", whose example this
 creates): the policy webhook refuses a v1beta1 create in v1beta1's
 spellings with the value as written, and the same value at v1alpha1 as it
-always did; so it does when registered for v1alpha1 alone, as Kopf
-registers its own configurations, and the apiserver sends it the request
-converted. The operator, reading v1alpha1, says an invalid policy's
-InvalidSpec status and Event in the version each field found wrong was
-written at (its managedFields owner's), not the newest writer's; and pod
-admission, refusing a pod such a policy selects, says it the same way.
+always did; so it does when registered for one version alone (neither
+the chart nor Kopf does) and the apiserver sends it the other version's
+requests converted, for this value, which converts there and back
+unchanged (another may come back respelled: docs/api-versions.md). A
+v1alpha1 bytesPerParameter whose checkpoint size is no finite number is
+refused naming that field. The operator, reading
+v1alpha1, says an invalid policy's InvalidSpec status and Event in the
+version each field found wrong was written at (its managedFields
+owner's), not the newest writer's; and pod admission, refusing a pod such
+a policy selects, says it the same way.
 
 The CRD is crds/checkpointpolicies.yaml as shipped, converting through the
 admission process (the ConversionServer, by URL); the policy webhook is
@@ -131,12 +135,14 @@ def nothing_created(cluster: Cluster, namespace: str) -> None:
     assert listed["items"] == []
 
 
-@pytest.mark.parametrize("versions", [["*"], ["v1alpha1"]], ids=["every-version", "v1alpha1"])
+@pytest.mark.parametrize("versions", [["*"], ["v1beta1"], ["v1alpha1"]],
+                         ids=["every-version", "v1beta1", "v1alpha1"])
 def test_a_refused_create_is_told_in_the_version_it_was_written_at(
         own_cluster: Cluster, server: ConversionServer, ca: dict[str, Path], namespace: str,
         versions: list[str]) -> None:
     # ["*"]: as the chart registers it, each request sent as written.
-    # ["v1alpha1"]: a v1beta1 request sent converted, requestKind saying v1beta1.
+    # ["v1beta1"]: a v1alpha1 request sent converted, requestKind saying
+    # v1alpha1; ["v1alpha1"]: a v1beta1 one, the other way.
     register_policy_webhook(own_cluster, server, ca["ca"].read_bytes(), versions)
     example = refusal_example()
     policies = at_both_versions(example, "small-tier")
@@ -144,6 +150,18 @@ def test_a_refused_create_is_told_in_the_version_it_was_written_at(
     assert example.at_v1beta1 in at_beta, at_beta
     at_alpha = create(own_cluster, namespace, policies[V1ALPHA1])
     assert example.at_v1alpha1 in at_alpha, at_alpha
+    nothing_created(own_cluster, namespace)
+
+
+def test_a_checkpoint_size_past_any_number_is_refused_naming_its_field(
+        own_cluster: Cluster, server: ConversionServer, ca: dict[str, Path],
+        namespace: str) -> None:
+    register_policy_webhook(own_cluster, server, ca["ca"].read_bytes(), ["*"])
+    alpha = at_both_versions(refusal_example(), "huge")[V1ALPHA1]
+    alpha["spec"]["model"] = {"parameters": "70B", "bytesPerParameter": 1e300}
+    refused = create(own_cluster, namespace, alpha)
+    assert ("denied the request: spec.model.bytesPerParameter: expected a value whose "
+            "model.parameters × model.bytesPerParameter") in refused, refused
     nothing_created(own_cluster, namespace)
 
 
@@ -159,12 +177,15 @@ def invalid_spec(cluster: Cluster, namespace: str, name: str) -> tuple[str, list
         return found
     condition = wait_for(ready, timeout_s=60, what=f"policy {name} reported InvalidSpec")
 
-    def events() -> list[str]:
+    def events() -> list[tuple[str, str]]:
         listed = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o",
                                             "json").stdout)["items"]
-        return [e["message"] for e in listed if e.get("reason") == "InvalidSpec"
-                and e["involvedObject"].get("name") == name]
-    return str(condition["message"]), wait_for(events, what=f"an InvalidSpec Event of {name}")
+        return [(e["message"], e["involvedObject"].get("apiVersion")) for e in listed
+                if e.get("reason") == "InvalidSpec" and e["involvedObject"].get("name") == name]
+    posted = wait_for(events, what=f"an InvalidSpec Event of {name}")
+    # Each names the policy at v1beta1, the version the operator reads.
+    assert {version for _, version in posted} == {"ckptdrain.io/v1beta1"}, posted
+    return str(condition["message"]), [message for message, _ in posted]
 
 
 def patched_at_v1beta1_then_labelled(cluster: Cluster, namespace: str,

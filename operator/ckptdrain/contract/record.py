@@ -26,6 +26,7 @@ from ckptdrain.contract.api import (
     KIND_CHECKPOINT,
     KIND_POLICY,
     LABEL_POLICY,
+    POLICY_API_VERSION,
     timestamp,
 )
 
@@ -67,8 +68,12 @@ def record_name(policy: str, step: int) -> str:
 
 
 def owner_reference(policy: str, policy_uid: str) -> dict[str, Any]:
-    """The record belongs to its policy: deleting the policy deletes its records."""
-    return {"apiVersion": API_VERSION, "kind": KIND_POLICY, "name": policy, "uid": policy_uid}
+    """The record belongs to its policy: deleting the policy deletes its records.
+    The policy is named at its storage version; the garbage collector finds
+    an owner by group, kind and uid, so a reference written at v1alpha1
+    (before 0.3.0) names the same owner, and readers match owners by uid."""
+    return {"apiVersion": POLICY_API_VERSION, "kind": KIND_POLICY, "name": policy,
+            "uid": policy_uid}
 
 
 def build_record(namespace: str, policy: str, step: int, writers: int,

@@ -16,7 +16,7 @@ from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import metrics
 from ckptdrain.operator.admission import census
-from ckptdrain.operator.apiserver import kube, namespace_labels
+from ckptdrain.operator.apiserver import kube, namespace_labels, policy_edge
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.peers import sync as peer_sync
@@ -74,7 +74,7 @@ def reconcile_policy(body: kopf.Body, memo: kopf.Memo,
             schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index,
                             checkpoint_index, logger, progress_index)
             if written is not None:
-                kopf.warn(body, reason="InvalidSpec", message=message)
+                kopf.warn(_subject(body), reason="InvalidSpec", message=message)
             return
         joint = rebalance.budgets(cfg, checkpointpolicy_index, pod_index, {key: parsed})
         cluster = None
@@ -108,14 +108,20 @@ def reconcile_policy(body: kopf.Body, memo: kopf.Memo,
         logger.info("sizing not written: the policy changed or went meanwhile")
         return
     if announce:
-        kopf.info(body, reason="Sized", message=st.sizing_summary(new))
+        kopf.info(_subject(body), reason="Sized", message=st.sizing_summary(new))
         if sized.bandwidth_constrained:
-            kopf.warn(body, reason="BandwidthConstrained", message=new["conditions"][2]["message"])
+            kopf.warn(_subject(body), reason="BandwidthConstrained",
+                      message=new["conditions"][2]["message"])
     logger.info("sized: %s", st.sizing_summary(new))
     rebalance.schedule(key, cfg, checkpointpolicy_index, pod_index, logger)
     rebalance.schedule(rebalance.JOINT, cfg, checkpointpolicy_index, pod_index, logger)
     schedule_peers(key, cfg, checkpointpolicy_index, peer_pod_index, checkpoint_index,
                     logger, progress_index)
+
+
+def _subject(body: kopf.Body) -> kopf.Body:
+    """The policy as its Events name it: at v1beta1, not the core's v1alpha1."""
+    return kopf.Body(policy_edge.event_subject(body))
 
 
 def _conditions(current: dict[str, Any]) -> list[dict[str, Any]]:

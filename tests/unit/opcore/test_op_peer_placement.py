@@ -80,7 +80,7 @@ def test_a_copy_on_a_holder_that_is_not_running_does_not_count() -> None:
 # -- what the operator's handlers call ---------------------------------------------
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
-OWNER = {"apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy",
+OWNER = {"apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointPolicy",
          "name": "llama", "uid": "u-1"}
 
 

@@ -110,7 +110,7 @@ def test_owner_patch_adds_the_policy_once() -> None:
     rec = fmt.build_record("ns", "pol", 1, 1)
     patch = records.owner_patch(rec, "uid-1")
     assert patch == {"metadata": {"ownerReferences": [{
-        "apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy", "name": "pol",
+        "apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointPolicy", "name": "pol",
         "uid": "uid-1"}]}}
     assert records.owner_patch(fmt.build_record("ns", "pol", 1, 1, "uid-1"), "uid-1") is None
     assert records.owner_patch(rec, None) is None

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ckptdrain.contract.policy_versions import V1ALPHA1
+from ckptdrain.contract.policy_versions import V1ALPHA1, VERSIONS, convert
 from ckptdrain.operator.admission.nesting import every_policy
 from ckptdrain.operator.admission.refusal import named_namespace
 from ckptdrain.operator.admission.rules import (
@@ -97,10 +97,13 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
                        every: list[dict[str, Any]] | None = None) -> None:
     """Refuse (Refused) a policy CREATE or UPDATE (`old`: the stored object).
     `written_in`: the apiVersion the request was made at, when the body
-    was converted for this webhook; None: the body's own. The spec's
-    problems are said in it (policy/version_messages.py). `every`: the
+    was converted for this webhook (the body and `old` are judged converted
+    back to it); None: the body's own. The spec's problems are said in it
+    (policy/version_messages.py). `every`: the
     policies of all watched namespaces from a current view (None: ask the
     apiserver)."""
+    body = as_written(body, written_in)
+    old = None if old is None else as_written(old, written_in)
     meta = body.get("metadata") or {}
     spec = body.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
@@ -132,6 +135,21 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         await _refuse_moves(name, namespace, relocation.refused(old_spec, spec), deadline)
     else:
         await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
+
+
+def as_written(obj: Mapping[str, Any], written_in: str | None) -> Mapping[str, Any]:
+    """`obj` in `written_in`, the version the request was made at, when the
+    apiserver sent it converted (a webhook registered for one version, with
+    matchPolicy Equivalent; neither the chart nor Kopf's own registration
+    does that: webhook.admitted), so that each field is judged and named in
+    the version written; otherwise `obj` itself. Converted there and back, a
+    value is the same but may be respelled (a v1alpha1 perDrainer "2GB/s"
+    is said as '2G', "1d" as '24h'): only a request sent as written is said
+    as written."""
+    if written_in not in VERSIONS or obj.get("apiVersion") not in VERSIONS \
+            or obj.get("apiVersion") == written_in:
+        return obj
+    return convert(obj, written_in)
 
 
 def validate_policy(spec: Mapping[str, Any], name: str, cfg: OperatorConfig,

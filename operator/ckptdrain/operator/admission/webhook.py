@@ -53,11 +53,16 @@ from ckptdrain.operator.tls.webhook_address import WebhookAddress
 
 #: Watched (the index) at v1beta1, the storage version (apiserver/policy_edge.py).
 POLICIES = policy_edge.RESOURCE
-#: Admitted at v1alpha1 where the operator registers its webhooks itself
-#: (development mode): a v1beta1 request comes converted (matchPolicy
-#: Equivalent), and problems are said in the version each field's writer
-#: used (policy/version_messages.py). The chart registers every version.
-ADMITTED = (api.GROUP, api.VERSION, api.POLICIES)
+
+
+def admitted(resource: kopf.Resource) -> bool:
+    """The resources the policy webhooks are for: CheckpointPolicy at every
+    version served. Where Kopf writes the webhook configurations itself
+    (CKPTDRAIN_WEBHOOK_MANAGED, development) it lists a rule for each, as
+    the chart does, so the apiserver sends each request as written, never
+    converted (a rule for one version would, matchPolicy Equivalent), and
+    a problem is said in the version and spelling its writer used."""
+    return resource.group == api.GROUP and resource.plural == api.POLICIES
 
 
 def _self_signed(host: str) -> tuple[str, str]:
@@ -202,7 +207,7 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 
 
-@kopf.on.mutate(*ADMITTED, id=MUTATE_POLICY_ID, operations=["CREATE"], side_effects=False)
+@kopf.on.mutate(admitted, id=MUTATE_POLICY_ID, operations=["CREATE"], side_effects=False)
 async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str],
                                   namespace: str | None, **_: Any) -> None:
     """Bind a policy created without a class to the default class
@@ -213,7 +218,7 @@ async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: 
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 
 
-@kopf.on.validate(*ADMITTED, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
+@kopf.on.validate(admitted, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
 async def checkpointpolicy_validate(body: kopf.Body, old: kopf.Body | None, operation: str,
                                     namespace: str | None, memo: kopf.Memo,
                                     **_: Any) -> None:
@@ -221,8 +226,8 @@ async def checkpointpolicy_validate(body: kopf.Body, old: kopf.Body | None, oper
     another's, or an update that would move checkpoints or change the writer
     count under live pods (admission/policy_rules.py)."""
     # Kopf does not pass the request's kind: problems are said in the body's
-    # own version, the one written under the chart's webhooks (every version,
-    # unconverted).
+    # own version, the one written, as every version is registered
+    # unconverted, by the chart and by Kopf (admitted).
     with metrics.admitting("policy"), _as_kopf():
         await admit_policy(dict(body), dict(old) if operation == "UPDATE" and old else None,
                            namespace or "", memo.config)

@@ -21,14 +21,14 @@ from urllib3.exceptions import HTTPError
 
 from ckptdrain import kubeclient
 from ckptdrain.contract.api import (
-    API_VERSION,
     GROUP,
+    POLICY_API_VERSION,
     VERSION,
 )
 from ckptdrain.operator.apiserver.policy_edge import read, version_of, written
 
-__all__ = ["ApiException", "HTTPError", "delete", "events_posted", "patch_object",
-           "patch_status", "post_event", "read_peering"]
+__all__ = ["ApiException", "HTTPError", "delete", "event_body", "events_posted",
+           "patch_object", "patch_status", "post_event", "read_peering"]
 
 #: The source.component of every Event the operator posts outside Kopf.
 EVENT_SOURCE = "ckptdrain-operator"
@@ -264,21 +264,30 @@ def read_peering(name: str, namespace: str | None) -> dict[str, Any] | None:
     return dict(found)
 
 
-def post_event(body: Mapping[str, Any], kind: str, reason: str, message: str,
-               type_: str = "Warning", api_version: str = API_VERSION) -> None:
-    """An Event about an object (a policy, or a pod with api_version "v1"), from
-    outside a Kopf handler (the watchdog, the sweep)."""
-    core, _ = _clients()
+def event_body(body: Mapping[str, Any], kind: str, reason: str, message: str,
+               now: datetime, type_: str = "Warning",
+               api_version: str = POLICY_API_VERSION) -> client.CoreV1Event:
+    """The Event `post_event` creates, about `body` of `kind` at `api_version`:
+    by default a policy, named at its storage version whatever form the
+    caller holds it in (the core's is v1alpha1: policy_edge.py). Pure."""
     meta = body["metadata"]
-    now = datetime.now(UTC)
-    core.create_namespaced_event(meta["namespace"], client.CoreV1Event(
+    return client.CoreV1Event(
         metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}."),
         involved_object=client.V1ObjectReference(
             api_version=api_version, kind=kind, name=meta["name"],
             namespace=meta["namespace"], uid=meta.get("uid")),
         reason=reason, message=message[:1024], type=type_, count=1,
         first_timestamp=now, last_timestamp=now,
-        source=client.V1EventSource(component=EVENT_SOURCE)))
+        source=client.V1EventSource(component=EVENT_SOURCE))
+
+
+def post_event(body: Mapping[str, Any], kind: str, reason: str, message: str,
+               type_: str = "Warning", api_version: str = POLICY_API_VERSION) -> None:
+    """An Event about an object (a policy, or a pod with api_version "v1"), from
+    outside a Kopf handler (the watchdog, the sweep)."""
+    core, _ = _clients()
+    core.create_namespaced_event(body["metadata"]["namespace"], event_body(
+        body, kind, reason, message, datetime.now(UTC), type_, api_version))
 
 
 def events_posted(namespace: str, reason: str) -> set[str]:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckptdrain.contract import api
-from ckptdrain.contract.policy_versions import V1BETA1, to_v1alpha1, to_v1beta1
+from ckptdrain.contract.policy_versions import V1ALPHA1, V1BETA1, to_v1alpha1, to_v1beta1
 
 #: What Kopf's decorators name for CheckpointPolicy.
 RESOURCE = (api.GROUP, api.POLICY_VERSION, api.POLICIES)
@@ -40,13 +40,22 @@ def seen(body: Mapping[str, Any]) -> dict[str, Any]:
     return dict(body)
 
 
+def event_subject(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What an Event about a policy names (Kopf's kopf.info/warn read
+    apiVersion, kind and metadata's name, namespace and uid): the policy at
+    the storage version, whichever form `body` is in."""
+    meta = body.get("metadata") or {}
+    return {"apiVersion": api.POLICY_API_VERSION, "kind": api.KIND_POLICY,
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta}}
+
+
 def written(plural: str, change: Mapping[str, Any]) -> dict[str, Any]:
     """A merge patch of `plural` ({"status": …}, {"spec": …}, metadata) the
     core computed at v1alpha1, as the operator writes it: for a policy, its
     v1beta1 form; for any other kind, unchanged."""
     if plural != api.POLICIES:
         return dict(change)
-    up = to_v1beta1({**change, "apiVersion": api.API_VERSION, "kind": api.KIND_POLICY})
+    up = to_v1beta1({**change, "apiVersion": V1ALPHA1, "kind": api.KIND_POLICY})
     return {k: v for k, v in up.items() if k in change}
 
 

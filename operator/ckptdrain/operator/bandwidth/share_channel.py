@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptdrain.contract import share as sh
+from ckptdrain.contract.record import owner_reference
 from ckptdrain.operator.apiserver import kube, leadership
 
 Key = tuple[str, str]
@@ -304,9 +305,10 @@ leadership.on_new_term(forget)
 
 
 def owner_of(policy_body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The channel's controller, its policy at the storage version (not the
+    body's own: the core holds it at v1alpha1); None before it has a uid."""
     meta = policy_body.get("metadata") or {}
     if not meta.get("uid"):
         return None
-    return {"apiVersion": policy_body.get("apiVersion") or "ckptdrain.io/v1alpha1",
-            "kind": "CheckpointPolicy", "name": meta.get("name"), "uid": meta["uid"],
+    return {**owner_reference(str(meta.get("name") or ""), meta["uid"]),
             "controller": True, "blockOwnerDeletion": False}

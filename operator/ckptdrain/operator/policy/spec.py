@@ -9,6 +9,7 @@ what was expected and what was seen.
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ DEFAULT_AGREE_TIMEOUT_S = 60.0
 #: What is expected of spec.model, and of a checkpointBytes of zero
 #: (said in v1beta1's spellings by policy/version_messages.py).
 MODEL_EXPECTED = "model.parameters (e.g. 405B) or model.checkpointBytes (e.g. 5.67TB)"
+FINITE_SIZE_EXPECTED = ("a value whose model.parameters × model.bytesPerParameter (the "
+                        "checkpoint size in bytes) is a finite number, e.g. 14 bytes per parameter")
 POSITIVE_SIZE_EXPECTED = "a positive size such as 5.67TB"
 
 
@@ -213,6 +216,11 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
         r.fail("model", MODEL_EXPECTED, spec.get("model"))
     if ckpt_bytes == 0:
         r.fail("model.checkpointBytes", POSITIVE_SIZE_EXPECTED, 0)
+    if ckpt_bytes is None and params and not math.isfinite(params * per_param):
+        # Each factor finite (the schema takes 1e300), their product not.
+        field = "model.bytesPerParameter" if r.raw("model.bytesPerParameter") is not None \
+            else "model.parameters"
+        r.fail(field, FINITE_SIZE_EXPECTED, r.raw(field))
     interval = r.get("interval", units.parse_duration, None)
     mtti = r.get("mtti", units.parse_duration, None)
     if interval is None and mtti is None and r.raw("interval") is None \
