@@ -11,7 +11,9 @@ bucket of someone else's named in the host. So with the ambient identity a
 policy may name only S3's own endpoints (`AWS_S3_HOSTS`: https on 443, the
 regional, FIPS, dual-stack and legacy forms and VPC interface endpoints,
 never a bucket in the host) or no endpoint, and those the platform lists
-(CKPTDRAIN_AMBIENT_ENDPOINTS, the chart's `agent.ambientEndpoints`); and a
+(CKPTDRAIN_AMBIENT_ENDPOINTS, the chart's `agent.ambientEndpoints`, and
+for a policy of a CheckpointClass the endpoint of its store when that
+entry says `ambientIdentity: true`, policy/class_stores.py); and a
 private CA only with a listed endpoint (S3's certificates are public). A
 policy with a Secret signs with its own keys, wherever its endpoint is:
 store/__init__.explicit_keys refuses a Secret with empty keys, which would
@@ -108,5 +110,7 @@ def problem(endpoint: str, allowed: tuple[Origin, ...]) -> str | None:
         return None
     return ("one of S3's own endpoints (https://s3.<region>.amazonaws.com and its FIPS, "
             "dual-stack and VPC endpoint forms), one the platform lists in "
-            f"{VARIABLE} (chart: agent.ambientEndpoints), or a credentialsSecretRef: "
+            f"{VARIABLE} (chart: agent.ambientEndpoints) or vouches for in the policy's "
+            "CheckpointClass (spec.stores[].ambientIdentity on its store), or a "
+            "credentialsSecretRef: "
             "without a Secret the pods' own identity signs every request sent there")
