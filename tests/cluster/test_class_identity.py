@@ -28,6 +28,7 @@ from test_tenant_identity_pods import (  # noqa: F401
     mapped,
 )
 
+from ckptdrain.contract.env import Env
 from ckptdrain.operator.admission import tenant_identity
 from support import apiserver
 
@@ -59,11 +60,10 @@ def test_a_class_gives_each_namespace_its_role_and_vouches_for_its_store(
     assert "spec.storage.endpoint" in refused.stderr, refused.stderr
     assert "spec.stores[].ambientIdentity" in refused.stderr, refused.stderr
 
-    # Under the entry that vouches for it: admitted, the endpoint filled in.
+    # Under the entry that vouches for it: admitted.
     admitted = apply(_classed_policy("vouched", f"s3://ckpt-bucket/{namespace}/runs"),
                      check=False)
     assert admitted.returncode == 0, admitted.stderr
-    assert get(cluster, namespace, POLICIES, "vouched")["spec"]["storage"]["endpoint"] == MINIO
     wait_for(lambda: (get(cluster, namespace, POLICIES, "vouched").get("status") or {})
              .get("phase") not in (None, "Invalid"), what="policy vouched sized")
 
@@ -81,4 +81,5 @@ def test_a_class_gives_each_namespace_its_role_and_vouches_for_its_store(
         assert env["AWS_ROLE_ARN"] == f"arn:aws:iam::111122223333:role/ckpt-{namespace}", name
         assert env["AWS_ROLE_ARN"] != TENANT_ROLE
         assert env["AWS_WEB_IDENTITY_TOKEN_FILE"] == f"{tenant_identity.TOKEN_DIR}/token"
+        assert env[Env.S3_ENDPOINT] == MINIO, name  # the class's store's endpoint
     assert "AWS_ROLE_ARN" not in _env(found["trainer"])
