@@ -5,7 +5,9 @@ agent, over the chart's mapping of the same namespace
 (CKPTDRAIN_AGENT_IDENTITIES); a policy without a credentials Secret is
 admitted at a store whose entry vouches for its endpoint
 (stores[].ambientIdentity) and refused, naming the field, at the same
-endpoint under an entry that does not."""
+endpoint under an entry that does not; and a stored policy turns Invalid,
+naming the field, when its class's store stops vouching (the class still
+takes it), and back."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from ckptdrain.contract.env import Env
 from ckptdrain.operator.admission import tenant_identity
 from support import apiserver
 
-MINIO = "http://minio.storage:9000"
+MINIO = "https://minio.storage.svc.cluster.local:9000"
 PER_NAMESPACE = "arn:aws:iam::111122223333:role/ckpt-{namespace}"
 
 
@@ -83,3 +85,33 @@ def test_a_class_gives_each_namespace_its_role_and_vouches_for_its_store(
         assert env["AWS_WEB_IDENTITY_TOKEN_FILE"] == f"{tenant_identity.TOKEN_DIR}/token"
         assert env[Env.S3_ENDPOINT] == MINIO, name  # the class's store's endpoint
     assert "AWS_ROLE_ARN" not in _env(found["trainer"])
+
+
+def _phase(cluster: apiserver.Cluster, namespace: str, name: str) -> tuple[str, str]:
+    status = get(cluster, namespace, POLICIES, name).get("status") or {}
+    ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+    return status.get("phase") or "", ready.get("message") or ""
+
+
+def test_a_store_that_stops_vouching_turns_its_stored_policy_invalid_and_back(
+        cluster: apiserver.Cluster, namespace: str,
+        classes: Callable[..., None], apply: Callable[..., Any]) -> None:
+    def toggled(ambient: bool) -> dict[str, Any]:
+        return checkpoint_class("per-namespace", stores=[{
+            "uriPrefix": "s3://ckpt-bucket/{namespace}", "endpoint": MINIO,
+            "ambientIdentity": ambient}])
+
+    classes(toggled(True))
+    apply(_classed_policy("p", f"s3://ckpt-bucket/{namespace}/runs"))
+    wait_for(lambda: _phase(cluster, namespace, "p")[0] not in ("", "Invalid"),
+             what="policy p sized")
+
+    # The class still takes the policy; its spec without a Secret is now refused.
+    classes(toggled(False))
+    _, message = wait_for(lambda: (lambda s: s if s[0] == "Invalid" else None)(
+        _phase(cluster, namespace, "p")), timeout_s=20, what="policy p Invalid")
+    assert "spec.storage.endpoint" in message and "spec.stores[].ambientIdentity" in message
+
+    classes(toggled(True))
+    wait_for(lambda: _phase(cluster, namespace, "p")[0] not in ("", "Invalid"), timeout_s=20,
+             what="policy p usable again")
