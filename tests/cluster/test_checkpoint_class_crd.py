@@ -69,8 +69,8 @@ ROLE = "arn:aws:iam::111122223333:role/ckpt-{namespace}"
 
 
 def test_an_identity_and_a_vouching_store_are_stored(crds_only: Cluster) -> None:
-    stores = [{"uriPrefix": "s3://ckpt-bucket/{namespace}", "endpoint": "http://minio:9000",
-               "ambientIdentity": True}]
+    stores = [{"uriPrefix": "s3://ckpt-bucket/{namespace}", "endpoint":
+               "https://minio.storage.svc.cluster.local:9000", "ambientIdentity": True}]
     created = _dry_run(crds_only, _class("vouching", stores=stores, identity={
         "awsRoleArn": ROLE, "audience": "ckptdrain.io/store", "expirationSeconds": 1200}))
     assert created.returncode == 0, created.stderr
@@ -125,6 +125,21 @@ BAD = [
     ("identity without a role", {"identity": {"audience": "sts.amazonaws.com"}},
      "spec.identity.awsRoleArn"),
     ("role not an ARN", {"identity": {"awsRoleArn": "role/ckpt"}}, "spec.identity.awsRoleArn"),
+    ("role ending in a slash", {"identity": {"awsRoleArn": "arn:aws:iam::111122223333:role/x/"}},
+     "spec.identity.awsRoleArn"),
+    ("role with an empty path segment", {"identity": {
+        "awsRoleArn": "arn:aws:iam::111122223333:role//x"}}, "spec.identity.awsRoleArn"),
+    ("role name over 64 characters", {"identity": {
+        "awsRoleArn": "arn:aws:iam::111122223333:role/p/" + "r" * 65}}, "spec.identity.awsRoleArn"),
+    ("vouching for a wildcard", {"stores": [{"uriPrefix": "s3://ckpt-bucket/x", "ambientIdentity":
+                                             True, "endpoint": "https://*.example.com"}]},
+     "spec.stores[0].endpoint"),
+    ("vouching for a list", {"stores": [{"uriPrefix": "s3://ckpt-bucket/x", "ambientIdentity": True,
+                                         "endpoint": "https://a:9000,https://evil.example.com"}]},
+     "spec.stores[0].endpoint"),
+    ("vouching with a password", {"stores": [{"uriPrefix": "s3://ckpt-bucket/x", "ambientIdentity":
+                                              True, "endpoint": "https://u:p@minio.example:9000"}]},
+     "spec.stores[0].endpoint"),
     ("role with another placeholder", {"identity": {
         "awsRoleArn": "arn:aws:iam::111122223333:role/{team}"}}, "spec.identity.awsRoleArn"),
     ("token too short-lived", {"identity": {"awsRoleArn": ROLE, "expirationSeconds": 60}},

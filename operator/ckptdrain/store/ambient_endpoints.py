@@ -60,7 +60,8 @@ _DEFAULT_PORT = {"http": 80, "https": 443}
 Origin = tuple[str, str, int]
 
 
-def _origin(text: str) -> Origin:
+def origin(text: str) -> Origin:
+    """The origin of one endpoint (a value parse_endpoint accepted)."""
     parts = urlsplit(text)
     scheme = parts.scheme.lower()
     return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORT[scheme]
@@ -75,7 +76,7 @@ def parse_allowed(text: str, field: str = VARIABLE) -> tuple[Origin, ...]:
         wildcard = "://*." in entry
         checked = parse_endpoint(field, entry.replace("://*.", "://wildcard.", 1)
                                  if wildcard else entry)
-        scheme, host, port = _origin(checked)
+        scheme, host, port = origin(checked)
         if wildcard:
             host = "*." + host.removeprefix("wildcard.")
             if host.count(".") < 2 or not re.search(r"[a-z]", host.rsplit(".", 1)[1]):
@@ -96,14 +97,14 @@ def _matches(origin: Origin, entry: Origin) -> bool:
 
 def listed(endpoint: str, allowed: tuple[Origin, ...]) -> bool:
     """Whether the platform lists `endpoint` (a value parse_endpoint accepted)."""
-    origin = _origin(endpoint)
-    return any(_matches(origin, entry) for entry in allowed)
+    found = origin(endpoint)
+    return any(_matches(found, entry) for entry in allowed)
 
 
 def problem(endpoint: str, allowed: tuple[Origin, ...]) -> str | None:
     """Why the pod's own identity may not be sent to `endpoint` (a value
     parse_endpoint accepted), or None."""
-    scheme, host, port = _origin(endpoint)
+    scheme, host, port = origin(endpoint)
     if scheme == "https" and port == 443 and AWS_S3_HOSTS.match(host):
         return None
     if listed(endpoint, allowed):

@@ -22,7 +22,7 @@ PER_NAMESPACE = "arn:aws:iam::111122223333:role/ckpt/{namespace}"
 CHART_ROLE = "arn:aws:iam::111122223333:role/chart-ml"
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0",
                             identities=(("ml", WebIdentity(CHART_ROLE)),))
-MINIO = "http://minio.storage:9000"
+MINIO = "https://minio.storage.svc.cluster.local:9000"
 SPEC: dict[str, Any] = {
     "checkpointClassName": "c",
     "selector": {"matchLabels": {"app": "t"}}, "model": {"checkpointBytes": "80GB"},
@@ -131,8 +131,8 @@ def test_a_role_name_too_long_for_the_namespace_refuses_its_policies_naming_the_
 # stores[].ambientIdentity
 
 
-def vouching(ambient: bool | None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"uriPrefix": "s3://ckpt/{namespace}", "endpoint": MINIO}
+def vouching(ambient: bool | None, endpoint: str = MINIO) -> dict[str, Any]:
+    entry: dict[str, Any] = {"uriPrefix": "s3://ckpt/{namespace}", "endpoint": endpoint}
     if ambient is not None:
         entry["ambientIdentity"] = ambient
     return body(stores=[entry, {"uriPrefix": "s3://other/{namespace}", "endpoint": MINIO}])
@@ -144,8 +144,17 @@ def endpoint_problems(spec: dict[str, Any], cls: dict[str, Any]) -> list[str]:
     return [str(e) for e in policy.validate(resolution.spec, resolution.config, "p")]
 
 
-def test_a_vouching_store_admits_a_policy_without_a_secret() -> None:
-    assert endpoint_problems(SPEC, vouching(True)) == []
+# http is allowed, as in the chart's agent.ambientEndpoints, though the
+# session token then travels in clear (docs/checkpoint-classes.md).
+@pytest.mark.parametrize("endpoint", [MINIO, "http://minio.storage.svc.cluster.local:9000"])
+def test_a_vouching_store_admits_a_policy_without_a_secret(endpoint: str) -> None:
+    assert endpoint_problems(SPEC, vouching(True, endpoint)) == []
+
+
+def test_a_store_vouches_for_its_one_origin_and_no_other() -> None:
+    # A comma in the path is no list: the origin is the endpoint's own.
+    cls = classes.read(vouching(True, "https://a.example.com/x,https://evil.example.com"))
+    assert classes.vouched("ml", SPEC, cls.stores) == (("https", "a.example.com", 443),)
 
 
 @pytest.mark.parametrize("ambient", [None, False])
@@ -173,7 +182,11 @@ def test_a_vouched_endpoint_admits_a_private_ca_as_a_listed_one_does() -> None:
 
 
 @pytest.mark.parametrize(("entry", "field"), [
-    ({"uriPrefix": "s3://ckpt/x", "ambientIdentity": True}, "spec.stores[0].endpoint"),
+    ({"uriPrefix": "s3://ckpt/x", "ambientIdentity": True}, "spec.stores[0].ambientIdentity"),
+    ({"uriPrefix": "s3://ckpt/x", "endpoint": "https://*.example.com", "ambientIdentity": True},
+     "spec.stores[0].endpoint"),
+    ({"uriPrefix": "s3://ckpt/x", "endpoint": "https://a:9000,https://evil.example.com",
+      "ambientIdentity": True}, "spec.stores[0].endpoint"),
     ({"uriPrefix": "gs://ckpt/x", "endpoint": MINIO, "ambientIdentity": True},
      "spec.stores[0].ambientIdentity"),
     ({"uriPrefix": "s3://ckpt/x", "endpoint": MINIO, "ambientIdentity": "yes"},

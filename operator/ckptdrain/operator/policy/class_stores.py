@@ -14,6 +14,7 @@ from typing import Any
 
 from ckptdrain.errors import InvalidInput
 from ckptdrain.store import ambient_endpoints
+from ckptdrain.store.endpoint import parse_endpoint
 
 #: The store settings a class's matching entry fills in: (policy field under
 #: spec.storage, class field under spec.stores[]).
@@ -107,15 +108,16 @@ def read_stores(raw: object, problems: list[InvalidInput]) -> tuple[Store, ...]:
 def _vouch_problems(where: str, prefix: str, endpoint: object) -> list[InvalidInput]:
     """Why an entry cannot vouch for its endpoint: it has none (S3's own
     need no vouching), it is not an s3:// store (GCS has its own rule), or
-    the endpoint is not one the chart's list could hold either."""
+    its endpoint is not one URL (`http(s)://host[:port]`: no wildcard, no
+    list, no user:password@; what it vouches for is that one origin)."""
     if prefix and not prefix.startswith("s3://"):
         return [InvalidInput(f"{where}.ambientIdentity", "unset or false with a gs:// "
                              "uriPrefix (GCS is reached with the pod's Google identity)", True)]
     if endpoint is None:
-        return [InvalidInput(f"{where}.endpoint", "an endpoint for ambientIdentity to vouch "
-                             "for (without one the store is S3's own, which needs none)", None)]
+        return [InvalidInput(f"{where}.ambientIdentity", "unset or false without an endpoint "
+                             "(S3's own endpoints need no vouching)", True)]
     try:
-        ambient_endpoints.parse_allowed(str(endpoint), f"{where}.endpoint")
+        parse_endpoint(f"{where}.endpoint", endpoint)
     except InvalidInput as error:
         return [error]
     return []
@@ -123,9 +125,9 @@ def _vouch_problems(where: str, prefix: str, endpoint: object) -> list[InvalidIn
 
 def vouched(namespace: str, spec: Mapping[str, Any], stores: tuple[Store, ...]
             ) -> tuple[ambient_endpoints.Origin, ...]:
-    """The endpoint the store of the policy's storage.uri vouches for
-    (ambientIdentity), as an entry of the platform's ambient list; () when
-    its store vouches for none."""
+    """The origin of the endpoint the store of the policy's storage.uri
+    vouches for (ambientIdentity), as an entry of the platform's ambient
+    list; () when its store vouches for none."""
     storage = spec.get("storage")
     uri = storage.get("uri") if isinstance(storage, Mapping) else None
     if not isinstance(uri, str):
@@ -133,7 +135,7 @@ def vouched(namespace: str, spec: Mapping[str, Any], stores: tuple[Store, ...]
     store = next((s for s in stores if s.admits(namespace, uri)), None)
     if store is None or not store.ambient_identity or store.endpoint is None:
         return ()
-    return ambient_endpoints.parse_allowed(store.endpoint)
+    return (ambient_endpoints.origin(parse_endpoint("spec.stores[].endpoint", store.endpoint)),)
 
 
 def apply_stores(namespace: str, spec: Mapping[str, Any], class_name: str, stores: tuple[Store, ...]
