@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from tests.docs import blocks
@@ -105,3 +106,17 @@ def test_the_identity_example_admits_a_policy_without_a_secret_and_gives_its_rol
                                              default_config())
     assert len(problems) == 1 and problems[0].startswith("spec.storage.endpoint:")
     assert "spec.stores[].ambientIdentity" in problems[0]
+
+
+def test_every_example_store_is_https_with_a_fully_qualified_name() -> None:
+    # What the page tells platforms to vouch for: a short name resolves
+    # through the tenant's own namespace first, http sends the token in clear.
+    for section in range(3):
+        for cls in (o for o in _objects(section) if o["kind"] == "CheckpointClass"):
+            for store in cls["spec"].get("stores", []):
+                endpoint = urlsplit(store["endpoint"])
+                assert endpoint.scheme == "https", store
+                assert (endpoint.hostname or "").endswith(".svc.cluster.local"), store
+    page = " ".join(PAGE.read_text().split())
+    assert "the chart's `agent.identities` role for the namespace" in page
+    assert "fully qualified name" in page and "discouraged" in page
