@@ -122,7 +122,7 @@ def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
             indexes: dict[str, Any], budget_s: float) -> None:
     """One pass: the labels of each namespace whose policies name a class
     that allows namespaces by label read afresh (one GET each), and each
-    of those policies whose ClassResolved would change reconciled as a pass
+    of those policies whose status would change (`stale`) reconciled as a pass
     of its own (`_schedule`); a joint budgets' pass when the labels are
     not those the last one parsed.
     A namespace whose labels cannot be read is skipped (its policies keep
