@@ -65,6 +65,19 @@ def test_a_well_formed_class_is_stored_cluster_scoped(crds_only: Cluster) -> Non
     assert stored["spec"]["stores"][0]["uriPrefix"] == "s3://ckpt-bucket/{namespace}"
 
 
+ROLE = "arn:aws:iam::111122223333:role/ckpt-{namespace}"
+
+
+def test_an_identity_and_a_vouching_store_are_stored(crds_only: Cluster) -> None:
+    stores = [{"uriPrefix": "s3://ckpt-bucket/{namespace}", "endpoint":
+               "https://minio.storage.svc.cluster.local:9000", "ambientIdentity": True}]
+    created = _dry_run(crds_only, _class("vouching", stores=stores, identity={
+        "awsRoleArn": ROLE, "audience": "ckptdrain.io/store", "expirationSeconds": 1200}))
+    assert created.returncode == 0, created.stderr
+    spec = json.loads(created.stdout)["spec"]
+    assert spec["identity"]["awsRoleArn"] == ROLE and spec["stores"] == stores
+
+
 def _agent(**amounts: Any) -> dict[str, Any]:
     return {"qos": "Burstable", "agent": amounts}
 
@@ -103,6 +116,34 @@ BAD = [
     ("a selector with All", {"namespaces": {"from": "All", "selector": {
         "matchLabels": {"tenant": "a"}}}}, "spec.namespaces.selector: only with from: Selector"),
     ("from unknown", {"namespaces": {"from": "Same"}}, "spec.namespaces.from"),
+    ("vouching without an endpoint", {"stores": [{"uriPrefix": "s3://ckpt-bucket/x",
+                                                  "ambientIdentity": True}]},
+     "spec.stores[0].ambientIdentity"),
+    ("vouching for gs", {"stores": [{"uriPrefix": "gs://ckpt-bucket/x", "ambientIdentity": True,
+                                     "endpoint": "https://storage.example"}]},
+     "spec.stores[0].ambientIdentity"),
+    ("identity without a role", {"identity": {"audience": "sts.amazonaws.com"}},
+     "spec.identity.awsRoleArn"),
+    ("role not an ARN", {"identity": {"awsRoleArn": "role/ckpt"}}, "spec.identity.awsRoleArn"),
+    ("role ending in a slash", {"identity": {"awsRoleArn": "arn:aws:iam::111122223333:role/x/"}},
+     "spec.identity.awsRoleArn"),
+    ("role with an empty path segment", {"identity": {
+        "awsRoleArn": "arn:aws:iam::111122223333:role//x"}}, "spec.identity.awsRoleArn"),
+    ("role name over 64 characters", {"identity": {
+        "awsRoleArn": "arn:aws:iam::111122223333:role/p/" + "r" * 65}}, "spec.identity.awsRoleArn"),
+    ("vouching for a wildcard", {"stores": [{"uriPrefix": "s3://ckpt-bucket/x", "ambientIdentity":
+                                             True, "endpoint": "https://*.example.com"}]},
+     "spec.stores[0].endpoint"),
+    ("vouching for a list", {"stores": [{"uriPrefix": "s3://ckpt-bucket/x", "ambientIdentity": True,
+                                         "endpoint": "https://a:9000,https://evil.example.com"}]},
+     "spec.stores[0].endpoint"),
+    ("vouching with a password", {"stores": [{"uriPrefix": "s3://ckpt-bucket/x", "ambientIdentity":
+                                              True, "endpoint": "https://u:p@minio.example:9000"}]},
+     "spec.stores[0].endpoint"),
+    ("role with another placeholder", {"identity": {
+        "awsRoleArn": "arn:aws:iam::111122223333:role/{team}"}}, "spec.identity.awsRoleArn"),
+    ("token too short-lived", {"identity": {"awsRoleArn": ROLE, "expirationSeconds": 60}},
+     "spec.identity.expirationSeconds"),
     ("In without values", {"namespaces": {"from": "Selector", "selector": {
         "matchExpressions": [{"key": "tenant", "operator": "In"}]}}},
      "at least one value with operator In or NotIn"),

@@ -20,6 +20,7 @@ from tests.support.conversion_server import converting_crds
 # The one import of the operator's policy module in this suite.
 from ckptdrain.contract import policy_versions
 from ckptdrain.operator import config as operator_config
+from ckptdrain.operator.admission import tenant_identity
 from ckptdrain.operator.policy import classes as operator_classes
 from ckptdrain.operator.policy import spec as operator_policy
 
@@ -79,6 +80,17 @@ def classed_policy_problems(namespace: str, spec: Mapping[str, Any],
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return operator_policy.selector_matches(selector, labels)
+
+
+def class_identity(namespace: str, spec: Mapping[str, Any],
+                   class_bodies: list[dict[str, Any]]) -> str | None:
+    """The role restore and the agent of the policy's pods assume under
+    its class (None: the pods' own identity)."""
+    resolution = operator_classes.resolve(namespace, spec, default_config(),
+                                          operator_classes.catalogue(class_bodies))
+    parsed = operator_policy.parse(namespace, "example", resolution.spec, resolution.config)
+    identity = tenant_identity.chosen(parsed, resolution.config.identities)
+    return None if identity is None else identity.role_arn
 
 
 def default_config() -> operator_config.OperatorConfig:

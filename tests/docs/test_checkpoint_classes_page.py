@@ -5,17 +5,22 @@ and the endpoint it leaves unset comes from the class's store. The
 apiserver's dry run of the same objects is test_examples.py's. The
 Tenancy example's class allows the namespace it shows and refuses
 another, naming the label it lacks (tests/cluster/test_class_tenancy.py
-applies it to a real apiserver with the operator running)."""
+applies it to a real apiserver with the operator running). The Store
+identity example's policy, without a Secret, is admitted at the store its
+class vouches for, and its pods' restore and agent get its namespace's
+role."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from tests.docs import blocks
 from tests.docs.blocks import REPO
 from tests.docs.conftest import (
+    class_identity,
     classed_policy_problems,
     default_config,
     policy_problems,
@@ -26,9 +31,10 @@ PAGE = REPO / "docs" / "checkpoint-classes.md"
 
 
 def _objects(section: int = 0) -> list[dict[str, Any]]:
-    """The objects of the page's `section`th YAML block: 0 the Example, 1 Tenancy's."""
+    """The objects of the page's `section`th YAML block: 0 the Example, 1 Store
+    identity's, 2 Tenancy's."""
     found = [b for b in blocks.parse(PAGE) if b.lang == "yaml" and b.kind == ""]
-    assert len(found) == 2, [b.line for b in found]
+    assert len(found) == 3, [b.line for b in found]
     return [d for d in yaml.safe_load_all(found[section].text) if d]
 
 
@@ -64,7 +70,7 @@ def test_the_example_class_refuses_a_store_of_another_namespace() -> None:
 
 
 def test_the_tenancy_class_allows_its_namespace_and_refuses_another() -> None:
-    objects = _objects(1)
+    objects = _objects(2)
     [namespace] = [o for o in objects if o["kind"] == "Namespace"]
     [cls] = [o for o in objects if o["kind"] == "CheckpointClass"]
     _, written = _example()
@@ -79,3 +85,38 @@ def test_the_tenancy_class_allows_its_namespace_and_refuses_another() -> None:
                                              labels={"example.com/tenant": "team-b"})
     assert len(problems) == 1 and problems[0].startswith("spec.checkpointClassName:")
     assert "ml-team-b lacks example.com/tenant=team-a" in problems[0]
+
+
+def test_the_identity_example_admits_a_policy_without_a_secret_and_gives_its_role() -> None:
+    objects = _objects(1)
+    [cls] = [o for o in objects if o["kind"] == "CheckpointClass"]
+    [policy] = [stored(o) for o in objects if o["kind"] == "CheckpointPolicy"]
+    namespace = policy["metadata"]["namespace"]
+    assert "credentialsSecretRef" not in policy["spec"]["storage"]
+    _, filled, problems = classed_policy_problems(namespace, policy["spec"], [cls],
+                                                  default_config(), policy["metadata"]["name"])
+    assert problems == []
+    assert filled["storage"]["endpoint"] == cls["spec"]["stores"][0]["endpoint"]
+    assert class_identity(namespace, policy["spec"], [cls]) == \
+        "arn:aws:iam::111122223333:role/ckpt-ml-team-a"
+    # The same class without ambientIdentity refuses it, naming the field.
+    unvouched = copy.deepcopy(cls)
+    del unvouched["spec"]["stores"][0]["ambientIdentity"]
+    _, _, problems = classed_policy_problems(namespace, policy["spec"], [unvouched],
+                                             default_config())
+    assert len(problems) == 1 and problems[0].startswith("spec.storage.endpoint:")
+    assert "spec.stores[].ambientIdentity" in problems[0]
+
+
+def test_every_example_store_is_https_with_a_fully_qualified_name() -> None:
+    # What the page tells platforms to vouch for: a short name resolves
+    # through the tenant's own namespace first, http sends the token in clear.
+    for section in range(3):
+        for cls in (o for o in _objects(section) if o["kind"] == "CheckpointClass"):
+            for store in cls["spec"].get("stores", []):
+                endpoint = urlsplit(store["endpoint"])
+                assert endpoint.scheme == "https", store
+                assert (endpoint.hostname or "").endswith(".svc.cluster.local"), store
+    page = " ".join(PAGE.read_text().split())
+    assert "the chart's `agent.identities` role for the namespace" in page
+    assert "fully qualified name" in page and "discouraged" in page

@@ -4,7 +4,8 @@ A policy is reconciled when its own spec changes; a class created, changed
 or deleted changes what its policies may do without touching them. On each
 class event the operator judges again every policy that names a class
 (policy/classes.py) and reconciles, as its handler does, each policy whose
-ClassResolved condition would change: a policy whose class was deleted
+ClassResolved condition would change, or whether and why it is Invalid
+(a class that still takes a policy can make its spec unusable): a policy whose class was deleted
 turns Invalid with ClassResolved False (its pods are then refused or
 admitted bare at admission, as for any invalid policy), and back when the
 class returns. Each class's own status says whether the operator can use
@@ -34,11 +35,12 @@ from typing import Any
 import kopf
 
 from ckptdrain.contract import api
+from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.apiserver import class_view, kube, leadership, namespace_labels
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import class_catalogue, classes
+from ckptdrain.operator.policy import class_catalogue, classes, version_messages
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.policy_reconcile import reconcile_policy
 
@@ -53,20 +55,50 @@ INDEXES = ("pod_index", "checkpointpolicy_index", "checkpoint_index", "peer_pod_
 
 
 def stale(cfg: OperatorConfig, body: dict[str, Any]) -> bool:
-    """The policy's ClassResolved condition is not what its class says now.
-    A policy without one has not been reconciled by this operator yet: its
-    own handler (create, resume) judges its class then, so the classes
-    listed at start do not reconcile every policy once more. A policy that
-    names no class was bound to none when it was created: no class event
-    concerns it."""
+    """The policy's status is not what its class makes of it now: its
+    ClassResolved condition, or whether it is Invalid and why. A class
+    may take a policy and still make its spec unusable (a store that no
+    longer vouches for the endpoint of a policy without a Secret, an
+    identity whose role is too long for its namespace): only the spec's
+    own judgement under the class (spec.parse) tells.
+    A policy without ClassResolved has not been reconciled by this
+    operator yet: its own handler (create, resume) judges its class then,
+    so the classes listed at start do not reconcile every policy once more.
+    A policy that names no class was bound to none when it was created: no
+    class event concerns it."""
     if not (body.get("spec") or {}).get("checkpointClassName"):
         return False
-    have = next((c for c in (body.get("status") or {}).get("conditions") or []
+    status = body.get("status") or {}
+    have = next((c for c in status.get("conditions") or []
                  if c.get("type") == st.CLASS_RESOLVED), None)
     if have is None:
         return False
     want = rebalance.class_condition(cfg, body)
-    return any(have.get(k) != want[k] for k in ("status", "reason", "message"))
+    if any(have.get(k) != want[k] for k in ("status", "reason", "message")):
+        return True
+    return _invalid_said(status) != _invalid_now(cfg, body, status)
+
+
+def _invalid_said(status: dict[str, Any]) -> str | None:
+    """Why the stored status says the policy is Invalid; None: it does not."""
+    if status.get("phase") != "Invalid":
+        return None
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == st.READY), {})
+    return str(ready.get("message") or "")
+
+
+def _invalid_now(cfg: OperatorConfig, body: dict[str, Any], status: dict[str, Any]
+                 ) -> str | None:
+    """The message a reconcile would write for the policy's spec under its
+    class now (as reconcile_policy words it); None: the spec is usable.
+    Raises namespace_labels.LabelsUnreadable when it cannot be told."""
+    try:
+        rebalance.parse_policy(cfg, body, int(status.get("drainers") or 0))
+    except namespace_labels.LabelsUnreadable:
+        raise
+    except InvalidInput as error:
+        return version_messages.message(error, version_messages.versions_of(body))
+    return None
 
 
 @kopf.on.event(*CLASSES)
@@ -90,7 +122,7 @@ def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,
             indexes: dict[str, Any], budget_s: float) -> None:
     """One pass: the labels of each namespace whose policies name a class
     that allows namespaces by label read afresh (one GET each), and each
-    of those policies whose ClassResolved would change reconciled as a pass
+    of those policies whose status would change (`stale`) reconciled as a pass
     of its own (`_schedule`); a joint budgets' pass when the labels are
     not those the last one parsed.
     A namespace whose labels cannot be read is skipped (its policies keep

@@ -61,7 +61,9 @@ class WebIdentity:
 Identities = tuple[tuple[str, WebIdentity], ...]
 
 
-def _entry(field: str, raw: object) -> WebIdentity:
+def read_entry(field: str, raw: object) -> WebIdentity:
+    """One identity entry (awsRoleArn, audience, expirationSeconds); InvalidInput
+    naming `field` and the key."""
     if not isinstance(raw, Mapping):
         raise InvalidInput(field, "a map with awsRoleArn (and optionally audience and "
                            "expirationSeconds)", raw)
@@ -102,7 +104,7 @@ def parse(text: str, variable: str = VARIABLE) -> Identities:
         if not NAMESPACE.fullmatch(namespace):
             raise InvalidInput(f"{variable}[{namespace}]", "a namespace name (a DNS label: "
                                "lowercase letters, digits and '-', at most 63)", namespace)
-        found[namespace] = _entry(f"{variable}[{namespace}]", entry)
+        found[namespace] = read_entry(f"{variable}[{namespace}]", entry)
     return tuple(sorted(found.items()))
 
 

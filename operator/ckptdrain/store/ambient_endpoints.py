@@ -11,7 +11,9 @@ bucket of someone else's named in the host. So with the ambient identity a
 policy may name only S3's own endpoints (`AWS_S3_HOSTS`: https on 443, the
 regional, FIPS, dual-stack and legacy forms and VPC interface endpoints,
 never a bucket in the host) or no endpoint, and those the platform lists
-(CKPTDRAIN_AMBIENT_ENDPOINTS, the chart's `agent.ambientEndpoints`); and a
+(CKPTDRAIN_AMBIENT_ENDPOINTS, the chart's `agent.ambientEndpoints`, and
+for a policy of a CheckpointClass the endpoint of its store when that
+entry says `ambientIdentity: true`, policy/class_stores.py); and a
 private CA only with a listed endpoint (S3's certificates are public). A
 policy with a Secret signs with its own keys, wherever its endpoint is:
 store/__init__.explicit_keys refuses a Secret with empty keys, which would
@@ -58,7 +60,8 @@ _DEFAULT_PORT = {"http": 80, "https": 443}
 Origin = tuple[str, str, int]
 
 
-def _origin(text: str) -> Origin:
+def origin(text: str) -> Origin:
+    """The origin of one endpoint (a value parse_endpoint accepted)."""
     parts = urlsplit(text)
     scheme = parts.scheme.lower()
     return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORT[scheme]
@@ -73,7 +76,7 @@ def parse_allowed(text: str, field: str = VARIABLE) -> tuple[Origin, ...]:
         wildcard = "://*." in entry
         checked = parse_endpoint(field, entry.replace("://*.", "://wildcard.", 1)
                                  if wildcard else entry)
-        scheme, host, port = _origin(checked)
+        scheme, host, port = origin(checked)
         if wildcard:
             host = "*." + host.removeprefix("wildcard.")
             if host.count(".") < 2 or not re.search(r"[a-z]", host.rsplit(".", 1)[1]):
@@ -94,19 +97,21 @@ def _matches(origin: Origin, entry: Origin) -> bool:
 
 def listed(endpoint: str, allowed: tuple[Origin, ...]) -> bool:
     """Whether the platform lists `endpoint` (a value parse_endpoint accepted)."""
-    origin = _origin(endpoint)
-    return any(_matches(origin, entry) for entry in allowed)
+    found = origin(endpoint)
+    return any(_matches(found, entry) for entry in allowed)
 
 
 def problem(endpoint: str, allowed: tuple[Origin, ...]) -> str | None:
     """Why the pod's own identity may not be sent to `endpoint` (a value
     parse_endpoint accepted), or None."""
-    scheme, host, port = _origin(endpoint)
+    scheme, host, port = origin(endpoint)
     if scheme == "https" and port == 443 and AWS_S3_HOSTS.match(host):
         return None
     if listed(endpoint, allowed):
         return None
     return ("one of S3's own endpoints (https://s3.<region>.amazonaws.com and its FIPS, "
             "dual-stack and VPC endpoint forms), one the platform lists in "
-            f"{VARIABLE} (chart: agent.ambientEndpoints), or a credentialsSecretRef: "
+            f"{VARIABLE} (chart: agent.ambientEndpoints) or vouches for in the policy's "
+            "CheckpointClass (spec.stores[].ambientIdentity on its store), or a "
+            "credentialsSecretRef: "
             "without a Secret the pods' own identity signs every request sent there")

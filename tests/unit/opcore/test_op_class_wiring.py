@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config
 from ckptdrain.operator.admission import policy_rules
 from ckptdrain.operator.admission import rules as admission
@@ -230,3 +231,42 @@ def test_a_class_event_reconciles_only_policies_whose_condition_it_changes(
     assert not class_events.stale(REFUSE, current)
     class_view.CLASSES.apply("DELETED", STD)  # its default class gone
     assert class_events.stale(REFUSE, current)
+
+
+def test_a_class_edit_that_leaves_the_class_resolved_but_the_spec_unusable_reconciles(
+        cluster: dict[str, Any]) -> None:
+    """A store that stops vouching for its endpoint: the class still takes
+    the policy (ClassResolved unchanged), but its spec without a Secret is
+    now refused; the event must judge it again, and again when it vouches
+    once more."""
+    from ckptdrain.operator import class_events
+
+    def vouching(on: bool) -> dict[str, Any]:
+        store = {**STD["spec"]["stores"][0], "endpoint": "https://minio.storage.svc."
+                 "cluster.local:9000", "ambientIdentity": on}
+        return {**STD, "spec": {**STD["spec"], "stores": [store]}}
+
+    cluster_view = class_view.CLASSES
+    cluster_view.apply("MODIFIED", vouching(True))
+    current = policy()
+    del current["spec"]["storage"]["credentialsSecretRef"]
+    resolved = {k: v for k, v in rebalance.class_condition(REFUSE, current).items()
+                if k != "type"}
+    current["status"] = {"phase": "Ready", "conditions": [
+        {"type": st.READY, "status": "True", "reason": "Sized", "message": "sized"},
+        {"type": st.CLASS_RESOLVED, **resolved}]}
+    assert not class_events.stale(REFUSE, current)
+
+    cluster_view.apply("MODIFIED", vouching(False))
+    assert rebalance.class_condition(REFUSE, current)["status"] == resolved["status"]
+    assert class_events.stale(REFUSE, current)  # Ready, though new pods are refused
+    with pytest.raises(InvalidInput) as refused:
+        rebalance.parse_policy(REFUSE, current, 1)
+    assert "spec.stores[].ambientIdentity" in str(refused.value)
+    current["status"] = {"phase": "Invalid", "conditions": [
+        {"type": st.READY, "status": "False", "reason": st.INVALID,
+         "message": str(refused.value)}, {"type": st.CLASS_RESOLVED, **resolved}]}
+    assert not class_events.stale(REFUSE, current)  # as the reconcile wrote it
+
+    cluster_view.apply("MODIFIED", vouching(True))
+    assert class_events.stale(REFUSE, current)  # usable again

@@ -1,7 +1,10 @@
 """The stores a CheckpointClass allows (`spec.stores`): read from the
 class, and applied to a policy: its `spec.storage.uri` under one of them,
 the matching entry's endpoint, region and addressingStyle filled in where
-the policy leaves them unset. Pure, no Kubernetes."""
+the policy leaves them unset; and the endpoints an entry vouches for
+(`ambientIdentity: true`) receiving its policies' ambient identity without
+a credentials Secret, as the chart's `agent.ambientEndpoints` do for every
+policy (store/ambient_endpoints.py). Pure, no Kubernetes."""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptdrain.errors import InvalidInput
+from ckptdrain.store import ambient_endpoints
+from ckptdrain.store.endpoint import parse_endpoint
 
 #: The store settings a class's matching entry fills in: (policy field under
 #: spec.storage, class field under spec.stores[]).
@@ -31,6 +36,9 @@ class Store:
     endpoint: str | None = None
     region: str | None = None
     addressing_style: str | None = None
+    #: The platform vouches for `endpoint` receiving its policies' ambient
+    #: identity (the pods' own, or the class's spec.identity).
+    ambient_identity: bool = False
 
     def prefix_for(self, namespace: str) -> str:
         """The prefix for `namespace`; ValueError for no namespace where the
@@ -85,11 +93,49 @@ def read_stores(raw: object, problems: list[InvalidInput]) -> tuple[Store, ...]:
         for key, value in settings.items():
             if value is not None and (not isinstance(value, str) or not value):
                 found.append(InvalidInput(f"{where}.{key}", "a non-empty string", value))
+        ambient = entry.get("ambientIdentity", False)
+        if not isinstance(ambient, bool):
+            found.append(InvalidInput(f"{where}.ambientIdentity", "true or false", ambient))
+        elif ambient:
+            found += _vouch_problems(where, prefix, settings["endpoint"])
         if not found:
             stores.append(Store(prefix, settings["endpoint"], settings["region"],
-                                settings["addressingStyle"]))
+                                settings["addressingStyle"], ambient is True))
         problems += found
     return tuple(stores)
+
+
+def _vouch_problems(where: str, prefix: str, endpoint: object) -> list[InvalidInput]:
+    """Why an entry cannot vouch for its endpoint: it has none (S3's own
+    need no vouching), it is not an s3:// store (GCS has its own rule), or
+    its endpoint is not one URL (`http(s)://host[:port]`: no wildcard, no
+    list, no user:password@; what it vouches for is that one origin)."""
+    if prefix and not prefix.startswith("s3://"):
+        return [InvalidInput(f"{where}.ambientIdentity", "unset or false with a gs:// "
+                             "uriPrefix (GCS is reached with the pod's Google identity)", True)]
+    if endpoint is None:
+        return [InvalidInput(f"{where}.ambientIdentity", "unset or false without an endpoint "
+                             "(S3's own endpoints need no vouching)", True)]
+    try:
+        parse_endpoint(f"{where}.endpoint", endpoint)
+    except InvalidInput as error:
+        return [error]
+    return []
+
+
+def vouched(namespace: str, spec: Mapping[str, Any], stores: tuple[Store, ...]
+            ) -> tuple[ambient_endpoints.Origin, ...]:
+    """The origin of the endpoint the store of the policy's storage.uri
+    vouches for (ambientIdentity), as an entry of the platform's ambient
+    list; () when its store vouches for none."""
+    storage = spec.get("storage")
+    uri = storage.get("uri") if isinstance(storage, Mapping) else None
+    if not isinstance(uri, str):
+        return ()
+    store = next((s for s in stores if s.admits(namespace, uri)), None)
+    if store is None or not store.ambient_identity or store.endpoint is None:
+        return ()
+    return (ambient_endpoints.origin(parse_endpoint("spec.stores[].endpoint", store.endpoint)),)
 
 
 def apply_stores(namespace: str, spec: Mapping[str, Any], class_name: str, stores: tuple[Store, ...]

@@ -4,9 +4,10 @@ applied. Pure, no Kubernetes.
 A class (cluster-scoped, crds/checkpointclasses.yaml) carries the settings
 the operator otherwise takes from its own configuration (the chart's
 values): the node-local root, the injected containers' resources, the agent
-image, the bandwidth weight; the stores its policies may write to, with
-their endpoints (policy/class_stores.py); and the namespaces whose policies
-may use it (policy/class_namespaces.py).
+image, the bandwidth weight, the store identity (policy/class_identity.py);
+the stores its policies may write to, with their endpoints and whether each
+may receive the ambient identity (policy/class_stores.py); and the
+namespaces whose policies may use it (policy/class_namespaces.py).
 
     policy CREATE without spec.checkpointClassName
        └── the default class's name written in (`default_choice`: annotation
@@ -38,6 +39,7 @@ from typing import Any
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import MAX_WEIGHT, OperatorConfig
 from ckptdrain.operator.containers import read_platform
+from ckptdrain.operator.policy.class_identity import for_namespace, read_identity
 from ckptdrain.operator.policy.class_namespaces import (
     EVERY_NAMESPACE,
     NamespaceRule,
@@ -50,7 +52,9 @@ from ckptdrain.operator.policy.class_stores import (  # noqa: F401 (classes.Stor
     Store,
     apply_stores,
     read_stores,
+    vouched,
 )
+from ckptdrain.operator.tenant_identities import WebIdentity
 
 DEFAULT_ANNOTATION = "ckptdrain.io/is-default-class"
 CLASS_FIELD = "spec.checkpointClassName"
@@ -80,6 +84,8 @@ class CheckpointClass:
     bandwidth_weight: int | None = None
     #: spec.namespaces: which namespaces' policies the class takes.
     namespaces: NamespaceRule = EVERY_NAMESPACE
+    #: spec.identity as written ({namespace} kept); None: the chart's mapping.
+    identity: WebIdentity | None = None
 
 
 class ClassInvalid(InvalidInput):
@@ -136,6 +142,7 @@ def read(body: Mapping[str, Any]) -> CheckpointClass:
     root = _root(spec, problems)
     stores = read_stores(spec.get("stores"), problems)
     namespaces = read_rule(spec.get("namespaces"), problems)
+    identity = read_identity(spec.get("identity"), problems)
     resources = spec.get("resources")
     if resources is not None:
         try:
@@ -154,7 +161,8 @@ def read(body: Mapping[str, Any]) -> CheckpointClass:
         raise ClassInvalid(name, problems, created, default)
     return CheckpointClass(
         name=name, created=created, default=default, root=root, stores=stores,
-        resources=resources, agent_image=image, bandwidth_weight=weight, namespaces=namespaces)
+        resources=resources, agent_image=image, bandwidth_weight=weight, namespaces=namespaces,
+        identity=identity)
 
 
 def catalogue(bodies: list[Mapping[str, Any]]) -> dict[str, CheckpointClass | ClassInvalid]:
@@ -292,8 +300,27 @@ def resolve(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
                               (refusal(cls.name, namespace, cls.namespaces, seen),),
                               choice.warning)
     filled, problems = apply_stores(namespace, spec, cls.name, cls.stores)
+    classed, identity_problem = _with_identity(classed, cls, namespace, filled)
+    problems += [identity_problem] if identity_problem is not None else []
     return Resolution(classed, filled, cls.name, REFUSED if problems else RESOLVED,
                       tuple(problems), choice.warning)
+
+
+def _with_identity(config: OperatorConfig, cls: CheckpointClass, namespace: str,
+                   spec: Mapping[str, Any]) -> tuple[OperatorConfig, InvalidInput | None]:
+    """`config` with what the class decides of the policy's store identity:
+    the class's identity in place of the chart's mapping for the namespace,
+    and the endpoint its store vouches for added to the chart's ambient
+    list; or the problem with the class's identity for this namespace."""
+    config = replace(config, ambient_endpoints=(
+        *config.ambient_endpoints, *vouched(namespace, spec, cls.stores)))
+    if cls.identity is None:
+        return config, None
+    identity, problem = for_namespace(cls.identity, namespace, cls.name)
+    if identity is None:
+        return config, problem
+    # The only entry: the class's wins for its policies over the chart's.
+    return replace(config, identities=((namespace, identity),)), None
 
 
 def condition(resolution: Resolution) -> dict[str, str]:

@@ -305,7 +305,8 @@ def _read(namespace: str, name: str, spec: Mapping[str, Any], config: OperatorCo
                 endpoint and ambient_endpoints.listed(endpoint, config.ambient_endpoints)):
             r.fail("storage.caBundle", "unset without a credentialsSecretRef, unless "
                    f"storage.endpoint is one the platform lists in "
-                   f"{ambient_endpoints.VARIABLE}: S3's own certificates are public, and "
+                   f"{ambient_endpoints.VARIABLE} or its class's store vouches for (spec."
+                   "stores[].ambientIdentity): S3's own certificates are public, and "
                    "a private CA would let another host pose as it", "set")
     if uri.startswith("gs://"):
         # GCS is reached with Application Default Credentials, and encrypts
