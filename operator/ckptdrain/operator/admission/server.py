@@ -298,6 +298,10 @@ class Handler(BaseHTTPRequestHandler):
                 self._fail(400, f"body: expected an AdmissionReview or ConversionReview "
                                 f"({error})")
                 return
+            except RecursionError:  # the parser's own bound on nesting
+                self._fail(400, "body: expected an AdmissionReview or ConversionReview "
+                                "(JSON nested too deeply)")
+                return
             finally:
                 self.request.settimeout(IDLE_S)
             try:
@@ -313,6 +317,12 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             slots.release()
 
+    def _not_posted(self) -> None:
+        """Every webhook is a POST; anything else is answered, as JSON, so."""
+        self._fail(405, f"method {self.command}: expected POST")
+
+    do_GET = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_posted
+
     def _client_trusted(self) -> bool:
         """True without a client CA; with one, True only if this connection
         presented a certificate (the handshake verified it against the CA)."""
@@ -323,12 +333,14 @@ class Handler(BaseHTTPRequestHandler):
     def _fail(self, code: int, message: str) -> None:
         # What is left of the request is not read: this connection ends here.
         self.close_connection = True
-        self._send(code, {"error": message})
+        self._send(code, {"error": message}, allow="POST" if code == 405 else None)
 
-    def _send(self, code: int, body: dict[str, Any]) -> None:
+    def _send(self, code: int, body: dict[str, Any], allow: str | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        if allow:
+            self.send_header("Allow", allow)
         self.send_header("Content-Length", str(len(data)))
         if self.close_connection:
             self.send_header("Connection", "close")

@@ -1,0 +1,73 @@
+"""The admission server's HTTP edge (admission/server.py) on bodies and
+methods no apiserver sends: a body nested past the parser's bound, and a
+method other than POST, are answered with a 4xx in JSON naming what was
+wrong, never a dropped connection or a 5xx. The whole hostile sample:
+tests/cluster/test_webhook_payloads.py."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import ssl
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import process as admission_process
+from ckptdrain.operator.admission import rules as admission
+from ckptdrain.operator.admission import server as admission_server
+from ckptdrain.operator.admission.policy_mirror import PolicyMirror
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+Connect = Callable[[], http.client.HTTPSConnection]
+
+
+@pytest.fixture
+def connect(tmp_path: Path) -> Iterator[Connect]:
+    """A function opening a connection to the admission server on a free port."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    reviewer = admission_process.Reviewer(CFG, PolicyMirror())
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    server = admission_server.Server(("127.0.0.1", 0), admission_server.Certificates(
+        str(cert), str(key)), reviewer, loop, converter=reviewer.convert,
+        conversion_path=CFG.conversion_path)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    context = ssl.create_default_context(cafile=str(cert))
+    try:
+        yield lambda: http.client.HTTPSConnection("127.0.0.1", server.server_address[1],
+                                                  timeout=10, context=context)
+    finally:
+        server.shutdown()
+        server.server_close()
+        loop.call_soon_threadsafe(loop.stop)
+
+
+@pytest.mark.parametrize("path", [f"/{admission.MUTATE_ID}", "/convert"])
+def test_a_body_nested_too_deeply_is_a_400(connect: Connect, path: str) -> None:
+    conn = connect()
+    conn.request("POST", path, body=b"[" * 100_000 + b"]" * 100_000,
+                 headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 400
+    assert json.loads(response.read()) == {
+        "error": "body: expected an AdmissionReview or ConversionReview "
+                 "(JSON nested too deeply)"}
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH", "OPTIONS"])
+def test_a_method_other_than_post_is_a_405(connect: Connect, method: str) -> None:
+    conn = connect()
+    conn.request(method, f"/{admission.MUTATE_ID}")
+    response = conn.getresponse()
+    assert response.status == 405
+    assert response.getheader("Allow") == "POST"
+    assert json.loads(response.read()) == {"error": f"method {method}: expected POST"}
