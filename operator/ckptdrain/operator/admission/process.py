@@ -44,6 +44,7 @@ from ckptdrain.operator.admission import (
     holder_mirror,
     policy_mirror,
     policy_rules,
+    review_shape,
 )
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission.server import Certificates, Server, UnknownWebhook
@@ -87,12 +88,15 @@ class Reviewer:
                  admission.MUTATE_POLICY_ID: "policy-class"}.get(path)
         if which is None:
             raise UnknownWebhook(f"no webhook at /{path}")
-        payload = request.get("request")
-        if not isinstance(payload, dict):
-            payload = {}
-        answer: dict[str, Any] = {"uid": str(payload.get("uid") or ""), "allowed": True}
-        warnings: list[str] = []
         started, outcome = received or time.perf_counter(), "error"
+        try:
+            payload = review_shape.request_of(request)
+            review_shape.check_request(payload, pod=which == "pod")
+        except review_shape.MalformedReview as error:
+            self.report(which, outcome, time.perf_counter() - started)
+            return malformed(request, error)
+        answer: dict[str, Any] = {"uid": payload["uid"], "allowed": True}
+        warnings: list[str] = []
         heap.busy()  # no heap trim while admissions come in
         try:
             if which in ("pod", "policy-class"):
@@ -110,14 +114,16 @@ class Reviewer:
         except Exception as error:  # answered, never a dropped connection
             log.exception("admission of a %s failed", which)
             answer["allowed"] = False
-            answer["status"] = {"message": f"ckptdrain admission failed: {error!r}",
-                                "code": 500}
+            # Its type only: the message of a bare error may quote the review.
+            answer["status"] = {"message": f"ckptdrain admission failed "
+                                           f"({type(error).__name__}); the admission "
+                                           f"process's log says where", "code": 500}
         finally:
             self.report(which, outcome, time.perf_counter() - started)
         if warnings:
             answer["warnings"] = [str(w) for w in warnings]
-        return {"apiVersion": request.get("apiVersion", "admission.k8s.io/v1"),
-                "kind": request.get("kind", "AdmissionReview"), "response": answer}
+        return {"apiVersion": request["apiVersion"], "kind": request["kind"],
+                "response": answer}
 
     def convert(self, request: dict[str, Any], received: float | None = None
                 ) -> dict[str, Any]:
@@ -135,11 +141,12 @@ class Reviewer:
         except Exception as error:  # answered as a Failure, never a dropped connection
             log.exception("conversion of a ConversionReview failed")
             payload = request.get("request")
-            uid = str(payload.get("uid") or "") if isinstance(payload, dict) else ""
+            uid = payload.get("uid") if isinstance(payload, dict) else None
             return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-                    "response": {"uid": uid, "result": {
+                    "response": {"uid": uid if isinstance(uid, str) else "", "result": {
                         "status": "Failure",
-                        "message": f"ckptdrain conversion failed: {error!r}"}}}
+                        "message": f"ckptdrain conversion failed ({type(error).__name__}); "
+                                   f"the admission process's log says where"}}}
         finally:
             self.report("conversion", outcome, time.perf_counter() - started)
 
@@ -183,6 +190,20 @@ class Reviewer:
             return []
         return await policy_rules.default_class_patch(body, warnings,
                                                       str(payload.get("namespace") or ""))
+
+
+def malformed(request: dict[str, Any], error: review_shape.MalformedReview
+              ) -> dict[str, Any]:
+    """The answer to a review no apiserver sends: refused (400), naming the
+    field; the uid echoed only when it is a string, nothing else of it."""
+    payload = request.get("request")
+    uid = payload.get("uid") if isinstance(payload, dict) else None
+    version = request.get("apiVersion")
+    return {"apiVersion": version if version in review_shape.ADMISSION_VERSIONS
+            else review_shape.ADMISSION_VERSIONS[0], "kind": review_shape.REVIEW_KIND,
+            "response": {"uid": uid if isinstance(uid, str) else "", "allowed": False,
+                         "status": {"message": f"ckptdrain admission: {error}",
+                                    "code": 400}}}
 
 
 def requested_version(payload: dict[str, Any]) -> str | None:

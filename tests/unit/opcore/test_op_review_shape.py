@@ -1,0 +1,123 @@
+"""Reviews no apiserver sends (admission/review_shape.py), answered by the
+reviewer and the converter: refused naming the field and the type seen,
+never quoting a value; the uid echoed only when it is a string. The same
+cases through the real process: tests/cluster/test_webhook_payloads.py."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import conversion, review_shape
+from ckptdrain.operator.admission import process as admission_process
+from ckptdrain.operator.admission import rules as admission
+from ckptdrain.operator.admission.policy_mirror import PolicyMirror
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+SECRET = "hunter2-value"
+
+
+def pod_review() -> dict[str, Any]:
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "labels": {"app": "a"}, "annotations": {"t": SECRET}},
+           "spec": {"containers": [{"name": "c", "image": "i",
+                                    "env": [{"name": "PASSWORD", "value": SECRET}]}]}}
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "operation": "CREATE", "namespace": "ml", "object": pod}}
+
+
+def changed(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    review = pod_review()
+    node = review
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = copy.deepcopy(value)
+    return review
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("apiVersion",), "admission.k8s.io/v2", "apiVersion, kind: expected one of "
+     "admission.k8s.io/v1, admission.k8s.io/v1beta1, AdmissionReview, got another kind "
+     "of review"),
+    (("kind",), {"k": SECRET}, "apiVersion, kind: expected"),
+    (("request",), [SECRET], "request: expected an object, got a list"),
+    (("request", "uid"), {"a": SECRET}, "request.uid: expected a string, got an object"),
+    (("request", "namespace"), 7, "request.namespace: expected a string, got a number"),
+    (("request", "object"), [1], "request.object: expected an object, got a list"),
+    (("request", "dryRun"), "yes", "request.dryRun: expected a boolean, got a string"),
+    (("request", "object", "spec"), None, "request.object.spec: expected an object, got null"),
+    (("request", "object", "metadata", "labels"), [SECRET],
+     "request.object.metadata.labels: expected an object of strings, got a list"),
+    (("request", "object", "metadata", "annotations", "t"), [SECRET],
+     "request.object.metadata.annotations['t']: expected a string, got a list"),
+    (("request", "object", "spec", "containers"), {"c": SECRET},
+     "request.object.spec.containers: expected a list of objects, got an object"),
+    (("request", "object", "spec", "containers", 0, "env", 0, "value"), 12,
+     "request.object.spec.containers[0].env[0].value: expected a string, got a number"),
+    (("request", "object", "spec", "containers", 0, "env"), [SECRET],
+     "request.object.spec.containers[0].env[0]: expected an object, got a string"),
+    (("request", "object", "metadata", "name"), "\ud800",
+     "request.object (a string): expected UTF-8 text, got a lone surrogate"),
+])
+def test_a_malformed_review_is_refused_naming_the_field_never_a_value(
+        path: tuple[Any, ...], value: Any, message: str) -> None:
+    review = changed(path, value)
+    with pytest.raises(review_shape.MalformedReview) as raised:
+        review_shape.check_request(review_shape.request_of(review), pod=True)
+    assert str(raised.value).startswith(message), str(raised.value)
+    assert SECRET not in str(raised.value)
+
+
+def test_a_well_formed_review_passes() -> None:
+    review = pod_review()
+    review["request"]["object"]["metadata"]["name"] = "名前\x00"  # text, if odd
+    review_shape.check_request(review_shape.request_of(review), pod=True)
+
+
+def answer(review: dict[str, Any]) -> dict[str, Any]:
+    reports: list[tuple[str, str]] = []
+    reviewer = admission_process.Reviewer(CFG, PolicyMirror(),
+                                          lambda w, o, s: reports.append((w, o)))
+    answered = asyncio.run(reviewer(review, admission.MUTATE_ID))
+    assert reports == [("pod", "error")]
+    return answered
+
+
+def test_the_reviewer_answers_a_malformed_review_as_a_refusal() -> None:
+    answered = answer(changed(("request", "uid"), 12))
+    assert answered == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                        "response": {"uid": "", "allowed": False, "status": {
+                            "code": 400, "message": "ckptdrain admission: request.uid: "
+                                                    "expected a string, got a number"}}}
+    answered = answer(changed(("apiVersion",), ["x"]))
+    assert answered["apiVersion"] == "admission.k8s.io/v1"  # never the review's own
+    assert answered["response"]["uid"] == "u-1"
+    spec = answer(changed(("request", "object", "spec", "volumes"), [SECRET]))["response"]
+    assert spec["uid"] == "u-1" and spec["status"]["code"] == 400
+    assert SECRET not in str(spec)
+
+
+def conversion_review(**request: Any) -> dict[str, Any]:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "c-1", "desiredAPIVersion": "ckptdrain.io/v1beta1",
+                        "objects": [], **request}}
+
+
+@pytest.mark.parametrize(("request_part", "uid", "message"), [
+    ({"uid": True}, "", "request.uid: expected a string, got 'bool'"),
+    ({"uid": {"a": SECRET}}, "", "request.uid: expected a string, got 'dict'"),
+    ({"desiredAPIVersion": {"a": SECRET}}, "c-1",
+     "request.desiredAPIVersion: expected an apiVersion of CheckpointPolicy, got 'dict'"),
+    ({"objects": [{"apiVersion": {"a": SECRET}, "kind": "CheckpointPolicy"}]}, "c-1",
+     "request.objects[0].apiVersion: expected ckptdrain.io/v1alpha1 or "
+     "ckptdrain.io/v1beta1, got 'dict'"),
+])
+def test_a_conversion_failure_echoes_a_string_uid_and_no_value(
+        request_part: dict[str, Any], uid: str, message: str) -> None:
+    response = conversion.review_response(conversion_review(**request_part))["response"]
+    assert response["uid"] == uid
+    assert response["result"] == {"status": "Failure", "message": message}
