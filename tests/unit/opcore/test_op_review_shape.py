@@ -60,6 +60,12 @@ def changed(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
      "request.object.spec.containers[0].env[0].value: expected a string, got a number"),
     (("request", "object", "spec", "containers", 0, "env"), [SECRET],
      "request.object.spec.containers[0].env[0]: expected an object, got a string"),
+    (("request", "namespace"), "../../api/v1/secrets",
+     "request.namespace: expected a namespace's name (an RFC 1123 label), got another string"),
+    (("request", "object", "metadata", "namespace"), "Team_A",
+     "request.object.metadata.namespace: expected a namespace's name"),
+    (("request", "object", "metadata", "name"), "a/../../b",
+     "request.object.metadata.name: expected a name with no '/' (one path segment), got a path"),
     (("request", "object", "metadata", "name"), "\ud800",
      "request.object (a string): expected UTF-8 text, got a lone surrogate"),
 ])

@@ -10,6 +10,7 @@ secret). Pure.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,11 @@ _META_STRINGS = ("name", "namespace", "generateName", "uid", "resourceVersion",
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 _CONTAINER_OBJECT_LISTS = ("env", "envFrom", "volumeMounts", "ports", "volumeDevices")
 _CONTAINER_OBJECTS = ("resources", "securityContext", "lifecycle")
+
+
+#: A namespace's name (an RFC 1123 label), as the apiserver allows it:
+#: admission puts it in the paths of its reads.
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 
 class MalformedReview(InvalidInput):
@@ -63,7 +69,20 @@ def request_of(review: Mapping[str, Any]) -> dict[str, Any]:
             _expect(request[name], dict, f"request.{name}", "an object")
     if request.get("dryRun") is not None:
         _expect(request["dryRun"], bool, "request.dryRun", "a boolean")
+    _names(request, "request")
     return request
+
+
+def _names(holder: Mapping[str, Any], where: str) -> None:
+    """`holder`'s namespace and name, when given, fit in an API path as one
+    segment each: neither climbs out of it (`../..`) nor adds a segment."""
+    namespace, name = holder.get("namespace"), holder.get("name")
+    if namespace and not _NAMESPACE.match(namespace):
+        raise MalformedReview(f"{where}.namespace", "a namespace's name (an RFC 1123 label)",
+                              "another string")
+    if name and ("/" in name or name in (".", "..")):
+        raise MalformedReview(f"{where}.name", "a name with no '/' (one path segment)",
+                              "a path")
 
 
 def check_request(request: Mapping[str, Any], pod: bool) -> None:
@@ -92,6 +111,7 @@ def _metadata(meta: Any, where: str) -> None:
     for name in _META_STRINGS:
         if meta.get(name) is not None:
             _expect(meta[name], str, f"{where}.{name}", "a string")
+    _names(meta, where)
     for name in ("labels", "annotations"):
         if meta.get(name) is not None:
             _expect(meta[name], dict, f"{where}.{name}", "an object of strings")
