@@ -12,6 +12,7 @@ import json
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -71,3 +72,32 @@ def test_a_method_other_than_post_is_a_405(connect: Connect, method: str) -> Non
     assert response.status == 405
     assert response.getheader("Allow") == "POST"
     assert json.loads(response.read()) == {"error": f"method {method}: expected POST"}
+
+
+def test_a_body_trickled_in_is_cut_at_the_reviews_deadline(connect: Connect) -> None:
+    """One byte at a time, each within the socket's timeout: the review's
+    deadline (its `?timeout=`) bounds the whole body, else a few such
+    clients would hold every admission slot for as long as they like."""
+    conn = connect()
+    conn.putrequest("POST", f"/{admission.MUTATE_ID}?timeout=1s")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", "1000")
+    conn.endheaders()
+    began = time.monotonic()
+    assert conn.sock is not None
+    conn.sock.settimeout(0.3)
+    answered = b""
+    for _ in range(40):  # 12 s of trickle at most
+        try:
+            conn.sock.sendall(b" ")
+            answered = conn.sock.recv(4096)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        if answered:
+            break
+    took = time.monotonic() - began
+    assert answered.startswith(b"HTTP/1.1 400"), answered
+    assert b"deadline" in answered
+    assert took < 3, f"answered after {took:.1f}s"

@@ -290,8 +290,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             try:
-                self.request.settimeout(max(0.1, deadline - time.monotonic()))
-                request = json.loads(self.rfile.read(length))
+                request = json.loads(self._read_body(length, deadline))
                 if not isinstance(request, dict):
                     raise ValueError("not a JSON object")
             except (ValueError, TimeoutError) as error:
@@ -316,6 +315,27 @@ class Handler(BaseHTTPRequestHandler):
                 self._fail(500, f"no answer: {error!r}")
         finally:
             slots.release()
+
+    def _read_body(self, length: int, deadline: float) -> bytes:
+        """`length` bytes of body, all of them before `deadline`: a socket
+        timeout bounds each read only, and a client sending a byte at a time
+        would otherwise hold its slot for as long as it liked."""
+        late = "the body did not arrive by the review's deadline"
+        chunks, left = [], length
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(late)
+            self.request.settimeout(remaining)
+            try:
+                chunk = self.rfile.read1(min(left, 1 << 16))
+            except TimeoutError:
+                raise TimeoutError(late) from None
+            if not chunk:
+                raise ValueError(f"the body ended {left} bytes before its Content-Length")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
 
     def _not_posted(self) -> None:
         """Every webhook is a POST; anything else is answered, as JSON, so."""
