@@ -94,7 +94,7 @@ class Reviewer:
             review_shape.check_request(payload, pod=which == "pod")
         except review_shape.MalformedReview as error:
             self.report(which, outcome, time.perf_counter() - started)
-            return malformed(request, error)
+            return review_shape.refusal(request, error)
         answer: dict[str, Any] = {"uid": payload["uid"], "allowed": True}
         warnings: list[str] = []
         heap.busy()  # no heap trim while admissions come in
@@ -190,20 +190,6 @@ class Reviewer:
             return []
         return await policy_rules.default_class_patch(body, warnings,
                                                       str(payload.get("namespace") or ""))
-
-
-def malformed(request: dict[str, Any], error: review_shape.MalformedReview
-              ) -> dict[str, Any]:
-    """The answer to a review no apiserver sends: refused (400), naming the
-    field; the uid echoed only when it is a string, nothing else of it."""
-    payload = request.get("request")
-    uid = payload.get("uid") if isinstance(payload, dict) else None
-    version = request.get("apiVersion")
-    return {"apiVersion": version if version in review_shape.ADMISSION_VERSIONS
-            else review_shape.ADMISSION_VERSIONS[0], "kind": review_shape.REVIEW_KIND,
-            "response": {"uid": uid if isinstance(uid, str) else "", "allowed": False,
-                         "status": {"message": f"ckptdrain admission: {error}",
-                                    "code": 400}}}
 
 
 def requested_version(payload: dict[str, Any]) -> str | None:

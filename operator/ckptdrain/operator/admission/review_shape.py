@@ -85,6 +85,19 @@ def _names(holder: Mapping[str, Any], where: str) -> None:
                               "a path")
 
 
+def refusal(review: Mapping[str, Any], error: MalformedReview) -> dict[str, Any]:
+    """The AdmissionReview answering `review`, which `error` refused: a 400
+    naming the field; the uid echoed only when it is a string, nothing else
+    of the review."""
+    request = review.get("request")
+    uid = request.get("uid") if isinstance(request, Mapping) else None
+    version = review.get("apiVersion")
+    return {"apiVersion": version if version in ADMISSION_VERSIONS else ADMISSION_VERSIONS[0],
+            "kind": REVIEW_KIND,
+            "response": {"uid": uid if isinstance(uid, str) else "", "allowed": False,
+                         "status": {"message": f"ckptdrain admission: {error}", "code": 400}}}
+
+
 def check_request(request: Mapping[str, Any], pod: bool) -> None:
     """The objects of a request whose envelope request_of() checked: their
     metadata (and a pod's containers and volumes, with `pod`) of the
