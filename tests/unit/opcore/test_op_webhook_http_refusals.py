@@ -64,14 +64,24 @@ def test_a_body_nested_too_deeply_is_a_400(connect: Connect, path: str) -> None:
                  "(JSON nested too deeply)"}
 
 
-@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH", "OPTIONS"])
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "FOO"])
 def test_a_method_other_than_post_is_a_405(connect: Connect, method: str) -> None:
     conn = connect()
     conn.request(method, f"/{admission.MUTATE_ID}")
     response = conn.getresponse()
     assert response.status == 405
     assert response.getheader("Allow") == "POST"
+    assert response.getheader("Content-Type") == "application/json"
     assert json.loads(response.read()) == {"error": f"method {method}: expected POST"}
+
+
+def test_head_is_a_405_with_no_body(connect: Connect) -> None:
+    conn = connect()
+    conn.request("HEAD", f"/{admission.MUTATE_ID}")
+    response = conn.getresponse()
+    assert response.status == 405 and response.getheader("Allow") == "POST"
+    assert response.getheader("Content-Type") == "application/json"
+    assert response.read() == b""
 
 
 def test_a_body_trickled_in_is_cut_at_the_reviews_deadline(connect: Connect) -> None:
@@ -101,3 +111,53 @@ def test_a_body_trickled_in_is_cut_at_the_reviews_deadline(connect: Connect) -> 
     assert answered.startswith(b"HTTP/1.1 400"), answered
     assert b"deadline" in answered
     assert took < 3, f"answered after {took:.1f}s"
+
+
+def _trickle(conn: http.client.HTTPSConnection, body: bytes, per_second: int,
+             limit_s: float) -> bytes:
+    """`body` sent at about `per_second` bytes a second to /convert (no
+    `?timeout=`, as the apiserver posts it); the answer's first bytes."""
+    conn.putrequest("POST", "/convert")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    assert conn.sock is not None
+    conn.sock.settimeout(0.1)
+    chunk, began = max(1, per_second // 10), time.monotonic()
+    for at in range(0, len(body), chunk):
+        try:
+            conn.sock.sendall(body[at:at + chunk])
+            answered = conn.sock.recv(4096)
+        except TimeoutError:
+            answered = b""
+        except OSError:
+            break
+        if answered or time.monotonic() - began > limit_s:
+            return answered
+        time.sleep(max(0.0, began + (at + chunk) / per_second - time.monotonic()))
+    conn.sock.settimeout(10)
+    return conn.sock.recv(4096)
+
+
+def test_a_large_conversion_sent_slowly_is_read_whole(connect: Connect) -> None:
+    """The apiserver gives a conversion its own wait (no `?timeout=`, at
+    least 30 s): a 1.2 MB list at 100 KB/s (12 s) is converted, not cut at
+    the 10 s an admission gets by default."""
+    policy = {"apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy",
+              "metadata": {"name": "p", "namespace": "ns"}, "spec": {"interval": "1d"}}
+    body = json.dumps({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                       "request": {"uid": "slow", "desiredAPIVersion": "ckptdrain.io/v1beta1",
+                                   "objects": [policy] * 9_000}}).encode()
+    assert 1_100_000 < len(body) < 1_300_000
+    answered = _trickle(connect(), body, 100_000, 25)
+    assert answered.startswith(b"HTTP/1.1 200"), answered[:300]
+
+
+def test_a_conversion_trickled_past_its_wait_is_cut(connect: Connect,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admission_server, "CONVERSION_TIMEOUT_S", 2.0)
+    began = time.monotonic()
+    answered = _trickle(connect(), b" " * 10_000, 1_000, 8)
+    assert answered.startswith(b"HTTP/1.1 400"), answered
+    assert b"deadline" in answered
+    assert time.monotonic() - began < 4

@@ -8,8 +8,9 @@ and the bounds.
 
 Bounded: at most MAX_CONNECTIONS at once (the next one waits in the listen
 backlog), at most MAX_IN_FLIGHT reviews read and answered at once, each
-given as long as the apiserver waits for it (its `?timeout=`), a TLS
-handshake within HANDSHAKE_S, a connection idle for IDLE_S closed.
+given as long as the apiserver waits for it (its `?timeout=`; a conversion,
+sent none, CONVERSION_TIMEOUT_S), a TLS handshake within HANDSHAKE_S, a
+connection idle for IDLE_S closed. Every answer is JSON, an error's too.
 
 Client certificates (opt-in, CKPTDRAIN_WEBHOOK_CLIENT_CA): any pod that
 reaches the Service could otherwise post a forged AdmissionReview and read
@@ -34,6 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -81,11 +83,21 @@ IDLE_S = 120.0  # longer than the apiserver's own idle timeout (90 s)
 #: `?timeout=`, the webhook's timeoutSeconds: at most 30 s). Later than that
 #: the apiserver has given up, and nothing is gained by answering.
 ANSWER_TIMEOUT_S = 10.0
-
+#: How long a conversion may take, its body's arrival included. The
+#: apiserver sends no `?timeout=` to a CRD's conversion webhook (it posts
+#: without one, and waits at least 30 s), so a large list sent slowly is
+#: still read whole within that wait, however long an admission may take.
+CONVERSION_TIMEOUT_S = 30.0
 
 
 class UnknownWebhook(Exception):
     """A path we do not serve."""
+
+
+class BadReview(Exception):
+    """A review the reviewer will not answer: HTTP 400, its message the
+    body's. To the apiserver a webhook failure, which the webhook's
+    failurePolicy decides, as it would for a webhook it cannot reach."""
 
 
 class Certificates:
@@ -228,9 +240,9 @@ class Server(ThreadingHTTPServer):
             future.cancel()  # no-op once done; a late one must not run on
 
 
-def request_timeout(query: str) -> float:
+def request_timeout(query: str, default: float = ANSWER_TIMEOUT_S) -> float:
     """The seconds the apiserver waits for this review (its `?timeout=5s`),
-    else ANSWER_TIMEOUT_S; at most 30 s."""
+    else `default`; at most 30 s."""
     for part in query.split("&"):
         name, _, value = part.partition("=")
         if name == "timeout" and value.endswith("s"):
@@ -238,7 +250,7 @@ def request_timeout(query: str) -> float:
                 return min(30.0, max(0.5, float(value[:-1])))
             except ValueError:
                 break
-    return ANSWER_TIMEOUT_S
+    return default
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -283,7 +295,9 @@ class Handler(BaseHTTPRequestHandler):
             self._fail(413, f"Content-Length: expected 1 to {limit} bytes, got {length}")
             return
         received = time.perf_counter()
-        deadline = time.monotonic() + request_timeout(query)
+        # A conversion's wait is the apiserver's own (it sends no timeout).
+        deadline = time.monotonic() + request_timeout(
+            query, CONVERSION_TIMEOUT_S if converting else ANSWER_TIMEOUT_S)
         slots = self.server.conversions if converting else self.server.in_flight
         if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
             self._fail(503, "too many reviews at once; the apiserver's time is up")
@@ -310,6 +324,8 @@ class Handler(BaseHTTPRequestHandler):
                     self._send(200, self.server.answer(request, path, received, deadline))
             except UnknownWebhook as error:
                 self._fail(404, str(error))
+            except BadReview as error:
+                self._fail(400, str(error))
             except Exception as error:  # a timeout, a bug: answered, never dropped
                 log.warning("admission: no answer to a review at /%s: %r", path, error)
                 self._fail(500, f"no answer: {error!r}")
@@ -339,9 +355,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def _not_posted(self) -> None:
         """Every webhook is a POST; anything else is answered, as JSON, so."""
-        self._fail(405, f"method {self.command}: expected POST")
+        self._fail(405, f"method {str(self.command)[:32]}: expected POST")
 
-    do_GET = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_posted
+    do_GET = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = _not_posted
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """The standard library's errors (a method with no do_*: 501; a bad
+        request line; headers too long), answered in JSON like ours rather
+        than its HTML page."""
+        if code == HTTPStatus.NOT_IMPLEMENTED:  # a method we have no do_* for
+            self._not_posted()
+            return
+        self._fail(code, message or HTTPStatus(code).phrase)
 
     def _client_trusted(self) -> bool:
         """True without a client CA; with one, True only if this connection
@@ -365,7 +391,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":  # an answer to HEAD has no body
+            self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:
         return  # every review is counted in the operator's metrics instead
