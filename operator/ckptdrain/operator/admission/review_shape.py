@@ -95,7 +95,10 @@ def refusal(review: Mapping[str, Any], error: MalformedReview) -> dict[str, Any]
     return {"apiVersion": version if version in ADMISSION_VERSIONS else ADMISSION_VERSIONS[0],
             "kind": REVIEW_KIND,
             "response": {"uid": uid if isinstance(uid, str) else "", "allowed": False,
-                         "status": {"message": f"ckptdrain admission: {error}", "code": 400}}}
+                         "status": {"message": f"ckptdrain admission: {error}"
+                                               + (f" (request uid {uid[:64]!r})"
+                                                  if isinstance(uid, str) else ""),
+                                    "code": 400}}}
 
 
 def check_request(request: Mapping[str, Any], pod: bool) -> None:
