@@ -33,6 +33,13 @@ ADMISSION_PATHS = (POD_PATH, POLICY_PATH, POLICY_CLASS_PATH)
 MAX_REVIEW_BYTES = 4 << 20
 MAX_CONVERSION_BYTES = 16 << 20
 JSON = {"Content-Type": "application/json"}
+#: What a valid case's answer must be (Case.expect): a review that admits,
+#: one that admits with a patch, a conversion's Success.
+ALLOWED, PATCHED, SUCCESS = "allowed", "allowed with a patch", "Success"
+#: What each webhook's answer to its well-formed review must be (the pod:
+#: one the sample's policy selects).
+WELLFORMED_EXPECT = {POD_PATH: PATCHED, POLICY_PATH: ALLOWED, POLICY_CLASS_PATH: ALLOWED,
+                     CONVERT_PATH: SUCCESS}
 #: Values of every JSON type, put where another is expected.
 WRONG = (None, 0, -1, 2**70, 1.5, True, "", "x", [], [1, "x"], {}, {"a": MARKER})
 
@@ -41,7 +48,9 @@ WRONG = (None, 0, -1, 2**70, 1.5, True, "", "x", [], [1, "x"], {}, {"a": MARKER}
 class Case:
     """One request: its class (for the figures), path, body and headers.
     `uid`: what the answer must echo when it is a 200 review. `declared`: a
-    Content-Length sent with no body at all (an oversize body announced)."""
+    Content-Length sent with no body at all (an oversize body announced).
+    `expect`: for a valid review, what its answer must be (ALLOWED,
+    PATCHED, SUCCESS), so that a false refusal fails the sample."""
 
     kind: str
     path: str
@@ -50,6 +59,7 @@ class Case:
     uid: str | None = None
     declared: int | None = None
     method: str = "POST"
+    expect: str | None = None
 
 
 def pod(namespace: str, labels: dict[str, str]) -> dict[str, Any]:
@@ -120,6 +130,7 @@ class Corpus:
         review = self.policy_review()
         yield POLICY_CLASS_PATH, review
         yield CONVERT_PATH, self.conversion_review()
+
 
     def case(self, kind: str, path: str, review: Any, **extra: Any) -> Case:
         uid = None
@@ -230,8 +241,10 @@ class Corpus:
         for kind in ("text/plain", "application/yaml", "multipart/form-data; boundary=x",
                      "application/x-www-form-urlencoded", "application/json; charset=utf-16"):
             for path, review in self.wellformed():
+                # Read as JSON whatever it says (the apiserver sends JSON).
                 yield Case("wrong Content-Type", path, _body(review),
-                           headers={"Content-Type": kind}, uid=review["request"]["uid"])
+                           headers={"Content-Type": kind}, uid=review["request"]["uid"],
+                           expect=WELLFORMED_EXPECT[path])
         yield Case("wrong Content-Type", POD_PATH, b"apiVersion: v1\nkind: Pod\n",
                    headers={"Content-Type": "application/yaml"})
 
@@ -294,20 +307,20 @@ class Corpus:
                   "data": {"password": MARKER}, "stringData": {"token": MARKER}}
         for path in ADMISSION_PATHS:
             yield self.case("secrets planted", path, admission(
-                self.uid(), self.namespace, secret, "Secret"))
+                self.uid(), self.namespace, secret, "Secret"), expect=ALLOWED)
         obj = pod(self.namespace, self.labels)
         obj["spec"]["containers"][0]["env"].append(
             {"name": "FROM", "valueFrom": {"secretKeyRef": {"name": MARKER, "key": MARKER}}})
         obj["spec"]["initContainers"] = [{"name": "init", "image": "i",
                                           "env": [{"name": "P", "value": MARKER}]}]
-        yield self.case("secrets planted", POD_PATH, self.pod_review(obj))
+        yield self.case("secrets planted", POD_PATH, self.pod_review(obj), expect=PATCHED)
         review = self.pod_review()
         review["request"]["oldObject"] = {"data": {"k": MARKER}}
         review["request"]["operation"] = "UPDATE"
-        yield self.case("secrets planted", POD_PATH, review)
+        yield self.case("secrets planted", POD_PATH, review, expect=ALLOWED)
 
     def methods(self) -> Iterator[Case]:
-        for method in ("GET", "PUT", "DELETE", "PATCH", "OPTIONS"):
+        for method in ("GET", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "FOO"):
             yield Case("other methods", POD_PATH, b"", method=method,
                        headers={"Content-Length": "0"})
 
