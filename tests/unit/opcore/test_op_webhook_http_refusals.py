@@ -84,6 +84,23 @@ def test_head_is_a_405_with_no_body(connect: Connect) -> None:
     assert response.read() == b""
 
 
+def test_a_malformed_pod_review_is_an_http_400_with_a_status(connect: Connect) -> None:
+    """A webhook failure the apiserver quotes (its failurePolicy decides),
+    not a review refusing the pod."""
+    conn = connect()
+    conn.request("POST", f"/{admission.MUTATE_ID}", body=json.dumps({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-9", "operation": "CREATE", "namespace": "ml",
+                    "object": {"metadata": [], "spec": {}}}}).encode(),
+        headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 400
+    assert json.loads(response.read()) == {
+        "apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 400,
+        "reason": "BadRequest", "message": "ckptdrain admission: request.object.metadata: "
+                                           "expected an object, got a list (request uid 'u-9')"}
+
+
 def test_a_body_trickled_in_is_cut_at_the_reviews_deadline(connect: Connect) -> None:
     """One byte at a time, each within the socket's timeout: the review's
     deadline (its `?timeout=`) bounds the whole body, else a few such

@@ -95,9 +95,8 @@ class UnknownWebhook(Exception):
 
 
 class BadReview(Exception):
-    """A review the reviewer will not answer: HTTP 400, its message the
-    body's. To the apiserver a webhook failure, which the webhook's
-    failurePolicy decides, as it would for a webhook it cannot reach."""
+    """A review not answered: HTTP 400, a Status saying why. To the apiserver
+    a webhook failure, which the webhook's failurePolicy decides."""
 
 
 class Certificates:
@@ -324,8 +323,10 @@ class Handler(BaseHTTPRequestHandler):
                     self._send(200, self.server.answer(request, path, received, deadline))
             except UnknownWebhook as error:
                 self._fail(404, str(error))
-            except BadReview as error:
-                self._fail(400, str(error))
+            except BadReview as error:  # a Status: the apiserver quotes its message
+                self.close_connection = True
+                self._send(400, {"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                                 "code": 400, "reason": "BadRequest", "message": str(error)})
             except Exception as error:  # a timeout, a bug: answered, never dropped
                 log.warning("admission: no answer to a review at /%s: %r", path, error)
                 self._fail(500, f"no answer: {error!r}")
