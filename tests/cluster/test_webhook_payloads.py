@@ -37,6 +37,8 @@ import webhook_probe as probe
 import webhook_valid
 from cluster_helpers import INJECT, policy
 
+from ckptdrain.contract.api import ANNOTATION_POLICY
+from ckptdrain.operator.admission.rules import MUTATE_ID as POD_WEBHOOK
 from support import apiserver
 from support.apiserver import Cluster
 from support.conversion_server import ConversionServer
@@ -57,6 +59,7 @@ class Served:
     context: ssl.SSLContext
     log: Path
     namespace: str
+    ca_pem: bytes
 
     @property
     def pid(self) -> int:
@@ -125,7 +128,8 @@ def served(cluster: Cluster, crds: None, namespace: str, apply: Callable[..., An
     server = ConversionServer(cluster, cert, key, free_port(), log=log)
     server.start()
     try:
-        yield Served(server, ssl.create_default_context(cafile=str(ca[0])), log, namespace)
+        yield Served(server, ssl.create_default_context(cafile=str(ca[0])), log, namespace,
+                     Path(ca[0]).read_bytes())
     finally:
         server.stop()
 
@@ -180,3 +184,57 @@ def test_hostile_webhook_payloads_are_answered_and_leak_nothing(served: Served) 
     assert len(cases) >= 500
     # Every valid case was sent and counted (a false refusal is a failure above).
     assert sum(n for kind, n in figures.by_class.items() if kind.startswith("valid")) >= 15
+
+
+def test_valid_pods_created_through_the_apiserver_are_injected(
+        served: Served, cluster: Cluster) -> None:
+    """The sample's valid pods, created with kubectl through the real
+    apiserver (its own encoding of each, its webhook call, its application
+    of the patch), with the admission process registered as the pod
+    webhook of this namespace alone, failing closed: each is created, and
+    injected."""
+    name = f"fuzz-pods-{served.namespace}"
+    hook = {"name": "pods.inject.ckptdrain.io", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": f"https://127.0.0.1:{served.server.port}/{POD_WEBHOOK}",
+                             "caBundle": base64.b64encode(served.ca_pem).decode()},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods"], "scope": "Namespaced"}],
+            "objectSelector": {"matchLabels": INJECT},
+            "namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": served.namespace}},
+            "failurePolicy": "Fail", "sideEffects": "None", "timeoutSeconds": 10}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration", "metadata": {"name": name},
+        "webhooks": [hook]}))
+    try:
+        pods = list(webhook_valid.valid_pods(payloads.Corpus(served.namespace, FUZZ)))
+        assert len(pods) >= 7
+        # The apiserver calls a webhook once its watch has seen the
+        # configuration: a dry run until it does.
+        deadline = time.monotonic() + 30
+        while True:
+            done, said = injected_by(cluster, served.namespace, pods[0][1], "--dry-run=server")
+            if done:
+                break
+            assert time.monotonic() < deadline, ("the apiserver never called the webhook",
+                                                 said)
+            time.sleep(0.5)
+        for index, (what, pod) in enumerate(pods):
+            if "name" in pod["metadata"]:
+                pod["metadata"]["name"] = f"valid-{index}"
+            done, said = injected_by(cluster, served.namespace, pod)
+            assert done, (what, said)
+    finally:
+        cluster.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
+
+
+def injected_by(cluster: Cluster, namespace: str, pod: dict[str, Any],
+                *flags: str) -> tuple[bool, str]:
+    """Whether `pod`, created with kubectl, came back injected; what kubectl said."""
+    made = cluster.kubectl("create", "-n", namespace, "-o", "json", "-f", "-", *flags,
+                           input=json.dumps(pod), check=False)
+    if made.returncode:
+        return False, made.stderr[-2000:]
+    meta = json.loads(made.stdout)["metadata"]
+    return ANNOTATION_POLICY in (meta.get("annotations") or {}), str(meta)[:2000]

@@ -65,7 +65,7 @@ class Case:
 def pod(namespace: str, labels: dict[str, str]) -> dict[str, Any]:
     """A trainer pod carrying MARKER in its env and annotations."""
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "trainer-0", "namespace": namespace, "labels": labels,
+            "metadata": {"name": "trainer-0", "namespace": namespace, "labels": dict(labels),
                          "annotations": {"example.com/api-token": MARKER}},
             "spec": {"containers": [{
                 "name": "trainer", "image": "trainer:1",

@@ -30,7 +30,7 @@ LONG_NAMESPACE = "n" + "s" * 61 + "0"
 ODD_TEXT = "línea\u2028párrafo\u2029名前 😀 \t\"quoted\" \\ end"
 
 
-def _pods(corpus: Corpus) -> Iterator[tuple[str, dict[str, Any]]]:
+def valid_pods(corpus: Corpus) -> Iterator[tuple[str, dict[str, Any]]]:
     """(what, pod) of valid pods the sample's policy selects."""
     base = pod(corpus.namespace, corpus.labels)
     job = copy.deepcopy(base)
@@ -61,6 +61,7 @@ def _pods(corpus: Corpus) -> Iterator[tuple[str, dict[str, Any]]]:
             {"downwardAPI": {"items": [{"path": "labels",
                                         "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]
+    volumes["spec"]["serviceAccountName"] = "default"  # what a token volume needs
     volumes["spec"]["containers"][0]["volumeMounts"] = [
         {"name": "shm", "mountPath": "/dev/shm"}, {"name": "scratch", "mountPath": "/scratch"}]
     yield "volumes: csi, ephemeral, hostPath, projected, emptyDir", volumes
@@ -95,7 +96,7 @@ def _pods(corpus: Corpus) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def valid_cases(corpus: Corpus) -> Iterator[Any]:
     """The Cases, each with what its answer must be."""
-    for what, obj in _pods(corpus):
+    for what, obj in valid_pods(corpus):
         yield corpus.case(f"valid: {what}", POD_PATH, corpus.pod_review(obj), expect=PATCHED)
     beta = corpus.pod_review()
     beta["apiVersion"] = "admission.k8s.io/v1beta1"
