@@ -16,6 +16,7 @@ from tests.docs.blocks import REPO
 
 PAGE = REPO / "docs" / "security.md"
 SUITE = "tests/cluster/test_hostile_tenant.py"
+PAYLOADS = "tests/cluster/test_webhook_payloads.py"
 
 
 def table_rows() -> list[list[str]]:
@@ -62,8 +63,20 @@ def test_each_attempt_admitted_beside_as_data_is_explained() -> None:
 
 
 def test_the_command_runs_the_suite_and_writes_the_table() -> None:
-    (command,) = [b for b in blocks.parse(PAGE) if b.lang == "bash"]
+    (command,) = [b for b in blocks.parse(PAGE) if b.lang == "bash" and SUITE in b.text]
     words = shlex.split(command.text.replace("\\\n", " ").splitlines()[0])
     assert words[0] == f"{TABLE_ENV}=hostile-tenant.md", words
     assert SUITE in words and (REPO / SUITE).is_file()
     assert "cat hostile-tenant.md" in command.text
+
+
+def test_the_webhook_payload_figures_name_their_test_and_its_variable() -> None:
+    """The hostile-payload sample's figures are quoted with the command that
+    writes them, and that test exists and reads that variable."""
+    (command,) = [b for b in blocks.parse(PAGE) if b.lang == "bash" and PAYLOADS in b.text]
+    words = shlex.split(command.text.replace("\\\n", " ").splitlines()[0])
+    variable, _, figures = words[0].partition("=")
+    assert PAYLOADS in words and variable in (REPO / PAYLOADS).read_text()
+    assert f"cat {figures}" in command.text
+    section = PAGE.read_text().split("## Hostile webhook payloads", 1)[1].split("\n## ", 1)[0]
+    assert "cases sent:" in section and "RSS:" in section

@@ -36,8 +36,10 @@ class ConversionServer:
     its standard output says when it listens and what it answered."""
 
     def __init__(self, cluster: Cluster, cert: Path, key: Path, port: int,
-                 ca_pem: bytes = b"") -> None:
+                 ca_pem: bytes = b"", log: Path | None = None) -> None:
         self.cluster, self.cert, self.key, self.port = cluster, cert, key, port
+        #: Where its standard error (its log) goes; None: nowhere.
+        self.log = log
         #: The CA its certificate chains to: what a CRD's caBundle trusts.
         self.ca_pem = ca_pem
         self.url = f"https://127.0.0.1:{port}/convert"
@@ -49,11 +51,12 @@ class ConversionServer:
         env = {**self.cluster.env(), "CKPTDRAIN_ALLOWED_ROOT": ALLOWED_ROOT,
                "CKPTDRAIN_WEBHOOK_ADDR": "127.0.0.1", "CKPTDRAIN_WEBHOOK_HOST": "127.0.0.1",
                "CKPTDRAIN_WEBHOOK_PORT": str(self.port), "CKPTDRAIN_IMAGE": "ckptdrain:test"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ckptdrain.operator.admission.process",
-             "--cert", str(self.cert), "--key", str(self.key)],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, start_new_session=True)
+        with open(self.log or "/dev/null", "ab") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ckptdrain.operator.admission.process",
+                 "--cert", str(self.cert), "--key", str(self.key)],
+                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                text=True, start_new_session=True)
         stdout = self.proc.stdout
         assert stdout is not None
         threading.Thread(target=lambda: [self.lines.put(x.strip()) for x in stdout],

@@ -79,12 +79,12 @@ def test_a_value_that_does_not_read_converts_unchanged_rather_than_failing() -> 
      "request.objects[0].apiVersion: expected ckptdrain.io/v1alpha1 or ckptdrain.io/v1beta1,"
      " got 'ckptdrain.io/v2'"),
     (review("ckptdrain.io/v1beta1", "a string"),
-     "request.objects[0].object: expected a CheckpointPolicy object, got 'str'"),
+     "request.objects[0]: expected a CheckpointPolicy object, got a string"),
     (review("ckptdrain.io/v2", policy("ckptdrain.io/v1alpha1")),
      "request.desiredAPIVersion: expected ckptdrain.io/v1alpha1 or ckptdrain.io/v1beta1, "
      "got 'ckptdrain.io/v2'"),
     (review("ckptdrain.io/v1beta1", objects={"a": 1}),
-     "request.objects: expected a list of objects, got 'dict'"),
+     "request.objects: expected a list of objects, got an object"),
     ({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview"},
      "request: expected a conversion request, nothing was given"),
     ({**review("ckptdrain.io/v1beta1"), "apiVersion": "apiextensions.k8s.io/v1beta1"},

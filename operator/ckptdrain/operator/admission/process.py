@@ -35,7 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ckptdrain.contract.api import ANNOTATION_POLICY, LABEL_INJECT, LABEL_WRITER
+from ckptdrain.contract.api import ANNOTATION_POLICY, KIND_POLICY, LABEL_INJECT, LABEL_WRITER
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config, heap
 from ckptdrain.operator.admission import (
@@ -44,9 +44,16 @@ from ckptdrain.operator.admission import (
     holder_mirror,
     policy_mirror,
     policy_rules,
+    review_log,
+    review_shape,
 )
 from ckptdrain.operator.admission import rules as admission
-from ckptdrain.operator.admission.server import Certificates, Server, UnknownWebhook
+from ckptdrain.operator.admission.server import (
+    BadReview,
+    Certificates,
+    Server,
+    UnknownWebhook,
+)
 from ckptdrain.operator.apiserver import class_view
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
@@ -75,6 +82,7 @@ class Reviewer:
         self.pinning = None if allowed is None else agent_images.Pinning(
             allowed, writers.running if writers is not None else None)
         self.report = report or (lambda webhook, outcome, seconds: None)
+        self.log = review_log.ReviewLog(log)
 
     async def __call__(self, request: dict[str, Any], path: str,
                        received: float | None = None) -> dict[str, Any]:
@@ -87,12 +95,22 @@ class Reviewer:
                  admission.MUTATE_POLICY_ID: "policy-class"}.get(path)
         if which is None:
             raise UnknownWebhook(f"no webhook at /{path}")
-        payload = request.get("request")
-        if not isinstance(payload, dict):
-            payload = {}
-        answer: dict[str, Any] = {"uid": str(payload.get("uid") or ""), "allowed": True}
-        warnings: list[str] = []
         started, outcome = received or time.perf_counter(), "error"
+        try:
+            payload = review_shape.request_of(request)
+            review_shape.check_request(payload, pod=which == "pod")
+        except review_shape.MalformedReview as error:
+            self.report(which, outcome, time.perf_counter() - started)
+            self.log.malformed(which, request, error)
+            refusal = review_shape.refusal(request, error)
+            if which == "pod":
+                # Not a refusal of the pod but a webhook failure (HTTP 400):
+                # the pod webhook's failurePolicy decides, as it does when
+                # the webhook cannot be reached (docs/pod-contract.md).
+                raise BadReview(refusal["response"]["status"]["message"]) from None
+            return refusal
+        answer: dict[str, Any] = {"uid": payload["uid"], "allowed": True}
+        warnings: list[str] = []
         heap.busy()  # no heap trim while admissions come in
         try:
             if which in ("pod", "policy-class"):
@@ -108,16 +126,19 @@ class Reviewer:
             answer["allowed"] = False
             answer["status"] = {"message": str(refused), "code": refused.code}
         except Exception as error:  # answered, never a dropped connection
-            log.exception("admission of a %s failed", which)
+            self.log.failed(which, request, error)
             answer["allowed"] = False
-            answer["status"] = {"message": f"ckptdrain admission failed: {error!r}",
-                                "code": 500}
+            # Its type only: the message of a bare error may quote the review.
+            answer["status"] = {"message": f"ckptdrain admission failed "
+                                           f"({type(error).__name__}) for request uid "
+                                           f"{review_log.quoted(payload['uid'])}; the "
+                                           f"admission process's log says where", "code": 500}
         finally:
             self.report(which, outcome, time.perf_counter() - started)
         if warnings:
             answer["warnings"] = [str(w) for w in warnings]
-        return {"apiVersion": request.get("apiVersion", "admission.k8s.io/v1"),
-                "kind": request.get("kind", "AdmissionReview"), "response": answer}
+        return {"apiVersion": request["apiVersion"], "kind": request["kind"],
+                "response": answer}
 
     def convert(self, request: dict[str, Any], received: float | None = None
                 ) -> dict[str, Any]:
@@ -133,13 +154,15 @@ class Reviewer:
                 outcome = "ok"
             return answer
         except Exception as error:  # answered as a Failure, never a dropped connection
-            log.exception("conversion of a ConversionReview failed")
+            self.log.failed("conversion", request, error)
             payload = request.get("request")
-            uid = str(payload.get("uid") or "") if isinstance(payload, dict) else ""
+            uid = payload.get("uid") if isinstance(payload, dict) else None
             return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
-                    "response": {"uid": uid, "result": {
+                    "response": {"uid": uid if isinstance(uid, str) else "", "result": {
                         "status": "Failure",
-                        "message": f"ckptdrain conversion failed: {error!r}"}}}
+                        "message": f"ckptdrain conversion failed ({type(error).__name__}) "
+                                   f"for request uid {review_log.quoted(uid)}; the "
+                                   f"admission process's log says where"}}}
         finally:
             self.report("conversion", outcome, time.perf_counter() - started)
 
@@ -170,6 +193,11 @@ class Reviewer:
     async def _policy(self, payload: dict[str, Any]) -> None:
         body, old = payload.get("object"), payload.get("oldObject")
         if payload.get("operation") not in ("CREATE", "UPDATE") or not isinstance(body, dict):
+            return
+        if body.get("kind", KIND_POLICY) != KIND_POLICY:
+            # Not judged as a policy: the webhook is registered for policies
+            # only, so only a rule widened by hand (or a forger) sends another
+            # kind, and a Secret's fields are no CheckpointPolicy's.
             return
         await policy_rules.admit_policy(
             body, old if payload.get("operation") == "UPDATE" and isinstance(old, dict) else None,

@@ -8,8 +8,9 @@ and the bounds.
 
 Bounded: at most MAX_CONNECTIONS at once (the next one waits in the listen
 backlog), at most MAX_IN_FLIGHT reviews read and answered at once, each
-given as long as the apiserver waits for it (its `?timeout=`), a TLS
-handshake within HANDSHAKE_S, a connection idle for IDLE_S closed.
+given as long as the apiserver waits for it (its `?timeout=`; a conversion,
+sent none, CONVERSION_TIMEOUT_S), a TLS handshake within HANDSHAKE_S, a
+connection idle for IDLE_S closed. Every answer is JSON, an error's too.
 
 Client certificates (opt-in, CKPTDRAIN_WEBHOOK_CLIENT_CA): any pod that
 reaches the Service could otherwise post a forged AdmissionReview and read
@@ -34,6 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -81,11 +83,20 @@ IDLE_S = 120.0  # longer than the apiserver's own idle timeout (90 s)
 #: `?timeout=`, the webhook's timeoutSeconds: at most 30 s). Later than that
 #: the apiserver has given up, and nothing is gained by answering.
 ANSWER_TIMEOUT_S = 10.0
-
+#: How long a conversion may take, its body's arrival included. The
+#: apiserver sends no `?timeout=` to a CRD's conversion webhook (it posts
+#: without one, and waits at least 30 s), so a large list sent slowly is
+#: still read whole within that wait, however long an admission may take.
+CONVERSION_TIMEOUT_S = 30.0
 
 
 class UnknownWebhook(Exception):
     """A path we do not serve."""
+
+
+class BadReview(Exception):
+    """A review not answered: HTTP 400, a Status saying why. To the apiserver
+    a webhook failure, which the webhook's failurePolicy decides."""
 
 
 class Certificates:
@@ -228,9 +239,9 @@ class Server(ThreadingHTTPServer):
             future.cancel()  # no-op once done; a late one must not run on
 
 
-def request_timeout(query: str) -> float:
+def request_timeout(query: str, default: float = ANSWER_TIMEOUT_S) -> float:
     """The seconds the apiserver waits for this review (its `?timeout=5s`),
-    else ANSWER_TIMEOUT_S; at most 30 s."""
+    else `default`; at most 30 s."""
     for part in query.split("&"):
         name, _, value = part.partition("=")
         if name == "timeout" and value.endswith("s"):
@@ -238,7 +249,7 @@ def request_timeout(query: str) -> float:
                 return min(30.0, max(0.5, float(value[:-1])))
             except ValueError:
                 break
-    return ANSWER_TIMEOUT_S
+    return default
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -283,20 +294,25 @@ class Handler(BaseHTTPRequestHandler):
             self._fail(413, f"Content-Length: expected 1 to {limit} bytes, got {length}")
             return
         received = time.perf_counter()
-        deadline = time.monotonic() + request_timeout(query)
+        # A conversion's wait is the apiserver's own (it sends no timeout).
+        deadline = time.monotonic() + request_timeout(
+            query, CONVERSION_TIMEOUT_S if converting else ANSWER_TIMEOUT_S)
         slots = self.server.conversions if converting else self.server.in_flight
         if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
             self._fail(503, "too many reviews at once; the apiserver's time is up")
             return
         try:
             try:
-                self.request.settimeout(max(0.1, deadline - time.monotonic()))
-                request = json.loads(self.rfile.read(length))
+                request = json.loads(self._read_body(length, deadline))
                 if not isinstance(request, dict):
                     raise ValueError("not a JSON object")
             except (ValueError, TimeoutError) as error:
                 self._fail(400, f"body: expected an AdmissionReview or ConversionReview "
                                 f"({error})")
+                return
+            except RecursionError:  # the parser's own bound on nesting
+                self._fail(400, "body: expected an AdmissionReview or ConversionReview "
+                                "(JSON nested too deeply)")
                 return
             finally:
                 self.request.settimeout(IDLE_S)
@@ -307,11 +323,52 @@ class Handler(BaseHTTPRequestHandler):
                     self._send(200, self.server.answer(request, path, received, deadline))
             except UnknownWebhook as error:
                 self._fail(404, str(error))
+            except BadReview as error:  # a Status: the apiserver quotes its message
+                self.close_connection = True
+                self._send(400, {"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                                 "code": 400, "reason": "BadRequest", "message": str(error)})
             except Exception as error:  # a timeout, a bug: answered, never dropped
                 log.warning("admission: no answer to a review at /%s: %r", path, error)
                 self._fail(500, f"no answer: {error!r}")
         finally:
             slots.release()
+
+    def _read_body(self, length: int, deadline: float) -> bytes:
+        """`length` bytes of body, all of them before `deadline`: a socket
+        timeout bounds each read only, and a client sending a byte at a time
+        would otherwise hold its slot for as long as it liked."""
+        late = "the body did not arrive by the review's deadline"
+        chunks, left = [], length
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(late)
+            self.request.settimeout(remaining)
+            try:
+                chunk = self.rfile.read1(min(left, 1 << 16))
+            except TimeoutError:
+                raise TimeoutError(late) from None
+            if not chunk:
+                raise ValueError(f"the body ended {left} bytes before its Content-Length")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _not_posted(self) -> None:
+        """Every webhook is a POST; anything else is answered, as JSON, so."""
+        self._fail(405, f"method {str(self.command)[:32]}: expected POST")
+
+    do_GET = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = _not_posted
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        """The standard library's errors (a method with no do_*: 501; a bad
+        request line; headers too long), answered in JSON like ours rather
+        than its HTML page."""
+        if code == HTTPStatus.NOT_IMPLEMENTED:  # a method we have no do_* for
+            self._not_posted()
+            return
+        self._fail(code, message or HTTPStatus(code).phrase)
 
     def _client_trusted(self) -> bool:
         """True without a client CA; with one, True only if this connection
@@ -323,17 +380,20 @@ class Handler(BaseHTTPRequestHandler):
     def _fail(self, code: int, message: str) -> None:
         # What is left of the request is not read: this connection ends here.
         self.close_connection = True
-        self._send(code, {"error": message})
+        self._send(code, {"error": message}, allow="POST" if code == 405 else None)
 
-    def _send(self, code: int, body: dict[str, Any]) -> None:
+    def _send(self, code: int, body: dict[str, Any], allow: str | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
+        if allow:
+            self.send_header("Allow", allow)
         self.send_header("Content-Length", str(len(data)))
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":  # an answer to HEAD has no body
+            self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:
         return  # every review is counted in the operator's metrics instead

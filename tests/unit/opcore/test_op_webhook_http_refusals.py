@@ -1,0 +1,180 @@
+"""The admission server's HTTP edge (admission/server.py) on bodies and
+methods no apiserver sends: a body nested past the parser's bound, and a
+method other than POST, are answered with a 4xx in JSON naming what was
+wrong, never a dropped connection or a 5xx. The whole hostile sample:
+tests/cluster/test_webhook_payloads.py."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import process as admission_process
+from ckptdrain.operator.admission import rules as admission
+from ckptdrain.operator.admission import server as admission_server
+from ckptdrain.operator.admission.policy_mirror import PolicyMirror
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+Connect = Callable[[], http.client.HTTPSConnection]
+
+
+@pytest.fixture
+def connect(tmp_path: Path) -> Iterator[Connect]:
+    """A function opening a connection to the admission server on a free port."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    reviewer = admission_process.Reviewer(CFG, PolicyMirror())
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    server = admission_server.Server(("127.0.0.1", 0), admission_server.Certificates(
+        str(cert), str(key)), reviewer, loop, converter=reviewer.convert,
+        conversion_path=CFG.conversion_path)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    context = ssl.create_default_context(cafile=str(cert))
+    try:
+        yield lambda: http.client.HTTPSConnection("127.0.0.1", server.server_address[1],
+                                                  timeout=10, context=context)
+    finally:
+        server.shutdown()
+        server.server_close()
+        loop.call_soon_threadsafe(loop.stop)
+
+
+@pytest.mark.parametrize("path", [f"/{admission.MUTATE_ID}", "/convert"])
+def test_a_body_nested_too_deeply_is_a_400(connect: Connect, path: str) -> None:
+    conn = connect()
+    conn.request("POST", path, body=b"[" * 100_000 + b"]" * 100_000,
+                 headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 400
+    assert json.loads(response.read()) == {
+        "error": "body: expected an AdmissionReview or ConversionReview "
+                 "(JSON nested too deeply)"}
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "FOO"])
+def test_a_method_other_than_post_is_a_405(connect: Connect, method: str) -> None:
+    conn = connect()
+    conn.request(method, f"/{admission.MUTATE_ID}")
+    response = conn.getresponse()
+    assert response.status == 405
+    assert response.getheader("Allow") == "POST"
+    assert response.getheader("Content-Type") == "application/json"
+    assert json.loads(response.read()) == {"error": f"method {method}: expected POST"}
+
+
+def test_head_is_a_405_with_no_body(connect: Connect) -> None:
+    conn = connect()
+    conn.request("HEAD", f"/{admission.MUTATE_ID}")
+    response = conn.getresponse()
+    assert response.status == 405 and response.getheader("Allow") == "POST"
+    assert response.getheader("Content-Type") == "application/json"
+    assert response.read() == b""
+
+
+def test_a_malformed_pod_review_is_an_http_400_with_a_status(connect: Connect) -> None:
+    """A webhook failure the apiserver quotes (its failurePolicy decides),
+    not a review refusing the pod."""
+    conn = connect()
+    conn.request("POST", f"/{admission.MUTATE_ID}", body=json.dumps({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-9", "operation": "CREATE", "namespace": "ml",
+                    "object": {"metadata": [], "spec": {}}}}).encode(),
+        headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 400
+    assert json.loads(response.read()) == {
+        "apiVersion": "v1", "kind": "Status", "status": "Failure", "code": 400,
+        "reason": "BadRequest", "message": "ckptdrain admission: request.object.metadata: "
+                                           "expected an object, got a list (request uid 'u-9')"}
+
+
+def test_a_body_trickled_in_is_cut_at_the_reviews_deadline(connect: Connect) -> None:
+    """One byte at a time, each within the socket's timeout: the review's
+    deadline (its `?timeout=`) bounds the whole body, else a few such
+    clients would hold every admission slot for as long as they like."""
+    conn = connect()
+    conn.putrequest("POST", f"/{admission.MUTATE_ID}?timeout=1s")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", "1000")
+    conn.endheaders()
+    began = time.monotonic()
+    assert conn.sock is not None
+    conn.sock.settimeout(0.3)
+    answered = b""
+    for _ in range(40):  # 12 s of trickle at most
+        try:
+            conn.sock.sendall(b" ")
+            answered = conn.sock.recv(4096)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        if answered:
+            break
+    took = time.monotonic() - began
+    assert answered.startswith(b"HTTP/1.1 400"), answered
+    assert b"deadline" in answered
+    assert took < 3, f"answered after {took:.1f}s"
+
+
+def _trickle(conn: http.client.HTTPSConnection, body: bytes, per_second: int,
+             limit_s: float) -> bytes:
+    """`body` sent at about `per_second` bytes a second to /convert (no
+    `?timeout=`, as the apiserver posts it); the answer's first bytes."""
+    conn.putrequest("POST", "/convert")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    assert conn.sock is not None
+    conn.sock.settimeout(0.1)
+    chunk, began = max(1, per_second // 10), time.monotonic()
+    for at in range(0, len(body), chunk):
+        try:
+            conn.sock.sendall(body[at:at + chunk])
+            answered = conn.sock.recv(4096)
+        except TimeoutError:
+            answered = b""
+        except OSError:
+            break
+        if answered or time.monotonic() - began > limit_s:
+            return answered
+        time.sleep(max(0.0, began + (at + chunk) / per_second - time.monotonic()))
+    conn.sock.settimeout(10)
+    return conn.sock.recv(4096)
+
+
+def test_a_large_conversion_sent_slowly_is_read_whole(connect: Connect) -> None:
+    """The apiserver gives a conversion its own wait (no `?timeout=`, at
+    least 30 s): a 1.2 MB list at 100 KB/s (12 s) is converted, not cut at
+    the 10 s an admission gets by default."""
+    policy = {"apiVersion": "ckptdrain.io/v1alpha1", "kind": "CheckpointPolicy",
+              "metadata": {"name": "p", "namespace": "ns"}, "spec": {"interval": "1d"}}
+    body = json.dumps({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                       "request": {"uid": "slow", "desiredAPIVersion": "ckptdrain.io/v1beta1",
+                                   "objects": [policy] * 9_000}}).encode()
+    assert 1_100_000 < len(body) < 1_300_000
+    answered = _trickle(connect(), body, 100_000, 25)
+    assert answered.startswith(b"HTTP/1.1 200"), answered[:300]
+
+
+def test_a_conversion_trickled_past_its_wait_is_cut(connect: Connect,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admission_server, "CONVERSION_TIMEOUT_S", 2.0)
+    began = time.monotonic()
+    answered = _trickle(connect(), b" " * 10_000, 1_000, 8)
+    assert answered.startswith(b"HTTP/1.1 400"), answered
+    assert b"deadline" in answered
+    assert time.monotonic() - began < 4
