@@ -24,9 +24,9 @@ from test_tenant_identity_pods import (  # noqa: F401
     AUDIENCE,
     OURS,
     TENANT_ROLE,
-    _containers,
     _create,
     _env,
+    _token_volume_checked,
     mapped,
 )
 
@@ -73,10 +73,7 @@ def test_a_class_gives_each_namespace_its_role_and_vouches_for_its_store(
     stored = _create(cluster, namespace, pod("w", {"app": "vouched", **INJECT},
                                              terminationGracePeriodSeconds=600,
                                              serviceAccountName=ACCOUNT))
-    volume = next(v for v in stored["spec"]["volumes"] if v["name"] == tenant_identity.VOLUME)
-    assert volume["projected"]["sources"] == [{"serviceAccountToken": {
-        "audience": AUDIENCE, "expirationSeconds": 1200, "path": "token"}}]
-    found = _containers(stored)
+    found = _token_volume_checked(stored)
     for name in OURS:
         env = _env(found[name])
         # The class's role for this namespace, not the chart's TENANT_ROLE.

@@ -108,11 +108,17 @@ def _env(c: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value") for e in c.get("env") or []}
 
 
-def _assert_tenant_only_in_ours(stored: dict[str, Any], namespace: str) -> None:
+def _token_volume_checked(stored: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The pod's containers by name, once its projected token volume is the
+    one admission adds for a store identity (AUDIENCE, 1200 s)."""
     volume = next(v for v in stored["spec"]["volumes"] if v["name"] == tenant_identity.VOLUME)
     assert volume["projected"]["sources"] == [{"serviceAccountToken": {
         "audience": AUDIENCE, "expirationSeconds": 1200, "path": "token"}}]
-    found = _containers(stored)
+    return _containers(stored)
+
+
+def _assert_tenant_only_in_ours(stored: dict[str, Any], namespace: str) -> None:
+    found = _token_volume_checked(stored)
     for name in OURS:
         env = _env(found[name])
         assert {k: env.get(k) for k in IDENTITY_ENV} == {

@@ -11,7 +11,6 @@ import asyncio
 import http.client
 import json
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.support.admission_tls import serving
 
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config, heap
@@ -94,24 +94,10 @@ def test_a_converter_that_breaks_is_answered_with_a_failure(
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[admission_server.Server, str, Recorder]]:
     """The admission server on a free port with a throw-away certificate."""
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
     recorder = Recorder()
     reviewer = admission_process.Reviewer(CFG, PolicyMirror(), recorder)
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-    server = admission_server.Server(("127.0.0.1", 0), admission_server.Certificates(
-        str(cert), str(key)), reviewer, loop, converter=reviewer.convert,
-        conversion_path=CFG.conversion_path)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(tmp_path, CFG, reviewer) as (server, cert):
         yield server, str(cert), recorder
-    finally:
-        server.shutdown()
-        server.server_close()
-        loop.call_soon_threadsafe(loop.stop)
 
 
 def _connect(server: admission_server.Server, cert: str) -> http.client.HTTPSConnection:

@@ -6,17 +6,15 @@ tests/cluster/test_webhook_payloads.py."""
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import ssl
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.admission_tls import serving
 
 from ckptdrain.operator import config
 from ckptdrain.operator.admission import process as admission_process
@@ -31,25 +29,11 @@ Connect = Callable[[], http.client.HTTPSConnection]
 @pytest.fixture
 def connect(tmp_path: Path) -> Iterator[Connect]:
     """A function opening a connection to the admission server on a free port."""
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
     reviewer = admission_process.Reviewer(CFG, PolicyMirror())
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-    server = admission_server.Server(("127.0.0.1", 0), admission_server.Certificates(
-        str(cert), str(key)), reviewer, loop, converter=reviewer.convert,
-        conversion_path=CFG.conversion_path)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    context = ssl.create_default_context(cafile=str(cert))
-    try:
+    with serving(tmp_path, CFG, reviewer) as (server, cert):
+        context = ssl.create_default_context(cafile=str(cert))
         yield lambda: http.client.HTTPSConnection("127.0.0.1", server.server_address[1],
                                                   timeout=10, context=context)
-    finally:
-        server.shutdown()
-        server.server_close()
-        loop.call_soon_threadsafe(loop.stop)
 
 
 @pytest.mark.parametrize("path", [f"/{admission.MUTATE_ID}", "/convert"])
