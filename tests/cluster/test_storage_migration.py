@@ -117,8 +117,11 @@ def test_objects_stored_under_0_2_0_are_migrated_to_v1beta1_by_the_upgrade(
              what="the operator to migrate and trim storedVersions")
     assert {name: etcd_version(cluster, namespace, name) for name in NAMES} == {
         name: BETA for name in NAMES}
-    assert ("storage migration of checkpointpolicies.ckptdrain.io: "
-            f"every object ({listed}) rewritten at v1beta1") in operator.log.read_text()
+    # The count is logged just after the trim's PATCH returns, so it may
+    # trail the storedVersions the wait above saw.
+    wait_for(lambda: ("storage migration of checkpointpolicies.ckptdrain.io: "
+                      f"every object ({listed}) rewritten at v1beta1")
+             in operator.log.read_text(), timeout_s=10, what="the migration's count logged")
 
     # Both versions read back, the converter's values exactly; v1alpha1
     # keeps every value (1d comes back 24h: docs/api-versions.md).
