@@ -43,6 +43,7 @@ from ckptdrain.operator.apiserver import class_view, namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import (
+    class_placement,
     classes,
     history,
     identity,
@@ -357,6 +358,11 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         if cfg.csi else None
     if group_problem is not None:
         raise Refused(f"pod {pod_label(pod)}: {group_problem}", code=422)
+    # Never on the class's nodes: injected, it would wait forever unscheduled.
+    off_nodes = class_placement.conflicts(pod.get("spec") or {}, resolution.placement,
+                                          resolution.class_name)
+    if off_nodes:
+        raise Refused(f"pod {pod_label(pod)}: " + "; ".join(map(str, off_nodes)), code=422)
     choice = await agent_images.image_for(pod, namespace, p.name,
                                           not role.reader and role.shard is not None, cfg,
                                           pinning)
@@ -370,7 +376,8 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         pod, p, cfg, default_rate=share, rank=role.shard,
         workload_writers=role.workload_writers, reader=role.reader,
         readers_alongside=role.readers_alongside,
-        earlier=history.told_to_restore(chosen, p, datetime.now(UTC)))
+        earlier=history.told_to_restore(chosen, p, datetime.now(UTC)),
+        placement=resolution.placement)
     if tenant is not None:
         # Nothing of the trainer's is carried; what the trainer holds is said.
         warnings.extend(tenant_identity.trainer_warnings(pod, p))

@@ -135,7 +135,7 @@ def read_placement(r: Reader) -> tuple[tuple[dict[str, Any], ...], tuple[dict[st
     for i, e in enumerate(exprs):
         _check_node_requirement(r, f"placement.nodeAffinity.matchExpressions[{i}]", e)
     for i, t in enumerate(tols):
-        _check_toleration(r, f"placement.tolerations[{i}]", t)
+        check_toleration(r, f"placement.tolerations[{i}]", t)
     return (tuple(dict(e) for e in exprs if isinstance(e, Mapping)),
             tuple(dict(t) for t in tols if isinstance(t, Mapping)))
 
@@ -165,7 +165,7 @@ def _check_node_requirement(r: Reader, where: str, e: object) -> None:
             r.fail(f"{where}.values[{j}]", selectors.VALUE_EXPECTED, value)
 
 
-def _check_toleration(r: Reader, where: str, t: object) -> None:
+def check_toleration(r: Reader, where: str, t: object) -> None:
     if not isinstance(t, Mapping):
         r.fail(where, "a toleration {key, operator, value, effect}", t)
         return
