@@ -50,7 +50,8 @@ def read_placement(node_tier: object, problems: list[InvalidInput]) -> Placement
     if selector is not None and not isinstance(selector, Mapping):
         problems.append(InvalidInput(f"{FIELD}.nodeSelector",
                                      "a map of node label keys to values", selector))
-    for key, value in (selector or {}).items() if isinstance(selector, Mapping) else ():
+        selector = None
+    for key, value in (selector or {}).items():
         if not selectors.valid_key(key):
             problems.append(InvalidInput(f"{FIELD}.nodeSelector",
                                          "node label keys, each " + selectors.KEY_EXPECTED, key))
