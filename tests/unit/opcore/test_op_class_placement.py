@@ -52,6 +52,7 @@ def test_a_placement_reads_as_written_and_none_is_anywhere() -> None:
     ({"nodeSelector": {"node pool": "nvme"}}, "spec.nodeTier.nodeSelector"),
     ({"nodeSelector": {"pool": "nvme/a"}}, "spec.nodeTier.nodeSelector.pool"),
     ({"nodeSelector": {"pool": 3}}, "spec.nodeTier.nodeSelector.pool"),
+    ({"nodeSelector": {f"k{i}": "v" for i in range(65)}}, "spec.nodeTier.nodeSelector"),
     ({"tolerations": {"key": "nvme"}}, "spec.nodeTier.tolerations"),
     ({"tolerations": [{"key": "nvme", "operator": "Exists", "value": "x"}]},
      "spec.nodeTier.tolerations[0].value"),

@@ -28,6 +28,8 @@ from ckptdrain.operator.policy import selectors
 from ckptdrain.operator.policy.fields import MAX_PLACEMENT_ITEMS, Reader, check_toleration
 
 FIELD = "spec.nodeTier"
+#: The CRD's maxProperties of nodeSelector (its rules' cost is per entry).
+MAX_SELECTOR = 64
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ def read_placement(node_tier: object, problems: list[InvalidInput]) -> Placement
         problems.append(InvalidInput(f"{FIELD}.nodeSelector",
                                      "a map of node label keys to values", selector))
         selector = None
+    if selector and len(selector) > MAX_SELECTOR:
+        problems.append(InvalidInput(f"{FIELD}.nodeSelector", f"at most {MAX_SELECTOR} entries",
+                                     f"{len(selector)} entries"))
     for key, value in (selector or {}).items():
         if not selectors.valid_key(key):
             problems.append(InvalidInput(f"{FIELD}.nodeSelector",
