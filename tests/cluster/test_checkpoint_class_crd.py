@@ -152,9 +152,9 @@ BAD = [
         "matchExpressions": [{"key": "tenant", "operator": "In"}]}}},
      "at least one value with operator In or NotIn"),
     ("node label key with a space", {"nodeTier": _tier(nodeSelector={"node pool": "nvme"})},
-     "spec.nodeTier.nodeSelector: each key a node label key"),
+     "spec.nodeTier.nodeSelector: node pool is no node label key"),
     ("node label key with an empty prefix", {"nodeTier": _tier(nodeSelector={"/pool": "nvme"})},
-     "spec.nodeTier.nodeSelector: each key a node label key"),
+     "spec.nodeTier.nodeSelector: /pool is no node label key"),
     ("node label value with a slash", {"nodeTier": _tier(nodeSelector={"pool": "nvme/a"})},
      "spec.nodeTier.nodeSelector: each value a label value"),
     ("Exists with a value", {"nodeTier": _tier(tolerations=[
@@ -163,8 +163,10 @@ BAD = [
     ("unknown taint effect", {"nodeTier": _tier(tolerations=[
         {"key": "nvme", "operator": "Exists", "effect": "NoRun"}])},
      "spec.nodeTier.tolerations[0].effect"),
-    ("Equal without a key", {"nodeTier": _tier(tolerations=[{"operator": "Equal"}])},
-     "spec.nodeTier.tolerations: operator Exists without a key"),
+    ("Equal without a key", {"nodeTier": _tier(tolerations=[{"key": "", "value": "x"}])},
+     "spec.nodeTier.tolerations.key: a key is required"),
+    ("Exists without a key", {"nodeTier": _tier(tolerations=[{"operator": "Exists"}])},
+     "spec.nodeTier.tolerations.key: a key is required"),
     ("bad taint key", {"nodeTier": _tier(tolerations=[{"key": "a b", "operator": "Exists"}])},
      "spec.nodeTier.tolerations.key: a taint key"),
     ("tolerationSeconds without NoExecute", {"nodeTier": _tier(tolerations=[
@@ -176,7 +178,8 @@ BAD = [
 def test_a_class_with_placement_is_stored(crds_only: Cluster) -> None:
     tier = _tier(nodeSelector={"example.com/pool": "nvme", "tier": ""}, tolerations=[
         {"key": "example.com/nvme", "operator": "Exists", "effect": "NoSchedule"},
-        {"key": "dedicated", "value": "ckpt", "effect": "NoExecute", "tolerationSeconds": 30}])
+        {"key": "dedicated", "value": "ckpt", "effect": "NoExecute", "tolerationSeconds": 30},
+        {"key": "example.com/gpu", "operator": "Exists", "effect": ""}])
     created = _dry_run(crds_only, _class("placed", nodeTier=tier))
     assert created.returncode == 0, created.stderr
     assert json.loads(created.stdout)["spec"]["nodeTier"] == tier

@@ -19,6 +19,7 @@ from ckptdrain.operator.admission import injection
 from ckptdrain.operator.policy import class_placement, classes
 from ckptdrain.operator.policy import spec as policy
 from ckptdrain.operator.policy.class_placement import Placement, read_placement
+from ckptdrain.operator.policy.fields import MAX_PLACEMENT_ITEMS
 
 CFG = config.OperatorConfig(allowed_root="/mnt/nvme", image="ckptdrain:1.0")
 NVME = {"key": "example.com/nvme", "operator": "Exists", "effect": "NoSchedule"}
@@ -59,13 +60,35 @@ def test_a_placement_reads_as_written_and_none_is_anywhere() -> None:
     ({"tolerations": [NVME, {"key": "nvme", "effect": "NoRun"}]},
      "spec.nodeTier.tolerations[1].effect"),
     ({"tolerations": [{"operator": "Equal", "value": "x"}]},
-     "spec.nodeTier.tolerations[0].operator"),
+     "spec.nodeTier.tolerations[0].key"),
+    ({"tolerations": [{"operator": "Exists"}]}, "spec.nodeTier.tolerations[0].key"),
+    ({"tolerations": [NVME, {"key": "", "operator": "Exists", "effect": "NoExecute"}]},
+     "spec.nodeTier.tolerations[1].key"),
+    ({"tolerations": [NVME] * (MAX_PLACEMENT_ITEMS + 1)}, "spec.nodeTier.tolerations"),
     ({"tolerations": [{"key": "a b", "operator": "Exists"}]}, "spec.nodeTier.tolerations[0].key"),
 ])
 def test_a_wrong_placement_is_named_by_its_field(tier: dict[str, Any], field: str) -> None:
     placement, problems = read(tier)
     assert placement == class_placement.ANYWHERE
     assert [p.split(": expected ")[0] for p in problems] == [field], problems
+
+
+@pytest.mark.parametrize("keyless", [{"operator": "Exists"}, {"key": "", "value": "x"}])
+def test_a_keyless_class_toleration_says_a_key_is_required(keyless: dict[str, Any]) -> None:
+    # The chart's csiDriver.tolerations default, copied into a class, would
+    # keep every training pod on cordoned and unreachable nodes.
+    _, problems = read({"tolerations": [keyless]})
+    assert len(problems) == 1 and "a key is required" in problems[0], problems
+    assert "never be evicted" in problems[0]
+
+
+def test_operator_omitted_is_equal_and_an_empty_effect_matches_every_effect() -> None:
+    tolerations = [{"key": "dedicated", "value": "ckpt", "effect": ""},
+                   {"key": "example.com/nvme", "operator": "Exists", "effect": ""}]
+    placement, problems = read({"tolerations": tolerations})
+    assert problems == [] and list(placement.tolerations) == tolerations
+    assert read({"tolerations": [{"key": "dedicated", "operator": "Exists", "value": "x"}]}
+                )[1] != []
 
 
 def test_a_class_with_a_wrong_placement_cannot_be_used() -> None:

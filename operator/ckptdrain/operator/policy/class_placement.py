@@ -73,7 +73,7 @@ def read_placement(node_tier: object, problems: list[InvalidInput]) -> Placement
                                          f"{len(tolerations)} items"))
         reader = Reader({})
         for i, toleration in enumerate(tolerations):
-            check_toleration(reader, f"nodeTier.tolerations[{i}]", toleration)
+            check_toleration(reader, f"nodeTier.tolerations[{i}]", toleration, key_required=True)
         problems += reader.errors
     if len(problems) > found:
         return ANYWHERE
