@@ -109,6 +109,44 @@ def test_the_class_placement_reaches_its_policies_resolution() -> None:
         class_placement.ANYWHERE
 
 
+def _placed_policy(*requirements: dict[str, Any]) -> dict[str, Any]:
+    return {"checkpointClassName": "c", "placement": {"nodeAffinity": {
+        "matchExpressions": list(requirements)}}}
+
+
+PLACED_CLASS = {"metadata": {"name": "c"}, "spec": {"nodeTier": {
+    "root": "/mnt/nvme", "nodeSelector": {"zone": "a", "example.com/pool": "nvme"}}}}
+
+
+def test_a_policy_whose_placement_no_class_node_meets_is_refused_by_the_class() -> None:
+    # Its pods would be given pool=nvme and required pool In [hdd]: Pending forever.
+    gpu = {"key": "gpu", "operator": "Exists"}
+    resolution = classes.resolve("ml", _placed_policy(
+        gpu, {"key": "example.com/pool", "operator": "In", "values": ["hdd"]},
+        {"key": "zone", "operator": "NotIn", "values": ["a"]}), CFG,
+        classes.catalogue([PLACED_CLASS]))
+    assert resolution.reason == classes.REFUSED, resolution
+    first, second = resolution.problems
+    assert first.field == "spec.placement.nodeAffinity.matchExpressions[1]"
+    assert "CheckpointClass c" in str(first) and "example.com/pool=nvme" in str(first)
+    assert "example.com/pool In [hdd]" in str(first)
+    assert second.field == "spec.placement.nodeAffinity.matchExpressions[2]"
+    assert "zone=a" in str(second)
+
+
+@pytest.mark.parametrize("requirements", [
+    [{"key": "example.com/pool", "operator": "In", "values": ["hdd", "nvme"]}],
+    [{"key": "gpu", "operator": "In", "values": ["h100"]}],
+    [{"key": ["not", "a", "key"], "operator": "In", "values": ["x"]}, "junk"],
+    [],
+])
+def test_a_policy_placement_the_class_nodes_may_meet_resolves(
+        requirements: list[Any]) -> None:
+    resolution = classes.resolve("ml", _placed_policy(*requirements), CFG,
+                                 classes.catalogue([PLACED_CLASS]))
+    assert resolution.resolved, resolution.problems
+
+
 # merge and conflict
 
 
@@ -118,6 +156,13 @@ def test_a_key_set_to_another_value_conflicts_naming_field_class_and_value() -> 
     assert problem.field == "spec.nodeSelector.example.com/pool"
     assert "CheckpointClass fast" in str(problem) and "example.com/pool=nvme" in str(problem)
     assert str(problem).endswith("got 'hdd'")
+
+
+def test_a_conflict_on_a_later_class_key_is_found_too() -> None:
+    # zone sorts after example.com/pool: each class key is compared.
+    [problem] = class_placement.conflicts({"nodeSelector": {"example.com/pool": "nvme",
+                                                            "zone": "b"}}, PLACED, "fast")
+    assert problem.field == "spec.nodeSelector.zone" and "zone=a" in str(problem)
 
 
 @pytest.mark.parametrize("spec", [{}, {"nodeSelector": None}, {"nodeSelector": {"gpu": "h"}},

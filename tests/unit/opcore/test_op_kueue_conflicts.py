@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.kueue import conflicts, placement_fit, settings
+from ckptdrain.operator.kueue import conflicts, settings
 from ckptdrain.operator.kueue.settings import WaitForPodsReady
+from ckptdrain.operator.policy import placement_fit
 
 FACTS = conflicts.PolicyFacts(
     retry_deadline_s=600.0, restore_s=120.0, restore_basis="est",

@@ -13,7 +13,7 @@ Pure: the reads and writes are report.py's.
   v0.13.5 sets it for an admission check's eviction too and clears it only
   on deactivation, so one eviction would be a conflict for the Workload's life.
 - FlavorOutsidePlacement: an admitted Workload's flavour whose `nodeLabels`
-  rule out every term of the policy's `spec.placement` (placement_fit.py).
+  rule out every term of the policy's `spec.placement` (policy/placement_fit.py).
 - QuotaExcludesInjected: Kueue counts `spec.podSets[].template` times
   `count`; the containers the webhook adds later are not in it unless the
   template's `overhead` covers them (a RuntimeClass's `overhead.podFixed`,
@@ -29,8 +29,8 @@ from typing import Any
 
 from ckptdrain import units
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.kueue import placement_fit
 from ckptdrain.operator.kueue.settings import WaitForPodsReady
+from ckptdrain.operator.policy import placement_fit
 from ckptdrain.quantity import parse_quantity
 
 CONDITION = "KueueCompatible"

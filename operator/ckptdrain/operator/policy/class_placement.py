@@ -11,6 +11,8 @@ which nodes those are, in Kubernetes' own shapes:
         └── merged ──▶ {gpu: h100, pool: nvme}
     pod nodeSelector   {pool: hdd}          class {pool: nvme}
         └── refused: spec.nodeSelector.pool can never be nvme
+    policy spec.placement  pool In [hdd]    class {pool: nvme}
+        └── the policy refused: none of the class's nodes meets it
     pod tolerations    [t1]                 class [t1, t2]
         └── added ──▶ [t1, t2] (an identical toleration is not added again)
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.policy import selectors
+from ckptdrain.operator.policy import placement_fit, selectors
 from ckptdrain.operator.policy.fields import MAX_PLACEMENT_ITEMS, Reader, check_toleration
 
 FIELD = "spec.nodeTier"
@@ -92,6 +94,31 @@ def conflicts(pod_spec: Mapping[str, Any], placement: Placement, class_name: str
                          f"only on nodes labelled {key}={value} ({FIELD}.nodeSelector), "
                          "where its node tier is", own[key])
             for key, value in placement.node_selector if key in own and own[key] != value]
+
+
+def policy_outside(spec: Mapping[str, Any], placement: Placement, class_name: str
+                   ) -> list[InvalidInput]:
+    """The policy's own `spec.placement` requirements that no node of the
+    class meets (a class key it requires another value of): its pods
+    would stay Pending forever. Malformed entries are the policy parser's."""
+    affinity = (spec.get("placement") or {}).get("nodeAffinity") \
+        if isinstance(spec.get("placement"), Mapping) else None
+    exprs = affinity.get("matchExpressions") if isinstance(affinity, Mapping) else None
+    if not placement.node_selector or not isinstance(exprs, list):
+        return []
+    labels = dict(placement.node_selector)
+    out = []
+    for i, requirement in enumerate(exprs):
+        if not isinstance(requirement, Mapping) or not isinstance(requirement.get("key"), str) \
+                or placement_fit.holds(requirement, labels) is not False:
+            continue
+        key = requirement.get("key")
+        out.append(InvalidInput(
+            f"spec.placement.nodeAffinity.matchExpressions[{i}]",
+            f"a requirement nodes labelled {key}={labels[key]} meet: CheckpointClass "
+            f"{class_name} runs its pods only there ({FIELD}.nodeSelector), so this "
+            "policy's pods would stay Pending forever", placement_fit.describe(requirement)))
+    return out
 
 
 def selector_additions(pod_spec: Mapping[str, Any], placement: Placement) -> dict[str, str]:

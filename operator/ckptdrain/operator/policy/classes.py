@@ -47,7 +47,12 @@ from ckptdrain.operator.policy.class_namespaces import (
     read_rule,
     refusal,
 )
-from ckptdrain.operator.policy.class_placement import ANYWHERE, Placement, read_placement
+from ckptdrain.operator.policy.class_placement import (
+    ANYWHERE,
+    Placement,
+    policy_outside,
+    read_placement,
+)
 from ckptdrain.operator.policy.class_stores import (  # noqa: F401 (classes.Store, as before)
     NAMESPACE_PLACEHOLDER,
     STORE_SETTINGS,
@@ -309,6 +314,7 @@ def resolve(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
     filled, problems = apply_stores(namespace, spec, cls.name, cls.stores)
     classed, identity_problem = _with_identity(classed, cls, namespace, filled)
     problems += [identity_problem] if identity_problem is not None else []
+    problems += policy_outside(spec, cls.placement, cls.name)
     return Resolution(classed, filled, cls.name, REFUSED if problems else RESOLVED,
                       tuple(problems), choice.warning, cls.placement)
 
