@@ -95,3 +95,20 @@ def test_a_pod_asking_for_other_nodes_is_refused_naming_the_field(
     assert refused.value.code == 422
     assert "spec.nodeSelector.example.com/pool" in message
     assert "CheckpointClass team-a" in message and "example.com/pool=nvme" in message
+
+
+@EDGES
+def test_the_refusal_names_the_policy_and_reads_nothing_more(
+        cluster: dict[str, Any], edge: Callable[[dict[str, Any]], dict[str, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The conflict is pure: decided before the pod's role, the nesting
+    # check or the agent image are read from the apiserver.
+    async def no_read(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the apiserver was read before the pure refusal")
+
+    monkeypatch.setattr(admission, "pod_role", no_read)
+    monkeypatch.setattr(admission.nesting, "refuse_pod", no_read)
+    with pytest.raises(kopf.AdmissionError) as refused:
+        edge(pod(nodeSelector={"example.com/pool": "hdd"}))
+    assert refused.value.code == 422, refused.value
+    assert "selected by CheckpointPolicy llama" in str(refused.value)

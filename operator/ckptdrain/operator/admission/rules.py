@@ -330,6 +330,13 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         warnings.append(f"ckptdrain: policy {chosen['metadata']['name']} is invalid "
                         f"({problem}); not injected")
         return []
+    # Never on the class's nodes: injected, it would wait forever
+    # unscheduled. Pure, so before any read of the apiserver.
+    off_nodes = class_placement.conflicts(pod.get("spec") or {}, resolution.placement,
+                                          resolution.class_name)
+    if off_nodes:
+        raise Refused(f"pod {pod_label(pod)}, selected by CheckpointPolicy {p.name}: "
+                      + "; ".join(map(str, off_nodes)), code=422)
     if not cfg.csi:
         await nesting.refuse_pod(p, namespace, chosen, cfg, every, logger)
     warnings.extend(f"ckptdrain: policy {p.name}: {note}" for note in p.resource_notes)
@@ -358,11 +365,6 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         if cfg.csi else None
     if group_problem is not None:
         raise Refused(f"pod {pod_label(pod)}: {group_problem}", code=422)
-    # Never on the class's nodes: injected, it would wait forever unscheduled.
-    off_nodes = class_placement.conflicts(pod.get("spec") or {}, resolution.placement,
-                                          resolution.class_name)
-    if off_nodes:
-        raise Refused(f"pod {pod_label(pod)}: " + "; ".join(map(str, off_nodes)), code=422)
     choice = await agent_images.image_for(pod, namespace, p.name,
                                           not role.reader and role.shard is not None, cfg,
                                           pinning)
