@@ -9,6 +9,8 @@ value expected."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +28,13 @@ def placement_class() -> dict[str, Any]:
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     [cls] = [d for d in yaml.safe_load_all(block) if d and d["kind"] == "CheckpointClass"]
     return dict(cls)
+
+
+def listing_script() -> str:
+    """The page's command listing the pods of a class's policies (before an edit)."""
+    text = (repo_root() / "docs" / "checkpoint-classes.md").read_text()
+    section = text[text.index("## Placement"):text.index("## Not yet")]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
 CLASS = placement_class()
@@ -75,3 +84,30 @@ def test_a_selected_pod_is_placed_on_the_class_nodes_or_refused(
     for said in ("spec.nodeSelector.example.com/pool", "CheckpointClass nvme-pool",
                  "example.com/pool=nvme"):
         assert said in elsewhere.stderr, elsewhere.stderr
+
+
+def test_the_page_lists_the_class_pods_and_a_contradicting_policy_is_refused(
+        cluster: Cluster, namespace: str, classes: Callable[..., None],
+        apply: Callable[..., Any]) -> None:
+    classes(CLASS)
+    apply(policy("listed", checkpointClassName="nvme-pool", localTier={"path": f"{ROOT}/l"}))
+    wait_for(lambda: _resolved(cluster, namespace, "listed"), what="ClassResolved True")
+    labels = {"app": "listed", **INJECT}
+    assert _create(cluster, namespace, pod("l-0", labels,
+                                           terminationGracePeriodSeconds=600)).returncode == 0
+    env = {**cluster.env(), "PATH": f"{cluster.binaries.kubectl.parent}:{os.environ['PATH']}"}
+    listed = subprocess.run(["bash", "-euo", "pipefail", "-c", listing_script()], env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert listed.returncode == 0, listed.stderr
+    assert f"{namespace} l-0 example.com/pool=nvme -/-" in listed.stdout.splitlines()
+
+    # Required to run where the class's pods never are: refused by the class.
+    hdd = policy("hdd", checkpointClassName="nvme-pool", localTier={"path": f"{ROOT}/h"},
+                 placement={"nodeAffinity": {"matchExpressions": [
+                     {"key": "example.com/pool", "operator": "In", "values": ["hdd"]}]}})
+    created = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(hdd),
+                              check=False)
+    assert created.returncode != 0, created.stdout
+    for said in ("spec.placement.nodeAffinity.matchExpressions[0]", "CheckpointClass nvme-pool",
+                 "example.com/pool=nvme"):
+        assert said in created.stderr, created.stderr
