@@ -222,3 +222,17 @@ def test_class_and_policy_tolerations_together_are_added_once() -> None:
     ops = injection.build_pod_patch(pod(), placed, CFG, default_rate=1e9, placement=PLACED)
     spec = jsonpatch.apply_patch(pod(), ops)["spec"]
     assert spec["tolerations"] == [NVME, DEDICATED, {"key": "policy", "operator": "Exists"}]
+
+
+def test_a_placement_edit_names_each_live_pod_it_strands() -> None:
+    # The class moved its pods from pool hdd to nvme: a pod admitted with
+    # pool=hdd (merged then, or its template's own) is named, with key,
+    # value and class; one that agrees or leaves the key is not.
+    pods = [("w-0", {"example.com/pool": "hdd", "zone": "a"}), ("w-1", {"gpu": "h100"}),
+            ("w-2", {"example.com/pool": "nvme", "zone": "b"})]
+    said = class_placement.stranded(pods, PLACED, "fast")
+    assert len(said) == 2, said
+    assert said[0].startswith("pod w-0 has nodeSelector example.com/pool=hdd")
+    assert "CheckpointClass fast now gives example.com/pool=nvme" in said[0]
+    assert said[1].startswith("pod w-2 has nodeSelector zone=b") and "zone=a" in said[1]
+    assert class_placement.stranded(pods, class_placement.ANYWHERE, "fast") == []

@@ -121,6 +121,19 @@ def policy_outside(spec: Mapping[str, Any], placement: Placement, class_name: st
     return out
 
 
+def stranded(pods: Iterable[tuple[str, Mapping[str, str]]], placement: Placement,
+             class_name: str) -> list[str]:
+    """For a class's placement just changed, each live pod (name, its
+    nodeSelector) of one of its policies that sets a class key to another
+    value: its replacements are refused if its workload's template sets
+    that key itself. One line per pod and key."""
+    return [f"pod {pod} has nodeSelector {key}={own[key]} but CheckpointClass {class_name} "
+            f"now gives {key}={value} ({FIELD}.nodeSelector): a replacement from a "
+            f"template that sets {key} itself is refused; drop {key} from the template"
+            for pod, own in pods for key, value in placement.node_selector
+            if key in own and own[key] != value]
+
+
 def selector_additions(pod_spec: Mapping[str, Any], placement: Placement) -> dict[str, str]:
     """The class's nodeSelector entries the pod lacks (after `conflicts`)."""
     own = pod_spec.get("nodeSelector") or {}
