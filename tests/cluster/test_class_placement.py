@@ -4,7 +4,9 @@ class docs/checkpoint-classes.md shows (its Placement section): a selected
 pod is stored with the class's nodeSelector merged into its own and the
 class's tolerations added once; a pod whose nodeSelector asks for other
 nodes than the class's is refused, naming the field, the class and the
-value expected."""
+value expected. The page's command lists the class's pods; an edit of the
+class's nodeSelector is a PlacementChanged Event on the policy naming its
+live pod; a policy whose placement no class node meets is refused."""
 
 from __future__ import annotations
 
@@ -100,6 +102,22 @@ def test_the_page_lists_the_class_pods_and_a_contradicting_policy_is_refused(
                             capture_output=True, text=True, timeout=60, check=False)
     assert listed.returncode == 0, listed.stderr
     assert f"{namespace} l-0 example.com/pool=nvme -/-" in listed.stdout.splitlines()
+
+    # The class moves its pods to another pool: the live pod is named on its policy.
+    moved = json.loads(json.dumps(CLASS))
+    moved["spec"]["nodeTier"]["nodeSelector"] = {"example.com/pool": "nvme2"}
+    classes(moved)
+
+    def warned() -> list[str]:
+        events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o",
+                                            "json").stdout)["items"]
+        return [e["message"] for e in events if e.get("reason") == "PlacementChanged"
+                and e["involvedObject"]["name"] == "listed"]
+
+    [message] = wait_for(warned, what="a PlacementChanged Event on the policy")
+    for said in ("pod l-0", "example.com/pool=nvme ", "CheckpointClass nvme-pool",
+                 "example.com/pool=nvme2"):
+        assert said in message, message
 
     # Required to run where the class's pods never are: refused by the class.
     hdd = policy("hdd", checkpointClassName="nvme-pool", localTier={"path": f"{ROOT}/h"},
