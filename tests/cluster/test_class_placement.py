@@ -115,7 +115,7 @@ def test_the_page_lists_the_class_pods_and_a_contradicting_policy_is_refused(
                 and e["involvedObject"]["name"] == "listed"]
 
     [message] = wait_for(warned, what="a PlacementChanged Event on the policy")
-    for said in ("pod l-0", "example.com/pool=nvme ", "CheckpointClass nvme-pool",
+    for said in ("1 live pod(s) (l-0)", "example.com/pool=nvme ", "CheckpointClass nvme-pool",
                  "example.com/pool=nvme2"):
         assert said in message, message
 

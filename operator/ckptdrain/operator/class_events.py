@@ -114,7 +114,7 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
         body = _policy(index, key)
         if body is not None and _stale_or_unknown(cfg, body, logger):
             _schedule(key, memo, logger, indexes, "its class changed")
-    if event.get("type") == "MODIFIED":
+    if event.get("type") != "DELETED":
         _warn_stranded(dict(event["object"]), index, indexes["pod_index"])
     _class_statuses(logger)
     start_recheck(memo, logger, indexes)
@@ -245,22 +245,34 @@ def start_recheck(memo: kopf.Memo, logger: logging.Logger, indexes: dict[str, An
                      daemon=True).start()
 
 
+#: Each class's nodeSelector as last judged by `_warn_stranded`: only an
+#: edit of it is warned about, not every other edit or status write of the
+#: class, nor the first sight of a class (a start, a new class).
+_selectors_seen: dict[str, tuple[tuple[str, str], ...]] = {}
+
+
 def _warn_stranded(class_body: dict[str, Any], index: kopf.Index[Any, Any],
                    pods: kopf.Index[Any, Any]) -> None:
-    """A Warning Event on each policy of the class edited for each of its
-    live pods whose nodeSelector the class's placement now contradicts
-    (their replacements may be refused at admission, said otherwise only
-    by the workload's FailedCreate Event)."""
+    """A Warning Event on each policy of the class whose nodeSelector was
+    just edited, when live pods of the policy set a class key to another
+    value (their replacements may be refused at admission, said otherwise
+    only by the workload's FailedCreate Event)."""
     name = (class_body.get("metadata") or {}).get("name")
     cls = class_view.current(classes.catalogue).get(str(name))
-    if not isinstance(cls, classes.CheckpointClass) or not cls.placement.node_selector:
+    if not isinstance(cls, classes.CheckpointClass):
+        _selectors_seen.pop(str(name), None)
+        return
+    before = _selectors_seen.get(cls.name)
+    _selectors_seen[cls.name] = cls.placement.node_selector
+    if before is None or before == cls.placement.node_selector:
         return
     for key in list(index):
         body = _policy(index, key)
         if body is None or (body.get("spec") or {}).get("checkpointClassName") != name:
             continue
         live = [(p.pod, dict(p.node_selector)) for p in pods.get(key, []) if not p.deleting]
-        for message in class_placement.stranded(live, cls.placement, cls.name):
+        message = class_placement.stranded(live, cls.placement, cls.name)
+        if message is not None:
             kopf.warn(kopf.Body(policy_edge.event_subject(body)), reason="PlacementChanged",
                       message=message)
 

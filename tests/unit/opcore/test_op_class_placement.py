@@ -224,15 +224,18 @@ def test_class_and_policy_tolerations_together_are_added_once() -> None:
     assert spec["tolerations"] == [NVME, DEDICATED, {"key": "policy", "operator": "Exists"}]
 
 
-def test_a_placement_edit_names_each_live_pod_it_strands() -> None:
-    # The class moved its pods from pool hdd to nvme: a pod admitted with
-    # pool=hdd (merged then, or its template's own) is named, with key,
-    # value and class; one that agrees or leaves the key is not.
+def test_a_placement_edit_is_one_line_naming_the_pods_it_strands() -> None:
+    # The class moved its pods from pool hdd to nvme: pods admitted with
+    # pool=hdd (merged then, or their template's own) are counted and
+    # named, with key, values and class; one that agrees or leaves the key
+    # is not. One line for all: a job of thousands of pods, one Event.
     pods = [("w-0", {"example.com/pool": "hdd", "zone": "a"}), ("w-1", {"gpu": "h100"}),
             ("w-2", {"example.com/pool": "nvme", "zone": "b"})]
     said = class_placement.stranded(pods, PLACED, "fast")
-    assert len(said) == 2, said
-    assert said[0].startswith("pod w-0 has nodeSelector example.com/pool=hdd")
-    assert "CheckpointClass fast now gives example.com/pool=nvme" in said[0]
-    assert said[1].startswith("pod w-2 has nodeSelector zone=b") and "zone=a" in said[1]
-    assert class_placement.stranded(pods, class_placement.ANYWHERE, "fast") == []
+    assert said is not None and said.startswith("2 live pod(s) (w-0, w-2) have nodeSelector "
+                                                 "example.com/pool=hdd, zone=b"), said
+    assert "CheckpointClass fast now gives example.com/pool=nvme, zone=a" in said
+    assert class_placement.stranded(pods, class_placement.ANYWHERE, "fast") is None
+    many = [(f"w-{i}", {"zone": "b"}) for i in range(5000)]
+    said = class_placement.stranded(many, PLACED, "fast")
+    assert said is not None and "5000 live pod(s) (w-0, w-1, w-10 and 4997 more)" in said

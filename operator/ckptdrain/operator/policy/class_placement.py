@@ -122,16 +122,25 @@ def policy_outside(spec: Mapping[str, Any], placement: Placement, class_name: st
 
 
 def stranded(pods: Iterable[tuple[str, Mapping[str, str]]], placement: Placement,
-             class_name: str) -> list[str]:
-    """For a class's placement just changed, each live pod (name, its
-    nodeSelector) of one of its policies that sets a class key to another
-    value: its replacements are refused if its workload's template sets
-    that key itself. One line per pod and key."""
-    return [f"pod {pod} has nodeSelector {key}={own[key]} but CheckpointClass {class_name} "
-            f"now gives {key}={value} ({FIELD}.nodeSelector): a replacement from a "
-            f"template that sets {key} itself is refused; drop {key} from the template"
-            for pod, own in pods for key, value in placement.node_selector
-            if key in own and own[key] != value]
+             class_name: str) -> str | None:
+    """For a class's placement just changed, one line for the live pods
+    (name, nodeSelector) of one of its policies that set a class key to
+    another value: their replacements are refused if their workload's
+    template sets that key itself. None when no pod does. One line per
+    policy, not per pod: a job of thousands of pods gets one Event."""
+    wanted = dict(placement.node_selector)
+    hit = [(pod, key, own[key]) for pod, own in pods for key, value in wanted.items()
+           if key in own and own[key] != value]
+    if not hit:
+        return None
+    names = sorted({pod for pod, _, _ in hit})
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    keys = sorted({key for _, key, _ in hit})
+    seen = ", ".join(sorted({f"{key}={old}" for _, key, old in hit})[:5])
+    gives = ", ".join(f"{key}={wanted[key]}" for key in keys)
+    return (f"{len(names)} live pod(s) ({shown}) have nodeSelector {seen} but CheckpointClass "
+            f"{class_name} now gives {gives} ({FIELD}.nodeSelector): a replacement from a "
+            f"template that sets {', '.join(keys)} itself is refused; drop it from the template")
 
 
 def selector_additions(pod_spec: Mapping[str, Any], placement: Placement) -> dict[str, str]:
