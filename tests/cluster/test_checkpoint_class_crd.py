@@ -1,6 +1,6 @@
 """The CheckpointClass CRD and CheckpointPolicy's spec.checkpointClassName
 against a real apiserver: a well-formed class is stored (spec.namespaces
-defaulting to from: All), each CEL rule
+defaulting to from: All; a placement of nodes), each CEL rule
 refuses a bad one naming the field, and a policy's class cannot be changed
 once set (the message says to make a new policy).
 
@@ -78,6 +78,10 @@ def test_an_identity_and_a_vouching_store_are_stored(crds_only: Cluster) -> None
     assert spec["identity"]["awsRoleArn"] == ROLE and spec["stores"] == stores
 
 
+def _tier(**placement: Any) -> dict[str, Any]:
+    return {"root": "/mnt/nvme", **placement}
+
+
 def _agent(**amounts: Any) -> dict[str, Any]:
     return {"qos": "Burstable", "agent": amounts}
 
@@ -147,7 +151,38 @@ BAD = [
     ("In without values", {"namespaces": {"from": "Selector", "selector": {
         "matchExpressions": [{"key": "tenant", "operator": "In"}]}}},
      "at least one value with operator In or NotIn"),
+    ("node label key with a space", {"nodeTier": _tier(nodeSelector={"node pool": "nvme"})},
+     "spec.nodeTier.nodeSelector: node pool is no node label key"),
+    ("node label key with an empty prefix", {"nodeTier": _tier(nodeSelector={"/pool": "nvme"})},
+     "spec.nodeTier.nodeSelector: /pool is no node label key"),
+    ("node label value with a slash", {"nodeTier": _tier(nodeSelector={"pool": "nvme/a"})},
+     "spec.nodeTier.nodeSelector: each value a label value"),
+    ("Exists with a value", {"nodeTier": _tier(tolerations=[
+        {"key": "nvme", "operator": "Exists", "value": "true"}])},
+     "spec.nodeTier.tolerations: no value with operator Exists"),
+    ("unknown taint effect", {"nodeTier": _tier(tolerations=[
+        {"key": "nvme", "operator": "Exists", "effect": "NoRun"}])},
+     "spec.nodeTier.tolerations[0].effect"),
+    ("Equal without a key", {"nodeTier": _tier(tolerations=[{"key": "", "value": "x"}])},
+     "spec.nodeTier.tolerations.key: a key is required"),
+    ("Exists without a key", {"nodeTier": _tier(tolerations=[{"operator": "Exists"}])},
+     "spec.nodeTier.tolerations.key: a key is required"),
+    ("bad taint key", {"nodeTier": _tier(tolerations=[{"key": "a b", "operator": "Exists"}])},
+     "spec.nodeTier.tolerations.key: a taint key"),
+    ("tolerationSeconds without NoExecute", {"nodeTier": _tier(tolerations=[
+        {"key": "nvme", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}])},
+     "spec.nodeTier.tolerations: tolerationSeconds only with effect NoExecute"),
 ]
+
+
+def test_a_class_with_placement_is_stored(crds_only: Cluster) -> None:
+    tier = _tier(nodeSelector={"example.com/pool": "nvme", "tier": ""}, tolerations=[
+        {"key": "example.com/nvme", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "dedicated", "value": "ckpt", "effect": "NoExecute", "tolerationSeconds": 30},
+        {"key": "example.com/gpu", "operator": "Exists", "effect": ""}])
+    created = _dry_run(crds_only, _class("placed", nodeTier=tier))
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout)["spec"]["nodeTier"] == tier
 
 
 def test_namespaces_default_to_every_one_and_a_selector_is_stored(crds_only: Cluster) -> None:

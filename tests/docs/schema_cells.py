@@ -38,7 +38,9 @@ def type_of(schema: Mapping[str, Any]) -> str:
     if "format" in schema:
         bits.append(f"format {schema['format']}")
     if "enum" in schema:
-        bits.append("one of " + ", ".join(code(v) for v in schema["enum"]))
+        # The empty string shown as the YAML a user writes for it.
+        bits.append("one of " + ", ".join(code(v) if v != "" else '`""`'
+                                          for v in schema["enum"]))
     if "minimum" in schema:
         op = ">" if schema.get("exclusiveMinimum") else "≥"
         bits.append(f"{op} {schema['minimum']}")

@@ -8,7 +8,10 @@ another, naming the label it lacks (tests/cluster/test_class_tenancy.py
 applies it to a real apiserver with the operator running). The Store
 identity example's policy, without a Secret, is admitted at the store its
 class vouches for, and its pods' restore and agent get its namespace's
-role."""
+role. The Placement example's class puts its pods on the nodes the
+chart's driver values shown beside it run on, and refuses a pod asking
+for others (tests/cluster/test_class_placement.py applies it to a real
+apiserver with the operator running)."""
 
 from __future__ import annotations
 
@@ -27,14 +30,16 @@ from tests.docs.conftest import (
     stored,
 )
 
+from ckptdrain.operator.policy import class_placement, classes
+
 PAGE = REPO / "docs" / "checkpoint-classes.md"
 
 
 def _objects(section: int = 0) -> list[dict[str, Any]]:
     """The objects of the page's `section`th YAML block: 0 the Example, 1 Store
-    identity's, 2 Tenancy's."""
+    identity's, 2 Tenancy's, 3 Placement's."""
     found = [b for b in blocks.parse(PAGE) if b.lang == "yaml" and b.kind == ""]
-    assert len(found) == 3, [b.line for b in found]
+    assert len(found) == 4, [b.line for b in found]
     return [d for d in yaml.safe_load_all(found[section].text) if d]
 
 
@@ -111,7 +116,7 @@ def test_the_identity_example_admits_a_policy_without_a_secret_and_gives_its_rol
 def test_every_example_store_is_https_with_a_fully_qualified_name() -> None:
     # What the page tells platforms to vouch for: a short name resolves
     # through the tenant's own namespace first, http sends the token in clear.
-    for section in range(3):
+    for section in range(4):
         for cls in (o for o in _objects(section) if o["kind"] == "CheckpointClass"):
             for store in cls["spec"].get("stores", []):
                 endpoint = urlsplit(store["endpoint"])
@@ -120,3 +125,29 @@ def test_every_example_store_is_https_with_a_fully_qualified_name() -> None:
     page = " ".join(PAGE.read_text().split())
     assert "the chart's `agent.identities` role for the namespace" in page
     assert "fully qualified name" in page and "discouraged" in page
+
+
+def test_the_placement_class_matches_the_driver_values_and_places_a_pod() -> None:
+    [cls] = _objects(3)
+    tier = cls["spec"]["nodeTier"]
+    [values] = [yaml.safe_load(b.text) for b in blocks.parse(PAGE)
+                if b.kind == "fragment" and b.note == "values"]
+    # The same nodes; of the driver's tolerations only the pool's own,
+    # each by key (the driver also stays on unreachable nodes; pods must not).
+    assert values["csiDriver"]["nodeSelector"] == tier["nodeSelector"]
+    assert all(t in values["csiDriver"]["tolerations"] for t in tier["tolerations"])
+    assert len(tier["tolerations"]) < len(values["csiDriver"]["tolerations"])
+    assert all(t.get("key") for t in tier["tolerations"])
+    page = " ".join(PAGE.read_text().split())
+    assert "a subset of what the driver tolerates, never a copy of `csiDriver.tolerations`" \
+        in page
+    [read] = classes.catalogue([cls]).values()
+    assert isinstance(read, classes.CheckpointClass)
+    assert class_placement.selector_additions({"nodeSelector": {"gpu": "h100"}},
+                                              read.placement) == tier["nodeSelector"]
+    assert class_placement.tolerations_to_add([], read.placement.tolerations) == \
+        tier["tolerations"]
+    [key] = tier["nodeSelector"]
+    [conflict] = class_placement.conflicts({"nodeSelector": {key: "hdd"}}, read.placement,
+                                           "nvme-pool")
+    assert conflict.field == f"spec.nodeSelector.{key}"

@@ -36,11 +36,11 @@ import kopf
 
 from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.apiserver import class_view, kube, leadership, namespace_labels
+from ckptdrain.operator.apiserver import class_view, kube, leadership, namespace_labels, policy_edge
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import class_catalogue, classes, version_messages
+from ckptdrain.operator.policy import class_catalogue, class_placement, classes, version_messages
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.policy_reconcile import reconcile_policy
 
@@ -114,6 +114,8 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
         body = _policy(index, key)
         if body is not None and _stale_or_unknown(cfg, body, logger):
             _schedule(key, memo, logger, indexes, "its class changed")
+    if event.get("type") != "DELETED":
+        _warn_stranded(dict(event["object"]), index, indexes["pod_index"])
     _class_statuses(logger)
     start_recheck(memo, logger, indexes)
 
@@ -241,6 +243,38 @@ def start_recheck(memo: kopf.Memo, logger: logging.Logger, indexes: dict[str, An
 
     threading.Thread(target=context.run, args=(loop,), name="ckptdrain-namespace-recheck",
                      daemon=True).start()
+
+
+#: Each class's nodeSelector as last judged by `_warn_stranded`: only an
+#: edit of it is warned about, not every other edit or status write of the
+#: class, nor the first sight of a class (a start, a new class).
+_selectors_seen: dict[str, tuple[tuple[str, str], ...]] = {}
+
+
+def _warn_stranded(class_body: dict[str, Any], index: kopf.Index[Any, Any],
+                   pods: kopf.Index[Any, Any]) -> None:
+    """A Warning Event on each policy of the class whose nodeSelector was
+    just edited, when live pods of the policy set a class key to another
+    value (their replacements may be refused at admission, said otherwise
+    only by the workload's FailedCreate Event)."""
+    name = (class_body.get("metadata") or {}).get("name")
+    cls = class_view.current(classes.catalogue).get(str(name))
+    if not isinstance(cls, classes.CheckpointClass):
+        _selectors_seen.pop(str(name), None)
+        return
+    before = _selectors_seen.get(cls.name)
+    _selectors_seen[cls.name] = cls.placement.node_selector
+    if before is None or before == cls.placement.node_selector:
+        return
+    for key in list(index):
+        body = _policy(index, key)
+        if body is None or (body.get("spec") or {}).get("checkpointClassName") != name:
+            continue
+        live = [(p.pod, dict(p.node_selector)) for p in pods.get(key, []) if not p.deleting]
+        message = class_placement.stranded(live, cls.placement, cls.name)
+        if message is not None:
+            kopf.warn(kopf.Body(policy_edge.event_subject(body)), reason="PlacementChanged",
+                      message=message)
 
 
 def _policy(index: kopf.Index[Any, Any], key: Any) -> dict[str, Any] | None:

@@ -118,7 +118,7 @@ def checkpointpolicy_index(namespace: str, name: str, body: kopf.Body,
 
 
 @kopf.index("v1", "pods", annotations=INJECTED)
-def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
+def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status, spec: kopf.Spec,
               **_: Any) -> dict[Key, allocation.DrainingPod]:
     if status.get("phase") in ("Succeeded", "Failed") or api.is_reader(meta.get("labels")):
         # A finished pod drains nothing more, and a reader never does. Empty,
@@ -136,7 +136,9 @@ def pod_index(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
         writer=(meta.get("labels") or {}).get(api.LABEL_WRITER),
         workload_writers=None if counted is None else int(counted),
         deleting=meta.get("deletionTimestamp") is not None,
-        follows_scale=ann.get(api.ANNOTATION_SHARE_SCALE) == "true")}
+        follows_scale=ann.get(api.ANNOTATION_SHARE_SCALE) == "true",
+        node_selector=tuple(sorted((str(k), str(v)) for k, v in
+                                   (spec.get("nodeSelector") or {}).items())))}
 
 
 @kopf.index(*CHECKPOINTS)

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.kueue import conflicts, placement_fit, settings
+from ckptdrain.operator.kueue import conflicts, settings
 from ckptdrain.operator.kueue.settings import WaitForPodsReady
+from ckptdrain.operator.policy import placement_fit
 
 FACTS = conflicts.PolicyFacts(
     retry_deadline_s=600.0, restore_s=120.0, restore_basis="est",
@@ -142,6 +143,25 @@ def test_flavor_whose_labels_contradict_placement_is_a_conflict() -> None:
     assert "ResourceFlavor spot" in found.message
     assert "ckptdrain.io/nvme=false" in found.message
     assert "ckptdrain.io/nvme In [true]" in found.message
+
+
+def test_flavor_whose_labels_contradict_the_class_nodeselector_is_a_conflict() -> None:
+    # The class gives the pods pool=nvme; the flavour's nodes are pool=hdd.
+    facts = conflicts.PolicyFacts(600.0, None, "", class_name="fast",
+                                  class_selector={"gpu": "h100", "pool": "nvme"})
+    found = conflicts.flavor_outside(workload(), "spot", {"gpu": "h100", "pool": "hdd"}, facts)
+    assert found is not None and found.reason == conflicts.FLAVOR
+    assert "CheckpointClass fast's spec.nodeTier.nodeSelector (pool=nvme)" in found.message
+    assert "spec.placement" not in found.message
+    both = conflicts.flavor_outside(workload(), "spot", {"ckptdrain.io/nvme": "false",
+                                                          "pool": "hdd"},
+                                    conflicts.PolicyFacts(**{**FACTS.__dict__,
+                                                             "class_name": "fast",
+                                                             "class_selector": {"pool": "nvme"}}))
+    assert both is not None and "ckptdrain.io/nvme In [true]" in both.message
+    assert "(pool=nvme)" in both.message
+    for agreeing in ({"gpu": "h100", "pool": "nvme"}, {"zone": "a"}):
+        assert conflicts.flavor_outside(workload(), "f", agreeing, facts) is None
 
 
 def test_flavor_that_meets_or_does_not_say_is_no_conflict() -> None:

@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from ckptdrain.operator import config
 from ckptdrain.operator.kueue import reads, report
 from ckptdrain.operator.kueue.settings import WaitForPodsReady
+from ckptdrain.operator.policy import classes
 from ckptdrain.operator.policy import spec as policy
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain", image="ckptdrain:1.0")
@@ -51,6 +52,15 @@ def test_a_policy_cap_sets_the_restore_estimate_and_the_peer_sidecar_counts() ->
     assert list(facts.injected_names) == ["ckptdrain-agent", "ckptdrain-peer"]
     assert facts.injected["cpu"] == Fraction(2, 10)
     assert report.facts_of(parsed()).placement_terms == []
+
+
+def test_the_class_nodeselector_is_a_fact() -> None:
+    [cls] = classes.catalogue([{"metadata": {"name": "fast"}, "spec": {"nodeTier": {
+        "root": "/mnt/ckptdrain", "nodeSelector": {"pool": "nvme"}}}}]).values()
+    assert isinstance(cls, classes.CheckpointClass)
+    facts = report.facts_of(parsed(), None, cls)
+    assert facts.class_selector == {"pool": "nvme"} and facts.class_name == "fast"
+    assert report.facts_of(parsed()).class_selector == {}
 
 
 class ConfigMaps:

@@ -9,10 +9,17 @@ from ckptdrain.operator import handlers
 ANN = {"ckptdrain.io/policy": "llama", "ckptdrain.io/injected": "true"}
 
 
-def _entry(meta: dict[str, Any], phase: str) -> dict[Any, Any]:
+def _entry(meta: dict[str, Any], phase: str, spec: dict[str, Any] | None = None
+           ) -> dict[Any, Any]:
     fn = getattr(handlers.pod_index, "__wrapped__", handlers.pod_index)
     return fn(namespace="ml", name="w-0", meta={"annotations": ANN, **meta},
-              status={"phase": phase})
+              status={"phase": phase}, spec=spec or {})
+
+
+def test_the_pod_nodeselector_is_indexed_for_class_placement_edits() -> None:
+    placed = _entry({}, "Running", {"nodeSelector": {"zone": "a", "example.com/pool": "nvme"}})
+    assert placed[("ml", "llama")].node_selector == (("example.com/pool", "nvme"), ("zone", "a"))
+    assert _entry({}, "Running")[("ml", "llama")].node_selector == ()
 
 
 def test_a_finished_pod_leaves_the_index_with_an_empty_entry_not_none() -> None:

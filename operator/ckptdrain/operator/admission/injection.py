@@ -56,7 +56,8 @@ from ckptdrain.operator.admission.pod_env import (
     work_on_node,
 )
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import peer_tier, storage_options
+from ckptdrain.operator.policy import class_placement, peer_tier, storage_options
+from ckptdrain.operator.policy.class_placement import ANYWHERE, Placement
 from ckptdrain.operator.policy.spec import Policy
 
 RESTORE = "ckptdrain-restore"
@@ -149,7 +150,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
                     default_rate: float, rank: int | None = None,
                     workload_writers: int | None = None, *, reader: bool = False,
                     readers_alongside: bool = False,
-                    earlier: Sequence[EarlierStore] = ()) -> JSONPatch:
+                    earlier: Sequence[EarlierStore] = (),
+                    placement: Placement = ANYWHERE) -> JSONPatch:
     """JSONPatch ops that inject ckptdrain into `pod`; [] if already injected.
     With a `rank`, the pod also gets the `ckptdrain.io/writer` label, which
     admission selects on to find a live pod already holding that rank;
@@ -157,7 +159,8 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     the operator's WritersConsistent condition. A `reader` (its `rank` is the
     shard it reads) gets restore alone, with the local tier read-only: no
     agent, no peer server, no root container, no writer label. `earlier`:
-    where the policy's checkpoints were before its store moved, for restore."""
+    where the policy's checkpoints were before its store moved, for restore;
+    `placement`: its class's nodes (policy/class_placement.py)."""
     if is_injected(pod):
         return []
     spec = pod.get("spec", {})
@@ -246,7 +249,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
                    else [work_dir.trainer_mount(policy, reader=reader, node_work=node_work)]),
                  *id_mounts])
     ops.extend(work_dir.security_context_ops(pod))
-    ops.extend(placement_ops(spec, policy))
+    ops.extend(placement_ops(spec, policy, placement))
     # With a Secret, or the namespace's own identity, restore and the agent
     # use that: a platform webhook after ours must leave them alone, and the
     # application containers given the namespace's identity too.
@@ -348,10 +351,18 @@ def reinvocation_patch(pod: Mapping[str, Any]) -> JSONPatch:
     return ops
 
 
-def placement_ops(spec: Mapping[str, Any], policy: Policy) -> JSONPatch:
+def placement_ops(spec: Mapping[str, Any], policy: Policy,
+                  placement: Placement = ANYWHERE) -> JSONPatch:
     """The policy's node requirements ANDed into every required node-selector
-    term the pod already has (or one new term), and its tolerations added."""
+    term the pod already has (or one new term); the class's nodeSelector
+    merged into the pod's; the class's and the policy's tolerations added."""
     ops: JSONPatch = []
+    selector = class_placement.selector_additions(spec, placement)
+    if selector and spec.get("nodeSelector") is None:
+        ops.append({"op": "add", "path": "/spec/nodeSelector", "value": selector})
+    else:
+        ops.extend({"op": "add", "path": f"/spec/nodeSelector/{_pointer(k)}", "value": v}
+                   for k, v in selector.items())
     if policy.node_expressions:
         affinity = dict(spec.get("affinity") or {})
         node = dict(affinity.get("nodeAffinity") or {})
@@ -366,8 +377,8 @@ def placement_ops(spec: Mapping[str, Any], policy: Policy) -> JSONPatch:
         # "add" on an existing member replaces it: the merged affinity is whole.
         ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
     have = spec.get("tolerations")
-    _append(ops, "/spec/tolerations", have,
-            [t for t in policy.tolerations if t not in (have or [])])
+    _append(ops, "/spec/tolerations", have, class_placement.tolerations_to_add(
+        have, [*placement.tolerations, *policy.tolerations]))
     return ops
 
 

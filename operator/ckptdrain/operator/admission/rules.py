@@ -43,6 +43,7 @@ from ckptdrain.operator.apiserver import class_view, namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import (
+    class_placement,
     classes,
     history,
     identity,
@@ -329,6 +330,13 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         warnings.append(f"ckptdrain: policy {chosen['metadata']['name']} is invalid "
                         f"({problem}); not injected")
         return []
+    # Never on the class's nodes: injected, it would wait forever
+    # unscheduled. Pure, so before any read of the apiserver.
+    off_nodes = class_placement.conflicts(pod.get("spec") or {}, resolution.placement,
+                                          resolution.class_name)
+    if off_nodes:
+        raise Refused(f"pod {pod_label(pod)}, selected by CheckpointPolicy {p.name}: "
+                      + "; ".join(map(str, off_nodes)), code=422)
     if not cfg.csi:
         await nesting.refuse_pod(p, namespace, chosen, cfg, every, logger)
     warnings.extend(f"ckptdrain: policy {p.name}: {note}" for note in p.resource_notes)
@@ -370,7 +378,8 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         pod, p, cfg, default_rate=share, rank=role.shard,
         workload_writers=role.workload_writers, reader=role.reader,
         readers_alongside=role.readers_alongside,
-        earlier=history.told_to_restore(chosen, p, datetime.now(UTC)))
+        earlier=history.told_to_restore(chosen, p, datetime.now(UTC)),
+        placement=resolution.placement)
     if tenant is not None:
         # Nothing of the trainer's is carried; what the trainer holds is said.
         warnings.extend(tenant_identity.trainer_warnings(pod, p))

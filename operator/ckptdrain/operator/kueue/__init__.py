@@ -1,3 +1,3 @@
 """Where Kueue's settings and a policy's can fight: the pure checks
-(settings.py, placement_fit.py, conflicts.py) and the operator's thin edge
+(settings.py, conflicts.py; policy/placement_fit.py) and the operator's thin edge
 that reads Kueue's objects and says what it found (reads.py, report.py)."""

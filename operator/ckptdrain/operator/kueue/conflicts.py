@@ -13,7 +13,8 @@ Pure: the reads and writes are report.py's.
   v0.13.5 sets it for an admission check's eviction too and clears it only
   on deactivation, so one eviction would be a conflict for the Workload's life.
 - FlavorOutsidePlacement: an admitted Workload's flavour whose `nodeLabels`
-  rule out every term of the policy's `spec.placement` (placement_fit.py).
+  rule out every term of the policy's `spec.placement` (policy/placement_fit.py),
+  or set a key of its class's `spec.nodeTier.nodeSelector` to another value.
 - QuotaExcludesInjected: Kueue counts `spec.podSets[].template` times
   `count`; the containers the webhook adds later are not in it unless the
   template's `overhead` covers them (a RuntimeClass's `overhead.podFixed`,
@@ -29,8 +30,8 @@ from typing import Any
 
 from ckptdrain import units
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.kueue import placement_fit
 from ckptdrain.operator.kueue.settings import WaitForPodsReady
+from ckptdrain.operator.policy import placement_fit
 from ckptdrain.quantity import parse_quantity
 
 CONDITION = "KueueCompatible"
@@ -75,6 +76,10 @@ class PolicyFacts:
     #: The same where a pod stays Guaranteed (its containers' `guaranteed`
     #: amounts; admission/resources.py); None: as `injected`.
     injected_guaranteed: Mapping[str, Fraction] | None = None
+    #: The class's spec.nodeTier.nodeSelector its pods are given ({}: none),
+    #: and the class's name, for the message.
+    class_selector: Mapping[str, str] = field(default_factory=dict)
+    class_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -156,17 +161,28 @@ def flavors_of(workload: Mapping[str, Any], pod_sets: set[str] | None = None) ->
 
 def flavor_outside(workload: Mapping[str, Any], flavor: str,
                    node_labels: Mapping[str, str], facts: PolicyFacts) -> Conflict | None:
-    """A flavour whose nodes cannot meet the policy's placement."""
+    """A flavour whose nodes cannot meet the policy's placement, or whose
+    nodeLabels set a key of its class's nodeSelector to another value."""
     ruled_out = placement_fit.contradictions(facts.placement_terms, node_labels)
-    if ruled_out is None:
+    clashes = [f"{k}={v}" for k, v in sorted(facts.class_selector.items())
+               if k in node_labels and str(node_labels[k]) != v]
+    if ruled_out is None and not clashes:
         return None
     labels = ", ".join(f"{k}={v}" for k, v in sorted(node_labels.items()))
-    wants = "; ".join(placement_fit.describe(r) for r in ruled_out)
+    against, remedy = [], []
+    if ruled_out is not None:
+        wants = "; ".join(placement_fit.describe(r) for r in ruled_out)
+        against.append(f"spec.placement.nodeAffinity ({wants})")
+        remedy.append("spec.placement")
+    if clashes:
+        against.append(f"CheckpointClass {facts.class_name}'s spec.nodeTier.nodeSelector "
+                       f"({', '.join(clashes)}), which its pods are given")
+        remedy.append(f"CheckpointClass {facts.class_name}'s nodeSelector")
     return Conflict(FLAVOR, (
         f"Workload {_name(workload)} is admitted to ResourceFlavor {flavor}, whose "
-        f"nodeLabels ({labels}) contradict spec.placement.nodeAffinity ({wants}): its pods "
+        f"nodeLabels ({labels}) contradict {' and '.join(against)}: its pods "
         "stay Pending while holding quota; give the flavour nodes the placement allows, or "
-        "queue the job to a ClusterQueue whose flavours all meet spec.placement"),
+        f"queue the job to a ClusterQueue whose flavours all meet {' and '.join(remedy)}"),
         _name(workload))
 
 

@@ -33,11 +33,12 @@ from ckptdrain.contract import api
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.admission import resources
 from ckptdrain.operator.admission.injection import AGENT as AGENT_CONTAINER
-from ckptdrain.operator.apiserver import kube, leadership, policy_edge
+from ckptdrain.operator.apiserver import class_view, kube, leadership, policy_edge
 from ckptdrain.operator.bandwidth import rebalance
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.containers import AGENT, PEER
 from ckptdrain.operator.kueue import conflicts, reads
+from ckptdrain.operator.policy import classes
 from ckptdrain.operator.policy import spec as pol
 from ckptdrain.operator.policy import status as st
 from ckptdrain.operator.policy.peer_tier import PEER as PEER_CONTAINER
@@ -85,12 +86,13 @@ def _amounts(raw: Mapping[str, str]) -> dict[str, Fraction]:
     return {k: parse_quantity(k, v) for k, v in raw.items()}
 
 
-def facts_of(policy: pol.Policy, status: Mapping[str, Any] | None = None
-             ) -> conflicts.PolicyFacts:
+def facts_of(policy: pol.Policy, status: Mapping[str, Any] | None = None,
+             cls: classes.CheckpointClass | None = None) -> conflicts.PolicyFacts:
     """What the checks need of a parsed policy: its retryDeadline, one
     restore (a checkpoint over the bandwidth the operator allows the policy,
     `status.allowedBandwidthBytes`, cluster cap included; its sizing's
-    where the status has none yet), its placement, and the requests of the
+    where the status has none yet), its placement and its class's
+    nodeSelector (`cls`), and the requests of the
     containers that run beside the trainer (the agent; the peer sidecar)."""
     sized = pol.compute_sizing(policy)
     allowed = (status or {}).get("allowedBandwidthBytes")
@@ -119,7 +121,9 @@ def facts_of(policy: pol.Policy, status: Mapping[str, Any] | None = None
         retry_deadline_s=policy.restore_retry_deadline_s, restore_s=restore_s,
         restore_basis=basis, placement_terms=terms, injected=shaped[False],
         injected_names=[AGENT_CONTAINER] + ([PEER_CONTAINER] if policy.peer.enabled else []),
-        injected_guaranteed=shaped[True])
+        injected_guaranteed=shaped[True],
+        class_selector=dict(cls.placement.node_selector) if cls is not None else {},
+        class_name=cls.name if cls is not None else "")
 
 
 def check(cfg: OperatorConfig, key: Key, body: dict[str, Any] | None,
@@ -130,8 +134,11 @@ def check(cfg: OperatorConfig, key: Key, body: dict[str, Any] | None,
         _clear(key, body, logger)
         return
     try:
-        policy = rebalance.parse_policy(cfg, body, drainers=1)
-        facts = facts_of(policy, body.get("status"))
+        catalogue = class_view.current(classes.catalogue)
+        policy = rebalance.parse_policy(cfg, body, drainers=1, catalogue=catalogue)
+        cls = classes.choose(body.get("spec") or {}, catalogue).cls
+        facts = facts_of(policy, body.get("status"),
+                         cls if isinstance(cls, classes.CheckpointClass) else None)
     except InvalidInput:
         return  # an invalid policy's conditions say so already; nothing to check
     found: list[conflicts.Conflict] = []

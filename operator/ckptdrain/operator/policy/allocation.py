@@ -43,6 +43,9 @@ class DrainingPod:
     #: Its agent said it applies the namespace's cluster scale (annotation
     #: ckptdrain.io/share-scale); an older agent reads only its channel's budget.
     follows_scale: bool = False
+    #: Its spec.nodeSelector as admitted (sorted pairs): a class's placement
+    #: edit is judged against it (policy/class_placement.py `stranded`).
+    node_selector: tuple[tuple[str, str], ...] = ()
 
 
 def parse_annotation_number(text: object) -> float | None:

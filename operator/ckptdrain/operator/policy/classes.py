@@ -6,8 +6,9 @@ the operator otherwise takes from its own configuration (the chart's
 values): the node-local root, the injected containers' resources, the agent
 image, the bandwidth weight, the store identity (policy/class_identity.py);
 the stores its policies may write to, with their endpoints and whether each
-may receive the ambient identity (policy/class_stores.py); and the
-namespaces whose policies may use it (policy/class_namespaces.py).
+may receive the ambient identity (policy/class_stores.py); the namespaces
+whose policies may use it (policy/class_namespaces.py); and the nodes its
+policies' pods may run on (policy/class_placement.py).
 
     policy CREATE without spec.checkpointClassName
        └── the default class's name written in (`default_choice`: annotation
@@ -45,6 +46,12 @@ from ckptdrain.operator.policy.class_namespaces import (
     NamespaceRule,
     read_rule,
     refusal,
+)
+from ckptdrain.operator.policy.class_placement import (
+    ANYWHERE,
+    Placement,
+    policy_outside,
+    read_placement,
 )
 from ckptdrain.operator.policy.class_stores import (  # noqa: F401 (classes.Store, as before)
     NAMESPACE_PLACEHOLDER,
@@ -86,6 +93,8 @@ class CheckpointClass:
     namespaces: NamespaceRule = EVERY_NAMESPACE
     #: spec.identity as written ({namespace} kept); None: the chart's mapping.
     identity: WebIdentity | None = None
+    #: spec.nodeTier.nodeSelector and tolerations: where its pods may run.
+    placement: Placement = ANYWHERE
 
 
 class ClassInvalid(InvalidInput):
@@ -140,6 +149,7 @@ def read(body: Mapping[str, Any]) -> CheckpointClass:
     spec = body.get("spec") or {}
     problems: list[InvalidInput] = []
     root = _root(spec, problems)
+    placement = read_placement(spec.get("nodeTier"), problems)
     stores = read_stores(spec.get("stores"), problems)
     namespaces = read_rule(spec.get("namespaces"), problems)
     identity = read_identity(spec.get("identity"), problems)
@@ -162,7 +172,7 @@ def read(body: Mapping[str, Any]) -> CheckpointClass:
     return CheckpointClass(
         name=name, created=created, default=default, root=root, stores=stores,
         resources=resources, agent_image=image, bandwidth_weight=weight, namespaces=namespaces,
-        identity=identity)
+        identity=identity, placement=placement)
 
 
 def catalogue(bodies: list[Mapping[str, Any]]) -> dict[str, CheckpointClass | ClassInvalid]:
@@ -266,6 +276,8 @@ class Resolution:
     reason: str
     problems: tuple[InvalidInput, ...] = ()
     warning: str = ""
+    #: Where the class's pods may run (policy/class_placement.py).
+    placement: Placement = ANYWHERE
 
     @property
     def resolved(self) -> bool:
@@ -302,8 +314,9 @@ def resolve(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
     filled, problems = apply_stores(namespace, spec, cls.name, cls.stores)
     classed, identity_problem = _with_identity(classed, cls, namespace, filled)
     problems += [identity_problem] if identity_problem is not None else []
+    problems += policy_outside(spec, cls.placement, cls.name)
     return Resolution(classed, filled, cls.name, REFUSED if problems else RESOLVED,
-                      tuple(problems), choice.warning)
+                      tuple(problems), choice.warning, cls.placement)
 
 
 def _with_identity(config: OperatorConfig, cls: CheckpointClass, namespace: str,

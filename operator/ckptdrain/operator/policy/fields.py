@@ -135,7 +135,7 @@ def read_placement(r: Reader) -> tuple[tuple[dict[str, Any], ...], tuple[dict[st
     for i, e in enumerate(exprs):
         _check_node_requirement(r, f"placement.nodeAffinity.matchExpressions[{i}]", e)
     for i, t in enumerate(tols):
-        _check_toleration(r, f"placement.tolerations[{i}]", t)
+        check_toleration(r, f"placement.tolerations[{i}]", t)
     return (tuple(dict(e) for e in exprs if isinstance(e, Mapping)),
             tuple(dict(t) for t in tols if isinstance(t, Mapping)))
 
@@ -165,14 +165,25 @@ def _check_node_requirement(r: Reader, where: str, e: object) -> None:
             r.fail(f"{where}.values[{j}]", selectors.VALUE_EXPECTED, value)
 
 
-def _check_toleration(r: Reader, where: str, t: object) -> None:
+#: Why a class's toleration names its taint (policy/class_placement.py).
+KEY_REQUIRED = ("a key is required: a toleration without one tolerates every taint, "
+                "cordons and not-ready or unreachable nodes included, so the pods would "
+                "never be evicted; name each taint of the node pool")
+
+
+def check_toleration(r: Reader, where: str, t: object, key_required: bool = False) -> None:
+    """One toleration as the apiserver's pod validation reads it (operator
+    omitted: Equal; effect omitted or empty: every effect); `key_required`
+    also refuses one without a key."""
     if not isinstance(t, Mapping):
         r.fail(where, "a toleration {key, operator, value, effect}", t)
         return
-    key, op, value = t.get("key") or "", t.get("operator", "Equal"), t.get("value") or ""
+    key, op, value = t.get("key") or "", t.get("operator") or "Equal", t.get("value") or ""
     if key and not selectors.valid_key(key):
         r.fail(f"{where}.key", "a taint " + selectors.KEY_EXPECTED, key)
-    if not key and op != "Exists":
+    if not key and key_required:
+        r.fail(f"{where}.key", KEY_REQUIRED, t.get("key"))
+    elif not key and op != "Exists":
         r.fail(f"{where}.operator", "Exists without a key (it tolerates every taint)", op)
     if op == "Exists" and value:
         r.fail(f"{where}.value", "no value with operator Exists", value)

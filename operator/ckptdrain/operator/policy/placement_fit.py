@@ -1,6 +1,6 @@
-"""Whether a ResourceFlavor's `nodeLabels` contradict a required node
-affinity (a policy's `spec.placement`, Kubernetes' NodeSelectorTerm
-shapes). Pure.
+"""Whether node labels (a ResourceFlavor's `nodeLabels`, a CheckpointClass's
+`spec.nodeTier.nodeSelector`) contradict a required node affinity (a
+policy's `spec.placement`, Kubernetes' NodeSelectorTerm shapes). Pure.
 
 A flavour's nodes carry its `nodeLabels` (Kueue adds them to the pods'
 nodeSelector). A requirement on a key those labels set either holds for
