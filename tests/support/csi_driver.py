@@ -22,6 +22,7 @@ import grpc
 import pytest
 
 from ckptdrain.csi import mounts
+from ckptdrain.csi.class_reclaim import ClassLister
 from ckptdrain.csi.config import DriverConfig
 from ckptdrain.csi.server import Driver
 from ckptdrain.csi.stubs import csi_pb2, csi_pb2_grpc
@@ -110,9 +111,11 @@ def mount_options(path: Path) -> list[set[str]]:
 
 
 @contextmanager
-def running_driver(resolve: PolicyResolver | None = None, **settings: Any) -> Iterator[Harness]:
+def running_driver(resolve: PolicyResolver | None = None, list_classes: ClassLister | None = None,
+                   **settings: Any) -> Iterator[Harness]:
     """A driver on its own sockets and root. The policy lookup is the
     harness's `policies` dict unless `resolve` is given (a real apiserver's);
+    `list_classes` reads the CheckpointClasses (none: never read);
     `settings` replace DriverConfig fields (reclaim, scan_interval_s, ...)."""
     # Unix socket paths are limited to 108 bytes: a short directory of our own.
     base = Path(tempfile.mkdtemp(prefix="csi-", dir="/tmp"))
@@ -125,7 +128,7 @@ def running_driver(resolve: PolicyResolver | None = None, **settings: Any) -> It
     if resolve is None:
         def resolve(namespace: str, name: str) -> str | None:
             return policies.get((namespace, name))
-    driver = Driver(cfg, resolve)
+    driver = Driver(cfg, resolve, list_classes=list_classes)
     driver.start()
     channel = grpc.insecure_channel(f"unix://{cfg.csi_socket}")
     h = Harness(cfg, driver, policies, csi_pb2_grpc.NodeStub(channel),

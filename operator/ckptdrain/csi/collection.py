@@ -21,6 +21,13 @@ longer silence starts the run again at now), no volume of it is published,
 and the reclaim policy is Delete. So one odd answer only starts the clock,
 and a PRESENT answer stops it (the clock is dropped). Retain keeps the
 directory for good and reports it.
+
+The reclaim is the directory's own (`effective`): what its policy's
+CheckpointClass said (spec.nodeTier.reclaim) when the driver last read it
+while the policy was there (`Recorded`, kept on disk in `reclaim.json`),
+each field it leaves unset taken from the driver's own setting; nothing
+recorded (no class, data from before classes carried it, a class never
+readable): the driver's setting.
 """
 
 from __future__ import annotations
@@ -52,6 +59,26 @@ class Verdict(enum.Enum):
 class Reclaim:
     policy: str  # DELETE or RETAIN
     grace_s: float
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a policy's class said of reclaim when last read: None for a
+    field it leaves to the driver."""
+
+    class_name: str
+    policy: str | None = None
+    grace_s: float | None = None
+
+
+def effective(recorded: Recorded | None, driver: Reclaim) -> tuple[Reclaim, str]:
+    """The reclaim that applies to a directory, and where it came from (for
+    the logs): the recorded class's fields over the driver's setting."""
+    if recorded is None or (recorded.policy is None and recorded.grace_s is None):
+        return driver, "the driver's setting"
+    return (Reclaim(recorded.policy or driver.policy,
+                    driver.grace_s if recorded.grace_s is None else recorded.grace_s),
+            f"class {recorded.class_name}")
 
 
 @dataclass(frozen=True)

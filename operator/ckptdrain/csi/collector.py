@@ -4,6 +4,9 @@ it reads the disk and the apiserver, calls the pure decision, and writes.
 
     <root>/<namespace>/<policy uid>/
       owner.json              the owner (volumes.py)
+      reclaim.json            what the policy's class said of reclaim when last
+                              read (class_reclaim.py): written atomically
+                              while the policy is there, used once it is gone
       deleted-since.json      {"since": <Unix seconds>, "last": <Unix seconds>}:
                               the first and latest sightings of the owner
                               deleted (collection.DeletedClock); written
@@ -33,22 +36,27 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ckptdrain.csi import collection
-from ckptdrain.csi.collection import DeletedClock, Reclaim, Sighting, Verdict
+from ckptdrain.csi import class_reclaim, collection
+from ckptdrain.csi.class_reclaim import RECLAIM_FILE, ClassLister
+from ckptdrain.csi.collection import DeletedClock, Reclaim, Recorded, Sighting, Verdict
 from ckptdrain.csi.removal import remove_from
 from ckptdrain.csi.requests import Refused
 from ckptdrain.csi.usage import Capacity, Usage, capacity, measure
 from ckptdrain.csi.volumes import (
     DATA_DIR,
+    PolicyFound,
     PolicyResolver,
     VolumeStore,
     read_owner,
+    uid_of,
     write_file,
 )
+from ckptdrain.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +108,15 @@ def read_clock(directory: Path) -> DeletedClock | None:
     return DeletedClock(float(since), float(last))
 
 
+def read_recorded(directory: Path) -> Recorded | None:
+    """The reclaim recorded for the directory; None when there is none or
+    it cannot be read (the driver's setting then applies)."""
+    try:
+        return class_reclaim.loads((directory / RECLAIM_FILE).read_text())
+    except OSError:
+        return None
+
+
 def _real_dir(path: Path) -> bool:
     try:
         return stat.S_ISDIR(os.lstat(path).st_mode)
@@ -112,8 +129,15 @@ class Collector:
 
     def __init__(self, volumes: VolumeStore, resolve_policy: PolicyResolver, reclaim: Reclaim,
                  interval_s: float, mounted_under: Callable[[Path], bool],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 list_classes: ClassLister | None = None) -> None:
         self.volumes = volumes
+        # None: classes are never read, nothing is recorded (the driver's
+        # setting applies to every directory without a record).
+        self.list_classes = list_classes
+        # This scan's class specs by name, or why they could not be read:
+        # one LIST per scan, made by the first directory that needs it.
+        self._classes: Mapping[str, Mapping[str, Any]] | Refused | None = None
         self.root = volumes.root
         self.resolve_policy = resolve_policy
         self.reclaim = reclaim
@@ -163,6 +187,7 @@ class Collector:
         """One pass over the root; returns (and keeps) its report."""
         report = ScanReport(at=self.clock())
         usage: dict[Path, Usage] = {}
+        self._classes = None
         if self.root.is_dir():
             self._empty_trash()
             for namespace in sorted(self.root.iterdir()):
@@ -202,13 +227,16 @@ class Collector:
                             "handed out", directory, "none or unreadable" if owner is None
                             else "it names another place")
             return None
+        found: str | PolicyFound | None = None
         try:
-            found_uid = self.resolve_policy(owner.namespace, owner.policy_name)
-            seen = collection.sighting(owner.policy_uid, found_uid)
+            found = self.resolve_policy(owner.namespace, owner.policy_name)
+            seen = collection.sighting(owner.policy_uid, uid_of(found))
         except Refused as err:
             log.info("policy %s/%s: %s; nothing decided this scan", owner.namespace,
                      owner.policy_name, err.message)
             seen = Sighting.UNKNOWN
+        if seen is Sighting.PRESENT and isinstance(found, PolicyFound):
+            self._record(directory, found.class_name)
         verdict, clock = self._settle(directory, seen)
         usage = None
         if verdict is not Verdict.DELETE:
@@ -222,18 +250,60 @@ class Collector:
             report.policies.append(data)
         return data
 
+    def _class_specs(self) -> Mapping[str, Mapping[str, Any]] | Refused:
+        """Every class's spec, read once per scan (or why it could not be)."""
+        if self._classes is None:
+            assert self.list_classes is not None
+            try:
+                self._classes = self.list_classes()
+            except Refused as err:
+                log.info("%s; no recorded reclaim changes this scan", err.message)
+                self._classes = err
+        return self._classes
+
+    def _record(self, directory: Path, class_name: str | None) -> None:
+        """Record what the policy's class says of reclaim, while the policy
+        is there to name it. A class that cannot be read (the LIST failed,
+        the class is gone, or it does not read) changes nothing recorded."""
+        if self.list_classes is None:
+            return
+        if class_name is None:
+            # No class: the driver's setting applies; a record left from a
+            # class the policy no longer names would say otherwise.
+            (directory / RECLAIM_FILE).unlink(missing_ok=True)
+            return
+        classes = self._class_specs()
+        if isinstance(classes, Refused):
+            return
+        spec = classes.get(class_name)
+        if spec is None:
+            log.info("%s: CheckpointClass %s not found; the recorded reclaim holds",
+                     directory, class_name)
+            return
+        try:
+            recorded = class_reclaim.from_class(class_name, spec)
+        except InvalidInput as err:
+            log.warning("%s: %s; the recorded reclaim holds", directory, err)
+            return
+        if read_recorded(directory) != recorded:
+            write_file(directory / RECLAIM_FILE, class_reclaim.dumps(recorded))
+            reclaim, source = collection.effective(recorded, self.reclaim)
+            log.info("%s: reclaim %s after %g s recorded (from %s)", directory,
+                     reclaim.policy, reclaim.grace_s, source)
+
     def _settle(self, directory: Path, seen: Sighting) -> tuple[Verdict, DeletedClock | None]:
         """Decide on the directory and carry the decision out; the verdict
         and the clock as it now is on disk."""
         clock = read_clock(directory)
         if seen is Sighting.PRESENT and clock is None:
             return Verdict.LIVE, None  # the common case: nothing to lock or write
+        reclaim, source = collection.effective(read_recorded(directory), self.reclaim)
         with self.volumes.lock:
             published = (directory / DATA_DIR in self.volumes.published_sources()
                          or self.mounted_under(directory))
-            decision = collection.decide(seen, clock, published, self.clock(), self.reclaim)
-            moved = self._move_to_trash(directory) if decision.verdict is Verdict.DELETE \
-                else None
+            decision = collection.decide(seen, clock, published, self.clock(), reclaim)
+            moved = self._move_to_trash(directory, reclaim, source) \
+                if decision.verdict is Verdict.DELETE else None
         if decision.verdict is Verdict.DELETE:
             if moved is None:
                 # Not moved (logged): kept, reported, tried again.
@@ -248,13 +318,13 @@ class Collector:
                 write_file(directory / DELETED_SINCE_FILE, json.dumps(
                     {"since": decision.clock.since, "last": decision.clock.last}))
                 if clock is None or decision.clock.since != clock.since:
-                    log.info("%s: its policy is deleted; %s", directory,
-                             "kept (reclaim Retain)" if self.reclaim.policy == collection.RETAIN
-                             else f"deleted after {self.reclaim.grace_s:g} s of sightings "
-                                  "unless it comes back")
+                    log.info("%s: its policy is deleted; %s (reclaim from %s)", directory,
+                             "kept (reclaim Retain)" if reclaim.policy == collection.RETAIN
+                             else f"deleted after {reclaim.grace_s:g} s of sightings "
+                                  "unless it comes back", source)
         return decision.verdict, decision.clock
 
-    def _move_to_trash(self, directory: Path) -> Path | None:
+    def _move_to_trash(self, directory: Path, reclaim: Reclaim, source: str) -> Path | None:
         """Rename the directory into the trash; called under the volume lock,
         so no publish comes between the check and the rename."""
         if not _real_dir(directory) or not _real_dir(directory.parent):
@@ -271,8 +341,8 @@ class Collector:
         moved = trash / f"{directory.parent.name}-{directory.name}-{uuid.uuid4().hex[:8]}"
         os.rename(directory, moved)
         self.deletions += 1
-        log.info("deleted %s: its policy was deleted more than %g s ago", directory,
-                 self.reclaim.grace_s)
+        log.info("deleted %s: its policy was deleted more than %g s ago (reclaim Delete "
+                 "from %s)", directory, reclaim.grace_s, source)
         return moved
 
     def _empty_trash(self) -> None:

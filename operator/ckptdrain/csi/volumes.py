@@ -63,9 +63,23 @@ ROOT_DIR_MODE = 0o711  # traversable, not listable: no tenant learns the others'
 DATA_MODE = 0o2770  # the owner (the agent) and the pod's group; setgid keeps the group
 TARGET_MODE = 0o750
 
-# (namespace, policy name) -> the policy's metadata.uid, or None when there
-# is no such policy. Raises Refused("UNAVAILABLE", ...) when it cannot tell.
-PolicyResolver = Callable[[str, str], "str | None"]
+@dataclass(frozen=True)
+class PolicyFound:
+    """A policy as the apiserver gave it: its uid and the class it names
+    (None: none)."""
+
+    uid: str
+    class_name: str | None
+
+
+# (namespace, policy name) -> the policy's metadata.uid (or a PolicyFound,
+# which also names its class), or None when there is no such policy. Raises
+# Refused("UNAVAILABLE", ...) when it cannot tell.
+PolicyResolver = Callable[[str, str], "str | PolicyFound | None"]
+
+
+def uid_of(found: str | PolicyFound | None) -> str | None:
+    return found.uid if isinstance(found, PolicyFound) else found
 
 
 class Mounter(Protocol):
@@ -145,7 +159,7 @@ class VolumeStore:
     def publish(self, req: PublishRequest) -> Path:
         """Mount the policy's data dir at the request's target; idempotent.
         Returns the data dir. Raises `Refused`."""
-        uid = self.resolve_policy(req.namespace, req.policy_name)
+        uid = uid_of(self.resolve_policy(req.namespace, req.policy_name))
         if uid is None:
             raise Refused("NOT_FOUND", f"volumeAttributes.policy: no CheckpointPolicy "
                           f"{req.policy_name!r} in namespace {req.namespace!r} (the pod's)")
