@@ -180,7 +180,7 @@ def test_a_class_that_cannot_be_read_changes_nothing_recorded(
 
 def test_data_without_a_record_falls_to_the_drivers_setting(
         tmp_path: Path, three: tuple[Api, dict[str, Path]]) -> None:
-    api, dirs = three
+    api, _ = three
     api.policies = {}  # gone before any scan read its class
     gc = collector(tmp_path, api)
     gc.scan()
