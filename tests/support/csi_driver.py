@@ -43,6 +43,7 @@ class Harness:
     identity: csi_pb2_grpc.IdentityStub
     resolve: PolicyResolver
     targets: list[Path] = field(default_factory=list)
+    list_classes: ClassLister | None = None
 
     def target(self, pod_uid: str, volume: str = "ckptdrain-local") -> Path:
         """kubelet's mount dir for a pod's CSI volume, its parent made as kubelet does."""
@@ -83,7 +84,7 @@ class Harness:
         """A new driver process (the DaemonSet's pod restarted) on the same
         sockets and root."""
         self.driver.stop(grace_s=1)
-        self.driver = Driver(self.cfg, self.resolve)
+        self.driver = Driver(self.cfg, self.resolve, list_classes=self.list_classes)
         self.driver.start()
 
 
@@ -132,7 +133,7 @@ def running_driver(resolve: PolicyResolver | None = None, list_classes: ClassLis
     driver.start()
     channel = grpc.insecure_channel(f"unix://{cfg.csi_socket}")
     h = Harness(cfg, driver, policies, csi_pb2_grpc.NodeStub(channel),
-                csi_pb2_grpc.IdentityStub(channel), resolve)
+                csi_pb2_grpc.IdentityStub(channel), resolve, list_classes=list_classes)
     try:
         yield h
     finally:
