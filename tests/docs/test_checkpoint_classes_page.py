@@ -8,7 +8,7 @@ another, naming the label it lacks (tests/cluster/test_class_tenancy.py
 applies it to a real apiserver with the operator running). The Store
 identity example's policy, without a Secret, is admitted at the store its
 class vouches for, and its pods' restore and agent get its namespace's
-role."""
+role. The Node data example's classes reclaim as the page says."""
 
 from __future__ import annotations
 
@@ -27,14 +27,17 @@ from tests.docs.conftest import (
     stored,
 )
 
+from ckptdrain.csi import class_reclaim
+from ckptdrain.csi.collection import DELETE, RETAIN, Reclaim, effective
+
 PAGE = REPO / "docs" / "checkpoint-classes.md"
 
 
 def _objects(section: int = 0) -> list[dict[str, Any]]:
     """The objects of the page's `section`th YAML block: 0 the Example, 1 Store
-    identity's, 2 Tenancy's."""
+    identity's, 2 Tenancy's, 3 Node data's."""
     found = [b for b in blocks.parse(PAGE) if b.lang == "yaml" and b.kind == ""]
-    assert len(found) == 3, [b.line for b in found]
+    assert len(found) == 4, [b.line for b in found]
     return [d for d in yaml.safe_load_all(found[section].text) if d]
 
 
@@ -120,3 +123,13 @@ def test_every_example_store_is_https_with_a_fully_qualified_name() -> None:
     page = " ".join(PAGE.read_text().split())
     assert "the chart's `agent.identities` role for the namespace" in page
     assert "fully qualified name" in page and "discouraged" in page
+
+
+def test_the_node_data_classes_reclaim_as_the_page_says() -> None:
+    """Research: Delete after an hour; production: Retain, its grace the
+    driver's (the chart's csiDriver.reclaim)."""
+    driver = Reclaim(DELETE, 600.0)
+    read = {d["metadata"]["name"]: class_reclaim.from_class(d["metadata"]["name"], d["spec"])
+            for d in _objects(3)}
+    assert effective(read["research"], driver) == (Reclaim(DELETE, 3600.0), "class research")
+    assert effective(read["production"], driver) == (Reclaim(RETAIN, 600.0), "class production")
