@@ -188,3 +188,19 @@ def test_data_without_a_record_falls_to_the_drivers_setting(
     assert {p.policy_name: p.verdict for p in gc.scan().policies} == {
         "r": Verdict.PENDING, "p": Verdict.PENDING, "n": Verdict.PENDING}
     assert api.lists == 0  # no policy there: no class to read
+
+
+def test_a_class_with_a_longer_grace_is_not_reported_overdue_by_the_drivers_grace(
+        tmp_path: Path) -> None:
+    """The overdue alert counts the driver's grace from the oldest pending
+    time: a class's week-long grace shifts that time by the difference."""
+    api = Api()
+    api.classes = {"slow": reclaim_of({"gracePeriod": "7d"})}
+    api.policies = {("team-a", "r"): PolicyFound(RESEARCH, "slow")}
+    policy_dir(tmp_path, RESEARCH, "r")
+    gc = collector(tmp_path, api)
+    gc.scan()
+    api.policies = {}
+    report = gc.scan()
+    assert report.policies[0].verdict is Verdict.PENDING
+    assert report.oldest_pending_since() == api.now + 7 * 86400 - DRIVER.grace_s

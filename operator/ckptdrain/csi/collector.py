@@ -74,6 +74,10 @@ class PolicyData:
     # Pending or retained: when its owner was first seen deleted (the clock's
     # `since`, kept on disk over restarts); None for live data.
     deleted_since: float | None = None
+    # Its grace less the driver's (a class's own grace): the deletion is due
+    # the driver's grace after deleted_since + due_shift_s, which is what
+    # the overdue alert, set from the driver's grace, counts with.
+    due_shift_s: float = 0.0
 
 
 @dataclass
@@ -87,9 +91,10 @@ class ScanReport:
 
     def oldest_pending_since(self) -> float | None:
         """When the owner of the longest-pending directory was first seen
-        deleted: its deletion is due a grace period after. None when
+        deleted, shifted by how much its grace differs from the driver's:
+        its deletion is due the driver's grace period after. None when
         nothing is pending."""
-        return min((p.deleted_since for p in self.policies
+        return min((p.deleted_since + p.due_shift_s for p in self.policies
                     if p.verdict is Verdict.PENDING and p.deleted_since is not None),
                    default=None)
 
@@ -237,7 +242,7 @@ class Collector:
             seen = Sighting.UNKNOWN
         if seen is Sighting.PRESENT and isinstance(found, PolicyFound):
             self._record(directory, found.class_name)
-        verdict, clock = self._settle(directory, seen)
+        verdict, clock, reclaim = self._settle(directory, seen)
         usage = None
         if verdict is not Verdict.DELETE:
             try:
@@ -245,7 +250,8 @@ class Collector:
             except OSError as err:
                 log.warning("%s: usage not measured: %s", directory, err)
         data = PolicyData(owner.namespace, owner.policy_name, owner.policy_uid, verdict, usage,
-                          None if clock is None or verdict is Verdict.LIVE else clock.since)
+                          None if clock is None or verdict is Verdict.LIVE else clock.since,
+                          reclaim.grace_s - self.reclaim.grace_s)
         if verdict is not Verdict.DELETE:
             report.policies.append(data)
         return data
@@ -265,12 +271,9 @@ class Collector:
         """Record what the policy's class says of reclaim, while the policy
         is there to name it. A class that cannot be read (the LIST failed,
         the class is gone, or it does not read) changes nothing recorded."""
-        if self.list_classes is None:
-            return
-        if class_name is None:
-            # No class: the driver's setting applies; a record left from a
-            # class the policy no longer names would say otherwise.
-            (directory / RECLAIM_FILE).unlink(missing_ok=True)
+        if self.list_classes is None or class_name is None:
+            # No class (a policy's class is fixed at its creation): nothing
+            # to record, the driver's setting applies.
             return
         classes = self._class_specs()
         if isinstance(classes, Refused):
@@ -291,12 +294,14 @@ class Collector:
             log.info("%s: reclaim %s after %g s recorded (from %s)", directory,
                      reclaim.policy, reclaim.grace_s, source)
 
-    def _settle(self, directory: Path, seen: Sighting) -> tuple[Verdict, DeletedClock | None]:
-        """Decide on the directory and carry the decision out; the verdict
-        and the clock as it now is on disk."""
+    def _settle(self, directory: Path, seen: Sighting
+                ) -> tuple[Verdict, DeletedClock | None, Reclaim]:
+        """Decide on the directory and carry the decision out; the verdict,
+        the clock as it now is on disk, and the reclaim that applied."""
         clock = read_clock(directory)
         if seen is Sighting.PRESENT and clock is None:
-            return Verdict.LIVE, None  # the common case: nothing to lock or write
+            # The common case: nothing to lock or write.
+            return Verdict.LIVE, None, self.reclaim
         reclaim, source = collection.effective(read_recorded(directory), self.reclaim)
         with self.volumes.lock:
             published = (directory / DATA_DIR in self.volumes.published_sources()
@@ -307,9 +312,9 @@ class Collector:
         if decision.verdict is Verdict.DELETE:
             if moved is None:
                 # Not moved (logged): kept, reported, tried again.
-                return Verdict.PENDING, decision.clock
+                return Verdict.PENDING, decision.clock, reclaim
             self._remove(moved)  # outside the lock: a big tree takes a while
-            return Verdict.DELETE, None
+            return Verdict.DELETE, None, reclaim
         if decision.clock != clock:
             if decision.clock is None:
                 (directory / DELETED_SINCE_FILE).unlink(missing_ok=True)
@@ -322,7 +327,7 @@ class Collector:
                              "kept (reclaim Retain)" if reclaim.policy == collection.RETAIN
                              else f"deleted after {reclaim.grace_s:g} s of sightings "
                                   "unless it comes back", source)
-        return decision.verdict, decision.clock
+        return decision.verdict, decision.clock, reclaim
 
     def _move_to_trash(self, directory: Path, reclaim: Reclaim, source: str) -> Path | None:
         """Rename the directory into the trash; called under the volume lock,

@@ -22,7 +22,10 @@ read as "no unknown owners" and resolve their alert on each restart):
   not measured, as it is nobody's data to walk);
 - `ckptdrain_csi_oldest_pending_deletion_timestamp_seconds`: when the owner
   of the longest-pending directory was first seen deleted (its deletion is
-  due a grace period later); absent when nothing is pending;
+  due the driver's grace period later; for a directory whose class sets
+  another grace, shifted by the difference, so the overdue alert, set from
+  the driver's grace, holds for every class); absent when nothing is
+  pending;
 - `ckptdrain_csi_last_scan_timestamp_seconds`: when the last scan ended (a
   stalled collector shows here; /healthz fails only once its thread has
   ended, as a slow apiserver makes a scan slow without anything wrong here).
@@ -112,7 +115,9 @@ def _scanned(report: ScanReport) -> Iterator[Family]:
     if oldest is not None:
         yield _gauge("ckptdrain_csi_oldest_pending_deletion_timestamp_seconds",
                      "When the owner of the longest-pending directory was first seen "
-                     "deleted (Unix): its deletion is due a grace period later", oldest)
+                     "deleted (Unix), shifted by how much its class's grace differs from "
+                     "the driver's: its deletion is due the driver's grace period later",
+                     oldest)
     if report.capacity is not None:
         for name, value, what in (
                 ("available_bytes", report.capacity.available_bytes, "Bytes free"),
