@@ -23,6 +23,7 @@ from ckptdrain.csi.collection import (
     Reclaim,
     Recorded,
     Sighting,
+    Unreadable,
     Verdict,
     decide,
     effective,
@@ -32,6 +33,7 @@ from ckptdrain.csi.requests import Refused
 from ckptdrain.csi.volumes import Owner, PolicyFound, VolumeStore
 from ckptdrain.errors import InvalidInput
 
+SCAN = 1.0  # the scan interval (s)
 DRIVER = Reclaim(DELETE, 3600.0)
 RESEARCH = "11111111-1111-4111-8111-111111111111"
 PROD = "22222222-2222-4222-8222-222222222222"
@@ -50,10 +52,10 @@ def test_the_same_sightings_delete_one_directory_and_keep_the_other_by_their_rec
     clock = DeletedClock(0.0, 50.0)
     research, _ = effective(Recorded("research", DELETE, 60.0), DRIVER)
     prod, _ = effective(Recorded("prod", RETAIN), DRIVER)
-    assert decide(Sighting.DELETED, clock, False, 100.0, research).verdict is Verdict.DELETE
-    assert decide(Sighting.DELETED, clock, False, 100.0, prod).verdict is Verdict.RETAINED
+    assert decide(Sighting.DELETED, clock, False, 100.0, research, SCAN).verdict is Verdict.DELETE
+    assert decide(Sighting.DELETED, clock, False, 100.0, prod, SCAN).verdict is Verdict.RETAINED
     # Under the driver's hour the same run is only pending.
-    assert decide(Sighting.DELETED, clock, False, 100.0, DRIVER).verdict is Verdict.PENDING
+    assert decide(Sighting.DELETED, clock, False, 100.0, DRIVER, SCAN).verdict is Verdict.PENDING
 
 
 def test_a_class_is_read_field_by_field_and_a_wrong_one_is_named() -> None:
@@ -67,13 +69,20 @@ def test_a_class_is_read_field_by_field_and_a_wrong_one_is_named() -> None:
         class_reclaim.from_class("odd", {"nodeTier": {"reclaim": {"gracePeriod": "soon"}}})
 
 
-def test_a_record_reads_back_and_a_broken_one_reads_as_none() -> None:
-    for recorded in (Recorded("prod", RETAIN), Recorded("fast", None, 30.0), Recorded("b")):
+def test_a_record_reads_back_and_a_broken_one_is_unreadable_never_none() -> None:
+    for recorded in (Recorded("prod", RETAIN), Recorded("fast", None, 30.0), Recorded("b"),
+                     Recorded("gone", known=False)):
         assert class_reclaim.loads(class_reclaim.dumps(recorded)) == recorded
-    for text in ("", "{", "[]", '{"class": "x"}', json.dumps(
-            {"class": "x", "policy": "Recycle", "gracePeriodSeconds": None}), json.dumps(
-            {"class": "x", "policy": None, "gracePeriodSeconds": -1})):
-        assert class_reclaim.loads(text) is None
+    good = {"version": 1, "class": "x", "known": True, "policy": None,
+            "gracePeriodSeconds": None}
+    for text in ("", "{", "[]", '{"class": "x"}', json.dumps({**good, "version": 2}),
+                 json.dumps({k: v for k, v in good.items() if k != "version"}),
+                 json.dumps({**good, "policy": "Recycle"}),
+                 json.dumps({**good, "gracePeriodSeconds": -1}),
+                 json.dumps({**good, "gracePeriodSeconds": True}),
+                 json.dumps({**good, "class": ""}), json.dumps({**good, "known": 1})):
+        assert isinstance(class_reclaim.loads(text), Unreadable), text
+    assert "Recycle" in class_reclaim.loads(json.dumps({**good, "policy": "Recycle"})).reason
 
 
 class Api:

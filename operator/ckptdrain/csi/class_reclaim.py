@@ -10,10 +10,14 @@ and records it beside the directory's owner marker, because once the policy
 is deleted nothing says which class it had:
 
     <root>/<namespace>/<policy uid>/reclaim.json
-        {"class": "prod", "policy": "Retain" | null, "gracePeriodSeconds": 3600 | null}
+        {"version": 1, "class": "prod", "known": true,
+         "policy": "Retain" | null, "gracePeriodSeconds": 3600 | null}
 
 null: the class leaves that field to the driver's own setting
-(collection.effective).
+(collection.effective). known false: the policy names the class but its
+reclaim was never read (held, never the driver's setting). A record that
+does not parse as this version is Unreadable: held, never the driver's
+setting either.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ckptdrain import units
-from ckptdrain.csi.collection import RECLAIM_POLICIES, Recorded
+from ckptdrain.csi.collection import RECLAIM_POLICIES, Recorded, Unreadable
 from ckptdrain.errors import InvalidInput
 
 RECLAIM_FILE = "reclaim.json"
+FORMAT_VERSION = 1
 #: Every CheckpointClass's spec by name (one LIST). Raises Refused when the
 #: apiserver does not answer with them.
 ClassLister = Callable[[], Mapping[str, Mapping[str, Any]]]
@@ -54,22 +59,29 @@ def from_class(name: str, spec: Mapping[str, Any]) -> Recorded:
 
 
 def dumps(recorded: Recorded) -> str:
-    return json.dumps({"class": recorded.class_name, "policy": recorded.policy,
+    return json.dumps({"version": FORMAT_VERSION, "class": recorded.class_name,
+                       "known": recorded.known, "policy": recorded.policy,
                        "gracePeriodSeconds": recorded.grace_s})
 
 
-def loads(text: str) -> Recorded | None:
-    """The record; None when it does not read as one (the driver's setting
-    then applies, as for data from before records)."""
+def loads(text: str) -> Recorded | Unreadable:
+    """The record, or Unreadable saying why it is not one."""
     try:
         found = json.loads(text)
-        name, policy, grace = found["class"], found["policy"], found["gracePeriodSeconds"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(name, str) or not name or (
-            policy is not None and policy not in RECLAIM_POLICIES):
-        return None
+    except ValueError:
+        return Unreadable("not JSON")
+    if not isinstance(found, dict) or found.get("version") != FORMAT_VERSION:
+        return Unreadable(f"not a version {FORMAT_VERSION} record")
+    name, known = found.get("class"), found.get("known")
+    policy, grace = found.get("policy"), found.get("gracePeriodSeconds")
+    if not isinstance(name, str) or not name:
+        return Unreadable("class: expected a non-empty name")
+    if not isinstance(known, bool):
+        return Unreadable("known: expected true or false")
+    if policy is not None and policy not in RECLAIM_POLICIES:
+        return Unreadable(f"policy: expected {' or '.join(RECLAIM_POLICIES)} or null, "
+                          f"got {policy!r}")
     if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int | float)
                               or not grace > 0):
-        return None
-    return Recorded(name, policy, None if grace is None else float(grace))
+        return Unreadable("gracePeriodSeconds: expected a positive number or null")
+    return Recorded(name, policy, None if grace is None else float(grace), known)

@@ -43,7 +43,15 @@ from typing import Any
 
 from ckptdrain.csi import class_reclaim, collection
 from ckptdrain.csi.class_reclaim import RECLAIM_FILE, ClassLister
-from ckptdrain.csi.collection import DeletedClock, Reclaim, Recorded, Sighting, Verdict
+from ckptdrain.csi.collection import (
+    DeletedClock,
+    Reclaim,
+    Recorded,
+    Sighting,
+    Unreadable,
+    Verdict,
+)
+from ckptdrain.csi.dir_records import DELETED_SINCE_FILE, read_clock, read_recorded
 from ckptdrain.csi.removal import remove_from
 from ckptdrain.csi.requests import Refused
 from ckptdrain.csi.usage import Capacity, Usage, capacity, measure
@@ -60,7 +68,6 @@ from ckptdrain.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
-DELETED_SINCE_FILE = "deleted-since.json"
 TRASH_DIR = ".trash"
 
 
@@ -87,6 +94,11 @@ class ScanReport:
     at: float  # when the scan ended (Unix seconds)
     policies: list[PolicyData] = field(default_factory=list)
     unknown_owners: int = 0
+    # Directories held this scan because their reclaim record could not be
+    # read or names a class whose reclaim was never read.
+    held_records: int = 0
+    # Whether this scan's CheckpointClass LIST failed.
+    class_list_failed: bool = False
     capacity: Capacity | None = None
 
     def oldest_pending_since(self) -> float | None:
@@ -97,29 +109,6 @@ class ScanReport:
         return min((p.deleted_since + p.due_shift_s for p in self.policies
                     if p.verdict is Verdict.PENDING and p.deleted_since is not None),
                    default=None)
-
-
-def read_clock(directory: Path) -> DeletedClock | None:
-    """The clock on disk; None when there is none or it cannot be read (the
-    clock then starts again, which only delays a deletion)."""
-    try:
-        found = json.loads((directory / DELETED_SINCE_FILE).read_text())
-        since = found["since"]
-        last = found.get("last", since)  # a file without it: the run starts again
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in (since, last)):
-        return None
-    return DeletedClock(float(since), float(last))
-
-
-def read_recorded(directory: Path) -> Recorded | None:
-    """The reclaim recorded for the directory; None when there is none or
-    it cannot be read (the driver's setting then applies)."""
-    try:
-        return class_reclaim.loads((directory / RECLAIM_FILE).read_text())
-    except OSError:
-        return None
 
 
 def _real_dir(path: Path) -> bool:
@@ -241,8 +230,8 @@ class Collector:
                      owner.policy_name, err.message)
             seen = Sighting.UNKNOWN
         if seen is Sighting.PRESENT and isinstance(found, PolicyFound):
-            self._record(directory, found.class_name)
-        verdict, clock, reclaim = self._settle(directory, seen)
+            self._record(directory, found.class_name, report)
+        verdict, clock, reclaim = self._settle(directory, seen, report)
         usage = None
         if verdict is not Verdict.DELETE:
             try:
@@ -256,45 +245,59 @@ class Collector:
             report.policies.append(data)
         return data
 
-    def _class_specs(self) -> Mapping[str, Mapping[str, Any]] | Refused:
-        """Every class's spec, read once per scan (or why it could not be)."""
+    def _class_specs(self, report: ScanReport) -> Mapping[str, Mapping[str, Any]] | Refused:
+        """Every class's spec, read once per scan (or why it could not be:
+        warned once per scan)."""
         if self._classes is None:
             assert self.list_classes is not None
             try:
                 self._classes = self.list_classes()
             except Refused as err:
-                log.info("%s; no recorded reclaim changes this scan", err.message)
+                log.warning("%s; no recorded reclaim changes this scan, and a directory "
+                            "whose class was never read is held", err.message)
+                report.class_list_failed = True
                 self._classes = err
         return self._classes
 
-    def _record(self, directory: Path, class_name: str | None) -> None:
+    def _record(self, directory: Path, class_name: str | None, report: ScanReport) -> None:
         """Record what the policy's class says of reclaim, while the policy
         is there to name it. A class that cannot be read (the LIST failed,
-        the class is gone, or it does not read) changes nothing recorded."""
+        the class is gone, or it does not read) changes nothing recorded,
+        but a directory with no record yet gets one naming the class with
+        its reclaim unknown (held once its policy is gone, never the
+        driver's setting)."""
         if self.list_classes is None or class_name is None:
             # No class (a policy's class is fixed at its creation): nothing
             # to record, the driver's setting applies.
             return
-        classes = self._class_specs()
-        if isinstance(classes, Refused):
-            return
-        spec = classes.get(class_name)
-        if spec is None:
-            log.info("%s: CheckpointClass %s not found; the recorded reclaim holds",
-                     directory, class_name)
+        classes = self._class_specs(report)
+        spec = None if isinstance(classes, Refused) else classes.get(class_name)
+        recorded: Recorded | None = None
+        if spec is None and not isinstance(classes, Refused):
+            log.warning("%s: CheckpointClass %s not found; the recorded reclaim holds",
+                        directory, class_name)
+        elif spec is not None:
+            try:
+                recorded = class_reclaim.from_class(class_name, spec)
+            except InvalidInput as err:
+                log.warning("%s: %s; the recorded reclaim holds", directory, err)
+        before = read_recorded(directory)
+        if recorded is None:
+            if isinstance(before, Recorded) and before.class_name == class_name:
+                return  # the recorded reclaim holds
+            recorded = Recorded(class_name, known=False)
+        if before == recorded:
             return
         try:
-            recorded = class_reclaim.from_class(class_name, spec)
-        except InvalidInput as err:
-            log.warning("%s: %s; the recorded reclaim holds", directory, err)
-            return
-        if read_recorded(directory) != recorded:
             write_file(directory / RECLAIM_FILE, class_reclaim.dumps(recorded))
-            reclaim, source = collection.effective(recorded, self.reclaim)
-            log.info("%s: reclaim %s after %g s recorded (from %s)", directory,
-                     reclaim.policy, reclaim.grace_s, source)
+        except OSError as err:
+            log.warning("%s: reclaim not recorded (%s); the old record holds", directory, err)
+            return
+        reclaim, source = collection.effective(recorded, self.reclaim)
+        log.info("%s: reclaim %s after %g s recorded (from %s)", directory,
+                 reclaim.policy, reclaim.grace_s, source)
 
-    def _settle(self, directory: Path, seen: Sighting
+    def _settle(self, directory: Path, seen: Sighting, report: ScanReport
                 ) -> tuple[Verdict, DeletedClock | None, Reclaim]:
         """Decide on the directory and carry the decision out; the verdict,
         the clock as it now is on disk, and the reclaim that applied."""
@@ -302,11 +305,16 @@ class Collector:
         if seen is Sighting.PRESENT and clock is None:
             # The common case: nothing to lock or write.
             return Verdict.LIVE, None, self.reclaim
-        reclaim, source = collection.effective(read_recorded(directory), self.reclaim)
+        recorded = read_recorded(directory)
+        reclaim, source = collection.effective(recorded, self.reclaim)
+        if isinstance(recorded, Unreadable) or (recorded is not None and not recorded.known):
+            report.held_records += 1
+            log.warning("%s: reclaim from %s: kept this scan", directory, source)
         with self.volumes.lock:
             published = (directory / DATA_DIR in self.volumes.published_sources()
                          or self.mounted_under(directory))
-            decision = collection.decide(seen, clock, published, self.clock(), reclaim)
+            decision = collection.decide(seen, clock, published, self.clock(), reclaim,
+                                         self.interval_s)
             moved = self._move_to_trash(directory, reclaim, source) \
                 if decision.verdict is Verdict.DELETE else None
         if decision.verdict is Verdict.DELETE:

@@ -26,6 +26,11 @@ read as "no unknown owners" and resolve their alert on each restart):
   another grace, shifted by the difference, so the overdue alert, set from
   the driver's grace, holds for every class); absent when nothing is
   pending;
+- `ckptdrain_csi_held_reclaim_records`: directories held at the last scan
+  because their reclaim record cannot be read or parsed, or names a class
+  whose reclaim was never read (never the driver's setting for them);
+- `ckptdrain_csi_class_list_failed`: 1 when the last scan could not list
+  the CheckpointClasses (nothing recorded changed), else 0;
 - `ckptdrain_csi_last_scan_timestamp_seconds`: when the last scan ended (a
   stalled collector shows here; /healthz fails only once its thread has
   ended, as a slow apiserver makes a scan slow without anything wrong here).
@@ -118,6 +123,12 @@ def _scanned(report: ScanReport) -> Iterator[Family]:
                      "deleted (Unix), shifted by how much its class's grace differs from "
                      "the driver's: its deletion is due the driver's grace period later",
                      oldest)
+    yield _gauge("ckptdrain_csi_held_reclaim_records",
+                 "Directories held at the last scan: their reclaim record cannot be read "
+                 "or names a class whose reclaim was never read", report.held_records)
+    yield _gauge("ckptdrain_csi_class_list_failed",
+                 "1 when the last scan could not list the CheckpointClasses, else 0",
+                 float(report.class_list_failed))
     if report.capacity is not None:
         for name, value, what in (
                 ("available_bytes", report.capacity.available_bytes, "Bytes free"),
