@@ -22,7 +22,7 @@ from tests.support import prometheus
 from ckptdrain.csi.collection import DELETE, Reclaim
 from ckptdrain.csi.collector import Collector
 from ckptdrain.csi.metrics import registry_for
-from ckptdrain.csi.volumes import Owner, VolumeStore
+from ckptdrain.csi.volumes import Owner, PolicyFound, VolumeStore
 
 CASES = Path(__file__).parent / "alerts" / "csi_cases.yaml"
 RUNBOOKS = REPO / "docs" / "alerts.md"
@@ -141,7 +141,7 @@ def test_each_alert_links_to_its_runbook_section(rules: dict[str, Any]) -> None:
 def _driver_metrics(root: Path) -> set[str]:
     """Every series name the driver exports after a real scan of `root`,
     where a deleted policy's data waits out its grace."""
-    def resolve(namespace: str, name: str) -> str | None:
+    def resolve(namespace: str, name: str) -> PolicyFound | None:
         return None  # every policy deleted
 
     uid = "11111111-1111-4111-8111-111111111111"

@@ -20,7 +20,7 @@ from kubernetes import client, config
 from ckptdrain.csi import class_reclaim
 from ckptdrain.csi.class_reclaim import RECLAIM_FILE
 from ckptdrain.csi.collection import DELETE, RETAIN, Reclaim, Recorded, Verdict
-from ckptdrain.csi.policies import apiserver_classes, apiserver_reader
+from ckptdrain.csi.policies import apiserver_classes, apiserver_resolver
 from support.apiserver import Cluster
 from support.csi_driver import AS_ROOT_ON_LINUX, Harness, new_pod_uid, running_driver
 
@@ -81,7 +81,7 @@ def test_each_class_decides_its_policys_data_once_the_policy_is_deleted(
         classes: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
     research = make_policy(cluster, namespace, "research", classes["research"])
     prod = make_policy(cluster, namespace, "prod", classes["prod"])
-    with running_driver(apiserver_reader(driver_api), apiserver_classes(driver_api),
+    with running_driver(apiserver_resolver(driver_api), apiserver_classes(driver_api),
                         reclaim=DRIVER, scan_interval_s=INTERVAL_S) as h:
         write_data(h, namespace, "research")
         write_data(h, namespace, "prod")
@@ -128,7 +128,7 @@ def test_a_class_the_driver_cannot_read_leaves_the_recorded_reclaim(
         refusing_api: client.CustomObjectsApi, classes: dict[str, str]) -> None:
     research = make_policy(cluster, namespace, "research", classes["research"])
     prod = make_policy(cluster, namespace, "prod", classes["prod"])
-    with running_driver(apiserver_reader(driver_api), apiserver_classes(driver_api),
+    with running_driver(apiserver_resolver(driver_api), apiserver_classes(driver_api),
                         reclaim=DRIVER, scan_interval_s=INTERVAL_S) as h:
         write_data(h, namespace, "research")
         write_data(h, namespace, "prod")

@@ -26,7 +26,7 @@ from ckptdrain.csi.class_reclaim import ClassLister
 from ckptdrain.csi.config import DriverConfig
 from ckptdrain.csi.server import Driver
 from ckptdrain.csi.stubs import csi_pb2, csi_pb2_grpc
-from ckptdrain.csi.volumes import PolicyResolver
+from ckptdrain.csi.volumes import PolicyFound, PolicyResolver
 
 NAME = "node.ckptdrain.io"
 UID_A = "11111111-1111-4111-8111-111111111111"
@@ -127,8 +127,9 @@ def running_driver(resolve: PolicyResolver | None = None, list_classes: ClassLis
     cfg = replace(cfg, **settings)
     policies: dict[tuple[str, str], str] = {}
     if resolve is None:
-        def resolve(namespace: str, name: str) -> str | None:
-            return policies.get((namespace, name))
+        def resolve(namespace: str, name: str) -> PolicyFound | None:
+            uid = policies.get((namespace, name))
+            return None if uid is None else PolicyFound(uid, None)
     driver = Driver(cfg, resolve, list_classes=list_classes)
     driver.start()
     channel = grpc.insecure_channel(f"unix://{cfg.csi_socket}")

@@ -10,7 +10,7 @@ from pathlib import Path
 from ckptdrain.csi.collection import DELETE, RETAIN, Reclaim
 from ckptdrain.csi.collector import Collector
 from ckptdrain.csi.metrics import registry_for
-from ckptdrain.csi.volumes import Owner, VolumeStore
+from ckptdrain.csi.volumes import Owner, PolicyFound, VolumeStore
 
 LIVE_UID = "11111111-1111-4111-8111-111111111111"
 GONE_UID = "22222222-2222-4222-8222-222222222222"
@@ -38,8 +38,9 @@ def policy_dir(root: Path, uid: str, name: str, size: int) -> Path:
 def collector(root: Path, present: dict[str, str], clock: Clock, policy: str = DELETE,
               interval_s: float = 30.0) -> Collector:
     """A collector whose apiserver knows the policies in `present` (name -> UID)."""
-    def resolve(namespace: str, name: str) -> str | None:
-        return present.get(name)
+    def resolve(namespace: str, name: str) -> PolicyFound | None:
+        uid = present.get(name)
+        return None if uid is None else PolicyFound(uid, None)
 
     store = VolumeStore(root, resolve, mounter=None)  # type: ignore[arg-type]
     return Collector(store, resolve, Reclaim(policy, 600.0), interval_s, lambda d: False,

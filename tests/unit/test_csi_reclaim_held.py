@@ -12,7 +12,15 @@ import logging
 from pathlib import Path
 
 import pytest
-from tests.unit.test_csi_class_reclaim import PROD, RESEARCH, Api, collector, policy_dir, reclaim_of
+from tests.unit.test_csi_class_reclaim import (
+    DRIVER,
+    PROD,
+    RESEARCH,
+    Api,
+    collector,
+    policy_dir,
+    reclaim_of,
+)
 
 from ckptdrain.csi import class_reclaim, volumes
 from ckptdrain.csi import collector as collector_module
@@ -169,3 +177,18 @@ def test_a_record_that_cannot_be_written_leaves_the_old_one_and_the_scan_whole(
     assert class_reclaim.loads((directory / RECLAIM_FILE).read_text()) == \
         Recorded("prod", RETAIN)
     assert sorted(p.name for p in directory.iterdir()) == ["data", "owner.json", RECLAIM_FILE]
+
+
+def test_a_resolver_answering_a_bare_uid_is_refused_not_taken_as_classless(
+        tmp_path: Path) -> None:
+    """One resolver type: a bare uid carries no class, and taken as one it
+    would switch reclaim per class off without a word."""
+    assert volumes.uid_of(PolicyFound(PROD, "prod")) == PROD and volumes.uid_of(None) is None
+    directory = policy_dir(tmp_path, PROD, "p")
+    store = volumes.VolumeStore(tmp_path, lambda ns, name: PROD,  # type: ignore[arg-type,return-value]
+                                mounter=None)  # type: ignore[arg-type]
+    gc = collector_module.Collector(store, store.resolve_policy, DRIVER, 1.0, lambda d: False,
+                                    list_classes=dict)
+    with pytest.raises(TypeError, match="must answer a PolicyFound or None, not str"):
+        gc.scan()
+    assert not (directory / RECLAIM_FILE).exists()

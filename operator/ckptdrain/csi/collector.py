@@ -221,7 +221,7 @@ class Collector:
                             "handed out", directory, "none or unreadable" if owner is None
                             else "it names another place")
             return None
-        found: str | PolicyFound | None = None
+        found: PolicyFound | None = None
         try:
             found = self.resolve_policy(owner.namespace, owner.policy_name)
             seen = collection.sighting(owner.policy_uid, uid_of(found))

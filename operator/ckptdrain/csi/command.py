@@ -34,12 +34,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"ckptdrain csi-node: no gRPC stubs ({err.name}): run `make venv` "
               "(e2e/deps/csi-stubs.sh generates them)", file=sys.stderr)
         return 1
-    from ckptdrain.csi.policies import apiserver_classes, apiserver_reader, policies_api
+    from ckptdrain.csi.policies import apiserver_classes, apiserver_resolver, policies_api
 
     try:
         cfg = config.load(args)
         api = policies_api()
-        driver = Driver(cfg, apiserver_reader(api), list_classes=apiserver_classes(api))
+        driver = Driver(cfg, apiserver_resolver(api), list_classes=apiserver_classes(api))
         driver.start()
     except (CkptdrainError, OSError) as err:
         print(f"ckptdrain csi-node: {err}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The policy lookup the driver trusts: (namespace, name) -> metadata.uid
 (and the class the policy names), read from the apiserver with the driver's
-own ServiceAccount (get on checkpointpolicies, get and list on
-checkpointclasses, cluster-wide, nothing else).
+own ServiceAccount (get on checkpointpolicies, list on checkpointclasses,
+cluster-wide, nothing else).
 
 The namespace is the pod's, from kubelet; the name is the tenant's. Only a
 404 whose body is a NotFound Status naming this very policy means no such
@@ -16,7 +16,7 @@ would otherwise read as every policy deleted.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ckptdrain.contract.api import CLASS_VERSION, CLASSES, class_named
@@ -25,8 +25,9 @@ from ckptdrain.csi.requests import Refused
 from ckptdrain.csi.volumes import PolicyFound, PolicyResolver
 from ckptdrain.errors import InvalidInput
 
-#: The storage version (from 0.3.0): the driver reads only a policy's uid,
-#: the same at every version, and asks no conversion of the operator.
+#: The storage version (from 0.3.0): the driver reads a policy's uid and
+#: the class its spec names (spec.checkpointClassName) at this version, and
+#: asks no conversion of the operator.
 GROUP, VERSION, PLURAL = "ckptdrain.io", "v1beta1", "checkpointpolicies"
 
 
@@ -66,19 +67,8 @@ def names_the_policy(status: int | None, body: str | bytes | None, name: str) ->
 
 def apiserver_resolver(api: Any, version: str = VERSION) -> PolicyResolver:
     """A resolver over `api`, a kubernetes CustomObjectsApi, reading
-    `version` of the CheckpointPolicy API: the uid alone."""
-    read = apiserver_reader(api, version)
-
-    def resolve(namespace: str, name: str) -> str | None:
-        found = read(namespace, name)
-        return None if found is None else found.uid
-
-    return resolve
-
-
-def apiserver_reader(api: Any, version: str = VERSION
-                     ) -> Callable[[str, str], PolicyFound | None]:
-    """As `apiserver_resolver`, the policy's class name with its uid."""
+    `version` of the CheckpointPolicy API: the policy's uid and the class
+    its spec names."""
 
     def resolve(namespace: str, name: str) -> PolicyFound | None:
         from kubernetes.client.exceptions import ApiException

@@ -75,11 +75,17 @@ class PolicyFound:
 # (namespace, policy name) -> the policy's metadata.uid (or a PolicyFound,
 # which also names its class), or None when there is no such policy. Raises
 # Refused("UNAVAILABLE", ...) when it cannot tell.
-PolicyResolver = Callable[[str, str], "str | PolicyFound | None"]
+PolicyResolver = Callable[[str, str], "PolicyFound | None"]
 
 
-def uid_of(found: str | PolicyFound | None) -> str | None:
-    return found.uid if isinstance(found, PolicyFound) else found
+def uid_of(found: PolicyFound | None) -> str | None:
+    """The uid a resolver answered (None: no such policy). Anything else is
+    a resolver of the wrong type (say a bare uid, which would carry no
+    class and so switch reclaim per class off unseen): refused loudly."""
+    if found is None or isinstance(found, PolicyFound):
+        return None if found is None else found.uid
+    raise TypeError(f"a policy resolver must answer a PolicyFound or None, "
+                    f"not {type(found).__name__}")
 
 
 class Mounter(Protocol):
