@@ -151,3 +151,27 @@ def test_a_class_the_driver_cannot_read_leaves_the_recorded_reclaim(
                  what="research's data deleted as recorded")
         time.sleep(GRACE_S + 2 * INTERVAL_S)
         assert (h.cfg.root / namespace / prod / "data" / "step-1.bin").is_file()
+
+
+def test_a_class_the_driver_never_listed_holds_its_policys_data(
+        cluster: Cluster, namespace: str, refusing_api: client.CustomObjectsApi,
+        classes: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    """The class LIST refused from the first scan: the record names the
+    class alone, and once the policy is deleted its data is held, though
+    the driver's own setting would delete it after GRACE_S."""
+    uid = make_policy(cluster, namespace, "research", classes["research"])
+    caplog.set_level(logging.WARNING, logger="ckptdrain.csi.collector")
+    with running_driver(apiserver_resolver(refusing_api), apiserver_classes(refusing_api),
+                        reclaim=Reclaim(DELETE, GRACE_S), scan_interval_s=INTERVAL_S) as h:
+        write_data(h, namespace, "research")
+        wait_for(lambda: recorded(h, namespace, uid) == Recorded(classes["research"],
+                                                                  known=False),
+                 what="the class recorded by name, its reclaim unknown")
+        assert "listing CheckpointClasses from the apiserver: HTTP 403" in caplog.text
+        cluster.kubectl("delete", "-n", namespace, POLICIES, "research")
+        wait_for(lambda: retained(h) == ["research"], what="the data held")
+        time.sleep(GRACE_S + 3 * INTERVAL_S)
+        assert (h.cfg.root / namespace / uid / "data" / "step-1.bin").is_file()
+        assert h.driver.collector.report is not None
+        assert h.driver.collector.report.held_records == 1
+        assert "its reclaim never read: held" in caplog.text

@@ -199,10 +199,10 @@ def test_data_without_a_record_falls_to_the_drivers_setting(
     assert api.lists == 0  # no policy there: no class to read
 
 
-def test_a_class_with_a_longer_grace_is_not_reported_overdue_by_the_drivers_grace(
+def test_a_pending_directory_is_due_after_its_own_grace_and_its_first_sighting_stays_true(
         tmp_path: Path) -> None:
-    """The overdue alert counts the driver's grace from the oldest pending
-    time: a class's week-long grace shifts that time by the difference."""
+    """The overdue alert counts from the due time, the first sighting plus
+    the directory's own grace; the oldest pending time is the sighting."""
     api = Api()
     api.classes = {"slow": reclaim_of({"gracePeriod": "7d"})}
     api.policies = {("team-a", "r"): PolicyFound(RESEARCH, "slow")}
@@ -212,4 +212,10 @@ def test_a_class_with_a_longer_grace_is_not_reported_overdue_by_the_drivers_grac
     api.policies = {}
     report = gc.scan()
     assert report.policies[0].verdict is Verdict.PENDING
-    assert report.oldest_pending_since() == api.now + 7 * 86400 - DRIVER.grace_s
+    assert report.oldest_pending_since() == api.now
+    assert report.earliest_pending_due() == api.now + 7 * 86400
+    policy_dir(tmp_path, PROD, "p")  # no record: the driver's hour
+    api.now += 10
+    report = gc.scan()
+    assert report.oldest_pending_since() == api.now - 10
+    assert report.earliest_pending_due() == api.now + DRIVER.grace_s

@@ -70,6 +70,7 @@ def test_before_the_first_scan_only_the_start_and_the_interval_are_known(
                                                   "ckptdrain_csi_filesystem_"))}, names
     assert "ckptdrain_csi_last_scan_timestamp_seconds" not in names
     assert "ckptdrain_csi_oldest_pending_deletion_timestamp_seconds" not in names
+    assert "ckptdrain_csi_earliest_pending_deletion_due_timestamp_seconds" not in names
 
 
 def test_after_a_scan_dirs_and_their_bytes_are_counted_by_state(tmp_path: Path) -> None:
@@ -102,7 +103,9 @@ def test_the_oldest_pending_deletion_keeps_its_first_sighting(tmp_path: Path) ->
     clock.now = 5100.0
     c.scan()
     oldest = ("ckptdrain_csi_oldest_pending_deletion_timestamp_seconds", ())
+    due = ("ckptdrain_csi_earliest_pending_deletion_due_timestamp_seconds", ())
     assert samples(c)[oldest] == 5100.0
+    assert samples(c)[due] == 5100.0 + 600  # the driver's grace: no record
     del present["gone-later"]
     clock.now = 5300.0
     c.scan()
@@ -116,9 +119,10 @@ def test_the_oldest_pending_deletion_keeps_its_first_sighting(tmp_path: Path) ->
     restarted.scan()
     assert later.exists() and not (tmp_path / "team-a" / GONE_UID).exists()
     assert samples(restarted)[oldest] == 5300.0
+    assert samples(restarted)[due] == 5300.0 + 600
     clock.now = 6000.0
     restarted.scan()
-    assert oldest not in samples(restarted)
+    assert oldest not in samples(restarted) and due not in samples(restarted)
 
 
 def test_retained_data_is_not_pending(tmp_path: Path) -> None:

@@ -81,10 +81,9 @@ class PolicyData:
     # Pending or retained: when its owner was first seen deleted (the clock's
     # `since`, kept on disk over restarts); None for live data.
     deleted_since: float | None = None
-    # Its grace less the driver's (a class's own grace): the deletion is due
-    # the driver's grace after deleted_since + due_shift_s, which is what
-    # the overdue alert, set from the driver's grace, counts with.
-    due_shift_s: float = 0.0
+    # The grace that applies to it (its class's or the driver's): its
+    # deletion is due that long after deleted_since.
+    grace_s: float | None = None
 
 
 @dataclass
@@ -101,14 +100,21 @@ class ScanReport:
     class_list_failed: bool = False
     capacity: Capacity | None = None
 
+    def _pending(self) -> list[PolicyData]:
+        return [p for p in self.policies
+                if p.verdict is Verdict.PENDING and p.deleted_since is not None]
+
     def oldest_pending_since(self) -> float | None:
         """When the owner of the longest-pending directory was first seen
-        deleted, shifted by how much its grace differs from the driver's:
-        its deletion is due the driver's grace period after. None when
-        nothing is pending."""
-        return min((p.deleted_since + p.due_shift_s for p in self.policies
-                    if p.verdict is Verdict.PENDING and p.deleted_since is not None),
+        deleted; None when nothing is pending."""
+        return min((p.deleted_since for p in self._pending() if p.deleted_since is not None),
                    default=None)
+
+    def earliest_pending_due(self) -> float | None:
+        """The earliest time a pending directory's deletion is due (first
+        seen deleted, plus its own grace); None when nothing is pending."""
+        return min((p.deleted_since + p.grace_s for p in self._pending()
+                    if p.deleted_since is not None and p.grace_s is not None), default=None)
 
 
 def _real_dir(path: Path) -> bool:
@@ -240,7 +246,7 @@ class Collector:
                 log.warning("%s: usage not measured: %s", directory, err)
         data = PolicyData(owner.namespace, owner.policy_name, owner.policy_uid, verdict, usage,
                           None if clock is None or verdict is Verdict.LIVE else clock.since,
-                          reclaim.grace_s - self.reclaim.grace_s)
+                          reclaim.grace_s)
         if verdict is not Verdict.DELETE:
             report.policies.append(data)
         return data
