@@ -107,7 +107,8 @@ def retained(h: Harness) -> list[str]:
 
 
 @pytest.fixture
-def refusing_api(cluster: Cluster, namespace: str) -> Iterator[client.CustomObjectsApi]:
+def refusing_api(cluster: Cluster, crds: None,
+                 namespace: str) -> Iterator[client.CustomObjectsApi]:
     """A ServiceAccount that may get policies but not list classes: every
     class LIST is a 403."""
     name = f"csi-noclass-{uuid.uuid4().hex[:6]}"
