@@ -82,7 +82,8 @@ def test_a_record_reads_back_and_a_broken_one_is_unreadable_never_none() -> None
                  json.dumps({**good, "gracePeriodSeconds": True}),
                  json.dumps({**good, "class": ""}), json.dumps({**good, "known": 1})):
         assert isinstance(class_reclaim.loads(text), Unreadable), text
-    assert "Recycle" in class_reclaim.loads(json.dumps({**good, "policy": "Recycle"})).reason
+    unknown = class_reclaim.loads(json.dumps({**good, "policy": "Recycle"}))
+    assert isinstance(unknown, Unreadable) and "Recycle" in unknown.reason
 
 
 class Api:
