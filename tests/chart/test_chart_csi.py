@@ -115,7 +115,7 @@ def test_csi_mode_renders_the_driver_as_the_page_declares_it(tools: Tools) -> No
     driver = next(d for d in docs if d["kind"] == "CSIDriver")
     assert driver["metadata"]["name"] == "node.ckptdrain.io"
     assert driver["spec"] == page_object("CSIDriver")["spec"]
-    # Its one right: get on policies, as the page lists it.
+    # Its rights: get on policies, list on classes, as the page lists them.
     assert one(docs, "ClusterRole")["rules"] == page_object("ClusterRole")["rules"]
     binding = one(docs, "ClusterRoleBinding")
     account = one(docs, "ServiceAccount")
@@ -249,7 +249,7 @@ def test_collection_and_metrics_settings_reach_the_driver(tools: Tools) -> None:
     cfg = driver_config(container)
     assert (cfg.reclaim, cfg.scan_interval_s) == (Reclaim("Retain", 9000.0), 300.0)
     assert cfg.metrics_port == 0 and "ports" not in container and "livenessProbe" not in container
-    # RBAC unchanged by collection: it reads policies with the same `get`.
+    # RBAC as the page lists it: the same `get` on policies, `list` on classes.
     assert one(docs, "ClusterRole")["rules"] == page_object("ClusterRole")["rules"]
 
 

@@ -22,7 +22,7 @@ from tests.support import prometheus
 from ckptdrain.csi.collection import DELETE, Reclaim
 from ckptdrain.csi.collector import Collector
 from ckptdrain.csi.metrics import registry_for
-from ckptdrain.csi.volumes import Owner, VolumeStore
+from ckptdrain.csi.volumes import Owner, PolicyFound, VolumeStore
 
 CASES = Path(__file__).parent / "alerts" / "csi_cases.yaml"
 RUNBOOKS = REPO / "docs" / "alerts.md"
@@ -141,7 +141,7 @@ def test_each_alert_links_to_its_runbook_section(rules: dict[str, Any]) -> None:
 def _driver_metrics(root: Path) -> set[str]:
     """Every series name the driver exports after a real scan of `root`,
     where a deleted policy's data waits out its grace."""
-    def resolve(namespace: str, name: str) -> str | None:
+    def resolve(namespace: str, name: str) -> PolicyFound | None:
         return None  # every policy deleted
 
     uid = "11111111-1111-4111-8111-111111111111"
@@ -157,7 +157,8 @@ def test_rules_name_only_series_the_driver_exports(rules: dict[str, Any],
                                                     tmp_path: Path) -> None:
     known = _driver_metrics(tmp_path)
     assert {"ckptdrain_csi_scan_interval_seconds", "ckptdrain_csi_started_timestamp_seconds",
-            "ckptdrain_csi_oldest_pending_deletion_timestamp_seconds"} <= known
+            "ckptdrain_csi_oldest_pending_deletion_timestamp_seconds",
+            "ckptdrain_csi_earliest_pending_deletion_due_timestamp_seconds"} <= known
     for alert in _alerts(rules):
         named = set(re.findall(r"\bckptdrain_[a-z0-9_]+", alert["expr"]))
         assert named <= known, (alert["alert"], named - known)
@@ -196,15 +197,19 @@ OVERDUE = "CkptdrainNodeTierDeletionOverdue"
 
 
 @pytest.mark.parametrize(("grace", "scan", "expected_s"), [
-    ("1h", "60s", 2 * 3600 + 2 * 60),
-    ("2h30m", "5m", 2 * 9000 + 2 * 300),
-    ("1.5h", "30s", 2 * 5400 + 2 * 30),
+    ("1h", "60s", 3600 + 2 * 60),
+    ("2h30m", "5m", 9000 + 2 * 300),
+    ("1.5h", "30s", 5400 + 2 * 30),
 ])
-def test_deletions_are_overdue_after_twice_the_grace_and_two_scans_by_default(
+def test_deletions_are_overdue_a_grace_and_two_scans_past_their_due_time_by_default(
         grace: str, scan: str, expected_s: int) -> None:
     rules = prometheus.chart_rules(*prometheus.CSI_ON, "--set", f"csiDriver.reclaim.gracePeriod="
                                    f"{grace}", "--set", f"csiDriver.scanInterval={scan}",
                                    template=prometheus.CSI_RULES)
+    # Counted from the due time (first sighting plus the directory's own
+    # grace): twice the driver's grace and two scans from the sighting.
+    assert "time() - ckptdrain_csi_earliest_pending_deletion_due_timestamp_seconds" in \
+        _expr(rules, OVERDUE)
     assert _expr(rules, OVERDUE).endswith(f") > {expected_s}"), _expr(rules, OVERDUE)
 
 
@@ -226,9 +231,10 @@ def test_an_overdue_threshold_past_the_grace_and_two_scans_is_used() -> None:
     rules = prometheus.chart_rules(
         *prometheus.CSI_ON, "--set", "metrics.prometheusRule.csiDriver.deletionOverdueAfter=1h3m",
         template=prometheus.CSI_RULES)
-    assert _expr(rules, OVERDUE).endswith(") > 3780")
+    assert _expr(rules, OVERDUE).endswith(") > 180")
     [overdue] = [a for a in _alerts(rules) if a["alert"] == OVERDUE]
-    assert "(grace period 1h; alert after 1h3m)" in overdue["annotations"]["summary"]
+    assert ("after its grace period ran out (alert 3m0s past it; deletionOverdueAfter 1h3m "
+            "less the driver's grace period 1h)") in overdue["annotations"]["summary"]
 
 
 def test_the_docs_example_sets_what_it_says(tmp_path: Path) -> None:
@@ -239,7 +245,8 @@ def test_the_docs_example_sets_what_it_says(tmp_path: Path) -> None:
     values.write_text(block.text)
     rules = prometheus.chart_rules("-f", str(values), template=prometheus.CSI_RULES)
     assert _expr(rules, "CkptdrainNodeTierDiskNearlyFull").endswith(") < 0.15")
-    assert _expr(rules, OVERDUE).endswith(f") > {4 * 3600}")
+    # 4 h from the sighting on the driver's 1 h grace: 3 h past the due time.
+    assert _expr(rules, OVERDUE).endswith(f") > {4 * 3600 - 3600}")
 
 
 def test_the_defaults_are_documented() -> None:

@@ -86,7 +86,24 @@ def _agent(**amounts: Any) -> dict[str, Any]:
     return {"qos": "Burstable", "agent": amounts}
 
 
+def _reclaim(**reclaim: Any) -> dict[str, Any]:
+    return {"nodeTier": {"root": "/mnt/nvme", "reclaim": reclaim}}
+
+
+def test_a_reclaim_is_stored_and_either_field_may_be_left_out(crds_only: Cluster) -> None:
+    for reclaim in ({"policy": "Retain", "gracePeriod": "1h30m"}, {"policy": "Delete"},
+                    {"gracePeriod": "0.5s"}, {}):
+        created = _dry_run(crds_only, _class("tier", **_reclaim(**reclaim)))
+        assert created.returncode == 0, (reclaim, created.stderr)
+        assert json.loads(created.stdout)["spec"]["nodeTier"]["reclaim"] == reclaim
+
+
 BAD = [
+    ("reclaim policy unknown", _reclaim(policy="Recycle"), "spec.nodeTier.reclaim.policy"),
+    ("grace without a unit", _reclaim(gracePeriod="90"), "spec.nodeTier.reclaim.gracePeriod"),
+    ("grace not a duration", _reclaim(gracePeriod="soon"), "spec.nodeTier.reclaim.gracePeriod"),
+    ("grace of zero", _reclaim(gracePeriod="0s"), "spec.nodeTier.reclaim.gracePeriod: a positive"),
+    ("grace negative", _reclaim(gracePeriod="-1h"), "spec.nodeTier.reclaim.gracePeriod"),
     ("root relative", {"nodeTier": {"root": "mnt/nvme"}}, "spec.nodeTier.root"),
     ("root is /", {"nodeTier": {"root": "/"}}, "spec.nodeTier.root"),
     ("root climbs", {"nodeTier": {"root": "/mnt/../etc"}}, "spec.nodeTier.root"),

@@ -13,8 +13,16 @@ from cluster_helpers import POLICIES, create, csi_driver_rules, get, policy
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from ckptdrain.csi.policies import GROUP, PLURAL, VERSION, apiserver_resolver, names_the_policy
+from ckptdrain.csi.policies import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    apiserver_classes,
+    apiserver_resolver,
+    names_the_policy,
+)
 from ckptdrain.csi.requests import Refused
+from ckptdrain.csi.volumes import PolicyFound
 from support.apiserver import Cluster
 
 # What the driver's ClusterRole grants, as the page documents it.
@@ -28,10 +36,13 @@ def make_policy(cluster: Cluster, namespace: str, name: str) -> str:
 
 def test_the_lookup_gives_the_uid_of_the_pods_namespace_policy_only(
         cluster: Cluster, namespace: str, driver_api: client.CustomObjectsApi) -> None:
-    assert [rule["verbs"] for rule in DRIVER_RULES] == [["get"]]  # and nothing more
+    # get on policies, list on classes (reclaim per class), and nothing more.
+    assert [(rule["resources"], rule["verbs"]) for rule in DRIVER_RULES] == [
+        (["checkpointpolicies"], ["get"]), (["checkpointclasses"], ["list"])]
     resolve = apiserver_resolver(driver_api)
     uid = make_policy(cluster, namespace, "ckpt")
-    assert resolve(namespace, "ckpt") == uid
+    assert resolve(namespace, "ckpt") == PolicyFound(uid, None)
+    assert isinstance(apiserver_classes(driver_api)(), dict)  # the list is allowed
     # The same name asked for from another namespace: not found there.
     other = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", other)
@@ -44,8 +55,8 @@ def test_the_lookup_gives_the_uid_of_the_pods_namespace_policy_only(
     cluster.kubectl("delete", "-n", namespace, POLICIES, "ckpt")
     again = make_policy(cluster, namespace, "ckpt")
     assert again != uid
-    assert resolve(namespace, "ckpt") == again == get(
-        cluster, namespace, POLICIES, "ckpt")["metadata"]["uid"]
+    assert resolve(namespace, "ckpt") == PolicyFound(again, None)
+    assert again == get(cluster, namespace, POLICIES, "ckpt")["metadata"]["uid"]
 
 
 def test_without_rbac_or_apiserver_the_pod_waits(cluster: Cluster, crds: None,

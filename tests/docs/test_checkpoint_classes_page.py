@@ -11,7 +11,8 @@ class vouches for, and its pods' restore and agent get its namespace's
 role. The Placement example's class puts its pods on the nodes the
 chart's driver values shown beside it run on, and refuses a pod asking
 for others (tests/cluster/test_class_placement.py applies it to a real
-apiserver with the operator running)."""
+apiserver with the operator running). The Node data example's classes
+reclaim as the page says."""
 
 from __future__ import annotations
 
@@ -31,15 +32,17 @@ from tests.docs.conftest import (
 )
 
 from ckptdrain.operator.policy import class_placement, classes
+from ckptdrain.csi import class_reclaim
+from ckptdrain.csi.collection import DELETE, RETAIN, Reclaim, effective
 
 PAGE = REPO / "docs" / "checkpoint-classes.md"
 
 
 def _objects(section: int = 0) -> list[dict[str, Any]]:
     """The objects of the page's `section`th YAML block: 0 the Example, 1 Store
-    identity's, 2 Tenancy's, 3 Placement's."""
+    identity's, 2 Tenancy's, 3 Placement's, 4 Node data's."""
     found = [b for b in blocks.parse(PAGE) if b.lang == "yaml" and b.kind == ""]
-    assert len(found) == 4, [b.line for b in found]
+    assert len(found) == 5, [b.line for b in found]
     return [d for d in yaml.safe_load_all(found[section].text) if d]
 
 
@@ -151,3 +154,13 @@ def test_the_placement_class_matches_the_driver_values_and_places_a_pod() -> Non
     [conflict] = class_placement.conflicts({"nodeSelector": {key: "hdd"}}, read.placement,
                                            "nvme-pool")
     assert conflict.field == f"spec.nodeSelector.{key}"
+
+
+def test_the_node_data_classes_reclaim_as_the_page_says() -> None:
+    """Research: Delete after an hour; production: Retain, its grace the
+    driver's (the chart's csiDriver.reclaim)."""
+    driver = Reclaim(DELETE, 600.0)
+    read = {d["metadata"]["name"]: class_reclaim.from_class(d["metadata"]["name"], d["spec"])
+            for d in _objects(4)}
+    assert effective(read["research"], driver) == (Reclaim(DELETE, 3600.0), "class research")
+    assert effective(read["production"], driver) == (Reclaim(RETAIN, 600.0), "class production")

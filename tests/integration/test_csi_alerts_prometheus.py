@@ -203,7 +203,7 @@ def test_a_deletion_held_by_a_mount_is_overdue_and_retained_data_piles_up(
             prom.wait_for(f"{OVERDUE} for node-a",
                           lambda: (OVERDUE, "node-a") in _firing(prom))
             # The one nothing held went on time; the mounted one is kept,
-            # and the alert ages it from its owner's first sighting deleted.
+            # and the alert ages it from its due time (first sighting + grace).
             assert not (deleting.cfg.root / "ml" / UID_B).exists()
             held = deleting.cfg.root / "ml" / UID_A
             clock = read_clock(held)
@@ -211,6 +211,10 @@ def test_a_deletion_held_by_a_mount_is_overdue_and_retained_data_piles_up(
             (oldest,) = prom.query('ckptdrain_csi_oldest_pending_deletion_timestamp_seconds'
                                    '{node="node-a"}')
             assert abs(float(oldest["value"][1]) - clock.since) < 0.01
+            # What the alert counts from: the sighting plus the directory's grace.
+            (due,) = prom.query('ckptdrain_csi_earliest_pending_deletion_due_timestamp_seconds'
+                                '{node="node-a"}')
+            assert abs(float(due["value"][1]) - (clock.since + 2.0)) < 0.01
             prom.wait_for(f"{RETAINED} for node-b",
                           lambda: (RETAINED, "node-b") in _firing(prom))
             (alert,) = prom.query(f'ALERTS{{alertname="{RETAINED}",alertstate="firing"}}')

@@ -22,10 +22,11 @@ import grpc
 import pytest
 
 from ckptdrain.csi import mounts
+from ckptdrain.csi.class_reclaim import ClassLister
 from ckptdrain.csi.config import DriverConfig
 from ckptdrain.csi.server import Driver
 from ckptdrain.csi.stubs import csi_pb2, csi_pb2_grpc
-from ckptdrain.csi.volumes import PolicyResolver
+from ckptdrain.csi.volumes import PolicyFound, PolicyResolver
 
 NAME = "node.ckptdrain.io"
 UID_A = "11111111-1111-4111-8111-111111111111"
@@ -42,6 +43,7 @@ class Harness:
     identity: csi_pb2_grpc.IdentityStub
     resolve: PolicyResolver
     targets: list[Path] = field(default_factory=list)
+    list_classes: ClassLister | None = None
 
     def target(self, pod_uid: str, volume: str = "ckptdrain-local") -> Path:
         """kubelet's mount dir for a pod's CSI volume, its parent made as kubelet does."""
@@ -82,7 +84,7 @@ class Harness:
         """A new driver process (the DaemonSet's pod restarted) on the same
         sockets and root."""
         self.driver.stop(grace_s=1)
-        self.driver = Driver(self.cfg, self.resolve)
+        self.driver = Driver(self.cfg, self.resolve, list_classes=self.list_classes)
         self.driver.start()
 
 
@@ -110,9 +112,11 @@ def mount_options(path: Path) -> list[set[str]]:
 
 
 @contextmanager
-def running_driver(resolve: PolicyResolver | None = None, **settings: Any) -> Iterator[Harness]:
+def running_driver(resolve: PolicyResolver | None = None, list_classes: ClassLister | None = None,
+                   **settings: Any) -> Iterator[Harness]:
     """A driver on its own sockets and root. The policy lookup is the
     harness's `policies` dict unless `resolve` is given (a real apiserver's);
+    `list_classes` reads the CheckpointClasses (none: never read);
     `settings` replace DriverConfig fields (reclaim, scan_interval_s, ...)."""
     # Unix socket paths are limited to 108 bytes: a short directory of our own.
     base = Path(tempfile.mkdtemp(prefix="csi-", dir="/tmp"))
@@ -123,13 +127,14 @@ def running_driver(resolve: PolicyResolver | None = None, **settings: Any) -> It
     cfg = replace(cfg, **settings)
     policies: dict[tuple[str, str], str] = {}
     if resolve is None:
-        def resolve(namespace: str, name: str) -> str | None:
-            return policies.get((namespace, name))
-    driver = Driver(cfg, resolve)
+        def resolve(namespace: str, name: str) -> PolicyFound | None:
+            uid = policies.get((namespace, name))
+            return None if uid is None else PolicyFound(uid, None)
+    driver = Driver(cfg, resolve, list_classes=list_classes)
     driver.start()
     channel = grpc.insecure_channel(f"unix://{cfg.csi_socket}")
     h = Harness(cfg, driver, policies, csi_pb2_grpc.NodeStub(channel),
-                csi_pb2_grpc.IdentityStub(channel), resolve)
+                csi_pb2_grpc.IdentityStub(channel), resolve, list_classes=list_classes)
     try:
         yield h
     finally:

@@ -24,6 +24,7 @@ from ckptdrain.csi.collection import (
 
 UID = "11111111-1111-4111-8111-111111111111"
 OTHER_UID = "22222222-2222-4222-8222-222222222222"
+SCAN = 1.0  # the scan interval (s)
 HOUR = Reclaim(DELETE, 3600.0)
 
 
@@ -39,70 +40,70 @@ def test_the_answer_for_the_markers_name_is_a_sighting() -> None:
 
 
 def test_a_first_deleted_sighting_only_starts_the_clock() -> None:
-    assert decide(Sighting.DELETED, None, False, 1000.0, HOUR) == \
+    assert decide(Sighting.DELETED, None, False, 1000.0, HOUR, SCAN) == \
         Decision(Verdict.PENDING, run(1000.0))
     # However short the grace: one answer never deletes anything.
-    assert decide(Sighting.DELETED, None, False, 1000.0, Reclaim(DELETE, 0.001)).verdict \
+    assert decide(Sighting.DELETED, None, False, 1000.0, Reclaim(DELETE, 0.001), SCAN).verdict \
         is Verdict.PENDING
 
 
 def test_deleted_once_seen_deleted_over_the_whole_grace() -> None:
-    assert decide(Sighting.DELETED, run(1000.0, 4000.0), False, 1000.0 + 3599, HOUR) == \
+    assert decide(Sighting.DELETED, run(1000.0, 4000.0), False, 1000.0 + 3599, HOUR, SCAN) == \
         Decision(Verdict.PENDING, run(1000.0, 4599.0))
-    assert decide(Sighting.DELETED, run(1000.0, 4000.0), False, 1000.0 + 3600, HOUR) == \
+    assert decide(Sighting.DELETED, run(1000.0, 4000.0), False, 1000.0 + 3600, HOUR, SCAN) == \
         Decision(Verdict.DELETE, run(1000.0, 4600.0))
     # Sightings exactly a grace apart still join up.
-    assert decide(Sighting.DELETED, run(1000.0), False, 1000.0 + 3600, HOUR).verdict \
+    assert decide(Sighting.DELETED, run(1000.0), False, 1000.0 + 3600, HOUR, SCAN).verdict \
         is Verdict.DELETE
 
 
 def test_a_gap_longer_than_the_grace_between_sightings_starts_the_clock_again() -> None:
     # Seen deleted at 1000, then nothing definite (errors, odd 404s) for longer
     # than the grace: the owner may have been back meanwhile.
-    assert decide(Sighting.UNKNOWN, run(1000.0), False, 3000.0, HOUR) == \
+    assert decide(Sighting.UNKNOWN, run(1000.0), False, 3000.0, HOUR, SCAN) == \
         Decision(Verdict.PENDING, run(1000.0))
-    assert decide(Sighting.DELETED, run(1000.0), False, 1000.0 + 3601, HOUR) == \
+    assert decide(Sighting.DELETED, run(1000.0), False, 1000.0 + 3601, HOUR, SCAN) == \
         Decision(Verdict.PENDING, run(4601.0))
-    assert decide(Sighting.DELETED, run(1000.0, 2000.0), False, 5601.0, HOUR) == \
+    assert decide(Sighting.DELETED, run(1000.0, 2000.0), False, 5601.0, HOUR, SCAN) == \
         Decision(Verdict.PENDING, run(5601.0))
 
 
 def test_a_published_volume_holds_the_deletion() -> None:
-    assert decide(Sighting.DELETED, run(0.0, 10**6 - 1), True, 10**6, HOUR) == \
+    assert decide(Sighting.DELETED, run(0.0, 10**6 - 1), True, 10**6, HOUR, SCAN) == \
         Decision(Verdict.PENDING, run(0.0, 10**6))
 
 
 def test_retain_keeps_the_data_and_reports_it() -> None:
     retain = Reclaim(RETAIN, 1.0)
-    assert decide(Sighting.DELETED, None, False, 5.0, retain) == \
+    assert decide(Sighting.DELETED, None, False, 5.0, retain, SCAN) == \
         Decision(Verdict.RETAINED, run(5.0))
-    assert decide(Sighting.DELETED, run(5.0, 9.0), False, 9.5, retain) == \
+    assert decide(Sighting.DELETED, run(5.0, 9.0), False, 9.5, retain, SCAN) == \
         Decision(Verdict.RETAINED, run(5.0, 9.5))
 
 
 def test_a_present_owner_stops_the_clock() -> None:
-    assert decide(Sighting.PRESENT, run(1000.0), False, 10**9, HOUR) == \
+    assert decide(Sighting.PRESENT, run(1000.0), False, 10**9, HOUR, SCAN) == \
         Decision(Verdict.LIVE, None)
-    assert decide(Sighting.PRESENT, None, False, 10**9, HOUR) == Decision(Verdict.LIVE, None)
+    assert decide(Sighting.PRESENT, None, False, 10**9, HOUR, SCAN) == Decision(Verdict.LIVE, None)
 
 
 def test_an_unknown_answer_neither_starts_advances_nor_stops_the_clock() -> None:
-    assert decide(Sighting.UNKNOWN, None, False, 10**9, HOUR) == Decision(Verdict.LIVE, None)
+    assert decide(Sighting.UNKNOWN, None, False, 10**9, HOUR, SCAN) == Decision(Verdict.LIVE, None)
     # Long past the grace, but the owner's fate is not known now: kept.
-    assert decide(Sighting.UNKNOWN, run(0.0, 10.0), False, 10**9, HOUR) == \
+    assert decide(Sighting.UNKNOWN, run(0.0, 10.0), False, 10**9, HOUR, SCAN) == \
         Decision(Verdict.PENDING, run(0.0, 10.0))
 
 
 def test_a_clock_that_went_back_deletes_nothing() -> None:
-    assert decide(Sighting.DELETED, run(5000.0), False, 1000.0, HOUR) == \
+    assert decide(Sighting.DELETED, run(5000.0), False, 1000.0, HOUR, SCAN) == \
         Decision(Verdict.PENDING, run(1000.0))
 
 
 def test_the_clock_read_after_a_restart_counts_the_grace_from_the_first_sighting() -> None:
     # A restarted driver reads the clock from disk: the grace does not start again.
-    first = decide(Sighting.DELETED, None, False, 100.0, HOUR)
-    middle = decide(Sighting.DELETED, first.clock, False, 100.0 + 1800, HOUR)
-    after_restart = decide(Sighting.DELETED, middle.clock, False, 100.0 + 3600, HOUR)
+    first = decide(Sighting.DELETED, None, False, 100.0, HOUR, SCAN)
+    middle = decide(Sighting.DELETED, first.clock, False, 100.0 + 1800, HOUR, SCAN)
+    after_restart = decide(Sighting.DELETED, middle.clock, False, 100.0 + 3600, HOUR, SCAN)
     assert after_restart.verdict is Verdict.DELETE
 
 
@@ -142,7 +143,7 @@ def test_deleted_exactly_when_seen_deleted_over_the_whole_grace(
     for seen, step in scans:
         now += step
         history.append((seen, now))
-        decision = decide(seen, clock, published, now, reclaim)
+        decision = decide(seen, clock, published, now, reclaim, SCAN)
         earned = deletion_is_earned(history, reclaim.grace_s)
         assert (decision.verdict is Verdict.DELETE) == \
             (earned and not published and policy == DELETE), history
@@ -153,5 +154,17 @@ def test_deleted_exactly_when_seen_deleted_over_the_whole_grace(
 
 @pytest.mark.parametrize("seen", list(Sighting))
 def test_retain_never_deletes(seen: Sighting) -> None:
-    assert decide(seen, run(0.0, 10**9 - 1), False, 10**9, Reclaim(RETAIN, 1.0)).verdict \
+    assert decide(seen, run(0.0, 10**9 - 1), False, 10**9, Reclaim(RETAIN, 1.0), SCAN).verdict \
         is not Verdict.DELETE
+
+
+def test_a_grace_shorter_than_the_scan_interval_still_runs_out() -> None:
+    """Sightings a scan interval apart are no silence, however short the
+    grace: the silence window is at least a few intervals."""
+    fast = Reclaim(DELETE, 30.0)
+    first = decide(Sighting.DELETED, None, False, 1000.0, fast, 60.0)
+    second = decide(Sighting.DELETED, first.clock, False, 1060.0, fast, 60.0)
+    assert second == Decision(Verdict.DELETE, run(1000.0, 1060.0))
+    # A silence longer than the window still starts the run again.
+    assert decide(Sighting.DELETED, first.clock, False, 1000.0 + 181, fast, 60.0) == \
+        Decision(Verdict.PENDING, run(1181.0))

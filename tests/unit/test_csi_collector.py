@@ -17,7 +17,7 @@ from ckptdrain.csi.collection import DELETE, RETAIN, Reclaim, Verdict
 from ckptdrain.csi.collector import DELETED_SINCE_FILE, TRASH_DIR, Collector
 from ckptdrain.csi.requests import Refused
 from ckptdrain.csi.usage import measure
-from ckptdrain.csi.volumes import Owner, VolumeStore
+from ckptdrain.csi.volumes import Owner, PolicyFound, VolumeStore
 
 UID = "11111111-1111-4111-8111-111111111111"
 
@@ -40,11 +40,11 @@ def policy_dir(root: Path, namespace: str = "team-a", uid: str = UID) -> Path:
 
 def collector(root: Path, answers: dict[tuple[str, str], object], clock: Clock,
               policy: str = DELETE, mounted: set[Path] | None = None) -> Collector:
-    def resolve(namespace: str, name: str) -> str | None:
+    def resolve(namespace: str, name: str) -> PolicyFound | None:
         answer = answers.get((namespace, name))
         if isinstance(answer, Refused):
             raise answer
-        return answer  # type: ignore[return-value]
+        return None if answer is None else PolicyFound(answer, None)
 
     store = VolumeStore(root, resolve, mounter=None)  # type: ignore[arg-type]
     return Collector(store, resolve, Reclaim(policy, 60.0), 1.0,

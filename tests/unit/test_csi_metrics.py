@@ -10,7 +10,7 @@ from pathlib import Path
 from ckptdrain.csi.collection import DELETE, RETAIN, Reclaim
 from ckptdrain.csi.collector import Collector
 from ckptdrain.csi.metrics import registry_for
-from ckptdrain.csi.volumes import Owner, VolumeStore
+from ckptdrain.csi.volumes import Owner, PolicyFound, VolumeStore
 
 LIVE_UID = "11111111-1111-4111-8111-111111111111"
 GONE_UID = "22222222-2222-4222-8222-222222222222"
@@ -38,8 +38,9 @@ def policy_dir(root: Path, uid: str, name: str, size: int) -> Path:
 def collector(root: Path, present: dict[str, str], clock: Clock, policy: str = DELETE,
               interval_s: float = 30.0) -> Collector:
     """A collector whose apiserver knows the policies in `present` (name -> UID)."""
-    def resolve(namespace: str, name: str) -> str | None:
-        return present.get(name)
+    def resolve(namespace: str, name: str) -> PolicyFound | None:
+        uid = present.get(name)
+        return None if uid is None else PolicyFound(uid, None)
 
     store = VolumeStore(root, resolve, mounter=None)  # type: ignore[arg-type]
     return Collector(store, resolve, Reclaim(policy, 600.0), interval_s, lambda d: False,
@@ -69,6 +70,7 @@ def test_before_the_first_scan_only_the_start_and_the_interval_are_known(
                                                   "ckptdrain_csi_filesystem_"))}, names
     assert "ckptdrain_csi_last_scan_timestamp_seconds" not in names
     assert "ckptdrain_csi_oldest_pending_deletion_timestamp_seconds" not in names
+    assert "ckptdrain_csi_earliest_pending_deletion_due_timestamp_seconds" not in names
 
 
 def test_after_a_scan_dirs_and_their_bytes_are_counted_by_state(tmp_path: Path) -> None:
@@ -101,7 +103,9 @@ def test_the_oldest_pending_deletion_keeps_its_first_sighting(tmp_path: Path) ->
     clock.now = 5100.0
     c.scan()
     oldest = ("ckptdrain_csi_oldest_pending_deletion_timestamp_seconds", ())
+    due = ("ckptdrain_csi_earliest_pending_deletion_due_timestamp_seconds", ())
     assert samples(c)[oldest] == 5100.0
+    assert samples(c)[due] == 5100.0 + 600  # the driver's grace: no record
     del present["gone-later"]
     clock.now = 5300.0
     c.scan()
@@ -115,9 +119,10 @@ def test_the_oldest_pending_deletion_keeps_its_first_sighting(tmp_path: Path) ->
     restarted.scan()
     assert later.exists() and not (tmp_path / "team-a" / GONE_UID).exists()
     assert samples(restarted)[oldest] == 5300.0
+    assert samples(restarted)[due] == 5300.0 + 600
     clock.now = 6000.0
     restarted.scan()
-    assert oldest not in samples(restarted)
+    assert oldest not in samples(restarted) and due not in samples(restarted)
 
 
 def test_retained_data_is_not_pending(tmp_path: Path) -> None:

@@ -115,3 +115,17 @@ def parse_timestamp(text: str) -> datetime:
 def restored_from(step: int | None, tier: str | None) -> str:
     """The `ckptdrain.io/restored-from` value: `step=<N> tier=<local|global>`, or `fresh`."""
     return "fresh" if step is None else f"step={step} tier={tier}"
+
+
+#: CheckpointClass: cluster-scoped, v1beta1 only.
+CLASSES = "checkpointclasses"
+CLASS_VERSION = "v1beta1"
+
+
+def class_named(policy_spec: Mapping[str, object] | None) -> str | None:
+    """The CheckpointClass a policy is bound to: the one its
+    spec.checkpointClassName names (a policy created while a class was the
+    default had that name written in at creation); None: no class, the
+    operator's and the driver's own settings, for good."""
+    name = (policy_spec or {}).get("checkpointClassName")
+    return str(name) if name else None

@@ -4,6 +4,9 @@ it reads the disk and the apiserver, calls the pure decision, and writes.
 
     <root>/<namespace>/<policy uid>/
       owner.json              the owner (volumes.py)
+      reclaim.json            what the policy's class said of reclaim when last
+                              read (class_reclaim.py): written atomically
+                              while the policy is there, used once it is gone
       deleted-since.json      {"since": <Unix seconds>, "last": <Unix seconds>}:
                               the first and latest sightings of the owner
                               deleted (collection.DeletedClock); written
@@ -33,26 +36,38 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ckptdrain.csi import collection
-from ckptdrain.csi.collection import DeletedClock, Reclaim, Sighting, Verdict
+from ckptdrain.csi import class_reclaim, collection
+from ckptdrain.csi.class_reclaim import RECLAIM_FILE, ClassLister
+from ckptdrain.csi.collection import (
+    DeletedClock,
+    Reclaim,
+    Recorded,
+    Sighting,
+    Unreadable,
+    Verdict,
+)
+from ckptdrain.csi.dir_records import DELETED_SINCE_FILE, read_clock, read_recorded
 from ckptdrain.csi.removal import remove_from
 from ckptdrain.csi.requests import Refused
 from ckptdrain.csi.usage import Capacity, Usage, capacity, measure
 from ckptdrain.csi.volumes import (
     DATA_DIR,
+    PolicyFound,
     PolicyResolver,
     VolumeStore,
     read_owner,
+    uid_of,
     write_file,
 )
+from ckptdrain.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 
-DELETED_SINCE_FILE = "deleted-since.json"
 TRASH_DIR = ".trash"
 
 
@@ -66,6 +81,9 @@ class PolicyData:
     # Pending or retained: when its owner was first seen deleted (the clock's
     # `since`, kept on disk over restarts); None for live data.
     deleted_since: float | None = None
+    # The grace that applies to it (its class's or the driver's): its
+    # deletion is due that long after deleted_since.
+    grace_s: float | None = None
 
 
 @dataclass
@@ -75,29 +93,28 @@ class ScanReport:
     at: float  # when the scan ended (Unix seconds)
     policies: list[PolicyData] = field(default_factory=list)
     unknown_owners: int = 0
+    # Directories held this scan because their reclaim record could not be
+    # read or names a class whose reclaim was never read.
+    held_records: int = 0
+    # Whether this scan's CheckpointClass LIST failed.
+    class_list_failed: bool = False
     capacity: Capacity | None = None
+
+    def _pending(self) -> list[PolicyData]:
+        return [p for p in self.policies
+                if p.verdict is Verdict.PENDING and p.deleted_since is not None]
 
     def oldest_pending_since(self) -> float | None:
         """When the owner of the longest-pending directory was first seen
-        deleted: its deletion is due a grace period after. None when
-        nothing is pending."""
-        return min((p.deleted_since for p in self.policies
-                    if p.verdict is Verdict.PENDING and p.deleted_since is not None),
+        deleted; None when nothing is pending."""
+        return min((p.deleted_since for p in self._pending() if p.deleted_since is not None),
                    default=None)
 
-
-def read_clock(directory: Path) -> DeletedClock | None:
-    """The clock on disk; None when there is none or it cannot be read (the
-    clock then starts again, which only delays a deletion)."""
-    try:
-        found = json.loads((directory / DELETED_SINCE_FILE).read_text())
-        since = found["since"]
-        last = found.get("last", since)  # a file without it: the run starts again
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in (since, last)):
-        return None
-    return DeletedClock(float(since), float(last))
+    def earliest_pending_due(self) -> float | None:
+        """The earliest time a pending directory's deletion is due (first
+        seen deleted, plus its own grace); None when nothing is pending."""
+        return min((p.deleted_since + p.grace_s for p in self._pending()
+                    if p.deleted_since is not None and p.grace_s is not None), default=None)
 
 
 def _real_dir(path: Path) -> bool:
@@ -112,8 +129,15 @@ class Collector:
 
     def __init__(self, volumes: VolumeStore, resolve_policy: PolicyResolver, reclaim: Reclaim,
                  interval_s: float, mounted_under: Callable[[Path], bool],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 list_classes: ClassLister | None = None) -> None:
         self.volumes = volumes
+        # None: classes are never read, nothing is recorded (the driver's
+        # setting applies to every directory without a record).
+        self.list_classes = list_classes
+        # This scan's class specs by name, or why they could not be read:
+        # one LIST per scan, made by the first directory that needs it.
+        self._classes: Mapping[str, Mapping[str, Any]] | Refused | None = None
         self.root = volumes.root
         self.resolve_policy = resolve_policy
         self.reclaim = reclaim
@@ -163,6 +187,7 @@ class Collector:
         """One pass over the root; returns (and keeps) its report."""
         report = ScanReport(at=self.clock())
         usage: dict[Path, Usage] = {}
+        self._classes = None
         if self.root.is_dir():
             self._empty_trash()
             for namespace in sorted(self.root.iterdir()):
@@ -202,14 +227,17 @@ class Collector:
                             "handed out", directory, "none or unreadable" if owner is None
                             else "it names another place")
             return None
+        found: PolicyFound | None = None
         try:
-            found_uid = self.resolve_policy(owner.namespace, owner.policy_name)
-            seen = collection.sighting(owner.policy_uid, found_uid)
+            found = self.resolve_policy(owner.namespace, owner.policy_name)
+            seen = collection.sighting(owner.policy_uid, uid_of(found))
         except Refused as err:
             log.info("policy %s/%s: %s; nothing decided this scan", owner.namespace,
                      owner.policy_name, err.message)
             seen = Sighting.UNKNOWN
-        verdict, clock = self._settle(directory, seen)
+        if seen is Sighting.PRESENT and isinstance(found, PolicyFound):
+            self._record(directory, found.class_name, report)
+        verdict, clock, reclaim = self._settle(directory, seen, report)
         usage = None
         if verdict is not Verdict.DELETE:
             try:
@@ -217,29 +245,90 @@ class Collector:
             except OSError as err:
                 log.warning("%s: usage not measured: %s", directory, err)
         data = PolicyData(owner.namespace, owner.policy_name, owner.policy_uid, verdict, usage,
-                          None if clock is None or verdict is Verdict.LIVE else clock.since)
+                          None if clock is None or verdict is Verdict.LIVE else clock.since,
+                          reclaim.grace_s)
         if verdict is not Verdict.DELETE:
             report.policies.append(data)
         return data
 
-    def _settle(self, directory: Path, seen: Sighting) -> tuple[Verdict, DeletedClock | None]:
-        """Decide on the directory and carry the decision out; the verdict
-        and the clock as it now is on disk."""
+    def _class_specs(self, report: ScanReport) -> Mapping[str, Mapping[str, Any]] | Refused:
+        """Every class's spec, read once per scan (or why it could not be:
+        warned once per scan)."""
+        if self._classes is None:
+            assert self.list_classes is not None
+            try:
+                self._classes = self.list_classes()
+            except Refused as err:
+                log.warning("%s; no recorded reclaim changes this scan, and a directory "
+                            "whose class was never read is held", err.message)
+                report.class_list_failed = True
+                self._classes = err
+        return self._classes
+
+    def _record(self, directory: Path, class_name: str | None, report: ScanReport) -> None:
+        """Record what the policy's class says of reclaim, while the policy
+        is there to name it. A class that cannot be read (the LIST failed,
+        the class is gone, or it does not read) changes nothing recorded,
+        but a directory with no record yet gets one naming the class with
+        its reclaim unknown (held once its policy is gone, never the
+        driver's setting)."""
+        if self.list_classes is None or class_name is None:
+            # No class (a policy's class is fixed at its creation): nothing
+            # to record, the driver's setting applies.
+            return
+        classes = self._class_specs(report)
+        spec = None if isinstance(classes, Refused) else classes.get(class_name)
+        recorded: Recorded | None = None
+        if spec is None and not isinstance(classes, Refused):
+            log.warning("%s: CheckpointClass %s not found; the recorded reclaim holds",
+                        directory, class_name)
+        elif spec is not None:
+            try:
+                recorded = class_reclaim.from_class(class_name, spec)
+            except InvalidInput as err:
+                log.warning("%s: %s; the recorded reclaim holds", directory, err)
+        before = read_recorded(directory)
+        if recorded is None:
+            if isinstance(before, Recorded) and before.class_name == class_name:
+                return  # the recorded reclaim holds
+            recorded = Recorded(class_name, known=False)
+        if before == recorded:
+            return
+        try:
+            write_file(directory / RECLAIM_FILE, class_reclaim.dumps(recorded))
+        except OSError as err:
+            log.warning("%s: reclaim not recorded (%s); the old record holds", directory, err)
+            return
+        reclaim, source = collection.effective(recorded, self.reclaim)
+        log.info("%s: reclaim %s after %g s recorded (from %s)", directory,
+                 reclaim.policy, reclaim.grace_s, source)
+
+    def _settle(self, directory: Path, seen: Sighting, report: ScanReport
+                ) -> tuple[Verdict, DeletedClock | None, Reclaim]:
+        """Decide on the directory and carry the decision out; the verdict,
+        the clock as it now is on disk, and the reclaim that applied."""
         clock = read_clock(directory)
         if seen is Sighting.PRESENT and clock is None:
-            return Verdict.LIVE, None  # the common case: nothing to lock or write
+            # The common case: nothing to lock or write.
+            return Verdict.LIVE, None, self.reclaim
+        recorded = read_recorded(directory)
+        reclaim, source = collection.effective(recorded, self.reclaim)
+        if isinstance(recorded, Unreadable) or (recorded is not None and not recorded.known):
+            report.held_records += 1
+            log.warning("%s: reclaim from %s: kept this scan", directory, source)
         with self.volumes.lock:
             published = (directory / DATA_DIR in self.volumes.published_sources()
                          or self.mounted_under(directory))
-            decision = collection.decide(seen, clock, published, self.clock(), self.reclaim)
-            moved = self._move_to_trash(directory) if decision.verdict is Verdict.DELETE \
-                else None
+            decision = collection.decide(seen, clock, published, self.clock(), reclaim,
+                                         self.interval_s)
+            moved = self._move_to_trash(directory, reclaim, source) \
+                if decision.verdict is Verdict.DELETE else None
         if decision.verdict is Verdict.DELETE:
             if moved is None:
                 # Not moved (logged): kept, reported, tried again.
-                return Verdict.PENDING, decision.clock
+                return Verdict.PENDING, decision.clock, reclaim
             self._remove(moved)  # outside the lock: a big tree takes a while
-            return Verdict.DELETE, None
+            return Verdict.DELETE, None, reclaim
         if decision.clock != clock:
             if decision.clock is None:
                 (directory / DELETED_SINCE_FILE).unlink(missing_ok=True)
@@ -248,13 +337,13 @@ class Collector:
                 write_file(directory / DELETED_SINCE_FILE, json.dumps(
                     {"since": decision.clock.since, "last": decision.clock.last}))
                 if clock is None or decision.clock.since != clock.since:
-                    log.info("%s: its policy is deleted; %s", directory,
-                             "kept (reclaim Retain)" if self.reclaim.policy == collection.RETAIN
-                             else f"deleted after {self.reclaim.grace_s:g} s of sightings "
-                                  "unless it comes back")
-        return decision.verdict, decision.clock
+                    log.info("%s: its policy is deleted; %s (reclaim from %s)", directory,
+                             "kept (reclaim Retain)" if reclaim.policy == collection.RETAIN
+                             else f"deleted after {reclaim.grace_s:g} s of sightings "
+                                  "unless it comes back", source)
+        return decision.verdict, decision.clock, reclaim
 
-    def _move_to_trash(self, directory: Path) -> Path | None:
+    def _move_to_trash(self, directory: Path, reclaim: Reclaim, source: str) -> Path | None:
         """Rename the directory into the trash; called under the volume lock,
         so no publish comes between the check and the rename."""
         if not _real_dir(directory) or not _real_dir(directory.parent):
@@ -271,8 +360,8 @@ class Collector:
         moved = trash / f"{directory.parent.name}-{directory.name}-{uuid.uuid4().hex[:8]}"
         os.rename(directory, moved)
         self.deletions += 1
-        log.info("deleted %s: its policy was deleted more than %g s ago", directory,
-                 self.reclaim.grace_s)
+        log.info("deleted %s: its policy was deleted more than %g s ago (reclaim Delete "
+                 "from %s)", directory, reclaim.grace_s, source)
         return moved
 
     def _empty_trash(self) -> None:

@@ -15,7 +15,8 @@ defaults (the DaemonSet sets the environment), checked at start.
                             the lowest fsGroup a pod's data may get; lower
                             ones (root's 0, system groups) are refused (1000)
   CKPTDRAIN_CSI_RECLAIM_POLICY
-                            what becomes of a deleted policy's node data:
+                            what becomes of a deleted policy's node data
+                            where its class says nothing (spec.nodeTier.reclaim):
                             Delete (after the grace period) or Retain (Delete)
   CKPTDRAIN_CSI_RECLAIM_GRACE_PERIOD
                             how long its policy must have been seen deleted

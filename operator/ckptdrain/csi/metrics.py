@@ -21,8 +21,17 @@ read as "no unknown owners" and resolve their alert on each restart):
   take (live, pending_deletion, retained: a directory of an unknown owner is
   not measured, as it is nobody's data to walk);
 - `ckptdrain_csi_oldest_pending_deletion_timestamp_seconds`: when the owner
-  of the longest-pending directory was first seen deleted (its deletion is
-  due a grace period later); absent when nothing is pending;
+  of the longest-pending directory was first seen deleted; absent when
+  nothing is pending;
+- `ckptdrain_csi_earliest_pending_deletion_due_timestamp_seconds`: the
+  earliest time a pending directory's deletion is due (first seen deleted
+  plus its own grace: its class's, else the driver's), what the overdue
+  alert counts from; absent when nothing is pending;
+- `ckptdrain_csi_held_reclaim_records`: directories held at the last scan
+  because their reclaim record cannot be read or parsed, or names a class
+  whose reclaim was never read (never the driver's setting for them);
+- `ckptdrain_csi_class_list_failed`: 1 when the last scan could not list
+  the CheckpointClasses (nothing recorded changed), else 0;
 - `ckptdrain_csi_last_scan_timestamp_seconds`: when the last scan ended (a
   stalled collector shows here; /healthz fails only once its thread has
   ended, as a slow apiserver makes a scan slow without anything wrong here).
@@ -112,7 +121,19 @@ def _scanned(report: ScanReport) -> Iterator[Family]:
     if oldest is not None:
         yield _gauge("ckptdrain_csi_oldest_pending_deletion_timestamp_seconds",
                      "When the owner of the longest-pending directory was first seen "
-                     "deleted (Unix): its deletion is due a grace period later", oldest)
+                     "deleted (Unix)", oldest)
+    due = report.earliest_pending_due()
+    if due is not None:
+        yield _gauge("ckptdrain_csi_earliest_pending_deletion_due_timestamp_seconds",
+                     "The earliest time a pending directory's deletion is due (Unix): "
+                     "first seen deleted plus its own grace (its class's or the driver's)",
+                     due)
+    yield _gauge("ckptdrain_csi_held_reclaim_records",
+                 "Directories held at the last scan: their reclaim record cannot be read "
+                 "or names a class whose reclaim was never read", report.held_records)
+    yield _gauge("ckptdrain_csi_class_list_failed",
+                 "1 when the last scan could not list the CheckpointClasses, else 0",
+                 float(report.class_list_failed))
     if report.capacity is not None:
         for name, value, what in (
                 ("available_bytes", report.capacity.available_bytes, "Bytes free"),

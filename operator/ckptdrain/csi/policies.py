@@ -1,6 +1,7 @@
-"""The policy lookup the driver trusts: (namespace, name) -> metadata.uid,
-read from the apiserver with the driver's own ServiceAccount (get on
-checkpointpolicies, cluster-wide, nothing else).
+"""The policy lookup the driver trusts: (namespace, name) -> metadata.uid
+(and the class the policy names), read from the apiserver with the driver's
+own ServiceAccount (get on checkpointpolicies, list on checkpointclasses,
+cluster-wide, nothing else).
 
 The namespace is the pod's, from kubelet; the name is the tenant's. Only a
 404 whose body is a NotFound Status naming this very policy means no such
@@ -15,14 +16,18 @@ would otherwise read as every policy deleted.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
+from ckptdrain.contract.api import CLASS_VERSION, CLASSES, class_named
+from ckptdrain.csi.class_reclaim import ClassLister
 from ckptdrain.csi.requests import Refused
-from ckptdrain.csi.volumes import PolicyResolver
+from ckptdrain.csi.volumes import PolicyFound, PolicyResolver
 from ckptdrain.errors import InvalidInput
 
-#: The storage version (from 0.3.0): the driver reads only a policy's uid,
-#: the same at every version, and asks no conversion of the operator.
+#: The storage version (from 0.3.0): the driver reads a policy's uid and
+#: the class its spec names (spec.checkpointClassName) at this version, and
+#: asks no conversion of the operator.
 GROUP, VERSION, PLURAL = "ckptdrain.io", "v1beta1", "checkpointpolicies"
 
 
@@ -62,9 +67,10 @@ def names_the_policy(status: int | None, body: str | bytes | None, name: str) ->
 
 def apiserver_resolver(api: Any, version: str = VERSION) -> PolicyResolver:
     """A resolver over `api`, a kubernetes CustomObjectsApi, reading
-    `version` of the CheckpointPolicy API."""
+    `version` of the CheckpointPolicy API: the policy's uid and the class
+    its spec names."""
 
-    def resolve(namespace: str, name: str) -> str | None:
+    def resolve(namespace: str, name: str) -> PolicyFound | None:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -81,6 +87,28 @@ def apiserver_resolver(api: Any, version: str = VERSION) -> PolicyResolver:
         except (OSError, HTTPError) as err:  # no connection, a timeout
             raise Refused("UNAVAILABLE", f"reading CheckpointPolicy {namespace}/{name} from "
                           f"the apiserver: {err}") from err
-        return str(policy["metadata"]["uid"])
+        return PolicyFound(str(policy["metadata"]["uid"]), class_named(policy.get("spec")))
 
     return resolve
+
+
+def apiserver_classes(api: Any) -> ClassLister:
+    """A lister of every CheckpointClass over `api` (one LIST a call)."""
+
+    def classes() -> dict[str, Mapping[str, Any]]:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            found = api.list_cluster_custom_object(GROUP, CLASS_VERSION, CLASSES,
+                                                   _request_timeout=10)
+        except ApiException as err:
+            raise Refused("UNAVAILABLE", f"listing CheckpointClasses from the apiserver: "
+                          f"HTTP {err.status} {err.reason}") from err
+        except (OSError, HTTPError) as err:
+            raise Refused("UNAVAILABLE", f"listing CheckpointClasses from the apiserver: "
+                          f"{err}") from err
+        return {str(item["metadata"]["name"]): item.get("spec") or {}
+                for item in found.get("items") or []}
+
+    return classes

@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 
 from ckptdrain.csi import mounts
+from ckptdrain.csi.class_reclaim import ClassLister
 from ckptdrain.csi.collector import Collector
 from ckptdrain.csi.config import DriverConfig
 from ckptdrain.csi.metrics import registry_for
@@ -78,13 +79,15 @@ class Driver:
     """Both servers, started and stopped together."""
 
     def __init__(self, cfg: DriverConfig, resolve_policy: PolicyResolver,
-                 mounter: Mounter | None = None) -> None:
+                 mounter: Mounter | None = None, list_classes: ClassLister | None = None
+                 ) -> None:
         self.cfg = cfg
         cfg.root.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.volumes = VolumeStore(cfg.root, resolve_policy, mounter or LinuxMounter(),
                                    owner_uid=cfg.owner_uid)
         self.collector = Collector(self.volumes, resolve_policy, cfg.reclaim,
-                                   cfg.scan_interval_s, mounts.mounted_under)
+                                   cfg.scan_interval_s, mounts.mounted_under,
+                                   list_classes=list_classes)
         self.metrics: MetricsEndpoint | None = None
         self.registration = Registration(cfg.name, str(cfg.csi_socket))
         self.csi = grpc.server(futures.ThreadPoolExecutor(max_workers=4))

@@ -63,9 +63,29 @@ ROOT_DIR_MODE = 0o711  # traversable, not listable: no tenant learns the others'
 DATA_MODE = 0o2770  # the owner (the agent) and the pod's group; setgid keeps the group
 TARGET_MODE = 0o750
 
-# (namespace, policy name) -> the policy's metadata.uid, or None when there
-# is no such policy. Raises Refused("UNAVAILABLE", ...) when it cannot tell.
-PolicyResolver = Callable[[str, str], "str | None"]
+@dataclass(frozen=True)
+class PolicyFound:
+    """A policy as the apiserver gave it: its uid and the class it names
+    (None: none)."""
+
+    uid: str
+    class_name: str | None
+
+
+# (namespace, policy name) -> the policy's metadata.uid (or a PolicyFound,
+# which also names its class), or None when there is no such policy. Raises
+# Refused("UNAVAILABLE", ...) when it cannot tell.
+PolicyResolver = Callable[[str, str], "PolicyFound | None"]
+
+
+def uid_of(found: PolicyFound | None) -> str | None:
+    """The uid a resolver answered (None: no such policy). Anything else is
+    a resolver of the wrong type (say a bare uid, which would carry no
+    class and so switch reclaim per class off unseen): refused loudly."""
+    if found is None or isinstance(found, PolicyFound):
+        return None if found is None else found.uid
+    raise TypeError(f"a policy resolver must answer a PolicyFound or None, "
+                    f"not {type(found).__name__}")
 
 
 class Mounter(Protocol):
@@ -105,11 +125,15 @@ def read_owner(directory: Path) -> Owner | None:
 
 def write_file(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    with open(tmp, "x", encoding="utf-8") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "x", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written left behind
+        raise
 
 
 def _root_dir(path: Path) -> Path:
@@ -145,7 +169,7 @@ class VolumeStore:
     def publish(self, req: PublishRequest) -> Path:
         """Mount the policy's data dir at the request's target; idempotent.
         Returns the data dir. Raises `Refused`."""
-        uid = self.resolve_policy(req.namespace, req.policy_name)
+        uid = uid_of(self.resolve_policy(req.namespace, req.policy_name))
         if uid is None:
             raise Refused("NOT_FOUND", f"volumeAttributes.policy: no CheckpointPolicy "
                           f"{req.policy_name!r} in namespace {req.namespace!r} (the pod's)")

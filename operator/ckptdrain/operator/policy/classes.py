@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ckptdrain.contract.api import class_named
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import MAX_WEIGHT, OperatorConfig
 from ckptdrain.operator.containers import read_platform
@@ -240,11 +241,11 @@ def namespaces_needing_labels(policies: Mapping[tuple[str, str], Mapping[str, An
 def choose(spec: Mapping[str, Any], classes: Catalogue) -> Choice:
     """The class a policy's spec names; none when it names none (its class
     was bound when it was created: `default_choice`)."""
-    name = spec.get("checkpointClassName")
-    if not name:
+    name = class_named(spec)
+    if name is None:
         return Choice(None)
-    cls = classes.get(str(name))
-    return Choice(cls) if cls is not None else Choice(None, missing=str(name))
+    cls = classes.get(name)
+    return Choice(cls) if cls is not None else Choice(None, missing=name)
 
 
 def config_for(config: OperatorConfig, cls: CheckpointClass | None) -> OperatorConfig:
