@@ -31,9 +31,9 @@ from tests.docs.conftest import (
     stored,
 )
 
-from ckptdrain.operator.policy import class_placement, classes
 from ckptdrain.csi import class_reclaim
 from ckptdrain.csi.collection import DELETE, RETAIN, Reclaim, effective
+from ckptdrain.operator.policy import class_placement, classes
 
 PAGE = REPO / "docs" / "checkpoint-classes.md"
 
