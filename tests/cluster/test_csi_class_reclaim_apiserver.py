@@ -6,6 +6,7 @@ deleted before its policy) leaves the recorded value in force."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -69,6 +70,20 @@ def write_data(h: Harness, namespace: str, name: str) -> None:
     h.unpublish(target, pod)
 
 
+@contextlib.contextmanager
+def both_policies_driven(cluster: Cluster, namespace: str, driver_api: client.CustomObjectsApi,
+                         classes: dict[str, str]) -> Iterator[tuple[Harness, str, str]]:
+    """A policy of each class, the driver running as its own ServiceAccount
+    and each policy's data written: (the driver, research's uid, prod's)."""
+    research = make_policy(cluster, namespace, "research", classes["research"])
+    prod = make_policy(cluster, namespace, "prod", classes["prod"])
+    with running_driver(apiserver_resolver(driver_api), apiserver_classes(driver_api),
+                        reclaim=DRIVER, scan_interval_s=INTERVAL_S) as h:
+        write_data(h, namespace, "research")
+        write_data(h, namespace, "prod")
+        yield h, research, prod
+
+
 def recorded(h: Harness, namespace: str, uid: str) -> Recorded | None:
     try:
         return class_reclaim.loads((h.cfg.root / namespace / uid / RECLAIM_FILE).read_text())
@@ -79,12 +94,7 @@ def recorded(h: Harness, namespace: str, uid: str) -> Recorded | None:
 def test_each_class_decides_its_policys_data_once_the_policy_is_deleted(
         cluster: Cluster, namespace: str, driver_api: client.CustomObjectsApi,
         classes: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
-    research = make_policy(cluster, namespace, "research", classes["research"])
-    prod = make_policy(cluster, namespace, "prod", classes["prod"])
-    with running_driver(apiserver_resolver(driver_api), apiserver_classes(driver_api),
-                        reclaim=DRIVER, scan_interval_s=INTERVAL_S) as h:
-        write_data(h, namespace, "research")
-        write_data(h, namespace, "prod")
+    with both_policies_driven(cluster, namespace, driver_api, classes) as (h, research, prod):
         wait_for(lambda: recorded(h, namespace, research) == Recorded(
             classes["research"], DELETE, GRACE_S), what="research's reclaim recorded")
         wait_for(lambda: recorded(h, namespace, prod) == Recorded(classes["prod"], RETAIN),
@@ -127,12 +137,7 @@ def refusing_api(cluster: Cluster, crds: None,
 def test_a_class_the_driver_cannot_read_leaves_the_recorded_reclaim(
         cluster: Cluster, namespace: str, driver_api: client.CustomObjectsApi,
         refusing_api: client.CustomObjectsApi, classes: dict[str, str]) -> None:
-    research = make_policy(cluster, namespace, "research", classes["research"])
-    prod = make_policy(cluster, namespace, "prod", classes["prod"])
-    with running_driver(apiserver_resolver(driver_api), apiserver_classes(driver_api),
-                        reclaim=DRIVER, scan_interval_s=INTERVAL_S) as h:
-        write_data(h, namespace, "research")
-        write_data(h, namespace, "prod")
+    with both_policies_driven(cluster, namespace, driver_api, classes) as (h, research, prod):
         wait_for(lambda: recorded(h, namespace, research) is not None
                  and recorded(h, namespace, prod) is not None, what="both recorded")
         # prod's class is deleted before its policy: its Retain holds.

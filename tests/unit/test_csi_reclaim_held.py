@@ -32,14 +32,20 @@ from ckptdrain.csi.volumes import PolicyFound, write_file
 WEEK = 7 * 86400
 
 
-def retained_a_week(tmp_path: Path) -> tuple[Api, Path, collector_module.Collector]:
-    """A Retain class's directory whose policy went a week ago."""
+def retain_policy_scanned(tmp_path: Path) -> tuple[Api, Path, collector_module.Collector]:
+    """A Retain class's policy, present, its directory scanned once."""
     api = Api()
     api.classes = {"prod": reclaim_of({"policy": "Retain"})}
     api.policies = {("team-a", "p"): PolicyFound(PROD, "prod")}
     directory = policy_dir(tmp_path, PROD, "p")
     gc = collector(tmp_path, api)
     gc.scan()
+    return api, directory, gc
+
+
+def retained_a_week(tmp_path: Path) -> tuple[Api, Path, collector_module.Collector]:
+    """A Retain class's directory whose policy went a week ago."""
+    api, directory, gc = retain_policy_scanned(tmp_path)
     api.policies = {}
     for _ in range(8):
         gc.scan()
@@ -134,12 +140,7 @@ def test_a_class_not_found_or_not_parsing_records_it_held_and_keeps_a_known_reco
 
 def test_only_a_present_policy_records_and_an_unchanged_record_is_not_rewritten(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    api = Api()
-    api.classes = {"prod": reclaim_of({"policy": "Retain"})}
-    api.policies = {("team-a", "p"): PolicyFound(PROD, "prod")}
-    directory = policy_dir(tmp_path, PROD, "p")
-    gc = collector(tmp_path, api)
-    gc.scan()
+    api, directory, gc = retain_policy_scanned(tmp_path)
     writes: list[str] = []
     monkeypatch.setattr(collector_module, "write_file",
                         lambda path, text: writes.append(path.name) or write_file(path, text))
@@ -158,12 +159,7 @@ def test_only_a_present_policy_records_and_an_unchanged_record_is_not_rewritten(
 def test_a_record_that_cannot_be_written_leaves_the_old_one_and_the_scan_whole(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    api = Api()
-    api.classes = {"prod": reclaim_of({"policy": "Retain"})}
-    api.policies = {("team-a", "p"): PolicyFound(PROD, "prod")}
-    directory = policy_dir(tmp_path, PROD, "p")
-    gc = collector(tmp_path, api)
-    gc.scan()
+    api, directory, gc = retain_policy_scanned(tmp_path)
     api.classes = {"prod": reclaim_of({"policy": "Delete"})}
 
     def full(fd: int, data: bytes) -> int:
