@@ -15,11 +15,11 @@ The clock (`DeletedClock`, kept on disk in `deleted-since.json`, so a
 driver restart keeps it) holds the first and the latest DELETED sighting of
 an unbroken run. A directory is deleted only when its owner was seen
 DELETED at the start of the grace and is seen DELETED now, at least
-`grace_s` later, with no gap longer than the grace between two DELETED
-sightings of the run longer than the silence window (the grace, but at
-least SILENCE_SCANS scan intervals, so a grace shorter than the interval
-still runs; UNKNOWN answers in between count for nothing: a longer silence
-starts the run again at now), no volume of it is published,
+`grace_s` later, with no gap between two DELETED sightings of the run
+longer than the silence window (the grace, but at least SILENCE_SCANS scan
+intervals, so a grace shorter than the interval still runs out; UNKNOWN
+answers in between count for nothing: a longer silence starts the run
+again at now), no volume of it is published,
 and the reclaim policy is Delete. So one odd answer only starts the clock,
 and a PRESENT answer stops it (the clock is dropped). Retain keeps the
 directory for good and reports it.
