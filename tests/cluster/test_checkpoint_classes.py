@@ -13,6 +13,7 @@ each class here is deleted when its test ends, so no other test meets it."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -88,13 +89,27 @@ def test_a_policy_created_while_no_class_is_default_stays_classless(
     assert again.returncode == 0, again.stderr
     stored = get(cluster, namespace, POLICIES, "later")["spec"]
     assert (stored["checkpointClassName"], stored["interval"]) == ("late-default", "20m")
-    plain = get(cluster, namespace, POLICIES, "plain")
-    assert "checkpointClassName" not in plain["spec"]
-    moved = json.loads(json.dumps(plain))
-    moved["spec"]["checkpointClassName"] = "late-default"
-    refused = cluster.kubectl("replace", "-n", namespace, "-f", "-",
-                              input=json.dumps(moved), check=False)
+    assert "checkpointClassName" not in get(cluster, namespace, POLICIES, "plain")["spec"]
+    refused = _replace_with_class(cluster, namespace, "plain", "late-default")
     assert refused.returncode != 0 and "make a new policy" in refused.stderr, refused.stderr
+
+
+def _replace_with_class(cluster: Cluster, namespace: str, name: str,
+                        class_name: str) -> subprocess.CompletedProcess[str]:
+    """A `kubectl replace` of the stored policy naming another class. The
+    operator writes the policy too (its status, Kopf's annotations), so a
+    replace of what was read can lose that race with a 409 Conflict that
+    says nothing about the class; read again and retry until the answer is
+    the apiserver's verdict on the class itself."""
+    for _ in range(10):
+        moved = get(cluster, namespace, POLICIES, name)
+        moved["spec"]["checkpointClassName"] = class_name
+        result = cluster.kubectl("replace", "-n", namespace, "-f", "-",
+                                 input=json.dumps(moved), check=False)
+        if "the object has been modified" not in result.stderr:
+            return result
+        time.sleep(0.2)
+    return result
 
 
 def test_a_uri_outside_the_class_stores_is_refused_naming_field_and_class(
