@@ -213,12 +213,14 @@ def test_a_jobs_pods_checkpointing_publish_on_the_job_in_few_writes(
     print(f"{len(writes.values)} write(s) for 30 checkpoints")
     assert 1 <= len(writes.values) <= 3, writes.values
 
-    # Its metrics, per workload and domain.
-    line = re.search(r'ckptdrain_workload_checkpoint_step\{domain="all",namespace="'
-                     + namespace + r'",policy="llama",workload="llama",workload_kind="Job"\} '
-                     r'(\S+)',
-                     recency_operator.metrics())
-    assert line and float(line[1]) == 330
+    # Its metrics, per workload and domain: set once the pass has written the
+    # annotation, so waited for.
+    def step_gauge() -> float | None:
+        line = re.search(r'ckptdrain_workload_checkpoint_step\{domain="all",namespace="'
+                         + namespace + r'",policy="llama",workload="llama",'
+                         r'workload_kind="Job"\} (\S+)', recency_operator.metrics())
+        return float(line[1]) if line else None
+    wait_for(lambda: step_gauge() == 330, what="the step gauge at 330")
     log = recency_operator.tail(200_000)
     assert not re.search(r"(?i)forbidden|checkpoint recency not published", log), log[-3000:]
 
