@@ -45,6 +45,7 @@ from ckptdrain.agent.kube import PodReport
 from ckptdrain.agent.report import CheckpointEvent
 from ckptdrain.contract.api import timestamp
 from ckptdrain.contract.record import State
+from ckptdrain.operator.recency.publish import PUBLISH_DELAY_S
 from support.apiserver import Cluster
 
 SYSTEM_NS = "ckptdrain-system"
@@ -202,16 +203,20 @@ def test_a_jobs_pods_checkpointing_publish_on_the_job_in_few_writes(
     assert doc == {"policy": "llama", "pod": {"step": 200, "time": made},
                    "node": {"step": 200, "time": made}, "all": {"step": 200, "time": made}}
 
-    # Many checkpoints in a burst (60 pod patches): a few writes on the Job.
+    # Many checkpoints in a burst (60 pod patches): a few writes on the Job,
+    # at most one per PUBLISH_DELAY_S while it lasts (3 for a burst under
+    # 10 s; a loaded machine may stretch it), one after, never one each.
     writes = Writes(cluster, namespace, "llama")
+    began = time.monotonic()
     for step in range(301, 331):
         _checkpoint(writers, step, State.GLOBAL)
+    most = max(3, 2 + int((time.monotonic() - began) // PUBLISH_DELAY_S))
     wait_for(lambda: (_recency(cluster, namespace, "job", "llama") or {}).get("all", {})
              .get("step") == 330, timeout_s=60, what="the burst's last step")
     wait_for(lambda: writes.values and json.loads(writes.values[-1])["all"]["step"] == 330,
              what="the watch to see it")
-    print(f"{len(writes.values)} write(s) for 30 checkpoints")
-    assert 1 <= len(writes.values) <= 3, writes.values
+    print(f"{len(writes.values)} write(s) for 30 checkpoints (at most {most})")
+    assert 1 <= len(writes.values) <= most < 30, writes.values
 
     # Its metrics, per workload and domain: set once the pass has written the
     # annotation, so waited for.
