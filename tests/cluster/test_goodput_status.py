@@ -81,9 +81,10 @@ def test_interruption_restore_and_report(cluster: Cluster, operator: OperatorPro
     available = status["availableSeconds"]
     assert 97 <= available < 97 + 120
     assert abs(status["runtimeGoodput"] - (1 - 18 / available)) < 1e-5
-    metrics = operator.metrics()
-    assert "ckptdrain_lost_steps{" in metrics
-    assert "ckptdrain_waiting_for_resources_seconds{" in metrics
+    # The gauges are set once the status patch returns: waited for.
+    wait_for(lambda: all(name in operator.metrics() for name in (
+        "ckptdrain_lost_steps{", "ckptdrain_waiting_for_resources_seconds{")),
+        what="the goodput gauges")
 
     done = _cli(cluster, "-n", namespace, "--policy", "llama", "--output", "json")
     assert done.returncode == 0, done.stderr

@@ -42,9 +42,13 @@ def test_only_one_replica_is_active(cluster: Cluster, operator: OperatorProcess,
         apply(policy("peered"))
         wait_for(lambda: (get(cluster, namespace, POLICIES, "peered").get("status") or {})
                  .get("phase") == "Ready", what="policy handled")
-        handled = ["checkpointpolicy_create' succeeded" in r.tail(1_000_000)
-                   for r in replicas]
-        assert handled.count(True) == 1, handled
+        # Kopf logs a handler's success once it returns, after the status
+        # the handler wrote: wait for the line, then count who logged it.
+        def handled() -> list[bool]:
+            return ["checkpointpolicy_create' succeeded" in r.tail(1_000_000)
+                    for r in replicas]
+        wait_for(lambda: any(handled()), what="the create handler's success logged")
+        assert handled().count(True) == 1, handled()
         wait_for(lambda: any("now standby" in r.tail(1_000_000) for r in replicas),
                  what="the paused replica to know it is standby")
         for r in replicas:

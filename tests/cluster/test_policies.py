@@ -114,8 +114,10 @@ def test_capped_policy_reports_constraint_and_effective_overlap(
     assert cond["status"] == "True" and cond["reason"] == "PolicyCap"
     assert status["effectiveOverlap"] == "30%"  # 5.67 TB / 21 GB/s = 270 s of 900 s
     assert "30%" in cond["message"]
-    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
-    assert "BandwidthConstrained" in events
+    # Posted after the status is written (and by Kopf's own queue): waited for.
+    wait_for(lambda: "BandwidthConstrained" in cluster.kubectl(
+        "get", "events", "-n", namespace, "-o", "json").stdout,
+        what="the BandwidthConstrained Event")
 
 
 def _refused(apply: Callable[..., Any], body: dict[str, Any]) -> str:

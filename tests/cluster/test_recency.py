@@ -45,6 +45,7 @@ from ckptdrain.agent.kube import PodReport
 from ckptdrain.agent.report import CheckpointEvent
 from ckptdrain.contract.api import timestamp
 from ckptdrain.contract.record import State
+from ckptdrain.operator.recency.publish import PUBLISH_DELAY_S
 from support.apiserver import Cluster
 
 SYSTEM_NS = "ckptdrain-system"
@@ -202,23 +203,29 @@ def test_a_jobs_pods_checkpointing_publish_on_the_job_in_few_writes(
     assert doc == {"policy": "llama", "pod": {"step": 200, "time": made},
                    "node": {"step": 200, "time": made}, "all": {"step": 200, "time": made}}
 
-    # Many checkpoints in a burst (60 pod patches): a few writes on the Job.
+    # Many checkpoints in a burst (60 pod patches): a few writes on the Job,
+    # at most one per PUBLISH_DELAY_S while it lasts (3 for a burst under
+    # 10 s; a loaded machine may stretch it), one after, never one each.
     writes = Writes(cluster, namespace, "llama")
+    began = time.monotonic()
     for step in range(301, 331):
         _checkpoint(writers, step, State.GLOBAL)
+    most = max(3, 2 + int((time.monotonic() - began) // PUBLISH_DELAY_S))
     wait_for(lambda: (_recency(cluster, namespace, "job", "llama") or {}).get("all", {})
              .get("step") == 330, timeout_s=60, what="the burst's last step")
     wait_for(lambda: writes.values and json.loads(writes.values[-1])["all"]["step"] == 330,
              what="the watch to see it")
-    print(f"{len(writes.values)} write(s) for 30 checkpoints")
-    assert 1 <= len(writes.values) <= 3, writes.values
+    print(f"{len(writes.values)} write(s) for 30 checkpoints (at most {most})")
+    assert 1 <= len(writes.values) <= most < 30, writes.values
 
-    # Its metrics, per workload and domain.
-    line = re.search(r'ckptdrain_workload_checkpoint_step\{domain="all",namespace="'
-                     + namespace + r'",policy="llama",workload="llama",workload_kind="Job"\} '
-                     r'(\S+)',
-                     recency_operator.metrics())
-    assert line and float(line[1]) == 330
+    # Its metrics, per workload and domain: set once the pass has written the
+    # annotation, so waited for.
+    def step_gauge() -> float | None:
+        line = re.search(r'ckptdrain_workload_checkpoint_step\{domain="all",namespace="'
+                         + namespace + r'",policy="llama",workload="llama",'
+                         r'workload_kind="Job"\} (\S+)', recency_operator.metrics())
+        return float(line[1]) if line else None
+    wait_for(lambda: step_gauge() == 330, what="the step gauge at 330")
     log = recency_operator.tail(200_000)
     assert not re.search(r"(?i)forbidden|checkpoint recency not published", log), log[-3000:]
 

@@ -299,8 +299,9 @@ def test_a_stalled_drain_is_impossible_to_miss(
     wait_for(lambda: degraded()["reason"] == "DrainStalled", timeout_s=40, what="stall")
     assert _policy_status(cluster, namespace, "fast")["phase"] == "Stalled"
     assert "no checkpoint has completed globally" in degraded()["message"]
-    events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
-    assert "DrainStalled" in events
+    # The watchdog posts the Event after it writes the condition: waited for.
+    wait_for(lambda: "DrainStalled" in cluster.kubectl(
+        "get", "events", "-n", namespace, "-o", "json").stdout, what="the DrainStalled Event")
 
     writer = PodReport(namespace, "w-0", 0, 1, api=core_api)
     _checkpoint([writer], 1, "Global", 10)

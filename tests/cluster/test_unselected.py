@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,36 @@ def _gauge(operator: OperatorProcess, namespace: str) -> float | None:
     found = re.search(r'^ckptdrain_unselected_pods\{namespace="' + re.escape(namespace)
                       + r'"\} (\S+)$', operator.metrics(), re.M)
     return float(found.group(1)) if found else None
+
+
+@contextmanager
+def _events_held(cluster: Cluster, namespace: str) -> Iterator[None]:
+    """Every Event created in `namespace` refused (a webhook nobody answers,
+    failurePolicy Fail) until the block ends: what the sweep finds meanwhile
+    is posted by a later sweep (a refused post is retried), from all it
+    knows by then."""
+    name = f"hold-events-{namespace}"
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration", "metadata": {"name": name},
+        "webhooks": [{
+            "name": "hold-events.test.ckptdrain.io",
+            "clientConfig": {"url": "https://127.0.0.1:9/hold"},  # nothing listens
+            "rules": [{"apiGroups": ["", "events.k8s.io"], "apiVersions": ["v1"],
+                       "operations": ["CREATE"], "resources": ["events"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "failurePolicy": "Fail", "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "timeoutSeconds": 2}]}))
+    try:
+        probe = {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "probe-"},
+                 "involvedObject": {"kind": "Pod", "name": "none", "namespace": namespace},
+                 "reason": "Probe", "message": "refused while held", "type": "Normal"}
+        # The apiserver takes a configuration up a moment after it is written.
+        wait_for(lambda: _create(cluster, namespace, probe).returncode != 0,
+                 what="Events refused in the namespace")
+        yield
+    finally:
+        cluster.kubectl("delete", "validatingwebhookconfiguration", name, check=False)
 
 
 def _job(cluster: Cluster, namespace: str, name: str, app: str) -> dict[str, Any]:
@@ -95,10 +126,13 @@ def test_flag_admits_it_bare_and_flags_the_pod_and_its_job(
         flagging.start()
         apply(policy("llama"))
         job = _job(cluster, namespace, "train", "lama")
-        # Both pods in one call, as a Job controller creates them: the sweep
-        # (0.5 s after the first) sees both, and its Job Event counts both.
-        made = _create(cluster, namespace, {"apiVersion": "v1", "kind": "List", "items": [
-            _owned_pod("train-0", "lama", job), _owned_pod("train-1", "lama", job)]})
+        # Both pods in one call, as a Job controller creates them. A sweep
+        # may run between the two creations (every second here, and 0.5 s
+        # after a pod event), so the Events are held until both exist: the
+        # Job's then counts both.
+        with _events_held(cluster, namespace):
+            made = _create(cluster, namespace, {"apiVersion": "v1", "kind": "List", "items": [
+                _owned_pod("train-0", "lama", job), _owned_pod("train-1", "lama", job)]})
         assert made.returncode == 0, made.stderr
         assert f"no CheckpointPolicy in {namespace} selects this pod; not injected" \
             in made.stderr  # the admission warning
