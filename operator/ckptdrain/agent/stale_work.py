@@ -1,6 +1,7 @@
 """Work dirs that earlier pods of this writer left on the node.
 
-On a disk local tier each pod has its own work dir in the tier's volume,
+On a disk local tier each pod has its own work dir in the tier's volume
+(the hostPath or the CSI driver's: the same layout),
 `<volume>/work-<writer>-<pod uid>` (admission/work_dir.py): a replacement pod
 may start while the old one still terminates, and must neither empty nor
 share the old trainer's dir. Once the old pod is gone its dir is stale: the
@@ -18,16 +19,13 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ckptdrain.restore import workdir
+from ckptdrain.restore.pod_work import WORK_NAME
 
 log = logging.getLogger(__name__)
-
-#: A pod's work dir: the webhook's rank, then the pod's UID.
-WORK_NAME = re.compile(r"work-([0-9]+)-([0-9a-f][0-9a-f-]*)")
 
 
 def volume_root(work_dir: Path, local_dir: Path) -> Path | None:

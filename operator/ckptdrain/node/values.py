@@ -65,6 +65,16 @@ def optional_bytes(field: str, value: object) -> int | None:
     return None if value is None else units.parse_bytes(field, value)
 
 
+def optional_group(field: str, value: object) -> int | None:
+    """A group id (0 and up), or None when unset."""
+    text = optional_text(field, value)
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) > 0xFFFFFFFE:
+        raise InvalidInput(field, "a group id: a whole number, 0 or more", value)
+    return int(text)
+
+
 def restore_mode(field: str, value: object) -> bool:
     """The pod's `ckptdrain.io/restore` annotation: `skip` or nothing. A typo
     stops restore with one line: guessing either way could lose training."""

@@ -12,6 +12,9 @@ request as a pending one), so restore removes every entry before placing
 anything. Only restore does it: it runs once per pod start, before the
 trainer; the agent, which restarts inside a running pod, never does.
 
+The pod's own work dir on the node is made by restore before the trainer's
+mount (restore/pod_work.py), never through a symlink.
+
 Nothing is followed out of the work dir: a symlink in it is removed, not
 entered. What cannot be removed (a trainer's step in a directory the group
 may not write) stops restore with the path and the reason: silently left
@@ -36,25 +39,32 @@ from pathlib import Path
 from ckptdrain import group_access
 from ckptdrain.errors import CkptdrainError, InvalidInput
 from ckptdrain.node.steps import step_name
+from ckptdrain.restore import pod_work
 
 
 class NotEmptied(CkptdrainError):
     """Something a previous pod left in the work dir could not be removed."""
 
 
-def empty(work_dir: Path, keep_out: tuple[Path, ...] = ()) -> int:
+def empty(work_dir: Path, keep_out: tuple[Path, ...] = (), *, pod_dir: bool = False,
+          group: int | None = None) -> int:
     """Remove everything in `work_dir` (not the directory itself), creating
     it shared when missing; how many entries were removed. `keep_out`: paths
     that must never be inside the work dir (the local tier: emptying it would
-    delete the node's copies). Raises NotEmptied naming the first path that
-    could not go, after removing all it could."""
+    delete the node's copies). With `pod_dir` it is the pod's own work dir
+    on the node, made (or checked) by restore/pod_work.py with `group`
+    first (ForeignWorkDir when it may not be). Raises NotEmptied naming the
+    first path that could not go, after removing all it could."""
     work = Path(os.path.abspath(work_dir))
     for other in keep_out:
         other = Path(os.path.abspath(other))
         if other == work or work in other.parents:
             raise InvalidInput("CKPTDRAIN_WORK_DIR", f"a directory that does not hold {other} "
                                "(restore empties the work dir at each pod start)", str(work))
-    group_access.make_dir(work)
+    if pod_dir:
+        pod_work.make(work, group)
+    else:
+        group_access.make_dir(work)
     failures: list[tuple[str, OSError]] = []
     removed = 0
     with os.scandir(work) as entries:

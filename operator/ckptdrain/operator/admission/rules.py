@@ -355,8 +355,7 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         raise Refused(problem, code=422)
     if problem:
         warnings.append(problem)
-    warnings.extend(injection.replaced_env(pod, p, reader=role.reader,
-                                           node_work=not cfg.csi))
+    warnings.extend(injection.replaced_env(pod, p, reader=role.reader))
     tenant = tenant_identity.chosen(p, cfg.identities)
     clash = None if tenant is None else tenant_identity.volume_problem(pod, tenant)
     if clash is not None:
