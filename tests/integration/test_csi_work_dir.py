@@ -80,13 +80,17 @@ def _trainer_saves(mount: Path, step: int, group: int) -> None:
     run_as(TRAINER_UID, save, groups=(group,))
 
 
-def _agent_captures(env: dict[str, str], group: int) -> int | None:
-    def capture() -> int | None:
+def _agent_captures(env: dict[str, str], group: int) -> tuple[int | None, int, list[str]]:
+    """The agent's capture of the newest step; how many steps of room it
+    keeps (2: the trainer's next save lands on the tier's disk too); the
+    earlier pods' work dirs it removed (as once it holds the writer's lease)."""
+    def capture() -> tuple[int | None, int, list[str]]:
         parser = argparse.ArgumentParser()
         config.add_arguments(parser)
         cfg = config.load(parser.parse_args([]), env)
         agent = Agent(cfg, LocalTier(cfg.local_dir), _Quiet(), AgentMetrics(), None)  # type: ignore[arg-type]
-        return agent.capture_newest("schedule")
+        assert agent.stale_work is not None, "the work dir is not seen on the tier's volume"
+        return agent.capture_newest("schedule"), agent.reserve_steps, agent.stale_work.prune()
     return run_as(CKPTDRAIN_UID, capture, groups=(group,))
 
 
@@ -122,7 +126,7 @@ def test_the_trainer_works_in_the_volume_and_capture_links(harness: Harness) -> 
         st = os.stat(work)
         assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (CKPTDRAIN_UID, 2000, 0o2775)
         _trainer_saves(trainer, 4, 2000)
-        assert _agent_captures(env, 2000) == 4
+        assert _agent_captures(env, 2000) == (4, 2, [])
         taken = LocalTier(target).data_dir(4) / "model.bin"
         assert os.stat(taken).st_ino == os.stat(trainer / "step-4" / "model.bin").st_ino
 
@@ -133,13 +137,28 @@ def test_the_trainer_works_in_the_volume_and_capture_links(harness: Harness) -> 
         data = os.stat(target2)
         assert (data.st_gid, data.st_mode & 0o7777) == (2000, 0o2770)
         assert os.stat(trainer2).st_gid == 3000
-        _trainer_saves(trainer2, 5, 3000)
-        assert _agent_captures(env2, 3000) == 5
-        with pytest.raises(AssertionError, match="Permission denied"):
-            run_as(TRAINER_UID, lambda: os.listdir(target2), groups=(3000,))
         # Run again (the pod's sandbox restarted), restore keeps its own dir.
         assert _restore(env2, 3000) == 0
         assert os.stat(trainer2).st_gid == 3000
+        _trainer_saves(trainer2, 5, 3000)
+        # The first pod is gone. Its trainer's step there is its group's
+        # (2000): the later pod's agent (3000) cannot remove it (it counts
+        # and logs that, agent/stale_work.py).
+        mounts.unmount(trainer)
+        assert _agent_captures(env2, 3000) == (5, 2, [])
+        first = target2 / f"work-0-{env['CKPTDRAIN_POD_UID']}"
+        assert sorted(os.listdir(first)) == [".ckptdrain", "step-4"]  # its trainer's
+        with pytest.raises(AssertionError, match="Permission denied"):
+            run_as(TRAINER_UID, lambda: os.listdir(target2), groups=(3000,))
+        # The second pod gone too, a third of the first group removes the
+        # first pod's dir whole, and of the second's what its group may.
+        mounts.unmount(trainer2)
+        target3, trainer3, env3 = _pod(harness, 2000, store, trainers)
+        made.append(trainer3)
+        _trainer_saves(trainer3, 6, 2000)
+        assert _agent_captures(env3, 2000) == (6, 2, [first.name])
+        second = target3 / f"work-0-{env2['CKPTDRAIN_POD_UID']}"
+        assert sorted(os.listdir(second)) == [".ckptdrain", "step-5"]  # its trainer's
     finally:
         for mount in made:
             while mounts.is_mount_point(mount):
