@@ -82,7 +82,8 @@ def _trainer_saves(mount: Path, step: int, group: int) -> None:
 
 def _agent_captures(env: dict[str, str], group: int) -> tuple[int | None, int, list[str]]:
     """The agent's capture of the newest step; how many steps of room it
-    keeps (2: the trainer's next save lands on the tier's disk too); the
+    keeps for a step of 8 KiB (2: no capacity set, and the trainer's next
+    save lands on the tier's disk too); the
     earlier pods' work dirs it removed (as once it holds the writer's lease)."""
     def capture() -> tuple[int | None, int, list[str]]:
         parser = argparse.ArgumentParser()
@@ -90,7 +91,8 @@ def _agent_captures(env: dict[str, str], group: int) -> tuple[int | None, int, l
         cfg = config.load(parser.parse_args([]), env)
         agent = Agent(cfg, LocalTier(cfg.local_dir), _Quiet(), AgentMetrics(), None)  # type: ignore[arg-type]
         assert agent.stale_work is not None, "the work dir is not seen on the tier's volume"
-        return agent.capture_newest("schedule"), agent.reserve_steps, agent.stale_work.prune()
+        return (agent.capture_newest("schedule"), agent.reserve_steps(8192),
+                agent.stale_work.prune())
     return run_as(CKPTDRAIN_UID, capture, groups=(group,))
 
 
