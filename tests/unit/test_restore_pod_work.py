@@ -172,3 +172,24 @@ def test_capture_links_the_trainers_files_in_the_drivers_layout(data: Path) -> N
     ("/v/work-x-1", "/v", False), (f"/v/writer-1/{WORK}", "/v", False)])
 def test_only_a_pods_dir_at_the_volume_root_is_made_so(work: str, local: str, own: bool) -> None:
     assert pod_work.is_pod_dir(Path(work), Path(local)) is own
+
+
+def test_a_symlink_swapped_in_after_restore_made_the_dir_is_neither_emptied_nor_used(
+        data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another writer's step, behind a symlink put at the work dir's name
+    once restore checked the dir: it survives, and restore refuses."""
+    other = data / "work-0-aa11"
+    (other / "step-4").mkdir(parents=True)
+    (other / "step-4" / "w.bin").write_bytes(b"writer 0's step")
+    for made in (other, other / "step-4", other / "step-4" / "w.bin"):
+        os.chown(made, CKPTDRAIN_UID, DATA_GROUP)  # as writer 0's restore made it
+    checked = pod_work._own
+
+    def then_swapped(work: Path, fd: int, group: int | None) -> None:
+        checked(work, fd, group)
+        os.rename(work, data / "moved")
+        os.symlink(other, work)
+    monkeypatch.setattr(pod_work, "_own", then_swapped)
+    outcome, reason = _restore(data, DATA_GROUP)
+    assert (other / "step-4" / "w.bin").read_bytes() == b"writer 0's step"
+    assert outcome == "cannot_place" and "was replaced" in reason

@@ -53,6 +53,12 @@ def make(work_dir: Path, group: int | None) -> None:
     """Make (or keep) the pod's work dir `work_dir`: owned by this process's
     uid, group `group` (None: the one it inherits), mode 2775. Raises
     ForeignWorkDir naming the path and what stands there."""
+    os.close(make_open(work_dir, group))
+
+
+def make_open(work_dir: Path, group: int | None) -> int:
+    """`make`, and a descriptor of the directory it checked (the caller
+    closes it): what restore empties, whatever stands at the path later."""
     work = Path(os.path.abspath(work_dir))
     parent = os.open(work.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -64,8 +70,24 @@ def make(work_dir: Path, group: int | None) -> None:
         os.close(parent)
     try:
         _own(work, fd, group)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
+
+
+def check_unmoved(work_dir: Path, fd: int) -> None:
+    """Raise ForeignWorkDir unless `work_dir` still names the directory `fd`
+    holds (not a symlink, nor another dir swapped in at its name)."""
+    held = os.fstat(fd)
+    try:
+        found = os.lstat(work_dir)
+    except FileNotFoundError:
+        found = None
+    if found is None or (found.st_dev, found.st_ino) != (held.st_dev, held.st_ino):
+        raise ForeignWorkDir(f"the pod's work dir {work_dir} was replaced after restore made "
+                             "it (something else stands at its name now); refusing to hand "
+                             "it to the trainer")
 
 
 def _open_dir(work: Path, parent: int) -> int:

@@ -62,16 +62,24 @@ def empty(work_dir: Path, keep_out: tuple[Path, ...] = (), *, pod_dir: bool = Fa
             raise InvalidInput("CKPTDRAIN_WORK_DIR", f"a directory that does not hold {other} "
                                "(restore empties the work dir at each pod start)", str(work))
     if pod_dir:
-        pod_work.make(work, group)
+        fd = pod_work.make_open(work, group)
     else:
         group_access.make_dir(work)
+        fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     failures: list[tuple[str, OSError]] = []
     removed = 0
-    with os.scandir(work) as entries:
-        for entry in entries:
-            problems = remove_tree(Path(entry.path))
-            failures += problems
-            removed += not problems
+    try:
+        # Through the directory restore checked, never by its path again: a
+        # symlink swapped in at the name later is neither followed nor emptied.
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                problems = _remove_at(fd, entry, work)
+                failures += problems
+                removed += not problems
+        if pod_dir:
+            pod_work.check_unmoved(work, fd)
+    finally:
+        os.close(fd)
     if failures:
         path, err = failures[0]
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
@@ -101,6 +109,29 @@ def remove_tree(path: Path) -> list[tuple[str, OSError]]:
             path.unlink()
     except OSError as err:
         failed(None, str(path), err)
+    return failures
+
+
+def _remove_at(fd: int, entry: os.DirEntry[str], work: Path) -> list[tuple[str, OSError]]:
+    """Remove the entry `entry` of the directory `fd` (relative to it, never
+    following a symlink), as much as can go; what could not, with why."""
+    failures: list[tuple[str, OSError]] = []
+
+    def failed(_function: object, where: str, err: BaseException) -> None:
+        if not isinstance(err, FileNotFoundError):
+            failures.append((str(work / where),
+                             err if isinstance(err, OSError) else OSError(str(err))))
+
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            if sys.version_info >= (3, 12):
+                shutil.rmtree(entry.name, dir_fd=fd, onexc=failed)
+            else:
+                shutil.rmtree(entry.name, dir_fd=fd, onerror=lambda f, p, i: failed(f, p, i[1]))
+        else:
+            os.unlink(entry.name, dir_fd=fd)
+    except OSError as err:
+        failed(None, entry.name, err)
     return failures
 
 
