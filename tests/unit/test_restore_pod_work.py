@@ -193,3 +193,17 @@ def test_a_symlink_swapped_in_after_restore_made_the_dir_is_neither_emptied_nor_
     outcome, reason = _restore(data, DATA_GROUP)
     assert (other / "step-4" / "w.bin").read_bytes() == b"writer 0's step"
     assert outcome == "cannot_place" and "was replaced" in reason
+
+
+def test_a_dir_whose_setgid_the_kernel_drops_is_refused(data: Path) -> None:
+    """No CKPTDRAIN_WORK_GROUP: the dir inherits the volume's group, one this
+    container is not in, and chmod 2775 leaves it without setgid."""
+    def make() -> str:
+        try:
+            pod_work.make(data / WORK, None)
+        except pod_work.ForeignWorkDir as err:
+            return str(err)
+        return ""
+    refused = run_as(CKPTDRAIN_UID, make, groups=(OTHER_GROUP,))
+    assert f"mode 0o775, expected 0o2775 (is this container in the group {DATA_GROUP}?)" \
+        in refused

@@ -95,8 +95,11 @@ def _open_dir(work: Path, parent: int) -> int:
         return os.open(work.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                        dir_fd=parent)
     except OSError as err:
-        if err.errno in (errno.ELOOP, errno.ENOTDIR):
-            what = "a symlink" if os.path.islink(work) else "not a directory"
+        # With O_DIRECTORY, Linux answers ENOTDIR for a symlink (O_NOFOLLOW:
+        # not followed) as for a file; lstat at the name tells which it is.
+        if err.errno == errno.ENOTDIR:
+            found = os.stat(work.name, dir_fd=parent, follow_symlinks=False)
+            what = "a symlink" if stat.S_ISLNK(found.st_mode) else "not a directory"
             raise ForeignWorkDir(f"the pod's work dir {work} is {what}; refusing to hand it to "
                                  "the trainer (only restore makes it, as a directory)") from err
         raise
