@@ -236,3 +236,30 @@ def test_below_keep_plus_three_steps_the_node_keeps_one_free_and_still_captures(
     off = _held_after_captures(tmp_path / "a" / "local", tmp_path / "a" / "work")
     on = _held_after_captures(tmp_path / "b" / "node", tmp_path / "b" / "node" / OWN)
     assert off == on == [5, 4, 3]
+
+
+def test_the_agent_never_starts_on_a_symlink_at_its_pods_work_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The agent makes a missing work dir on the node as restore does
+    (restore/pod_work.py): what stands there but is no directory of its own
+    stops it, naming the dir, and nothing is made through the link."""
+    import signal
+
+    from ckptdrain.agent import command as agent
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / OWN).symlink_to(elsewhere)
+    monkeypatch.delenv("CKPTDRAIN_ROLE", raising=False)
+    monkeypatch.setattr(Agent, "run", lambda self: 0)  # started: it would run till SIGTERM
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code = agent.main(["--work-dir", str(tmp_path / "node" / OWN), "--local-dir",
+                           str(tmp_path / "node"), "--metrics-port", "0"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 1
+    assert f"the pod's work dir {tmp_path / 'node' / OWN} is a symlink" in capsys.readouterr().err
+    assert os.listdir(elsewhere) == []

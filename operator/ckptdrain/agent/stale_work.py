@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ckptdrain.restore import workdir
+from ckptdrain.restore import pod_work, workdir
 from ckptdrain.restore.pod_work import WORK_NAME
 
 log = logging.getLogger(__name__)
@@ -30,12 +30,12 @@ log = logging.getLogger(__name__)
 
 def volume_root(work_dir: Path, local_dir: Path) -> Path | None:
     """The local tier's volume holding `work_dir`, or None when the work dir is
-    not on the node (an emptyDir). On the node it is named like a pod's work
-    dir and sits at the volume's root: `local_dir` itself (one writer) or its
-    parent (`writer-<id>`, several), on the same filesystem."""
-    work, local = Path(os.path.abspath(work_dir)), Path(os.path.abspath(local_dir))
-    if WORK_NAME.fullmatch(work.name) is None or work.parent not in (local, local.parent):
+    not on the node (an emptyDir). On the node it is a pod's work dir
+    (pod_work.is_pod_dir: at `local_dir` itself, one writer, or its parent,
+    `writer-<id>`, several) on the same filesystem."""
+    if not pod_work.is_pod_dir(work_dir, local_dir):
         return None
+    work, local = Path(os.path.abspath(work_dir)), Path(os.path.abspath(local_dir))
     probe = local  # `writer-<id>` may not exist yet: its volume does
     while not probe.exists() and probe != work.parent:
         probe = probe.parent
