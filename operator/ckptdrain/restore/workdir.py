@@ -13,7 +13,9 @@ anything. Only restore does it: it runs once per pod start, before the
 trainer; the agent, which restarts inside a running pod, never does.
 
 The pod's own work dir on the node is made by restore before the trainer's
-mount (restore/pod_work.py), never through a symlink.
+mount (restore/pod_work.py), never through a symlink; restore empties it
+through the descriptor of the directory it checked, never by its path
+again, and refuses when another dir or a symlink stands at its name after.
 
 Nothing is followed out of the work dir: a symlink in it is removed, not
 entered. What cannot be removed (a trainer's step in a directory the group
