@@ -188,7 +188,8 @@ def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                                                          read_labels=False),
                             _context(cfg, catalogue), fresh,
                             weights={**dict(cfg.bandwidth_weights),
-                                     **class_catalogue.weights(bodies, catalogue)})
+                                     **class_catalogue.weights(bodies, catalogue)},
+                            caps=class_catalogue.caps(bodies, catalogue))
     if not fresh and not unread:  # one missing a namespace is not reused
         kept = _Answer(version, labels, cfg, answer,
                        {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)

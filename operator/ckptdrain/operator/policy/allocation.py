@@ -4,7 +4,9 @@ Each policy's allowed bandwidth is its sizing, already bounded by its own
 cap. When the policies with pods together want more than the cluster cap,
 it is split fairly by weight (operator/policy/fair_share.py): a policy that
 wants less than its part gets all it wants, the others share the rest by
-weight, and no one's declared size takes another's part. (How a policy's
+weight, and no one's declared size takes another's part. A CheckpointClass's
+spec.bandwidthCap bounds its policies together, with or without a cluster
+cap, and what it leaves goes to the others (operator/policy/class_shares.py). (How a policy's
 budget is split among its drainers is the share channel's: contract/share.py,
 operator/bandwidth/share_channel.py.)
 Each policy's sizing and status are then built from that joint budget
@@ -22,6 +24,7 @@ from typing import TypeVar
 from ckptdrain import sizing
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.policy import fair_share
+from ckptdrain.operator.policy.class_shares import ClassCap, ClassPart, ClassSplit
 
 K = TypeVar("K", bound=Hashable)
 
@@ -86,6 +89,10 @@ class ClusterShare:
     #: The water level: bytes/s per unit of weight every cut policy gets
     #: (None: the cap does not bind the counted policies).
     level: float | None = None
+    #: Its class's cap and whom it shares it with (None: its class sets none).
+    class_part: ClassPart | None = None
+    #: Its class's cap, not the cluster's, is what cuts it.
+    class_bound: bool = False
 
     @property
     def factor(self) -> float:
@@ -106,43 +113,80 @@ class ClusterShare:
 
     @property
     def scaled(self) -> bool:
-        """The cluster cap bound: this policy gets less than it wanted."""
+        """A cap over several policies (the cluster's or its class's) bound:
+        this policy gets less than it wanted."""
         return self.budget < self.wanted
 
 
 def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None,
                    counted: Collection[K] | None = None,
-                   weights: Mapping[K, int] | None = None) -> dict[K, ClusterShare]:
-    """Each policy's budget: what it wants, cut fairly by weight to fit the
-    cluster cap among the `counted` ones (default: all); each uncounted one's
-    is what it would get once counted."""
+                   weights: Mapping[K, int] | None = None,
+                   classes: Mapping[K, ClassCap] | None = None) -> dict[K, ClusterShare]:
+    """Each policy's budget: what it wants, cut fairly by weight to fit its
+    class's cap (`classes`: by policy, where its class sets one) and the
+    cluster cap among the `counted` ones (default: all); each uncounted
+    one's is what it would get once counted."""
     weights = weights or {}
     counted_keys = set(wanted) if counted is None else set(counted) & set(wanted)
     demands = {k: fair_share.Demand(v, weights.get(k, 1)) for k, v in wanted.items()}
-    if cluster_cap is None:
-        total = math.fsum(wanted[k] for k in counted_keys)
-        return {k: ClusterShare(budget=v, wanted=v, total_wanted=total,
-                                policies=len(counted_keys), cluster_cap=None,
-                                weight=demands[k].weight, counted=k in counted_keys)
-                for k, v in wanted.items()}
-    fair = fair_share.FairShares({k: demands[k] for k in counted_keys}, cluster_cap)
-    return {k: ClusterShare(
-        budget=fair.budget(d) if k in counted_keys else fair.prospective(d),
-        wanted=d.wanted, total_wanted=fair.total_wanted, policies=len(counted_keys),
-        cluster_cap=cluster_cap, weight=d.weight, total_weight=fair.total_weight,
-        counted=k in counted_keys, level=fair.level) for k, d in demands.items()}
+    split = ClassSplit(demands, counted_keys, classes or {})
+    capped = {k: fair_share.Demand(split.capped(k, demands[k]), demands[k].weight)
+              for k in counted_keys}
+    total = math.fsum(wanted[k] for k in counted_keys)
+    total_weight = sum(demands[k].weight for k in counted_keys)
+    fair = None if cluster_cap is None else fair_share.FairShares(capped, cluster_cap)
+    #: Uncounted policies' answers by what decides them (many are alike).
+    joined: dict[tuple[str | None, float, int], float] = {}
+
+    def share(k: K, d: fair_share.Demand) -> ClusterShare:
+        is_counted = k in counted_keys
+        in_class = capped[k].wanted if is_counted else split.prospective(k, d)
+        if fair is None:
+            budget = in_class
+        elif is_counted:
+            budget = fair.budget(capped[k])
+        else:
+            budget = _prospective(k, d, split, capped, cluster_cap or 0.0, fair, joined)
+        part = split.part(k, d, is_counted)
+        return ClusterShare(
+            budget=budget, wanted=d.wanted, total_wanted=total, policies=len(counted_keys),
+            cluster_cap=cluster_cap, weight=d.weight,
+            total_weight=total_weight, counted=is_counted,
+            level=None if fair is None else fair.level, class_part=part,
+            class_bound=part is not None and in_class < d.wanted and budget >= in_class)
+
+    return {k: share(k, d) for k, d in demands.items()}
+
+
+def _prospective(key: K, demand: fair_share.Demand, split: ClassSplit[K],
+                 capped: Mapping[K, fair_share.Demand], cluster_cap: float,
+                 fair: fair_share.FairShares[K],
+                 joined: dict[tuple[str | None, float, int], float]) -> float:
+    """An uncounted policy's budget once counted, its class's others cut
+    with it. Exact: the split is made again with it (once per class and
+    demand), unless its class sets no cap."""
+    part = split.part(key, demand, False)
+    if part is None:
+        return fair.prospective(demand)
+    memo = (part.name, demand.wanted, demand.weight)
+    if memo not in joined:
+        with_it = split.joined(key, demand, capped)
+        joined[memo] = fair_share.FairShares(with_it, cluster_cap).budget(with_it[key])
+    return joined[memo]
 
 
 def policy_budgets(wanted: Mapping[K, float], cluster_cap: float | None,
                    counted: Collection[K] | None = None,
-                   weights: Mapping[K, int] | None = None) -> dict[K, float]:
+                   weights: Mapping[K, int] | None = None,
+                   classes: Mapping[K, ClassCap] | None = None) -> dict[K, float]:
     """Each policy's budget (`cluster_shares`), in bytes/s."""
-    return {key: share.budget
-            for key, share in cluster_shares(wanted, cluster_cap, counted, weights).items()}
+    return {key: share.budget for key, share in
+            cluster_shares(wanted, cluster_cap, counted, weights, classes).items()}
 
 
 def joint_sizing(inputs: Mapping[K, sizing.SizingInput], cluster_cap: float | None,
                  counted: Collection[K] | None = None, weights: Mapping[K, int] | None = None,
+                 classes: Mapping[K, ClassCap] | None = None,
                  ) -> dict[K, tuple[sizing.Sizing, ClusterShare]]:
     """Every valid policy's sizing under the cluster cap as applied to all of
     them together: a policy's allowed bandwidth, drain time and effective
@@ -156,11 +200,11 @@ def joint_sizing(inputs: Mapping[K, sizing.SizingInput], cluster_cap: float | No
         except InvalidInput:
             continue
     split = cluster_shares({k: s.allowed_bandwidth for k, s in alone.items()}, cluster_cap,
-                           counted, weights)
+                           counted, weights, classes)
     out: dict[K, tuple[sizing.Sizing, ClusterShare]] = {}
     for key, share in split.items():
-        # The policy's part of the cluster cap is its joint budget; where the
-        # cap does not bind jointly it binds for no one.
+        # The policy's part of the cluster cap (and its class's) is its joint
+        # budget; where neither binds jointly it binds for no one.
         part = share.budget if share.scaled else None
         try:
             out[key] = (sizing.compute(dataclasses.replace(inputs[key], cluster_cap=part)),
