@@ -135,8 +135,6 @@ def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None,
     total = math.fsum(wanted[k] for k in counted_keys)
     total_weight = sum(demands[k].weight for k in counted_keys)
     fair = None if cluster_cap is None else fair_share.FairShares(capped, cluster_cap)
-    #: Uncounted policies' answers by what decides them (many are alike).
-    joined: dict[tuple[str | None, float, int], float] = {}
 
     def share(k: K, d: fair_share.Demand) -> ClusterShare:
         is_counted = k in counted_keys
@@ -146,7 +144,10 @@ def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None,
         elif is_counted:
             budget = fair.budget(capped[k])
         else:
-            budget = _prospective(k, d, split, capped, cluster_cap or 0.0, fair, joined)
+            # Exact although its class's others are not cut with it: the
+            # cluster's level decides its part only below its class's new
+            # level, where their cut demands do not matter (class_shares.py).
+            budget = fair.prospective(fair_share.Demand(in_class, d.weight))
         part = split.part(k, d, is_counted)
         return ClusterShare(
             budget=budget, wanted=d.wanted, total_wanted=total, policies=len(counted_keys),
@@ -156,23 +157,6 @@ def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None,
             class_bound=part is not None and in_class < d.wanted and budget >= in_class)
 
     return {k: share(k, d) for k, d in demands.items()}
-
-
-def _prospective(key: K, demand: fair_share.Demand, split: ClassSplit[K],
-                 capped: Mapping[K, fair_share.Demand], cluster_cap: float,
-                 fair: fair_share.FairShares[K],
-                 joined: dict[tuple[str | None, float, int], float]) -> float:
-    """An uncounted policy's budget once counted, its class's others cut
-    with it. Exact: the split is made again with it (once per class and
-    demand), unless its class sets no cap."""
-    part = split.part(key, demand, False)
-    if part is None:
-        return fair.prospective(demand)
-    memo = (part.name, demand.wanted, demand.weight)
-    if memo not in joined:
-        with_it = split.joined(key, demand, capped)
-        joined[memo] = fair_share.FairShares(with_it, cluster_cap).budget(with_it[key])
-    return joined[memo]
 
 
 def policy_budgets(wanted: Mapping[K, float], cluster_cap: float | None,

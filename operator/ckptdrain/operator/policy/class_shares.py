@@ -14,6 +14,12 @@ the other policies, each still no more than it wants.
         under their class caps ──(FairShares over the cluster cap)──▶ budgets
 
 Only policies with pods count toward a class's cap, as toward the cluster's.
+What an idle one would get once counted is its class's part with it
+(`prospective`, level μ' ≤ μ), then the cluster's with that demand added,
+the others of its class left uncut: exact, because the two splits agree at
+every cluster level up to μ' (below it the cluster's level cuts the class's
+policies harder than μ or μ' does), and above μ' it gets its class's part
+either way.
 """
 
 from __future__ import annotations
@@ -85,18 +91,3 @@ class ClassSplit(Generic[K]):
         return ClassPart(cls.name, cls.cap, len(group) + extra,
                          fair.total_wanted + (0.0 if counted else demand.wanted),
                          fair.total_weight + (0 if counted else demand.weight))
-
-    def joined(self, key: K, demand: Demand, capped: Mapping[K, Demand]) -> dict[K, Demand]:
-        """`capped` (the counted policies' demands under their class caps)
-        as they are once the uncounted `key` counts too: its class's other
-        policies give up what the cap then takes from them; `key` included."""
-        cls = self._caps.get(key)
-        out = dict(capped)
-        if cls is None:
-            out[key] = demand
-            return out
-        group = {**self._members[cls.name], key: demand}
-        fair = FairShares(group, cls.cap)
-        for member, wanted in group.items():
-            out[member] = Demand(fair.budget(wanted), wanted.weight)
-        return out
