@@ -193,3 +193,31 @@ def test_each_namespace_gets_its_own_factor(cluster: Cluster) -> None:
                for ns in ("a", "b")}
     assert factors["a"] == pytest.approx(3 * factors["b"])
     assert cluster.applied() == {("a", "A"): pytest.approx(75e6), ("b", "B"): pytest.approx(25e6)}
+
+
+def test_a_class_cap_lowered_under_the_cluster_cap_rewrites_its_policies_channels(
+        cluster: Cluster, no_checkpoint_classes: Any) -> None:
+    """No factor says a class's cut (the factor is the cluster's level), so
+    the channels of the class's policies must: left to the scale, they
+    would keep draining at their old budgets, past both caps."""
+    def batch(cap: str) -> dict[str, Any]:
+        return {"apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointClass",
+                "metadata": {"name": "batch", "creationTimestamp": "2026-11-01T00:00:00Z"},
+                "spec": {"nodeTier": {"root": "/mnt/ckptdrain"}, "bandwidthCap": cap}}
+
+    no_checkpoint_classes.replace([batch("80M")], "1")
+    cfg = cfg_of()
+    classed = [("a", "A1"), ("a", "A2")]
+    cluster.policies = {key: [{**policy(*key, 900), "spec": {
+        **policy(*key, 900)["spec"], "checkpointClassName": "batch"}}] for key in classed}
+    cluster.policies[("b", "B")] = [policy("b", "B", 900)]
+    cluster.pods = {key: [pod(f"{key[1]}-0")] for key in cluster.policies}
+    cluster.settle(cfg)
+    third = pytest.approx(100e6 / 3)
+    assert cluster.applied() == {("a", "A1"): third, ("a", "A2"): third, ("b", "B"): third}
+    no_checkpoint_classes.apply("MODIFIED", batch("20M"))
+    cluster.joint(cfg)  # what the class event asks for
+    assert cluster.applied() == {("a", "A1"): pytest.approx(10e6),
+                                 ("a", "A2"): pytest.approx(10e6),
+                                 ("b", "B"): pytest.approx(80e6)}
+    assert cluster.worst <= CAP * 1.000001

@@ -365,7 +365,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
             max(policy.writers, len(drainers)), share_channel.owner_of(body),
             time.monotonic(), lambda: api.timestamp(datetime.now(UTC)),
-            wanted=cluster.claim if scaled else None, carried=cluster.scaled)
+            wanted=cluster.claim if scaled else None, carried=cluster.carried)
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc()
             logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",

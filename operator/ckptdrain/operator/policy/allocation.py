@@ -117,6 +117,13 @@ class ClusterShare:
         this policy gets less than it wanted."""
         return self.budget < self.wanted
 
+    @property
+    def carried(self) -> bool:
+        """Its cut is the cluster scale's to carry (claim × factor, the
+        cluster's level): the cluster cap cut it. A cut by its class's cap
+        no factor says; only its channel can."""
+        return self.scaled and not self.class_bound
+
 
 def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None,
                    counted: Collection[K] | None = None,
