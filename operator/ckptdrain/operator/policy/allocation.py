@@ -69,8 +69,9 @@ CLAIM = 1e18
 
 @dataclass(frozen=True)
 class ClusterShare:
-    """One policy's part of the cluster cap, split fairly by weight among the
-    policies with pods (operator/policy/fair_share.py)."""
+    """One policy's part of the cluster cap and of its class's cap, each
+    split fairly by weight among the policies with pods
+    (operator/policy/fair_share.py, class_shares.py)."""
 
     #: Bytes/s the policy may drain at: what it wanted, cut to its fair part
     #: (for a policy with no pods: what it would get once one runs).
@@ -182,8 +183,9 @@ def joint_sizing(inputs: Mapping[K, sizing.SizingInput], cluster_cap: float | No
     """Every valid policy's sizing under the cluster cap as applied to all of
     them together: a policy's allowed bandwidth, drain time and effective
     overlap are those of its joint budget, and the cluster cap is the binding
-    one whenever the joint scaling cut it. Invalid inputs are left out (their
-    status says why on its own)."""
+    one whenever the joint scaling cut it (sizing's "cluster": the share's
+    `class_bound` tells when it was its class's cap). Invalid inputs are
+    left out (their status says why on its own)."""
     alone: dict[K, sizing.Sizing] = {}
     for key, inp in inputs.items():
         try:
