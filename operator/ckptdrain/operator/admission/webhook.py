@@ -20,7 +20,9 @@ Neither has side effects, so dry-run requests are answered the same way.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -65,9 +67,19 @@ def admitted(resource: kopf.Resource) -> bool:
     return resource.group == api.GROUP and resource.plural == api.POLICIES
 
 
+def _key_directory() -> Path:
+    """A private directory (0700) for the webhook's certificate and key, removed
+    when the process exits: a key must not outlive the server that used it
+    (in a pod the filesystem goes with it; on a developer's machine, or a
+    test run that starts hundreds of operators, it would stay in /tmp)."""
+    directory = Path(tempfile.mkdtemp(prefix="ckptdrain-webhook-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
+
+
 def _self_signed(host: str) -> tuple[str, str]:
     """A development certificate for `host` (kopf's own generator needs extras)."""
-    directory = Path(tempfile.mkdtemp(prefix="ckptdrain-webhook-"))
+    directory = _key_directory()
     cert, key = directory / "tls.crt", directory / "tls.key"
     san = f"IP:{host}" if host.replace(".", "").isdigit() else f"DNS:{host}"
     subprocess.run(
@@ -85,7 +97,7 @@ def certificate_files(cfg: OperatorConfig, logger: logging.Logger
     cert-manager's mounted files, or a self-signed pair."""
     cert, key, ca = cfg.webhook_cert, cfg.webhook_key, cfg.webhook_ca
     if cfg.webhook_secret:
-        directory = Path(tempfile.mkdtemp(prefix="ckptdrain-webhook-"))
+        directory = _key_directory()
         webhook_tls.start(cfg.webhook_secret, cfg.webhook_configs,
                           WebhookAddress(cfg.webhook_host, cfg.webhook_port), directory, logger)
         cert, key, ca = (str(directory / n) for n in ("tls.crt", "tls.key", "ca.crt"))
