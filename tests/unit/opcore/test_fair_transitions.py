@@ -31,6 +31,8 @@ class Cluster:
         self.pods: dict[Key, list[allocation.DrainingPod]] = {}
         self.policies: dict[Key, list[dict[str, Any]]] = {}
         self.worst = 0.0
+        #: The most each policy's agents applied after any write.
+        self.peak: dict[Key, float] = {}
         self.now = 1000.0
 
     def write_object(self, plural: str, namespace: str, body: dict[str, Any],
@@ -38,7 +40,10 @@ class Cluster:
         key = (namespace, body["metadata"]["name"])
         old = self.objects.get(key, {}).get("spec", {})
         self.objects[key] = {"spec": {**old, **(patch or body)["spec"]}}
-        self.worst = max(self.worst, sum(self.applied().values()))
+        applied = self.applied()
+        self.worst = max(self.worst, sum(applied.values()))
+        for policy_key, rate in applied.items():
+            self.peak[policy_key] = max(self.peak.get(policy_key, 0.0), rate)
         return self.objects[key]
 
     def applied(self) -> dict[Key, float]:
@@ -97,8 +102,8 @@ def fresh_process() -> None:
     rebalance._joint = type(rebalance._joint)()
 
 
-@pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+@pytest.fixture(name="cluster")
+def cluster_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     c = Cluster()
     monkeypatch.setattr(kube, "write_object", c.write_object)
     monkeypatch.setattr(kube, "patch_status", lambda *a, **k: None)

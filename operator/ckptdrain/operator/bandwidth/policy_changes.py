@@ -22,6 +22,8 @@ class PolicyChanges:
 
     def __init__(self) -> None:
         self.version = 0
+        #: The version the last joint pass started from (-1: none yet).
+        self.joint_version = -1
         self._stamps: dict[Key, tuple[str, int]] = {}
         self._lock = threading.Lock()
 
@@ -40,3 +42,14 @@ class PolicyChanges:
         """Something else than one policy's event may have changed them."""
         with self._lock:
             self.version += 1
+
+    def joint_started(self) -> int:
+        """A joint pass starts: it covers every change told so far."""
+        with self._lock:
+            self.joint_version = self.version
+            return self.version
+
+    def joint_pending(self) -> bool:
+        """A change was told since the last joint pass started (or none ran)."""
+        with self._lock:
+            return self.joint_version != self.version

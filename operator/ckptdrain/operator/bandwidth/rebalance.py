@@ -14,7 +14,6 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 import kopf
@@ -23,8 +22,17 @@ from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
 from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
-from ckptdrain.operator.bandwidth import allocation_status, policy_changes, share_channel
+from ckptdrain.operator.bandwidth import (
+    allocation_status,
+    joint_order,
+    policy_changes,
+    share_channel,
+)
 from ckptdrain.operator.bandwidth import budgets as jb
+
+# Re-exported: the handlers read policies through this module.
+from ckptdrain.operator.bandwidth.policy_parse import class_condition as class_condition
+from ckptdrain.operator.bandwidth.policy_parse import parse_policy as parse_policy
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import allocation, class_catalogue, classes
@@ -87,32 +95,6 @@ _answer_lock = threading.Lock()
 
 def values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
     return [v for v in index.get(key, []) if v is not None]
-
-
-def parse_policy(cfg: OperatorConfig, body: dict[str, Any], drainers: int,
-                 catalogue: classes.Catalogue | None = None,
-                 read_labels: bool = True) -> pol.Policy:
-    """The policy under its class's settings (policy/classes.py; the
-    classes now unless `catalogue`); raises InvalidInput (ClassUnresolved
-    when its class does not take it; LabelsUnreadable when its namespace's
-    labels are needed and neither held nor, with `read_labels`, readable)."""
-    meta = body.get("metadata", {})
-    namespace = meta.get("namespace", "")
-    catalogue = class_view.current(classes.catalogue) if catalogue is None else catalogue
-    labels = namespace_labels.recent if read_labels else namespace_labels.held
-    resolution = classes.resolved(namespace, body.get("spec", {}), cfg, catalogue,
-                                  partial(labels, namespace, cfg.namespace_recheck_s))
-    return pol.parse(namespace, meta.get("name", ""), resolution.spec, resolution.config,
-                     drainers=max(1, drainers))
-
-
-def class_condition(cfg: OperatorConfig, body: Mapping[str, Any]) -> dict[str, str]:
-    """The policy's ClassResolved condition (type, status, reason, message);
-    raises namespace_labels.LabelsUnreadable when it cannot be told."""
-    namespace = (body.get("metadata") or {}).get("namespace", "")
-    labels = partial(namespace_labels.recent, namespace, cfg.namespace_recheck_s)
-    return classes.condition(classes.resolve(namespace, body.get("spec") or {}, cfg,
-                                             class_view.current(classes.catalogue), labels))
 
 
 def stale(key: Key, body: Mapping[str, Any]) -> bool:
@@ -296,26 +278,28 @@ def counted_moved(key: Key, pods: kopf.Index[Key, Any]) -> bool:
 def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             pods: kopf.Index[Key, Any], logger: logging.Logger,
                             then: Key | None = None) -> None:
+    changes.joint_started()
     joint = budgets(cfg, policies, pods, read_untrusted=False)
     if joint and leadership.active():
         # One write per namespace tells every agent a smaller factor; the
         # channels are rewritten below where budgets grew or more than the
         # factor moved.
         _publish_scale("", joint, cfg, policies, pods, logger)
-    before = {k: v[0].allowed_bandwidth for k, v in _joint_last.items()}
-    # Budgets that shrink are published before those that grow, and a larger
-    # factor between them, so the cluster's sum never passes the cap on the way.
-    ordered = sorted(joint.items(), key=lambda kv: kv[1][0].allowed_bandwidth
-                     - before.get(kv[0], 0.0))
-    raised = False
-    for key, (sized, cluster, _) in ordered:
-        if not raised and sized.allowed_bandwidth > before.get(key, 0.0):
-            raised = True
-            if leadership.active():
-                _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
+    # Shrinks before raises, and a larger factor between them, so the
+    # cluster's sum never passes a cap on the way; a channel is rewritten
+    # where its status or what it last said disagrees (bandwidth/joint_order.py).
+    steps, raised = joint_order.plan(
+        {k: joint_order.Target(v[0].allowed_bandwidth, v[1].carried) for k, v in joint.items()},
+        {k: v[0].allowed_bandwidth for k, v in _joint_last.items()},
+        {k: share_channel.written(k) for k in joint})
+    for step in steps:
+        key = step.key
+        sized, cluster, _ = joint[key]
+        if step.raise_first and leadership.active():
+            _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
         _joint_last[key] = (sized, cluster)
         body = next(iter(values(policies, key)), {})
-        if allocation_status.disagrees(body, sized, cluster):
+        if step.rewrite or allocation_status.disagrees(body, sized, cluster):
             _rebalance(key, cfg, policies, pods, logger, joint)
             then = None if key == then else then
     if not raised and joint and leadership.active():
@@ -344,6 +328,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                pods: kopf.Index[Key, Any], logger: logging.Logger,
                joint: dict[Key, jb.Budget] | None = None) -> None:
     with locks[key], metrics.reconciling("allocation"):
+        single = joint is None
         if joint is None:
             joint = budget_of(cfg, policies, pods, key)
         mine = joint.get(key)
@@ -361,8 +346,16 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         # shrinks to it, unless the scale is not in place or an agent cannot read it.
         scaled = _publish_scale(key[0], joint, cfg, policies, pods, logger) \
             and all(d.follows_scale for d in drainers)
+        budget = sized.allowed_bandwidth
+        last = share_channel.written(key)
+        if single and not scaled and last is not None and budget > last[0] \
+                and (changes.joint_pending() or joint_behind()):
+            # Its agents read no claim: it grows only once the joint pass
+            # has written the channels that shrink.
+            budget = float(last[0])
+            schedule(JOINT, cfg, policies, pods, logger)
         written, recheck = share_channel.publish(
-            key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
+            key, budget, policy.per_drainer_cap, draining,
             max(policy.writers, len(drainers)), share_channel.owner_of(body),
             time.monotonic(), lambda: api.timestamp(datetime.now(UTC)),
             wanted=cluster.claim if scaled else None, carried=cluster.carried)

@@ -60,6 +60,8 @@ class ChannelState:
     #: it; and the budget it wrote (a scale may lower it, never raise it).
     written_at: float | None = None
     written_budget: int | None = None
+    #: Whether that write carried a claim (its agents may apply less).
+    written_claim: bool = False
 
 
 def rank_of(label: str | None) -> int | None:
@@ -276,6 +278,7 @@ def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drain
         joining = {p: (after if p not in state.joining_since else since)
                    for p, since in joining.items()}
         state.written_at, state.written_budget = after, int(stamped.budget)
+        state.written_claim = stamped.wanted is not None
     # Only what was written counts: a failed write (an exception above) leaves
     # the state as it was, and the next pass counts the joiners again.
     state.active, state.joining_since, state.published = active, joining, spec
@@ -283,6 +286,16 @@ def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drain
         beat = sh.HEARTBEAT_S - (now - (state.written_at or now))
         recheck = beat if recheck is None else min(recheck, beat)
     return written, recheck
+
+
+def written(key: Key) -> tuple[int, bool] | None:
+    """What this replica last wrote to the policy's channel: (its budget,
+    whether it carried a claim); None if it has not written it."""
+    with _lock:
+        state = _states.get(key)
+    if state is None or state.written_budget is None:
+        return None
+    return state.written_budget, state.written_claim
 
 
 def forget(key: Key | None = None) -> None:
