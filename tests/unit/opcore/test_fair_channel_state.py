@@ -25,10 +25,12 @@ from ckptdrain.operator.bandwidth import allocation_status, rebalance
 Key = tuple[str, str]
 
 
-def klass(name: str, cap: str | None = None) -> dict[str, Any]:
+def klass(name: str, cap: str | None = None, weight: int | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"nodeTier": {"root": "/mnt/ckptdrain"}}
     if cap is not None:
         spec["bandwidthCap"] = cap
+    if weight is not None:
+        spec["bandwidthWeight"] = weight
     return {"apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointClass",
             "metadata": {"name": name, "creationTimestamp": "2026-11-01T00:00:00Z"},
             "spec": spec}
@@ -83,9 +85,9 @@ def test_a_policy_shrunk_by_its_own_change_is_rewritten_although_its_status_says
     assert cluster.worst <= CAP * 1.000001
 
 
-def join(c: Cluster, cfg: Any, key: Key) -> None:
+def join(c: Cluster, cfg: Any, key: Key, cls: str | None = None) -> None:
     """A policy's first pod: counted, then admitted a second later."""
-    c.policies[key] = [classed(*key, None)]
+    c.policies[key] = [classed(*key, cls)]
     c.pods[key] = [pod(f"{key[1]}-0")]
     c.pass_of(cfg, key)
     c.now += 1.01
@@ -131,4 +133,41 @@ def test_an_own_pass_before_the_joint_one_does_not_grow_a_channel_its_agents_rea
     cluster.joint(cfg)
     assert cluster.applied() == {("a", "A1"): pytest.approx(10e6), ("a", "A2"): pytest.approx(10e6),
                                ("b", "B"): pytest.approx(80e6)}
+    assert cluster.worst <= CAP * 1.000001
+
+
+def test_a_heavier_class_beside_a_lighter_policy_of_its_namespace_gets_its_whole_budget(
+        cluster: Cluster, no_checkpoint_classes: class_view.ClassView) -> None:
+    no_checkpoint_classes.replace([klass("gold", weight=3)], "1")
+    cfg = cfg_of()
+    cluster.policies = {("a", "A1"): [classed("a", "A1", "gold")],
+                        ("a", "A2"): [classed("a", "A2", None)],
+                        ("b", "B"): [classed("b", "B", None)]}
+    cluster.pods = {k: [pod(f"{k[1]}-0")] for k in cluster.policies}
+    cluster.settle(cfg)
+    # Before: namespace a's factor was A2's (weight 1): A1's agents took 20M of its 60M.
+    assert cluster.applied() == {("a", "A1"): pytest.approx(60e6),
+                                 ("a", "A2"): pytest.approx(20e6),
+                                 ("b", "B"): pytest.approx(20e6)}
+    assert cluster.worst <= CAP * 1.000001
+
+
+def test_a_lighter_policy_never_drains_at_a_heavier_policys_factor(
+        cluster: Cluster, no_checkpoint_classes: class_view.ClassView) -> None:
+    no_checkpoint_classes.replace([klass("gold", weight=3)], "1")
+    cfg = cfg_of()
+    cluster.policies = {("a", "A1"): [classed("a", "A1", None)],
+                        ("a", "A2"): [classed("a", "A2", "gold")]}
+    cluster.pods = {("a", "A1"): [pod("A1-0")]}
+    cluster.settle(cfg)  # A1 alone: its channel says 100M
+    join(cluster, cfg, ("a", "A2"), "gold")
+    cluster.settle(cfg)
+    join(cluster, cfg, ("b", "B"))
+    cluster.settle(cfg)
+    # Before: namespace a's factor was A2's (weight 3) while A1's channel,
+    # its cut left to the factor, still said 100M: A1 drained at 75M beside
+    # A2's 75M (150M), then at 60M.
+    assert cluster.applied() == {("a", "A1"): pytest.approx(20e6),
+                                 ("a", "A2"): pytest.approx(60e6),
+                                 ("b", "B"): pytest.approx(20e6)}
     assert cluster.worst <= CAP * 1.000001

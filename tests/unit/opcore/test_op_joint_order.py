@@ -36,3 +36,13 @@ def test_nothing_grows_so_the_scale_is_raised_after_the_last_step() -> None:
     steps, raised = jo.plan({A: jo.Target(10e6, carried=True)}, {A: 20e6},
                             {A: (100_000_000, True)})
     assert [(s.raise_first, s.rewrite) for s in steps] == [(False, False)] and not raised
+
+
+def test_a_policy_whose_factor_is_not_its_namespaces_leaves_no_cut_to_the_scale() -> None:
+    # A lighter policy's factor is its namespace's; a heavier one's channel
+    # carries its whole budget: a claim would have the smaller factor cut it.
+    heavy = jo.Target(60e6, carried=True, claimable=False)
+    assert jo.behind((60_000_000, True), heavy)  # its claim is dropped
+    assert not jo.behind((60_000_000, False), heavy)
+    assert jo.behind((75_000_000, False), heavy)  # a shrink the factor does not carry
+    assert jo.held(20e6, (75_000_000, False), heavy) == 75e6

@@ -8,14 +8,17 @@ by its status: the policy's own reconcile writes the status from the new
 budget before the joint pass runs, while its channel still holds the old
 one. An agent applies min(the channel's budget, claim × its namespace's
 factor); a cut the factor carries (the cluster cap's, on a channel written
-with a claim) needs no channel write, any other cut does (its class's cap,
-its own change, an agent that reads no claim). Pure.
+with a claim, the policy's factor its namespace's) needs no channel write,
+any other cut does (its class's cap, its own change, an agent that reads no
+claim, a factor not its own). Pure.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 Key = tuple[str, str]
 #: What a channel last said: (its budget, whether it carried a claim); None
@@ -29,17 +32,29 @@ class Target:
 
     budget: float
     carried: bool
+    #: Its factor is its namespace's (the smallest there): its channel may
+    #: carry a claim (bandwidth/share_channel.py `claims`).
+    claimable: bool = True
+
+
+def targets(joint: Mapping[Key, tuple[Any, Any, Any]],
+            factors: Mapping[str, float]) -> dict[Key, Target]:
+    """Each policy's Target from the joint budgets (key → (sizing, cluster
+    share, policy)) and its namespace's factor."""
+    return {key: Target(sized.allowed_bandwidth, share.carried,
+                        math.isclose(share.factor, factors[key[0]], rel_tol=1e-9))
+            for key, (sized, share, _) in joint.items()}
 
 
 def _cut_by_factor(written: tuple[int, bool], target: Target) -> bool:
-    return target.carried and written[1]
+    return target.carried and target.claimable and written[1]
 
 
 def behind(written: Written, target: Target) -> bool:
     """The channel must be rewritten for its agents to apply `target`: it
     grows, it shrinks by a cut no factor carries, or it is not known."""
-    if written is None:
-        return True
+    if written is None or (written[1] and not target.claimable):
+        return True  # not known, or its claim would let its factor mislead it
     budget = max(1, int(target.budget))
     return budget > written[0] or (budget < written[0] and not _cut_by_factor(written, target))
 

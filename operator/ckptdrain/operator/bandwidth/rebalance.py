@@ -289,7 +289,7 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     # cluster's sum never passes a cap on the way; a channel is rewritten
     # where its status or what it last said disagrees (bandwidth/joint_order.py).
     steps, raised = joint_order.plan(
-        {k: joint_order.Target(v[0].allowed_bandwidth, v[1].carried) for k, v in joint.items()},
+        joint_order.targets(joint, share_channel.namespace_factors(joint)),
         {k: v[0].allowed_bandwidth for k, v in _joint_last.items()},
         {k: share_channel.written(k) for k in joint})
     for step in steps:
@@ -345,7 +345,8 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         # A smaller factor goes out first, everywhere; the channel then leaves
         # shrinks to it, unless the scale is not in place or an agent cannot read it.
         scaled = _publish_scale(key[0], joint, cfg, policies, pods, logger) \
-            and all(d.follows_scale for d in drainers)
+            and all(d.follows_scale for d in drainers) \
+            and share_channel.claims(key[0], cluster.factor)
         budget = sized.allowed_bandwidth
         last = share_channel.written(key)
         if single and not scaled and last is not None and budget > last[0] \

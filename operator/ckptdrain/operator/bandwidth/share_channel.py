@@ -10,8 +10,10 @@ in a later pass, `JOIN_DELAY_S` after its count was published.
 While anyone drains, the channel is rewritten at least every HEARTBEAT_S
 (spec.heartbeat), so agents can tell a quiet operator from a gone one.
 
-Each namespace's factor of the cluster cap is published once per namespace
-(`publish_scale`), before any channel computed with it. A scale can only
+Each namespace's factor of the cluster cap (the smallest of its policies',
+`namespace_factors`) is published once per namespace (`publish_scale`),
+before any channel computed with it; a policy whose own factor is larger
+carries no claim (`claims`). A scale can only
 lower a budget (the agent takes the smaller of the channel's and claim ×
 factor), so a channel is rewritten when its budget grows, when more than
 the factor moved, or when it shrinks by its policy's own change, never for
@@ -29,6 +31,7 @@ goes on (never more than the budget, at the price of a second's pause).
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -152,9 +155,7 @@ def publish_joint_scale(namespace: str, joint: Mapping[Key, tuple[Any, Any, Any]
                         log: Callable[[str], None] = lambda _: None) -> bool:
     """`publish_scale` from joint budgets (bandwidth/budgets.py: key →
     (sizing, cluster share, policy)); `budgets_now()` gives them afresh."""
-    def factors(answer: Mapping[Key, tuple[Any, Any, Any]]) -> dict[str, float]:
-        # One weight per namespace, so one factor: any of its policies' will do.
-        return {key[0]: share.factor for key, (_, share, _) in answer.items()}
+    factors = namespace_factors
 
     def fresh() -> tuple[set[str], dict[str, float], float | None]:
         now = budgets_now()
@@ -165,6 +166,27 @@ def publish_joint_scale(namespace: str, joint: Mapping[Key, tuple[Any, Any, Any]
     cluster = next(iter(joint.values()))[1]
     return publish_scale(namespace, factors(joint), cluster.cluster_cap, fresh,
                          may_raise=may_raise, active=active, log=log)
+
+
+def namespace_factors(joint: Mapping[Key, tuple[Any, Any, Any]]) -> dict[str, float]:
+    """Each namespace's factor: the smallest of its policies' (a class's
+    weight may differ from its namespace's). A policy whose own factor is
+    larger gets less from it than its budget, so its channel carries no
+    claim (`claims`); none ever gets more."""
+    out: dict[str, float] = {}
+    for key, (_, share, _) in joint.items():
+        out[key[0]] = min(out.get(key[0], share.factor), share.factor)
+    return out
+
+
+def claims(namespace: str, factor: float) -> bool:
+    """Whether a policy of `namespace` whose factor is `factor` may leave its
+    cuts to the scale: the factor its namespace's scale holds, as this
+    replica wrote it, is its own."""
+    with _scale_lock:
+        last = _scale.last.get(namespace)
+        return last is not None and namespace in _scale.placed \
+            and math.isclose(last[0], factor, rel_tol=1e-9)
 
 
 def publish_scale(namespace: str, factor: Factors, cluster_cap: float | None,

@@ -97,8 +97,9 @@ class ClusterShare:
 
     @property
     def factor(self) -> float:
-        """Its namespace's cluster scale (namespaces weigh differently): with
-        `claim`, what agents apply to their channel's budget,
+        """Its own cluster scale (policies weigh differently); its namespace's
+        scale is the smallest of its policies' (bandwidth/share_channel.py).
+        With `claim`, what agents apply to their channel's budget,
         min(budget, claim × factor) = min(budget, weight × level), the fair
         part; 1 when the cap does not bind."""
         if self.level is None or self.cluster_cap is None:
