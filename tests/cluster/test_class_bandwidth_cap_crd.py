@@ -1,6 +1,6 @@
 """CheckpointClass spec.bandwidthCap against a real apiserver: a cap spelled
 as a v1beta1 policy's caps.bandwidth is stored as written; zero, negative,
-unitless digit strings and units that are no quantity's are refused naming
+below 1 byte per second, unitless digit strings and units that are no quantity's are refused naming
 the field; and the operator's own reading of a class (policy/classes.py)
 takes exactly what the apiserver takes, so a class stored before the CRD
 said so is refused by the operator alike.
@@ -44,10 +44,11 @@ def _dry_run(cluster: Cluster, body: dict[str, Any]) -> Any:
                            input=json.dumps(body), check=False)
 
 
-GOOD: list[object] = [10_000_000_000, 1, "10G", "1.25Gi", "500M", "0.5G", "2.5",
-                      "800Ki", "1T"]
-BAD: list[object] = [0, -5, "0", "0G", "0.0", "00.00Ki", "10000000000", "-1G", "10GB",
-                     "10GB/s", "10g", "1e9", "ten", "", True]
+GOOD: list[object] = [10_000_000_000, 1, "10G", "1.25Gi", "500M", "0.5G", "2.5", "1.0",
+                      "0.001k", "800Ki", "1T"]
+#: Below 1 B/s refused as the integer 0 is ("0.5", "0.0009k").
+BAD: list[object] = [0, -5, "0", "0G", "0.0", "00.00Ki", "0.5", "0.0009k", "10000000000",
+                     "-1G", "10GB", "10GB/s", "10g", "1e9", "ten", "", True]
 
 
 @pytest.mark.parametrize("cap", GOOD, ids=repr)

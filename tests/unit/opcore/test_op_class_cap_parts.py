@@ -106,3 +106,22 @@ def test_the_crds_bandwidth_cap_pattern_is_the_parsers() -> None:
     field = spec["properties"]["bandwidthCap"]
     assert field["pattern"] == class_bandwidth.CAP_PATTERN
     assert re.fullmatch(field["pattern"], "10G")
+
+
+def test_an_idle_policy_the_cluster_cap_cuts_is_told_of_the_cluster_cap_not_its_class() -> None:
+    gold = ClassCap("gold", 8e9)  # 4 GB/s each in the class: the cluster's 3 cuts harder
+    joint = allocation.joint_sizing({"a": ten_gbps(), "b": ten_gbps(), "c": ten_gbps()},
+                                    9e9, {"b", "c"}, classes={"a": gold, "b": gold})
+    sized, share = joint["a"]
+    got = constrained(status.for_sizing(sized, 1, NOW, cluster=share))
+    assert got["reason"] == "ClusterCap"
+    assert got["message"].endswith("no pod of it runs, so it takes no part of the cluster cap "
+                                   "yet: these are its figures once one does")
+
+
+def test_the_cluster_cap_message_counts_the_others_at_what_their_class_leaves_them() -> None:
+    gold = ClassCap("gold", 4e9)  # a and b: 2 GB/s each; c and d share the 16 left
+    joint = allocation.joint_sizing({k: ten_gbps() for k in "abcd"}, 20e9,
+                                    classes={"a": gold, "b": gold})
+    assert "split fairly (equal weights) with 3 other policies with pods wanting 14.0 GB/s " \
+        "together once their classes' caps cut them, allows 8.00 GB/s" in message(joint, "c")

@@ -37,8 +37,8 @@ def test_a_class_cap_is_read_in_bytes_per_second(cap: object, bps: float) -> Non
     assert classes.read(_class()).bandwidth_cap is None
 
 
-@pytest.mark.parametrize("cap", [0, -1, "0G", "0.0", "10000000000", "10GB/s", "1e9", 1.5,
-                                 False, {"G": 10}])
+@pytest.mark.parametrize("cap", [0, -1, "0G", "0.0", "0.5", "0.0009k", "10000000000",
+                                 "10GB/s", "1e9", 1.5, False, {"G": 10}])
 def test_a_bad_class_cap_makes_the_class_invalid_naming_the_field(cap: object) -> None:
     with pytest.raises(classes.ClassInvalid) as invalid:
         classes.read(_class(bandwidthCap=cap, bandwidthWeight=0))

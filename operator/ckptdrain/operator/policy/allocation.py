@@ -94,6 +94,11 @@ class ClusterShare:
     class_part: ClassPart | None = None
     #: Its class's cap, not the cluster's, is what cuts it.
     class_bound: bool = False
+    #: What the counted policies want together once their classes' caps cut
+    #: them (None: no class cap cuts any).
+    total_capped: float | None = None
+    #: What it wants once its class's cap cuts it (its share of that cap).
+    wanted_in_class: float | None = None
 
     @property
     def factor(self) -> float:
@@ -142,6 +147,7 @@ def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None,
     capped = {k: fair_share.Demand(split.capped(k, demands[k]), demands[k].weight)
               for k in counted_keys}
     total = math.fsum(wanted[k] for k in counted_keys)
+    total_capped = math.fsum(capped[k].wanted for k in counted_keys)
     total_weight = sum(demands[k].weight for k in counted_keys)
     fair = None if cluster_cap is None else fair_share.FairShares(capped, cluster_cap)
 
@@ -163,7 +169,9 @@ def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None,
             cluster_cap=cluster_cap, weight=d.weight,
             total_weight=total_weight, counted=is_counted,
             level=None if fair is None else fair.level, class_part=part,
-            class_bound=part is not None and in_class < d.wanted and budget >= in_class)
+            class_bound=part is not None and in_class < d.wanted and budget >= in_class,
+            total_capped=None if total_capped >= total else total_capped,
+            wanted_in_class=in_class)
 
     return {k: share(k, d) for k, d in demands.items()}
 

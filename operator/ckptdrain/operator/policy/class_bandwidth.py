@@ -5,7 +5,8 @@ its policies together may drain at, operator/policy/class_shares.py). Pure.
 spec.bandwidthCap is spelled as a v1beta1 policy's caps.bandwidth is (a
 Kubernetes quantity in bytes per second: the integer 10000000000, or "10G",
 "1.25Gi"; the pattern is contract/policy_versions/spellings.py's), and
-must be above zero: the CRD refuses the rest, and so does `read_cap`, for
+must be above zero, at least 1 byte per second ("0.5" is refused as
+the integer 0 is): the CRD refuses the rest, and so does `read_cap`, for
 a class written while the CRD did not.
 """
 
@@ -21,7 +22,7 @@ from ckptdrain.operator.config import MAX_WEIGHT
 WEIGHT_FIELD, CAP_FIELD = "spec.bandwidthWeight", "spec.bandwidthCap"
 #: The CRD's pattern for a string spelling (tests/unit: the CRD copies it).
 CAP_PATTERN = V1BETA1_PATTERNS["spec.caps.bandwidth"]
-CAP_EXPECTED = ('a bandwidth above zero in bytes per second: an integer such as '
+CAP_EXPECTED = ('a bandwidth above zero, at least 1 byte per second: an integer such as '
                 '10000000000, or a quantity string such as "10G" or "1.25Gi"')
 
 
@@ -46,7 +47,9 @@ def read_cap(value: object, problems: list[InvalidInput]) -> float | None:
             return float(value)
     elif isinstance(value, str) and re.fullmatch(CAP_PATTERN, value):
         try:
-            return units.parse_rate(CAP_FIELD, value)
+            rate = units.parse_rate(CAP_FIELD, value)
+            if rate >= 1:
+                return rate
         except InvalidInput:
             pass  # zero ("0G", "0.0")
     problems.append(InvalidInput(CAP_FIELD, CAP_EXPECTED, value))

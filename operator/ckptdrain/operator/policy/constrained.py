@@ -29,10 +29,9 @@ IDLE_CLASS_NOTE = ("; no pod of it runs, so it takes no part of its class's cap 
 def verdict(s: Sizing, cluster: ClusterShare | None) -> tuple[bool, str, str]:
     """(constrained, reason, message): a policy a cap cut says which, by how
     much, and what its fair part is."""
-    note = _idle_note(cluster)
     if not s.bandwidth_constrained:
         return (False, WITHIN, f"{units.format_rate(s.required_bandwidth)} fits every cap"
-                + note)
+                + _idle_note(cluster, WITHIN))
     cap, reason = f"the {s.binding_cap} cap", CLUSTER_CAP
     if s.binding_cap == "policy":
         reason = POLICY_CAP
@@ -40,6 +39,7 @@ def verdict(s: Sizing, cluster: ClusterShare | None) -> tuple[bool, str, str]:
         cap, reason = _class_part(cluster, cluster.class_part), CLASS_CAP
     elif cluster is not None and cluster.cluster_cap is not None:
         cap = _fair_part(cluster)
+    note = _idle_note(cluster, reason)
     return (True, reason,
             f"{cap} allows {units.format_rate(s.allowed_bandwidth)} of the "
             f"{units.format_rate(s.required_bandwidth)} required: effective overlap "
@@ -47,10 +47,12 @@ def verdict(s: Sizing, cluster: ClusterShare | None) -> tuple[bool, str, str]:
             f"{units.format_percent(s.overlap)}" + note)
 
 
-def _idle_note(cluster: ClusterShare | None) -> str:
+def _idle_note(cluster: ClusterShare | None, reason: str) -> str:
+    """An idle policy's note, of the cap that cuts it (its class's unless
+    the cluster's does, or no cap does and its class has none)."""
     if cluster is None or cluster.counted:
         return ""
-    if cluster.class_part is not None:
+    if cluster.class_part is not None and reason != CLUSTER_CAP:
         return IDLE_CLASS_NOTE
     return IDLE_NOTE if cluster.cluster_cap is not None else ""
 
@@ -62,12 +64,18 @@ def _fair_part(c: ClusterShare) -> str:
     others = c.policies - (1 if c.counted else 0)
     if others <= 0:
         return cap
-    others_want = c.total_wanted - (c.wanted if c.counted else 0.0)
+    # The others at what their classes' caps leave them (its own class's
+    # cap does not cut it: the cluster's cuts harder).
+    capped = c.total_capped is not None
+    total = c.total_capped if c.total_capped is not None else c.total_wanted
+    own = c.wanted_in_class if capped and c.wanted_in_class is not None else c.wanted
+    others_want = total - (own if c.counted else 0.0)
     weights = c.total_weight + (0 if c.counted else c.weight)
     split = "equal weights" if weights == others + 1 else f"weight {c.weight} of {weights}"
     return (f"{cap}, split fairly ({split}) with {others} other "
             f"{'policy' if others == 1 else 'policies'} with pods wanting "
-            f"{units.format_rate(max(others_want, 0.0))} together,")
+            f"{units.format_rate(max(others_want, 0.0))} together"
+            + (" once their classes' caps cut them" if capped else "") + ",")
 
 
 def _class_part(c: ClusterShare, part: ClassPart) -> str:
