@@ -171,3 +171,25 @@ def test_a_lighter_policy_never_drains_at_a_heavier_policys_factor(
                                  ("a", "A2"): pytest.approx(60e6),
                                  ("b", "B"): pytest.approx(20e6)}
     assert cluster.worst <= CAP * 1.000001
+
+
+def test_a_policys_own_pass_that_drops_its_claim_does_not_raise_what_its_agents_apply(
+        cluster: Cluster, no_checkpoint_classes: class_view.ClassView) -> None:
+    no_checkpoint_classes.replace([klass("gold", weight=3)], "1")
+    cfg = cfg_of()
+    cluster.policies = {("a", "A1"): [classed("a", "A1", None)],
+                        ("a", "A2"): [classed("a", "A2", "gold")],
+                        ("b", "B"): [classed("b", "B", None)]}
+    cluster.pods = {k: [pod(f"{k[1]}-0")] for k in cluster.policies}
+    cluster.settle(cfg)  # A1 20M (namespace a's factor is its), A2 60M, B 20M
+    cluster.worst = 0
+    # The process's own watch of classes brings the edit before the class
+    # handler tells the budgets (no change told, no joint pass asked yet).
+    no_checkpoint_classes.apply("MODIFIED", klass("gold", weight=1))
+    cluster.now += rebalance.REUSE_S + 1
+    cluster.pass_of(cfg, ("a", "A1"))  # a third each now; A2's channel still says 60M
+    # Before: A1's channel lost its claim and said 33M beside A2's 60M.
+    assert cluster.worst <= CAP * 1.000001
+    cluster.joint(cfg)
+    assert cluster.applied() == {k: pytest.approx(CAP / 3, rel=1e-6) for k in cluster.policies}
+    assert cluster.worst <= CAP * 1.000001

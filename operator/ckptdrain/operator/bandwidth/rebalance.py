@@ -344,16 +344,17 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                     for d in drainers if (d.pending_bytes or 0) > 0]
         # A smaller factor goes out first, everywhere; the channel then leaves
         # shrinks to it, unless the scale is not in place or an agent cannot read it.
-        scaled = _publish_scale(key[0], joint, cfg, policies, pods, logger) \
-            and all(d.follows_scale for d in drainers) \
-            and share_channel.claims(key[0], cluster.factor)
+        readable = _publish_scale(key[0], joint, cfg, policies, pods, logger) \
+            and all(d.follows_scale for d in drainers)
+        scaled = readable and share_channel.claims(key[0], cluster.factor)
         budget = sized.allowed_bandwidth
-        last = share_channel.written(key)
-        if single and not scaled and last is not None and budget > last[0] \
-                and (changes.joint_pending() or joint_behind()):
-            # Its agents read no claim: it grows only once the joint pass
-            # has written the channels that shrink.
-            budget = float(last[0])
+        ceiling = share_channel.ceiling(key)
+        if single and not scaled and ceiling is not None and budget > ceiling \
+                and (changes.joint_pending() or joint_behind() or readable):
+            # Its agents are to read no claim (or its factor is not its
+            # namespace's scale yet): what they apply grows only once the
+            # joint pass has written the channels that shrink.
+            budget = ceiling
             schedule(JOINT, cfg, policies, pods, logger)
         written, recheck = share_channel.publish(
             key, budget, policy.per_drainer_cap, draining,

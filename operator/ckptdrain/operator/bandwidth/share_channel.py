@@ -65,6 +65,7 @@ class ChannelState:
     written_budget: int | None = None
     #: Whether that write carried a claim (its agents may apply less).
     written_claim: bool = False
+    written_wanted: int | None = None
 
 
 def rank_of(label: str | None) -> int | None:
@@ -300,7 +301,7 @@ def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drain
         joining = {p: (after if p not in state.joining_since else since)
                    for p, since in joining.items()}
         state.written_at, state.written_budget = after, int(stamped.budget)
-        state.written_claim = stamped.wanted is not None
+        state.written_claim, state.written_wanted = stamped.wanted is not None, stamped.wanted
     # Only what was written counts: a failed write (an exception above) leaves
     # the state as it was, and the next pass counts the joiners again.
     state.active, state.joining_since, state.published = active, joining, spec
@@ -318,6 +319,23 @@ def written(key: Key) -> tuple[int, bool] | None:
     if state is None or state.written_budget is None:
         return None
     return state.written_budget, state.written_claim
+
+
+def ceiling(key: Key) -> float | None:
+    """The most the policy's agents may apply now, as this replica wrote its
+    channel and its namespace's scale: the channel's budget, or claim × the
+    scale's factor where that is smaller; None if it has not written it."""
+    with _lock:
+        state = _states.get(key)
+        budget, wanted = (None, None) if state is None else (state.written_budget,
+                                                             state.written_wanted)
+    if budget is None:
+        return None
+    with _scale_lock:
+        last = _scale.last.get(key[0])
+    if wanted is None or last is None:
+        return float(budget)
+    return min(float(budget), wanted * last[0])
 
 
 def forget(key: Key | None = None) -> None:
