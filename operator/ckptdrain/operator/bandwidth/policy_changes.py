@@ -22,7 +22,7 @@ class PolicyChanges:
 
     def __init__(self) -> None:
         self.version = 0
-        #: The version the last joint pass started from (-1: none yet).
+        #: The version the last finished joint pass started from (-1: none yet).
         self.joint_version = -1
         self._stamps: dict[Key, tuple[str, int]] = {}
         self._lock = threading.Lock()
@@ -44,12 +44,19 @@ class PolicyChanges:
             self.version += 1
 
     def joint_started(self) -> int:
-        """A joint pass starts: it covers every change told so far."""
+        """A joint pass starts: the version it will cover once finished."""
         with self._lock:
-            self.joint_version = self.version
             return self.version
 
+    def joint_finished(self, version: int) -> None:
+        """A joint pass that started at `version` has written every channel
+        (its shrinks first): the changes told before it are covered. Not at
+        its start: a policy's own pass meanwhile must still hold."""
+        with self._lock:
+            self.joint_version = max(self.joint_version, version)
+
     def joint_pending(self) -> bool:
-        """A change was told since the last joint pass started (or none ran)."""
+        """A change was told since the last finished joint pass started (or
+        none finished): one may be running, its shrinks not all out."""
         with self._lock:
             return self.joint_version != self.version

@@ -278,7 +278,7 @@ def counted_moved(key: Key, pods: kopf.Index[Key, Any]) -> bool:
 def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             pods: kopf.Index[Key, Any], logger: logging.Logger,
                             then: Key | None = None) -> None:
-    changes.joint_started()
+    started = changes.joint_started()
     joint = budgets(cfg, policies, pods, read_untrusted=False)
     if joint and leadership.active():
         # One write per namespace tells every agent a smaller factor; the
@@ -308,6 +308,7 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         # Last: every other policy's channel that shrinks is out before this
         # one counts (and a second later admits) its first pod's drain.
         _rebalance(then, cfg, policies, pods, logger, joint)
+    changes.joint_finished(started)
 
 
 _scale_log = logging.getLogger("ckptdrain.operator.scale")

@@ -1,0 +1,64 @@
+"""A joint pass against the passes around it: a policy's own pass running
+on another worker while the joint pass writes its shrinking channels, a
+namespace whose scale could not be written, and whether the joint pass
+marks the changes it covered (bandwidth/rebalance.py, policy_changes.py).
+The Cluster harness of test_fair_transitions.py computes what every agent
+applies after each write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tests.unit.opcore.test_fair_channel_state import (
+    classed,
+    klass,
+)
+from tests.unit.opcore.test_fair_transitions import (  # noqa: F401 (the cluster fixture)
+    CAP,
+    Cluster,
+    cfg_of,
+    cluster_fixture,
+    pod,
+    policy,
+)
+
+from ckptdrain.operator.apiserver import class_view, kube
+from ckptdrain.operator.bandwidth import rebalance
+
+
+def test_an_own_pass_during_the_joint_pass_holds_until_the_shrinks_are_out(
+        cluster: Cluster, no_checkpoint_classes: class_view.ClassView,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    no_checkpoint_classes.replace([klass("batch", cap="80M")], "1")
+    cfg = cfg_of()
+    cluster.policies = {("a", "A1"): [classed("a", "A1", "batch")],
+                        ("a", "A2"): [classed("a", "A2", "batch")],
+                        ("b", "B"): [classed("b", "B", None)]}
+    # B's agent reads no claim: its channel's budget is all it applies.
+    cluster.pods = {k: [pod(f"{k[1]}-0", follows_scale=k[1] != "B")] for k in cluster.policies}
+    cluster.settle(cfg)  # A1 40M, A2 40M, B 20M
+    cluster.worst = 0
+    no_checkpoint_classes.apply("MODIFIED", klass("batch", cap="20M"))
+    rebalance.changes.moved()
+    real, seen = cluster.write_object, []
+
+    def write(plural: str, ns: str, body: dict[str, Any], patch: Any = None) -> Any:
+        out = real(plural, ns, body, patch)
+        if body["metadata"]["name"] == "A1" and not seen:
+            # The joint pass has cut A1, not yet A2: B's own pass runs now
+            # on another worker.
+            seen.append(rebalance.changes.joint_pending())
+            cluster.pass_of(cfg, ("b", "B"))
+        return out
+
+    monkeypatch.setattr(kube, "write_object", write)
+    cluster.joint(cfg)
+    assert seen == [True]  # mid-pass, the change is not yet covered
+    # Before: B's own pass wrote 80M beside A2's 40M (123M against 100M).
+    assert cluster.worst <= CAP * 1.000001
+    assert not rebalance.changes.joint_pending()  # the finished pass covered it
+    cluster.settle(cfg)
+    assert cluster.applied() == {("a", "A1"): pytest.approx(10e6),
+                                 ("a", "A2"): pytest.approx(10e6),
+                                 ("b", "B"): pytest.approx(80e6)}
