@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from tests.unit.opcore.test_fair_channel_state import (
     classed,
+    join,
     klass,
+    status_already_says_new_budget,
 )
 from tests.unit.opcore.test_fair_transitions import (  # noqa: F401 (the cluster fixture)
     CAP,
@@ -23,6 +25,7 @@ from tests.unit.opcore.test_fair_transitions import (  # noqa: F401 (the cluster
     policy,
 )
 
+from ckptdrain.contract import share as sh
 from ckptdrain.operator.apiserver import class_view, kube
 from ckptdrain.operator.bandwidth import rebalance
 
@@ -62,3 +65,32 @@ def test_an_own_pass_during_the_joint_pass_holds_until_the_shrinks_are_out(
     assert cluster.applied() == {("a", "A1"): pytest.approx(10e6),
                                  ("a", "A2"): pytest.approx(10e6),
                                  ("b", "B"): pytest.approx(80e6)}
+
+
+def _scale_write_fails(cluster: Cluster, monkeypatch: pytest.MonkeyPatch, ns: str) -> None:
+    real = cluster.write_object
+
+    def write(plural: str, namespace: str, body: dict[str, Any], patch: Any = None) -> Any:
+        if body["metadata"]["name"] == sh.SCALE_NAME and namespace == ns:
+            raise RuntimeError("apiserver unavailable")
+        return real(plural, namespace, body, patch)
+
+    monkeypatch.setattr(kube, "write_object", write)
+
+
+def test_a_namespace_whose_scale_was_not_written_has_its_channels_cut(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = cfg_of()
+    cluster.policies = {("a", "A"): [policy("a", "A", 900)], ("b", "B"): [policy("b", "B", 900)]}
+    cluster.pods = {k: [pod(f"{k[1]}-0")] for k in cluster.policies}
+    cluster.settle(cfg)  # half each, both channels carrying a claim
+    cluster.worst = 0
+    _scale_write_fails(cluster, monkeypatch, "a")
+    status_already_says_new_budget(monkeypatch, "A")
+    join(cluster, cfg, ("c", "C"))
+    cluster.now += 1.01
+    cluster.pass_of(cfg, ("c", "C"))
+    # Before: A's channel was left at 50M with its claim, as if the factor
+    # a third could not be written carried its cut (116.7M against 100M).
+    assert cluster.worst <= CAP * 1.000001
+    assert cluster.applied() == {k: pytest.approx(CAP / 3, rel=1e-6) for k in cluster.policies}

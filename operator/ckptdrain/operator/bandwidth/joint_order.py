@@ -16,7 +16,7 @@ claim, a factor not its own). Pure.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,17 +32,21 @@ class Target:
 
     budget: float
     carried: bool
-    #: Its factor is its namespace's (the smallest there): its channel may
-    #: carry a claim (bandwidth/share_channel.py `claims`).
+    #: Its factor is its namespace's (the smallest there) and that
+    #: namespace's scale is in place: its channel may carry a claim
+    #: (bandwidth/share_channel.py `claims`).
     claimable: bool = True
 
 
 def targets(joint: Mapping[Key, tuple[Any, Any, Any]],
-            factors: Mapping[str, float]) -> dict[Key, Target]:
+            factors: Mapping[str, float],
+            placed: Callable[[str], bool] = lambda _: True) -> dict[Key, Target]:
     """Each policy's Target from the joint budgets (key → (sizing, cluster
-    share, policy)) and its namespace's factor."""
+    share, policy)), its namespace's factor, and whether its namespace's
+    scale was placed (a scale that failed to be written carries no cut)."""
     return {key: Target(sized.allowed_bandwidth, share.carried,
-                        math.isclose(share.factor, factors[key[0]], rel_tol=1e-9))
+                        placed(key[0])
+                        and math.isclose(share.factor, factors[key[0]], rel_tol=1e-9))
             for key, (sized, share, _) in joint.items()}
 
 

@@ -289,7 +289,8 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     # cluster's sum never passes a cap on the way; a channel is rewritten
     # where its status or what it last said disagrees (bandwidth/joint_order.py).
     steps, raised = joint_order.plan(
-        joint_order.targets(joint, share_channel.namespace_factors(joint)),
+        joint_order.targets(joint, share_channel.namespace_factors(joint),
+                            share_channel.placed),
         {k: v[0].allowed_bandwidth for k, v in _joint_last.items()},
         {k: share_channel.written(k) for k in joint})
     for step in steps:

@@ -190,6 +190,13 @@ def claims(namespace: str, factor: float) -> bool:
             and math.isclose(last[0], factor, rel_tol=1e-9)
 
 
+def placed(namespace: str) -> bool:
+    """Whether `namespace`'s scale holds what this replica last chose for it
+    (its last write did not fail)."""
+    with _scale_lock:
+        return namespace in _scale.placed
+
+
 def publish_scale(namespace: str, factor: Factors, cluster_cap: float | None,
                   fresh: ScaleView, *, may_raise: bool = False,
                   active: Callable[[], bool] = lambda: True,
