@@ -94,3 +94,30 @@ def test_a_namespace_whose_scale_was_not_written_has_its_channels_cut(
     # a third could not be written carried its cut (116.7M against 100M).
     assert cluster.worst <= CAP * 1.000001
     assert cluster.applied() == {k: pytest.approx(CAP / 3, rel=1e-6) for k in cluster.policies}
+
+
+def test_an_own_pass_holds_at_what_the_claim_and_the_scale_let_its_agents_apply(
+        cluster: Cluster, no_checkpoint_classes: class_view.ClassView) -> None:
+    no_checkpoint_classes.replace([klass("gold", weight=1)], "1")
+    cfg = cfg_of()
+    cluster.policies = {("a", "A"): [classed("a", "A", "gold")]}
+    cluster.pods = {("a", "A"): [pod("A-0")]}
+    cluster.settle(cfg)  # A's channel says the whole cap, with its claim
+    # B's agent reads no claim; then C joins: A is cut to a third by the
+    # scale alone, its channel still saying 100M.
+    cluster.policies[("b", "B")] = [classed("b", "B", None)]
+    cluster.pods[("b", "B")] = [pod("B-0", follows_scale=False)]
+    cluster.pass_of(cfg, ("b", "B"))
+    cluster.now += 1.01
+    cluster.pass_of(cfg, ("b", "B"))
+    join(cluster, cfg, ("c", "C"))
+    cluster.joint(cfg)
+    assert cluster.applied() == {k: pytest.approx(CAP / 3, rel=1e-6) for k in cluster.policies}
+    cluster.worst = 0
+    # gold now weighs 2: A's own pass, before the joint one, may hold it at
+    # claim × the scale's factor (a third), not at its channel's 100M.
+    no_checkpoint_classes.apply("MODIFIED", klass("gold", weight=2))
+    rebalance.changes.moved()
+    cluster.pass_of(cfg, ("a", "A"))
+    assert cluster.applied()[("a", "A")] == pytest.approx(CAP / 3, rel=1e-6)
+    assert cluster.worst <= CAP * 1.000001
