@@ -8,22 +8,22 @@ by its status: the policy's own reconcile writes the status from the new
 budget before the joint pass runs, while its channel still holds the old
 one. An agent applies min(the channel's budget, claim × its namespace's
 factor); a cut the factor carries (the cluster cap's, on a channel written
-with a claim, the policy's factor its namespace's) needs no channel write,
-any other cut does (its class's cap, its own change, an agent that reads no
-claim, a factor not its own). Pure.
+with the claim it is to carry) needs no channel write, any other cut does
+(its class's cap, its own change, an agent that reads no claim, a claim
+that moved with its namespace's heaviest weight, a scale not in place).
+Pure.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 Key = tuple[str, str]
-#: What a channel last said: (its budget, whether it carried a claim); None
-#: when this replica has not written it.
-Written = tuple[int, bool] | None
+#: What a channel last said: (its budget, the claim it carried or None);
+#: None when this replica has not written it.
+Written = tuple[int, int | None] | None
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,9 @@ class Target:
 
     budget: float
     carried: bool
-    #: Its factor is its namespace's (the smallest there) and that
-    #: namespace's scale is in place: its channel may carry a claim
-    #: (bandwidth/share_channel.py `claims`).
-    claimable: bool = True
+    #: The claim its channel carries under its namespace's new factor, the
+    #: scale in place (bandwidth/share_channel.py `claims`); None: none.
+    claim: int | None = None
 
 
 def targets(joint: Mapping[Key, tuple[Any, Any, Any]],
@@ -45,20 +44,20 @@ def targets(joint: Mapping[Key, tuple[Any, Any, Any]],
     share, policy)), its namespace's factor, and whether its namespace's
     scale was placed (a scale that failed to be written carries no cut)."""
     return {key: Target(sized.allowed_bandwidth, share.carried,
-                        placed(key[0])
-                        and math.isclose(share.factor, factors[key[0]], rel_tol=1e-9))
+                        share.claim_under(factors[key[0]]) if placed(key[0]) else None)
             for key, (sized, share, _) in joint.items()}
 
 
-def _cut_by_factor(written: tuple[int, bool], target: Target) -> bool:
-    return target.carried and target.claimable and written[1]
+def _cut_by_factor(written: tuple[int, int | None], target: Target) -> bool:
+    return target.carried and written[1] is not None and written[1] == target.claim
 
 
 def behind(written: Written, target: Target) -> bool:
     """The channel must be rewritten for its agents to apply `target`: it
-    grows, it shrinks by a cut no factor carries, or it is not known."""
-    if written is None or (written[1] and not target.claimable):
-        return True  # not known, or its claim would let its factor mislead it
+    grows, it shrinks by a cut no factor carries, its claim moved, or it is
+    not known."""
+    if written is None or (written[1] is not None and written[1] != target.claim):
+        return True  # not known, or its claim would have the factor mislead it
     budget = max(1, int(target.budget))
     return budget > written[0] or (budget < written[0] and not _cut_by_factor(written, target))
 

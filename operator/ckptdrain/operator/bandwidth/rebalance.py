@@ -348,10 +348,10 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         # shrinks to it, unless the scale is not in place or an agent cannot read it.
         readable = _publish_scale(key[0], joint, cfg, policies, pods, logger) \
             and all(d.follows_scale for d in drainers)
-        scaled = readable and share_channel.claims(key[0], cluster.factor)
+        wanted = share_channel.claims(key[0], cluster) if readable else None
         budget = sized.allowed_bandwidth
         ceiling = share_channel.ceiling(key)
-        if single and not scaled and ceiling is not None and budget > ceiling \
+        if single and wanted is None and ceiling is not None and budget > ceiling \
                 and (changes.joint_pending() or joint_behind() or readable):
             # Its agents are to read no claim (or its factor is not its
             # namespace's scale yet): what they apply grows only once the
@@ -362,7 +362,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             key, budget, policy.per_drainer_cap, draining,
             max(policy.writers, len(drainers)), share_channel.owner_of(body),
             time.monotonic(), lambda: api.timestamp(datetime.now(UTC)),
-            wanted=cluster.claim if scaled else None, carried=cluster.carried)
+            wanted=wanted, carried=cluster.carried)
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc()
             logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",

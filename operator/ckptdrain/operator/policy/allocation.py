@@ -113,10 +113,26 @@ class ClusterShare:
 
     @property
     def claim(self) -> float | None:
-        """What the policy's channel carries beside its budget: one constant
-        for every policy, so that neither a new cap nor new weights make a
-        channel written before them claim more than its factor says."""
+        """The claim of a policy whose factor is its namespace's: CLAIM, so
+        that a new cap makes no channel written before it claim more than its
+        factor says; a lighter policy of its namespace claims less
+        (`claim_under`)."""
         return None if self.cluster_cap is None else CLAIM
+
+    def claim_under(self, factor: float) -> int | None:
+        """What its channel claims under its namespace's scale `factor` so
+        that claim × factor is its own fair part (weight × level):
+        CLAIM × weight ÷ the weight `factor` stands for, never above CLAIM
+        (a policy heavier than its namespace's factor gets less than its
+        part). None where no claim says its part: no cluster cap, or a
+        factor taken at another level than its own."""
+        if self.claim is None or self.factor <= 0:
+            return None
+        ratio = self.weight * factor / self.factor  # the weight the factor stands for
+        ref = round(ratio)
+        if ref < 1 or not math.isclose(ratio, ref, rel_tol=1e-9):
+            return None
+        return int(CLAIM) if ref <= self.weight else int(CLAIM * self.weight / ref)
 
     @property
     def scaled(self) -> bool:
