@@ -76,3 +76,30 @@ def test_a_namespaces_factor_is_its_heaviest_draining_policys_and_each_claims_it
                                  ("b", "B"): pytest.approx(level)}
     # Every claim a whole number the API keeps (int64).
     assert all(o["spec"].get("wantedBytes", 0) <= 2**63 - 1 for o in cluster.objects.values())
+
+
+def test_the_heaviest_policy_starting_and_stopping_moves_its_namespaces_claims_within_the_cap(
+        cluster: Cluster, no_checkpoint_classes: class_view.ClassView) -> None:
+    no_checkpoint_classes.replace([klass("gold", weight=3)], "1")
+    cfg = cfg_of()
+    cluster.policies = {("a", "LIGHT"): [classed("a", "LIGHT", None)],
+                        ("a", "GOLD"): [classed("a", "GOLD", "gold")],
+                        ("b", "B"): [classed("b", "B", None)]}
+    cluster.pods = {("a", "LIGHT"): [pod("LIGHT-0")], ("b", "B"): [pod("B-0")]}
+    cluster.settle(cfg)  # half each; LIGHT claims C
+    cluster.worst = 0
+    cluster.pods[("a", "GOLD")] = [pod("GOLD-0")]
+    cluster.pass_of(cfg, ("a", "GOLD"))
+    cluster.now += 1.01
+    cluster.settle(cfg)
+    assert share_channel.written(("a", "LIGHT"))[1] == int(C / 3)  # type: ignore[index]
+    assert cluster.applied() == {("a", "LIGHT"): pytest.approx(20e6),
+                                 ("a", "GOLD"): pytest.approx(60e6),
+                                 ("b", "B"): pytest.approx(20e6)}
+    del cluster.pods[("a", "GOLD")]
+    cluster.pass_of(cfg, ("a", "GOLD"))
+    cluster.settle(cfg)
+    assert share_channel.written(("a", "LIGHT"))[1] == C  # type: ignore[index]
+    assert cluster.applied() == {("a", "LIGHT"): pytest.approx(50e6),
+                                 ("b", "B"): pytest.approx(50e6)}
+    assert cluster.worst <= CAP * 1.000001
