@@ -98,7 +98,7 @@ def fresh_process() -> None:
     """What a restarted operator remembers: nothing (the objects stay)."""
     share_channel.forget()
     rebalance._joint_last.clear()
-    rebalance._last_answer = None
+    rebalance._answers.clear()
     rebalance._joint = type(rebalance._joint)()
 
 

@@ -17,7 +17,7 @@ from tests.unit.opcore.test_op_class_cap_status import NOW, _class, _hungry, con
 
 from ckptdrain.operator import class_events, config
 from ckptdrain.operator.apiserver import class_view
-from ckptdrain.operator.bandwidth import policy_changes, rebalance
+from ckptdrain.operator.bandwidth import answer_memo, policy_changes, rebalance
 from ckptdrain.operator.policy import allocation, class_bandwidth, status
 from ckptdrain.operator.policy.class_shares import ClassCap
 from ckptdrain.sizing import SizingInput
@@ -56,7 +56,7 @@ def wired(no_checkpoint_classes: class_view.ClassView, monkeypatch: pytest.Monke
     """A class event's handler with no apiserver, and the budgets' memo fresh."""
     monkeypatch.setattr(rebalance, "schedule", lambda *a, **k: None)
     monkeypatch.setattr(rebalance, "changes", policy_changes.PolicyChanges())
-    monkeypatch.setattr(rebalance, "_last_answer", None)
+    monkeypatch.setattr(rebalance, "_answers", answer_memo.AnswerMemo())
     monkeypatch.setattr(class_events.leadership, "active", lambda: True)
     monkeypatch.setattr(class_events, "_bandwidth_seen", None)
     monkeypatch.setattr(class_events, "_class_statuses", lambda logger: None)

@@ -12,7 +12,6 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +23,7 @@ from ckptdrain.operator import metrics
 from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
 from ckptdrain.operator.bandwidth import (
     allocation_status,
+    answer_memo,
     joint_order,
     policy_changes,
     share_channel,
@@ -75,22 +75,8 @@ changes = policy_changes.PolicyChanges()
 REUSE_S = 5.0
 
 
-@dataclass(frozen=True)
-class _Answer:
-    """A full answer of `budgets`, what it was asked with, and when."""
-
-    version: int
-    #: namespace_labels.version() when asked.
-    labels: int
-    cfg: OperatorConfig
-    budgets: dict[Key, jb.Budget]
-    #: Each policy's (uid, generation) as the answer read it.
-    stamps: dict[Key, tuple[str, int] | None]
-    at: float
-
-
-_last_answer: _Answer | None = None
-_answer_lock = threading.Lock()
+#: The last full answer of `budgets`, reused by a policy's own pass.
+_answers = answer_memo.AnswerMemo()
 
 
 def values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
@@ -147,7 +133,6 @@ def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     bounded, one sweep at a time, and only while a reading is missing. An
     unread namespace's policies get no share; labels the last joint pass
     did not parse, or a namespace not reached, ask for one."""
-    global _last_answer
     # Before the index is read: an answer is never filed under a version
     # newer than what it read (see policy_changes.py).
     version, at = changes.version, time.monotonic()
@@ -173,11 +158,8 @@ def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                                      **class_catalogue.weights(bodies, catalogue)},
                             caps=class_catalogue.caps(bodies, catalogue))
     if not fresh and not unread:  # one missing a namespace is not reused
-        kept = _Answer(version, labels, cfg, answer,
-                       {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
-        with _answer_lock:
-            if _last_answer is None or (_last_answer.version, _last_answer.at) <= (version, at):
-                _last_answer = kept
+        _answers.keep(answer_memo.Answer(version, labels, cfg, answer,
+                                         {k: jb.spec_stamp(b) for k, b in bodies.items()}, at))
     return answer, unread
 
 
@@ -217,16 +199,12 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
 def _reused(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             pods: kopf.Index[Key, Any], key: Key) -> dict[Key, jb.Budget] | None:
     """`budget_of` from the last full answer; None when a full one is due."""
-    with _answer_lock:
-        last = _last_answer
+    last = _answers.last
     body = next(iter(values(policies, key)), None)
     if body is None:
         return {}  # gone (deleted, or its indexer failed): nothing to publish
-    stamp = jb.spec_stamp(body)
-    if last is None or last.version != changes.version or last.cfg is not cfg \
-            or last.labels != namespace_labels.version() \
-            or time.monotonic() - last.at > REUSE_S \
-            or stamp is None or last.stamps.get(key) != stamp:
+    if last is None or not last.holds(changes.version, cfg, namespace_labels.version(),
+                                      time.monotonic(), REUSE_S, key, jb.spec_stamp(body)):
         return None
     mine = last.budgets.get(key)
     if mine is None:
