@@ -20,7 +20,7 @@ from tests.unit.opcore.test_fair_transitions import (  # noqa: F401 (the cluster
 
 from ckptdrain.contract import share as sh
 from ckptdrain.operator.apiserver import class_view, kube
-from ckptdrain.operator.bandwidth import share_channel
+from ckptdrain.operator.bandwidth import rebalance, share_channel
 from ckptdrain.operator.policy import allocation
 
 C = int(allocation.CLAIM)
@@ -103,3 +103,24 @@ def test_the_heaviest_policy_starting_and_stopping_moves_its_namespaces_claims_w
     assert cluster.applied() == {("a", "LIGHT"): pytest.approx(50e6),
                                  ("b", "B"): pytest.approx(50e6)}
     assert cluster.worst <= CAP * 1.000001
+
+
+def test_a_lighter_policys_own_pass_takes_its_namespaces_scale_as_it_is(
+        cluster: Cluster, no_checkpoint_classes: class_view.ClassView,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sh, "HEARTBEAT_S", 1e9)
+    no_checkpoint_classes.replace([klass("gold", weight=2)], "1")
+    cfg = cfg_of()
+    cluster.policies = {("a", "LIGHT"): [classed("a", "LIGHT", None)],
+                        ("a", "GOLD"): [classed("a", "GOLD", "gold")],
+                        ("b", "B"): [classed("b", "B", None)]}
+    cluster.pods = {k: [pod(f"{k[1]}-0")] for k in cluster.policies}
+    cluster.settle(cfg)
+    asked: list[int] = []
+    real = rebalance.budgets
+    monkeypatch.setattr(rebalance, "budgets", lambda *a, **k: asked.append(1) or real(*a, **k))
+    cluster.pass_of(cfg, ("a", "LIGHT"))
+    # Its own factor is not its namespace's (GOLD's), yet the scale in place
+    # is at its level: no pass over every policy to choose it again.
+    assert asked == []
+    assert share_channel.written(("a", "LIGHT"))[1] == C // 2  # type: ignore[index]

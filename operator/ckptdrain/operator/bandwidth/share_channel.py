@@ -171,7 +171,7 @@ def publish_joint_scale(namespace: str, joint: Mapping[Key, tuple[Any, Any, Any]
         # would choose, not a reason to ask every policy's budgets again.
         with _scale_lock:
             last = _scale.last.get(namespace)
-        if last is not None and any(key[0] == namespace and share.claim_under(last[0])
+        if last is not None and any(key[0] == namespace and share.claim_under(last[0]) is not None
                                     for key, (_, share, _) in joint.items()):
             mine[namespace] = last[0]
     return publish_scale(namespace, mine, cluster.cluster_cap, fresh,
