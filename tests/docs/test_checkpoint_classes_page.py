@@ -12,14 +12,17 @@ role. The Placement example's class puts its pods on the nodes the
 chart's driver values shown beside it run on, and refuses a pod asking
 for others (tests/cluster/test_class_placement.py applies it to a real
 apiserver with the operator running). The Node data example's classes
-reclaim as the page says."""
+reclaim as the page says. The Bandwidth example's class caps its policies
+as the page's figures say, and their status says it in the page's words."""
 
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import yaml
 from tests.docs import blocks
 from tests.docs.blocks import REPO
@@ -33,16 +36,18 @@ from tests.docs.conftest import (
 
 from ckptdrain.csi import class_reclaim
 from ckptdrain.csi.collection import DELETE, RETAIN, Reclaim, effective
-from ckptdrain.operator.policy import class_placement, classes
+from ckptdrain.operator.policy import allocation, class_catalogue, class_placement, classes
+from ckptdrain.operator.policy import status as policy_status
+from ckptdrain.sizing import SizingInput
 
 PAGE = REPO / "docs" / "checkpoint-classes.md"
 
 
 def _objects(section: int = 0) -> list[dict[str, Any]]:
     """The objects of the page's `section`th YAML block: 0 the Example, 1 Store
-    identity's, 2 Tenancy's, 3 Placement's, 4 Node data's."""
+    identity's, 2 Tenancy's, 3 Placement's, 4 Node data's, 5 Bandwidth's."""
     found = [b for b in blocks.parse(PAGE) if b.lang == "yaml" and b.kind == ""]
-    assert len(found) == 5, [b.line for b in found]
+    assert len(found) == 6, [b.line for b in found]
     return [d for d in yaml.safe_load_all(found[section].text) if d]
 
 
@@ -164,3 +169,29 @@ def test_the_node_data_classes_reclaim_as_the_page_says() -> None:
             for d in _objects(4)}
     assert effective(read["research"], driver) == (Reclaim(DELETE, 3600.0), "class research")
     assert effective(read["production"], driver) == (Reclaim(RETAIN, 600.0), "class production")
+
+
+def test_the_bandwidth_class_caps_its_policies_as_the_page_says() -> None:
+    """Two batch policies wanting 30 GB/s each, another wanting 100 GB/s,
+    a cluster cap of 100 GB/s: 20, 20 and 60, and batch's statuses give
+    the page's message."""
+    [cls] = _objects(5)
+    catalogue = {cls["metadata"]["name"]: classes.read(cls)}
+    bodies = {key: {"spec": {"checkpointClassName": "batch"}} for key in ("a", "b")}
+    caps = class_catalogue.caps(bodies, catalogue)  # type: ignore[arg-type]
+
+    def wanting(gbps: float) -> SizingInput:  # 10% overlap of a 15 min interval
+        return SizingInput(checkpoint_bytes=gbps * 90e9, interval_s=900, overlap=0.1)
+
+    joint = allocation.joint_sizing({"a": wanting(30), "b": wanting(30), "other": wanting(100)},
+                                    100e9, classes=caps)  # type: ignore[arg-type]
+    assert {k: s.allowed_bandwidth for k, (s, _) in joint.items()} == {
+        "a": pytest.approx(20e9), "b": pytest.approx(20e9), "other": pytest.approx(60e9)}
+    without = allocation.joint_sizing({"a": wanting(30), "b": wanting(30),
+                                       "other": wanting(100)}, 100e9)
+    assert without["other"][0].allowed_bandwidth == pytest.approx(40e9)
+    sized, share = joint["a"]
+    written = policy_status.for_sizing(sized, 1, datetime.now(UTC), cluster=share)
+    [said] = [c for c in written["conditions"] if c["type"] == "BandwidthConstrained"]
+    assert said["reason"] == "ClassCap"
+    assert f"`{said['message']}`" in " ".join(PAGE.read_text().split())

@@ -13,28 +13,33 @@ The operator publishes a CheckpointShare named after the policy:
                               more pods if there are): the fallback split
     spec.heartbeat            when the operator last wrote it; rewritten at
                               least every HEARTBEAT_S while anyone drains
-    spec.wantedBytes          the policy's claim on the cluster cap: one
-                              constant (allocation.CLAIM) for every policy
-                              (absent: the channel's budget is all there is)
+    spec.wantedBytes          the policy's claim on the cluster cap:
+                              allocation.CLAIM for its namespace's heaviest
+                              draining policy, CLAIM × weight ÷ that one's
+                              for a lighter one (absent: the channel's
+                              budget is all there is)
 
 The cluster cap is split fairly by weight among the policies with pods
 (operator/policy/fair_share.py): each gets min(what it wants, weight × λ)
-for one level λ; weights are per namespace. The operator publishes each
-namespace's weight × λ ÷ claim once, in the CheckpointShare named SCALE_NAME
-(a name no policy may take):
+for one level λ; weights are per namespace or class. The operator
+publishes each namespace's heaviest draining weight × λ ÷ CLAIM once, in
+the CheckpointShare named SCALE_NAME (a name no policy may take):
 
-    spec.clusterScale.factor          weight × λ ÷ claim: claim × factor is
-                                      the fair part of each of its policies
+    spec.clusterScale.factor          heaviest weight × λ ÷ CLAIM: claim ×
+                                      factor is the fair part of each of its
+                                      policies
     spec.clusterScale.clusterCapBytes the cap it keeps (absent: no cap)
 
 An agent watches both objects and takes the smaller of its channel's budget
 and `wantedBytes × factor` (`Allocation.budget_under`): a smaller factor
 (a new job under the cap, or a namespace's weight lowered) reaches every
 agent of the namespace in that one write, while no scale, however stale or
-hand-edited, can raise a budget above what the channel says. The claim is
-the same whatever the cap and the weights, so a channel written before
-either changed is cut by the factor that follows. The operator rewrites a
-channel when its budget grows, when more than the factor moved, and when it
+hand-edited, can raise a budget above what the channel says. A claim
+is the same whatever the cap and the level, so a channel written before
+either changed is cut by the factor that follows; it moves only with the
+ratio of its policy's weight to its namespace's heaviest draining one, and
+never passes CLAIM. The operator rewrites a channel when its claim moves,
+when its budget grows, when more than the factor moved, and when it
 shrinks by the policy's own change (a policy the cap does not cut wants
 less: no factor says that) (`operator/bandwidth/share_channel.py`). It
 writes the smaller factor before any channel computed with it; a new

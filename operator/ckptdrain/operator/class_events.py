@@ -10,6 +10,9 @@ turns Invalid with ClassResolved False (its pods are then refused or
 admitted bare at admission, as for any invalid policy), and back when the
 class returns. Each class's own status says whether the operator can use
 it (Accepted) and, among classes annotated default, which one is (Default).
+A class's weight or cap (spec.bandwidthWeight, spec.bandwidthCap) that
+moved asks for a joint budgets' pass (bandwidth/rebalance.py): its
+policies' shares moved, though nothing a reconcile judges did.
 
 A namespace relabelled changes what a class that allows namespaces by label
 (spec.namespaces.selector) says of its policies, with no class event. The
@@ -110,6 +113,7 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
     cfg: OperatorConfig = memo.config
     indexes = {k: kwargs[k] for k in INDEXES}
     index: kopf.Index[Any, Any] = indexes["checkpointpolicy_index"]
+    _rebalance_if_bandwidth_moved(cfg, logger, indexes)
     for key in list(index):
         body = _policy(index, key)
         if body is not None and _stale_or_unknown(cfg, body, logger):
@@ -118,6 +122,29 @@ def checkpointclass_event(event: kopf.RawEvent, memo: kopf.Memo, logger: logging
         _warn_stranded(dict(event["object"]), index, indexes["pod_index"])
     _class_statuses(logger)
     start_recheck(memo, logger, indexes)
+
+
+#: Each class's (bandwidthWeight, bandwidthCap) as the last class event
+#: saw them (None: none seen yet, as after a start).
+_bandwidth_seen: dict[str, tuple[int | None, float | None]] | None = None
+
+
+def _rebalance_if_bandwidth_moved(cfg: OperatorConfig, logger: logging.Logger,
+                                  indexes: dict[str, Any]) -> None:
+    """A joint budgets' pass when a class's weight or cap is not what the
+    last class event saw (a class edited, added or deleted): its policies'
+    shares moved with no change to them. Compared with what this handler
+    last saw, not with the view before the event, which the process's own
+    watch of classes may have brought up to date already."""
+    global _bandwidth_seen
+    now = class_catalogue.bandwidth_settings(class_view.current(classes.catalogue))
+    if now == _bandwidth_seen:
+        return
+    _bandwidth_seen = now
+    rebalance.changes.moved()  # no single policy's pass may reuse the last answer
+    if leadership.active():
+        rebalance.schedule(rebalance.JOINT, cfg, indexes["checkpointpolicy_index"],
+                           indexes["pod_index"], logger)
 
 
 def recheck(cfg: OperatorConfig, memo: kopf.Memo, logger: logging.Logger,

@@ -31,6 +31,8 @@ class Cluster:
         self.pods: dict[Key, list[allocation.DrainingPod]] = {}
         self.policies: dict[Key, list[dict[str, Any]]] = {}
         self.worst = 0.0
+        #: The most each policy's agents applied after any write.
+        self.peak: dict[Key, float] = {}
         self.now = 1000.0
 
     def write_object(self, plural: str, namespace: str, body: dict[str, Any],
@@ -38,7 +40,10 @@ class Cluster:
         key = (namespace, body["metadata"]["name"])
         old = self.objects.get(key, {}).get("spec", {})
         self.objects[key] = {"spec": {**old, **(patch or body)["spec"]}}
-        self.worst = max(self.worst, sum(self.applied().values()))
+        applied = self.applied()
+        self.worst = max(self.worst, sum(applied.values()))
+        for policy_key, rate in applied.items():
+            self.peak[policy_key] = max(self.peak.get(policy_key, 0.0), rate)
         return self.objects[key]
 
     def applied(self) -> dict[Key, float]:
@@ -93,12 +98,12 @@ def fresh_process() -> None:
     """What a restarted operator remembers: nothing (the objects stay)."""
     share_channel.forget()
     rebalance._joint_last.clear()
-    rebalance._last_answer = None
+    rebalance._answers.clear()
     rebalance._joint = type(rebalance._joint)()
 
 
-@pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+@pytest.fixture(name="cluster")
+def cluster_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     c = Cluster()
     monkeypatch.setattr(kube, "write_object", c.write_object)
     monkeypatch.setattr(kube, "patch_status", lambda *a, **k: None)
@@ -193,3 +198,31 @@ def test_each_namespace_gets_its_own_factor(cluster: Cluster) -> None:
                for ns in ("a", "b")}
     assert factors["a"] == pytest.approx(3 * factors["b"])
     assert cluster.applied() == {("a", "A"): pytest.approx(75e6), ("b", "B"): pytest.approx(25e6)}
+
+
+def test_a_class_cap_lowered_under_the_cluster_cap_rewrites_its_policies_channels(
+        cluster: Cluster, no_checkpoint_classes: Any) -> None:
+    """No factor says a class's cut (the factor is the cluster's level), so
+    the channels of the class's policies must: left to the scale, they
+    would keep draining at their old budgets, past both caps."""
+    def batch(cap: str) -> dict[str, Any]:
+        return {"apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointClass",
+                "metadata": {"name": "batch", "creationTimestamp": "2026-11-01T00:00:00Z"},
+                "spec": {"nodeTier": {"root": "/mnt/ckptdrain"}, "bandwidthCap": cap}}
+
+    no_checkpoint_classes.replace([batch("80M")], "1")
+    cfg = cfg_of()
+    classed = [("a", "A1"), ("a", "A2")]
+    cluster.policies = {key: [{**policy(*key, 900), "spec": {
+        **policy(*key, 900)["spec"], "checkpointClassName": "batch"}}] for key in classed}
+    cluster.policies[("b", "B")] = [policy("b", "B", 900)]
+    cluster.pods = {key: [pod(f"{key[1]}-0")] for key in cluster.policies}
+    cluster.settle(cfg)
+    third = pytest.approx(100e6 / 3)
+    assert cluster.applied() == {("a", "A1"): third, ("a", "A2"): third, ("b", "B"): third}
+    no_checkpoint_classes.apply("MODIFIED", batch("20M"))
+    cluster.joint(cfg)  # what the class event asks for
+    assert cluster.applied() == {("a", "A1"): pytest.approx(10e6),
+                                 ("a", "A2"): pytest.approx(10e6),
+                                 ("b", "B"): pytest.approx(80e6)}
+    assert cluster.worst <= CAP * 1.000001

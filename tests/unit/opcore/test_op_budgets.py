@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ckptdrain.operator import config
-from ckptdrain.operator.bandwidth import policy_changes, rebalance
+from ckptdrain.operator.bandwidth import answer_memo, policy_changes, rebalance
 from ckptdrain.operator.bandwidth.budgets import JointBudgets
 from ckptdrain.operator.policy import allocation
 from ckptdrain.operator.policy import spec as policy
@@ -197,7 +197,7 @@ def fresh_state(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     memo = JointBudgets()
     monkeypatch.setattr(rebalance, "_joint", memo)
     monkeypatch.setattr(rebalance, "changes", policy_changes.PolicyChanges())
-    monkeypatch.setattr(rebalance, "_last_answer", None)
+    monkeypatch.setattr(rebalance, "_answers", answer_memo.AnswerMemo())
     full: list[int] = []
     real = memo.compute
 
@@ -268,7 +268,7 @@ def test_an_answer_asked_with_a_fresh_policy_is_not_reused(fresh_state: list[int
     rebalance.changes.seen(("ns", "p0"), policies[("ns", "p0")][0])
     parsed = rebalance.parse_policy(CFG, body("p0", 5), 1)
     rebalance.budgets(CFG, policies, {}, {("ns", "p0"): parsed})  # type: ignore[arg-type]
-    assert rebalance._last_answer is None
+    assert rebalance._answers.last is None
 
 
 class TellingIndex(dict):  # type: ignore[type-arg]

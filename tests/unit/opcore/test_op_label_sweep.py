@@ -17,7 +17,7 @@ from tests.support.tenancy_wiring import CFG, LOG, fake_cluster, policy
 from ckptdrain.operator import class_events
 from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
 from ckptdrain.operator.apiserver import reads as apiserver_reads
-from ckptdrain.operator.bandwidth import rebalance
+from ckptdrain.operator.bandwidth import answer_memo, rebalance
 
 
 @pytest.fixture
@@ -242,7 +242,7 @@ def test_a_policy_pass_missing_a_namespace_never_takes_more_than_its_joint_share
 
     monkeypatch.setattr(apiserver_reads, "get_json", aaa_times_out)
     monkeypatch.setattr(rebalance, "_joint_last", {})
-    monkeypatch.setattr(rebalance, "_last_answer", None)
+    monkeypatch.setattr(rebalance, "_answers", answer_memo.AnswerMemo())
     published: list[Any] = []
     monkeypatch.setattr(rebalance, "_rebalance", lambda key, *a: published.append(key))
     monkeypatch.setattr(rebalance, "_publish_scale", lambda *a, **k: False)

@@ -61,6 +61,7 @@ def test_a_class_event_reconciles_each_policy_as_a_retried_pass_of_its_own(
     monkeypatch.setattr(class_events, "_rejudged", Coalescer("test", retry_delay=0.05))
     monkeypatch.setattr(class_events.class_view.CLASSES, "apply", lambda *a: None)
     monkeypatch.setattr(class_events, "start_recheck", lambda *a: None)  # no thread here
+    monkeypatch.setattr(class_events, "_rebalance_if_bandwidth_moved", lambda *a: None)
     index = {("ml", "a"): [_body("a")], ("ml", "b"): [_body("b")]}
     kwargs = {name: {} for name in class_events.INDEXES} | {"checkpointpolicy_index": index}
     class_events.checkpointclass_event(event={"type": "MODIFIED", "object": {}},  # type: ignore[arg-type]

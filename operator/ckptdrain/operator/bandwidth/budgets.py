@@ -27,13 +27,14 @@ from ckptdrain import sizing
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.policy import allocation
 from ckptdrain.operator.policy import spec as pol
+from ckptdrain.operator.policy.class_shares import ClassCap
 
 Key = tuple[str, str]
 Budget = tuple[sizing.Sizing, allocation.ClusterShare, pol.Policy]
 Split = dict[Key, tuple[sizing.Sizing, allocation.ClusterShare]]
 #: What the split depends on per policy: its one-drainer sizing input,
-#: whether it has pods, and its weight.
-_Part = tuple[sizing.SizingInput, bool, int]
+#: whether it has pods, its weight, and its class's cap (None: none).
+_Part = tuple[sizing.SizingInput, bool, int, ClassCap | None]
 
 
 def spec_stamp(body: Mapping[str, Any]) -> tuple[str, int] | None:
@@ -78,7 +79,7 @@ class JointBudgets:
         #: key -> (the split's sizing, drainers, that sizing for that many)
         self._spread: dict[Key, tuple[sizing.Sizing, int, sizing.Sizing]] = {}
         #: ((cluster cap, every valid policy's (one-drainer input, counted,
-        #: weight)), their split)
+        #: weight, class cap)), their split)
         self._split: tuple[tuple[float | None, tuple[tuple[Key, _Part], ...]],
                            Split] | None = None
         self._lock = threading.Lock()
@@ -120,7 +121,8 @@ class JointBudgets:
         joint = allocation.joint_sizing(
             {k: part[0] for k, part in ordered[1]}, cluster_cap,
             counted={k for k, part in ordered[1] if part[1]},
-            weights={k: part[2] for k, part in ordered[1]})
+            weights={k: part[2] for k, part in ordered[1]},
+            classes={k: part[3] for k, part in ordered[1] if part[3] is not None})
         self._split = (ordered, joint)
         return joint
 
@@ -128,7 +130,8 @@ class JointBudgets:
                 cluster_cap: float | None,
                 parse: Callable[[Mapping[str, Any], int], pol.Policy], context: object,
                 fresh: Mapping[Key, pol.Policy] | None = None,
-                weights: Mapping[str | Key, int] | None = None) -> dict[Key, Budget]:
+                weights: Mapping[str | Key, int] | None = None,
+                caps: Mapping[Key, ClassCap] | None = None) -> dict[Key, Budget]:
         """Each valid policy's sizing under the joint budget, for its number of
         pods (at least one; a policy with none takes no part in the split).
         `parse(body, drainers)` raises InvalidInput
@@ -144,25 +147,28 @@ class JointBudgets:
                 self._counted.clear()
                 self._spread.clear()
                 self._split = None
-            return self._compute(bodies, drainers, cluster_cap, fresh or {}, weights or {})
+            return self._compute(bodies, drainers, cluster_cap, fresh or {}, weights or {},
+                                 caps or {})
 
     def _compute(self, bodies: Mapping[Key, Mapping[str, Any]], drainers: Mapping[Key, int],
                  cluster_cap: float | None, fresh: Mapping[Key, pol.Policy],
-                 weights: Mapping[str | Key, int]) -> dict[Key, Budget]:
+                 weights: Mapping[str | Key, int], caps: Mapping[Key, ClassCap]
+                 ) -> dict[Key, Budget]:
         policies: dict[Key, pol.Policy] = {}
         #: One-drainer sizing inputs (the split does not depend on drainers),
-        #: whether the policy has pods, and its namespace's weight.
+        #: whether the policy has pods, its weight and its class's cap.
         inputs: dict[Key, _Part] = {}
         for key, body in bodies.items():
             base = self._base(key, body)
             if base is not None:
                 policies[key] = self._counted_policy(key, base, max(1, drainers.get(key, 0)))
                 inputs[key] = (base.sizing_input, drainers.get(key, 0) > 0,
-                               weights.get(key, weights.get(key[0], 1)))
+                               weights.get(key, weights.get(key[0], 1)), caps.get(key))
         for key, given in fresh.items():
             policies[key] = given
             inputs[key] = (dataclasses.replace(given.sizing_input, drainers=1),
-                           drainers.get(key, 0) > 0, weights.get(key, weights.get(key[0], 1)))
+                           drainers.get(key, 0) > 0, weights.get(key, weights.get(key[0], 1)),
+                           caps.get(key))
         if len(self._parsed) > 2 * len(bodies) + 64:  # policies gone without a word
             for gone in set(self._parsed) - set(bodies):
                 self._forget_locked(gone)

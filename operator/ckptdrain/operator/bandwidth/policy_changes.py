@@ -22,6 +22,8 @@ class PolicyChanges:
 
     def __init__(self) -> None:
         self.version = 0
+        #: The version the last finished joint pass started from (-1: none yet).
+        self.joint_version = -1
         self._stamps: dict[Key, tuple[str, int]] = {}
         self._lock = threading.Lock()
 
@@ -40,3 +42,21 @@ class PolicyChanges:
         """Something else than one policy's event may have changed them."""
         with self._lock:
             self.version += 1
+
+    def joint_started(self) -> int:
+        """A joint pass starts: the version it will cover once finished."""
+        with self._lock:
+            return self.version
+
+    def joint_finished(self, version: int) -> None:
+        """A joint pass that started at `version` has written every channel
+        (its shrinks first): the changes told before it are covered. Not at
+        its start: a policy's own pass meanwhile must still hold."""
+        with self._lock:
+            self.joint_version = max(self.joint_version, version)
+
+    def joint_pending(self) -> bool:
+        """A change was told since the last finished joint pass started (or
+        none finished): one may be running, its shrinks not all out."""
+        with self._lock:
+            return self.joint_version != self.version

@@ -12,9 +12,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 import kopf
@@ -23,8 +21,18 @@ from ckptdrain import sizing
 from ckptdrain.contract import api
 from ckptdrain.operator import metrics
 from ckptdrain.operator.apiserver import class_view, leadership, namespace_labels
-from ckptdrain.operator.bandwidth import allocation_status, policy_changes, share_channel
+from ckptdrain.operator.bandwidth import (
+    allocation_status,
+    answer_memo,
+    joint_order,
+    policy_changes,
+    share_channel,
+)
 from ckptdrain.operator.bandwidth import budgets as jb
+
+# Re-exported: the handlers read policies through this module.
+from ckptdrain.operator.bandwidth.policy_parse import class_condition as class_condition
+from ckptdrain.operator.bandwidth.policy_parse import parse_policy as parse_policy
 from ckptdrain.operator.coalesce import Coalescer
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import allocation, class_catalogue, classes
@@ -67,52 +75,12 @@ changes = policy_changes.PolicyChanges()
 REUSE_S = 5.0
 
 
-@dataclass(frozen=True)
-class _Answer:
-    """A full answer of `budgets`, what it was asked with, and when."""
-
-    version: int
-    #: namespace_labels.version() when asked.
-    labels: int
-    cfg: OperatorConfig
-    budgets: dict[Key, jb.Budget]
-    #: Each policy's (uid, generation) as the answer read it.
-    stamps: dict[Key, tuple[str, int] | None]
-    at: float
-
-
-_last_answer: _Answer | None = None
-_answer_lock = threading.Lock()
+#: The last full answer of `budgets`, reused by a policy's own pass.
+_answers = answer_memo.AnswerMemo()
 
 
 def values(index: kopf.Index[Key, Any], key: Key) -> list[Any]:
     return [v for v in index.get(key, []) if v is not None]
-
-
-def parse_policy(cfg: OperatorConfig, body: dict[str, Any], drainers: int,
-                 catalogue: classes.Catalogue | None = None,
-                 read_labels: bool = True) -> pol.Policy:
-    """The policy under its class's settings (policy/classes.py; the
-    classes now unless `catalogue`); raises InvalidInput (ClassUnresolved
-    when its class does not take it; LabelsUnreadable when its namespace's
-    labels are needed and neither held nor, with `read_labels`, readable)."""
-    meta = body.get("metadata", {})
-    namespace = meta.get("namespace", "")
-    catalogue = class_view.current(classes.catalogue) if catalogue is None else catalogue
-    labels = namespace_labels.recent if read_labels else namespace_labels.held
-    resolution = classes.resolved(namespace, body.get("spec", {}), cfg, catalogue,
-                                  partial(labels, namespace, cfg.namespace_recheck_s))
-    return pol.parse(namespace, meta.get("name", ""), resolution.spec, resolution.config,
-                     drainers=max(1, drainers))
-
-
-def class_condition(cfg: OperatorConfig, body: Mapping[str, Any]) -> dict[str, str]:
-    """The policy's ClassResolved condition (type, status, reason, message);
-    raises namespace_labels.LabelsUnreadable when it cannot be told."""
-    namespace = (body.get("metadata") or {}).get("namespace", "")
-    labels = partial(namespace_labels.recent, namespace, cfg.namespace_recheck_s)
-    return classes.condition(classes.resolve(namespace, body.get("spec") or {}, cfg,
-                                             class_view.current(classes.catalogue), labels))
 
 
 def stale(key: Key, body: Mapping[str, Any]) -> bool:
@@ -165,7 +133,6 @@ def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
     bounded, one sweep at a time, and only while a reading is missing. An
     unread namespace's policies get no share; labels the last joint pass
     did not parse, or a namespace not reached, ask for one."""
-    global _last_answer
     # Before the index is read: an answer is never filed under a version
     # newer than what it read (see policy_changes.py).
     version, at = changes.version, time.monotonic()
@@ -188,13 +155,11 @@ def _budgets(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                                                          read_labels=False),
                             _context(cfg, catalogue), fresh,
                             weights={**dict(cfg.bandwidth_weights),
-                                     **class_catalogue.weights(bodies, catalogue)})
+                                     **class_catalogue.weights(bodies, catalogue)},
+                            caps=class_catalogue.caps(bodies, catalogue))
     if not fresh and not unread:  # one missing a namespace is not reused
-        kept = _Answer(version, labels, cfg, answer,
-                       {k: jb.spec_stamp(b) for k, b in bodies.items()}, at)
-        with _answer_lock:
-            if _last_answer is None or (_last_answer.version, _last_answer.at) <= (version, at):
-                _last_answer = kept
+        _answers.keep(answer_memo.Answer(version, labels, cfg, answer,
+                                         {k: jb.spec_stamp(b) for k, b in bodies.items()}, at))
     return answer, unread
 
 
@@ -234,16 +199,12 @@ def budget_of(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
 def _reused(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
             pods: kopf.Index[Key, Any], key: Key) -> dict[Key, jb.Budget] | None:
     """`budget_of` from the last full answer; None when a full one is due."""
-    with _answer_lock:
-        last = _last_answer
+    last = _answers.last
     body = next(iter(values(policies, key)), None)
     if body is None:
         return {}  # gone (deleted, or its indexer failed): nothing to publish
-    stamp = jb.spec_stamp(body)
-    if last is None or last.version != changes.version or last.cfg is not cfg \
-            or last.labels != namespace_labels.version() \
-            or time.monotonic() - last.at > REUSE_S \
-            or stamp is None or last.stamps.get(key) != stamp:
+    if last is None or not last.holds(changes.version, cfg, namespace_labels.version(),
+                                      time.monotonic(), REUSE_S, key, jb.spec_stamp(body)):
         return None
     mine = last.budgets.get(key)
     if mine is None:
@@ -295,26 +256,29 @@ def counted_moved(key: Key, pods: kopf.Index[Key, Any]) -> bool:
 def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                             pods: kopf.Index[Key, Any], logger: logging.Logger,
                             then: Key | None = None) -> None:
+    started = changes.joint_started()
     joint = budgets(cfg, policies, pods, read_untrusted=False)
     if joint and leadership.active():
         # One write per namespace tells every agent a smaller factor; the
         # channels are rewritten below where budgets grew or more than the
         # factor moved.
         _publish_scale("", joint, cfg, policies, pods, logger)
-    before = {k: v[0].allowed_bandwidth for k, v in _joint_last.items()}
-    # Budgets that shrink are published before those that grow, and a larger
-    # factor between them, so the cluster's sum never passes the cap on the way.
-    ordered = sorted(joint.items(), key=lambda kv: kv[1][0].allowed_bandwidth
-                     - before.get(kv[0], 0.0))
-    raised = False
-    for key, (sized, cluster, _) in ordered:
-        if not raised and sized.allowed_bandwidth > before.get(key, 0.0):
-            raised = True
-            if leadership.active():
-                _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
+    # Shrinks before raises, and a larger factor between them, so the
+    # cluster's sum never passes a cap on the way; a channel is rewritten
+    # where its status or what it last said disagrees (bandwidth/joint_order.py).
+    steps, raised = joint_order.plan(
+        joint_order.targets(joint, share_channel.namespace_factors(joint),
+                            share_channel.placed),
+        {k: v[0].allowed_bandwidth for k, v in _joint_last.items()},
+        {k: share_channel.written(k) for k in joint})
+    for step in steps:
+        key = step.key
+        sized, cluster, _ = joint[key]
+        if step.raise_first and leadership.active():
+            _publish_scale("", joint, cfg, policies, pods, logger, may_raise=True)
         _joint_last[key] = (sized, cluster)
         body = next(iter(values(policies, key)), {})
-        if allocation_status.disagrees(body, sized, cluster):
+        if step.rewrite or allocation_status.disagrees(body, sized, cluster):
             _rebalance(key, cfg, policies, pods, logger, joint)
             then = None if key == then else then
     if not raised and joint and leadership.active():
@@ -323,6 +287,7 @@ def _rebalance_moved_locked(cfg: OperatorConfig, policies: kopf.Index[Key, Any],
         # Last: every other policy's channel that shrinks is out before this
         # one counts (and a second later admits) its first pod's drain.
         _rebalance(then, cfg, policies, pods, logger, joint)
+    changes.joint_finished(started)
 
 
 _scale_log = logging.getLogger("ckptdrain.operator.scale")
@@ -343,6 +308,7 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                pods: kopf.Index[Key, Any], logger: logging.Logger,
                joint: dict[Key, jb.Budget] | None = None) -> None:
     with locks[key], metrics.reconciling("allocation"):
+        single = joint is None
         if joint is None:
             joint = budget_of(cfg, policies, pods, key)
         mine = joint.get(key)
@@ -358,13 +324,23 @@ def _rebalance(key: Key, cfg: OperatorConfig, policies: kopf.Index[Key, Any],
                     for d in drainers if (d.pending_bytes or 0) > 0]
         # A smaller factor goes out first, everywhere; the channel then leaves
         # shrinks to it, unless the scale is not in place or an agent cannot read it.
-        scaled = _publish_scale(key[0], joint, cfg, policies, pods, logger) \
+        readable = _publish_scale(key[0], joint, cfg, policies, pods, logger) \
             and all(d.follows_scale for d in drainers)
+        wanted = share_channel.claims(key[0], cluster) if readable else None
+        budget = sized.allowed_bandwidth
+        ceiling = share_channel.ceiling(key)
+        if single and wanted is None and ceiling is not None and budget > ceiling \
+                and (changes.joint_pending() or joint_behind() or readable):
+            # Its agents are to read no claim (or its factor is not its
+            # namespace's scale yet): what they apply grows only once the
+            # joint pass has written the channels that shrink.
+            budget = ceiling
+            schedule(JOINT, cfg, policies, pods, logger)
         written, recheck = share_channel.publish(
-            key, sized.allowed_bandwidth, policy.per_drainer_cap, draining,
+            key, budget, policy.per_drainer_cap, draining,
             max(policy.writers, len(drainers)), share_channel.owner_of(body),
             time.monotonic(), lambda: api.timestamp(datetime.now(UTC)),
-            wanted=cluster.claim if scaled else None, carried=cluster.scaled)
+            wanted=wanted, carried=cluster.carried)
         if written:
             metrics.ALLOCATION_CHANGES.labels(*key).inc()
             logger.info("share channel %s/%s: %d of %d pods draining (budget %d B/s)",

@@ -10,8 +10,11 @@ in a later pass, `JOIN_DELAY_S` after its count was published.
 While anyone drains, the channel is rewritten at least every HEARTBEAT_S
 (spec.heartbeat), so agents can tell a quiet operator from a gone one.
 
-Each namespace's factor of the cluster cap is published once per namespace
-(`publish_scale`), before any channel computed with it. A scale can only
+Each namespace's factor of the cluster cap (the largest of its draining
+policies', `namespace_factors`) is published once per namespace
+(`publish_scale`), before any channel computed with it; a lighter policy's
+channel claims less, so that claim × factor is its own part (`claims`).
+A scale can only
 lower a budget (the agent takes the smaller of the channel's and claim ×
 factor), so a channel is rewritten when its budget grows, when more than
 the factor moved, or when it shrinks by its policy's own change, never for
@@ -60,6 +63,8 @@ class ChannelState:
     #: it; and the budget it wrote (a scale may lower it, never raise it).
     written_at: float | None = None
     written_budget: int | None = None
+    #: The claim that write carried (its agents may apply less), or None.
+    written_wanted: int | None = None
 
 
 def rank_of(label: str | None) -> int | None:
@@ -150,9 +155,7 @@ def publish_joint_scale(namespace: str, joint: Mapping[Key, tuple[Any, Any, Any]
                         log: Callable[[str], None] = lambda _: None) -> bool:
     """`publish_scale` from joint budgets (bandwidth/budgets.py: key →
     (sizing, cluster share, policy)); `budgets_now()` gives them afresh."""
-    def factors(answer: Mapping[Key, tuple[Any, Any, Any]]) -> dict[str, float]:
-        # One weight per namespace, so one factor: any of its policies' will do.
-        return {key[0]: share.factor for key, (_, share, _) in answer.items()}
+    factors = namespace_factors
 
     def fresh() -> tuple[set[str], dict[str, float], float | None]:
         now = budgets_now()
@@ -161,8 +164,53 @@ def publish_joint_scale(namespace: str, joint: Mapping[Key, tuple[Any, Any, Any]
         return {key[0] for key in now}, factors(now), next(iter(now.values()))[1].cluster_cap
 
     cluster = next(iter(joint.values()))[1]
-    return publish_scale(namespace, factors(joint), cluster.cluster_cap, fresh,
+    mine = factors(joint)
+    if namespace:
+        # A policy's own pass sees its own share only: a factor in place
+        # at its level (the heaviest's of its namespace) is the one it
+        # would choose, not a reason to ask every policy's budgets again.
+        with _scale_lock:
+            last = _scale.last.get(namespace)
+        if last is not None and any(key[0] == namespace and share.claim_under(last[0]) is not None
+                                    for key, (_, share, _) in joint.items()):
+            mine[namespace] = last[0]
+    return publish_scale(namespace, mine, cluster.cluster_cap, fresh,
                          may_raise=may_raise, active=active, log=log)
+
+
+def namespace_factors(joint: Mapping[Key, tuple[Any, Any, Any]]) -> dict[str, float]:
+    """Each namespace's factor: the largest of its draining policies' (of all
+    its policies' while none drains). Every policy's channel claims its
+    part of it (`ClusterShare.claim_under`: CLAIM × its weight ÷ the
+    heaviest's, never above CLAIM, so wantedBytes stays a whole number the
+    API keeps), so a new level costs one write per namespace, however the
+    weights mix; a policy that starts or stops draining moves the claims of
+    its namespace's channels only when it is, or was, the heaviest."""
+    out: dict[str, float] = {}
+    counted = {key[0] for key, (_, share, _) in joint.items() if share.counted}
+    for key, (_, share, _) in joint.items():
+        if share.counted or key[0] not in counted:
+            out[key[0]] = max(out.get(key[0], share.factor), share.factor)
+    return out
+
+
+def claims(namespace: str, share: Any) -> int | None:
+    """The claim a channel of `namespace` with cluster share `share` may
+    carry, leaving its cuts to the scale: claim × the factor its
+    namespace's scale holds, as this replica wrote it, is its fair part;
+    None where no claim is (the scale not in place, or at another level)."""
+    with _scale_lock:
+        last = _scale.last.get(namespace)
+        if last is None or namespace not in _scale.placed:
+            return None
+    return share.claim_under(last[0])
+
+
+def placed(namespace: str) -> bool:
+    """Whether `namespace`'s scale holds what this replica last chose for it
+    (its last write did not fail)."""
+    with _scale_lock:
+        return namespace in _scale.placed
 
 
 def publish_scale(namespace: str, factor: Factors, cluster_cap: float | None,
@@ -276,6 +324,7 @@ def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drain
         joining = {p: (after if p not in state.joining_since else since)
                    for p, since in joining.items()}
         state.written_at, state.written_budget = after, int(stamped.budget)
+        state.written_wanted = stamped.wanted
     # Only what was written counts: a failed write (an exception above) leaves
     # the state as it was, and the next pass counts the joiners again.
     state.active, state.joining_since, state.published = active, joining, spec
@@ -283,6 +332,33 @@ def publish(key: Key, budget: float, cap: float | None, draining: Sequence[Drain
         beat = sh.HEARTBEAT_S - (now - (state.written_at or now))
         recheck = beat if recheck is None else min(recheck, beat)
     return written, recheck
+
+
+def written(key: Key) -> tuple[int, int | None] | None:
+    """What this replica last wrote to the policy's channel: (its budget,
+    the claim it carried or None); None if it has not written it."""
+    with _lock:
+        state = _states.get(key)
+    if state is None or state.written_budget is None:
+        return None
+    return state.written_budget, state.written_wanted
+
+
+def ceiling(key: Key) -> float | None:
+    """The most the policy's agents may apply now, as this replica wrote its
+    channel and its namespace's scale: the channel's budget, or claim × the
+    scale's factor where that is smaller; None if it has not written it."""
+    with _lock:
+        state = _states.get(key)
+        budget, wanted = (None, None) if state is None else (state.written_budget,
+                                                             state.written_wanted)
+    if budget is None:
+        return None
+    with _scale_lock:
+        last = _scale.last.get(key[0])
+    if wanted is None or last is None:
+        return float(budget)
+    return min(float(budget), wanted * last[0])
 
 
 def forget(key: Key | None = None) -> None:

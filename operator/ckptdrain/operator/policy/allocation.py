@@ -4,7 +4,9 @@ Each policy's allowed bandwidth is its sizing, already bounded by its own
 cap. When the policies with pods together want more than the cluster cap,
 it is split fairly by weight (operator/policy/fair_share.py): a policy that
 wants less than its part gets all it wants, the others share the rest by
-weight, and no one's declared size takes another's part. (How a policy's
+weight, and no one's declared size takes another's part. A CheckpointClass's
+spec.bandwidthCap bounds its policies together, with or without a cluster
+cap, and what it leaves goes to the others (operator/policy/class_shares.py). (How a policy's
 budget is split among its drainers is the share channel's: contract/share.py,
 operator/bandwidth/share_channel.py.)
 Each policy's sizing and status are then built from that joint budget
@@ -22,6 +24,7 @@ from typing import TypeVar
 from ckptdrain import sizing
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.policy import fair_share
+from ckptdrain.operator.policy.class_shares import ClassCap, ClassPart, ClassSplit
 
 K = TypeVar("K", bound=Hashable)
 
@@ -66,8 +69,9 @@ CLAIM = 1e18
 
 @dataclass(frozen=True)
 class ClusterShare:
-    """One policy's part of the cluster cap, split fairly by weight among the
-    policies with pods (operator/policy/fair_share.py)."""
+    """One policy's part of the cluster cap and of its class's cap, each
+    split fairly by weight among the policies with pods
+    (operator/policy/fair_share.py, class_shares.py)."""
 
     #: Bytes/s the policy may drain at: what it wanted, cut to its fair part
     #: (for a policy with no pods: what it would get once one runs).
@@ -86,11 +90,21 @@ class ClusterShare:
     #: The water level: bytes/s per unit of weight every cut policy gets
     #: (None: the cap does not bind the counted policies).
     level: float | None = None
+    #: Its class's cap and whom it shares it with (None: its class sets none).
+    class_part: ClassPart | None = None
+    #: Its class's cap, not the cluster's, is what cuts it.
+    class_bound: bool = False
+    #: What the counted policies want together once their classes' caps cut
+    #: them (None: no class cap cuts any).
+    total_capped: float | None = None
+    #: What it wants once its class's cap cuts it (its share of that cap).
+    wanted_in_class: float | None = None
 
     @property
     def factor(self) -> float:
-        """Its namespace's cluster scale (namespaces weigh differently): with
-        `claim`, what agents apply to their channel's budget,
+        """Its own cluster scale (policies weigh differently); its namespace's
+        scale is the smallest of its policies' (bandwidth/share_channel.py).
+        With `claim`, what agents apply to their channel's budget,
         min(budget, claim × factor) = min(budget, weight × level), the fair
         part; 1 when the cap does not bind."""
         if self.level is None or self.cluster_cap is None:
@@ -99,56 +113,104 @@ class ClusterShare:
 
     @property
     def claim(self) -> float | None:
-        """What the policy's channel carries beside its budget: one constant
-        for every policy, so that neither a new cap nor new weights make a
-        channel written before them claim more than its factor says."""
+        """The claim of a policy whose factor is its namespace's: CLAIM, so
+        that a new cap makes no channel written before it claim more than its
+        factor says; a lighter policy of its namespace claims less
+        (`claim_under`)."""
         return None if self.cluster_cap is None else CLAIM
+
+    def claim_under(self, factor: float) -> int | None:
+        """What its channel claims under its namespace's scale `factor` so
+        that claim × factor is its own fair part (weight × level):
+        CLAIM × weight ÷ the weight `factor` stands for, never above CLAIM
+        (a policy heavier than its namespace's factor gets less than its
+        part). None where no claim says its part: no cluster cap, or a
+        factor taken at another level than its own."""
+        if self.claim is None or self.factor <= 0:
+            return None
+        ratio = self.weight * factor / self.factor  # the weight the factor stands for
+        ref = round(ratio)
+        if ref < 1 or not math.isclose(ratio, ref, rel_tol=1e-9):
+            return None
+        return int(CLAIM) if ref <= self.weight else int(CLAIM * self.weight / ref)
 
     @property
     def scaled(self) -> bool:
-        """The cluster cap bound: this policy gets less than it wanted."""
+        """A cap over several policies (the cluster's or its class's) bound:
+        this policy gets less than it wanted."""
         return self.budget < self.wanted
+
+    @property
+    def carried(self) -> bool:
+        """Its cut is the cluster scale's to carry (claim × factor, the
+        cluster's level): the cluster cap cut it. A cut by its class's cap
+        no factor says; only its channel can."""
+        return self.scaled and not self.class_bound
 
 
 def cluster_shares(wanted: Mapping[K, float], cluster_cap: float | None,
                    counted: Collection[K] | None = None,
-                   weights: Mapping[K, int] | None = None) -> dict[K, ClusterShare]:
-    """Each policy's budget: what it wants, cut fairly by weight to fit the
-    cluster cap among the `counted` ones (default: all); each uncounted one's
-    is what it would get once counted."""
+                   weights: Mapping[K, int] | None = None,
+                   classes: Mapping[K, ClassCap] | None = None) -> dict[K, ClusterShare]:
+    """Each policy's budget: what it wants, cut fairly by weight to fit its
+    class's cap (`classes`: by policy, where its class sets one) and the
+    cluster cap among the `counted` ones (default: all); each uncounted
+    one's is what it would get once counted."""
     weights = weights or {}
     counted_keys = set(wanted) if counted is None else set(counted) & set(wanted)
     demands = {k: fair_share.Demand(v, weights.get(k, 1)) for k, v in wanted.items()}
-    if cluster_cap is None:
-        total = math.fsum(wanted[k] for k in counted_keys)
-        return {k: ClusterShare(budget=v, wanted=v, total_wanted=total,
-                                policies=len(counted_keys), cluster_cap=None,
-                                weight=demands[k].weight, counted=k in counted_keys)
-                for k, v in wanted.items()}
-    fair = fair_share.FairShares({k: demands[k] for k in counted_keys}, cluster_cap)
-    return {k: ClusterShare(
-        budget=fair.budget(d) if k in counted_keys else fair.prospective(d),
-        wanted=d.wanted, total_wanted=fair.total_wanted, policies=len(counted_keys),
-        cluster_cap=cluster_cap, weight=d.weight, total_weight=fair.total_weight,
-        counted=k in counted_keys, level=fair.level) for k, d in demands.items()}
+    split = ClassSplit(demands, counted_keys, classes or {})
+    capped = {k: fair_share.Demand(split.capped(k, demands[k]), demands[k].weight)
+              for k in counted_keys}
+    total = math.fsum(wanted[k] for k in counted_keys)
+    total_capped = math.fsum(capped[k].wanted for k in counted_keys)
+    total_weight = sum(demands[k].weight for k in counted_keys)
+    fair = None if cluster_cap is None else fair_share.FairShares(capped, cluster_cap)
+
+    def share(k: K, d: fair_share.Demand) -> ClusterShare:
+        is_counted = k in counted_keys
+        in_class = capped[k].wanted if is_counted else split.prospective(k, d)
+        if fair is None:
+            budget = in_class
+        elif is_counted:
+            budget = fair.budget(capped[k])
+        else:
+            # Exact although its class's others are not cut with it: the
+            # cluster's level decides its part only below its class's new
+            # level, where their cut demands do not matter (class_shares.py).
+            budget = fair.prospective(fair_share.Demand(in_class, d.weight))
+        part = split.part(k, d, is_counted)
+        return ClusterShare(
+            budget=budget, wanted=d.wanted, total_wanted=total, policies=len(counted_keys),
+            cluster_cap=cluster_cap, weight=d.weight,
+            total_weight=total_weight, counted=is_counted,
+            level=None if fair is None else fair.level, class_part=part,
+            class_bound=part is not None and in_class < d.wanted and budget >= in_class,
+            total_capped=None if total_capped >= total else total_capped,
+            wanted_in_class=in_class)
+
+    return {k: share(k, d) for k, d in demands.items()}
 
 
 def policy_budgets(wanted: Mapping[K, float], cluster_cap: float | None,
                    counted: Collection[K] | None = None,
-                   weights: Mapping[K, int] | None = None) -> dict[K, float]:
+                   weights: Mapping[K, int] | None = None,
+                   classes: Mapping[K, ClassCap] | None = None) -> dict[K, float]:
     """Each policy's budget (`cluster_shares`), in bytes/s."""
-    return {key: share.budget
-            for key, share in cluster_shares(wanted, cluster_cap, counted, weights).items()}
+    return {key: share.budget for key, share in
+            cluster_shares(wanted, cluster_cap, counted, weights, classes).items()}
 
 
 def joint_sizing(inputs: Mapping[K, sizing.SizingInput], cluster_cap: float | None,
                  counted: Collection[K] | None = None, weights: Mapping[K, int] | None = None,
+                 classes: Mapping[K, ClassCap] | None = None,
                  ) -> dict[K, tuple[sizing.Sizing, ClusterShare]]:
     """Every valid policy's sizing under the cluster cap as applied to all of
     them together: a policy's allowed bandwidth, drain time and effective
     overlap are those of its joint budget, and the cluster cap is the binding
-    one whenever the joint scaling cut it. Invalid inputs are left out (their
-    status says why on its own)."""
+    one whenever the joint scaling cut it (sizing's "cluster": the share's
+    `class_bound` tells when it was its class's cap). Invalid inputs are
+    left out (their status says why on its own)."""
     alone: dict[K, sizing.Sizing] = {}
     for key, inp in inputs.items():
         try:
@@ -156,11 +218,11 @@ def joint_sizing(inputs: Mapping[K, sizing.SizingInput], cluster_cap: float | No
         except InvalidInput:
             continue
     split = cluster_shares({k: s.allowed_bandwidth for k, s in alone.items()}, cluster_cap,
-                           counted, weights)
+                           counted, weights, classes)
     out: dict[K, tuple[sizing.Sizing, ClusterShare]] = {}
     for key, share in split.items():
-        # The policy's part of the cluster cap is its joint budget; where the
-        # cap does not bind jointly it binds for no one.
+        # The policy's part of the cluster cap (and its class's) is its joint
+        # budget; where neither binds jointly it binds for no one.
         part = share.budget if share.scaled else None
         try:
             out[key] = (sizing.compute(dataclasses.replace(inputs[key], cluster_cap=part)),

@@ -1,13 +1,14 @@
 """Judgements over all the CheckpointClasses at once: each class's own
 conditions (Accepted; Default for a class annotated default, False for all
-but the oldest) and each policy's weight under the cluster cap where its
-class sets one. Pure."""
+but the oldest), each policy's weight under the cluster cap where its
+class sets one, and its class's cap on its policies together. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from ckptdrain.operator.policy.class_shares import ClassCap
 from ckptdrain.operator.policy.classes import (
     Catalogue,
     CheckpointClass,
@@ -27,6 +28,25 @@ def weights(bodies: Mapping[tuple[str, str], Mapping[str, Any]], classes: Catalo
         if isinstance(cls, CheckpointClass) and cls.bandwidth_weight is not None:
             out[key] = cls.bandwidth_weight
     return out
+
+
+def caps(bodies: Mapping[tuple[str, str], Mapping[str, Any]], classes: Catalogue
+         ) -> dict[tuple[str, str], ClassCap]:
+    """Each policy's class cap where its class sets one (spec.bandwidthCap:
+    the most the class's policies drain at together), by (namespace, name)."""
+    out = {}
+    for key, body in bodies.items():
+        cls = choose(body.get("spec") or {}, classes).cls
+        if isinstance(cls, CheckpointClass) and cls.bandwidth_cap is not None:
+            out[key] = ClassCap(cls.name, cls.bandwidth_cap)
+    return out
+
+
+def bandwidth_settings(classes: Catalogue) -> dict[str, tuple[int | None, float | None]]:
+    """Each usable class's (weight, cap): what the joint split reads of it,
+    so that an edit of either asks for a joint pass (class_events.py)."""
+    return {name: (cls.bandwidth_weight, cls.bandwidth_cap) for name, cls in classes.items()
+            if isinstance(cls, CheckpointClass)}
 
 
 #: A class's own conditions: whether the operator can use it, and (for a

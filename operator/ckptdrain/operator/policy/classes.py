@@ -4,11 +4,12 @@ applied. Pure, no Kubernetes.
 A class (cluster-scoped, crds/checkpointclasses.yaml) carries the settings
 the operator otherwise takes from its own configuration (the chart's
 values): the node-local root, the injected containers' resources, the agent
-image, the bandwidth weight, the store identity (policy/class_identity.py);
-the stores its policies may write to, with their endpoints and whether each
-may receive the ambient identity (policy/class_stores.py); the namespaces
-whose policies may use it (policy/class_namespaces.py); and the nodes its
-policies' pods may run on (policy/class_placement.py).
+image, the bandwidth weight and cap (policy/class_bandwidth.py), the store
+identity (policy/class_identity.py); the stores its policies may write to,
+with their endpoints and whether each may receive the ambient identity
+(policy/class_stores.py); the namespaces whose policies may use it
+(policy/class_namespaces.py); and the nodes its policies' pods may run on
+(policy/class_placement.py).
 
     policy CREATE without spec.checkpointClassName
        └── the default class's name written in (`default_choice`: annotation
@@ -39,8 +40,9 @@ from typing import Any
 
 from ckptdrain.contract.api import class_named
 from ckptdrain.errors import InvalidInput
-from ckptdrain.operator.config import MAX_WEIGHT, OperatorConfig
+from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.containers import read_platform
+from ckptdrain.operator.policy.class_bandwidth import read_cap, read_weight
 from ckptdrain.operator.policy.class_identity import for_namespace, read_identity
 from ckptdrain.operator.policy.class_namespaces import (
     EVERY_NAMESPACE,
@@ -90,6 +92,8 @@ class CheckpointClass:
     resources: Mapping[str, Any] | None = None
     agent_image: str | None = None
     bandwidth_weight: int | None = None
+    #: spec.bandwidthCap (bytes/s): the most its policies drain at together.
+    bandwidth_cap: float | None = None
     #: spec.namespaces: which namespaces' policies the class takes.
     namespaces: NamespaceRule = EVERY_NAMESPACE
     #: spec.identity as written ({namespace} kept); None: the chart's mapping.
@@ -161,19 +165,16 @@ def read(body: Mapping[str, Any]) -> CheckpointClass:
         except InvalidInput as error:
             problems += getattr(error, "problems", None) or [error]
     image = _text(spec, "agentImage", problems)
-    weight = spec.get("bandwidthWeight")
-    if weight is not None and (not isinstance(weight, int) or isinstance(weight, bool)
-                               or not 1 <= weight <= MAX_WEIGHT):
-        problems.append(InvalidInput("spec.bandwidthWeight",
-                                     f"a whole number from 1 to {MAX_WEIGHT}", weight))
+    weight = read_weight(spec.get("bandwidthWeight"), problems)
+    cap = read_cap(spec.get("bandwidthCap"), problems)
     created = str(meta.get("creationTimestamp", ""))
     default = (meta.get("annotations") or {}).get(DEFAULT_ANNOTATION) == "true"
     if problems:
         raise ClassInvalid(name, problems, created, default)
     return CheckpointClass(
         name=name, created=created, default=default, root=root, stores=stores,
-        resources=resources, agent_image=image, bandwidth_weight=weight, namespaces=namespaces,
-        identity=identity, placement=placement)
+        resources=resources, agent_image=image, bandwidth_weight=weight, bandwidth_cap=cap,
+        namespaces=namespaces, identity=identity, placement=placement)
 
 
 def catalogue(bodies: list[Mapping[str, Any]]) -> dict[str, CheckpointClass | ClassInvalid]:

@@ -20,6 +20,7 @@ from typing import Any
 from ckptdrain import units
 from ckptdrain.contract.api import timestamp
 from ckptdrain.operator.policy.allocation import ClusterShare
+from ckptdrain.operator.policy.constrained import verdict
 from ckptdrain.sizing import Sizing
 
 READY, DEGRADED, CONSTRAINED = "Ready", "Degraded", "BandwidthConstrained"
@@ -152,44 +153,10 @@ def sizing_fields(s: Sizing) -> dict[str, Any]:
 
 def _constrained(s: Sizing, cluster: ClusterShare | None, generation: int | None,
                  now: datetime, previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """BandwidthConstrained from the sizing under the joint budget: a policy the
-    cluster cap cut says so, by how much, and what its fair part is."""
-    idle = cluster is not None and not cluster.counted and cluster.cluster_cap is not None
-    if not s.bandwidth_constrained:
-        return condition(CONSTRAINED, False, "WithinCaps",
-                         f"{units.format_rate(s.required_bandwidth)} fits every cap"
-                         + (IDLE_NOTE if idle else ""), generation, now, previous)
-    cap = f"the {s.binding_cap} cap"
-    if s.binding_cap == "cluster" and cluster is not None and cluster.cluster_cap is not None:
-        cap = _fair_part(cluster)
-    return condition(
-        CONSTRAINED, True, "PolicyCap" if s.binding_cap == "policy" else "ClusterCap",
-        f"{cap} allows {units.format_rate(s.allowed_bandwidth)} of the "
-        f"{units.format_rate(s.required_bandwidth)} required: effective overlap "
-        f"{units.format_percent(s.effective_overlap)} instead of "
-        f"{units.format_percent(s.overlap)}" + (IDLE_NOTE if idle else ""),
-        generation, now, previous)
-
-
-#: What an idle policy's BandwidthConstrained adds: its figures are what it
-#: gets once it runs, and until then it takes nothing from the others.
-IDLE_NOTE = ("; no pod of it runs, so it takes no part of the cluster cap yet: "
-             "these are its figures once one does")
-
-
-def _fair_part(c: ClusterShare) -> str:
-    """Why the cluster cap gives a policy what it gives: whom it shares with
-    and by which weights (operator/policy/fair_share.py)."""
-    cap = f"the cluster cap of {units.format_rate(c.cluster_cap or 0.0)}"
-    others = c.policies - (1 if c.counted else 0)
-    if others <= 0:
-        return cap
-    others_want = c.total_wanted - (c.wanted if c.counted else 0.0)
-    weights = c.total_weight + (0 if c.counted else c.weight)
-    split = "equal weights" if weights == others + 1 else f"weight {c.weight} of {weights}"
-    return (f"{cap}, split fairly ({split}) with {others} other "
-            f"{'policy' if others == 1 else 'policies'} with pods wanting "
-            f"{units.format_rate(max(others_want, 0.0))} together,")
+    """BandwidthConstrained from the sizing under the joint budget
+    (policy/constrained.py says which cap binds and why)."""
+    constrained, reason, message = verdict(s, cluster)
+    return condition(CONSTRAINED, constrained, reason, message, generation, now, previous)
 
 
 def for_sizing(s: Sizing, generation: int | None, now: datetime,
