@@ -165,6 +165,9 @@ class _Store:
         self.objects[key] = {"spec": {**(old or {}).get("spec", {}), **(patch or body)["spec"]}}
         return self.objects[key]
 
+    def read_own(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((namespace, name))
+
     def factor(self, namespace: str) -> float:
         return float(self.objects[(namespace, sh.SCALE_NAME)]["spec"]["clusterScale"]["factor"])
 
@@ -173,6 +176,7 @@ class _Store:
 def store(monkeypatch: pytest.MonkeyPatch) -> Any:
     fake = _Store()
     monkeypatch.setattr(kube, "write_object", fake.write_object)
+    monkeypatch.setattr(kube, "read_own", fake.read_own)
     op.forget()
     yield fake
     op.forget()
@@ -217,6 +221,27 @@ def test_a_larger_factor_waits_for_the_joint_pass_a_smaller_one_does_not(
     assert store.factor("a") == 0.8
     assert op.publish_scale("a", 0.3, 4e9, _view_of({"a"}, 0.3))  # lower: at once
     assert store.factor("a") == 0.3
+
+
+def test_a_fresh_process_raises_no_factor_it_did_not_place_until_the_joint_pass_may(
+        store: _Store) -> None:
+    assert op.publish_scale("a", 0.3, 4e9, _view_of({"a"}, 0.3))
+    op.forget()  # a restart: the scale stays, what this process wrote is gone
+    assert op.publish_scale("a", 0.8, 4e9, _view_of({"a"}, 0.8))
+    assert store.factor("a") == 0.3  # the one placed, not a raise
+    assert op.publish_scale("a", 0.8, 4e9, _view_of({"a"}, 0.8), may_raise=True)
+    assert store.factor("a") == 0.8
+
+
+def test_a_scale_that_cannot_be_read_is_not_written_until_the_joint_pass_may_raise(
+        store: _Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreadable(*_: object) -> None:
+        raise RuntimeError("apiserver unavailable")
+    monkeypatch.setattr(kube, "read_own", unreadable)
+    assert not op.publish_scale("a", 0.8, 4e9, _view_of({"a"}, 0.8))
+    assert store.writes == []
+    assert op.publish_scale("a", 0.8, 4e9, _view_of({"a"}, 0.8), may_raise=True)
+    assert store.factor("a") == 0.8
 
 
 def test_no_cluster_cap_no_scale_and_a_deposed_replica_writes_nothing(store: _Store) -> None:

@@ -46,6 +46,9 @@ class Cluster:
             self.peak[policy_key] = max(self.peak.get(policy_key, 0.0), rate)
         return self.objects[key]
 
+    def read_own(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((namespace, name))
+
     def applied(self) -> dict[Key, float]:
         """What each policy's admitted drainers take together."""
         out = {}
@@ -106,6 +109,7 @@ def fresh_process() -> None:
 def cluster_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     c = Cluster()
     monkeypatch.setattr(kube, "write_object", c.write_object)
+    monkeypatch.setattr(kube, "read_own", c.read_own)
     monkeypatch.setattr(kube, "patch_status", lambda *a, **k: None)
     monkeypatch.setattr(kube, "post_event", lambda *a, **k: None)
     monkeypatch.setattr(rebalance.time, "monotonic", lambda: c.now)

@@ -50,6 +50,18 @@ def test_a_channel_above_its_new_budget_counts_as_a_shrink_whatever_the_last_pas
     assert raised
 
 
+def test_a_channel_this_process_never_wrote_goes_out_before_the_scale_rises() -> None:
+    # A fresh process: what A's channel says is unknown (an older release's
+    # budget and claim, say), so it is written before B grows the scale.
+    assert jo.held(None, None, jo.Target(40e6, carried=True, claim=C)) == 40e6
+    steps, raised = jo.plan({A: jo.Target(40e6, carried=True, claim=C),
+                             B: jo.Target(60e6, carried=True, claim=C)},
+                            {B: 30e6}, {B: (30_000_000, C)})
+    assert [(s.key, s.raise_first, s.rewrite) for s in steps] == [
+        (A, False, True), (B, True, True)]
+    assert raised
+
+
 def test_nothing_grows_so_the_scale_is_raised_after_the_last_step() -> None:
     steps, raised = jo.plan({A: jo.Target(10e6, carried=True, claim=C)}, {A: 20e6},
                             {A: (100_000_000, C)})

@@ -65,9 +65,12 @@ def behind(written: Written, target: Target) -> bool:
 def held(before: float | None, written: Written, target: Target) -> float:
     """What the policy's agents may apply before the pass: the last joint
     pass's budget, or its channel's budget where that is larger and no
-    factor cuts it."""
+    factor cuts it; for a channel this process has not written, at least
+    its new budget (what it holds is unknown: it goes out before a raise)."""
     held_now = before or 0.0
-    if written is not None and target.budget < written[0] \
+    if written is None:
+        return max(held_now, target.budget)
+    if target.budget < written[0] \
             and not _cut_by_factor(written, target):
         held_now = max(held_now, float(written[0]))
     return held_now

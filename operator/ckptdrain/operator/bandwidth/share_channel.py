@@ -41,6 +41,7 @@ from typing import Any
 from ckptdrain.contract import share as sh
 from ckptdrain.contract.record import owner_reference
 from ckptdrain.operator.apiserver import kube, leadership
+from ckptdrain.operator.bandwidth.placed_scale import placed_factor
 
 Key = tuple[str, str]
 
@@ -227,7 +228,8 @@ def publish_scale(namespace: str, factor: Factors, cluster_cap: float | None,
     an older, larger factor over a newer one. Channel publications wait
     behind it (they call this first). A smaller factor goes out at once; a
     larger one only with `may_raise`, which the joint pass gives once the
-    channels that shrink are out. No cluster cap: no scale. A namespace whose
+    channels that shrink are out (larger than what is placed, where this
+    process wrote none: bandwidth/placed_scale.py). No cluster cap: no scale. A namespace whose
     write fails is retried a heartbeat later (logged): its channels carry
     their whole budget meanwhile."""
     if cluster_cap is None:
@@ -247,9 +249,15 @@ def publish_scale(namespace: str, factor: Factors, cluster_cap: float | None,
             wanted = _factor_of(factors, target)
             if wanted is None:
                 continue
-            last = _scale.last.get(target)
-            if last is not None and wanted > last[0] and not may_raise:
-                wanted = last[0]  # held back until the shrinking channels are out
+            if not may_raise:
+                # Held back until the shrinking channels are out; a factor this
+                # process never wrote is the one placed (a restart, a new
+                # release), None where that cannot be told: nothing is written.
+                held = _scale.last[target][0] if target in _scale.last \
+                    else placed_factor(target)
+                if held is None:
+                    continue
+                wanted = min(wanted, held)
             chosen[target] = (wanted, cluster_cap)
         specs = {n: sh.scale_spec(*value) for n, value in chosen.items()}
         for gone in set(_scale.placed) - namespaces:
