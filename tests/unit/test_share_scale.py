@@ -17,6 +17,7 @@ from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config
 from ckptdrain.operator.apiserver import kube, leadership
 from ckptdrain.operator.bandwidth import share_channel as op
+from ckptdrain.operator.policy import allocation
 from ckptdrain.operator.policy import spec as policy
 
 WANTED, BUDGET = 1000, 500  # published with a factor of 0.5
@@ -242,6 +243,20 @@ def test_a_scale_that_cannot_be_read_is_not_written_until_the_joint_pass_may_rai
     assert store.writes == []
     assert op.publish_scale("a", 0.8, 4e9, _view_of({"a"}, 0.8), may_raise=True)
     assert store.factor("a") == 0.8
+
+
+def test_a_policys_own_pass_after_the_level_moved_writes_its_new_factor(
+        store: _Store) -> None:
+    def joint(*names: str) -> dict[Any, Any]:
+        shares = allocation.cluster_shares({(n.lower(), n): 60e9 for n in names}, 40e9)
+        return {key: (None, share, None) for key, share in shares.items()}
+    before, after = joint("A", "B"), joint("A", "B", "C")
+    assert op.publish_joint_scale("a", before, 40e9, lambda: before)
+    # C joined: the factor in place is at another level, no reason to keep
+    # it (A's claim says nothing under it), though A's pass sees only A.
+    mine = {("a", "A"): after[("a", "A")]}
+    assert op.publish_joint_scale("a", mine, 40e9, lambda: after)
+    assert store.factor("a") == after[("a", "A")][1].factor < before[("a", "A")][1].factor
 
 
 def test_no_cluster_cap_no_scale_and_a_deposed_replica_writes_nothing(store: _Store) -> None:

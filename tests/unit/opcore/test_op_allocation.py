@@ -140,3 +140,16 @@ def test_the_split_is_weighted_max_min_fair(policies: list[tuple[float, int, boo
         # What an idle policy is told is what it gets once its pods run.
         joined = cluster_shares(wanted, cap, counted | {i}, weights)[i].budget
         assert shares[i].budget == pytest.approx(joined, rel=1e-9)
+
+
+def test_a_claim_is_taken_only_under_a_factor_of_its_own_level() -> None:
+    shares = cluster_shares({"a": 60e9, "b": 60e9}, 40e9, weights={"a": 1, "b": 3})
+    light, heavy = shares["a"], shares["b"]
+    # Under the heaviest's factor at the same level: its part, 1/3 of CLAIM.
+    assert light.claim_under(heavy.factor) == int(1e18 / 3)
+    assert heavy.claim_under(heavy.factor) == int(1e18)
+    # A factor taken at another level (the cap moved since) says nothing of
+    # its part, however close the weight it would stand for is to a whole one.
+    other = cluster_shares({"a": 60e9, "b": 60e9}, 50e9, weights={"a": 1, "b": 3})["b"]
+    assert light.claim_under(other.factor) is None
+    assert light.claim_under(heavy.factor * 1.01) is None
