@@ -163,8 +163,10 @@ class Allocation:
     #: Pods that may drain (None: not said, an older operator's object).
     writers: int | None = None
     heartbeat: str | None = None
-    #: The policy's claim on the cluster cap, weight × cap: claim × the
-    #: namespace's factor is its fair part (None: no scale applies).
+    #: The policy's claim on the cluster cap: 10^18 × its weight ÷ the
+    #: heaviest draining policy's weight in its namespace (never above 10^18),
+    #: so claim × the namespace's factor is its fair part (None: no scale
+    #: applies).
     wanted: int | None = None
     _spans: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
 

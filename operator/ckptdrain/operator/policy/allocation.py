@@ -103,10 +103,12 @@ class ClusterShare:
     @property
     def factor(self) -> float:
         """Its own cluster scale (policies weigh differently); its namespace's
-        scale is the smallest of its policies' (bandwidth/share_channel.py).
-        With `claim`, what agents apply to their channel's budget,
-        min(budget, claim × factor) = min(budget, weight × level), the fair
-        part; 1 when the cap does not bind."""
+        scale is the largest of its draining policies' (of all its policies'
+        while none drains: bandwidth/share_channel.py `namespace_factors`).
+        With the claim `claim_under` gives under that scale, what agents
+        apply to their channel's budget, min(budget, claim × scale) =
+        min(budget, weight × level), is the fair part; 1 when the cap does
+        not bind."""
         if self.level is None or self.cluster_cap is None:
             return 1.0
         return min(1.0, max(self.weight * self.level / CLAIM, 1.0 / CLAIM))
