@@ -32,7 +32,6 @@ from ckptdrain.contract.env import Env
 from ckptdrain.errors import CkptdrainError, InvalidInput
 from ckptdrain.node import config as node_config
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.restore import pod_work
 
 log = logging.getLogger("ckptdrain.agent")
 
@@ -287,12 +286,7 @@ def run(args: argparse.Namespace) -> int:
     tier = LocalTier(cfg.local_dir)
     try:
         cfg.local_dir.mkdir(parents=True, exist_ok=True)
-        # Never emptied here: the trainer may be running. The pod's own dir on
-        # the node only as restore makes it (normally restore made it first).
-        if pod_work.is_pod_dir(cfg.work_dir, cfg.local_dir):
-            pod_work.make(cfg.work_dir, cfg.work_group)
-        else:
-            group_access.make_dir(cfg.work_dir)
+        group_access.make_dir(cfg.work_dir)  # never emptied here: the trainer may be running
         drain, watcher = build_drain(cfg, tier, reporter, metrics)
     except CkptdrainError as err:
         print(f"ckptdrain agent: {err}", file=sys.stderr)

@@ -49,7 +49,8 @@ def _role(reader: bool) -> str:
 
 def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
               rank: int | None = None, *, reader: bool = False,
-              readers_alongside: bool = False) -> list[dict[str, Any]]:
+              readers_alongside: bool = False, node_work: bool = True
+              ) -> list[dict[str, Any]]:
     """Environment shared by the agent and restore, per the pod contract. A
     reader's `rank` is the shard it reads."""
     env = [
@@ -74,7 +75,8 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
                          (Env.SECRET_ACCESS_KEY, ref.secret_access_key_key)):
             env.append(_env(var, {"valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}))
     env += [
-        _env(Env.WORK_DIR, ckptdrain_work_dir(policy, rank, reader=reader)),
+        _env(Env.WORK_DIR, ckptdrain_work_dir(policy, rank, reader=reader,
+                                              node_work=node_work)),
         # The same directory as the trainer mounts it: what restore.json and
         # the resume answer name, so the trainer finds the step it points to.
         _env(Env.TRAINER_WORK_DIR, WORK_DIR),
@@ -134,11 +136,12 @@ def local_dir(policy: Policy) -> str:
     return LOCAL_DIR
 
 
-def work_on_node(policy: Policy, *, reader: bool = False) -> bool:
+def work_on_node(policy: Policy, *, reader: bool = False, node_work: bool = True) -> bool:
     """Whether the trainer's work dir is on the local tier's disk (a writer
-    under a disk local tier, hostPath or the CSI driver's volume), not an
-    emptyDir: see admission/work_dir.py."""
-    return not reader and not policy.memory_limit
+    under a disk local tier), not an emptyDir: see admission/work_dir.py.
+    `node_work` False: the node tier cannot hold it (the CSI driver's volume,
+    where no root container makes the pod's own work dir)."""
+    return node_work and not reader and not policy.memory_limit
 
 
 def work_name(rank: int | None) -> str:
@@ -159,19 +162,19 @@ def work_name_env(rank: int | None) -> list[dict[str, Any]]:
     return [_env(Env.POD_UID, _field("metadata.uid")), _env(Env.WORK_NAME, work_name(rank))]
 
 
-def ckptdrain_work_dir(policy: Policy, rank: int | None = None, *,
-                       reader: bool = False) -> str:
+def ckptdrain_work_dir(policy: Policy, rank: int | None = None, *, reader: bool = False,
+                       node_work: bool = True) -> str:
     """Where agent and restore see the trainer's work dir: on the node, through
     their own local-tier mount (a hard link cannot cross two mounts, even of
     one filesystem: EXDEV), else the work volume's own mount. Their
     CKPTDRAIN_POD_UID comes earlier in their environment."""
-    if work_on_node(policy, reader=reader):
+    if work_on_node(policy, reader=reader, node_work=node_work):
         return f"{LOCAL_DIR}/{work_name(rank)}"
     return WORK_DIR
 
 
 def trainer_env(pod: Mapping[str, Any], policy: Policy, rank: int | None = None, *,
-                reader: bool = False) -> list[dict[str, Any]]:
+                reader: bool = False, node_work: bool = True) -> list[dict[str, Any]]:
     """The trainer's environment; on the node, last, the entries its work dir's
     subPathExpr reads (WEBHOOK_OWNED: the webhook's values win over the pod's)."""
     return [
@@ -180,7 +183,8 @@ def trainer_env(pod: Mapping[str, Any], policy: Policy, rank: int | None = None,
         _env(Env.WRITER_ID, _writer_id(rank)),
         _env(Env.WRITERS, str(policy.writers)),
         _env(Env.ROLE, _role(reader)),
-        *(work_name_env(rank) if work_on_node(policy, reader=reader) else []),
+        *(work_name_env(rank) if work_on_node(policy, reader=reader, node_work=node_work)
+          else []),
     ]
 
 
