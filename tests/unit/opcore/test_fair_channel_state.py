@@ -43,6 +43,17 @@ def classed(ns: str, name: str, cls: str | None, generation: int = 1) -> dict[st
     return body
 
 
+def beside_b(cluster: Cluster, classes_view: class_view.ClassView,
+             classes: list[dict[str, Any]], **in_a: str | None) -> Any:
+    """The shape most of these cases share: `classes` in the view, the policies
+    `in_a` (name: class) in namespace a, and a classless B in namespace b; the
+    operator's configuration. Pods are the case's own."""
+    classes_view.replace(classes, "1")
+    cluster.policies = {**{("a", name): [classed("a", name, cls)] for name, cls in in_a.items()},
+                        ("b", "B"): [classed("b", "B", None)]}
+    return cfg_of()
+
+
 def status_already_says_new_budget(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """The policy's own reconcile wrote its status from the new budget
     before the joint pass (policy_reconcile.py)."""
@@ -116,11 +127,8 @@ def test_a_channel_above_its_class_cap_is_cut_before_the_scale_rises(
 
 def test_an_own_pass_before_the_joint_one_does_not_grow_a_channel_its_agents_read_alone(
         cluster: Cluster, no_checkpoint_classes: class_view.ClassView) -> None:
-    no_checkpoint_classes.replace([klass("batch", cap="80M")], "1")
-    cfg = cfg_of()
-    cluster.policies = {("a", "A1"): [classed("a", "A1", "batch")],
-                      ("a", "A2"): [classed("a", "A2", "batch")],
-                      ("b", "B"): [classed("b", "B", None)]}
+    cfg = beside_b(cluster, no_checkpoint_classes, [klass("batch", cap="80M")],
+                   A1="batch", A2="batch")
     # B's agent predates the claim: its channel alone bounds it.
     cluster.pods = {k: [pod(f"{k[1]}-0", follows_scale=k[1] != "B")] for k in cluster.policies}
     cluster.settle(cfg)
@@ -138,11 +146,8 @@ def test_an_own_pass_before_the_joint_one_does_not_grow_a_channel_its_agents_rea
 
 def test_a_heavier_class_beside_a_lighter_policy_of_its_namespace_gets_its_whole_budget(
         cluster: Cluster, no_checkpoint_classes: class_view.ClassView) -> None:
-    no_checkpoint_classes.replace([klass("gold", weight=3)], "1")
-    cfg = cfg_of()
-    cluster.policies = {("a", "A1"): [classed("a", "A1", "gold")],
-                        ("a", "A2"): [classed("a", "A2", None)],
-                        ("b", "B"): [classed("b", "B", None)]}
+    cfg = beside_b(cluster, no_checkpoint_classes, [klass("gold", weight=3)],
+                   A1="gold", A2=None)
     cluster.pods = {k: [pod(f"{k[1]}-0")] for k in cluster.policies}
     cluster.settle(cfg)
     # Before: namespace a's factor was A2's (weight 1): A1's agents took 20M of its 60M.
@@ -175,11 +180,8 @@ def test_a_lighter_policy_never_drains_at_a_heavier_policys_factor(
 
 def test_a_policys_own_pass_that_drops_its_claim_does_not_raise_what_its_agents_apply(
         cluster: Cluster, no_checkpoint_classes: class_view.ClassView) -> None:
-    no_checkpoint_classes.replace([klass("gold", weight=3)], "1")
-    cfg = cfg_of()
-    cluster.policies = {("a", "A1"): [classed("a", "A1", None)],
-                        ("a", "A2"): [classed("a", "A2", "gold")],
-                        ("b", "B"): [classed("b", "B", None)]}
+    cfg = beside_b(cluster, no_checkpoint_classes, [klass("gold", weight=3)],
+                   A1=None, A2="gold")
     cluster.pods = {k: [pod(f"{k[1]}-0")] for k in cluster.policies}
     cluster.settle(cfg)  # A1 20M (namespace a's factor is its), A2 60M, B 20M
     cluster.worst = 0

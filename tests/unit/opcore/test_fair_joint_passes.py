@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from tests.unit.opcore.test_fair_channel_state import (
+    beside_b,
     classed,
     join,
     klass,
@@ -33,11 +34,8 @@ from ckptdrain.operator.bandwidth import rebalance
 def test_an_own_pass_during_the_joint_pass_holds_until_the_shrinks_are_out(
         cluster: Cluster, no_checkpoint_classes: class_view.ClassView,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    no_checkpoint_classes.replace([klass("batch", cap="80M")], "1")
-    cfg = cfg_of()
-    cluster.policies = {("a", "A1"): [classed("a", "A1", "batch")],
-                        ("a", "A2"): [classed("a", "A2", "batch")],
-                        ("b", "B"): [classed("b", "B", None)]}
+    cfg = beside_b(cluster, no_checkpoint_classes, [klass("batch", cap="80M")],
+                   A1="batch", A2="batch")
     # B's agent reads no claim: its channel's budget is all it applies.
     cluster.pods = {k: [pod(f"{k[1]}-0", follows_scale=k[1] != "B")] for k in cluster.policies}
     cluster.settle(cfg)  # A1 40M, A2 40M, B 20M

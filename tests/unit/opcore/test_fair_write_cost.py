@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.unit.opcore.test_fair_channel_state import classed, klass
+from tests.unit.opcore.test_fair_channel_state import beside_b, classed, klass
 from tests.unit.opcore.test_fair_transitions import (  # noqa: F401 (the cluster fixture)
     CAP,
     Cluster,
@@ -80,11 +80,8 @@ def test_a_namespaces_factor_is_its_heaviest_draining_policys_and_each_claims_it
 
 def test_the_heaviest_policy_starting_and_stopping_moves_its_namespaces_claims_within_the_cap(
         cluster: Cluster, no_checkpoint_classes: class_view.ClassView) -> None:
-    no_checkpoint_classes.replace([klass("gold", weight=3)], "1")
-    cfg = cfg_of()
-    cluster.policies = {("a", "LIGHT"): [classed("a", "LIGHT", None)],
-                        ("a", "GOLD"): [classed("a", "GOLD", "gold")],
-                        ("b", "B"): [classed("b", "B", None)]}
+    cfg = beside_b(cluster, no_checkpoint_classes, [klass("gold", weight=3)],
+                   LIGHT=None, GOLD="gold")
     cluster.pods = {("a", "LIGHT"): [pod("LIGHT-0")], ("b", "B"): [pod("B-0")]}
     cluster.settle(cfg)  # half each; LIGHT claims C
     cluster.worst = 0
@@ -109,11 +106,8 @@ def test_a_lighter_policys_own_pass_takes_its_namespaces_scale_as_it_is(
         cluster: Cluster, no_checkpoint_classes: class_view.ClassView,
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sh, "HEARTBEAT_S", 1e9)
-    no_checkpoint_classes.replace([klass("gold", weight=2)], "1")
-    cfg = cfg_of()
-    cluster.policies = {("a", "LIGHT"): [classed("a", "LIGHT", None)],
-                        ("a", "GOLD"): [classed("a", "GOLD", "gold")],
-                        ("b", "B"): [classed("b", "B", None)]}
+    cfg = beside_b(cluster, no_checkpoint_classes, [klass("gold", weight=2)],
+                   LIGHT=None, GOLD="gold")
     cluster.pods = {k: [pod(f"{k[1]}-0")] for k in cluster.policies}
     cluster.settle(cfg)
     asked: list[int] = []
