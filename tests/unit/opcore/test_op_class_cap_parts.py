@@ -5,15 +5,19 @@ policy's own pass, and the CRD's spelling of spec.bandwidthCap."""
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
-from tests.unit.opcore.test_op_class_cap_status import NOW, _class, _hungry, constrained
+from tests.unit.opcore.test_op_class_cap_status import (
+    NOW,
+    _class,
+    _hungry,
+    class_event_handler,
+    constrained,
+)
 
 from ckptdrain.operator import class_events, config
 from ckptdrain.operator.apiserver import class_view
@@ -65,14 +69,7 @@ def wired(no_checkpoint_classes: class_view.ClassView, monkeypatch: pytest.Monke
     policies = {("a", "A"): [_hungry("a", "A", checkpointClassName="gold")],
                 ("b", "B"): [_hungry("b", "B")]}
     pods = {key: [object()] for key in policies}
-    kwargs = {name: {} for name in class_events.INDEXES} | {
-        "checkpointpolicy_index": {}, "pod_index": pods}
-
-    def class_event(body: dict[str, Any]) -> None:
-        class_events.checkpointclass_event(
-            event={"type": "MODIFIED", "object": body},  # type: ignore[arg-type]
-            memo=SimpleNamespace(config=cfg), logger=logging.getLogger("test"),  # type: ignore[arg-type]
-            **kwargs)
+    class_event = class_event_handler(cfg, pods)
 
     return cfg, policies, pods, class_event
 

@@ -8,6 +8,7 @@ holds, and an edit of it asks for a joint pass."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -121,14 +122,7 @@ def test_the_class_cap_reaches_the_split_and_its_edit_asks_for_a_joint_pass(
     monkeypatch.setattr(class_events, "_bandwidth_seen", None)
     monkeypatch.setattr(class_events, "_class_statuses", lambda logger: None)  # no apiserver
     monkeypatch.setattr(class_events, "start_recheck", lambda *a: None)  # no thread here
-    kwargs = {name: {} for name in class_events.INDEXES} | {
-        "checkpointpolicy_index": {}, "pod_index": pods}
-
-    def class_event(body: dict[str, Any]) -> None:
-        class_events.checkpointclass_event(
-            event={"type": "MODIFIED", "object": body},  # type: ignore[arg-type]
-            memo=SimpleNamespace(config=cfg), logger=logging.getLogger("test"),  # type: ignore[arg-type]
-            **kwargs)
+    class_event = class_event_handler(cfg, pods)
 
     class_event(_class(bandwidthCap="500M"))
     assert parts() == {("a", "A"): pytest.approx(250e6), ("a", "A2"): pytest.approx(250e6),
@@ -140,3 +134,20 @@ def test_the_class_cap_reaches_the_split_and_its_edit_asks_for_a_joint_pass(
     class_event(_class(bandwidthCap="1G"))
     assert scheduled == [rebalance.JOINT]
     assert parts()[("b", "B")] == pytest.approx(1e9)
+
+
+def class_event_handler(cfg: config.OperatorConfig, pods: dict[Any, Any]
+                        ) -> Callable[[dict[str, Any]], None]:
+    """The operator's class event handler, called as Kopf calls it on a
+    MODIFIED class, with empty indexes but the pods given."""
+    from ckptdrain.operator import class_events
+
+    kwargs = {name: {} for name in class_events.INDEXES} | {
+        "checkpointpolicy_index": {}, "pod_index": pods}
+
+    def class_event(body: dict[str, Any]) -> None:
+        class_events.checkpointclass_event(
+            event={"type": "MODIFIED", "object": body},  # type: ignore[arg-type]
+            memo=SimpleNamespace(config=cfg), logger=logging.getLogger("test"),  # type: ignore[arg-type]
+            **kwargs)
+    return class_event
