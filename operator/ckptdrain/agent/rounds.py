@@ -59,8 +59,11 @@ class Rounds:
         self._answered = 0.0
         self._stop = threading.Event()
         #: Set by the resume thread, applied by the agent's loop (apply()):
-        #: the agreed step and its decision, once placed in the work dir.
-        self._settled: tuple[Decision, float] | None = None
+        #: the agreed decision, once its step is in the work dir, with the
+        #: answer the trainer gets after the switch. One value under one lock:
+        #: the loop may run apply() at any moment between two lines of
+        #: _resume, and must never take the decision without its answer.
+        self._settled: tuple[Decision, float, resume_channel.Answer] | None = None
         self._lock = threading.Lock()
 
     # -- the thread ----------------------------------------------------------------
@@ -158,16 +161,15 @@ class Rounds:
                 started, False, decision.step, None, "", decision.round, decision.why,
                 f"{err}"))
             return
-        self._answered = started
-        with self._lock:
-            self._settled = (decision, started)
         path = workdir.trainer_path(cfg.trainer_work_dir, decision.step) \
             if decision.step is not None else None
+        answer = resume_channel.Answer(started, True, decision.step, path, tier,
+                                       decision.round, decision.why, decision.detail)
+        self._answered = started
+        with self._lock:
+            self._settled = (decision, started, answer)
         log.info("trainer restarted in place: ranks %s step %s in round %d (%s; %s)",
                  agreed.how, decision.step, decision.round, decision.why, decision.detail)
-        self._pending_answer = resume_channel.Answer(started, True, decision.step, path, tier,
-                                                     decision.round, decision.why,
-                                                     decision.detail)
 
     def _last_save(self, asked: float) -> float:
         """When the trainer last published a step (the rename sets the step
@@ -224,8 +226,6 @@ class Rounds:
         control.write(self.agent.cfg.work_dir, resume_channel.ANSWER_FILE, answer.to_dict())
 
     # -- on the agent's loop -------------------------------------------------------------
-    _pending_answer: resume_channel.Answer | None = None
-
     def apply(self) -> None:
         """On the agent's own thread (no capture runs meanwhile): switch to the
         agreed timeline, drop the abandoned steps, then answer the trainer."""
@@ -233,7 +233,7 @@ class Rounds:
             settled, self._settled = self._settled, None
         if settled is None:
             return
-        decision, started = settled
+        decision, started, answer = settled
         agent = self.agent
         agent.timeline, agent.resumed = decision.timeline, decision.step
         keep = decision.step if decision.step is not None else -1
@@ -249,7 +249,5 @@ class Rounds:
                 log.warning("dropping local step %d: the ranks resumed from %s", step,
                             decision.step if decision.step is not None else "scratch")
                 agent.tier.remove(step)
-        if self._pending_answer is not None:
-            self._answer(started, self._pending_answer)
-            self._pending_answer = None
+        self._answer(started, answer)
 

@@ -1,0 +1,128 @@
+"""A trainer restarted in place always gets its agent's answer (agent/rounds.py).
+
+The resume thread settles a round and the agent's own loop applies it
+(apply(): switch the timeline, drop abandoned steps, answer). The loop may
+run at any moment, also right after the resume thread hands a decision over.
+An answer handed over apart from its decision was lost when the loop ran in
+between: the trainer waited for good (seen on a real cluster, where the
+second request of a restarted trainer got no answer).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from ckptdrain import resume_channel
+from ckptdrain.agent import rounds as rounds_mod
+from ckptdrain.client import CONTROL_DIR, Client
+from ckptdrain.restore import meeting as meeting_mod
+from ckptdrain.restore.agreement import Decision
+
+
+class _EmptyTier:
+    def steps(self) -> list[int]:
+        return []
+
+    def has(self, step: int) -> bool:
+        return False
+
+    def remove(self, step: int) -> None:
+        raise AssertionError("no local step to drop")
+
+
+class _LoopRunsOnRelease:
+    """The resume thread's lock, where the agent's loop takes its turn the
+    moment the lock is free: the worst moment for a hand-over."""
+
+    def __init__(self) -> None:
+        self.inner = threading.Lock()
+        self.rounds: rounds_mod.Rounds | None = None
+        self._in_loop = False
+
+    def __enter__(self) -> None:
+        self.inner.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.release()
+        if self.rounds is not None and not self._in_loop:
+            self._in_loop = True
+            try:
+                self.rounds.apply()
+            finally:
+                self._in_loop = False
+
+
+def _rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+            decided: list[int]) -> tuple[rounds_mod.Rounds, Path]:
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = SimpleNamespace(writer=0, writers=2, pod_uid="uid-0", pod_name="llm-0",
+                          node_name="node-a", work_dir=work,
+                          trainer_work_dir=Path("/ckptdrain/work"),
+                          restore_agree_timeout_s=30.0)
+    agent = SimpleNamespace(cfg=cfg, tier=_EmptyTier(), drain=None, keep_in_work=set(),
+                            timeline="t1", resumed=100,
+                            terminating=threading.Event())
+    rounds_left = iter(range(5, 100))
+
+    def agree(*_: Any, **__: Any) -> meeting_mod.Agreed:
+        step = decided.pop(0)
+        decision = Decision(next(rounds_left), step, "agreed", "every rank reported",
+                            {0: "uid-0", 1: "uid-1"}, time.time(), f"t-{step}")
+        return meeting_mod.Agreed(decision, "decided", 0.1, "")
+    monkeypatch.setattr(meeting_mod, "agree", agree)
+    rounds = rounds_mod.Rounds(agent, meeting=None)
+    lock = _LoopRunsOnRelease()
+    lock.rounds = rounds
+    rounds._lock = lock  # type: ignore[assignment]
+    return rounds, work
+
+
+def _save(work: Path, step: int) -> None:
+    client = Client(work, environ={"CKPTDRAIN_WRITERS": "2", "CKPTDRAIN_WRITER_ID": "0"})
+    (client.begin(step) / "model.bin").write_bytes(b"x" * 64)
+    client.complete(step)
+
+
+def _ask(work: Path) -> float:
+    asked = time.time()
+    (work / CONTROL_DIR).mkdir(exist_ok=True)
+    (work / CONTROL_DIR / resume_channel.REQUEST_FILE).write_text(
+        json.dumps({"at": asked, "pid": 7}))
+    return asked
+
+
+def test_the_answer_is_written_when_the_loop_applies_the_round_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds, work = _rounds(tmp_path, monkeypatch, decided=[110])
+    _save(work, 110)
+    _save(work, 120)  # this rank's step past the agreed one: abandoned
+    asked = _ask(work)
+    rounds._resume(asked)
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.step, answer.tier, answer.round) == (True, 110, "work", 5)
+    assert answer.path == "/ckptdrain/work/step-110"
+    assert not (work / "step-120").exists() and rounds.agent.timeline == "t-110"
+
+
+def test_each_of_two_requests_in_a_row_gets_its_own_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two calls of restored() (two processes, or one asking twice): each
+    request is answered by the round it opened."""
+    rounds, work = _rounds(tmp_path, monkeypatch, decided=[110, 110])
+    _save(work, 110)
+    for round_ in (5, 6):
+        asked = _ask(work)
+        rounds._resume(asked)
+        rounds.apply()  # the loop's next turn changes nothing
+        answer = resume_channel.read_answer(work / CONTROL_DIR)
+        assert answer is not None and answer.covers >= asked, f"round {round_}"
+        assert (answer.step, answer.round) == (110, round_)
