@@ -206,6 +206,7 @@ def _run(s3: Any, allowed_root: str, root: str, logs: Logs, bucket: BucketWatch,
     files = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file())
     check(files, f"the checkpoints are in the driver's data dir ({len(files)} files, "
                  f"e.g. {files[:2]})")
+    work_on_node(pod, data, group, check)
 
     # The driver, then kubelet, restarted while the writer drains: nothing lost.
     restart_driver(logs, name, data, bucket, report, check)
@@ -253,3 +254,45 @@ def _run(s3: Any, allowed_root: str, root: str, logs: Logs, bucket: BucketWatch,
           f"{GRACE_S}s, scans every {SCAN_S}s; bound {bound:.1f}s)")
     report.append(f"| csi: policy deleted → its node data gone (grace {GRACE_S} s, scan "
                   f"{SCAN_S} s) | {took:.1f} s |")
+
+
+def work_on_node(pod: dict[str, Any], data: Path, group: int, check: Check) -> None:
+    """The trainer's work dir is its own dir in the driver's volume, made by
+    restore (65532, the pod's group, 2775), not an emptyDir; capture linked
+    the trainer's files into the local tier (the same inodes)."""
+    spec, uid = pod["spec"], pod["metadata"]["uid"]
+    mounts = spec["containers"][0].get("volumeMounts") or []
+    check(not any(v["name"] == "ckptdrain-work" for v in spec["volumes"])
+          and {"name": "ckptdrain-local", "mountPath": "/ckptdrain/work",
+               "subPathExpr": "$(CKPTDRAIN_WORK_NAME)"} in mounts,
+          f"the trainer mounts its work dir from the driver's volume, no emptyDir ({mounts})")
+    work = data / f"work-0-{uid}"
+    st = work.lstat()
+    check((st.st_uid, st.st_gid, oct(st.st_mode & 0o7777)) == (65532, group, "0o2775"),
+          f"{work.name} is 65532:{st.st_gid} {oct(st.st_mode & 0o7777)}: restore made it")
+    # The agent captures a published step within moments, and keeps the
+    # newest captured one in the work dir: seen within a few tries.
+    linked = wait_for("a step of the work dir linked into the local tier",
+                      lambda: _inodes(work, work) & _inodes(data, work), 60, every=1)
+    check(linked, f"capture linked the trainer's files: {len(linked)} inodes of "
+                  f"{work.name} are in the local tier too")
+
+
+def _inodes(top: Path, work: Path) -> set[int]:
+    """The inodes of the files under `top` (outside `work` unless it is `work`);
+    a file pruned while listed is skipped."""
+    found: set[int] = set()
+    try:
+        paths = list(top.rglob("*"))
+    except OSError:  # a dir pruned while listed: the next try
+        return found
+    for path in paths:
+        if top != work and work in path.parents:
+            continue
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            continue
+        if st.st_mode & 0o170000 == 0o100000:
+            found.add(st.st_ino)
+    return found

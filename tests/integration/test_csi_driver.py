@@ -114,9 +114,9 @@ def test_a_read_only_volume_cannot_be_written(harness: Harness) -> None:
 
 def test_a_later_pod_with_another_fs_group_is_mounted_leaving_the_group(
         harness: Harness) -> None:
-    # Only the injected containers (uid 65532, the owner) use the volume:
-    # refusing the pod would protect nothing, taking the group over would
-    # lock the first pod's trainer out of a 2770 directory.
+    # Taking the group over would lock the first pod's trainer out of a 2770
+    # directory; each pod's trainer reaches only its own work dir, which
+    # restore gives that pod's group (test_csi_work_dir.py).
     harness.policies[("team-a", "ckpt")] = UID_A
     first, second, third = new_pod_uid(), new_pod_uid(), new_pod_uid()
     harness.publish(harness.target(first), "team-a", first, group="2000")

@@ -154,3 +154,45 @@ def test_a_refused_capture_posts_one_warning_event_on_the_pod(tmp_path: Path) ->
     assert body["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "llm-0",
                                       "namespace": "ml", "uid": "uid-1"}
     assert body["message"].startswith("step 1: ") and "kept free" in body["message"]
+
+
+@given(keep=st.integers(1, 8), shard=st.integers(1, 10**9), more=st.integers(0, 10**9),
+       on_disk=st.booleans(), data=st.data())
+def test_a_policy_at_the_least_capacity_admission_takes_gets_its_scheduled_captures(
+        keep: int, shard: int, more: int, on_disk: bool, data: st.DataObject) -> None:
+    """Admission takes `keep + 1` shards (policy/spec.py); with the tier
+    holding only this writer's earlier steps (global, none being drained)
+    and steps no bigger than a shard, no scheduled capture is refused."""
+    capacity = (keep + 1) * shard + data.draw(st.sampled_from([0, more]))
+    need = data.draw(st.integers(0, shard))
+    held = data.draw(st.lists(st.integers(0, shard), max_size=keep))
+    sizes = dict(enumerate(held))
+    reserve = need * space.reserve_steps(need, capacity, keep, on_disk)
+    assert space.plan_room(need, reserve, sizes, sorted(sizes), capacity, BIG).refused is None
+
+
+def test_two_steps_are_kept_free_only_where_the_capacity_holds_keep_plus_three() -> None:
+    assert space.reserve_steps(10, 20, 1, False) == 1
+    assert space.reserve_steps(10, 39, 1, True) == 1
+    assert space.reserve_steps(10, 40, 1, True) == 2
+    assert space.reserve_steps(10, None, 1, True) == 2
+
+
+def test_with_the_work_dir_on_the_tier_keep_1_at_two_shards_still_captures(
+        tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    work = tmp_path / "local" / "work-0-0f1e"
+    work.mkdir(parents=True)
+    cfg = config.load(parser.parse_args([]), {
+        "CKPTDRAIN_WORK_DIR": str(work), "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local"),
+        "CKPTDRAIN_LOCAL_KEEP": "1", "CKPTDRAIN_LOCAL_CAPACITY": "2000"})
+    agent = Agent(cfg, LocalTier(cfg.local_dir), Recorder(), AgentMetrics(), None)  # type: ignore[arg-type]
+    assert agent.stale_work is not None  # the work dir is seen on the tier's disk
+    client = Client(work)
+    for step in (1, 2):
+        (client.begin(step) / "w").write_bytes(os.urandom(1000))
+        client.complete(step)
+        assert agent.capture_newest("schedule") == step
+        agent.tier.mark_global(step, "file:///store")  # drained: it may make room
+    assert agent.tier.steps() == [2]

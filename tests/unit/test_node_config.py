@@ -88,3 +88,19 @@ def test_gcs_cold_classes_reach_a_gs_agent() -> None:
                                 "CKPTDRAIN_COLD_STORAGE_CLASS": "COLDLINE",
                                 "CKPTDRAIN_COLD_AFTER": "2"})
     assert (cfg.cold_storage_class, cfg.cold_after) == ("COLDLINE", 2)
+
+
+@pytest.mark.parametrize("given", ["²", "١٢", "4294967295", "-1", "12a", "1 2"])
+def test_a_work_group_that_is_no_ascii_group_id_is_refused_naming_it(given: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        config.load(_args(), {"CKPTDRAIN_WORK_GROUP": given})
+    assert err.value.field == "CKPTDRAIN_WORK_GROUP"
+    assert str(err.value) == ("CKPTDRAIN_WORK_GROUP: expected a group id: a whole number "
+                              f"0 to 4294967294, got {given!r}")
+
+
+@pytest.mark.parametrize(("given", "group"), [
+    (None, None), ("", None), ("0", 0), (" 2000 ", 2000), ("4294967294", 4294967294)])
+def test_a_work_group_is_read_as_a_group_id(given: str | None, group: int | None) -> None:
+    env = {} if given is None else {"CKPTDRAIN_WORK_GROUP": given}
+    assert config.load(_args(), env).work_group == group

@@ -219,10 +219,47 @@ def _held_after_captures(local: Path, work: Path) -> list[int]:
 
 def test_on_the_node_the_tier_keeps_room_for_the_trainers_next_save_too(
         tmp_path: Path) -> None:
-    # Each step is 1000 bytes, within 4500: an emptyDir work dir leaves one
-    # step's reserve (3 kept), the node's leaves two (the trainer's next save
-    # lands on this disk too: 2 kept).
+    # keep 5 and 1000-byte steps: with the capacity holding keep + 3 of them
+    # the node's work dir keeps two steps free (the trainer's next save lands
+    # on this disk too), an emptyDir's one.
+    off = _agent(tmp_path / "a" / "local", tmp_path / "a" / "work", capacity="8000")
+    (tmp_path / "b" / "node" / OWN).mkdir(parents=True)
+    on = _agent(tmp_path / "b" / "node", tmp_path / "b" / "node" / OWN, capacity="8000")
+    assert (off.reserve_steps(1000), on.reserve_steps(1000)) == (1, 2)
+    assert on.reserve_steps(1001) == 1  # 8 such steps do not fit: one
+
+
+def test_below_keep_plus_three_steps_the_node_keeps_one_free_and_still_captures(
+        tmp_path: Path) -> None:
+    # Within 4500 (keep 5): two steps kept free would hold two steps; one
+    # holds three, on the node as with an emptyDir.
     off = _held_after_captures(tmp_path / "a" / "local", tmp_path / "a" / "work")
     on = _held_after_captures(tmp_path / "b" / "node", tmp_path / "b" / "node" / OWN)
-    assert off == [5, 4, 3]
-    assert on == [5, 4]
+    assert off == on == [5, 4, 3]
+
+
+def test_the_agent_never_starts_on_a_symlink_at_its_pods_work_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The agent makes a missing work dir on the node as restore does
+    (restore/pod_work.py): what stands there but is no directory of its own
+    stops it, naming the dir, and nothing is made through the link."""
+    import signal
+
+    from ckptdrain.agent import command as agent
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / OWN).symlink_to(elsewhere)
+    monkeypatch.delenv("CKPTDRAIN_ROLE", raising=False)
+    monkeypatch.setattr(Agent, "run", lambda self: 0)  # started: it would run till SIGTERM
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code = agent.main(["--work-dir", str(tmp_path / "node" / OWN), "--local-dir",
+                           str(tmp_path / "node"), "--metrics-port", "0"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 1
+    assert f"the pod's work dir {tmp_path / 'node' / OWN} is a symlink" in capsys.readouterr().err
+    assert os.listdir(elsewhere) == []

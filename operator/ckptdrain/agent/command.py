@@ -32,6 +32,7 @@ from ckptdrain.contract.env import Env
 from ckptdrain.errors import CkptdrainError, InvalidInput
 from ckptdrain.node import config as node_config
 from ckptdrain.node.localtier import LocalTier
+from ckptdrain.restore import pod_work
 
 log = logging.getLogger("ckptdrain.agent")
 
@@ -286,7 +287,12 @@ def run(args: argparse.Namespace) -> int:
     tier = LocalTier(cfg.local_dir)
     try:
         cfg.local_dir.mkdir(parents=True, exist_ok=True)
-        group_access.make_dir(cfg.work_dir)  # never emptied here: the trainer may be running
+        # Never emptied here: the trainer may be running. The pod's own dir on
+        # the node only as restore makes it (normally restore made it first).
+        if pod_work.is_pod_dir(cfg.work_dir, cfg.local_dir):
+            pod_work.make(cfg.work_dir, cfg.work_group)
+        else:
+            group_access.make_dir(cfg.work_dir)
         drain, watcher = build_drain(cfg, tier, reporter, metrics)
     except CkptdrainError as err:
         print(f"ckptdrain agent: {err}", file=sys.stderr)

@@ -6,7 +6,8 @@ Steady state, every `POLL` seconds:
   tier stays within the policy's capacity and the disk's free space, and a
   scheduled capture always leaves room for one more step of its size, so the
   SIGTERM checkpoint finds it (two when the trainer's work dir is on the
-  tier's disk: its next regular save lands there too): older steps go first
+  tier's disk, its next save landing there too, and the capacity holds
+  keep + 3 steps: node/space.py): older steps go first
   (global ones before local ones; never one being drained or the only copy
   of the recovery point). A capture that cannot fit even then is refused
   before anything is written; a failed capture is retried with exponential
@@ -35,6 +36,7 @@ Nothing here ever blocks or signals the trainer: it only reads the work dir.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -104,10 +106,10 @@ class Agent(AgentStartup):
         self._no_room = False
         # Steps whose failed prune was logged (once each; every try is counted).
         self._prune_reported: set[int] = set()
-        root = volume_root(cfg.work_dir, cfg.local_dir)
-        #: Step sizes kept free between scheduled captures: the SIGTERM
-        #: capture's, and on the node the trainer's next save's too.
-        self.reserve_steps = 1 if root is None else 2
+        root = volume_root(cfg.work_dir, cfg.local_dir)  # None: the work dir is not on the node
+        #: Steps of a size kept free between scheduled captures (space.reserve_steps).
+        self.reserve_steps = functools.partial(space.reserve_steps, capacity=cfg.local_capacity,
+                                               keep=cfg.local_keep, work_on_disk=root is not None)
         self.stale_work = None if root is None else StaleWork(
             root, cfg.work_dir, failed=self.metrics.errors.labels("prune").inc)
         #: agent/goodput.GoodputWatcher, when the agent accounts for goodput.
@@ -217,7 +219,7 @@ class Agent(AgentStartup):
                 need = space.tree_bytes(source)
                 # The emergency capture spends the reserve the scheduled ones kept.
                 self.make_room(need, step=step, reserve=0 if trigger == "sigterm"
-                               else need * self.reserve_steps)
+                               else need * self.reserve_steps(need))
             captured = self.tier.capture(source, step, writer=self.cfg.writer,
                                          writers=self.cfg.writers, should_stop=should_stop,
                                          extra=self._capture_extra(trigger))
@@ -273,13 +275,12 @@ class Agent(AgentStartup):
         busy = self.drain.busy_steps() if self.drain is not None else set()
         try:
             removed = self.tier.apply_retention(self.cfg.local_keep, busy)
-            # Retention by count alone can outgrow the capacity when steps
-            # grow: keep the SIGTERM checkpoint's room free between captures.
-            local = self.tier.steps()
-            if local:
-                with contextlib.suppress(space.WontFit):  # nothing more may go; capture says so
-                    removed += self.make_room(0, reserve=self.tier.bytes_of(local[0])
-                                              * self.reserve_steps)
+            # Retention by count alone can outgrow the capacity when steps grow:
+            # keep the reserve free between captures (capture says what cannot go).
+            if local := self.tier.steps():
+                newest = self.tier.bytes_of(local[0])
+                with contextlib.suppress(space.WontFit):
+                    removed += self.make_room(0, reserve=newest * self.reserve_steps(newest))
         except OSError as err:
             self.metrics.errors.labels("retention").inc()
             log.warning("retention failed: %s", err)

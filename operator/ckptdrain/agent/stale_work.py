@@ -1,6 +1,7 @@
 """Work dirs that earlier pods of this writer left on the node.
 
-On a disk local tier each pod has its own work dir in the tier's volume,
+On a disk local tier each pod has its own work dir in the tier's volume
+(the hostPath or the CSI driver's: the same layout),
 `<volume>/work-<writer>-<pod uid>` (admission/work_dir.py): a replacement pod
 may start while the old one still terminates, and must neither empty nor
 share the old trainer's dir. Once the old pod is gone its dir is stale: the
@@ -18,26 +19,23 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ckptdrain.restore import workdir
+from ckptdrain.restore import pod_work, workdir
+from ckptdrain.restore.pod_work import WORK_NAME
 
 log = logging.getLogger(__name__)
-
-#: A pod's work dir: the webhook's rank, then the pod's UID.
-WORK_NAME = re.compile(r"work-([0-9]+)-([0-9a-f][0-9a-f-]*)")
 
 
 def volume_root(work_dir: Path, local_dir: Path) -> Path | None:
     """The local tier's volume holding `work_dir`, or None when the work dir is
-    not on the node (an emptyDir). On the node it is named like a pod's work
-    dir and sits at the volume's root: `local_dir` itself (one writer) or its
-    parent (`writer-<id>`, several), on the same filesystem."""
-    work, local = Path(os.path.abspath(work_dir)), Path(os.path.abspath(local_dir))
-    if WORK_NAME.fullmatch(work.name) is None or work.parent not in (local, local.parent):
+    not on the node (an emptyDir). On the node it is a pod's work dir
+    (pod_work.is_pod_dir: at `local_dir` itself, one writer, or its parent,
+    `writer-<id>`, several) on the same filesystem."""
+    if not pod_work.is_pod_dir(work_dir, local_dir):
         return None
+    work, local = Path(os.path.abspath(work_dir)), Path(os.path.abspath(local_dir))
     probe = local  # `writer-<id>` may not exist yet: its volume does
     while not probe.exists() and probe != work.parent:
         probe = probe.parent

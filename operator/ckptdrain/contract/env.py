@@ -44,6 +44,8 @@ class Env(StrEnum):
     #: The trainer's per-pod work dir in the local tier's volume,
     #: `work-<writer>-$(CKPTDRAIN_POD_UID)`: what its subPathExpr mounts.
     WORK_NAME = "CKPTDRAIN_WORK_NAME"
+    #: The group restore gives that per-pod work dir: the pod's fsGroup.
+    WORK_GROUP = "CKPTDRAIN_WORK_GROUP"
     LOCAL_DIR = "CKPTDRAIN_LOCAL_DIR"
     LOCAL_KEEP = "CKPTDRAIN_LOCAL_KEEP"
     LOCAL_CAPACITY = "CKPTDRAIN_LOCAL_CAPACITY"

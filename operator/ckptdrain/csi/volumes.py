@@ -25,9 +25,11 @@ fsGroup (or the agent's own group without one), recorded as `group`. A
 later pod of the policy with another fsGroup is mounted with ownership left
 as it is: taking the group over would lock the pods already running out of
 a 2770 directory (their trainers hold only their own fsGroup), and refusing
-would protect nothing, since only the injected containers (uid 65532, the
-owner) use the volume; the trainer's work dir is an emptyDir. A later pod's
-trainer thus cannot enter the data through its group; the agent can.
+would protect nothing: the injected containers are uid 65532, the owner,
+and a trainer mounts only its pod's own work dir inside the data
+(`subPathExpr`), which restore gives that pod's group (restore/pod_work.py).
+A later pod's trainer thus never enters the rest of the data; its agent
+does.
 
 The mount calls and the policy lookup are injected (`Mounter`,
 `PolicyResolver`): tests run the same code with a real bind mount.

@@ -96,6 +96,9 @@ class AgentConfig:
     #: Where the policy's checkpoints were before its store moved, newest
     #: first: nothing at `store_uri` is then no fresh start (restore/engine.py).
     earlier_stores: tuple[EarlierStore, ...] = ()
+    #: The group restore gives the pod's own work dir on the node (the pod's
+    #: fsGroup; restore/pod_work.py); None: the one it inherits.
+    work_group: int | None = None
 
     @property
     def flush_budget_s(self) -> float:
@@ -132,6 +135,9 @@ FIELDS: tuple[Field, ...] = (
     Field("trainer_work_dir", Env.TRAINER_WORK_DIR, values.optional_text, None,
           "the work dir as the trainer mounts it, when it is not the work dir's path here "
           "(default: the work dir)"),
+    Field("work_group", Env.WORK_GROUP, values.optional_group, None,
+          "the group restore gives the pod's own work dir on the node (the pod's "
+          "fsGroup); unset: the group it inherits"),
     Field("local_dir", Env.LOCAL_DIR, values.path, "/ckptdrain/local",
           "the node-local (NVMe) tier"),
     Field("local_keep", Env.LOCAL_KEEP, units.parse_positive_int, "2",
@@ -222,10 +228,11 @@ FIELDS: tuple[Field, ...] = (
 #: The fields the restore step and the peer server read; `--help` of each
 #: lists only these (the others still parse: one configuration, one loader).
 RESTORE_FIELDS = frozenset({
-    "work_dir", "trainer_work_dir", "local_dir", "store_uri", "s3_endpoint", "region", "s3_sse",
-    "s3_sse_kms_key_id", "s3_ca_bundle", "s3_addressing", "writer_id", "writers", "role",
-    "readers", "restore", "restore_prefer", "restore_result", "restore_retry_deadline",
-    "restore_direct_io", "restore_reshard", "restore_mode", "restore_agree_timeout",
+    "work_dir", "trainer_work_dir", "work_group", "local_dir", "store_uri", "s3_endpoint",
+    "region", "s3_sse", "s3_sse_kms_key_id", "s3_ca_bundle", "s3_addressing", "writer_id",
+    "writers", "role", "readers", "restore", "restore_prefer", "restore_result",
+    "restore_retry_deadline", "restore_direct_io", "restore_reshard", "restore_mode",
+    "restore_agree_timeout",
     "earlier_stores", "policy", "pod_name", "pod_uid", "namespace", "node_name"})
 PEER_FIELDS = frozenset({"local_dir", "writer_id", "writers", "policy"})
 
@@ -304,6 +311,7 @@ def load(
         local_dir=raw["local_dir"],
         local_keep=raw["local_keep"],
         local_capacity=raw["local_capacity"],
+        work_group=raw["work_group"],
         global_keep=raw["global_keep"],
         interval_s=raw["interval"],
         global_every=raw["global_every"],

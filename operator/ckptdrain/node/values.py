@@ -4,6 +4,7 @@ when the text is wrong (InvalidInput)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,6 +64,21 @@ def port(field: str, value: object) -> int:
 
 def optional_bytes(field: str, value: object) -> int | None:
     return None if value is None else units.parse_bytes(field, value)
+
+
+#: The largest group id: 2**32 - 1 is (gid_t)-1, "no group" to chown.
+MAX_GROUP = 0xFFFFFFFE
+
+
+def optional_group(field: str, value: object) -> int | None:
+    """A group id (0 and up), or None when unset."""
+    text = optional_text(field, value)
+    if text is None:
+        return None
+    # ASCII digits only: str.isdigit() takes '²' (int() then fails) and '١٢'.
+    if re.fullmatch(r"[0-9]+", text) is None or int(text) > MAX_GROUP:
+        raise InvalidInput(field, f"a group id: a whole number 0 to {MAX_GROUP}", value)
+    return int(text)
 
 
 def restore_mode(field: str, value: object) -> bool:

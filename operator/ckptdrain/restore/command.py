@@ -21,7 +21,9 @@ Only exit 0 without a step is a fresh start: a step some of whose writers'
 manifests are merely missing (still being written, or abandoned) does not
 block one. Every outcome but a bad configuration starts by emptying the
 work dir of what a previous pod left (restore/workdir.py): what cannot be
-removed is exit 1, naming the path. The pod annotation `ckptdrain.io/restore: skip` asks for one on
+removed is exit 1, naming the path. The pod's own work dir on the node is
+made first (restore/pod_work.py): a symlink or a dir restore did not make
+in its place is exit 1 too. The pod annotation `ckptdrain.io/restore: skip` asks for one on
 purpose: nothing is placed, outcome `fresh_start`, reason "skipped by
 annotation".
 

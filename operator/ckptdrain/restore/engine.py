@@ -53,7 +53,7 @@ from ckptdrain.node import config as node_config
 from ckptdrain.node import durable, space
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.node.steps import step_dir
-from ckptdrain.restore import coordinated, elsewhere, peer_source, reshard, workdir
+from ckptdrain.restore import coordinated, elsewhere, peer_source, pod_work, reshard, workdir
 from ckptdrain.restore.plan import Candidate, Tier, candidates, wrong_writers
 from ckptdrain.restore.result import OUTCOMES, RestoreResult, Skipped
 from ckptdrain.store.base import Store
@@ -366,8 +366,9 @@ def _emptied(cfg: node_config.AgentConfig, result: RestoreResult) -> bool:
     """Empty the work dir (restore/workdir.py); False, with the outcome and
     reason set, when something there could not be removed."""
     try:
-        removed = workdir.empty(cfg.work_dir, keep_out=(cfg.local_dir,))
-    except workdir.NotEmptied as err:
+        removed = workdir.empty(cfg.work_dir, keep_out=(cfg.local_dir,), group=cfg.work_group,
+                                pod_dir=pod_work.is_pod_dir(cfg.work_dir, cfg.local_dir))
+    except (workdir.NotEmptied, pod_work.ForeignWorkDir) as err:
         result.outcome, result.reason = "cannot_place", str(err)
         return False
     except OSError as err:

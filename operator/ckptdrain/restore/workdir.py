@@ -12,6 +12,11 @@ request as a pending one), so restore removes every entry before placing
 anything. Only restore does it: it runs once per pod start, before the
 trainer; the agent, which restarts inside a running pod, never does.
 
+The pod's own work dir on the node is made by restore before the trainer's
+mount (restore/pod_work.py), never through a symlink; restore empties it
+through the descriptor of the directory it checked, never by its path
+again, and refuses when another dir or a symlink stands at its name after.
+
 Nothing is followed out of the work dir: a symlink in it is removed, not
 entered. What cannot be removed (a trainer's step in a directory the group
 may not write) stops restore with the path and the reason: silently left
@@ -36,32 +41,47 @@ from pathlib import Path
 from ckptdrain import group_access
 from ckptdrain.errors import CkptdrainError, InvalidInput
 from ckptdrain.node.steps import step_name
+from ckptdrain.restore import pod_work
 
 
 class NotEmptied(CkptdrainError):
     """Something a previous pod left in the work dir could not be removed."""
 
 
-def empty(work_dir: Path, keep_out: tuple[Path, ...] = ()) -> int:
+def empty(work_dir: Path, keep_out: tuple[Path, ...] = (), *, pod_dir: bool = False,
+          group: int | None = None) -> int:
     """Remove everything in `work_dir` (not the directory itself), creating
     it shared when missing; how many entries were removed. `keep_out`: paths
     that must never be inside the work dir (the local tier: emptying it would
-    delete the node's copies). Raises NotEmptied naming the first path that
-    could not go, after removing all it could."""
+    delete the node's copies). With `pod_dir` it is the pod's own work dir
+    on the node, made (or checked) by restore/pod_work.py with `group`
+    first (ForeignWorkDir when it may not be). Raises NotEmptied naming the
+    first path that could not go, after removing all it could."""
     work = Path(os.path.abspath(work_dir))
     for other in keep_out:
         other = Path(os.path.abspath(other))
         if other == work or work in other.parents:
             raise InvalidInput("CKPTDRAIN_WORK_DIR", f"a directory that does not hold {other} "
                                "(restore empties the work dir at each pod start)", str(work))
-    group_access.make_dir(work)
+    if pod_dir:
+        fd = pod_work.make_open(work, group)
+    else:
+        group_access.make_dir(work)
+        fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     failures: list[tuple[str, OSError]] = []
     removed = 0
-    with os.scandir(work) as entries:
-        for entry in entries:
-            problems = remove_tree(Path(entry.path))
-            failures += problems
-            removed += not problems
+    try:
+        # Through the directory restore checked, never by its path again: a
+        # symlink swapped in at the name later is neither followed nor emptied.
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                problems = _remove_at(fd, entry, work)
+                failures += problems
+                removed += not problems
+        if pod_dir:
+            pod_work.check_unmoved(work, fd)
+    finally:
+        os.close(fd)
     if failures:
         path, err = failures[0]
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
@@ -91,6 +111,29 @@ def remove_tree(path: Path) -> list[tuple[str, OSError]]:
             path.unlink()
     except OSError as err:
         failed(None, str(path), err)
+    return failures
+
+
+def _remove_at(fd: int, entry: os.DirEntry[str], work: Path) -> list[tuple[str, OSError]]:
+    """Remove the entry `entry` of the directory `fd` (relative to it, never
+    following a symlink), as much as can go; what could not, with why."""
+    failures: list[tuple[str, OSError]] = []
+
+    def failed(_function: object, where: str, err: BaseException) -> None:
+        if not isinstance(err, FileNotFoundError):
+            failures.append((str(work / where),
+                             err if isinstance(err, OSError) else OSError(str(err))))
+
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            if sys.version_info >= (3, 12):
+                shutil.rmtree(entry.name, dir_fd=fd, onexc=failed)
+            else:
+                shutil.rmtree(entry.name, dir_fd=fd, onerror=lambda f, p, i: failed(f, p, i[1]))
+        else:
+            os.unlink(entry.name, dir_fd=fd)
+    except OSError as err:
+        failed(None, entry.name, err)
     return failures
 
 

@@ -115,12 +115,12 @@ def test_the_record_keeps_each_image_once_the_latest_start_last() -> None:
     assert len(kept) == agent_images.KEEP and kept[-1] == "ckptdrain:21" and OLD not in kept
     entry = json.loads(data[agent_images.KEY])["images"][-1]
     assert entry == {"image": "ckptdrain:21", "since": "2026-11-29T12:00:00Z",
-                     "layout": agent_images.LAYOUT, "nodeTier": CSI}
+                     "layout": 2, "nodeTier": CSI}
 
 
 def test_images_of_another_injection_layout_are_never_given() -> None:
     data = agent_images.with_image(None, OLD, AT, node_tier=CSI,
-                                   layout=agent_images.LAYOUT - 1)
+                                   layout=agent_images.layout_of(CSI) - 1)
     data = agent_images.with_image(data, NEW, AT, node_tier=CSI)
     assert agent_images.recorded(data, node_tier=CSI) == (NEW,)
 
@@ -143,20 +143,27 @@ def test_an_image_recorded_in_one_node_tier_mode_is_never_given_in_the_other() -
                             {OLD: 3}).image == NEW
 
 
-def test_an_entry_of_an_earlier_release_names_no_mode_and_is_given_in_either() -> None:
-    # 0.1.0 and 0.2.0 recorded no mode; their agents serve both modes in the
-    # same layout, so the upgrade from them pins their running workloads.
+def test_an_entry_of_an_earlier_release_is_given_to_hostpath_pods_only() -> None:
+    # 0.1.0 and 0.2.0 recorded no mode, in layout 1. A hostPath pod is still
+    # injected in layout 1, so the upgrade pins its running workloads.
     earlier = {agent_images.KEY: json.dumps({"images": [
-        {"image": OLD, "since": "2026-11-01T00:00:00Z", "layout": agent_images.LAYOUT}]})}
-    for mode in (HOSTPATH, CSI):
-        assert agent_images.recorded(earlier, node_tier=mode) == (OLD,)
-        data = agent_images.with_image(earlier, NEW, AT, node_tier=mode)
-        assert agent_images.recorded(data, node_tier=mode) == (OLD, NEW)
-        assert agent_pin.choose(NEW, agent_images.recorded(data, node_tier=mode), job_pod(),
-                                {OLD: 3}).image == OLD
+        {"image": OLD, "since": "2026-11-01T00:00:00Z", "layout": 1}]})}
+    assert agent_images.recorded(earlier, node_tier=HOSTPATH) == (OLD,)
+    data = agent_images.with_image(earlier, NEW, AT, node_tier=HOSTPATH)
+    assert agent_images.recorded(data, node_tier=HOSTPATH) == (OLD, NEW)
+    assert agent_pin.choose(NEW, agent_images.recorded(data, node_tier=HOSTPATH), job_pod(),
+                            {OLD: 3}).image == OLD
     # The same image recorded again under a mode is listed once.
-    again = agent_images.with_image(earlier, OLD, AT, node_tier=CSI)
-    assert agent_images.recorded(again, node_tier=CSI) == (OLD,)
+    again = agent_images.with_image(earlier, OLD, AT, node_tier=HOSTPATH)
+    assert agent_images.recorded(again, node_tier=HOSTPATH) == (OLD,)
+    # A csi pod's trainer works in a dir of the driver's volume that only
+    # this release's restore makes: an earlier image is never pinned onto it.
+    assert agent_images.recorded(earlier, node_tier=CSI) == ()
+    data = agent_images.with_image(earlier, NEW, AT, node_tier=CSI)
+    assert agent_images.recorded(data, node_tier=CSI) == (NEW,)
+    assert agent_pin.choose(NEW, agent_images.recorded(data, node_tier=CSI), job_pod(),
+                            {OLD: 3}).image == NEW
+    assert json.loads(data[agent_images.KEY])["images"][-1]["layout"] == 2
 
 
 def test_a_record_someone_else_wrote_is_refused_never_overwritten() -> None:

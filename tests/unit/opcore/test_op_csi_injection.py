@@ -137,18 +137,53 @@ def test_a_root_trainer_needs_no_more_than_baseline_under_csi() -> None:
     assert [v for v in hostpath["spec"]["volumes"] if "hostPath" in v]
 
 
-def test_the_work_dir_stays_off_the_drivers_volume() -> None:
-    # Nothing root makes the pod's own work dir in the driver's volume (kubelet
-    # would make a subPathExpr dir root's): an emptyDir, as for a memory tier.
-    out = inject(restricted_pod(), CSI)
-    assert "emptyDir" in volume(out, "ckptdrain-work")
+def containers_of(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in container.get("env") or []}
+
+
+@pytest.mark.parametrize(("security", "group"), [({}, "65532"), ({"fsGroup": 5000}, "5000")])
+def test_the_trainer_works_in_the_drivers_volume(security: dict[str, Any], group: str) -> None:
+    # As in the hostPath mode: its own dir in the node tier, so capture links.
+    out = inject(restricted_pod(**security), CSI)
     trainer = out["spec"]["containers"][0]
-    assert {"name": "ckptdrain-work", "mountPath": "/ckptdrain/work"} in trainer["volumeMounts"]
-    assert not any("subPathExpr" in m for m in trainer["volumeMounts"])
-    agent = next(c for c in out["spec"]["initContainers"] if c["name"] == injection.AGENT)
-    env = {e["name"]: e.get("value") for e in agent["env"]}
-    assert env["CKPTDRAIN_WORK_DIR"] == "/ckptdrain/work"
-    assert injection.replaced_env(restricted_pod(), parse(), node_work=False) == []
+    assert trainer["volumeMounts"] == [{"name": "ckptdrain-local", "mountPath": "/ckptdrain/work",
+                                        "subPathExpr": "$(CKPTDRAIN_WORK_NAME)"}]
+    assert env_of(trainer)["CKPTDRAIN_WORK_NAME"] == "work-1-$(CKPTDRAIN_POD_UID)"
+    assert "ckptdrain-work" not in {v["name"] for v in out["spec"]["volumes"]}
+    # The node tier's disk holds it: no emptyDir, so no ephemeral-storage asked.
+    assert not [c["name"] for c in containers_of(out)
+                if "ephemeral-storage" in (c.get("resources") or {}).get("requests", {})]
+    by_name = {c["name"]: c for c in out["spec"]["initContainers"]}
+    for name in (injection.RESTORE, injection.AGENT):
+        assert env_of(by_name[name])["CKPTDRAIN_WORK_DIR"] == \
+            "/ckptdrain/local/work-1-$(CKPTDRAIN_POD_UID)"
+        assert {"name": "ckptdrain-local", "mountPath": "/ckptdrain/local"} in \
+            by_name[name]["volumeMounts"]
+    # Restore, not root, makes the dir, with the pod's group (restore/pod_work.py).
+    assert env_of(by_name[injection.RESTORE])["CKPTDRAIN_WORK_GROUP"] == group
+    assert "CKPTDRAIN_WORK_GROUP" not in env_of(by_name[injection.AGENT])
+    assert injection.PREPARE not in by_name
+    assert list(by_name).index(injection.RESTORE) < list(by_name).index(injection.AGENT)
+    own = restricted_pod(**security)
+    own["spec"]["containers"][0]["env"] = [{"name": "CKPTDRAIN_WORK_NAME", "value": "x"}]
+    assert injection.replaced_env(own, parse())
+
+
+@pytest.mark.parametrize("kind", ["reader", "memory"])
+def test_a_readers_or_a_memory_tiers_work_dir_stays_an_empty_dir(kind: str) -> None:
+    pol = parse(memory={"sizeLimit": "64Gi"}) if kind == "memory" else parse()
+    pod = restricted_pod()
+    ops = injection.build_pod_patch(pod, pol, CSI, default_rate=1e9, rank=1,
+                                    reader=kind == "reader")
+    out = jsonpatch.apply_patch(copy.deepcopy(pod), ops)
+    assert "emptyDir" in volume(out, "ckptdrain-work")
+    assert out["spec"]["containers"][0]["volumeMounts"] == [
+        {"name": "ckptdrain-work", "mountPath": "/ckptdrain/work"}]
+    assert not [c["name"] for c in containers_of(out) if "CKPTDRAIN_WORK_GROUP" in env_of(c)]
 
 
 def test_a_readers_volume_is_read_only() -> None:
@@ -222,14 +257,12 @@ def test_the_minimum_comes_from_the_environment() -> None:
             config.from_env({"CKPTDRAIN_CSI_MIN_MOUNT_GROUP": bad})
 
 
-def test_the_pages_state_the_work_dirs_request_as_injected() -> None:
-    # 80 GB, 2 writers (parse()): the figure install.md and pod-contract.md give.
-    out = inject(restricted_pod(), CSI)
-    agent = next(c for c in out["spec"]["initContainers"] if c["name"] == injection.AGENT)
-    request = agent["resources"]["requests"]["ephemeral-storage"]
+def test_the_contract_states_a_readers_work_dir_request_as_injected() -> None:
+    # 80 GB, 2 writers (parse()): the figure pod-contract.md gives.
+    out = inject(restricted_pod(), CSI, reader=True)
+    restore = next(c for c in out["spec"]["initContainers"] if c["name"] == injection.RESTORE)
+    request = restore["resources"]["requests"]["ephemeral-storage"]
     assert volume(out, "ckptdrain-work")["emptyDir"]["sizeLimit"] == request
     assert round(work_dir.work_size(parse()) / 2**30) == 112
-    docs = Path(__file__).resolve().parents[3] / "docs"
-    for page in ("install.md", "pod-contract.md"):
-        text = " ".join((docs / page).read_text().split())
-        assert f"112 GiB (`{request}`)" in text, page
+    page = Path(__file__).resolve().parents[3] / "docs" / "pod-contract.md"
+    assert f"112 GiB (`{request}`)" in " ".join(page.read_text().split())

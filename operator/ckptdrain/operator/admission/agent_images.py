@@ -4,13 +4,15 @@ image admission gives a writer pod (admission/agent_pin.py decides which).
 The record is one ConfigMap in the operator's namespace
 (CKPTDRAIN_AGENT_IMAGES, "namespace/name"; the chart renders it empty),
 holding the last KEEP images, the most recently started last, each with the
-injection LAYOUT and the node tier mode (CKPTDRAIN_NODE_TIER) it was
-recorded under: a pod of one mode mounts its node tier otherwise than a pod
-of the other, so an image that ran only in one is never given to a pod of
-the other. An entry of an earlier release names no mode: it is given to
-pods of either mode, since every release that wrote such entries (0.1.0,
-0.2.0) injects both modes in LAYOUT 1, and so the upgrade from one of them
-pins its running workloads. Every replica of the operator
+injection layout (LAYOUTS) and the node tier mode (CKPTDRAIN_NODE_TIER) it
+was recorded under: a pod of one mode mounts its node tier otherwise than a
+pod of the other, so an image that ran only in one is never given to a pod
+of the other. An entry of an earlier release names no mode and layout 1
+(0.1.0 and 0.2.0 injected both modes so): it is given to hostPath pods,
+whose layout is still 1, so the upgrade from one of them pins its running
+hostPath workloads. A csi pod is layout 2 now (the trainer's work dir in the
+driver's volume, made by restore), so its replacements get this release's
+image, whose restore makes that dir. Every replica of the operator
 records its own image when it starts (moved to the end when it is there: a
 rollback makes the older image the newest again), by an update at the
 version read, so two replicas starting together never drop each other's;
@@ -48,17 +50,26 @@ from ckptdrain.contract.api import (
     timestamp,
 )
 from ckptdrain.operator.admission import agent_pin
-from ckptdrain.operator.config import OperatorConfig
+from ckptdrain.operator.config import NODE_TIER_CSI, NODE_TIER_HOSTPATH, OperatorConfig
 
 log = logging.getLogger(__name__)
 
 #: The ConfigMap's key.
 KEY = "images.json"
-#: What the pods this release injects ask of the agent image: its commands,
-#: the mounts and environment it needs. Raise it when an agent of an earlier
-#: release could not run in the pod this release injects (or the reverse):
-#: images recorded under another layout are then never given.
-LAYOUT = 1
+#: What the pods this release injects ask of the agent image, per node tier
+#: mode: its commands, the mounts and environment it needs. Raise a mode's
+#: layout when an agent of an earlier release could not run in the pod this
+#: release injects in that mode (or the reverse): images recorded under
+#: another layout are then never given. csi is 2: its trainer's work dir is
+#: a subPath of the driver's volume that restore must make (restore/pod_work.py);
+#: an earlier restore does not, kubelet would make it root's, and a non-root
+#: trainer could not write its checkpoints.
+LAYOUTS = {NODE_TIER_HOSTPATH: 1, NODE_TIER_CSI: 2}
+
+
+def layout_of(node_tier: str) -> int:
+    """The injection layout of pods of the node tier mode `node_tier`."""
+    return LAYOUTS[node_tier]
 #: Images kept: one per upgrade.
 KEEP = 10
 #: How often admission reads the record again.
@@ -101,22 +112,24 @@ def entries(data: Mapping[str, str] | None) -> list[dict[str, Any]]:
 
 
 def recorded(data: Mapping[str, str] | None, *, node_tier: str,
-             layout: int = LAYOUT) -> tuple[str, ...]:
+             layout: int | None = None) -> tuple[str, ...]:
     """The images recorded for `layout` and the node tier mode `node_tier`
     (or for no mode: an earlier release's, which served both), oldest first
-    (UnreadableRecord)."""
+    (UnreadableRecord). `layout`: the mode's own unless given."""
+    layout = layout_of(node_tier) if layout is None else layout
     return tuple(dict.fromkeys(e["image"] for e in entries(data)
                                if e["layout"] == layout and e["nodeTier"] in (node_tier, None)))
 
 
 def with_image(data: Mapping[str, str] | None, image: str, at: datetime, *,
-               node_tier: str, keep: int = KEEP, layout: int = LAYOUT
+               node_tier: str, keep: int = KEEP, layout: int | None = None
                ) -> dict[str, str] | None:
     """The record's data with `image` under `node_tier` the newest (added, or
     moved to the end; the oldest dropped past `keep`; the same image under
     the other mode kept: it ran there too); None when it is the newest
     already. UnreadableRecord: never overwrite what a person wrote."""
     kept = entries(data)
+    layout = layout_of(node_tier) if layout is None else layout
     newest = {"image": image, "layout": layout, "nodeTier": node_tier}
     if kept and {k: kept[-1][k] for k in newest} == newest:
         return None

@@ -102,7 +102,7 @@ def volumes(policy: Policy, *, prepare: bool = True, reader: bool = False,
     """The volumes ckptdrain adds (`ckptdrain-local`: local_volume). A reader
     has no agent, so no bandwidth share. No `ckptdrain-work` when the work
     dir is on the node (admission/work_dir.py)."""
-    work = work_dir.volume(policy, reader=reader, node_work=csi_driver is None)
+    work = work_dir.volume(policy, reader=reader)
     return [
         local_volume(policy, prepare=prepare, reader=reader, csi_driver=csi_driver),
         *([] if work is None else [work]),
@@ -165,17 +165,15 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         return []
     spec = pod.get("spec", {})
     ops: JSONPatch = []
-    # The CSI driver's volume holds the local tier, not the trainer's work dir.
-    node_work = not config.csi
     shared = agent_env(pod, policy, default_rate, rank, reader=reader,
-                       readers_alongside=readers_alongside, node_work=node_work)
+                       readers_alongside=readers_alongside)
     # On the node, agent and restore see the work dir inside /ckptdrain/local.
-    work = ([] if work_on_node(policy, reader=reader, node_work=node_work)
-            else [("ckptdrain-work", WORK_DIR)])
+    work = [] if work_on_node(policy, reader=reader) else [("ckptdrain-work", WORK_DIR)]
     # Limits equal to requests where the pod is (or must be) Guaranteed.
     equal = resources.stays_guaranteed(pod, policy.containers)
-    restore = _container(RESTORE, "restore", [*shared, restore_mode_env(),
-                                              *earlier_stores_env(earlier)], config, [
+    restore = _container(RESTORE, "restore", [
+        *shared, restore_mode_env(), *earlier_stores_env(earlier),
+        *work_dir.group_env(pod, policy, reader=reader)], config, [
         ("ckptdrain-local", LOCAL_DIR), *work, ("ckptdrain-tmp", "/tmp")], sidecar=False,
         resources=resources.injected(containers.RESTORE, policy.containers, equal=equal))
     if reader:  # it reads the writer's copies on this node, never changes them
@@ -198,7 +196,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         container["volumeMounts"] += mounts
     # The reason restore failed, as the container's last state on the pod.
     restore["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    request = work_dir.ephemeral_request(policy, reader=reader, node_work=node_work)
+    request = work_dir.ephemeral_request(policy, reader=reader)
     if request is not None:
         # A disk emptyDir counts against the pod's ephemeral storage: the
         # scheduler must find a node with room for it.
@@ -208,7 +206,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         # Before restore: after a node loss the whole job restarts, and every
         # pod's restore asks the other nodes' peer servers (docs/peer-tier.md).
         ours.insert(0, peer_sidecar(shared, policy, config, equal=equal))
-    # The CSI driver prepares ownership itself: no root container.
+    # The CSI driver owns the data, restore makes the work dir: no root container.
     if config.prepare_local_tier and not config.csi and not reader:
         ours.insert(0, prepare.container(policy, config, work_dir.shared_group(pod), rank,
                                          equal=equal))
@@ -229,7 +227,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     trainer_identity = tenant_identity.for_trainer(policy, tenant)
     given: list[str] = []
     for i, container in enumerate(spec.get("containers") or []):
-        ours_env = trainer_env(pod, policy, rank, reader=reader, node_work=node_work)
+        ours_env = trainer_env(pod, policy, rank, reader=reader)
         id_env, id_mounts = ([], []) if trainer_identity is None else \
             tenant_identity.trainer_additions(container, trainer_identity, policy.namespace)
         if id_mounts:
@@ -246,7 +244,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         mounted = {m.get("mountPath") for m in container.get("volumeMounts") or []}
         _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
                 [*([] if WORK_DIR in mounted
-                   else [work_dir.trainer_mount(policy, reader=reader, node_work=node_work)]),
+                   else [work_dir.trainer_mount(policy, reader=reader)]),
                  *id_mounts])
     ops.extend(work_dir.security_context_ops(pod))
     ops.extend(placement_ops(spec, policy, placement))
@@ -264,12 +262,12 @@ def _owned_entries(container: Mapping[str, Any], owned: set[str]) -> list[int]:
     return [j for j, e in enumerate(container.get("env") or []) if e.get("name") in owned]
 
 
-def replaced_env(pod: Mapping[str, Any], policy: Policy, *, reader: bool = False,
-                 node_work: bool = True) -> list[str]:
+def replaced_env(pod: Mapping[str, Any], policy: Policy, *,
+                 reader: bool = False) -> list[str]:
     """One line per trainer container's own entry that build_pod_patch
     replaces with the webhook's (WEBHOOK_OWNED), naming it: said as an
     admission warning, never silently."""
-    if not work_on_node(policy, reader=reader, node_work=node_work):
+    if not work_on_node(policy, reader=reader):
         return []
     return [f"ckptdrain: spec.containers[{i}].env: {e['name']} is set by ckptdrain (the work "
             f"dir's subPathExpr reads it); the pod's own value {_shown(e)} is replaced"

@@ -49,8 +49,7 @@ def _role(reader: bool) -> str:
 
 def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
               rank: int | None = None, *, reader: bool = False,
-              readers_alongside: bool = False, node_work: bool = True
-              ) -> list[dict[str, Any]]:
+              readers_alongside: bool = False) -> list[dict[str, Any]]:
     """Environment shared by the agent and restore, per the pod contract. A
     reader's `rank` is the shard it reads."""
     env = [
@@ -75,8 +74,7 @@ def agent_env(pod: Mapping[str, Any], policy: Policy, default_rate: float,
                          (Env.SECRET_ACCESS_KEY, ref.secret_access_key_key)):
             env.append(_env(var, {"valueFrom": {"secretKeyRef": {"name": ref.name, "key": key}}}))
     env += [
-        _env(Env.WORK_DIR, ckptdrain_work_dir(policy, rank, reader=reader,
-                                              node_work=node_work)),
+        _env(Env.WORK_DIR, ckptdrain_work_dir(policy, rank, reader=reader)),
         # The same directory as the trainer mounts it: what restore.json and
         # the resume answer name, so the trainer finds the step it points to.
         _env(Env.TRAINER_WORK_DIR, WORK_DIR),
@@ -136,12 +134,11 @@ def local_dir(policy: Policy) -> str:
     return LOCAL_DIR
 
 
-def work_on_node(policy: Policy, *, reader: bool = False, node_work: bool = True) -> bool:
+def work_on_node(policy: Policy, *, reader: bool = False) -> bool:
     """Whether the trainer's work dir is on the local tier's disk (a writer
-    under a disk local tier), not an emptyDir: see admission/work_dir.py.
-    `node_work` False: the node tier cannot hold it (the CSI driver's volume,
-    where no root container makes the pod's own work dir)."""
-    return node_work and not reader and not policy.memory_limit
+    under a disk local tier, hostPath or the CSI driver's volume), not an
+    emptyDir: see admission/work_dir.py."""
+    return not reader and not policy.memory_limit
 
 
 def work_name(rank: int | None) -> str:
@@ -162,19 +159,19 @@ def work_name_env(rank: int | None) -> list[dict[str, Any]]:
     return [_env(Env.POD_UID, _field("metadata.uid")), _env(Env.WORK_NAME, work_name(rank))]
 
 
-def ckptdrain_work_dir(policy: Policy, rank: int | None = None, *, reader: bool = False,
-                       node_work: bool = True) -> str:
+def ckptdrain_work_dir(policy: Policy, rank: int | None = None, *,
+                       reader: bool = False) -> str:
     """Where agent and restore see the trainer's work dir: on the node, through
     their own local-tier mount (a hard link cannot cross two mounts, even of
     one filesystem: EXDEV), else the work volume's own mount. Their
     CKPTDRAIN_POD_UID comes earlier in their environment."""
-    if work_on_node(policy, reader=reader, node_work=node_work):
+    if work_on_node(policy, reader=reader):
         return f"{LOCAL_DIR}/{work_name(rank)}"
     return WORK_DIR
 
 
 def trainer_env(pod: Mapping[str, Any], policy: Policy, rank: int | None = None, *,
-                reader: bool = False, node_work: bool = True) -> list[dict[str, Any]]:
+                reader: bool = False) -> list[dict[str, Any]]:
     """The trainer's environment; on the node, last, the entries its work dir's
     subPathExpr reads (WEBHOOK_OWNED: the webhook's values win over the pod's)."""
     return [
@@ -183,8 +180,7 @@ def trainer_env(pod: Mapping[str, Any], policy: Policy, rank: int | None = None,
         _env(Env.WRITER_ID, _writer_id(rank)),
         _env(Env.WRITERS, str(policy.writers)),
         _env(Env.ROLE, _role(reader)),
-        *(work_name_env(rank) if work_on_node(policy, reader=reader, node_work=node_work)
-          else []),
+        *(work_name_env(rank) if work_on_node(policy, reader=reader) else []),
     ]
 
 

@@ -34,6 +34,7 @@ from ckptdrain.operator.admission import (
     injection,
     nesting,
     node_volume,
+    own_mounts,
     tenant_identity,
     unselected,
 )
@@ -355,10 +356,11 @@ async def admit_pod(pod: dict[str, Any], namespace: str, cfg: OperatorConfig,
         raise Refused(problem, code=422)
     if problem:
         warnings.append(problem)
-    warnings.extend(injection.replaced_env(pod, p, reader=role.reader,
-                                           node_work=not cfg.csi))
+    warnings.extend(injection.replaced_env(pod, p, reader=role.reader))
     tenant = tenant_identity.chosen(p, cfg.identities)
-    clash = None if tenant is None else tenant_identity.volume_problem(pod, tenant)
+    clash = own_mounts.problem(pod, {v["name"] for v in injection.volumes(
+        p, reader=role.reader, csi_driver=cfg.csi_driver if cfg.csi else None)})
+    clash = clash or (None if tenant is None else tenant_identity.volume_problem(pod, tenant))
     if clash is not None:
         raise Refused(f"pod {pod_label(pod)}: {clash}", code=422)
     group_problem = node_volume.mount_group_problem(pod, cfg.csi_min_mount_group) \
