@@ -59,8 +59,28 @@ class _LoopRunsOnRelease:
                 self._in_loop = False
 
 
-def _rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-            decided: list[int]) -> tuple[rounds_mod.Rounds, Path]:
+class _Passes:
+    """The rounds thread's stop event: `n` passes of its loop, no waiting."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+
+    def is_set(self) -> bool:
+        self.left -= 1
+        return self.left < 0
+
+    def wait(self, _: float) -> bool:
+        return False
+
+
+def _poll(rounds: rounds_mod.Rounds) -> None:
+    """One pass of the rounds thread: it reads the request and acts on it."""
+    rounds._stop = _Passes(1)  # type: ignore[assignment]
+    rounds._loop()
+
+
+def _rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decided: list[int | Exception],
+            loop_on_release: bool = True) -> tuple[rounds_mod.Rounds, Path]:
     work = tmp_path / "work"
     work.mkdir()
     cfg = SimpleNamespace(writer=0, writers=2, pod_uid="uid-0", pod_name="llm-0",
@@ -74,11 +94,15 @@ def _rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     def agree(*_: Any, **__: Any) -> meeting_mod.Agreed:
         step = decided.pop(0)
+        if isinstance(step, Exception):
+            raise step
         decision = Decision(next(rounds_left), step, "agreed", "every rank reported",
                             {0: "uid-0", 1: "uid-1"}, time.time(), f"t-{step}")
         return meeting_mod.Agreed(decision, "decided", 0.1, "")
     monkeypatch.setattr(meeting_mod, "agree", agree)
     rounds = rounds_mod.Rounds(agent, meeting=None)
+    if not loop_on_release:
+        return rounds, work
     lock = _LoopRunsOnRelease()
     lock.rounds = rounds
     rounds._lock = lock  # type: ignore[assignment]
@@ -126,3 +150,53 @@ def test_each_of_two_requests_in_a_row_gets_its_own_answer(
         answer = resume_channel.read_answer(work / CONTROL_DIR)
         assert answer is not None and answer.covers >= asked, f"round {round_}"
         assert (answer.step, answer.round) == (110, round_)
+
+
+def test_a_failed_round_is_not_overwritten_by_the_answer_of_the_round_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second request while the loop has not yet applied the first round
+    (it is busy capturing): the second round fails and says so; the first
+    round's answer, older, must not replace it, or the second trainer waits
+    for good."""
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False,
+                           decided=[110, meeting_mod.Unsettled("the others did not come back")])
+    _save(work, 110)
+    _save(work, 120)
+    rounds._resume(_ask(work))  # settled; the loop is busy
+    second = _ask(work)
+    _poll(rounds)
+    rounds.apply()
+    _poll(rounds)
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= second
+    assert (answer.ok, answer.why) == (False, "unsettled")
+    assert rounds.agent.timeline == "t-110"  # the first round was applied all the same
+
+
+def test_a_round_that_places_a_newer_step_keeps_it_when_the_round_before_is_applied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop applies the first round (dropping every step above its own)
+    just after the second round placed a newer step (all ranks have it in
+    the global tier): the second answer must name a step that is still in
+    the work dir."""
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False, decided=[110, 120])
+    _save(work, 110)
+    _save(work, 120)
+
+    def place_then_the_loop_runs(step: int) -> str:
+        """The step is placed (fetched from the global tier when the work
+        dir lost it); the loop runs at that very moment."""
+        if not (work / f"step-{step}").is_dir():
+            _save(work, step)
+        rounds.apply()
+        return "global"
+    monkeypatch.setattr(rounds, "_place", place_then_the_loop_runs)
+    rounds._resume(_ask(work))  # settled; the loop is busy
+    second = _ask(work)
+    for _ in range(3):
+        _poll(rounds)
+        rounds.apply()
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= second
+    assert (answer.ok, answer.step) == (True, 120)
+    assert (work / "step-120").is_dir() and rounds.agent.timeline == "t-120"

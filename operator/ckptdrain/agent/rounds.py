@@ -63,6 +63,9 @@ class Rounds:
         #: answer the trainer gets after the switch. One value under one lock:
         #: the loop may run apply() at any moment between two lines of
         #: _resume, and must never take the decision without its answer.
+        #: It stays set until apply() has written that answer, and no new
+        #: round starts meanwhile: the next round's answer (a failure too)
+        #: must come after it, and its step must not be one apply() drops.
         self._settled: tuple[Decision, float, resume_channel.Answer] | None = None
         self._lock = threading.Lock()
 
@@ -78,7 +81,8 @@ class Rounds:
             try:
                 asked = resume_channel.read_request(self.agent.cfg.work_dir / CONTROL_DIR)
                 if asked is not None and asked > self._answered:
-                    self._resume(asked)
+                    if not self._applying():
+                        self._resume(asked)
                 else:
                     self._take_part()
             except meeting_mod.NoRights as err:
@@ -87,6 +91,12 @@ class Rounds:
             except Exception as err:  # the apiserver or the disk: try again next poll
                 log.warning("restore rounds: %s", err)
             self._stop.wait(self.poll_s)
+
+    def _applying(self) -> bool:
+        """A settled round waits for the loop: it is the only writer of the
+        answer until then."""
+        with self._lock:
+            return self._settled is not None
 
     # -- reporting for another rank's round -------------------------------------------
     def holdings(self, round_: int, running: bool = True) -> Report:
@@ -230,7 +240,7 @@ class Rounds:
         """On the agent's own thread (no capture runs meanwhile): switch to the
         agreed timeline, drop the abandoned steps, then answer the trainer."""
         with self._lock:
-            settled, self._settled = self._settled, None
+            settled = self._settled
         if settled is None:
             return
         decision, started, answer = settled
@@ -250,4 +260,6 @@ class Rounds:
                             decision.step if decision.step is not None else "scratch")
                 agent.tier.remove(step)
         self._answer(started, answer)
+        with self._lock:
+            self._settled = None
 
