@@ -207,6 +207,9 @@ class Rounds:
     def _place(self, step: int) -> str:
         """Put `step` in the work dir; the tier it came from."""
         cfg, tier = self.agent.cfg, self.agent.tier
+        # Before it is there: the loop prunes work-dir steps older than the
+        # tier's newest on its own thread, and would not wait for apply().
+        self.agent.keep_in_work.add(step)
         final = step_dir(cfg.work_dir, step)
         if final.is_dir():
             return "work"

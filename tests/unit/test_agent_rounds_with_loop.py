@@ -1,0 +1,92 @@
+"""A restart in place answered while the agent's own loop goes on
+(agent/rounds.py beside agent/loop.py): the loop prunes the work dir and
+captures on its thread while the rounds thread places the agreed step; a
+SIGTERM may end the loop before it applied a settled round."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptdrain import resume_channel
+from ckptdrain.agent import rounds as rounds_mod
+from ckptdrain.agent.loop import Agent
+from ckptdrain.agent.metrics import AgentMetrics
+from ckptdrain.client import CONTROL_DIR, Client
+from ckptdrain.node import config
+from ckptdrain.node.localtier import LocalTier
+from ckptdrain.restore import meeting as meeting_mod
+from ckptdrain.restore.agreement import Decision
+
+
+class _Quiet:
+    def report(self, event: object) -> None:
+        pass
+
+
+def _agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+           agreed: int) -> tuple[Agent, rounds_mod.Rounds, Path]:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    work = tmp_path / "work"
+    cfg = config.load(parser.parse_args([]), {
+        "CKPTDRAIN_WORK_DIR": str(work), "CKPTDRAIN_LOCAL_DIR": str(tmp_path / "local"),
+        "CKPTDRAIN_LOCAL_KEEP": "3", "CKPTDRAIN_WRITERS": "2", "CKPTDRAIN_WRITER_ID": "0",
+        "CKPTDRAIN_GRACE_SECONDS": "4"})
+    agent = Agent(cfg, LocalTier(cfg.local_dir), _Quiet(), AgentMetrics(), None)
+
+    def agree(*_: Any, **__: Any) -> meeting_mod.Agreed:
+        decision = Decision(5, agreed, "agreed", "every rank reported",
+                            {0: "uid-0", 1: "uid-1"}, time.time(), f"t-{agreed}")
+        return meeting_mod.Agreed(decision, "decided", 0.1, "")
+    monkeypatch.setattr(meeting_mod, "agree", agree)
+    agent.rounds = rounds_mod.Rounds(agent, meeting=None)
+    return agent, agent.rounds, work
+
+
+def _save(work: Path, step: int) -> None:
+    client = Client(work, environ={"CKPTDRAIN_WRITERS": "2", "CKPTDRAIN_WRITER_ID": "0"})
+    (client.begin(step) / "model.bin").write_bytes(bytes([step % 256]) * 64)
+    client.complete(step)
+
+
+def _ask(work: Path) -> float:
+    asked = time.time()
+    (work / CONTROL_DIR).mkdir(parents=True, exist_ok=True)
+    (work / CONTROL_DIR / resume_channel.REQUEST_FILE).write_text(
+        json.dumps({"at": asked, "pid": 7}))
+    return asked
+
+
+def test_the_agreed_step_placed_from_the_local_tier_is_not_pruned_before_the_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The work dir lost step 110 (pruned: the tier holds 120, newer); the
+    ranks agree on 110 and the rounds thread copies it back from the tier.
+    The loop's housekeeping runs before it applies the round: it must not
+    prune the step the answer is about to name."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    for step in (110, 120):
+        _save(work, step)
+        agent.capture_newest("schedule")
+    agent.prune_work_dir()
+    assert not (work / "step-110").exists()
+    place = rounds._place
+
+    def place_then_the_loop_tidies(step: int) -> str:
+        tier = place(step)
+        agent.housekeeping()  # the loop's turn, the moment the step is there
+        return tier
+    monkeypatch.setattr(rounds, "_place", place_then_the_loop_tidies)
+    asked = _ask(work)
+    rounds._resume(asked)
+    rounds.apply()
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.step, answer.tier) == (True, 110, "local")
+    assert (work / "step-110" / "model.bin").read_bytes() == bytes([110]) * 64
+
