@@ -18,6 +18,7 @@ from ckptdrain.agent import rounds as rounds_mod
 from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.client import CONTROL_DIR, Client
+from ckptdrain.manifest import EXTRA_TIMELINE
 from ckptdrain.node import config
 from ckptdrain.node.localtier import LocalTier
 from ckptdrain.restore import meeting as meeting_mod
@@ -90,3 +91,20 @@ def test_the_agreed_step_placed_from_the_local_tier_is_not_pruned_before_the_ans
     assert (answer.ok, answer.step, answer.tier) == (True, 110, "local")
     assert (work / "step-110" / "model.bin").read_bytes() == bytes([110]) * 64
 
+
+def test_a_sigterm_before_the_loop_applied_the_round_still_applies_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round settles while the loop is busy, then SIGTERM ends the loop:
+    the flush must not capture the abandoned step 120 as this timeline's
+    newest, and the trainer still gets its answer."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    _save(work, 110)
+    _save(work, 120)
+    asked = _ask(work)
+    rounds._resume(asked)
+    agent.on_sigterm()
+    assert agent.flush() == 0
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked and answer.step == 110
+    assert agent.tier.steps() == [110]
+    assert agent.tier.manifest(110).extra[EXTRA_TIMELINE] == "t-110"

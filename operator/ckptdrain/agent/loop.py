@@ -5,14 +5,13 @@ Steady state, every `POLL` seconds:
 - capture the newest step the trainer has published, if it is new. The local
   tier stays within the policy's capacity and the disk's free space, and a
   scheduled capture always leaves room for one more step of its size, so the
-  SIGTERM checkpoint finds it (two when the trainer's work dir is on the
-  tier's disk, its next save landing there too, and the capacity holds
-  keep + 3 steps: node/space.py): older steps go first
-  (global ones before local ones; never one being drained or the only copy
-  of the recovery point). A capture that cannot fit even then is refused
-  before anything is written; a failed capture is retried with exponential
-  back-off (1 s doubling to 60 s) and reported once per distinct failure,
-  not once per retry;
+  SIGTERM checkpoint finds it (two when the trainer's work dir is on the tier's
+  disk, its next save landing there too, and the capacity holds keep + 3 steps:
+  node/space.py): older steps go first (global ones before local ones; never
+  one being drained or the only copy of the recovery point). A capture that
+  cannot fit even then is refused before anything is written; a failed capture
+  is retried with exponential back-off (1 s doubling to 60 s) and reported once
+  per distinct failure, not once per retry;
 - hand the first capture, and with `global_every` > 1 the first step saved in
   each period of interval × global_every, to the drain worker (every writer
   picks the same steps: agent/global_choice.py);
@@ -21,7 +20,8 @@ Steady state, every `POLL` seconds:
   earlier pods of this writer left there (agent/stale_work.py).
 
 On SIGTERM (`flush`), within grace − safety margin:
-1. stop the drain of anything older than what is about to be captured;
+1. apply a settled restore round (agent/rounds.py: its abandoned steps are
+   not captured), stop the drain of anything older than what is captured;
 2. give the trainer's emergency checkpoint a moment to appear, capture the
    newest published step durably (temp + fsync + rename);
 3. drain it with top priority until the deadline, then cancel: the engine's
@@ -301,12 +301,11 @@ class Agent(AgentStartup):
             self.stale_work.prune()
 
     def prune_work_dir(self) -> None:
-        """Remove published work-dir steps older than the newest captured one:
-        the work dir's disk is small, and the local tier holds something newer.
-        What cannot be removed (a trainer's file the pod's group may not
-        delete) is removed as far as it can be, counted in
-        ckptdrain_errors_total{phase="prune"} and logged once per step with
-        the path and the reason: left silently, it fills the work dir."""
+        """Remove published work-dir steps older than the newest captured one: the work dir's
+        disk is small, and the local tier holds something newer. What cannot be removed (a
+        trainer's file the pod's group may not delete) is removed as far as it can be, counted
+        in ckptdrain_errors_total{phase="prune"} and logged once per step with the path and the
+        reason: left silently, it fills the work dir."""
         local = self.tier.steps()
         if not local:
             return
@@ -345,6 +344,8 @@ class Agent(AgentStartup):
         def stop_now() -> bool:
             return self.aborting.is_set() or self.clock() >= deadline
 
+        if self.rounds is not None:
+            self.rounds.apply()
         self.request("sigterm")  # for trainers that poll instead of handling SIGTERM
         self._await_emergency(start, deadline, stop_now)
         newest: int | None = None
@@ -386,9 +387,8 @@ class Agent(AgentStartup):
 
     def _await_emergency(self, start: float, deadline: float, stop_now: Callable[[], bool]
                          ) -> None:
-        """Wait briefly for the trainer's emergency checkpoint: long enough for it to
-        start (EMERGENCY_SETTLE), and while a `.tmp` is being written, up to half
-        the flush budget."""
+        """Wait briefly for the trainer's emergency checkpoint: long enough for it to start
+        (EMERGENCY_SETTLE), and while a `.tmp` is being written, up to half the flush budget."""
         budget_end = start + EMERGENCY_SHARE * (deadline - start)
         settle_end = min(start + EMERGENCY_SETTLE, budget_end)
         while not stop_now():
