@@ -200,3 +200,41 @@ def test_a_round_that_places_a_newer_step_keeps_it_when_the_round_before_is_appl
     assert answer is not None and answer.covers >= second
     assert (answer.ok, answer.step) == (True, 120)
     assert (work / "step-120").is_dir() and rounds.agent.timeline == "t-120"
+
+
+class _DrainThatReports:
+    """The drain worker, whose abandon_above() the loop calls halfway
+    through apply(): there another rank's round asks what this rank holds."""
+
+    def __init__(self, rounds: rounds_mod.Rounds) -> None:
+        self.rounds, self.reports = rounds, []
+
+    def abandon_above(self, keep: int) -> None:
+        self.reports.append(self.rounds.holdings(9))
+
+
+def test_another_ranks_round_never_sees_an_abandoned_step_in_the_new_timeline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """apply() switches the timeline and drops the abandoned steps; a report
+    made in between (another rank's round) must not offer the abandoned
+    step 120 as one of the new timeline: ranks would agree on it and this
+    one resume from the state its trainer abandoned."""
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False, decided=[110])
+    _save(work, 110)
+    _save(work, 120)
+    drain = _DrainThatReports(rounds)
+    rounds.agent.drain = drain
+    listing, applied = rounds_mod.completed_steps, []
+
+    def listed_then_applied(path: Path) -> list[int]:
+        steps = listing(path)
+        if not applied:
+            applied.append(True)
+            rounds.apply()  # the loop's turn, right after the report listed the work dir
+        return steps
+    rounds._resume(_ask(work))
+    monkeypatch.setattr(rounds_mod, "completed_steps", listed_then_applied)
+    late = rounds.holdings(8)
+    assert drain.reports, "apply() ran while a report was being made"
+    for report in (*drain.reports, late):
+        assert report.local.get(120) in (None, "t1"), report

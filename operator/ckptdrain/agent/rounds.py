@@ -105,14 +105,16 @@ class Rounds:
         trainer trains on, and when it has not trained past the step it
         resumed from (it waits for the others), that step pins the round."""
         local: dict[int, str] = {}
-        tier, cfg = self.agent.tier, self.agent.cfg
+        # Read before listing: apply() on the loop's thread switches the
+        # timeline only after it dropped the steps the switch abandons.
+        tier, cfg, timeline = self.agent.tier, self.agent.cfg, self.agent.timeline or ""
         for step in tier.steps():
             with contextlib.suppress(CkptdrainError, OSError):
                 manifest = tier.manifest(step)
                 if (manifest.writer, manifest.writers) == (cfg.writer, cfg.writers):
                     local[step] = manifest.extra.get(EXTRA_TIMELINE, "")
         for step in completed_steps(cfg.work_dir):
-            local.setdefault(step, self.agent.timeline or "")
+            local.setdefault(step, timeline)
         pinned = self._waiting_at() if running else None
         return Report(round=round_, rank=self.rank, uid=self.uid, node=cfg.node_name,
                       local=local, pinned=pinned, at=time.time())
@@ -248,7 +250,6 @@ class Rounds:
             return
         decision, started, answer = settled
         agent = self.agent
-        agent.timeline, agent.resumed = decision.timeline, decision.step
         keep = decision.step if decision.step is not None else -1
         if decision.step is not None:
             agent.keep_in_work.add(decision.step)
@@ -262,6 +263,9 @@ class Rounds:
                 log.warning("dropping local step %d: the ranks resumed from %s", step,
                             decision.step if decision.step is not None else "scratch")
                 agent.tier.remove(step)
+        # Last: a report (rounds thread) that reads the new timeline finds
+        # none of the abandoned steps left to label with it.
+        agent.timeline, agent.resumed = decision.timeline, decision.step
         self._answer(started, answer)
         with self._lock:
             self._settled = None
