@@ -110,6 +110,10 @@ class DrainWorker:
         self._pending: dict[int, str] = {}  # step -> trigger
         self._current: int | None = None
         self._cancel: threading.Event | None = None
+        #: In flight when abandon_above() cancelled it: not queued again when
+        #: it stops, though its local copy is still there (the loop removes it
+        #: after); a later submit() is a new capture and drains as any step.
+        self._abandoned: int | None = None
         self._sent = 0
         self._total = 0
         self._stopping = threading.Event()
@@ -125,6 +129,8 @@ class DrainWorker:
     def submit(self, step: int, trigger: str = "schedule") -> None:
         with self._cond:
             self._pending[step] = trigger
+            if step == self._abandoned:
+                self._abandoned = None
             current = self._current
             if (current is not None and step > current and self._cancel is not None
                     and supersede_decision(self._sent, self._total, True) == "supersede"):
@@ -148,6 +154,7 @@ class DrainWorker:
                 del self._pending[newer]
             if self._current is not None and self._current > step and self._cancel is not None:
                 self._cancel.set()
+                self._abandoned = self._current
 
     def stop(self, timeout: float) -> bool:
         """Cancel, journal and stop; True if the worker thread ended within `timeout`."""
@@ -236,12 +243,14 @@ class DrainWorker:
                 self._housekeep()
             finally:
                 with self._cond:
-                    self._current, self._cancel = None, None
+                    abandoned = self._abandoned == step
+                    self._current, self._cancel, self._abandoned = None, None, None
                     if ok:
                         # A newer global step makes older queued ones pointless.
                         for older in [s for s in self._pending if s < step]:
                             del self._pending[older]
-                    elif self.tier.has(step) and not any(s > step for s in self._pending):
+                    elif not abandoned and self.tier.has(step) and \
+                            not any(s > step for s in self._pending):
                         self._pending.setdefault(step, trigger)
             if backoff is not None:
                 self._stopping.wait(backoff)

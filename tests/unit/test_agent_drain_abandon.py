@@ -1,0 +1,77 @@
+"""A step the ranks abandoned is not drained again (agent/drainworker.py).
+
+When a restore round agrees on an older step, the agent's loop cancels the
+in-flight drain of the abandoned newer step (abandon_above) and removes its
+local copy after. The drain thread, stopping at its next part boundary,
+must not queue the step again in between: drained later, its bytes (the
+state the trainer abandoned) would reach the global tier.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from ckptdrain.agent.drainworker import DrainWorker
+from ckptdrain.agent.metrics import AgentMetrics
+from ckptdrain.node.localtier import LocalTier
+from ckptdrain.store.local import LocalStore
+from ckptdrain.transfer.drain_run import DrainCancelled
+
+
+class _Quiet:
+    def report(self, event: object) -> None:
+        pass
+
+
+class _DrainerUntilCancelled:
+    """Sends nothing; each drain waits for its cancel, then stops as at a
+    part boundary."""
+
+    def __init__(self) -> None:
+        self.limiter = SimpleNamespace(granted=0)
+        self.calls: list[Path] = []
+        self.entered = threading.Semaphore(0)
+
+    def drain(self, src: Path, manifest: Any, *, cancel: threading.Event, **_: Any) -> Any:
+        self.calls.append(src)
+        self.entered.release()
+        assert cancel.wait(30), "never cancelled"
+        raise DrainCancelled("cancelled at a part boundary")
+
+
+def _settled(worker: DrainWorker, drainer: _DrainerUntilCancelled, calls: int) -> None:
+    """Until the worker is idle or has started drain number `calls`."""
+    deadline = time.monotonic() + 30
+    while worker.busy_steps() and len(drainer.calls) < calls:
+        assert time.monotonic() < deadline, "the worker neither went idle nor drained"
+        time.sleep(0.01)
+
+
+def test_an_abandoned_step_in_flight_is_not_queued_again(tmp_path: Path) -> None:
+    tier = LocalTier(tmp_path / "local")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"\x07" * 1000)
+    tier.capture(src, 120, writer=0, writers=1)
+    drainer = _DrainerUntilCancelled()
+    worker = DrainWorker(tier, LocalStore(str(tmp_path / "store")), drainer,  # type: ignore[arg-type]
+                         _Quiet(), AgentMetrics(), part_size=1 << 20)
+    worker.start()
+    try:
+        worker.submit(120)
+        assert drainer.entered.acquire(timeout=30)
+        worker.abandon_above(110)  # the loop applies the round; its copy goes next
+        _settled(worker, drainer, calls=2)
+        assert len(drainer.calls) == 1 and worker.busy_steps() == set()
+        tier.remove(120)
+        # The new timeline's step 120, captured later, drains as any step.
+        tier.capture(src, 120, writer=0, writers=1)
+        worker.submit(120)
+        assert drainer.entered.acquire(timeout=30)
+        assert len(drainer.calls) == 2
+    finally:
+        assert worker.stop(30)
