@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,31 @@ def test_save_counter_spreads_blocked_time_and_restarts_with_a_new_trainer() -> 
     assert seen() == (5, 7.5)
     counter.update({"pid": 8, "blockedSeconds": "x", "saves": 2})  # not a number: ignored
     assert seen() == (5, 7.5)
+
+
+def test_a_slow_training_patch_never_lands_after_the_interruption(tmp_path: Path) -> None:
+    """Each view goes out from its own thread (a slow apiserver must not hold
+    up the loop); the training view's patch hanging until after the SIGTERM
+    flush must not land last and erase the interruption."""
+    work, tier = tmp_path / "work", LocalTier(tmp_path / "local")
+    sent: list[str] = []
+    hanging, release = threading.Event(), threading.Event()
+
+    def annotate(key: str, value: str) -> bool:
+        if not hanging.is_set():  # the first patch: the apiserver is slow
+            hanging.set()
+            assert release.wait(30)
+        sent.append(value)
+        return True
+    watcher = GoodputWatcher(work, tier, GoodputMetrics(CollectorRegistry()), annotate,
+                             clock=lambda: 0.0)
+    Client(work, environ={}).step_done(0)
+    watcher.tick()
+    assert hanging.wait(30)
+    watcher.interrupted(at=12345.0)
+    for later in watcher._threads[1:]:  # every patch that can go before the slow one
+        later.join(30)
+    release.set()
+    watcher.close(30)
+    last = parse_agent(sent[-1])
+    assert last is not None and last.interrupted_at == 12345.0

@@ -155,6 +155,11 @@ class GoodputWatcher:
         #: after the SIGTERM flush must not erase the interruption it follows.
         self.interrupted_at: float | None = None
         self._threads: list[threading.Thread] = []
+        #: One sender at a time, and it sends the newest view: two patches in
+        #: flight could land in either order, an older view last.
+        self._send_lock = threading.Lock()
+        self._unsent: AgentView | None = None
+        self._sending = False
 
     def view(self, interrupted_at: float | None = None) -> AgentView:
         """The annotation's content now (with the interruption, once there is one)."""
@@ -222,11 +227,27 @@ class GoodputWatcher:
     def _publish(self, view: AgentView) -> None:
         if self.annotate is None:
             return
-        annotate = self.annotate
-        thread = threading.Thread(target=lambda: annotate(ANNOTATION_GOODPUT, view.to_json()),
-                                  name="goodput", daemon=True)
+        with self._send_lock:
+            self._unsent = view
+            if self._sending:
+                return  # the sender in flight sends it next
+            self._sending = True
+        thread = threading.Thread(target=self._send_newest, name="goodput", daemon=True)
         thread.start()
         self._threads.append(thread)
+
+    def _send_newest(self) -> None:
+        assert self.annotate is not None
+        while True:
+            with self._send_lock:
+                view, self._unsent = self._unsent, None
+                if view is None:
+                    self._sending = False
+                    return
+            try:
+                self.annotate(ANNOTATION_GOODPUT, view.to_json())
+            except Exception:  # the next view is still sent
+                log.exception("goodput: could not annotate the pod")
 
     def close(self, timeout: float) -> None:
         """Give the last annotation a moment to land (it is the interruption's)."""
