@@ -2,11 +2,12 @@
 through the real operator, its admission webhook and apiserver, with the
 class docs/checkpoint-classes.md shows (its Placement section): a selected
 pod is stored with the class's nodeSelector merged into its own and the
-class's tolerations added once; a pod whose nodeSelector asks for other
-nodes than the class's is refused, naming the field, the class and the
-value expected. The page's command lists the class's pods; an edit of the
-class's nodeSelector is a PlacementChanged Event on the policy naming its
-live pod; a policy whose placement no class node meets is refused."""
+class's tolerations added once; a pod whose nodeSelector or required node
+affinity asks for other nodes than the class's is refused (422), naming
+the field, the class and what was expected. The page's command lists the
+class's pods; an edit of the class's nodeSelector is a PlacementChanged
+Event on the policy naming its live pod; a policy whose placement no class
+node meets is refused."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import yaml
 from cluster_helpers import INJECT, POLICIES, get, pod, policy, wait_for
+from kubernetes import client, config
 from operator_process import repo_root
 
 from support.apiserver import Cluster
@@ -86,6 +89,21 @@ def test_a_selected_pod_is_placed_on_the_class_nodes_or_refused(
     for said in ("spec.nodeSelector.example.com/pool", "CheckpointClass nvme-pool",
                  "example.com/pool=nvme"):
         assert said in elsewhere.stderr, elsewhere.stderr
+
+    # Its own required node affinity rules out the class's nodes: refused
+    # as it reaches the apiserver, the requirement named.
+    core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
+    hdd = {"key": "example.com/pool", "operator": "In", "values": ["hdd"]}
+    with pytest.raises(client.exceptions.ApiException) as refused:
+        core.create_namespaced_pod(namespace, pod(
+            "w-3", labels, 2, terminationGracePeriodSeconds=600, affinity={"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [hdd]}]}}}))
+    assert refused.value.status == 422, refused.value
+    for said in ("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                 ".nodeSelectorTerms[0].matchExpressions[0]", "CheckpointClass nvme-pool",
+                 "example.com/pool=nvme", "example.com/pool In [hdd]"):
+        assert said in (refused.value.body or ""), refused.value.body
 
 
 def test_the_page_lists_the_class_pods_and_a_contradicting_policy_is_refused(

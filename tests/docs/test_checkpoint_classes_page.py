@@ -10,7 +10,8 @@ identity example's policy, without a Secret, is admitted at the store its
 class vouches for, and its pods' restore and agent get its namespace's
 role. The Placement example's class puts its pods on the nodes the
 chart's driver values shown beside it run on, and refuses a pod asking
-for others (tests/cluster/test_class_placement.py applies it to a real
+for others, by nodeSelector or by the node affinity the page names
+(tests/cluster/test_class_placement.py applies it to a real
 apiserver with the operator running). The Node data example's classes
 reclaim as the page says. The Bandwidth example's class caps its policies
 as the page's figures say, and their status says it in the page's words."""
@@ -159,6 +160,23 @@ def test_the_placement_class_matches_the_driver_values_and_places_a_pod() -> Non
     [conflict] = class_placement.conflicts({"nodeSelector": {key: "hdd"}}, read.placement,
                                            "nvme-pool")
     assert conflict.field == f"spec.nodeSelector.{key}"
+
+    # The page's requirements a pod's own node affinity is refused for,
+    # each alone in its term; one the class's nodes may meet is not.
+    assert "`example.com/pool In [hdd]`, `NotIn [nvme]` or `DoesNotExist`" in page
+    for requirement in ({"operator": "In", "values": ["hdd"]},
+                        {"operator": "NotIn", "values": ["nvme"]}, {"operator": "DoesNotExist"},
+                        {"operator": "Gt", "values": ["3"]}):
+        [problem] = class_placement.conflicts(_affine({"key": key, **requirement}),
+                                              read.placement, "nvme-pool")
+        assert problem.field.endswith(".nodeSelectorTerms[0].matchExpressions[0]")
+    assert class_placement.conflicts(_affine({"key": key, "operator": "In", "values": [
+        "hdd", "nvme"]}), read.placement, "nvme-pool") == []
+
+
+def _affine(requirement: dict[str, Any]) -> dict[str, Any]:
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [requirement]}]}}}}
 
 
 def test_the_node_data_classes_reclaim_as_the_page_says() -> None:

@@ -2,7 +2,9 @@
 tolerations read (each problem naming its field), and what a selected pod
 gets of them: the nodeSelector merged into the pod's, the tolerations the
 pod lacks added once, a pod that asks for another value of a class key
-named as a conflict; the JSON patch right with and without the pod's own
+named as a conflict, and so is each term of a pod's required node
+affinity when every term is ruled out on the class's nodes (anything
+malformed counting as a term that may hold); the JSON patch right with and without the pod's own
 nodeSelector and tolerations."""
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config
@@ -169,6 +173,115 @@ def test_a_conflict_on_a_later_class_key_is_found_too() -> None:
                                   {"nodeSelector": {"zone": "a"}}])
 def test_no_conflict_when_the_pod_leaves_a_key_or_agrees(spec: dict[str, Any]) -> None:
     assert class_placement.conflicts(spec, PLACED, "fast") == []
+
+
+REQUIRED = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+POOL_HDD = {"key": "example.com/pool", "operator": "In", "values": ["hdd"]}
+GPU = {"key": "gpu", "operator": "Exists"}
+
+
+def affine(*terms: Any) -> dict[str, Any]:
+    """A pod spec whose required node affinity is `terms`."""
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": list(terms)}}}}
+
+
+def test_a_term_no_class_node_meets_conflicts_naming_the_requirement() -> None:
+    [problem] = class_placement.conflicts(affine({"matchExpressions": [GPU, POOL_HDD]}),
+                                          PLACED, "fast")
+    assert problem.field == f"{REQUIRED}.nodeSelectorTerms[0].matchExpressions[1]"
+    assert "a requirement nodes labelled example.com/pool=nvme meet" in str(problem)
+    assert "CheckpointClass fast" in str(problem)
+    assert str(problem).endswith("got 'example.com/pool In [hdd]'")
+
+
+@pytest.mark.parametrize(("requirement", "labels", "said"), [
+    ({"key": "example.com/pool", "operator": "NotIn", "values": ["nvme", "ssd"]},
+     "example.com/pool=nvme", "example.com/pool NotIn [nvme, ssd]"),
+    ({"key": "zone", "operator": "DoesNotExist"}, "zone=a", "zone DoesNotExist"),
+    ({"key": "zone", "operator": "Gt", "values": ["3"]}, "zone=a", "zone Gt [3]"),
+    ({"key": "cores", "operator": "Gt", "values": ["16"]}, "cores=8", "cores Gt [16]"),
+    ({"key": "cores", "operator": "Lt", "values": ["8"]}, "cores=8", "cores Lt [8]"),
+])
+def test_each_operator_that_cannot_hold_on_a_class_key_conflicts(
+        requirement: dict[str, Any], labels: str, said: str) -> None:
+    placed = Placement((*PLACED.node_selector, ("cores", "8")))
+    [problem] = class_placement.conflicts(affine({"matchExpressions": [requirement]}),
+                                          placed, "fast")
+    assert problem.field == f"{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0]"
+    assert f"nodes labelled {labels} meet" in str(problem) and said in str(problem)
+
+
+def test_every_term_ruled_out_is_named_once_beside_the_nodeselector() -> None:
+    zone_b = {"key": "zone", "operator": "In", "values": ["b"]}
+    found = class_placement.conflicts({"nodeSelector": {"zone": "b"}, **affine(
+        {"matchExpressions": [POOL_HDD, zone_b]}, {"matchExpressions": [GPU, zone_b]})},
+        PLACED, "fast")
+    assert [p.field for p in found] == [
+        "spec.nodeSelector.zone", f"{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0]",
+        f"{REQUIRED}.nodeSelectorTerms[1].matchExpressions[1]"]
+
+
+@pytest.mark.parametrize("spec", [
+    # Terms are ORed: one the class's nodes may meet is enough.
+    affine({"matchExpressions": [POOL_HDD]},
+           {"matchExpressions": [{"key": "example.com/pool", "operator": "In",
+                                  "values": ["hdd", "nvme"]}]}),
+    # Keys the class does not set, node fields, operators unknown here.
+    affine({"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}),
+    affine({"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}),
+    affine({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n"]}]}),
+    affine({"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["b"]}]}),
+    affine({"matchExpressions": [{"key": "zone", "operator": "Exists"}, GPU]}),
+    affine(),
+    # Preferred is never a conflict.
+    {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [POOL_HDD]}}]}}},
+])
+def test_an_affinity_the_class_nodes_may_meet_is_no_conflict(spec: dict[str, Any]) -> None:
+    assert class_placement.conflicts(spec, PLACED, "fast") == []
+
+
+@pytest.mark.parametrize("spec", [
+    {"affinity": "pool=hdd"}, {"affinity": None}, {"affinity": {"nodeAffinity": ["x"]}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": "x"}}},
+    {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": {"matchExpressions": [POOL_HDD]}}}}},
+    affine("junk", {"matchExpressions": [POOL_HDD]}),
+    affine({"matchExpressions": "example.com/pool In hdd"}, {"matchExpressions": [POOL_HDD]}),
+    affine({"matchExpressions": [{"key": ["example.com/pool"], "operator": "In",
+                                  "values": ["hdd"]}]}),
+    affine({"matchExpressions": [{"key": "example.com/pool", "operator": "In", "values": 3}]}),
+    affine({"matchExpressions": [{"key": "example.com/pool", "operator": "In",
+                                  "values": "hdd"}]}),
+    affine({"matchExpressions": ["junk", None]}),
+])
+def test_a_malformed_affinity_is_no_conflict_and_no_crash(spec: dict[str, Any]) -> None:
+    assert class_placement.conflicts(spec, PLACED, "fast") == []
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+    | st.sampled_from(["example.com/pool", "zone", "In", "NotIn", "DoesNotExist", "Gt"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(
+        ["key", "operator", "values", "matchExpressions", "matchFields"]), inner, max_size=4),
+    max_leaves=10)
+
+
+@given(JSON, st.integers(0, 4))
+def test_any_json_anywhere_in_the_affinity_never_crashes(junk: Any, depth: int) -> None:
+    # A well-formed pod spec with `junk` in place of one of its levels.
+    nested: Any = junk
+    for key in ("matchExpressions", None, "nodeSelectorTerms",
+                "requiredDuringSchedulingIgnoredDuringExecution", "nodeAffinity")[depth:]:
+        nested = [nested] if key is None else {key: nested}
+    found = class_placement.conflicts({"affinity": nested}, PLACED, "fast")
+    assert all(p.field.startswith(REQUIRED) for p in found)
+
+
+def test_a_class_that_says_nothing_of_placement_never_conflicts() -> None:
+    assert class_placement.conflicts(affine({"matchExpressions": [POOL_HDD]}),
+                                     class_placement.ANYWHERE, "fast") == []
 
 
 def test_only_identical_tolerations_are_left_out() -> None:

@@ -11,6 +11,11 @@ which nodes those are, in Kubernetes' own shapes:
         └── merged ──▶ {gpu: h100, pool: nvme}
     pod nodeSelector   {pool: hdd}          class {pool: nvme}
         └── refused: spec.nodeSelector.pool can never be nvme
+    pod required node affinity              class {pool: nvme}
+      terms [pool In [hdd]] OR [gpu Exists]
+        └── admitted: the second term may hold on a class node
+      terms [pool In [hdd]] OR [pool NotIn [nvme]]
+        └── refused: each term names the requirement ruling it out
     policy spec.placement  pool In [hdd]    class {pool: nvme}
         └── the policy refused: none of the class's nodes meets it
     pod tolerations    [t1]                 class [t1, t2]
@@ -30,6 +35,8 @@ from ckptdrain.operator.policy import placement_fit, selectors
 from ckptdrain.operator.policy.fields import MAX_PLACEMENT_ITEMS, Reader, check_toleration
 
 FIELD = "spec.nodeTier"
+#: Where a pod's own required node affinity is written.
+AFFINITY_FIELD = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 #: The CRD's maxProperties of nodeSelector (its rules' cost is per entry).
 MAX_SELECTOR = 64
 
@@ -85,15 +92,60 @@ def read_placement(node_tier: object, problems: list[InvalidInput]) -> Placement
 
 def conflicts(pod_spec: Mapping[str, Any], placement: Placement, class_name: str
               ) -> list[InvalidInput]:
-    """The pod's own nodeSelector entries that keep it off the class's
-    nodes (a key the class sets, to another value), each naming the field,
-    the class and the value expected."""
+    """What in the pod's own spec keeps it off the class's nodes, each
+    naming the field, the class and what was expected: a nodeSelector entry
+    setting a class key to another value, and, when no term of its required
+    node affinity can hold on the class's nodes, the requirement ruling out
+    each term."""
     own = pod_spec.get("nodeSelector") or {}
     return [InvalidInput(f"spec.nodeSelector.{key}",
                          f"{value!r} or unset: CheckpointClass {class_name} runs its pods "
                          f"only on nodes labelled {key}={value} ({FIELD}.nodeSelector), "
                          "where its node tier is", own[key])
-            for key, value in placement.node_selector if key in own and own[key] != value]
+            for key, value in placement.node_selector if key in own and own[key] != value] \
+        + _affinity_outside(pod_spec, placement, class_name)
+
+
+def _affinity_outside(pod_spec: Mapping[str, Any], placement: Placement, class_name: str
+                      ) -> list[InvalidInput]:
+    # Malformed shapes are the apiserver's to refuse: a term or requirement
+    # not as Kubernetes writes it counts as one that may hold.
+    required = _path(pod_spec, "affinity", "nodeAffinity",
+                     "requiredDuringSchedulingIgnoredDuringExecution")
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if not placement.node_selector or not isinstance(terms, list):
+        return []
+    labels = dict(placement.node_selector)
+    ruled_out = placement_fit.contradictions([_readable(term) for term in terms], labels)
+    out = []
+    for i, requirement in enumerate(ruled_out or []):
+        j = next(j for j, r in enumerate(terms[i]["matchExpressions"]) if r is requirement)
+        key = requirement["key"]
+        out.append(InvalidInput(
+            f"{AFFINITY_FIELD}.nodeSelectorTerms[{i}].matchExpressions[{j}]",
+            f"a requirement nodes labelled {key}={labels[key]} meet: CheckpointClass "
+            f"{class_name} runs its pods only there ({FIELD}.nodeSelector), where its node "
+            "tier is, and no term of the pod's required node affinity can hold there",
+            placement_fit.describe(requirement)))
+    return out
+
+
+def _path(doc: object, *keys: str) -> object:
+    for key in keys:
+        doc = doc.get(key) if isinstance(doc, Mapping) else None
+    return doc
+
+
+def _readable(term: object) -> Mapping[str, Any]:
+    """`term` with only its well-formed matchExpressions (the same objects);
+    an empty term (one that never rules out) when it is no mapping."""
+    exprs = term.get("matchExpressions") if isinstance(term, Mapping) else None
+    if not isinstance(exprs, list):
+        return {}
+    return {"matchExpressions": [
+        r for r in exprs if isinstance(r, Mapping) and isinstance(r.get("key"), str)
+        and isinstance(r.get("operator"), str)
+        and (r.get("values") is None or isinstance(r.get("values"), list))]}
 
 
 def policy_outside(spec: Mapping[str, Any], placement: Placement, class_name: str
