@@ -62,12 +62,14 @@ INTERRUPTION_V1ALPHA1 = {
     "pod": "p-0", "writer": 0, "at": 1796000523.5, "step": 12,
     "completed": {"10": 1796000400.125, "11": 1796000460.0},
     "restoreStartedAt": 1796000583.25, "resourcesAt": 1796000553.0, "waitingSeconds": 29.5,
+    "trainingAt": 1796000643.75, "recoverySeconds": 120.25,
     "lostSeconds": 63.375, "restoredStep": 11}
 INTERRUPTION_V1BETA1 = {
     **INTERRUPTION_V1ALPHA1, "at": "2026-11-30T01:02:03.500000Z",
     "completed": {"10": "2026-11-30T01:00:00.125000Z", "11": "2026-11-30T01:01:00.000000Z"},
     "restoreStartedAt": "2026-11-30T01:03:03.250000Z",
-    "resourcesAt": "2026-11-30T01:02:33.000000Z"}
+    "resourcesAt": "2026-11-30T01:02:33.000000Z",
+    "trainingAt": "2026-11-30T01:04:03.750000Z"}
 
 UP = [
     ("spec.model.parameters", "405B", "405G"),
