@@ -187,6 +187,14 @@ def test_times_are_utc_with_microseconds() -> None:
     assert up("status.goodput.heldSince", 1796000523.1234567) == "2026-11-30T01:02:03.123457Z"
 
 
+def test_a_unix_time_an_earlier_release_stored_at_v1beta1_reads_as_it_is() -> None:
+    """Before trainingAt converted, v1beta1 stored it as Unix seconds: the
+    operator reads that entry back unchanged until it rewrites it."""
+    stored = {"pod": "p-0", "at": "2026-11-30T01:02:03.500000Z", "trainingAt": 1796000643.75}
+    assert down("status.goodput.recent", [stored]) == [
+        {"pod": "p-0", "at": 1796000523.5, "trainingAt": 1796000643.75}]
+
+
 @pytest.mark.parametrize("path", ["status.goodput.heldSince", "status.goodput.endedAt"])
 def test_a_null_time_stays_null(path: str) -> None:
     assert up(path, None) is None and down(path, None) is None
