@@ -109,11 +109,13 @@ def _resources_back(entry: Mapping[str, Any], pod: PodView, r: RestoreView,
     """When the job had the interrupted writer's resources again: its
     replacement pod got a node (else, not knowing when, its restore started).
     A failed restore's pod had its node already: the pod that retries after
-    it does not move that later. Never before the interruption."""
+    it does not move that later, neither when it is attached nor when it is
+    attached again (folding is idempotent). Never before the interruption."""
     back = r.started_at if pod.bound_at is None else min(pod.bound_at, r.started_at)
     previous = entry.get("resourcesAt")
-    if previous is not None and entry.get("restorePod") != pod.name \
-            and entry.get("restoreOutcome") not in (None, *RESTORED_OUTCOMES):
+    if previous is not None and (entry.get("restorePod") == pod.name
+                                 or entry.get("restoreOutcome") not in (None,
+                                                                        *RESTORED_OUTCOMES)):
         back = min(back, float(previous))
     return max(at, back)
 

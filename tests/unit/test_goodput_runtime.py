@@ -72,6 +72,9 @@ def test_a_retry_after_a_failed_restore_does_not_move_the_node_later() -> None:
     status = goodput.merge(status, [retry], None)
     (entry,) = status["recent"]
     assert entry["restorePod"] == "c" and entry["waitingSeconds"] == 5
+    # Folded again (the next pod event, a restarted operator): the same.
+    assert goodput.merge(status, [retry], None) == status
+    assert goodput.merge(status, [a, retry], None) == status
     # The failed restore's time is checkpointing's badput, in the ratio.
     sums = goodput.totals(status, T0, T0 + 1000, 1, 0)
     assert sums["badputSeconds"] == pytest.approx(10 + 110 - 5)

@@ -62,12 +62,14 @@ INTERRUPTION_V1ALPHA1 = {
     "pod": "p-0", "writer": 0, "at": 1796000523.5, "step": 12,
     "completed": {"10": 1796000400.125, "11": 1796000460.0},
     "restoreStartedAt": 1796000583.25, "resourcesAt": 1796000553.0, "waitingSeconds": 29.5,
+    "trainingAt": 1796000643.75, "recoverySeconds": 120.25,
     "lostSeconds": 63.375, "restoredStep": 11}
 INTERRUPTION_V1BETA1 = {
     **INTERRUPTION_V1ALPHA1, "at": "2026-11-30T01:02:03.500000Z",
     "completed": {"10": "2026-11-30T01:00:00.125000Z", "11": "2026-11-30T01:01:00.000000Z"},
     "restoreStartedAt": "2026-11-30T01:03:03.250000Z",
-    "resourcesAt": "2026-11-30T01:02:33.000000Z"}
+    "resourcesAt": "2026-11-30T01:02:33.000000Z",
+    "trainingAt": "2026-11-30T01:04:03.750000Z"}
 
 UP = [
     ("spec.model.parameters", "405B", "405G"),
@@ -183,6 +185,14 @@ def test_every_field_whose_type_differs_is_in_both_tables() -> None:
 def test_times_are_utc_with_microseconds() -> None:
     assert up("status.goodput.heldSince", -1.25) == "1969-12-31T23:59:58.750000Z"
     assert up("status.goodput.heldSince", 1796000523.1234567) == "2026-11-30T01:02:03.123457Z"
+
+
+def test_a_unix_time_an_earlier_release_stored_at_v1beta1_reads_as_it_is() -> None:
+    """Before trainingAt converted, v1beta1 stored it as Unix seconds: the
+    operator reads that entry back unchanged until it rewrites it."""
+    stored = {"pod": "p-0", "at": "2026-11-30T01:02:03.500000Z", "trainingAt": 1796000643.75}
+    assert down("status.goodput.recent", [stored]) == [
+        {"pod": "p-0", "at": 1796000523.5, "trainingAt": 1796000643.75}]
 
 
 @pytest.mark.parametrize("path", ["status.goodput.heldSince", "status.goodput.endedAt"])

@@ -204,12 +204,13 @@ def test_the_v1beta1_patterns_refuse_what_would_not_come_back() -> None:
 _UNIX = st.floats(min_value=0, max_value=7e9, allow_nan=False)
 _ENTRIES = st.fixed_dictionaries(
     {"pod": st.just("p-0"), "at": _UNIX},
-    optional={"restoreStartedAt": _UNIX, "resourcesAt": _UNIX, "lostSeconds": _UNIX,
+    optional={"restoreStartedAt": _UNIX, "resourcesAt": _UNIX, "trainingAt": _UNIX,
+              "lostSeconds": _UNIX, "recoverySeconds": _UNIX,
               "completed": st.dictionaries(st.integers(0, 99).map(str), _UNIX, max_size=3)})
 
 
 def _times(entry: dict[str, Any]) -> list[tuple[str, Any]]:
-    keys = ("at", "restoreStartedAt", "resourcesAt")
+    keys = ("at", "restoreStartedAt", "resourcesAt", "trainingAt")
     return [(k, entry[k]) for k in keys if k in entry] + [
         (f"completed.{s}", t) for s, t in (entry.get("completed") or {}).items()]
 
@@ -223,7 +224,8 @@ def test_interruption_times_survive_a_trip_through_v1beta1(
     for entry in v1beta1:
         for key, value in _times(entry):
             assert isinstance(value, str) and value.endswith("Z"), (key, value)
-        assert entry.get("lostSeconds") == entries[v1beta1.index(entry)].get("lostSeconds")
+        for duration in ("lostSeconds", "recoverySeconds"):
+            assert entry.get(duration) == entries[v1beta1.index(entry)].get(duration)
     back = down("status.goodput.recent", v1beta1)
     assert isinstance(back, list) and len(back) == len(entries)
     for written, returned in zip(entries, back, strict=True):

@@ -1,15 +1,22 @@
 """operator/goodput/sync.py: a leaving pod's own view is folded, not the
-index's older one; a policy that is not there keeps nothing."""
+index's older one; a policy that is not there keeps nothing; a restarted
+operator reads its own status back from v1beta1 and folds to the same."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 from typing import Any
 
 import pytest
+from tests.support.goodput_views import interrupted, restarted
 
+from ckptdrain.contract import api
 from ckptdrain.contract.api import ANNOTATION_GOODPUT
 from ckptdrain.contract.goodput import AgentView, pod_view
+from ckptdrain.contract.policy_versions import V1BETA1
+from ckptdrain.operator.apiserver import policy_edge
 from ckptdrain.operator.goodput import sync as goodput_sync
 
 KEY = ("ns", "llama")
@@ -103,3 +110,89 @@ def test_a_pod_that_gets_its_node_or_ends_asks_for_a_fold(patches: list[dict[str
     held = change["goodput"]
     assert held["heldSince"] == 1795683600.0 and held["endedAt"] == 1795687200.0
     assert held["availableSeconds"] == 3600.0
+
+
+def _merged(target: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386) applied, as the apiserver applies one."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merged(out.get(key), value)
+    return out
+
+
+def test_a_restarted_operator_reads_its_v1beta1_status_back_to_the_same_result(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status is stored at v1beta1, every time in it RFC3339 (trainingAt
+    too); an operator that restarts reads it back through its edge and,
+    folding the same pods again, finds nothing to write."""
+    stored: dict[str, Any] = {"apiVersion": V1BETA1, "kind": api.KIND_POLICY,
+                              "metadata": {"name": "llama", "namespace": "ns",
+                                           "creationTimestamp": "2026-11-29T00:00:00Z"},
+                              "spec": {"writers": 1}, "status": {}}
+    sent: list[dict[str, Any]] = []
+
+    def patch_status(plural: str, ns: str, name: str, change: dict[str, Any]) -> bool:
+        sent.append(change)  # as kube.patch_status writes it: at v1beta1
+        stored["status"] = _merged(stored["status"],
+                                   policy_edge.written(plural, {"status": change})["status"])
+        return True
+
+    monkeypatch.setattr(goodput_sync.kube, "patch_status", patch_status)
+    monkeypatch.setattr(goodput_sync.kube, "post_event", lambda *_: None)
+    monkeypatch.setattr(goodput_sync.goodput_metrics, "publish", lambda *_: None)
+    t = 1795996800.0  # 2026-11-30T00:00:00Z
+    old = interrupted("w-a", "0", t + 100.25, 57, {50: t + 90.5}, bound=t)
+    failed = restarted("w-b", "0", t + 103, 2.0, None, None, None,
+                       outcome="store_unavailable", reason="gave up", bound=t + 102.5)
+    new = restarted("w-c", "0", t + 110.125, 1.5, 50, "local", t + 118.375, bound=t + 109)
+    assert new.restore is not None
+    new = dataclasses.replace(new, restore=dataclasses.replace(
+        new.restore, agreement=(1, 50, "agreed", "every rank reported")))
+    for state in (goodput_sync._seen, goodput_sync._departed, goodput_sync._written,
+                  goodput_sync._failures, goodput_sync._costs):
+        state.clear()
+
+    # The first replacement's restore fails; the pod after it restores.
+    goodput_sync.fold(KEY, policy_edge.seen(stored), [old, failed])
+    goodput_sync.fold(KEY, policy_edge.seen(stored), [old, new])
+    assert len(sent) == 2
+    written = list(sent)
+    (entry,) = stored["status"]["goodput"]["recent"]
+    assert (entry["restorePod"], entry["recoverySeconds"]) == ("w-c", 18.125)
+    assert entry["trainingAt"] == "2026-11-30T00:01:58.375000Z"
+    assert entry["at"] == "2026-11-30T00:01:40.250000Z"
+    assert stored["status"]["lastRestoreFailure"]["startedAt"] == "2026-11-30T00:01:43.000000Z"
+    assert stored["status"]["lastRestoreAgreement"]["startedAt"] \
+        == "2026-11-30T00:01:50.125000Z"
+    # Read back, the core sees what it folded (the times too; the failed
+    # restore's reason gone from lastInterruption with the retry).
+    assert policy_edge.seen(stored)["status"]["goodput"] == goodput_sync._written[KEY]
+    assert "restoreReason" not in stored["status"]["goodput"]["lastInterruption"]
+
+    before = copy.deepcopy(stored["status"])
+    for pods in ([old, new], [new], [failed, new]):
+        goodput_sync._new_term()  # what this replica wrote is forgotten: read from the store
+        goodput_sync.fold(KEY, policy_edge.seen(stored), pods)
+        assert sent == written, [list(change) for change in sent[len(written):]]
+        assert stored["status"] == before
+
+
+def test_what_the_fold_dropped_is_named_null_in_its_merge_patch() -> None:
+    """A merge patch keeps the keys it does not name: a new, open interruption
+    in lastInterruption would keep showing the restore of the one before."""
+    closed = {"pod": "w-a", "at": 1.0, "restoredStep": 50, "recoverySeconds": 8.0}
+    opened = {"pod": "w-c", "at": 9.0}
+    patch = goodput_sync.replacing({"lastInterruption": closed, "recent": [closed]},
+                                   {"lastInterruption": opened, "recent": [opened]})
+    assert patch == {"lastInterruption": {"pod": "w-c", "at": 9.0, "restoredStep": None,
+                                          "recoverySeconds": None},
+                     "recent": [opened]}  # a list is replaced whole
+    assert _merged({"lastInterruption": closed}, patch) == {"lastInterruption": opened,
+                                                            "recent": [opened]}
+    assert goodput_sync.replacing(None, opened) == opened
+    assert goodput_sync.replacing(closed, None) is None

@@ -55,8 +55,10 @@ def to_unix_seconds(value: object) -> object:
 
 #: The Unix-seconds times of one interruption in status.goodput.recent and
 #: status.goodput.lastInterruption (ckptdrain.goodput: interruption, attach,
-#: summary), and `completed`, the completion time of each restorable step.
-INTERRUPTION_TIMES = ("at", "restoreStartedAt", "resourcesAt")
+#: summary): the interruption, its restore's start, the replacement on a
+#: node, training again; and `completed`, the completion time of each
+#: restorable step.
+INTERRUPTION_TIMES = ("at", "restoreStartedAt", "resourcesAt", "trainingAt")
 
 
 def _interruption(entry: object, convert: Callable[[object], object]) -> object:

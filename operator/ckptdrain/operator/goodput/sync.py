@@ -139,7 +139,11 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[PodView]) -> Non
                 before.get("startedAt") or 0)):
             change["lastRestoreFailure"] = failure
         if change:
-            if not kube.patch_status(api.POLICIES, key[0], key[1], change):
+            bases = {"goodput": current, "lastRestoreAgreement": status.get(
+                "lastRestoreAgreement"), "checkpointCost": _costs.get(key) or status.get(
+                "checkpointCost"), "lastRestoreFailure": before}
+            patch = {k: replacing(bases[k], v) for k, v in change.items()}
+            if not kube.patch_status(api.POLICIES, key[0], key[1], patch):
                 return  # the policy is gone: nothing to remember for it
             if new is not None:
                 _written[key] = new
@@ -154,6 +158,18 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[PodView]) -> Non
                                 f"{failure['reason']}")  # type: ignore[index]
     with _seen_lock:  # folded: no longer needed (a view that came since stays)
         drop_handled(_departed, key, departed)
+
+
+def replacing(before: Any, after: Any) -> Any:
+    """A merge patch that turns `before` into `after`: a merge patch keeps
+    an object's keys it does not name, so each one `after` dropped is named
+    null (else a new interruption in `lastInterruption` would show the
+    restore of the one before it, and a status read back after a restart
+    would differ from what was folded). Lists are replaced whole."""
+    if not (isinstance(before, Mapping) and isinstance(after, Mapping)):
+        return after
+    return {**{k: None for k in before if k not in after},
+            **{k: replacing(before.get(k), v) for k, v in after.items()}}
 
 
 def _who(failure: Mapping[str, Any]) -> str:
