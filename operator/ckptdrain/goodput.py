@@ -35,6 +35,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ckptdrain.contract.api import as_stored
 from ckptdrain.contract.goodput import RESTORED_OUTCOMES, PodView, RestoreView
 
 #: Interruptions kept in the status, newest first; older ones fold into totals.
@@ -340,12 +341,16 @@ def status_patch(current: Mapping[str, Any], pods: Iterable[PodView],
     at every checkpoint of every writer (`ckptdrain goodput` computes the live
     figures from the pods)."""
     merged = merge(current, pods, restorable_global)
-    new = {**merged, **totals(merged, since, now, writers, live_blocked_s)}
+    # Kept, and compared, as the apiserver stores it: without a figure that
+    # is not known (a fresh start's restored step); a key dropped here is
+    # named null in the patch (sync.replacing).
+    new: dict[str, Any] = as_stored({**merged, **totals(merged, since, now, writers,
+                                                        live_blocked_s)})
     if new.get("recent"):
         new["lastInterruption"] = summary(new["recent"][0])
     drifting = ("wallSeconds", "runtimeGoodput", "badputSeconds", "blockedSeconds",
                 "availableSeconds", "waitingForResourcesSeconds")
-    same = all(current.get(k) == v for k, v in new.items() if k not in drifting)
+    same = all(current.get(k) == new.get(k) for k in {*current, *new} if k not in drifting)
     return None if same and current else new
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 GROUP = "ckptdrain.io"
 #: The one version of Checkpoint and CheckpointShare (CheckpointClass is
@@ -110,6 +111,19 @@ def timestamp(now: datetime) -> str:
 def parse_timestamp(text: str) -> datetime:
     """The UTC datetime of a `timestamp`; ValueError for anything else."""
     return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
+
+
+def as_stored(value: Any) -> Any:
+    """`value` as the apiserver keeps it once written with a JSON merge
+    patch: a null names a key to remove, so no object keeps a null value,
+    not even one inside a list (the apiserver prunes those too). Compare
+    and remember what was written in this form, or a status read back
+    differs from it and is written again."""
+    if isinstance(value, Mapping):
+        return {k: as_stored(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [as_stored(v) for v in value]
+    return value
 
 
 def restored_from(step: int | None, tier: str | None) -> str:

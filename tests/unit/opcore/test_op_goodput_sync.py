@@ -112,10 +112,20 @@ def test_a_pod_that_gets_its_node_or_ends_asks_for_a_fold(patches: list[dict[str
     assert held["availableSeconds"] == 3600.0
 
 
+def _pruned(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _pruned(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value
+
+
 def _merged(target: Any, patch: Any) -> Any:
-    """A JSON merge patch (RFC 7386) applied, as the apiserver applies one."""
+    """A JSON merge patch (RFC 7386) applied, as the apiserver applies one: a
+    null removes its key, and a new value keeps none of its nulls, not even
+    inside a list's objects (evanphx/json-patch prunes them)."""
     if not isinstance(patch, dict):
-        return patch
+        return _pruned(patch)
     out = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -125,11 +135,15 @@ def _merged(target: Any, patch: Any) -> Any:
     return out
 
 
+@pytest.mark.parametrize(("step", "step_s"), [(50, 0.5), (None, None)],
+                         ids=["restored", "fresh-start"])
 def test_a_restarted_operator_reads_its_v1beta1_status_back_to_the_same_result(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, step: int | None, step_s: float | None) -> None:
     """The status is stored at v1beta1, every time in it RFC3339 (trainingAt
     too); an operator that restarts reads it back through its edge and,
-    folding the same pods again, finds nothing to write."""
+    folding the same pods again, finds nothing to write. Also after a fresh
+    start (no step restored, no step time known): the figures that are not
+    there were never stored, and are not written again."""
     stored: dict[str, Any] = {"apiVersion": V1BETA1, "kind": api.KIND_POLICY,
                               "metadata": {"name": "llama", "namespace": "ns",
                                            "creationTimestamp": "2026-11-29T00:00:00Z"},
@@ -146,13 +160,14 @@ def test_a_restarted_operator_reads_its_v1beta1_status_back_to_the_same_result(
     monkeypatch.setattr(goodput_sync.kube, "post_event", lambda *_: None)
     monkeypatch.setattr(goodput_sync.goodput_metrics, "publish", lambda *_: None)
     t = 1795996800.0  # 2026-11-30T00:00:00Z
-    old = interrupted("w-a", "0", t + 100.25, 57, {50: t + 90.5}, bound=t)
+    old = interrupted("w-a", "0", t + 100.25, 57, {50: t + 90.5}, bound=t, step_s=step_s)
     failed = restarted("w-b", "0", t + 103, 2.0, None, None, None,
                        outcome="store_unavailable", reason="gave up", bound=t + 102.5)
-    new = restarted("w-c", "0", t + 110.125, 1.5, 50, "local", t + 118.375, bound=t + 109)
+    new = restarted("w-c", "0", t + 110.125, 1.5, step, step and "local", t + 118.375,
+                    bound=t + 109)
     assert new.restore is not None
     new = dataclasses.replace(new, restore=dataclasses.replace(
-        new.restore, agreement=(1, 50, "agreed", "every rank reported")))
+        new.restore, agreement=(1, step, "agreed", "every rank reported")))
     for state in (goodput_sync._seen, goodput_sync._departed, goodput_sync._written,
                   goodput_sync._failures, goodput_sync._costs):
         state.clear()

@@ -127,13 +127,15 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[PodView]) -> Non
         change: dict[str, Any] = {}
         if new is not None:
             change["goodput"] = new
-        agreed = goodput.restore_agreement(pods)
+        # Each as the apiserver stores it (api.as_stored), as `new` is: what
+        # a restarted operator reads back is then what it would write.
+        agreed = api.as_stored(goodput.restore_agreement(pods))
         if agreed is not None and agreed != status.get("lastRestoreAgreement"):
             change["lastRestoreAgreement"] = agreed
-        costs = cost.checkpoint_cost(pods)
+        costs = api.as_stored(cost.checkpoint_cost(pods))
         if cost.changed(_costs.get(key) or status.get("checkpointCost"), costs):
             change["checkpointCost"] = costs
-        failure = goodput.restore_failure(pods)
+        failure = api.as_stored(goodput.restore_failure(pods))
         before = _failures.get(key) or status.get("lastRestoreFailure")
         if failure is not None and (before is None or failure["startedAt"] > float(
                 before.get("startedAt") or 0)):
