@@ -14,7 +14,7 @@ from tests.support.goodput_views import interrupted, restarted
 
 from ckptdrain.contract import api
 from ckptdrain.contract.api import ANNOTATION_GOODPUT
-from ckptdrain.contract.goodput import AgentView, pod_view
+from ckptdrain.contract.goodput import AgentView, PodView, RestoreView, pod_view
 from ckptdrain.contract.policy_versions import V1BETA1
 from ckptdrain.operator.apiserver import policy_edge
 from ckptdrain.operator.goodput import sync as goodput_sync
@@ -135,15 +135,13 @@ def _merged(target: Any, patch: Any) -> Any:
     return out
 
 
-@pytest.mark.parametrize(("step", "step_s"), [(50, 0.5), (None, None)],
-                         ids=["restored", "fresh-start"])
-def test_a_restarted_operator_reads_its_v1beta1_status_back_to_the_same_result(
-        monkeypatch: pytest.MonkeyPatch, step: int | None, step_s: float | None) -> None:
-    """The status is stored at v1beta1, every time in it RFC3339 (trainingAt
-    too); an operator that restarts reads it back through its edge and,
-    folding the same pods again, finds nothing to write. Also after a fresh
-    start (no step restored, no step time known): the figures that are not
-    there were never stored, and are not written again."""
+Store = tuple[dict[str, Any], list[dict[str, Any]]]
+
+
+@pytest.fixture()
+def store(monkeypatch: pytest.MonkeyPatch) -> Store:
+    """A policy stored at v1beta1, its status patched as the apiserver does;
+    and the patches sent."""
     stored: dict[str, Any] = {"apiVersion": V1BETA1, "kind": api.KIND_POLICY,
                               "metadata": {"name": "llama", "namespace": "ns",
                                            "creationTimestamp": "2026-11-29T00:00:00Z"},
@@ -159,6 +157,22 @@ def test_a_restarted_operator_reads_its_v1beta1_status_back_to_the_same_result(
     monkeypatch.setattr(goodput_sync.kube, "patch_status", patch_status)
     monkeypatch.setattr(goodput_sync.kube, "post_event", lambda *_: None)
     monkeypatch.setattr(goodput_sync.goodput_metrics, "publish", lambda *_: None)
+    for state in (goodput_sync._seen, goodput_sync._departed, goodput_sync._written,
+                  goodput_sync._failures, goodput_sync._costs):
+        state.clear()
+    return stored, sent
+
+
+@pytest.mark.parametrize(("step", "step_s"), [(50, 0.5), (None, None)],
+                         ids=["restored", "fresh-start"])
+def test_a_restarted_operator_reads_its_v1beta1_status_back_to_the_same_result(
+        store: Store, step: int | None, step_s: float | None) -> None:
+    """The status is stored at v1beta1, every time in it RFC3339 (trainingAt
+    too); an operator that restarts reads it back through its edge and,
+    folding the same pods again, finds nothing to write. Also after a fresh
+    start (no step restored, no step time known): the figures that are not
+    there were never stored, and are not written again."""
+    stored, sent = store
     t = 1795996800.0  # 2026-11-30T00:00:00Z
     old = interrupted("w-a", "0", t + 100.25, 57, {50: t + 90.5}, bound=t, step_s=step_s)
     failed = restarted("w-b", "0", t + 103, 2.0, None, None, None,
@@ -168,9 +182,6 @@ def test_a_restarted_operator_reads_its_v1beta1_status_back_to_the_same_result(
     assert new.restore is not None
     new = dataclasses.replace(new, restore=dataclasses.replace(
         new.restore, agreement=(1, step, "agreed", "every rank reported")))
-    for state in (goodput_sync._seen, goodput_sync._departed, goodput_sync._written,
-                  goodput_sync._failures, goodput_sync._costs):
-        state.clear()
 
     # The first replacement's restore fails; the pod after it restores.
     goodput_sync.fold(KEY, policy_edge.seen(stored), [old, failed])
@@ -211,3 +222,40 @@ def test_what_the_fold_dropped_is_named_null_in_its_merge_patch() -> None:
                                                             "recent": [opened]}
     assert goodput_sync.replacing(None, opened) == opened
     assert goodput_sync.replacing(closed, None) is None
+
+
+def test_a_writers_restore_failure_after_a_readers_is_not_blamed_on_a_reader(
+        store: Store) -> None:
+    stored, _ = store
+    t = 1795996800.0
+    reader = PodView("r-a", None, reader="1", restore=RestoreView(
+        outcome="none_verified", started_at=t + 10, seconds=1.0, reason="none verified"))
+    writer = restarted("w-b", "0", t + 20, 2.0, None, None, None,
+                       outcome="store_unavailable", reason="gave up")
+    goodput_sync.fold(KEY, policy_edge.seen(stored), [reader])
+    assert stored["status"]["lastRestoreFailure"]["reader"] == "1"
+    goodput_sync.fold(KEY, policy_edge.seen(stored), [reader, writer])
+    failure = stored["status"]["lastRestoreFailure"]
+    assert (failure["pod"], failure["writer"]) == ("w-b", "0")
+    assert "reader" not in failure
+
+
+def _saver(name: str, overlap: float | None) -> PodView:
+    return PodView(name, name[-1], agent=AgentView(
+        blocked_s=30.0, saves=10, interval_s=600.0, overlap_target=0.1,
+        drained_step=None if overlap is None else 40,
+        drain_s=None if overlap is None else overlap * 1200, drain_overlap=overlap))
+
+
+def test_the_drain_figures_leave_the_checkpoint_cost_with_the_pods_that_drained(
+        store: Store) -> None:
+    """The pod that drained is replaced by one that has saved but not yet
+    drained: the old drain's figures are not the job's any more."""
+    stored, _ = store
+    goodput_sync.fold(KEY, policy_edge.seen(stored), [_saver("w-0", 0.2)])
+    assert stored["status"]["checkpointCost"]["overlapRule"] == "Exceeds"
+    goodput_sync.fold(KEY, policy_edge.seen(stored), [_saver("w-1", None)])
+    costs = stored["status"]["checkpointCost"]
+    assert costs["overlapRule"] == "Unknown" and costs["worstBlockingPod"] == "w-1"
+    gone = {"drainOverlap", "drainOverlapPod", "drainedStep", "drainSeconds", "targetOverlap"}
+    assert not gone & set(costs), costs
