@@ -142,6 +142,9 @@ def test_a_policy_whose_placement_no_class_node_meets_is_refused_by_the_class() 
     [{"key": "example.com/pool", "operator": "In", "values": ["hdd", "nvme"]}],
     [{"key": "gpu", "operator": "In", "values": ["h100"]}],
     [{"key": ["not", "a", "key"], "operator": "In", "values": ["x"]}, "junk"],
+    # Malformed: the policy parser names what is wrong, not the class.
+    [{"key": "example.com/pool", "operator": "In", "values": []}],
+    [{"key": "zone", "operator": "DoesNotExist", "values": ["a"]}],
     [],
 ])
 def test_a_policy_placement_the_class_nodes_may_meet_resolves(
@@ -258,6 +261,24 @@ def test_an_affinity_the_class_nodes_may_meet_is_no_conflict(spec: dict[str, Any
 ])
 def test_a_malformed_affinity_is_no_conflict_and_no_crash(spec: dict[str, Any]) -> None:
     assert class_placement.conflicts(spec, PLACED, "fast") == []
+
+
+@pytest.mark.parametrize("requirement", [
+    {"key": "example.com/pool", "operator": "In"},
+    {"key": "example.com/pool", "operator": "In", "values": []},
+    {"key": "example.com/pool", "operator": "NotIn", "values": []},
+    {"key": "zone", "operator": "DoesNotExist", "values": ["a"]},
+    {"key": "zone", "operator": "Exists", "values": ["b"]},
+    {"key": "zone", "operator": "Gt", "values": []},
+    {"key": "zone", "operator": "Lt", "values": ["1", "2"]},
+], ids=["In-no-values", "In-empty", "NotIn-empty", "DoesNotExist-values", "Exists-values",
+        "Gt-none", "Lt-two"])
+def test_a_requirement_kubernetes_refuses_is_left_to_the_apiserver(
+        requirement: dict[str, Any]) -> None:
+    """Not a conflict with the class's nodes: the apiserver refuses the pod
+    with its own error, which names what is wrong with the requirement."""
+    assert class_placement.conflicts(affine({"matchExpressions": [requirement]}),
+                                     PLACED, "fast") == []
 
 
 JSON = st.recursive(

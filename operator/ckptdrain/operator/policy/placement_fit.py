@@ -7,8 +7,10 @@ nodeSelector). A requirement on a key those labels set either holds for
 that value or cannot hold on any of the flavour's nodes; a requirement on
 a key they do not set, and every matchFields entry (node fields are no
 labels), is unknown: some node of the flavour may meet it, so it never
-counts against the flavour. Terms are ORed: the flavour contradicts the
-affinity only when every term has a requirement that cannot hold.
+counts against the flavour. So is a requirement Kubernetes refuses (In
+without values, DoesNotExist with some): its own validation names it.
+Terms are ORed: the flavour contradicts the affinity only when every term
+has a requirement that cannot hold.
 """
 
 from __future__ import annotations
@@ -24,13 +26,27 @@ def _whole(text: object) -> int | None:
         return None
 
 
+def _malformed(operator: object, values: Sequence[object]) -> bool:
+    """A requirement the apiserver refuses (Kubernetes' NodeSelectorRequirement
+    validation): In and NotIn need values, Exists and DoesNotExist take none,
+    Gt and Lt take exactly one."""
+    return ((operator in ("In", "NotIn") and not values)
+            or (operator in ("Exists", "DoesNotExist") and bool(values))
+            or (operator in ("Gt", "Lt") and len(values) != 1))
+
+
 def holds(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool | None:
     """Whether one matchExpressions entry holds on a node with `labels`
-    (as the scheduler reads it); None when `labels` do not set its key."""
+    (as the scheduler reads it); None when `labels` do not set its key, and
+    for a requirement Kubernetes refuses: the apiserver says what is wrong
+    with it, better than any conflict with these labels would."""
     key = requirement.get("key")
     operator = requirement.get("operator")
-    values = [str(v) for v in requirement.get("values") or []]
-    if key not in labels:
+    raw = requirement.get("values")
+    if raw is not None and not isinstance(raw, list | tuple):
+        return None
+    values = [str(v) for v in raw or []]
+    if key not in labels or _malformed(operator, values):
         return None
     value = str(labels[key])
     if operator == "In":
@@ -41,7 +57,7 @@ def holds(requirement: Mapping[str, Any], labels: Mapping[str, str]) -> bool | N
         return True
     if operator == "DoesNotExist":
         return False
-    if operator in ("Gt", "Lt") and len(values) == 1:
+    if operator in ("Gt", "Lt"):
         have, bound = _whole(value), _whole(values[0])
         if have is None or bound is None:
             return False  # the scheduler matches no node whose value is not a number
