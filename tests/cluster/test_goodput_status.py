@@ -140,3 +140,35 @@ def test_the_apiserver_keeps_every_checkpoint_cost_field(cluster: Cluster, crds:
                     "--type=merge", "-p", json.dumps({"status": {"checkpointCost": figures}}))
     stored = get(cluster, namespace, POLICIES, "llama")["status"]["checkpointCost"]
     assert stored == figures
+
+
+def test_the_apiserver_stores_a_status_patch_as_the_fold_expects(cluster: Cluster, crds: None,
+                                                                  namespace: str) -> None:
+    """A merge patch's nulls go, inside a list's objects too: after a fresh
+    start (no step restored) the stored interruption and agreement lack the
+    figures that are not known, as `api.as_stored` says (the fold compares
+    against that form, or it writes the status again after every restart)."""
+    from ckptdrain import goodput
+    from ckptdrain.contract import api
+    from ckptdrain.contract.goodput import PodView
+    from ckptdrain.operator.apiserver import policy_edge
+
+    cluster.kubectl("create", "-n", namespace, "-f", "-",
+                    input=json.dumps(policy("llama")))
+    now = float(int(time.time()))
+    old = PodView("w-a", "0", agent=AgentView(training_at=now - 100, first_step=0,
+                                              interrupted_at=now - 20, step=57),
+                  bound_at=now - 100)
+    fresh = PodView("w-b", "0", restore=RestoreView("fresh_start", now - 15, 1.0),
+                    agent=AgentView(training_at=now - 12, first_step=0), bound_at=now - 17)
+    recent = goodput.merge({}, [old, fresh], None)["recent"]
+    assert recent[0]["restoredStep"] is None and recent[0]["stepSeconds"] is None
+    change = {"goodput": {"recent": recent},
+              "lastRestoreAgreement": {"round": 1, "step": None, "why": "fresh",
+                                       "detail": "no step every rank holds", "pods": 1,
+                                       "startedAt": now - 15}}
+    sent = policy_edge.written(POLICIES, {"status": change})["status"]
+    cluster.kubectl("patch", "-n", namespace, POLICIES, "llama", "--subresource=status",
+                    "--type=merge", "-p", json.dumps({"status": sent}))
+    stored = get(cluster, namespace, POLICIES, "llama")["status"]
+    assert {k: stored.get(k) for k in sent} == api.as_stored(sent)
