@@ -1,6 +1,8 @@
 """operator/goodput/sync.py: a leaving pod's own view is folded, not the
 index's older one; a policy that is not there keeps nothing; a restarted
-operator reads its own status back from v1beta1 and folds to the same."""
+operator reads its own status back from v1beta1 (stored as a merge patch
+leaves it: no nulls) and folds to the same; what a newer restore failure or
+checkpoint cost no longer has is removed from the status."""
 
 from __future__ import annotations
 
