@@ -1,4 +1,4 @@
-"""The agent's schedule loop and its SIGTERM flush (its start-up: agent/startup.py).
+"""The agent's schedule loop (its start-up: agent/startup.py; its SIGTERM flush: agent/flush.py).
 
 Steady state, every `POLL` seconds:
 - every `interval`, ask the trainer for a checkpoint (rewrite the request file);
@@ -19,16 +19,7 @@ Steady state, every `POLL` seconds:
   the work dir on the node and the writer's lease held, remove the work dirs
   earlier pods of this writer left there (agent/stale_work.py).
 
-On SIGTERM (`flush`), within grace − safety margin:
-1. apply a settled restore round (agent/rounds.py: its abandoned steps are
-   not captured), stop the drain of anything older than what is captured;
-2. give the trainer's emergency checkpoint a moment to appear, capture the
-   newest published step durably (temp + fsync + rename);
-3. drain it with top priority until the deadline, then cancel: the engine's
-   journal keeps finished parts for whoever runs next on this node;
-4. return, so the process exits 0 before the deadline.
-A second SIGTERM aborts whatever is in progress at once; because captures are
-published by rename, that never leaves a corrupt local copy.
+On SIGTERM the loop ends and the flush runs (agent/flush.py).
 
 Nothing here ever blocks or signals the trainer: it only reads the work dir.
 """
@@ -45,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckptdrain.agent import control
+from ckptdrain.agent import flush as flush_mod
 from ckptdrain.agent.drainworker import DrainWorker, next_backoff
 from ckptdrain.agent.global_choice import GlobalChoice, saved_at
 from ckptdrain.agent.metrics import AgentMetrics
@@ -58,16 +50,12 @@ from ckptdrain.node import space
 from ckptdrain.node.config import AgentConfig
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.node.steps import completed_steps, is_writing, step_dir
+from ckptdrain.node.steps import completed_steps, step_dir
 from ckptdrain.restore import workdir
 
 log = logging.getLogger(__name__)
 
 POLL = 0.2
-#: After SIGTERM, how long to wait for the trainer to *start* an emergency checkpoint.
-EMERGENCY_SETTLE = 1.0
-#: Share of the flush budget we are willing to wait for it to *finish*.
-EMERGENCY_SHARE = 0.5
 
 
 class Agent(AgentStartup):
@@ -144,6 +132,10 @@ class Agent(AgentStartup):
             self.tick()
             self.terminating.wait(POLL)
         return self.flush()
+
+    def flush(self) -> int:
+        """The SIGTERM flush (agent/flush.py); returns the exit code (0)."""
+        return flush_mod.flush(self)
 
     def tick(self) -> None:
         """One pass of the steady state: request, capture (unless backing off), tidy."""
@@ -334,67 +326,3 @@ class Agent(AgentStartup):
         log.warning("cannot remove step %d from the work dir: %s: %s (errno %s); the "
                     "trainer's files must be removable by the pod's group", step, path,
                     err.strerror or err, err.errno)
-
-    # -- SIGTERM ------------------------------------------------------------------------
-    def flush(self) -> int:
-        start = self.sigterm_at if self.sigterm_at is not None else self.clock()
-        deadline = start + self.cfg.flush_budget_s
-        log.info("SIGTERM: flushing for up to %.1fs", deadline - self.clock())
-
-        def stop_now() -> bool:
-            return self.aborting.is_set() or self.clock() >= deadline
-
-        if self.rounds is not None:
-            self.rounds.apply()
-        self.request("sigterm")  # for trainers that poll instead of handling SIGTERM
-        self._await_emergency(start, deadline, stop_now)
-        newest: int | None = None
-        try:
-            newest = self.capture_newest("sigterm", should_stop=stop_now)
-        except CopyAborted:
-            log.warning("SIGTERM capture stopped (deadline or a second SIGTERM); "
-                        "nothing half-copied was published")
-        except (CkptdrainError, OSError) as err:
-            log.warning("SIGTERM capture failed: %s", err)
-        if self.goodput is not None:
-            self.goodput.interrupted(time.time() - (self.clock() - start))
-        local = self.tier.steps()
-        target = newest if newest is not None else (local[0] if local else None)
-        if self.drain is not None and target is not None and not self.tier.is_global(target):
-            self.drain.submit(target, "sigterm")  # newest: supersedes anything older
-            while not stop_now() and not self.drain.is_done(target):
-                self.metrics.beat()
-                time.sleep(POLL / 2)
-        if self.drain is not None:
-            # Leave a moment for the cancelled part to finish and the journal to land.
-            remaining = 0.5 if self.aborting.is_set() else max(0.1, deadline - self.clock())
-            if not self.drain.stop(timeout=remaining):
-                log.warning("drain did not stop before the deadline; its journal resumes it")
-        if self.goodput is not None:
-            self.goodput.close(timeout=max(0.1, deadline - self.clock()))
-        if target is not None:
-            state = "global" if self.tier.is_global(target) else "local only (journaled)"
-            log.info("SIGTERM flush done: step %d is %s", target, state)
-            if self.drain is not None and self.drain.last_error and state != "global":
-                # This pod's retries end here: Retrying would claim an attempt
-                # that nobody is making any more.
-                self.reporter.report(CheckpointEvent(
-                    target, State.FAILED, trigger="sigterm",
-                    message=f"drain given up when the pod stopped: {self.drain.last_error}; "
-                    f"the local copy and its journal stay on node {self.cfg.node_name or '?'}"
-                    " for the next agent there"))
-        return 0
-
-    def _await_emergency(self, start: float, deadline: float, stop_now: Callable[[], bool]
-                         ) -> None:
-        """Wait briefly for the trainer's emergency checkpoint: long enough for it to start
-        (EMERGENCY_SETTLE), and while a `.tmp` is being written, up to half the flush budget."""
-        budget_end = start + EMERGENCY_SHARE * (deadline - start)
-        settle_end = min(start + EMERGENCY_SETTLE, budget_end)
-        while not stop_now():
-            now = self.clock()
-            writing = is_writing(self.cfg.work_dir)
-            if now >= budget_end or (now >= settle_end and not writing):
-                return
-            self.metrics.beat()
-            time.sleep(POLL / 4)
