@@ -6,6 +6,7 @@ SIGTERM may end the loop before it applied a settled round."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from ckptdrain import resume_channel
+from ckptdrain.agent import control
 from ckptdrain.agent import rounds as rounds_mod
 from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics
@@ -108,3 +110,51 @@ def test_a_sigterm_before_the_loop_applied_the_round_still_applies_it(
     assert answer is not None and answer.covers >= asked and answer.step == 110
     assert agent.tier.steps() == [110]
     assert agent.tier.manifest(110).extra[EXTRA_TIMELINE] == "t-110"
+
+
+def _answer_fails(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Writing the trainer's answer fails as on a full disk; the names tried."""
+    tried, real = [], control.write
+
+    def full(work_dir: Path, name: str, doc: Any) -> Path:
+        tried.append(name)
+        if name == resume_channel.ANSWER_FILE:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(work_dir, name, doc)
+    monkeypatch.setattr(control, "write", full)
+    return tried
+
+
+def test_a_flush_whose_answer_cannot_be_written_still_captures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills up as the pod stops (the emergency save): the answer
+    cannot be written, and the flush must go on to capture its step."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    _save(work, 110)
+    _save(work, 120)
+    rounds._resume(_ask(work))
+    tried = _answer_fails(monkeypatch)
+    agent.on_sigterm()
+    assert agent.flush() == 0
+    assert resume_channel.ANSWER_FILE in tried
+    assert agent.tier.steps() == [110]
+    assert agent.tier.manifest(110).extra[EXTRA_TIMELINE] == "t-110"
+    assert agent.metrics.errors.labels("resume")._value.get() >= 1
+
+
+def test_a_tick_whose_answer_cannot_be_written_answers_on_a_later_tick(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    _save(work, 110)
+    _save(work, 120)
+    asked = _ask(work)
+    rounds._resume(asked)
+    with monkeypatch.context() as patched:
+        _answer_fails(patched)
+        agent.tick()  # the schedule goes on
+    assert agent.tier.steps() == [110]  # captured in the new timeline
+    assert agent.metrics.errors.labels("resume")._value.get() == 1
+    assert resume_channel.read_answer(work / CONTROL_DIR) is None
+    agent.tick()  # room again: the round is applied once more, and answered
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked and answer.step == 110

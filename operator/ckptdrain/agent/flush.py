@@ -8,8 +8,10 @@ Within grace − safety margin:
 3. drain it with top priority until the deadline, then cancel: the engine's
    journal keeps finished parts for whoever runs next on this node;
 4. return, so the process exits 0 before the deadline.
-A second SIGTERM aborts whatever is in progress at once; because
-captures are published by rename, that never leaves a corrupt local copy.
+A round that cannot be applied (its answer cannot be written on a full disk)
+is counted and logged, and the flush goes on: the capture matters more. A
+second SIGTERM aborts whatever is in progress at once; because captures are
+published by rename, that never leaves a corrupt local copy.
 """
 
 from __future__ import annotations
@@ -46,8 +48,7 @@ def flush(agent: Agent) -> int:
     def stop_now() -> bool:
         return agent.aborting.is_set() or agent.clock() >= deadline
 
-    if agent.rounds is not None:
-        agent.rounds.apply()
+    agent.apply_round()
     agent.request("sigterm")  # for trainers that poll instead of handling SIGTERM
     await_emergency(agent, start, deadline, stop_now)
     newest: int | None = None

@@ -94,6 +94,7 @@ class Agent(AgentStartup):
         self._no_room = False
         # Steps whose failed prune was logged (once each; every try is counted).
         self._prune_reported: set[int] = set()
+        self._apply_failed: str | None = None  # the last failure of apply_round(), said once
         root = volume_root(cfg.work_dir, cfg.local_dir)  # None: the work dir is not on the node
         #: Steps of a size kept free between scheduled captures (space.reserve_steps).
         self.reserve_steps = functools.partial(space.reserve_steps, capacity=cfg.local_capacity,
@@ -141,8 +142,7 @@ class Agent(AgentStartup):
         """One pass of the steady state: request, capture (unless backing off), tidy."""
         self.metrics.beat()
         now = self.clock()
-        if self.rounds is not None:
-            self.rounds.apply()
+        self.apply_round()
         if self.goodput is not None:
             self.goodput.tick()
         if self._next_request is None:
@@ -179,6 +179,23 @@ class Agent(AgentStartup):
             self._failed_step, self._backoff, self._reported = None, None, None
             self._no_room = False
         self.housekeeping()
+
+    def apply_round(self) -> None:
+        """Apply a settled restore round (agent/rounds.py). A failure (the trainer's
+        answer cannot be written on a full disk) stops neither the schedule nor the
+        SIGTERM flush: it is counted, logged when it changes, and tried again next
+        tick; the round stays settled until its answer is written."""
+        if self.rounds is None:
+            return
+        try:
+            self.rounds.apply()
+        except (CkptdrainError, OSError) as err:
+            self.metrics.errors.labels("resume").inc()
+            if str(err) != self._apply_failed:
+                log.warning("could not apply the restore round (tried again): %s", err)
+            self._apply_failed = str(err)
+        else:
+            self._apply_failed = None
 
     def request(self, reason: str) -> None:
         """Ask the trainer for a checkpoint. It answers by publishing a step."""
