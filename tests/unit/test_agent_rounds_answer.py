@@ -238,3 +238,58 @@ def test_another_ranks_round_never_sees_an_abandoned_step_in_the_new_timeline(
     assert drain.reports, "apply() ran while a report was being made"
     for report in (*drain.reports, late):
         assert report.local.get(120) in (None, "t1"), report
+
+
+def test_a_request_made_while_the_loop_writes_an_answer_waits_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rounds thread polls just before the loop writes the first round's
+    answer: the round is still settled then, so the second request waits,
+    and its own answer (a failure) comes after the first, not before it."""
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False,
+                           decided=[110, meeting_mod.Unsettled("the others did not come back")])
+    _save(work, 110)
+    _save(work, 120)
+    rounds._resume(_ask(work))
+    second = _ask(work)
+    write = rounds._answer
+
+    def the_rounds_thread_polls_first(started: float, answer: resume_channel.Answer) -> None:
+        if answer.ok:
+            _poll(rounds)
+        write(started, answer)
+    monkeypatch.setattr(rounds, "_answer", the_rounds_thread_polls_first)
+    rounds.apply()
+    _poll(rounds)
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= second
+    assert (answer.ok, answer.why) == (False, "unsettled")
+
+
+class _DrainThatRecords:
+    def __init__(self) -> None:
+        self.abandoned: list[int] = []
+
+    def abandon_above(self, keep: int) -> None:
+        self.abandoned.append(keep)
+
+
+def test_the_trainer_is_answered_only_once_the_abandoned_steps_are_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answered earlier, the trainer could save its next step while the
+    abandoned one of the same number is still there, or still draining."""
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False, decided=[110])
+    _save(work, 110)
+    _save(work, 120)
+    drain = _DrainThatRecords()
+    rounds.agent.drain = drain
+    seen: list[tuple[bool, list[int], str | None]] = []
+    write = rounds._answer
+
+    def answer(started: float, ans: resume_channel.Answer) -> None:
+        seen.append(((work / "step-120").exists(), list(drain.abandoned),
+                     rounds.agent.timeline))
+        write(started, ans)
+    monkeypatch.setattr(rounds, "_answer", answer)
+    rounds._resume(_ask(work))
+    rounds.apply()
+    assert seen == [(False, [110], "t-110")]
