@@ -88,6 +88,7 @@ def _rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decided: list[int |
                           trainer_work_dir=Path("/ckptdrain/work"),
                           restore_agree_timeout_s=30.0)
     agent = SimpleNamespace(cfg=cfg, tier=_EmptyTier(), drain=None, keep_in_work=set(),
+                            work_lock=threading.Lock(),
                             timeline="t1", resumed=100,
                             terminating=threading.Event())
     rounds_left = iter(range(5, 100))
@@ -293,3 +294,32 @@ def test_the_trainer_is_answered_only_once_the_abandoned_steps_are_gone(
     rounds._resume(_ask(work))
     rounds.apply()
     assert seen == [(False, [110], "t-110")]
+
+
+def test_a_step_that_could_not_be_placed_is_not_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept only once it is in the work dir: a step kept that never came
+    would be kept (from pruning) whenever it later does."""
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False, decided=[130])
+    _save(work, 110)
+    asked = _ask(work)
+    _poll(rounds)  # 130 is neither in the work dir nor on this node, and there is no store
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.step) == (False, 130) and "130" in answer.reason
+    assert rounds.agent.keep_in_work == set()
+
+
+def test_a_new_round_applied_lets_the_loop_prune_the_step_of_the_one_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False, decided=[110, 105])
+    rounds.agent.keep_in_work.add(100)  # the step restore placed when the pod started
+    for step in (105, 110, 120):
+        _save(work, step)
+    for agreed in (110, 105):
+        asked = _ask(work)
+        _poll(rounds)
+        rounds.apply()
+        answer = resume_channel.read_answer(work / CONTROL_DIR)
+        assert answer is not None and answer.covers >= asked and answer.step == agreed
+    assert rounds.agent.keep_in_work == {105}

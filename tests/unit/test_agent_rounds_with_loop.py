@@ -8,6 +8,9 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
+import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -158,3 +161,72 @@ def test_a_tick_whose_answer_cannot_be_written_answers_on_a_later_tick(
     agent.tick()  # room again: the round is applied once more, and answered
     answer = resume_channel.read_answer(work / CONTROL_DIR)
     assert answer is not None and answer.covers >= asked and answer.step == 110
+
+
+class _SaysWhenAsked:
+    """The agent's work-dir lock, which says when the rounds thread asks for it."""
+
+    def __init__(self) -> None:
+        self.inner = threading.Lock()
+        self.asked = threading.Event()
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            self.asked.set()
+        self.inner.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.release()
+
+
+def test_a_step_placed_while_the_loop_prunes_it_is_placed_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop finds step 110 superseded (the tier holds 120) and is about
+    to move it aside when the rounds thread places 110 for a round: the
+    answer must name a step that is in the work dir."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    for step in (110, 120):
+        _save(work, step)
+        agent.capture_newest("schedule")
+    lock = _SaysWhenAsked()
+    agent.work_lock = lock  # type: ignore[assignment]
+    asked, rename, placing = _ask(work), os.rename, []
+
+    def resume() -> None:
+        try:
+            rounds._resume(asked)
+        finally:
+            lock.asked.set()  # without a lock it has placed (or not) by now
+
+    def the_rounds_thread_places_first(src: Any, dst: Any) -> None:
+        if Path(src).name == "step-110" and not placing:
+            placing.append(threading.Thread(target=resume))
+            placing[0].start()
+            assert lock.asked.wait(30)
+        rename(src, dst)
+    monkeypatch.setattr(os, "rename", the_rounds_thread_places_first)
+    agent.prune_work_dir()
+    assert placing, "the loop did not prune step 110"
+    placing[0].join(30)
+    rounds.apply()
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.step, answer.tier) == (True, 110, "local")
+    assert (work / "step-110" / "model.bin").read_bytes() == bytes([110]) * 64
+
+
+def test_a_placed_step_that_left_the_work_dir_is_not_answered_as_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Something else removed the placed step before the loop applied the
+    round: the trainer is told so (and fails loudly), not sent to load a
+    directory that is not there."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    _save(work, 110)
+    asked = _ask(work)
+    rounds._resume(asked)
+    shutil.rmtree(work / "step-110")
+    agent.apply_round()
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.step) == (False, 110)
+    assert "step 110 is no longer in the work dir" in answer.reason

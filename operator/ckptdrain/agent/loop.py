@@ -79,7 +79,11 @@ class Agent(AgentStartup):
         self.aborting = threading.Event()  # a second SIGTERM
         self.sigterm_at: float | None = None
         self.global_choice = GlobalChoice(cfg.interval_s, cfg.global_every)
+        #: Work-dir steps the loop must not prune (the step a restore round
+        #: placed for the trainer): changed, and read with the pruning that
+        #: follows, only under `work_lock`.
         self.keep_in_work: set[int] = set()
+        self.work_lock = threading.Lock()
         self.timeline: str | None = None
         self.resumed: int | None = None
         self._seq = (read_request(cfg.work_dir).seq if read_request(cfg.work_dir) else 0)
@@ -319,9 +323,15 @@ class Agent(AgentStartup):
         if not local:
             return
         for step in completed_steps(self.cfg.work_dir):
-            if step < local[0] and step not in self.keep_in_work:
-                victim = step_dir(self.cfg.work_dir, step)
-                doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
+            if step >= local[0]:
+                continue
+            victim = step_dir(self.cfg.work_dir, step)
+            doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
+            # The check and the move as one: a round placing this step (the
+            # rounds thread) finds it there and keeps it, or finds it gone.
+            with self.work_lock:
+                if step in self.keep_in_work:
+                    continue
                 try:
                     os.rename(victim, doomed)
                 except OSError as err:
