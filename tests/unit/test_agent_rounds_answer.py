@@ -323,3 +323,19 @@ def test_a_new_round_applied_lets_the_loop_prune_the_step_of_the_one_before(
         answer = resume_channel.read_answer(work / CONTROL_DIR)
         assert answer is not None and answer.covers >= asked and answer.step == agreed
     assert rounds.agent.keep_in_work == {105}
+
+
+def test_a_request_while_the_pod_stops_opens_no_round_and_fails_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round the SIGTERM flush would not apply: the trainer, stopping too,
+    is told at once rather than left waiting for an answer that never comes."""
+    decided: list[int | Exception] = [110]
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False, decided=decided)
+    _save(work, 110)
+    rounds.agent.terminating.set()
+    asked = _ask(work)
+    _poll(rounds)
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.why, answer.reason) == (False, "stopping", "the pod is stopping")
+    assert decided == [110], "a round was opened"

@@ -19,6 +19,7 @@ import pytest
 
 from ckptdrain import resume_channel
 from ckptdrain.agent import control
+from ckptdrain.agent import flush as flush_mod
 from ckptdrain.agent import rounds as rounds_mod
 from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics
@@ -230,3 +231,22 @@ def test_a_placed_step_that_left_the_work_dir_is_not_answered_as_there(
     assert answer is not None and answer.covers >= asked
     assert (answer.ok, answer.step) == (False, 110)
     assert "step 110 is no longer in the work dir" in answer.reason
+
+
+def test_a_round_that_settles_while_the_flush_waits_is_applied_before_its_capture(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round opened before SIGTERM settles while the flush waits for the
+    emergency save: the flush captures in the new timeline, not the
+    abandoned step 120, and the trainer gets its answer."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    for step in (110, 120):
+        _save(work, step)
+    agent.capture_newest("schedule")
+    asked = _ask(work)
+    monkeypatch.setattr(flush_mod, "await_emergency", lambda *_: rounds._resume(asked))
+    agent.on_sigterm()
+    assert agent.flush() == 0
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked and answer.step == 110
+    assert agent.tier.steps() == [110]
+    assert agent.tier.manifest(110).extra[EXTRA_TIMELINE] == "t-110"

@@ -3,8 +3,10 @@
 Within grace − safety margin:
 1. apply a settled restore round (agent/rounds.py: its abandoned steps are
    not captured), stop the drain of anything older than what is captured;
-2. give the trainer's emergency checkpoint a moment to appear, capture the
-   newest published step durably (temp + fsync + rename);
+2. give the trainer's emergency checkpoint a moment to appear, apply a round
+   that settled meanwhile (agent/rounds.py opens none after SIGTERM: no
+   later one could be applied), capture the newest published step durably
+   (temp + fsync + rename);
 3. drain it with top priority until the deadline, then cancel: the engine's
    journal keeps finished parts for whoever runs next on this node;
 4. return, so the process exits 0 before the deadline.
@@ -51,6 +53,7 @@ def flush(agent: Agent) -> int:
     agent.apply_round()
     agent.request("sigterm")  # for trainers that poll instead of handling SIGTERM
     await_emergency(agent, start, deadline, stop_now)
+    agent.apply_round()  # a round opened before SIGTERM that settled meanwhile
     newest: int | None = None
     try:
         newest = agent.capture_newest("sigterm", should_stop=stop_now)

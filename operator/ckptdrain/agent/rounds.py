@@ -13,7 +13,8 @@ Two duties (restore/agreement.py has the rules):
   (it is there, or from the local tier, verified, or from the global tier),
   and answer. Steps newer than the agreed one belong to an abandoned
   timeline: they leave the work dir and the local tier, and captures from
-  then on carry the new timeline.
+  then on carry the new timeline. Once the pod stops (SIGTERM), no round
+  opens: the trainer is answered no at once.
 
 Cost: one GET of the decision's Lease per poll (every max(2 s, W/100 s) for W
 writers) and one write per round.
@@ -81,7 +82,11 @@ class Rounds:
             try:
                 asked = resume_channel.read_request(self.agent.cfg.work_dir / CONTROL_DIR)
                 if asked is not None and asked > self._answered:
-                    if not self._applying():
+                    if self._applying():
+                        pass  # its answer comes first
+                    elif self.agent.terminating.is_set():
+                        self._refuse_stopping()
+                    else:
                         self._resume(asked)
                 else:
                     self._take_part()
@@ -91,6 +96,15 @@ class Rounds:
             except Exception as err:  # the apiserver or the disk: try again next poll
                 log.warning("restore rounds: %s", err)
             self._stop.wait(self.poll_s)
+
+    def _refuse_stopping(self) -> None:
+        """No round once SIGTERM came: the flush would apply none that settles
+        after its capture, and the trainer would wait for good. It stops too;
+        told at once, it fails loudly instead."""
+        started = time.time()
+        self._answer(started, resume_channel.Answer(started, False, None, None, "", None,
+                                                    "stopping", "the pod is stopping"))
+        log.info("a restart in place asked to resume while the pod stops: answered no")
 
     def _applying(self) -> bool:
         """A settled round waits for the loop: it is the only writer of the
