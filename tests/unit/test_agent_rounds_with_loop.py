@@ -250,3 +250,48 @@ def test_a_round_that_settles_while_the_flush_waits_is_applied_before_its_captur
     assert answer is not None and answer.covers >= asked and answer.step == 110
     assert agent.tier.steps() == [110]
     assert agent.tier.manifest(110).extra[EXTRA_TIMELINE] == "t-110"
+
+
+class _DrainThatRecords:
+    """The drain worker as the flush uses it: what was submitted; all done."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[int, str]] = []
+        self.last_error = None
+
+    def submit(self, step: int, trigger: str = "schedule") -> None:
+        self.submitted.append((step, trigger))
+
+    def abandon_above(self, step: int) -> None:
+        pass
+
+    def busy_steps(self) -> set[int]:
+        return set()
+
+    def is_done(self, step: int) -> bool:
+        return True
+
+    def stop(self, timeout: float) -> bool:
+        return True
+
+
+def test_a_flush_after_a_round_it_could_not_apply_sends_no_abandoned_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The abandoned step 120 cannot be removed from the local tier: the
+    round stays unapplied, and the flush must not drain 120 as this pod's
+    last word."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    drain = _DrainThatRecords()
+    agent.drain = drain  # type: ignore[assignment]
+    for step in (110, 120):
+        _save(work, step)
+    agent.capture_newest("schedule")
+    rounds._resume(_ask(work))
+
+    def busy(step: int) -> None:
+        raise OSError(errno.EBUSY, "Device or resource busy")
+    monkeypatch.setattr(agent.tier, "remove", busy)
+    agent.on_sigterm()
+    assert agent.flush() == 0
+    assert agent.metrics.errors.labels("resume")._value.get() >= 1
+    assert [s for s, trigger in drain.submitted if trigger == "sigterm"] == []

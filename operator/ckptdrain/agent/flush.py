@@ -64,8 +64,7 @@ def flush(agent: Agent) -> int:
         log.warning("SIGTERM capture failed: %s", err)
     if agent.goodput is not None:
         agent.goodput.interrupted(time.time() - (agent.clock() - start))
-    local = agent.tier.steps()
-    target = newest if newest is not None else (local[0] if local else None)
+    target = _target(agent, newest)
     drain = agent.drain
     if drain is not None and target is not None and not agent.tier.is_global(target):
         drain.submit(target, "sigterm")  # newest: supersedes anything older
@@ -82,6 +81,19 @@ def flush(agent: Agent) -> int:
     if target is not None:
         _say_done(agent, target)
     return 0
+
+
+def _target(agent: Agent, newest: int | None) -> int | None:
+    """The step to drain: the one just captured, else the newest local one; not one
+    that a round the flush could not apply abandons (it stays local, unsent)."""
+    local = agent.tier.steps()
+    target = newest if newest is not None else (local[0] if local else None)
+    bound = agent.rounds.abandoning() if agent.rounds is not None else None
+    if bound is not None and target is not None and target > bound:
+        log.warning("a restore round is not applied: step %d it abandons is not drained",
+                    target)
+        target = max((s for s in local if s <= bound), default=None)
+    return target
 
 
 def _say_done(agent: Agent, target: int) -> None:

@@ -106,6 +106,15 @@ class Rounds:
                                                     "stopping", "the pod is stopping"))
         log.info("a restart in place asked to resume while the pod stops: answered no")
 
+    def abandoning(self) -> int | None:
+        """While a settled round waits for apply(): the newest step it keeps
+        (-1 for none); every newer one is abandoned, even while still on disk."""
+        with self._lock:
+            settled = self._settled
+        if settled is None:
+            return None
+        return settled[0].step if settled[0].step is not None else -1
+
     def _applying(self) -> bool:
         """A settled round waits for the loop: it is the only writer of the
         answer until then."""
