@@ -165,13 +165,15 @@ def test_a_tick_whose_answer_cannot_be_written_answers_on_a_later_tick(
 
 
 class _SaysWhenAsked:
-    """The agent's work-dir lock, which says when the rounds thread asks for it."""
+    """The agent's work-dir lock, which says when the rounds thread must wait for it."""
 
     def __init__(self) -> None:
         self.inner = threading.Lock()
         self.asked = threading.Event()
 
     def __enter__(self) -> None:
+        if self.inner.acquire(blocking=False):
+            return
         if threading.current_thread() is not threading.main_thread():
             self.asked.set()
         self.inner.acquire()
@@ -197,7 +199,7 @@ def test_a_step_placed_while_the_loop_prunes_it_is_placed_again(
         try:
             rounds._resume(asked)
         finally:
-            lock.asked.set()  # without a lock it has placed (or not) by now
+            lock.asked.set()  # it never had to wait: it has placed (or not) by now
 
     def the_rounds_thread_places_first(src: Any, dst: Any) -> None:
         if Path(src).name == "step-110" and not placing:

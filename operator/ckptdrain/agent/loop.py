@@ -337,9 +337,9 @@ class Agent(AgentStartup):
                 except OSError as err:
                     self._prune_failed(step, str(victim), err)
                     continue
-                problems = workdir.remove_tree(doomed)
-                if problems:
-                    self._prune_failed(step, *problems[0])
+            problems = workdir.remove_tree(doomed)  # out of sight now: no lock needed
+            if problems:
+                self._prune_failed(step, *problems[0])
         for leftover in self.cfg.work_dir.glob(".prune-step-*"):
             workdir.remove_tree(leftover)  # what a failed prune left: as much as can go now
 
