@@ -297,3 +297,27 @@ def test_a_flush_after_a_round_it_could_not_apply_sends_no_abandoned_step(
     assert agent.flush() == 0
     assert agent.metrics.errors.labels("resume")._value.get() >= 1
     assert [s for s, trigger in drain.submitted if trigger == "sigterm"] == []
+
+
+def test_the_agreed_step_found_in_the_work_dir_is_kept_until_the_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 110 is still in the work dir (the tier holds 120, newer, and the
+    loop has not pruned yet): found there, it must be kept from then on."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    for step in (110, 120):
+        _save(work, step)
+    agent.capture_newest("schedule")
+    place = rounds._place
+
+    def place_then_the_loop_tidies(step: int) -> str:
+        tier = place(step)
+        agent.housekeeping()
+        return tier
+    monkeypatch.setattr(rounds, "_place", place_then_the_loop_tidies)
+    asked = _ask(work)
+    rounds._resume(asked)
+    agent.apply_round()
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.step, answer.tier) == (True, 110, "work")
+    assert (work / "step-110" / "model.bin").read_bytes() == bytes([110]) * 64
