@@ -75,3 +75,42 @@ def test_an_abandoned_step_in_flight_is_not_queued_again(tmp_path: Path) -> None
         assert len(drainer.calls) == 2
     finally:
         assert worker.stop(30)
+
+
+class _DrainerFailingOnce(_DrainerUntilCancelled):
+    """Its second drain fails as a store that did not answer; the others
+    wait for their cancel."""
+
+    def drain(self, src: Path, manifest: Any, *, cancel: threading.Event, **kw: Any) -> Any:
+        if len(self.calls) == 1:
+            self.calls.append(src)
+            self.entered.release()
+            raise ConnectionError("the store did not answer")
+        return super().drain(src, manifest, cancel=cancel, **kw)
+
+
+def test_the_new_timelines_step_of_an_abandoned_number_is_retried(tmp_path: Path) -> None:
+    """The worker forgets the abandoned step once its drain stopped: the new
+    timeline's step of the same number, whose first try fails, is retried."""
+    tier = LocalTier(tmp_path / "local")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"\x07" * 1000)
+    tier.capture(src, 120, writer=0, writers=1)
+    drainer = _DrainerFailingOnce()
+    worker = DrainWorker(tier, LocalStore(str(tmp_path / "store")), drainer,  # type: ignore[arg-type]
+                         _Quiet(), AgentMetrics(), part_size=1 << 20)
+    worker.start()
+    try:
+        worker.submit(120)
+        assert drainer.entered.acquire(timeout=30)
+        worker.abandon_above(110)
+        _settled(worker, drainer, calls=2)
+        tier.remove(120)
+        tier.capture(src, 120, writer=0, writers=1)
+        worker.submit(120)
+        assert drainer.entered.acquire(timeout=30)  # the first try fails
+        assert drainer.entered.acquire(timeout=30), "the new step 120 was not retried"
+        assert len(drainer.calls) == 3
+    finally:
+        assert worker.stop(30)

@@ -88,6 +88,7 @@ def _rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decided: list[int |
                           trainer_work_dir=Path("/ckptdrain/work"),
                           restore_agree_timeout_s=30.0)
     agent = SimpleNamespace(cfg=cfg, tier=_EmptyTier(), drain=None, keep_in_work=set(),
+                            work_lock=threading.Lock(),
                             timeline="t1", resumed=100,
                             terminating=threading.Event())
     rounds_left = iter(range(5, 100))
@@ -238,3 +239,103 @@ def test_another_ranks_round_never_sees_an_abandoned_step_in_the_new_timeline(
     assert drain.reports, "apply() ran while a report was being made"
     for report in (*drain.reports, late):
         assert report.local.get(120) in (None, "t1"), report
+
+
+def test_a_request_made_while_the_loop_writes_an_answer_waits_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rounds thread polls just before the loop writes the first round's
+    answer: the round is still settled then, so the second request waits,
+    and its own answer (a failure) comes after the first, not before it."""
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False,
+                           decided=[110, meeting_mod.Unsettled("the others did not come back")])
+    _save(work, 110)
+    _save(work, 120)
+    rounds._resume(_ask(work))
+    second = _ask(work)
+    write = rounds._answer
+
+    def the_rounds_thread_polls_first(started: float, answer: resume_channel.Answer) -> None:
+        if answer.ok:
+            _poll(rounds)
+        write(started, answer)
+    monkeypatch.setattr(rounds, "_answer", the_rounds_thread_polls_first)
+    rounds.apply()
+    _poll(rounds)
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= second
+    assert (answer.ok, answer.why) == (False, "unsettled")
+
+
+class _DrainThatRecords:
+    def __init__(self) -> None:
+        self.abandoned: list[int] = []
+
+    def abandon_above(self, keep: int) -> None:
+        self.abandoned.append(keep)
+
+
+def test_the_trainer_is_answered_only_once_the_abandoned_steps_are_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answered earlier, the trainer could save its next step while the
+    abandoned one of the same number is still there, or still draining."""
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False, decided=[110])
+    _save(work, 110)
+    _save(work, 120)
+    drain = _DrainThatRecords()
+    rounds.agent.drain = drain
+    seen: list[tuple[bool, list[int], str | None]] = []
+    write = rounds._answer
+
+    def answer(started: float, ans: resume_channel.Answer) -> None:
+        seen.append(((work / "step-120").exists(), list(drain.abandoned),
+                     rounds.agent.timeline))
+        write(started, ans)
+    monkeypatch.setattr(rounds, "_answer", answer)
+    rounds._resume(_ask(work))
+    rounds.apply()
+    assert seen == [(False, [110], "t-110")]
+
+
+def test_a_step_that_could_not_be_placed_is_not_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept only once it is in the work dir: a step kept that never came
+    would be kept (from pruning) whenever it later does."""
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False, decided=[130])
+    _save(work, 110)
+    asked = _ask(work)
+    _poll(rounds)  # 130 is neither in the work dir nor on this node, and there is no store
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.step) == (False, 130) and "130" in answer.reason
+    assert rounds.agent.keep_in_work == set()
+
+
+def test_a_new_round_applied_lets_the_loop_prune_the_step_of_the_one_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False, decided=[110, 105])
+    rounds.agent.keep_in_work.add(100)  # the step restore placed when the pod started
+    for step in (105, 110, 120):
+        _save(work, step)
+    for agreed in (110, 105):
+        asked = _ask(work)
+        _poll(rounds)
+        rounds.apply()
+        answer = resume_channel.read_answer(work / CONTROL_DIR)
+        assert answer is not None and answer.covers >= asked and answer.step == agreed
+    assert rounds.agent.keep_in_work == {105}
+
+
+def test_a_request_while_the_pod_stops_opens_no_round_and_fails_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round the SIGTERM flush would not apply: the trainer, stopping too,
+    is told at once rather than left waiting for an answer that never comes."""
+    decided: list[int | Exception] = [110]
+    rounds, work = _rounds(tmp_path, monkeypatch, loop_on_release=False, decided=decided)
+    _save(work, 110)
+    rounds.agent.terminating.set()
+    asked = _ask(work)
+    _poll(rounds)
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.why, answer.reason) == (False, "stopping", "the pod is stopping")
+    assert decided == [110], "a round was opened"

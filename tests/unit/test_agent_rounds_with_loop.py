@@ -6,7 +6,11 @@ SIGTERM may end the loop before it applied a settled round."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +18,8 @@ from typing import Any
 import pytest
 
 from ckptdrain import resume_channel
+from ckptdrain.agent import control
+from ckptdrain.agent import flush as flush_mod
 from ckptdrain.agent import rounds as rounds_mod
 from ckptdrain.agent.loop import Agent
 from ckptdrain.agent.metrics import AgentMetrics
@@ -108,3 +114,210 @@ def test_a_sigterm_before_the_loop_applied_the_round_still_applies_it(
     assert answer is not None and answer.covers >= asked and answer.step == 110
     assert agent.tier.steps() == [110]
     assert agent.tier.manifest(110).extra[EXTRA_TIMELINE] == "t-110"
+
+
+def _answer_fails(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Writing the trainer's answer fails as on a full disk; the names tried."""
+    tried, real = [], control.write
+
+    def full(work_dir: Path, name: str, doc: Any) -> Path:
+        tried.append(name)
+        if name == resume_channel.ANSWER_FILE:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(work_dir, name, doc)
+    monkeypatch.setattr(control, "write", full)
+    return tried
+
+
+def test_a_flush_whose_answer_cannot_be_written_still_captures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills up as the pod stops (the emergency save): the answer
+    cannot be written, and the flush must go on to capture its step."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    _save(work, 110)
+    _save(work, 120)
+    rounds._resume(_ask(work))
+    tried = _answer_fails(monkeypatch)
+    agent.on_sigterm()
+    assert agent.flush() == 0
+    assert resume_channel.ANSWER_FILE in tried
+    assert agent.tier.steps() == [110]
+    assert agent.tier.manifest(110).extra[EXTRA_TIMELINE] == "t-110"
+    assert agent.metrics.errors.labels("resume")._value.get() >= 1
+
+
+def test_a_tick_whose_answer_cannot_be_written_answers_on_a_later_tick(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    _save(work, 110)
+    _save(work, 120)
+    asked = _ask(work)
+    rounds._resume(asked)
+    with monkeypatch.context() as patched:
+        _answer_fails(patched)
+        agent.tick()  # the schedule goes on
+    assert agent.tier.steps() == [110]  # captured in the new timeline
+    assert agent.metrics.errors.labels("resume")._value.get() == 1
+    assert resume_channel.read_answer(work / CONTROL_DIR) is None
+    agent.tick()  # room again: the round is applied once more, and answered
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked and answer.step == 110
+
+
+class _SaysWhenAsked:
+    """The agent's work-dir lock, which says when the rounds thread must wait for it."""
+
+    def __init__(self) -> None:
+        self.inner = threading.Lock()
+        self.asked = threading.Event()
+
+    def __enter__(self) -> None:
+        if self.inner.acquire(blocking=False):
+            return
+        if threading.current_thread() is not threading.main_thread():
+            self.asked.set()
+        self.inner.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.release()
+
+
+def test_a_step_placed_while_the_loop_prunes_it_is_placed_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop finds step 110 superseded (the tier holds 120) and is about
+    to move it aside when the rounds thread places 110 for a round: the
+    answer must name a step that is in the work dir."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    for step in (110, 120):
+        _save(work, step)
+        agent.capture_newest("schedule")
+    lock = _SaysWhenAsked()
+    agent.work_lock = lock  # type: ignore[assignment]
+    asked, rename, placing = _ask(work), os.rename, []
+
+    def resume() -> None:
+        try:
+            rounds._resume(asked)
+        finally:
+            lock.asked.set()  # it never had to wait: it has placed (or not) by now
+
+    def the_rounds_thread_places_first(src: Any, dst: Any) -> None:
+        if Path(src).name == "step-110" and not placing:
+            placing.append(threading.Thread(target=resume))
+            placing[0].start()
+            assert lock.asked.wait(30)
+        rename(src, dst)
+    monkeypatch.setattr(os, "rename", the_rounds_thread_places_first)
+    agent.prune_work_dir()
+    assert placing, "the loop did not prune step 110"
+    placing[0].join(30)
+    rounds.apply()
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.step, answer.tier) == (True, 110, "local")
+    assert (work / "step-110" / "model.bin").read_bytes() == bytes([110]) * 64
+
+
+def test_a_placed_step_that_left_the_work_dir_is_not_answered_as_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Something else removed the placed step before the loop applied the
+    round: the trainer is told so (and fails loudly), not sent to load a
+    directory that is not there."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    _save(work, 110)
+    asked = _ask(work)
+    rounds._resume(asked)
+    shutil.rmtree(work / "step-110")
+    agent.apply_round()
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.step) == (False, 110)
+    assert "step 110 is no longer in the work dir" in answer.reason
+
+
+def test_a_round_that_settles_while_the_flush_waits_is_applied_before_its_capture(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round opened before SIGTERM settles while the flush waits for the
+    emergency save: the flush captures in the new timeline, not the
+    abandoned step 120, and the trainer gets its answer."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    for step in (110, 120):
+        _save(work, step)
+    agent.capture_newest("schedule")
+    asked = _ask(work)
+    monkeypatch.setattr(flush_mod, "await_emergency", lambda *_: rounds._resume(asked))
+    agent.on_sigterm()
+    assert agent.flush() == 0
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked and answer.step == 110
+    assert agent.tier.steps() == [110]
+    assert agent.tier.manifest(110).extra[EXTRA_TIMELINE] == "t-110"
+
+
+class _DrainThatRecords:
+    """The drain worker as the flush uses it: what was submitted; all done."""
+
+    def __init__(self) -> None:
+        self.submitted: list[tuple[int, str]] = []
+        self.last_error = None
+
+    def submit(self, step: int, trigger: str = "schedule") -> None:
+        self.submitted.append((step, trigger))
+
+    def abandon_above(self, step: int) -> None:
+        pass
+
+    def busy_steps(self) -> set[int]:
+        return set()
+
+    def is_done(self, step: int) -> bool:
+        return True
+
+    def stop(self, timeout: float) -> bool:
+        return True
+
+
+def test_a_flush_after_a_round_it_could_not_apply_sends_no_abandoned_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The abandoned step 120 cannot be removed from the local tier: the
+    round stays unapplied, and the flush must not drain 120 as this pod's
+    last word."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    drain = _DrainThatRecords()
+    agent.drain = drain  # type: ignore[assignment]
+    for step in (110, 120):
+        _save(work, step)
+    agent.capture_newest("schedule")
+    rounds._resume(_ask(work))
+
+    def busy(step: int) -> None:
+        raise OSError(errno.EBUSY, "Device or resource busy")
+    monkeypatch.setattr(agent.tier, "remove", busy)
+    agent.on_sigterm()
+    assert agent.flush() == 0
+    assert agent.metrics.errors.labels("resume")._value.get() >= 1
+    assert [s for s, trigger in drain.submitted if trigger == "sigterm"] == []
+
+
+def test_the_agreed_step_found_in_the_work_dir_is_kept_until_the_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 110 is still in the work dir (the tier holds 120, newer, and the
+    loop has not pruned yet): found there, it must be kept from then on."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    for step in (110, 120):
+        _save(work, step)
+    agent.capture_newest("schedule")
+    place = rounds._place
+
+    def place_then_the_loop_tidies(step: int) -> str:
+        tier = place(step)
+        agent.housekeeping()
+        return tier
+    monkeypatch.setattr(rounds, "_place", place_then_the_loop_tidies)
+    asked = _ask(work)
+    rounds._resume(asked)
+    agent.apply_round()
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.covers >= asked
+    assert (answer.ok, answer.step, answer.tier) == (True, 110, "work")
+    assert (work / "step-110" / "model.bin").read_bytes() == bytes([110]) * 64

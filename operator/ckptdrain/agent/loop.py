@@ -1,4 +1,4 @@
-"""The agent's schedule loop and its SIGTERM flush (its start-up: agent/startup.py).
+"""The agent's schedule loop (its start-up: agent/startup.py; its SIGTERM flush: agent/flush.py).
 
 Steady state, every `POLL` seconds:
 - every `interval`, ask the trainer for a checkpoint (rewrite the request file);
@@ -19,16 +19,7 @@ Steady state, every `POLL` seconds:
   the work dir on the node and the writer's lease held, remove the work dirs
   earlier pods of this writer left there (agent/stale_work.py).
 
-On SIGTERM (`flush`), within grace − safety margin:
-1. apply a settled restore round (agent/rounds.py: its abandoned steps are
-   not captured), stop the drain of anything older than what is captured;
-2. give the trainer's emergency checkpoint a moment to appear, capture the
-   newest published step durably (temp + fsync + rename);
-3. drain it with top priority until the deadline, then cancel: the engine's
-   journal keeps finished parts for whoever runs next on this node;
-4. return, so the process exits 0 before the deadline.
-A second SIGTERM aborts whatever is in progress at once; because captures are
-published by rename, that never leaves a corrupt local copy.
+On SIGTERM the loop ends and the flush runs (agent/flush.py).
 
 Nothing here ever blocks or signals the trainer: it only reads the work dir.
 """
@@ -45,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckptdrain.agent import control
+from ckptdrain.agent import flush as flush_mod
 from ckptdrain.agent.drainworker import DrainWorker, next_backoff
 from ckptdrain.agent.global_choice import GlobalChoice, saved_at
 from ckptdrain.agent.metrics import AgentMetrics
@@ -58,16 +50,12 @@ from ckptdrain.node import space
 from ckptdrain.node.config import AgentConfig
 from ckptdrain.node.durable import CopyAborted
 from ckptdrain.node.localtier import LocalTier
-from ckptdrain.node.steps import completed_steps, is_writing, step_dir
+from ckptdrain.node.steps import completed_steps, step_dir
 from ckptdrain.restore import workdir
 
 log = logging.getLogger(__name__)
 
 POLL = 0.2
-#: After SIGTERM, how long to wait for the trainer to *start* an emergency checkpoint.
-EMERGENCY_SETTLE = 1.0
-#: Share of the flush budget we are willing to wait for it to *finish*.
-EMERGENCY_SHARE = 0.5
 
 
 class Agent(AgentStartup):
@@ -91,7 +79,11 @@ class Agent(AgentStartup):
         self.aborting = threading.Event()  # a second SIGTERM
         self.sigterm_at: float | None = None
         self.global_choice = GlobalChoice(cfg.interval_s, cfg.global_every)
+        #: Work-dir steps the loop must not prune (the step a restore round
+        #: placed for the trainer): changed, and read with the pruning that
+        #: follows, only under `work_lock`.
         self.keep_in_work: set[int] = set()
+        self.work_lock = threading.Lock()
         self.timeline: str | None = None
         self.resumed: int | None = None
         self._seq = (read_request(cfg.work_dir).seq if read_request(cfg.work_dir) else 0)
@@ -106,6 +98,7 @@ class Agent(AgentStartup):
         self._no_room = False
         # Steps whose failed prune was logged (once each; every try is counted).
         self._prune_reported: set[int] = set()
+        self._apply_failed: str | None = None  # the last failure of apply_round(), said once
         root = volume_root(cfg.work_dir, cfg.local_dir)  # None: the work dir is not on the node
         #: Steps of a size kept free between scheduled captures (space.reserve_steps).
         self.reserve_steps = functools.partial(space.reserve_steps, capacity=cfg.local_capacity,
@@ -145,12 +138,15 @@ class Agent(AgentStartup):
             self.terminating.wait(POLL)
         return self.flush()
 
+    def flush(self) -> int:
+        """The SIGTERM flush (agent/flush.py); returns the exit code (0)."""
+        return flush_mod.flush(self)
+
     def tick(self) -> None:
         """One pass of the steady state: request, capture (unless backing off), tidy."""
         self.metrics.beat()
         now = self.clock()
-        if self.rounds is not None:
-            self.rounds.apply()
+        self.apply_round()
         if self.goodput is not None:
             self.goodput.tick()
         if self._next_request is None:
@@ -187,6 +183,23 @@ class Agent(AgentStartup):
             self._failed_step, self._backoff, self._reported = None, None, None
             self._no_room = False
         self.housekeeping()
+
+    def apply_round(self) -> None:
+        """Apply a settled restore round (agent/rounds.py). A failure (the trainer's
+        answer cannot be written on a full disk) stops neither the schedule nor the
+        SIGTERM flush: it is counted, logged when it changes, and tried again next
+        tick; the round stays settled until its answer is written."""
+        if self.rounds is None:
+            return
+        try:
+            self.rounds.apply()
+        except (CkptdrainError, OSError) as err:
+            self.metrics.errors.labels("resume").inc()
+            if str(err) != self._apply_failed:
+                log.warning("could not apply the restore round (tried again): %s", err)
+            self._apply_failed = str(err)
+        else:
+            self._apply_failed = None
 
     def request(self, reason: str) -> None:
         """Ask the trainer for a checkpoint. It answers by publishing a step."""
@@ -310,17 +323,23 @@ class Agent(AgentStartup):
         if not local:
             return
         for step in completed_steps(self.cfg.work_dir):
-            if step < local[0] and step not in self.keep_in_work:
-                victim = step_dir(self.cfg.work_dir, step)
-                doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
+            if step >= local[0]:
+                continue
+            victim = step_dir(self.cfg.work_dir, step)
+            doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
+            # The check and the move as one: a round placing this step (the
+            # rounds thread) finds it there and keeps it, or finds it gone.
+            with self.work_lock:
+                if step in self.keep_in_work:
+                    continue
                 try:
                     os.rename(victim, doomed)
                 except OSError as err:
                     self._prune_failed(step, str(victim), err)
                     continue
-                problems = workdir.remove_tree(doomed)
-                if problems:
-                    self._prune_failed(step, *problems[0])
+            problems = workdir.remove_tree(doomed)  # out of sight now: no lock needed
+            if problems:
+                self._prune_failed(step, *problems[0])
         for leftover in self.cfg.work_dir.glob(".prune-step-*"):
             workdir.remove_tree(leftover)  # what a failed prune left: as much as can go now
 
@@ -334,67 +353,3 @@ class Agent(AgentStartup):
         log.warning("cannot remove step %d from the work dir: %s: %s (errno %s); the "
                     "trainer's files must be removable by the pod's group", step, path,
                     err.strerror or err, err.errno)
-
-    # -- SIGTERM ------------------------------------------------------------------------
-    def flush(self) -> int:
-        start = self.sigterm_at if self.sigterm_at is not None else self.clock()
-        deadline = start + self.cfg.flush_budget_s
-        log.info("SIGTERM: flushing for up to %.1fs", deadline - self.clock())
-
-        def stop_now() -> bool:
-            return self.aborting.is_set() or self.clock() >= deadline
-
-        if self.rounds is not None:
-            self.rounds.apply()
-        self.request("sigterm")  # for trainers that poll instead of handling SIGTERM
-        self._await_emergency(start, deadline, stop_now)
-        newest: int | None = None
-        try:
-            newest = self.capture_newest("sigterm", should_stop=stop_now)
-        except CopyAborted:
-            log.warning("SIGTERM capture stopped (deadline or a second SIGTERM); "
-                        "nothing half-copied was published")
-        except (CkptdrainError, OSError) as err:
-            log.warning("SIGTERM capture failed: %s", err)
-        if self.goodput is not None:
-            self.goodput.interrupted(time.time() - (self.clock() - start))
-        local = self.tier.steps()
-        target = newest if newest is not None else (local[0] if local else None)
-        if self.drain is not None and target is not None and not self.tier.is_global(target):
-            self.drain.submit(target, "sigterm")  # newest: supersedes anything older
-            while not stop_now() and not self.drain.is_done(target):
-                self.metrics.beat()
-                time.sleep(POLL / 2)
-        if self.drain is not None:
-            # Leave a moment for the cancelled part to finish and the journal to land.
-            remaining = 0.5 if self.aborting.is_set() else max(0.1, deadline - self.clock())
-            if not self.drain.stop(timeout=remaining):
-                log.warning("drain did not stop before the deadline; its journal resumes it")
-        if self.goodput is not None:
-            self.goodput.close(timeout=max(0.1, deadline - self.clock()))
-        if target is not None:
-            state = "global" if self.tier.is_global(target) else "local only (journaled)"
-            log.info("SIGTERM flush done: step %d is %s", target, state)
-            if self.drain is not None and self.drain.last_error and state != "global":
-                # This pod's retries end here: Retrying would claim an attempt
-                # that nobody is making any more.
-                self.reporter.report(CheckpointEvent(
-                    target, State.FAILED, trigger="sigterm",
-                    message=f"drain given up when the pod stopped: {self.drain.last_error}; "
-                    f"the local copy and its journal stay on node {self.cfg.node_name or '?'}"
-                    " for the next agent there"))
-        return 0
-
-    def _await_emergency(self, start: float, deadline: float, stop_now: Callable[[], bool]
-                         ) -> None:
-        """Wait briefly for the trainer's emergency checkpoint: long enough for it to start
-        (EMERGENCY_SETTLE), and while a `.tmp` is being written, up to half the flush budget."""
-        budget_end = start + EMERGENCY_SHARE * (deadline - start)
-        settle_end = min(start + EMERGENCY_SETTLE, budget_end)
-        while not stop_now():
-            now = self.clock()
-            writing = is_writing(self.cfg.work_dir)
-            if now >= budget_end or (now >= settle_end and not writing):
-                return
-            self.metrics.beat()
-            time.sleep(POLL / 4)

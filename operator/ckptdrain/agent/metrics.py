@@ -40,8 +40,9 @@ from ckptdrain.metrics_endpoint import MetricsEndpoint
 
 _DURATION_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 TIERS = ("local", "peer", "global")
-#: "prune": a work-dir step the agent could not remove (once per step).
-PHASES = ("capture", "drain", "retention", "cold_storage", "request", "prune")
+#: "prune": a work-dir step the agent could not remove (once per step); "resume":
+#: a restore round after a restart in place not applied (the trainer's answer unwritten).
+PHASES = ("capture", "drain", "retention", "cold_storage", "request", "prune", "resume")
 #: Drain failure kinds, most specific class first (errors.py); anything else is "other".
 DRAIN_ERROR_KINDS: tuple[tuple[str, type[BaseException] | None], ...] = (
     ("unreachable", errors.StoreUnreachable),

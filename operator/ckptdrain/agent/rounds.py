@@ -13,7 +13,8 @@ Two duties (restore/agreement.py has the rules):
   (it is there, or from the local tier, verified, or from the global tier),
   and answer. Steps newer than the agreed one belong to an abandoned
   timeline: they leave the work dir and the local tier, and captures from
-  then on carry the new timeline.
+  then on carry the new timeline. Once the pod stops (SIGTERM), no round
+  opens: the trainer is answered no at once.
 
 Cost: one GET of the decision's Lease per poll (every max(2 s, W/100 s) for W
 writers) and one write per round.
@@ -81,7 +82,11 @@ class Rounds:
             try:
                 asked = resume_channel.read_request(self.agent.cfg.work_dir / CONTROL_DIR)
                 if asked is not None and asked > self._answered:
-                    if not self._applying():
+                    if self._applying():
+                        pass  # its answer comes first
+                    elif self.agent.terminating.is_set():
+                        self._refuse_stopping()
+                    else:
                         self._resume(asked)
                 else:
                     self._take_part()
@@ -91,6 +96,24 @@ class Rounds:
             except Exception as err:  # the apiserver or the disk: try again next poll
                 log.warning("restore rounds: %s", err)
             self._stop.wait(self.poll_s)
+
+    def _refuse_stopping(self) -> None:
+        """No round once SIGTERM came: the flush would apply none that settles
+        after its capture, and the trainer would wait for good. It stops too;
+        told at once, it fails loudly instead."""
+        started = time.time()
+        self._answer(started, resume_channel.Answer(started, False, None, None, "", None,
+                                                    "stopping", "the pod is stopping"))
+        log.info("a restart in place asked to resume while the pod stops: answered no")
+
+    def abandoning(self) -> int | None:
+        """While a settled round waits for apply(): the newest step it keeps
+        (-1 for none); every newer one is abandoned, even while still on disk."""
+        with self._lock:
+            settled = self._settled
+        if settled is None:
+            return None
+        return settled[0].step if settled[0].step is not None else -1
 
     def _applying(self) -> bool:
         """A settled round waits for the loop: it is the only writer of the
@@ -208,13 +231,17 @@ class Rounds:
 
     def _place(self, step: int) -> str:
         """Put `step` in the work dir; the tier it came from."""
-        cfg, tier = self.agent.cfg, self.agent.tier
-        # Before it is there: the loop prunes work-dir steps older than the
-        # tier's newest on its own thread, and would not wait for apply().
-        self.agent.keep_in_work.add(step)
+        agent = self.agent
+        cfg, tier = agent.cfg, agent.tier
         final = step_dir(cfg.work_dir, step)
-        if final.is_dir():
-            return "work"
+        # Kept from the moment it is known to be there: the loop prunes work-dir
+        # steps older than the tier's newest on its own thread, and would not
+        # wait for apply(); under its lock, the step is either still there
+        # (and kept) or already gone (and placed again).
+        with agent.work_lock:
+            if final.is_dir():
+                agent.keep_in_work.add(step)
+                return "work"
         tmp = cfg.work_dir / f".resume-step-{step}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
@@ -231,7 +258,9 @@ class Rounds:
             else:
                 raise CkptdrainError(f"step {step} is neither in the work dir nor on this node")
             group_access.share_tree(tmp)  # the trainer may run as any uid of the group
-            durable.publish(tmp, final)
+            with agent.work_lock:
+                durable.publish(tmp, final)
+                agent.keep_in_work.add(step)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return used
@@ -242,8 +271,10 @@ class Rounds:
 
     # -- on the agent's loop -------------------------------------------------------------
     def apply(self) -> None:
-        """On the agent's own thread (no capture runs meanwhile): switch to the
-        agreed timeline, drop the abandoned steps, then answer the trainer."""
+        """On the agent's own thread (no capture runs meanwhile): drop the
+        abandoned steps, switch to the agreed timeline, then answer the trainer.
+        Raises OSError when a step or the answer cannot be written or removed:
+        the round stays settled, and the next call does it all again."""
         with self._lock:
             settled = self._settled
         if settled is None:
@@ -251,8 +282,10 @@ class Rounds:
         decision, started, answer = settled
         agent = self.agent
         keep = decision.step if decision.step is not None else -1
-        if decision.step is not None:
-            agent.keep_in_work.add(decision.step)
+        with agent.work_lock:  # earlier rounds' steps may go now
+            agent.keep_in_work.clear()
+            if decision.step is not None:
+                agent.keep_in_work.add(decision.step)
         if agent.drain is not None:
             agent.drain.abandon_above(keep)
         for step in completed_steps(agent.cfg.work_dir):
@@ -266,6 +299,14 @@ class Rounds:
         # Last: a report (rounds thread) that reads the new timeline finds
         # none of the abandoned steps left to label with it.
         agent.timeline, agent.resumed = decision.timeline, decision.step
+        if answer.ok and decision.step is not None and \
+                not step_dir(agent.cfg.work_dir, decision.step).is_dir():
+            # Nothing of the agent's removes a kept step (work_lock): something
+            # else did. The trainer fails loudly and asks again, not loads nothing.
+            log.warning("step %d left the work dir before the trainer was answered",
+                        decision.step)
+            answer = replace(answer, ok=False, reason=f"step {decision.step} is no longer in "
+                             "the work dir (removed after it was placed)")
         self._answer(started, answer)
         with self._lock:
             self._settled = None
