@@ -237,21 +237,36 @@ def test_a_placed_step_that_left_the_work_dir_is_not_answered_as_there(
 
 def test_a_round_that_settles_while_the_flush_waits_is_applied_before_its_capture(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A round opened before SIGTERM settles while the flush waits for the
-    emergency save: the flush captures in the new timeline, not the
-    abandoned step 120, and the trainer gets its answer."""
+    """A round settled before SIGTERM that the loop had not applied yet, and the
+    trainer saved 120 meanwhile: the flush applies it before its capture, so
+    it captures in the new timeline, not the abandoned step 120, and the
+    trainer gets its answer."""
     agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
     for step in (110, 120):
         _save(work, step)
     agent.capture_newest("schedule")
     asked = _ask(work)
-    monkeypatch.setattr(flush_mod, "await_emergency", lambda *_: rounds._resume(asked))
+    rounds._resume(asked)
+    monkeypatch.setattr(flush_mod, "await_emergency", lambda *_: _save(work, 130))
+    monkeypatch.setattr(rounds, "apply", _after_first(rounds.apply))
     agent.on_sigterm()
     assert agent.flush() == 0
     answer = resume_channel.read_answer(work / CONTROL_DIR)
-    assert answer is not None and answer.covers >= asked and answer.step == 110
+    assert answer is not None and answer.ok and answer.covers >= asked and answer.step == 110
     assert agent.tier.steps() == [110]
     assert agent.tier.manifest(110).extra[EXTRA_TIMELINE] == "t-110"
+
+
+def _after_first(apply: Any) -> Any:
+    """`apply` doing nothing the first time (the flush's first apply comes
+    before the round settles), then as it is."""
+    calls: list[None] = []
+
+    def later() -> None:
+        calls.append(None)
+        if len(calls) > 1:
+            apply()
+    return later
 
 
 class _DrainThatRecords:

@@ -6,7 +6,8 @@ Within grace − safety margin:
 2. give the trainer's emergency checkpoint a moment to appear, apply a round
    that settled meanwhile (agent/rounds.py opens none after SIGTERM: no
    later one could be applied), capture the newest published step durably
-   (temp + fsync + rename);
+   (temp + fsync + rename), then apply a round that settled during the capture
+   (a step it abandons is neither submitted nor drained);
 3. drain it with top priority until the deadline, then cancel: the engine's
    journal keeps finished parts for whoever runs next on this node;
 4. return, so the process exits 0 before the deadline.
@@ -64,8 +65,12 @@ def flush(agent: Agent) -> int:
         log.warning("SIGTERM capture failed: %s", err)
     if agent.goodput is not None:
         agent.goodput.interrupted(time.time() - (agent.clock() - start))
+    agent.apply_round()  # a round that settled during the capture: applied before draining
     target = _target(agent, newest)
     drain = agent.drain
+    bound = agent.rounds.abandoning() if agent.rounds is not None else None
+    if drain is not None and bound is not None:
+        drain.abandon_above(bound)  # still not applied: nothing it abandons drains
     if drain is not None and target is not None and not agent.tier.is_global(target):
         drain.submit(target, "sigterm")  # newest: supersedes anything older
         while not stop_now() and not drain.is_done(target):
@@ -84,10 +89,11 @@ def flush(agent: Agent) -> int:
 
 
 def _target(agent: Agent, newest: int | None) -> int | None:
-    """The step to drain: the one just captured, else the newest local one; not one
-    that a round the flush could not apply abandons (it stays local, unsent)."""
+    """The step to drain: the one just captured (unless a round applied since
+    dropped it), else the newest local one; not one that a round the flush could
+    not apply abandons (it stays local, unsent)."""
     local = agent.tier.steps()
-    target = newest if newest is not None else (local[0] if local else None)
+    target = newest if newest in local else (local[0] if local else None)
     bound = agent.rounds.abandoning() if agent.rounds is not None else None
     if bound is not None and target is not None and target > bound:
         log.warning("a restore round is not applied: step %d it abandons is not drained",

@@ -261,7 +261,11 @@ class Agent(AgentStartup):
         self.metrics.recovery_point("local", step, captured.manifest.created)
         self.reporter.report(CheckpointEvent(step, State.LOCAL, size, captured.seconds,
                                              trigger=trigger))
-        if self.drain is not None:
+        bound = self.rounds.abandoning() if self.rounds is not None else None
+        if bound is not None and step > bound:
+            # A round settled while this copy ran: the step is abandoned, never sent.
+            log.warning("captured step %d is abandoned by a restore round: not drained", step)
+        elif self.drain is not None:
             if trigger != "schedule":
                 self.global_choice.sent(saved)
                 self.drain.submit(step, trigger)

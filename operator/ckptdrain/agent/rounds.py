@@ -200,6 +200,13 @@ class Rounds:
             if decision.step is not None else None
         answer = resume_channel.Answer(started, True, decision.step, path, tier,
                                        decision.round, decision.why, decision.detail)
+        if self.agent.terminating.is_set():
+            # SIGTERM came while this round ran: the flush may have applied its
+            # last round already, and nothing would hand this one over.
+            self._answer(started, replace(answer, ok=False, why="stopping",
+                                          reason="the pod is stopping"))
+            log.info("a restart in place settled while the pod stops: answered no")
+            return
         self._answered = started
         with self._lock:
             self._settled = (decision, started, answer)
@@ -273,8 +280,11 @@ class Rounds:
     def apply(self) -> None:
         """On the agent's own thread (no capture runs meanwhile): drop the
         abandoned steps, switch to the agreed timeline, then answer the trainer.
-        Raises OSError when a step or the answer cannot be written or removed:
-        the round stays settled, and the next call does it all again."""
+        An abandoned work-dir step is renamed aside first (it is no step from
+        then on), then removed as far as it can be (the prune removes what is
+        left later). Raises OSError when a step cannot be renamed aside or
+        removed from the local tier, or the answer cannot be written: the round
+        stays settled, and the next call does it all again."""
         with self._lock:
             settled = self._settled
         if settled is None:
@@ -290,7 +300,7 @@ class Rounds:
             agent.drain.abandon_above(keep)
         for step in completed_steps(agent.cfg.work_dir):
             if step > keep:
-                shutil.rmtree(step_dir(agent.cfg.work_dir, step), ignore_errors=True)
+                _drop_from_work(agent, step)
         for step in agent.tier.steps():
             if step > keep:
                 log.warning("dropping local step %d: the ranks resumed from %s", step,
@@ -311,3 +321,18 @@ class Rounds:
         with self._lock:
             self._settled = None
 
+
+
+def _drop_from_work(agent: Agent, step: int) -> None:
+    """Rename an abandoned step aside under the prune's name, so it stops being
+    a step at once (the prune removes what cannot go now), then remove it.
+    Raises OSError when the rename fails."""
+    victim = step_dir(agent.cfg.work_dir, step)
+    doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
+    workdir.remove_tree(doomed)  # what an earlier drop of this step left
+    with agent.work_lock, contextlib.suppress(FileNotFoundError):
+        os.rename(victim, doomed)  # any other failure: raised, the round stays settled
+    problems = workdir.remove_tree(doomed)
+    if problems:
+        log.warning("abandoned step %d left the work dir, but %s could not be removed: %s",
+                    step, *problems[0])
