@@ -157,3 +157,27 @@ def test_a_round_settled_during_the_flushs_capture_that_cannot_be_applied_drains
     assert rounds.abandoning() == 110
     assert 120 not in drain.drained()
     assert 110 in drain.abandoned
+
+
+def test_an_abandoned_step_is_renamed_aside_beside_what_an_earlier_drop_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `.prune-step-120-<pid>` that cannot be removed does not block the
+    rename (renaming onto a non-empty directory fails): the round is applied."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    _save(work, 110)
+    _save(work, 120)
+    left = work / f".prune-step-120-{os.getpid()}"
+    (left / "stuck").mkdir(parents=True)
+    (left / "stuck" / "file").write_bytes(b"x")
+    real = shutil.rmtree
+
+    def stuck(path: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(path) == left:
+            return  # what the pod's group cannot delete
+        real(path, *args, **kwargs)
+    monkeypatch.setattr(shutil, "rmtree", stuck)
+    rounds._resume(_ask(work))
+    agent.apply_round()
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.ok and answer.step == 110
+    assert not (work / "step-120").exists()
