@@ -322,7 +322,6 @@ class Rounds:
             self._settled = None
 
 
-
 def _drop_from_work(agent: Agent, step: int) -> None:
     """Rename an abandoned step aside under the prune's name, so it stops being
     a step at once (the prune removes what cannot go now), then remove it.
