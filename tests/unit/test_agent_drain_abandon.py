@@ -51,16 +51,23 @@ def _settled(worker: DrainWorker, drainer: _DrainerUntilCancelled, calls: int) -
         time.sleep(0.01)
 
 
-def test_an_abandoned_step_in_flight_is_not_queued_again(tmp_path: Path) -> None:
+def _started_holding_120(tmp_path: Path, drainer: _DrainerUntilCancelled
+                         ) -> tuple[LocalTier, Path, DrainWorker]:
+    """A started worker over a local tier holding step 120 (captured from `src`)."""
     tier = LocalTier(tmp_path / "local")
     src = tmp_path / "src"
     src.mkdir()
     (src / "w.bin").write_bytes(b"\x07" * 1000)
     tier.capture(src, 120, writer=0, writers=1)
-    drainer = _DrainerUntilCancelled()
     worker = DrainWorker(tier, LocalStore(str(tmp_path / "store")), drainer,  # type: ignore[arg-type]
                          _Quiet(), AgentMetrics(), part_size=1 << 20)
     worker.start()
+    return tier, src, worker
+
+
+def test_an_abandoned_step_in_flight_is_not_queued_again(tmp_path: Path) -> None:
+    drainer = _DrainerUntilCancelled()
+    tier, src, worker = _started_holding_120(tmp_path, drainer)
     try:
         worker.submit(120)
         assert drainer.entered.acquire(timeout=30)
@@ -92,15 +99,8 @@ class _DrainerFailingOnce(_DrainerUntilCancelled):
 def test_the_new_timelines_step_of_an_abandoned_number_is_retried(tmp_path: Path) -> None:
     """The worker forgets the abandoned step once its drain stopped: the new
     timeline's step of the same number, whose first try fails, is retried."""
-    tier = LocalTier(tmp_path / "local")
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "w.bin").write_bytes(b"\x07" * 1000)
-    tier.capture(src, 120, writer=0, writers=1)
     drainer = _DrainerFailingOnce()
-    worker = DrainWorker(tier, LocalStore(str(tmp_path / "store")), drainer,  # type: ignore[arg-type]
-                         _Quiet(), AgentMetrics(), part_size=1 << 20)
-    worker.start()
+    tier, src, worker = _started_holding_120(tmp_path, drainer)
     try:
         worker.submit(120)
         assert drainer.entered.acquire(timeout=30)

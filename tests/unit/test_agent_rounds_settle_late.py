@@ -99,39 +99,10 @@ def test_a_round_that_settles_after_the_flushs_last_apply_is_answered_no(
     assert rounds.abandoning() is None
 
 
-def test_a_round_that_settles_during_the_flushs_capture_drains_no_abandoned_step(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Step 120 is being captured by the flush when the round (kept step 110)
-    settles: 120 is not drained, and the round is applied (answered)."""
-    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
-    drain = _DrainThatAbandons()
-    agent.drain = drain
-    _save(work, 110)
-    agent.capture_newest("schedule")
-    _save(work, 120)
-    asked = _ask(work)
-    monkeypatch.setattr(flush_mod, "await_emergency", lambda *_: None)
-    real = agent.tier.capture
-    terminating = agent.terminating
-
-    def capture(*args: Any, **kwargs: Any) -> Any:
-        terminating.clear()  # the round ran (and settles) before SIGTERM came
-        rounds._resume(asked)
-        terminating.set()
-        return real(*args, **kwargs)
-    monkeypatch.setattr(agent.tier, "capture", capture)
-    agent.on_sigterm()
-    assert agent.flush() == 0
-    assert 120 not in drain.drained()
-    assert (120, "sigterm") not in drain.submitted
-    answer = resume_channel.read_answer(work / CONTROL_DIR)
-    assert answer is not None and answer.ok and answer.step == 110
-    assert 120 not in agent.tier.steps()
-
-
-def test_a_round_settled_during_the_flushs_capture_that_cannot_be_applied_drains_nothing_above(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+def _round_settles_in_the_flushs_capture(agent: Any, rounds: Any, work: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> _DrainThatAbandons:
+    """Step 110 captured, 120 saved, and a round keeping 110 that settles
+    while the flush captures 120 (it ran before SIGTERM came)."""
     drain = _DrainThatAbandons()
     agent.drain = drain
     _save(work, 110)
@@ -148,6 +119,28 @@ def test_a_round_settled_during_the_flushs_capture_that_cannot_be_applied_drains
         terminating.set()
         return real(*args, **kwargs)
     monkeypatch.setattr(agent.tier, "capture", capture)
+    return drain
+
+
+def test_a_round_that_settles_during_the_flushs_capture_drains_no_abandoned_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 120 is being captured by the flush when the round (kept step 110)
+    settles: 120 is not drained, and the round is applied (answered)."""
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    drain = _round_settles_in_the_flushs_capture(agent, rounds, work, monkeypatch)
+    agent.on_sigterm()
+    assert agent.flush() == 0
+    assert 120 not in drain.drained()
+    assert (120, "sigterm") not in drain.submitted
+    answer = resume_channel.read_answer(work / CONTROL_DIR)
+    assert answer is not None and answer.ok and answer.step == 110
+    assert 120 not in agent.tier.steps()
+
+
+def test_a_round_settled_during_the_flushs_capture_that_cannot_be_applied_drains_nothing_above(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent, rounds, work = _agent(tmp_path, monkeypatch, agreed=110)
+    drain = _round_settles_in_the_flushs_capture(agent, rounds, work, monkeypatch)
 
     def cannot(*_: Any, **__: Any) -> None:
         raise OSError(28, "No space left on device")

@@ -70,6 +70,17 @@ def _ask(work: Path) -> float:
     return asked
 
 
+def _loop_tidies_once_placed(agent: Any, rounds: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's turn (housekeeping) the moment a round has placed its step."""
+    place = rounds._place
+
+    def place_then_the_loop_tidies(step: int) -> str:
+        tier = place(step)
+        agent.housekeeping()
+        return tier
+    monkeypatch.setattr(rounds, "_place", place_then_the_loop_tidies)
+
+
 def test_the_agreed_step_placed_from_the_local_tier_is_not_pruned_before_the_answer(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The work dir lost step 110 (pruned: the tier holds 120, newer); the
@@ -82,13 +93,7 @@ def test_the_agreed_step_placed_from_the_local_tier_is_not_pruned_before_the_ans
         agent.capture_newest("schedule")
     agent.prune_work_dir()
     assert not (work / "step-110").exists()
-    place = rounds._place
-
-    def place_then_the_loop_tidies(step: int) -> str:
-        tier = place(step)
-        agent.housekeeping()  # the loop's turn, the moment the step is there
-        return tier
-    monkeypatch.setattr(rounds, "_place", place_then_the_loop_tidies)
+    _loop_tidies_once_placed(agent, rounds, monkeypatch)
     asked = _ask(work)
     rounds._resume(asked)
     rounds.apply()
@@ -322,13 +327,7 @@ def test_the_agreed_step_found_in_the_work_dir_is_kept_until_the_answer(
     for step in (110, 120):
         _save(work, step)
     agent.capture_newest("schedule")
-    place = rounds._place
-
-    def place_then_the_loop_tidies(step: int) -> str:
-        tier = place(step)
-        agent.housekeeping()
-        return tier
-    monkeypatch.setattr(rounds, "_place", place_then_the_loop_tidies)
+    _loop_tidies_once_placed(agent, rounds, monkeypatch)
     asked = _ask(work)
     rounds._resume(asked)
     agent.apply_round()
