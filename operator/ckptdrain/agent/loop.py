@@ -330,7 +330,7 @@ class Agent(AgentStartup):
             if step >= local[0]:
                 continue
             victim = step_dir(self.cfg.work_dir, step)
-            doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
+            doomed = workdir.aside(self.cfg.work_dir, step)
             # The check and the move as one: a round placing this step (the
             # rounds thread) finds it there and keeps it, or finds it gone.
             with self.work_lock:
@@ -344,7 +344,7 @@ class Agent(AgentStartup):
             problems = workdir.remove_tree(doomed)  # out of sight now: no lock needed
             if problems:
                 self._prune_failed(step, *problems[0])
-        for leftover in self.cfg.work_dir.glob(".prune-step-*"):
+        for leftover in self.cfg.work_dir.glob(f"{workdir.ASIDE_PREFIX}*"):
             workdir.remove_tree(leftover)  # what a failed prune left: as much as can go now
 
     def _prune_failed(self, step: int, path: str, err: OSError) -> None:

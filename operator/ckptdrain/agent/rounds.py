@@ -327,12 +327,12 @@ def _drop_from_work(agent: Agent, step: int) -> None:
     a step at once (the prune removes what cannot go now), then remove it.
     Raises OSError when the rename fails."""
     victim = step_dir(agent.cfg.work_dir, step)
-    doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}")
+    doomed = workdir.aside(agent.cfg.work_dir, step)
     workdir.remove_tree(doomed)  # what an earlier drop of this step left
     more = 0
     while os.path.lexists(doomed):  # it resists: never rename onto it
         more += 1
-        doomed = victim.with_name(f".prune-step-{step}-{os.getpid()}-{more}")
+        doomed = workdir.aside(agent.cfg.work_dir, step, more)
     with agent.work_lock, contextlib.suppress(FileNotFoundError):
         os.rename(victim, doomed)  # any other failure: raised, the round stays settled
     problems = workdir.remove_tree(doomed)

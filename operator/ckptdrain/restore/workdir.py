@@ -91,6 +91,16 @@ def empty(work_dir: Path, keep_out: tuple[Path, ...] = (), *, pod_dir: bool = Fa
     return removed
 
 
+#: What the agent renames a step to before removing it, so it stops being a
+#: step at once (`step-<N>` no longer); what cannot be removed is found by it.
+ASIDE_PREFIX = ".prune-step-"
+
+
+def aside(work_dir: Path, step: int, more: int = 0) -> Path:
+    """Where `step` goes before it is removed (`more`: another try's name)."""
+    return Path(work_dir) / f"{ASIDE_PREFIX}{step}-{os.getpid()}{f'-{more}' if more else ''}"
+
+
 def remove_tree(path: Path) -> list[tuple[str, OSError]]:
     """Remove `path` (a directory with everything in it, or a file or symlink,
     never followed), as much of it as can go; what could not, with why. A
