@@ -199,8 +199,26 @@ def resolve_mode(args: argparse.Namespace) -> None:
         args.size = "64MiB" if args.mode == "torch" else "256MiB"
 
 
+def sizing_model(args: argparse.Namespace) -> sizing.Sizing:
+    """The sizing model of the demo's arguments (each checked, by its flag)."""
+    return sizing.compute(sizing.SizingInput(
+        checkpoint_bytes=units.parse_bytes("--size", args.size),
+        interval_s=flags.duration("--interval", args.interval),
+        global_every=args.global_every,
+        overlap=units.parse_fraction("--overlap", args.overlap)))
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse a bad argument before anything is created: a refusal leaves no
+    directory behind to be told about."""
+    for flag in ("run", "grace"):
+        flags.duration(f"--{flag}", getattr(args, flag))
+    sizing_model(args)
+
+
 def run(args: argparse.Namespace) -> int:
     resolve_mode(args)
+    check_arguments(args)
     root = args.dir or Path(tempfile.mkdtemp(prefix="ckptdrain-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     code = 1
@@ -219,9 +237,7 @@ def _run(args: argparse.Namespace, root: Path, store_env: dict[str, str]) -> int
     demo = Demo(args, root)
     size = units.parse_bytes("--size", args.size)
     interval = flags.duration("--interval", args.interval)
-    model = sizing.compute(sizing.SizingInput(
-        checkpoint_bytes=size, interval_s=interval, global_every=args.global_every,
-        overlap=units.parse_fraction("--overlap", args.overlap)))
+    model = sizing_model(args)
     rate = model.required_bandwidth
     env = demo.env(store_env, rate)
     demo.say(f"sizing model: {units.format_bytes(size)} every {units.format_duration(interval)},"
