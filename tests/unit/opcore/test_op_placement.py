@@ -180,6 +180,20 @@ def test_placement_is_anded_into_every_term_the_pod_already_has() -> None:
     assert p["spec"]["tolerations"] == [TAINT]  # not added twice
 
 
+def test_an_empty_term_of_the_pod_stays_empty_and_matches_no_node() -> None:
+    # The scheduler reads an empty node-selector term as matching no node:
+    # the pod below may run only where gpu exists, with the policy's nvme too.
+    gpu = {"key": "gpu", "operator": "Exists"}
+    mine = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {}, {"matchExpressions": [gpu]}, {"matchExpressions": [], "matchFields": []}]}}
+    p = inject(spec(placement={"nodeAffinity": {"matchExpressions": [NVME]}}),
+               pod(affinity={"nodeAffinity": mine}))
+    terms = p["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{}, {"matchExpressions": [gpu, NVME]},
+                     {"matchExpressions": [], "matchFields": []}]
+
+
 def test_no_placement_changes_no_affinity() -> None:
     p = inject(spec())
     assert "affinity" not in p["spec"] and "tolerations" not in p["spec"]

@@ -365,8 +365,13 @@ def placement_ops(spec: Mapping[str, Any], policy: Policy,
         affinity = dict(spec.get("affinity") or {})
         node = dict(affinity.get("nodeAffinity") or {})
         required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-        terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+        own = [dict(t) for t in required.get("nodeSelectorTerms") or []]
+        terms = own or [{}]
         for term in terms:
+            # An empty term of the pod's matches no node; ANDing into it
+            # would make one that matches, and widen where the pod may run.
+            if own and not (term.get("matchExpressions") or term.get("matchFields")):
+                continue
             term["matchExpressions"] = [*(term.get("matchExpressions") or []),
                                         *policy.node_expressions]
         required["nodeSelectorTerms"] = terms
