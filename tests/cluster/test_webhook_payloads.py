@@ -4,7 +4,9 @@ real apiserver behind it and a policy that selects the sample's pods, so
 that a review reaches the rules, the class lookup and the injection.
 
 The sample (webhook_payloads.py: a hand-written corpus by class and seeded
-mutations, the same on every run) is sent one case per connection. Every
+mutations, the same on every run) is sent one case per connection, once
+one case at a time and once CONCURRENT cases at once, as an apiserver
+calls the webhook for the many pods of one job. Every
 answer must be a 200 with a well-formed review that echoes the uid exactly,
 or a 4xx naming what was wrong: never a 5xx (nor a review refused with
 500), a traceback, no answer within 60 s, or the secret planted in env
@@ -27,6 +29,7 @@ import ssl
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +54,8 @@ FUZZ = {"app": "fuzz", **INJECT}
 SANE = {"app": "sane", **INJECT}
 #: Seconds of quiet before the memory the sample left is measured.
 QUIET_S = 3.0
+#: Connections open at once in the concurrent pass.
+CONCURRENT = 16
 
 
 @dataclass
@@ -178,12 +183,35 @@ def test_hostile_webhook_payloads_are_answered_and_leak_nothing(served: Served) 
         Path(written).write_text(figures.text())
     print(figures.text())
     assert not failures, f"{len(failures)} bad answers:\n" + "\n".join(failures[:40])
-    log = served.log.read_text(errors="replace")
-    assert payloads.MARKER not in log, "the planted secret is in the admission log"
-    assert "Traceback" not in log, log[log.index("Traceback") - 400:][:3000]
+    assert_clean_log(served)
     assert len(cases) >= 500
     # Every valid case was sent and counted (a false refusal is a failure above).
     assert sum(n for kind, n in figures.by_class.items() if kind.startswith("valid")) >= 15
+
+
+def test_the_sample_sent_concurrently_is_answered_as_one_at_a_time(served: Served) -> None:
+    corpus = payloads.Corpus(served.namespace, FUZZ)
+    cases = [*webhook_valid.valid_cases(corpus), *corpus.cases()]
+
+    def send(case: payloads.Case) -> list[str]:
+        answer = probe.send(served.server.port, served.context, case)
+        return [f"{case.kind} at {case.path} (uid {str(case.uid)[:40]!r}): {p}"
+                for p in probe.problems(case, answer)]
+
+    with ThreadPoolExecutor(CONCURRENT) as pool:
+        failures = [p for found in pool.map(send, cases) for p in found]
+    assert not failures, f"{len(failures)} bad answers:\n" + "\n".join(failures[:40])
+    assert served.server.proc is not None and served.server.proc.poll() is None, \
+        "the admission process died"
+    injected(served, "after")
+    assert_clean_log(served)
+
+
+def assert_clean_log(served: Served) -> None:
+    """Neither the planted secret nor a traceback in the admission log."""
+    log = served.log.read_text(errors="replace")
+    assert payloads.MARKER not in log, "the planted secret is in the admission log"
+    assert "Traceback" not in log, log[log.index("Traceback") - 400:][:3000]
 
 
 def test_valid_pods_created_through_the_apiserver_are_injected(
