@@ -114,3 +114,46 @@ def test_the_new_timelines_step_of_an_abandoned_number_is_retried(tmp_path: Path
         assert len(drainer.calls) == 3
     finally:
         assert worker.stop(30)
+
+
+class _StoreAbandoningAtCommit(LocalStore):
+    """A real store, but the round that abandons the step lands while the
+    drain makes its last check before the commit (its listing of the data)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(str(root))
+        self.when_listing_data: Any = None
+
+    def list(self, prefix: str) -> Any:
+        if prefix.startswith("data/") and self.when_listing_data is not None:
+            self.when_listing_data()
+        return super().list(prefix)
+
+
+def test_a_step_abandoned_just_before_its_commit_is_never_committed(tmp_path: Path) -> None:
+    """The data is all sent when the round abandons the step: the drain
+    stops at the commit point, and no manifest of the abandoned run's step
+    reaches the store (the new run commits that number later)."""
+    from ckptdrain import keys
+    from ckptdrain.transfer.drain import Drainer
+
+    tier = LocalTier(tmp_path / "local")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(b"\x07" * 1000)
+    tier.capture(src, 120, writer=0, writers=2)
+    store = _StoreAbandoningAtCommit(tmp_path / "store")
+    worker = DrainWorker(tier, store, Drainer(store), _Quiet(), AgentMetrics(),
+                         part_size=1 << 20)
+    store.when_listing_data = lambda: worker.abandon_above(110)
+    worker.start()
+    try:
+        worker.submit(120)
+        deadline = time.monotonic() + 30
+        while worker.busy_steps():
+            assert time.monotonic() < deadline, "the worker never went idle"
+            time.sleep(0.01)
+        assert store.head(keys.manifest_key(120, 0)) is None
+        assert not tier.is_global(120)
+    finally:
+        assert worker.stop(30)

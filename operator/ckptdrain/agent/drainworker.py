@@ -147,8 +147,10 @@ class DrainWorker:
 
     def abandon_above(self, step: int) -> None:
         """Forget steps newer than `step` (an abandoned timeline): queued ones
-        go, an in-flight one stops at its next part boundary (its local copy is
-        removed next, so it is not queued again)."""
+        go, an in-flight one stops at its next part boundary, or at the latest
+        right before its manifest is written: nothing of it is committed after
+        this returns but a write already under way (its local copy is removed
+        next, so it is not queued again)."""
         with self._cond:
             for newer in [s for s in self._pending if s > step]:
                 del self._pending[newer]

@@ -23,7 +23,9 @@ alone (nothing sent); with different content the drain refuses
 prefix (keys.py), never over a committed attempt's. The manifest (the commit
 record, naming the attempt) is written only after every data object is
 complete and verified: its size by `head`, its bytes by the CRC32C of its
-parts, combined, against the manifest. The last manifest written wins whole.
+parts, combined, against the manifest. A cancel is looked at again right
+before each try of that write: a drain cancelled meanwhile (a restore round
+abandoning its step) commits nothing. The last manifest written wins whole.
 
 `Drainer` holds the settings and the commit check; each call's workers,
 parts and manifest write are a run of transfer/drain_run.py.

@@ -259,12 +259,21 @@ class DrainRun:
             self._check_still_there()
             self.manifest = with_part_crcs(self.manifest, self.journal)
             body = self.manifest.to_json()
-            self._retry(lambda: self.store.put_bytes(mkey, body))
+            self._retry(lambda: self._put_unless_cancelled(mkey, body))
         except _Stop:
             raise DrainCancelled("drain cancelled before its manifest was written") from None
         with self.lock:
             self.journal.manifest_done()
             jr.save(self.journal_path, self.journal)
+
+    def _put_unless_cancelled(self, mkey: str, body: bytes) -> None:
+        """The commit's PUT, each try of it only while the drain is wanted: a
+        cancel that came during the checks before it (a restore round
+        abandoning the step) stops it here, at the commit point, and never
+        leaves the abandoned step's manifest in the store."""
+        if self.cancel.is_set():
+            raise _Stop
+        self.store.put_bytes(mkey, body)
 
     def _check_still_there(self) -> None:
         """Right before the commit, every data object of this attempt must
