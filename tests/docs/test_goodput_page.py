@@ -11,7 +11,7 @@ import yaml
 from tests.docs import blocks
 from tests.docs.blocks import REPO
 
-from ckptdrain import goodput
+from ckptdrain import goodput, restore_status
 from ckptdrain.contract import api
 from ckptdrain.contract import policy_versions as pv
 from ckptdrain.contract.goodput import PodView, RestoreView
@@ -57,7 +57,7 @@ def test_the_status_example_shows_what_the_operator_stores() -> None:
     assert api.as_stored(status) == status
     assert "endedAt" not in status["goodput"]
     failure = status["lastRestoreFailure"]
-    written = goodput.restore_failure([PodView(failure["pod"], failure["writer"], restore=(
+    written = restore_status.restore_failure([PodView(failure["pod"], failure["writer"], restore=(
         RestoreView(outcome=failure["outcome"], started_at=0.0, seconds=1.0,
                     reason=failure["reason"], attempts=failure.get("attempts", 1))))])
     assert written is not None and set(written) == set(failure)

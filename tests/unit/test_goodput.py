@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from tests.support.goodput_views import T0, interrupted, restarted
 
-from ckptdrain import goodput
+from ckptdrain import goodput, restore_status
 from ckptdrain.contract.goodput import AgentView, PodView, RestoreView
 
 
@@ -130,7 +130,7 @@ def test_failed_restore_keeps_the_interruption_open_with_its_reason() -> None:
     assert "lostSteps" not in entry and "recoverySeconds" not in entry
     sums = goodput.totals({"recent": [entry]}, T0, T0 + 200, 1, 0)
     assert sums["failedRestores"] == 1 and sums["open"] == 1
-    failure = goodput.restore_failure([new])
+    failure = restore_status.restore_failure([new])
     assert failure is not None and failure["outcome"] == "store_unavailable"
 
 
@@ -150,5 +150,5 @@ def test_a_readers_restore_is_no_writers_recovery_but_its_failure_is_reported() 
                     step=50, tier="global", training=T0 + 108)
     (entry,) = goodput.merge(status, [old, reader, new], restorable_global=50)["recent"]
     assert (entry["restorePod"], entry["recoverySeconds"]) == ("w-b", pytest.approx(8.0))
-    failure = goodput.restore_failure([reader, new])
+    failure = restore_status.restore_failure([reader, new])
     assert failure is not None and (failure["pod"], failure["reader"]) == ("r-b", "0")

@@ -314,7 +314,7 @@ PURE = ["ckptdrain.units", "ckptdrain.sizing", "ckptdrain.manifest", "ckptdrain.
         "ckptdrain.contract.goodput",
         "ckptdrain.transfer.journal", "ckptdrain.flags",
         "ckptdrain.store.endpoint", "ckptdrain.goodput", "ckptdrain.progress",
-        "ckptdrain.goodput_report",
+        "ckptdrain.goodput_report", "ckptdrain.restore_status",
         # The cluster side's pure room: a CheckpointPolicy read, sized and given a status.
         "ckptdrain.operator.policy.spec", "ckptdrain.operator.policy.fields",
         "ckptdrain.operator.policy.status", "ckptdrain.operator.policy.allocation",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ckptdrain import goodput
+from ckptdrain import restore_status
 from ckptdrain.contract.api import ANNOTATION_RESTORE_RESULT
 from ckptdrain.contract.goodput import PodView, parse_restore
 from ckptdrain.restore.annotations import pod_annotations
@@ -20,7 +20,7 @@ def _view(name: str, round_: int, step: int | None, why: str = "agreed") -> PodV
 
 def test_the_status_names_the_newest_round_and_how_many_pods_restored_it() -> None:
     pods = [_view("a", 3, 100), _view("b", 4, 120), _view("c", 4, 120)]
-    assert goodput.restore_agreement(pods) == {
+    assert restore_status.restore_agreement(pods) == {
         "round": 4, "step": 120, "why": "agreed", "detail": "every rank reported; step 120",
         "pods": 2, "startedAt": 1008.0}
 
@@ -30,7 +30,7 @@ def test_no_agreement_without_coordinated_restores() -> None:
     view = PodView(name="a", writer="0", restore=parse_restore(
         pod_annotations(plain, 0, 1001.0)[ANNOTATION_RESTORE_RESULT]))
     assert view.restore is not None and view.restore.agreement is None
-    assert goodput.restore_agreement([view]) is None
+    assert restore_status.restore_agreement([view]) is None
     assert parse_restore('{"outcome":"restored","startedAt":1,"agreement":{"round":-1,'
                          '"why":"agreed"}}').agreement is None  # type: ignore[union-attr]
 

@@ -1,4 +1,5 @@
-"""Goodput into the policy status: the operator's thin edge of goodput.py.
+"""Goodput into the policy status: the operator's thin edge of goodput.py (and
+of restore_status.py).
 
 Pods carry what their agent and restore saw (`ckptdrain.io/goodput`,
 `ckptdrain.io/restore-result`), and their status when they got a node and
@@ -27,7 +28,7 @@ from typing import Any
 
 import kopf
 
-from ckptdrain import goodput
+from ckptdrain import goodput, restore_status
 from ckptdrain.contract import api
 from ckptdrain.contract.goodput import PodView, pod_view
 from ckptdrain.operator.apiserver import kube, leadership
@@ -129,13 +130,13 @@ def fold(key: Key, policy: Mapping[str, Any] | None, live: list[PodView]) -> Non
             change["goodput"] = new
         # Each as the apiserver stores it (api.as_stored), as `new` is: what
         # a restarted operator reads back is then what it would write.
-        agreed = api.as_stored(goodput.restore_agreement(pods))
+        agreed = api.as_stored(restore_status.restore_agreement(pods))
         if agreed is not None and agreed != status.get("lastRestoreAgreement"):
             change["lastRestoreAgreement"] = agreed
         costs = api.as_stored(cost.checkpoint_cost(pods))
         if cost.changed(_costs.get(key) or status.get("checkpointCost"), costs):
             change["checkpointCost"] = costs
-        failure = api.as_stored(goodput.restore_failure(pods))
+        failure = api.as_stored(restore_status.restore_failure(pods))
         before = _failures.get(key) or status.get("lastRestoreFailure")
         if failure is not None and (before is None or failure["startedAt"] > float(
                 before.get("startedAt") or 0)):
