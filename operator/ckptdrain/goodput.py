@@ -134,6 +134,28 @@ def keep_interruption(earlier: PodView | None, later: PodView) -> PodView:
                                                                  blocked_s=blocked))
 
 
+def _reported_again(listed: Mapping[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`new`, a pod's newest report of its interruption, keeping the restore
+    attached to the report `listed` before it (its pod may be gone, and then
+    nothing attaches it again), its durations moved to the new time."""
+    if listed.get("restorePod") is None:
+        return new
+    out = {**{k: v for k, v in listed.items() if k not in new}, **new}
+    at, moved = float(new["at"]), float(new["at"]) - float(listed["at"])
+    if out.get("resourcesAt") is not None:
+        out["resourcesAt"] = round(max(at, float(out["resourcesAt"])), 3)
+        out["waitingSeconds"] = round(out["resourcesAt"] - at, 3)
+    if out.get("trainingAt") is not None:
+        out["recoverySeconds"] = round(max(0.0, float(out["trainingAt"]) - at), 3)
+    if out.get("lostSeconds") is not None:
+        out["lostSeconds"] = round(max(0.0, float(out["lostSeconds"]) + moved), 3)
+        out.pop("completed", None)
+    if out.get("lostSteps") is not None and new.get("step") is not None:
+        restored = -1 if out.get("restoredStep") is None else int(out["restoredStep"])
+        out["lostSteps"] = max(0, int(new["step"]) - restored)
+    return out
+
+
 def _matches(entry: Mapping[str, Any], pod: PodView) -> bool:
     return (pod.restore is not None and pod.name != entry.get("pod") and pod.reader is None
             and pod.writer == entry.get("writer")
@@ -152,9 +174,16 @@ def merge(goodput: Mapping[str, Any], pods: Iterable[PodView],
     folded = set(goodput.get("foldedPods") or [])
     for pod in pods:
         entry = interruption(pod, restorable_global)
-        if entry and (entry["pod"], entry["at"]) not in known and pod.name not in folded:
-            recent.append(entry)
-            known.add((entry["pod"], entry["at"]))
+        if entry is None or (entry["pod"], entry["at"]) in known or pod.name in folded:
+            continue
+        # A pod is interrupted once: its report again (the agent's own time
+        # first, the trainer's in a later patch) replaces the one listed.
+        listed = next((e for e in recent if e.get("pod") == pod.name), None)
+        if listed is not None:
+            recent.remove(listed)
+            entry = _reported_again(listed, entry)
+        recent.append(entry)
+        known.add((entry["pod"], entry["at"]))
     recent.sort(key=lambda e: float(e["at"]), reverse=True)
     for i, entry in enumerate(recent):
         # A restore belongs to the newest interruption of its writer before it.

@@ -152,3 +152,32 @@ def test_a_readers_restore_is_no_writers_recovery_but_its_failure_is_reported() 
     assert (entry["restorePod"], entry["recoverySeconds"]) == ("w-b", pytest.approx(8.0))
     failure = restore_status.restore_failure([reader, new])
     assert failure is not None and (failure["pod"], failure["reader"]) == ("r-b", "0")
+
+
+def test_a_pods_interruption_reported_again_is_counted_once_the_newest_kept() -> None:
+    """The agent's first patch after SIGTERM carries its own time, a later one
+    the trainer's (progress file): one interruption, at the newest report."""
+    first = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    status = goodput.merge({}, [first], None)
+    again = interrupted("a", "0", T0 + 101, 58, {50: T0 + 90})
+    new = restarted("b", "0", T0 + 104, 1.5, 50, "local", T0 + 108)
+    status = goodput.merge(status, [again, new], None)
+    (entry,) = status["recent"]
+    assert (entry["at"], entry["step"], entry["restorePod"]) == (T0 + 101, 58, "b")
+    assert entry["lostSteps"] == 8
+    assert entry["recoverySeconds"] == pytest.approx(7.0)
+    assert goodput.totals(status, T0, T0 + 200, 1, 0)["interruptions"] == 1
+    assert goodput.merge(status, [again, new], None) == status
+
+
+def test_a_report_again_after_the_restore_pod_left_keeps_that_restore() -> None:
+    first = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    new = restarted("b", "0", T0 + 104, 1.5, 50, "local", T0 + 108)
+    status = goodput.merge({}, [first, new], None)
+    again = interrupted("a", "0", T0 + 101, 58, {50: T0 + 90})
+    (entry,) = goodput.merge(status, [again], None)["recent"]  # b's view is gone
+    assert (entry["at"], entry["restorePod"], entry["lostSteps"]) == (T0 + 101, "b", 8)
+    assert entry["lostSeconds"] == pytest.approx(11.0)
+    assert entry["recoverySeconds"] == pytest.approx(7.0)
+    assert entry["waitingSeconds"] == pytest.approx(3.0)
+    assert "completed" not in entry
