@@ -44,6 +44,10 @@ MAX_RECENT = 10
 #: replacement pod can be created while the old one still flushes; clocks of
 #: two nodes differ): tolerate this much.
 CLOCK_SLACK_S = 5.0
+#: Two reports of a pod's interruption this close are one: the agent's time of
+#: the SIGTERM, then the trainer's, taken on one node seconds apart. A pod
+#: interrupted again (stable LeaderWorkerSet names) restored and trained between.
+SAME_INTERRUPTION_S = 120.0
 
 
 def interruption(pod: PodView, restorable_global: int | None) -> dict[str, Any] | None:
@@ -176,9 +180,12 @@ def merge(goodput: Mapping[str, Any], pods: Iterable[PodView],
         entry = interruption(pod, restorable_global)
         if entry is None or (entry["pod"], entry["at"]) in known or pod.name in folded:
             continue
-        # A pod is interrupted once: its report again (the agent's own time
-        # first, the trainer's in a later patch) replaces the one listed.
-        listed = next((e for e in recent if e.get("pod") == pod.name), None)
+        # The same interruption reported again (the agent's own time first,
+        # the trainer's in a later patch) replaces the one listed; a pod's
+        # interruption further apart is another one, listed as well.
+        listed = next((e for e in recent if e.get("pod") == pod.name
+                       and abs(float(e["at"]) - float(entry["at"])) <= SAME_INTERRUPTION_S),
+                      None)
         if listed is not None:
             recent.remove(listed)
             entry = _reported_again(listed, entry)

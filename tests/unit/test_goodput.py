@@ -181,3 +181,26 @@ def test_a_report_again_after_the_restore_pod_left_keeps_that_restore() -> None:
     assert entry["recoverySeconds"] == pytest.approx(7.0)
     assert entry["waitingSeconds"] == pytest.approx(3.0)
     assert "completed" not in entry
+
+
+def test_a_second_interruption_of_a_pod_an_hour_later_is_listed_apart() -> None:
+    """A pod of stable name (a LeaderWorkerSet's) or one SIGTERMed twice is
+    interrupted twice: only reports within SAME_INTERRUPTION_S are one."""
+    first = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    status = goodput.merge({}, [first], None)
+    later = interrupted("a", "0", T0 + 3700, 400, {390: T0 + 3690})
+    status = goodput.merge(status, [later], None)
+    assert [(e["at"], e["step"]) for e in status["recent"]] == [(T0 + 3700, 400),
+                                                                (T0 + 100, 57)]
+    assert goodput.totals(status, T0, T0 + 4000, 1, 0)["interruptions"] == 2
+    assert goodput.merge(status, [later], None) == status
+
+
+def test_reports_of_a_pod_are_one_interruption_only_within_the_bound() -> None:
+    first = interrupted("a", "0", T0 + 100, 57, {50: T0 + 90})
+    status = goodput.merge({}, [first], None)
+    bound = goodput.SAME_INTERRUPTION_S
+    same = interrupted("a", "0", T0 + 100 + bound, 58, {50: T0 + 90})
+    assert len(goodput.merge(status, [same], None)["recent"]) == 1
+    other = interrupted("a", "0", T0 + 100 + bound + 1, 58, {50: T0 + 90})
+    assert len(goodput.merge(status, [other], None)["recent"]) == 2
