@@ -184,7 +184,7 @@ def test_a_round_that_places_a_newer_step_keeps_it_when_the_round_before_is_appl
     _save(work, 110)
     _save(work, 120)
 
-    def place_then_the_loop_runs(step: int) -> str:
+    def place_then_the_loop_runs(step: int, complete: Any = ()) -> str:
         """The step is placed (fetched from the global tier when the work
         dir lost it); the loop runs at that very moment."""
         if not (work / f"step-{step}").is_dir():

@@ -74,8 +74,8 @@ def _loop_tidies_once_placed(agent: Any, rounds: Any, monkeypatch: pytest.Monkey
     """The loop's turn (housekeeping) the moment a round has placed its step."""
     place = rounds._place
 
-    def place_then_the_loop_tidies(step: int) -> str:
-        tier = place(step)
+    def place_then_the_loop_tidies(step: int, complete: Any = ()) -> str:
+        tier = place(step, complete)
         agent.housekeeping()
         return tier
     monkeypatch.setattr(rounds, "_place", place_then_the_loop_tidies)

@@ -10,10 +10,11 @@ Two duties (restore/agreement.py has the rules):
   waiting out the bound for ranks that are not restarting.
 - *Answer the trainer after a restart in place* (resume_channel.py): take
   part in a round as a restoring rank, put the agreed step in the work dir
-  (it is there, or from the local tier, verified, or from the global tier),
-  and answer. Steps newer than the agreed one belong to an abandoned
-  timeline: they leave the work dir and the local tier, and captures from
-  then on carry the new timeline. Once the pod stops (SIGTERM), no round
+  (it is there, or from the local tier, verified, or from the global tier;
+  a step complete there comes from the node only as committed), and
+  answer. Steps newer than the agreed one belong to an abandoned timeline:
+  they leave the work dir and the local tier, and captures from then on
+  carry the new timeline. Once the pod stops (SIGTERM), no round
   opens: the trainer is answered no at once.
 
 Cost: one GET of the decision's Lease per poll (every max(2 s, W/100 s) for W
@@ -29,14 +30,15 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ckptdrain import group_access, resume_channel
+from ckptdrain import group_access, keys, resume_channel
 from ckptdrain.agent import control
 from ckptdrain.client import CONTROL_DIR
-from ckptdrain.errors import CkptdrainError
-from ckptdrain.manifest import EXTRA_TIMELINE
+from ckptdrain.errors import CkptdrainError, ObjectMissing
+from ckptdrain.manifest import EXTRA_TIMELINE, WriterManifest
 from ckptdrain.node import durable
 from ckptdrain.node.steps import completed_steps, step_dir
 from ckptdrain.progress import PROGRESS_FILE
@@ -190,7 +192,7 @@ class Rounds:
             return
         decision = agreed.decision
         try:
-            tier = self._place(decision.step) if decision.step is not None else ""
+            tier = self._place(decision.step, complete) if decision.step is not None else ""
         except (CkptdrainError, OSError) as err:
             self._answer(started, resume_channel.Answer(
                 started, False, decision.step, None, "", decision.round, decision.why,
@@ -236,8 +238,11 @@ class Rounds:
     def _with_complete(report: Report, complete: list[int]) -> Report:
         return replace(report, complete=tuple(complete))
 
-    def _place(self, step: int) -> str:
-        """Put `step` in the work dir; the tier it came from."""
+    def _place(self, step: int, complete: Collection[int] = ()) -> str:
+        """Put `step` in the work dir; the tier it came from. A step in
+        `complete` (whole in the global tier) comes from the node only when
+        the node's copy is this rank's committed one: a copy another run left
+        under that number would put its weights beside the other ranks'."""
         agent = self.agent
         cfg, tier = agent.cfg, agent.tier
         final = step_dir(cfg.work_dir, step)
@@ -252,8 +257,12 @@ class Rounds:
         tmp = cfg.work_dir / f".resume-step-{step}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            if tier.has(step):
-                manifest = tier.manifest(step)
+            manifest = tier.manifest(step) if tier.has(step) else None
+            if manifest is not None and step in complete and not self._committed(manifest):
+                log.warning("step %d on this node is not the one committed for rank %d "
+                            "(another run's copy): taking the committed one", step, cfg.writer)
+                manifest = None
+            if manifest is not None:
                 durable.copy_tree(tier.data_dir(step), tmp, files=[f.path for f in manifest.files],
                                   expected={f.path: f for f in manifest.files})
                 used = "local"
@@ -271,6 +280,16 @@ class Rounds:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return used
+
+    def _committed(self, manifest: WriterManifest) -> bool:
+        """Whether the global tier holds `manifest`'s content for its step and rank."""
+        from ckptdrain.transfer.catalog import read_manifest
+
+        try:
+            held = read_manifest(self.store, keys.manifest_key(manifest.step, manifest.writer))
+        except ObjectMissing:
+            return False
+        return held.same_content(manifest)
 
     def _answer(self, started: float, answer: resume_channel.Answer) -> None:
         self._answered = started
