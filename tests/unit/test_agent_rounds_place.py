@@ -9,10 +9,14 @@ weights beside the other ranks' committed ones.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
+from tests.support.faults import FaultyStore
 
 from ckptdrain.agent import rounds as rounds_mod
 from ckptdrain.manifest import EXTRA_TIMELINE
@@ -48,7 +52,8 @@ def _rounds(tmp_path: Path, local: bytes, committed: bytes) -> tuple[rounds_mod.
     agent = SimpleNamespace(cfg=cfg, tier=tier, drain=None, keep_in_work=set(),
                             work_lock=threading.Lock(), timeline="t1", resumed=None,
                             terminating=threading.Event())
-    return rounds_mod.Rounds(agent, meeting=None, store=store), work  # type: ignore[arg-type]
+    faulty = FaultyStore(store)
+    return rounds_mod.Rounds(agent, meeting=None, store=faulty), work  # type: ignore[arg-type]
 
 
 def test_another_runs_copy_on_the_node_gives_way_to_the_committed_step(tmp_path: Path) -> None:
@@ -61,3 +66,15 @@ def test_the_nodes_copy_of_the_committed_step_is_used(tmp_path: Path) -> None:
     rounds, work = _rounds(tmp_path, local=b"this run" * 50, committed=b"this run" * 50)
     assert rounds._place(100, complete=[100]) == "local"
     assert (work / "step-100" / "w.bin").read_bytes() == b"this run" * 50
+
+
+def test_a_store_that_does_not_answer_leaves_the_verified_node_copy_in_use(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Whether the node's copy is the committed one cannot be asked: the
+    verified node copy serves, as it did before the check, and the log says why."""
+    rounds, work = _rounds(tmp_path, local=b"this run" * 50, committed=b"this run" * 50)
+    rounds.store.fail("get_bytes", times=100)
+    with caplog.at_level(logging.WARNING, logger=rounds_mod.log.name):
+        assert rounds._place(100, complete=[100]) == "local"
+    assert (work / "step-100" / "w.bin").read_bytes() == b"this run" * 50
+    assert "using the verified node copy" in caplog.text and "did not answer" in caplog.text

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ckptdrain import group_access, keys, resume_channel
 from ckptdrain.agent import control
 from ckptdrain.client import CONTROL_DIR
-from ckptdrain.errors import CkptdrainError, ObjectMissing
+from ckptdrain.errors import CkptdrainError, ObjectMissing, StoreError
 from ckptdrain.manifest import EXTRA_TIMELINE, WriterManifest
 from ckptdrain.node import durable
 from ckptdrain.node.steps import completed_steps, step_dir
@@ -289,6 +289,13 @@ class Rounds:
             held = read_manifest(self.store, keys.manifest_key(manifest.step, manifest.writer))
         except ObjectMissing:
             return False
+        except StoreError as err:
+            # The store cannot be asked now (and would not serve the step
+            # either): the verified node copy serves, as before this check.
+            log.warning("cannot ask the global tier whether step %d on this node is rank %d's"
+                        " committed copy (%s): using the verified node copy",
+                        manifest.step, manifest.writer, err)
+            return True
         return held.same_content(manifest)
 
     def _answer(self, started: float, answer: resume_channel.Answer) -> None:
