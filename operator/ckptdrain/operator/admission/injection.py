@@ -42,6 +42,7 @@ from ckptdrain.operator.admission import (
     work_dir,
 )
 from ckptdrain.operator.admission.node_volume import local_volume
+from ckptdrain.operator.admission.patch import JSONPatch, append, pointer
 from ckptdrain.operator.admission.pod_env import (
     AGENT_METRICS_PORT,
     LOCAL_DIR,
@@ -55,8 +56,9 @@ from ckptdrain.operator.admission.pod_env import (
     trainer_env,
     work_on_node,
 )
+from ckptdrain.operator.admission.pod_placement import placement_ops
 from ckptdrain.operator.config import OperatorConfig
-from ckptdrain.operator.policy import class_placement, peer_tier, storage_options
+from ckptdrain.operator.policy import peer_tier, storage_options
 from ckptdrain.operator.policy.class_placement import ANYWHERE, Placement
 from ckptdrain.operator.policy.spec import Policy
 
@@ -64,13 +66,6 @@ RESTORE = "ckptdrain-restore"
 AGENT = "ckptdrain-agent"
 RUN_AS = prepare.RUN_AS
 PREPARE = prepare.PREPARE
-
-JSONPatch = list[dict[str, Any]]
-
-
-def _pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
 
 SECURITY_CONTEXT: dict[str, Any] = {
     "runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
@@ -135,15 +130,6 @@ def is_injected(pod: Mapping[str, Any]) -> bool:
     annotations = pod.get("metadata", {}).get("annotations") or {}
     names = {c.get("name") for c in pod.get("spec", {}).get("initContainers") or []}
     return ANNOTATION_INJECTED in annotations or AGENT in names
-
-
-def _append(ops: JSONPatch, path: str, existing: list[Any] | None, items: list[Any]) -> None:
-    if not items:
-        return
-    if existing is None:
-        ops.append({"op": "add", "path": path, "value": items})
-    else:
-        ops.extend({"op": "add", "path": f"{path}/-", "value": item} for item in items)
 
 
 def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConfig,
@@ -218,7 +204,7 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     # A pod volume named like one of ours is kept: admission refuses a pod
     # whose token volume is not exactly ours (tenant_identity.volume_problem).
     taken = {v.get("name") for v in spec.get("volumes") or []}
-    _append(ops, "/spec/volumes", spec.get("volumes"),
+    append(ops, "/spec/volumes", spec.get("volumes"),
             [v for v in [*volumes(policy, prepare=config.prepare_local_tier, reader=reader,
                                   csi_driver=config.csi_driver if config.csi else None),
                          *([] if tenant is None else [tenant_identity.volume(tenant)])]
@@ -239,10 +225,10 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
         ops.extend({"op": "remove", "path": f"/spec/containers/{i}/env/{j}"}
                    for j in _owned_entries(container, owned)[::-1])
         have = {e.get("name") for e in container.get("env") or []} - owned
-        _append(ops, f"/spec/containers/{i}/env", container.get("env"),
+        append(ops, f"/spec/containers/{i}/env", container.get("env"),
                 [*(e for e in ours_env if e["name"] not in have), *id_env])
         mounted = {m.get("mountPath") for m in container.get("volumeMounts") or []}
-        _append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
+        append(ops, f"/spec/containers/{i}/volumeMounts", container.get("volumeMounts"),
                 [*([] if WORK_DIR in mounted
                    else [work_dir.trainer_mount(policy, reader=reader)]),
                  *id_mounts])
@@ -302,7 +288,7 @@ def _metadata_ops(pod: Mapping[str, Any], policy: Policy, default_rate: float,
     if labels and pod.get("metadata", {}).get("labels") is None:
         ops.append({"op": "add", "path": "/metadata/labels", "value": labels})
     elif labels:
-        ops.extend({"op": "add", "path": f"/metadata/labels/{_pointer(k)}", "value": v}
+        ops.extend({"op": "add", "path": f"/metadata/labels/{pointer(k)}", "value": v}
                    for k, v in labels.items())
     annotations = {ANNOTATION_POLICY: policy.name, ANNOTATION_INJECTED: "true"}
     if not reader:
@@ -317,9 +303,9 @@ def _metadata_ops(pod: Mapping[str, Any], policy: Policy, default_rate: float,
         ops.append({"op": "add", "path": "/metadata/annotations",
                     "value": {**annotations, **skipped, **ran}})
     else:
-        ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+        ops.extend({"op": "add", "path": f"/metadata/annotations/{pointer(k)}", "value": v}
                    for k, v in annotations.items() if k not in existing)
-        ops.extend({"op": "add", "path": f"/metadata/annotations/{_pointer(k)}", "value": v}
+        ops.extend({"op": "add", "path": f"/metadata/annotations/{pointer(k)}", "value": v}
                    for k, v in {**skipped, **ran}.items())  # added to, or over, the pod's own
     return ops
 
@@ -343,45 +329,9 @@ def reinvocation_patch(pod: Mapping[str, Any]) -> JSONPatch:
                         "value": "Always"})
         if name in (RESTORE, AGENT) and not tenant_identity.holds(container):
             env, mounts = cloud_identity.additions(container, identity)
-            _append(ops, f"/spec/initContainers/{i}/env", container.get("env"), env)
-            _append(ops, f"/spec/initContainers/{i}/volumeMounts",
+            append(ops, f"/spec/initContainers/{i}/env", container.get("env"), env)
+            append(ops, f"/spec/initContainers/{i}/volumeMounts",
                     container.get("volumeMounts"), mounts)
-    return ops
-
-
-def placement_ops(spec: Mapping[str, Any], policy: Policy,
-                  placement: Placement = ANYWHERE) -> JSONPatch:
-    """The policy's node requirements ANDed into every required node-selector
-    term the pod already has (or one new term); the class's nodeSelector
-    merged into the pod's; the class's and the policy's tolerations added."""
-    ops: JSONPatch = []
-    selector = class_placement.selector_additions(spec, placement)
-    if selector and spec.get("nodeSelector") is None:
-        ops.append({"op": "add", "path": "/spec/nodeSelector", "value": selector})
-    else:
-        ops.extend({"op": "add", "path": f"/spec/nodeSelector/{_pointer(k)}", "value": v}
-                   for k, v in selector.items())
-    if policy.node_expressions:
-        affinity = dict(spec.get("affinity") or {})
-        node = dict(affinity.get("nodeAffinity") or {})
-        required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-        own = [dict(t) for t in required.get("nodeSelectorTerms") or []]
-        terms = own or [{}]
-        for term in terms:
-            # An empty term of the pod's matches no node; ANDing into it
-            # would make one that matches, and widen where the pod may run.
-            if own and not (term.get("matchExpressions") or term.get("matchFields")):
-                continue
-            term["matchExpressions"] = [*(term.get("matchExpressions") or []),
-                                        *policy.node_expressions]
-        required["nodeSelectorTerms"] = terms
-        node["requiredDuringSchedulingIgnoredDuringExecution"] = required
-        affinity["nodeAffinity"] = node
-        # "add" on an existing member replaces it: the merged affinity is whole.
-        ops.append({"op": "add", "path": "/spec/affinity", "value": affinity})
-    have = spec.get("tolerations")
-    _append(ops, "/spec/tolerations", have, class_placement.tolerations_to_add(
-        have, [*placement.tolerations, *policy.tolerations]))
     return ops
 
 
