@@ -36,6 +36,9 @@ class Env(StrEnum):
     COLD_AFTER = "CKPTDRAIN_COLD_AFTER"
     ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
     SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+    #: The Google service account restore and the agent impersonate for a
+    #: gs:// store (the class's spec.identity.googleServiceAccount).
+    GOOGLE_SERVICE_ACCOUNT = "CKPTDRAIN_GOOGLE_SERVICE_ACCOUNT"
     # The tiers and the policy's knobs.
     WORK_DIR = "CKPTDRAIN_WORK_DIR"
     #: The work dir as the trainer mounts it, where that is not WORK_DIR
@@ -91,5 +94,6 @@ TRAINER_ONLY = frozenset({Env.LOCAL_RANK, Env.LOCAL_PROCESSES})
 #: program, which read it; never by the node config or the client.
 MOUNT_ONLY = frozenset({Env.WORK_NAME})
 
-#: Read by the S3 client's credential chain, never by ckptdrain's own config.
-CREDENTIALS = frozenset({Env.ACCESS_KEY_ID, Env.SECRET_ACCESS_KEY})
+#: Read by the stores' credential chains (the S3 client's, store/gcs_auth.py),
+#: never by ckptdrain's own config.
+CREDENTIALS = frozenset({Env.ACCESS_KEY_ID, Env.SECRET_ACCESS_KEY, Env.GOOGLE_SERVICE_ACCOUNT})

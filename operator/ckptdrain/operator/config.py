@@ -158,6 +158,10 @@ class OperatorConfig:
     agent_images: str = ""
     ambient_endpoints: tuple[tuple[str, str, int], ...] = ()
     identities: tenant_identities.Identities = ()
+    #: (namespace, Google service account) pairs for gs:// stores: set only
+    #: by a policy's class (spec.identity.googleServiceAccount), never from
+    #: the environment (admission/tenant_identity.google_account).
+    google_accounts: tuple[tuple[str, str], ...] = ()
     agent_service_account: str = "ckptdrain-agent"
     namespace: str = ""
     webhook_host: str = "127.0.0.1"

@@ -172,13 +172,15 @@ def build_pod_patch(pod: Mapping[str, Any], policy: Policy, config: OperatorConf
     # The platform's identity for this namespace, in our containers alone;
     # else the one a platform webhook that ran before ours gave the trainer.
     tenant = tenant_identity.chosen(policy, config.identities)
+    google = tenant_identity.google_env(tenant_identity.google_account(
+        policy, config.google_accounts))
     identity = cloud_identity.ambient(pod)
     for container in stores:  # a private CA, by reference
         container["volumeMounts"] += storage_options.mounts(policy.storage_options)
         container["volumeMounts"] += peer_tier.mounts(policy.peer)
         env, mounts = (cloud_identity.additions(container, identity) if tenant is None else
                        (tenant_identity.env(tenant, policy.namespace), [tenant_identity.mount()]))
-        container["env"] = [*container["env"], *env]  # the agent's is `shared`
+        container["env"] = [*container["env"], *env, *google]  # the agent's is `shared`
         container["volumeMounts"] += mounts
     # The reason restore failed, as the container's last state on the pod.
     restore["terminationMessagePolicy"] = "FallbackToLogsOnError"

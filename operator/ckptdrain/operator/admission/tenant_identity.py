@@ -28,6 +28,12 @@ such a webhook running after ours leaves them alone. A policy's
 Only s3:// stores use it: a gs:// store speaks to Google, whose identity
 GKE gives the whole pod (docs/cloud/gke.md).
 
+For a gs:// store whose class names a Google service account
+(spec.identity.googleServiceAccount), restore and the agent, and never the
+trainer, get CKPTDRAIN_GOOGLE_SERVICE_ACCOUNT (`google_env`): they
+impersonate that account with the pod's own Google identity
+(store/gcs_auth.py), so each tenant's are a principal of its own.
+
 The token is the pod's ServiceAccount's, like any other; what makes it the
 tenant's is the role's trust policy, which accepts only tokens whose
 subject is in that namespace, with this audience (docs/cloud/eks.md).
@@ -39,6 +45,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from ckptdrain.contract.env import Env
 from ckptdrain.operator import tenant_identities
 from ckptdrain.operator.policy.spec import Policy
 from ckptdrain.operator.tenant_identities import Identities, WebIdentity
@@ -66,6 +73,19 @@ def chosen(policy: Policy, identities: Identities) -> WebIdentity | None:
     if policy.credentials is not None or not policy.store_uri.startswith("s3://"):
         return None
     return tenant_identities.of(identities, policy.namespace)
+
+
+def google_account(policy: Policy, accounts: tuple[tuple[str, str], ...]) -> str | None:
+    """The Google service account restore and the agent impersonate for the
+    policy's gs:// store (its class's, for its namespace); None otherwise."""
+    if not policy.store_uri.startswith("gs://"):
+        return None
+    return next((account for name, account in accounts if name == policy.namespace), None)
+
+
+def google_env(account: str | None) -> list[dict[str, Any]]:
+    return [] if account is None else [{"name": Env.GOOGLE_SERVICE_ACCOUNT.value,
+                                        "value": account}]
 
 
 def session_name(namespace: str) -> str:

@@ -5,7 +5,8 @@ A class (cluster-scoped, crds/checkpointclasses.yaml) carries the settings
 the operator otherwise takes from its own configuration (the chart's
 values): the node-local root, the injected containers' resources, the agent
 image, the bandwidth weight and cap (policy/class_bandwidth.py), the store
-identity (policy/class_identity.py); the stores its policies may write to,
+identity (policy/class_identity.py) and credentials Secret
+(policy/class_credentials.py); the stores its policies may write to,
 with their endpoints and whether each may receive the ambient identity
 (policy/class_stores.py); the namespaces whose policies may use it
 (policy/class_namespaces.py); and the nodes its policies' pods may run on
@@ -43,7 +44,8 @@ from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.containers import read_platform
 from ckptdrain.operator.policy.class_bandwidth import read_cap, read_weight
-from ckptdrain.operator.policy.class_identity import for_namespace, read_identity
+from ckptdrain.operator.policy.class_credentials import read_secret_ref, with_secret
+from ckptdrain.operator.policy.class_identity import applied, read_google, read_identity
 from ckptdrain.operator.policy.class_namespaces import (
     EVERY_NAMESPACE,
     NamespaceRule,
@@ -98,6 +100,10 @@ class CheckpointClass:
     namespaces: NamespaceRule = EVERY_NAMESPACE
     #: spec.identity as written ({namespace} kept); None: the chart's mapping.
     identity: WebIdentity | None = None
+    #: spec.identity.googleServiceAccount as written ({namespace} kept).
+    google_service_account: str | None = None
+    #: spec.credentialsSecretRef as written: for s3:// policies naming none.
+    credentials: Mapping[str, str] | None = None
     #: spec.nodeTier.nodeSelector and tolerations: where its pods may run.
     placement: Placement = ANYWHERE
 
@@ -158,6 +164,8 @@ def read(body: Mapping[str, Any]) -> CheckpointClass:
     stores = read_stores(spec.get("stores"), problems)
     namespaces = read_rule(spec.get("namespaces"), problems)
     identity = read_identity(spec.get("identity"), problems)
+    google = read_google(spec.get("identity"), problems)
+    credentials = read_secret_ref(spec.get("credentialsSecretRef"), problems)
     resources = spec.get("resources")
     if resources is not None:
         try:
@@ -174,7 +182,8 @@ def read(body: Mapping[str, Any]) -> CheckpointClass:
     return CheckpointClass(
         name=name, created=created, default=default, root=root, stores=stores,
         resources=resources, agent_image=image, bandwidth_weight=weight, bandwidth_cap=cap,
-        namespaces=namespaces, identity=identity, placement=placement)
+        namespaces=namespaces, identity=identity, google_service_account=google,
+        credentials=credentials, placement=placement)
 
 
 def catalogue(bodies: list[Mapping[str, Any]]) -> dict[str, CheckpointClass | ClassInvalid]:
@@ -314,6 +323,7 @@ def resolve(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
                               (refusal(cls.name, namespace, cls.namespaces, seen),),
                               choice.warning)
     filled, problems = apply_stores(namespace, spec, cls.name, cls.stores)
+    filled = dict(with_secret(filled, cls.credentials))
     classed, identity_problem = _with_identity(classed, cls, namespace, filled)
     problems += [identity_problem] if identity_problem is not None else []
     problems += policy_outside(spec, cls.placement, cls.name)
@@ -323,19 +333,14 @@ def resolve(namespace: str, spec: Mapping[str, Any], config: OperatorConfig,
 
 def _with_identity(config: OperatorConfig, cls: CheckpointClass, namespace: str,
                    spec: Mapping[str, Any]) -> tuple[OperatorConfig, InvalidInput | None]:
-    """`config` with what the class decides of the policy's store identity:
-    the class's identity in place of the chart's mapping for the namespace,
-    and the endpoint its store vouches for added to the chart's ambient
-    list; or the problem with the class's identity for this namespace."""
+    """`config` with what the class decides of the policy's store identity
+    (class_identity.applied), and the endpoint its store vouches for added
+    to the chart's ambient list."""
     config = replace(config, ambient_endpoints=(
         *config.ambient_endpoints, *vouched(namespace, spec, cls.stores)))
-    if cls.identity is None:
-        return config, None
-    identity, problem = for_namespace(cls.identity, namespace, cls.name)
-    if identity is None:
-        return config, problem
-    # The only entry: the class's wins for its policies over the chart's.
-    return replace(config, identities=((namespace, identity),)), None
+    uri = (spec.get("storage") or {}).get("uri")
+    return applied(config, namespace, uri if isinstance(uri, str) else "", cls.name,
+                   cls.identity, cls.google_service_account)
 
 
 def condition(resolution: Resolution) -> dict[str, str]:
