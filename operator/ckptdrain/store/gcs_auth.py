@@ -12,10 +12,20 @@ In the order ADC looks:
    GKE with Workload Identity it answers for the pod's Kubernetes service
    account, so no key exists anywhere.
 
-Other key types (workload identity federation, impersonation) are refused
-naming the variable. A token is kept until a minute before it expires, one
-per store, shared by its threads. Tokens, keys and refresh tokens are never
-put in a message or a log.
+Other key file types (workload identity federation, an impersonation key
+file) are refused naming the variable.
+
+With `CKPTDRAIN_GOOGLE_SERVICE_ACCOUNT` set (admission sets it from the
+policy's class, spec.identity.googleServiceAccount), the credentials above
+are only the source: their token asks the IAM Credentials API
+(`generateAccessToken`, at IAM_CREDENTIALS, never anywhere a policy or the
+environment could name) for a token of that service account, and the store
+uses that one. The pod's own identity needs
+roles/iam.serviceAccountTokenCreator on the account (docs/cloud/gke.md).
+
+A token is kept until a minute before it expires, one per store, shared by
+its threads. Tokens, keys and refresh tokens are never put in a message or
+a log.
 """
 
 from __future__ import annotations
@@ -23,16 +33,19 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import urllib3
 
+from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput, StoreAccessDenied, StoreUnreachable
 
 SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
@@ -43,6 +56,13 @@ CREDENTIALS_ENV = "GOOGLE_APPLICATION_CREDENTIALS"
 #: Renew this long before the token says it expires.
 EARLY_S = 60.0
 JWT_LIFETIME_S = 3600
+#: Where a service account's token is asked for: Google's, fixed, so that
+#: no policy or environment can send the source token elsewhere.
+IAM_CREDENTIALS = "https://iamcredentials.googleapis.com"
+IMPERSONATE_ENV = Env.GOOGLE_SERVICE_ACCOUNT.value
+#: What the request path may hold of an account: an email, nothing that
+#: would change the path or query.
+_ACCOUNT = re.compile(r"[a-z0-9][-a-z0-9.]*@[a-z0-9][-a-z0-9.]*", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -204,13 +224,79 @@ def _from_metadata(host: str, http: urllib3.PoolManager,
     return metadata
 
 
+def _expiry(answer: Mapping[str, Any], clock: Callable[[], float],
+            wall: Callable[[], float]) -> Token:
+    """The impersonated token, expiring when IAM says (RFC 3339 expireTime)."""
+    try:
+        expires = datetime.fromisoformat(str(answer["expireTime"])).timestamp()
+        life = max(0.0, expires - wall())
+    except (KeyError, ValueError):
+        life = float(JWT_LIFETIME_S)
+    return Token(str(answer["accessToken"]), clock() + life, min(EARLY_S, life / 2))
+
+
+def impersonated(source: TokenSource, account: str, http: urllib3.PoolManager,
+                 clock: Callable[[], float] = time.monotonic, *,
+                 endpoint: str = IAM_CREDENTIALS,
+                 wall: Callable[[], float] = time.time) -> Fetch:
+    """Fetches `account`'s token with `source`'s (generateAccessToken).
+    `endpoint` is for tests' stand-in server alone."""
+    url = f"{endpoint}/v1/projects/-/serviceAccounts/{account}:generateAccessToken"
+    what = f"impersonating Google service account {account}"
+
+    def fetch() -> Token:
+        headers = {**source.header(), "Content-Type": "application/json"}
+        body = json.dumps({"scope": [SCOPE], "lifetime": f"{JWT_LIFETIME_S}s"})
+        try:
+            response = http.request("POST", url, body=body, headers=headers, retries=False,
+                                    timeout=urllib3.Timeout(connect=10, read=30))
+        except urllib3.exceptions.HTTPError as err:
+            raise StoreUnreachable(f"{what}: {endpoint} did not answer "
+                                   f"({type(err).__name__})") from None
+        if response.status == 401:
+            source.forget()  # the source token may be the stale one: fetched anew next time
+        if response.status in (401, 403, 404):
+            # The body may echo what was sent: say only the status.
+            raise StoreAccessDenied(
+                f"{what}: IAM Credentials refused (HTTP {response.status}); the pod's own "
+                f"Google identity needs roles/iam.serviceAccountTokenCreator on {account}, "
+                "and the account must exist")
+        if response.status != 200:
+            raise StoreUnreachable(f"{what}: IAM Credentials answered HTTP {response.status}; "
+                                   "retried")
+        try:
+            answer = json.loads(response.data)
+            return _expiry(answer, clock, wall)
+        except (ValueError, KeyError, TypeError):
+            raise StoreAccessDenied(f"{what}: IAM Credentials answered without an access "
+                                    "token") from None
+    return fetch
+
+
 def default_credentials(environ: Mapping[str, str] | None = None,
                         http: urllib3.PoolManager | None = None,
-                        clock: Callable[[], float] = time.monotonic) -> TokenSource:
-    """A token source by Application Default Credentials. InvalidInput now for a
-    key file that cannot be used; the metadata server is asked at first use."""
+                        clock: Callable[[], float] = time.monotonic, *,
+                        iam_endpoint: str = IAM_CREDENTIALS) -> TokenSource:
+    """A token source by Application Default Credentials, impersonating the
+    service account CKPTDRAIN_GOOGLE_SERVICE_ACCOUNT names, if any
+    (`iam_endpoint`: tests' stand-in for IAM Credentials). InvalidInput now
+    for a key file or account that cannot be used; the metadata server is
+    asked at first use."""
     env = os.environ if environ is None else environ
     http = http or urllib3.PoolManager(num_pools=2, maxsize=2)
+    source = _adc(env, http, clock)
+    account = env.get(IMPERSONATE_ENV, "").strip()
+    if not account:
+        return source
+    if not _ACCOUNT.fullmatch(account):
+        raise InvalidInput(IMPERSONATE_ENV, "a Google service account email", account)
+    return TokenSource(impersonated(source, account, http, clock, endpoint=iam_endpoint),
+                       clock)
+
+
+def _adc(env: Mapping[str, str], http: urllib3.PoolManager,
+         clock: Callable[[], float]) -> TokenSource:
+    """The Application Default Credentials, in the order ADC looks."""
     named = env.get(CREDENTIALS_ENV, "").strip()
     if named:
         return TokenSource(_from_key_file(Path(named), http, CREDENTIALS_ENV, clock), clock)
