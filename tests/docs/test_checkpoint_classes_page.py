@@ -14,7 +14,11 @@ for others, by nodeSelector or by the node affinity the page names
 (tests/cluster/test_class_placement.py applies it to a real
 apiserver with the operator running). The Node data example's classes
 reclaim as the page says. The Bandwidth example's class caps its policies
-as the page's figures say, and their status says it in the page's words."""
+as the page's figures say, and their status says it in the page's words.
+The Google service account example's policy gets its namespace's account
+in restore and the agent alone, and a namespace too long for the account
+id is refused as the page says; the credentials Secret example's policy
+gets the Secret shown beside it, its keys the ones the class names."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import jsonpatch
 import pytest
 import yaml
 from tests.docs import blocks
@@ -35,9 +40,12 @@ from tests.docs.conftest import (
     stored,
 )
 
+from ckptdrain.contract.env import Env
 from ckptdrain.csi import class_reclaim
 from ckptdrain.csi.collection import DELETE, RETAIN, Reclaim, effective
+from ckptdrain.operator.admission import injection
 from ckptdrain.operator.policy import allocation, class_catalogue, class_placement, classes
+from ckptdrain.operator.policy import spec as operator_policy
 from ckptdrain.operator.policy import status as policy_status
 from ckptdrain.sizing import SizingInput
 
@@ -46,9 +54,10 @@ PAGE = REPO / "docs" / "checkpoint-classes.md"
 
 def _objects(section: int = 0) -> list[dict[str, Any]]:
     """The objects of the page's `section`th YAML block: 0 the Example, 1 Store
-    identity's, 2 Tenancy's, 3 Placement's, 4 Node data's, 5 Bandwidth's."""
+    identity's, 2 Tenancy's, 3 Placement's, 4 Node data's, 5 Bandwidth's,
+    6 Google service account's, 7 credentials Secret's."""
     found = [b for b in blocks.parse(PAGE) if b.lang == "yaml" and b.kind == ""]
-    assert len(found) == 6, [b.line for b in found]
+    assert len(found) == 8, [b.line for b in found]
     return [d for d in yaml.safe_load_all(found[section].text) if d]
 
 
@@ -213,3 +222,79 @@ def test_the_bandwidth_class_caps_its_policies_as_the_page_says() -> None:
     [said] = [c for c in written["conditions"] if c["type"] == "BandwidthConstrained"]
     assert said["reason"] == "ClassCap"
     assert f"`{said['message']}`" in " ".join(PAGE.read_text().split())
+
+
+def _resolved_example(section: int, namespace: str | None = None
+                      ) -> tuple[dict[str, Any], dict[str, Any], classes.Resolution]:
+    objects = _objects(section)
+    [cls] = [o for o in objects if o["kind"] == "CheckpointClass"]
+    [policy] = [stored(o) for o in objects if o["kind"] == "CheckpointPolicy"]
+    namespace = namespace or policy["metadata"]["namespace"]
+    resolution = classes.resolve(namespace, policy["spec"], default_config(),
+                                 classes.catalogue([cls]))
+    return cls, policy, resolution
+
+
+def test_the_google_example_gives_restore_and_the_agent_the_namespaces_account() -> None:
+    _, policy, resolution = _resolved_example(6)
+    assert resolution.resolved, resolution.problems
+    namespace = policy["metadata"]["namespace"]
+    parsed = operator_policy.parse(namespace, policy["metadata"]["name"], resolution.spec,
+                                   resolution.config)
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "w-0", "namespace": namespace, "labels": {"app": "llama"}},
+           "spec": {"containers": [{"name": "trainer", "image": "t:1"}]}}
+    patched = jsonpatch.apply_patch(copy.deepcopy(pod), injection.build_pod_patch(
+        pod, parsed, resolution.config, default_rate=1e9, rank=0))
+    given = {c["name"]: {e["name"]: e.get("value") for e in c.get("env") or []}
+             for c in patched["spec"]["initContainers"] + patched["spec"]["containers"]}
+    name = Env.GOOGLE_SERVICE_ACCOUNT.value
+    assert {c for c, env in given.items() if name in env} == {injection.RESTORE,
+                                                              injection.AGENT}
+    # The account the page says, which docs/cloud/gke.md's bindings name.
+    page = PAGE.read_text()
+    assert f"`{given[injection.AGENT][name]}`" in page
+    assert given[injection.AGENT][name] == "ckpt-ml-team-a@my-project.iam.gserviceaccount.com"
+
+
+def test_the_google_example_refuses_a_namespace_too_long_for_an_account_id() -> None:
+    objects = _objects(6)
+    [cls] = [o for o in objects if o["kind"] == "CheckpointClass"]
+    [policy] = [stored(o) for o in objects if o["kind"] == "CheckpointPolicy"]
+
+    def resolved(namespace: str) -> classes.Resolution:
+        spec = copy.deepcopy(policy["spec"])
+        spec["storage"]["uri"] = f"gs://checkpoints/{namespace}/llama"
+        return classes.resolve(namespace, spec, default_config(), classes.catalogue([cls]))
+
+    fits = "ml-team-research-vision-a"  # ckpt- and 25: 30 characters, Google's most
+    assert resolved(fits).resolved, resolved(fits).problems
+    too_long = fits + "b"
+    refused = resolved(too_long)
+    assert refused.reason == classes.REFUSED
+    [problem] = refused.problems
+    assert problem.field == "spec.identity.googleServiceAccount"
+    said = str(problem)
+    assert f"namespace {too_long}" in said and "CheckpointClass gcs-per-namespace" in said
+    assert f"ckpt-{too_long}@my-project.iam.gserviceaccount.com" in said
+    assert "`RefusedByClass`" in PAGE.read_text()
+
+
+def test_the_secret_example_fills_the_policy_with_the_secret_beside_it() -> None:
+    objects = _objects(7)
+    [secret] = [o for o in objects if o["kind"] == "Secret"]
+    cls, policy, resolution = _resolved_example(7)
+    assert resolution.resolved, resolution.problems
+    assert "credentialsSecretRef" not in policy["spec"]["storage"]
+    parsed = operator_policy.parse(policy["metadata"]["namespace"], "llama", resolution.spec,
+                                   resolution.config)
+    ref = parsed.credentials
+    assert ref is not None and ref.name == secret["metadata"]["name"]
+    assert secret["metadata"]["namespace"] == policy["metadata"]["namespace"]
+    assert {ref.access_key_id_key, ref.secret_access_key_key} == set(secret["stringData"])
+    assert ref.access_key_id_key == cls["spec"]["credentialsSecretRef"]["accessKeyIdKey"]
+    # The policy's own Secret would win (the page's list, first item).
+    own = copy.deepcopy(policy["spec"])
+    own["storage"]["credentialsSecretRef"] = {"name": "own"}
+    again = classes.resolve("ml-team-a", own, default_config(), classes.catalogue([cls]))
+    assert again.spec["storage"]["credentialsSecretRef"] == {"name": "own"}

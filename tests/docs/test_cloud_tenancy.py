@@ -31,6 +31,7 @@ from tests.docs.blocks import REPO
 from tests.docs.conftest import config_from_env, default_config, render
 
 from ckptdrain.operator.admission import injection, tenant_identity
+from ckptdrain.operator.policy import class_identity
 from ckptdrain.operator.policy import spec as operator_policy
 from ckptdrain.operator.tenant_identities import WebIdentity
 from ckptdrain.store import parse_store_uri
@@ -251,3 +252,41 @@ def test_the_gke_binding_names_the_namespace_and_its_prefix() -> None:
     named = re.search(r'startsWith\("projects/_/buckets/([^/]+)/objects/([^"]*)"\)', condition)
     assert named and named[1] == "my-gcs-bucket" and named[2] == "checkpoints/team-a/"
     assert (prefix + "/").startswith(named[2])
+
+
+GSA_SECTION = "## One Google service account per tenant"
+
+
+def test_the_gke_account_bindings_name_the_classs_account_for_the_namespace() -> None:
+    text = GKE.read_text()
+    start = text.index(GSA_SECTION)
+    first, last = text[:start].count("\n") + 1, text[:text.find("\n## ", start + 1)].count("\n")
+    [block] = [b for b in blocks.parse(GKE) if first <= b.line <= last and b.lang == "sh"]
+    commands = [shlex.split(line) for line in block.text.replace("\\\n", " ").splitlines()
+                if line.strip()]
+    # The account the class of docs/checkpoint-classes.md makes for team-a.
+    page = (REPO / "docs" / "checkpoint-classes.md").read_text()
+    template = re.search(r"googleServiceAccount: (\S+)", page)
+    assert template
+    account, problem = class_identity.google_for_namespace(template[1], "team-a", "example")
+    assert problem is None and account is not None
+    create, minting, bucket = commands
+    assert create[:4] == ["gcloud", "iam", "service-accounts", "create"]
+    assert f"{create[4]}@my-project.iam.gserviceaccount.com" == account
+    options = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in minting if "=" in w}
+    assert minting[4] == account
+    assert options["--role"] == "roles/iam.serviceAccountTokenCreator"
+    assert options["--member"].endswith("/my-project.svc.id.goog/namespace/team-a")
+    options = {w.split("=", 1)[0]: w.split("=", 1)[1] for w in bucket if "=" in w}
+    assert options["--member"] == f"serviceAccount:{account}"
+    spec = {"selector": {"matchLabels": {"app": "t"}}, "model": {"parameters": "7B"},
+            "interval": "15m", "localTier": {"path": "/mnt/ckptdrain/nvme", "keep": 2},
+            "storage": {"uri": "gs://my-gcs-bucket/checkpoints"}}
+    prefix = parse_store_uri(operator_policy.parse(
+        "team-a", "llama", spec, default_config()).store_prefix()).prefix
+    named = re.search(r'startsWith\("projects/_/buckets/([^/]+)/objects/([^"]*)"\)',
+                      options["--condition"])
+    assert named and named[1] == "my-gcs-bucket" and (prefix + "/").startswith(named[2])
+    assert named[2] == "checkpoints/team-a/"
+    # What the page says a refused exchange reports is what gcs_auth says.
+    assert "roles/iam.serviceAccountTokenCreator" in text[start:]
