@@ -186,3 +186,13 @@ def test_only_googles_iam_credentials_is_ever_asked(tmp_path: Path) -> None:
         gcs_auth.default_credentials(env, http).header()  # type: ignore[arg-type]
     assert http.urls[0] == f"https://iamcredentials.googleapis.com{PATH}"
     assert http.urls[1] == gcs_auth.DEFAULT_TOKEN_URI  # the source, refused by the recorder
+
+
+def test_the_store_takes_the_account_from_its_environment(tmp_path: Path) -> None:
+    from ckptdrain.store.gcs import GcsStore
+
+    env = {"HOME": str(tmp_path), "GCE_METADATA_HOST": "127.0.0.1:9",
+           gcs_auth.IMPERSONATE_ENV: "ckpt@x/../evil"}
+    with pytest.raises(InvalidInput) as err:
+        GcsStore("bucket", "p", environ=env)
+    assert err.value.field == gcs_auth.IMPERSONATE_ENV
