@@ -55,7 +55,7 @@ BAD = [
      "6-30 characters"),
     ("empty identity", {}, "awsRoleArn, googleServiceAccount, or both"),
     ("audience without a role", {"googleServiceAccount": GSA, "audience": "x"},
-     "audience and expirationSeconds only with awsRoleArn"),
+     "spec.identity.awsRoleArn: required with audience or expirationSeconds"),
 ]
 
 
