@@ -290,3 +290,12 @@ def test_the_gke_account_bindings_name_the_classs_account_for_the_namespace() ->
     assert named[2] == "checkpoints/team-a/"
     # What the page says a refused exchange reports is what gcs_auth says.
     assert "roles/iam.serviceAccountTokenCreator" in text[start:]
+
+
+def test_gke_token_creator_is_granted_only_to_the_tenants_own_principal() -> None:
+    # TokenCreator on a tenant's account lets its holder mint that tenant's
+    # tokens: the page must say the holder belongs to that namespace alone.
+    text = GKE.read_text()
+    paragraph = text[text.index("**Warning:** whoever holds"):].split("\n\n")[0]
+    assert "roles/iam.serviceAccountTokenCreator" in paragraph
+    assert "principalSet" in paragraph and "no other" in paragraph
