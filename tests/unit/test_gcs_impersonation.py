@@ -8,6 +8,7 @@ keyword argument tests alone pass."""
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 from collections.abc import Iterator
@@ -15,9 +16,12 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import parse_qs
 
 import pytest
 import urllib3
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from ckptdrain.errors import InvalidInput, StoreAccessDenied, StoreUnreachable
 from ckptdrain.store import gcs_auth
@@ -31,6 +35,7 @@ NOW = 1_830_000_000.0
 
 class _Google(BaseHTTPRequestHandler):
     seen: ClassVar[list[dict[str, Any]]] = []
+    jwt_scopes: ClassVar[list[str]] = []
     sources: ClassVar[int] = 0
     issued: ClassVar[int] = 0
     status: ClassVar[int] = 200  # what IAM answers
@@ -51,8 +56,18 @@ class _Google(BaseHTTPRequestHandler):
         type(self).sources += 1
         self._answer(200, {"access_token": f"source-secret-{self.sources}", "expires_in": 7200})
 
-    def do_POST(self) -> None:  # IAM Credentials
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+    def do_POST(self) -> None:  # IAM Credentials, or a key file's token endpoint
+        data = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path == "/token":  # the key's JWT: what it asks for is kept
+            [assertion] = parse_qs(data.decode())["assertion"]
+            claims = assertion.split(".")[1]
+            type(self).jwt_scopes.append(json.loads(
+                base64.urlsafe_b64decode(claims + "=" * (-len(claims) % 4)))["scope"])
+            type(self).sources += 1
+            self._answer(200, {"access_token": f"source-secret-{self.sources}",
+                               "expires_in": 3600})
+            return
+        body = json.loads(data)
         type(self).seen.append({"path": self.path, "auth": self.headers.get("Authorization"),
                                 "body": body})
         if self.status != 200:
@@ -74,6 +89,7 @@ class _Google(BaseHTTPRequestHandler):
 @pytest.fixture
 def google() -> Iterator[str]:
     _Google.seen.clear()
+    _Google.jwt_scopes.clear()
     _Google.sources = _Google.issued = 0
     _Google.status, _Google.life_s = 200, 3600
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Google)
@@ -130,6 +146,8 @@ def test_a_refusal_names_the_account_and_the_role_and_no_token(
     said = str(err.value)
     assert f"HTTP {status}" in said and ACCOUNT in said
     assert "roles/iam.serviceAccountTokenCreator" in said
+    # A VM's (or node's) access scopes may leave the source token short of IAM.
+    assert gcs_auth.CLOUD_PLATFORM_SCOPE in said and "access scopes" in said
     assert "secret" not in said and "Bearer" not in said
 
 
@@ -196,3 +214,27 @@ def test_the_store_takes_the_account_from_its_environment(tmp_path: Path) -> Non
     with pytest.raises(InvalidInput) as err:
         GcsStore("bucket", "p", environ=env)
     assert err.value.field == gcs_auth.IMPERSONATE_ENV
+
+
+def _key_file(google: str, tmp_path: Path) -> str:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    path = tmp_path / "key.json"
+    path.write_text(json.dumps({"type": "service_account", "private_key": pem,
+                                "client_email": "source@p.iam.gserviceaccount.com",
+                                "token_uri": f"http://{google}/token"}))
+    return str(path)
+
+
+def test_a_key_files_token_asks_for_cloud_platform_only_to_impersonate(
+        google: str, tmp_path: Path) -> None:
+    # generateAccessToken takes only a caller token with cloud-platform (or
+    # iam) scope; without impersonation the key asks for storage alone.
+    env = {"HOME": str(tmp_path), gcs_auth.CREDENTIALS_ENV: _key_file(google, tmp_path)}
+    gcs_auth.default_credentials(env, iam_endpoint=f"http://{google}").header()
+    assert _Google.jwt_scopes == [gcs_auth.SCOPE]
+    impersonating = gcs_auth.default_credentials({**env, gcs_auth.IMPERSONATE_ENV: ACCOUNT},
+                                                 iam_endpoint=f"http://{google}")
+    assert impersonating.header() == {"Authorization": "Bearer impersonated-1"}
+    assert _Google.jwt_scopes == [gcs_auth.SCOPE, gcs_auth.CLOUD_PLATFORM_SCOPE]

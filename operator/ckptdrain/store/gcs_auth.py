@@ -21,7 +21,8 @@ are only the source: their token asks the IAM Credentials API
 (`generateAccessToken`, at IAM_CREDENTIALS, never anywhere a policy or the
 environment could name) for a token of that service account, and the store
 uses that one. The pod's own identity needs
-roles/iam.serviceAccountTokenCreator on the account (docs/cloud/gke.md).
+roles/iam.serviceAccountTokenCreator on the account (docs/cloud/gke.md),
+and a token with the cloud-platform scope (a key file's is asked for it).
 
 A token is kept until a minute before it expires, one per store, shared by
 its threads. Tokens, keys and refresh tokens are never put in a message or
@@ -49,6 +50,9 @@ from ckptdrain.contract.env import Env
 from ckptdrain.errors import InvalidInput, StoreAccessDenied, StoreUnreachable
 
 SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
+#: What a source token needs for IAM Credentials' generateAccessToken: a
+#: key file's is asked for it when impersonating (a VM's scopes are its own).
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 DEFAULT_TOKEN_URI = "https://oauth2.googleapis.com/token"
 METADATA_HOST = "169.254.169.254"
 METADATA_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
@@ -80,15 +84,16 @@ def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def signed_jwt(key: Mapping[str, Any], now: float) -> str:
-    """The assertion a service account's key signs to ask for a token (RS256)."""
+def signed_jwt(key: Mapping[str, Any], now: float, scope: str = SCOPE) -> str:
+    """The assertion a service account's key signs to ask for a token of
+    `scope` (RS256)."""
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
     header = {"alg": "RS256", "typ": "JWT"}
     if key.get("private_key_id"):
         header["kid"] = str(key["private_key_id"])
-    claims = {"iss": key["client_email"], "scope": SCOPE,
+    claims = {"iss": key["client_email"], "scope": scope,
               "aud": key.get("token_uri") or DEFAULT_TOKEN_URI,
               "iat": int(now), "exp": int(now) + JWT_LIFETIME_S}
     signing_input = (_b64url(json.dumps(header, separators=(",", ":")).encode()) + "."
@@ -159,7 +164,7 @@ def _token(answer: Mapping[str, Any], clock: Callable[[], float]) -> Token:
 
 
 def _from_key_file(path: Path, http: urllib3.PoolManager, field: str,
-                   clock: Callable[[], float]) -> Fetch:
+                   clock: Callable[[], float], scope: str) -> Fetch:
     try:
         key = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -173,7 +178,7 @@ def _from_key_file(path: Path, http: urllib3.PoolManager, field: str,
 
         def service_account() -> Token:
             form = {"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
-                    "assertion": signed_jwt(key, time.time())}
+                    "assertion": signed_jwt(key, time.time(), scope)}
             return _token(_post_form(http, url, form, f"service account {key['client_email']}"),
                           clock)
         return service_account
@@ -260,7 +265,9 @@ def impersonated(source: TokenSource, account: str, http: urllib3.PoolManager,
             raise StoreAccessDenied(
                 f"{what}: IAM Credentials refused (HTTP {response.status}); the pod's own "
                 f"Google identity needs roles/iam.serviceAccountTokenCreator on {account}, "
-                "and the account must exist")
+                "and the account must exist; its token also needs the "
+                f"{CLOUD_PLATFORM_SCOPE} scope, which a VM's or GKE node's access scopes "
+                "may leave out")
         if response.status != 200:
             raise StoreUnreachable(f"{what}: IAM Credentials answered HTTP {response.status}; "
                                    "retried")
@@ -284,8 +291,8 @@ def default_credentials(environ: Mapping[str, str] | None = None,
     asked at first use."""
     env = os.environ if environ is None else environ
     http = http or urllib3.PoolManager(num_pools=2, maxsize=2)
-    source = _adc(env, http, clock)
     account = env.get(IMPERSONATE_ENV, "").strip()
+    source = _adc(env, http, clock, CLOUD_PLATFORM_SCOPE if account else SCOPE)
     if not account:
         return source
     if not _ACCOUNT.fullmatch(account):
@@ -295,15 +302,16 @@ def default_credentials(environ: Mapping[str, str] | None = None,
 
 
 def _adc(env: Mapping[str, str], http: urllib3.PoolManager,
-         clock: Callable[[], float]) -> TokenSource:
-    """The Application Default Credentials, in the order ADC looks."""
+         clock: Callable[[], float], scope: str) -> TokenSource:
+    """The Application Default Credentials, in the order ADC looks; a
+    service account key's token is asked for `scope`."""
     named = env.get(CREDENTIALS_ENV, "").strip()
     if named:
-        return TokenSource(_from_key_file(Path(named), http, CREDENTIALS_ENV, clock), clock)
+        return TokenSource(_from_key_file(Path(named), http, CREDENTIALS_ENV, clock, scope), clock)
     config = env.get("CLOUDSDK_CONFIG", "").strip() or str(
         Path(env.get("HOME", "~")).expanduser() / ".config" / "gcloud")
     well_known = Path(config) / "application_default_credentials.json"
     if well_known.is_file():
-        return TokenSource(_from_key_file(well_known, http, str(well_known), clock), clock)
+        return TokenSource(_from_key_file(well_known, http, str(well_known), clock, scope), clock)
     host = env.get("GCE_METADATA_HOST", "").strip() or METADATA_HOST
     return TokenSource(_from_metadata(host, http, clock), clock)
