@@ -216,6 +216,34 @@ def test_the_store_takes_the_account_from_its_environment(tmp_path: Path) -> Non
     assert err.value.field == gcs_auth.IMPERSONATE_ENV
 
 
+class _Refusing:
+    def request(self, method: str, url: str, **_: Any) -> Any:
+        return type("R", (), {"status": 403, "data": b"{}", "headers": {},
+                              "release_conn": lambda self: None})()
+
+
+@pytest.mark.parametrize("account", [ACCOUNT, None])
+def test_a_refusal_from_the_bucket_names_the_account_impersonated(account: str | None) -> None:
+    # The impersonated account holds the bucket roles, not the pod's own.
+    from ckptdrain.store.gcs import GcsStore
+
+    tokens = gcs_auth.TokenSource(lambda: gcs_auth.Token("t", 1e12), account=account)
+    store = GcsStore("bucket", "p", tokens=tokens, environ={})
+    store._http = _Refusing()  # type: ignore[assignment]
+    with pytest.raises(StoreAccessDenied) as err:
+        store.head("k")
+    said = str(err.value)
+    assert "HTTP 403" in said and "bucket roles" in said
+    assert (f"Google service account {ACCOUNT}" in said) == (account is not None)
+    assert ("pod's Google service account" in said) == (account is None)
+
+
+def test_the_impersonating_source_says_its_account(google: str, tmp_path: Path) -> None:
+    assert _source(google, tmp_path).account == ACCOUNT
+    plain = {"HOME": str(tmp_path), "GCE_METADATA_HOST": google}
+    assert gcs_auth.default_credentials(plain).account is None
+
+
 def _key_file(google: str, tmp_path: Path) -> str:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,

@@ -185,8 +185,11 @@ class GcsStore(GcsMultipart, GcsStorageClass, GcsRangedReads):
     def _fail(self, op: str, key: str | None, status: int, message: str) -> NoReturn:
         where = self._where(key)
         if status in (401, 403):
+            account = self._tokens.account if self._tokens is not None else None
+            who = (f"Google service account {account} (impersonated)" if account
+                   else "pod's Google service account")
             raise StoreAccessDenied(f"{op} {where}: access denied (HTTP {status}); check the "
-                                    "pod's Google service account and its bucket roles")
+                                    f"{who} and its bucket roles")
         if status == 404 and (key is None or bucket_missing(message)):
             raise BucketMissing(f"{op} {where}: bucket {self.bucket} does not exist "
                                 f"at {self.endpoint}")

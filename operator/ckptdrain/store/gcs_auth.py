@@ -110,9 +110,13 @@ def signed_jwt(key: Mapping[str, Any], now: float, scope: str = SCOPE) -> str:
 
 
 class TokenSource:
-    """One store's access token, fetched by `fetch` and kept until it nearly expires."""
+    """One store's access token, fetched by `fetch` and kept until it nearly
+    expires. `account`: the service account impersonated, if any (it holds
+    the bucket roles, so a refusal names it)."""
 
-    def __init__(self, fetch: Fetch, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, fetch: Fetch, clock: Callable[[], float] = time.monotonic, *,
+                 account: str | None = None) -> None:
+        self.account = account
         self._fetch = fetch
         self._clock = clock
         self._lock = threading.Lock()
@@ -298,7 +302,7 @@ def default_credentials(environ: Mapping[str, str] | None = None,
     if not _ACCOUNT.fullmatch(account):
         raise InvalidInput(IMPERSONATE_ENV, "a Google service account email", account)
     return TokenSource(impersonated(source, account, http, clock, endpoint=iam_endpoint),
-                       clock)
+                       clock, account=account)
 
 
 def _adc(env: Mapping[str, str], http: urllib3.PoolManager,
