@@ -46,6 +46,11 @@ BAD = [
     ("another placeholder", {
         "googleServiceAccount": "ckpt-{team}@my-project.iam.gserviceaccount.com"},
      "spec.identity.googleServiceAccount"),
+    ("id ending in -", {"googleServiceAccount": "checkpoints-@my-project.iam.gserviceaccount.com"},
+     "no - last"),
+    ("id ending in - after the namespace", {
+        "googleServiceAccount": "ckpt-{namespace}-@my-project.iam.gserviceaccount.com"},
+     "no - last"),
     ("id too short", {"googleServiceAccount": "ckpt@my-project.iam.gserviceaccount.com"},
      "6-30 characters"),
     ("id too long", {"googleServiceAccount": "a" * 31 + "@my-project.iam.gserviceaccount.com"},

@@ -74,7 +74,7 @@ def role_of(spec: dict[str, Any], cls: dict[str, Any]) -> str | None:
     GSA, "checkpoints@my-project.iam.gserviceaccount.com", "{namespace}@my-project.iam."
     "gserviceaccount.com", "t-{namespace}-ckpt@proj-123.iam.gserviceaccount.com",
     # 24 characters besides the placeholder: a one-letter namespace fits 30.
-    "abcdefghijklmnopqrstuvwx{namespace}-----@my-project.iam.gserviceaccount.com",
+    "abcdefghijklmnopqrstuvwx{namespace}----a@my-project.iam.gserviceaccount.com",
 ])
 def test_a_google_service_account_reads_as_written(email: str) -> None:
     cls = classes.read(body(identity={"googleServiceAccount": email}))
@@ -94,6 +94,20 @@ def test_a_malformed_email_is_named_by_its_field(email: object) -> None:
     [problem] = read.errors
     assert problem.field == "spec.identity.googleServiceAccount"
     assert "<account id>@<project id>.iam.gserviceaccount.com" in str(problem)
+
+
+@pytest.mark.parametrize("email", [
+    "checkpoints-@my-project.iam.gserviceaccount.com",
+    "ckpt-{namespace}-@my-project.iam.gserviceaccount.com",
+    "abcdefghijklmnopqrstuvwx{namespace}-----@my-project.iam.gserviceaccount.com",
+])
+def test_an_account_id_ending_in_a_dash_is_refused_naming_the_form(email: str) -> None:
+    # Google's ids end in a letter or digit, whatever the namespace.
+    read = classes.catalogue([body(identity={"googleServiceAccount": email})])["c"]
+    assert isinstance(read, classes.ClassInvalid)
+    [problem] = read.errors
+    assert problem.field == "spec.identity.googleServiceAccount"
+    assert "no '-' last" in str(problem)
 
 
 @pytest.mark.parametrize("email", [

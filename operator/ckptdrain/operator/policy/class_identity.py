@@ -53,12 +53,14 @@ _PROJECT = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
 GOOGLE_EMAIL = re.compile(rf"([^@]+)@{_PROJECT}\.iam\.gserviceaccount\.com", re.ASCII)
 ACCOUNT_ID = re.compile(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", re.ASCII)
 #: An account id as a class writes it: [a-z0-9-] and {namespace}, a letter
-#: or the placeholder first (the namespace is checked at each policy).
-_ACCOUNT_TEMPLATE = re.compile(r"([a-z]|\{namespace\})([-a-z0-9]|\{namespace\})*", re.ASCII)
+#: or the placeholder first, no '-' last (a namespace never ends in one; the
+#: namespace itself is checked at each policy).
+_ACCOUNT_TEMPLATE = re.compile(
+    r"([a-z]|\{namespace\})(([-a-z0-9]|\{namespace\})*([a-z0-9]|\{namespace\}))?", re.ASCII)
 MIN_ACCOUNT_ID, MAX_ACCOUNT_ID = 6, 30
 _GOOGLE_EXPECTED = ("a Google service account email, <account id>@<project id>.iam."
                     "gserviceaccount.com, whose account id (6-30 lowercase letters, digits "
-                    "and '-', a letter first) may hold {namespace}")
+                    "and '-', a letter first, no '-' last) may hold {namespace}")
 
 
 def read_identity(raw: object, problems: list[InvalidInput]) -> WebIdentity | None:
