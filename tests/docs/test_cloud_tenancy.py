@@ -290,6 +290,8 @@ def test_the_gke_account_bindings_name_the_classs_account_for_the_namespace() ->
     assert named[2] == "checkpoints/team-a/"
     # What the page says a refused exchange reports is what gcs_auth says.
     assert "roles/iam.serviceAccountTokenCreator" in text[start:]
+    # ... and the scope IAM Credentials asks of the pod's own token.
+    assert "cloud-platform" in text[start:] and "access scopes" in text[start:]
 
 
 def test_gke_token_creator_is_granted_only_to_the_tenants_own_principal() -> None:
