@@ -10,6 +10,8 @@ says nothing about this run.
     timeline(local_root, w, s)   the timeline writer w's local copy of s carries
     settled(logs, pods, epoch)   the clock's newest checkpoint, once drained by
                                  all, with time left before the next one
+    trailing(logs, pods, epoch)  how many steps the slowest pod's newest save
+                                 trails the clock's newest checkpoint
     flip_one_byte(directory)     one byte flipped in every data file of a step
 """
 
@@ -55,6 +57,22 @@ def settled(logs: Logs, pods: Iterable[str], epoch: float, after: int) -> int | 
     if newest <= after or not 30 <= position - newest <= LATEST_POSITION:
         return None
     return newest if newest in drained(logs, pods) else None
+
+
+def trailing(logs: Logs, pods: Iterable[str], epoch: float) -> tuple[int, int]:
+    """How far the slowest pod is behind the shared clock, and how far it got.
+
+    After a restore to a step far behind the clock, a trainer replays the
+    missed steps as fast as it can before it follows the clock again; until
+    then it saves steps the clock passed long ago, and no step is `settled`.
+    Returns (steps between the clock's newest scheduled checkpoint and the
+    slowest pod's newest save, that save's step), 0 steps once every pod saved
+    within one interval of the clock."""
+    newest = int((time.time() - epoch) / STEP_S) // EVERY * EVERY
+    saved = [max((e["step"] for e in logs.trainer(pod) if e["event"] == "save"), default=-1)
+             for pod in pods]
+    slowest = min(saved, default=-1)
+    return max(0, newest - EVERY - slowest), slowest
 
 
 def flip_one_byte(directory: Path) -> list[str]:

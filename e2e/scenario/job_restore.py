@@ -13,7 +13,7 @@ from typing import Any
 import agreement
 import corruption
 import goodput_check
-from kube import get, kubectl, wait_for
+from kube import Failed, get, kubectl, wait_for
 from narration import REPORT, check, say
 from trainers import Logs
 from views import (
@@ -218,6 +218,7 @@ def step7b(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path) -> 
     for i in (0, 1):
         goodput_check.interruption(logs, olds[i], pods[i], writer_pods(logs, i), loads[i],
                                    REPORT, check)
+    _back_on_clock(logs, list(pods.values()), epoch, steps[0])
     # A step both current pods saved and drained (step numbers come back
     # after a restore: the records may hold an older run's step of that
     # number), taken while the next save is still ahead.
@@ -252,6 +253,34 @@ def step7b(logs: Logs, pods: dict[int, str], epoch: float, local_root: Path) -> 
                   f"{load['restore_seconds']:.2f} s in the init container (verification "
                   f"included); pod deleted → trainer loaded {load['at'] - deleted:.1f} s |")
     pods[0] = new
+
+
+#: How long a replaying trainer may go without a newer save (one every EVERY
+#: steps: seconds at any replay speed) before 7b calls it stuck.
+STALL_S = 120
+
+
+def _back_on_clock(logs: Logs, pods: list[str], epoch: float, restored: int) -> None:
+    """Wait until every pod replayed the steps between `restored` and the
+    shared clock, for as long as they keep saving newer steps.
+
+    The restore in 7b may go far back (step 6 left the writers in two runs, so
+    the newest step they share is older), and a trainer replays at a rate set
+    by this machine's CPUs: a fixed bound would fail a slow machine while the
+    job is fine. A replay that saves nothing newer for `STALL_S` fails."""
+    best, since = restored, time.monotonic()
+    while True:
+        behind, slowest = corruption.trailing(logs, pods, epoch)
+        if behind == 0:
+            say(f"  both writers back on the clock at step {slowest} "
+                f"(restored {restored})")
+            return
+        if slowest > best:
+            best, since = slowest, time.monotonic()
+        if time.monotonic() - since > STALL_S:
+            raise Failed(f"the slowest writer saved nothing newer than step {best} for "
+                         f"{STALL_S} s while {behind} steps behind the clock")
+        time.sleep(1)
 
 
 def writer_pods(logs: Logs, index: int) -> list[str]:
