@@ -20,13 +20,12 @@ AdmissionReview is answered only on a connection that presented one. The
 conversion path stays open without one: the apiserver never presents a
 client certificate to a CRD conversion webhook (only admission webhooks
 have a kubeConfigFile), and a conversion is pure, reading nothing but the
-objects it was sent.
+objects it was sent. The TLS context, renewed: admission/certificates.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import socket
@@ -37,16 +36,13 @@ import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
+from ckptdrain.operator.admission.certificates import Certificates
 from ckptdrain.operator.admission.refusal_log import RefusalLog
 
 log = logging.getLogger("ckptdrain.admission")
 
-#: How often the certificate files are read for a renewal (tls/webhook_certs.py
-#: renews them in place; a mounted Secret changes under us).
-CERT_CHECK_S = 30.0
 #: The largest review we read: a pod near etcd's object size limit, encoded.
 MAX_REVIEW_BYTES = 4 << 20
 #: Connections open at once, and reviews read and answered at once (so at
@@ -97,60 +93,6 @@ class UnknownWebhook(Exception):
 class BadReview(Exception):
     """A review not answered: HTTP 400, a Status saying why. To the apiserver
     a webhook failure, which the webhook's failurePolicy decides."""
-
-
-class Certificates:
-    """The TLS context of new connections, made again when the files change
-    (the client CA bundle's too, when one is given)."""
-
-    def __init__(self, cert: str, key: str, client_ca: str | None = None) -> None:
-        self.cert, self.key, self.client_ca = cert, key, client_ca
-        self._digest = b""
-        self._context = self._load()
-
-    def _read_digest(self) -> bytes:
-        files = [self.cert, self.key] + ([self.client_ca] if self.client_ca else [])
-        return hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).digest()
-
-    def _load(self) -> ssl.SSLContext:
-        digest = self._read_digest()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.cert, self.key)
-        # No client-started renegotiation (TLS 1.2): a new handshake on the
-        # client's say costs the server and serves no client of ours.
-        context.options |= getattr(ssl, "OP_NO_RENEGOTIATION", 0)
-        if self.client_ca:
-            # Optional at the handshake, so that the conversion path (no
-            # client certificate from the apiserver) still connects; one that
-            # is presented must verify. Admission paths demand one (Handler).
-            context.verify_mode = ssl.CERT_OPTIONAL
-            context.load_verify_locations(cafile=self.client_ca)
-        self._digest = digest
-        return context
-
-    def context(self) -> ssl.SSLContext:
-        return self._context
-
-    def check(self) -> bool:
-        """Load the files again if they changed; True if they did."""
-        try:
-            if self._read_digest() == self._digest:
-                return False
-            self._context = self._load()
-        except (OSError, ssl.SSLError) as error:  # caught mid-write: the next check
-            log.warning("admission: reading the certificate files failed (%s)", error)
-            return False
-        log.info("admission: serving the renewed certificate")
-        return True
-
-    def follow(self) -> None:
-        """Check the files every CERT_CHECK_S in a daemon thread."""
-        def loop() -> None:
-            while True:
-                time.sleep(CERT_CHECK_S)
-                self.check()
-        threading.Thread(target=loop, name="ckptdrain-admission-tls", daemon=True).start()
 
 
 class Server(ThreadingHTTPServer):
