@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -87,8 +88,9 @@ def test_a_malformed_pod_review_is_an_http_400_with_a_status(connect: Connect) -
 
 def test_a_body_trickled_in_is_cut_at_the_reviews_deadline(connect: Connect) -> None:
     """One byte at a time, each within the socket's timeout: the review's
-    deadline (its `?timeout=`) bounds the whole body, else a few such
-    clients would hold every admission slot for as long as they like."""
+    deadline (its `?timeout=`) bounds the whole body, else such clients
+    would hold their connections (and, sending large bodies, every body
+    slot) for as long as they like."""
     conn = connect()
     conn.putrequest("POST", f"/{admission.MUTATE_ID}?timeout=1s")
     conn.putheader("Content-Type", "application/json")
@@ -112,6 +114,51 @@ def test_a_body_trickled_in_is_cut_at_the_reviews_deadline(connect: Connect) -> 
     assert answered.startswith(b"HTTP/1.1 400"), answered
     assert b"deadline" in answered
     assert took < 3, f"answered after {took:.1f}s"
+
+
+def test_bodies_trickled_in_hold_no_slot_a_valid_review_needs(connect: Connect) -> None:
+    """Twice as many clients as there are review slots, each trickling a
+    body in a byte at a time under the longest wait a review may ask for:
+    a valid review sent meanwhile is still answered, not refused for want
+    of a slot (503) when its own wait runs out. The same with the real
+    process and policies: tests/cluster/test_webhook_payloads.py."""
+    stop = threading.Event()
+    slow = [connect() for _ in range(2 * admission_server.MAX_IN_FLIGHT)]
+    for conn in slow:
+        conn.putrequest("POST", f"/{admission.MUTATE_ID}?timeout=30s")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", "1000")
+        conn.endheaders(b" ")
+
+    def trickle() -> None:
+        while not stop.wait(0.2):
+            for conn in slow:
+                assert conn.sock is not None
+                conn.sock.sendall(b" ")
+
+    trickling = threading.Thread(target=trickle, daemon=True)
+    trickling.start()
+    try:
+        stop.wait(0.5)  # the trickled bodies' headers are in before the valid reviews
+        answers = []
+        for uid in range(admission_server.MAX_IN_FLIGHT):
+            conn = connect()
+            conn.request("POST", f"/{admission.MUTATE_ID}?timeout=2s", body=json.dumps({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": f"u-{uid}", "operation": "CREATE", "namespace": "ml",
+                            "object": {"metadata": {"name": "p"}, "spec": {"containers": [
+                                {"name": "c", "image": "i"}]}}}}).encode(),
+                headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            answers.append((response.status, json.loads(response.read())))
+    finally:
+        stop.set()
+        trickling.join()
+        for conn in slow:
+            conn.close()
+    assert answers == [(200, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                              "response": {"uid": f"u-{uid}", "allowed": True}})
+                       for uid in range(admission_server.MAX_IN_FLIGHT)]
 
 
 def _trickle(conn: http.client.HTTPSConnection, body: bytes, per_second: int,

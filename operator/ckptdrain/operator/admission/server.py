@@ -7,10 +7,11 @@ converter, in the connection's thread); this module knows only HTTP, TLS
 and the bounds.
 
 Bounded: at most MAX_CONNECTIONS at once (the next one waits in the listen
-backlog), at most MAX_IN_FLIGHT reviews read and answered at once, each
-given as long as the apiserver waits for it (its `?timeout=`; a conversion,
-sent none, CONVERSION_TIMEOUT_S), a TLS handshake within HANDSHAKE_S, a
-connection idle for IDLE_S closed. Every answer is JSON, an error's too.
+backlog), at most MAX_IN_FLIGHT reviews answered at once and as many large
+bodies read (SMALL_BODY_BYTES), each given as long as the apiserver waits
+for it (its `?timeout=`; a conversion, sent none, CONVERSION_TIMEOUT_S), a
+TLS handshake within HANDSHAKE_S, a connection idle for IDLE_S closed.
+Every answer is JSON, an error's too.
 
 Client certificates (opt-in, CKPTDRAIN_WEBHOOK_CLIENT_CA): any pod that
 reaches the Service could otherwise post a forged AdmissionReview and read
@@ -26,6 +27,7 @@ objects it was sent. The TLS context, renewed: admission/certificates.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
@@ -45,10 +47,16 @@ log = logging.getLogger("ckptdrain.admission")
 
 #: The largest review we read: a pod near etcd's object size limit, encoded.
 MAX_REVIEW_BYTES = 4 << 20
-#: Connections open at once, and reviews read and answered at once (so at
-#: most MAX_IN_FLIGHT × MAX_REVIEW_BYTES are held).
+#: Connections open at once, and reviews answered at once.
 MAX_CONNECTIONS = 128
 MAX_IN_FLIGHT = 8
+#: A review's body of up to this many bytes (a pod's review is a few KiB
+#: to tens of KiB) is read holding no slot, and takes an answer slot once
+#: it has arrived: clients trickling bodies in, however many, hold no slot
+#: a valid review needs. A larger body holds one of MAX_IN_FLIGHT body
+#: slots while it arrives. So at most MAX_CONNECTIONS × SMALL_BODY_BYTES
+#: (32 MiB) plus MAX_IN_FLIGHT × MAX_REVIEW_BYTES (32 MiB) of bodies are held.
+SMALL_BODY_BYTES = 256 << 10
 #: A ConversionReview carries a whole list (`kubectl get ckpol -A`: every
 #: policy of the cluster in one review, a few KB each with its status), so
 #: conversions get a larger cap and a slot of their own, and are answered in
@@ -102,9 +110,9 @@ class Server(ThreadingHTTPServer):
     their API reads to threads.
 
     Bounded: at most MAX_CONNECTIONS at once (the next waits in the listen
-    backlog), at most MAX_IN_FLIGHT reviews read and answered at once (the
-    others wait, each until its deadline), a TLS handshake within
-    HANDSHAKE_S, a connection idle for IDLE_S closed."""
+    backlog), at most MAX_IN_FLIGHT reviews answered at once and as many
+    large bodies read (the others wait, each until its deadline), a TLS
+    handshake within HANDSHAKE_S, a connection idle for IDLE_S closed."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -122,6 +130,7 @@ class Server(ThreadingHTTPServer):
         self.converter, self.conversion_path = converter, conversion_path
         self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+        self.large_bodies = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self.conversions = threading.BoundedSemaphore(CONVERSIONS_IN_FLIGHT)
         self.refusals = RefusalLog()
         if ":" in address[0]:
@@ -170,6 +179,14 @@ class Server(ThreadingHTTPServer):
         # Probes that connect and leave (a kubelet's tcpSocket readiness
         # check), clients that give up: not worth a traceback.
         log.debug("admission: connection from %s ended: %s", client_address, sys.exc_info()[1])
+
+    def slots(self, converting: bool, length: int
+              ) -> tuple[threading.BoundedSemaphore | None, threading.BoundedSemaphore | None]:
+        """(the slot held while a body of `length` bytes arrives, the one taken
+        once it has): see SMALL_BODY_BYTES. None: no slot."""
+        if converting:
+            return self.conversions, None  # one at a time, read and answered
+        return (self.large_bodies if length > SMALL_BODY_BYTES else None), self.in_flight
 
     def answer(self, request: dict[str, Any], path: str, received: float,
                deadline: float) -> dict[str, Any]:
@@ -239,41 +256,66 @@ class Handler(BaseHTTPRequestHandler):
         # A conversion's wait is the apiserver's own (it sends no timeout).
         deadline = time.monotonic() + request_timeout(
             query, CONVERSION_TIMEOUT_S if converting else ANSWER_TIMEOUT_S)
-        slots = self.server.conversions if converting else self.server.in_flight
-        if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            self._fail(503, "too many reviews at once; the apiserver's time is up")
-            return
-        try:
+        # A slow body holds no slot a review that has arrived needs (SMALL_BODY_BYTES).
+        reading, answering = self.server.slots(converting, length)
+        with contextlib.ExitStack() as held:
+            if reading is not None and not self._take(reading, deadline, held):
+                return
             try:
-                request = json.loads(self._read_body(length, deadline))
-                if not isinstance(request, dict):
-                    raise ValueError("not a JSON object")
+                body = self._read_body(length, deadline)
             except (ValueError, TimeoutError) as error:
                 self._fail(400, f"body: expected an AdmissionReview or ConversionReview "
                                 f"({error})")
                 return
-            except RecursionError:  # the parser's own bound on nesting
-                self._fail(400, "body: expected an AdmissionReview or ConversionReview "
-                                "(JSON nested too deeply)")
-                return
             finally:
                 self.request.settimeout(IDLE_S)
-            try:
-                if converter is not None:
-                    self._send(200, converter(request, received))
-                else:
-                    self._send(200, self.server.answer(request, path, received, deadline))
-            except UnknownWebhook as error:
-                self._fail(404, str(error))
-            except BadReview as error:  # a Status: the apiserver quotes its message
-                self.close_connection = True
-                self._send(400, {"apiVersion": "v1", "kind": "Status", "status": "Failure",
-                                 "code": 400, "reason": "BadRequest", "message": str(error)})
-            except Exception as error:  # a timeout, a bug: answered, never dropped
-                log.warning("admission: no answer to a review at /%s: %r", path, error)
-                self._fail(500, f"no answer: {error!r}")
-        finally:
-            slots.release()
+            if answering is not None and not self._take(answering, deadline, held):
+                return
+            request = self._parsed(body)
+            del body  # parsed: the bytes are not held while it is answered
+            if request is not None:
+                self._answer(request, converter, path, received, deadline)
+
+    def _take(self, slots: threading.BoundedSemaphore, deadline: float,
+              held: contextlib.ExitStack) -> bool:
+        """One of `slots`, held until `held` closes; else False, answered 503."""
+        if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._fail(503, "too many reviews at once; the apiserver's time is up")
+            return False
+        held.callback(slots.release)
+        return True
+
+    def _parsed(self, body: bytes) -> dict[str, Any] | None:
+        """`body` as a JSON object; else None, answered 400."""
+        try:
+            request = json.loads(body)
+            if not isinstance(request, dict):
+                raise ValueError("not a JSON object")
+            return request
+        except ValueError as error:
+            self._fail(400, f"body: expected an AdmissionReview or ConversionReview ({error})")
+        except RecursionError:  # the parser's own bound on nesting
+            self._fail(400, "body: expected an AdmissionReview or ConversionReview "
+                            "(JSON nested too deeply)")
+        return None
+
+    def _answer(self, request: dict[str, Any],
+                converter: Callable[[dict[str, Any], float], dict[str, Any]] | None,
+                path: str, received: float, deadline: float) -> None:
+        try:
+            if converter is not None:
+                self._send(200, converter(request, received))
+            else:
+                self._send(200, self.server.answer(request, path, received, deadline))
+        except UnknownWebhook as error:
+            self._fail(404, str(error))
+        except BadReview as error:  # a Status: the apiserver quotes its message
+            self.close_connection = True
+            self._send(400, {"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                             "code": 400, "reason": "BadRequest", "message": str(error)})
+        except Exception as error:  # a timeout, a bug: answered, never dropped
+            log.warning("admission: no answer to a review at /%s: %r", path, error)
+            self._fail(500, f"no answer: {error!r}")
 
     def _read_body(self, length: int, deadline: float) -> bytes:
         """`length` bytes of body, all of them before `deadline`: a socket
