@@ -95,10 +95,10 @@ def real_pod(namespace: str, labels: dict[str, str]) -> dict[str, Any]:
             "spec": spec}
 
 
-#: Fields whose change would stop the pod being one the rules judge, or
-#: that no pod schema has a type for: the selecting label is kept (a wrong
-#: type there is the shape check's, already in the sample), and a pod's
-#: apiVersion and kind are the review's business, not the pod's.
+#: Not changed: a pod's apiVersion and kind (the review's business, not
+#: the pod's); nor, in cases(), the label the policy selects the pod by,
+#: without which it would not reach the rules (a wrong type there is the
+#: shape check's, already in webhook_payloads.py).
 _KEPT = {("apiVersion",), ("kind",)}
 
 
@@ -138,7 +138,7 @@ def cases(uids: Iterator[str], namespace: str, labels: dict[str, str]) -> Iterat
     CREATE review; the Case's uid is its own, its `changed` the field changed."""
     base = real_pod(namespace, labels)
     for at in fields(base):
-        if at[:3] == ("metadata", "labels", next(iter(labels))):
+        if at == ("metadata", "labels", next(iter(labels))):
             continue  # the selecting label: see _KEPT
         own = json_type(_get(base, at))
         for kind, value in VALUES:
