@@ -51,10 +51,14 @@ MAX_REVIEW_BYTES = 4 << 20
 MAX_CONNECTIONS = 128
 MAX_IN_FLIGHT = 8
 #: A review's body of up to this many bytes (a pod's review is a few KiB
-#: to tens of KiB) is read holding no slot, and takes an answer slot once
-#: it has arrived: clients trickling bodies in, however many, hold no slot
-#: a valid review needs. A larger body holds one of MAX_IN_FLIGHT body
-#: slots while it arrives. So at most MAX_CONNECTIONS × SMALL_BODY_BYTES
+#: to tens of KiB) is read holding no answer slot, and takes one once it
+#: has arrived; a larger body holds one of MAX_IN_FLIGHT body slots while
+#: it arrives. So blocking valid reviews takes MAX_CONNECTIONS slow clients,
+#: not MAX_IN_FLIGHT: each connection holds one of MAX_CONNECTIONS from its
+#: accept, a bare TCP connect for HANDSHAKE_S (past the chart's 5 s
+#: timeoutSeconds), a request line and headers sent slowly up to IDLE_S a
+#: read with no overall deadline (docs/security.md: the NetworkPolicy).
+#: At most MAX_CONNECTIONS × SMALL_BODY_BYTES
 #: (32 MiB) plus MAX_IN_FLIGHT × MAX_REVIEW_BYTES (32 MiB) of bodies are held.
 SMALL_BODY_BYTES = 256 << 10
 #: A ConversionReview carries a whole list (`kubectl get ckpol -A`: every
