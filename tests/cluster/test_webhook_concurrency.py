@@ -110,20 +110,49 @@ def test_the_sample_sent_concurrently_is_answered_as_when_sent_alone(
     assert_alive_and_clean(served)
 
 
+def _posted(process: Served, length: int, timeout: str, expect: bool) -> ssl.SSLSocket:
+    """A connection that has sent a pod review's headers announcing `length`
+    bytes of body (asking for `100 Continue` if `expect`), and no body."""
+    raw = socket.create_connection(("127.0.0.1", process.server.port), timeout=10)
+    sock = process.context.wrap_socket(raw, server_hostname="127.0.0.1")
+    continuing = "Expect: 100-continue\r\n" if expect else ""
+    sock.sendall(f"POST {payloads.POD_PATH}?timeout={timeout} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {length}\r\n"
+                 f"{continuing}\r\n".encode())
+    return sock
+
+
+def _head(sock: ssl.SSLSocket) -> bytes:
+    """The server's status line and headers on `sock` (its socket timeout,
+    10 s, bounds each read)."""
+    said = b""
+    while not said.endswith(b"\r\n\r\n"):
+        chunk = sock.recv(1)
+        if not chunk:
+            break
+        said += chunk
+    return said
+
+
+def _large_body_slots_held(process: Served) -> bool:
+    """Whether one more body over SMALL_BODY_BYTES is refused (503) for want
+    of a body slot within its `?timeout=1s`."""
+    sock = _posted(process, admission_server.SMALL_BODY_BYTES + 1, "1s", expect=False)
+    try:
+        return _head(sock).startswith(b"HTTP/1.1 503")
+    finally:
+        sock.close()
+
+
 @contextmanager
 def trickling(process: Served) -> Iterator[None]:
     """TRICKLERS connections announcing a pod review's body, sending it a
-    byte every TRICKLE_S under the longest wait a review may ask (30 s)."""
+    byte every TRICKLE_S under the longest wait a review may ask (30 s).
+    Yields once the server has read each one's headers (it answered its
+    `Expect: 100-continue`) and the large ones hold every body slot (one
+    more large body is refused 503), not after a guessed sleep."""
     stop = threading.Event()
     socks: list[ssl.SSLSocket] = []
-    for index in range(TRICKLERS):
-        length = 1_000 if index % 2 else admission_server.SMALL_BODY_BYTES + 1
-        raw = socket.create_connection(("127.0.0.1", process.server.port), timeout=10)
-        sock = process.context.wrap_socket(raw, server_hostname="127.0.0.1")
-        sock.sendall(f"POST {payloads.POD_PATH}?timeout=30s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     f"Content-Type: application/json\r\nContent-Length: {length}\r\n"
-                     f"\r\n{{".encode())
-        socks.append(sock)
 
     def trickle() -> None:
         while not stop.wait(TRICKLE_S):
@@ -131,13 +160,22 @@ def trickling(process: Served) -> Iterator[None]:
                 sock.sendall(b" ")
 
     thread = threading.Thread(target=trickle, daemon=True)
-    thread.start()
     try:
-        stop.wait(2 * TRICKLE_S)  # their headers are read before the valid reviews come
+        for index in range(TRICKLERS):
+            length = 1_000 if index % 2 else admission_server.SMALL_BODY_BYTES + 1
+            socks.append(_posted(process, length, "30s", expect=True))
+        for sock in socks:
+            head = _head(sock)
+            assert head.startswith(b"HTTP/1.1 100"), head[:200]
+            sock.sendall(b"{")
+        thread.start()
+        assert any(_large_body_slots_held(process) for _ in range(5)), \
+            "a large body was not refused 503 while the large trickled bodies arrive"
         yield
     finally:
         stop.set()
-        thread.join()
+        if thread.is_alive():
+            thread.join()
         for sock in socks:
             sock.close()
 
