@@ -181,9 +181,10 @@ def trickling(process: Served) -> Iterator[None]:
 
 
 def test_valid_reviews_are_answered_while_bodies_trickle_in(served: Served) -> None:  # noqa: F811
-    """Every slot a trickled body could hold is held, twice over: each valid
-    review is still answered (within its own `?timeout=5s`) as when the
-    server had nothing else to do."""
+    """The large trickled bodies hold every body slot, one each, and as
+    many small ones are read holding none: each valid review is still
+    answered (within its own `?timeout=5s`) as when the server had nothing
+    else to do."""
     cases = list(webhook_valid.valid_cases(payloads.Corpus(served.namespace, FUZZ)))
     alone = [served.send(case) for case in cases]
     with trickling(served):

@@ -203,7 +203,7 @@ def test_bodies_trickled_in_hold_no_slot_a_valid_review_needs(
     a valid review sent once all of them are being read is still answered,
     not refused for want of a slot (503) when its own wait runs out. The
     same with the real process and policies:
-    tests/cluster/test_webhook_payloads.py."""
+    tests/cluster/test_webhook_concurrency.py."""
     readers = Readers(monkeypatch)
     slow = [connect() for _ in range(2 * admission_server.MAX_IN_FLIGHT)]
     with trickling(slow, f"/{admission.MUTATE_ID}?timeout=30s", 1000):

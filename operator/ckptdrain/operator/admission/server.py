@@ -58,8 +58,11 @@ MAX_IN_FLIGHT = 8
 #: accept, a bare TCP connect for HANDSHAKE_S (past the chart's 5 s
 #: timeoutSeconds), a request line and headers sent slowly up to IDLE_S a
 #: read with no overall deadline (docs/security.md: the NetworkPolicy).
-#: At most MAX_CONNECTIONS × SMALL_BODY_BYTES
-#: (32 MiB) plus MAX_IN_FLIGHT × MAX_REVIEW_BYTES (32 MiB) of bodies are held.
+#: Bodies arriving or waiting for an answer slot are at most
+#: MAX_CONNECTIONS × SMALL_BODY_BYTES (32 MiB) plus MAX_IN_FLIGHT ×
+#: MAX_REVIEW_BYTES (32 MiB) of raw bytes, each briefly held twice while its
+#: chunks are joined; parsing one costs several times its size (below), so
+#: raw bytes are not the process's bound.
 SMALL_BODY_BYTES = 256 << 10
 #: A ConversionReview carries a whole list (`kubectl get ckpol -A`: every
 #: policy of the cluster in one review, a few KB each with its status), so
