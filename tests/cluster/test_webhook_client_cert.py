@@ -22,6 +22,7 @@ import yaml
 from operator_process import repo_root
 
 from ckptdrain.operator import config
+from ckptdrain.operator.admission import certificates as admission_certificates
 from ckptdrain.operator.admission import process as admission_process
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission import server as admission_server
@@ -54,7 +55,8 @@ def served(tmp_path: Path) -> Iterator[dict[str, Any]]:
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
     server = admission_server.Server(
-        ("127.0.0.1", 0), admission_server.Certificates(str(cert), str(key), str(client_ca[0])),
+        ("127.0.0.1", 0),
+        admission_certificates.Certificates(str(cert), str(key), str(client_ca[0])),
         reviewer, loop)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:

@@ -50,7 +50,9 @@ class Case:
     `uid`: what the answer must echo when it is a 200 review. `declared`: a
     Content-Length sent with no body at all (an oversize body announced).
     `expect`: for a valid review, what its answer must be (ALLOWED,
-    PATCHED, SUCCESS), so that a false refusal fails the sample."""
+    PATCHED, SUCCESS), so that a false refusal fails the sample. `changed`:
+    the field a case of webhook_unread.py set to a wrong type, as a refusal
+    names it."""
 
     kind: str
     path: str
@@ -60,6 +62,7 @@ class Case:
     declared: int | None = None
     method: str = "POST"
     expect: str | None = None
+    changed: str | None = None
 
 
 def pod(namespace: str, labels: dict[str, str]) -> dict[str, Any]:

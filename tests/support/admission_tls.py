@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ckptdrain.operator import config
+from ckptdrain.operator.admission import certificates as admission_certificates
 from ckptdrain.operator.admission import process as admission_process
 from ckptdrain.operator.admission import server as admission_server
 
@@ -33,7 +34,7 @@ def serving(directory: Path, cfg: config.OperatorConfig,
     cert, key = self_signed(directory)
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
-    server = admission_server.Server(("127.0.0.1", 0), admission_server.Certificates(
+    server = admission_server.Server(("127.0.0.1", 0), admission_certificates.Certificates(
         str(cert), str(key)), reviewer, loop, converter=reviewer.convert,
         conversion_path=cfg.conversion_path)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from ckptdrain.operator import config, metrics
+from ckptdrain.operator.admission import certificates as admission_certificates
 from ckptdrain.operator.admission import injection
 from ckptdrain.operator.admission import process as admission_process
 from ckptdrain.operator.admission import rules as admission
@@ -234,7 +235,7 @@ def _post(conn: http.client.HTTPSConnection, path: str, body: bytes) -> tuple[in
 def test_the_server_answers_reviews_over_tls_and_survives_what_is_not_one(
         tmp_path: Path, apiserver: dict[str, Any]) -> None:
     cert, key = _certificate(tmp_path)
-    certificates = admission_server.Certificates(cert, key)
+    certificates = admission_certificates.Certificates(cert, key)
     reports: list[tuple[str, str]] = []
     reviewer = admission_process.Reviewer(CFG, PolicyMirror(),
                                           lambda w, o, s: reports.append((w, o)))

@@ -24,6 +24,7 @@ from tests.support.apiserver import make_ca, make_cert
 
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator import config
+from ckptdrain.operator.admission import certificates as admission_certificates
 from ckptdrain.operator.admission import process as admission_process
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission import server as admission_server
@@ -66,7 +67,7 @@ def _conversion_review() -> bytes:
 @dataclass
 class Served:
     server: admission_server.Server
-    certificates: admission_server.Certificates
+    certificates: admission_certificates.Certificates
     server_ca: Path
     client_ca: Path
     apiserver_client: tuple[Path, Path]
@@ -103,7 +104,7 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
     reviewer = admission_process.Reviewer(CFG, mirror, lambda w, o, s: reports.append((w, o)))
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
-    certificates = admission_server.Certificates(str(cert), str(key), str(client_ca[0]))
+    certificates = admission_certificates.Certificates(str(cert), str(key), str(client_ca[0]))
     server = admission_server.Server(("127.0.0.1", 0), certificates, reviewer, loop,
                                      converter=reviewer.convert,
                                      conversion_path=CFG.conversion_path)
@@ -182,7 +183,7 @@ def test_client_renegotiation_is_off(tmp_path: Path) -> None:
     ca = make_ca(tmp_path)
     cert, key = make_cert(tmp_path, "webhook", ca)
     for client_ca in (None, str(ca[0])):
-        context = admission_server.Certificates(str(cert), str(key), client_ca).context()
+        context = admission_certificates.Certificates(str(cert), str(key), client_ca).context()
         assert context.options & ssl.OP_NO_RENEGOTIATION
 
 
@@ -212,7 +213,7 @@ def test_a_renewed_client_ca_is_trusted_by_new_connections(served: Served) -> No
 def test_without_a_client_ca_no_certificate_is_asked(tmp_path: Path) -> None:
     ca = make_ca(tmp_path)
     cert, key = make_cert(tmp_path, "webhook", ca)
-    context = admission_server.Certificates(str(cert), str(key)).context()
+    context = admission_certificates.Certificates(str(cert), str(key)).context()
     assert context.verify_mode == ssl.CERT_NONE
 
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.admission_tls import serving
@@ -34,6 +37,84 @@ def connect(tmp_path: Path) -> Iterator[Connect]:
         context = ssl.create_default_context(cafile=str(cert))
         yield lambda: http.client.HTTPSConnection("127.0.0.1", server.server_address[1],
                                                   timeout=10, context=context)
+
+
+class Readers:
+    """How many connections are reading a body (in Handler._read_body: a
+    large body's slot is held by then), for a test to wait on rather than
+    sleep for."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count, self.changed = 0, threading.Condition()
+        read = admission_server.Handler._read_body
+
+        def counted(handler: admission_server.Handler, length: int, deadline: float) -> bytes:
+            self._add(1)
+            try:
+                return read(handler, length, deadline)
+            finally:
+                self._add(-1)
+
+        monkeypatch.setattr(admission_server.Handler, "_read_body", counted)
+
+    def _add(self, step: int) -> None:
+        with self.changed:
+            self.count += step
+            self.changed.notify_all()
+
+    def wait_for(self, wanted: int) -> None:
+        """Until `wanted` bodies are being read; a failure after 20 s, well
+        within the trickled bodies' own wait (30 s)."""
+        with self.changed:
+            reached = self.changed.wait_for(lambda: self.count >= wanted, 20)
+            assert reached, f"{self.count} of {wanted} bodies being read after 20 s"
+
+
+@contextmanager
+def trickling(conns: list[http.client.HTTPSConnection], path: str,
+              length: int) -> Iterator[None]:
+    """`conns` each announcing a body of `length` bytes to `path` and sending
+    it a byte every 0.2 s until exit."""
+    stop = threading.Event()
+    for conn in conns:
+        conn.putrequest("POST", path)
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(length))
+        conn.endheaders(b" ")
+
+    def trickle() -> None:
+        while not stop.wait(0.2):
+            for conn in conns:
+                assert conn.sock is not None
+                conn.sock.sendall(b" ")
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        for conn in conns:
+            conn.close()
+
+
+def valid_review(conn: http.client.HTTPSConnection, uid: str,
+                 query: str = "?timeout=2s") -> tuple[int, Any]:
+    """A pod review no policy selects sent on `conn`: its status and answer."""
+    conn.request("POST", f"/{admission.MUTATE_ID}{query}", body=json.dumps({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": uid, "operation": "CREATE", "namespace": "ml",
+                    "object": {"metadata": {"name": "p"}, "spec": {"containers": [
+                        {"name": "c", "image": "i"}]}}}}).encode(),
+        headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def allowed(uid: str) -> tuple[int, Any]:
+    return 200, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                 "response": {"uid": uid, "allowed": True}}
 
 
 @pytest.mark.parametrize("path", [f"/{admission.MUTATE_ID}", "/convert"])
@@ -87,8 +168,9 @@ def test_a_malformed_pod_review_is_an_http_400_with_a_status(connect: Connect) -
 
 def test_a_body_trickled_in_is_cut_at_the_reviews_deadline(connect: Connect) -> None:
     """One byte at a time, each within the socket's timeout: the review's
-    deadline (its `?timeout=`) bounds the whole body, else a few such
-    clients would hold every admission slot for as long as they like."""
+    deadline (its `?timeout=`) bounds the whole body, else such clients
+    would hold their connections (and, sending large bodies, every body
+    slot) for as long as they like."""
     conn = connect()
     conn.putrequest("POST", f"/{admission.MUTATE_ID}?timeout=1s")
     conn.putheader("Content-Type", "application/json")
@@ -112,6 +194,45 @@ def test_a_body_trickled_in_is_cut_at_the_reviews_deadline(connect: Connect) -> 
     assert answered.startswith(b"HTTP/1.1 400"), answered
     assert b"deadline" in answered
     assert took < 3, f"answered after {took:.1f}s"
+
+
+def test_bodies_trickled_in_hold_no_slot_a_valid_review_needs(
+        connect: Connect, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twice as many clients as there are review slots, each trickling a
+    body in a byte at a time under the longest wait a review may ask for:
+    a valid review sent once all of them are being read is still answered,
+    not refused for want of a slot (503) when its own wait runs out. The
+    same with the real process and policies:
+    tests/cluster/test_webhook_concurrency.py."""
+    readers = Readers(monkeypatch)
+    slow = [connect() for _ in range(2 * admission_server.MAX_IN_FLIGHT)]
+    with trickling(slow, f"/{admission.MUTATE_ID}?timeout=30s", 1000):
+        readers.wait_for(len(slow))
+        answers = [valid_review(connect(), f"u-{uid}")
+                   for uid in range(admission_server.MAX_IN_FLIGHT)]
+    assert answers == [allowed(f"u-{uid}") for uid in range(admission_server.MAX_IN_FLIGHT)]
+
+
+def test_large_bodies_trickled_in_hold_the_body_slots_and_no_more(
+        connect: Connect, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bodies over SMALL_BODY_BYTES each hold a body slot while they
+    arrive: with every one held by a trickled body, the next large body is
+    refused (503) when its own wait runs out, while a small valid review
+    is still answered."""
+    readers = Readers(monkeypatch)
+    large = admission_server.SMALL_BODY_BYTES + 1
+    slow = [connect() for _ in range(admission_server.MAX_IN_FLIGHT)]
+    with trickling(slow, f"/{admission.MUTATE_ID}?timeout=30s", large):
+        readers.wait_for(admission_server.MAX_IN_FLIGHT)
+        one_more = connect()
+        one_more.putrequest("POST", f"/{admission.MUTATE_ID}?timeout=1s")
+        one_more.putheader("Content-Type", "application/json")
+        one_more.putheader("Content-Length", str(large))
+        one_more.endheaders(b" ")
+        refused = one_more.getresponse()
+        assert (refused.status, json.loads(refused.read())) == (503, {
+            "error": "too many reviews at once; the apiserver's time is up"})
+        assert valid_review(connect(), "u-small") == allowed("u-small")
 
 
 def _trickle(conn: http.client.HTTPSConnection, body: bytes, per_second: int,

@@ -48,12 +48,8 @@ from ckptdrain.operator.admission import (
     review_shape,
 )
 from ckptdrain.operator.admission import rules as admission
-from ckptdrain.operator.admission.server import (
-    BadReview,
-    Certificates,
-    Server,
-    UnknownWebhook,
-)
+from ckptdrain.operator.admission.certificates import Certificates
+from ckptdrain.operator.admission.server import BadReview, Server, UnknownWebhook
 from ckptdrain.operator.apiserver import class_view
 from ckptdrain.operator.apiserver import reads as apiserver_reads
 from ckptdrain.operator.config import OperatorConfig

@@ -144,25 +144,75 @@ def _metadata(meta: Any, where: str) -> None:
 def _pod_spec(spec: Mapping[str, Any], where: str) -> None:
     for name in _CONTAINER_LISTS:
         for index, container in enumerate(_objects(spec.get(name), f"{where}.{name}")):
-            at = f"{where}.{name}[{index}]"
-            for field in ("name", "image", "restartPolicy"):
-                if container.get(field) is not None or field == "name":
-                    _expect(container.get(field), str, f"{at}.{field}", "a string")
-            for field in _CONTAINER_OBJECT_LISTS:
-                _objects(container.get(field), f"{at}.{field}")
-            for field in _CONTAINER_OBJECTS:
-                if container.get(field) is not None:
-                    _expect(container[field], dict, f"{at}.{field}", "an object")
-            for index_env, env in enumerate(container.get("env") or []):
-                _env(env, f"{at}.env[{index_env}]")
+            _container(container, f"{where}.{name}[{index}]")
     for index, volume in enumerate(_objects(spec.get("volumes"), f"{where}.volumes")):
         _expect(volume.get("name"), str, f"{where}.volumes[{index}].name", "a string")
     for name in ("serviceAccountName", "nodeName", "schedulerName"):
-        if spec.get(name) is not None:
-            _expect(spec[name], str, f"{where}.{name}", "a string")
-    for name in ("securityContext", "affinity"):
-        if spec.get(name) is not None:
-            _expect(spec[name], dict, f"{where}.{name}", "an object")
+        _optional(spec, name, str, where, "a string")
+    for name in ("securityContext", "affinity", "nodeSelector"):
+        _optional(spec, name, dict, where, "an object")
+    # The flush must fit in the grace period (pod_env.py); the work dir is
+    # shared through the pod's fsGroup (work_dir.py).
+    _optional(spec, "terminationGracePeriodSeconds", int, where, "a whole number of seconds")
+    _optional(spec.get("securityContext") or {}, "fsGroup", int, f"{where}.securityContext",
+              "a whole number (a group id)")
+    _resources(spec, where)
+    _placement(spec, where)
+
+
+def _container(container: Mapping[str, Any], at: str) -> None:
+    for field in ("name", "image", "restartPolicy"):
+        if container.get(field) is not None or field == "name":
+            _expect(container.get(field), str, f"{at}.{field}", "a string")
+    for field in _CONTAINER_OBJECT_LISTS:
+        _objects(container.get(field), f"{at}.{field}")
+    for field in _CONTAINER_OBJECTS:
+        _optional(container, field, dict, at, "an object")
+    for index, env in enumerate(container.get("env") or []):
+        _env(env, f"{at}.env[{index}]")
+    # Matched against the mounts injection adds (cloud_identity.py,
+    # tenant_identity.py): by name and by path.
+    for index, mount in enumerate(container.get("volumeMounts") or []):
+        for field in ("name", "mountPath"):
+            _expect(mount.get(field), str, f"{at}.volumeMounts[{index}].{field}", "a string")
+    _resources(container, at)
+
+
+def _resources(holder: Mapping[str, Any], where: str) -> None:
+    """A container's (or the pod's) requests and limits, which the pod's QoS
+    class is read from (resources.py): objects of quantities."""
+    _optional(holder, "resources", dict, where, "an object")
+    for name in ("requests", "limits"):
+        _optional(holder.get("resources") or {}, name, dict, f"{where}.resources",
+                  "an object of quantities")
+
+
+def _placement(spec: Mapping[str, Any], where: str) -> None:
+    """The tolerations and required node affinity that a policy's and a
+    class's placement are merged into (pod_placement.py, class_placement.py)."""
+    for index, toleration in enumerate(_objects(spec.get("tolerations"),
+                                                f"{where}.tolerations")):
+        at = f"{where}.tolerations[{index}]"
+        for name in ("key", "operator", "value", "effect"):
+            _optional(toleration, name, str, at, "a string")
+        _optional(toleration, "tolerationSeconds", int, at, "a whole number of seconds")
+    at = f"{where}.affinity"
+    _optional(spec.get("affinity") or {}, "nodeAffinity", dict, at, "an object")
+    node = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    _optional(node, required, dict, f"{at}.nodeAffinity", "an object")
+    at = f"{at}.nodeAffinity.{required}.nodeSelectorTerms"
+    for index, term in enumerate(_objects((node.get(required) or {}).get("nodeSelectorTerms"),
+                                          at)):
+        for name in ("matchExpressions", "matchFields"):
+            _objects(term.get(name), f"{at}[{index}].{name}")
+
+
+def _optional(holder: Mapping[str, Any], name: str, kind: type, where: str,
+              expected: str) -> None:
+    """`holder[name]`, when present and not null, is of `kind`."""
+    if holder.get(name) is not None:
+        _expect(holder[name], kind, f"{where}.{name}", expected)
 
 
 def _env(env: Mapping[str, Any], where: str) -> None:

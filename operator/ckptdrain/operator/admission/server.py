@@ -7,10 +7,11 @@ converter, in the connection's thread); this module knows only HTTP, TLS
 and the bounds.
 
 Bounded: at most MAX_CONNECTIONS at once (the next one waits in the listen
-backlog), at most MAX_IN_FLIGHT reviews read and answered at once, each
-given as long as the apiserver waits for it (its `?timeout=`; a conversion,
-sent none, CONVERSION_TIMEOUT_S), a TLS handshake within HANDSHAKE_S, a
-connection idle for IDLE_S closed. Every answer is JSON, an error's too.
+backlog), at most MAX_IN_FLIGHT reviews answered at once and as many large
+bodies read (SMALL_BODY_BYTES), each given as long as the apiserver waits
+for it (its `?timeout=`; a conversion, sent none, CONVERSION_TIMEOUT_S), a
+TLS handshake within HANDSHAKE_S, a connection idle for IDLE_S closed.
+Every answer is JSON, an error's too.
 
 Client certificates (opt-in, CKPTDRAIN_WEBHOOK_CLIENT_CA): any pod that
 reaches the Service could otherwise post a forged AdmissionReview and read
@@ -20,13 +21,13 @@ AdmissionReview is answered only on a connection that presented one. The
 conversion path stays open without one: the apiserver never presents a
 client certificate to a CRD conversion webhook (only admission webhooks
 have a kubeConfigFile), and a conversion is pure, reading nothing but the
-objects it was sent.
+objects it was sent. The TLS context, renewed: admission/certificates.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import contextlib
 import json
 import logging
 import socket
@@ -37,22 +38,32 @@ import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
+from ckptdrain.operator.admission.certificates import Certificates
 from ckptdrain.operator.admission.refusal_log import RefusalLog
 
 log = logging.getLogger("ckptdrain.admission")
 
-#: How often the certificate files are read for a renewal (tls/webhook_certs.py
-#: renews them in place; a mounted Secret changes under us).
-CERT_CHECK_S = 30.0
 #: The largest review we read: a pod near etcd's object size limit, encoded.
 MAX_REVIEW_BYTES = 4 << 20
-#: Connections open at once, and reviews read and answered at once (so at
-#: most MAX_IN_FLIGHT × MAX_REVIEW_BYTES are held).
+#: Connections open at once, and reviews answered at once.
 MAX_CONNECTIONS = 128
 MAX_IN_FLIGHT = 8
+#: A review's body of up to this many bytes (a pod's review is a few KiB
+#: to tens of KiB) is read holding no answer slot, and takes one once it
+#: has arrived; a larger body holds one of MAX_IN_FLIGHT body slots while
+#: it arrives. So blocking valid reviews takes MAX_CONNECTIONS slow clients,
+#: not MAX_IN_FLIGHT: each connection holds one of MAX_CONNECTIONS from its
+#: accept, a bare TCP connect for HANDSHAKE_S (past the chart's 5 s
+#: timeoutSeconds), a request line and headers sent slowly up to IDLE_S a
+#: read with no overall deadline (docs/security.md: the NetworkPolicy).
+#: Bodies arriving or waiting for an answer slot are at most
+#: MAX_CONNECTIONS × SMALL_BODY_BYTES (32 MiB) plus MAX_IN_FLIGHT ×
+#: MAX_REVIEW_BYTES (32 MiB) of raw bytes, each briefly held twice while its
+#: chunks are joined; parsing one costs several times its size (below), so
+#: raw bytes are not the process's bound.
+SMALL_BODY_BYTES = 256 << 10
 #: A ConversionReview carries a whole list (`kubectl get ckpol -A`: every
 #: policy of the cluster in one review, a few KB each with its status), so
 #: conversions get a larger cap and a slot of their own, and are answered in
@@ -99,60 +110,6 @@ class BadReview(Exception):
     a webhook failure, which the webhook's failurePolicy decides."""
 
 
-class Certificates:
-    """The TLS context of new connections, made again when the files change
-    (the client CA bundle's too, when one is given)."""
-
-    def __init__(self, cert: str, key: str, client_ca: str | None = None) -> None:
-        self.cert, self.key, self.client_ca = cert, key, client_ca
-        self._digest = b""
-        self._context = self._load()
-
-    def _read_digest(self) -> bytes:
-        files = [self.cert, self.key] + ([self.client_ca] if self.client_ca else [])
-        return hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).digest()
-
-    def _load(self) -> ssl.SSLContext:
-        digest = self._read_digest()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.cert, self.key)
-        # No client-started renegotiation (TLS 1.2): a new handshake on the
-        # client's say costs the server and serves no client of ours.
-        context.options |= getattr(ssl, "OP_NO_RENEGOTIATION", 0)
-        if self.client_ca:
-            # Optional at the handshake, so that the conversion path (no
-            # client certificate from the apiserver) still connects; one that
-            # is presented must verify. Admission paths demand one (Handler).
-            context.verify_mode = ssl.CERT_OPTIONAL
-            context.load_verify_locations(cafile=self.client_ca)
-        self._digest = digest
-        return context
-
-    def context(self) -> ssl.SSLContext:
-        return self._context
-
-    def check(self) -> bool:
-        """Load the files again if they changed; True if they did."""
-        try:
-            if self._read_digest() == self._digest:
-                return False
-            self._context = self._load()
-        except (OSError, ssl.SSLError) as error:  # caught mid-write: the next check
-            log.warning("admission: reading the certificate files failed (%s)", error)
-            return False
-        log.info("admission: serving the renewed certificate")
-        return True
-
-    def follow(self) -> None:
-        """Check the files every CERT_CHECK_S in a daemon thread."""
-        def loop() -> None:
-            while True:
-                time.sleep(CERT_CHECK_S)
-                self.check()
-        threading.Thread(target=loop, name="ckptdrain-admission-tls", daemon=True).start()
-
-
 class Server(ThreadingHTTPServer):
     """HTTPS, one thread per connection; each review is answered by
     `reviewer` (process.Reviewer: `await reviewer(request, path,
@@ -160,9 +117,9 @@ class Server(ThreadingHTTPServer):
     their API reads to threads.
 
     Bounded: at most MAX_CONNECTIONS at once (the next waits in the listen
-    backlog), at most MAX_IN_FLIGHT reviews read and answered at once (the
-    others wait, each until its deadline), a TLS handshake within
-    HANDSHAKE_S, a connection idle for IDLE_S closed."""
+    backlog), at most MAX_IN_FLIGHT reviews answered at once and as many
+    large bodies read (the others wait, each until its deadline), a TLS
+    handshake within HANDSHAKE_S, a connection idle for IDLE_S closed."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -180,6 +137,7 @@ class Server(ThreadingHTTPServer):
         self.converter, self.conversion_path = converter, conversion_path
         self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+        self.large_bodies = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self.conversions = threading.BoundedSemaphore(CONVERSIONS_IN_FLIGHT)
         self.refusals = RefusalLog()
         if ":" in address[0]:
@@ -228,6 +186,14 @@ class Server(ThreadingHTTPServer):
         # Probes that connect and leave (a kubelet's tcpSocket readiness
         # check), clients that give up: not worth a traceback.
         log.debug("admission: connection from %s ended: %s", client_address, sys.exc_info()[1])
+
+    def slots(self, converting: bool, length: int
+              ) -> tuple[threading.BoundedSemaphore | None, threading.BoundedSemaphore | None]:
+        """(the slot held while a body of `length` bytes arrives, the one taken
+        once it has): see SMALL_BODY_BYTES. None: no slot."""
+        if converting:
+            return self.conversions, None  # one at a time, read and answered
+        return (self.large_bodies if length > SMALL_BODY_BYTES else None), self.in_flight
 
     def answer(self, request: dict[str, Any], path: str, received: float,
                deadline: float) -> dict[str, Any]:
@@ -297,41 +263,66 @@ class Handler(BaseHTTPRequestHandler):
         # A conversion's wait is the apiserver's own (it sends no timeout).
         deadline = time.monotonic() + request_timeout(
             query, CONVERSION_TIMEOUT_S if converting else ANSWER_TIMEOUT_S)
-        slots = self.server.conversions if converting else self.server.in_flight
-        if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            self._fail(503, "too many reviews at once; the apiserver's time is up")
-            return
-        try:
+        # A slow body holds no slot a review that has arrived needs (SMALL_BODY_BYTES).
+        reading, answering = self.server.slots(converting, length)
+        with contextlib.ExitStack() as held:
+            if reading is not None and not self._take(reading, deadline, held):
+                return
             try:
-                request = json.loads(self._read_body(length, deadline))
-                if not isinstance(request, dict):
-                    raise ValueError("not a JSON object")
+                body = self._read_body(length, deadline)
             except (ValueError, TimeoutError) as error:
                 self._fail(400, f"body: expected an AdmissionReview or ConversionReview "
                                 f"({error})")
                 return
-            except RecursionError:  # the parser's own bound on nesting
-                self._fail(400, "body: expected an AdmissionReview or ConversionReview "
-                                "(JSON nested too deeply)")
-                return
             finally:
                 self.request.settimeout(IDLE_S)
-            try:
-                if converter is not None:
-                    self._send(200, converter(request, received))
-                else:
-                    self._send(200, self.server.answer(request, path, received, deadline))
-            except UnknownWebhook as error:
-                self._fail(404, str(error))
-            except BadReview as error:  # a Status: the apiserver quotes its message
-                self.close_connection = True
-                self._send(400, {"apiVersion": "v1", "kind": "Status", "status": "Failure",
-                                 "code": 400, "reason": "BadRequest", "message": str(error)})
-            except Exception as error:  # a timeout, a bug: answered, never dropped
-                log.warning("admission: no answer to a review at /%s: %r", path, error)
-                self._fail(500, f"no answer: {error!r}")
-        finally:
-            slots.release()
+            if answering is not None and not self._take(answering, deadline, held):
+                return
+            request = self._parsed(body)
+            del body  # parsed: the bytes are not held while it is answered
+            if request is not None:
+                self._answer(request, converter, path, received, deadline)
+
+    def _take(self, slots: threading.BoundedSemaphore, deadline: float,
+              held: contextlib.ExitStack) -> bool:
+        """One of `slots`, held until `held` closes; else False, answered 503."""
+        if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._fail(503, "too many reviews at once; the apiserver's time is up")
+            return False
+        held.callback(slots.release)
+        return True
+
+    def _parsed(self, body: bytes) -> dict[str, Any] | None:
+        """`body` as a JSON object; else None, answered 400."""
+        try:
+            request = json.loads(body)
+            if not isinstance(request, dict):
+                raise ValueError("not a JSON object")
+            return request
+        except ValueError as error:
+            self._fail(400, f"body: expected an AdmissionReview or ConversionReview ({error})")
+        except RecursionError:  # the parser's own bound on nesting
+            self._fail(400, "body: expected an AdmissionReview or ConversionReview "
+                            "(JSON nested too deeply)")
+        return None
+
+    def _answer(self, request: dict[str, Any],
+                converter: Callable[[dict[str, Any], float], dict[str, Any]] | None,
+                path: str, received: float, deadline: float) -> None:
+        try:
+            if converter is not None:
+                self._send(200, converter(request, received))
+            else:
+                self._send(200, self.server.answer(request, path, received, deadline))
+        except UnknownWebhook as error:
+            self._fail(404, str(error))
+        except BadReview as error:  # a Status: the apiserver quotes its message
+            self.close_connection = True
+            self._send(400, {"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                             "code": 400, "reason": "BadRequest", "message": str(error)})
+        except Exception as error:  # a timeout, a bug: answered, never dropped
+            log.warning("admission: no answer to a review at /%s: %r", path, error)
+            self._fail(500, f"no answer: {error!r}")
 
     def _read_body(self, length: int, deadline: float) -> bytes:
         """`length` bytes of body, all of them before `deadline`: a socket
