@@ -67,6 +67,13 @@ def admitted(resource: kopf.Resource) -> bool:
     return resource.group == api.GROUP and resource.plural == api.POLICIES
 
 
+# The handlers below name the group beside `admitted`: a selector by function
+# alone has no group, and Kopf then discovers every API group at startup. An
+# aggregated API that is down (Kueue's visibility API, a metrics server: 503)
+# fails that discovery after its retries and the operator with it, again at
+# each restart (tests/unit/opcore/test_op_api_groups.py).
+
+
 def _key_directory() -> Path:
     """A private directory (0700) for the webhook's certificate and key, removed
     when the process exits: a key must not outlive the server that used it
@@ -219,7 +226,8 @@ async def pod_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str], me
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 
 
-@kopf.on.mutate(admitted, id=MUTATE_POLICY_ID, operations=["CREATE"], side_effects=False)
+@kopf.on.mutate(admitted, group=api.GROUP, id=MUTATE_POLICY_ID, operations=["CREATE"],
+                side_effects=False)
 async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: list[str],
                                   namespace: str | None, **_: Any) -> None:
     """Bind a policy created without a class to the default class
@@ -230,7 +238,7 @@ async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: 
         patch.fns.append(lambda doc: jsonpatch.apply_patch(doc, ops, in_place=True))
 
 
-@kopf.on.validate(admitted, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
+@kopf.on.validate(admitted, group=api.GROUP, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
 async def checkpointpolicy_validate(body: kopf.Body, old: kopf.Body | None, operation: str,
                                     namespace: str | None, memo: kopf.Memo,
                                     **_: Any) -> None:
