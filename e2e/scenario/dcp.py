@@ -189,8 +189,12 @@ def run(s3: Any, allowed_root: str, torch_site: str, workdir: Path, report: list
     kubectl("delete", "job", "-n", NS, "dcp-save", "--wait=true", "--timeout=90s", timeout=100)
     wait_for("the saving pods gone", lambda: not _pods("dcp-save"), 120, every=2)
 
-    kubectl("-n", NS, "patch", POLICIES, NAME, "--type=merge",
-            "-p", json.dumps({"spec": {"writers": 1}}))
+    # The policy webhook refuses a writer count change while pods of the
+    # policy live, as its view of pods (a watch) has them: that view may
+    # trail the API's by a moment after the last pod is gone.
+    wait_for("the policy webhook to allow spec.writers 1 (no pod of it left)", lambda: kubectl(
+        "-n", NS, "patch", POLICIES, NAME, "--type=merge",
+        "-p", json.dumps({"spec": {"writers": 1}}), check=False).returncode == 0, 60, every=2)
     wait_for("the webhook to inject 1 writer", _injects_one_writer, 60, every=1)
     resumed_at = time.monotonic()
     apply(job_manifest("dcp-resume", 1, s3.port, torch_site, rdv))
