@@ -334,31 +334,31 @@ class Corpus:
         for _ in range(MUTATIONS):
             path, review = rng.choice(list(self.wellformed()))
             for _ in range(rng.randint(1, 3)):
-                at = rng.choice(list(_paths(review)))
+                at = rng.choice(list(paths(review)))
                 action = rng.randrange(3)
                 if action == 0:
                     _set(review, at, copy.deepcopy(rng.choice(WRONG)))
                 elif action == 1 and at:
-                    parent = _get(review, at[:-1])
+                    parent = get_at(review, at[:-1])
                     parent.pop(at[-1]) if isinstance(parent, (dict, list)) else None
                 else:
-                    value = _get(review, at)
+                    value = get_at(review, at)
                     _set(review, at, [copy.deepcopy(value)] * rng.choice((0, 2, 50)))
             yield self.case("seeded mutations", path, review)
 
 
-def _paths(node: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+def paths(node: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
     if at:
         yield at
     if isinstance(node, dict):
         for key, value in node.items():
-            yield from _paths(value, (*at, key))
+            yield from paths(value, (*at, key))
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            yield from _paths(value, (*at, index))
+            yield from paths(value, (*at, index))
 
 
-def _get(node: Any, at: tuple[Any, ...]) -> Any:
+def get_at(node: Any, at: tuple[Any, ...]) -> Any:
     for step in at:
         node = node[step]
     return node

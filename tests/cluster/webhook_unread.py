@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import jsonpatch
-from webhook_payloads import MARKER, POD_PATH, Case, admission
+from webhook_payloads import MARKER, POD_PATH, Case, admission, get_at, paths
 
 #: One value of each JSON type; a field is given each that is not its own.
 #: No MARKER in them: a patch may carry a field the pod sent back to it
@@ -102,16 +102,9 @@ def real_pod(namespace: str, labels: dict[str, str]) -> dict[str, Any]:
 _KEPT = {("apiVersion",), ("kind",)}
 
 
-def fields(node: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+def fields(node: Any) -> Iterator[tuple[Any, ...]]:
     """Every field under `node` (objects' members, lists' items), depth first."""
-    if at and at not in _KEPT:
-        yield at
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from fields(value, (*at, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from fields(value, (*at, index))
+    return (at for at in paths(node) if at not in _KEPT)
 
 
 def json_type(value: Any) -> str:
@@ -140,21 +133,15 @@ def cases(uids: Iterator[str], namespace: str, labels: dict[str, str]) -> Iterat
     for at in fields(base):
         if at == ("metadata", "labels", next(iter(labels))):
             continue  # the selecting label: see _KEPT
-        own = json_type(_get(base, at))
+        own = json_type(get_at(base, at))
         for kind, value in VALUES:
             if kind == own:
                 continue
             obj = copy.deepcopy(base)
-            _get(obj, at[:-1])[at[-1]] = copy.deepcopy(value)
+            get_at(obj, at[:-1])[at[-1]] = copy.deepcopy(value)
             uid = next(uids)
             yield Case(KIND, POD_PATH, json.dumps(admission(uid, namespace, obj)).encode(),
                        uid=uid, changed=named(at))
-
-
-def _get(node: Any, at: tuple[Any, ...]) -> Any:
-    for step in at:
-        node = node[step]
-    return node
 
 
 def unread_problems(case: Case, status: int, body: bytes) -> list[str]:
