@@ -61,7 +61,7 @@ def check_move(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -> N
     _live_pod(cluster, namespace, "mover-0", "mover")
     message = _refused(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/third"}))
     assert "spec.storage.uri: cannot change while pods of policy mover live " \
-           "(pod mover-0)" in message
+           "(pod mover-0: running or pending)" in message
     assert "spec.relocation.reason" in message
     message = _refused(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/elsewhere"},
                                      writers=2))
@@ -86,7 +86,7 @@ def check_move(cluster: Cluster, namespace: str, apply: Callable[..., Any]) -> N
     # A pod injected before pods carried the policy label is found by its
     # annotation among the opted-in pods without one.
     cluster.kubectl("label", "-n", namespace, "pod", "mover-0", "ckptdrain.io/policy-")
-    assert "(pod mover-0)" in _refused(apply, policy(
+    assert "(pod mover-0: running or pending)" in _refused(apply, policy(
         "mover", storage={"uri": "s3://ckpt-bucket/fourth"}))
     check_create_over_live(cluster, namespace, apply)
     check_restart_window(cluster, namespace, apply)
@@ -100,7 +100,7 @@ def check_create_over_live(cluster: Cluster, namespace: str,
     cluster.kubectl("delete", "-n", namespace, POLICIES, "mover")
     message = _refused(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/fourth"}))
     assert "spec.storage.uri: pods injected for an earlier CheckpointPolicy mover still " \
-           "live (pod mover-0)" in message
+           "live (pod mover-0: running or pending)" in message
     assert "restart the whole job together" in message
     _refused(apply, policy("mover", storage={"uri": "s3://ckpt-bucket/third"}, writers=2,
                            relocation={"reason": "again"}))
@@ -124,12 +124,13 @@ def check_restart_window(cluster: Cluster, namespace: str,
     try:
         cluster.kubectl("delete", "-n", namespace, "pod", "mover-0", "--wait=false")
         assert get(cluster, namespace, "pod", "mover-0")["metadata"].get("deletionTimestamp")
-        assert "(pod mover-0)" in _refused(apply, moved)
+        assert "(pod mover-0: being deleted: it flushes its emergency checkpoint to the old " \
+               "location first; retry once it is gone)" in _refused(apply, moved)
     finally:
         cluster.kubectl("patch", "-n", namespace, "pod", "mover-0", "--type=merge", "-p",
                         json.dumps({"metadata": {"finalizers": None}}))
     _live_pod(cluster, namespace, "mover-0", "mover")
-    assert "(pod mover-0)" in _refused(apply, moved)
+    assert "(pod mover-0: running or pending)" in _refused(apply, moved)
     _set_phase(cluster, namespace, "mover-0", "Failed")  # no Job to recreate it
     _accepted(apply, moved)
 

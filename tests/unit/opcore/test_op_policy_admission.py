@@ -154,7 +154,8 @@ def test_moving_the_store_under_a_live_pod_is_refused_naming_it_and_the_ways(
     assert refused.code == 403
     message = str(refused)
     assert message.startswith("spec.storage.uri: cannot change while pods of policy llama")
-    assert "pod llama-0" in message
+    assert "(pod llama-0: running or pending)" in message
+    assert "retry" not in message
     assert "create a policy of another name" in message and "spec.relocation.reason" in message
     assert "running pods keep writing to the old location" in message
     assert "restart the whole job together" in message
@@ -208,12 +209,17 @@ def test_pods_being_deleted_or_failed_under_a_running_job_count_as_live(
     admit(moved, old)
     flushing = pod_of(old, "flushing", deletionTimestamp="2026-11-29T08:00:00Z")
     cluster["pods"].append(flushing)
-    assert "pod flushing" in str(refusal(moved, old))
+    # Each says why the pod counts, and that a retry passes once that ends.
+    message = str(refusal(moved, old))
+    assert "(pod flushing: being deleted: it flushes its emergency checkpoint" in message
+    assert "retry once it is gone" in message
     cluster["pods"].remove(flushing)
     cluster["pods"].append(pod_of(old, "backing-off", "Failed", job="train"))
     cluster["jobs"]["train"] = {"status": {"conditions": [
         {"type": "Suspended", "status": "False"}]}}
-    assert "pod backing-off" in str(refusal(moved, old))
+    message = str(refusal(moved, old))
+    assert "(pod backing-off: Failed, and its Job is not finished" in message
+    assert "retry once the Job has finished or is deleted" in message
     # Gone or finished, its Job makes no pod again.
     del cluster["jobs"]["train"]
     admit(moved, old)
@@ -231,7 +237,8 @@ def test_a_create_over_live_pods_of_its_namesake_is_refused_where_it_differs(
     assert refused.code == 403
     message = str(refused)
     assert message.startswith("spec.storage.uri: pods injected for an earlier "
-                              "CheckpointPolicy llama still live (pod llama-0)")
+                              "CheckpointPolicy llama still live (pod llama-0: running or "
+                              "pending)")
     assert "restart the whole job together" in message
     assert str(refusal(body("llama", localTier={"path": "/mnt/ckptdrain/m"}))).startswith(
         "spec.localTier.path:")

@@ -66,9 +66,12 @@ FORBIDDEN = 403
 Pod = dict[str, Any]
 
 
-def moves_refused(name: str, fields: list[str], pod: str, *, creating: bool = False) -> str:
+def moves_refused(name: str, fields: list[str], pod: str, *, creating: bool = False,
+                  why: str = "") -> str:
     """The message refusing guarded `fields` while `pod` of policy `name`
-    lives; `creating`: a CREATE whose namesake's pods live."""
+    lives (`why`: relocation.why_live's reason, when known); `creating`: a
+    CREATE whose namesake's pods live."""
+    named = f"pod {pod}: {why}" if why else f"pod {pod}"
     ways = []
     if relocation.WRITERS_FIELD in fields:
         ways.append("to change spec.writers, suspend the job (its pods end), change the "
@@ -84,10 +87,10 @@ def moves_refused(name: str, fields: list[str], pod: str, *, creating: bool = Fa
                     "recreated pod would write elsewhere than its peers)")
     if creating:
         head = (f"{', '.join(fields)}: pods injected for an earlier CheckpointPolicy "
-                f"{name} still live (pod {pod}) with another value, and a policy of the "
+                f"{name} still live ({named}) with another value, and a policy of the "
                 "same name would change it under them")
     else:
-        head = f"{', '.join(fields)}: cannot change while pods of policy {name} live (pod {pod})"
+        head = f"{', '.join(fields)}: cannot change while pods of policy {name} live ({named})"
     return f"{head}; {'; '.join(ways)}"
 
 
@@ -282,7 +285,8 @@ async def _refuse_moves(name: str, namespace: str, fields: list[str], deadline: 
         return
     pod = await _first_live(name, namespace, fields, deadline, lambda _: True)
     if pod is not None:
-        raise Refused(moves_refused(name, fields, _pod_name(pod)), code=FORBIDDEN)
+        raise Refused(moves_refused(name, fields, _pod_name(pod), why=relocation.why_live(pod)),
+                      code=FORBIDDEN)
 
 
 def expected_injection(spec: Mapping[str, Any], namespace: str, name: str,
@@ -307,8 +311,8 @@ async def _refuse_create_over_live(name: str, namespace: str, spec: Mapping[str,
     pod = await _first_live(name, namespace, checked, deadline, wrong)
     if pod is not None:
         fields = relocation.refused_on_create(relocation.differs(pod, expected), spec)
-        raise Refused(moves_refused(name, fields, _pod_name(pod), creating=True),
-                      code=FORBIDDEN)
+        raise Refused(moves_refused(name, fields, _pod_name(pod), creating=True,
+                                    why=relocation.why_live(pod)), code=FORBIDDEN)
 
 
 def _pod_name(pod: Pod) -> str:

@@ -130,6 +130,20 @@ def counts_as_live(pod: Mapping[str, Any], job: Mapping[str, Any] | None = None)
     return True
 
 
+def why_live(pod: Mapping[str, Any]) -> str:
+    """Why `pod`, which counts_as_live, still counts, for a refusal that
+    names it: a pod being deleted or a Failed pod under its Job lasts only
+    a while, and the user who just ended the job needs to know that a retry
+    will pass once it is gone, not that the job still runs."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return ("being deleted: it flushes its emergency checkpoint to the old location "
+                "first; retry once it is gone")
+    if (pod.get("status") or {}).get("phase") == "Failed":
+        return ("Failed, and its Job is not finished, so the Job controller may recreate it; "
+                "retry once the Job has finished or is deleted")
+    return "running or pending"
+
+
 def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     spec = pod.get("spec") or {}
     return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
