@@ -97,14 +97,15 @@ def _held(port: int, context: ssl.SSLContext, count: int) -> dict[str, Any]:
 
 
 def _flood(port: int, context: ssl.SSLContext, count: int, flooders: int) -> dict[str, Any]:
-    stop, opened = threading.Event(), [0]
+    stop, opened, counting = threading.Event(), [0], threading.Lock()
 
     def flood() -> None:
         held: list[socket.socket] = []
         while not stop.is_set():
             with contextlib.suppress(OSError):
                 held.append(socket.create_connection(("127.0.0.1", port), timeout=1))
-                opened[0] += 1
+                with counting:  # `+=` from several threads loses counts
+                    opened[0] += 1
             if len(held) > 256:  # those the server closed long since
                 for sock in held[:128]:
                     sock.close()
