@@ -8,10 +8,14 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import socket
+import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ from ckptdrain.operator.admission import certificates as admission_certificates
 from ckptdrain.operator.admission import process as admission_process
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission import server as admission_server
+from ckptdrain.operator.admission.policy_mirror import PolicyMirror
 
 
 def self_signed(directory: Path) -> tuple[Path, Path]:
@@ -51,6 +56,49 @@ def serving(directory: Path, cfg: config.OperatorConfig,
         server.shutdown()
         server.server_close()
         loop.call_soon_threadsafe(loop.stop)
+
+
+#: The chart's webhook timeoutSeconds: how long the apiserver waits.
+APISERVER_WAIT_S = 5.0
+
+
+@dataclass
+class Served:
+    """A server `serving` and how to reach it."""
+    server: admission_server.Server
+    port: int
+    context: ssl.SSLContext
+
+    def bare(self) -> socket.socket:
+        """A TCP connection that never speaks TLS."""
+        return socket.create_connection(("127.0.0.1", self.port))
+
+    def tls(self) -> ssl.SSLSocket:
+        """A connection whose TLS handshake is done, and nothing sent."""
+        return self.context.wrap_socket(self.bare(), server_hostname="127.0.0.1")
+
+    def https(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context,
+                                           timeout=APISERVER_WAIT_S)
+
+    def until_a_connection_waits(self, waits: bool = True) -> None:
+        """Until a new connection waits for a connection slot (`waits`), or
+        none does; a failure after 20 s (the server's threads are this
+        process's)."""
+        deadline = time.monotonic() + 20
+        while self.server.connection_slots.waiting != waits:
+            assert time.monotonic() < deadline, f"waiting for a slot is not {waits} in 20 s"
+            time.sleep(0.01)
+
+
+@contextmanager
+def served_with_slots(directory: Path, cfg: config.OperatorConfig, slots: int,
+                      monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    """The real server (`serving`), its connection slots cut to `slots`."""
+    monkeypatch.setattr(admission_server, "MAX_CONNECTIONS", slots)
+    with serving(directory, cfg, admission_process.Reviewer(cfg, PolicyMirror())) as (server, cert):
+        yield Served(server, server.server_address[1],
+                     ssl.create_default_context(cafile=str(cert)))
 
 
 class Readers:

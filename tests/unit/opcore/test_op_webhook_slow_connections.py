@@ -10,7 +10,6 @@ real TLS, with its connection slots cut to 8."""
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import socket
 import ssl
@@ -18,61 +17,45 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.support.admission_tls import Readers, allowed, serving, valid_review
+from tests.support.admission_tls import (
+    APISERVER_WAIT_S,
+    Readers,
+    Served,
+    allowed,
+    served_with_slots,
+    valid_review,
+)
 
 from ckptdrain.operator import config
 from ckptdrain.operator.admission import connection
-from ckptdrain.operator.admission import process as admission_process
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission import server as admission_server
-from ckptdrain.operator.admission.policy_mirror import PolicyMirror
+from ckptdrain.operator.admission.connection_slots import ConnectionSlots
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
 SLOTS = 8
-#: The chart's webhook timeoutSeconds: how long the apiserver waits.
-APISERVER_WAIT_S = 5.0
-
-
-@dataclass
-class Served:
-    port: int
-    context: ssl.SSLContext
-
-    def bare(self) -> socket.socket:
-        """A TCP connection that never speaks TLS."""
-        return socket.create_connection(("127.0.0.1", self.port))
-
-    def tls(self) -> ssl.SSLSocket:
-        """A connection whose TLS handshake is done, and nothing sent."""
-        return self.context.wrap_socket(self.bare(), server_hostname="127.0.0.1")
-
-    def https(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context,
-                                           timeout=APISERVER_WAIT_S)
+#: A trickled request line: a byte every TRICKLE_S, well within a read's own timeout.
+TRICKLE_S = 0.2
 
 
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
-    monkeypatch.setattr(admission_server, "MAX_CONNECTIONS", SLOTS)
-    with serving(tmp_path, CFG, admission_process.Reviewer(CFG, PolicyMirror())) as (
-            server, cert):
-        yield Served(server.server_address[1], ssl.create_default_context(cafile=str(cert)))
+    with served_with_slots(tmp_path, CFG, SLOTS, monkeypatch) as served:
+        yield served
 
 
 @contextmanager
 def trickling_headers(socks: list[ssl.SSLSocket]) -> Iterator[None]:
-    """`socks` each sending a request line a byte every 0.2 s until exit
-    (each byte well within a read's own timeout)."""
+    """`socks` each sending a request line a byte every TRICKLE_S until exit."""
     line = f"POST /{admission.MUTATE_ID}?timeout=5s HTTP/1.1\r\n".encode()
     stop = threading.Event()
 
     def trickle() -> None:
         for at in range(len(line)):
-            if stop.wait(0.2):
+            if stop.wait(TRICKLE_S):
                 return
             for sock in socks:
                 with contextlib.suppress(OSError):  # closed by the server: made way
@@ -110,40 +93,112 @@ def test_slow_connections_in_every_slot_make_way_for_a_valid_review(
     slow = [served.tls() for _ in range(SLOTS - len(bare))]
     try:
         with trickling_headers(slow):
-            began = time.monotonic()
-            answer = valid_review(served.https(), "u-1", "?timeout=5s")
-            took = time.monotonic() - began
-            assert answer == allowed("u-1")
-            assert took < APISERVER_WAIT_S, f"answered after {took:.1f} s"
+            # Within the apiserver's wait: the client's own timeout.
+            assert valid_review(served.https(), "u-1", "?timeout=5s") == allowed("u-1")
             assert closed_by_server(bare[0])  # the first to take a slot
     finally:
         for sock in bare + slow:
             sock.close()
 
 
+def answered_408(answer: bytes) -> None:
+    """`answer` is the server's JSON 408, and it closes the connection."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *lines = head.decode().split("\r\n")
+    headers = {name.lower(): value for name, _, value in
+               (line.partition(": ") for line in lines)}
+    assert status.startswith("HTTP/1.1 408 "), answer
+    assert headers.get("content-type") == "application/json", answer
+    assert headers.get("connection") == "close", answer
+    assert json.loads(body) == {"error": "request line and headers: expected within "
+                                         f"{connection.HEADERS_S:g} s of the connection's "
+                                         "taking a server slot"}
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """All `sock` receives until the server closes it."""
+    sock.settimeout(APISERVER_WAIT_S)
+    answer = b""
+    while chunk := sock.recv(4096):
+        answer += chunk
+    return answer
+
+
 def test_a_connection_sending_nothing_or_a_byte_at_a_time_is_closed_at_its_deadline(
         served: Served) -> None:
     """A bare TCP connect is closed within the apiserver's wait; a request
-    line trickled in is answered 408, though each byte came well within a
-    read's timeout (not kept alive by them)."""
-    bare, slow = served.bare(), served.tls()
+    line trickled in, each byte well within a read's timeout, is answered
+    408 while its bytes still come: the deadline is one for the whole."""
+    bare = served.bare()
     try:
         assert closed_by_server(bare)
-        line = f"POST /{admission.MUTATE_ID}?timeout=5s HTTP/1.1\r\n".encode()
-        slow.settimeout(0.2)
-        answered = b""
-        for at in range(len(line)):  # about 12 s of trickle
-            try:
-                answered = slow.recv(4096)
-            except TimeoutError:
-                slow.sendall(line[at:at + 1])
-                continue
-            break
-        assert answered.startswith(b"HTTP/1.1 408"), answered
-        assert b"request line and headers: expected within" in answered
     finally:
         bare.close()
+    line = f"POST /{admission.MUTATE_ID}?timeout=5s HTTP/1.1\r\n".encode()
+    # Longer than the deadline: a trickle the whole way would outlast it.
+    assert len(line) * TRICKLE_S > 2 * connection.HEADERS_S
+    began = time.monotonic()
+    slow = served.tls()
+    try:
+        slow.settimeout(TRICKLE_S)
+        sent, answered = 0, b""
+        while sent < len(line):
+            try:
+                answered = slow.recv(4096)
+                break
+            except TimeoutError:
+                slow.sendall(line[sent:sent + 1])
+                sent += 1
+        else:
+            pytest.fail(f"not answered while the request line came, {sent} bytes over "
+                        f"{time.monotonic() - began:.1f} s")
+        took = time.monotonic() - began
+        answered_408(answered + read_to_end(slow))
+        # Bytes kept coming until the deadline, which is what ended it.
+        assert sent >= connection.HEADERS_S / TRICKLE_S / 2, sent
+        assert took >= connection.HEADERS_S, f"{sent} bytes, answered after {took:.1f} s"
+    finally:
         slow.close()
+
+
+def test_headers_in_as_the_connection_is_closed_for_another_are_not_answered(
+        served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review whose headers are read in the moment a new connection
+    closes its connection (held there until it has) is not answered: its
+    socket is shut, and its thread ends, releasing the slot."""
+    monkeypatch.setattr(connection, "HEADERS_S", 60.0)
+    headers_in, posted = ConnectionSlots.headers_in, []
+    reading = threading.Event()
+
+    def closed_first(slots: ConnectionSlots, sock: object) -> bool:
+        reading.set()
+        served.until_a_connection_waits()  # the newcomer has closed this one
+        return headers_in(slots, sock)
+
+    monkeypatch.setattr(ConnectionSlots, "headers_in", closed_first)
+    post = admission_server.Handler.do_POST
+    monkeypatch.setattr(admission_server.Handler, "do_POST",
+                        lambda handler: posted.append(handler) or post(handler))
+    ended, shutdown_request = threading.Event(), admission_server.Server.shutdown_request
+    monkeypatch.setattr(admission_server.Server, "shutdown_request",  # the first to end
+                        lambda server, sock: ended.set() or shutdown_request(server, sock))
+    review = served.https()
+    review.connect()  # the first to take a slot: the longest awaiting its headers
+    others = [served.bare() for _ in range(SLOTS - 1)]
+    try:
+        review.request("POST", f"/{admission.MUTATE_ID}?timeout=5s", body=b"{}",
+                       headers={"Content-Type": "application/json"})
+        assert reading.wait(20)
+        newcomer = served.bare()
+        assert review.sock is not None
+        assert closed_by_server(review.sock)
+        assert ended.wait(20)  # its thread is done with it
+        assert posted == []
+        newcomer.close()
+    finally:
+        review.close()
+        for sock in others:
+            sock.close()
 
 
 def test_a_connection_whose_headers_are_in_never_makes_way(

@@ -10,7 +10,9 @@ handshake as a whole by the socket's timeout), so a byte at a time does not
 keep the headers coming. Past it the connection is closed, after its
 handshake with a 408. A kept-alive connection's next request line and
 headers are due within IDLE_S of its last answer, and it is closed without
-one (as any server closes an idle connection)."""
+one (as any server closes an idle connection); it gives its slot up to a
+new connection only once idle KEPT_ALIVE_GRACE_S. A request whose headers
+came in as its connection was closed for another is not answered."""
 
 from __future__ import annotations
 
@@ -34,6 +36,12 @@ HEADERS_S = 3.0
 #: within this of its last answer, else it is closed (the apiserver opens
 #: another); longer than the apiserver's own idle timeout (90 s).
 IDLE_S = 120.0
+#: A kept-alive connection is not closed for a new connection within this
+#: of its last answer: its client may be sending its next request (Go's
+#: transport reuses a connection at once for a queued one, and does not
+#: send a POST again once written); the apiserver sends one's line and
+#: headers at once, well within it.
+KEPT_ALIVE_GRACE_S = 1.0
 
 
 def unblock(sock: socket.socket) -> None:
@@ -101,7 +109,7 @@ class Connection(BaseHTTPRequestHandler):
         first = self.headers_due is not None
         if not first:  # kept alive: the next request's line and headers are due
             self.headers_due = time.monotonic() + IDLE_S
-            self.server.connection_slots.awaiting_headers(self.request)
+            self.server.connection_slots.awaiting_next(self.request, KEPT_ALIVE_GRACE_S)
         super().handle_one_request()  # a read past headers_due ends the connection
         if first and self.headers_due is not None and time.monotonic() >= self.headers_due:
             log.debug("admission: a connection's request line and headers were not in "
@@ -110,12 +118,19 @@ class Connection(BaseHTTPRequestHandler):
             self.request.settimeout(HEADERS_S)  # a few hundred bytes, to a client that may not read
             with contextlib.suppress(OSError):
                 self.send_error(408, f"request line and headers: expected within "
-                                     f"{HEADERS_S:g} s of connecting")
+                                     f"{HEADERS_S:g} s of the connection's taking a server slot")
                 self.wfile.flush()
 
     def parse_request(self) -> bool:
         parsed = super().parse_request()  # reads the headers
         self.headers_due = None
         self.request.settimeout(IDLE_S)
-        self.server.connection_slots.headers_in(self.request)  # no longer gives way
+        if not self.server.connection_slots.headers_in(self.request):  # no longer gives way
+            # Closed for a new connection as its headers came in: its socket
+            # is shut, so no answer would reach the client, which sees its
+            # connection closed (the window connection_slots.py states).
+            log.debug("admission: a connection's headers came in as it was closed for "
+                      "a new connection; not answered")
+            self.close_connection = True
+            return False
         return parsed

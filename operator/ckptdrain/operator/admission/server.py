@@ -9,10 +9,12 @@ and the bounds.
 Bounded: at most MAX_CONNECTIONS at once, each one's TLS handshake,
 request line and headers within HEADERS_S of its taking a slot (else
 closed, after the handshake with a 408: admission/connection.py); when all
-are taken, the connection longest awaiting its headers is closed for the
-next (admission/connection_slots.py; with none awaiting, the next waits in
-the listen backlog). At most MAX_IN_FLIGHT reviews answered at once and as
-many large bodies read (SMALL_BODY_BYTES), each given as long as the
+are taken, the connection longest awaiting its first request's headers (or
+a kept-alive one idle past its grace) is closed for the next, and answers
+say `Connection: close` while it waits (admission/connection_slots.py; with
+none to close, the next waits in the listen backlog). At most
+MAX_IN_FLIGHT reviews answered at once and as many large bodies read
+(SMALL_BODY_BYTES), each given as long as the
 apiserver waits for it (its `?timeout=`; a conversion, sent none,
 CONVERSION_TIMEOUT_S); a kept-alive connection's next request line and
 headers within IDLE_S. Every answer is JSON, an error's too.
@@ -376,6 +378,11 @@ class Handler(Connection):
         if allow:
             self.send_header("Allow", allow)
         self.send_header("Content-Length", str(len(data)))
+        if self.server.connection_slots.waiting:
+            # A new connection waits for this one's slot: the client opens a
+            # new connection for its next request rather than reuse one that
+            # may be closed under it (connection_slots.py).
+            self.close_connection = True
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
