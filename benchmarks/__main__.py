@@ -23,6 +23,7 @@ BENCHMARKS = {
     "peer-flush": "benchmarks.peer_flush",
     "throttle": "benchmarks.throttle",
     "restore_in_pod": "benchmarks.restore_in_pod",
+    "webhook_slow_clients": "benchmarks.webhook_slow_clients",
 }
 
 

@@ -14,10 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
-from tests.support.admission_tls import serving
+from tests.support.admission_tls import Readers, allowed, serving, valid_review
 
 from ckptdrain.operator import config
 from ckptdrain.operator.admission import process as admission_process
@@ -37,37 +36,6 @@ def connect(tmp_path: Path) -> Iterator[Connect]:
         context = ssl.create_default_context(cafile=str(cert))
         yield lambda: http.client.HTTPSConnection("127.0.0.1", server.server_address[1],
                                                   timeout=10, context=context)
-
-
-class Readers:
-    """How many connections are reading a body (in Handler._read_body: a
-    large body's slot is held by then), for a test to wait on rather than
-    sleep for."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count, self.changed = 0, threading.Condition()
-        read = admission_server.Handler._read_body
-
-        def counted(handler: admission_server.Handler, length: int, deadline: float) -> bytes:
-            self._add(1)
-            try:
-                return read(handler, length, deadline)
-            finally:
-                self._add(-1)
-
-        monkeypatch.setattr(admission_server.Handler, "_read_body", counted)
-
-    def _add(self, step: int) -> None:
-        with self.changed:
-            self.count += step
-            self.changed.notify_all()
-
-    def wait_for(self, wanted: int) -> None:
-        """Until `wanted` bodies are being read; a failure after 20 s, well
-        within the trickled bodies' own wait (30 s)."""
-        with self.changed:
-            reached = self.changed.wait_for(lambda: self.count >= wanted, 20)
-            assert reached, f"{self.count} of {wanted} bodies being read after 20 s"
 
 
 @contextmanager
@@ -97,24 +65,6 @@ def trickling(conns: list[http.client.HTTPSConnection], path: str,
         thread.join()
         for conn in conns:
             conn.close()
-
-
-def valid_review(conn: http.client.HTTPSConnection, uid: str,
-                 query: str = "?timeout=2s") -> tuple[int, Any]:
-    """A pod review no policy selects sent on `conn`: its status and answer."""
-    conn.request("POST", f"/{admission.MUTATE_ID}{query}", body=json.dumps({
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {"uid": uid, "operation": "CREATE", "namespace": "ml",
-                    "object": {"metadata": {"name": "p"}, "spec": {"containers": [
-                        {"name": "c", "image": "i"}]}}}}).encode(),
-        headers={"Content-Type": "application/json"})
-    response = conn.getresponse()
-    return response.status, json.loads(response.read())
-
-
-def allowed(uid: str) -> tuple[int, Any]:
-    return 200, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                 "response": {"uid": uid, "allowed": True}}
 
 
 @pytest.mark.parametrize("path", [f"/{admission.MUTATE_ID}", "/convert"])

@@ -6,12 +6,18 @@ answered by the reviewer on one event loop (a ConversionReview by the
 converter, in the connection's thread); this module knows only HTTP, TLS
 and the bounds.
 
-Bounded: at most MAX_CONNECTIONS at once (the next one waits in the listen
-backlog), at most MAX_IN_FLIGHT reviews answered at once and as many large
-bodies read (SMALL_BODY_BYTES), each given as long as the apiserver waits
-for it (its `?timeout=`; a conversion, sent none, CONVERSION_TIMEOUT_S), a
-TLS handshake within HANDSHAKE_S, a connection idle for IDLE_S closed.
-Every answer is JSON, an error's too.
+Bounded: at most MAX_CONNECTIONS at once, each one's TLS handshake,
+request line and headers within HEADERS_S of its taking a slot (else
+closed, after the handshake with a 408: admission/connection.py); when all
+are taken, the connection longest awaiting its first request's headers (or
+a kept-alive one idle past its grace) is closed for the next, and answers
+say `Connection: close` while it waits (admission/connection_slots.py; with
+none to close, the next waits in the listen backlog). At most
+MAX_IN_FLIGHT reviews answered at once and as many large bodies read
+(SMALL_BODY_BYTES), each given as long as the
+apiserver waits for it (its `?timeout=`; a conversion, sent none,
+CONVERSION_TIMEOUT_S); a kept-alive connection's next request line and
+headers within IDLE_S. Every answer is JSON, an error's too.
 
 Client certificates (opt-in, CKPTDRAIN_WEBHOOK_CLIENT_CA): any pod that
 reaches the Service could otherwise post a forged AdmissionReview and read
@@ -37,10 +43,12 @@ import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from ckptdrain.operator.admission.certificates import Certificates
+from ckptdrain.operator.admission.connection import IDLE_S, Connection, unblock
+from ckptdrain.operator.admission.connection_slots import ConnectionSlots
 from ckptdrain.operator.admission.refusal_log import RefusalLog
 
 log = logging.getLogger("ckptdrain.admission")
@@ -53,13 +61,13 @@ MAX_IN_FLIGHT = 8
 #: A review's body of up to this many bytes (a pod's review is a few KiB
 #: to tens of KiB) is read holding no answer slot, and takes one once it
 #: has arrived; a larger body holds one of MAX_IN_FLIGHT body slots while
-#: it arrives. So blocking valid reviews takes MAX_CONNECTIONS slow clients,
-#: not MAX_IN_FLIGHT: each connection holds one of MAX_CONNECTIONS from its
-#: accept, a bare TCP connect for HANDSHAKE_S (past the chart's 5 s
-#: timeoutSeconds), a request line and headers sent slowly up to IDLE_S a
-#: read with no overall deadline (docs/security.md: the NetworkPolicy).
-#: Bodies arriving or waiting for an answer slot are at most
-#: MAX_CONNECTIONS × SMALL_BODY_BYTES (32 MiB) plus MAX_IN_FLIGHT ×
+#: it arrives. A conversion's small body, likewise, is read holding no
+#: conversion slot. So slow bodies hold no slot a review that has arrived
+#: needs (and slow headers make way for a new connection: connection.py);
+#: 128 connections sending headers at once and bodies slowly can still hold
+#: every connection slot, each until its deadline (docs/security.md: the
+#: NetworkPolicy). Bodies arriving or waiting for an answer slot are at
+#: most MAX_CONNECTIONS × SMALL_BODY_BYTES (32 MiB) plus MAX_IN_FLIGHT ×
 #: MAX_REVIEW_BYTES (32 MiB) of raw bytes, each briefly held twice while its
 #: chunks are joined; parsing one costs several times its size (below), so
 #: raw bytes are not the process's bound.
@@ -86,10 +94,6 @@ SMALL_BODY_BYTES = 256 << 10
 #: waits for the slot until the apiserver's deadline.
 MAX_CONVERSION_BYTES = 16 << 20
 CONVERSIONS_IN_FLIGHT = 1
-#: A TLS handshake must be done within this; a connection idle this long is
-#: closed (the apiserver opens another).
-HANDSHAKE_S = 10.0
-IDLE_S = 120.0  # longer than the apiserver's own idle timeout (90 s)
 #: How long a review may take when the apiserver does not say (its
 #: `?timeout=`, the webhook's timeoutSeconds: at most 30 s). Later than that
 #: the apiserver has given up, and nothing is gained by answering.
@@ -116,10 +120,9 @@ class Server(ThreadingHTTPServer):
     received)`) on one event loop (`loop`), where the rules run and hand
     their API reads to threads.
 
-    Bounded: at most MAX_CONNECTIONS at once (the next waits in the listen
-    backlog), at most MAX_IN_FLIGHT reviews answered at once and as many
-    large bodies read (the others wait, each until its deadline), a TLS
-    handshake within HANDSHAKE_S, a connection idle for IDLE_S closed."""
+    Bounded as the module says: connection slots (connection_slots.py),
+    review, body and conversion slots (the others wait, each until its
+    deadline), connection.HEADERS_S and IDLE_S."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -135,7 +138,7 @@ class Server(ThreadingHTTPServer):
         #: Answers ConversionReviews at /`conversion_path` in the connection's
         #: thread (None: that path is the reviewer's like any other).
         self.converter, self.conversion_path = converter, conversion_path
-        self.connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.connection_slots = ConnectionSlots(MAX_CONNECTIONS)
         self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self.large_bodies = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self.conversions = threading.BoundedSemaphore(CONVERSIONS_IN_FLIGHT)
@@ -154,20 +157,20 @@ class Server(ThreadingHTTPServer):
             sock, server_side=True, do_handshake_on_connect=False), address)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        # At the cap, the next connection waits here (and those after it in
-        # the listen backlog) until one closes, rather than being refused.
-        self.connections.acquire()
-        try:
-            super().process_request(request, client_address)
-        except BaseException:  # no thread started: nobody else releases it
-            self.connections.release()
-            raise
+        # At the cap, a connection awaiting its headers makes way; with none,
+        # this one waits here (and those after it in the listen backlog).
+        self.connection_slots.take(request, lambda: self._make_way(request))
+        super().process_request(request, client_address)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.connections.release()
+    def _make_way(self, request: Any) -> None:
+        log.debug("admission: all %d connection slots taken; closed the connection "
+                  "longest awaiting its headers", self.connection_slots.capacity)
+        unblock(request)  # its thread ends, and releases the slot
+
+    def shutdown_request(self, request: Any) -> None:
+        # Every connection ends here, thread or none (socketserver).
+        self.connection_slots.release(request)
+        super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         error = sys.exc_info()[1]
@@ -191,8 +194,9 @@ class Server(ThreadingHTTPServer):
               ) -> tuple[threading.BoundedSemaphore | None, threading.BoundedSemaphore | None]:
         """(the slot held while a body of `length` bytes arrives, the one taken
         once it has): see SMALL_BODY_BYTES. None: no slot."""
-        if converting:
-            return self.conversions, None  # one at a time, read and answered
+        if converting:  # one at a time answered, and a large one read
+            return ((self.conversions, None) if length > SMALL_BODY_BYTES
+                    else (None, self.conversions))
         return (self.large_bodies if length > SMALL_BODY_BYTES else None), self.in_flight
 
     def answer(self, request: dict[str, Any], path: str, received: float,
@@ -218,17 +222,11 @@ def request_timeout(query: str, default: float = ANSWER_TIMEOUT_S) -> float:
     return default
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(Connection):
     protocol_version = "HTTP/1.1"  # keep-alive: the apiserver reuses connections
     #: Buffered: the status line, headers and body leave in one write.
     wbufsize = 1 << 16
     server: Server
-
-    def setup(self) -> None:
-        self.request.settimeout(HANDSHAKE_S)
-        self.request.do_handshake()
-        self.request.settimeout(IDLE_S)
-        super().setup()
 
     def handle_expect_100(self) -> bool:
         answered = super().handle_expect_100()
@@ -380,6 +378,11 @@ class Handler(BaseHTTPRequestHandler):
         if allow:
             self.send_header("Allow", allow)
         self.send_header("Content-Length", str(len(data)))
+        if self.server.connection_slots.waiting:
+            # A new connection waits for this one's slot: the client opens a
+            # new connection for its next request rather than reuse one that
+            # may be closed under it (connection_slots.py).
+            self.close_connection = True
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()

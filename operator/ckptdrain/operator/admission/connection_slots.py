@@ -1,0 +1,148 @@
+"""The admission server's connection slots (admission/server.py): at most
+`capacity` connections held at once, and who gives one up when all are
+taken and another connection arrives.
+
+A connection is *awaiting headers* from when it takes its slot until its
+first request's line and headers are in (its TLS handshake included). One
+that is awaiting them costs its client nothing to hold, so when every slot
+is taken the one that has awaited its headers longest is closed (`close`,
+its thread then ends and releases the slot) and the new connection takes
+its place: a client that sends its headers at once (the apiserver does)
+gets in unless `capacity` connections arrive while it sends them.
+
+A kept-alive connection awaiting its next request is *idle*. Its client may
+be writing that request the moment it was answered (Go's transport reuses a
+connection at once for a queued request, and does not send a POST again
+once written), so it is closed for a new connection only once it has been
+idle `grace` seconds (`awaiting_next`): from then on it is as any server's
+idle connection, whose close may cross a request the client has begun.
+While a new connection waits for a slot, the server answers with
+`Connection: close` (`waiting`), so a client done with its answer opens a
+new connection rather than reusing one that may be closed under it.
+
+A connection whose headers are in (its body arriving within the review's
+bounds, or its answer being made) is never closed here; with none to
+close, the next connection waits for a release, and those after it in the
+listen backlog. `headers_in` says whether the connection was already closed
+for another (its headers arrived as it was closed): its request is then
+not answered. The window that remains: a connection closed after its
+client sent the last header line but before the server read it.
+
+How long a connection may await its headers, and how it is closed from
+another thread: admission/connection.py.
+
+Pure but for the lock and the clock (given: `clock`); no sockets (`close`
+is the caller's)."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+
+
+@dataclass
+class Held:
+    """One connection's slot. `awaiting` orders those that may be closed
+    for a new connection (the lowest has awaited longest); None: its
+    headers are in. `closable_at`: not before this (a kept-alive
+    connection's grace); 0 for one awaiting its first request's headers."""
+    close: Callable[[], None]
+    awaiting: int | None
+    closable_at: float = 0.0
+    closed: bool = False  # closed for a new connection; its release is due
+
+
+def longest_awaiting(held: Iterable[Held], now: float) -> Held | None:
+    """The connection to close for a new one: of those awaiting headers,
+    closable by `now` and not yet closed, the one that has awaited longest;
+    None when there is none."""
+    candidates = [h for h in held
+                  if h.awaiting is not None and not h.closed and h.closable_at <= now]
+    return min(candidates, key=lambda h: h.awaiting or 0, default=None)
+
+
+def next_closable(held: Iterable[Held], now: float) -> float | None:
+    """Seconds until the first kept-alive connection's grace ends; None: none
+    is in its grace."""
+    graces = [h.closable_at - now for h in held
+              if h.awaiting is not None and not h.closed and h.closable_at > now]
+    return min(graces, default=None)
+
+
+class ConnectionSlots:
+    """At most `capacity` connections, each held from `take` to `release`."""
+
+    def __init__(self, capacity: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity: expected at least 1 connection, got {capacity}")
+        self.capacity, self.clock = capacity, clock
+        self._held: dict[Hashable, Held] = {}
+        self._order = itertools.count()
+        self._waiting = 0
+        self._changed = threading.Condition()
+
+    def take(self, connection: Hashable, close: Callable[[], None]) -> None:
+        """A slot for `connection`, awaiting its headers. When all are taken,
+        closes the connection longest awaiting headers (at most one closed
+        and not yet released at a time) and waits for a release."""
+        with self._changed:
+            while len(self._held) >= self.capacity:
+                timeout = None
+                if not any(h.closed for h in self._held.values()):
+                    now = self.clock()
+                    victim = longest_awaiting(self._held.values(), now)
+                    if victim is not None:
+                        victim.closed = True
+                        victim.close()  # under the lock: its release cannot have run
+                    else:  # wake when a kept-alive connection's grace ends
+                        timeout = next_closable(self._held.values(), now)
+                self._waiting += 1
+                try:
+                    self._changed.wait(timeout)
+                finally:
+                    self._waiting -= 1
+            self._held[connection] = Held(close, next(self._order))
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a new connection waits for a slot: answers then close
+        their connection rather than keep it for the client's next request."""
+        with self._changed:
+            return self._waiting > 0
+
+    def headers_in(self, connection: Hashable) -> bool:
+        """`connection`'s request line and headers are in: never closed here
+        until it is idle again (`awaiting_next`). False: it was closed for a
+        new connection before they were (its request is not to be answered)."""
+        with self._changed:
+            held = self._held.get(connection)
+            if held is None:
+                return True
+            held.awaiting = None
+            return not held.closed
+
+    def awaiting_next(self, connection: Hashable, grace: float) -> None:
+        """`connection` (kept alive) awaits its next request: the newest to
+        await, closed for a new connection like any other awaiting, but not
+        within `grace` seconds of now."""
+        with self._changed:
+            held = self._held.get(connection)
+            if held is not None and held.awaiting is None:
+                held.awaiting = next(self._order)
+                held.closable_at = self.clock() + grace
+                self._changed.notify_all()  # a connection waiting may time its wake
+
+    def release(self, connection: Hashable) -> None:
+        """`connection` gives its slot back. Called before its socket is
+        closed, so that `close` never reaches a socket already closed (whose
+        descriptor a new connection may have been given)."""
+        with self._changed:
+            if self._held.pop(connection, None) is not None:
+                self._changed.notify_all()
+
+    def __len__(self) -> int:
+        with self._changed:
+            return len(self._held)

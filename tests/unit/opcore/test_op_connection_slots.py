@@ -1,0 +1,188 @@
+"""The admission server's connection slots (admission/connection_slots.py)
+without a server: who is closed for a new connection when every slot is
+taken, and who never is. Over real sockets and TLS:
+test_op_webhook_slow_connections.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from ckptdrain.operator.admission.connection_slots import (
+    ConnectionSlots,
+    Held,
+    longest_awaiting,
+)
+
+
+class Closes:
+    """The `close` given with each connection: records which were closed."""
+
+    def __init__(self) -> None:
+        self.closed: list[str] = []
+        self.changed = threading.Condition()
+
+    def of(self, name: str) -> Callable[[], None]:
+        def close() -> None:
+            with self.changed:
+                self.closed.append(name)
+                self.changed.notify_all()
+        return close
+
+    def wait_for(self, count: int) -> list[str]:
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.closed) >= count, 10), self.closed
+            return list(self.closed)
+
+
+def taking(slots: ConnectionSlots, name: str, closes: Closes) -> threading.Thread:
+    """`name` taking a slot in a thread of its own (it may have to wait)."""
+    thread = threading.Thread(target=slots.take, args=(name, closes.of(name)), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_one_closed_for_a_new_connection_has_awaited_its_headers_longest() -> None:
+    first, second = Held(lambda: None, 1), Held(lambda: None, 2)
+    answering = Held(lambda: None, None)
+    kept_alive = Held(lambda: None, 0, closable_at=5.0)  # in its grace until 5
+    assert longest_awaiting([second, answering, first, kept_alive], now=1.0) is first
+    assert longest_awaiting([second, answering, first, kept_alive], now=5.0) is kept_alive
+    first.closed = True  # already closed for another: its release is due
+    assert longest_awaiting([second, answering, first], now=1.0) is second
+    assert longest_awaiting([answering], now=1.0) is None
+    assert longest_awaiting([], now=1.0) is None
+
+
+def test_slots_up_to_capacity_close_nothing() -> None:
+    slots, closes = ConnectionSlots(3), Closes()
+    for name in "abc":
+        slots.take(name, closes.of(name))
+    assert len(slots) == 3 and closes.closed == []
+    slots.release("b")
+    slots.release("b")  # twice (the server's socket ending twice): no harm
+    slots.take("d", closes.of("d"))
+    assert len(slots) == 3 and closes.closed == []
+
+
+def test_a_new_connection_takes_the_place_of_the_longest_awaiting_headers() -> None:
+    """a's headers are in (being answered); b, then c, await theirs: d
+    closes b, and takes its slot once b's thread releases it."""
+    slots, closes = ConnectionSlots(3), Closes()
+    for name in "abc":
+        slots.take(name, closes.of(name))
+    slots.headers_in("a")
+    newcomer = taking(slots, "d", closes)
+    assert closes.wait_for(1) == ["b"]
+    assert newcomer.is_alive()  # b still holds its slot until it releases it
+    slots.release("b")
+    newcomer.join(10)
+    assert not newcomer.is_alive() and len(slots) == 3
+    # The next: c has now awaited longest (d came after it).
+    newcomer = taking(slots, "e", closes)
+    assert closes.wait_for(2) == ["b", "c"]
+    slots.release("c")
+    newcomer.join(10)
+    assert not newcomer.is_alive()
+
+
+def until_waiting(slots: ConnectionSlots) -> None:
+    """Until a new connection waits for a slot: it has found none to close."""
+    deadline = time.monotonic() + 10  # a thread starting, not a bound on `take`
+    while not slots.waiting:
+        assert time.monotonic() < deadline, "no connection waited for a slot in 10 s"
+        time.sleep(0.01)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_with_every_headers_in_a_new_connection_waits_and_closes_none() -> None:
+    """Then it takes the place of the first kept alive once its grace is
+    over, or the first released; one closed at a time."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(2, clock), Closes()
+    for name in "ab":
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+    newcomer = taking(slots, "c", closes)
+    until_waiting(slots)
+    assert closes.closed == []
+    slots.awaiting_next("b", grace=0.0)  # answered, kept alive, no grace
+    assert closes.wait_for(1) == ["b"]
+    slots.awaiting_next("a", grace=0.0)  # b's release is due: a is not closed as well
+    assert slots.waiting and closes.closed == ["b"]
+    slots.release("b")
+    newcomer.join(10)
+    assert not newcomer.is_alive() and len(slots) == 2 and not slots.waiting
+    assert closes.closed == ["b"]
+
+
+def test_a_kept_alive_connection_is_not_closed_within_its_grace() -> None:
+    """Its client may be sending its next request: a new connection waits
+    out the grace, and then closes it."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(2, clock), Closes()
+    for name in "ab":
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+    slots.awaiting_next("a", grace=60.0)
+    newcomer = taking(slots, "c", closes)
+    until_waiting(slots)  # found none to close: a is in its grace
+    assert closes.closed == []
+    clock.now = 61.0
+    slots.awaiting_next("b", grace=60.0)  # wakes the newcomer: a's grace is over, b's not
+    assert closes.wait_for(1) == ["a"]
+    slots.release("a")
+    newcomer.join(10)
+    assert not newcomer.is_alive() and closes.closed == ["a"]
+
+
+def test_a_new_connection_waiting_out_a_grace_wakes_when_it_ends() -> None:
+    """No release or other change needed: the grace's end is waited for."""
+    slots, closes = ConnectionSlots(1), Closes()
+    slots.take("a", closes.of("a"))
+    slots.headers_in("a")
+    slots.awaiting_next("a", grace=0.05)
+    newcomer = taking(slots, "b", closes)
+    assert closes.wait_for(1) == ["a"]
+    slots.release("a")
+    newcomer.join(10)
+    assert not newcomer.is_alive()
+
+
+def test_headers_in_says_whether_the_connection_was_closed_for_another() -> None:
+    slots, closes = ConnectionSlots(1), Closes()
+    slots.take("a", closes.of("a"))
+    newcomer = taking(slots, "b", closes)
+    assert closes.wait_for(1) == ["a"]
+    assert slots.headers_in("a") is False  # its request is not to be answered
+    slots.release("a")
+    newcomer.join(10)
+    assert slots.headers_in("b") is True
+
+
+def test_a_connection_awaiting_again_is_the_newest_to_await() -> None:
+    slots, closes = ConnectionSlots(2), Closes()
+    slots.take("a", closes.of("a"))
+    slots.take("b", closes.of("b"))
+    slots.headers_in("a")
+    slots.awaiting_next("a", grace=0.0)  # after b began awaiting its headers
+    newcomer = taking(slots, "c", closes)
+    assert closes.wait_for(1) == ["b"]
+    slots.release("b")
+    newcomer.join(10)
+    assert not newcomer.is_alive()
+
+
+def test_no_slots_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="capacity: expected at least 1 connection, got 0"):
+        ConnectionSlots(0)
