@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import hostile_audit
 import hostile_peers
 import hostile_record as ledger
 import hostile_store
@@ -84,8 +85,10 @@ def test_local_paths_above_or_into_a_node_directory_are_refused(
     logged = wait_for(lambda: operator_logged(operator, f"policy {tenant_b.namespace}/a-dir "
                                               "refused", f"{namespace}/ckpt"),
                       what="the operator's log of the refusal") if made.returncode else False
-    ledger.record(ledger.LOCAL_A_DIR, refuser(made.stderr, NESTS) if made.returncode else "",
-                  ledger.OPERATOR_LOG if logged else "", 0)
+    refused_by = refuser(made.stderr, NESTS) if made.returncode else ""
+    ledger.record(ledger.LOCAL_A_DIR, refused_by, ledger.logged_in(
+        ledger.OPERATOR_LOG if logged else "",
+        hostile_audit.written_refusal(tenant_b, "checkpointpolicies", "a-dir", refused_by)), 0)
     assert made.returncode != 0 and "another namespace's node directory" in made.stderr, \
         made.stderr
     # The allowed root, above A's node directory: B's own is <root>/<B>,
@@ -144,8 +147,13 @@ def test_a_local_path_nesting_with_as_node_directory_is_refused(
     logged = wait_for(lambda: operator_logged(
         operator, f"pod of policy {tenant_b.namespace}/nest refused", f"{namespace}/ckpt"),
         what="the operator's log of the pod refusal")
+    # Both denials, the policy's and the pod's, in the apiserver's audit log.
+    audited = hostile_audit.written_refusal(tenant_b, "checkpointpolicies", "nest",
+                                            refuser(message, NESTS)) and \
+        hostile_audit.written_refusal(tenant_b, "pods", "nest-0", "pod admission")
     ledger.record(ledger.LOCAL_NESTED, refuser(message, NESTS) + "; pod admission, for a policy "
-                  "stored past it", ledger.OPERATOR_LOG if logged else "", 0)
+                  "stored past it", ledger.logged_in(ledger.OPERATOR_LOG if logged else "",
+                                                     audited), 0)
 
 
 @ledger.makes(ledger.WRITE_IN_A, ledger.READ_SECRETS, ledger.READ_CONFIGMAPS,
@@ -153,9 +161,10 @@ def test_a_local_path_nesting_with_as_node_directory_is_refused(
 def test_b_cannot_write_or_read_in_as_namespace(cluster: Cluster, namespace: str,
                                                 tenant_b: Tenant) -> None:
     written = tenant_b.create(policy("ckpt-b"), namespace=namespace)
+    audited = hostile_audit.rbac_refused(tenant_b, "create", "checkpointpolicies", namespace)
     ledger.record(ledger.WRITE_IN_A, "" if written.returncode == 0 else "RBAC (apiserver)",
-                  ledger.RBAC, int(written.returncode == 0))
-    assert written.returncode != 0 and "forbidden" in written.stderr, written.stderr
+                  ledger.AUDIT_RBAC if audited else "", int(written.returncode == 0))
+    assert written.returncode != 0 and "forbidden" in written.stderr and audited, written.stderr
     checkpoint = {"apiVersion": "ckptdrain.io/v1alpha1", "kind": "Checkpoint",
                   "metadata": {"name": "ckpt-step-7", "namespace": namespace},
                   "spec": {"policy": "ckpt", "step": 7, "writers": 1}}
@@ -172,8 +181,13 @@ def test_b_cannot_write_or_read_in_as_namespace(cluster: Cluster, namespace: str
         single = tenant_b.kubectl("get", resource, "-n", namespace, object_name, "-o", "json")
         leaked = sum(A_SECRET in r.stdout or r.returncode == 0 for r in (listed, single))
         refused_both = listed.returncode != 0 and single.returncode != 0
-        ledger.record(name, "RBAC (apiserver)" if refused_both else "", ledger.RBAC, leaked)
+        plain = resource.split(".")[0]  # as the audit log names it
+        audited = hostile_audit.rbac_refused(tenant_b, "list", plain, namespace) and \
+            hostile_audit.rbac_refused(tenant_b, "get", plain, namespace, object_name)
+        ledger.record(name, "RBAC (apiserver)" if refused_both else "",
+                      ledger.AUDIT_RBAC if audited else "", leaked)
         assert leaked == 0 and refused_both, (listed.stdout, single.stdout)
+        assert audited, f"B's refused reads of {plain} not in the apiserver's audit log"
         assert "forbidden" in listed.stderr and "forbidden" in single.stderr
         # The same token reads its own namespace: the refusal is about A's.
         own = tenant_b.kubectl("get", resource, "-n", tenant_b.namespace)
