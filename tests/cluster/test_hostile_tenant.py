@@ -44,6 +44,7 @@ from operator_process import ALLOWED_ROOT, WEBHOOK_NAME, OperatorProcess
 
 from ckptdrain.csi.policies import apiserver_resolver
 from ckptdrain.operator.admission.rules import MUTATE_ID
+from support import audit_log
 from support.apiserver import Cluster
 from support.csi_driver import AS_ROOT_ON_LINUX, Harness, new_pod_uid, refused, running_driver
 
@@ -192,6 +193,8 @@ def test_b_cannot_write_or_read_in_as_namespace(cluster: Cluster, namespace: str
         # The same token reads its own namespace: the refusal is about A's.
         own = tenant_b.kubectl("get", resource, "-n", tenant_b.namespace)
         assert own.returncode == 0, own.stderr
+    # A's Secret and ConfigMap, written and read above: their values never in the audit log.
+    assert not audit_log.holds(cluster.workdir, A_SECRET)
 
 
 @ledger.makes(ledger.SECRET_OF_A)

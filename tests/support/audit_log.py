@@ -4,6 +4,7 @@ write its log under the cluster's workdir, and the events read back."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -65,3 +66,11 @@ def refused(event: dict[str, Any], verb: str, resource: str, namespace: str,
     return (event.get("verb") == verb and ref.get("resource") == resource
             and ref.get("namespace") == namespace
             and (name is None or ref.get("name") == name))
+
+
+def holds(workdir: Path, value: str) -> bool:
+    """Whether the log has `value` anywhere, as written or base64-encoded
+    (as a Secret's data is sent and answered)."""
+    path = workdir / LOG_NAME
+    text = path.read_text() if path.exists() else ""
+    return value in text or base64.b64encode(value.encode()).decode() in text
