@@ -42,28 +42,32 @@ def _found(what: str, check: Any) -> bool:
 
 
 def audited(tenant: Tenant, verb: str, resource: str, namespace: str,
-            name: str | None = None, *, code: int | None = None, says: str = "",
-            decision: str | None = None) -> bool:
+            name: str | None = None, *, subresource: str = "", code: int | None = None,
+            reason: str | None = None, says: str = "", decision: str | None = None) -> bool:
     """Whether the apiserver's audit log has B's `verb` on `resource` in
-    `namespace` (`name`: that object) refused: with `code` when given, its
-    message saying `says`, and the authorizer's `decision` when given."""
+    `namespace` (`name`: that object; `subresource`: its subresource)
+    refused: with `code` and `reason` when given, its message saying
+    `says`, and the authorizer's `decision` when given."""
     def matches(e: dict[str, Any]) -> bool:
         status, notes = e["responseStatus"], e.get("annotations") or {}
-        return (audit_log.refused(e, verb, resource, namespace, name)
+        return (audit_log.refused(e, verb, resource, namespace, name, subresource)
                 and (code is None or status["code"] == code)
+                and reason in (None, status.get("reason"))
                 and says in status.get("message", "")
                 and decision in (None, notes.get("authorization.k8s.io/decision")))
-    return _found(f"the apiserver's audit event of B's {verb} {resource} in {namespace} "
+    target = "/".join(filter(None, (resource, subresource)))
+    return _found(f"the apiserver's audit event of B's {verb} {target} in {namespace} "
                   f"{name or ''} refused", lambda: any(
                       matches(e) for e in audit_log.refusals(tenant.cluster.workdir,
                                                              username(tenant))))
 
 
 def rbac_refused(tenant: Tenant, verb: str, resource: str, namespace: str,
-                 name: str | None = None) -> bool:
+                 name: str | None = None, subresource: str = "") -> bool:
     """Whether the audit log has RBAC's 403 to B for that request (a
     create's refusal names no object: RBAC answers before the body is read)."""
-    return audited(tenant, verb, resource, namespace, name, code=403, decision="forbid")
+    return audited(tenant, verb, resource, namespace, name, subresource=subresource,
+                   code=403, reason="Forbidden", decision="forbid")
 
 
 def written_refusal(tenant: Tenant, resource: str, name: str, refused_by: str,
@@ -77,7 +81,7 @@ def written_refusal(tenant: Tenant, resource: str, name: str, refused_by: str,
         found = audited(tenant, "create", resource, where, name, says=WEBHOOK_DENIED)
         return ledger.AUDIT_DENIED if found else ""
     if refused_by.startswith("CRD schema"):
-        found = audited(tenant, "create", resource, where, name, code=422)
+        found = audited(tenant, "create", resource, where, name, code=422, reason="Invalid")
         return ledger.AUDIT_INVALID if found else ""
     return ""
 

@@ -13,7 +13,8 @@ import yaml
 from tests.support import audit_log
 
 #: The kinds the hostile-tenant suite's refused requests are on.
-REFUSED_ON = {("", "secrets"), ("", "configmaps"), ("", "pods"),
+REFUSED_ON = {("", "secrets"), ("", "configmaps"), ("", "pods"), ("", "pods/exec"),
+              ("", "serviceaccounts/token"),
               ("ckptdrain.io", "checkpointpolicies"), ("ckptdrain.io", "checkpoints")}
 
 

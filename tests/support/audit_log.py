@@ -58,13 +58,15 @@ def refusals(workdir: Path, username: str) -> list[dict[str, Any]]:
 
 
 def refused(event: dict[str, Any], verb: str, resource: str, namespace: str,
-            name: str | None = None) -> bool:
+            name: str | None = None, subresource: str = "") -> bool:
     """Whether `event` is the request `verb` on `resource` in `namespace`
     (`name`: that object; None: any, as a list or a create before the
-    name is known)."""
+    name is known), on its `subresource` ("": the object itself, not
+    `pods/log` for `pods`)."""
     ref = event.get("objectRef") or {}
     return (event.get("verb") == verb and ref.get("resource") == resource
             and ref.get("namespace") == namespace
+            and ref.get("subresource", "") == subresource
             and (name is None or ref.get("name") == name))
 
 
