@@ -16,6 +16,8 @@ PAGE = REPO / "docs" / "audit.md"
 #: The marker note of the page's policy block (`docs-test: fragment audit-policy ...`).
 POLICY_NOTE = "audit-policy"
 LOG_NAME = "audit.log"
+#: The size at which the apiserver rotates its log (the log backend's default).
+ROTATE_AT_MB = 100
 
 
 def policy_text() -> str:
@@ -35,17 +37,48 @@ def apiserver_args(workdir: Path) -> list[str]:
     return [f"--audit-policy-file={policy}", f"--audit-log-path={workdir / LOG_NAME}",
             # The log backend's default, said here because the readers rely
             # on it: each event is written as its request ends, not batched.
-            "--audit-log-mode=blocking"]
+            "--audit-log-mode=blocking",
+            # Rotation, said rather than left to the backend's defaults: at
+            # 100 MB the log is renamed to audit-<time>.log and a new one
+            # begun, and every rotated file is kept (0), so that the
+            # readers below, which read them too, lose no event.
+            f"--audit-log-maxsize={ROTATE_AT_MB}", "--audit-log-maxbackup=0"]
+
+
+def _files(workdir: Path) -> list[Path]:
+    """The log's rotated files, oldest first (their names hold the time of
+    rotation), then the one being written."""
+    stem, suffix = LOG_NAME.rsplit(".", 1)
+    return [*sorted(workdir.glob(f"{stem}-*.{suffix}")), workdir / LOG_NAME]
+
+
+def _contents(workdir: Path) -> list[bytes]:
+    """What each of the log's files holds so far, in order. A file renamed
+    away between listing and reading (the log rotating) or not yet made is
+    not there yet: a later read finds what it held."""
+    contents = []
+    for path in _files(workdir):
+        try:
+            contents.append(path.read_bytes())
+        except FileNotFoundError:
+            continue
+    return contents
+
+
+def _whole_lines(workdir: Path) -> list[bytes]:
+    """Every whole line written so far, in order. The last line of the file
+    being written may be half written (even cut inside a character): it is
+    left for a later read."""
+    lines: list[bytes] = []
+    for data in _contents(workdir):
+        *whole, _ = data.split(b"\n")
+        lines += [line for line in whole if line]
+    return lines
 
 
 def events(workdir: Path) -> list[dict[str, Any]]:
     """Every event the apiserver running in `workdir` has written so far."""
-    path = workdir / LOG_NAME
-    if not path.exists():
-        return []
-    # Whole lines only: the last may be half written while the apiserver writes it.
-    *whole, _ = path.read_text().split("\n")
-    return [json.loads(line) for line in whole if line]
+    return [json.loads(line) for line in _whole_lines(workdir)]
 
 
 def refusals(workdir: Path, username: str) -> list[dict[str, Any]]:
@@ -71,8 +104,8 @@ def refused(event: dict[str, Any], verb: str, resource: str, namespace: str,
 
 
 def holds(workdir: Path, value: str) -> bool:
-    """Whether the log has `value` anywhere, as written or base64-encoded
-    (as a Secret's data is sent and answered)."""
-    path = workdir / LOG_NAME
-    text = path.read_text() if path.exists() else ""
-    return value in text or base64.b64encode(value.encode()).decode() in text
+    """Whether the log has `value` anywhere, a half-written last line
+    included, as written or base64-encoded (as a Secret's data is sent and
+    answered)."""
+    wanted = (value.encode(), base64.b64encode(value.encode()))
+    return any(w in data for data in _contents(workdir) for w in wanted)
