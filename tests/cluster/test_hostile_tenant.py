@@ -22,7 +22,7 @@ import hostile_peers
 import hostile_record as ledger
 import hostile_store
 import pytest
-from cluster_helpers import CLASSES, INJECT, POLICIES, create, policy, wait_for
+from cluster_helpers import CLASSES, INJECT, POLICIES, admission_answers, create, policy, wait_for
 from cluster_helpers import pod as pod_of
 from hostile_tenants import (
     A_SECRET,
@@ -129,18 +129,19 @@ def test_a_local_path_nesting_with_as_node_directory_is_refused(
     around = tenant_b.create(policy("around", localTier={"path": f"{ALLOWED_ROOT}/scratch"}))
     assert around.returncode != 0 and "another namespace's node directory" in around.stderr, \
         around.stderr
-    cluster.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK_NAME,
-                    "--ignore-not-found")
+    cluster.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK_NAME, "--ignore-not-found")
     try:
+        admission_answers(tenant_b.kubectl, tenant_b.namespace, nest, admitted=True)
         stored = tenant_b.create(nest)
         assert stored.returncode == 0, stored.stderr
     finally:
         # The operator registers its webhooks again when it starts.
         operator.stop()
         operator.start()
-    made = tenant_b.kubectl("create", "-n", tenant_b.namespace, "-f", "-", "-o", "json",
-                            body=pod_of("nest-0", {"app": "nest", **INJECT},
-                                        terminationGracePeriodSeconds=600))
+    pod = pod_of("nest-0", {"app": "nest", **INJECT}, terminationGracePeriodSeconds=600)
+    admission_answers(tenant_b.kubectl, tenant_b.namespace, pod, admitted=False,
+                      says="another namespace's node directory")
+    made = tenant_b.kubectl("create", "-n", tenant_b.namespace, "-f", "-", "-o", "json", body=pod)
     assert made.returncode != 0, made.stdout[:500]
     assert "CheckpointPolicy nest spec.localTier.path" in made.stderr, made.stderr
     assert "another namespace's node directory" in made.stderr, made.stderr

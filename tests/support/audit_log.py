@@ -95,9 +95,11 @@ def refused(event: dict[str, Any], verb: str, resource: str, namespace: str,
     """Whether `event` is the request `verb` on `resource` in `namespace`
     (`name`: that object; None: any, as a list or a create before the
     name is known), on its `subresource` ("": the object itself, not
-    `pods/log` for `pods`)."""
+    `pods/log` for `pods`), and not a dry run (a test's probe of what the
+    apiserver would answer is not the attempt it checks)."""
     ref = event.get("objectRef") or {}
     return (event.get("verb") == verb and ref.get("resource") == resource
+            and "dryRun=" not in event.get("requestURI", "")
             and ref.get("namespace") == namespace
             and ref.get("subresource", "") == subresource
             and (name is None or ref.get("name") == name))
