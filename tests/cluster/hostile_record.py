@@ -41,6 +41,8 @@ CSI_OWN_SAME_NAME = "CSI volume of B's own policy named like A's"
 CSI_NAMESPACE_OF_A = "CSI volume of B's pod with A's namespace in its attributes"
 CSI_FORGED_POD = "CSI volume with pod.namespace A's, the pod UID not the target path's"
 CSI_RECREATED = "CSI volume of a same-name policy recreated over the old UID's data"
+EXEC_IN_A = "B's token runs a command in A's pod (pods/exec)"
+TOKEN_OF_A = "B's token asks for a token of A's ServiceAccount (serviceaccounts/token)"
 PEER_CERT = "B's peer certificate asking A's peer server for A's held copies"
 PEER_FORGED_ID = "a certificate from B's own CA naming A's policy id, to A's peer server"
 PEER_SAME_NAME = ("B's peer-tier policy named like A's: the peer Secret, CA and ConfigMap "
@@ -100,6 +102,8 @@ EXPECTED: dict[str, tuple[str, str]] = {
     CSI_NAMESPACE_OF_A: ("CSI driver: INVALID_ARGUMENT", DRIVER_LOG),
     CSI_FORGED_POD: ("CSI driver: INVALID_ARGUMENT", DRIVER_LOG),
     CSI_RECREATED: ("CSI driver owner marker: PERMISSION_DENIED", DRIVER_LOG),
+    EXEC_IN_A: ("RBAC (apiserver)", AUDIT_RBAC),
+    TOKEN_OF_A: ("RBAC (apiserver)", AUDIT_RBAC),
     PEER_CERT: ("peer server: mutual TLS, the policy's own CA", PEER_LOG),
     PEER_FORGED_ID: ("peer server: mutual TLS, the policy's own CA", PEER_LOG),
     PEER_SAME_NAME: ("the operator: B's own namespace, and a CA by B's policy UID", ADMITTED),

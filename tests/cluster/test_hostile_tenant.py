@@ -1,12 +1,10 @@
-"""Tenant B, with its own namespace, ServiceAccount token, policies and
-pods, tries each path to tenant A's data against the real apiserver, the
-real operator and its webhooks, and the real CSI node driver (its policy
-lookup as the driver's own ServiceAccount), and the real peer server.
-Each attempt is recorded in the ledger (hostile_record.py) with what
-refused it, where that can be read, and what of A's reached B: the last
-test prints the table docs/security.md shows and asserts that each
-attempt of the tests that ran met what hostile_record.EXPECTED says, and
-that none but the open ones (hostile_record.OPEN) leaked anything."""
+"""Tenant B, with its own namespace, ServiceAccount token, policies and pods, tries each path
+to tenant A's data against the real apiserver, the real operator and its webhooks, and the
+real CSI node driver (its policy lookup as the driver's own ServiceAccount), and the real peer
+server. Each attempt is recorded in the ledger (hostile_record.py) with what refused it, where
+that can be read, and what of A's reached B: the last test prints the table docs/security.md
+shows and asserts that each attempt of the tests that ran met what hostile_record.EXPECTED
+says, and that none but the open ones (hostile_record.OPEN) leaked anything."""
 
 from __future__ import annotations
 
@@ -21,6 +19,7 @@ import hostile_audit
 import hostile_peers
 import hostile_record as ledger
 import hostile_store
+import hostile_subresources
 import pytest
 from cluster_helpers import CLASSES, INJECT, POLICIES, admission_answers, create, policy, wait_for
 from cluster_helpers import pod as pod_of
@@ -359,8 +358,9 @@ def test_a_recreated_policy_is_not_handed_the_old_uids_data(
     node.unpublish(target, pod)
 
 
-# The peer server's attempts, and the store's (hostile_peers.py,
-# hostile_store.py): run here, in the ledger's order.
+# The attempts through subresources, the peer server's, and the store's
+# (hostile_subresources.py, hostile_peers.py, hostile_store.py): run here, in the ledger's order.
+test_bs_exec_and_token_in_a_refused = hostile_subresources.test_bs_exec_and_token_in_a_refused
 test_bs_peer_certificate_reads_none_of_as_copies = \
     hostile_peers.test_bs_peer_certificate_reads_none_of_as_copies
 test_the_operator_hands_b_none_of_as_peer_objects = \
