@@ -46,6 +46,23 @@ def wait_for(check: Callable[[], Any], timeout_s: float = 30, what: str = "condi
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}; last={last!r}")
 
 
+
+def admission_answers(kubectl: Callable[..., subprocess.CompletedProcess[str]],
+                      namespace: str, body: dict[str, Any], *, admitted: bool,
+                      says: str = "") -> None:
+    """Wait until the apiserver answers creating `body` in `namespace` as
+    a changed webhook configuration says: `admitted`, or refused with `says`
+    in its message. The apiserver reads webhook configurations through a
+    watch, so one deleted or registered is acted on a moment after it is
+    stored; each try is a server-side dry run (nothing is stored), up to
+    wait_for's bound on what is coming. `kubectl`: who creates it, called
+    as Tenant.kubectl is (`body=`)."""
+    def as_said() -> bool:
+        made = kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", body=body)
+        return (made.returncode == 0) == admitted and says in made.stderr
+    wait_for(as_said, what=f"the apiserver to {'admit' if admitted else 'refuse'} "
+             f"{body['kind']} {body['metadata']['name']} under the changed webhooks")
+
 def policy(name: str, **spec: Any) -> dict[str, Any]:
     """A valid CheckpointPolicy (405B, 15m, 10%) with `spec` overrides."""
     body: dict[str, Any] = {

@@ -20,7 +20,7 @@ from cluster_helpers import CLASSES, POLICIES, csi_driver_rules
 from kubernetes import client, config
 from operator_process import PEAK_RSS_KIB, OperatorProcess, repo_root
 
-from support import apiserver
+from support import apiserver, audit_log
 from support.conversion_server import ConversionServer, converting_crds
 
 pytestmark = pytest.mark.cluster
@@ -48,10 +48,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[apiserver.Cluster]:
     """A real apiserver for the session. Missing binaries fail, naming `make servers`.
     Privileged containers allowed, as real clusters' apiservers do: the chart
-    a test installs or upgrades to runs the privileged CSI driver by default."""
+    a test installs or upgrades to runs the privileged CSI driver by default.
+    Its audit log is the one docs/audit.md recommends (support/audit_log.py),
+    in which the hostile-tenant suite finds the apiserver's refusals of B."""
     apiserver.binaries_or_fail()
-    with apiserver.running(tmp_path_factory.mktemp("apiserver"),
-                           extra_args=["--allow-privileged=true"]) as running:
+    workdir = tmp_path_factory.mktemp("apiserver")
+    with apiserver.running(workdir, extra_args=["--allow-privileged=true",
+                                                *audit_log.apiserver_args(workdir)]) as running:
         yield running
 
 

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import hostile_audit
 import hostile_record as ledger
 import pytest
 from cluster_helpers import INJECT, POLICIES, create, policy, wait_for
@@ -185,6 +186,10 @@ def test_the_operator_hands_b_none_of_as_peer_objects(
     reads = [tenant_b.kubectl("get", "secret", "-n", ns, name, "-o", "json") for ns, name in
              ((namespace, SECRET), (ca_namespace, f"ckptdrain-peer-ca-{a_before['uid']}"))]
     refused = all(r.returncode != 0 and "forbidden" in r.stderr for r in reads)
-    ledger.record(ledger.PEER_READ, "RBAC (apiserver)" if refused else "", ledger.RBAC,
-                  sum(r.returncode == 0 for r in reads))
+    audited = hostile_audit.rbac_refused(tenant_b, "get", "secrets", namespace, SECRET) and \
+        hostile_audit.rbac_refused(tenant_b, "get", "secrets", ca_namespace,
+                                   f"ckptdrain-peer-ca-{a_before['uid']}")
+    ledger.record(ledger.PEER_READ, "RBAC (apiserver)" if refused else "",
+                  ledger.AUDIT_RBAC if audited else "", sum(r.returncode == 0 for r in reads))
     assert refused, [r.stderr for r in reads]
+    assert audited, "B's refused reads of A's peer Secret and CA not in the apiserver's audit log"

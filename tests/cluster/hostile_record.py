@@ -41,6 +41,8 @@ CSI_OWN_SAME_NAME = "CSI volume of B's own policy named like A's"
 CSI_NAMESPACE_OF_A = "CSI volume of B's pod with A's namespace in its attributes"
 CSI_FORGED_POD = "CSI volume with pod.namespace A's, the pod UID not the target path's"
 CSI_RECREATED = "CSI volume of a same-name policy recreated over the old UID's data"
+EXEC_IN_A = "B's token runs a command in A's pod (pods/exec)"
+TOKEN_OF_A = "B's token asks for a token of A's ServiceAccount (serviceaccounts/token)"
 PEER_CERT = "B's peer certificate asking A's peer server for A's held copies"
 PEER_FORGED_ID = "a certificate from B's own CA naming A's policy id, to A's peer server"
 PEER_SAME_NAME = ("B's peer-tier policy named like A's: the peer Secret, CA and ConfigMap "
@@ -51,37 +53,48 @@ PEER_POD = "B's running writer of its policy named like A's: paired into A's pee
 PEER_READ = "B's token reads A's peer Secret, and A's peer CA in the operator's namespace"
 FORGED_REVIEW = "AdmissionReview for a pod in A's namespace, posted straight to the webhook"
 
-ANSWERED = "answered to B only; not logged by the product"
-RBAC = "403 answered to B only; not logged by the product (an audit policy would)"
+#: The platform's own records (docs/audit.md): the apiserver's audit log
+#: under the policy that page shows, and the store's audit entries.
+AUDIT_RBAC = "apiserver audit log: 403 to B's ServiceAccount"
+AUDIT_DENIED = "apiserver audit log: the webhook's denial to B's ServiceAccount"
+AUDIT_INVALID = "apiserver audit log: 422 Invalid to B's ServiceAccount"
 OPERATOR_LOG = "operator log (names A's policy in the way)"
 DRIVER_LOG = "CSI driver log"
 PEER_LOG = "peer server log: CERTIFICATE_VERIFY_FAILED"
 ADMITTED = "nothing to log: admitted"
-STORE_ANSWERED = ("AccessDenied answered to B only; not logged by the product (the store's "
-                  "own logs: not measured)")
+STORE_AUDIT = "store audit log (MinIO's audit webhook): 403 to B's access key"
 STORE_REFUSED = "store: AccessDenied to B's user (the platform's per-tenant policy)"
+
+
+def logged_in(*places: str) -> str:
+    """The places a refusal was found logged, in the order given ("" for
+    one where it was not)."""
+    return "; ".join(p for p in places if p)
+
 
 #: Every attempt the suite makes, in the order it makes them, with what it
 #: is expected to meet: (refused by, logged). "" refused by: nothing
 #: refuses it. docs/security.md lists the same, one table row each
 #: (tests/docs/test_security_page.py); the suite asserts it met these.
 EXPECTED: dict[str, tuple[str, str]] = {
-    LOCAL_OUTSIDE: ("policy admission: spec.localTier.path (outside the allowed root)", ANSWERED),
-    LOCAL_CLIMB: ("CRD schema: validation rule on spec.localTier.path", ANSWERED),
-    LOCAL_A_DIR: ("policy admission: spec.localTier.path (node directories nest)", OPERATOR_LOG),
+    LOCAL_OUTSIDE: ("policy admission: spec.localTier.path (outside the allowed root)",
+                    AUDIT_DENIED),
+    LOCAL_CLIMB: ("CRD schema: validation rule on spec.localTier.path", AUDIT_INVALID),
+    LOCAL_A_DIR: ("policy admission: spec.localTier.path (node directories nest)",
+                  logged_in(OPERATOR_LOG, AUDIT_DENIED)),
     LOCAL_ROOT: ("", ADMITTED),
     LOCAL_NESTED: ("policy admission: spec.localTier.path (node directories nest); pod "
-                   "admission, for a policy stored past it", OPERATOR_LOG),
-    WRITE_IN_A: ("RBAC (apiserver)", RBAC),
-    READ_SECRETS: ("RBAC (apiserver)", RBAC),
-    READ_CONFIGMAPS: ("RBAC (apiserver)", RBAC),
-    READ_POLICIES: ("RBAC (apiserver)", RBAC),
-    READ_CHECKPOINTS: ("RBAC (apiserver)", RBAC),
+                   "admission, for a policy stored past it", logged_in(OPERATOR_LOG, AUDIT_DENIED)),
+    WRITE_IN_A: ("RBAC (apiserver)", AUDIT_RBAC),
+    READ_SECRETS: ("RBAC (apiserver)", AUDIT_RBAC),
+    READ_CONFIGMAPS: ("RBAC (apiserver)", AUDIT_RBAC),
+    READ_POLICIES: ("RBAC (apiserver)", AUDIT_RBAC),
+    READ_CHECKPOINTS: ("RBAC (apiserver)", AUDIT_RBAC),
     SECRET_OF_A: ("CRD schema: field does not exist (pruned)", ADMITTED),
-    PREFIX_OF_A: ("policy admission: the default class's stores", ANSWERED),
+    PREFIX_OF_A: ("policy admission: the default class's stores", AUDIT_DENIED),
     PREFIX_OTHER_CLASS: ("", ADMITTED),
-    ENDPOINT: ("policy admission: CKPTDRAIN_AMBIENT_ENDPOINTS", ANSWERED),
-    **{name: (STORE_REFUSED, STORE_ANSWERED)
+    ENDPOINT: ("policy admission: CKPTDRAIN_AMBIENT_ENDPOINTS", AUDIT_DENIED),
+    **{name: (STORE_REFUSED, STORE_AUDIT)
        for name in (STORE_LIST, STORE_GET, STORE_PUT, STORE_DELETE, STORE_MULTIPART,
                     STORE_UPLOADS, STORE_ABORT)},
     CSI_POLICY_OF_A: ("CSI driver: NOT_FOUND", DRIVER_LOG),
@@ -89,12 +102,14 @@ EXPECTED: dict[str, tuple[str, str]] = {
     CSI_NAMESPACE_OF_A: ("CSI driver: INVALID_ARGUMENT", DRIVER_LOG),
     CSI_FORGED_POD: ("CSI driver: INVALID_ARGUMENT", DRIVER_LOG),
     CSI_RECREATED: ("CSI driver owner marker: PERMISSION_DENIED", DRIVER_LOG),
+    EXEC_IN_A: ("RBAC (apiserver)", AUDIT_RBAC),
+    TOKEN_OF_A: ("RBAC (apiserver)", AUDIT_RBAC),
     PEER_CERT: ("peer server: mutual TLS, the policy's own CA", PEER_LOG),
     PEER_FORGED_ID: ("peer server: mutual TLS, the policy's own CA", PEER_LOG),
     PEER_SAME_NAME: ("the operator: B's own namespace, and a CA by B's policy UID", ADMITTED),
     PEER_NAMED: ("CRD schema: fields do not exist (pruned)", ADMITTED),
     PEER_POD: ("the operator: pods are paired within their own namespace's policy", ADMITTED),
-    PEER_READ: ("RBAC (apiserver)", RBAC),
+    PEER_READ: ("RBAC (apiserver)", AUDIT_RBAC),
     FORGED_REVIEW: ("", ""),
 }
 ATTEMPTS: tuple[str, ...] = tuple(EXPECTED)

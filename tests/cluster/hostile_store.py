@@ -5,8 +5,9 @@ policy is docs/cloud/eks.md's "permissions of ckptdrain-team-a" for the
 tenant's prefix; B's user goes into B's Secret, B's policy names it, and B's
 pod is injected what the agent gets. With that environment B's own code
 (or its agent) opens A's prefix through ckptdrain.store and tries each call,
-A's unfinished upload among its targets; the store answers, and A's objects
-and uploads are compared before and after."""
+A's unfinished upload among its targets; the store answers, A's objects
+and uploads are compared before and after, and each refusal is looked for
+in MinIO's audit entries, sent to a receiver as docs/audit.md shows."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import hostile_audit
 import hostile_record as ledger
 from cluster_helpers import INJECT, policy, wait_for
 from cluster_helpers import pod as pod_of
@@ -30,6 +32,7 @@ from ckptdrain.operator.admission.injection import AGENT
 from ckptdrain.store import open_store
 from support.minio_admin import MinioAdmin
 from support.s3servers import S3Server, start_minio
+from support.store_audit import audit_receiver
 
 EKS = REPO / "docs" / "cloud" / "eks.md"
 A_KEY = "step-7/model.bin"
@@ -110,6 +113,14 @@ def a_state(server: S3Server, bucket: str, namespace: str
                            if u["Key"].startswith(prefix))
 
 
+#: The S3 call each attempt makes, as MinIO's audit entries name it.
+API_OF = {ledger.STORE_LIST: "ListObjectsV2", ledger.STORE_GET: "GetObject",
+          ledger.STORE_PUT: "PutObject", ledger.STORE_DELETE: "DeleteObject",
+          ledger.STORE_MULTIPART: "NewMultipartUpload",
+          ledger.STORE_UPLOADS: "ListMultipartUploads",
+          ledger.STORE_ABORT: "AbortMultipartUpload"}
+
+
 def attempts(store: Any, a_upload: str) -> dict[str, Callable[[], Any]]:
     """Each call B makes on A's prefix, by the ledger's attempt. B is handed
     A's upload id, as if it had learnt it: the store must refuse B anyway."""
@@ -126,7 +137,9 @@ def attempts(store: Any, a_upload: str) -> dict[str, Callable[[], Any]]:
               ledger.STORE_MULTIPART, ledger.STORE_UPLOADS, ledger.STORE_ABORT)
 def test_bs_store_user_reaches_none_of_as_prefix(tmp_path: Path, namespace: str,
                                                  tenant_b: Tenant) -> None:
-    with start_minio(tmp_path) as server:
+    # MinIO sends each request's audit entry to a receiver of the
+    # platform's, where each refusal of B's keys must be found.
+    with audit_receiver() as audit, start_minio(tmp_path, env_extra=audit.minio_env()) as server:
         bucket = server.create_bucket()
         admin = MinioAdmin(server)
         a_keys = store_user(admin, "tenant-a", tenant_policy(bucket, namespace))
@@ -140,7 +153,9 @@ def test_bs_store_user_reaches_none_of_as_prefix(tmp_path: Path, namespace: str,
         env = agent_environment(tenant_b, server, bucket, b_keys)
         # The agent's own prefix is B's, and B's keys work there: a refusal
         # below is about A's prefix, not keys that work nowhere.
-        assert env[Env.STORE_URI] == f"s3://{bucket}/llm/{tenant_b.namespace}/ckpt", env
+        # (Never the whole env in a message: it holds B's secret key.)
+        assert env[Env.STORE_URI] == f"s3://{bucket}/llm/{tenant_b.namespace}/ckpt", \
+            env[Env.STORE_URI]
         own = open_store(env[Env.STORE_URI], endpoint_url=env[Env.S3_ENDPOINT], environ=env)
         own.put_bytes("step-1/model.bin", b"B's own")
         assert [o.key for o in own.list("")] == ["step-1/model.bin"]
@@ -155,9 +170,13 @@ def test_bs_store_user_reaches_none_of_as_prefix(tmp_path: Path, namespace: str,
             changed = a_state(server, bucket, namespace) != before
             # A's bytes, keys or uploads, or anything of A's changed or gone.
             leaked = int(bool(got) or changed)
+            b_key = b_keys["AWS_ACCESS_KEY_ID"]  # an access key id: not a secret
+            audited = hostile_audit.store_refused(audit, b_key, API_OF[name], bucket,
+                                                  f"llm/{namespace}/")
             ledger.record(name, ledger.STORE_REFUSED if refused else "",
-                          ledger.STORE_ANSWERED, leaked)
+                          ledger.STORE_AUDIT if audited else "", leaked)
             assert refused and not leaked, (name, got)
+            assert audited, (name, hostile_audit.store_calls_seen(audit, b_key))
         prefix = f"llm/{namespace}/ckpt/"
         assert a_state(server, bucket, namespace) == (
             {prefix + A_KEY: A_SECRET.encode()}, [(prefix + A_UPLOAD_KEY, a_upload)])

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import hostile_audit
 import hostile_record
 import pytest
 from cluster_helpers import INJECT
@@ -192,12 +193,17 @@ def post_review(port: int, path: str, review: dict[str, Any]) -> tuple[dict[str,
 
 
 def refused_policy(tenant: Tenant, name: str, body: dict[str, Any], field: str,
-                   webhook_says: str, logged: str = hostile_record.ANSWERED) -> str:
+                   webhook_says: str) -> str:
+    """B's policy `body`, refused naming `field`: recorded with what refused
+    it and where the apiserver's audit log has the refusal."""
     made = tenant.create(body)
-    hostile_record.record(name, refuser(made.stderr, webhook_says) if made.returncode else "",
-                          logged, 0)
+    refused_by = refuser(made.stderr, webhook_says) if made.returncode else ""
+    logged = hostile_audit.written_refusal(tenant, "checkpointpolicies",
+                                           body["metadata"]["name"], refused_by)
+    hostile_record.record(name, refused_by, logged, 0)
     assert made.returncode != 0, f"accepted: {body['spec']}"
     assert field in made.stderr, made.stderr
+    assert logged, f"{name}: the refusal is not in the apiserver's audit log"
     return made.stderr
 
 

@@ -1,12 +1,10 @@
-"""Tenant B, with its own namespace, ServiceAccount token, policies and
-pods, tries each path to tenant A's data against the real apiserver, the
-real operator and its webhooks, and the real CSI node driver (its policy
-lookup as the driver's own ServiceAccount), and the real peer server.
-Each attempt is recorded in the ledger (hostile_record.py) with what
-refused it, where that can be read, and what of A's reached B: the last
-test prints the table docs/security.md shows and asserts that each
-attempt of the tests that ran met what hostile_record.EXPECTED says, and
-that none but the open ones (hostile_record.OPEN) leaked anything."""
+"""Tenant B, with its own namespace, ServiceAccount token, policies and pods, tries each path
+to tenant A's data against the real apiserver, the real operator and its webhooks, and the
+real CSI node driver (its policy lookup as the driver's own ServiceAccount), and the real peer
+server. Each attempt is recorded in the ledger (hostile_record.py) with what refused it, where
+that can be read, and what of A's reached B: the last test prints the table docs/security.md
+shows and asserts that each attempt of the tests that ran met what hostile_record.EXPECTED
+says, and that none but the open ones (hostile_record.OPEN) leaked anything."""
 
 from __future__ import annotations
 
@@ -17,11 +15,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import hostile_audit
 import hostile_peers
 import hostile_record as ledger
 import hostile_store
+import hostile_subresources
 import pytest
-from cluster_helpers import CLASSES, INJECT, POLICIES, create, policy, wait_for
+from cluster_helpers import CLASSES, INJECT, POLICIES, admission_answers, create, policy, wait_for
 from cluster_helpers import pod as pod_of
 from hostile_tenants import (
     A_SECRET,
@@ -43,6 +43,7 @@ from operator_process import ALLOWED_ROOT, WEBHOOK_NAME, OperatorProcess
 
 from ckptdrain.csi.policies import apiserver_resolver
 from ckptdrain.operator.admission.rules import MUTATE_ID
+from support import audit_log
 from support.apiserver import Cluster
 from support.csi_driver import AS_ROOT_ON_LINUX, Harness, new_pod_uid, refused, running_driver
 
@@ -84,8 +85,10 @@ def test_local_paths_above_or_into_a_node_directory_are_refused(
     logged = wait_for(lambda: operator_logged(operator, f"policy {tenant_b.namespace}/a-dir "
                                               "refused", f"{namespace}/ckpt"),
                       what="the operator's log of the refusal") if made.returncode else False
-    ledger.record(ledger.LOCAL_A_DIR, refuser(made.stderr, NESTS) if made.returncode else "",
-                  ledger.OPERATOR_LOG if logged else "", 0)
+    refused_by = refuser(made.stderr, NESTS) if made.returncode else ""
+    ledger.record(ledger.LOCAL_A_DIR, refused_by, ledger.logged_in(
+        ledger.OPERATOR_LOG if logged else "",
+        hostile_audit.written_refusal(tenant_b, "checkpointpolicies", "a-dir", refused_by)), 0)
     assert made.returncode != 0 and "another namespace's node directory" in made.stderr, \
         made.stderr
     # The allowed root, above A's node directory: B's own is <root>/<B>,
@@ -125,18 +128,19 @@ def test_a_local_path_nesting_with_as_node_directory_is_refused(
     around = tenant_b.create(policy("around", localTier={"path": f"{ALLOWED_ROOT}/scratch"}))
     assert around.returncode != 0 and "another namespace's node directory" in around.stderr, \
         around.stderr
-    cluster.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK_NAME,
-                    "--ignore-not-found")
+    cluster.kubectl("delete", "validatingwebhookconfiguration", WEBHOOK_NAME, "--ignore-not-found")
     try:
+        admission_answers(tenant_b.kubectl, tenant_b.namespace, nest, admitted=True)
         stored = tenant_b.create(nest)
         assert stored.returncode == 0, stored.stderr
     finally:
         # The operator registers its webhooks again when it starts.
         operator.stop()
         operator.start()
-    made = tenant_b.kubectl("create", "-n", tenant_b.namespace, "-f", "-", "-o", "json",
-                            body=pod_of("nest-0", {"app": "nest", **INJECT},
-                                        terminationGracePeriodSeconds=600))
+    pod = pod_of("nest-0", {"app": "nest", **INJECT}, terminationGracePeriodSeconds=600)
+    admission_answers(tenant_b.kubectl, tenant_b.namespace, pod, admitted=False,
+                      says="another namespace's node directory")
+    made = tenant_b.kubectl("create", "-n", tenant_b.namespace, "-f", "-", "-o", "json", body=pod)
     assert made.returncode != 0, made.stdout[:500]
     assert "CheckpointPolicy nest spec.localTier.path" in made.stderr, made.stderr
     assert "another namespace's node directory" in made.stderr, made.stderr
@@ -144,8 +148,13 @@ def test_a_local_path_nesting_with_as_node_directory_is_refused(
     logged = wait_for(lambda: operator_logged(
         operator, f"pod of policy {tenant_b.namespace}/nest refused", f"{namespace}/ckpt"),
         what="the operator's log of the pod refusal")
+    # Both denials, the policy's and the pod's, in the apiserver's audit log.
+    audited = hostile_audit.written_refusal(tenant_b, "checkpointpolicies", "nest",
+                                            refuser(message, NESTS)) and \
+        hostile_audit.written_refusal(tenant_b, "pods", "nest-0", "pod admission")
     ledger.record(ledger.LOCAL_NESTED, refuser(message, NESTS) + "; pod admission, for a policy "
-                  "stored past it", ledger.OPERATOR_LOG if logged else "", 0)
+                  "stored past it", ledger.logged_in(ledger.OPERATOR_LOG if logged else "",
+                                                     audited), 0)
 
 
 @ledger.makes(ledger.WRITE_IN_A, ledger.READ_SECRETS, ledger.READ_CONFIGMAPS,
@@ -153,9 +162,10 @@ def test_a_local_path_nesting_with_as_node_directory_is_refused(
 def test_b_cannot_write_or_read_in_as_namespace(cluster: Cluster, namespace: str,
                                                 tenant_b: Tenant) -> None:
     written = tenant_b.create(policy("ckpt-b"), namespace=namespace)
+    audited = hostile_audit.rbac_refused(tenant_b, "create", "checkpointpolicies", namespace)
     ledger.record(ledger.WRITE_IN_A, "" if written.returncode == 0 else "RBAC (apiserver)",
-                  ledger.RBAC, int(written.returncode == 0))
-    assert written.returncode != 0 and "forbidden" in written.stderr, written.stderr
+                  ledger.AUDIT_RBAC if audited else "", int(written.returncode == 0))
+    assert written.returncode != 0 and "forbidden" in written.stderr and audited, written.stderr
     checkpoint = {"apiVersion": "ckptdrain.io/v1alpha1", "kind": "Checkpoint",
                   "metadata": {"name": "ckpt-step-7", "namespace": namespace},
                   "spec": {"policy": "ckpt", "step": 7, "writers": 1}}
@@ -172,12 +182,19 @@ def test_b_cannot_write_or_read_in_as_namespace(cluster: Cluster, namespace: str
         single = tenant_b.kubectl("get", resource, "-n", namespace, object_name, "-o", "json")
         leaked = sum(A_SECRET in r.stdout or r.returncode == 0 for r in (listed, single))
         refused_both = listed.returncode != 0 and single.returncode != 0
-        ledger.record(name, "RBAC (apiserver)" if refused_both else "", ledger.RBAC, leaked)
+        plain = resource.split(".")[0]  # as the audit log names it
+        audited = hostile_audit.rbac_refused(tenant_b, "list", plain, namespace) and \
+            hostile_audit.rbac_refused(tenant_b, "get", plain, namespace, object_name)
+        ledger.record(name, "RBAC (apiserver)" if refused_both else "",
+                      ledger.AUDIT_RBAC if audited else "", leaked)
         assert leaked == 0 and refused_both, (listed.stdout, single.stdout)
+        assert audited, f"B's refused reads of {plain} not in the apiserver's audit log"
         assert "forbidden" in listed.stderr and "forbidden" in single.stderr
         # The same token reads its own namespace: the refusal is about A's.
         own = tenant_b.kubectl("get", resource, "-n", tenant_b.namespace)
         assert own.returncode == 0, own.stderr
+    # A's Secret and ConfigMap, written and read above: their values never in the audit log.
+    assert not audit_log.holds(cluster.workdir, A_SECRET)
 
 
 @ledger.makes(ledger.SECRET_OF_A)
@@ -341,8 +358,9 @@ def test_a_recreated_policy_is_not_handed_the_old_uids_data(
     node.unpublish(target, pod)
 
 
-# The peer server's attempts, and the store's (hostile_peers.py,
-# hostile_store.py): run here, in the ledger's order.
+# The attempts through subresources, the peer server's, and the store's
+# (hostile_subresources.py, hostile_peers.py, hostile_store.py): run here, in the ledger's order.
+test_bs_exec_and_token_in_a_refused = hostile_subresources.test_bs_exec_and_token_in_a_refused
 test_bs_peer_certificate_reads_none_of_as_copies = \
     hostile_peers.test_bs_peer_certificate_reads_none_of_as_copies
 test_the_operator_hands_b_none_of_as_peer_objects = \

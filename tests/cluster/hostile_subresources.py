@@ -1,0 +1,44 @@
+"""Tenant B's token tries the ways into A's running pods and A's
+ServiceAccounts that go through a subresource, not the object itself:
+running a command in A's pod (`pods/exec`) and asking for a token of A's
+ServiceAccount (`serviceaccounts/token`). RBAC refuses each, and each
+refusal is in the apiserver's audit log under docs/audit.md's policy (a
+rule naming `pods` alone does not match `pods/exec`). Run by
+test_hostile_tenant.py, in the ledger's order."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import hostile_audit
+import hostile_record as ledger
+
+from support.apiserver import Cluster
+
+if TYPE_CHECKING:
+    from hostile_tenants import Tenant
+
+#: A's pod and ServiceAccount, by the names B tries. RBAC answers before
+#: the pod is looked up, so it need not exist.
+A_POD, A_ACCOUNT = "trainer-0", "runner"
+
+
+@ledger.makes(ledger.EXEC_IN_A, ledger.TOKEN_OF_A)
+def test_bs_exec_and_token_in_a_refused(
+        cluster: Cluster, namespace: str, tenant_b: Tenant) -> None:
+    cluster.kubectl("create", "serviceaccount", A_ACCOUNT, "-n", namespace)
+    # The exec subresource as a client reaches it: a POST naming the command.
+    exec_path = f"/api/v1/namespaces/{namespace}/pods/{A_POD}/exec?command=id&stdout=true"
+    attempts = ((ledger.EXEC_IN_A, ("create", "--raw", exec_path, "-f", "-"), "pods", A_POD,
+                 "exec"),
+                (ledger.TOKEN_OF_A, ("create", "token", A_ACCOUNT, "-n", namespace),
+                 "serviceaccounts", A_ACCOUNT, "token"))
+    for name, args, resource, object_name, subresource in attempts:
+        made = tenant_b.kubectl(*args, body={} if "--raw" in args else None)
+        refused = made.returncode != 0 and "forbidden" in made.stderr.lower()
+        audited = hostile_audit.rbac_refused(tenant_b, "create", resource, namespace,
+                                             object_name, subresource)
+        ledger.record(name, "RBAC (apiserver)" if refused else "",
+                      ledger.AUDIT_RBAC if audited else "", int(made.returncode == 0))
+        assert refused and made.stdout == "", (made.stdout[:200], made.stderr)
+        assert audited, f"B's refused {resource}/{subresource} not in the apiserver's audit log"
