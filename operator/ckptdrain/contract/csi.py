@@ -8,3 +8,21 @@ from __future__ import annotations
 DEFAULT_DRIVER_NAME = "node.ckptdrain.io"
 #: System groups (Debian's 0-999) stay out; the agent's own gid, 65532, is above.
 DEFAULT_MIN_MOUNT_GROUP = 1000
+
+# -- The driver's free space, published for admission (docs/csi-driver.md,
+# "Free space for admission"): one storage.k8s.io/v1 CSIStorageCapacity per
+# node in the driver's own namespace, which the operator lists there.
+
+#: The storageClassName every report carries. No StorageClass of this name
+#: exists or is needed: the driver's volumes are inline, and the field only
+#: says what the number is the room of.
+CAPACITY_STORAGE_CLASS = "ckptdrain-node-tier"
+#: Label on each report, naming the driver that wrote it (what the operator
+#: lists by).
+CAPACITY_LABEL_DRIVER = "ckptdrain.io/csi-driver"
+#: Annotations on each report: the full node name (the object's name may be
+#: shortened), when the free space was measured (RFC 3339, UTC), and the
+#: driver's refresh period in seconds (a report older than twice that is stale).
+CAPACITY_ANNOTATION_NODE = "ckptdrain.io/node"
+CAPACITY_ANNOTATION_MEASURED = "ckptdrain.io/measured-at"
+CAPACITY_ANNOTATION_REFRESH = "ckptdrain.io/refresh-seconds"

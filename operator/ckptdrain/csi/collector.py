@@ -130,8 +130,12 @@ class Collector:
     def __init__(self, volumes: VolumeStore, resolve_policy: PolicyResolver, reclaim: Reclaim,
                  interval_s: float, mounted_under: Callable[[Path], bool],
                  clock: Callable[[], float] = time.time,
-                 list_classes: ClassLister | None = None) -> None:
+                 list_classes: ClassLister | None = None,
+                 after_scan: Callable[[ScanReport], None] | None = None) -> None:
         self.volumes = volumes
+        # Called with each scan's report (capacity_publisher.py); a failure
+        # in it is its own to handle: it must not stop the scans.
+        self.after_scan = after_scan
         # None: classes are never read, nothing is recorded (the driver's
         # setting applies to every directory without a record).
         self.list_classes = list_classes
@@ -169,10 +173,13 @@ class Collector:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.scan()
+                report = self.scan()
             except OSError as err:
                 # The next scan tries again; the report's time shows a stall.
                 log.error("scan of %s failed: %s", self.root, err)
+            else:
+                if self.after_scan is not None:
+                    self.after_scan(report)
             self._stop.wait(self.interval_s)
 
     def usage_of(self, policy_dir: Path) -> Usage:

@@ -27,6 +27,10 @@ defaults (the DaemonSet sets the environment), checked at start.
                             deleted policies' data collected (60s)
   CKPTDRAIN_CSI_METRICS_PORT
                             /metrics and /healthz; 0: none (9110)
+  CKPTDRAIN_CSI_NAMESPACE   the driver's own namespace, where it publishes its
+                            node's free space as a CSIStorageCapacity
+                            (capacity_report.py); empty: not published (unset;
+                            the chart sets it from the downward API)
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from ckptdrain.errors import InvalidInput
 DEFAULT_NAME = DEFAULT_DRIVER_NAME
 # A CSI driver name: a DNS-1123 subdomain of at most 63 characters.
 _DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 DEFAULT_GRACE_PERIOD = "1h"
 DEFAULT_SCAN_INTERVAL = "60s"
 DEFAULT_METRICS_PORT = 9110
@@ -64,6 +69,7 @@ class DriverConfig:
     reclaim: Reclaim = DEFAULT_RECLAIM
     scan_interval_s: float = 60.0
     metrics_port: int = 0  # 0: no metrics endpoint (the flag's default is 9110)
+    capacity_namespace: str = ""  # "": the free space is not published
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +110,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port",
                         default=env("CKPTDRAIN_CSI_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
                         help="port of /metrics and /healthz, 0 for none (default: %(default)s)")
+    parser.add_argument("--capacity-namespace", default=env("CKPTDRAIN_CSI_NAMESPACE", ""),
+                        help="where to publish the node's free space as a CSIStorageCapacity; "
+                             "empty: nowhere (default: $CKPTDRAIN_CSI_NAMESPACE)")
 
 
 def _absolute(value: str, flag: str) -> str:
@@ -133,6 +142,10 @@ def load(args: argparse.Namespace) -> DriverConfig:
     port = str(args.metrics_port)
     if not port.isdigit() or int(port) > 65535:
         raise InvalidInput("--metrics-port", "a port number (0 for no metrics)", port)
+    namespace = args.capacity_namespace or ""
+    if namespace and not _NAMESPACE.fullmatch(namespace):
+        raise InvalidInput("--capacity-namespace", "a namespace name (a DNS-1123 label)",
+                           namespace)
     csi_socket = args.csi_socket or f"/var/lib/kubelet/plugins/{args.name}/csi.sock"
     registration = (args.registration_socket
                     or f"/var/lib/kubelet/plugins_registry/{args.name}-reg.sock")
@@ -151,4 +164,4 @@ def load(args: argparse.Namespace) -> DriverConfig:
         registration_socket=Path(_absolute(registration, "--registration-socket")),
         owner_uid=int(args.owner_uid), min_mount_group=int(args.min_mount_group),
         reclaim=Reclaim(args.reclaim_policy, grace_s), scan_interval_s=interval_s,
-        metrics_port=int(port))
+        metrics_port=int(port), capacity_namespace=namespace)

@@ -46,6 +46,14 @@ def policies_api() -> Any:
                            "in-cluster (a ServiceAccount token) or a KUBECONFIG", str(err)) from err
 
 
+def storage_api(api: Any) -> Any:
+    """A StorageV1Api on `api`'s client and credentials: the node's free
+    space is published through it (capacity_publisher.py)."""
+    from kubernetes import client
+
+    return client.StorageV1Api(api.api_client)
+
+
 def names_the_policy(status: int | None, body: str | bytes | None, name: str) -> bool:
     """Whether an error answer says that CheckpointPolicy `name` does not
     exist: a 404 whose body is a Status with reason NotFound and details

@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ckptdrain.contract.policy_versions import V1ALPHA1, VERSIONS, convert
+from ckptdrain.operator.admission import node_room_read
 from ckptdrain.operator.admission.nesting import every_policy
 from ckptdrain.operator.admission.refusal import named_namespace
 from ckptdrain.operator.admission.rules import (
@@ -94,14 +95,16 @@ def moves_refused(name: str, fields: list[str], pod: str, *, creating: bool = Fa
 async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
                        namespace: str, cfg: OperatorConfig,
                        written_in: str | None = None,
-                       every: list[dict[str, Any]] | None = None) -> None:
+                       every: list[dict[str, Any]] | None = None,
+                       warnings: list[str] | None = None) -> None:
     """Refuse (Refused) a policy CREATE or UPDATE (`old`: the stored object).
     `written_in`: the apiVersion the request was made at, when the body
     was converted for this webhook (the body and `old` are judged converted
     back to it); None: the body's own. The spec's problems are said in it
     (policy/version_messages.py). `every`: the
     policies of all watched namespaces from a current view (None: ask the
-    apiserver)."""
+    apiserver). `warnings` gets what the admission answer should warn of
+    (admission/node_room_read.py: no node reports room for one writer)."""
     body = as_written(body, written_in)
     old = None if old is None else as_written(old, written_in)
     meta = body.get("metadata") or {}
@@ -135,6 +138,11 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         await _refuse_moves(name, namespace, relocation.refused(old_spec, spec), deadline)
     else:
         await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
+    if warnings is not None and node_room_read.need_changed(spec, old_spec, namespace, name,
+                                                            cfg):
+        said = await node_room_read.room_warning(classed, namespace, name, cfg, deadline)
+        if said is not None:
+            warnings.append(said)
 
 
 def as_written(obj: Mapping[str, Any], written_in: str | None) -> Mapping[str, Any]:

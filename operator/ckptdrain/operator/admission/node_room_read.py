@@ -1,0 +1,102 @@
+"""The warning a policy admission carries when no node reports room for
+one of its writers (node_room.py decides): the reads, cached, around the
+pure decision. Shared by both serving paths (admission/policy_rules.py).
+
+The reports are the CSI drivers' CSIStorageCapacity objects in
+cfg.csi_capacity_namespace, listed (one LIST, by the driver's label) at
+most once per CACHE_S: a burst of policy writes (a GitOps sync of a
+hundred policies) makes one read. A read that fails is logged and says
+nothing: the warning is advice, and never holds up an admission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from ckptdrain.contract.csi import CAPACITY_LABEL_DRIVER
+from ckptdrain.operator.admission import node_room
+from ckptdrain.operator.admission.node_room import Report
+from ckptdrain.operator.admission.refusal import READ_ERRORS
+from ckptdrain.operator.apiserver import reads as apiserver_reads
+from ckptdrain.operator.config import OperatorConfig
+
+log = logging.getLogger("ckptdrain.admission")
+
+#: How long one list of the reports serves admissions.
+CACHE_S = 30.0
+
+
+def capacities_path(namespace: str) -> str:
+    return f"/apis/storage.k8s.io/v1/namespaces/{quote(namespace, safe='')}/csistoragecapacities"
+
+
+class ReportCache:
+    """The reports of one namespace and driver, listed at most once per
+    `cache_s` (`clock`: monotonic seconds)."""
+
+    def __init__(self, cache_s: float = CACHE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cache_s, self.clock = cache_s, clock
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[str, str], tuple[float, list[Report]]] = {}
+        self._last_error: str | None = None
+
+    def reports(self, namespace: str, driver: str, timeout: float) -> list[Report] | None:
+        """The reports, from the cache or one LIST; None when the LIST
+        failed (logged once per change of error)."""
+        key = (namespace, driver)
+        # One reader at a time: admissions arriving together wait for the
+        # first one's LIST instead of making their own.
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and self.clock() - kept[0] < self.cache_s:
+                return kept[1]
+            try:
+                found = apiserver_reads.get_json(
+                    capacities_path(namespace),
+                    [("labelSelector", f"{CAPACITY_LABEL_DRIVER}={driver}")], timeout)
+            except READ_ERRORS as error:
+                said = str(error)
+                if said != self._last_error:
+                    log.warning("could not list the CSI drivers' free space in %s (%s): "
+                                "policies are admitted without that check", namespace, said)
+                    self._last_error = said
+                return None
+            self._last_error = None
+            reports = [r for r in (node_room.report_of(item)
+                                   for item in found.get("items") or []) if r is not None]
+            self._kept[key] = (self.clock(), reports)
+            return reports
+
+
+CACHE = ReportCache()
+
+
+def need_changed(spec: Mapping[str, Any], old_spec: Mapping[str, Any] | None, namespace: str,
+                 name: str, cfg: OperatorConfig) -> bool:
+    """Whether a write changes what one writer keeps on its node (always,
+    for a CREATE or an old spec that does not parse)."""
+    if old_spec is None:
+        return True
+    before = node_room.need_of(old_spec, namespace, name, cfg)
+    return before is None or before != node_room.need_of(spec, namespace, name, cfg)
+
+
+async def room_warning(spec: Mapping[str, Any], namespace: str, name: str,
+                       cfg: OperatorConfig, deadline: float,
+                       cache: ReportCache = CACHE) -> str | None:
+    """The warning for a policy of `spec` (its class applied), or None."""
+    if not cfg.csi or not cfg.csi_capacity_namespace:
+        return None
+    need = node_room.need_of(spec, namespace, name, cfg)
+    if need is None:
+        return None
+    reports = await asyncio.to_thread(cache.reports, cfg.csi_capacity_namespace,
+                                      cfg.csi_driver, max(deadline - time.monotonic(), 0.001))
+    return None if reports is None else node_room.warning(need, reports, time.time())

@@ -1,0 +1,139 @@
+"""The policy admission's free-space warning (admission/node_room.py and
+its cached read, node_room_read.py): what one writer needs, which reports
+count, and when the warning is said."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ckptdrain.csi import capacity_report
+from ckptdrain.csi.usage import Capacity
+from ckptdrain.operator.admission import node_room_read
+from ckptdrain.operator.admission.node_room import (
+    CAPACITY_FIELD,
+    SIZING_FIELDS,
+    Need,
+    Report,
+    need_of,
+    report_of,
+    warning,
+)
+from ckptdrain.operator.apiserver import reads as apiserver_reads
+from ckptdrain.operator.config import OperatorConfig
+
+GB = 10**9
+NOW = 1_800_000_000.0
+CSI = OperatorConfig(image="ckptdrain:1", node_tier="csi", csi_capacity_namespace="ckptdrain")
+
+
+def spec(**local: Any) -> dict[str, Any]:
+    return {"selector": {"matchLabels": {"app": "a"}}, "model": {"checkpointBytes": "80GB"},
+            "interval": "15m", "writers": 8,
+            "localTier": {"path": "/mnt/ckptdrain", "keep": 2, **local},
+            "storage": {"uri": "s3://ckpt-bucket/runs"}}
+
+
+def fresh(node: str, available: int) -> Report:
+    return Report(node, available, NOW - 60, 600)
+
+
+def test_a_writer_needs_the_capacity_when_set_else_keep_plus_one_shards() -> None:
+    # 80 GB over 8 writers: 10 GB a shard; keep 2 and the one being captured.
+    assert need_of(spec(), "ns", "p", CSI) == Need(30 * GB, SIZING_FIELDS)
+    assert need_of(spec(capacity="45GB"), "ns", "p", CSI) == Need(45 * GB, CAPACITY_FIELD)
+    assert need_of({"writers": "many"}, "ns", "p", CSI) is None
+
+
+def test_no_node_with_room_warns_with_the_need_the_largest_and_the_count() -> None:
+    said = warning(Need(45 * GB, CAPACITY_FIELD),
+                   [fresh("gpu-1", 20 * GB), fresh("gpu-2", 44 * GB)], NOW)
+    assert said is not None
+    assert "spec.localTier.capacity" in said and "45.0 GB" in said
+    assert "44.0 GB on gpu-2" in said and "any of 2 nodes" in said
+
+
+def test_the_sizing_is_named_when_no_capacity_is_set() -> None:
+    said = warning(Need(30 * GB, SIZING_FIELDS), [fresh("gpu-1", GB)], NOW)
+    assert said is not None and "spec.localTier.keep" in said and "any of 1 node " in said
+
+
+def test_one_node_with_room_or_exactly_room_says_nothing() -> None:
+    assert warning(Need(45 * GB, CAPACITY_FIELD),
+                   [fresh("gpu-1", 20 * GB), fresh("gpu-2", 45 * GB)], NOW) is None
+
+
+def test_no_reports_or_only_stale_ones_say_nothing() -> None:
+    assert warning(Need(45 * GB, CAPACITY_FIELD), [], NOW) is None
+    stale = Report("gpu-1", GB, NOW - 2 * 600 - 1, 600)
+    assert warning(Need(45 * GB, CAPACITY_FIELD), [stale], NOW) is None
+    # A stale node with room does not hide a fresh one without.
+    roomy_but_stale = Report("gpu-9", 100 * GB, NOW - 2 * 600 - 1, 600)
+    said = warning(Need(45 * GB, CAPACITY_FIELD), [roomy_but_stale, fresh("gpu-1", GB)], NOW)
+    assert said is not None and "any of 1 node " in said
+
+
+@given(st.integers(0, 10**14), st.lists(st.integers(0, 10**14), max_size=5),
+       st.floats(0, 5000))
+def test_a_warning_exactly_when_every_fresh_report_is_short(
+        need: int, free: list[int], age: float) -> None:
+    reports = [Report(f"n{i}", f, NOW - age, 600) for i, f in enumerate(free)]
+    said = warning(Need(need, CAPACITY_FIELD), reports, NOW)
+    counted = age <= 1200 and free
+    assert (said is not None) == bool(counted and max(free) < need)
+
+
+def test_the_drivers_own_object_reads_back_as_its_report() -> None:
+    obj = capacity_report.build("gpu-1", "node.ckptdrain.io", "ckptdrain",
+                                Capacity(44 * GB, 100 * GB, 1, 1), NOW, 600)
+    assert report_of(obj) == Report("gpu-1", 44 * GB, NOW, 600)
+    # The apiserver writes quantities back in their canonical form.
+    assert report_of({**obj, "capacity": "44G"}) == Report("gpu-1", 44 * GB, NOW, 600)
+    assert report_of({**obj, "storageClassName": "fast-ssd"}) is None
+    assert report_of({**obj, "capacity": "lots"}) is None
+
+
+def test_an_update_warns_only_when_the_need_changes() -> None:
+    changed = node_room_read.need_changed
+    assert changed(spec(), None, "ns", "p", CSI)
+    assert not changed({**spec(), "interval": "20m"}, spec(), "ns", "p", CSI)
+    assert changed(spec(keep=3), spec(), "ns", "p", CSI)
+    assert changed(spec(capacity="45GB"), spec(), "ns", "p", CSI)
+
+
+def test_one_list_serves_a_burst_and_a_failed_one_says_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    listed: list[str] = []
+    obj = capacity_report.build("gpu-1", "node.ckptdrain.io", "ckptdrain",
+                                Capacity(GB, 100 * GB, 1, 1), time.time(), 600)
+
+    def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> dict[str, Any]:
+        listed.append(path)
+        if len(listed) > 1:
+            raise apiserver_reads.ApiError(403, "Forbidden", "no")
+        assert query == [("labelSelector", "ckptdrain.io/csi-driver=node.ckptdrain.io")]
+        return {"items": [obj]}
+
+    monkeypatch.setattr(apiserver_reads, "get_json", get_json)
+    clock = [0.0]
+    cache = node_room_read.ReportCache(clock=lambda: clock[0])
+
+    def ask(**local: Any) -> str | None:
+        return asyncio.run(node_room_read.room_warning(
+            spec(**local), "ns", "p", CSI, time.monotonic() + 3, cache))
+
+    assert ask() is not None and ask(capacity="1GB") is None
+    assert listed == ["/apis/storage.k8s.io/v1/namespaces/ckptdrain/csistoragecapacities"]
+    clock[0] += node_room_read.CACHE_S
+    assert ask() is None  # the list refused: nothing said
+    assert len(listed) == 2
+    # hostPath mode never reads.
+    hostpath = OperatorConfig(image="ckptdrain:1", csi_capacity_namespace="ckptdrain")
+    assert asyncio.run(node_room_read.room_warning(spec(), "ns", "p", hostpath, 0, cache)) \
+        is None
+    assert len(listed) == 2
