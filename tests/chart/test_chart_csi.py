@@ -122,6 +122,45 @@ def test_csi_mode_renders_the_driver_as_the_page_declares_it(tools: Tools) -> No
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                     "namespace": "ckptdrain"}]
     assert binding["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
+    # Its one write: its node's free space, in the release namespace only.
+    role = one(docs, "Role")
+    assert role["metadata"]["namespace"] == "ckptdrain"
+    assert role["rules"] == page_object("Role")["rules"]
+    bound = one(docs, "RoleBinding")
+    assert bound["metadata"]["namespace"] == "ckptdrain"
+    assert (bound["roleRef"]["kind"], bound["roleRef"]["name"]) == (
+        "Role", role["metadata"]["name"])
+    assert bound["subjects"] == binding["subjects"]
+
+
+def test_the_operator_reads_the_drivers_free_space_in_the_release_namespace(
+        tools: Tools) -> None:
+    """The Role docs/rbac.md shows, bound to the operator's ServiceAccount
+    in the release namespace, which its config names; none in hostPath mode."""
+    docs = objects(tools, "--set", "nodeTier.mode=csi")
+    [reader] = [d for d in docs if d["kind"] == "Role"
+                and d["metadata"]["name"].endswith("-capacity-reader")]
+    assert reader["metadata"]["namespace"] == "ckptdrain"
+    assert reader["rules"] == rbac_section("## The CSI drivers' free space")
+    [bound] = [d for d in docs if d["kind"] == "RoleBinding"
+               and d["roleRef"]["name"] == reader["metadata"]["name"]]
+    deployment = one(docs, "Deployment", "operator")
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert bound["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                  "namespace": "ckptdrain"}]
+    env = env_of(deployment["spec"]["template"]["spec"]["containers"][0])
+    assert operator_config.from_env(env).csi_capacity_namespace == "ckptdrain"
+    fallback = objects(tools, "--set", "nodeTier.mode=hostPath")
+    assert not [d for d in fallback if d["metadata"]["name"].endswith("-capacity-reader")]
+    env = env_of(one(fallback, "Deployment", "operator")["spec"]["template"]["spec"]
+                 ["containers"][0])
+    assert operator_config.from_env(env).csi_capacity_namespace == ""
+
+
+def rbac_section(heading: str) -> list[dict[str, Any]]:
+    text = (REPO / "docs" / "rbac.md").read_text()
+    block = text[text.index(heading):].split("```yaml\n")[1].split("```")[0]
+    return list(yaml.safe_load(block)["rules"])
 
 
 def test_the_daemonset_runs_the_driver_where_kubelet_looks(tools: Tools) -> None:
@@ -154,9 +193,13 @@ def test_the_daemonset_runs_the_driver_where_kubelet_looks(tools: Tools) -> None
     env = env_of(container)
     assert next(e for e in container["env"] if e["name"] == "NODE_NAME")["valueFrom"] == {
         "fieldRef": {"fieldPath": "spec.nodeName"}}
+    # Its free space goes to its own namespace, from the downward API.
+    assert next(e for e in container["env"] if e["name"] == "CKPTDRAIN_CSI_NAMESPACE")[
+        "valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     parser = argparse.ArgumentParser()
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**env, "NODE_NAME": "node-a"}.items():
+        for key, value in {**env, "NODE_NAME": "node-a",
+                           "CKPTDRAIN_CSI_NAMESPACE": "ckptdrain"}.items():
             patch.setenv(key, value)
         csi_config.add_arguments(parser)
         cfg = csi_config.load(parser.parse_args([]))
@@ -166,6 +209,7 @@ def test_the_daemonset_runs_the_driver_where_kubelet_looks(tools: Tools) -> None
     assert str(cfg.csi_socket).startswith(hostpaths["plugin"] + "/")
     assert str(cfg.registration_socket.parent) == hostpaths["registry"]
     assert cfg.min_mount_group == 1000
+    assert cfg.capacity_namespace == "ckptdrain"
 
 
 def test_csi_mode_reaches_the_operator_as_its_config_reads_it(tools: Tools) -> None:
