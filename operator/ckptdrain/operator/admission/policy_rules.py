@@ -20,6 +20,10 @@ admission process (admission/process.py) and Kopf's server
    values (a policy deleted and created again, as `kubectl replace --force`
    does); refused naming one pod, with the way to move.
 
+Beside the refusals, one warning: in CSI mode, when fresh reports of the
+drivers' free space exist and no node has room for one writer
+(admission/node_room.py); never a refusal.
+
 An UPDATE that leaves the spec alone (labels, annotations, finalizers) or
 of a policy being deleted is admitted unchecked: its spec was admitted
 before, and refusing it under a maximum lowered since would leave the
