@@ -62,6 +62,8 @@ def test_csi_node_command_refuses_a_bad_start_in_one_line(tmp_path: Path) -> Non
              "--reclaim-grace-period: expected a duration"),
             (csi_node(tmp_path, "--scan-interval", "0s"), env, "--scan-interval"),
             (csi_node(tmp_path, "--metrics-port", "70000"), env, "--metrics-port"),
+            (csi_node(tmp_path, "--capacity-namespace", "Not_A/Namespace"), env,
+             "--capacity-namespace: expected a namespace name"),
             (csi_node(tmp_path, "--pods-dir", str(tmp_path / "real-pods")),
              {**env, "KUBECONFIG": str(tmp_path / "absent")}, "apiserver credentials: expected")):
         done = subprocess.run(argv, env=env_, capture_output=True, text=True, timeout=60)
