@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ckptdrain.csi import capacity_report
+from ckptdrain.csi import capacity_report, policies
 from ckptdrain.csi.capacity_report import Written
 
 log = logging.getLogger(__name__)
@@ -42,14 +42,12 @@ class CapacityPublisher:
             return
         body = capacity_report.build(self.node, self.driver, self.namespace, free, now,
                                      self.refresh_s)
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         try:
             self._write(body)
-        except (ApiException, HTTPError, OSError, ValueError) as err:
+        except (*policies.api_errors(), OSError, ValueError) as err:
             # Never stops the scan; said once per change of error.
-            said = (f"HTTP {err.status} {err.reason}" if isinstance(err, ApiException)
+            status = policies.status_of(err)
+            said = (f"HTTP {status} {getattr(err, 'reason', '')}" if status is not None
                     else f"{type(err).__name__}: {err}")
             if said != self._last_error:
                 log.warning("free space not published as CSIStorageCapacity %s/%s (%s); "
@@ -66,24 +64,20 @@ class CapacityPublisher:
         """Create or replace the report; a conflict (another write between
         our read and ours: a driver restarted beside its old self) is tried
         once more from a fresh read."""
-        from kubernetes.client.exceptions import ApiException
-
         for attempt in (1, 2):
             try:
                 self._create_or_replace(body)
                 return
-            except ApiException as err:
-                if err.status != 409 or attempt == 2:
+            except policies.api_errors() as err:
+                if policies.status_of(err) != 409 or attempt == 2:
                     raise
 
     def _create_or_replace(self, body: dict[str, Any]) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
             found = self.api.read_namespaced_csi_storage_capacity(
                 self.name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S)
-        except ApiException as err:
-            if err.status != 404:
+        except policies.api_errors() as err:
+            if policies.status_of(err) != 404:
                 raise
             self.api.create_namespaced_csi_storage_capacity(
                 self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)

@@ -54,6 +54,22 @@ def storage_api(api: Any) -> Any:
     return client.StorageV1Api(api.api_client)
 
 
+def api_errors() -> tuple[type[Exception], ...]:
+    """What a request through the SDK may raise: an HTTP answer (its
+    `status` and `reason`) or a transport error. Taken here so the rest of
+    the driver never imports the SDK."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    return (ApiException, HTTPError)
+
+
+def status_of(error: BaseException) -> int | None:
+    """The HTTP status of an error from api_errors(); None for a transport error."""
+    status = getattr(error, "status", None)
+    return status if isinstance(status, int) else None
+
+
 def names_the_policy(status: int | None, body: str | bytes | None, name: str) -> bool:
     """Whether an error answer says that CheckpointPolicy `name` does not
     exist: a 404 whose body is a Status with reason NotFound and details
