@@ -138,3 +138,54 @@ def test_one_list_serves_a_burst_and_a_failed_one_says_nothing(
     assert asyncio.run(node_room_read.room_warning(spec(), "ns", "p", hostpath, 0, cache)) \
         is None
     assert len(listed) == 2
+
+
+def test_admissions_waiting_on_a_slow_list_each_keep_their_own_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list that runs out its timeout holds up the admissions behind it
+    no longer than their own budget (queued, they would add up past the
+    webhook's timeout), and its failure serves them: one list, not three."""
+    listed: list[float] = []
+
+    def slow_get_json(path: str, query: list[tuple[str, str]], timeout: float) -> Any:
+        listed.append(timeout)
+        time.sleep(timeout)  # an apiserver that answers nothing in time
+        raise apiserver_reads.ApiError(504, "Gateway Timeout", "slow")
+
+    monkeypatch.setattr(apiserver_reads, "get_json", slow_get_json)
+    cache, budget = node_room_read.ReportCache(), 1.0
+
+    async def admission(i: int) -> tuple[str | None, float]:
+        start = time.monotonic()
+        said = await node_room_read.room_warning(spec(), "ns", f"p{i}", CSI,
+                                                 start + budget, cache)
+        return said, time.monotonic() - start
+
+    done = asyncio.run(_gather(admission(i) for i in range(3)))
+    assert [said for said, _ in done] == [None, None, None]
+    assert len(listed) == 1 and listed[0] <= budget
+    # Queued behind each other they would take 1, 2 and 3 budgets.
+    assert max(took for _, took in done) < 2 * budget
+
+
+def test_a_failed_list_is_kept_briefly_so_a_burst_does_not_list_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    listed: list[str] = []
+
+    def refused(path: str, query: list[tuple[str, str]], timeout: float) -> Any:
+        listed.append(path)
+        raise apiserver_reads.ApiError(403, "Forbidden", "no")
+
+    monkeypatch.setattr(apiserver_reads, "get_json", refused)
+    clock = [0.0]
+    cache = node_room_read.ReportCache(clock=lambda: clock[0])
+    for _ in range(3):
+        assert cache.reports("ckptdrain", "node.ckptdrain.io", time.monotonic() + 3) is None
+    assert len(listed) == 1
+    clock[0] += node_room_read.FAILED_CACHE_S
+    assert cache.reports("ckptdrain", "node.ckptdrain.io", time.monotonic() + 3) is None
+    assert len(listed) == 2
+
+
+async def _gather(admissions: Any) -> list[Any]:
+    return list(await asyncio.gather(*admissions))

@@ -5,8 +5,10 @@ pure decision. Shared by both serving paths (admission/policy_rules.py).
 The reports are the CSI drivers' CSIStorageCapacity objects in
 cfg.csi_capacity_namespace, listed (one LIST, by the driver's label) at
 most once per CACHE_S: a burst of policy writes (a GitOps sync of a
-hundred policies) makes one read. A read that fails is logged and says
-nothing: the warning is advice, and never holds up an admission.
+hundred policies) makes one read. A read that fails is logged, kept
+FAILED_CACHE_S, and says nothing; an admission waiting on another's read
+gives up at its own deadline: the warning is advice, and never holds up an
+admission past the webhook's timeout.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ log = logging.getLogger("ckptdrain.admission")
 
 #: How long one list of the reports serves admissions.
 CACHE_S = 30.0
+#: How long a failed list serves admissions (said nothing): a burst
+#: against an apiserver that refuses or is slow makes one read, not one each.
+FAILED_CACHE_S = 10.0
 
 
 def capacities_path(namespace: str) -> str:
@@ -38,41 +43,54 @@ def capacities_path(namespace: str) -> str:
 
 class ReportCache:
     """The reports of one namespace and driver, listed at most once per
-    `cache_s` (`clock`: monotonic seconds)."""
+    `cache_s`, a failed list kept `failed_s` (`clock`: monotonic seconds)."""
 
-    def __init__(self, cache_s: float = CACHE_S,
+    def __init__(self, cache_s: float = CACHE_S, failed_s: float = FAILED_CACHE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.cache_s, self.clock = cache_s, clock
+        self.cache_s, self.failed_s, self.clock = cache_s, failed_s, clock
         self._lock = threading.Lock()
-        self._kept: dict[tuple[str, str], tuple[float, list[Report]]] = {}
+        self._kept: dict[tuple[str, str], tuple[float, list[Report] | None]] = {}
         self._last_error: str | None = None
 
-    def reports(self, namespace: str, driver: str, timeout: float) -> list[Report] | None:
-        """The reports, from the cache or one LIST; None when the LIST
-        failed (logged once per change of error)."""
+    def reports(self, namespace: str, driver: str, deadline: float) -> list[Report] | None:
+        """The reports, from the cache or one LIST made by `deadline`
+        (time.monotonic()); None when the LIST failed (logged once per
+        change of error) or another admission's LIST outlasted the budget."""
         key = (namespace, driver)
         # One reader at a time: admissions arriving together wait for the
-        # first one's LIST instead of making their own.
-        with self._lock:
+        # first one's LIST instead of making their own, but each waits no
+        # longer than its own budget (queued, they would add up past the
+        # webhook's timeout).
+        if not self._lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+            return None
+        try:
             kept = self._kept.get(key)
-            if kept is not None and self.clock() - kept[0] < self.cache_s:
+            if kept is not None and self.clock() - kept[0] < (
+                    self.cache_s if kept[1] is not None else self.failed_s):
                 return kept[1]
-            try:
-                found = apiserver_reads.get_json(
-                    capacities_path(namespace),
-                    [("labelSelector", f"{CAPACITY_LABEL_DRIVER}={driver}")], timeout)
-            except READ_ERRORS as error:
-                said = str(error)
-                if said != self._last_error:
-                    log.warning("could not list the CSI drivers' free space in %s (%s): "
-                                "policies are admitted without that check", namespace, said)
-                    self._last_error = said
-                return None
-            self._last_error = None
-            reports = [r for r in (node_room.report_of(item)
-                                   for item in found.get("items") or []) if r is not None]
+            reports = self._list(namespace, driver, deadline - time.monotonic())
             self._kept[key] = (self.clock(), reports)
             return reports
+        finally:
+            self._lock.release()
+
+    def _list(self, namespace: str, driver: str, timeout: float) -> list[Report] | None:
+        if timeout <= 0:
+            return None  # the budget went on waiting: nothing said
+        try:
+            found = apiserver_reads.get_json(
+                capacities_path(namespace),
+                [("labelSelector", f"{CAPACITY_LABEL_DRIVER}={driver}")], timeout)
+        except READ_ERRORS as error:
+            said = str(error)
+            if said != self._last_error:
+                log.warning("could not list the CSI drivers' free space in %s (%s): "
+                            "policies are admitted without that check", namespace, said)
+                self._last_error = said
+            return None
+        self._last_error = None
+        return [r for r in (node_room.report_of(item)
+                            for item in found.get("items") or []) if r is not None]
 
 
 CACHE = ReportCache()
@@ -98,5 +116,5 @@ async def room_warning(spec: Mapping[str, Any], namespace: str, name: str,
     if need is None:
         return None
     reports = await asyncio.to_thread(cache.reports, cfg.csi_capacity_namespace,
-                                      cfg.csi_driver, max(deadline - time.monotonic(), 0.001))
+                                      cfg.csi_driver, deadline)
     return None if reports is None else node_room.warning(need, reports, time.time())
