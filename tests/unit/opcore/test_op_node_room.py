@@ -105,6 +105,9 @@ def test_an_update_warns_only_when_the_need_changes() -> None:
     assert not changed({**spec(), "interval": "20m"}, spec(), "ns", "p", CSI)
     assert changed(spec(keep=3), spec(), "ns", "p", CSI)
     assert changed(spec(capacity="45GB"), spec(), "ns", "p", CSI)
+    # hostPath mode parses nothing and warns of nothing.
+    hostpath = OperatorConfig(image="ckptdrain:1", csi_capacity_namespace="ckptdrain")
+    assert not changed(spec(), None, "ns", "p", hostpath)
 
 
 def test_one_list_serves_a_burst_and_a_failed_one_says_nothing(
@@ -189,3 +192,35 @@ def test_a_failed_list_is_kept_briefly_so_a_burst_does_not_list_again(
 
 async def _gather(admissions: Any) -> list[Any]:
     return list(await asyncio.gather(*admissions))
+
+
+def test_a_class_filled_policy_warns_on_an_update_only_when_its_need_changes(
+        monkeypatch: pytest.MonkeyPatch, no_checkpoint_classes: Any) -> None:
+    """The spec compared is the one the class fills in (here its Secret,
+    without which the caBundle does not parse), as the admission judges it."""
+    from ckptdrain.operator.admission import policy_rules
+
+    no_checkpoint_classes.replace([{
+        "apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointClass",
+        "metadata": {"name": "keyed", "resourceVersion": "2"},
+        "spec": {"nodeTier": {"root": "/mnt/ckptdrain"},
+                 "credentialsSecretRef": {"name": "tenant-keys"}}}], "2")
+    obj = capacity_report.build("gpu-1", "node.ckptdrain.io", "ckptdrain",
+                                Capacity(GB, 100 * GB, 1, 1), time.time(), 600)
+    monkeypatch.setattr(apiserver_reads, "get_json", lambda *_: {"items": [obj]})
+    monkeypatch.setattr(node_room_read, "CACHE", node_room_read.ReportCache())
+
+    def policy(**changed: Any) -> dict[str, Any]:
+        given = {**spec(), "checkpointClassName": "keyed", **changed}
+        given["storage"] = {**given["storage"], "caBundle": {
+            "configMapKeyRef": {"name": "ca", "key": "ca.crt"}}}
+        return {"apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointPolicy",
+                "metadata": {"name": "p", "namespace": "ns"}, "spec": given}
+
+    def warned(new: dict[str, Any], old: dict[str, Any] | None) -> list[str]:
+        said: list[str] = []
+        asyncio.run(policy_rules.admit_policy(new, old, "ns", CSI, warnings=said))
+        return said
+
+    assert len(warned(policy(interval="20m"), policy())) == 0
+    assert len(warned(policy(writers=4), policy())) == 1

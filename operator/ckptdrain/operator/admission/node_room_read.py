@@ -97,12 +97,16 @@ CACHE = ReportCache()
 
 
 def need_changed(spec: Mapping[str, Any], old_spec: Mapping[str, Any] | None, namespace: str,
-                 name: str, cfg: OperatorConfig) -> bool:
+                 name: str, cfg: OperatorConfig, old_cfg: OperatorConfig | None = None) -> bool:
     """Whether a write changes what one writer keeps on its node (always,
-    for a CREATE or an old spec that does not parse)."""
+    for a CREATE or an old spec that does not parse; never outside CSI
+    mode, where nothing is parsed). Both specs with their class applied,
+    `old_cfg` the old one's configuration (`cfg` when None)."""
+    if not cfg.csi or not cfg.csi_capacity_namespace:
+        return False
     if old_spec is None:
         return True
-    before = node_room.need_of(old_spec, namespace, name, cfg)
+    before = node_room.need_of(old_spec, namespace, name, old_cfg or cfg)
     return before is None or before != node_room.need_of(spec, namespace, name, cfg)
 
 

@@ -128,7 +128,8 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
     # One budget for every read below (the classes first), within the
     # webhook's timeout.
     deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
-    cfg, classed = await _class_of(spec, namespace, cfg, deadline)
+    base = cfg
+    cfg, classed = await _class_of(spec, namespace, base, deadline)
     validate_policy(classed, name, cfg, written_in or str(body.get("apiVersion") or V1ALPHA1))
     selector = spec.get("selector")
     if old_spec is None or old_spec.get("selector") != selector:
@@ -142,11 +143,27 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         await _refuse_moves(name, namespace, relocation.refused(old_spec, spec), deadline)
     else:
         await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
-    if warnings is not None and node_room_read.need_changed(spec, old_spec, namespace, name,
-                                                            cfg):
-        said = await node_room_read.room_warning(classed, namespace, name, cfg, deadline)
+    if warnings is not None and cfg.csi:
+        said = await _room_warning(classed, old_spec, namespace, name, base, cfg, deadline)
         if said is not None:
             warnings.append(said)
+
+
+async def _room_warning(classed: Mapping[str, Any], old_spec: Mapping[str, Any] | None,
+                        namespace: str, name: str, base: OperatorConfig, cfg: OperatorConfig,
+                        deadline: float) -> str | None:
+    """The free-space warning, for a CREATE or an UPDATE that changes what
+    one writer keeps: both specs compared with their class applied, as they
+    are judged (a class may fill in what the bare spec needs to parse)."""
+    if old_spec is not None:
+        try:
+            old_cfg, old_classed = await _class_of(old_spec, namespace, base, deadline)
+        except Refused:
+            old_cfg, old_classed = cfg, None  # its class gone or changed: judged anew
+        if not node_room_read.need_changed(classed, old_classed, namespace, name, cfg,
+                                           old_cfg):
+            return None
+    return await node_room_read.room_warning(classed, namespace, name, cfg, deadline)
 
 
 def as_written(obj: Mapping[str, Any], written_in: str | None) -> Mapping[str, Any]:
