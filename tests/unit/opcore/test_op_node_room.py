@@ -43,9 +43,13 @@ def fresh(node: str, available: int) -> Report:
     return Report(node, available, NOW - 60, 600)
 
 
-def test_a_writer_needs_the_capacity_when_set_else_keep_plus_one_shards() -> None:
-    # 80 GB over 8 writers: 10 GB a shard; keep 2 and the one being captured.
-    assert need_of(spec(), "ns", "p", CSI) == Need(30 * GB, SIZING_FIELDS)
+def test_a_writer_needs_the_capacity_when_set_else_what_the_agent_keeps() -> None:
+    # 80 GB over 8 writers: 10 GB a shard. The work dir on the tier's disk:
+    # keep 2, the one being captured, the trainer's next save and the step
+    # restore placed (docs/pod-contract.md); in memory, keep 2 and the capture.
+    assert need_of(spec(), "ns", "p", CSI) == Need(50 * GB, SIZING_FIELDS, 5, 3)
+    in_memory = spec(memory={"sizeLimit": "20GB"})
+    assert need_of(in_memory, "ns", "p", CSI) == Need(30 * GB, SIZING_FIELDS, 3, 1)
     assert need_of(spec(capacity="45GB"), "ns", "p", CSI) == Need(45 * GB, CAPACITY_FIELD)
     assert need_of({"writers": "many"}, "ns", "p", CSI) is None
 
@@ -59,8 +63,9 @@ def test_no_node_with_room_warns_with_the_need_the_largest_and_the_count() -> No
 
 
 def test_the_sizing_is_named_when_no_capacity_is_set() -> None:
-    said = warning(Need(30 * GB, SIZING_FIELDS), [fresh("gpu-1", GB)], NOW)
+    said = warning(Need(50 * GB, SIZING_FIELDS, 5, 3), [fresh("gpu-1", GB)], NOW)
     assert said is not None and "spec.localTier.keep" in said and "any of 1 node " in said
+    assert "5 checkpoint shards" in said, said
 
 
 def test_one_node_with_room_or_exactly_room_says_nothing() -> None:
@@ -224,3 +229,9 @@ def test_a_class_filled_policy_warns_on_an_update_only_when_its_need_changes(
 
     assert len(warned(policy(interval="20m"), policy())) == 0
     assert len(warned(policy(writers=4), policy())) == 1
+
+
+def test_a_node_name_from_a_report_is_repeated_printable_and_short() -> None:
+    said = warning(Need(45 * GB, CAPACITY_FIELD), [fresh("gpu-1\x1b[2J\n" + "x" * 300, GB)], NOW)
+    assert said is not None and "\x1b" not in said and "\n" not in said
+    assert "x" * 100 not in said and "gpu-1[2J" in said

@@ -4,7 +4,9 @@ CSIStorageCapacity per node in the release namespace). Pure.
 
 A policy admission in CSI mode warns, and never refuses, when fresh
 reports exist and none has room for what one writer keeps on its node:
-`spec.localTier.capacity` when set, else (keep + 1) checkpoint shards. Free
+`spec.localTier.capacity` when set, else the checkpoint shards the agent
+keeps without it (keep + 3 with the work dir on the tier's disk, keep + 1
+with localTier.memory). Free
 space moves between the report and the pod, and a policy's own data
 already on a node (a policy created again, its old steps pruned as new
 ones come) is room the report counts as used: a warning is all the
@@ -49,12 +51,26 @@ class Report:
     refresh_s: float
 
 
+#: Shards one writer keeps beyond `keep` without spec.localTier.capacity,
+#: as the agent sizes the tier (node/space.py reserve_steps,
+#: docs/pod-contract.md "Where the work dir lives"): with the trainer's work
+#: dir on the tier's disk, the step being captured, the trainer's next save
+#: and the step restore placed; with localTier.memory, the capture alone.
+EXTRA_SHARDS_DISK_WORK_DIR = 3
+EXTRA_SHARDS_MEMORY_WORK_DIR = 1
+#: The longest node name a warning repeats (a report's name is the driver's to write).
+SHOWN_NODE_CHARS = 63
+
+
 @dataclass(frozen=True)
 class Need:
-    """What one writer keeps on its node, and the field that says so."""
+    """What one writer keeps on its node, the field that says so, and the
+    checkpoint shards counted when no capacity is set."""
 
     bytes: int
     field: str
+    shards: int | None = None
+    extra: int = 0
 
 
 def report_of(obj: Mapping[str, Any]) -> Report | None:
@@ -92,8 +108,11 @@ def need_of(spec: Mapping[str, Any], namespace: str, name: str,
         return None
     if policy.local_capacity is not None:
         return Need(policy.local_capacity, CAPACITY_FIELD)
-    shard = policy.checkpoint_bytes / policy.writers
-    return Need(round((policy.local_keep + 1) * shard), SIZING_FIELDS)
+    extra = (EXTRA_SHARDS_MEMORY_WORK_DIR if policy.memory_limit is not None
+             else EXTRA_SHARDS_DISK_WORK_DIR)
+    shards = policy.local_keep + extra
+    return Need(round(shards * policy.checkpoint_bytes / policy.writers), SIZING_FIELDS,
+                shards, extra)
 
 
 def warning(need: Need, reports: Iterable[Report], now: float) -> str | None:
@@ -105,11 +124,18 @@ def warning(need: Need, reports: Iterable[Report], now: float) -> str | None:
         return None
     largest = max(live, key=lambda r: (r.available_bytes, r.node))
     nodes = "node" if len(live) == 1 else "nodes"
-    kept = ("" if need.field == CAPACITY_FIELD
-            else " ((keep + 1) checkpoint shards: spec.localTier.capacity is not set)")
+    counted = ("" if need.shards is None else
+               f" (keep + {need.extra} = {need.shards} checkpoint shards"
+               f"{', the work dir on its disk' if need.extra > 1 else ''})")
     return (f"ckptdrain: {need.field}: one writer keeps up to "
-            f"{units.format_bytes(need.bytes, units.UP)} on its node{kept}, more than the "
-            f"CSI driver reports free on any of {len(live)} {nodes} (the most: "
-            f"{units.format_bytes(largest.available_bytes, units.DOWN)} on {largest.node}); "
-            "its pods may fail to save to the node tier. Admitted: free space changes, and "
-            "this policy's own data already on a node counts as room")
+            f"{units.format_bytes(need.bytes, units.UP)} on its node{counted}, more than "
+            f"any of {len(live)} {nodes} reports free (the most: "
+            f"{units.format_bytes(largest.available_bytes, units.DOWN)} on "
+            f"{shown(largest.node)}); admitted, as free space changes")
+
+
+def shown(node: str) -> str:
+    """A node's name as a warning may repeat it: printable, and short."""
+    printable = "".join(c for c in node if c.isprintable())
+    return (printable if len(printable) <= SHOWN_NODE_CHARS
+            else printable[:SHOWN_NODE_CHARS - 3] + "...")
