@@ -76,7 +76,7 @@ def test_the_driver_creates_then_updates_its_nodes_report_with_exactly_its_role(
         caplog: pytest.LogCaptureFixture) -> None:
     account, kubeconfig = driver_account
     api = config.new_client_from_config(str(kubeconfig))
-    name = capacity_report.object_name("node-a")
+    name = capacity_report.object_name("node-a", DRIVER)
     with caplog.at_level(logging.INFO, "ckptdrain.csi.capacity_publisher"), running_driver(
             apiserver_resolver(client.CustomObjectsApi(api)),
             storage_api=client.StorageV1Api(api), capacity_namespace=namespace,

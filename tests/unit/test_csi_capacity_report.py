@@ -21,6 +21,8 @@ from ckptdrain.csi.usage import Capacity
 
 SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 GIB = 2**30
+DRIVER = "node.ckptdrain.io"
+DRIVER_HASH = "bbad08"  # the first characters of the driver name's SHA-256
 DISK = Capacity(available_bytes=40 * GIB, total_bytes=100 * GIB, available_inodes=1,
                 total_inodes=2)
 
@@ -30,7 +32,8 @@ def test_the_report_of_a_node_says_its_free_space_and_where() -> None:
                    600)
     assert report == {
         "apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
-        "metadata": {"name": "node-tier-gpu-7.example.com", "namespace": "ckptdrain",
+        "metadata": {"name": f"node-tier-{DRIVER_HASH}-gpu-7.example.com",
+                     "namespace": "ckptdrain",
                      "labels": {"ckptdrain.io/csi-driver": "node.ckptdrain.io"},
                      "annotations": {"ckptdrain.io/node": "gpu-7.example.com",
                                      "ckptdrain.io/measured-at": "2023-11-14T22:13:20Z",
@@ -49,23 +52,28 @@ def test_a_node_name_too_long_for_a_label_gets_no_topology_but_its_full_name() -
 
 @given(st.text(min_size=1, max_size=253))
 def test_every_node_name_makes_a_valid_name(node: str) -> None:
-    name = object_name(node)
+    name = object_name(node, DRIVER)
     assert len(name) <= 253 and SUBDOMAIN.fullmatch(name), name
-    assert name.startswith("node-tier-")
+    assert name.startswith(f"node-tier-{DRIVER_HASH}-")
 
 
 def test_a_253_character_node_name_is_shortened_readably_and_kept_apart() -> None:
     node = ("a" * 60 + ".") * 4 + "b" * 9
     assert len(node) == 253
-    name = object_name(node)
-    assert len(name) <= 253 and name.startswith("node-tier-aaaa")
+    name = object_name(node, DRIVER)
+    assert len(name) <= 253 and name.startswith(f"node-tier-{DRIVER_HASH}-aaaa")
     # Two nodes the cut would make alike keep two reports.
-    assert object_name(node[:-1] + "c") != name
+    assert object_name(node[:-1] + "c", DRIVER) != name
 
 
 def test_two_names_the_cleaning_makes_alike_stay_apart() -> None:
-    assert object_name("Node_A") != object_name("node-a")
-    assert object_name("node-a") == "node-tier-node-a"
+    assert object_name("Node_A", DRIVER) != object_name("node-a", DRIVER)
+    assert object_name("node-a", DRIVER) == f"node-tier-{DRIVER_HASH}-node-a"
+
+
+def test_two_drivers_in_one_namespace_keep_two_reports_of_a_node() -> None:
+    """Two releases in one namespace: neither overwrites the other's."""
+    assert object_name("node-a", "a.ckptdrain.io") != object_name("node-a", "b.ckptdrain.io")
 
 
 def test_the_refresh_period_is_ten_scans_at_most_an_hour() -> None:
@@ -99,10 +107,12 @@ class FakeStorage:
     fail: list[Exception] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     version: int = 0
+    #: Which call the errors are raised by (None: the next, whichever).
+    fail_at: str | None = None
 
     def _maybe_fail(self, call: str) -> None:
         self.calls.append(call)
-        if self.fail:
+        if self.fail and self.fail_at in (None, call):
             raise self.fail.pop(0)
 
     def read_namespaced_csi_storage_capacity(self, name: str, namespace: str,
@@ -110,7 +120,8 @@ class FakeStorage:
         self._maybe_fail("get")
         if self.stored is None:
             raise ApiException(status=404, reason="Not Found")
-        return SimpleNamespace(metadata=SimpleNamespace(resource_version=str(self.version)))
+        return SimpleNamespace(metadata=SimpleNamespace(
+            resource_version=str(self.version), labels=self.stored["metadata"].get("labels")))
 
     def create_namespaced_csi_storage_capacity(self, namespace: str, body: dict[str, Any],
                                                **_: Any) -> None:
@@ -151,10 +162,25 @@ def test_the_publisher_creates_then_updates_only_when_due() -> None:
 
 def test_a_conflict_is_tried_once_more() -> None:
     api, now = FakeStorage(), [1000.0]
-    api.fail = [ApiException(status=409, reason="Conflict")]
+    api.fail, api.fail_at = [ApiException(status=409, reason="Conflict")], "create"
     publisher(api, now)(scanned(40 * GIB))
-    assert api.calls == ["get", "get", "create"]
+    assert api.calls == ["get", "create", "get", "create"]
     assert api.stored is not None
+    api.fail, api.fail_at = [ApiException(status=409, reason="Conflict")], "update"
+    now[0] += 600
+    publisher(api, now)(scanned(40 * GIB))
+    assert api.calls[4:] == ["get", "update", "get", "update"]
+
+
+def test_an_object_labelled_for_another_driver_is_left_alone(
+        caplog: pytest.LogCaptureFixture) -> None:
+    api, now = FakeStorage(), [1000.0]
+    theirs = build("node-a", "other.example.com", "ckptdrain", DISK, 900, 600)
+    api.stored = theirs
+    with caplog.at_level(logging.INFO, "ckptdrain.csi.capacity_publisher"):
+        publisher(api, now)(scanned(40 * GIB))
+    assert api.calls == ["get"] and api.stored is theirs
+    assert "other.example.com" in caplog.text
 
 
 def test_failures_are_logged_once_per_change_and_never_raise(
@@ -170,8 +196,9 @@ def test_failures_are_logged_once_per_change_and_never_raise(
         publish(scanned(40 * GIB))  # written: said it works again
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 3, said
-    assert "HTTP 403 Forbidden" in said[0] and "node-tier-node-a" in said[0]
+    assert "HTTP 403 Forbidden" in said[0] and f"node-tier-{DRIVER_HASH}-node-a" in said[0]
     assert "no apiserver" in said[1]
-    assert "published as CSIStorageCapacity ckptdrain/node-tier-node-a again" in said[2]
+    assert (f"published as CSIStorageCapacity ckptdrain/node-tier-{DRIVER_HASH}-node-a again"
+            in said[2])
     # A failed write is tried again at the next scan, not after a refresh.
     assert api.stored is not None

@@ -12,10 +12,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ckptdrain.contract.csi import CAPACITY_LABEL_DRIVER
 from ckptdrain.csi import capacity_report, policies
 from ckptdrain.csi.capacity_report import Written
 
 log = logging.getLogger(__name__)
+
+
+class ForeignReport(ValueError):
+    """The object by this name is another driver's: never replaced."""
 
 #: How long one request may take: a scan waits for it.
 REQUEST_TIMEOUT_S = 10
@@ -28,7 +33,7 @@ class CapacityPublisher:
                  clock: Callable[[], float] = time.time) -> None:
         self.api, self.namespace, self.node, self.driver = api, namespace, node, driver
         self.refresh_s, self.clock = refresh_s, clock
-        self.name = capacity_report.object_name(node)
+        self.name = capacity_report.object_name(node, driver)
         self.last: Written | None = None
         self._last_error: str | None = None
 
@@ -82,6 +87,10 @@ class CapacityPublisher:
             self.api.create_namespaced_csi_storage_capacity(
                 self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
             return
+        owner = (found.metadata.labels or {}).get(CAPACITY_LABEL_DRIVER)
+        if owner != self.driver:
+            raise ForeignReport(f"the object is labelled for CSI driver {owner!r}, not "
+                                f"{self.driver!r}: left alone")
         replaced = {**body, "metadata": {**body["metadata"],
                                          "resourceVersion": found.metadata.resource_version}}
         self.api.replace_namespaced_csi_storage_capacity(

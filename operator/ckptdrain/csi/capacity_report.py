@@ -5,8 +5,8 @@ namespace, and when to write it again. Pure.
     apiVersion: storage.k8s.io/v1
     kind: CSIStorageCapacity
     metadata:
-      name: node-tier-<node>            (object_name: shortened, with a hash,
-                                         when the node's name does not fit)
+      name: node-tier-<driver hash>-<node>  (object_name: shortened, with a
+                                         hash, when the node's name does not fit)
       namespace: <the driver's>
       labels: {ckptdrain.io/csi-driver: <driver name>}
       annotations: {ckptdrain.io/node: <node>,
@@ -47,6 +47,7 @@ NAME_PREFIX = "node-tier-"
 #: A DNS subdomain's longest name (the object's name must be one).
 MAX_NAME = 253
 HASH_CHARS = 10
+DRIVER_HASH_CHARS = 6
 #: A move of the free space worth a write: this share of the disk's size.
 THRESHOLD = 0.01
 #: The refresh period: REFRESH_SCANS scan intervals, at most MAX_REFRESH_S.
@@ -58,18 +59,25 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
 
-def object_name(node: str) -> str:
-    """The report's name for `node`: NAME_PREFIX and the node's name when
-    that is a DNS subdomain of at most MAX_NAME characters; otherwise the
+def object_name(node: str, driver: str) -> str:
+    """The report's name for `node` by the driver named `driver`:
+    NAME_PREFIX, a short hash of the driver's name (two releases in one
+    namespace never write one object), and the node's name when the whole
+    is a DNS subdomain of at most MAX_NAME characters; otherwise the node's
     name cleaned to [a-z0-9-] and cut to fit, then a hash of the whole name
     (so two nodes never share a report)."""
-    whole = NAME_PREFIX + node
+    prefix = f"{NAME_PREFIX}{_digest(driver, DRIVER_HASH_CHARS)}-"
+    whole = prefix + node
     if len(whole) <= MAX_NAME and _SUBDOMAIN.fullmatch(whole):
         return whole
-    digest = hashlib.sha256(node.encode()).hexdigest()[:HASH_CHARS]
-    room = MAX_NAME - len(NAME_PREFIX) - 1 - HASH_CHARS
+    digest = _digest(node, HASH_CHARS)
+    room = MAX_NAME - len(prefix) - 1 - HASH_CHARS
     readable = re.sub(r"[^a-z0-9]+", "-", node.lower())[:room].strip("-")
-    return f"{NAME_PREFIX}{readable}-{digest}" if readable else f"{NAME_PREFIX}{digest}"
+    return f"{prefix}{readable}-{digest}" if readable else f"{prefix}{digest}"
+
+
+def _digest(text: str, chars: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:chars]
 
 
 def refresh_period(scan_interval_s: float) -> float:
@@ -89,7 +97,7 @@ def build(node: str, driver: str, namespace: str, free: Capacity, measured_at: f
     report: dict[str, Any] = {
         "apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
         "metadata": {
-            "name": object_name(node), "namespace": namespace,
+            "name": object_name(node, driver), "namespace": namespace,
             "labels": {CAPACITY_LABEL_DRIVER: driver},
             "annotations": {CAPACITY_ANNOTATION_NODE: node,
                             CAPACITY_ANNOTATION_MEASURED: rfc3339(measured_at),
