@@ -196,9 +196,16 @@ def test_the_daemonset_runs_the_driver_where_kubelet_looks(tools: Tools) -> None
     # Its free space goes to its own namespace, from the downward API.
     assert next(e for e in container["env"] if e["name"] == "CKPTDRAIN_CSI_NAMESPACE")[
         "valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    # Its reports are owned by its own Pod (garbage-collected with it).
+    assert {e["name"]: e["valueFrom"] for e in container["env"]
+            if e["name"] in ("CKPTDRAIN_CSI_POD_NAME", "CKPTDRAIN_CSI_POD_UID")} == {
+        "CKPTDRAIN_CSI_POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
+        "CKPTDRAIN_CSI_POD_UID": {"fieldRef": {"fieldPath": "metadata.uid"}}}
     parser = argparse.ArgumentParser()
+    pod_uid = "5f0c6d2e-8f3a-4b1e-9c1a-1b2c3d4e5f60"
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**env, "NODE_NAME": "node-a",
+        for key, value in {**env, "NODE_NAME": "node-a", "CKPTDRAIN_CSI_POD_NAME": "csi-x",
+                           "CKPTDRAIN_CSI_POD_UID": pod_uid,
                            "CKPTDRAIN_CSI_NAMESPACE": "ckptdrain"}.items():
             patch.setenv(key, value)
         csi_config.add_arguments(parser)
@@ -210,6 +217,7 @@ def test_the_daemonset_runs_the_driver_where_kubelet_looks(tools: Tools) -> None
     assert str(cfg.registration_socket.parent) == hostpaths["registry"]
     assert cfg.min_mount_group == 1000
     assert cfg.capacity_namespace == "ckptdrain"
+    assert cfg.pod == ("csi-x", pod_uid)
 
 
 def test_csi_mode_reaches_the_operator_as_its_config_reads_it(tools: Tools) -> None:

@@ -50,6 +50,16 @@ def test_a_node_name_too_long_for_a_label_gets_no_topology_but_its_full_name() -
     assert report["metadata"]["annotations"]["ckptdrain.io/node"] == node
 
 
+def test_the_report_is_owned_by_the_drivers_pod_when_it_is_named() -> None:
+    """Garbage-collected with the pod: a removed node's, an uninstalled
+    release's report goes with its driver."""
+    owner = ("ckptdrain-csi-node-x7k2p", "5f0c6d2e-8f3a-4b1e-9c1a-1b2c3d4e5f60")
+    report = build("gpu-7", DRIVER, "ckptdrain", DISK, 0, 600, owner=owner)
+    assert report["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": owner[0], "uid": owner[1]}]
+    assert "ownerReferences" not in build("gpu-7", DRIVER, "ckptdrain", DISK, 0, 600)["metadata"]
+
+
 @given(st.text(min_size=1, max_size=253))
 def test_every_node_name_makes_a_valid_name(node: str) -> None:
     name = object_name(node, DRIVER)

@@ -30,8 +30,10 @@ class CapacityPublisher:
     """Publishes one node's report through `api`, a kubernetes StorageV1Api."""
 
     def __init__(self, api: Any, namespace: str, node: str, driver: str, refresh_s: float,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 owner: tuple[str, str] | None = None) -> None:
         self.api, self.namespace, self.node, self.driver = api, namespace, node, driver
+        self.owner = owner
         self.refresh_s, self.clock = refresh_s, clock
         self.name = capacity_report.object_name(node, driver)
         self.last: Written | None = None
@@ -46,7 +48,7 @@ class CapacityPublisher:
         if not capacity_report.due(self.last, free, now, self.refresh_s):
             return
         body = capacity_report.build(self.node, self.driver, self.namespace, free, now,
-                                     self.refresh_s)
+                                     self.refresh_s, self.owner)
         try:
             self._write(body)
         except (*policies.api_errors(), OSError, ValueError) as err:

@@ -8,6 +8,8 @@ namespace, and when to write it again. Pure.
       name: node-tier-<driver hash>-<node>  (object_name: shortened, with a
                                          hash, when the node's name does not fit)
       namespace: <the driver's>
+      ownerReferences: [<the driver's Pod>]  (when it is named: garbage-collected
+                                         with it)
       labels: {ckptdrain.io/csi-driver: <driver name>}
       annotations: {ckptdrain.io/node: <node>,
                     ckptdrain.io/measured-at: <RFC 3339>,
@@ -90,9 +92,10 @@ def rfc3339(at: float) -> str:
 
 
 def build(node: str, driver: str, namespace: str, free: Capacity, measured_at: float,
-          refresh_s: float) -> dict[str, Any]:
+          refresh_s: float, owner: tuple[str, str] | None = None) -> dict[str, Any]:
     """The CSIStorageCapacity reporting `free` on `node`, measured at
-    `measured_at` (Unix seconds)."""
+    `measured_at` (Unix seconds); `owner`: the driver's own Pod (name, uid),
+    in `namespace`, whose deletion takes the report with it."""
     available = str(max(free.available_bytes, 0))
     report: dict[str, Any] = {
         "apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
@@ -106,6 +109,10 @@ def build(node: str, driver: str, namespace: str, free: Capacity, measured_at: f
         "capacity": available,
         "maximumVolumeSize": available,
     }
+    if owner is not None:
+        # No blockOwnerDeletion: that would need a right on the Pod's finalizers.
+        report["metadata"]["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": owner[0], "uid": owner[1]}]
     if len(node) <= 63 and _LABEL_VALUE.fullmatch(node):
         report["nodeTopology"] = {"matchLabels": {HOSTNAME_LABEL: node}}
     return report

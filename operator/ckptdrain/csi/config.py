@@ -31,6 +31,10 @@ defaults (the DaemonSet sets the environment), checked at start.
                             node's free space as a CSIStorageCapacity
                             (capacity_report.py); empty: not published (unset;
                             the chart sets it from the downward API)
+  CKPTDRAIN_CSI_POD_NAME, CKPTDRAIN_CSI_POD_UID
+                            the driver's own Pod, in that namespace: it owns
+                            the report, which goes with it (unset: no owner;
+                            the chart sets both from the downward API)
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ DEFAULT_NAME = DEFAULT_DRIVER_NAME
 # A CSI driver name: a DNS-1123 subdomain of at most 63 characters.
 _DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_POD_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 DEFAULT_GRACE_PERIOD = "1h"
 DEFAULT_SCAN_INTERVAL = "60s"
 DEFAULT_METRICS_PORT = 9110
@@ -70,6 +76,7 @@ class DriverConfig:
     scan_interval_s: float = 60.0
     metrics_port: int = 0  # 0: no metrics endpoint (the flag's default is 9110)
     capacity_namespace: str = ""  # "": the free space is not published
+    pod: tuple[str, str] | None = None  # the driver's own Pod (name, uid): owns the report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,6 +120,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capacity-namespace", default=env("CKPTDRAIN_CSI_NAMESPACE", ""),
                         help="where to publish the node's free space as a CSIStorageCapacity; "
                              "empty: nowhere (default: $CKPTDRAIN_CSI_NAMESPACE)")
+    parser.add_argument("--pod-name", default=env("CKPTDRAIN_CSI_POD_NAME", ""),
+                        help="the driver's own Pod, in the capacity namespace: it owns the "
+                             "report (default: $CKPTDRAIN_CSI_POD_NAME)")
+    parser.add_argument("--pod-uid", default=env("CKPTDRAIN_CSI_POD_UID", ""),
+                        help="that Pod's uid (default: $CKPTDRAIN_CSI_POD_UID)")
 
 
 def _absolute(value: str, flag: str) -> str:
@@ -146,6 +158,7 @@ def load(args: argparse.Namespace) -> DriverConfig:
     if namespace and not _NAMESPACE.fullmatch(namespace):
         raise InvalidInput("--capacity-namespace", "a namespace name (a DNS-1123 label)",
                            namespace)
+    pod = _pod(args.pod_name or "", args.pod_uid or "")
     csi_socket = args.csi_socket or f"/var/lib/kubelet/plugins/{args.name}/csi.sock"
     registration = (args.registration_socket
                     or f"/var/lib/kubelet/plugins_registry/{args.name}-reg.sock")
@@ -164,4 +177,17 @@ def load(args: argparse.Namespace) -> DriverConfig:
         registration_socket=Path(_absolute(registration, "--registration-socket")),
         owner_uid=int(args.owner_uid), min_mount_group=int(args.min_mount_group),
         reclaim=Reclaim(args.reclaim_policy, grace_s), scan_interval_s=interval_s,
-        metrics_port=int(port), capacity_namespace=namespace)
+        metrics_port=int(port), capacity_namespace=namespace, pod=pod)
+
+
+def _pod(name: str, uid: str) -> tuple[str, str] | None:
+    """The owner Pod: both given, or neither."""
+    if not name and not uid:
+        return None
+    if not _POD_NAME.fullmatch(name):
+        raise InvalidInput("--pod-name", "the driver's Pod name (a DNS-1123 subdomain), "
+                           "given with --pod-uid", name)
+    if not _UID.fullmatch(uid):
+        raise InvalidInput("--pod-uid", "the driver's Pod uid (a UUID), given with "
+                           "--pod-name", uid)
+    return name, uid

@@ -92,7 +92,8 @@ class Driver:
                                    owner_uid=cfg.owner_uid)
         self.publisher = None if storage_api is None or not cfg.capacity_namespace else \
             CapacityPublisher(storage_api, cfg.capacity_namespace, cfg.node_id, cfg.name,
-                              capacity_report.refresh_period(cfg.scan_interval_s))
+                              capacity_report.refresh_period(cfg.scan_interval_s),
+                              owner=cfg.pod)
         self.collector = Collector(self.volumes, resolve_policy, cfg.reclaim,
                                    cfg.scan_interval_s, mounts.mounted_under,
                                    list_classes=list_classes, after_scan=self.publisher)
