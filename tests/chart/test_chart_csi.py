@@ -245,6 +245,8 @@ def test_csi_mode_reaches_the_operator_as_its_config_reads_it(tools: Tools) -> N
      "csiDriver.reclaim.gracePeriod: expected a duration of more than zero"),
     (["--set", "nodeTier.mode=csi", "--set", "csiDriver.scanInterval=0s"],
      "csiDriver.scanInterval: expected a duration of more than zero"),
+    (["--set", "nodeTier.mode=csi", "--set", "csiDriver.scanInterval=31m"],
+     "csiDriver.scanInterval: expected at most 30m"),
     (["--set", "nodeTier.mode=csi", "--set", "csiDriver.metrics.port=70000"],
      "/csiDriver/metrics/port"),
     (["--set", "nodeTier.mode=csi", "--set", "csiDriver.rootDir=/mnt/ckptdrain"],

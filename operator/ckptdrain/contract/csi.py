@@ -26,3 +26,11 @@ CAPACITY_LABEL_DRIVER = "ckptdrain.io/csi-driver"
 CAPACITY_ANNOTATION_NODE = "ckptdrain.io/node"
 CAPACITY_ANNOTATION_MEASURED = "ckptdrain.io/measured-at"
 CAPACITY_ANNOTATION_REFRESH = "ckptdrain.io/refresh-seconds"
+#: The longest refresh period a driver writes, and a reader believes: a
+#: report claiming a longer one is judged by this one.
+CAPACITY_MAX_REFRESH_S = 3600.0
+#: The longest scan interval the driver takes. A report is written again
+#: only after a scan, so within refresh + scan interval of the last write;
+#: with the scan at most half the longest refresh (and the refresh ten scans
+#: below it), that stays within the two refresh periods a reader allows.
+CAPACITY_MAX_SCAN_INTERVAL_S = CAPACITY_MAX_REFRESH_S / 2

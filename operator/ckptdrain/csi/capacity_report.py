@@ -41,6 +41,7 @@ from ckptdrain.contract.csi import (
     CAPACITY_ANNOTATION_NODE,
     CAPACITY_ANNOTATION_REFRESH,
     CAPACITY_LABEL_DRIVER,
+    CAPACITY_MAX_REFRESH_S,
     CAPACITY_STORAGE_CLASS,
 )
 from ckptdrain.csi.usage import Capacity
@@ -54,7 +55,7 @@ DRIVER_HASH_CHARS = 6
 THRESHOLD = 0.01
 #: The refresh period: REFRESH_SCANS scan intervals, at most MAX_REFRESH_S.
 REFRESH_SCANS = 10
-MAX_REFRESH_S = 3600.0
+MAX_REFRESH_S = CAPACITY_MAX_REFRESH_S
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ckptdrain.contract.csi import CAPACITY_MAX_REFRESH_S
 from ckptdrain.csi import capacity_report
 from ckptdrain.csi.usage import Capacity
-from ckptdrain.operator.admission import node_room_read
+from ckptdrain.operator.admission import node_room, node_room_read
 from ckptdrain.operator.admission.node_room import (
     CAPACITY_FIELD,
     SIZING_FIELDS,
@@ -81,6 +82,18 @@ def test_no_reports_or_only_stale_ones_say_nothing() -> None:
     roomy_but_stale = Report("gpu-9", 100 * GB, NOW - 2 * 600 - 1, 600)
     said = warning(Need(45 * GB, CAPACITY_FIELD), [roomy_but_stale, fresh("gpu-1", GB)], NOW)
     assert said is not None and "any of 1 node " in said
+
+
+def test_a_report_from_the_future_or_with_an_overlong_refresh_is_not_fresh() -> None:
+    """Two wall clocks meet here: a driver's clock far ahead would keep its
+    report fresh for ever, and so would a refresh period no driver writes."""
+    need = Need(45 * GB, CAPACITY_FIELD)
+    ahead = Report("gpu-1", GB, NOW + node_room.FUTURE_SKEW_S + 1, 600)
+    assert warning(need, [ahead], NOW) is None
+    slightly_ahead = Report("gpu-1", GB, NOW + node_room.FUTURE_SKEW_S, 600)
+    assert warning(need, [slightly_ahead], NOW) is not None
+    endless = Report("gpu-1", GB, NOW - 2 * CAPACITY_MAX_REFRESH_S - 1, 10**9)
+    assert warning(need, [endless], NOW) is None
 
 
 @given(st.integers(0, 10**14), st.lists(st.integers(0, 10**14), max_size=5),

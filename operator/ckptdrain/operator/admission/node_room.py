@@ -26,6 +26,7 @@ from ckptdrain.contract.csi import (
     CAPACITY_ANNOTATION_MEASURED,
     CAPACITY_ANNOTATION_NODE,
     CAPACITY_ANNOTATION_REFRESH,
+    CAPACITY_MAX_REFRESH_S,
     CAPACITY_STORAGE_CLASS,
 )
 from ckptdrain.errors import InvalidInput
@@ -37,8 +38,12 @@ from ckptdrain.operator.policy import spec as pol
 #: never older than one (and the scan it measured).
 STALE_PERIODS = 2
 #: The refresh period assumed of a report that does not say its own (the
-#: driver's longest).
-DEFAULT_REFRESH_S = 3600.0
+#: driver's longest); a longer one said is cut to it.
+DEFAULT_REFRESH_S = CAPACITY_MAX_REFRESH_S
+#: How far ahead of the operator's clock a report's measured-at may be and
+#: still count (clock skew between nodes): further ahead, it is not fresh,
+#: or a driver's fast clock would keep its report fresh for ever.
+FUTURE_SKEW_S = 60.0
 CAPACITY_FIELD = "spec.localTier.capacity"
 SIZING_FIELDS = "spec.localTier.keep and the checkpoint's size"
 
@@ -94,8 +99,12 @@ def report_of(obj: Mapping[str, Any]) -> Report | None:
 
 
 def fresh(reports: Iterable[Report], now: float) -> list[Report]:
-    """The reports measured within STALE_PERIODS of their refresh period."""
-    return [r for r in reports if now - r.measured_at <= STALE_PERIODS * r.refresh_s]
+    """The reports measured within STALE_PERIODS of their refresh period
+    (at most CAPACITY_MAX_REFRESH_S), and not more than FUTURE_SKEW_S
+    ahead of `now`."""
+    return [r for r in reports
+            if -FUTURE_SKEW_S <= now - r.measured_at
+            <= STALE_PERIODS * min(r.refresh_s, CAPACITY_MAX_REFRESH_S)]
 
 
 def need_of(spec: Mapping[str, Any], namespace: str, name: str,
