@@ -142,6 +142,9 @@ def test_the_operator_reads_the_drivers_free_space_in_the_release_namespace(
                 and d["metadata"]["name"].endswith("-capacity-reader")]
     assert reader["metadata"]["namespace"] == "ckptdrain"
     assert reader["rules"] == rbac_section("## The CSI drivers' free space")
+    # One LIST is all it makes (admission/node_room_read.py): no get.
+    assert reader["rules"] == [{"apiGroups": ["storage.k8s.io"],
+                                "resources": ["csistoragecapacities"], "verbs": ["list"]}]
     [bound] = [d for d in docs if d["kind"] == "RoleBinding"
                and d["roleRef"]["name"] == reader["metadata"]["name"]]
     deployment = one(docs, "Deployment", "operator")
