@@ -212,3 +212,19 @@ def test_failures_are_logged_once_per_change_and_never_raise(
             in said[2])
     # A failed write is tried again at the next scan, not after a refresh.
     assert api.stored is not None
+
+
+def test_one_write_is_one_try_bounded_by_its_timeout() -> None:
+    """urllib3 retries a failed connection three times by default: each try
+    would get the whole timeout, and the scan waits for all of them."""
+    from kubernetes import client
+
+    from ckptdrain.csi.policies import storage_api
+
+    configuration = client.Configuration()
+    configuration.host = "http://127.0.0.1:9"
+    shared = client.CustomObjectsApi(client.ApiClient(configuration))
+    storage = storage_api(shared)
+    retries = storage.api_client.rest_client.pool_manager.connection_pool_kw.get("retries")
+    assert retries is not None and retries.total == 0, retries
+    assert shared.api_client.configuration.retries is None  # the policy reads keep theirs

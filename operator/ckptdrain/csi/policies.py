@@ -47,11 +47,18 @@ def policies_api() -> Any:
 
 
 def storage_api(api: Any) -> Any:
-    """A StorageV1Api on `api`'s client and credentials: the node's free
+    """A StorageV1Api with `api`'s credentials, on a client of its own that
+    makes one try a request (urllib3 retries three more by default, each
+    with the whole timeout, and a scan waits for the write): the node's free
     space is published through it (capacity_publisher.py)."""
-    from kubernetes import client
+    import copy
 
-    return client.StorageV1Api(api.api_client)
+    from kubernetes import client
+    from urllib3.util.retry import Retry
+
+    configuration = copy.deepcopy(api.api_client.configuration)
+    configuration.retries = Retry(total=0, raise_on_status=False)
+    return client.StorageV1Api(client.ApiClient(configuration))
 
 
 def api_errors() -> tuple[type[Exception], ...]:
