@@ -191,11 +191,10 @@ class Collector:
             said = f"{type(err).__name__}: {err}"
             if said != self._hook_error:
                 log.error("after the scan of %s: %s (scans go on)", self.root, said)
-            self._hook_error = said
+                self._hook_error = said
 
     def usage_of(self, policy_dir: Path) -> Usage:
-        """The directory's usage from the last scan, measured now (once) if
-        the scan has not seen it yet."""
+        """The directory's usage from the last scan, else measured now (once)."""
         found = self._usage.get(policy_dir)
         if found is None:
             found = self._usage[policy_dir] = measure(policy_dir / DATA_DIR)
