@@ -68,15 +68,16 @@ class ReportCache:
             if kept is not None and self.clock() - kept[0] < (
                     self.cache_s if kept[1] is not None else self.failed_s):
                 return kept[1]
-            reports = self._list(namespace, driver, deadline - time.monotonic())
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                return None  # the budget went on waiting: nothing listed, nothing kept
+            reports = self._list(namespace, driver, timeout)
             self._kept[key] = (self.clock(), reports)
             return reports
         finally:
             self._lock.release()
 
     def _list(self, namespace: str, driver: str, timeout: float) -> list[Report] | None:
-        if timeout <= 0:
-            return None  # the budget went on waiting: nothing said
         try:
             found = apiserver_reads.get_json(
                 capacities_path(namespace),
