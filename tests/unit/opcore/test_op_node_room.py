@@ -248,3 +248,18 @@ def test_a_node_name_from_a_report_is_repeated_printable_and_short() -> None:
     said = warning(Need(45 * GB, CAPACITY_FIELD), [fresh("gpu-1\x1b[2J\n" + "x" * 300, GB)], NOW)
     assert said is not None and "\x1b" not in said and "\n" not in said
     assert "x" * 100 not in said and "gpu-1[2J" in said
+
+
+def test_a_budget_spent_before_the_list_keeps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    listed: list[str] = []
+
+    def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> Any:
+        listed.append(path)
+        return {"items": []}
+
+    monkeypatch.setattr(apiserver_reads, "get_json", get_json)
+    cache = node_room_read.ReportCache()
+    assert cache.reports("ckptdrain", "node.ckptdrain.io", time.monotonic() - 1) is None
+    assert listed == []
+    assert cache.reports("ckptdrain", "node.ckptdrain.io", time.monotonic() + 3) == []
+    assert len(listed) == 1
