@@ -61,8 +61,6 @@ def test_csi_node_command_refuses_a_bad_start_in_one_line(tmp_path: Path) -> Non
             (csi_node(tmp_path, "--reclaim-grace-period", "soon"), env,
              "--reclaim-grace-period: expected a duration"),
             (csi_node(tmp_path, "--scan-interval", "0s"), env, "--scan-interval"),
-            (csi_node(tmp_path, "--scan-interval", "31m"), env,
-             "--scan-interval: expected a duration of at most 30m"),
             (csi_node(tmp_path, "--metrics-port", "70000"), env, "--metrics-port"),
             (csi_node(tmp_path, "--capacity-namespace", "Not_A/Namespace"), env,
              "--capacity-namespace: expected a namespace name"),

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
+from ckptdrain.contract.csi import CAPACITY_STALE_PERIODS
 from ckptdrain.csi.capacity_publisher import CapacityPublisher
 from ckptdrain.csi.capacity_report import Written, build, due, object_name, refresh_period
 from ckptdrain.csi.usage import Capacity
@@ -86,10 +87,21 @@ def test_two_drivers_in_one_namespace_keep_two_reports_of_a_node() -> None:
     assert object_name("node-a", "a.ckptdrain.io") != object_name("node-a", "b.ckptdrain.io")
 
 
-def test_the_refresh_period_is_ten_scans_at_most_an_hour() -> None:
+def test_the_refresh_period_is_ten_scans_at_most_an_hour_and_at_least_two() -> None:
     assert refresh_period(60) == 600
     assert refresh_period(0.5) == 5
-    assert refresh_period(3600) == 3600
+    assert refresh_period(360) == 3600
+    assert refresh_period(1800) == 3600
+    # A slower scan: the period grows with it, or a live report (written
+    # only after a scan) would look stale between two.
+    assert refresh_period(3600) == 7200
+
+
+@given(st.floats(0.001, 10 * 86400))
+def test_a_live_report_is_never_older_than_two_refresh_periods(interval: float) -> None:
+    """Written within refresh + one scan of the last write: inside the two
+    periods a reader allows (contract/csi.py)."""
+    assert refresh_period(interval) + interval <= CAPACITY_STALE_PERIODS * refresh_period(interval)
 
 
 def free(available: int) -> Capacity:

@@ -26,11 +26,16 @@ CAPACITY_LABEL_DRIVER = "ckptdrain.io/csi-driver"
 CAPACITY_ANNOTATION_NODE = "ckptdrain.io/node"
 CAPACITY_ANNOTATION_MEASURED = "ckptdrain.io/measured-at"
 CAPACITY_ANNOTATION_REFRESH = "ckptdrain.io/refresh-seconds"
-#: The longest refresh period a driver writes, and a reader believes: a
-#: report claiming a longer one is judged by this one.
-CAPACITY_MAX_REFRESH_S = 3600.0
-#: The longest scan interval the driver takes. A report is written again
-#: only after a scan, so within refresh + scan interval of the last write;
-#: with the scan at most half the longest refresh (and the refresh ten scans
-#: below it), that stays within the two refresh periods a reader allows.
-CAPACITY_MAX_SCAN_INTERVAL_S = CAPACITY_MAX_REFRESH_S / 2
+#: A report is stale once this many of its driver's refresh periods old.
+#: The driver writes one at least once a period, after a scan, so a live
+#: node's is at most a period and a scan interval old: the driver keeps its
+#: period at least a scan interval (capacity_report.refresh_period).
+CAPACITY_STALE_PERIODS = 2
+#: The refresh period a driver writes: ten scan intervals, at most this
+#: (and at least two scan intervals, however long: any scan interval works).
+CAPACITY_REFRESH_CAP_S = 3600.0
+#: The longest refresh period a reader believes: a report claiming a longer
+#: one (an absurd value, NaN, infinity) is judged by this one, so it never
+#: stays fresh for ever. A driver scanning more than every 12 hours writes
+#: a longer period: its report then looks stale between scans (says nothing).
+CAPACITY_MAX_REFRESH_S = 86400.0

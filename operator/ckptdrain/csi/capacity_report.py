@@ -41,7 +41,7 @@ from ckptdrain.contract.csi import (
     CAPACITY_ANNOTATION_NODE,
     CAPACITY_ANNOTATION_REFRESH,
     CAPACITY_LABEL_DRIVER,
-    CAPACITY_MAX_REFRESH_S,
+    CAPACITY_REFRESH_CAP_S,
     CAPACITY_STORAGE_CLASS,
 )
 from ckptdrain.csi.usage import Capacity
@@ -53,9 +53,10 @@ HASH_CHARS = 10
 DRIVER_HASH_CHARS = 6
 #: A move of the free space worth a write: this share of the disk's size.
 THRESHOLD = 0.01
-#: The refresh period: REFRESH_SCANS scan intervals, at most MAX_REFRESH_S.
+#: The refresh period: REFRESH_SCANS scan intervals, at most
+#: CAPACITY_REFRESH_CAP_S, at least MIN_REFRESH_SCANS.
 REFRESH_SCANS = 10
-MAX_REFRESH_S = CAPACITY_MAX_REFRESH_S
+MIN_REFRESH_SCANS = 2
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -84,8 +85,11 @@ def _digest(text: str, chars: int) -> str:
 
 
 def refresh_period(scan_interval_s: float) -> float:
-    """How old the last write may get before it is written again."""
-    return min(REFRESH_SCANS * scan_interval_s, MAX_REFRESH_S)
+    """How old the last write may get before it is written again. Never
+    under two scan intervals: a write waits for a scan, so a live report is
+    up to a period and a scan old, and a reader allows two periods."""
+    return max(min(REFRESH_SCANS * scan_interval_s, CAPACITY_REFRESH_CAP_S),
+               MIN_REFRESH_SCANS * scan_interval_s)
 
 
 def rfc3339(at: float) -> str:

@@ -47,7 +47,6 @@ from pathlib import Path, PurePosixPath
 
 from ckptdrain import units
 from ckptdrain.contract.csi import (
-    CAPACITY_MAX_SCAN_INTERVAL_S,
     DEFAULT_DRIVER_NAME,
     DEFAULT_MIN_MOUNT_GROUP,
 )
@@ -155,10 +154,6 @@ def load(args: argparse.Namespace) -> DriverConfig:
                            args.reclaim_policy)
     grace_s = units.parse_duration("--reclaim-grace-period", args.reclaim_grace_period)
     interval_s = units.parse_duration("--scan-interval", args.scan_interval)
-    if interval_s > CAPACITY_MAX_SCAN_INTERVAL_S:
-        # The free-space report is written only after a scan: slower, and
-        # it would go stale between two (contract/csi.py).
-        raise InvalidInput("--scan-interval", "a duration of at most 30m", args.scan_interval)
     port = str(args.metrics_port)
     if not port.isdigit() or int(port) > 65535:
         raise InvalidInput("--metrics-port", "a port number (0 for no metrics)", port)

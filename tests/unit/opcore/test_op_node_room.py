@@ -94,6 +94,12 @@ def test_a_report_from_the_future_or_with_an_overlong_refresh_is_not_fresh() -> 
     assert warning(need, [slightly_ahead], NOW) is not None
     endless = Report("gpu-1", GB, NOW - 2 * CAPACITY_MAX_REFRESH_S - 1, 10**9)
     assert warning(need, [endless], NOW) is None
+    # A driver scanning hourly writes a two-hour period, believed as said.
+    hourly = Report("gpu-1", GB, NOW - 3 * 3600, 7200)
+    assert warning(need, [hourly], NOW) is not None
+    for absurd in (float("nan"), float("inf")):
+        assert warning(need, [Report("gpu-1", GB, NOW - 2 * CAPACITY_MAX_REFRESH_S - 1,
+                                     absurd)], NOW) is None
 
 
 @given(st.integers(0, 10**14), st.lists(st.integers(0, 10**14), max_size=5),

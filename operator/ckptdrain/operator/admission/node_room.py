@@ -27,19 +27,18 @@ from ckptdrain.contract.csi import (
     CAPACITY_ANNOTATION_NODE,
     CAPACITY_ANNOTATION_REFRESH,
     CAPACITY_MAX_REFRESH_S,
+    CAPACITY_REFRESH_CAP_S,
+    CAPACITY_STALE_PERIODS,
     CAPACITY_STORAGE_CLASS,
 )
 from ckptdrain.errors import InvalidInput
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import spec as pol
 
-#: A report is stale once this many of its driver's refresh periods old:
-#: the driver writes at least once a period, so a live node's report is
-#: never older than one (and the scan it measured).
-STALE_PERIODS = 2
 #: The refresh period assumed of a report that does not say its own (the
-#: driver's longest); a longer one said is cut to it.
-DEFAULT_REFRESH_S = CAPACITY_MAX_REFRESH_S
+#: driver's longest at its usual ten scans); one said over
+#: CAPACITY_MAX_REFRESH_S is cut to that.
+DEFAULT_REFRESH_S = CAPACITY_REFRESH_CAP_S
 #: How far ahead of the operator's clock a report's measured-at may be and
 #: still count (clock skew between nodes): further ahead, it is not fresh,
 #: or a driver's fast clock would keep its report fresh for ever.
@@ -99,12 +98,12 @@ def report_of(obj: Mapping[str, Any]) -> Report | None:
 
 
 def fresh(reports: Iterable[Report], now: float) -> list[Report]:
-    """The reports measured within STALE_PERIODS of their refresh period
+    """The reports measured within CAPACITY_STALE_PERIODS of their refresh period
     (at most CAPACITY_MAX_REFRESH_S), and not more than FUTURE_SKEW_S
     ahead of `now`."""
     return [r for r in reports
             if -FUTURE_SKEW_S <= now - r.measured_at
-            <= STALE_PERIODS * min(r.refresh_s, CAPACITY_MAX_REFRESH_S)]
+            <= CAPACITY_STALE_PERIODS * min(r.refresh_s, CAPACITY_MAX_REFRESH_S)]
 
 
 def need_of(spec: Mapping[str, Any], namespace: str, name: str,
