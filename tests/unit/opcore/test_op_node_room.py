@@ -5,6 +5,7 @@ count, and when the warning is said."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -169,30 +170,62 @@ def test_one_list_serves_a_burst_and_a_failed_one_says_nothing(
 
 def test_admissions_waiting_on_a_slow_list_each_keep_their_own_budget(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A list that runs out its timeout holds up the admissions behind it
-    no longer than their own budget (queued, they would add up past the
-    webhook's timeout), and its failure serves them: one list, not three."""
+    """Admissions arriving together share one LIST, and none waits on it past
+    its own budget (queued, they would add up past the webhook's timeout):
+    all three have their answer while the LIST is still running."""
     listed: list[float] = []
+    released, finished = threading.Event(), threading.Event()
 
     def slow_get_json(path: str, query: list[tuple[str, str]], timeout: float) -> Any:
         listed.append(timeout)
-        time.sleep(timeout)  # an apiserver that answers nothing in time
+        released.wait(timeout)  # an apiserver that answers nothing in time
+        finished.set()
         raise apiserver_reads.ApiError(504, "Gateway Timeout", "slow")
 
     monkeypatch.setattr(apiserver_reads, "get_json", slow_get_json)
-    cache, budget = node_room_read.ReportCache(), 1.0
+    cache = node_room_read.ReportCache()
 
-    async def admission(i: int) -> tuple[str | None, float]:
-        start = time.monotonic()
-        said = await node_room_read.room_warning(spec(), "ns", f"p{i}", CSI,
-                                                 start + budget, cache)
-        return said, time.monotonic() - start
+    async def admission(i: int) -> str | None:
+        return await node_room_read.room_warning(spec(), "ns", f"p{i}", CSI,
+                                                 time.monotonic() + 0.2, cache)
 
-    done = asyncio.run(_gather(admission(i) for i in range(3)))
-    assert [said for said, _ in done] == [None, None, None]
-    assert len(listed) == 1 and listed[0] <= budget
-    # Queued behind each other they would take 1, 2 and 3 budgets.
-    assert max(took for _, took in done) < 2 * budget
+    async def burst() -> list[str | None]:
+        said = list(await asyncio.gather(*(admission(i) for i in range(3))))
+        running = not finished.is_set()
+        released.set()
+        assert running, "an admission waited for the LIST past its budget"
+        return said
+
+    assert asyncio.run(burst()) == [None, None, None]
+    assert len(listed) == 1
+
+
+def test_a_late_admission_lists_for_everyone_with_a_full_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An admission with almost no budget left starts the LIST, which runs
+    with the whole read budget: its outcome, kept for the next admissions,
+    is the apiserver's answer, never a timeout of the late one's leftovers."""
+    listed: list[float] = []
+    obj = capacity_report.build("gpu-1", "node.ckptdrain.io", "ckptdrain",
+                                Capacity(GB, 100 * GB, 1, 1), time.time(), 600)
+
+    def get_json(path: str, query: list[tuple[str, str]], timeout: float) -> Any:
+        listed.append(timeout)
+        if timeout < 1.0:  # what a LIST given 10 ms gets from a busy apiserver
+            raise apiserver_reads.HTTPError("read timed out")
+        return {"items": [obj]}
+
+    monkeypatch.setattr(apiserver_reads, "get_json", get_json)
+    cache = node_room_read.ReportCache()
+
+    async def late_then_on_time() -> str | None:
+        await node_room_read.room_warning(spec(), "ns", "late", CSI,
+                                          time.monotonic() + 0.01, cache)
+        return await node_room_read.room_warning(spec(), "ns", "p", CSI,
+                                                 time.monotonic() + 3, cache)
+
+    assert asyncio.run(late_then_on_time()) is not None
+    assert len(listed) == 1
 
 
 def test_a_failed_list_is_kept_briefly_so_a_burst_does_not_list_again(
@@ -207,15 +240,16 @@ def test_a_failed_list_is_kept_briefly_so_a_burst_does_not_list_again(
     clock = [0.0]
     cache = node_room_read.ReportCache(clock=lambda: clock[0])
     for _ in range(3):
-        assert cache.reports("ckptdrain", "node.ckptdrain.io", time.monotonic() + 3) is None
+        assert reports_now(cache) is None
     assert len(listed) == 1
     clock[0] += node_room_read.FAILED_CACHE_S
-    assert cache.reports("ckptdrain", "node.ckptdrain.io", time.monotonic() + 3) is None
+    assert reports_now(cache) is None
     assert len(listed) == 2
 
 
-async def _gather(admissions: Any) -> list[Any]:
-    return list(await asyncio.gather(*admissions))
+def reports_now(cache: node_room_read.ReportCache, budget: float = 3) -> Any:
+    return asyncio.run(cache.reports("ckptdrain", "node.ckptdrain.io",
+                                     time.monotonic() + budget))
 
 
 def test_a_class_filled_policy_warns_on_an_update_only_when_its_need_changes(
@@ -265,7 +299,7 @@ def test_a_budget_spent_before_the_list_keeps_nothing(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(apiserver_reads, "get_json", get_json)
     cache = node_room_read.ReportCache()
-    assert cache.reports("ckptdrain", "node.ckptdrain.io", time.monotonic() - 1) is None
+    assert reports_now(cache, -1) is None
     assert listed == []
-    assert cache.reports("ckptdrain", "node.ckptdrain.io", time.monotonic() + 3) == []
+    assert reports_now(cache) == []
     assert len(listed) == 1

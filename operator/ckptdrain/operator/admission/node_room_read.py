@@ -6,9 +6,10 @@ The reports are the CSI drivers' CSIStorageCapacity objects in
 cfg.csi_capacity_namespace, listed (one LIST, by the driver's label) at
 most once per CACHE_S: a burst of policy writes (a GitOps sync of a
 hundred policies) makes one read. A read that fails is logged, kept
-FAILED_CACHE_S, and says nothing; an admission waiting on another's read
-gives up at its own deadline: the warning is advice, and never holds up an
-admission past the webhook's timeout.
+FAILED_CACHE_S, and says nothing. The LIST runs in a thread of its own
+with the whole read budget; admissions wait on it, each giving up at its
+own deadline: the warning is advice, and never holds up an admission past
+the webhook's timeout.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any
 from urllib.parse import quote
 
@@ -43,39 +45,66 @@ def capacities_path(namespace: str) -> str:
 
 class ReportCache:
     """The reports of one namespace and driver, listed at most once per
-    `cache_s`, a failed list kept `failed_s` (`clock`: monotonic seconds)."""
+    `cache_s`, a failed list kept `failed_s` (`clock`: monotonic seconds).
+
+    One LIST at a time per key, in a worker thread, with the whole read
+    budget (`list_timeout_s`) whoever started it: admissions arriving
+    while it runs wait on its future, each no longer than its own budget
+    and holding no thread meanwhile, and what it gets is kept for the next
+    ones. A late admission's leftover budget never decides the LIST's
+    timeout, so its timeout is never kept as everyone's failure."""
 
     def __init__(self, cache_s: float = CACHE_S, failed_s: float = FAILED_CACHE_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 list_timeout_s: float = apiserver_reads.ADMISSION_READ_TIMEOUT_S) -> None:
         self.cache_s, self.failed_s, self.clock = cache_s, failed_s, clock
+        self.list_timeout_s = list_timeout_s
+        # Held only to look at or change the two dicts, never across a LIST.
         self._lock = threading.Lock()
         self._kept: dict[tuple[str, str], tuple[float, list[Report] | None]] = {}
+        self._listing: dict[tuple[str, str], Future[list[Report] | None]] = {}
         self._last_error: str | None = None
 
-    def reports(self, namespace: str, driver: str, deadline: float) -> list[Report] | None:
-        """The reports, from the cache or one LIST made by `deadline`
-        (time.monotonic()); None when the LIST failed (logged once per
-        change of error) or another admission's LIST outlasted the budget."""
+    async def reports(self, namespace: str, driver: str,
+                      deadline: float) -> list[Report] | None:
+        """The reports, from the cache or the LIST in flight (started now
+        when there is none) by `deadline` (time.monotonic()); None when the
+        LIST failed (logged once per change of error) or outlasted the
+        budget, or the budget is already spent (nothing listed then)."""
         key = (namespace, driver)
-        # One reader at a time: admissions arriving together wait for the
-        # first one's LIST instead of making their own, but each waits no
-        # longer than its own budget (queued, they would add up past the
-        # webhook's timeout).
-        if not self._lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+        if deadline - time.monotonic() <= 0:
             return None
-        try:
+        with self._lock:
             kept = self._kept.get(key)
             if kept is not None and self.clock() - kept[0] < (
                     self.cache_s if kept[1] is not None else self.failed_s):
                 return kept[1]
-            timeout = deadline - time.monotonic()
-            if timeout <= 0:
-                return None  # the budget went on waiting: nothing listed, nothing kept
-            reports = self._list(namespace, driver, timeout)
+            listing = self._listing.get(key)
+            if listing is None:
+                listing = self._listing[key] = Future()
+                # Running from now: no waiter's cancellation can cancel it.
+                listing.set_running_or_notify_cancel()
+                threading.Thread(target=self._list_into, args=(listing, key),
+                                 name="ckptdrain-node-room-list", daemon=True).start()
+        waited = asyncio.wrap_future(listing)
+        # asyncio.wait never cancels what it waits on: the LIST goes on for
+        # the admissions after this one.
+        done, _ = await asyncio.wait({waited}, timeout=max(deadline - time.monotonic(), 0.0))
+        return waited.result() if done else None
+
+    def _list_into(self, listing: Future[list[Report] | None], key: tuple[str, str]) -> None:
+        """The LIST, in its own thread: kept, then handed to the waiters."""
+        try:
+            reports = self._list(*key, self.list_timeout_s)
+        except BaseException as error:  # handed to the waiters, never lost in the thread
+            with self._lock:
+                self._listing.pop(key, None)
+            listing.set_exception(error)
+            return
+        with self._lock:
             self._kept[key] = (self.clock(), reports)
-            return reports
-        finally:
-            self._lock.release()
+            self._listing.pop(key, None)
+        listing.set_result(reports)
 
     def _list(self, namespace: str, driver: str, timeout: float) -> list[Report] | None:
         try:
@@ -120,6 +149,5 @@ async def room_warning(spec: Mapping[str, Any], namespace: str, name: str,
     need = node_room.need_of(spec, namespace, name, cfg)
     if need is None:
         return None
-    reports = await asyncio.to_thread(cache.reports, cfg.csi_capacity_namespace,
-                                      cfg.csi_driver, deadline)
+    reports = await cache.reports(cfg.csi_capacity_namespace, cfg.csi_driver, deadline)
     return None if reports is None else node_room.warning(need, reports, time.time())
