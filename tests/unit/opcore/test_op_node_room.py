@@ -48,10 +48,11 @@ def fresh(node: str, available: int) -> Report:
 def test_a_writer_needs_the_capacity_when_set_else_what_the_agent_keeps() -> None:
     # 80 GB over 8 writers: 10 GB a shard. The work dir on the tier's disk:
     # keep 2, the one being captured, the trainer's next save and the step
-    # restore placed (docs/pod-contract.md); in memory, keep 2 and the capture.
-    assert need_of(spec(), "ns", "p", CSI) == Need(50 * GB, SIZING_FIELDS, 5, 3)
+    # restore placed (docs/pod-contract.md); in memory, keep 2, the capture
+    # and the SIGTERM capture's room (node/space.py reserve_steps).
+    assert need_of(spec(), "ns", "p", CSI) == Need(50 * GB, SIZING_FIELDS, 5, 3, True)
     in_memory = spec(memory={"sizeLimit": "20GB"})
-    assert need_of(in_memory, "ns", "p", CSI) == Need(30 * GB, SIZING_FIELDS, 3, 1)
+    assert need_of(in_memory, "ns", "p", CSI) == Need(40 * GB, SIZING_FIELDS, 4, 2)
     assert need_of(spec(capacity="45GB"), "ns", "p", CSI) == Need(45 * GB, CAPACITY_FIELD)
     assert need_of({"writers": "many"}, "ns", "p", CSI) is None
 
@@ -65,9 +66,14 @@ def test_no_node_with_room_warns_with_the_need_the_largest_and_the_count() -> No
 
 
 def test_the_sizing_is_named_when_no_capacity_is_set() -> None:
-    said = warning(Need(50 * GB, SIZING_FIELDS, 5, 3), [fresh("gpu-1", GB)], NOW)
+    said = warning(Need(50 * GB, SIZING_FIELDS, 5, 3, True), [fresh("gpu-1", GB)], NOW)
     assert said is not None and "spec.localTier.keep" in said and "any of 1 node " in said
-    assert "5 checkpoint shards" in said, said
+    assert "5 checkpoint shards, the work dir on its disk" in said, said
+    # With localTier.memory the work dir is not on the disk: not said.
+    in_memory = need_of(spec(memory={"sizeLimit": "20GB"}), "ns", "p", CSI)
+    assert in_memory is not None
+    said = warning(in_memory, [fresh("gpu-1", GB)], NOW)
+    assert said is not None and "keep + 2 = 4 checkpoint shards)" in said, said
 
 
 def test_one_node_with_room_or_exactly_room_says_nothing() -> None:

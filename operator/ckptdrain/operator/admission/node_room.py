@@ -5,7 +5,7 @@ CSIStorageCapacity per node in the release namespace). Pure.
 A policy admission in CSI mode warns, and never refuses, when fresh
 reports exist and none has room for what one writer keeps on its node:
 `spec.localTier.capacity` when set, else the checkpoint shards the agent
-keeps without it (keep + 3 with the work dir on the tier's disk, keep + 1
+keeps without it (keep + 3 with the work dir on the tier's disk, keep + 2
 with localTier.memory). Free
 space moves between the report and the pod, and a policy's own data
 already on a node (a policy created again, its old steps pruned as new
@@ -32,6 +32,7 @@ from ckptdrain.contract.csi import (
     CAPACITY_STORAGE_CLASS,
 )
 from ckptdrain.errors import InvalidInput
+from ckptdrain.node import space
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import spec as pol
 
@@ -56,12 +57,14 @@ class Report:
 
 
 #: Shards one writer keeps beyond `keep` without spec.localTier.capacity,
-#: as the agent sizes the tier (node/space.py reserve_steps,
-#: docs/pod-contract.md "Where the work dir lives"): with the trainer's work
-#: dir on the tier's disk, the step being captured, the trainer's next save
-#: and the step restore placed; with localTier.memory, the capture alone.
-EXTRA_SHARDS_DISK_WORK_DIR = 3
-EXTRA_SHARDS_MEMORY_WORK_DIR = 1
+#: as the agent sizes the tier (docs/pod-contract.md "Where the work dir
+#: lives"): the step being captured, and the steps a scheduled capture keeps
+#: free (node/space.py reserve_steps, taken from there so the two never
+#: drift): the SIGTERM capture's, and with the trainer's work dir on the
+#: tier's disk its next save's. keep + 3 with the work dir on the disk,
+#: keep + 2 with localTier.memory.
+EXTRA_SHARDS_DISK_WORK_DIR = 1 + space.reserve_steps(1, None, 0, work_on_disk=True)
+EXTRA_SHARDS_MEMORY_WORK_DIR = 1 + space.reserve_steps(1, None, 0, work_on_disk=False)
 #: The longest node name a warning repeats (a report's name is the driver's to write).
 SHOWN_NODE_CHARS = 63
 
@@ -75,6 +78,7 @@ class Need:
     field: str
     shards: int | None = None
     extra: int = 0
+    work_dir_on_disk: bool = False
 
 
 def report_of(obj: Mapping[str, Any]) -> Report | None:
@@ -116,11 +120,11 @@ def need_of(spec: Mapping[str, Any], namespace: str, name: str,
         return None
     if policy.local_capacity is not None:
         return Need(policy.local_capacity, CAPACITY_FIELD)
-    extra = (EXTRA_SHARDS_MEMORY_WORK_DIR if policy.memory_limit is not None
-             else EXTRA_SHARDS_DISK_WORK_DIR)
+    on_disk = policy.memory_limit is None
+    extra = EXTRA_SHARDS_DISK_WORK_DIR if on_disk else EXTRA_SHARDS_MEMORY_WORK_DIR
     shards = policy.local_keep + extra
     return Need(round(shards * policy.checkpoint_bytes / policy.writers), SIZING_FIELDS,
-                shards, extra)
+                shards, extra, on_disk)
 
 
 def warning(need: Need, reports: Iterable[Report], now: float) -> str | None:
@@ -134,7 +138,7 @@ def warning(need: Need, reports: Iterable[Report], now: float) -> str | None:
     nodes = "node" if len(live) == 1 else "nodes"
     counted = ("" if need.shards is None else
                f" (keep + {need.extra} = {need.shards} checkpoint shards"
-               f"{', the work dir on its disk' if need.extra > 1 else ''})")
+               f"{', the work dir on its disk' if need.work_dir_on_disk else ''})")
     return (f"ckptdrain: {need.field}: one writer keeps up to "
             f"{units.format_bytes(need.bytes, units.UP)} on its node{counted}, more than "
             f"any of {len(live)} {nodes} reports free (the most: "
