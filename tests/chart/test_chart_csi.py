@@ -160,6 +160,17 @@ def test_the_operator_reads_the_drivers_free_space_in_the_release_namespace(
     assert operator_config.from_env(env).csi_capacity_namespace == ""
 
 
+def test_the_operators_capacity_reader_is_left_out_with_rbac_create_false(
+        tools: Tools) -> None:
+    """As rbac.yaml and peer-tier-rbac.yaml are: whoever sets rbac.create=false
+    grants the operator its rights (docs/rbac.md), this one included."""
+    docs = objects(tools, "--set", "nodeTier.mode=csi", "--set", "rbac.create=false")
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-capacity-reader")]
+    # The drivers' own rights are the driver's, not the operator's: still there.
+    assert [d for d in docs if d["kind"] == "Role"
+            and d["metadata"]["labels"].get("app.kubernetes.io/component") == "csi-node"]
+
+
 def rbac_section(heading: str) -> list[dict[str, Any]]:
     text = (REPO / "docs" / "rbac.md").read_text()
     block = text[text.index(heading):].split("```yaml\n")[1].split("```")[0]
