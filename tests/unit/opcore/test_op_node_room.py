@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -288,6 +289,35 @@ def test_a_class_filled_policy_warns_on_an_update_only_when_its_need_changes(
 
     assert len(warned(policy(interval="20m"), policy())) == 0
     assert len(warned(policy(writers=4), policy())) == 1
+
+
+def test_with_the_reports_unread_an_update_resolves_no_old_class(
+        monkeypatch: pytest.MonkeyPatch, no_checkpoint_classes: Any) -> None:
+    """Resolving the old spec's class may read its namespace's labels: a
+    read made only for the warning, so none when the reports are not read."""
+    from ckptdrain.operator.admission import policy_rules
+
+    resolved: list[Mapping[str, Any]] = []
+    real = policy_rules._class_of
+
+    async def counted(given: Mapping[str, Any], *args: Any) -> Any:
+        resolved.append(given)
+        return await real(given, *args)
+
+    monkeypatch.setattr(policy_rules, "_class_of", counted)
+    monkeypatch.setattr(apiserver_reads, "get_json", lambda *_: {"items": []})
+    monkeypatch.setattr(node_room_read, "CACHE", node_room_read.ReportCache())
+
+    def policy(**changed: Any) -> dict[str, Any]:
+        return {"apiVersion": "ckptdrain.io/v1beta1", "kind": "CheckpointPolicy",
+                "metadata": {"name": "p", "namespace": "ns"}, "spec": {**spec(), **changed}}
+
+    unread = OperatorConfig(image="ckptdrain:1", node_tier="csi")
+    asyncio.run(policy_rules.admit_policy(policy(keep=3), policy(), "ns", unread,
+                                          warnings=[]))
+    assert len(resolved) == 1  # the new spec's, which admission judges
+    asyncio.run(policy_rules.admit_policy(policy(keep=3), policy(), "ns", CSI, warnings=[]))
+    assert len(resolved) == 3
 
 
 def test_a_node_name_from_a_report_is_repeated_printable_and_short() -> None:

@@ -143,7 +143,9 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         await _refuse_moves(name, namespace, relocation.refused(old_spec, spec), deadline)
     else:
         await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
-    if warnings is not None and cfg.csi:
+    # Checked before the old spec's class is resolved (it may read the
+    # namespace's labels): no read for a warning that is off.
+    if warnings is not None and cfg.csi and cfg.csi_capacity_namespace:
         said = await _room_warning(classed, old_spec, namespace, name, base, cfg, deadline)
         if said is not None:
             warnings.append(said)
