@@ -173,12 +173,33 @@ def test_the_publisher_creates_then_updates_only_when_due() -> None:
     assert api.calls == ["get", "create"]
     assert api.stored is not None and api.stored["capacity"] == str(40 * GIB)
     now[0] += 60
-    publish(scanned(40 * GIB + 100))  # moved a little: nothing written
-    assert api.calls == ["get", "create"]
-    publish(scanned(30 * GIB))
+    publish(scanned(40 * GIB))  # the first write made sure of once more
     assert api.calls == ["get", "create", "get", "update"]
+    now[0] += 60
+    publish(scanned(40 * GIB + 100))  # moved a little: nothing written
+    assert len(api.calls) == 4
+    publish(scanned(30 * GIB))
+    assert api.calls[4:] == ["get", "update"]
     assert api.stored["capacity"] == str(30 * GIB)
     publish(SimpleNamespace(capacity=None))  # the root not there: nothing said
+    assert len(api.calls) == 6
+
+
+def test_a_first_report_the_collector_deleted_comes_back_at_the_next_scan() -> None:
+    """A driver replacing its old self on the node writes (or replaces) the
+    report while it is still owned by the old Pod, which the garbage
+    collector may delete with it: written once more at the next scan, it
+    comes back then, not a refresh period later."""
+    api, now = FakeStorage(), [1000.0]
+    publish = publisher(api, now)
+    publish(scanned(40 * GIB))
+    api.stored = None  # the garbage collector, after the old Pod
+    now[0] += 60
+    publish(scanned(40 * GIB))
+    assert api.calls == ["get", "create", "get", "create"]
+    assert api.stored is not None
+    now[0] += 60
+    publish(scanned(40 * GIB))  # once only: due as ever after that
     assert len(api.calls) == 4
 
 

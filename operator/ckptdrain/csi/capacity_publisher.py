@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 class ForeignReport(ValueError):
     """The object by this name is another driver's: never replaced."""
 
+
 #: How long one request may take: a scan waits for it.
 REQUEST_TIMEOUT_S = 10
 
@@ -37,6 +38,10 @@ class CapacityPublisher:
         self.refresh_s, self.clock = refresh_s, clock
         self.name = capacity_report.object_name(node, driver)
         self.last: Written | None = None
+        # The first write is made again at the next scan: written while the
+        # object may still be owned by this node's previous driver Pod, the
+        # garbage collector may delete it with that Pod just after.
+        self._again = False
         self._last_error: str | None = None
 
     def __call__(self, report: Any) -> None:
@@ -45,7 +50,7 @@ class CapacityPublisher:
         if free is None:
             return  # the root was not there to measure
         now = self.clock()
-        if not capacity_report.due(self.last, free, now, self.refresh_s):
+        if not self._again and not capacity_report.due(self.last, free, now, self.refresh_s):
             return
         body = capacity_report.build(self.node, self.driver, self.namespace, free, now,
                                      self.refresh_s, self.owner)
@@ -65,6 +70,7 @@ class CapacityPublisher:
             log.info("free space published as CSIStorageCapacity %s/%s again",
                      self.namespace, self.name)
             self._last_error = None
+        self._again = self.last is None
         self.last = Written(free.available_bytes, now)
 
     def _write(self, body: dict[str, Any]) -> None:
