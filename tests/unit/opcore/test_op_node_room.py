@@ -63,18 +63,28 @@ def test_no_node_with_room_warns_with_the_need_the_largest_and_the_count() -> No
                    [fresh("gpu-1", 20 * GB), fresh("gpu-2", 44 * GB)], NOW)
     assert said is not None
     assert "spec.localTier.capacity" in said and "45.0 GB" in said
-    assert "44.0 GB on gpu-2" in said and "any of 2 nodes" in said
+    assert "2 nodes report at most 44.0 GB free (gpu-2)" in said, said
 
 
 def test_the_sizing_is_named_when_no_capacity_is_set() -> None:
     said = warning(Need(50 * GB, SIZING_FIELDS, 5, 3, True), [fresh("gpu-1", GB)], NOW)
-    assert said is not None and "spec.localTier.keep" in said and "any of 1 node " in said
-    assert "5 checkpoint shards, the work dir on its disk" in said, said
+    assert said is not None and "spec.localTier.keep" in said
+    assert "the 1 node reporting has 1.00 GB free (gpu-1)" in said, said
+    assert "5 shards, work dir on disk" in said, said
     # With localTier.memory the work dir is not on the disk: not said.
     in_memory = need_of(spec(memory={"sizeLimit": "20GB"}), "ns", "p", CSI)
     assert in_memory is not None
     said = warning(in_memory, [fresh("gpu-1", GB)], NOW)
-    assert said is not None and "keep + 2 = 4 checkpoint shards)" in said, said
+    assert said is not None and "keep + 2 = 4 shards)" in said, said
+
+
+def test_a_warning_stays_short_whatever_the_numbers_and_names() -> None:
+    """kubectl prints it on every write: at most WARNING_CHARS characters."""
+    need = Need(123_456 * 10**12, SIZING_FIELDS, 1003, 3, True)
+    for count in (1, 10_000):
+        reports = [fresh(f"{i}-" + "n" * 300, 999 * 10**12) for i in range(count)]
+        said = warning(need, reports, NOW)
+        assert said is not None and len(said) <= node_room.WARNING_CHARS, (len(said), said)
 
 
 def test_one_node_with_room_or_exactly_room_says_nothing() -> None:
@@ -89,7 +99,7 @@ def test_no_reports_or_only_stale_ones_say_nothing() -> None:
     # A stale node with room does not hide a fresh one without.
     roomy_but_stale = Report("gpu-9", 100 * GB, NOW - 2 * 600 - 1, 600)
     said = warning(Need(45 * GB, CAPACITY_FIELD), [roomy_but_stale, fresh("gpu-1", GB)], NOW)
-    assert said is not None and "any of 1 node " in said
+    assert said is not None and "the 1 node reporting has" in said
 
 
 def test_a_report_from_the_future_or_with_an_overlong_refresh_is_not_fresh() -> None:

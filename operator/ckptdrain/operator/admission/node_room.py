@@ -45,7 +45,7 @@ DEFAULT_REFRESH_S = CAPACITY_REFRESH_CAP_S
 #: or a driver's fast clock would keep its report fresh for ever.
 FUTURE_SKEW_S = 60.0
 CAPACITY_FIELD = "spec.localTier.capacity"
-SIZING_FIELDS = "spec.localTier.keep and the checkpoint's size"
+SIZING_FIELDS = "spec.localTier.keep and shard size"
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,11 @@ class Report:
 #: keep + 2 with localTier.memory.
 EXTRA_SHARDS_DISK_WORK_DIR = 1 + space.reserve_steps(1, None, 0, work_on_disk=True)
 EXTRA_SHARDS_MEMORY_WORK_DIR = 1 + space.reserve_steps(1, None, 0, work_on_disk=False)
-#: The longest node name a warning repeats (a report's name is the driver's to write).
-SHOWN_NODE_CHARS = 63
+#: The longest node name a warning repeats (a report's name is the driver's
+#: to write), so that the warning, which kubectl prints on every write of the
+#: policy, stays within WARNING_CHARS.
+SHOWN_NODE_CHARS = 20
+WARNING_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -135,15 +138,15 @@ def warning(need: Need, reports: Iterable[Report], now: float) -> str | None:
     if not live or any(r.available_bytes >= need.bytes for r in live):
         return None
     largest = max(live, key=lambda r: (r.available_bytes, r.node))
-    nodes = "node" if len(live) == 1 else "nodes"
+    most = f"{units.format_bytes(largest.available_bytes, units.DOWN)}"
+    nodes = (f"the 1 node reporting has {most} free" if len(live) == 1 else
+             f"{len(live)} nodes report at most {most} free")
     counted = ("" if need.shards is None else
-               f" (keep + {need.extra} = {need.shards} checkpoint shards"
-               f"{', the work dir on its disk' if need.work_dir_on_disk else ''})")
-    return (f"ckptdrain: {need.field}: one writer keeps up to "
-            f"{units.format_bytes(need.bytes, units.UP)} on its node{counted}, more than "
-            f"any of {len(live)} {nodes} reports free (the most: "
-            f"{units.format_bytes(largest.available_bytes, units.DOWN)} on "
-            f"{shown(largest.node)}); admitted, as free space changes")
+               f" (keep + {need.extra} = {need.shards} shards"
+               f"{', work dir on disk' if need.work_dir_on_disk else ''})")
+    return (f"ckptdrain: {need.field}: a writer keeps up to "
+            f"{units.format_bytes(need.bytes, units.UP)}{counted}; {nodes} "
+            f"({shown(largest.node)}); admitted anyway")
 
 
 def shown(node: str) -> str:
