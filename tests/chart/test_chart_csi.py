@@ -122,6 +122,59 @@ def test_csi_mode_renders_the_driver_as_the_page_declares_it(tools: Tools) -> No
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
                                     "namespace": "ckptdrain"}]
     assert binding["roleRef"]["name"] == one(docs, "ClusterRole")["metadata"]["name"]
+    # Its one write: its node's free space, in the release namespace only.
+    role = one(docs, "Role")
+    assert role["metadata"]["namespace"] == "ckptdrain"
+    assert role["rules"] == page_object("Role")["rules"]
+    bound = one(docs, "RoleBinding")
+    assert bound["metadata"]["namespace"] == "ckptdrain"
+    assert (bound["roleRef"]["kind"], bound["roleRef"]["name"]) == (
+        "Role", role["metadata"]["name"])
+    assert bound["subjects"] == binding["subjects"]
+
+
+def test_the_operator_reads_the_drivers_free_space_in_the_release_namespace(
+        tools: Tools) -> None:
+    """The Role docs/rbac.md shows, bound to the operator's ServiceAccount
+    in the release namespace, which its config names; none in hostPath mode."""
+    docs = objects(tools, "--set", "nodeTier.mode=csi")
+    [reader] = [d for d in docs if d["kind"] == "Role"
+                and d["metadata"]["name"].endswith("-capacity-reader")]
+    assert reader["metadata"]["namespace"] == "ckptdrain"
+    assert reader["rules"] == rbac_section("## The CSI drivers' free space")
+    # One LIST is all it makes (admission/node_room_read.py): no get.
+    assert reader["rules"] == [{"apiGroups": ["storage.k8s.io"],
+                                "resources": ["csistoragecapacities"], "verbs": ["list"]}]
+    [bound] = [d for d in docs if d["kind"] == "RoleBinding"
+               and d["roleRef"]["name"] == reader["metadata"]["name"]]
+    deployment = one(docs, "Deployment", "operator")
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert bound["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                  "namespace": "ckptdrain"}]
+    env = env_of(deployment["spec"]["template"]["spec"]["containers"][0])
+    assert operator_config.from_env(env).csi_capacity_namespace == "ckptdrain"
+    fallback = objects(tools, "--set", "nodeTier.mode=hostPath")
+    assert not [d for d in fallback if d["metadata"]["name"].endswith("-capacity-reader")]
+    env = env_of(one(fallback, "Deployment", "operator")["spec"]["template"]["spec"]
+                 ["containers"][0])
+    assert operator_config.from_env(env).csi_capacity_namespace == ""
+
+
+def test_the_operators_capacity_reader_is_left_out_with_rbac_create_false(
+        tools: Tools) -> None:
+    """As rbac.yaml and peer-tier-rbac.yaml are: whoever sets rbac.create=false
+    grants the operator its rights (docs/rbac.md), this one included."""
+    docs = objects(tools, "--set", "nodeTier.mode=csi", "--set", "rbac.create=false")
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-capacity-reader")]
+    # The drivers' own rights are the driver's, not the operator's: still there.
+    assert [d for d in docs if d["kind"] == "Role"
+            and d["metadata"]["labels"].get("app.kubernetes.io/component") == "csi-node"]
+
+
+def rbac_section(heading: str) -> list[dict[str, Any]]:
+    text = (REPO / "docs" / "rbac.md").read_text()
+    block = text[text.index(heading):].split("```yaml\n")[1].split("```")[0]
+    return list(yaml.safe_load(block)["rules"])
 
 
 def test_the_daemonset_runs_the_driver_where_kubelet_looks(tools: Tools) -> None:
@@ -154,9 +207,20 @@ def test_the_daemonset_runs_the_driver_where_kubelet_looks(tools: Tools) -> None
     env = env_of(container)
     assert next(e for e in container["env"] if e["name"] == "NODE_NAME")["valueFrom"] == {
         "fieldRef": {"fieldPath": "spec.nodeName"}}
+    # Its free space goes to its own namespace, from the downward API.
+    assert next(e for e in container["env"] if e["name"] == "CKPTDRAIN_CSI_NAMESPACE")[
+        "valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    # Its reports are owned by its own Pod (garbage-collected with it).
+    assert {e["name"]: e["valueFrom"] for e in container["env"]
+            if e["name"] in ("CKPTDRAIN_CSI_POD_NAME", "CKPTDRAIN_CSI_POD_UID")} == {
+        "CKPTDRAIN_CSI_POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}},
+        "CKPTDRAIN_CSI_POD_UID": {"fieldRef": {"fieldPath": "metadata.uid"}}}
     parser = argparse.ArgumentParser()
+    pod_uid = "5f0c6d2e-8f3a-4b1e-9c1a-1b2c3d4e5f60"
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**env, "NODE_NAME": "node-a"}.items():
+        for key, value in {**env, "NODE_NAME": "node-a", "CKPTDRAIN_CSI_POD_NAME": "csi-x",
+                           "CKPTDRAIN_CSI_POD_UID": pod_uid,
+                           "CKPTDRAIN_CSI_NAMESPACE": "ckptdrain"}.items():
             patch.setenv(key, value)
         csi_config.add_arguments(parser)
         cfg = csi_config.load(parser.parse_args([]))
@@ -166,6 +230,8 @@ def test_the_daemonset_runs_the_driver_where_kubelet_looks(tools: Tools) -> None
     assert str(cfg.csi_socket).startswith(hostpaths["plugin"] + "/")
     assert str(cfg.registration_socket.parent) == hostpaths["registry"]
     assert cfg.min_mount_group == 1000
+    assert cfg.capacity_namespace == "ckptdrain"
+    assert cfg.pod == ("csi-x", pod_uid)
 
 
 def test_csi_mode_reaches_the_operator_as_its_config_reads_it(tools: Tools) -> None:
@@ -219,6 +285,15 @@ def test_a_driver_root_beside_the_allowed_root_renders(tools: Tools) -> None:
                             "--set", "csiDriver.rootDir=/mnt/ckptdrain-csi"), "DaemonSet")
     [container] = daemonset["spec"]["template"]["spec"]["containers"]
     assert driver_config(container).root == Path("/mnt/ckptdrain-csi")
+
+
+def test_a_scan_interval_of_an_hour_still_renders_and_loads(tools: Tools) -> None:
+    """An interval that worked before the free-space reports still does: the
+    driver's refresh period grows to cover it instead (capacity_report.py)."""
+    daemonset = one(objects(tools, "--set", "nodeTier.mode=csi",
+                            "--set", "csiDriver.scanInterval=1h"), "DaemonSet")
+    [container] = daemonset["spec"]["template"]["spec"]["containers"]
+    assert driver_config(container).scan_interval_s == 3600.0
 
 
 def driver_config(container: dict[str, Any]) -> csi_config.DriverConfig:

@@ -62,6 +62,12 @@ def test_csi_node_command_refuses_a_bad_start_in_one_line(tmp_path: Path) -> Non
              "--reclaim-grace-period: expected a duration"),
             (csi_node(tmp_path, "--scan-interval", "0s"), env, "--scan-interval"),
             (csi_node(tmp_path, "--metrics-port", "70000"), env, "--metrics-port"),
+            (csi_node(tmp_path, "--capacity-namespace", "Not_A/Namespace"), env,
+             "--capacity-namespace: expected a namespace name"),
+            (csi_node(tmp_path, "--pod-name", "csi-x"), env,
+             "--pod-uid: expected the driver's Pod uid"),
+            (csi_node(tmp_path, "--pod-uid", "5f0c6d2e-8f3a-4b1e-9c1a-1b2c3d4e5f60"), env,
+             "--pod-name: expected the driver's Pod name"),
             (csi_node(tmp_path, "--pods-dir", str(tmp_path / "real-pods")),
              {**env, "KUBECONFIG": str(tmp_path / "absent")}, "apiserver credentials: expected")):
         done = subprocess.run(argv, env=env_, capture_output=True, text=True, timeout=60)

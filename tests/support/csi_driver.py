@@ -113,10 +113,11 @@ def mount_options(path: Path) -> list[set[str]]:
 
 @contextmanager
 def running_driver(resolve: PolicyResolver | None = None, list_classes: ClassLister | None = None,
-                   **settings: Any) -> Iterator[Harness]:
+                   storage_api: Any = None, **settings: Any) -> Iterator[Harness]:
     """A driver on its own sockets and root. The policy lookup is the
     harness's `policies` dict unless `resolve` is given (a real apiserver's);
     `list_classes` reads the CheckpointClasses (none: never read);
+    `storage_api` publishes the free space (none: not published);
     `settings` replace DriverConfig fields (reclaim, scan_interval_s, ...)."""
     # Unix socket paths are limited to 108 bytes: a short directory of our own.
     base = Path(tempfile.mkdtemp(prefix="csi-", dir="/tmp"))
@@ -130,7 +131,7 @@ def running_driver(resolve: PolicyResolver | None = None, list_classes: ClassLis
         def resolve(namespace: str, name: str) -> PolicyFound | None:
             uid = policies.get((namespace, name))
             return None if uid is None else PolicyFound(uid, None)
-    driver = Driver(cfg, resolve, list_classes=list_classes)
+    driver = Driver(cfg, resolve, list_classes=list_classes, storage_api=storage_api)
     driver.start()
     channel = grpc.insecure_channel(f"unix://{cfg.csi_socket}")
     h = Harness(cfg, driver, policies, csi_pb2_grpc.NodeStub(channel),

@@ -224,3 +224,35 @@ def test_a_mount_left_in_the_trash_is_not_entered(tmp_path: Path) -> None:
     # Unmounted, the next scan empties the trash.
     collector(root, {}, Clock()).scan()
     assert list((root / TRASH_DIR).iterdir()) == []
+
+
+def test_a_failing_after_scan_hook_is_logged_and_the_scans_go_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The hook (the free-space publisher) meeting something unforeseen (a
+    credentials or SDK error) must not end the scan thread for good."""
+    import threading
+
+    calls: list[object] = []
+    twice = threading.Event()
+
+    def hook(report: object) -> None:
+        calls.append(report)
+        if len(calls) >= 2:
+            twice.set()
+        raise TypeError("an SDK surprise")
+
+    def resolve(namespace: str, name: str) -> PolicyFound | None:
+        return None
+
+    store = VolumeStore(tmp_path, resolve, mounter=None)  # type: ignore[arg-type]
+    scans = Collector(store, resolve, Reclaim(DELETE, 60.0), 0.01, lambda d: False,
+                      after_scan=hook)
+    with caplog.at_level(logging.ERROR, "ckptdrain.csi.collector"):
+        scans.start()
+        try:
+            assert twice.wait(timeout=30), "the scans ended after the hook failed"
+            assert scans.alive()
+        finally:
+            scans.stop()
+    assert any("TypeError" in r.getMessage() and "an SDK surprise" in r.getMessage()
+               for r in caplog.records), caplog.text

@@ -130,8 +130,12 @@ class Collector:
     def __init__(self, volumes: VolumeStore, resolve_policy: PolicyResolver, reclaim: Reclaim,
                  interval_s: float, mounted_under: Callable[[Path], bool],
                  clock: Callable[[], float] = time.time,
-                 list_classes: ClassLister | None = None) -> None:
+                 list_classes: ClassLister | None = None,
+                 after_scan: Callable[[ScanReport], None] | None = None) -> None:
         self.volumes = volumes
+        # Called with each scan's report (capacity_publisher.py); never stops the scans.
+        self.after_scan = after_scan
+        self._hook_error: str | None = None
         # None: classes are never read, nothing is recorded (the driver's
         # setting applies to every directory without a record).
         self.list_classes = list_classes
@@ -169,15 +173,28 @@ class Collector:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.scan()
+                report = self.scan()
             except OSError as err:
                 # The next scan tries again; the report's time shows a stall.
                 log.error("scan of %s failed: %s", self.root, err)
+            else:
+                self._after(report)
             self._stop.wait(self.interval_s)
 
+    def _after(self, report: ScanReport) -> None:
+        """The hook; an error it did not foresee is said once, and scans go on."""
+        try:
+            if self.after_scan is not None:
+                self.after_scan(report)
+            self._hook_error = None
+        except Exception as err:
+            said = f"{type(err).__name__}: {err}"
+            if said != self._hook_error:
+                log.error("after the scan of %s: %s (scans go on)", self.root, said)
+                self._hook_error = said
+
     def usage_of(self, policy_dir: Path) -> Usage:
-        """The directory's usage from the last scan, measured now (once) if
-        the scan has not seen it yet."""
+        """The directory's usage from the last scan, else measured now (once)."""
         found = self._usage.get(policy_dir)
         if found is None:
             found = self._usage[policy_dir] = measure(policy_dir / DATA_DIR)

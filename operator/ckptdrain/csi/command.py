@@ -34,12 +34,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"ckptdrain csi-node: no gRPC stubs ({err.name}): run `make venv` "
               "(e2e/deps/csi-stubs.sh generates them)", file=sys.stderr)
         return 1
-    from ckptdrain.csi.policies import apiserver_classes, apiserver_resolver, policies_api
+    from ckptdrain.csi.policies import (
+        apiserver_classes,
+        apiserver_resolver,
+        policies_api,
+        storage_api,
+    )
 
     try:
         cfg = config.load(args)
         api = policies_api()
-        driver = Driver(cfg, apiserver_resolver(api), list_classes=apiserver_classes(api))
+        driver = Driver(cfg, apiserver_resolver(api), list_classes=apiserver_classes(api),
+                        storage_api=storage_api(api))
         driver.start()
     except (CkptdrainError, OSError) as err:
         print(f"ckptdrain csi-node: {err}", file=sys.stderr)
@@ -48,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     log.info("CSI driver %s serving %s; registration at %s; metrics on port %s; reclaim %s "
-             "after %g s where no class says otherwise, scanning every %g s", cfg.name,
-             cfg.csi_socket,
+             "after %g s where no class says otherwise, scanning every %g s; free space "
+             "published in namespace %s", cfg.name, cfg.csi_socket,
              cfg.registration_socket, cfg.metrics_port or "(none)", cfg.reclaim.policy,
-             cfg.reclaim.grace_s, cfg.scan_interval_s)
+             cfg.reclaim.grace_s, cfg.scan_interval_s, cfg.capacity_namespace or "(none)")
     # Wake on a stop signal or on kubelet's refusal, whichever comes first.
     while not stop.wait(1.0) and not driver.registration.failed.is_set():
         pass

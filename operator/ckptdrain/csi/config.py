@@ -27,6 +27,14 @@ defaults (the DaemonSet sets the environment), checked at start.
                             deleted policies' data collected (60s)
   CKPTDRAIN_CSI_METRICS_PORT
                             /metrics and /healthz; 0: none (9110)
+  CKPTDRAIN_CSI_NAMESPACE   the driver's own namespace, where it publishes its
+                            node's free space as a CSIStorageCapacity
+                            (capacity_report.py); empty: not published (unset;
+                            the chart sets it from the downward API)
+  CKPTDRAIN_CSI_POD_NAME, CKPTDRAIN_CSI_POD_UID
+                            the driver's own Pod, in that namespace: it owns
+                            the report, which goes with it (unset: no owner;
+                            the chart sets both from the downward API)
 """
 
 from __future__ import annotations
@@ -38,13 +46,19 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ckptdrain import units
-from ckptdrain.contract.csi import DEFAULT_DRIVER_NAME, DEFAULT_MIN_MOUNT_GROUP
+from ckptdrain.contract.csi import (
+    DEFAULT_DRIVER_NAME,
+    DEFAULT_MIN_MOUNT_GROUP,
+)
 from ckptdrain.csi.collection import DELETE, RECLAIM_POLICIES, Reclaim
 from ckptdrain.errors import InvalidInput
 
 DEFAULT_NAME = DEFAULT_DRIVER_NAME
 # A CSI driver name: a DNS-1123 subdomain of at most 63 characters.
 _DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_POD_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 DEFAULT_GRACE_PERIOD = "1h"
 DEFAULT_SCAN_INTERVAL = "60s"
 DEFAULT_METRICS_PORT = 9110
@@ -64,6 +78,8 @@ class DriverConfig:
     reclaim: Reclaim = DEFAULT_RECLAIM
     scan_interval_s: float = 60.0
     metrics_port: int = 0  # 0: no metrics endpoint (the flag's default is 9110)
+    capacity_namespace: str = ""  # "": the free space is not published
+    pod: tuple[str, str] | None = None  # the driver's own Pod (name, uid): owns the report
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +120,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port",
                         default=env("CKPTDRAIN_CSI_METRICS_PORT", str(DEFAULT_METRICS_PORT)),
                         help="port of /metrics and /healthz, 0 for none (default: %(default)s)")
+    parser.add_argument("--capacity-namespace", default=env("CKPTDRAIN_CSI_NAMESPACE", ""),
+                        help="where to publish the node's free space as a CSIStorageCapacity; "
+                             "empty: nowhere (default: $CKPTDRAIN_CSI_NAMESPACE)")
+    parser.add_argument("--pod-name", default=env("CKPTDRAIN_CSI_POD_NAME", ""),
+                        help="the driver's own Pod, in the capacity namespace: it owns the "
+                             "report (default: $CKPTDRAIN_CSI_POD_NAME)")
+    parser.add_argument("--pod-uid", default=env("CKPTDRAIN_CSI_POD_UID", ""),
+                        help="that Pod's uid (default: $CKPTDRAIN_CSI_POD_UID)")
 
 
 def _absolute(value: str, flag: str) -> str:
@@ -133,6 +157,11 @@ def load(args: argparse.Namespace) -> DriverConfig:
     port = str(args.metrics_port)
     if not port.isdigit() or int(port) > 65535:
         raise InvalidInput("--metrics-port", "a port number (0 for no metrics)", port)
+    namespace = args.capacity_namespace or ""
+    if namespace and not _NAMESPACE.fullmatch(namespace):
+        raise InvalidInput("--capacity-namespace", "a namespace name (a DNS-1123 label)",
+                           namespace)
+    pod = _pod(args.pod_name or "", args.pod_uid or "")
     csi_socket = args.csi_socket or f"/var/lib/kubelet/plugins/{args.name}/csi.sock"
     registration = (args.registration_socket
                     or f"/var/lib/kubelet/plugins_registry/{args.name}-reg.sock")
@@ -151,4 +180,17 @@ def load(args: argparse.Namespace) -> DriverConfig:
         registration_socket=Path(_absolute(registration, "--registration-socket")),
         owner_uid=int(args.owner_uid), min_mount_group=int(args.min_mount_group),
         reclaim=Reclaim(args.reclaim_policy, grace_s), scan_interval_s=interval_s,
-        metrics_port=int(port))
+        metrics_port=int(port), capacity_namespace=namespace, pod=pod)
+
+
+def _pod(name: str, uid: str) -> tuple[str, str] | None:
+    """The owner Pod: both given, or neither."""
+    if not name and not uid:
+        return None
+    if not _POD_NAME.fullmatch(name):
+        raise InvalidInput("--pod-name", "the driver's Pod name (a DNS-1123 subdomain), "
+                           "given with --pod-uid", name)
+    if not _UID.fullmatch(uid):
+        raise InvalidInput("--pod-uid", "the driver's Pod uid (a UUID), given with "
+                           "--pod-name", uid)
+    return name, uid

@@ -46,6 +46,37 @@ def policies_api() -> Any:
                            "in-cluster (a ServiceAccount token) or a KUBECONFIG", str(err)) from err
 
 
+def storage_api(api: Any) -> Any:
+    """A StorageV1Api with `api`'s credentials, on a client of its own that
+    makes one try a request (urllib3 retries three more by default, each
+    with the whole timeout, and a scan waits for the write): the node's free
+    space is published through it (capacity_publisher.py)."""
+    import copy
+
+    from kubernetes import client
+    from urllib3.util.retry import Retry
+
+    configuration = copy.deepcopy(api.api_client.configuration)
+    configuration.retries = Retry(total=0, raise_on_status=False)
+    return client.StorageV1Api(client.ApiClient(configuration))
+
+
+def api_errors() -> tuple[type[Exception], ...]:
+    """What a request through the SDK may raise: an HTTP answer (its
+    `status` and `reason`) or a transport error. Taken here so the rest of
+    the driver never imports the SDK."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    return (ApiException, HTTPError)
+
+
+def status_of(error: BaseException) -> int | None:
+    """The HTTP status of an error from api_errors(); None for a transport error."""
+    status = getattr(error, "status", None)
+    return status if isinstance(status, int) else None
+
+
 def names_the_policy(status: int | None, body: str | bytes | None, name: str) -> bool:
     """Whether an error answer says that CheckpointPolicy `name` does not
     exist: a 404 whose body is a Status with reason NotFound and details

@@ -11,10 +11,12 @@ import os
 import socket as sockets
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 
-from ckptdrain.csi import mounts
+from ckptdrain.csi import capacity_report, mounts
+from ckptdrain.csi.capacity_publisher import CapacityPublisher
 from ckptdrain.csi.class_reclaim import ClassLister
 from ckptdrain.csi.collector import Collector
 from ckptdrain.csi.config import DriverConfig
@@ -79,15 +81,22 @@ class Driver:
     """Both servers, started and stopped together."""
 
     def __init__(self, cfg: DriverConfig, resolve_policy: PolicyResolver,
-                 mounter: Mounter | None = None, list_classes: ClassLister | None = None
-                 ) -> None:
+                 mounter: Mounter | None = None, list_classes: ClassLister | None = None,
+                 storage_api: Any = None) -> None:
+        """`storage_api`: a kubernetes StorageV1Api to publish the node's
+        free space with, in cfg.capacity_namespace (None, or no namespace:
+        not published)."""
         self.cfg = cfg
         cfg.root.mkdir(mode=0o711, parents=True, exist_ok=True)
         self.volumes = VolumeStore(cfg.root, resolve_policy, mounter or LinuxMounter(),
                                    owner_uid=cfg.owner_uid)
+        self.publisher = None if storage_api is None or not cfg.capacity_namespace else \
+            CapacityPublisher(storage_api, cfg.capacity_namespace, cfg.node_id, cfg.name,
+                              capacity_report.refresh_period(cfg.scan_interval_s),
+                              owner=cfg.pod)
         self.collector = Collector(self.volumes, resolve_policy, cfg.reclaim,
                                    cfg.scan_interval_s, mounts.mounted_under,
-                                   list_classes=list_classes)
+                                   list_classes=list_classes, after_scan=self.publisher)
         self.metrics: MetricsEndpoint | None = None
         self.registration = Registration(cfg.name, str(cfg.csi_socket))
         self.csi = grpc.server(futures.ThreadPoolExecutor(max_workers=4))

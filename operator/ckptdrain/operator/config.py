@@ -102,6 +102,9 @@ Variables (field in parentheses):
   minimum fsGroup (its CKPTDRAIN_CSI_MIN_MOUNT_GROUP), default 1000: under
   "csi" admission refuses a pod whose fsGroup is below it, which the driver
   would refuse at mount time, leaving the pod in ContainerCreating.
+- CKPTDRAIN_CSI_CAPACITY_NAMESPACE (csi_capacity_namespace): where the CSI
+  drivers publish each node's free space (the release namespace; the chart
+  sets it): under "csi" policy admission warns from it; empty = never read.
 - CKPTDRAIN_CONTAINERS (containers): JSON, the resources of the injected
   containers and their QoS mode, {"qos": "MatchPod", "agent": {"requests":
   {...}, "limits": {...}, "guaranteed": {...}, "max": {...}}, "restore": ...,
@@ -198,6 +201,7 @@ class OperatorConfig:
     node_tier: str = NODE_TIER_HOSTPATH
     csi_driver: str = DEFAULT_CSI_DRIVER
     csi_min_mount_group: int = DEFAULT_MIN_MOUNT_GROUP
+    csi_capacity_namespace: str = ""
     containers: Containers = DEFAULT_CONTAINERS
     unselected_pods: str = UNSELECTED_REFUSE
     publish_recency: bool = True
@@ -305,6 +309,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
                            "group is never given the data)", min_group)
     return OperatorConfig(
         node_tier=node_tier, csi_driver=csi_driver, csi_min_mount_group=int(min_group),
+        csi_capacity_namespace=get("CKPTDRAIN_CSI_CAPACITY_NAMESPACE", ""),
         allowed_root=_root("CKPTDRAIN_ALLOWED_ROOT", get("CKPTDRAIN_ALLOWED_ROOT",
                                                          d.allowed_root)),
         cluster_bandwidth=units.parse_rate("CKPTDRAIN_CLUSTER_BANDWIDTH", cap_text)

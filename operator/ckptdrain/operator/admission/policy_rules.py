@@ -20,6 +20,10 @@ admission process (admission/process.py) and Kopf's server
    values (a policy deleted and created again, as `kubectl replace --force`
    does); refused naming one pod, with the way to move.
 
+Beside the refusals, one warning: in CSI mode, when fresh reports of the
+drivers' free space exist and no node has room for one writer
+(admission/node_room.py); never a refusal.
+
 An UPDATE that leaves the spec alone (labels, annotations, finalizers) or
 of a policy being deleted is admitted unchecked: its spec was admitted
 before, and refusing it under a maximum lowered since would leave the
@@ -47,6 +51,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ckptdrain.contract.policy_versions import V1ALPHA1, VERSIONS, convert
+from ckptdrain.operator.admission import node_room_read
 from ckptdrain.operator.admission.nesting import every_policy
 from ckptdrain.operator.admission.refusal import named_namespace
 from ckptdrain.operator.admission.rules import (
@@ -97,14 +102,16 @@ def moves_refused(name: str, fields: list[str], pod: str, *, creating: bool = Fa
 async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
                        namespace: str, cfg: OperatorConfig,
                        written_in: str | None = None,
-                       every: list[dict[str, Any]] | None = None) -> None:
+                       every: list[dict[str, Any]] | None = None,
+                       warnings: list[str] | None = None) -> None:
     """Refuse (Refused) a policy CREATE or UPDATE (`old`: the stored object).
     `written_in`: the apiVersion the request was made at, when the body
     was converted for this webhook (the body and `old` are judged converted
     back to it); None: the body's own. The spec's problems are said in it
     (policy/version_messages.py). `every`: the
     policies of all watched namespaces from a current view (None: ask the
-    apiserver)."""
+    apiserver). `warnings` gets what the admission answer should warn of
+    (admission/node_room_read.py: no node reports room for one writer)."""
     body = as_written(body, written_in)
     old = None if old is None else as_written(old, written_in)
     meta = body.get("metadata") or {}
@@ -124,7 +131,8 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
     # One budget for every read below (the classes first), within the
     # webhook's timeout.
     deadline = time.monotonic() + apiserver_reads.ADMISSION_READ_TIMEOUT_S
-    cfg, classed = await _class_of(spec, namespace, cfg, deadline)
+    base = cfg
+    cfg, classed = await _class_of(spec, namespace, base, deadline)
     validate_policy(classed, name, cfg, written_in or str(body.get("apiVersion") or V1ALPHA1))
     selector = spec.get("selector")
     if old_spec is None or old_spec.get("selector") != selector:
@@ -138,6 +146,29 @@ async def admit_policy(body: Mapping[str, Any], old: Mapping[str, Any] | None,
         await _refuse_moves(name, namespace, relocation.refused(old_spec, spec), deadline)
     else:
         await _refuse_create_over_live(name, namespace, classed, cfg, deadline)
+    # Checked before the old spec's class is resolved (it may read the
+    # namespace's labels): no read for a warning that is off.
+    if warnings is not None and cfg.csi and cfg.csi_capacity_namespace:
+        said = await _room_warning(classed, old_spec, namespace, name, base, cfg, deadline)
+        if said is not None:
+            warnings.append(said)
+
+
+async def _room_warning(classed: Mapping[str, Any], old_spec: Mapping[str, Any] | None,
+                        namespace: str, name: str, base: OperatorConfig, cfg: OperatorConfig,
+                        deadline: float) -> str | None:
+    """The free-space warning, for a CREATE or an UPDATE that changes what
+    one writer keeps: both specs compared with their class applied, as they
+    are judged (a class may fill in what the bare spec needs to parse)."""
+    if old_spec is not None:
+        try:
+            old_cfg, old_classed = await _class_of(old_spec, namespace, base, deadline)
+        except Refused:
+            old_cfg, old_classed = cfg, None  # its class gone or changed: judged anew
+        if not node_room_read.need_changed(classed, old_classed, namespace, name, cfg,
+                                           old_cfg):
+            return None
+    return await node_room_read.room_warning(classed, namespace, name, cfg, deadline)
 
 
 def as_written(obj: Mapping[str, Any], written_in: str | None) -> Mapping[str, Any]:

@@ -116,7 +116,7 @@ class Reviewer:
                     answer["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
                     answer["patchType"] = "JSONPatch"
             else:
-                await self._policy(payload)
+                await self._policy(payload, warnings)
             outcome = "ok"
         except admission.Refused as refused:
             answer["allowed"] = False
@@ -186,7 +186,7 @@ class Reviewer:
             writers.claimed(namespace, *claim)
         return ops
 
-    async def _policy(self, payload: dict[str, Any]) -> None:
+    async def _policy(self, payload: dict[str, Any], warnings: list[str]) -> None:
         body, old = payload.get("object"), payload.get("oldObject")
         if payload.get("operation") not in ("CREATE", "UPDATE") or not isinstance(body, dict):
             return
@@ -198,7 +198,7 @@ class Reviewer:
         await policy_rules.admit_policy(
             body, old if payload.get("operation") == "UPDATE" and isinstance(old, dict) else None,
             str(payload.get("namespace") or ""), self.cfg, requested_version(payload),
-            self.mirror.every())
+            self.mirror.every(), warnings)
 
     async def _policy_class(self, payload: dict[str, Any], warnings: list[str]
                             ) -> list[dict[str, Any]]:

@@ -241,13 +241,14 @@ async def checkpointpolicy_mutate(body: kopf.Body, patch: kopf.Patch, warnings: 
 @kopf.on.validate(admitted, group=api.GROUP, id=VALIDATE_ID, operations=["CREATE", "UPDATE"])
 async def checkpointpolicy_validate(body: kopf.Body, old: kopf.Body | None, operation: str,
                                     namespace: str | None, memo: kopf.Memo,
-                                    **_: Any) -> None:
+                                    warnings: list[str], **_: Any) -> None:
     """Refuse a policy the operator cannot honour, one whose selector overlaps
     another's, or an update that would move checkpoints or change the writer
-    count under live pods (admission/policy_rules.py)."""
+    count under live pods (admission/policy_rules.py); warn when no node
+    reports room for one of its writers."""
     # Kopf does not pass the request's kind: problems are said in the body's
     # own version, the one written, as every version is registered
     # unconverted, by the chart and by Kopf (admitted).
     with metrics.admitting("policy"), _as_kopf():
         await admit_policy(dict(body), dict(old) if operation == "UPDATE" and old else None,
-                           namespace or "", memo.config)
+                           namespace or "", memo.config, warnings=warnings)
