@@ -20,6 +20,7 @@ from ckptdrain.agent.metrics import AgentMetrics
 from ckptdrain.agent.refusals import event_body
 from ckptdrain.agent.report import CheckpointEvent, State
 from ckptdrain.client import Client
+from ckptdrain.contract import tier_reserve
 from ckptdrain.node import config, space
 from ckptdrain.node.localtier import LocalTier
 
@@ -167,15 +168,15 @@ def test_a_policy_at_the_least_capacity_admission_takes_gets_its_scheduled_captu
     need = data.draw(st.integers(0, shard))
     held = data.draw(st.lists(st.integers(0, shard), max_size=keep))
     sizes = dict(enumerate(held))
-    reserve = need * space.reserve_steps(need, capacity, keep, on_disk)
+    reserve = need * tier_reserve.reserve_steps(need, capacity, keep, on_disk)
     assert space.plan_room(need, reserve, sizes, sorted(sizes), capacity, BIG).refused is None
 
 
 def test_two_steps_are_kept_free_only_where_the_capacity_holds_keep_plus_three() -> None:
-    assert space.reserve_steps(10, 20, 1, False) == 1
-    assert space.reserve_steps(10, 39, 1, True) == 1
-    assert space.reserve_steps(10, 40, 1, True) == 2
-    assert space.reserve_steps(10, None, 1, True) == 2
+    assert tier_reserve.reserve_steps(10, 20, 1, False) == 1
+    assert tier_reserve.reserve_steps(10, 39, 1, True) == 1
+    assert tier_reserve.reserve_steps(10, 40, 1, True) == 2
+    assert tier_reserve.reserve_steps(10, None, 1, True) == 2
 
 
 def test_with_the_work_dir_on_the_tier_keep_1_at_two_shards_still_captures(

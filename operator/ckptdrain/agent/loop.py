@@ -44,6 +44,7 @@ from ckptdrain.agent.report import CheckpointEvent, Reporter, State
 from ckptdrain.agent.stale_work import StaleWork, volume_root
 from ckptdrain.agent.startup import AgentStartup
 from ckptdrain.client import REQUEST_FILE, read_request
+from ckptdrain.contract import tier_reserve
 from ckptdrain.errors import CkptdrainError
 from ckptdrain.manifest import EXTRA_TIMELINE
 from ckptdrain.node import space
@@ -100,9 +101,10 @@ class Agent(AgentStartup):
         self._prune_reported: set[int] = set()
         self._apply_failed: str | None = None  # the last failure of apply_round(), said once
         root = volume_root(cfg.work_dir, cfg.local_dir)  # None: the work dir is not on the node
-        #: Steps of a size kept free between scheduled captures (space.reserve_steps).
-        self.reserve_steps = functools.partial(space.reserve_steps, capacity=cfg.local_capacity,
-                                               keep=cfg.local_keep, work_on_disk=root is not None)
+        #: Steps of a size kept free between scheduled captures (contract/tier_reserve.py).
+        self.reserve_steps = functools.partial(
+            tier_reserve.reserve_steps, capacity=cfg.local_capacity, keep=cfg.local_keep,
+            work_on_disk=root is not None)
         self.stale_work = None if root is None else StaleWork(
             root, cfg.work_dir, failed=self.metrics.errors.labels("prune").inc)
         #: agent/goodput.GoodputWatcher, when the agent accounts for goodput.

@@ -8,8 +8,8 @@ copy is still handled (`is_no_room`).
 
 For the local tier, `plan_room` decides what may go so that a capture fits
 the policy's capacity and the disk, and always leaves room for the SIGTERM
-checkpoint (the size of the last step), and `reserve_steps` says how many
-steps' room that is.
+checkpoint (the size of the last step); how many steps' room that is:
+contract/tier_reserve.py (policy admission sizes by it too).
 """
 
 from __future__ import annotations
@@ -83,18 +83,6 @@ class WontFit(OSError):
 
     def __str__(self) -> str:
         return self.message
-
-
-def reserve_steps(need: int, capacity: int | None, keep: int, work_on_disk: bool) -> int:
-    """How many steps of `need` bytes a scheduled capture keeps free: the
-    SIGTERM capture's, and with the trainer's work dir on the tier's disk its
-    next save's too, but only where `capacity` holds `keep + 3` such steps
-    (docs/pod-contract.md). Admission accepts a capacity of `keep + 1`
-    shards: two steps kept free there would refuse every scheduled capture,
-    and never capturing is worse than a SIGTERM capture that may not fit. Pure."""
-    if not work_on_disk:
-        return 1
-    return 2 if capacity is None or capacity >= (keep + 3) * need else 1
 
 
 @dataclass(frozen=True)

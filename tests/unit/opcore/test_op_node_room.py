@@ -50,7 +50,7 @@ def test_a_writer_needs_the_capacity_when_set_else_what_the_agent_keeps() -> Non
     # 80 GB over 8 writers: 10 GB a shard. The work dir on the tier's disk:
     # keep 2, the one being captured, the trainer's next save and the step
     # restore placed (docs/pod-contract.md); in memory, keep 2, the capture
-    # and the SIGTERM capture's room (node/space.py reserve_steps).
+    # and the SIGTERM capture's room (contract/tier_reserve.py reserve_steps).
     assert need_of(spec(), "ns", "p", CSI) == Need(50 * GB, SIZING_FIELDS, 5, 3, True)
     in_memory = spec(memory={"sizeLimit": "20GB"})
     assert need_of(in_memory, "ns", "p", CSI) == Need(40 * GB, SIZING_FIELDS, 4, 2)

@@ -31,8 +31,8 @@ from ckptdrain.contract.csi import (
     CAPACITY_STALE_PERIODS,
     CAPACITY_STORAGE_CLASS,
 )
+from ckptdrain.contract.tier_reserve import reserve_steps
 from ckptdrain.errors import InvalidInput
-from ckptdrain.node import space
 from ckptdrain.operator.config import OperatorConfig
 from ckptdrain.operator.policy import spec as pol
 
@@ -59,12 +59,12 @@ class Report:
 #: Shards one writer keeps beyond `keep` without spec.localTier.capacity,
 #: as the agent sizes the tier (docs/pod-contract.md "Where the work dir
 #: lives"): the step being captured, and the steps a scheduled capture keeps
-#: free (node/space.py reserve_steps, taken from there so the two never
+#: free (contract/tier_reserve.py, which the agent sizes by too, so the two never
 #: drift): the SIGTERM capture's, and with the trainer's work dir on the
 #: tier's disk its next save's. keep + 3 with the work dir on the disk,
 #: keep + 2 with localTier.memory.
-EXTRA_SHARDS_DISK_WORK_DIR = 1 + space.reserve_steps(1, None, 0, work_on_disk=True)
-EXTRA_SHARDS_MEMORY_WORK_DIR = 1 + space.reserve_steps(1, None, 0, work_on_disk=False)
+EXTRA_SHARDS_DISK_WORK_DIR = 1 + reserve_steps(1, None, 0, work_on_disk=True)
+EXTRA_SHARDS_MEMORY_WORK_DIR = 1 + reserve_steps(1, None, 0, work_on_disk=False)
 #: The longest node name a warning repeats (a report's name is the driver's
 #: to write), so that the warning, which kubectl prints on every write of the
 #: policy, stays within WARNING_CHARS.
