@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ckptdrain.contract import api
 from ckptdrain.contract.csi import (
     CAPACITY_ANNOTATION_MEASURED,
     CAPACITY_ANNOTATION_NODE,
@@ -93,7 +94,8 @@ def refresh_period(scan_interval_s: float) -> float:
 
 
 def rfc3339(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """`at` (Unix seconds) as every time the API carries (contract/api.py)."""
+    return api.timestamp(datetime.fromtimestamp(at, UTC))
 
 
 def build(node: str, driver: str, namespace: str, free: Capacity, measured_at: float,

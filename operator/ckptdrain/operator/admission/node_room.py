@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from ckptdrain import units
+from ckptdrain.contract.api import parse_timestamp
 from ckptdrain.contract.csi import (
     CAPACITY_ANNOTATION_MEASURED,
     CAPACITY_ANNOTATION_NODE,
@@ -93,8 +93,7 @@ def report_of(obj: Mapping[str, Any]) -> Report | None:
     notes = meta.get("annotations") or {}
     try:
         available = units.parse_bytes("capacity", obj.get("capacity"))
-        measured = datetime.fromisoformat(
-            str(notes.get(CAPACITY_ANNOTATION_MEASURED)).replace("Z", "+00:00")).timestamp()
+        measured = parse_timestamp(str(notes.get(CAPACITY_ANNOTATION_MEASURED))).timestamp()
         refresh = float(notes.get(CAPACITY_ANNOTATION_REFRESH, DEFAULT_REFRESH_S))
     except (InvalidInput, ValueError, TypeError):
         return None
