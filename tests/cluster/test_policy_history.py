@@ -69,6 +69,14 @@ def _past(since: str) -> None:
         time.sleep(0.05)
 
 
+def _completions(cluster: Cluster, namespace: str) -> list[tuple[Any, ...]]:
+    """Each record's step, state, creation and completion: what a history
+    that went wrong was read from."""
+    return [(r["spec"]["step"], (r.get("status") or {}).get("state"),
+             r["metadata"]["creationTimestamp"], (r.get("status") or {}).get("completionTime"))
+            for r in get(cluster, namespace, "checkpoints")["items"]]
+
+
 def _entries(storage: dict[str, Any]) -> list[tuple[str, int, bool]]:
     return [(e["uri"], e["lastGlobalStep"], bool(e.get("startFresh")))
             for e in storage.get("earlier") or []]
@@ -153,7 +161,9 @@ def test_a_fresh_run_below_the_old_step_is_remembered_when_it_moves_on(
     apply(policy("llama", storage={"uri": "s3://ckpt-bucket/newer"},
                  relocation={"reason": "m2", "startFresh": True}))
     wait_for(lambda: _storage(cluster, namespace).get("uri") == newer, what="the second move")
-    assert _entries(_storage(cluster, namespace)) == [(new, 3000, False), (old, 4200, True)]
+    storage = _storage(cluster, namespace)
+    assert _entries(storage) == [(new, 3000, False), (old, 4200, True)], (
+        storage, _completions(cluster, namespace))
     cluster.kubectl("delete", "-n", namespace, "pod", "llama-b", "--wait=true")
     told = json.loads(_env(_writer(cluster, namespace, "llama-c"), "ckptdrain-restore")[EARLIER])
     assert [(e["uri"], e["step"], e["reason"]) for e in told] == [(new, 3000, "m2")]
