@@ -125,9 +125,10 @@ def refuser(stderr: str, webhook_says: str) -> str:
     return ""
 
 
-def operator_logged(operator: OperatorProcess, *says: str) -> bool:
-    """Whether the operator's log has a line saying all of `says`."""
-    return any(all(s in line for s in says) for line in
+def operator_log_lines(operator: OperatorProcess, *says: str) -> int:
+    """How many lines of the operator's log say all of `says`: a refusal
+    logged again after a dry-run probe logged the same one is told apart."""
+    return sum(all(s in line for s in says) for line in
                operator.log.read_text(errors="replace").splitlines())
 
 

@@ -30,7 +30,7 @@ from hostile_tenants import (
     class_objects,
     forged_review,
     leaked_files,
-    operator_logged,
+    operator_log_lines,
     post_review,
     publish_as_a,
     refused_policy,
@@ -82,8 +82,8 @@ def test_local_paths_above_or_into_a_node_directory_are_refused(
     # A's node directory itself: B's <path>/<B> would lie inside it.
     a_dir = f"{ALLOWED_ROOT}/nvme/{namespace}"
     made = tenant_b.create(policy("a-dir", localTier={"path": a_dir}))
-    logged = wait_for(lambda: operator_logged(operator, f"policy {tenant_b.namespace}/a-dir "
-                                              "refused", f"{namespace}/ckpt"),
+    logged = wait_for(lambda: operator_log_lines(operator, f"policy {tenant_b.namespace}/a-dir "
+                                                 "refused", f"{namespace}/ckpt") > 0,
                       what="the operator's log of the refusal") if made.returncode else False
     refused_by = refuser(made.stderr, NESTS) if made.returncode else ""
     ledger.record(ledger.LOCAL_A_DIR, refused_by, ledger.logged_in(
@@ -140,14 +140,15 @@ def test_a_local_path_nesting_with_as_node_directory_is_refused(
     pod = pod_of("nest-0", {"app": "nest", **INJECT}, terminationGracePeriodSeconds=600)
     admission_answers(tenant_b.kubectl, tenant_b.namespace, pod, admitted=False,
                       says="another namespace's node directory")
+    # The refusal names A's policy in the operator's log; the probe logged one too.
+    says = (f"pod of policy {tenant_b.namespace}/nest refused", f"{namespace}/ckpt")
+    probed = operator_log_lines(operator, *says)
     made = tenant_b.kubectl("create", "-n", tenant_b.namespace, "-f", "-", "-o", "json", body=pod)
     assert made.returncode != 0, made.stdout[:500]
     assert "CheckpointPolicy nest spec.localTier.path" in made.stderr, made.stderr
     assert "another namespace's node directory" in made.stderr, made.stderr
-    # The pod refusal names A's policy to the platform team in the operator's log.
-    logged = wait_for(lambda: operator_logged(
-        operator, f"pod of policy {tenant_b.namespace}/nest refused", f"{namespace}/ckpt"),
-        what="the operator's log of the pod refusal")
+    logged = wait_for(lambda: operator_log_lines(operator, *says) > probed,
+                      what="the operator's log of the pod refusal")
     # Both denials, the policy's and the pod's, in the apiserver's audit log.
     audited = hostile_audit.written_refusal(tenant_b, "checkpointpolicies", "nest",
                                             refuser(message, NESTS)) and \
