@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+import pytest
 import yaml
 from tests.chart.support import CHART, Tools
 
@@ -62,6 +63,26 @@ def test_the_driver_brings_the_policy_on_its_reports(tools: Tools) -> None:
                for v in policy["spec"]["validations"])
 
 
-def test_no_driver_no_policy(tools: Tools) -> None:
-    assert _policy(_objects(tools)) != []  # the default: the CSI node tier
-    assert _policy(_objects(tools, "--set", "nodeTier.mode=hostPath")) == []
+# No --api-versions: the policy follows its values alone, as `helm template`
+# renders it for Argo CD and Flux.
+@pytest.mark.parametrize(("args", "present"), [
+    ([], True),                                                    # the default
+    (["--set", "csiDriver.restrictCapacityReports=true"], True),
+    (["--set", "csiDriver.restrictCapacityReports=false"], False),
+    (["--set", "nodeTier.mode=hostPath"], False),                  # no driver
+    (["--set", "nodeTier.mode=hostPath",
+      "--set", "csiDriver.restrictCapacityReports=true"], False),
+])
+def test_the_policy_follows_the_driver_and_its_value(tools: Tools, args: list[str],
+                                                     present: bool) -> None:
+    kinds = sorted(o["kind"] for o in _policy(_objects(tools, *args)))
+    assert kinds == (["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+                     if present else [])
+
+
+def test_a_wrong_restrict_capacity_reports_value_is_refused(tools: Tools) -> None:
+    result = tools.run("helm", "template", "ckptdrain", str(CHART), "--set",
+                       "csiDriver.restrictCapacityReports=maybe", check=False)
+    assert result.returncode != 0
+    assert "/csiDriver/restrictCapacityReports" in result.stderr, result.stderr
+    assert "want boolean" in result.stderr, result.stderr
