@@ -13,6 +13,12 @@ import pytest
 import yaml
 from tests.chart.support import CHART, Tools
 
+from ckptdrain.contract.csi import (
+    CAPACITY_ANNOTATION_NODE,
+    CAPACITY_LABEL_DRIVER,
+    CAPACITY_STORAGE_CLASS,
+    DEFAULT_DRIVER_NAME,
+)
 from ckptdrain.csi import capacity_report
 
 #: The admission operation each write verb of RBAC reaches.
@@ -61,6 +67,27 @@ def test_the_driver_brings_the_policy_on_its_reports(tools: Tools) -> None:
     assert _variable(policy, "prefix") == f"'{name.removesuffix('gpu-7')}'"
     assert any("== 'node.example.com'" in v["expression"]
                for v in policy["spec"]["validations"])
+
+
+def test_the_policy_checks_what_the_driver_writes_by_its_own_constants(tools: Tools) -> None:
+    """The template spells the driver's constants (capacity_report.py,
+    contract/csi.py) in CEL: a change on either side fails here."""
+    [policy] = [o for o in _policy(_objects(tools)) if o["kind"] == "ValidatingAdmissionPolicy"]
+    prefix = capacity_report.object_name("x", DEFAULT_DRIVER_NAME).removesuffix("x")
+    room = capacity_report.MAX_NAME - len(prefix) - 1 - capacity_report.HASH_CHARS
+    assert f"substring(0, {room})" in _variable(policy, "cut")
+    assert f"<= {capacity_report.MAX_NAME}" in _variable(policy, "nameFits")
+    assert f"<= {capacity_report.MAX_LABEL_VALUE}" in _variable(policy, "topologyFits")
+    assert f"[?'{CAPACITY_ANNOTATION_NODE}']" in _variable(policy, "reportedNode")
+    assert f"[?'{CAPACITY_LABEL_DRIVER}']" in _variable(policy, "driverLabel")
+    rules = [v["expression"] for v in policy["spec"]["validations"]]
+    hashed = next(r for r in rules if "variables.expectedName" in r)
+    hash_chars = capacity_report.HASH_CHARS
+    assert f"+ {hash_chars + 1} &&" in hashed and f"- {hash_chars})" in hashed
+    assert f"matches('^[0-9a-f]{{{hash_chars}}}$')" in hashed
+    assert f"object.storageClassName == '{CAPACITY_STORAGE_CLASS}'" in rules
+    topology = next(r for r in rules if "nodeTopology" in r)
+    assert f"{{'{capacity_report.HOSTNAME_LABEL}': variables.node}}" in topology
 
 
 # No --api-versions: the policy follows its values alone, as `helm template`
