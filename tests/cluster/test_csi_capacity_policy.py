@@ -4,8 +4,9 @@ Every driver holds the same Role, so RBAC alone lets any node's driver
 write any node's report: with the policy, a driver's token (bound to its
 pod, so to that pod's node) writes its own node's report through the
 driver's own code, and is refused another node's (create and update), its
-own report relabelled to another node or widened to every node, and
-any write without a pod-bound token."""
+own report relabelled to another node or widened to every node, owned by
+another pod or held by a finalizer, and any write without a pod-bound
+token."""
 
 from __future__ import annotations
 
@@ -167,7 +168,33 @@ def test_a_driver_writes_its_own_nodes_report_and_no_other(
     ]:
         assert f"{field}: expected" in _refusal(_create(api_a, body, dry_run=True)), body
 
-    # The driver's own code, with its token: created, then replaced.
+    # The token the kubelet mounts names the node and the pod: the policy
+    # trusts these extras, so they are checked here on the real apiserver.
+    review = client.AuthenticationV1Api(api_a.api_client).create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+    extra = review.status.user_info.extra
+    assert (extra["authentication.kubernetes.io/node-name"],
+            extra["authentication.kubernetes.io/pod-name"],
+            extra["authentication.kubernetes.io/pod-uid"]) == ([node_a], [pod_a[0]], [pod_a[1]])
+
+    # Held past its pod by a finalizer, owned by another pod or by its own
+    # and another: refused. Owned by its own pod alone: accepted.
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": pod_a[0], "uid": pod_a[1]}
+    other_pod = {**owner, "name": "csi-node-other", "uid": str(uuid.uuid4())}
+    for metadata, field in [
+        ({"finalizers": ["example.com/keep"]}, "metadata.finalizers"),
+        ({"ownerReferences": [other_pod]}, "metadata.ownerReferences"),
+        ({"ownerReferences": [{**owner, "uid": other_pod["uid"]}]},
+         "metadata.ownerReferences"),
+        ({"ownerReferences": [owner, other_pod]}, "metadata.ownerReferences"),
+        ({"ownerReferences": [owner]}, None),
+    ]:
+        body = {**own, "metadata": {**own["metadata"], **metadata}}
+        said = _refusal(_create(api_a, body, dry_run=True))
+        assert (f"{field}: expected none" in said) if field else said == "", (body, said)
+
+    # The driver's own code, with its token and its Pod as the report's
+    # owner: created, then replaced.
     clock = iter(range(1_000_000, 2_000_000, 10))
     publisher = CapacityPublisher(api_a, ns, node_a, DRIVER, 600,
                                   clock=lambda: float(next(clock)), owner=pod_a)
@@ -179,6 +206,7 @@ def test_a_driver_writes_its_own_nodes_report_and_no_other(
     again = get(cluster, ns, "csistoragecapacities", publisher.name)
     assert again["metadata"]["resourceVersion"] != first["metadata"]["resourceVersion"]
     assert again["metadata"]["annotations"]["ckptdrain.io/node"] == node_a
+    assert [(o["name"], o["uid"]) for o in again["metadata"]["ownerReferences"]] == [pod_a]
 
     # Another node's report: refused to create, and to update once its own
     # driver (here the admin) has written it, with B's content or A's.
