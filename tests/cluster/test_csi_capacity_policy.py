@@ -6,12 +6,14 @@ pod, so to that pod's node) writes its own node's report through the
 driver's own code, and is refused another node's (create and update), its
 own report relabelled to another node or widened to every node, owned by
 another pod or held by a finalizer, and any write without a pod-bound
-token."""
+token; a node name of every length and shape the report's name cuts,
+cleans or keeps writes its own report and no other name."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,6 +35,7 @@ DRIVER = "node.ckptdrain.io"  # the chart's default csiDriver.name
 GB = 10**9
 FREE = Capacity(40 * GB, 100 * GB, 1000, 2000)
 ApiError = client.exceptions.ApiException
+SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @dataclass
@@ -240,27 +243,78 @@ def test_a_driver_writes_its_own_nodes_report_and_no_other(
     assert "bound to a pod on a node" in _refusal(_create(unbound, _report("gpu-x", ns)))
 
 
-def test_a_node_with_a_long_name_writes_its_shortened_report(
+def _node_name(tag: str, length: int, marks: dict[int, str] | None = None) -> str:
+    """A node name (a DNS subdomain) of `length` characters: `tag`, then
+    'a's with a '.' every 60 (labels stay within 63), then `marks`
+    (position: separator characters) over the top."""
+    chars = list((tag + "a" * length)[:length])
+    for at in range(60, length - 1, 60):
+        chars[at] = "."
+    for at, mark in (marks or {}).items():
+        chars[at:at + len(mark)] = mark
+    node = "".join(chars)
+    assert len(node) == length and SUBDOMAIN.fullmatch(node), node
+    assert max(len(label) for label in node.split(".")) <= 63, node
+    return node
+
+
+#: prefix (17) + node fits the 253 of a name up to a node name of 236; the
+#: cleaned name is cut at 225 ([:225]), its last character at 224.
+NODE_SHAPES = [
+    ("63: a label value", 63, {}),
+    ("64: no label value", 64, {}),
+    ("236: the longest kept whole", 236, {}),
+    ("237: cut, with a hash", 237, {}),
+    ("'--' runs before the cut", 240, {20: "-----", 100: "--"}),
+    ("cut on a '.'", 240, {224: "."}),
+    ("cut on a '-'", 240, {224: "-"}),
+    ("a run on the cut", 240, {224: "----"}),
+    ("a run across the cut", 240, {222: "----"}),
+]
+
+
+def test_a_node_name_of_any_shape_writes_its_own_report_and_no_other(
         cluster: Cluster, release: Release, driver_on: Callable[..., Any]) -> None:
-    """A node name too long for a label value (no nodeTopology) and for the
-    report's name (cut, with a hash): still its driver's to write."""
+    """The policy cleans and cuts a long node name in CEL as the driver does
+    in Python (capacity_report.object_name): its driver writes the report
+    under its own name, with a label selector only when the name is a
+    label value; a name of the cut form with another hash, or one
+    character more, is refused. One apiserver, the shapes in turn."""
     ns = release.namespace
     tag = uuid.uuid4().hex[:6]
-    node = ".".join([f"rack-{tag}-" + "n" * 50] * 4)[:240]  # a DNS subdomain
-    api, pod_ = driver_on(node)
-    _wait_in_force(api, _report(f"gpu-{tag}", ns))
-    # With a topology after all, refused: the node name is no label value.
-    assert "nodeTopology: expected none" in _refusal(_create(api, {
-        **_report(node, ns), "nodeTopology": {"matchLabels": {"kubernetes.io/hostname":
-                                                             node[:62]}}}, dry_run=True))
-    # Nor under another long-named node's report name.
-    other = _report(node.replace("rack-", "rock-"), ns)["metadata"]["name"]
-    mine = _report(node, ns)
-    assert "metadata.name: expected 'node-tier-" in _refusal(_create(api, {
-        **mine, "metadata": {**mine["metadata"], "name": other}}, dry_run=True))
-    publisher = CapacityPublisher(api, ns, node, DRIVER, 600, owner=pod_)
-    assert not publisher.name.endswith(node)  # cut, with a hash
-    publisher(SimpleNamespace(capacity=FREE))
-    stored = get(cluster, ns, "csistoragecapacities", publisher.name)
-    assert "nodeTopology" not in stored
-    assert stored["metadata"]["annotations"]["ckptdrain.io/node"] == node
+    prefix = capacity_report.object_name("x", DRIVER).removesuffix("x")
+    waited = False
+    for shape, length, marks in NODE_SHAPES:
+        node = _node_name(tag, length, marks)
+        api, pod_ = driver_on(node)
+        if not waited:
+            _wait_in_force(api, _report(f"gpu-{tag}", ns))
+            waited = True
+        name = capacity_report.object_name(node, DRIVER)
+        assert (name == prefix + node) is (length <= 236), shape
+        mine = _report(node, ns)
+        if name != prefix + node:
+            readable = name[len(prefix):-11]
+            assert not readable.endswith("-") and "--" not in readable, shape
+            # Not a hash; one character more (past 253 the apiserver's own
+            # validation refuses it first) or less.
+            for wrong in (f"{prefix}{readable}-zzzzzzzzzz", f"{name}0", name[:-1]):
+                write = _create(api, {**mine, "metadata": {**mine["metadata"], "name": wrong}},
+                                dry_run=True)
+                if len(wrong) > 253:
+                    with pytest.raises(ApiError, match="no more than 253") as invalid:
+                        write()
+                    assert invalid.value.status == 422, shape
+                    continue
+                assert "metadata.name: expected 'node-tier-" in _refusal(write), (shape, wrong)
+        if length > 63:  # with a label selector after all: refused
+            assert "nodeTopology: expected none" in _refusal(_create(api, {
+                **mine, "nodeTopology": {"matchLabels": {"kubernetes.io/hostname":
+                                                         node[:63]}}}, dry_run=True)), shape
+        publisher = CapacityPublisher(api, ns, node, DRIVER, 600, owner=pod_)
+        publisher(SimpleNamespace(capacity=FREE))
+        assert publisher._last_error is None, (shape, publisher._last_error)
+        stored = get(cluster, ns, "csistoragecapacities", name)
+        assert stored["metadata"]["annotations"]["ckptdrain.io/node"] == node, shape
+        assert ("nodeTopology" in stored) is (length <= 63), shape
+
