@@ -1,8 +1,10 @@
 """The policy on the CSI drivers' free-space reports in the chart: rendered
 with the driver, bound to deny, matching the driver's own ServiceAccount
 and every write its Role grants, and checking the report's name as the
-driver makes it for the driver the chart names; not rendered without the
-driver. (What it admits and refuses: tests/cluster/test_csi_capacity_policy.py.)"""
+driver makes it for the driver the chart names, by the driver's own
+constants; not rendered without the driver, nor with
+csiDriver.restrictCapacityReports false. (What it admits and refuses:
+tests/cluster/test_csi_capacity_policy.py.)"""
 
 from __future__ import annotations
 
