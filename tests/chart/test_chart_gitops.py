@@ -81,13 +81,15 @@ def test_no_template_asks_what_the_cluster_serves() -> None:
 
 def test_the_admission_policies_render_without_a_cluster(tools: Tools) -> None:
     """Plain `helm template`, nothing said of the cluster: the agent's pod
-    patch policy and the recency write policy by default, the operator's
-    Secret and write policies with the peer tier."""
+    patch policy, the recency write policy and (with the CSI driver) the
+    policy on its free-space reports by default, the operator's Secret and
+    write policies with the peer tier."""
     names = sorted(o["metadata"]["name"] for o in _docs(render(
         tools, "--set", "operator.peerTier=true").stdout)
         if o["kind"] == "ValidatingAdmissionPolicy")
-    assert names == ["ckptdrain-agent-pod-patch", "ckptdrain-operator-writes",
-                     "ckptdrain-recency-writes", "ckptdrain-secret-update"]
+    assert names == ["ckptdrain-agent-pod-patch", "ckptdrain-csi-capacity-report",
+                     "ckptdrain-operator-writes", "ckptdrain-recency-writes",
+                     "ckptdrain-secret-update"]
 
 
 def test_every_crd_is_kept_by_helm_argo_cd_and_flux(tools: Tools) -> None:

@@ -4,6 +4,7 @@ failures (csi/capacity_publisher.py) against a fake StorageV1Api."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -261,3 +262,23 @@ def test_one_write_is_one_try_bounded_by_its_timeout() -> None:
     retries = storage.api_client.rest_client.pool_manager.connection_pool_kw.get("retries")
     assert retries is not None and retries.total == 0, retries
     assert shared.api_client.configuration.retries is None  # the policy reads keep theirs
+
+
+def test_a_refusal_logs_the_apiservers_reason_on_one_bounded_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A 403 from the chart's admission policy says which field was wrong:
+    the log carries that sentence, not only 'Forbidden'."""
+    api, now = FakeStorage(), [1000.0]
+    refused = ApiException(status=403, reason="Forbidden")
+    reason = ("metadata.annotations[ckptdrain.io/node]: expected 'node-a', the node the "
+              "writer's token is bound to,\ngot 'node-b'")
+    refused.body = json.dumps({"kind": "Status", "status": "Failure", "reason": "Forbidden",
+                               "message": f"denied request: {reason}" + " x" * 500})
+    api.fail = [refused]
+    with caplog.at_level(logging.INFO, "ckptdrain.csi.capacity_publisher"):
+        publisher(api, now)(scanned(40 * GIB))
+    [said] = [r.getMessage() for r in caplog.records]
+    assert "HTTP 403 Forbidden" in said
+    assert "denied request: metadata.annotations[ckptdrain.io/node]: expected 'node-a', the " \
+           "node the writer's token is bound to, got 'node-b'" in said, said
+    assert "\n" not in said and len(said) < 800, said  # the reason cut to 600

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ckptdrain import kube_rest
 from ckptdrain.contract.csi import CAPACITY_LABEL_DRIVER
 from ckptdrain.csi import capacity_report, policies
 from ckptdrain.csi.capacity_report import Written
@@ -25,6 +26,10 @@ class ForeignReport(ValueError):
 
 #: How long one request may take: a scan waits for it.
 REQUEST_TIMEOUT_S = 10
+#: The most of the apiserver's reason a failure's log line carries: enough
+#: for an admission policy's refusal (which names the field and both nodes),
+#: not a whole page.
+REASON_CHARS = 600
 
 
 class CapacityPublisher:
@@ -58,9 +63,7 @@ class CapacityPublisher:
             self._write(body)
         except (*policies.api_errors(), OSError, ValueError) as err:
             # Never stops the scan; said once per change of error.
-            status = policies.status_of(err)
-            said = (f"HTTP {status} {getattr(err, 'reason', '')}" if status is not None
-                    else f"{type(err).__name__}: {err}")
+            said = _what_went_wrong(err)
             if said != self._last_error:
                 log.warning("free space not published as CSIStorageCapacity %s/%s (%s); "
                             "tried again after each scan", self.namespace, self.name, said)
@@ -103,3 +106,20 @@ class CapacityPublisher:
                                          "resourceVersion": found.metadata.resource_version}}
         self.api.replace_namespaced_csi_storage_capacity(
             self.name, self.namespace, replaced, _request_timeout=REQUEST_TIMEOUT_S)
+
+
+def _what_went_wrong(err: BaseException) -> str:
+    """One line on a failed write: the HTTP status, and the apiserver's own
+    reason when its answer carries one (the chart's admission policy says
+    there which field named which node), shortened."""
+    status = policies.status_of(err)
+    if status is None:
+        return f"{type(err).__name__}: {err}"
+    said = f"HTTP {status} {getattr(err, 'reason', '')}"
+    reason = kube_rest.status_message(getattr(err, "body", None), limit=REASON_CHARS + 1)
+    if not reason:
+        return said
+    reason = " ".join(reason.split())
+    if len(reason) > REASON_CHARS:
+        reason = reason[:REASON_CHARS - 3] + "..."
+    return f"{said}: {reason}"

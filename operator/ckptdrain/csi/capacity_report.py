@@ -59,6 +59,8 @@ THRESHOLD = 0.01
 REFRESH_SCANS = 10
 MIN_REFRESH_SCANS = 2
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: A label value's longest: a longer node name gets no nodeTopology.
+MAX_LABEL_VALUE = 63
 
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
@@ -120,7 +122,7 @@ def build(node: str, driver: str, namespace: str, free: Capacity, measured_at: f
         # No blockOwnerDeletion: that would need a right on the Pod's finalizers.
         report["metadata"]["ownerReferences"] = [
             {"apiVersion": "v1", "kind": "Pod", "name": owner[0], "uid": owner[1]}]
-    if len(node) <= 63 and _LABEL_VALUE.fullmatch(node):
+    if len(node) <= MAX_LABEL_VALUE and _LABEL_VALUE.fullmatch(node):
         report["nodeTopology"] = {"matchLabels": {HOSTNAME_LABEL: node}}
     return report
 
