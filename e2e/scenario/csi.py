@@ -164,6 +164,15 @@ def _run(s3: Any, allowed_root: str, root: str, logs: Logs, bucket: BucketWatch,
     check(driver.get("podInfoOnMount") and driver.get("volumeLifecycleModes") == ["Ephemeral"],
           f"CSIDriver {DRIVER}: {driver}")
     report.append(f"| csi: helm upgrade → driver registered with kubelet | {up:.1f} s |")
+    # Its free-space report, written with the token kubelet mounted: the
+    # chart's policy lets a driver write its own node's report alone.
+    free = wait_for(f"{NODE}'s free-space report", lambda: [r for r in get(
+        "csistoragecapacities", "-n", OP_NS, "-l", f"ckptdrain.io/csi-driver={DRIVER}")[
+        "items"] if r["metadata"].get("annotations", {}).get("ckptdrain.io/node") == NODE],
+        60, every=1)
+    check(len(free) == 1 and bool(free[0].get("capacity")),
+          f"the driver wrote {NODE}'s free-space report through the admission policy: "
+          f"{free[0]['metadata']['name']} capacity {free[0].get('capacity')}")
 
     hostpath_refused("restricted", "csi-hostpath-probe",
                      restricted_job(time.time())["spec"]["template"]["spec"], check,
