@@ -186,3 +186,36 @@ def test_a_connection_awaiting_again_is_the_newest_to_await() -> None:
 def test_no_slots_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="capacity: expected at least 1 connection, got 0"):
         ConnectionSlots(0)
+
+
+def test_a_body_is_closed_for_a_new_connection_only_once_behind_its_pace() -> None:
+    """a's body keeps its pace (each piece puts its `behind_at` off), b's
+    body is in: a new connection waits, and closes a once a falls behind;
+    a's reading then says it was closed (not to be answered)."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(2, clock), Closes()
+    for name in "ab":
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+    slots.reading_body("a", behind_at=1.0)
+    slots.reading_body("b", behind_at=1.0)
+    assert slots.body_in("b") is True  # all in: never closed here
+    newcomer = taking(slots, "c", closes)
+    until_waiting(slots)
+    clock.now = 0.9
+    slots.reading_body("a", behind_at=2.0)  # a piece came: still within its pace
+    clock.now = 1.5
+    slots.awaiting_next("b", grace=60.0)  # wakes the newcomer: a keeps pace, b in its grace
+    time.sleep(0.05)
+    assert closes.closed == []
+    clock.now = 2.0
+    slots.reading_body("a", behind_at=2.0)  # no piece since: behind
+    slots.release("b")
+    newcomer.join(10)
+    assert not newcomer.is_alive() and closes.closed == []  # a release: none closed
+    newcomer = taking(slots, "d", closes)
+    assert closes.wait_for(1) == ["a"]
+    assert slots.body_in("a") is False
+    slots.release("a")
+    newcomer.join(10)
+    assert not newcomer.is_alive()

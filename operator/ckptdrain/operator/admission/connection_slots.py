@@ -20,10 +20,14 @@ While a new connection waits for a slot, the server answers with
 `Connection: close` (`waiting`), so a client done with its answer opens a
 new connection rather than reusing one that may be closed under it.
 
-A connection whose headers are in (its body arriving within the review's
-bounds, or its answer being made) is never closed here; with none to
-close, the next connection waits for a release, and those after it in the
-listen backlog. `headers_in` says whether the connection was already closed
+A connection whose body is arriving is closed for a new connection like
+one awaiting headers, but only while its body is behind the least pace
+(`reading_body`, told as its bytes come: admission/body.py), so a client
+trickling a body in does not hold its slot for another. One whose body is
+in (its answer being made), or is keeping pace, is never closed here; with
+none to close, the next connection waits for a release, and those after it
+in the listen backlog. `body_in`, like `headers_in`, says whether it was
+closed for another before its body was all in. `headers_in` says whether the connection was already closed
 for another (its headers arrived as it was closed): its request is then
 not answered. The window that remains: a connection closed after its
 client sent the last header line but before the server read it.
@@ -47,8 +51,9 @@ from dataclasses import dataclass
 class Held:
     """One connection's slot. `awaiting` orders those that may be closed
     for a new connection (the lowest has awaited longest); None: its
-    headers are in. `closable_at`: not before this (a kept-alive
-    connection's grace); 0 for one awaiting its first request's headers."""
+    headers, or its body, are in. `closable_at`: not before this (a
+    kept-alive connection's grace, a body's pace); 0 for one awaiting its
+    first request's headers."""
     close: Callable[[], None]
     awaiting: int | None
     closable_at: float = 0.0
@@ -123,6 +128,27 @@ class ConnectionSlots:
                 return True
             held.awaiting = None
             return not held.closed
+
+    def reading_body(self, connection: Hashable, behind_at: float) -> None:
+        """`connection`'s body is arriving, and falls behind its pace at
+        `behind_at` (later as its bytes come): from then on it may be closed
+        for a new connection, in the order it began to arrive."""
+        with self._changed:
+            held = self._held.get(connection)
+            if held is None:
+                return
+            held.closable_at = behind_at
+            if held.awaiting is None:
+                held.awaiting = next(self._order)
+                # A connection waiting may time its wake; later updates only
+                # put `behind_at` off, and a wake too early waits again.
+                self._changed.notify_all()
+
+    def body_in(self, connection: Hashable) -> bool:
+        """`connection`'s body is in (or its reading ended): never closed here
+        until it is idle again. False: it was closed for a new connection
+        first (its socket is shut; nothing is to be answered)."""
+        return self.headers_in(connection)
 
     def awaiting_next(self, connection: Hashable, grace: float) -> None:
         """`connection` (kept alive) awaits its next request: the newest to

@@ -14,10 +14,11 @@ a kept-alive one idle past its grace) is closed for the next, and answers
 say `Connection: close` while it waits (admission/connection_slots.py; with
 none to close, the next waits in the listen backlog). At most
 MAX_IN_FLIGHT reviews answered at once and as many large bodies read
-(SMALL_BODY_BYTES), each given as long as the
-apiserver waits for it (its `?timeout=`; a conversion, sent none,
-CONVERSION_TIMEOUT_S); a kept-alive connection's next request line and
-headers within IDLE_S. Every answer is JSON, an error's too.
+(SMALL_BODY_BYTES), each given as long as the apiserver waits for it (its
+`?timeout=`; a conversion, sent none, CONVERSION_TIMEOUT_S), its body due
+sooner by its length, and its connection closed for the next while its
+body falls behind (admission/body.py); a kept-alive connection's next
+request line and headers within IDLE_S. Every answer is JSON, an error's too.
 
 Client certificates (opt-in, CKPTDRAIN_WEBHOOK_CLIENT_CA): any pod that
 reaches the Service could otherwise post a forged AdmissionReview and read
@@ -46,6 +47,7 @@ from http import HTTPStatus
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from ckptdrain.operator.admission import body
 from ckptdrain.operator.admission.certificates import Certificates
 from ckptdrain.operator.admission.connection import IDLE_S, Connection, unblock
 from ckptdrain.operator.admission.connection_slots import ConnectionSlots
@@ -63,10 +65,8 @@ MAX_IN_FLIGHT = 8
 #: has arrived; a larger body holds one of MAX_IN_FLIGHT body slots while
 #: it arrives. A conversion's small body, likewise, is read holding no
 #: conversion slot. So slow bodies hold no slot a review that has arrived
-#: needs (and slow headers make way for a new connection: connection.py);
-#: 128 connections sending headers at once and bodies slowly can still hold
-#: every connection slot, each until its deadline (docs/security.md: the
-#: NetworkPolicy). Bodies arriving or waiting for an answer slot are at
+#: needs, and slow headers and bodies make way for a new connection
+#: (connection.py, body.py). Bodies arriving or waiting for an answer slot are at
 #: most MAX_CONNECTIONS × SMALL_BODY_BYTES (32 MiB) plus MAX_IN_FLIGHT ×
 #: MAX_REVIEW_BYTES (32 MiB) of raw bytes, each briefly held twice while its
 #: chunks are joined; parsing one costs several times its size (below), so
@@ -257,27 +257,39 @@ class Handler(Connection):
         if not 0 < length <= limit:
             self._fail(413, f"Content-Length: expected 1 to {limit} bytes, got {length}")
             return
-        received = time.perf_counter()
+        received, headers_at = time.perf_counter(), time.monotonic()
         # A conversion's wait is the apiserver's own (it sends no timeout).
-        deadline = time.monotonic() + request_timeout(
+        deadline = headers_at + request_timeout(
             query, CONVERSION_TIMEOUT_S if converting else ANSWER_TIMEOUT_S)
+        # The body's own deadline, by its length: admission/body.py.
+        body_due, by_review = body.due(headers_at, length, deadline)
         # A slow body holds no slot a review that has arrived needs (SMALL_BODY_BYTES).
         reading, answering = self.server.slots(converting, length)
         with contextlib.ExitStack() as held:
-            if reading is not None and not self._take(reading, deadline, held):
+            if reading is not None and not self._take(reading, body_due, held):
                 return
+            data: bytes | Exception
             try:
-                body = self._read_body(length, deadline)
+                data = self._read_body(length, body_due)
             except (ValueError, TimeoutError) as error:
-                self._fail(400, f"body: expected an AdmissionReview or ConversionReview "
-                                f"({error})")
+                data = error
+            self.request.settimeout(IDLE_S)
+            if not self.server.connection_slots.body_in(self.request):
+                # Closed for a new connection, behind its pace: its socket is shut.
+                self.close_connection = True
                 return
-            finally:
-                self.request.settimeout(IDLE_S)
+            if isinstance(data, body.Late):
+                self._fail(408, body.late(length, data.received, body_due - headers_at,
+                                          by_review))
+                return
+            if isinstance(data, Exception):
+                self._fail(400, f"body: expected an AdmissionReview or ConversionReview "
+                                f"({data})")
+                return
             if answering is not None and not self._take(answering, deadline, held):
                 return
-            request = self._parsed(body)
-            del body  # parsed: the bytes are not held while it is answered
+            request = self._parsed(data)
+            del data  # parsed: the bytes are not held while it is answered
             if request is not None:
                 self._answer(request, converter, path, received, deadline)
 
@@ -322,26 +334,18 @@ class Handler(Connection):
             log.warning("admission: no answer to a review at /%s: %r", path, error)
             self._fail(500, f"no answer: {error!r}")
 
-    def _read_body(self, length: int, deadline: float) -> bytes:
-        """`length` bytes of body, all of them before `deadline`: a socket
-        timeout bounds each read only, and a client sending a byte at a time
-        would otherwise hold its slot for as long as it liked."""
-        late = "the body did not arrive by the review's deadline"
-        chunks, left = [], length
-        while left:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(late)
-            self.request.settimeout(remaining)
-            try:
-                chunk = self.rfile.read1(min(left, 1 << 16))
-            except TimeoutError:
-                raise TimeoutError(late) from None
-            if not chunk:
-                raise ValueError(f"the body ended {left} bytes before its Content-Length")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+    def _read_body(self, length: int, due: float) -> bytes:
+        """`length` bytes of body, all before `due` (body.read), its
+        connection closable for a new one while behind its pace."""
+        began, slots = time.monotonic(), self.server.connection_slots
+
+        def receive(at_most: int, timeout: float) -> bytes:
+            self.request.settimeout(timeout)
+            return self.rfile.read1(at_most)
+
+        slots.reading_body(self.request, body.behind_at(began, 0))
+        return body.read(receive, length, due, lambda received: slots.reading_body(
+            self.request, body.behind_at(began, received)))
 
     def _not_posted(self) -> None:
         """Every webhook is a POST; anything else is answered, as JSON, so."""

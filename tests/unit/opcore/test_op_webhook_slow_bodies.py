@@ -1,0 +1,181 @@
+"""The admission server (admission/server.py, body.py) against clients
+that send their headers at once and then their body slowly: more of them
+than the server has connection slots (its real 128) no longer keep a valid
+review waiting, a body is due by a deadline that grows with its length,
+and a body sent at once, or a large one at a realistic pace, is still
+answered. The real server, over real TLS."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from tests.support.admission_tls import (
+    APISERVER_WAIT_S,
+    Readers,
+    Served,
+    allowed,
+    served_with_slots,
+    valid_review,
+)
+
+from ckptdrain.operator import config
+from ckptdrain.operator.admission import body as admission_body
+from ckptdrain.operator.admission import rules as admission
+from ckptdrain.operator.admission import server as admission_server
+
+CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
+#: More trickling clients than the server has connection slots.
+TRICKLERS = admission_server.MAX_CONNECTIONS + 8
+TRICKLE_S = 0.2
+
+
+@pytest.fixture
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    with served_with_slots(tmp_path, CFG, admission_server.MAX_CONNECTIONS,
+                           monkeypatch) as served:
+        yield served
+
+
+def posted(served: Served, length: int, query: str = "?timeout=30s") -> ssl.SSLSocket:
+    """A connection that has sent a pod review's headers, announcing
+    `length` bytes of body, and the body's first byte."""
+    sock = served.tls()
+    sock.sendall(f"POST /{admission.MUTATE_ID}{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n{{"
+                 .encode())
+    return sock
+
+
+@contextmanager
+def trickling(served: Served, count: int) -> Iterator[list[ssl.SSLSocket]]:
+    """`count` connections each sending its 1,000-byte body a byte every
+    TRICKLE_S under the longest wait a review may ask (30 s), until exit.
+    Those beyond the server's slots wait in its listen backlog."""
+    stop, socks = threading.Event(), []
+
+    def trickle() -> None:
+        while not stop.wait(TRICKLE_S):
+            for sock in socks:
+                with contextlib.suppress(OSError):  # closed by the server
+                    sock.sendall(b" ")
+
+    for _ in range(admission_server.MAX_CONNECTIONS):
+        socks.append(posted(served, 1000))
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    # The rest only connect: their handshakes wait for a slot.
+    extra = [served.bare() for _ in range(count - len(socks))]
+    try:
+        yield socks
+    finally:
+        stop.set()
+        thread.join()
+        for sock in socks + extra:
+            sock.close()
+
+
+def timed_review(served: Served, uid: str) -> float:
+    """Seconds a valid review took to be answered (allowed) on a new connection."""
+    began = time.monotonic()
+    assert valid_review(served.https(), uid, "?timeout=5s") == allowed(uid)
+    return time.monotonic() - began
+
+
+def test_trickled_bodies_in_every_slot_make_way_for_a_valid_review(
+        served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More clients than slots trickle bodies in, each of its bytes well
+    within a read's timeout: a valid review is answered within the
+    apiserver's wait, a body behind the least pace closed for it. Their
+    own deadline set far off, so that only making way can let it in."""
+    monkeypatch.setattr(admission_body, "BODY_S", 60.0)
+    readers = Readers(monkeypatch)
+    with trickling(served, TRICKLERS):
+        readers.wait_for(admission_server.MAX_CONNECTIONS)
+        took = [timed_review(served, f"u-{uid}") for uid in range(3)]
+    assert max(took) < APISERVER_WAIT_S - 1, took
+
+
+def test_trickled_bodies_are_cut_at_their_paced_deadline(
+        served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review may ask 30 s, but a 1,000-byte body is due within BODY_S
+    (and a millisecond) of its headers: trickled in, it is answered 408,
+    naming what was late, while its bytes still come; so a flood of them
+    holds no slot longer."""
+    readers = Readers(monkeypatch)
+    began = time.monotonic()
+    sock = posted(served, 1000)
+    try:
+        readers.wait_for(1)
+        sock.settimeout(TRICKLE_S)
+        answered = b""
+        while time.monotonic() - began < admission_body.BODY_S + 5:
+            try:
+                answered = sock.recv(4096)
+                break
+            except TimeoutError:
+                sock.sendall(b" ")
+        took = time.monotonic() - began
+        head, _, data = answered.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 "), answered
+        assert b"Connection: close" in head
+        sock.settimeout(APISERVER_WAIT_S)
+        while chunk := sock.recv(4096):
+            data += chunk
+        error = json.loads(data)["error"]
+        assert re.fullmatch(r"body: expected its 1000 bytes within 3 s of its headers \(its "
+                            r"deadline: 3 s, and 1 s a MiB\), got [0-9]+", error), error
+        assert admission_body.BODY_S <= took < admission_body.BODY_S + 2, took
+    finally:
+        sock.close()
+
+
+def large_review(uid: str, size: int) -> bytes:
+    """A valid pod review of about `size` bytes (a large annotation)."""
+    return json.dumps({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": uid, "operation": "CREATE", "namespace": "ml",
+                    "object": {"metadata": {"name": "p", "annotations": {"a": "x" * size}},
+                               "spec": {"containers": [{"name": "c", "image": "i"}]}}}}).encode()
+
+
+def sent_at(served: Served, body: bytes, per_second: int) -> tuple[int, object]:
+    """`body` posted at about `per_second` bytes a second: the answer."""
+    conn = served.https()
+    conn.timeout = 30
+    conn.putrequest("POST", f"/{admission.MUTATE_ID}?timeout=30s")
+    conn.putheader("Content-Type", "application/json")
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    assert conn.sock is not None
+    chunk, began = per_second // 20, time.monotonic()
+    for at in range(0, len(body), chunk):
+        conn.sock.sendall(body[at:at + chunk])
+        time.sleep(max(0.0, began + (at + chunk) / per_second - time.monotonic()))
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def test_a_large_body_at_a_realistic_pace_is_answered_among_trickled_ones(
+        served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While trickled bodies hold every slot, a 3 MB review sent at 2 MB/s
+    (1.5 s, longer than a trickled body may fall behind) gets a slot and
+    keeps it until answered, as does a small one sent at once."""
+    monkeypatch.setattr(admission_body, "BODY_S", 60.0)
+    readers = Readers(monkeypatch)
+    body = large_review("u-large", 3_000_000)
+    with trickling(served, admission_server.MAX_CONNECTIONS):
+        readers.wait_for(admission_server.MAX_CONNECTIONS)
+        began = time.monotonic()
+        assert sent_at(served, body, 2_000_000) == allowed("u-large")
+        took = time.monotonic() - began
+        assert took < 1.5 + APISERVER_WAIT_S - 1, took
+        assert timed_review(served, "u-small") < APISERVER_WAIT_S - 1
