@@ -56,31 +56,34 @@ def posted(served: Served, length: int, query: str = "?timeout=30s") -> ssl.SSLS
 
 
 @contextmanager
-def trickling(served: Served, count: int) -> Iterator[list[ssl.SSLSocket]]:
-    """`count` connections each sending its 1,000-byte body a byte every
-    TRICKLE_S under the longest wait a review may ask (30 s), until exit.
-    Those beyond the server's slots wait in its listen backlog."""
-    stop, socks = threading.Event(), []
+def trickling(served: Served, count: int) -> Iterator[None]:
+    """`count` clients each sending a 1,000-byte body a byte every TRICKLE_S
+    under the longest wait a review may ask (30 s), and opening another
+    connection to do it again as soon as the server closes theirs, until
+    exit. Yields once every slot is held by one."""
+    stop, started = threading.Event(), threading.Semaphore(0)
 
     def trickle() -> None:
-        while not stop.wait(TRICKLE_S):
-            for sock in socks:
-                with contextlib.suppress(OSError):  # closed by the server
-                    sock.sendall(b" ")
+        first = True
+        while not stop.is_set():
+            with contextlib.suppress(OSError), posted(served, 1000) as sock:
+                if first:
+                    first = False
+                    started.release()
+                while not stop.wait(TRICKLE_S):
+                    sock.sendall(b" ")  # raises once the server has closed it
 
+    threads = [threading.Thread(target=trickle, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
     for _ in range(admission_server.MAX_CONNECTIONS):
-        socks.append(posted(served, 1000))
-    thread = threading.Thread(target=trickle, daemon=True)
-    thread.start()
-    # The rest only connect: their handshakes wait for a slot.
-    extra = [served.bare() for _ in range(count - len(socks))]
+        assert started.acquire(timeout=30), "the trickling clients did not all get in"
     try:
-        yield socks
+        yield
     finally:
         stop.set()
-        thread.join()
-        for sock in socks + extra:
-            sock.close()
+        for thread in threads:
+            thread.join()
 
 
 def timed_review(served: Served, uid: str) -> float:
@@ -93,13 +96,13 @@ def timed_review(served: Served, uid: str) -> float:
 def test_trickled_bodies_in_every_slot_make_way_for_a_valid_review(
         served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     """More clients than slots trickle bodies in, each of its bytes well
-    within a read's timeout: a valid review is answered within the
-    apiserver's wait, a body behind the least pace closed for it. Their
-    own deadline set far off, so that only making way can let it in."""
+    within a read's timeout, each opening another connection once the
+    server closes theirs: valid reviews are answered within the
+    apiserver's wait, a body behind the least pace closed for each, and
+    none closed by the trickling clients' own new connections. Their
+    deadline set far off, so that only making way can let one in."""
     monkeypatch.setattr(admission_body, "BODY_S", 60.0)
-    readers = Readers(monkeypatch)
     with trickling(served, TRICKLERS):
-        readers.wait_for(admission_server.MAX_CONNECTIONS)
         took = [timed_review(served, f"u-{uid}") for uid in range(3)]
     assert max(took) < APISERVER_WAIT_S - 1, took
 
@@ -170,10 +173,8 @@ def test_a_large_body_at_a_realistic_pace_is_answered_among_trickled_ones(
     (1.5 s, longer than a trickled body may fall behind) gets a slot and
     keeps it until answered, as does a small one sent at once."""
     monkeypatch.setattr(admission_body, "BODY_S", 60.0)
-    readers = Readers(monkeypatch)
     body = large_review("u-large", 3_000_000)
-    with trickling(served, admission_server.MAX_CONNECTIONS):
-        readers.wait_for(admission_server.MAX_CONNECTIONS)
+    with trickling(served, TRICKLERS):
         began = time.monotonic()
         assert sent_at(served, body, 2_000_000) == allowed("u-large")
         took = time.monotonic() - began

@@ -166,8 +166,10 @@ def test_headers_in_as_the_connection_is_closed_for_another_are_not_answered(
         served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     """A review whose headers are read in the moment a new connection
     closes its connection (held there until it has) is not answered: its
-    socket is shut, and its thread ends, releasing the slot."""
+    socket is shut, and its thread ends, releasing the slot. (No settling
+    time for a new connection: the newcomer may come within it.)"""
     monkeypatch.setattr(connection, "HEADERS_S", 60.0)
+    monkeypatch.setattr(served.server.connection_slots, "settle", 0.0)
     headers_in, posted = ConnectionSlots.headers_in, []
     reading = threading.Event()
 

@@ -42,6 +42,12 @@ IDLE_S = 120.0
 #: send a POST again once written); the apiserver sends one's line and
 #: headers at once, well within it.
 KEPT_ALIVE_GRACE_S = 1.0
+#: A new connection is not closed for another within this of its taking a
+#: slot (connection_slots.py's `settle`): time enough for the apiserver's
+#: TLS handshake, request line and headers, on a network's round trips.
+#: Under a flood, new connections wait for one older; so at most
+#: MAX_CONNECTIONS of them are let in per this many seconds.
+SETTLE_S = 0.1
 
 
 def unblock(sock: socket.socket) -> None:

@@ -7,8 +7,12 @@ first request's line and headers are in (its TLS handshake included). One
 that is awaiting them costs its client nothing to hold, so when every slot
 is taken the one that has awaited its headers longest is closed (`close`,
 its thread then ends and releases the slot) and the new connection takes
-its place: a client that sends its headers at once (the apiserver does)
-gets in unless `capacity` connections arrive while it sends them.
+its place. Not within `settle` seconds of its taking the slot, though:
+a client that sends its headers at once (the apiserver does) gets in
+however fast new connections come, and they wait for one older (or a
+release) meanwhile. Without that, clients reopening a connection as fast
+as theirs are closed (trickling bodies, below, or sending nothing) would
+close each valid one as its handshake began, once none older was left.
 
 A kept-alive connection awaiting its next request is *idle*. Its client may
 be writing that request the moment it was answered (Go's transport reuses a
@@ -26,11 +30,12 @@ one awaiting headers, but only while its body is behind the least pace
 trickling a body in does not hold its slot for another. One whose body is
 in (its answer being made), or is keeping pace, is never closed here; with
 none to close, the next connection waits for a release, and those after it
-in the listen backlog. `body_in`, like `headers_in`, says whether it was
-closed for another before its body was all in. `headers_in` says whether the connection was already closed
-for another (its headers arrived as it was closed): its request is then
-not answered. The window that remains: a connection closed after its
-client sent the last header line but before the server read it.
+in the listen backlog. `headers_in` says whether the connection was
+already closed for another (its headers arrived as it was closed), and
+`body_in` likewise for its body: its request is then not answered. The
+window that remains: a connection closed after its client sent the last
+header line (or fell behind with its body, then sent the rest) but before
+the server read it.
 
 How long a connection may await its headers, and how it is closed from
 another thread: admission/connection.py.
@@ -52,8 +57,8 @@ class Held:
     """One connection's slot. `awaiting` orders those that may be closed
     for a new connection (the lowest has awaited longest); None: its
     headers, or its body, are in. `closable_at`: not before this (a
-    kept-alive connection's grace, a body's pace); 0 for one awaiting its
-    first request's headers."""
+    kept-alive connection's grace, a body's pace, a new connection's
+    `settle`)."""
     close: Callable[[], None]
     awaiting: int | None
     closable_at: float = 0.0
@@ -70,20 +75,22 @@ def longest_awaiting(held: Iterable[Held], now: float) -> Held | None:
 
 
 def next_closable(held: Iterable[Held], now: float) -> float | None:
-    """Seconds until the first kept-alive connection's grace ends; None: none
-    is in its grace."""
+    """Seconds until the first connection awaiting becomes closable; None:
+    none is awaiting that is not yet."""
     graces = [h.closable_at - now for h in held
               if h.awaiting is not None and not h.closed and h.closable_at > now]
     return min(graces, default=None)
 
 
 class ConnectionSlots:
-    """At most `capacity` connections, each held from `take` to `release`."""
+    """At most `capacity` connections, each held from `take` to `release`;
+    none closed for another within `settle` seconds of its `take`."""
 
-    def __init__(self, capacity: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, capacity: int, clock: Callable[[], float] = time.monotonic,
+                 settle: float = 0.0) -> None:
         if capacity < 1:
             raise ValueError(f"capacity: expected at least 1 connection, got {capacity}")
-        self.capacity, self.clock = capacity, clock
+        self.capacity, self.clock, self.settle = capacity, clock, settle
         self._held: dict[Hashable, Held] = {}
         self._order = itertools.count()
         self._waiting = 0
@@ -91,8 +98,9 @@ class ConnectionSlots:
 
     def take(self, connection: Hashable, close: Callable[[], None]) -> None:
         """A slot for `connection`, awaiting its headers. When all are taken,
-        closes the connection longest awaiting headers (at most one closed
-        and not yet released at a time) and waits for a release."""
+        closes the connection longest awaiting headers (or behind with its
+        body) and closable by now (at most one closed and not yet released
+        at a time; with none, waits until one is), and waits for a release."""
         with self._changed:
             while len(self._held) >= self.capacity:
                 timeout = None
@@ -102,14 +110,15 @@ class ConnectionSlots:
                     if victim is not None:
                         victim.closed = True
                         victim.close()  # under the lock: its release cannot have run
-                    else:  # wake when a kept-alive connection's grace ends
+                    else:  # wake when a grace or settle ends, or a body falls behind
                         timeout = next_closable(self._held.values(), now)
                 self._waiting += 1
                 try:
                     self._changed.wait(timeout)
                 finally:
                     self._waiting -= 1
-            self._held[connection] = Held(close, next(self._order))
+            self._held[connection] = Held(close, next(self._order),
+                                          closable_at=self.clock() + self.settle)
 
     @property
     def waiting(self) -> bool:

@@ -49,7 +49,7 @@ from typing import Any
 
 from ckptdrain.operator.admission import body
 from ckptdrain.operator.admission.certificates import Certificates
-from ckptdrain.operator.admission.connection import IDLE_S, Connection, unblock
+from ckptdrain.operator.admission.connection import IDLE_S, SETTLE_S, Connection, unblock
 from ckptdrain.operator.admission.connection_slots import ConnectionSlots
 from ckptdrain.operator.admission.refusal_log import RefusalLog
 
@@ -138,7 +138,7 @@ class Server(ThreadingHTTPServer):
         #: Answers ConversionReviews at /`conversion_path` in the connection's
         #: thread (None: that path is the reviewer's like any other).
         self.converter, self.conversion_path = converter, conversion_path
-        self.connection_slots = ConnectionSlots(MAX_CONNECTIONS)
+        self.connection_slots = ConnectionSlots(MAX_CONNECTIONS, settle=SETTLE_S)
         self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self.large_bodies = threading.BoundedSemaphore(MAX_IN_FLIGHT)
         self.conversions = threading.BoundedSemaphore(CONVERSIONS_IN_FLIGHT)
