@@ -219,3 +219,19 @@ def test_a_body_is_closed_for_a_new_connection_only_once_behind_its_pace() -> No
     slots.release("a")
     newcomer.join(10)
     assert not newcomer.is_alive()
+
+
+def test_a_new_connection_is_not_closed_for_another_within_its_settle() -> None:
+    """However fast new connections come: the next waits out a's settle
+    (no release or other change needed), and then closes it."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(1, clock, settle=0.2), Closes()
+    slots.take("a", closes.of("a"))
+    newcomer = taking(slots, "b", closes)
+    until_waiting(slots)
+    assert closes.closed == []
+    clock.now = 0.2
+    assert closes.wait_for(1) == ["a"]
+    slots.release("a")
+    newcomer.join(10)
+    assert not newcomer.is_alive()
