@@ -45,11 +45,12 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
         yield served
 
 
-def posted(served: Served, length: int, query: str = "?timeout=30s") -> ssl.SSLSocket:
-    """A connection that has sent a pod review's headers, announcing
-    `length` bytes of body, and the body's first byte."""
+def posted(served: Served, length: int,
+           path: str = f"/{admission.MUTATE_ID}?timeout=30s") -> ssl.SSLSocket:
+    """A connection that has sent a review's headers, announcing `length`
+    bytes of body, and the body's first byte."""
     sock = served.tls()
-    sock.sendall(f"POST /{admission.MUTATE_ID}{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                  f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n{{"
                  .encode())
     return sock
@@ -105,6 +106,37 @@ def test_trickled_bodies_in_every_slot_make_way_for_a_valid_review(
     with trickling(served, TRICKLERS):
         took = [timed_review(served, f"u-{uid}") for uid in range(3)]
     assert max(took) < APISERVER_WAIT_S - 1, took
+
+
+def test_a_large_body_waiting_for_its_slot_makes_way_for_a_valid_review(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four connection slots: one holds the large conversion slot, its
+    16 MiB list sent at a little over the least pace (never behind); three
+    more large lists wait for that slot, none of their bytes read. A valid
+    review is still answered within the apiserver's wait, one of those
+    waiting closed for it, however long their own deadline."""
+    monkeypatch.setattr(admission_body, "BODY_S", 60.0)
+    with served_with_slots(tmp_path, CFG, 4, monkeypatch) as served:
+        large = admission_server.MAX_CONVERSION_BYTES
+        reading = posted(served, large, path="/convert")
+        stop = threading.Event()
+
+        def keep_pace() -> None:
+            step = admission_body.MIN_BODY_RATE * 5 // 4 // 20
+            with contextlib.suppress(OSError):
+                while not stop.wait(0.05):
+                    reading.sendall(b" " * step)
+
+        pacer = threading.Thread(target=keep_pace, daemon=True)
+        pacer.start()
+        waiting = [posted(served, large, path="/convert") for _ in range(3)]
+        try:
+            assert timed_review(served, "u-1") < APISERVER_WAIT_S - 1
+        finally:
+            stop.set()
+            pacer.join()
+            for sock in [reading, *waiting]:
+                sock.close()
 
 
 def test_trickled_bodies_are_cut_at_their_paced_deadline(

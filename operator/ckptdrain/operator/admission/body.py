@@ -12,7 +12,9 @@ the review's own deadline (its `?timeout=`, up to 30 s; a conversion's
 time thus holds its connection slot BODY_S, not the 30 s a review may ask.
 
 The pace: from when its reading begins, a body is *behind* once fewer of
-its bytes are in than MIN_BODY_RATE would have brought after BEHIND_S.
+its bytes are in than MIN_BODY_RATE would have brought after BEHIND_S; one
+waiting for a large body's slot (none read) is behind BEHIND_S after its
+headers, and its reading, once it has the slot, begins a new count.
 While it is, its connection is closed for a new one as one awaiting its
 headers is, so that connections trickling bodies in do not keep a valid
 review waiting in the listen backlog until their deadline.
@@ -35,6 +37,12 @@ MIN_BODY_RATE = MiB
 #: may be closed for a new one: a body in flight after its headers, not
 #: yet read, is not behind.
 BEHIND_S = 1.0
+
+
+#: A connection waiting for a large body's slot (connection.py) looks this
+#: often whether it was closed for another: its thread waits on the slot,
+#: not on its socket, so its close alone would not end the wait.
+WAITING_STEP_S = 0.1
 
 
 class Late(TimeoutError):

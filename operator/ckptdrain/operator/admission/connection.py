@@ -2,7 +2,9 @@
 Handler, admission/server.py, answers them): its TLS handshake, request
 line and headers all within HEADERS_S of its taking a connection slot, and
 while it awaits them, its slot given up to a new connection when all are
-taken (admission/connection_slots.py).
+taken (admission/connection_slots.py); then its body, read by its deadline
+and, while it falls behind its pace, its slot likewise given up
+(admission/body.py).
 
 The deadline is one for the whole, not a socket timeout per read: each
 read is given what is left of it (`HeadersDue`; CPython bounds a TLS
@@ -20,10 +22,13 @@ import contextlib
 import io
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from ckptdrain.operator.admission import body
 
 log = logging.getLogger("ckptdrain.admission")
 
@@ -140,3 +145,32 @@ class Connection(BaseHTTPRequestHandler):
             self.close_connection = True
             return False
         return parsed
+
+    def _body_slot(self, slot: threading.BoundedSemaphore, due: float,
+                   headers_at: float) -> bool | None:
+        """`slot` taken (True) for a body whose headers came at `headers_at`;
+        False: not by `due`. While it waits, none of its bytes read, the body
+        falls behind its pace: None, its connection closed for another."""
+        connections = self.server.connection_slots
+        connections.reading_body(self.request, body.behind_at(headers_at, 0))
+        # Its thread waits on the slot, not its socket: it looks, now and then.
+        while not slot.acquire(timeout=min(body.WAITING_STEP_S,
+                                           max(0.0, due - time.monotonic()))):
+            if connections.closed(self.request):
+                return None
+            if time.monotonic() >= due:
+                return False
+        return True
+
+    def _read_body(self, length: int, due: float) -> bytes:
+        """`length` bytes of body, all before `due` (body.read), its
+        connection closable for a new one while behind its pace."""
+        began, connections = time.monotonic(), self.server.connection_slots
+
+        def receive(at_most: int, timeout: float) -> bytes:
+            self.request.settimeout(timeout)
+            return self.rfile.read1(at_most)
+
+        connections.reading_body(self.request, body.behind_at(began, 0))
+        return body.read(receive, length, due, lambda received: connections.reading_body(
+            self.request, body.behind_at(began, received)))

@@ -159,6 +159,12 @@ class ConnectionSlots:
         first (its socket is shut; nothing is to be answered)."""
         return self.headers_in(connection)
 
+    def closed(self, connection: Hashable) -> bool:
+        """Whether `connection` was closed for a new one (its release is due)."""
+        with self._changed:
+            held = self._held.get(connection)
+            return held is not None and held.closed
+
     def awaiting_next(self, connection: Hashable, grace: float) -> None:
         """`connection` (kept alive) awaits its next request: the newest to
         await, closed for a new connection like any other awaiting, but not

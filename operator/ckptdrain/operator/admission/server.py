@@ -266,7 +266,7 @@ class Handler(Connection):
         # A slow body holds no slot a review that has arrived needs (SMALL_BODY_BYTES).
         reading, answering = self.server.slots(converting, length)
         with contextlib.ExitStack() as held:
-            if reading is not None and not self._take(reading, body_due, held):
+            if reading is not None and not self._take(reading, body_due, held, headers_at):
                 return
             data: bytes | Exception
             try:
@@ -294,10 +294,19 @@ class Handler(Connection):
                 self._answer(request, converter, path, received, deadline)
 
     def _take(self, slots: threading.BoundedSemaphore, deadline: float,
-              held: contextlib.ExitStack) -> bool:
-        """One of `slots`, held until `held` closes; else False, answered 503."""
-        if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            self._fail(503, "too many reviews at once; the apiserver's time is up")
+              held: contextlib.ExitStack, body_from: float | None = None) -> bool:
+        """One of `slots`, held until `held` closes; else False, answered 503
+        (or not at all: a body's, `body_from` its headers' time, whose
+        connection was closed for another as it waited: connection.py)."""
+        if body_from is None:
+            taken: bool | None = slots.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        else:
+            taken = self._body_slot(slots, deadline, body_from)
+        if not taken:
+            if taken is None:
+                self.close_connection = True  # its socket is shut
+            else:
+                self._fail(503, "too many reviews at once; the apiserver's time is up")
             return False
         held.callback(slots.release)
         return True
@@ -333,19 +342,6 @@ class Handler(Connection):
         except Exception as error:  # a timeout, a bug: answered, never dropped
             log.warning("admission: no answer to a review at /%s: %r", path, error)
             self._fail(500, f"no answer: {error!r}")
-
-    def _read_body(self, length: int, due: float) -> bytes:
-        """`length` bytes of body, all before `due` (body.read), its
-        connection closable for a new one while behind its pace."""
-        began, slots = time.monotonic(), self.server.connection_slots
-
-        def receive(at_most: int, timeout: float) -> bytes:
-            self.request.settimeout(timeout)
-            return self.rfile.read1(at_most)
-
-        slots.reading_body(self.request, body.behind_at(began, 0))
-        return body.read(receive, length, due, lambda received: slots.reading_body(
-            self.request, body.behind_at(began, received)))
 
     def _not_posted(self) -> None:
         """Every webhook is a POST; anything else is answered, as JSON, so."""
