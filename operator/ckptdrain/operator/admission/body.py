@@ -35,8 +35,11 @@ BODY_S = 3.0
 MIN_BODY_RATE = MiB
 #: How far behind the least pace a body may fall before its connection
 #: may be closed for a new one: a body in flight after its headers, not
-#: yet read, is not behind.
-BEHIND_S = 1.0
+#: yet read, or held up by a lost packet's retransmission (Linux waits at
+#: least 200 ms), is not behind. Shorter lets a valid client queued behind
+#: trickling ones in the listen backlog in sooner: they are let in about
+#: as fast as bodies fall behind (docs/security.md, measured).
+BEHIND_S = 0.5
 
 
 #: A connection waiting for a large body's slot (connection.py) looks this
