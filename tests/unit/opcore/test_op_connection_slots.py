@@ -14,6 +14,7 @@ import pytest
 from ckptdrain.operator.admission.connection_slots import (
     ConnectionSlots,
     Held,
+    Slots,
     longest_awaiting,
 )
 
@@ -208,11 +209,13 @@ def test_a_body_is_closed_for_a_new_connection_only_once_behind_its_pace() -> No
     slots.awaiting_next("b", grace=60.0)  # wakes the newcomer: a keeps pace, b in its grace
     time.sleep(0.05)
     assert closes.closed == []
-    clock.now = 2.0
-    slots.reading_body("a", behind_at=2.0)  # no piece since: behind
+    # Released before a falls behind: the newcomer's own timed wake (real
+    # seconds, however late on a loaded machine) finds no one to close.
     slots.release("b")
     newcomer.join(10)
     assert not newcomer.is_alive() and closes.closed == []  # a release: none closed
+    clock.now = 2.0
+    slots.reading_body("a", behind_at=2.0)  # no piece since: behind
     newcomer = taking(slots, "d", closes)
     assert closes.wait_for(1) == ["a"]
     assert slots.body_in("a") is False
@@ -235,3 +238,32 @@ def test_a_new_connection_is_not_closed_for_another_within_its_settle() -> None:
     slots.release("a")
     newcomer.join(10)
     assert not newcomer.is_alive()
+
+
+def test_a_connection_waiting_for_a_body_slot_stops_as_it_is_closed() -> None:
+    """a waits for the one body slot, b holds it: a newcomer closes a
+    (behind its pace), and a's wait ends then, not at a next look or its
+    timeout; b's never does. A slot released more often than taken is a bug."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(2, clock), Closes()
+    bodies = Slots(slots, 1)
+    for name in "ab":
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+    assert bodies.acquire(connection="b") is True
+    assert bodies.acquire(timeout=0.01, connection="a") is False
+    slots.reading_body("a", behind_at=0.0)
+    waited: list[bool | None] = []
+    waiter = threading.Thread(target=lambda: waited.append(
+        bodies.acquire(timeout=600, connection="a")), daemon=True)
+    waiter.start()
+    newcomer = taking(slots, "c", closes)
+    waiter.join(10)
+    assert not waiter.is_alive() and waited == [None] and closes.closed == ["a"]
+    slots.release("a")
+    newcomer.join(10)
+    bodies.release()
+    assert bodies.acquire(blocking=False, connection="a") is True  # a is gone: not closed
+    bodies.release()
+    with pytest.raises(ValueError, match="released more often than taken"):
+        bodies.release()

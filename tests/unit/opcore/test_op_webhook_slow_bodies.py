@@ -94,6 +94,17 @@ def timed_review(served: Served, uid: str) -> float:
     return time.monotonic() - began
 
 
+def ended(sock: ssl.SSLSocket) -> bool:
+    """Whether the server has closed `sock` (it reads its end at once)."""
+    sock.settimeout(0.5)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except OSError:  # its close, as the TLS layer sees it
+        return True
+
+
 def test_trickled_bodies_in_every_slot_make_way_for_a_valid_review(
         served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     """More clients than slots trickle bodies in, each of its bytes well
@@ -132,6 +143,7 @@ def test_a_large_body_waiting_for_its_slot_makes_way_for_a_valid_review(
         waiting = [posted(served, large, path="/convert") for _ in range(3)]
         try:
             assert timed_review(served, "u-1") < APISERVER_WAIT_S - 1
+            assert reading.fileno() >= 0 and any(map(ended, waiting))  # one waiting made way
         finally:
             stop.set()
             pacer.join()

@@ -6,10 +6,12 @@ to be closed for a new one when every slot is taken
 
 The apiserver writes a review's body right after its headers, from memory
 (a few KiB to a few MiB; the server caps it), so a body is due within
-BODY_S of its headers plus its length at MIN_BODY_RATE, never later than
-the review's own deadline (its `?timeout=`, up to 30 s; a conversion's
-30 s). A client that sends its headers at once and its body a byte at a
-time thus holds its connection slot BODY_S, not the 30 s a review may ask.
+BODY_S of its reading's start (its headers, or its taking a large body's
+slot) plus its length at MIN_BODY_RATE, never later than the review's own
+deadline (its `?timeout=`, up to 30 s; a conversion's 30 s), which is
+also how long a body awaits its slot. A client that sends its headers at
+once and its body a byte at a time thus holds its connection slot BODY_S,
+not the 30 s a review may ask.
 
 The pace: from when its reading begins, a body is *behind* once fewer of
 its bytes are in than MIN_BODY_RATE would have brought after BEHIND_S; one
@@ -38,14 +40,18 @@ MIN_BODY_RATE = MiB
 #: yet read, or held up by a lost packet's retransmission (Linux waits at
 #: least 200 ms), is not behind. Shorter lets a valid client queued behind
 #: trickling ones in the listen backlog in sooner: they are let in about
-#: as fast as bodies fall behind (docs/security.md, measured).
+#: as fast as bodies fall behind (docs/security.md, measured). The risk
+#: this leaves: a thread held up longer than this (the interpreter lock
+#: held by a large conversion's parse or encoding, 0.64 s for 15.6 MiB)
+#: falls behind unread, and may be closed if every slot is taken then.
 BEHIND_S = 0.5
-
-
-#: A connection waiting for a large body's slot (connection.py) looks this
-#: often whether it was closed for another: its thread waits on the slot,
-#: not on its socket, so its close alone would not end the wait.
-WAITING_STEP_S = 0.1
+#: A body whose deadline passed before its thread could read (held up as
+#: above) still has the bytes already in read: past its deadline, reads
+#: that do not wait, for up to this long.
+LAST_LOOK_S = 0.1
+#: How long such a read waits: none, but a socket's timeout of 0 would make
+#: it non-blocking, which TLS reads answer with an error, not a timeout.
+NO_WAIT_S = 0.001
 
 
 class Late(TimeoutError):
@@ -70,11 +76,14 @@ def behind_at(began: float, received: int) -> float:
     return began + BEHIND_S + received / MIN_BODY_RATE
 
 
-def late(length: int, received: int, within_s: float, by_review: bool) -> str:
-    """What a 408 for a late body says: what was due, by when, and why then."""
+def late(length: int, received: int, within_s: float, by_review: bool,
+         waited: bool = False) -> str:
+    """What a 408 for a late body says: what was due, by when (from its
+    headers, or its taking the slot it `waited` for), and why then."""
     why = "the review's deadline" if by_review else (
         f"its deadline: {BODY_S:g} s, and {MiB / MIN_BODY_RATE:g} s a MiB")
-    return (f"body: expected its {length} bytes within {within_s:.3g} s of its headers "
+    since = "its taking a body's slot" if waited else "its headers"
+    return (f"body: expected its {length} bytes within {within_s:.3g} s of {since} "
             f"({why}), got {received}")
 
 
@@ -82,15 +91,16 @@ def read(receive: Callable[[int, float], bytes], length: int, due_at: float,
          came: Callable[[int], None], clock: Callable[[], float] = time.monotonic) -> bytes:
     """`length` bytes from `receive(at_most, timeout_s)`, all before `due_at`
     (a timeout per read would let a byte at a time go on for ever);
-    `came(received)` after each piece. Raises Late past `due_at`,
-    ValueError if the stream ends before `length`."""
+    `came(received)` after each piece. Raises Late past `due_at` (bytes
+    already in read first, for up to LAST_LOOK_S), ValueError if the
+    stream ends before `length`."""
     chunks, received = [], 0
     while received < length:
         remaining = due_at - clock()
-        if remaining <= 0:
+        if remaining <= -LAST_LOOK_S:
             raise Late(received)
         try:
-            chunk = receive(min(length - received, 1 << 16), remaining)
+            chunk = receive(min(length - received, 1 << 16), max(remaining, NO_WAIT_S))
         except TimeoutError:
             raise Late(received) from None
         if not chunk:

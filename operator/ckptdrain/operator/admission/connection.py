@@ -22,7 +22,6 @@ import contextlib
 import io
 import logging
 import socket
-import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
@@ -146,26 +145,11 @@ class Connection(BaseHTTPRequestHandler):
             return False
         return parsed
 
-    def _body_slot(self, slot: threading.BoundedSemaphore, due: float,
-                   headers_at: float) -> bool | None:
-        """`slot` taken (True) for a body whose headers came at `headers_at`;
-        False: not by `due`. While it waits, none of its bytes read, the body
-        falls behind its pace: None, its connection closed for another."""
+    def _read_body(self, length: int, began: float, due: float) -> bytes:
+        """`length` bytes of body, its reading begun at `began`, all before
+        `due` (body.read), its connection closable for a new one while
+        behind its pace."""
         connections = self.server.connection_slots
-        connections.reading_body(self.request, body.behind_at(headers_at, 0))
-        # Its thread waits on the slot, not its socket: it looks, now and then.
-        while not slot.acquire(timeout=min(body.WAITING_STEP_S,
-                                           max(0.0, due - time.monotonic()))):
-            if connections.closed(self.request):
-                return None
-            if time.monotonic() >= due:
-                return False
-        return True
-
-    def _read_body(self, length: int, due: float) -> bytes:
-        """`length` bytes of body, all before `due` (body.read), its
-        connection closable for a new one while behind its pace."""
-        began, connections = time.monotonic(), self.server.connection_slots
 
         def receive(at_most: int, timeout: float) -> bytes:
             self.request.settimeout(timeout)

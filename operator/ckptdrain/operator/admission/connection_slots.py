@@ -45,6 +45,7 @@ is the caller's)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 import time
@@ -63,6 +64,8 @@ class Held:
     awaiting: int | None
     closable_at: float = 0.0
     closed: bool = False  # closed for a new connection; its release is due
+    #: Wakes it while it waits for a body's slot (Slots), to end that wait.
+    woken: threading.Condition | None = None
 
 
 def longest_awaiting(held: Iterable[Held], now: float) -> Held | None:
@@ -94,7 +97,9 @@ class ConnectionSlots:
         self._held: dict[Hashable, Held] = {}
         self._order = itertools.count()
         self._waiting = 0
-        self._changed = threading.Condition()
+        #: One lock for the slots and the Slots counted under it (below).
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
 
     def take(self, connection: Hashable, close: Callable[[], None]) -> None:
         """A slot for `connection`, awaiting its headers. When all are taken,
@@ -110,6 +115,8 @@ class ConnectionSlots:
                     if victim is not None:
                         victim.closed = True
                         victim.close()  # under the lock: its release cannot have run
+                        if victim.woken is not None:  # it waits for a body's slot
+                            victim.woken.notify()
                     else:  # wake when a grace or settle ends, or a body falls behind
                         timeout = next_closable(self._held.values(), now)
                 self._waiting += 1
@@ -159,12 +166,6 @@ class ConnectionSlots:
         first (its socket is shut; nothing is to be answered)."""
         return self.headers_in(connection)
 
-    def closed(self, connection: Hashable) -> bool:
-        """Whether `connection` was closed for a new one (its release is due)."""
-        with self._changed:
-            held = self._held.get(connection)
-            return held is not None and held.closed
-
     def awaiting_next(self, connection: Hashable, grace: float) -> None:
         """`connection` (kept alive) awaits its next request: the newest to
         await, closed for a new connection like any other awaiting, but not
@@ -187,3 +188,62 @@ class ConnectionSlots:
     def __len__(self) -> int:
         with self._changed:
             return len(self._held)
+
+
+class Slots:
+    """`count` slots held by connections of `connections` (server.py's body
+    and conversion slots), counted under its lock and given in the order
+    asked. A connection waiting for one is woken alone: by a release when
+    it is first in line, or the moment it is closed for a new connection
+    (not at a next look), so waiters make way as fast as connections
+    awaiting headers, and no event wakes every waiter."""
+
+    def __init__(self, connections: ConnectionSlots, count: int) -> None:
+        self.count, self._free = count, count
+        self._changed, self._held = connections._changed, connections._held
+        self._lock = connections._lock
+        self._line: collections.deque[threading.Condition] = collections.deque()
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None,
+                connection: Hashable | None = None) -> bool | None:
+        """One slot (True); False: none free within `timeout` (or at once,
+        not `blocking`); None: `connection` was closed for a new one first."""
+        with self._changed:
+            held = self._held.get(connection) if connection is not None else None
+            if held is not None and held.closed:
+                return None
+            if self._free and not self._line:
+                self._free -= 1
+                return True
+            if not blocking:
+                return False
+            ends = None if timeout is None else time.monotonic() + timeout
+            woken = threading.Condition(self._lock)  # the same lock, its own wake
+            self._line.append(woken)
+            if held is not None:
+                held.woken = woken
+            try:
+                while True:
+                    if held is not None and held.closed:
+                        return None
+                    if self._free and self._line[0] is woken:
+                        self._free -= 1
+                        return True
+                    left = None if ends is None else ends - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    woken.wait(left)
+            finally:
+                self._line.remove(woken)
+                if held is not None:
+                    held.woken = None
+                if self._free and self._line:
+                    self._line[0].notify()  # next in line, if it was passed a slot
+
+    def release(self) -> None:
+        with self._changed:
+            if self._free >= self.count:
+                raise ValueError("Slots released more often than taken")
+            self._free += 1
+            if self._line:
+                self._line[0].notify()

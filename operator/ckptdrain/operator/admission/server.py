@@ -40,7 +40,6 @@ import logging
 import socket
 import ssl
 import sys
-import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
@@ -50,7 +49,7 @@ from typing import Any
 from ckptdrain.operator.admission import body
 from ckptdrain.operator.admission.certificates import Certificates
 from ckptdrain.operator.admission.connection import IDLE_S, SETTLE_S, Connection, unblock
-from ckptdrain.operator.admission.connection_slots import ConnectionSlots
+from ckptdrain.operator.admission.connection_slots import ConnectionSlots, Slots
 from ckptdrain.operator.admission.refusal_log import RefusalLog
 
 log = logging.getLogger("ckptdrain.admission")
@@ -91,7 +90,8 @@ SMALL_BODY_BYTES = 256 << 10
 #: cap is 16 MiB: about 16 + 57 parsed-or-converted + 26 encoded ≈ 100 MiB
 #: above the process's baseline, with one slot. A list beyond 16 MiB (about
 #: 4,000 policies at 4 KB each) is refused (413); a second conversion
-#: waits for the slot until the apiserver's deadline.
+#: waits for the slot until the apiserver's deadline (CONVERSION_TIMEOUT_S),
+#: then its body is due by its length (body.py), from when it has the slot.
 MAX_CONVERSION_BYTES = 16 << 20
 CONVERSIONS_IN_FLIGHT = 1
 #: How long a review may take when the apiserver does not say (its
@@ -139,9 +139,9 @@ class Server(ThreadingHTTPServer):
         #: thread (None: that path is the reviewer's like any other).
         self.converter, self.conversion_path = converter, conversion_path
         self.connection_slots = ConnectionSlots(MAX_CONNECTIONS, settle=SETTLE_S)
-        self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
-        self.large_bodies = threading.BoundedSemaphore(MAX_IN_FLIGHT)
-        self.conversions = threading.BoundedSemaphore(CONVERSIONS_IN_FLIGHT)
+        self.in_flight = Slots(self.connection_slots, MAX_IN_FLIGHT)
+        self.large_bodies = Slots(self.connection_slots, MAX_IN_FLIGHT)
+        self.conversions = Slots(self.connection_slots, CONVERSIONS_IN_FLIGHT)
         self.refusals = RefusalLog()
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -190,8 +190,7 @@ class Server(ThreadingHTTPServer):
         # check), clients that give up: not worth a traceback.
         log.debug("admission: connection from %s ended: %s", client_address, sys.exc_info()[1])
 
-    def slots(self, converting: bool, length: int
-              ) -> tuple[threading.BoundedSemaphore | None, threading.BoundedSemaphore | None]:
+    def slots(self, converting: bool, length: int) -> tuple[Slots | None, Slots | None]:
         """(the slot held while a body of `length` bytes arrives, the one taken
         once it has): see SMALL_BODY_BYTES. None: no slot."""
         if converting:  # one at a time answered, and a large one read
@@ -259,18 +258,23 @@ class Handler(Connection):
             return
         received, headers_at = time.perf_counter(), time.monotonic()
         # A conversion's wait is the apiserver's own (it sends no timeout).
-        deadline = headers_at + request_timeout(
-            query, CONVERSION_TIMEOUT_S if converting else ANSWER_TIMEOUT_S)
-        # The body's own deadline, by its length: admission/body.py.
-        body_due, by_review = body.due(headers_at, length, deadline)
+        told_s = request_timeout(query, 0.0)  # 0: none told
+        wait_s = told_s or (CONVERSION_TIMEOUT_S if converting else ANSWER_TIMEOUT_S)
+        deadline = headers_at + wait_s
+        why = f"{wait_s:g} s: " + ("its ?timeout=" if told_s else "sent no ?timeout=")
         # A slow body holds no slot a review that has arrived needs (SMALL_BODY_BYTES).
         reading, answering = self.server.slots(converting, length)
         with contextlib.ExitStack() as held:
-            if reading is not None and not self._take(reading, body_due, held, headers_at):
+            # Awaited as long as the apiserver waits, closable for a new connection.
+            if reading is not None and not self._take(reading, deadline, held, why, headers_at):
                 return
+            # The body's own deadline, by its length, from when its reading
+            # begins (a slot awaited is no time to send it in): admission/body.py.
+            began = time.monotonic()
+            body_due, by_review = body.due(began, length, deadline)
             data: bytes | Exception
             try:
-                data = self._read_body(length, body_due)
+                data = self._read_body(length, began, body_due)
             except (ValueError, TimeoutError) as error:
                 data = error
             self.request.settimeout(IDLE_S)
@@ -279,34 +283,36 @@ class Handler(Connection):
                 self.close_connection = True
                 return
             if isinstance(data, body.Late):
-                self._fail(408, body.late(length, data.received, body_due - headers_at,
-                                          by_review))
+                self._fail(408, body.late(length, data.received, body_due - began, by_review,
+                                          waited=reading is not None))
                 return
             if isinstance(data, Exception):
                 self._fail(400, f"body: expected an AdmissionReview or ConversionReview "
                                 f"({data})")
                 return
-            if answering is not None and not self._take(answering, deadline, held):
+            if answering is not None and not self._take(answering, deadline, held, why):
                 return
             request = self._parsed(data)
             del data  # parsed: the bytes are not held while it is answered
             if request is not None:
                 self._answer(request, converter, path, received, deadline)
 
-    def _take(self, slots: threading.BoundedSemaphore, deadline: float,
-              held: contextlib.ExitStack, body_from: float | None = None) -> bool:
+    def _take(self, slots: Slots, deadline: float, held: contextlib.ExitStack, why: str,
+              body_from: float | None = None) -> bool:
         """One of `slots`, held until `held` closes; else False, answered 503
-        (or not at all: a body's, `body_from` its headers' time, whose
-        connection was closed for another as it waited: connection.py)."""
-        if body_from is None:
-            taken: bool | None = slots.acquire(timeout=max(0.0, deadline - time.monotonic()))
-        else:
-            taken = self._body_slot(slots, deadline, body_from)
+        naming the review's deadline (`why`) that ran out, or not at all: a
+        body's (`body_from` its headers' time), none of it read as it waits,
+        so behind its pace from then, whose connection was closed for another."""
+        if body_from is not None:
+            self.server.connection_slots.reading_body(self.request, body.behind_at(body_from, 0))
+        taken = slots.acquire(timeout=max(0.0, deadline - time.monotonic()),
+                              connection=self.request)
         if not taken:
             if taken is None:
                 self.close_connection = True  # its socket is shut
             else:
-                self._fail(503, "too many reviews at once; the apiserver's time is up")
+                self._fail(503, f"too many reviews at once; no slot came free by the "
+                                f"review's deadline ({why})")
             return False
         held.callback(slots.release)
         return True
