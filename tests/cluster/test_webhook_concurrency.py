@@ -161,17 +161,27 @@ def trickling(process: Served) -> Iterator[None]:
     trickle throughout."""
     stop = threading.Event()
     socks: list[ssl.SSLSocket] = []
+    failed: list[BaseException] = []  # the thread's end, said rather than lost
+
+    def reopen(index: int) -> None:
+        socks[index].close()
+        try:
+            socks[index] = _posted(process, _trickled_length(index), "30s", expect=False)
+            socks[index].sendall(b"{")
+        except OSError:  # closed for another as it began: tried again next round
+            pass
 
     def trickle() -> None:
-        while not stop.wait(TRICKLE_S):
-            for index, sock in enumerate(socks):
-                try:
-                    sock.sendall(b" ")
-                except OSError:  # cut: another takes its place
-                    sock.close()
-                    socks[index] = _posted(process, _trickled_length(index), "30s",
-                                           expect=False)
-                    socks[index].sendall(b"{")
+        try:
+            while not stop.wait(TRICKLE_S):
+                for index, sock in enumerate(socks):
+                    try:
+                        sock.sendall(b" ")
+                    except OSError:  # cut: another takes its place
+                        reopen(index)
+        except BaseException as error:
+            failed.append(error)
+            raise
 
     thread = threading.Thread(target=trickle, daemon=True)
     try:
@@ -185,6 +195,7 @@ def trickling(process: Served) -> Iterator[None]:
         assert any(_large_body_slots_held(process) for _ in range(5)), \
             "a large body was not refused 503 while the large trickled bodies arrive"
         yield
+        assert thread.is_alive() and not failed, f"the trickling ended: {failed!r}"
     finally:
         stop.set()
         if thread.is_alive():
