@@ -9,16 +9,16 @@ and the bounds.
 Bounded: at most MAX_CONNECTIONS at once, each one's TLS handshake,
 request line and headers within HEADERS_S of its taking a slot (else
 closed, after the handshake with a 408: admission/connection.py); when all
-are taken, the connection longest awaiting its first request's headers (or
-a kept-alive one idle past its grace) is closed for the next, and answers
-say `Connection: close` while it waits (admission/connection_slots.py; with
-none to close, the next waits in the listen backlog). At most
-MAX_IN_FLIGHT reviews answered at once and as many large bodies read
-(SMALL_BODY_BYTES), each given as long as the apiserver waits for it (its
-`?timeout=`; a conversion, sent none, CONVERSION_TIMEOUT_S), its body due
-sooner by its length, and its connection closed for the next while its
-body falls behind (admission/body.py); a kept-alive connection's next
-request line and headers within IDLE_S. Every answer is JSON, an error's too.
+are taken, the connection longest awaiting its first request's headers, a
+kept-alive one idle past its grace, or one whose body is behind its pace
+is closed for the next, and answers say `Connection: close` while it waits
+(admission/connection_slots.py; with none to close, the next waits in the
+listen backlog). At most MAX_IN_FLIGHT reviews answered at once and as
+many large bodies read (SMALL_BODY_BYTES), each slot awaited as long as
+the apiserver waits (its `?timeout=`; a conversion, sent none,
+CONVERSION_TIMEOUT_S), a body due sooner by its length from its reading's
+start (admission/body.py); a kept-alive connection's next request line
+and headers within IDLE_S. Every answer is JSON, an error's too.
 
 Client certificates (opt-in, CKPTDRAIN_WEBHOOK_CLIENT_CA): any pod that
 reaches the Service could otherwise post a forged AdmissionReview and read
@@ -59,17 +59,16 @@ MAX_REVIEW_BYTES = 4 << 20
 #: Connections open at once, and reviews answered at once.
 MAX_CONNECTIONS = 128
 MAX_IN_FLIGHT = 8
-#: A review's body of up to this many bytes (a pod's review is a few KiB
-#: to tens of KiB) is read holding no answer slot, and takes one once it
-#: has arrived; a larger body holds one of MAX_IN_FLIGHT body slots while
-#: it arrives. A conversion's small body, likewise, is read holding no
-#: conversion slot. So slow bodies hold no slot a review that has arrived
-#: needs, and slow headers and bodies make way for a new connection
-#: (connection.py, body.py). Bodies arriving or waiting for an answer slot are at
-#: most MAX_CONNECTIONS × SMALL_BODY_BYTES (32 MiB) plus MAX_IN_FLIGHT ×
-#: MAX_REVIEW_BYTES (32 MiB) of raw bytes, each briefly held twice while its
-#: chunks are joined; parsing one costs several times its size (below), so
-#: raw bytes are not the process's bound.
+#: A review's body of up to this many bytes (a pod's review is a few KiB to
+#: tens of KiB) is read holding no answer slot, and takes one once it has
+#: arrived; a larger body holds one of MAX_IN_FLIGHT body slots while it
+#: arrives. A conversion's small body, likewise, is read holding no conversion
+#: slot. So slow bodies hold no slot a review that has arrived needs, and slow
+#: headers and bodies make way for a new connection (connection.py, body.py).
+#: Bodies arriving or waiting for an answer slot are at most MAX_CONNECTIONS ×
+#: SMALL_BODY_BYTES (32 MiB) plus MAX_IN_FLIGHT × MAX_REVIEW_BYTES (32 MiB) of
+#: raw bytes, each briefly held twice while its chunks are joined; parsing
+#: one costs several times its size (below): raw bytes are not the bound.
 SMALL_BODY_BYTES = 256 << 10
 #: A ConversionReview carries a whole list (`kubectl get ckpol -A`: every
 #: policy of the cluster in one review, a few KB each with its status), so
@@ -257,8 +256,7 @@ class Handler(Connection):
             self._fail(413, f"Content-Length: expected 1 to {limit} bytes, got {length}")
             return
         received, headers_at = time.perf_counter(), time.monotonic()
-        # A conversion's wait is the apiserver's own (it sends no timeout).
-        told_s = request_timeout(query, 0.0)  # 0: none told
+        told_s = request_timeout(query, 0.0)  # 0: none told (a conversion's: none)
         wait_s = told_s or (CONVERSION_TIMEOUT_S if converting else ANSWER_TIMEOUT_S)
         deadline = headers_at + wait_s
         why = f"{wait_s:g} s: " + ("its ?timeout=" if told_s else "sent no ?timeout=")
@@ -268,8 +266,7 @@ class Handler(Connection):
             # Awaited as long as the apiserver waits, closable for a new connection.
             if reading is not None and not self._take(reading, deadline, held, why, headers_at):
                 return
-            # The body's own deadline, by its length, from when its reading
-            # begins (a slot awaited is no time to send it in): admission/body.py.
+            # Its own deadline by its length from now (body.py): a slot's wait is not its.
             began = time.monotonic()
             body_due, by_review = body.due(began, length, deadline)
             data: bytes | Exception
