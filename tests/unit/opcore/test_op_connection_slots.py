@@ -214,6 +214,7 @@ def test_a_body_is_closed_for_a_new_connection_only_once_behind_its_pace() -> No
     slots.release("b")
     newcomer.join(10)
     assert not newcomer.is_alive() and closes.closed == []  # a release: none closed
+    slots.headers_in("c")  # else c, awaiting its headers, goes before a's body
     clock.now = 2.0
     slots.reading_body("a", behind_at=2.0)  # no piece since: behind
     newcomer = taking(slots, "d", closes)
@@ -267,3 +268,26 @@ def test_a_connection_waiting_for_a_body_slot_stops_as_it_is_closed() -> None:
     bodies.release()
     with pytest.raises(ValueError, match="released more often than taken"):
         bodies.release()
+
+
+def test_a_body_behind_or_awaiting_its_slot_is_closed_only_after_the_others() -> None:
+    """a's body began first and fell behind (as one awaiting its body slot
+    does from its headers): still, a newcomer closes b, idle past its grace,
+    then c, awaiting its headers, and a only when none of those is left."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(3, clock), Closes()
+    for name in "ab":
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+    slots.reading_body("a", behind_at=0.5)
+    slots.awaiting_next("b", grace=1.0)
+    slots.take("c", closes.of("c"))
+    clock.now = 1.5
+    for count, newcomer_name in enumerate("def", start=1):
+        newcomer = taking(slots, newcomer_name, closes)
+        closed = closes.wait_for(count)
+        slots.release(closed[-1])
+        newcomer.join(10)
+        assert not newcomer.is_alive()
+        slots.headers_in(newcomer_name)
+    assert closes.closed == ["b", "c", "a"]

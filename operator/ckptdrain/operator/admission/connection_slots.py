@@ -25,7 +25,8 @@ While a new connection waits for a slot, the server answers with
 new connection rather than reusing one that may be closed under it.
 
 A connection whose body is arriving is closed for a new connection like
-one awaiting headers, but only while its body is behind the least pace
+one awaiting headers, but only while its body is behind the least pace,
+and only when no connection awaiting headers or idle is closable
 (`reading_body`, told as its bytes come: admission/body.py), so a client
 trickling a body in does not hold its slot for another. One whose body is
 in (its answer being made), or is keeping pace, is never closed here; with
@@ -64,17 +65,22 @@ class Held:
     awaiting: int | None
     closable_at: float = 0.0
     closed: bool = False  # closed for a new connection; its release is due
+    #: Its body is arriving (or awaits its slot): closed only when no
+    #: connection awaiting headers, or idle, is closable.
+    body: bool = False
     #: Wakes it while it waits for a body's slot (Slots), to end that wait.
     woken: threading.Condition | None = None
 
 
 def longest_awaiting(held: Iterable[Held], now: float) -> Held | None:
-    """The connection to close for a new one: of those awaiting headers,
-    closable by `now` and not yet closed, the one that has awaited longest;
-    None when there is none."""
+    """The connection to close for a new one: of those awaiting, closable by
+    `now` and not yet closed, the one that has awaited longest, a body only
+    when there is no other (a valid large body awaiting its slot falls
+    behind its pace from its headers on: it is not closed before connections
+    that cost their client nothing to hold); None when there is none."""
     candidates = [h for h in held
                   if h.awaiting is not None and not h.closed and h.closable_at <= now]
-    return min(candidates, key=lambda h: h.awaiting or 0, default=None)
+    return min(candidates, key=lambda h: (h.body, h.awaiting or 0), default=None)
 
 
 def next_closable(held: Iterable[Held], now: float) -> float | None:
@@ -142,7 +148,7 @@ class ConnectionSlots:
             held = self._held.get(connection)
             if held is None:
                 return True
-            held.awaiting = None
+            held.awaiting, held.body = None, False
             return not held.closed
 
     def reading_body(self, connection: Hashable, behind_at: float) -> None:
@@ -153,7 +159,7 @@ class ConnectionSlots:
             held = self._held.get(connection)
             if held is None:
                 return
-            held.closable_at = behind_at
+            held.closable_at, held.body = behind_at, True
             if held.awaiting is None:
                 held.awaiting = next(self._order)
                 # A connection waiting may time its wake; later updates only
