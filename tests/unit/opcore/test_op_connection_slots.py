@@ -291,3 +291,30 @@ def test_a_body_behind_or_awaiting_its_slot_is_closed_only_after_the_others() ->
         assert not newcomer.is_alive()
         slots.headers_in(newcomer_name)
     assert closes.closed == ["b", "c", "a"]
+
+
+def test_a_body_given_its_slot_keeps_its_pace_from_then() -> None:
+    """a awaited its body's slot past its pace: handed the slot at 10, it
+    is not closable for a newcomer until its pace, counted from then, ends."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(2, clock), Closes()
+    bodies = Slots(slots, 1)
+    for name in "ab":
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+    assert bodies.acquire(connection="b") is True
+    slots.reading_body("a", behind_at=0.5)
+    slots.body_in("b")
+    clock.now = 10.0
+    bodies.release()
+    assert bodies.acquire(timeout=0, connection="a", behind_after=0.5) is True
+    newcomer = taking(slots, "c", closes)
+    until_waiting(slots)
+    assert closes.closed == []
+    clock.now = 10.5
+    slots.awaiting_next("b", grace=60.0)  # wakes the newcomer: a's pace is over
+    assert closes.wait_for(1) == ["a"]
+    slots.release("a")
+    newcomer.join(10)
+    assert not newcomer.is_alive()
+    bodies.release()

@@ -207,20 +207,23 @@ class Slots:
     def __init__(self, connections: ConnectionSlots, count: int) -> None:
         self.count, self._free = count, count
         self._changed, self._held = connections._changed, connections._held
-        self._lock = connections._lock
+        self._lock, self._clock = connections._lock, connections.clock
         self._line: collections.deque[threading.Condition] = collections.deque()
 
     def acquire(self, blocking: bool = True, timeout: float | None = None,
-                connection: Hashable | None = None) -> bool | None:
+                connection: Hashable | None = None,
+                behind_after: float | None = None) -> bool | None:
         """One slot (True); False: none free within `timeout` (or at once,
-        not `blocking`); None: `connection` was closed for a new one first."""
+        not `blocking`); None: `connection` was closed for a new one first.
+        `behind_after`: `connection`'s body, none of it read, falls behind
+        its pace this many seconds after it is handed the slot (set then,
+        under the lock, so no newcomer finds it behind from its wait)."""
         with self._changed:
             held = self._held.get(connection) if connection is not None else None
             if held is not None and held.closed:
                 return None
             if self._free and not self._line:
-                self._free -= 1
-                return True
+                return self._taken(held, behind_after)
             if not blocking:
                 return False
             ends = None if timeout is None else time.monotonic() + timeout
@@ -233,8 +236,7 @@ class Slots:
                     if held is not None and held.closed:
                         return None
                     if self._free and self._line[0] is woken:
-                        self._free -= 1
-                        return True
+                        return self._taken(held, behind_after)
                     left = None if ends is None else ends - time.monotonic()
                     if left is not None and left <= 0:
                         return False
@@ -245,6 +247,13 @@ class Slots:
                     held.woken = None
                 if self._free and self._line:
                     self._line[0].notify()  # next in line, if it was passed a slot
+
+    def _taken(self, held: Held | None, behind_after: float | None) -> bool:
+        """A slot handed over, under the lock."""
+        self._free -= 1
+        if held is not None and behind_after is not None:
+            held.closable_at = self._clock() + behind_after
+        return True
 
     def release(self) -> None:
         with self._changed:

@@ -303,7 +303,8 @@ class Handler(Connection):
         if body_from is not None:
             self.server.connection_slots.reading_body(self.request, body.behind_at(body_from, 0))
         taken = slots.acquire(timeout=max(0.0, deadline - time.monotonic()),
-                              connection=self.request)
+                              connection=self.request,
+                              behind_after=None if body_from is None else body.BEHIND_S)
         if not taken:
             if taken is None:
                 self.close_connection = True  # its socket is shut
