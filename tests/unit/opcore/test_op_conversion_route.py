@@ -249,10 +249,15 @@ def test_a_large_conversion_waits_for_the_slot_as_long_as_the_apiserver(
     body = json.dumps(review).encode()
     assert admission_server.SMALL_BODY_BYTES < len(body) < 1 << 20
     assert server.conversions.acquire(blocking=False)
-    threading.Timer(5.0, server.conversions.release).start()
-    conn = http.client.HTTPSConnection("127.0.0.1", server.server_address[1], timeout=40,
-                                       context=ssl.create_default_context(cafile=cert))
-    status, answer = _post(conn, "/convert", body)
+    releasing = threading.Timer(5.0, server.conversions.release)
+    releasing.daemon = True  # a failing test leaves no thread to outlive it
+    releasing.start()
+    try:
+        conn = http.client.HTTPSConnection("127.0.0.1", server.server_address[1], timeout=40,
+                                           context=ssl.create_default_context(cafile=cert))
+        status, answer = _post(conn, "/convert", body)
+    finally:
+        releasing.cancel()
     assert (status, answer.get("error")) == (200, None)
     assert len(answer["response"]["convertedObjects"]) == len(review["request"]["objects"])
 
