@@ -318,3 +318,69 @@ def test_a_body_given_its_slot_keeps_its_pace_from_then() -> None:
     newcomer.join(10)
     assert not newcomer.is_alive()
     bodies.release()
+
+
+def in_line(bodies: Slots, count: int) -> None:
+    """Until `count` connections wait in line for one of `bodies`."""
+    deadline = time.monotonic() + 10
+    while len(bodies._line) < count:
+        assert time.monotonic() < deadline, "the waiters did not line up in 10 s"
+        time.sleep(0.01)
+
+
+def waiter(bodies: Slots, name: str, got: list[tuple[str, bool | None]]) -> threading.Thread:
+    thread = threading.Thread(target=lambda: got.append(
+        (name, bodies.acquire(timeout=600, connection=name))), daemon=True)
+    thread.start()
+    return thread
+
+
+def lined_up(names: str) -> tuple[ConnectionSlots, Slots, list[tuple[str, bool | None]],
+                                  list[threading.Thread]]:
+    """x holds the one slot; `names` wait for it, in that order."""
+    slots = ConnectionSlots(len(names) + 2)
+    bodies, got, threads = Slots(slots, 1), list[tuple[str, bool | None]](), []
+    for name in "x" + names:
+        slots.take(name, lambda: None)
+    assert bodies.acquire(connection="x") is True
+    for count, name in enumerate(names, start=1):
+        threads.append(waiter(bodies, name, got))
+        in_line(bodies, count)
+    return slots, bodies, got, threads
+
+
+def test_waiters_for_a_slot_are_served_in_the_order_they_came() -> None:
+    _, bodies, got, (first, second) = lined_up("ab")
+    bodies.release()
+    first.join(10)
+    assert got == [("a", True)] and second.is_alive()
+    bodies.release()
+    second.join(10)
+    assert got == [("a", True), ("b", True)]
+    bodies.release()
+
+
+def test_the_first_closed_as_a_slot_came_free_hands_it_on_at_once() -> None:
+    """The slot is freed for a, and a closed for a newcomer before it woke:
+    b gets the slot then, not at its timeout."""
+    slots, bodies, got, (first, second) = lined_up("ab")
+    with slots._lock:
+        bodies.release()  # a is woken for it...
+        held = slots._held["a"]
+        held.closed = True  # ...but closed first, as a newcomer's take does
+        assert held.woken is not None
+        held.woken.notify()
+    first.join(10)
+    second.join(10)
+    assert got == [("a", None), ("b", True)]
+    bodies.release()
+
+
+def test_a_new_arrival_does_not_overtake_those_in_line() -> None:
+    slots, bodies, got, (first,) = lined_up("a")
+    with slots._lock:
+        bodies.release()  # a is woken for it, and has not taken it yet
+        assert bodies.acquire(blocking=False, connection="c") is False
+    first.join(10)
+    assert got == [("a", True)]
+    bodies.release()
