@@ -135,11 +135,12 @@ def _flood(port: int, context: ssl.SSLContext, count: int, flooders: int) -> dic
     return result
 
 
-def _bodies(port: int, context: ssl.SSLContext, count: int, tricklers: int) -> dict[str, Any]:
+def _bodies(port: int, context: ssl.SSLContext, count: int, tricklers: int,
+            body_bytes: int = 1000) -> dict[str, Any]:
     stop, cut, counting = threading.Event(), [0], threading.Lock()
     started = threading.Semaphore(0)
     head = (f"POST /{admission.MUTATE_ID}?timeout=30s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{").encode()
+            f"Content-Type: application/json\r\nContent-Length: {body_bytes}\r\n\r\n{{").encode()
 
     def trickle() -> None:
         first = True
@@ -174,7 +175,7 @@ def _bodies(port: int, context: ssl.SSLContext, count: int, tricklers: int) -> d
         stop.set()
         for thread in threads:
             thread.join()
-    result["tricklers"] = tricklers
+    result["tricklers"], result["body_bytes"] = tricklers, body_bytes
     result["cut_per_s"] = round(cut[0] / (time.monotonic() - began), 1)
     return result
 
@@ -184,6 +185,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--reviews", type=int, default=20)
     parser.add_argument("--flooders", type=int, default=4)
     parser.add_argument("--tricklers", type=int, default=admission_server.MAX_CONNECTIONS + 8)
+    # Over SMALL_BODY_BYTES: all but 8 trickling clients wait for a body's slot.
+    parser.add_argument("--body-bytes", type=int, default=1000)
     args = parser.parse_args(argv)
     reviewer = admission_process.Reviewer(CFG, PolicyMirror())
     with tempfile.TemporaryDirectory() as directory, serving(
@@ -195,7 +198,8 @@ def main(argv: list[str]) -> int:
         time.sleep(4)  # every slow connection gone (their deadline)
         report["flood"] = _flood(port, context, args.reviews, args.flooders)
         report["flood"]["flooders"] = args.flooders
-        report["bodies"] = _bodies(port, context, args.reviews, args.tricklers)
+        report["bodies"] = _bodies(port, context, args.reviews, args.tricklers,
+                                   args.body_bytes)
     print(json.dumps(report))
     return 0
 
