@@ -7,6 +7,12 @@ slots) against slow clients, in this process over loopback TLS:
    the chart's webhook timeoutSeconds (5 s).
 2. `flood`: `--flooders` threads opening bare TCP connects as fast as they
    can (each kept until the server closes it); the same valid reviews.
+3. `bodies` (`--tricklers`, default 136: more than the slots): each a
+   connection that sends a review's headers at once under the longest
+   wait a review may ask (`?timeout=30s`) and its 1,000-byte body a byte
+   every 0.2 s, opening another as soon as the server closes it; the same
+   valid reviews, once every slot is held, one every 0.5 s (so that the
+   trickled bodies are cut and reopened meanwhile: `cut_per_s`).
 
 Run: .venv/bin/python -m benchmarks webhook_slow_clients [--reviews 20]
 Prints one JSON object. Figures go into docs/security.md.
@@ -48,9 +54,11 @@ REVIEW = json.dumps({
                     {"name": "c", "image": "i"}]}}}}).encode()
 
 
-def _reviews(port: int, context: ssl.SSLContext, count: int) -> dict[str, Any]:
+def _reviews(port: int, context: ssl.SSLContext, count: int,
+             pause_s: float = 0.0) -> dict[str, Any]:
     took, answered = [], 0
     for _ in range(count):
+        time.sleep(pause_s)
         began = time.monotonic()
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=WAIT_S)
         try:
@@ -127,10 +135,58 @@ def _flood(port: int, context: ssl.SSLContext, count: int, flooders: int) -> dic
     return result
 
 
+def _bodies(port: int, context: ssl.SSLContext, count: int, tricklers: int,
+            body_bytes: int = 1000) -> dict[str, Any]:
+    stop, cut, counting = threading.Event(), [0], threading.Lock()
+    started = threading.Semaphore(0)
+    head = (f"POST /{admission.MUTATE_ID}?timeout=30s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {body_bytes}\r\n\r\n{{").encode()
+
+    def trickle() -> None:
+        first = True
+        while not stop.is_set():
+            with contextlib.suppress(OSError), context.wrap_socket(
+                    socket.create_connection(("127.0.0.1", port), timeout=30),
+                    server_hostname="127.0.0.1") as sock:
+                sock.sendall(head)
+                if first:
+                    first = False
+                    started.release()
+                while not stop.wait(0.2):
+                    sock.sendall(b" ")  # raises once the server has closed it
+            if not stop.is_set():
+                with counting:
+                    cut[0] += 1
+
+    threads = [threading.Thread(target=trickle, daemon=True) for _ in range(tricklers)]
+    for thread in threads:
+        thread.start()
+    for _ in range(min(tricklers, admission_server.MAX_CONNECTIONS)):
+        # Every slot held by a trickled body, else the figures mean nothing.
+        if not started.acquire(timeout=30):
+            stop.set()
+            raise SystemExit(f"the {tricklers} trickling clients did not all get in "
+                             "within 30 s")
+    began = time.monotonic()
+    try:
+        # Spread over several of the bodies' deadlines: they are cut and reopen.
+        result = _reviews(port, context, count, pause_s=0.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    result["tricklers"], result["body_bytes"] = tricklers, body_bytes
+    result["cut_per_s"] = round(cut[0] / (time.monotonic() - began), 1)
+    return result
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="webhook_slow_clients")
     parser.add_argument("--reviews", type=int, default=20)
     parser.add_argument("--flooders", type=int, default=4)
+    parser.add_argument("--tricklers", type=int, default=admission_server.MAX_CONNECTIONS + 8)
+    # Over SMALL_BODY_BYTES: all but 8 trickling clients wait for a body's slot.
+    parser.add_argument("--body-bytes", type=int, default=1000)
     args = parser.parse_args(argv)
     reviewer = admission_process.Reviewer(CFG, PolicyMirror())
     with tempfile.TemporaryDirectory() as directory, serving(
@@ -142,6 +198,8 @@ def main(argv: list[str]) -> int:
         time.sleep(4)  # every slow connection gone (their deadline)
         report["flood"] = _flood(port, context, args.reviews, args.flooders)
         report["flood"]["flooders"] = args.flooders
+        report["bodies"] = _bodies(port, context, args.reviews, args.tricklers,
+                                   args.body_bytes)
     print(json.dumps(report))
     return 0
 

@@ -144,26 +144,49 @@ def _large_body_slots_held(process: Served) -> bool:
         sock.close()
 
 
+def _trickled_length(index: int) -> int:
+    """Half the trickled bodies small enough to be read holding no slot."""
+    return 1_000 if index % 2 else admission_server.SMALL_BODY_BYTES + 1
+
+
 @contextmanager
 def trickling(process: Served) -> Iterator[None]:
     """TRICKLERS connections announcing a pod review's body, sending it a
     byte every TRICKLE_S under the longest wait a review may ask (30 s).
     Yields once the server has read each one's headers (it answered its
     `Expect: 100-continue`) and the large ones hold every body slot (one
-    more large body is refused 503), not after a guessed sleep."""
+    more large body is refused 503), not after a guessed sleep. The server
+    cuts each at its body's own deadline (a few seconds:
+    admission/body.py); one cut is replaced by a new one, so that as many
+    trickle throughout."""
     stop = threading.Event()
     socks: list[ssl.SSLSocket] = []
+    failed: list[BaseException] = []  # the thread's end, said rather than lost
+
+    def reopen(index: int) -> None:
+        socks[index].close()
+        try:
+            socks[index] = _posted(process, _trickled_length(index), "30s", expect=False)
+            socks[index].sendall(b"{")
+        except OSError:  # closed for another as it began: tried again next round
+            pass
 
     def trickle() -> None:
-        while not stop.wait(TRICKLE_S):
-            for sock in socks:
-                sock.sendall(b" ")
+        try:
+            while not stop.wait(TRICKLE_S):
+                for index, sock in enumerate(socks):
+                    try:
+                        sock.sendall(b" ")
+                    except OSError:  # cut: another takes its place
+                        reopen(index)
+        except BaseException as error:
+            failed.append(error)
+            raise
 
     thread = threading.Thread(target=trickle, daemon=True)
     try:
         for index in range(TRICKLERS):
-            length = 1_000 if index % 2 else admission_server.SMALL_BODY_BYTES + 1
-            socks.append(_posted(process, length, "30s", expect=True))
+            socks.append(_posted(process, _trickled_length(index), "30s", expect=True))
         for sock in socks:
             head = _head(sock)
             assert head.startswith(b"HTTP/1.1 100"), head[:200]
@@ -172,6 +195,7 @@ def trickling(process: Served) -> Iterator[None]:
         assert any(_large_body_slots_held(process) for _ in range(5)), \
             "a large body was not refused 503 while the large trickled bodies arrive"
         yield
+        assert thread.is_alive() and not failed, f"the trickling ended: {failed!r}"
     finally:
         stop.set()
         if thread.is_alive():

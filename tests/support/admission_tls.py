@@ -110,10 +110,11 @@ class Readers:
         self.count, self.changed = 0, threading.Condition()
         read = admission_server.Handler._read_body
 
-        def counted(handler: admission_server.Handler, length: int, deadline: float) -> bytes:
+        def counted(handler: admission_server.Handler, length: int, began: float,
+                    deadline: float) -> bytes:
             self._add(1)
             try:
-                return read(handler, length, deadline)
+                return read(handler, length, began, deadline)
             finally:
                 self._add(-1)
 

@@ -14,6 +14,7 @@ import pytest
 from ckptdrain.operator.admission.connection_slots import (
     ConnectionSlots,
     Held,
+    Slots,
     longest_awaiting,
 )
 
@@ -186,3 +187,200 @@ def test_a_connection_awaiting_again_is_the_newest_to_await() -> None:
 def test_no_slots_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="capacity: expected at least 1 connection, got 0"):
         ConnectionSlots(0)
+
+
+def test_a_body_is_closed_for_a_new_connection_only_once_behind_its_pace() -> None:
+    """a's body keeps its pace (each piece puts its `behind_at` off), b's
+    body is in: a new connection waits, and closes a once a falls behind;
+    a's reading then says it was closed (not to be answered)."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(2, clock), Closes()
+    for name in "ab":
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+    slots.reading_body("a", behind_at=1.0)
+    slots.reading_body("b", behind_at=1.0)
+    assert slots.body_in("b") is True  # all in: never closed here
+    newcomer = taking(slots, "c", closes)
+    until_waiting(slots)
+    clock.now = 0.9
+    slots.reading_body("a", behind_at=2.0)  # a piece came: still within its pace
+    clock.now = 1.5
+    slots.awaiting_next("b", grace=60.0)  # wakes the newcomer: a keeps pace, b in its grace
+    time.sleep(0.05)
+    assert closes.closed == []
+    # Released before a falls behind: the newcomer's own timed wake (real
+    # seconds, however late on a loaded machine) finds no one to close.
+    slots.release("b")
+    newcomer.join(10)
+    assert not newcomer.is_alive() and closes.closed == []  # a release: none closed
+    slots.headers_in("c")  # else c, awaiting its headers, goes before a's body
+    clock.now = 2.0
+    slots.reading_body("a", behind_at=2.0)  # no piece since: behind
+    newcomer = taking(slots, "d", closes)
+    assert closes.wait_for(1) == ["a"]
+    assert slots.body_in("a") is False
+    slots.release("a")
+    newcomer.join(10)
+    assert not newcomer.is_alive()
+
+
+def test_a_new_connection_is_not_closed_for_another_within_its_settle() -> None:
+    """However fast new connections come: the next waits out a's settle
+    (no release or other change needed), and then closes it."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(1, clock, settle=0.2), Closes()
+    slots.take("a", closes.of("a"))
+    newcomer = taking(slots, "b", closes)
+    until_waiting(slots)
+    assert closes.closed == []
+    clock.now = 0.2
+    assert closes.wait_for(1) == ["a"]
+    slots.release("a")
+    newcomer.join(10)
+    assert not newcomer.is_alive()
+
+
+def test_a_connection_waiting_for_a_body_slot_stops_as_it_is_closed() -> None:
+    """a waits for the one body slot, b holds it: a newcomer closes a
+    (behind its pace), and a's wait ends then, not at a next look or its
+    timeout; b's never does. A slot released more often than taken is a bug."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(2, clock), Closes()
+    bodies = Slots(slots, 1)
+    for name in "ab":
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+    assert bodies.acquire(connection="b") is True
+    assert bodies.acquire(timeout=0.01, connection="a") is False
+    slots.reading_body("a", behind_at=0.0)
+    waited: list[bool | None] = []
+    waiter = threading.Thread(target=lambda: waited.append(
+        bodies.acquire(timeout=600, connection="a")), daemon=True)
+    waiter.start()
+    newcomer = taking(slots, "c", closes)
+    waiter.join(10)
+    assert not waiter.is_alive() and waited == [None] and closes.closed == ["a"]
+    slots.release("a")
+    newcomer.join(10)
+    bodies.release()
+    assert bodies.acquire(blocking=False, connection="a") is True  # a is gone: not closed
+    bodies.release()
+    with pytest.raises(ValueError, match="released more often than taken"):
+        bodies.release()
+
+
+def test_a_body_behind_or_awaiting_its_slot_is_closed_only_after_the_others() -> None:
+    """a's body began first and fell behind (as one awaiting its body slot
+    does from its headers): still, a newcomer closes b, idle past its grace,
+    then c, awaiting its headers, and a only when none of those is left."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(3, clock), Closes()
+    for name in "ab":
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+    slots.reading_body("a", behind_at=0.5)
+    slots.awaiting_next("b", grace=1.0)
+    slots.take("c", closes.of("c"))
+    clock.now = 1.5
+    for count, newcomer_name in enumerate("def", start=1):
+        newcomer = taking(slots, newcomer_name, closes)
+        closed = closes.wait_for(count)
+        slots.release(closed[-1])
+        newcomer.join(10)
+        assert not newcomer.is_alive()
+        slots.headers_in(newcomer_name)
+    assert closes.closed == ["b", "c", "a"]
+
+
+def test_a_body_given_its_slot_keeps_its_pace_from_then() -> None:
+    """a awaited its body's slot past its pace: handed the slot at 10, it
+    is not closable for a newcomer until its pace, counted from then, ends."""
+    clock = Clock()
+    slots, closes = ConnectionSlots(2, clock), Closes()
+    bodies = Slots(slots, 1)
+    for name in "ab":
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+    assert bodies.acquire(connection="b") is True
+    slots.reading_body("a", behind_at=0.5)
+    slots.body_in("b")
+    clock.now = 10.0
+    bodies.release()
+    assert bodies.acquire(timeout=0, connection="a", behind_after=0.5) is True
+    newcomer = taking(slots, "c", closes)
+    until_waiting(slots)
+    assert closes.closed == []
+    clock.now = 10.5
+    slots.awaiting_next("b", grace=60.0)  # wakes the newcomer: a's pace is over
+    assert closes.wait_for(1) == ["a"]
+    slots.release("a")
+    newcomer.join(10)
+    assert not newcomer.is_alive()
+    bodies.release()
+
+
+def in_line(bodies: Slots, count: int) -> None:
+    """Until `count` connections wait in line for one of `bodies`."""
+    deadline = time.monotonic() + 10
+    while len(bodies._line) < count:
+        assert time.monotonic() < deadline, "the waiters did not line up in 10 s"
+        time.sleep(0.01)
+
+
+def waiter(bodies: Slots, name: str, got: list[tuple[str, bool | None]]) -> threading.Thread:
+    thread = threading.Thread(target=lambda: got.append(
+        (name, bodies.acquire(timeout=600, connection=name))), daemon=True)
+    thread.start()
+    return thread
+
+
+def lined_up(names: str) -> tuple[ConnectionSlots, Slots, list[tuple[str, bool | None]],
+                                  list[threading.Thread]]:
+    """x holds the one slot; `names` wait for it, in that order."""
+    slots = ConnectionSlots(len(names) + 2)
+    bodies, got, threads = Slots(slots, 1), list[tuple[str, bool | None]](), []
+    for name in "x" + names:
+        slots.take(name, lambda: None)
+    assert bodies.acquire(connection="x") is True
+    for count, name in enumerate(names, start=1):
+        threads.append(waiter(bodies, name, got))
+        in_line(bodies, count)
+    return slots, bodies, got, threads
+
+
+def test_waiters_for_a_slot_are_served_in_the_order_they_came() -> None:
+    _, bodies, got, (first, second) = lined_up("ab")
+    bodies.release()
+    first.join(10)
+    assert got == [("a", True)] and second.is_alive()
+    bodies.release()
+    second.join(10)
+    assert got == [("a", True), ("b", True)]
+    bodies.release()
+
+
+def test_the_first_closed_as_a_slot_came_free_hands_it_on_at_once() -> None:
+    """The slot is freed for a, and a closed for a newcomer before it woke:
+    b gets the slot then, not at its timeout."""
+    slots, bodies, got, (first, second) = lined_up("ab")
+    with slots._lock:
+        bodies.release()  # a is woken for it...
+        held = slots._held["a"]
+        held.closed = True  # ...but closed first, as a newcomer's take does
+        assert held.woken is not None
+        held.woken.notify()
+    first.join(10)
+    second.join(10)
+    assert got == [("a", None), ("b", True)]
+    bodies.release()
+
+
+def test_a_new_arrival_does_not_overtake_those_in_line() -> None:
+    slots, bodies, got, (first,) = lined_up("a")
+    with slots._lock:
+        bodies.release()  # a is woken for it, and has not taken it yet
+        assert bodies.acquire(blocking=False, connection="c") is False
+    first.join(10)
+    assert got == [("a", True)]
+    bodies.release()

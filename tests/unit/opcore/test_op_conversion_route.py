@@ -27,6 +27,7 @@ from ckptdrain.operator.admission import conversion
 from ckptdrain.operator.admission import process as admission_process
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission import server as admission_server
+from ckptdrain.operator.admission.connection_slots import Slots
 from ckptdrain.operator.admission.policy_mirror import PolicyMirror
 
 CFG = config.OperatorConfig(allowed_root="/mnt/ckptdrain")
@@ -139,7 +140,7 @@ def _too_big(conn: http.client.HTTPSConnection, path: str, length: int) -> int:
     return response.status
 
 
-def _take_all(slots: threading.BoundedSemaphore) -> int:
+def _take_all(slots: Slots) -> int:
     taken = 0
     while slots.acquire(blocking=False):
         taken += 1
@@ -232,6 +233,33 @@ def test_a_conversion_counts_its_wait_for_the_slot(
     assert status == 200
     assert recorder.reports == [("conversion", "ok")]
     assert recorder.seconds[0] >= 0.45, recorder.seconds
+
+
+def test_a_large_conversion_waits_for_the_slot_as_long_as_the_apiserver(
+        served: tuple[admission_server.Server, str, Recorder]) -> None:
+    """A list too large to read holding no slot, sent whole with no
+    `?timeout=` (as the apiserver sends it, waiting at least 30 s), queued
+    behind another conversion for longer than its body would be given
+    (admission/body.py: 3 s and its length at 1 MiB/s), is converted: it
+    awaits the slot until the review's deadline, and its body's own
+    deadline starts once it has the slot."""
+    server, cert, _ = served
+    review = conversion_review()
+    review["request"]["objects"] *= 2_000
+    body = json.dumps(review).encode()
+    assert admission_server.SMALL_BODY_BYTES < len(body) < 1 << 20
+    assert server.conversions.acquire(blocking=False)
+    releasing = threading.Timer(5.0, server.conversions.release)
+    releasing.daemon = True  # a failing test leaves no thread to outlive it
+    releasing.start()
+    try:
+        conn = http.client.HTTPSConnection("127.0.0.1", server.server_address[1], timeout=40,
+                                           context=ssl.create_default_context(cafile=cert))
+        status, answer = _post(conn, "/convert", body)
+    finally:
+        releasing.cancel()
+    assert (status, answer.get("error")) == (200, None)
+    assert len(answer["response"]["convertedObjects"]) == len(review["request"]["objects"])
 
 
 def test_a_conversion_keeps_the_heap_from_being_trimmed(

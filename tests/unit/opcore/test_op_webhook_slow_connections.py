@@ -30,6 +30,7 @@ from tests.support.admission_tls import (
 )
 
 from ckptdrain.operator import config
+from ckptdrain.operator.admission import body as admission_body
 from ckptdrain.operator.admission import connection
 from ckptdrain.operator.admission import rules as admission
 from ckptdrain.operator.admission import server as admission_server
@@ -165,8 +166,10 @@ def test_headers_in_as_the_connection_is_closed_for_another_are_not_answered(
         served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     """A review whose headers are read in the moment a new connection
     closes its connection (held there until it has) is not answered: its
-    socket is shut, and its thread ends, releasing the slot."""
+    socket is shut, and its thread ends, releasing the slot. (No settling
+    time for a new connection: the newcomer may come within it.)"""
     monkeypatch.setattr(connection, "HEADERS_S", 60.0)
+    monkeypatch.setattr(served.server.connection_slots, "settle", 0.0)
     headers_in, posted = ConnectionSlots.headers_in, []
     reading = threading.Event()
 
@@ -201,14 +204,18 @@ def test_headers_in_as_the_connection_is_closed_for_another_are_not_answered(
             sock.close()
 
 
-def test_a_connection_whose_headers_are_in_never_makes_way(
+def test_a_connection_whose_body_keeps_its_pace_never_makes_way(
         served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     """The connection that has held its slot longest is reading its body
-    (headers in, within the review's bounds); every other slot is held by a
-    bare TCP connect. Valid reviews sent meanwhile are answered, bare
-    connects making way for them, and the body's review is answered once
-    it has arrived."""
+    (headers in, its body within its deadline and not behind its pace: both
+    set far off here; a body behind it makes way,
+    test_op_webhook_slow_bodies.py); every other slot is held by a bare TCP
+    connect. Valid reviews sent meanwhile are answered, bare connects
+    making way for them, and the body's review is answered once it has
+    arrived."""
     monkeypatch.setattr(connection, "HEADERS_S", 60.0)
+    monkeypatch.setattr(admission_body, "BODY_S", 60.0)
+    monkeypatch.setattr(admission_body, "BEHIND_S", 60.0)
     readers = Readers(monkeypatch)
     body = json.dumps({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",

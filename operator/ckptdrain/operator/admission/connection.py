@@ -2,7 +2,9 @@
 Handler, admission/server.py, answers them): its TLS handshake, request
 line and headers all within HEADERS_S of its taking a connection slot, and
 while it awaits them, its slot given up to a new connection when all are
-taken (admission/connection_slots.py).
+taken (admission/connection_slots.py); then its body, read by its deadline
+and, while it falls behind its pace, its slot likewise given up
+(admission/body.py).
 
 The deadline is one for the whole, not a socket timeout per read: each
 read is given what is left of it (`HeadersDue`; CPython bounds a TLS
@@ -25,6 +27,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from ckptdrain.operator.admission import body
+
 log = logging.getLogger("ckptdrain.admission")
 
 #: A connection's TLS handshake, request line and headers must all be in
@@ -42,6 +46,12 @@ IDLE_S = 120.0
 #: send a POST again once written); the apiserver sends one's line and
 #: headers at once, well within it.
 KEPT_ALIVE_GRACE_S = 1.0
+#: A new connection is not closed for another within this of its taking a
+#: slot (connection_slots.py's `settle`): time enough for the apiserver's
+#: TLS handshake, request line and headers, on a network's round trips.
+#: Under a flood, new connections wait for one older; so at most
+#: MAX_CONNECTIONS of them are let in per this many seconds.
+SETTLE_S = 0.1
 
 
 def unblock(sock: socket.socket) -> None:
@@ -134,3 +144,17 @@ class Connection(BaseHTTPRequestHandler):
             self.close_connection = True
             return False
         return parsed
+
+    def _read_body(self, length: int, began: float, due: float) -> bytes:
+        """`length` bytes of body, its reading begun at `began`, all before
+        `due` (body.read), its connection closable for a new one while
+        behind its pace."""
+        connections = self.server.connection_slots
+
+        def receive(at_most: int, timeout: float) -> bytes:
+            self.request.settimeout(timeout)
+            return self.rfile.read1(at_most)
+
+        connections.reading_body(self.request, body.behind_at(began, 0))
+        return body.read(receive, length, due, lambda received: connections.reading_body(
+            self.request, body.behind_at(began, received)))

@@ -9,15 +9,16 @@ and the bounds.
 Bounded: at most MAX_CONNECTIONS at once, each one's TLS handshake,
 request line and headers within HEADERS_S of its taking a slot (else
 closed, after the handshake with a 408: admission/connection.py); when all
-are taken, the connection longest awaiting its first request's headers (or
-a kept-alive one idle past its grace) is closed for the next, and answers
-say `Connection: close` while it waits (admission/connection_slots.py; with
-none to close, the next waits in the listen backlog). At most
-MAX_IN_FLIGHT reviews answered at once and as many large bodies read
-(SMALL_BODY_BYTES), each given as long as the
-apiserver waits for it (its `?timeout=`; a conversion, sent none,
-CONVERSION_TIMEOUT_S); a kept-alive connection's next request line and
-headers within IDLE_S. Every answer is JSON, an error's too.
+are taken, the connection longest awaiting its first request's headers, a
+kept-alive one idle past its grace, or one whose body is behind its pace
+is closed for the next, and answers say `Connection: close` while it waits
+(admission/connection_slots.py; with none to close, the next waits in the
+listen backlog). At most MAX_IN_FLIGHT reviews answered at once and as
+many large bodies read (SMALL_BODY_BYTES), each slot awaited as long as
+the apiserver waits (its `?timeout=`; a conversion, sent none,
+CONVERSION_TIMEOUT_S), a body due sooner by its length from its reading's
+start (admission/body.py); a kept-alive connection's next request line
+and headers within IDLE_S. Every answer is JSON, an error's too.
 
 Client certificates (opt-in, CKPTDRAIN_WEBHOOK_CLIENT_CA): any pod that
 reaches the Service could otherwise post a forged AdmissionReview and read
@@ -39,16 +40,16 @@ import logging
 import socket
 import ssl
 import sys
-import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from ckptdrain.operator.admission import body
 from ckptdrain.operator.admission.certificates import Certificates
-from ckptdrain.operator.admission.connection import IDLE_S, Connection, unblock
-from ckptdrain.operator.admission.connection_slots import ConnectionSlots
+from ckptdrain.operator.admission.connection import IDLE_S, SETTLE_S, Connection, unblock
+from ckptdrain.operator.admission.connection_slots import ConnectionSlots, Slots
 from ckptdrain.operator.admission.refusal_log import RefusalLog
 
 log = logging.getLogger("ckptdrain.admission")
@@ -58,19 +59,16 @@ MAX_REVIEW_BYTES = 4 << 20
 #: Connections open at once, and reviews answered at once.
 MAX_CONNECTIONS = 128
 MAX_IN_FLIGHT = 8
-#: A review's body of up to this many bytes (a pod's review is a few KiB
-#: to tens of KiB) is read holding no answer slot, and takes one once it
-#: has arrived; a larger body holds one of MAX_IN_FLIGHT body slots while
-#: it arrives. A conversion's small body, likewise, is read holding no
-#: conversion slot. So slow bodies hold no slot a review that has arrived
-#: needs (and slow headers make way for a new connection: connection.py);
-#: 128 connections sending headers at once and bodies slowly can still hold
-#: every connection slot, each until its deadline (docs/security.md: the
-#: NetworkPolicy). Bodies arriving or waiting for an answer slot are at
-#: most MAX_CONNECTIONS × SMALL_BODY_BYTES (32 MiB) plus MAX_IN_FLIGHT ×
-#: MAX_REVIEW_BYTES (32 MiB) of raw bytes, each briefly held twice while its
-#: chunks are joined; parsing one costs several times its size (below), so
-#: raw bytes are not the process's bound.
+#: A review's body of up to this many bytes (a pod's review is a few KiB to
+#: tens of KiB) is read holding no answer slot, and takes one once it has
+#: arrived; a larger body holds one of MAX_IN_FLIGHT body slots while it
+#: arrives. A conversion's small body, likewise, is read holding no conversion
+#: slot. So slow bodies hold no slot a review that has arrived needs, and slow
+#: headers and bodies make way for a new connection (connection.py, body.py).
+#: Bodies arriving or waiting for an answer slot are at most MAX_CONNECTIONS ×
+#: SMALL_BODY_BYTES (32 MiB) plus MAX_IN_FLIGHT × MAX_REVIEW_BYTES (32 MiB) of
+#: raw bytes, each briefly held twice while its chunks are joined; parsing
+#: one costs several times its size (below): raw bytes are not the bound.
 SMALL_BODY_BYTES = 256 << 10
 #: A ConversionReview carries a whole list (`kubectl get ckpol -A`: every
 #: policy of the cluster in one review, a few KB each with its status), so
@@ -91,7 +89,8 @@ SMALL_BODY_BYTES = 256 << 10
 #: cap is 16 MiB: about 16 + 57 parsed-or-converted + 26 encoded ≈ 100 MiB
 #: above the process's baseline, with one slot. A list beyond 16 MiB (about
 #: 4,000 policies at 4 KB each) is refused (413); a second conversion
-#: waits for the slot until the apiserver's deadline.
+#: waits for the slot until the apiserver's deadline (CONVERSION_TIMEOUT_S),
+#: then its body is due by its length (body.py), from when it has the slot.
 MAX_CONVERSION_BYTES = 16 << 20
 CONVERSIONS_IN_FLIGHT = 1
 #: How long a review may take when the apiserver does not say (its
@@ -138,10 +137,10 @@ class Server(ThreadingHTTPServer):
         #: Answers ConversionReviews at /`conversion_path` in the connection's
         #: thread (None: that path is the reviewer's like any other).
         self.converter, self.conversion_path = converter, conversion_path
-        self.connection_slots = ConnectionSlots(MAX_CONNECTIONS)
-        self.in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
-        self.large_bodies = threading.BoundedSemaphore(MAX_IN_FLIGHT)
-        self.conversions = threading.BoundedSemaphore(CONVERSIONS_IN_FLIGHT)
+        self.connection_slots = ConnectionSlots(MAX_CONNECTIONS, settle=SETTLE_S)
+        self.in_flight = Slots(self.connection_slots, MAX_IN_FLIGHT)
+        self.large_bodies = Slots(self.connection_slots, MAX_IN_FLIGHT)
+        self.conversions = Slots(self.connection_slots, CONVERSIONS_IN_FLIGHT)
         self.refusals = RefusalLog()
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -190,8 +189,7 @@ class Server(ThreadingHTTPServer):
         # check), clients that give up: not worth a traceback.
         log.debug("admission: connection from %s ended: %s", client_address, sys.exc_info()[1])
 
-    def slots(self, converting: bool, length: int
-              ) -> tuple[threading.BoundedSemaphore | None, threading.BoundedSemaphore | None]:
+    def slots(self, converting: bool, length: int) -> tuple[Slots | None, Slots | None]:
         """(the slot held while a body of `length` bytes arrives, the one taken
         once it has): see SMALL_BODY_BYTES. None: no slot."""
         if converting:  # one at a time answered, and a large one read
@@ -257,35 +255,62 @@ class Handler(Connection):
         if not 0 < length <= limit:
             self._fail(413, f"Content-Length: expected 1 to {limit} bytes, got {length}")
             return
-        received = time.perf_counter()
-        # A conversion's wait is the apiserver's own (it sends no timeout).
-        deadline = time.monotonic() + request_timeout(
-            query, CONVERSION_TIMEOUT_S if converting else ANSWER_TIMEOUT_S)
+        received, headers_at = time.perf_counter(), time.monotonic()
+        told_s = request_timeout(query, 0.0)  # 0: none told (a conversion's: none)
+        wait_s = told_s or (CONVERSION_TIMEOUT_S if converting else ANSWER_TIMEOUT_S)
+        deadline = headers_at + wait_s
+        why = f"{wait_s:g} s: " + ("its ?timeout=" if told_s else "sent no ?timeout=")
         # A slow body holds no slot a review that has arrived needs (SMALL_BODY_BYTES).
         reading, answering = self.server.slots(converting, length)
         with contextlib.ExitStack() as held:
-            if reading is not None and not self._take(reading, deadline, held):
+            # Awaited as long as the apiserver waits, closable for a new connection.
+            if reading is not None and not self._take(reading, deadline, held, why, headers_at):
                 return
+            # Its own deadline by its length from now (body.py): a slot's wait is not its.
+            began = time.monotonic()
+            body_due, by_review = body.due(began, length, deadline)
+            data: bytes | Exception
             try:
-                body = self._read_body(length, deadline)
+                data = self._read_body(length, began, body_due)
             except (ValueError, TimeoutError) as error:
+                data = error
+            self.request.settimeout(IDLE_S)
+            if not self.server.connection_slots.body_in(self.request):
+                # Closed for a new connection, behind its pace: its socket is shut.
+                self.close_connection = True
+                return
+            if isinstance(data, body.Late):
+                self._fail(408, body.late(length, data.received, body_due - began, by_review,
+                                          waited=reading is not None))
+                return
+            if isinstance(data, Exception):
                 self._fail(400, f"body: expected an AdmissionReview or ConversionReview "
-                                f"({error})")
+                                f"({data})")
                 return
-            finally:
-                self.request.settimeout(IDLE_S)
-            if answering is not None and not self._take(answering, deadline, held):
+            if answering is not None and not self._take(answering, deadline, held, why):
                 return
-            request = self._parsed(body)
-            del body  # parsed: the bytes are not held while it is answered
+            request = self._parsed(data)
+            del data  # parsed: the bytes are not held while it is answered
             if request is not None:
                 self._answer(request, converter, path, received, deadline)
 
-    def _take(self, slots: threading.BoundedSemaphore, deadline: float,
-              held: contextlib.ExitStack) -> bool:
-        """One of `slots`, held until `held` closes; else False, answered 503."""
-        if not slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            self._fail(503, "too many reviews at once; the apiserver's time is up")
+    def _take(self, slots: Slots, deadline: float, held: contextlib.ExitStack, why: str,
+              body_from: float | None = None) -> bool:
+        """One of `slots`, held until `held` closes; else False, answered 503
+        naming the review's deadline (`why`) that ran out, or not at all: a
+        body's (`body_from` its headers' time), none of it read as it waits,
+        so behind its pace from then, whose connection was closed for another."""
+        if body_from is not None:
+            self.server.connection_slots.reading_body(self.request, body.behind_at(body_from, 0))
+        taken = slots.acquire(timeout=max(0.0, deadline - time.monotonic()),
+                              connection=self.request,
+                              behind_after=None if body_from is None else body.BEHIND_S)
+        if not taken:
+            if taken is None:
+                self.close_connection = True  # its socket is shut
+            else:
+                self._fail(503, f"too many reviews at once; no slot came free by the "
+                                f"review's deadline ({why})")
             return False
         held.callback(slots.release)
         return True
@@ -321,27 +346,6 @@ class Handler(Connection):
         except Exception as error:  # a timeout, a bug: answered, never dropped
             log.warning("admission: no answer to a review at /%s: %r", path, error)
             self._fail(500, f"no answer: {error!r}")
-
-    def _read_body(self, length: int, deadline: float) -> bytes:
-        """`length` bytes of body, all of them before `deadline`: a socket
-        timeout bounds each read only, and a client sending a byte at a time
-        would otherwise hold its slot for as long as it liked."""
-        late = "the body did not arrive by the review's deadline"
-        chunks, left = [], length
-        while left:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(late)
-            self.request.settimeout(remaining)
-            try:
-                chunk = self.rfile.read1(min(left, 1 << 16))
-            except TimeoutError:
-                raise TimeoutError(late) from None
-            if not chunk:
-                raise ValueError(f"the body ended {left} bytes before its Content-Length")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
 
     def _not_posted(self) -> None:
         """Every webhook is a POST; anything else is answered, as JSON, so."""
