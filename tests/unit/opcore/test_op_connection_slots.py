@@ -39,6 +39,13 @@ class Closes:
             return list(self.closed)
 
 
+def headers_read(slots: ConnectionSlots, closes: Closes, names: str) -> None:
+    """Each of `names` takes a slot and has its headers read."""
+    for name in names:
+        slots.take(name, closes.of(name))
+        slots.headers_in(name)
+
+
 def taking(slots: ConnectionSlots, name: str, closes: Closes) -> threading.Thread:
     """`name` taking a slot in a thread of its own (it may have to wait)."""
     thread = threading.Thread(target=slots.take, args=(name, closes.of(name)), daemon=True)
@@ -111,9 +118,7 @@ def test_with_every_headers_in_a_new_connection_waits_and_closes_none() -> None:
     over, or the first released; one closed at a time."""
     clock = Clock()
     slots, closes = ConnectionSlots(2, clock), Closes()
-    for name in "ab":
-        slots.take(name, closes.of(name))
-        slots.headers_in(name)
+    headers_read(slots, closes, "ab")
     newcomer = taking(slots, "c", closes)
     until_waiting(slots)
     assert closes.closed == []
@@ -132,9 +137,7 @@ def test_a_kept_alive_connection_is_not_closed_within_its_grace() -> None:
     out the grace, and then closes it."""
     clock = Clock()
     slots, closes = ConnectionSlots(2, clock), Closes()
-    for name in "ab":
-        slots.take(name, closes.of(name))
-        slots.headers_in(name)
+    headers_read(slots, closes, "ab")
     slots.awaiting_next("a", grace=60.0)
     newcomer = taking(slots, "c", closes)
     until_waiting(slots)  # found none to close: a is in its grace
@@ -195,9 +198,7 @@ def test_a_body_is_closed_for_a_new_connection_only_once_behind_its_pace() -> No
     a's reading then says it was closed (not to be answered)."""
     clock = Clock()
     slots, closes = ConnectionSlots(2, clock), Closes()
-    for name in "ab":
-        slots.take(name, closes.of(name))
-        slots.headers_in(name)
+    headers_read(slots, closes, "ab")
     slots.reading_body("a", behind_at=1.0)
     slots.reading_body("b", behind_at=1.0)
     assert slots.body_in("b") is True  # all in: never closed here
@@ -248,9 +249,7 @@ def test_a_connection_waiting_for_a_body_slot_stops_as_it_is_closed() -> None:
     clock = Clock()
     slots, closes = ConnectionSlots(2, clock), Closes()
     bodies = Slots(slots, 1)
-    for name in "ab":
-        slots.take(name, closes.of(name))
-        slots.headers_in(name)
+    headers_read(slots, closes, "ab")
     assert bodies.acquire(connection="b") is True
     assert bodies.acquire(timeout=0.01, connection="a") is False
     slots.reading_body("a", behind_at=0.0)
@@ -276,9 +275,7 @@ def test_a_body_behind_or_awaiting_its_slot_is_closed_only_after_the_others() ->
     then c, awaiting its headers, and a only when none of those is left."""
     clock = Clock()
     slots, closes = ConnectionSlots(3, clock), Closes()
-    for name in "ab":
-        slots.take(name, closes.of(name))
-        slots.headers_in(name)
+    headers_read(slots, closes, "ab")
     slots.reading_body("a", behind_at=0.5)
     slots.awaiting_next("b", grace=1.0)
     slots.take("c", closes.of("c"))
@@ -299,9 +296,7 @@ def test_a_body_given_its_slot_keeps_its_pace_from_then() -> None:
     clock = Clock()
     slots, closes = ConnectionSlots(2, clock), Closes()
     bodies = Slots(slots, 1)
-    for name in "ab":
-        slots.take(name, closes.of(name))
-        slots.headers_in(name)
+    headers_read(slots, closes, "ab")
     assert bodies.acquire(connection="b") is True
     slots.reading_body("a", behind_at=0.5)
     slots.body_in("b")
